@@ -1,0 +1,30 @@
+/* space: search-space domains (choice, uniform, quniform, loguniform,
+ * qloguniform, randint, lograndint, qrandint, randn, pow2, grid_search,
+ * constants and nested objects) — checking them and sampling trial configs. */
+#ifndef CTUNE_SPACE_H
+#define CTUNE_SPACE_H
+
+#include <stdint.h>
+#include "spec.h"
+
+/* Checks a param_space object. Error paths start with path_prefix
+ * (e.g. "param_space"). On success *grid_product holds the number of grid
+ * combinations (1 without grids), saturated at INT64_MAX. -EINVAL / -ENOMEM. */
+int space_check(const cJSON *param_space, const char *path_prefix,
+		int64_t *grid_product, struct validate_error *err);
+
+/* Number of trials: grid product x num_samples. -EINVAL when the space is
+ * wrong or the count exceeds SPEC_NUM_SAMPLES_MAX. */
+int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
+		struct validate_error *err);
+
+/* Samples every trial config: a JSON array of objects, in Ray's order (for
+ * each of num_samples repeats, every grid combination, the first grid
+ * variable by sorted path varying fastest). Trial i draws from its own stream
+ * rng_mix(seed, i), so the same (space, num_samples, seed) gives the same
+ * configs on any machine. Integer domains give integral JSON numbers.
+ * The caller owns *configs_out (cJSON_Delete). err may be NULL. */
+int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
+		   cJSON **configs_out, struct validate_error *err);
+
+#endif

@@ -1,0 +1,57 @@
+/* spec: the plain structs a validated experiment config becomes; shared by
+ * validate (which fills them), space, asha, sched and best (which read them). */
+#ifndef CTUNE_SPEC_H
+#define CTUNE_SPEC_H
+
+#include <stdint.h>
+#include <cJSON.h>
+
+#define SPEC_NAME_MAX 128            /* names, metric, time_attr: 1..128 chars */
+#define SPEC_NUM_SAMPLES_MAX 100000  /* also the cap on grid product x num_samples */
+#define SPEC_ASHA_MAX_MILESTONES 64  /* per bracket */
+#define SPEC_ASHA_MAX_BRACKETS 16
+
+enum spec_mode { SPEC_MODE_MIN = 0, SPEC_MODE_MAX = 1 };
+enum spec_sched_type { SPEC_SCHED_FIFO = 0, SPEC_SCHED_ASHA = 1 };
+
+struct sched_params {
+	enum spec_sched_type type;
+	char time_attr[SPEC_NAME_MAX + 1]; /* default "training_iteration" */
+	int has_max_t;                      /* fifo: 0 unless given; asha: always 1 */
+	double max_t;                       /* asha default 100 */
+	double grace_period;                /* asha default 1 */
+	double reduction_factor;            /* asha default 4 */
+	int brackets;                       /* asha default 1 */
+};
+
+struct spec_resources {
+	double cpu;        /* default 1; fractional allowed */
+	double gpu;        /* default 0; fractional allowed */
+	int64_t memory_mb; /* default 0 = no limit */
+};
+
+struct experiment_spec {
+	char name[SPEC_NAME_MAX + 1];   /* default "experiment" */
+	int has_metric;                 /* metric and mode are given together */
+	char metric[SPEC_NAME_MAX + 1];
+	enum spec_mode mode;
+	int64_t num_samples;            /* default 1 */
+	int64_t num_trials;             /* grid product x num_samples */
+	int64_t max_concurrent_trials;  /* 0 = unlimited */
+	int has_seed;                   /* no seed: the daemon picks one and stores it */
+	uint64_t seed;
+	int64_t max_failures;           /* default 0 */
+	struct sched_params sched;
+	struct spec_resources resources;
+	cJSON *param_space;             /* owned copy; {} when absent */
+	cJSON *trainable;               /* owned copy, validated */
+};
+
+/* Where and why a config was rejected: path like "param_space.lr.lower",
+ * message like "loguniform needs 0 < lower < upper". */
+struct validate_error {
+	char path[256];
+	char message[512];
+};
+
+#endif

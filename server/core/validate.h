@@ -1,0 +1,21 @@
+/* validate: turns a submitted experiment config (cJSON) into an
+ * experiment_spec, or names the first wrong field and the rule it broke. */
+#ifndef CTUNE_VALIDATE_H
+#define CTUNE_VALIDATE_H
+
+#include "spec.h"
+
+/* Checks every field (unknown fields are rejected at every level) and fills
+ * *out with defaults applied. Returns 0; -EINVAL with *err filled when the
+ * config is wrong (then *out holds nothing to free); -ENOMEM. err may be NULL.
+ * On success the caller frees *out with validate_spec_free. */
+int validate_experiment(const cJSON *config, struct experiment_spec *out,
+			struct validate_error *err);
+void validate_spec_free(struct experiment_spec *spec);
+
+/* Fills err (printf-style message); for the modules that share the struct. */
+void validate_error_set(struct validate_error *err, const char *path,
+			const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif
