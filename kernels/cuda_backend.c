@@ -1,0 +1,2 @@
+/* CUDA backend (in progress). */
+int cuda_backend_placeholder;

@@ -1,0 +1,345 @@
+// CUDA kernels of ctune-train's layers and optimisers (see cuda_ops.h). The
+// per-element math comes from ops_math.h, shared with the CPU backend.
+#include "cuda_ops.h"
+
+#include <errno.h>
+#include <math.h>
+
+#include "ops_math.h"
+
+extern "C" {
+#include "log.h"
+}
+
+#define CUOPS_THREADS 256
+// Grid-stride loops: a bounded grid covers any count.
+#define CUOPS_MAX_BLOCKS 65535
+
+static unsigned grid_for(int64_t count) {
+  int64_t b = (count + CUOPS_THREADS - 1) / CUOPS_THREADS;
+  return (unsigned)(b > CUOPS_MAX_BLOCKS ? CUOPS_MAX_BLOCKS : b);
+}
+
+// Every launch is followed by this: a bad configuration or a sticky error
+// from an earlier kernel surfaces here, named.
+static int launched(const char *what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    log_error("CUDA kernel %s failed: %s", what, cudaGetErrorString(e));
+    return -EIO;
+  }
+  return 0;
+}
+
+#define FOR_EACH(i, count)                                              \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;      \
+       i < (count); i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void k_im2col(const float *in, float *col, int n, int c, int h,
+                         int w, int k, int64_t sn, int64_t sc) {
+  const int oh = h - k + 1, ow = w - k + 1;
+  const int64_t pix = (int64_t)oh * ow, npix = (int64_t)n * pix;
+  const int64_t total = (int64_t)c * k * k * npix;
+  FOR_EACH(i, total) {
+    int64_t r = i / npix, cj = i - r * npix;
+    int64_t b = cj / pix, q = cj - b * pix;
+    int y = (int)(q / ow), x = (int)(q - (int64_t)y * ow);
+    int ch = (int)(r / (k * k)), ij = (int)(r - (int64_t)ch * k * k);
+    int ki = ij / k, kj = ij - ki * k;
+    col[i] = in[b * sn + ch * sc + (int64_t)(y + ki) * w + (x + kj)];
+  }
+}
+
+__global__ void k_col2im(const float *col, float *in, int n, int c, int h,
+                         int w, int k, int64_t sn, int64_t sc) {
+  const int oh = h - k + 1, ow = w - k + 1;
+  const int64_t pix = (int64_t)oh * ow, npix = (int64_t)n * pix;
+  const int64_t plane = (int64_t)h * w, total = (int64_t)n * c * plane;
+  FOR_EACH(i, total) {
+    int64_t b = i / ((int64_t)c * plane), rest = i - b * c * plane;
+    int ch = (int)(rest / plane);
+    int64_t off = rest - (int64_t)ch * plane;
+    int yy = (int)(off / w), xx = (int)(off - (int64_t)yy * w);
+    float acc = 0.0f;
+    for (int ki = 0; ki < k; ki++) {
+      int y = yy - ki;
+      if (y < 0 || y >= oh) continue;
+      for (int kj = 0; kj < k; kj++) {
+        int x = xx - kj;
+        if (x < 0 || x >= ow) continue;
+        int64_t r = ((int64_t)ch * k + ki) * k + kj;
+        acc += col[r * npix + b * pix + (int64_t)y * ow + x];
+      }
+    }
+    in[b * sn + ch * sc + off] = acc;
+  }
+}
+
+__global__ void k_bias_act(float *y, const float *bias, int64_t rows,
+                           int64_t cols, int per_row, int relu) {
+  FOR_EACH(i, rows * cols) {
+    int64_t r = i / cols;
+    float v = y[i] + bias[per_row ? r : i - r * cols];
+    y[i] = relu ? ct_relu(v) : v;
+  }
+}
+
+__global__ void k_relu_backward(const float *y, float *dy, int64_t count) {
+  FOR_EACH(i, count) dy[i] = ct_relu_grad(y[i], dy[i]);
+}
+
+__global__ void k_maxpool_forward(const float *in, float *out, int32_t *arg,
+                                  int64_t planes, int h, int w, int p) {
+  const int ph = h / p, pw = w / p;
+  const int64_t per = (int64_t)ph * pw;
+  FOR_EACH(o, planes * per) {
+    int64_t plane = o / per;
+    int q = (int)(o - plane * per), py = q / pw, px = q - py * pw;
+    const float *src = in + plane * h * w;
+    int best_off = py * p * w + px * p;
+    float best = src[best_off];
+    for (int dy = 0; dy < p; dy++)
+      for (int dx = 0; dx < p; dx++) {
+        int off = (py * p + dy) * w + px * p + dx;
+        if (src[off] > best) {
+          best = src[off];
+          best_off = off;
+        }
+      }
+    out[o] = best;
+    arg[o] = best_off;
+  }
+}
+
+__global__ void k_maxpool_backward(const float *dout, const int32_t *arg,
+                                   float *din, int64_t planes, int h, int w,
+                                   int p) {
+  const int ph = h / p, pw = w / p;
+  const int64_t plane_sz = (int64_t)h * w;
+  FOR_EACH(i, planes * plane_sz) {
+    int64_t plane = i / plane_sz;
+    int off = (int)(i - plane * plane_sz), yy = off / w, xx = off - yy * w;
+    int py = yy / p, px = xx / p;
+    float v = 0.0f;
+    if (py < ph && px < pw) {
+      int64_t o = plane * ph * pw + (int64_t)py * pw + px;
+      if (arg[o] == off) v = dout[o];
+    }
+    din[i] = v;
+  }
+}
+
+__global__ void k_permute_cn(const float *in, float *out, int c, int n,
+                             int hw, int to_nchw) {
+  const int64_t total = (int64_t)c * n * hw;
+  FOR_EACH(i, total) {
+    if (to_nchw) {  // out [n][c][hw] from in [c][n][hw]
+      int64_t b = i / ((int64_t)c * hw), rest = i - b * c * hw;
+      int64_t ch = rest / hw, q = rest - ch * hw;
+      out[i] = in[(ch * n + b) * hw + q];
+    } else {  // out [c][n][hw] from in [n][c][hw]
+      int64_t ch = i / ((int64_t)n * hw), rest = i - ch * n * hw;
+      int64_t b = rest / hw, q = rest - b * hw;
+      out[i] = in[(b * c + ch) * hw + q];
+    }
+  }
+}
+
+__global__ void k_sum_strided(const float *in, float *out, int64_t n_red,
+                              int64_t out_stride, int64_t red_stride) {
+  __shared__ float part[CUOPS_THREADS];
+  const float *src = in + (int64_t)blockIdx.x * out_stride;
+  float acc = 0.0f;
+  for (int64_t j = threadIdx.x; j < n_red; j += CUOPS_THREADS)
+    acc += src[j * red_stride];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+__global__ void k_xent(const float *logits, const uint8_t *labels,
+                       float *row_loss, int32_t *row_correct, float *dlogits,
+                       int n, int classes, float scale) {
+  FOR_EACH(r, (int64_t)n) {
+    const float *x = logits + r * classes;
+    int label = labels[r], arg = 0;
+    float m = x[0];
+    for (int j = 1; j < classes; j++)
+      if (x[j] > m) {
+        m = x[j];
+        arg = j;
+      }
+    float s = 0.0f;
+    for (int j = 0; j < classes; j++) s += ct_exp_shifted(x[j], m);
+    row_loss[r] = ct_xent_loss(x[label], m, s);
+    row_correct[r] = arg == label;
+    if (dlogits)
+      for (int j = 0; j < classes; j++)
+        dlogits[r * classes + j] = ct_xent_grad(x[j], m, s, j == label, scale);
+  }
+}
+
+__global__ void k_xent_sums(const float *row_loss, const int32_t *row_correct,
+                            int n, double *out_loss, int32_t *out_correct) {
+  __shared__ double lsum[CUOPS_THREADS];
+  __shared__ int csum[CUOPS_THREADS];
+  double l = 0.0;
+  int c = 0;
+  for (int j = threadIdx.x; j < n; j += CUOPS_THREADS) {
+    l += row_loss[j];
+    c += row_correct[j];
+  }
+  lsum[threadIdx.x] = l;
+  csum[threadIdx.x] = c;
+  __syncthreads();
+  for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) {
+      lsum[threadIdx.x] += lsum[threadIdx.x + half];
+      csum[threadIdx.x] += csum[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *out_loss = lsum[0];
+    *out_correct = csum[0];
+  }
+}
+
+__global__ void k_sgd(float *p, float *v, const float *g, int64_t count,
+                      float lr, float momentum, float wd) {
+  FOR_EACH(i, count) p[i] = ct_sgd_update(p[i], &v[i], g[i], lr, momentum, wd);
+}
+
+__global__ void k_adam(float *p, float *m, float *v, const float *g,
+                       int64_t count, float lr, float b1, float b2, float eps,
+                       float wd, float bc1, float bc2) {
+  FOR_EACH(i, count)
+  p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1,
+                        bc2);
+}
+
+__global__ void k_fill(float *p, int64_t count, float value) {
+  FOR_EACH(i, count) p[i] = value;
+}
+
+extern "C" {
+
+int cuops_im2col(const float *in, float *col, int n, int c, int h, int w,
+                 int k, int64_t sn, int64_t sc, cudaStream_t s) {
+  int64_t total = (int64_t)c * k * k * n * (h - k + 1) * (w - k + 1);
+  if (total <= 0) return n == 0 ? 0 : -EINVAL;
+  k_im2col<<<grid_for(total), CUOPS_THREADS, 0, s>>>(in, col, n, c, h, w, k,
+                                                      sn, sc);
+  return launched("im2col");
+}
+
+int cuops_col2im(const float *col, float *in, int n, int c, int h, int w,
+                 int k, int64_t sn, int64_t sc, cudaStream_t s) {
+  int64_t total = (int64_t)n * c * h * w;
+  if (total <= 0 || h < k || w < k) return n == 0 ? 0 : -EINVAL;
+  k_col2im<<<grid_for(total), CUOPS_THREADS, 0, s>>>(col, in, n, c, h, w, k,
+                                                      sn, sc);
+  return launched("col2im");
+}
+
+int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols,
+                   int per_row, int relu, cudaStream_t s) {
+  if (rows * cols <= 0) return 0;
+  k_bias_act<<<grid_for(rows * cols), CUOPS_THREADS, 0, s>>>(y, bias, rows,
+                                                             cols, per_row,
+                                                             relu);
+  return launched("bias_act");
+}
+
+int cuops_relu_backward(const float *y, float *dy, int64_t count,
+                        cudaStream_t s) {
+  if (count <= 0) return 0;
+  k_relu_backward<<<grid_for(count), CUOPS_THREADS, 0, s>>>(y, dy, count);
+  return launched("relu_backward");
+}
+
+int cuops_maxpool_forward(const float *in, float *out, int32_t *argmax,
+                          int64_t planes, int h, int w, int p, cudaStream_t s) {
+  if (p < 1 || h < p || w < p) return -EINVAL;
+  int64_t total = planes * (h / p) * (w / p);
+  if (total <= 0) return 0;
+  k_maxpool_forward<<<grid_for(total), CUOPS_THREADS, 0, s>>>(in, out, argmax,
+                                                              planes, h, w, p);
+  return launched("maxpool_forward");
+}
+
+int cuops_maxpool_backward(const float *dout, const int32_t *argmax,
+                           float *din, int64_t planes, int h, int w, int p,
+                           cudaStream_t s) {
+  if (p < 1 || h < p || w < p) return -EINVAL;
+  int64_t total = planes * h * w;
+  if (total <= 0) return 0;
+  k_maxpool_backward<<<grid_for(total), CUOPS_THREADS, 0, s>>>(
+      dout, argmax, din, planes, h, w, p);
+  return launched("maxpool_backward");
+}
+
+int cuops_permute_cn(const float *in, float *out, int c, int n, int hw,
+                     int to_nchw, cudaStream_t s) {
+  int64_t total = (int64_t)c * n * hw;
+  if (total <= 0) return 0;
+  k_permute_cn<<<grid_for(total), CUOPS_THREADS, 0, s>>>(in, out, c, n, hw,
+                                                         to_nchw);
+  return launched("permute_cn");
+}
+
+int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red,
+                      int64_t out_stride, int64_t red_stride, cudaStream_t s) {
+  if (n_out <= 0) return 0;
+  k_sum_strided<<<(unsigned)n_out, CUOPS_THREADS, 0, s>>>(in, out, n_red,
+                                                          out_stride,
+                                                          red_stride);
+  return launched("sum_strided");
+}
+
+int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss,
+               int32_t *row_correct, float *dlogits, int n, int classes,
+               float scale, cudaStream_t s) {
+  if (classes < 1) return -EINVAL;
+  if (n <= 0) return 0;
+  k_xent<<<grid_for(n), CUOPS_THREADS, 0, s>>>(logits, labels, row_loss,
+                                               row_correct, dlogits, n,
+                                               classes, scale);
+  return launched("xent");
+}
+
+int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
+                    double *out_loss, int32_t *out_correct, cudaStream_t s) {
+  k_xent_sums<<<1, CUOPS_THREADS, 0, s>>>(row_loss, row_correct, n, out_loss,
+                                          out_correct);
+  return launched("xent_sums");
+}
+
+int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr,
+              float momentum, float weight_decay, cudaStream_t s) {
+  if (count <= 0) return 0;
+  k_sgd<<<grid_for(count), CUOPS_THREADS, 0, s>>>(p, v, g, count, lr, momentum,
+                                                  weight_decay);
+  return launched("sgd");
+}
+
+int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
+               float lr, float beta1, float beta2, float eps,
+               float weight_decay, float bc1, float bc2, cudaStream_t s) {
+  if (count <= 0) return 0;
+  k_adam<<<grid_for(count), CUOPS_THREADS, 0, s>>>(
+      p, m, v, g, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+  return launched("adam");
+}
+
+int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {
+  if (count <= 0) return 0;
+  k_fill<<<grid_for(count), CUOPS_THREADS, 0, s>>>(p, count, value);
+  return launched("fill");
+}
+
+}  // extern "C"
