@@ -3,6 +3,8 @@
 #ifndef CTUNE_VALIDATE_H
 #define CTUNE_VALIDATE_H
 
+#include <stddef.h>
+
 #include "spec.h"
 
 /* Checks every field (unknown fields are rejected at every level) and fills
@@ -17,5 +19,9 @@ void validate_spec_free(struct experiment_spec *spec);
 void validate_error_set(struct validate_error *err, const char *path,
 			const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* dst = base + sep + key (just key when base is empty), cut to fit size. */
+void validate_path_join(char *dst, size_t size, const char *base, char sep,
+			const char *key);
 
 #endif

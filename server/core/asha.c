@@ -1,0 +1,454 @@
+/* asha: the stopping variant of ASHA. Each milestone keeps its recorded
+ * values sorted, so a cutoff (numpy's nanpercentile, linear) is O(1) and a
+ * record is one binary search and one memmove. */
+#include "asha.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+struct rung {
+	double t;          /* the milestone */
+	double *vals;      /* finite recorded values, ascending */
+	size_t n, cap;
+	size_t nan_count;  /* records that were NaN/inf/null: count, never cut */
+};
+
+struct bracket {
+	int n;             /* milestones */
+	struct rung rungs[SPEC_ASHA_MAX_MILESTONES];
+	int64_t stopped;   /* trials stopped early in this bracket */
+};
+
+struct trial_slot {
+	int64_t id;
+	int used;
+	int active;        /* in its bracket: added and not ended */
+	int bracket;
+	uint64_t recorded; /* bit k: has a value at milestone k */
+};
+
+struct asha {
+	struct sched_params p;
+	double sign;       /* +1 for max, -1 for min: larger is better inside */
+	uint64_t bracket_seed;
+	int nb;
+	struct bracket b[SPEC_ASHA_MAX_BRACKETS];
+	struct trial_slot *slots;
+	size_t nslots, nused; /* nslots is a power of two */
+};
+
+/* --- trial table: open addressing, linear probing, never shrinks --- */
+
+static size_t slot_hash(int64_t id, size_t mask)
+{
+	uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
+	return (size_t)(x ^ (x >> 29)) & mask;
+}
+
+static struct trial_slot *slot_find(const struct asha *a, int64_t id)
+{
+	size_t mask = a->nslots - 1;
+	for (size_t i = slot_hash(id, mask);; i = (i + 1) & mask) {
+		if (!a->slots[i].used)
+			return NULL;
+		if (a->slots[i].id == id)
+			return &a->slots[i];
+	}
+}
+
+static int slots_grow(struct asha *a)
+{
+	size_t n = a->nslots * 2;
+	struct trial_slot *s = calloc(n, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	for (size_t i = 0; i < a->nslots; i++) {
+		if (!a->slots[i].used)
+			continue;
+		size_t j = slot_hash(a->slots[i].id, n - 1);
+		while (s[j].used)
+			j = (j + 1) & (n - 1);
+		s[j] = a->slots[i];
+	}
+	free(a->slots);
+	a->slots = s;
+	a->nslots = n;
+	return 0;
+}
+
+/* Finds or inserts (inactive, no records) the trial's slot. */
+static int slot_get(struct asha *a, int64_t id, int bracket, struct trial_slot **out)
+{
+	struct trial_slot *s = slot_find(a, id);
+	if (!s) {
+		if ((a->nused + 1) * 2 > a->nslots && slots_grow(a))
+			return -ENOMEM;
+		size_t mask = a->nslots - 1, i = slot_hash(id, mask);
+		while (a->slots[i].used)
+			i = (i + 1) & mask;
+		s = &a->slots[i];
+		memset(s, 0, sizeof *s);
+		s->used = 1;
+		s->id = id;
+		s->bracket = bracket;
+		a->nused++;
+	}
+	*out = s;
+	return 0;
+}
+
+/* --- rungs --- */
+
+static int rung_insert(struct rung *r, double v)
+{
+	size_t lo = 0, hi;
+	if (!isfinite(v)) {
+		r->nan_count++;
+		return 0;
+	}
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 16;
+		double *nv = realloc(r->vals, cap * sizeof *nv);
+		if (!nv)
+			return -ENOMEM;
+		r->vals = nv;
+		r->cap = cap;
+	}
+	hi = r->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (r->vals[mid] <= v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	memmove(r->vals + lo + 1, r->vals + lo, (r->n - lo) * sizeof *r->vals);
+	r->vals[lo] = v;
+	r->n++;
+	return 0;
+}
+
+/* numpy.nanpercentile(values, q) with linear interpolation, including
+ * numpy's two-sided lerp so results agree to the last bit. */
+static int rung_cutoff(const struct rung *r, double rf, double *cutoff)
+{
+	double q = 1.0 - 1.0 / rf, pos, t, lo_v, hi_v, d;
+	size_t lo;
+	if (r->n == 0)
+		return -ENOENT;
+	pos = q * (double)(r->n - 1);
+	lo = (size_t)floor(pos);
+	if (lo >= r->n - 1) {
+		*cutoff = r->vals[r->n - 1];
+		return 0;
+	}
+	t = pos - (double)lo;
+	lo_v = r->vals[lo];
+	hi_v = r->vals[lo + 1];
+	d = hi_v - lo_v;
+	*cutoff = t >= 0.5 ? hi_v - d * (1.0 - t) : lo_v + d * t;
+	return 0;
+}
+
+/* --- public --- */
+
+int asha_create(const struct sched_params *params, enum spec_mode mode,
+		uint64_t seed, struct asha **out)
+{
+	struct asha *a;
+	*out = NULL;
+	if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
+	    !(params->grace_period > 0) || !(params->reduction_factor > 1) ||
+	    params->brackets < 1 || params->brackets > SPEC_ASHA_MAX_BRACKETS)
+		return -EINVAL;
+	a = calloc(1, sizeof *a);
+	if (!a)
+		return -ENOMEM;
+	a->p = *params;
+	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
+	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->nb = params->brackets;
+	for (int s = 0; s < a->nb; s++) {
+		/* Ray: int(log(max_t / grace) / log(rf) - s + 1) milestones. */
+		double nd = log(params->max_t / params->grace_period) /
+			    log(params->reduction_factor) - s + 1;
+		int n = (int)nd; /* truncates toward zero, as Python's int() */
+		if (n < 0)
+			n = 0;
+		if (n > SPEC_ASHA_MAX_MILESTONES) {
+			free(a);
+			return -EINVAL;
+		}
+		a->b[s].n = n;
+		for (int k = 0; k < n; k++)
+			a->b[s].rungs[k].t = params->grace_period *
+					     pow(params->reduction_factor, k + s);
+	}
+	a->nslots = 64;
+	a->slots = calloc(a->nslots, sizeof *a->slots);
+	if (!a->slots) {
+		free(a);
+		return -ENOMEM;
+	}
+	*out = a;
+	return 0;
+}
+
+void asha_free(struct asha *a)
+{
+	if (!a)
+		return;
+	for (int s = 0; s < a->nb; s++)
+		for (int k = 0; k < a->b[s].n; k++)
+			free(a->b[s].rungs[k].vals);
+	free(a->slots);
+	free(a);
+}
+
+int asha_num_brackets(const struct asha *a)
+{
+	return a->nb;
+}
+
+int asha_num_milestones(const struct asha *a, int bracket)
+{
+	if (bracket < 0 || bracket >= a->nb)
+		return -EINVAL;
+	return a->b[bracket].n;
+}
+
+double asha_milestone(const struct asha *a, int bracket, int index)
+{
+	if (bracket < 0 || bracket >= a->nb || index < 0 || index >= a->b[bracket].n)
+		return NAN;
+	return a->b[bracket].rungs[index].t;
+}
+
+int asha_bracket_for(const struct asha *a, int64_t trial_index)
+{
+	struct rng r;
+	double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
+	int nmax = 0;
+
+	if (a->nb == 1)
+		return 0;
+	for (int s = 0; s < a->nb; s++)
+		if (a->b[s].n > nmax)
+			nmax = a->b[s].n;
+	for (int s = 0; s < a->nb; s++) {
+		/* e^(n - nmax): the same proportions as e^n without overflow. */
+		w[s] = exp((double)(a->b[s].n - nmax));
+		sum += w[s];
+	}
+	rng_seed(&r, rng_mix(a->bracket_seed, (uint64_t)trial_index));
+	u = rng_uniform(&r) * sum;
+	for (int s = 0; s < a->nb; s++) {
+		if (u < w[s])
+			return s;
+		u -= w[s];
+	}
+	return a->nb - 1;
+}
+
+int asha_add_trial(struct asha *a, int64_t trial_id, int bracket)
+{
+	struct trial_slot *s;
+	int rc;
+	if (bracket < 0 || bracket >= a->nb)
+		return -EINVAL;
+	rc = slot_get(a, trial_id, bracket, &s);
+	if (rc)
+		return rc;
+	if (s->recorded && s->bracket != bracket)
+		return -EINVAL;
+	s->bracket = bracket;
+	s->active = 1;
+	return 0;
+}
+
+int asha_has_trial(const struct asha *a, int64_t trial_id)
+{
+	const struct trial_slot *s = slot_find(a, trial_id);
+	return s && s->active;
+}
+
+static void outcome_init(struct asha_outcome *out, int bracket)
+{
+	memset(out, 0, sizeof *out);
+	out->decision = ASHA_CONTINUE;
+	out->reason = ASHA_REASON_NONE;
+	out->bracket = bracket;
+	out->milestone_index = -1;
+	out->milestone = NAN;
+	out->value = NAN;
+	out->cutoff = NAN;
+}
+
+/* Ray's _Bracket.on_result: from the highest milestone down, the first one
+ * reached and not yet recorded decides and records; one per result. */
+static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double value,
+			struct asha_outcome *out)
+{
+	struct bracket *b = &a->b[s->bracket];
+	double v = a->sign * value;
+	for (int k = b->n - 1; k >= 0; k--) {
+		struct rung *r = &b->rungs[k];
+		double cutoff;
+		if (t < r->t || (s->recorded >> k & 1))
+			continue;
+		out->milestone_index = k;
+		out->milestone = r->t;
+		if (rung_cutoff(r, a->p.reduction_factor, &cutoff) == 0) {
+			out->has_cutoff = 1;
+			out->cutoff = cutoff;
+		}
+		if (!isfinite(v)) {
+			/* Deliberate difference from Ray: a diverged trial stops. */
+			v = NAN;
+			out->decision = ASHA_STOP;
+			out->reason = ASHA_REASON_NONFINITE;
+		} else if (out->has_cutoff && v < cutoff) {
+			out->decision = ASHA_STOP;
+			out->reason = ASHA_REASON_CUTOFF;
+		}
+		if (rung_insert(r, v))
+			return -ENOMEM;
+		s->recorded |= 1ULL << k;
+		out->recorded = 1;
+		out->value = v;
+		return 0;
+	}
+	return 0;
+}
+
+int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
+		   struct asha_outcome *out)
+{
+	struct trial_slot *s = slot_find(a, trial_id);
+	int rc;
+	if (!s || !s->active)
+		return -ENOENT;
+	if (isnan(t))
+		return -EINVAL;
+	outcome_init(out, s->bracket);
+	if (t >= a->p.max_t) {
+		out->decision = ASHA_STOP;
+		out->reason = ASHA_REASON_MAX_T;
+		return 0;
+	}
+	rc = bracket_walk(a, s, t, value, out);
+	if (rc)
+		return rc;
+	if (out->decision == ASHA_STOP) {
+		out->stopped_early = 1;
+		a->b[s->bracket].stopped++;
+	}
+	return 0;
+}
+
+int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t,
+		      double value, struct asha_outcome *out)
+{
+	struct trial_slot *s = slot_find(a, trial_id);
+	int rc = 0;
+	if (!s || !s->active)
+		return -ENOENT;
+	if (out)
+		outcome_init(out, s->bracket);
+	if (has_last) {
+		if (!out || isnan(t))
+			return -EINVAL;
+		/* Ray's on_trial_complete: the decision is ignored and counts
+		 * as no stop. */
+		rc = bracket_walk(a, s, t, value, out);
+		out->stopped_early = 0;
+	}
+	if (rc == 0)
+		s->active = 0;
+	return rc;
+}
+
+int asha_restore_record(struct asha *a, int64_t trial_id, int bracket,
+			double milestone, double value, int stopped_early)
+{
+	struct trial_slot *s;
+	struct bracket *b;
+	int k, rc;
+	if (bracket < 0 || bracket >= a->nb)
+		return -EINVAL;
+	b = &a->b[bracket];
+	for (k = 0; k < b->n; k++)
+		if (fabs(b->rungs[k].t - milestone) <= 1e-9 * fmax(1.0, fabs(milestone)))
+			break;
+	if (k == b->n)
+		return -EINVAL;
+	rc = slot_get(a, trial_id, bracket, &s);
+	if (rc)
+		return rc;
+	if (s->bracket != bracket || (s->recorded >> k & 1))
+		return -EINVAL;
+	rc = rung_insert(&b->rungs[k], value);
+	if (rc)
+		return rc;
+	s->recorded |= 1ULL << k;
+	if (stopped_early)
+		b->stopped++;
+	return 0;
+}
+
+int asha_cutoff(const struct asha *a, int bracket, int index, double *cutoff)
+{
+	double c;
+	if (bracket < 0 || bracket >= a->nb || index < 0 || index >= a->b[bracket].n)
+		return -EINVAL;
+	if (rung_cutoff(&a->b[bracket].rungs[index], a->p.reduction_factor, &c))
+		return -ENOENT;
+	*cutoff = a->sign * c;
+	return 0;
+}
+
+int asha_state_json(const struct asha *a, cJSON **out)
+{
+	cJSON *arr = cJSON_CreateArray();
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	for (int s = 0; s < a->nb; s++) {
+		cJSON *br = cJSON_CreateObject(), *ms;
+		if (!br || !cJSON_AddItemToArray(arr, br)) {
+			cJSON_Delete(br);
+			goto fail;
+		}
+		if (!cJSON_AddNumberToObject(br, "index", s) ||
+		    !cJSON_AddNumberToObject(br, "stopped", (double)a->b[s].stopped) ||
+		    !(ms = cJSON_AddArrayToObject(br, "milestones")))
+			goto fail;
+		for (int k = 0; k < a->b[s].n; k++) {
+			const struct rung *r = &a->b[s].rungs[k];
+			cJSON *m = cJSON_CreateObject();
+			double c;
+			if (!m || !cJSON_AddItemToArray(ms, m)) {
+				cJSON_Delete(m);
+				goto fail;
+			}
+			if (!cJSON_AddNumberToObject(m, "t", r->t) ||
+			    !cJSON_AddNumberToObject(m, "recorded", (double)(r->n + r->nan_count)))
+				goto fail;
+			if (asha_cutoff(a, s, k, &c) == 0) {
+				if (!cJSON_AddNumberToObject(m, "cutoff", c))
+					goto fail;
+			} else if (!cJSON_AddNullToObject(m, "cutoff")) {
+				goto fail;
+			}
+		}
+	}
+	*out = arr;
+	return 0;
+fail:
+	cJSON_Delete(arr);
+	return -ENOMEM;
+}

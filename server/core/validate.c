@@ -1,0 +1,482 @@
+/* validate: checks a submitted experiment config field by field and fills
+ * an experiment_spec with Ray Tune's defaults. */
+#include "validate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "space.h"
+
+#define VALIDATE_MAX_DEPTH 32
+#define VALIDATE_MAX_STRING 4096
+#define VALIDATE_MAX_ARGV 256
+#define VALIDATE_MAX_ENV 256
+#define VALIDATE_INT_MAX 9007199254740992.0 /* 2^53 */
+
+void validate_error_set(struct validate_error *err, const char *path,
+			const char *fmt, ...)
+{
+	va_list ap;
+	if (!err)
+		return;
+	snprintf(err->path, sizeof err->path, "%s", path ? path : "");
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof err->message, fmt, ap);
+	va_end(ap);
+}
+
+void validate_path_join(char *dst, size_t size, const char *base, char sep,
+			const char *key)
+{
+	size_t n = 0;
+	if (size == 0)
+		return;
+	for (; base && *base && n + 1 < size; base++)
+		dst[n++] = *base;
+	if (n > 0 && sep && n + 1 < size)
+		dst[n++] = sep;
+	for (; key && *key && n + 1 < size; key++)
+		dst[n++] = *key;
+	dst[n] = '\0';
+}
+
+static void join(char *dst, size_t size, const char *base, const char *key)
+{
+	validate_path_join(dst, size, base, '.', key);
+}
+
+/* Limits that hold everywhere: nesting depth and string lengths (keys too). */
+static int check_shape(const cJSON *v, const char *path, int depth,
+		       struct validate_error *err)
+{
+	const cJSON *item;
+	int i = 0;
+	if (depth > VALIDATE_MAX_DEPTH) {
+		validate_error_set(err, path, "nested deeper than %d levels", VALIDATE_MAX_DEPTH);
+		return -EINVAL;
+	}
+	if (cJSON_IsString(v) && strlen(v->valuestring) > VALIDATE_MAX_STRING) {
+		validate_error_set(err, path, "string longer than %d bytes", VALIDATE_MAX_STRING);
+		return -EINVAL;
+	}
+	cJSON_ArrayForEach(item, v) {
+		char p[256];
+		if (cJSON_IsObject(v)) {
+			if (strlen(item->string) > VALIDATE_MAX_STRING) {
+				validate_error_set(err, path, "field name longer than %d bytes",
+						   VALIDATE_MAX_STRING);
+				return -EINVAL;
+			}
+			join(p, sizeof p, path, item->string);
+		} else {
+			char idx[24];
+			snprintf(idx, sizeof idx, "[%d]", i);
+			validate_path_join(p, sizeof p, path, 0, "");
+			validate_path_join(p, sizeof p, p, 0, idx);
+		}
+		if (check_shape(item, p, depth + 1, err))
+			return -EINVAL;
+		i++;
+	}
+	return 0;
+}
+
+/* Rejects any key of obj not in allowed (NULL-terminated). */
+static int check_keys(const cJSON *obj, const char *path, const char *what,
+		      const char *const *allowed, struct validate_error *err)
+{
+	const cJSON *item;
+	cJSON_ArrayForEach(item, obj) {
+		int ok = 0;
+		for (int i = 0; allowed[i] && !ok; i++)
+			ok = strcmp(item->string, allowed[i]) == 0;
+		if (!ok) {
+			char p[256], list[512] = "";
+			for (int i = 0; allowed[i]; i++) {
+				if (i)
+					strncat(list, ", ", sizeof list - strlen(list) - 1);
+				strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+			}
+			join(p, sizeof p, path, item->string);
+			validate_error_set(err, p, "unknown field (%s takes %s)", what, list);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int name_ok(const char *s, int allow_slash)
+{
+	size_t n = strlen(s);
+	if (n < 1 || n > SPEC_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-' ||
+		      (allow_slash && c == '/')))
+			return 0;
+	}
+	return 1;
+}
+
+/* Copies an optional name-like string field; 1 when present, 0 absent. */
+static int get_name(const cJSON *obj, const char *path, const char *key,
+		    int allow_slash, char *dst, struct validate_error *err)
+{
+	char p[256];
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!v)
+		return 0;
+	join(p, sizeof p, path, key);
+	if (!cJSON_IsString(v) || !name_ok(v->valuestring, allow_slash)) {
+		validate_error_set(err, p, "must be a string of 1-%d characters from A-Z a-z 0-9 _ . -%s",
+				   SPEC_NAME_MAX, allow_slash ? " /" : "");
+		return -EINVAL;
+	}
+	snprintf(dst, SPEC_NAME_MAX + 1, "%s", v->valuestring);
+	return 1;
+}
+
+/* Optional integer field in [lo, hi]; 1 present, 0 absent. */
+static int get_int(const cJSON *obj, const char *path, const char *key,
+		   double lo, double hi, int64_t *dst, struct validate_error *err)
+{
+	char p[256];
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!v)
+		return 0;
+	join(p, sizeof p, path, key);
+	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+	    v->valuedouble < lo || v->valuedouble > hi) {
+		validate_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
+		return -EINVAL;
+	}
+	*dst = (int64_t)v->valuedouble;
+	return 1;
+}
+
+/* Optional finite number; 1 present, 0 absent. Range checks by the caller. */
+static int get_number(const cJSON *obj, const char *path, const char *key,
+		      double *dst, struct validate_error *err)
+{
+	char p[256];
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!v)
+		return 0;
+	join(p, sizeof p, path, key);
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+		validate_error_set(err, p, "must be a finite number");
+		return -EINVAL;
+	}
+	*dst = v->valuedouble;
+	return 1;
+}
+
+static int fail_at(struct validate_error *err, const char *path, const char *key,
+		   const char *msg)
+{
+	char p[256];
+	join(p, sizeof p, path, key);
+	validate_error_set(err, p, "%s", msg);
+	return -EINVAL;
+}
+
+static int check_scheduler(const cJSON *s, struct sched_params *sp, struct validate_error *err)
+{
+	static const char *const fifo_keys[] = {"type", "time_attr", "max_t", NULL};
+	static const char *const asha_keys[] = {"type", "time_attr", "max_t", "grace_period",
+						"reduction_factor", "brackets", NULL};
+	const cJSON *t;
+	int64_t brackets = 1;
+	int rc;
+
+	memset(sp, 0, sizeof *sp);
+	snprintf(sp->time_attr, sizeof sp->time_attr, "training_iteration");
+	sp->type = SPEC_SCHED_FIFO;
+	if (!s)
+		return 0;
+	if (!cJSON_IsObject(s))
+		return fail_at(err, "", "scheduler", "must be an object");
+	t = cJSON_GetObjectItemCaseSensitive(s, "type");
+	if (!t)
+		return fail_at(err, "scheduler", "type", "required (fifo or asha)");
+	if (!cJSON_IsString(t) ||
+	    (strcmp(t->valuestring, "fifo") && strcmp(t->valuestring, "asha")))
+		return fail_at(err, "scheduler", "type", "must be \"fifo\" or \"asha\"");
+	if (strcmp(t->valuestring, "asha") == 0) {
+		sp->type = SPEC_SCHED_ASHA;
+		sp->has_max_t = 1;
+		sp->max_t = 100;
+		sp->grace_period = 1;
+		sp->reduction_factor = 4;
+	}
+	if (check_keys(s, "scheduler", sp->type == SPEC_SCHED_ASHA ? "asha" : "fifo",
+		       sp->type == SPEC_SCHED_ASHA ? asha_keys : fifo_keys, err))
+		return -EINVAL;
+	if (get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0)
+		return -EINVAL;
+	rc = get_number(s, "scheduler", "max_t", &sp->max_t, err);
+	if (rc < 0)
+		return rc;
+	if (rc)
+		sp->has_max_t = 1;
+	if (sp->has_max_t && !(sp->max_t > 0))
+		return fail_at(err, "scheduler", "max_t", "must be > 0");
+	if (sp->type == SPEC_SCHED_FIFO)
+		return 0;
+
+	if (get_number(s, "scheduler", "grace_period", &sp->grace_period, err) < 0 ||
+	    get_number(s, "scheduler", "reduction_factor", &sp->reduction_factor, err) < 0 ||
+	    get_int(s, "scheduler", "brackets", 1, SPEC_ASHA_MAX_BRACKETS, &brackets, err) < 0)
+		return -EINVAL;
+	sp->brackets = (int)brackets;
+	if (!(sp->grace_period > 0))
+		return fail_at(err, "scheduler", "grace_period", "must be > 0");
+	if (!(sp->grace_period <= sp->max_t))
+		return fail_at(err, "scheduler", "grace_period", "asha needs grace_period <= max_t");
+	if (!(sp->reduction_factor > 1))
+		return fail_at(err, "scheduler", "reduction_factor", "must be > 1");
+	/* Bracket 0 has the most milestones; bound it so per-trial state stays
+	 * one 64-bit mask per trial. */
+	if ((int)(log(sp->max_t / sp->grace_period) / log(sp->reduction_factor) + 1) >
+	    SPEC_ASHA_MAX_MILESTONES) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "asha would have more than %d milestones; raise reduction_factor or grace_period",
+			 SPEC_ASHA_MAX_MILESTONES);
+		return fail_at(err, "scheduler", "reduction_factor", msg);
+	}
+	return 0;
+}
+
+static int check_resources(const cJSON *r, struct spec_resources *res, struct validate_error *err)
+{
+	static const char *const keys[] = {"cpu", "gpu", "memory_mb", NULL};
+	res->cpu = 1;
+	res->gpu = 0;
+	res->memory_mb = 0;
+	if (!r)
+		return 0;
+	if (!cJSON_IsObject(r))
+		return fail_at(err, "", "resources_per_trial", "must be an object");
+	if (check_keys(r, "resources_per_trial", "resources_per_trial", keys, err))
+		return -EINVAL;
+	if (get_number(r, "resources_per_trial", "cpu", &res->cpu, err) < 0 ||
+	    get_number(r, "resources_per_trial", "gpu", &res->gpu, err) < 0)
+		return -EINVAL;
+	if (!(res->cpu >= 0 && res->cpu <= 1024))
+		return fail_at(err, "resources_per_trial", "cpu", "must be from 0 to 1024");
+	if (!(res->gpu >= 0 && res->gpu <= 64))
+		return fail_at(err, "resources_per_trial", "gpu", "must be from 0 to 64");
+	if (get_int(r, "resources_per_trial", "memory_mb", 0, 1 << 30, &res->memory_mb, err) < 0)
+		return -EINVAL;
+	return 0;
+}
+
+static int check_string(const cJSON *obj, const char *path, const char *key,
+			int required, struct validate_error *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!v)
+		return required ? fail_at(err, path, key, "required") : 0;
+	if (!cJSON_IsString(v) || !v->valuestring[0])
+		return fail_at(err, path, key, "must be a non-empty string");
+	return 0;
+}
+
+static int check_enum(const cJSON *obj, const char *path, const char *key,
+		      const char *const *values, const char *msg, struct validate_error *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!v)
+		return fail_at(err, path, key, "required");
+	for (int i = 0; cJSON_IsString(v) && values[i]; i++)
+		if (strcmp(v->valuestring, values[i]) == 0)
+			return 0;
+	return fail_at(err, path, key, msg);
+}
+
+static int env_name_ok(const char *s)
+{
+	if (!s[0] || (s[0] >= '0' && s[0] <= '9'))
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '_'))
+			return 0;
+	return 1;
+}
+
+static int check_trainable(const cJSON *t, struct validate_error *err)
+{
+	static const char *const builtin_keys[] = {"type", "model", "dataset", "data_dir",
+						   "train_limit", "test", NULL};
+	static const char *const command_keys[] = {"type", "argv", "env", "cwd", NULL};
+	static const char *const models[] = {"mlp", "cnn", NULL};
+	static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", NULL};
+	const char *P = "trainable";
+	const cJSON *type, *v, *item;
+	int64_t limit;
+	int i = 0;
+
+	if (!t)
+		return fail_at(err, "", P, "required (builtin or command trainable)");
+	if (!cJSON_IsObject(t))
+		return fail_at(err, "", P, "must be an object");
+	type = cJSON_GetObjectItemCaseSensitive(t, "type");
+	if (!type)
+		return fail_at(err, P, "type", "required (builtin or command)");
+	if (!cJSON_IsString(type) ||
+	    (strcmp(type->valuestring, "builtin") && strcmp(type->valuestring, "command")))
+		return fail_at(err, P, "type", "must be \"builtin\" or \"command\"");
+
+	if (strcmp(type->valuestring, "builtin") == 0) {
+		if (check_keys(t, P, "a builtin trainable", builtin_keys, err) ||
+		    check_enum(t, P, "model", models, "must be \"mlp\" or \"cnn\"", err) ||
+		    check_enum(t, P, "dataset", datasets,
+			       "must be \"fashion-mnist\", \"mnist\" or \"cifar10\"", err) ||
+		    check_string(t, P, "data_dir", 0, err) ||
+		    get_int(t, P, "train_limit", 1, 1e9, &limit, err) < 0)
+			return -EINVAL;
+		v = cJSON_GetObjectItemCaseSensitive(t, "test");
+		if (v && !cJSON_IsBool(v))
+			return fail_at(err, P, "test", "must be true or false");
+		return 0;
+	}
+
+	if (check_keys(t, P, "a command trainable", command_keys, err))
+		return -EINVAL;
+	v = cJSON_GetObjectItemCaseSensitive(t, "argv");
+	if (!v)
+		return fail_at(err, P, "argv", "required (the program and its arguments)");
+	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 ||
+	    cJSON_GetArraySize(v) > VALIDATE_MAX_ARGV) {
+		char msg[96];
+		snprintf(msg, sizeof msg, "must be an array of 1 to %d strings", VALIDATE_MAX_ARGV);
+		return fail_at(err, P, "argv", msg);
+	}
+	cJSON_ArrayForEach(item, v) {
+		if (!cJSON_IsString(item) || (i == 0 && !item->valuestring[0])) {
+			char p[64];
+			snprintf(p, sizeof p, "trainable.argv[%d]", i);
+			validate_error_set(err, p, i == 0 ? "must be a non-empty string (the program)"
+							  : "must be a string");
+			return -EINVAL;
+		}
+		i++;
+	}
+	v = cJSON_GetObjectItemCaseSensitive(t, "env");
+	if (v) {
+		if (!cJSON_IsObject(v) || cJSON_GetArraySize(v) > VALIDATE_MAX_ENV) {
+			char msg[96];
+			snprintf(msg, sizeof msg, "must be an object of at most %d strings",
+				 VALIDATE_MAX_ENV);
+			return fail_at(err, P, "env", msg);
+		}
+		cJSON_ArrayForEach(item, v) {
+			char p[256];
+			join(p, sizeof p, "trainable.env", item->string);
+			if (!env_name_ok(item->string)) {
+				validate_error_set(err, p,
+						   "environment names need A-Z a-z 0-9 _ and must not start with a digit");
+				return -EINVAL;
+			}
+			if (!cJSON_IsString(item)) {
+				validate_error_set(err, p, "must be a string");
+				return -EINVAL;
+			}
+		}
+	}
+	return check_string(t, P, "cwd", 0, err);
+}
+
+int validate_experiment(const cJSON *config, struct experiment_spec *out,
+			struct validate_error *err)
+{
+	static const char *const top_keys[] = {
+		"name", "metric", "mode", "num_samples", "max_concurrent_trials", "seed",
+		"max_failures", "param_space", "scheduler", "resources_per_trial",
+		"trainable", NULL};
+	const cJSON *ps, *mode;
+	int64_t seed = 0;
+	int rc, has_metric;
+
+	memset(out, 0, sizeof *out);
+	if (!cJSON_IsObject(config)) {
+		validate_error_set(err, "", "the experiment config must be a JSON object");
+		return -EINVAL;
+	}
+	if (check_shape(config, "", 0, err) ||
+	    check_keys(config, "", "an experiment", top_keys, err))
+		return -EINVAL;
+
+	snprintf(out->name, sizeof out->name, "experiment");
+	if (get_name(config, "", "name", 0, out->name, err) < 0)
+		return -EINVAL;
+	has_metric = get_name(config, "", "metric", 1, out->metric, err);
+	if (has_metric < 0)
+		return -EINVAL;
+	mode = cJSON_GetObjectItemCaseSensitive(config, "mode");
+	if (mode) {
+		if (!cJSON_IsString(mode) ||
+		    (strcmp(mode->valuestring, "min") && strcmp(mode->valuestring, "max")))
+			return fail_at(err, "", "mode", "must be \"min\" or \"max\"");
+		out->mode = strcmp(mode->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+	}
+	if (has_metric && !mode)
+		return fail_at(err, "", "mode", "required with metric (\"min\" or \"max\")");
+	if (mode && !has_metric)
+		return fail_at(err, "", "metric", "required with mode (the result key to optimise)");
+	out->has_metric = has_metric;
+
+	out->num_samples = 1;
+	if (get_int(config, "", "num_samples", 1, SPEC_NUM_SAMPLES_MAX, &out->num_samples, err) < 0 ||
+	    get_int(config, "", "max_concurrent_trials", 0, 1e9, &out->max_concurrent_trials, err) < 0 ||
+	    get_int(config, "", "max_failures", 0, 1000, &out->max_failures, err) < 0)
+		return -EINVAL;
+	rc = get_int(config, "", "seed", 0, VALIDATE_INT_MAX, &seed, err);
+	if (rc < 0)
+		return rc;
+	out->has_seed = rc;
+	out->seed = (uint64_t)seed;
+
+	ps = cJSON_GetObjectItemCaseSensitive(config, "param_space");
+	if (ps && !cJSON_IsObject(ps))
+		return fail_at(err, "", "param_space", "must be an object of parameters");
+	if (ps && space_count(ps, out->num_samples, &out->num_trials, err))
+		return -EINVAL;
+	if (!ps)
+		out->num_trials = out->num_samples;
+
+	if (check_scheduler(cJSON_GetObjectItemCaseSensitive(config, "scheduler"), &out->sched, err))
+		return -EINVAL;
+	if (out->sched.type == SPEC_SCHED_ASHA && !has_metric)
+		return fail_at(err, "", "metric", "required with the asha scheduler (and mode)");
+	if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
+			    &out->resources, err) ||
+	    check_trainable(cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))
+		return -EINVAL;
+
+	out->param_space = ps ? cJSON_Duplicate(ps, 1) : cJSON_CreateObject();
+	out->trainable = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(config, "trainable"), 1);
+	if (!out->param_space || !out->trainable) {
+		validate_spec_free(out);
+		validate_error_set(err, "", "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void validate_spec_free(struct experiment_spec *spec)
+{
+	if (!spec)
+		return;
+	cJSON_Delete(spec->param_space);
+	cJSON_Delete(spec->trainable);
+	spec->param_space = NULL;
+	spec->trainable = NULL;
+}
