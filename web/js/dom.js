@@ -1,0 +1,30 @@
+// Tiny DOM helpers: element creation without innerHTML (no injection from data).
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = v;
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function statusBadge(status) {
+  return h('span', { class: 'badge s-' + String(status).toLowerCase() }, status);
+}
+
+export function note(text, kind) {
+  return h('p', { class: 'note ' + (kind || ''), role: kind === 'error' ? 'alert' : null }, text);
+}
+
+export function section(title, id, ...body) {
+  return h('section', { class: 'card', 'aria-labelledby': id },
+    h('h2', { id }, title), ...body);
+}

@@ -1,0 +1,419 @@
+// One experiment: config brief, progress, best trial, learning curves, ASHA
+// state, parallel coordinates and the trial table, kept live by ?since= polling.
+import { api } from '../api.js';
+import { h, note, statusBadge, section } from '../dom.js';
+import { fmtNum, fmtValue, fmtTime, fmtDuration, bestFirst } from '../format.js';
+import { PagedTable } from '../table.js';
+import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
+import { drawParcoords } from '../parcoords.js';
+import { poller } from '../poll.js';
+
+export const NAME = 'experiment';
+const MAX_CURVES = 40;       // curves drawn: the best, the running ones, then the top by metric
+const RESULTS_LIMIT = 5000;  // results per incremental poll; more pending → poll again at once
+const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'TERMINATED', 'ERROR'];
+const LOG_TYPES = new Set(['loguniform', 'qloguniform', 'lograndint', 'pow2']);
+
+function resultsOf(data) {
+  const list = Array.isArray(data) ? data : (data && data.results) || [];
+  return list.map((r) => (r && typeof r.result === 'object' && r.result !== null ? r.result : r));
+}
+
+function spaceBrief(name, dom) {
+  if (dom === null || typeof dom !== 'object') return `${name} = ${fmtValue(dom)}`;
+  if (Array.isArray(dom.grid_search)) return `${name}: grid ${dom.grid_search.map(fmtValue).join(', ')}`;
+  if (dom.type === 'choice') return `${name}: choice ${(dom.values || []).map(fmtValue).join(', ')}`;
+  if (dom.type === 'randn') return `${name}: randn mean ${fmtNum(dom.mean)} sd ${fmtNum(dom.sd)}`;
+  if ('lower' in dom) return `${name}: ${dom.type} [${fmtNum(dom.lower)}, ${fmtNum(dom.upper)}${
+    dom.type && dom.type.includes('randint') ? ')' : ']'}${dom.q !== undefined ? ' q ' + fmtNum(dom.q) : ''}`;
+  return `${name}: ${JSON.stringify(dom)}`;
+}
+
+function schedBrief(s) {
+  if (!s || !s.type) return 'FIFO';
+  if (s.type !== 'asha') return s.type.toUpperCase();
+  const nb = Array.isArray(s.brackets) ? s.brackets.length : s.brackets;
+  return `ASHA on ${s.time_attr || 'training_iteration'}: max_t ${s.max_t}, grace ${s.grace_period}, ` +
+    `reduction ${s.reduction_factor}, ${nb} bracket${nb === 1 ? '' : 's'}`;
+}
+
+function trainableBrief(t) {
+  if (!t) return '—';
+  if (t.type === 'builtin') return `built-in ${t.model || ''} on ${t.dataset || ''}`;
+  if (t.type === 'command') return `command: ${(t.argv || []).join(' ')}`;
+  return JSON.stringify(t);
+}
+
+function dl(pairs) {
+  return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+}
+
+export function mount(main, [idStr], ctx) {
+  const id = Number(idStr);
+  document.title = `Experiment ${id} · ctune`;
+  const st = {
+    exp: null, trials: new Map(), curves: new Map(), fetching: new Set(),
+    trialSeq: 0, resultSeq: 0, chart: null, chartOff: false, disposed: false,
+    hp: [], metrics: [], trialsChanged: true,
+  };
+
+  const title = h('h1', null, `Experiment ${id}`);
+  const badge = h('span');
+  const cancelBtn = h('button', { type: 'button', class: 'danger', id: 'cancel-experiment', hidden: true,
+    onclick: () => cancel() }, 'Cancel experiment');
+  const msg = h('div', { id: 'experiment-messages' });
+  const brief = h('div');
+  const progress = h('div');
+  const best = h('div', { id: 'best-trial' });
+  const curvesNote = h('p', { class: 'muted small' });
+  const curvesCanvas = h('canvas', { id: 'curves', role: 'img', 'aria-label': 'Learning curves' });
+  const curvesBox = h('div', { class: 'chart-box' }, curvesCanvas);
+  const asha = h('div', { id: 'asha-state' });
+  const pcCanvas = h('canvas', { id: 'parcoords', role: 'img',
+    'aria-label': 'Parallel coordinates of hyperparameters against the metric' });
+  const pcNote = h('p', { class: 'muted small' });
+  const table = new PagedTable({ caption: 'Trials', columns: [], statuses: STATUSES, idPrefix: 'trials' });
+
+  main.append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Experiments'), ' / '),
+    h('div', { class: 'page-head' }, title, badge, h('span', { class: 'spacer' }), cancelBtn),
+    msg,
+    h('div', { class: 'grid3' },
+      section('Configuration', 'h-config', brief),
+      section('Progress', 'h-progress', progress),
+      section('Best trial', 'h-best', best)),
+    section('Learning curves', 'h-curves', curvesNote, curvesBox),
+    h('div', { class: 'grid2' },
+      section('ASHA state', 'h-asha', asha),
+      section('Hyperparameters against the metric', 'h-pc', pcNote, h('div', { class: 'pc-box' }, pcCanvas))),
+    section('Trials', 'h-trials', table.el));
+
+  const metricOf = (t) => {
+    const v = t.last_result ? t.last_result[st.exp.metric] : undefined;
+    return typeof v === 'number' ? v : null;
+  };
+  const timeAttr = () => (st.exp.scheduler && st.exp.scheduler.time_attr) ||
+    (st.exp.config && st.exp.config.scheduler && st.exp.config.scheduler.time_attr) || 'training_iteration';
+
+  function bestId() {
+    if (st.exp.best && st.exp.best.trial_id !== undefined) return st.exp.best.trial_id;
+    let b = null;
+    const c = bestFirst(st.exp.mode);
+    for (const t of st.trials.values()) {
+      const v = metricOf(t);
+      if (Number.isFinite(v) && (b === null || c(v, metricOf(b)) < 0)) b = t;
+    }
+    return b ? b.id : null;
+  }
+
+  // Columns: one per hyperparameter (sampled, not constant) and per reported metric.
+  function updateColumns() {
+    const space = (st.exp.config && st.exp.config.param_space) || {};
+    const hp = Object.keys(space).filter((k) => space[k] !== null && typeof space[k] === 'object');
+    const hpSet = new Set(hp);
+    const mset = new Set();
+    let seen = 0;
+    for (const t of st.trials.values()) {
+      if (seen++ < 200) for (const k of Object.keys(t.config || {})) if (!(k in space) && !hpSet.has(k)) { hp.push(k); hpSet.add(k); }
+      if (t.last_result) for (const k of Object.keys(t.last_result)) mset.add(k);
+    }
+    mset.delete(timeAttr());
+    const metric = st.exp.metric;
+    const metrics = [...mset].sort((a, b) => (a === metric ? -1 : b === metric ? 1 : a.localeCompare(b)));
+    if (!mset.has(metric)) metrics.unshift(metric);
+    const same = hp.join('\u0000') === st.hp.join('\u0000') && metrics.join('\u0000') === st.metrics.join('\u0000');
+    if (same && table.columns.length) return;
+    st.hp = hp;
+    st.metrics = metrics;
+    const bid = () => bestId();
+    table.setColumns([
+      { key: 'name', label: 'Trial', get: (t) => t.name || t.id,
+        render: (t) => [h('a', { href: `#/trials/${t.id}` }, t.name || `trial ${t.id}`),
+          t.id === bid() ? h('span', { class: 'tag best' }, 'best') : null] },
+      { key: 'status', label: 'Status', get: (t) => t.status,
+        render: (t) => [statusBadge(t.status), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
+      { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,
+        get: (t) => t.iteration ?? (t.last_result ? t.last_result[timeAttr()] : null) },
+      ...hp.map((k) => ({ key: 'c:' + k, label: k, group: 'Hyperparameters', numeric: true,
+        get: (t) => (t.config ? t.config[k] : null) })),
+      ...metrics.map((k) => ({ key: 'm:' + k, label: k, group: 'Last result', numeric: true,
+        get: (t) => (t.last_result ? t.last_result[k] : null) })),
+    ]);
+    if (!table.sortKey) {
+      table.sortKey = 'm:' + metric;
+      table.sortDir = st.exp.mode === 'max' ? -1 : 1;
+      table.renderHead();
+    }
+  }
+
+  function renderHead() {
+    const e = st.exp;
+    title.textContent = e.name || `Experiment ${id}`;
+    document.title = `${e.name} · ctune`;
+    badge.replaceChildren(statusBadge(e.status));
+    cancelBtn.hidden = e.status !== 'RUNNING';
+    const cfg = e.config || {};
+    const space = cfg.param_space || {};
+    brief.replaceChildren(dl([
+      ['Metric', `${e.metric} (${e.mode})`],
+      ['Samples', `${cfg.num_samples ?? e.num_trials}${cfg.max_concurrent_trials ? `, at most ${cfg.max_concurrent_trials} at once` : ''}`],
+      ['Scheduler', schedBrief(e.scheduler || cfg.scheduler)],
+      ['Trainable', trainableBrief(cfg.trainable)],
+      cfg.seed !== undefined ? ['Seed', String(cfg.seed)] : null,
+      ['Search space', h('ul', { class: 'plain' }, Object.keys(space).map((k) => h('li', null, spaceBrief(k, space[k]))))],
+      ['Started', fmtTime(e.created_at)],
+      ['Duration', fmtDuration((e.ended_at || Date.now() / 1000) - e.created_at)],
+    ]));
+    const c = e.counts || {};
+    const total = e.num_trials || 0;
+    const done = (c.TERMINATED || 0) + (c.ERROR || 0);
+    progress.replaceChildren(
+      h('progress', { id: 'experiment-progress', max: total || 1, value: done,
+        'aria-label': `${done} of ${total} trials done` }),
+      h('p', { class: 'big' }, `${done} of ${total} trials done`),
+      h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))));
+    const b = st.trials.get(bestId());
+    if (!b) {
+      best.replaceChildren(note(`No trial has reported ${e.metric} yet.`));
+    } else {
+      best.replaceChildren(
+        h('p', { class: 'big' }, h('a', { href: `#/trials/${b.id}` }, b.name || `trial ${b.id}`)),
+        h('p', null, h('span', { class: 'metric-value' }, fmtNum(metricOf(b))), ` ${e.metric} at ${timeAttr()} ${fmtNum(b.iteration)}`),
+        dl(Object.entries(b.config || {}).map(([k, v]) => [k, fmtValue(v)])));
+    }
+    renderAsha();
+  }
+
+  function renderAsha() {
+    const s = st.exp.scheduler || {};
+    if (s.type !== 'asha' || !Array.isArray(s.brackets)) {
+      asha.replaceChildren(note(`${schedBrief(s)}: every trial runs to its end, so there are no milestones.`));
+      return;
+    }
+    const rows = [];
+    for (const b of s.brackets) {
+      const ms = b.milestones || [];
+      ms.forEach((m, i) => rows.push(h('tr', null,
+        i === 0 ? h('th', { scope: 'rowgroup', rowspan: ms.length }, `${b.index}`, h('div', { class: 'muted small' }, `${b.stopped ?? 0} stopped`)) : null,
+        h('td', { class: 'num' }, fmtNum(m.t)),
+        h('td', { class: 'num' }, fmtNum(m.recorded)),
+        h('td', { class: 'num' }, m.cutoff === null || m.cutoff === undefined ? h('span', { class: 'muted' }, 'none yet') : fmtNum(m.cutoff)))));
+    }
+    asha.replaceChildren(h('div', { class: 'scroll' }, h('table', { class: 'data compact', id: 'asha-table' },
+      h('caption', { class: 'sr-only' }, 'ASHA brackets and milestones'),
+      h('thead', null, h('tr', null, ['Bracket', 'Milestone', 'Recorded', 'Cutoff']
+        .map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', null, rows))),
+    h('p', { class: 'muted small' }, `Milestones are in ${s.time_attr || 'training_iteration'}, cutoffs in ${st.exp.metric}: a trial worse than the cutoff when it reaches a milestone stops there.`));
+  }
+
+  function curveIds() {
+    const ids = new Set();
+    const b = bestId();
+    if (b !== null) ids.add(b);
+    for (const t of st.trials.values()) {
+      if (ids.size >= MAX_CURVES / 2) break;
+      if (t.status === 'RUNNING') ids.add(t.id);
+    }
+    const c = bestFirst(st.exp.mode);
+    const ranked = [...st.trials.values()].filter((t) => Number.isFinite(metricOf(t)))
+      .sort((x, y) => c(metricOf(x), metricOf(y)));
+    for (const t of ranked) {
+      if (ids.size >= MAX_CURVES) break;
+      ids.add(t.id);
+    }
+    return ids;
+  }
+
+  async function fetchCurves(ids) {
+    const todo = [...ids].filter((i) => !st.curves.has(i) && !st.fetching.has(i));
+    todo.forEach((i) => st.fetching.add(i));
+    const worker = async () => {
+      while (todo.length && !st.disposed) {
+        const tid = todo.shift();
+        try {
+          const rs = resultsOf(await api.get(`/trials/${tid}/results`));
+          const pts = st.curves.get(tid) || new Map();
+          for (const r of rs) addPoint(pts, r);
+          st.curves.set(tid, pts);
+        } catch (e) {
+          console.warn('ctune: results of trial', tid, e);
+        } finally {
+          st.fetching.delete(tid);
+        }
+      }
+    };
+    await Promise.all([1, 2, 3, 4, 5, 6].map(worker));
+  }
+
+  function addPoint(pts, r) {
+    const x = r[timeAttr()], y = r[st.exp.metric];
+    if (typeof x === 'number' && (typeof y === 'number' || y === null)) pts.set(x, y);
+  }
+
+  function renderCurves() {
+    const ids = curveIds();
+    const withData = [...st.curves.keys()].filter((i) => st.trials.has(i) && (ids.has(i) || st.curves.size <= MAX_CURVES));
+    const total = [...st.trials.values()].filter((t) => t.last_result).length;
+    curvesNote.textContent = (withData.length < total
+      ? `${withData.length} of ${total} trials with results: the best, the running ones and the top by ${st.exp.metric}. `
+      : '') + 'The best trial is the thick line; dashed lines were stopped early; dashed verticals are ASHA milestones, red bars their cutoffs. Click a line to open its trial.';
+    if (!st.chart) return;
+    const b = bestId();
+    const series = withData.map((tid) => {
+      const t = st.trials.get(tid);
+      const pts = [...st.curves.get(tid).entries()].sort((p, q) => p[0] - q[0]).map(([x, y]) => ({ x, y }));
+      return { id: tid, label: t.name || `trial ${tid}`, points: pts, best: tid === b, stopped: t.stopped_early };
+    });
+    const s = st.exp.scheduler || {};
+    const ms = [];
+    if (Array.isArray(s.brackets)) for (const br of s.brackets) for (const m of br.milestones || []) ms.push(m);
+    st.chart.setData(series, ms);
+  }
+
+  function renderParcoords() {
+    const rows = [...st.trials.values()];
+    const space = (st.exp.config && st.exp.config.param_space) || {};
+    const axes = st.hp.map((k) => ({ label: k, log: Boolean(space[k] && LOG_TYPES.has(space[k].type)),
+      values: rows.map((t) => (t.config ? t.config[k] : null)) }));
+    axes.push({ label: st.exp.metric, log: false, values: rows.map(metricOf) });
+    const c = bestFirst(st.exp.mode);
+    const idx = rows.map((_t, i) => i).filter((i) => Number.isFinite(metricOf(rows[i])))
+      .sort((a, b) => c(metricOf(rows[a]), metricOf(rows[b])));
+    const rank = new Array(rows.length).fill(NaN);
+    idx.forEach((ri, k) => { rank[ri] = idx.length > 1 ? k / (idx.length - 1) : 0; });
+    const b = bestId();
+    pcNote.textContent = `${idx.length.toLocaleString()} trials with ${st.exp.metric}; brighter and warmer is better, the best is the thick line. The trial table holds the same numbers.`;
+    drawParcoords(pcCanvas, axes, rank, rows.findIndex((t) => t.id === b));
+  }
+
+  function applyTrials(list) {
+    for (const t of list) {
+      st.trials.set(t.id, t);
+      if (Number.isFinite(t.updated_seq)) st.trialSeq = Math.max(st.trialSeq, t.updated_seq);
+    }
+    if (list.length) {
+      st.trialsChanged = true;
+      table.setRows([...st.trials.values()]);
+    }
+  }
+
+  async function cancel() {
+    const dlg = document.getElementById('confirm-dialog');
+    document.getElementById('confirm-title').textContent = `Cancel ${st.exp.name}?`;
+    document.getElementById('confirm-text').textContent =
+      'No more trials will start, and running trials are told to stop. This cannot be undone.';
+    const answer = await new Promise((resolve) => {
+      dlg.addEventListener('close', () => resolve(dlg.returnValue), { once: true });
+      dlg.returnValue = '';
+      dlg.showModal();
+      document.getElementById('confirm-no').focus();
+    });
+    if (answer !== 'yes') return;
+    cancelBtn.disabled = true;
+    try {
+      await api.post(`/experiments/${id}/cancel`);
+      msg.replaceChildren(note('Cancelled: no new trials will start.', 'ok'));
+      await tick();
+    } catch (e) {
+      msg.replaceChildren(note(`Cancel failed: ${e.message}`, 'error'));
+    } finally {
+      cancelBtn.disabled = false;
+    }
+  }
+
+  let p = null;
+  async function tick() {
+    const [e, tr, rs] = await Promise.all([
+      api.get(`/experiments/${id}`),
+      api.get(`/experiments/${id}/trials?since=${st.trialSeq}`),
+      api.get(`/experiments/${id}/results?since=${st.resultSeq}&limit=${RESULTS_LIMIT}`),
+    ]);
+    if (st.disposed) return false;
+    st.exp = e;
+    applyTrials(tr.trials || []);
+    if (Number.isFinite(tr.last_seq)) st.trialSeq = Math.max(st.trialSeq, tr.last_seq);
+    const results = rs.results || [];
+    let maxSeq = st.resultSeq;
+    const wanted = curveIds();
+    const missing = new Set();
+    for (const r of results) {
+      if (Number.isFinite(r.seq)) maxSeq = Math.max(maxSeq, r.seq);
+      const pts = st.curves.get(r.trial_id);
+      if (pts) addPoint(pts, r.result || {});
+      else if (wanted.has(r.trial_id)) missing.add(r.trial_id);
+    }
+    const more = results.length >= RESULTS_LIMIT;
+    st.resultSeq = more ? maxSeq : Math.max(maxSeq, Number.isFinite(rs.last_seq) ? rs.last_seq : 0);
+    for (const tid of wanted) if (!st.curves.has(tid) && st.trials.get(tid)?.last_result) missing.add(tid);
+    if (missing.size) await fetchCurves(missing);
+    if (st.disposed) return false;
+    render();
+    ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
+    if (p) p.setInterval(e.status === 'RUNNING' ? 1000 : 5000);
+    return more;
+  }
+
+  function render() {
+    updateColumns();
+    renderHead();
+    table.invalidate();
+    table.render();
+    renderCurves();
+    if (st.trialsChanged) {
+      st.trialsChanged = false;
+      renderParcoords();
+    }
+  }
+
+  let resizeTimer = null;
+  const ro = new ResizeObserver(() => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => { if (st.exp && !st.disposed) renderParcoords(); }, 150);
+  });
+
+  (async () => {
+    try {
+      const chartPromise = loadChartJs();
+      const [e, tr] = await Promise.all([api.get(`/experiments/${id}`), api.get(`/experiments/${id}/trials`)]);
+      if (st.disposed) return;
+      st.exp = e;
+      applyTrials(tr.trials || []);
+      if (Number.isFinite(tr.last_seq)) st.trialSeq = Math.max(st.trialSeq, tr.last_seq);
+      st.resultSeq = st.trialSeq;
+      updateColumns();
+      renderHead();
+      table.render();
+      renderParcoords();
+      ro.observe(pcCanvas);
+      const Chart = await chartPromise;
+      if (st.disposed) return;
+      if (Chart) {
+        st.chart = new CurveChart(Chart, curvesCanvas, {
+          xLabel: timeAttr(), yLabel: e.metric,
+          onPick: (tid) => { location.hash = `#/trials/${tid}`; },
+        });
+      } else {
+        curvesBox.replaceWith(note(NO_CHART_NOTE, 'warn'));
+      }
+      await fetchCurves(curveIds());
+      if (st.disposed) return;
+      renderCurves();
+      ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
+      ctx.ready();
+      p = poller(tick, e.status === 'RUNNING' ? 1000 : 5000);
+    } catch (err) {
+      msg.replaceChildren(note(err.status === 404
+        ? `There is no experiment ${id}.` : `Could not load experiment ${id}: ${err.message}`, 'error'));
+      ctx.ready();
+    }
+  })();
+
+  return () => {
+    st.disposed = true;
+    if (p) p.stop();
+    ro.disconnect();
+    clearTimeout(resizeTimer);
+    if (st.chart) st.chart.destroy();
+  };
+}

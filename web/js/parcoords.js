@@ -1,0 +1,97 @@
+// Parallel coordinates of hyperparameters against the metric on a plain canvas
+// (no Chart.js needed): one polyline per trial, better trials drawn brighter and on top.
+import { fmtNum } from './format.js';
+
+function cssVar(name, fallback) {
+  const v = getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  return v || fallback;
+}
+
+// axes: [{label, log, values: [per row value]}]; rows are the trials in the same
+// order; rank[i] in [0,1] is 0 for the best trial and 1 for the worst.
+export function axisScale(values, log) {
+  const nums = values.filter((v) => typeof v === 'number' && Number.isFinite(v) && (!log || v > 0));
+  if (nums.length === values.filter((v) => v !== null && v !== undefined).length && nums.length) {
+    let lo = Math.min(...nums), hi = Math.max(...nums);
+    const f = log ? Math.log : (v) => v;
+    const a = f(lo), b = f(hi);
+    return {
+      kind: 'num', lo, hi,
+      pos: (v) => (typeof v === 'number' && Number.isFinite(v) && (!log || v > 0)
+        ? (b === a ? 0.5 : (f(v) - a) / (b - a)) : null),
+    };
+  }
+  // Strings, booleans or mixed values: evenly spaced categories, sorted.
+  const cats = [...new Set(values.filter((v) => v !== null && v !== undefined).map((v) => JSON.stringify(v)))].sort();
+  return {
+    kind: 'cat', cats,
+    pos: (v) => {
+      const i = cats.indexOf(JSON.stringify(v));
+      return i < 0 ? null : cats.length === 1 ? 0.5 : i / (cats.length - 1);
+    },
+  };
+}
+
+export function drawParcoords(canvas, axes, rank, bestIndex) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth || 600, hgt = canvas.clientHeight || 280;
+  canvas.width = Math.round(w * dpr);
+  canvas.height = Math.round(hgt * dpr);
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, hgt);
+  if (!axes.length) return;
+  const padX = 56, top = 42, bottom = 24;
+  const span = hgt - top - bottom;
+  const xs = axes.map((_a, i) => (axes.length === 1 ? w / 2 : padX + (i * (w - 2 * padX)) / (axes.length - 1)));
+  const scales = axes.map((a) => axisScale(a.values, a.log));
+  const n = rank.length;
+  const order = [...rank.keys()].sort((a, b) => rank[b] - rank[a]); // worst first
+  const accent = cssVar('--accent', '#1565c0');
+  const alpha = n > 2000 ? 0.06 : n > 300 ? 0.18 : 0.5;
+  ctx.lineWidth = 1;
+  for (const r of order) {
+    if (r === bestIndex) continue;
+    const hue = 200 - 160 * (1 - rank[r]); // worse: blue, better: orange
+    ctx.strokeStyle = `hsla(${hue}, 70%, 50%, ${Number.isFinite(rank[r]) ? alpha + (1 - rank[r]) * alpha : alpha / 2})`;
+    strokeRow(ctx, axes, scales, xs, r, top, span);
+  }
+  if (bestIndex >= 0) {
+    ctx.strokeStyle = accent;
+    ctx.lineWidth = 3;
+    strokeRow(ctx, axes, scales, xs, bestIndex, top, span);
+  }
+  // Axes with their labels and extreme values on top of the lines.
+  const fg = cssVar('--fg', '#222'), muted = cssVar('--muted', '#666');
+  ctx.lineWidth = 1;
+  ctx.font = '12px system-ui, sans-serif';
+  ctx.textAlign = 'center';
+  axes.forEach((a, i) => {
+    ctx.strokeStyle = muted;
+    ctx.beginPath();
+    ctx.moveTo(xs[i], top);
+    ctx.lineTo(xs[i], top + span);
+    ctx.stroke();
+    ctx.fillStyle = fg;
+    ctx.fillText(a.label + (a.log ? ' (log)' : ''), xs[i], 14);
+    ctx.fillStyle = muted;
+    const s = scales[i];
+    const hiText = s.kind === 'num' ? fmtNum(s.hi) : (s.cats[s.cats.length - 1] || '');
+    const loText = s.kind === 'num' ? fmtNum(s.lo) : (s.cats[0] || '');
+    ctx.fillText(hiText, xs[i], top - 6);
+    ctx.fillText(loText, xs[i], top + span + 16);
+  });
+}
+
+function strokeRow(ctx, axes, scales, xs, r, top, span) {
+  ctx.beginPath();
+  let pen = false;
+  for (let i = 0; i < axes.length; i++) {
+    const p = scales[i].pos(axes[i].values[r]);
+    if (p === null) { pen = false; continue; }
+    const y = top + span * (1 - p);
+    if (pen) ctx.lineTo(xs[i], y); else ctx.moveTo(xs[i], y);
+    pen = true;
+  }
+  ctx.stroke();
+}

@@ -1,0 +1,21 @@
+// A polling loop that never overlaps itself and stops for good on dispose.
+export function poller(tick, intervalMs) {
+  let stopped = false;
+  let timer = null;
+  let interval = intervalMs;
+  const run = async () => {
+    if (stopped) return;
+    let again = false;
+    try {
+      again = await tick();
+    } catch (e) {
+      console.warn('ctune: poll failed', e);
+    }
+    if (!stopped) timer = setTimeout(run, again === true ? 0 : interval);
+  };
+  timer = setTimeout(run, interval);
+  return {
+    setInterval(ms) { interval = ms; },
+    stop() { stopped = true; clearTimeout(timer); },
+  };
+}
