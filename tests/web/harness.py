@@ -1,0 +1,210 @@
+"""Shared pieces of the dashboard's browser tests: a real ctune-server on a free
+port, a small JSON client for its REST API, and headless chromium via Selenium.
+
+Everything started here is stopped by Harness.close(), which the tests call in
+a finally block, so a failing test leaves no process or temp dir behind.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", default=os.environ.get("CTUNE_BIN_DIR"))
+    ap.add_argument("--web-dir", default=os.path.join(HERE, "..", "..", "web"))
+    ap.add_argument("--artifacts", default=os.path.join(os.getcwd(), "tests", "artifacts"))
+    ap.add_argument("--fake", action="store_true",
+                    help="develop against tests/web/fake_server.py instead of ctune-server")
+    return ap.parse_args(argv)
+
+
+def skip(why):
+    print("SKIP: " + why, flush=True)
+    sys.exit(SKIP)
+
+
+class Client:
+    """Keep-alive JSON client; raises on statuses other than the expected ones."""
+
+    def __init__(self, port, token=None):
+        self.port = port
+        self.token = token
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def call(self, method, path, body=None, expect=(200, 201, 204), raw=None, ctype=None):
+        headers = {}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        elif raw is not None:
+            headers["Content-Type"] = ctype or "text/plain"
+        for attempt in range(2):
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                res = self.conn.getresponse()
+                text = res.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                # The server may close an idle keep-alive connection: reconnect once.
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                if attempt:
+                    raise
+        if res.status not in expect:
+            raise AssertionError("%s %s -> %d %s" % (method, path, res.status, text[:500]))
+        if not text:
+            return res.status, None
+        try:
+            return res.status, json.loads(text)
+        except ValueError:
+            return res.status, text
+
+    def get(self, path):
+        return self.call("GET", "/api/v1" + path)[1]
+
+    def post(self, path, body=None, expect=(200, 201, 204)):
+        return self.call("POST", "/api/v1" + path, body if body is not None else {}, expect=expect)[1]
+
+    def close(self):
+        self.conn.close()
+
+
+class Harness:
+    def __init__(self, args, name):
+        self.args = args
+        self.name = name
+        self.tmp = tempfile.mkdtemp(prefix="ctune-web-%s-" % name)
+        self.procs = []
+        self.drivers = []
+        self.artifacts = args.artifacts
+        os.makedirs(self.artifacts, exist_ok=True)
+        if args.fake:
+            self.server_cmd = [sys.executable, os.path.join(HERE, "fake_server.py")]
+        else:
+            exe = os.path.join(args.bin_dir or "", "ctune-server")
+            if not args.bin_dir or not os.access(exe, os.X_OK):
+                skip("no ctune-server in %s (build the ctune-server target first)" % args.bin_dir)
+            self.server_cmd = [exe]
+        for tool in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+            if not os.access(tool, os.X_OK):
+                skip(tool + " is not installed (scripts/install-deps installs it)")
+        try:
+            import selenium  # noqa: F401
+        except ImportError:
+            skip("python3-selenium is missing for " + sys.executable)
+
+    def start_server(self, db=None, vendor_dir=None, extra=()):
+        """Starts a server on a free port; returns (process, port)."""
+        db = db or os.path.join(self.tmp, "ctune.db")
+        cmd = list(self.server_cmd) + ["--port", "0", "--web-dir", os.path.abspath(self.args.web_dir)]
+        if not self.args.fake:
+            cmd += ["--db", db]
+        if vendor_dir:
+            cmd += ["--vendor-dir", vendor_dir]
+        cmd += list(extra)
+        log = open(os.path.join(self.tmp, "server-%d.log" % len(self.procs)), "w")
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        log.close()
+        self.procs.append(p)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            if "listening on http://" in line:
+                port = int(line.strip().rsplit(":", 1)[1].split("/")[0])
+                return p, port
+        raise AssertionError("server did not print 'listening on' (cmd: %s; log in %s)" % (cmd, self.tmp))
+
+    def stop_server(self, p):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if p.stdout:
+            p.stdout.close()
+
+    def browser(self, width=1400, height=1000):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = "/usr/bin/chromium"
+        profile = tempfile.mkdtemp(prefix="profile-", dir=self.tmp)
+        for f in CHROME_FLAGS + ["--user-data-dir=" + profile, "--window-size=%d,%d" % (width, height)]:
+            opts.add_argument(f)
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        d = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+        self.drivers.append(d)
+        d.set_script_timeout(30)
+        return d
+
+    def wait(self, what, fn, timeout=10.0, poll=0.05):
+        """Polls fn until it returns something truthy; fails naming `what`."""
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                last = fn()
+                if last:
+                    return last
+            except Exception as e:  # the DOM may be mid-update: keep trying
+                last = e
+            time.sleep(poll)
+        raise AssertionError("timed out after %.1f s waiting for %s (last: %r)" % (timeout, what, last))
+
+    def wait_ready(self, d, page, timeout=15.0):
+        return self.wait("the %s page to render" % page, lambda: d.execute_script(
+            "return window.__ctune && window.__ctune.page === arguments[0] && window.__ctune.readyAt",
+            page), timeout)
+
+    def screenshot(self, d, name, full=True):
+        """Saves the whole page (the window grown to the document's height)."""
+        w = d.execute_script("return window.innerWidth")
+        if full:
+            hgt = d.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
+            d.set_window_size(w, min(max(hgt, 600), 6000))
+            time.sleep(0.3)
+        path = os.path.join(self.artifacts, name)
+        d.save_screenshot(path)
+        print("screenshot: " + path, flush=True)
+
+    def browser_errors(self, d):
+        """Console errors other than the expected 404 of a missing vendor file."""
+        out = []
+        for entry in d.get_log("browser"):
+            if entry.get("level") == "SEVERE" and "/vendor/" not in entry.get("message", ""):
+                out.append(entry["message"])
+        return out
+
+    def close(self):
+        for d in self.drivers:
+            try:
+                d.quit()
+            except Exception:
+                pass
+        for p in self.procs:
+            try:
+                self.stop_server(p)
+            except Exception:
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)

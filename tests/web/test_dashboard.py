@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Browser test of every dashboard page against a real ctune-server, with a small
+experiment that this script drives through the worker protocol while chromium
+watches: list, experiment (table, charts, live result, sort/filter, cancel),
+trial (results, log, error), workers, dark and phone layouts, and no Chart.js.
+Screenshots of each page land in the artifacts folder.
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Harness, parse_args  # noqa: E402
+
+CONFIG = {
+    "name": "browser-test",
+    "metric": "loss", "mode": "min",
+    "num_samples": 4, "max_concurrent_trials": 4, "seed": 7,
+    "param_space": {
+        "lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1},
+        "batch_size": {"type": "choice", "values": [16, 32, 64]},
+        "momentum": 0.9,
+    },
+    "scheduler": {"type": "asha", "time_attr": "training_iteration", "max_t": 8,
+                  "grace_period": 1, "reduction_factor": 2, "brackets": 1},
+    "resources_per_trial": {"cpu": 1, "gpu": 0},
+    "trainable": {"type": "command", "argv": ["true"]},
+}
+LOG_TEXT = "epoch 1 loss 0.50\nepoch 2 loss 0.40\n"
+ERROR_TEXT = "ValueError: loss became NaN at iteration 1"
+
+INK_JS = """
+const c = document.querySelector(arguments[0]);
+if (!c || !c.width || !c.height) return false;
+const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+let n = 0;
+for (let i = 3; i < d.length; i += 4) if (d[i] !== 0) n++;
+return n;
+"""
+ROWS_JS = """
+return [...document.querySelectorAll(arguments[0] + ' tbody tr')]
+  .filter((tr) => tr.dataset.id).map((tr) => tr.dataset.id);
+"""
+
+
+def result(it, loss):
+    return {"training_iteration": it, "loss": loss, "accuracy": 1.0 - loss / 2}
+
+
+def drive_experiment(api):
+    """Submits the experiment and plays one worker: four leases, results, a
+    stop, a failure and a log. Returns (experiment id, trials by role)."""
+    eid = api.post("/experiments", CONFIG)["id"]
+    wid = api.post("/workers", {"name": "browser-worker",
+                                "resources": {"cpu": 4, "gpu": 0, "memory_mb": 4000}})["id"]
+    leased = []
+    for i in range(4):
+        lease = api.post("/workers/%d/lease" % wid, {"free": {"cpu": 4 - i, "gpu": 0, "memory_mb": 4000}})
+        assert lease and "trial" in lease, "lease %d gave no trial: %r" % (i, lease)
+        leased.append(lease["trial"]["id"])
+    a, b, c, d = leased
+    # a and b survive milestone 1; c is far worse there, so ASHA stops it.
+    assert api.post("/trials/%d/results" % a, result(1, 0.50))["decision"] == "continue"
+    assert api.post("/trials/%d/results" % b, result(1, 0.45))["decision"] == "continue"
+    assert api.post("/trials/%d/results" % c, result(1, 0.90))["decision"] == "stop"
+    api.post("/trials/%d/complete" % c, {})
+    api.post("/trials/%d/results" % a, result(2, 0.40))
+    api.post("/trials/%d/results" % b, result(2, 0.35))
+    api.post("/trials/%d/fail" % d, {"error": ERROR_TEXT, "exit_code": 5, "reason": "diverged"})
+    api.call("PUT", "/api/v1/trials/%d/logs" % a, raw=LOG_TEXT.encode(), ctype="text/plain")
+    api.post("/workers/%d/heartbeat" % wid, {"running": [a, b]})
+    return eid, wid, {"a": a, "b": b, "c": c, "d": d}
+
+
+def check_list(h, d, base, eid):
+    d.get(base + "/#/")
+    h.wait_ready(d, "experiments")
+    link = h.wait("the experiment in the list", lambda: d.find_element(
+        "css selector", '#experiments-table a[href="#/experiments/%d"]' % eid))
+    assert link.text == "browser-test", link.text
+    row = link.find_element("xpath", "./ancestor::tr").text
+    assert "RUNNING" in row and "2 / 4" in row, row  # c stopped and d failed
+    return link
+
+
+def check_experiment(h, d, api, eid, t):
+    h.wait_ready(d, "experiment")
+    names = {tr["id"]: tr["name"] for tr in api.get("/experiments/%d/trials" % eid)["trials"]}
+    rows = h.wait("four trial rows", lambda: (lambda r: r if len(r) == 4 else None)(
+        d.execute_script(ROWS_JS, "#trials-table")))
+    assert sorted(int(r) for r in rows) == sorted(names), (rows, names)
+    table_text = d.find_element("css selector", "#trials-table").text
+    for name in names.values():
+        assert name in table_text, name
+    # Hyperparameter and metric columns.
+    head = d.find_element("css selector", "#trials-table thead").text
+    for col in ("lr", "batch_size", "loss", "accuracy", "HYPERPARAMETERS", "LAST RESULT"):
+        assert col in head, (col, head)
+    # Sorted by loss ascending: b (0.35) first; the best card names b.
+    assert rows[0] == str(t["b"]), rows
+    best = d.find_element("css selector", "#best-trial").text
+    assert names[t["b"]] in best and "0.35" in best, best
+    assert "2 of 4 trials done" in d.find_element("css selector", "main").text
+    # Charts drawn: the learning curves (Chart.js) and the parallel coordinates.
+    ink = h.wait("ink on the learning curves", lambda: d.execute_script(INK_JS, "#curves"))
+    assert ink > 500, ink
+    assert d.execute_script(INK_JS, "#parcoords") > 500
+    curves = d.execute_script(
+        "const ch = Chart.getChart(document.getElementById('curves'));"
+        "return ch.data.datasets.map(ds => [ds.trialId, ds.data.length, ds.borderWidth]);")
+    by_id = {c[0]: c for c in curves}
+    assert by_id[t["a"]][1] == 2 and by_id[t["b"]][1] == 2 and by_id[t["c"]][1] == 1, curves
+    assert by_id[t["b"]][2] > by_id[t["a"]][2], "the best curve is not highlighted: %r" % curves
+    # ASHA state: milestone 1 holds three values, and a cutoff.
+    asha = d.find_element("css selector", "#asha-table").text
+    assert "Milestone" in asha and "Cutoff" in asha, asha
+    first = d.find_elements("css selector", "#asha-table tbody tr")[0].text.split()
+    assert first[-3:-1] == ["1", "3"], first
+
+
+def check_live(h, d, api, eid, t):
+    loads = d.execute_script("return window.__ctune.loads")
+    t0 = time.time()
+    assert api.post("/trials/%d/results" % t["a"], result(3, 0.123456))["decision"] == "continue"
+    h.wait("the new result in the trial table", lambda: "0.1235" in d.find_element(
+        "css selector", '#trials-table tr[data-id="%d"]' % t["a"]).text, timeout=5)
+    latency = time.time() - t0
+    h.wait("the new point on the curve", lambda: d.execute_script(
+        "const ch = Chart.getChart(document.getElementById('curves'));"
+        "const ds = ch.data.datasets.find(x => x.trialId === arguments[0]);"
+        "return ds && ds.data.length === 3 && ds.data[2].x === 3;", t["a"]), timeout=3)
+    print("live update: new result visible after %.2f s" % latency, flush=True)
+    assert latency < 2.0, "the new result took %.2f s to show (limit 2 s)" % latency
+    assert d.execute_script("return window.__ctune.loads") == loads, "the page reloaded"
+    # Incremental polling: one full trial list at load, then only ?since= requests.
+    urls = d.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    full = [u for u in urls if u.endswith("/api/v1/experiments/%d/trials" % eid)]
+    since = [u for u in urls if "/experiments/%d/trials?since=" % eid in u]
+    rsince = [u for u in urls if "/experiments/%d/results?since=" % eid in u]
+    assert len(full) == 1 and since and rsince, (len(full), len(since), len(rsince))
+
+
+def check_table_controls(h, d, t):
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+    # Keyboard: the Trial header's sort button, pressed with Enter.
+    btn = d.find_element("css selector", '#trials-table button.sort[data-key="name"]')
+    btn.send_keys(Keys.ENTER)
+    th = h.wait("sort by trial name", lambda: d.find_element("css selector", '#trials-table th[aria-sort]'))
+    assert th.text.startswith("Trial") and th.get_attribute("aria-sort") == "ascending", th.text
+    # The re-rendered header keeps the keyboard focus on the same button.
+    assert d.execute_script("return document.activeElement.dataset.key") == "name"
+    rows = d.execute_script(ROWS_JS, "#trials-table")
+    assert rows == sorted(rows, key=lambda r: int(r)), rows  # names follow creation order
+    Select(d.find_element("id", "trials-status")).select_by_value("ERROR")
+    rows = d.execute_script(ROWS_JS, "#trials-table")
+    assert rows == [str(t["d"])], rows
+    Select(d.find_element("id", "trials-status")).select_by_value("")
+    assert len(d.execute_script(ROWS_JS, "#trials-table")) == 4
+
+
+def check_trials(h, d, base, t):
+    d.get(base + "/#/trials/%d" % t["a"])
+    h.wait_ready(d, "trial")
+    h.wait("three results", lambda: len(d.find_elements("css selector", "#results-table tbody tr")) == 3)
+    res = d.find_element("css selector", "#results-table").text
+    assert "0.1235" in res and "training_iteration" in res, res
+    h.wait("the log", lambda: "epoch 2 loss 0.40" in d.find_element("id", "trial-log").text)
+    assert h.wait("ink on the trial chart", lambda: d.execute_script(INK_JS, "#trial-chart")) > 300
+    cfg = d.find_element("id", "config-table").text
+    assert "lr" in cfg and "batch_size" in cfg, cfg
+    assert "RUNNING" in d.find_element("id", "trial-status").text
+    h.screenshot(d, "trial.png")
+    d.get(base + "/#/trials/%d" % t["d"])
+    h.wait_ready(d, "trial")
+    err = h.wait("the error", lambda: d.find_element("id", "trial-error").text)
+    assert ERROR_TEXT in err and "ERROR" in d.find_element("id", "trial-status").text, err
+    assert "Exit code\n5" in d.find_element("id", "trial-status").text
+    h.screenshot(d, "trial-error.png")
+
+
+def check_workers(h, d, base, t):
+    d.get(base + "/#/")
+    h.wait_ready(d, "experiments")
+    d.find_element("css selector", 'nav a[data-nav="workers"]').click()
+    h.wait_ready(d, "workers")
+    row = h.wait("the worker row", lambda: d.find_element("css selector", "#workers-table tbody tr[data-id]").text)
+    assert "browser-worker" in row and "4 cpu" in row and "ago" in row, row
+    links = [a.get_attribute("href") for a in d.find_elements("css selector", "#workers-table a")]
+    assert any(h_.endswith("#/trials/%d" % t["a"]) for h_ in links), links
+    h.screenshot(d, "workers.png")
+
+
+def check_cancel(h, d, base, api, eid):
+    d.get(base + "/#/experiments/%d" % eid)
+    h.wait_ready(d, "experiment")
+    btn = d.find_element("id", "cancel-experiment")
+    assert btn.is_displayed()
+    btn.click()
+    h.wait("the confirm dialog", lambda: d.find_element("id", "confirm-dialog").get_attribute("open") is not None)
+    h.screenshot(d, "cancel-confirm.png", full=False)
+    d.find_element("id", "confirm-yes").click()
+    h.wait("CANCELLED on the page", lambda: "CANCELLED" in d.find_element("css selector", ".page-head").text)
+    assert api.get("/experiments/%d" % eid)["status"] == "CANCELLED"
+    assert not d.find_element("id", "cancel-experiment").is_displayed()
+    h.screenshot(d, "experiment-cancelled.png")
+
+
+def main():
+    args = parse_args()
+    h = Harness(args, "dashboard")
+    try:
+        srv, port = h.start_server()
+        base = "http://127.0.0.1:%d" % port
+        api = Client(port)
+        eid, _wid, t = drive_experiment(api)
+
+        d = h.browser()
+        t0 = time.time()
+        link = check_list(h, d, base, eid)
+        h.screenshot(d, "experiments.png")
+        link.click()
+        check_experiment(h, d, api, eid, t)
+        print("experiment page ready %.2f s after opening the list" % (time.time() - t0), flush=True)
+        h.screenshot(d, "experiment.png")
+        check_live(h, d, api, eid, t)
+        check_table_controls(h, d, t)
+        check_trials(h, d, base, t)
+        check_workers(h, d, base, t)
+
+        # Dark scheme and a phone-sized window, for the eye (screenshots) and a sanity check.
+        d.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                          {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        d.get(base + "/#/experiments/%d" % eid)
+        h.wait_ready(d, "experiment")
+        bg = d.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert bg == "rgb(17, 21, 28)", "dark scheme not applied: " + bg
+        h.screenshot(d, "experiment-dark.png")
+        d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        # Headless windows are at least 500 px wide: emulate the phone's viewport.
+        phone = h.browser(500, 900)
+        phone.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                              {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+        phone.get(base + "/#/experiments/%d" % eid)
+        h.wait_ready(phone, "experiment")
+        inner, wide = phone.execute_script(
+            "return [window.innerWidth, document.documentElement.scrollWidth]")
+        assert inner == 390 and wide <= inner, "the phone layout scrolls sideways (%d px in %d)" % (wide, inner)
+        hgt = phone.execute_script("return document.documentElement.scrollHeight")
+        phone.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                              {"width": 390, "height": min(hgt, 6000), "deviceScaleFactor": 1, "mobile": True})
+        h.screenshot(phone, "experiment-phone.png", full=False)
+
+        check_cancel(h, d, base, api, eid)
+        errors = h.browser_errors(d) + h.browser_errors(phone)
+        assert not errors, errors
+
+        # Without Chart.js (vendor 404): same data, tables, and a note.
+        api.close()
+        h.stop_server(srv)
+        empty = os.path.join(h.tmp, "no-vendor")
+        os.makedirs(empty)
+        srv, port = h.start_server(vendor_dir=empty)
+        base = "http://127.0.0.1:%d" % port
+        if args.fake:
+            eid, _w, t = drive_experiment(Client(port))
+        d.get(base + "/#/experiments/%d" % eid)
+        h.wait_ready(d, "experiment")
+        txt = d.find_element("css selector", "main").text
+        assert "Charts are off" in txt and "libjs-chart.js" in txt, txt[:400]
+        assert len(d.execute_script(ROWS_JS, "#trials-table")) == 4
+        assert d.execute_script(INK_JS, "#parcoords") > 500
+        h.screenshot(d, "experiment-no-chartjs.png")
+        print("PASS: every dashboard page checked; screenshots in " + h.artifacts, flush=True)
+        return 0
+    finally:
+        h.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
