@@ -1,0 +1,126 @@
+/* The CPU backend: the net's forward/backward on OpenBLAS plus the optimiser
+ * step, behind backend_ops. Single-threaded except inside OpenBLAS, which is
+ * capped at opts->threads. */
+#include <cblas.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "layers.h"
+#include "net.h"
+#include "optim.h"
+
+struct backend {
+  struct net *net;
+  struct optim_spec optim;
+  int64_t n_params, n_state;
+  float *params, *grads, *state;
+  int64_t step;
+  int max_batch;
+};
+
+static void cpu_destroy(struct backend *b) {
+  if (!b) return;
+  net_destroy(b->net);
+  free(b->params);
+  free(b->grads);
+  free(b->state);
+  free(b);
+}
+
+static int cpu_create(const struct model_spec *spec,
+                      const struct optim_spec *optim, int max_batch,
+                      const struct backend_opts *opts, struct backend **out) {
+  if (!spec || !optim || !out || max_batch < 1) return -EINVAL;
+  int threads = opts && opts->threads > 0 ? opts->threads : 1;
+  openblas_set_num_threads(threads);
+  struct backend *b = calloc(1, sizeof(*b));
+  if (!b) return -ENOMEM;
+  int err = net_create(spec, max_batch, &b->net);
+  if (err) goto fail;
+  b->optim = *optim;
+  b->max_batch = max_batch;
+  b->n_params = net_layout(b->net)->n_params;
+  b->n_state = b->n_params * optim_state_per_param(optim->kind);
+  b->params = calloc((size_t)b->n_params, sizeof(float));
+  b->grads = calloc((size_t)b->n_params, sizeof(float));
+  b->state = calloc((size_t)b->n_state, sizeof(float));
+  if (!b->params || !b->grads || !b->state) {
+    err = -ENOMEM;
+    goto fail;
+  }
+  *out = b;
+  return 0;
+fail:
+  cpu_destroy(b);
+  return err;
+}
+
+static int cpu_set_state(struct backend *b, const float *params,
+                         const float *opt_state, int64_t step) {
+  if (!b || !params || step < 0) return -EINVAL;
+  memcpy(b->params, params, sizeof(float) * (size_t)b->n_params);
+  if (opt_state)
+    memcpy(b->state, opt_state, sizeof(float) * (size_t)b->n_state);
+  else
+    memset(b->state, 0, sizeof(float) * (size_t)b->n_state);
+  b->step = step;
+  return 0;
+}
+
+static int cpu_get_state(struct backend *b, float *params, float *opt_state,
+                         int64_t *step) {
+  if (!b) return -EINVAL;
+  if (params) memcpy(params, b->params, sizeof(float) * (size_t)b->n_params);
+  if (opt_state)
+    memcpy(opt_state, b->state, sizeof(float) * (size_t)b->n_state);
+  if (step) *step = b->step;
+  return 0;
+}
+
+static int cpu_train_step(struct backend *b, const float *x, const uint8_t *y,
+                          int n, float *loss_out) {
+  if (!b || !x || !y || n < 1 || n > b->max_batch) return -EINVAL;
+  double loss_sum = 0.0;
+  int correct = 0;
+  net_forward(b->net, b->params, x, n);
+  net_backward(b->net, b->params, y, n, b->grads, &loss_sum, &correct);
+  b->step++;
+  optim_step(&b->optim, b->params, b->state, b->grads, b->n_params, b->step);
+  if (loss_out) *loss_out = (float)(loss_sum / n);
+  return 0;
+}
+
+static int cpu_evaluate(struct backend *b, const float *x, const uint8_t *y,
+                        int n, double *loss_sum, int *correct) {
+  if (!b || !x || !y || n < 1 || !loss_sum || !correct) return -EINVAL;
+  const struct model_layout *L = net_layout(b->net);
+  /* evaluate in max_batch chunks so callers may pass a whole split */
+  for (int off = 0; off < n; off += b->max_batch) {
+    int m = n - off < b->max_batch ? n - off : b->max_batch;
+    const float *logits =
+        net_forward(b->net, b->params, x + (int64_t)off * L->in_dim, m);
+    layers_xent(m, L->n_classes, logits, y + off, NULL, loss_sum, correct);
+  }
+  return 0;
+}
+
+static int cpu_peak_mem_mb(struct backend *b, double *out) {
+  if (!b || !out) return -EINVAL;
+  int64_t bytes = net_buffer_bytes(b->net) +
+                  (int64_t)sizeof(float) * (2 * b->n_params + b->n_state);
+  *out = (double)bytes / (1024.0 * 1024.0);
+  return 0;
+}
+
+const struct backend_ops backend_cpu_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .set_state = cpu_set_state,
+    .get_state = cpu_get_state,
+    .train_step = cpu_train_step,
+    .evaluate = cpu_evaluate,
+    .peak_mem_mb = cpu_peak_mem_mb,
+    .destroy = cpu_destroy,
+};

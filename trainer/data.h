@@ -1,0 +1,47 @@
+/* Data sets: parsers for IDX (MNIST, Fashion-MNIST) and CIFAR-10 binary
+ * batches over memory buffers (pure), and loaders that read the files
+ * (gzipped or not) into normalised float images. */
+#ifndef CTUNE_TRAINER_DATA_H
+#define CTUNE_TRAINER_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* n images of c x h x w floats, normalised as (pixel/255 - 0.5) / 0.5 (the
+ * PyTorch tutorial's Normalize((0.5,), (0.5,))), and n labels < n_classes. */
+struct dataset {
+  int64_t n;
+  int c, h, w, n_classes;
+  float *x;
+  uint8_t *y;
+};
+
+enum data_kind { DATA_FASHION_MNIST = 0, DATA_MNIST = 1, DATA_CIFAR10 = 2 };
+
+/* Parsers fill the out-parameters with pointers into buf. On a malformed
+ * buffer they return -EINVAL and write a one-line reason to err. */
+int data_parse_idx_images(const uint8_t *buf, size_t len, int64_t *n, int *h,
+                          int *w, const uint8_t **pixels, char *err,
+                          size_t errlen);
+int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n,
+                          const uint8_t **labels, char *err, size_t errlen);
+/* One CIFAR-10 batch: records of 1 label byte + 3072 pixel bytes. */
+int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err,
+                     size_t errlen);
+
+/* Reads a whole file, gunzipping it when it is gzip (zlib reads plain files
+ * as they are). -ENOENT when missing, -EIO when unreadable or corrupt. */
+int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
+                   size_t errlen);
+
+/* Loads the train (test = 0) or test split of kind from dir. limit > 0 keeps
+ * the first limit images. Errors: -ENOENT, -EIO, -EINVAL (malformed),
+ * -ENOMEM, each with a reason naming the file in err. */
+int data_load(int kind, const char *dir, int test, int64_t limit,
+              struct dataset *out, char *err, size_t errlen);
+void data_free(struct dataset *d);
+
+/* Default directory of each data set. */
+const char *data_default_dir(int kind);
+
+#endif

@@ -1,0 +1,76 @@
+/* ctune-train's entry point: flags, signals, the error line and exit code. */
+#include <cJSON.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "exit_codes.h"
+#include "log.h"
+#include "train.h"
+
+#ifndef CTUNE_VERSION
+#define CTUNE_VERSION "0.0.0"
+#endif
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+/* One JSON line on stderr: {"error": {"code", "message", "exit_code"}}. */
+static void print_error(int code, const char *msg) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON *e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
+  char *text = NULL;
+  if (e && cJSON_AddStringToObject(e, "code", train_exit_name(code)) &&
+      cJSON_AddStringToObject(e, "message", msg) &&
+      cJSON_AddNumberToObject(e, "exit_code", code))
+    text = cJSON_PrintUnformatted(root);
+  if (text)
+    fprintf(stderr, "%s\n", text);
+  else /* out of memory: still say something parseable */
+    fprintf(stderr, "{\"error\": {\"code\": \"%s\", \"exit_code\": %d}}\n",
+            train_exit_name(code), code);
+  cJSON_free(text);
+  cJSON_Delete(root);
+}
+
+int main(int argc, char **argv) {
+  log_set_program("ctune-train");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  struct train_config cfg;
+  char err[1024] = "";
+  config_defaults(&cfg);
+  if (config_parse_args(&cfg, argc, argv, err, sizeof(err)) != 0 ||
+      config_validate(&cfg, err, sizeof(err)) != 0) {
+    print_error(TRAIN_EXIT_USAGE, err);
+    return TRAIN_EXIT_USAGE;
+  }
+  if (cfg.show_help) {
+    fputs(config_usage(), stderr);
+    return TRAIN_EXIT_OK;
+  }
+  if (cfg.show_version) {
+    /* --version is asked for by people and the worker: on stdout, one line */
+    printf("ctune-train %s (backends: %s)\n", CTUNE_VERSION,
+           train_backends_built());
+    return TRAIN_EXIT_OK;
+  }
+  int code = train_run(&cfg, &stop_requested, stdout, err, sizeof(err));
+  if (code != TRAIN_EXIT_OK) {
+    log_error("%s", err);
+    print_error(code, err);
+  }
+  return code;
+}

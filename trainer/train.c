@@ -1,0 +1,476 @@
+/* The training loop. It owns the data, the split, the shuffle RNG and the
+ * checkpoint; the backend owns parameters and optimiser state. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "clock.h"
+#include "data.h"
+#include "exit_codes.h"
+#include "log.h"
+#include "optim.h"
+#include "report.h"
+#include "rng.h"
+
+static const char *const model_name[] = {"mlp", "cnn"};
+
+const char *train_backends_built(void) {
+#ifdef CTUNE_HAVE_CUDA
+  return "cpu, cuda";
+#else
+  return "cpu";
+#endif
+}
+
+static int exit_for_errno(int e) {
+  switch (e) {
+    case -ENOMEM: return TRAIN_EXIT_OOM;
+    case -ENODEV: return TRAIN_EXIT_NO_DEVICE;
+    case -EINVAL: return TRAIN_EXIT_USAGE;
+    default: return TRAIN_EXIT_INTERNAL;
+  }
+}
+
+/* Picks and creates the backend for cfg->device. */
+static int open_backend(const struct train_config *cfg,
+                        const struct model_spec *ms,
+                        const struct optim_spec *os, int max_batch,
+                        const struct backend_ops **ops_out,
+                        struct backend **b_out, char *err, size_t errlen) {
+  struct backend_opts bo = {cfg->threads, cfg->gpus, cfg->gpu_mem_limit_mb};
+  int rc;
+  if (cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) {
+#ifdef CTUNE_HAVE_CUDA
+    rc = backend_cuda_ops.create(ms, os, max_batch, &bo, b_out);
+    if (rc == 0) {
+      *ops_out = &backend_cuda_ops;
+      log_info("device: cuda (%s)", cfg->device == DEVICE_AUTO
+                                        ? "auto found a usable device"
+                                        : "requested");
+      return 0;
+    }
+    if (cfg->device == DEVICE_CUDA) {
+      snprintf(err, errlen, "--device cuda: cannot start the CUDA backend: %s",
+               rc == -ENODEV ? "no usable CUDA device" : strerror(-rc));
+      return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
+    }
+    log_info("device: cpu (auto: CUDA backend unavailable: %s)",
+             rc == -ENODEV ? "no usable CUDA device" : strerror(-rc));
+#else
+    if (cfg->device == DEVICE_CUDA) {
+      snprintf(err, errlen,
+               "--device cuda: this ctune-train was built without the CUDA "
+               "backend (backends: %s)",
+               train_backends_built());
+      return TRAIN_EXIT_NO_DEVICE;
+    }
+    log_info("device: cpu (auto: built without the CUDA backend)");
+#endif
+  }
+  rc = backend_cpu_ops.create(ms, os, max_batch, &bo, b_out);
+  if (rc) {
+    snprintf(err, errlen, "cannot create the cpu backend: %s", strerror(-rc));
+    return exit_for_errno(rc);
+  }
+  *ops_out = &backend_cpu_ops;
+  return 0;
+}
+
+/* Everything one run holds; freed in one place. */
+struct run {
+  struct dataset train, test;
+  int32_t *split;   /* n: shuffled indices; [0, n_train) train, rest val */
+  int32_t *perm;    /* n_train: this epoch's order */
+  float *val_x, *bx, *params, *state;
+  uint8_t *val_y, *by;
+  const struct backend_ops *ops;
+  struct backend *be;
+};
+
+static void run_free(struct run *r) {
+  if (r->be) r->ops->destroy(r->be);
+  data_free(&r->train);
+  data_free(&r->test);
+  free(r->split);
+  free(r->perm);
+  free(r->val_x);
+  free(r->bx);
+  free(r->params);
+  free(r->state);
+  free(r->val_y);
+  free(r->by);
+}
+
+static void gather(const struct dataset *d, const int32_t *idx, int64_t n,
+                   float *x, uint8_t *y) {
+  const int64_t dim = (int64_t)d->c * d->h * d->w;
+  for (int64_t i = 0; i < n; i++) {
+    memcpy(x + i * dim, d->x + (int64_t)idx[i] * dim, sizeof(float) * dim);
+    y[i] = d->y[idx[i]];
+  }
+}
+
+/* Evaluates n images in chunks of at most chunk, returning mean loss and
+ * accuracy. */
+static int eval_set(const struct backend_ops *ops, struct backend *be,
+                    const float *x, const uint8_t *y, int64_t n, int64_t dim,
+                    int chunk, double *loss, double *acc) {
+  double ls = 0.0;
+  int64_t ok = 0;
+  for (int64_t off = 0; off < n; off += chunk) {
+    int m = (int)(n - off < chunk ? n - off : chunk);
+    int c = 0;
+    int rc = ops->evaluate(be, x + off * dim, y + off, m, &ls, &c);
+    if (rc) return rc;
+    ok += c;
+  }
+  *loss = ls / (double)n;
+  *acc = (double)ok / (double)n;
+  return 0;
+}
+
+struct loop_state {
+  int64_t epoch, pos, step;
+  struct rng rng;
+  double time_total_s, epoch_time_s, epoch_train_time_s;
+  double train_loss_sum;
+  int64_t train_count;
+  double last_loss, last_accuracy;
+};
+
+static int save_ckpt(const struct train_config *cfg, struct run *r,
+                     const struct model_spec *ms, const struct loop_state *s,
+                     int64_t n_train, int64_t n_params, int64_t n_state,
+                     char *err, size_t errlen) {
+  int64_t step = 0;
+  int rc = r->ops->get_state(r->be, r->params, r->state, &step);
+  if (rc) {
+    snprintf(err, errlen, "cannot read the model state: %s", strerror(-rc));
+    return TRAIN_EXIT_INTERNAL;
+  }
+  struct ckpt c = {
+      .model = *ms,
+      .optim_kind = cfg->optimizer,
+      .epoch = s->epoch,
+      .pos = s->pos,
+      .step = step,
+      .rng = s->rng.s,
+      .time_total_s = s->time_total_s,
+      .epoch_time_s = s->epoch_time_s,
+      .epoch_train_time_s = s->epoch_train_time_s,
+      .train_loss_sum = s->train_loss_sum,
+      .train_count = s->train_count,
+      .last_loss = s->last_loss,
+      .last_accuracy = s->last_accuracy,
+      .n_train = n_train,
+      .perm = r->perm,
+      .n_params = n_params,
+      .n_state = n_state,
+      .params = r->params,
+      .state = r->state,
+  };
+  rc = ckpt_save(cfg->checkpoint_dir, &c, err, errlen);
+  return rc ? TRAIN_EXIT_CHECKPOINT : 0;
+}
+
+/* Loads the checkpoint into the backend and s. Returns 0 (also when there is
+ * none: a fresh start) or TRAIN_EXIT_CHECKPOINT. */
+static int resume(const struct train_config *cfg, struct run *r,
+                  const struct model_spec *ms, int64_t n_total,
+                  int64_t n_train, int64_t n_params, int64_t n_state,
+                  struct loop_state *s, char *err, size_t errlen) {
+  struct ckpt c;
+  char why[512];
+  int rc = ckpt_load(cfg->checkpoint_dir, &c, why, sizeof(why));
+  if (rc == -ENOENT) {
+    log_info("--resume: no checkpoint in %s yet, starting fresh",
+             cfg->checkpoint_dir);
+    return 0;
+  }
+  if (rc) {
+    snprintf(err, errlen, "%s", why);
+    return TRAIN_EXIT_CHECKPOINT;
+  }
+  int ret = TRAIN_EXIT_CHECKPOINT;
+  if (memcmp(&c.model, ms, sizeof(*ms)) != 0 || c.n_params != n_params) {
+    snprintf(err, errlen,
+             "%s/%s was written for another model (l1 %d, l2 %d, %d params) "
+             "than this run's (l1 %d, l2 %d, %lld params)",
+             cfg->checkpoint_dir, CKPT_FILE, c.model.l1, c.model.l2,
+             (int)c.n_params, ms->l1, ms->l2, (long long)n_params);
+    goto out;
+  }
+  if (c.optim_kind != cfg->optimizer || c.n_state != n_state) {
+    snprintf(err, errlen, "%s/%s was written with another optimizer",
+             cfg->checkpoint_dir, CKPT_FILE);
+    goto out;
+  }
+  if (c.n_train != n_train || c.pos < 0 || c.pos > n_train || c.epoch < 0) {
+    snprintf(err, errlen,
+             "%s/%s was written for another data split (%lld training images, "
+             "this run has %lld)",
+             cfg->checkpoint_dir, CKPT_FILE, (long long)c.n_train,
+             (long long)n_train);
+    goto out;
+  }
+  for (int64_t i = 0; i < n_train; i++)
+    if (c.perm[i] < 0 || c.perm[i] >= n_total) {
+      snprintf(err, errlen, "%s/%s holds an invalid sample order",
+               cfg->checkpoint_dir, CKPT_FILE);
+      goto out;
+    }
+  memcpy(r->perm, c.perm, sizeof(int32_t) * (size_t)n_train);
+  rc = r->ops->set_state(r->be, c.params, c.state, c.step);
+  if (rc) {
+    snprintf(err, errlen, "cannot load the checkpoint into the backend: %s",
+             strerror(-rc));
+    ret = TRAIN_EXIT_INTERNAL;
+    goto out;
+  }
+  s->epoch = c.epoch;
+  s->pos = c.pos;
+  s->step = c.step;
+  s->rng.s = c.rng;
+  s->time_total_s = c.time_total_s;
+  s->epoch_time_s = c.epoch_time_s;
+  s->epoch_train_time_s = c.epoch_train_time_s;
+  s->train_loss_sum = c.train_loss_sum;
+  s->train_count = c.train_count;
+  s->last_loss = c.last_loss;
+  s->last_accuracy = c.last_accuracy;
+  log_info("resumed from %s/%s at epoch %lld, sample %lld", cfg->checkpoint_dir,
+           CKPT_FILE, (long long)c.epoch, (long long)c.pos);
+  ret = 0;
+out:
+  ckpt_free(&c);
+  return ret;
+}
+
+int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
+              FILE *out, char *err, size_t errlen) {
+  struct run r;
+  struct loop_state s;
+  memset(&r, 0, sizeof(r));
+  memset(&s, 0, sizeof(s));
+  int ret = TRAIN_EXIT_INTERNAL, rc;
+  const char *dir = cfg->data_dir ? cfg->data_dir : data_default_dir(cfg->dataset);
+
+  rc = data_load(cfg->dataset, dir, 0, cfg->train_limit, &r.train, err, errlen);
+  if (rc) {
+    ret = rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_DATA;
+    goto out;
+  }
+  if (cfg->test) {
+    rc = data_load(cfg->dataset, dir, 1, 0, &r.test, err, errlen);
+    if (rc) {
+      ret = rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_DATA;
+      goto out;
+    }
+  }
+  const int64_t n_total = r.train.n;
+  const int64_t n_train = (int64_t)floor((double)n_total * (1.0 - cfg->val_fraction));
+  const int64_t n_val = n_total - n_train;
+  if (n_train < 1 || n_val < 1) {
+    snprintf(err, errlen,
+             "config key \"val_fraction\": %g of %lld images leaves %lld for "
+             "training and %lld for validation; both need at least 1",
+             cfg->val_fraction, (long long)n_total, (long long)n_train,
+             (long long)n_val);
+    ret = TRAIN_EXIT_USAGE;
+    goto out;
+  }
+  const int64_t dim = (int64_t)r.train.c * r.train.h * r.train.w;
+  struct model_spec ms = {cfg->model, r.train.c, r.train.h, r.train.w,
+                          r.train.n_classes, cfg->l1, cfg->l2};
+  struct model_layout L;
+  if (model_layout_init(&ms, &L) != 0) {
+    snprintf(err, errlen,
+             "config key \"model\": %s does not fit %dx%dx%d images",
+             model_name[cfg->model], ms.in_c, ms.in_h, ms.in_w);
+    ret = TRAIN_EXIT_USAGE;
+    goto out;
+  }
+  struct optim_spec os = {cfg->optimizer, (float)cfg->lr, (float)cfg->momentum,
+                          (float)cfg->weight_decay, 0.9f, 0.999f, 1e-8f};
+  int bs = cfg->batch_size;
+  const int64_t n_state = L.n_params * optim_state_per_param(cfg->optimizer);
+
+  /* the split is a pure function of the seed, so a resumed run rebuilds it */
+  r.split = malloc(sizeof(int32_t) * (size_t)n_total);
+  r.perm = malloc(sizeof(int32_t) * (size_t)n_train);
+  r.val_x = malloc(sizeof(float) * (size_t)(n_val * dim));
+  r.val_y = malloc((size_t)n_val);
+  r.bx = malloc(sizeof(float) * (size_t)((int64_t)bs * dim));
+  r.by = malloc((size_t)bs);
+  r.params = malloc(sizeof(float) * (size_t)L.n_params);
+  r.state = malloc(sizeof(float) * (size_t)n_state);
+  if (!r.split || !r.perm || !r.val_x || !r.val_y || !r.bx || !r.by ||
+      !r.params || !r.state) {
+    snprintf(err, errlen, "out of memory for %lld images", (long long)n_total);
+    ret = TRAIN_EXIT_OOM;
+    goto out;
+  }
+  struct rng split_rng, init_rng;
+  rng_seed(&split_rng, (uint64_t)cfg->seed * 3 + 1);
+  rng_seed(&init_rng, (uint64_t)cfg->seed * 3 + 2);
+  rng_seed(&s.rng, (uint64_t)cfg->seed * 3 + 3);
+  for (int64_t i = 0; i < n_total; i++) r.split[i] = (int32_t)i;
+  rng_shuffle(&split_rng, r.split, n_total);
+  memcpy(r.perm, r.split, sizeof(int32_t) * (size_t)n_train);
+  gather(&r.train, r.split + n_train, n_val, r.val_x, r.val_y);
+
+  ret = open_backend(cfg, &ms, &os, bs, &r.ops, &r.be, err, errlen);
+  if (ret) goto out;
+  optim_init_params(&L, &init_rng, r.params);
+  rc = r.ops->set_state(r.be, r.params, NULL, 0);
+  if (rc) {
+    snprintf(err, errlen, "cannot initialise the model: %s", strerror(-rc));
+    ret = exit_for_errno(rc);
+    goto out;
+  }
+  if (cfg->resume) {
+    ret = resume(cfg, &r, &ms, n_total, n_train, L.n_params, n_state, &s, err,
+                 errlen);
+    if (ret) goto out;
+  }
+  log_info("%s on %s: %lld train, %lld val%s, %lld params, batch %d, %s backend",
+           model_name[cfg->model], dir, (long long)n_train, (long long)n_val,
+           cfg->test ? ", test" : "", (long long)L.n_params, bs, r.ops->name);
+
+  int bs_reduced = 0;
+  while (s.epoch < cfg->epochs) {
+    if (*stop) break;
+    double t0 = clock_mono_s();
+    if (s.pos == 0) {
+      rng_shuffle(&s.rng, r.perm, n_train);
+      s.epoch_time_s = s.epoch_train_time_s = 0.0;
+      s.train_loss_sum = 0.0;
+      s.train_count = 0;
+    }
+    int stopped = 0;
+    while (s.pos < n_train) {
+      int m = (int)(n_train - s.pos < bs ? n_train - s.pos : bs);
+      if (m < bs && cfg->drop_last) {
+        s.pos = n_train;
+        break;
+      }
+      gather(&r.train, r.perm + s.pos, m, r.bx, r.by);
+      float loss = 0.0f;
+      rc = r.ops->train_step(r.be, r.bx, r.by, m, &loss);
+      if (rc == -ENOMEM && cfg->oom_retry && bs > 1) {
+        bs /= 2;
+        bs_reduced = 1;
+        log_warn("out of memory at batch_size %d: --oom-retry halves it to %d",
+                 bs * 2, bs);
+        continue;
+      }
+      if (rc) {
+        snprintf(err, errlen, "training step failed at epoch %lld: %s",
+                 (long long)s.epoch + 1,
+                 rc == -ENOMEM ? "out of memory (try a smaller batch_size)"
+                               : strerror(-rc));
+        ret = exit_for_errno(rc);
+        goto out;
+      }
+      if (!isfinite(loss)) {
+        snprintf(err, errlen,
+                 "loss is %s at epoch %lld, sample %lld (lr %g): training "
+                 "diverged",
+                 isnan(loss) ? "NaN" : "infinite", (long long)s.epoch + 1,
+                 (long long)s.pos, cfg->lr);
+        ret = TRAIN_EXIT_DIVERGED;
+        goto out;
+      }
+      s.train_loss_sum += (double)loss * m;
+      s.train_count += m;
+      s.pos += m;
+      if (*stop) {
+        stopped = 1;
+        break;
+      }
+    }
+    double t_train = clock_mono_s() - t0;
+    s.epoch_train_time_s += t_train;
+    if (stopped) {
+      s.epoch_time_s += t_train;
+      s.time_total_s += t_train;
+      break;
+    }
+    double vloss, vacc, tloss = 0.0, tacc = 0.0;
+    rc = eval_set(r.ops, r.be, r.val_x, r.val_y, n_val, dim, bs, &vloss, &vacc);
+    if (!rc && cfg->test)
+      rc = eval_set(r.ops, r.be, r.test.x, r.test.y, r.test.n, dim, bs, &tloss,
+                    &tacc);
+    if (rc) {
+      snprintf(err, errlen, "evaluation failed: %s", strerror(-rc));
+      ret = exit_for_errno(rc);
+      goto out;
+    }
+    if (!isfinite(vloss)) {
+      snprintf(err, errlen,
+               "validation loss is not finite after epoch %lld (lr %g): "
+               "training diverged",
+               (long long)s.epoch + 1, cfg->lr);
+      ret = TRAIN_EXIT_DIVERGED;
+      goto out;
+    }
+    double dt = clock_mono_s() - t0;
+    s.epoch_time_s += dt;
+    s.time_total_s += dt;
+    s.epoch++;
+    s.pos = 0;
+    s.last_loss = vloss;
+    s.last_accuracy = vacc;
+    struct epoch_report rep = {
+        .training_iteration = s.epoch,
+        .loss = vloss,
+        .accuracy = vacc,
+        .train_loss = s.train_count ? s.train_loss_sum / s.train_count : 0.0,
+        .time_this_iter_s = s.epoch_time_s,
+        .time_total_s = s.time_total_s,
+        .samples_per_s = s.epoch_train_time_s > 0
+                             ? (double)s.train_count / s.epoch_train_time_s
+                             : 0.0,
+        .has_test = cfg->test,
+        .test_accuracy = tacc,
+        .batch_size_reduced = bs_reduced,
+        .batch_size = bs,
+    };
+    if (strcmp(r.ops->name, "cpu") != 0 &&
+        r.ops->peak_mem_mb(r.be, &rep.gpu_mem_mb) == 0)
+      rep.has_gpu_mem = 1;
+    char line[1024];
+    int n = report_format(&rep, line, sizeof(line));
+    if (n > 0) {
+      fwrite(line, 1, (size_t)n, out);
+      fflush(out);
+    }
+    if (cfg->checkpoint_dir) {
+      ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err,
+                      errlen);
+      if (ret) goto out;
+    }
+  }
+  if (*stop) {
+    if (cfg->checkpoint_dir) {
+      ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err,
+                      errlen);
+      if (ret) goto out;
+      log_info("stopped by signal: checkpoint saved at epoch %lld, sample %lld",
+               (long long)s.epoch, (long long)s.pos);
+    } else {
+      log_info("stopped by signal at epoch %lld (no --checkpoint-dir, nothing "
+               "saved)",
+               (long long)s.epoch);
+    }
+  }
+  ret = TRAIN_EXIT_OK;
+out:
+  run_free(&r);
+  return ret;
+}
