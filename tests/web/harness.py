@@ -183,6 +183,7 @@ class Harness:
         if full:
             hgt = d.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
             d.set_window_size(w, min(max(hgt, 600), 6000))
+            d.execute_script("window.scrollTo(0, 0)")
             time.sleep(0.3)
         path = os.path.join(self.artifacts, name)
         d.save_screenshot(path)

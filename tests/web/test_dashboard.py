@@ -28,6 +28,8 @@ CONFIG = {
 }
 LOG_TEXT = "epoch 1 loss 0.50\nepoch 2 loss 0.40\n"
 ERROR_TEXT = "ValueError: loss became NaN at iteration 1"
+ADMIN_TOKEN = "browser-admin-token-0123456789"
+WORKER_TOKEN = "browser-worker-token-0123456789"
 
 INK_JS = """
 const c = document.querySelector(arguments[0]);
@@ -206,6 +208,43 @@ def check_cancel(h, d, base, api, eid):
     h.screenshot(d, "experiment-cancelled.png")
 
 
+def check_token(h, args):
+    """With tokens, the page asks once (a wrong one is asked again), keeps the
+    token in sessionStorage, and later pages and reloads do not ask again."""
+    if args.fake:
+        extra = ("--token", ADMIN_TOKEN)
+    else:
+        path = os.path.join(h.tmp, "tokens")
+        with open(path, "w") as f:
+            f.write("admin=%s\nworker=%s\n" % (ADMIN_TOKEN, WORKER_TOKEN))
+        extra = ("--token-file", path)
+    srv, port = h.start_server(db=os.path.join(h.tmp, "tokens.db"), extra=extra)
+    base = "http://127.0.0.1:%d" % port
+    api = Client(port, token=ADMIN_TOKEN)
+    api.post("/experiments", dict(CONFIG, name="token-test"))
+    d = h.browser()
+    d.get(base + "/#/")
+    dialog_open = "return document.getElementById('token-dialog').open"
+    h.wait("the token prompt", lambda: d.execute_script(dialog_open))
+    h.screenshot(d, "token-prompt.png", full=False)
+    d.find_element("id", "token-input").send_keys("wrong-token-0123456789\n")
+    h.wait("the prompt again, saying the token was refused", lambda: d.execute_script(dialog_open) and
+           "refused" in d.find_element("id", "token-why").text)
+    d.find_element("id", "token-input").send_keys(ADMIN_TOKEN + "\n")
+    h.wait("the list behind the token", lambda: "token-test" in d.find_element("id", "experiments-table").text)
+    assert d.execute_script("return sessionStorage.getItem('ctune-token')") == ADMIN_TOKEN
+    d.find_element("css selector", 'nav a[data-nav="workers"]').click()
+    h.wait_ready(d, "workers")
+    d.refresh()
+    h.wait_ready(d, "workers")
+    time.sleep(0.5)
+    assert not d.execute_script(dialog_open), "asked for the token again"
+    assert d.find_element("id", "workers-table")
+    assert not h.browser_errors(d) or all("401" in e for e in h.browser_errors(d))
+    api.close()
+    h.stop_server(srv)
+
+
 def main():
     args = parse_args()
     h = Harness(args, "dashboard")
@@ -271,6 +310,8 @@ def main():
         assert len(d.execute_script(ROWS_JS, "#trials-table")) == 4
         assert d.execute_script(INK_JS, "#parcoords") > 500
         h.screenshot(d, "experiment-no-chartjs.png")
+        h.stop_server(srv)
+        check_token(h, args)
         print("PASS: every dashboard page checked; screenshots in " + h.artifacts, flush=True)
         return 0
     finally:

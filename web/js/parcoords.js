@@ -46,14 +46,21 @@ export function drawParcoords(canvas, axes, rank, bestIndex) {
   const xs = axes.map((_a, i) => (axes.length === 1 ? w / 2 : padX + (i * (w - 2 * padX)) / (axes.length - 1)));
   const scales = axes.map((a) => axisScale(a.values, a.log));
   const n = rank.length;
-  const order = [...rank.keys()].sort((a, b) => rank[b] - rank[a]); // worst first
+  const key = (i) => (Number.isFinite(rank[i]) ? rank[i] : 2);
+  const order = [...rank.keys()].sort((a, b) => key(b) - key(a)); // unranked, then worst first
   const accent = cssVar('--accent', '#1565c0');
-  const alpha = n > 2000 ? 0.06 : n > 300 ? 0.18 : 0.5;
+  // Many lines: keep the crowd faint so the best tenth stands out above it.
+  const crowd = n <= 50 ? 0.7 : Math.min(0.35, Math.max(0.02, 25 / n));
   ctx.lineWidth = 1;
   for (const r of order) {
     if (r === bestIndex) continue;
-    const hue = 200 - 160 * (1 - rank[r]); // worse: blue, better: orange
-    ctx.strokeStyle = `hsla(${hue}, 70%, 50%, ${Number.isFinite(rank[r]) ? alpha + (1 - rank[r]) * alpha : alpha / 2})`;
+    const q = rank[r];
+    if (!Number.isFinite(q)) {
+      ctx.strokeStyle = `hsla(220, 10%, 55%, ${crowd})`;
+    } else {
+      const a = q <= 0.1 ? Math.max(crowd, Math.min(0.6, 60 / Math.max(n, 1) + 0.15)) : crowd;
+      ctx.strokeStyle = `hsla(${Math.round(210 - 180 * (1 - q))}, 75%, 50%, ${a})`;
+    }
     strokeRow(ctx, axes, scales, xs, r, top, span);
   }
   if (bestIndex >= 0) {

@@ -255,10 +255,10 @@ export function mount(main, [idStr], ctx) {
     const ids = curveIds();
     const withData = [...st.curves.keys()].filter((i) => st.trials.has(i) && (ids.has(i) || st.curves.size <= MAX_CURVES));
     const total = [...st.trials.values()].filter((t) => t.last_result).length;
+    if (!st.chart) { curvesNote.textContent = ''; return; }
     curvesNote.textContent = (withData.length < total
       ? `${withData.length} of ${total} trials with results: the best, the running ones and the top by ${st.exp.metric}. `
       : '') + 'The best trial is the thick line; dashed lines were stopped early; dashed verticals are ASHA milestones, red bars their cutoffs. Click a line to open its trial.';
-    if (!st.chart) return;
     const b = bestId();
     const series = withData.map((tid) => {
       const t = st.trials.get(tid);

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Scale test: an experiment of 10,000 trials x 10 results, generated through
+the REST API (a worker leasing every trial and posting every result), then the
+experiment page opened in headless chromium. Prints and checks the load time
+(< 2 s), the cost of sorting and paging, the DOM size, and a live update.
+"""
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Harness, parse_args  # noqa: E402
+
+TRIALS = int(os.environ.get("CTUNE_SCALE_TRIALS", "10000"))
+RESULTS = 10
+PROCS = 3
+CONFIG = {
+    "name": "scale-10k", "metric": "loss", "mode": "min",
+    "num_samples": TRIALS, "max_concurrent_trials": TRIALS, "seed": 3,
+    "param_space": {
+        "lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1},
+        "l1": {"type": "pow2", "lower": 4, "upper": 256},
+        "batch_size": {"type": "choice", "values": [16, 32, 64, 128]},
+        "momentum": {"type": "uniform", "lower": 0.5, "upper": 0.99},
+    },
+    "scheduler": {"type": "fifo"},
+    "resources_per_trial": {"cpu": 1, "gpu": 0},
+    "trainable": {"type": "command", "argv": ["true"]},
+}
+
+
+def loss_of(tid, it):
+    base = 0.3 + (tid * 7919 % 1000) / 700.0
+    return base * (0.85 ** it) + (tid * 31 + it) % 17 / 1000.0
+
+
+def post_slice(job):
+    """One process's share: every result of its trials, then complete them.
+    The last trial keeps its tenth result back for the live check."""
+    port, ids, last = job
+    api = Client(port)
+    for tid in ids:
+        for it in range(1, RESULTS + 1):
+            if tid == last and it == RESULTS:
+                break
+            api.post("/trials/%d/results" % tid, {"training_iteration": it, "loss": loss_of(tid, it),
+                                                   "accuracy": 1 - loss_of(tid, it) / 3})
+        if tid != last:
+            api.post("/trials/%d/complete" % tid, {})
+    api.close()
+    return len(ids)
+
+
+def generate(port):
+    api = Client(port)
+    eid = api.post("/experiments", CONFIG)["id"]
+    wid = api.post("/workers", {"name": "scale-worker",
+                                "resources": {"cpu": TRIALS, "gpu": 0, "memory_mb": 0}})["id"]
+    ids = []
+    for i in range(TRIALS):
+        lease = api.post("/workers/%d/lease" % wid, {"free": {"cpu": TRIALS - i, "gpu": 0, "memory_mb": 0}})
+        assert lease and "trial" in lease, "lease %d gave no trial" % i
+        ids.append(lease["trial"]["id"])
+    api.close()
+    last = ids[-1]
+    jobs = [(port, ids[k::PROCS], last) for k in range(PROCS)]
+    with multiprocessing.Pool(PROCS) as pool:
+        assert sum(pool.map(post_slice, jobs)) == TRIALS
+    return eid, last
+
+
+def main():
+    args = parse_args()
+    h = Harness(args, "scale")
+    try:
+        extra = ("--demo", str(TRIALS)) if args.fake else ()
+        _srv, port = h.start_server(extra=extra)
+        base = "http://127.0.0.1:%d" % port
+        t0 = time.time()
+        if args.fake:
+            eid, last = 1, None
+        else:
+            eid, last = generate(port)
+        gen = time.time() - t0
+        print("generated %d trials x %d results through the API in %.1f s" % (TRIALS, RESULTS, gen), flush=True)
+
+        d = h.browser()
+        times = []
+        for i in range(3):
+            # A fresh document each time: the whole load, from navigation to
+            # table, curves and parallel coordinates drawn.
+            d.get("about:blank")
+            d.get(base + "/#/experiments/%d" % eid)
+            times.append(h.wait_ready(d, "experiment", timeout=30))
+        rows = d.execute_script("return document.querySelectorAll('#trials-table tbody tr').length")
+        info = d.find_element("css selector", ".table-tools span.muted").text
+        print("experiment page load (ms, 3 fresh loads): %s; median %.0f ms" %
+              (", ".join("%.0f" % t for t in times), statistics.median(times)), flush=True)
+        assert ("of %s" % format(TRIALS, ",")) in info, info
+        assert rows <= 50, "the table put %d rows in the DOM" % rows
+
+        # Responsive: sorting 10,000 rows and turning a page are synchronous; time them.
+        sort_ms = d.execute_script(
+            "const b = document.querySelector('#trials-table button.sort[data-key=\"c:lr\"]');"
+            "const t = performance.now(); b.click(); return performance.now() - t;")
+        page_ms = d.execute_script(
+            "const b = [...document.querySelectorAll('.table-tools button')].find(x => x.textContent.startsWith('Next'));"
+            "const t = performance.now(); b.click(); return performance.now() - t;")
+        print("sort 10,000 rows by lr: %.0f ms; next page: %.0f ms" % (sort_ms, page_ms), flush=True)
+        assert sort_ms < 250 and page_ms < 100, (sort_ms, page_ms)
+        h.screenshot(d, "experiment-10k.png")
+
+        if last is not None:
+            api = Client(port)
+            t1 = time.time()
+            api.post("/trials/%d/results" % last, {"training_iteration": RESULTS, "loss": 0.0123, "accuracy": 0.99})
+            h.wait("the live result at 10,000 trials", lambda: d.execute_script(
+                "return document.getElementById('best-trial').textContent.includes('0.0123')"), timeout=6)
+            live = time.time() - t1
+            print("live update at %d trials: the new best shows after %.2f s" % (TRIALS, live), flush=True)
+            assert live < 2.0, live
+            api.close()
+        median = statistics.median(times)
+        assert median < 2000, "the 10,000-trial page took %.0f ms to load (target < 2000 ms)" % median
+        print("PASS", flush=True)
+        return 0
+    finally:
+        h.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
