@@ -1,0 +1,147 @@
+/* Unit tests of sched: fifo decisions, dispatch to asha, results without
+ * the metric, and the state JSON shape of HACKING.md. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched.h"
+#include "validate.h"
+
+static struct sched *from_config(const char *json, uint64_t seed)
+{
+	cJSON *c = cJSON_Parse(json);
+	struct experiment_spec spec;
+	struct validate_error err;
+	struct sched *s = NULL;
+	ck_assert_ptr_nonnull(c);
+	ck_assert_msg(validate_experiment(c, &spec, &err) == 0, "%s: %s", err.path, err.message);
+	ck_assert_int_eq(sched_create(&spec.sched, spec.mode, seed, &s), 0);
+	validate_spec_free(&spec);
+	cJSON_Delete(c);
+	return s;
+}
+
+#define TRAIN "\"trainable\": {\"type\": \"builtin\", \"model\": \"mlp\", \"dataset\": \"mnist\"}"
+
+START_TEST(fifo_runs_to_the_end)
+{
+	struct sched *s = from_config("{" TRAIN "}", 0);
+	struct asha_outcome o;
+	double v = 0.1, nan = NAN;
+	ck_assert_int_eq(sched_type(s), SPEC_SCHED_FIFO);
+	ck_assert_int_eq(sched_bracket_for(s, 5), 0);
+	ck_assert_int_eq(sched_add_trial(s, 1, 0), 0);
+	for (int t = 1; t <= 1000; t += 100) {
+		ck_assert_int_eq(sched_on_result(s, 1, t, &v, &o), 0);
+		ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+		ck_assert_int_eq(o.recorded, 0);
+	}
+	/* fifo does not look at the metric, even NaN or missing. */
+	ck_assert_int_eq(sched_on_result(s, 1, 5, &nan, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(sched_on_result(s, 1, 5, NULL, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(sched_on_trial_end(s, 1, 1, 5, &v, &o), 0);
+	ck_assert_int_eq(o.recorded, 0);
+	ck_assert_int_eq(sched_restore_record(s, 1, 0, 1, 1, 0), -EINVAL);
+	ck_assert_int_eq(sched_on_result(s, 1, NAN, &v, &o), -EINVAL);
+	cJSON *st;
+	ck_assert_int_eq(sched_state_json(s, &st), 0);
+	char *j = cJSON_PrintUnformatted(st);
+	ck_assert_str_eq(j, "{\"type\":\"fifo\",\"time_attr\":\"training_iteration\",\"max_t\":null}");
+	free(j);
+	cJSON_Delete(st);
+	sched_free(s);
+}
+END_TEST
+
+START_TEST(fifo_stops_at_max_t)
+{
+	struct sched *s = from_config("{\"scheduler\": {\"type\": \"fifo\", \"max_t\": 3}, " TRAIN "}", 0);
+	struct asha_outcome o;
+	double v = 1;
+	sched_add_trial(s, 1, 0);
+	ck_assert_int_eq(sched_on_result(s, 1, 2, &v, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(sched_on_result(s, 1, 3, &v, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_STOP);
+	ck_assert_int_eq(o.reason, ASHA_REASON_MAX_T);
+	ck_assert_int_eq(o.stopped_early, 0);
+	sched_free(s);
+}
+END_TEST
+
+START_TEST(asha_through_sched)
+{
+	struct sched *s = from_config(
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\", \"max_t\": 10,"
+		" \"grace_period\": 1, \"reduction_factor\": 2}, " TRAIN "}", 3);
+	struct asha_outcome o;
+	double two = 2, four = 4, one = 1;
+	ck_assert_int_eq(sched_type(s), SPEC_SCHED_ASHA);
+	for (int id = 1; id <= 3; id++)
+		ck_assert_int_eq(sched_add_trial(s, id, sched_bracket_for(s, id - 1)), 0);
+	ck_assert_int_eq(sched_on_result(s, 1, 1, &two, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	/* Without the metric: continue, nothing recorded (Ray skips it). */
+	ck_assert_int_eq(sched_on_result(s, 2, 1, NULL, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(o.recorded, 0);
+	ck_assert_int_eq(sched_on_result(s, 99, 1, NULL, &o), -ENOENT);
+	ck_assert_int_eq(sched_on_result(s, 2, 1, &four, &o), 0);
+	ck_assert_int_eq(o.recorded, 1);
+	ck_assert_int_eq(sched_on_result(s, 3, 1, &one, &o), 0);
+	ck_assert_int_eq(o.decision, ASHA_STOP);
+	ck_assert_int_eq(o.stopped_early, 1);
+	ck_assert_int_eq(sched_on_trial_end(s, 3, 1, 1, &one, &o), 0);
+	ck_assert_int_eq(sched_on_trial_end(s, 2, 0, 0, NULL, &o), 0);
+	ck_assert_int_eq(o.recorded, 0);
+	ck_assert_int_eq(sched_on_trial_end(s, 2, 0, 0, NULL, NULL), -ENOENT);
+	ck_assert_int_eq(sched_restore_record(s, 50, 0, 2, 9.0, 0), 0);
+
+	cJSON *st;
+	ck_assert_int_eq(sched_state_json(s, &st), 0);
+	char *j = cJSON_PrintUnformatted(st);
+	ck_assert_str_eq(j,
+		"{\"type\":\"asha\",\"time_attr\":\"training_iteration\",\"max_t\":10,"
+		"\"grace_period\":1,\"reduction_factor\":2,\"brackets\":[{\"index\":0,\"stopped\":1,"
+		"\"milestones\":[{\"t\":1,\"recorded\":3,\"cutoff\":2},{\"t\":2,\"recorded\":1,\"cutoff\":9},"
+		"{\"t\":4,\"recorded\":0,\"cutoff\":null},{\"t\":8,\"recorded\":0,\"cutoff\":null}]}]}");
+	free(j);
+	cJSON_Delete(st);
+	sched_free(s);
+}
+END_TEST
+
+START_TEST(create_errors)
+{
+	struct sched_params p;
+	struct sched *s = (struct sched *)1;
+	memset(&p, 0, sizeof p);
+	p.type = (enum spec_sched_type)7;
+	ck_assert_int_eq(sched_create(&p, SPEC_MODE_MIN, 0, &s), -EINVAL);
+	ck_assert_ptr_null(s);
+	p.type = SPEC_SCHED_ASHA; /* zero max_t: invalid */
+	ck_assert_int_eq(sched_create(&p, SPEC_MODE_MIN, 0, &s), -EINVAL);
+	ck_assert_ptr_null(s);
+	sched_free(NULL);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("sched");
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, fifo_runs_to_the_end);
+	tcase_add_test(tc, fifo_stops_at_max_t);
+	tcase_add_test(tc, asha_through_sched);
+	tcase_add_test(tc, create_errors);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
