@@ -142,6 +142,31 @@ def check_live(h, d, api, eid, t):
     assert len(full) == 1 and since and rsince, (len(full), len(since), len(rsince))
 
 
+def check_curve_hover_click(h, d, t):
+    """Hovering a curve's point shows its trial and value; clicking opens the trial."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    canvas = d.find_element("id", "curves")
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+    x, y, w, hh = d.execute_script(
+        "const ch = Chart.getChart(arguments[0]);"
+        "const i = ch.data.datasets.findIndex(ds => ds.trialId === arguments[1]);"
+        "const p = ch.getDatasetMeta(i).data[1];"
+        "const r = arguments[0].getBoundingClientRect();"
+        "return [p.x, p.y, r.width, r.height];", canvas, t["b"])
+    ActionChains(d).move_to_element_with_offset(canvas, int(x - w / 2), int(y - hh / 2)).perform()
+    tip = h.wait("the tooltip", lambda: d.execute_script(
+        "const tt = Chart.getChart(arguments[0]).tooltip;"
+        "return tt.opacity > 0 && tt.title.concat(tt.body.flatMap(b => b.lines)).join(' | ');", canvas))
+    assert "browser-test_" in tip and "0.35" in tip, tip
+    h.screenshot(d, "experiment-hover.png", full=False)
+    ActionChains(d).click().perform()
+    h.wait("the trial page after a click on its curve",
+           lambda: d.current_url.endswith("#/trials/%d" % t["b"]))
+    h.wait_ready(d, "trial")
+    d.back()
+    h.wait_ready(d, "experiment")
+
+
 def check_table_controls(h, d, t):
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
@@ -263,6 +288,7 @@ def main():
         print("experiment page ready %.2f s after opening the list" % (time.time() - t0), flush=True)
         h.screenshot(d, "experiment.png")
         check_live(h, d, api, eid, t)
+        check_curve_hover_click(h, d, t)
         check_table_controls(h, d, t)
         check_trials(h, d, base, t)
         check_workers(h, d, base, t)
