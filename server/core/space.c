@@ -549,7 +549,8 @@ int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
 	rc = -ENOMEM;
 	if (collect_grids(param_space, "", &g))
 		goto fail;
-	qsort(g.v, (size_t)g.n, sizeof *g.v, grid_cmp);
+	if (g.n > 1)
+		qsort(g.v, (size_t)g.n, sizeof *g.v, grid_cmp);
 	for (int i = 0; i < g.n; i++)
 		combos *= g.v[i].size;
 	arr = cJSON_CreateArray();
