@@ -9,22 +9,33 @@
 
 #include "backend.h"
 
-/* Floats needed for the im2col buffer of conv layer s at batch B. */
+/* Images per im2col chunk at batch B, and the floats of the im2col (and
+ * dcol) scratch buffer that conv layer s needs at batch B. */
+int layers_conv_chunk(const struct layer_shape *s, int B);
 int64_t layers_conv_col_size(const struct layer_shape *s, int B);
 
-/* in: [in_c][B][in_h][in_w]; out: [out_c][B][out_h][out_w] = conv + bias.
- * col receives the im2col matrix ([in_c*k*k][B*out_h*out_w]), which
- * layers_conv_backward reuses. */
+/* in: [in_c][B][in_h][in_w]; out: [out_c][B][out_h][out_w] = conv + bias
+ * (no bias when b is NULL). col is scratch of layers_conv_col_size floats. */
 void layers_conv_forward(const struct layer_shape *s, int B, const float *in,
                          const float *w, const float *b, float *col,
                          float *out);
 
-/* dout: [out_c][B][out_h][out_w]; col from the forward pass. Writes dw, db
- * (overwritten, not accumulated) and, when din is not NULL, din
- * ([in_c][B][in_h][in_w]) using dcol (same size as col) as scratch. */
-void layers_conv_backward(const struct layer_shape *s, int B, const float *dout,
-                          const float *col, const float *w, float *dw,
-                          float *db, float *dcol, float *din);
+/* in: the forward input; dout: [out_c][B][out_h][out_w]. Writes dw, db
+ * (overwritten, not accumulated; skipped when db is NULL) and, when din is not NULL, din
+ * ([in_c][B][in_h][in_w]). col and dcol are scratch of
+ * layers_conv_col_size floats each. */
+void layers_conv_backward(const struct layer_shape *s, int B, const float *in,
+                          const float *dout, const float *w, float *dw,
+                          float *db, float *col, float *dcol, float *din);
+
+/* Per-channel bias then ReLU, in place, over CNHW data of C channels with
+ * per_c values each; and its backward from the output y: dy masked in place,
+ * db = the per-channel sum of the masked gradient. The cnn applies these
+ * after max pooling, where they cost a quarter: max(a) + b = max(a + b) and
+ * relu(max(a)) = max(relu(a)), gradients included. */
+void layers_bias_relu_cnhw(int C, int64_t per_c, const float *b, float *x);
+void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y,
+                                    float *dy, float *db);
 
 /* In-place ReLU and its backward from the ReLU's output. */
 void layers_relu_forward(float *x, int64_t n);

@@ -9,7 +9,7 @@
 #include "layers.h"
 
 struct conv_bufs {
-  float *col, *act, *pool; /* im2col, conv+bias+ReLU output, pooled output */
+  float *col, *act, *pool; /* im2col scratch, conv output, pooled+bias+ReLU */
   int32_t *arg;
 };
 
@@ -18,6 +18,7 @@ struct net {
   int max_batch;
   int n_conv;
   struct conv_bufs conv[2];
+  const float *conv_in[2]; /* each conv layer's input in the last forward */
   float *xin;           /* input in CNHW */
   float *flat;          /* [B][flat] input of the first linear layer */
   float *lin[3];        /* linear outputs (ReLU'd except the last) */
@@ -126,11 +127,13 @@ const float *net_forward(struct net *n, const float *params, const float *x,
     for (int i = 0; i < n->n_conv; i++) {
       const struct layer_shape *s = &L->layer[i];
       struct conv_bufs *c = &n->conv[i];
-      layers_conv_forward(s, B, in, params + s->w_off, params + s->b_off,
-                          c->col, c->act);
-      layers_relu_forward(c->act, (int64_t)s->out_c * B * s->out_h * s->out_w);
+      n->conv_in[i] = in;
+      /* conv, pool, then bias + ReLU on the 4x smaller pooled map */
+      layers_conv_forward(s, B, in, params + s->w_off, NULL, c->col, c->act);
       layers_maxpool_forward(s->out_c * B, s->out_h, s->out_w, c->act,
                              c->pool, c->arg);
+      layers_bias_relu_cnhw(s->out_c, (int64_t)B * s->pool_h * s->pool_w,
+                            params + s->b_off, c->pool);
       in = c->pool;
     }
     const struct layer_shape *sl = &L->layer[n->n_conv - 1];
@@ -173,12 +176,13 @@ void net_backward(struct net *n, const float *params, const uint8_t *y, int B,
   for (int i = n->n_conv - 1; i >= 0; i--) {
     const struct layer_shape *s = &L->layer[i];
     struct conv_bufs *c = &n->conv[i];
+    layers_bias_relu_backward_cnhw(s->out_c,
+                                   (int64_t)B * s->pool_h * s->pool_w, c->pool,
+                                   n->dconv_a, grads + s->b_off);
     layers_maxpool_backward(s->out_c * B, s->out_h, s->out_w, n->dconv_a,
                             c->arg, n->dconv_b);
-    layers_relu_backward(c->act, n->dconv_b,
-                         (int64_t)s->out_c * B * s->out_h * s->out_w);
     float *din = i > 0 ? n->dconv_a : NULL;
-    layers_conv_backward(s, B, n->dconv_b, c->col, params + s->w_off,
-                         grads + s->w_off, grads + s->b_off, n->dcol, din);
+    layers_conv_backward(s, B, n->conv_in[i], n->dconv_b, params + s->w_off,
+                         grads + s->w_off, NULL, c->col, n->dcol, din);
   }
 }
