@@ -216,6 +216,18 @@ def check_workers(h, d, base, t):
     links = [a.get_attribute("href") for a in d.find_elements("css selector", "#workers-table a")]
     assert any(h_.endswith("#/trials/%d" % t["a"]) for h_ in links), links
     h.screenshot(d, "workers.png")
+    # Keyboard: the first Tab reaches "Skip to content", which moves focus to
+    # the page's content without changing the address.
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.common.action_chains import ActionChains
+    url = d.current_url
+    d.refresh()
+    h.wait_ready(d, "workers")
+    ActionChains(d).send_keys(Keys.TAB).perform()
+    assert d.execute_script("return document.activeElement.id") == "skip-link"
+    d.switch_to.active_element.send_keys(Keys.ENTER)
+    assert d.execute_script("return document.activeElement.id") == "main"
+    assert d.current_url == url, d.current_url
 
 
 def check_cancel(h, d, base, api, eid):

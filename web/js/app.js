@@ -55,5 +55,11 @@ async function navigate() {
   });
 }
 
+// The skip link must not change the hash: that would route to a missing page.
+document.getElementById('skip-link').addEventListener('click', (e) => {
+  e.preventDefault();
+  document.getElementById('main').focus();
+});
+
 window.addEventListener('hashchange', navigate);
 navigate();
