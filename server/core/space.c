@@ -13,6 +13,7 @@
 
 #define SPACE_MAX_DEPTH 16
 #define SPACE_MAX_VALUES 10000 /* entries of one choice or grid_search */
+#define SPACE_MAX_TOTAL_NODES 5000000 /* JSON values over all trial configs */
 #define SPACE_INT_MAX 9007199254740992.0 /* 2^53: integers JSON keeps exact */
 
 enum domain_kind {
@@ -341,9 +342,49 @@ int space_check(const cJSON *param_space, const char *path_prefix,
 	return 0;
 }
 
+static int64_t nodes_of(const cJSON *v)
+{
+	const cJSON *item;
+	int64_t n = 1;
+	cJSON_ArrayForEach(item, v)
+		n += nodes_of(item);
+	return n;
+}
+
+static int64_t max_nodes_of(const cJSON *arr)
+{
+	const cJSON *item;
+	int64_t m = 1;
+	cJSON_ArrayForEach(item, arr) {
+		int64_t n = nodes_of(item);
+		if (n > m)
+			m = n;
+	}
+	return m;
+}
+
+/* An upper bound on the JSON values one sampled config holds. */
+static int64_t config_nodes(const cJSON *obj)
+{
+	const cJSON *item;
+	int64_t n = 1;
+	cJSON_ArrayForEach(item, obj) {
+		if (is_grid(item))
+			n += max_nodes_of(cJSON_GetObjectItemCaseSensitive(item, "grid_search"));
+		else if (is_domain(item))
+			n += max_nodes_of(cJSON_GetObjectItemCaseSensitive(item, "values"));
+		else if (cJSON_IsObject(item))
+			n += config_nodes(item);
+		else
+			n += nodes_of(item);
+	}
+	return n;
+}
+
 int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
 		struct validate_error *err)
 {
+	int64_t nodes;
 	int64_t product;
 	int64_t total;
 
@@ -359,6 +400,16 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
 		validate_error_set(err, "num_samples",
 				   "grid combinations (%lld) x num_samples (%lld) exceeds %d trials",
 				   (long long)product, (long long)num_samples, SPEC_NUM_SAMPLES_MAX);
+		return -EINVAL;
+	}
+	/* Every trial gets its own copy of every constant; bound the total so a
+	 * 1 MiB config cannot ask for gigabytes of trial configs. */
+	nodes = config_nodes(param_space);
+	if (mul_sat(nodes, total) > SPACE_MAX_TOTAL_NODES) {
+		validate_error_set(err, "param_space",
+				   "too large: %lld trials x up to %lld values per config exceeds %d values;"
+				   " use fewer samples or smaller constants",
+				   (long long)total, (long long)nodes, SPACE_MAX_TOTAL_NODES);
 		return -EINVAL;
 	}
 	*count = total;

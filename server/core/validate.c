@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "space.h"
@@ -48,7 +49,43 @@ static void join(char *dst, size_t size, const char *base, const char *key)
 	validate_path_join(dst, size, base, '.', key);
 }
 
-/* Limits that hold everywhere: nesting depth and string lengths (keys too). */
+static int cmp_key(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* cJSON keeps every copy of a repeated key while lookups see only the
+ * first; reject the ambiguity instead of guessing which one was meant. */
+static int check_duplicates(const cJSON *obj, const char *path, struct validate_error *err)
+{
+	const cJSON *item;
+	const char **keys;
+	int n = cJSON_GetArraySize(obj), i = 0, rc = 0;
+	if (n < 2)
+		return 0;
+	keys = malloc((size_t)n * sizeof *keys);
+	if (!keys) {
+		validate_error_set(err, path, "out of memory");
+		return -ENOMEM;
+	}
+	cJSON_ArrayForEach(item, obj)
+		keys[i++] = item->string;
+	qsort(keys, (size_t)n, sizeof *keys, cmp_key);
+	for (i = 1; i < n; i++) {
+		if (strcmp(keys[i - 1], keys[i]) == 0) {
+			char p[256];
+			join(p, sizeof p, path, keys[i]);
+			validate_error_set(err, p, "duplicate field");
+			rc = -EINVAL;
+			break;
+		}
+	}
+	free(keys);
+	return rc;
+}
+
+/* Limits that hold everywhere: nesting depth, string lengths (keys too),
+ * no duplicate keys. */
 static int check_shape(const cJSON *v, const char *path, int depth,
 		       struct validate_error *err)
 {
@@ -61,6 +98,11 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 	if (cJSON_IsString(v) && strlen(v->valuestring) > VALIDATE_MAX_STRING) {
 		validate_error_set(err, path, "string longer than %d bytes", VALIDATE_MAX_STRING);
 		return -EINVAL;
+	}
+	if (cJSON_IsObject(v)) {
+		int rc = check_duplicates(v, path, err);
+		if (rc)
+			return rc;
 	}
 	cJSON_ArrayForEach(item, v) {
 		char p[256];
@@ -77,8 +119,9 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 			validate_path_join(p, sizeof p, path, 0, "");
 			validate_path_join(p, sizeof p, p, 0, idx);
 		}
-		if (check_shape(item, p, depth + 1, err))
-			return -EINVAL;
+		int rc = check_shape(item, p, depth + 1, err);
+		if (rc)
+			return rc;
 		i++;
 	}
 	return 0;
@@ -410,8 +453,10 @@ int validate_experiment(const cJSON *config, struct experiment_spec *out,
 		validate_error_set(err, "", "the experiment config must be a JSON object");
 		return -EINVAL;
 	}
-	if (check_shape(config, "", 0, err) ||
-	    check_keys(config, "", "an experiment", top_keys, err))
+	rc = check_shape(config, "", 0, err);
+	if (rc)
+		return rc;
+	if (check_keys(config, "", "an experiment", top_keys, err))
 		return -EINVAL;
 
 	snprintf(out->name, sizeof out->name, "experiment");

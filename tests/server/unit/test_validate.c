@@ -185,6 +185,12 @@ static const struct bad bad_configs[] = {
 	 "param_space.opt.inner.lr.lower", "uniform needs lower < upper"},
 	{"{\"num_samples\": 50000, \"param_space\": {\"g\": {\"grid_search\": [1, 2, 3]}}, " TRAIN "}",
 	 "num_samples", "grid combinations (3) x num_samples (50000) exceeds 100000 trials"},
+	{"{\"num_samples\": 100000, \"param_space\": {\"a\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}, " TRAIN "}",
+	 "param_space", "too large: 100000 trials x up to 62 values per config exceeds 5000000 values;"
+	 " use fewer samples or smaller constants"},
+	{"{\"num_samples\": 1, \"num_samples\": 2, " TRAIN "}", "num_samples", "duplicate field"},
+	{"{\"param_space\": {\"opt\": {\"lr\": 1, \"lr\": 2}}, " TRAIN "}", "param_space.opt.lr",
+	 "duplicate field"},
 	{"{\"scheduler\": \"asha\", " TRAIN "}", "scheduler", "must be an object"},
 	{"{\"scheduler\": {}, " TRAIN "}", "scheduler.type", "required (fifo or asha)"},
 	{"{\"scheduler\": {\"type\": \"hyperband\"}, " TRAIN "}", "scheduler.type",
