@@ -1,0 +1,66 @@
+/* api: what a route handler sees (a parsed request) and fills (a response),
+ * independent of libmicrohttpd; plus the JSON reply helpers. */
+#ifndef CTUNE_API_H
+#define CTUNE_API_H
+
+#include <cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "route.h"
+#include "server.h"
+
+struct api_req {
+  enum route_method method;
+  const char *path;
+  const struct route_match *match;
+  const char *body;
+  size_t body_len;
+  void *conn;
+  const char *(*query)(void *conn, const char *key);
+  const char *(*header)(void *conn, const char *key);
+};
+
+#define API_MAX_HEADERS 4
+
+struct api_resp {
+  int status;
+  char *body; /* malloc'd, owned by the response */
+  size_t len;
+  const char *content_type;
+  struct { const char *name; char value[96]; } headers[API_MAX_HEADERS];
+  int nheaders;
+  /* When nonzero the reply waits until this commit ticket is durable; a
+   * failed commit turns it into a 500. */
+  uint64_t ticket;
+};
+
+typedef int (*api_handler)(struct server *s, const struct api_req *req, struct api_resp *resp);
+
+/* The routing table (routes.c) and its handlers. */
+extern const struct route api_routes[];
+extern const size_t api_nroutes;
+extern const api_handler api_handlers[];
+
+/* Replies. Each returns 0 (the handler's own return value) or -ENOMEM. */
+int api_json(struct api_resp *r, int status, cJSON *body); /* takes body */
+int api_error(struct api_resp *r, int status, const char *code, const char *path,
+              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int api_no_content(struct api_resp *r);
+void api_header(struct api_resp *r, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses the body as one JSON object; on failure fills a 400 and returns NULL. */
+cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok);
+/* Parses an integer query parameter in [lo, hi]; absent gives *out = dflt.
+ * -EINVAL after filling a 400 naming the parameter. */
+int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key,
+                  int64_t lo, int64_t hi, int64_t dflt, int64_t *out);
+
+/* JSON views of the model (the caller holds s->lock). */
+cJSON *api_trial_json(struct server *s, const struct trial *t);
+cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config);
+/* Wall-clock time as JSON: a number, or null when 0. */
+cJSON *api_time(double t);
+
+#endif

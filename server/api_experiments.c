@@ -1,0 +1,493 @@
+/* api_experiments: submit (and dry run), list, get, trials and results since
+ * a change number, best trial, cancel. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "api.h"
+#include "best.h"
+#include "clock.h"
+#include "log.h"
+#include "space.h"
+#include "validate.h"
+
+static cJSON *api_parsed_or_null(const char *json) {
+  cJSON *v = json ? cJSON_Parse(json) : NULL;
+  return v ? v : cJSON_CreateNull();
+}
+
+cJSON *api_trial_json(struct server *s, const struct trial *t) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  cJSON *res = cJSON_AddObjectToObject(o, "resources");
+  char reason[256];
+  state_pending_reason(s, t, reason, sizeof reason);
+  int ok = cJSON_AddNumberToObject(o, "id", (double)t->id) &&
+           cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
+           cJSON_AddStringToObject(o, "name", t->name) &&
+           cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
+           cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
+           cJSON_AddItemToObject(o, "config", api_parsed_or_null(t->config)) && res &&
+           cJSON_AddNumberToObject(res, "cpu", e->spec.resources.cpu) &&
+           cJSON_AddNumberToObject(res, "gpu", e->spec.resources.gpu) &&
+           cJSON_AddNumberToObject(res, "memory_mb", (double)e->spec.resources.memory_mb) &&
+           cJSON_AddNumberToObject(o, "bracket", t->bracket) &&
+           cJSON_AddItemToObject(o, "iteration", t->nres ? cJSON_CreateNumber(t->last_t)
+                                                          : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "last_result", api_parsed_or_null(t->last_result)) &&
+           cJSON_AddItemToObject(o, "error", t->error ? cJSON_CreateString(t->error)
+                                                      : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "exit_code", t->has_exit_code
+                                                     ? cJSON_CreateNumber(t->exit_code)
+                                                     : cJSON_CreateNull()) &&
+           cJSON_AddNumberToObject(o, "num_failures", t->num_failures) &&
+           cJSON_AddNumberToObject(o, "attempt", t->attempt) &&
+           cJSON_AddItemToObject(o, "worker_id", t->worker_id
+                                                     ? cJSON_CreateNumber((double)t->worker_id)
+                                                     : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "pending_reason", reason[0] ? cJSON_CreateString(reason)
+                                                                : cJSON_CreateNull()) &&
+           cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
+           cJSON_AddItemToObject(o, "created_at", api_time(t->created_at)) &&
+           cJSON_AddItemToObject(o, "started_at", api_time(t->started_at)) &&
+           cJSON_AddItemToObject(o, "ended_at", api_time(t->ended_at)) &&
+           cJSON_AddNumberToObject(o, "updated_seq", (double)t->updated_seq);
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* Best by the experiment's own metric, scope last: from memory. */
+static int api_best_default(struct server *s, struct experiment *e, enum best_scope scope,
+                            enum spec_mode mode, int64_t *trial_id, double *value) {
+  struct best_series *ser = malloc((size_t)(e->num_trials ? e->num_trials : 1) * sizeof *ser);
+  if (!ser) return -ENOMEM;
+  for (int64_t i = 0; i < e->num_trials; i++) {
+    const struct trial *t = s->trials[e->first_trial_id + i - 1];
+    ser[i] = (struct best_series){t->id, t->values, t->nvals};
+  }
+  size_t idx;
+  int rc = best_pick(ser, (size_t)e->num_trials, scope, mode, &idx, value);
+  if (!rc) *trial_id = ser[idx].trial_id;
+  free(ser);
+  return rc;
+}
+
+cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config) {
+  cJSON *o = cJSON_CreateObject(), *counts = NULL, *sched = NULL, *best = NULL;
+  if (!o) return NULL;
+  int ok = cJSON_AddNumberToObject(o, "id", (double)e->id) &&
+           cJSON_AddStringToObject(o, "name", e->name) &&
+           cJSON_AddStringToObject(o, "status", exp_status_names[e->status]) &&
+           cJSON_AddItemToObject(o, "metric", e->spec.has_metric
+                                                  ? cJSON_CreateString(e->spec.metric)
+                                                  : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "mode", e->spec.has_metric
+                                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX
+                                                                         ? "max" : "min")
+                                                : cJSON_CreateNull()) &&
+           cJSON_AddNumberToObject(o, "seed", (double)e->seed) &&
+           cJSON_AddItemToObject(o, "created_at", api_time(e->created_at)) &&
+           cJSON_AddItemToObject(o, "ended_at", api_time(e->ended_at)) &&
+           cJSON_AddNumberToObject(o, "num_trials", (double)e->num_trials) &&
+           (counts = cJSON_AddObjectToObject(o, "counts")) &&
+           cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq);
+  for (int i = 0; ok && i < TS_COUNT; i++)
+    ok = cJSON_AddNumberToObject(counts, trial_status_names[i], (double)e->counts[i]) != NULL;
+  if (ok && with_config) ok = cJSON_AddItemToObject(o, "config", api_parsed_or_null(e->config));
+  if (ok) ok = !sched_state_json(e->sched, &sched) && cJSON_AddItemToObject(o, "scheduler", sched);
+  int64_t best_id;
+  double best_v;
+  if (ok && e->spec.has_metric &&
+      !api_best_default(s, e, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v)) {
+    ok = (best = cJSON_AddObjectToObject(o, "best")) &&
+         cJSON_AddNumberToObject(best, "trial_id", (double)best_id) &&
+         cJSON_AddNumberToObject(best, "value", best_v);
+  } else if (ok) {
+    ok = cJSON_AddNullToObject(o, "best") != NULL;
+  }
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+static int api_dry_run(const struct api_req *req) {
+  const char *v = req->query(req->conn, "dry_run");
+  return v && (!strcmp(v, "true") || !strcmp(v, "1"));
+}
+
+int api_experiment_create(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct experiment_spec spec;
+  struct validate_error verr = {{0}, {0}};
+  cJSON *cfg = api_body_object(req, resp, 0), *configs = NULL, *out = NULL;
+  char *text = NULL;
+  int rc = 0;
+  if (!cfg) return 0;
+  rc = validate_experiment(cfg, &spec, &verr);
+  if (rc == -EINVAL) {
+    cJSON_Delete(cfg);
+    return api_error(resp, 400, "invalid_config", verr.path, "%s: %s", verr.path, verr.message);
+  }
+  if (rc) goto done;
+  if (!spec.has_seed) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)(clock_wall_s() * 1e6);
+    spec.seed = seed & ((1ULL << 53) - 1); /* stays exact as a JSON number */
+  }
+  rc = space_generate(spec.param_space, spec.num_samples, spec.seed, &configs, &verr);
+  if (rc == -EINVAL) {
+    rc = api_error(resp, 400, "invalid_config", verr.path, "%s: %s", verr.path, verr.message);
+    goto done_spec;
+  }
+  if (rc) goto done_spec;
+  if (api_dry_run(req)) {
+    out = cJSON_CreateObject();
+    if (!out || !cJSON_AddBoolToObject(out, "dry_run", 1) ||
+        !cJSON_AddNumberToObject(out, "num_trials", cJSON_GetArraySize(configs)) ||
+        !cJSON_AddNumberToObject(out, "seed", (double)spec.seed)) {
+      rc = -ENOMEM;
+      goto done_spec;
+    }
+    cJSON_AddItemToObject(out, "trials", configs);
+    configs = NULL;
+    rc = api_json(resp, 200, out);
+    out = NULL;
+    goto done_spec;
+  }
+  if (!(text = cJSON_PrintUnformatted(cfg))) {
+    rc = -ENOMEM;
+    goto done_spec;
+  }
+  struct experiment *e = NULL;
+  pthread_mutex_lock(&s->lock);
+  rc = state_add_experiment(s, text, &spec, configs, &e, &resp->ticket);
+  int64_t id = e ? e->id : 0, n = e ? e->num_trials : 0;
+  if (!rc) log_info("experiment %lld '%s' created with %lld trial(s)", (long long)id, e->name,
+                    (long long)n);
+  pthread_mutex_unlock(&s->lock);
+  if (rc) goto done_spec;
+  out = cJSON_CreateObject();
+  if (!out || !cJSON_AddNumberToObject(out, "id", (double)id) ||
+      !cJSON_AddNumberToObject(out, "num_trials", (double)n)) {
+    rc = -ENOMEM;
+    goto done_spec;
+  }
+  rc = api_json(resp, 201, out);
+  out = NULL;
+done_spec:
+  validate_spec_free(&spec); /* emptied when the experiment took it */
+done:
+  cJSON_Delete(out);
+  cJSON_Delete(configs);
+  cJSON_Delete(cfg);
+  free(text);
+  return rc;
+}
+
+int api_experiment_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  (void)req;
+  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "experiments");
+  if (!arr) {
+    cJSON_Delete(root);
+    return -ENOMEM;
+  }
+  pthread_mutex_lock(&s->lock);
+  int rc = 0;
+  for (int64_t i = 0; !rc && i < s->nexps; i++) {
+    cJSON *e = api_experiment_json(s, s->exps[i], 0);
+    if (!e) rc = -ENOMEM;
+    else cJSON_AddItemToArray(arr, e);
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  return api_json(resp, 200, root);
+}
+
+static struct experiment *api_find_experiment(struct server *s, const struct api_req *req,
+                                              struct api_resp *resp) {
+  struct experiment *e = server_experiment(s, req->match->ids[0]);
+  if (!e)
+    api_error(resp, 404, "not_found", req->path, "experiment %lld does not exist",
+              (long long)req->match->ids[0]);
+  return e;
+}
+
+int api_experiment_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  pthread_mutex_lock(&s->lock);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  cJSON *o = e ? api_experiment_json(s, e, 1) : NULL;
+  pthread_mutex_unlock(&s->lock);
+  if (!e) return 0;
+  return o ? api_json(resp, 200, o) : -ENOMEM;
+}
+
+static int cmp_seq(const void *a, const void *b) {
+  const struct trial *x = *(struct trial *const *)a, *y = *(struct trial *const *)b;
+  return (x->updated_seq > y->updated_seq) - (x->updated_seq < y->updated_seq);
+}
+
+int api_experiment_trials(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int64_t since, limit, offset;
+  if (api_query_int(req, resp, "since", -1, INT64_MAX, -1, &since) ||
+      api_query_int(req, resp, "limit", 1, 1000000, 1000000, &limit) ||
+      api_query_int(req, resp, "offset", 0, INT64_MAX, 0, &offset))
+    return 0;
+  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "trials");
+  struct trial **pick = NULL;
+  int rc = 0;
+  if (!arr) {
+    cJSON_Delete(root);
+    return -ENOMEM;
+  }
+  pthread_mutex_lock(&s->lock);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  if (!e) goto out;
+  int64_t last_seq = s->seq, n = 0;
+  pick = malloc((size_t)(e->num_trials ? e->num_trials : 1) * sizeof *pick);
+  if (!pick) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (int64_t i = 0; i < e->num_trials; i++) {
+    struct trial *t = s->trials[e->first_trial_id + i - 1];
+    if (since < 0 || t->updated_seq > since) pick[n++] = t;
+  }
+  /* Incremental reads go in change order so a limit never skips a change:
+   * last_seq is then the newest change that was sent. */
+  if (since >= 0) qsort(pick, (size_t)n, sizeof *pick, cmp_seq);
+  int64_t end = offset + limit < n ? offset + limit : n;
+  if (since >= 0 && end < n && end > offset) last_seq = pick[end - 1]->updated_seq;
+  for (int64_t i = offset; !rc && i < end; i++) {
+    cJSON *t = api_trial_json(s, pick[i]);
+    if (!t) rc = -ENOMEM;
+    else cJSON_AddItemToArray(arr, t);
+  }
+  if (!rc && (!cJSON_AddNumberToObject(root, "last_seq", (double)last_seq) ||
+              !cJSON_AddNumberToObject(root, "total", (double)n)))
+    rc = -ENOMEM;
+out:
+  pthread_mutex_unlock(&s->lock);
+  free(pick);
+  if (!e || rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  return api_json(resp, 200, root);
+}
+
+struct results_ctx {
+  cJSON *arr;
+  int64_t last;
+  int with_seq;
+};
+
+static int api_add_result(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  struct results_ctx *rc = ctx;
+  cJSON *v = cJSON_Parse(data);
+  if (!v) return -ENOMEM;
+  if (rc->with_seq) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddNumberToObject(o, "seq", (double)seq) ||
+        !cJSON_AddNumberToObject(o, "trial_id", (double)trial_id)) {
+      cJSON_Delete(o);
+      cJSON_Delete(v);
+      return -ENOMEM;
+    }
+    cJSON_AddItemToObject(o, "result", v);
+    v = o;
+  }
+  cJSON_AddItemToArray(rc->arr, v);
+  rc->last = seq;
+  return 0;
+}
+
+int api_experiment_results(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int64_t since, limit;
+  if (api_query_int(req, resp, "since", 0, INT64_MAX, 0, &since) ||
+      api_query_int(req, resp, "limit", 1, 1000000, 100000, &limit))
+    return 0;
+  pthread_mutex_lock(&s->lock);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  int64_t upto = s->seq;
+  pthread_mutex_unlock(&s->lock);
+  if (!e) return 0;
+  /* Everything numbered up to `upto` was queued before we looked: once it is
+   * committed the database holds all of it, so last_seq = upto skips nothing. */
+  if (commit_wait(s->commit, commit_last_ticket(s->commit)))
+    return api_error(resp, 500, "store_error", req->path, "the database is not writable");
+  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "results");
+  if (!arr) {
+    cJSON_Delete(root);
+    return -ENOMEM;
+  }
+  struct results_ctx ctx = {arr, since, 1};
+  int64_t got = 0;
+  int rc = store_experiment_results(s->store, e->id, since, limit, api_add_result, &ctx);
+  got = cJSON_GetArraySize(arr);
+  int64_t last = got == limit ? ctx.last : upto;
+  if (!rc && !cJSON_AddNumberToObject(root, "last_seq", (double)(last > since ? last : since)))
+    rc = -ENOMEM;
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  return api_json(resp, 200, root);
+}
+
+struct metric_ctx {
+  struct server *s;
+  struct experiment *e;
+  double *vals;      /* all values, grouped by trial */
+  size_t n, cap;
+  int64_t *trial_of; /* trial id of each value */
+};
+
+static int api_collect_metric(void *ctx, int64_t trial_id, int has, double v) {
+  struct metric_ctx *mc = ctx;
+  if (!has) return 0;
+  if (mc->n == mc->cap) {
+    size_t nc = mc->cap ? mc->cap * 2 : 1024;
+    double *a = realloc(mc->vals, nc * sizeof *a);
+    if (!a) return -ENOMEM;
+    mc->vals = a;
+    int64_t *b = realloc(mc->trial_of, nc * sizeof *b);
+    if (!b) return -ENOMEM;
+    mc->trial_of = b;
+    mc->cap = nc;
+  }
+  mc->vals[mc->n] = v;
+  mc->trial_of[mc->n++] = trial_id;
+  return 0;
+}
+
+/* Best by another metric than the experiment's: read from SQLite. */
+static int api_best_other(struct server *s, struct experiment *e, const char *metric,
+                          enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
+                          double *value) {
+  struct metric_ctx mc = {s, e, NULL, 0, 0, NULL};
+  struct best_series *ser = NULL;
+  int rc = store_experiment_metric(s->store, e->id, metric, api_collect_metric, &mc);
+  if (rc) goto out;
+  rc = -ENOENT;
+  if (!mc.n) goto out;
+  rc = -ENOMEM;
+  if (!(ser = calloc(mc.n, sizeof *ser))) goto out;
+  size_t k = 0;
+  for (size_t i = 0; i < mc.n; i++) {
+    if (!k || ser[k - 1].trial_id != mc.trial_of[i])
+      ser[k++] = (struct best_series){mc.trial_of[i], &mc.vals[i], 0};
+    ser[k - 1].n++;
+  }
+  size_t idx;
+  rc = best_pick(ser, k, scope, mode, &idx, value);
+  if (!rc) *trial_id = ser[idx].trial_id;
+out:
+  free(ser);
+  free(mc.vals);
+  free(mc.trial_of);
+  return rc;
+}
+
+int api_experiment_best(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  const char *metric = req->query(req->conn, "metric");
+  const char *mode_s = req->query(req->conn, "mode");
+  const char *scope_s = req->query(req->conn, "scope");
+  enum best_scope scope;
+  enum spec_mode mode;
+  if (best_scope_parse(scope_s, &scope))
+    return api_error(resp, 400, "invalid_query", "scope", "scope must be one of last, avg, "
+                     "last-5-avg, last-10-avg, all; got '%s'", scope_s);
+  if (mode_s && strcmp(mode_s, "min") && strcmp(mode_s, "max"))
+    return api_error(resp, 400, "invalid_query", "mode", "mode must be min or max, got '%s'",
+                     mode_s);
+  if (metric && (!*metric || strlen(metric) > SPEC_NAME_MAX))
+    return api_error(resp, 400, "invalid_query", "metric", "metric must be 1 to %d characters",
+                     SPEC_NAME_MAX);
+  pthread_mutex_lock(&s->lock);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  if (!e) {
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+  }
+  if (!metric && !e->spec.has_metric) {
+    pthread_mutex_unlock(&s->lock);
+    return api_error(resp, 400, "invalid_query", "metric", "experiment %lld has no metric: "
+                     "pass ?metric=NAME&mode=min|max", (long long)e->id);
+  }
+  mode = mode_s ? (!strcmp(mode_s, "max") ? SPEC_MODE_MAX : SPEC_MODE_MIN)
+         : e->spec.has_metric ? e->spec.mode : SPEC_MODE_MIN;
+  int own = !metric || (e->spec.has_metric && !strcmp(metric, e->spec.metric));
+  char name[SPEC_NAME_MAX + 1];
+  snprintf(name, sizeof name, "%s", own ? e->spec.metric : metric);
+  int64_t trial_id = 0;
+  double value = 0;
+  int rc = own ? api_best_default(s, e, scope, mode, &trial_id, &value) : 0;
+  pthread_mutex_unlock(&s->lock);
+  if (!own) {
+    if (commit_wait(s->commit, commit_last_ticket(s->commit))) return -EIO;
+    rc = api_best_other(s, e, name, scope, mode, &trial_id, &value);
+  }
+  if (rc == -ENOENT)
+    return api_error(resp, 404, "no_result", "metric", "no trial of experiment %lld has a "
+                     "finite '%s' (scope %s)", (long long)e->id, name, best_scope_name(scope));
+  if (rc) return rc;
+  pthread_mutex_lock(&s->lock);
+  cJSON *o = cJSON_CreateObject(), *t = api_trial_json(s, server_trial(s, trial_id));
+  pthread_mutex_unlock(&s->lock);
+  if (!o || !t || !cJSON_AddNumberToObject(o, "trial_id", (double)trial_id) ||
+      !cJSON_AddStringToObject(o, "metric", name) ||
+      !cJSON_AddStringToObject(o, "mode", mode == SPEC_MODE_MAX ? "max" : "min") ||
+      !cJSON_AddStringToObject(o, "scope", best_scope_name(scope)) ||
+      !cJSON_AddNumberToObject(o, "value", value)) {
+    cJSON_Delete(o);
+    cJSON_Delete(t);
+    return -ENOMEM;
+  }
+  cJSON_AddItemToObject(o, "trial", t);
+  return api_json(resp, 200, o);
+}
+
+int api_experiment_cancel(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int rc = 0;
+  pthread_mutex_lock(&s->lock);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  if (!e) goto out;
+  if (e->status != ES_RUNNING) {
+    api_error(resp, 409, "not_running", req->path, "experiment %lld is already %s",
+              (long long)e->id, exp_status_names[e->status]);
+    goto out;
+  }
+  /* Documented choice: cancelling ends every unfinished trial TERMINATED at
+   * once; workers learn it from their next heartbeat or result (stop). */
+  e->status = ES_CANCELLED;
+  e->ended_at = clock_wall_s();
+  int64_t stopped = 0;
+  for (int64_t i = 0; !rc && i < e->num_trials; i++) {
+    struct trial *t = s->trials[e->first_trial_id + i - 1];
+    if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
+    rc = state_end_trial(s, t, TS_TERMINATED, &resp->ticket);
+    stopped++;
+  }
+  e->updated_seq = ++s->seq;
+  if (!rc) rc = state_persist_experiment(s, e, &resp->ticket);
+  if (!rc) {
+    log_info("experiment %lld cancelled, %lld trial(s) stopped", (long long)e->id,
+             (long long)stopped);
+    cJSON *o = api_experiment_json(s, e, 0);
+    rc = o ? api_json(resp, 200, o) : -ENOMEM;
+  }
+out:
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}

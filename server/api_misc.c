@@ -1,0 +1,133 @@
+/* api_misc: /healthz, /metrics, and the dashboard's static files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "static_path.h"
+
+int api_healthz(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  (void)s;
+  (void)req;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddStringToObject(o, "status", "ok") ||
+      !cJSON_AddStringToObject(o, "version", CTUNE_VERSION)) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  return api_json(resp, 200, o);
+}
+
+int api_metrics(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  (void)req;
+  size_t cap = 16384;
+  char *buf = malloc(cap);
+  if (!buf) return -ENOMEM;
+  int64_t trials[TS_COUNT] = {0}, exps[ES_COUNT] = {0}, workers[2] = {0};
+  pthread_mutex_lock(&s->lock);
+  for (int64_t i = 0; i < s->nexps; i++) {
+    exps[s->exps[i]->status]++;
+    for (int j = 0; j < TS_COUNT; j++) trials[j] += s->exps[i]->counts[j];
+  }
+  for (int64_t i = 0; i < s->nworkers; i++) workers[s->workers[i]->lost]++;
+  pthread_mutex_unlock(&s->lock);
+  uint64_t batches, ops;
+  commit_stats(s->commit, &batches, &ops);
+  int off = snprintf(buf, cap, "# HELP ctune_trials Trials by status.\n# TYPE ctune_trials gauge\n");
+  for (int j = 0; j < TS_COUNT; j++)
+    off += snprintf(buf + off, cap - (size_t)off, "ctune_trials{status=\"%s\"} %lld\n",
+                    trial_status_names[j], (long long)trials[j]);
+  off += snprintf(buf + off, cap - (size_t)off,
+                  "# HELP ctune_experiments Experiments by status.\n# TYPE ctune_experiments gauge\n");
+  for (int j = 0; j < ES_COUNT; j++)
+    off += snprintf(buf + off, cap - (size_t)off, "ctune_experiments{status=\"%s\"} %lld\n",
+                    exp_status_names[j], (long long)exps[j]);
+  off += snprintf(buf + off, cap - (size_t)off,
+                  "# HELP ctune_workers Registered workers.\n# TYPE ctune_workers gauge\n"
+                  "ctune_workers{status=\"alive\"} %lld\nctune_workers{status=\"lost\"} %lld\n"
+                  "# HELP ctune_commit_batches_total Transactions of the group commit.\n"
+                  "# TYPE ctune_commit_batches_total counter\nctune_commit_batches_total %llu\n"
+                  "# HELP ctune_commit_ops_total Writes committed.\n"
+                  "# TYPE ctune_commit_ops_total counter\nctune_commit_ops_total %llu\n",
+                  (long long)workers[0], (long long)workers[1], (unsigned long long)batches,
+                  (unsigned long long)ops);
+  int m = off < (int)cap ? metrics_format(&s->metrics, buf + off, cap - (size_t)off) : -ENOSPC;
+  if (m < 0) {
+    free(buf);
+    return -ENOSPC;
+  }
+  free(resp->body);
+  resp->status = 200;
+  resp->body = buf;
+  resp->len = (size_t)(off + m);
+  resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return 0;
+}
+
+static int api_serve_file(const char *root, const char *rel, const struct api_req *req,
+                          struct api_resp *resp) {
+  char path[4096];
+  int rc = static_path_join(root, rel, path, sizeof path);
+  if (rc == -EINVAL)
+    return api_error(resp, 400, "bad_path", req->path, "path %s is not allowed", req->path);
+  int fd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+    close(fd);
+    fd = -1;
+  }
+  if (fd < 0)
+    return api_error(resp, 404, "not_found", req->path, "no file %s", req->path);
+  char etag[64];
+  snprintf(etag, sizeof etag, "\"%llx-%llx\"", (unsigned long long)st.st_size,
+           (unsigned long long)st.st_mtime);
+  api_header(resp, "ETag", "%s", etag);
+  api_header(resp, "Cache-Control", "no-cache");
+  char lm[64];
+  struct tm tm;
+  gmtime_r(&st.st_mtime, &tm);
+  strftime(lm, sizeof lm, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  api_header(resp, "Last-Modified", "%s", lm);
+  const char *inm = req->header(req->conn, "If-None-Match");
+  if (inm && !strcmp(inm, etag)) {
+    close(fd);
+    free(resp->body);
+    resp->body = NULL;
+    resp->len = 0;
+    resp->status = 304;
+    return 0;
+  }
+  char *buf = malloc((size_t)st.st_size + 1);
+  size_t got = 0;
+  while (buf && got < (size_t)st.st_size) {
+    ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  close(fd);
+  if (!buf) return -ENOMEM;
+  free(resp->body);
+  resp->status = 200;
+  resp->body = buf;
+  resp->len = got;
+  resp->content_type = static_content_type(path);
+  return 0;
+}
+
+int api_static_vendor(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  if (!req->match->rest[0])
+    return api_error(resp, 404, "not_found", req->path, "no file %s", req->path);
+  return api_serve_file(s->opt.vendor_dir, req->match->rest, req, resp);
+}
+
+int api_static_web(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  const char *rest = req->match->rest;
+  if (!strncmp(rest, "api/", 4) || !strcmp(rest, "api"))
+    return api_error(resp, 404, "not_found", req->path, "no route for GET %s", req->path);
+  return api_serve_file(s->opt.web_dir, rest, req, resp);
+}

@@ -1,0 +1,100 @@
+/* api_util: JSON replies, the error shape, body and query parsing. */
+#include "api.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int api_json(struct api_resp *r, int status, cJSON *body) {
+  char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+  cJSON_Delete(body);
+  if (!text) return -ENOMEM;
+  free(r->body);
+  r->status = status;
+  r->body = text;
+  r->len = strlen(text);
+  r->content_type = "application/json";
+  return 0;
+}
+
+int api_error(struct api_resp *r, int status, const char *code, const char *path,
+              const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+  if (!e || !cJSON_AddStringToObject(e, "code", code) ||
+      !cJSON_AddStringToObject(e, "message", msg) ||
+      !cJSON_AddStringToObject(e, "path", path ? path : "")) {
+    cJSON_Delete(root);
+    return -ENOMEM;
+  }
+  r->ticket = 0; /* a rejected request changed nothing: no need to wait */
+  return api_json(r, status, root);
+}
+
+int api_no_content(struct api_resp *r) {
+  free(r->body);
+  r->body = NULL;
+  r->len = 0;
+  r->status = 204;
+  r->content_type = NULL;
+  return 0;
+}
+
+void api_header(struct api_resp *r, const char *name, const char *fmt, ...) {
+  if (r->nheaders == API_MAX_HEADERS) return;
+  r->headers[r->nheaders].name = name;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->headers[r->nheaders].value, sizeof r->headers[0].value, fmt, ap);
+  va_end(ap);
+  r->nheaders++;
+}
+
+cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok) {
+  if (req->body_len == 0 && empty_ok) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) api_error(resp, 500, "internal", "", "out of memory");
+    return o;
+  }
+  const char *end = NULL;
+  cJSON *o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, 0);
+  if (!o) {
+    size_t at = end && end >= req->body ? (size_t)(end - req->body) : 0;
+    api_error(resp, 400, "invalid_json", "", "request body is not valid JSON (near byte %zu)",
+              at);
+    return NULL;
+  }
+  if (!cJSON_IsObject(o)) {
+    cJSON_Delete(o);
+    api_error(resp, 400, "invalid_json", "", "request body must be a JSON object");
+    return NULL;
+  }
+  return o;
+}
+
+int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key,
+                  int64_t lo, int64_t hi, int64_t dflt, int64_t *out) {
+  const char *v = req->query(req->conn, key);
+  if (!v) {
+    *out = dflt;
+    return 0;
+  }
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || errno || x < lo || x > hi) {
+    api_error(resp, 400, "invalid_query", key, "query parameter %s must be an integer in "
+              "[%lld, %lld], got '%s'", key, (long long)lo, (long long)hi, v);
+    return -EINVAL;
+  }
+  *out = x;
+  return 0;
+}
+
+cJSON *api_time(double t) { return t > 0 ? cJSON_CreateNumber(t) : cJSON_CreateNull(); }

@@ -1,0 +1,265 @@
+/* api_workers: register, heartbeat (answering which trials to stop), lease
+ * (first pending trial that fits), list. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "clock.h"
+#include "log.h"
+
+/* Reads {"cpu", "gpu", "memory_mb"}; each optional, numbers >= 0. */
+static int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
+                         double *gpu, int64_t *mem, int *has_mem) {
+  if (!o || !cJSON_IsObject(o))
+    return api_error(resp, 400, "invalid_body", where, "%s must be an object like "
+                     "{\"cpu\": 2, \"gpu\": 0, \"memory_mb\": 4096}", where), -EINVAL;
+  *has_mem = 0;
+  for (const cJSON *c = o->child; c; c = c->next) {
+    double *dst = NULL;
+    if (!strcmp(c->string, "cpu")) dst = cpu;
+    else if (!strcmp(c->string, "gpu")) dst = gpu;
+    else if (strcmp(c->string, "memory_mb"))
+      return api_error(resp, 400, "invalid_body", where, "%s.%s: unknown field (cpu, gpu, "
+                       "memory_mb)", where, c->string), -EINVAL;
+    if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || c->valuedouble < 0 ||
+        c->valuedouble > 1e9)
+      return api_error(resp, 400, "invalid_body", where, "%s.%s must be a number >= 0", where,
+                       c->string), -EINVAL;
+    if (dst) *dst = c->valuedouble;
+    else {
+      *mem = (int64_t)c->valuedouble;
+      *has_mem = 1;
+    }
+  }
+  return 0;
+}
+
+int api_worker_register(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 0);
+  if (!b) return 0;
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+  double cpu = 1, gpu = 0;
+  int64_t mem = 0;
+  int has_mem, rc = 0;
+  for (const cJSON *c = b->child; c; c = c->next)
+    if (strcmp(c->string, "name") && strcmp(c->string, "resources")) {
+      rc = api_error(resp, 400, "invalid_body", c->string, "%s: unknown field (name, resources)",
+                     c->string);
+      goto out;
+    }
+  if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 255) {
+    rc = api_error(resp, 400, "invalid_body", "name", "name must be a string of 1 to 255 "
+                   "characters");
+    goto out;
+  }
+  if (api_resources(cJSON_GetObjectItemCaseSensitive(b, "resources"), "resources", resp, &cpu,
+                    &gpu, &mem, &has_mem))
+    goto out;
+  pthread_mutex_lock(&s->lock);
+  struct worker *w = NULL;
+  if (s->nworkers == s->capworkers) {
+    int64_t nc = s->capworkers ? s->capworkers * 2 : 16;
+    struct worker **p = realloc(s->workers, (size_t)nc * sizeof *p);
+    if (!p) rc = -ENOMEM;
+    else s->workers = p, s->capworkers = nc;
+  }
+  if (!rc && (!(w = calloc(1, sizeof *w)) || !(w->name = strdup(name->valuestring)))) {
+    free(w);
+    w = NULL;
+    rc = -ENOMEM;
+  }
+  if (!rc) {
+    w->id = s->nworkers + 1;
+    w->cpu = cpu;
+    w->gpu = gpu;
+    w->memory_mb = mem;
+    w->registered_at = w->last_heartbeat = clock_wall_s();
+    w->last_seen_ms = clock_mono_ms();
+    s->workers[s->nworkers++] = w;
+    rc = state_persist_worker(s, w, &resp->ticket);
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) goto out;
+  log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id,
+           w->name, cpu, gpu, (long long)mem);
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "id", (double)w->id) ||
+      !cJSON_AddNumberToObject(o, "heartbeat_interval_s", s->opt.heartbeat_interval_s) ||
+      !cJSON_AddNumberToObject(o, "lease_timeout_s", s->opt.lease_timeout_s)) {
+    cJSON_Delete(o);
+    rc = -ENOMEM;
+    goto out;
+  }
+  rc = api_json(resp, 201, o);
+out:
+  cJSON_Delete(b);
+  return rc;
+}
+
+static struct worker *api_find_worker(struct server *s, const struct api_req *req,
+                                      struct api_resp *resp) {
+  struct worker *w = server_worker(s, req->match->ids[0]);
+  if (!w)
+    api_error(resp, 404, "unknown_worker", req->path, "worker %lld is not registered: "
+              "register again", (long long)req->match->ids[0]);
+  return w;
+}
+
+static void api_touch(struct worker *w) {
+  w->last_heartbeat = clock_wall_s();
+  w->last_seen_ms = clock_mono_ms();
+  if (w->lost) log_info("worker %lld (%s) is back", (long long)w->id, w->name);
+  w->lost = 0;
+}
+
+int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 1), *out = NULL, *stop;
+  int rc = 0;
+  if (!b) return 0;
+  const cJSON *running = cJSON_GetObjectItemCaseSensitive(b, "running");
+  if (running && !cJSON_IsArray(running)) {
+    rc = api_error(resp, 400, "invalid_body", "running", "running must be an array of trial ids");
+    goto done;
+  }
+  for (const cJSON *c = running ? running->child : NULL; c; c = c->next)
+    if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble != (double)(int64_t)c->valuedouble) {
+      rc = api_error(resp, 400, "invalid_body", "running", "running must hold trial ids "
+                     "(integers >= 1)");
+      goto done;
+    }
+  if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop"))) {
+    rc = -ENOMEM;
+    goto done;
+  }
+  pthread_mutex_lock(&s->lock);
+  struct worker *w = api_find_worker(s, req, resp);
+  if (w) {
+    api_touch(w);
+    for (const cJSON *c = running ? running->child : NULL; c; c = c->next) {
+      struct trial *t = server_trial(s, (int64_t)c->valuedouble);
+      if (!t || t->status != TS_RUNNING || t->worker_id != w->id)
+        cJSON_AddItemToArray(stop, cJSON_CreateNumber(c->valuedouble));
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (w) {
+    rc = api_json(resp, 200, out);
+    out = NULL;
+  }
+done:
+  cJSON_Delete(out);
+  cJSON_Delete(b);
+  return rc;
+}
+
+static cJSON *api_lease_json(struct server *s, const struct trial *t) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
+  int ok = o && cJSON_AddNumberToObject(o, "id", (double)t->id) &&
+           cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
+           cJSON_AddStringToObject(o, "name", t->name) &&
+           cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) &&
+           cJSON_AddItemToObject(o, "trainable", cJSON_Duplicate(e->spec.trainable, 1)) &&
+           (res = cJSON_AddObjectToObject(o, "resources")) &&
+           cJSON_AddNumberToObject(res, "cpu", e->spec.resources.cpu) &&
+           cJSON_AddNumberToObject(res, "gpu", e->spec.resources.gpu) &&
+           cJSON_AddNumberToObject(res, "memory_mb", (double)e->spec.resources.memory_mb) &&
+           cJSON_AddItemToObject(o, "metric", e->spec.has_metric
+                                                  ? cJSON_CreateString(e->spec.metric)
+                                                  : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "mode", e->spec.has_metric
+                                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX
+                                                                         ? "max" : "min")
+                                                : cJSON_CreateNull()) &&
+           cJSON_AddStringToObject(o, "time_attr", e->spec.sched.time_attr) &&
+           cJSON_AddItemToObject(o, "max_t", e->spec.sched.has_max_t
+                                                 ? cJSON_CreateNumber(e->spec.sched.max_t)
+                                                 : cJSON_CreateNull()) &&
+           cJSON_AddNumberToObject(o, "start_iteration", t->nres ? floor(t->last_t) : 0) &&
+           cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
+           cJSON_AddItemToObject(o, "checkpoint_iteration",
+                                 t->has_checkpoint
+                                     ? cJSON_CreateNumber((double)t->checkpoint_iteration)
+                                     : cJSON_CreateNull()) &&
+           cJSON_AddNumberToObject(o, "attempt", t->attempt);
+  if (!ok) {
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}
+
+int api_worker_lease(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 1);
+  int rc = 0;
+  if (!b) return 0;
+  double cpu = 1e9, gpu = 1e9;
+  int64_t mem = 0;
+  int has_mem = 0;
+  const cJSON *free_o = cJSON_GetObjectItemCaseSensitive(b, "free");
+  if (free_o && api_resources(free_o, "free", resp, &cpu, &gpu, &mem, &has_mem)) goto done;
+  pthread_mutex_lock(&s->lock);
+  struct worker *w = api_find_worker(s, req, resp);
+  struct trial *t = NULL;
+  cJSON *o = NULL;
+  if (w) {
+    api_touch(w); /* asking for work is a sign of life too */
+    t = state_lease(s, w, cpu, gpu, mem, has_mem);
+    if (t) {
+      rc = state_persist_trial(s, t, &resp->ticket);
+      if (!rc && !(o = api_lease_json(s, t))) rc = -ENOMEM;
+      if (!rc)
+        log_info("trial %lld leased to worker %lld (attempt %d, from iteration %g)",
+                 (long long)t->id, (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (w && !rc) rc = o ? api_json(resp, 200, o) : api_no_content(resp);
+done:
+  cJSON_Delete(b);
+  return rc;
+}
+
+int api_worker_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  (void)req;
+  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
+  int rc = arr ? 0 : -ENOMEM;
+  pthread_mutex_lock(&s->lock);
+  for (int64_t i = 0; !rc && i < s->nworkers; i++) {
+    struct worker *w = s->workers[i];
+    cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
+    int ok = o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
+             cJSON_AddStringToObject(o, "name", w->name) &&
+             (res = cJSON_AddObjectToObject(o, "resources")) &&
+             cJSON_AddNumberToObject(res, "cpu", w->cpu) &&
+             cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
+             cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
+             (fr = cJSON_AddObjectToObject(o, "free")) &&
+             cJSON_AddNumberToObject(fr, "cpu", w->cpu - w->used_cpu) &&
+             cJSON_AddNumberToObject(fr, "gpu", w->gpu - w->used_gpu) &&
+             cJSON_AddNumberToObject(fr, "memory_mb", (double)(w->memory_mb - w->used_memory_mb)) &&
+             (run = cJSON_AddArrayToObject(o, "running_trials")) &&
+             cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
+             cJSON_AddStringToObject(o, "status", w->lost ? "lost" : "alive");
+    for (int64_t j = 0; ok && j < s->ntrials; j++) {
+      const struct trial *t = s->trials[j];
+      if (t->status == TS_RUNNING && t->worker_id == w->id)
+        ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
+    }
+    if (!ok) {
+      cJSON_Delete(o);
+      rc = -ENOMEM;
+    } else {
+      cJSON_AddItemToArray(arr, o);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  return api_json(resp, 200, root);
+}

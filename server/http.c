@@ -1,0 +1,238 @@
+/* http: one libmicrohttpd daemon (epoll, a small thread pool). A write's reply
+ * is held (the connection suspended) until the commit thread made it durable. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "api.h"
+#include "auth.h"
+#include "clock.h"
+#include "log.h"
+
+struct http {
+  struct server *s;
+  struct MHD_Daemon *d;
+};
+
+enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY };
+
+struct http_req {
+  struct server *s;
+  struct MHD_Connection *conn;
+  double t0;
+  char *body;
+  size_t len, cap, limit;
+  int too_large;
+  enum req_state state;
+  int commit_status;
+  struct api_resp resp;
+};
+
+static const char *http_query(void *conn, const char *key) {
+  return MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static const char *http_header(void *conn, const char *key) {
+  return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, key);
+}
+
+static int http_ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static enum MHD_Result http_send(struct http_req *r) {
+  struct api_resp *p = &r->resp;
+  if (r->commit_status) {
+    free(p->body);
+    memset(p, 0, sizeof *p);
+    if (api_error(p, 500, "store_error", "", "the database did not commit this change")) {
+      p->status = 500;
+    }
+  }
+  struct MHD_Response *m = MHD_create_response_from_buffer(
+      p->len, p->body ? p->body : (void *)"", p->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!m) return MHD_NO;
+  p->body = NULL; /* MHD owns it now */
+  if (p->content_type) MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, p->content_type);
+  for (int i = 0; i < p->nheaders; i++)
+    MHD_add_response_header(m, p->headers[i].name, p->headers[i].value);
+  enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)p->status, m);
+  MHD_destroy_response(m);
+  return ret;
+}
+
+static void http_suspend(void *ctx) {
+  struct http_req *r = ctx;
+  r->state = REQ_WAITING;
+  MHD_suspend_connection(r->conn);
+}
+
+static void http_committed(void *ctx, int status) {
+  struct http_req *r = ctx;
+  r->commit_status = status;
+  r->state = REQ_READY;
+  MHD_resume_connection(r->conn);
+}
+
+static void http_dispatch(struct http_req *r, const char *url, const char *method) {
+  struct server *s = r->s;
+  struct api_resp *resp = &r->resp;
+  struct route_match m;
+  enum route_method meth = route_method_parse(method);
+  if (r->too_large) {
+    api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
+              r->limit);
+    return;
+  }
+  int rc = route_find(api_routes, api_nroutes, meth, url, &m);
+  if (rc == -EOPNOTSUPP) {
+    api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s", method, url);
+    return;
+  }
+  if (rc) {
+    api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
+    return;
+  }
+  if (s->auth && m.route->access != RA_PUBLIC) {
+    int role = auth_role(http_header(r->conn, MHD_HTTP_HEADER_AUTHORIZATION), s->admin_token,
+                         s->worker_token);
+    if (role < 0) {
+      api_error(resp, 401, "unauthorized", url,
+                "missing or wrong token: send Authorization: Bearer <token>");
+      api_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+      return;
+    }
+    if (m.route->access == RA_ADMIN && role != RA_ADMIN) {
+      api_error(resp, 403, "forbidden", url, "a worker token cannot call %s %s", method, url);
+      return;
+    }
+  }
+  struct api_req req = {.method = meth, .path = url, .match = &m,
+                        .body = r->body ? r->body : "", .body_len = r->len, .conn = r->conn,
+                        .query = http_query, .header = http_header};
+  rc = api_handlers[m.route->handler](s, &req, resp);
+  if (rc || !resp->status) {
+    log_error("%s %s: handler failed (%d)", method, url, rc);
+    free(resp->body);
+    memset(resp, 0, sizeof *resp);
+    if (api_error(resp, 500, "internal", url, "internal error (%d)", rc)) resp->status = 500;
+  }
+}
+
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls) {
+  (void)version;
+  struct http *h = cls;
+  struct http_req *r = *con_cls;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    r->s = h->s;
+    r->conn = conn;
+    r->t0 = clock_mono_s();
+    r->limit = HTTP_MAX_BODY;
+    if (!strcmp(method, "PUT") && http_ends_with(url, "/checkpoint"))
+      r->limit = (size_t)h->s->opt.max_checkpoint_bytes;
+    else if (!strcmp(method, "PUT") && http_ends_with(url, "/logs"))
+      r->limit = HTTP_MAX_LOG;
+    *con_cls = r;
+    return MHD_YES;
+  }
+  if (r->state == REQ_READING && *upload_data_size) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (r->too_large || r->len + n > r->limit) {
+      r->too_large = 1; /* keep reading and dropping, answer 413 at the end */
+      return MHD_YES;
+    }
+    if (r->len + n + 1 > r->cap) {
+      size_t nc = r->cap ? r->cap : 4096;
+      while (nc < r->len + n + 1) nc *= 2;
+      char *b = realloc(r->body, nc);
+      if (!b) return MHD_NO;
+      r->body = b;
+      r->cap = nc;
+    }
+    memcpy(r->body + r->len, upload_data, n);
+    r->len += n;
+    r->body[r->len] = 0;
+    return MHD_YES;
+  }
+  if (r->state == REQ_READY) return http_send(r);
+  if (r->state == REQ_WAITING) return MHD_YES; /* spurious call while suspended */
+
+  http_dispatch(r, url, method);
+  if (r->resp.ticket) {
+    int status = 0;
+    int rc = commit_when_done(h->s->commit, r->resp.ticket, http_suspend, http_committed, r,
+                              &status);
+    if (rc == 0) return MHD_YES; /* suspended; http_committed resumes us */
+    r->commit_status = rc == 1 ? status : -EIO;
+  }
+  return http_send(r);
+}
+
+static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode toe) {
+  (void)conn;
+  (void)toe;
+  struct http *h = cls;
+  struct http_req *r = *con_cls;
+  if (!r) return;
+  metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
+  free(r->resp.body);
+  free(r->body);
+  free(r);
+  *con_cls = NULL;
+}
+
+int http_start(struct server *s, struct http **out, int *port_out, char *err, size_t errlen) {
+  struct http *h = calloc(1, sizeof *h);
+  if (!h) return -ENOMEM;
+  h->s = s;
+  struct addrinfo hints = {.ai_flags = AI_NUMERICSERV | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", s->opt.port);
+  int gai = getaddrinfo(s->opt.bind, port, &hints, &ai);
+  if (gai) {
+    snprintf(err, errlen, "--bind %s: %s", s->opt.bind, gai_strerror(gai));
+    free(h);
+    return -EINVAL;
+  }
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY |
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  h->d = MHD_start_daemon(
+      flags, 0, NULL, NULL, http_access, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads, MHD_OPTION_NOTIFY_COMPLETED,
+      http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_CONNECTION_TIMEOUT,
+      120u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!h->d) {
+    snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here?)",
+             s->opt.bind, s->opt.port);
+    free(h);
+    return -EADDRINUSE;
+  }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+  *port_out = info ? info->port : s->opt.port;
+  *out = h;
+  return 0;
+}
+
+void http_stop(struct http *h) {
+  if (!h) return;
+  MHD_stop_daemon(h->d);
+  free(h);
+}

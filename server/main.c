@@ -1,0 +1,107 @@
+/* ctune-server: parses flags, opens the store, rebuilds the model, serves
+ * HTTP until SIGTERM/SIGINT, and expires leases of silent workers. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth.h"
+#include "clock.h"
+#include "http.h"
+#include "log.h"
+#include "opts.h"
+#include "server.h"
+
+int main(int argc, char **argv) {
+  struct server s;
+  enum opts_action action;
+  char err[1024];
+  struct http *http = NULL;
+  int rc = 2, port = 0, state_ready = 0;
+
+  memset(&s, 0, sizeof s);
+  log_set_program("ctune-server");
+  if (opts_parse(argc, argv, &s.opt, &action, err, sizeof err)) {
+    fprintf(stderr, "ctune-server: %s\n", err);
+    return 2;
+  }
+  if (action == OPTS_HELP) {
+    fputs(opts_usage, stdout);
+    return 0;
+  }
+  if (action == OPTS_VERSION) {
+    printf("ctune-server %s\n", CTUNE_VERSION);
+    return 0;
+  }
+  if (s.opt.token_file) {
+    if (auth_load(s.opt.token_file, s.admin_token, s.worker_token, sizeof s.admin_token, err,
+                  sizeof err)) {
+      fprintf(stderr, "ctune-server: %s\n", err);
+      return 2;
+    }
+    s.auth = 1;
+  } else if (!auth_is_loopback(s.opt.bind)) {
+    fprintf(stderr, "ctune-server: refusing to listen on %s without --token-file: anyone who "
+            "can reach it could submit and control experiments. Pass --token-file FILE "
+            "(lines admin=TOKEN and worker=TOKEN) or bind 127.0.0.1.\n", s.opt.bind);
+    return 2;
+  }
+
+  /* Signals are taken synchronously by this thread; block them before any
+   * other thread starts so that they all inherit the mask. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  rc = 1;
+  if (store_open(s.opt.db_path, &s.store, err, sizeof err)) {
+    log_error("%s", err);
+    goto out;
+  }
+  if (state_init(&s)) goto out;
+  state_ready = 1;
+  if (state_load(&s, err, sizeof err)) {
+    log_error("%s", err);
+    goto out;
+  }
+  if (commit_start(s.store, &s.commit)) goto out;
+  if (http_start(&s, &http, &port, err, sizeof err)) {
+    log_error("%s", err);
+    goto out;
+  }
+  log_info("loaded %lld experiment(s), %lld trial(s), %lld worker(s) from %s; lease timeout %g s",
+           (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
+           s.opt.lease_timeout_s);
+  printf("listening on http://%s:%d\n", s.opt.bind, port);
+  fflush(stdout);
+
+  /* Wait for a signal, checking leases a few times a second meanwhile. */
+  for (;;) {
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    int sig = sigtimedwait(&sigs, NULL, &ts);
+    if (sig == SIGTERM || sig == SIGINT) {
+      log_info("signal %d: stopping", sig);
+      break;
+    }
+    pthread_mutex_lock(&s.lock);
+    state_expire_leases(&s, clock_mono_ms());
+    pthread_mutex_unlock(&s.lock);
+  }
+  rc = 0;
+out:
+  /* Order: no new requests, the writer drains (answering held replies),
+   * then the HTTP threads stop and the database closes. */
+  if (s.commit) commit_wait(s.commit, commit_last_ticket(s.commit));
+  http_stop(http);
+  commit_stop(s.commit);
+  if (state_ready) state_free(&s);
+  store_close(s.store);
+  if (!rc) log_info("stopped");
+  return rc;
+}

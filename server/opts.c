@@ -1,0 +1,126 @@
+/* opts: flag parsing for ctune-server (pure: the unit tests call it). */
+#include "opts.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char opts_usage[] =
+    "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
+    "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
+    "                    [--max-checkpoint-mb N] [--web-dir DIR] [--vendor-dir DIR]\n"
+    "                    [--help] [--version]\n"
+    "\n"
+    "  --db PATH               SQLite database (created when missing; default ctune.db)\n"
+    "  --bind ADDR             address to listen on (default 127.0.0.1); a non-loopback\n"
+    "                          address needs --token-file\n"
+    "  --port N                TCP port (default 8470; 0 picks a free one)\n"
+    "  --token-file FILE       lines admin=TOKEN and worker=TOKEN; every API request\n"
+    "                          then needs Authorization: Bearer TOKEN\n"
+    "  --lease-timeout S       seconds without heartbeat before a worker's trials go\n"
+    "                          back to PENDING (default 30)\n"
+    "  --heartbeat-interval S  interval told to workers (default 5)\n"
+    "  --threads N             HTTP threads (default 2)\n"
+    "  --max-checkpoint-mb N   largest checkpoint accepted (default 256)\n"
+    "  --web-dir DIR           dashboard files served at / (default " CTUNE_WEB_DIR_DEFAULT ")\n"
+    "  --vendor-dir DIR        files served at /vendor/ (default " CTUNE_VENDOR_DIR_DEFAULT ")\n";
+
+static int opts_number(const char *flag, const char *v, double lo, double hi, double *out,
+                       char *err, size_t errlen) {
+  char *end = NULL;
+  errno = 0;
+  double x = v ? strtod(v, &end) : NAN;
+  if (!v || !*v || *end || errno || !isfinite(x) || x < lo || x > hi) {
+    snprintf(err, errlen, "%s: expected a number in [%g, %g], got '%s'", flag, lo, hi,
+             v ? v : "(nothing)");
+    return -EINVAL;
+  }
+  *out = x;
+  return 0;
+}
+
+static int opts_integer(const char *flag, const char *v, double lo, double hi, double *out,
+                        char *err, size_t errlen) {
+  if (opts_number(flag, v, lo, hi, out, err, errlen)) return -EINVAL;
+  if (*out != floor(*out)) {
+    snprintf(err, errlen, "%s: expected an integer, got '%s'", flag, v);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action *action,
+               char *err, size_t errlen) {
+  *o = (struct server_options){
+    .db_path = "ctune.db", .bind = "127.0.0.1", .port = 8470, .token_file = NULL,
+    .lease_timeout_s = 30, .heartbeat_interval_s = 5, .web_dir = CTUNE_WEB_DIR_DEFAULT,
+    .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT, .threads = 2,
+    .max_checkpoint_bytes = 256LL * 1024 * 1024};
+  *action = OPTS_RUN;
+  int hb_set = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      *action = OPTS_HELP;
+      return 0;
+    }
+    if (!strcmp(a, "--version")) {
+      *action = OPTS_VERSION;
+      return 0;
+    }
+    /* Every other flag takes a value, as "--flag VALUE" or "--flag=VALUE". */
+    char name[64];
+    const char *v = NULL, *eq = strchr(a, '=');
+    if (strncmp(a, "--", 2)) {
+      snprintf(err, errlen, "unexpected argument '%s' (see --help)", a);
+      return -EINVAL;
+    }
+    if (eq) {
+      snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+      v = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", a);
+      if (i + 1 < argc) v = argv[++i];
+    }
+    double x;
+    if (!strcmp(name, "--db")) o->db_path = v;
+    else if (!strcmp(name, "--bind")) o->bind = v;
+    else if (!strcmp(name, "--token-file")) o->token_file = v;
+    else if (!strcmp(name, "--web-dir")) o->web_dir = v;
+    else if (!strcmp(name, "--vendor-dir")) o->vendor_dir = v;
+    else if (!strcmp(name, "--port")) {
+      if (opts_integer(name, v, 0, 65535, &x, err, errlen)) return -EINVAL;
+      o->port = (int)x;
+    } else if (!strcmp(name, "--lease-timeout")) {
+      if (opts_number(name, v, 0.1, 86400, &x, err, errlen)) return -EINVAL;
+      o->lease_timeout_s = x;
+    } else if (!strcmp(name, "--heartbeat-interval")) {
+      if (opts_number(name, v, 0.05, 3600, &x, err, errlen)) return -EINVAL;
+      o->heartbeat_interval_s = x;
+      hb_set = 1;
+    } else if (!strcmp(name, "--threads")) {
+      if (opts_integer(name, v, 1, 64, &x, err, errlen)) return -EINVAL;
+      o->threads = (int)x;
+    } else if (!strcmp(name, "--max-checkpoint-mb")) {
+      if (opts_integer(name, v, 1, 4096, &x, err, errlen)) return -EINVAL;
+      o->max_checkpoint_bytes = (int64_t)x * 1024 * 1024;
+    } else {
+      snprintf(err, errlen, "unknown flag %s (see --help)", name);
+      return -EINVAL;
+    }
+    if (!v || !*v) {
+      snprintf(err, errlen, "%s needs a value", name);
+      return -EINVAL;
+    }
+  }
+  if (!hb_set && o->heartbeat_interval_s * 3 > o->lease_timeout_s)
+    o->heartbeat_interval_s = o->lease_timeout_s / 3; /* short test timeouts */
+  if (o->heartbeat_interval_s >= o->lease_timeout_s) {
+    snprintf(err, errlen, "--heartbeat-interval (%g) must be shorter than --lease-timeout (%g)",
+             o->heartbeat_interval_s, o->lease_timeout_s);
+    return -EINVAL;
+  }
+  return 0;
+}

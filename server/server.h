@@ -1,0 +1,163 @@
+/* server: the daemon's in-memory model (experiments, trials, workers) and the
+ * one lock that guards it. SQLite is the truth; this is its fast index, built
+ * at start by state_load and kept in step by ops queued to the commit thread. */
+#ifndef CTUNE_SERVER_H
+#define CTUNE_SERVER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "commit.h"
+#include "metrics.h"
+#include "spec.h"
+#include "sched.h"
+#include "store.h"
+
+enum trial_status { TS_PENDING = 0, TS_RUNNING, TS_PAUSED, TS_TERMINATED, TS_ERROR, TS_COUNT };
+enum exp_status { ES_RUNNING = 0, ES_TERMINATED, ES_CANCELLED, ES_COUNT };
+
+extern const char *const trial_status_names[TS_COUNT];
+extern const char *const exp_status_names[ES_COUNT];
+
+struct trial {
+  int64_t id, experiment_id, idx;
+  char *name;
+  char *config; /* JSON text */
+  enum trial_status status;
+  int stopped_early;
+  int bracket;
+  char *error;
+  int has_exit_code, exit_code;
+  int num_failures, attempt;
+  int64_t worker_id;
+  double created_at, started_at, ended_at;
+  int64_t updated_seq;
+  /* Every acknowledged result's time value and decision ('c'/'s'), in order:
+   * the idempotency index. */
+  double *ts;
+  char *decisions;
+  size_t nres, capres;
+  /* The experiment's metric per result that had it (NaN for null): best. */
+  double *values;
+  size_t nvals, capvals;
+  char *last_result; /* JSON text of the last result, NULL before any */
+  double last_t;
+  int has_last_value;
+  double last_value;
+  int has_checkpoint;
+  int64_t checkpoint_iteration;
+};
+
+struct experiment {
+  int64_t id;
+  char *name;
+  char *config; /* the submitted config, JSON text */
+  uint64_t seed;
+  enum exp_status status;
+  double created_at, ended_at;
+  int64_t updated_seq;
+  struct experiment_spec spec;
+  struct sched *sched;
+  int64_t first_trial_id; /* trials of an experiment have consecutive ids */
+  int64_t num_trials;
+  int64_t counts[TS_COUNT];
+  int64_t pending_cursor; /* no PENDING trial has a smaller idx */
+};
+
+struct worker {
+  int64_t id;
+  char *name;
+  double cpu, gpu;
+  int64_t memory_mb;  /* 0: not declared, not accounted */
+  double used_cpu, used_gpu;
+  int64_t used_memory_mb;
+  double registered_at;
+  double last_heartbeat;    /* wall clock, for display */
+  uint64_t last_seen_ms;    /* monotonic, for lease expiry */
+  int lost;
+};
+
+struct server_options {
+  const char *db_path;
+  const char *bind;
+  int port;
+  const char *token_file;
+  double lease_timeout_s;
+  double heartbeat_interval_s;
+  const char *web_dir;
+  const char *vendor_dir;
+  int threads;
+  int64_t max_checkpoint_bytes;
+};
+
+struct server {
+  struct server_options opt;
+  struct store *store;
+  struct commit *commit;
+  struct metrics metrics;
+  char admin_token[256], worker_token[256];
+  int auth;
+
+  pthread_mutex_t lock; /* guards everything below */
+  struct experiment **exps; /* index id-1 */
+  int64_t nexps, capexps;
+  struct trial **trials;    /* index id-1 */
+  int64_t ntrials, captrials;
+  struct worker **workers;  /* index id-1 */
+  int64_t nworkers, capworkers;
+  int64_t seq;              /* the global change counter */
+};
+
+static inline struct trial *server_trial(struct server *s, int64_t id) {
+  return id >= 1 && id <= s->ntrials ? s->trials[id - 1] : NULL;
+}
+static inline struct experiment *server_experiment(struct server *s, int64_t id) {
+  return id >= 1 && id <= s->nexps ? s->exps[id - 1] : NULL;
+}
+static inline struct worker *server_worker(struct server *s, int64_t id) {
+  return id >= 1 && id <= s->nworkers ? s->workers[id - 1] : NULL;
+}
+
+/* state.c — all callers hold s->lock unless the comment says otherwise. */
+int state_init(struct server *s);
+void state_free(struct server *s);
+/* Rebuilds the model from the store (no lock needed: before serving). */
+int state_load(struct server *s, char *err, size_t errlen);
+
+int state_add_experiment(struct server *s, const char *config_json,
+                         struct experiment_spec *spec, const cJSON *configs,
+                         struct experiment **out, uint64_t *ticket);
+/* Queues the trial's / experiment's / worker's current row for the store. */
+int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket);
+int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket);
+int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket);
+
+/* Status changes keep the experiment's counts and cursor right. */
+void state_set_status(struct server *s, struct trial *t, enum trial_status st);
+/* The trial left its worker: give the worker its resources back. */
+void state_release(struct server *s, struct trial *t);
+/* The trial ends (TERMINATED or ERROR): scheduler end, records, end of the
+ * experiment when it was the last. Queues what changed. */
+int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
+                    uint64_t *ticket);
+/* Finds and leases the first pending trial that fits; NULL when none. */
+struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
+                          int64_t memory_mb, int has_memory);
+/* Why a PENDING trial is not running; writes "" when nothing blocks it. */
+void state_pending_reason(struct server *s, const struct trial *t, char *buf, size_t n);
+/* Workers silent for longer than the lease timeout lose their trials. */
+void state_expire_leases(struct server *s, uint64_t now_ms);
+/* Records one acknowledged result in memory (also used by the loader). */
+int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
+                      const cJSON *result, const char *json, int64_t seq);
+
+/* Queues a result op: the row plus what the scheduler recorded. */
+int state_queue_result(struct server *s, struct trial *t, int64_t seq, double time_value,
+                       const char *decision, const char *json,
+                       const struct asha_outcome *rec1, const struct asha_outcome *rec2,
+                       int with_trial_row, uint64_t *ticket);
+int state_queue_asha(struct server *s, struct trial *t, const struct asha_outcome *rec,
+                     uint64_t *ticket);
+
+#endif

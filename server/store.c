@@ -1,0 +1,478 @@
+/* store: SQLite access for ctune-server — migrations, prepared statements for
+ * the hot writes, and the reads the API and the loader need. */
+#include "store.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "migrations.h"
+
+enum {
+  ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_EXP, ST_PUT_TRIAL, ST_INS_RESULT,
+  ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_COUNT
+};
+
+static const char *const store_sql[ST_COUNT] = {
+  [ST_BEGIN] = "BEGIN IMMEDIATE",
+  [ST_COMMIT] = "COMMIT",
+  [ST_ROLLBACK] = "ROLLBACK",
+  [ST_PUT_EXP] = "INSERT OR REPLACE INTO experiments(id,name,status,config,seed,"
+                 "created_at,ended_at,updated_seq) VALUES(?,?,?,?,?,?,?,?)",
+  [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
+                   "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
+                   "worker_id,created_at,started_at,ended_at,updated_seq) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+  [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data) "
+                    "VALUES(?,?,?,?,?,?)",
+  [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
+                  "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
+  [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
+                    "registered_at,last_heartbeat) VALUES(?,?,?,?,?,?,?)",
+  [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
+                  "VALUES(?,?,?,?)",
+  [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
+};
+
+struct store {
+  sqlite3 *w;                 /* writer: commit thread only */
+  sqlite3 *r;                 /* reader: guarded by rlock */
+  pthread_mutex_t rlock;
+  sqlite3_stmt *stmt[ST_COUNT];
+};
+
+static int store_exec(sqlite3 *db, const char *sql, char *err, size_t errlen,
+                      const char *what) {
+  char *msg = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    snprintf(err, errlen, "%s: %s", what, msg ? msg : sqlite3_errmsg(db));
+    sqlite3_free(msg);
+    return -EIO;
+  }
+  return 0;
+}
+
+static int store_user_version(sqlite3 *db, int *v) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+    return -EIO;
+  int rc = sqlite3_step(s) == SQLITE_ROW ? 0 : -EIO;
+  if (!rc) *v = sqlite3_column_int(s, 0);
+  sqlite3_finalize(s);
+  return rc;
+}
+
+static int store_migrate(sqlite3 *db, char *err, size_t errlen) {
+  int have = 0;
+  if (store_user_version(db, &have)) {
+    snprintf(err, errlen, "reading user_version: %s", sqlite3_errmsg(db));
+    return -EIO;
+  }
+  for (int i = 0; i < migrations_count; i++) {
+    const struct migration *m = &migrations_table[i];
+    if (m->version <= have) continue;
+    char what[160], pragma[64];
+    snprintf(what, sizeof what, "migration %s", m->name);
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", m->version);
+    if (store_exec(db, "BEGIN IMMEDIATE", err, errlen, what)) return -EIO;
+    if (store_exec(db, m->sql, err, errlen, what) ||
+        store_exec(db, pragma, err, errlen, what)) {
+      sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+      return -EIO;
+    }
+    if (store_exec(db, "COMMIT", err, errlen, what)) return -EIO;
+    log_info("store: applied migration %s", m->name);
+  }
+  return 0;
+}
+
+static int store_open_conn(const char *path, sqlite3 **db, char *err, size_t errlen) {
+  if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                      SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    snprintf(err, errlen, "cannot open database %s: %s", path,
+             *db ? sqlite3_errmsg(*db) : "out of memory");
+    return -EIO;
+  }
+  sqlite3_busy_timeout(*db, 5000);
+  return 0;
+}
+
+int store_open(const char *path, struct store **out, char *err, size_t errlen) {
+  struct store *st = calloc(1, sizeof *st);
+  if (!st) return -ENOMEM;
+  if (pthread_mutex_init(&st->rlock, NULL)) { free(st); return -ENOMEM; }
+  int rc = -EIO;
+  if (store_open_conn(path, &st->w, err, errlen)) goto fail;
+  /* WAL + synchronous=NORMAL: a commit is in the WAL file (the OS has it)
+   * before we answer, so kill -9 of the server loses nothing acknowledged;
+   * only a power cut could lose the last commits. */
+  if (store_exec(st->w, "PRAGMA journal_mode=WAL", err, errlen, "enabling WAL") ||
+      store_exec(st->w, "PRAGMA synchronous=NORMAL", err, errlen, "setting synchronous") ||
+      store_exec(st->w, "PRAGMA foreign_keys=OFF", err, errlen, "pragma"))
+    goto fail;
+  if (store_migrate(st->w, err, errlen)) goto fail;
+  for (int i = 0; i < ST_COUNT; i++) {
+    if (sqlite3_prepare_v3(st->w, store_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                           &st->stmt[i], NULL) != SQLITE_OK) {
+      snprintf(err, errlen, "preparing statement %d: %s", i, sqlite3_errmsg(st->w));
+      goto fail;
+    }
+  }
+  if (store_open_conn(path, &st->r, err, errlen)) goto fail;
+  *out = st;
+  return 0;
+fail:
+  store_close(st);
+  return rc;
+}
+
+void store_close(struct store *st) {
+  if (!st) return;
+  for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(st->stmt[i]);
+  sqlite3_close(st->r);
+  sqlite3_close(st->w);
+  pthread_mutex_destroy(&st->rlock);
+  free(st);
+}
+
+/* Runs a bound statement to completion and resets it for the next use. */
+static int store_step(struct store *st, sqlite3_stmt *s) {
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  if (rc != SQLITE_DONE) {
+    log_error("store: %s", sqlite3_errmsg(st->w));
+    return rc == SQLITE_CONSTRAINT ? -EEXIST : -EIO;
+  }
+  return 0;
+}
+
+static void bind_text(sqlite3_stmt *s, int i, const char *v) {
+  if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+  else sqlite3_bind_null(s, i);
+}
+
+static void bind_time(sqlite3_stmt *s, int i, double v) {
+  if (v > 0) sqlite3_bind_double(s, i, v);
+  else sqlite3_bind_null(s, i);
+}
+
+int store_begin(struct store *st) { return store_step(st, st->stmt[ST_BEGIN]); }
+int store_commit(struct store *st) { return store_step(st, st->stmt[ST_COMMIT]); }
+int store_rollback(struct store *st) { return store_step(st, st->stmt[ST_ROLLBACK]); }
+
+int store_put_experiment(struct store *st, const struct store_experiment_row *r) {
+  sqlite3_stmt *s = st->stmt[ST_PUT_EXP];
+  sqlite3_bind_int64(s, 1, r->id);
+  bind_text(s, 2, r->name);
+  bind_text(s, 3, r->status);
+  bind_text(s, 4, r->config);
+  sqlite3_bind_int64(s, 5, (int64_t)r->seed);
+  sqlite3_bind_double(s, 6, r->created_at);
+  if (r->has_ended_at) sqlite3_bind_double(s, 7, r->ended_at);
+  else sqlite3_bind_null(s, 7);
+  sqlite3_bind_int64(s, 8, r->updated_seq);
+  return store_step(st, s);
+}
+
+int store_put_trial(struct store *st, const struct store_trial_row *r) {
+  sqlite3_stmt *s = st->stmt[ST_PUT_TRIAL];
+  sqlite3_bind_int64(s, 1, r->id);
+  sqlite3_bind_int64(s, 2, r->experiment_id);
+  sqlite3_bind_int64(s, 3, r->idx);
+  bind_text(s, 4, r->name);
+  bind_text(s, 5, r->status);
+  sqlite3_bind_int(s, 6, r->stopped_early);
+  bind_text(s, 7, r->config);
+  sqlite3_bind_int(s, 8, r->bracket);
+  bind_text(s, 9, r->error);
+  if (r->has_exit_code) sqlite3_bind_int(s, 10, r->exit_code);
+  else sqlite3_bind_null(s, 10);
+  sqlite3_bind_int(s, 11, r->num_failures);
+  sqlite3_bind_int(s, 12, r->attempt);
+  if (r->worker_id) sqlite3_bind_int64(s, 13, r->worker_id);
+  else sqlite3_bind_null(s, 13);
+  sqlite3_bind_double(s, 14, r->created_at);
+  bind_time(s, 15, r->started_at);
+  bind_time(s, 16, r->ended_at);
+  sqlite3_bind_int64(s, 17, r->updated_seq);
+  return store_step(st, s);
+}
+
+int store_insert_result(struct store *st, const struct store_result_row *r) {
+  sqlite3_stmt *s = st->stmt[ST_INS_RESULT];
+  sqlite3_bind_int64(s, 1, r->seq);
+  sqlite3_bind_int64(s, 2, r->trial_id);
+  sqlite3_bind_int64(s, 3, r->experiment_id);
+  sqlite3_bind_double(s, 4, r->t);
+  bind_text(s, 5, r->decision);
+  bind_text(s, 6, r->data);
+  return store_step(st, s);
+}
+
+int store_insert_asha(struct store *st, const struct store_asha_row *r) {
+  sqlite3_stmt *s = st->stmt[ST_INS_ASHA];
+  sqlite3_bind_int64(s, 1, r->experiment_id);
+  sqlite3_bind_int64(s, 2, r->trial_id);
+  sqlite3_bind_int(s, 3, r->bracket);
+  sqlite3_bind_double(s, 4, r->milestone);
+  if (isfinite(r->value)) sqlite3_bind_double(s, 5, r->value);
+  else sqlite3_bind_null(s, 5);
+  sqlite3_bind_int(s, 6, r->stopped_early);
+  sqlite3_bind_int64(s, 7, r->seq);
+  return store_step(st, s);
+}
+
+int store_put_worker(struct store *st, const struct store_worker_row *r) {
+  sqlite3_stmt *s = st->stmt[ST_PUT_WORKER];
+  sqlite3_bind_int64(s, 1, r->id);
+  bind_text(s, 2, r->name);
+  sqlite3_bind_double(s, 3, r->cpu);
+  sqlite3_bind_double(s, 4, r->gpu);
+  sqlite3_bind_int64(s, 5, r->memory_mb);
+  sqlite3_bind_double(s, 6, r->registered_at);
+  sqlite3_bind_double(s, 7, r->last_heartbeat);
+  return store_step(st, s);
+}
+
+int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
+                         uint32_t crc, const void *data, size_t len) {
+  sqlite3_stmt *s = st->stmt[ST_PUT_CKPT];
+  sqlite3_bind_int64(s, 1, trial_id);
+  sqlite3_bind_int64(s, 2, iteration);
+  sqlite3_bind_int64(s, 3, (int64_t)crc);
+  sqlite3_bind_blob64(s, 4, len ? data : "", len, SQLITE_STATIC);
+  return store_step(st, s);
+}
+
+int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len) {
+  sqlite3_stmt *s = st->stmt[ST_PUT_LOG];
+  sqlite3_bind_int64(s, 1, trial_id);
+  sqlite3_bind_text64(s, 2, log, len, SQLITE_STATIC, SQLITE_UTF8);
+  return store_step(st, s);
+}
+
+/* ---- reader side ---- */
+
+static const char *col_text(sqlite3_stmt *s, int i) {
+  return (const char *)sqlite3_column_text(s, i);
+}
+
+static double col_time(sqlite3_stmt *s, int i) {
+  return sqlite3_column_type(s, i) == SQLITE_NULL ? 0 : sqlite3_column_double(s, i);
+}
+
+/* Prepares on the reader connection; the caller holds rlock. */
+static int store_rprep(struct store *st, const char *sql, sqlite3_stmt **s) {
+  if (sqlite3_prepare_v2(st->r, sql, -1, s, NULL) != SQLITE_OK) {
+    log_error("store: %s", sqlite3_errmsg(st->r));
+    return -EIO;
+  }
+  return 0;
+}
+
+static int store_load_rows(struct store *st, const struct store_loader *l) {
+  sqlite3_stmt *s = NULL;
+  int rc = 0, step;
+  if (store_rprep(st, "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq "
+                  "FROM experiments ORDER BY id", &s)) return -EIO;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_experiment_row r = {
+      .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1), .status = col_text(s, 2),
+      .config = col_text(s, 3), .seed = (uint64_t)sqlite3_column_int64(s, 4),
+      .created_at = sqlite3_column_double(s, 5),
+      .has_ended_at = sqlite3_column_type(s, 6) != SQLITE_NULL,
+      .ended_at = sqlite3_column_double(s, 6), .updated_seq = sqlite3_column_int64(s, 7)};
+    rc = l->experiment(l->ctx, &r);
+  }
+  sqlite3_finalize(s);
+  if (rc) return rc;
+
+  if (store_rprep(st, "SELECT id,experiment_id,idx,name,status,stopped_early,config,bracket,"
+                  "error,exit_code,num_failures,attempt,worker_id,created_at,started_at,"
+                  "ended_at,updated_seq FROM trials ORDER BY id", &s)) return -EIO;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_trial_row r = {
+      .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
+      .idx = sqlite3_column_int64(s, 2), .name = col_text(s, 3), .status = col_text(s, 4),
+      .stopped_early = sqlite3_column_int(s, 5), .config = col_text(s, 6),
+      .bracket = sqlite3_column_int(s, 7), .error = col_text(s, 8),
+      .has_exit_code = sqlite3_column_type(s, 9) != SQLITE_NULL,
+      .exit_code = sqlite3_column_int(s, 9), .num_failures = sqlite3_column_int(s, 10),
+      .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
+      .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
+      .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16)};
+    rc = l->trial(l->ctx, &r);
+  }
+  sqlite3_finalize(s);
+  if (rc) return rc;
+
+  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data FROM results "
+                  "ORDER BY seq", &s)) return -EIO;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_result_row r = {
+      .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
+      .experiment_id = sqlite3_column_int64(s, 2), .t = sqlite3_column_double(s, 3),
+      .decision = col_text(s, 4), .data = col_text(s, 5)};
+    rc = l->result(l->ctx, &r);
+  }
+  sqlite3_finalize(s);
+  if (rc) return rc;
+
+  if (store_rprep(st, "SELECT experiment_id,trial_id,bracket,milestone,value,stopped_early,"
+                  "seq FROM asha_records ORDER BY seq, rowid", &s)) return -EIO;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_asha_row r = {
+      .experiment_id = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
+      .bracket = sqlite3_column_int(s, 2), .milestone = sqlite3_column_double(s, 3),
+      .value = sqlite3_column_type(s, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 4),
+      .stopped_early = sqlite3_column_int(s, 5), .seq = sqlite3_column_int64(s, 6)};
+    rc = l->asha(l->ctx, &r);
+  }
+  sqlite3_finalize(s);
+  if (rc) return rc;
+
+  if (store_rprep(st, "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat "
+                  "FROM workers ORDER BY id", &s)) return -EIO;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_worker_row r = {
+      .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1),
+      .cpu = sqlite3_column_double(s, 2), .gpu = sqlite3_column_double(s, 3),
+      .memory_mb = sqlite3_column_int64(s, 4), .registered_at = sqlite3_column_double(s, 5),
+      .last_heartbeat = sqlite3_column_double(s, 6)};
+    rc = l->worker(l->ctx, &r);
+  }
+  sqlite3_finalize(s);
+  if (rc) return rc;
+
+  if (store_rprep(st, "SELECT trial_id,iteration FROM checkpoints", &s)) return -EIO;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
+    rc = l->checkpoint(l->ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
+  sqlite3_finalize(s);
+  return rc;
+}
+
+int store_load(struct store *st, const struct store_loader *l) {
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_load_rows(st, l);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+static int store_each_result(struct store *st, sqlite3_stmt *s, store_result_fn fn,
+                             void *ctx) {
+  int rc = 0, step;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
+    rc = fn(ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), col_text(s, 2));
+  if (!rc && step != SQLITE_DONE) {
+    log_error("store: %s", sqlite3_errmsg(st->r));
+    rc = -EIO;
+  }
+  return rc;
+}
+
+int store_trial_results(struct store *st, int64_t trial_id, store_result_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT seq,trial_id,data FROM results WHERE trial_id=? "
+                       "ORDER BY seq", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, trial_id);
+    rc = store_each_result(st, s, fn, ctx);
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since,
+                             int64_t limit, store_result_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT seq,trial_id,data FROM results WHERE experiment_id=? "
+                       "AND seq>? ORDER BY seq LIMIT ?", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, experiment_id);
+    sqlite3_bind_int64(s, 2, since);
+    sqlite3_bind_int64(s, 3, limit > 0 ? limit : -1);
+    rc = store_each_result(st, s, fn, ctx);
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_experiment_metric(struct store *st, int64_t experiment_id, const char *metric,
+                            store_metric_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  /* json_extract with a quoted key so metric names with dots stay one key. */
+  int rc = store_rprep(st, "SELECT trial_id, json_extract(data, '$.\"' || ? || '\"') "
+                       "FROM results WHERE experiment_id=? ORDER BY trial_id, seq", &s);
+  if (!rc) {
+    sqlite3_bind_text(s, 1, metric, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, experiment_id);
+    int step;
+    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+      int type = sqlite3_column_type(s, 1);
+      int has = type == SQLITE_INTEGER || type == SQLITE_FLOAT;
+      rc = fn(ctx, sqlite3_column_int64(s, 0), has, has ? sqlite3_column_double(s, 1) : 0);
+    }
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
+                         uint32_t *crc, void **data, size_t *len) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT iteration,crc32,data FROM checkpoints WHERE trial_id=?", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, trial_id);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+      size_t n = (size_t)sqlite3_column_bytes(s, 2);
+      void *buf = malloc(n ? n : 1);
+      if (!buf) rc = -ENOMEM;
+      else {
+        if (n) memcpy(buf, sqlite3_column_blob(s, 2), n);
+        *iteration = sqlite3_column_int64(s, 0);
+        *crc = (uint32_t)sqlite3_column_int64(s, 1);
+        *data = buf;
+        *len = n;
+      }
+    } else rc = -ENOENT;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT log FROM logs WHERE trial_id=?", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, trial_id);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+      size_t n = (size_t)sqlite3_column_bytes(s, 0);
+      char *buf = malloc(n + 1);
+      if (!buf) rc = -ENOMEM;
+      else {
+        if (n) memcpy(buf, sqlite3_column_text(s, 0), n);
+        buf[n] = 0;
+        *log = buf;
+        *len = n;
+      }
+    } else rc = -ENOENT;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}

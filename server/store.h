@@ -1,0 +1,114 @@
+/* store: every SQL statement of ctune-server. One writer connection (used only
+ * by the commit thread) and one reader connection (shared under a mutex). */
+#ifndef CTUNE_STORE_H
+#define CTUNE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+
+/* Plain copies of rows; strings are owned by whoever filled the struct. */
+struct store_experiment_row {
+  int64_t id;
+  const char *name;
+  const char *status;
+  const char *config;
+  uint64_t seed;
+  double created_at;
+  int has_ended_at;
+  double ended_at;
+  int64_t updated_seq;
+};
+
+struct store_trial_row {
+  int64_t id, experiment_id, idx;
+  const char *name;
+  const char *status;
+  int stopped_early;
+  const char *config;
+  int bracket;
+  const char *error; /* NULL = SQL NULL */
+  int has_exit_code;
+  int exit_code;
+  int num_failures, attempt;
+  int64_t worker_id; /* 0 = none */
+  double created_at;
+  double started_at, ended_at; /* 0 = none */
+  int64_t updated_seq;
+};
+
+struct store_result_row {
+  int64_t seq, trial_id, experiment_id;
+  double t;
+  const char *decision;
+  const char *data;
+};
+
+struct store_asha_row {
+  int64_t experiment_id, trial_id;
+  int bracket;
+  double milestone;
+  double value; /* NaN stored as NULL */
+  int stopped_early;
+  int64_t seq;
+};
+
+struct store_worker_row {
+  int64_t id;
+  const char *name;
+  double cpu, gpu;
+  int64_t memory_mb;
+  double registered_at, last_heartbeat;
+};
+
+/* Opens (creating) the database in WAL mode and applies the migrations of
+ * schema/ that user_version says are missing, each in its own transaction.
+ * On failure *err names the step. -EIO / -ENOMEM. */
+int store_open(const char *path, struct store **out, char *err, size_t errlen);
+void store_close(struct store *st);
+
+/* Writer side (commit thread only). */
+int store_begin(struct store *st);
+int store_commit(struct store *st);
+int store_rollback(struct store *st);
+int store_put_experiment(struct store *st, const struct store_experiment_row *r);
+int store_put_trial(struct store *st, const struct store_trial_row *r);
+int store_insert_result(struct store *st, const struct store_result_row *r);
+int store_insert_asha(struct store *st, const struct store_asha_row *r);
+int store_put_worker(struct store *st, const struct store_worker_row *r);
+int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
+                         uint32_t crc, const void *data, size_t len);
+int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
+
+/* Reader side: the loader at start (callbacks return 0 or stop with an error). */
+struct store_loader {
+  void *ctx;
+  int (*experiment)(void *ctx, const struct store_experiment_row *r);
+  int (*trial)(void *ctx, const struct store_trial_row *r);
+  /* every result in seq order (the in-memory indexes are rebuilt from it) */
+  int (*result)(void *ctx, const struct store_result_row *r);
+  int (*asha)(void *ctx, const struct store_asha_row *r);
+  int (*worker)(void *ctx, const struct store_worker_row *r);
+  int (*checkpoint)(void *ctx, int64_t trial_id, int64_t iteration);
+};
+int store_load(struct store *st, const struct store_loader *l);
+
+/* Results of one trial in order (limit <= 0: all), or of one experiment after
+ * seq `since`. The callback sees (seq, trial_id, data). */
+typedef int (*store_result_fn)(void *ctx, int64_t seq, int64_t trial_id, const char *data);
+int store_trial_results(struct store *st, int64_t trial_id, store_result_fn fn, void *ctx);
+int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since,
+                             int64_t limit, store_result_fn fn, void *ctx);
+/* Values of `metric` for every result of the experiment, ordered by trial then
+ * seq; non-numbers and missing keys arrive as has=0. */
+typedef int (*store_metric_fn)(void *ctx, int64_t trial_id, int has, double v);
+int store_experiment_metric(struct store *st, int64_t experiment_id, const char *metric,
+                            store_metric_fn fn, void *ctx);
+/* Checkpoint: -ENOENT when none. *data is malloc'd, the caller frees it. */
+int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
+                         uint32_t *crc, void **data, size_t *len);
+/* Log tail: -ENOENT when none. *log is malloc'd (NUL-terminated). */
+int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len);
+
+#endif
