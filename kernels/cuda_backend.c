@@ -133,6 +133,8 @@ struct backend {
   struct gpu_plan plan;
   int max_batch, ndev, first_linear, last_conv;
   int train_ready, slot;
+  int oom_pending; /* training buffers did not fit: a smaller batch re-plans */
+  int broken;      /* a failed re-plan left no buffers: every call fails so */
   int64_t step;
   int64_t limit_bytes;
   struct cuda_dev dev[CUDA_MAX_DEVICES];
@@ -270,6 +272,7 @@ static int ensure_train(struct backend *b) {
   b->train_ready = 1;
   return 0;
 fail:
+  if (rc == -ENOMEM) b->oom_pending = 1;
   /* leave no half-made training state: free what this call allocated */
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
@@ -474,11 +477,75 @@ fail:
   return rc;
 }
 
+static int cuda_get_state(struct backend *b, float *params, float *opt_state,
+                          int64_t *step);
+
+/* After the training buffers did not fit, the trainer's --oom-retry calls
+ * train_step with half the batch: plan and allocate again for that batch,
+ * keeping the weights. */
+static int replan(struct backend *b, int max_batch) {
+  int rc = 0;
+  float *keep = malloc((size_t)b->plan.n_params * sizeof(float));
+  if (!keep) return -ENOMEM;
+  rc = cuda_get_state(b, keep, NULL, NULL);
+  if (rc) goto fail;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaStreamSynchronize(d->compute));
+    CU(cudaStreamSynchronize(d->copy));
+    if (d->train_block) {
+      CU(cudaFree(d->train_block));
+      gpu_mem_release(&d->mem, d->train_size);
+      d->train_block = NULL;
+    }
+    if (d->eval_block) {
+      CU(cudaFree(d->eval_block));
+      gpu_mem_release(&d->mem, d->eval_size);
+      d->eval_block = NULL;
+    }
+  }
+  b->train_ready = 0;
+  b->broken = -EIO; /* until every device has its buffers again */
+  struct gpu_plan plan;
+  int per_dev = (max_batch + b->ndev - 1) / b->ndev;
+  rc = gpu_plan_init(&b->L, b->opt.kind, per_dev, &plan);
+  if (rc) goto fail;
+  b->plan = plan;
+  b->max_batch = max_batch;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    d->eval_size = plan.eval_bytes;
+    rc = arena_alloc(b, d, d->eval_size, plan.eval_bytes + plan.train_bytes,
+                     &d->eval_block);
+    if (rc) goto fail;
+    rc = carve_eval(b, d);
+    if (rc) goto fail;
+    BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
+    CU(cudaMemcpyAsync(d->params, keep, (size_t)plan.n_params * sizeof(float),
+                       cudaMemcpyHostToDevice, d->compute));
+    CU(cudaStreamSynchronize(d->compute));
+  }
+  b->broken = 0;
+  b->oom_pending = 0;
+  log_warn("cuda: device memory re-planned for batch %d", max_batch);
+fail:
+  if (b->broken) b->broken = rc ? rc : -EIO;
+  free(keep);
+  return rc;
+}
+
 static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
                            int n, float *loss_out) {
+  if (b->broken) return b->broken;
   int rc = check_batch(b, x, y, n, "train_step");
   if (rc) return rc;
   if (!loss_out) return -EINVAL;
+  if (!b->train_ready && b->oom_pending && n < b->max_batch) {
+    rc = replan(b, n);
+    if (rc) return rc;
+  }
   rc = ensure_train(b);
   if (rc) return rc;
   const int slot = b->slot;
@@ -563,6 +630,7 @@ fail:
 static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
                          int n, double *loss_sum, int *correct) {
   int rc = 0;
+  if (b->broken) return b->broken;
   if (!x || !y || n < 0 || !loss_sum || !correct) return -EINVAL;
   const int last = b->L.n_layers - 1;
   double loss = 0.0;
@@ -613,6 +681,7 @@ fail:
 static int cuda_set_state(struct backend *b, const float *params,
                           const float *opt_state, int64_t step) {
   int rc = 0;
+  if (b->broken) return b->broken;
   if (!params || step < 0) return -EINVAL;
   if (opt_state) {
     rc = ensure_train(b);
@@ -646,6 +715,7 @@ static int cuda_get_state(struct backend *b, float *params, float *opt_state,
                           int64_t *step) {
   int rc = 0;
   struct cuda_dev *d = &b->dev[0];
+  if (b->broken) return b->broken;
   CU(cudaSetDevice(d->id));
   CU(cudaStreamSynchronize(d->compute));
   if (params)
@@ -784,9 +854,11 @@ static int cuda_create(const struct model_spec *spec,
   int per_dev = (max_batch + want - 1) / want;
   rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
   if (rc) goto fail;
-  /* Refuse before touching a device when the whole plan cannot fit. */
+  /* Refuse before touching a device when even evaluation cannot fit. The
+   * training buffers come at the first step, so that an out-of-memory there
+   * can be retried with a smaller batch (--oom-retry) on this backend. */
   const int64_t need = b->plan.eval_bytes + b->plan.train_bytes;
-  if (b->limit_bytes && need > b->limit_bytes) {
+  if (b->limit_bytes && b->plan.eval_bytes > b->limit_bytes) {
     char msg[256];
     gpu_mem_oom_message(msg, sizeof(msg), max_batch, need, b->limit_bytes, 0);
     set_error("%s", msg);
