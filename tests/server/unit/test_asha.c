@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -537,6 +538,89 @@ START_TEST(many_trials_fast)
 }
 END_TEST
 
+static double num_or_special(const cJSON *v)
+{
+	if (cJSON_IsString(v))
+		return strcmp(v->valuestring, "nan") == 0 ? NAN
+		       : strcmp(v->valuestring, "inf") == 0 ? INFINITY : -INFINITY;
+	return v->valuedouble;
+}
+
+static cJSON *load_vectors(void)
+{
+	FILE *f = fopen(ASHA_RAY_VECTORS, "rb");
+	char *buf;
+	long n;
+	cJSON *doc;
+	ck_assert_msg(f != NULL, "cannot open %s", ASHA_RAY_VECTORS);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = 0;
+	fclose(f);
+	doc = cJSON_Parse(buf);
+	free(buf);
+	ck_assert_ptr_nonnull(doc);
+	return doc;
+}
+
+/* Streams decided by a Python transcription of Ray's bracket logic with
+ * numpy.nanpercentile (gen_asha_vectors.py): every decision and cutoff
+ * must agree. */
+START_TEST(agrees_with_ray_reference)
+{
+	cJSON *doc = load_vectors(), *c;
+	int results = 0, stops = 0, cutoffs = 0;
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+		const char *mode = cJSON_GetObjectItem(c, "mode")->valuestring;
+		struct asha *a = make(cJSON_GetObjectItem(c, "max_t")->valuedouble,
+				      cJSON_GetObjectItem(c, "grace_period")->valuedouble,
+				      cJSON_GetObjectItem(c, "reduction_factor")->valuedouble,
+				      cJSON_GetObjectItem(c, "brackets")->valueint,
+				      strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN, 0);
+		cJSON *e;
+		int k = 0;
+		cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "events")) {
+			const char *op = cJSON_GetArrayItem(e, 0)->valuestring;
+			int64_t id = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
+			double t = cJSON_GetArrayItem(e, 2)->valuedouble;
+			double v = num_or_special(cJSON_GetArrayItem(e, 3));
+			struct asha_outcome o;
+			if (strcmp(op, "add") == 0) {
+				ck_assert_int_eq(asha_add_trial(a, id, (int)t), 0);
+			} else if (strcmp(op, "end") == 0) {
+				ck_assert_int_eq(asha_on_trial_end(a, id, 1, t, v, &o), 0);
+			} else {
+				const char *want = cJSON_GetArrayItem(e, 4)->valuestring;
+				cJSON *wc = cJSON_GetArrayItem(e, 5);
+				ck_assert_int_eq(asha_on_result(a, id, t, v, &o), 0);
+				ck_assert_msg(o.decision == (strcmp(want, "stop") == 0 ? ASHA_STOP : ASHA_CONTINUE),
+					      "%s case event %d: decision %d, Ray says %s", mode, k, o.decision, want);
+				if (cJSON_IsNull(wc)) {
+					ck_assert_msg(!o.has_cutoff || o.reason == ASHA_REASON_MAX_T,
+						      "event %d: cutoff where Ray has none", k);
+				} else {
+					ck_assert_msg(o.has_cutoff && fabs(o.cutoff - wc->valuedouble) <=
+						      1e-12 * fmax(1, fabs(wc->valuedouble)),
+						      "event %d: cutoff %.17g, Ray %.17g", k, o.cutoff, wc->valuedouble);
+					cutoffs++;
+				}
+				results++;
+				stops += o.decision == ASHA_STOP;
+			}
+			k++;
+		}
+		asha_free(a);
+	}
+	ck_assert_int_gt(results, 500);
+	ck_assert_int_gt(stops, 50);
+	ck_assert_int_gt(cutoffs, 100);
+	cJSON_Delete(doc);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("asha");
@@ -557,6 +641,7 @@ int main(void)
 	tcase_add_test(tc, restore_equals_uninterrupted);
 	tcase_add_test(tc, state_json_shape);
 	tcase_add_test(tc, many_trials_fast);
+	tcase_add_test(tc, agrees_with_ray_reference);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
