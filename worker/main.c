@@ -1,0 +1,248 @@
+/* ctune-worker: command line, resource discovery, signals, and the loop. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "cpuset.h"
+#include "execwrap.h"
+#include "gpu.h"
+#include "log.h"
+#include "worker.h"
+
+static const char usage[] =
+    "usage: ctune-worker --server URL [options]\n"
+    "  --server URL         ctune-server base URL (http://127.0.0.1:8080)\n"
+    "  --token-file F       send the token in F as 'Authorization: Bearer'\n"
+    "  --cpus LIST|N        CPU ids to use (\"0-3,6\") or the first N allowed (default all)\n"
+    "  --gpus LIST|N        GPU ids or count (default: detected via NVML/libcuda)\n"
+    "  --gpu-mem-mb N       memory per GPU given with --gpus (default 16384)\n"
+    "  --memory-mb N        host memory to offer (default: MemTotal)\n"
+    "  --work-dir D         trial dirs and the outbox (default ./ctune-worker.<name>)\n"
+    "  --name NAME          worker name (default: host name)\n"
+    "  --train-bin PATH     ctune-train (default: next to ctune-worker)\n"
+    "  --poll-ms N          lease poll interval when idle (default 1000)\n"
+    "  --stop-grace-s N     SIGTERM to SIGKILL grace for trials (default 10)\n"
+    "  --max-queued N       results kept while the server is away (default 100000)\n"
+    "  --version, --help\n";
+
+static struct worker *g_worker;
+
+static void on_signal(uv_signal_t *h, int sig) {
+  (void)h;
+  log_info("got %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (g_worker) worker_drain(g_worker);
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || *end || end == v || x < lo || x > hi) {
+    fprintf(stderr, "ctune-worker: %s: '%s' is not an integer in [%ld, %ld]\n", flag, v, lo, hi);
+    return -EINVAL;
+  }
+  *out = x;
+  return 0;
+}
+
+/* "N" means the first N ids of our own affinity mask; anything else is a list. */
+static int pick_cpus(const char *arg, int *ids, int cap) {
+  cpu_set_t set;
+  int allowed[CPUSET_MAX], na = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int i = 0; i < CPUSET_MAX && i < CPU_SETSIZE; i++)
+      if (CPU_ISSET(i, &set)) allowed[na++] = i;
+  if (!arg) {
+    if (na > cap) na = cap;
+    memcpy(ids, allowed, (size_t)na * sizeof *ids);
+    return na;
+  }
+  if (!strpbrk(arg, ",-")) {
+    long n;
+    if (parse_long("--cpus", arg, 1, cap, &n) < 0) return -EINVAL;
+    if (n > na) {
+      fprintf(stderr, "ctune-worker: --cpus %ld: only %d CPUs are allowed to this process\n",
+              n, na);
+      return -EINVAL;
+    }
+    memcpy(ids, allowed, (size_t)n * sizeof *ids);
+    return (int)n;
+  }
+  int n = cpuset_parse(arg, ids, cap);
+  if (n <= 0) {
+    fprintf(stderr, "ctune-worker: --cpus '%s': expected a count or a list like 0-3,6\n", arg);
+    return -EINVAL;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!CPU_ISSET(ids[i], &set)) {
+      fprintf(stderr, "ctune-worker: --cpus: CPU %d is not available to this process\n", ids[i]);
+      return -EINVAL;
+    }
+  }
+  return n;
+}
+
+static int pick_gpus(const char *arg, long mem, int *ids, long *mem_mb, int cap) {
+  if (!arg) return gpu_detect(ids, mem_mb, cap);
+  int n;
+  if (!strpbrk(arg, ",-")) {
+    long c;
+    if (parse_long("--gpus", arg, 0, cap, &c) < 0) return -EINVAL;
+    for (n = 0; n < c; n++) ids[n] = n;
+  } else if ((n = cpuset_parse(arg, ids, cap)) <= 0) {
+    fprintf(stderr, "ctune-worker: --gpus '%s': expected a count or a list like 0,1\n", arg);
+    return -EINVAL;
+  }
+  for (int i = 0; i < n; i++) mem_mb[i] = mem;
+  return n;
+}
+
+static char *read_token(const char *file) {
+  FILE *f = fopen(file, "r");
+  if (!f) {
+    fprintf(stderr, "ctune-worker: --token-file %s: %s\n", file, strerror(errno));
+    return NULL;
+  }
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  if (!n) {
+    fprintf(stderr, "ctune-worker: --token-file %s is empty\n", file);
+    return NULL;
+  }
+  return strdup(buf);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], EXECWRAP_FLAG)) return execwrap_main(argc, argv);
+  log_set_program("ctune-worker");
+
+  static struct worker_opts o;
+  const char *cpus_arg = NULL, *gpus_arg = NULL, *token_file = NULL;
+  long gpu_mem = 16384, v;
+  char host[256] = "worker";
+  gethostname(host, sizeof host - 1);
+  o.name = host;
+  o.poll_ms = 1000;
+  o.stop_grace_ms = 10000;
+  o.max_queued = 100000;
+  struct sysinfo si;
+  o.memory_mb = sysinfo(&si) == 0 ? (long)((unsigned long long)si.totalram * si.mem_unit >> 20) : 0;
+
+  enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
+         O_POLL, O_GRACE, O_QUEUE, O_VERSION, O_HELP };
+  static const struct option longopts[] = {
+      {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
+      {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
+      {"gpu-mem-mb", required_argument, 0, O_GPUMEM},
+      {"memory-mb", required_argument, 0, O_MEM}, {"work-dir", required_argument, 0, O_WORK},
+      {"name", required_argument, 0, O_NAME},     {"train-bin", required_argument, 0, O_TRAIN},
+      {"poll-ms", required_argument, 0, O_POLL},  {"stop-grace-s", required_argument, 0, O_GRACE},
+      {"max-queued", required_argument, 0, O_QUEUE}, {"version", no_argument, 0, O_VERSION},
+      {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (c) {
+      case O_SERVER: o.server = optarg; break;
+      case O_TOKEN: token_file = optarg; break;
+      case O_CPUS: cpus_arg = optarg; break;
+      case O_GPUS: gpus_arg = optarg; break;
+      case O_GPUMEM: if (parse_long("--gpu-mem-mb", optarg, 1, 1L << 30, &gpu_mem)) return 2; break;
+      case O_MEM: if (parse_long("--memory-mb", optarg, 0, 1L << 40, &o.memory_mb)) return 2; break;
+      case O_WORK: o.work_dir = optarg; break;
+      case O_NAME: o.name = optarg; break;
+      case O_TRAIN: o.train_bin = optarg; break;
+      case O_POLL: if (parse_long("--poll-ms", optarg, 1, 600000, &v)) return 2; o.poll_ms = (unsigned)v; break;
+      case O_GRACE: if (parse_long("--stop-grace-s", optarg, 0, 3600, &v)) return 2; o.stop_grace_ms = (unsigned)v * 1000; break;
+      case O_QUEUE: if (parse_long("--max-queued", optarg, 1, 100000000, &v)) return 2; o.max_queued = (size_t)v; break;
+      case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
+      case O_HELP: fputs(usage, stdout); return 0;
+      default:
+        fprintf(stderr, "ctune-worker: unknown or incomplete option '%s'\n%s", argv[optind - 1], usage);
+        return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "ctune-worker: unexpected argument '%s'\n%s", argv[optind], usage);
+    return 2;
+  }
+  if (!o.server || strncmp(o.server, "http", 4)) {
+    fprintf(stderr, "ctune-worker: --server URL is required (e.g. http://127.0.0.1:8080)\n");
+    return 2;
+  }
+  if ((o.ncpus = pick_cpus(cpus_arg, o.cpu_ids, ALLOC_MAX_CPUS)) < 0) return 2;
+  if ((o.ngpus = pick_gpus(gpus_arg, gpu_mem, o.gpu_ids, o.gpu_mem_mb, ALLOC_MAX_GPUS)) < 0) return 2;
+
+  char self[PATH_MAX], train[PATH_MAX + 16], work[PATH_MAX + 300];
+  size_t sl = sizeof self;
+  if (uv_exepath(self, &sl) != 0) {
+    fprintf(stderr, "ctune-worker: cannot find my own executable path\n");
+    return 1;
+  }
+  o.self_exe = self;
+  if (!o.train_bin) {
+    snprintf(train, sizeof train, "%s", self);
+    char *slash = strrchr(train, '/');
+    if (slash) strcpy(slash + 1, "ctune-train");
+    o.train_bin = train;
+  }
+  if (!o.work_dir) {
+    snprintf(work, sizeof work, "ctune-worker.%s", o.name);
+    o.work_dir = work;
+  }
+  if (mkdir(o.work_dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "ctune-worker: --work-dir %s: %s\n", o.work_dir, strerror(errno));
+    return 1;
+  }
+  char *token = NULL;
+  if (token_file && !(token = read_token(token_file))) return 2;
+  o.token = token;
+
+  /* What the per-trial limits mean here, said once. */
+  log_info("limits: cpu pinned per trial (sched_setaffinity), memory_mb as RLIMIT_AS for "
+           "CPU trials; not enforced: fractional cpu quotas and resident memory "
+           "(no cgroup v2 delegation used)");
+
+  uv_loop_t *loop = uv_default_loop();
+  struct worker *w = NULL;
+  int rc = worker_new(loop, &o, &w);
+  if (rc < 0) {
+    fprintf(stderr, "ctune-worker: cannot start: %s (work dir %s)\n", strerror(-rc), o.work_dir);
+    free(token);
+    return 1;
+  }
+  g_worker = w;
+  uv_signal_t sterm, sint;
+  uv_signal_init(loop, &sterm);
+  uv_signal_init(loop, &sint);
+  uv_signal_start(&sterm, on_signal, SIGTERM);
+  uv_signal_start(&sint, on_signal, SIGINT);
+  /* Signals must not keep the loop alive once the worker has closed. */
+  uv_unref((uv_handle_t *)&sterm);
+  uv_unref((uv_handle_t *)&sint);
+  signal(SIGPIPE, SIG_IGN);
+  log_info("ctune-worker %s: server %s, %d cpu(s), %d gpu(s), memory_mb %ld, work dir %s",
+           o.name, o.server, o.ncpus, o.ngpus, o.memory_mb, o.work_dir);
+  worker_start(w);
+  uv_run(loop, UV_RUN_DEFAULT);
+  g_worker = NULL;
+  uv_close((uv_handle_t *)&sterm, NULL);
+  uv_close((uv_handle_t *)&sint, NULL);
+  uv_run(loop, UV_RUN_DEFAULT);
+  worker_free(w);
+  uv_loop_close(loop);
+  free(token);
+  return 0;
+}

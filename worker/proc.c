@@ -1,0 +1,170 @@
+/* Trial process management over uv_spawn; see proc.h. */
+#include "proc.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "execwrap.h"
+#include "log.h"
+
+/* A child that exited may leave a grandchild holding its pipes; after the
+ * group is killed, stop waiting for end of file after this long. */
+#define PROC_EOF_WAIT_MS 2000
+
+static void proc_handle_closed(uv_handle_t *h) {
+  struct proc *p = h->data;
+  if (--p->handles == 0 && p->cbs.on_closed) p->cbs.on_closed(p->arg);
+}
+
+static void proc_close_handle(struct proc *p, uv_handle_t *h) {
+  if (!uv_is_closing(h)) uv_close(h, proc_handle_closed);
+  (void)p;
+}
+
+static void proc_maybe_report(struct proc *p) {
+  if (p->exit_reported || !p->exited || p->out_open || p->err_open) return;
+  p->exit_reported = 1;
+  uv_timer_stop(&p->timer);
+  if (p->cbs.on_exit) p->cbs.on_exit(p->arg, p->exit_code, p->term_signal);
+}
+
+static void proc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  static char chunk[65536];  /* consumed synchronously in proc_on_read */
+  *buf = uv_buf_init(chunk, sizeof chunk);
+}
+
+static void proc_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  struct proc *p = s->data;
+  int is_err = s == (uv_stream_t *)&p->err;
+  if (n > 0) {
+    if (p->cbs.on_output) p->cbs.on_output(p->arg, is_err, buf->base, (size_t)n);
+    return;
+  }
+  if (n == 0) return;
+  /* EOF or error: this stream is done. */
+  uv_read_stop(s);
+  if (is_err) p->err_open = 0;
+  else p->out_open = 0;
+  proc_maybe_report(p);
+}
+
+static void proc_eof_timeout(uv_timer_t *t) {
+  struct proc *p = t->data;
+  if (p->out_open) { uv_read_stop((uv_stream_t *)&p->out); p->out_open = 0; }
+  if (p->err_open) { uv_read_stop((uv_stream_t *)&p->err); p->err_open = 0; }
+  proc_maybe_report(p);
+}
+
+static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
+  struct proc *p = h->data;
+  p->running = 0;
+  p->exited = 1;
+  p->exit_code = sig ? -1 : (int)status;
+  p->term_signal = sig;
+  /* Whatever the trial left behind in its group goes with it: no orphans. */
+  kill(-p->pid, SIGKILL);
+  uv_timer_stop(&p->timer);
+  uv_timer_start(&p->timer, proc_eof_timeout, PROC_EOF_WAIT_MS, 0);
+  proc_maybe_report(p);
+}
+
+int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
+               char *const *argv, char *const *env, const char *cwd,
+               const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg) {
+  memset(p, 0, sizeof *p);
+  p->loop = loop;
+  p->cbs = *cbs;
+  p->arg = arg;
+  size_t n = 0;
+  while (argv[n]) n++;
+  char rl[32];
+  const char **args = calloc(n + 10, sizeof *args);
+  if (!args) return -ENOMEM;
+  size_t k = 0;
+  args[k++] = self_exe;
+  args[k++] = EXECWRAP_FLAG;
+  if (lim && lim->cpus && *lim->cpus) { args[k++] = "--cpus"; args[k++] = lim->cpus; }
+  if (lim && lim->rlimit_as_mb > 0) {
+    snprintf(rl, sizeof rl, "%ld", lim->rlimit_as_mb);
+    args[k++] = "--rlimit-as-mb";
+    args[k++] = rl;
+  }
+  if (lim && lim->cgroup) { args[k++] = "--cgroup"; args[k++] = lim->cgroup; }
+  args[k++] = "--";
+  for (size_t i = 0; i < n; i++) args[k++] = argv[i];
+  args[k] = NULL;
+
+  uv_pipe_init(loop, &p->out, 0);
+  uv_pipe_init(loop, &p->err, 0);
+  uv_timer_init(loop, &p->timer);
+  p->out.data = p->err.data = p->timer.data = p->process.data = p;
+  p->handles = 3;
+
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&p->out;
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&p->err;
+  uv_process_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  opt.file = self_exe;
+  opt.args = (char **)args;
+  opt.env = (char **)env;
+  opt.cwd = cwd;
+  opt.exit_cb = proc_on_exit;
+  /* DETACHED = setsid(): a session and process group of its own, so one
+   * kill(-pgid) reaches the trial and everything it started. */
+  opt.flags = UV_PROCESS_DETACHED;
+  opt.stdio_count = 3;
+  opt.stdio = stdio;
+  int rc = uv_spawn(loop, &p->process, &opt);
+  free(args);
+  if (rc < 0) {
+    /* libuv wants the process handle closed even after a failed spawn. */
+    p->handles = 4;
+    p->closing = 1;
+    proc_close_handle(p, (uv_handle_t *)&p->process);
+    proc_close_handle(p, (uv_handle_t *)&p->out);
+    proc_close_handle(p, (uv_handle_t *)&p->err);
+    proc_close_handle(p, (uv_handle_t *)&p->timer);
+    return rc;
+  }
+  p->handles = 4;
+  p->pid = p->process.pid;
+  p->running = 1;
+  p->out_open = p->err_open = 1;
+  uv_read_start((uv_stream_t *)&p->out, proc_alloc, proc_on_read);
+  uv_read_start((uv_stream_t *)&p->err, proc_alloc, proc_on_read);
+  return 0;
+}
+
+static void proc_kill_timeout(uv_timer_t *t) {
+  struct proc *p = t->data;
+  if (!p->running) return;
+  log_warn("trial pid %d ignored SIGTERM: sending SIGKILL to its process group", p->pid);
+  kill(-p->pid, SIGKILL);
+}
+
+void proc_stop(struct proc *p, unsigned grace_ms) {
+  if (!p->running) return;
+  kill(-p->pid, SIGTERM);
+  kill(-p->pid, SIGCONT);  /* a trial paused for a full outbox must see it */
+  uv_timer_stop(&p->timer);
+  uv_timer_start(&p->timer, proc_kill_timeout, grace_ms, 0);
+}
+
+void proc_close(struct proc *p) {
+  if (p->closing) return;
+  p->closing = 1;
+  if (p->running) kill(-p->pid, SIGKILL);
+  uv_timer_stop(&p->timer);
+  proc_close_handle(p, (uv_handle_t *)&p->out);
+  proc_close_handle(p, (uv_handle_t *)&p->err);
+  proc_close_handle(p, (uv_handle_t *)&p->timer);
+  proc_close_handle(p, (uv_handle_t *)&p->process);
+}

@@ -1,0 +1,52 @@
+/* One trial process: spawned through the exec wrapper in its own session
+ * and process group, its stdout/stderr read by the loop, stopped with SIGTERM
+ * to the group and SIGKILL after a grace period. */
+#ifndef CTUNE_WORKER_PROC_H
+#define CTUNE_WORKER_PROC_H
+
+#include <uv.h>
+
+struct proc;
+
+struct proc_cbs {
+  void (*on_output)(void *arg, int is_stderr, const char *data, size_t n);
+  /* The process exited and its output was fully read. exit_code is -1 when a
+   * signal killed it. */
+  void (*on_exit)(void *arg, int exit_code, int term_signal);
+  /* All handles closed after proc_close: the proc may be freed now. */
+  void (*on_closed)(void *arg);
+};
+
+struct proc_limits {
+  const char *cpus;    /* "0,1"; NULL or "" = no pinning */
+  long rlimit_as_mb;   /* 0 = none */
+  const char *cgroup;  /* cgroup v2 dir to join; NULL = none */
+};
+
+struct proc {
+  uv_loop_t *loop;
+  uv_process_t process;
+  uv_pipe_t out, err;
+  uv_timer_t timer;     /* SIGKILL after grace; then EOF wait after exit */
+  int pid;
+  int running;
+  int out_open, err_open;
+  int exited, exit_code, term_signal;
+  int exit_reported;
+  int handles;          /* open libuv handles, for on_closed */
+  int closing;
+  struct proc_cbs cbs;
+  void *arg;
+};
+
+/* argv/env/cwd of the trial itself; self_exe is ctune-worker's own path. */
+int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
+               char *const *argv, char *const *env, const char *cwd,
+               const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg);
+/* SIGTERM to the group now, SIGKILL to the group after grace_ms. */
+void proc_stop(struct proc *p, unsigned grace_ms);
+/* Closes the handles (after on_exit, or to abandon a process: it is then
+ * SIGKILLed). on_closed follows. */
+void proc_close(struct proc *p);
+
+#endif

@@ -1,0 +1,326 @@
+/* argv/env builder for builtin (ctune-train) and command trainables. */
+#include "trainable.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A growable NULL-terminated string vector. */
+struct strv {
+  char **v;
+  size_t n, cap;
+};
+
+static int strv_push_owned(struct strv *s, char *str) {
+  if (!str) return -ENOMEM;
+  if (s->n + 2 > s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    char **v = realloc(s->v, cap * sizeof *v);
+    if (!v) { free(str); return -ENOMEM; }
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = str;
+  s->v[s->n] = NULL;
+  return 0;
+}
+
+static int strv_push(struct strv *s, const char *str) {
+  return strv_push_owned(s, strdup(str));
+}
+
+static int strv_pushf(struct strv *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int strv_pushf(struct strv *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *str = NULL;
+  int r = vasprintf(&str, fmt, ap);
+  va_end(ap);
+  if (r < 0) return -ENOMEM;
+  return strv_push_owned(s, str);
+}
+
+static void strv_free(struct strv *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+  free(s->v);
+  s->v = NULL;
+  s->n = s->cap = 0;
+}
+
+/* Sets NAME=value, replacing an earlier NAME. */
+static int env_set(struct strv *env, const char *name, const char *value) {
+  size_t nl = strlen(name);
+  char *entry = NULL;
+  if (asprintf(&entry, "%s=%s", name, value) < 0) return -ENOMEM;
+  for (size_t i = 0; i < env->n; i++) {
+    if (!strncmp(env->v[i], name, nl) && env->v[i][nl] == '=') {
+      free(env->v[i]);
+      env->v[i] = entry;
+      return 0;
+    }
+  }
+  return strv_push_owned(env, entry);
+}
+
+char *trainable_value_text(const cJSON *v) {
+  char *out = NULL;
+  if (cJSON_IsString(v)) return strdup(v->valuestring);
+  if (cJSON_IsBool(v)) return strdup(cJSON_IsTrue(v) ? "true" : "false");
+  if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    int r;
+    if (isfinite(d) && d == floor(d) && fabs(d) < 1e15)
+      r = asprintf(&out, "%lld", (long long)d);
+    else
+      r = asprintf(&out, "%.17g", d);
+    return r < 0 ? NULL : out;
+  }
+  return cJSON_PrintUnformatted(v);
+}
+
+static void set_err(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t len, const char *fmt, ...) {
+  if (!err || !len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+}
+
+int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
+                         char *err, size_t errlen) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return -ENOMEM;
+  int rc = 0;
+  for (const char *p = tmpl; *p;) {
+    if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
+      fputc(p[0], f);
+      p += 2;
+      continue;
+    }
+    const char *close = p[0] == '{' ? strchr(p + 1, '}') : NULL;
+    if (!close) {
+      fputc(*p++, f);
+      continue;
+    }
+    size_t nl = (size_t)(close - p - 1);
+    char name[256];
+    if (nl == 0 || nl >= sizeof name) {
+      set_err(err, errlen, "placeholder %.*s is empty or too long", (int)(nl + 2), p);
+      rc = -EINVAL;
+      break;
+    }
+    memcpy(name, p + 1, nl);
+    name[nl] = '\0';
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, name);
+    if (!v) {
+      set_err(err, errlen, "unknown placeholder {%s}: the trial config has no key '%s'",
+              name, name);
+      rc = -EINVAL;
+      break;
+    }
+    char *text = trainable_value_text(v);
+    if (!text) { rc = -ENOMEM; break; }
+    fputs(text, f);
+    free(text);
+    p = close + 1;
+  }
+  if (fclose(f) != 0 && rc == 0) rc = -ENOMEM;
+  if (rc < 0) { free(buf); return rc; }
+  *out = buf;
+  return 0;
+}
+
+static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *config,
+                         const struct trainable_ctx *ctx, struct strv *argv,
+                         char *err, size_t errlen) {
+  static const char *str_keys[][2] = {
+      {"model", "--model"}, {"dataset", "--dataset"}, {"data_dir", "--data-dir"}};
+  int rc = strv_push(argv, ctx->train_bin);
+  for (size_t i = 0; rc == 0 && i < sizeof str_keys / sizeof str_keys[0]; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(tr, str_keys[i][0]);
+    if (!v) continue;
+    if (!cJSON_IsString(v)) {
+      set_err(err, errlen, "trainable.%s must be a string", str_keys[i][0]);
+      return -EINVAL;
+    }
+    rc = strv_push(argv, str_keys[i][1]);
+    if (rc == 0) rc = strv_push(argv, v->valuestring);
+  }
+  const cJSON *limit = cJSON_GetObjectItemCaseSensitive(tr, "train_limit");
+  if (rc == 0 && limit) {
+    if (!cJSON_IsNumber(limit) || limit->valuedouble < 1 ||
+        limit->valuedouble != floor(limit->valuedouble)) {
+      set_err(err, errlen, "trainable.train_limit must be a positive integer");
+      return -EINVAL;
+    }
+    rc = strv_push(argv, "--train-limit");
+    if (rc == 0) rc = strv_pushf(argv, "%.0f", limit->valuedouble);
+  }
+  const cJSON *test = cJSON_GetObjectItemCaseSensitive(tr, "test");
+  if (rc == 0 && test && !cJSON_IsBool(test)) {
+    set_err(err, errlen, "trainable.test must be true or false");
+    return -EINVAL;
+  }
+  if (rc == 0 && cJSON_IsTrue(test)) rc = strv_push(argv, "--test");
+  const cJSON *max_t = cJSON_GetObjectItemCaseSensitive(trial, "max_t");
+  if (rc == 0 && cJSON_IsNumber(max_t) && max_t->valuedouble >= 1) {
+    rc = strv_push(argv, "--epochs");
+    if (rc == 0) rc = strv_pushf(argv, "%.0f", floor(max_t->valuedouble));
+  }
+  if (rc == 0) rc = strv_push(argv, "--threads");
+  if (rc == 0) rc = strv_pushf(argv, "%d", ctx->threads);
+  if (rc == 0) rc = strv_push(argv, "--checkpoint-dir");
+  if (rc == 0) rc = strv_push(argv, ctx->trial_dir);
+  if (rc == 0 && ctx->resume) rc = strv_push(argv, "--resume");
+  if (rc == 0 && ctx->ngpus > 0) {
+    rc = strv_push(argv, "--gpus");
+    if (rc == 0) rc = strv_pushf(argv, "%d", ctx->ngpus);
+  }
+  if (rc == 0 && ctx->gpu_mem_limit_mb > 0) {
+    rc = strv_push(argv, "--gpu-mem-limit-mb");
+    if (rc == 0) rc = strv_pushf(argv, "%ld", ctx->gpu_mem_limit_mb);
+  }
+  /* Last, so the sampled config wins over anything above (HACKING.md). */
+  if (rc == 0) rc = strv_push(argv, "--config");
+  if (rc == 0) rc = strv_push_owned(argv, cJSON_PrintUnformatted(config));
+  return rc;
+}
+
+static int build_command(const cJSON *tr, const cJSON *config, struct strv *argv,
+                         struct strv *env, char **cwd, char *err, size_t errlen) {
+  const cJSON *av = cJSON_GetObjectItemCaseSensitive(tr, "argv");
+  if (!cJSON_IsArray(av) || cJSON_GetArraySize(av) < 1) {
+    set_err(err, errlen, "trainable.argv must be a non-empty array of strings");
+    return -EINVAL;
+  }
+  int i = 0;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, av) {
+    if (!cJSON_IsString(item)) {
+      set_err(err, errlen, "trainable.argv[%d] must be a string", i);
+      return -EINVAL;
+    }
+    char *s = NULL;
+    char sub[200] = "";
+    int rc = trainable_substitute(item->valuestring, config, &s, sub, sizeof sub);
+    if (rc == -EINVAL) set_err(err, errlen, "trainable.argv[%d]: %s", i, sub);
+    if (rc < 0) return rc;
+    if ((rc = strv_push_owned(argv, s)) < 0) return rc;
+    i++;
+  }
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(tr, "env");
+  if (ev && !cJSON_IsObject(ev)) {
+    set_err(err, errlen, "trainable.env must be an object of strings");
+    return -EINVAL;
+  }
+  cJSON_ArrayForEach(item, ev) {
+    if (!cJSON_IsString(item) && !cJSON_IsNumber(item)) {
+      set_err(err, errlen, "trainable.env.%s must be a string or a number", item->string);
+      return -EINVAL;
+    }
+    if (!item->string[0] || strchr(item->string, '=')) {
+      set_err(err, errlen, "trainable.env has a bad variable name '%s'", item->string);
+      return -EINVAL;
+    }
+    char *text = trainable_value_text(item);
+    if (!text) return -ENOMEM;
+    int rc = env_set(env, item->string, text);
+    free(text);
+    if (rc < 0) return rc;
+  }
+  const cJSON *cw = cJSON_GetObjectItemCaseSensitive(tr, "cwd");
+  if (cw && !cJSON_IsString(cw)) {
+    set_err(err, errlen, "trainable.cwd must be a string");
+    return -EINVAL;
+  }
+  if (cw && cw->valuestring[0]) {
+    *cwd = strdup(cw->valuestring);
+    if (!*cwd) return -ENOMEM;
+  }
+  return 0;
+}
+
+int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
+                    struct trainable_cmd *cmd, char *err, size_t errlen) {
+  struct strv argv = {0}, env = {0};
+  char *cwd = NULL, *config_text = NULL, *num = NULL;
+  int rc = -EINVAL;
+  memset(cmd, 0, sizeof *cmd);
+
+  const cJSON *config = cJSON_GetObjectItemCaseSensitive(trial, "config");
+  const cJSON *tr = cJSON_GetObjectItemCaseSensitive(trial, "trainable");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(trial, "id");
+  if (!cJSON_IsObject(config)) {
+    set_err(err, errlen, "trial.config must be an object");
+    goto fail;
+  }
+  if (!cJSON_IsNumber(id)) {
+    set_err(err, errlen, "trial.id must be a number");
+    goto fail;
+  }
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(tr, "type");
+  const char *kind = cJSON_IsString(type) ? type->valuestring : NULL;
+  if (!cJSON_IsObject(tr) || !kind || (strcmp(kind, "builtin") && strcmp(kind, "command"))) {
+    set_err(err, errlen, "trial.trainable.type must be \"builtin\" or \"command\"");
+    goto fail;
+  }
+
+  /* Environment: inherited < thread counts < the trainable's env < what the
+   * worker enforces (GPU visibility and the CTUNE_* protocol). */
+  for (char *const *e = ctx->base_env; e && *e; e++)
+    if ((rc = strv_push(&env, *e)) < 0) goto fail;
+  if (asprintf(&num, "%d", ctx->threads) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
+  if ((rc = env_set(&env, "OMP_NUM_THREADS", num)) < 0) goto fail;
+  if ((rc = env_set(&env, "OPENBLAS_NUM_THREADS", num)) < 0) goto fail;
+
+  if (!strcmp(kind, "builtin"))
+    rc = build_builtin(trial, tr, config, ctx, &argv, err, errlen);
+  else
+    rc = build_command(tr, config, &argv, &env, &cwd, err, errlen);
+  if (rc < 0) goto fail;
+
+  config_text = cJSON_PrintUnformatted(config);
+  if (!config_text) { rc = -ENOMEM; goto fail; }
+  free(num);
+  if (asprintf(&num, "%.0f", id->valuedouble) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
+  if ((rc = env_set(&env, "CUDA_VISIBLE_DEVICES", ctx->cuda_visible)) < 0 ||
+      (rc = env_set(&env, "CTUNE_CONFIG", config_text)) < 0 ||
+      (rc = env_set(&env, "CTUNE_TRIAL_ID", num)) < 0 ||
+      (rc = env_set(&env, "CTUNE_CHECKPOINT_DIR", ctx->trial_dir)) < 0 ||
+      (rc = env_set(&env, "CTUNE_RESUME", ctx->resume ? "1" : "0")) < 0)
+    goto fail;
+  if (!cwd && !(cwd = strdup(ctx->trial_dir))) { rc = -ENOMEM; goto fail; }
+
+  cmd->argv = argv.v;
+  cmd->env = env.v;
+  cmd->cwd = cwd;
+  free(config_text);
+  free(num);
+  return 0;
+fail:
+  strv_free(&argv);
+  strv_free(&env);
+  free(cwd);
+  free(config_text);
+  free(num);
+  return rc;
+}
+
+void trainable_cmd_free(struct trainable_cmd *cmd) {
+  if (cmd->argv)
+    for (char **p = cmd->argv; *p; p++) free(*p);
+  if (cmd->env)
+    for (char **p = cmd->env; *p; p++) free(*p);
+  free(cmd->argv);
+  free(cmd->env);
+  free(cmd->cwd);
+  memset(cmd, 0, sizeof *cmd);
+}

@@ -1,0 +1,152 @@
+/* Trial runtime: directory, process, output capture and result lines. */
+#include "trial.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "result.h"
+
+/* A stdout line longer than this is log output, never a result. */
+#define TRIAL_MAX_LINE (1024 * 1024)
+
+static int trial_mkdirs(const char *path) {
+  char buf[4096];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
+  return 0;
+}
+
+char *trial_path(const struct trial *t, const char *name) {
+  char *p = NULL;
+  if (asprintf(&p, "%s/%s", t->dir, name) < 0) return NULL;
+  return p;
+}
+
+int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(lease, "id");
+  const cJSON *ta = cJSON_GetObjectItemCaseSensitive(lease, "time_attr");
+  if (!cJSON_IsNumber(id) || id->valuedouble < 1) return -EINVAL;
+  struct trial *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  t->out_fd = t->err_fd = -1;
+  t->id = id->valueint;
+  int rc = -ENOMEM;
+  t->time_attr = strdup(cJSON_IsString(ta) ? ta->valuestring : "training_iteration");
+  if (!t->time_attr) goto fail;
+  if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) { t->dir = NULL; goto fail; }
+  if ((rc = trial_mkdirs(t->dir)) < 0) goto fail;
+  if ((rc = tail_init(&t->log, TRIAL_LOG_TAIL)) < 0) goto fail;
+  if ((rc = tail_init(&t->err, TRIAL_ERR_TAIL)) < 0) goto fail;
+  linebuf_init(&t->out_lb, TRIAL_MAX_LINE);
+  t->lease = lease;
+  t->leased_at = clock_mono_s();
+  *out = t;
+  return 0;
+fail:
+  trial_free(t);
+  return rc;
+}
+
+static void trial_on_line(void *arg, const char *line, size_t len) {
+  struct trial *t = arg;
+  cJSON *flat = NULL;
+  double tv = 0;
+  int r = result_parse_line(line, len, t->time_attr, &flat, &tv);
+  if (r < 0) {
+    log_error("trial %d: out of memory parsing a result line", t->id);
+    return;
+  }
+  if (r == 0) return;  /* plain output: already in the log */
+  t->nresults++;
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(flat, "training_iteration");
+  t->last_iter = cJSON_IsNumber(it) ? it->valuedouble : tv;
+  t->ev->on_result(t->arg, t, flat, tv);
+}
+
+static void trial_on_output(void *arg, int is_stderr, const char *data, size_t n) {
+  struct trial *t = arg;
+  int fd = is_stderr ? t->err_fd : t->out_fd;
+  if (fd >= 0 && write(fd, data, n) != (ssize_t)n) {
+    log_warn("trial %d: cannot write its %s log: %s", t->id,
+             is_stderr ? "stderr" : "stdout", strerror(errno));
+  }
+  tail_append(&t->log, data, n);
+  if (is_stderr) tail_append(&t->err, data, n);
+  else if (linebuf_feed(&t->out_lb, data, n, trial_on_line, t) < 0)
+    log_error("trial %d: out of memory splitting output lines", t->id);
+}
+
+static void trial_on_exit(void *arg, int exit_code, int term_signal) {
+  struct trial *t = arg;
+  linebuf_flush(&t->out_lb, trial_on_line, t);
+  t->exited = 1;
+  t->ev->on_exit(t->arg, t, exit_code, term_signal);
+}
+
+static void trial_on_closed(void *arg) {
+  struct trial *t = arg;
+  t->ev->on_closed(t->arg, t);
+}
+
+int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
+                char *const *argv, char *const *env, const char *cwd,
+                const struct proc_limits *lim, const struct trial_events *ev, void *arg) {
+  static const struct proc_cbs cbs = {trial_on_output, trial_on_exit, trial_on_closed};
+  t->ev = ev;
+  t->arg = arg;
+  char *op = trial_path(t, "stdout.log"), *ep = trial_path(t, "stderr.log");
+  int rc = -ENOMEM;
+  if (!op || !ep) goto done;
+  t->out_fd = open(op, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  t->err_fd = open(ep, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (t->out_fd < 0 || t->err_fd < 0) {
+    rc = -errno;
+    goto done;
+  }
+  rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, lim, &cbs, t);
+  if (rc == 0) t->spawned = 1;
+  else t->closing = 1;  /* proc_spawn closes its handles; on_closed follows */
+done:
+  free(op);
+  free(ep);
+  return rc;
+}
+
+void trial_stop(struct trial *t, enum trial_stop why, unsigned grace_ms) {
+  if (!t->spawned || t->exited) return;
+  if (t->stop_why == TRIAL_STOP_NONE || why == TRIAL_STOP_SERVER) t->stop_why = why;
+  proc_stop(&t->proc, grace_ms);
+}
+
+void trial_close(struct trial *t) {
+  if (t->closing) return;
+  t->closing = 1;
+  proc_close(&t->proc);
+}
+
+void trial_free(struct trial *t) {
+  if (!t) return;
+  if (t->out_fd >= 0) close(t->out_fd);
+  if (t->err_fd >= 0) close(t->err_fd);
+  linebuf_free(&t->out_lb);
+  tail_free(&t->log);
+  tail_free(&t->err);
+  cJSON_Delete(t->lease);
+  free(t->time_attr);
+  free(t->dir);
+  cJSON_Delete(t->held);
+  free(t);
+}

@@ -1,0 +1,79 @@
+/* One leased trial on this worker: its directory, process, output files and
+ * tails, and the results it prints. The protocol around it is worker.c's. */
+#ifndef CTUNE_WORKER_TRIAL_H
+#define CTUNE_WORKER_TRIAL_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+#include "alloc.h"
+#include "linebuf.h"
+#include "proc.h"
+#include "tail.h"
+
+#define TRIAL_LOG_TAIL (256 * 1024)  /* what PUT /logs carries at most */
+#define TRIAL_ERR_TAIL (16 * 1024)
+#define TRIAL_FAIL_LINES 20          /* stderr lines a `fail` carries */
+
+enum trial_stop {
+  TRIAL_STOP_NONE = 0,
+  TRIAL_STOP_DECISION, /* the scheduler answered "stop": report complete */
+  TRIAL_STOP_SERVER,   /* heartbeat said stop (cancelled / leased elsewhere) */
+  TRIAL_STOP_DRAIN,    /* the worker is shutting down */
+};
+
+struct trial;
+
+struct trial_events {
+  /* flat is the caller's to keep or delete. */
+  void (*on_result)(void *arg, struct trial *t, cJSON *flat, double tv);
+  void (*on_exit)(void *arg, struct trial *t, int exit_code, int term_signal);
+  void (*on_closed)(void *arg, struct trial *t);
+};
+
+struct trial {
+  int id;
+  char *time_attr;
+  char *dir;            /* <work dir>/trials/<id> */
+  cJSON *lease;         /* the lease's trial object, owned */
+  struct alloc_grant grant;
+  int has_grant;
+  struct proc proc;
+  int spawned, exited, closing;
+  struct linebuf out_lb;
+  struct tail log;      /* stdout+stderr in arrival order */
+  struct tail err;      /* stderr only */
+  int out_fd, err_fd;   /* stdout.log and stderr.log in dir */
+  enum trial_stop stop_why;
+  double last_iter;     /* iteration of the last result (checkpoint header) */
+  long nresults;
+  /* Checkpoint upload state: one PUT in flight, at most one more wanted. */
+  int ckpt_inflight, ckpt_dirty;
+  long long ckpt_mtime_ns, ckpt_size;
+  unsigned long long log_sent_total;
+  int log_inflight;
+  cJSON *held;          /* result bodies waiting for outbox room (trial paused) */
+  int log_dirty;        /* output arrived while a log upload was in flight */
+  int closed;           /* process handles closed */
+  double leased_at;     /* monotonic seconds when the lease arrived */
+  struct trial *next;
+  const struct trial_events *ev;
+  void *arg;
+};
+
+/* Takes ownership of lease. Creates the trial directory. */
+int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
+int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
+                char *const *argv, char *const *env, const char *cwd,
+                const struct proc_limits *lim, const struct trial_events *ev, void *arg);
+void trial_stop(struct trial *t, enum trial_stop why, unsigned grace_ms);
+/* Closes the process handles (abandoning a live process with SIGKILL);
+ * ev->on_closed follows, after which trial_free is allowed. */
+void trial_close(struct trial *t);
+void trial_free(struct trial *t);
+/* Path of a file in the trial dir, malloc'ed. */
+char *trial_path(const struct trial *t, const char *name);
+
+#endif

@@ -1,0 +1,41 @@
+/* The worker's protocol with ctune-server (HACKING.md "Worker protocol"):
+ * register, heartbeat, lease, start trials, forward results through the
+ * outbox, act on decisions, upload checkpoints and logs, drain on SIGTERM. */
+#ifndef CTUNE_WORKER_WORKER_H
+#define CTUNE_WORKER_WORKER_H
+
+#include <uv.h>
+
+#include "alloc.h"
+
+struct worker_opts {
+  const char *server;     /* base URL */
+  const char *token;      /* bearer token or NULL */
+  const char *name;
+  const char *work_dir;
+  const char *train_bin;  /* ctune-train */
+  const char *self_exe;   /* ctune-worker, for the exec wrapper */
+  int cpu_ids[ALLOC_MAX_CPUS];
+  int ncpus;
+  int gpu_ids[ALLOC_MAX_GPUS];
+  long gpu_mem_mb[ALLOC_MAX_GPUS];
+  int ngpus;
+  long memory_mb;
+  unsigned poll_ms;       /* lease poll interval when the server has nothing */
+  unsigned stop_grace_ms; /* SIGTERM -> SIGKILL */
+  size_t max_queued;      /* outbox bound (results) */
+};
+
+struct worker;
+
+int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **out);
+/* Registers and starts leasing. */
+int worker_start(struct worker *w);
+/* SIGTERM/SIGINT: stop leasing, stop trials (they checkpoint), upload their
+ * checkpoints and logs, deliver the outbox, then close everything so the
+ * loop ends. A second call kills the trials at once. */
+void worker_drain(struct worker *w);
+/* After the loop has ended. */
+void worker_free(struct worker *w);
+
+#endif
