@@ -136,11 +136,13 @@ static int rung_insert(struct rung *r, double v)
  * numpy's two-sided lerp so results agree to the last bit. */
 static int rung_cutoff(const struct rung *r, double rf, double *cutoff)
 {
-	double q = 1.0 - 1.0 / rf, pos, t, lo_v, hi_v, d;
+	/* Same float steps as Ray and numpy's "linear" method: percentile
+	 * (1 - 1/rf) * 100, quantile = that / 100, index = (n - 1) * q. */
+	double q = ((1.0 - 1.0 / rf) * 100.0) / 100.0, pos, t, lo_v, hi_v, d;
 	size_t lo;
 	if (r->n == 0)
 		return -ENOENT;
-	pos = q * (double)(r->n - 1);
+	pos = (double)(r->n - 1) * q;
 	lo = (size_t)floor(pos);
 	if (lo >= r->n - 1) {
 		*cutoff = r->vals[r->n - 1];

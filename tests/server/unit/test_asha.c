@@ -567,8 +567,8 @@ static cJSON *load_vectors(void)
 }
 
 /* Streams decided by a Python transcription of Ray's bracket logic with
- * numpy.nanpercentile (gen_asha_vectors.py): every decision and cutoff
- * must agree. */
+ * numpy.nanpercentile (gen_asha_vectors.py): every decision must agree and
+ * every cutoff must be bit-identical. */
 START_TEST(agrees_with_ray_reference)
 {
 	cJSON *doc = load_vectors(), *c;
@@ -602,8 +602,8 @@ START_TEST(agrees_with_ray_reference)
 					ck_assert_msg(!o.has_cutoff || o.reason == ASHA_REASON_MAX_T,
 						      "event %d: cutoff where Ray has none", k);
 				} else {
-					ck_assert_msg(o.has_cutoff && fabs(o.cutoff - wc->valuedouble) <=
-						      1e-12 * fmax(1, fabs(wc->valuedouble)),
+					/* Bit for bit: the same float steps as numpy. */
+					ck_assert_msg(o.has_cutoff && o.cutoff == wc->valuedouble,
 						      "event %d: cutoff %.17g, Ray %.17g", k, o.cutoff, wc->valuedouble);
 					cutoffs++;
 				}
