@@ -1,0 +1,48 @@
+/* args: the ctune command line as a plain struct. Pure: no I/O, so unit tests
+ * check every rule; the caller prints the message and exits with usage (2). */
+#ifndef CTUNE_CLI_ARGS_H
+#define CTUNE_CLI_ARGS_H
+
+#include <stddef.h>
+
+enum cli_cmd {
+  CMD_NONE = 0,
+  CMD_HELP,
+  CMD_VERSION,
+  CMD_RUN,
+  CMD_SUBMIT,
+  CMD_WATCH,
+  CMD_STATUS,
+  CMD_TRIALS,
+  CMD_BEST,
+  CMD_LOGS,
+  CMD_CANCEL,
+  CMD_EXPORT,
+};
+
+struct cli_args {
+  enum cli_cmd cmd;
+  const char *command;     /* the word as typed */
+  const char *target;      /* CONFIG path, or EXP / TRIAL id as typed */
+  long long id;            /* target parsed as an id (watch, trials, ...) */
+  const char *server;      /* --server, else CTUNE_SERVER (filled by caller) */
+  const char *token_file;  /* --token-file */
+  const char *db;          /* run --db */
+  int cpus;                /* run --cpus; 0 = this machine's */
+  int gpus;                /* run --gpus; -1 = let the worker detect */
+  int json;
+  int resume;
+  int dry_run;
+  const char *metric, *mode, *scope; /* best */
+  const char *format;      /* export: "csv" or "json" */
+  const char *output;      /* export --output FILE; NULL = stdout */
+  double interval_s;       /* seconds between tables when not a terminal */
+  int width;               /* --width N; 0 = the terminal's */
+};
+
+/* Fills *a from argv (argv[0] is the program). Returns 0, or -EINVAL with a
+ * one-line message in err naming the wrong word. */
+int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
+                   size_t errlen);
+
+#endif

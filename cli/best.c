@@ -1,0 +1,106 @@
+/* best: `ctune best` and the end of `ctune run` — the best trial by the
+ * server's scopes, with its config, last result and test accuracy. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "exitcode.h"
+
+static const cJSON *get(const cJSON *o, const char *k) {
+  return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+/* Appends "&key=value" with value percent-encoded. */
+static void add_query(char *buf, size_t len, const char *key, const char *val) {
+  size_t u = strlen(buf);
+  if (!val || u >= len) return;
+  u += (size_t)snprintf(buf + u, len - u, "%c%s=", strchr(buf, '?') ? '&' : '?', key);
+  for (const unsigned char *p = (const unsigned char *)val; *p && u + 4 < len; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+        *p == '-' || *p == '_' || *p == '.')
+      buf[u++] = (char)*p;
+    else
+      u += (size_t)snprintf(buf + u, len - u, "%%%02X", *p);
+  }
+  buf[u < len ? u : len - 1] = '\0';
+}
+
+int cli_print_best(struct http_client *c, long long id, const char *metric,
+                   const char *mode, const char *scope, int json, struct http_error *err) {
+  char path[512];
+  cJSON *resp = NULL, *trial_doc = NULL;
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld/best", id);
+  add_query(path, sizeof(path), "metric", metric);
+  add_query(path, sizeof(path), "mode", mode);
+  add_query(path, sizeof(path), "scope", scope);
+  int rc = http_json(c, "GET", path, NULL, &resp, err);
+  if (rc) return rc;
+  /* The answer is the trial itself or {"trial": {...}, "value": ...}. */
+  const cJSON *trial = cJSON_IsObject(get(resp, "trial")) ? get(resp, "trial") : resp;
+  if (!cJSON_IsObject(get(trial, "config"))) {
+    double tid = cJSON_GetNumberValue(get(resp, "trial_id"));
+    if (tid == tid) {
+      snprintf(path, sizeof(path), "/api/v1/trials/%lld", (long long)tid);
+      if ((rc = http_json(c, "GET", path, NULL, &trial_doc, err))) {
+        cJSON_Delete(resp);
+        return rc;
+      }
+      trial = trial_doc;
+    }
+  }
+  const cJSON *value = get(resp, "value");
+  const cJSON *used_metric = get(resp, "metric");
+  const char *mname = cJSON_IsString(used_metric) ? used_metric->valuestring : metric;
+  if (json) {
+    cJSON *out = cJSON_CreateObject();
+    cJSON *bt = out ? cJSON_AddObjectToObject(out, "best_trial") : NULL;
+    if (bt) {
+      cJSON_AddItemToObject(bt, "id", cJSON_Duplicate(get(trial, "id"), 1));
+      cJSON_AddItemToObject(bt, "name", cJSON_Duplicate(get(trial, "name"), 1));
+      cJSON_AddItemToObject(bt, "config", cJSON_Duplicate(get(trial, "config"), 1));
+      cJSON_AddItemToObject(bt, "last_result", cJSON_Duplicate(get(trial, "last_result"), 1));
+      if (cJSON_IsNumber(value)) cJSON_AddNumberToObject(bt, "value", value->valuedouble);
+    }
+    char *t = bt ? cJSON_PrintUnformatted(out) : NULL;
+    cJSON_Delete(out);
+    if (!t) rc = -ENOMEM;
+    else printf("%s\n", t);
+    free(t);
+  } else {
+    char params[2048], res[2048], v[64] = "";
+    const cJSON *name = get(trial, "name");
+    report_fmt_params(get(trial, "config"), params, sizeof(params));
+    report_fmt_params(get(trial, "last_result"), res, sizeof(res));
+    if (cJSON_IsNumber(value)) report_fmt_value(value, v, sizeof(v));
+    printf("Best trial: %s (id %lld)", cJSON_IsString(name) ? name->valuestring : "?",
+           (long long)cJSON_GetNumberValue(get(trial, "id")));
+    if (v[0]) printf(" with %s=%s (scope %s)", mname ? mname : "value", v, scope ? scope : "last");
+    printf("\n  config:      %s\n  last result: %s\n", params, res);
+    const cJSON *acc = get(get(trial, "last_result"), "accuracy");
+    const cJSON *test = get(get(trial, "last_result"), "test_accuracy");
+    if (cJSON_IsNumber(acc)) printf("  validation accuracy: %.4f\n", acc->valuedouble);
+    if (cJSON_IsNumber(test)) printf("  test accuracy: %.4f\n", test->valuedouble);
+  }
+  fflush(stdout);
+  cJSON_Delete(resp);
+  cJSON_Delete(trial_doc);
+  return rc;
+}
+
+int cmd_best(const struct cli_args *a) {
+  struct http_client c;
+  struct http_error err;
+  int ex = cli_connect(a, &c);
+  if (ex) return ex;
+  int rc = cli_print_best(&c, a->id, a->metric, a->mode, a->scope, a->json, &err);
+  if (rc) {
+    if (rc == HTTP_ERR_NOT_FOUND && !strstr(err.message, "metric") && !strstr(err.message, "result"))
+      snprintf(err.message, sizeof(err.message),
+               "experiment %lld not found on %s; list experiments with `ctune status`", a->id, c.base);
+    ex = cli_fail_http(rc, &err);
+  }
+  http_client_free(&c);
+  return ex;
+}

@@ -1,0 +1,65 @@
+/* cli: what the subcommands share — connecting to a server, watching an
+ * experiment until it ends, printing the best trial, the Ctrl-C flag. */
+#ifndef CTUNE_CLI_CLI_H
+#define CTUNE_CLI_CLI_H
+
+#include <signal.h>
+
+#include "args.h"
+#include "http.h"
+#include "report.h"
+
+/* Set by the signal handlers main installs; polled by every loop. */
+extern volatile sig_atomic_t cli_signal;
+
+/* Installs SIGINT/SIGTERM/SIGHUP handlers that set cli_signal (no restart,
+ * so sleeps and waits return early). */
+void cli_signals_install(void);
+
+/* Terminal width for output: --width, the terminal's, COLUMNS, else 120. */
+int cli_width(const struct cli_args *a);
+
+/* --server / CTUNE_SERVER / http://127.0.0.1:8470 and --token-file /
+ * CTUNE_TOKEN. Prints the error and returns an exit code (non-zero) on
+ * failure. */
+int cli_connect(const struct cli_args *a, struct http_client *c);
+
+/* Prints "ctune: <message>" on stderr and returns http_exit_code(rc). */
+int cli_fail_http(int rc, const struct http_error *err);
+
+/* GETs the experiment, its trials and the workers into *s. */
+int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
+                    struct http_error *err);
+
+struct watch_opts {
+  int json;
+  int tty;
+  int width;
+  double interval_s;
+  /* Called every poll; non-zero ends the watch with that value. */
+  int (*check)(void *ctx);
+  void *check_ctx;
+};
+
+/* Shows the reporter until the experiment leaves RUNNING (0), cli_signal is
+ * set (-EINTR), check() says stop (its value), or a request fails (its
+ * code, err filled). *final gets the last state (free it) when non-NULL. */
+int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
+              struct report_state *final, struct http_error *err);
+
+/* Prints the best trial (human or, with json, {"best_trial": ...}). metric,
+ * mode, scope may be NULL (the experiment's). Returns http-style codes. */
+int cli_print_best(struct http_client *c, long long id, const char *metric,
+                   const char *mode, const char *scope, int json, struct http_error *err);
+
+int cmd_submit(const struct cli_args *a);
+int cmd_watch(const struct cli_args *a);
+int cmd_status(const struct cli_args *a);
+int cmd_trials(const struct cli_args *a);
+int cmd_best(const struct cli_args *a);
+int cmd_logs(const struct cli_args *a);
+int cmd_cancel(const struct cli_args *a);
+int cmd_export(const struct cli_args *a);
+int cmd_run(const struct cli_args *a);
+
+#endif

@@ -1,0 +1,181 @@
+/* export: trials → CSV with RFC 4180 quoting, or → one JSON document. */
+#include "export.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbuf.h"
+
+static const cJSON *trial_array(const cJSON *trials) {
+  if (cJSON_IsArray(trials)) return trials;
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(trials, "trials");
+  return cJSON_IsArray(a) ? a : NULL;
+}
+
+static void csv_field(struct sbuf *sb, const char *s) {
+  if (!strpbrk(s, ",\"\r\n")) {
+    sbuf_puts(sb, s);
+    return;
+  }
+  sbuf_putc(sb, '"');
+  for (; *s; s++) {
+    if (*s == '"') sbuf_putc(sb, '"');
+    sbuf_putc(sb, *s);
+  }
+  sbuf_putc(sb, '"');
+}
+
+/* The shortest %.Ng that reads back as the same double. */
+static void put_double(struct sbuf *sb, double d) {
+  char buf[40];
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, sizeof(buf), "%.*g", prec, d);
+    if (strtod(buf, NULL) == d) break;
+  }
+  sbuf_puts(sb, buf);
+}
+
+/* Numbers exactly (they read back the same), integral ones without a point. */
+static void csv_value(struct sbuf *sb, const cJSON *v) {
+  if (!v || cJSON_IsNull(v)) return;
+  if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    if (d == floor(d) && fabs(d) < 9007199254740992.0)
+      sbuf_printf(sb, "%.0f", d);
+    else
+      put_double(sb, d);
+  } else if (cJSON_IsString(v)) {
+    csv_field(sb, v->valuestring);
+  } else if (cJSON_IsBool(v)) {
+    sbuf_puts(sb, cJSON_IsTrue(v) ? "true" : "false");
+  } else {
+    char *t = cJSON_PrintUnformatted(v);
+    if (!t) {
+      sb->err = -ENOMEM;
+      return;
+    }
+    csv_field(sb, t);
+    free(t);
+  }
+}
+
+struct keys {
+  const char **k;
+  size_t n, cap;
+};
+
+static int keys_add(struct keys *ks, const char *k) {
+  for (size_t i = 0; i < ks->n; i++)
+    if (!strcmp(ks->k[i], k)) return 0;
+  if (ks->n == ks->cap) {
+    size_t cap = ks->cap ? ks->cap * 2 : 16;
+    const char **nk = realloc(ks->k, cap * sizeof(*nk));
+    if (!nk) return -ENOMEM;
+    ks->k = nk;
+    ks->cap = cap;
+  }
+  ks->k[ks->n++] = k;
+  return 0;
+}
+
+int export_csv(const cJSON *trials, char **out) {
+  const cJSON *arr = trial_array(trials);
+  struct keys ck = {0}, rk = {0};
+  struct sbuf sb;
+  int rc = 0;
+  *out = NULL;
+  sbuf_init(&sb);
+  if (!arr) return -EINVAL;
+  const cJSON *t, *it;
+  /* Columns: the union of keys in order of first appearance. */
+  cJSON_ArrayForEach(t, arr) {
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(t, "config"))
+      if ((rc = keys_add(&ck, it->string))) goto done;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(t, "last_result"))
+      if ((rc = keys_add(&rk, it->string))) goto done;
+  }
+  sbuf_puts(&sb, "trial_id,name,status,stopped_early,iteration");
+  for (size_t i = 0; i < ck.n; i++) {
+    sbuf_putc(&sb, ',');
+    char col[300];
+    snprintf(col, sizeof(col), "config/%s", ck.k[i]);
+    csv_field(&sb, col);
+  }
+  for (size_t i = 0; i < rk.n; i++) {
+    sbuf_putc(&sb, ',');
+    csv_field(&sb, rk.k[i]);
+  }
+  sbuf_puts(&sb, ",error\n");
+  cJSON_ArrayForEach(t, arr) {
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(t, "config");
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(t, "last_result");
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "id"));
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "name"));
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "status"));
+    sbuf_putc(&sb, ',');
+    sbuf_puts(&sb, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "stopped_early")) ? "true" : "false");
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "iteration"));
+    for (size_t i = 0; i < ck.n; i++) {
+      sbuf_putc(&sb, ',');
+      csv_value(&sb, cJSON_GetObjectItemCaseSensitive(cfg, ck.k[i]));
+    }
+    for (size_t i = 0; i < rk.n; i++) {
+      sbuf_putc(&sb, ',');
+      csv_value(&sb, cJSON_GetObjectItemCaseSensitive(res, rk.k[i]));
+    }
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "error"));
+    sbuf_putc(&sb, '\n');
+  }
+  rc = sbuf_take(&sb, out);
+done:
+  sbuf_free(&sb);
+  free(ck.k);
+  free(rk.k);
+  return rc;
+}
+
+int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results,
+                char **out) {
+  const cJSON *arr = trial_array(trials);
+  *out = NULL;
+  if (!arr || !cJSON_IsObject(experiment)) return -EINVAL;
+  cJSON *root = cJSON_CreateObject();
+  cJSON *exp = cJSON_Duplicate(experiment, 1);
+  cJSON *tarr = cJSON_Duplicate(arr, 1);
+  if (!root || !exp || !tarr) goto nomem;
+  cJSON_AddItemToObject(root, "experiment", exp);
+  exp = NULL;
+  const cJSON *rarr = cJSON_GetObjectItemCaseSensitive(results, "results");
+  cJSON *t;
+  cJSON_ArrayForEach(t, tarr) {
+    cJSON *list = cJSON_AddArrayToObject(t, "results");
+    if (!list) goto nomem;
+    double id = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "id"));
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rarr) {
+      if (cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "trial_id")) != id) continue;
+      cJSON *copy = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(r, "result"), 1);
+      if (!copy) goto nomem;
+      cJSON_AddItemToArray(list, copy);
+    }
+  }
+  cJSON_AddItemToObject(root, "trials", tarr);
+  tarr = NULL;
+  char *text = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!text) return -ENOMEM;
+  *out = text;
+  return 0;
+nomem:
+  cJSON_Delete(root);
+  cJSON_Delete(exp);
+  cJSON_Delete(tarr);
+  return -ENOMEM;
+}

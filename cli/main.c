@@ -1,0 +1,66 @@
+/* ctune: the command-line client — dispatches to run (embedded server and
+ * worker) or to the subcommands that talk to a running server. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "args.h"
+#include "cli.h"
+#include "exitcode.h"
+
+static const char *const HELP =
+    "usage: ctune COMMAND [ARGS] [OPTIONS]\n"
+    "\n"
+    "On this machine (starts its own ctune-server and ctune-worker):\n"
+    "  run CONFIG [--db PATH] [--cpus N] [--gpus N] [--json] [--resume]\n"
+    "      submit CONFIG, show progress until it ends, print the best trial.\n"
+    "      The database defaults to ./ctune-results/<name>.db and is kept.\n"
+    "      Ctrl-C cancels the experiment and stops its trials; a run that was\n"
+    "      killed or got SIGTERM/SIGHUP continues with --resume.\n"
+    "\n"
+    "Against a running server (--server URL or CTUNE_SERVER, default\n"
+    "http://127.0.0.1:8470; --token-file F or CTUNE_TOKEN when it needs one):\n"
+    "  submit CONFIG [--dry-run] [--json]   store it (dry run: list its trials)\n"
+    "  watch EXP [--json]                   progress until it ends\n"
+    "  status [--json]                      every experiment, one line each\n"
+    "  trials EXP [--json]                  the trial table\n"
+    "  best EXP [--metric M] [--mode min|max]\n"
+    "           [--scope last|avg|last-5-avg|last-10-avg|all] [--json]\n"
+    "  logs TRIAL                           a trial's stdout and stderr\n"
+    "  cancel EXP                           stop scheduling, stop running trials\n"
+    "  export EXP [--format csv|json] [--output FILE]\n"
+    "\n"
+    "Display: --width N (default: the terminal's), --interval S (seconds\n"
+    "between tables when stdout is not a terminal, default 10).\n"
+    "\n"
+    "Exit codes:\n"
+    "  0    ok\n"
+    "  1    error: request rejected, experiment failed, I/O error\n"
+    "  2    usage: bad command line or config file\n"
+    "  3    server unreachable\n"
+    "  4    authentication: missing or wrong token (401/403)\n"
+    "  5    not found: unknown experiment or trial id (404)\n"
+    "  130  interrupted (Ctrl-C)\n";
+
+int main(int argc, char **argv) {
+  struct cli_args a;
+  char err[512];
+  if (cli_args_parse(argc, argv, &a, err, sizeof(err))) {
+    fprintf(stderr, "ctune: %s\n", err);
+    return CLI_EXIT_USAGE;
+  }
+  switch (a.cmd) {
+    case CMD_NONE:
+    case CMD_HELP: fputs(HELP, stdout); return CLI_EXIT_OK;
+    case CMD_VERSION: puts("ctune 0.1.0"); return CLI_EXIT_OK;
+    case CMD_RUN: return cmd_run(&a);
+    case CMD_SUBMIT: return cmd_submit(&a);
+    case CMD_WATCH: return cmd_watch(&a);
+    case CMD_STATUS: return cmd_status(&a);
+    case CMD_TRIALS: return cmd_trials(&a);
+    case CMD_BEST: return cmd_best(&a);
+    case CMD_LOGS: return cmd_logs(&a);
+    case CMD_CANCEL: return cmd_cancel(&a);
+    case CMD_EXPORT: return cmd_export(&a);
+  }
+  return CLI_EXIT_USAGE;
+}

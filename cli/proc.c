@@ -1,0 +1,155 @@
+/* proc: starting, watching and stopping ctune-server and ctune-worker. */
+#include "proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+
+static int is_exec(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+int proc_find(const char *name, char *out, size_t outlen, char *err, size_t errlen) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      snprintf(out, outlen, "%s/%s", self, name);
+      if (is_exec(out)) return 0;
+    }
+  }
+  const char *path = getenv("PATH");
+  if (path) {
+    const char *p = path;
+    while (*p) {
+      size_t len = strcspn(p, ":");
+      if (len > 0) {
+        snprintf(out, outlen, "%.*s/%s", (int)len, p, name);
+        if (is_exec(out)) return 0;
+      }
+      p += len;
+      if (*p == ':') p++;
+    }
+  }
+  snprintf(err, errlen, "cannot find %s next to %s nor on PATH; build it (cmake --build ... --target %s) "
+           "or add its folder to PATH", name, n > 0 ? self : "ctune", name);
+  return -ENOENT;
+}
+
+int proc_spawn(struct proc *p, const char *name, char *const argv[], const char *log_path) {
+  int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return -errno;
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(fd);
+    close(devnull);
+    return -e;
+  }
+  if (pid == 0) {
+    /* Own group: the terminal's Ctrl-C reaches only ctune, which then stops
+     * the children in order. PDEATHSIG: no orphans if ctune is killed. */
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    dup2(devnull, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    execv(argv[0], argv);
+    dprintf(2, "ctune: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid); /* also from the parent, so there is no window */
+  close(fd);
+  close(devnull);
+  p->pid = pid;
+  p->status = 0;
+  p->name = name;
+  return 0;
+}
+
+int proc_exited(struct proc *p) {
+  if (p->pid <= 0) return 1;
+  int st;
+  pid_t r = waitpid(p->pid, &st, WNOHANG);
+  if (r == p->pid || (r < 0 && errno == ECHILD)) {
+    p->status = r == p->pid ? st : 0;
+    p->pid = 0;
+    return 1;
+  }
+  return 0;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+void proc_stop(struct proc *p, int grace_ms) {
+  if (p->pid <= 0) return;
+  kill(p->pid, SIGTERM);
+  uint64_t deadline = clock_mono_ms() + (uint64_t)grace_ms;
+  while (clock_mono_ms() < deadline) {
+    if (proc_exited(p)) return;
+    sleep_ms(20);
+  }
+  /* The whole group: whatever it left behind goes too. */
+  kill(-p->pid, SIGKILL);
+  kill(p->pid, SIGKILL);
+  int st;
+  if (waitpid(p->pid, &st, 0) == p->pid) p->status = st;
+  p->pid = 0;
+}
+
+int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
+                       int timeout_ms, char *out, size_t outlen) {
+  uint64_t deadline = clock_mono_ms() + (uint64_t)timeout_ms;
+  size_t plen = strlen(prefix);
+  for (;;) {
+    FILE *f = fopen(log_path, "r");
+    if (f) {
+      char line[1024];
+      if (fseek(f, offset, SEEK_SET) == 0) {
+        while (fgets(line, sizeof(line), f)) {
+          char *hit = strstr(line, prefix);
+          if (hit && hit == line && strchr(line, '\n')) {
+            char *rest = hit + plen;
+            rest[strcspn(rest, "\r\n")] = '\0';
+            snprintf(out, outlen, "%s", rest);
+            fclose(f);
+            return 0;
+          }
+        }
+      }
+      fclose(f);
+    }
+    if (proc_exited(p)) return -ECHILD;
+    if (clock_mono_ms() >= deadline) return -ETIMEDOUT;
+    sleep_ms(25);
+  }
+}

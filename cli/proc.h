@@ -1,0 +1,35 @@
+/* proc: the child programs of `ctune run` — finding them, starting them in
+ * their own process group with output to a log file, and stopping them. */
+#ifndef CTUNE_CLI_PROC_H
+#define CTUNE_CLI_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct proc {
+  pid_t pid;        /* 0 when not running */
+  int status;       /* wait status once reaped */
+  const char *name; /* for messages */
+};
+
+/* Path of program `name`: next to this executable first, then on PATH.
+ * 0, or -ENOENT with err saying where it looked. */
+int proc_find(const char *name, char *out, size_t outlen, char *err, size_t errlen);
+
+/* Starts argv[0] with stdin from /dev/null and stdout+stderr appended to
+ * log_path, in a new process group, terminated if ctune itself dies. */
+int proc_spawn(struct proc *p, const char *name, char *const argv[], const char *log_path);
+
+/* 1 if the child has exited (reaping it), 0 if it still runs. */
+int proc_exited(struct proc *p);
+
+/* SIGTERM, up to grace_ms for it to exit, then SIGKILL; always reaps. */
+void proc_stop(struct proc *p, int grace_ms);
+
+/* Waits up to timeout_ms for a line starting with prefix to appear in the log
+ * file from byte `offset` on; copies the rest of that line to out. Stops early
+ * with -ECHILD when p exits. 0, -ETIMEDOUT, -ECHILD. */
+int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
+                       int timeout_ms, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,701 @@
+/* report: renders an experiment's progress in Ray Tune's style (status block,
+ * trial table, "… N more" lines) and its JSON twin, from plain state. */
+#include "report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sbuf.h"
+
+static const char *const STATUS_ORDER[] = {"RUNNING", "PENDING", "PAUSED",
+                                           "TERMINATED", "ERROR"};
+#define NSTATUS 5
+
+/* Result keys the table never shows as metric columns: the iteration and the
+ * total time have their own columns, the rest is noise. */
+static int is_time_key(const char *k, const char *time_attr) {
+  return !strcmp(k, "training_iteration") || !strcmp(k, "time_this_iter_s") ||
+         !strcmp(k, "time_total_s") || !strcmp(k, "timestamp") ||
+         !strcmp(k, "done") || (time_attr && !strcmp(k, time_attr));
+}
+
+static const cJSON *get(const cJSON *o, const char *k) {
+  return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+static const char *get_str(const cJSON *o, const char *k) {
+  const cJSON *v = get(o, k);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double get_num(const cJSON *o, const char *k, double dflt) {
+  const cJSON *v = get(o, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+void report_fmt_value(const cJSON *v, char *buf, size_t len) {
+  if (!len) return;
+  buf[0] = '\0';
+  if (!v) return;
+  if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    if (d == floor(d) && fabs(d) < 1e15)
+      snprintf(buf, len, "%.0f", d);
+    else
+      snprintf(buf, len, "%.6g", d);
+  } else if (cJSON_IsString(v)) {
+    snprintf(buf, len, "%s", v->valuestring);
+  } else {
+    char *txt = cJSON_PrintUnformatted(v);
+    snprintf(buf, len, "%s", txt ? txt : "?");
+    free(txt);
+  }
+}
+
+void report_fmt_params(const cJSON *obj, char *buf, size_t len) {
+  size_t used = 0;
+  if (!len) return;
+  buf[0] = '\0';
+  const cJSON *it;
+  cJSON_ArrayForEach(it, obj) {
+    char val[256];
+    report_fmt_value(it, val, sizeof(val));
+    int n = snprintf(buf + used, len - used, "%s%s=%s", used ? ", " : "",
+                     it->string ? it->string : "?", val);
+    if (n < 0 || (size_t)n >= len - used) {
+      buf[used] = '\0';
+      return;
+    }
+    used += (size_t)n;
+  }
+}
+
+void report_state_free(struct report_state *s) {
+  cJSON_Delete(s->experiment);
+  cJSON_Delete(s->trials_doc);
+  cJSON_Delete(s->workers_doc);
+  free(s->trials);
+  memset(s, 0, sizeof(*s));
+}
+
+int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials,
+                      cJSON *workers) {
+  memset(s, 0, sizeof(*s));
+  s->experiment = experiment;
+  s->trials_doc = trials;
+  s->workers_doc = workers;
+  s->last_seq = -1;
+  if (!cJSON_IsObject(experiment)) goto bad;
+  const cJSON *arr = cJSON_IsArray(trials) ? trials : get(trials, "trials");
+  if (!cJSON_IsArray(arr)) goto bad;
+  s->last_seq = (long long)get_num(trials, "last_seq", -1);
+  int n = cJSON_GetArraySize(arr);
+  if (n > 0) {
+    s->trials = calloc((size_t)n, sizeof(*s->trials));
+    if (!s->trials) {
+      report_state_free(s);
+      return -ENOMEM;
+    }
+  }
+  const cJSON *t;
+  cJSON_ArrayForEach(t, arr) {
+    if (!cJSON_IsObject(t)) goto bad;
+    struct report_trial *r = &s->trials[s->ntrials++];
+    r->id = (long long)get_num(t, "id", 0);
+    r->name = get_str(t, "name");
+    r->status = get_str(t, "status");
+    if (!r->status) r->status = "?";
+    r->stopped_early = cJSON_IsTrue(get(t, "stopped_early"));
+    r->config = get(t, "config");
+    r->last_result = get(t, "last_result");
+    if (!cJSON_IsObject(r->last_result)) r->last_result = NULL;
+    r->iteration = (long long)get_num(t, "iteration", 0);
+    r->total_time_s = get_num(r->last_result, "time_total_s", NAN);
+    r->error = get_str(t, "error");
+    r->pending_reason = get_str(t, "pending_reason");
+    r->exit_code = (long long)get_num(t, "exit_code", -1);
+  }
+  const cJSON *warr = cJSON_IsArray(workers) ? workers : get(workers, "workers");
+  if (cJSON_IsArray(warr)) {
+    s->have_workers = 1;
+    const cJSON *w;
+    cJSON_ArrayForEach(w, warr) {
+      const char *st = get_str(w, "status");
+      if (st && strcmp(st, "alive")) continue;
+      const cJSON *res = get(w, "resources"), *fr = get(w, "free");
+      double cpu = get_num(res, "cpu", 0), gpu = get_num(res, "gpu", 0);
+      s->workers_alive++;
+      s->cpu_total += cpu;
+      s->gpu_total += gpu;
+      s->cpu_used += cpu - get_num(fr, "cpu", cpu);
+      s->gpu_used += gpu - get_num(fr, "gpu", gpu);
+    }
+  }
+  return 0;
+bad:
+  report_state_free(s);
+  return -EINVAL;
+}
+
+static int status_rank(const char *st) {
+  for (int i = 0; i < NSTATUS; i++)
+    if (!strcmp(st, STATUS_ORDER[i])) return i;
+  return NSTATUS; /* unknown statuses go last */
+}
+
+static const struct report_trial *find_trial(const struct report_state *s, long long id) {
+  for (size_t i = 0; i < s->ntrials; i++)
+    if (s->trials[i].id == id) return &s->trials[i];
+  return NULL;
+}
+
+static const char *trial_label(const struct report_trial *t, char *buf, size_t len) {
+  if (t->name) return t->name;
+  snprintf(buf, len, "trial_%lld", t->id);
+  return buf;
+}
+
+/* Appends text cut to width columns, then a newline. */
+static void put_line(struct sbuf *sb, const char *text, int width) {
+  size_t n = width > 0 ? text_prefix_bytes(text, (size_t)width) : strlen(text);
+  sbuf_putn(sb, text, n);
+  sbuf_putc(sb, '\n');
+}
+
+static void fmt_duration(double s, char *buf, size_t len) {
+  if (!(s >= 0)) s = 0;
+  long long cs = (long long)llround(s * 100.0);
+  snprintf(buf, len, "%02lld:%02lld:%02lld.%02lld", cs / 360000, cs / 6000 % 60,
+           cs / 100 % 60, cs % 100);
+}
+
+/* Names of the sampled params: param_space keys that are not constants. */
+static void param_keys(const struct report_state *s, const char **keys, int *n, int cap) {
+  const cJSON *space = get(get(s->experiment, "config"), "param_space");
+  *n = 0;
+  const cJSON *it;
+  if (cJSON_IsObject(space)) {
+    cJSON_ArrayForEach(it, space) {
+      if ((cJSON_IsObject(it) || cJSON_IsArray(it)) && *n < cap) keys[(*n)++] = it->string;
+    }
+    return;
+  }
+  /* No config in the document: every key any trial's config has. */
+  for (size_t i = 0; i < s->ntrials; i++) {
+    cJSON_ArrayForEach(it, s->trials[i].config) {
+      int seen = 0;
+      for (int j = 0; j < *n; j++) seen |= !strcmp(keys[j], it->string);
+      if (!seen && *n < cap) keys[(*n)++] = it->string;
+    }
+  }
+}
+
+static void add_key(const char **keys, int *n, int cap, const char *k) {
+  for (int j = 0; j < *n; j++)
+    if (!strcmp(keys[j], k)) return;
+  if (*n < cap) keys[(*n)++] = k;
+}
+
+static void status_block(struct sbuf *sb, const struct report_state *s, double now,
+                         int width) {
+  const cJSON *e = s->experiment;
+  char line[2048], t1[64], t2[64];
+  time_t secs = (time_t)floor(now);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  strftime(t1, sizeof(t1), "%Y-%m-%d %H:%M:%S", &tm);
+  double created = get_num(e, "created_at", now);
+  double ended = get_num(e, "ended_at", NAN);
+  fmt_duration((isnan(ended) ? now : ended) - created, t2, sizeof(t2));
+  put_line(sb, "== Status ==", width);
+  snprintf(line, sizeof(line), "Current time: %s UTC (running for %s)", t1, t2);
+  put_line(sb, line, width);
+
+  const char *status = get_str(e, "status");
+  snprintf(line, sizeof(line), "Experiment %lld '%s': %s", (long long)get_num(e, "id", 0),
+           get_str(e, "name") ? get_str(e, "name") : "?", status ? status : "?");
+  const char *metric = get_str(e, "metric"), *mode = get_str(e, "mode");
+  if (metric) {
+    size_t u = strlen(line);
+    snprintf(line + u, sizeof(line) - u, " (%s %s)", mode && !strcmp(mode, "max") ? "maximize" : "minimize", metric);
+  }
+  put_line(sb, line, width);
+
+  if (s->have_workers) {
+    snprintf(line, sizeof(line), "Logical resource usage: %g/%g CPUs, %g/%g GPUs (%d worker%s)",
+             s->cpu_used, s->cpu_total, s->gpu_used, s->gpu_total, s->workers_alive,
+             s->workers_alive == 1 ? "" : "s");
+    put_line(sb, line, width);
+  }
+
+  const cJSON *sc = get(e, "scheduler");
+  const char *stype = get_str(sc, "type");
+  if (stype && !strcmp(stype, "asha")) {
+    const cJSON *brackets = get(sc, "brackets");
+    long long stopped = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, brackets) stopped += (long long)get_num(b, "stopped", 0);
+    snprintf(line, sizeof(line),
+             "Scheduler: ASHA on %s, max_t=%g, grace_period=%g, reduction_factor=%g: %lld trial%s stopped early",
+             get_str(sc, "time_attr") ? get_str(sc, "time_attr") : "training_iteration",
+             get_num(sc, "max_t", 0), get_num(sc, "grace_period", 0),
+             get_num(sc, "reduction_factor", 0), stopped, stopped == 1 ? "" : "s");
+    put_line(sb, line, width);
+    cJSON_ArrayForEach(b, brackets) {
+      size_t u = (size_t)snprintf(line, sizeof(line), "  Bracket %lld (stopped %lld) cutoffs:",
+                                  (long long)get_num(b, "index", 0),
+                                  (long long)get_num(b, "stopped", 0));
+      const cJSON *m;
+      int first = 1;
+      cJSON_ArrayForEach(m, get(b, "milestones")) {
+        char cut[64];
+        const cJSON *c = get(m, "cutoff");
+        if (cJSON_IsNumber(c))
+          report_fmt_value(c, cut, sizeof(cut));
+        else
+          snprintf(cut, sizeof(cut), "-");
+        if (u < sizeof(line))
+          u += (size_t)snprintf(line + u, sizeof(line) - u, "%s iter %g: %s (n=%lld)",
+                                first ? "" : " |", get_num(m, "t", 0), cut,
+                                (long long)get_num(m, "recorded", 0));
+        first = 0;
+      }
+      put_line(sb, line, width);
+    }
+  } else if (stype) {
+    snprintf(line, sizeof(line), "Scheduler: %s", !strcmp(stype, "fifo") ? "FIFO (every trial runs to its end)" : stype);
+    put_line(sb, line, width);
+  }
+
+  const cJSON *best = get(e, "best");
+  if (cJSON_IsObject(best) && metric) {
+    long long bid = (long long)get_num(best, "trial_id", 0);
+    const struct report_trial *bt = find_trial(s, bid);
+    char val[64], params[1024] = "", lbl[48];
+    report_fmt_value(get(best, "value"), val, sizeof(val));
+    if (bt) {
+      const char *keys[64];
+      int nk;
+      param_keys(s, keys, &nk, 64);
+      size_t u = 0;
+      for (int i = 0; i < nk && u < sizeof(params); i++) {
+        char v[256];
+        report_fmt_value(get(bt->config, keys[i]), v, sizeof(v));
+        u += (size_t)snprintf(params + u, sizeof(params) - u, "%s%s=%s", i ? ", " : "", keys[i], v);
+      }
+    }
+    snprintf(line, sizeof(line), "Current best trial: %s with %s=%s and params={%s}",
+             bt ? trial_label(bt, lbl, sizeof(lbl)) : "?", metric, val, params);
+    put_line(sb, line, width);
+  }
+
+  /* Counts by status in table order, from the trials we hold. */
+  long long counts[NSTATUS + 1] = {0};
+  for (size_t i = 0; i < s->ntrials; i++) counts[status_rank(s->trials[i].status)]++;
+  size_t u = (size_t)snprintf(line, sizeof(line), "Number of trials: %zu (", s->ntrials);
+  int first = 1;
+  for (int i = 0; i <= NSTATUS; i++) {
+    if (!counts[i]) continue;
+    u += (size_t)snprintf(line + u, sizeof(line) - u, "%s%lld %s", first ? "" : ", ",
+                          counts[i], i < NSTATUS ? STATUS_ORDER[i] : "OTHER");
+    first = 0;
+  }
+  snprintf(line + u, sizeof(line) - u, ")");
+  put_line(sb, line, width);
+}
+
+struct column {
+  const char *title;
+  int right;    /* numbers are right-aligned */
+  int prio;     /* lower is dropped first when the table is too wide */
+  int hidden;
+  size_t w;
+  char **cells; /* one per shown row */
+};
+
+static int cmp_rows(const void *a, const void *b) {
+  const struct report_trial *x = *(const struct report_trial *const *)a;
+  const struct report_trial *y = *(const struct report_trial *const *)b;
+  int rx = status_rank(x->status), ry = status_rank(y->status);
+  if (rx != ry) return rx < ry ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+static void put_rule(struct sbuf *sb, const struct column *cols, int ncols, char edge,
+                     char mid) {
+  sbuf_putc(sb, edge);
+  int first = 1;
+  for (int c = 0; c < ncols; c++) {
+    if (cols[c].hidden) continue;
+    if (!first) sbuf_putc(sb, mid);
+    for (size_t i = 0; i < cols[c].w + 2; i++) sbuf_putc(sb, '-');
+    first = 0;
+  }
+  sbuf_putc(sb, edge);
+  sbuf_putc(sb, '\n');
+}
+
+static void put_cell(struct sbuf *sb, const char *text, size_t w, int right) {
+  size_t tw = text_width(text);
+  sbuf_putc(sb, ' ');
+  if (right)
+    for (size_t i = tw; i < w; i++) sbuf_putc(sb, ' ');
+  sbuf_puts(sb, text);
+  if (!right)
+    for (size_t i = tw; i < w; i++) sbuf_putc(sb, ' ');
+  sbuf_puts(sb, " |");
+}
+
+static void table(struct sbuf *sb, const struct report_state *s, int width, int max_rows) {
+  enum { MAXK = 64 };
+  const struct report_trial **rows = NULL;
+  struct column cols[2 + 2 * MAXK + 2];
+  int ncols = 0;
+  size_t nrows = 0, shown_per[NSTATUS + 1] = {0}, total_per[NSTATUS + 1] = {0};
+  memset(cols, 0, sizeof(cols));
+  if (!s->ntrials) return;
+
+  rows = malloc(s->ntrials * sizeof(*rows));
+  if (!rows) {
+    sb->err = -ENOMEM;
+    return;
+  }
+  for (size_t i = 0; i < s->ntrials; i++) rows[i] = &s->trials[i];
+  qsort(rows, s->ntrials, sizeof(*rows), cmp_rows);
+  /* Keep the first rows in status order; count what does not fit. */
+  for (size_t i = 0; i < s->ntrials; i++) {
+    int r = status_rank(rows[i]->status);
+    total_per[r]++;
+    if (max_rows <= 0 || nrows < (size_t)max_rows) {
+      rows[nrows++] = rows[i];
+      shown_per[r]++;
+    }
+  }
+
+  const cJSON *e = s->experiment;
+  const char *metric = get_str(e, "metric");
+  const char *time_attr = get_str(get(e, "scheduler"), "time_attr");
+  const char *pkeys[MAXK], *mkeys[MAXK];
+  int np, nm = 0;
+  param_keys(s, pkeys, &np, MAXK);
+  if (metric) add_key(mkeys, &nm, MAXK, metric);
+  for (size_t i = 0; i < nrows; i++) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, rows[i]->last_result) {
+      if (cJSON_IsNumber(it) && !is_time_key(it->string, time_attr))
+        add_key(mkeys, &nm, MAXK, it->string);
+    }
+  }
+
+  cols[ncols++] = (struct column){.title = "Trial name", .prio = 9};
+  cols[ncols++] = (struct column){.title = "status", .prio = 9};
+  for (int i = 0; i < np; i++) cols[ncols++] = (struct column){.title = pkeys[i], .right = 1, .prio = 2};
+  cols[ncols++] = (struct column){.title = "iter", .right = 1, .prio = 4};
+  cols[ncols++] = (struct column){.title = "total time (s)", .right = 1, .prio = 3};
+  for (int i = 0; i < nm; i++)
+    cols[ncols++] = (struct column){.title = mkeys[i], .right = 1,
+                                    .prio = (metric && i == 0) ? 5 : 1};
+
+  for (int c = 0; c < ncols; c++) {
+    cols[c].cells = calloc(nrows ? nrows : 1, sizeof(char *));
+    if (!cols[c].cells) {
+      sb->err = -ENOMEM;
+      goto done;
+    }
+    cols[c].w = text_width(cols[c].title);
+  }
+  int np0 = 2, nit = 2 + np;
+  for (size_t r = 0; r < nrows; r++) {
+    const struct report_trial *t = rows[r];
+    for (int c = 0; c < ncols; c++) {
+      char buf[256], lbl[48];
+      buf[0] = '\0';
+      if (c == 0) {
+        snprintf(buf, sizeof(buf), "%s", trial_label(t, lbl, sizeof(lbl)));
+      } else if (c == 1) {
+        snprintf(buf, sizeof(buf), "%s", t->status);
+      } else if (c < nit) {
+        report_fmt_value(get(t->config, pkeys[c - np0]), buf, sizeof(buf));
+      } else if (c == nit) {
+        if (t->iteration > 0 || t->last_result) snprintf(buf, sizeof(buf), "%lld", t->iteration);
+      } else if (c == nit + 1) {
+        if (!isnan(t->total_time_s)) snprintf(buf, sizeof(buf), "%.1f", t->total_time_s);
+      } else {
+        report_fmt_value(get(t->last_result, mkeys[c - nit - 2]), buf, sizeof(buf));
+      }
+      cols[c].cells[r] = strdup(buf);
+      if (!cols[c].cells[r]) {
+        sb->err = -ENOMEM;
+        goto done;
+      }
+      size_t w = text_width(buf);
+      if (w > cols[c].w) cols[c].w = w;
+    }
+  }
+
+  /* Narrow terminals: drop the least useful columns, rightmost first. */
+  int hidden = 0;
+  for (;;) {
+    size_t total = 1;
+    for (int c = 0; c < ncols; c++)
+      if (!cols[c].hidden) total += cols[c].w + 3;
+    if (width <= 0 || total <= (size_t)width) break;
+    int drop = -1;
+    for (int c = 0; c < ncols; c++)
+      if (!cols[c].hidden && cols[c].prio < 9 && (drop < 0 || cols[c].prio <= cols[drop].prio))
+        drop = c;
+    if (drop < 0) break;
+    cols[drop].hidden = 1;
+    hidden++;
+  }
+
+  /* Rows are built whole, then cut to the width like every other line. */
+  struct sbuf ln;
+  sbuf_init(&ln);
+  put_rule(&ln, cols, ncols, '+', '+');
+  sbuf_putc(&ln, '|');
+  for (int c = 0; c < ncols; c++)
+    if (!cols[c].hidden) put_cell(&ln, cols[c].title, cols[c].w, cols[c].right);
+  sbuf_putc(&ln, '\n');
+  put_rule(&ln, cols, ncols, '|', '+');
+  for (size_t r = 0; r < nrows; r++) {
+    sbuf_putc(&ln, '|');
+    for (int c = 0; c < ncols; c++)
+      if (!cols[c].hidden) put_cell(&ln, cols[c].cells[r], cols[c].w, cols[c].right);
+    sbuf_putc(&ln, '\n');
+  }
+  put_rule(&ln, cols, ncols, '+', '+');
+  char *text;
+  if (sbuf_take(&ln, &text)) {
+    sb->err = -ENOMEM;
+    goto done;
+  }
+  for (char *p = text, *nl; *p; p = nl + 1) {
+    nl = strchr(p, '\n');
+    *nl = '\0';
+    put_line(sb, p, width);
+  }
+  free(text);
+  for (int i = 0; i <= NSTATUS; i++) {
+    if (total_per[i] > shown_per[i]) {
+      char line[96];
+      snprintf(line, sizeof(line), "… %zu more %s", total_per[i] - shown_per[i],
+               i < NSTATUS ? STATUS_ORDER[i] : "OTHER");
+      put_line(sb, line, width);
+    }
+  }
+  if (hidden) {
+    char line[1024];
+    size_t u = (size_t)snprintf(line, sizeof(line), "(%d column%s hidden to fit %d columns:", hidden,
+                                hidden == 1 ? "" : "s", width);
+    for (int c = 0; c < ncols && u < sizeof(line); c++)
+      if (cols[c].hidden) u += (size_t)snprintf(line + u, sizeof(line) - u, " %s", cols[c].title);
+    if (u < sizeof(line)) snprintf(line + u, sizeof(line) - u, ")");
+    put_line(sb, line, width);
+  }
+done:
+  for (int c = 0; c < ncols; c++) {
+    if (!cols[c].cells) continue;
+    for (size_t r = 0; r < nrows; r++) free(cols[c].cells[r]);
+    free(cols[c].cells);
+  }
+  free(rows);
+}
+
+/* Why trials wait and why they failed: the first few, one line each. */
+static void notes(struct sbuf *sb, const struct report_state *s, int width) {
+  const char *reason = NULL;
+  size_t waiting = 0, shown_errors = 0;
+  for (size_t i = 0; i < s->ntrials; i++) {
+    const struct report_trial *t = &s->trials[i];
+    if (!strcmp(t->status, "PENDING") && t->pending_reason) {
+      if (!reason) reason = t->pending_reason;
+      if (!strcmp(reason, t->pending_reason)) waiting++;
+    }
+  }
+  char line[1024], lbl[48];
+  if (reason) {
+    snprintf(line, sizeof(line), "Pending: %s (%zu trial%s)", reason, waiting, waiting == 1 ? "" : "s");
+    put_line(sb, line, width);
+  }
+  for (size_t i = 0; i < s->ntrials; i++) {
+    const struct report_trial *t = &s->trials[i];
+    if (strcmp(t->status, "ERROR")) continue;
+    if (shown_errors++ == 3) break;
+    const char *err = t->error ? t->error : "no message";
+    int n = (int)strcspn(err, "\n");
+    if (t->exit_code >= 0)
+      snprintf(line, sizeof(line), "Error: %s (exit code %lld): %.*s", trial_label(t, lbl, sizeof(lbl)),
+               t->exit_code, n, err);
+    else
+      snprintf(line, sizeof(line), "Error: %s: %.*s", trial_label(t, lbl, sizeof(lbl)), n, err);
+    put_line(sb, line, width);
+  }
+}
+
+int report_render(const struct report_state *s, double now, int width, int max_rows,
+                  char **out) {
+  struct sbuf sb;
+  sbuf_init(&sb);
+  status_block(&sb, s, now, width);
+  table(&sb, s, width, max_rows);
+  notes(&sb, s, width);
+  return sbuf_take(&sb, out);
+}
+
+int report_render_table(const struct report_state *s, int width, int max_rows,
+                        char **out) {
+  struct sbuf sb;
+  sbuf_init(&sb);
+  table(&sb, s, width, max_rows);
+  notes(&sb, s, width);
+  return sbuf_take(&sb, out);
+}
+
+/* "loss=0.31, accuracy=0.88": the metric first, then the other metrics. */
+static void fmt_metrics(const struct report_state *s, const struct report_trial *t,
+                        char *buf, size_t len) {
+  const char *metric = get_str(s->experiment, "metric");
+  const char *time_attr = get_str(get(s->experiment, "scheduler"), "time_attr");
+  size_t u = 0;
+  buf[0] = '\0';
+  if (metric && get(t->last_result, metric)) {
+    char v[64];
+    report_fmt_value(get(t->last_result, metric), v, sizeof(v));
+    u += (size_t)snprintf(buf, len, "%s=%s", metric, v);
+  }
+  const cJSON *it;
+  cJSON_ArrayForEach(it, t->last_result) {
+    if (u >= len) break;
+    if (!cJSON_IsNumber(it) || is_time_key(it->string, time_attr) ||
+        (metric && !strcmp(it->string, metric)) || !strcmp(it->string, "samples_per_s"))
+      continue;
+    char v[64];
+    report_fmt_value(it, v, sizeof(v));
+    u += (size_t)snprintf(buf + u, len - u, "%s%s=%s", u ? ", " : "", it->string, v);
+  }
+}
+
+static int cmp_id(const void *a, const void *b) {
+  const struct report_trial *x = *(const struct report_trial *const *)a;
+  const struct report_trial *y = *(const struct report_trial *const *)b;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+int report_events(const struct report_state *prev, const struct report_state *cur,
+                  char **out) {
+  struct sbuf sb;
+  sbuf_init(&sb);
+  const struct report_trial **old = NULL;
+  if (!prev) return sbuf_take(&sb, out);
+  if (prev->ntrials) {
+    old = malloc(prev->ntrials * sizeof(*old));
+    if (!old) return -ENOMEM;
+    for (size_t i = 0; i < prev->ntrials; i++) old[i] = &prev->trials[i];
+    qsort(old, prev->ntrials, sizeof(*old), cmp_id);
+  }
+  for (size_t i = 0; i < cur->ntrials; i++) {
+    const struct report_trial *t = &cur->trials[i], *p = NULL;
+    if (old) {
+      const struct report_trial *key = t;
+      const struct report_trial **hit = bsearch(&key, old, prev->ntrials, sizeof(*old), cmp_id);
+      if (hit) p = *hit;
+    }
+    const char *was = p ? p->status : "PENDING";
+    if (!strcmp(was, t->status)) continue;
+    char lbl[48], m[512], cfg[512];
+    const char *name = trial_label(t, lbl, sizeof(lbl));
+    if (!strcmp(t->status, "RUNNING")) {
+      report_fmt_params(t->config, cfg, sizeof(cfg));
+      if (t->iteration > 0)
+        sbuf_printf(&sb, "Trial %s resumed at iteration %lld with config {%s}\n", name,
+                    t->iteration, cfg);
+      else
+        sbuf_printf(&sb, "Trial %s started with config {%s}\n", name, cfg);
+    } else if (!strcmp(t->status, "TERMINATED")) {
+      fmt_metrics(cur, t, m, sizeof(m));
+      if (t->stopped_early)
+        sbuf_printf(&sb, "Trial %s stopped early by the scheduler at iteration %lld: %s\n",
+                    name, t->iteration, m);
+      else
+        sbuf_printf(&sb, "Trial %s completed after %lld iteration%s: %s\n", name,
+                    t->iteration, t->iteration == 1 ? "" : "s", m);
+    } else if (!strcmp(t->status, "ERROR")) {
+      const char *err = t->error ? t->error : "no message";
+      int n = (int)strcspn(err, "\n");
+      sbuf_printf(&sb, "Trial %s errored at iteration %lld: %.*s\n", name, t->iteration, n, err);
+    } else if (!strcmp(t->status, "PENDING") && p) {
+      sbuf_printf(&sb, "Trial %s is pending again (was %s)\n", name, p->status);
+    } else if (!strcmp(t->status, "PAUSED")) {
+      sbuf_printf(&sb, "Trial %s paused at iteration %lld\n", name, t->iteration);
+    }
+  }
+  free(old);
+  return sbuf_take(&sb, out);
+}
+
+static cJSON *dup_or_null(const cJSON *v) {
+  return v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull();
+}
+
+cJSON *report_to_json(const struct report_state *s, double now) {
+  const cJSON *e = s->experiment;
+  cJSON *root = cJSON_CreateObject();
+  if (!root) return NULL;
+  int ok = 1;
+  cJSON *ex = cJSON_AddObjectToObject(root, "experiment");
+  ok &= cJSON_AddNumberToObject(root, "time", now) != NULL;
+  if (ex) {
+    double created = get_num(e, "created_at", now), ended = get_num(e, "ended_at", NAN);
+    ok &= cJSON_AddNumberToObject(ex, "id", get_num(e, "id", 0)) != NULL;
+    ok &= cJSON_AddItemToObject(ex, "name", dup_or_null(get(e, "name")));
+    ok &= cJSON_AddItemToObject(ex, "status", dup_or_null(get(e, "status")));
+    ok &= cJSON_AddItemToObject(ex, "metric", dup_or_null(get(e, "metric")));
+    ok &= cJSON_AddItemToObject(ex, "mode", dup_or_null(get(e, "mode")));
+    ok &= cJSON_AddNumberToObject(ex, "running_s", (isnan(ended) ? now : ended) - created) != NULL;
+    ok &= cJSON_AddItemToObject(ex, "counts", dup_or_null(get(e, "counts")));
+  } else {
+    ok = 0;
+  }
+  cJSON *res = cJSON_AddObjectToObject(root, "resources");
+  if (res && s->have_workers) {
+    ok &= cJSON_AddNumberToObject(res, "workers", s->workers_alive) != NULL;
+    ok &= cJSON_AddNumberToObject(res, "cpu_used", s->cpu_used) != NULL;
+    ok &= cJSON_AddNumberToObject(res, "cpu_total", s->cpu_total) != NULL;
+    ok &= cJSON_AddNumberToObject(res, "gpu_used", s->gpu_used) != NULL;
+    ok &= cJSON_AddNumberToObject(res, "gpu_total", s->gpu_total) != NULL;
+  } else if (!res) {
+    ok = 0;
+  }
+  ok &= cJSON_AddItemToObject(root, "scheduler", dup_or_null(get(e, "scheduler")));
+  ok &= cJSON_AddItemToObject(root, "best", dup_or_null(get(e, "best")));
+  cJSON *arr = cJSON_AddArrayToObject(root, "trials");
+  if (!arr) ok = 0;
+  for (size_t i = 0; ok && i < s->ntrials; i++) {
+    const struct report_trial *t = &s->trials[i];
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(arr, o)) {
+      cJSON_Delete(o);
+      ok = 0;
+      break;
+    }
+    ok &= cJSON_AddNumberToObject(o, "id", (double)t->id) != NULL;
+    ok &= cJSON_AddItemToObject(o, "name", t->name ? cJSON_CreateString(t->name) : cJSON_CreateNull());
+    ok &= cJSON_AddStringToObject(o, "status", t->status) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "iteration", (double)t->iteration) != NULL;
+    ok &= cJSON_AddItemToObject(o, "total_time_s", isnan(t->total_time_s) ? cJSON_CreateNull()
+                                                    : cJSON_CreateNumber(t->total_time_s));
+    ok &= cJSON_AddItemToObject(o, "config", dup_or_null(t->config));
+    ok &= cJSON_AddItemToObject(o, "last_result", dup_or_null(t->last_result));
+  }
+  if (!ok) {
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}

@@ -1,0 +1,70 @@
+/* report: the progress reporter as pure functions of an experiment's state
+ * (experiment, trials and workers as the REST API gives them), a clock and a
+ * width → text or JSON. No I/O: golden tests pin the output. */
+#ifndef CTUNE_CLI_REPORT_H
+#define CTUNE_CLI_REPORT_H
+
+#include <stddef.h>
+#include <cJSON.h>
+
+#define REPORT_MAX_ROWS 20
+
+struct report_trial {
+  long long id;
+  const char *name;           /* borrowed from the trials document */
+  const char *status;
+  int stopped_early;
+  long long iteration;
+  double total_time_s;        /* last_result.time_total_s, NaN when absent */
+  const cJSON *config;        /* may be NULL */
+  const cJSON *last_result;   /* may be NULL */
+  const char *error;          /* may be NULL */
+  const char *pending_reason; /* may be NULL */
+  long long exit_code;        /* -1 when none */
+};
+
+struct report_state {
+  cJSON *experiment;          /* owned: GET /api/v1/experiments/{id} */
+  cJSON *trials_doc;          /* owned: GET .../trials ({"trials": [...]}) */
+  cJSON *workers_doc;         /* owned, may be NULL: GET /api/v1/workers */
+  struct report_trial *trials;
+  size_t ntrials;
+  long long last_seq;         /* the trials list's last_seq, -1 when absent */
+  int have_workers;
+  int workers_alive;
+  double cpu_total, cpu_used, gpu_total, gpu_used;
+};
+
+/* Takes ownership of the three documents (also on failure; workers may be
+ * NULL). Returns 0, -EINVAL when exp or trials have the wrong shape, -ENOMEM. */
+int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials,
+                      cJSON *workers);
+void report_state_free(struct report_state *s);
+
+/* The status block and the trial table, every line at most `width` columns.
+ * now: Unix seconds. max_rows: table rows before "… N more" lines (0 = all).
+ * *out is malloc'd. 0 or -ENOMEM. */
+int report_render(const struct report_state *s, double now, int width,
+                  int max_rows, char **out);
+
+/* Only the trial table and its notes (`ctune trials`). */
+int report_render_table(const struct report_state *s, int width, int max_rows,
+                        char **out);
+
+/* One line per trial that started, ended, failed or went back to pending
+ * between prev and cur (prev NULL: nothing). *out is malloc'd ("" if none). */
+int report_events(const struct report_state *prev, const struct report_state *cur,
+                  char **out);
+
+/* The same state as one JSON object (the --json reporter's line); NULL on
+ * out of memory. */
+cJSON *report_to_json(const struct report_state *s, double now);
+
+/* A config or result value as the table shows it: numbers %.6g (integral
+ * ones without a point), strings bare, everything else as compact JSON. */
+void report_fmt_value(const cJSON *v, char *buf, size_t len);
+
+/* "l1=64, lr=0.001" for the keys of obj (NULL keys: all), at most len bytes. */
+void report_fmt_params(const cJSON *obj, char *buf, size_t len);
+
+#endif

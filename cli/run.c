@@ -1,0 +1,284 @@
+/* run: `ctune run CONFIG` — a private ctune-server and ctune-worker on this
+ * machine, the experiment submitted (or resumed), the reporter until it ends,
+ * the best trial, and the children stopped in order whatever happens. */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "clock.h"
+#include "config.h"
+#include "exitcode.h"
+#include "proc.h"
+
+/* Short, so a resumed run does not wait long for the dead worker's leases. */
+#define RUN_LEASE_TIMEOUT_S "10"
+
+struct run_ctx {
+  struct proc server, worker;
+  char server_log[PATH_MAX], worker_log[PATH_MAX];
+};
+
+static int machine_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* The last few lines of a child's log, for the message when it died. */
+static void print_log_tail(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char lines[5][512];
+  int n = 0;
+  while (fgets(lines[n % 5], sizeof(lines[0]), f)) n++;
+  fclose(f);
+  for (int i = n > 5 ? n - 5 : 0; i < n; i++) fprintf(stderr, "  | %s", lines[i % 5]);
+}
+
+/* Polled by the watch loop: a child that died ends the run. */
+static int children_alive(void *arg) {
+  struct run_ctx *r = arg;
+  struct proc *dead = proc_exited(&r->server) ? &r->server : proc_exited(&r->worker) ? &r->worker : NULL;
+  if (!dead) return 0;
+  fprintf(stderr, "ctune: %s exited unexpectedly (wait status %d); last lines of %s:\n", dead->name,
+          dead->status, dead == &r->server ? r->server_log : r->worker_log);
+  print_log_tail(dead == &r->server ? r->server_log : r->worker_log);
+  return -ECHILD;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Ctrl-C: cancel, then wait (bounded) until no trial of it runs. A second
+ * Ctrl-C skips the wait. */
+static void cancel_and_drain(struct http_client *c, long long id) {
+  char path[128];
+  struct http_error err;
+  cJSON *resp = NULL;
+  cli_signal = 0;
+  fprintf(stderr, "ctune: interrupted; cancelling experiment %lld and stopping its trials "
+                  "(Ctrl-C again to stop at once)\n", id);
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld/cancel", id);
+  if (http_json(c, "POST", path, "{}", &resp, &err)) {
+    fprintf(stderr, "ctune: cancel failed: %s\n", err.message);
+    return;
+  }
+  cJSON_Delete(resp);
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld", id);
+  uint64_t deadline = clock_mono_ms() + 60000;
+  while (!cli_signal && clock_mono_ms() < deadline) {
+    cJSON *exp = NULL;
+    if (http_json(c, "GET", path, NULL, &exp, &err)) break;
+    const cJSON *running = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(exp, "counts"), "RUNNING");
+    int busy = cJSON_IsNumber(running) && running->valuedouble > 0;
+    cJSON_Delete(exp);
+    if (!busy) return;
+    sleep_ms(200);
+  }
+}
+
+/* The newest RUNNING experiment called name, or -ENOENT. */
+static int find_unfinished(struct http_client *c, const char *name, long long *id,
+                           struct http_error *err) {
+  cJSON *resp = NULL;
+  int rc = http_json(c, "GET", "/api/v1/experiments", NULL, &resp, err);
+  if (rc) return rc;
+  const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "experiments");
+  const cJSON *e;
+  *id = 0;
+  cJSON_ArrayForEach(e, list) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(e, "status");
+    long long eid = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "id"));
+    if (cJSON_IsString(n) && !strcmp(n->valuestring, name) && cJSON_IsString(st) &&
+        !strcmp(st->valuestring, "RUNNING") && eid > *id)
+      *id = eid;
+  }
+  cJSON_Delete(resp);
+  return *id ? 0 : -ENOENT;
+}
+
+int cmd_run(const struct cli_args *a) {
+  struct run_ctx r;
+  struct http_client c;
+  struct http_error err;
+  char msg[1024], stem[160], db[PATH_MAX], work[PATH_MAX], base[PATH_MAX];
+  char server_bin[PATH_MAX], worker_bin[PATH_MAX], url[256], cpus[16], gpus[16];
+  cJSON *cfg = NULL, *resp = NULL;
+  char *body = NULL;
+  int ex = CLI_EXIT_ERROR, have_client = 0;
+  long long id = 0;
+  memset(&r, 0, sizeof(r));
+  memset(&c, 0, sizeof(c));
+
+  if (config_load(a->target, &cfg, msg, sizeof(msg))) {
+    fprintf(stderr, "ctune: %s\n", msg);
+    return CLI_EXIT_USAGE;
+  }
+  const char *name = config_name(cfg);
+  config_file_stem(name, stem, sizeof(stem));
+  if (a->db) {
+    snprintf(db, sizeof(db), "%s", a->db);
+  } else {
+    if (mkdir("ctune-results", 0755) && errno != EEXIST) {
+      fprintf(stderr, "ctune: cannot create ./ctune-results: %s\n", strerror(errno));
+      goto out;
+    }
+    snprintf(db, sizeof(db), "ctune-results/%s.db", stem);
+  }
+  /* Logs and trial directories live next to the database. */
+  snprintf(base, sizeof(base), "%s", db);
+  size_t bl = strlen(base);
+  if (bl > 3 && !strcmp(base + bl - 3, ".db")) base[bl - 3] = '\0';
+  snprintf(r.server_log, sizeof(r.server_log), "%s.server.log", base);
+  snprintf(r.worker_log, sizeof(r.worker_log), "%s.worker.log", base);
+  snprintf(work, sizeof(work), "%s.work", base);
+  if (a->resume && access(db, F_OK)) {
+    fprintf(stderr, "ctune: nothing to resume: %s does not exist (run without --resume to start)\n", db);
+    ex = CLI_EXIT_USAGE;
+    goto out;
+  }
+  if (proc_find("ctune-server", server_bin, sizeof(server_bin), msg, sizeof(msg)) ||
+      proc_find("ctune-worker", worker_bin, sizeof(worker_bin), msg, sizeof(msg))) {
+    fprintf(stderr, "ctune: %s\n", msg);
+    goto out;
+  }
+  if (mkdir(work, 0755) && errno != EEXIST) {
+    fprintf(stderr, "ctune: cannot create %s: %s\n", work, strerror(errno));
+    goto out;
+  }
+  cli_signals_install();
+
+  long off = file_size(r.server_log);
+  char *sargv[] = {server_bin, "--db", db, "--bind", "127.0.0.1", "--port", "0",
+                   "--lease-timeout", RUN_LEASE_TIMEOUT_S, NULL};
+  int rc = proc_spawn(&r.server, "ctune-server", sargv, r.server_log);
+  if (rc) {
+    fprintf(stderr, "ctune: cannot start %s: %s\n", server_bin, strerror(-rc));
+    goto out;
+  }
+  char rest[200];
+  rc = proc_wait_log_line(&r.server, r.server_log, off, "listening on http://", 60000, rest,
+                          sizeof(rest));
+  if (rc) {
+    if (cli_signal) {
+      ex = CLI_EXIT_INTERRUPTED;
+      goto out;
+    }
+    fprintf(stderr, "ctune: ctune-server %s; last lines of %s:\n",
+            rc == -ECHILD ? "exited before it was ready" : "did not say it was listening within 60 s",
+            r.server_log);
+    print_log_tail(r.server_log);
+    goto out;
+  }
+  snprintf(url, sizeof(url), "http://%s", rest);
+  if (a->json) {
+    printf("{\"dashboard\": \"%s/\"}\n", url);
+  } else {
+    printf("Dashboard: %s/\n", url);
+    printf("Database:  %s (logs: %s, %s)\n", db, r.server_log, r.worker_log);
+  }
+  fflush(stdout);
+  if (http_client_init(&c, url, NULL)) goto out;
+  have_client = 1;
+
+  snprintf(cpus, sizeof(cpus), "%d", a->cpus > 0 ? a->cpus : machine_cpus());
+  snprintf(gpus, sizeof(gpus), "%d", a->gpus);
+  char *wargv[] = {worker_bin, "--server", url, "--cpus", cpus, "--work-dir", work,
+                   a->gpus >= 0 ? "--gpus" : NULL, gpus, NULL};
+  rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
+  if (rc) {
+    fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
+    goto out;
+  }
+
+  if (a->resume) {
+    rc = find_unfinished(&c, name, &id, &err);
+    if (rc == -ENOENT) {
+      fprintf(stderr, "ctune: nothing to resume: %s holds no unfinished experiment named '%s' "
+              "(finished and cancelled ones stay queryable; run without --resume to start anew)\n",
+              db, name);
+      ex = CLI_EXIT_ERROR;
+      goto out;
+    }
+    if (rc) {
+      ex = cli_fail_http(rc, &err);
+      goto out;
+    }
+    if (!a->json) printf("Resuming experiment %lld '%s'\n", id, name);
+  } else {
+    body = cJSON_PrintUnformatted(cfg);
+    if (!body) goto out;
+    rc = http_json(&c, "POST", "/api/v1/experiments", body, &resp, &err);
+    if (rc) {
+      fprintf(stderr, "ctune: %s: %s\n", a->target, err.message);
+      ex = rc == HTTP_ERR_REJECTED ? CLI_EXIT_USAGE : http_exit_code(rc);
+      goto out;
+    }
+    id = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(resp, "id"));
+    if (id <= 0) {
+      fprintf(stderr, "ctune: the server accepted %s but sent no experiment id\n", a->target);
+      goto out;
+    }
+    if (!a->json) printf("Experiment %lld '%s' submitted: %s/#/experiments/%lld\n", id, name, url, id);
+  }
+  fflush(stdout);
+
+  struct watch_opts o = {.json = a->json, .tty = isatty(STDOUT_FILENO), .width = cli_width(a),
+                         .interval_s = a->interval_s, .check = children_alive, .check_ctx = &r};
+  if (a->json) o.interval_s = a->interval_s < 10.0 ? a->interval_s : 2.0;
+  struct report_state final;
+  memset(&final, 0, sizeof(final));
+  rc = cli_watch(&c, id, &o, &final, &err);
+  if (rc == -EINTR && cli_signal == SIGINT) {
+    cancel_and_drain(&c, id);
+    ex = CLI_EXIT_INTERRUPTED;
+  } else if (rc == -EINTR) {
+    /* SIGTERM / SIGHUP: a shutdown, not a decision; leave it resumable. */
+    fprintf(stderr, "ctune: stopping on signal %d; experiment %lld stays unfinished: "
+                    "ctune run %s --resume continues it\n", (int)cli_signal, id, a->target);
+    ex = 128 + (int)cli_signal;
+  } else if (rc == -ECHILD) {
+    ex = CLI_EXIT_ERROR;
+  } else if (rc) {
+    ex = cli_fail_http(rc, &err);
+  } else {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(final.experiment, "status");
+    if (!a->json) printf("\nExperiment %lld %s.\n", id, cJSON_IsString(st) ? st->valuestring : "ended");
+    rc = cli_print_best(&c, id, NULL, NULL, NULL, a->json, &err);
+    if (rc) {
+      fprintf(stderr, "ctune: no best trial: %s\n", err.message);
+      ex = CLI_EXIT_ERROR;
+    } else {
+      ex = CLI_EXIT_OK;
+    }
+  }
+  report_state_free(&final);
+out:
+  /* The worker first, so its trials stop and report while the server is up. */
+  if (r.worker.pid) proc_stop(&r.worker, 30000);
+  if (r.server.pid) proc_stop(&r.server, 10000);
+  if (cli_signal == SIGINT && ex != CLI_EXIT_INTERRUPTED && ex == CLI_EXIT_OK) ex = CLI_EXIT_INTERRUPTED;
+  if (have_client) http_client_free(&c);
+  cJSON_Delete(resp);
+  cJSON_Delete(cfg);
+  free(body);
+  return ex;
+}

@@ -1,0 +1,469 @@
+/* Unit tests of the ctune CLI's pure parts: argument parsing, config files,
+ * the reporter (golden text with a fixed clock, width and trials), trial
+ * events, the JSON reporter, CSV/JSON export, token files, exit codes. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "config.h"
+#include "exitcode.h"
+#include "export.h"
+#include "http.h"
+#include "report.h"
+#include "sbuf.h"
+
+#ifndef CLI_TEST_DIR
+#error CLI_TEST_DIR must name tests/cli
+#endif
+
+/* 2026-11-18 11:08:20 UTC; the fixtures' experiments start 100 s before. */
+#define NOW 1795000100.0
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  if (buf) buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static cJSON *fixture(const char *name) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/fixtures/%s", CLI_TEST_DIR, name);
+  char *text = slurp(path);
+  ck_assert_msg(text != NULL, "cannot read %s", path);
+  cJSON *doc = cJSON_Parse(text);
+  free(text);
+  ck_assert_msg(doc != NULL, "bad JSON in %s", path);
+  return doc;
+}
+
+/* Compares text with golden/<name>; CTUNE_UPDATE_GOLDEN=1 rewrites it. */
+static void golden(const char *name, const char *text) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/golden/%s", CLI_TEST_DIR, name);
+  if (getenv("CTUNE_UPDATE_GOLDEN")) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return;
+  }
+  char *want = slurp(path);
+  ck_assert_msg(want != NULL, "missing golden file %s", path);
+  if (strcmp(want, text)) {
+    char actual[600];
+    snprintf(actual, sizeof(actual), "%s.actual", name);
+    FILE *f = fopen(actual, "wb");
+    if (f) {
+      fputs(text, f);
+      fclose(f);
+    }
+    free(want);
+    ck_abort_msg("output differs from %s (actual output written to ./%s)", path, actual);
+  }
+  free(want);
+}
+
+static void load_asha(struct report_state *s) {
+  ck_assert_int_eq(report_state_load(s, fixture("asha_experiment.json"), fixture("asha_trials.json"),
+                                     fixture("workers.json")), 0);
+}
+
+static void load_grid(struct report_state *s) {
+  ck_assert_int_eq(report_state_load(s, fixture("grid_experiment.json"), fixture("grid_trials.json"),
+                                     NULL), 0);
+}
+
+static int max_line_width(const char *text) {
+  int best = 0;
+  char *copy = strdup(text);
+  for (char *save = NULL, *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+    if ((int)text_width(l) > best) best = (int)text_width(l);
+  free(copy);
+  return best;
+}
+
+/* ---- reporter ---- */
+
+START_TEST(report_asha_wide) {
+  struct report_state s;
+  char *text;
+  load_asha(&s);
+  ck_assert_int_eq(report_render(&s, NOW, 160, REPORT_MAX_ROWS, &text), 0);
+  golden("asha_w160.txt", text);
+  /* The spec, independent of the golden file: status order, 20 rows, more. */
+  char *run = strstr(text, "| RUNNING"), *pend = strstr(text, "| PENDING");
+  char *term = strstr(text, "| TERMINATED");
+  ck_assert(run && pend && term && run < pend && pend < term);
+  ck_assert_ptr_null(strstr(text, "| ERROR"));
+  ck_assert_ptr_nonnull(strstr(text, "… 3 more TERMINATED"));
+  ck_assert_ptr_nonnull(strstr(text, "… 2 more ERROR"));
+  ck_assert_ptr_nonnull(strstr(text, "Logical resource usage: 2/2 CPUs, 0/0 GPUs (1 worker)"));
+  ck_assert_ptr_nonnull(strstr(text, "Bracket 0 (stopped 12) cutoffs: iter 1: 0.5123 (n=20) | iter 2: 0.4402 (n=9)"));
+  ck_assert_ptr_nonnull(strstr(text, "running for 00:01:40.00"));
+  ck_assert_int_le(max_line_width(text), 160);
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
+START_TEST(report_asha_narrow_trims_to_width) {
+  struct report_state s;
+  char *text;
+  load_asha(&s);
+  ck_assert_int_eq(report_render(&s, NOW, 80, REPORT_MAX_ROWS, &text), 0);
+  golden("asha_w80.txt", text);
+  ck_assert_int_le(max_line_width(text), 80);
+  /* The metric stays; extra metrics go first. */
+  ck_assert_ptr_nonnull(strstr(text, "   loss |"));
+  ck_assert_ptr_null(strstr(text, "samples_per_s |"));
+  ck_assert_ptr_nonnull(strstr(text, "hidden to fit 80 columns"));
+  free(text);
+  ck_assert_int_eq(report_render(&s, NOW, 40, REPORT_MAX_ROWS, &text), 0);
+  golden("asha_w40.txt", text);
+  ck_assert_int_le(max_line_width(text), 40);
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
+START_TEST(report_all_rows) {
+  struct report_state s;
+  char *text;
+  load_asha(&s);
+  ck_assert_int_eq(report_render_table(&s, 0, 0, &text), 0);
+  ck_assert_ptr_null(strstr(text, "more"));
+  int rows = 0;
+  for (char *p = text; (p = strstr(p, "| fmnist-asha_")); p++) rows++;
+  ck_assert_int_eq(rows, 25);
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
+START_TEST(report_grid_finished) {
+  struct report_state s;
+  char *text;
+  load_grid(&s);
+  ck_assert_int_eq(report_render(&s, NOW + 99999, 100, REPORT_MAX_ROWS, &text), 0);
+  golden("grid_w100.txt", text);
+  /* An ended experiment's running time stops at ended_at. */
+  ck_assert_ptr_nonnull(strstr(text, "running for 01:02:05.50"));
+  ck_assert_ptr_nonnull(strstr(text, "Scheduler: FIFO"));
+  ck_assert_ptr_nonnull(strstr(text, "Current best trial: grid_00001 with accuracy=0.91 and params={lr=0.01}"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
+START_TEST(report_events_lines) {
+  struct report_state prev, cur;
+  char *text;
+  load_asha(&prev);
+  load_asha(&cur);
+  /* Make three things happen between the polls. */
+  int done = 0, early = 0, started = 0;
+  for (size_t i = 0; i < prev.ntrials; i++) {
+    struct report_trial *p = &prev.trials[i], *c = &cur.trials[i];
+    if (!strcmp(c->status, "TERMINATED") && !c->stopped_early && !done++) p->status = "RUNNING";
+    if (!strcmp(c->status, "TERMINATED") && c->stopped_early && !early++) p->status = "RUNNING";
+    if (!strcmp(c->status, "ERROR")) p->status = "RUNNING";
+    if (!strcmp(c->status, "RUNNING")) {
+      p->status = "PENDING";
+      if (!started++) c->iteration = 0; /* a fresh start, not a resume */
+    }
+    if (!strcmp(c->status, "PENDING") && c->id == 18) p->status = "RUNNING";
+  }
+  ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
+  golden("events.txt", text);
+  ck_assert_ptr_nonnull(strstr(text, "started with config {"));
+  ck_assert_ptr_nonnull(strstr(text, "resumed at iteration 6 with config {"));
+  ck_assert_ptr_nonnull(strstr(text, "completed after 10 iterations: loss="));
+  ck_assert_ptr_nonnull(strstr(text, "stopped early by the scheduler at iteration"));
+  ck_assert_ptr_nonnull(strstr(text, "errored at iteration"));
+  ck_assert_ptr_nonnull(strstr(text, "is pending again (was RUNNING)"));
+  free(text);
+  /* No previous state: nothing to say. */
+  ck_assert_int_eq(report_events(NULL, &cur, &text), 0);
+  ck_assert_str_eq(text, "");
+  free(text);
+  ck_assert_int_eq(report_events(&cur, &cur, &text), 0);
+  ck_assert_str_eq(text, "");
+  free(text);
+  report_state_free(&prev);
+  report_state_free(&cur);
+}
+END_TEST
+
+START_TEST(report_json_state) {
+  struct report_state s;
+  load_grid(&s);
+  cJSON *j = report_to_json(&s, NOW);
+  ck_assert_ptr_nonnull(j);
+  char *text = cJSON_Print(j);
+  golden("grid_state.json", text);
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "trials")), 3);
+  free(text);
+  cJSON_Delete(j);
+  report_state_free(&s);
+}
+END_TEST
+
+START_TEST(report_rejects_bad_shapes) {
+  struct report_state s;
+  ck_assert_int_eq(report_state_load(&s, cJSON_CreateArray(), cJSON_CreateArray(), NULL), -EINVAL);
+  ck_assert_int_eq(report_state_load(&s, cJSON_CreateObject(), cJSON_CreateObject(), NULL), -EINVAL);
+  ck_assert_int_eq(report_state_load(&s, cJSON_CreateObject(), cJSON_Parse("[1]"), NULL), -EINVAL);
+  /* An empty experiment renders without a table. */
+  ck_assert_int_eq(report_state_load(&s, cJSON_Parse("{\"id\":3,\"name\":\"x\",\"status\":\"RUNNING\"}"),
+                                     cJSON_Parse("{\"trials\":[]}"), NULL), 0);
+  char *text;
+  ck_assert_int_eq(report_render(&s, NOW, 80, 20, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Number of trials: 0 ()"));
+  ck_assert_ptr_null(strstr(text, "+--"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
+START_TEST(fmt_values) {
+  char buf[64];
+  cJSON *v = cJSON_CreateNumber(64);
+  report_fmt_value(v, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "64");
+  cJSON_SetNumberValue(v, 0.000123456789);
+  report_fmt_value(v, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "0.000123457");
+  cJSON_Delete(v);
+  v = cJSON_Parse("{\"a\":[1,2],\"b\":\"s\",\"c\":true}");
+  report_fmt_params(v, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "a=[1,2], b=s, c=true");
+  report_fmt_params(v, buf, 8); /* what does not fit is left out whole */
+  ck_assert_str_eq(buf, "a=[1,2]");
+  report_fmt_params(v, buf, 7);
+  ck_assert_str_eq(buf, "");
+  cJSON_Delete(v);
+  ck_assert_uint_eq(text_width("… 3"), 3);
+  ck_assert_uint_eq(text_prefix_bytes("…abc", 2), 4);
+}
+END_TEST
+
+/* ---- export ---- */
+
+START_TEST(export_csv_golden) {
+  cJSON *trials = fixture("grid_trials.json");
+  char *text;
+  ck_assert_int_eq(export_csv(trials, &text), 0);
+  golden("grid.csv", text);
+  /* RFC 4180: a field with a comma or quote is quoted, quotes doubled. */
+  ck_assert_ptr_nonnull(strstr(text, ",\"a,b \"\"q\"\"\","));
+  ck_assert_ptr_nonnull(strstr(text, "trial_id,name,status,stopped_early,iteration,config/lr,config/opt,config/note,training_iteration,accuracy,loss,time_total_s,error\n"));
+  free(text);
+  ck_assert_int_eq(export_csv(cJSON_GetObjectItem(trials, "last_seq"), &text), -EINVAL);
+  cJSON_Delete(trials);
+}
+END_TEST
+
+START_TEST(export_json_with_results) {
+  cJSON *exp = fixture("grid_experiment.json"), *trials = fixture("grid_trials.json");
+  cJSON *results = cJSON_Parse(
+      "{\"results\":[{\"seq\":1,\"trial_id\":10,\"result\":{\"training_iteration\":1,\"accuracy\":0.5}},"
+      "{\"seq\":2,\"trial_id\":11,\"result\":{\"training_iteration\":1,\"accuracy\":0.6}},"
+      "{\"seq\":3,\"trial_id\":10,\"result\":{\"training_iteration\":2,\"accuracy\":0.7}}],\"last_seq\":3}");
+  char *text;
+  ck_assert_int_eq(export_json(exp, trials, results, &text), 0);
+  cJSON *doc = cJSON_Parse(text);
+  ck_assert_ptr_nonnull(doc);
+  cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "trials"), 0);
+  cJSON *r = cJSON_GetObjectItem(t0, "results");
+  ck_assert_int_eq(cJSON_GetArraySize(r), 2);
+  ck_assert_double_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(r, 1), "accuracy")->valuedouble, 0.7);
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "trials"), 2), "results")), 0);
+  ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "experiment"), "id")->valuedouble, 2);
+  cJSON_Delete(doc);
+  free(text);
+  cJSON *arr = cJSON_CreateArray();
+  ck_assert_int_eq(export_json(arr, trials, results, &text), -EINVAL);
+  cJSON_Delete(arr);
+  cJSON_Delete(exp);
+  cJSON_Delete(trials);
+  cJSON_Delete(results);
+}
+END_TEST
+
+/* ---- arguments ---- */
+
+static int parse(struct cli_args *a, char *err, const char *line) {
+  char buf[512], *argv[32];
+  int argc = 0;
+  snprintf(buf, sizeof(buf), "%s", line);
+  for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && argc < 31; w = strtok_r(NULL, " ", &save))
+    argv[argc++] = w;
+  argv[argc] = NULL;
+  static char keep[512];
+  /* Pointers into buf must outlive the call for the caller's checks. */
+  memcpy(keep, buf, sizeof(buf));
+  for (int i = 0; i < argc; i++) argv[i] = keep + (argv[i] - buf);
+  return cli_args_parse(argc, argv, a, err, 256);
+}
+
+START_TEST(args_good) {
+  struct cli_args a;
+  char err[256];
+  ck_assert_int_eq(parse(&a, err, "ctune run ex.json --cpus 2 --gpus=0 --json --resume --db x.db"), 0);
+  ck_assert_int_eq(a.cmd, CMD_RUN);
+  ck_assert_str_eq(a.target, "ex.json");
+  ck_assert_int_eq(a.cpus, 2);
+  ck_assert_int_eq(a.gpus, 0);
+  ck_assert(a.json && a.resume);
+  ck_assert_str_eq(a.db, "x.db");
+  ck_assert_int_eq(parse(&a, err, "ctune run ex.json"), 0);
+  ck_assert_int_eq(a.gpus, -1);
+  ck_assert_int_eq(parse(&a, err, "ctune best 12 --metric acc --mode max --scope last-5-avg --server http://h:1"), 0);
+  ck_assert_int_eq(a.cmd, CMD_BEST);
+  ck_assert_int_eq(a.id, 12);
+  ck_assert_str_eq(a.scope, "last-5-avg");
+  ck_assert_str_eq(a.server, "http://h:1");
+  ck_assert_int_eq(parse(&a, err, "ctune export 3"), 0);
+  ck_assert_str_eq(a.format, "csv");
+  ck_assert_int_eq(parse(&a, err, "ctune status --token-file t"), 0);
+  ck_assert_int_eq(parse(&a, err, "ctune"), 0);
+  ck_assert_int_eq(a.cmd, CMD_HELP);
+  ck_assert_int_eq(parse(&a, err, "ctune trials 4 --help"), 0);
+  ck_assert_int_eq(a.cmd, CMD_HELP);
+  ck_assert_int_eq(parse(&a, err, "ctune submit c.json --dry-run"), 0);
+  ck_assert(a.dry_run);
+}
+END_TEST
+
+START_TEST(args_bad) {
+  static const struct {
+    const char *line, *msg;
+  } cases[] = {
+      {"ctune frobnicate", "unknown command 'frobnicate'"},
+      {"ctune run", "run: missing CONFIG"},
+      {"ctune run a.json b.json", "run: unexpected argument 'b.json'"},
+      {"ctune run a.json --server http://x", "run: unknown option '--server'"},
+      {"ctune run a.json --cpus 0", "run: --cpus '0' must be a whole number from 1 to 4096"},
+      {"ctune run a.json --cpus", "run: option --cpus needs a value"},
+      {"ctune run a.json --json=1", "run: option --json takes no value"},
+      {"ctune watch abc", "watch: EXP 'abc' must be a positive whole number"},
+      {"ctune watch 0", "watch: EXP '0' must be a positive whole number"},
+      {"ctune best 1 --mode up", "best: --mode 'up' must be min or max"},
+      {"ctune best 1 --scope last-3-avg", "best: --scope 'last-3-avg' must be one of"},
+      {"ctune best 1 --scope", "best: option --scope needs a value"},
+      {"ctune export 1 --format xml", "export: --format 'xml' must be csv or json"},
+      {"ctune status --server ftp://x", "status: --server 'ftp://x' must start with http://"},
+      {"ctune logs", "logs: missing TRIAL"},
+      {"ctune cancel 1 --dry-run", "cancel: unknown option '--dry-run'"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct cli_args a;
+    char err[256];
+    ck_assert_msg(parse(&a, err, cases[i].line) == -EINVAL, "accepted: %s", cases[i].line);
+    ck_assert_msg(strstr(err, cases[i].msg) != NULL, "%s: got '%s'", cases[i].line, err);
+  }
+}
+END_TEST
+
+/* ---- config files, tokens, exit codes ---- */
+
+START_TEST(config_errors_name_the_place) {
+  char err[256];
+  cJSON *doc;
+  ck_assert_int_eq(config_parse("{\n  \"name\": \"x\",\n  \"num_samples\": ,\n}", "e.json", &doc, err, sizeof(err)), -EINVAL);
+  ck_assert_msg(!strncmp(err, "e.json:3:18: not valid JSON near ', '", 36) || strstr(err, "e.json:3:"), "%s", err);
+  ck_assert_int_eq(config_parse("[1, 2]", "e.json", &doc, err, sizeof(err)), -EINVAL);
+  ck_assert_str_eq(err, "e.json: an experiment config must be a JSON object");
+  ck_assert_int_eq(config_parse("{\"a\": 1", "e.json", &doc, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "e.json:1:"));
+  ck_assert_int_eq(config_parse("{} x", "e.json", &doc, err, sizeof(err)), -EINVAL);
+  ck_assert_int_eq(config_load("/nonexistent/cfg.json", &doc, err, sizeof(err)), -ENOENT);
+  ck_assert_ptr_nonnull(strstr(err, "cannot open config /nonexistent/cfg.json"));
+  ck_assert_int_eq(config_parse("{\"name\": \"fmnist asha/1\"}", "e.json", &doc, err, sizeof(err)), 0);
+  char stem[64];
+  config_file_stem(config_name(doc), stem, sizeof(stem));
+  ck_assert_str_eq(stem, "fmnist_asha_1");
+  cJSON_Delete(doc);
+  ck_assert_int_eq(config_parse("{}", "e.json", &doc, err, sizeof(err)), 0);
+  ck_assert_str_eq(config_name(doc), "experiment");
+  cJSON_Delete(doc);
+  config_file_stem("..", stem, sizeof(stem));
+  ck_assert_str_eq(stem, "_.");
+}
+END_TEST
+
+START_TEST(token_files) {
+  char path[] = "/tmp/ctune-token-XXXXXX", err[256], *tok;
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  fputs("# tokens\nworker=w0rk\nadmin = s3cret\n", f);
+  fclose(f);
+  ck_assert_int_eq(http_read_token_file(path, &tok, err, sizeof(err)), 0);
+  ck_assert_str_eq(tok, "s3cret");
+  free(tok);
+  f = fopen(path, "w");
+  fputs("\n  plain-token  \n", f);
+  fclose(f);
+  ck_assert_int_eq(http_read_token_file(path, &tok, err, sizeof(err)), 0);
+  ck_assert_str_eq(tok, "plain-token");
+  free(tok);
+  f = fopen(path, "w");
+  fputs("\n\n", f);
+  fclose(f);
+  ck_assert_int_eq(http_read_token_file(path, &tok, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "holds no token"));
+  unlink(path);
+  ck_assert_int_eq(http_read_token_file(path, &tok, err, sizeof(err)), -ENOENT);
+}
+END_TEST
+
+START_TEST(exit_codes) {
+  ck_assert_int_eq(http_exit_code(0), CLI_EXIT_OK);
+  ck_assert_int_eq(http_exit_code(HTTP_ERR_UNREACHABLE), 3);
+  ck_assert_int_eq(http_exit_code(HTTP_ERR_AUTH), 4);
+  ck_assert_int_eq(http_exit_code(HTTP_ERR_NOT_FOUND), 5);
+  ck_assert_int_eq(http_exit_code(HTTP_ERR_REJECTED), 1);
+  ck_assert_int_eq(http_exit_code(HTTP_ERR_SERVER), 1);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("cli");
+  TCase *tc = tcase_create("all");
+  tcase_add_test(tc, report_asha_wide);
+  tcase_add_test(tc, report_asha_narrow_trims_to_width);
+  tcase_add_test(tc, report_all_rows);
+  tcase_add_test(tc, report_grid_finished);
+  tcase_add_test(tc, report_events_lines);
+  tcase_add_test(tc, report_json_state);
+  tcase_add_test(tc, report_rejects_bad_shapes);
+  tcase_add_test(tc, fmt_values);
+  tcase_add_test(tc, export_csv_golden);
+  tcase_add_test(tc, export_json_with_results);
+  tcase_add_test(tc, args_good);
+  tcase_add_test(tc, args_bad);
+  tcase_add_test(tc, config_errors_name_the_place);
+  tcase_add_test(tc, token_files);
+  tcase_add_test(tc, exit_codes);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
