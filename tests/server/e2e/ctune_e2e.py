@@ -1,0 +1,188 @@
+"""Helpers for the ctune-server end-to-end tests: start the real daemon on a
+free port, talk JSON over HTTP, always clean up (processes and temp dirs)."""
+import atexit
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN_DIR = os.environ.get("CTUNE_BIN_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "")
+_servers = []
+_tmpdirs = []
+
+
+def _cleanup():
+    for s in list(_servers):
+        s.kill()
+    for d in _tmpdirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
+def tmpdir():
+    d = tempfile.mkdtemp(prefix="ctune-e2e-")
+    _tmpdirs.append(d)
+    return d
+
+
+class Server:
+    def __init__(self, db=None, args=(), token=None):
+        self.dir = tmpdir()
+        self.db = db or os.path.join(self.dir, "ctune.db")
+        self.args = list(args)
+        self.token = token
+        self.proc = None
+        self.start()
+
+    def start(self, expect_fail=False):
+        exe = os.path.join(BIN_DIR, "ctune-server")
+        self.errlog = open(os.path.join(self.dir, "stderr.log"), "ab")
+        self.proc = subprocess.Popen([exe, "--db", self.db, "--port", "0"] + self.args,
+                                     stdout=subprocess.PIPE, stderr=self.errlog)
+        _servers.append(self)
+        line = self.proc.stdout.readline().decode()
+        if expect_fail:
+            return self.proc.wait(timeout=10)
+        if not line.startswith("listening on http://"):
+            self.kill()
+            raise RuntimeError("server did not start: %r\n%s" % (line, self.stderr()))
+        hostport = line.strip()[len("listening on http://"):]
+        self.host, port = hostport.rsplit(":", 1)
+        self.port = int(port)
+        self.conn = None
+        return 0
+
+    def stderr(self):
+        with open(os.path.join(self.dir, "stderr.log"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=10)
+        if self.proc:
+            self.proc.stdout.close()
+            self.errlog.close()
+        if self in _servers:
+            _servers.remove(self)
+        self.conn = None
+
+    def stop(self):
+        """SIGTERM and check the exit status is 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=10)
+        self.kill()
+        assert rc == 0, "server exited %d on SIGTERM\n%s" % (rc, self.stderr())
+
+    def restart(self):
+        self.kill()
+        self.start()
+
+    def request(self, method, path, body=None, headers=None, raw=False, token=None):
+        """Returns (status, parsed JSON or bytes, headers dict)."""
+        h = {}
+        tok = token if token is not None else self.token
+        if tok:
+            h["Authorization"] = "Bearer " + tok
+        if headers:
+            h.update(headers)
+        data = None
+        if body is not None:
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            if isinstance(data, str):
+                data = data.encode()
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            try:
+                self.conn.request(method, path, body=data, headers=h)
+                r = self.conn.getresponse()
+                payload = r.read()
+                break
+            except (ConnectionError, http.client.HTTPException):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        if r.getheader("Connection", "").lower() == "close":
+            self.conn.close()
+            self.conn = None
+        if raw or not payload:
+            return r.status, payload, hdrs
+        if "json" in hdrs.get("content-type", ""):
+            return r.status, json.loads(payload), hdrs
+        return r.status, payload, hdrs
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.request("POST", path, body if body is not None else {}, **kw)
+
+    def ok(self, method, path, body=None, status=None, **kw):
+        st, b, _ = self.request(method, path, body, **kw)
+        want = status or (200, 201, 204)
+        if isinstance(want, int):
+            want = (want,)
+        assert st in want, "%s %s -> %d %s" % (method, path, st, b)
+        return b
+
+
+def experiment(name="e", n=4, metric="loss", mode="min", sched=None, **extra):
+    cfg = {"name": name, "metric": metric, "mode": mode, "num_samples": n, "seed": 7,
+           "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1}},
+           "trainable": {"type": "command", "argv": ["true"]}}
+    if sched:
+        cfg["scheduler"] = sched
+    cfg.update(extra)
+    return cfg
+
+
+def register(srv, cpu=4, gpu=0, memory_mb=0, name="w"):
+    return srv.ok("POST", "/api/v1/workers",
+                  {"name": name, "resources": {"cpu": cpu, "gpu": gpu, "memory_mb": memory_mb}})["id"]
+
+
+def lease(srv, wid, free=None):
+    st, b, _ = srv.post("/api/v1/workers/%d/lease" % wid, {"free": free} if free else {})
+    assert st in (200, 204), (st, b)
+    return b["trial"] if st == 200 else None
+
+
+def report(srv, tid, **result):
+    return srv.ok("POST", "/api/v1/trials/%d/results" % tid, result)["decision"]
+
+
+class Runner:
+    """Runs test functions, prints one line each, exits 1 if any failed."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def run(self, fn):
+        t0 = time.time()
+        try:
+            fn()
+            print("ok   %-40s %.2fs" % (fn.__name__, time.time() - t0), flush=True)
+        except Exception:
+            import traceback
+            self.failed += 1
+            print("FAIL %s" % fn.__name__, flush=True)
+            traceback.print_exc()
+            for s in list(_servers):
+                print("--- server stderr ---\n" + s.stderr()[-3000:])
+        finally:
+            for s in list(_servers):
+                s.kill()
+
+    def done(self):
+        sys.exit(1 if self.failed else 0)

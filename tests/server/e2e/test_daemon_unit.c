@@ -1,0 +1,222 @@
+/* Unit tests (Check) for ctune-server's pure helpers: the routing table
+ * matcher, static path safety and content types, tokens, flags, metrics. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "metrics.h"
+#include "opts.h"
+#include "route.h"
+#include "static_path.h"
+
+static const struct route table[] = {
+  {RM_GET, "/healthz", RA_PUBLIC, 0},
+  {RM_POST, "/api/v1/experiments", RA_ADMIN, 1},
+  {RM_GET, "/api/v1/experiments/{id}", RA_ADMIN, 2},
+  {RM_POST, "/api/v1/trials/{id}/results", RA_WORKER, 3},
+  {RM_GET, "/api/v1/trials/{id}/results", RA_ADMIN, 4},
+  {RM_GET, "/vendor/*", RA_PUBLIC, 5},
+  {RM_GET, "/*", RA_PUBLIC, 6},
+};
+#define NT (sizeof table / sizeof table[0])
+
+START_TEST(route_matches_ids_and_methods) {
+  struct route_match m;
+  ck_assert_int_eq(route_find(table, NT, RM_GET, "/api/v1/experiments/42", &m), 0);
+  ck_assert_int_eq(m.route->handler, 2);
+  ck_assert_int_eq(m.nids, 1);
+  ck_assert_int_eq(m.ids[0], 42);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/7/results", &m), 0);
+  ck_assert_int_eq(m.route->handler, 3);
+  ck_assert_int_eq(route_find(table, NT, RM_GET, "/api/v1/trials/7/results", &m), 0);
+  ck_assert_int_eq(m.route->handler, 4);
+  ck_assert_int_eq(route_find(table, NT, RM_HEAD, "/healthz", &m), 0);
+  ck_assert_int_eq(m.route->handler, 0);
+}
+END_TEST
+
+START_TEST(route_rejects_bad_ids_and_methods) {
+  struct route_match m;
+  /* not ids: zero, leading zero, sign, letters, too long */
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/0/results", &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/07/results", &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/-1/results", &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/x/results", &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/1234567890123456789/results",
+                              &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_DELETE, "/api/v1/experiments", &m), -EOPNOTSUPP);
+  ck_assert_int_eq(route_find(table, NT, RM_PUT, "/api/v1/experiments/3", &m), -EOPNOTSUPP);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/nothing", &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/experiments/", &m), -ENOENT);
+}
+END_TEST
+
+START_TEST(route_wildcards) {
+  struct route_match m;
+  ck_assert_int_eq(route_find(table, NT, RM_GET, "/vendor/chart.js/chart.umd.js", &m), 0);
+  ck_assert_int_eq(m.route->handler, 5);
+  ck_assert_str_eq(m.rest, "chart.js/chart.umd.js");
+  ck_assert_int_eq(route_find(table, NT, RM_GET, "/", &m), 0);
+  ck_assert_int_eq(m.route->handler, 6);
+  ck_assert_str_eq(m.rest, "");
+  ck_assert_int_eq(route_find(table, NT, RM_GET, "/js/app.js", &m), 0);
+  ck_assert_str_eq(m.rest, "js/app.js");
+  ck_assert_int_eq(route_method_parse("PATCH"), RM_OTHER);
+}
+END_TEST
+
+START_TEST(static_paths) {
+  char buf[256];
+  ck_assert_int_eq(static_path_check("js/app.js"), 0);
+  ck_assert_int_eq(static_path_check("a/"), 0);
+  ck_assert_int_eq(static_path_check(".."), -EINVAL);
+  ck_assert_int_eq(static_path_check("../etc/passwd"), -EINVAL);
+  ck_assert_int_eq(static_path_check("js/../../x"), -EINVAL);
+  ck_assert_int_eq(static_path_check("js/./x"), -EINVAL);
+  ck_assert_int_eq(static_path_check("js//x"), -EINVAL);
+  ck_assert_int_eq(static_path_check("js\\..\\x"), -EINVAL);
+  ck_assert_int_eq(static_path_check("a\nb"), -EINVAL);
+  ck_assert_int_eq(static_path_check(".hidden..ok"), 0);
+  ck_assert_int_eq(static_path_join("/w", "", buf, sizeof buf), 0);
+  ck_assert_str_eq(buf, "/w/index.html");
+  ck_assert_int_eq(static_path_join("/w", "docs/", buf, sizeof buf), 0);
+  ck_assert_str_eq(buf, "/w/docs/index.html");
+  ck_assert_int_eq(static_path_join("/w", "../x", buf, sizeof buf), -EINVAL);
+  ck_assert_int_eq(static_path_join("/w", "abcdefghij", buf, 8), -ENAMETOOLONG);
+}
+END_TEST
+
+START_TEST(static_types) {
+  ck_assert_str_eq(static_content_type("index.html"), "text/html; charset=utf-8");
+  ck_assert_str_eq(static_content_type("a/b.js"), "text/javascript; charset=utf-8");
+  ck_assert_str_eq(static_content_type("m.mjs"), "text/javascript; charset=utf-8");
+  ck_assert_str_eq(static_content_type("s.css"), "text/css; charset=utf-8");
+  ck_assert_str_eq(static_content_type("i.svg"), "image/svg+xml");
+  ck_assert_str_eq(static_content_type("i.PNG"), "image/png");
+  ck_assert_str_eq(static_content_type("x.json"), "application/json");
+  ck_assert_str_eq(static_content_type("x.js.map"), "application/json");
+  ck_assert_str_eq(static_content_type("dir.js/file"), "application/octet-stream");
+}
+END_TEST
+
+START_TEST(auth_compare_and_roles) {
+  ck_assert(auth_equal("abc", "abc"));
+  ck_assert(!auth_equal("abc", "abd"));
+  ck_assert(!auth_equal("abc", "abcd"));
+  ck_assert(!auth_equal("", "a"));
+  const char *a = "admin-0123456789abcdef", *w = "worker-0123456789abcdef";
+  ck_assert_int_eq(auth_role("Bearer admin-0123456789abcdef", a, w), RA_ADMIN);
+  ck_assert_int_eq(auth_role("bearer worker-0123456789abcdef", a, w), RA_WORKER);
+  ck_assert_int_eq(auth_role("Bearer admin-0123456789abcde", a, w), -1);
+  ck_assert_int_eq(auth_role("Basic admin-0123456789abcdef", a, w), -1);
+  ck_assert_int_eq(auth_role(NULL, a, w), -1);
+  ck_assert(auth_is_loopback("127.0.0.1"));
+  ck_assert(auth_is_loopback("::1"));
+  ck_assert(auth_is_loopback("localhost"));
+  ck_assert(!auth_is_loopback("0.0.0.0"));
+  ck_assert(!auth_is_loopback("10.0.0.1"));
+}
+END_TEST
+
+static int write_file(char *path, const char *text) {
+  strcpy(path, "/tmp/ctune-unit-XXXXXX");
+  int fd = mkstemp(path);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+START_TEST(auth_token_file) {
+  char path[64], admin[256], worker[256], err[512];
+  ck_assert_int_eq(write_file(path, "# c\n\nadmin=aaaaaaaaaaaaaaaa1\nworker=wwwwwwwwwwwwwwww1\n"), 0);
+  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), 0);
+  ck_assert_str_eq(admin, "aaaaaaaaaaaaaaaa1");
+  ck_assert_str_eq(worker, "wwwwwwwwwwwwwwww1");
+  unlink(path);
+  ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\n"), 0);
+  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "worker="));
+  unlink(path);
+  ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\nroot=x\n"), 0);
+  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, ":2:"));
+  unlink(path);
+  ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\nworker=aaaaaaaaaaaaaaaa1\n"), 0);
+  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "differ"));
+  unlink(path);
+  ck_assert_int_eq(auth_load("/nonexistent/tokens", admin, worker, sizeof admin, err,
+                             sizeof err), -EIO);
+}
+END_TEST
+
+START_TEST(opts_defaults_and_errors) {
+  struct server_options o;
+  enum opts_action act;
+  char err[256];
+  char *a1[] = {"ctune-server", NULL};
+  ck_assert_int_eq(opts_parse(1, a1, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(act, OPTS_RUN);
+  ck_assert_int_eq(o.port, 8470);
+  ck_assert_str_eq(o.bind, "127.0.0.1");
+  ck_assert(o.lease_timeout_s == 30);
+  char *a2[] = {"ctune-server", "--port", "0", "--db=/tmp/x.db", "--lease-timeout", "1.5", NULL};
+  ck_assert_int_eq(opts_parse(6, a2, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(o.port, 0);
+  ck_assert_str_eq(o.db_path, "/tmp/x.db");
+  ck_assert(o.lease_timeout_s == 1.5 && o.heartbeat_interval_s == 0.5);
+  char *a3[] = {"ctune-server", "--port", "70000", NULL};
+  ck_assert_int_eq(opts_parse(3, a3, &o, &act, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "--port"));
+  char *a4[] = {"ctune-server", "--frobnicate", "1", NULL};
+  ck_assert_int_eq(opts_parse(3, a4, &o, &act, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "--frobnicate"));
+  char *a5[] = {"ctune-server", "--db", NULL};
+  ck_assert_int_eq(opts_parse(2, a5, &o, &act, err, sizeof err), -EINVAL);
+  char *a6[] = {"ctune-server", "--version", NULL};
+  ck_assert_int_eq(opts_parse(2, a6, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(act, OPTS_VERSION);
+}
+END_TEST
+
+START_TEST(metrics_histogram) {
+  static struct metrics m;
+  memset(&m, 0, sizeof m);
+  metrics_observe_request(&m, 0.00005);
+  metrics_observe_request(&m, 0.003);
+  metrics_observe_request(&m, 5.0);
+  char buf[4096];
+  ck_assert_int_gt(metrics_format(&m, buf, sizeof buf), 0);
+  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"0.0001\"} 1\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"0.005\"} 2\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"1\"} 2\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_count 3\n"));
+  ck_assert_int_eq(metrics_format(&m, buf, 10), -ENOSPC);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("server_daemon");
+  TCase *tc = tcase_create("pure");
+  tcase_add_test(tc, route_matches_ids_and_methods);
+  tcase_add_test(tc, route_rejects_bad_ids_and_methods);
+  tcase_add_test(tc, route_wildcards);
+  tcase_add_test(tc, static_paths);
+  tcase_add_test(tc, static_types);
+  tcase_add_test(tc, auth_compare_and_roles);
+  tcase_add_test(tc, auth_token_file);
+  tcase_add_test(tc, opts_defaults_and_errors);
+  tcase_add_test(tc, metrics_histogram);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

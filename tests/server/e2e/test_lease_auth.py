@@ -1,0 +1,126 @@
+"""ctune-server: lease expiry with resume info and checkpoint; restart keeps
+leases; auth with admin and worker tokens; non-loopback refusal."""
+import os
+import time
+import zlib
+
+from ctune_e2e import Server, Runner, experiment, register, lease, report, tmpdir
+
+
+def test_lease_expiry_resume():
+    s = Server(args=["--lease-timeout", "1"])
+    s.ok("POST", "/api/v1/experiments", experiment(n=1), status=201)
+    w1 = register(s, name="first")
+    reg = s.ok("POST", "/api/v1/workers", {"name": "second", "resources": {"cpu": 1}})
+    assert reg["lease_timeout_s"] == 1 and reg["heartbeat_interval_s"] < 1
+    w2 = reg["id"]
+    t = lease(s, w1)
+    report(s, t["id"], training_iteration=1, loss=1.0)
+    report(s, t["id"], training_iteration=2, loss=0.9)
+    data = b"weights" * 100
+    s.ok("PUT", "/api/v1/trials/%d/checkpoint" % t["id"], data,
+         headers={"X-Ctune-Iteration": "2", "X-Ctune-Crc32": "%08x" % zlib.crc32(data)})
+    # w2 keeps heartbeating, w1 goes silent
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        s.ok("POST", "/api/v1/workers/%d/heartbeat" % w2, {"running": []})
+        tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
+        if tr["status"] == "PENDING":
+            break
+        time.sleep(0.2)
+    assert tr["status"] == "PENDING", tr
+    ws = {w["id"]: w for w in s.ok("GET", "/api/v1/workers")["workers"]}
+    assert ws[w1]["status"] == "lost" and ws[w2]["status"] == "alive"
+    t2 = lease(s, w2)
+    assert t2["id"] == t["id"] and t2["start_iteration"] == 2 and t2["has_checkpoint"]
+    assert t2["checkpoint_iteration"] == 2 and t2["attempt"] == 2
+    st, body, h = s.request("GET", "/api/v1/trials/%d/checkpoint" % t["id"], raw=True)
+    assert body == data
+    # the lost worker comes back: its old trial is no longer its own
+    hb = s.ok("POST", "/api/v1/workers/%d/heartbeat" % w1, {"running": [t["id"]]})
+    assert hb == {"stop": [t["id"]]}
+    s.stop()
+
+
+def test_restart_keeps_leases_and_workers():
+    s = Server(args=["--lease-timeout", "30"])
+    s.ok("POST", "/api/v1/experiments", experiment(n=2, resources_per_trial={"cpu": 2}), status=201)
+    w = register(s, cpu=2)
+    t = lease(s, w)
+    s.restart()
+    # the server remembers the worker and what it has leased
+    assert s.ok("POST", "/api/v1/workers/%d/heartbeat" % w, {"running": [t["id"]]}) == {"stop": []}
+    assert lease(s, w) is None
+    tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
+    assert tr["status"] == "RUNNING" and tr["worker_id"] == w
+    s.stop()
+
+
+def write_tokens(d):
+    path = os.path.join(d, "tokens")
+    with open(path, "w") as f:
+        f.write("# ctune tokens\nadmin=admin-token-0123456789\nworker=worker-token-0123456789\n")
+    return path
+
+
+def test_auth_tokens():
+    d = tmpdir()
+    tokens = write_tokens(d)
+    s = Server(args=["--token-file", tokens])
+    admin, worker = "admin-token-0123456789", "worker-token-0123456789"
+    st, b, h = s.get("/api/v1/experiments")
+    assert st == 401 and b["error"]["code"] == "unauthorized" and "www-authenticate" in h
+    st, b, _ = s.get("/api/v1/experiments", token="wrong-token-0123456789")
+    assert st == 401
+    st, b, _ = s.get("/api/v1/experiments", token=worker)
+    assert st == 403 and b["error"]["code"] == "forbidden"
+    st, b, _ = s.post("/api/v1/experiments", experiment(n=1), token=worker)
+    assert st == 403
+    assert s.ok("GET", "/api/v1/experiments", token=admin)["experiments"] == []
+    s.ok("POST", "/api/v1/experiments", experiment(n=1), token=admin, status=201)
+    # worker endpoints take the worker token (and the admin one)
+    wid = s.ok("POST", "/api/v1/workers", {"name": "w", "resources": {"cpu": 1}}, token=worker)["id"]
+    st, b, _ = s.post("/api/v1/workers/%d/lease" % wid, {}, token=worker)
+    assert st == 200
+    st, b, _ = s.post("/api/v1/trials/1/results", {"training_iteration": 1, "loss": 1}, token=worker)
+    assert st == 200
+    st, b, _ = s.post("/api/v1/trials/1/results", {"training_iteration": 2, "loss": 1})
+    assert st == 401
+    st, b, _ = s.get("/metrics", token=worker)
+    assert st == 403
+    st, b, _ = s.get("/healthz")
+    assert st == 200
+    s.stop()
+
+
+def test_refuse_non_loopback_without_tokens():
+    s = Server()
+    s.kill()
+    s.args = ["--bind", "0.0.0.0"]
+    rc = s.start(expect_fail=True)
+    s.kill()
+    assert rc == 2 and "--token-file" in s.stderr(), (rc, s.stderr())
+    # with a token file it starts
+    s2 = Server(args=["--bind", "0.0.0.0", "--token-file", write_tokens(tmpdir())],
+                token="admin-token-0123456789")
+    s2.host = "127.0.0.1"
+    assert s2.ok("GET", "/api/v1/experiments")["experiments"] == []
+    s2.stop()
+    # a malformed token file is refused with its line number
+    d = tmpdir()
+    bad = os.path.join(d, "tokens")
+    open(bad, "w").write("admin=short\n")
+    s3 = Server()
+    s3.kill()
+    s3.args = ["--token-file", bad]
+    rc = s3.start(expect_fail=True)
+    s3.kill()
+    assert rc == 2 and "tokens:1" in s3.stderr(), s3.stderr()
+
+
+if __name__ == "__main__":
+    r = Runner()
+    for name, fn in list(globals().items()):
+        if name.startswith("test_"):
+            r.run(fn)
+    r.done()
