@@ -437,6 +437,38 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 	return check_string(t, P, "cwd", 0, err);
 }
 
+/* The builtin trainer rejects unknown --config keys (exit code 2) only
+ * once a trial runs; catch them at submission instead. The keys are
+ * HACKING.md's ctune-train --config contract. */
+static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
+				struct validate_error *err)
+{
+	static const char *const keys[] = {
+		"lr", "momentum", "weight_decay", "optimizer", "batch_size", "l1", "l2",
+		"epochs", "seed", "val_fraction", "drop_last", "train_limit", "model",
+		"dataset", NULL};
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(trainable, "type");
+	const cJSON *item;
+	if (!cJSON_IsString(type) || strcmp(type->valuestring, "builtin") != 0)
+		return 0;
+	cJSON_ArrayForEach(item, ps) {
+		int ok = 0;
+		for (int i = 0; keys[i] && !ok; i++)
+			ok = strcmp(item->string, keys[i]) == 0;
+		if (!ok) {
+			char p[256];
+			join(p, sizeof p, "param_space", item->string);
+			validate_error_set(err, p,
+					   "the builtin trainer takes no parameter '%.64s' (it takes lr, momentum, "
+					   "weight_decay, optimizer, batch_size, l1, l2, epochs, seed, "
+					   "val_fraction, drop_last, train_limit, model, dataset)",
+					   item->string);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int validate_experiment(const cJSON *config, struct experiment_spec *out,
 			struct validate_error *err)
 {
@@ -504,6 +536,9 @@ int validate_experiment(const cJSON *config, struct experiment_spec *out,
 	if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
 			    &out->resources, err) ||
 	    check_trainable(cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))
+		return -EINVAL;
+
+	if (ps && check_builtin_params(ps, cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))
 		return -EINVAL;
 
 	out->param_space = ps ? cJSON_Duplicate(ps, 1) : cJSON_CreateObject();

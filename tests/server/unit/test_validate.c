@@ -191,6 +191,10 @@ static const struct bad bad_configs[] = {
 	{"{\"num_samples\": 1, \"num_samples\": 2, " TRAIN "}", "num_samples", "duplicate field"},
 	{"{\"param_space\": {\"opt\": {\"lr\": 1, \"lr\": 2}}, " TRAIN "}", "param_space.opt.lr",
 	 "duplicate field"},
+	{"{\"param_space\": {\"lr\": 0.1, \"dropout\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}, " TRAIN "}",
+	 "param_space.dropout",
+	 "the builtin trainer takes no parameter 'dropout' (it takes lr, momentum, weight_decay, optimizer, "
+	 "batch_size, l1, l2, epochs, seed, val_fraction, drop_last, train_limit, model, dataset)"},
 	{"{\"scheduler\": \"asha\", " TRAIN "}", "scheduler", "must be an object"},
 	{"{\"scheduler\": {}, " TRAIN "}", "scheduler.type", "required (fifo or asha)"},
 	{"{\"scheduler\": {\"type\": \"hyperband\"}, " TRAIN "}", "scheduler.type",
