@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Load benchmark for ctune-server: many trials report results at once.
+
+Starts the real daemon on a free port with a fresh database, creates one
+experiment of N trials (FIFO, so every trial keeps reporting), leases them all,
+then runs wrk (bench/server/results.lua) posting results for all trials over
+C connections for D seconds. Prints wrk's numbers and checks them against the
+server: every acknowledged result must be in the database (each reply is sent
+only after its commit).
+
+usage: bench_results.py BIN_DIR [--trials 2000] [--connections 64]
+                        [--threads 2] [--duration 10] [--server-threads 2]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin_dir")
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2, help="wrk threads")
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--server-threads", type=int, default=2)
+    a = ap.parse_args()
+    if not shutil.which("wrk"):
+        print("wrk is not installed", file=sys.stderr)
+        return 77
+    tmp = tempfile.mkdtemp(prefix="ctune-bench-")
+    db = os.path.join(tmp, "bench.db")
+    srv = subprocess.Popen([os.path.join(a.bin_dir, "ctune-server"), "--db", db, "--port", "0",
+                            "--threads", str(a.server_threads)],
+                           stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"))
+    try:
+        line = srv.stdout.readline().decode().strip()
+        port = int(line.rsplit(":", 1)[1])
+        c = http.client.HTTPConnection("127.0.0.1", port)
+
+        def call(method, path, body):
+            c.request(method, path, json.dumps(body))
+            r = c.getresponse()
+            return r.status, r.read()
+
+        cfg = {"name": "bench", "metric": "loss", "mode": "min", "num_samples": a.trials,
+               "seed": 1, "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 0.1}},
+               "scheduler": {"type": "fifo"},
+               "trainable": {"type": "command", "argv": ["true"]}}
+        st, _ = call("POST", "/api/v1/experiments", cfg)
+        assert st == 201
+        st, b = call("POST", "/api/v1/workers", {"name": "bench", "resources": {"cpu": a.trials}})
+        wid = json.loads(b)["id"]
+        for _ in range(a.trials):
+            st, _ = call("POST", "/api/v1/workers/%d/lease" % wid, {})
+            assert st == 200
+        env = dict(os.environ, CTUNE_FIRST_TRIAL="1", CTUNE_NUM_TRIALS=str(a.trials),
+                   CTUNE_WRK_THREADS=str(a.threads))
+        t0 = time.time()
+        out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
+                              "-d%ds" % a.duration, "--latency", "-s",
+                              os.path.join(HERE, "results.lua"), "http://127.0.0.1:%d" % port],
+                             env=env, capture_output=True, text=True, check=True).stdout
+        wall = time.time() - t0
+        print(out)
+        m = re.search(r"ctune: requests=(\d+) bad=(\d+) p50_ms=([\d.]+) p90_ms=([\d.]+) "
+                      r"p99_ms=([\d.]+) max_ms=([\d.]+)", out)
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        requests, bad = int(m.group(1)), int(m.group(2))
+        c.request("GET", "/metrics")
+        metrics = c.getresponse().read().decode()
+        received = int(re.search(r"ctune_results_received_total (\d+)", metrics).group(1))
+        batches = int(re.search(r"ctune_commit_batches_total (\d+)", metrics).group(1))
+        c.close()
+        srv.terminate()
+        srv.wait(timeout=30)
+        stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        print("acknowledged results/s: %.0f (wrk: %d requests in %ds, %d not acknowledged)"
+              % (rps, requests, a.duration, bad))
+        print("latency ms: p50 %s  p90 %s  p99 %s  max %s" % m.group(3, 4, 5, 6))
+        print("server: %d results received, %d stored in SQLite, %d commits (%.1f results per commit)"
+              % (received, stored, batches, received / max(batches, 1)))
+        # wrk may cut requests in flight at the end: those are stored but not
+        # counted by wrk, so stored >= acknowledged is the durability check.
+        ok = bad == 0 and stored == received and stored >= requests - bad
+        print("check: every acknowledged result is stored: %s" % ("yes" if ok else "NO"))
+        return 0 if ok else 1
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
