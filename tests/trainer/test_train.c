@@ -1,0 +1,299 @@
+/* The training loop in-process on tiny synthetic data: it learns, resume
+ * (after an epoch or mid-epoch) equals an uninterrupted run bit for bit, and
+ * every failure maps to its exit code without leaving files behind. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "config.h"
+#include "exit_codes.h"
+#include "test_util.h"
+#include "train.h"
+
+static char *dir, ckdir[4200];
+static char err[1024];
+static volatile sig_atomic_t stop;
+
+static void setup(void) {
+  dir = tu_mkdtemp();
+  ck_assert_ptr_nonnull(dir);
+  ck_assert_int_eq(tu_write_idx_set(dir, 600, 100, 28, 28), 0);
+  snprintf(ckdir, sizeof(ckdir), "%s/ck", dir);
+  stop = 0;
+  err[0] = 0;
+}
+static void teardown(void) { tu_rmtree(dir); }
+
+static void base(struct train_config *c) {
+  config_defaults(c);
+  c->data_dir = dir;
+  c->epochs = 3;
+  c->batch_size = 16;
+  c->l1 = 32;
+  c->l2 = 16;
+  c->seed = 5;
+}
+
+/* Runs and returns the exit code; *out gets stdout (caller frees). */
+static int run(const struct train_config *c, char **out) {
+  static size_t len;
+  static char *buf;
+  buf = NULL;
+  len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_ptr_nonnull(f);
+  int code = train_run(c, &stop, f, err, sizeof(err));
+  fclose(f);
+  if (out)
+    *out = buf;
+  else
+    free(buf);
+  return code;
+}
+
+/* Drops the timing fields so runs can be compared. */
+static void strip_times(char *s) {
+  const char *keys[] = {"\"time_this_iter_s\"", "\"time_total_s\"", "\"samples_per_s\""};
+  for (int k = 0; k < 3; k++)
+    for (char *p = strstr(s, keys[k]); p; p = strstr(s, keys[k])) {
+      char *e = p;
+      while (*e && *e != ',' && *e != '}') e++;
+      if (*e == ',') e += 2;
+      memmove(p, e, strlen(e) + 1);
+    }
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+START_TEST(mlp_learns_and_reports_json_lines) {
+  struct train_config c;
+  base(&c);
+  c.model = MODEL_MLP;
+  c.lr = 0.05;
+  c.test = 1;
+  char *out;
+  ck_assert_int_eq(run(&c, &out), TRAIN_EXIT_OK);
+  ck_assert_int_eq(count_lines(out), 3);
+  ck_assert(strncmp(out, "{\"training_iteration\": 1, \"loss\": ", 34) == 0);
+  const char *last = strstr(out, "\"training_iteration\": 3");
+  ck_assert_ptr_nonnull(last);
+  double acc = 0, tacc = 0;
+  ck_assert(sscanf(strstr(last, "\"accuracy\""), "\"accuracy\": %lf", &acc) == 1);
+  ck_assert(sscanf(strstr(last, "\"test_accuracy\""), "\"test_accuracy\": %lf", &tacc) == 1);
+  /* chance is 0.1 */
+  ck_assert_msg(acc > 0.5 && tacc > 0.5, "accuracy %g test %g", acc, tacc);
+  free(out);
+}
+END_TEST
+
+START_TEST(resume_after_epoch_equals_uninterrupted) {
+  struct train_config c;
+  base(&c);
+  c.optimizer = OPTIM_ADAM;
+  c.lr = 0.001;
+  char *full, *part1, *part2;
+  ck_assert_int_eq(run(&c, &full), 0);
+  c.checkpoint_dir = ckdir;
+  c.epochs = 1;
+  ck_assert_int_eq(run(&c, &part1), 0);
+  c.epochs = 3;
+  c.resume = 1;
+  ck_assert_int_eq(run(&c, &part2), 0);
+  ck_assert_int_eq(count_lines(part1), 1);
+  ck_assert_int_eq(count_lines(part2), 2);
+  char both[8192];
+  snprintf(both, sizeof(both), "%s%s", part1, part2);
+  strip_times(both);
+  strip_times(full);
+  ck_assert_str_eq(both, full);
+  free(full);
+  free(part1);
+  free(part2);
+}
+END_TEST
+
+static void on_alarm(int sig) {
+  (void)sig;
+  stop = 1;
+}
+
+START_TEST(stop_mid_epoch_saves_and_resume_equals_uninterrupted) {
+  struct train_config c;
+  base(&c);
+  c.batch_size = 1; /* many steps per epoch, so the stop lands inside one */
+  c.epochs = 2;
+  char *full, *part1, *part2;
+  ck_assert_int_eq(run(&c, &full), 0);
+  c.checkpoint_dir = ckdir;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 0}, {0, 30000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  ck_assert_int_eq(run(&c, &part1), 0);
+  ck_assert_msg(stop == 1, "the run ended before the timer");
+  struct ckpt k;
+  ck_assert_int_eq(ckpt_load(ckdir, &k, err, sizeof(err)), 0);
+  ck_assert_msg(k.epoch < 2, "stopped too late to test anything");
+  ckpt_free(&k);
+  stop = 0;
+  c.resume = 1;
+  ck_assert_int_eq(run(&c, &part2), 0);
+  char both[8192];
+  snprintf(both, sizeof(both), "%s%s", part1, part2);
+  strip_times(both);
+  strip_times(full);
+  ck_assert_str_eq(both, full);
+  free(full);
+  free(part1);
+  free(part2);
+}
+END_TEST
+
+START_TEST(diverged_exit_5_keeps_last_good_checkpoint) {
+  struct train_config c;
+  base(&c);
+  c.model = MODEL_MLP;
+  /* weight decay 1 at lr 10 multiplies the weights by about -9 a step:
+   * they overflow to inf within an epoch and the loss becomes NaN */
+  c.lr = 10;
+  c.momentum = 0.9;
+  c.weight_decay = 1;
+  c.epochs = 5;
+  c.checkpoint_dir = ckdir;
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_DIVERGED);
+  ck_assert_msg(strstr(err, "diverged") != NULL, "%s", err);
+  /* whatever was saved is a whole, valid checkpoint and nothing else */
+  struct ckpt k;
+  int rc = ckpt_load(ckdir, &k, err, sizeof(err));
+  ck_assert(rc == 0 || rc == -ENOENT);
+  if (rc == 0) ckpt_free(&k);
+  DIR *d = opendir(ckdir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)))
+      ck_assert(!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                !strcmp(e->d_name, CKPT_FILE));
+    closedir(d);
+  }
+}
+END_TEST
+
+START_TEST(corrupt_or_foreign_checkpoint_exit_4) {
+  struct train_config c;
+  base(&c);
+  c.model = MODEL_MLP;
+  c.epochs = 1;
+  c.checkpoint_dir = ckdir;
+  ck_assert_int_eq(run(&c, NULL), 0);
+  /* another model's checkpoint */
+  c.resume = 1;
+  c.epochs = 2;
+  c.l1 = 33;
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
+  ck_assert_msg(strstr(err, "another model") != NULL, "%s", err);
+  /* a flipped byte */
+  c.l1 = 32;
+  char path[4300];
+  snprintf(path, sizeof(path), "%s/%s", ckdir, CKPT_FILE);
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 200, SEEK_SET);
+  int ch = fgetc(f);
+  fseek(f, 200, SEEK_SET);
+  fputc(ch ^ 0xff, f);
+  fclose(f);
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
+  ck_assert_msg(strstr(err, "checksum") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(missing_data_exit_3) {
+  struct train_config c;
+  base(&c);
+  char missing[4300];
+  snprintf(missing, sizeof(missing), "%s/nothing-here", dir);
+  c.data_dir = missing;
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_DATA);
+  ck_assert_msg(strstr(err, "nothing-here/train-images-idx3-ubyte.gz") != NULL, "%s", err);
+  c.data_dir = dir;
+  c.test = 1;
+  char p[4300];
+  snprintf(p, sizeof(p), "%s/t10k-labels-idx1-ubyte.gz", dir);
+  unlink(p);
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_DATA);
+}
+END_TEST
+
+START_TEST(split_too_small_is_bad_config) {
+  struct train_config c;
+  base(&c);
+  c.train_limit = 2;
+  c.val_fraction = 0.6; /* floor(2 * 0.4) = 0 training images */
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_USAGE);
+  ck_assert_msg(strstr(err, "\"val_fraction\"") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(drop_last_and_train_limit) {
+  struct train_config c;
+  base(&c);
+  c.model = MODEL_MLP;
+  c.epochs = 1;
+  c.train_limit = 250; /* 200 train, 50 val */
+  c.batch_size = 64;
+  c.checkpoint_dir = ckdir;
+  struct ckpt k;
+  ck_assert_int_eq(run(&c, NULL), 0);
+  ck_assert_int_eq(ckpt_load(ckdir, &k, err, sizeof(err)), 0);
+  ck_assert_int_eq(k.n_train, 200);
+  ck_assert_int_eq(k.train_count, 200);
+  ckpt_free(&k);
+  c.drop_last = 1;
+  ck_assert_int_eq(run(&c, NULL), 0);
+  ck_assert_int_eq(ckpt_load(ckdir, &k, err, sizeof(err)), 0);
+  ck_assert_int_eq(k.train_count, 192);
+  ckpt_free(&k);
+}
+END_TEST
+
+START_TEST(cuda_without_device_exit_7) {
+  struct train_config c;
+  base(&c);
+  c.device = DEVICE_CUDA;
+  c.epochs = 1;
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_NO_DEVICE);
+  ck_assert_msg(strstr(err, "--device cuda") != NULL, "%s", err);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("train");
+  TCase *tc = tcase_create("train");
+  tcase_set_timeout(tc, 120);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, mlp_learns_and_reports_json_lines);
+  tcase_add_test(tc, resume_after_epoch_equals_uninterrupted);
+  tcase_add_test(tc, stop_mid_epoch_saves_and_resume_equals_uninterrupted);
+  tcase_add_test(tc, diverged_exit_5_keeps_last_good_checkpoint);
+  tcase_add_test(tc, corrupt_or_foreign_checkpoint_exit_4);
+  tcase_add_test(tc, missing_data_exit_3);
+  tcase_add_test(tc, split_too_small_is_bad_config);
+  tcase_add_test(tc, drop_last_and_train_limit);
+  tcase_add_test(tc, cuda_without_device_exit_7);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
