@@ -48,6 +48,7 @@ const milestonePlugin = {
     const { ctx, chartArea: a, scales: { x, y } } = chart;
     ctx.save();
     ctx.font = '11px system-ui, sans-serif';
+    const drawn = new Set(); // brackets may share a milestone: label it once
     for (const m of ms) {
       const px = x.getPixelForValue(m.t);
       if (px < a.left - 1 || px > a.right + 1) continue;
@@ -60,7 +61,14 @@ const milestonePlugin = {
       ctx.stroke();
       ctx.setLineDash([]);
       ctx.fillStyle = opts.color;
-      ctx.fillText(`t=${m.t}`, px + 3, a.top + 11);
+      const label = `t=${m.t}`;
+      if (!drawn.has(m.t)) {
+        // Near the right edge the label goes on the line's left side.
+        const right = px + 3 + ctx.measureText(label).width > a.right;
+        ctx.textAlign = right ? 'right' : 'left';
+        ctx.fillText(label, right ? px - 3 : px + 3, a.top + 11);
+        drawn.add(m.t);
+      }
       if (Number.isFinite(m.cutoff)) {
         const py = y.getPixelForValue(m.cutoff);
         if (py >= a.top && py <= a.bottom) {

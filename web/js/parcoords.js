@@ -49,8 +49,11 @@ export function drawParcoords(canvas, axes, rank, bestIndex) {
   const key = (i) => (Number.isFinite(rank[i]) ? rank[i] : 2);
   const order = [...rank.keys()].sort((a, b) => key(b) - key(a)); // unranked, then worst first
   const accent = cssVar('--accent', '#1565c0');
-  // Many lines: keep the crowd faint so the best tenth stands out above it.
-  const crowd = n <= 50 ? 0.7 : Math.min(0.35, Math.max(0.02, 25 / n));
+  // Many lines: the crowd stays faint (its density still shows where trials
+  // went) and only the best few, at most 50, are drawn strong on top.
+  const ranked = rank.filter(Number.isFinite).length;
+  const strong = Math.max(5, Math.min(50, Math.ceil(ranked * 0.1)));
+  const crowd = n <= 50 ? 0.7 : Math.min(0.35, Math.max(0.012, 25 / n));
   ctx.lineWidth = 1;
   for (const r of order) {
     if (r === bestIndex) continue;
@@ -58,8 +61,9 @@ export function drawParcoords(canvas, axes, rank, bestIndex) {
     if (!Number.isFinite(q)) {
       ctx.strokeStyle = `hsla(220, 10%, 55%, ${crowd})`;
     } else {
-      const a = q <= 0.1 ? Math.max(crowd, Math.min(0.6, 60 / Math.max(n, 1) + 0.15)) : crowd;
-      ctx.strokeStyle = `hsla(${Math.round(210 - 180 * (1 - q))}, 75%, 50%, ${a})`;
+      const isTop = q * (ranked - 1) < strong;
+      ctx.lineWidth = isTop && n > 50 ? 1.5 : 1;
+      ctx.strokeStyle = `hsla(${Math.round(210 - 180 * (1 - q))}, 75%, 50%, ${isTop ? 0.75 : crowd})`;
     }
     strokeRow(ctx, axes, scales, xs, r, top, span);
   }

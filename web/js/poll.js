@@ -6,6 +6,11 @@ export function poller(tick, intervalMs) {
   const run = async () => {
     if (stopped) return;
     let again = false;
+    // A hidden tab asks nothing; it catches up (through ?since=) when shown.
+    if (document.hidden) {
+      timer = setTimeout(run, interval);
+      return;
+    }
     try {
       again = await tick();
     } catch (e) {
