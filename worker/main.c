@@ -106,22 +106,30 @@ static int pick_gpus(const char *arg, long mem, int *ids, long *mem_mb, int cap)
   return n;
 }
 
+/* The file holds the token itself, or ctune-server's "worker=TOKEN" line. */
 static char *read_token(const char *file) {
   FILE *f = fopen(file, "r");
   if (!f) {
     fprintf(stderr, "ctune-worker: --token-file %s: %s\n", file, strerror(errno));
     return NULL;
   }
-  char buf[4096];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
-  if (!n) {
-    fprintf(stderr, "ctune-worker: --token-file %s is empty\n", file);
-    return NULL;
+  char line[4096], first[4096] = "", *found = NULL;
+  while (fgets(line, sizeof line, f)) {
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = '\0';
+    if (!n) continue;
+    if (!strncmp(line, "worker=", 7)) {
+      found = strdup(line + 7);
+      break;
+    }
+    if (!first[0]) memcpy(first, line, n + 1);
   }
-  return strdup(buf);
+  fclose(f);
+  if (!found && first[0] && !strchr(first, '=')) found = strdup(first);
+  if (!found)
+    fprintf(stderr, "ctune-worker: --token-file %s holds no token (a bare token or a "
+            "worker=TOKEN line)\n", file);
+  return found;
 }
 
 int main(int argc, char **argv) {

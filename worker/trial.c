@@ -96,9 +96,27 @@ static void trial_on_exit(void *arg, int exit_code, int term_signal) {
   t->ev->on_exit(t->arg, t, exit_code, term_signal);
 }
 
-static void trial_on_closed(void *arg) {
-  struct trial *t = arg;
-  t->ev->on_closed(t->arg, t);
+static void trial_handle_closed(struct trial *t) {
+  if (--t->handles == 0) t->ev->on_closed(t->arg, t);
+}
+
+static void trial_on_closed(void *arg) { trial_handle_closed(arg); }
+
+static void trial_uv_closed(uv_handle_t *h) { trial_handle_closed(h->data); }
+
+static void trial_on_ckpt_timer(uv_timer_t *h) {
+  struct trial *t = h->data;
+  t->ev->on_checkpoint(t->arg, t);
+}
+
+/* The trainer prints a result and then saves its checkpoint (temporary file
+ * and rename); uploading when the file is replaced, shortly after the last
+ * event, never sends an older checkpoint labelled with a newer iteration. */
+static void trial_on_dir_event(uv_fs_event_t *h, const char *name, int events, int status) {
+  (void)events;
+  struct trial *t = h->data;
+  if (status < 0 || !name || strcmp(name, "checkpoint.bin") != 0) return;
+  uv_timer_start(&t->ckpt_timer, trial_on_ckpt_timer, 100, 0);
 }
 
 int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
@@ -116,9 +134,21 @@ int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
     rc = -errno;
     goto done;
   }
+  uv_timer_init(loop, &t->ckpt_timer);
+  uv_fs_event_init(loop, &t->watch);
+  t->ckpt_timer.data = t->watch.data = t;
+  t->handles = 3;
+  if (uv_fs_event_start(&t->watch, trial_on_dir_event, t->dir, 0) < 0)
+    log_warn("trial %d: cannot watch %s: checkpoints upload only when it ends", t->id, t->dir);
   rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, lim, &cbs, t);
-  if (rc == 0) t->spawned = 1;
-  else t->closing = 1;  /* proc_spawn closes its handles; on_closed follows */
+  if (rc == 0) {
+    t->spawned = 1;
+  } else {
+    /* proc_spawn closes its own handles; on_closed follows all three. */
+    t->closing = 1;
+    uv_close((uv_handle_t *)&t->watch, trial_uv_closed);
+    uv_close((uv_handle_t *)&t->ckpt_timer, trial_uv_closed);
+  }
 done:
   free(op);
   free(ep);
@@ -127,13 +157,19 @@ done:
 
 void trial_stop(struct trial *t, enum trial_stop why, unsigned grace_ms) {
   if (!t->spawned || t->exited) return;
-  if (t->stop_why == TRIAL_STOP_NONE || why == TRIAL_STOP_SERVER) t->stop_why = why;
+  /* A decision to stop stays one (the scheduler ended it: report complete)
+   * even when the next heartbeat also lists the trial as not running. */
+  if (t->stop_why == TRIAL_STOP_NONE || (why == TRIAL_STOP_DRAIN && t->stop_why != TRIAL_STOP_DECISION))
+    t->stop_why = why;
   proc_stop(&t->proc, grace_ms);
 }
 
 void trial_close(struct trial *t) {
   if (t->closing) return;
   t->closing = 1;
+  uv_timer_stop(&t->ckpt_timer);
+  uv_close((uv_handle_t *)&t->watch, trial_uv_closed);
+  uv_close((uv_handle_t *)&t->ckpt_timer, trial_uv_closed);
   proc_close(&t->proc);
 }
 

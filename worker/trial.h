@@ -31,6 +31,8 @@ struct trial_events {
   void (*on_result)(void *arg, struct trial *t, cJSON *flat, double tv);
   void (*on_exit)(void *arg, struct trial *t, int exit_code, int term_signal);
   void (*on_closed)(void *arg, struct trial *t);
+  /* checkpoint.bin in the trial dir was replaced (debounced). */
+  void (*on_checkpoint)(void *arg, struct trial *t);
 };
 
 struct trial {
@@ -41,6 +43,9 @@ struct trial {
   struct alloc_grant grant;
   int has_grant;
   struct proc proc;
+  uv_fs_event_t watch;  /* the trial dir: new checkpoint.bin */
+  uv_timer_t ckpt_timer;
+  int handles;          /* proc (as one) + watch + ckpt_timer while open */
   int spawned, exited, closing;
   struct linebuf out_lb;
   struct tail log;      /* stdout+stderr in arrival order */
@@ -63,7 +68,7 @@ struct trial {
   void *arg;
 };
 
-/* Takes ownership of lease. Creates the trial directory. */
+/* Takes ownership of lease on success. Creates the trial directory. */
 int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
 int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
                 char *const *argv, char *const *env, const char *cwd,

@@ -141,7 +141,7 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
     }
     log_debug("trial %d: checkpoint uploaded (%lld bytes)", r->trial_id, r->size);
   } else {
-    log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld); retrying after the next result",
+    log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld); retrying with the next checkpoint or at the end",
              r->trial_id, err ? strerror(-err) : "refused", resp->status);
   }
   if (t) {
@@ -335,7 +335,10 @@ static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv)
   }
   free(body);
   worker_pump_outbox(w);
-  worker_upload_checkpoint(w, t);
+}
+
+static void worker_on_checkpoint(void *arg, struct trial *t) {
+  worker_upload_checkpoint(arg, t);
 }
 
 static const char *worker_exit_reason(int code, int sig) {
@@ -375,7 +378,7 @@ static void worker_on_exit(void *arg, struct trial *t, int code, int sig) {
     case TRIAL_STOP_NONE:
       if (t->stop_why == TRIAL_STOP_DECISION || (code == 0 && !sig)) {
         log_info("trial %d %s after %ld result(s), %.1f s", t->id,
-                 t->stop_why == TRIAL_STOP_DECISION ? "stopped early" : "finished",
+                 t->stop_why == TRIAL_STOP_DECISION ? "stopped by the scheduler" : "finished",
                  t->nresults, ran);
         cJSON *b = cJSON_CreateObject();
         if (b) worker_queue_end(w, t->id, "complete", b);
@@ -405,8 +408,8 @@ static void worker_on_closed(void *arg, struct trial *t) {
   worker_check_drained(w);
 }
 
-static const struct trial_events worker_trial_events = {worker_on_result, worker_on_exit,
-                                                        worker_on_closed};
+static const struct trial_events worker_trial_events = {
+    worker_on_result, worker_on_exit, worker_on_closed, worker_on_checkpoint};
 
 static void worker_abort_trial(struct worker *w, struct trial *t, const char *msg,
                                const char *reason) {
