@@ -506,6 +506,35 @@ done:
   free(rows);
 }
 
+/* The most useful line of a trial's error text: the trainer's JSON error
+ * line ({"error": {"code", "message"}}) when there is one, else the last
+ * non-empty line (the text ends with the trial's last stderr lines). */
+static void error_line(const char *err, char *buf, size_t len) {
+  const char *last = NULL;
+  size_t last_n = 0;
+  buf[0] = '\0';
+  for (const char *p = err; *p;) {
+    size_t n = strcspn(p, "\n");
+    if (n > 0 && p[0] == '{') {
+      char *copy = strndup(p, n);
+      cJSON *doc = copy ? cJSON_Parse(copy) : NULL;
+      const cJSON *e = get(doc, "error");
+      const char *code = get_str(e, "code"), *msg = get_str(e, "message");
+      if (msg) snprintf(buf, len, "%s%s%s", code ? code : "", code ? ": " : "", msg);
+      cJSON_Delete(doc);
+      free(copy);
+      if (msg) return;
+    }
+    if (n > 0) {
+      last = p;
+      last_n = n;
+    }
+    p += n;
+    if (*p == '\n') p++;
+  }
+  if (last) snprintf(buf, len, "%.*s", (int)last_n, last);
+}
+
 /* Why trials wait and why they failed: the first few, one line each. */
 static void notes(struct sbuf *sb, const struct report_state *s, int width) {
   const char *reason = NULL;
@@ -526,13 +555,13 @@ static void notes(struct sbuf *sb, const struct report_state *s, int width) {
     const struct report_trial *t = &s->trials[i];
     if (strcmp(t->status, "ERROR")) continue;
     if (shown_errors++ == 3) break;
-    const char *err = t->error ? t->error : "no message";
-    int n = (int)strcspn(err, "\n");
+    char err[512];
+    error_line(t->error ? t->error : "no message", err, sizeof(err));
     if (t->exit_code >= 0)
-      snprintf(line, sizeof(line), "Error: %s (exit code %lld): %.*s", trial_label(t, lbl, sizeof(lbl)),
-               t->exit_code, n, err);
+      snprintf(line, sizeof(line), "Error: %s (exit code %lld): %s", trial_label(t, lbl, sizeof(lbl)),
+               t->exit_code, err);
     else
-      snprintf(line, sizeof(line), "Error: %s: %.*s", trial_label(t, lbl, sizeof(lbl)), n, err);
+      snprintf(line, sizeof(line), "Error: %s: %s", trial_label(t, lbl, sizeof(lbl)), err);
     put_line(sb, line, width);
   }
 }
@@ -625,9 +654,9 @@ int report_events(const struct report_state *prev, const struct report_state *cu
         sbuf_printf(&sb, "Trial %s completed after %lld iteration%s: %s\n", name,
                     t->iteration, t->iteration == 1 ? "" : "s", m);
     } else if (!strcmp(t->status, "ERROR")) {
-      const char *err = t->error ? t->error : "no message";
-      int n = (int)strcspn(err, "\n");
-      sbuf_printf(&sb, "Trial %s errored at iteration %lld: %.*s\n", name, t->iteration, n, err);
+      char err[512];
+      error_line(t->error ? t->error : "no message", err, sizeof(err));
+      sbuf_printf(&sb, "Trial %s errored at iteration %lld: %s\n", name, t->iteration, err);
     } else if (!strcmp(t->status, "PENDING") && p) {
       sbuf_printf(&sb, "Trial %s is pending again (was %s)\n", name, p->status);
     } else if (!strcmp(t->status, "PAUSED")) {

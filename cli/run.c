@@ -120,7 +120,7 @@ int cmd_run(const struct cli_args *a) {
   struct http_client c;
   struct http_error err;
   char msg[1024], stem[160], db[PATH_MAX], work[PATH_MAX], base[PATH_MAX];
-  char server_bin[PATH_MAX], worker_bin[PATH_MAX], url[256], cpus[16], gpus[16];
+  char abs_work[PATH_MAX], server_bin[PATH_MAX], worker_bin[PATH_MAX], url[256], cpus[16], gpus[16];
   cJSON *cfg = NULL, *resp = NULL;
   char *body = NULL;
   int ex = CLI_EXIT_ERROR, have_client = 0;
@@ -164,11 +164,16 @@ int cmd_run(const struct cli_args *a) {
     fprintf(stderr, "ctune: cannot create %s: %s\n", work, strerror(errno));
     goto out;
   }
+  /* Children get absolute paths: trials run in their own directories. */
+  if (!realpath(work, abs_work)) {
+    fprintf(stderr, "ctune: cannot resolve %s: %s\n", work, strerror(errno));
+    goto out;
+  }
   cli_signals_install();
 
   long off = file_size(r.server_log);
   char *sargv[] = {server_bin, "--db", db, "--bind", "127.0.0.1", "--port", "0",
-                   "--lease-timeout", RUN_LEASE_TIMEOUT_S, NULL};
+                   "--lease-timeout", RUN_LEASE_TIMEOUT_S, "--heartbeat-interval", "2", NULL};
   int rc = proc_spawn(&r.server, "ctune-server", sargv, r.server_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", server_bin, strerror(-rc));
@@ -201,7 +206,7 @@ int cmd_run(const struct cli_args *a) {
 
   snprintf(cpus, sizeof(cpus), "%d", a->cpus > 0 ? a->cpus : machine_cpus());
   snprintf(gpus, sizeof(gpus), "%d", a->gpus);
-  char *wargv[] = {worker_bin, "--server", url, "--cpus", cpus, "--work-dir", work,
+  char *wargv[] = {worker_bin, "--server", url, "--cpus", cpus, "--work-dir", abs_work,
                    a->gpus >= 0 ? "--gpus" : NULL, gpus, NULL};
   rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
   if (rc) {

@@ -114,6 +114,8 @@ START_TEST(report_asha_wide) {
   ck_assert_ptr_nonnull(strstr(text, "Logical resource usage: 2/2 CPUs, 0/0 GPUs (1 worker)"));
   ck_assert_ptr_nonnull(strstr(text, "Bracket 0 (stopped 12) cutoffs: iter 1: 0.5123 (n=20) | iter 2: 0.4402 (n=9)"));
   ck_assert_ptr_nonnull(strstr(text, "running for 00:01:40.00"));
+  /* The trainer's JSON error line, not the first stderr line. */
+  ck_assert_ptr_nonnull(strstr(text, "Error: fmnist-asha_00004 (exit code 5): diverged: loss is NaN at iteration 2\n"));
   ck_assert_int_le(max_line_width(text), 160);
   free(text);
   report_state_free(&s);
