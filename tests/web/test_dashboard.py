@@ -186,7 +186,7 @@ def check_table_controls(h, d, t):
     assert len(d.execute_script(ROWS_JS, "#trials-table")) == 4
 
 
-def check_trials(h, d, base, t):
+def check_trials(h, d, base, api, t):
     d.get(base + "/#/trials/%d" % t["a"])
     h.wait_ready(d, "trial")
     h.wait("three results", lambda: len(d.find_elements("css selector", "#results-table tbody tr")) == 3)
@@ -197,6 +197,15 @@ def check_trials(h, d, base, t):
     cfg = d.find_element("id", "config-table").text
     assert "lr" in cfg and "batch_size" in cfg, cfg
     assert "RUNNING" in d.find_element("id", "trial-status").text
+    # Live here too: a fourth result shows up in the table and on the chart.
+    t0 = time.time()
+    api.post("/trials/%d/results" % t["a"], result(4, 0.111))
+    h.wait("the live result on the trial page", lambda: len(
+        d.find_elements("css selector", "#results-table tbody tr")) == 4, timeout=5)
+    print("trial page: new result visible after %.2f s" % (time.time() - t0), flush=True)
+    assert time.time() - t0 < 2.0
+    assert d.execute_script("return Chart.getChart(document.getElementById('trial-chart'))"
+                            ".data.datasets[0].data.length") == 4
     h.screenshot(d, "trial.png")
     d.get(base + "/#/trials/%d" % t["d"])
     h.wait_ready(d, "trial")
@@ -302,7 +311,7 @@ def main():
         check_live(h, d, api, eid, t)
         check_curve_hover_click(h, d, t)
         check_table_controls(h, d, t)
-        check_trials(h, d, base, t)
+        check_trials(h, d, base, api, t)
         check_workers(h, d, base, t)
 
         # Dark scheme and a phone-sized window, for the eye (screenshots) and a sanity check.
