@@ -178,13 +178,12 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 		/* Ray: int(log(max_t / grace) / log(rf) - s + 1) milestones. */
 		double nd = log(params->max_t / params->grace_period) /
 			    log(params->reduction_factor) - s + 1;
-		int n = (int)nd; /* truncates toward zero, as Python's int() */
-		if (n < 0)
-			n = 0;
-		if (n > SPEC_ASHA_MAX_MILESTONES) {
+		int n;
+		if (!(nd < SPEC_ASHA_MAX_MILESTONES + 1)) { /* also NaN and inf */
 			free(a);
 			return -EINVAL;
 		}
+		n = nd < 0 ? 0 : (int)nd; /* truncates toward zero, as Python's int() */
 		a->b[s].n = n;
 		for (int k = 0; k < n; k++)
 			a->b[s].rungs[k].t = params->grace_period *

@@ -189,6 +189,13 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 			validate_error_set(err, p, "randn needs sd > 0");
 			return -EINVAL;
 		}
+		/* Box-Muller never goes past 8.6 sd (53-bit uniforms), so this
+		 * keeps every draw a finite double. */
+		if (!isfinite(fabs(mean) + 9 * sd)) {
+			path_join(p, sizeof p, path, "sd");
+			validate_error_set(err, p, "randn needs |mean| + 9 sd to be a finite double");
+			return -EINVAL;
+		}
 		return 0;
 	}
 
@@ -212,6 +219,10 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	case DOM_QUNIFORM:
 		if (!(lo < hi)) {
 			validate_error_set(err, p, "%s needs lower < upper", d->name);
+			return -EINVAL;
+		}
+		if (!isfinite(hi - lo)) {
+			validate_error_set(err, p, "%s needs upper - lower to be a finite double", d->name);
 			return -EINVAL;
 		}
 		break;
@@ -262,6 +273,13 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	if (q > 0) {
 		double klo, khi;
 		q_range(lo, hi, q, &klo, &khi);
+		/* The multiples are counted as integers k (value k * q). */
+		if (!(fabs(klo) <= SPACE_INT_MAX && fabs(khi) <= SPACE_INT_MAX)) {
+			path_join(p, sizeof p, path, "q");
+			validate_error_set(err, p, "%s: q is too small for the range (lower/q and upper/q "
+					   "must stay within 2^53)", d->name);
+			return -EINVAL;
+		}
 		if (klo > khi) {
 			path_join(p, sizeof p, path, "q");
 			validate_error_set(err, p, "%s: no multiple of q lies between lower and upper",

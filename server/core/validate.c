@@ -285,8 +285,10 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 		return fail_at(err, "scheduler", "reduction_factor", "must be > 1");
 	/* Bracket 0 has the most milestones; bound it so per-trial state stays
 	 * one 64-bit mask per trial. */
-	if ((int)(log(sp->max_t / sp->grace_period) / log(sp->reduction_factor) + 1) >
-	    SPEC_ASHA_MAX_MILESTONES) {
+	/* Compared as a double: max_t / grace_period can overflow to inf, and
+	 * casting that to int is undefined. */
+	if (!(log(sp->max_t / sp->grace_period) / log(sp->reduction_factor) + 1 <
+	      SPEC_ASHA_MAX_MILESTONES + 1)) {
 		char msg[160];
 		snprintf(msg, sizeof msg,
 			 "asha would have more than %d milestones; raise reduction_factor or grace_period",

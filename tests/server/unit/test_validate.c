@@ -2,10 +2,14 @@
  * configs each with the exact path and message it must produce. */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
+#include "sched.h"
+#include "space.h"
 #include "validate.h"
 
 #define TRAIN "\"trainable\": {\"type\": \"builtin\", \"model\": \"mlp\", \"dataset\": \"mnist\"}"
@@ -159,6 +163,12 @@ static const struct bad bad_configs[] = {
 	 "param_space.n.lower", "qrandint needs lower <= upper (both inclusive)"},
 	{"{\"param_space\": {\"n\": {\"type\": \"randn\", \"sd\": 0}}, " TRAIN "}",
 	 "param_space.n.sd", "randn needs sd > 0"},
+	{"{\"param_space\": {\"n\": {\"type\": \"randn\", \"mean\": 1e308, \"sd\": 1e308}}, " TRAIN "}",
+	 "param_space.n.sd", "randn needs |mean| + 9 sd to be a finite double"},
+	{"{\"param_space\": {\"lr\": {\"type\": \"uniform\", \"lower\": -1e308, \"upper\": 1e308}}, " TRAIN "}",
+	 "param_space.lr.lower", "uniform needs upper - lower to be a finite double"},
+	{"{\"param_space\": {\"lr\": {\"type\": \"quniform\", \"lower\": 0, \"upper\": 1, \"q\": 1e-300}}, " TRAIN "}",
+	 "param_space.lr.q", "quniform: q is too small for the range (lower/q and upper/q must stay within 2^53)"},
 	{"{\"param_space\": {\"n\": {\"type\": \"randn\", \"mu\": 0}}, " TRAIN "}",
 	 "param_space.n.mu", "unknown field (randn takes type, mean, sd)"},
 	{"{\"param_space\": {\"l1\": {\"type\": \"pow2\", \"lower\": 3, \"upper\": 64}}, " TRAIN "}",
@@ -212,6 +222,9 @@ static const struct bad bad_configs[] = {
 	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"reduction_factor\": 1}, " TRAIN "}",
 	 "scheduler.reduction_factor", "must be > 1"},
 	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"max_t\": 1e12, \"reduction_factor\": 1.1}, " TRAIN "}",
+	 "scheduler.reduction_factor",
+	 "asha would have more than 64 milestones; raise reduction_factor or grace_period"},
+	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"max_t\": 1e308, \"grace_period\": 1e-308}, " TRAIN "}",
 	 "scheduler.reduction_factor",
 	 "asha would have more than 64 milestones; raise reduction_factor or grace_period"},
 	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"brackets\": 0}, " TRAIN "}",
@@ -338,6 +351,120 @@ START_TEST(limits_on_strings_and_depth)
 }
 END_TEST
 
+static const char *const fragments[] = {
+	"0", "1", "-1", "0.5", "2", "3", "4", "10", "100", "1e-308", "1e308", "9007199254740993",
+	"-1e308", "1.5", "64", "\"\"", "\"x\"", "\"min\"", "\"max\"", "\"asha\"", "\"fifo\"",
+	"\"loss\"", "\"builtin\"", "\"command\"", "\"cnn\"", "\"mnist\"", "null", "true",
+	"false", "[]", "[1, 2]", "[\"a\"]", "{}", "{\"grid_search\": [1, 2, 3]}",
+	"{\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}",
+	"{\"type\": \"loguniform\", \"lower\": 1e-300, \"upper\": 1e300}",
+	"{\"type\": \"quniform\", \"lower\": -1e300, \"upper\": 1e300, \"q\": 1e-300}",
+	"{\"type\": \"qloguniform\", \"lower\": 1e-300, \"upper\": 1e300, \"q\": 1e299}",
+	"{\"type\": \"randint\", \"lower\": -9007199254740992, \"upper\": 9007199254740992}",
+	"{\"type\": \"lograndint\", \"lower\": 1, \"upper\": 9007199254740992}",
+	"{\"type\": \"qrandint\", \"lower\": -9007199254740992, \"upper\": 9007199254740992, \"q\": 3}",
+	"{\"type\": \"pow2\", \"lower\": 1, \"upper\": 4503599627370496}",
+	"{\"type\": \"randn\", \"mean\": 1e308, \"sd\": 1e308}",
+	"{\"type\": \"choice\", \"values\": [null, {}, []]}",
+	"{\"type\": \"asha\", \"max_t\": 1e308, \"grace_period\": 1e-300, \"reduction_factor\": 1e300}",
+	"{\"type\": \"asha\", \"max_t\": 3, \"grace_period\": 3, \"reduction_factor\": 1.0000001}",
+	"{\"type\": \"asha\", \"brackets\": 16, \"max_t\": 2, \"reduction_factor\": 1.5}",
+	"{\"type\": \"command\", \"argv\": [\"x\"]}",
+	"{\"type\": \"builtin\", \"model\": \"mlp\", \"dataset\": \"mnist\"}",
+};
+
+static const char *const fields[] = {
+	"name", "metric", "mode", "num_samples", "max_concurrent_trials", "seed", "max_failures",
+	"param_space", "scheduler", "resources_per_trial", "trainable", "extra",
+};
+
+static int all_finite(const cJSON *v)
+{
+	const cJSON *item;
+	if (cJSON_IsNumber(v) && !isfinite(v->valuedouble))
+		return 0;
+	cJSON_ArrayForEach(item, v)
+		if (!all_finite(item))
+			return 0;
+	return 1;
+}
+
+/* Random configs built from edge-case fragments: validation either accepts
+ * (and then sampling, the scheduler and a result all work) or names a path
+ * and a rule; it never crashes, leaks or hits undefined behaviour. */
+START_TEST(random_configs_never_crash)
+{
+	struct rng g;
+	int accepted = 0, rejected = 0;
+	const int nf = (int)(sizeof fragments / sizeof fragments[0]);
+	rng_seed(&g, 2026);
+	for (int iter = 0; iter < 6000; iter++) {
+		cJSON *c = cJSON_Parse("{\"metric\": \"loss\", \"mode\": \"min\","
+				       " \"trainable\": {\"type\": \"command\", \"argv\": [\"x\"]},"
+				       " \"param_space\": {}, \"scheduler\": {\"type\": \"asha\"}}");
+		int nmut = 1 + (int)rng_int_range(&g, 0, 4);
+		for (int m = 0; m < nmut; m++) {
+			const char *f = fields[rng_int_range(&g, 0, sizeof fields / sizeof fields[0])];
+			cJSON *v = cJSON_Parse(fragments[rng_int_range(&g, 0, nf)]);
+			cJSON *target = c;
+			/* Half the time, put it one level down instead. */
+			if (rng_uniform(&g) < 0.5) {
+				const char *inner[] = {"param_space", "scheduler", "resources_per_trial",
+						       "trainable"};
+				cJSON *o = cJSON_GetObjectItem(c, inner[rng_int_range(&g, 0, 4)]);
+				const char *keys[] = {"lr", "type", "max_t", "grace_period",
+						      "reduction_factor", "brackets", "cpu", "argv",
+						      "model", "time_attr"};
+				if (cJSON_IsObject(o)) {
+					target = o;
+					f = keys[rng_int_range(&g, 0, 10)];
+				}
+			}
+			ck_assert_ptr_nonnull(v);
+			if (cJSON_GetObjectItem(target, f))
+				cJSON_ReplaceItemInObject(target, f, v);
+			else
+				cJSON_AddItemToObject(target, f, v);
+		}
+		struct experiment_spec s;
+		struct validate_error err;
+		memset(&err, 0, sizeof err);
+		int rc = validate_experiment(c, &s, &err);
+		if (rc == 0) {
+			struct sched *sc = NULL;
+			struct asha_outcome o;
+			double v = 0.5;
+			cJSON *configs = NULL;
+			accepted++;
+			ck_assert_int_le(s.num_trials, 100000);
+			if (s.num_trials <= 1000) {
+				ck_assert_int_eq(space_generate(s.param_space, s.num_samples, s.seed,
+								&configs, &err), 0);
+				ck_assert_int_eq(cJSON_GetArraySize(configs), s.num_trials);
+				ck_assert_msg(all_finite(configs), "iteration %d: a sampled value is not finite",
+					      iter);
+				cJSON_Delete(configs);
+			}
+			ck_assert_int_eq(sched_create(&s.sched, s.mode, s.seed, &sc), 0);
+			int b = sched_bracket_for(sc, iter);
+			ck_assert_int_eq(sched_add_trial(sc, 1, b), 0);
+			ck_assert_int_eq(sched_on_result(sc, 1, 1, &v, &o), 0);
+			ck_assert_int_eq(sched_on_trial_end(sc, 1, 1, 1, &v, &o), 0);
+			sched_free(sc);
+			validate_spec_free(&s);
+		} else {
+			ck_assert_int_eq(rc, -EINVAL);
+			ck_assert_msg(err.message[0] != 0, "iteration %d: no message", iter);
+			ck_assert_ptr_null(s.param_space);
+			rejected++;
+		}
+		cJSON_Delete(c);
+	}
+	ck_assert_int_gt(accepted, 200);
+	ck_assert_int_gt(rejected, 200);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("validate");
@@ -346,6 +473,7 @@ int main(void)
 	tcase_add_test(tc, minimal_config_defaults);
 	tcase_add_loop_test(tc, bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
 	tcase_add_test(tc, limits_on_strings_and_depth);
+	tcase_add_test(tc, random_configs_never_crash);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
