@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
     pthread_mutex_lock(&s.lock);
     state_expire_leases(&s, clock_mono_ms());
     pthread_mutex_unlock(&s.lock);
+    if (store_checkpoint(s.store)) log_warn("store: WAL checkpoint failed");
   }
   rc = 0;
 out:

@@ -113,7 +113,10 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen) {
    * only a power cut could lose the last commits. */
   if (store_exec(st->w, "PRAGMA journal_mode=WAL", err, errlen, "enabling WAL") ||
       store_exec(st->w, "PRAGMA synchronous=NORMAL", err, errlen, "setting synchronous") ||
-      store_exec(st->w, "PRAGMA foreign_keys=OFF", err, errlen, "pragma"))
+      store_exec(st->w, "PRAGMA foreign_keys=OFF", err, errlen, "pragma") ||
+      /* Checkpoints run from store_checkpoint (main thread), not inside a
+       * commit, so no reply waits for the WAL to be copied back. */
+      store_exec(st->w, "PRAGMA wal_autocheckpoint=0", err, errlen, "pragma"))
     goto fail;
   if (store_migrate(st->w, err, errlen)) goto fail;
   for (int i = 0; i < ST_COUNT; i++) {
@@ -255,6 +258,14 @@ int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t le
   sqlite3_bind_int64(s, 1, trial_id);
   sqlite3_bind_text64(s, 2, log, len, SQLITE_STATIC, SQLITE_UTF8);
   return store_step(st, s);
+}
+
+int store_checkpoint(struct store *st) {
+  int log = 0, done = 0;
+  pthread_mutex_lock(&st->rlock);
+  int rc = sqlite3_wal_checkpoint_v2(st->r, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+  pthread_mutex_unlock(&st->rlock);
+  return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : -EIO;
 }
 
 /* ---- reader side ---- */

@@ -81,6 +81,10 @@ int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
                          uint32_t crc, const void *data, size_t len);
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
 
+/* Copies committed WAL pages into the database without blocking the
+ * writer (PASSIVE); called periodically off the commit path. */
+int store_checkpoint(struct store *st);
+
 /* Reader side: the loader at start (callbacks return 0 or stop with an error). */
 struct store_loader {
   void *ctx;
