@@ -6,8 +6,9 @@
 
 #include "ops_math.h"
 
-void optim_step(const struct optim_spec *o, float *params, float *state,
-                const float *grads, int64_t n, int64_t step) {
+void optim_step(const struct optim_spec *o, float *restrict params,
+                float *restrict state, const float *restrict grads, int64_t n,
+                int64_t step) {
   if (o->kind == OPTIM_ADAM) {
     float *m = state, *v = state + n;
     const float bc1 = 1.0f - powf(o->beta1, (float)step);
