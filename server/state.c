@@ -708,6 +708,12 @@ int state_load(struct server *s, char *err, size_t errlen) {
       w->used_cpu += e->spec.resources.cpu;
       w->used_gpu += e->spec.resources.gpu;
       w->used_memory_mb += e->spec.resources.memory_mb;
+    } else if (t->status == TS_RUNNING) {
+      /* Leased to no known worker: nobody would ever heartbeat for it. */
+      e->counts[TS_RUNNING]--;
+      e->counts[TS_PENDING]++;
+      t->status = TS_PENDING;
+      t->worker_id = 0;
     }
   }
   for (int64_t i = 0; i < s->nexps; i++) {
