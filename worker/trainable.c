@@ -297,6 +297,11 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
       (rc = env_set(&env, "CTUNE_CHECKPOINT_DIR", ctx->trial_dir)) < 0 ||
       (rc = env_set(&env, "CTUNE_RESUME", ctx->resume ? "1" : "0")) < 0)
     goto fail;
+  if (ctx->gpu_mem_limit_mb > 0) {
+    free(num);
+    if (asprintf(&num, "%ld", ctx->gpu_mem_limit_mb) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
+    if ((rc = env_set(&env, "CTUNE_GPU_MEM_LIMIT_MB", num)) < 0) goto fail;
+  }
   if (!cwd && !(cwd = strdup(ctx->trial_dir))) { rc = -ENOMEM; goto fail; }
 
   cmd->argv = argv.v;

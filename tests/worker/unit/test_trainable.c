@@ -67,6 +67,7 @@ START_TEST(builtin_argv_has_contract_flags_and_config_last) {
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_TRIAL_ID"), "7");
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_RESUME"), "1");
   ck_assert_str_eq(env_get(cmd.env, "HOME"), "/root");
+  ck_assert_ptr_null(env_get(cmd.env, "CTUNE_GPU_MEM_LIMIT_MB"));
   ck_assert_str_eq(cmd.cwd, "/w/trials/7");
   trainable_cmd_free(&cmd);
   cJSON_Delete(t);
@@ -86,6 +87,7 @@ START_TEST(builtin_fractional_gpu_gets_mem_limit) {
   ck_assert_int_lt(argv_index(cmd.argv, "--epochs"), 0);  /* no max_t, no --epochs */
   ck_assert_int_lt(argv_index(cmd.argv, "--resume"), 0);
   ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), "1");
+  ck_assert_str_eq(env_get(cmd.env, "CTUNE_GPU_MEM_LIMIT_MB"), "4000");
   trainable_cmd_free(&cmd);
   cJSON_Delete(t);
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""ctune-worker with a shell command trainable: CPU pinning of concurrent
+trials on distinct CPUs (read from /proc/<pid>/status), the environment the
+worker sets, stop decisions ending trials within a second, a trial too big
+for any worker staying PENDING with a reason, failures carrying exit code,
+reason and stderr, bad placeholders, and logs served by the API."""
+import os
+import time
+
+from harness import TRAINABLE, command_config, cpus_allowed, main, result_values, wait_for
+
+
+def pid_of(env, trial_id):
+    path = os.path.join(env.trial_dir("w1", trial_id), "pid")
+    def read():
+        try:
+            with open(path) as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+    return wait_for(read, 10, "trial %d to write its pid" % trial_id)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def body(env):
+    env.start_server()
+    worker = env.start_worker("w1", "--cpus", "2")
+
+    # 1. Two concurrent trials, one CPU each, distinct; stopped at max_t = 4
+    # by the scheduler while they would otherwise run 40 iterations.
+    exp = env.submit(command_config(
+        "pinning", ["sh", TRAINABLE, "40", "0.25"], num_samples=2, max_concurrent_trials=2,
+        scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 4}))
+    running = wait_for(lambda: [t for t in env.trials(exp) if t["status"] == "RUNNING"]
+                       if len([t for t in env.trials(exp) if t["status"] == "RUNNING"]) == 2
+                       else None, 15, "two RUNNING trials")
+    pids = {t["id"]: pid_of(env, t["id"]) for t in running}
+    allowed = {tid: cpus_allowed(pid) for tid, pid in pids.items()}
+    print("affinity while running:", allowed)
+    assert all(a in ("0", "1") for a in allowed.values()), allowed
+    assert len(set(allowed.values())) == 2, "two trials share a CPU: %r" % allowed
+    env.wait_experiment(exp, 30)
+    for t in env.trials(exp):
+        assert t["status"] == "TERMINATED", t
+        res = env.results(t["id"])
+        its = result_values(res)
+        assert its == [1, 2, 3, 4], its
+        ts = res[-1].get("result", res[-1])["ts"]
+        log = wait_for(lambda: (lambda l: "got TERM" in l and l)(
+            env.api("GET", "/api/v1/trials/%d/logs" % t["id"])["log"]), 10,
+            "the final log upload with the trial's SIGTERM line")
+        term = float(log.split("got TERM at ")[1].split()[0])
+        lag = term - ts
+        print("trial %d: result 4 printed, stop decided, SIGTERM received %.3f s later"
+              % (t["id"], lag))
+        assert 0 <= lag < 1.0, "trial %d got SIGTERM %.3f s after its last result" % (t["id"], lag)
+        wait_for(lambda: not alive(pids[t["id"]]), 1.0, "trial process %d to exit" % pids[t["id"]])
+        assert "trial=%d omp=1 blas=1 cuda=[] gpumem=none resume=0" % t["id"] in log, log
+        with open(os.path.join(env.trial_dir("w1", t["id"]), "stdout.log")) as f:
+            assert '"training_iteration": 4' in f.read()
+
+    # 2. More than any worker has: PENDING with a reason, never leased.
+    big = env.submit(command_config("too-big", ["sh", TRAINABLE, "1", "0"],
+                                    resources_per_trial={"cpu": 64}))
+    t = wait_for(lambda: (env.trials(big)[0] if env.trials(big)[0]["pending_reason"] else None),
+                 10, "a pending_reason")
+    print("pending_reason:", t["pending_reason"])
+    assert "cpu" in t["pending_reason"], t
+    time.sleep(1.5)
+    t = env.trials(big)[0]
+    assert t["status"] == "PENDING" and t["worker_id"] in (None, 0), t
+    env.api("POST", "/api/v1/experiments/%d/cancel" % big, {})
+
+    # 3. A failing trial: exit code, reason and stderr reach the API.
+    bad = env.submit(command_config("fails", ["sh", TRAINABLE, "2", "0.05", "5"]))
+    env.wait_experiment(bad, 20)
+    t = env.trials(bad)[0]
+    print("failed trial:", t["status"], t["exit_code"], repr(t["error"]))
+    assert t["status"] == "ERROR", t
+    assert t["exit_code"] == 5, t
+    assert "diverged" in t["error"] and "boom: simulated failure" in t["error"], t
+    assert result_values(env.results(t["id"])) == [1, 2]
+
+    # 4. An unknown {placeholder} fails the trial with a message naming it.
+    ph = env.submit(command_config("placeholder", ["sh", TRAINABLE, "{nope}", "0"]))
+    env.wait_experiment(ph, 20)
+    t = env.trials(ph)[0]
+    print("placeholder trial:", t["status"], repr(t["error"]))
+    assert t["status"] == "ERROR" and "unknown placeholder {nope}" in t["error"], t
+    assert "bad_config" in t["error"], t
+
+    # 5. A placeholder from the config reaches argv.
+    ok = env.submit(command_config("substitute", ["sh", TRAINABLE, "{n}", "0.01"],
+                                   param_space={"n": 3}))
+    env.wait_experiment(ok, 20)
+    t = env.trials(ok)[0]
+    assert t["status"] == "TERMINATED" and result_values(env.results(t["id"])) == [1, 2, 3], t
+    assert worker.alive(), "worker died:\n" + worker.log()
+
+
+main("command", body)

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Test trainable for ctune-worker's e2e tests.
+# usage: trainable.sh ITERATIONS SECONDS_PER_ITERATION [EXIT_CODE]
+# Prints its pid and what the worker put in its environment, one result per
+# iteration with a wall-clock "ts", checkpoints the iteration count, resumes
+# from it, records when SIGTERM arrived, and exits EXIT_CODE at the end.
+iters=$1
+pause=$2
+code=${3:-0}
+ckpt="$CTUNE_CHECKPOINT_DIR/checkpoint.bin"
+i=0
+if [ "$CTUNE_RESUME" = 1 ] && [ -f "$ckpt" ]; then
+  i=$(cat "$ckpt")
+  echo "resumed at $i"
+fi
+echo "pid=$$ trial=$CTUNE_TRIAL_ID omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS cuda=[$CUDA_VISIBLE_DEVICES] gpumem=${CTUNE_GPU_MEM_LIMIT_MB:-none} resume=$CTUNE_RESUME"
+echo "$$" > "$CTUNE_CHECKPOINT_DIR/pid"
+trap 'echo "got TERM at $(date +%s.%N)" >&2; exit 0' TERM
+while [ "$i" -lt "$iters" ]; do
+  sleep "$pause"
+  i=$((i + 1))
+  echo "{\"training_iteration\": $i, \"loss\": $(awk "BEGIN { print 1 / $i }"), \"ts\": $(date +%s.%N)}"
+  echo "$i" > "$ckpt.tmp"
+  mv "$ckpt.tmp" "$ckpt"
+done
+if [ "$code" != 0 ]; then
+  echo "boom: simulated failure" >&2
+  exit "$code"
+fi
