@@ -94,10 +94,14 @@ def main():
             d.get("about:blank")
             d.get(base + "/#/experiments/%d" % eid)
             times.append(h.wait_ready(d, "experiment", timeout=30))
-        rows = d.execute_script("return document.querySelectorAll('#trials-table tbody tr').length")
-        info = d.find_element("css selector", ".table-tools span.muted").text
         print("experiment page load (ms, 3 fresh loads): %s; median %.0f ms" %
               (", ".join("%.0f" % t for t in times), statistics.median(times)), flush=True)
+        size, fetch_ms = d.execute_script(
+            "const e = performance.getEntriesByType('resource').find(r => /trials$/.test(r.name));"
+            "return e ? [e.decodedBodySize || e.encodedBodySize, e.duration] : [0, 0];")
+        print("of which GET /trials (%d trials, %.1f MB of JSON): %.0f ms" % (TRIALS, size / 1e6, fetch_ms), flush=True)
+        rows = d.execute_script("return document.querySelectorAll('#trials-table tbody tr').length")
+        info = d.find_element("css selector", ".table-tools span.muted").text
         assert ("of %s" % format(TRIALS, ",")) in info, info
         assert rows <= 50, "the table put %d rows in the DOM" % rows
 
