@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "auth.h"
@@ -19,11 +22,16 @@
 struct http {
   struct server *s;
   struct MHD_Daemon *d;
+  /* MHD must not be stopped while a connection is suspended: count them
+   * (until MHD hands them back to us) and refuse new work when stopping. */
+  atomic_int suspended;
+  atomic_int stopping;
 };
 
 enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY };
 
 struct http_req {
+  struct http *h;
   struct server *s;
   struct MHD_Connection *conn;
   double t0;
@@ -72,6 +80,7 @@ static enum MHD_Result http_send(struct http_req *r) {
 static void http_suspend(void *ctx) {
   struct http_req *r = ctx;
   r->state = REQ_WAITING;
+  atomic_fetch_add(&r->h->suspended, 1);
   MHD_suspend_connection(r->conn);
 }
 
@@ -87,6 +96,10 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   struct api_resp *resp = &r->resp;
   struct route_match m;
   enum route_method meth = route_method_parse(method);
+  if (atomic_load(&r->h->stopping)) {
+    api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
+    return;
+  }
   if (r->too_large) {
     api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
               r->limit);
@@ -137,6 +150,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
   if (!r) {
     r = calloc(1, sizeof *r);
     if (!r) return MHD_NO;
+    r->h = h;
     r->s = h->s;
     r->conn = conn;
     r->t0 = clock_mono_s();
@@ -168,7 +182,11 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     r->body[r->len] = 0;
     return MHD_YES;
   }
-  if (r->state == REQ_READY) return http_send(r);
+  if (r->state == REQ_READY) {
+    atomic_fetch_sub(&h->suspended, 1); /* MHD resumed it and called us */
+    r->state = REQ_READING;
+    return http_send(r);
+  }
   if (r->state == REQ_WAITING) return MHD_YES; /* spurious call while suspended */
 
   http_dispatch(r, url, method);
@@ -233,6 +251,17 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
 
 void http_stop(struct http *h) {
   if (!h) return;
+  atomic_store(&h->stopping, 1);
+  /* Held replies are released by the commit thread, which still runs. */
+  for (int i = 0; i < 1000 && atomic_load(&h->suspended) > 0; i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (atomic_load(&h->suspended) > 0) {
+    log_error("http: %d replies still held after 5 s; exiting without them",
+              atomic_load(&h->suspended));
+    _exit(1); /* MHD would abort; everything acknowledged is committed */
+  }
   MHD_stop_daemon(h->d);
   free(h);
 }

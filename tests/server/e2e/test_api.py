@@ -259,6 +259,16 @@ def test_checkpoint_and_logs():
     st, b, _ = s.request("PUT", "/api/v1/trials/1/logs", b"x" * (256 * 1024 + 1))
     assert st == 413
     s.stop()
+    # the checkpoint cap
+    s = Server(args=["--max-checkpoint-mb", "1"])
+    s.ok("POST", "/api/v1/experiments", experiment(n=1), status=201)
+    lease(s, register(s))
+    big = b"z" * (1024 * 1024 + 1)
+    st, b, _ = s.request("PUT", "/api/v1/trials/1/checkpoint", big,
+                         {"X-Ctune-Iteration": "1", "X-Ctune-Crc32": "%08x" % zlib.crc32(big)})
+    assert st == 413 and b["error"]["code"] == "payload_too_large"
+    assert s.request("GET", "/api/v1/trials/1/checkpoint")[0] == 404
+    s.stop()
 
 
 def test_incremental_endpoints():

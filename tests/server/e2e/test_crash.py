@@ -87,7 +87,7 @@ def test_restart_decides_like_uninterrupted():
     b.stop()
 
 
-def test_concurrent_acks_survive_kill9():
+def test_concurrent_acks_survive_kill9(sig=signal.SIGKILL):
     s = Server()
     s.ok("POST", "/api/v1/experiments", experiment(n=16, sched={"type": "fifo"}), status=201)
     w = register(s, cpu=16)
@@ -120,7 +120,10 @@ def test_concurrent_acks_survive_kill9():
             if len(acked) >= 800:
                 break
         stop.wait(0.01)
-    s.kill(signal.SIGKILL)
+    if sig == signal.SIGKILL:
+        s.kill(sig)
+    else:
+        s.stop()  # SIGTERM with replies held for their commit: exits 0
     stop.set()
     for th in threads:
         th.join()
@@ -131,6 +134,10 @@ def test_concurrent_acks_survive_kill9():
     missing = set(acked) - set(stored)
     assert not missing, "acknowledged but lost: %s" % sorted(missing)[:10]
     s.stop()
+
+
+def test_sigterm_under_load():
+    test_concurrent_acks_survive_kill9(signal.SIGTERM)
 
 
 if __name__ == "__main__":
