@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""ctune-worker through faults: kill -9 of the server mid-experiment (results
+pile up in the worker's on-disk outbox while trials keep running), restart
+on the same database and port, the workers reconnect and the experiment
+completes with every printed result stored exactly once; then SIGTERM drains
+a worker: its trial stops with a checkpoint, the worker exits 0, and the
+trial resumes on another worker from that checkpoint."""
+import json
+import os
+import time
+
+from harness import TRAINABLE, command_config, main, result_values, wait_for
+
+ITERS = 20
+
+
+def printed(env, worker, trial_id):
+    """training_iteration of every result line the trial printed on this worker."""
+    path = os.path.join(env.trial_dir(worker, trial_id), "stdout.log")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(l)["training_iteration"] for l in f if l.startswith("{")]
+
+
+def outbox_files(env, worker):
+    d = os.path.join(env.work_dir(worker), "outbox")
+    return [f for f in os.listdir(d) if f.endswith(".json")] if os.path.isdir(d) else []
+
+
+def body(env):
+    db = os.path.join(env.tmp, "ctune.db")
+    env.start_server("--lease-timeout", "15", db=db)
+    port = env.port
+    w1 = env.start_worker("w1", "--cpus", "1")
+    w2 = env.start_worker("w2", "--cpus", "1")
+    exp = env.submit(command_config(
+        "server-crash", ["sh", TRAINABLE, str(ITERS), "0.1"], num_samples=4,
+        max_concurrent_trials=2,
+        scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
+    wait_for(lambda: any((t["iteration"] or 0) >= 3 for t in env.trials(exp)), 20, "results")
+
+    before = {t["id"]: t["iteration"] for t in env.trials(exp)}
+    env.server_proc.kill9()
+    print("server killed (kill -9) with trial iterations", before)
+    # Trials keep running; their results wait on disk in the outboxes.
+    queued = wait_for(lambda: (lambda n: n >= 3 and n)(
+        len(outbox_files(env, "w1")) + len(outbox_files(env, "w2"))), 10,
+        "results queued in the outboxes while the server is down")
+    print("results queued on disk during the outage:", queued)
+    time.sleep(1.0)
+
+    env.start_server("--lease-timeout", "15", port=port, db=db)
+    assert env.port == port
+    env.wait_experiment(exp, 60)
+    total = 0
+    for t in env.trials(exp):
+        assert t["status"] == "TERMINATED", t
+        its = result_values(env.results(t["id"]))
+        assert its == list(range(1, ITERS + 1)), "trial %d: %r" % (t["id"], its)
+        lines = printed(env, "w1", t["id"]) + printed(env, "w2", t["id"])
+        assert sorted(set(lines)) == its, "trial %d printed %r" % (t["id"], lines)
+        total += len(its)
+    wait_for(lambda: not outbox_files(env, "w1") and not outbox_files(env, "w2"), 10,
+             "empty outboxes")
+    print("after the restart: %d results stored, each exactly once" % total)
+    assert "registering again" not in w1.log(), "the restarted server forgot worker 1"
+
+    # SIGTERM drains: the trial stops with a checkpoint and resumes elsewhere.
+    env.server_proc.p.terminate()
+    env.server_proc.p.wait(10)
+    env.start_server("--lease-timeout", "2", port=port, db=db)
+    w2.p.terminate()
+    assert w2.p.wait(15) == 0, w2.log()
+    drain = env.submit(command_config(
+        "drain", ["sh", TRAINABLE, "30", "0.1"],
+        scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 30}))
+    t = wait_for(lambda: (lambda t: (t["iteration"] or 0) >= 5 and t)(env.trials(drain)[0]), 20,
+                 "the drain trial to reach iteration 5")
+    t0 = time.time()
+    w1.p.terminate()
+    rc = w1.p.wait(15)
+    print("worker 1 drained in %.2f s, exit %d" % (time.time() - t0, rc))
+    assert rc == 0, w1.log()
+    assert not env.trial_processes(), "trial processes left after the drain"
+    assert "stopped by the drain" in w1.log()
+    stopped_at = max(printed(env, "w1", t["id"]))
+    t = env.trial(t["id"])
+    assert t.get("has_checkpoint"), t
+    w3 = env.start_worker("w3", "--cpus", "1")
+    env.wait_experiment(drain, 40)
+    t = env.trial(t["id"])
+    assert t["status"] == "TERMINATED", t
+    assert result_values(env.results(t["id"])) == list(range(1, 31))
+    with open(os.path.join(env.trial_dir("w3", t["id"]), "stdout.log")) as f:
+        head = f.readline()
+    print("drained at iteration %d; worker 3 says %r" % (stopped_at, head.strip()))
+    assert head.strip() == "resumed at %d" % stopped_at, head
+    assert w3.alive()
+
+
+main("faults", body)
