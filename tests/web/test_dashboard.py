@@ -342,8 +342,19 @@ def main():
         assert not errors, errors
 
         # Without Chart.js (vendor 404): same data, tables, and a note.
+        # Bad addresses get a clear message, not a blank page.
+        d.get(base + "/#/experiments/99999")
+        h.wait_ready(d, "experiment")
+        assert "There is no experiment 99999." in d.find_element("id", "main").text
+        d.get(base + "/#/nonsense")
+        h.wait("the not-found page", lambda: "Page not found" in d.find_element("id", "main").text)
+
+        # The server goes away: the page says so instead of going stale silently.
+        d.get(base + "/#/workers")
+        h.wait_ready(d, "workers")
         api.close()
         h.stop_server(srv)
+        h.wait("the connection-lost indicator", lambda: d.find_element("css selector", "#live.lost").text, timeout=6)
         empty = os.path.join(h.tmp, "no-vendor")
         os.makedirs(empty)
         srv, port = h.start_server(vendor_dir=empty)

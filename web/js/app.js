@@ -21,8 +21,14 @@ window.__ctune = { loads: (window.__ctune?.loads || 0) + 1, readyAt: null, page:
 let dispose = null;
 let first = true;
 
-function setLive(text) {
-  document.getElementById('live').textContent = text;
+function setLive(text, lost) {
+  const el = document.getElementById('live');
+  el.textContent = text;
+  el.classList.toggle('lost', Boolean(lost));
+}
+
+function lostLive(e) {
+  setLive(`connection lost (${e.message}); retrying`, true);
 }
 
 async function navigate() {
@@ -51,6 +57,7 @@ async function navigate() {
   window.__ctune.page = hit[2] === 'workers' ? 'workers' : page.NAME;
   dispose = page.mount(main, params, {
     setLive,
+    lostLive,
     ready: () => { window.__ctune.readyAt = performance.now(); document.body.dataset.ready = page.NAME; },
   });
 }

@@ -16,8 +16,9 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-export function statusBadge(status) {
-  return h('span', { class: 'badge s-' + String(status).toLowerCase() }, status);
+// why (a pending trial's reason) becomes the badge's tooltip.
+export function statusBadge(status, why) {
+  return h('span', { class: 'badge s-' + String(status).toLowerCase(), title: why || null }, status);
 }
 
 export function note(text, kind) {

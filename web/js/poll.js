@@ -1,5 +1,7 @@
 // A polling loop that never overlaps itself and stops for good on dispose.
-export function poller(tick, intervalMs) {
+// onError(e) hears each failed tick (the loop keeps going: the server may be
+// restarting); the next good tick is the caller's to announce.
+export function poller(tick, intervalMs, onError) {
   let stopped = false;
   let timer = null;
   let interval = intervalMs;
@@ -15,6 +17,7 @@ export function poller(tick, intervalMs) {
       again = await tick();
     } catch (e) {
       console.warn('ctune: poll failed', e);
+      if (onError) onError(e);
     }
     if (!stopped) timer = setTimeout(run, again === true ? 0 : interval);
   };

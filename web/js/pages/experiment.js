@@ -131,7 +131,7 @@ export function mount(main, [idStr], ctx) {
         render: (t) => [h('a', { href: `#/trials/${t.id}` }, t.name || `trial ${t.id}`),
           t.id === bid() ? h('span', { class: 'tag best' }, 'best') : null] },
       { key: 'status', label: 'Status', get: (t) => t.status,
-        render: (t) => [statusBadge(t.status), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
+        render: (t) => [statusBadge(t.status, t.pending_reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
       { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,
         get: (t) => t.iteration ?? (t.last_result ? t.last_result[timeAttr()] : null) },
       ...hp.map((k) => ({ key: 'c:' + k, label: k, group: 'Hyperparameters', numeric: true,
@@ -401,7 +401,7 @@ export function mount(main, [idStr], ctx) {
       renderCurves();
       ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
       ctx.ready();
-      p = poller(tick, e.status === 'RUNNING' ? 1000 : 5000);
+      p = poller(tick, e.status === 'RUNNING' ? 1000 : 5000, ctx.lostLive);
     } catch (err) {
       msg.replaceChildren(note(err.status === 404
         ? `There is no experiment ${id}.` : `Could not load experiment ${id}: ${err.message}`, 'error'));

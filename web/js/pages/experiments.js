@@ -50,11 +50,12 @@ export function mount(main, _params, ctx) {
         'No experiments yet. Submit one with `ctune submit experiment.json` or POST /api/v1/experiments.'));
       ctx.setLive('updated ' + new Date().toLocaleTimeString());
     } catch (e) {
+      ctx.lostLive(e);
       msg.replaceChildren(note(`Could not load the experiments: ${e.message}`, 'error'));
     }
     if (firstLoad) { firstLoad = false; ctx.ready(); }
   };
   load();
-  const p = poller(load, 2000);
+  const p = poller(load, 2000, ctx.lostLive);
   return () => p.stop();
 }

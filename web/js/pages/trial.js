@@ -169,7 +169,7 @@ export function mount(main, [idStr], ctx) {
         chartBox.replaceWith(note(NO_CHART_NOTE, 'warn'));
       }
       ctx.ready();
-      p = poller(tick, 1000);
+      p = poller(tick, 1000, ctx.lostLive);
     } catch (err) {
       msg.replaceChildren(note(err.status === 404 ? `There is no trial ${id}.` : `Could not load trial ${id}: ${err.message}`, 'error'));
       ctx.ready();

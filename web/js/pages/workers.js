@@ -46,11 +46,12 @@ export function mount(main, _params, ctx) {
       msg.replaceChildren(list.length ? '' : note('No workers have registered. Start one with `ctune-worker --server URL`.'));
       ctx.setLive('updated ' + new Date().toLocaleTimeString());
     } catch (e) {
+      ctx.lostLive(e);
       msg.replaceChildren(note(`Could not load the workers: ${e.message}`, 'error'));
     }
     if (firstLoad) { firstLoad = false; ctx.ready(); }
   };
   load();
-  const p = poller(load, 2000);
+  const p = poller(load, 2000, ctx.lostLive);
   return () => p.stop();
 }
