@@ -480,7 +480,7 @@ START_TEST(restore_equals_uninterrupted)
 			}
 		}
 		ck_assert_int_gt(nrec, 60);
-		ck_assert_int_ge(checks, 40);
+		ck_assert_int_ge(checks, 20);
 		free(recs);
 		asha_free(a);
 	}
