@@ -63,14 +63,19 @@ cJSON *api_trial_json(struct server *s, const struct trial *t) {
   return o;
 }
 
-/* Best by the experiment's own metric, scope last: from memory. */
-static int api_best_default(struct server *s, struct experiment *e, enum best_scope scope,
-                            enum spec_mode mode, int64_t *trial_id, double *value) {
+/* Best from memory: key < 0 is the experiment's own metric, else a result
+ * key index (e->keys). */
+static int api_best_memory(struct server *s, struct experiment *e, int key,
+                           enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
+                           double *value) {
   struct best_series *ser = malloc((size_t)(e->num_trials ? e->num_trials : 1) * sizeof *ser);
   if (!ser) return -ENOMEM;
   for (int64_t i = 0; i < e->num_trials; i++) {
     const struct trial *t = s->trials[e->first_trial_id + i - 1];
-    ser[i] = (struct best_series){t->id, t->values, t->nvals};
+    if (key < 0) ser[i] = (struct best_series){t->id, t->values, t->nvals};
+    else if (key < t->nseries)
+      ser[i] = (struct best_series){t->id, t->series[key].v, t->series[key].n};
+    else ser[i] = (struct best_series){t->id, NULL, 0};
   }
   size_t idx;
   int rc = best_pick(ser, (size_t)e->num_trials, scope, mode, &idx, value);
@@ -105,7 +110,7 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
   int64_t best_id;
   double best_v;
   if (ok && e->spec.has_metric &&
-      !api_best_default(s, e, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v)) {
+      !api_best_memory(s, e, -1, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v)) {
     ok = (best = cJSON_AddObjectToObject(o, "best")) &&
          cJSON_AddNumberToObject(best, "trial_id", (double)best_id) &&
          cJSON_AddNumberToObject(best, "value", best_v);
@@ -432,9 +437,13 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   snprintf(name, sizeof name, "%s", own ? e->spec.metric : metric);
   int64_t trial_id = 0;
   double value = 0;
-  int rc = own ? api_best_default(s, e, scope, mode, &trial_id, &value) : 0;
+  int key = own ? -1 : state_key_index(e, name);
+  /* A key never seen cannot have values unless the key table overflowed. */
+  int from_store = !own && key < 0 && e->keys_overflow;
+  int rc = from_store ? 0 : (!own && key < 0) ? -ENOENT
+                      : api_best_memory(s, e, key, scope, mode, &trial_id, &value);
   pthread_mutex_unlock(&s->lock);
-  if (!own) {
+  if (from_store) {
     if (commit_wait(s->commit, commit_last_ticket(s->commit))) return -EIO;
     rc = api_best_other(s, e, name, scope, mode, &trial_id, &value);
   }

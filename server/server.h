@@ -20,6 +20,13 @@ enum exp_status { ES_RUNNING = 0, ES_TERMINATED, ES_CANCELLED, ES_COUNT };
 extern const char *const trial_status_names[TS_COUNT];
 extern const char *const exp_status_names[ES_COUNT];
 
+struct series {
+  double *v;
+  uint32_t n, cap;
+};
+
+#define EXP_MAX_KEYS 32
+
 struct trial {
   int64_t id, experiment_id, idx;
   char *name;
@@ -41,6 +48,10 @@ struct trial {
   /* The experiment's metric per result that had it (NaN for null): best. */
   double *values;
   size_t nvals, capvals;
+  /* Every other numeric key too, by the experiment's key index, so best by
+   * any metric is answered from memory (compact: doubles only). */
+  struct series *series;
+  int nseries;
   char *last_result; /* JSON text of the last result, NULL before any */
   double last_t;
   int has_last_value;
@@ -63,6 +74,9 @@ struct experiment {
   int64_t num_trials;
   int64_t counts[TS_COUNT];
   int64_t pending_cursor; /* no PENDING trial has a smaller idx */
+  char *keys[EXP_MAX_KEYS]; /* result keys seen, in first-seen order */
+  int nkeys;
+  int keys_overflow;        /* more keys than EXP_MAX_KEYS: best reads SQLite */
 };
 
 struct worker {
@@ -151,6 +165,9 @@ void state_expire_leases(struct server *s, uint64_t now_ms);
 /* Records one acknowledged result in memory (also used by the loader). */
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq);
+
+/* Index of a result key in e->keys, or -1. */
+int state_key_index(const struct experiment *e, const char *key);
 
 /* Queues a result op: the row plus what the scheduler recorded. */
 int state_queue_result(struct server *s, struct trial *t, int64_t seq, double time_value,

@@ -48,6 +48,8 @@ static void trial_free(struct trial *t) {
   free(t->ts);
   free(t->decisions);
   free(t->values);
+  for (int i = 0; i < t->nseries; i++) free(t->series[i].v);
+  free(t->series);
   free(t->last_result);
   free(t);
 }
@@ -56,6 +58,7 @@ static void experiment_free(struct experiment *e) {
   if (!e) return;
   free(e->name);
   free(e->config);
+  for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
   sched_free(e->sched);
   validate_spec_free(&e->spec);
   free(e);
@@ -481,9 +484,47 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
   }
 }
 
+int state_key_index(const struct experiment *e, const char *key) {
+  for (int i = 0; i < e->nkeys; i++)
+    if (!strcmp(e->keys[i], key)) return i;
+  return -1;
+}
+
+/* Appends every numeric (or null) field of a result to the trial's series. */
+static int state_note_series(struct experiment *e, struct trial *t, const cJSON *result) {
+  for (const cJSON *c = result->child; c; c = c->next) {
+    if (!cJSON_IsNumber(c) && !cJSON_IsNull(c)) continue;
+    int k = state_key_index(e, c->string);
+    if (k < 0) {
+      if (e->nkeys == EXP_MAX_KEYS) {
+        e->keys_overflow = 1;
+        continue;
+      }
+      if (!(e->keys[e->nkeys] = strdup(c->string))) return -ENOMEM;
+      k = e->nkeys++;
+    }
+    if (k >= t->nseries) {
+      struct series *ns = realloc(t->series, (size_t)(k + 1) * sizeof *ns);
+      if (!ns) return -ENOMEM;
+      memset(ns + t->nseries, 0, (size_t)(k + 1 - t->nseries) * sizeof *ns);
+      t->series = ns;
+      t->nseries = k + 1;
+    }
+    struct series *sr = &t->series[k];
+    if (sr->n == sr->cap) {
+      uint32_t nc = sr->cap ? sr->cap * 2 : 4;
+      double *v = realloc(sr->v, nc * sizeof *v);
+      if (!v) return -ENOMEM;
+      sr->v = v;
+      sr->cap = nc;
+    }
+    sr->v[sr->n++] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+  }
+  return 0;
+}
+
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq) {
-  (void)s;
   if (t->nres == t->capres) {
     size_t nc = t->capres ? t->capres * 2 : 8;
     double *ts = realloc(t->ts, nc * sizeof *ts);
@@ -510,6 +551,7 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
     t->has_last_value = 1;
     t->last_value = v;
   }
+  if (state_note_series(e, t, result)) return -ENOMEM;
   char *copy = strdup(json);
   if (!copy) return -ENOMEM;
   free(t->last_result);

@@ -217,6 +217,18 @@ def test_best_scopes():
     st, b, _ = s.get("/api/v1/experiments/1/best?scope=median")
     assert st == 400 and b["error"]["path"] == "scope"
     assert s.ok("GET", "/api/v1/experiments/1")["best"] == {"trial_id": 2, "value": 3}
+    # results with more keys than the in-memory key table: read from SQLite
+    s.ok("POST", "/api/v1/experiments", experiment(name="wide", n=2), status=201)
+    w2 = register(s, cpu=2)
+    t4, t5 = lease(s, w2), lease(s, w2)
+    for t, base in ((t4, 1.0), (t5, 2.0)):
+        wide = {"training_iteration": 1, "loss": base}
+        wide.update({"k%02d" % i: base + i for i in range(40)})
+        report(s, t["id"], **wide)
+    b = s.ok("GET", "/api/v1/experiments/2/best?metric=k39&mode=max")
+    assert b["trial_id"] == t5["id"] and b["value"] == 41.0, b
+    b = s.ok("GET", "/api/v1/experiments/2/best?metric=k05")
+    assert b["trial_id"] == t4["id"] and b["value"] == 6.0, b
     s.stop()
 
 
