@@ -34,7 +34,7 @@ export function mount(main, _params, ctx) {
   const table = h('table', { class: 'data', id: 'experiments-table' },
     h('caption', { class: 'sr-only' }, 'Experiments, newest first'),
     h('thead', null, h('tr', null, ['Name', 'Status', 'Progress', 'Best', 'Started', 'Duration']
-      .map((t) => h('th', { scope: 'col' }, t)))),
+      .map((t) => h('th', { scope: 'col', class: t === 'Best' ? 'num' : null }, t)))),
     tbody);
   const msg = h('div');
   main.append(h('h1', null, 'Experiments'), msg,
