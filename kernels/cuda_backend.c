@@ -752,6 +752,7 @@ static void cuda_destroy(struct backend *b) {
   if (!b) return;
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
+    /* a device that cannot be made current is lost, its memory with it */
     if (cudaSetDevice(d->id) != cudaSuccess) continue;
     if (d->compute) cudaStreamSynchronize(d->compute);
     if (d->copy) cudaStreamSynchronize(d->copy);

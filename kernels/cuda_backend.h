@@ -3,9 +3,14 @@
 #ifndef CTUNE_CUDA_BACKEND_H
 #define CTUNE_CUDA_BACKEND_H
 
+#include "backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The backend itself (also declared by backend.h under CTUNE_HAVE_CUDA). */
+extern const struct backend_ops backend_cuda_ops;
 
 /* The most recent failure of backend_cuda_ops as one sentence for a person,
  * e.g. "out of GPU memory at batch_size 512 (needs ~300 MiB, limit 256 MiB):

@@ -1,0 +1,25 @@
+/* Test double of the CUDA runtime, cuBLAS, NCCL and kernels/cuda_ops.h on
+ * host memory, so the CUDA backend's orchestration (buffer carving, GEMM
+ * shapes, layouts, sharding, all-reduce, cleanup) runs on machines without a
+ * GPU. It is strict where the real libraries are undefined: device pointers
+ * must lie inside a live allocation of the current device, handles and
+ * streams must belong to the current device, new memory is NaN-filled. */
+#ifndef CTUNE_MOCK_CUDA_H
+#define CTUNE_MOCK_CUDA_H
+
+#include <stdint.h>
+
+/* Devices the mock reports (default 2, or CTUNE_MOCK_GPUS). */
+void mock_cuda_set_devices(int n);
+/* The k-th call from now that can fail does fail (k >= 1); 0 turns failures
+ * off. Frees, destroys, cudaSetDevice and ncclGroupEnd never fail here. */
+void mock_cuda_fail_at(long k);
+/* Calls so far that could have failed (to size a fault-injection loop). */
+long mock_cuda_calls(void);
+/* Allocations, pinned blocks, streams, events, handles and communicators
+ * still alive. */
+long mock_cuda_live(void);
+/* A violated rule (out-of-range pointer, wrong device, a lone rank's
+ * all-reduce, ...) aborts the test with a message. */
+
+#endif
