@@ -368,6 +368,11 @@ def main():
         assert len(d.execute_script(ROWS_JS, "#trials-table")) == 4
         assert d.execute_script(INK_JS, "#parcoords") > 500
         h.screenshot(d, "experiment-no-chartjs.png")
+        d.get(base + "/#/trials/%d" % t["a"])
+        h.wait_ready(d, "trial")
+        txt = d.find_element("css selector", "main").text
+        assert "Charts are off" in txt, txt[:400]
+        assert len(d.find_elements("css selector", "#results-table tbody tr")) >= 2
         h.stop_server(srv)
         check_token(h, args)
         print("PASS: every dashboard page checked; screenshots in " + h.artifacts, flush=True)
