@@ -498,7 +498,8 @@ static double q_clamp(double v, double lo, double hi, double q)
 		k = klo;
 	if (k > khi)
 		k = khi;
-	return k * q;
+	/* 3 * 0.1 is 0.30000000000000004: keep such an ulp inside the bounds. */
+	return fmin(fmax(k * q, lo), hi);
 }
 
 static double log_uniform(struct rng *r, double lo, double hi)

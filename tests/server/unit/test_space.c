@@ -151,6 +151,12 @@ START_TEST(quantised_types)
 		ck_assert_int_gt(seen[i], 0);
 	free(v);
 
+	/* 0.3 is 3 * 0.1 only up to an ulp; the bounds still hold exactly. */
+	v = draw("{\"type\": \"quniform\", \"lower\": 0.1, \"upper\": 0.3, \"q\": 0.1}", 500, 5);
+	for (int i = 0; i < 500; i++)
+		ck_assert_msg(v[i] >= 0.1 && v[i] <= 0.3, "%.17g", v[i]);
+	free(v);
+
 	v = draw("{\"type\": \"qloguniform\", \"lower\": 1, \"upper\": 1000, \"q\": 5}", N, 6);
 	for (int i = 0; i < N; i++) {
 		ck_assert(fmod(v[i], 5) == 0);
