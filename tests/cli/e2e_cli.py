@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the ctune CLI against the real ctune-server, ctune-worker
+and ctune-train (HACKING.md contracts). Usage: e2e_cli.py BIN_DIR CASE, CASE one
+of remote, run, sigint, resume. Every process started here, and any process
+they leave behind, is stopped before the test returns (this process becomes a
+child subreaper, so orphans become our children and are visible in /proc)."""
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.environ.get("CTUNE_BIN_DIR", "")
+CASE = sys.argv[2] if len(sys.argv) > 2 else "remote"
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "..", "examples")
+DATA = "/usr/share/datasets/fashion-mnist"
+PR_SET_CHILD_SUBREAPER = 36
+
+procs = []
+
+
+def fail(msg):
+    raise AssertionError(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def descendants():
+    """Pids whose parent is this process (with the subreaper, every leftover)."""
+    me, out = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == me and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.time() + 10
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for pid in descendants():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.1)
+    reap()
+
+
+def ctune(*args, env=None, cwd=None, timeout=120):
+    e = dict(os.environ)
+    e.pop("CTUNE_SERVER", None)
+    e.pop("CTUNE_TOKEN", None)
+    e.update(env or {})
+    r = subprocess.run([os.path.join(BIN, "ctune"), *args], capture_output=True, text=True,
+                       env=e, cwd=cwd, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def start_server(tmp, db, token_file=None):
+    log = open(os.path.join(tmp, "server.log"), "ab")
+    argv = [os.path.join(BIN, "ctune-server"), "--db", db, "--port", "0", "--lease-timeout", "10",
+            "--heartbeat-interval", "1"]
+    if token_file:
+        argv += ["--token-file", token_file]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+    procs.append(p)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        line = p.stdout.readline().decode()
+        m = re.match(r"listening on (http://\S+)", line)
+        if m:
+            return p, m.group(1)
+        if not line and p.poll() is not None:
+            break
+    fail("ctune-server did not start")
+
+
+def start_worker(tmp, url, token_file=None, cpus=2):
+    argv = [os.path.join(BIN, "ctune-worker"), "--server", url, "--cpus", str(cpus), "--gpus", "0",
+            "--work-dir", os.path.join(tmp, "work"), "--poll-ms", "200"]
+    if token_file:
+        argv += ["--token-file", token_file]
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(tmp, "worker.log"), "ab"))
+    procs.append(p)
+    return p
+
+
+def write_config(tmp, name, cfg):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+SLOW_TRIAL = r'''
+import json, os, signal, sys, time
+stop = False
+def on_term(sig, frame):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+cfg = json.loads(os.environ["CTUNE_CONFIG"])
+ck = os.path.join(os.environ.get("CTUNE_CHECKPOINT_DIR", "."), "it")
+start = 0
+try:
+    start = int(open(ck).read())
+except (OSError, ValueError):
+    pass
+for i in range(start + 1, int(cfg["iters"]) + 1):
+    time.sleep(float(cfg["sleep"]))
+    if stop:
+        sys.exit(0)
+    with open(ck, "w") as f:
+        f.write(str(i))
+    print(json.dumps({"training_iteration": i, "loss": cfg["x"] / i}), flush=True)
+'''
+
+
+def slow_config(tmp, name, iters, sleep, samples=2):
+    script = os.path.join(tmp, "slow_trial.py")
+    with open(script, "w") as f:
+        f.write(SLOW_TRIAL)
+    return write_config(tmp, name + ".json", {
+        "name": name, "metric": "loss", "mode": "min", "num_samples": samples, "seed": 3,
+        "param_space": {"x": {"type": "uniform", "lower": 1, "upper": 2}, "iters": iters, "sleep": sleep},
+        "scheduler": {"type": "fifo"},
+        "resources_per_trial": {"cpu": 1, "gpu": 0},
+        "trainable": {"type": "command", "argv": ["/usr/bin/python3", script]}})
+
+
+def db_check(db):
+    """Integrity of the database `ctune run` left behind; returns rows."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        check(con.execute("PRAGMA integrity_check").fetchone()[0] == "ok", "db integrity_check failed")
+        exps = con.execute("SELECT id, name, status FROM experiments").fetchall()
+        trials = con.execute("SELECT experiment_id, status FROM trials").fetchall()
+        nres = con.execute("SELECT count(*) FROM results").fetchone()[0]
+    finally:
+        con.close()
+    return exps, trials, nres
+
+
+# ---------------------------------------------------------------- cases
+
+def case_remote(tmp):
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("admin=adm1n-secret-0123456789\nworker=w0rker-secret-0123456789\n")
+    admin = os.path.join(tmp, "admin.token")
+    with open(admin, "w") as f:
+        f.write("adm1n-secret-0123456789\n")
+    wtoken = os.path.join(tmp, "worker.token")
+    with open(wtoken, "w") as f:
+        f.write("worker=w0rker-secret-0123456789\n")
+    _, url = start_server(tmp, os.path.join(tmp, "remote.db"), tokens)
+    A = ["--server", url, "--token-file", tokens]
+    quick = os.path.join(EXAMPLES, "quick.json")
+
+    # Errors: unreachable (3), no or wrong token (4), unknown ids (5), usage (2).
+    code, out, err = ctune("status", "--server", "http://127.0.0.1:9")
+    check(code == 3 and "cannot reach the ctune server at http://127.0.0.1:9" in err, f"unreachable: {code} {err}")
+    code, out, err = ctune("status", "--server", url)
+    check(code == 4 and "token" in err and err.count("\n") == 1, f"no token: {code} {err!r}")
+    code, out, err = ctune("status", env={"CTUNE_SERVER": url, "CTUNE_TOKEN": "wrong-token-0123456789"})
+    check(code == 4 and "401" in err, f"wrong token: {code} {err}")
+    code, out, err = ctune("status", env={"CTUNE_SERVER": url, "CTUNE_TOKEN": "w0rker-secret-0123456789"})
+    check(code == 4 and "403" in err, f"worker token: {code} {err}")
+    for cmd in (["watch", "999"], ["trials", "999"], ["best", "999"], ["cancel", "999"],
+                ["export", "999"], ["logs", "999"]):
+        code, out, err = ctune(*cmd, *A)
+        check(code == 5 and "not found" in err and err.count("\n") == 1, f"{cmd}: {code} {err!r}")
+    code, out, err = ctune("best", "1", "--scope", "median", *A)
+    check(code == 2 and "--scope 'median'" in err, f"usage: {code} {err}")
+    bad_json = write_config(tmp, "bad.json", {})
+    with open(bad_json, "w") as f:
+        f.write('{\n  "name": "x",\n  "num_samples": ,\n}\n')
+    code, out, err = ctune("submit", bad_json, *A)
+    check(code == 2 and "bad.json:3:" in err, f"bad json: {code} {err}")
+    bad_cfg = write_config(tmp, "badcfg.json", {"name": "x", "num_samples": -1})
+    code, out, err = ctune("submit", bad_cfg, *A)
+    check(code == 1 and "num_samples" in err, f"rejected config: {code} {err}")
+
+    # Dry run stores nothing.
+    code, out, err = ctune("submit", quick, "--dry-run", *A)
+    check(code == 0 and "would create 4 trials" in out and out.count("lr=") == 4, f"dry run: {code} {out} {err}")
+    code, out, err = ctune("status", *A)
+    check(code == 0 and "no experiments" in out, f"empty status: {out}")
+
+    # Submit, watch to the end with a worker (CTUNE_SERVER/CTUNE_TOKEN path).
+    code, out, err = ctune("submit", quick, "--token-file", admin, env={"CTUNE_SERVER": url})
+    check(code == 0 and "submitted experiment 1 'quick'" in out, f"submit: {code} {out} {err}")
+    start_worker(tmp, url, wtoken)
+    code, out, err = ctune("watch", "1", "--interval", "1", "--width", "200", *A, timeout=90)
+    check(code == 0, f"watch: {code} {err}")
+    check("Trial quick_00000 started" in out and "Experiment 1 'quick': TERMINATED" in out,
+          f"watch output: {out}")
+    check("| Trial name" in out and "Scheduler: ASHA" in out, "watch shows the table")
+
+    code, out, err = ctune("status", *A)
+    check(code == 0 and re.search(r"^1\s+quick\s+TERMINATED\s+4\b", out, re.M), f"status: {out}")
+    code, out, err = ctune("status", "--json", *A)
+    check(json.loads(out)["experiments"][0]["id"] == 1, "status --json")
+    code, out, err = ctune("trials", "1", "--width", "200", *A)
+    check(code == 0 and out.count("| quick_0000") == 4, f"trials: {out}")
+    code, out, err = ctune("trials", "1", "--json", *A)
+    trials = json.loads(out)
+    check(code == 0 and len(trials) == 4 and all(t["status"] == "TERMINATED" for t in trials), "trials --json")
+    code, out, err = ctune("best", "1", *A)
+    check(code == 0 and out.startswith("Best trial: quick_0000") and "test accuracy:" in out, f"best: {out} {err}")
+    code, out, err = ctune("best", "1", "--metric", "accuracy", "--mode", "max", "--scope", "all", "--json", *A)
+    best = json.loads(out)["best_trial"]
+    check(code == 0 and max(t["last_result"]["accuracy"] for t in trials) <= best["value"] + 1e-12,
+          f"best by accuracy: {out}")
+    code, out, err = ctune("logs", str(trials[0]["id"]), *A)
+    check(code == 0 and "training_iteration" in out, f"logs: {code} {out[:200]} {err}")
+    code, out, err = ctune("export", "1", "--format", "csv", *A)
+    lines = out.strip().split("\n")
+    check(code == 0 and lines[0].startswith("trial_id,name,status") and len(lines) == 5, f"csv: {out}")
+    check("config/lr" in lines[0] and ",loss," in lines[0], "csv columns")
+    out_file = os.path.join(tmp, "export.json")
+    code, out, err = ctune("export", "1", "--format", "json", "--output", out_file, *A)
+    doc = json.load(open(out_file))
+    nres = sum(len(t["results"]) for t in doc["trials"])
+    check(code == 0 and doc["experiment"]["id"] == 1 and nres >= 4, f"json export: {nres}")
+    check(all(len(t["results"]) == t["iteration"] for t in doc["trials"]), "every result exported once")
+
+    # Cancel an experiment whose trials cannot all run at once.
+    slow = slow_config(tmp, "slowcancel", iters=200, sleep=0.2, samples=4)
+    code, out, err = ctune("submit", slow, *A)
+    check(code == 0 and "submitted experiment 2" in out, f"submit 2: {out} {err}")
+    code, out, err = ctune("cancel", "2", *A)
+    check(code == 0 and "cancelled" in out, f"cancel: {code} {out} {err}")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        code, out, err = ctune("trials", "2", "--json", *A)
+        if not any(t["status"] in ("RUNNING", "PENDING") for t in json.loads(out)):
+            break
+        time.sleep(0.5)
+    code, out, err = ctune("status", "--json", *A)
+    exp2 = [e for e in json.loads(out)["experiments"] if e["id"] == 2][0]
+    check(exp2["status"] == "CANCELLED", f"cancelled status: {exp2['status']}")
+
+
+def run_json_lines(out):
+    lines = [json.loads(l) for l in out.strip().split("\n") if l.strip()]
+    check(lines and "dashboard" in lines[0], f"first line is the dashboard: {out[:200]}")
+    return lines
+
+
+def case_run(tmp):
+    quick = os.path.join(EXAMPLES, "quick.json")
+    code, out, err = ctune("run", quick, "--json", "--cpus", "2", cwd=tmp, timeout=120)
+    check(code == 0, f"run: {code} {err}")
+    lines = run_json_lines(out)
+    check(lines[0]["dashboard"].startswith("http://127.0.0.1:"), "dashboard url")
+    states = [l for l in lines if "experiment" in l]
+    check(states and states[-1]["experiment"]["status"] == "TERMINATED", "final state")
+    check(states[-1]["resources"].get("cpu_total") == 2, f"resources: {states[-1]['resources']}")
+    best = lines[-1]["best_trial"]
+    check(set(best) >= {"id", "config", "last_result"} and "test_accuracy" in best["last_result"],
+          f"best line: {lines[-1]}")
+    db = os.path.join(tmp, "ctune-results", "quick.db")
+    exps, trials, nres = db_check(db)
+    check(exps == [(1, "quick", "TERMINATED")] and len(trials) == 4 and nres >= 4, f"db: {exps} {trials}")
+    check(not descendants(), f"processes left: {descendants()}")
+    # The human reporter, not a terminal: events, tables, best trial with test accuracy.
+    code, out, err = ctune("run", quick, "--db", os.path.join(tmp, "second.db"), "--interval", "1",
+                           cwd=tmp, timeout=120)
+    check(code == 0 and out.startswith("Dashboard: http://127.0.0.1:"), f"human run: {code} {out[:300]} {err}")
+    check("== Status ==" in out and "started with config" in out and "test accuracy: " in out,
+          f"human output: {out}")
+    check(not descendants(), f"processes left: {descendants()}")
+    # A config the server rejects: a usage error, children stopped.
+    bad = write_config(tmp, "bad.json", {"name": "bad", "num_samples": 0})
+    code, out, err = ctune("run", bad, cwd=tmp, timeout=60)
+    check(code == 2 and "num_samples" in err, f"bad run: {code} {err}")
+    check(not descendants(), f"processes left: {descendants()}")
+
+
+def start_run(tmp, cfg, *extra):
+    p = subprocess.Popen([os.path.join(BIN, "ctune"), "run", cfg, "--json", "--interval", "0.5", *extra],
+                         cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    return p
+
+
+def wait_results(p, want, timeout=60):
+    """Reads JSON states until `want` results arrived in total."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            fail(f"ctune run ended early: {p.wait()} {p.stderr.read()}")
+        doc = json.loads(line)
+        its = sum(t["iteration"] for t in doc.get("trials", []))
+        if its >= want:
+            return doc
+    fail("no results in time")
+
+
+def case_sigint(tmp):
+    cfg = slow_config(tmp, "slow", iters=100, sleep=0.2, samples=3)
+    p = start_run(tmp, cfg)
+    wait_results(p, 3)
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    took = time.time() - t0
+    check(p.returncode == 130, f"exit code {p.returncode}: {err}")
+    check("cancelling experiment 1" in err, f"message: {err}")
+    check(not descendants(), f"processes left after Ctrl-C: {descendants()}")
+    exps, trials, nres = db_check(os.path.join(tmp, "ctune-results", "slow.db"))
+    check(exps == [(1, "slow", "CANCELLED")], f"experiment: {exps}")
+    check(not [t for t in trials if t[1] == "RUNNING"], f"trials still RUNNING: {trials}")
+    check(nres >= 3, f"results kept: {nres}")
+    print(f"SIGINT to exit: {took:.1f} s")
+    # A cancelled experiment is not resumable, and saying so changes nothing.
+    code, out, err = ctune("run", cfg, "--resume", cwd=tmp, timeout=60)
+    check(code == 1 and "nothing to resume" in err, f"resume cancelled: {code} {err}")
+    check(db_check(os.path.join(tmp, "ctune-results", "slow.db"))[0] == exps, "db unchanged")
+    check(not descendants(), f"processes left: {descendants()}")
+
+
+def case_resume(tmp):
+    cfg = slow_config(tmp, "resumable", iters=30, sleep=0.15, samples=2)
+    code, out, err = ctune("run", cfg, "--resume", cwd=tmp, timeout=30)
+    check(code == 2 and "nothing to resume" in err, f"resume without db: {code} {err}")
+    p = start_run(tmp, cfg)
+    wait_results(p, 4)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    check(p.returncode == 128 + signal.SIGTERM, f"exit code {p.returncode}: {err}")
+    check("--resume" in err, f"message: {err}")
+    check(not descendants(), f"processes left: {descendants()}")
+    db = os.path.join(tmp, "ctune-results", "resumable.db")
+    exps, trials, nres_before = db_check(db)
+    check(exps == [(1, "resumable", "RUNNING")], f"unfinished: {exps}")
+    check(0 < nres_before < 60, f"results before: {nres_before}")
+
+    code, out, err = ctune("run", cfg, "--resume", "--json", cwd=tmp, timeout=120)
+    check(code == 0, f"resume: {code} {err}")
+    lines = run_json_lines(out)
+    best = lines[-1]["best_trial"]
+    check(best["last_result"]["training_iteration"] == 30, f"best ran to the end: {best}")
+    exps, trials, nres = db_check(db)
+    check(exps == [(1, "resumable", "TERMINATED")], f"not resubmitted, finished: {exps}")
+    check(len(trials) == 2 and all(t[1] == "TERMINATED" for t in trials), f"trials: {trials}")
+    check(nres == 60, f"every iteration stored once: {nres} results")
+    check(not descendants(), f"processes left: {descendants()}")
+
+
+def main():
+    if not BIN or not all(os.access(os.path.join(BIN, b), os.X_OK)
+                          for b in ("ctune", "ctune-server", "ctune-worker", "ctune-train")):
+        print(f"SKIP: ctune, ctune-server, ctune-worker and ctune-train are needed in {BIN!r}")
+        return 77
+    if CASE in ("remote", "run") and not os.path.isdir(DATA):
+        print(f"SKIP: {DATA} is missing")
+        return 77
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    tmp = tempfile.mkdtemp(prefix=f"ctune-cli-{CASE}-")
+    ok = False
+    try:
+        {"remote": case_remote, "run": case_run, "sigint": case_sigint, "resume": case_resume}[CASE](tmp)
+        ok = True
+    finally:
+        cleanup()
+        if not ok:
+            for log in ("server.log", "worker.log"):
+                path = os.path.join(tmp, log)
+                if os.path.exists(path):
+                    print(f"--- {log} (tail)")
+                    print(open(path, errors="replace").read()[-3000:])
+            res = os.path.join(tmp, "ctune-results")
+            if os.path.isdir(res):
+                for name in sorted(os.listdir(res)):
+                    if name.endswith(".log"):
+                        print(f"--- {name} (tail)")
+                        print(open(os.path.join(res, name), errors="replace").read()[-3000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"ok: {CASE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
