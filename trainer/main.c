@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     return TRAIN_EXIT_USAGE;
   }
   if (cfg.show_help) {
-    fputs(config_usage(), stderr);
+    fputs(config_usage(), stdout);
     return TRAIN_EXIT_OK;
   }
   if (cfg.show_version) {

@@ -10,6 +10,7 @@ it. Run with Debian's python (/usr/bin/python3), which has torch and numpy:
 
   /usr/bin/python3 bench/train/bench_train.py --build build
   /usr/bin/python3 bench/train/bench_train.py --build build --limit 6000  # quick
+  /usr/bin/python3 bench/train/bench_train.py --build build --repeat 3   # busy machine
 """
 import argparse
 import gzip
@@ -106,6 +107,9 @@ def main():
                     help="training images per run (0: the full 48,000)")
     ap.add_argument("--batches", default="4,16,64")
     ap.add_argument("--models", default="cnn,mlp")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per cell, best kept (a shared machine's noise "
+                         "only ever slows a run down)")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build, "bin")
     try:
@@ -116,13 +120,15 @@ def main():
         print(f"# PyTorch not available ({e}): ctune-train only", file=sys.stderr)
         have_torch = False
     print(f"# one thread each, {a.limit or 48000} training images per run, "
-          f"samples/s of the training steps")
+          f"samples/s of the training steps, best of {a.repeat}")
     print(f"{'model':6} {'batch':>5} {'ctune-train':>12} {'pytorch':>10} {'ratio':>6}")
     for model in a.models.split(","):
         for b in [int(s) for s in a.batches.split(",")]:
-            c = ctune(bin_dir, model, b, a.limit, a.data_dir)
+            c = max(ctune(bin_dir, model, b, a.limit, a.data_dir)
+                    for _ in range(a.repeat))
             if have_torch:
-                t = torch_rate(model, b, a.limit, data)
+                t = max(torch_rate(model, b, a.limit, data)
+                        for _ in range(a.repeat))
                 print(f"{model:6} {b:5d} {c:12.0f} {t:10.0f} {c / t:6.2f}",
                       flush=True)
             else:
