@@ -124,14 +124,21 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
   return o;
 }
 
+/* 1 for dry_run=true|1, 0 when absent or false|0, -EINVAL otherwise. */
 static int api_dry_run(const struct api_req *req) {
   const char *v = req->query(req->conn, "dry_run");
-  return v && (!strcmp(v, "true") || !strcmp(v, "1"));
+  if (!v || !strcmp(v, "false") || !strcmp(v, "0")) return 0;
+  if (!strcmp(v, "true") || !strcmp(v, "1") || !*v) return 1;
+  return -EINVAL;
 }
 
 int api_experiment_create(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct experiment_spec spec;
   struct validate_error verr = {{0}, {0}};
+  int dry = api_dry_run(req);
+  if (dry < 0)
+    return api_error(resp, 400, "invalid_query", "dry_run", "dry_run must be true or false, "
+                     "got '%s'", req->query(req->conn, "dry_run"));
   cJSON *cfg = api_body_object(req, resp, 0), *configs = NULL, *out = NULL;
   char *text = NULL;
   int rc = 0;
@@ -153,7 +160,7 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
     goto done_spec;
   }
   if (rc) goto done_spec;
-  if (api_dry_run(req)) {
+  if (dry) {
     out = cJSON_CreateObject();
     if (!out || !cJSON_AddBoolToObject(out, "dry_run", 1) ||
         !cJSON_AddNumberToObject(out, "num_trials", cJSON_GetArraySize(configs)) ||

@@ -73,7 +73,7 @@ static int api_check_result(const cJSON *r, const char *time_attr, struct api_re
   for (const cJSON *c = r->child; c; c = c->next) {
     if (!cJSON_IsNumber(c) && !cJSON_IsNull(c) && !cJSON_IsBool(c))
       return api_error(resp, 400, "invalid_result", c->string,
-                       "%s: a result holds only numbers (or null)", c->string), -EINVAL;
+                       "%s: a result holds only numbers (null and booleans allowed)", c->string), -EINVAL;
   }
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(r, time_attr);
   if (!tv || !cJSON_IsNumber(tv) || !isfinite(tv->valuedouble) || tv->valuedouble < 0)

@@ -19,6 +19,9 @@
 #include "clock.h"
 #include "log.h"
 
+/* Past this much of an oversized body the connection is closed unanswered. */
+#define HTTP_MAX_DROP (64u * 1024 * 1024)
+
 struct http {
   struct server *s;
   struct MHD_Daemon *d;
@@ -38,6 +41,7 @@ struct http_req {
   char *body;
   size_t len, cap, limit;
   int too_large;
+  size_t dropped;
   enum req_state state;
   int commit_status;
   struct api_resp resp;
@@ -166,8 +170,10 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     size_t n = *upload_data_size;
     *upload_data_size = 0;
     if (r->too_large || r->len + n > r->limit) {
-      r->too_large = 1; /* keep reading and dropping, answer 413 at the end */
-      return MHD_YES;
+      /* Keep reading and dropping to answer 413 at the end, but not forever. */
+      r->too_large = 1;
+      r->dropped += n;
+      return r->dropped > HTTP_MAX_DROP ? MHD_NO : MHD_YES;
     }
     if (r->len + n + 1 > r->cap) {
       size_t nc = r->cap ? r->cap : 4096;

@@ -15,6 +15,8 @@ def test_submit_dry_run_list_get():
     st, b, _ = s.post("/api/v1/experiments?dry_run=true", experiment(n=3))
     assert st == 200 and b["dry_run"] and b["num_trials"] == 3 and len(b["trials"]) == 3
     assert all(1e-4 <= t["lr"] < 1e-1 for t in b["trials"])
+    st, bad, _ = s.post("/api/v1/experiments?dry_run=maybe", experiment(n=3))
+    assert st == 400 and bad["error"]["path"] == "dry_run"
     # a dry run stores nothing
     assert s.ok("GET", "/api/v1/experiments")["experiments"] == []
     # the same seed gives the same configs when submitted for real
