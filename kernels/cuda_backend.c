@@ -878,13 +878,15 @@ static int cuda_create(const struct model_spec *spec,
     NCCL(ncclCommInitAll(comms, want, ids));
     for (int i = 0; i < want; i++) b->dev[i].comm = comms[i];
   }
+  /* portable: pinned for every device's context, not only the current one */
+  const unsigned pin = cudaHostAllocPortable;
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
-    CU(cudaMallocHost((void **)&b->h_x[s],
-                      (size_t)max_batch * b->L.in_dim * sizeof(float)));
-    CU(cudaMallocHost((void **)&b->h_y[s], (size_t)max_batch));
+    CU(cudaHostAlloc((void **)&b->h_x[s],
+                     (size_t)max_batch * b->L.in_dim * sizeof(float), pin));
+    CU(cudaHostAlloc((void **)&b->h_y[s], (size_t)max_batch, pin));
   }
-  CU(cudaMallocHost((void **)&b->h_loss, (size_t)want * sizeof(double)));
-  CU(cudaMallocHost((void **)&b->h_correct, (size_t)want * sizeof(int32_t)));
+  CU(cudaHostAlloc((void **)&b->h_loss, (size_t)want * sizeof(double), pin));
+  CU(cudaHostAlloc((void **)&b->h_correct, (size_t)want * sizeof(int32_t), pin));
   for (int i = 0; i < want; i++) {
     CU(cudaSetDevice(b->dev[i].id));
     CU(cudaStreamSynchronize(b->dev[i].compute));

@@ -155,7 +155,10 @@ static cudaError_t release(void *p, int want_dev) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t size) { return alloc(p, size, cur_dev); }
-cudaError_t cudaMallocHost(void **p, size_t size) { return alloc(p, size, -1); }
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned flags) {
+  (void)flags;
+  return alloc(p, size, -1);
+}
 cudaError_t cudaFree(void *p) { return release(p, 0); }
 cudaError_t cudaFreeHost(void *p) { return release(p, -1); }
 
