@@ -148,7 +148,7 @@ static int outbox_load(struct outbox *ob) {
     }
     seqs[n++] = seq;
   }
-  qsort(seqs, n, sizeof *seqs, outbox_cmp_u64);
+  if (n) qsort(seqs, n, sizeof *seqs, outbox_cmp_u64);
   for (size_t i = 0; i < n; i++) {
     char p[4096];
     if (outbox_file(ob, seqs[i], "", p, sizeof p) < 0) continue;

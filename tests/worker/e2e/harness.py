@@ -125,6 +125,22 @@ class Env:
             except OSError:
                 pass
 
+    def finish_workers(self):
+        """SIGTERM every live worker; each must drain and exit 0, and no
+        worker log may hold a sanitizer report (the suite also runs under
+        ASan/UBSan, where leaks make the exit status non-zero)."""
+        live = [p for p in self.procs if p.name.startswith("worker") and p.alive()]
+        for proc in live:
+            os.kill(proc.pid, signal.SIGTERM)
+        for proc in live:
+            rc = proc.p.wait(20)
+            assert rc == 0, "%s exited %d after SIGTERM:\n%s" % (proc.name, rc, proc.log()[-3000:])
+        for proc in self.procs:
+            if proc.name.startswith("worker"):
+                log = proc.log()
+                for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+                    assert bad not in log, "%s: %s report:\n%s" % (proc.name, bad, log[-5000:])
+
     def close(self):
         for proc in self.procs:
             if proc.alive() and proc.name.startswith("worker"):
@@ -223,6 +239,7 @@ def main(name, body):
     rc = 1
     try:
         body(env)
+        env.finish_workers()
         print("PASS")
         rc = 0
     except Exception:
