@@ -96,7 +96,7 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   if (api_check_result(r, e->spec.sched.time_attr, resp, &tv)) goto out;
   /* Idempotency: the same time value answers the stored decision, stored once.
    * Waiting for everything queued so far makes sure that decision is durable. */
-  for (size_t i = t->nres; i-- > 0;) {
+  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > 0;) {
     if (t->ts[i] == tv) {
       atomic_fetch_add(&s->metrics.results_duplicate, 1);
       resp->ticket = commit_last_ticket(s->commit);

@@ -54,6 +54,7 @@ struct trial {
   int nseries;
   char *last_result; /* JSON text of the last result, NULL before any */
   double last_t;
+  double max_t_seen; /* largest time value so far: larger ones are never repeats */
   int has_last_value;
   double last_value;
   int has_checkpoint;

@@ -560,6 +560,7 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
   t->decisions[t->nres] = decision;
   t->nres++;
   t->last_t = time_value;
+  if (t->nres == 1 || time_value > t->max_t_seen) t->max_t_seen = time_value;
   if (seq > t->updated_seq) t->updated_seq = seq;
   return 0;
 }
