@@ -40,26 +40,38 @@ static inline void copy_row(float *restrict dst, const float *restrict src,
 }
 
 /* For images b0..b0+nb of the batch:
- * col[(c*k+ki)*k+kj][(b-b0)*P + oy*OW + ox] = in[c][b][oy+ki][ox+kj]. Each
- * copy is one contiguous output row, so the loop is memcpy-shaped. */
-NO_MEMCPY_IDIOM static void im2col(const struct layer_shape *s, int B, int b0, int nb,
-                   const float *in, float *col) {
+ * col[(c*k+ki)*k+kj][(b-b0)*P + oy*OW + ox] = in[c][b][oy+ki][ox+kj]. The
+ * body is instantiated for the cnn's row widths on 28x28 (24, 8) and 32x32
+ * (28, 10) inputs so the compiler emits fixed vector moves per row; any other
+ * width takes the generic loop. */
+#define IM2COL_BODY(OWX)                                                     \
+  for (int c = 0; c < s->in_c; c++)                                          \
+    for (int ki = 0; ki < k; ki++)                                           \
+      for (int kj = 0; kj < k; kj++) {                                       \
+        float *row = col + ((int64_t)(c * k + ki) * k + kj) * N;             \
+        for (int b = b0; b < b0 + nb; b++) {                                 \
+          const float *src = in + ((int64_t)c * B + b) * H * W + ki * W + kj; \
+          for (int oy = 0; oy < OH; oy++) {                                  \
+            copy_row(row, src + oy * W, OWX);                                \
+            row += OWX;                                                      \
+          }                                                                  \
+        }                                                                    \
+      }
+
+NO_MEMCPY_IDIOM static void im2col(const struct layer_shape *s, int B, int b0,
+                                   int nb, const float *in, float *col) {
   const int k = MODEL_CNN_K, H = s->in_h, W = s->in_w;
   const int OH = s->out_h, OW = s->out_w;
   const int64_t N = (int64_t)nb * OH * OW;
-  for (int c = 0; c < s->in_c; c++)
-    for (int ki = 0; ki < k; ki++)
-      for (int kj = 0; kj < k; kj++) {
-        float *row = col + ((int64_t)(c * k + ki) * k + kj) * N;
-        for (int b = b0; b < b0 + nb; b++) {
-          const float *src = in + ((int64_t)c * B + b) * H * W + ki * W + kj;
-          for (int oy = 0; oy < OH; oy++) {
-            copy_row(row, src + oy * W, OW);
-            row += OW;
-          }
-        }
-      }
+  switch (OW) {
+    case 24: IM2COL_BODY(24); break;
+    case 8: IM2COL_BODY(8); break;
+    case 28: IM2COL_BODY(28); break;
+    case 10: IM2COL_BODY(10); break;
+    default: IM2COL_BODY(OW); break;
+  }
 }
+#undef IM2COL_BODY
 
 /* The adjoint of im2col for images b0..b0+nb: din += scattered dcol. */
 static void col2im(const struct layer_shape *s, int B, int b0, int nb,
