@@ -104,6 +104,7 @@ def test_lease_report_complete_order_and_accounting():
     assert report(s, 1, training_iteration=2, loss=0.4) == "continue"
     # idempotent: the same time value is stored once and answers the same
     assert report(s, 1, training_iteration=2, loss=0.4) == "continue"
+    assert report(s, 1, training_iteration=1, loss=0.5) == "continue"  # an older one again
     res = s.ok("GET", "/api/v1/trials/1/results")["results"]
     assert res == [{"training_iteration": 1, "loss": 0.5}, {"training_iteration": 2, "loss": 0.4}]
     t = s.ok("POST", "/api/v1/trials/1/complete", {})
