@@ -145,6 +145,27 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
+int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) {
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    int e = errno;
+    snprintf(err, errlen, "checkpoint dir %s: cannot create: %s", dir,
+             strerror(e));
+    return -e;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "checkpoint dir %s: not a directory", dir);
+    return -ENOTDIR;
+  }
+  if (access(dir, W_OK | X_OK) != 0) {
+    int e = errno;
+    snprintf(err, errlen, "checkpoint dir %s: not writable: %s", dir,
+             strerror(e));
+    return -e;
+  }
+  return 0;
+}
+
 int ckpt_save(const char *dir, const struct ckpt *c, char *err, size_t errlen) {
   char path[4096], tmp[4200];
   uint8_t *buf = NULL;

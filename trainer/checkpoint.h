@@ -38,6 +38,10 @@ int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err,
                 size_t errlen);
 void ckpt_free(struct ckpt *c);
 
+/* Creates dir when missing and checks that it is writable, so a bad
+ * --checkpoint-dir fails before any training rather than after an epoch. */
+int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
+
 /* Writes <dir>/checkpoint.bin atomically; creates dir if missing. On failure
  * the previous checkpoint is untouched and no temporary file is left. */
 int ckpt_save(const char *dir, const struct ckpt *c, char *err, size_t errlen);

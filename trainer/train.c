@@ -262,6 +262,11 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   int ret = TRAIN_EXIT_INTERNAL, rc;
   const char *dir = cfg->data_dir ? cfg->data_dir : data_default_dir(cfg->dataset);
 
+  if (cfg->checkpoint_dir &&
+      ckpt_prepare_dir(cfg->checkpoint_dir, err, errlen) != 0) {
+    ret = TRAIN_EXIT_CHECKPOINT;
+    goto out;
+  }
   rc = data_load(cfg->dataset, dir, 0, cfg->train_limit, &r.train, err, errlen);
   if (rc) {
     ret = rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_DATA;

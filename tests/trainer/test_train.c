@@ -217,6 +217,20 @@ START_TEST(corrupt_or_foreign_checkpoint_exit_4) {
 }
 END_TEST
 
+START_TEST(unusable_checkpoint_dir_exit_4_before_training) {
+  struct train_config c;
+  base(&c);
+  char bad[4300];
+  snprintf(bad, sizeof(bad), "%s/no/such/parent", dir);
+  c.checkpoint_dir = bad;
+  char *out;
+  ck_assert_int_eq(run(&c, &out), TRAIN_EXIT_CHECKPOINT);
+  ck_assert_str_eq(out, ""); /* failed before the first epoch */
+  ck_assert_msg(strstr(err, "no/such/parent") != NULL, "%s", err);
+  free(out);
+}
+END_TEST
+
 START_TEST(missing_data_exit_3) {
   struct train_config c;
   base(&c);
@@ -287,6 +301,7 @@ int main(void) {
   tcase_add_test(tc, diverged_exit_5_keeps_last_good_checkpoint);
   tcase_add_test(tc, corrupt_or_foreign_checkpoint_exit_4);
   tcase_add_test(tc, missing_data_exit_3);
+  tcase_add_test(tc, unusable_checkpoint_dir_exit_4_before_training);
   tcase_add_test(tc, split_too_small_is_bad_config);
   tcase_add_test(tc, drop_last_and_train_limit);
   tcase_add_test(tc, cuda_without_device_exit_7);
