@@ -95,14 +95,19 @@ static int nccl_fail(const char *call, ncclResult_t r, int line) {
     }                                                             \
   } while (0)
 
+struct dev_block {
+  void *ptr;
+  int64_t size;
+};
+
 struct cuda_dev {
   int id;
   cudaStream_t compute, copy;
   cublasHandle_t blas;
   ncclComm_t comm; /* NULL with one device */
   struct gpu_mem mem;
-  void *eval_block, *train_block; /* the two cudaMalloc'd arenas */
-  int64_t eval_size, train_size;
+  /* the three cudaMalloc'd arenas (see gpu_plan.h) */
+  struct dev_block eval, state, bwd;
   cudaEvent_t copied[GPU_PLAN_SLOTS];     /* input slot filled */
   cudaEvent_t input_free[GPU_PLAN_SLOTS]; /* compute done reading the slot */
   cudaEvent_t loss_ready;
@@ -120,19 +125,23 @@ struct cuda_dev {
   double *sum_loss;
   int32_t *sum_correct;
   void *workspace;
-  /* train arena (first training step or optimiser-state restore) */
+  /* state arena (first training step or optimiser-state restore) */
+  float *grads, *opt;
+  /* backward arena (first training step, sized for its batch) */
   float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS], *dcol[MODEL_MAX_LAYERS];
   float *dout[MODEL_MAX_LAYERS];
   float *dflat;
-  float *grads, *opt;
 };
 
 struct backend {
   struct model_layout L;
   struct optim_spec opt;
-  struct gpu_plan plan;
+  struct gpu_plan plan;  /* eval arena: max_batch rows */
+  struct gpu_plan bplan; /* backward arena: train_rows rows */
   int max_batch, ndev, first_linear, last_conv;
-  int train_ready, slot;
+  int state_ready; /* gradients and optimiser state allocated */
+  int train_rows;  /* global batch the backward arena holds; 0: none */
+  int slot;
   int oom_pending; /* training buffers did not fit: a smaller batch re-plans */
   int broken;      /* a failed re-plan left no buffers: every call fails so */
   int64_t step;
@@ -155,38 +164,51 @@ int backend_cuda_device_count(void) {
 
 /* ---- memory ---------------------------------------------------------- */
 
-static void oom_message(struct backend *b, struct cuda_dev *d, int64_t need) {
+static void oom_message(struct backend *b, struct cuda_dev *d, int batch,
+                        int64_t need) {
   size_t free_b = 0, total_b = 0;
   char msg[256];
   if (!b->limit_bytes) {
     cudaSetDevice(d->id);
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
   }
-  gpu_mem_oom_message(msg, sizeof(msg), b->max_batch, need, b->limit_bytes,
+  gpu_mem_oom_message(msg, sizeof(msg), batch, need, b->limit_bytes,
                       (int64_t)free_b);
   set_error("%s", msg);
 }
 
-/* One arena from the capped allocator: the cap first, then the device. */
-static int arena_alloc(struct backend *b, struct cuda_dev *d, int64_t size,
-                       int64_t need_total, void **block) {
+/* One arena from the capped allocator: the cap first, then the device. On
+ * out-of-memory the message names `batch` and the `need` of the whole plan. */
+static int arena_alloc(struct backend *b, struct cuda_dev *d,
+                       struct dev_block *blk, int64_t size, int batch,
+                       int64_t need) {
   int rc = gpu_mem_reserve(&d->mem, size);
   if (rc) {
-    oom_message(b, d, need_total);
+    oom_message(b, d, batch, need);
     return rc;
   }
-  cudaError_t e = cudaMalloc(block, (size_t)size);
+  cudaError_t e = cudaMalloc(&blk->ptr, (size_t)size);
   if (e != cudaSuccess) {
     gpu_mem_release(&d->mem, size);
-    *block = NULL;
+    blk->ptr = NULL;
     cudaGetLastError();
     if (e == cudaErrorMemoryAllocation) {
-      oom_message(b, d, need_total);
+      oom_message(b, d, batch, need);
       return -ENOMEM;
     }
     return cuda_fail("cudaMalloc", e, __LINE__);
   }
+  blk->size = size;
   return 0;
+}
+
+/* The device must be current and its streams idle. */
+static void arena_free(struct cuda_dev *d, struct dev_block *blk) {
+  if (!blk->ptr) return;
+  cudaFree(blk->ptr);
+  gpu_mem_release(&d->mem, blk->size);
+  blk->ptr = NULL;
+  blk->size = 0;
 }
 
 /* Carving follows gpu_plan.c's order; running out means the plan is wrong. */
@@ -204,7 +226,7 @@ static int carve_eval(struct backend *b, struct cuda_dev *d) {
   const struct gpu_plan *p = &b->plan;
   const int64_t F = sizeof(float), n = p->batch;
   struct gpu_arena a;
-  gpu_arena_init(&a, (uintptr_t)d->eval_block, d->eval_size);
+  gpu_arena_init(&a, (uintptr_t)d->eval.ptr, d->eval.size);
   TAKE(&a, d->params, p->n_params * F);
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
     TAKE(&a, d->x[s], p->x_floats * F);
@@ -230,11 +252,20 @@ static int carve_eval(struct backend *b, struct cuda_dev *d) {
   return 0;
 }
 
-static int carve_train(struct backend *b, struct cuda_dev *d) {
-  const struct gpu_plan *p = &b->plan;
+static int carve_state(struct backend *b, struct cuda_dev *d) {
   const int64_t F = sizeof(float);
   struct gpu_arena a;
-  gpu_arena_init(&a, (uintptr_t)d->train_block, d->train_size);
+  gpu_arena_init(&a, (uintptr_t)d->state.ptr, d->state.size);
+  TAKE(&a, d->grads, b->plan.n_params * F);
+  TAKE(&a, d->opt, b->plan.opt_floats * F);
+  return 0;
+}
+
+static int carve_backward(struct backend *b, struct cuda_dev *d) {
+  const struct gpu_plan *p = &b->bplan;
+  const int64_t F = sizeof(float);
+  struct gpu_arena a;
+  gpu_arena_init(&a, (uintptr_t)d->bwd.ptr, d->bwd.size);
   for (int l = 0; l < p->n_layers; l++) {
     const struct gpu_plan_layer *q = &p->layer[l];
     if (b->L.layer[l].kind == LAYER_CONV) {
@@ -246,44 +277,87 @@ static int carve_train(struct backend *b, struct cuda_dev *d) {
     }
   }
   if (p->flat) TAKE(&a, d->dflat, p->flat * F);
-  TAKE(&a, d->grads, p->n_params * F);
-  TAKE(&a, d->opt, p->opt_floats * F);
   return 0;
 }
 
-/* Gradients, optimiser state and backward buffers exist only once training
- * starts: a backend that only evaluates never allocates them. */
-static int ensure_train(struct backend *b) {
+/* Everything a training step at global batch n needs per device. */
+static int64_t train_need(struct backend *b, int n, struct gpu_plan *bp) {
+  int per_dev = (n + b->ndev - 1) / b->ndev;
+  if (gpu_plan_init(&b->L, b->opt.kind, per_dev, bp)) return -1;
+  return b->plan.eval_bytes + bp->state_bytes + bp->backward_bytes;
+}
+
+/* Gradients and optimiser state: batch-independent, allocated once, at the
+ * first training step or when an optimiser state is restored. */
+static int ensure_state(struct backend *b, int n) {
   int rc = 0;
-  if (b->train_ready) return 0;
+  struct gpu_plan bp;
+  if (b->state_ready) return 0;
+  int64_t need = train_need(b, n, &bp);
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    d->train_size = b->plan.train_bytes;
-    rc = arena_alloc(b, d, d->train_size,
-                     b->plan.eval_bytes + b->plan.train_bytes,
-                     &d->train_block);
+    rc = arena_alloc(b, d, &d->state, b->plan.state_bytes, n, need);
     if (rc) goto fail;
-    rc = carve_train(b, d);
+    rc = carve_state(b, d);
     if (rc) goto fail;
     CU(cudaMemsetAsync(d->opt, 0, (size_t)b->plan.opt_floats * sizeof(float),
                        d->compute));
   }
-  b->train_ready = 1;
+  b->state_ready = 1;
   return 0;
 fail:
-  if (rc == -ENOMEM) b->oom_pending = 1;
-  /* leave no half-made training state: free what this call allocated */
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
-    if (d->train_block) {
-      cudaSetDevice(d->id);
-      cudaStreamSynchronize(d->compute);
-      cudaFree(d->train_block);
-      gpu_mem_release(&d->mem, d->train_size);
-      d->train_block = NULL;
-    }
+    if (!d->state.ptr) continue;
+    cudaSetDevice(d->id);
+    cudaStreamSynchronize(d->compute);
+    arena_free(d, &d->state);
   }
+  return rc;
+}
+
+/* The backward pass's buffers for a global batch of n rows: allocated at the
+ * first training step, grown if a larger batch comes. Evaluation alone never
+ * allocates them. */
+static int ensure_backward(struct backend *b, int n) {
+  int rc = 0;
+  struct gpu_plan bp;
+  if (b->train_rows >= n) return 0;
+  int64_t need = train_need(b, n, &bp);
+  if (need < 0) return -EINVAL;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaStreamSynchronize(d->compute));
+    arena_free(d, &d->bwd);
+  }
+  b->train_rows = 0;
+  b->bplan = bp;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    rc = arena_alloc(b, d, &d->bwd, bp.backward_bytes, n, need);
+    if (rc) goto fail;
+    rc = carve_backward(b, d);
+    if (rc) goto fail;
+  }
+  b->train_rows = n;
+  return 0;
+fail:
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    if (!d->bwd.ptr) continue;
+    cudaSetDevice(d->id);
+    arena_free(d, &d->bwd);
+  }
+  return rc;
+}
+
+static int ensure_train(struct backend *b, int n) {
+  int rc = ensure_state(b, n);
+  if (!rc) rc = ensure_backward(b, n);
+  if (rc == -ENOMEM) b->oom_pending = 1;
   return rc;
 }
 
@@ -480,9 +554,10 @@ fail:
 static int cuda_get_state(struct backend *b, float *params, float *opt_state,
                           int64_t *step);
 
-/* After the training buffers did not fit, the trainer's --oom-retry calls
- * train_step with half the batch: plan and allocate again for that batch,
- * keeping the weights. */
+/* After a training step ran out of memory, the trainer's --oom-retry calls
+ * train_step with half the batch: the evaluation arena is planned again for
+ * that batch too (evaluation then runs in chunks of it), keeping the weights;
+ * gradients and optimiser state do not depend on the batch and stay. */
 static int replan(struct backend *b, int max_batch) {
   int rc = 0;
   float *keep = malloc((size_t)b->plan.n_params * sizeof(float));
@@ -494,18 +569,10 @@ static int replan(struct backend *b, int max_batch) {
     CU(cudaSetDevice(d->id));
     CU(cudaStreamSynchronize(d->compute));
     CU(cudaStreamSynchronize(d->copy));
-    if (d->train_block) {
-      CU(cudaFree(d->train_block));
-      gpu_mem_release(&d->mem, d->train_size);
-      d->train_block = NULL;
-    }
-    if (d->eval_block) {
-      CU(cudaFree(d->eval_block));
-      gpu_mem_release(&d->mem, d->eval_size);
-      d->eval_block = NULL;
-    }
+    arena_free(d, &d->bwd);
+    arena_free(d, &d->eval);
   }
-  b->train_ready = 0;
+  b->train_rows = 0;
   b->broken = -EIO; /* until every device has its buffers again */
   struct gpu_plan plan;
   int per_dev = (max_batch + b->ndev - 1) / b->ndev;
@@ -516,9 +583,8 @@ static int replan(struct backend *b, int max_batch) {
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    d->eval_size = plan.eval_bytes;
-    rc = arena_alloc(b, d, d->eval_size, plan.eval_bytes + plan.train_bytes,
-                     &d->eval_block);
+    rc = arena_alloc(b, d, &d->eval, plan.eval_bytes, max_batch,
+                     plan.eval_bytes + plan.train_bytes);
     if (rc) goto fail;
     rc = carve_eval(b, d);
     if (rc) goto fail;
@@ -542,11 +608,11 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
   int rc = check_batch(b, x, y, n, "train_step");
   if (rc) return rc;
   if (!loss_out) return -EINVAL;
-  if (!b->train_ready && b->oom_pending && n < b->max_batch) {
+  if (b->oom_pending && n < b->max_batch && b->train_rows < n) {
     rc = replan(b, n);
     if (rc) return rc;
   }
-  rc = ensure_train(b);
+  rc = ensure_train(b, n);
   if (rc) return rc;
   const int slot = b->slot;
   b->slot = (b->slot + 1) % GPU_PLAN_SLOTS;
@@ -684,7 +750,7 @@ static int cuda_set_state(struct backend *b, const float *params,
   if (b->broken) return b->broken;
   if (!params || step < 0) return -EINVAL;
   if (opt_state) {
-    rc = ensure_train(b);
+    rc = ensure_state(b, b->max_batch);
     if (rc) return rc;
   }
   for (int i = 0; i < b->ndev; i++) {
@@ -694,7 +760,7 @@ static int cuda_set_state(struct backend *b, const float *params,
     CU(cudaMemcpyAsync(d->params, params,
                        (size_t)b->plan.n_params * sizeof(float),
                        cudaMemcpyHostToDevice, d->compute));
-    if (b->train_ready) {
+    if (b->state_ready) {
       size_t bytes = (size_t)b->plan.opt_floats * sizeof(float);
       if (opt_state)
         CU(cudaMemcpyAsync(d->opt, opt_state, bytes, cudaMemcpyHostToDevice,
@@ -724,7 +790,7 @@ static int cuda_get_state(struct backend *b, float *params, float *opt_state,
                        cudaMemcpyDeviceToHost, d->compute));
   if (opt_state) {
     size_t bytes = (size_t)b->plan.opt_floats * sizeof(float);
-    if (b->train_ready)
+    if (b->state_ready)
       CU(cudaMemcpyAsync(opt_state, d->opt, bytes, cudaMemcpyDeviceToHost,
                          d->compute));
     else
@@ -765,8 +831,9 @@ static void cuda_destroy(struct backend *b) {
     if (d->loss_ready) cudaEventDestroy(d->loss_ready);
     if (d->compute) cudaStreamDestroy(d->compute);
     if (d->copy) cudaStreamDestroy(d->copy);
-    if (d->train_block) cudaFree(d->train_block);
-    if (d->eval_block) cudaFree(d->eval_block);
+    arena_free(d, &d->bwd);
+    arena_free(d, &d->state);
+    arena_free(d, &d->eval);
   }
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
     if (b->h_x[s]) cudaFreeHost(b->h_x[s]);
@@ -789,8 +856,7 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
     CU(cudaEventCreateWithFlags(&d->input_free[s], cudaEventDisableTiming));
   }
   CU(cudaEventCreateWithFlags(&d->loss_ready, cudaEventDisableTiming));
-  d->eval_size = b->plan.eval_bytes;
-  rc = arena_alloc(b, d, d->eval_size, need, &d->eval_block);
+  rc = arena_alloc(b, d, &d->eval, b->plan.eval_bytes, b->max_batch, need);
   if (rc) goto fail;
   rc = carve_eval(b, d);
   if (rc) goto fail;

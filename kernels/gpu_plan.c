@@ -59,10 +59,11 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch,
   ev += gpu_mem_round(n * F) + gpu_mem_round(n * (int64_t)sizeof(int)) +
         gpu_mem_round(16);
   ev += GPU_PLAN_BLAS_WORKSPACE;
-  tr += gpu_mem_round(p.n_params * F); /* gradients */
-  tr += gpu_mem_round(p.opt_floats * F);
+  p.state_bytes = gpu_mem_round(p.n_params * F) /* gradients */ +
+                  gpu_mem_round(p.opt_floats * F);
   p.eval_bytes = ev;
-  p.train_bytes = tr;
+  p.backward_bytes = tr;
+  p.train_bytes = p.state_bytes + p.backward_bytes;
   *out = p;
   return 0;
 }

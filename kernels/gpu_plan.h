@@ -35,11 +35,15 @@ struct gpu_plan {
   int64_t x_floats; /* one input slot: batch * in_dim */
   int64_t flat;     /* cnn: conv part flattened to [n][c*h*w]; mlp: 0 */
   struct gpu_plan_layer layer[MODEL_MAX_LAYERS];
-  /* Bytes, each buffer rounded to GPU_MEM_ALIGN. eval: parameters, inputs,
-   * forward activations, per-row loss/correct, cuBLAS workspace. train:
-   * gradients, optimiser state, backward buffers (allocated at the first
-   * training step, never for evaluation). */
-  int64_t eval_bytes, train_bytes;
+  /* Bytes, each buffer rounded to GPU_MEM_ALIGN, in three arenas:
+   * eval: parameters, inputs, forward activations, per-row loss/correct,
+   *   cuBLAS workspace (allocated by create);
+   * state: gradients and optimiser state, independent of the batch;
+   * backward: the backward pass's buffers for `batch` rows.
+   * state and backward come with the first training step (state also with a
+   * restored optimiser state), never for evaluation alone.
+   * train_bytes = state_bytes + backward_bytes. */
+  int64_t eval_bytes, state_bytes, backward_bytes, train_bytes;
 };
 
 /* Fills *out; -EINVAL for batch < 1 or a layout it does not know. */

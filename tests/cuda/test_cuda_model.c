@@ -213,6 +213,45 @@ START_TEST(evaluation_allocates_no_training_buffers) {
 }
 END_TEST
 
+/* The trainer creates the backend for its evaluation chunk (256) and trains
+ * at a smaller batch: the backward buffers are sized for the training batch,
+ * and grow when a larger one comes. */
+START_TEST(backward_buffers_follow_the_training_batch) {
+  const int chunk = 256, batch = 16;
+  const struct optim_spec os = {OPTIM_SGD, 0.01f, 0.9f, 0, 0.9f, 0.999f, 1e-8f};
+  struct model_layout L;
+  struct gpu_plan ev, tr, tr2;
+  ck_assert_int_eq(model_layout_init(&cnn_gray, &L), 0);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, chunk, &ev), 0);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, batch, &tr), 0);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, 2 * batch, &tr2), 0);
+  struct backend_opts bo = {1, 1, 0};
+  struct backend *b = NULL;
+  ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, chunk, &bo, &b), 0);
+  float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
+  float *x = rand_vec((int64_t)chunk * L.in_dim, -1, 1);
+  uint8_t *y = rand_labels(chunk, 10);
+  ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);
+  float l;
+  double mb;
+  ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, batch, &l), 0);
+  ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+  ck_assert_msg(fabs(mb * MIB - (double)(ev.eval_bytes + tr.train_bytes)) < 1.0,
+                "peak %.3f MiB", mb);
+  ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, batch - 3, &l), 0);
+  ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, 2 * batch, &l), 0);
+  ck_assert(isfinite(l));
+  ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+  ck_assert(fabs(mb * MIB - (double)(ev.eval_bytes + tr2.train_bytes)) < 1.0);
+  double loss = 0;
+  int correct = 0;
+  ck_assert_int_eq(backend_cuda_ops.evaluate(b, x, y, chunk, &loss, &correct), 0);
+  ck_assert(isfinite(loss) && loss > 0);
+  backend_cuda_ops.destroy(b);
+  free(p0), free(x), free(y);
+}
+END_TEST
+
 /* The cap: too small for evaluation -> create fails with the message; room
  * for evaluation but not training -> the first step fails with -ENOMEM, and
  * a step with half the batch (what --oom-retry does) re-plans and trains. */
@@ -310,6 +349,7 @@ int main(void) {
   tcase_add_test(tc, sgd_training_matches_cpu);
   tcase_add_test(tc, adam_training_matches_cpu);
   tcase_add_test(tc, evaluation_allocates_no_training_buffers);
+  tcase_add_test(tc, backward_buffers_follow_the_training_batch);
   tcase_add_test(tc, memory_cap_oom_and_retry);
   tcase_add_test(tc, state_round_trip_and_bad_labels);
   suite_add_tcase(s, tc);

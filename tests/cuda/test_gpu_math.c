@@ -172,8 +172,9 @@ START_TEST(plan_mlp_by_hand) {
                        3 * 256 /* layer outputs */ +
                        3 * 256 /* row loss, row correct, sums */ +
                        GPU_PLAN_BLAS_WORKSPACE);
-  ck_assert_int_eq(p.train_bytes, 3 * 256 /* d outputs */ + 256 /* grads */ +
-                                      256 /* velocity */);
+  ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */);
+  ck_assert_int_eq(p.state_bytes, 256 /* grads */ + 256 /* velocity */);
+  ck_assert_int_eq(p.train_bytes, p.state_bytes + p.backward_bytes);
   ck_assert_int_eq(p.flat, 0);
   struct gpu_plan pa;
   ck_assert_int_eq(gpu_plan_init(&L, OPTIM_ADAM, 2, &pa), 0);
