@@ -28,8 +28,11 @@ static void flush_subnormals(void) {
 #endif
 }
 
+#define EVAL_ROWS 256
+
 struct backend {
   struct net *net;
+  int net_rows; /* rows the net's buffers hold (>= max_batch) */
   struct optim_spec optim;
   int64_t n_params, n_state;
   float *params, *grads, *state;
@@ -55,10 +58,14 @@ static int cpu_create(const struct model_spec *spec,
   flush_subnormals();
   struct backend *b = calloc(1, sizeof(*b));
   if (!b) return -ENOMEM;
-  int err = net_create(spec, max_batch, &b->net);
+  /* the net holds at least EVAL_ROWS rows so that evaluation after a tiny
+   * training batch does not run as thousands of small calls */
+  int err = net_create(spec, max_batch < EVAL_ROWS ? EVAL_ROWS : max_batch,
+                       &b->net);
   if (err) goto fail;
   b->optim = *optim;
   b->max_batch = max_batch;
+  b->net_rows = max_batch < EVAL_ROWS ? EVAL_ROWS : max_batch;
   b->n_params = net_layout(b->net)->n_params;
   b->n_state = b->n_params * optim_state_per_param(optim->kind);
   b->params = calloc((size_t)b->n_params, sizeof(float));
@@ -114,9 +121,9 @@ static int cpu_evaluate(struct backend *b, const float *x, const uint8_t *y,
                         int n, double *loss_sum, int *correct) {
   if (!b || !x || !y || n < 1 || !loss_sum || !correct) return -EINVAL;
   const struct model_layout *L = net_layout(b->net);
-  /* evaluate in max_batch chunks so callers may pass a whole split */
-  for (int off = 0; off < n; off += b->max_batch) {
-    int m = n - off < b->max_batch ? n - off : b->max_batch;
+  /* evaluate in chunks the net holds, so callers may pass a whole split */
+  for (int off = 0; off < n; off += b->net_rows) {
+    int m = n - off < b->net_rows ? n - off : b->net_rows;
     const float *logits =
         net_forward(b->net, b->params, x + (int64_t)off * L->in_dim, m);
     layers_xent(m, L->n_classes, logits, y + off, NULL, loss_sum, correct);

@@ -19,7 +19,8 @@
 
 static const char *const model_name[] = {"mlp", "cnn"};
 
-#define EVAL_CHUNK 256
+/* Images per evaluate call; backends split it by their own capacity. */
+#define EVAL_CHUNK 65536
 
 const char *train_backends_built(void) {
 #ifdef CTUNE_HAVE_CUDA
@@ -331,10 +332,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   memcpy(r.perm, r.split, sizeof(int32_t) * (size_t)n_train);
   gather(&r.train, r.split + n_train, n_val, r.val_x, r.val_y);
 
-  /* evaluation runs in chunks of max_batch: at least 256 so that a tiny
-   * training batch does not make validation thousands of small calls */
-  const int max_batch = bs < EVAL_CHUNK ? EVAL_CHUNK : bs;
-  ret = open_backend(cfg, &ms, &os, max_batch, &r.ops, &r.be, err, errlen);
+  ret = open_backend(cfg, &ms, &os, bs, &r.ops, &r.be, err, errlen);
   if (ret) goto out;
   optim_init_params(&L, &init_rng, r.params);
   rc = r.ops->set_state(r.be, r.params, NULL, 0);
@@ -412,10 +410,10 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       break;
     }
     double vloss, vacc, tloss = 0.0, tacc = 0.0;
-    rc = eval_set(r.ops, r.be, r.val_x, r.val_y, n_val, dim, max_batch, &vloss,
-                  &vacc);
+    rc = eval_set(r.ops, r.be, r.val_x, r.val_y, n_val, dim, EVAL_CHUNK,
+                  &vloss, &vacc);
     if (!rc && cfg->test)
-      rc = eval_set(r.ops, r.be, r.test.x, r.test.y, r.test.n, dim, max_batch,
+      rc = eval_set(r.ops, r.be, r.test.x, r.test.y, r.test.n, dim, EVAL_CHUNK,
                     &tloss, &tacc);
     if (rc) {
       snprintf(err, errlen, "evaluation failed: %s", strerror(-rc));
