@@ -1,6 +1,7 @@
 /* argv/env builder for builtin (ctune-train) and command trainables. */
 #include "trainable.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -92,6 +93,13 @@ static void set_err(char *err, size_t len, const char *fmt, ...) {
   va_end(ap);
 }
 
+static int trainable_is_name(const char *s, size_t n) {
+  if (!(isalpha((unsigned char)s[0]) || s[0] == '_')) return 0;
+  for (size_t i = 1; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '.' || s[i] == '-')) return 0;
+  return 1;
+}
+
 int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
                          char *err, size_t errlen) {
   char *buf = NULL;
@@ -112,10 +120,11 @@ int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
     }
     size_t nl = (size_t)(close - p - 1);
     char name[256];
-    if (nl == 0 || nl >= sizeof name) {
-      set_err(err, errlen, "placeholder %.*s is empty or too long", (int)(nl + 2), p);
-      rc = -EINVAL;
-      break;
+    /* Only {identifier} is a placeholder, so JSON or shell text such as
+     * '{"loss": 1}' in a command passes through untouched. */
+    if (nl == 0 || nl >= sizeof name || !trainable_is_name(p + 1, nl)) {
+      fputc(*p++, f);
+      continue;
     }
     memcpy(name, p + 1, nl);
     name[nl] = '\0';

@@ -30,8 +30,9 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
                     struct trainable_cmd *cmd, char *err, size_t errlen);
 void trainable_cmd_free(struct trainable_cmd *cmd);
 
-/* Replaces each {name} in tmpl by config[name] ("{{" and "}}" are literal
- * braces). *out is malloc'ed. -EINVAL with err set for an unknown name. */
+/* Replaces each {name} in tmpl by config[name]; name is an identifier
+ * ([A-Za-z_][A-Za-z0-9_.-]*), any other brace is literal, and "{{" and "}}"
+ * are literal braces. *out is malloc'ed. -EINVAL with err set for an unknown name. */
 int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
                          char *err, size_t errlen);
 /* A config value as it goes on a command line: strings verbatim, integral

@@ -98,7 +98,7 @@ START_TEST(command_placeholders_env_and_cwd) {
       "{\"id\": 9, \"config\": {\"lr\": 0.001, \"layers\": 3, \"act\": \"relu\", \"big\": 1e20,"
       " \"flag\": true},"
       " \"trainable\": {\"type\": \"command\", \"argv\": [\"python3\", \"train.py\","
-      " \"--lr={lr}\", \"{layers}\", \"{act}-{flag}\", \"{big}\", \"{{literal}}\", \"a{b\"],"
+      " \"--lr={lr}\", \"{layers}\", \"{act}-{flag}\", \"{big}\", \"{{literal}}\", \"a{b\", \"echo {\\\"loss\\\": {lr}}\", \"{}{ x}\"],"
       " \"env\": {\"MY_VAR\": \"x\", \"OMP_NUM_THREADS\": 1, \"CUDA_VISIBLE_DEVICES\": \"0\","
       " \"CTUNE_TRIAL_ID\": \"evil\"}, \"cwd\": \"/tmp/proj\"}}");
   struct trainable_ctx c = ctx(0);
@@ -112,7 +112,9 @@ START_TEST(command_placeholders_env_and_cwd) {
   ck_assert_str_eq(cmd.argv[5], "1e+20");
   ck_assert_str_eq(cmd.argv[6], "{literal}");
   ck_assert_str_eq(cmd.argv[7], "a{b");
-  ck_assert_ptr_null(cmd.argv[8]);
+  ck_assert_str_eq(cmd.argv[8], "echo {\"loss\": 0.001}");  /* JSON braces stay */
+  ck_assert_str_eq(cmd.argv[9], "{}{ x}");
+  ck_assert_ptr_null(cmd.argv[10]);
   ck_assert_str_eq(env_get(cmd.env, "MY_VAR"), "x");
   ck_assert_str_eq(env_get(cmd.env, "OMP_NUM_THREADS"), "1");   /* the user may lower it */
   ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), ""); /* but not take a GPU */
