@@ -1,12 +1,15 @@
 /* ctune-server: parses flags, opens the store, rebuilds the model, serves
  * HTTP until SIGTERM/SIGINT, and expires leases of silent workers. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "clock.h"
@@ -14,6 +17,22 @@
 #include "log.h"
 #include "opts.h"
 #include "server.h"
+
+/* Two servers on one database would both think they own every trial: hold
+ * an exclusive lock on DB.lock for the process's lifetime. */
+static int main_lock_db(const char *db, int *fd_out) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s.lock", db) >= (int)sizeof path) return -ENAMETOOLONG;
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  if (flock(fd, LOCK_EX | LOCK_NB)) {
+    int e = errno;
+    close(fd);
+    return e == EWOULDBLOCK ? -EBUSY : -e;
+  }
+  *fd_out = fd;
+  return 0;
+}
 
 int main(int argc, char **argv) {
   struct server s;
@@ -60,6 +79,12 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   rc = 1;
+  int lock_fd = -1, lrc = main_lock_db(s.opt.db_path, &lock_fd);
+  if (lrc) {
+    log_error("%s.lock: %s", s.opt.db_path, lrc == -EBUSY ? "another ctune-server is using "
+              "this database; stop it first or pass another --db" : strerror(-lrc));
+    goto out;
+  }
   if (store_open(s.opt.db_path, &s.store, err, sizeof err)) {
     log_error("%s", err);
     goto out;
@@ -78,7 +103,9 @@ int main(int argc, char **argv) {
   log_info("loaded %lld experiment(s), %lld trial(s), %lld worker(s) from %s; lease timeout %g s",
            (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
            s.opt.lease_timeout_s);
-  printf("listening on http://%s:%d\n", s.opt.bind, port);
+  /* An IPv6 address goes in brackets in a URL. */
+  int v6 = strchr(s.opt.bind, ':') != NULL;
+  printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", s.opt.bind, v6 ? "]" : "", port);
   fflush(stdout);
 
   /* Wait for a signal, checking leases a few times a second meanwhile. */
@@ -103,6 +130,7 @@ out:
   commit_stop(s.commit);
   if (state_ready) state_free(&s);
   store_close(s.store);
+  if (lock_fd >= 0) close(lock_fd);
   if (!rc) log_info("stopped");
   return rc;
 }

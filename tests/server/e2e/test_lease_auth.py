@@ -118,6 +118,32 @@ def test_refuse_non_loopback_without_tokens():
     assert rc == 2 and "tokens:1" in s3.stderr(), s3.stderr()
 
 
+def test_one_server_per_database():
+    s = Server()
+    other = Server.__new__(Server)
+    other.dir, other.db, other.args, other.token, other.proc = tmpdir(), s.db, [], None, None
+    rc = other.start(expect_fail=True)
+    other.kill()
+    assert rc == 1 and "another ctune-server" in other.stderr(), other.stderr()
+    s.stop()
+    s.start()  # the lock went with the first process
+    s.stop()
+
+
+def test_ipv6_loopback():
+    try:
+        import socket
+        socket.socket(socket.AF_INET6).bind(("::1", 0))
+    except OSError:
+        print("no IPv6 loopback here: skipped")
+        return
+    s = Server(args=["--bind", "::1"])
+    assert s.host == "[::1]"
+    s.host = "::1"
+    assert s.ok("GET", "/healthz")["status"] == "ok"
+    s.stop()
+
+
 if __name__ == "__main__":
     r = Runner()
     for name, fn in list(globals().items()):
