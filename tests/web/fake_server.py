@@ -40,7 +40,7 @@ class State:
         if sched.get("type") == "asha":
             gp, rf, mt = sched.get("grace_period", 1), sched.get("reduction_factor", 2), sched.get("max_t", 10)
             ms, t = [], gp
-            while t < mt:
+            while t <= mt:  # grace * rf^k up to max_t, as the server does
                 ms.append({"t": t, "recorded": 0, "cutoff": None, "values": []})
                 t *= rf
             sched["brackets"] = [{"index": 0, "stopped": 0, "milestones": ms}]

@@ -82,6 +82,9 @@ def check_list(h, d, base, eid):
     assert link.text == "browser-test", link.text
     row = link.find_element("xpath", "./ancestor::tr").text
     assert "RUNNING" in row and "2 / 4" in row, row  # c stopped and d failed
+    cells = [c.text for c in link.find_elements("xpath", "./ancestor::tr/td")]
+    assert cells[2].startswith("0.35") and "loss (min)" in cells[2], cells  # best so far
+    assert cells[3] != "—" and cells[4].endswith(" s"), cells  # started, duration
     return link
 
 
@@ -103,6 +106,11 @@ def check_experiment(h, d, api, eid, t):
     best = d.find_element("css selector", "#best-trial").text
     assert names[t["b"]] in best and "0.35" in best, best
     assert "2 of 4 trials done" in d.find_element("css selector", "main").text
+    bar = d.find_element("id", "experiment-progress")
+    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("2", "4")
+    brief = d.find_element("css selector", "#h-config").find_element("xpath", "..").text
+    for part in ("loss (min)", "ASHA on training_iteration: max_t 8", "lr: loguniform", "command: true"):
+        assert part in brief, (part, brief)
     # Charts drawn: the learning curves (Chart.js) and the parallel coordinates.
     ink = h.wait("ink on the learning curves", lambda: d.execute_script(INK_JS, "#curves"))
     assert ink > 500, ink
@@ -113,6 +121,9 @@ def check_experiment(h, d, api, eid, t):
     by_id = {c[0]: c for c in curves}
     assert by_id[t["a"]][1] == 2 and by_id[t["b"]][1] == 2 and by_id[t["c"]][1] == 1, curves
     assert by_id[t["b"]][2] > by_id[t["a"]][2], "the best curve is not highlighted: %r" % curves
+    marks = d.execute_script("return Chart.getChart(document.getElementById('curves'))"
+                             ".options.plugins.ctuneMilestones.milestones.map(m => [m.t, m.cutoff]);")
+    assert [m[0] for m in marks] == [1, 2, 4, 8] and marks[0][1] == 0.5, marks  # ASHA's milestones drawn
     # ASHA state: milestone 1 holds three values, and a cutoff.
     asha = d.find_element("css selector", "#asha-table").text
     assert "Milestone" in asha and "Cutoff" in asha, asha
@@ -179,6 +190,14 @@ def check_table_controls(h, d, t):
     assert d.execute_script("return document.activeElement.dataset.key") == "name"
     rows = d.execute_script(ROWS_JS, "#trials-table")
     assert rows == sorted(rows, key=lambda r: int(r)), rows  # names follow creation order
+    # By loss, then reversed: the trial without a loss stays last both ways.
+    loss_btn = '#trials-table button.sort[data-key="m:loss"]'
+    d.find_element("css selector", loss_btn).click()
+    rows = d.execute_script(ROWS_JS, "#trials-table")
+    assert rows == [str(t[k]) for k in ("a", "b", "c", "d")], rows
+    d.find_element("css selector", loss_btn).click()
+    rows = d.execute_script(ROWS_JS, "#trials-table")
+    assert rows == [str(t[k]) for k in ("c", "b", "a", "d")], rows
     Select(d.find_element("id", "trials-status")).select_by_value("ERROR")
     rows = d.execute_script(ROWS_JS, "#trials-table")
     assert rows == [str(t["d"])], rows
