@@ -52,7 +52,7 @@ export function mount(main, [idStr], ctx) {
   const id = Number(idStr);
   document.title = `Experiment ${id} · ctune`;
   const st = {
-    exp: null, trials: new Map(), curves: new Map(), fetching: new Set(),
+    exp: null, trials: new Map(), curves: new Map(), fetching: new Set(), early: new Map(),
     trialSeq: 0, resultSeq: 0, chart: null, chartOff: false, disposed: false,
     hp: [], metrics: [], trialsChanged: true,
   };
@@ -235,11 +235,14 @@ export function mount(main, [idStr], ctx) {
           const rs = resultsOf(await api.get(`/trials/${tid}/results`));
           const pts = st.curves.get(tid) || new Map();
           for (const r of rs) addPoint(pts, r);
+          // Results that arrived by ?since= while this fetch was in flight.
+          for (const r of st.early.get(tid) || []) addPoint(pts, r);
           st.curves.set(tid, pts);
         } catch (e) {
           console.warn('ctune: results of trial', tid, e);
         } finally {
           st.fetching.delete(tid);
+          st.early.delete(tid);
         }
       }
     };
@@ -253,6 +256,11 @@ export function mount(main, [idStr], ctx) {
 
   function renderCurves() {
     const ids = curveIds();
+    // Curves that dropped out of the drawn set are forgotten past a bound, so a
+    // long experiment does not keep every trial's results in memory.
+    if (st.curves.size > 3 * MAX_CURVES) {
+      for (const tid of [...st.curves.keys()]) if (!ids.has(tid)) st.curves.delete(tid);
+    }
     const withData = [...st.curves.keys()].filter((i) => st.trials.has(i) && (ids.has(i) || st.curves.size <= MAX_CURVES));
     const total = [...st.trials.values()].filter((t) => t.last_result).length;
     if (!st.chart) { curvesNote.textContent = ''; return; }
@@ -341,7 +349,10 @@ export function mount(main, [idStr], ctx) {
       if (Number.isFinite(r.seq)) maxSeq = Math.max(maxSeq, r.seq);
       const pts = st.curves.get(r.trial_id);
       if (pts) addPoint(pts, r.result || {});
-      else if (wanted.has(r.trial_id)) missing.add(r.trial_id);
+      else if (st.fetching.has(r.trial_id)) {
+        if (!st.early.has(r.trial_id)) st.early.set(r.trial_id, []);
+        st.early.get(r.trial_id).push(r.result || {});
+      } else if (wanted.has(r.trial_id)) missing.add(r.trial_id);
     }
     const more = results.length >= RESULTS_LIMIT;
     st.resultSeq = more ? maxSeq : Math.max(maxSeq, Number.isFinite(rs.last_seq) ? rs.last_seq : 0);
