@@ -37,6 +37,15 @@ target_compile_definitions(ctune_server_http PUBLIC
   CTUNE_WEB_DIR_DEFAULT="${CTUNE_WEB_DIR}"
   CTUNE_VENDOR_DIR_DEFAULT="${CTUNE_VENDOR_DIR}")
 
+# The store and the group commit (SQLite, a writer thread): reached by the
+# daemon and by the store's own unit test.
+add_library(ctune_server_store STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/store.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/commit.c
+  ${CMAKE_CURRENT_BINARY_DIR}/migrations.c)
+target_include_directories(ctune_server_store PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(ctune_server_store PUBLIC ctune_common PkgConfig::SQLITE Threads::Threads m)
+
 add_executable(ctune-server
   ${CMAKE_CURRENT_SOURCE_DIR}/main.c
   ${CMAKE_CURRENT_SOURCE_DIR}/http.c
@@ -46,10 +55,7 @@ add_executable(ctune-server
   ${CMAKE_CURRENT_SOURCE_DIR}/api_trials.c
   ${CMAKE_CURRENT_SOURCE_DIR}/api_workers.c
   ${CMAKE_CURRENT_SOURCE_DIR}/api_misc.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/state.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/commit.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/store.c
-  ${CMAKE_CURRENT_BINARY_DIR}/migrations.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/state.c)
 target_include_directories(ctune-server PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(ctune-server PRIVATE ctune_server_http ctune_common
+target_link_libraries(ctune-server PRIVATE ctune_server_http ctune_server_store ctune_common
   PkgConfig::MHD PkgConfig::CJSON PkgConfig::SQLITE ZLIB::ZLIB Threads::Threads m)

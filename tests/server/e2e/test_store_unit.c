@@ -1,0 +1,239 @@
+/* Unit tests (Check) for ctune-server's store and group commit on a temporary
+ * SQLite file: migrations, round trips, batching, waiting, failure handling. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commit.h"
+#include "store.h"
+
+static char dir[64], db[128];
+
+static void setup(void) {
+  strcpy(dir, "/tmp/ctune-store-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/t.db", dir);
+}
+
+static void teardown(void) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "%s/t.db", dir);
+  unlink(cmd);
+  snprintf(cmd, sizeof cmd, "%s/t.db-wal", dir);
+  unlink(cmd);
+  snprintf(cmd, sizeof cmd, "%s/t.db-shm", dir);
+  unlink(cmd);
+  rmdir(dir);
+}
+
+static struct store *open_store(void) {
+  struct store *st = NULL;
+  char err[256];
+  ck_assert_msg(store_open(db, &st, err, sizeof err) == 0, "%s", err);
+  return st;
+}
+
+struct result_op {
+  struct store_result_row row;
+  char data[64];
+};
+
+static int apply_result(struct store *st, void *arg) {
+  return store_insert_result(st, &((struct result_op *)arg)->row);
+}
+
+static struct result_op *make_result(int64_t seq, int64_t trial, double t) {
+  struct result_op *op = calloc(1, sizeof *op);
+  snprintf(op->data, sizeof op->data, "{\"training_iteration\":%g}", t);
+  op->row = (struct store_result_row){seq, trial, 1, t, "continue", op->data};
+  return op;
+}
+
+static int count_results(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)seq;
+  (void)trial_id;
+  (void)data;
+  (*(int *)ctx)++;
+  return 0;
+}
+
+START_TEST(migrations_and_round_trip) {
+  struct store *st = open_store();
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3};
+  struct store_trial_row t = {.id = 1, .experiment_id = 1, .idx = 0, .name = "exp_00000",
+                              .status = "PENDING", .config = "{\"lr\":0.1}", .created_at = 1.5,
+                              .updated_seq = 4};
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_put_experiment(st, &e), 0);
+  ck_assert_int_eq(store_put_trial(st, &t), 0);
+  ck_assert_int_eq(store_put_checkpoint(st, 1, 3, 0xdeadbeef, "abc", 3), 0);
+  ck_assert_int_eq(store_put_log(st, 1, "tail", 4), 0);
+  ck_assert_int_eq(store_commit(st), 0);
+  store_close(st);
+  /* reopening applies no migration twice and reads back what was written */
+  st = open_store();
+  int64_t it;
+  uint32_t crc;
+  void *data;
+  size_t len;
+  ck_assert_int_eq(store_get_checkpoint(st, 1, &it, &crc, &data, &len), 0);
+  ck_assert_int_eq(it, 3);
+  ck_assert_uint_eq(crc, 0xdeadbeef);
+  ck_assert_int_eq((int)len, 3);
+  ck_assert_int_eq(memcmp(data, "abc", 3), 0);
+  free(data);
+  ck_assert_int_eq(store_get_checkpoint(st, 2, &it, &crc, &data, &len), -ENOENT);
+  char *log;
+  ck_assert_int_eq(store_get_log(st, 1, &log, &len), 0);
+  ck_assert_str_eq(log, "tail");
+  free(log);
+  store_close(st);
+}
+END_TEST
+
+START_TEST(group_commit_orders_and_waits) {
+  struct store *st = open_store();
+  struct commit *c;
+  ck_assert_int_eq(commit_start(st, &c), 0);
+  uint64_t ticket = 0, prev = 0;
+  for (int i = 1; i <= 500; i++) {
+    ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(i, 1 + i % 7, i), &ticket), 0);
+    ck_assert_uint_eq(ticket, prev + 1);
+    prev = ticket;
+  }
+  ck_assert_int_eq(commit_wait(c, ticket), 0);
+  int n = 0;
+  ck_assert_int_eq(store_experiment_results(st, 1, 0, 0, count_results, &n), 0);
+  ck_assert_int_eq(n, 500);
+  n = 0;
+  ck_assert_int_eq(store_experiment_results(st, 1, 490, 0, count_results, &n), 0);
+  ck_assert_int_eq(n, 10);
+  uint64_t batches, ops;
+  commit_stats(c, &batches, &ops);
+  ck_assert_uint_eq(ops, 500);
+  ck_assert_uint_le(batches, 500);
+  commit_stop(c);
+  store_close(st);
+}
+END_TEST
+
+static int callback_status = 1;
+static int before_called;
+static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cb_cv = PTHREAD_COND_INITIALIZER;
+
+static void before(void *ctx) {
+  (void)ctx;
+  before_called = 1;
+}
+
+static void done(void *ctx, int status) {
+  (void)ctx;
+  pthread_mutex_lock(&cb_mu);
+  callback_status = status;
+  pthread_cond_signal(&cb_cv);
+  pthread_mutex_unlock(&cb_mu);
+}
+
+static int apply_fail(struct store *st, void *arg) {
+  (void)st;
+  (void)arg;
+  return -EIO;
+}
+
+START_TEST(failed_batch_refuses_later_writes) {
+  struct store *st = open_store();
+  struct commit *c;
+  ck_assert_int_eq(commit_start(st, &c), 0);
+  uint64_t t1, t2, t3;
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(1, 1, 1), &t1), 0);
+  ck_assert_int_eq(commit_wait(c, t1), 0);
+  int status = 7;
+  /* already committed: answered at once, before() not called */
+  ck_assert_int_eq(commit_when_done(c, t1, before, done, NULL, &status), 1);
+  ck_assert_int_eq(status, 0);
+  ck_assert_int_eq(before_called, 0);
+  ck_assert_int_eq(commit_enqueue(c, apply_fail, NULL, NULL, &t2), 0);
+  ck_assert_int_eq(commit_wait(c, t2), -EIO);
+  /* memory may now be ahead of disk: later writes fail too, and nothing of
+   * the failed batch was stored */
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(2, 1, 2), &t3), 0);
+  pthread_mutex_lock(&cb_mu);
+  int r = commit_when_done(c, t3, before, done, NULL, &status);
+  if (r == 0) {
+    ck_assert_int_eq(before_called, 1);
+    while (callback_status == 1) pthread_cond_wait(&cb_cv, &cb_mu);
+    status = callback_status;
+  }
+  pthread_mutex_unlock(&cb_mu);
+  ck_assert_int_eq(status, -EIO);
+  int n = 0;
+  ck_assert_int_eq(store_experiment_results(st, 1, 0, 0, count_results, &n), 0);
+  ck_assert_int_eq(n, 1);
+  commit_stop(c);
+  store_close(st);
+}
+END_TEST
+
+START_TEST(duplicate_result_is_a_constraint_error) {
+  struct store *st = open_store();
+  struct result_op *a = make_result(1, 1, 1), *b = make_result(2, 1, 1);
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_insert_result(st, &a->row), 0);
+  ck_assert_int_eq(store_insert_result(st, &b->row), -EEXIST);
+  ck_assert_int_eq(store_rollback(st), 0);
+  free(a);
+  free(b);
+  store_close(st);
+}
+END_TEST
+
+static int nan_seen;
+static int load_asha(void *ctx, const struct store_asha_row *r) {
+  (void)ctx;
+  if (isnan(r->value)) nan_seen++;
+  return 0;
+}
+static int load_nop_exp(void *c, const struct store_experiment_row *r) { (void)c; (void)r; return 0; }
+static int load_nop_trial(void *c, const struct store_trial_row *r) { (void)c; (void)r; return 0; }
+static int load_nop_result(void *c, const struct store_result_row *r) { (void)c; (void)r; return 0; }
+static int load_nop_worker(void *c, const struct store_worker_row *r) { (void)c; (void)r; return 0; }
+static int load_nop_ckpt(void *c, int64_t t, int64_t i) { (void)c; (void)t; (void)i; return 0; }
+
+START_TEST(asha_nan_round_trips_as_null) {
+  struct store *st = open_store();
+  struct store_asha_row r = {1, 1, 0, 1.0, NAN, 1, 5};
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_insert_asha(st, &r), 0);
+  r.value = 2.5;
+  ck_assert_int_eq(store_insert_asha(st, &r), 0);
+  ck_assert_int_eq(store_commit(st), 0);
+  struct store_loader l = {NULL, load_nop_exp, load_nop_trial, load_nop_result, load_asha,
+                           load_nop_worker, load_nop_ckpt};
+  ck_assert_int_eq(store_load(st, &l), 0);
+  ck_assert_int_eq(nan_seen, 1);
+  store_close(st);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("server_store");
+  TCase *tc = tcase_create("store");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, migrations_and_round_trip);
+  tcase_add_test(tc, group_commit_orders_and_waits);
+  tcase_add_test(tc, failed_batch_refuses_later_writes);
+  tcase_add_test(tc, duplicate_result_is_a_constraint_error);
+  tcase_add_test(tc, asha_nan_round_trips_as_null);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
