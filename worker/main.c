@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "cgroup.h"
 #include "cpuset.h"
 #include "execwrap.h"
 #include "gpu.h"
@@ -32,6 +33,7 @@ static const char usage[] =
     "  --poll-ms N          lease poll interval when idle (default 1000)\n"
     "  --stop-grace-s N     SIGTERM to SIGKILL grace for trials (default 10)\n"
     "  --max-queued N       results kept while the server is away (default 100000)\n"
+    "  --no-cgroup          do not use cgroup v2 even when it is delegated\n"
     "  --version, --help\n";
 
 static struct worker *g_worker;
@@ -138,6 +140,7 @@ int main(int argc, char **argv) {
 
   static struct worker_opts o;
   const char *cpus_arg = NULL, *gpus_arg = NULL, *token_file = NULL;
+  int use_cgroup = 1;
   long gpu_mem = 16384, v;
   char host[256] = "worker";
   gethostname(host, sizeof host - 1);
@@ -149,7 +152,7 @@ int main(int argc, char **argv) {
   o.memory_mb = sysinfo(&si) == 0 ? (long)((unsigned long long)si.totalram * si.mem_unit >> 20) : 0;
 
   enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
-         O_POLL, O_GRACE, O_QUEUE, O_VERSION, O_HELP };
+         O_POLL, O_GRACE, O_QUEUE, O_NOCG, O_VERSION, O_HELP };
   static const struct option longopts[] = {
       {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
       {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
@@ -157,7 +160,8 @@ int main(int argc, char **argv) {
       {"memory-mb", required_argument, 0, O_MEM}, {"work-dir", required_argument, 0, O_WORK},
       {"name", required_argument, 0, O_NAME},     {"train-bin", required_argument, 0, O_TRAIN},
       {"poll-ms", required_argument, 0, O_POLL},  {"stop-grace-s", required_argument, 0, O_GRACE},
-      {"max-queued", required_argument, 0, O_QUEUE}, {"version", no_argument, 0, O_VERSION},
+      {"max-queued", required_argument, 0, O_QUEUE}, {"no-cgroup", no_argument, 0, O_NOCG},
+      {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
   int c;
   opterr = 0;
@@ -175,6 +179,7 @@ int main(int argc, char **argv) {
       case O_POLL: if (parse_long("--poll-ms", optarg, 1, 600000, &v)) return 2; o.poll_ms = (unsigned)v; break;
       case O_GRACE: if (parse_long("--stop-grace-s", optarg, 0, 3600, &v)) return 2; o.stop_grace_ms = (unsigned)v * 1000; break;
       case O_QUEUE: if (parse_long("--max-queued", optarg, 1, 100000000, &v)) return 2; o.max_queued = (size_t)v; break;
+      case O_NOCG: use_cgroup = 0; break;
       case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
       case O_HELP: fputs(usage, stdout); return 0;
       default:
@@ -219,9 +224,16 @@ int main(int argc, char **argv) {
   o.token = token;
 
   /* What the per-trial limits mean here, said once. */
-  log_info("limits: cpu pinned per trial (sched_setaffinity), memory_mb as RLIMIT_AS for "
-           "CPU trials; not enforced: fractional cpu quotas and resident memory "
-           "(no cgroup v2 delegation used)");
+  static struct cgroup_ctx cg;
+  char why[512] = "disabled by --no-cgroup";
+  if (use_cgroup && cgroup_setup(&cg, "/sys/fs/cgroup", NULL, why, sizeof why) == 0)
+    log_info("limits: cpu pinned per trial (sched_setaffinity); cpu.max and memory.max in "
+             "cgroup %s/trial-<id>", cg.base);
+  else
+    log_info("limits: cpu pinned per trial (sched_setaffinity), memory_mb as RLIMIT_AS "
+             "(address space) for CPU trials; NOT enforced: fractional cpu quotas and "
+             "resident memory, because %s", why);
+  o.cgroup = &cg;
 
   uv_loop_t *loop = uv_default_loop();
   struct worker *w = NULL;

@@ -183,6 +183,7 @@ void trial_free(struct trial *t) {
   cJSON_Delete(t->lease);
   free(t->time_attr);
   free(t->dir);
+  free(t->cgroup);
   cJSON_Delete(t->held);
   free(t);
 }

@@ -39,6 +39,7 @@ struct trial {
   int id;
   char *time_attr;
   char *dir;            /* <work dir>/trials/<id> */
+  char *cgroup;         /* its cgroup v2 dir, removed when it ends; or NULL */
   cJSON *lease;         /* the lease's trial object, owned */
   struct alloc_grant grant;
   int has_grant;

@@ -403,6 +403,7 @@ static void worker_on_exit(void *arg, struct trial *t, int code, int sig) {
 static void worker_on_closed(void *arg, struct trial *t) {
   struct worker *w = arg;
   t->closed = 1;
+  if (t->cgroup) cgroup_trial_remove(t->cgroup);
   worker_release(w, t);
   worker_maybe_free(w, t);
   worker_check_drained(w);
@@ -452,7 +453,16 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   /* Memory: a cgroup would cap resident memory; RLIMIT_AS caps address
    * space, which CUDA reserves by the terabyte, so GPU trials go without. */
   struct proc_limits lim = {cpus, 0, NULL};
-  if (t->grant.memory_mb > 0 && t->grant.ngpus == 0) lim.rlimit_as_mb = t->grant.memory_mb;
+  char cg[4300];
+  if (w->o.cgroup && w->o.cgroup->enabled) {
+    rc = cgroup_trial_create(w->o.cgroup, t->id, t->grant.cpu_quota, t->grant.memory_mb, cg,
+                             sizeof cg);
+    if (rc == 0 && (t->cgroup = strdup(cg))) lim.cgroup = t->cgroup;
+    else log_warn("trial %d: cannot create its cgroup (%s): cpu/memory not capped", t->id,
+                  strerror(rc < 0 ? -rc : ENOMEM));
+  } else if (t->grant.memory_mb > 0 && t->grant.ngpus == 0) {
+    lim.rlimit_as_mb = t->grant.memory_mb;
+  }
   rc = trial_start(t, w->loop, w->o.self_exe, cmd.argv, cmd.env, cmd.cwd, &lim,
                    &worker_trial_events, w);
   trainable_cmd_free(&cmd);

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "alloc.h"
+#include "cgroup.h"
 
 struct worker_opts {
   const char *server;     /* base URL */
@@ -24,6 +25,7 @@ struct worker_opts {
   unsigned poll_ms;       /* lease poll interval when the server has nothing */
   unsigned stop_grace_ms; /* SIGTERM -> SIGKILL */
   size_t max_queued;      /* outbox bound (results) */
+  const struct cgroup_ctx *cgroup;  /* enabled: cpu.max/memory.max per trial */
 };
 
 struct worker;

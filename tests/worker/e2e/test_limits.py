@@ -27,7 +27,7 @@ def env_line(env, worker, trial_id):
 def body(env):
     env.start_server()
     w = env.start_worker("w1", "--cpus", "2", "--gpus", "2", "--gpu-mem-mb", "1000",
-                         "--memory-mb", "4000")
+                         "--memory-mb", "4000", "--no-cgroup")
     sched = {"type": "fifo", "time_attr": "training_iteration", "max_t": 40}
     frac = env.submit(command_config("fractional", ["sh", TRAINABLE, "40", "0.1"], num_samples=2,
                                      max_concurrent_trials=2, scheduler=sched,
