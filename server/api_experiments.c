@@ -214,7 +214,7 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
   pthread_mutex_lock(&s->lock);
   int rc = 0;
   for (int64_t i = 0; !rc && i < s->nexps; i++) {
-    cJSON *e = api_experiment_json(s, s->exps[i], 0);
+    cJSON *e = api_experiment_json(s, s->exps[i], 1);
     if (!e) rc = -ENOMEM;
     else cJSON_AddItemToArray(arr, e);
   }
