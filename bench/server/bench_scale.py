@@ -120,7 +120,20 @@ def main():
             alls = time_best(srv, "?scope=all")
             avg5 = time_best(srv, "?scope=last-5-avg")
             other = time_best(srv, "?metric=accuracy&mode=max", n=5)
+            cl = srv.conn()
+            t0 = time.perf_counter()
+            st, body = call(cl, "GET", "/api/v1/experiments/1/trials")
+            list_ms = (time.perf_counter() - t0) * 1000
+            last_seq = json.loads(body)["last_seq"]
+            t0 = time.perf_counter()
+            st, body = call(cl, "GET", "/api/v1/experiments/1/trials?since=%d" % last_seq)
+            since_ms = (time.perf_counter() - t0) * 1000
+            t0 = time.perf_counter()
+            st, body = call(cl, "GET", "/api/v1/experiments/1")
+            exp_ms = (time.perf_counter() - t0) * 1000
             print("[%s] server RSS %.1f MB (peak %.1f MB)" % (phase, mem["VmRSS"], mem["VmHWM"]))
+            print("[%s] GET trials (all %d): %.1f ms; trials?since=last_seq: %.2f ms; "
+                  "GET experiment: %.2f ms" % (phase, a.trials, list_ms, since_ms, exp_ms))
             print("[%s] best scope=last: median %.2f ms, max %.2f ms -> trial %d"
                   % (phase, last[0], last[1], last[2]["trial_id"]))
             print("[%s] best scope=all: median %.2f ms; last-5-avg: median %.2f ms"
