@@ -95,12 +95,19 @@ int cmd_best(const struct cli_args *a) {
   int ex = cli_connect(a, &c);
   if (ex) return ex;
   int rc = cli_print_best(&c, a->id, a->metric, a->mode, a->scope, a->json, &err);
-  if (rc) {
-    if (rc == HTTP_ERR_NOT_FOUND && !strstr(err.message, "metric") && !strstr(err.message, "result"))
+  if (rc == HTTP_ERR_NOT_FOUND) {
+    /* 404 is an unknown experiment or one where no trial has the metric yet:
+     * ask which, so the message says the right thing. */
+    char path[96];
+    cJSON *exp = NULL;
+    struct http_error e2;
+    snprintf(path, sizeof(path), "/api/v1/experiments/%lld", a->id);
+    if (http_json(&c, "GET", path, NULL, &exp, &e2) == HTTP_ERR_NOT_FOUND)
       snprintf(err.message, sizeof(err.message),
                "experiment %lld not found on %s; list experiments with `ctune status`", a->id, c.base);
-    ex = cli_fail_http(rc, &err);
+    cJSON_Delete(exp);
   }
+  if (rc) ex = cli_fail_http(rc, &err);
   http_client_free(&c);
   return ex;
 }

@@ -127,7 +127,8 @@ void proc_stop(struct proc *p, int grace_ms) {
 }
 
 int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
-                       int timeout_ms, char *out, size_t outlen) {
+                       int timeout_ms, const volatile sig_atomic_t *stop, char *out,
+                       size_t outlen) {
   uint64_t deadline = clock_mono_ms() + (uint64_t)timeout_ms;
   size_t plen = strlen(prefix);
   for (;;) {
@@ -149,6 +150,7 @@ int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const 
       fclose(f);
     }
     if (proc_exited(p)) return -ECHILD;
+    if (stop && *stop) return -EINTR;
     if (clock_mono_ms() >= deadline) return -ETIMEDOUT;
     sleep_ms(25);
   }

@@ -4,6 +4,7 @@
 #define CTUNE_CLI_PROC_H
 
 #include <stddef.h>
+#include <signal.h>
 #include <sys/types.h>
 
 struct proc {
@@ -28,8 +29,10 @@ void proc_stop(struct proc *p, int grace_ms);
 
 /* Waits up to timeout_ms for a line starting with prefix to appear in the log
  * file from byte `offset` on; copies the rest of that line to out. Stops early
- * with -ECHILD when p exits. 0, -ETIMEDOUT, -ECHILD. */
+ * with -ECHILD when p exits, -EINTR when *stop becomes non-zero.
+ * 0, -ETIMEDOUT, -ECHILD, -EINTR. */
 int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
-                       int timeout_ms, char *out, size_t outlen);
+                       int timeout_ms, const volatile sig_atomic_t *stop, char *out,
+                       size_t outlen);
 
 #endif

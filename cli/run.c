@@ -180,10 +180,10 @@ int cmd_run(const struct cli_args *a) {
     goto out;
   }
   char rest[200];
-  rc = proc_wait_log_line(&r.server, r.server_log, off, "listening on http://", 60000, rest,
-                          sizeof(rest));
+  rc = proc_wait_log_line(&r.server, r.server_log, off, "listening on http://", 60000, &cli_signal,
+                          rest, sizeof(rest));
   if (rc) {
-    if (cli_signal) {
+    if (rc == -EINTR) {
       ex = CLI_EXIT_INTERRUPTED;
       goto out;
     }

@@ -249,6 +249,8 @@ def case_remote(tmp):
     best = json.loads(out)["best_trial"]
     check(code == 0 and max(t["last_result"]["accuracy"] for t in trials) <= best["value"] + 1e-12,
           f"best by accuracy: {out}")
+    code, out, err = ctune("best", "1", "--metric", "nosuch", *A)
+    check(code == 5 and "nosuch" in err and "experiment 1 not found" not in err, f"best, no metric: {code} {err}")
     code, out, err = ctune("logs", str(trials[0]["id"]), *A)
     check(code == 0 and "training_iteration" in out, f"logs: {code} {out[:200]} {err}")
     code, out, err = ctune("export", "1", "--format", "csv", *A)
@@ -266,6 +268,12 @@ def case_remote(tmp):
     slow = slow_config(tmp, "slowcancel", iters=200, sleep=0.2, samples=4)
     code, out, err = ctune("submit", slow, *A)
     check(code == 0 and "submitted experiment 2" in out, f"submit 2: {out} {err}")
+    # On a terminal the reporter redraws in place; Ctrl-C only stops watching.
+    out, code = watch_in_pty(["watch", "2", *A], seconds=3.5)
+    check(code == 130, f"watch in a pty: exit {code}")
+    check(out.count("== Status ==") >= 2 and "\x1b[" in out and "A\x1b[J" in out,
+          f"redraw in place: {out[:400]!r}")
+    check("stopped watching; experiment 2 goes on" in out, "watch Ctrl-C message")
     code, out, err = ctune("cancel", "2", *A)
     check(code == 0 and "cancelled" in out, f"cancel: {code} {out} {err}")
     deadline = time.time() + 30
@@ -277,6 +285,38 @@ def case_remote(tmp):
     code, out, err = ctune("status", "--json", *A)
     exp2 = [e for e in json.loads(out)["experiments"] if e["id"] == 2][0]
     check(exp2["status"] == "CANCELLED", f"cancelled status: {exp2['status']}")
+
+
+def watch_in_pty(args, seconds):
+    """Runs ctune on a pseudo-terminal for `seconds`, then Ctrl-C."""
+    import pty
+    import select
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(os.path.join(BIN, "ctune"), ["ctune", *args])
+    chunks, deadline, sent, status = [], time.time() + seconds, False, None
+    while True:
+        if not sent and time.time() >= deadline:
+            os.kill(pid, signal.SIGINT)
+            sent = True
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif sent:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+                break
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return b"".join(chunks).decode(errors="replace"), os.waitstatus_to_exitcode(status)
 
 
 def run_json_lines(out):
