@@ -95,6 +95,8 @@ class Harness:
         self.drivers = []
         self.artifacts = args.artifacts
         os.makedirs(self.artifacts, exist_ok=True)
+        # ctest's timeout sends SIGTERM: unwind through close() all the same.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         if args.fake:
             self.server_cmd = [sys.executable, os.path.join(HERE, "fake_server.py")]
         else:

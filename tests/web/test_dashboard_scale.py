@@ -96,6 +96,10 @@ def main():
             times.append(h.wait_ready(d, "experiment", timeout=30))
         print("experiment page load (ms, 3 fresh loads): %s; median %.0f ms" %
               (", ".join("%.0f" % t for t in times), statistics.median(times)), flush=True)
+        marks = d.execute_script("return performance.getEntriesByType('mark')"
+                                 ".filter(m => m.name.startsWith('ctune:')).map(m => [m.name.slice(6), m.startTime]);")
+        print("last load's steps (ms after navigation): " +
+              ", ".join("%s %.0f" % (n, ms) for n, ms in marks) + ", ready %.0f" % times[-1], flush=True)
         size, fetch_ms = d.execute_script(
             "const e = performance.getEntriesByType('resource').find(r => /trials$/.test(r.name));"
             "return e ? [e.decodedBodySize || e.encodedBodySize, e.duration] : [0, 0];")

@@ -388,6 +388,7 @@ export function mount(main, [idStr], ctx) {
       const chartPromise = loadChartJs();
       const [e, tr] = await Promise.all([api.get(`/experiments/${id}`), api.get(`/experiments/${id}/trials`)]);
       if (st.disposed) return;
+      performance.mark('ctune:trials-fetched');
       st.exp = e;
       applyTrials(tr.trials || []);
       if (Number.isFinite(tr.last_seq)) st.trialSeq = Math.max(st.trialSeq, tr.last_seq);
@@ -396,6 +397,7 @@ export function mount(main, [idStr], ctx) {
       renderHead();
       table.render();
       renderParcoords();
+      performance.mark('ctune:tables-drawn');
       ro.observe(pcCanvas);
       const Chart = await chartPromise;
       if (st.disposed) return;
@@ -407,8 +409,10 @@ export function mount(main, [idStr], ctx) {
       } else {
         curvesBox.replaceWith(note(NO_CHART_NOTE, 'warn'));
       }
+      performance.mark('ctune:chart-ready');
       await fetchCurves(curveIds());
       if (st.disposed) return;
+      performance.mark('ctune:curves-fetched');
       renderCurves();
       ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
       ctx.ready();
