@@ -5,11 +5,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
+#include "data.h"
 #include "exit_codes.h"
 #include "test_util.h"
 #include "train.h"
@@ -280,6 +282,51 @@ START_TEST(drop_last_and_train_limit) {
 }
 END_TEST
 
+START_TEST(cifar10_cnn_runs_and_learns) {
+  /* 3x32x32 records whose class shows as a bright row in the red plane */
+  const int n = 300;
+  size_t len = (size_t)n * 3073;
+  uint8_t *b = malloc(len);
+  ck_assert_ptr_nonnull(b);
+  uint32_t seed = 9;
+  for (int i = 0; i < n; i++) {
+    uint8_t *rec = b + (size_t)i * 3073;
+    rec[0] = (uint8_t)(i % 10);
+    for (int k = 0; k < 3072; k++) {
+      seed = seed * 1103515245u + 12345u;
+      int v = (int)((seed >> 16) % 64);
+      if (k < 1024 && k / 32 == 3 * (i % 10)) v += 180;
+      rec[1 + k] = (uint8_t)v;
+    }
+  }
+  char cdir[4300], name[32];
+  snprintf(cdir, sizeof(cdir), "%s/cifar-10-batches-bin", dir);
+  ck_assert_int_eq(mkdir(cdir, 0755), 0);
+  for (int i = 1; i <= 5; i++) {
+    snprintf(name, sizeof(name), "data_batch_%d.bin", i);
+    ck_assert_int_eq(tu_write(cdir, name, b, len, 0), 0);
+  }
+  ck_assert_int_eq(tu_write(cdir, "test_batch.bin", b, len, 0), 0);
+  free(b);
+  struct train_config c;
+  base(&c);
+  c.dataset = DATA_CIFAR10;
+  c.train_limit = 600;
+  c.epochs = 4;
+  c.batch_size = 8;
+  c.lr = 0.01;
+  c.test = 1;
+  char *out;
+  ck_assert_int_eq(run(&c, &out), TRAIN_EXIT_OK);
+  ck_assert_int_eq(count_lines(out), 4);
+  const char *last = strstr(out, "\"training_iteration\": 4");
+  double tacc = 0;
+  ck_assert(last && sscanf(strstr(last, "\"test_accuracy\""), "\"test_accuracy\": %lf", &tacc) == 1);
+  ck_assert_msg(tacc > 0.3, "cifar test accuracy %g (chance 0.1)", tacc);
+  free(out);
+}
+END_TEST
+
 START_TEST(cuda_without_device_exit_7) {
   struct train_config c;
   base(&c);
@@ -304,6 +351,7 @@ int main(void) {
   tcase_add_test(tc, unusable_checkpoint_dir_exit_4_before_training);
   tcase_add_test(tc, split_too_small_is_bad_config);
   tcase_add_test(tc, drop_last_and_train_limit);
+  tcase_add_test(tc, cifar10_cnn_runs_and_learns);
   tcase_add_test(tc, cuda_without_device_exit_7);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -37,7 +37,7 @@ static inline void tu_rmtree(char *dir) {
 /* Writes bytes to dir/name, gzipped when gz. */
 static inline int tu_write(const char *dir, const char *name, const void *buf,
                            size_t len, int gz) {
-  char path[4096];
+  char path[8192];
   snprintf(path, sizeof(path), "%s/%s", dir, name);
   if (gz) {
     gzFile f = gzopen(path, "wb");
