@@ -1,0 +1,211 @@
+/* state_load: rebuilds the in-memory model from SQLite at start — rows,
+ * result indexes, and the scheduler's records replayed in their order. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "server.h"
+#include "state_internal.h"
+#include "validate.h"
+
+struct load_ctx {
+  struct server *s;
+  char *err;
+  size_t errlen;
+};
+
+static int load_experiment(void *ctx, const struct store_experiment_row *r) {
+  struct load_ctx *lc = ctx;
+  struct server *s = lc->s;
+  struct validate_error verr = {{0}, {0}};
+  int rc = -ENOMEM;
+  cJSON *cfg = cJSON_Parse(r->config);
+  struct experiment *e = calloc(1, sizeof *e);
+  if (!cfg || !e) goto fail;
+  rc = validate_experiment(cfg, &e->spec, &verr);
+  if (rc) {
+    snprintf(lc->err, lc->errlen, "experiment %lld no longer validates: %s: %s",
+             (long long)r->id, verr.path, verr.message);
+    goto fail;
+  }
+  e->spec.seed = r->seed;
+  e->spec.has_seed = 1;
+  e->id = r->id;
+  e->seed = r->seed;
+  e->name = strdup(r->name);
+  e->config = strdup(r->config);
+  rc = -ENOMEM;
+  if (!e->name || !e->config) goto fail;
+  int st = state_status_parse(exp_status_names, ES_COUNT, r->status);
+  rc = -EINVAL;
+  if (st < 0 || r->id != s->nexps + 1) {
+    snprintf(lc->err, lc->errlen, "experiment %lld: bad row", (long long)r->id);
+    goto fail;
+  }
+  e->status = st;
+  e->created_at = r->created_at;
+  e->ended_at = r->has_ended_at ? r->ended_at : 0;
+  e->updated_seq = r->updated_seq;
+  e->first_trial_id = 0;
+  if ((rc = sched_create(&e->spec.sched, e->spec.mode, e->seed, &e->sched))) goto fail;
+  rc = -ENOMEM;
+  if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
+  s->exps[s->nexps++] = e;
+  if (r->updated_seq > s->seq) s->seq = r->updated_seq;
+  cJSON_Delete(cfg);
+  return 0;
+fail:
+  cJSON_Delete(cfg);
+  if (e && !e->sched) validate_spec_free(&e->spec), memset(&e->spec, 0, sizeof e->spec);
+  state_experiment_free(e);
+  if (rc == -ENOMEM && !lc->err[0]) snprintf(lc->err, lc->errlen, "out of memory");
+  return rc;
+}
+
+static int load_trial(void *ctx, const struct store_trial_row *r) {
+  struct load_ctx *lc = ctx;
+  struct server *s = lc->s;
+  struct experiment *e = server_experiment(s, r->experiment_id);
+  int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
+  if (!e || st < 0 || r->id != s->ntrials + 1) {
+    snprintf(lc->err, lc->errlen, "trial %lld: bad row", (long long)r->id);
+    return -EINVAL;
+  }
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) return -ENOMEM;
+  struct trial *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  s->trials[s->ntrials++] = t;
+  t->id = r->id;
+  t->experiment_id = r->experiment_id;
+  t->idx = r->idx;
+  t->name = strdup(r->name);
+  t->config = strdup(r->config);
+  t->error = state_strdup_or_null(r->error);
+  if (!t->name || !t->config || (r->error && !t->error)) return -ENOMEM;
+  t->status = st;
+  t->stopped_early = r->stopped_early;
+  t->bracket = r->bracket;
+  t->has_exit_code = r->has_exit_code;
+  t->exit_code = r->exit_code;
+  t->num_failures = r->num_failures;
+  t->attempt = r->attempt;
+  t->worker_id = r->worker_id;
+  t->created_at = r->created_at;
+  t->started_at = r->started_at;
+  t->ended_at = r->ended_at;
+  t->updated_seq = r->updated_seq;
+  if (r->updated_seq > s->seq) s->seq = r->updated_seq;
+  if (!e->first_trial_id) e->first_trial_id = t->id;
+  e->num_trials++;
+  e->counts[st]++;
+  if (st != TS_TERMINATED && st != TS_ERROR) {
+    int rc = sched_add_trial(e->sched, t->id, t->bracket);
+    if (rc) {
+      snprintf(lc->err, lc->errlen, "trial %lld: cannot rejoin bracket %d", (long long)t->id,
+               t->bracket);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static int load_result(void *ctx, const struct store_result_row *r) {
+  struct load_ctx *lc = ctx;
+  struct server *s = lc->s;
+  struct trial *t = server_trial(s, r->trial_id);
+  cJSON *obj = cJSON_Parse(r->data);
+  if (!t || !obj) {
+    cJSON_Delete(obj);
+    snprintf(lc->err, lc->errlen, "result %lld: bad row", (long long)r->seq);
+    return -EINVAL;
+  }
+  int rc = state_note_result(s, t, r->t, r->decision[0] == 's' ? 's' : 'c', obj, r->data,
+                             r->seq);
+  cJSON_Delete(obj);
+  if (r->seq > s->seq) s->seq = r->seq;
+  return rc;
+}
+
+static int load_asha(void *ctx, const struct store_asha_row *r) {
+  struct load_ctx *lc = ctx;
+  struct experiment *e = server_experiment(lc->s, r->experiment_id);
+  int rc = e ? sched_restore_record(e->sched, r->trial_id, r->bracket, r->milestone, r->value,
+                                    r->stopped_early)
+             : -EINVAL;
+  if (rc)
+    snprintf(lc->err, lc->errlen, "scheduler record of trial %lld at %g does not replay (%d)",
+             (long long)r->trial_id, r->milestone, rc);
+  return rc;
+}
+
+static int load_worker(void *ctx, const struct store_worker_row *r) {
+  struct load_ctx *lc = ctx;
+  struct server *s = lc->s;
+  if (r->id != s->nworkers + 1) {
+    snprintf(lc->err, lc->errlen, "worker %lld: bad row", (long long)r->id);
+    return -EINVAL;
+  }
+  if (state_grow((void ***)&s->workers, &s->capworkers, s->nworkers + 1)) return -ENOMEM;
+  struct worker *w = calloc(1, sizeof *w);
+  if (!w || !(w->name = strdup(r->name))) {
+    free(w);
+    return -ENOMEM;
+  }
+  w->id = r->id;
+  w->cpu = r->cpu;
+  w->gpu = r->gpu;
+  w->memory_mb = r->memory_mb;
+  w->registered_at = r->registered_at;
+  /* A restart counts as a heartbeat from everyone (HACKING.md). */
+  w->last_heartbeat = clock_wall_s();
+  w->last_seen_ms = clock_mono_ms();
+  s->workers[s->nworkers++] = w;
+  return 0;
+}
+
+static int load_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
+  struct load_ctx *lc = ctx;
+  struct trial *t = server_trial(lc->s, trial_id);
+  if (t) {
+    t->has_checkpoint = 1;
+    t->checkpoint_iteration = iteration;
+  }
+  return 0;
+}
+
+int state_load(struct server *s, char *err, size_t errlen) {
+  struct load_ctx lc = {s, err, errlen};
+  err[0] = 0;
+  struct store_loader l = {&lc,        load_experiment, load_trial,     load_result,
+                           load_asha, load_worker,     load_checkpoint};
+  int rc = store_load(s->store, &l);
+  if (rc) {
+    if (!err[0]) snprintf(err, errlen, "loading the database failed (%d)", rc);
+    return rc;
+  }
+  /* Leases survive a restart: charge each worker for its RUNNING trials. */
+  for (int64_t i = 0; i < s->ntrials; i++) {
+    struct trial *t = s->trials[i];
+    struct experiment *e = server_experiment(s, t->experiment_id);
+    struct worker *w = server_worker(s, t->worker_id);
+    if (t->status == TS_RUNNING && w) {
+      w->used_cpu += e->spec.resources.cpu;
+      w->used_gpu += e->spec.resources.gpu;
+      w->used_memory_mb += e->spec.resources.memory_mb;
+    } else if (t->status == TS_RUNNING) {
+      /* Leased to no known worker: nobody would ever heartbeat for it. */
+      e->counts[TS_RUNNING]--;
+      e->counts[TS_PENDING]++;
+      t->status = TS_PENDING;
+      t->worker_id = 0;
+    }
+  }
+  for (int64_t i = 0; i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    e->pending_cursor = 0;
+  }
+  return 0;
+}
