@@ -16,6 +16,9 @@
 #include "optim.h"
 #include "report.h"
 #include "rng.h"
+#ifdef CTUNE_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 
 static const char *const model_name[] = {"mlp", "cnn"};
 
@@ -30,13 +33,26 @@ const char *train_backends_built(void) {
 #endif
 }
 
+/* Backend failures: out of memory and no device have their own codes; any
+ * other error (including -EINVAL: the loop validated everything it passes)
+ * is a bug. */
 static int exit_for_errno(int e) {
   switch (e) {
     case -ENOMEM: return TRAIN_EXIT_OOM;
     case -ENODEV: return TRAIN_EXIT_NO_DEVICE;
-    case -EINVAL: return TRAIN_EXIT_USAGE;
     default: return TRAIN_EXIT_INTERNAL;
   }
+}
+
+/* The backend's own sentence about its last failure, or strerror. */
+static const char *backend_why(const struct backend_ops *ops, int rc) {
+#ifdef CTUNE_HAVE_CUDA
+  if (ops == &backend_cuda_ops && backend_cuda_last_error()[0])
+    return backend_cuda_last_error();
+#else
+  (void)ops;
+#endif
+  return strerror(-rc);
 }
 
 /* Picks and creates the backend for cfg->device. */
@@ -58,12 +74,16 @@ static int open_backend(const struct train_config *cfg,
       return 0;
     }
     if (cfg->device == DEVICE_CUDA) {
-      snprintf(err, errlen, "--device cuda: cannot start the CUDA backend: %s",
-               rc == -ENODEV ? "no usable CUDA device" : strerror(-rc));
+      const char *why = backend_cuda_last_error();
+      if (why[0]) /* the backend's sentence already names --device cuda */
+        snprintf(err, errlen, "%s", why);
+      else
+        snprintf(err, errlen, "--device cuda: cannot start the CUDA backend: %s",
+                 strerror(-rc));
       return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
     }
     log_info("device: cpu (auto: CUDA backend unavailable: %s)",
-             rc == -ENODEV ? "no usable CUDA device" : strerror(-rc));
+             backend_why(&backend_cuda_ops, rc));
 #else
     if (cfg->device == DEVICE_CUDA) {
       snprintf(err, errlen,
@@ -153,7 +173,7 @@ static int save_ckpt(const struct train_config *cfg, struct run *r,
   int64_t step = 0;
   int rc = r->ops->get_state(r->be, r->params, r->state, &step);
   if (rc) {
-    snprintf(err, errlen, "cannot read the model state: %s", strerror(-rc));
+    snprintf(err, errlen, "cannot read the model state: %s", backend_why(r->ops, rc));
     return TRAIN_EXIT_INTERNAL;
   }
   struct ckpt c = {
@@ -231,7 +251,7 @@ static int resume(const struct train_config *cfg, struct run *r,
   rc = r->ops->set_state(r->be, c.params, c.state, c.step);
   if (rc) {
     snprintf(err, errlen, "cannot load the checkpoint into the backend: %s",
-             strerror(-rc));
+             backend_why(r->ops, rc));
     ret = TRAIN_EXIT_INTERNAL;
     goto out;
   }
@@ -337,7 +357,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   optim_init_params(&L, &init_rng, r.params);
   rc = r.ops->set_state(r.be, r.params, NULL, 0);
   if (rc) {
-    snprintf(err, errlen, "cannot initialise the model: %s", strerror(-rc));
+    snprintf(err, errlen, "cannot initialise the model: %s", backend_why(r.ops, rc));
     ret = exit_for_errno(rc);
     goto out;
   }
@@ -378,10 +398,16 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
         continue;
       }
       if (rc) {
-        snprintf(err, errlen, "training step failed at epoch %lld: %s",
-                 (long long)s.epoch + 1,
-                 rc == -ENOMEM ? "out of memory (try a smaller batch_size)"
-                               : strerror(-rc));
+        if (rc == -ENOMEM)
+          snprintf(err, errlen,
+                   "out of memory at batch_size %d, epoch %lld (%s backend: "
+                   "%s): try a smaller batch_size%s",
+                   bs, (long long)s.epoch + 1, r.ops->name,
+                   backend_why(r.ops, rc),
+                   cfg->oom_retry ? "" : " or --oom-retry");
+        else
+          snprintf(err, errlen, "training step failed at epoch %lld: %s",
+                   (long long)s.epoch + 1, backend_why(r.ops, rc));
         ret = exit_for_errno(rc);
         goto out;
       }
@@ -416,7 +442,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       rc = eval_set(r.ops, r.be, r.test.x, r.test.y, r.test.n, dim, EVAL_CHUNK,
                     &tloss, &tacc);
     if (rc) {
-      snprintf(err, errlen, "evaluation failed: %s", strerror(-rc));
+      snprintf(err, errlen, "evaluation failed: %s", backend_why(r.ops, rc));
       ret = exit_for_errno(rc);
       goto out;
     }
