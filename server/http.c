@@ -164,6 +164,17 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     else if (!strcmp(method, "PUT") && http_ends_with(url, "/logs"))
       r->limit = HTTP_MAX_LOG;
     *con_cls = r;
+    /* A huge declared length is refused before reading any of it (MHD then
+     * closes the connection, which clients that write the whole body before
+     * reading see as a reset); a merely oversized body is read and dropped
+     * so that every client gets its 413 JSON. */
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > r->limit + HTTP_MAX_DROP) {
+      r->too_large = 1;
+      http_dispatch(r, url, method);
+      return http_send(r);
+    }
     return MHD_YES;
   }
   if (r->state == REQ_READING && *upload_data_size) {
@@ -173,7 +184,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
       /* Keep reading and dropping to answer 413 at the end, but not forever. */
       r->too_large = 1;
       r->dropped += n;
-      return r->dropped > HTTP_MAX_DROP ? MHD_NO : MHD_YES;
+      return r->dropped > HTTP_MAX_DROP ? MHD_NO : MHD_YES; /* chunked, no length */
     }
     if (r->len + n + 1 > r->cap) {
       size_t nc = r->cap ? r->cap : 4096;

@@ -79,6 +79,14 @@ def test_body_limit_413():
     st, b, _ = s.post("/api/v1/experiments", big)
     assert st == 413 and b["error"]["code"] == "payload_too_large", (st, b)
     assert s.ok("GET", "/api/v1/experiments")["experiments"] == []
+    # a huge declared length is answered before any of the body is read
+    import socket
+    c = socket.create_connection((s.host, s.port))
+    c.sendall(b"POST /api/v1/experiments HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 1000000000\r\n\r\n")
+    reply = c.recv(4096)
+    c.close()
+    assert reply.startswith(b"HTTP/1.1 413") and b"payload_too_large" in reply, reply
     s.stop()
 
 
