@@ -73,7 +73,7 @@ export function drawParcoords(canvas, axes, rank, bestIndex) {
     strokeRow(ctx, axes, scales, xs, bestIndex, top, span);
   }
   // Axes with their labels and extreme values on top of the lines.
-  const fg = cssVar('--fg', '#222'), muted = cssVar('--muted', '#666');
+  const fg = cssVar('--fg', '#222'), muted = cssVar('--muted', '#666'), halo = cssVar('--card', '#fff');
   ctx.lineWidth = 1;
   ctx.font = '12px system-ui, sans-serif';
   ctx.textAlign = 'center';
@@ -87,11 +87,30 @@ export function drawParcoords(canvas, axes, rank, bestIndex) {
     ctx.fillText(a.label + (a.log ? ' (log)' : ''), xs[i], 14);
     ctx.fillStyle = muted;
     const s = scales[i];
-    const hiText = s.kind === 'num' ? fmtNum(s.hi) : (s.cats[s.cats.length - 1] || '');
-    const loText = s.kind === 'num' ? fmtNum(s.lo) : (s.cats[0] || '');
-    ctx.fillText(hiText, xs[i], top - 6);
-    ctx.fillText(loText, xs[i], top + span + 16);
+    if (s.kind === 'num') {
+      ctx.fillText(fmtNum(s.hi), xs[i], top - 6);
+      ctx.fillText(fmtNum(s.lo), xs[i], top + span + 16);
+    } else {
+      // Categories: each one named beside its place on the axis (when few enough).
+      const show = s.cats.length <= 12 ? s.cats : [s.cats[0], s.cats[s.cats.length - 1]];
+      ctx.textAlign = 'left';
+      for (const c of show) {
+        const y = top + span * (1 - s.pos(JSON.parse(c)));
+        const ly = Math.min(Math.max(y + 4, top + 4), top + span);
+        // A halo in the card's colour keeps the name legible over the lines.
+        ctx.strokeStyle = halo;
+        ctx.lineWidth = 3;
+        ctx.strokeText(catLabel(c), xs[i] + 5, ly);
+        ctx.fillText(catLabel(c), xs[i] + 5, ly);
+      }
+      ctx.textAlign = 'center';
+    }
   });
+}
+
+function catLabel(json) {
+  const v = JSON.parse(json);
+  return typeof v === 'string' ? v : json;
 }
 
 function strokeRow(ctx, axes, scales, xs, r, top, span) {
