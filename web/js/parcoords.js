@@ -79,6 +79,7 @@ export function drawParcoords(canvas, axes, rank, bestIndex) {
   ctx.textAlign = 'center';
   axes.forEach((a, i) => {
     ctx.strokeStyle = muted;
+    ctx.lineWidth = 1;
     ctx.beginPath();
     ctx.moveTo(xs[i], top);
     ctx.lineTo(xs[i], top + span);
