@@ -105,7 +105,9 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
     }
   }
   if (t->status != TS_RUNNING || e->status != ES_RUNNING) {
-    /* Cancelled, ended, or no longer leased: the worker must stop it. */
+    /* Cancelled, ended, or no longer leased: the worker must stop it. The
+     * change that says so may still be queued: answer once it is durable. */
+    resp->ticket = commit_last_ticket(s->commit);
     rc = api_decision(resp, "stop");
     goto out;
   }

@@ -143,6 +143,8 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
       if (!t || t->status != TS_RUNNING || t->worker_id != w->id)
         cJSON_AddItemToArray(stop, cJSON_CreateNumber(c->valuedouble));
     }
+    /* Whatever made a trial stoppable must be durable before we say so. */
+    if (cJSON_GetArraySize(stop)) resp->ticket = commit_last_ticket(s->commit);
   }
   pthread_mutex_unlock(&s->lock);
   if (w) {
