@@ -12,6 +12,14 @@ extern "C" {
 }
 
 #define CUOPS_THREADS 256
+
+// Launches go through these so tests/cuda/emu_cuda_ops.cpp can run the same
+// kernels on the host; SYNC marks kernels that use __syncthreads.
+#ifndef CUOPS_LAUNCH
+#define CUOPS_LAUNCH(kernel, grid, stream, ...) \
+  kernel<<<(grid), CUOPS_THREADS, 0, (stream)>>>(__VA_ARGS__)
+#define CUOPS_LAUNCH_SYNC CUOPS_LAUNCH
+#endif
 // Grid-stride loops: a bounded grid covers any count.
 #define CUOPS_MAX_BLOCKS 65535
 
@@ -31,8 +39,8 @@ static int launched(const char *what) {
   return 0;
 }
 
-#define FOR_EACH(i, count)                                              \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;      \
+#define FOR_EACH(i, count)                                         \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; \
        i < (count); i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void k_im2col(const float *in, float *col, int n, int c, int h,
@@ -129,8 +137,8 @@ __global__ void k_maxpool_backward(const float *dout, const int32_t *arg,
   }
 }
 
-__global__ void k_permute_cn(const float *in, float *out, int c, int n,
-                             int hw, int to_nchw) {
+__global__ void k_permute_cn(const float *in, float *out, int c, int n, int hw,
+                             int to_nchw) {
   const int64_t total = (int64_t)c * n * hw;
   FOR_EACH(i, total) {
     if (to_nchw) {  // out [n][c][hw] from in [c][n][hw]
@@ -218,8 +226,8 @@ __global__ void k_adam(float *p, float *m, float *v, const float *g,
                        int64_t count, float lr, float b1, float b2, float eps,
                        float wd, float bc1, float bc2) {
   FOR_EACH(i, count)
-  p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1,
-                        bc2);
+  p[i] =
+      ct_adam_update(p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 __global__ void k_fill(float *p, int64_t count, float value) {
@@ -228,37 +236,34 @@ __global__ void k_fill(float *p, int64_t count, float value) {
 
 extern "C" {
 
-int cuops_im2col(const float *in, float *col, int n, int c, int h, int w,
-                 int k, int64_t sn, int64_t sc, cudaStream_t s) {
+int cuops_im2col(const float *in, float *col, int n, int c, int h, int w, int k,
+                 int64_t sn, int64_t sc, cudaStream_t s) {
   int64_t total = (int64_t)c * k * k * n * (h - k + 1) * (w - k + 1);
   if (total <= 0) return n == 0 ? 0 : -EINVAL;
-  k_im2col<<<grid_for(total), CUOPS_THREADS, 0, s>>>(in, col, n, c, h, w, k,
-                                                      sn, sc);
+  CUOPS_LAUNCH(k_im2col, grid_for(total), s, in, col, n, c, h, w, k, sn, sc);
   return launched("im2col");
 }
 
-int cuops_col2im(const float *col, float *in, int n, int c, int h, int w,
-                 int k, int64_t sn, int64_t sc, cudaStream_t s) {
+int cuops_col2im(const float *col, float *in, int n, int c, int h, int w, int k,
+                 int64_t sn, int64_t sc, cudaStream_t s) {
   int64_t total = (int64_t)n * c * h * w;
   if (total <= 0 || h < k || w < k) return n == 0 ? 0 : -EINVAL;
-  k_col2im<<<grid_for(total), CUOPS_THREADS, 0, s>>>(col, in, n, c, h, w, k,
-                                                      sn, sc);
+  CUOPS_LAUNCH(k_col2im, grid_for(total), s, col, in, n, c, h, w, k, sn, sc);
   return launched("col2im");
 }
 
 int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols,
                    int per_row, int relu, cudaStream_t s) {
   if (rows * cols <= 0) return 0;
-  k_bias_act<<<grid_for(rows * cols), CUOPS_THREADS, 0, s>>>(y, bias, rows,
-                                                             cols, per_row,
-                                                             relu);
+  CUOPS_LAUNCH(k_bias_act, grid_for(rows * cols), s, y, bias, rows, cols,
+               per_row, relu);
   return launched("bias_act");
 }
 
 int cuops_relu_backward(const float *y, float *dy, int64_t count,
                         cudaStream_t s) {
   if (count <= 0) return 0;
-  k_relu_backward<<<grid_for(count), CUOPS_THREADS, 0, s>>>(y, dy, count);
+  CUOPS_LAUNCH(k_relu_backward, grid_for(count), s, y, dy, count);
   return launched("relu_backward");
 }
 
@@ -267,19 +272,19 @@ int cuops_maxpool_forward(const float *in, float *out, int32_t *argmax,
   if (p < 1 || h < p || w < p) return -EINVAL;
   int64_t total = planes * (h / p) * (w / p);
   if (total <= 0) return 0;
-  k_maxpool_forward<<<grid_for(total), CUOPS_THREADS, 0, s>>>(in, out, argmax,
-                                                              planes, h, w, p);
+  CUOPS_LAUNCH(k_maxpool_forward, grid_for(total), s, in, out, argmax, planes,
+               h, w, p);
   return launched("maxpool_forward");
 }
 
-int cuops_maxpool_backward(const float *dout, const int32_t *argmax,
-                           float *din, int64_t planes, int h, int w, int p,
+int cuops_maxpool_backward(const float *dout, const int32_t *argmax, float *din,
+                           int64_t planes, int h, int w, int p,
                            cudaStream_t s) {
   if (p < 1 || h < p || w < p) return -EINVAL;
   int64_t total = planes * h * w;
   if (total <= 0) return 0;
-  k_maxpool_backward<<<grid_for(total), CUOPS_THREADS, 0, s>>>(
-      dout, argmax, din, planes, h, w, p);
+  CUOPS_LAUNCH(k_maxpool_backward, grid_for(total), s, dout, argmax, din,
+               planes, h, w, p);
   return launched("maxpool_backward");
 }
 
@@ -287,17 +292,15 @@ int cuops_permute_cn(const float *in, float *out, int c, int n, int hw,
                      int to_nchw, cudaStream_t s) {
   int64_t total = (int64_t)c * n * hw;
   if (total <= 0) return 0;
-  k_permute_cn<<<grid_for(total), CUOPS_THREADS, 0, s>>>(in, out, c, n, hw,
-                                                         to_nchw);
+  CUOPS_LAUNCH(k_permute_cn, grid_for(total), s, in, out, c, n, hw, to_nchw);
   return launched("permute_cn");
 }
 
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red,
                       int64_t out_stride, int64_t red_stride, cudaStream_t s) {
   if (n_out <= 0) return 0;
-  k_sum_strided<<<(unsigned)n_out, CUOPS_THREADS, 0, s>>>(in, out, n_red,
-                                                          out_stride,
-                                                          red_stride);
+  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out, s, in, out, n_red,
+                    out_stride, red_stride);
   return launched("sum_strided");
 }
 
@@ -306,24 +309,23 @@ int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss,
                float scale, cudaStream_t s) {
   if (classes < 1) return -EINVAL;
   if (n <= 0) return 0;
-  k_xent<<<grid_for(n), CUOPS_THREADS, 0, s>>>(logits, labels, row_loss,
-                                               row_correct, dlogits, n,
-                                               classes, scale);
+  CUOPS_LAUNCH(k_xent, grid_for(n), s, logits, labels, row_loss, row_correct,
+               dlogits, n, classes, scale);
   return launched("xent");
 }
 
 int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
                     double *out_loss, int32_t *out_correct, cudaStream_t s) {
-  k_xent_sums<<<1, CUOPS_THREADS, 0, s>>>(row_loss, row_correct, n, out_loss,
-                                          out_correct);
+  CUOPS_LAUNCH_SYNC(k_xent_sums, 1, s, row_loss, row_correct, n, out_loss,
+                    out_correct);
   return launched("xent_sums");
 }
 
 int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr,
               float momentum, float weight_decay, cudaStream_t s) {
   if (count <= 0) return 0;
-  k_sgd<<<grid_for(count), CUOPS_THREADS, 0, s>>>(p, v, g, count, lr, momentum,
-                                                  weight_decay);
+  CUOPS_LAUNCH(k_sgd, grid_for(count), s, p, v, g, count, lr, momentum,
+               weight_decay);
   return launched("sgd");
 }
 
@@ -331,14 +333,14 @@ int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
                float lr, float beta1, float beta2, float eps,
                float weight_decay, float bc1, float bc2, cudaStream_t s) {
   if (count <= 0) return 0;
-  k_adam<<<grid_for(count), CUOPS_THREADS, 0, s>>>(
-      p, m, v, g, count, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+  CUOPS_LAUNCH(k_adam, grid_for(count), s, p, m, v, g, count, lr, beta1, beta2,
+               eps, weight_decay, bc1, bc2);
   return launched("adam");
 }
 
 int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {
   if (count <= 0) return 0;
-  k_fill<<<grid_for(count), CUOPS_THREADS, 0, s>>>(p, count, value);
+  CUOPS_LAUNCH(k_fill, grid_for(count), s, p, count, value);
   return launched("fill");
 }
 

@@ -7,7 +7,10 @@
 #ifndef CTUNE_MOCK_CUDA_H
 #define CTUNE_MOCK_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include <cuda_runtime_api.h>
 
 /* Devices the mock reports (default 2, or CTUNE_MOCK_GPUS). */
 void mock_cuda_set_devices(int n);
@@ -21,5 +24,11 @@ long mock_cuda_calls(void);
 long mock_cuda_live(void);
 /* A violated rule (out-of-range pointer, wrong device, a lone rank's
  * all-reduce, ...) aborts the test with a message. */
+
+/* For the kernel doubles: count a call (nonzero: it must fail), check a
+ * device range, check that a stream belongs to the current device. */
+int mock_cuda_failing(void);
+void mock_cuda_dev_range(const void *p, size_t bytes, const char *what);
+void mock_cuda_on_stream(cudaStream_t s, const char *what);
 
 #endif
