@@ -638,13 +638,20 @@ int report_events(const struct report_state *prev, const struct report_state *cu
     if (!strcmp(was, t->status)) continue;
     char lbl[48], m[512], cfg[512];
     const char *name = trial_label(t, lbl, sizeof(lbl));
-    if (!strcmp(t->status, "RUNNING")) {
+    /* A trial can start and end between two polls: say both. */
+    int ended = !strcmp(t->status, "TERMINATED") || !strcmp(t->status, "ERROR");
+    int was_waiting = !strcmp(was, "PENDING") || !strcmp(was, "PAUSED");
+    if (!strcmp(t->status, "RUNNING") || (ended && was_waiting && t->last_result)) {
       report_fmt_params(t->config, cfg, sizeof(cfg));
-      if (t->iteration > 0)
+      /* Resumed: it had made progress before it went back to waiting. */
+      if (p && p->iteration > 0)
         sbuf_printf(&sb, "Trial %s resumed at iteration %lld with config {%s}\n", name,
-                    t->iteration, cfg);
+                    p->iteration, cfg);
       else
         sbuf_printf(&sb, "Trial %s started with config {%s}\n", name, cfg);
+    }
+    if (!strcmp(t->status, "RUNNING")) {
+      /* said above */
     } else if (!strcmp(t->status, "TERMINATED")) {
       fmt_metrics(cur, t, m, sizeof(m));
       if (t->stopped_early)

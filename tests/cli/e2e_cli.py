@@ -227,8 +227,15 @@ def case_remote(tmp):
     # Submit, watch to the end with a worker (CTUNE_SERVER/CTUNE_TOKEN path).
     code, out, err = ctune("submit", quick, "--token-file", admin, env={"CTUNE_SERVER": url})
     check(code == 0 and "submitted experiment 1 'quick'" in out, f"submit: {code} {out} {err}")
+    # Watch from before the worker starts, so every trial's start is seen.
+    w = subprocess.Popen([os.path.join(BIN, "ctune"), "watch", "1", "--interval", "1", "--width", "200", *A],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(w)
+    check(w.stdout.readline() == "== Status ==\n", "watch prints the status block")
     start_worker(tmp, url, wtoken)
-    code, out, err = ctune("watch", "1", "--interval", "1", "--width", "200", *A, timeout=90)
+    out, err = w.communicate(timeout=90)
+    out = "== Status ==\n" + out
+    code = w.returncode
     check(code == 0, f"watch: {code} {err}")
     check("Trial quick_00000 started" in out and "Experiment 1 'quick': TERMINATED" in out,
           f"watch output: {out}")

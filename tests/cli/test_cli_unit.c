@@ -185,14 +185,22 @@ START_TEST(report_events_lines) {
     if (!strcmp(c->status, "ERROR")) p->status = "RUNNING";
     if (!strcmp(c->status, "RUNNING")) {
       p->status = "PENDING";
-      if (!started++) c->iteration = 0; /* a fresh start, not a resume */
+      if (started++) p->iteration = 3; /* had progress: a resume */
+      else p->iteration = 0;           /* a fresh start */
+    }
+    /* Started and ended between two polls: both lines. */
+    if (c->id == 3) {
+      p->status = "PENDING";
+      p->iteration = 0;
     }
     if (!strcmp(c->status, "PENDING") && c->id == 18) p->status = "RUNNING";
   }
   ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
   golden("events.txt", text);
   ck_assert_ptr_nonnull(strstr(text, "started with config {"));
-  ck_assert_ptr_nonnull(strstr(text, "resumed at iteration 6 with config {"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-asha_00020 resumed at iteration 3 with config {"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-asha_00002 started with config {l1=128, l2=8, lr=0.00130976, batch_size=2, momentum=0.9}\n"
+                                     "Trial fmnist-asha_00002 stopped early by the scheduler at iteration 1:"));
   ck_assert_ptr_nonnull(strstr(text, "completed after 10 iterations: loss="));
   ck_assert_ptr_nonnull(strstr(text, "stopped early by the scheduler at iteration"));
   ck_assert_ptr_nonnull(strstr(text, "errored at iteration"));
