@@ -128,6 +128,9 @@ def main():
                 "return document.getElementById('best-trial').textContent.includes('0.0123')"), timeout=6)
             live = time.time() - t1
             print("live update at %d trials: the new best shows after %.2f s" % (TRIALS, live), flush=True)
+            render_ms = d.execute_script("return window.__ctune.renderMs")
+            print("longest live re-render (table, cards, curves, parallel coordinates): %.0f ms" % render_ms, flush=True)
+            assert render_ms < 250, render_ms
             assert live < 2.0, live
             api.close()
         median = statistics.median(times)

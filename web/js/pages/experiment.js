@@ -54,7 +54,7 @@ export function mount(main, [idStr], ctx) {
   const st = {
     exp: null, trials: new Map(), curves: new Map(), fetching: new Set(), early: new Map(),
     trialSeq: 0, resultSeq: 0, chart: null, chartOff: false, disposed: false,
-    hp: [], metrics: [], trialsChanged: true,
+    hp: [], metrics: [], trialsChanged: true, ranked: null,
   };
 
   const title = h('h1', null, `Experiment ${id}`);
@@ -207,6 +207,16 @@ export function mount(main, [idStr], ctx) {
     h('p', { class: 'muted small' }, `Milestones are in ${s.time_attr || 'training_iteration'}, cutoffs in ${st.exp.metric}: a trial worse than the cutoff when it reaches a milestone stops there.`));
   }
 
+  // Trials with a finite metric, best first; sorted once per change of the trials.
+  function rankedTrials() {
+    if (!st.ranked) {
+      const c = bestFirst(st.exp.mode);
+      st.ranked = [...st.trials.values()].filter((t) => Number.isFinite(metricOf(t)))
+        .sort((x, y) => c(metricOf(x), metricOf(y)));
+    }
+    return st.ranked;
+  }
+
   function curveIds() {
     const ids = new Set();
     const b = bestId();
@@ -215,10 +225,7 @@ export function mount(main, [idStr], ctx) {
       if (ids.size >= MAX_CURVES / 2) break;
       if (t.status === 'RUNNING') ids.add(t.id);
     }
-    const c = bestFirst(st.exp.mode);
-    const ranked = [...st.trials.values()].filter((t) => Number.isFinite(metricOf(t)))
-      .sort((x, y) => c(metricOf(x), metricOf(y)));
-    for (const t of ranked) {
+    for (const t of rankedTrials()) {
       if (ids.size >= MAX_CURVES) break;
       ids.add(t.id);
     }
@@ -285,13 +292,12 @@ export function mount(main, [idStr], ctx) {
     const axes = st.hp.map((k) => ({ label: k, log: Boolean(space[k] && LOG_TYPES.has(space[k].type)),
       values: rows.map((t) => (t.config ? t.config[k] : null)) }));
     axes.push({ label: st.exp.metric, log: false, values: rows.map(metricOf) });
-    const c = bestFirst(st.exp.mode);
-    const idx = rows.map((_t, i) => i).filter((i) => Number.isFinite(metricOf(rows[i])))
-      .sort((a, b) => c(metricOf(rows[a]), metricOf(rows[b])));
-    const rank = new Array(rows.length).fill(NaN);
-    idx.forEach((ri, k) => { rank[ri] = idx.length > 1 ? k / (idx.length - 1) : 0; });
+    const ranked = rankedTrials();
+    const place = new Map(ranked.map((t, k) => [t.id, k]));
+    const rank = rows.map((t) => (place.has(t.id)
+      ? (ranked.length > 1 ? place.get(t.id) / (ranked.length - 1) : 0) : NaN));
     const b = bestId();
-    pcNote.textContent = `${idx.length.toLocaleString()} trials with ${st.exp.metric}; brighter and warmer is better, the best is the thick line. The trial table holds the same numbers.`;
+    pcNote.textContent = `${ranked.length.toLocaleString()} trials with ${st.exp.metric}; brighter and warmer is better, the best is the thick line. The trial table holds the same numbers.`;
     drawParcoords(pcCanvas, axes, rank, rows.findIndex((t) => t.id === b));
   }
 
@@ -302,6 +308,7 @@ export function mount(main, [idStr], ctx) {
     }
     if (list.length) {
       st.trialsChanged = true;
+      st.ranked = null;
       table.setRows([...st.trials.values()]);
     }
   }
@@ -359,7 +366,11 @@ export function mount(main, [idStr], ctx) {
     for (const tid of wanted) if (!st.curves.has(tid) && st.trials.get(tid)?.last_result) missing.add(tid);
     if (missing.size) await fetchCurves(missing);
     if (st.disposed) return false;
+    const t0 = performance.now();
     render();
+    // How long a live update holds the main thread (the scale test reads it).
+    const dt = performance.now() - t0;
+    window.__ctune.renderMs = Math.max(window.__ctune.renderMs || 0, dt);
     ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
     if (p) p.setInterval(e.status === 'RUNNING' ? 1000 : 5000);
     return more;
