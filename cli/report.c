@@ -23,6 +23,11 @@ static int is_time_key(const char *k, const char *time_attr) {
          !strcmp(k, "done") || (time_attr && !strcmp(k, time_attr));
 }
 
+/* Result keys that are about the run rather than the model's quality. */
+static int is_minor_key(const char *k) {
+  return !strcmp(k, "samples_per_s") || !strcmp(k, "train_loss") || !strcmp(k, "gpu_mem_mb");
+}
+
 static const cJSON *get(const cJSON *o, const char *k) {
   return cJSON_GetObjectItemCaseSensitive(o, k);
 }
@@ -383,11 +388,15 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
   int np, nm = 0;
   param_keys(s, pkeys, &np, MAXK);
   if (metric) add_key(mkeys, &nm, MAXK, metric);
-  for (size_t i = 0; i < nrows; i++) {
-    const cJSON *it;
-    cJSON_ArrayForEach(it, rows[i]->last_result) {
-      if (cJSON_IsNumber(it) && !is_time_key(it->string, time_attr))
-        add_key(mkeys, &nm, MAXK, it->string);
+  /* Metrics first, throughput and the like after them (and hidden first). */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < nrows; i++) {
+      const cJSON *it;
+      cJSON_ArrayForEach(it, rows[i]->last_result) {
+        if (cJSON_IsNumber(it) && !is_time_key(it->string, time_attr) &&
+            is_minor_key(it->string) == pass)
+          add_key(mkeys, &nm, MAXK, it->string);
+      }
     }
   }
 

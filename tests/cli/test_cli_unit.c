@@ -134,6 +134,14 @@ START_TEST(report_asha_narrow_trims_to_width) {
   ck_assert_ptr_null(strstr(text, "samples_per_s |"));
   ck_assert_ptr_nonnull(strstr(text, "hidden to fit 80 columns"));
   free(text);
+  /* 120 columns (the default off a terminal): throughput and training loss
+   * go before the other metrics, which go before the params. */
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  golden("asha_w120.txt", text);
+  ck_assert_int_le(max_line_width(text), 120);
+  ck_assert_ptr_nonnull(strstr(text, "| accuracy |"));
+  ck_assert_ptr_nonnull(strstr(text, "hidden to fit 120 columns: test_accuracy train_loss samples_per_s)"));
+  free(text);
   ck_assert_int_eq(report_render(&s, NOW, 40, REPORT_MAX_ROWS, &text), 0);
   golden("asha_w40.txt", text);
   ck_assert_int_le(max_line_width(text), 40);
