@@ -10,6 +10,7 @@
 #include "api.h"
 #include "clock.h"
 #include "log.h"
+#include "utf8.h"
 
 static struct trial *api_find_trial(struct server *s, const struct api_req *req,
                                     struct api_resp *resp) {
@@ -362,6 +363,10 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
   op->crc = 0;
   memcpy(op->data, req->body, req->body_len);
   op->data[req->body_len] = 0;
+  /* A log tail is cut anywhere and may hold binary noise: store it as text. */
+  utf8_sanitize(op->data, op->len);
+  for (size_t i = 0; i < op->len; i++)
+    if (!op->data[i]) op->data[i] = '?';
   int rc = 0;
   pthread_mutex_lock(&s->lock);
   struct trial *t = api_find_trial(s, req, resp);

@@ -1,5 +1,6 @@
 /* api_util: JSON replies, the error shape, body and query parsing. */
 #include "api.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -26,6 +27,12 @@ int api_error(struct api_resp *r, int status, const char *code, const char *path
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  /* Messages and paths may quote what the client sent: keep the JSON valid. */
+  char where[256];
+  snprintf(where, sizeof where, "%s", path ? path : "");
+  utf8_sanitize(msg, strlen(msg));
+  utf8_sanitize(where, strlen(where));
+  path = where;
   cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
   if (!e || !cJSON_AddStringToObject(e, "code", code) ||
       !cJSON_AddStringToObject(e, "message", msg) ||
@@ -61,6 +68,11 @@ cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int emp
     cJSON *o = cJSON_CreateObject();
     if (!o) api_error(resp, 500, "internal", "", "out of memory");
     return o;
+  }
+  size_t bad = 0;
+  if (!utf8_valid(req->body, req->body_len, &bad)) {
+    api_error(resp, 400, "invalid_json", "", "request body is not valid UTF-8 (byte %zu)", bad);
+    return NULL;
   }
   const char *end = NULL;
   cJSON *o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, 0);

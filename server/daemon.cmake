@@ -25,6 +25,7 @@ add_library(ctune_server_http STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/auth.c
   ${CMAKE_CURRENT_SOURCE_DIR}/opts.c
   ${CMAKE_CURRENT_SOURCE_DIR}/static_path.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/utf8.c
   ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c)
 # core/sched.h would shadow the system <sched.h> (pulled in by <pthread.h>)
 # if core/ were a -I directory here: reach the core headers with -iquote.

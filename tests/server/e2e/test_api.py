@@ -53,6 +53,8 @@ def test_validation_errors_change_nothing():
     assert st == 400 and b["error"]["code"] == "invalid_json"
     st, b, _ = s.post("/api/v1/experiments", "[1,2]")
     assert st == 400 and b["error"]["code"] == "invalid_json"
+    st, b, _ = s.post("/api/v1/experiments", b'{"name": "caf\xe9"}')
+    assert st == 400 and "UTF-8" in b["error"]["message"], b
     assert s.ok("GET", "/api/v1/experiments")["experiments"] == []
     # bad worker bodies, bad results: 400 and nothing stored
     st, b, _ = s.post("/api/v1/workers", {"name": "w", "resources": {"cpu": -1}})
@@ -283,6 +285,8 @@ def test_checkpoint_and_logs():
     s.ok("PUT", path, data, headers={"X-Ctune-Iteration": "3", "X-Ctune-Crc32": crc})
     st, body, h = s.request("GET", path, raw=True)
     assert st == 200 and body == data and h["x-ctune-iteration"] == "3" and h["x-ctune-crc32"] == crc
+    s.ok("PUT", "/api/v1/trials/1/logs", b"bin\xff\x00ary\n", headers={"Content-Type": "text/plain"})
+    assert s.ok("GET", "/api/v1/trials/1/logs") == {"trial_id": 1, "log": "bin??ary\n"}
     s.ok("PUT", "/api/v1/trials/1/logs", b"line 1\nline 2\n", headers={"Content-Type": "text/plain"})
     assert s.ok("GET", "/api/v1/trials/1/logs") == {"trial_id": 1, "log": "line 1\nline 2\n"}
     st, b, _ = s.request("PUT", "/api/v1/trials/1/logs", b"x" * (256 * 1024 + 1))

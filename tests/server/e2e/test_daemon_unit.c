@@ -12,6 +12,7 @@
 #include "opts.h"
 #include "route.h"
 #include "static_path.h"
+#include "utf8.h"
 
 static const struct route table[] = {
   {RM_GET, "/healthz", RA_PUBLIC, 0},
@@ -201,6 +202,23 @@ START_TEST(metrics_histogram) {
 }
 END_TEST
 
+START_TEST(utf8_checks_and_repairs) {
+  size_t bad = 99;
+  ck_assert(utf8_valid("plain", 5, &bad));
+  ck_assert(utf8_valid("\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14, &bad));
+  ck_assert(!utf8_valid("ab\xff", 3, &bad));
+  ck_assert_uint_eq(bad, 2);
+  ck_assert(!utf8_valid("\xc0\xaf", 2, &bad));      /* overlong '/' */
+  ck_assert(!utf8_valid("\xed\xa0\x80", 3, &bad)); /* a surrogate */
+  ck_assert(!utf8_valid("\xe2\x82", 2, &bad));      /* cut short */
+  ck_assert(!utf8_valid("\xf4\x90\x80\x80", 4, &bad)); /* past U+10FFFF */
+  char s[] = "ok\xff\xc3\xa9\xe2\x82";
+  ck_assert_uint_eq(utf8_sanitize(s, strlen(s)), 3);
+  ck_assert_str_eq(s, "ok?\xc3\xa9??");
+  ck_assert(utf8_valid(s, strlen(s), NULL));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("server_daemon");
   TCase *tc = tcase_create("pure");
@@ -213,6 +231,7 @@ int main(void) {
   tcase_add_test(tc, auth_token_file);
   tcase_add_test(tc, opts_defaults_and_errors);
   tcase_add_test(tc, metrics_histogram);
+  tcase_add_test(tc, utf8_checks_and_repairs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
