@@ -59,6 +59,16 @@ int api_query_int(const struct api_req *req, struct api_resp *resp, const char *
 
 /* JSON views of the model (the caller holds s->lock). */
 cJSON *api_trial_json(struct server *s, const struct trial *t);
+/* The same in two steps, so that a long list is copied under the lock and
+ * turned into JSON after it: take (lock held), json and drop (no lock). */
+struct api_trial_view {
+  struct trial t; /* scalars, plus owned copies of the four strings */
+  struct spec_resources res;
+  char reason[256];
+};
+int api_trial_view_take(struct server *s, const struct trial *t, struct api_trial_view *v);
+cJSON *api_trial_view_json(const struct api_trial_view *v);
+void api_trial_view_drop(struct api_trial_view *v);
 cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config);
 /* Wall-clock time as JSON: a number, or null when 0. */
 cJSON *api_time(double t);

@@ -19,22 +19,49 @@ static cJSON *api_parsed_or_null(const char *json) {
   return v ? v : cJSON_CreateNull();
 }
 
-cJSON *api_trial_json(struct server *s, const struct trial *t) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
+int api_trial_view_take(struct server *s, const struct trial *t, struct api_trial_view *v) {
+  const struct experiment *e = server_experiment(s, t->experiment_id);
+  memset(v, 0, sizeof *v);
+  v->t = *t;
+  /* Only the scalars and these strings are read from the copy. */
+  v->t.ts = NULL, v->t.decisions = NULL, v->t.values = NULL, v->t.series = NULL;
+  v->t.name = strdup(t->name);
+  v->t.config = strdup(t->config);
+  v->t.last_result = t->last_result ? strdup(t->last_result) : NULL;
+  v->t.error = t->error ? strdup(t->error) : NULL;
+  v->res = e->spec.resources;
+  state_pending_reason(s, t, v->reason, sizeof v->reason);
+  if (!v->t.name || !v->t.config || (t->last_result && !v->t.last_result) ||
+      (t->error && !v->t.error)) {
+    api_trial_view_drop(v);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+void api_trial_view_drop(struct api_trial_view *v) {
+  free(v->t.name);
+  free(v->t.config);
+  free(v->t.last_result);
+  free(v->t.error);
+  memset(v, 0, sizeof *v);
+}
+
+cJSON *api_trial_view_json(const struct api_trial_view *v) {
+  const struct trial *t = &v->t;
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
-  cJSON *res = cJSON_AddObjectToObject(o, "resources");
-  char reason[256];
-  state_pending_reason(s, t, reason, sizeof reason);
+  cJSON *res = NULL;
   int ok = cJSON_AddNumberToObject(o, "id", (double)t->id) &&
            cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
            cJSON_AddStringToObject(o, "name", t->name) &&
            cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
            cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
-           cJSON_AddItemToObject(o, "config", api_parsed_or_null(t->config)) && res &&
-           cJSON_AddNumberToObject(res, "cpu", e->spec.resources.cpu) &&
-           cJSON_AddNumberToObject(res, "gpu", e->spec.resources.gpu) &&
-           cJSON_AddNumberToObject(res, "memory_mb", (double)e->spec.resources.memory_mb) &&
+           cJSON_AddItemToObject(o, "config", api_parsed_or_null(t->config)) &&
+           (res = cJSON_AddObjectToObject(o, "resources")) &&
+           cJSON_AddNumberToObject(res, "cpu", v->res.cpu) &&
+           cJSON_AddNumberToObject(res, "gpu", v->res.gpu) &&
+           cJSON_AddNumberToObject(res, "memory_mb", (double)v->res.memory_mb) &&
            cJSON_AddNumberToObject(o, "bracket", t->bracket) &&
            cJSON_AddItemToObject(o, "iteration", t->nres ? cJSON_CreateNumber(t->last_t)
                                                           : cJSON_CreateNull()) &&
@@ -49,8 +76,9 @@ cJSON *api_trial_json(struct server *s, const struct trial *t) {
            cJSON_AddItemToObject(o, "worker_id", t->worker_id
                                                      ? cJSON_CreateNumber((double)t->worker_id)
                                                      : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "pending_reason", reason[0] ? cJSON_CreateString(reason)
-                                                                : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "pending_reason", v->reason[0]
+                                                          ? cJSON_CreateString(v->reason)
+                                                          : cJSON_CreateNull()) &&
            cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
            cJSON_AddItemToObject(o, "created_at", api_time(t->created_at)) &&
            cJSON_AddItemToObject(o, "started_at", api_time(t->started_at)) &&
@@ -60,6 +88,14 @@ cJSON *api_trial_json(struct server *s, const struct trial *t) {
     cJSON_Delete(o);
     return NULL;
   }
+  return o;
+}
+
+cJSON *api_trial_json(struct server *s, const struct trial *t) {
+  struct api_trial_view v;
+  if (api_trial_view_take(s, t, &v)) return NULL;
+  cJSON *o = api_trial_view_json(&v);
+  api_trial_view_drop(&v);
   return o;
 }
 
@@ -255,21 +291,18 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
       api_query_int(req, resp, "limit", 1, 1000000, 1000000, &limit) ||
       api_query_int(req, resp, "offset", 0, INT64_MAX, 0, &offset))
     return 0;
-  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "trials");
   struct trial **pick = NULL;
+  struct api_trial_view *views = NULL;
+  int64_t n = 0, first = 0, end = 0, last_seq = 0;
   int rc = 0;
-  if (!arr) {
-    cJSON_Delete(root);
-    return -ENOMEM;
-  }
   pthread_mutex_lock(&s->lock);
   struct experiment *e = api_find_experiment(s, req, resp);
-  if (!e) goto out;
-  int64_t last_seq = s->seq, n = 0;
+  if (!e) goto unlock;
+  last_seq = s->seq;
   pick = malloc((size_t)(e->num_trials ? e->num_trials : 1) * sizeof *pick);
   if (!pick) {
     rc = -ENOMEM;
-    goto out;
+    goto unlock;
   }
   for (int64_t i = 0; i < e->num_trials; i++) {
     struct trial *t = s->trials[e->first_trial_id + i - 1];
@@ -278,19 +311,33 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
   /* Incremental reads go in change order so a limit never skips a change:
    * last_seq is then the newest change that was sent. */
   if (since >= 0) qsort(pick, (size_t)n, sizeof *pick, cmp_seq);
-  int64_t end = offset + limit < n ? offset + limit : n;
-  if (since >= 0 && end < n && end > offset) last_seq = pick[end - 1]->updated_seq;
-  for (int64_t i = offset; !rc && i < end; i++) {
-    cJSON *t = api_trial_json(s, pick[i]);
+  first = offset < n ? offset : n;
+  end = offset + limit < n ? offset + limit : n;
+  if (since >= 0 && end < n && end > first) last_seq = pick[end - 1]->updated_seq;
+  /* Copy under the lock, build the JSON after it: a big list must not hold
+   * up the results being reported meanwhile. */
+  views = calloc((size_t)(end > first ? end - first : 1), sizeof *views);
+  if (!views) rc = -ENOMEM;
+  for (int64_t i = first; !rc && i < end; i++) rc = api_trial_view_take(s, pick[i], &views[i - first]);
+unlock:
+  pthread_mutex_unlock(&s->lock);
+  free(pick);
+  cJSON *root = NULL, *arr = NULL;
+  if (e && !rc) {
+    root = cJSON_CreateObject();
+    arr = cJSON_AddArrayToObject(root, "trials");
+    if (!arr) rc = -ENOMEM;
+  }
+  for (int64_t i = first; e && !rc && i < end; i++) {
+    cJSON *t = api_trial_view_json(&views[i - first]);
     if (!t) rc = -ENOMEM;
     else cJSON_AddItemToArray(arr, t);
   }
-  if (!rc && (!cJSON_AddNumberToObject(root, "last_seq", (double)last_seq) ||
-              !cJSON_AddNumberToObject(root, "total", (double)n)))
+  for (int64_t i = first; views && i < end; i++) api_trial_view_drop(&views[i - first]);
+  free(views);
+  if (e && !rc && (!cJSON_AddNumberToObject(root, "last_seq", (double)last_seq) ||
+                   !cJSON_AddNumberToObject(root, "total", (double)n)))
     rc = -ENOMEM;
-out:
-  pthread_mutex_unlock(&s->lock);
-  free(pick);
   if (!e || rc) {
     cJSON_Delete(root);
     return rc;
