@@ -334,6 +334,16 @@ def run_json_lines(out):
 
 def case_run(tmp):
     quick = os.path.join(EXAMPLES, "quick.json")
+    code, out, err = ctune("--help")
+    check(code == 0 and "Exit codes:" in out, "help")
+    for line in ("0    ok", "2    usage", "3    server unreachable", "4    authentication",
+                 "5    not found", "130  interrupted"):
+        check(line in out, f"--help documents exit code: {line}")
+    code, out, err = ctune("frobnicate")
+    check(code == 2 and "unknown command 'frobnicate'" in err, f"unknown command: {code} {err}")
+    code, out, err = ctune("run", os.path.join(tmp, "missing.json"), cwd=tmp)
+    check(code == 2 and "cannot open config" in err and not os.path.exists(os.path.join(tmp, "ctune-results")),
+          f"missing config: {code} {err}")
     code, out, err = ctune("run", quick, "--json", "--cpus", "2", cwd=tmp, timeout=120)
     check(code == 0, f"run: {code} {err}")
     lines = run_json_lines(out)
