@@ -370,6 +370,9 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
            model_name[cfg->model], dir, (long long)n_train, (long long)n_val,
            cfg->test ? ", test" : "", (long long)L.n_params, bs, r.ops->name);
 
+  if (s.epoch >= cfg->epochs)
+    log_info("checkpoint is at epoch %lld of %d: nothing left to train",
+             (long long)s.epoch, cfg->epochs);
   int bs_reduced = 0;
   while (s.epoch < cfg->epochs) {
     if (*stop) break;
