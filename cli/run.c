@@ -280,7 +280,6 @@ out:
   /* The worker first, so its trials stop and report while the server is up. */
   if (r.worker.pid) proc_stop(&r.worker, 30000);
   if (r.server.pid) proc_stop(&r.server, 10000);
-  if (cli_signal == SIGINT && ex != CLI_EXIT_INTERRUPTED && ex == CLI_EXIT_OK) ex = CLI_EXIT_INTERRUPTED;
   if (have_client) http_client_free(&c);
   cJSON_Delete(resp);
   cJSON_Delete(cfg);
