@@ -82,12 +82,12 @@ def cleanup():
     reap()
 
 
-def ctune(*args, env=None, cwd=None, timeout=120):
+def ctune(*args, env=None, cwd=None, timeout=120, exe=None):
     e = dict(os.environ)
     e.pop("CTUNE_SERVER", None)
     e.pop("CTUNE_TOKEN", None)
     e.update(env or {})
-    r = subprocess.run([os.path.join(BIN, "ctune"), *args], capture_output=True, text=True,
+    r = subprocess.run([exe or os.path.join(BIN, "ctune"), *args], capture_output=True, text=True,
                        env=e, cwd=cwd, timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
@@ -358,9 +358,16 @@ def case_run(tmp):
     exps, trials, nres = db_check(db)
     check(exps == [(1, "quick", "TERMINATED")] and len(trials) == 4 and nres >= 4, f"db: {exps} {trials}")
     check(not descendants(), f"processes left: {descendants()}")
+    # A ctune with no programs beside it finds them on PATH, or says where it looked.
+    lone = os.path.join(tmp, "lone")
+    os.mkdir(lone)
+    shutil.copy(os.path.join(BIN, "ctune"), lone)
+    exe = os.path.join(lone, "ctune")
+    code, out, err = ctune("run", quick, cwd=tmp, exe=exe, env={"PATH": "/usr/bin:/bin"})
+    check(code == 1 and "cannot find ctune-server next to" in err, f"no server: {code} {err}")
     # The human reporter, not a terminal: events, tables, best trial with test accuracy.
     code, out, err = ctune("run", quick, "--db", os.path.join(tmp, "second.db"), "--interval", "1",
-                           cwd=tmp, timeout=120)
+                           cwd=tmp, timeout=120, exe=exe, env={"PATH": BIN + ":/usr/bin:/bin"})
     check(code == 0 and out.startswith("Dashboard: http://127.0.0.1:"), f"human run: {code} {out[:300]} {err}")
     check("== Status ==" in out and "started with config" in out and "test accuracy: " in out,
           f"human output: {out}")
