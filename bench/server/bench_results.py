@@ -8,8 +8,13 @@ C connections for D seconds. Prints wrk's numbers and checks them against the
 server: every acknowledged result must be in the database (each reply is sent
 only after its commit).
 
-usage: bench_results.py BIN_DIR [--trials 2000] [--connections 64]
+usage: bench_results.py BIN_DIR [--trials 2000] [--connections 16]
                         [--threads 2] [--duration 10] [--server-threads 2]
+                        [--repeat 1]
+
+With --repeat N the wrk run is repeated N times on the same server (each run
+continues the time values) and the median run is reported as well, because
+on a shared machine single runs vary a lot.
 """
 import argparse
 import http.client
@@ -30,10 +35,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin_dir")
     ap.add_argument("--trials", type=int, default=2000)
-    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--server-threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
     if not shutil.which("wrk"):
         print("wrk is not installed", file=sys.stderr)
@@ -64,19 +70,28 @@ def main():
         for _ in range(a.trials):
             st, _ = call("POST", "/api/v1/workers/%d/lease" % wid, {})
             assert st == 200
-        env = dict(os.environ, CTUNE_FIRST_TRIAL="1", CTUNE_NUM_TRIALS=str(a.trials),
-                   CTUNE_WRK_THREADS=str(a.threads))
-        t0 = time.time()
-        out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
-                              "-d%ds" % a.duration, "--latency", "-s",
-                              os.path.join(HERE, "results.lua"), "http://127.0.0.1:%d" % port],
-                             env=env, capture_output=True, text=True, check=True).stdout
-        wall = time.time() - t0
-        print(out)
-        m = re.search(r"ctune: requests=(\d+) bad=(\d+) p50_ms=([\d.]+) p90_ms=([\d.]+) "
-                      r"p99_ms=([\d.]+) max_ms=([\d.]+)", out)
-        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-        requests, bad = int(m.group(1)), int(m.group(2))
+        runs = []
+        for k in range(a.repeat):
+            # each run starts past the time values the previous runs used
+            env = dict(os.environ, CTUNE_FIRST_TRIAL="1", CTUNE_NUM_TRIALS=str(a.trials),
+                       CTUNE_WRK_THREADS=str(a.threads), CTUNE_T_OFFSET=str(k * 10 ** 7))
+            out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
+                                  "-d%ds" % a.duration, "--latency", "-s",
+                                  os.path.join(HERE, "results.lua"), "http://127.0.0.1:%d" % port],
+                                 env=env, capture_output=True, text=True, check=True).stdout
+            if a.repeat == 1:
+                print(out)
+            m = re.search(r"ctune: requests=(\d+) bad=(\d+) p50_ms=([\d.]+) p90_ms=([\d.]+) "
+                          r"p99_ms=([\d.]+) max_ms=([\d.]+)", out)
+            rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+            load = open("/proc/loadavg").read().split()[0]
+            runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) + (load,))
+            print("run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (load avg %s)"
+                  % (k + 1, rps, m.group(3), m.group(4), m.group(5), m.group(6), load))
+        requests = sum(r[1] for r in runs)
+        bad = sum(r[2] for r in runs)
+        med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        rps = med[0]
         c.request("GET", "/metrics")
         metrics = c.getresponse().read().decode()
         received = int(re.search(r"ctune_results_received_total (\d+)", metrics).group(1))
@@ -85,9 +100,9 @@ def main():
         srv.terminate()
         srv.wait(timeout=30)
         stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        print("acknowledged results/s: %.0f (wrk: %d requests in %ds, %d not acknowledged)"
-              % (rps, requests, a.duration, bad))
-        print("latency ms: p50 %s  p90 %s  p99 %s  max %s" % m.group(3, 4, 5, 6))
+        print("acknowledged results/s: %.0f (median run; wrk: %d requests in %d x %ds, %d not "
+              "acknowledged)" % (rps, requests, a.repeat, a.duration, bad))
+        print("latency ms (median run): p50 %s  p90 %s  p99 %s  max %s" % med[3:7])
         print("server: %d results received, %d stored in SQLite, %d commits (%.1f results per commit)"
               % (received, stored, batches, received / max(batches, 1)))
         # wrk may cut requests in flight at the end: those are stored but not

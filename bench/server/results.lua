@@ -6,6 +6,7 @@
 local first = tonumber(os.getenv("CTUNE_FIRST_TRIAL") or "1")
 local ntrials = tonumber(os.getenv("CTUNE_NUM_TRIALS") or "1000")
 local token = os.getenv("CTUNE_TOKEN")
+local t_offset = tonumber(os.getenv("CTUNE_T_OFFSET") or "0")
 local threads = {}
 local counter = 1
 
@@ -25,7 +26,7 @@ end
 
 function request()
   local trial = base + (n % per)
-  local t = math.floor(n / per) + 1
+  local t = math.floor(n / per) + 1 + t_offset
   n = n + 1
   local body = string.format('{"training_iteration":%d,"loss":%.6f,"accuracy":%.6f}',
                              t, 1.0 / t + (trial % 7) * 0.01, 1.0 - 1.0 / (t + 1))
