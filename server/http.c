@@ -31,7 +31,7 @@ struct http {
   atomic_int stopping;
 };
 
-enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY };
+enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
 
 struct http_req {
   struct http *h;
@@ -173,6 +173,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     if (cl && strtoull(cl, NULL, 10) > r->limit + HTTP_MAX_DROP) {
       r->too_large = 1;
       http_dispatch(r, url, method);
+      r->state = REQ_SENT;
       return http_send(r);
     }
     return MHD_YES;
@@ -201,10 +202,13 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
   }
   if (r->state == REQ_READY) {
     atomic_fetch_sub(&h->suspended, 1); /* MHD resumed it and called us */
-    r->state = REQ_READING;
+    r->state = REQ_SENT;
     return http_send(r);
   }
-  if (r->state == REQ_WAITING) return MHD_YES; /* spurious call while suspended */
+  if (r->state != REQ_READING) { /* waiting, or answered already (early 413) */
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
 
   http_dispatch(r, url, method);
   if (r->resp.ticket) {
@@ -214,6 +218,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     if (rc == 0) return MHD_YES; /* suspended; http_committed resumes us */
     r->commit_status = rc == 1 ? status : -EIO;
   }
+  r->state = REQ_SENT;
   return http_send(r);
 }
 
