@@ -20,6 +20,7 @@ static const char *const REMOTE = "--server --token-file ";
 static const struct cmd_info CMDS[] = {
     {"run", CMD_RUN, "CONFIG", 0, "--db --cpus --gpus --json --resume --interval --width"},
     {"submit", CMD_SUBMIT, "CONFIG", 0, "--dry-run --json"},
+    {"sample", CMD_SUBMIT, "CONFIG", 0, "--json"}, /* submit --dry-run */
     {"watch", CMD_WATCH, "EXP", 1, "--json --interval --width"},
     {"status", CMD_STATUS, NULL, 0, "--json --width"},
     {"trials", CMD_TRIALS, "EXP", 1, "--json --width"},
@@ -171,5 +172,6 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
   if (ci->arg_is_id && parse_id(a->target, &a->id))
     FAIL("%s: %s '%s' must be a positive whole number", ci->name, ci->arg, a->target);
   if (a->cmd == CMD_EXPORT && !a->format) a->format = "csv";
+  if (!strcmp(ci->name, "sample")) a->dry_run = 1;
   return 0;
 }

@@ -35,6 +35,7 @@ struct watch_opts {
   int json;
   int tty;
   int width;
+  int fixed_width; /* --width given: do not follow terminal resizes */
   double interval_s;
   /* Called every poll; non-zero ends the watch with that value. */
   int (*check)(void *ctx);

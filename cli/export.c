@@ -141,9 +141,23 @@ done:
   return rc;
 }
 
+struct result_ref {
+  double trial_id;
+  size_t order;     /* position in the results list: keeps their order */
+  const cJSON *result;
+};
+
+static int cmp_ref(const void *a, const void *b) {
+  const struct result_ref *x = a, *y = b;
+  if (x->trial_id != y->trial_id) return x->trial_id < y->trial_id ? -1 : 1;
+  return (x->order > y->order) - (x->order < y->order);
+}
+
 int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results,
                 char **out) {
   const cJSON *arr = trial_array(trials);
+  struct result_ref *refs = NULL;
+  size_t nrefs = 0;
   *out = NULL;
   if (!arr || !cJSON_IsObject(experiment)) return -EINVAL;
   cJSON *root = cJSON_CreateObject();
@@ -152,28 +166,50 @@ int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *resul
   if (!root || !exp || !tarr) goto nomem;
   cJSON_AddItemToObject(root, "experiment", exp);
   exp = NULL;
+  /* Results grouped by trial with one sort: experiments can hold 10,000
+   * trials and 100,000 results. */
   const cJSON *rarr = cJSON_GetObjectItemCaseSensitive(results, "results");
+  int n = cJSON_GetArraySize(rarr);
+  if (n > 0) {
+    refs = malloc((size_t)n * sizeof(*refs));
+    if (!refs) goto nomem;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rarr) {
+      refs[nrefs] = (struct result_ref){
+          cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "trial_id")), nrefs,
+          cJSON_GetObjectItemCaseSensitive(r, "result")};
+      nrefs++;
+    }
+    qsort(refs, nrefs, sizeof(*refs), cmp_ref);
+  }
   cJSON *t;
   cJSON_ArrayForEach(t, tarr) {
     cJSON *list = cJSON_AddArrayToObject(t, "results");
     if (!list) goto nomem;
     double id = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "id"));
-    const cJSON *r;
-    cJSON_ArrayForEach(r, rarr) {
-      if (cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "trial_id")) != id) continue;
-      cJSON *copy = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(r, "result"), 1);
+    size_t lo = 0, hi = nrefs;
+    while (lo < hi) { /* first ref with trial_id >= id */
+      size_t mid = lo + (hi - lo) / 2;
+      if (refs[mid].trial_id < id) lo = mid + 1;
+      else hi = mid;
+    }
+    for (size_t i = lo; i < nrefs && refs[i].trial_id == id; i++) {
+      if (!refs[i].result) continue;
+      cJSON *copy = cJSON_Duplicate(refs[i].result, 1);
       if (!copy) goto nomem;
       cJSON_AddItemToArray(list, copy);
     }
   }
   cJSON_AddItemToObject(root, "trials", tarr);
   tarr = NULL;
+  free(refs);
   char *text = cJSON_Print(root);
   cJSON_Delete(root);
   if (!text) return -ENOMEM;
   *out = text;
   return 0;
 nomem:
+  free(refs);
   cJSON_Delete(root);
   cJSON_Delete(exp);
   cJSON_Delete(tarr);

@@ -20,6 +20,7 @@ static const char *const HELP =
     "Against a running server (--server URL or CTUNE_SERVER, default\n"
     "http://127.0.0.1:8470; --token-file F or CTUNE_TOKEN when it needs one):\n"
     "  submit CONFIG [--dry-run] [--json]   store it (dry run: list its trials)\n"
+    "  sample CONFIG [--json]               the same as submit --dry-run\n"
     "  watch EXP [--json]                   progress until it ends\n"
     "  status [--json]                      every experiment, one line each\n"
     "  trials EXP [--json]                  the trial table\n"

@@ -108,6 +108,7 @@ int cmd_watch(const struct cli_args *a) {
   if (ex) return ex;
   cli_signals_install();
   struct watch_opts o = {.json = a->json, .tty = isatty(STDOUT_FILENO), .width = cli_width(a),
+                         .fixed_width = a->width > 0,
                          .interval_s = a->interval_s};
   int rc = cli_watch(&c, a->id, &o, NULL, &err);
   if (rc == -EINTR) {

@@ -247,6 +247,7 @@ int cmd_run(const struct cli_args *a) {
   fflush(stdout);
 
   struct watch_opts o = {.json = a->json, .tty = isatty(STDOUT_FILENO), .width = cli_width(a),
+                         .fixed_width = a->width > 0,
                          .interval_s = a->interval_s, .check = children_alive, .check_ctx = &r};
   if (a->json) o.interval_s = a->interval_s < 10.0 ? a->interval_s : 2.0;
   struct report_state final;

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "clock.h"
@@ -66,12 +68,25 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
         last_json_seq = cur.last_seq;
       }
     } else if (o->tty) {
+      /* The terminal may have been resized since the last draw. */
+      struct winsize ws;
+      int width = o->width, height = 0;
+      if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) {
+        if (!o->fixed_width && ws.ws_col >= 20) width = ws.ws_col;
+        height = ws.ws_row;
+      }
       char *text;
-      if ((rc = report_render(&cur, now, o->width, REPORT_MAX_ROWS, &text))) break;
-      if (drawn_lines) printf("\033[%dA\033[J", drawn_lines);
+      if ((rc = report_render(&cur, now, width, REPORT_MAX_ROWS, &text))) break;
+      int lines = count_lines(text);
+      /* Cursor-up cannot reach above the screen: taller output, or a taller
+       * previous draw, gets a cleared screen instead. */
+      if (drawn_lines && height > 0 && (lines >= height || drawn_lines >= height))
+        fputs("\033[H\033[2J", stdout);
+      else if (drawn_lines)
+        printf("\033[%dA\033[J", drawn_lines);
       fputs(text, stdout);
       fflush(stdout);
-      drawn_lines = count_lines(text);
+      drawn_lines = lines;
       free(text);
     } else {
       char *ev;

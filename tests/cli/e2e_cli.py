@@ -221,6 +221,8 @@ def case_remote(tmp):
     # Dry run stores nothing.
     code, out, err = ctune("submit", quick, "--dry-run", *A)
     check(code == 0 and "would create 4 trials" in out and out.count("lr=") == 4, f"dry run: {code} {out} {err}")
+    code, out, err = ctune("sample", quick, *A)
+    check(code == 0 and "would create 4 trials" in out, f"sample: {code} {out} {err}")
     code, out, err = ctune("status", *A)
     check(code == 0 and "no experiments" in out, f"empty status: {out}")
 

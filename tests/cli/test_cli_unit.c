@@ -364,6 +364,10 @@ START_TEST(args_good) {
   ck_assert_int_eq(a.cmd, CMD_HELP);
   ck_assert_int_eq(parse(&a, err, "ctune submit c.json --dry-run"), 0);
   ck_assert(a.dry_run);
+  ck_assert_int_eq(parse(&a, err, "ctune submit c.json"), 0);
+  ck_assert(!a.dry_run);
+  ck_assert_int_eq(parse(&a, err, "ctune sample c.json"), 0);
+  ck_assert(a.cmd == CMD_SUBMIT && a.dry_run);
 }
 END_TEST
 
