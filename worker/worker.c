@@ -42,6 +42,8 @@ struct worker {
   double hb_interval_s;
   int reg_inflight, hb_inflight, lease_inflight, ob_inflight;
   int reg_attempts, lease_failures;
+  int lease_again;  /* something freed up while a lease request was out */
+  int ckpt_failing; /* checkpoint uploads failing since the last success */
   int ob_down_logged;
   uv_timer_t reg_timer, hb_timer, lease_timer, ob_timer, log_timer, drain_timer;
   int handles;
@@ -140,9 +142,11 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
       t->ckpt_size = r->size;
     }
     log_debug("trial %d: checkpoint uploaded (%lld bytes)", r->trial_id, r->size);
-  } else {
-    log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld); retrying with the next checkpoint or at the end",
-             r->trial_id, err ? strerror(-err) : "refused", resp->status);
+    w->ckpt_failing = 0;
+  } else if (!w->ckpt_failing++) {  /* once per outage, not once per epoch */
+    log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying with the "
+             "next checkpoint or at the end", r->trial_id, err ? strerror(-err) : "refused",
+             resp->status, resp->body ? resp->body : "");
   }
   if (t) {
     t->ckpt_inflight = 0;
@@ -324,7 +328,9 @@ static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv)
         log_warn("trial %d: outbox full (%zu results queued) or unwritable (%s): pausing "
                  "the trial until the server takes results again",
                  t->id, w->ob.n_results, strerror(-rc));
-        kill(-t->proc.pid, SIGSTOP);
+        if (kill(-t->proc.pid, SIGSTOP) != 0)
+          log_warn("trial %d: cannot pause process group %d: %s", t->id, t->proc.pid,
+                   strerror(errno));
       }
     }
     cJSON *s = cJSON_CreateString(body);
@@ -616,8 +622,12 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
       }
       cJSON_Delete(b);
     }
+    /* A trial's end frees a slot in the server's max_concurrent_trials
+     * count too: ask for work now rather than after the poll interval. */
+    int ended = it->kind == OUTBOX_END;
     outbox_ack(&w->ob);
     worker_unhold(w);
+    if (ended) worker_kick_lease(w, 0);
   } else if (!err && (st == 400 || st == 404 || st == 409 || st == 410 || st == 422)) {
     log_warn("server refused %s with HTTP %ld (%.200s): dropping it", it->path, st,
              resp->body ? resp->body : "");
@@ -684,7 +694,8 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
     worker_kick_lease(w, 0);
   } else if (!err && resp->status == 204) {
     w->lease_failures = 0;
-    worker_kick_lease(w, w->o.poll_ms);
+    worker_kick_lease(w, w->lease_again ? 0 : w->o.poll_ms);
+    w->lease_again = 0;
   } else if (!err && worker_is_unknown(resp)) {
     log_warn("server does not know worker %d: registering again", w->id);
     w->id = 0;
@@ -700,7 +711,11 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
 
 static void worker_on_lease_timer(uv_timer_t *h) {
   struct worker *w = h->data;
-  if (w->lease_inflight || !w->id || w->draining || w->shut) return;
+  if (w->lease_inflight) {
+    w->lease_again = 1;
+    return;
+  }
+  if (!w->id || w->draining || w->shut) return;
   struct alloc_free f;
   alloc_free_amounts(&w->pool, &f);
   if (f.cpu <= 0 && f.gpu <= 0) return;  /* a trial's end kicks us again */

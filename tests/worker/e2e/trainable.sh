@@ -15,11 +15,13 @@ if [ "$CTUNE_RESUME" = 1 ] && [ -f "$ckpt" ]; then
 fi
 echo "pid=$$ trial=$CTUNE_TRIAL_ID omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS cuda=[$CUDA_VISIBLE_DEVICES] gpumem=${CTUNE_GPU_MEM_LIMIT_MB:-none} resume=$CTUNE_RESUME"
 echo "$$" > "$CTUNE_CHECKPOINT_DIR/pid"
-trap 'echo "got TERM at $(date +%s.%N)" >&2; exit 0' TERM
+# Like ctune-train: on SIGTERM, checkpoint the last reported iteration, exit 0.
+trap 'echo "$i" > "$ckpt"; echo "got TERM at $(date +%s.%N)" >&2; exit 0' TERM
 while [ "$i" -lt "$iters" ]; do
   sleep "$pause"
-  i=$((i + 1))
-  echo "{\"training_iteration\": $i, \"loss\": $(awk "BEGIN { print 1 / $i }"), \"ts\": $(date +%s.%N)}"
+  n=$((i + 1))
+  echo "{\"training_iteration\": $n, \"loss\": $(awk "BEGIN { print 1 / $n }"), \"ts\": $(date +%s.%N)}"
+  i=$n
   echo "$i" > "$ckpt.tmp"
   mv "$ckpt.tmp" "$ckpt"
 done
