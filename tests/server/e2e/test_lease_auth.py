@@ -8,11 +8,11 @@ from ctune_e2e import Server, Runner, experiment, register, lease, report, tmpdi
 
 
 def test_lease_expiry_resume():
-    s = Server(args=["--lease-timeout", "1"])
+    s = Server(args=["--lease-timeout", "2"])
     s.ok("POST", "/api/v1/experiments", experiment(n=1), status=201)
     w1 = register(s, name="first")
     reg = s.ok("POST", "/api/v1/workers", {"name": "second", "resources": {"cpu": 1}})
-    assert reg["lease_timeout_s"] == 1 and reg["heartbeat_interval_s"] < 1
+    assert reg["lease_timeout_s"] == 2 and reg["heartbeat_interval_s"] < 1
     w2 = reg["id"]
     t = lease(s, w1)
     report(s, t["id"], training_iteration=1, loss=1.0)
@@ -21,7 +21,7 @@ def test_lease_expiry_resume():
     s.ok("PUT", "/api/v1/trials/%d/checkpoint" % t["id"], data,
          headers={"X-Ctune-Iteration": "2", "X-Ctune-Crc32": "%08x" % zlib.crc32(data)})
     # w2 keeps heartbeating, w1 goes silent
-    deadline = time.time() + 5
+    deadline = time.time() + 8
     while time.time() < deadline:
         s.ok("POST", "/api/v1/workers/%d/heartbeat" % w2, {"running": []})
         tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
