@@ -670,6 +670,11 @@ static void worker_server_alive(struct worker *w) {
     w->ob.next_try_ms = 0;
     worker_pump_outbox(w);
   }
+  /* A checkpoint whose upload failed during an outage goes now, not only
+   * with the next one (a no-op for checkpoints already on the server). */
+  if (w->ckpt_failing)
+    for (struct trial *t = w->trials; t; t = t->next)
+      if (t->spawned && !t->closed) worker_upload_checkpoint(w, t);
 }
 
 /* ---- lease ------------------------------------------------------------ */
