@@ -175,7 +175,5 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
                        const char *decision, const char *json,
                        const struct asha_outcome *rec1, const struct asha_outcome *rec2,
                        int with_trial_row, uint64_t *ticket);
-int state_queue_asha(struct server *s, struct trial *t, const struct asha_outcome *rec,
-                     uint64_t *ticket);
 
 #endif

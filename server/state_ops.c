@@ -1,7 +1,6 @@
 /* state_ops: plain copies of changed rows, queued in order to the commit
  * thread, which applies them with the store's prepared statements. */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,10 +181,6 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
   return commit_enqueue(s->commit, result_op_apply, result_op_free, op, ticket);
 }
 
-int state_queue_asha(struct server *s, struct trial *t, const struct asha_outcome *rec,
-                     uint64_t *ticket) {
-  return state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, rec, NULL, 1, ticket);
-}
 
 struct exp_op *state_exp_op_make(const struct experiment *e, struct trial *const *trials,
                                  int64_t n) {
