@@ -102,6 +102,7 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   enum route_method meth = route_method_parse(method);
   if (atomic_load(&r->h->stopping)) {
     api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     return;
   }
   if (r->too_large) {
@@ -111,7 +112,18 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   }
   int rc = route_find(api_routes, api_nroutes, meth, url, &m);
   if (rc == -EOPNOTSUPP) {
-    api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s", method, url);
+    static const char *const names[] = {"GET", "POST", "PUT", "DELETE"};
+    char allow[64] = "";
+    struct route_match other;
+    for (int i = 0; i < 4; i++)
+      if (!route_find(api_routes, api_nroutes, (enum route_method)i, url, &other) &&
+          !other.rest) {
+        if (allow[0]) strcat(allow, ", ");
+        strcat(allow, names[i]);
+      }
+    api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s (allowed: %s)",
+              method, url, allow);
+    api_header(resp, MHD_HTTP_HEADER_ALLOW, "%s", allow);
     return;
   }
   if (rc) {

@@ -70,8 +70,9 @@ def test_validation_errors_change_nothing():
         assert st == 400 and b["error"]["path"] == path, (body, b)
     assert s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"] == []
     assert s.ok("GET", "/api/v1/experiments/%d/results" % eid)["results"] == []
-    st, b, _ = s.request("DELETE", "/api/v1/experiments")
+    st, b, h = s.request("DELETE", "/api/v1/experiments")
     assert st == 405 and b["error"]["code"] == "method_not_allowed"
+    assert h["allow"] == "GET, POST", h
     s.stop()
 
 
