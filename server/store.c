@@ -114,9 +114,15 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen) {
   if (store_exec(st->w, "PRAGMA journal_mode=WAL", err, errlen, "enabling WAL") ||
       store_exec(st->w, "PRAGMA synchronous=NORMAL", err, errlen, "setting synchronous") ||
       store_exec(st->w, "PRAGMA foreign_keys=OFF", err, errlen, "pragma") ||
-      /* Checkpoints run from store_checkpoint (main thread), not inside a
-       * commit, so no reply waits for the WAL to be copied back. */
-      store_exec(st->w, "PRAGMA wal_autocheckpoint=0", err, errlen, "pragma"))
+      /* Result inserts touch index pages all over (trial_id, t): a 32 MiB
+       * page cache keeps them in memory past a few hundred thousand rows. */
+      store_exec(st->w, "PRAGMA cache_size=-32768", err, errlen, "pragma") ||
+      /* store_checkpoint (main thread, PASSIVE) copies the WAL back off the
+       * commit path, but under constant writes it never quite finishes, so
+       * the WAL could never restart and would grow without bound. The
+       * writer's own checkpoint at 8192 frames (32 MiB) finishes the job,
+       * with little left to copy, and lets the next commit restart the WAL. */
+      store_exec(st->w, "PRAGMA wal_autocheckpoint=8192", err, errlen, "pragma"))
     goto fail;
   if (store_migrate(st->w, err, errlen)) goto fail;
   for (int i = 0; i < ST_COUNT; i++) {
