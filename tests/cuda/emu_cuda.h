@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <functional>
 
+#include "mock_cuda.h"
+
 /* host_defines.h made these empty; shared memory must be one array per block */
 #undef __global__
 #undef __shared__
@@ -100,11 +102,28 @@ static void launch_sync(unsigned grid, unsigned block, F body) {
 }
 }  // namespace emu
 
+namespace emu {
+static void run_queued(void *p) {
+  auto *f = static_cast<std::function<void()> *>(p);
+  (*f)();
+  delete f;
+}
+
+/* A launch is queued on its stream like any other work (mock_cuda.c). */
+template <class F>
+static void enqueue(cudaStream_t s, F f) {
+  mock_cuda_enqueue(s, run_queued, new std::function<void()>(f));
+}
+}  // namespace emu
+
 #define __syncthreads() emu::syncthreads()
-#define CUOPS_LAUNCH(kernel, grid, stream, ...) \
-  ((void)(stream), emu::launch((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }))
-#define CUOPS_LAUNCH_SYNC(kernel, grid, stream, ...)            \
-  ((void)(stream), emu::launch_sync((grid), CUOPS_THREADS, \
-                                    [&]() { kernel(__VA_ARGS__); }))
+#define CUOPS_LAUNCH(kernel, grid, stream, ...)                        \
+  emu::enqueue((stream), [=]() {                                       \
+    emu::launch((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); \
+  })
+#define CUOPS_LAUNCH_SYNC(kernel, grid, stream, ...)                        \
+  emu::enqueue((stream), [=]() {                                            \
+    emu::launch_sync((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); \
+  })
 
 #endif

@@ -1,9 +1,10 @@
 /* Test double of the CUDA runtime, cuBLAS, NCCL and kernels/cuda_ops.h on
  * host memory, so the CUDA backend's orchestration (buffer carving, GEMM
- * shapes, layouts, sharding, all-reduce, cleanup) runs on machines without a
- * GPU. It is strict where the real libraries are undefined: device pointers
- * must lie inside a live allocation of the current device, handles and
- * streams must belong to the current device, new memory is NaN-filled. */
+ * shapes, layouts, sharding, all-reduce, streams, cleanup) runs on machines
+ * without a GPU. It is strict where the real libraries are undefined: device
+ * pointers must lie inside a live allocation of the current device, handles
+ * and streams must belong to the current device, new memory is NaN-filled,
+ * and queued work runs only when something must wait for it. */
 #ifndef CTUNE_MOCK_CUDA_H
 #define CTUNE_MOCK_CUDA_H
 
@@ -11,6 +12,10 @@
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Devices the mock reports (default 2, or CTUNE_MOCK_GPUS). */
 void mock_cuda_set_devices(int n);
@@ -30,5 +35,13 @@ long mock_cuda_live(void);
 int mock_cuda_failing(void);
 void mock_cuda_dev_range(const void *p, size_t bytes, const char *what);
 void mock_cuda_on_stream(cudaStream_t s, const char *what);
+/* Queues fn(arg) on stream s (NULL: runs it now); fn frees arg. */
+void mock_cuda_enqueue(cudaStream_t s, void (*fn)(void *), void *arg);
+/* A heap copy of size bytes at src, for a queued call's arguments. */
+void *mock_cuda_args(const void *src, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,217 +1,375 @@
 /* The kernels of kernels/cuda_ops.h as plain CPU loops over the test
  * double's device memory (mock_cuda.c): every pointer range-checked against
- * its allocation, every launch a fault-injection point. */
+ * its allocation when launched, every launch a fault-injection point, and the
+ * work queued on its stream like a real launch. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_ops.h"
 #include "mock_cuda.h"
 #include "ops_math.h"
 
-#define LAUNCH(stream)                            \
-  do {                                            \
-    if (mock_cuda_failing()) return -EIO;         \
-    mock_cuda_on_stream((stream), "kernel stream"); \
-  } while (0)
 #define F sizeof(float)
+
+/* Checks the launch, then queues body(args) on the stream. */
+#define LAUNCH(stream, body, args)                                      \
+  do {                                                                  \
+    if (mock_cuda_failing()) return -EIO;                               \
+    mock_cuda_on_stream((stream), "kernel stream");                     \
+    mock_cuda_enqueue((stream), body, mock_cuda_args(&(args), sizeof(args))); \
+    return 0;                                                           \
+  } while (0)
+
+struct conv_args {
+  const float *in;
+  float *col; /* im2col: written; col2im: read */
+  float *out; /* col2im: the image written */
+  int n, c, h, w, k;
+  int64_t sn, sc;
+};
+
+static void run_im2col(void *arg) {
+  struct conv_args *a = arg;
+  const int oh = a->h - a->k + 1, ow = a->w - a->k + 1, k = a->k;
+  const int64_t pix = (int64_t)oh * ow, npix = a->n * pix;
+  for (int ch = 0; ch < a->c; ch++)
+    for (int i = 0; i < k; i++)
+      for (int j = 0; j < k; j++)
+        for (int b = 0; b < a->n; b++)
+          for (int y = 0; y < oh; y++)
+            for (int x = 0; x < ow; x++)
+              a->col[((int64_t)(ch * k + i) * k + j) * npix + b * pix + y * ow + x] =
+                  a->in[b * a->sn + ch * a->sc + (int64_t)(y + i) * a->w + x + j];
+  free(a);
+}
+
+static void check_conv(const struct conv_args *a, const char *what) {
+  const int oh = a->h - a->k + 1, ow = a->w - a->k + 1;
+  const int64_t npix = (int64_t)a->n * oh * ow;
+  mock_cuda_dev_range(a->col ? (const void *)a->col : (const void *)a->in,
+                      (size_t)(a->c * a->k * a->k * npix) * F, what);
+  const void *img = a->out ? (const void *)a->out : (const void *)a->in;
+  mock_cuda_dev_range(img, (size_t)((a->n - 1) * a->sn + (a->c - 1) * a->sc +
+                                    a->h * a->w) * F, what);
+}
 
 int cuops_im2col(const float *in, float *col, int n, int c, int h, int w,
                  int k, int64_t sn, int64_t sc, cudaStream_t s) {
-  LAUNCH(s);
-  const int oh = h - k + 1, ow = w - k + 1;
-  const int64_t pix = (int64_t)oh * ow, npix = n * pix;
-  mock_cuda_dev_range(col, (size_t)(c * k * k * npix) * F, "im2col col");
-  mock_cuda_dev_range(in, (size_t)((n - 1) * sn + (c - 1) * sc + h * w) * F, "im2col in");
-  for (int ch = 0; ch < c; ch++)
+  struct conv_args a = {in, col, NULL, n, c, h, w, k, sn, sc};
+  check_conv(&a, "im2col");
+  LAUNCH(s, run_im2col, a);
+}
+
+static void run_col2im(void *arg) {
+  struct conv_args *a = arg;
+  const float *col = a->in;
+  float *in = a->out;
+  const int oh = a->h - a->k + 1, ow = a->w - a->k + 1, k = a->k;
+  const int64_t pix = (int64_t)oh * ow, npix = a->n * pix;
+  for (int b = 0; b < a->n; b++)
+    for (int ch = 0; ch < a->c; ch++)
+      for (int p = 0; p < a->h * a->w; p++) in[b * a->sn + ch * a->sc + p] = 0;
+  for (int ch = 0; ch < a->c; ch++)
     for (int i = 0; i < k; i++)
       for (int j = 0; j < k; j++)
-        for (int b = 0; b < n; b++)
+        for (int b = 0; b < a->n; b++)
           for (int y = 0; y < oh; y++)
             for (int x = 0; x < ow; x++)
-              col[((int64_t)(ch * k + i) * k + j) * npix + b * pix + y * ow + x] =
-                  in[b * sn + ch * sc + (int64_t)(y + i) * w + x + j];
-  return 0;
+              in[b * a->sn + ch * a->sc + (int64_t)(y + i) * a->w + x + j] +=
+                  col[((int64_t)(ch * k + i) * k + j) * npix + b * pix + y * ow + x];
+  free(a);
 }
 
 int cuops_col2im(const float *col, float *in, int n, int c, int h, int w,
                  int k, int64_t sn, int64_t sc, cudaStream_t s) {
-  LAUNCH(s);
+  /* in: the col matrix read; out: the image written */
+  struct conv_args a = {col, NULL, in, n, c, h, w, k, sn, sc};
   const int oh = h - k + 1, ow = w - k + 1;
-  const int64_t pix = (int64_t)oh * ow, npix = n * pix;
-  mock_cuda_dev_range(col, (size_t)(c * k * k * npix) * F, "col2im col");
+  mock_cuda_dev_range(col, (size_t)(c * k * k * (int64_t)n * oh * ow) * F, "col2im col");
   mock_cuda_dev_range(in, (size_t)((n - 1) * sn + (c - 1) * sc + h * w) * F, "col2im in");
-  for (int b = 0; b < n; b++)
-    for (int ch = 0; ch < c; ch++)
-      for (int p = 0; p < h * w; p++) in[b * sn + ch * sc + p] = 0;
-  for (int ch = 0; ch < c; ch++)
-    for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++)
-        for (int b = 0; b < n; b++)
-          for (int y = 0; y < oh; y++)
-            for (int x = 0; x < ow; x++)
-              in[b * sn + ch * sc + (int64_t)(y + i) * w + x + j] +=
-                  col[((int64_t)(ch * k + i) * k + j) * npix + b * pix + y * ow + x];
-  return 0;
+  LAUNCH(s, run_col2im, a);
+}
+
+struct bias_args {
+  float *y;
+  const float *bias;
+  int64_t rows, cols;
+  int per_row, relu;
+};
+
+static void run_bias_act(void *arg) {
+  struct bias_args *a = arg;
+  for (int64_t r = 0; r < a->rows; r++)
+    for (int64_t c = 0; c < a->cols; c++) {
+      float v = a->y[r * a->cols + c] + a->bias[a->per_row ? r : c];
+      a->y[r * a->cols + c] = a->relu ? ct_relu(v) : v;
+    }
+  free(a);
 }
 
 int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols,
                    int per_row, int relu, cudaStream_t s) {
-  LAUNCH(s);
+  struct bias_args a = {y, bias, rows, cols, per_row, relu};
   mock_cuda_dev_range(y, (size_t)(rows * cols) * F, "bias_act y");
   mock_cuda_dev_range(bias, (size_t)(per_row ? rows : cols) * F, "bias_act bias");
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++) {
-      float v = y[r * cols + c] + bias[per_row ? r : c];
-      y[r * cols + c] = relu ? ct_relu(v) : v;
-    }
-  return 0;
+  LAUNCH(s, run_bias_act, a);
+}
+
+struct relu_args {
+  const float *y;
+  float *dy;
+  int64_t count;
+};
+
+static void run_relu_backward(void *arg) {
+  struct relu_args *a = arg;
+  for (int64_t i = 0; i < a->count; i++) a->dy[i] = ct_relu_grad(a->y[i], a->dy[i]);
+  free(a);
 }
 
 int cuops_relu_backward(const float *y, float *dy, int64_t count,
                         cudaStream_t s) {
-  LAUNCH(s);
+  struct relu_args a = {y, dy, count};
   mock_cuda_dev_range(y, (size_t)count * F, "relu_backward y");
   mock_cuda_dev_range(dy, (size_t)count * F, "relu_backward dy");
-  for (int64_t i = 0; i < count; i++) dy[i] = ct_relu_grad(y[i], dy[i]);
-  return 0;
+  LAUNCH(s, run_relu_backward, a);
 }
 
-int cuops_maxpool_forward(const float *in, float *out, int32_t *arg,
-                          int64_t planes, int h, int w, int p, cudaStream_t s) {
-  LAUNCH(s);
-  const int ph = h / p, pw = w / p;
-  mock_cuda_dev_range(in, (size_t)(planes * h * w) * F, "maxpool in");
-  mock_cuda_dev_range(out, (size_t)(planes * ph * pw) * F, "maxpool out");
-  mock_cuda_dev_range(arg, (size_t)(planes * ph * pw) * sizeof(int32_t), "maxpool arg");
-  for (int64_t q = 0; q < planes; q++)
+struct pool_args {
+  const float *in; /* forward: input; backward: dout */
+  float *out;      /* forward: output; backward: din */
+  int32_t *arg;
+  int64_t planes;
+  int h, w, p;
+};
+
+static void run_maxpool_forward(void *arg) {
+  struct pool_args *a = arg;
+  const int h = a->h, w = a->w, p = a->p, ph = h / p, pw = w / p;
+  for (int64_t q = 0; q < a->planes; q++)
     for (int y = 0; y < ph; y++)
       for (int x = 0; x < pw; x++) {
-        const float *src = in + q * h * w;
+        const float *src = a->in + q * h * w;
         int best = y * p * w + x * p;
         for (int i = 0; i < p; i++)
           for (int j = 0; j < p; j++) {
             int off = (y * p + i) * w + x * p + j;
             if (src[off] > src[best]) best = off;
           }
-        out[q * ph * pw + y * pw + x] = src[best];
-        arg[q * ph * pw + y * pw + x] = best;
+        a->out[q * ph * pw + y * pw + x] = src[best];
+        a->arg[q * ph * pw + y * pw + x] = best;
       }
-  return 0;
+  free(a);
+}
+
+int cuops_maxpool_forward(const float *in, float *out, int32_t *arg,
+                          int64_t planes, int h, int w, int p, cudaStream_t s) {
+  struct pool_args a = {in, out, arg, planes, h, w, p};
+  const int ph = h / p, pw = w / p;
+  mock_cuda_dev_range(in, (size_t)(planes * h * w) * F, "maxpool in");
+  mock_cuda_dev_range(out, (size_t)(planes * ph * pw) * F, "maxpool out");
+  mock_cuda_dev_range(arg, (size_t)(planes * ph * pw) * sizeof(int32_t), "maxpool arg");
+  LAUNCH(s, run_maxpool_forward, a);
+}
+
+static void run_maxpool_backward(void *arg) {
+  struct pool_args *a = arg;
+  const int h = a->h, w = a->w, ph = h / a->p, pw = w / a->p;
+  memset(a->out, 0, (size_t)(a->planes * h * w) * F);
+  for (int64_t q = 0; q < a->planes; q++)
+    for (int o = 0; o < ph * pw; o++)
+      a->out[q * h * w + a->arg[q * ph * pw + o]] = a->in[q * ph * pw + o];
+  free(a);
 }
 
 int cuops_maxpool_backward(const float *dout, const int32_t *arg, float *din,
                            int64_t planes, int h, int w, int p,
                            cudaStream_t s) {
-  LAUNCH(s);
+  struct pool_args a = {dout, din, (int32_t *)arg, planes, h, w, p};
   const int ph = h / p, pw = w / p;
   mock_cuda_dev_range(din, (size_t)(planes * h * w) * F, "maxpool_backward din");
   mock_cuda_dev_range(dout, (size_t)(planes * ph * pw) * F, "maxpool_backward dout");
   mock_cuda_dev_range(arg, (size_t)(planes * ph * pw) * sizeof(int32_t), "maxpool_backward arg");
-  memset(din, 0, (size_t)(planes * h * w) * F);
-  for (int64_t q = 0; q < planes; q++)
-    for (int o = 0; o < ph * pw; o++)
-      din[q * h * w + arg[q * ph * pw + o]] = dout[q * ph * pw + o];
-  return 0;
+  LAUNCH(s, run_maxpool_backward, a);
+}
+
+struct permute_args {
+  const float *in;
+  float *out;
+  int c, n, hw, to_nchw;
+};
+
+static void run_permute(void *arg) {
+  struct permute_args *a = arg;
+  for (int ch = 0; ch < a->c; ch++)
+    for (int b = 0; b < a->n; b++)
+      for (int q = 0; q < a->hw; q++) {
+        int64_t cn = ((int64_t)ch * a->n + b) * a->hw + q;
+        int64_t nc = ((int64_t)b * a->c + ch) * a->hw + q;
+        if (a->to_nchw) a->out[nc] = a->in[cn];
+        else a->out[cn] = a->in[nc];
+      }
+  free(a);
 }
 
 int cuops_permute_cn(const float *in, float *out, int c, int n, int hw,
                      int to_nchw, cudaStream_t s) {
-  LAUNCH(s);
+  struct permute_args a = {in, out, c, n, hw, to_nchw};
   mock_cuda_dev_range(in, (size_t)c * n * hw * F, "permute in");
   mock_cuda_dev_range(out, (size_t)c * n * hw * F, "permute out");
-  for (int ch = 0; ch < c; ch++)
-    for (int b = 0; b < n; b++)
-      for (int q = 0; q < hw; q++) {
-        int64_t cn = ((int64_t)ch * n + b) * hw + q, nc = ((int64_t)b * c + ch) * hw + q;
-        if (to_nchw) out[nc] = in[cn];
-        else out[cn] = in[nc];
-      }
-  return 0;
+  LAUNCH(s, run_permute, a);
+}
+
+struct sum_args {
+  const float *in;
+  float *out;
+  int n_out;
+  int64_t n_red, out_stride, red_stride;
+};
+
+static void run_sum(void *arg) {
+  struct sum_args *a = arg;
+  for (int o = 0; o < a->n_out; o++) {
+    double acc = 0;
+    for (int64_t j = 0; j < a->n_red; j++)
+      acc += a->in[o * a->out_stride + j * a->red_stride];
+    a->out[o] = (float)acc;
+  }
+  free(a);
 }
 
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red,
                       int64_t out_stride, int64_t red_stride, cudaStream_t s) {
-  LAUNCH(s);
+  struct sum_args a = {in, out, n_out, n_red, out_stride, red_stride};
   mock_cuda_dev_range(out, (size_t)n_out * F, "sum_strided out");
   mock_cuda_dev_range(in, (size_t)((n_out - 1) * out_stride + (n_red - 1) * red_stride + 1) * F,
-            "sum_strided in");
-  for (int o = 0; o < n_out; o++) {
-    double acc = 0;
-    for (int64_t j = 0; j < n_red; j++) acc += in[o * out_stride + j * red_stride];
-    out[o] = (float)acc;
+                      "sum_strided in");
+  LAUNCH(s, run_sum, a);
+}
+
+struct xent_args {
+  const float *logits;
+  const uint8_t *labels;
+  float *row_loss;
+  int32_t *row_correct;
+  float *dlogits;
+  int n, classes;
+  float scale;
+};
+
+static void run_xent(void *arg) {
+  struct xent_args *a = arg;
+  for (int r = 0; r < a->n; r++) {
+    const float *x = a->logits + (int64_t)r * a->classes;
+    int best = 0, label = a->labels[r];
+    float m = x[0];
+    for (int j = 1; j < a->classes; j++)
+      if (x[j] > m) m = x[j], best = j;
+    float sum = 0;
+    for (int j = 0; j < a->classes; j++) sum += ct_exp_shifted(x[j], m);
+    a->row_loss[r] = ct_xent_loss(x[label], m, sum);
+    a->row_correct[r] = best == label;
+    if (a->dlogits)
+      for (int j = 0; j < a->classes; j++)
+        a->dlogits[(int64_t)r * a->classes + j] =
+            ct_xent_grad(x[j], m, sum, j == label, a->scale);
   }
-  return 0;
+  free(a);
 }
 
 int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss,
                int32_t *row_correct, float *dlogits, int n, int classes,
                float scale, cudaStream_t s) {
-  LAUNCH(s);
+  struct xent_args a = {logits, labels, row_loss, row_correct, dlogits, n, classes, scale};
   mock_cuda_dev_range(logits, (size_t)n * classes * F, "xent logits");
   mock_cuda_dev_range(labels, (size_t)n, "xent labels");
   mock_cuda_dev_range(row_loss, (size_t)n * F, "xent row_loss");
   mock_cuda_dev_range(row_correct, (size_t)n * sizeof(int32_t), "xent row_correct");
   if (dlogits) mock_cuda_dev_range(dlogits, (size_t)n * classes * F, "xent dlogits");
-  for (int r = 0; r < n; r++) {
-    const float *x = logits + (int64_t)r * classes;
-    int arg = 0;
-    float m = x[0];
-    for (int j = 1; j < classes; j++)
-      if (x[j] > m) m = x[j], arg = j;
-    float sum = 0;
-    for (int j = 0; j < classes; j++) sum += ct_exp_shifted(x[j], m);
-    row_loss[r] = ct_xent_loss(x[labels[r]], m, sum);
-    row_correct[r] = arg == labels[r];
-    if (dlogits)
-      for (int j = 0; j < classes; j++)
-        dlogits[(int64_t)r * classes + j] = ct_xent_grad(x[j], m, sum, j == labels[r], scale);
-  }
-  return 0;
+  LAUNCH(s, run_xent, a);
+}
+
+struct sums_args {
+  const float *row_loss;
+  const int32_t *row_correct;
+  int n;
+  double *out_loss;
+  int32_t *out_correct;
+};
+
+static void run_sums(void *arg) {
+  struct sums_args *a = arg;
+  double l = 0;
+  int32_t c = 0;
+  for (int i = 0; i < a->n; i++) l += a->row_loss[i], c += a->row_correct[i];
+  *a->out_loss = l;
+  *a->out_correct = c;
+  free(a);
 }
 
 int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
                     double *out_loss, int32_t *out_correct, cudaStream_t s) {
-  LAUNCH(s);
+  struct sums_args a = {row_loss, row_correct, n, out_loss, out_correct};
   mock_cuda_dev_range(row_loss, (size_t)n * F, "xent_sums row_loss");
   mock_cuda_dev_range(row_correct, (size_t)n * sizeof(int32_t), "xent_sums row_correct");
   mock_cuda_dev_range(out_loss, sizeof(double), "xent_sums out_loss");
   mock_cuda_dev_range(out_correct, sizeof(int32_t), "xent_sums out_correct");
-  double l = 0;
-  int32_t c = 0;
-  for (int i = 0; i < n; i++) l += row_loss[i], c += row_correct[i];
-  *out_loss = l;
-  *out_correct = c;
-  return 0;
+  LAUNCH(s, run_sums, a);
+}
+
+struct optim_args {
+  float *p, *m, *v;
+  const float *g;
+  int64_t count;
+  float lr, momentum, beta1, beta2, eps, wd, bc1, bc2;
+  int adam;
+};
+
+static void run_optim(void *arg) {
+  struct optim_args *a = arg;
+  for (int64_t i = 0; i < a->count; i++)
+    a->p[i] = a->adam ? ct_adam_update(a->p[i], &a->m[i], &a->v[i], a->g[i], a->lr,
+                                       a->beta1, a->beta2, a->eps, a->wd, a->bc1, a->bc2)
+                      : ct_sgd_update(a->p[i], &a->v[i], a->g[i], a->lr,
+                                      a->momentum, a->wd);
+  free(a);
 }
 
 int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr,
               float momentum, float weight_decay, cudaStream_t s) {
-  LAUNCH(s);
+  struct optim_args a = {p, NULL, v, g, count, lr, momentum, 0, 0, 0, weight_decay, 0, 0, 0};
   mock_cuda_dev_range(p, (size_t)count * F, "sgd p");
   mock_cuda_dev_range(v, (size_t)count * F, "sgd v");
   mock_cuda_dev_range(g, (size_t)count * F, "sgd g");
-  for (int64_t i = 0; i < count; i++)
-    p[i] = ct_sgd_update(p[i], &v[i], g[i], lr, momentum, weight_decay);
-  return 0;
+  LAUNCH(s, run_optim, a);
 }
 
 int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
                float lr, float beta1, float beta2, float eps,
                float weight_decay, float bc1, float bc2, cudaStream_t s) {
-  LAUNCH(s);
+  struct optim_args a = {p, m, v, g, count, lr, 0, beta1, beta2, eps, weight_decay, bc1, bc2, 1};
   mock_cuda_dev_range(p, (size_t)count * F, "adam p");
   mock_cuda_dev_range(m, (size_t)count * F, "adam m");
   mock_cuda_dev_range(v, (size_t)count * F, "adam v");
   mock_cuda_dev_range(g, (size_t)count * F, "adam g");
-  for (int64_t i = 0; i < count; i++)
-    p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps,
-                          weight_decay, bc1, bc2);
-  return 0;
+  LAUNCH(s, run_optim, a);
+}
+
+struct fill_args {
+  float *p;
+  int64_t count;
+  float value;
+};
+
+static void run_fill(void *arg) {
+  struct fill_args *a = arg;
+  for (int64_t i = 0; i < a->count; i++) a->p[i] = a->value;
+  free(a);
 }
 
 int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {
-  LAUNCH(s);
+  struct fill_args a = {p, count, value};
   mock_cuda_dev_range(p, (size_t)count * F, "fill");
-  for (int64_t i = 0; i < count; i++) p[i] = value;
-  return 0;
+  LAUNCH(s, run_fill, a);
 }
