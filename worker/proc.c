@@ -151,7 +151,10 @@ static void proc_kill_timeout(uv_timer_t *t) {
 }
 
 void proc_stop(struct proc *p, unsigned grace_ms) {
-  if (!p->running) return;
+  /* A second stop must not push the SIGKILL deadline back (a trial that
+   * ignores SIGTERM but keeps reporting gets "stop" for every result). */
+  if (!p->running || (p->stopping && grace_ms > 0)) return;
+  p->stopping = 1;
   kill(-p->pid, SIGTERM);
   kill(-p->pid, SIGCONT);  /* a trial paused for a full outbox must see it */
   uv_timer_stop(&p->timer);

@@ -33,6 +33,7 @@ struct proc {
   int out_open, err_open;
   int exited, exit_code, term_signal;
   int exit_reported;
+  int stopping;         /* SIGTERM sent, SIGKILL timer armed */
   int handles;          /* open libuv handles, for on_closed */
   int closing;
   struct proc_cbs cbs;

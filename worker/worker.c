@@ -615,7 +615,7 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
       const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "decision");
       if (cJSON_IsString(d) && !strcmp(d->valuestring, "stop")) {
         struct trial *t = worker_find(w, it->trial_id);
-        if (t && t->spawned && !t->exited) {
+        if (t && t->spawned && !t->exited && t->stop_why == TRIAL_STOP_NONE) {
           log_info("trial %d: scheduler decided stop", t->id);
           trial_stop(t, TRIAL_STOP_DECISION, w->o.stop_grace_ms);
         }
@@ -758,7 +758,7 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
     cJSON_ArrayForEach(s, stop) {
       if (!cJSON_IsNumber(s)) continue;
       struct trial *t = worker_find(w, s->valueint);
-      if (t && t->spawned && !t->exited) {
+      if (t && t->spawned && !t->exited && t->stop_why != TRIAL_STOP_SERVER) {
         log_info("trial %d: server says stop (cancelled or no longer ours)", t->id);
         trial_stop(t, TRIAL_STOP_SERVER, w->o.stop_grace_ms);
       }

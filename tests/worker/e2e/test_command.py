@@ -102,6 +102,40 @@ def body(env):
     env.wait_experiment(ok, 20)
     t = env.trials(ok)[0]
     assert t["status"] == "TERMINATED" and result_values(env.results(t["id"])) == [1, 2, 3], t
+
+    # 6. A trial that ignores SIGTERM and leaves a background child: SIGKILL
+    # after the grace period (3 s in the harness), nothing orphaned, no zombie.
+    stubborn = env.submit(command_config(
+        "stubborn", ["sh", "-c", "trap '' TERM; sleep 300 & echo $! > bg; i=0; "
+                     "while true; do i=$((i+1)); echo \"{\\\"training_iteration\\\": $i}\"; "
+                     "sleep 0.1; done"],
+        scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 2}))
+    t = wait_for(lambda: (lambda t: t["status"] != "PENDING" and t)(env.trials(stubborn)[0]), 10,
+                 "the stubborn trial to start")
+    bg_file = os.path.join(env.trial_dir("w1", t["id"]), "bg")
+    bg = wait_for(lambda: os.path.exists(bg_file) and int(open(bg_file).read() or 0), 10,
+                  "the background child's pid")
+    wait_for(lambda: "trial %d: scheduler decided stop" % t["id"] in worker.log(), 10,
+             "the stop decision")
+    t0 = time.time()
+    wait_for(lambda: "ignored SIGTERM: sending SIGKILL" in worker.log(), 10, "the SIGKILL")
+    wait_for(lambda: "trial %d stopped by the scheduler" % t["id"] in worker.log(), 5,
+             "the trial to end")
+    print("stubborn trial killed %.1f s after the stop decision" % (time.time() - t0))
+    wait_for(lambda: not alive(bg), 3, "the background child %d to be killed" % bg)
+    env.wait_experiment(stubborn, 10)
+    assert env.trials(stubborn)[0]["status"] == "TERMINATED"
+    zombies = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if d.isdigit() and int(fields[1]) == worker.pid and fields[0] == "Z":
+            zombies.append(int(d))
+    assert not zombies, "zombie children of the worker: %r" % zombies
+    assert not env.trial_processes(), "trial processes left: %r" % env.trial_processes()
     assert worker.alive(), "worker died:\n" + worker.log()
 
 
