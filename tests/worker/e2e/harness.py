@@ -48,6 +48,7 @@ class Proc:
 class Env:
     def __init__(self, name):
         self.bin = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CTUNE_BIN_DIR", "")
+        self.args = sys.argv[2:]
         for prog in ("ctune-server", "ctune-worker"):
             if not os.access(os.path.join(self.bin, prog), os.X_OK):
                 print("SKIP: %s not built in %r" % (prog, self.bin))
@@ -82,13 +83,14 @@ class Env:
                 return proc
         raise AssertionError("ctune-server did not print its address:\n" + proc.log())
 
-    def start_worker(self, name, *args):
+    def start_worker(self, name, *args, env=None):
         log_path = os.path.join(self.tmp, "worker-%s-%d.log" % (name, len(self.procs)))
         log = open(log_path, "w")
         p = subprocess.Popen([os.path.join(self.bin, "ctune-worker"), "--server", self.url,
                               "--name", name, "--work-dir", self.work_dir(name),
                               "--poll-ms", "200", "--stop-grace-s", "3"] + list(args),
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             env=env)
         log.close()
         proc = Proc(p, log_path, "worker " + name)
         self.procs.append(proc)
