@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
               "this database; stop it first or pass another --db" : strerror(-lrc));
     goto out;
   }
-  if (store_open(s.opt.db_path, &s.store, err, sizeof err)) {
+  if (store_open(s.opt.db_path, s.opt.wal_frames, &s.store, err, sizeof err)) {
     log_error("%s", err);
     goto out;
   }

@@ -10,7 +10,8 @@
 const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
-    "                    [--max-checkpoint-mb N] [--web-dir DIR] [--vendor-dir DIR]\n"
+    "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
+    "                    [--web-dir DIR] [--vendor-dir DIR]\n"
     "                    [--help] [--version]\n"
     "\n"
     "  --db PATH               SQLite database (created when missing; default ctune.db)\n"
@@ -24,6 +25,8 @@ const char opts_usage[] =
     "  --heartbeat-interval S  interval told to workers (default 5)\n"
     "  --threads N             HTTP threads (default 2)\n"
     "  --max-checkpoint-mb N   largest checkpoint accepted (default 256)\n"
+    "  --wal-checkpoint-frames N  WAL pages after which the writer completes a\n"
+    "                          checkpoint (default 8192, i.e. 32 MiB)\n"
     "  --web-dir DIR           dashboard files served at / (default " CTUNE_WEB_DIR_DEFAULT ")\n"
     "  --vendor-dir DIR        files served at /vendor/ (default " CTUNE_VENDOR_DIR_DEFAULT ")\n";
 
@@ -57,7 +60,7 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     .db_path = "ctune.db", .bind = "127.0.0.1", .port = 8470, .token_file = NULL,
     .lease_timeout_s = 30, .heartbeat_interval_s = 5, .web_dir = CTUNE_WEB_DIR_DEFAULT,
     .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT, .threads = 2,
-    .max_checkpoint_bytes = 256LL * 1024 * 1024};
+    .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192};
   *action = OPTS_RUN;
   int hb_set = 0;
   for (int i = 1; i < argc; i++) {
@@ -103,6 +106,9 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     } else if (!strcmp(name, "--threads")) {
       if (opts_integer(name, v, 1, 64, &x, err, errlen)) return -EINVAL;
       o->threads = (int)x;
+    } else if (!strcmp(name, "--wal-checkpoint-frames")) {
+      if (opts_integer(name, v, 16, 1000000, &x, err, errlen)) return -EINVAL;
+      o->wal_frames = (int)x;
     } else if (!strcmp(name, "--max-checkpoint-mb")) {
       if (opts_integer(name, v, 1, 4096, &x, err, errlen)) return -EINVAL;
       o->max_checkpoint_bytes = (int64_t)x * 1024 * 1024;

@@ -104,6 +104,7 @@ struct server_options {
   const char *vendor_dir;
   int threads;
   int64_t max_checkpoint_bytes;
+  int wal_frames;
 };
 
 struct server {

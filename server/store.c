@@ -102,7 +102,13 @@ static int store_open_conn(const char *path, sqlite3 **db, char *err, size_t err
   return 0;
 }
 
-int store_open(const char *path, struct store **out, char *err, size_t errlen) {
+static int store_wal_autocheckpoint(sqlite3 *db, int frames, char *err, size_t errlen) {
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA wal_autocheckpoint=%d", frames);
+  return store_exec(db, sql, err, errlen, "setting wal_autocheckpoint");
+}
+
+int store_open(const char *path, int wal_frames, struct store **out, char *err, size_t errlen) {
   struct store *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
   if (pthread_mutex_init(&st->rlock, NULL)) { free(st); return -ENOMEM; }
@@ -120,9 +126,9 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen) {
       /* store_checkpoint (main thread, PASSIVE) copies the WAL back off the
        * commit path, but under constant writes it never quite finishes, so
        * the WAL could never restart and would grow without bound. The
-       * writer's own checkpoint at 8192 frames (32 MiB) finishes the job,
+       * writer's own checkpoint (default 8192 frames, 32 MiB) finishes the job,
        * with little left to copy, and lets the next commit restart the WAL. */
-      store_exec(st->w, "PRAGMA wal_autocheckpoint=8192", err, errlen, "pragma"))
+      store_wal_autocheckpoint(st->w, wal_frames, err, errlen))
     goto fail;
   if (store_migrate(st->w, err, errlen)) goto fail;
   for (int i = 0; i < ST_COUNT; i++) {

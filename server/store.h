@@ -64,8 +64,10 @@ struct store_worker_row {
 
 /* Opens (creating) the database in WAL mode and applies the migrations of
  * schema/ that user_version says are missing, each in its own transaction.
+ * wal_frames: the WAL size (in pages) at which the writer checkpoints.
  * On failure *err names the step. -EIO / -ENOMEM. */
-int store_open(const char *path, struct store **out, char *err, size_t errlen);
+int store_open(const char *path, int wal_frames, struct store **out, char *err,
+               size_t errlen);
 void store_close(struct store *st);
 
 /* Writer side (commit thread only). */

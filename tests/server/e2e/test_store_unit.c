@@ -34,7 +34,7 @@ static void teardown(void) {
 static struct store *open_store(void) {
   struct store *st = NULL;
   char err[256];
-  ck_assert_msg(store_open(db, &st, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(store_open(db, 8192, &st, err, sizeof err) == 0, "%s", err);
   return st;
 }
 
