@@ -799,8 +799,10 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   if (!cJSON_IsNumber(id)) {
     unsigned d = 250u << (w->reg_attempts < 5 ? w->reg_attempts : 5);
     if (w->reg_attempts++ == 0 || w->reg_attempts % 20 == 0)
-      log_warn("cannot register with %s (%s, HTTP %ld %.200s): retrying", w->o.server,
-               err ? strerror(-err) : "bad answer", resp->status, resp->body ? resp->body : "");
+      log_warn("cannot register with %s (%s, HTTP %ld %.200s): retrying%s", w->o.server,
+               err ? strerror(-err) : "bad answer", resp->status, resp->body ? resp->body : "",
+               resp->status == 401 || resp->status == 403
+                   ? "; the server wants its worker token: --token-file" : "");
     uv_timer_start(&w->reg_timer, worker_on_reg_timer, d > 5000 ? 5000 : d, 0);
     cJSON_Delete(b);
     return;
