@@ -94,6 +94,35 @@ def main():
           "the result says the batch was halved: %s" % res[0], p)
     check(res[0]["gpu_mem_mb"] <= 13, "peak %.1f MiB within the cap" % res[0]["gpu_mem_mb"], p)
 
+    # checkpoints are interchangeable: epoch 1 on cuda, epoch 2 on the cpu,
+    # against two epochs on the cpu alone
+    with tempfile.TemporaryDirectory(prefix="ctune-cuda-ckpt-") as ck:
+        base = MLP[2:] + ["--train-limit", "600", "--batch-size", "64", "--seed", "7"]
+        p = run(["--device", "cuda"] + base + ["--epochs", "1", "--checkpoint-dir", ck])
+        check(p.returncode == 0 and os.path.exists(os.path.join(ck, "checkpoint.bin")),
+              "a cuda run writes checkpoint.bin", p)
+        p = run(["--device", "cpu"] + base + ["--epochs", "2", "--checkpoint-dir", ck,
+                                               "--resume"])
+        mixed = results(p)
+        check(p.returncode == 0 and mixed and mixed[-1]["training_iteration"] == 2,
+              "the cpu resumes the cuda checkpoint", p)
+        p = run(["--device", "cpu"] + base + ["--epochs", "2"])
+        cpu = results(p)
+        check(p.returncode == 0 and len(cpu) == 2, "two epochs on the cpu", p)
+        rel = abs(mixed[-1]["loss"] - cpu[-1]["loss"]) / cpu[-1]["loss"]
+        check(rel < 1e-3, "cuda-then-cpu ends where cpu alone does (loss %.6f vs "
+              "%.6f, rel %.1e)" % (mixed[-1]["loss"], cpu[-1]["loss"], rel), p)
+    with tempfile.TemporaryDirectory(prefix="ctune-cuda-ckpt-") as ck:
+        p = run(["--device", "cpu"] + base + ["--epochs", "1", "--checkpoint-dir", ck])
+        check(p.returncode == 0, "a cpu run writes its checkpoint", p)
+        p = run(["--device", "cuda"] + base + ["--epochs", "2", "--checkpoint-dir", ck,
+                                                "--resume"])
+        back = results(p)
+        check(p.returncode == 0 and back and back[-1]["training_iteration"] == 2,
+              "cuda resumes the cpu checkpoint", p)
+        rel = abs(back[-1]["loss"] - cpu[-1]["loss"]) / cpu[-1]["loss"]
+        check(rel < 1e-3, "cpu-then-cuda ends there too (rel %.1e)" % rel, p)
+
     p = run(MLP + ["--train-limit", "300", "--epochs", "1"], gpus=0)
     err = error(p)
     check(p.returncode == 7 and err and err["code"] == "no_device",
