@@ -31,6 +31,7 @@ extern char **environ;
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
 #define WORKER_MAX_CHECKPOINT (1024L * 1024 * 1024)
+#define WORKER_CKPT_GET_TRIES 6
 
 struct worker {
   uv_loop_t *loop;
@@ -507,10 +508,32 @@ static int worker_write_file(const char *path, const char *data, size_t len) {
   return rc;
 }
 
+/* A checkpoint download to try again shortly: a restarting server should not
+ * make a trial throw away its progress. */
+struct retry {
+  uv_timer_t timer;
+  struct worker *w;
+  int trial_id, attempt;
+};
+
+static int worker_get_checkpoint(struct worker *w, int trial_id, int attempt);
+
+static void worker_retry_closed(uv_handle_t *h) { free(h->data); }
+
+static void worker_on_ckpt_retry(uv_timer_t *h) {
+  struct retry *rt = h->data;
+  struct trial *t = worker_find(rt->w, rt->trial_id);
+  if (t && !t->spawned && !t->closed &&
+      worker_get_checkpoint(rt->w, rt->trial_id, rt->attempt) < 0)
+    worker_spawn_trial(rt->w, t, 0);
+  uv_close((uv_handle_t *)h, worker_retry_closed);
+}
+
 static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp) {
   struct wreq *r = arg;
   struct worker *w = r->w;
   struct trial *t = worker_find(w, r->trial_id);
+  int attempt = r->resume_attempt;
   free(r);
   if (!t || t->spawned || t->closed) return;
   int resume = 0;
@@ -536,11 +559,37 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
       resume = 1;
     }
     free(path);
+  } else if ((err || resp->status >= 500) && attempt < WORKER_CKPT_GET_TRIES && !w->draining) {
+    log_warn("trial %d: checkpoint download failed (%s, HTTP %ld): retry %d of %d in 1 s",
+             t->id, err ? strerror(-err) : "server error", resp->status, attempt,
+             WORKER_CKPT_GET_TRIES - 1);
+    struct retry *rt = calloc(1, sizeof *rt);
+    if (rt) {
+      rt->w = w;
+      rt->trial_id = t->id;
+      rt->attempt = attempt + 1;
+      uv_timer_init(w->loop, &rt->timer);
+      rt->timer.data = rt;
+      uv_timer_start(&rt->timer, worker_on_ckpt_retry, 1000, 0);
+      return;
+    }
   } else {
     log_warn("trial %d: lease says it has a checkpoint but GET gave %s (HTTP %ld): "
              "starting from scratch", t->id, err ? strerror(-err) : "no body", resp->status);
   }
   worker_spawn_trial(w, t, resume);
+}
+
+static int worker_get_checkpoint(struct worker *w, int trial_id, int attempt) {
+  char path[96];
+  snprintf(path, sizeof path, "/api/v1/trials/%d/checkpoint", trial_id);
+  struct wreq *r = wreq_new(w, trial_id);
+  if (!r) return -ENOMEM;
+  r->resume_attempt = attempt;
+  int rc = http_request(w->http, "GET", path, NULL, NULL, 0, NULL, WORKER_UPLOAD_TIMEOUT_MS,
+                        worker_on_ckpt_get, r);
+  if (rc < 0) free(r);
+  return rc;
 }
 
 static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
@@ -577,15 +626,10 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   const cJSON *hc = cJSON_GetObjectItemCaseSensitive(lease_trial, "has_checkpoint");
   char *ck = trial_path(t, "checkpoint.bin");
   if (cJSON_IsTrue(hc)) {
-    char path[96];
-    snprintf(path, sizeof path, "/api/v1/trials/%d/checkpoint", t->id);
-    struct wreq *r = wreq_new(w, t->id);
-    if (r && http_request(w->http, "GET", path, NULL, NULL, 0, NULL, WORKER_UPLOAD_TIMEOUT_MS,
-                          worker_on_ckpt_get, r) == 0) {
+    if (worker_get_checkpoint(w, t->id, 1) == 0) {
       free(ck);
       return;
     }
-    free(r);
     log_warn("trial %d: cannot request its checkpoint: starting from scratch", t->id);
   }
   /* A checkpoint left by an earlier attempt here is not what the server
