@@ -851,11 +851,14 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
   gpu_mem_init(&d->mem, b->limit_bytes);
   CU(cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
   CU(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking));
+  /* The host waits on these: block instead of spinning, since a trial
+   * usually has one CPU and the trainer's data work needs it. */
+  const unsigned host_wait = cudaEventDisableTiming | cudaEventBlockingSync;
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
-    CU(cudaEventCreateWithFlags(&d->copied[s], cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&d->copied[s], host_wait));
     CU(cudaEventCreateWithFlags(&d->input_free[s], cudaEventDisableTiming));
   }
-  CU(cudaEventCreateWithFlags(&d->loss_ready, cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&d->loss_ready, host_wait));
   rc = arena_alloc(b, d, &d->eval, b->plan.eval_bytes, b->max_batch, need);
   if (rc) goto fail;
   rc = carve_eval(b, d);
