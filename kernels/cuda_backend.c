@@ -144,6 +144,7 @@ struct backend {
   int slot;
   int oom_pending; /* training buffers did not fit: a smaller batch re-plans */
   int broken;      /* a failed re-plan left no buffers: every call fails so */
+  float *kept_params; /* the weights on the host while a re-plan is unfinished */
   int64_t step;
   int64_t limit_bytes;
   struct cuda_dev dev[CUDA_MAX_DEVICES];
@@ -557,13 +558,21 @@ static int cuda_get_state(struct backend *b, float *params, float *opt_state,
 /* After a training step ran out of memory, the trainer's --oom-retry calls
  * train_step with half the batch: the evaluation arena is planned again for
  * that batch too (evaluation then runs in chunks of it), keeping the weights;
- * gradients and optimiser state do not depend on the batch and stay. */
+ * gradients and optimiser state do not depend on the batch and stay. If the
+ * re-plan itself fails, the weights wait on the host for the next, smaller
+ * attempt. */
 static int replan(struct backend *b, int max_batch) {
   int rc = 0;
-  float *keep = malloc((size_t)b->plan.n_params * sizeof(float));
-  if (!keep) return -ENOMEM;
-  rc = cuda_get_state(b, keep, NULL, NULL);
-  if (rc) goto fail;
+  if (!b->kept_params) {
+    float *keep = malloc((size_t)b->plan.n_params * sizeof(float));
+    if (!keep) return -ENOMEM;
+    rc = cuda_get_state(b, keep, NULL, NULL);
+    if (rc) {
+      free(keep);
+      return rc;
+    }
+    b->kept_params = keep;
+  }
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
@@ -589,25 +598,31 @@ static int replan(struct backend *b, int max_batch) {
     rc = carve_eval(b, d);
     if (rc) goto fail;
     BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
-    CU(cudaMemcpyAsync(d->params, keep, (size_t)plan.n_params * sizeof(float),
+    CU(cudaMemcpyAsync(d->params, b->kept_params,
+                       (size_t)plan.n_params * sizeof(float),
                        cudaMemcpyHostToDevice, d->compute));
     CU(cudaStreamSynchronize(d->compute));
   }
   b->broken = 0;
   b->oom_pending = 0;
+  free(b->kept_params);
+  b->kept_params = NULL;
   log_warn("cuda: device memory re-planned for batch %d", max_batch);
+  return 0;
 fail:
   if (b->broken) b->broken = rc ? rc : -EIO;
-  free(keep);
+  if (rc == -ENOMEM) b->oom_pending = 1;
   return rc;
 }
 
 static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
                            int n, float *loss_out) {
-  if (b->broken) return b->broken;
   int rc = check_batch(b, x, y, n, "train_step");
   if (rc) return rc;
   if (!loss_out) return -EINVAL;
+  /* after a failed re-plan only a smaller batch may try again */
+  if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch))
+    return b->broken;
   if (b->oom_pending && n < b->max_batch && b->train_rows < n) {
     rc = replan(b, n);
     if (rc) return rc;
@@ -841,6 +856,7 @@ static void cuda_destroy(struct backend *b) {
   }
   if (b->h_loss) cudaFreeHost(b->h_loss);
   if (b->h_correct) cudaFreeHost(b->h_correct);
+  free(b->kept_params);
   cudaGetLastError();
   free(b);
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 #include "cuda_backend.h"
@@ -90,6 +91,59 @@ END_TEST
 START_TEST(faults_cnn_adam_two_gpus) { inject_everywhere(&cnn, OPTIM_ADAM, 2); }
 END_TEST
 
+/* The --oom-retry path under failures: a first step that runs out of memory,
+ * then a half-size step whose re-plan meets a failure at its k-th call. When
+ * that is again out of memory, a quarter-size step must train from the very
+ * same weights (its loss equals a fresh backend's on them). */
+static float step_loss(struct backend *b, const float *x, const uint8_t *y, int n) {
+  float loss = -1;
+  ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, n, &loss), 0);
+  return loss;
+}
+
+START_TEST(oom_retry_survives_failures) {
+  const struct optim_spec os = {OPTIM_SGD, 0.05f, 0.9f, 0, 0.9f, 0.999f, 1e-8f};
+  struct model_layout L;
+  ck_assert_int_eq(model_layout_init(&cnn, &L), 0);
+  float *p0 = calloc((size_t)L.n_params, sizeof(float));
+  float *x = calloc((size_t)8 * L.in_dim, sizeof(float));
+  uint8_t y[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ck_assert(p0 && x);
+  for (int64_t i = 0; i < L.n_params; i++) p0[i] = (float)((i * 37) % 11 - 5) * 0.02f;
+  for (int64_t i = 0; i < 8 * L.in_dim; i++) x[i] = (float)((i * 13) % 7) / 7.0f;
+  struct backend_opts bo = {1, 2, 0};
+  struct backend *b = NULL;
+  ck_assert_int_eq(backend_cuda_ops.create(&cnn, &os, 2, &bo, &b), 0);
+  ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);
+  const float want = step_loss(b, x, y, 2);
+  backend_cuda_ops.destroy(b);
+  int retried = 0;
+  for (long k = 1;; k++) {
+    b = NULL;
+    ck_assert_int_eq(backend_cuda_ops.create(&cnn, &os, 8, &bo, &b), 0);
+    ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);
+    float loss;
+    mock_cuda_fail_at(1); /* the state arena's cudaMalloc */
+    ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, 8, &loss), -ENOMEM);
+    ck_assert(strstr(backend_cuda_last_error(), "out of GPU memory at batch_size 8"));
+    mock_cuda_fail_at(k);
+    int rc = backend_cuda_ops.train_step(b, x, y, 4, &loss);
+    mock_cuda_fail_at(0);
+    if (rc == -ENOMEM) {
+      retried++;
+      float got = step_loss(b, x, y, 2);
+      ck_assert_msg(got == want, "k %ld: loss %.9g after the retry, %.9g fresh",
+                    k, got, want);
+    }
+    backend_cuda_ops.destroy(b);
+    ck_assert_int_eq(mock_cuda_live(), 0);
+    if (rc == 0) break; /* k is past the step's last call */
+  }
+  ck_assert_msg(retried >= 3, "only %d out-of-memory retries exercised", retried);
+  free(p0), free(x);
+}
+END_TEST
+
 /* With no device at all the mock says so and the backend answers -ENODEV. */
 START_TEST(no_device) {
   mock_cuda_set_devices(0);
@@ -110,6 +164,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, faults_mlp_sgd_one_gpu);
   tcase_add_test(tc, faults_cnn_adam_two_gpus);
+  tcase_add_test(tc, oom_retry_survives_failures);
   tcase_add_test(tc, no_device);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
