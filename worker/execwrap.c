@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,7 @@ static int execwrap_join_cgroup(const char *dir) {
 
 int execwrap_main(int argc, char **argv) {
   const char *cpus = NULL, *cgroup = NULL;
-  long as_mb = 0;
+  long as_mb = 0, parent = 0;
   int i = 2;
   for (; i < argc; i++) {
     if (!strcmp(argv[i], "--")) { i++; break; }
@@ -42,10 +44,20 @@ int execwrap_main(int argc, char **argv) {
     if (!strcmp(argv[i], "--cpus")) cpus = argv[++i];
     else if (!strcmp(argv[i], "--rlimit-as-mb")) as_mb = atol(argv[++i]);
     else if (!strcmp(argv[i], "--cgroup")) cgroup = argv[++i];
+    else if (!strcmp(argv[i], "--parent")) parent = atol(argv[++i]);
     else return execwrap_fail("--exec-trial: unknown option", argv[i]);
   }
   if (i >= argc) return execwrap_fail("--exec-trial: no program given", NULL);
 
+  /* If the worker dies (kill -9, crash) the trial dies with it instead of
+   * running on unsupervised while the server gives it to another worker.
+   * The flag survives execve; the check after it closes the race with a
+   * worker that died before the flag was set. */
+  if (parent > 0) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+      return execwrap_fail("prctl(PR_SET_PDEATHSIG) failed", strerror(errno));
+    if (getppid() != (pid_t)parent) return execwrap_fail("the worker is gone", NULL);
+  }
   if (cgroup && execwrap_join_cgroup(cgroup) < 0)
     return execwrap_fail("cannot join cgroup", cgroup);
   if (cpus && *cpus) {

@@ -12,7 +12,8 @@
 
 /* argv[1] is EXECWRAP_FLAG. Usage:
  *   ctune-worker --exec-trial [--cpus LIST] [--rlimit-as-mb N]
- *                [--cgroup DIR] -- PROGRAM ARGS...
+ *                [--cgroup DIR] [--parent PID] -- PROGRAM ARGS...
+ * --parent: the worker's pid; the trial gets SIGKILL when the worker dies.
  * Returns only on failure, with the exit status to use. */
 int execwrap_main(int argc, char **argv);
 

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "execwrap.h"
 #include "log.h"
@@ -81,8 +82,8 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   p->arg = arg;
   size_t n = 0;
   while (argv[n]) n++;
-  char rl[32];
-  const char **args = calloc(n + 10, sizeof *args);
+  char rl[32], parent[32];
+  const char **args = calloc(n + 12, sizeof *args);
   if (!args) return -ENOMEM;
   size_t k = 0;
   args[k++] = self_exe;
@@ -94,6 +95,9 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
     args[k++] = rl;
   }
   if (lim && lim->cgroup) { args[k++] = "--cgroup"; args[k++] = lim->cgroup; }
+  snprintf(parent, sizeof parent, "%d", (int)getpid());
+  args[k++] = "--parent";
+  args[k++] = parent;
   args[k++] = "--";
   for (size_t i = 0; i < n; i++) args[k++] = argv[i];
   args[k] = NULL;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctune-worker with the real ctune-train on a slice of Fashion-MNIST:
 concurrent trials pinned to distinct CPUs with --threads 1; then kill -9 of
-the worker (and its trials, as when a machine dies): the server's lease
+the worker (its trials die with it, as when a machine dies): the server's lease
 expires, a second worker leases the trials, downloads their checkpoints and
 resumes them with --resume; every epoch is reported exactly once."""
 import json
@@ -66,7 +66,9 @@ def body(env):
                    t["iteration"] >= 3 for t in ts) and ts
     ts = wait_for(checkpointed, 40, "both trials to checkpoint epoch >= 3", step=0.02)
     w1.kill9()
-    env.kill_trials()
+    # The trials die with their worker (PR_SET_PDEATHSIG): nothing is left
+    # running unsupervised while the server hands them to another worker.
+    wait_for(lambda: not env.trial_processes(), 3, "ctune-train to die with its worker")
     at_kill = {t["id"]: t["iteration"] for t in ts}
     print("killed worker 1 with trials at epochs", at_kill)
     assert all(i < MAX_T for i in at_kill.values()), "trials finished before the kill"
