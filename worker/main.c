@@ -195,13 +195,23 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ctune-worker: --server URL is required (e.g. http://127.0.0.1:8080)\n");
     return 2;
   }
-  if ((o.ncpus = pick_cpus(cpus_arg, o.cpu_ids, ALLOC_MAX_CPUS)) < 0) return 2;
-  if ((o.ngpus = pick_gpus(gpus_arg, gpu_mem, o.gpu_ids, o.gpu_mem_mb, ALLOC_MAX_GPUS)) < 0) return 2;
+  char *token = NULL;
+  if (token_file && !(token = read_token(token_file))) return 2;
+  o.token = token;
+  if ((o.ncpus = pick_cpus(cpus_arg, o.cpu_ids, ALLOC_MAX_CPUS)) < 0) {
+    free(token);
+    return 2;
+  }
+  if ((o.ngpus = pick_gpus(gpus_arg, gpu_mem, o.gpu_ids, o.gpu_mem_mb, ALLOC_MAX_GPUS)) < 0) {
+    free(token);
+    return 2;
+  }
 
   char self[PATH_MAX], train[PATH_MAX + 16], work[PATH_MAX + 300];
   size_t sl = sizeof self;
   if (uv_exepath(self, &sl) != 0) {
     fprintf(stderr, "ctune-worker: cannot find my own executable path\n");
+    free(token);
     return 1;
   }
   o.self_exe = self;
@@ -217,11 +227,9 @@ int main(int argc, char **argv) {
   }
   if (mkdir(o.work_dir, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "ctune-worker: --work-dir %s: %s\n", o.work_dir, strerror(errno));
+    free(token);
     return 1;
   }
-  char *token = NULL;
-  if (token_file && !(token = read_token(token_file))) return 2;
-  o.token = token;
 
   /* What the per-trial limits mean here, said once. */
   static struct cgroup_ctx cg;
