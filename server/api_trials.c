@@ -40,14 +40,23 @@ static int api_add_plain(void *ctx, int64_t seq, int64_t trial_id, const char *d
 }
 
 int api_trial_results(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int64_t *seqs = NULL;
+  size_t n = 0;
   pthread_mutex_lock(&s->lock);
   struct trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
+  if (t && t->nres && (seqs = malloc(t->nres * sizeof *seqs))) {
+    memcpy(seqs, t->seqs, t->nres * sizeof *seqs);
+    n = t->nres;
+  }
+  int oom = t && t->nres && !seqs;
   pthread_mutex_unlock(&s->lock);
-  if (!t) return 0;
-  if (commit_wait(s->commit, commit_last_ticket(s->commit))) return -EIO;
+  if (!t || oom) return oom ? -ENOMEM : 0;
+  /* The rows exist once everything queued before this read is committed. */
+  int rc = commit_wait(s->commit, commit_last_ticket(s->commit)) ? -EIO : 0;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "results");
-  int rc = arr ? store_trial_results(s->store, id, api_add_plain, arr) : -ENOMEM;
+  if (!rc) rc = arr ? store_results_by_seq(s->store, seqs, n, api_add_plain, arr) : -ENOMEM;
+  free(seqs);
   if (!rc && !cJSON_AddNumberToObject(root, "trial_id", (double)id)) rc = -ENOMEM;
   if (rc) {
     cJSON_Delete(root);

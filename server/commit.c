@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "log.h"
 
 #define COMMIT_MAX_BATCH 8192
@@ -70,7 +71,11 @@ static void *commit_main(void *arg) {
     uint64_t upto = c->done + n;
     pthread_mutex_unlock(&c->mu);
 
+    double t0 = clock_mono_s();
     int rc = commit_apply_batch(c, batch);
+    double took = clock_mono_s() - t0;
+    if (took > 0.02) /* every reply in the batch waited this long */
+      log_warn("commit: %llu op(s) took %.1f ms", (unsigned long long)n, took * 1e3);
     while (batch) {
       struct commit_op *next = batch->next;
       if (batch->free_fn) batch->free_fn(batch->arg);

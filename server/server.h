@@ -44,6 +44,7 @@ struct trial {
    * the idempotency index. */
   double *ts;
   char *decisions;
+  int64_t *seqs; /* each result's seq: its row in SQLite */
   size_t nres, capres;
   /* The experiment's metric per result that had it (NaN for null): best. */
   double *values;

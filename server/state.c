@@ -49,6 +49,7 @@ void state_trial_free(struct trial *t) {
   free(t->error);
   free(t->ts);
   free(t->decisions);
+  free(t->seqs);
   free(t->values);
   for (int i = 0; i < t->nseries; i++) free(t->series[i].v);
   free(t->series);
@@ -344,6 +345,9 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
     char *d = realloc(t->decisions, nc);
     if (!d) return -ENOMEM;
     t->decisions = d;
+    int64_t *q = realloc(t->seqs, nc * sizeof *q);
+    if (!q) return -ENOMEM;
+    t->seqs = q;
     t->capres = nc;
   }
   struct experiment *e = server_experiment(s, t->experiment_id);
@@ -369,6 +373,7 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
   t->last_result = copy;
   t->ts[t->nres] = time_value;
   t->decisions[t->nres] = decision;
+  t->seqs[t->nres] = seq;
   t->nres++;
   t->last_t = time_value;
   if (t->nres == 1 || time_value > t->max_t_seen) t->max_t_seen = time_value;

@@ -84,8 +84,10 @@ int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
 
 /* Copies committed WAL pages into the database without blocking the
- * writer (PASSIVE); called periodically off the commit path. */
-int store_checkpoint(struct store *st);
+ * writer (PASSIVE), on a connection of its own; called periodically from one
+ * thread, off the commit path. *copied: 1 when the WAL moved since the last
+ * call (writes are going on). */
+int store_checkpoint(struct store *st, int *copied);
 
 /* Reader side: the loader at start (callbacks return 0 or stop with an error). */
 struct store_loader {
@@ -100,10 +102,12 @@ struct store_loader {
 };
 int store_load(struct store *st, const struct store_loader *l);
 
-/* Results of one trial in order (limit <= 0: all), or of one experiment after
- * seq `since`. The callback sees (seq, trial_id, data). */
+/* Results of one experiment after seq `since` (limit <= 0: all). The
+ * callback sees (seq, trial_id, data). */
 typedef int (*store_result_fn)(void *ctx, int64_t seq, int64_t trial_id, const char *data);
-int store_trial_results(struct store *st, int64_t trial_id, store_result_fn fn, void *ctx);
+/* Results by seq (their rowid), in the order given: a trial's results. */
+int store_results_by_seq(struct store *st, const int64_t *seqs, size_t n, store_result_fn fn,
+                         void *ctx);
 int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since,
                              int64_t limit, store_result_fn fn, void *ctx);
 /* Values of `metric` for every result of the experiment, ordered by trial then

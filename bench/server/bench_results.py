@@ -40,6 +40,8 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--server-threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--wal-frames", type=int, default=None,
+                    help="passed to ctune-server --wal-checkpoint-frames")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         print("wrk is not installed", file=sys.stderr)
@@ -47,7 +49,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ctune-bench-")
     db = os.path.join(tmp, "bench.db")
     srv = subprocess.Popen([os.path.join(a.bin_dir, "ctune-server"), "--db", db, "--port", "0",
-                            "--threads", str(a.server_threads)],
+                            "--threads", str(a.server_threads)]
+                           + (["--wal-checkpoint-frames", str(a.wal_frames)] if a.wal_frames else []),
                            stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"))
     try:
         line = srv.stdout.readline().decode().strip()

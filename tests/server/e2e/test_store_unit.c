@@ -9,10 +9,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "commit.h"
+#include "migrations.h"
 #include "store.h"
 
 static char dir[64], db[128];
+
+static const char *db_path_for_test(void) { return db; }
 
 static void setup(void) {
   strcpy(dir, "/tmp/ctune-store-XXXXXX");
@@ -75,7 +80,8 @@ START_TEST(migrations_and_round_trip) {
   ck_assert_int_eq(store_put_log(st, 1, "tail", 4), 0);
   ck_assert_int_eq(store_commit(st), 0);
   store_close(st);
-  /* reopening applies no migration twice and reads back what was written */
+  /* reopening applies no migration twice (002 rebuilt results with its rows)
+   * and reads back what was written */
   st = open_store();
   int64_t it;
   uint32_t crc;
@@ -180,15 +186,29 @@ START_TEST(failed_batch_refuses_later_writes) {
 }
 END_TEST
 
-START_TEST(duplicate_result_is_a_constraint_error) {
+static int collect_t(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)trial_id;
+  char *buf = ctx;
+  char item[64];
+  snprintf(item, sizeof item, "%lld:%s;", (long long)seq, data);
+  strcat(buf, item);
+  return 0;
+}
+
+START_TEST(results_read_back_by_seq) {
   struct store *st = open_store();
-  struct result_op *a = make_result(1, 1, 1), *b = make_result(2, 1, 1);
   ck_assert_int_eq(store_begin(st), 0);
-  ck_assert_int_eq(store_insert_result(st, &a->row), 0);
-  ck_assert_int_eq(store_insert_result(st, &b->row), -EEXIST);
-  ck_assert_int_eq(store_rollback(st), 0);
-  free(a);
-  free(b);
+  for (int i = 1; i <= 5; i++) {
+    struct result_op *op = make_result(i, 1 + i % 2, i);
+    ck_assert_int_eq(store_insert_result(st, &op->row), 0);
+    free(op);
+  }
+  ck_assert_int_eq(store_commit(st), 0);
+  int64_t seqs[] = {4, 2, 9};
+  char buf[512] = "";
+  ck_assert_int_eq(store_results_by_seq(st, seqs, 3, collect_t, buf), 0);
+  /* in the order asked for; a seq with no row is skipped */
+  ck_assert_str_eq(buf, "4:{\"training_iteration\":4};2:{\"training_iteration\":2};");
   store_close(st);
 }
 END_TEST
@@ -221,6 +241,31 @@ START_TEST(asha_nan_round_trips_as_null) {
 }
 END_TEST
 
+START_TEST(upgrade_from_version_1_keeps_results) {
+  /* A database made by the first schema, with a result in it. */
+  sqlite3 *db = NULL;
+  ck_assert_int_eq(sqlite3_open(db_path_for_test(), &db), SQLITE_OK);
+  ck_assert_int_eq(migrations_table[0].version, 1);
+  ck_assert_int_eq(sqlite3_exec(db, migrations_table[0].sql, NULL, NULL, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_exec(db, "PRAGMA user_version=1; INSERT INTO results VALUES"
+                                "(7, 1, 1, 3.0, 'continue', '{\"training_iteration\":3}')",
+                                NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(db);
+  struct store *st = open_store();
+  int64_t seq = 7;
+  char buf[256] = "";
+  ck_assert_int_eq(store_results_by_seq(st, &seq, 1, collect_t, buf), 0);
+  ck_assert_str_eq(buf, "7:{\"training_iteration\":3};");
+  /* the rebuilt table takes a second row for the same (trial, t) */
+  struct result_op *op = make_result(8, 1, 3.0);
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_insert_result(st, &op->row), 0);
+  ck_assert_int_eq(store_commit(st), 0);
+  free(op);
+  store_close(st);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("server_store");
   TCase *tc = tcase_create("store");
@@ -228,7 +273,8 @@ int main(void) {
   tcase_add_test(tc, migrations_and_round_trip);
   tcase_add_test(tc, group_commit_orders_and_waits);
   tcase_add_test(tc, failed_batch_refuses_later_writes);
-  tcase_add_test(tc, duplicate_result_is_a_constraint_error);
+  tcase_add_test(tc, results_read_back_by_seq);
+  tcase_add_test(tc, upgrade_from_version_1_keeps_results);
   tcase_add_test(tc, asha_nan_round_trips_as_null);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
