@@ -15,20 +15,17 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cuda_internal.h"
 #include "cuda_ops.h"
 #include "gpu_mem.h"
 #include "gpu_plan.h"
 #include "log.h"
 
-#define CUDA_MAX_DEVICES 16
-#define MIB ((int64_t)1 << 20)
-
 static char last_error[512];
 
 const char *backend_cuda_last_error(void) { return last_error; }
 
-static void set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void set_error(const char *fmt, ...) {
+void cuda_set_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof(last_error), fmt, ap);
@@ -36,123 +33,40 @@ static void set_error(const char *fmt, ...) {
   log_error("cuda: %s", last_error);
 }
 
-/* Maps a failed CUDA call to our codes: out of memory stays distinct so the
- * trainer can exit 6, a missing device or driver gives -ENODEV (exit 7). */
-static int cuda_fail(const char *call, cudaError_t e, int line) {
-  set_error("%s failed at cuda_backend.c:%d: %s", call, line,
-            cudaGetErrorString(e));
+/* "kernels/cuda_mem.c" -> "cuda_mem.c" for messages */
+static const char *base(const char *file) {
+  const char *slash = strrchr(file, '/');
+  return slash ? slash + 1 : file;
+}
+
+/* Out of memory stays distinct so the trainer can exit 6; a missing device
+ * or driver gives -ENODEV (exit 7). */
+int cuda_fail(const char *call, cudaError_t e, const char *file, int line) {
+  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line,
+                 cudaGetErrorString(e));
   if (e == cudaErrorMemoryAllocation) return -ENOMEM;
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
     return -ENODEV;
   return -EIO;
 }
 
-static int blas_fail(const char *call, cublasStatus_t st, int line) {
-  set_error("%s failed at cuda_backend.c:%d: %s", call, line,
-            cublasGetStatusString(st));
+int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file,
+                   int line) {
+  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line,
+                 cublasGetStatusString(st));
   return st == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
 }
 
-static int nccl_fail(const char *call, ncclResult_t r, int line) {
-  set_error("%s failed at cuda_backend.c:%d: %s", call, line,
-            ncclGetErrorString(r));
+int cuda_nccl_fail(const char *call, ncclResult_t r, const char *file,
+                   int line) {
+  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line,
+                 ncclGetErrorString(r));
   return -EIO;
 }
 
-/* Each needs `int rc` and a `fail:` label in the calling function. */
-#define CU(call)                                                  \
-  do {                                                            \
-    cudaError_t e_ = (call);                                      \
-    if (e_ != cudaSuccess) {                                      \
-      rc = cuda_fail(#call, e_, __LINE__);                        \
-      goto fail;                                                  \
-    }                                                             \
-  } while (0)
-#define BLAS(call)                                                \
-  do {                                                            \
-    cublasStatus_t s_ = (call);                                   \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                            \
-      rc = blas_fail(#call, s_, __LINE__);                        \
-      goto fail;                                                  \
-    }                                                             \
-  } while (0)
-#define NCCL(call)                                                \
-  do {                                                            \
-    ncclResult_t r_ = (call);                                     \
-    if (r_ != ncclSuccess) {                                      \
-      rc = nccl_fail(#call, r_, __LINE__);                        \
-      goto fail;                                                  \
-    }                                                             \
-  } while (0)
-/* Our own launchers log their CUDA error; name the step for the person. */
-#define OPS(call)                                                 \
-  do {                                                            \
-    int o_ = (call);                                              \
-    if (o_) {                                                     \
-      set_error("%s failed at cuda_backend.c:%d", #call, __LINE__); \
-      rc = o_;                                                    \
-      goto fail;                                                  \
-    }                                                             \
-  } while (0)
-
-struct dev_block {
-  void *ptr;
-  int64_t size;
-};
-
-struct cuda_dev {
-  int id;
-  cudaStream_t compute, copy;
-  cublasHandle_t blas;
-  ncclComm_t comm; /* NULL with one device */
-  struct gpu_mem mem;
-  /* the three cudaMalloc'd arenas (see gpu_plan.h) */
-  struct dev_block eval, state, bwd;
-  cudaEvent_t copied[GPU_PLAN_SLOTS];     /* input slot filled */
-  cudaEvent_t input_free[GPU_PLAN_SLOTS]; /* compute done reading the slot */
-  cudaEvent_t loss_ready;
-  int rows; /* rows of the batch in flight on this device */
-  /* eval arena */
-  float *params;
-  float *x[GPU_PLAN_SLOTS];
-  uint8_t *y[GPU_PLAN_SLOTS];
-  float *col[MODEL_MAX_LAYERS], *conv[MODEL_MAX_LAYERS], *pool[MODEL_MAX_LAYERS];
-  int32_t *arg[MODEL_MAX_LAYERS];
-  float *out[MODEL_MAX_LAYERS];
-  float *flat;
-  float *row_loss;
-  int32_t *row_correct;
-  double *sum_loss;
-  int32_t *sum_correct;
-  void *workspace;
-  /* state arena (first training step or optimiser-state restore) */
-  float *grads, *opt;
-  /* backward arena (first training step, sized for its batch) */
-  float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS], *dcol[MODEL_MAX_LAYERS];
-  float *dout[MODEL_MAX_LAYERS];
-  float *dflat;
-};
-
-struct backend {
-  struct model_layout L;
-  struct optim_spec opt;
-  struct gpu_plan plan;  /* eval arena: max_batch rows */
-  struct gpu_plan bplan; /* backward arena: train_rows rows */
-  int max_batch, ndev, first_linear, last_conv;
-  int state_ready; /* gradients and optimiser state allocated */
-  int train_rows;  /* global batch the backward arena holds; 0: none */
-  int slot;
-  int oom_pending; /* training buffers did not fit: a smaller batch re-plans */
-  int broken;      /* a failed re-plan left no buffers: every call fails so */
-  float *kept_params; /* the weights on the host while a re-plan is unfinished */
-  int64_t step;
-  int64_t limit_bytes;
-  struct cuda_dev dev[CUDA_MAX_DEVICES];
-  float *h_x[GPU_PLAN_SLOTS]; /* pinned staging of the global batch */
-  uint8_t *h_y[GPU_PLAN_SLOTS];
-  double *h_loss;     /* pinned, one per device */
-  int32_t *h_correct; /* pinned, one per device */
-};
+void cuda_ops_fail(const char *call, const char *file, int line) {
+  cuda_set_error("%s failed at %s:%d", call, base(file), line);
+}
 
 int backend_cuda_device_count(void) {
   int n = 0;
@@ -163,357 +77,19 @@ int backend_cuda_device_count(void) {
   return n;
 }
 
-/* ---- memory ---------------------------------------------------------- */
-
-static void oom_message(struct backend *b, struct cuda_dev *d, int batch,
-                        int64_t need) {
-  size_t free_b = 0, total_b = 0;
-  char msg[256];
-  if (!b->limit_bytes) {
-    cudaSetDevice(d->id);
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
-  }
-  gpu_mem_oom_message(msg, sizeof(msg), batch, need, b->limit_bytes,
-                      (int64_t)free_b);
-  set_error("%s", msg);
-}
-
-/* One arena from the capped allocator: the cap first, then the device. On
- * out-of-memory the message names `batch` and the `need` of the whole plan. */
-static int arena_alloc(struct backend *b, struct cuda_dev *d,
-                       struct dev_block *blk, int64_t size, int batch,
-                       int64_t need) {
-  int rc = gpu_mem_reserve(&d->mem, size);
-  if (rc) {
-    oom_message(b, d, batch, need);
-    return rc;
-  }
-  cudaError_t e = cudaMalloc(&blk->ptr, (size_t)size);
-  if (e != cudaSuccess) {
-    gpu_mem_release(&d->mem, size);
-    blk->ptr = NULL;
-    cudaGetLastError();
-    if (e == cudaErrorMemoryAllocation) {
-      oom_message(b, d, batch, need);
-      return -ENOMEM;
-    }
-    return cuda_fail("cudaMalloc", e, __LINE__);
-  }
-  blk->size = size;
-  return 0;
-}
-
-/* The device must be current and its streams idle. */
-static void arena_free(struct cuda_dev *d, struct dev_block *blk) {
-  if (!blk->ptr) return;
-  cudaFree(blk->ptr);
-  gpu_mem_release(&d->mem, blk->size);
-  blk->ptr = NULL;
-  blk->size = 0;
-}
-
-/* Carving follows gpu_plan.c's order; running out means the plan is wrong. */
-#define TAKE(arena, ptr, bytes)                                        \
-  do {                                                                 \
-    uintptr_t p_;                                                      \
-    if (gpu_arena_take((arena), (bytes), &p_)) {                       \
-      set_error("internal: device memory plan too small for " #ptr);   \
-      return -EIO;                                                     \
-    }                                                                  \
-    (ptr) = (void *)p_;                                                \
-  } while (0)
-
-static int carve_eval(struct backend *b, struct cuda_dev *d) {
-  const struct gpu_plan *p = &b->plan;
-  const int64_t F = sizeof(float), n = p->batch;
-  struct gpu_arena a;
-  gpu_arena_init(&a, (uintptr_t)d->eval.ptr, d->eval.size);
-  TAKE(&a, d->params, p->n_params * F);
-  for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
-    TAKE(&a, d->x[s], p->x_floats * F);
-    TAKE(&a, d->y[s], n);
-  }
-  for (int l = 0; l < p->n_layers; l++) {
-    const struct gpu_plan_layer *q = &p->layer[l];
-    if (b->L.layer[l].kind == LAYER_CONV) {
-      TAKE(&a, d->col[l], q->col * F);
-      TAKE(&a, d->conv[l], q->conv * F);
-      TAKE(&a, d->pool[l], q->pool * F);
-      TAKE(&a, d->arg[l], q->pool * F);
-    } else {
-      TAKE(&a, d->out[l], q->out * F);
-    }
-  }
-  if (p->flat) TAKE(&a, d->flat, p->flat * F);
-  TAKE(&a, d->row_loss, n * F);
-  TAKE(&a, d->row_correct, n * (int64_t)sizeof(int32_t));
-  TAKE(&a, d->sum_loss, 16); /* a double, then the int32 count after it */
-  d->sum_correct = (int32_t *)(d->sum_loss + 1);
-  TAKE(&a, d->workspace, GPU_PLAN_BLAS_WORKSPACE);
-  return 0;
-}
-
-static int carve_state(struct backend *b, struct cuda_dev *d) {
-  const int64_t F = sizeof(float);
-  struct gpu_arena a;
-  gpu_arena_init(&a, (uintptr_t)d->state.ptr, d->state.size);
-  TAKE(&a, d->grads, b->plan.n_params * F);
-  TAKE(&a, d->opt, b->plan.opt_floats * F);
-  return 0;
-}
-
-static int carve_backward(struct backend *b, struct cuda_dev *d) {
-  const struct gpu_plan *p = &b->bplan;
-  const int64_t F = sizeof(float);
-  struct gpu_arena a;
-  gpu_arena_init(&a, (uintptr_t)d->bwd.ptr, d->bwd.size);
-  for (int l = 0; l < p->n_layers; l++) {
-    const struct gpu_plan_layer *q = &p->layer[l];
-    if (b->L.layer[l].kind == LAYER_CONV) {
-      TAKE(&a, d->dconv[l], q->conv * F);
-      TAKE(&a, d->dpool[l], q->pool * F);
-      if (l > 0) TAKE(&a, d->dcol[l], q->col * F);
-    } else {
-      TAKE(&a, d->dout[l], q->out * F);
-    }
-  }
-  if (p->flat) TAKE(&a, d->dflat, p->flat * F);
-  return 0;
-}
-
-/* Everything a training step at global batch n needs per device. */
-static int64_t train_need(struct backend *b, int n, struct gpu_plan *bp) {
-  int per_dev = (n + b->ndev - 1) / b->ndev;
-  if (gpu_plan_init(&b->L, b->opt.kind, per_dev, bp)) return -1;
-  return b->plan.eval_bytes + bp->state_bytes + bp->backward_bytes;
-}
-
-/* Gradients and optimiser state: batch-independent, allocated once, at the
- * first training step or when an optimiser state is restored. */
-static int ensure_state(struct backend *b, int n) {
-  int rc = 0;
-  struct gpu_plan bp;
-  if (b->state_ready) return 0;
-  int64_t need = train_need(b, n, &bp);
-  for (int i = 0; i < b->ndev; i++) {
-    struct cuda_dev *d = &b->dev[i];
-    CU(cudaSetDevice(d->id));
-    rc = arena_alloc(b, d, &d->state, b->plan.state_bytes, n, need);
-    if (rc) goto fail;
-    rc = carve_state(b, d);
-    if (rc) goto fail;
-    CU(cudaMemsetAsync(d->opt, 0, (size_t)b->plan.opt_floats * sizeof(float),
-                       d->compute));
-  }
-  b->state_ready = 1;
-  return 0;
-fail:
-  for (int i = 0; i < b->ndev; i++) {
-    struct cuda_dev *d = &b->dev[i];
-    if (!d->state.ptr) continue;
-    cudaSetDevice(d->id);
-    cudaStreamSynchronize(d->compute);
-    arena_free(d, &d->state);
-  }
-  return rc;
-}
-
-/* The backward pass's buffers for a global batch of n rows: allocated at the
- * first training step, grown if a larger batch comes. Evaluation alone never
- * allocates them. */
-static int ensure_backward(struct backend *b, int n) {
-  int rc = 0;
-  struct gpu_plan bp;
-  if (b->train_rows >= n) return 0;
-  int64_t need = train_need(b, n, &bp);
-  if (need < 0) return -EINVAL;
-  for (int i = 0; i < b->ndev; i++) {
-    struct cuda_dev *d = &b->dev[i];
-    CU(cudaSetDevice(d->id));
-    CU(cudaStreamSynchronize(d->compute));
-    arena_free(d, &d->bwd);
-  }
-  b->train_rows = 0;
-  b->bplan = bp;
-  for (int i = 0; i < b->ndev; i++) {
-    struct cuda_dev *d = &b->dev[i];
-    CU(cudaSetDevice(d->id));
-    rc = arena_alloc(b, d, &d->bwd, bp.backward_bytes, n, need);
-    if (rc) goto fail;
-    rc = carve_backward(b, d);
-    if (rc) goto fail;
-  }
-  b->train_rows = n;
-  return 0;
-fail:
-  for (int i = 0; i < b->ndev; i++) {
-    struct cuda_dev *d = &b->dev[i];
-    if (!d->bwd.ptr) continue;
-    cudaSetDevice(d->id);
-    arena_free(d, &d->bwd);
-  }
-  return rc;
-}
-
-static int ensure_train(struct backend *b, int n) {
-  int rc = ensure_state(b, n);
-  if (!rc) rc = ensure_backward(b, n);
-  if (rc == -ENOMEM) b->oom_pending = 1;
-  return rc;
-}
-
-/* ---- layers ---------------------------------------------------------- */
-
-/* Column-major GEMM C = op(A) op(B), alpha 1, beta 0 (row-major callers swap
- * operands; each call site says which product it computes). */
-static int gemm(struct cuda_dev *d, int ta, int tb, int m, int n, int k,
-                const float *A, int lda, const float *B, int ldb, float *C,
-                int ldc) {
-  const float one = 1.0f, zero = 0.0f;
-  int rc = 0;
-  BLAS(cublasSgemm(d->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                   tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A, lda, B,
-                   ldb, &zero, C, ldc));
-fail:
-  return rc;
-}
-
-/* Input of conv layer l: layer 0 reads the NCHW batch, later ones the
- * channel-major [c][n][h*w] pooled output of the layer before. */
-static void conv_strides(const struct layer_shape *s, int l, int n,
-                         int64_t *sn, int64_t *sc) {
-  int64_t hw = (int64_t)s->in_h * s->in_w;
-  if (l == 0) {
-    *sn = s->in_c * hw;
-    *sc = hw;
-  } else {
-    *sn = hw;
-    *sc = (int64_t)n * hw;
-  }
-}
-
-static int forward(struct backend *b, struct cuda_dev *d, int slot, int n) {
-  const struct model_layout *L = &b->L;
-  const float *in = d->x[slot];
-  const int K = MODEL_CNN_K;
-  int rc = 0;
-  for (int l = 0; l < L->n_layers; l++) {
-    const struct layer_shape *s = &L->layer[l];
-    const float *W = d->params + s->w_off, *bias = d->params + s->b_off;
-    if (s->kind == LAYER_CONV) {
-      int64_t sn, sc;
-      int ckk = s->in_c * K * K, np = n * s->out_h * s->out_w;
-      conv_strides(s, l, n, &sn, &sc);
-      OPS(cuops_im2col(in, d->col[l], n, s->in_c, s->in_h, s->in_w, K, sn, sc,
-                       d->compute));
-      /* conv[OC][nP] = W[OC][CKK] col[CKK][nP] */
-      rc = gemm(d, 0, 0, np, s->out_c, ckk, d->col[l], np, W, ckk, d->conv[l],
-                np);
-      if (rc) goto fail;
-      OPS(cuops_bias_act(d->conv[l], bias, s->out_c, np, 1, 1, d->compute));
-      OPS(cuops_maxpool_forward(d->conv[l], d->pool[l], d->arg[l],
-                                (int64_t)s->out_c * n, s->out_h, s->out_w,
-                                MODEL_CNN_POOL, d->compute));
-      in = d->pool[l];
-      if (l == b->last_conv) {
-        OPS(cuops_permute_cn(in, d->flat, s->out_c, n, s->pool_h * s->pool_w,
-                             1, d->compute));
-        in = d->flat;
-      }
-    } else {
-      /* out[n][O] = in[n][I] W[O][I]^T */
-      rc = gemm(d, 1, 0, s->out_c, n, s->in_c, W, s->in_c, in, s->in_c,
-                d->out[l], s->out_c);
-      if (rc) goto fail;
-      OPS(cuops_bias_act(d->out[l], bias, n, s->out_c, 0,
-                         l != L->n_layers - 1, d->compute));
-      in = d->out[l];
-    }
-  }
-fail:
-  return rc;
-}
-
-/* Gradients of the mean loss into d->grads, from dout[last] = dloss/dlogits
- * (already written by the cross-entropy kernel). */
-static int backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
-  const struct model_layout *L = &b->L;
-  const int K = MODEL_CNN_K, last = L->n_layers - 1;
-  int rc = 0;
-  for (int l = last; l >= b->first_linear; l--) {
-    const struct layer_shape *s = &L->layer[l];
-    const float *W = d->params + s->w_off;
-    const float *in = l > b->first_linear ? d->out[l - 1]
-                      : b->last_conv >= 0 ? d->flat
-                                          : d->x[slot];
-    float *dy = d->dout[l];
-    if (l != last)
-      OPS(cuops_relu_backward(d->out[l], dy, (int64_t)n * s->out_c,
-                              d->compute));
-    /* dW[O][I] = dy[n][O]^T in[n][I] */
-    rc = gemm(d, 0, 1, s->in_c, s->out_c, n, in, s->in_c, dy, s->out_c,
-              d->grads + s->w_off, s->in_c);
-    if (rc) goto fail;
-    OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c,
-                          d->compute));
-    float *din = l > b->first_linear ? d->dout[l - 1]
-                 : b->last_conv >= 0 ? d->dflat
-                                     : NULL;
-    if (din) {
-      /* din[n][I] = dy[n][O] W[O][I] */
-      rc = gemm(d, 0, 0, s->in_c, n, s->out_c, W, s->in_c, dy, s->out_c, din,
-                s->in_c);
-      if (rc) goto fail;
-    }
-  }
-  if (b->last_conv >= 0) {
-    const struct layer_shape *s = &L->layer[b->last_conv];
-    OPS(cuops_permute_cn(d->dflat, d->dpool[b->last_conv], s->out_c, n,
-                         s->pool_h * s->pool_w, 0, d->compute));
-  }
-  for (int l = b->last_conv; l >= 0; l--) {
-    const struct layer_shape *s = &L->layer[l];
-    const float *W = d->params + s->w_off;
-    int ckk = s->in_c * K * K, np = n * s->out_h * s->out_w;
-    OPS(cuops_maxpool_backward(d->dpool[l], d->arg[l], d->dconv[l],
-                               (int64_t)s->out_c * n, s->out_h, s->out_w,
-                               MODEL_CNN_POOL, d->compute));
-    OPS(cuops_relu_backward(d->conv[l], d->dconv[l], (int64_t)s->out_c * np,
-                            d->compute));
-    /* dW[OC][CKK] = dconv[OC][nP] col[CKK][nP]^T */
-    rc = gemm(d, 1, 0, ckk, s->out_c, np, d->col[l], np, d->dconv[l], np,
-              d->grads + s->w_off, ckk);
-    if (rc) goto fail;
-    OPS(cuops_sum_strided(d->dconv[l], d->grads + s->b_off, s->out_c, np, np,
-                          1, d->compute));
-    if (l > 0) {
-      int64_t sn, sc;
-      conv_strides(s, l, n, &sn, &sc);
-      /* dcol[CKK][nP] = W[OC][CKK]^T dconv[OC][nP] */
-      rc = gemm(d, 0, 1, np, ckk, s->out_c, d->dconv[l], np, W, ckk,
-                d->dcol[l], np);
-      if (rc) goto fail;
-      OPS(cuops_col2im(d->dcol[l], d->dpool[l - 1], n, s->in_c, s->in_h,
-                       s->in_w, K, sn, sc, d->compute));
-    }
-  }
-fail:
-  return rc;
-}
-
 /* ---- batches --------------------------------------------------------- */
 
 static int check_batch(struct backend *b, const float *x, const uint8_t *y,
                        int n, const char *what) {
   if (!x || !y || n < 1 || n > b->max_batch) {
-    set_error("%s: batch of %d rows is outside 1..%d (max_batch)", what, n,
-              b->max_batch);
+    cuda_set_error("%s: batch of %d rows is outside 1..%d (max_batch)", what, n,
+                   b->max_batch);
     return -EINVAL;
   }
   for (int i = 0; i < n; i++)
     if (y[i] >= b->L.n_classes) {
-      set_error("%s: label %d at row %d is not below n_classes %d", what,
-                y[i], i, b->L.n_classes);
+      cuda_set_error("%s: label %d at row %d is not below n_classes %d", what,
+                     y[i], i, b->L.n_classes);
       return -EINVAL;
     }
   return 0;
@@ -578,8 +154,8 @@ static int replan(struct backend *b, int max_batch) {
     CU(cudaSetDevice(d->id));
     CU(cudaStreamSynchronize(d->compute));
     CU(cudaStreamSynchronize(d->copy));
-    arena_free(d, &d->bwd);
-    arena_free(d, &d->eval);
+    cuda_mem_arena_free(d, &d->bwd);
+    cuda_mem_arena_free(d, &d->eval);
   }
   b->train_rows = 0;
   b->broken = -EIO; /* until every device has its buffers again */
@@ -592,10 +168,10 @@ static int replan(struct backend *b, int max_batch) {
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    rc = arena_alloc(b, d, &d->eval, plan.eval_bytes, max_batch,
-                     plan.eval_bytes + plan.train_bytes);
+    rc = cuda_mem_arena_alloc(b, d, &d->eval, plan.eval_bytes, max_batch,
+                              plan.eval_bytes + plan.train_bytes);
     if (rc) goto fail;
-    rc = carve_eval(b, d);
+    rc = cuda_mem_carve_eval(b, d);
     if (rc) goto fail;
     BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
     CU(cudaMemcpyAsync(d->params, b->kept_params,
@@ -627,7 +203,7 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
     rc = replan(b, n);
     if (rc) return rc;
   }
-  rc = ensure_train(b, n);
+  rc = cuda_mem_ensure_train(b, n);
   if (rc) return rc;
   const int slot = b->slot;
   b->slot = (b->slot + 1) % GPU_PLAN_SLOTS;
@@ -644,12 +220,12 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
     CU(cudaSetDevice(d->id));
     if (d->rows == 0) {
       b->h_loss[i] = 0.0;
-      CU(cudaMemsetAsync(d->grads, 0,
-                         (size_t)b->plan.n_params * sizeof(float), d->compute));
+      CU(cudaMemsetAsync(d->grads, 0, (size_t)b->plan.n_params * sizeof(float),
+                         d->compute));
       CU(cudaEventRecord(d->loss_ready, d->compute));
       continue;
     }
-    rc = forward(b, d, slot, d->rows);
+    rc = cuda_net_forward(b, d, slot, d->rows);
     if (rc) goto fail;
     OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct,
                    d->dout[last], d->rows, L->n_classes, scale, d->compute));
@@ -658,20 +234,19 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
     CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double),
                        cudaMemcpyDeviceToHost, d->compute));
     CU(cudaEventRecord(d->loss_ready, d->compute));
-    rc = backward(b, d, slot, d->rows);
+    rc = cuda_net_backward(b, d, slot, d->rows);
     if (rc) goto fail;
     CU(cudaEventRecord(d->input_free[slot], d->compute));
   }
   if (b->ndev > 1) {
     NCCL(ncclGroupStart());
     for (int i = 0; i < b->ndev; i++) {
-      ncclResult_t r = ncclAllReduce(b->dev[i].grads, b->dev[i].grads,
-                                     (size_t)b->plan.n_params, ncclFloat,
-                                     ncclAvg, b->dev[i].comm,
-                                     b->dev[i].compute);
+      ncclResult_t r = ncclAllReduce(
+          b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params, ncclFloat,
+          ncclAvg, b->dev[i].comm, b->dev[i].compute);
       if (r != ncclSuccess) {
         ncclGroupEnd();
-        rc = nccl_fail("ncclAllReduce", r, __LINE__);
+        rc = cuda_nccl_fail("ncclAllReduce", r, __FILE__, __LINE__);
         goto fail;
       }
     }
@@ -729,7 +304,7 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
       struct cuda_dev *d = &b->dev[i];
       CU(cudaSetDevice(d->id));
       if (d->rows == 0) continue;
-      rc = forward(b, d, slot, d->rows);
+      rc = cuda_net_forward(b, d, slot, d->rows);
       if (rc) goto fail;
       OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct,
                      NULL, d->rows, b->L.n_classes, 1.0f, d->compute));
@@ -765,7 +340,7 @@ static int cuda_set_state(struct backend *b, const float *params,
   if (b->broken) return b->broken;
   if (!params || step < 0) return -EINVAL;
   if (opt_state) {
-    rc = ensure_state(b, b->max_batch);
+    rc = cuda_mem_ensure_state(b, b->max_batch);
     if (rc) return rc;
   }
   for (int i = 0; i < b->ndev; i++) {
@@ -846,9 +421,9 @@ static void cuda_destroy(struct backend *b) {
     if (d->loss_ready) cudaEventDestroy(d->loss_ready);
     if (d->compute) cudaStreamDestroy(d->compute);
     if (d->copy) cudaStreamDestroy(d->copy);
-    arena_free(d, &d->bwd);
-    arena_free(d, &d->state);
-    arena_free(d, &d->eval);
+    cuda_mem_arena_free(d, &d->bwd);
+    cuda_mem_arena_free(d, &d->state);
+    cuda_mem_arena_free(d, &d->eval);
   }
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
     if (b->h_x[s]) cudaFreeHost(b->h_x[s]);
@@ -875,9 +450,10 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
     CU(cudaEventCreateWithFlags(&d->input_free[s], cudaEventDisableTiming));
   }
   CU(cudaEventCreateWithFlags(&d->loss_ready, host_wait));
-  rc = arena_alloc(b, d, &d->eval, b->plan.eval_bytes, b->max_batch, need);
+  rc = cuda_mem_arena_alloc(b, d, &d->eval, b->plan.eval_bytes, b->max_batch,
+                            need);
   if (rc) goto fail;
-  rc = carve_eval(b, d);
+  rc = cuda_mem_carve_eval(b, d);
   if (rc) goto fail;
   BLAS(cublasCreate(&d->blas));
   BLAS(cublasSetStream(d->blas, d->compute));
@@ -898,23 +474,24 @@ static int cuda_create(const struct model_spec *spec,
   last_error[0] = '\0';
   if (!spec || !optim || !out || max_batch < 1 ||
       (optim->kind != OPTIM_SGD && optim->kind != OPTIM_ADAM)) {
-    set_error("create: bad arguments (max_batch %d)", max_batch);
+    cuda_set_error("create: bad arguments (max_batch %d)", max_batch);
     return -EINVAL;
   }
   *out = NULL;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count < 1) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    set_error("--device cuda: no usable CUDA device (%s%s%s)",
-              e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
-              vis ? ", CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "");
+    cuda_set_error("--device cuda: no usable CUDA device (%s%s%s)",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
+                   vis ? ", CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "");
     cudaGetLastError();
     return -ENODEV;
   }
   int want = opts && opts->gpus > 0 ? opts->gpus : count;
   if (want > count || want > CUDA_MAX_DEVICES) {
-    set_error("--gpus %d but %d CUDA device(s) are visible (at most %d used)",
-              want, count, CUDA_MAX_DEVICES);
+    cuda_set_error(
+        "--gpus %d but %d CUDA device(s) are visible (at most %d used)", want,
+        count, CUDA_MAX_DEVICES);
     return -ENODEV;
   }
   b = calloc(1, sizeof(*b));
@@ -922,12 +499,11 @@ static int cuda_create(const struct model_spec *spec,
   b->ndev = want;
   b->max_batch = max_batch;
   b->opt = *optim;
-  b->limit_bytes = opts && opts->gpu_mem_limit_mb > 0
-                       ? opts->gpu_mem_limit_mb * MIB
-                       : 0;
+  b->limit_bytes =
+      opts && opts->gpu_mem_limit_mb > 0 ? opts->gpu_mem_limit_mb * MIB : 0;
   rc = model_layout_init(spec, &b->L);
   if (rc) {
-    set_error("create: the model does not fit the input geometry");
+    cuda_set_error("create: the model does not fit the input geometry");
     goto fail;
   }
   b->first_linear = -1;
@@ -947,7 +523,7 @@ static int cuda_create(const struct model_spec *spec,
   if (b->limit_bytes && b->plan.eval_bytes > b->limit_bytes) {
     char msg[256];
     gpu_mem_oom_message(msg, sizeof(msg), max_batch, need, b->limit_bytes, 0);
-    set_error("%s", msg);
+    cuda_set_error("%s", msg);
     rc = -ENOMEM;
     goto fail;
   }
@@ -971,15 +547,17 @@ static int cuda_create(const struct model_spec *spec,
     CU(cudaHostAlloc((void **)&b->h_y[s], (size_t)max_batch, pin));
   }
   CU(cudaHostAlloc((void **)&b->h_loss, (size_t)want * sizeof(double), pin));
-  CU(cudaHostAlloc((void **)&b->h_correct, (size_t)want * sizeof(int32_t), pin));
+  CU(cudaHostAlloc((void **)&b->h_correct, (size_t)want * sizeof(int32_t),
+                   pin));
   for (int i = 0; i < want; i++) {
     CU(cudaSetDevice(b->dev[i].id));
     CU(cudaStreamSynchronize(b->dev[i].compute));
   }
-  log_info("cuda: %d device(s), batch %d (%d per device), %.0f MiB per "
-           "device planned%s",
-           want, max_batch, per_dev, gpu_mem_mib(need),
-           b->limit_bytes ? " (capped)" : "");
+  log_info(
+      "cuda: %d device(s), batch %d (%d per device), %.0f MiB per "
+      "device planned%s",
+      want, max_batch, per_dev, gpu_mem_mib(need),
+      b->limit_bytes ? " (capped)" : "");
   *out = b;
   return 0;
 fail:

@@ -55,12 +55,10 @@ void gpu_mem_oom_message(char *buf, size_t len, int batch_size,
     snprintf(buf, len,
              "out of GPU memory at batch_size %d (needs ~%.0f MiB, limit %.0f "
              "MiB): try a smaller batch_size",
-             batch_size, gpu_mem_mib(need_bytes),
-             (double)(limit_bytes >> 20));
+             batch_size, gpu_mem_mib(need_bytes), (double)(limit_bytes >> 20));
   else
     snprintf(buf, len,
              "out of GPU memory at batch_size %d (needs ~%.0f MiB, %.0f MiB "
              "free on the device): try a smaller batch_size",
-             batch_size, gpu_mem_mib(need_bytes),
-             (double)(free_bytes >> 20));
+             batch_size, gpu_mem_mib(need_bytes), (double)(free_bytes >> 20));
 }

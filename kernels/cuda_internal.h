@@ -1,0 +1,141 @@
+/* What the CUDA backend's files share: the per-device and backend state,
+ * the error helpers and the checking macros, and the memory (cuda_mem.c) and
+ * network (cuda_net.c) functions cuda_backend.c drives. Internal. */
+#ifndef CTUNE_CUDA_INTERNAL_H
+#define CTUNE_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "gpu_mem.h"
+#include "gpu_plan.h"
+
+#define CUDA_MAX_DEVICES 16
+#define MIB ((int64_t)1 << 20)
+
+/* The message behind backend_cuda_last_error(), also logged. */
+void cuda_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Record a failed call and map it to our codes: -ENOMEM stays distinct (exit
+ * 6), a missing device or driver is -ENODEV (exit 7), the rest -EIO. */
+int cuda_fail(const char *call, cudaError_t e, const char *file, int line);
+int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file,
+                   int line);
+int cuda_nccl_fail(const char *call, ncclResult_t r, const char *file,
+                   int line);
+void cuda_ops_fail(const char *call, const char *file, int line);
+
+/* Each needs `int rc` and a `fail:` label in the calling function. */
+#define CU(call)                                     \
+  do {                                               \
+    cudaError_t e_ = (call);                         \
+    if (e_ != cudaSuccess) {                         \
+      rc = cuda_fail(#call, e_, __FILE__, __LINE__); \
+      goto fail;                                     \
+    }                                                \
+  } while (0)
+#define BLAS(call)                                        \
+  do {                                                    \
+    cublasStatus_t s_ = (call);                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                    \
+      rc = cuda_blas_fail(#call, s_, __FILE__, __LINE__); \
+      goto fail;                                          \
+    }                                                     \
+  } while (0)
+#define NCCL(call)                                        \
+  do {                                                    \
+    ncclResult_t r_ = (call);                             \
+    if (r_ != ncclSuccess) {                              \
+      rc = cuda_nccl_fail(#call, r_, __FILE__, __LINE__); \
+      goto fail;                                          \
+    }                                                     \
+  } while (0)
+/* Our own launchers log their CUDA error; name the step for the person. */
+#define OPS(call)                               \
+  do {                                          \
+    int o_ = (call);                            \
+    if (o_) {                                   \
+      cuda_ops_fail(#call, __FILE__, __LINE__); \
+      rc = o_;                                  \
+      goto fail;                                \
+    }                                           \
+  } while (0)
+
+struct dev_block {
+  void *ptr;
+  int64_t size;
+};
+
+struct cuda_dev {
+  int id;
+  cudaStream_t compute, copy;
+  cublasHandle_t blas;
+  ncclComm_t comm; /* NULL with one device */
+  struct gpu_mem mem;
+  /* the three cudaMalloc'd arenas (see gpu_plan.h) */
+  struct dev_block eval, state, bwd;
+  cudaEvent_t copied[GPU_PLAN_SLOTS];     /* input slot filled */
+  cudaEvent_t input_free[GPU_PLAN_SLOTS]; /* compute done reading the slot */
+  cudaEvent_t loss_ready;
+  int rows; /* rows of the batch in flight on this device */
+  /* eval arena */
+  float *params;
+  float *x[GPU_PLAN_SLOTS];
+  uint8_t *y[GPU_PLAN_SLOTS];
+  float *col[MODEL_MAX_LAYERS], *conv[MODEL_MAX_LAYERS],
+      *pool[MODEL_MAX_LAYERS];
+  int32_t *arg[MODEL_MAX_LAYERS];
+  float *out[MODEL_MAX_LAYERS];
+  float *flat;
+  float *row_loss;
+  int32_t *row_correct;
+  double *sum_loss;
+  int32_t *sum_correct;
+  void *workspace;
+  /* state arena (first training step or optimiser-state restore) */
+  float *grads, *opt;
+  /* backward arena (first training step, sized for its batch) */
+  float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS],
+      *dcol[MODEL_MAX_LAYERS];
+  float *dout[MODEL_MAX_LAYERS];
+  float *dflat;
+};
+
+struct backend {
+  struct model_layout L;
+  struct optim_spec opt;
+  struct gpu_plan plan;  /* eval arena: max_batch rows */
+  struct gpu_plan bplan; /* backward arena: train_rows rows */
+  int max_batch, ndev, first_linear, last_conv;
+  int state_ready; /* gradients and optimiser state allocated */
+  int train_rows;  /* global batch the backward arena holds; 0: none */
+  int slot;
+  int oom_pending; /* training buffers did not fit: a smaller batch re-plans */
+  int broken;      /* a failed re-plan left no buffers: every call fails so */
+  float
+      *kept_params; /* the weights on the host while a re-plan is unfinished */
+  int64_t step;
+  int64_t limit_bytes;
+  struct cuda_dev dev[CUDA_MAX_DEVICES];
+  float *h_x[GPU_PLAN_SLOTS]; /* pinned staging of the global batch */
+  uint8_t *h_y[GPU_PLAN_SLOTS];
+  double *h_loss;     /* pinned, one per device */
+  int32_t *h_correct; /* pinned, one per device */
+};
+
+/* cuda_mem.c: the capped arenas (see gpu_plan.h for what each holds). */
+int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d,
+                         struct dev_block *blk, int64_t size, int batch,
+                         int64_t need);
+void cuda_mem_arena_free(struct cuda_dev *d, struct dev_block *blk);
+int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d);
+int cuda_mem_ensure_state(struct backend *b, int n);
+int cuda_mem_ensure_train(struct backend *b, int n);
+
+/* cuda_net.c: the model's passes on one device's compute stream. */
+int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n);
+int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n);
+
+#endif

@@ -1,0 +1,204 @@
+/* The CUDA backend's device memory: three arenas per GPU from the capped
+ * allocator (gpu_mem.h), carved in gpu_plan.c's order, the out-of-memory
+ * message, and the training arenas that come with the first step. */
+#include <errno.h>
+#include <stdint.h>
+
+#include "cuda_internal.h"
+
+static void oom_message(struct backend *b, struct cuda_dev *d, int batch,
+                        int64_t need) {
+  size_t free_b = 0, total_b = 0;
+  char msg[256];
+  if (!b->limit_bytes) {
+    cudaSetDevice(d->id);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
+  }
+  gpu_mem_oom_message(msg, sizeof(msg), batch, need, b->limit_bytes,
+                      (int64_t)free_b);
+  cuda_set_error("%s", msg);
+}
+
+/* One arena from the capped allocator: the cap first, then the device. On
+ * out-of-memory the message names `batch` and the `need` of the whole plan. */
+int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d,
+                         struct dev_block *blk, int64_t size, int batch,
+                         int64_t need) {
+  int rc = gpu_mem_reserve(&d->mem, size);
+  if (rc) {
+    oom_message(b, d, batch, need);
+    return rc;
+  }
+  cudaError_t e = cudaMalloc(&blk->ptr, (size_t)size);
+  if (e != cudaSuccess) {
+    gpu_mem_release(&d->mem, size);
+    blk->ptr = NULL;
+    cudaGetLastError();
+    if (e == cudaErrorMemoryAllocation) {
+      oom_message(b, d, batch, need);
+      return -ENOMEM;
+    }
+    return cuda_fail("cudaMalloc", e, __FILE__, __LINE__);
+  }
+  blk->size = size;
+  return 0;
+}
+
+/* The device must be current and its streams idle. */
+void cuda_mem_arena_free(struct cuda_dev *d, struct dev_block *blk) {
+  if (!blk->ptr) return;
+  cudaFree(blk->ptr);
+  gpu_mem_release(&d->mem, blk->size);
+  blk->ptr = NULL;
+  blk->size = 0;
+}
+
+/* Carving follows gpu_plan.c's order; running out means the plan is wrong. */
+#define TAKE(arena, ptr, bytes)                                           \
+  do {                                                                    \
+    uintptr_t p_;                                                         \
+    if (gpu_arena_take((arena), (bytes), &p_)) {                          \
+      cuda_set_error("internal: device memory plan too small for " #ptr); \
+      return -EIO;                                                        \
+    }                                                                     \
+    (ptr) = (void *)p_;                                                   \
+  } while (0)
+
+int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
+  const struct gpu_plan *p = &b->plan;
+  const int64_t F = sizeof(float), n = p->batch;
+  struct gpu_arena a;
+  gpu_arena_init(&a, (uintptr_t)d->eval.ptr, d->eval.size);
+  TAKE(&a, d->params, p->n_params * F);
+  for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
+    TAKE(&a, d->x[s], p->x_floats * F);
+    TAKE(&a, d->y[s], n);
+  }
+  for (int l = 0; l < p->n_layers; l++) {
+    const struct gpu_plan_layer *q = &p->layer[l];
+    if (b->L.layer[l].kind == LAYER_CONV) {
+      TAKE(&a, d->col[l], q->col * F);
+      TAKE(&a, d->conv[l], q->conv * F);
+      TAKE(&a, d->pool[l], q->pool * F);
+      TAKE(&a, d->arg[l], q->pool * F);
+    } else {
+      TAKE(&a, d->out[l], q->out * F);
+    }
+  }
+  if (p->flat) TAKE(&a, d->flat, p->flat * F);
+  TAKE(&a, d->row_loss, n * F);
+  TAKE(&a, d->row_correct, n * (int64_t)sizeof(int32_t));
+  TAKE(&a, d->sum_loss, 16); /* a double, then the int32 count after it */
+  d->sum_correct = (int32_t *)(d->sum_loss + 1);
+  TAKE(&a, d->workspace, GPU_PLAN_BLAS_WORKSPACE);
+  return 0;
+}
+
+static int carve_state(struct backend *b, struct cuda_dev *d) {
+  const int64_t F = sizeof(float);
+  struct gpu_arena a;
+  gpu_arena_init(&a, (uintptr_t)d->state.ptr, d->state.size);
+  TAKE(&a, d->grads, b->plan.n_params * F);
+  TAKE(&a, d->opt, b->plan.opt_floats * F);
+  return 0;
+}
+
+static int carve_backward(struct backend *b, struct cuda_dev *d) {
+  const struct gpu_plan *p = &b->bplan;
+  const int64_t F = sizeof(float);
+  struct gpu_arena a;
+  gpu_arena_init(&a, (uintptr_t)d->bwd.ptr, d->bwd.size);
+  for (int l = 0; l < p->n_layers; l++) {
+    const struct gpu_plan_layer *q = &p->layer[l];
+    if (b->L.layer[l].kind == LAYER_CONV) {
+      TAKE(&a, d->dconv[l], q->conv * F);
+      TAKE(&a, d->dpool[l], q->pool * F);
+      if (l > 0) TAKE(&a, d->dcol[l], q->col * F);
+    } else {
+      TAKE(&a, d->dout[l], q->out * F);
+    }
+  }
+  if (p->flat) TAKE(&a, d->dflat, p->flat * F);
+  return 0;
+}
+
+/* Everything a training step at global batch n needs per device. */
+static int64_t train_need(struct backend *b, int n, struct gpu_plan *bp) {
+  int per_dev = (n + b->ndev - 1) / b->ndev;
+  if (gpu_plan_init(&b->L, b->opt.kind, per_dev, bp)) return -1;
+  return b->plan.eval_bytes + bp->state_bytes + bp->backward_bytes;
+}
+
+/* Gradients and optimiser state: batch-independent, allocated once, at the
+ * first training step or when an optimiser state is restored. */
+int cuda_mem_ensure_state(struct backend *b, int n) {
+  int rc = 0;
+  struct gpu_plan bp;
+  if (b->state_ready) return 0;
+  int64_t need = train_need(b, n, &bp);
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    rc = cuda_mem_arena_alloc(b, d, &d->state, b->plan.state_bytes, n, need);
+    if (rc) goto fail;
+    rc = carve_state(b, d);
+    if (rc) goto fail;
+    CU(cudaMemsetAsync(d->opt, 0, (size_t)b->plan.opt_floats * sizeof(float),
+                       d->compute));
+  }
+  b->state_ready = 1;
+  return 0;
+fail:
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    if (!d->state.ptr) continue;
+    cudaSetDevice(d->id);
+    cudaStreamSynchronize(d->compute);
+    cuda_mem_arena_free(d, &d->state);
+  }
+  return rc;
+}
+
+/* The backward pass's buffers for a global batch of n rows: allocated at the
+ * first training step, grown if a larger batch comes. Evaluation alone never
+ * allocates them. */
+static int ensure_backward(struct backend *b, int n) {
+  int rc = 0;
+  struct gpu_plan bp;
+  if (b->train_rows >= n) return 0;
+  int64_t need = train_need(b, n, &bp);
+  if (need < 0) return -EINVAL;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaStreamSynchronize(d->compute));
+    cuda_mem_arena_free(d, &d->bwd);
+  }
+  b->train_rows = 0;
+  b->bplan = bp;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    rc = cuda_mem_arena_alloc(b, d, &d->bwd, bp.backward_bytes, n, need);
+    if (rc) goto fail;
+    rc = carve_backward(b, d);
+    if (rc) goto fail;
+  }
+  b->train_rows = n;
+  return 0;
+fail:
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    if (!d->bwd.ptr) continue;
+    cudaSetDevice(d->id);
+    cuda_mem_arena_free(d, &d->bwd);
+  }
+  return rc;
+}
+
+int cuda_mem_ensure_train(struct backend *b, int n) {
+  int rc = cuda_mem_ensure_state(b, n);
+  if (!rc) rc = ensure_backward(b, n);
+  if (rc == -ENOMEM) b->oom_pending = 1;
+  return rc;
+}
