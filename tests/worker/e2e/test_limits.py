@@ -3,8 +3,9 @@
 one device with a memory cap (CTUNE_GPU_MEM_LIMIT_MB), whole-GPU requests on
 a device of their own, fractional CPU requests sharing one pinned CPU, and
 memory_mb enforced as RLIMIT_AS for CPU trials (the worker runs with
---no-cgroup so the test means the same on every machine). GPUs are declared with --gpus: the command trainable never touches
-them, it only reports what the worker gave it."""
+--no-cgroup so the test means the same on every machine). GPUs are declared
+with --gpus: the command trainable never touches them, it only reports what
+the worker gave it."""
 import os
 import re
 
