@@ -95,14 +95,14 @@ int main(int argc, char **argv) {
     log_error("%s", err);
     goto out;
   }
+  log_info("loaded %lld experiment(s), %lld trial(s), %lld worker(s) from %s; lease timeout %g s",
+           (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
+           s.opt.lease_timeout_s);
   if (commit_start(s.store, &s.commit)) goto out;
   if (http_start(&s, &http, &port, err, sizeof err)) {
     log_error("%s", err);
     goto out;
   }
-  log_info("loaded %lld experiment(s), %lld trial(s), %lld worker(s) from %s; lease timeout %g s",
-           (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
-           s.opt.lease_timeout_s);
   /* An IPv6 address goes in brackets in a URL. */
   int v6 = strchr(s.opt.bind, ':') != NULL;
   printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", s.opt.bind, v6 ? "]" : "", port);
