@@ -19,6 +19,12 @@ static cJSON *api_parsed_or_null(const char *json) {
   return v ? v : cJSON_CreateNull();
 }
 
+/* JSON text the server printed itself (cJSON_PrintUnformatted): spliced in as
+ * it is, without parsing and printing it again. */
+static cJSON *api_raw_or_null(const char *json) {
+  return json ? cJSON_CreateRaw(json) : cJSON_CreateNull();
+}
+
 int api_trial_view_take(struct server *s, const struct trial *t, struct api_trial_view *v) {
   const struct experiment *e = server_experiment(s, t->experiment_id);
   memset(v, 0, sizeof *v);
@@ -57,7 +63,7 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
            cJSON_AddStringToObject(o, "name", t->name) &&
            cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
            cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
-           cJSON_AddItemToObject(o, "config", api_parsed_or_null(t->config)) &&
+           cJSON_AddItemToObject(o, "config", api_raw_or_null(t->config)) &&
            (res = cJSON_AddObjectToObject(o, "resources")) &&
            cJSON_AddNumberToObject(res, "cpu", v->res.cpu) &&
            cJSON_AddNumberToObject(res, "gpu", v->res.gpu) &&
@@ -65,7 +71,7 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
            cJSON_AddNumberToObject(o, "bracket", t->bracket) &&
            cJSON_AddItemToObject(o, "iteration", t->nres ? cJSON_CreateNumber(t->last_t)
                                                           : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "last_result", api_parsed_or_null(t->last_result)) &&
+           cJSON_AddItemToObject(o, "last_result", api_raw_or_null(t->last_result)) &&
            cJSON_AddItemToObject(o, "error", t->error ? cJSON_CreateString(t->error)
                                                       : cJSON_CreateNull()) &&
            cJSON_AddItemToObject(o, "exit_code", t->has_exit_code
