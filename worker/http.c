@@ -306,6 +306,11 @@ void http_client_close(struct http_client *c) {
   while (r) {
     struct http_req *next = r->next;
     curl_multi_remove_handle(c->multi, r->easy);
+    /* Callbacks own their arguments: let them free them (new requests are
+     * refused from here on). */
+    char empty[1] = "";
+    struct http_resp none = {0, empty, 0, NULL, 0};
+    r->cb(r->arg, -ECANCELED, &none);
     curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->hdrs);
     free(r->body);

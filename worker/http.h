@@ -36,8 +36,9 @@ int http_pending(const struct http_client *c);
  * when absent. */
 const char *http_resp_header(const struct http_resp *r, const char *name, char *buf,
                              size_t len);
-/* Abandons requests in flight without calling their callbacks and closes the
- * handles; the memory is freed once the loop has run the close callbacks. */
+/* Abandons requests in flight, calling their callbacks with -ECANCELED (and
+ * refusing new requests), and closes the handles; the memory is freed once
+ * the loop has run the close callbacks. */
 void http_client_close(struct http_client *c);
 
 #endif

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """ctune-worker's command line: bad input exits 2 with a message naming the
 flag and the value, and creates nothing; --help and --version work; the
---exec-trial stage refuses a bad cpu list and an unknown program clearly."""
+--exec-trial stage refuses a bad cpu list and an unknown program clearly;
+SIGTERM while a request hangs ends the worker at once, cleanly."""
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 SKIP = 77
 
@@ -52,6 +56,25 @@ def main():
         rc, out = run(exe, "--exec-trial", "--cpus", "0", "--", "sh", "-c",
                       "grep Cpus_allowed_list /proc/self/status")
         assert rc == 0 and out.split()[-1] == "0", out
+        # SIGTERM while a request hangs (a server that accepts and never
+        # answers): the worker cancels it and exits 0 at once, without leaks.
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        url = "http://127.0.0.1:%d" % srv.getsockname()[1]
+        w = subprocess.Popen([exe, "--server", url, "--work-dir", os.path.join(tmp, "hang")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        conn, _ = srv.accept()  # the registration request, never answered
+        time.sleep(0.3)
+        t0 = time.time()
+        w.send_signal(signal.SIGTERM)
+        out = w.communicate(timeout=10)[0]
+        print("hung server: exit %d %.2f s after SIGTERM" % (w.returncode, time.time() - t0))
+        assert w.returncode == 0 and time.time() - t0 < 3, out
+        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            assert bad not in out, out
+        conn.close()
+        srv.close()
     print("PASS")
     return 0
 
