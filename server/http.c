@@ -29,6 +29,7 @@ struct http {
    * (until MHD hands them back to us) and refuse new work when stopping. */
   atomic_int suspended;
   atomic_int stopping;
+  atomic_int active; /* handlers between dispatch and suspend-or-reply */
 };
 
 enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
@@ -222,14 +223,22 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     return MHD_YES;
   }
 
+  /* Counted before http_dispatch looks at `stopping`, so that http_stop,
+   * which sets `stopping` first and then waits for this count to drop, can
+   * never miss a handler about to suspend its connection. */
+  atomic_fetch_add(&h->active, 1);
   http_dispatch(r, url, method);
   if (r->resp.ticket) {
     int status = 0;
     int rc = commit_when_done(h->s->commit, r->resp.ticket, http_suspend, http_committed, r,
                               &status);
-    if (rc == 0) return MHD_YES; /* suspended; http_committed resumes us */
+    if (rc == 0) { /* suspended; http_committed resumes us */
+      atomic_fetch_sub(&h->active, 1);
+      return MHD_YES;
+    }
     r->commit_status = rc == 1 ? status : -EIO;
   }
+  atomic_fetch_sub(&h->active, 1);
   r->state = REQ_SENT;
   return http_send(r);
 }
@@ -287,7 +296,8 @@ void http_stop(struct http *h) {
   if (!h) return;
   atomic_store(&h->stopping, 1);
   /* Held replies are released by the commit thread, which still runs. */
-  for (int i = 0; i < 1000 && atomic_load(&h->suspended) > 0; i++) {
+  for (int i = 0; i < 1000 && (atomic_load(&h->suspended) > 0 || atomic_load(&h->active) > 0);
+       i++) {
     struct timespec ts = {0, 5 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
