@@ -52,7 +52,8 @@ static const struct key_def keys[] = {
     {"test", K_BOOL, 0, OFF(test), 0, 0, 0, 0, NULL},
     {"resume", K_BOOL, 0, OFF(resume), 0, 0, 0, 0, NULL},
     {"device", K_ENUM, 0, OFF(device), 0, 0, 0, 0, device_names},
-    {"gpus", K_INT, 0, OFF(gpus), 1, 64, 0, 0, NULL},
+    /* 0: every device CUDA_VISIBLE_DEVICES shows (the CUDA backend counts) */
+    {"gpus", K_INT, 0, OFF(gpus), 0, 64, 0, 0, NULL},
     {"gpu_mem_limit_mb", K_INT, 0, OFF(gpu_mem_limit_mb), 0,
      1099511627776.0, 0, 0, NULL},
     {"oom_retry", K_BOOL, 0, OFF(oom_retry), 0, 0, 0, 0, NULL},
@@ -76,7 +77,7 @@ void config_defaults(struct train_config *c) {
   c->l2 = 84;
   c->epochs = 10;
   c->threads = 1;
-  c->gpus = 1;
+  c->gpus = 0; /* all visible devices */
   c->seed = 0;
   c->device = DEVICE_CPU;
 }
@@ -283,6 +284,11 @@ const char *config_usage(void) {
          "  [--drop-last] [--train-limit N] [--threads N] [--test]\n"
          "  [--checkpoint-dir DIR] [--resume] [--device cpu|cuda|auto]\n"
          "  [--gpus N] [--gpu-mem-limit-mb N] [--oom-retry] [--version]\n"
+         "--gpus N: CUDA devices to use, 0 (the default) = all that "
+         "CUDA_VISIBLE_DEVICES shows.\n"
+         "--oom-retry: on GPU out-of-memory (creating the backend or in a "
+         "step), halve\n"
+         "  the batch and go on, down to 1.\n"
          "Stdout: one JSON object per epoch. Exit codes: 0 ok (or SIGTERM "
          "after a checkpoint),\n"
          "1 internal, 2 bad config, 3 data error, 4 checkpoint error, "

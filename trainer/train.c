@@ -55,35 +55,87 @@ static const char *backend_why(const struct backend_ops *ops, int rc) {
   return strerror(-rc);
 }
 
-/* Picks and creates the backend for cfg->device. */
+#ifdef CTUNE_HAVE_CUDA
+/* Creates the CUDA backend at *bs; with --oom-retry, while create says out
+ * of memory (the evaluation arena does not fit the cap), halves *bs and tries
+ * again, down to 1. *halved_from is the batch asked for when *bs ended lower
+ * (0 otherwise); why holds the first refusal's sentence. */
+static int create_cuda(const struct train_config *cfg,
+                       const struct model_spec *ms,
+                       const struct optim_spec *os,
+                       const struct backend_opts *bo, int *bs,
+                       struct backend **b_out, int *halved_from, char *why,
+                       size_t whylen) {
+  const int asked = *bs;
+  int rc;
+  *halved_from = 0;
+  why[0] = '\0';
+  for (;;) {
+    rc = backend_cuda_ops.create(ms, os, *bs, bo, b_out);
+    if (rc != -ENOMEM || !cfg->oom_retry || *bs <= 1) break;
+    if (!why[0])
+      snprintf(why, whylen, "%s", backend_why(&backend_cuda_ops, rc));
+    *bs /= 2;
+  }
+  if (*bs < asked) *halved_from = asked;
+  return rc;
+}
+#endif
+
+/* Picks and creates the backend for cfg->device at batch *bs, which
+ * --oom-retry may lower (*reduced is then set). */
 static int open_backend(const struct train_config *cfg,
                         const struct model_spec *ms,
-                        const struct optim_spec *os, int max_batch,
+                        const struct optim_spec *os, int *bs, int *reduced,
                         const struct backend_ops **ops_out,
                         struct backend **b_out, char *err, size_t errlen) {
   struct backend_opts bo = {cfg->threads, cfg->gpus, cfg->gpu_mem_limit_mb};
   int rc;
   if (cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) {
 #ifdef CTUNE_HAVE_CUDA
-    rc = backend_cuda_ops.create(ms, os, max_batch, &bo, b_out);
+    const int asked = *bs;
+    int halved_from = 0;
+    char first_why[512];
+    rc = create_cuda(cfg, ms, os, &bo, bs, b_out, &halved_from, first_why,
+                     sizeof(first_why));
     if (rc == 0) {
       *ops_out = &backend_cuda_ops;
-      log_info("device: cuda (%s)", cfg->device == DEVICE_AUTO
-                                        ? "auto found a usable device"
-                                        : "requested");
+      if (halved_from) {
+        *reduced = 1;
+        log_warn("--oom-retry: creating the cuda backend at batch_size %d "
+                 "ran out of memory, halved it to %d; the backend said: %s",
+                 halved_from, *bs, first_why);
+      }
+      char gpus[64];
+      if (cfg->gpus > 0)
+        snprintf(gpus, sizeof(gpus), "%d GPU(s)", cfg->gpus);
+      else
+        snprintf(gpus, sizeof(gpus), "all %d visible GPU(s)",
+                 backend_cuda_device_count());
+      log_info("device: cuda (%s), %s",
+               cfg->device == DEVICE_AUTO ? "auto found a usable device"
+                                          : "requested",
+               gpus);
       return 0;
     }
     if (cfg->device == DEVICE_CUDA) {
       const char *why = backend_cuda_last_error();
+      char retried[96] = "";
+      if (halved_from)
+        snprintf(retried, sizeof(retried),
+                 " (--oom-retry halved batch_size from %d down to %d)",
+                 halved_from, *bs);
       if (why[0]) /* the backend's sentence already names --device cuda */
-        snprintf(err, errlen, "%s", why);
+        snprintf(err, errlen, "%s%s", why, retried);
       else
-        snprintf(err, errlen, "--device cuda: cannot start the CUDA backend: %s",
-                 strerror(-rc));
+        snprintf(err, errlen,
+                 "--device cuda: cannot start the CUDA backend: %s%s",
+                 strerror(-rc), retried);
       return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
     }
     log_info("device: cpu (auto: CUDA backend unavailable: %s)",
              backend_why(&backend_cuda_ops, rc));
+    *bs = asked; /* the CPU takes the batch that was asked for */
 #else
     if (cfg->device == DEVICE_CUDA) {
       snprintf(err, errlen,
@@ -95,7 +147,8 @@ static int open_backend(const struct train_config *cfg,
     log_info("device: cpu (auto: built without the CUDA backend)");
 #endif
   }
-  rc = backend_cpu_ops.create(ms, os, max_batch, &bo, b_out);
+  (void)reduced;
+  rc = backend_cpu_ops.create(ms, os, *bs, &bo, b_out);
   if (rc) {
     snprintf(err, errlen, "cannot create the cpu backend: %s", strerror(-rc));
     return exit_for_errno(rc);
@@ -174,7 +227,7 @@ static int save_ckpt(const struct train_config *cfg, struct run *r,
   int rc = r->ops->get_state(r->be, r->params, r->state, &step);
   if (rc) {
     snprintf(err, errlen, "cannot read the model state: %s", backend_why(r->ops, rc));
-    return TRAIN_EXIT_INTERNAL;
+    return exit_for_errno(rc);
   }
   struct ckpt c = {
       .model = *ms,
@@ -202,7 +255,8 @@ static int save_ckpt(const struct train_config *cfg, struct run *r,
 }
 
 /* Loads the checkpoint into the backend and s. Returns 0 (also when there is
- * none: a fresh start) or TRAIN_EXIT_CHECKPOINT. */
+ * none: a fresh start), TRAIN_EXIT_CHECKPOINT, or the backend failure's code
+ * (out of memory: restoring the optimiser state allocates on the GPU). */
 static int resume(const struct train_config *cfg, struct run *r,
                   const struct model_spec *ms, int64_t n_total,
                   int64_t n_train, int64_t n_params, int64_t n_state,
@@ -252,7 +306,7 @@ static int resume(const struct train_config *cfg, struct run *r,
   if (rc) {
     snprintf(err, errlen, "cannot load the checkpoint into the backend: %s",
              backend_why(r->ops, rc));
-    ret = TRAIN_EXIT_INTERNAL;
+    ret = exit_for_errno(rc);
     goto out;
   }
   s->epoch = c.epoch;
@@ -352,7 +406,9 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   memcpy(r.perm, r.split, sizeof(int32_t) * (size_t)n_train);
   gather(&r.train, r.split + n_train, n_val, r.val_x, r.val_y);
 
-  ret = open_backend(cfg, &ms, &os, bs, &r.ops, &r.be, err, errlen);
+  int bs_reduced = 0;
+  ret = open_backend(cfg, &ms, &os, &bs, &bs_reduced, &r.ops, &r.be, err,
+                     errlen);
   if (ret) goto out;
   optim_init_params(&L, &init_rng, r.params);
   rc = r.ops->set_state(r.be, r.params, NULL, 0);
@@ -373,7 +429,6 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   if (s.epoch >= cfg->epochs)
     log_info("checkpoint is at epoch %lld of %d: nothing left to train",
              (long long)s.epoch, cfg->epochs);
-  int bs_reduced = 0;
   while (s.epoch < cfg->epochs) {
     if (*stop) break;
     double t0 = clock_mono_s();

@@ -89,6 +89,24 @@ START_TEST(errors_name_the_key) {
 }
 END_TEST
 
+/* --gpus 0 (the default) is every device CUDA_VISIBLE_DEVICES shows; the
+ * CUDA backend counts them. */
+START_TEST(gpus_default_to_all_visible) {
+  struct train_config c;
+  config_defaults(&c);
+  ck_assert_int_eq(c.gpus, 0);
+  ck_assert_int_eq(parse(&c, "--gpus", "2", NULL, NULL), 0);
+  ck_assert_int_eq(c.gpus, 2);
+  ck_assert_int_eq(parse(&c, "--gpus", "0", NULL, NULL), 0);
+  ck_assert_int_eq(c.gpus, 0);
+  EXPECT_BAD("--gpus", "-1", NULL, NULL, "flag --gpus: -1 is out of range");
+  EXPECT_BAD("--gpus", "65", NULL, NULL, "flag --gpus: 65 is out of range");
+  ck_assert(strstr(config_usage(),
+                   "--gpus N: CUDA devices to use, 0 (the default) = all "
+                   "that CUDA_VISIBLE_DEVICES shows") != NULL);
+}
+END_TEST
+
 START_TEST(validate_cross_field) {
   struct train_config c;
   config_defaults(&c);
@@ -106,6 +124,7 @@ int main(void) {
   tcase_add_test(tc, defaults_are_the_tutorial);
   tcase_add_test(tc, flags_and_json_apply_in_order);
   tcase_add_test(tc, errors_name_the_key);
+  tcase_add_test(tc, gpus_default_to_all_visible);
   tcase_add_test(tc, validate_cross_field);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
