@@ -59,19 +59,22 @@ def body(env):
     print("ctune-train affinity:", allowed)
     assert sorted(allowed.values()) == ["0", "1"], allowed
 
-    # Wait for a checkpoint at epoch >= 3 on the server, then kill the machine.
+    # Kill the machine once a trial has a checkpoint of epoch >= 2 on the
+    # server. (Not "both": on a busy machine one CPU can be so much slower
+    # that the other trial finishes first.)
     def checkpointed():
         ts = env.trials(exp)
-        return all(t["status"] == "RUNNING" and t.get("has_checkpoint") and
-                   t["iteration"] >= 3 for t in ts) and ts
-    ts = wait_for(checkpointed, 40, "both trials to checkpoint epoch >= 3", step=0.02)
+        return any(t["status"] == "RUNNING" and t.get("has_checkpoint") and
+                   (t["iteration"] or 0) >= 2 for t in ts) and ts
+    ts = wait_for(checkpointed, 40, "a trial to checkpoint epoch >= 2", step=0.02)
     w1.kill9()
     # The trials die with their worker (PR_SET_PDEATHSIG): nothing is left
     # running unsupervised while the server hands them to another worker.
     wait_for(lambda: not env.trial_processes(), 3, "ctune-train to die with its worker")
-    at_kill = {t["id"]: t["iteration"] for t in ts}
-    print("killed worker 1 with trials at epochs", at_kill)
-    assert all(i < MAX_T for i in at_kill.values()), "trials finished before the kill"
+    resumable = {t["id"]: t["iteration"] for t in ts
+                 if t["status"] == "RUNNING" and t.get("has_checkpoint")}
+    print("killed worker 1; trials with a checkpoint on the server, at epochs", resumable)
+    assert resumable and all(i < MAX_T for i in resumable.values()), ts
 
     w2 = env.start_worker("w2", "--cpus", "2")
     env.wait_experiment(exp, 90)
@@ -79,13 +82,15 @@ def body(env):
         assert t["status"] == "TERMINATED", t
         its = result_values(env.results(t["id"]))
         assert its == list(range(1, MAX_T + 1)), "trial %d results %r" % (t["id"], its)
+        if t["id"] not in resumable:
+            continue
         d = env.trial_dir("w2", t["id"])
         with open(os.path.join(d, "stderr.log")) as f:
             err = f.read()
         assert "resumed from" in err, err
         first = first_iteration(os.path.join(d, "stdout.log"))
         print("trial %d: killed at epoch %d, resumed on worker 2 at epoch %d"
-              % (t["id"], at_kill[t["id"]], first))
+              % (t["id"], resumable[t["id"]], first))
         assert first is not None and first > 1, "trial %d restarted from scratch" % t["id"]
     assert w2.alive()
 
