@@ -27,12 +27,8 @@ add_library(ctune_server_http STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/static_path.c
   ${CMAKE_CURRENT_SOURCE_DIR}/utf8.c
   ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c)
-# core/sched.h would shadow the system <sched.h> (pulled in by <pthread.h>)
-# if core/ were a -I directory here: reach the core headers with -iquote.
 target_include_directories(ctune_server_http PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_options(ctune_server_http PUBLIC -iquote ${CMAKE_CURRENT_SOURCE_DIR}/core)
-target_link_libraries(ctune_server_http PUBLIC $<TARGET_FILE:ctune_server_core> PkgConfig::CJSON m)
-add_dependencies(ctune_server_http ctune_server_core)
+target_link_libraries(ctune_server_http PUBLIC ctune_server_core PkgConfig::CJSON m)
 target_compile_definitions(ctune_server_http PUBLIC
   CTUNE_VERSION="${PROJECT_VERSION}"
   CTUNE_WEB_DIR_DEFAULT="${CTUNE_WEB_DIR}"

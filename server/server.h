@@ -11,7 +11,7 @@
 #include "commit.h"
 #include "metrics.h"
 #include "spec.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "store.h"
 
 enum trial_status { TS_PENDING = 0, TS_RUNNING, TS_PAUSED, TS_TERMINATED, TS_ERROR, TS_COUNT };

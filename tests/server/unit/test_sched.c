@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
+#include "scheduler.h"
 #include "validate.h"
 
 static struct sched *from_config(const char *json, uint64_t seed)

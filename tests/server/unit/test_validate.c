@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "rng.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "space.h"
 #include "validate.h"
 

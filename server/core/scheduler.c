@@ -1,5 +1,5 @@
 /* sched: one interface over the fifo and asha schedulers. */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,7 +1,7 @@
-/* sched: the one scheduler interface the daemon calls; dispatches to fifo
+/* scheduler: the one scheduler interface the daemon calls; dispatches to fifo
  * (run to the end, or to max_t when set) or asha. */
-#ifndef CTUNE_SCHED_H
-#define CTUNE_SCHED_H
+#ifndef CTUNE_SCHEDULER_H
+#define CTUNE_SCHEDULER_H
 
 #include <stdint.h>
 #include "spec.h"
