@@ -66,7 +66,7 @@ def body(env):
         ts = env.trials(exp)
         return any(t["status"] == "RUNNING" and t.get("has_checkpoint") and
                    (t["iteration"] or 0) >= 2 for t in ts) and ts
-    ts = wait_for(checkpointed, 40, "a trial to checkpoint epoch >= 2", step=0.02)
+    ts = wait_for(checkpointed, 120, "a trial to checkpoint epoch >= 2", step=0.02)
     w1.kill9()
     # The trials die with their worker (PR_SET_PDEATHSIG): nothing is left
     # running unsupervised while the server hands them to another worker.
@@ -77,7 +77,7 @@ def body(env):
     assert resumable and all(i < MAX_T for i in resumable.values()), ts
 
     w2 = env.start_worker("w2", "--cpus", "2")
-    env.wait_experiment(exp, 90)
+    env.wait_experiment(exp, 180)
     for t in env.trials(exp):
         assert t["status"] == "TERMINATED", t
         its = result_values(env.results(t["id"]))
