@@ -21,7 +21,7 @@
 
 static const char usage[] =
     "usage: ctune-worker --server URL [options]\n"
-    "  --server URL         ctune-server base URL (http://127.0.0.1:8080)\n"
+    "  --server URL         ctune-server base URL (e.g. http://127.0.0.1:8470)\n"
     "  --token-file F       send the token in F as 'Authorization: Bearer'\n"
     "  --cpus LIST|N        CPU ids to use (\"0-3,6\") or the first N allowed (default all)\n"
     "  --gpus LIST|N        GPU ids or count (default: detected via NVML/libcuda)\n"
@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!o.server || strncmp(o.server, "http", 4)) {
-    fprintf(stderr, "ctune-worker: --server URL is required (e.g. http://127.0.0.1:8080)\n");
+    fprintf(stderr, "ctune-worker: --server URL is required (e.g. http://127.0.0.1:8470)\n");
     return 2;
   }
   char *token = NULL;
@@ -230,6 +230,15 @@ int main(int argc, char **argv) {
     free(token);
     return 1;
   }
+  /* Trials run in a cwd of their own choosing: every path handed to them
+   * (checkpoint dir, logs) must not depend on the worker's cwd. */
+  static char work_abs[PATH_MAX];
+  if (!realpath(o.work_dir, work_abs)) {
+    fprintf(stderr, "ctune-worker: --work-dir %s: %s\n", o.work_dir, strerror(errno));
+    free(token);
+    return 1;
+  }
+  o.work_dir = work_abs;
 
   /* What the per-trial limits mean here, said once. */
   static struct cgroup_ctx cg;

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""A relative --work-dir is resolved once, at start: a command trainable whose
+cwd is elsewhere still finds its CTUNE_CHECKPOINT_DIR (a relative one would
+point into the trainable's own cwd), and the worker's files stay under the
+directory the user named."""
+import os
+import subprocess
+
+from harness import Proc, main, result_values
+
+SCRIPT = ('test -d "$CTUNE_CHECKPOINT_DIR" || { echo "no dir $CTUNE_CHECKPOINT_DIR" >&2; exit 9; }; '
+          'echo saved > "$CTUNE_CHECKPOINT_DIR/checkpoint.bin" || exit 8; '
+          'echo \'{"training_iteration": 1, "loss": 0.5}\'')
+
+
+def body(env):
+    env.start_server()
+    log_path = os.path.join(env.tmp, "worker-rel.log")
+    with open(log_path, "w") as log:
+        p = subprocess.Popen([os.path.join(env.bin, "ctune-worker"), "--server", env.url,
+                              "--name", "rel", "--work-dir", "rel-work", "--poll-ms", "200"],
+                             cwd=env.tmp, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    env.procs.append(Proc(p, log_path, "worker rel"))
+    exp = env.submit({"name": "relwork", "metric": "loss", "mode": "min", "num_samples": 1,
+                      "param_space": {"x": 1},
+                      "scheduler": {"type": "fifo", "time_attr": "training_iteration"},
+                      "resources_per_trial": {"cpu": 1},
+                      "trainable": {"type": "command", "cwd": "/",
+                                    "argv": ["sh", "-c", SCRIPT]}})
+    env.wait_experiment(exp, 30)
+    (t,) = env.trials(exp)
+    assert t["status"] == "TERMINATED", t
+    assert result_values(env.results(t["id"])) == [1]
+    ck = os.path.join(env.tmp, "rel-work", "trials", str(t["id"]), "checkpoint.bin")
+    assert os.path.isfile(ck), "no checkpoint at %s" % ck
+    assert not os.path.exists("/rel-work"), "the worker wrote into the trainable's cwd"
+
+
+main("workdir", body)
