@@ -12,7 +12,7 @@ import sys
 from harness import SKIP, cpus_allowed, main, result_values, wait_for
 
 DATA = "/usr/share/datasets/fashion-mnist"
-MAX_T = 12
+MAX_T = 8
 
 
 def worker_pids(proc):
@@ -37,7 +37,7 @@ def body(env):
         "name": "fmnist-resume", "metric": "loss", "mode": "min", "num_samples": 2,
         "max_concurrent_trials": 2, "seed": 3,
         "param_space": {"lr": {"type": "choice", "values": [0.05, 0.1]}, "batch_size": 64,
-                        "l1": 32, "l2": 16},
+                        "l1": 256, "l2": 128},
         "scheduler": {"type": "fifo", "time_attr": "training_iteration", "max_t": MAX_T},
         "resources_per_trial": {"cpu": 1},
         "trainable": {"type": "builtin", "model": "mlp", "dataset": "fashion-mnist",
