@@ -48,8 +48,12 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="ctune-bench-")
     db = os.path.join(tmp, "bench.db")
+    # The benchmark plays a worker that never heartbeats: a long lease
+    # timeout keeps its trials leased across long or repeated runs (with the
+    # default 30 s they would go back to PENDING and every later result
+    # would be answered "stop" without being stored).
     srv = subprocess.Popen([os.path.join(a.bin_dir, "ctune-server"), "--db", db, "--port", "0",
-                            "--threads", str(a.server_threads)]
+                            "--threads", str(a.server_threads), "--lease-timeout", "86400"]
                            + (["--wal-checkpoint-frames", str(a.wal_frames)] if a.wal_frames else []),
                            stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"))
     try:

@@ -35,7 +35,9 @@ end
 
 bad = 0
 function response(status, headers, body)
-  if status ~= 200 or not string.find(body, "decision", 1, true) then bad = bad + 1 end
+  -- FIFO without max_t never stops a running trial: a "stop" means the
+  -- result was not stored (the trial was no longer running), so it counts.
+  if status ~= 200 or not string.find(body, '"continue"', 1, true) then bad = bad + 1 end
 end
 
 function done(summary, latency, requests)
