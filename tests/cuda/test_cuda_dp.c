@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
 #include "cuda_backend.h"
@@ -120,7 +119,8 @@ int main(void) {
     return 77;
   }
   const char *seed = getenv("CTUNE_TEST_SEED");
-  rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+  /* fixed by default so CI runs are repeatable; set it to explore others */
+  rng_state = seed && *seed ? strtoull(seed, NULL, 10) : 20261122;
   printf("test_cuda_dp: seed %llu (CTUNE_TEST_SEED repeats it)\n",
          (unsigned long long)rng_state);
   Suite *s = suite_create("cuda_dp");

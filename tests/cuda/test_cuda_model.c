@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
 #include "cuda_backend.h"
@@ -54,6 +53,86 @@ static double rel_err(const float *a, const float *b, int64_t n) {
     if (fabs(b[i]) > scale) scale = fabs(b[i]);
   }
   return err / scale;
+}
+
+
+/* The CNN's max pools pick the first of their 2x2 window's largest values,
+ * and its ReLUs cut at zero. Both backends agree on those rules, but their
+ * convolutions sum in different orders (OpenBLAS sgemm against cuBLAS or the
+ * kernels), so a window whose two largest candidates lie within float
+ * rounding of each other (or a pooled value within rounding of zero) may be
+ * routed differently: the whole gradient of that window then lands on
+ * another input patch, which changes the conv weight gradient by O(1e-2)
+ * relative while the bias gradient stays equal. That is a property of the
+ * draw, not a bug, so the gradient test redraws its inputs until no window
+ * of any conv layer is closer to a tie than TIE_GAP of the layer's largest
+ * activation (about 100x the fp32 rounding of a 25..150-term sum); any
+ * real routing or indexing error still moves whole windows and fails.
+ * Returns the count of such windows, printing them when verbose. */
+#define TIE_GAP 1e-5
+static int cnn_near_ties(const struct model_layout *L, const float *p,
+                         const float *x, int batch, int verbose) {
+  int ties = 0;
+  double *in = NULL, *conv = NULL;
+  int in_c = L->layer[0].in_c, in_h = L->layer[0].in_h, in_w = L->layer[0].in_w;
+  in = malloc(sizeof(double) * (size_t)batch * in_c * in_h * in_w);
+  ck_assert_ptr_nonnull(in);
+  for (int64_t i = 0; i < (int64_t)batch * in_c * in_h * in_w; i++) in[i] = x[i];
+  for (int l = 0; l < L->n_layers && L->layer[l].kind == LAYER_CONV; l++) {
+    const struct layer_shape *s = &L->layer[l];
+    const int k = s->in_h - s->out_h + 1, oh = s->out_h, ow = s->out_w;
+    const float *w = p + s->w_off, *bias = p + s->b_off;
+    conv = malloc(sizeof(double) * (size_t)batch * s->out_c * oh * ow);
+    ck_assert_ptr_nonnull(conv);
+    double scale = 1e-30;
+    for (int b = 0; b < batch; b++)
+      for (int o = 0; o < s->out_c; o++)
+        for (int y = 0; y < oh; y++)
+          for (int xx = 0; xx < ow; xx++) {
+            double acc = 0;
+            for (int c = 0; c < s->in_c; c++)
+              for (int i = 0; i < k; i++)
+                for (int j = 0; j < k; j++)
+                  acc += (double)w[((o * s->in_c + c) * k + i) * k + j] *
+                         in[(((int64_t)b * s->in_c + c) * s->in_h + y + i) *
+                                s->in_w + xx + j];
+            conv[(((int64_t)b * s->out_c + o) * oh + y) * ow + xx] = acc;
+            if (fabs(acc) > scale) scale = fabs(acc);
+          }
+    double *next = malloc(sizeof(double) * (size_t)batch * s->out_c *
+                          s->pool_h * s->pool_w);
+    ck_assert_ptr_nonnull(next);
+    for (int b = 0; b < batch; b++)
+      for (int o = 0; o < s->out_c; o++)
+        for (int py = 0; py < s->pool_h; py++)
+          for (int px = 0; px < s->pool_w; px++) {
+            const double *c0 = conv + ((int64_t)b * s->out_c + o) * oh * ow;
+            double v[4] = {c0[2 * py * ow + 2 * px], c0[2 * py * ow + 2 * px + 1],
+                           c0[(2 * py + 1) * ow + 2 * px],
+                           c0[(2 * py + 1) * ow + 2 * px + 1]};
+            int top = 0;
+            for (int i = 1; i < 4; i++)
+              if (v[i] > v[top]) top = i;
+            double gap = INFINITY;
+            for (int i = 0; i < 4; i++)
+              if (i != top && v[top] - v[i] < gap) gap = v[top] - v[i];
+            double out = v[top] + bias[o];
+            int tie = gap <= TIE_GAP * scale, zero = fabs(out) <= TIE_GAP * scale;
+            if (tie || zero) {
+              ties++;
+              if (verbose)
+                printf("near tie: layer %d image %d channel %d window (%d,%d) "
+                       "top %d gap %.3g%s (scale %.3g)\n", l, b, o, py, px, top,
+                       gap / scale, zero ? " relu at zero" : "", scale);
+            }
+            next[(((int64_t)b * s->out_c + o) * s->pool_h + py) * s->pool_w + px] =
+                out > 0 ? out : 0;
+          }
+    free(in), free(conv);
+    in = next;
+  }
+  free(in);
+  return ties;
 }
 
 struct run {
@@ -112,6 +191,14 @@ static void check_gradients(const struct model_spec *ms, int batch) {
   const struct optim_spec os = {OPTIM_SGD, 1.0f, 0, 0, 0.9f, 0.999f, 1e-8f};
   float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
   float *x = rand_vec((int64_t)batch * L.in_dim, -1, 1);
+  /* redraw while a pool window or ReLU is at a near-tie (cnn_near_ties) */
+  for (int tries = 0; ms->kind == MODEL_CNN && cnn_near_ties(&L, p0, x, batch, 0);
+       tries++) {
+    ck_assert_msg(tries < 50, "no draw without near-ties in 50 tries");
+    free(p0), free(x);
+    p0 = rand_vec(L.n_params, -0.2f, 0.2f);
+    x = rand_vec((int64_t)batch * L.in_dim, -1, 1);
+  }
   uint8_t *y = rand_labels(batch, L.n_classes);
   struct run cpu, gpu;
   run_backend(&backend_cpu_ops, ms, &os, batch, 1, p0, x, y, 1, &cpu);
@@ -135,6 +222,36 @@ static void check_gradients(const struct model_spec *ms, int batch) {
   free(gc), free(gg), free(p0), free(x), free(y);
   free_run(&cpu), free_run(&gpu);
 }
+
+/* The tie detector itself: a constant image makes every conv1 output of a
+ * channel equal, so every conv1 pool window is a tie; the regression seed
+ * 1795330320 (CI) drew one window whose two candidates differ by 1.6e-8. */
+START_TEST(near_tie_detector_flags_ties) {
+  struct model_layout L;
+  ck_assert_int_eq(model_layout_init(&cnn_gray, &L), 0);
+  uint64_t saved = rng_state;
+  float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
+  float *x = rand_vec(2 * (int64_t)L.in_dim, -1, 1);
+  for (int64_t i = 0; i < L.in_dim; i++) x[i] = 0.5f; /* image 0 */
+  const struct layer_shape *s = &L.layer[0];
+  int ties = cnn_near_ties(&L, p0, x, 2, 0);
+  ck_assert_msg(ties >= s->out_c * s->pool_h * s->pool_w,
+                "%d near ties flagged in a constant image", ties);
+  free(p0), free(x);
+  /* the CI draw: the mlp test's draws, then the cnn test's */
+  rng_state = 1795330320;
+  struct model_layout M;
+  ck_assert_int_eq(model_layout_init(&mlp, &M), 0);
+  free(rand_vec(M.n_params, -0.2f, 0.2f));
+  free(rand_vec(17 * (int64_t)M.in_dim, -1, 1));
+  free(rand_labels(17, M.n_classes));
+  p0 = rand_vec(L.n_params, -0.2f, 0.2f);
+  x = rand_vec(9 * (int64_t)L.in_dim, -1, 1);
+  ck_assert_int_gt(cnn_near_ties(&L, p0, x, 9, 1), 0);
+  free(p0), free(x);
+  rng_state = saved;
+}
+END_TEST
 
 START_TEST(gradients_match_cpu_mlp) { check_gradients(&mlp, 17); }
 END_TEST
@@ -344,12 +461,14 @@ int main(void) {
     return 77;
   }
   const char *seed = getenv("CTUNE_TEST_SEED");
-  rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+  /* fixed by default so CI runs are repeatable; set it to explore others */
+  rng_state = seed && *seed ? strtoull(seed, NULL, 10) : 20261122;
   printf("test_cuda_model: seed %llu (CTUNE_TEST_SEED repeats it)\n",
          (unsigned long long)rng_state);
   Suite *s = suite_create("cuda_model");
   TCase *tc = tcase_create("model");
   tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, near_tie_detector_flags_ties);
   tcase_add_test(tc, gradients_match_cpu_mlp);
   tcase_add_test(tc, gradients_match_cpu_cnn);
   tcase_add_test(tc, gradients_match_cpu_cnn_rgb);

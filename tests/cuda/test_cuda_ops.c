@@ -1,5 +1,5 @@
 /* Op-by-op: every CUDA kernel of kernels/cuda_ops.cu against a plain CPU loop
- * on fresh random inputs (seed printed; CTUNE_TEST_SEED repeats a run), with
+ * on random inputs (a fixed seed, printed; CTUNE_TEST_SEED picks another), with
  * outputs poisoned by NaN first so an element the kernel skipped shows.
  * Normwise relative error must stay within 1e-4 (fp32). Skips without a GPU. */
 #include <check.h>
@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_backend.h"
 #include "cuda_ops.h"
@@ -343,7 +342,8 @@ int main(void) {
     return 77;
   }
   const char *seed = getenv("CTUNE_TEST_SEED");
-  rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+  /* fixed by default so CI runs are repeatable; set it to explore others */
+  rng_state = seed && *seed ? strtoull(seed, NULL, 10) : 20261122;
   printf("test_cuda_ops: seed %llu (CTUNE_TEST_SEED repeats it)\n",
          (unsigned long long)rng_state);
   Suite *s = suite_create("cuda_ops");
