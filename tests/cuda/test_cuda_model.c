@@ -66,10 +66,10 @@ static double rel_err(const float *a, const float *b, int64_t n) {
  * relative while the bias gradient stays equal. That is a property of the
  * draw, not a bug, so the gradient test redraws its inputs until no window
  * of any conv layer is closer to a tie than TIE_GAP of the layer's largest
- * activation (about 100x the fp32 rounding of a 25..150-term sum); any
+ * activation (about 20x the fp32 rounding of a 25..150-term sum); any
  * real routing or indexing error still moves whole windows and fails.
  * Returns the count of such windows, printing them when verbose. */
-#define TIE_GAP 1e-5
+#define TIE_GAP 2e-6
 static int cnn_near_ties(const struct model_layout *L, const float *p,
                          const float *x, int batch, int verbose) {
   int ties = 0;
@@ -192,13 +192,14 @@ static void check_gradients(const struct model_spec *ms, int batch) {
   float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
   float *x = rand_vec((int64_t)batch * L.in_dim, -1, 1);
   /* redraw while a pool window or ReLU is at a near-tie (cnn_near_ties) */
-  for (int tries = 0; ms->kind == MODEL_CNN && cnn_near_ties(&L, p0, x, batch, 0);
-       tries++) {
-    ck_assert_msg(tries < 50, "no draw without near-ties in 50 tries");
+  int redraws = 0;
+  while (ms->kind == MODEL_CNN && cnn_near_ties(&L, p0, x, batch, 0)) {
+    ck_assert_msg(++redraws <= 200, "no draw without near-ties in 200");
     free(p0), free(x);
     p0 = rand_vec(L.n_params, -0.2f, 0.2f);
     x = rand_vec((int64_t)batch * L.in_dim, -1, 1);
   }
+  if (redraws) printf("check_gradients: %d redraw(s) for near-ties\n", redraws);
   uint8_t *y = rand_labels(batch, L.n_classes);
   struct run cpu, gpu;
   run_backend(&backend_cpu_ops, ms, &os, batch, 1, p0, x, y, 1, &cpu);
