@@ -9,11 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
-#include "clock.h"
 #include "config.h"
 #include "exitcode.h"
 #include "proc.h"
@@ -58,40 +56,6 @@ static int children_alive(void *arg) {
           dead->status, dead == &r->server ? r->server_log : r->worker_log);
   print_log_tail(dead == &r->server ? r->server_log : r->worker_log);
   return -ECHILD;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Ctrl-C: cancel, then wait (bounded) until no trial of it runs. A second
- * Ctrl-C skips the wait. */
-static void cancel_and_drain(struct http_client *c, long long id) {
-  char path[128];
-  struct http_error err;
-  cJSON *resp = NULL;
-  cli_signal = 0;
-  fprintf(stderr, "ctune: interrupted; cancelling experiment %lld and stopping its trials "
-                  "(Ctrl-C again to stop at once)\n", id);
-  snprintf(path, sizeof(path), "/api/v1/experiments/%lld/cancel", id);
-  if (http_json(c, "POST", path, "{}", &resp, &err)) {
-    fprintf(stderr, "ctune: cancel failed: %s\n", err.message);
-    return;
-  }
-  cJSON_Delete(resp);
-  snprintf(path, sizeof(path), "/api/v1/experiments/%lld", id);
-  uint64_t deadline = clock_mono_ms() + 60000;
-  while (!cli_signal && clock_mono_ms() < deadline) {
-    cJSON *exp = NULL;
-    if (http_json(c, "GET", path, NULL, &exp, &err)) break;
-    const cJSON *running = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(exp, "counts"), "RUNNING");
-    int busy = cJSON_IsNumber(running) && running->valuedouble > 0;
-    cJSON_Delete(exp);
-    if (!busy) return;
-    sleep_ms(200);
-  }
 }
 
 /* The newest RUNNING experiment called name, or -ENOENT. */
@@ -253,14 +217,15 @@ int cmd_run(const struct cli_args *a) {
   struct report_state final;
   memset(&final, 0, sizeof(final));
   rc = cli_watch(&c, id, &o, &final, &err);
-  if (rc == -EINTR && cli_signal == SIGINT) {
-    cancel_and_drain(&c, id);
-    ex = CLI_EXIT_INTERRUPTED;
-  } else if (rc == -EINTR) {
-    /* SIGTERM / SIGHUP: a shutdown, not a decision; leave it resumable. */
-    fprintf(stderr, "ctune: stopping on signal %d; experiment %lld stays unfinished: "
-                    "ctune run %s --resume continues it\n", (int)cli_signal, id, a->target);
-    ex = 128 + (int)cli_signal;
+  if (rc == -EINTR) {
+    /* Ctrl-C, SIGTERM, SIGHUP: an interruption, as in Ray Tune, not a
+     * decision about the experiment: the worker drains (its trials stop and
+     * keep their checkpoints) and the experiment stays resumable. Cancelling
+     * for good is `ctune cancel`. */
+    fprintf(stderr, "ctune: %s; stopping the trials of experiment %lld, which stays "
+                    "unfinished: `ctune run %s --resume` continues it\n",
+            cli_signal == SIGINT ? "interrupted" : "stopping on a signal", id, a->target);
+    ex = cli_signal == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)cli_signal;
   } else if (rc == -ECHILD) {
     ex = CLI_EXIT_ERROR;
   } else if (rc) {

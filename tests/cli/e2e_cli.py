@@ -403,7 +403,10 @@ def wait_results(p, want, timeout=60):
 
 
 def case_sigint(tmp):
-    cfg = slow_config(tmp, "slow", iters=100, sleep=0.2, samples=3)
+    """Ctrl-C interrupts as in Ray Tune: trials stop, no process is left, the
+    database is consistent, and --resume completes the experiment with every
+    iteration stored once."""
+    cfg = slow_config(tmp, "slow", iters=25, sleep=0.1, samples=3)
     p = start_run(tmp, cfg)
     wait_results(p, 3)
     t0 = time.time()
@@ -411,17 +414,20 @@ def case_sigint(tmp):
     out, err = p.communicate(timeout=60)
     took = time.time() - t0
     check(p.returncode == 130, f"exit code {p.returncode}: {err}")
-    check("cancelling experiment 1" in err, f"message: {err}")
+    check("interrupted" in err and "--resume" in err, f"message: {err}")
     check(not descendants(), f"processes left after Ctrl-C: {descendants()}")
-    exps, trials, nres = db_check(os.path.join(tmp, "ctune-results", "slow.db"))
-    check(exps == [(1, "slow", "CANCELLED")], f"experiment: {exps}")
-    check(not [t for t in trials if t[1] == "RUNNING"], f"trials still RUNNING: {trials}")
-    check(nres >= 3, f"results kept: {nres}")
-    print(f"SIGINT to exit: {took:.1f} s")
-    # A cancelled experiment is not resumable, and saying so changes nothing.
-    code, out, err = ctune("run", cfg, "--resume", cwd=tmp, timeout=60)
-    check(code == 1 and "nothing to resume" in err, f"resume cancelled: {code} {err}")
-    check(db_check(os.path.join(tmp, "ctune-results", "slow.db"))[0] == exps, "db unchanged")
+    db = os.path.join(tmp, "ctune-results", "slow.db")
+    exps, trials, nres_before = db_check(db)
+    check(exps == [(1, "slow", "RUNNING")], f"experiment left unfinished: {exps}")
+    check(0 < nres_before < 75, f"results kept: {nres_before}")
+    print(f"SIGINT to exit: {took:.1f} s, {nres_before} results kept")
+
+    code, out, err = ctune("run", cfg, "--resume", "--json", cwd=tmp, timeout=120)
+    check(code == 0, f"resume after Ctrl-C: {code} {err}")
+    exps, trials, nres = db_check(db)
+    check(exps == [(1, "slow", "TERMINATED")], f"not resubmitted, finished: {exps}")
+    check(len(trials) == 3 and all(t[1] == "TERMINATED" for t in trials), f"trials: {trials}")
+    check(nres == 75, f"every iteration stored once: {nres} results")
     check(not descendants(), f"processes left: {descendants()}")
 
 
