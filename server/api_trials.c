@@ -1,5 +1,5 @@
 /* api_trials: one trial, its results (report with ASHA's decision, read back),
- * complete, fail with retries, checkpoint and log storage. */
+ * complete, fail with retries, release, checkpoint and log storage. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -259,6 +259,56 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
   }
   cJSON *o = rc ? NULL : api_trial_json(s, t);
   if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
+out:
+  pthread_mutex_unlock(&s->lock);
+  cJSON_Delete(body);
+  return rc;
+}
+
+/* A worker gives a lease back (drain): the trial is PENDING again at once,
+ * exactly as after a lease expiry, and no failure is counted. */
+int api_trial_release(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *body = api_body_object(req, resp, 1);
+  int rc = 0;
+  if (!body) return 0;
+  const cJSON *wid = cJSON_GetObjectItemCaseSensitive(body, "worker_id");
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(body, "iteration");
+  if (wid && !cJSON_IsNull(wid) &&
+      (!cJSON_IsNumber(wid) || wid->valuedouble < 1 ||
+       wid->valuedouble != (double)(int64_t)wid->valuedouble)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "worker_id",
+                     "worker_id must be an integer >= 1");
+  }
+  if (it && !cJSON_IsNull(it) && (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+                                  it->valuedouble < 0)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "iteration",
+                     "iteration must be a number >= 0");
+  }
+  pthread_mutex_lock(&s->lock);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  if (t->status != TS_RUNNING) {
+    api_error(resp, 409, "not_running", req->path, "trial %lld is %s, not RUNNING",
+              (long long)t->id, trial_status_names[t->status]);
+    goto out;
+  }
+  /* A release delivered late (from a worker's outbox after a restart) must
+   * not take the trial away from the worker that leased it since. */
+  if (wid && cJSON_IsNumber(wid) && (int64_t)wid->valuedouble != t->worker_id) {
+    api_error(resp, 409, "not_leased", "worker_id",
+              "trial %lld is leased to worker %lld, not %lld", (long long)t->id,
+              (long long)t->worker_id, (long long)wid->valuedouble);
+    goto out;
+  }
+  int64_t from = t->worker_id;
+  if ((rc = state_requeue(s, t, &resp->ticket))) goto out;
+  log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
+           (long long)t->id, (long long)from,
+           it && cJSON_IsNumber(it) ? it->valuedouble : (t->nres ? t->last_t : 0));
+  cJSON *o = api_trial_json(s, t);
+  rc = o ? api_json(resp, 200, o) : -ENOMEM;
 out:
   pthread_mutex_unlock(&s->lock);
   cJSON_Delete(body);

@@ -5,7 +5,7 @@
 enum {
   H_HEALTHZ, H_METRICS, H_EXP_CREATE, H_EXP_LIST, H_EXP_GET, H_EXP_TRIALS, H_EXP_RESULTS,
   H_EXP_BEST, H_EXP_CANCEL, H_TRIAL_GET, H_TRIAL_RESULTS, H_TRIAL_REPORT, H_TRIAL_COMPLETE,
-  H_TRIAL_FAIL, H_CKPT_PUT, H_CKPT_GET, H_LOG_PUT, H_LOG_GET, H_WORKER_REGISTER,
+  H_TRIAL_FAIL, H_TRIAL_RELEASE, H_CKPT_PUT, H_CKPT_GET, H_LOG_PUT, H_LOG_GET, H_WORKER_REGISTER,
   H_WORKER_LIST, H_HEARTBEAT, H_LEASE, H_VENDOR, H_STATIC, H_COUNT
 };
 
@@ -23,6 +23,7 @@ int api_trial_results(struct server *, const struct api_req *, struct api_resp *
 int api_trial_report(struct server *, const struct api_req *, struct api_resp *);
 int api_trial_complete(struct server *, const struct api_req *, struct api_resp *);
 int api_trial_fail(struct server *, const struct api_req *, struct api_resp *);
+int api_trial_release(struct server *, const struct api_req *, struct api_resp *);
 int api_checkpoint_put(struct server *, const struct api_req *, struct api_resp *);
 int api_checkpoint_get(struct server *, const struct api_req *, struct api_resp *);
 int api_log_put(struct server *, const struct api_req *, struct api_resp *);
@@ -49,6 +50,7 @@ const struct route api_routes[] = {
   {RM_POST, "/api/v1/trials/{id}/results", RA_WORKER, H_TRIAL_REPORT},
   {RM_POST, "/api/v1/trials/{id}/complete", RA_WORKER, H_TRIAL_COMPLETE},
   {RM_POST, "/api/v1/trials/{id}/fail", RA_WORKER, H_TRIAL_FAIL},
+  {RM_POST, "/api/v1/trials/{id}/release", RA_WORKER, H_TRIAL_RELEASE},
   {RM_PUT, "/api/v1/trials/{id}/checkpoint", RA_WORKER, H_CKPT_PUT},
   {RM_GET, "/api/v1/trials/{id}/checkpoint", RA_WORKER, H_CKPT_GET},
   {RM_PUT, "/api/v1/trials/{id}/logs", RA_WORKER, H_LOG_PUT},
@@ -79,6 +81,7 @@ const api_handler api_handlers[H_COUNT] = {
   [H_TRIAL_REPORT] = api_trial_report,
   [H_TRIAL_COMPLETE] = api_trial_complete,
   [H_TRIAL_FAIL] = api_trial_fail,
+  [H_TRIAL_RELEASE] = api_trial_release,
   [H_CKPT_PUT] = api_checkpoint_put,
   [H_CKPT_GET] = api_checkpoint_get,
   [H_LOG_PUT] = api_log_put,

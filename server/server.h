@@ -163,6 +163,10 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
                           int64_t memory_mb, int has_memory);
 /* Why a PENDING trial is not running; writes "" when nothing blocks it. */
 void state_pending_reason(struct server *s, const struct trial *t, char *buf, size_t n);
+/* A RUNNING trial goes back to PENDING without counting a failure (lease
+ * expiry, release by its worker): resources freed, row queued. The next lease
+ * resumes it from its checkpoint. */
+int state_requeue(struct server *s, struct trial *t, uint64_t *ticket);
 /* Workers silent for longer than the lease timeout lose their trials. */
 void state_expire_leases(struct server *s, uint64_t now_ms);
 /* Records one acknowledged result in memory (also used by the loader). */

@@ -1,5 +1,5 @@
-/* state: the in-memory model's transitions (create, lease, end, expire,
- * record a result). state_ops.c carries each change to the commit thread;
+/* state: the in-memory model's transitions (create, lease, end, requeue on
+ * lease expiry or release, record a result). state_ops.c carries each change to the commit thread;
  * state_load.c rebuilds the model at start. */
 #include "server.h"
 
@@ -272,6 +272,12 @@ void state_pending_reason(struct server *s, const struct trial *t, char *buf, si
     snprintf(buf, n, "waiting for free resources");
 }
 
+int state_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
+  state_release(s, t);
+  state_set_status(s, t, TS_PENDING);
+  return state_persist_trial(s, t, ticket);
+}
+
 void state_expire_leases(struct server *s, uint64_t now_ms) {
   uint64_t limit = (uint64_t)(s->opt.lease_timeout_s * 1000);
   for (int64_t i = 0; i < s->nworkers; i++) {
@@ -282,10 +288,8 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
     for (int64_t j = 0; j < s->ntrials; j++) {
       struct trial *t = s->trials[j];
       if (t->status != TS_RUNNING || t->worker_id != w->id) continue;
-      state_release(s, t);
-      state_set_status(s, t, TS_PENDING);
       uint64_t ticket;
-      if (state_persist_trial(s, t, &ticket))
+      if (state_requeue(s, t, &ticket))
         log_error("lease expiry: cannot queue trial %lld", (long long)t->id);
       back++;
     }

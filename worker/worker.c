@@ -269,8 +269,29 @@ static void worker_on_log_timer(uv_timer_t *h) {
 
 /* ---- trial lifecycle -------------------------------------------------- */
 
+/* A trial stopped by the drain gives its lease back once its process has
+ * exited and its last checkpoint upload is over. The release goes through the
+ * outbox behind the trial's results (FIFO), so the server has everything
+ * before the trial is PENDING again. If the server is unreachable until the
+ * drain's deadline the message stays in the outbox; the lease expires anyway,
+ * and a late delivery names this worker id, which the server refuses (409)
+ * once the trial is leased elsewhere. */
+static void worker_queue_release(struct worker *w, struct trial *t) {
+  if (t->stop_why != TRIAL_STOP_DRAIN || !w->id || w->shut) return;
+  cJSON *b = cJSON_CreateObject();
+  if (!b || !cJSON_AddNumberToObject(b, "worker_id", w->id) ||
+      !cJSON_AddNumberToObject(b, "iteration", t->last_iter)) {
+    log_error("trial %d: cannot build its release: its lease will expire", t->id);
+    cJSON_Delete(b);
+    return;
+  }
+  worker_queue_end(w, t->id, "release", b);
+  cJSON_Delete(b);
+}
+
 static void worker_maybe_free(struct worker *w, struct trial *t) {
   if (!t->closed || t->ckpt_inflight || t->log_inflight) return;
+  worker_queue_release(w, t);
   struct trial **pp = &w->trials;
   while (*pp && *pp != t) pp = &(*pp)->next;
   if (*pp) *pp = t->next;
@@ -377,9 +398,9 @@ static void worker_on_exit(void *arg, struct trial *t, int code, int sig) {
       log_info("trial %d stopped at the server's request after %.1f s", t->id, ran);
       break;
     case TRIAL_STOP_DRAIN:
-      log_info("trial %d stopped by the drain at iteration %g (exit %d); its lease will "
-               "expire and it resumes from its checkpoint elsewhere",
-               t->id, t->last_iter, code);
+      log_info("trial %d stopped by the drain at iteration %g (exit %d); its lease is "
+               "released once its checkpoint and results are delivered, and it resumes "
+               "from its checkpoint elsewhere", t->id, t->last_iter, code);
       break;
     case TRIAL_STOP_DECISION:
     case TRIAL_STOP_NONE:
@@ -435,6 +456,7 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   cpuset_format(t->grant.gpus, t->grant.ngpus, gpus, sizeof gpus);
   if (w->draining) {
     worker_release(w, t);
+    t->stop_why = TRIAL_STOP_DRAIN; /* leased but never started: give it back */
     t->closed = 1;
     worker_maybe_free(w, t);
     worker_check_drained(w);

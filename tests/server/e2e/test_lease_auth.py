@@ -1,5 +1,5 @@
-"""ctune-server: lease expiry with resume info and checkpoint; restart keeps
-leases; auth with admin and worker tokens; non-loopback refusal."""
+"""ctune-server: lease expiry with resume info and checkpoint; lease release
+by a draining worker; restart keeps leases; auth with admin and worker tokens; non-loopback refusal."""
 import os
 import time
 import zlib
@@ -39,6 +39,61 @@ def test_lease_expiry_resume():
     # the lost worker comes back: its old trial is no longer its own
     hb = s.ok("POST", "/api/v1/workers/%d/heartbeat" % w1, {"running": [t["id"]]})
     assert hb == {"stop": [t["id"]]}
+    s.stop()
+
+
+def test_lease_release():
+    # A long lease timeout: whatever comes back to PENDING here was released.
+    s = Server(args=["--lease-timeout", "60"])
+    s.ok("POST", "/api/v1/experiments",
+         experiment(n=2, max_failures=1, resources_per_trial={"cpu": 2}), status=201)
+    w1 = register(s, cpu=2, name="draining")
+    w2 = register(s, cpu=2, name="other")
+    t = lease(s, w1)
+    assert lease(s, w1) is None  # w1 is full
+    report(s, t["id"], training_iteration=1, loss=1.0)
+    report(s, t["id"], training_iteration=2, loss=0.9)
+    data = b"weights" * 50
+    s.ok("PUT", "/api/v1/trials/%d/checkpoint" % t["id"], data,
+         headers={"X-Ctune-Iteration": "2", "X-Ctune-Crc32": "%08x" % zlib.crc32(data)})
+    path = "/api/v1/trials/%d/release" % t["id"]
+    # bad bodies and someone else's lease change nothing
+    st, b, _ = s.post(path, {"iteration": "two"})
+    assert st == 400 and b["error"]["code"] == "invalid_body" and b["error"]["path"] == "iteration", b
+    st, b, _ = s.post(path, {"iteration": 2, "worker_id": w2})
+    assert st == 409 and b["error"]["code"] == "not_leased", b
+    assert s.ok("GET", "/api/v1/trials/%d" % t["id"])["status"] == "RUNNING"
+    t0 = time.time()
+    tr = s.ok("POST", path, {"iteration": 2, "worker_id": w1})
+    assert tr["status"] == "PENDING" and tr["num_failures"] == 0 and tr["worker_id"] in (None, 0), tr
+    assert time.time() - t0 < 2
+    tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
+    assert tr["status"] == "PENDING" and tr["num_failures"] == 0, tr
+    ws = {w["id"]: w for w in s.ok("GET", "/api/v1/workers")["workers"]}
+    assert ws[w1]["free"]["cpu"] == 2 and ws[w1]["running_trials"] == [], ws[w1]
+    assert ws[w1]["status"] == "alive"
+    # releasing again: not RUNNING -> 409, nothing changes
+    st, b, _ = s.post(path, {})
+    assert st == 409 and b["error"]["code"] == "not_running", b
+    assert s.ok("GET", "/api/v1/trials/%d" % t["id"])["status"] == "PENDING"
+    st, b, _ = s.post("/api/v1/trials/99/release", {})
+    assert st == 404 and b["error"]["code"] == "not_found", b
+    # the resources are free on w1 (full before), and the next lease resumes
+    # exactly as after a lease expiry
+    t2 = lease(s, w1)
+    assert t2["id"] == t["id"] and t2["start_iteration"] == 2 and t2["has_checkpoint"], t2
+    assert t2["checkpoint_iteration"] == 2 and t2["attempt"] == 2
+    # the release counts no failure: max_failures=1 still allows one retry
+    s.ok("POST", "/api/v1/trials/%d/fail" % t["id"], {"error": "x", "reason": "exit_code"})
+    tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
+    assert tr["status"] == "PENDING" and tr["num_failures"] == 1, tr
+    # committed before the reply: a restart keeps it
+    t3 = lease(s, w2)
+    before = s.ok("GET", "/api/v1/trials/%d" % t3["id"])["num_failures"]
+    s.ok("POST", "/api/v1/trials/%d/release" % t3["id"], {"worker_id": w2})
+    s.restart()
+    tr = s.ok("GET", "/api/v1/trials/%d" % t3["id"])
+    assert tr["status"] == "PENDING" and tr["num_failures"] == before, tr
     s.stop()
 
 
@@ -86,6 +141,10 @@ def test_auth_tokens():
     assert st == 200
     st, b, _ = s.post("/api/v1/trials/1/results", {"training_iteration": 2, "loss": 1})
     assert st == 401
+    st, b, _ = s.post("/api/v1/trials/1/release", {"worker_id": wid})
+    assert st == 401
+    st, b, _ = s.post("/api/v1/trials/1/release", {"worker_id": wid, "iteration": 1}, token=worker)
+    assert st == 200 and b["status"] == "PENDING", (st, b)
     st, b, _ = s.get("/metrics", token=worker)
     assert st == 403
     st, b, _ = s.get("/healthz")

@@ -3,8 +3,9 @@
 pile up in the worker's on-disk outbox while trials keep running), restart
 on the same database and port, the workers reconnect and the experiment
 completes with every printed result stored exactly once; then SIGTERM drains
-a worker: its trial stops with a checkpoint, the worker exits 0, and the
-trial resumes on another worker from that checkpoint."""
+a worker: its trial stops with a checkpoint, the worker releases the lease
+and exits 0, and the trial resumes on another worker from that checkpoint
+within seconds under a 60 s lease timeout."""
 import json
 import os
 import time
@@ -66,10 +67,12 @@ def body(env):
     print("after the restart: %d results stored, each exactly once" % total)
     assert "registering again" not in w1.log(), "the restarted server forgot worker 1"
 
-    # SIGTERM drains: the trial stops with a checkpoint and resumes elsewhere.
+    # SIGTERM drains: the trial stops with a checkpoint, the worker releases
+    # its lease, and the trial resumes elsewhere at once. The lease timeout is
+    # long (60 s) so only the release can bring it back this fast.
     env.server_proc.p.terminate()
     env.server_proc.p.wait(10)
-    env.start_server("--lease-timeout", "2", port=port, db=db)
+    env.start_server("--lease-timeout", "60", port=port, db=db)
     w2.p.terminate()
     assert w2.p.wait(15) == 0, w2.log()
     drain = env.submit(command_config(
@@ -86,8 +89,16 @@ def body(env):
     assert "stopped by the drain" in w1.log()
     stopped_at = max(printed(env, "w1", t["id"]))
     t = env.trial(t["id"])
+    print("after the drain: trial %s, %d failure(s), %.2f s after SIGTERM"
+          % (t["status"], t["num_failures"], time.time() - t0))
+    assert t["status"] == "PENDING" and t["num_failures"] == 0, t
     assert t.get("has_checkpoint"), t
+    assert "released by worker" in env.server_proc.log(), "no release reached the server"
     w3 = env.start_worker("w3", "--cpus", "1", "--max-queued", "3")
+    t1 = time.time()
+    wait_for(lambda: env.trial(t["id"])["status"] == "RUNNING", 5,
+             "worker 3 to lease the released trial well before the 60 s lease timeout")
+    print("worker 3 resumed the trial %.2f s after it started" % (time.time() - t1))
     env.wait_experiment(drain, 40)
     t = env.trial(t["id"])
     assert t["status"] == "TERMINATED", t
