@@ -221,12 +221,12 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
     goto done_spec;
   }
   struct experiment *e = NULL;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   rc = state_add_experiment(s, text, &spec, configs, &e, &resp->ticket);
   int64_t id = e ? e->id : 0, n = e ? e->num_trials : 0;
   if (!rc) log_info("experiment %lld '%s' created with %lld trial(s)", (long long)id, e->name,
                     (long long)n);
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (rc) goto done_spec;
   out = cJSON_CreateObject();
   if (!out || !cJSON_AddNumberToObject(out, "id", (double)id) ||
@@ -253,14 +253,14 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
     cJSON_Delete(root);
     return -ENOMEM;
   }
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   int rc = 0;
   for (int64_t i = 0; !rc && i < s->nexps; i++) {
     cJSON *e = api_experiment_json(s, s->exps[i], 1);
     if (!e) rc = -ENOMEM;
     else cJSON_AddItemToArray(arr, e);
   }
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (rc) {
     cJSON_Delete(root);
     return rc;
@@ -278,10 +278,10 @@ static struct experiment *api_find_experiment(struct server *s, const struct api
 }
 
 int api_experiment_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct experiment *e = api_find_experiment(s, req, resp);
   cJSON *o = e ? api_experiment_json(s, e, 1) : NULL;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!e) return 0;
   return o ? api_json(resp, 200, o) : -ENOMEM;
 }
@@ -301,7 +301,7 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
   struct api_trial_view *views = NULL;
   int64_t n = 0, first = 0, end = 0, last_seq = 0;
   int rc = 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto unlock;
   last_seq = s->seq;
@@ -326,7 +326,7 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
   if (!views) rc = -ENOMEM;
   for (int64_t i = first; !rc && i < end; i++) rc = api_trial_view_take(s, pick[i], &views[i - first]);
 unlock:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   free(pick);
   cJSON *root = NULL, *arr = NULL;
   if (e && !rc) {
@@ -382,10 +382,10 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
   if (api_query_int(req, resp, "since", 0, INT64_MAX, 0, &since) ||
       api_query_int(req, resp, "limit", 1, 1000000, 100000, &limit))
     return 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct experiment *e = api_find_experiment(s, req, resp);
   int64_t upto = s->seq;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!e) return 0;
   /* Everything numbered up to `upto` was queued before we looked: once it is
    * committed the database holds all of it, so last_seq = upto skips nothing. */
@@ -479,14 +479,14 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   if (metric && (!*metric || strlen(metric) > SPEC_NAME_MAX))
     return api_error(resp, 400, "invalid_query", "metric", "metric must be 1 to %d characters",
                      SPEC_NAME_MAX);
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct experiment *e = api_find_experiment(s, req, resp);
   if (!e) {
-    pthread_mutex_unlock(&s->lock);
+    server_unlock(s);
     return 0;
   }
   if (!metric && !e->spec.has_metric) {
-    pthread_mutex_unlock(&s->lock);
+    server_unlock(s);
     return api_error(resp, 400, "invalid_query", "metric", "experiment %lld has no metric: "
                      "pass ?metric=NAME&mode=min|max", (long long)e->id);
   }
@@ -502,7 +502,7 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   int from_store = !own && key < 0 && e->keys_overflow;
   int rc = from_store ? 0 : (!own && key < 0) ? -ENOENT
                       : api_best_memory(s, e, key, scope, mode, &trial_id, &value);
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (from_store) {
     if (commit_wait(s->commit, commit_last_ticket(s->commit))) return -EIO;
     rc = api_best_other(s, e, name, scope, mode, &trial_id, &value);
@@ -511,9 +511,9 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
     return api_error(resp, 404, "no_result", "metric", "no trial of experiment %lld has a "
                      "finite '%s' (scope %s)", (long long)e->id, name, best_scope_name(scope));
   if (rc) return rc;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   cJSON *o = cJSON_CreateObject(), *t = api_trial_json(s, server_trial(s, trial_id));
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!o || !t || !cJSON_AddNumberToObject(o, "trial_id", (double)trial_id) ||
       !cJSON_AddStringToObject(o, "metric", name) ||
       !cJSON_AddStringToObject(o, "mode", mode == SPEC_MODE_MAX ? "max" : "min") ||
@@ -529,7 +529,7 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
 
 int api_experiment_cancel(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int rc = 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto out;
   if (e->status != ES_RUNNING) {
@@ -557,6 +557,6 @@ int api_experiment_cancel(struct server *s, const struct api_req *req, struct ap
     rc = o ? api_json(resp, 200, o) : -ENOMEM;
   }
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   return rc;
 }

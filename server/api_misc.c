@@ -29,13 +29,13 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   char *buf = malloc(cap);
   if (!buf) return -ENOMEM;
   int64_t trials[TS_COUNT] = {0}, exps[ES_COUNT] = {0}, workers[2] = {0};
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   for (int64_t i = 0; i < s->nexps; i++) {
     exps[s->exps[i]->status]++;
     for (int j = 0; j < TS_COUNT; j++) trials[j] += s->exps[i]->counts[j];
   }
   for (int64_t i = 0; i < s->nworkers; i++) workers[s->workers[i]->lost]++;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   uint64_t batches, ops;
   commit_stats(s->commit, &batches, &ops);
   int off = snprintf(buf, cap, "# HELP ctune_trials Trials by status.\n# TYPE ctune_trials gauge\n");

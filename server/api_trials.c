@@ -22,10 +22,10 @@ static struct trial *api_find_trial(struct server *s, const struct api_req *req,
 }
 
 int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   cJSON *o = t ? api_trial_json(s, t) : NULL;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!t) return 0;
   return o ? api_json(resp, 200, o) : -ENOMEM;
 }
@@ -42,7 +42,7 @@ static int api_add_plain(void *ctx, int64_t seq, int64_t trial_id, const char *d
 int api_trial_results(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int64_t *seqs = NULL;
   size_t n = 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
   if (t && t->nres && (seqs = malloc(t->nres * sizeof *seqs))) {
@@ -50,7 +50,7 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
     n = t->nres;
   }
   int oom = t && t->nres && !seqs;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!t || oom) return oom ? -ENOMEM : 0;
   /* The rows exist once everything queued before this read is committed. */
   int rc = commit_wait(s->commit, commit_last_ticket(s->commit)) ? -EIO : 0;
@@ -98,7 +98,7 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   char *json = NULL;
   int rc = 0;
   if (!r) return 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
   struct experiment *e = server_experiment(s, t->experiment_id);
@@ -169,7 +169,7 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
     rc = api_decision(resp, d == 's' ? "stop" : "continue");
   }
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   free(json);
   cJSON_Delete(r);
   return rc;
@@ -179,7 +179,7 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
   if (t->status == TS_RUNNING) {
@@ -195,7 +195,7 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
   cJSON *o = rc ? NULL : api_trial_json(s, t);
   if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   cJSON_Delete(body);
   return rc;
 }
@@ -219,7 +219,7 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
     cJSON_Delete(body);
     return api_error(resp, 400, "invalid_body", "reason", "reason must be a string");
   }
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
   struct experiment *e = server_experiment(s, t->experiment_id);
@@ -260,7 +260,7 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
   cJSON *o = rc ? NULL : api_trial_json(s, t);
   if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   cJSON_Delete(body);
   return rc;
 }
@@ -286,7 +286,7 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
     return api_error(resp, 400, "invalid_body", "iteration",
                      "iteration must be a number >= 0");
   }
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
   if (t->status != TS_RUNNING) {
@@ -310,7 +310,7 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
   cJSON *o = api_trial_json(s, t);
   rc = o ? api_json(resp, 200, o) : -ENOMEM;
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   cJSON_Delete(body);
   return rc;
 }
@@ -362,7 +362,7 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   op->is_log = 0;
   memcpy(op->data, req->body, req->body_len);
   int rc = 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) {
     free(op);
@@ -383,15 +383,15 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   }
   rc = api_json(resp, 200, o);
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   return rc;
 }
 
 int api_checkpoint_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!t) return 0;
   if (commit_wait(s->commit, commit_last_ticket(s->commit))) return -EIO;
   int64_t it;
@@ -427,7 +427,7 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
   for (size_t i = 0; i < op->len; i++)
     if (!op->data[i]) op->data[i] = '?';
   int rc = 0;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) {
     free(op);
@@ -444,15 +444,15 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
   }
   rc = api_json(resp, 200, o);
 out:
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   return rc;
 }
 
 int api_log_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (!t) return 0;
   if (commit_wait(s->commit, commit_last_ticket(s->commit))) return -EIO;
   char *log = NULL;

@@ -58,7 +58,7 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   if (api_resources(cJSON_GetObjectItemCaseSensitive(b, "resources"), "resources", resp, &cpu,
                     &gpu, &mem, &has_mem))
     goto out;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct worker *w = NULL;
   if (s->nworkers == s->capworkers) {
     int64_t nc = s->capworkers ? s->capworkers * 2 : 16;
@@ -81,7 +81,7 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
     s->workers[s->nworkers++] = w;
     rc = state_persist_worker(s, w, &resp->ticket);
   }
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (rc) goto out;
   log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id,
            w->name, cpu, gpu, (long long)mem);
@@ -134,7 +134,7 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
     rc = -ENOMEM;
     goto done;
   }
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct worker *w = api_find_worker(s, req, resp);
   if (w) {
     api_touch(w);
@@ -146,7 +146,7 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
     /* Whatever made a trial stoppable must be durable before we say so. */
     if (cJSON_GetArraySize(stop)) resp->ticket = commit_last_ticket(s->commit);
   }
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (w) {
     rc = api_json(resp, 200, out);
     out = NULL;
@@ -203,7 +203,7 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   int has_mem = 0;
   const cJSON *free_o = cJSON_GetObjectItemCaseSensitive(b, "free");
   if (free_o && api_resources(free_o, "free", resp, &cpu, &gpu, &mem, &has_mem)) goto done;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   struct worker *w = api_find_worker(s, req, resp);
   struct trial *t = NULL;
   cJSON *o = NULL;
@@ -218,7 +218,7 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
                  (long long)t->id, (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);
     }
   }
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (w && !rc) rc = o ? api_json(resp, 200, o) : api_no_content(resp);
 done:
   cJSON_Delete(b);
@@ -229,7 +229,7 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
   (void)req;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
   int rc = arr ? 0 : -ENOMEM;
-  pthread_mutex_lock(&s->lock);
+  server_lock(s);
   for (int64_t i = 0; !rc && i < s->nworkers; i++) {
     struct worker *w = s->workers[i];
     cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
@@ -258,7 +258,7 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
       cJSON_AddItemToArray(arr, o);
     }
   }
-  pthread_mutex_unlock(&s->lock);
+  server_unlock(s);
   if (rc) {
     cJSON_Delete(root);
     return rc;

@@ -126,6 +126,13 @@ struct server {
   int64_t seq;              /* the global change counter */
 };
 
+/* Every handler takes the model's lock through these two. A change made
+ * under one hold of the lock is one transaction: server_unlock is where the
+ * ops queued during the hold are handed to the commit thread together (see
+ * commit.h), so a reply can never acknowledge half of it. */
+static inline void server_lock(struct server *s) { pthread_mutex_lock(&s->lock); }
+static inline void server_unlock(struct server *s) { pthread_mutex_unlock(&s->lock); }
+
 static inline struct trial *server_trial(struct server *s, int64_t id) {
   return id >= 1 && id <= s->ntrials ? s->trials[id - 1] : NULL;
 }
