@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jsonout.h"
 #include "route.h"
 #include "server.h"
 

@@ -216,7 +216,7 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
     out = NULL;
     goto done_spec;
   }
-  if (!(text = cJSON_PrintUnformatted(cfg))) {
+  if (!(text = jsonout_print(cfg))) {
     rc = -ENOMEM;
     goto done_spec;
   }
@@ -341,7 +341,7 @@ unlock:
   }
   for (int64_t i = first; views && i < end; i++) api_trial_view_drop(&views[i - first]);
   free(views);
-  if (e && !rc && (!cJSON_AddNumberToObject(root, "last_seq", (double)last_seq) ||
+  if (e && !rc && (!jsonout_add_int64(root, "last_seq", last_seq) ||
                    !cJSON_AddNumberToObject(root, "total", (double)n)))
     rc = -ENOMEM;
   if (!e || rc) {
@@ -401,7 +401,7 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
   int rc = store_experiment_results(s->store, e->id, since, limit, api_add_result, &ctx);
   got = cJSON_GetArraySize(arr);
   int64_t last = got == limit ? ctx.last : upto;
-  if (!rc && !cJSON_AddNumberToObject(root, "last_seq", (double)(last > since ? last : since)))
+  if (!rc && !jsonout_add_int64(root, "last_seq", last > since ? last : since))
     rc = -ENOMEM;
   if (rc) {
     cJSON_Delete(root);

@@ -133,7 +133,7 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
     rc = 0;
   }
   if (rc) goto out;
-  if (!(json = cJSON_PrintUnformatted(r))) {
+  if (!(json = jsonout_print(r))) {
     rc = -ENOMEM;
     goto out;
   }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 int api_json(struct api_resp *r, int status, cJSON *body) {
-  char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+  char *text = body ? jsonout_print(body) : NULL; /* exact numbers */
   cJSON_Delete(body);
   if (!text) return -ENOMEM;
   free(r->body);

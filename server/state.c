@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "jsonout.h"
 #include "log.h"
 #include "state_internal.h"
 #include "validate.h"
@@ -169,7 +170,7 @@ int state_add_experiment(struct server *s, const char *config_json,
     char name[SPEC_NAME_MAX + 32];
     snprintf(name, sizeof name, "%s_%05lld", spec->name, (long long)made);
     t->name = strdup(name);
-    t->config = cJSON_PrintUnformatted(c);
+    t->config = jsonout_print(c);
     if (!t->name || !t->config) goto fail_trials;
     t->status = TS_PENDING;
     t->created_at = e->created_at;
