@@ -53,6 +53,10 @@ void api_header(struct api_resp *r, const char *name, const char *fmt, ...)
 
 /* Parses the body as one JSON object; on failure fills a 400 and returns NULL. */
 cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok);
+/* Strict JSON (common/jsonstrict.h) before any cJSON parse of a body: -EINVAL
+ * after filling a 400 invalid_json naming the path of a NUL, a duplicate key or
+ * trailing data. */
+int api_json_strict(const struct api_req *req, struct api_resp *resp);
 /* Parses an integer query parameter in [lo, hi]; absent gives *out = dflt.
  * -EINVAL after filling a 400 naming the parameter. */
 int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key,

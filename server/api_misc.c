@@ -120,7 +120,7 @@ static int api_serve_file(const char *root, const char *rel, const struct api_re
 }
 
 int api_static_vendor(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  if (!req->match->rest[0])
+  if (!req->match->rest[0] || !static_vendor_allowed(req->match->rest))
     return api_error(resp, 404, "not_found", req->path, "no file %s", req->path);
   return api_serve_file(s->opt.vendor_dir, req->match->rest, req, resp);
 }

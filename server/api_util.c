@@ -1,5 +1,6 @@
 /* api_util: JSON replies, the error shape, body and query parsing. */
 #include "api.h"
+#include "jsonstrict.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -63,6 +64,14 @@ void api_header(struct api_resp *r, const char *name, const char *fmt, ...) {
   r->nheaders++;
 }
 
+int api_json_strict(const struct api_req *req, struct api_resp *resp) {
+  struct jsonstrict_error e;
+  int rc = jsonstrict_check(req->body, req->body_len, &e);
+  if (rc == -EINVAL) api_error(resp, 400, "invalid_json", e.path, "request body: %s", e.message);
+  else if (rc) api_error(resp, 500, "internal", "", "out of memory");
+  return rc;
+}
+
 cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok) {
   if (req->body_len == 0 && empty_ok) {
     cJSON *o = cJSON_CreateObject();
@@ -74,6 +83,7 @@ cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int emp
     api_error(resp, 400, "invalid_json", "", "request body is not valid UTF-8 (byte %zu)", bad);
     return NULL;
   }
+  if (api_json_strict(req, resp)) return NULL;
   const char *end = NULL;
   cJSON *o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, 0);
   if (!o) {

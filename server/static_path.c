@@ -54,3 +54,29 @@ int static_path_join(const char *root, const char *rel, char *buf, size_t n) {
   if (w < 0 || (size_t)w >= n) return -ENAMETOOLONG;
   return 0;
 }
+
+const struct static_header static_security_headers[] = {
+  {"Content-Security-Policy",
+   "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+   "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+   "frame-ancestors 'none'"},
+  {"X-Frame-Options", "DENY"},
+  {"X-Content-Type-Options", "nosniff"},
+  {"Referrer-Policy", "no-referrer"},
+};
+const size_t static_nsecurity_headers =
+    sizeof static_security_headers / sizeof static_security_headers[0];
+
+/* What web/js/charts.js loads (Debian's Chart.js 3 names it chart.min.js,
+ * Chart.js 4 chart.umd.js). Add a file here when the dashboard starts to
+ * load it. */
+static const char *const static_vendor_files[] = {
+  "chart.js/chart.min.js",
+  "chart.js/chart.umd.js",
+};
+
+int static_vendor_allowed(const char *rel) {
+  for (size_t i = 0; i < sizeof static_vendor_files / sizeof static_vendor_files[0]; i++)
+    if (!strcmp(rel, static_vendor_files[i])) return 1;
+  return 0;
+}
