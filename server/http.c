@@ -18,6 +18,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "log.h"
+#include "static_path.h"
 
 /* Past this much of an oversized body the connection is closed unanswered. */
 #define HTTP_MAX_DROP (64u * 1024 * 1024)
@@ -77,6 +78,8 @@ static enum MHD_Result http_send(struct http_req *r) {
   if (p->content_type) MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, p->content_type);
   for (int i = 0; i < p->nheaders; i++)
     MHD_add_response_header(m, p->headers[i].name, p->headers[i].value);
+  for (size_t i = 0; i < static_nsecurity_headers; i++) /* CSP, framing, nosniff */
+    MHD_add_response_header(m, static_security_headers[i].name, static_security_headers[i].value);
   enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)p->status, m);
   MHD_destroy_response(m);
   return ret;
