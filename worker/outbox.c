@@ -1,6 +1,8 @@
-/* Persistent FIFO of messages to deliver exactly once (see outbox.h). Files
- * are written to a temporary name and renamed, so a crash never leaves half a
- * message; no fsync: a worker crash loses nothing, a power cut may. */
+/* Persistent per-trial FIFO lanes of messages to deliver exactly once (see
+ * outbox.h). Files are written to a temporary name and renamed, so a crash
+ * never leaves half a message; no fsync: a worker crash loses nothing, a
+ * power cut may. The file names carry one global sequence number, so a
+ * restart rebuilds every lane in its order. */
 #include "outbox.h"
 
 #include <dirent.h>
@@ -24,6 +26,60 @@ uint64_t outbox_backoff_ms(int attempts) {
   return d > 10000 ? 10000 : d;
 }
 
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid or cut
+ * short (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
+static size_t outbox_utf8_seq(const unsigned char *s, size_t len) {
+  unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (len < n) return 0;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+  return n;
+}
+
+char *outbox_utf8_clean(const char *s, size_t len, size_t *out_len) {
+  /* Worst case: every byte becomes the 3-byte U+FFFD. */
+  if (len > (SIZE_MAX - 1) / 3) return NULL;
+  char *out = malloc(len * 3 + 1);
+  if (!out) return NULL;
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0, o = 0;
+  while (i < len) {
+    if (p[i] == 0) {
+      i++;
+      continue;
+    }
+    size_t n = outbox_utf8_seq(p + i, len - i);
+    if (n) {
+      memcpy(out + o, p + i, n);
+      o += n;
+      i += n;
+    } else {
+      memcpy(out + o, "\xEF\xBF\xBD", 3);
+      o += 3;
+      i++;
+    }
+  }
+  out[o] = '\0';
+  if (out_len) *out_len = o;
+  return out;
+}
+
 static void outbox_item_free(struct outbox_item *it) {
   if (!it) return;
   free(it->path);
@@ -31,13 +87,35 @@ static void outbox_item_free(struct outbox_item *it) {
   free(it);
 }
 
-static void outbox_link(struct outbox *ob, struct outbox_item *it) {
+struct outbox_lane *outbox_lane(struct outbox *ob, int trial_id) {
+  for (struct outbox_lane *l = ob->lanes; l; l = l->next)
+    if (l->trial_id == trial_id) return l;
+  return NULL;
+}
+
+static struct outbox_lane *outbox_lane_get(struct outbox *ob, int trial_id) {
+  struct outbox_lane *l = outbox_lane(ob, trial_id);
+  if (l) return l;
+  if (!(l = calloc(1, sizeof *l))) return NULL;
+  l->trial_id = trial_id;
+  /* Appended, so lanes are served in the order their trials first spoke. */
+  struct outbox_lane **pp = &ob->lanes;
+  while (*pp) pp = &(*pp)->next;
+  *pp = l;
+  return l;
+}
+
+static void outbox_link(struct outbox *ob, struct outbox_lane *l, struct outbox_item *it) {
   it->next = NULL;
-  if (ob->tail) ob->tail->next = it;
-  else ob->head = it;
-  ob->tail = it;
+  if (l->tail) l->tail->next = it;
+  else l->head = it;
+  l->tail = it;
+  l->n++;
   ob->n++;
-  if (it->kind == OUTBOX_RESULT) ob->n_results++;
+  if (it->kind == OUTBOX_RESULT) {
+    l->n_results++;
+    ob->n_results++;
+  }
 }
 
 static int outbox_file(const struct outbox *ob, uint64_t seq, const char *suffix,
@@ -46,15 +124,23 @@ static int outbox_file(const struct outbox *ob, uint64_t seq, const char *suffix
   return (w < 0 || (size_t)w >= len) ? -ENAMETOOLONG : 0;
 }
 
+static int outbox_fault(void) {
+  const char *f = getenv("CTUNE_OUTBOX_FAULT_FILE");
+  return f && *f && access(f, F_OK) == 0;
+}
+
 static int outbox_write(const struct outbox *ob, const struct outbox_item *it) {
   char tmp[4096], fin[4096];
   int rc;
   if ((rc = outbox_file(ob, it->seq, ".tmp", tmp, sizeof tmp)) < 0) return rc;
   if ((rc = outbox_file(ob, it->seq, "", fin, sizeof fin)) < 0) return rc;
+  if (outbox_fault()) return -ENOSPC;
   cJSON *o = cJSON_CreateObject();
   char *text = NULL;
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", it->trial_id) ||
       !cJSON_AddStringToObject(o, "kind", it->kind == OUTBOX_RESULT ? "result" : "end") ||
+      !cJSON_AddNumberToObject(o, "worker_id", it->lease.worker_id) ||
+      !cJSON_AddNumberToObject(o, "attempt", (double)it->lease.attempt) ||
       !cJSON_AddStringToObject(o, "path", it->path) ||
       !cJSON_AddStringToObject(o, "body", it->body) ||
       !(text = cJSON_PrintUnformatted(o))) {
@@ -66,7 +152,7 @@ static int outbox_write(const struct outbox *ob, const struct outbox_item *it) {
   FILE *f = fopen(tmp, "w");
   if (!f) rc = -errno;
   else {
-    if (fputs(text, f) < 0) rc = -EIO;
+    if (fputs(text, f) < 0) rc = -errno ? -errno : -EIO;
     if (fclose(f) != 0 && rc == 0) rc = -errno;
     if (rc == 0 && rename(tmp, fin) != 0) rc = -errno;
     if (rc < 0) unlink(tmp);
@@ -98,11 +184,16 @@ static struct outbox_item *outbox_read(const char *file, uint64_t seq) {
   const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
   const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
   const cJSON *body = cJSON_GetObjectItemCaseSensitive(o, "body");
+  const cJSON *wid = cJSON_GetObjectItemCaseSensitive(o, "worker_id");
+  const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
   if (cJSON_IsNumber(tid) && cJSON_IsString(kind) && cJSON_IsString(path) &&
       cJSON_IsString(body) && (it = calloc(1, sizeof *it))) {
     it->seq = seq;
     it->trial_id = tid->valueint;
     it->kind = strcmp(kind->valuestring, "result") ? OUTBOX_END : OUTBOX_RESULT;
+    /* Files from before protocol v2 have no lease: sent unfenced. */
+    it->lease.worker_id = cJSON_IsNumber(wid) ? wid->valueint : 0;
+    it->lease.attempt = cJSON_IsNumber(att) ? (long)att->valuedouble : 0;
     it->path = strdup(path->valuestring);
     it->body = strdup(body->valuestring);
     if (!it->path || !it->body) {
@@ -157,7 +248,13 @@ static int outbox_load(struct outbox *ob) {
       log_warn("outbox: skipping unreadable message %s", p);
       continue;
     }
-    outbox_link(ob, it);
+    struct outbox_lane *l = outbox_lane_get(ob, it->trial_id);
+    if (!l) {
+      outbox_item_free(it);
+      rc = -ENOMEM;
+      goto done;
+    }
+    outbox_link(ob, l, it);
     if (seqs[i] >= ob->next_seq) ob->next_seq = seqs[i] + 1;
   }
   if (n) log_info("outbox: %zu undelivered message(s) from an earlier run", ob->n);
@@ -180,11 +277,17 @@ int outbox_open(struct outbox *ob, const char *dir, size_t max_results) {
 }
 
 void outbox_close(struct outbox *ob) {
-  struct outbox_item *it = ob->head;
-  while (it) {
-    struct outbox_item *next = it->next;
-    outbox_item_free(it);
-    it = next;
+  struct outbox_lane *l = ob->lanes;
+  while (l) {
+    struct outbox_lane *ln = l->next;
+    struct outbox_item *it = l->head;
+    while (it) {
+      struct outbox_item *next = it->next;
+      outbox_item_free(it);
+      it = next;
+    }
+    free(l);
+    l = ln;
   }
   free(ob->dir);
   memset(ob, 0, sizeof *ob);
@@ -193,54 +296,158 @@ void outbox_close(struct outbox *ob) {
 int outbox_has_room(const struct outbox *ob) { return ob->n_results < ob->max_results; }
 
 int outbox_push(struct outbox *ob, enum outbox_kind kind, int trial_id,
-                const char *path, const char *body) {
-  if (kind == OUTBOX_RESULT && ob->n_results >= ob->max_results) return -ENOSPC;
+                const struct outbox_lease *lease, const char *path, const char *body,
+                int flags) {
+  if (kind == OUTBOX_RESULT && ob->n_results >= ob->max_results && !(flags & OUTBOX_F_FORCE))
+    return -ENOSPC;
   if (kind == OUTBOX_END && ob->n - ob->n_results >= OUTBOX_END_RESERVE) return -ENOSPC;
   struct outbox_item *it = calloc(1, sizeof *it);
   if (!it) return -ENOMEM;
   it->seq = ob->next_seq;
   it->kind = kind;
   it->trial_id = trial_id;
+  if (lease) it->lease = *lease;
   it->path = strdup(path);
-  it->body = strdup(body);
-  if (!it->path || !it->body) {
+  it->body = outbox_utf8_clean(body, strlen(body), NULL);
+  struct outbox_lane *l = outbox_lane_get(ob, trial_id);
+  if (!it->path || !it->body || !l) {
     outbox_item_free(it);
     return -ENOMEM;
   }
-  if (ob->dir) {
-    int rc = outbox_write(ob, it);
-    if (rc < 0) {
+  int rc = 0;
+  if (ob->dir && (rc = outbox_write(ob, it)) < 0) {
+    if (!(flags & OUTBOX_F_MEM)) {
       outbox_item_free(it);
+      outbox_gc(ob);
       return rc;
     }
+    log_warn("outbox: cannot write a message for trial %d (%s): kept in memory only",
+             trial_id, strerror(-rc));
+    rc = 1;
   }
   ob->next_seq++;
-  outbox_link(ob, it);
-  return 0;
+  outbox_link(ob, l, it);
+  return rc;
 }
 
-void outbox_ack(struct outbox *ob) {
-  struct outbox_item *it = ob->head;
-  if (!it) return;
-  if (ob->dir) {
-    char p[4096];
-    if (outbox_file(ob, it->seq, "", p, sizeof p) == 0 && unlink(p) != 0 && errno != ENOENT)
-      log_warn("outbox: cannot remove %s: %s", p, strerror(errno));
-  }
-  ob->head = it->next;
-  if (!ob->head) ob->tail = NULL;
+static void outbox_unlink_file(struct outbox *ob, const struct outbox_item *it) {
+  if (!ob->dir) return;
+  char p[4096];
+  if (outbox_file(ob, it->seq, "", p, sizeof p) == 0 && unlink(p) != 0 && errno != ENOENT)
+    log_warn("outbox: cannot remove %s: %s", p, strerror(errno));
+}
+
+static void outbox_unlinked(struct outbox *ob, struct outbox_lane *l, struct outbox_item *it) {
+  outbox_unlink_file(ob, it);
+  l->n--;
   ob->n--;
-  if (it->kind == OUTBOX_RESULT) ob->n_results--;
+  if (it->kind == OUTBOX_RESULT) {
+    l->n_results--;
+    ob->n_results--;
+  }
   outbox_item_free(it);
-  ob->attempts = 0;
-  ob->next_try_ms = 0;
 }
 
-void outbox_failed(struct outbox *ob, uint64_t now_ms) {
-  ob->attempts++;
-  ob->next_try_ms = now_ms + outbox_backoff_ms(ob->attempts);
+void outbox_ack(struct outbox *ob, struct outbox_lane *l, size_t n) {
+  while (n-- > 0 && l->head) {
+    struct outbox_item *it = l->head;
+    l->head = it->next;
+    if (!l->head) l->tail = NULL;
+    outbox_unlinked(ob, l, it);
+  }
+  l->attempts = 0;
+  l->next_try_ms = 0;
+  l->single = 0;
 }
 
-int outbox_ready(const struct outbox *ob, uint64_t now_ms) {
-  return ob->head && now_ms >= ob->next_try_ms;
+static int outbox_same_lease(const struct outbox_lease *a, const struct outbox_lease *b) {
+  return a->worker_id == b->worker_id && a->attempt == b->attempt;
+}
+
+size_t outbox_drop_lease(struct outbox *ob, struct outbox_lane *l,
+                         const struct outbox_lease *lease) {
+  size_t n = 0;
+  struct outbox_item **pp = &l->head, *prev = NULL;
+  while (*pp) {
+    struct outbox_item *it = *pp;
+    if (outbox_same_lease(&it->lease, lease)) {
+      *pp = it->next;
+      outbox_unlinked(ob, l, it);
+      n++;
+    } else {
+      prev = it;
+      pp = &it->next;
+    }
+  }
+  l->tail = prev;
+  l->attempts = 0;
+  l->next_try_ms = 0;
+  l->single = 0;
+  return n;
+}
+
+void outbox_gc(struct outbox *ob) {
+  struct outbox_lane **pp = &ob->lanes;
+  while (*pp) {
+    struct outbox_lane *l = *pp;
+    if (!l->head && !l->inflight) {
+      *pp = l->next;
+      free(l);
+    } else {
+      pp = &l->next;
+    }
+  }
+}
+
+void outbox_failed(struct outbox_lane *l, uint64_t now_ms) {
+  l->attempts++;
+  l->next_try_ms = now_ms + outbox_backoff_ms(l->attempts);
+}
+
+int outbox_ready(const struct outbox_lane *l, uint64_t now_ms) {
+  return l->head && !l->inflight && now_ms >= l->next_try_ms;
+}
+
+size_t outbox_lane_results(const struct outbox_lane *l, const struct outbox_lease *lease) {
+  size_t n = 0;
+  for (const struct outbox_item *it = l ? l->head : NULL; it; it = it->next)
+    if (it->kind == OUTBOX_RESULT && outbox_same_lease(&it->lease, lease)) n++;
+  return n;
+}
+
+char *outbox_batch(const struct outbox_lane *l, size_t max_items, size_t max_bytes,
+                   size_t *n) {
+  const struct outbox_item *h = l->head;
+  *n = 0;
+  if (!h) return NULL;
+  size_t count = 1, bytes = strlen(h->body) + 2;
+  if (h->kind == OUTBOX_RESULT && !l->single) {
+    for (const struct outbox_item *it = h->next; it && count < max_items; it = it->next) {
+      size_t b = strlen(it->body) + 1;
+      if (it->kind != OUTBOX_RESULT || !outbox_same_lease(&it->lease, &h->lease) ||
+          bytes + b > max_bytes)
+        break;
+      bytes += b;
+      count++;
+    }
+  }
+  char *out = malloc(count == 1 ? strlen(h->body) + 1 : bytes + 1);
+  if (!out) return NULL;
+  if (count == 1) {
+    strcpy(out, h->body);
+  } else {
+    char *p = out;
+    *p++ = '[';
+    const struct outbox_item *it = h;
+    for (size_t i = 0; i < count; i++, it = it->next) {
+      if (i) *p++ = ',';
+      size_t b = strlen(it->body);
+      memcpy(p, it->body, b);
+      p += b;
+    }
+    *p++ = ']';
+    *p = '\0';
+  }
+  *n = count;
+  return out;
 }

@@ -43,6 +43,11 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
   if (!t) return -ENOMEM;
   t->out_fd = t->err_fd = -1;
   t->id = id->valueint;
+  const cJSON *att = cJSON_GetObjectItemCaseSensitive(lease, "attempt");
+  t->attempt = cJSON_IsNumber(att) ? (long)att->valuedouble : 0;
+  static uint64_t keys;
+  t->key = ++keys;
+  t->state = TRIAL_FETCHING;
   int rc = -ENOMEM;
   t->time_attr = strdup(cJSON_IsString(ta) ? ta->valuestring : "training_iteration");
   if (!t->time_attr) goto fail;
@@ -65,6 +70,13 @@ static void trial_on_line(void *arg, const char *line, size_t len) {
   cJSON *flat = NULL;
   double tv = 0;
   int r = result_parse_line(line, len, t->time_attr, &flat, &tv);
+  if (r == RESULT_MALFORMED) {
+    /* It looks like a result: say so instead of letting it vanish as log. */
+    log_warn("trial %d: ignoring a stdout line that looks like a result but is not one "
+             "(not one valid JSON object with a finite \"%s\"): %.*s", t->id, t->time_attr,
+             (int)(len < 200 ? len : 200), line);
+    return;
+  }
   if (r < 0) {
     log_error("trial %d: out of memory parsing a result line", t->id);
     return;
@@ -92,7 +104,6 @@ static void trial_on_output(void *arg, int is_stderr, const char *data, size_t n
 static void trial_on_exit(void *arg, int exit_code, int term_signal) {
   struct trial *t = arg;
   linebuf_flush(&t->out_lb, trial_on_line, t);
-  t->exited = 1;
   t->ev->on_exit(t->arg, t, exit_code, term_signal);
 }
 
@@ -141,11 +152,8 @@ int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
   if (uv_fs_event_start(&t->watch, trial_on_dir_event, t->dir, 0) < 0)
     log_warn("trial %d: cannot watch %s: checkpoints upload only when it ends", t->id, t->dir);
   rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, lim, &cbs, t);
-  if (rc == 0) {
-    t->spawned = 1;
-  } else {
+  if (rc < 0) {
     /* proc_spawn closes its own handles; on_closed follows all three. */
-    t->closing = 1;
     uv_close((uv_handle_t *)&t->watch, trial_uv_closed);
     uv_close((uv_handle_t *)&t->ckpt_timer, trial_uv_closed);
   }
@@ -155,18 +163,8 @@ done:
   return rc;
 }
 
-void trial_stop(struct trial *t, enum trial_stop why, unsigned grace_ms) {
-  if (!t->spawned || t->exited) return;
-  /* A decision to stop stays one (the scheduler ended it: report complete)
-   * even when the next heartbeat also lists the trial as not running. */
-  if (t->stop_why == TRIAL_STOP_NONE || (why == TRIAL_STOP_DRAIN && t->stop_why != TRIAL_STOP_DECISION))
-    t->stop_why = why;
-  proc_stop(&t->proc, grace_ms);
-}
-
 void trial_close(struct trial *t) {
-  if (t->closing) return;
-  t->closing = 1;
+  if (t->handles == 0) return;  /* never started: nothing to close */
   uv_timer_stop(&t->ckpt_timer);
   uv_close((uv_handle_t *)&t->watch, trial_uv_closed);
   uv_close((uv_handle_t *)&t->ckpt_timer, trial_uv_closed);

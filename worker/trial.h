@@ -17,11 +17,40 @@
 #define TRIAL_ERR_TAIL (16 * 1024)
 #define TRIAL_FAIL_LINES 20          /* stderr lines a `fail` carries */
 
+/* The life cycle of a trial on this worker. worker.c moves a trial between
+ * these states in one transition function (worker_trial_event); nothing else
+ * assigns t->state.
+ *
+ *   FETCHING --spawned--> RUNNING <--pause/resume--> PAUSED
+ *      |                     | stop            stop |
+ *      | stop / cannot start  v                      v
+ *      |                   STOPPING <----------------'
+ *      |                     | exit (also from RUNNING/PAUSED)
+ *      |                     v
+ *      |                   EXITED  (end message queued; handles closing)
+ *      |                     | closed
+ *      '------------------>  FLUSHING (last checkpoint and log uploads)
+ *                            | uploads over
+ *                            v
+ *                           DONE (unlinked and freed) */
+enum trial_state {
+  TRIAL_FETCHING = 0, /* leased; its checkpoint is downloading */
+  TRIAL_RUNNING,
+  TRIAL_PAUSED,       /* SIGSTOPped: its results cannot be queued */
+  TRIAL_STOPPING,     /* SIGTERM sent (SIGKILL after the grace) */
+  TRIAL_EXITED,       /* process gone, its handles closing */
+  TRIAL_FLUSHING,     /* last checkpoint and log uploads */
+  TRIAL_DONE,
+};
+
+/* Why a trial was stopped: what its end message is. */
 enum trial_stop {
   TRIAL_STOP_NONE = 0,
   TRIAL_STOP_DECISION, /* the scheduler answered "stop": report complete */
-  TRIAL_STOP_SERVER,   /* heartbeat said stop (cancelled / leased elsewhere) */
-  TRIAL_STOP_DRAIN,    /* the worker is shutting down */
+  TRIAL_STOP_SERVER,   /* heartbeat said stop (cancelled / leased elsewhere): nothing */
+  TRIAL_STOP_DRAIN,    /* the worker is shutting down: release */
+  TRIAL_STOP_FENCE,    /* no heartbeat for lease_timeout_s: release */
+  TRIAL_STOP_OUTBOX,   /* its results could not be queued for too long: fail */
 };
 
 struct trial;
@@ -37,6 +66,11 @@ struct trial_events {
 
 struct trial {
   int id;
+  long attempt;         /* from the lease: the fence is (worker id, attempt) */
+  int lease_worker;     /* worker id the lease was granted to */
+  uint64_t key;         /* unique per trial object: replies find it by this */
+  enum trial_state state;
+  enum trial_stop stop_why;
   char *time_attr;
   char *dir;            /* <work dir>/trials/<id> */
   char *cgroup;         /* its cgroup v2 dir, removed when it ends; or NULL */
@@ -47,23 +81,24 @@ struct trial {
   uv_fs_event_t watch;  /* the trial dir: new checkpoint.bin */
   uv_timer_t ckpt_timer;
   int handles;          /* proc (as one) + watch + ckpt_timer while open */
-  int spawned, exited, closing;
   struct linebuf out_lb;
   struct tail log;      /* stdout+stderr in arrival order */
   struct tail err;      /* stderr only */
   int out_fd, err_fd;   /* stdout.log and stderr.log in dir */
-  enum trial_stop stop_why;
   double last_iter;     /* iteration of the last result (checkpoint header) */
   long nresults;
-  /* Checkpoint upload state: one PUT in flight, at most one more wanted. */
-  int ckpt_inflight, ckpt_dirty;
+  /* Checkpoint uploads: one PUT in flight, wanted again when the file changed
+   * or the server wants its results first (checkpoint_ahead). */
+  int ckpt_inflight, ckpt_wanted, ckpt_tries;
   long long ckpt_mtime_ns, ckpt_size;
   unsigned long long log_sent_total;
   int log_inflight;
-  cJSON *held;          /* result bodies waiting for outbox room (trial paused) */
   int log_dirty;        /* output arrived while a log upload was in flight */
-  int closed;           /* process handles closed */
+  cJSON *held;          /* result bodies waiting for outbox room (trial paused) */
+  int held_err;         /* why: -ENOSPC from the bound, or the write's error */
+  double held_since;    /* monotonic seconds */
   double leased_at;     /* monotonic seconds when the lease arrived */
+  int exit_code, term_signal;
   struct trial *next;
   const struct trial_events *ev;
   void *arg;
@@ -71,12 +106,14 @@ struct trial {
 
 /* Takes ownership of lease on success. Creates the trial directory. */
 int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
+/* Returns 0 with the process running, or a negative errno; then t->handles
+ * says how many close callbacks are still to come (ev->on_closed after the
+ * last; none when 0). */
 int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
                 char *const *argv, char *const *env, const char *cwd,
                 const struct proc_limits *lim, const struct trial_events *ev, void *arg);
-void trial_stop(struct trial *t, enum trial_stop why, unsigned grace_ms);
 /* Closes the process handles (abandoning a live process with SIGKILL);
- * ev->on_closed follows, after which trial_free is allowed. */
+ * ev->on_closed follows, after which trial_free is allowed. Call once. */
 void trial_close(struct trial *t);
 void trial_free(struct trial *t);
 /* Path of a file in the trial dir, malloc'ed. */

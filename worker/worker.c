@@ -1,4 +1,13 @@
-/* Worker protocol state machine over the loop; see worker.h and HACKING.md. */
+/* Worker protocol v2 over the loop (HACKING.md "Worker protocol v2 — fenced
+ * leases"; see worker.h). Three parts:
+ *  - the trial life cycle: one state machine, worker_trial_event, through
+ *    which every event about a trial goes (trial.h draws the states);
+ *  - delivery: the outbox's per-trial lanes, each message fenced with the
+ *    lease it belongs to (X-Ctune-Lease), results batched, a refusal dropping
+ *    only what it refuses;
+ *  - the lease loop: register, heartbeat v2 (renews each lease, reconciles
+ *    what runs here), self-fencing when heartbeats fail for lease_timeout_s,
+ *    drain on SIGTERM. */
 #include "worker.h"
 
 #include <errno.h>
@@ -8,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +29,7 @@
 #include "exit_codes.h"
 #include "execwrap.h"
 #include "http.h"
+#include "jsonout.h"
 #include "log.h"
 #include "outbox.h"
 #include "trainable.h"
@@ -32,6 +43,11 @@ extern char **environ;
 #define WORKER_DRAIN_EXTRA_MS 10000
 #define WORKER_MAX_CHECKPOINT (1024L * 1024 * 1024)
 #define WORKER_CKPT_GET_TRIES 6
+#define WORKER_CKPT_PUT_TRIES 5       /* a finished trial's last checkpoint */
+#define WORKER_BATCH_MAX 256          /* results per POST */
+#define WORKER_BATCH_BYTES (512 * 1024)
+#define WORKER_MAX_RESULT (512 * 1024)  /* one result's JSON (server takes 1 MiB) */
+#define WORKER_FAIL_BYTES 8192        /* the stderr tail a `fail` carries */
 
 struct worker {
   uv_loop_t *loop;
@@ -40,29 +56,45 @@ struct worker {
   struct alloc_pool pool;
   struct outbox ob;
   int id;
-  double hb_interval_s;
-  int reg_inflight, hb_inflight, lease_inflight, ob_inflight;
+  double hb_interval_s, lease_timeout_s;
+  int reg_inflight, hb_inflight, lease_inflight;
+  int ob_inflight;  /* lanes with a request out */
   int reg_attempts, lease_failures;
   int lease_again;  /* something freed up while a lease request was out */
   int ckpt_failing; /* checkpoint uploads failing since the last success */
   int ob_down_logged;
-  uv_timer_t reg_timer, hb_timer, lease_timer, ob_timer, log_timer, drain_timer;
+  int fenced;       /* no heartbeat for lease_timeout_s: trials stopped, no leasing */
+  uv_timer_t reg_timer, hb_timer, lease_timer, ob_timer, log_timer, drain_timer, fence_timer;
   int handles;
   struct trial *trials;
   int uploads;  /* checkpoint/log requests in flight */
   int draining, drain_kill, shut;
   uint64_t drain_deadline_ms;
-  int no_fit_warned;
 };
 
 /* What a response callback needs; never a pointer to a trial, which may be
- * gone when the answer comes. */
+ * gone when the answer comes: the trial object's unique key instead (two
+ * attempts of one trial may both be here, one ending, one starting). */
 struct wreq {
   struct worker *w;
   int trial_id;
+  uint64_t key;
   long long mtime_ns, size;
   unsigned long long log_total;
   int resume_attempt;
+};
+
+/* Events of the trial life cycle (worker_trial_event). */
+enum trial_event {
+  TEV_SPAWNED,      /* its process started */
+  TEV_START_FAILED, /* it could not start; a = 1 when close callbacks follow */
+  TEV_STOP,         /* a = enum trial_stop */
+  TEV_KILL,         /* second drain signal: SIGKILL now */
+  TEV_PAUSE,        /* a result could not be queued (a = the error) */
+  TEV_RESUME,       /* every held result is queued */
+  TEV_EXIT,         /* process ended: a = exit code, b = signal */
+  TEV_CLOSED,       /* process handles closed */
+  TEV_UPLOADED,     /* an upload finished (or gave up) */
 };
 
 static void worker_pump_outbox(struct worker *w);
@@ -70,20 +102,45 @@ static void worker_kick_lease(struct worker *w, unsigned delay_ms);
 static void worker_register(struct worker *w);
 static void worker_check_drained(struct worker *w);
 static void worker_spawn_trial(struct worker *w, struct trial *t, int resume);
+static void worker_trial_event(struct worker *w, struct trial *t, enum trial_event ev, int a,
+                               int b);
+static void worker_upload_checkpoint(struct worker *w, struct trial *t);
+static void worker_upload_logs(struct worker *w, struct trial *t);
 
-static struct trial *worker_find(struct worker *w, int id) {
+static struct trial *worker_by_key(struct worker *w, uint64_t key) {
   for (struct trial *t = w->trials; t; t = t->next)
-    if (t->id == id && !t->exited) return t;
-  for (struct trial *t = w->trials; t; t = t->next)
-    if (t->id == id) return t;
+    if (t->key == key) return t;
   return NULL;
 }
 
-static struct wreq *wreq_new(struct worker *w, int trial_id) {
+/* The trial's current attempt here: the one whose process may run. */
+static struct trial *worker_current(struct worker *w, int id) {
+  for (struct trial *t = w->trials; t; t = t->next)
+    if (t->id == id && t->state < TRIAL_EXITED) return t;
+  return NULL;
+}
+
+static struct trial *worker_by_lease(struct worker *w, int id, const struct outbox_lease *l) {
+  for (struct trial *t = w->trials; t; t = t->next)
+    if (t->id == id && t->attempt == l->attempt && t->lease_worker == l->worker_id) return t;
+  return NULL;
+}
+
+static struct outbox_lease trial_fence(const struct trial *t) {
+  struct outbox_lease l = {t->lease_worker, t->attempt};
+  return l;
+}
+
+static void fence_header(const struct outbox_lease *l, char *buf, size_t len) {
+  snprintf(buf, len, "X-Ctune-Lease: %d:%ld", l->worker_id, l->attempt);
+}
+
+static struct wreq *wreq_new(struct worker *w, const struct trial *t, int trial_id) {
   struct wreq *r = calloc(1, sizeof *r);
   if (r) {
     r->w = w;
-    r->trial_id = trial_id;
+    r->trial_id = t ? t->id : trial_id;
+    r->key = t ? t->key : 0;
   }
   return r;
 }
@@ -102,70 +159,433 @@ static int worker_is_unknown(const struct http_resp *resp) {
   return resp->status == 404 && resp->body && strstr(resp->body, "unknown_worker");
 }
 
-/* ---- trial ends ------------------------------------------------------- */
-
-static void worker_queue_end(struct worker *w, int trial_id, const char *what, cJSON *body) {
-  char path[96], *text = cJSON_PrintUnformatted(body);
-  snprintf(path, sizeof path, "/api/v1/trials/%d/%s", trial_id, what);
-  int rc = text ? outbox_push(&w->ob, OUTBOX_END, trial_id, path, text) : -ENOMEM;
-  if (rc < 0)
-    log_error("trial %d: cannot queue its %s message: %s", trial_id, what, strerror(-rc));
-  free(text);
-  worker_pump_outbox(w);
+/* The server's error code ("not_leased", ...) into buf; "" when none. */
+static const char *worker_err_code(const struct http_resp *resp, char *buf, size_t len) {
+  buf[0] = '\0';
+  cJSON *b = resp->body ? cJSON_Parse(resp->body) : NULL;
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(b, "error");
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "code");
+  if (cJSON_IsString(c)) snprintf(buf, len, "%s", c->valuestring);
+  cJSON_Delete(b);
+  return buf;
 }
 
-static void worker_queue_fail(struct worker *w, int trial_id, const char *error,
+/* 409 that means "this lease is over": everything of it is refused. */
+static int worker_lease_over(const struct http_resp *resp) {
+  char code[64];
+  if (resp->status != 409) return 0;
+  worker_err_code(resp, code, sizeof code);
+  return !strcmp(code, "not_leased") || !strcmp(code, "not_running");
+}
+
+/* A 4xx that retrying cannot cure (the message itself is refused). Auth
+ * errors, 408 and 429 are the server's state, not the message's: retried. */
+static int worker_refused(long st) {
+  return st >= 400 && st < 500 && st != 401 && st != 403 && st != 408 && st != 429;
+}
+
+/* ---- queuing messages --------------------------------------------------- */
+
+static void worker_queue_end(struct worker *w, const struct trial *t, const char *what,
+                             cJSON *body) {
+  char path[96], *text = cJSON_PrintUnformatted(body);
+  snprintf(path, sizeof path, "/api/v1/trials/%d/%s", t->id, what);
+  struct outbox_lease l = trial_fence(t);
+  /* A trial's end must not wait for a full disk: memory is the fallback. */
+  int rc = text ? outbox_push(&w->ob, OUTBOX_END, t->id, &l, path, text, OUTBOX_F_MEM)
+                : -ENOMEM;
+  if (rc < 0)
+    log_error("trial %d: cannot queue its %s message: %s", t->id, what, strerror(-rc));
+  free(text);
+}
+
+/* The last lines of stderr, bounded (kept from the end, cut at a character
+ * boundary) and valid UTF-8: a tail cut inside a multi-byte character must
+ * not make the server refuse the report. */
+static char *worker_fail_text(const char *s) {
+  if (!s) s = "";
+  size_t len = strlen(s);
+  if (len > WORKER_FAIL_BYTES) {
+    s += len - WORKER_FAIL_BYTES;
+    while ((*s & 0xC0) == 0x80) s++;
+    len = strlen(s);
+  }
+  return outbox_utf8_clean(s, len, NULL);
+}
+
+static void worker_queue_fail(struct worker *w, const struct trial *t, const char *error,
                               int exit_code, const char *reason) {
   cJSON *b = cJSON_CreateObject();
-  if (!b) return;
-  cJSON_AddStringToObject(b, "error", error ? error : "");
-  if (exit_code >= 0) cJSON_AddNumberToObject(b, "exit_code", exit_code);
-  else cJSON_AddNullToObject(b, "exit_code");
-  cJSON_AddStringToObject(b, "reason", reason);
-  worker_queue_end(w, trial_id, "fail", b);
+  char *clean = worker_fail_text(error);
+  if (b && clean) {
+    cJSON_AddStringToObject(b, "error", clean);
+    if (exit_code >= 0) cJSON_AddNumberToObject(b, "exit_code", exit_code);
+    else cJSON_AddNullToObject(b, "exit_code");
+    cJSON_AddStringToObject(b, "reason", reason);
+    worker_queue_end(w, t, "fail", b);
+  } else {
+    log_error("trial %d: out of memory building its fail message", t->id);
+  }
+  free(clean);
   cJSON_Delete(b);
 }
 
-/* ---- uploads: checkpoints and logs ---------------------------------- */
+static void worker_queue_release(struct worker *w, const struct trial *t) {
+  cJSON *b = cJSON_CreateObject();
+  if (!b || !cJSON_AddNumberToObject(b, "worker_id", t->lease_worker) ||
+      !cJSON_AddNumberToObject(b, "iteration", t->last_iter)) {
+    log_error("trial %d: cannot build its release: its lease will expire", t->id);
+  } else {
+    worker_queue_end(w, t, "release", b);
+  }
+  cJSON_Delete(b);
+}
 
-static void worker_maybe_free(struct worker *w, struct trial *t);
-static void worker_upload_checkpoint(struct worker *w, struct trial *t);
-static void worker_upload_logs(struct worker *w, struct trial *t);
+static void worker_push_result(struct worker *w, struct trial *t, const char *body, int flags,
+                               int *err) {
+  char path[96];
+  snprintf(path, sizeof path, "/api/v1/trials/%d/results", t->id);
+  struct outbox_lease l = trial_fence(t);
+  *err = outbox_push(&w->ob, OUTBOX_RESULT, t->id, &l, path, body, flags);
+}
+
+/* Held results go to the outbox as soon as it has room (or the disk has
+ * space again); the paused trial continues once all of them are queued. */
+static void worker_unhold(struct worker *w) {
+  for (struct trial *t = w->trials; t; t = t->next) {
+    if (!t->held) continue;
+    int rc = 0;
+    while (cJSON_GetArraySize(t->held) > 0) {
+      cJSON *first = cJSON_GetArrayItem(t->held, 0);
+      worker_push_result(w, t, first->valuestring, 0, &rc);
+      if (rc < 0) break;
+      cJSON_DeleteItemFromArray(t->held, 0);
+    }
+    if (rc < 0) {
+      if (rc != -ENOSPC || t->held_err != -ENOSPC) t->held_err = rc;
+      continue;
+    }
+    cJSON_Delete(t->held);
+    t->held = NULL;
+    worker_trial_event(w, t, TEV_RESUME, 0, 0);
+  }
+  worker_pump_outbox(w);
+}
+
+/* A trial whose results cannot be written (disk full) waits, but not for
+ * ever: after --outbox-stall-s it is stopped and reported failed. A full
+ * queue (server away) needs no such bound: self-fencing stops the trial. */
+static void worker_check_stalls(struct worker *w) {
+  double now = clock_mono_s();
+  for (struct trial *t = w->trials; t; t = t->next) {
+    if (!t->held || t->state != TRIAL_PAUSED) continue;
+    int disk = !(t->held_err == -ENOSPC && !outbox_has_room(&w->ob));
+    if (disk && w->o.outbox_stall_ms &&
+        (now - t->held_since) * 1000 >= (double)w->o.outbox_stall_ms) {
+      log_error("trial %d: its results cannot be written to %s/outbox for %.0f s (%s): "
+                "stopping it and reporting it failed", t->id, w->o.work_dir,
+                now - t->held_since, strerror(-t->held_err));
+      worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_OUTBOX, 0);
+    }
+  }
+}
+
+static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv) {
+  struct worker *w = arg;
+  char *body = jsonout_print(flat); /* exact numbers, bit for bit */
+  cJSON_Delete(flat);
+  if (!body) {
+    log_error("trial %d: out of memory queuing result %g", t->id, tv);
+    return;
+  }
+  if (strlen(body) > WORKER_MAX_RESULT) {
+    log_error("trial %d: result %g is %zu bytes of JSON, more than the %d the worker sends: "
+              "dropped", t->id, tv, strlen(body), WORKER_MAX_RESULT);
+    free(body);
+    return;
+  }
+  int rc = -ENOSPC;
+  if (!t->held) worker_push_result(w, t, body, 0, &rc);
+  if (rc < 0) {
+    /* Never drop a result: keep it and pause the trial until there is room. */
+    cJSON *s = cJSON_CreateString(body);
+    if (!t->held) {
+      t->held = cJSON_CreateArray();
+      t->held_err = rc;
+      t->held_since = clock_mono_s();
+    }
+    if (!t->held || !s || !cJSON_AddItemToArray(t->held, s)) {
+      cJSON_Delete(s);
+      log_error("trial %d: out of memory holding result %g: lost", t->id, tv);
+    }
+    worker_trial_event(w, t, TEV_PAUSE, rc, 0);
+  }
+  free(body);
+  worker_pump_outbox(w);
+}
+
+static void worker_on_checkpoint(void *arg, struct trial *t) {
+  struct worker *w = arg;
+  t->ckpt_wanted = 1;
+  worker_upload_checkpoint(w, t);
+}
+
+static const char *worker_exit_reason(int code, int sig) {
+  if (sig) return "signal";
+  if (code == EXECWRAP_EXIT_EXEC) return "exec_failed";
+  const char *n = train_exit_name(code);
+  return n ? n : "exit_code";
+}
+
+static void worker_release_grant(struct worker *w, struct trial *t) {
+  if (!t->has_grant) return;
+  alloc_release(&w->pool, &t->grant);
+  t->has_grant = 0;
+  worker_kick_lease(w, 0);
+}
+
+/* The message that ends this attempt, queued behind its results (the lane
+ * sends it after the last checkpoint upload: worker_lane_blocked). */
+static void worker_queue_trial_end(struct worker *w, struct trial *t) {
+  int code = t->exit_code, sig = t->term_signal;
+  double ran = clock_mono_s() - t->leased_at;
+  switch (t->stop_why) {
+    case TRIAL_STOP_SERVER:
+      log_info("trial %d stopped at the server's request after %.1f s", t->id, ran);
+      return;
+    case TRIAL_STOP_DRAIN:
+    case TRIAL_STOP_FENCE:
+      log_info("trial %d (attempt %ld) stopped by the %s at iteration %g (exit %d); its lease "
+               "is released once its checkpoint and results are delivered, and it resumes "
+               "from its checkpoint", t->id, t->attempt,
+               t->stop_why == TRIAL_STOP_DRAIN ? "drain" : "self-fencing", t->last_iter, code);
+      if (t->lease_worker) worker_queue_release(w, t);
+      return;
+    case TRIAL_STOP_OUTBOX:
+      worker_queue_fail(w, t, "the worker could not write the trial's results to its outbox "
+                        "(disk full or unwritable) for longer than --outbox-stall-s", -1,
+                        "internal");
+      return;
+    case TRIAL_STOP_DECISION:
+    case TRIAL_STOP_NONE:
+      break;
+  }
+  if (t->stop_why == TRIAL_STOP_DECISION || (code == 0 && !sig)) {
+    log_info("trial %d %s after %ld result(s), %.1f s", t->id,
+             t->stop_why == TRIAL_STOP_DECISION ? "stopped by the scheduler" : "finished",
+             t->nresults, ran);
+    cJSON *b = cJSON_CreateObject();
+    if (b) worker_queue_end(w, t, "complete", b);
+    cJSON_Delete(b);
+    return;
+  }
+  char *lines = tail_last_lines(&t->err, TRIAL_FAIL_LINES);
+  char *msg = NULL;
+  if (sig && asprintf(&msg, "killed by signal %d (%s)%s%s", sig, strsignal(sig),
+                      lines && *lines ? "\n" : "", lines ? lines : "") < 0)
+    msg = NULL;
+  const char *reason = worker_exit_reason(code, sig);
+  log_warn("trial %d failed: %s (exit %d, signal %d)", t->id, reason, code, sig);
+  worker_queue_fail(w, t, msg ? msg : lines, sig ? -1 : code, reason);
+  free(msg);
+  free(lines);
+}
+
+static void worker_trial_done(struct worker *w, struct trial *t) {
+  struct trial **pp = &w->trials;
+  while (*pp && *pp != t) pp = &(*pp)->next;
+  if (*pp) *pp = t->next;
+  trial_free(t);
+  worker_pump_outbox(w);  /* its end message may go now */
+  worker_check_drained(w);
+}
+
+static const char *const trial_state_names[] = {
+    "FETCHING", "RUNNING", "PAUSED", "STOPPING", "EXITED", "FLUSHING", "DONE"};
+
+static void worker_trial_set(struct trial *t, enum trial_state s) {
+  log_debug("trial %d attempt %ld: %s -> %s", t->id, t->attempt, trial_state_names[t->state],
+            trial_state_names[s]);
+  t->state = s;
+}
+
+/* FLUSHING ends when the last checkpoint (and log) upload is over. */
+static void worker_trial_flushed(struct worker *w, struct trial *t) {
+  if (t->state != TRIAL_FLUSHING || t->ckpt_inflight || t->log_inflight || t->ckpt_wanted)
+    return;
+  worker_trial_set(t, TRIAL_DONE);
+  worker_trial_done(w, t);
+}
+
+/* The trial life cycle: every event about a trial goes through here, and
+ * this is the only place that changes t->state. An event that makes no sense
+ * in a state (a stop for a trial already stopping, a pause after its exit)
+ * is ignored. */
+static void worker_trial_event(struct worker *w, struct trial *t, enum trial_event ev, int a,
+                               int b) {
+  switch (ev) {
+    case TEV_SPAWNED:
+      if (t->state == TRIAL_FETCHING) worker_trial_set(t, TRIAL_RUNNING);
+      return;
+    case TEV_START_FAILED:
+      /* The caller queued the fail. */
+      if (t->state != TRIAL_FETCHING) return;
+      worker_release_grant(w, t);
+      if (a) worker_trial_set(t, TRIAL_EXITED);  /* TEV_CLOSED follows */
+      else {
+        worker_trial_set(t, TRIAL_FLUSHING);
+        worker_trial_flushed(w, t);
+      }
+      return;
+    case TEV_STOP:
+      switch (t->state) {
+        case TRIAL_FETCHING:
+          /* Leased but not started: drain and fence give the lease back. */
+          t->stop_why = (enum trial_stop)a;
+          worker_release_grant(w, t);
+          if (a == TRIAL_STOP_DRAIN || a == TRIAL_STOP_FENCE) worker_queue_release(w, t);
+          worker_trial_set(t, TRIAL_FLUSHING);
+          worker_trial_flushed(w, t);
+          return;
+        case TRIAL_RUNNING:
+        case TRIAL_PAUSED:
+          t->stop_why = (enum trial_stop)a;
+          worker_trial_set(t, TRIAL_STOPPING);
+          proc_stop(&t->proc, w->o.stop_grace_ms);  /* SIGCONT too when paused */
+          return;
+        default:
+          return;  /* already stopping: the first reason decides its end message */
+      }
+    case TEV_KILL:
+      if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) {
+        t->stop_why = TRIAL_STOP_DRAIN;
+        worker_trial_set(t, TRIAL_STOPPING);
+      }
+      if (t->state == TRIAL_STOPPING) proc_stop(&t->proc, 0);
+      return;
+    case TEV_PAUSE:
+      if (t->state != TRIAL_RUNNING) return;
+      log_warn("trial %d: outbox full (%zu results queued) or unwritable (%s): pausing the "
+               "trial until its results can be queued", t->id, w->ob.n_results,
+               strerror(a < 0 ? -a : ENOSPC));
+      if (kill(-t->proc.pid, SIGSTOP) != 0)
+        log_warn("trial %d: cannot pause process group %d: %s", t->id, t->proc.pid,
+                 strerror(errno));
+      worker_trial_set(t, TRIAL_PAUSED);
+      return;
+    case TEV_RESUME:
+      if (t->state != TRIAL_PAUSED) return;
+      log_info("trial %d: outbox has room again, resuming the trial", t->id);
+      kill(-t->proc.pid, SIGCONT);
+      worker_trial_set(t, TRIAL_RUNNING);
+      return;
+    case TEV_EXIT:
+      if (t->state != TRIAL_RUNNING && t->state != TRIAL_PAUSED && t->state != TRIAL_STOPPING)
+        return;
+      t->exit_code = a;
+      t->term_signal = b;
+      worker_trial_set(t, TRIAL_EXITED);
+      worker_release_grant(w, t);
+      /* Results still held go ahead of the trial's end, beyond the bound. */
+      if (t->held) {
+        cJSON *s;
+        int rc;
+        cJSON_ArrayForEach(s, t->held) {
+          worker_push_result(w, t, s->valuestring, OUTBOX_F_FORCE | OUTBOX_F_MEM, &rc);
+          if (rc < 0) log_error("trial %d: cannot queue a held result: %s", t->id, strerror(-rc));
+        }
+        cJSON_Delete(t->held);
+        t->held = NULL;
+      }
+      worker_queue_trial_end(w, t);
+      t->ckpt_wanted = 1;  /* the last one, once its results are acknowledged */
+      t->ckpt_tries = 0;
+      worker_upload_checkpoint(w, t);
+      worker_upload_logs(w, t);
+      trial_close(t);
+      worker_pump_outbox(w);
+      return;
+    case TEV_CLOSED:
+      if (t->state != TRIAL_EXITED) return;
+      if (t->cgroup) cgroup_trial_remove(t->cgroup);
+      worker_trial_set(t, TRIAL_FLUSHING);
+      worker_trial_flushed(w, t);
+      return;
+    case TEV_UPLOADED:
+      worker_trial_flushed(w, t);
+      return;
+  }
+}
+
+static void worker_on_exit(void *arg, struct trial *t, int code, int sig) {
+  worker_trial_event(arg, t, TEV_EXIT, code, sig);
+}
+
+static void worker_on_closed(void *arg, struct trial *t) {
+  struct worker *w = arg;
+  worker_trial_event(w, t, TEV_CLOSED, 0, 0);
+  worker_check_drained(w);
+}
+
+static const struct trial_events worker_trial_events = {
+    worker_on_result, worker_on_exit, worker_on_closed, worker_on_checkpoint};
+
+/* ---- uploads: checkpoints and logs ---------------------------------- */
 
 static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp) {
   struct wreq *r = arg;
   struct worker *w = r->w;
   w->uploads--;
-  struct trial *t = worker_find(w, r->trial_id);
-  if (!err && resp->status / 100 == 2) {
+  struct trial *t = worker_by_key(w, r->key);
+  char code[64] = "";
+  long st = resp->status;
+  if (!err) worker_err_code(resp, code, sizeof code);
+  if (t) t->ckpt_inflight = 0;
+  if (!err && st / 100 == 2) {
     if (t) {
       t->ckpt_mtime_ns = r->mtime_ns;
       t->ckpt_size = r->size;
+      t->ckpt_tries = 0;
     }
     log_debug("trial %d: checkpoint uploaded (%lld bytes)", r->trial_id, r->size);
     w->ckpt_failing = 0;
-  } else if (!w->ckpt_failing++) {  /* once per outage, not once per epoch */
-    log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying with the "
-             "next checkpoint or at the end", r->trial_id, err ? strerror(-err) : "refused",
-             resp->status, resp->body ? resp->body : "");
-  }
-  if (t) {
-    t->ckpt_inflight = 0;
-    if (t->ckpt_dirty) {
-      t->ckpt_dirty = 0;
-      worker_upload_checkpoint(w, t);
+  } else if (!err && st == 409 && !strcmp(code, "checkpoint_ahead")) {
+    /* Its results are not all stored yet: again once they are acknowledged. */
+    log_debug("trial %d: checkpoint ahead of the stored results: again later", r->trial_id);
+    if (t) t->ckpt_wanted = 1;
+  } else if (!err && (worker_refused(st) || st == 409)) {
+    log_warn("trial %d: server refused its checkpoint (HTTP %ld %s): %.200s", r->trial_id, st,
+             code, resp->body ? resp->body : "");
+    if (t) {  /* not this file again */
+      t->ckpt_mtime_ns = r->mtime_ns;
+      t->ckpt_size = r->size;
     }
-    worker_maybe_free(w, t);
+  } else {
+    if (!w->ckpt_failing++)  /* once per outage, not once per epoch */
+      log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying",
+               r->trial_id, err ? strerror(-err) : "server error", st,
+               resp->body ? resp->body : "");
+    if (t && ++t->ckpt_tries < WORKER_CKPT_PUT_TRIES && !w->shut) t->ckpt_wanted = 1;
+    else if (t && t->state >= TRIAL_EXITED)
+      log_warn("trial %d: giving up its last checkpoint upload after %d tries", r->trial_id,
+               t->ckpt_tries);
   }
   free(r);
+  if (t) {
+    worker_upload_checkpoint(w, t);  /* when wanted and its results are stored */
+    worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
+  }
   worker_check_drained(w);
 }
 
+/* Uploads checkpoint.bin when it is wanted, no PUT is in flight, and every
+ * result of this attempt is acknowledged (the server refuses a checkpoint
+ * ahead of its stored results). */
 static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
-  if (t->ckpt_inflight) {
-    t->ckpt_dirty = 1;
-    return;
-  }
+  if (!t->ckpt_wanted || t->ckpt_inflight || w->shut) return;
+  struct outbox_lease l = trial_fence(t);
+  if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0) return;
+  t->ckpt_wanted = 0;
   char *path = trial_path(t, "checkpoint.bin");
   if (!path) return;
   struct stat st;
@@ -175,15 +595,15 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   if (stat(path, &st) != 0) goto done;
   long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
   if (mt == t->ckpt_mtime_ns && (long long)st.st_size == t->ckpt_size) goto done;
-  if (st.st_size > WORKER_MAX_CHECKPOINT) {
-    log_warn("trial %d: checkpoint of %lld bytes is too large to upload", t->id,
+  if (st.st_size > WORKER_MAX_CHECKPOINT || st.st_size == 0) {
+    log_warn("trial %d: checkpoint of %lld bytes is not uploaded", t->id,
              (long long)st.st_size);
     goto done;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) goto done;
   size_t len = (size_t)st.st_size, got = 0;
-  data = malloc(len ? len : 1);
+  data = malloc(len);
   if (!data) goto done;
   while (got < len) {
     ssize_t n = read(fd, data + got, len - got);
@@ -195,12 +615,13 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
     goto done;
   }
   uLong crc = crc32(0L, data, (uInt)len);
-  char h_iter[64], h_crc[64], up[96];
+  char h_iter[64], h_crc[64], h_lease[64], up[96];
   snprintf(h_iter, sizeof h_iter, "X-Ctune-Iteration: %lld", (long long)t->last_iter);
   snprintf(h_crc, sizeof h_crc, "X-Ctune-Crc32: %08lx", (unsigned long)crc);
+  fence_header(&l, h_lease, sizeof h_lease);
   snprintf(up, sizeof up, "/api/v1/trials/%d/checkpoint", t->id);
-  const char *hdrs[] = {h_iter, h_crc, NULL};
-  if (!(r = wreq_new(w, t->id))) goto done;
+  const char *hdrs[] = {h_iter, h_crc, h_lease, NULL};
+  if (!(r = wreq_new(w, t, 0))) goto done;
   r->mtime_ns = mt;
   r->size = (long long)len;
   if (http_request(w->http, "PUT", up, "application/octet-stream", (const char *)data, len,
@@ -220,7 +641,7 @@ static void worker_on_log_put(void *arg, int err, const struct http_resp *resp) 
   struct wreq *r = arg;
   struct worker *w = r->w;
   w->uploads--;
-  struct trial *t = worker_find(w, r->trial_id);
+  struct trial *t = worker_by_key(w, r->key);
   if (err || resp->status / 100 != 2)
     log_debug("trial %d: log upload failed (%s, HTTP %ld)", r->trial_id,
               err ? strerror(-err) : "refused", resp->status);
@@ -231,26 +652,38 @@ static void worker_on_log_put(void *arg, int err, const struct http_resp *resp) 
       t->log_dirty = 0;
       worker_upload_logs(w, t);
     }
-    worker_maybe_free(w, t);
   }
   free(r);
+  if (t) worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
   worker_check_drained(w);
 }
 
 static void worker_upload_logs(struct worker *w, struct trial *t) {
-  if (t->log.total == t->log_sent_total) return;
+  if (t->log.total == t->log_sent_total || w->shut) return;
   if (t->log_inflight) {
     t->log_dirty = 1;
     return;
   }
-  size_t len;
+  size_t len = 0, clen = 0;
   char *text = tail_copy(&t->log, &len);
-  struct wreq *r = wreq_new(w, t->id);
-  char path[96];
+  /* The tail may start inside a character, and a trial may print anything. */
+  char *clean = text ? outbox_utf8_clean(text, len, &clen) : NULL;
+  struct wreq *r = wreq_new(w, t, 0);
+  char path[96], h_lease[64];
   snprintf(path, sizeof path, "/api/v1/trials/%d/logs", t->id);
-  if (text && r) {
+  struct outbox_lease l = trial_fence(t);
+  fence_header(&l, h_lease, sizeof h_lease);
+  const char *hdrs[] = {h_lease, NULL};
+  /* Replacement characters may grow it: keep the end within the limit. */
+  const char *send = clean;
+  if (clean && clen > TRIAL_LOG_TAIL) {
+    send = clean + (clen - TRIAL_LOG_TAIL);
+    while ((*send & 0xC0) == 0x80) send++;
+    clen = strlen(send);
+  }
+  if (clean && r) {
     r->log_total = t->log.total;
-    if (http_request(w->http, "PUT", path, "text/plain; charset=utf-8", text, len, NULL,
+    if (http_request(w->http, "PUT", path, "text/plain; charset=utf-8", send, clen, hdrs,
                      WORKER_UPLOAD_TIMEOUT_MS, worker_on_log_put, r) == 0) {
       r = NULL;
       t->log_inflight = 1;
@@ -259,207 +692,43 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
   }
   free(r);
   free(text);
+  free(clean);
 }
 
+/* Every 2 s: logs that changed, checkpoints that wait for a retry, trials
+ * waiting for outbox space. */
 static void worker_on_log_timer(uv_timer_t *h) {
   struct worker *w = h->data;
-  for (struct trial *t = w->trials; t; t = t->next)
-    if (t->spawned) worker_upload_logs(w, t);
-}
-
-/* ---- trial lifecycle -------------------------------------------------- */
-
-/* A trial stopped by the drain gives its lease back once its process has
- * exited and its last checkpoint upload is over. The release goes through the
- * outbox behind the trial's results (FIFO), so the server has everything
- * before the trial is PENDING again. If the server is unreachable until the
- * drain's deadline the message stays in the outbox; the lease expires anyway,
- * and a late delivery names this worker id, which the server refuses (409)
- * once the trial is leased elsewhere. */
-static void worker_queue_release(struct worker *w, struct trial *t) {
-  if (t->stop_why != TRIAL_STOP_DRAIN || !w->id || w->shut) return;
-  cJSON *b = cJSON_CreateObject();
-  if (!b || !cJSON_AddNumberToObject(b, "worker_id", w->id) ||
-      !cJSON_AddNumberToObject(b, "iteration", t->last_iter)) {
-    log_error("trial %d: cannot build its release: its lease will expire", t->id);
-    cJSON_Delete(b);
-    return;
-  }
-  worker_queue_end(w, t->id, "release", b);
-  cJSON_Delete(b);
-}
-
-static void worker_maybe_free(struct worker *w, struct trial *t) {
-  if (!t->closed || t->ckpt_inflight || t->log_inflight) return;
-  worker_queue_release(w, t);
-  struct trial **pp = &w->trials;
-  while (*pp && *pp != t) pp = &(*pp)->next;
-  if (*pp) *pp = t->next;
-  trial_free(t);
-}
-
-static void worker_release(struct worker *w, struct trial *t) {
-  if (!t->has_grant) return;
-  alloc_release(&w->pool, &t->grant);
-  t->has_grant = 0;
-  worker_kick_lease(w, 0);
-}
-
-/* Held results go to the outbox as soon as it has room; the paused trial
- * continues once all of them are queued. */
-static void worker_unhold(struct worker *w) {
-  for (struct trial *t = w->trials; t; t = t->next) {
-    if (!t->held) continue;
-    while (cJSON_GetArraySize(t->held) > 0 && outbox_has_room(&w->ob)) {
-      cJSON *first = cJSON_DetachItemFromArray(t->held, 0);
-      char path[96];
-      snprintf(path, sizeof path, "/api/v1/trials/%d/results", t->id);
-      if (outbox_push(&w->ob, OUTBOX_RESULT, t->id, path, first->valuestring) < 0) {
-        cJSON_InsertItemInArray(t->held, 0, first);
-        break;
-      }
-      cJSON_Delete(first);
-    }
-    if (cJSON_GetArraySize(t->held) == 0) {
-      cJSON_Delete(t->held);
-      t->held = NULL;
-      if (t->spawned && !t->exited) {
-        log_info("trial %d: outbox has room again, resuming the trial", t->id);
-        kill(-t->proc.pid, SIGCONT);
-      }
-    }
+  worker_unhold(w);
+  worker_check_stalls(w);
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;  /* an upload that cannot start may end t */
+    if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED || t->state == TRIAL_STOPPING)
+      worker_upload_logs(w, t);
+    if (t->ckpt_wanted) worker_upload_checkpoint(w, t);
+    worker_trial_flushed(w, t);
+    t = next;
   }
 }
 
-static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv) {
-  struct worker *w = arg;
-  char *body = cJSON_PrintUnformatted(flat);
-  cJSON_Delete(flat);
-  if (!body) {
-    log_error("trial %d: out of memory queuing result %g", t->id, tv);
-    return;
-  }
-  char path[96];
-  snprintf(path, sizeof path, "/api/v1/trials/%d/results", t->id);
-  int rc = t->held ? -ENOSPC : outbox_push(&w->ob, OUTBOX_RESULT, t->id, path, body);
-  if (rc < 0) {
-    /* Never drop a result: keep it and pause the trial until there is room. */
-    if (!t->held) {
-      t->held = cJSON_CreateArray();
-      if (t->spawned && !t->exited) {
-        log_warn("trial %d: outbox full (%zu results queued) or unwritable (%s): pausing "
-                 "the trial until the server takes results again",
-                 t->id, w->ob.n_results, strerror(-rc));
-        if (kill(-t->proc.pid, SIGSTOP) != 0)
-          log_warn("trial %d: cannot pause process group %d: %s", t->id, t->proc.pid,
-                   strerror(errno));
-      }
-    }
-    cJSON *s = cJSON_CreateString(body);
-    if (!t->held || !s || !cJSON_AddItemToArray(t->held, s)) {
-      cJSON_Delete(s);
-      log_error("trial %d: out of memory holding result %g: lost", t->id, tv);
-    }
-  }
-  free(body);
-  worker_pump_outbox(w);
-}
-
-static void worker_on_checkpoint(void *arg, struct trial *t) {
-  worker_upload_checkpoint(arg, t);
-}
-
-static const char *worker_exit_reason(int code, int sig) {
-  if (sig) return "signal";
-  if (code == EXECWRAP_EXIT_EXEC) return "exec_failed";
-  const char *n = train_exit_name(code);
-  return n ? n : "exit_code";
-}
-
-static void worker_on_exit(void *arg, struct trial *t, int code, int sig) {
-  struct worker *w = arg;
-  worker_release(w, t);
-  worker_upload_checkpoint(w, t);
-  worker_upload_logs(w, t);
-  /* Results still held go ahead of the trial's end, beyond the bound. */
-  if (t->held) {
-    char path[96];
-    snprintf(path, sizeof path, "/api/v1/trials/%d/results", t->id);
-    cJSON *s;
-    cJSON_ArrayForEach(s, t->held)
-      if (outbox_push(&w->ob, OUTBOX_END, t->id, path, s->valuestring) < 0)
-        log_error("trial %d: cannot queue a held result", t->id);
-    cJSON_Delete(t->held);
-    t->held = NULL;
-  }
-  double ran = clock_mono_s() - t->leased_at;
-  switch (t->stop_why) {
-    case TRIAL_STOP_SERVER:
-      log_info("trial %d stopped at the server's request after %.1f s", t->id, ran);
-      break;
-    case TRIAL_STOP_DRAIN:
-      log_info("trial %d stopped by the drain at iteration %g (exit %d); its lease is "
-               "released once its checkpoint and results are delivered, and it resumes "
-               "from its checkpoint elsewhere", t->id, t->last_iter, code);
-      break;
-    case TRIAL_STOP_DECISION:
-    case TRIAL_STOP_NONE:
-      if (t->stop_why == TRIAL_STOP_DECISION || (code == 0 && !sig)) {
-        log_info("trial %d %s after %ld result(s), %.1f s", t->id,
-                 t->stop_why == TRIAL_STOP_DECISION ? "stopped by the scheduler" : "finished",
-                 t->nresults, ran);
-        cJSON *b = cJSON_CreateObject();
-        if (b) worker_queue_end(w, t->id, "complete", b);
-        cJSON_Delete(b);
-      } else {
-        char *lines = tail_last_lines(&t->err, TRIAL_FAIL_LINES);
-        char *msg = NULL;
-        if (sig && asprintf(&msg, "killed by signal %d (%s)%s%s", sig, strsignal(sig),
-                            lines && *lines ? "\n" : "", lines ? lines : "") < 0)
-          msg = NULL;
-        const char *reason = worker_exit_reason(code, sig);
-        log_warn("trial %d failed: %s (exit %d, signal %d)", t->id, reason, code, sig);
-        worker_queue_fail(w, t->id, msg ? msg : lines, sig ? -1 : code, reason);
-        free(msg);
-        free(lines);
-      }
-      break;
-  }
-  trial_close(t);
-}
-
-static void worker_on_closed(void *arg, struct trial *t) {
-  struct worker *w = arg;
-  t->closed = 1;
-  if (t->cgroup) cgroup_trial_remove(t->cgroup);
-  worker_release(w, t);
-  worker_maybe_free(w, t);
-  worker_check_drained(w);
-}
-
-static const struct trial_events worker_trial_events = {
-    worker_on_result, worker_on_exit, worker_on_closed, worker_on_checkpoint};
+/* ---- leasing and starting trials ---------------------------------------- */
 
 static void worker_abort_trial(struct worker *w, struct trial *t, const char *msg,
                                const char *reason) {
   log_warn("trial %d cannot start: %s", t->id, msg);
-  worker_queue_fail(w, t->id, msg, -1, reason);
-  worker_release(w, t);
-  t->closed = 1;
-  worker_maybe_free(w, t);
-  worker_check_drained(w);
+  worker_queue_fail(w, t, msg, -1, reason);
+  worker_trial_event(w, t, TEV_START_FAILED, 0, 0);
+  worker_pump_outbox(w);
 }
 
 static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   char cpus[ALLOC_MAX_CPUS * 5], gpus[ALLOC_MAX_GPUS * 5], err[512] = "";
   cpuset_format(t->grant.cpus, t->grant.ncpus, cpus, sizeof cpus);
   cpuset_format(t->grant.gpus, t->grant.ngpus, gpus, sizeof gpus);
-  if (w->draining) {
-    worker_release(w, t);
-    t->stop_why = TRIAL_STOP_DRAIN; /* leased but never started: give it back */
-    t->closed = 1;
-    worker_maybe_free(w, t);
-    worker_check_drained(w);
+  if (t->state != TRIAL_FETCHING) return;
+  if (w->draining || w->fenced) {  /* leased but never started: give it back */
+    worker_trial_event(w, t, TEV_STOP, w->draining ? TRIAL_STOP_DRAIN : TRIAL_STOP_FENCE, 0);
     return;
   }
   struct trainable_ctx ctx = {
@@ -499,14 +768,12 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
     char msg[600];
     snprintf(msg, sizeof msg, "cannot start the trial process: %s", strerror(-rc));
     log_warn("trial %d: %s", t->id, msg);
-    worker_queue_fail(w, t->id, msg, -1, "internal");
-    worker_release(w, t);
-    if (!t->closing) {  /* spawn failed before the process existed */
-      t->closed = 1;
-      worker_maybe_free(w, t);
-    }
+    worker_queue_fail(w, t, msg, -1, "internal");
+    worker_trial_event(w, t, TEV_START_FAILED, t->handles > 0, 0);
+    worker_pump_outbox(w);
     return;
   }
+  worker_trial_event(w, t, TEV_SPAWNED, 0, 0);
   log_info("trial %d running: pid %d, cpus %s, gpus [%s]%s, dispatch %.2f ms", t->id,
            t->proc.pid, cpus, gpus, resume ? ", resumed from checkpoint" : "",
            (clock_mono_s() - t->leased_at) * 1e3);
@@ -536,17 +803,18 @@ struct retry {
   uv_timer_t timer;
   struct worker *w;
   int trial_id, attempt;
+  uint64_t key;
 };
 
-static int worker_get_checkpoint(struct worker *w, int trial_id, int attempt);
+static int worker_get_checkpoint(struct worker *w, struct trial *t, int attempt);
 
 static void worker_retry_closed(uv_handle_t *h) { free(h->data); }
 
 static void worker_on_ckpt_retry(uv_timer_t *h) {
   struct retry *rt = h->data;
-  struct trial *t = worker_find(rt->w, rt->trial_id);
-  if (t && !t->spawned && !t->closed &&
-      worker_get_checkpoint(rt->w, rt->trial_id, rt->attempt) < 0)
+  struct trial *t = rt->w->shut ? NULL : worker_by_key(rt->w, rt->key);
+  if (t && t->state == TRIAL_FETCHING &&
+      worker_get_checkpoint(rt->w, t, rt->attempt) < 0)
     worker_spawn_trial(rt->w, t, 0);
   uv_close((uv_handle_t *)h, worker_retry_closed);
 }
@@ -554,10 +822,10 @@ static void worker_on_ckpt_retry(uv_timer_t *h) {
 static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp) {
   struct wreq *r = arg;
   struct worker *w = r->w;
-  struct trial *t = worker_find(w, r->trial_id);
+  struct trial *t = worker_by_key(w, r->key);
   int attempt = r->resume_attempt;
   free(r);
-  if (!t || t->spawned || t->closed) return;
+  if (!t || t->state != TRIAL_FETCHING || w->shut) return;
   int resume = 0;
   char crc_hdr[32];
   if (!err && resp->status == 200) {
@@ -589,6 +857,7 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
     if (rt) {
       rt->w = w;
       rt->trial_id = t->id;
+      rt->key = t->key;
       rt->attempt = attempt + 1;
       uv_timer_init(w->loop, &rt->timer);
       rt->timer.data = rt;
@@ -602,10 +871,10 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
   worker_spawn_trial(w, t, resume);
 }
 
-static int worker_get_checkpoint(struct worker *w, int trial_id, int attempt) {
+static int worker_get_checkpoint(struct worker *w, struct trial *t, int attempt) {
   char path[96];
-  snprintf(path, sizeof path, "/api/v1/trials/%d/checkpoint", trial_id);
-  struct wreq *r = wreq_new(w, trial_id);
+  snprintf(path, sizeof path, "/api/v1/trials/%d/checkpoint", t->id);
+  struct wreq *r = wreq_new(w, t, 0);
   if (!r) return -ENOMEM;
   r->resume_attempt = attempt;
   int rc = http_request(w->http, "GET", path, NULL, NULL, 0, NULL, WORKER_UPLOAD_TIMEOUT_MS,
@@ -628,13 +897,20 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   int rc = trial_new(lease_trial, w->o.work_dir, &t);
   if (rc < 0) {
     log_error("lease: cannot set up trial %d in %s: %s", tid, w->o.work_dir, strerror(-rc));
-    if (tid > 0) worker_queue_fail(w, tid, "worker cannot create the trial directory", -1,
-                                   "internal");
+    if (tid > 0) {
+      /* No trial object: fence the fail with the lease by hand. */
+      const cJSON *att = cJSON_GetObjectItemCaseSensitive(lease_trial, "attempt");
+      struct trial fake = {.id = tid, .lease_worker = w->id,
+                           .attempt = cJSON_IsNumber(att) ? (long)att->valuedouble : 0};
+      worker_queue_fail(w, &fake, "worker cannot create the trial directory", -1, "internal");
+    }
     cJSON_Delete(lease_trial);
     return;
   }
+  t->lease_worker = w->id;
   t->next = w->trials;
   w->trials = t;
+  log_info("trial %d: leased (attempt %ld)", t->id, t->attempt);
   rc = alloc_take(&w->pool, t->id, &req, &t->grant);
   if (rc < 0) {
     char msg[256];
@@ -648,7 +924,7 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   const cJSON *hc = cJSON_GetObjectItemCaseSensitive(lease_trial, "has_checkpoint");
   char *ck = trial_path(t, "checkpoint.bin");
   if (cJSON_IsTrue(hc)) {
-    if (worker_get_checkpoint(w, t->id, 1) == 0) {
+    if (worker_get_checkpoint(w, t, 1) == 0) {
       free(ck);
       return;
     }
@@ -661,86 +937,206 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   worker_spawn_trial(w, t, 0);
 }
 
-/* ---- outbox delivery ------------------------------------------------ */
+/* ---- outbox delivery: one lane per trial ------------------------------ */
+
+/* What a delivery callback needs: the lane is found again by trial id (a
+ * lane with a request out is never freed). */
+struct obreq {
+  struct worker *w;
+  int trial_id;
+  size_t n;                 /* items in the request */
+  enum outbox_kind kind;
+  struct outbox_lease lease;
+  char path[96];
+};
 
 static void worker_on_ob_timer(uv_timer_t *h) { worker_pump_outbox(h->data); }
 
+/* A trial's end waits for its attempt's last checkpoint upload (results,
+ * then checkpoint, then release/complete/fail). */
+static int worker_lane_blocked(struct worker *w, const struct outbox_lane *l) {
+  const struct outbox_item *h = l->head;
+  return h->kind == OUTBOX_END && worker_by_lease(w, h->trial_id, &h->lease) != NULL;
+}
+
+/* Results of this lease were acknowledged: its checkpoint may go now. */
+static void worker_after_ack(struct worker *w, int trial_id) {
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;
+    if (t->id == trial_id && t->ckpt_wanted) {
+      worker_upload_checkpoint(w, t);
+      worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
+    }
+    t = next;
+  }
+}
+
+/* A stop from the server (result reply, heartbeat) for (id, attempt): acted
+ * on only when that attempt is the one running here now. */
+static void worker_stop_attempt(struct worker *w, int id, long attempt, enum trial_stop why,
+                                const char *what) {
+  struct trial *t = worker_current(w, id);
+  if (!t) return;
+  if (t->attempt != attempt) {
+    log_info("trial %d: ignoring a %s for attempt %ld (attempt %ld runs here)", id, what,
+             attempt, t->attempt);
+    return;
+  }
+  if (t->state == TRIAL_STOPPING) return;
+  log_info("trial %d: %s (attempt %ld)", id, what, attempt);
+  worker_trial_event(w, t, TEV_STOP, why, 0);
+}
+
+static void worker_on_results_reply(struct worker *w, const struct obreq *q,
+                                    const struct http_resp *resp) {
+  cJSON *b = cJSON_Parse(resp->body);
+  const cJSON *ds = cJSON_GetObjectItemCaseSensitive(b, "decisions");
+  const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "decision"), *e;
+  int stop = cJSON_IsString(d) && !strcmp(d->valuestring, "stop");
+  cJSON_ArrayForEach(e, ds)
+    if (cJSON_IsString(e) && !strcmp(e->valuestring, "stop")) stop = 1;
+  cJSON_Delete(b);
+  if (stop)
+    worker_stop_attempt(w, q->trial_id, q->lease.attempt, TRIAL_STOP_DECISION,
+                        "scheduler decided stop");
+}
+
 static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) {
-  struct worker *w = arg;
-  w->ob_inflight = 0;
-  struct outbox_item *it = outbox_head(&w->ob);
-  if (!it || w->shut) return;
+  struct obreq *q = arg;
+  struct worker *w = q->w;
+  w->ob_inflight--;
+  struct outbox_lane *l = outbox_lane(&w->ob, q->trial_id);
+  if (l) l->inflight = 0;
+  if (!l || !l->head || w->shut) {
+    free(q);
+    return;
+  }
   long st = resp->status;
+  char code[64] = "";
+  if (!err) worker_err_code(resp, code, sizeof code);
   if (!err && st / 100 == 2) {
     if (w->ob_down_logged) {
       log_info("server reachable again: delivering %zu queued message(s)", w->ob.n);
       w->ob_down_logged = 0;
     }
-    if (it->kind == OUTBOX_RESULT) {
-      cJSON *b = cJSON_Parse(resp->body);
-      const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "decision");
-      if (cJSON_IsString(d) && !strcmp(d->valuestring, "stop")) {
-        struct trial *t = worker_find(w, it->trial_id);
-        if (t && t->spawned && !t->exited && t->stop_why == TRIAL_STOP_NONE) {
-          log_info("trial %d: scheduler decided stop", t->id);
-          trial_stop(t, TRIAL_STOP_DECISION, w->o.stop_grace_ms);
-        }
-      }
-      cJSON_Delete(b);
-    }
+    if (q->kind == OUTBOX_RESULT) worker_on_results_reply(w, q, resp);
+    outbox_ack(&w->ob, l, q->n);
+    worker_unhold(w);
+    worker_after_ack(w, q->trial_id);
     /* A trial's end frees a slot in the server's max_concurrent_trials
      * count too: ask for work now rather than after the poll interval. */
-    int ended = it->kind == OUTBOX_END;
-    outbox_ack(&w->ob);
+    if (q->kind == OUTBOX_END) worker_kick_lease(w, 0);
+  } else if (!err && st == 409 && worker_lease_over(resp)) {
+    /* The lease is over: nothing more of it will be taken. The next attempt
+     * redoes this work from the stored checkpoint. */
+    size_t n = outbox_drop_lease(&w->ob, l, &q->lease);
+    /* Once per lease: a stopping trial may print more results after it. */
+    int again = l->dropped_worker == q->lease.worker_id && l->dropped_attempt == q->lease.attempt;
+    l->dropped_worker = q->lease.worker_id;
+    l->dropped_attempt = q->lease.attempt;
+    log_msg(again ? LOG_DEBUG : LOG_WARN,"trial %d: server refused %s: lease %d:%ld is over (%s): dropping its %zu "
+             "queued message(s); the next attempt redoes them from the stored checkpoint",
+             q->trial_id, q->path, q->lease.worker_id, q->lease.attempt, code, n);
+    if (q->kind == OUTBOX_RESULT)
+      worker_stop_attempt(w, q->trial_id, q->lease.attempt, TRIAL_STOP_SERVER,
+                          "server says its lease is over");
     worker_unhold(w);
-    if (ended) worker_kick_lease(w, 0);
-  } else if (!err && (st == 400 || st == 404 || st == 409 || st == 410 || st == 422)) {
-    log_warn("server refused %s with HTTP %ld (%.200s): dropping it", it->path, st,
-             resp->body ? resp->body : "");
-    outbox_ack(&w->ob);
+    worker_after_ack(w, q->trial_id);
+  } else if (!err && worker_refused(st) && q->n > 1) {
+    /* One result of the batch is refused: find which, one at a time. */
+    log_warn("trial %d: server refused a batch of %zu results (HTTP %ld %s): sending them "
+             "one by one", q->trial_id, q->n, st, code);
+    l->single = 1;
+  } else if (!err && worker_refused(st)) {
+    log_error("trial %d: server refused %s with HTTP %ld (%s): %.300s: dropping that message",
+              q->trial_id, q->path, st, code, resp->body ? resp->body : "");
+    outbox_ack(&w->ob, l, 1);
     worker_unhold(w);
+    worker_after_ack(w, q->trial_id);
   } else {
-    outbox_failed(&w->ob, clock_mono_ms());
+    outbox_failed(l, clock_mono_ms());
     if (!w->ob_down_logged) {
       log_warn("cannot deliver %s (%s, HTTP %ld): %zu message(s) kept in the outbox, "
-               "retrying with backoff", it->path, err ? strerror(-err) : "server error", st,
+               "retrying with backoff", q->path, err ? strerror(-err) : "server error", st,
                w->ob.n);
       w->ob_down_logged = 1;
     }
   }
+  free(q);
+  outbox_gc(&w->ob);
   worker_pump_outbox(w);
   worker_check_drained(w);
 }
 
+static int worker_send_lane(struct worker *w, struct outbox_lane *l) {
+  size_t n = 0;
+  const struct outbox_item *h = l->head;
+  char *body = outbox_batch(l, WORKER_BATCH_MAX, WORKER_BATCH_BYTES, &n);
+  struct obreq *q = calloc(1, sizeof *q);
+  int rc = -ENOMEM;
+  if (body && q) {
+    q->w = w;
+    q->trial_id = l->trial_id;
+    q->n = n;
+    q->kind = h->kind;
+    q->lease = h->lease;
+    snprintf(q->path, sizeof q->path, "%s", h->path);
+    char fence[64];
+    fence_header(&h->lease, fence, sizeof fence);
+    /* attempt 0: a message from before protocol v2, sent as it was. */
+    const char *hdrs[] = {h->lease.attempt ? fence : NULL, NULL};
+    rc = http_request(w->http, "POST", h->path, "application/json", body, strlen(body), hdrs,
+                      WORKER_REQ_TIMEOUT_MS, worker_on_ob_done, q);
+    if (rc == 0) {
+      q = NULL;
+      l->inflight = 1;
+      w->ob_inflight++;
+      if (n > 1) log_debug("trial %d: sending %zu results in one batch", l->trial_id, n);
+    }
+  }
+  free(q);
+  free(body);
+  return rc;
+}
+
 static void worker_pump_outbox(struct worker *w) {
-  if (w->ob_inflight || w->shut || !outbox_head(&w->ob)) return;
-  uint64_t now = clock_mono_ms();
-  if (!outbox_ready(&w->ob, now)) {
-    uv_timer_start(&w->ob_timer, worker_on_ob_timer, w->ob.next_try_ms - now, 0);
-    return;
+  if (w->shut) return;
+  uint64_t now = clock_mono_ms(), wake = 0;
+  for (struct outbox_lane *l = w->ob.lanes; l; l = l->next) {
+    if (!l->head || l->inflight || worker_lane_blocked(w, l)) continue;
+    if (!outbox_ready(l, now)) {
+      if (!wake || l->next_try_ms < wake) wake = l->next_try_ms;
+      continue;
+    }
+    if (worker_send_lane(w, l) < 0) {
+      outbox_failed(l, now);
+      if (!wake || l->next_try_ms < wake) wake = l->next_try_ms;
+    }
   }
-  struct outbox_item *it = outbox_head(&w->ob);
-  if (http_request(w->http, "POST", it->path, "application/json", it->body,
-                   strlen(it->body), NULL, WORKER_REQ_TIMEOUT_MS, worker_on_ob_done, w) == 0)
-    w->ob_inflight = 1;
-  else {
-    outbox_failed(&w->ob, now);
-    uv_timer_start(&w->ob_timer, worker_on_ob_timer, outbox_backoff_ms(w->ob.attempts), 0);
-  }
+  if (wake) uv_timer_start(&w->ob_timer, worker_on_ob_timer, wake > now ? wake - now : 1, 0);
 }
 
 /* The server answered something: queued messages need not wait out their
  * backoff any longer. */
 static void worker_server_alive(struct worker *w) {
-  if (w->ob.attempts > 0 && !w->ob_inflight) {
-    w->ob.next_try_ms = 0;
-    worker_pump_outbox(w);
-  }
+  for (struct outbox_lane *l = w->ob.lanes; l; l = l->next)
+    if (l->attempts > 0 && !l->inflight) l->next_try_ms = 0;
+  worker_pump_outbox(w);
   /* A checkpoint whose upload failed during an outage goes now, not only
    * with the next one (a no-op for checkpoints already on the server). */
-  if (w->ckpt_failing)
-    for (struct trial *t = w->trials; t; t = t->next)
-      if (t->spawned && !t->closed) worker_upload_checkpoint(w, t);
+  if (w->ckpt_failing) {
+    struct trial *t = w->trials;
+    while (t) {
+      struct trial *next = t->next;
+      if (t->state != TRIAL_FETCHING) {
+        t->ckpt_wanted = 1;
+        worker_upload_checkpoint(w, t);
+        worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
+      }
+      t = next;
+    }
+  }
 }
 
 /* ---- lease ------------------------------------------------------------ */
@@ -786,7 +1182,7 @@ static void worker_on_lease_timer(uv_timer_t *h) {
     w->lease_again = 1;
     return;
   }
-  if (!w->id || w->draining || w->shut) return;
+  if (!w->id || w->draining || w->shut || w->fenced) return;
   struct alloc_free f;
   alloc_free_amounts(&w->pool, &f);
   if (f.cpu <= 0 && f.gpu <= 0) return;  /* a trial's end kicks us again */
@@ -807,27 +1203,86 @@ static void worker_on_lease_timer(uv_timer_t *h) {
 }
 
 static void worker_kick_lease(struct worker *w, unsigned delay_ms) {
-  if (w->draining || w->shut || !w->id) return;
+  if (w->draining || w->shut || !w->id || w->fenced) return;
   uv_timer_start(&w->lease_timer, worker_on_lease_timer, delay_ms, 0);
 }
 
-/* ---- heartbeat -------------------------------------------------------- */
+/* ---- heartbeat v2 and self-fencing ------------------------------------ */
+
+static void worker_on_hb_timer(uv_timer_t *h);
+
+/* heartbeat_interval_s and lease_timeout_s from a registration or heartbeat
+ * reply; the heartbeat timer follows a changed interval. */
+static void worker_read_timing(struct worker *w, const cJSON *b) {
+  const cJSON *hb = cJSON_GetObjectItemCaseSensitive(b, "heartbeat_interval_s");
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(b, "lease_timeout_s");
+  if (cJSON_IsNumber(lt) && lt->valuedouble > 0) w->lease_timeout_s = lt->valuedouble;
+  if (cJSON_IsNumber(hb) && hb->valuedouble > 0 && hb->valuedouble != w->hb_interval_s) {
+    w->hb_interval_s = hb->valuedouble;
+    if (uv_is_active((uv_handle_t *)&w->hb_timer)) {
+      uint64_t ms = (uint64_t)(w->hb_interval_s * 1000);
+      uv_timer_start(&w->hb_timer, worker_on_hb_timer, ms, ms);
+    }
+  }
+}
+
+/* No successful heartbeat for lease_timeout_s: the server has given this
+ * worker's leases away (or will at any moment), so a trial still running
+ * here would run beside its next attempt. Stop them all (SIGTERM: they save
+ * their checkpoints), keep every undelivered message, and lease again only
+ * once a heartbeat gets through. */
+static void worker_on_fence(uv_timer_t *h) {
+  struct worker *w = h->data;
+  if (w->shut || w->fenced) return;
+  w->fenced = 1;
+  uv_timer_stop(&w->lease_timer);
+  int n = 0;
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;
+    if (t->state < TRIAL_STOPPING) {
+      worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_FENCE, 0);
+      n++;
+    }
+    t = next;
+  }
+  log_warn("self-fencing: no heartbeat reached the server for %.1f s (its lease timeout): "
+           "stopping %d trial(s) (they keep their checkpoints), keeping %zu undelivered "
+           "message(s); leasing again once the server answers", w->lease_timeout_s, n, w->ob.n);
+}
+
+static void worker_arm_fence(struct worker *w) {
+  uv_timer_start(&w->fence_timer, worker_on_fence, (uint64_t)(w->lease_timeout_s * 1000), 0);
+}
 
 static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp) {
   struct worker *w = arg;
   w->hb_inflight = 0;
   if (w->shut) return;
   if (!err && resp->status == 200) {
-    worker_server_alive(w);
     cJSON *b = cJSON_Parse(resp->body);
+    worker_read_timing(w, b);
+    worker_arm_fence(w);
+    if (w->fenced) {
+      w->fenced = 0;
+      log_info("server answers heartbeats again: leasing again");
+      worker_kick_lease(w, 0);
+    }
+    worker_server_alive(w);
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(b, "stop"), *s;
     cJSON_ArrayForEach(s, stop) {
-      if (!cJSON_IsNumber(s)) continue;
-      struct trial *t = worker_find(w, s->valueint);
-      if (t && t->spawned && !t->exited && t->stop_why != TRIAL_STOP_SERVER) {
-        log_info("trial %d: server says stop (cancelled or no longer ours)", t->id);
-        trial_stop(t, TRIAL_STOP_SERVER, w->o.stop_grace_ms);
-      }
+      const cJSON *id = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, "id") : s;
+      const cJSON *att = cJSON_GetObjectItemCaseSensitive(s, "attempt");
+      const cJSON *why = cJSON_GetObjectItemCaseSensitive(s, "reason");
+      if (!cJSON_IsNumber(id)) continue;
+      struct trial *t = worker_current(w, id->valueint);
+      if (!t) continue;
+      /* A bare id (protocol v1) names whatever runs; v2 names the attempt. */
+      long a = cJSON_IsNumber(att) ? (long)att->valuedouble : t->attempt;
+      char what[96];
+      snprintf(what, sizeof what, "server says stop (%s)",
+               cJSON_IsString(why) ? why->valuestring : "cancelled or no longer ours");
+      worker_stop_attempt(w, id->valueint, a, TRIAL_STOP_SERVER, what);
     }
     cJSON_Delete(b);
   } else if (!err && worker_is_unknown(resp)) {
@@ -835,20 +1290,47 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
     w->id = 0;
     worker_register(w);
   } else {
-    log_debug("heartbeat failed (%s, HTTP %ld)", err ? strerror(-err) : "error", resp->status);
+    log_debug("heartbeat failed (%s, HTTP %ld %.200s)", err ? strerror(-err) : "error",
+              resp->status, resp->body ? resp->body : "");
   }
 }
 
+static int worker_hb_add(cJSON *run, int id, long attempt) {
+  const cJSON *e;
+  cJSON_ArrayForEach(e, run) {
+    const cJSON *i = cJSON_GetObjectItemCaseSensitive(e, "id");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "attempt");
+    if (i->valueint == id && (long)a->valuedouble == attempt) return 0;
+  }
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "id", id) ||
+      !cJSON_AddNumberToObject(o, "attempt", (double)attempt) || !cJSON_AddItemToArray(run, o)) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+/* Heartbeat v2: every lease this worker holds, with its attempt: trials
+ * whose process may run, and attempts that ended here but whose messages
+ * (results, the release or complete/fail) are still queued, so the server
+ * does not requeue a trial whose end is on its way. */
 static void worker_on_hb_timer(uv_timer_t *h) {
   struct worker *w = h->data;
   if (w->hb_inflight || !w->id || w->shut) return;
   cJSON *b = cJSON_CreateObject();
   cJSON *run = cJSON_AddArrayToObject(b, "running");
-  for (struct trial *t = w->trials; run && t; t = t->next)
-    if (!t->exited && !t->closed) cJSON_AddItemToArray(run, cJSON_CreateNumber(t->id));
+  int rc = run ? 0 : -ENOMEM;
+  for (struct trial *t = w->trials; rc == 0 && t; t = t->next)
+    if (t->state < TRIAL_EXITED && t->lease_worker == w->id)
+      rc = worker_hb_add(run, t->id, t->attempt);
+  for (struct outbox_lane *l = w->ob.lanes; rc == 0 && l; l = l->next)
+    for (struct outbox_item *it = l->head; rc == 0 && it; it = it->next)
+      if (it->lease.worker_id == w->id && it->lease.attempt)
+        rc = worker_hb_add(run, it->trial_id, it->lease.attempt);
   char path[64];
   snprintf(path, sizeof path, "/api/v1/workers/%d/heartbeat", w->id);
-  if (run && worker_post_json(w, path, b, worker_on_heartbeat, w) == 0) w->hb_inflight = 1;
+  if (rc == 0 && worker_post_json(w, path, b, worker_on_heartbeat, w) == 0) w->hb_inflight = 1;
   cJSON_Delete(b);
 }
 
@@ -873,13 +1355,16 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
     cJSON_Delete(b);
     return;
   }
-  const cJSON *hb = cJSON_GetObjectItemCaseSensitive(b, "heartbeat_interval_s");
   w->id = id->valueint;
   w->reg_attempts = 0;
-  w->hb_interval_s = cJSON_IsNumber(hb) && hb->valuedouble > 0 ? hb->valuedouble : 5;
+  w->hb_interval_s = 5;
+  w->lease_timeout_s = 30;
+  worker_read_timing(w, b);
   cJSON_Delete(b);
-  log_info("registered with %s as worker %d (cpu %d, gpu %d, memory_mb %ld, heartbeat %.1f s)",
-           w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb, w->hb_interval_s);
+  log_info("registered with %s as worker %d (cpu %d, gpu %d, memory_mb %ld, heartbeat %.1f s, "
+           "lease timeout %.1f s)", w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb,
+           w->hb_interval_s, w->lease_timeout_s);
+  worker_arm_fence(w);
   uint64_t ms = (uint64_t)(w->hb_interval_s * 1000);
   uv_timer_start(&w->hb_timer, worker_on_hb_timer, ms, ms);
   worker_on_hb_timer(&w->hb_timer);  /* tell the server at once what still runs here */
@@ -915,6 +1400,10 @@ static void worker_handle_closed(uv_handle_t *h) {
   w->handles--;
 }
 
+#define WORKER_TIMERS(w)                                                          \
+  {&(w)->reg_timer, &(w)->hb_timer, &(w)->lease_timer, &(w)->ob_timer,           \
+   &(w)->log_timer, &(w)->drain_timer, &(w)->fence_timer}
+
 static void worker_shutdown(struct worker *w) {
   if (w->shut) return;
   w->shut = 1;
@@ -922,8 +1411,7 @@ static void worker_shutdown(struct worker *w) {
     log_warn("exiting with %zu undelivered message(s) kept in %s/outbox for the next start",
              w->ob.n, w->o.work_dir);
   log_info("drained: exiting");
-  uv_timer_t *timers[] = {&w->reg_timer, &w->hb_timer, &w->lease_timer,
-                          &w->ob_timer, &w->log_timer, &w->drain_timer};
+  uv_timer_t *timers[] = WORKER_TIMERS(w);
   for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
     uv_timer_stop(timers[i]);
     uv_close((uv_handle_t *)timers[i], worker_handle_closed);
@@ -932,14 +1420,21 @@ static void worker_shutdown(struct worker *w) {
   w->http = NULL;
 }
 
+/* Lanes that can still make progress: not blocked for good. */
+static int worker_ob_busy(struct worker *w) {
+  if (w->ob_inflight) return 1;
+  for (struct outbox_lane *l = w->ob.lanes; l; l = l->next)
+    if (l->head) return 1;
+  return 0;
+}
+
 static void worker_check_drained(struct worker *w) {
   if (!w->draining || w->shut) return;
   uint64_t now = clock_mono_ms();
-  if (w->trials) {
-    /* Trials that outlive the deadline are killed by proc's grace timer. */
-    return;
-  }
-  if (now < w->drain_deadline_ms && (w->uploads > 0 || w->ob_inflight || w->ob.n > 0)) return;
+  for (struct trial *t = w->trials; t; t = t->next)
+    /* A live process is killed by proc's grace timer; its exit comes. */
+    if (t->state < TRIAL_EXITED && t->state != TRIAL_FETCHING) return;
+  if (now < w->drain_deadline_ms && (w->trials || w->uploads > 0 || worker_ob_busy(w))) return;
   worker_shutdown(w);
 }
 
@@ -949,25 +1444,28 @@ void worker_drain(struct worker *w) {
   if (w->shut) return;
   if (w->draining) {
     log_warn("second stop signal: killing trials now");
-    for (struct trial *t = w->trials; t; t = t->next)
-      if (t->spawned && !t->exited) trial_stop(t, TRIAL_STOP_DRAIN, 0);
+    for (struct trial *t = w->trials; t; t = t->next) worker_trial_event(w, t, TEV_KILL, 0, 0);
     w->drain_deadline_ms = clock_mono_ms();
     worker_check_drained(w);
     return;
   }
   w->draining = 1;
   int n = 0;
-  for (struct trial *t = w->trials; t; t = t->next)
-    if (t->spawned && !t->exited) {
-      trial_stop(t, TRIAL_STOP_DRAIN, w->o.stop_grace_ms);
-      n++;
-    }
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;
+    if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) n++;
+    /* A trial still fetching its checkpoint gives its lease back at once. */
+    if (t->state < TRIAL_STOPPING) worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_DRAIN, 0);
+    t = next;
+  }
   log_info("draining: no new leases, stopping %d trial(s) (they checkpoint), delivering "
            "%zu queued message(s)", n, w->ob.n);
   uv_timer_stop(&w->lease_timer);
   uv_timer_stop(&w->reg_timer);
   w->drain_deadline_ms = clock_mono_ms() + w->o.stop_grace_ms + WORKER_DRAIN_EXTRA_MS;
   uv_timer_start(&w->drain_timer, worker_on_drain_timer, 200, 200);
+  worker_pump_outbox(w);
   worker_check_drained(w);
 }
 
@@ -976,6 +1474,8 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   if (!w) return -ENOMEM;
   w->loop = loop;
   w->o = *opts;
+  w->hb_interval_s = 5;
+  w->lease_timeout_s = 30;
   int rc = alloc_init(&w->pool, opts->cpu_ids, opts->ncpus, opts->gpu_ids, opts->gpu_mem_mb,
                       opts->ngpus, opts->memory_mb);
   if (rc < 0) goto fail;
@@ -986,8 +1486,7 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   if (rc < 0) goto fail;
   rc = http_client_new(loop, opts->server, opts->token, &w->http);
   if (rc < 0) goto fail_ob;
-  uv_timer_t *timers[] = {&w->reg_timer, &w->hb_timer, &w->lease_timer,
-                          &w->ob_timer, &w->log_timer, &w->drain_timer};
+  uv_timer_t *timers[] = WORKER_TIMERS(w);
   for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
     uv_timer_init(loop, timers[i]);
     timers[i]->data = w;

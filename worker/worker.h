@@ -1,6 +1,9 @@
-/* The worker's protocol with ctune-server (HACKING.md "Worker protocol"):
- * register, heartbeat, lease, start trials, forward results through the
- * outbox, act on decisions, upload checkpoints and logs, drain on SIGTERM. */
+/* The worker's protocol with ctune-server (HACKING.md "Worker protocol v2 —
+ * fenced leases"): register, heartbeat (listing each lease with its attempt),
+ * lease, start trials, forward results through the per-trial outbox lanes
+ * with the lease's fence, act on decisions for the current attempt only,
+ * upload checkpoints and logs, fence itself when heartbeats fail for
+ * lease_timeout_s, drain on SIGTERM. */
 #ifndef CTUNE_WORKER_WORKER_H
 #define CTUNE_WORKER_WORKER_H
 
@@ -25,6 +28,7 @@ struct worker_opts {
   unsigned poll_ms;       /* lease poll interval when the server has nothing */
   unsigned stop_grace_ms; /* SIGTERM -> SIGKILL */
   size_t max_queued;      /* outbox bound (results) */
+  unsigned outbox_stall_ms; /* results unwritable (disk full) this long: fail the trial; 0 never */
   const struct cgroup_ctx *cgroup;  /* enabled: cpu.max/memory.max per trial */
 };
 

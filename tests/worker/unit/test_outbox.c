@@ -1,4 +1,5 @@
-/* Outbox: FIFO order, bound, persistence across a restart, backoff. */
+/* Outbox: per-trial FIFO lanes, bound, leases, batches, UTF-8 cleaning,
+ * disk-full fault, persistence across a restart, backoff. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -39,25 +40,174 @@ static void rm(void) {
   rmdir(dir);
 }
 
+static const struct outbox_lease L1 = {7, 1}, L2 = {7, 2};
+
+static const char *head_body(struct outbox *ob, int trial) {
+  struct outbox_lane *l = outbox_lane(ob, trial);
+  return l && l->head ? l->head->body : NULL;
+}
+
 START_TEST(fifo_bound_and_end_reserve) {
   struct outbox ob;
   ck_assert_int_eq(outbox_open(&ob, NULL, 2), 0);
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, "/r1", "{\"a\":1}"), 0);
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, "/r1", "{\"a\":2}"), 0);
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, "/r1", "{\"a\":3}"), -ENOSPC);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/r1", "{\"a\":1}", 0), 0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/r1", "{\"a\":2}", 0), 0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/r1", "{\"a\":3}", 0), -ENOSPC);
   ck_assert(!outbox_has_room(&ob));
-  /* A trial's end is still accepted when results are at the bound. */
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 1, "/c1", "{}"), 0);
-  ck_assert_str_eq(outbox_head(&ob)->body, "{\"a\":1}");
-  outbox_ack(&ob);
-  ck_assert(outbox_has_room(&ob));
-  ck_assert_str_eq(outbox_head(&ob)->body, "{\"a\":2}");
-  outbox_ack(&ob);
-  ck_assert_str_eq(outbox_head(&ob)->path, "/c1");
-  outbox_ack(&ob);
-  ck_assert_ptr_null(outbox_head(&ob));
-  outbox_ack(&ob);  /* harmless on empty */
+  /* A trial's end is still accepted when results are at the bound, and so
+   * are a finished trial's last results (FORCE). */
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 1, &L1, "/c1", "{}", 0), 0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/r2", "{\"b\":1}", OUTBOX_F_FORCE),
+                   0);
+  struct outbox_lane *l = outbox_lane(&ob, 1);
+  ck_assert_str_eq(l->head->body, "{\"a\":1}");
+  outbox_ack(&ob, l, 1);
+  ck_assert_str_eq(l->head->body, "{\"a\":2}");
+  outbox_ack(&ob, l, 1);
+  ck_assert(outbox_has_room(&ob));  /* 1 of 2 */
+  ck_assert_str_eq(l->head->path, "/c1");
+  outbox_ack(&ob, l, 1);
+  ck_assert_ptr_null(l->head);
+  outbox_ack(&ob, l, 1);  /* harmless on empty */
+  outbox_gc(&ob);
+  ck_assert_ptr_null(outbox_lane(&ob, 1));
+  ck_assert_str_eq(head_body(&ob, 2), "{\"b\":1}");
   outbox_close(&ob);
+}
+END_TEST
+
+START_TEST(lanes_are_independent) {
+  struct outbox ob;
+  ck_assert_int_eq(outbox_open(&ob, NULL, 100), 0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 1, &L1, "/t1/fail", "{\"bad\":1}", 0), 0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/t2/r", "{\"i\":1}", 0), 0);
+  struct outbox_lane *l1 = outbox_lane(&ob, 1), *l2 = outbox_lane(&ob, 2);
+  /* Trial 1's head failing (backoff) does not hold back trial 2's. */
+  outbox_failed(l1, 1000);
+  outbox_failed(l1, 1000);
+  ck_assert(!outbox_ready(l1, 1100));
+  ck_assert(outbox_ready(l2, 1100));
+  l2->inflight = 1;
+  ck_assert(!outbox_ready(l2, 1100));
+  outbox_ack(&ob, l2, 1);
+  l2->inflight = 0;
+  ck_assert_int_eq((int)ob.n, 1);
+  ck_assert_int_eq(l1->attempts, 2);
+  outbox_close(&ob);
+}
+END_TEST
+
+START_TEST(drop_lease_keeps_other_attempts) {
+  struct outbox ob;
+  ck_assert_int_eq(outbox_open(&ob, NULL, 100), 0);
+  outbox_push(&ob, OUTBOX_RESULT, 5, &L1, "/r", "{\"i\":1}", 0);
+  outbox_push(&ob, OUTBOX_RESULT, 5, &L1, "/r", "{\"i\":2}", 0);
+  outbox_push(&ob, OUTBOX_END, 5, &L1, "/release", "{}", 0);
+  outbox_push(&ob, OUTBOX_RESULT, 5, &L2, "/r", "{\"i\":3}", 0);
+  struct outbox_lane *l = outbox_lane(&ob, 5);
+  ck_assert_int_eq((int)outbox_lane_results(l, &L1), 2);
+  ck_assert_int_eq((int)outbox_lane_results(l, &L2), 1);
+  ck_assert_int_eq((int)outbox_drop_lease(&ob, l, &L1), 3);
+  ck_assert_int_eq((int)ob.n, 1);
+  ck_assert_int_eq((int)ob.n_results, 1);
+  ck_assert_str_eq(l->head->body, "{\"i\":3}");
+  ck_assert_ptr_eq(l->head, l->tail);
+  outbox_push(&ob, OUTBOX_RESULT, 5, &L2, "/r", "{\"i\":4}", 0);  /* tail still right */
+  ck_assert_str_eq(l->head->next->body, "{\"i\":4}");
+  outbox_close(&ob);
+}
+END_TEST
+
+START_TEST(batches_results_of_one_lease) {
+  struct outbox ob;
+  ck_assert_int_eq(outbox_open(&ob, NULL, 1000), 0);
+  char b[64];
+  for (int i = 1; i <= 300; i++) {
+    snprintf(b, sizeof b, "{\"i\":%d}", i);
+    outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/r", b, 0);
+  }
+  outbox_push(&ob, OUTBOX_RESULT, 1, &L2, "/r", "{\"i\":301}", 0);
+  outbox_push(&ob, OUTBOX_END, 1, &L2, "/complete", "{}", 0);
+  struct outbox_lane *l = outbox_lane(&ob, 1);
+  size_t n;
+  char *body = outbox_batch(l, 256, 1 << 20, &n);
+  ck_assert_int_eq((int)n, 256);
+  ck_assert(!strncmp(body, "[{\"i\":1},{\"i\":2},", 17));
+  ck_assert(strstr(body, ",{\"i\":256}]") != NULL);
+  free(body);
+  outbox_ack(&ob, l, n);
+  body = outbox_batch(l, 256, 1 << 20, &n);  /* stops at the next lease */
+  ck_assert_int_eq((int)n, 44);
+  free(body);
+  body = outbox_batch(l, 256, 40, &n);  /* byte bound */
+  ck_assert_int_eq((int)n, 3);
+  ck_assert_str_eq(body, "[{\"i\":257},{\"i\":258},{\"i\":259}]");
+  free(body);
+  l->single = 1;  /* a refused batch is retried one by one */
+  body = outbox_batch(l, 256, 1 << 20, &n);
+  ck_assert_int_eq((int)n, 1);
+  ck_assert_str_eq(body, "{\"i\":257}");
+  free(body);
+  outbox_ack(&ob, l, 44);
+  ck_assert_int_eq(l->single, 0);
+  body = outbox_batch(l, 256, 1 << 20, &n);  /* one result: a plain object */
+  ck_assert_int_eq((int)n, 1);
+  ck_assert_str_eq(body, "{\"i\":301}");
+  free(body);
+  outbox_ack(&ob, l, 1);
+  body = outbox_batch(l, 256, 1 << 20, &n);  /* an end is never batched */
+  ck_assert_int_eq((int)n, 1);
+  ck_assert_str_eq(body, "{}");
+  free(body);
+  outbox_close(&ob);
+}
+END_TEST
+
+START_TEST(utf8_is_cleaned) {
+  size_t n;
+  char *s = outbox_utf8_clean("ok \xc3\xa9", 5, &n);  /* é kept */
+  ck_assert_str_eq(s, "ok \xc3\xa9");
+  ck_assert_int_eq((int)n, 5);
+  free(s);
+  /* é cut after its first byte (a tail cut mid-character), a stray
+   * continuation byte, an overlong '/', a surrogate, a NUL. */
+  s = outbox_utf8_clean("a\xc3", 2, &n);
+  ck_assert_str_eq(s, "a\xef\xbf\xbd");
+  free(s);
+  s = outbox_utf8_clean("\xa9x\xc0\xafy\xed\xa0\x80z\0w", 11, NULL);
+  ck_assert_str_eq(s, "\xef\xbf\xbdx\xef\xbf\xbd\xef\xbf\xbdy\xef\xbf\xbd\xef\xbf\xbd"
+                      "\xef\xbf\xbdzw");
+  free(s);
+  /* Pushed bodies come out clean. */
+  struct outbox ob;
+  outbox_open(&ob, NULL, 10);
+  outbox_push(&ob, OUTBOX_END, 1, &L1, "/fail", "{\"error\":\"cut \xe2\x82\"}", 0);
+  ck_assert_str_eq(head_body(&ob, 1), "{\"error\":\"cut \xef\xbf\xbd\xef\xbf\xbd\"}");
+  outbox_close(&ob);
+}
+END_TEST
+
+START_TEST(disk_full_is_reported_and_survivable) {
+  mk();
+  char fault[300];
+  snprintf(fault, sizeof fault, "%s.fault", dir);
+  setenv("CTUNE_OUTBOX_FAULT_FILE", fault, 1);
+  struct outbox ob;
+  ck_assert_int_eq(outbox_open(&ob, dir, 100), 0);
+  FILE *f = fopen(fault, "w");
+  fclose(f);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/r", "{\"i\":1}", 0), -ENOSPC);
+  ck_assert_int_eq((int)ob.n, 0);
+  ck_assert_int_eq(count_files(), 0);
+  /* A trial's end falls back to memory. */
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 1, &L1, "/fail", "{}", OUTBOX_F_MEM), 1);
+  ck_assert_int_eq((int)ob.n, 1);
+  unlink(fault);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/r", "{\"i\":1}", 0), 0);
+  ck_assert_int_eq(count_files(), 1);
+  outbox_close(&ob);
+  unsetenv("CTUNE_OUTBOX_FAULT_FILE");
+  rm();
 }
 END_TEST
 
@@ -68,12 +218,15 @@ START_TEST(persists_across_restart_exactly_once) {
   char body[64];
   for (int i = 1; i <= 5; i++) {
     snprintf(body, sizeof body, "{\"training_iteration\":%d}", i);
-    ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 3, "/api/v1/trials/3/results", body), 0);
+    ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 3, &L2, "/api/v1/trials/3/results", body,
+                                 0), 0);
   }
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 3, "/api/v1/trials/3/complete", "{}"), 0);
-  outbox_ack(&ob);  /* iteration 1 delivered */
-  outbox_ack(&ob);  /* iteration 2 delivered */
-  ck_assert_int_eq(count_files(), 4);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 3, &L2, "/api/v1/trials/3/complete", "{}", 0),
+                   0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 4, &L1, "/x", "{\"n\":0}", 0), 0);
+  struct outbox_lane *l = outbox_lane(&ob, 3);
+  outbox_ack(&ob, l, 2);  /* iterations 1 and 2 delivered (one batch) */
+  ck_assert_int_eq(count_files(), 5);
   outbox_close(&ob);  /* the worker dies here */
 
   /* A half-written message from the crash must not come back. */
@@ -84,22 +237,27 @@ START_TEST(persists_across_restart_exactly_once) {
   fclose(f);
 
   ck_assert_int_eq(outbox_open(&ob, dir, 100), 0);
-  ck_assert_int_eq((int)ob.n, 4);
-  ck_assert_int_eq((int)ob.n_results, 3);
+  ck_assert_int_eq((int)ob.n, 5);
+  ck_assert_int_eq((int)ob.n_results, 4);
+  l = outbox_lane(&ob, 3);
   for (int i = 3; i <= 5; i++) {
     snprintf(body, sizeof body, "{\"training_iteration\":%d}", i);
-    ck_assert_str_eq(outbox_head(&ob)->body, body);
-    ck_assert_int_eq(outbox_head(&ob)->trial_id, 3);
-    ck_assert_int_eq(outbox_head(&ob)->kind, OUTBOX_RESULT);
-    outbox_ack(&ob);
+    ck_assert_str_eq(l->head->body, body);
+    ck_assert_int_eq(l->head->trial_id, 3);
+    ck_assert_int_eq(l->head->kind, OUTBOX_RESULT);
+    ck_assert_int_eq(l->head->lease.worker_id, 7);  /* the fence survives */
+    ck_assert_int_eq((int)l->head->lease.attempt, 2);
+    outbox_ack(&ob, l, 1);
   }
-  ck_assert_int_eq(outbox_head(&ob)->kind, OUTBOX_END);
+  ck_assert_int_eq(l->head->kind, OUTBOX_END);
   /* New messages continue after the old sequence numbers. */
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 4, "/x", "{\"n\":1}"), 0);
-  ck_assert_str_eq(outbox_head(&ob)->path, "/api/v1/trials/3/complete");
-  outbox_ack(&ob);
-  ck_assert_str_eq(outbox_head(&ob)->path, "/x");
-  outbox_ack(&ob);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 3, &L2, "/y", "{\"n\":1}", 0), 0);
+  ck_assert_str_eq(l->head->path, "/api/v1/trials/3/complete");
+  outbox_ack(&ob, l, 1);
+  ck_assert_str_eq(l->head->path, "/y");
+  outbox_ack(&ob, l, 1);
+  ck_assert_str_eq(head_body(&ob, 4), "{\"n\":0}");
+  outbox_ack(&ob, outbox_lane(&ob, 4), 1);
   ck_assert_int_eq(count_files(), 0);
   outbox_close(&ob);
   rm();
@@ -115,15 +273,16 @@ START_TEST(backoff_doubles_and_caps) {
   ck_assert_int_eq(outbox_backoff_ms(1000), 10000);
   struct outbox ob;
   outbox_open(&ob, NULL, 10);
-  outbox_push(&ob, OUTBOX_RESULT, 1, "/a", "{}");
-  ck_assert(outbox_ready(&ob, 1000));
-  outbox_failed(&ob, 1000);
-  outbox_failed(&ob, 1000);
-  ck_assert(!outbox_ready(&ob, 1199));
-  ck_assert(outbox_ready(&ob, 1200));
-  outbox_ack(&ob);  /* delivery resets the backoff */
-  ck_assert_int_eq(ob.attempts, 0);
-  ck_assert(!outbox_ready(&ob, 0));  /* empty */
+  outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/a", "{}", 0);
+  struct outbox_lane *l = outbox_lane(&ob, 1);
+  ck_assert(outbox_ready(l, 1000));
+  outbox_failed(l, 1000);
+  outbox_failed(l, 1000);
+  ck_assert(!outbox_ready(l, 1199));
+  ck_assert(outbox_ready(l, 1200));
+  outbox_ack(&ob, l, 1);  /* delivery resets the backoff */
+  ck_assert_int_eq(l->attempts, 0);
+  ck_assert(!outbox_ready(l, 0));  /* empty */
   outbox_close(&ob);
 }
 END_TEST
@@ -138,6 +297,11 @@ int main(void) {
   Suite *s = suite_create("outbox");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, fifo_bound_and_end_reserve);
+  tcase_add_test(tc, lanes_are_independent);
+  tcase_add_test(tc, drop_lease_keeps_other_attempts);
+  tcase_add_test(tc, batches_results_of_one_lease);
+  tcase_add_test(tc, utf8_is_cleaned);
+  tcase_add_test(tc, disk_full_is_reported_and_survivable);
   tcase_add_test(tc, persists_across_restart_exactly_once);
   tcase_add_test(tc, backoff_doubles_and_caps);
   tcase_add_test(tc, unwritable_dir_refuses);

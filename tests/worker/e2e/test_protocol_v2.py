@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""ctune-worker's side of protocol v2 (HACKING.md "Worker protocol v2 — fenced
+leases") against a scriptable fake server over real HTTP, where the test
+decides which reply is late, refused or missing:
+
+  stale_stop   a stop meant for attempt 1 (a late result reply, and the
+               heartbeat) reaches the worker while attempt 2 of the same
+               trial runs: attempt 2 ignores it and completes; attempt 1's
+               leftover results are refused 409 not_leased and dropped; every
+               trial-scoped write carries X-Ctune-Lease worker:attempt.
+  lanes        trial 1's results are refused with 503 until trial 2 has
+               completed: trial 2's results and end are not held behind
+               them; then trial 1's queued results arrive in batches (an
+               array body), one poisoned result (400) is dropped alone, its
+               checkpoint goes only after its results (checkpoint_ahead is
+               retried), and its complete comes last.
+  fence        no heartbeat gets through for lease_timeout_s: the worker
+               stops its trial itself (SIGTERM), keeps its messages, releases
+               the lease and leases again once the server answers.
+  relase_drain trial 1 is stopped and leased again to the same worker while
+               attempt 1's last checkpoint upload is still in flight; SIGTERM
+               then drains and exits (it used to hang)."""
+import os
+import signal
+import threading
+import time
+
+from fakeserver import FakeServer, lease
+from harness import TRAINABLE, main, wait_for
+
+
+def worker(env, fake, name, *args):
+    env.url = fake.url
+    return env.start_worker(name, *args)
+
+
+def stop_worker(w):
+    os.kill(w.pid, signal.SIGTERM)
+    t0 = time.time()
+    rc = w.p.wait(20)
+    assert rc == 0, "worker exited %d after SIGTERM:\n%s" % (rc, w.log()[-3000:])
+    return time.time() - t0
+
+
+def fenced_writes_ok(fake):
+    assert not fake.errors, fake.errors
+    bad = [r.path for r in fake.requests if r.trial and r.method in ("POST", "PUT")
+           and not (r.lease and r.lease.startswith("1:"))]
+    assert not bad, "writes without this worker's fence: %r" % bad
+
+
+def its(reqs):
+    out = []
+    for r in reqs:
+        out += [x["training_iteration"] for x in r.results()]
+    return out
+
+
+def stale_stop(env):
+    fake = FakeServer(heartbeat_interval_s=0.5)
+    release = threading.Event()
+
+    def hook(req):
+        if req.what == "results" and req.attempt() == 1:
+            if 3 in its([req]) and not release.is_set():
+                release.wait(20)  # the reply to attempt 1 comes late ...
+                return 200, {"decision": "stop"}  # ... and says stop
+            if release.is_set():
+                return 409, {"error": {"code": "not_leased", "message": "attempt 1 is over"},
+                             "decision": "stop"}
+        return None
+    fake.hook = hook
+    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "30", "0.1"]))
+    w = worker(env, fake, "stale")
+    try:
+        fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "result 3 of attempt 1")
+        # The server ends attempt 1 (as after a lease expiry) and says so in
+        # every heartbeat from now on: a stop for attempt 1.
+        fake.hb_stop = [{"id": 1, "attempt": 1, "reason": "not_leased"}]
+        wait_for(lambda: "server says stop (not_leased)" in w.log(), 10, "attempt 1 stopped")
+        fake.leases.append(lease(1, 2, ["sh", TRAINABLE, "30", "0.1"]))
+        fake.wait(lambda r: r.what == "logs" and r.attempt() == 2, 20, "attempt 2 running")
+        release.set()  # the late "stop" for attempt 1 arrives now
+        wait_for(lambda: "ignoring a scheduler decided stop for attempt 1" in w.log(), 10,
+                 "the late stop to be ignored")
+        done = fake.wait(lambda r: r.what in ("complete", "fail", "release"), 30,
+                         "attempt 2's end")
+        assert done[0].what == "complete" and done[0].lease == "1:2", (done[0].path, done[0].lease)
+        a2 = its(fake.find(lambda r: r.what == "results" and r.attempt() == 2))
+        assert sorted(set(a2)) == list(range(1, 31)), a2
+        assert "ignoring a server says stop (not_leased) for attempt 1" in w.log()
+        fenced_writes_ok(fake)
+        print("stale stop: ignored by attempt 2, which completed 30 results;",
+              "attempt 1's leftovers refused and dropped")
+        stop_worker(w)
+    finally:
+        release.set()
+        fake.close()
+
+
+def lanes(env):
+    fake = FakeServer()
+    t2_done = threading.Event()
+
+    def hook(req):
+        if req.what == "complete" and req.trial == 2:
+            t2_done.set()
+        if req.what == "results" and req.trial == 1:
+            if not t2_done.is_set():
+                return 503, {"error": {"code": "unavailable", "message": "trial 1 waits"}}
+            if 4 in its([req]):
+                return 400, {"error": {"code": "invalid_body", "message": "poisoned result"}}
+        if req.what == "checkpoint" and req.method == "PUT":
+            it = int(req.headers.get("X-Ctune-Iteration"))
+            if it > max(fake.stored.get(req.trial, [0])):
+                return 409, {"error": {"code": "checkpoint_ahead", "message": "results first"}}
+        return None
+    fake.hook = hook
+    fake.leases += [lease(1, 1, ["sh", TRAINABLE, "12", "0.1"]),
+                    lease(2, 1, ["sh", TRAINABLE, "5", "0.1"])]
+    w = worker(env, fake, "lanes", "--cpus", "2")
+    try:
+        fake.wait(lambda r: r.what == "complete" and r.trial == 2, 30, "trial 2's complete")
+        assert not fake.stored.get(1), "trial 1 results were accepted early"
+        assert fake.stored[2] == [1, 2, 3, 4, 5], fake.stored
+        print("lanes: trial 2 completed while trial 1's results were refused (503)")
+        end = fake.wait(lambda r: r.what == "complete" and r.trial == 1, 40,
+                        "trial 1's complete")[0]
+        assert fake.stored[1] == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12], fake.stored[1]
+        posts = fake.find(lambda r: r.what == "results" and r.trial == 1)
+        sizes = [len(r.body) for r in posts if isinstance(r.body, list)]
+        assert sizes and max(sizes) > 1 and max(sizes) <= 256, sizes
+        assert "poisoned result" in w.log() and "invalid_body" in w.log()
+        good = fake.find(lambda r: r.what == "checkpoint" and r.trial == 1 and r.method == "PUT")
+        last_ok = [r for r in good if fake.checkpoints.get(1) == r.raw]
+        assert fake.checkpoints.get(1, b"").strip() == b"12", fake.checkpoints.get(1)
+        assert last_ok and last_ok[-1].t <= end.t, "complete before the last checkpoint"
+        fenced_writes_ok(fake)
+        print("lanes: trial 1's queued results came in batches of %r; the poisoned one was "
+              "dropped alone; checkpoint 12 then complete" % sizes)
+        stop_worker(w)
+    finally:
+        fake.close()
+
+
+def fence(env):
+    fake = FakeServer(lease_timeout_s=2, heartbeat_interval_s=0.5)
+    down = threading.Event()
+
+    def hook(req):
+        if down.is_set():
+            return 503, {"error": {"code": "unavailable", "message": "partitioned"}}
+        return None
+    fake.hook = hook
+    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "200", "0.1"]))
+    w = worker(env, fake, "fence")
+    try:
+        fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "results")
+        down.set()
+        t0 = time.time()
+        wait_for(lambda: "self-fencing" in w.log(), 10, "the worker to fence itself")
+        fenced_after = time.time() - t0
+        wait_for(lambda: not env.trial_processes(), 10, "the trial to stop")
+        with open(os.path.join(env.trial_dir("fence", 1), "stderr.log")) as f:
+            assert "got TERM" in f.read()
+        time.sleep(0.5)
+        up = time.time()
+        down.clear()
+        rel = fake.wait(lambda r: r.what == "release", 15, "the release")[0]
+        assert rel.lease == "1:1", rel.lease
+        fake.wait(lambda r: r.path.endswith("/lease") and r.t > up, 10, "leasing again")
+        stored = fake.stored.get(1, [])
+        assert stored == list(range(1, len(stored) + 1)), stored
+        fenced_writes_ok(fake)
+        print("fence: trial stopped %.1f s after the server went away (lease timeout 2 s); "
+              "%d results kept and delivered, lease released, leasing again" %
+              (fenced_after, len(stored)))
+        stop_worker(w)
+    finally:
+        fake.close()
+
+
+def relase_drain(env):
+    fake = FakeServer(heartbeat_interval_s=0.5)
+    stopped = threading.Event()
+
+    def hook(req):
+        if req.what == "checkpoint" and req.method == "PUT" and req.attempt() == 1 \
+                and stopped.is_set():
+            time.sleep(2)  # attempt 1's last upload is slow ...
+        return None
+    fake.hook = hook
+    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "200", "0.1"]))
+    w = worker(env, fake, "relase")
+    try:
+        fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "results")
+        stopped.set()
+        fake.hb_stop = [{"id": 1, "attempt": 1, "reason": "not_leased"}]
+        fake.leases.append(lease(1, 2, ["sh", TRAINABLE, "200", "0.1"]))
+        fake.wait(lambda r: r.what == "results" and r.attempt() == 2, 20,
+                  "attempt 2 of the same trial running here")
+        took = stop_worker(w)
+        rel = fake.wait(lambda r: r.what == "release", 1, "attempt 2's release")[0]
+        assert rel.lease == "1:2", rel.lease
+        fenced_writes_ok(fake)
+        print("re-leased trial: SIGTERM drained in %.2f s, release for attempt 2" % took)
+    finally:
+        fake.close()
+
+
+def body(env):
+    stale_stop(env)
+    lanes(env)
+    fence(env)
+    relase_drain(env)
+
+
+main("protocol-v2", body)
