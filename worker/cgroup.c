@@ -1,13 +1,28 @@
 /* cgroup v2 per-trial limits (see cgroup.h). */
 #include "cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "supervise.h"
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+/* Where the trial groups this worker created are recorded (the ctx's marks
+ * dir, remembered from the last cgroup_trial_create so that removal, which
+ * gets only the path, can drop the record too). */
+static char cgroup_marks_dir[4096];
+static int cgroup_real_fs = 1;
 
 #define CGROUP_PERIOD_US 100000
 
@@ -86,6 +101,8 @@ int cgroup_setup(struct cgroup_ctx *c, const char *root, const char *self, char 
   snprintf(pid, sizeof pid, "%d\n", (int)getpid());
   if (cgroup_write(path, "cgroup.procs", pid) < 0) goto denied;
   if (cgroup_write(c->base, "cgroup.subtree_control", "+cpu +memory") < 0) goto denied;
+  struct statfs sf;
+  c->real_fs = statfs(c->base, &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC;
   c->enabled = 1;
   return 0;
 denied:
@@ -114,6 +131,19 @@ int cgroup_trial_create(const struct cgroup_ctx *c, int trial_id, double cpus, l
   else snprintf(mem, sizeof mem, "max");
   if (snprintf(path, len, "%s/trial-%d", c->base, trial_id) >= (int)len) return -ENAMETOOLONG;
   if (mkdir(path, 0755) != 0 && errno != EEXIST) return -errno;
+  snprintf(cgroup_marks_dir, sizeof cgroup_marks_dir, "%s", c->marks);
+  cgroup_real_fs = c->real_fs;
+  if (c->marks[0]) {
+    /* Recorded before anything joins it: a worker killed from here on
+     * finds it again at its next start. */
+    const char *base = strrchr(path, '/') + 1;
+    rc = (mkdir(c->marks, 0755) != 0 && errno != EEXIST) ? -errno
+                                                         : cgroup_write(c->marks, base, path);
+    if (rc < 0) {
+      cgroup_trial_remove(path);
+      return rc;
+    }
+  }
   if ((rc = cgroup_write(path, "cpu.max", cpu)) < 0 ||
       (rc = cgroup_write(path, "memory.max", mem)) < 0) {
     cgroup_trial_remove(path);
@@ -122,15 +152,60 @@ int cgroup_trial_create(const struct cgroup_ctx *c, int trial_id, double cpus, l
   return 0;
 }
 
+static void cgroup_unmark(const char *path) {
+  char f[8300];
+  const char *base = strrchr(path, '/');
+  if (!cgroup_marks_dir[0] || !base) return;
+  snprintf(f, sizeof f, "%s/%s", cgroup_marks_dir, base + 1);
+  unlink(f);
+}
+
+int cgroup_sweep(struct cgroup_ctx *c) {
+  if (!c->marks[0]) return 0;
+  snprintf(cgroup_marks_dir, sizeof cgroup_marks_dir, "%s", c->marks);
+  DIR *d = opendir(c->marks);
+  if (!d) return errno == ENOENT ? 0 : -errno;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "trial-", 6) != 0) continue;
+    char mark[8300], path[4200];
+    snprintf(mark, sizeof mark, "%s/%s", c->marks, e->d_name);
+    if (cgroup_read(mark, path, sizeof path) < 0) continue;
+    path[strcspn(path, "\n")] = '\0';
+    struct stat st;
+    struct statfs sf;
+    if (path[0] == '/' && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+      cgroup_real_fs = statfs(path, &sf) == 0 && sf.f_type == CGROUP2_SUPER_MAGIC;
+      cgroup_trial_remove(path); /* kills what still runs in it first */
+      n++;
+    }
+    unlink(mark);
+  }
+  closedir(d);
+  return n;
+}
+
 void cgroup_trial_remove(const char *path) {
   /* On cgroupfs the interface files vanish with the directory; on a plain
    * directory (tests) they must go first. */
   char f[4200];
   static const char *files[] = {"cpu.max", "memory.max", "cgroup.procs"};
-  if (rmdir(path) == 0) return;
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    snprintf(f, sizeof f, "%s/%s", path, files[i]);
-    unlink(f);
+  /* A group is removable only once empty: kill what is left in it (a trial
+   * of a worker that was killed) and give the kernel a moment to reap. */
+  for (int i = 0; i < 200 && rmdir(path) != 0 && errno == EBUSY; i++) {
+    supervise_kill_cgroup(path, cgroup_real_fs);
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
   }
-  rmdir(path);
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (!cgroup_real_fs) supervise_kill_cgroup(path, 0);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+      snprintf(f, sizeof f, "%s/%s", path, files[i]);
+      unlink(f);
+    }
+    rmdir(path);
+  }
+  cgroup_unmark(path);
 }

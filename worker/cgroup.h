@@ -7,7 +7,12 @@
 
 struct cgroup_ctx {
   int enabled;
+  int real_fs;       /* base is on cgroup2 (not a test's plain directory) */
   char base[4096];   /* the worker's own cgroup dir; trials go under it */
+  /* The caller's: a dir in the (locked) work dir where each trial group
+   * created is recorded, so a restarted worker removes the ones its killed
+   * predecessor left, and never another worker's. "" = no record. */
+  char marks[4096];
 };
 
 /* root: the cgroup2 mount ("/sys/fs/cgroup"); self: this process's path in
@@ -24,7 +29,11 @@ int cgroup_cpu_max(double cpus, char *buf, size_t len);
  * path receives the directory for the exec wrapper to join. */
 int cgroup_trial_create(const struct cgroup_ctx *c, int trial_id, double cpus, long memory_mb,
                         char *path, size_t len);
-/* Removes it once its processes are gone. */
+/* Removes it (and its record), killing any process still in it first. */
 void cgroup_trial_remove(const char *path);
+/* At start: kills the processes of every trial group recorded in c->marks
+ * and removes the groups and their records. Returns how many groups were
+ * removed, or a negative errno. */
+int cgroup_sweep(struct cgroup_ctx *c);
 
 #endif

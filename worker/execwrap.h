@@ -1,8 +1,11 @@
-/* `ctune-worker --exec-trial ...`: the tiny first stage of every trial. It
- * runs in the freshly spawned child (already its own session and process
- * group), pins itself to the trial's CPU ids, applies the memory limit, then
- * execs the trial. Limits are in place before the trial's first instruction:
- * no window where it runs unpinned, unlike setting them on a pid after spawn. */
+/* `ctune-worker --exec-trial ...`: the supervisor of every trial (see
+ * supervise.h). It runs in the freshly spawned child (its own session), forks
+ * the trial into a process group of its own, which pins itself to the
+ * trial's CPU ids, joins its cgroup and applies the memory limit, then execs.
+ * Limits are in place before the trial's first instruction: no window where
+ * it runs unpinned, unlike setting them on a pid after spawn. The supervisor
+ * stays: it kills the whole process tree when the trial ends or the worker
+ * dies, and exits with the trial's status. */
 #ifndef CTUNE_WORKER_EXECWRAP_H
 #define CTUNE_WORKER_EXECWRAP_H
 
@@ -12,9 +15,12 @@
 
 /* argv[1] is EXECWRAP_FLAG. Usage:
  *   ctune-worker --exec-trial [--cpus LIST] [--rlimit-as-mb N]
- *                [--cgroup DIR] [--parent PID] -- PROGRAM ARGS...
- * --parent: the worker's pid; the trial gets SIGKILL when the worker dies.
- * Returns only on failure, with the exit status to use. */
+ *                [--cgroup DIR] [--parent PID] [--report-fd FD]
+ *                -- PROGRAM ARGS...
+ * --parent: the worker's pid; the trial's whole tree is killed when the
+ * worker dies. --report-fd: the trial's pid (= its process group) is
+ * written there as "%d\n" once it exists. Returns only on failure, with
+ * the exit status to use; otherwise exits as the trial did. */
 int execwrap_main(int argc, char **argv);
 
 #endif

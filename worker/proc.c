@@ -2,7 +2,10 @@
 #include "proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +16,35 @@
 /* A child that exited may leave a grandchild holding its pipes; after the
  * group is killed, stop waiting for end of file after this long. */
 #define PROC_EOF_WAIT_MS 2000
+/* How long proc_spawn waits for the supervisor to report the trial's pid
+ * (a fork and a write: milliseconds, unless the machine is very loaded). */
+#define PROC_REPORT_WAIT_MS 10000
+/* The fd the supervisor reports the trial's pid on. */
+#define PROC_REPORT_FD 3
+
+/* Reads "<pid>\n" from the supervisor. 0 when it never came (the supervisor
+ * failed before forking the trial, or took too long). */
+static int proc_read_report(int fd) {
+  char buf[32];
+  size_t len = 0;
+  uint64_t deadline = uv_hrtime() / 1000000 + PROC_REPORT_WAIT_MS;
+  while (len < sizeof buf - 1) {
+    uint64_t now = uv_hrtime() / 1000000;
+    if (now >= deadline) return 0;
+    struct pollfd pf = {fd, POLLIN, 0};
+    int r = poll(&pf, 1, (int)(deadline - now));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    len += (size_t)k;
+    if (memchr(buf, '\n', len)) break;
+  }
+  buf[len] = '\0';
+  int pid = atoi(buf);
+  return pid > 1 ? pid : 0;
+}
 
 static void proc_handle_closed(uv_handle_t *h) {
   struct proc *p = h->data;
@@ -82,9 +114,15 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   p->arg = arg;
   size_t n = 0;
   while (argv[n]) n++;
-  char rl[32], parent[32];
-  const char **args = calloc(n + 12, sizeof *args);
+  char rl[32], parent[32], rfd[16];
+  const char **args = calloc(n + 14, sizeof *args);
   if (!args) return -ENOMEM;
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    int e = -errno;
+    free(args);
+    return e;
+  }
   size_t k = 0;
   args[k++] = self_exe;
   args[k++] = EXECWRAP_FLAG;
@@ -98,6 +136,9 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   snprintf(parent, sizeof parent, "%d", (int)getpid());
   args[k++] = "--parent";
   args[k++] = parent;
+  snprintf(rfd, sizeof rfd, "%d", PROC_REPORT_FD);
+  args[k++] = "--report-fd";
+  args[k++] = rfd;
   args[k++] = "--";
   for (size_t i = 0; i < n; i++) args[k++] = argv[i];
   args[k] = NULL;
@@ -108,12 +149,14 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   p->out.data = p->err.data = p->timer.data = p->process.data = p;
   p->handles = 3;
 
-  uv_stdio_container_t stdio[3];
+  uv_stdio_container_t stdio[4];
   stdio[0].flags = UV_IGNORE;
   stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[1].data.stream = (uv_stream_t *)&p->out;
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&p->err;
+  stdio[3].flags = UV_INHERIT_FD;
+  stdio[3].data.fd = report[1];
   uv_process_options_t opt;
   memset(&opt, 0, sizeof opt);
   opt.file = self_exe;
@@ -124,11 +167,13 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   /* DETACHED = setsid(): a session and process group of its own, so one
    * kill(-pgid) reaches the trial and everything it started. */
   opt.flags = UV_PROCESS_DETACHED;
-  opt.stdio_count = 3;
+  opt.stdio_count = 4;
   opt.stdio = stdio;
   int rc = uv_spawn(loop, &p->process, &opt);
   free(args);
+  close(report[1]);
   if (rc < 0) {
+    close(report[0]);
     /* libuv wants the process handle closed even after a failed spawn. */
     p->handles = 4;
     p->closing = 1;
@@ -139,7 +184,14 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
     return rc;
   }
   p->handles = 4;
-  p->pid = p->process.pid;
+  p->super_pid = p->process.pid;
+  /* Signals go to the trial's own process group, never to the supervisor:
+   * a SIGSTOP (outbox full) must pause the trial, and a SIGKILL must leave
+   * the supervisor alive to clean up what escaped the group. Without a
+   * report (the supervisor failed early) its own pid is the best we have. */
+  int tpid = proc_read_report(report[0]);
+  close(report[0]);
+  p->pid = tpid ? tpid : p->super_pid;
   p->running = 1;
   p->out_open = p->err_open = 1;
   uv_read_start((uv_stream_t *)&p->out, proc_alloc, proc_on_read);

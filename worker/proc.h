@@ -1,6 +1,9 @@
-/* One trial process: spawned through the exec wrapper in its own session
- * and process group, its stdout/stderr read by the loop, stopped with SIGTERM
- * to the group and SIGKILL after a grace period. */
+/* One trial process: spawned under its supervisor (the exec wrapper, in a
+ * session of its own; see supervise.h) in a process group of its own, its
+ * stdout/stderr read by the loop, stopped with SIGTERM to the group and
+ * SIGKILL after a grace period. The supervisor kills whatever the trial
+ * leaves behind (setsid'd and double-forked descendants included) when the
+ * trial ends or the worker dies, and exits with the trial's status. */
 #ifndef CTUNE_WORKER_PROC_H
 #define CTUNE_WORKER_PROC_H
 
@@ -28,7 +31,8 @@ struct proc {
   uv_process_t process;
   uv_pipe_t out, err;
   uv_timer_t timer;     /* SIGKILL after grace; then EOF wait after exit */
-  int pid;
+  int pid;              /* the trial's first process = its process group */
+  int super_pid;        /* its supervisor, the worker's child */
   int running;
   int out_open, err_open;
   int exited, exit_code, term_signal;

@@ -1,8 +1,74 @@
 /* JSON-line result parser: pure, one line in, one flat object out. */
 #include "result.h"
+#include "jsonstrict.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokens outside JSON that Python's json.dumps (NaN, Infinity, -Infinity),
+ * NumPy and C's printf (nan, -nan, inf, -inf) write for non-finite floats.
+ * Each one is read as null: "no finite value" (ASHA treats null as such). */
+static const char *const result_nonfinite[] = {
+    "-Infinity", "Infinity", "-NaN", "NaN", "-nan", "nan", "-inf", "inf", "-Inf", "Inf",
+};
+
+static int result_is_delim(char c) {
+  return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* Length of the non-finite token at s[i..len) when one stands there as a
+ * whole value, else 0. */
+static size_t result_token_at(const char *s, size_t i, size_t len) {
+  for (size_t k = 0; k < sizeof result_nonfinite / sizeof result_nonfinite[0]; k++) {
+    size_t n = strlen(result_nonfinite[k]);
+    if (i + n <= len && !memcmp(s + i, result_nonfinite[k], n) &&
+        (i + n == len || result_is_delim(s[i + n])))
+      return n;
+  }
+  return 0;
+}
+
+char *result_fix_nonfinite(const char *line, size_t len, size_t *out_len) {
+  /* Each token is at least 3 bytes and becomes 4 ("null"). */
+  char *out = malloc(len + len / 3 + 2);
+  if (!out) return NULL;
+  size_t o = 0;
+  int in_str = 0;
+  char prev = '\0';  /* last non-blank byte outside strings */
+  for (size_t i = 0; i < len; i++) {
+    char c = line[i];
+    if (in_str) {
+      out[o++] = c;
+      if (c == '\\' && i + 1 < len) out[o++] = line[++i];
+      else if (c == '"') in_str = 0;
+      continue;
+    }
+    if (c == '"') {
+      in_str = 1;
+      out[o++] = c;
+      prev = c;
+      continue;
+    }
+    /* Only where a value may start: after ':', ',' or '['. */
+    if (prev == ':' || prev == ',' || prev == '[') {
+      size_t n = result_token_at(line, i, len);
+      if (n) {
+        memcpy(out + o, "null", 4);
+        o += 4;
+        i += n - 1;
+        prev = 'l';
+        continue;
+      }
+    }
+    out[o++] = c;
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') prev = c;
+  }
+  out[o] = '\0';
+  *out_len = o;
+  return out;
+}
 
 int result_parse_line(const char *line, size_t len, const char *time_attr,
                       cJSON **out, double *t) {
@@ -11,19 +77,34 @@ int result_parse_line(const char *line, size_t len, const char *time_attr,
   size_t i = 0;
   while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
   if (i == len || line[i] != '{') return 0;
-  cJSON *obj = cJSON_ParseWithLength(line, len);
-  if (!obj) return 0;
-  int rc = 0;
+  size_t fl;
+  char *fixed = result_fix_nonfinite(line + i, len - i, &fl);
+  if (!fixed) return -ENOMEM;
+  const char *end = NULL;
+  cJSON *obj = cJSON_ParseWithLengthOpts(fixed, fl, &end, 0);
+  int rc = RESULT_MALFORMED;
+  if (!obj) goto done;
+  /* Trailing garbage ("{...} extra", two objects on one line) is not a
+   * result either: half a line must not pass for a whole one. */
+  for (const char *p = end; p && p < fixed + fl; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\0') goto done;
+  if (!cJSON_IsObject(obj)) goto done;
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(obj, time_attr);
-  if (!cJSON_IsObject(obj) || !cJSON_IsNumber(tv) || !isfinite(tv->valuedouble))
-    goto done;
+  if (!tv) { rc = 0; goto done; }  /* some other JSON the program prints */
+  /* A NUL in a string or a key given twice: the server refuses it (400). */
+  int strict = jsonstrict_check(fixed, fl, NULL);
+  if (strict) { if (strict != -EINVAL) rc = strict; goto done; }
+  /* The time attribute present but not a finite number: a broken result. */
+  if (!cJSON_IsNumber(tv) || !isfinite(tv->valuedouble)) goto done;
   cJSON *flat = cJSON_CreateObject();
   if (!flat) { rc = -ENOMEM; goto done; }
   const cJSON *m;
   cJSON_ArrayForEach(m, obj) {
-    if (!cJSON_IsNumber(m) || !m->string) continue;
+    if ((!cJSON_IsNumber(m) && !cJSON_IsNull(m)) || !m->string) continue;
     if (cJSON_GetObjectItemCaseSensitive(flat, m->string)) continue; /* first wins */
-    if (!cJSON_AddNumberToObject(flat, m->string, m->valuedouble)) {
+    cJSON *v = cJSON_IsNull(m) ? cJSON_AddNullToObject(flat, m->string)
+                               : cJSON_AddNumberToObject(flat, m->string, m->valuedouble);
+    if (!v) {
       cJSON_Delete(flat);
       rc = -ENOMEM;
       goto done;
@@ -34,5 +115,6 @@ int result_parse_line(const char *line, size_t len, const char *time_attr,
   rc = 1;
 done:
   cJSON_Delete(obj);
+  free(fixed);
   return rc;
 }

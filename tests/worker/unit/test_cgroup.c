@@ -90,6 +90,51 @@ START_TEST(delegated_tree_gets_trial_groups) {
 }
 END_TEST
 
+/* A worker killed with trials running leaves their groups behind; the next
+ * worker on the same work dir removes exactly the ones recorded there. */
+START_TEST(stale_trial_groups_are_swept) {
+  snprintf(root, sizeof root, "/tmp/ctune-cgroup-test.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  put("cgroup.controllers", "cpu memory\n");
+  char p[512], path[4300];
+  snprintf(p, sizeof p, "%s/svc", root);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  put("svc/cgroup.controllers", "cpu memory\n");
+  struct cgroup_ctx c;
+  char why[256] = "";
+  ck_assert_int_eq(cgroup_setup(&c, root, "/svc", why, sizeof why), 0);
+  ck_assert(!c.real_fs);
+  snprintf(c.marks, sizeof c.marks, "%s/work-cgroups", root);
+  ck_assert_int_eq(cgroup_trial_create(&c, 5, 1, 0, path, sizeof path), 0);
+  ck_assert_int_eq(cgroup_trial_create(&c, 6, 1, 0, path, sizeof path), 0);
+  ck_assert_int_eq(cgroup_trial_create(&c, 7, 1, 0, path, sizeof path), 0);
+  char buf[4300];
+  get("work-cgroups/trial-5", buf, sizeof buf);
+  snprintf(p, sizeof p, "%s/svc/trial-5", root);
+  ck_assert_str_eq(buf, p);
+  cgroup_trial_remove(path); /* trial 7 ended normally: its record goes too */
+  snprintf(p, sizeof p, "%s/work-cgroups/trial-7", root);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  snprintf(p, sizeof p, "%s/svc/trial-9", root); /* another worker's */
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+
+  struct cgroup_ctx next;  /* the restarted worker */
+  ck_assert_int_eq(cgroup_setup(&next, root, "/svc", why, sizeof why), 0);
+  snprintf(next.marks, sizeof next.marks, "%s/work-cgroups", root);
+  ck_assert_int_eq(cgroup_sweep(&next), 2);
+  snprintf(p, sizeof p, "%s/svc/trial-5", root);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  snprintf(p, sizeof p, "%s/svc/trial-6", root);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  snprintf(p, sizeof p, "%s/svc/trial-9", root);
+  ck_assert_int_eq(access(p, F_OK), 0);
+  snprintf(p, sizeof p, "%s/work-cgroups/trial-5", root);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  ck_assert_int_eq(cgroup_sweep(&next), 0);
+  rm_rf(root);
+}
+END_TEST
+
 START_TEST(missing_or_undelegated_cgroup_says_why) {
   snprintf(root, sizeof root, "/tmp/ctune-cgroup-test.XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(root));
@@ -116,6 +161,7 @@ int main(void) {
   tcase_add_test(tc, cpu_max_values);
   tcase_add_test(tc, delegated_tree_gets_trial_groups);
   tcase_add_test(tc, missing_or_undelegated_cgroup_says_why);
+  tcase_add_test(tc, stale_trial_groups_are_swept);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,6 +1,7 @@
 /* Result lines, line splitting and output tails. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,10 +29,92 @@ START_TEST(result_lines) {
   ck_assert_int_eq(parse("epoch 3 done", &o, &t), 0);
   ck_assert_ptr_null(o);
   ck_assert_int_eq(parse("{\"loss\": 0.5}", &o, &t), 0);               /* no time attribute */
-  ck_assert_int_eq(parse("{\"training_iteration\": \"3\"}", &o, &t), 0); /* not a number */
-  ck_assert_int_eq(parse("{\"training_iteration\": 3", &o, &t), 0);      /* broken JSON */
+  /* Looks like a result but is none: the caller warns, naming the trial. */
+  ck_assert_int_eq(parse("{\"training_iteration\": \"3\"}", &o, &t), RESULT_MALFORMED);
+  ck_assert_ptr_null(o);
+  ck_assert_int_eq(parse("{\"training_iteration\": 3", &o, &t), RESULT_MALFORMED);
+  ck_assert_ptr_null(o);
   ck_assert_int_eq(parse("[1, 2]", &o, &t), 0);
   ck_assert_int_eq(parse("", &o, &t), 0);
+}
+END_TEST
+
+/* What Python's json.dumps, NumPy and printf write for non-finite floats. */
+START_TEST(result_nonfinite_tokens_are_null) {
+  static const char *lines[] = {
+      "{\"training_iteration\": 2, \"loss\": NaN, \"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"loss\": -NaN, \"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"loss\": Infinity, \"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"loss\": -Infinity, \"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"loss\":nan,\"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"loss\": -inf , \"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"loss\": null, \"acc\": 0.25}",
+      "{\"training_iteration\": 2, \"acc\": 0.25, \"loss\": NaN}",
+  };
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+    cJSON *o = NULL;
+    double t = 0;
+    ck_assert_msg(parse(lines[i], &o, &t) == 1, "not a result: %s", lines[i]);
+    ck_assert(t == 2);
+    ck_assert_msg(cJSON_IsNull(cJSON_GetObjectItem(o, "loss")), "loss not null: %s", lines[i]);
+    ck_assert(cJSON_GetObjectItem(o, "acc")->valuedouble == 0.25);
+    char *text = cJSON_PrintUnformatted(o);
+    ck_assert_str_eq(text, strstr(lines[i], "\"acc\": 0.25, \"loss\"")
+                               ? "{\"training_iteration\":2,\"acc\":0.25,\"loss\":null}"
+                               : "{\"training_iteration\":2,\"loss\":null,\"acc\":0.25}");
+    free(text);
+    cJSON_Delete(o);
+  }
+  cJSON *o;
+  double t;
+  /* Inside a string it is text, not a number: the string is dropped. */
+  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"note\": \"loss: NaN, \\\" Infinity\"}",
+                         &o, &t), 1);
+  ck_assert_ptr_null(cJSON_GetObjectItem(o, "note"));
+  cJSON_Delete(o);
+  /* The time attribute itself non-finite: no result, and a warning. */
+  ck_assert_int_eq(parse("{\"training_iteration\": NaN, \"loss\": 1}", &o, &t), RESULT_MALFORMED);
+  /* Not a bare token: NaNx, Nan, infinity are still broken JSON. */
+  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"loss\": NaNx}", &o, &t), RESULT_MALFORMED);
+  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"loss\": infinity}", &o, &t),
+                   RESULT_MALFORMED);
+  /* Arrays of them parse too (the array itself is not forwarded). */
+  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"h\": [NaN, -Infinity, 1]}", &o, &t), 1);
+  cJSON_Delete(o);
+}
+END_TEST
+
+START_TEST(result_trailing_garbage_is_malformed) {
+  cJSON *o;
+  double t;
+  ck_assert_int_eq(parse("{\"training_iteration\": 1} trailing", &o, &t), RESULT_MALFORMED);
+  ck_assert_ptr_null(o);
+  ck_assert_int_eq(parse("{\"training_iteration\": 1}{\"training_iteration\": 2}", &o, &t),
+                   RESULT_MALFORMED);
+  ck_assert_int_eq(parse("{'training_iteration': 1}", &o, &t), RESULT_MALFORMED);
+  ck_assert_int_eq(parse("{\"training_iteration\": 1}  \t", &o, &t), 1);  /* blanks are fine */
+  cJSON_Delete(o);
+  ck_assert_int_eq(parse("{not json at all", &o, &t), RESULT_MALFORMED);
+  ck_assert_int_eq(parse("{\"epoch\": 1}", &o, &t), 0);  /* other JSON: plain log, no warning */
+}
+END_TEST
+
+/* The parsed doubles are exactly what strtod makes of the printed text (the
+ * printer that forwards them decides the rest). */
+START_TEST(result_numbers_exact) {
+  static const char *vals[] = {"0.1", "0.30000000000000004", "2.2250738585072014e-308",
+                               "8342818273689171", "1.7976931348623157e308", "-0.0",
+                               "0.1234567890123456789", "123456789.98765432"};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    char line[200];
+    snprintf(line, sizeof line, "{\"training_iteration\": 1, \"v\": %s}", vals[i]);
+    cJSON *o;
+    double t;
+    ck_assert_int_eq(parse(line, &o, &t), 1);
+    double want = strtod(vals[i], NULL), got = cJSON_GetObjectItem(o, "v")->valuedouble;
+    ck_assert_msg(memcmp(&want, &got, sizeof want) == 0, "%s came out as %.17g", vals[i], got);
+    cJSON_Delete(o);
+  }
 }
 END_TEST
 
@@ -98,6 +181,9 @@ int main(void) {
   Suite *s = suite_create("lines");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, result_lines);
+  tcase_add_test(tc, result_nonfinite_tokens_are_null);
+  tcase_add_test(tc, result_trailing_garbage_is_malformed);
+  tcase_add_test(tc, result_numbers_exact);
   tcase_add_test(tc, linebuf_splits_across_chunks);
   tcase_add_test(tc, tail_keeps_latest_bytes_and_lines);
   suite_add_tcase(s, tc);

@@ -1,0 +1,224 @@
+/* The trial supervisor with real processes: its tree kill reaches a shell's
+ * background child and a setsid'd double fork; it kills the whole tree when
+ * its parent (the worker) dies by SIGKILL; it reports the trial's process
+ * group and exits with the trial's own status. (Child processes: registered
+ * with the e2e label.) */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "supervise.h"
+
+static char dir[64];
+
+/* A shell that starts a background sleep (bg) and a setsid'd double fork
+ * (dbl), writes their pids into dir, then sleeps itself. */
+static char script[1024];
+
+static void setup(void) {
+  snprintf(dir, sizeof dir, "/tmp/ctune-supervise.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(script, sizeof script,
+           "sleep 300 & echo $! > %s/bg.tmp; mv %s/bg.tmp %s/bg; "
+           "setsid sh -c 'sleep 300 & echo $! > %s/dbl.tmp; mv %s/dbl.tmp %s/dbl' ; "
+           "sleep 300",
+           dir, dir, dir, dir, dir, dir);
+}
+
+static void teardown(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) { /* best effort */ }
+}
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int read_pid(const char *name, int timeout_ms) {
+  char p[128];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  for (int waited = 0; waited < timeout_ms; waited += 10) {
+    FILE *f = fopen(p, "r");
+    if (f) {
+      int pid = 0;
+      int ok = fscanf(f, "%d", &pid) == 1;
+      fclose(f);
+      if (ok && pid > 0) return pid;
+    }
+    nap_ms(10);
+  }
+  ck_abort_msg("%s never appeared", p);
+  return 0;
+}
+
+/* Gone: no such process (this test reaps what is reparented to it). */
+static int gone_within(int pid, int timeout_ms) {
+  for (int waited = 0; waited <= timeout_ms; waited += 10) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    nap_ms(10);
+  }
+  return 0;
+}
+
+START_TEST(kill_tree_reaches_background_and_setsid_double_fork) {
+  ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  pid_t t = fork();
+  ck_assert_int_ge(t, 0);
+  if (t == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", script, (char *)NULL);
+    _exit(127);
+  }
+  setpgid(t, t);
+  int bg = read_pid("bg", 5000), dbl = read_pid("dbl", 5000);
+  ck_assert_int_eq(kill(bg, 0), 0);
+  ck_assert_int_eq(kill(dbl, 0), 0);
+  int status = 0, reaped = 0;
+  ck_assert_int_eq(supervise_kill_tree(t, NULL, 5000, t, &status, &reaped), 0);
+  ck_assert(reaped);
+  ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ck_assert_msg(kill(bg, 0) != 0 && errno == ESRCH, "background child %d survived", bg);
+  ck_assert_msg(kill(dbl, 0) != 0 && errno == ESRCH, "setsid'd double fork %d survived", dbl);
+  pid_t kids[8];
+  ck_assert_int_eq(supervise_children(kids, 8), 0);
+}
+END_TEST
+
+/* The worker (here a plain child W of the test) dies by SIGKILL: the
+ * supervisor notices and kills the trial and everything it started. */
+START_TEST(worker_kill9_kills_whole_tree) {
+  ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int rep[2];
+  ck_assert_int_eq(pipe(rep), 0);
+  pid_t w = fork();
+  ck_assert_int_ge(w, 0);
+  if (w == 0) {
+    pid_t s = fork();
+    if (s == 0) {
+      setsid();
+      close(rep[0]);
+      struct supervise_opts o = {getppid(), NULL, NULL, 0, rep[1]};
+      char *argv[] = {"sh", "-c", script, NULL};
+      int st = supervise_run(&o, argv);
+      if (st < 0) _exit(126);
+      supervise_exit(st);
+    }
+    for (;;) pause();
+  }
+  close(rep[1]);
+  char buf[32] = "";
+  ck_assert_int_gt(read(rep[0], buf, sizeof buf - 1), 0);
+  close(rep[0]);
+  int trial = atoi(buf);
+  ck_assert_int_gt(trial, 1);
+  ck_assert_int_eq(getpgid(trial), trial); /* a process group of its own */
+  int bg = read_pid("bg", 5000), dbl = read_pid("dbl", 5000);
+  ck_assert_int_eq(kill(w, SIGKILL), 0);
+  ck_assert_int_eq(waitpid(w, NULL, 0), w);
+  ck_assert_msg(gone_within(trial, 5000), "trial %d survived its worker", trial);
+  ck_assert_msg(gone_within(bg, 5000), "background child %d survived its worker", bg);
+  ck_assert_msg(gone_within(dbl, 5000), "setsid'd double fork %d survived its worker", dbl);
+}
+END_TEST
+
+/* Without cgroup.kill (v1 machines, plain dirs in tests): every pid listed
+ * in cgroup.procs gets SIGKILL, the caller's own excepted. */
+START_TEST(cgroup_procs_are_killed) {
+  pid_t c = fork();
+  ck_assert_int_ge(c, 0);
+  if (c == 0) {
+    pause();
+    _exit(0);
+  }
+  char p[128];
+  snprintf(p, sizeof p, "%s/cgroup.procs", dir);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%d\n%d\n", (int)getpid(), (int)c);
+  fclose(f);
+  ck_assert_int_eq(supervise_kill_cgroup(dir, 0), 1);
+  int st;
+  ck_assert_int_eq(waitpid(c, &st, 0), c);
+  ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  /* On a real system only a cgroup2 directory is acted on. */
+  ck_assert_int_eq(supervise_kill_cgroup(dir, 1), -ENOTSUP);
+}
+END_TEST
+
+static int run_supervised(const char *cmd, int *trial_pid, int stop_after_ms) {
+  int rep[2];
+  ck_assert_int_eq(pipe(rep), 0);
+  pid_t s = fork();
+  ck_assert_int_ge(s, 0);
+  if (s == 0) {
+    setsid();
+    close(rep[0]);
+    struct supervise_opts o = {getppid(), NULL, NULL, 0, rep[1]};
+    char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+    if (!strncmp(cmd, "/nonexistent", 12)) argv[0] = (char *)cmd, argv[1] = NULL;
+    int st = supervise_run(&o, argv);
+    if (st < 0) _exit(126);
+    supervise_exit(st);
+  }
+  close(rep[1]);
+  char buf[32] = "";
+  ssize_t n = read(rep[0], buf, sizeof buf - 1);
+  close(rep[0]);
+  ck_assert_int_gt(n, 0);
+  *trial_pid = atoi(buf);
+  ck_assert_int_ne(*trial_pid, s);
+  if (stop_after_ms >= 0) {
+    nap_ms(stop_after_ms);
+    /* What the worker does: SIGTERM to the trial's group, not to us. */
+    ck_assert_int_eq(kill(-*trial_pid, SIGTERM), 0);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(s, &st, 0), s);
+  return st;
+}
+
+START_TEST(exit_status_is_the_trials) {
+  int t, st;
+  st = run_supervised("exit 7", &t, -1);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+  st = run_supervised("exit 0", &t, -1);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  st = run_supervised("kill -SEGV $$", &t, -1);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "status %#x", st);
+  st = run_supervised("/nonexistent/program", &t, -1);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 127);
+  /* SIGTERM to the group: a trial that saves and exits 0 reports 0. */
+  st = run_supervised("trap 'exit 0' TERM; while :; do sleep 0.05; done", &t, 300);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+  /* A trial that does not handle SIGTERM dies by it: reported as such. */
+  st = run_supervised("exec sleep 30", &t, 200);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("supervise");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, kill_tree_reaches_background_and_setsid_double_fork);
+  tcase_add_test(tc, worker_kill9_kills_whole_tree);
+  tcase_add_test(tc, exit_status_is_the_trials);
+  tcase_add_test(tc, cgroup_procs_are_killed);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

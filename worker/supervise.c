@@ -1,0 +1,301 @@
+/* The per-trial supervisor (see supervise.h). */
+#include "supervise.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpuset.h"
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+#define SUPERVISE_MAX_CHILDREN 4096
+/* How long the tree kill keeps trying before giving up (a process stuck in
+ * uninterruptible sleep cannot die sooner than its I/O completes). */
+#define SUPERVISE_KILL_TIMEOUT_MS 10000
+/* Wake-up period of the supervisor's wait: the parent check and the reaping
+ * of orphans never depend on a signal arriving. */
+#define SUPERVISE_TICK_MS 200
+
+static long supervise_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static int supervise_parse_ids(const char *text, pid_t *pids, int n, int cap) {
+  const char *p = text;
+  while (*p && n < cap) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) { p++; continue; }
+    if (v > 0) pids[n++] = (pid_t)v;
+    p = end;
+  }
+  return n;
+}
+
+/* Fallback: every /proc/<pid>/stat whose ppid is ours. */
+static int supervise_scan_proc(pid_t self, pid_t *pids, int cap) {
+  DIR *d = opendir("/proc");
+  if (!d) return -errno;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < cap) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k <= 0) continue;
+    buf[k] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
+    char *rp = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2) continue;
+    if (ppid == (int)self) pids[n++] = (pid_t)atoi(e->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
+int supervise_children(pid_t *pids, int cap) {
+  pid_t self = getpid();
+  char path[128];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)self);
+  DIR *d = opendir(path);
+  if (!d) return supervise_scan_proc(self, pids, cap);
+  int n = 0, have = 0;
+  struct dirent *e;
+  /* Children hang off the thread that forked them: read every thread's list. */
+  while ((e = readdir(d)) && n < cap) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char cp[300];
+    snprintf(cp, sizeof cp, "/proc/%d/task/%s/children", (int)self, e->d_name);
+    int fd = open(cp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    have = 1;
+    char buf[8192];
+    size_t len = 0;
+    ssize_t k;
+    while (len < sizeof buf - 1 && (k = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+      len += (size_t)k;
+    close(fd);
+    buf[len] = '\0';
+    n = supervise_parse_ids(buf, pids, n, cap);
+  }
+  closedir(d);
+  return have ? n : supervise_scan_proc(self, pids, cap);
+}
+
+int supervise_kill_cgroup(const char *cg, int check_fs) {
+  char path[4200];
+  if (check_fs) {
+    struct statfs sf;
+    if (statfs(cg, &sf) != 0) return -errno;
+    if (sf.f_type != CGROUP2_SUPER_MAGIC) return -ENOTSUP;
+    /* Linux >= 5.14: one write kills every process of the group at once,
+     * including ones forked while we would be reading cgroup.procs. */
+    snprintf(path, sizeof path, "%s/cgroup.kill", cg);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t w = write(fd, "1", 1);
+      close(fd);
+      if (w == 1) return 1;
+    }
+  }
+  snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+  FILE *f = fopen(path, "re");
+  if (!f) return -errno;
+  int n = 0, pid;
+  pid_t self = getpid();
+  while (fscanf(f, "%d", &pid) == 1)
+    if (pid > 0 && pid != self && kill(pid, SIGKILL) == 0) n++;
+  fclose(f);
+  return n;
+}
+
+static void supervise_reap(pid_t watch, int *watch_status, int *watch_reaped) {
+  int st;
+  pid_t r;
+  while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+    if (r == watch && watch > 0) {
+      *watch_status = st;
+      *watch_reaped = 1;
+    }
+}
+
+int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch,
+                        int *watch_status, int *watch_reaped) {
+  pid_t *kids = malloc(SUPERVISE_MAX_CHILDREN * sizeof *kids);
+  long deadline = supervise_now_ms() + timeout_ms;
+  int rc = -ETIMEDOUT;
+  for (;;) {
+    if (pgid > 0) kill(-pgid, SIGKILL);
+    if (cg) supervise_kill_cgroup(cg, 1);
+    int n = kids ? supervise_children(kids, SUPERVISE_MAX_CHILDREN) : 0;
+    for (int i = 0; i < n; i++) {
+      /* The child's own group too: a child that called setsid() leads a
+       * group of its descendants, which dies in the same instant. */
+      kill(-kids[i], SIGKILL);
+      kill(kids[i], SIGKILL);
+    }
+    supervise_reap(watch, watch_status, watch_reaped);
+    /* waitid tells exactly whether any child (zombie or not) is left,
+     * without reaping one behind supervise_reap's back. */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) {
+      rc = 0;
+      break;
+    }
+    if (supervise_now_ms() >= deadline) break;
+    struct timespec ts = {0, 5 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  free(kids);
+  return rc;
+}
+
+static void supervise_child_fail(const char *what, const char *detail) {
+  /* One JSON line like the trainer's, so the worker's failure report and the
+   * trial log both say exactly what went wrong. */
+  fprintf(stderr,
+          "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: %s%s%s\"}}\n",
+          what, detail ? ": " : "", detail ? detail : "");
+  fflush(stderr);
+  _exit(127);
+}
+
+static void supervise_child(const struct supervise_opts *o, char **argv,
+                            const sigset_t *oldmask) {
+  setpgid(0, 0);
+  /* The trial dies with its supervisor, whatever kills that. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (o->report_fd >= 0) close(o->report_fd);
+  if (o->cgroup) {
+    char path[4200], pid[32];
+    snprintf(path, sizeof path, "%s/cgroup.procs", o->cgroup);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (fd < 0 || write(fd, pid, (size_t)n) != n) supervise_child_fail("cannot join cgroup", o->cgroup);
+    close(fd);
+  }
+  if (o->cpus && *o->cpus) {
+    int ids[CPUSET_MAX];
+    int n = cpuset_parse(o->cpus, ids, CPUSET_MAX);
+    if (n <= 0) supervise_child_fail("bad cpu list", o->cpus);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int k = 0; k < n; k++) CPU_SET(ids[k], &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+      supervise_child_fail("sched_setaffinity failed", strerror(errno));
+  }
+  if (o->rlimit_as_mb > 0) {
+    struct rlimit rl;
+    rl.rlim_cur = rl.rlim_max = (rlim_t)o->rlimit_as_mb * 1024 * 1024;
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+      supervise_child_fail("setrlimit(RLIMIT_AS) failed", strerror(errno));
+  }
+  /* The supervisor's blocked signals must not stay blocked in the trial. */
+  sigprocmask(SIG_SETMASK, oldmask, NULL);
+  execvp(argv[0], argv);
+  char what[512];
+  snprintf(what, sizeof what, "cannot run '%s'", argv[0]);
+  supervise_child_fail(what, strerror(errno));
+}
+
+int supervise_run(const struct supervise_opts *o, char **argv) {
+  /* Orphaned descendants (double forks, daemons, children of a dead shell)
+   * become our children instead of init's: we can find and kill them. */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  sigset_t set, old;
+  sigemptyset(&set);
+  int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGPIPE};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&set, sigs[i]);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  if (o->parent > 0) {
+    /* Delivered (pending, blocked) when the worker dies; the check after it
+     * closes the race with a worker that died before the flag was set. */
+    prctl(PR_SET_PDEATHSIG, SIGUSR2);
+    if (getppid() != o->parent) {
+      sigprocmask(SIG_SETMASK, &old, NULL);
+      return -ESRCH;
+    }
+  }
+  pid_t t = fork();
+  if (t < 0) {
+    int e = errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return -e;
+  }
+  if (t == 0) supervise_child(o, argv, &old);
+  setpgid(t, t); /* also here: the group exists before its id is reported */
+  if (o->report_fd >= 0) {
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%d\n", (int)t);
+    if (write(o->report_fd, buf, (size_t)n) != n) { /* the worker falls back to our pid */ }
+    close(o->report_fd);
+  }
+  int status = 0, done = 0;
+  for (;;) {
+    struct timespec tick = {0, SUPERVISE_TICK_MS * 1000000L};
+    siginfo_t si;
+    int sig = sigtimedwait(&set, &si, &tick);
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT || sig == SIGUSR1) {
+      /* Meant for the trial (the worker signals its group directly; this is
+       * for anyone who signals the supervisor instead). */
+      kill(-t, sig);
+      kill(-t, SIGCONT);
+    } else if (sig == SIGCONT) {
+      kill(-t, SIGCONT);
+    }
+    supervise_reap(t, &status, &done);
+    if (done) break;
+    if (o->parent > 0 && (sig == SIGUSR2 || getppid() != o->parent)) {
+      /* The worker is gone: nobody will read the trial's results or stop it. */
+      supervise_kill_tree(t, o->cgroup, SUPERVISE_KILL_TIMEOUT_MS, t, &status, &done);
+      if (!done) status = SIGKILL; /* as a wait status: killed by SIGKILL */
+      sigprocmask(SIG_SETMASK, &old, NULL);
+      return status;
+    }
+  }
+  /* The trial's first process ended: what it left behind goes with it. */
+  supervise_kill_tree(t, o->cgroup, SUPERVISE_KILL_TIMEOUT_MS, 0, NULL, NULL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return status;
+}
+
+void supervise_exit(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(sig, SIG_DFL);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    sigprocmask(SIG_UNBLOCK, &s, NULL);
+    fflush(NULL);
+    raise(sig);
+    /* A signal whose default is not to terminate: say so the shell's way. */
+    _exit(128 + sig);
+  }
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}

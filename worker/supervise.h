@@ -1,0 +1,63 @@
+/* The per-trial supervisor: the process between the worker and its trial.
+ *
+ * PR_SET_PDEATHSIG reaches only one process, and kill(-pgid) misses every
+ * descendant that called setsid() or double-forked. So each trial runs under
+ * a small supervisor (`ctune-worker --exec-trial`, see execwrap.h) that
+ *  - is a child subreaper: every orphaned descendant of the trial becomes its
+ *    child, so it can find and kill the whole tree (no matter which session or
+ *    process group a descendant moved to) and reap it;
+ *  - has PR_SET_PDEATHSIG itself, and checks its parent on every wake-up: when
+ *    the worker dies (kill -9 included) it kills the whole tree and exits;
+ *  - runs the trial in a process group of its own (the trial's pid), which it
+ *    reports to the worker, so the worker's SIGTERM/SIGSTOP/SIGCONT/SIGKILL
+ *    to that group reach the trial and never the supervisor;
+ *  - when the trial's first process ends, kills what it left behind and exits
+ *    with the trial's own status (same exit code, or dies by the same signal).
+ * These functions are the pieces; execwrap.c wires them to the command line. */
+#ifndef CTUNE_WORKER_SUPERVISE_H
+#define CTUNE_WORKER_SUPERVISE_H
+
+#include <sys/types.h>
+
+/* Direct children of this process (from /proc/<pid>/task/<tid>/children, or
+ * a scan of /proc/<pid>/stat when the kernel lacks that file). Returns how
+ * many were written into pids (at most cap), or a negative errno. */
+int supervise_children(pid_t *pids, int cap);
+
+/* Sends SIGKILL to every process of cgroup dir cg (cgroup.kill where the
+ * kernel has it, else each pid listed in cgroup.procs, pid self excepted).
+ * check_fs: only when cg is on a cgroup2 file system (0 in tests, where a
+ * plain directory stands in for it). Returns how many pids were signalled
+ * (1 for cgroup.kill), or a negative errno. */
+int supervise_kill_cgroup(const char *cg, int check_fs);
+
+/* Kills the whole tree below this process: SIGKILL to process group pgid
+ * (0 = none), to the cgroup cg (NULL = none), and to each child, again and
+ * again, reaping them (this process should be a subreaper, so grandchildren
+ * come back as children as their parents die), until no child is left or
+ * timeout_ms passed. When the process `watch` is reaped on the way, its wait
+ * status goes to *watch_status and *watch_reaped is set. Returns 0 once no
+ * child is left, -ETIMEDOUT otherwise. */
+int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch,
+                        int *watch_status, int *watch_reaped);
+
+struct supervise_opts {
+  pid_t parent;       /* the worker; 0 = do not watch for its death */
+  const char *cgroup; /* the trial's cgroup to join and to kill; or NULL */
+  const char *cpus;   /* CPU list to pin to; or NULL */
+  long rlimit_as_mb;  /* 0 = none */
+  int report_fd;      /* the trial's pid is written here ("%d\n"); -1 = none */
+};
+
+/* Becomes the supervisor of argv[0..] (execvp'ed in a forked child in its own
+ * process group) and returns the trial's wait status once it and every
+ * descendant are gone. When the parent dies, the tree is killed and the
+ * returned status is that of the trial (killed). A negative errno when the
+ * trial could not even be forked. */
+int supervise_run(const struct supervise_opts *o, char **argv);
+
+/* Exits the way a wait status says: exit(code), or death by the same signal
+ * (without a core dump). Never returns. */
+void supervise_exit(int status) __attribute__((noreturn));
+
+#endif
