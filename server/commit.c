@@ -3,12 +3,17 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "log.h"
 
 #define COMMIT_MAX_BATCH 8192
+#define COMMIT_BUSY_TRIES 8   /* transient SQLITE_BUSY/LOCKED: retry the batch */
+#define COMMIT_MAX_FAILS 64   /* failure ranges remembered (tickets long past are not asked) */
 
 struct commit_op {
   struct commit_op *next;
@@ -17,42 +22,204 @@ struct commit_op {
   void *arg;
 };
 
+struct commit_group {
+  struct commit_group *next;
+  struct commit_op *ops, *tail;
+  uint64_t nops, ticket;
+  int64_t seq;
+};
+
 struct commit_waiter {
   struct commit_waiter *next;
   uint64_t ticket;
   commit_done_fn done;
   void *ctx;
+  int status;
+};
+
+/* Tickets lo..hi failed: lo's own write failed, the rest were refused. hi is
+ * UINT64_MAX until the repair point is known. */
+struct commit_fail {
+  uint64_t lo, hi;
+  char reason[160];
 };
 
 struct commit {
   struct store *st;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t work;    /* ops were queued, or stop */
+  pthread_cond_t work;    /* groups were queued, or stop */
   pthread_cond_t settled; /* a batch ended */
-  struct commit_op *head, *tail;
+  struct commit_group *head, *tail; /* closed groups, in ticket order */
+  struct commit_group *open;        /* filled under the caller's model lock */
   struct commit_waiter *waiters;
   uint64_t issued;    /* last ticket handed out */
   uint64_t done;      /* every ticket <= done has ended */
-  uint64_t last_good; /* every ticket <= last_good is committed */
+  uint64_t refuse_upto; /* queued groups up to here are refused unapplied */
+  int64_t seq_closed;   /* largest seq handed over */
+  struct commit_fail fails[COMMIT_MAX_FAILS];
+  int nfails;
+  void (*repair)(void *ctx);
+  void *repair_ctx;
   int stopping;
-  uint64_t batches, ops;
+  uint64_t batches, ops, failed;
 };
 
-static int commit_status_locked(struct commit *c, uint64_t ticket) {
-  return ticket <= c->last_good ? 0 : -EIO;
+static _Thread_local struct commit_hold *commit_cur_hold;
+
+void commit_hold_begin(struct commit_hold *h, int wait_all) {
+  h->ticket = 0;
+  h->wait_all = wait_all;
+  commit_cur_hold = h;
 }
 
-static int commit_apply_batch(struct commit *c, struct commit_op *ops) {
-  if (c->last_good != c->done) return -EIO; /* a failed batch left memory ahead of disk */
-  int rc = store_begin(c->st);
-  for (struct commit_op *op = ops; !rc && op; op = op->next) rc = op->apply(c->st, op->arg);
-  if (!rc) rc = store_commit(c->st);
-  if (rc) {
-    store_rollback(c->st);
-    log_error("commit: batch failed (%d); refusing further writes", rc);
+void commit_hold_end(void) { commit_cur_hold = NULL; }
+
+static const struct commit_fail *commit_fail_of(const struct commit *c, uint64_t ticket) {
+  for (int i = c->nfails; i-- > 0;)
+    if (ticket >= c->fails[i].lo && ticket <= c->fails[i].hi) return &c->fails[i];
+  return NULL;
+}
+
+static int commit_status_locked(struct commit *c, uint64_t ticket) {
+  if (!c->nfails) return 0;
+  const struct commit_fail *f = commit_fail_of(c, ticket);
+  return !f ? 0 : ticket == f->lo ? -EIO : -EAGAIN;
+}
+
+static void commit_free_group(struct commit_group *g) {
+  while (g->ops) {
+    struct commit_op *next = g->ops->next;
+    if (g->ops->free_fn) g->ops->free_fn(g->ops->arg);
+    free(g->ops);
+    g->ops = next;
   }
+  free(g);
+}
+
+static int commit_apply_group(struct commit *c, struct commit_group *g) {
+  int rc = 0;
+  for (struct commit_op *op = g->ops; !rc && op; op = op->next) rc = op->apply(c->st, op->arg);
   return rc;
+}
+
+/* SQLite's message when it has one, else the error code's. */
+static void commit_reason(struct commit *c, int rc, char *buf, size_t n) {
+  const char *m = store_errmsg(c->st);
+  snprintf(buf, n, "%s", m && *m ? m : strerror(-rc));
+}
+
+/* Every group in one transaction: the fast path. */
+static int commit_try_batch(struct commit *c, struct commit_group *batch) {
+  int64_t seq = 0;
+  int rc = store_begin(c->st);
+  for (struct commit_group *g = batch; !rc && g; g = g->next) {
+    rc = commit_apply_group(c, g);
+    if (g->seq > seq) seq = g->seq;
+  }
+  if (!rc && seq) rc = store_put_seq(c->st, seq);
+  if (!rc) rc = store_commit(c->st);
+  if (rc) store_rollback(c->st);
+  return rc;
+}
+
+/* After a hard failure: the groups again, each under a savepoint, to find
+ * the first that fails. The ones before it are committed. Returns the
+ * failing group (NULL when, this time, all of them went in). */
+static struct commit_group *commit_isolate(struct commit *c, struct commit_group *batch,
+                                           char *reason, size_t n) {
+  struct commit_group *bad = NULL;
+  int64_t seq = 0;
+  int rc = store_begin(c->st);
+  if (rc) {
+    commit_reason(c, rc, reason, n);
+    return batch;
+  }
+  for (struct commit_group *g = batch; g; g = g->next) {
+    if ((rc = store_savepoint(c->st))) { bad = g; break; }
+    if ((rc = commit_apply_group(c, g))) {
+      commit_reason(c, rc, reason, n);
+      store_rollback_to(c->st);
+      store_release(c->st);
+      bad = g;
+      break;
+    }
+    if ((rc = store_release(c->st))) { bad = g; break; }
+    if (g->seq > seq) seq = g->seq;
+  }
+  if (bad == batch) {
+    store_rollback(c->st);
+    return bad;
+  }
+  rc = seq ? store_put_seq(c->st, seq) : 0;
+  if (!rc) rc = store_commit(c->st);
+  if (rc) { /* the prefix did not go in either (disk full, I/O error) */
+    commit_reason(c, rc, reason, n);
+    store_rollback(c->st);
+    return batch;
+  }
+  return bad;
+}
+
+/* Applies a batch of groups. Returns the first group that failed (it and
+ * every later one are not stored), or NULL when all were committed. */
+static struct commit_group *commit_apply_batch(struct commit *c, struct commit_group *batch,
+                                               char *reason, size_t n) {
+  int rc = 0;
+  for (int i = 0; i < COMMIT_BUSY_TRIES; i++) {
+    rc = commit_try_batch(c, batch);
+    if (rc != -EBUSY) break;
+    /* Another connection holds the write lock (an operator's sqlite3, a
+     * backup): wait a little and go again, nothing was stored. */
+    struct timespec ts = {0, (long)(2 << i) * 1000 * 1000};
+    log_warn("commit: database busy, retrying in %ld ms", ts.tv_nsec / 1000000);
+    nanosleep(&ts, NULL);
+  }
+  if (!rc) return NULL;
+  commit_reason(c, rc, reason, n);
+  if (rc == -EBUSY) return batch;
+  return commit_isolate(c, batch, reason, n);
+}
+
+static void commit_settle(struct commit *c, uint64_t upto) {
+  /* Detach the waiters this batch settles (their status taken under the
+   * lock); call them without it. */
+  struct commit_waiter *ready = NULL, **pp = &c->waiters;
+  c->done = upto;
+  while (*pp) {
+    struct commit_waiter *w = *pp;
+    if (w->ticket <= upto) {
+      *pp = w->next;
+      w->status = commit_status_locked(c, w->ticket);
+      w->next = ready;
+      ready = w;
+    } else {
+      pp = &w->next;
+    }
+  }
+  pthread_cond_broadcast(&c->settled);
+  pthread_mutex_unlock(&c->mu);
+  while (ready) {
+    struct commit_waiter *next = ready->next;
+    ready->done(ready->ctx, ready->status);
+    free(ready);
+    ready = next;
+  }
+  pthread_mutex_lock(&c->mu);
+}
+
+static void commit_record_failure(struct commit *c, uint64_t lo, const char *reason) {
+  if (c->nfails == COMMIT_MAX_FAILS) {
+    memmove(c->fails, c->fails + 1, (COMMIT_MAX_FAILS - 1) * sizeof *c->fails);
+    c->nfails--;
+  }
+  struct commit_fail *f = &c->fails[c->nfails++];
+  f->lo = lo;
+  /* Until the repair point: everything handed over so far (it may build on
+   * the failed group's state), and more if the repair is slow to come. */
+  f->hi = c->repair ? UINT64_MAX : c->issued;
+  snprintf(f->reason, sizeof f->reason, "%s", reason);
+  if (!c->repair) c->refuse_upto = c->issued;
 }
 
 static void *commit_main(void *arg) {
@@ -61,53 +228,92 @@ static void *commit_main(void *arg) {
   for (;;) {
     while (!c->head && !c->stopping) pthread_cond_wait(&c->work, &c->mu);
     if (!c->head && c->stopping) break;
-    /* Take up to COMMIT_MAX_BATCH ops off the queue. */
-    struct commit_op *batch = c->head, *last = batch;
-    uint64_t n = 1;
-    while (last->next && n < COMMIT_MAX_BATCH) { last = last->next; n++; }
+    /* Groups already refused (behind a failure, before its repair) go first,
+     * unapplied. */
+    struct commit_group *refused = NULL, **rp = &refused;
+    while (c->head && c->head->ticket <= c->refuse_upto) {
+      struct commit_group *g = c->head;
+      c->head = g->next;
+      g->next = NULL;
+      *rp = g;
+      rp = &g->next;
+    }
+    if (refused) {
+      uint64_t upto = c->done;
+      for (struct commit_group *g = refused; g; g = g->next) upto = g->ticket;
+      if (!c->head) c->tail = NULL;
+      pthread_mutex_unlock(&c->mu);
+      while (refused) {
+        struct commit_group *next = refused->next;
+        commit_free_group(refused);
+        refused = next;
+      }
+      pthread_mutex_lock(&c->mu);
+      commit_settle(c, upto);
+      continue;
+    }
+    /* Take whole groups, up to COMMIT_MAX_BATCH ops (at least one group). */
+    struct commit_group *batch = c->head, *last = batch;
+    uint64_t n = batch->nops;
+    while (last->next && n + last->next->nops <= COMMIT_MAX_BATCH) {
+      last = last->next;
+      n += last->nops;
+    }
     c->head = last->next;
     if (!c->head) c->tail = NULL;
     last->next = NULL;
-    uint64_t upto = c->done + n;
+    uint64_t upto = last->ticket;
     pthread_mutex_unlock(&c->mu);
 
+    char reason[160] = "";
     double t0 = clock_mono_s();
-    int rc = commit_apply_batch(c, batch);
+    struct commit_group *bad = commit_apply_batch(c, batch, reason, sizeof reason);
     double took = clock_mono_s() - t0;
     if (took > 0.02) /* every reply in the batch waited this long */
       log_warn("commit: %llu op(s) took %.1f ms", (unsigned long long)n, took * 1e3);
+    uint64_t bad_ticket = bad ? bad->ticket : 0, nbad = 0;
+    for (struct commit_group *g = bad; g; g = g->next) nbad++;
     while (batch) {
-      struct commit_op *next = batch->next;
-      if (batch->free_fn) batch->free_fn(batch->arg);
-      free(batch);
+      struct commit_group *next = batch->next;
+      commit_free_group(batch);
       batch = next;
     }
 
     pthread_mutex_lock(&c->mu);
-    c->done = upto;
-    if (!rc) c->last_good = upto;
     c->batches++;
     c->ops += n;
-    /* Detach the waiters this batch settles; call them without the lock. */
-    struct commit_waiter *ready = NULL, **pp = &c->waiters;
-    while (*pp) {
-      struct commit_waiter *w = *pp;
-      if (w->ticket <= upto) { *pp = w->next; w->next = ready; ready = w; }
-      else pp = &w->next;
+    if (bad_ticket) {
+      c->failed += nbad;
+      log_error("commit: group %llu failed (%s); it and %llu later group(s) were not "
+                "stored; the model is rebuilt from the database",
+                (unsigned long long)bad_ticket, reason[0] ? reason : "?",
+                (unsigned long long)(c->issued - bad_ticket));
+      commit_record_failure(c, bad_ticket, reason);
     }
-    uint64_t good = c->last_good;
-    pthread_cond_broadcast(&c->settled);
-    pthread_mutex_unlock(&c->mu);
-    while (ready) {
-      struct commit_waiter *next = ready->next;
-      ready->done(ready->ctx, ready->ticket <= good ? 0 : -EIO);
-      free(ready);
-      ready = next;
+    commit_settle(c, upto);
+    if (bad_ticket && c->repair) {
+      pthread_mutex_unlock(&c->mu);
+      c->repair(c->repair_ctx); /* takes the model lock, calls commit_repair_point */
+      pthread_mutex_lock(&c->mu);
     }
-    pthread_mutex_lock(&c->mu);
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
+}
+
+void commit_repair_point(struct commit *c) {
+  pthread_mutex_lock(&c->mu);
+  c->refuse_upto = c->issued;
+  if (c->nfails && c->fails[c->nfails - 1].hi == UINT64_MAX)
+    c->fails[c->nfails - 1].hi = c->issued;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void commit_set_repair(struct commit *c, void (*repair)(void *ctx), void *ctx) {
+  pthread_mutex_lock(&c->mu);
+  c->repair = repair;
+  c->repair_ctx = ctx;
+  pthread_mutex_unlock(&c->mu);
 }
 
 int commit_start(struct store *st, struct commit **out) {
@@ -135,10 +341,11 @@ void commit_stop(struct commit *c) {
   pthread_cond_signal(&c->work);
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->thread, NULL);
+  if (c->open) commit_free_group(c->open); /* never handed over: nobody waits */
   while (c->waiters) { /* nobody should be left; answer them anyway */
     struct commit_waiter *w = c->waiters;
     c->waiters = w->next;
-    w->done(w->ctx, commit_status_locked(c, w->ticket));
+    w->done(w->ctx, w->ticket <= c->done ? commit_status_locked(c, w->ticket) : -EAGAIN);
     free(w);
   }
   pthread_cond_destroy(&c->settled);
@@ -159,13 +366,47 @@ int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_
   op->free_fn = free_fn;
   op->arg = arg;
   pthread_mutex_lock(&c->mu);
-  if (c->tail) c->tail->next = op;
-  else c->head = op;
-  c->tail = op;
-  *ticket = ++c->issued;
-  pthread_cond_signal(&c->work);
+  if (!c->open && !(c->open = calloc(1, sizeof *c->open))) {
+    pthread_mutex_unlock(&c->mu);
+    free(op);
+    if (free_fn) free_fn(arg);
+    return -ENOMEM;
+  }
+  struct commit_group *g = c->open;
+  if (g->tail) g->tail->next = op;
+  else g->ops = op;
+  g->tail = op;
+  g->nops++;
+  /* Groups are closed in order under the model lock the caller holds. */
+  *ticket = c->issued + 1;
   pthread_mutex_unlock(&c->mu);
   return 0;
+}
+
+uint64_t commit_group_close(struct commit *c, int64_t seq) {
+  struct commit_hold *h = commit_cur_hold;
+  uint64_t ticket = 0;
+  pthread_mutex_lock(&c->mu);
+  struct commit_group *g = c->open;
+  /* A change counter moved without a row to carry it (a checkpoint upload,
+   * say): a group of its own, so the number is saved before it is shown. */
+  if (!g && seq > c->seq_closed) g = calloc(1, sizeof *g);
+  if (g) {
+    c->open = NULL;
+    g->ticket = ticket = ++c->issued;
+    g->seq = seq;
+    if (seq > c->seq_closed) c->seq_closed = seq;
+    if (c->tail) c->tail->next = g;
+    else c->head = g;
+    c->tail = g;
+    pthread_cond_signal(&c->work);
+  }
+  if (h) {
+    uint64_t want = ticket ? ticket : h->wait_all ? c->issued : 0;
+    if (want > h->ticket) h->ticket = want;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return ticket;
 }
 
 uint64_t commit_last_ticket(struct commit *c) {
@@ -181,6 +422,13 @@ int commit_wait(struct commit *c, uint64_t ticket) {
   int rc = commit_status_locked(c, ticket);
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+void commit_flush(struct commit *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t upto = c->issued;
+  while (c->done < upto) pthread_cond_wait(&c->settled, &c->mu);
+  pthread_mutex_unlock(&c->mu);
 }
 
 int commit_when_done(struct commit *c, uint64_t ticket, void (*before)(void *ctx),
@@ -206,9 +454,23 @@ int commit_when_done(struct commit *c, uint64_t ticket, void (*before)(void *ctx
   return 0;
 }
 
+void commit_failure_reason(struct commit *c, uint64_t ticket, char *buf, size_t n) {
+  pthread_mutex_lock(&c->mu);
+  const struct commit_fail *f = commit_fail_of(c, ticket);
+  snprintf(buf, n, "%s", f ? f->reason : "");
+  pthread_mutex_unlock(&c->mu);
+}
+
 void commit_stats(struct commit *c, uint64_t *batches, uint64_t *ops) {
   pthread_mutex_lock(&c->mu);
   *batches = c->batches;
   *ops = c->ops;
   pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t commit_failures(struct commit *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t n = c->failed;
+  pthread_mutex_unlock(&c->mu);
+  return n;
 }

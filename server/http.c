@@ -45,6 +45,7 @@ struct http_req {
   int too_large;
   size_t dropped;
   enum req_state state;
+  uint64_t ticket; /* what the reply waits for: the request's lock holds */
   int commit_status;
   struct api_resp resp;
 };
@@ -65,11 +66,19 @@ static int http_ends_with(const char *s, const char *suffix) {
 static enum MHD_Result http_send(struct http_req *r) {
   struct api_resp *p = &r->resp;
   if (r->commit_status) {
+    /* Whatever the handler answered is not true: its change is not stored. */
+    char why[160];
+    commit_failure_reason(r->s->commit, r->ticket, why, sizeof why);
     free(p->body);
     memset(p, 0, sizeof *p);
-    if (api_error(p, 500, "store_error", "", "the database did not commit this change")) {
-      p->status = 500;
-    }
+    int rc = r->commit_status == -EAGAIN
+        ? api_error(p, 503, "store_retry", "", "this change was not stored: it was queued "
+                    "behind a change the database refused (%s); nothing of it was kept, "
+                    "retry", why[0] ? why : "unknown error")
+        : api_error(p, 500, "store_error", "", "the database did not commit this change "
+                    "(%s); nothing of it was stored", why[0] ? why : "unknown error");
+    if (rc) p->status = r->commit_status == -EAGAIN ? 503 : 500;
+    if (r->commit_status == -EAGAIN) api_header(p, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   }
   struct MHD_Response *m = MHD_create_response_from_buffer(
       p->len, p->body ? p->body : (void *)"", p->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -230,10 +239,18 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
    * which sets `stopping` first and then waits for this count to drop, can
    * never miss a handler about to suspend its connection. */
   atomic_fetch_add(&h->active, 1);
+  /* Reply-after-commit is structural: every group the handler's lock holds
+   * handed to the commit thread (and, for a write, everything before its
+   * holds) is recorded here by server_unlock, so the reply cannot go out
+   * before it, whatever the handler or an error helper did with resp. */
+  struct commit_hold hold;
+  commit_hold_begin(&hold, strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0);
   http_dispatch(r, url, method);
-  if (r->resp.ticket) {
+  commit_hold_end();
+  r->ticket = hold.ticket > r->resp.ticket ? hold.ticket : r->resp.ticket;
+  if (r->ticket) {
     int status = 0;
-    int rc = commit_when_done(h->s->commit, r->resp.ticket, http_suspend, http_committed, r,
+    int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r,
                               &status);
     if (rc == 0) { /* suspended; http_committed resumes us */
       atomic_fetch_sub(&h->active, 1);

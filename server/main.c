@@ -34,6 +34,24 @@ static int main_lock_db(const char *db, int *fd_out) {
   return 0;
 }
 
+/* The commit thread calls this after the store refused a write: from the
+ * repair point on, memory is the store again (commit.h). */
+static void main_repair(void *ctx) {
+  struct server *s = ctx;
+  char err[512];
+  double t0 = clock_mono_s();
+  server_lock(s);
+  commit_repair_point(s->commit);
+  int rc = state_reload(s, err, sizeof err);
+  server_unlock(s);
+  if (rc)
+    log_error("rebuilding the model after a failed write failed (%s); serving the old one",
+              err);
+  else
+    log_warn("model rebuilt from the database after a failed write (%.0f ms)",
+             (clock_mono_s() - t0) * 1e3);
+}
+
 int main(int argc, char **argv) {
   struct server s;
   enum opts_action action;
@@ -85,7 +103,8 @@ int main(int argc, char **argv) {
               "this database; stop it first or pass another --db" : strerror(-lrc));
     goto out;
   }
-  if (store_open(s.opt.db_path, s.opt.wal_frames, &s.store, err, sizeof err)) {
+  if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err,
+                 sizeof err)) {
     log_error("%s", err);
     goto out;
   }
@@ -99,6 +118,16 @@ int main(int argc, char **argv) {
            (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
            s.opt.lease_timeout_s);
   if (commit_start(s.store, &s.commit)) goto out;
+  commit_set_repair(s.commit, main_repair, &s);
+  /* What a crash between the writes of an older version left half done is
+   * finished before anyone sees it. */
+  server_lock(&s);
+  int rep = state_repair(&s);
+  server_unlock(&s);
+  if (rep || commit_wait(s.commit, commit_last_ticket(s.commit))) {
+    log_error("repairing the loaded state failed (%d)", rep);
+    goto out;
+  }
   if (http_start(&s, &http, &port, err, sizeof err)) {
     log_error("%s", err);
     goto out;
@@ -119,9 +148,9 @@ int main(int argc, char **argv) {
       log_info("signal %d: stopping", sig);
       break;
     }
-    pthread_mutex_lock(&s.lock);
+    server_lock(&s); /* the unlock hands what expiry changed to the commit thread */
     state_expire_leases(&s, clock_mono_ms());
-    pthread_mutex_unlock(&s.lock);
+    server_unlock(&s);
     if (store_checkpoint(s.store, &copied)) log_warn("store: WAL checkpoint failed");
   }
   rc = 0;
@@ -132,6 +161,7 @@ out:
   http_stop(http);
   commit_stop(s.commit);
   if (state_ready) state_free(&s);
+  state_reload_cleanup();
   store_close(s.store);
   if (lock_fd >= 0) close(lock_fd);
   if (!rc) log_info("stopped");

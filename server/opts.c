@@ -11,6 +11,7 @@ const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
+    "                    [--durability full|normal]\n"
     "                    [--web-dir DIR] [--vendor-dir DIR]\n"
     "                    [--help] [--version]\n"
     "\n"
@@ -27,6 +28,11 @@ const char opts_usage[] =
     "  --max-checkpoint-mb N   largest checkpoint accepted (default 256)\n"
     "  --wal-checkpoint-frames N  WAL pages after which the writer completes a\n"
     "                          checkpoint (default 8192, i.e. 32 MiB)\n"
+    "  --durability full|normal  full (default): a reply that acknowledges a write is\n"
+    "                          sent after its commit reached the disk (fsync): it\n"
+    "                          survives kill -9, an OS crash and a power cut.\n"
+    "                          normal: after the commit reached the OS: it survives\n"
+    "                          kill -9 of the server, not an OS crash or power cut\n"
     "  --web-dir DIR           dashboard files served at / (default " CTUNE_WEB_DIR_DEFAULT ")\n"
     "  --vendor-dir DIR        files served at /vendor/ (default " CTUNE_VENDOR_DIR_DEFAULT ")\n";
 
@@ -60,7 +66,7 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     .db_path = "ctune.db", .bind = "127.0.0.1", .port = 8470, .token_file = NULL,
     .lease_timeout_s = 30, .heartbeat_interval_s = 5, .web_dir = CTUNE_WEB_DIR_DEFAULT,
     .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT, .threads = 2,
-    .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192};
+    .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192, .sync_full = 1};
   *action = OPTS_RUN;
   int hb_set = 0;
   for (int i = 1; i < argc; i++) {
@@ -93,6 +99,14 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     else if (!strcmp(name, "--token-file")) o->token_file = v;
     else if (!strcmp(name, "--web-dir")) o->web_dir = v;
     else if (!strcmp(name, "--vendor-dir")) o->vendor_dir = v;
+    else if (!strcmp(name, "--durability")) {
+      if (!v || (strcmp(v, "full") && strcmp(v, "normal"))) {
+        snprintf(err, errlen, "--durability: expected full or normal, got '%s'",
+                 v ? v : "(nothing)");
+        return -EINVAL;
+      }
+      o->sync_full = !strcmp(v, "full");
+    }
     else if (!strcmp(name, "--port")) {
       if (opts_integer(name, v, 0, 65535, &x, err, errlen)) return -EINVAL;
       o->port = (int)x;

@@ -106,6 +106,7 @@ struct server_options {
   int threads;
   int64_t max_checkpoint_bytes;
   int wal_frames;
+  int sync_full; /* --durability full (1, default) | normal (0) */
 };
 
 struct server {
@@ -131,7 +132,13 @@ struct server {
  * ops queued during the hold are handed to the commit thread together (see
  * commit.h), so a reply can never acknowledge half of it. */
 static inline void server_lock(struct server *s) { pthread_mutex_lock(&s->lock); }
-static inline void server_unlock(struct server *s) { pthread_mutex_unlock(&s->lock); }
+static inline void server_unlock(struct server *s) {
+  /* Closed before the lock is released, so groups reach the commit thread in
+   * the order of the holds; the group's ticket lands in the current request's
+   * hold record (http.c), which is what its reply waits for. */
+  if (s->commit) commit_group_close(s->commit, s->seq);
+  pthread_mutex_unlock(&s->lock);
+}
 
 static inline struct trial *server_trial(struct server *s, int64_t id) {
   return id >= 1 && id <= s->ntrials ? s->trials[id - 1] : NULL;
@@ -148,6 +155,17 @@ int state_init(struct server *s);
 void state_free(struct server *s);
 /* Rebuilds the model from the store (no lock needed: before serving). */
 int state_load(struct server *s, char *err, size_t errlen);
+/* Self-repair of what a crash between non-atomic writes (older versions)
+ * could leave: an experiment RUNNING whose trials all ended is TERMINATED, a
+ * CANCELLED one gets its unfinished trials ended. Queues the fixes (lock
+ * held, commit thread running). */
+int state_repair(struct server *s);
+/* After a write the store refused: the model again from the store, then
+ * state_repair (lock held). The change counter keeps its value. On failure
+ * the old model stays. */
+int state_reload(struct server *s, char *err, size_t errlen);
+/* Frees the models state_reload replaced (at exit, after state_free). */
+void state_reload_cleanup(void);
 
 int state_add_experiment(struct server *s, const char *config_json,
                          struct experiment_spec *spec, const cJSON *configs,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "log.h"
 #include "server.h"
 #include "state_internal.h"
 #include "validate.h"
@@ -207,5 +208,131 @@ int state_load(struct server *s, char *err, size_t errlen) {
     struct experiment *e = s->exps[i];
     e->pending_cursor = 0;
   }
+  /* The saved counter may be past every row's (a change that left no row
+   * of its own took the last number): never hand a number out twice. */
+  int64_t saved = 0;
+  if ((rc = store_get_seq(s->store, &saved))) {
+    snprintf(err, errlen, "reading the change counter failed (%d)", rc);
+    return rc;
+  }
+  if (saved > s->seq) s->seq = saved;
   return 0;
+}
+
+/* The latest trial end of an experiment: when it really ended. */
+static double state_last_end(struct server *s, const struct experiment *e) {
+  double at = 0;
+  for (int64_t i = 0; i < e->num_trials; i++) {
+    const struct trial *t = s->trials[e->first_trial_id + i - 1];
+    if (t->ended_at > at) at = t->ended_at;
+  }
+  return at > 0 ? at : clock_wall_s();
+}
+
+int state_repair(struct server *s) {
+  uint64_t ticket = 0;
+  int rc = 0;
+  for (int64_t i = 0; !rc && i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    int64_t ended = e->counts[TS_TERMINATED] + e->counts[TS_ERROR];
+    if (e->status == ES_CANCELLED && ended < e->num_trials) {
+      /* Cancelled, but the trials' ends were lost (a crash between the
+       * writes of a non-atomic cancel): finish the cancel. */
+      int64_t stopped = 0;
+      for (int64_t j = 0; !rc && j < e->num_trials; j++) {
+        struct trial *t = s->trials[e->first_trial_id + j - 1];
+        if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
+        rc = state_end_trial(s, t, TS_TERMINATED, &ticket);
+        stopped++;
+      }
+      log_warn("repair: experiment %lld was CANCELLED with %lld unfinished trial(s): "
+               "ended them", (long long)e->id, (long long)stopped);
+    } else if (e->status == ES_RUNNING && e->num_trials > 0 && ended == e->num_trials) {
+      /* Every trial ended but the experiment's own end was lost. */
+      e->status = ES_TERMINATED;
+      e->ended_at = state_last_end(s, e);
+      e->updated_seq = ++s->seq;
+      rc = state_persist_experiment(s, e, &ticket);
+      log_warn("repair: experiment %lld was RUNNING with all %lld trial(s) ended: "
+               "TERMINATED", (long long)e->id, (long long)e->num_trials);
+    }
+  }
+  return rc;
+}
+
+/* Old models that a request might still point into (a pointer kept across
+ * server_unlock); freed a few reloads later, and at exit. */
+#define STATE_GRAVEYARD 4
+struct state_model {
+  struct experiment **exps;
+  int64_t nexps;
+  struct trial **trials;
+  int64_t ntrials;
+  struct worker **workers;
+  int64_t nworkers;
+};
+static struct state_model state_graveyard[STATE_GRAVEYARD];
+static int state_ngraves;
+
+static void state_model_free(struct state_model *m) {
+  for (int64_t i = 0; i < m->ntrials; i++) state_trial_free(m->trials[i]);
+  for (int64_t i = 0; i < m->nexps; i++) state_experiment_free(m->exps[i]);
+  for (int64_t i = 0; i < m->nworkers; i++) {
+    if (m->workers[i]) free(m->workers[i]->name);
+    free(m->workers[i]);
+  }
+  free(m->trials);
+  free(m->exps);
+  free(m->workers);
+  memset(m, 0, sizeof *m);
+}
+
+static struct state_model state_model_take(struct server *s) {
+  struct state_model m = {s->exps, s->nexps, s->trials, s->ntrials, s->workers, s->nworkers};
+  s->exps = NULL;
+  s->trials = NULL;
+  s->workers = NULL;
+  s->nexps = s->capexps = s->ntrials = s->captrials = s->nworkers = s->capworkers = 0;
+  return m;
+}
+
+static void state_model_put(struct server *s, struct state_model *m) {
+  s->exps = m->exps;
+  s->nexps = s->capexps = m->nexps;
+  s->trials = m->trials;
+  s->ntrials = s->captrials = m->ntrials;
+  s->workers = m->workers;
+  s->nworkers = s->capworkers = m->nworkers;
+}
+
+int state_reload(struct server *s, char *err, size_t errlen) {
+  int64_t seq = s->seq;
+  int64_t capexps = s->capexps, captrials = s->captrials, capworkers = s->capworkers;
+  struct state_model old = state_model_take(s);
+  int rc = state_load(s, err, errlen);
+  if (rc) {
+    struct state_model partial = state_model_take(s);
+    state_model_free(&partial);
+    state_model_put(s, &old);
+    s->capexps = capexps;
+    s->captrials = captrials;
+    s->capworkers = capworkers;
+    s->seq = seq;
+    return rc;
+  }
+  /* Numbers already shown (the failed change's too) are never reused. */
+  if (seq > s->seq) s->seq = seq;
+  if (state_ngraves == STATE_GRAVEYARD) {
+    state_model_free(&state_graveyard[0]);
+    memmove(state_graveyard, state_graveyard + 1,
+            (STATE_GRAVEYARD - 1) * sizeof *state_graveyard);
+    state_ngraves--;
+  }
+  state_graveyard[state_ngraves++] = old;
+  return state_repair(s);
+}
+
+void state_reload_cleanup(void) {
+  for (int i = 0; i < state_ngraves; i++) state_model_free(&state_graveyard[i]);
+  state_ngraves = 0;
 }

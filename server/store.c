@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,8 @@
 
 enum {
   ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_EXP, ST_PUT_TRIAL, ST_INS_RESULT,
-  ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_COUNT
+  ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_SAVEPOINT, ST_ROLLBACK_TO,
+  ST_RELEASE, ST_PUT_SEQ, ST_COUNT
 };
 
 static const char *const store_sql[ST_COUNT] = {
@@ -39,6 +41,17 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                   "VALUES(?,?,?,?)",
   [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
+  [ST_SAVEPOINT] = "SAVEPOINT g",
+  [ST_ROLLBACK_TO] = "ROLLBACK TO g",
+  [ST_RELEASE] = "RELEASE g",
+  [ST_PUT_SEQ] = "UPDATE meta SET value=max(value,?) WHERE key='seq'",
+};
+
+/* Test-only faults (CTUNE_TEST_FAULT, see store.h). */
+struct store_faults {
+  int busy;                 /* the next N begins find the database busy */
+  int kill_after_trial_end; /* armed: SIGKILL after the commit that ends a trial */
+  int armed;
 };
 
 struct store {
@@ -50,7 +63,26 @@ struct store {
   char wal_path[4096];
   pthread_mutex_t rlock;
   sqlite3_stmt *stmt[ST_COUNT];
+  struct store_faults fault;
+  char errmsg[160];
 };
+
+static void store_faults_parse(struct store *st) {
+  const char *spec = getenv("CTUNE_TEST_FAULT");
+  if (!spec || !*spec) return;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(kv, '=');
+    long v = eq ? strtol(eq + 1, NULL, 10) : 1;
+    if (eq) *eq = 0;
+    if (!strcmp(kv, "busy")) st->fault.busy = (int)v;
+    else if (!strcmp(kv, "kill_after_trial_end")) st->fault.kill_after_trial_end = v != 0;
+    else if (!strcmp(kv, "blob_limit")) sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
+    else continue;
+    log_warn("store: test fault injection on: %s=%ld", kv, v);
+  }
+}
 
 static int store_exec(sqlite3 *db, const char *sql, char *err, size_t errlen,
                       const char *what) {
@@ -114,7 +146,8 @@ static int store_wal_autocheckpoint(sqlite3 *db, int frames, char *err, size_t e
   return store_exec(db, sql, err, errlen, "setting wal_autocheckpoint");
 }
 
-int store_open(const char *path, int wal_frames, struct store **out, char *err, size_t errlen) {
+int store_open(const char *path, int wal_frames, int sync_full, struct store **out, char *err,
+               size_t errlen) {
   struct store *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
   if (pthread_mutex_init(&st->rlock, NULL)) { free(st); return -ENOMEM; }
@@ -122,11 +155,15 @@ int store_open(const char *path, int wal_frames, struct store **out, char *err, 
   snprintf(st->wal_path, sizeof st->wal_path, "%s-wal", path);
   int rc = -EIO;
   if (store_open_conn(path, &st->w, err, errlen)) goto fail;
-  /* WAL + synchronous=NORMAL: a commit is in the WAL file (the OS has it)
-   * before we answer, so kill -9 of the server loses nothing acknowledged;
-   * only a power cut could lose the last commits. */
+  /* WAL + synchronous=FULL: each commit's WAL frames are fsynced before the
+   * commit returns, and replies wait for the commit, so an acknowledged write
+   * survives an OS crash or power cut. Group commit makes that one fsync per
+   * batch of requests. NORMAL (--durability normal): the commit is in the WAL
+   * file (the OS has it) before we answer: kill -9 of the server loses
+   * nothing acknowledged, an OS crash or power cut may lose the last ones. */
   if (store_exec(st->w, "PRAGMA journal_mode=WAL", err, errlen, "enabling WAL") ||
-      store_exec(st->w, "PRAGMA synchronous=NORMAL", err, errlen, "setting synchronous") ||
+      store_exec(st->w, sync_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+                 err, errlen, "setting synchronous") ||
       store_exec(st->w, "PRAGMA foreign_keys=OFF", err, errlen, "pragma") ||
       /* Result inserts touch index pages all over (trial_id, t): a 32 MiB
        * page cache keeps them in memory past a few hundred thousand rows. */
@@ -148,6 +185,7 @@ int store_open(const char *path, int wal_frames, struct store **out, char *err, 
   }
   if (store_open_conn(path, &st->r, err, errlen)) goto fail;
   if (store_open_conn(path, &st->c, err, errlen)) goto fail;
+  store_faults_parse(st);
   *out = st;
   return 0;
 fail:
@@ -172,10 +210,24 @@ static int store_step(struct store *st, sqlite3_stmt *s) {
   sqlite3_reset(s);
   sqlite3_clear_bindings(s);
   if (rc != SQLITE_DONE) {
-    log_error("store: %s", sqlite3_errmsg(st->w));
-    return rc == SQLITE_CONSTRAINT ? -EEXIST : -EIO;
+    snprintf(st->errmsg, sizeof st->errmsg, "%s", sqlite3_errmsg(st->w));
+    log_error("store: %s", st->errmsg);
+    rc &= 0xff; /* the primary code of an extended one */
+    return rc == SQLITE_CONSTRAINT ? -EEXIST
+           : rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? -EBUSY : -EIO;
   }
   return 0;
+}
+
+const char *store_errmsg(struct store *st) { return st->errmsg; }
+
+/* A value SQLite refuses to take (over its length limit): nothing stored. */
+static int store_bind_failed(struct store *st, sqlite3_stmt *s) {
+  snprintf(st->errmsg, sizeof st->errmsg, "%s", sqlite3_errmsg(st->w));
+  log_error("store: %s", st->errmsg);
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  return -E2BIG;
 }
 
 static void bind_text(sqlite3_stmt *s, int i, const char *v) {
@@ -188,9 +240,35 @@ static void bind_time(sqlite3_stmt *s, int i, double v) {
   else sqlite3_bind_null(s, i);
 }
 
-int store_begin(struct store *st) { return store_step(st, st->stmt[ST_BEGIN]); }
-int store_commit(struct store *st) { return store_step(st, st->stmt[ST_COMMIT]); }
-int store_rollback(struct store *st) { return store_step(st, st->stmt[ST_ROLLBACK]); }
+int store_begin(struct store *st) {
+  st->errmsg[0] = 0;
+  if (st->fault.busy > 0) {
+    st->fault.busy--;
+    snprintf(st->errmsg, sizeof st->errmsg, "database is locked (injected)");
+    return -EBUSY;
+  }
+  return store_step(st, st->stmt[ST_BEGIN]);
+}
+
+int store_commit(struct store *st) {
+  int rc = store_step(st, st->stmt[ST_COMMIT]);
+  if (!rc && st->fault.armed) raise(SIGKILL); /* test: crash right after this commit */
+  return rc;
+}
+
+int store_rollback(struct store *st) {
+  st->fault.armed = 0;
+  return store_step(st, st->stmt[ST_ROLLBACK]);
+}
+
+int store_savepoint(struct store *st) { return store_step(st, st->stmt[ST_SAVEPOINT]); }
+int store_rollback_to(struct store *st) { return store_step(st, st->stmt[ST_ROLLBACK_TO]); }
+int store_release(struct store *st) { return store_step(st, st->stmt[ST_RELEASE]); }
+
+int store_put_seq(struct store *st, int64_t seq) {
+  sqlite3_bind_int64(st->stmt[ST_PUT_SEQ], 1, seq);
+  return store_step(st, st->stmt[ST_PUT_SEQ]);
+}
 
 int store_put_experiment(struct store *st, const struct store_experiment_row *r) {
   sqlite3_stmt *s = st->stmt[ST_PUT_EXP];
@@ -227,6 +305,9 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   bind_time(s, 15, r->started_at);
   bind_time(s, 16, r->ended_at);
   sqlite3_bind_int64(s, 17, r->updated_seq);
+  if (st->fault.kill_after_trial_end && r->status &&
+      (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
+    st->fault.armed = 1;
   return store_step(st, s);
 }
 
@@ -272,14 +353,16 @@ int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
   sqlite3_bind_int64(s, 1, trial_id);
   sqlite3_bind_int64(s, 2, iteration);
   sqlite3_bind_int64(s, 3, (int64_t)crc);
-  sqlite3_bind_blob64(s, 4, len ? data : "", len, SQLITE_STATIC);
+  if (sqlite3_bind_blob64(s, 4, len ? data : "", len, SQLITE_STATIC) != SQLITE_OK)
+    return store_bind_failed(st, s);
   return store_step(st, s);
 }
 
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len) {
   sqlite3_stmt *s = st->stmt[ST_PUT_LOG];
   sqlite3_bind_int64(s, 1, trial_id);
-  sqlite3_bind_text64(s, 2, log, len, SQLITE_STATIC, SQLITE_UTF8);
+  if (sqlite3_bind_text64(s, 2, log, len, SQLITE_STATIC, SQLITE_UTF8) != SQLITE_OK)
+    return store_bind_failed(st, s);
   return store_step(st, s);
 }
 
@@ -397,6 +480,20 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
     rc = l->checkpoint(l->ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
   sqlite3_finalize(s);
+  return rc;
+}
+
+int store_get_seq(struct store *st, int64_t *seq) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT value FROM meta WHERE key='seq'", &s);
+  if (!rc) {
+    int step = sqlite3_step(s);
+    *seq = step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    if (step != SQLITE_ROW && step != SQLITE_DONE) rc = -EIO;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
   return rc;
 }
 

@@ -65,15 +65,33 @@ struct store_worker_row {
 /* Opens (creating) the database in WAL mode and applies the migrations of
  * schema/ that user_version says are missing, each in its own transaction.
  * wal_frames: the WAL size (in pages) at which the writer checkpoints.
- * On failure *err names the step. -EIO / -ENOMEM. */
-int store_open(const char *path, int wal_frames, struct store **out, char *err,
-               size_t errlen);
+ * sync_full: synchronous=FULL (each commit is fsynced before it returns: an
+ * acknowledged write survives an OS crash or power cut) instead of NORMAL
+ * (it survives a crash of the process only).
+ * On failure *err names the step. -EIO / -ENOMEM.
+ *
+ * Fault injection for tests only: the environment variable CTUNE_TEST_FAULT
+ * ("busy=N,blob_limit=BYTES,kill_after_trial_end=1") makes the next N
+ * transactions find the database busy, refuses values over BYTES the way
+ * SQLite refuses values over its length limit, and kill -9s the process right
+ * after the first commit that ends a trial. */
+int store_open(const char *path, int wal_frames, int sync_full, struct store **out,
+               char *err, size_t errlen);
 void store_close(struct store *st);
 
-/* Writer side (commit thread only). */
+/* Writer side (commit thread only). Errors: -EBUSY (the database is locked
+ * by another connection: try again), -EEXIST (constraint), -EIO. */
 int store_begin(struct store *st);
 int store_commit(struct store *st);
 int store_rollback(struct store *st);
+/* One nameless savepoint level inside a transaction. */
+int store_savepoint(struct store *st);
+int store_rollback_to(struct store *st);
+int store_release(struct store *st);
+/* The global change counter: never lowered (meta table). */
+int store_put_seq(struct store *st, int64_t seq);
+/* The writer's last error message. */
+const char *store_errmsg(struct store *st);
 int store_put_experiment(struct store *st, const struct store_experiment_row *r);
 int store_put_trial(struct store *st, const struct store_trial_row *r);
 int store_insert_result(struct store *st, const struct store_result_row *r);
@@ -101,6 +119,8 @@ struct store_loader {
   int (*checkpoint)(void *ctx, int64_t trial_id, int64_t iteration);
 };
 int store_load(struct store *st, const struct store_loader *l);
+/* The saved change counter (0 when none). */
+int store_get_seq(struct store *st, int64_t *seq);
 
 /* Results of one experiment after seq `since` (limit <= 0: all). The
  * callback sees (seq, trial_id, data). */

@@ -185,6 +185,25 @@ START_TEST(opts_defaults_and_errors) {
 }
 END_TEST
 
+START_TEST(opts_durability) {
+  struct server_options o;
+  enum opts_action act;
+  char err[256];
+  char *a1[] = {"ctune-server", NULL};
+  ck_assert_int_eq(opts_parse(1, a1, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(o.sync_full, 1); /* acknowledged means fsynced, by default */
+  char *a2[] = {"ctune-server", "--durability", "normal", NULL};
+  ck_assert_int_eq(opts_parse(3, a2, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(o.sync_full, 0);
+  char *a3[] = {"ctune-server", "--durability=full", NULL};
+  ck_assert_int_eq(opts_parse(2, a3, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(o.sync_full, 1);
+  char *a4[] = {"ctune-server", "--durability", "fast", NULL};
+  ck_assert_int_eq(opts_parse(3, a4, &o, &act, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "--durability"));
+}
+END_TEST
+
 START_TEST(metrics_histogram) {
   static struct metrics m;
   memset(&m, 0, sizeof m);
@@ -230,6 +249,7 @@ int main(void) {
   tcase_add_test(tc, auth_compare_and_roles);
   tcase_add_test(tc, auth_token_file);
   tcase_add_test(tc, opts_defaults_and_errors);
+  tcase_add_test(tc, opts_durability);
   tcase_add_test(tc, metrics_histogram);
   tcase_add_test(tc, utf8_checks_and_repairs);
   suite_add_tcase(s, tc);

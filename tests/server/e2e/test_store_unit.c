@@ -39,7 +39,7 @@ static void teardown(void) {
 static struct store *open_store(void) {
   struct store *st = NULL;
   char err[256];
-  ck_assert_msg(store_open(db, 8192, &st, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(store_open(db, 8192, 1, &st, err, sizeof err) == 0, "%s", err);
   return st;
 }
 
@@ -110,6 +110,7 @@ START_TEST(group_commit_orders_and_waits) {
   for (int i = 1; i <= 500; i++) {
     ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(i, 1 + i % 7, i), &ticket), 0);
     ck_assert_uint_eq(ticket, prev + 1);
+    ck_assert_uint_eq(commit_group_close(c, i), ticket); /* one group per "hold" */
     prev = ticket;
   }
   ck_assert_int_eq(commit_wait(c, ticket), 0);
@@ -152,36 +153,187 @@ static int apply_fail(struct store *st, void *arg) {
   return -EIO;
 }
 
-START_TEST(failed_batch_refuses_later_writes) {
-  struct store *st = open_store();
-  struct commit *c;
-  ck_assert_int_eq(commit_start(st, &c), 0);
-  uint64_t t1, t2, t3;
-  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(1, 1, 1), &t1), 0);
-  ck_assert_int_eq(commit_wait(c, t1), 0);
+/* Waits for a ticket through commit_when_done (the reply path). */
+static int wait_cb(struct commit *c, uint64_t t) {
   int status = 7;
-  /* already committed: answered at once, before() not called */
-  ck_assert_int_eq(commit_when_done(c, t1, before, done, NULL, &status), 1);
-  ck_assert_int_eq(status, 0);
-  ck_assert_int_eq(before_called, 0);
-  ck_assert_int_eq(commit_enqueue(c, apply_fail, NULL, NULL, &t2), 0);
-  ck_assert_int_eq(commit_wait(c, t2), -EIO);
-  /* memory may now be ahead of disk: later writes fail too, and nothing of
-   * the failed batch was stored */
-  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(2, 1, 2), &t3), 0);
   pthread_mutex_lock(&cb_mu);
-  int r = commit_when_done(c, t3, before, done, NULL, &status);
+  callback_status = 1;
+  int r = commit_when_done(c, t, before, done, NULL, &status);
   if (r == 0) {
     ck_assert_int_eq(before_called, 1);
     while (callback_status == 1) pthread_cond_wait(&cb_cv, &cb_mu);
     status = callback_status;
   }
   pthread_mutex_unlock(&cb_mu);
-  ck_assert_int_eq(status, -EIO);
+  return status;
+}
+
+static int nresults(struct store *st) {
   int n = 0;
   ck_assert_int_eq(store_experiment_results(st, 1, 0, 0, count_results, &n), 0);
-  ck_assert_int_eq(n, 1);
+  return n;
+}
+
+START_TEST(failed_group_fails_alone) {
+  struct store *st = open_store();
+  struct commit *c;
+  ck_assert_int_eq(commit_start(st, &c), 0);
+  uint64_t t1, t2, t3;
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(1, 1, 1), &t1), 0);
+  commit_group_close(c, 1);
+  ck_assert_int_eq(commit_wait(c, t1), 0);
+  int status = 7;
+  /* already committed: answered at once, before() not called */
+  ck_assert_int_eq(commit_when_done(c, t1, before, done, NULL, &status), 1);
+  ck_assert_int_eq(status, 0);
+  ck_assert_int_eq(before_called, 0);
+  /* one group: a good row and a failing op; nothing of it is stored */
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(2, 1, 2), &t2), 0);
+  ck_assert_int_eq(commit_enqueue(c, apply_fail, NULL, NULL, &t2), 0);
+  commit_group_close(c, 2);
+  ck_assert_int_eq(commit_wait(c, t2), -EIO);
+  ck_assert_int_eq(nresults(st), 1);
+  /* the store stays writable: the next group commits */
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(3, 1, 3), &t3), 0);
+  commit_group_close(c, 3);
+  ck_assert_int_eq(wait_cb(c, t3), 0);
+  ck_assert_int_eq(nresults(st), 2);
+  ck_assert_uint_eq(commit_failures(c), 1);
   commit_stop(c);
+  store_close(st);
+}
+END_TEST
+
+/* Holds the commit thread inside its first op until released, so that the
+ * test can line up several groups behind it (one batch). */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open, gate_entered;
+
+static int apply_gate(struct store *st, void *arg) {
+  (void)st;
+  (void)arg;
+  pthread_mutex_lock(&gate_mu);
+  gate_entered = 1;
+  pthread_cond_broadcast(&gate_cv);
+  while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
+  pthread_mutex_unlock(&gate_mu);
+  return 0;
+}
+
+static int repairs;
+static struct commit *repair_c;
+static void repair(void *ctx) {
+  (void)ctx;
+  commit_repair_point(repair_c);
+  pthread_mutex_lock(&gate_mu);
+  repairs++;
+  pthread_cond_broadcast(&gate_cv);
+  pthread_mutex_unlock(&gate_mu);
+}
+
+START_TEST(failure_in_a_batch_keeps_earlier_groups) {
+  struct store *st = open_store();
+  struct commit *c;
+  ck_assert_int_eq(commit_start(st, &c), 0);
+  repair_c = c;
+  commit_set_repair(c, repair, NULL);
+  uint64_t tg, ta, tb, tbad, tafter, tlate;
+  ck_assert_int_eq(commit_enqueue(c, apply_gate, NULL, NULL, &tg), 0);
+  commit_group_close(c, 1);
+  pthread_mutex_lock(&gate_mu);
+  while (!gate_entered) pthread_cond_wait(&gate_cv, &gate_mu);
+  pthread_mutex_unlock(&gate_mu);
+  /* queued while the thread is busy: one batch of four groups */
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(1, 1, 1), &ta), 0);
+  commit_group_close(c, 2);
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(2, 1, 2), &tb), 0);
+  commit_group_close(c, 3);
+  ck_assert_int_eq(commit_enqueue(c, apply_fail, NULL, NULL, &tbad), 0);
+  commit_group_close(c, 4);
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(3, 1, 3), &tafter), 0);
+  commit_group_close(c, 5);
+  pthread_mutex_lock(&gate_mu);
+  gate_open = 1;
+  pthread_cond_broadcast(&gate_cv);
+  pthread_mutex_unlock(&gate_mu);
+  ck_assert_int_eq(commit_wait(c, tg), 0);
+  ck_assert_int_eq(commit_wait(c, ta), 0);
+  ck_assert_int_eq(commit_wait(c, tb), 0);
+  ck_assert_int_eq(commit_wait(c, tbad), -EIO);
+  /* queued behind the failure before the repair: refused, not stored */
+  ck_assert_int_eq(commit_wait(c, tafter), -EAGAIN);
+  char why[160];
+  commit_failure_reason(c, tafter, why, sizeof why);
+  ck_assert_str_eq(why, "Input/output error");
+  pthread_mutex_lock(&gate_mu);
+  while (!repairs) pthread_cond_wait(&gate_cv, &gate_mu);
+  pthread_mutex_unlock(&gate_mu);
+  ck_assert_int_eq(repairs, 1);
+  /* after the repair point: stored again */
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(4, 1, 4), &tlate), 0);
+  commit_group_close(c, 6);
+  ck_assert_int_eq(commit_wait(c, tlate), 0);
+  ck_assert_int_eq(nresults(st), 3);
+  commit_stop(c);
+  store_close(st);
+}
+END_TEST
+
+START_TEST(busy_is_retried) {
+  setenv("CTUNE_TEST_FAULT", "busy=3", 1);
+  struct store *st = open_store();
+  unsetenv("CTUNE_TEST_FAULT");
+  struct commit *c;
+  ck_assert_int_eq(commit_start(st, &c), 0);
+  uint64_t t;
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(1, 1, 1), &t), 0);
+  commit_group_close(c, 1);
+  ck_assert_int_eq(commit_wait(c, t), 0);
+  ck_assert_int_eq(nresults(st), 1);
+  ck_assert_uint_eq(commit_failures(c), 0);
+  commit_stop(c);
+  store_close(st);
+}
+END_TEST
+
+static int64_t saved_seq(void) {
+  struct store *st = open_store();
+  int64_t v = -1;
+  ck_assert_int_eq(store_get_seq(st, &v), 0);
+  store_close(st);
+  return v;
+}
+
+START_TEST(change_counter_is_saved_and_never_lowered) {
+  struct store *st = open_store();
+  struct commit *c;
+  ck_assert_int_eq(commit_start(st, &c), 0);
+  /* a hold that moved the counter without a row still saves it */
+  uint64_t t = commit_group_close(c, 41);
+  ck_assert_uint_ne(t, 0);
+  ck_assert_int_eq(commit_wait(c, t), 0);
+  /* nothing changed: nothing handed over */
+  ck_assert_uint_eq(commit_group_close(c, 41), 0);
+  ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(1, 1, 1), &t), 0);
+  commit_group_close(c, 40);
+  ck_assert_int_eq(commit_wait(c, t), 0);
+  commit_stop(c);
+  store_close(st);
+  ck_assert_int_eq(saved_seq(), 41);
+}
+END_TEST
+
+START_TEST(oversized_value_is_refused) {
+  setenv("CTUNE_TEST_FAULT", "blob_limit=1000", 1);
+  struct store *st = open_store();
+  unsetenv("CTUNE_TEST_FAULT");
+  static char big[4000];
+  memset(big, 'x', sizeof big);
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_put_checkpoint(st, 1, 1, 0, big, sizeof big), -E2BIG);
+  ck_assert_int_eq(store_put_checkpoint(st, 1, 1, 0, big, 10), 0);
+  ck_assert_int_eq(store_commit(st), 0);
   store_close(st);
 }
 END_TEST
@@ -272,7 +424,11 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, migrations_and_round_trip);
   tcase_add_test(tc, group_commit_orders_and_waits);
-  tcase_add_test(tc, failed_batch_refuses_later_writes);
+  tcase_add_test(tc, failed_group_fails_alone);
+  tcase_add_test(tc, failure_in_a_batch_keeps_earlier_groups);
+  tcase_add_test(tc, busy_is_retried);
+  tcase_add_test(tc, change_counter_is_saved_and_never_lowered);
+  tcase_add_test(tc, oversized_value_is_refused);
   tcase_add_test(tc, results_read_back_by_seq);
   tcase_add_test(tc, upgrade_from_version_1_keeps_results);
   tcase_add_test(tc, asha_nan_round_trips_as_null);

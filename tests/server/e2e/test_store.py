@@ -1,0 +1,236 @@
+"""ctune-server's store against real processes: multi-row changes are atomic,
+loading repairs what a crash left half done, the change counter never goes
+backwards across a restart, a write the database refuses fails only its own
+request and the server stays writable, a transient BUSY is retried.
+
+Faults are injected with CTUNE_TEST_FAULT (server/store.h), only here."""
+import os
+import signal
+import sqlite3
+import time
+import zlib
+
+from ctune_e2e import Server, Runner, experiment, register, lease
+
+
+def start(fault=None, db=None, args=()):
+    """A server, with a test fault in its environment when asked."""
+    old = os.environ.pop("CTUNE_TEST_FAULT", None)
+    if fault:
+        os.environ["CTUNE_TEST_FAULT"] = fault
+    try:
+        return Server(db=db, args=args)
+    finally:
+        os.environ.pop("CTUNE_TEST_FAULT", None)
+        if old is not None:
+            os.environ["CTUNE_TEST_FAULT"] = old
+
+
+def restart(s, fault=None):
+    s.kill()
+    old = os.environ.pop("CTUNE_TEST_FAULT", None)
+    if fault:
+        os.environ["CTUNE_TEST_FAULT"] = fault
+    try:
+        s.start()
+    finally:
+        os.environ.pop("CTUNE_TEST_FAULT", None)
+        if old is not None:
+            os.environ["CTUNE_TEST_FAULT"] = old
+
+
+def fence(w, t):
+    return {"X-Ctune-Lease": "%d:%d" % (w, t["attempt"])}
+
+
+def result(s, w, t, it, loss=0.5):
+    return s.ok("POST", "/api/v1/trials/%d/results" % t["id"],
+                {"training_iteration": it, "loss": loss}, headers=fence(w, t))
+
+
+def complete(s, w, t, status=200):
+    return s.ok("POST", "/api/v1/trials/%d/complete" % t["id"], {}, headers=fence(w, t),
+                status=status)
+
+
+def put_checkpoint(s, w, t, it, data):
+    h = fence(w, t)
+    h.update({"Content-Type": "application/octet-stream", "X-Ctune-Iteration": str(it),
+              "X-Ctune-Crc32": "%08x" % (zlib.crc32(data) & 0xffffffff)})
+    return s.request("PUT", "/api/v1/trials/%d/checkpoint" % t["id"], data, headers=h)
+
+
+def exp_status(s, eid=1):
+    return s.ok("GET", "/api/v1/experiments/%d" % eid)
+
+
+def edit(db, *sql):
+    c = sqlite3.connect(db)
+    for q in sql:
+        c.execute(q)
+    c.commit()
+    c.close()
+
+
+def test_repair_running_experiment_whose_trials_all_ended():
+    s = start()
+    s.ok("POST", "/api/v1/experiments", experiment(n=2, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    ts = [lease(s, w), lease(s, w)]
+    for t in ts:
+        result(s, w, t, 1)
+        complete(s, w, t)
+    assert exp_status(s)["status"] == "TERMINATED"
+    s.kill()
+    # what a crash between the trial end and the experiment end left (before
+    # both were one transaction)
+    edit(s.db, "UPDATE experiments SET status='RUNNING', ended_at=NULL WHERE id=1")
+    s.start()
+    e = exp_status(s)
+    assert e["status"] == "TERMINATED", e
+    assert e["ended_at"] is not None
+    # repaired on disk too: a second restart finds it so
+    s.restart()
+    assert exp_status(s)["status"] == "TERMINATED"
+    s.stop()
+
+
+def test_repair_half_cancelled_experiment():
+    s = start()
+    s.ok("POST", "/api/v1/experiments", experiment(n=3, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t1 = lease(s, w)
+    s.ok("POST", "/api/v1/experiments/1/cancel", {})
+    s.kill()
+    # the cancel's experiment row went in, its trial rows did not
+    edit(s.db, "UPDATE trials SET status='RUNNING', ended_at=NULL, worker_id=%d WHERE id=%d"
+         % (w, t1["id"]), "UPDATE trials SET status='PENDING', ended_at=NULL WHERE id>1")
+    s.start()
+    e = exp_status(s)
+    assert e["status"] == "CANCELLED", e
+    assert e["counts"]["TERMINATED"] == 3 and e["counts"]["RUNNING"] == 0, e["counts"]
+    # nothing is leased from a cancelled experiment, and the worker is told to stop
+    assert lease(s, w) is None
+    free = [x for x in s.ok("GET", "/api/v1/workers")["workers"] if x["id"] == w][0]["free"]
+    assert free["cpu"] == 4, free
+    s.restart()
+    assert exp_status(s)["counts"]["TERMINATED"] == 3
+    s.stop()
+
+
+def test_kill9_right_after_trial_end_commit():
+    """The test hook SIGKILLs the server right after the commit that ends a
+    trial: the experiment's end must be in that same commit."""
+    s = start(fault="kill_after_trial_end=1")
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    result(s, w, t, 1)
+    try:
+        s.request("POST", "/api/v1/trials/%d/complete" % t["id"], {}, headers=fence(w, t))
+    except Exception:
+        pass  # the server died before (or while) answering
+    s.proc.wait(timeout=10)
+    assert s.proc.returncode == -signal.SIGKILL, s.proc.returncode
+    restart(s)
+    e = exp_status(s)
+    assert e["status"] == "TERMINATED", e
+    assert e["counts"]["TERMINATED"] == 1
+    s.stop()
+
+
+def test_since_never_goes_backwards_across_restart():
+    s = start()
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    result(s, w, t, 1)
+    st, b, _ = put_checkpoint(s, w, t, 1, b"state-at-1")
+    assert st == 200, (st, b)
+    last = s.ok("GET", "/api/v1/experiments/1/trials?since=0")["last_seq"]
+    s.kill()  # kill -9: every acknowledged change (and its number) is on disk
+    s.start()
+    # nothing changed since `last`
+    got = s.ok("GET", "/api/v1/experiments/1/trials?since=%d" % last)
+    assert got["trials"] == [], got
+    assert got["last_seq"] >= last
+    result(s, w, t, 2)
+    got = s.ok("GET", "/api/v1/experiments/1/trials?since=%d" % last)
+    assert [x["id"] for x in got["trials"]] == [t["id"]], got
+    assert got["trials"][0]["updated_seq"] > last
+    res = s.ok("GET", "/api/v1/experiments/1/results?since=%d" % last)["results"]
+    assert [r["result"]["training_iteration"] for r in res] == [2], res
+    s.stop()
+
+
+def test_refused_write_fails_alone_and_server_stays_writable():
+    """A checkpoint over the database's length limit (set low by the test
+    hook: a real SQLITE_TOOBIG): that upload errors, the requests after it
+    succeed without a restart, and memory matches the database."""
+    s = start(fault="blob_limit=200000")
+    s.ok("POST", "/api/v1/experiments", experiment(n=2, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    result(s, w, t, 1)
+    result(s, w, t, 2)
+    st, b, _ = put_checkpoint(s, w, t, 2, b"x" * 300000)
+    assert st == 500 and b["error"]["code"] == "store_error", (st, b)
+    assert "big" in b["error"]["message"], b  # SQLite's reason: string or blob too big
+    # the failed upload left nothing behind: no checkpoint, in memory or on disk
+    tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
+    assert not tr.get("has_checkpoint"), tr
+    assert s.get("/api/v1/trials/%d/checkpoint" % t["id"])[0] == 404
+    # the server is still writable: results, a smaller checkpoint, a new experiment
+    assert result(s, w, t, 3)["decision"] == "continue"
+    st, b, _ = put_checkpoint(s, w, t, 3, b"y" * 1000)
+    assert st == 200, (st, b)
+    st, data, _ = s.get("/api/v1/trials/%d/checkpoint" % t["id"], raw=True)
+    assert st == 200 and data == b"y" * 1000
+    s.ok("POST", "/api/v1/experiments", experiment(name="f", n=1), status=201)
+    t2 = lease(s, w)
+    assert t2 is not None
+    result(s, w, t2, 1)
+    # and all of it survives a restart
+    s.restart()
+    res = s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"]
+    assert [r["training_iteration"] for r in res] == [1, 2, 3], res
+    assert len(s.ok("GET", "/api/v1/experiments")["experiments"]) == 2
+    s.stop()
+
+
+def test_busy_database_is_retried():
+    s = start(fault="busy=4")
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    assert result(s, w, t, 1)["decision"] == "continue"
+    assert "busy" in s.stderr()
+    s.stop()
+
+
+def test_writer_waits_for_another_connection():
+    """An operator's sqlite3 holding the write lock for a moment delays the
+    replies; it does not fail them."""
+    s = start()
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    c = sqlite3.connect(s.db, timeout=10, isolation_level=None, check_same_thread=False)
+    c.execute("BEGIN IMMEDIATE")
+    import threading
+    threading.Timer(0.5, lambda: c.execute("COMMIT")).start()
+    t0 = time.time()
+    assert result(s, w, t, 1)["decision"] == "continue"
+    assert time.time() - t0 >= 0.4
+    c.close()
+    s.restart()
+    assert len(s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"]) == 1
+    s.stop()
+
+
+if __name__ == "__main__":
+    r = Runner()
+    for name, fn in list(globals().items()):
+        if name.startswith("test_"):
+            r.run(fn)
+    r.done()
