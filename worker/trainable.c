@@ -1,5 +1,6 @@
 /* argv/env builder for builtin (ctune-train) and command trainables. */
 #include "trainable.h"
+#include "jsonout.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -80,7 +81,7 @@ char *trainable_value_text(const cJSON *v) {
       r = asprintf(&out, "%.17g", d);
     return r < 0 ? NULL : out;
   }
-  return cJSON_PrintUnformatted(v);
+  return jsonout_print(v);
 }
 
 static void set_err(char *err, size_t len, const char *fmt, ...)
@@ -199,7 +200,7 @@ static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *confi
   }
   /* Last, so the sampled config wins over anything above (HACKING.md). */
   if (rc == 0) rc = strv_push(argv, "--config");
-  if (rc == 0) rc = strv_push_owned(argv, cJSON_PrintUnformatted(config));
+  if (rc == 0) rc = strv_push_owned(argv, jsonout_print(config));
   return rc;
 }
 
@@ -296,7 +297,7 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
     rc = build_command(tr, config, &argv, &env, &cwd, err, errlen);
   if (rc < 0) goto fail;
 
-  config_text = cJSON_PrintUnformatted(config);
+  config_text = jsonout_print(config);
   if (!config_text) { rc = -ENOMEM; goto fail; }
   free(num);
   if (asprintf(&num, "%.0f", id->valuedouble) < 0) { num = NULL; rc = -ENOMEM; goto fail; }

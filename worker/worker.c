@@ -147,7 +147,7 @@ static struct wreq *wreq_new(struct worker *w, const struct trial *t, int trial_
 
 static int worker_post_json(struct worker *w, const char *path, cJSON *body, http_cb cb,
                             void *arg) {
-  char *text = cJSON_PrintUnformatted(body);
+  char *text = jsonout_print(body);
   if (!text) return -ENOMEM;
   int rc = http_request(w->http, "POST", path, "application/json", text, strlen(text), NULL,
                         WORKER_REQ_TIMEOUT_MS, cb, arg);
@@ -188,7 +188,7 @@ static int worker_refused(long st) {
 
 static void worker_queue_end(struct worker *w, const struct trial *t, const char *what,
                              cJSON *body) {
-  char path[96], *text = cJSON_PrintUnformatted(body);
+  char path[96], *text = jsonout_print(body);
   snprintf(path, sizeof path, "/api/v1/trials/%d/%s", t->id, what);
   struct outbox_lease l = trial_fence(t);
   /* A trial's end must not wait for a full disk: memory is the fallback. */
