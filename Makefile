@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build asan demo test test-fast test-asan bench clean
+.PHONY: all deps build asan demo test test-fast test-asan bench fuzz clean
 
 all: build
 
@@ -31,6 +31,15 @@ test: build asan
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 -L unit
+
+# Every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each instead of the
+# few seconds `make test` gives them; a crash stops here and names the input
+# to keep in tests/fuzz/regress/<target>/.
+FUZZ_SECONDS ?= 120
+fuzz: build
+	@ls $(BUILD)/fuzz/fuzz_* >/dev/null 2>&1 || { echo "make fuzz: no libFuzzer targets in $(BUILD)/fuzz (clang with libFuzzer not found)" >&2; exit 1; }
+	@for bin in $(BUILD)/fuzz/fuzz_*; do t=$${bin##*/fuzz_}; echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  ./tests/fuzz/run-fuzz $$bin $$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t $(BUILD)/fuzz/work $(FUZZ_SECONDS) || exit 1; done
 
 bench: build
 	CTUNE_BENCH_DEPS=1 ./scripts/install-deps

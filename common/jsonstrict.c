@@ -16,7 +16,8 @@ struct js_frame {
   int is_obj;
   uint64_t id;      /* this object's id in the key set */
   size_t index;     /* element number (arrays) */
-  size_t key_off;   /* current key in the arena (objects) */
+  int has_key;      /* objects: key_off/key_len name the current member */
+  size_t key_off;
   size_t key_len;
 };
 
@@ -54,14 +55,20 @@ static void js_path_put(char *dst, size_t size, size_t *at, const char *s, size_
   dst[*at] = 0;
 }
 
+/* Key bytes at off; the arena is still NULL while every key so far was "". */
+static const char *js_key_at(const struct js *s, size_t off) {
+  return s->arena ? s->arena + off : "";
+}
+
 static void js_path(const struct js *s, char *dst, size_t size) {
   size_t at = 0;
   dst[0] = 0;
   for (int i = 0; i < s->depth; i++) {
     const struct js_frame *f = &s->stack[i];
     if (f->is_obj) {
+      if (!f->has_key) break; /* the error is in the key itself: name the object */
       if (at) js_path_put(dst, size, &at, ".", 1);
-      js_path_put(dst, size, &at, s->arena + f->key_off, f->key_len);
+      js_path_put(dst, size, &at, js_key_at(s, f->key_off), f->key_len);
     } else {
       char idx[32];
       int n = snprintf(idx, sizeof idx, "[%zu]", f->index);
@@ -268,12 +275,13 @@ static int js_tab_grow(struct js *s) {
 /* Enters the key arena[off, off+len) of object id; 1 when it was there. */
 static int js_key_insert(struct js *s, uint64_t id, size_t off, size_t len) {
   if ((s->tab_n + 1) * 2 > s->tab_cap && js_tab_grow(s)) return -ENOMEM;
-  uint64_t h = js_hash(id, s->arena + off, len);
+  const char *key = js_key_at(s, off);
+  uint64_t h = js_hash(id, key, len);
   size_t j = h & (s->tab_cap - 1);
   while (s->tab[j].id) {
     const struct js_slot *e = &s->tab[j];
     if (e->id == id && e->hash == h && e->len == len &&
-        !memcmp(s->arena + e->off, s->arena + off, len))
+        !memcmp(js_key_at(s, e->off), key, len))
       return 1;
     j = (j + 1) & (s->tab_cap - 1);
   }
@@ -286,6 +294,7 @@ static int js_key_insert(struct js *s, uint64_t id, size_t off, size_t len) {
  * new in that object, and consumes the ':' after it. */
 static int js_key(struct js *s) {
   struct js_frame *f = &s->stack[s->depth - 1];
+  f->has_key = 0;
   if (s->pos >= s->len || s->p[s->pos] != '"')
     return js_fail(s, JSONSTRICT_SYNTAX, s->pos, "expected a string key");
   size_t at = s->pos, off = s->arena_len, nul_at;
@@ -293,6 +302,7 @@ static int js_key(struct js *s) {
   if (rc) return rc;
   f->key_off = off;
   f->key_len = s->arena_len - off;
+  f->has_key = 1;
   if (nul_at != SIZE_MAX)
     return js_fail(s, JSONSTRICT_NUL, nul_at, "a key holds a NUL character (\\u0000)");
   rc = js_key_insert(s, f->id, off, f->key_len);

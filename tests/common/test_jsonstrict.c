@@ -72,6 +72,7 @@ START_TEST(duplicate_keys_are_refused) {
   /* Compared after decoding: \u0061 is "a". */
   expect("{\"a\": 1, \"\\u0061\": 2}", JSONSTRICT_DUPLICATE, "a");
   expect("[{\"k\": 1}, {\"k\": 1, \"k\": 1}]", JSONSTRICT_DUPLICATE, "[1].k");
+  expect("{\"\": 1, \"\": 2}", JSONSTRICT_DUPLICATE, "");
 }
 END_TEST
 
@@ -116,6 +117,10 @@ START_TEST(syntax_errors_are_refused) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect(bad[i], JSONSTRICT_SYNTAX, NULL);
   /* The path says where inside the document the text went wrong. */
   expect("{\"config\": {\"lr\": 01}}", JSONSTRICT_SYNTAX, "config.lr");
+  /* A broken key names its object, not the member before it. */
+  expect("{\"a\": 1, x}", JSONSTRICT_SYNTAX, "");
+  expect("{\"a\": {\"b\": 1, 3}}", JSONSTRICT_SYNTAX, "a");
+  expect("{eopt\"[ 0X}]}", JSONSTRICT_SYNTAX, ""); /* found by fuzz_jsonstrict */
 }
 END_TEST
 
