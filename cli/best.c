@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "jsonout.h"
 #include "exitcode.h"
 
 static const cJSON *get(const cJSON *o, const char *k) {
@@ -63,7 +64,7 @@ int cli_print_best(struct http_client *c, long long id, const char *metric,
       cJSON_AddItemToObject(bt, "last_result", cJSON_Duplicate(get(trial, "last_result"), 1));
       if (cJSON_IsNumber(value)) cJSON_AddNumberToObject(bt, "value", value->valuedouble);
     }
-    char *t = bt ? cJSON_PrintUnformatted(out) : NULL;
+    char *t = bt ? jsonout_print(out) : NULL;
     cJSON_Delete(out);
     if (!t) rc = -ENOMEM;
     else printf("%s\n", t);

@@ -1,5 +1,6 @@
 /* export: trials → CSV with RFC 4180 quoting, or → one JSON document. */
 #include "export.h"
+#include "jsonout.h"
 
 #include <errno.h>
 #include <math.h>
@@ -52,7 +53,7 @@ static void csv_value(struct sbuf *sb, const cJSON *v) {
   } else if (cJSON_IsBool(v)) {
     sbuf_puts(sb, cJSON_IsTrue(v) ? "true" : "false");
   } else {
-    char *t = cJSON_PrintUnformatted(v);
+    char *t = jsonout_print(v);
     if (!t) {
       sb->err = -ENOMEM;
       return;
@@ -203,7 +204,7 @@ int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *resul
   cJSON_AddItemToObject(root, "trials", tarr);
   tarr = NULL;
   free(refs);
-  char *text = cJSON_Print(root);
+  char *text = jsonout_print_pretty(root);
   cJSON_Delete(root);
   if (!text) return -ENOMEM;
   *out = text;

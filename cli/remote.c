@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "jsonout.h"
 #include "config.h"
 #include "exitcode.h"
 #include "export.h"
@@ -16,7 +17,7 @@ static const cJSON *get(const cJSON *o, const char *k) {
 }
 
 static void print_json(const cJSON *v, int pretty) {
-  char *t = pretty ? cJSON_Print(v) : cJSON_PrintUnformatted(v);
+  char *t = pretty ? jsonout_print_pretty(v) : jsonout_print(v);
   if (t) printf("%s\n", t);
   free(t);
 }
@@ -45,7 +46,7 @@ int cmd_submit(const struct cli_args *a) {
     cJSON_Delete(cfg);
     return ex;
   }
-  body = cJSON_PrintUnformatted(cfg);
+  body = jsonout_print(cfg);
   if (!body) {
     ex = CLI_EXIT_ERROR;
     goto done;

@@ -1,6 +1,7 @@
 /* report: renders an experiment's progress in Ray Tune's style (status block,
  * trial table, "… N more" lines) and its JSON twin, from plain state. */
 #include "report.h"
+#include "jsonout.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,7 +56,7 @@ void report_fmt_value(const cJSON *v, char *buf, size_t len) {
   } else if (cJSON_IsString(v)) {
     snprintf(buf, len, "%s", v->valuestring);
   } else {
-    char *txt = cJSON_PrintUnformatted(v);
+    char *txt = jsonout_print(v);
     snprintf(buf, len, "%s", txt ? txt : "?");
     free(txt);
   }

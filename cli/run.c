@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "jsonout.h"
 #include "config.h"
 #include "exitcode.h"
 #include "proc.h"
@@ -193,7 +194,7 @@ int cmd_run(const struct cli_args *a) {
     }
     if (!a->json) printf("Resuming experiment %lld '%s'\n", id, name);
   } else {
-    body = cJSON_PrintUnformatted(cfg);
+    body = jsonout_print(cfg);
     if (!body) goto out;
     rc = http_json(&c, "POST", "/api/v1/experiments", body, &resp, &err);
     if (rc) {

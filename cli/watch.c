@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "jsonout.h"
 #include "clock.h"
 
 static void sleep_s(double s) {
@@ -26,7 +27,7 @@ static int count_lines(const char *t) {
 
 static int print_json_state(const struct report_state *s, double now) {
   cJSON *j = report_to_json(s, now);
-  char *txt = j ? cJSON_PrintUnformatted(j) : NULL;
+  char *txt = j ? jsonout_print(j) : NULL;
   cJSON_Delete(j);
   if (!txt) return -ENOMEM;
   printf("%s\n", txt);

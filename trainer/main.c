@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "jsonout.h"
 #include "exit_codes.h"
 #include "log.h"
 #include "train.h"
@@ -29,7 +30,7 @@ static void print_error(int code, const char *msg) {
   if (e && cJSON_AddStringToObject(e, "code", train_exit_name(code)) &&
       cJSON_AddStringToObject(e, "message", msg) &&
       cJSON_AddNumberToObject(e, "exit_code", code))
-    text = cJSON_PrintUnformatted(root);
+    text = jsonout_print(root);
   if (text)
     fprintf(stderr, "%s\n", text);
   else /* out of memory: still say something parseable */
