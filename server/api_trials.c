@@ -66,18 +66,42 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
   return api_json(resp, 200, root);
 }
 
-static int api_decision(struct api_resp *resp, const char *decision) {
-  cJSON *o = cJSON_CreateObject();
-  if (!o || !cJSON_AddStringToObject(o, "decision", decision)) {
-    cJSON_Delete(o);
+/* The lease a trial-scoped write names (X-Ctune-Lease: W:A); a 400
+ * missing_lease when it is absent or malformed. */
+static int api_lease(const struct api_req *req, struct api_resp *resp, struct lease_token *l) {
+  if (!state_parse_lease(req->header(req->conn, "X-Ctune-Lease"), l)) return 0;
+  api_error(resp, 400, "missing_lease", "X-Ctune-Lease",
+            "trial writes need the header X-Ctune-Lease: <worker_id>:<attempt> (the "
+            "attempt from the lease reply)");
+  return -EINVAL;
+}
+
+/* 409 not_leased: nothing of the request was stored or counted. What made
+ * the lease stale may still be queued: the reply waits until it is durable.
+ * For results the body also says "decision": "stop". */
+static int api_not_leased(struct server *s, struct api_resp *resp, const char *path,
+                          const char *why, int with_stop) {
+  cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+  if (!e || !cJSON_AddStringToObject(e, "code", "not_leased") ||
+      !cJSON_AddStringToObject(e, "message", why) ||
+      !cJSON_AddStringToObject(e, "path", path) ||
+      (with_stop && !cJSON_AddStringToObject(root, "decision", "stop"))) {
+    cJSON_Delete(root);
     return -ENOMEM;
   }
-  return api_json(resp, 200, o);
+  int rc = api_json(resp, 409, root);
+  resp->ticket = commit_last_ticket(s->commit);
+  return rc;
 }
+
+static uint64_t ticket_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* A result is a flat object of numbers (null allowed: NaN). */
 static int api_check_result(const cJSON *r, const char *time_attr, struct api_resp *resp,
                             double *t) {
+  if (!cJSON_IsObject(r))
+    return api_error(resp, 400, "invalid_result", "", "a result is a flat JSON object of "
+                     "numbers"), -EINVAL;
   if (!r->child)
     return api_error(resp, 400, "invalid_result", "", "a result needs at least '%s'",
                      time_attr), -EINVAL;
@@ -94,41 +118,59 @@ static int api_check_result(const cJSON *r, const char *time_attr, struct api_re
   return 0;
 }
 
-int api_trial_report(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  cJSON *r = api_body_object(req, resp, 0);
+#define API_MAX_BATCH 1000
+
+/* The results body: one object, or an array of them (a batch). NULL after
+ * filling a 400. */
+static cJSON *api_results_body(const struct api_req *req, struct api_resp *resp) {
+  size_t i = 0;
+  while (i < req->body_len && (req->body[i] == ' ' || req->body[i] == '\t' ||
+                               req->body[i] == '\r' || req->body[i] == '\n'))
+    i++;
+  if (i == req->body_len || req->body[i] != '[') return api_body_object(req, resp, 0);
+  size_t bad = 0;
+  if (!utf8_valid(req->body, req->body_len, &bad)) {
+    api_error(resp, 400, "invalid_json", "", "request body is not valid UTF-8 (byte %zu)", bad);
+    return NULL;
+  }
+  if (api_json_strict(req, resp)) return NULL;
+  const char *end = NULL;
+  cJSON *a = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, 0);
+  if (!a) {
+    size_t at = end && end >= req->body ? (size_t)(end - req->body) : 0;
+    api_error(resp, 400, "invalid_json", "", "request body is not valid JSON (near byte %zu)",
+              at);
+    return NULL;
+  }
+  int n = cJSON_GetArraySize(a);
+  if (n < 1 || n > API_MAX_BATCH) {
+    cJSON_Delete(a);
+    api_error(resp, 400, "invalid_result", "", "a batch holds 1 to %d results, not %d",
+              API_MAX_BATCH, n);
+    return NULL;
+  }
+  return a;
+}
+
+/* The stored decision for time value tv ('c'/'s'), or 0 when none is stored. */
+static char api_stored_decision(const struct trial *t, double tv) {
+  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > 0;)
+    if (t->ts[i] == tv) return t->decisions[i];
+  return 0;
+}
+
+/* Stores one new result of a RUNNING trial with the scheduler's decision;
+ * a stop ends the trial (and maybe its experiment) in the same hold. */
+static int api_store_result(struct server *s, struct trial *t, struct experiment *e,
+                            const cJSON *r, double tv, char *decision, uint64_t *ticket) {
   char *json = NULL;
-  int rc = 0;
-  if (!r) return 0;
-  server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
-  if (!t) goto out;
-  struct experiment *e = server_experiment(s, t->experiment_id);
-  double tv;
-  if (api_check_result(r, e->spec.sched.time_attr, resp, &tv)) goto out;
-  /* Idempotency: the same time value answers the stored decision, stored once.
-   * Waiting for everything queued so far makes sure that decision is durable. */
-  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > 0;) {
-    if (t->ts[i] == tv) {
-      atomic_fetch_add(&s->metrics.results_duplicate, 1);
-      resp->ticket = commit_last_ticket(s->commit);
-      rc = api_decision(resp, t->decisions[i] == 's' ? "stop" : "continue");
-      goto out;
-    }
-  }
-  if (t->status != TS_RUNNING || e->status != ES_RUNNING) {
-    /* Cancelled, ended, or no longer leased: the worker must stop it. The
-     * change that says so may still be queued: answer once it is durable. */
-    resp->ticket = commit_last_ticket(s->commit);
-    rc = api_decision(resp, "stop");
-    goto out;
-  }
   const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric)
                                       : NULL;
   double mv = NAN;
   int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
   if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
   struct asha_outcome out = {0}, end = {0};
-  rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
+  int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
   if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
     memset(&out, 0, sizeof out);
     rc = 0;
@@ -143,9 +185,11 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   if ((rc = state_note_result(s, t, tv, d, r, json, seq))) goto out;
   int ended = 0;
   if (d == 's') {
-    /* The trial is done: it passes through its bracket once more and ends. */
+    /* The trial is done: it passes through its bracket once more and ends.
+     * Its lease ended it: that attempt's final uploads are still taken. */
     state_release(s, t);
     state_set_status(s, t, TS_TERMINATED);
+    t->lease_final = 1;
     t->stopped_early = out.stopped_early;
     t->ended_at = clock_wall_s();
     rc = sched_on_trial_end(e->sched, t->id, 1, tv, t->has_last_value ? &t->last_value : NULL,
@@ -155,43 +199,119 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
     ended = 1;
   }
   rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out, &end,
-                          ended, &resp->ticket);
+                          ended, ticket);
   if (!rc && ended) {
     if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == e->num_trials) {
       e->status = ES_TERMINATED;
       e->ended_at = clock_wall_s();
       e->updated_seq = ++s->seq;
-      rc = state_persist_experiment(s, e, &resp->ticket);
+      rc = state_persist_experiment(s, e, ticket);
       log_info("experiment %lld ended", (long long)e->id);
     }
   }
   if (!rc) {
     atomic_fetch_add(&s->metrics.results_received, 1);
-    rc = api_decision(resp, d == 's' ? "stop" : "continue");
+    *decision = d;
   }
 out:
-  server_unlock(s);
   free(json);
-  cJSON_Delete(r);
+  return rc;
+}
+
+/* POST /trials/{id}/results: one result or a batch, fenced. Replays (a time
+ * value already stored) answer their stored decision whatever the lease; a
+ * new result needs the trial's current lease, else nothing of the request is
+ * stored (409 not_leased, "decision": "stop"). A batch is stored in one hold
+ * of the lock: one transaction. */
+int api_trial_report(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  cJSON *body = api_results_body(req, resp);
+  if (!body) return 0;
+  int batch = cJSON_IsArray(body), n = batch ? cJSON_GetArraySize(body) : 1, rc = 0;
+  double *tvs = malloc((size_t)n * sizeof *tvs);
+  char *dec = malloc((size_t)n);
+  cJSON *o = NULL;
+  if (!tvs || !dec) {
+    rc = -ENOMEM;
+    goto out_unlocked;
+  }
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  /* Every result is checked before any is stored: one bad result refuses
+   * the whole batch. */
+  int i = 0, fresh = 0;
+  for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
+    if (api_check_result(r, e->spec.sched.time_attr, resp, &tvs[i])) goto out;
+    if (!api_stored_decision(t, tvs[i])) fresh = 1;
+  }
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT && fresh) {
+    rc = api_not_leased(s, resp, req->path, why, 1);
+    goto out;
+  }
+  int replayed = 0, ended = 0;
+  i = 0;
+  for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
+    char d = api_stored_decision(t, tvs[i]);
+    if (d) {
+      replayed++;
+    } else if (ended) {
+      /* An earlier result of this batch stopped the trial: the rest are
+       * past its end and not stored, as if sent after the stop. */
+      d = 's';
+    } else {
+      if ((rc = api_store_result(s, t, e, r, tvs[i], &d, &resp->ticket))) goto out;
+      ended = d == 's';
+    }
+    dec[i] = d;
+  }
+  if (replayed) {
+    /* A replayed decision must be durable before it is repeated. */
+    atomic_fetch_add(&s->metrics.results_duplicate, (uint64_t)replayed);
+    resp->ticket = ticket_max(resp->ticket, commit_last_ticket(s->commit));
+  }
+  o = cJSON_CreateObject();
+  cJSON *arr = o && batch ? cJSON_AddArrayToObject(o, "decisions") : NULL;
+  int ok = o && (!batch || arr);
+  for (int k = 0; ok && batch && k < n; k++)
+    ok = cJSON_AddItemToArray(arr, cJSON_CreateString(dec[k] == 's' ? "stop" : "continue"));
+  ok = ok && cJSON_AddStringToObject(o, "decision", dec[n - 1] == 's' ? "stop" : "continue");
+  rc = ok ? api_json(resp, 200, o) : -ENOMEM;
+  if (!ok) cJSON_Delete(o);
+out:
+  server_unlock(s);
+out_unlocked:
+  free(tvs);
+  free(dec);
+  cJSON_Delete(body);
   return rc;
 }
 
 int api_trial_complete(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
-  if (t->status == TS_RUNNING) {
+  char why[256];
+  switch (state_check_fence(s, t, &l, why, sizeof why)) {
+  case FENCE_CURRENT:
+    t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
     rc = state_end_trial(s, t, TS_TERMINATED, &resp->ticket);
     log_info("trial %lld completed", (long long)t->id);
-  } else if (t->status == TS_PENDING || t->status == TS_PAUSED) {
-    api_error(resp, 409, "not_running", req->path, "trial %lld is %s, not RUNNING",
-              (long long)t->id, trial_status_names[t->status]);
+    break;
+  case FENCE_FINAL:
+    resp->ticket = commit_last_ticket(s->commit); /* ended by this lease: same answer */
+    break;
+  default:
+    rc = api_not_leased(s, resp, req->path, why, 0);
     goto out;
-  } else {
-    resp->ticket = commit_last_ticket(s->commit); /* already ended: same answer */
   }
   cJSON *o = rc ? NULL : api_trial_json(s, t);
   if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
@@ -202,6 +322,8 @@ out:
 }
 
 int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
@@ -224,12 +346,14 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
   struct experiment *e = server_experiment(s, t->experiment_id);
-  if (t->status != TS_RUNNING) {
-    if (t->status == TS_PENDING || t->status == TS_PAUSED) {
-      api_error(resp, 409, "not_running", req->path, "trial %lld is %s, not RUNNING",
-                (long long)t->id, trial_status_names[t->status]);
-      goto out;
-    }
+  char why[256];
+  enum fence f = state_check_fence(s, t, &l, why, sizeof why);
+  if (f == FENCE_STALE) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto out;
+  }
+  if (f == FENCE_FINAL) {
+    /* This lease's end again (a retried delivery): counted once. */
     resp->ticket = commit_last_ticket(s->commit);
   } else {
     char msg[4096];
@@ -246,9 +370,11 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
     t->has_exit_code = code && cJSON_IsNumber(code);
     t->exit_code = t->has_exit_code ? code->valueint : 0;
     t->num_failures++;
+    t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
     if (t->num_failures <= e->spec.max_failures) {
       /* Retry: back to PENDING; the next lease resumes from the checkpoint. */
       state_release(s, t);
+      t->unlisted_since_ms = 0;
       state_set_status(s, t, TS_PENDING);
       rc = state_persist_trial(s, t, &resp->ticket);
       log_warn("trial %lld failed (%s), retry %d of %lld", (long long)t->id, t->error,
@@ -269,6 +395,8 @@ out:
 /* A worker gives a lease back (drain): the trial is PENDING again at once,
  * exactly as after a lease expiry, and no failure is counted. */
 int api_trial_release(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
@@ -290,17 +418,16 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
-  if (t->status != TS_RUNNING) {
-    api_error(resp, 409, "not_running", req->path, "trial %lld is %s, not RUNNING",
-              (long long)t->id, trial_status_names[t->status]);
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
     goto out;
   }
-  /* A release delivered late (from a worker's outbox after a restart) must
-   * not take the trial away from the worker that leased it since. */
-  if (wid && cJSON_IsNumber(wid) && (int64_t)wid->valuedouble != t->worker_id) {
-    api_error(resp, 409, "not_leased", "worker_id",
-              "trial %lld is leased to worker %lld, not %lld", (long long)t->id,
-              (long long)t->worker_id, (long long)wid->valuedouble);
+  /* The body's worker_id (v1) must agree with the lease it names. */
+  if (wid && cJSON_IsNumber(wid) && (int64_t)wid->valuedouble != l.worker_id) {
+    snprintf(why, sizeof why, "trial %lld is leased to worker %lld, not %lld",
+             (long long)t->id, (long long)t->worker_id, (long long)wid->valuedouble);
+    rc = api_not_leased(s, resp, "worker_id", why, 0);
     goto out;
   }
   int64_t from = t->worker_id;
@@ -341,6 +468,8 @@ static int api_parse_u64(const char *s, int base, uint64_t max, uint64_t *out) {
 }
 
 int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
   const char *it_s = req->header(req->conn, "X-Ctune-Iteration");
   const char *crc_s = req->header(req->conn, "X-Ctune-Crc32");
   uint64_t it, crc;
@@ -350,9 +479,12 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   if (!crc_s || strlen(crc_s) != 8 || api_parse_u64(crc_s, 16, UINT32_MAX, &crc))
     return api_error(resp, 400, "invalid_header", "X-Ctune-Crc32",
                      "X-Ctune-Crc32 must be 8 hex digits (zlib crc32 of the body)");
+  /* An empty upload would replace a real checkpoint with nothing to resume. */
+  if (req->body_len == 0)
+    return api_error(resp, 400, "empty_checkpoint", "", "the checkpoint body is empty");
   uint32_t have = (uint32_t)crc32(0L, (const Bytef *)req->body, (uInt)req->body_len);
   if (have != (uint32_t)crc)
-    return api_error(resp, 400, "checksum_mismatch", "X-Ctune-Crc32",
+    return api_error(resp, 400, "bad_crc", "X-Ctune-Crc32",
                      "body crc32 is %08x but X-Ctune-Crc32 says %08x: upload corrupted",
                      have, (uint32_t)crc);
   struct blob_op *op = malloc(sizeof *op + req->body_len + 1);
@@ -365,15 +497,37 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   int rc = 0;
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
-  if (!t) {
-    free(op);
-    goto out;
+  if (!t) goto refuse;
+  /* Only the current lease, or the final upload of the lease that ended the
+   * trial: a stale attempt never replaces a newer attempt's state. */
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) == FENCE_STALE) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto refuse;
+  }
+  if (t->has_checkpoint && (int64_t)it < t->checkpoint_iteration) {
+    api_error(resp, 409, "stale_checkpoint", "X-Ctune-Iteration",
+              "iteration %llu is older than the stored checkpoint's (%lld)",
+              (unsigned long long)it, (long long)t->checkpoint_iteration);
+    goto refuse;
+  }
+  /* The next attempt resumes from the checkpoint and from the results after
+   * the last stored one: a checkpoint past that would skip results. */
+  double bound = t->nres ? t->max_iter_seen : 0;
+  if ((double)it > bound) {
+    api_error(resp, 409, "checkpoint_ahead", "X-Ctune-Iteration",
+              "iteration %llu is past the last stored result (%g): send it again once its "
+              "results are acknowledged", (unsigned long long)it, bound);
+    goto refuse;
   }
   op->trial_id = t->id;
   if ((rc = commit_enqueue(s->commit, blob_op_apply, free, op, &resp->ticket))) goto out;
   t->has_checkpoint = 1;
   t->checkpoint_iteration = (int64_t)it;
   t->updated_seq = ++s->seq;
+  /* The trial row carries updated_seq: the change counter it took is saved
+   * with the checkpoint, so it never goes backwards after a restart. */
+  if ((rc = state_persist_trial(s, t, &resp->ticket))) goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
       !cJSON_AddNumberToObject(o, "iteration", (double)it) ||
@@ -385,6 +539,10 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   rc = api_json(resp, 200, o);
 out:
   server_unlock(s);
+  return rc;
+refuse:
+  server_unlock(s);
+  free(op);
   return rc;
 }
 
@@ -415,6 +573,8 @@ int api_checkpoint_get(struct server *s, const struct api_req *req, struct api_r
 }
 
 int api_log_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
   struct blob_op *op = malloc(sizeof *op + req->body_len + 1);
   if (!op) return -ENOMEM;
   op->len = req->body_len;
@@ -432,6 +592,12 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
   struct trial *t = api_find_trial(s, req, resp);
   if (!t) {
     free(op);
+    goto out;
+  }
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) == FENCE_STALE) {
+    free(op);
+    rc = api_not_leased(s, resp, req->path, why, 0);
     goto out;
   }
   op->trial_id = t->id;

@@ -108,6 +108,11 @@ static struct worker *api_find_worker(struct server *s, const struct api_req *re
   return w;
 }
 
+static int api_is_id(const cJSON *c) {
+  return c && cJSON_IsNumber(c) && c->valuedouble >= 1 && c->valuedouble < 9.2e18 &&
+         c->valuedouble == (double)(int64_t)c->valuedouble;
+}
+
 static void api_touch(struct worker *w) {
   w->last_heartbeat = clock_wall_s();
   w->last_seen_ms = clock_mono_ms();
@@ -121,16 +126,27 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
   if (!b) return 0;
   const cJSON *running = cJSON_GetObjectItemCaseSensitive(b, "running");
   if (running && !cJSON_IsArray(running)) {
-    rc = api_error(resp, 400, "invalid_body", "running", "running must be an array of trial ids");
+    rc = api_error(resp, 400, "invalid_body", "running",
+                   "running must be an array of {\"id\": N, \"attempt\": A}");
     goto done;
   }
-  for (const cJSON *c = running ? running->child : NULL; c; c = c->next)
-    if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble != (double)(int64_t)c->valuedouble) {
-      rc = api_error(resp, 400, "invalid_body", "running", "running must hold trial ids "
-                     "(integers >= 1)");
+  /* v2 lists {id, attempt}; a bare id (v1) stands for "whatever attempt is
+   * leased to me" and only renews. */
+  int i = 0;
+  for (const cJSON *c = running ? running->child : NULL; c; c = c->next, i++) {
+    const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
+    const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
+    if (!api_is_id(id) || (cJSON_IsObject(c) && (!api_is_id(at) || at->valuedouble > INT32_MAX))) {
+      char where[32];
+      snprintf(where, sizeof where, "running[%d]", i);
+      rc = api_error(resp, 400, "invalid_body", where, "running must hold {\"id\": N, "
+                     "\"attempt\": A} (integers >= 1)");
       goto done;
     }
-  if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop"))) {
+  }
+  if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop")) ||
+      !cJSON_AddNumberToObject(out, "lease_timeout_s", s->opt.lease_timeout_s) ||
+      !cJSON_AddNumberToObject(out, "heartbeat_interval_s", s->opt.heartbeat_interval_s)) {
     rc = -ENOMEM;
     goto done;
   }
@@ -138,16 +154,43 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
   struct worker *w = api_find_worker(s, req, resp);
   if (w) {
     api_touch(w);
-    for (const cJSON *c = running ? running->child : NULL; c; c = c->next) {
-      struct trial *t = server_trial(s, (int64_t)c->valuedouble);
-      if (!t || t->status != TS_RUNNING || t->worker_id != w->id)
-        cJSON_AddItemToArray(stop, cJSON_CreateNumber(c->valuedouble));
+    uint64_t now = clock_mono_ms(), gen = ++s->hb_gen;
+    for (const cJSON *c = running ? running->child : NULL; !rc && c; c = c->next) {
+      const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
+      const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
+      struct trial *t = server_trial(s, (int64_t)id->valuedouble);
+      int attempt = at ? (int)at->valuedouble : t ? t->attempt : 0;
+      if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
+        /* Listed by its lessee: the lease is renewed. */
+        t->listed_gen = gen;
+        t->unlisted_since_ms = 0;
+        state_renew_lease(s, t, now);
+        continue;
+      }
+      const char *why = "not_leased";
+      if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
+        struct experiment *e = server_experiment(s, t->experiment_id);
+        why = e->status == ES_CANCELLED ? "cancelled" : "ended";
+      }
+      cJSON *o = cJSON_CreateObject();
+      if (!o || !cJSON_AddItemToArray(stop, o) ||
+          !cJSON_AddNumberToObject(o, "id", id->valuedouble) ||
+          !cJSON_AddNumberToObject(o, "attempt", attempt) ||
+          !cJSON_AddStringToObject(o, "reason", why)) {
+        if (o && !o->prev) cJSON_Delete(o); /* not in the array yet */
+        rc = -ENOMEM;
+      }
     }
+    /* The other direction: what the server has RUNNING here and the worker
+     * does not run (a lost lease reply) goes back to PENDING. */
+    int back = rc ? 0 : state_reconcile_worker(s, w, gen, now, &resp->ticket);
+    if (back < 0) rc = back;
     /* Whatever made a trial stoppable must be durable before we say so. */
-    if (cJSON_GetArraySize(stop)) resp->ticket = commit_last_ticket(s->commit);
+    if (!rc && cJSON_GetArraySize(stop))
+      resp->ticket = commit_last_ticket(s->commit);
   }
   server_unlock(s);
-  if (w) {
+  if (w && !rc) {
     rc = api_json(resp, 200, out);
     out = NULL;
   }
@@ -225,6 +268,13 @@ done:
   return rc;
 }
 
+/* What is left of a resource: never below zero, and no rounding dust from
+ * sums of fractions (0.1 + 0.2 - 0.3). */
+static double api_free_amount(double cap, double used) {
+  double f = cap - used;
+  return f < 1e-9 ? 0 : f;
+}
+
 int api_worker_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
   (void)req;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
@@ -240,9 +290,11 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
              cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
              cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
              (fr = cJSON_AddObjectToObject(o, "free")) &&
-             cJSON_AddNumberToObject(fr, "cpu", w->cpu - w->used_cpu) &&
-             cJSON_AddNumberToObject(fr, "gpu", w->gpu - w->used_gpu) &&
-             cJSON_AddNumberToObject(fr, "memory_mb", (double)(w->memory_mb - w->used_memory_mb)) &&
+             cJSON_AddNumberToObject(fr, "cpu", api_free_amount(w->cpu, w->used_cpu)) &&
+             cJSON_AddNumberToObject(fr, "gpu", api_free_amount(w->gpu, w->used_gpu)) &&
+             cJSON_AddNumberToObject(fr, "memory_mb",
+                                     api_free_amount((double)w->memory_mb,
+                                                     (double)w->used_memory_mb)) &&
              (run = cJSON_AddArrayToObject(o, "running_trials")) &&
              cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
              cJSON_AddStringToObject(o, "status", w->lost ? "lost" : "alive");

@@ -60,6 +60,20 @@ struct trial {
   double last_value;
   int has_checkpoint;
   int64_t checkpoint_iteration;
+  /* The largest iteration a stored result names (its training_iteration,
+   * else its time value): no checkpoint may claim to be past it. */
+  double max_iter_seen;
+  /* The fence (HACKING.md "Worker protocol v2"). The last lease is
+   * (lease_worker_id, attempt); it is kept after the trial leaves RUNNING so
+   * that the lease that ended the trial itself (lease_final: its complete,
+   * fail or a stop decision) may still send its final uploads, and so that a
+   * stale attempt is told apart. In memory only: after a restart an ended
+   * trial takes no final uploads. */
+  int64_t lease_worker_id;
+  int lease_final;
+  uint64_t lease_deadline_ms;   /* monotonic; 0: not set yet (after a load) */
+  uint64_t unlisted_since_ms;   /* first heartbeat of its worker that left it out */
+  uint64_t listed_gen;          /* the heartbeat that last listed it */
 };
 
 struct experiment {
@@ -90,8 +104,9 @@ struct worker {
   int64_t used_memory_mb;
   double registered_at;
   double last_heartbeat;    /* wall clock, for display */
-  uint64_t last_seen_ms;    /* monotonic, for lease expiry */
+  uint64_t last_seen_ms;    /* monotonic: "lost" (display) after a lease timeout */
   int lost;
+  int64_t nrunning;         /* RUNNING trials charged to it */
 };
 
 struct server_options {
@@ -125,6 +140,8 @@ struct server {
   struct worker **workers;  /* index id-1 */
   int64_t nworkers, capworkers;
   int64_t seq;              /* the global change counter */
+  uint64_t hb_gen;          /* counts heartbeats (listed_gen marks) */
+  uint64_t next_expiry_ms;  /* the lease scan runs at most every 100 ms */
 };
 
 /* Every handler takes the model's lock through these two. A change made
@@ -192,8 +209,40 @@ void state_pending_reason(struct server *s, const struct trial *t, char *buf, si
  * expiry, release by its worker): resources freed, row queued. The next lease
  * resumes it from its checkpoint. */
 int state_requeue(struct server *s, struct trial *t, uint64_t *ticket);
-/* Workers silent for longer than the lease timeout lose their trials. */
+/* Leases are per trial: a RUNNING trial whose lease was not renewed for
+ * lease_timeout_s, or that its worker's heartbeats have left out for two
+ * heartbeat intervals, goes back to PENDING. Workers silent for a lease
+ * timeout are shown "lost". */
 void state_expire_leases(struct server *s, uint64_t now_ms);
+
+/* The fence: the lease a trial-scoped write names (X-Ctune-Lease: W:A). */
+struct lease_token {
+  int64_t worker_id;
+  int attempt;
+};
+/* Parses "W:A" (decimal, W >= 1, A >= 1). -EINVAL when missing or malformed. */
+int state_parse_lease(const char *header, struct lease_token *out);
+enum fence {
+  FENCE_CURRENT = 0, /* the trial's current lease (RUNNING) */
+  FENCE_FINAL = 1,   /* the lease that ended the trial itself: final uploads */
+  FENCE_STALE = 2    /* anything else: 409 not_leased, nothing stored */
+};
+/* Checks l against t's lease; FENCE_CURRENT renews the trial's lease (a
+ * fenced write is a sign of life). Writes why a stale lease is refused into
+ * why (may be NULL). */
+enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
+                             char *why, size_t whylen);
+/* Renews a RUNNING trial's lease until now + lease_timeout_s. */
+void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms);
+/* Charges a RUNNING trial's resources to its worker (lease, load). */
+void state_charge(struct server *s, struct worker *w, struct trial *t);
+/* Heartbeat v2 reconciliation for worker w: after the listed trials were
+ * marked (listed_gen == gen), every trial RUNNING on w that was not listed
+ * starts (or continues) its unlisted time; two heartbeat intervals of it and
+ * it is requeued at once. Returns how many were requeued, or a negative
+ * error. */
+int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uint64_t now_ms,
+                           uint64_t *ticket);
 /* Records one acknowledged result in memory (also used by the loader). */
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq);

@@ -90,16 +90,38 @@ void state_set_status(struct server *s, struct trial *t, enum trial_status st) {
   if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
 }
 
+void state_charge(struct server *s, struct worker *w, struct trial *t) {
+  const struct spec_resources *r = &server_experiment(s, t->experiment_id)->spec.resources;
+  w->used_cpu += r->cpu;
+  w->used_gpu += r->gpu;
+  /* A worker that declared no memory is not accounted for it: charging it
+   * would only show a negative free amount. */
+  if (w->memory_mb > 0) w->used_memory_mb += r->memory_mb;
+  w->nrunning++;
+  t->worker_id = w->id;
+  t->lease_worker_id = w->id;
+}
+
 void state_release(struct server *s, struct trial *t) {
   struct worker *w = server_worker(s, t->worker_id);
   struct experiment *e = server_experiment(s, t->experiment_id);
+  /* worker_id is cleared below, so a second release of the same lease (an
+   * end after a requeue, say) frees nothing twice. */
   if (w && e) {
-    w->used_cpu -= e->spec.resources.cpu;
-    w->used_gpu -= e->spec.resources.gpu;
-    w->used_memory_mb -= e->spec.resources.memory_mb;
-    if (w->used_cpu < 1e-9) w->used_cpu = 0;
-    if (w->used_gpu < 1e-9) w->used_gpu = 0;
-    if (w->used_memory_mb < 0) w->used_memory_mb = 0;
+    if (w->nrunning > 0) w->nrunning--;
+    if (w->nrunning == 0) {
+      /* Nothing left on it: exact zeros, whatever the sums of fractions
+       * left behind in rounding. */
+      w->used_cpu = w->used_gpu = 0;
+      w->used_memory_mb = 0;
+    } else {
+      w->used_cpu -= e->spec.resources.cpu;
+      w->used_gpu -= e->spec.resources.gpu;
+      if (w->memory_mb > 0) w->used_memory_mb -= e->spec.resources.memory_mb;
+      if (w->used_cpu < 1e-9) w->used_cpu = 0;
+      if (w->used_gpu < 1e-9) w->used_gpu = 0;
+      if (w->used_memory_mb < 0) w->used_memory_mb = 0;
+    }
   }
   t->worker_id = 0;
 }
@@ -198,7 +220,12 @@ fail:
   return rc;
 }
 
-static int fits(double need, double have) { return need <= have + 1e-9; }
+/* The slack is only for sums of fractions (0.1 + 0.2): a resource the
+ * worker has none of left never fits a trial that asks for any of it. */
+static int fits(double need, double have) {
+  if (need <= 0) return 1;
+  return have > 1e-9 && need <= have + 1e-9;
+}
 
 struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
                           int64_t memory_mb, int has_memory) {
@@ -222,12 +249,13 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
       struct trial *t = s->trials[e->first_trial_id + e->pending_cursor - 1];
       if (t->status == TS_PENDING) {
         state_set_status(s, t, TS_RUNNING);
-        t->worker_id = w->id;
         t->attempt++;
         t->started_at = clock_wall_s();
-        w->used_cpu += r->cpu;
-        w->used_gpu += r->gpu;
-        w->used_memory_mb += r->memory_mb;
+        state_charge(s, w, t);
+        t->lease_final = 0;
+        t->unlisted_since_ms = 0;
+        t->listed_gen = 0;
+        state_renew_lease(s, t, clock_mono_ms());
         return t;
       }
       e->pending_cursor++;
@@ -275,8 +303,48 @@ void state_pending_reason(struct server *s, const struct trial *t, char *buf, si
 
 int state_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
   state_release(s, t);
+  /* The lease is over without its holder ending the trial: anything it
+   * still sends is stale. */
+  t->lease_final = 0;
+  t->unlisted_since_ms = 0;
+  t->lease_deadline_ms = 0;
   state_set_status(s, t, TS_PENDING);
   return state_persist_trial(s, t, ticket);
+}
+
+void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms) {
+  t->lease_deadline_ms = now_ms + (uint64_t)(s->opt.lease_timeout_s * 1000);
+}
+
+/* Two heartbeat intervals: how long a RUNNING trial may go unlisted by its
+ * worker's heartbeats (a lost lease reply) before it is requeued. */
+static uint64_t state_unlisted_grace_ms(const struct server *s) {
+  return (uint64_t)(2 * s->opt.heartbeat_interval_s * 1000);
+}
+
+int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uint64_t now_ms,
+                           uint64_t *ticket) {
+  uint64_t grace = state_unlisted_grace_ms(s);
+  int n = 0;
+  for (int64_t i = 0; w->nrunning > 0 && i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->num_trials; k++) {
+      struct trial *t = s->trials[e->first_trial_id + k - 1];
+      if (t->status != TS_RUNNING || t->worker_id != w->id || t->listed_gen == gen) continue;
+      if (!t->unlisted_since_ms) {
+        t->unlisted_since_ms = now_ms;
+        continue;
+      }
+      if (now_ms - t->unlisted_since_ms < grace) continue;
+      log_warn("trial %lld (attempt %d) not listed by worker %lld for %.1f s: back to PENDING",
+               (long long)t->id, t->attempt, (long long)w->id,
+               (double)(now_ms - t->unlisted_since_ms) / 1000);
+      int rc = state_requeue(s, t, ticket);
+      if (rc) return rc;
+      n++;
+    }
+  }
+  return n;
 }
 
 void state_expire_leases(struct server *s, uint64_t now_ms) {
@@ -285,20 +353,80 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
     struct worker *w = s->workers[i];
     if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;
     w->lost = 1;
-    int64_t back = 0;
-    for (int64_t j = 0; j < s->ntrials; j++) {
-      struct trial *t = s->trials[j];
-      if (t->status != TS_RUNNING || t->worker_id != w->id) continue;
+    log_warn("worker %lld (%s) missed heartbeats for %.1f s: lost (its %lld trial lease(s) "
+             "expire on their own)", (long long)w->id, w->name, s->opt.lease_timeout_s,
+             (long long)w->nrunning);
+  }
+  if (now_ms < s->next_expiry_ms) return;
+  s->next_expiry_ms = now_ms + 100;
+  uint64_t grace = state_unlisted_grace_ms(s);
+  for (int64_t i = 0; i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->num_trials; k++) {
+      struct trial *t = s->trials[e->first_trial_id + k - 1];
+      if (t->status != TS_RUNNING) continue;
+      if (!t->lease_deadline_ms) {
+        /* Loaded RUNNING: a restart counts as a heartbeat (HACKING.md). */
+        state_renew_lease(s, t, now_ms);
+        continue;
+      }
+      const char *why;
+      if (now_ms > t->lease_deadline_ms) why = "lease expired";
+      else if (t->unlisted_since_ms && now_ms - t->unlisted_since_ms >= grace)
+        why = "not listed by its worker's heartbeats";
+      else continue;
+      int64_t wid = t->worker_id;
       uint64_t ticket;
       if (state_requeue(s, t, &ticket))
         log_error("lease expiry: cannot queue trial %lld", (long long)t->id);
-      back++;
+      else
+        log_warn("trial %lld (worker %lld, attempt %d): %s, back to PENDING",
+                 (long long)t->id, (long long)wid, t->attempt, why);
     }
-    w->used_cpu = w->used_gpu = 0;
-    w->used_memory_mb = 0;
-    log_warn("worker %lld (%s) missed heartbeats for %.1f s: lost, %lld trial(s) back to "
-             "PENDING", (long long)w->id, w->name, s->opt.lease_timeout_s, (long long)back);
   }
+}
+
+int state_parse_lease(const char *h, struct lease_token *out) {
+  if (!h) return -EINVAL;
+  int64_t v[2] = {0, 0};
+  const char *p = h;
+  for (int k = 0; k < 2; k++) {
+    if (*p < '0' || *p > '9') return -EINVAL;
+    while (*p >= '0' && *p <= '9') {
+      if (v[k] > (INT32_MAX - 9) / 10) return -EINVAL; /* both fit an int */
+      v[k] = v[k] * 10 + (*p++ - '0');
+    }
+    if (k == 0 && *p++ != ':') return -EINVAL;
+  }
+  if (*p || v[0] < 1 || v[1] < 1) return -EINVAL;
+  out->worker_id = v[0];
+  out->attempt = (int)v[1];
+  return 0;
+}
+
+enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
+                             char *why, size_t whylen) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  if (t->status == TS_RUNNING && e->status == ES_RUNNING && t->worker_id == l->worker_id &&
+      t->attempt == l->attempt) {
+    state_renew_lease(s, t, clock_mono_ms());
+    return FENCE_CURRENT;
+  }
+  enum fence f = t->status != TS_RUNNING && t->lease_final &&
+                         t->lease_worker_id == l->worker_id && t->attempt == l->attempt
+                     ? FENCE_FINAL
+                     : FENCE_STALE;
+  /* Said for FENCE_FINAL too: a write that needs the current lease (a new
+   * result) refuses it with the same words. */
+  if (why && whylen) {
+    if (t->status == TS_RUNNING)
+      snprintf(why, whylen, "trial %lld is leased to %lld:%d, not %lld:%d", (long long)t->id,
+               (long long)t->worker_id, t->attempt, (long long)l->worker_id, l->attempt);
+    else
+      snprintf(why, whylen, "trial %lld is %s, not leased to %lld:%d", (long long)t->id,
+               trial_status_names[t->status], (long long)l->worker_id, l->attempt);
+  }
+  return f;
 }
 
 int state_key_index(const struct experiment *e, const char *key) {
@@ -374,6 +502,11 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
   if (state_note_series(e, t, result)) return -ENOMEM;
   char *copy = strdup(json);
   if (!copy) return -ENOMEM;
+  /* The checkpoint label the worker uses: training_iteration, else the
+   * time value. */
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(result, "training_iteration");
+  double iv = cJSON_IsNumber(it) ? it->valuedouble : time_value;
+  if (t->nres == 0 || iv > t->max_iter_seen) t->max_iter_seen = iv;
   free(t->last_result);
   t->last_result = copy;
   t->ts[t->nres] = time_value;

@@ -193,9 +193,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
     struct experiment *e = server_experiment(s, t->experiment_id);
     struct worker *w = server_worker(s, t->worker_id);
     if (t->status == TS_RUNNING && w) {
-      w->used_cpu += e->spec.resources.cpu;
-      w->used_gpu += e->spec.resources.gpu;
-      w->used_memory_mb += e->spec.resources.memory_mb;
+      state_charge(s, w, t);
     } else if (t->status == TS_RUNNING) {
       /* Leased to no known worker: nobody would ever heartbeat for it. */
       e->counts[TS_RUNNING]--;

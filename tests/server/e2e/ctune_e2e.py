@@ -4,6 +4,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,6 +13,10 @@ import tempfile
 import time
 
 BIN_DIR = os.environ.get("CTUNE_BIN_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "")
+# Trial-scoped writes carry the lease they belong to (HACKING.md "Worker
+# protocol v2"): X-Ctune-Lease: <worker_id>:<attempt>.
+FENCED = re.compile(r"^/api/v1/trials/(\d+)/(results|complete|fail|release|checkpoint|logs)$")
+LEASE_PATH = re.compile(r"^/api/v1/workers/(\d+)/lease$")
 _servers = []
 _tmpdirs = []
 
@@ -40,6 +45,9 @@ class Server:
         self.args = list(args)
         self.token = token
         self.proc = None
+        # trial id -> "worker:attempt" of the last lease this client saw; sent
+        # on trial writes unless the caller names a lease (or lease=False)
+        self.leases = {}
         self.start()
 
     def start(self, expect_fail=False):
@@ -86,12 +94,19 @@ class Server:
         self.kill()
         self.start()
 
-    def request(self, method, path, body=None, headers=None, raw=False, token=None):
-        """Returns (status, parsed JSON or bytes, headers dict)."""
+    def request(self, method, path, body=None, headers=None, raw=False, token=None, lease=None):
+        """Returns (status, parsed JSON or bytes, headers dict). A trial write
+        carries the lease: `lease` ("W:A"), else the last one leased through
+        this client; lease=False sends none."""
         h = {}
         tok = token if token is not None else self.token
         if tok:
             h["Authorization"] = "Bearer " + tok
+        m = FENCED.match(path) if method in ("POST", "PUT") else None
+        if m and lease is not False:
+            lh = getattr(self, "leases", {}).get(int(m.group(1))) if lease is None else lease
+            if lh is not None:
+                h["X-Ctune-Lease"] = lh
         if headers:
             h.update(headers)
         data = None
@@ -119,7 +134,12 @@ class Server:
         if raw or not payload:
             return r.status, payload, hdrs
         if "json" in hdrs.get("content-type", ""):
-            return r.status, json.loads(payload), hdrs
+            parsed = json.loads(payload)
+            lm = LEASE_PATH.match(path) if method == "POST" else None
+            if lm and r.status == 200:
+                tr = parsed["trial"]
+                self.__dict__.setdefault("leases", {})[tr["id"]] = "%s:%d" % (lm.group(1), tr["attempt"])
+            return r.status, parsed, hdrs
         return r.status, payload, hdrs
 
     def get(self, path, **kw):
@@ -159,7 +179,19 @@ def lease(srv, wid, free=None):
 
 
 def report(srv, tid, **result):
-    return srv.ok("POST", "/api/v1/trials/%d/results" % tid, result)["decision"]
+    """Posts one result with the trial's last lease; its decision. A 409
+    not_leased (the trial is no longer leased to us) answers "stop" too."""
+    st, b, _ = srv.post("/api/v1/trials/%d/results" % tid, result)
+    assert st == 200 or (st == 409 and b["error"]["code"] == "not_leased"), (st, b)
+    return b["decision"]
+
+
+def heartbeat(srv, wid, running):
+    """running: [(trial id, attempt)] -> the reply's stop list as
+    [(id, attempt, reason)]."""
+    b = srv.ok("POST", "/api/v1/workers/%d/heartbeat" % wid,
+               {"running": [{"id": i, "attempt": a} for i, a in running]})
+    return [(x["id"], x["attempt"], x["reason"]) for x in b["stop"]]
 
 
 class Runner:

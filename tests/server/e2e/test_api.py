@@ -5,7 +5,7 @@ import math
 import os
 import zlib
 
-from ctune_e2e import Server, Runner, experiment, register, lease, report, tmpdir
+from ctune_e2e import Server, Runner, experiment, heartbeat, register, lease, report, tmpdir
 
 ASHA = {"type": "asha", "max_t": 10, "grace_period": 1, "reduction_factor": 2, "brackets": 1}
 
@@ -134,8 +134,7 @@ def test_lease_report_complete_order_and_accounting():
     c = lease(s, w)
     assert c["id"] == 3
     # heartbeat: the worker still runs 1 (ended) → told to stop it
-    hb = s.ok("POST", "/api/v1/workers/%d/heartbeat" % w, {"running": [1, 2, 3]})
-    assert hb == {"stop": [1]}
+    assert heartbeat(s, w, [(1, 1), (2, 1), (3, 1)]) == [(1, 1, "ended")]
     st, b, _ = s.post("/api/v1/workers/99/heartbeat", {"running": []})
     assert st == 404 and b["error"]["code"] == "unknown_worker"
     s.ok("POST", "/api/v1/trials/2/complete", {})
@@ -260,7 +259,7 @@ def test_cancel():
     e = s.ok("POST", "/api/v1/experiments/1/cancel")
     assert e["status"] == "CANCELLED" and e["counts"]["TERMINATED"] == 3
     assert report(s, t["id"], training_iteration=1, loss=1) == "stop"
-    assert s.ok("POST", "/api/v1/workers/%d/heartbeat" % w, {"running": [t["id"]]}) == {"stop": [t["id"]]}
+    assert heartbeat(s, w, [(t["id"], t["attempt"])]) == [(t["id"], t["attempt"], "cancelled")]
     assert lease(s, w) is None
     st, b, _ = s.post("/api/v1/experiments/1/cancel")
     assert st == 409
@@ -275,10 +274,12 @@ def test_checkpoint_and_logs():
     data = os.urandom(70000)
     crc = "%08x" % (zlib.crc32(data) & 0xffffffff)
     path = "/api/v1/trials/%d/checkpoint" % t["id"]
+    for i in (1, 2, 3):  # a checkpoint is never past the stored results
+        report(s, t["id"], training_iteration=i, loss=1.0)
     st, b, _ = s.request("GET", path)
     assert st == 404
     st, b, _ = s.request("PUT", path, data, {"X-Ctune-Iteration": "3", "X-Ctune-Crc32": "%08x" % ((int(crc, 16) + 1) & 0xffffffff)})
-    assert st == 400 and b["error"]["code"] == "checksum_mismatch"
+    assert st == 400 and b["error"]["code"] == "bad_crc"
     st, b, _ = s.request("GET", path)
     assert st == 404  # the corrupt upload changed nothing
     st, b, _ = s.request("PUT", path, data, {"X-Ctune-Iteration": "3"})

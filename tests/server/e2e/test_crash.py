@@ -46,7 +46,8 @@ def run(s, ids, steps, decisions, crash_at=None):
         if crash_at is not None and n == crash_at and not crashed:
             crashed = True
             c = http.client.HTTPConnection(s.host, s.port, timeout=10)
-            c.request("POST", "/api/v1/trials/%d/results" % tid, json.dumps(body))
+            c.request("POST", "/api/v1/trials/%d/results" % tid, json.dumps(body),
+                      {"X-Ctune-Lease": s.leases[tid]})
             s.kill(signal.SIGKILL)  # the reply may or may not have been sent
             c.close()
             s.start()
@@ -103,7 +104,8 @@ def test_concurrent_acks_survive_kill9(sig=signal.SIGKILL):
             t += 1
             try:
                 c.request("POST", "/api/v1/trials/%d/results" % tid,
-                          json.dumps({"training_iteration": t, "loss": 1.0 / t}))
+                          json.dumps({"training_iteration": t, "loss": 1.0 / t}),
+                          {"X-Ctune-Lease": s.leases[tid]})
                 r = c.getresponse()
                 r.read()
                 if r.status == 200:

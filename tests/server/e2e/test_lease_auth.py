@@ -4,7 +4,7 @@ import os
 import time
 import zlib
 
-from ctune_e2e import Server, Runner, experiment, register, lease, report, tmpdir
+from ctune_e2e import Server, Runner, experiment, heartbeat, register, lease, report, tmpdir
 
 
 def test_lease_expiry_resume():
@@ -37,8 +37,7 @@ def test_lease_expiry_resume():
     st, body, h = s.request("GET", "/api/v1/trials/%d/checkpoint" % t["id"], raw=True)
     assert body == data
     # the lost worker comes back: its old trial is no longer its own
-    hb = s.ok("POST", "/api/v1/workers/%d/heartbeat" % w1, {"running": [t["id"]]})
-    assert hb == {"stop": [t["id"]]}
+    assert heartbeat(s, w1, [(t["id"], 1)]) == [(t["id"], 1, "not_leased")]
     s.stop()
 
 
@@ -72,11 +71,11 @@ def test_lease_release():
     ws = {w["id"]: w for w in s.ok("GET", "/api/v1/workers")["workers"]}
     assert ws[w1]["free"]["cpu"] == 2 and ws[w1]["running_trials"] == [], ws[w1]
     assert ws[w1]["status"] == "alive"
-    # releasing again: not RUNNING -> 409, nothing changes
+    # releasing again: no longer leased -> 409, nothing changes
     st, b, _ = s.post(path, {})
-    assert st == 409 and b["error"]["code"] == "not_running", b
+    assert st == 409 and b["error"]["code"] == "not_leased", b
     assert s.ok("GET", "/api/v1/trials/%d" % t["id"])["status"] == "PENDING"
-    st, b, _ = s.post("/api/v1/trials/99/release", {})
+    st, b, _ = s.post("/api/v1/trials/99/release", {}, lease="%d:1" % w1)
     assert st == 404 and b["error"]["code"] == "not_found", b
     # the resources are free on w1 (full before), and the next lease resumes
     # exactly as after a lease expiry
@@ -104,7 +103,7 @@ def test_restart_keeps_leases_and_workers():
     t = lease(s, w)
     s.restart()
     # the server remembers the worker and what it has leased
-    assert s.ok("POST", "/api/v1/workers/%d/heartbeat" % w, {"running": [t["id"]]}) == {"stop": []}
+    assert heartbeat(s, w, [(t["id"], t["attempt"])]) == []
     assert lease(s, w) is None
     tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
     assert tr["status"] == "RUNNING" and tr["worker_id"] == w
