@@ -153,10 +153,11 @@ class Cluster:
     def work_dir(self, name):
         return os.path.join(self.tmp, "work-" + name)
 
-    def trial_processes(self, worker=None):
+    def trial_processes(self, worker=None, supervisors=False):
         """{pid: trial id} of live trainables started for this cluster (found by
-        the CTUNE_CHECKPOINT_DIR the worker puts in their environment, so a
-        supervisor process between worker and trial changes nothing)."""
+        the CTUNE_CHECKPOINT_DIR the worker puts in their environment). With
+        supervisors, also the worker's per-trial processes that run them (a
+        host freeze stops those too; a trial kill -9 hits the trainable)."""
         prefix = (self.work_dir(worker) if worker else self.tmp).encode()
         found = {}
         for d in os.listdir("/proc"):
@@ -171,7 +172,10 @@ class Cluster:
                     state = f.read().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
+            argv = cmd.split(b"\0")
             if state == "Z" or b"trainable.py" not in cmd:
+                continue
+            if not supervisors and not (len(argv) > 1 and argv[1].endswith(b"trainable.py")):
                 continue
             ck = [e for e in env if e.startswith(b"CTUNE_CHECKPOINT_DIR=")]
             tid = [e for e in env if e.startswith(b"CTUNE_TRIAL_ID=")]

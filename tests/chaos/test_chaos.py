@@ -97,7 +97,7 @@ def inject(c, rng, kind, counts):
             name, w.pid, down, c.workers[name].pid)
     if kind == "freeze":
         host = rng.random() < 0.5
-        trials = list(c.trial_processes(name)) if host else []
+        trials = list(c.trial_processes(name, supervisors=True)) if host else []
         w.signal(signal.SIGSTOP)
         for pid in trials:
             os.kill(pid, signal.SIGSTOP)

@@ -74,8 +74,9 @@ def scenario(host_freeze):
         wa = worker_id(c, "a")
         a_trials = list(c.trial_processes("a"))
         assert a_trials, "no trial process under worker A"
+        a_tree = list(c.trial_processes("a", supervisors=True))
         c.workers["a"].signal(signal.SIGSTOP)
-        for pid in (a_trials if host_freeze else []):
+        for pid in (a_tree if host_freeze else []):
             os.kill(pid, signal.SIGSTOP)
         a_last = max([int(args[0]) for pid, ev, args in read_ledger(c, tid)
                       if ev == "result" and pid in a_trials] or [0])
@@ -99,7 +100,7 @@ def scenario(host_freeze):
             % (b_trials, b_start, ck_b[1]["iteration"]))
 
         # Phase 3: A wakes up. Nothing it sends may be stored.
-        for pid in (a_trials if host_freeze else []):
+        for pid in (a_tree if host_freeze else []):
             os.kill(pid, signal.SIGCONT)
         c.workers["a"].signal(signal.SIGCONT)
         best_ck = ck_b[1]["iteration"]
@@ -164,7 +165,7 @@ def scenario(host_freeze):
             for w in c.workers.values():
                 print("---- last lines of %s (%s)" % (w.name, w.log_path))
                 print("\n".join(w.log().splitlines()[-15:]))
-        c.close(keep=failed)
+        c.close(keep=failed or os.environ.get("CTUNE_CHAOS_KEEP") == "1")
     print("scenario %s: %s" % (label, "FAIL" if failed else "PASS"))
     return not failed
 
