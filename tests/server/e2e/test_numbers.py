@@ -3,12 +3,26 @@ printing changes come back bit for bit, seeds (picked by the server or
 given) are shown as the integer the database holds and reproduce the same
 trials, and every last_seq the server prints is accepted back as since."""
 import json
+import os
 import random
+import subprocess
+import time
 import re
 import struct
 import sys
 
-from ctune_e2e import Server, Runner, experiment, register, lease
+from ctune_e2e import BIN_DIR, Server, Runner, experiment, register, lease, tmpdir
+
+# A command trainable: reports its sampled lr back, and values that 15-digit
+# printing changes, as Python prints them (repr: shortest round-trip).
+TRAINABLE = r"""
+import json, os, random
+cfg = json.loads(os.environ["CTUNE_CONFIG"])
+rng = random.Random(int(os.environ["CTUNE_TRIAL_ID"]))
+for it in (1, 2, 3):
+    print(json.dumps({"training_iteration": it, "lr_seen": cfg["lr"],
+                      "loss": rng.random() / 7, "acc": 1 - rng.random() / 3}), flush=True)
+"""
 
 
 def bits(x):
@@ -101,10 +115,53 @@ def test_last_seq_round_trips():
     s.stop()
 
 
+def test_through_a_worker_and_a_trial():
+    """The sampled config reaches the trial, and what the trial prints
+    reaches the database and comes back, bit for bit."""
+    s = Server()
+    d = tmpdir()
+    script = os.path.join(d, "trainable.py")
+    with open(script, "w") as f:
+        f.write(TRAINABLE)
+    cfg = experiment(n=4)
+    cfg["param_space"] = {"lr": {"type": "uniform", "lower": 0, "upper": 1}}
+    cfg["trainable"] = {"type": "command", "argv": ["/usr/bin/python3", script]}
+    e = s.ok("POST", "/api/v1/experiments", cfg, status=201)
+    w = subprocess.Popen([os.path.join(BIN_DIR, "ctune-worker"), "--server",
+                          "http://%s:%d" % (s.host, s.port), "--cpus", "2", "--memory-mb", "1024",
+                          "--work-dir", os.path.join(d, "w"), "--poll-ms", "100", "--no-cgroup"],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "w.log"), "wb"))
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if s.ok("GET", "/api/v1/experiments/%d" % e["id"])["status"] != "RUNNING":
+                break
+            time.sleep(0.2)
+        trials = s.ok("GET", "/api/v1/experiments/%d/trials" % e["id"])["trials"]
+        assert all(t["status"] == "TERMINATED" for t in trials), (
+            [t["status"] for t in trials], open(os.path.join(d, "w.log")).read()[-2000:])
+        for t in trials:
+            rng = random.Random(t["id"])
+            res = s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"]
+            assert [r["training_iteration"] for r in res] == [1, 2, 3], res
+            for r in res:
+                assert bits(r["lr_seen"]) == bits(t["config"]["lr"]), (r, t["config"])
+                assert bits(r["loss"]) == bits(rng.random() / 7), r
+                assert bits(r["acc"]) == bits(1 - rng.random() / 3), r
+    finally:
+        w.terminate()
+        try:
+            w.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
+    s.stop()
+
+
 def main():
     r = Runner()
     for fn in (test_results_round_trip_bit_for_bit, test_seed_shown_is_the_seed_used,
-               test_last_seq_round_trips):
+               test_last_seq_round_trips, test_through_a_worker_and_a_trial):
         r.run(fn)
     r.done()
 
