@@ -1,11 +1,13 @@
 /* ctune-worker: command line, resource discovery, signals, and the loop. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "execwrap.h"
 #include "gpu.h"
 #include "log.h"
+#include "workdir.h"
 #include "worker.h"
 
 static const char usage[] =
@@ -33,6 +36,11 @@ static const char usage[] =
     "  --poll-ms N          lease poll interval when idle (default 1000)\n"
     "  --stop-grace-s N     SIGTERM to SIGKILL grace for trials (default 10)\n"
     "  --max-queued N       results kept while the server is away (default 100000)\n"
+    "  --outbox-stall-s N   fail a trial whose results cannot be written (disk full)\n"
+    "                       for N s (default 300; 0: wait for ever)\n"
+    "  --keep-trial-dirs N  dirs (logs, checkpoint) of ended trials kept in the work\n"
+    "                       dir, the most recent first (default 20); older ones are\n"
+    "                       removed once their messages are delivered\n"
     "  --no-cgroup          do not use cgroup v2 even when it is delegated\n"
     "  --version, --help\n";
 
@@ -42,6 +50,45 @@ static void on_signal(uv_signal_t *h, int sig) {
   (void)h;
   log_info("got %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   if (g_worker) worker_drain(g_worker);
+}
+
+/* Two workers on one work dir would share its outbox and trial dirs and lose
+ * messages. An flock on <work dir>/worker.lock, held for the worker's life
+ * (the kernel drops it when the process dies, kill -9 included), keeps the
+ * second one out; the file holds the holder's pid for the error message.
+ * Returns the fd to keep open, or -1 after printing why. */
+static int lock_work_dir(const char *dir) {
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/worker.lock", dir);
+  /* O_CLOEXEC: trials and their supervisors must not inherit the lock. */
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fprintf(stderr, "ctune-worker: --work-dir %s: cannot open %s: %s\n", dir, path,
+            strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    if (e == EWOULDBLOCK)
+      fprintf(stderr, "ctune-worker: --work-dir %s is in use by another ctune-worker (pid %s); "
+              "workers must not share a work dir: give each its own --work-dir\n", dir,
+              pid[0] ? pid : "unknown");
+    else
+      fprintf(stderr, "ctune-worker: --work-dir %s: cannot lock %s: %s\n", dir, path,
+              strerror(e));
+    close(fd);
+    return -1;
+  }
+  char me[32];
+  int n = snprintf(me, sizeof me, "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)n, 0) != n)
+    fprintf(stderr, "ctune-worker: --work-dir %s: cannot write my pid into %s: %s\n", dir,
+            path, strerror(errno));
+  return fd;
 }
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -148,11 +195,13 @@ int main(int argc, char **argv) {
   o.poll_ms = 1000;
   o.stop_grace_ms = 10000;
   o.max_queued = 100000;
+  o.keep_trial_dirs = WORKDIR_KEEP_ENDED;
+  o.outbox_stall_ms = 300000;
   struct sysinfo si;
   o.memory_mb = sysinfo(&si) == 0 ? (long)((unsigned long long)si.totalram * si.mem_unit >> 20) : 0;
 
   enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
-         O_POLL, O_GRACE, O_QUEUE, O_NOCG, O_VERSION, O_HELP };
+         O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP };
   static const struct option longopts[] = {
       {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
       {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
@@ -160,7 +209,9 @@ int main(int argc, char **argv) {
       {"memory-mb", required_argument, 0, O_MEM}, {"work-dir", required_argument, 0, O_WORK},
       {"name", required_argument, 0, O_NAME},     {"train-bin", required_argument, 0, O_TRAIN},
       {"poll-ms", required_argument, 0, O_POLL},  {"stop-grace-s", required_argument, 0, O_GRACE},
-      {"max-queued", required_argument, 0, O_QUEUE}, {"no-cgroup", no_argument, 0, O_NOCG},
+      {"max-queued", required_argument, 0, O_QUEUE},
+      {"outbox-stall-s", required_argument, 0, O_STALL}, {"no-cgroup", no_argument, 0, O_NOCG},
+      {"keep-trial-dirs", required_argument, 0, O_KEEP},
       {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
   int c;
@@ -179,6 +230,8 @@ int main(int argc, char **argv) {
       case O_POLL: if (parse_long("--poll-ms", optarg, 1, 600000, &v)) return 2; o.poll_ms = (unsigned)v; break;
       case O_GRACE: if (parse_long("--stop-grace-s", optarg, 0, 3600, &v)) return 2; o.stop_grace_ms = (unsigned)v * 1000; break;
       case O_QUEUE: if (parse_long("--max-queued", optarg, 1, 100000000, &v)) return 2; o.max_queued = (size_t)v; break;
+      case O_STALL: if (parse_long("--outbox-stall-s", optarg, 0, 86400, &v)) return 2; o.outbox_stall_ms = (unsigned)v * 1000; break;
+      case O_KEEP: if (parse_long("--keep-trial-dirs", optarg, 0, 1000000, &v)) return 2; o.keep_trial_dirs = (int)v; break;
       case O_NOCG: use_cgroup = 0; break;
       case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
       case O_HELP: fputs(usage, stdout); return 0;
@@ -239,6 +292,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   o.work_dir = work_abs;
+  int lock_fd = lock_work_dir(o.work_dir);
+  if (lock_fd < 0) {
+    free(token);
+    return 1;
+  }
 
   /* What the per-trial limits mean here, said once. */
   static struct cgroup_ctx cg;
@@ -250,6 +308,13 @@ int main(int argc, char **argv) {
     log_info("limits: cpu pinned per trial (sched_setaffinity), memory_mb as RLIMIT_AS "
              "(address space) for CPU trials; NOT enforced: fractional cpu quotas and "
              "resident memory, because %s", why);
+  /* Trial groups a killed predecessor on this work dir left behind: their
+   * processes are killed and the groups removed (the records say which are
+   * ours, whatever other workers share the same parent group). */
+  snprintf(cg.marks, sizeof cg.marks, "%s/cgroups", o.work_dir);
+  int swept = cgroup_sweep(&cg);
+  if (swept > 0) log_info("removed %d stale trial cgroup(s) of an earlier run", swept);
+  if (!cg.enabled) cg.marks[0] = '\0';
   o.cgroup = &cg;
 
   uv_loop_t *loop = uv_default_loop();
@@ -281,5 +346,6 @@ int main(int argc, char **argv) {
   worker_free(w);
   uv_loop_close(loop);
   free(token);
+  close(lock_fd);
   return 0;
 }

@@ -34,6 +34,7 @@
 #include "outbox.h"
 #include "trainable.h"
 #include "trial.h"
+#include "workdir.h"
 
 extern char **environ;
 
@@ -960,7 +961,33 @@ static int worker_lane_blocked(struct worker *w, const struct outbox_lane *l) {
 }
 
 /* Results of this lease were acknowledged: its checkpoint may go now. */
+/* A trial dir is needed while its trial is on this worker or its outbox
+ * lane holds undelivered messages (workdir.h). */
+static int worker_dir_needed(void *arg, int trial_id) {
+  struct worker *w = arg;
+  for (struct trial *t = w->trials; t; t = t->next)
+    if (t->id == trial_id) return 1;
+  const struct outbox_lane *l = outbox_lane(&w->ob, trial_id);
+  return l && l->n > 0;
+}
+
+/* Removes the dirs of ended trials beyond the most recent few. */
+static void worker_sweep_dirs(struct worker *w) {
+  int n = workdir_sweep_trials(w->o.work_dir, w->o.keep_trial_dirs, worker_dir_needed, w);
+  if (n > 0) log_info("removed %d trial dir(s) of ended trials (the last %d are kept)", n,
+                      w->o.keep_trial_dirs);
+}
+
+/* Once an ended trial's last message is delivered its dir may go. */
+static void worker_sweep_after_ack(struct worker *w, int trial_id) {
+  for (struct trial *t = w->trials; t; t = t->next)
+    if (t->id == trial_id) return;
+  const struct outbox_lane *l = outbox_lane(&w->ob, trial_id);
+  if (!l || l->n == 0) worker_sweep_dirs(w);
+}
+
 static void worker_after_ack(struct worker *w, int trial_id) {
+  worker_sweep_after_ack(w, trial_id);
   struct trial *t = w->trials;
   while (t) {
     struct trial *next = t->next;
@@ -1484,6 +1511,7 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   rc = outbox_open(&w->ob, obdir, opts->max_queued);
   free(obdir);
   if (rc < 0) goto fail;
+  worker_sweep_dirs(w); /* what an earlier run left: kept only while needed */
   rc = http_client_new(loop, opts->server, opts->token, &w->http);
   if (rc < 0) goto fail_ob;
   uv_timer_t *timers[] = WORKER_TIMERS(w);

@@ -28,6 +28,7 @@ struct worker_opts {
   unsigned poll_ms;       /* lease poll interval when the server has nothing */
   unsigned stop_grace_ms; /* SIGTERM -> SIGKILL */
   size_t max_queued;      /* outbox bound (results) */
+  int keep_trial_dirs;    /* ended trials whose dirs (logs) are kept */
   unsigned outbox_stall_ms; /* results unwritable (disk full) this long: fail the trial; 0 never */
   const struct cgroup_ctx *cgroup;  /* enabled: cpu.max/memory.max per trial */
 };
