@@ -48,7 +48,8 @@ extern char **environ;
 #define WORKER_BATCH_MAX 256          /* results per POST */
 #define WORKER_BATCH_BYTES (512 * 1024)
 #define WORKER_MAX_RESULT (512 * 1024)  /* one result's JSON (server takes 1 MiB) */
-#define WORKER_FAIL_BYTES 8192        /* the stderr tail a `fail` carries */
+/* The stderr tail a `fail` carries: the server keeps "reason: error" in 4 KiB. */
+#define WORKER_FAIL_BYTES 3800
 
 struct worker {
   uv_loop_t *loop;
@@ -960,7 +961,6 @@ static int worker_lane_blocked(struct worker *w, const struct outbox_lane *l) {
   return h->kind == OUTBOX_END && worker_by_lease(w, h->trial_id, &h->lease) != NULL;
 }
 
-/* Results of this lease were acknowledged: its checkpoint may go now. */
 /* A trial dir is needed while its trial is on this worker or its outbox
  * lane holds undelivered messages (workdir.h). */
 static int worker_dir_needed(void *arg, int trial_id) {
@@ -986,6 +986,8 @@ static void worker_sweep_after_ack(struct worker *w, int trial_id) {
   if (!l || l->n == 0) worker_sweep_dirs(w);
 }
 
+/* Messages of this trial were acknowledged: its dir may go, and its
+ * checkpoint may go once its results are all stored. */
 static void worker_after_ack(struct worker *w, int trial_id) {
   worker_sweep_after_ack(w, trial_id);
   struct trial *t = w->trials;

@@ -56,6 +56,12 @@ class FakeServer:
             def log_message(self, *a):
                 pass
 
+            def handle(self):
+                try:
+                    super().handle()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the worker gave up on a held reply (it exited)
+
             def _handle(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""

@@ -115,7 +115,9 @@ def body(env):
     env.server_proc.p.terminate()
     env.server_proc.p.wait(10)
     db2 = os.path.join(env.tmp, "fresh.db")
-    env.start_server("--lease-timeout", "2", port=port, db=db2)
+    # A long lease timeout: the outage below must not make the worker fence
+    # itself (protocol v2), so the paused trial is resumed, not stopped.
+    env.start_server("--lease-timeout", "30", port=port, db=db2)
     wait_for(lambda: "registering again" in w3.log(), 10, "worker 3 to register again")
     wait_for(lambda: [x for x in env.api("GET", "/api/v1/workers")["workers"]
                       if x["name"] == "w3"], 10, "worker 3 in GET /workers")
@@ -149,7 +151,7 @@ def body(env):
     assert group_paused() and os.path.getsize(log) == size, "the paused trial kept running"
     assert len(outbox_files(env, "w3")) == 3, outbox_files(env, "w3")
     print("outbox full: trial %d paused with %d results queued" % (t["id"], 3))
-    env.start_server("--lease-timeout", "2", port=port, db=db2)
+    env.start_server("--lease-timeout", "30", port=port, db=db2)
     env.wait_experiment(paused, 30)
     assert result_values(env.results(t["id"])) == list(range(1, 16))
     assert "outbox has room again" in w3.log()

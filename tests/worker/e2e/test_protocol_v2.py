@@ -17,6 +17,10 @@ decides which reply is late, refused or missing:
   fence        no heartbeat gets through for lease_timeout_s: the worker
                stops its trial itself (SIGTERM), keeps its messages, releases
                the lease and leases again once the server answers.
+  disk_full    the outbox cannot be written (fault injection: disk full):
+               the trial is paused (SIGSTOP) and resumes when space returns;
+               when the disk stays full it fails after --outbox-stall-s with
+               a clear error, and that fail is delivered.
   relase_drain trial 1 is stopped and leased again to the same worker while
                attempt 1's last checkpoint upload is still in flight; SIGTERM
                then drains and exits (it used to hang)."""
@@ -208,7 +212,53 @@ def relase_drain(env):
         fake.close()
 
 
+def proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def disk_full(env):
+    fake = FakeServer()
+    fault = os.path.join(env.tmp, "outbox-fault")
+    wenv = dict(os.environ, CTUNE_OUTBOX_FAULT_FILE=fault)
+    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "30", "0.1"]))
+    env.url = fake.url
+    w = env.start_worker("disk", "--outbox-stall-s", "3", env=wenv)
+    try:
+        fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "results")
+        open(fault, "w").close()  # the disk is full from now on
+        wait_for(lambda: "pausing the trial" in w.log(), 10, "the trial to pause")
+        with open(os.path.join(env.trial_dir("disk", 1), "pid")) as f:
+            pid = int(f.read())
+        wait_for(lambda: proc_state(pid) == "T", 5, "the trial process stopped (SIGSTOP)")
+        time.sleep(1)
+        os.unlink(fault)  # space again
+        wait_for(lambda: "outbox has room again" in w.log(), 10, "the trial to resume")
+        fake.wait(lambda r: r.what == "complete" and r.trial == 1, 30, "trial 1's complete")
+        assert fake.stored[1] == list(range(1, 31)), fake.stored[1]
+        print("disk full: trial paused while the outbox could not be written, resumed when "
+              "space came back, all 30 results delivered")
+        # The disk stays full: after --outbox-stall-s the trial fails with a
+        # clear error, which is delivered (kept in memory) instead of hanging.
+        open(fault, "w").close()
+        fake.leases.append(lease(2, 1, ["sh", TRAINABLE, "200", "0.1"]))
+        fail = fake.wait(lambda r: r.what == "fail" and r.trial == 2, 30, "trial 2's fail")[0]
+        assert "outbox" in fail.body["error"] and fail.body["reason"] == "internal", fail.body
+        print("disk full for good: trial failed after the stall bound:", fail.body["error"][:60])
+        os.unlink(fault)
+        fenced_writes_ok(fake)
+        stop_worker(w)
+    finally:
+        if os.path.exists(fault):
+            os.unlink(fault)
+        fake.close()
+
+
 def body(env):
+    disk_full(env)
     stale_stop(env)
     lanes(env)
     fence(env)
