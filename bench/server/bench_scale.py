@@ -48,8 +48,8 @@ class Srv:
         self.p.wait(timeout=60)
 
 
-def call(c, method, path, body=None):
-    c.request(method, path, json.dumps(body) if body is not None else None)
+def call(c, method, path, body=None, headers=None):
+    c.request(method, path, json.dumps(body) if body is not None else None, headers or {})
     r = c.getresponse()
     return r.status, r.read()
 
@@ -102,7 +102,9 @@ def main():
                 for tid in range(1 + k, a.trials + 1, a.clients):
                     body = {"training_iteration": t, "loss": 1.0 / t + (tid % 97) * 1e-3,
                             "accuracy": 0.5 + t * 0.01, "time_total_s": t * 1.5}
-                    st, r = call(cc, "POST", "/api/v1/trials/%d/results" % tid, body)
+                    # every trial was leased once, by this worker: attempt 1
+                    st, r = call(cc, "POST", "/api/v1/trials/%d/results" % tid, body,
+                                 {"X-Ctune-Lease": "%d:1" % wid})
                     assert st == 200, r
 
         t0 = time.time()
