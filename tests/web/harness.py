@@ -7,6 +7,7 @@ a finally block, so a failing test leaves no process or temp dir behind.
 import argparse
 import http.client
 import json
+import re
 import os
 import shutil
 import signal
@@ -37,6 +38,10 @@ def skip(why):
     sys.exit(SKIP)
 
 
+TRIAL_WRITE = re.compile(r"^/api/v1/trials/(\d+)/(results|complete|fail|release|checkpoint|logs)$")
+LEASE_PATH = re.compile(r"^/api/v1/workers/(\d+)/lease$")
+
+
 class Client:
     """Keep-alive JSON client; raises on statuses other than the expected ones."""
 
@@ -44,6 +49,12 @@ class Client:
         self.port = port
         self.token = token
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        # Plays a worker too: the fence of each trial it leased, sent with
+        # every trial-scoped write as protocol v2 requires (HACKING.md).
+        self.leases = {}
+
+    def fence(self, trial_id):
+        return self.leases[trial_id]
 
     def call(self, method, path, body=None, expect=(200, 201, 204), raw=None, ctype=None):
         headers = {}
@@ -55,6 +66,9 @@ class Client:
             headers["Content-Type"] = "application/json"
         elif raw is not None:
             headers["Content-Type"] = ctype or "text/plain"
+        m = TRIAL_WRITE.match(path)
+        if m and method in ("POST", "PUT") and int(m.group(1)) in self.leases:
+            headers["X-Ctune-Lease"] = "%d:%d" % self.leases[int(m.group(1))]
         for attempt in range(2):
             try:
                 self.conn.request(method, path, body=data, headers=headers)
@@ -72,9 +86,17 @@ class Client:
         if not text:
             return res.status, None
         try:
-            return res.status, json.loads(text)
+            out = json.loads(text)
         except ValueError:
             return res.status, text
+        m = LEASE_PATH.match(path)
+        if m and res.status == 200 and isinstance(out, dict) and "trial" in out:
+            self.leases[out["trial"]["id"]] = (int(m.group(1)), out["trial"]["attempt"])
+        return res.status, out
+
+    def running(self, *trial_ids):
+        """The heartbeat v2 list for these leased trials."""
+        return [{"id": t, "attempt": self.leases[t][1]} for t in trial_ids]
 
     def get(self, path):
         return self.call("GET", "/api/v1" + path)[1]

@@ -70,7 +70,7 @@ def drive_experiment(api):
     api.post("/trials/%d/results" % b, result(2, 0.35))
     api.post("/trials/%d/fail" % d, {"error": ERROR_TEXT, "exit_code": 5, "reason": "diverged"})
     api.call("PUT", "/api/v1/trials/%d/logs" % a, raw=LOG_TEXT.encode(), ctype="text/plain")
-    api.post("/workers/%d/heartbeat" % wid, {"running": [a, b]})
+    api.post("/workers/%d/heartbeat" % wid, {"running": api.running(a, b)})
     return eid, wid, {"a": a, "b": b, "c": c, "d": d}
 
 
