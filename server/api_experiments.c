@@ -318,7 +318,7 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
    * last_seq is then the newest change that was sent. */
   if (since >= 0) qsort(pick, (size_t)n, sizeof *pick, cmp_seq);
   first = offset < n ? offset : n;
-  end = offset + limit < n ? offset + limit : n;
+  end = limit < n - first ? first + limit : n; /* offset + limit may overflow */
   if (since >= 0 && end < n && end > first) last_seq = pick[end - 1]->updated_seq;
   /* Copy under the lock, build the JSON after it: a big list must not hold
    * up the results being reported meanwhile. */
