@@ -108,6 +108,8 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
                                int b);
 static void worker_upload_checkpoint(struct worker *w, struct trial *t);
 static void worker_upload_logs(struct worker *w, struct trial *t);
+static void worker_stop_attempt(struct worker *w, int id, long attempt, enum trial_stop why,
+                                const char *what);
 
 static struct trial *worker_by_key(struct worker *w, uint64_t key) {
   for (struct trial *t = w->trials; t; t = t->next)
@@ -910,6 +912,12 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
     return;
   }
   t->lease_worker = w->id;
+  /* An older attempt of this trial still here is stale by definition: the
+   * server has just leased the trial again. */
+  struct trial *old = worker_current(w, t->id);
+  if (old && old->attempt != t->attempt)
+    worker_stop_attempt(w, old->id, old->attempt, TRIAL_STOP_SERVER,
+                        "leased again: an older attempt is over");
   t->next = w->trials;
   w->trials = t;
   log_info("trial %d: leased (attempt %ld)", t->id, t->attempt);
