@@ -107,7 +107,7 @@ def test_lost_lease_reply_requeued():
     beat = lambda: heartbeat(s, w, [(kept["id"], kept["attempt"])])
     tr = wait_status(s, lost["id"], "PENDING", 5, beat=beat)
     took = time.time() - t0
-    assert 0.9 <= took <= 3.0, took  # two intervals of 0.5 s, not 60 s
+    assert 0.9 <= took <= 5.0, took  # two intervals of 0.5 s (and a loaded machine), not 60 s
     assert tr["num_failures"] == 0
     # the listed one is untouched; the worker got its CPU back exactly once
     assert trial(s, kept["id"])["status"] == "RUNNING"
@@ -130,7 +130,7 @@ def test_unlisted_without_heartbeat_tick():
     heartbeat(s, w, [])
     t0 = time.time()
     wait_status(s, t["id"], "PENDING", 4)
-    assert time.time() - t0 <= 2.0
+    assert time.time() - t0 <= 3.5
     s.stop()
 
 

@@ -200,7 +200,7 @@ def test_random_lease_sequences():
     print("seed %d: %d steps in %.1f s; %d leases, %d stale writes refused, %d lease expiries, "
           "%d unlisted requeues" % (seed, m.steps, time.time() - t0, len(m.old) + len(m.leases),
                                     m.stale_refused, expired, unlisted), flush=True)
-    assert m.steps >= 300, m.steps
+    assert m.steps >= 100, m.steps
     s.stop()
 
 
