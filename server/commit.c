@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "log.h"
@@ -63,6 +64,12 @@ struct commit {
   void *repair_ctx;
   int stopping;
   uint64_t batches, ops, failed;
+  /* Durable commits (store_sync_full): a second thread flushes the WAL and
+   * answers the waiters, while the writer goes on with the next batch. */
+  pthread_t syncer;
+  int has_syncer, sync_stopping;
+  pthread_cond_t tosync;   /* committed moved, or stop */
+  uint64_t committed;      /* every ticket <= committed has ended, not yet flushed */
 };
 
 static _Thread_local struct commit_hold *commit_cur_hold;
@@ -208,6 +215,42 @@ static void commit_settle(struct commit *c, uint64_t upto) {
   pthread_mutex_lock(&c->mu);
 }
 
+/* A batch ended (committed, failed or refused): answer its waiters now, or
+ * after the next flush when commits must be durable first. */
+static void commit_finish(struct commit *c, uint64_t upto) {
+  if (!c->has_syncer) {
+    commit_settle(c, upto);
+    return;
+  }
+  c->committed = upto;
+  pthread_cond_signal(&c->tosync);
+}
+
+static void *commit_sync_main(void *arg) {
+  struct commit *c = arg;
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    while (c->committed == c->done && !c->sync_stopping) pthread_cond_wait(&c->tosync, &c->mu);
+    if (c->committed == c->done) break; /* stopping, nothing left */
+    uint64_t target = c->committed;
+    pthread_mutex_unlock(&c->mu);
+    int rc = store_sync(c->st);
+    if (rc) {
+      /* After a failed flush nobody can tell what is on the disk (the kernel
+       * may have dropped the dirty pages): acknowledge nothing more. A
+       * restart recovers from what the database really holds. */
+      log_error("commit: flushing the WAL to disk failed (%s); exiting without answering "
+                "%llu waiting change(s)", strerror(-rc),
+                (unsigned long long)(target - c->done));
+      _exit(1);
+    }
+    pthread_mutex_lock(&c->mu);
+    commit_settle(c, target);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
 static void commit_record_failure(struct commit *c, uint64_t lo, const char *reason) {
   if (c->nfails == COMMIT_MAX_FAILS) {
     memmove(c->fails, c->fails + 1, (COMMIT_MAX_FAILS - 1) * sizeof *c->fails);
@@ -249,7 +292,7 @@ static void *commit_main(void *arg) {
         refused = next;
       }
       pthread_mutex_lock(&c->mu);
-      commit_settle(c, upto);
+      commit_finish(c, upto);
       continue;
     }
     /* Take whole groups, up to COMMIT_MAX_BATCH ops (at least one group). */
@@ -290,7 +333,7 @@ static void *commit_main(void *arg) {
                 (unsigned long long)(c->issued - bad_ticket));
       commit_record_failure(c, bad_ticket, reason);
     }
-    commit_settle(c, upto);
+    commit_finish(c, upto);
     if (bad_ticket && c->repair) {
       pthread_mutex_unlock(&c->mu);
       c->repair(c->repair_ctx); /* takes the model lock, calls commit_repair_point */
@@ -323,7 +366,27 @@ int commit_start(struct store *st, struct commit **out) {
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->work, NULL);
   pthread_cond_init(&c->settled, NULL);
+  pthread_cond_init(&c->tosync, NULL);
+  if (store_sync_full(st)) {
+    if (pthread_create(&c->syncer, NULL, commit_sync_main, c)) {
+      pthread_cond_destroy(&c->tosync);
+      pthread_cond_destroy(&c->settled);
+      pthread_cond_destroy(&c->work);
+      pthread_mutex_destroy(&c->mu);
+      free(c);
+      return -EAGAIN;
+    }
+    c->has_syncer = 1;
+  }
   if (pthread_create(&c->thread, NULL, commit_main, c)) {
+    if (c->has_syncer) {
+      pthread_mutex_lock(&c->mu);
+      c->sync_stopping = 1;
+      pthread_cond_signal(&c->tosync);
+      pthread_mutex_unlock(&c->mu);
+      pthread_join(c->syncer, NULL);
+    }
+    pthread_cond_destroy(&c->tosync);
     pthread_cond_destroy(&c->settled);
     pthread_cond_destroy(&c->work);
     pthread_mutex_destroy(&c->mu);
@@ -341,6 +404,13 @@ void commit_stop(struct commit *c) {
   pthread_cond_signal(&c->work);
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->thread, NULL);
+  if (c->has_syncer) { /* the writer is done: the last flush, then stop */
+    pthread_mutex_lock(&c->mu);
+    c->sync_stopping = 1;
+    pthread_cond_signal(&c->tosync);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->syncer, NULL);
+  }
   if (c->open) commit_free_group(c->open); /* never handed over: nobody waits */
   while (c->waiters) { /* nobody should be left; answer them anyway */
     struct commit_waiter *w = c->waiters;
@@ -348,6 +418,7 @@ void commit_stop(struct commit *c) {
     w->done(w->ctx, w->ticket <= c->done ? commit_status_locked(c, w->ticket) : -EAGAIN);
     free(w);
   }
+  pthread_cond_destroy(&c->tosync);
   pthread_cond_destroy(&c->settled);
   pthread_cond_destroy(&c->work);
   pthread_mutex_destroy(&c->mu);

@@ -65,9 +65,10 @@ struct store_worker_row {
 /* Opens (creating) the database in WAL mode and applies the migrations of
  * schema/ that user_version says are missing, each in its own transaction.
  * wal_frames: the WAL size (in pages) at which the writer checkpoints.
- * sync_full: synchronous=FULL (each commit is fsynced before it returns: an
- * acknowledged write survives an OS crash or power cut) instead of NORMAL
- * (it survives a crash of the process only).
+ * sync_full: durable commits: store_sync flushes the WAL to the disk, and
+ * the commit thread calls it before any reply (an acknowledged write then
+ * survives an OS crash or power cut); without it a commit reaches the OS
+ * only (it survives a crash of the process, not of the machine).
  * On failure *err names the step. -EIO / -ENOMEM.
  *
  * Fault injection for tests only: the environment variable CTUNE_TEST_FAULT
@@ -90,6 +91,11 @@ int store_rollback_to(struct store *st);
 int store_release(struct store *st);
 /* The global change counter: never lowered (meta table). */
 int store_put_seq(struct store *st, int64_t seq);
+/* fdatasync of the WAL: every commit before it is durable. 0 or -errno.
+ * Callable from a thread of its own while the writer goes on. */
+int store_sync(struct store *st);
+/* Opened with sync_full. */
+int store_sync_full(const struct store *st);
 /* The writer's last error message. */
 const char *store_errmsg(struct store *st);
 int store_put_experiment(struct store *st, const struct store_experiment_row *r);

@@ -10,7 +10,10 @@ only after its commit).
 
 usage: bench_results.py BIN_DIR [--trials 2000] [--connections 16]
                         [--threads 2] [--duration 10] [--server-threads 2]
-                        [--repeat 1]
+                        [--repeat 1] [--durability full|normal] [--compare]
+
+--compare measures --durability full (fsync per commit) and normal side by
+side: two servers, their wrk runs alternating, one table at the end.
 
 With --repeat N the wrk run is repeated N times on the same server (each run
 continues the time values) and the median run is reported as well, because
@@ -31,6 +34,106 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+class Bench:
+    """One ctune-server on a fresh database, its trials created and leased."""
+
+    def __init__(self, a, durability):
+        self.a = a
+        self.durability = durability
+        self.tmp = tempfile.mkdtemp(prefix="ctune-bench-")
+        self.db = os.path.join(self.tmp, "bench.db")
+        self.runs = []
+        # The benchmark plays a worker that never heartbeats: a long lease
+        # timeout keeps its trials leased across long or repeated runs (with
+        # the default 30 s they would go back to PENDING and every later
+        # result would be answered "stop" without being stored).
+        args = [os.path.join(a.bin_dir, "ctune-server"), "--db", self.db, "--port", "0",
+                "--threads", str(a.server_threads), "--lease-timeout", "86400"]
+        if a.wal_frames:
+            args += ["--wal-checkpoint-frames", str(a.wal_frames)]
+        if durability:
+            args += ["--durability", durability]
+        self.srv = subprocess.Popen(args, stdout=subprocess.PIPE,
+                                    stderr=open(os.path.join(self.tmp, "server.log"), "w"))
+        line = self.srv.stdout.readline().decode().strip()
+        self.port = int(line.rsplit(":", 1)[1])
+        self.c = http.client.HTTPConnection("127.0.0.1", self.port)
+        cfg = {"name": "bench", "metric": "loss", "mode": "min", "num_samples": a.trials,
+               "seed": 1, "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 0.1}},
+               "scheduler": {"type": "fifo"},
+               "trainable": {"type": "command", "argv": ["true"]}}
+        st, _ = self.call("POST", "/api/v1/experiments", cfg)
+        assert st == 201
+        st, b = self.call("POST", "/api/v1/workers", {"name": "bench", "resources": {"cpu": a.trials}})
+        self.wid = json.loads(b)["id"]
+        attempts = set()
+        for _ in range(a.trials):
+            st, b = self.call("POST", "/api/v1/workers/%d/lease" % self.wid, {})
+            assert st == 200
+            attempts.add(json.loads(b)["trial"].get("attempt", 1))
+        assert attempts == {1}, attempts  # one fence for all: W:1
+        self.lease = "%d:1" % self.wid
+
+    def call(self, method, path, body):
+        self.c.request(method, path, json.dumps(body))
+        r = self.c.getresponse()
+        return r.status, r.read()
+
+    def wrk(self, k):
+        a = self.a
+        # each run starts past the time values the previous runs used
+        env = dict(os.environ, CTUNE_FIRST_TRIAL="1", CTUNE_NUM_TRIALS=str(a.trials),
+                   CTUNE_WRK_THREADS=str(a.threads), CTUNE_T_OFFSET=str(k * 10 ** 7),
+                   CTUNE_LEASE=self.lease)
+        out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
+                              "-d%ds" % a.duration, "--latency", "-s",
+                              os.path.join(HERE, "results.lua"), "http://127.0.0.1:%d" % self.port],
+                             env=env, capture_output=True, text=True, check=True).stdout
+        if a.repeat == 1 and not a.compare:
+            print(out)
+        m = re.search(r"ctune: requests=(\d+) bad=(\d+) p50_ms=([\d.]+) p90_ms=([\d.]+) "
+                      r"p99_ms=([\d.]+) max_ms=([\d.]+)", out)
+        rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        load = open("/proc/loadavg").read().split()[0]
+        self.runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) + (load,))
+        print("%-7s run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (load avg %s)"
+              % (self.durability or "default", k + 1, rps, m.group(3), m.group(4), m.group(5),
+                 m.group(6), load), flush=True)
+
+    def finish(self):
+        """Stops the server and checks every acknowledged result is stored."""
+        a = self.a
+        runs = self.runs
+        requests = sum(r[1] for r in runs)
+        bad = sum(r[2] for r in runs)
+        self.med = med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        self.c.request("GET", "/metrics")
+        metrics = self.c.getresponse().read().decode()
+        received = int(re.search(r"ctune_results_received_total (\d+)", metrics).group(1))
+        batches = int(re.search(r"ctune_commit_batches_total (\d+)", metrics).group(1))
+        self.c.close()
+        self.srv.terminate()
+        self.srv.wait(timeout=30)
+        stored = sqlite3.connect(self.db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        name = self.durability or "default"
+        print("[%s] acknowledged results/s: %.0f (median run; wrk: %d requests in %d x %ds, %d "
+              "not acknowledged)" % (name, med[0], requests, a.repeat, a.duration, bad))
+        print("[%s] latency ms (median run): p50 %s  p90 %s  p99 %s  max %s" % ((name,) + med[3:7]))
+        print("[%s] server: %d results received, %d stored in SQLite, %d commits (%.1f results "
+              "per commit)" % (name, received, stored, batches, received / max(batches, 1)))
+        # wrk may cut requests in flight at the end: those are stored but not
+        # counted by wrk, so stored >= acknowledged is the durability check.
+        ok = bad == 0 and stored == received and stored >= requests - bad
+        print("[%s] check: every acknowledged result is stored: %s" % (name, "yes" if ok else "NO"))
+        return ok
+
+    def close(self):
+        if self.srv.poll() is None:
+            self.srv.kill()
+            self.srv.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin_dir")
@@ -42,86 +145,33 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--wal-frames", type=int, default=None,
                     help="passed to ctune-server --wal-checkpoint-frames")
+    ap.add_argument("--durability", choices=("full", "normal"), default=None,
+                    help="passed to ctune-server --durability (default: the server's, full)")
+    ap.add_argument("--compare", action="store_true",
+                    help="durability full and normal side by side: two servers, their wrk "
+                         "runs alternating (full, normal, full, ...) so both see the same load")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         print("wrk is not installed", file=sys.stderr)
         return 77
-    tmp = tempfile.mkdtemp(prefix="ctune-bench-")
-    db = os.path.join(tmp, "bench.db")
-    # The benchmark plays a worker that never heartbeats: a long lease
-    # timeout keeps its trials leased across long or repeated runs (with the
-    # default 30 s they would go back to PENDING and every later result
-    # would be answered "stop" without being stored).
-    srv = subprocess.Popen([os.path.join(a.bin_dir, "ctune-server"), "--db", db, "--port", "0",
-                            "--threads", str(a.server_threads), "--lease-timeout", "86400"]
-                           + (["--wal-checkpoint-frames", str(a.wal_frames)] if a.wal_frames else []),
-                           stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "server.log"), "w"))
+    modes = ["full", "normal"] if a.compare else [a.durability]
+    benches = []
     try:
-        line = srv.stdout.readline().decode().strip()
-        port = int(line.rsplit(":", 1)[1])
-        c = http.client.HTTPConnection("127.0.0.1", port)
-
-        def call(method, path, body):
-            c.request(method, path, json.dumps(body))
-            r = c.getresponse()
-            return r.status, r.read()
-
-        cfg = {"name": "bench", "metric": "loss", "mode": "min", "num_samples": a.trials,
-               "seed": 1, "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 0.1}},
-               "scheduler": {"type": "fifo"},
-               "trainable": {"type": "command", "argv": ["true"]}}
-        st, _ = call("POST", "/api/v1/experiments", cfg)
-        assert st == 201
-        st, b = call("POST", "/api/v1/workers", {"name": "bench", "resources": {"cpu": a.trials}})
-        wid = json.loads(b)["id"]
-        for _ in range(a.trials):
-            st, _ = call("POST", "/api/v1/workers/%d/lease" % wid, {})
-            assert st == 200
-        runs = []
+        for mode in modes:
+            benches.append(Bench(a, mode))
         for k in range(a.repeat):
-            # each run starts past the time values the previous runs used
-            env = dict(os.environ, CTUNE_FIRST_TRIAL="1", CTUNE_NUM_TRIALS=str(a.trials),
-                       CTUNE_WRK_THREADS=str(a.threads), CTUNE_T_OFFSET=str(k * 10 ** 7))
-            out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
-                                  "-d%ds" % a.duration, "--latency", "-s",
-                                  os.path.join(HERE, "results.lua"), "http://127.0.0.1:%d" % port],
-                                 env=env, capture_output=True, text=True, check=True).stdout
-            if a.repeat == 1:
-                print(out)
-            m = re.search(r"ctune: requests=(\d+) bad=(\d+) p50_ms=([\d.]+) p90_ms=([\d.]+) "
-                          r"p99_ms=([\d.]+) max_ms=([\d.]+)", out)
-            rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-            load = open("/proc/loadavg").read().split()[0]
-            runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) + (load,))
-            print("run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (load avg %s)"
-                  % (k + 1, rps, m.group(3), m.group(4), m.group(5), m.group(6), load))
-        requests = sum(r[1] for r in runs)
-        bad = sum(r[2] for r in runs)
-        med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-        rps = med[0]
-        c.request("GET", "/metrics")
-        metrics = c.getresponse().read().decode()
-        received = int(re.search(r"ctune_results_received_total (\d+)", metrics).group(1))
-        batches = int(re.search(r"ctune_commit_batches_total (\d+)", metrics).group(1))
-        c.close()
-        srv.terminate()
-        srv.wait(timeout=30)
-        stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        print("acknowledged results/s: %.0f (median run; wrk: %d requests in %d x %ds, %d not "
-              "acknowledged)" % (rps, requests, a.repeat, a.duration, bad))
-        print("latency ms (median run): p50 %s  p90 %s  p99 %s  max %s" % med[3:7])
-        print("server: %d results received, %d stored in SQLite, %d commits (%.1f results per commit)"
-              % (received, stored, batches, received / max(batches, 1)))
-        # wrk may cut requests in flight at the end: those are stored but not
-        # counted by wrk, so stored >= acknowledged is the durability check.
-        ok = bad == 0 and stored == received and stored >= requests - bad
-        print("check: every acknowledged result is stored: %s" % ("yes" if ok else "NO"))
+            for b in benches:
+                b.wrk(k)
+        ok = all([b.finish() for b in benches])
+        if a.compare:
+            print("side by side (median of %d x %d s runs, alternating):" % (a.repeat, a.duration))
+            print("  %-8s %16s %10s %10s" % ("mode", "results/s", "p50 ms", "p99 ms"))
+            for b in benches:
+                print("  %-8s %16.0f %10s %10s" % (b.durability, b.med[0], b.med[3], b.med[5]))
         return 0 if ok else 1
     finally:
-        if srv.poll() is None:
-            srv.kill()
-            srv.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        for b in benches:
+            b.close()
 
 
 if __name__ == "__main__":

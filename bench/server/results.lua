@@ -2,7 +2,8 @@
 -- disjoint range of trial ids and walks training_iteration upwards, so every
 -- request is a new (trial, time value): each one is stored and committed,
 -- none is answered from the idempotency index.
--- Environment: CTUNE_FIRST_TRIAL, CTUNE_NUM_TRIALS, CTUNE_TOKEN (optional).
+-- Environment: CTUNE_FIRST_TRIAL, CTUNE_NUM_TRIALS, CTUNE_TOKEN, CTUNE_LEASE
+-- (optional: the X-Ctune-Lease fence, "W:A").
 local first = tonumber(os.getenv("CTUNE_FIRST_TRIAL") or "1")
 local ntrials = tonumber(os.getenv("CTUNE_NUM_TRIALS") or "1000")
 local token = os.getenv("CTUNE_TOKEN")
@@ -22,6 +23,9 @@ function init(args)
   n = 0
   headers = {["Content-Type"] = "application/json"}
   if token then headers["Authorization"] = "Bearer " .. token end
+  -- protocol v2: every trial-scoped write names its lease (all W:1 here)
+  local lease = os.getenv("CTUNE_LEASE")
+  if lease then headers["X-Ctune-Lease"] = lease end
 end
 
 function request()
