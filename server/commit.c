@@ -27,7 +27,8 @@ struct commit_group {
   struct commit_group *next;
   struct commit_op *ops, *tail;
   uint64_t nops, ticket;
-  int64_t seq;
+  int64_t seq;     /* the change counter at close */
+  int64_t covered; /* the largest number a row of the group carries */
 };
 
 struct commit_waiter {
@@ -116,15 +117,22 @@ static void commit_reason(struct commit *c, int rc, char *buf, size_t n) {
   snprintf(buf, n, "%s", m && *m ? m : strerror(-rc));
 }
 
+/* The counter needs its own row only when no row of the batch carries a
+ * number at least as large (loading takes the largest of both). */
+static int commit_save_seq(struct commit *c, int64_t seq, int64_t covered) {
+  return seq > covered ? store_put_seq(c->st, seq) : 0;
+}
+
 /* Every group in one transaction: the fast path. */
 static int commit_try_batch(struct commit *c, struct commit_group *batch) {
-  int64_t seq = 0;
+  int64_t seq = 0, covered = 0;
   int rc = store_begin(c->st);
   for (struct commit_group *g = batch; !rc && g; g = g->next) {
     rc = commit_apply_group(c, g);
     if (g->seq > seq) seq = g->seq;
+    if (g->covered > covered) covered = g->covered;
   }
-  if (!rc && seq) rc = store_put_seq(c->st, seq);
+  if (!rc) rc = commit_save_seq(c, seq, covered);
   if (!rc) rc = store_commit(c->st);
   if (rc) store_rollback(c->st);
   return rc;
@@ -136,7 +144,7 @@ static int commit_try_batch(struct commit *c, struct commit_group *batch) {
 static struct commit_group *commit_isolate(struct commit *c, struct commit_group *batch,
                                            char *reason, size_t n) {
   struct commit_group *bad = NULL;
-  int64_t seq = 0;
+  int64_t seq = 0, covered = 0;
   int rc = store_begin(c->st);
   if (rc) {
     commit_reason(c, rc, reason, n);
@@ -153,12 +161,13 @@ static struct commit_group *commit_isolate(struct commit *c, struct commit_group
     }
     if ((rc = store_release(c->st))) { bad = g; break; }
     if (g->seq > seq) seq = g->seq;
+    if (g->covered > covered) covered = g->covered;
   }
   if (bad == batch) {
     store_rollback(c->st);
     return bad;
   }
-  rc = seq ? store_put_seq(c->st, seq) : 0;
+  rc = commit_save_seq(c, seq, covered);
   if (!rc) rc = store_commit(c->st);
   if (rc) { /* the prefix did not go in either (disk full, I/O error) */
     commit_reason(c, rc, reason, n);
@@ -452,6 +461,12 @@ int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_
   *ticket = c->issued + 1;
   pthread_mutex_unlock(&c->mu);
   return 0;
+}
+
+void commit_cover_seq(struct commit *c, int64_t seq) {
+  pthread_mutex_lock(&c->mu);
+  if (c->open && seq > c->open->covered) c->open->covered = seq;
+  pthread_mutex_unlock(&c->mu);
 }
 
 uint64_t commit_group_close(struct commit *c, int64_t seq) {

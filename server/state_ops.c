@@ -48,7 +48,10 @@ static struct trial_op *trial_op_make(const struct trial *t) {
 int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket) {
   struct trial_op *op = trial_op_make(t);
   if (!op) return -ENOMEM;
-  return commit_enqueue(s->commit, trial_op_apply, trial_op_free, op, ticket);
+  int64_t seq = t->updated_seq;
+  int rc = commit_enqueue(s->commit, trial_op_apply, trial_op_free, op, ticket);
+  if (!rc) commit_cover_seq(s->commit, seq);
+  return rc;
 }
 
 struct exp_op {
@@ -95,7 +98,7 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
 int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket) {
   struct exp_op *op = exp_op_make(e);
   if (!op) return -ENOMEM;
-  return commit_enqueue(s->commit, exp_op_apply, state_exp_op_free, op, ticket);
+  return state_exp_op_enqueue(s, op, ticket);
 }
 
 struct worker_op {
@@ -178,7 +181,11 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
     free(op);
     return -ENOMEM;
   }
-  return commit_enqueue(s->commit, result_op_apply, result_op_free, op, ticket);
+  int64_t covered = json ? seq : 0;
+  if (op->trial && op->trial->row.updated_seq > covered) covered = op->trial->row.updated_seq;
+  int rc = commit_enqueue(s->commit, result_op_apply, result_op_free, op, ticket);
+  if (!rc) commit_cover_seq(s->commit, covered);
+  return rc;
 }
 
 
@@ -198,5 +205,10 @@ fail:
 }
 
 int state_exp_op_enqueue(struct server *s, struct exp_op *op, uint64_t *ticket) {
-  return commit_enqueue(s->commit, exp_op_apply, state_exp_op_free, op, ticket);
+  int64_t covered = op->row.updated_seq;
+  for (int64_t i = 0; i < op->ntrials; i++)
+    if (op->trials[i]->row.updated_seq > covered) covered = op->trials[i]->row.updated_seq;
+  int rc = commit_enqueue(s->commit, exp_op_apply, state_exp_op_free, op, ticket);
+  if (!rc) commit_cover_seq(s->commit, covered);
+  return rc;
 }

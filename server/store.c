@@ -407,8 +407,10 @@ int store_checkpoint(struct store *st, int *copied) {
    * (tens of ms, every reply waiting). Flushing it here, often and off the
    * commit path, leaves that checkpoint almost nothing to sync. An fd of our
    * own flushes the same file; it stays open until store_close. */
-  if (st->wal_fd < 0) st->wal_fd = open(st->wal_path, O_RDONLY | O_CLOEXEC);
-  if (st->wal_fd >= 0) fdatasync(st->wal_fd);
+  if (st->sync_fd < 0) { /* durable commits flush the WAL themselves */
+    if (st->wal_fd < 0) st->wal_fd = open(st->wal_path, O_RDONLY | O_CLOEXEC);
+    if (st->wal_fd >= 0) fdatasync(st->wal_fd);
+  }
   int rc = sqlite3_wal_checkpoint_v2(st->c, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
   /* Did the WAL move since the last call? While writes go on, come back soon.
    * (log is -1 when the checkpoint was busy: count that as moving.) */
