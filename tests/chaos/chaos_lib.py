@@ -191,16 +191,22 @@ class Cluster:
                 proc.p.wait(10)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in self.trial_processes():
-            try:
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        for _ in range(3):  # a trial being started may appear a moment later
+            for pid in self.trial_processes(supervisors=True):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.1)
         if keep:
             print("logs, database and ledger kept in %s" % self.tmp)
         else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            for _ in range(3):
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                if not os.path.exists(self.tmp):
+                    break
+                time.sleep(0.2)
 
     # -- REST ------------------------------------------------------------
     def request(self, method, path, body=None, timeout=5, raw=False):

@@ -86,7 +86,9 @@ def inject(c, rng, kind, counts):
         c.start_server()
         return "kill -9 server pid %d, down %.1f s, restarted pid %d" % (old.pid, down,
                                                                            c.server.pid)
-    name = rng.choice(WORKERS)
+    # A worker fault hurts most where trials run: pick among the busy ones.
+    busy = [n for n in WORKERS if c.trial_processes(n)]
+    name = rng.choice(busy or WORKERS)
     w = c.workers[name]
     if kind == "worker":
         w.kill9()
@@ -199,8 +201,18 @@ def main():
                 hung_workers.append(name)
                 rep.bad("worker", "worker %s (pid %d) did not exit within 30 s of SIGTERM (log %s)"
                         % (name, w.pid, w.log_path))
+        # The server too stops cleanly (under ASan this is where leaks show).
+        c.server.signal(signal.SIGTERM)
+        try:
+            rc = c.server.p.wait(20)
+            if rc != 0:
+                rep.bad("server", "server pid %d exited %d after SIGTERM (log %s)"
+                        % (c.server.pid, rc, c.server.log_path))
+        except Exception:
+            rep.bad("server", "server pid %d did not exit within 20 s of SIGTERM (log %s)"
+                    % (c.server.pid, c.server.log_path))
         time.sleep(1.0)
-        left_procs = c.trial_processes()
+        left_procs = c.trial_processes(supervisors=True)
         if left_procs:
             rep.bad("orphan", "trial processes left after the workers exited: %s" % left_procs)
         for proc in c.all_procs:
