@@ -13,7 +13,8 @@ usage: bench_results.py BIN_DIR [--trials 2000] [--connections 16]
                         [--repeat 1] [--durability full|normal] [--compare]
 
 --compare measures --durability full (fsync per commit) and normal side by
-side: two servers, their wrk runs alternating, one table at the end.
+side: two servers, their wrk runs alternating, one table at the end;
+--baseline BIN_DIR adds an older build to the same alternation.
 
 With --repeat N the wrk run is repeated N times on the same server (each run
 continues the time values) and the median run is reported as well, because
@@ -37,9 +38,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Bench:
     """One ctune-server on a fresh database, its trials created and leased."""
 
-    def __init__(self, a, durability):
+    def __init__(self, a, durability, bin_dir=None, label=None):
         self.a = a
         self.durability = durability
+        self.label = label or durability or "default"
         self.tmp = tempfile.mkdtemp(prefix="ctune-bench-")
         self.db = os.path.join(self.tmp, "bench.db")
         self.runs = []
@@ -47,7 +49,7 @@ class Bench:
         # timeout keeps its trials leased across long or repeated runs (with
         # the default 30 s they would go back to PENDING and every later
         # result would be answered "stop" without being stored).
-        args = [os.path.join(a.bin_dir, "ctune-server"), "--db", self.db, "--port", "0",
+        args = [os.path.join(bin_dir or a.bin_dir, "ctune-server"), "--db", self.db, "--port", "0",
                 "--threads", str(a.server_threads), "--lease-timeout", "86400"]
         if a.wal_frames:
             args += ["--wal-checkpoint-frames", str(a.wal_frames)]
@@ -97,7 +99,7 @@ class Bench:
         load = open("/proc/loadavg").read().split()[0]
         self.runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) + (load,))
         print("%-7s run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (load avg %s)"
-              % (self.durability or "default", k + 1, rps, m.group(3), m.group(4), m.group(5),
+              % (self.label, k + 1, rps, m.group(3), m.group(4), m.group(5),
                  m.group(6), load), flush=True)
 
     def finish(self):
@@ -115,7 +117,7 @@ class Bench:
         self.srv.terminate()
         self.srv.wait(timeout=30)
         stored = sqlite3.connect(self.db).execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        name = self.durability or "default"
+        name = self.label
         print("[%s] acknowledged results/s: %.0f (median run; wrk: %d requests in %d x %ds, %d "
               "not acknowledged)" % (name, med[0], requests, a.repeat, a.duration, bad))
         print("[%s] latency ms (median run): p50 %s  p90 %s  p99 %s  max %s" % ((name,) + med[3:7]))
@@ -150,6 +152,9 @@ def main():
     ap.add_argument("--compare", action="store_true",
                     help="durability full and normal side by side: two servers, their wrk "
                          "runs alternating (full, normal, full, ...) so both see the same load")
+    ap.add_argument("--baseline", metavar="BIN_DIR",
+                    help="with --compare: also an older ctune-server (run without "
+                         "--durability), labelled 'before', in the same alternation")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         print("wrk is not installed", file=sys.stderr)
@@ -157,6 +162,8 @@ def main():
     modes = ["full", "normal"] if a.compare else [a.durability]
     benches = []
     try:
+        if a.compare and a.baseline:
+            benches.append(Bench(a, None, bin_dir=a.baseline, label="before"))
         for mode in modes:
             benches.append(Bench(a, mode))
         for k in range(a.repeat):
@@ -167,7 +174,7 @@ def main():
             print("side by side (median of %d x %d s runs, alternating):" % (a.repeat, a.duration))
             print("  %-8s %16s %10s %10s" % ("mode", "results/s", "p50 ms", "p99 ms"))
             for b in benches:
-                print("  %-8s %16.0f %10s %10s" % (b.durability, b.med[0], b.med[3], b.med[5]))
+                print("  %-8s %16.0f %10s %10s" % (b.label, b.med[0], b.med[3], b.med[5]))
         return 0 if ok else 1
     finally:
         for b in benches:
