@@ -77,6 +77,7 @@ static _Thread_local struct commit_hold *commit_cur_hold;
 
 void commit_hold_begin(struct commit_hold *h, int wait_all) {
   h->ticket = 0;
+  h->nown = 0;
   h->wait_all = wait_all;
   commit_cur_hold = h;
 }
@@ -488,6 +489,7 @@ uint64_t commit_group_close(struct commit *c, int64_t seq) {
     pthread_cond_signal(&c->work);
   }
   if (h) {
+    if (ticket) h->own[h->nown < COMMIT_HOLD_OWN ? h->nown++ : COMMIT_HOLD_OWN - 1] = ticket;
     uint64_t want = ticket ? ticket : h->wait_all ? c->issued : 0;
     if (want > h->ticket) h->ticket = want;
   }
@@ -538,6 +540,13 @@ int commit_when_done(struct commit *c, uint64_t ticket, void (*before)(void *ctx
   c->waiters = w;
   pthread_mutex_unlock(&c->mu);
   return 0;
+}
+
+int commit_ticket_status(struct commit *c, uint64_t ticket) {
+  pthread_mutex_lock(&c->mu);
+  int rc = commit_status_locked(c, ticket);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
 }
 
 void commit_failure_reason(struct commit *c, uint64_t ticket, char *buf, size_t n) {

@@ -52,8 +52,11 @@ uint64_t commit_last_ticket(struct commit *c);
  * every group closed by this thread lands in ticket; with wait_all (writes),
  * a hold that queued nothing still waits for everything handed over before
  * it, since what it answered from memory may not be durable yet. */
+#define COMMIT_HOLD_OWN 4
 struct commit_hold {
-  uint64_t ticket;
+  uint64_t ticket; /* what the reply waits for */
+  uint64_t own[COMMIT_HOLD_OWN]; /* groups this request handed over itself */
+  int nown;        /* more than fit: the last one replaces the last slot */
   int wait_all;
 };
 void commit_hold_begin(struct commit_hold *h, int wait_all);
@@ -71,6 +74,8 @@ void commit_flush(struct commit *c);
  * and returns 0. -ENOMEM. */
 int commit_when_done(struct commit *c, uint64_t ticket, void (*before)(void *ctx),
                      commit_done_fn done, void *ctx, int *status);
+/* The status of an ended ticket: 0, -EIO or -EAGAIN (as for waiters). */
+int commit_ticket_status(struct commit *c, uint64_t ticket);
 /* Why the ticket failed, for the reply ("" when it did not or is unknown). */
 void commit_failure_reason(struct commit *c, uint64_t ticket, char *buf, size_t n);
 

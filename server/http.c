@@ -46,6 +46,7 @@ struct http_req {
   size_t dropped;
   enum req_state state;
   uint64_t ticket; /* what the reply waits for: the request's lock holds */
+  struct commit_hold hold; /* its lock holds: own groups and what it saw */
   int commit_status;
   struct api_resp resp;
 };
@@ -65,6 +66,19 @@ static int http_ends_with(const char *s, const char *suffix) {
 
 static enum MHD_Result http_send(struct http_req *r) {
   struct api_resp *p = &r->resp;
+  /* Every group is done once the ticket is (tickets end in order). One of
+   * this request's own groups failed: 500 with the reason. Only a change it
+   * saw (not its own) failed: what it answered from memory may not hold,
+   * so 503, retry. */
+  uint64_t failed = 0;
+  int own_refused = 0;
+  for (int i = 0; r->ticket && i < r->hold.nown && !failed; i++) {
+    int st = commit_ticket_status(r->s->commit, r->hold.own[i]);
+    if (st == -EIO) failed = r->hold.own[i];
+    else if (st) own_refused = 1;
+  }
+  if (failed) r->commit_status = -EIO, r->ticket = failed;
+  else if (own_refused || r->commit_status) r->commit_status = -EAGAIN;
   if (r->commit_status) {
     /* Whatever the handler answered is not true: its change is not stored. */
     char why[160];
@@ -243,11 +257,10 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
    * handed to the commit thread (and, for a write, everything before its
    * holds) is recorded here by server_unlock, so the reply cannot go out
    * before it, whatever the handler or an error helper did with resp. */
-  struct commit_hold hold;
-  commit_hold_begin(&hold, strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0);
+  commit_hold_begin(&r->hold, strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0);
   http_dispatch(r, url, method);
   commit_hold_end();
-  r->ticket = hold.ticket > r->resp.ticket ? hold.ticket : r->resp.ticket;
+  r->ticket = r->hold.ticket > r->resp.ticket ? r->hold.ticket : r->resp.ticket;
   if (r->ticket) {
     int status = 0;
     int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r,
