@@ -1,6 +1,7 @@
 /* api_trials: one trial, its results (report with ASHA's decision, read back),
  * complete, fail with retries, release, checkpoint and log storage. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,7 +335,10 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
     cJSON_Delete(body);
     return api_error(resp, 400, "invalid_body", "error", "error must be a string");
   }
-  if (code && !cJSON_IsNull(code) && (!cJSON_IsNumber(code) || code->valuedouble != (int)code->valuedouble)) {
+  /* Range first: casting an out-of-range double to int is undefined. */
+  if (code && !cJSON_IsNull(code) &&
+      (!cJSON_IsNumber(code) || !(code->valuedouble >= INT_MIN && code->valuedouble <= INT_MAX) ||
+       code->valuedouble != (int)code->valuedouble)) {
     cJSON_Delete(body);
     return api_error(resp, 400, "invalid_body", "exit_code", "exit_code must be an integer");
   }
@@ -360,6 +364,9 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
     snprintf(msg, sizeof msg, "%s%s%s", reason && cJSON_IsString(reason) ? reason->valuestring : "",
              reason && cJSON_IsString(reason) && err && cJSON_IsString(err) ? ": " : "",
              err && cJSON_IsString(err) ? err->valuestring : "");
+    /* snprintf may have cut a multi-byte character at the end: replies must
+     * stay valid UTF-8. */
+    utf8_sanitize(msg, strlen(msg));
     char *copy = strdup(msg[0] ? msg : "failed");
     if (!copy) {
       rc = -ENOMEM;
@@ -403,7 +410,7 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
   const cJSON *wid = cJSON_GetObjectItemCaseSensitive(body, "worker_id");
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(body, "iteration");
   if (wid && !cJSON_IsNull(wid) &&
-      (!cJSON_IsNumber(wid) || wid->valuedouble < 1 ||
+      (!cJSON_IsNumber(wid) || !(wid->valuedouble >= 1 && wid->valuedouble < 9.2e18) ||
        wid->valuedouble != (double)(int64_t)wid->valuedouble)) {
     cJSON_Delete(body);
     return api_error(resp, 400, "invalid_body", "worker_id",

@@ -329,6 +329,27 @@ def test_honest_accounting():
     s.stop()
 
 
+def test_long_fail_text_stays_utf8():
+    # the stored "reason: error" is bounded; the cut must not split a
+    # character, or every trial list after it is invalid UTF-8
+    s = Server()
+    s.ok("POST", "/api/v1/experiments", experiment(n=1), status=201)
+    w = register(s)
+    tid = lease(s, w)["id"]
+    for bad in (1e300, -1e300, 2.5):
+        st, b, _ = post(s, tid, "fail", {"error": "x", "exit_code": bad})
+        assert st == 400 and b["error"]["path"] == "exit_code", (bad, st, b)
+    st, b, _ = post(s, tid, "release", {"worker_id": 1e300})
+    assert st == 400 and b["error"]["path"] == "worker_id", (st, b)
+    st, b, _ = post(s, tid, "fail", {"error": "\u00e9" * 2100, "reason": "signal"})
+    assert st == 200, (st, b)
+    st, raw, _ = s.request("GET", "/api/v1/trials/%d" % tid, raw=True)
+    assert st == 200
+    err = __import__("json").loads(raw.decode("utf-8"))["error"]  # strict decode
+    assert err.startswith("signal: \u00e9") and len(err.encode()) < 4096, len(err)
+    s.stop()
+
+
 if __name__ == "__main__":
     r = Runner()
     for name, fn in list(globals().items()):
