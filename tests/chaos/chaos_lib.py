@@ -420,7 +420,7 @@ class Report:
                     "results_lost": 0, "wrong_values": 0, "ended_early_without_stop": 0,
                     "spliced_histories": 0, "stuck_trials": 0, "error_trials": 0,
                     "asha_mismatches": 0, "checkpoint_mismatches": 0, "values_off_by_ulps": 0,
-                    "results_after_stop": 0}
+                    "results_after_stop": 0, "attempts": 0, "resumes": 0}
 
     def bad(self, kind, msg):
         self.violations.append("%s: %s" % (kind, msg))
@@ -484,6 +484,9 @@ def check_experiment(c, eid, rep, max_iter):
         dups = sorted({t for t in ts if ts.count(t) > 1})
         gaps = sorted(set(range(1, int(n) + 1)) - set(ts))
         ledger = read_ledger(c, tid)
+        starts = [int(args[0]) for pid, ev, args in ledger if ev == "start"]
+        rep.fig["attempts"] += len(starts)
+        rep.fig["resumes"] += sum(1 for s0 in starts if s0 > 1)
         if dups:
             rep.fig["results_duplicated"] += len(ts) - len(set(ts))
             rep.bad("duplicate", "%s stored time values %s more than once" % (where, dups))

@@ -230,8 +230,9 @@ def main():
               % (sum(counts[k] for k in KINDS), counts["server"], counts["worker"],
                  counts["freeze"], counts["freeze_host"], counts["freeze_worker_only"],
                  counts["trial"]))
-        print("experiments: %d (%d still running at the end); trials %d"
-              % (len(exps), len(left), f["trials"]))
+        print("experiments: %d (%d still running at the end); trials %d, trainable processes "
+              "started %d (%d of them resumed from a checkpoint)"
+              % (len(exps), len(left), f["trials"], f["attempts"], f["resumes"]))
         print("results: acknowledged >= %d (server counter, %d replays answered), stored %d, "
               "lost %d, duplicated %d, values not bit-exact %d (%d of them 1-2 ulp off)"
               % (ack, dup, f["results_stored"], f["results_lost"], f["results_duplicated"],
