@@ -41,12 +41,27 @@ T0 = time.monotonic()
 
 def free_port():
     """A port that was free a moment ago: the server is restarted on it, so
-    the workers (started with its URL) find it again."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    the workers (started with its URL) find it again. Picked below the
+    kernel's ephemeral range, so that while our server is down another test's
+    `--port 0` server (or any outgoing connection) cannot be handed it."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = __import__("random").Random(os.getpid() ^ int(time.time() * 1e6))
+    for _ in range(200):
+        port = rng.randrange(max(1024, lo - 12000), lo)
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        return port
+    raise AssertionError("no free port below %d" % lo)
 
 
 class Proc:
