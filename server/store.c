@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -50,6 +51,7 @@ static const char *const store_sql[ST_COUNT] = {
 /* Test-only faults (CTUNE_TEST_FAULT, see store.h). */
 struct store_faults {
   int busy;                 /* the next N begins find the database busy */
+  int delay_ms;             /* every begin waits this long first (lines requests up) */
   int kill_after_trial_end; /* armed: SIGKILL after the commit that ends a trial */
   int armed;
 };
@@ -79,6 +81,7 @@ static void store_faults_parse(struct store *st) {
     if (eq) *eq = 0;
     if (!strcmp(kv, "busy")) st->fault.busy = (int)v;
     else if (!strcmp(kv, "kill_after_trial_end")) st->fault.kill_after_trial_end = v != 0;
+    else if (!strcmp(kv, "delay_ms")) st->fault.delay_ms = (int)v;
     else if (!strcmp(kv, "blob_limit")) sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
     else continue;
     log_warn("store: test fault injection on: %s=%ld", kv, v);
@@ -276,6 +279,10 @@ static void bind_time(sqlite3_stmt *s, int i, double v) {
 
 int store_begin(struct store *st) {
   st->errmsg[0] = 0;
+  if (st->fault.delay_ms > 0) {
+    struct timespec ts = {st->fault.delay_ms / 1000, (long)(st->fault.delay_ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+  }
   if (st->fault.busy > 0) {
     st->fault.busy--;
     snprintf(st->errmsg, sizeof st->errmsg, "database is locked (injected)");

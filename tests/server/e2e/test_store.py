@@ -200,6 +200,63 @@ def test_refused_write_fails_alone_and_server_stays_writable():
     s.stop()
 
 
+def test_change_queued_behind_a_refused_one_is_retried():
+    """A refused write and a result that was queued right behind it, in the
+    same batch: the first gets 500, the second 503 with Retry-After and is
+    not stored (it might build on the refused change); sent again, it is
+    stored. Every commit waits 400 ms first (test hook), so both requests
+    line up behind a first one while the commit thread sleeps."""
+    import http.client
+    import json
+    import threading
+    s = start(fault="blob_limit=200000,delay_ms=400")
+    s.ok("POST", "/api/v1/experiments", experiment(n=2, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t1, t2 = lease(s, w), lease(s, w)
+    result(s, w, t1, 1)
+    out = {}
+
+    def send(name, method, path, body, headers):
+        c = http.client.HTTPConnection(s.host, s.port, timeout=30)
+        c.request(method, path, body, headers)
+        r = c.getresponse()
+        out[name] = (r.status, json.loads(r.read()), r.getheader("Retry-After"))
+        c.close()
+
+    def post_result(name, tid, it):
+        t = {t1["id"]: t1, t2["id"]: t2}[tid]
+        h = dict(fence(w, t), **{"Content-Type": "application/json"})
+        send(name, "POST", "/api/v1/trials/%d/results" % tid,
+             json.dumps({"training_iteration": it, "loss": 0.5}), h)
+
+    big = b"x" * 300000
+    h = fence(w, t1)
+    h.update({"Content-Type": "application/octet-stream", "X-Ctune-Iteration": "1",
+              "X-Ctune-Crc32": "%08x" % (zlib.crc32(big) & 0xffffffff)})
+    first = threading.Thread(target=post_result, args=("first", t2["id"], 1))
+    first.start()
+    time.sleep(0.15)  # the commit thread now sleeps in the first batch
+    bad = threading.Thread(target=send, args=("bad", "PUT", "/api/v1/trials/%d/checkpoint"
+                                              % t1["id"], big, h))
+    bad.start()
+    time.sleep(0.1)  # queued behind the refused upload, before the repair
+    behind = threading.Thread(target=post_result, args=("behind", t2["id"], 2))
+    behind.start()
+    for th in (first, bad, behind):
+        th.join()
+    assert out["first"][0] == 200, out
+    assert out["bad"][0] == 500 and out["bad"][1]["error"]["code"] == "store_error", out
+    st, body, retry = out["behind"]
+    assert st == 503 and body["error"]["code"] == "store_retry" and retry == "1", out
+    # not stored, and the model forgot it: the same result again is stored
+    assert [r["training_iteration"] for r in
+            s.ok("GET", "/api/v1/trials/%d/results" % t2["id"])["results"]] == [1]
+    assert result(s, w, t2, 2)["decision"] == "continue"
+    assert [r["training_iteration"] for r in
+            s.ok("GET", "/api/v1/trials/%d/results" % t2["id"])["results"]] == [1, 2]
+    s.stop()
+
+
 def test_busy_database_is_retried():
     s = start(fault="busy=4")
     s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
