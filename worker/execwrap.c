@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "isolate.h"
 #include "supervise.h"
 
 static int execwrap_fail(const char *what, const char *detail) {
@@ -19,7 +20,8 @@ static int execwrap_fail(const char *what, const char *detail) {
 }
 
 int execwrap_main(int argc, char **argv) {
-  struct supervise_opts o = {0, NULL, NULL, 0, -1};
+  struct supervise_opts o = {.report_fd = -1};
+  static gid_t groups[ISOLATE_MAX_GROUPS];
   int i = 2;
   for (; i < argc; i++) {
     if (!strcmp(argv[i], "--")) { i++; break; }
@@ -29,9 +31,26 @@ int execwrap_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cgroup")) o.cgroup = argv[++i];
     else if (!strcmp(argv[i], "--parent")) o.parent = (pid_t)atol(argv[++i]);
     else if (!strcmp(argv[i], "--report-fd")) o.report_fd = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--uid")) { o.run_as = 1; o.uid = (uid_t)strtoul(argv[++i], NULL, 10); }
+    else if (!strcmp(argv[i], "--gid")) { o.run_as = 1; o.gid = (gid_t)strtoul(argv[++i], NULL, 10); }
+    else if (!strcmp(argv[i], "--groups")) {
+      /* "1,2,3"; "-" = none */
+      char *p = argv[++i];
+      o.ngroups = 0;
+      while (*p && *p != '-' && o.ngroups < ISOLATE_MAX_GROUPS) {
+        char *end;
+        unsigned long g = strtoul(p, &end, 10);
+        if (end == p) return execwrap_fail("--exec-trial: bad --groups", argv[i]);
+        groups[o.ngroups++] = (gid_t)g;
+        p = *end == ',' ? end + 1 : end;
+      }
+      o.groups = groups;
+    }
     else return execwrap_fail("--exec-trial: unknown option", argv[i]);
   }
   if (i >= argc) return execwrap_fail("--exec-trial: no program given", NULL);
+  if (o.run_as && (o.uid == 0 || o.gid == 0))
+    return execwrap_fail("--exec-trial: refusing to run a trial as root", NULL);
   int status = supervise_run(&o, argv + i);
   if (status == -ESRCH) return execwrap_fail("the worker is gone", NULL);
   if (status < 0) return execwrap_fail("cannot fork the trial", strerror(-status));

@@ -16,10 +16,11 @@
 /* argv[1] is EXECWRAP_FLAG. Usage:
  *   ctune-worker --exec-trial [--cpus LIST] [--rlimit-as-mb N]
  *                [--cgroup DIR] [--parent PID] [--report-fd FD]
- *                -- PROGRAM ARGS...
+ *                [--uid U --gid G --groups G1,G2|-] -- PROGRAM ARGS...
  * --parent: the worker's pid; the trial's whole tree is killed when the
  * worker dies. --report-fd: the trial's pid (= its process group) is
- * written there as "%d\n" once it exists. Returns only on failure, with
+ * written there as "%d\n" once it exists. --uid/--gid/--groups: the trial
+ * runs as that user (ctune-worker --run-as), never as root. Returns only on failure, with
  * the exit status to use; otherwise exits as the trial did. */
 int execwrap_main(int argc, char **argv);
 

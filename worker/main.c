@@ -10,6 +10,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -18,6 +20,7 @@
 #include "cpuset.h"
 #include "execwrap.h"
 #include "gpu.h"
+#include "isolate.h"
 #include "log.h"
 #include "workdir.h"
 #include "worker.h"
@@ -42,6 +45,19 @@ static const char usage[] =
     "                       dir, the most recent first (default 20); older ones are\n"
     "                       removed once their messages are delivered\n"
     "  --no-cgroup          do not use cgroup v2 even when it is delegated\n"
+    "  --run-as USER        run trials as this unprivileged user (the worker must be\n"
+    "                       root; it keeps its own user); trial dirs and logs are\n"
+    "                       then that user's. A root worker without it warns\n"
+    "  --trainables KINDS   trainables this worker runs: builtin, command or all\n"
+    "                       (default all); a leased trial of another kind fails at\n"
+    "                       once with reason bad_config\n"
+    "  --allow-command LIST command trainables may run only these programs\n"
+    "                       (comma list of absolute paths, e.g. /usr/bin/python3)\n"
+    "  --pass-env NAMES     also pass these variables of the worker's environment\n"
+    "                       to trials (comma list, e.g. LD_LIBRARY_PATH); trials\n"
+    "                       otherwise get only PATH, HOME, USER, LOGNAME, LANG,\n"
+    "                       LANGUAGE, LC_*, TZ, TMPDIR, CTUNE_LOG_LEVEL and\n"
+    "                       CUDA_DEVICE_ORDER of it (never CTUNE_TOKEN)\n"
     "  --version, --help\n";
 
 static struct worker *g_worker;
@@ -61,7 +77,7 @@ static int lock_work_dir(const char *dir) {
   char path[PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/worker.lock", dir);
   /* O_CLOEXEC: trials and their supervisors must not inherit the lock. */
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     fprintf(stderr, "ctune-worker: --work-dir %s: cannot open %s: %s\n", dir, path,
             strerror(errno));
@@ -83,6 +99,7 @@ static int lock_work_dir(const char *dir) {
     close(fd);
     return -1;
   }
+  if (fchmod(fd, 0600) != 0) { /* an older worker's 0644 lock: harmless */ }
   char me[32];
   int n = snprintf(me, sizeof me, "%d\n", (int)getpid());
   if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)n, 0) != n)
@@ -181,6 +198,23 @@ static char *read_token(const char *file) {
   return found;
 }
 
+/* --run-as: the user must reach <work dir>/trials/<id> (every parent of the
+ * work dir searchable by it). Checked once at start, as that user, so a
+ * misconfigured worker says so instead of failing every trial. */
+static int check_run_as_reach(const struct isolate *iso, const char *dir) {
+  pid_t pid = fork();
+  if (pid < 0) return 0;  /* cannot check: the trials will say it */
+  if (pid == 0) {
+    if (setgroups((size_t)iso->ngroups, iso->groups) != 0 || setgid(iso->gid) != 0 ||
+        setuid(iso->uid) != 0)
+      _exit(2);
+    _exit(access(dir, X_OK) == 0 ? 0 : 1);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], EXECWRAP_FLAG)) return execwrap_main(argc, argv);
   log_set_program("ctune-worker");
@@ -188,6 +222,10 @@ int main(int argc, char **argv) {
   static struct worker_opts o;
   const char *cpus_arg = NULL, *gpus_arg = NULL, *token_file = NULL;
   int use_cgroup = 1;
+  const char *run_as = NULL, *trainables_arg = NULL, *allow_arg = NULL, *pass_arg = NULL;
+  /* Whatever the worker creates (outbox, lock, trial dirs and logs, and the
+   * files trials create) is private unless made otherwise on purpose. */
+  umask(077);
   long gpu_mem = 16384, v;
   char host[256] = "worker";
   gethostname(host, sizeof host - 1);
@@ -201,7 +239,8 @@ int main(int argc, char **argv) {
   o.memory_mb = sysinfo(&si) == 0 ? (long)((unsigned long long)si.totalram * si.mem_unit >> 20) : 0;
 
   enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
-         O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP };
+         O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP,
+         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV };
   static const struct option longopts[] = {
       {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
       {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
@@ -212,6 +251,10 @@ int main(int argc, char **argv) {
       {"max-queued", required_argument, 0, O_QUEUE},
       {"outbox-stall-s", required_argument, 0, O_STALL}, {"no-cgroup", no_argument, 0, O_NOCG},
       {"keep-trial-dirs", required_argument, 0, O_KEEP},
+      {"run-as", required_argument, 0, O_RUNAS},
+      {"trainables", required_argument, 0, O_TRAINABLES},
+      {"allow-command", required_argument, 0, O_ALLOWCMD},
+      {"pass-env", required_argument, 0, O_PASSENV},
       {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
   int c;
@@ -233,6 +276,10 @@ int main(int argc, char **argv) {
       case O_STALL: if (parse_long("--outbox-stall-s", optarg, 0, 86400, &v)) return 2; o.outbox_stall_ms = (unsigned)v * 1000; break;
       case O_KEEP: if (parse_long("--keep-trial-dirs", optarg, 0, 1000000, &v)) return 2; o.keep_trial_dirs = (int)v; break;
       case O_NOCG: use_cgroup = 0; break;
+      case O_RUNAS: run_as = optarg; break;
+      case O_TRAINABLES: trainables_arg = optarg; break;
+      case O_ALLOWCMD: allow_arg = optarg; break;
+      case O_PASSENV: pass_arg = optarg; break;
       case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
       case O_HELP: fputs(usage, stdout); return 0;
       default:
@@ -248,8 +295,39 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ctune-worker: --server URL is required (e.g. http://127.0.0.1:8470)\n");
     return 2;
   }
+  /* Trials apart from the worker (isolate.h). */
+  static struct isolate iso = {.trainables = ISOLATE_ALL};
+  char ierr[512] = "";
+  if (trainables_arg && isolate_parse_trainables(&iso, trainables_arg, ierr, sizeof ierr) < 0) {
+    fprintf(stderr, "ctune-worker: --trainables %s: %s\n", trainables_arg, ierr);
+    return 2;
+  }
+  if (allow_arg && !(iso.trainables & ISOLATE_COMMAND)) {
+    fprintf(stderr, "ctune-worker: --allow-command lists programs for command trainables, "
+            "which --trainables %s refuses\n", trainables_arg);
+    return 2;
+  }
+  const char *bad = NULL;
+  if (allow_arg && isolate_parse_allow(&iso, allow_arg, ierr, sizeof ierr) < 0) bad = "--allow-command";
+  else if (pass_arg && isolate_parse_pass_env(&iso, pass_arg, ierr, sizeof ierr) < 0) bad = "--pass-env";
+  else if (run_as && isolate_set_user(&iso, run_as, ierr, sizeof ierr) < 0) bad = "--run-as";
+  if (bad) {
+    fprintf(stderr, "ctune-worker: %s: %s\n", bad, ierr);
+    isolate_free(&iso);
+    return 2;
+  }
+  if (iso.run_as && geteuid() != 0) {
+    fprintf(stderr, "ctune-worker: --run-as %s needs a worker started as root (it drops "
+            "each trial to that user); this one runs as uid %d\n", run_as, (int)geteuid());
+    isolate_free(&iso);
+    return 2;
+  }
+  isolate_install(&iso);
   char *token = NULL;
-  if (token_file && !(token = read_token(token_file))) return 2;
+  if (token_file && !(token = read_token(token_file))) {
+    isolate_free(&iso);
+    return 2;
+  }
   o.token = token;
   if ((o.ncpus = pick_cpus(cpus_arg, o.cpu_ids, ALLOC_MAX_CPUS)) < 0) {
     free(token);
@@ -295,8 +373,42 @@ int main(int argc, char **argv) {
   int lock_fd = lock_work_dir(o.work_dir);
   if (lock_fd < 0) {
     free(token);
+    isolate_free(&iso);
     return 1;
   }
+  {
+    /* The outbox holds argv and results of trials: the worker's alone. */
+    char ob[PATH_MAX + 16];
+    snprintf(ob, sizeof ob, "%s/outbox", o.work_dir);
+    if (chmod(ob, 0700) != 0 && errno != ENOENT)
+      log_warn("cannot make %s private (0700): %s", ob, strerror(errno));
+  }
+  if (iso.run_as) {
+    /* The trial's user must get through the work dir to its own trial dir
+     * (0700, its own); 0711 lets it through without listing anything. */
+    struct stat wst;
+    if (stat(o.work_dir, &wst) == 0 && (wst.st_mode & 0001) == 0)
+      chmod(o.work_dir, (wst.st_mode & 07777) | 0711);
+    if (check_run_as_reach(&iso, o.work_dir) != 0) {
+      fprintf(stderr, "ctune-worker: --run-as %s: that user cannot reach the work dir %s "
+              "(a parent directory is not searchable by it): choose a --work-dir it can "
+              "reach, e.g. under /var/lib or /tmp\n", iso.user, o.work_dir);
+      free(token);
+      isolate_free(&iso);
+      close(lock_fd);
+      return 1;
+    }
+    log_info("trials run as user %s (uid %d, gid %d), home %s", iso.user, (int)iso.uid,
+             (int)iso.gid, iso.home);
+  } else if (geteuid() == 0) {
+    log_warn("running as root without --run-as: every trial runs as root, and any submitted "
+             "command can do anything on this machine; give --run-as USER (an unprivileged "
+             "user) to run trials as that user");
+  }
+  if (!(iso.trainables & ISOLATE_COMMAND))
+    log_info("command trainables are refused here (--trainables builtin)");
+  else if (iso.nallow > 0)
+    log_info("command trainables may run only the %d program(s) of --allow-command", iso.nallow);
 
   /* What the per-trial limits mean here, said once. */
   static struct cgroup_ctx cg;
@@ -346,6 +458,7 @@ int main(int argc, char **argv) {
   worker_free(w);
   uv_loop_close(loop);
   free(token);
+  isolate_free(&iso);
   close(lock_fd);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "execwrap.h"
+#include "isolate.h"
 #include "log.h"
 
 /* A child that exited may leave a grandchild holding its pipes; after the
@@ -114,8 +115,9 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   p->arg = arg;
   size_t n = 0;
   while (argv[n]) n++;
-  char rl[32], parent[32], rfd[16];
-  const char **args = calloc(n + 14, sizeof *args);
+  char rl[32], parent[32], rfd[16], uid[24], gid[24];
+  char groups[ISOLATE_MAX_GROUPS * 12 + 2] = "-";
+  const char **args = calloc(n + 20, sizeof *args);
   if (!args) return -ENOMEM;
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
@@ -139,6 +141,22 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   snprintf(rfd, sizeof rfd, "%d", PROC_REPORT_FD);
   args[k++] = "--report-fd";
   args[k++] = rfd;
+  const struct isolate *iso = isolate_current();
+  if (iso && iso->run_as) {
+    /* The supervisor drops the trial to this user just before exec. */
+    snprintf(uid, sizeof uid, "%u", (unsigned)iso->uid);
+    snprintf(gid, sizeof gid, "%u", (unsigned)iso->gid);
+    size_t gl = 0;
+    for (int i = 0; i < iso->ngroups; i++)
+      gl += (size_t)snprintf(groups + gl, sizeof groups - gl, "%s%u", i ? "," : "",
+                             (unsigned)iso->groups[i]);
+    args[k++] = "--uid";
+    args[k++] = uid;
+    args[k++] = "--gid";
+    args[k++] = gid;
+    args[k++] = "--groups";
+    args[k++] = groups;
+  }
   args[k++] = "--";
   for (size_t i = 0; i < n; i++) args[k++] = argv[i];
   args[k] = NULL;

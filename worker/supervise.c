@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -183,8 +184,25 @@ static void supervise_child_fail(const char *what, const char *detail) {
   _exit(127);
 }
 
+/* Becomes the run-as user for good. */
+static void supervise_drop_user(const struct supervise_opts *o, pid_t supervisor) {
+  char id[64];
+  snprintf(id, sizeof id, "uid %d gid %d", (int)o->uid, (int)o->gid);
+  if (setgroups((size_t)o->ngroups, o->groups) != 0)
+    supervise_child_fail("--run-as: setgroups failed (is the worker root?)", strerror(errno));
+  if (setgid(o->gid) != 0) supervise_child_fail("--run-as: setgid failed", strerror(errno));
+  if (setuid(o->uid) != 0) supervise_child_fail("--run-as: setuid failed", strerror(errno));
+  if (getuid() != o->uid || geteuid() != o->uid || getgid() != o->gid || setuid(0) == 0)
+    supervise_child_fail("--run-as: could not drop privileges to", id);
+  /* A change of credentials clears the parent-death signal: set it again,
+   * then close the race with a supervisor that died in between. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != supervisor) _exit(127);
+}
+
 static void supervise_child(const struct supervise_opts *o, char **argv,
                             const sigset_t *oldmask) {
+  pid_t supervisor = getppid();
   setpgid(0, 0);
   /* The trial dies with its supervisor, whatever kills that. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -213,6 +231,8 @@ static void supervise_child(const struct supervise_opts *o, char **argv,
     if (setrlimit(RLIMIT_AS, &rl) != 0)
       supervise_child_fail("setrlimit(RLIMIT_AS) failed", strerror(errno));
   }
+  /* Last: joining the cgroup and setting limits may need the worker's user. */
+  if (o->run_as) supervise_drop_user(o, supervisor);
   /* The supervisor's blocked signals must not stay blocked in the trial. */
   sigprocmask(SIG_SETMASK, oldmask, NULL);
   execvp(argv[0], argv);

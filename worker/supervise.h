@@ -47,6 +47,15 @@ struct supervise_opts {
   const char *cpus;   /* CPU list to pin to; or NULL */
   long rlimit_as_mb;  /* 0 = none */
   int report_fd;      /* the trial's pid is written here ("%d\n"); -1 = none */
+  /* --run-as: the trial drops to this user after joining its cgroup and
+   * before exec (supplementary groups, gid, uid; then it is checked that
+   * root cannot be regained). The supervisor itself keeps its user, so it can
+   * still kill the tree. */
+  int run_as;
+  uid_t uid;
+  gid_t gid;
+  const gid_t *groups;
+  int ngroups;
 };
 
 /* Becomes the supervisor of argv[0..] (execvp'ed in a forked child in its own

@@ -68,6 +68,13 @@ static int env_set(struct strv *env, const char *name, const char *value) {
   return strv_push_owned(env, entry);
 }
 
+static int env_has(const struct strv *env, const char *name) {
+  size_t nl = strlen(name);
+  for (size_t i = 0; i < env->n; i++)
+    if (!strncmp(env->v[i], name, nl) && env->v[i][nl] == '=') return 1;
+  return 0;
+}
+
 char *trainable_value_text(const cJSON *v) {
   char *out = NULL;
   if (cJSON_IsString(v)) return strdup(v->valuestring);
@@ -261,7 +268,7 @@ static int build_command(const cJSON *tr, const cJSON *config, struct strv *argv
 int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
                     struct trainable_cmd *cmd, char *err, size_t errlen) {
   struct strv argv = {0}, env = {0};
-  char *cwd = NULL, *config_text = NULL, *num = NULL;
+  char *cwd = NULL, *config_text = NULL, *num = NULL, *resolved = NULL;
   int rc = -EINVAL;
   memset(cmd, 0, sizeof *cmd);
 
@@ -283,10 +290,24 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
     goto fail;
   }
 
-  /* Environment: inherited < thread counts < the trainable's env < what the
-   * worker enforces (GPU visibility and the CTUNE_* protocol). */
+  /* Refused kinds fail before anything is built: the message names the flag. */
+  if ((rc = isolate_check(ctx->iso, kind, NULL, NULL, NULL, &resolved, err, errlen)) < 0) {
+    rc = -EINVAL;
+    goto fail;
+  }
+
+  /* Environment: the worker's base (a short list, isolate.h: never its
+   * credentials) < thread counts < the trainable's env < what the worker
+   * enforces (GPU visibility and the CTUNE_* protocol). */
   for (char *const *e = ctx->base_env; e && *e; e++)
-    if ((rc = strv_push(&env, *e)) < 0) goto fail;
+    if (isolate_env_passes(ctx->iso, *e) && (rc = strv_push(&env, *e)) < 0) goto fail;
+  if (!env_has(&env, "PATH") && (rc = env_set(&env, "PATH", ISOLATE_DEFAULT_PATH)) < 0)
+    goto fail;
+  if (ctx->iso && ctx->iso->run_as &&
+      ((rc = env_set(&env, "HOME", ctx->iso->home)) < 0 ||
+       (rc = env_set(&env, "USER", ctx->iso->user)) < 0 ||
+       (rc = env_set(&env, "LOGNAME", ctx->iso->user)) < 0))
+    goto fail;
   if (asprintf(&num, "%d", ctx->threads) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
   if ((rc = env_set(&env, "OMP_NUM_THREADS", num)) < 0) goto fail;
   if ((rc = env_set(&env, "OPENBLAS_NUM_THREADS", num)) < 0) goto fail;
@@ -313,6 +334,16 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
     if ((rc = env_set(&env, "CTUNE_GPU_MEM_LIMIT_MB", num)) < 0) goto fail;
   }
   if (!cwd && !(cwd = strdup(ctx->trial_dir))) { rc = -ENOMEM; goto fail; }
+  /* --allow-command: the program as the trial's PATH finds it must be one of
+   * the listed ones, and exactly that file is what runs. */
+  if ((rc = isolate_check(ctx->iso, kind, argv.v, env.v, cwd, &resolved, err, errlen)) < 0) {
+    if (rc == -EPERM) rc = -EINVAL;
+    goto fail;
+  }
+  if (resolved) {
+    free(argv.v[0]);
+    argv.v[0] = resolved;
+  }
 
   cmd->argv = argv.v;
   cmd->env = env.v;

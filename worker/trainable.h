@@ -7,6 +7,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "isolate.h"
+
 struct trainable_ctx {
   const char *train_bin;      /* ctune-train for builtin trainables */
   const char *trial_dir;      /* checkpoint dir and cwd default */
@@ -15,7 +17,9 @@ struct trainable_ctx {
   const char *cuda_visible;   /* "" for trials without a GPU */
   int ngpus;
   long gpu_mem_limit_mb;      /* > 0 only for a fractional GPU share */
-  char *const *base_env;      /* inherited environment (NULL-terminated) */
+  char *const *base_env;      /* the worker's environment (NULL-terminated):
+                                 only what isolate_env_passes() allows is kept */
+  const struct isolate *iso;  /* trainables allowed, run-as user; NULL = none */
 };
 
 struct trainable_cmd {

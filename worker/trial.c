@@ -10,23 +10,49 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "isolate.h"
 #include "log.h"
 #include "result.h"
 
 /* A stdout line longer than this is log output, never a result. */
 #define TRIAL_MAX_LINE (1024 * 1024)
 
+/* <work dir>/trials/<id>: the parents are the worker's (0711 under --run-as,
+ * so the trial's user can reach its own dir but list nothing), the trial dir
+ * is 0700 and belongs to the trial's user. */
 static int trial_mkdirs(const char *path) {
+  const struct isolate *iso = isolate_current();
+  mode_t parent_mode = iso && iso->run_as ? 0711 : 0700;
   char buf[4096];
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
+  char *last = strrchr(buf, '/');
   for (char *p = buf + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
+    if (mkdir(buf, 0755) == 0) {
+      /* Only the one the worker creates (trials/), never an existing parent. */
+      if (p == last && chmod(buf, parent_mode) != 0) return -errno;
+    } else if (errno != EEXIST) {
+      return -errno;
+    }
     *p = '/';
   }
-  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -errno;
-  return 0;
+  if (mkdir(buf, 0700) != 0 && errno != EEXIST) return -errno;
+  /* It may be an earlier attempt's: whatever its mode was, it is 0700 now.
+   * lstat: a trial could not have replaced it (its parent is the worker's),
+   * but nothing here follows a symlink anyway. */
+  struct stat st;
+  if (lstat(buf, &st) != 0) return -errno;
+  if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+  if (chmod(buf, 0700) != 0) return -errno;
+  int rc = isolate_chown(iso, -1, buf);
+  if (rc == 0 && last && iso && iso->run_as) {
+    /* trials/ made by an older worker without --run-as: let the user through. */
+    *last = '\0';
+    if (lstat(buf, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0111) != 0111)
+      chmod(buf, (st.st_mode & 07777) | 0111);
+  }
+  return rc;
 }
 
 char *trial_path(const struct trial *t, const char *name) {
@@ -130,6 +156,59 @@ static void trial_on_dir_event(uv_fs_event_t *h, const char *name, int events, i
   uv_timer_start(&t->ckpt_timer, trial_on_ckpt_timer, 100, 0);
 }
 
+/* A file the worker made in the trial dir: mode 0600, the trial's user's. */
+static int trial_own(int fd) {
+  if (fchmod(fd, 0600) != 0) return -errno;
+  return isolate_chown(isolate_current(), fd, NULL);
+}
+
+int trial_open_checkpoint(const struct trial *t, struct stat *st) {
+  char *path = trial_path(t, "checkpoint.bin");
+  if (!path) return -ENOMEM;
+  int fd = isolate_open_file(path, O_RDONLY, 0, st);
+  if (fd == -ELOOP || fd == -EINVAL)
+    log_error("trial %d: %s is %s: refusing to read it (a checkpoint must be a regular "
+              "file in the trial dir)", t->id, path,
+              fd == -ELOOP ? "a symbolic link" : "not a regular file");
+  free(path);
+  return fd;
+}
+
+int trial_write_file(const struct trial *t, const char *name, const void *data, size_t len) {
+  char *path = trial_path(t, name), *tmp = NULL;
+  if (!path || asprintf(&tmp, "%s.part", path) < 0) {
+    free(path);
+    return -ENOMEM;
+  }
+  /* The trial's user owns the dir, so an old attempt may have planted a
+   * symlink named like our temporary file: remove whatever is there and
+   * create a new file (O_EXCL never follows a link). rename() replaces a
+   * link at the final name itself, never its target. */
+  unlink(tmp);
+  int rc = 0;
+  int fd = isolate_open_file(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, NULL);
+  if (fd < 0) {
+    rc = fd;
+    goto done;
+  }
+  const char *p = data;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = write(fd, p + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) { rc = -errno; break; }
+    off += (size_t)n;
+  }
+  if (rc == 0) rc = trial_own(fd);
+  if (close(fd) != 0 && rc == 0) rc = -errno;
+  if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
+  if (rc < 0) unlink(tmp);
+done:
+  free(tmp);
+  free(path);
+  return rc;
+}
+
 int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
                 char *const *argv, char *const *env, const char *cwd,
                 const struct proc_limits *lim, const struct trial_events *ev, void *arg) {
@@ -139,10 +218,17 @@ int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
   char *op = trial_path(t, "stdout.log"), *ep = trial_path(t, "stderr.log");
   int rc = -ENOMEM;
   if (!op || !ep) goto done;
-  t->out_fd = open(op, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  t->err_fd = open(ep, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  /* An earlier attempt may have left a symlink or a FIFO in their place:
+   * never followed, refused. 0600, the trial's user's. */
+  t->out_fd = isolate_open_file(op, O_WRONLY | O_CREAT | O_APPEND, 0600, NULL);
+  t->err_fd = isolate_open_file(ep, O_WRONLY | O_CREAT | O_APPEND, 0600, NULL);
   if (t->out_fd < 0 || t->err_fd < 0) {
-    rc = -errno;
+    rc = t->out_fd < 0 ? t->out_fd : t->err_fd;
+    log_error("trial %d: cannot open its logs in %s: %s", t->id, t->dir, strerror(-rc));
+    goto done;
+  }
+  if ((rc = trial_own(t->out_fd)) < 0 || (rc = trial_own(t->err_fd)) < 0) {
+    log_error("trial %d: cannot give its logs to the --run-as user: %s", t->id, strerror(-rc));
     goto done;
   }
   uv_timer_init(loop, &t->ckpt_timer);

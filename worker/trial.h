@@ -4,6 +4,7 @@
 #define CTUNE_WORKER_TRIAL_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 #include <uv.h>
@@ -118,5 +119,13 @@ void trial_close(struct trial *t);
 void trial_free(struct trial *t);
 /* Path of a file in the trial dir, malloc'ed. */
 char *trial_path(const struct trial *t, const char *name);
+/* Opens <dir>/checkpoint.bin to read it: never through a symlink, only a
+ * regular file (else logged and refused: -ELOOP / -EINVAL); st gets its
+ * fstat. The fd, or -ENOENT when there is none, or another -errno. */
+int trial_open_checkpoint(const struct trial *t, struct stat *st);
+/* Writes <dir>/<name> atomically (temporary file and rename), 0600 and
+ * owned by the --run-as user, following no symlink the trial may have left
+ * there. 0 or -errno. */
+int trial_write_file(const struct trial *t, const char *name, const void *data, size_t len);
 
 #endif

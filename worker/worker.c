@@ -590,13 +590,13 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   struct outbox_lease l = trial_fence(t);
   if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0) return;
   t->ckpt_wanted = 0;
-  char *path = trial_path(t, "checkpoint.bin");
-  if (!path) return;
   struct stat st;
   unsigned char *data = NULL;
   struct wreq *r = NULL;
-  int fd = -1;
-  if (stat(path, &st) != 0) goto done;
+  /* Never through a symlink the trial planted (it would upload any file the
+   * worker can read): trial_open_checkpoint refuses and logs it. */
+  int fd = trial_open_checkpoint(t, &st);
+  if (fd < 0) goto done;
   long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
   if (mt == t->ckpt_mtime_ns && (long long)st.st_size == t->ckpt_size) goto done;
   if (st.st_size > WORKER_MAX_CHECKPOINT || st.st_size == 0) {
@@ -604,8 +604,6 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
              (long long)st.st_size);
     goto done;
   }
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) goto done;
   size_t len = (size_t)st.st_size, got = 0;
   data = malloc(len);
   if (!data) goto done;
@@ -638,7 +636,6 @@ done:
   if (fd >= 0) close(fd);
   free(data);
   free(r);
-  free(path);
 }
 
 static void worker_on_log_put(void *arg, int err, const struct http_resp *resp) {
@@ -744,6 +741,7 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
       .ngpus = t->grant.ngpus,
       .gpu_mem_limit_mb = t->grant.gpu_mem_mb,
       .base_env = environ,
+      .iso = isolate_current(),
   };
   struct trainable_cmd cmd;
   int rc = trainable_build(t->lease, &ctx, &cmd, err, sizeof err);
@@ -781,24 +779,6 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   log_info("trial %d running: pid %d, cpus %s, gpus [%s]%s, dispatch %.2f ms", t->id,
            t->proc.pid, cpus, gpus, resume ? ", resumed from checkpoint" : "",
            (clock_mono_s() - t->leased_at) * 1e3);
-}
-
-static int worker_write_file(const char *path, const char *data, size_t len) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.part", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return -errno;
-  size_t off = 0;
-  int rc = 0;
-  while (off < len) {
-    ssize_t n = write(fd, data + off, len - off);
-    if (n < 0) { rc = -errno; break; }
-    off += (size_t)n;
-  }
-  if (close(fd) != 0 && rc == 0) rc = -errno;
-  if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
-  if (rc < 0) unlink(tmp);
-  return rc;
 }
 
 /* A checkpoint download to try again shortly: a restarting server should not
@@ -841,7 +821,7 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
     if (got && strcasecmp(got, want) != 0) {
       log_warn("trial %d: downloaded checkpoint has crc32 %s, header says %s: starting "
                "from scratch", t->id, want, got);
-    } else if (!path || worker_write_file(path, resp->body, resp->len) < 0) {
+    } else if (!path || trial_write_file(t, "checkpoint.bin", resp->body, resp->len) < 0) {
       log_warn("trial %d: cannot write the checkpoint to %s: starting from scratch", t->id,
                t->dir);
     } else {

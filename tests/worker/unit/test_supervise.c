@@ -107,7 +107,7 @@ START_TEST(worker_kill9_kills_whole_tree) {
     if (s == 0) {
       setsid();
       close(rep[0]);
-      struct supervise_opts o = {getppid(), NULL, NULL, 0, rep[1]};
+      struct supervise_opts o = {.parent = getppid(), .report_fd = rep[1]};
       char *argv[] = {"sh", "-c", script, NULL};
       int st = supervise_run(&o, argv);
       if (st < 0) _exit(126);
@@ -163,7 +163,7 @@ static int run_supervised(const char *cmd, int *trial_pid, int stop_after_ms) {
   if (s == 0) {
     setsid();
     close(rep[0]);
-    struct supervise_opts o = {getppid(), NULL, NULL, 0, rep[1]};
+    struct supervise_opts o = {.parent = getppid(), .report_fd = rep[1]};
     char *argv[] = {"sh", "-c", (char *)cmd, NULL};
     if (!strncmp(cmd, "/nonexistent", 12)) argv[0] = (char *)cmd, argv[1] = NULL;
     int st = supervise_run(&o, argv);

@@ -10,7 +10,7 @@ static char *base_env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=64",
                            "CUDA_VISIBLE_DEVICES=0,1", "HOME=/root", NULL};
 
 static struct trainable_ctx ctx(int resume) {
-  struct trainable_ctx c = {"/opt/bin/ctune-train", "/w/trials/7", resume, 2, "", 0, 0, base_env};
+  struct trainable_ctx c = {"/opt/bin/ctune-train", "/w/trials/7", resume, 2, "", 0, 0, base_env, NULL};
   return c;
 }
 
