@@ -61,7 +61,8 @@ const struct isolate *isolate_current(void);
 /* Whether the worker's variable `entry` ("NAME=value") reaches a trial. */
 int isolate_env_passes(const struct isolate *iso, const char *entry);
 
-/* Whether a trial of this kind ("builtin" / "command") with this argv may run.
+/* Whether a trial of this kind ("builtin" / "command") with this argv may run
+ * (argv NULL: the kind only).
  * For a command under --allow-command, argv[0] is resolved as execvp would
  * (the trial's PATH from env when it holds no '/', cwd for a relative path)
  * and *resolved gets that absolute path (malloc'ed: the worker execs exactly
