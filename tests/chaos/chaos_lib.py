@@ -157,7 +157,9 @@ class Cluster:
             p = subprocess.Popen(
                 [os.path.join(self.bin, "ctune-worker"), "--server", self.url, "--name", name,
                  "--work-dir", self.work_dir(name), "--cpus", str(cpus), "--memory-mb", "2000",
-                 "--poll-ms", "200", "--stop-grace-s", "2"],
+                 "--poll-ms", "200", "--stop-grace-s", "2"]
+                # trials get a clean environment: name what they may see
+                + (["--pass-env", ",".join(sorted(env_extra))] if env_extra else []),
                 stdout=lf, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         proc = Proc(p, log_path, "worker-%s#%d" % (name, self.nstart))
         proc.env_extra = env_extra
