@@ -15,7 +15,7 @@ struct cmd_info {
   const char *opts;   /* options this command accepts, space-separated */
 };
 
-static const char *const REMOTE = "--server --token-file ";
+static const char *const REMOTE = "--server --token-file --ca-file ";
 
 static const struct cmd_info CMDS[] = {
     {"run", CMD_RUN, "CONFIG", 0, "--db --cpus --gpus --json --resume --interval --width"},
@@ -129,6 +129,9 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
       a->server = val;
     } else if (!strcmp(name, "--token-file")) {
       a->token_file = val;
+    } else if (!strcmp(name, "--ca-file")) {
+      if (!*val) FAIL("%s: --ca-file needs a file name", ci->name);
+      a->ca_file = val;
     } else if (!strcmp(name, "--db")) {
       if (!*val) FAIL("%s: --db needs a path", ci->name);
       a->db = val;

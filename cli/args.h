@@ -27,6 +27,7 @@ struct cli_args {
   long long id;            /* target parsed as an id (watch, trials, ...) */
   const char *server;      /* --server, else CTUNE_SERVER (filled by caller) */
   const char *token_file;  /* --token-file */
+  const char *ca_file;     /* --ca-file: CA bundle for an https:// server */
   const char *db;          /* run --db */
   int cpus;                /* run --cpus; 0 = this machine's */
   int gpus;                /* run --gpus; -1 = let the worker detect */

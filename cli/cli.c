@@ -60,6 +60,7 @@ int cli_connect(const struct cli_args *a, struct http_client *c) {
   }
   int rc = http_client_init(c, server, token);
   free(token);
+  if (!rc) c->ca_file = a->ca_file ? a->ca_file : getenv("CTUNE_CA_FILE"); /* https */
   if (rc) {
     fprintf(stderr, "ctune: cannot set up the HTTP client (%s)\n", strerror(-rc));
     return CLI_EXIT_ERROR;

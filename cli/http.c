@@ -99,6 +99,11 @@ int http_json(struct http_client *c, const char *method, const char *path,
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "ctune-cli/0.1");
+  /* https:// is verified (peer and host name, curl's defaults, never turned
+   * off) against --ca-file or the system store; only http and https, so a
+   * redirect or a typo cannot reach another protocol. */
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (c->ca_file && *c->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
   hdrs = curl_slist_append(hdrs, "Accept: application/json");
   if (!hdrs) {
     rc = -ENOMEM;
@@ -128,6 +133,17 @@ int http_json(struct http_client *c, const char *method, const char *path,
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 
   CURLcode cc = curl_easy_perform(h);
+  if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE) {
+    snprintf(err->message, sizeof(err->message),
+             "TLS: cannot verify the ctune server at %s (%s); %s", c->base,
+             curl_msg[0] ? curl_msg : curl_easy_strerror(cc),
+             cc == CURLE_SSL_CACERT_BADFILE
+                 ? "--ca-file (or CTUNE_CA_FILE) must be a readable PEM CA bundle"
+                 : "pass --ca-file (or set CTUNE_CA_FILE) with the CA that signed its "
+                   "certificate, or use the name the certificate was issued for");
+    rc = HTTP_ERR_UNREACHABLE;
+    goto done;
+  }
   if (cc != CURLE_OK) {
     snprintf(err->message, sizeof(err->message),
              "cannot reach the ctune server at %s (%s); start ctune-server there "

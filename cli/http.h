@@ -11,6 +11,9 @@ struct http_client {
   char *auth_header;  /* "Authorization: Bearer ..." or NULL */
   void *curl;         /* CURL *, reused between requests */
   long timeout_ms;
+  /* PEM CA bundle that verifies an https:// server (CURLOPT_CAINFO) instead
+   * of the system store; NULL = the system store. Never unverified. */
+  const char *ca_file;
 };
 
 /* Status-to-error mapping, the CLI's exit codes follow from these. */

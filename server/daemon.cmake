@@ -24,6 +24,7 @@ add_library(ctune_server_http STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/route.c
   ${CMAKE_CURRENT_SOURCE_DIR}/auth.c
   ${CMAKE_CURRENT_SOURCE_DIR}/opts.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/tls.c
   ${CMAKE_CURRENT_SOURCE_DIR}/static_path.c
   ${CMAKE_CURRENT_SOURCE_DIR}/utf8.c
   ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c)

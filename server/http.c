@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +291,25 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   *con_cls = NULL;
 }
 
+/* libmicrohttpd's own messages, on only with TLS: while the daemon starts they
+ * say why (a key that does not match its certificate); afterwards they are
+ * per-connection handshake failures (a client that does not trust the
+ * certificate), worth a debug line at most. */
+static char http_start_msg[256];
+static atomic_int http_started;
+
+static void http_mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char line[256];
+  vsnprintf(line, sizeof line, fmt, ap);
+  line[strcspn(line, "\n")] = '\0';
+  if (!atomic_load(&http_started)) {
+    if (!http_start_msg[0]) snprintf(http_start_msg, sizeof http_start_msg, "%s", line);
+  } else {
+    log_debug("http: %s", line);
+  }
+}
+
 int http_start(struct server *s, struct http **out, int *port_out, char *err, size_t errlen) {
   struct http *h = calloc(1, sizeof *h);
   if (!h) return -ENOMEM;
@@ -307,12 +327,40 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY |
                    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  /* --tls-cert/--tls-key: libmicrohttpd's own TLS (GnuTLS). The PEM text is
+   * main's and outlives the daemon. Without TLS the array is just its END. */
+  int tls = s->opt.tls_cert_pem != NULL;
+  struct MHD_OptionItem tls_opts[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, s->opt.tls_cert_pem},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, s->opt.tls_key_pem},
+      {MHD_OPTION_END, 0, NULL}};
+  if (tls) {
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+      snprintf(err, errlen, "--tls-cert: this libmicrohttpd was built without TLS support");
+      freeaddrinfo(ai);
+      free(h);
+      return -ENOTSUP;
+    }
+    flags |= MHD_USE_TLS | MHD_USE_ERROR_LOG;
+  }
+  http_start_msg[0] = '\0';
+  /* The logger must come first; it speaks only with MHD_USE_ERROR_LOG (TLS). */
   h->d = MHD_start_daemon(
-      flags, 0, NULL, NULL, http_access, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      flags, 0, NULL, NULL, http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads, MHD_OPTION_NOTIFY_COMPLETED,
       http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_CONNECTION_TIMEOUT,
-      120u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+      120u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 2,
+      MHD_OPTION_END);
   freeaddrinfo(ai);
+  atomic_store(&http_started, 1);
+  if (!h->d && tls && http_start_msg[0]) {
+    /* libmicrohttpd's words say which: the certificate and key, or the bind. */
+    snprintf(err, errlen, "cannot serve HTTPS on %s port %d with --tls-cert %s --tls-key %s: %s",
+             s->opt.bind, s->opt.port, s->opt.tls_cert, s->opt.tls_key, http_start_msg);
+    free(h);
+    return -EINVAL;
+  }
   if (!h->d) {
     snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here?)",
              s->opt.bind, s->opt.port);

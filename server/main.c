@@ -17,6 +17,7 @@
 #include "log.h"
 #include "opts.h"
 #include "server.h"
+#include "tls.h"
 
 /* Two servers on one database would both think they own every trial: hold
  * an exclusive lock on DB.lock for the process's lifetime. */
@@ -87,6 +88,18 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  /* --tls-cert/--tls-key are read now, so a wrong file is named before
+   * anything starts; the text is kept until the daemon stops. */
+  if (s.opt.tls_cert &&
+      (tls_load_pem("--tls-cert", s.opt.tls_cert, TLS_PEM_CERT, &s.opt.tls_cert_pem, err,
+                    sizeof err) ||
+       tls_load_pem("--tls-key", s.opt.tls_key, TLS_PEM_KEY, &s.opt.tls_key_pem, err,
+                    sizeof err))) {
+    fprintf(stderr, "ctune-server: %s\n", err);
+    free(s.opt.tls_cert_pem);
+    return 2;
+  }
+
   /* Signals are taken synchronously by this thread; block them before any
    * other thread starts so that they all inherit the mask. */
   sigset_t sigs;
@@ -134,8 +147,13 @@ int main(int argc, char **argv) {
   }
   /* An IPv6 address goes in brackets in a URL. */
   int v6 = strchr(s.opt.bind, ':') != NULL;
-  printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", s.opt.bind, v6 ? "]" : "", port);
+  printf("listening on %s://%s%s%s:%d\n", s.opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "",
+         s.opt.bind, v6 ? "]" : "", port);
   fflush(stdout);
+  if (!s.opt.tls_cert_pem && !auth_is_loopback(s.opt.bind))
+    log_warn("listening on %s without TLS: the tokens, and the commands workers run, travel "
+             "in clear text; pass --tls-cert FILE --tls-key FILE (or put a TLS proxy in "
+             "front)", s.opt.bind);
 
   /* Wait for a signal, checking leases a few times a second meanwhile. */
   int copied = 0;
@@ -163,6 +181,8 @@ out:
   if (state_ready) state_free(&s);
   state_reload_cleanup();
   store_close(s.store);
+  free(s.opt.tls_cert_pem);
+  free(s.opt.tls_key_pem);
   if (lock_fd >= 0) close(lock_fd);
   if (!rc) log_info("stopped");
   return rc;

@@ -11,7 +11,7 @@ const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
-    "                    [--durability full|normal]\n"
+    "                    [--durability full|normal] [--tls-cert FILE --tls-key FILE]\n"
     "                    [--web-dir DIR] [--vendor-dir DIR]\n"
     "                    [--help] [--version]\n"
     "\n"
@@ -33,6 +33,11 @@ const char opts_usage[] =
     "                          survives kill -9, an OS crash and a power cut.\n"
     "                          normal: after the commit reached the OS: it survives\n"
     "                          kill -9 of the server, not an OS crash or power cut\n"
+    "  --tls-cert FILE         serve HTTPS (libmicrohttpd's TLS) with this PEM certificate\n"
+    "                          (a chain: the server's certificate first); needs --tls-key.\n"
+    "                          Without TLS, a non-loopback --bind sends the tokens and the\n"
+    "                          commands workers run in clear text (a warning says so)\n"
+    "  --tls-key FILE          the PEM private key of --tls-cert (keep it 0600)\n"
     "  --web-dir DIR           dashboard files served at / (default " CTUNE_WEB_DIR_DEFAULT ")\n"
     "  --vendor-dir DIR        files served at /vendor/ (default " CTUNE_VENDOR_DIR_DEFAULT ")\n";
 
@@ -97,6 +102,8 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     if (!strcmp(name, "--db")) o->db_path = v;
     else if (!strcmp(name, "--bind")) o->bind = v;
     else if (!strcmp(name, "--token-file")) o->token_file = v;
+    else if (!strcmp(name, "--tls-cert")) o->tls_cert = v;
+    else if (!strcmp(name, "--tls-key")) o->tls_key = v;
     else if (!strcmp(name, "--web-dir")) o->web_dir = v;
     else if (!strcmp(name, "--vendor-dir")) o->vendor_dir = v;
     else if (!strcmp(name, "--durability")) {
@@ -134,6 +141,12 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
       snprintf(err, errlen, "%s needs a value", name);
       return -EINVAL;
     }
+  }
+  if (!o->tls_cert != !o->tls_key) {
+    snprintf(err, errlen, "%s %s given without %s: TLS needs both the certificate and its key",
+             o->tls_cert ? "--tls-cert" : "--tls-key", o->tls_cert ? o->tls_cert : o->tls_key,
+             o->tls_cert ? "--tls-key FILE" : "--tls-cert FILE");
+    return -EINVAL;
   }
   if (!hb_set && o->heartbeat_interval_s * 3 > o->lease_timeout_s)
     o->heartbeat_interval_s = o->lease_timeout_s / 3; /* short test timeouts */

@@ -122,6 +122,8 @@ struct server_options {
   int64_t max_checkpoint_bytes;
   int wal_frames;
   int sync_full; /* --durability full (1, default) | normal (0) */
+  const char *tls_cert, *tls_key; /* --tls-cert/--tls-key paths (both or neither) */
+  char *tls_cert_pem, *tls_key_pem; /* their contents, read by main (tls.h) */
 };
 
 struct server {

@@ -20,6 +20,7 @@ struct http_req {
   http_cb cb;
   void *arg;
   int oom;
+  char curl_err[CURL_ERROR_SIZE]; /* curl's words for a failed transfer */
   struct http_req *prev, *next;
 };
 
@@ -38,7 +39,13 @@ struct http_client {
   struct http_req *reqs;
   int pending;
   int closing;
+  int tls_warned; /* a certificate failure was logged; again after a success */
 };
+
+/* --ca-file (http_set_ca_file): one per process, as the worker has one server. */
+static const char *http_ca_file;
+
+void http_set_ca_file(const char *path) { http_ca_file = path; }
 
 static void http_check_done(struct http_client *c) {
   CURLMsg *msg;
@@ -51,7 +58,20 @@ static void http_check_done(struct http_client *c) {
     int err = 0;
     if (res == CURLE_OK && !r->oom) {
       curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->resp.status);
+      c->tls_warned = 0;
     } else {
+      /* A server whose certificate is not trusted looks like any network
+       * error to the caller (it retries); say once what it is and the fix. */
+      if ((res == CURLE_PEER_FAILED_VERIFICATION || res == CURLE_SSL_CACERT_BADFILE) &&
+          !c->tls_warned) {
+        c->tls_warned = 1;
+        log_error("TLS: cannot verify the server at %s: %s; %s", c->base,
+                  r->curl_err[0] ? r->curl_err : curl_easy_strerror(res),
+                  res == CURLE_SSL_CACERT_BADFILE
+                      ? "--ca-file must be a readable PEM CA bundle"
+                      : "pass --ca-file with the CA that signed its certificate (or use the "
+                        "host name it was issued for)");
+      }
       r->resp.status = 0;
       err = r->oom ? -ENOMEM
             : res == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
@@ -235,6 +255,11 @@ int http_request(struct http_client *c, const char *method, const char *path,
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+  /* https:// is always verified (peer and host name: curl's defaults, never
+   * turned off) against --ca-file or the system store; http and https only. */
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (http_ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, http_ca_file);
   if (strcmp(method, "GET") != 0) {
     if (len > 0) {
       if (!(r->body = malloc(len))) goto fail;

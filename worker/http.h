@@ -22,6 +22,11 @@ typedef void (*http_cb)(void *arg, int err, const struct http_resp *resp);
 
 struct http_client;
 
+/* PEM CA bundle that verifies an https:// server instead of the system
+ * store (CURLOPT_CAINFO); the string must outlive every client. NULL (the
+ * default): the system store. Verification is never turned off. */
+void http_set_ca_file(const char *path);
+
 int http_client_new(uv_loop_t *loop, const char *base_url, const char *token,
                     struct http_client **out);
 /* method "GET", "POST" or "PUT"; body may be NULL; extra_headers is a

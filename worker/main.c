@@ -19,6 +19,7 @@
 #include "cgroup.h"
 #include "cpuset.h"
 #include "execwrap.h"
+#include "http.h"
 #include "gpu.h"
 #include "isolate.h"
 #include "log.h"
@@ -29,6 +30,8 @@ static const char usage[] =
     "usage: ctune-worker --server URL [options]\n"
     "  --server URL         ctune-server base URL (e.g. http://127.0.0.1:8470)\n"
     "  --token-file F       send the token in F as 'Authorization: Bearer'\n"
+    "  --ca-file F          PEM CA bundle that verifies an https:// server (default: the\n"
+    "                       system store); https is always verified, never skipped\n"
     "  --cpus LIST|N        CPU ids to use (\"0-3,6\") or the first N allowed (default all)\n"
     "  --gpus LIST|N        GPU ids or count (default: detected via NVML/libcuda)\n"
     "  --gpu-mem-mb N       memory per GPU given with --gpus (default 16384)\n"
@@ -240,7 +243,7 @@ int main(int argc, char **argv) {
 
   enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
          O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP,
-         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV };
+         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV, O_CAFILE };
   static const struct option longopts[] = {
       {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
       {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
@@ -255,6 +258,7 @@ int main(int argc, char **argv) {
       {"trainables", required_argument, 0, O_TRAINABLES},
       {"allow-command", required_argument, 0, O_ALLOWCMD},
       {"pass-env", required_argument, 0, O_PASSENV},
+      {"ca-file", required_argument, 0, O_CAFILE},
       {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
   int c;
@@ -280,6 +284,14 @@ int main(int argc, char **argv) {
       case O_TRAINABLES: trainables_arg = optarg; break;
       case O_ALLOWCMD: allow_arg = optarg; break;
       case O_PASSENV: pass_arg = optarg; break;
+      case O_CAFILE:
+        /* Checked now: curl would only say so on every request. */
+        if (access(optarg, R_OK) != 0) {
+          fprintf(stderr, "ctune-worker: --ca-file %s: %s\n", optarg, strerror(errno));
+          return 2;
+        }
+        http_set_ca_file(optarg);
+        break;
       case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
       case O_HELP: fputs(usage, stdout); return 0;
       default:
