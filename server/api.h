@@ -17,6 +17,11 @@ struct api_req {
   const struct route_match *match;
   const char *body;
   size_t body_len;
+  /* A checkpoint upload is spooled to disk (http.c), never held in memory:
+   * then body is "" and its body_len bytes are in the file body_fd (the
+   * request's; a handler that keeps it past the call dup()s it). */
+  int body_spooled;
+  int body_fd;
   void *conn;
   const char *(*query)(void *conn, const char *key);
   const char *(*header)(void *conn, const char *key);

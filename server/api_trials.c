@@ -1,6 +1,9 @@
 /* api_trials: one trial, its results (report with ASHA's decision, read back),
  * complete, fail with retries, release, checkpoint and log storage. */
 #include <errno.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -455,13 +458,48 @@ struct blob_op {
   uint32_t crc;
   size_t len;
   int is_log;
+  int fd; /* >= 0: the bytes are in this spool file, not in data */
   char data[];
 };
 
 static int blob_op_apply(struct store *st, void *arg) {
   struct blob_op *op = arg;
   if (op->is_log) return store_put_log(st, op->trial_id, op->data, op->len);
-  return store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, op->data, op->len);
+  if (op->fd < 0)
+    return store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, op->data, op->len);
+  /* A spooled upload is mapped only while the commit thread writes it: no
+   * request holds its bytes in memory while it waits. */
+  void *map = mmap(NULL, op->len, PROT_READ, MAP_SHARED, op->fd, 0);
+  if (map == MAP_FAILED) {
+    log_error("checkpoint of trial %lld: cannot map its spool file: %s",
+              (long long)op->trial_id, strerror(errno));
+    return -EIO;
+  }
+  int rc = store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, map, op->len);
+  munmap(map, op->len);
+  return rc;
+}
+
+static void blob_op_free(void *arg) {
+  struct blob_op *op = arg;
+  if (op->fd >= 0) close(op->fd);
+  free(op);
+}
+
+/* crc32 of a spooled body, read back in chunks. */
+static int api_spool_crc(int fd, size_t len, uint32_t *out) {
+  static __thread unsigned char buf[64 * 1024];
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t off = 0; off < len;) {
+    size_t want = len - off < sizeof buf ? len - off : sizeof buf;
+    ssize_t k = pread(fd, buf, want, (off_t)off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -EIO;
+    crc = crc32(crc, buf, (uInt)k);
+    off += (size_t)k;
+  }
+  *out = (uint32_t)crc;
+  return 0;
 }
 
 static int api_parse_u64(const char *s, int base, uint64_t max, uint64_t *out) {
@@ -489,18 +527,25 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   /* An empty upload would replace a real checkpoint with nothing to resume. */
   if (req->body_len == 0)
     return api_error(resp, 400, "empty_checkpoint", "", "the checkpoint body is empty");
-  uint32_t have = (uint32_t)crc32(0L, (const Bytef *)req->body, (uInt)req->body_len);
+  uint32_t have;
+  if (!req->body_spooled) have = (uint32_t)crc32(0L, (const Bytef *)req->body, (uInt)req->body_len);
+  else if (api_spool_crc(req->body_fd, req->body_len, &have)) return -EIO;
   if (have != (uint32_t)crc)
     return api_error(resp, 400, "bad_crc", "X-Ctune-Crc32",
                      "body crc32 is %08x but X-Ctune-Crc32 says %08x: upload corrupted",
                      have, (uint32_t)crc);
-  struct blob_op *op = malloc(sizeof *op + req->body_len + 1);
+  struct blob_op *op = malloc(sizeof *op + (req->body_spooled ? 0 : req->body_len) + 1);
   if (!op) return -ENOMEM;
   op->iteration = (int64_t)it;
   op->crc = (uint32_t)crc;
   op->len = req->body_len;
   op->is_log = 0;
-  memcpy(op->data, req->body, req->body_len);
+  op->fd = -1;
+  if (!req->body_spooled) memcpy(op->data, req->body, req->body_len);
+  else if ((op->fd = fcntl(req->body_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    free(op);
+    return -errno;
+  }
   int rc = 0;
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
@@ -528,7 +573,7 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
     goto refuse;
   }
   op->trial_id = t->id;
-  if ((rc = commit_enqueue(s->commit, blob_op_apply, free, op, &resp->ticket))) goto out;
+  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
   t->has_checkpoint = 1;
   t->checkpoint_iteration = (int64_t)it;
   t->updated_seq = ++s->seq;
@@ -549,7 +594,7 @@ out:
   return rc;
 refuse:
   server_unlock(s);
-  free(op);
+  blob_op_free(op);
   return rc;
 }
 
@@ -586,6 +631,7 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
   if (!op) return -ENOMEM;
   op->len = req->body_len;
   op->is_log = 1;
+  op->fd = -1;
   op->iteration = 0;
   op->crc = 0;
   memcpy(op->data, req->body, req->body_len);
@@ -608,7 +654,8 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
     goto out;
   }
   op->trial_id = t->id;
-  if ((rc = commit_enqueue(s->commit, blob_op_apply, free, op, &resp->ticket))) goto out;
+  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket)))
+    goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
       !cJSON_AddNumberToObject(o, "size", (double)req->body_len)) {

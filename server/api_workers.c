@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "api.h"
 #include "clock.h"
@@ -37,6 +38,29 @@ static int api_resources(const cJSON *o, const char *where, struct api_resp *res
   return 0;
 }
 
+/* What one registration may claim: a worker token must not be able to take
+ * every trial with a made-up machine (issue 11: a 1e9-CPU worker). */
+#define API_MAX_WORKER_CPU 4096.0
+#define API_MAX_WORKER_GPU 64.0
+#define API_MAX_WORKER_MEMORY_MB (64.0 * 1024 * 1024) /* 64 TiB */
+
+/* 256 bits from getrandom as "<id>.<64 hex>": the id lets http.c find the
+ * worker without a scan; the hex part is what is compared (constant time). */
+static int api_new_secret(int64_t id, char *out, size_t cap) {
+  unsigned char raw[32];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    got += (size_t)n;
+  }
+  int k = snprintf(out, cap, "%lld.", (long long)id);
+  for (size_t i = 0; i < sizeof raw && k > 0 && (size_t)k + 2 < cap; i++)
+    k += snprintf(out + k, cap - (size_t)k, "%02x", raw[i]);
+  return 0;
+}
+
 int api_worker_register(struct server *s, const struct api_req *req, struct api_resp *resp) {
   cJSON *b = api_body_object(req, resp, 0);
   if (!b) return 0;
@@ -58,6 +82,15 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   if (api_resources(cJSON_GetObjectItemCaseSensitive(b, "resources"), "resources", resp, &cpu,
                     &gpu, &mem, &has_mem))
     goto out;
+  const char *over = cpu > API_MAX_WORKER_CPU ? "resources.cpu"
+                     : gpu > API_MAX_WORKER_GPU ? "resources.gpu"
+                     : (double)mem > API_MAX_WORKER_MEMORY_MB ? "resources.memory_mb" : NULL;
+  if (over) {
+    rc = api_error(resp, 400, "invalid_body", over, "%s is more than one machine has (limits: "
+                   "cpu %g, gpu %g, memory_mb %g)", over, API_MAX_WORKER_CPU,
+                   API_MAX_WORKER_GPU, API_MAX_WORKER_MEMORY_MB);
+    goto out;
+  }
   server_lock(s);
   struct worker *w = NULL;
   if (s->nworkers == s->capworkers) {
@@ -73,6 +106,14 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   }
   if (!rc) {
     w->id = s->nworkers + 1;
+    rc = api_new_secret(w->id, w->secret, sizeof w->secret);
+  }
+  if (rc && w) {
+    free(w->name);
+    free(w);
+    w = NULL;
+  }
+  if (!rc) {
     w->cpu = cpu;
     w->gpu = gpu;
     w->memory_mb = mem;
@@ -87,6 +128,7 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
            w->name, cpu, gpu, (long long)mem);
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "id", (double)w->id) ||
+      !cJSON_AddStringToObject(o, "secret", w->secret) ||
       !cJSON_AddNumberToObject(o, "heartbeat_interval_s", s->opt.heartbeat_interval_s) ||
       !cJSON_AddNumberToObject(o, "lease_timeout_s", s->opt.lease_timeout_s)) {
     cJSON_Delete(o);

@@ -4,12 +4,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -21,8 +23,18 @@
 #include "log.h"
 #include "static_path.h"
 
-/* Past this much of an oversized body the connection is closed unanswered. */
+/* Past this much of an oversized chunked body (no Content-Length) the
+ * connection is closed unanswered. */
 #define HTTP_MAX_DROP (64u * 1024 * 1024)
+/* Request bodies held in memory by all connections together: past it a new
+ * body is answered 503 before it is read. Checkpoints go to a spool file on
+ * disk and are not counted. */
+#define HTTP_BODY_BUDGET ((size_t)256 * 1024 * 1024)
+/* Connections one client address may hold (slowloris, one host's flood). */
+#define HTTP_PER_IP_CONNECTIONS 256u
+/* A connection idle this long (a request head or body that stopped coming,
+ * an idle keep-alive) is closed. CTUNE_TEST_HTTP_TIMEOUT_S overrides it. */
+#define HTTP_IDLE_TIMEOUT_S 30u
 
 struct http {
   struct server *s;
@@ -32,6 +44,8 @@ struct http {
   atomic_int suspended;
   atomic_int stopping;
   atomic_int active; /* handlers between dispatch and suspend-or-reply */
+  atomic_size_t body_bytes; /* in-memory request bodies reserved (budget) */
+  char spool_dir[4096];     /* checkpoint uploads are spooled here (the db's dir) */
 };
 
 enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
@@ -45,6 +59,9 @@ struct http_req {
   size_t len, cap, limit;
   int too_large;
   size_t dropped;
+  int fd;          /* >= 0: the body goes to this spool file (checkpoint PUT) */
+  int io_error;    /* writing the spool file failed */
+  size_t reserved; /* bytes of the in-memory budget this request holds */
   enum req_state state;
   uint64_t ticket; /* what the reply waits for: the request's lock holds */
   struct commit_hold hold; /* its lock holds: own groups and what it saw */
@@ -123,7 +140,110 @@ static void http_committed(void *ctx, int status) {
   MHD_resume_connection(r->conn);
 }
 
-static void http_dispatch(struct http_req *r, const char *url, const char *method) {
+/* auth_check_request_head knows the admin, worker and viewer tokens; a
+ * worker's own secret is shown to it as the worker token (what it is allowed
+ * beyond that is decided by http_worker_access below). */
+struct http_hdr_view {
+  void *conn;
+  const char *authorization; /* replaces the Authorization header when set */
+};
+
+static const char *http_header_view(void *ctx, const char *key) {
+  struct http_hdr_view *v = ctx;
+  if (v->authorization && !strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION))
+    return v->authorization;
+  return http_header(v->conn, key);
+}
+
+static const char *http_bearer(void *conn) {
+  const char *a = http_header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!a || strncasecmp(a, "Bearer ", 7)) return NULL;
+  a += 7;
+  while (*a == ' ') a++;
+  return a;
+}
+
+/* Per-worker credentials (HACKING.md "Authentication"): on a worker route,
+ * the admin token reaches everything; the shared worker token only registers;
+ * a worker's own secret reaches its own heartbeat and lease and the trials it
+ * holds the lease of (the X-Ctune-Lease worker must be itself). wid is the
+ * worker the secret belongs to (0: none). 1 after filling resp. */
+static int http_worker_access(struct http_req *r, const struct route_match *m,
+                              enum route_method meth, const char *url, int64_t wid) {
+  struct server *s = r->s;
+  struct api_resp *resp = &r->resp;
+  const char *tok = http_bearer(r->conn);
+  if (tok && auth_equal(tok, s->admin_token)) return 0;
+  const char *pat = m->route->pattern;
+  if (!strcmp(pat, "/api/v1/workers")) { /* registration */
+    if (!wid) return 0;
+    api_error(resp, 403, "forbidden", url, "register with the worker token, not with a "
+              "worker's own secret");
+    return 1;
+  }
+  if (!wid) {
+    api_error(resp, 403, "forbidden", url, "the worker token only registers a worker: send "
+              "the secret that registration returned (Authorization: Bearer <secret>)");
+    return 1;
+  }
+  if (!strncmp(pat, "/api/v1/workers/{id}/", 21)) {
+    if (m->ids[0] == wid) return 0;
+    api_error(resp, 403, "forbidden", url, "worker %lld cannot act as worker %lld",
+              (long long)wid, (long long)m->ids[0]);
+    return 1;
+  }
+  if (strncmp(pat, "/api/v1/trials/{id}/", 20)) return 0;
+  struct lease_token l = {0, 0};
+  if (meth != RM_GET && state_parse_lease(http_header(r->conn, "X-Ctune-Lease"), &l)) {
+    api_error(resp, 400, "missing_lease", "X-Ctune-Lease", "a trial-scoped write needs the "
+              "header X-Ctune-Lease: <worker_id>:<attempt> (your worker id and the attempt "
+              "from the lease reply)");
+    return 1;
+  }
+  if (meth != RM_GET && l.worker_id != wid) {
+    api_error(resp, 403, "forbidden", "X-Ctune-Lease", "worker %lld cannot write under worker "
+              "%lld's lease", (long long)wid, (long long)l.worker_id);
+    return 1;
+  }
+  pthread_mutex_lock(&s->lock); /* read only: nothing to commit */
+  struct trial *t = server_trial(s, m->ids[0]);
+  int holds = t && t->lease_worker_id == wid;
+  int running_here = t && t->status == TS_RUNNING && t->worker_id == wid;
+  pthread_mutex_unlock(&s->lock);
+  if (!t) return 0; /* the handler's 404 */
+  if (meth == RM_GET && !running_here) {
+    api_error(resp, 403, "forbidden", url, "trial %lld is not leased to worker %lld: only its "
+              "current lessee may read its checkpoint", (long long)m->ids[0], (long long)wid);
+    return 1;
+  }
+  if (meth != RM_GET && !holds) {
+    /* Its own lease, but the trial went to another worker since: the same
+     * answer the fence gives (the worker ends that attempt's queue). */
+    api_error(resp, 409, "not_leased", url, "trial %lld is leased to another worker; nothing "
+              "of this request was stored", (long long)m->ids[0]);
+    return 1;
+  }
+  return 0;
+}
+
+/* Opens an unnamed file for a spooled body: O_TMPFILE beside the database,
+ * else a named one unlinked at once. */
+static int http_spool_open(const char *dir) {
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/.ctune-upload-XXXXXX", dir);
+  fd = mkostemp(path, O_CLOEXEC);
+  if (fd >= 0) unlink(path);
+  return fd;
+}
+
+/* Everything decided on the request head, before a byte of its body is
+ * read: stopping, route (404/405), Host/Origin/Content-Type and token
+ * (auth_check_request_head), per-worker access, the body's size (413, 411),
+ * the memory budget (503), and where the body goes (an exact buffer, or a
+ * spool file for checkpoints). 1 after filling r->resp: answer now. */
+static int http_head(struct http_req *r, const char *url, const char *method) {
   struct server *s = r->s;
   struct api_resp *resp = &r->resp;
   struct route_match m;
@@ -131,12 +251,7 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   if (atomic_load(&r->h->stopping)) {
     api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    return;
-  }
-  if (r->too_large) {
-    api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
-              r->limit);
-    return;
+    return 1;
   }
   int rc = route_find(api_routes, api_nroutes, meth, url, &m);
   if (rc == -EOPNOTSUPP) {
@@ -152,29 +267,121 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
     api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s (allowed: %s)",
               method, url, allow);
     api_header(resp, MHD_HTTP_HEADER_ALLOW, "%s", allow);
+    return 1;
+  }
+  if (rc) {
+    api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
+    return 1;
+  }
+  /* A worker's own secret: which worker (0: none). */
+  int64_t wid = 0;
+  const char *tok = s->auth && m.route->access != RA_PUBLIC ? http_bearer(r->conn) : NULL;
+  if (tok) {
+    pthread_mutex_lock(&s->lock);
+    struct worker *w = state_worker_by_secret(s, tok);
+    wid = w ? w->id : 0;
+    pthread_mutex_unlock(&s->lock);
+  }
+  char as_worker[300];
+  snprintf(as_worker, sizeof as_worker, "Bearer %s", s->worker_token);
+  struct http_hdr_view view = {r->conn, wid ? as_worker : NULL};
+  /* THE pre-body check of the request head (engineer "auth-default", auth.c):
+   * Host, Origin, Content-Type, token or session. It runs here, on the first
+   * call of the access handler, so its 401/403/415/421 go out before any of
+   * the body is read. Add head checks inside it, not after this line. */
+  if (auth_check_request_head(s, &view, http_header_view, meth, url, m.route, resp)) return 1;
+  if (s->auth && m.route->access == RA_WORKER && http_worker_access(r, &m, meth, url, wid))
+    return 1;
+
+  /* The body: refused or given its exact room before any of it arrives. */
+  if (meth != RM_POST && meth != RM_PUT) return 0;
+  const char *cl = http_header(r->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  unsigned long long want = 0;
+  if (cl) {
+    char *end = NULL;
+    errno = 0;
+    want = strtoull(cl, &end, 10);
+    if (errno || end == cl || *end || *cl == '-') {
+      api_error(resp, 400, "invalid_header", "Content-Length", "bad Content-Length");
+      return 1;
+    }
+    if (want > r->limit) {
+      /* Authorised, a little too large: read and dropped (nothing kept) so
+       * that a client that writes its whole body first still gets its 413
+       * JSON; far too large: answered at once. */
+      r->too_large = 1;
+      if (want <= r->limit + HTTP_MAX_DROP) return 0;
+      api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
+                r->limit);
+      return 1;
+    }
+  }
+  if (meth == RM_PUT && http_ends_with(url, "/checkpoint")) {
+    if (!cl) {
+      api_error(resp, 411, "length_required", "Content-Length", "a checkpoint upload needs "
+                "a Content-Length");
+      return 1;
+    }
+    r->fd = http_spool_open(r->h->spool_dir);
+    if (r->fd < 0) {
+      log_error("http: cannot open a spool file in %s: %s", r->h->spool_dir, strerror(errno));
+      api_error(resp, 503, "spool_unavailable", "", "the server cannot take an upload now");
+      api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+      return 1;
+    }
+    return 0;
+  }
+  /* Without a length (chunked) the room is the route's limit. */
+  size_t room = cl ? (size_t)want : r->limit;
+  if (!room) return 0;
+  size_t before = atomic_fetch_add(&r->h->body_bytes, room);
+  r->reserved = room;
+  if (before + room > HTTP_BODY_BUDGET) {
+    api_error(resp, 503, "busy", "", "too many request bodies in flight; retry shortly");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    return 1;
+  }
+  if (cl) {
+    if (!(r->body = malloc(room + 1))) {
+      api_error(resp, 503, "busy", "", "out of memory for the request body; retry shortly");
+      return 1;
+    }
+    r->cap = room + 1;
+  }
+  return 0;
+}
+
+static void http_dispatch(struct http_req *r, const char *url, const char *method) {
+  struct server *s = r->s;
+  struct api_resp *resp = &r->resp;
+  struct route_match m;
+  enum route_method meth = route_method_parse(method);
+  if (atomic_load(&r->h->stopping)) {
+    api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     return;
   }
+  if (r->too_large) {
+    api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
+              r->limit);
+    return;
+  }
+  if (r->io_error) {
+    api_error(resp, 503, "spool_error", "", "the server could not spool the upload to disk; "
+              "nothing was stored, retry");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+    return;
+  }
+  /* Routed and authorised on the head (http_head): found again here. */
+  int rc = route_find(api_routes, api_nroutes, meth, url, &m);
   if (rc) {
     api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
     return;
   }
-  if (s->auth && m.route->access != RA_PUBLIC) {
-    int role = auth_role(http_header(r->conn, MHD_HTTP_HEADER_AUTHORIZATION), s->admin_token,
-                         s->worker_token);
-    if (role < 0) {
-      api_error(resp, 401, "unauthorized", url,
-                "missing or wrong token: send Authorization: Bearer <token>");
-      api_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-      return;
-    }
-    if (m.route->access == RA_ADMIN && role != RA_ADMIN) {
-      api_error(resp, 403, "forbidden", url, "a worker token cannot call %s %s", method, url);
-      return;
-    }
-  }
   struct api_req req = {.method = meth, .path = url, .match = &m,
                         .body = r->body ? r->body : "", .body_len = r->len, .conn = r->conn,
-                        .query = http_query, .header = http_header};
+                        .query = http_query, .header = http_header,
+                        .body_spooled = r->fd >= 0, .body_fd = r->fd};
   rc = api_handlers[m.route->handler](s, &req, resp);
   if (rc || !resp->status) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
@@ -203,19 +410,36 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
       r->limit = (size_t)h->s->opt.max_checkpoint_bytes;
     else if (!strcmp(method, "PUT") && http_ends_with(url, "/logs"))
       r->limit = HTTP_MAX_LOG;
+    r->fd = -1;
     *con_cls = r;
-    /* A huge declared length is refused before reading any of it (MHD then
-     * closes the connection, which clients that write the whole body before
-     * reading see as a reset); a merely oversized body is read and dropped
-     * so that every client gets its 413 JSON. */
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > r->limit + HTTP_MAX_DROP) {
-      r->too_large = 1;
-      http_dispatch(r, url, method);
+    /* Everything the head decides is answered before any of the body is
+     * read (MHD then closes the connection: a client that writes its whole
+     * body before reading sees a reset). */
+    if (http_head(r, url, method)) {
       r->state = REQ_SENT;
       return http_send(r);
     }
+    return MHD_YES;
+  }
+  if (r->state == REQ_READING && *upload_data_size && r->fd >= 0) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (r->io_error) return MHD_YES;
+    if (r->len + n > r->limit) {
+      r->too_large = 1; /* MHD holds the client to its Content-Length: not reached */
+      return MHD_YES;
+    }
+    for (size_t off = 0; off < n;) {
+      ssize_t k = write(r->fd, upload_data + off, n - off);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        log_error("http: spooling an upload: %s", k < 0 ? strerror(errno) : "short write");
+        r->io_error = 1;
+        break;
+      }
+      off += (size_t)k;
+    }
+    r->len += n;
     return MHD_YES;
   }
   if (r->state == REQ_READING && *upload_data_size) {
@@ -287,6 +511,8 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
   free(r->body);
+  if (r->fd >= 0) close(r->fd);
+  if (r->reserved) atomic_fetch_sub(&h->body_bytes, r->reserved);
   free(r);
   *con_cls = NULL;
 }
@@ -314,6 +540,15 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   struct http *h = calloc(1, sizeof *h);
   if (!h) return -ENOMEM;
   h->s = s;
+  /* Spool files live beside the database (the same disk, never in RAM). */
+  snprintf(h->spool_dir, sizeof h->spool_dir, "%s", s->opt.db_path);
+  char *slash = strrchr(h->spool_dir, '/');
+  if (!slash) snprintf(h->spool_dir, sizeof h->spool_dir, ".");
+  else if (slash == h->spool_dir) slash[1] = '\0';
+  else *slash = '\0';
+  unsigned idle_s = HTTP_IDLE_TIMEOUT_S;
+  const char *t_env = getenv("CTUNE_TEST_HTTP_TIMEOUT_S");
+  if (t_env && atoi(t_env) > 0) idle_s = (unsigned)atoi(t_env);
   struct addrinfo hints = {.ai_flags = AI_NUMERICSERV | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
   struct addrinfo *ai = NULL;
   char port[16];
@@ -349,8 +584,9 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
       flags, 0, NULL, NULL, http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads, MHD_OPTION_NOTIFY_COMPLETED,
-      http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_CONNECTION_TIMEOUT,
-      120u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 2,
+      http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+      idle_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 2,
       MHD_OPTION_END);
   freeaddrinfo(ai);
   atomic_store(&http_started, 1);

@@ -107,6 +107,11 @@ struct worker {
   uint64_t last_seen_ms;    /* monotonic: "lost" (display) after a lease timeout */
   int lost;
   int64_t nrunning;         /* RUNNING trials charged to it */
+  /* Its own credential, "<id>.<64 hex digits>" (256 bits from getrandom),
+   * returned once by registration and persisted: Authorization: Bearer of
+   * every later call of this worker (http.c). "" for a worker registered
+   * before secrets existed: it cannot authenticate and registers again. */
+  char secret[72];
 };
 
 struct server_options {
@@ -124,6 +129,9 @@ struct server_options {
   int sync_full; /* --durability full (1, default) | normal (0) */
   const char *tls_cert, *tls_key; /* --tls-cert/--tls-key paths (both or neither) */
   char *tls_cert_pem, *tls_key_pem; /* their contents, read by main (tls.h) */
+  int no_auth;   /* --no-auth: an open server (loopback binds only) */
+  const char *allowed_hosts[16]; /* --allowed-host NAME: more Host names served */
+  int nallowed_hosts;
 };
 
 struct server {
@@ -132,7 +140,11 @@ struct server {
   struct commit *commit;
   struct metrics metrics;
   char admin_token[256], worker_token[256];
+  char viewer_token[256];          /* optional viewer= line: read-only ("" none) */
   int auth;
+  struct auth_sessions *sessions;  /* dashboard logins (auth.c) */
+  char tokens_path[4096];          /* the default token file, when used */
+  int port;                        /* the port listened on, once known */
 
   pthread_mutex_t lock; /* guards everything below */
   struct experiment **exps; /* index id-1 */
@@ -236,6 +248,9 @@ enum fence state_check_fence(struct server *s, struct trial *t, const struct lea
                              char *why, size_t whylen);
 /* Renews a RUNNING trial's lease until now + lease_timeout_s. */
 void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms);
+/* The worker whose own secret (Authorization: Bearer, "<id>.<hex>") tok is;
+ * NULL when none (compared in constant time). */
+struct worker *state_worker_by_secret(struct server *s, const char *tok);
 /* Charges a RUNNING trial's resources to its worker (lease, load). */
 void state_charge(struct server *s, struct worker *w, struct trial *t);
 /* Heartbeat v2 reconciliation for worker w: after the listed trials were

@@ -1,6 +1,7 @@
 /* state: the in-memory model's transitions (create, lease, end, requeue on
  * lease expiry or release, record a result). state_ops.c carries each change to the commit thread;
  * state_load.c rebuilds the model at start. */
+#include "auth.h"
 #include "server.h"
 
 #include <errno.h>
@@ -88,6 +89,18 @@ void state_set_status(struct server *s, struct trial *t, enum trial_status st) {
   t->status = st;
   t->updated_seq = ++s->seq;
   if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
+}
+
+struct worker *state_worker_by_secret(struct server *s, const char *tok) {
+  char *end = NULL;
+  if (!tok || *tok < '1' || *tok > '9') return NULL;
+  errno = 0;
+  long long id = strtoll(tok, &end, 10);
+  if (errno || !end || *end != '.') return NULL;
+  struct worker *w = server_worker(s, id);
+  /* A worker from before secrets existed has none: nothing matches it. */
+  if (!w || !w->secret[0] || !auth_equal(tok, w->secret)) return NULL;
+  return w;
 }
 
 void state_charge(struct server *s, struct worker *w, struct trial *t) {

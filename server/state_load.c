@@ -160,6 +160,7 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   w->gpu = r->gpu;
   w->memory_mb = r->memory_mb;
   w->registered_at = r->registered_at;
+  memcpy(w->secret, r->secret, sizeof w->secret);
   /* A restart counts as a heartbeat from everyone (HACKING.md). */
   w->last_heartbeat = clock_wall_s();
   w->last_seen_ms = clock_mono_ms();

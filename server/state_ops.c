@@ -126,6 +126,7 @@ int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket) {
     .id = w->id, .name = op->name, .cpu = w->cpu, .gpu = w->gpu,
     .memory_mb = w->memory_mb, .registered_at = w->registered_at,
     .last_heartbeat = w->last_heartbeat};
+  memcpy(op->row.secret, w->secret, sizeof op->row.secret);
   return commit_enqueue(s->commit, worker_op_apply, worker_op_free, op, ticket);
 }
 

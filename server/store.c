@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,7 +39,7 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
                   "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
   [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
-                    "registered_at,last_heartbeat) VALUES(?,?,?,?,?,?,?)",
+                    "registered_at,last_heartbeat,secret) VALUES(?,?,?,?,?,?,?,?)",
   [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                   "VALUES(?,?,?,?)",
   [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
@@ -188,6 +189,19 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
   st->sync_fd = -1;
   snprintf(st->wal_path, sizeof st->wal_path, "%s-wal", path);
   int rc = -EIO;
+  /* The database holds every worker's secret and every config (env values
+   * included): created 0600 (SQLite gives its -wal and -shm files the same
+   * mode), and a file others can read is narrowed to 0600. */
+  if (strcmp(path, ":memory:") != 0) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    struct stat sb;
+    if (fd >= 0 && !fstat(fd, &sb) && (sb.st_mode & 077)) {
+      if (fchmod(fd, sb.st_mode & 0700)) log_warn("store: %s is readable by others and "
+                                                  "chmod failed: %s", path, strerror(errno));
+      else log_warn("store: %s was readable by others: mode set to 0600", path);
+    }
+    if (fd >= 0) close(fd);
+  }
   if (store_open_conn(path, &st->w, err, errlen)) goto fail;
   /* WAL + synchronous=NORMAL: a commit is in the WAL file (the OS has it)
    * before COMMIT returns, so kill -9 of the server loses nothing committed,
@@ -385,6 +399,7 @@ int store_put_worker(struct store *st, const struct store_worker_row *r) {
   sqlite3_bind_int64(s, 5, r->memory_mb);
   sqlite3_bind_double(s, 6, r->registered_at);
   sqlite3_bind_double(s, 7, r->last_heartbeat);
+  bind_text(s, 8, r->secret);
   return store_step(st, s);
 }
 
@@ -506,14 +521,16 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_finalize(s);
   if (rc) return rc;
 
-  if (store_rprep(st, "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat "
-                  "FROM workers ORDER BY id", &s)) return -EIO;
+  if (store_rprep(st, "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat,"
+                  "secret FROM workers ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_worker_row r = {
       .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1),
       .cpu = sqlite3_column_double(s, 2), .gpu = sqlite3_column_double(s, 3),
       .memory_mb = sqlite3_column_int64(s, 4), .registered_at = sqlite3_column_double(s, 5),
       .last_heartbeat = sqlite3_column_double(s, 6)};
+    const char *sec = col_text(s, 7);
+    snprintf(r.secret, sizeof r.secret, "%s", sec ? sec : "");
     rc = l->worker(l->ctx, &r);
   }
   sqlite3_finalize(s);

@@ -60,6 +60,7 @@ struct store_worker_row {
   double cpu, gpu;
   int64_t memory_mb;
   double registered_at, last_heartbeat;
+  char secret[72]; /* the worker's own credential ("" for rows from before 004) */
 };
 
 /* Opens (creating) the database in WAL mode and applies the migrations of

@@ -114,6 +114,7 @@ def write_tokens(d):
     path = os.path.join(d, "tokens")
     with open(path, "w") as f:
         f.write("# ctune tokens\nadmin=admin-token-0123456789\nworker=worker-token-0123456789\n")
+    os.chmod(path, 0o600)
     return path
 
 
@@ -132,17 +133,21 @@ def test_auth_tokens():
     assert st == 403
     assert s.ok("GET", "/api/v1/experiments", token=admin)["experiments"] == []
     s.ok("POST", "/api/v1/experiments", experiment(n=1), token=admin, status=201)
-    # worker endpoints take the worker token (and the admin one)
-    wid = s.ok("POST", "/api/v1/workers", {"name": "w", "resources": {"cpu": 1}}, token=worker)["id"]
+    # the worker token registers; the secret registration returns reaches that
+    # worker's own routes and trials (test_worker_creds.py has the details)
+    reg = s.ok("POST", "/api/v1/workers", {"name": "w", "resources": {"cpu": 1}}, token=worker)
+    wid, secret = reg["id"], reg["secret"]
     st, b, _ = s.post("/api/v1/workers/%d/lease" % wid, {}, token=worker)
+    assert st == 403
+    st, b, _ = s.post("/api/v1/workers/%d/lease" % wid, {}, token=secret)
     assert st == 200
-    st, b, _ = s.post("/api/v1/trials/1/results", {"training_iteration": 1, "loss": 1}, token=worker)
+    st, b, _ = s.post("/api/v1/trials/1/results", {"training_iteration": 1, "loss": 1}, token=secret)
     assert st == 200
     st, b, _ = s.post("/api/v1/trials/1/results", {"training_iteration": 2, "loss": 1})
     assert st == 401
     st, b, _ = s.post("/api/v1/trials/1/release", {"worker_id": wid})
     assert st == 401
-    st, b, _ = s.post("/api/v1/trials/1/release", {"worker_id": wid, "iteration": 1}, token=worker)
+    st, b, _ = s.post("/api/v1/trials/1/release", {"worker_id": wid, "iteration": 1}, token=secret)
     assert st == 200 and b["status"] == "PENDING", (st, b)
     st, b, _ = s.get("/metrics", token=worker)
     assert st == 403
@@ -154,10 +159,10 @@ def test_auth_tokens():
 def test_refuse_non_loopback_without_tokens():
     s = Server()
     s.kill()
-    s.args = ["--bind", "0.0.0.0"]
+    s.args = ["--bind", "0.0.0.0", "--no-auth"]
     rc = s.start(expect_fail=True)
     s.kill()
-    assert rc == 2 and "--token-file" in s.stderr(), (rc, s.stderr())
+    assert rc == 2 and "--no-auth" in s.stderr(), (rc, s.stderr())
     # with a token file it starts
     s2 = Server(args=["--bind", "0.0.0.0", "--token-file", write_tokens(tmpdir())],
                 token="admin-token-0123456789")
@@ -168,6 +173,7 @@ def test_refuse_non_loopback_without_tokens():
     d = tmpdir()
     bad = os.path.join(d, "tokens")
     open(bad, "w").write("admin=short\n")
+    os.chmod(bad, 0o600)
     s3 = Server()
     s3.kill()
     s3.args = ["--token-file", bad]
