@@ -146,6 +146,31 @@ def test_bad_files(d):
     assert "--tls-key" in msg and "other.key" in msg, msg
 
 
+def test_clear_text_warning(d):
+    """A non-loopback bind without TLS warns that tokens travel in clear text;
+    with TLS it does not."""
+    tokens = os.path.join(d, "tokens")
+    for name, extra, warned in (
+            ("plain", [], True),
+            ("tls", ["--tls-cert", os.path.join(d, "server.pem"),
+                     "--tls-key", os.path.join(d, "server.key")], False)):
+        log = os.path.join(d, "bind-%s.log" % name)
+        p = subprocess.Popen([os.path.join(BIN, "ctune-server"), "--db",
+                              os.path.join(d, "bind-%s.db" % name), "--bind", "0.0.0.0",
+                              "--port", "0", "--token-file", tokens] + extra,
+                             stdout=subprocess.PIPE, stderr=open(log, "wb"))
+        procs.append(p)
+        while True:
+            line = p.stdout.readline().decode()
+            assert line, open(log).read()
+            if line.startswith("listening on "):
+                break
+        stop(p)
+        text = open(log).read()
+        assert ("clear text" in text) == warned, (name, text)
+        assert line.startswith("listening on https://" if extra else "listening on http://"), line
+
+
 def main():
     if not BIN or not os.path.exists(os.path.join(BIN, "ctune-server")):
         print("usage: test_tls.py BIN_DIR", file=sys.stderr)
@@ -161,6 +186,8 @@ def main():
         print("ok  bad certificate/key files are named")
 
         server, port, tokens = start_server(d)
+        test_clear_text_warning(d)
+        print("ok  a non-loopback bind warns without TLS, not with it")
         url = "https://127.0.0.1:%d" % port
         ca = os.path.join(d, "ca.pem")
 
@@ -186,6 +213,7 @@ def main():
             assert "TLS" in text and "--ca-file" in text, text
             assert "registered" not in text, text
             stop(w)
+            assert w.returncode == 0, (w.returncode, open(log).read()[-3000:])
         print("ok  a worker without the CA fails with a certificate error")
 
         # The CLI likewise; with a wrong URL scheme (http://) it cannot talk either.
@@ -226,6 +254,7 @@ def main():
                  "--json"], env=dict(os.environ, CTUNE_CA_FILE=ca))
         assert r.returncode == 0, r.stderr
         stop(w)
+        assert w.returncode == 0, (w.returncode, open(wlog).read()[-3000:])  # ASan builds too
         assert "registered with https://" in open(wlog).read(), open(wlog).read()[-2000:]
         print("ok  worker and CLI over https: experiment %d ended, best x=3" % exp)
 
