@@ -213,6 +213,14 @@ oom:
   return -ENOMEM;
 }
 
+int http_client_set_token(struct http_client *c, const char *token) {
+  char *a = NULL;
+  if (token && *token && asprintf(&a, "Authorization: Bearer %s", token) < 0) return -ENOMEM;
+  free(c->auth);
+  c->auth = a;
+  return 0;
+}
+
 int http_request(struct http_client *c, const char *method, const char *path,
                  const char *content_type, const char *body, size_t len,
                  const char *const *extra_headers, long timeout_ms, http_cb cb,
@@ -236,7 +244,12 @@ int http_request(struct http_client *c, const char *method, const char *path,
     if (!(h = curl_slist_append(r->hdrs, ct))) goto fail;
     r->hdrs = h;
   }
-  if (c->auth) {
+  /* An Authorization among the extra headers (registration's shared worker
+   * token) replaces the client's own (the worker's secret). */
+  int own_auth = 1;
+  for (const char *const *e = extra_headers; e && *e; e++)
+    if (!strncasecmp(*e, "Authorization:", 14)) own_auth = 0;
+  if (c->auth && own_auth) {
     if (!(h = curl_slist_append(r->hdrs, c->auth))) goto fail;
     r->hdrs = h;
   }

@@ -29,8 +29,13 @@ void http_set_ca_file(const char *path);
 
 int http_client_new(uv_loop_t *loop, const char *base_url, const char *token,
                     struct http_client **out);
+/* The bearer token of later requests (the worker's own secret once it has
+ * registered); NULL or "" for none. Requests already made keep theirs. */
+int http_client_set_token(struct http_client *c, const char *token);
 /* method "GET", "POST" or "PUT"; body may be NULL; extra_headers is a
- * NULL-terminated list of "Name: value" or NULL. 0 or -ENOMEM/-EIO. */
+ * NULL-terminated list of "Name: value" (an "Authorization: ..." among them
+ * replaces the client's token for that request) or NULL. 0 or -ENOMEM/-EIO.
+ */
 int http_request(struct http_client *c, const char *method, const char *path,
                  const char *content_type, const char *body, size_t len,
                  const char *const *extra_headers, long timeout_ms, http_cb cb,

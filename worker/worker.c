@@ -58,6 +58,11 @@ struct worker {
   struct alloc_pool pool;
   struct outbox ob;
   int id;
+  /* Its own credential from registration (HACKING.md "Authentication"),
+   * kept in <work dir>/identity (0600) so that a restart delivers the outbox
+   * under the same identity. Every request but registration sends it. */
+  char secret[160];
+  int identity_loaded; /* id/secret come from the file: not confirmed yet */
   double hb_interval_s, lease_timeout_s;
   int reg_inflight, hb_inflight, lease_inflight;
   int ob_inflight;  /* lanes with a request out */
@@ -182,10 +187,12 @@ static int worker_lease_over(const struct http_resp *resp) {
   return !strcmp(code, "not_leased") || !strcmp(code, "not_running");
 }
 
-/* A 4xx that retrying cannot cure (the message itself is refused). Auth
- * errors, 408 and 429 are the server's state, not the message's: retried. */
+/* A 4xx that retrying cannot cure (the message itself is refused). 401
+ * (this identity is unknown: registering again, see worker_on_ob_done), 408
+ * and 429 are the server's state, not the message's: retried. 403 (not this
+ * worker's trial) never changes: permanent. */
 static int worker_refused(long st) {
-  return st >= 400 && st < 500 && st != 401 && st != 403 && st != 408 && st != 429;
+  return st >= 400 && st < 500 && st != 401 && st != 408 && st != 429;
 }
 
 /* ---- queuing messages --------------------------------------------------- */
@@ -1060,6 +1067,26 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
                           "server says its lease is over");
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
+  } else if (!err && (st == 401 || st == 403) && q->lease.attempt &&
+             q->lease.worker_id != w->id) {
+    /* A message of an identity this worker had before (the server forgot
+     * it, and this worker registered again): it can never be delivered.
+     * Its attempt is fenced anyway; the next one redoes it. */
+    size_t n = outbox_drop_lease(&w->ob, l, &q->lease);
+    log_warn("trial %d: server refused %s (HTTP %ld %s) of the old identity worker %d: "
+             "dropping its %zu queued message(s)", q->trial_id, q->path, st, code,
+             q->lease.worker_id, n);
+    worker_unhold(w);
+    worker_after_ack(w, q->trial_id);
+  } else if (!err && st == 401) {
+    /* This identity is unknown to the server (a new database): register
+     * again; the message is kept and then dropped as an old identity's. */
+    outbox_failed(l, clock_mono_ms());
+    if (w->id && q->lease.worker_id == w->id) {
+      log_warn("server refused worker %d's credentials (401): registering again", w->id);
+      w->id = 0;
+      worker_register(w);
+    }
   } else if (!err && worker_refused(st) && q->n > 1) {
     /* One result of the batch is refused: find which, one at a time. */
     log_warn("trial %d: server refused a batch of %zu results (HTTP %ld %s): sending them "
@@ -1180,8 +1207,9 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
     w->lease_failures = 0;
     worker_kick_lease(w, w->lease_again ? 0 : w->o.poll_ms);
     w->lease_again = 0;
-  } else if (!err && worker_is_unknown(resp)) {
-    log_warn("server does not know worker %d: registering again", w->id);
+  } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
+    log_warn("server does not know worker %d (HTTP %ld): registering again", w->id,
+             resp->status);
     w->id = 0;
     worker_register(w);
   } else {
@@ -1302,9 +1330,11 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
       worker_stop_attempt(w, id->valueint, a, TRIAL_STOP_SERVER, what);
     }
     cJSON_Delete(b);
-  } else if (!err && worker_is_unknown(resp)) {
-    log_warn("server does not know worker %d: registering again", w->id);
+  } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
+    log_warn("server does not know worker %d (HTTP %ld): registering again", w->id,
+             resp->status);
     w->id = 0;
+    uv_timer_stop(&w->hb_timer);
     worker_register(w);
   } else {
     log_debug("heartbeat failed (%s, HTTP %ld %.200s)", err ? strerror(-err) : "error",
@@ -1353,6 +1383,105 @@ static void worker_on_hb_timer(uv_timer_t *h) {
 
 /* ---- registration ------------------------------------------------------ */
 
+/* <work dir>/identity: {"server", "id", "secret", "cpu", "gpu", "memory_mb"},
+ * mode 0600, replaced atomically. */
+static void worker_save_identity(struct worker *w) {
+  char *path = NULL, *tmp = NULL, *text = NULL;
+  cJSON *o = cJSON_CreateObject();
+  int fd = -1;
+  if (!o || !cJSON_AddStringToObject(o, "server", w->o.server) ||
+      !cJSON_AddNumberToObject(o, "id", w->id) || !cJSON_AddStringToObject(o, "secret", w->secret) ||
+      !cJSON_AddNumberToObject(o, "cpu", w->o.ncpus) ||
+      !cJSON_AddNumberToObject(o, "gpu", w->o.ngpus) ||
+      !cJSON_AddNumberToObject(o, "memory_mb", (double)w->o.memory_mb) ||
+      !(text = jsonout_print(o)) || asprintf(&path, "%s/identity", w->o.work_dir) < 0 ||
+      asprintf(&tmp, "%s/identity.tmp", w->o.work_dir) < 0) {
+    log_warn("cannot save the worker identity: out of memory");
+    goto out;
+  }
+  size_t len = strlen(text);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || fchmod(fd, 0600) || write(fd, text, len) != (ssize_t)len || fsync(fd) ||
+      rename(tmp, path)) {
+    log_warn("cannot save the worker identity in %s: %s (a restart registers anew)", path,
+             strerror(errno));
+    if (fd >= 0) unlink(tmp);
+  }
+out:
+  if (fd >= 0) close(fd);
+  cJSON_Delete(o);
+  free(text);
+  free(path);
+  free(tmp);
+}
+
+/* The identity an earlier run saved, when it is for this server and these
+ * resources (another --cpus is another registration). */
+static void worker_load_identity(struct worker *w) {
+  char *path = NULL, buf[1024];
+  if (asprintf(&path, "%s/identity", w->o.work_dir) < 0) return;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  free(path);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = '\0';
+  cJSON *o = cJSON_Parse(buf);
+  const cJSON *srv = cJSON_GetObjectItemCaseSensitive(o, "server");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+  const cJSON *sec = cJSON_GetObjectItemCaseSensitive(o, "secret");
+  const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(o, "cpu");
+  const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(o, "gpu");
+  const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "memory_mb");
+  if (cJSON_IsString(srv) && !strcmp(srv->valuestring, w->o.server) && cJSON_IsNumber(id) &&
+      id->valueint > 0 && cJSON_IsString(sec) && strlen(sec->valuestring) < sizeof w->secret &&
+      cJSON_IsNumber(cpu) && cpu->valueint == w->o.ncpus && cJSON_IsNumber(gpu) &&
+      gpu->valueint == w->o.ngpus && cJSON_IsNumber(mem) &&
+      (long)mem->valuedouble == w->o.memory_mb &&
+      http_client_set_token(w->http, sec->valuestring) == 0) {
+    w->id = id->valueint;
+    snprintf(w->secret, sizeof w->secret, "%s", sec->valuestring);
+    w->identity_loaded = 1;
+    log_info("resuming as worker %d (identity in %s/identity)", w->id, w->o.work_dir);
+  }
+  cJSON_Delete(o);
+}
+
+/* After registering anew: messages of an earlier identity can never be
+ * delivered (the server refuses them: 401/403); drop them now, logged.
+ * Lanes with a request out are left to its reply. */
+static void worker_drop_old_identity(struct worker *w) {
+  size_t total = 0;
+  for (struct outbox_lane *l = w->ob.lanes; l; l = l->next) {
+    while (!l->inflight && l->head && l->head->lease.attempt &&
+           l->head->lease.worker_id != w->id) {
+      struct outbox_lease old = l->head->lease;
+      size_t n = outbox_drop_lease(&w->ob, l, &old);
+      if (!n) break;
+      total += n;
+      worker_after_ack(w, l->trial_id);
+    }
+  }
+  if (total) {
+    log_warn("dropped %zu queued message(s) of an earlier identity of this worker (the "
+             "server no longer knows it); their attempts are redone from stored checkpoints",
+             total);
+    worker_unhold(w);
+    outbox_gc(&w->ob);
+  }
+}
+
+/* Registered or resumed: heartbeats, self-fencing and leasing start. */
+static void worker_begin(struct worker *w) {
+  worker_arm_fence(w);
+  uint64_t ms = (uint64_t)(w->hb_interval_s * 1000);
+  uv_timer_start(&w->hb_timer, worker_on_hb_timer, ms, ms);
+  worker_on_hb_timer(&w->hb_timer);  /* tell the server at once what still runs here */
+  worker_server_alive(w);
+  worker_kick_lease(w, 0);
+}
+
 static void worker_on_reg_timer(uv_timer_t *h) { worker_register(h->data); }
 
 static void worker_on_registered(void *arg, int err, const struct http_resp *resp) {
@@ -1372,21 +1501,29 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
     cJSON_Delete(b);
     return;
   }
+  const cJSON *sec = cJSON_GetObjectItemCaseSensitive(b, "secret");
+  if (cJSON_IsString(sec) && strlen(sec->valuestring) < sizeof w->secret &&
+      http_client_set_token(w->http, sec->valuestring) == 0) {
+    snprintf(w->secret, sizeof w->secret, "%s", sec->valuestring);
+  } else {
+    /* A server without per-worker secrets (older, or --no-auth answers
+     * one anyway): keep the token we have. */
+    w->secret[0] = '\0';
+    if (!cJSON_IsString(sec)) http_client_set_token(w->http, w->o.token);
+  }
   w->id = id->valueint;
+  w->identity_loaded = 0;
   w->reg_attempts = 0;
   w->hb_interval_s = 5;
   w->lease_timeout_s = 30;
   worker_read_timing(w, b);
   cJSON_Delete(b);
+  if (w->secret[0]) worker_save_identity(w);
+  worker_drop_old_identity(w);
   log_info("registered with %s as worker %d (cpu %d, gpu %d, memory_mb %ld, heartbeat %.1f s, "
            "lease timeout %.1f s)", w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb,
            w->hb_interval_s, w->lease_timeout_s);
-  worker_arm_fence(w);
-  uint64_t ms = (uint64_t)(w->hb_interval_s * 1000);
-  uv_timer_start(&w->hb_timer, worker_on_hb_timer, ms, ms);
-  worker_on_hb_timer(&w->hb_timer);  /* tell the server at once what still runs here */
-  worker_server_alive(w);
-  worker_kick_lease(w, 0);
+  worker_begin(w);
 }
 
 static void worker_register(struct worker *w) {
@@ -1403,7 +1540,19 @@ static void worker_register(struct worker *w) {
     return;
   }
   cJSON_AddItemToObject(b, "resources", r);
-  if (worker_post_json(w, "/api/v1/workers", b, worker_on_registered, w) == 0)
+  /* Registration alone goes with the shared worker token (--token-file). */
+  char *auth = NULL, *text = jsonout_print(b);
+  int rc = -ENOMEM;
+  if (text && (!w->o.token || !*w->o.token ||
+               asprintf(&auth, "Authorization: Bearer %s", w->o.token) >= 0)) {
+    const char *hdrs[] = {auth, NULL};
+    rc = http_request(w->http, "POST", "/api/v1/workers", "application/json", text,
+                      strlen(text), auth ? hdrs : NULL, WORKER_REQ_TIMEOUT_MS,
+                      worker_on_registered, w);
+  }
+  free(auth);
+  free(text);
+  if (rc == 0)
     w->reg_inflight = 1;
   else
     uv_timer_start(&w->reg_timer, worker_on_reg_timer, 1000, 0);
@@ -1522,7 +1671,9 @@ fail:
 int worker_start(struct worker *w) {
   uv_timer_start(&w->log_timer, worker_on_log_timer, WORKER_LOG_PERIOD_MS,
                  WORKER_LOG_PERIOD_MS);
-  worker_register(w);
+  worker_load_identity(w);
+  if (w->id) worker_begin(w); /* its first heartbeat confirms the identity */
+  else worker_register(w);
   worker_pump_outbox(w);  /* messages left by an earlier run */
   return 0;
 }
