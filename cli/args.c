@@ -15,7 +15,8 @@ struct cmd_info {
   const char *opts;   /* options this command accepts, space-separated */
 };
 
-static const char *const REMOTE = "--server --token-file --ca-file ";
+/* --db DB: the server runs here on DB; its admin token is read from DB.tokens. */
+static const char *const REMOTE = "--server --token-file --ca-file --db ";
 
 static const struct cmd_info CMDS[] = {
     {"run", CMD_RUN, "CONFIG", 0, "--db --cpus --gpus --json --resume --interval --width"},

@@ -57,6 +57,22 @@ int cli_connect(const struct cli_args *a, struct http_client *c) {
   } else if (getenv("CTUNE_TOKEN") && *getenv("CTUNE_TOKEN")) {
     token = strdup(getenv("CTUNE_TOKEN"));
     if (!token) return CLI_EXIT_ERROR;
+  } else {
+    /* On the server's machine the token is found without being asked for:
+     * --db DB reads DB.tokens (the file ctune-server creates beside its
+     * database); a loopback server with ctune.db.tokens here (the server's
+     * default --db) reads that. */
+    char path[4096] = "", err[512];
+    const char *host = strstr(server, "://") + 3;
+    int loopback = !strncmp(host, "127.", 4) || !strncmp(host, "localhost", 9) ||
+                   !strncmp(host, "[::1]", 5);
+    if (a->db) snprintf(path, sizeof(path), "%s.tokens", a->db);
+    else if (loopback && !access("ctune.db.tokens", R_OK))
+      snprintf(path, sizeof(path), "ctune.db.tokens");
+    if (path[0] && http_read_token_file(path, &token, err, sizeof(err))) {
+      fprintf(stderr, "ctune: %s (the token file of the server's --db)\n", err);
+      return CLI_EXIT_USAGE;
+    }
   }
   int rc = http_client_init(c, server, token);
   free(token);

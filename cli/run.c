@@ -87,7 +87,7 @@ int cmd_run(const struct cli_args *a) {
   char msg[1024], stem[160], db[PATH_MAX], work[PATH_MAX], base[PATH_MAX];
   char abs_work[PATH_MAX], server_bin[PATH_MAX], worker_bin[PATH_MAX], url[256], cpus[16], gpus[16];
   cJSON *cfg = NULL, *resp = NULL;
-  char *body = NULL;
+  char *body = NULL, *token = NULL, tokens[PATH_MAX + 8];
   int ex = CLI_EXIT_ERROR, have_client = 0;
   long long id = 0;
   memset(&r, 0, sizeof(r));
@@ -159,20 +159,27 @@ int cmd_run(const struct cli_args *a) {
     goto out;
   }
   snprintf(url, sizeof(url), "http://%s", rest);
+  /* The server made (or reused) DB.tokens: this client is the admin, the
+   * worker reads its line, and the dashboard URL logs a browser in. */
+  snprintf(tokens, sizeof(tokens), "%s.tokens", db);
+  if (http_read_token_file(tokens, &token, msg, sizeof(msg))) {
+    fprintf(stderr, "ctune: %s\n", msg);
+    goto out;
+  }
   if (a->json) {
-    printf("{\"dashboard\": \"%s/\"}\n", url);
+    printf("{\"dashboard\": \"%s/?token=%s\"}\n", url, token);
   } else {
-    printf("Dashboard: %s/\n", url);
+    printf("Dashboard: %s/?token=%s\n", url, token);
     printf("Database:  %s (logs: %s, %s)\n", db, r.server_log, r.worker_log);
   }
   fflush(stdout);
-  if (http_client_init(&c, url, NULL)) goto out;
+  if (http_client_init(&c, url, token)) goto out;
   have_client = 1;
 
   snprintf(cpus, sizeof(cpus), "%d", a->cpus > 0 ? a->cpus : machine_cpus());
   snprintf(gpus, sizeof(gpus), "%d", a->gpus);
   char *wargv[] = {worker_bin, "--server", url, "--cpus", cpus, "--work-dir", abs_work,
-                   a->gpus >= 0 ? "--gpus" : NULL, gpus, NULL};
+                   "--token-file", tokens, a->gpus >= 0 ? "--gpus" : NULL, gpus, NULL};
   rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
@@ -251,5 +258,6 @@ out:
   cJSON_Delete(resp);
   cJSON_Delete(cfg);
   free(body);
+  free(token);
   return ex;
 }

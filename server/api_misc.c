@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "auth.h"
 #include "static_path.h"
 
 int api_healthz(struct server *s, const struct api_req *req, struct api_resp *resp) {
@@ -125,9 +126,50 @@ int api_static_vendor(struct server *s, const struct api_req *req, struct api_re
   return api_serve_file(s->opt.vendor_dir, req->match->rest, req, resp);
 }
 
+/* Jupyter's login: GET /?token=T with the admin (or viewer) token sets a
+ * session cookie (a random id kept in memory, never the token) and
+ * redirects to the same path without the query, so the token leaves the
+ * address bar and the history. */
+static int api_login(struct server *s, const struct api_req *req, struct api_resp *resp,
+                     const char *token) {
+  char bearer[300];
+  snprintf(bearer, sizeof bearer, "Bearer %s", token);
+  int role = auth_role(bearer, s->admin_token, s->worker_token, s->viewer_token);
+  if (role != RA_ADMIN && role != AUTH_VIEWER) return 1; /* the login page says why */
+  char id[64], name[32];
+  int rc = auth_session_create(s->sessions, role, id, sizeof id);
+  if (rc) return rc;
+  auth_cookie_name(s, name, sizeof name);
+  free(resp->body);
+  resp->body = NULL;
+  resp->len = 0;
+  resp->status = 303;
+  api_header(resp, "Location", "%s", req->path);
+  api_header(resp, "Set-Cookie", "%s=%s; HttpOnly; SameSite=Strict; Path=/", name, id);
+  api_header(resp, "Cache-Control", "no-store");
+  return 0;
+}
+
 int api_static_web(struct server *s, const struct api_req *req, struct api_resp *resp) {
   const char *rest = req->match->rest;
   if (!strncmp(rest, "api/", 4) || !strcmp(rest, "api"))
     return api_error(resp, 404, "not_found", req->path, "no route for GET %s", req->path);
+  /* The page itself needs a login; its scripts and styles hold no data. */
+  int page = !rest[0] || !strcmp(rest, "index.html");
+  if (s->auth && page) {
+    const char *token = req->query(req->conn, "token");
+    if (token) {
+      int rc = api_login(s, req, resp, token);
+      if (rc <= 0) return rc;
+    } else if (auth_session_role(s, req->header(req->conn, "Cookie")) >= 0 ||
+               auth_role(req->header(req->conn, "Authorization"), s->admin_token, "",
+                         s->viewer_token) >= 0) {
+      return api_serve_file(s->opt.web_dir, rest, req, resp);
+    }
+    /* No data on it: "log in with the URL the server printed". */
+    int rc = api_serve_file(s->opt.web_dir, "login.html", req, resp);
+    if (!rc && resp->status == 200) resp->status = 401;
+    return rc;
+  }
   return api_serve_file(s->opt.web_dir, rest, req, resp);
 }

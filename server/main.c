@@ -53,6 +53,48 @@ static void main_repair(void *ctx) {
              (clock_mono_s() - t0) * 1e3);
 }
 
+/* Tokens by default: --token-file, else <db>.tokens (created when missing);
+ * --no-auth only on loopback. */
+static int main_tokens(struct server *s, char *err, size_t errlen) {
+  if (s->opt.no_auth) {
+    if (!auth_is_loopback(s->opt.bind)) {
+      snprintf(err, errlen, "refusing --no-auth on %s: anyone who can reach it could run any "
+               "command on every worker. Drop --no-auth (tokens are created beside the "
+               "database) or bind 127.0.0.1", s->opt.bind);
+      return -EINVAL;
+    }
+    log_warn("--no-auth: NO AUTHENTICATION. Every local user (and every process on this "
+             "machine) can submit experiments, i.e. run any command on every worker");
+    return 0;
+  }
+  int rc = auth_sessions_new(&s->sessions);
+  if (rc) {
+    snprintf(err, errlen, "out of memory");
+    return rc;
+  }
+  if (s->opt.token_file) {
+    rc = auth_load(s->opt.token_file, s->admin_token, s->worker_token, s->viewer_token,
+                   sizeof s->admin_token, err, errlen);
+    if (rc) return rc;
+    log_info("tokens from %s", s->opt.token_file);
+  } else {
+    if (!strcmp(s->opt.db_path, ":memory:") || !strncmp(s->opt.db_path, "file:", 5)) {
+      snprintf(err, errlen, "--db %s has no place for its token file: pass --token-file FILE "
+               "(or --no-auth on loopback)", s->opt.db_path);
+      return -EINVAL;
+    }
+    int created = 0;
+    rc = auth_default_file(s->opt.db_path, s->tokens_path, sizeof s->tokens_path,
+                           s->admin_token, s->worker_token, s->viewer_token,
+                           sizeof s->admin_token, &created, err, errlen);
+    if (rc) return rc;
+    log_info("%s tokens in %s (admin, worker, viewer; mode 0600)",
+             created ? "created" : "using", s->tokens_path);
+  }
+  s->auth = 1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct server s;
   enum opts_action action;
@@ -74,17 +116,9 @@ int main(int argc, char **argv) {
     printf("ctune-server %s\n", CTUNE_VERSION);
     return 0;
   }
-  if (s.opt.token_file) {
-    if (auth_load(s.opt.token_file, s.admin_token, s.worker_token, sizeof s.admin_token, err,
-                  sizeof err)) {
-      fprintf(stderr, "ctune-server: %s\n", err);
-      return 2;
-    }
-    s.auth = 1;
-  } else if (!auth_is_loopback(s.opt.bind)) {
-    fprintf(stderr, "ctune-server: refusing to listen on %s without --token-file: anyone who "
-            "can reach it could submit and control experiments. Pass --token-file FILE "
-            "(lines admin=TOKEN and worker=TOKEN) or bind 127.0.0.1.\n", s.opt.bind);
+  if (main_tokens(&s, err, sizeof err)) {
+    fprintf(stderr, "ctune-server: %s\n", err);
+    auth_sessions_free(s.sessions);
     return 2;
   }
 
@@ -97,6 +131,7 @@ int main(int argc, char **argv) {
                     sizeof err))) {
     fprintf(stderr, "ctune-server: %s\n", err);
     free(s.opt.tls_cert_pem);
+    auth_sessions_free(s.sessions);
     return 2;
   }
 
@@ -149,6 +184,18 @@ int main(int argc, char **argv) {
   int v6 = strchr(s.opt.bind, ':') != NULL;
   printf("listening on %s://%s%s%s:%d\n", s.opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "",
          s.opt.bind, v6 ? "]" : "", port);
+  s.port = port;
+  if (s.auth) {
+    /* Jupyter's way in: this URL logs a browser in (a session cookie) and
+     * drops the token from the address bar. A wildcard bind is opened on
+     * loopback. */
+    const char *h = s.opt.bind;
+    if (!strcmp(h, "0.0.0.0")) h = "127.0.0.1";
+    else if (!strcmp(h, "::")) h = "::1";
+    int hv6 = strchr(h, ':') != NULL;
+    printf("dashboard: %s://%s%s%s:%d/?token=%s\n", s.opt.tls_cert_pem ? "https" : "http",
+           hv6 ? "[" : "", h, hv6 ? "]" : "", port, s.admin_token);
+  }
   fflush(stdout);
   if (!s.opt.tls_cert_pem && !auth_is_loopback(s.opt.bind))
     log_warn("listening on %s without TLS: the tokens, and the commands workers run, travel "
@@ -181,6 +228,7 @@ out:
   if (state_ready) state_free(&s);
   state_reload_cleanup();
   store_close(s.store);
+  auth_sessions_free(s.sessions);
   free(s.opt.tls_cert_pem);
   free(s.opt.tls_key_pem);
   if (lock_fd >= 0) close(lock_fd);

@@ -9,6 +9,7 @@
 
 const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
+    "                    [--no-auth] [--allowed-host NAME]...\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
     "                    [--durability full|normal] [--tls-cert FILE --tls-key FILE]\n"
@@ -16,11 +17,16 @@ const char opts_usage[] =
     "                    [--help] [--version]\n"
     "\n"
     "  --db PATH               SQLite database (created when missing; default ctune.db)\n"
-    "  --bind ADDR             address to listen on (default 127.0.0.1); a non-loopback\n"
-    "                          address needs --token-file\n"
+    "  --bind ADDR             address to listen on (default 127.0.0.1)\n"
     "  --port N                TCP port (default 8470; 0 picks a free one)\n"
-    "  --token-file FILE       lines admin=TOKEN and worker=TOKEN; every API request\n"
-    "                          then needs Authorization: Bearer TOKEN\n"
+    "  --token-file FILE       lines admin=TOKEN, worker=TOKEN (and viewer=TOKEN); every\n"
+    "                          API request needs Authorization: Bearer TOKEN. Default:\n"
+    "                          PATH.tokens beside --db, created (mode 0600) when missing\n"
+    "  --no-auth               no tokens: anyone who reaches the port controls every\n"
+    "                          worker; refused unless --bind is a loopback address\n"
+    "  --allowed-host NAME     also serve requests whose Host is NAME (a DNS name of this\n"
+    "                          machine, or of a reverse proxy); repeatable. Served without\n"
+    "                          it: IP addresses, localhost, the --bind name\n"
     "  --lease-timeout S       seconds without heartbeat before a worker's trials go\n"
     "                          back to PENDING (default 30)\n"
     "  --heartbeat-interval S  interval told to workers (default 5)\n"
@@ -84,6 +90,10 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
       *action = OPTS_VERSION;
       return 0;
     }
+    if (!strcmp(a, "--no-auth")) { /* the one flag without a value */
+      o->no_auth = 1;
+      continue;
+    }
     /* Every other flag takes a value, as "--flag VALUE" or "--flag=VALUE". */
     char name[64];
     const char *v = NULL, *eq = strchr(a, '=');
@@ -102,6 +112,14 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     if (!strcmp(name, "--db")) o->db_path = v;
     else if (!strcmp(name, "--bind")) o->bind = v;
     else if (!strcmp(name, "--token-file")) o->token_file = v;
+    else if (!strcmp(name, "--allowed-host")) {
+      if (o->nallowed_hosts == (int)(sizeof o->allowed_hosts / sizeof o->allowed_hosts[0])) {
+        snprintf(err, errlen, "--allowed-host: at most %d names",
+                 (int)(sizeof o->allowed_hosts / sizeof o->allowed_hosts[0]));
+        return -EINVAL;
+      }
+      if (v) o->allowed_hosts[o->nallowed_hosts++] = v;
+    }
     else if (!strcmp(name, "--tls-cert")) o->tls_cert = v;
     else if (!strcmp(name, "--tls-key")) o->tls_key = v;
     else if (!strcmp(name, "--web-dir")) o->web_dir = v;
@@ -141,6 +159,10 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
       snprintf(err, errlen, "%s needs a value", name);
       return -EINVAL;
     }
+  }
+  if (o->no_auth && o->token_file) {
+    snprintf(err, errlen, "--no-auth and --token-file contradict each other: pick one");
+    return -EINVAL;
   }
   if (!o->tls_cert != !o->tls_key) {
     snprintf(err, errlen, "%s %s given without %s: TLS needs both the certificate and its key",

@@ -184,6 +184,7 @@ def case_remote(tmp):
     tokens = os.path.join(tmp, "tokens")
     with open(tokens, "w") as f:
         f.write("admin=adm1n-secret-0123456789\nworker=w0rker-secret-0123456789\n")
+    os.chmod(tokens, 0o600)  # the server refuses a token file others may read
     admin = os.path.join(tmp, "admin.token")
     with open(admin, "w") as f:
         f.write("adm1n-secret-0123456789\n")
@@ -225,6 +226,18 @@ def case_remote(tmp):
     check(code == 0 and "would create 4 trials" in out, f"sample: {code} {out} {err}")
     code, out, err = ctune("status", *A)
     check(code == 0 and "no experiments" in out, f"empty status: {out}")
+
+    # Tokens by default: a server started without --token-file made
+    # DB.tokens; `--db DB` finds the admin token there, without it: 401.
+    db2 = os.path.join(tmp, "local.db")
+    p2, url2 = start_server(tmp, db2)
+    check(oct(os.stat(db2 + ".tokens").st_mode & 0o777) == "0o600", "DB.tokens is 0600")
+    code, out, err = ctune("status", "--server", url2)
+    check(code == 4 and "401" in err, f"default tokens, none given: {code} {err}")
+    code, out, err = ctune("status", "--server", url2, "--db", db2)
+    check(code == 0 and "no experiments" in out, f"--db finds the token: {code} {out} {err}")
+    p2.terminate()
+    p2.wait(timeout=10)
 
     # Submit, watch to the end with a worker (CTUNE_SERVER/CTUNE_TOKEN path).
     code, out, err = ctune("submit", quick, "--token-file", admin, env={"CTUNE_SERVER": url})
@@ -350,6 +363,14 @@ def case_run(tmp):
     check(code == 0, f"run: {code} {err}")
     lines = run_json_lines(out)
     check(lines[0]["dashboard"].startswith("http://127.0.0.1:"), "dashboard url")
+    # The printed URL logs a browser in: it carries the admin token of the
+    # token file the server created beside the database (mode 0600).
+    run_tokens = os.path.join(tmp, "ctune-results", "quick.db.tokens")
+    check(os.stat(run_tokens).st_mode & 0o777 == 0o600, "quick.db.tokens is 0600")
+    with open(run_tokens) as f:
+        admin_line = [l.strip() for l in f if l.startswith("admin=")][0]
+    check(lines[0]["dashboard"].endswith("/?token=" + admin_line[len("admin="):]),
+          f"dashboard url has the admin token: {lines[0]}")
     states = [l for l in lines if "experiment" in l]
     check(states and states[-1]["experiment"]["status"] == "TERMINATED", "final state")
     check(states[-1]["resources"].get("cpu_total") == 2, f"resources: {states[-1]['resources']}")

@@ -19,7 +19,8 @@ function askToken(wasWrong) {
   const input = document.getElementById('token-input');
   document.getElementById('token-why').textContent = wasWrong
     ? 'The server refused that token. Enter another one.'
-    : 'This server needs an access token. It is kept for this tab only (sessionStorage).';
+    : 'Not logged in (or the server restarted). Open the dashboard URL the server printed '
+      + '(…/?token=…), or enter a token here; it is kept for this tab only (sessionStorage).';
   input.value = '';
   tokenPrompt = new Promise((resolve) => {
     dlg.addEventListener('close', () => {

@@ -38,6 +38,18 @@ def tmpdir():
     return d
 
 
+def read_tokens(path):
+    """{"admin": ..., "worker": ..., "viewer": ...} from a token file."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+    return out
+
+
 class Server:
     def __init__(self, db=None, args=(), token=None):
         self.dir = tmpdir()
@@ -66,6 +78,11 @@ class Server:
         self.host, port = hostport.rsplit(":", 1)
         self.port = int(port)
         self.conn = None
+        # Tokens by default: the server made (or reused) <db>.tokens; this
+        # client is the admin unless the test named a token or --no-auth.
+        self.tokens = read_tokens(self.db + ".tokens") if os.path.exists(self.db + ".tokens") else {}
+        if self.token is None and "--no-auth" not in self.args and "--token-file" not in self.args:
+            self.token = self.tokens.get("admin")
         return 0
 
     def stderr(self):
@@ -107,6 +124,8 @@ class Server:
             lh = getattr(self, "leases", {}).get(int(m.group(1))) if lease is None else lease
             if lh is not None:
                 h["X-Ctune-Lease"] = lh
+        if body is not None and method == "POST":
+            h["Content-Type"] = "application/json"  # the server takes JSON only
         if headers:
             h.update(headers)
         data = None

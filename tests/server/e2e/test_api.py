@@ -85,8 +85,9 @@ def test_body_limit_413():
     # a huge declared length is answered before any of the body is read
     import socket
     c = socket.create_connection((s.host, s.port))
-    c.sendall(b"POST /api/v1/experiments HTTP/1.1\r\nHost: x\r\n"
-              b"Content-Length: 1000000000\r\n\r\n")
+    c.sendall(b"POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+              b"Content-Type: application/json\r\nAuthorization: Bearer " + s.token.encode() +
+              b"\r\nContent-Length: 1000000000\r\n\r\n")
     c.settimeout(10)
     reply = b""
     while b"payload_too_large" not in reply:

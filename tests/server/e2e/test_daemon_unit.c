@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -110,16 +111,23 @@ START_TEST(auth_compare_and_roles) {
   ck_assert(!auth_equal("abc", "abcd"));
   ck_assert(!auth_equal("", "a"));
   const char *a = "admin-0123456789abcdef", *w = "worker-0123456789abcdef";
-  ck_assert_int_eq(auth_role("Bearer admin-0123456789abcdef", a, w), RA_ADMIN);
-  ck_assert_int_eq(auth_role("bearer worker-0123456789abcdef", a, w), RA_WORKER);
-  ck_assert_int_eq(auth_role("Bearer admin-0123456789abcde", a, w), -1);
-  ck_assert_int_eq(auth_role("Basic admin-0123456789abcdef", a, w), -1);
-  ck_assert_int_eq(auth_role(NULL, a, w), -1);
+  ck_assert_int_eq(auth_role("Bearer admin-0123456789abcdef", a, w, ""), RA_ADMIN);
+  ck_assert_int_eq(auth_role("bearer worker-0123456789abcdef", a, w, ""), RA_WORKER);
+  ck_assert_int_eq(auth_role("Bearer admin-0123456789abcde", a, w, ""), -1);
+  ck_assert_int_eq(auth_role("Basic admin-0123456789abcdef", a, w, ""), -1);
+  ck_assert_int_eq(auth_role(NULL, a, w, ""), -1);
   ck_assert(auth_is_loopback("127.0.0.1"));
   ck_assert(auth_is_loopback("::1"));
   ck_assert(auth_is_loopback("localhost"));
   ck_assert(!auth_is_loopback("0.0.0.0"));
   ck_assert(!auth_is_loopback("10.0.0.1"));
+  /* A name that merely starts with 127. is not an address (review L5). */
+  ck_assert(!auth_is_loopback("127.0.0.1.invalid"));
+  ck_assert(!auth_is_loopback("127.example.com"));
+  ck_assert(auth_is_loopback("::ffff:127.0.0.1"));
+  ck_assert_int_eq(auth_role("Bearer viewer-0123456789abcdef", a, w, "viewer-0123456789abcdef"),
+                   AUTH_VIEWER);
+  ck_assert_int_eq(auth_role("Bearer ", a, w, ""), -1);
 }
 END_TEST
 
@@ -135,24 +143,53 @@ static int write_file(char *path, const char *text) {
 START_TEST(auth_token_file) {
   char path[64], admin[256], worker[256], err[512];
   ck_assert_int_eq(write_file(path, "# c\n\nadmin=aaaaaaaaaaaaaaaa1\nworker=wwwwwwwwwwwwwwww1\n"), 0);
-  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), 0);
+  ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), 0);
   ck_assert_str_eq(admin, "aaaaaaaaaaaaaaaa1");
   ck_assert_str_eq(worker, "wwwwwwwwwwwwwwww1");
   unlink(path);
   ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\n"), 0);
-  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "worker="));
   unlink(path);
   ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\nroot=x\n"), 0);
-  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, ":2:"));
   unlink(path);
   ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\nworker=aaaaaaaaaaaaaaaa1\n"), 0);
-  ck_assert_int_eq(auth_load(path, admin, worker, sizeof admin, err, sizeof err), -EINVAL);
+  ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "differ"));
   unlink(path);
-  ck_assert_int_eq(auth_load("/nonexistent/tokens", admin, worker, sizeof admin, err,
+  ck_assert_int_eq(auth_load("/nonexistent/tokens", admin, worker, NULL, sizeof admin, err,
                              sizeof err), -EIO);
+  /* Readable by others: refused, naming the file and the fix. */
+  ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\nworker=wwwwwwwwwwwwwwww1\n"), 0);
+  chmod(path, 0644);
+  ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), -EPERM);
+  ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
+  ck_assert_ptr_nonnull(strstr(err, path));
+  unlink(path);
+  /* The default file: created 0600 with three distinct 43-character tokens,
+   * and the same ones read back on the next start. */
+  char dir[64] = "/tmp/ctune-unit-XXXXXX", db[128], tp[256], a2[256], w2[256], v[256], v2[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/x.db", dir);
+  int created = 0;
+  ck_assert_int_eq(auth_default_file(db, tp, sizeof tp, admin, worker, v, sizeof admin, &created,
+                                     err, sizeof err), 0);
+  ck_assert_int_eq(created, 1);
+  ck_assert_uint_eq(strlen(admin), 43);
+  ck_assert_uint_eq(strlen(v), 43);
+  struct stat st;
+  ck_assert_int_eq(stat(tp, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0600);
+  ck_assert_int_eq(auth_default_file(db, tp, sizeof tp, a2, w2, v2, sizeof a2, &created, err,
+                                     sizeof err), 0);
+  ck_assert_int_eq(created, 0);
+  ck_assert_str_eq(admin, a2);
+  ck_assert_str_eq(worker, w2);
+  ck_assert_str_eq(v, v2);
+  unlink(tp);
+  rmdir(dir);
 }
 END_TEST
 
@@ -182,6 +219,15 @@ START_TEST(opts_defaults_and_errors) {
   char *a6[] = {"ctune-server", "--version", NULL};
   ck_assert_int_eq(opts_parse(2, a6, &o, &act, err, sizeof err), 0);
   ck_assert_int_eq(act, OPTS_VERSION);
+  {
+    char *a7[] = {"x", "--no-auth", "--allowed-host", "box.lan", "--allowed-host=h2", NULL};
+    ck_assert_int_eq(opts_parse(5, a7, &o, &act, err, sizeof err), 0);
+    ck_assert_int_eq(o.no_auth, 1);
+    ck_assert_int_eq(o.nallowed_hosts, 2);
+    ck_assert_str_eq(o.allowed_hosts[1], "h2");
+    char *a8[] = {"x", "--no-auth", "--token-file", "t", NULL};
+    ck_assert_int_eq(opts_parse(4, a8, &o, &act, err, sizeof err), -EINVAL);
+  }
 }
 END_TEST
 

@@ -57,6 +57,10 @@ class Env:
         self.procs = []
         self.url = None
         self.server_proc = None
+        # Tokens by default: the server's <db>.tokens, unless the test gave
+        # --token-file or --no-auth (then it sets these itself).
+        self.token_file = None
+        self.admin_token = None
 
     # -- processes ---------------------------------------------------------
     def start_server(self, *args, port=0, db=None):
@@ -80,6 +84,9 @@ class Env:
                 self.url = m.group(1)
                 self.port = int(m.group(2))
                 self.server_proc = proc
+                if "--no-auth" not in args and "--token-file" not in args:
+                    self.token_file = db + ".tokens"
+                    self.admin_token = read_tokens(self.token_file).get("admin")
                 return proc
         raise AssertionError("ctune-server did not print its address:\n" + proc.log())
 
@@ -88,7 +95,10 @@ class Env:
         log = open(log_path, "w")
         p = subprocess.Popen([os.path.join(self.bin, "ctune-worker"), "--server", self.url,
                               "--name", name, "--work-dir", self.work_dir(name),
-                              "--poll-ms", "200", "--stop-grace-s", "3"] + list(args),
+                              "--poll-ms", "200", "--stop-grace-s", "3"] +
+                             (["--token-file", self.token_file]
+                              if self.token_file and "--token-file" not in args else []) +
+                             list(args),
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                              env=env)
         log.close()
@@ -167,8 +177,11 @@ class Env:
     # -- API ------------------------------------------------------------
     def api(self, method, path, body=None, ok=(200, 201, 204)):
         data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if self.admin_token:
+            headers["Authorization"] = "Bearer " + self.admin_token
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 status, text = r.status, r.read().decode()
@@ -197,6 +210,18 @@ class Env:
     def wait_experiment(self, exp_id, timeout):
         return wait_for(lambda: self.experiment(exp_id)["status"] != "RUNNING" and
                         self.experiment(exp_id), timeout, "experiment %d to end" % exp_id)
+
+
+def read_tokens(path):
+    """{"admin": ..., "worker": ..., "viewer": ...} from a server's token file."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+    return out
 
 
 def wait_for(pred, timeout, what, step=0.05):

@@ -13,6 +13,7 @@ def body(env):
     tokens = os.path.join(env.tmp, "tokens")
     with open(tokens, "w") as f:
         f.write("admin=adm-secret-0123456789\nworker=wrk-secret-0123456789\n")
+    os.chmod(tokens, 0o600)  # the server refuses a token file others may read
     env.start_server("--token-file", tokens)
     admin = {"Authorization": "Bearer adm-secret-0123456789", "Content-Type": "application/json"}
 
