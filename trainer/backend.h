@@ -101,9 +101,8 @@ struct backend_ops {
 };
 
 extern const struct backend_ops backend_cpu_ops;
-#ifdef CTUNE_HAVE_CUDA
-extern const struct backend_ops backend_cuda_ops;
-#endif
+/* backend_cuda_ops lives in the CUDA plugin (kernels/cuda_backend.h,
+ * loaded through trainer/cuda_plugin.h). */
 
 #ifdef __cplusplus
 }

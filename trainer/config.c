@@ -51,7 +51,7 @@ static const struct key_def keys[] = {
     {"threads", K_INT, 0, OFF(threads), 1, 1024, 0, 0, NULL},
     {"test", K_BOOL, 0, OFF(test), 0, 0, 0, 0, NULL},
     {"resume", K_BOOL, 0, OFF(resume), 0, 0, 0, 0, NULL},
-    {"device", K_ENUM, 0, OFF(device), 0, 0, 0, 0, device_names},
+    {"device", K_ENUM, 1, OFF(device), 0, 0, 0, 0, device_names},
     /* 0: every device CUDA_VISIBLE_DEVICES shows (the CUDA backend counts) */
     {"gpus", K_INT, 0, OFF(gpus), 0, 64, 0, 0, NULL},
     {"gpu_mem_limit_mb", K_INT, 0, OFF(gpu_mem_limit_mb), 0,

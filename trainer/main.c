@@ -10,6 +10,7 @@
 #include "exit_codes.h"
 #include "log.h"
 #include "train.h"
+#include "cuda_plugin.h"
 
 #ifndef CTUNE_VERSION
 #define CTUNE_VERSION "0.0.0"
@@ -42,6 +43,10 @@ static void print_error(int code, const char *msg) {
 
 int main(int argc, char **argv) {
   log_set_program("ctune-train");
+#ifdef CTUNE_TRAIN_CUDA_PLUGIN_FILE
+  /* a test build of ctune-train with its own CUDA double */
+  cuda_plugin_set_file(CTUNE_TRAIN_CUDA_PLUGIN_FILE);
+#endif
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;

@@ -16,9 +16,7 @@
 #include "optim.h"
 #include "report.h"
 #include "rng.h"
-#ifdef CTUNE_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
+#include "cuda_plugin.h"
 
 static const char *const model_name[] = {"mlp", "cnn"};
 
@@ -26,12 +24,11 @@ static const char *const model_name[] = {"mlp", "cnn"};
 #define EVAL_CHUNK 65536
 
 const char *train_backends_built(void) {
-#ifdef CTUNE_HAVE_CUDA
-  return "cpu, cuda";
-#else
-  return "cpu";
-#endif
+  return cuda_plugin_built() ? "cpu, cuda" : "cpu";
 }
+
+/* The CUDA plugin once loaded (never unloaded: its backend may be alive). */
+static const struct cuda_plugin *cuda;
 
 /* Backend failures: out of memory and no device have their own codes; any
  * other error (including -EINVAL: the loop validated everything it passes)
@@ -46,16 +43,11 @@ static int exit_for_errno(int e) {
 
 /* The backend's own sentence about its last failure, or strerror. */
 static const char *backend_why(const struct backend_ops *ops, int rc) {
-#ifdef CTUNE_HAVE_CUDA
-  if (ops == &backend_cuda_ops && backend_cuda_last_error()[0])
-    return backend_cuda_last_error();
-#else
-  (void)ops;
-#endif
+  if (cuda && ops == cuda->ops && cuda->last_error()[0])
+    return cuda->last_error();
   return strerror(-rc);
 }
 
-#ifdef CTUNE_HAVE_CUDA
 /* Creates the CUDA backend at *bs; with --oom-retry, while create says out
  * of memory (the evaluation arena does not fit the cap), halves *bs and tries
  * again, down to 1. *halved_from is the batch asked for when *bs ended lower
@@ -71,16 +63,26 @@ static int create_cuda(const struct train_config *cfg,
   *halved_from = 0;
   why[0] = '\0';
   for (;;) {
-    rc = backend_cuda_ops.create(ms, os, *bs, bo, b_out);
+    rc = cuda->ops->create(ms, os, *bs, bo, b_out);
     if (rc != -ENOMEM || !cfg->oom_retry || *bs <= 1) break;
-    if (!why[0])
-      snprintf(why, whylen, "%s", backend_why(&backend_cuda_ops, rc));
+    if (!why[0]) snprintf(why, whylen, "%s", backend_why(cuda->ops, rc));
     *bs /= 2;
   }
   if (*bs < asked) *halved_from = asked;
   return rc;
 }
-#endif
+
+/* Loads the plugin and opens the devices' contexts: 0, or -ENODEV / -ENOMEM
+ * with the sentence in why. A context that does not fit is not a batch
+ * problem, so it is never handed to --oom-retry. */
+static int open_cuda(const struct train_config *cfg, char *why,
+                     size_t whylen) {
+  int rc = cuda ? 0 : cuda_plugin_load(&cuda, why, whylen);
+  if (rc) return rc;
+  rc = cuda->probe(cfg->gpus);
+  if (rc) snprintf(why, whylen, "%s", cuda->last_error());
+  return rc;
+}
 
 /* Picks and creates the backend for cfg->device at batch *bs, which
  * --oom-retry may lower (*reduced is then set). */
@@ -91,15 +93,33 @@ static int open_backend(const struct train_config *cfg,
                         struct backend **b_out, char *err, size_t errlen) {
   struct backend_opts bo = {cfg->threads, cfg->gpus, cfg->gpu_mem_limit_mb};
   int rc;
-  if (cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) {
-#ifdef CTUNE_HAVE_CUDA
+  if ((cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) &&
+      !cuda_plugin_built()) {
+    if (cfg->device == DEVICE_CUDA) {
+      snprintf(err, errlen,
+               "--device cuda: this ctune-train was built without the CUDA "
+               "backend (backends: %s)",
+               train_backends_built());
+      return TRAIN_EXIT_NO_DEVICE;
+    }
+    log_info("device: cpu (auto: built without the CUDA backend)");
+  } else if (cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) {
     const int asked = *bs;
     int halved_from = 0;
     char first_why[512];
+    rc = open_cuda(cfg, first_why, sizeof(first_why));
+    if (rc && cfg->device == DEVICE_CUDA) {
+      snprintf(err, errlen, "%s", first_why);
+      return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
+    }
+    if (rc) {
+      log_info("device: cpu (auto: %s)", first_why);
+      goto cpu;
+    }
     rc = create_cuda(cfg, ms, os, &bo, bs, b_out, &halved_from, first_why,
                      sizeof(first_why));
     if (rc == 0) {
-      *ops_out = &backend_cuda_ops;
+      *ops_out = cuda->ops;
       if (halved_from) {
         *reduced = 1;
         log_warn("--oom-retry: creating the cuda backend at batch_size %d "
@@ -111,7 +131,7 @@ static int open_backend(const struct train_config *cfg,
         snprintf(gpus, sizeof(gpus), "%d GPU(s)", cfg->gpus);
       else
         snprintf(gpus, sizeof(gpus), "all %d visible GPU(s)",
-                 backend_cuda_device_count());
+                 cuda->device_count());
       log_info("device: cuda (%s), %s",
                cfg->device == DEVICE_AUTO ? "auto found a usable device"
                                           : "requested",
@@ -119,7 +139,7 @@ static int open_backend(const struct train_config *cfg,
       return 0;
     }
     if (cfg->device == DEVICE_CUDA) {
-      const char *why = backend_cuda_last_error();
+      const char *why = cuda->last_error();
       char retried[96] = "";
       if (halved_from)
         snprintf(retried, sizeof(retried),
@@ -134,19 +154,10 @@ static int open_backend(const struct train_config *cfg,
       return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
     }
     log_info("device: cpu (auto: CUDA backend unavailable: %s)",
-             backend_why(&backend_cuda_ops, rc));
+             backend_why(cuda->ops, rc));
     *bs = asked; /* the CPU takes the batch that was asked for */
-#else
-    if (cfg->device == DEVICE_CUDA) {
-      snprintf(err, errlen,
-               "--device cuda: this ctune-train was built without the CUDA "
-               "backend (backends: %s)",
-               train_backends_built());
-      return TRAIN_EXIT_NO_DEVICE;
-    }
-    log_info("device: cpu (auto: built without the CUDA backend)");
-#endif
   }
+cpu:
   (void)reduced;
   rc = backend_cpu_ops.create(ms, os, *bs, &bo, b_out);
   if (rc) {

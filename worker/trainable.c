@@ -159,7 +159,8 @@ static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *confi
                          const struct trainable_ctx *ctx, struct strv *argv,
                          char *err, size_t errlen) {
   static const char *str_keys[][2] = {
-      {"model", "--model"}, {"dataset", "--dataset"}, {"data_dir", "--data-dir"}};
+      {"model", "--model"}, {"dataset", "--dataset"}, {"data_dir", "--data-dir"},
+      {"device", "--device"}};
   int rc = strv_push(argv, ctx->train_bin);
   for (size_t i = 0; rc == 0 && i < sizeof str_keys / sizeof str_keys[0]; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(tr, str_keys[i][0]);
@@ -197,6 +198,12 @@ static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *confi
   if (rc == 0) rc = strv_push(argv, "--checkpoint-dir");
   if (rc == 0) rc = strv_push(argv, ctx->trial_dir);
   if (rc == 0 && ctx->resume) rc = strv_push(argv, "--resume");
+  /* A GPU share trains on it: never a silent CPU run (trainable.device
+   * above, or "device" in the sampled config, overrides). */
+  if (rc == 0 && ctx->ngpus > 0 && !cJSON_GetObjectItemCaseSensitive(tr, "device")) {
+    rc = strv_push(argv, "--device");
+    if (rc == 0) rc = strv_push(argv, "cuda");
+  }
   if (rc == 0 && ctx->ngpus > 0) {
     rc = strv_push(argv, "--gpus");
     if (rc == 0) rc = strv_pushf(argv, "%d", ctx->ngpus);

@@ -359,7 +359,8 @@ static int env_name_ok(const char *s)
 static int check_trainable(const cJSON *t, struct validate_error *err)
 {
 	static const char *const builtin_keys[] = {"type", "model", "dataset", "data_dir",
-						   "train_limit", "test", NULL};
+						   "train_limit", "test", "device", NULL};
+	static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
 	static const char *const command_keys[] = {"type", "argv", "env", "cwd", NULL};
 	static const char *const models[] = {"mlp", "cnn", NULL};
 	static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", NULL};
@@ -385,6 +386,9 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 		    check_enum(t, P, "dataset", datasets,
 			       "must be \"fashion-mnist\", \"mnist\" or \"cifar10\"", err) ||
 		    check_string(t, P, "data_dir", 0, err) ||
+		    (cJSON_GetObjectItemCaseSensitive(t, "device") &&
+		     check_enum(t, P, "device", devices,
+				"must be \"cpu\", \"cuda\" or \"auto\"", err)) ||
 		    get_int(t, P, "train_limit", 1, 1e9, &limit, err) < 0)
 			return -EINVAL;
 		v = cJSON_GetObjectItemCaseSensitive(t, "test");

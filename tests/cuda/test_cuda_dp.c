@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "cuda_backend.h"
+#include "gpu_skip.h"
 
 /* The two runs add the same per-sample gradients in a different order; the
  * optimiser state (a running sum of gradients) drifts the most. */
@@ -109,15 +110,8 @@ START_TEST(two_gpus_equal_one_adam) {
 END_TEST
 
 int main(void) {
-  int n = backend_cuda_device_count();
-  if (n < 1) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  if (n < 2) {
-    printf("SKIP: data-parallel test needs 2 CUDA devices, %d visible\n", n);
-    return 77;
-  }
+  int gate = gpu_test_gate(2); /* gpu_skip.h: skips only without devices */
+  if (gate != GPU_RUN) return gate;
   const char *seed = getenv("CTUNE_TEST_SEED");
   /* fixed by default so CI runs are repeatable; set it to explore others */
   rng_state = seed && *seed ? strtoull(seed, NULL, 10) : 20261122;

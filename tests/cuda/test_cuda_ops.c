@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "gpu_skip.h"
 #include "cuda_ops.h"
 #include "ops_math.h"
 
@@ -337,10 +338,8 @@ START_TEST(sgd_and_adam_updates) {
 END_TEST
 
 int main(void) {
-  if (backend_cuda_device_count() < 1) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
-  }
+  int gate = gpu_test_gate(1); /* gpu_skip.h: skips only without a device */
+  if (gate != GPU_RUN) return gate;
   const char *seed = getenv("CTUNE_TEST_SEED");
   /* fixed by default so CI runs are repeatable; set it to explore others */
   rng_state = seed && *seed ? strtoull(seed, NULL, 10) : 20261122;

@@ -107,6 +107,25 @@ START_TEST(gpus_default_to_all_visible) {
 }
 END_TEST
 
+/* The worker's trainable key and a sampled config can pick the device. */
+START_TEST(device_is_a_config_key) {
+  struct train_config c;
+  config_defaults(&c);
+  ck_assert_int_eq(c.device, DEVICE_CPU);
+  char err[256] = "";
+  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"cuda\"}", err,
+                                     sizeof(err)), 0);
+  ck_assert_int_eq(c.device, DEVICE_CUDA);
+  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"auto\"}", err,
+                                     sizeof(err)), 0);
+  ck_assert_int_eq(c.device, DEVICE_AUTO);
+  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"tpu\"}", err,
+                                     sizeof(err)), -EINVAL);
+  ck_assert_msg(strstr(err, "\"device\"") != NULL, "%s", err);
+  ck_assert_int_eq(c.device, DEVICE_AUTO);
+}
+END_TEST
+
 START_TEST(validate_cross_field) {
   struct train_config c;
   config_defaults(&c);
@@ -125,6 +144,7 @@ int main(void) {
   tcase_add_test(tc, flags_and_json_apply_in_order);
   tcase_add_test(tc, errors_name_the_key);
   tcase_add_test(tc, gpus_default_to_all_visible);
+  tcase_add_test(tc, device_is_a_config_key);
   tcase_add_test(tc, validate_cross_field);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

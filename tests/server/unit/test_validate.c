@@ -262,7 +262,7 @@ static const struct bad bad_configs[] = {
 	 "trainable.data_dir", "must be a non-empty string"},
 	{"{\"trainable\": {\"type\": \"builtin\", \"model\": \"cnn\", \"dataset\": \"mnist\", \"argv\": [\"x\"]}}",
 	 "trainable.argv",
-	 "unknown field (a builtin trainable takes type, model, dataset, data_dir, train_limit, test)"},
+	 "unknown field (a builtin trainable takes type, model, dataset, data_dir, train_limit, test, device)"},
 	{"{\"trainable\": {\"type\": \"command\"}}", "trainable.argv",
 	 "required (the program and its arguments)"},
 	{"{\"trainable\": {\"type\": \"command\", \"argv\": []}}", "trainable.argv",

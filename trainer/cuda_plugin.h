@@ -1,0 +1,55 @@
+/* The CUDA backend as a plugin: ctune-train loads libctune-cuda.so with
+ * dlopen() only when a run asks for --device cuda|auto, so a CUDA build of
+ * ctune-train starts and trains on the CPU on a machine without any CUDA
+ * library (ldd shows none). The shared object exports one symbol,
+ * CUDA_PLUGIN_SYMBOL, a struct cuda_plugin; the loader checks its ABI number
+ * before using anything else in it. */
+#ifndef CTUNE_TRAINER_CUDA_PLUGIN_H
+#define CTUNE_TRAINER_CUDA_PLUGIN_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDA_PLUGIN_ABI 1
+#define CUDA_PLUGIN_SYMBOL "ctune_cuda_plugin"
+/* The file ctune-train looks for in <exe dir>/../lib and <exe dir>. */
+#ifndef CUDA_PLUGIN_FILE
+#define CUDA_PLUGIN_FILE "libctune-cuda.so"
+#endif
+
+struct cuda_plugin {
+  int abi; /* CUDA_PLUGIN_ABI */
+  const struct backend_ops *ops;
+  /* The last failure (probe or backend) as one sentence; "" if none. */
+  const char *(*last_error)(void);
+  /* Devices visible to this process; 0 when none or no driver. */
+  int (*device_count)(void);
+  /* Opens a context on each of the first gpus (0 = all) visible devices
+   * before the backend plans any memory, so device states come back as what
+   * they are: 0; -ENODEV when the runtime has no device or cannot use one
+   * (no driver, driver too old, device unavailable or busy in exclusive-
+   * process mode, system not ready: the runtime's sentence in last_error);
+   * -ENOMEM when the context itself does not fit (a smaller batch would not
+   * help, so --oom-retry must not retry it). */
+  int (*probe)(int gpus);
+};
+
+/* Loader (trainer/cuda_load.c). The file name defaults to CUDA_PLUGIN_FILE;
+ * test builds of ctune-train point it at a double. */
+void cuda_plugin_set_file(const char *name);
+/* Loads the plugin once per process. 0 and *out, or -ENODEV with dlerror's
+ * (or the ABI check's) sentence in err. */
+int cuda_plugin_load(const struct cuda_plugin **out, char *err, size_t errlen);
+/* 1 when this build produced the plugin (configure time), else 0. */
+int cuda_plugin_built(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
