@@ -118,7 +118,10 @@ class FakeServer:
         if p == "/api/v1/workers" and req.method == "POST":
             with self.lock:
                 self.worker_id += 1
-                return 201, {"id": self.worker_id, "heartbeat_interval_s": self.heartbeat_interval_s,
+                # like ctune-server: a secret of the worker's own (not checked here)
+                return 201, {"id": self.worker_id,
+                             "secret": "%d.%s" % (self.worker_id, "ab" * 32),
+                             "heartbeat_interval_s": self.heartbeat_interval_s,
                              "lease_timeout_s": self.lease_timeout_s}
         if p.endswith("/heartbeat"):
             with self.lock:

@@ -117,7 +117,11 @@ def body(env):
     db2 = os.path.join(env.tmp, "fresh.db")
     # A long lease timeout: the outage below must not make the worker fence
     # itself (protocol v2), so the paused trial is resumed, not stopped.
-    env.start_server("--lease-timeout", "30", port=port, db=db2)
+    # The same tokens (a fresh database would make new ones): the worker's
+    # shared token still registers; its own secret is unknown there (401).
+    tf, adm = env.token_file, env.admin_token
+    env.start_server("--lease-timeout", "30", "--token-file", tf, port=port, db=db2)
+    env.token_file, env.admin_token = tf, adm
     wait_for(lambda: "registering again" in w3.log(), 10, "worker 3 to register again")
     wait_for(lambda: [x for x in env.api("GET", "/api/v1/workers")["workers"]
                       if x["name"] == "w3"], 10, "worker 3 in GET /workers")
