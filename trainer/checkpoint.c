@@ -27,7 +27,8 @@ static void put(struct wbuf *w, const void *src, size_t n) {
   X(model.n_classes) X(model.l1) X(model.l2) X(optim_kind) X(epoch)        \
   X(pos) X(step) X(rng) X(time_total_s) X(epoch_time_s)                    \
   X(epoch_train_time_s) X(train_loss_sum) X(train_count) X(last_loss)      \
-  X(last_accuracy) X(n_train) X(n_params) X(n_state)
+  X(last_accuracy) X(seed) X(train_limit) X(val_fraction) X(dataset)      \
+  X(n_train) X(n_params) X(n_state)
 
 static size_t fixed_size(void) {
   size_t n = 0;

@@ -10,7 +10,8 @@
 #include "backend.h"
 
 #define CKPT_MAGIC "CTUNECKP"
-#define CKPT_VERSION 1u
+/* 2: the split (seed, val_fraction, train_limit, data set) is recorded */
+#define CKPT_VERSION 2u
 #define CKPT_FILE "checkpoint.bin"
 
 struct ckpt {
@@ -24,6 +25,11 @@ struct ckpt {
   double train_loss_sum;
   int64_t train_count;
   double last_loss, last_accuracy;
+  /* the split the run was made on: resuming under another one would move
+   * validation images into training */
+  int64_t seed, train_limit;
+  double val_fraction;
+  int32_t dataset; /* enum data_kind */
   int64_t n_train;
   int32_t *perm; /* n_train: this epoch's order of training indices */
   int64_t n_params, n_state;

@@ -254,6 +254,10 @@ static int save_ckpt(const struct train_config *cfg, struct run *r,
       .train_count = s->train_count,
       .last_loss = s->last_loss,
       .last_accuracy = s->last_accuracy,
+      .seed = cfg->seed,
+      .train_limit = cfg->train_limit,
+      .val_fraction = cfg->val_fraction,
+      .dataset = cfg->dataset,
       .n_train = n_train,
       .perm = r->perm,
       .n_params = n_params,
@@ -296,6 +300,23 @@ static int resume(const struct train_config *cfg, struct run *r,
   if (c.optim_kind != cfg->optimizer || c.n_state != n_state) {
     snprintf(err, errlen, "%s/%s was written with another optimizer",
              cfg->checkpoint_dir, CKPT_FILE);
+    goto out;
+  }
+  static const char *const data_names[] = {"fashion-mnist", "mnist",
+                                           "cifar10"};
+  if (c.seed != cfg->seed || c.val_fraction != cfg->val_fraction ||
+      c.train_limit != cfg->train_limit || c.dataset != cfg->dataset) {
+    const char *cd = c.dataset >= 0 && c.dataset < 3 ? data_names[c.dataset]
+                                                     : "?";
+    snprintf(err, errlen,
+             "%s/%s was written for another data split (seed %lld, "
+             "val_fraction %g, train_limit %lld, dataset %s; this run has "
+             "seed %lld, val_fraction %g, train_limit %lld, dataset %s): "
+             "resuming would mix validation images into training",
+             cfg->checkpoint_dir, CKPT_FILE, (long long)c.seed,
+             c.val_fraction, (long long)c.train_limit, cd,
+             (long long)cfg->seed, cfg->val_fraction,
+             (long long)cfg->train_limit, data_names[cfg->dataset]);
     goto out;
   }
   if (c.n_train != n_train || c.pos < 0 || c.pos > n_train || c.epoch < 0) {

@@ -228,6 +228,35 @@ START_TEST(corrupt_or_foreign_checkpoint_exit_4) {
 }
 END_TEST
 
+/* A resumed run on another split would train on validation images: every
+ * part of the split is recorded and checked, even when n_train matches. */
+START_TEST(resume_under_another_split_exit_4) {
+  struct train_config c;
+  base(&c);
+  c.model = MODEL_MLP;
+  c.epochs = 1;
+  c.checkpoint_dir = ckdir;
+  ck_assert_int_eq(run(&c, NULL), 0);
+  c.resume = 1;
+  c.epochs = 2;
+  c.seed += 1; /* same sizes, another shuffle */
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
+  ck_assert_msg(strstr(err, "another data split (seed") != NULL, "%s", err);
+  ck_assert_msg(strstr(err, "validation images into training") != NULL, "%s",
+                err);
+  c.seed -= 1;
+  c.val_fraction += 0.0001; /* may leave n_train as it was */
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
+  ck_assert_msg(strstr(err, "another data split") != NULL, "%s", err);
+  c.val_fraction -= 0.0001;
+  int64_t limit = c.train_limit;
+  c.train_limit = limit ? limit + 1 : 1000000; /* beyond the data: same n */
+  ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
+  c.train_limit = limit;
+  ck_assert_int_eq(run(&c, NULL), 0); /* the same split resumes */
+}
+END_TEST
+
 START_TEST(unusable_checkpoint_dir_exit_4_before_training) {
   struct train_config c;
   base(&c);
@@ -356,6 +385,7 @@ int main(void) {
   tcase_add_test(tc, stop_mid_epoch_saves_and_resume_equals_uninterrupted);
   tcase_add_test(tc, diverged_exit_5_keeps_last_good_checkpoint);
   tcase_add_test(tc, corrupt_or_foreign_checkpoint_exit_4);
+  tcase_add_test(tc, resume_under_another_split_exit_4);
   tcase_add_test(tc, missing_data_exit_3);
   tcase_add_test(tc, unusable_checkpoint_dir_exit_4_before_training);
   tcase_add_test(tc, split_too_small_is_bad_config);
