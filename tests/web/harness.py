@@ -42,12 +42,28 @@ TRIAL_WRITE = re.compile(r"^/api/v1/trials/(\d+)/(results|complete|fail|release|
 LEASE_PATH = re.compile(r"^/api/v1/workers/(\d+)/lease$")
 
 
+# port -> the admin token of the server started there (read from its
+# <db>.tokens): a Client without a token of its own uses it.
+ADMIN_TOKENS = {}
+
+
+def read_tokens(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+    return out
+
+
 class Client:
     """Keep-alive JSON client; raises on statuses other than the expected ones."""
 
     def __init__(self, port, token=None):
         self.port = port
-        self.token = token
+        self.token = token if token is not None else ADMIN_TOKENS.get(port)
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         # Plays a worker too: the fence of each trial it leased, sent with
         # every trial-scoped write as protocol v2 requires (HACKING.md).
@@ -115,6 +131,7 @@ class Harness:
         self.tmp = tempfile.mkdtemp(prefix="ctune-web-%s-" % name)
         self.procs = []
         self.drivers = []
+        self.login_urls = {}  # port -> the "dashboard: ...?token=" URL it printed
         self.artifacts = args.artifacts
         os.makedirs(self.artifacts, exist_ok=True)
         # ctest's timeout sends SIGTERM: unwind through close() all the same.
@@ -154,6 +171,16 @@ class Harness:
                 break
             if "listening on http://" in line:
                 port = int(line.strip().rsplit(":", 1)[1].split("/")[0])
+                # Tokens by default: the next line is the login URL.
+                if not self.args.fake and "--no-auth" not in extra:
+                    nxt = p.stdout.readline()
+                    if nxt.startswith("dashboard: "):
+                        self.login_urls[port] = nxt[len("dashboard: "):].strip()
+                    if "--token-file" in extra:
+                        tf = list(extra)[list(extra).index("--token-file") + 1]
+                    else:
+                        tf = db + ".tokens"
+                    ADMIN_TOKENS[port] = read_tokens(tf).get("admin")
                 return p, port
         raise AssertionError("server did not print 'listening on' (cmd: %s; log in %s)" % (cmd, self.tmp))
 
@@ -180,7 +207,18 @@ class Harness:
         d = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
         self.drivers.append(d)
         d.set_script_timeout(30)
+        # Log in as a person does: open the URL each running server printed
+        # (it sets the session cookie and redirects to the dashboard).
+        from selenium.common.exceptions import WebDriverException
+        for port, url in self.login_urls.items():
+            try:
+                d.get(url)
+            except WebDriverException:
+                pass  # that server was stopped
         return d
+
+    def login(self, d, port):
+        d.get(self.login_urls[port])
 
     def wait(self, what, fn, timeout=10.0, poll=0.05):
         """Polls fn until it returns something truthy; fails naming `what`."""

@@ -5,6 +5,7 @@ watches: list, experiment (table, charts, live result, sort/filter, cancel),
 trial (results, log, error), workers, dark and phone layouts, and no Chart.js.
 Screenshots of each page land in the artifacts folder.
 """
+import json
 import os
 import sys
 import time
@@ -274,38 +275,74 @@ def check_cancel(h, d, base, api, eid):
 
 
 def check_token(h, args):
-    """With tokens, the page asks once (a wrong one is asked again), keeps the
-    token in sessionStorage, and later pages and reloads do not ask again."""
+    """Tokens by default, logged in as Jupyter does: without a session the
+    page is the static login page (no data); the URL the server printed sets
+    an HttpOnly session cookie and leaves the address bar without the token;
+    then a page served from another origin that POSTs to the API (fetch with a
+    text/plain body, a form, a JSON fetch) while the browser holds that cookie
+    changes nothing."""
     if args.fake:
-        extra = ("--token", ADMIN_TOKEN)
-    else:
-        path = os.path.join(h.tmp, "tokens")
-        with open(path, "w") as f:
-            f.write("admin=%s\nworker=%s\n" % (ADMIN_TOKEN, WORKER_TOKEN))
-        extra = ("--token-file", path)
-    srv, port = h.start_server(db=os.path.join(h.tmp, "tokens.db"), extra=extra)
+        return
+    srv, port = h.start_server(db=os.path.join(h.tmp, "tokens.db"))
     base = "http://127.0.0.1:%d" % port
-    api = Client(port, token=ADMIN_TOKEN)
+    api = Client(port)
     api.post("/experiments", dict(CONFIG, name="token-test"))
-    d = h.browser()
-    d.get(base + "/#/")
-    dialog_open = "return document.getElementById('token-dialog').open"
-    h.wait("the token prompt", lambda: d.execute_script(dialog_open))
-    h.screenshot(d, "token-prompt.png", full=False)
-    d.find_element("id", "token-input").send_keys("wrong-token-0123456789\n")
-    h.wait("the prompt again, saying the token was refused", lambda: d.execute_script(dialog_open) and
-           "refused" in d.find_element("id", "token-why").text)
-    d.find_element("id", "token-input").send_keys(ADMIN_TOKEN + "\n")
-    h.wait("the list behind the token", lambda: "token-test" in d.find_element("id", "experiments-table").text)
-    assert d.execute_script("return sessionStorage.getItem('ctune-token')") == ADMIN_TOKEN
-    d.find_element("css selector", 'nav a[data-nav="workers"]').click()
-    h.wait_ready(d, "workers")
+    login = h.login_urls[port]
+    assert login.startswith(base + "/?token="), login
+    d = h.browser()  # logs in through the printed URL
+    d.delete_all_cookies()
+    d.get(base + "/")
+    h.wait("the login page", lambda: "URL the server printed" in d.find_element("tag name", "h1").text)
+    assert "token-test" not in d.page_source
+    h.screenshot(d, "login-page.png", full=False)
+    d.get(login)
+    h.wait("the list after login", lambda: "token-test" in d.find_element("id", "experiments-table").text)
+    assert "token" not in d.current_url, d.current_url
+    cookies = d.get_cookies()
+    assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict", cookies
+    assert d.execute_script("return document.cookie") == ""
     d.refresh()
-    h.wait_ready(d, "workers")
-    time.sleep(0.5)
-    assert not d.execute_script(dialog_open), "asked for the token again"
-    assert d.find_element("id", "workers-table")
-    assert not h.browser_errors(d) or all("401" in e for e in h.browser_errors(d))
+    h.wait_ready(d, "experiments")
+
+    # The attack page, on another origin (another port), with the session
+    # cookie in the browser.
+    import http.server
+    import threading
+    evil_cfg = json.dumps(dict(CONFIG, name="evil"))
+    page = ("""<!doctype html><html><body><form id="f" method="POST" action="%(base)s/api/v1/experiments"
+ enctype="text/plain"><input name='{"a":"' value='"}'></form><script>
+const body = %(cfg)s;
+Promise.allSettled([
+  fetch("%(base)s/api/v1/experiments", {method: "POST", mode: "no-cors", credentials: "include",
+        headers: {"Content-Type": "text/plain"}, body: JSON.stringify(body)}),
+  fetch("%(base)s/api/v1/experiments/1/cancel", {method: "POST", mode: "no-cors", credentials: "include"}),
+  fetch("%(base)s/api/v1/experiments", {method: "POST", credentials: "include",
+        headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)}),
+]).then(() => { document.title = "sent"; document.getElementById("f").submit(); });
+</script></body></html>""" % {"base": base, "cfg": evil_cfg}).encode()
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *a):
+            pass
+
+    evil = http.server.HTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        d.get("http://localhost:%d/" % evil.server_address[1])
+        time.sleep(3)  # the fetches and the form post
+    finally:
+        evil.shutdown()
+        evil.server_close()
+    names = [e["name"] for e in api.get("/experiments")["experiments"]]
+    assert names == ["token-test"], names
+    assert api.get("/experiments/1")["status"] == "RUNNING"
     api.close()
     h.stop_server(srv)
 
@@ -380,6 +417,8 @@ def main():
         base = "http://127.0.0.1:%d" % port
         if args.fake:
             eid, _w, t = drive_experiment(Client(port))
+        else:
+            h.login(d, port)  # a new port: a new session cookie
         d.get(base + "/#/experiments/%d" % eid)
         h.wait_ready(d, "experiment")
         txt = d.find_element("css selector", "main").text
