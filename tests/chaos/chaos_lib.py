@@ -157,7 +157,8 @@ class Cluster:
             p = subprocess.Popen(
                 [os.path.join(self.bin, "ctune-worker"), "--server", self.url, "--name", name,
                  "--work-dir", self.work_dir(name), "--cpus", str(cpus), "--memory-mb", "2000",
-                 "--poll-ms", "200", "--stop-grace-s", "2"]
+                 "--poll-ms", "200", "--stop-grace-s", "2",
+                 "--token-file", self.db + ".tokens"]  # the server made it (tokens by default)
                 # trials get a clean environment: name what they may see
                 + (["--pass-env", ",".join(sorted(env_extra))] if env_extra else []),
                 stdout=lf, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -230,8 +231,14 @@ class Cluster:
         """(status, parsed body or bytes, headers); raises OSError when the
         server cannot be reached."""
         data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if not getattr(self, "admin_token", None) and os.path.exists(self.db + ".tokens"):
+            with open(self.db + ".tokens") as f:  # tokens by default: <db>.tokens
+                self.admin_token = [l.strip()[6:] for l in f if l.startswith("admin=")][0]
+        if getattr(self, "admin_token", None):
+            headers["Authorization"] = "Bearer " + self.admin_token
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 status, text, hdrs = r.status, r.read(), r.headers
