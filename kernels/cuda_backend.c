@@ -21,6 +21,9 @@
 #include "gpu_plan.h"
 #include "log.h"
 
+/* Evaluation chunk floor (rows). */
+#define CUDA_EVAL_ROWS 256
+
 static char last_error[512];
 
 const char *backend_cuda_last_error(void) { return last_error; }
@@ -95,6 +98,44 @@ static int check_batch(struct backend *b, const float *x, const uint8_t *y,
   return 0;
 }
 
+static int check_rows(struct backend *b, const float *x, const uint8_t *y,
+                      int n, int max, const char *what) {
+  if (n > max) {
+    cuda_set_error("%s: batch of %d rows is outside 1..%d", what, n, max);
+    return -EINVAL;
+  }
+  int keep = b->max_batch;
+  b->max_batch = max;
+  int rc = check_batch(b, x, y, n, what);
+  b->max_batch = keep;
+  return rc;
+}
+
+/* Reads the device's running sums of `which` (0 training, 1 evaluation)
+ * into the host, one wait per device, and zeroes them there. */
+static int read_ctl(struct backend *b, double *loss, int64_t *correct,
+                    int which) {
+  int rc = 0;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaMemcpyAsync(&b->h_ctl[i], d->ctl, sizeof(struct cuda_ctl),
+                       cudaMemcpyDeviceToHost, d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_loss[which], 0, sizeof(double),
+                       d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_correct[which], 0, sizeof(int64_t),
+                       d->compute));
+  }
+  for (int i = 0; i < b->ndev; i++) {
+    CU(cudaSetDevice(b->dev[i].id));
+    CU(cudaStreamSynchronize(b->dev[i].compute));
+    *loss += b->h_ctl[i].acc_loss[which];
+    *correct += b->h_ctl[i].acc_correct[which];
+  }
+fail:
+  return rc;
+}
+
 /* Stages x/y in pinned slot `slot` and starts each device's shard copy on its
  * copy stream; the compute stream waits for it. The slot's previous copies
  * (two batches ago) must be done before the host overwrites it. */
@@ -154,6 +195,13 @@ static int replan(struct backend *b, int max_batch) {
     CU(cudaSetDevice(d->id));
     CU(cudaStreamSynchronize(d->compute));
     CU(cudaStreamSynchronize(d->copy));
+    /* the counters (cursors, Adam's step, loss sums) live in the evaluation
+     * arena: keep them on the host across the re-plan */
+    if (d->eval.ptr) {
+      CU(cudaMemcpyAsync(&b->h_ctl[i], d->ctl, sizeof(struct cuda_ctl),
+                         cudaMemcpyDeviceToHost, d->compute));
+      CU(cudaStreamSynchronize(d->compute));
+    }
     cuda_mem_arena_free(d, &d->bwd);
     cuda_mem_arena_free(d, &d->eval);
   }
@@ -165,6 +213,7 @@ static int replan(struct backend *b, int max_batch) {
   if (rc) goto fail;
   b->plan = plan;
   b->max_batch = max_batch;
+  b->eval_rows = per_dev * b->ndev;
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
@@ -174,6 +223,8 @@ static int replan(struct backend *b, int max_batch) {
     rc = cuda_mem_carve_eval(b, d);
     if (rc) goto fail;
     BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
+    CU(cudaMemcpyAsync(d->ctl, &b->h_ctl[i], sizeof(struct cuda_ctl),
+                       cudaMemcpyHostToDevice, d->compute));
     CU(cudaMemcpyAsync(d->params, b->kept_params,
                        (size_t)plan.n_params * sizeof(float),
                        cudaMemcpyHostToDevice, d->compute));
@@ -191,11 +242,28 @@ fail:
   return rc;
 }
 
+/* One optimiser step on d. Adam's step count and bias corrections live on
+ * the device (struct cuda_ctl), so a captured step replays correctly. */
+static int optim_step(struct backend *b, struct cuda_dev *d) {
+  const struct optim_spec *o = &b->opt;
+  const int64_t P = b->plan.n_params;
+  int rc = 0;
+  if (o->kind == OPTIM_ADAM)
+    OPS(cuops_adam_dev(d->params, d->opt, d->opt + P, d->grads, P, o->lr,
+                       o->beta1, o->beta2, o->eps, o->weight_decay,
+                       &d->ctl->step, d->ctl->bc, d->compute));
+  else
+    OPS(cuops_sgd(d->params, d->opt, d->grads, P, o->lr, o->momentum,
+                  o->weight_decay, d->compute));
+fail:
+  return rc;
+}
+
 static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
                            int n, float *loss_out) {
   int rc = check_batch(b, x, y, n, "train_step");
   if (rc) return rc;
-  if (!loss_out) return -EINVAL;
+  /* loss_out NULL: the loss stays on the device (backend_cuda_take_loss) */
   /* after a failed re-plan only a smaller batch may try again */
   if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch))
     return b->broken;
@@ -231,8 +299,12 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
                    d->dout[last], d->rows, L->n_classes, scale, d->compute));
     OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss,
                         d->sum_correct, d->compute));
-    CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double),
-                       cudaMemcpyDeviceToHost, d->compute));
+    OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[0],
+                         &d->ctl->acc_correct[0], &d->ctl->nonfinite[0],
+                         d->compute));
+    if (loss_out)
+      CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double),
+                         cudaMemcpyDeviceToHost, d->compute));
     CU(cudaEventRecord(d->loss_ready, d->compute));
     rc = cuda_net_backward(b, d, slot, d->rows);
     if (rc) goto fail;
@@ -253,24 +325,17 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
     NCCL(ncclGroupEnd());
   }
   b->step++;
-  const struct optim_spec *o = &b->opt;
+  b->acc_rows += n;
+  b->acc_steps++;
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    if (o->kind == OPTIM_ADAM) {
-      const int64_t P = b->plan.n_params;
-      float bc1 = (float)(1.0 - pow(o->beta1, (double)b->step));
-      float bc2 = (float)(1.0 - pow(o->beta2, (double)b->step));
-      OPS(cuops_adam(d->params, d->opt, d->opt + P, d->grads, P, o->lr,
-                     o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2,
-                     d->compute));
-    } else {
-      OPS(cuops_sgd(d->params, d->opt, d->grads, b->plan.n_params, o->lr,
-                    o->momentum, o->weight_decay, d->compute));
-    }
+    rc = optim_step(b, d);
+    if (rc) goto fail;
   }
   /* Wait only for the forward pass's loss: the backward pass and the update
    * keep running while the caller prepares (and stages) the next batch. */
+  if (!loss_out) return 0;
   double total = 0.0;
   for (int i = 0; i < b->ndev; i++) {
     CU(cudaSetDevice(b->dev[i].id));
@@ -283,18 +348,26 @@ fail:
   return rc;
 }
 
+/* Chunks of eval_rows (at least 256 unless a cap forbade it); the sums
+ * stay on the device and the host waits once, at the end. Staging a chunk
+ * into a pinned slot waits for that slot's copy of two chunks ago. */
 static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
                          int n, double *loss_sum, int *correct) {
   int rc = 0;
   if (b->broken) return b->broken;
   if (!x || !y || n < 0 || !loss_sum || !correct) return -EINVAL;
   const int last = b->L.n_layers - 1;
-  double loss = 0.0;
-  long right = 0;
-  for (int off = 0; off < n; off += b->max_batch) {
-    int m = n - off < b->max_batch ? n - off : b->max_batch;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaMemsetAsync(&d->ctl->acc_loss[1], 0, sizeof(double), d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_correct[1], 0, sizeof(int64_t),
+                       d->compute));
+  }
+  for (int off = 0; off < n; off += b->eval_rows) {
+    int m = n - off < b->eval_rows ? n - off : b->eval_rows;
     const float *cx = x + (int64_t)off * b->L.in_dim;
-    rc = check_batch(b, cx, y + off, m, "evaluate");
+    rc = check_rows(b, cx, y + off, m, b->eval_rows, "evaluate");
     if (rc) return rc;
     const int slot = b->slot;
     b->slot = (b->slot + 1) % GPU_PLAN_SLOTS;
@@ -311,20 +384,15 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
       OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss,
                           d->sum_correct, d->compute));
       CU(cudaEventRecord(d->input_free[slot], d->compute));
-      CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double),
-                         cudaMemcpyDeviceToHost, d->compute));
-      CU(cudaMemcpyAsync(&b->h_correct[i], d->sum_correct, sizeof(int32_t),
-                         cudaMemcpyDeviceToHost, d->compute));
-    }
-    for (int i = 0; i < b->ndev; i++) {
-      struct cuda_dev *d = &b->dev[i];
-      if (d->rows == 0) continue;
-      CU(cudaSetDevice(d->id));
-      CU(cudaStreamSynchronize(d->compute));
-      loss += b->h_loss[i];
-      right += b->h_correct[i];
+      OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[1],
+                           &d->ctl->acc_correct[1], &d->ctl->nonfinite[1],
+                           d->compute));
     }
   }
+  double loss = 0.0;
+  int64_t right = 0;
+  rc = read_ctl(b, &loss, &right, 1);
+  if (rc) return rc;
   *loss_sum += loss;
   *correct += (int)right;
   return 0;
@@ -358,6 +426,9 @@ static int cuda_set_state(struct backend *b, const float *params,
       else
         CU(cudaMemsetAsync(d->opt, 0, bytes, d->compute));
     }
+    /* pageable: staged at the call */
+    CU(cudaMemcpyAsync(&d->ctl->step, &step, sizeof(step),
+                       cudaMemcpyHostToDevice, d->compute));
     CU(cudaStreamSynchronize(d->compute));
   }
   b->step = step;
@@ -419,6 +490,9 @@ static void cuda_destroy(struct backend *b) {
       if (d->input_free[s]) cudaEventDestroy(d->input_free[s]);
     }
     if (d->loss_ready) cudaEventDestroy(d->loss_ready);
+    for (int g = 0; g < d->n_graphs; g++)
+      if (d->graph[g].exec) cudaGraphExecDestroy(d->graph[g].exec);
+    for (int k = 0; k < 2; k++) cuda_mem_arena_free(d, &d->data[k]);
     if (d->compute) cudaStreamDestroy(d->compute);
     if (d->copy) cudaStreamDestroy(d->copy);
     cuda_mem_arena_free(d, &d->bwd);
@@ -431,6 +505,7 @@ static void cuda_destroy(struct backend *b) {
   }
   if (b->h_loss) cudaFreeHost(b->h_loss);
   if (b->h_correct) cudaFreeHost(b->h_correct);
+  if (b->h_ctl) cudaFreeHost(b->h_ctl);
   free(b->kept_params);
   cudaGetLastError();
   free(b);
@@ -455,6 +530,7 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
   if (rc) goto fail;
   rc = cuda_mem_carve_eval(b, d);
   if (rc) goto fail;
+  CU(cudaMemsetAsync(d->ctl, 0, sizeof(struct cuda_ctl), d->compute));
   BLAS(cublasCreate(&d->blas));
   BLAS(cublasSetStream(d->blas, d->compute));
   BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
@@ -513,9 +589,23 @@ static int cuda_create(const struct model_spec *spec,
     if (b->L.layer[l].kind == LAYER_LINEAR && b->first_linear < 0)
       b->first_linear = l;
   }
-  int per_dev = (max_batch + want - 1) / want;
+  /* Evaluation runs in chunks of at least CUDA_EVAL_ROWS rows (fewer
+   * launches and waits per evaluation), unless a cap has no room for them:
+   * then max_batch rows, as before. */
+  int eval_rows = max_batch > CUDA_EVAL_ROWS ? max_batch : CUDA_EVAL_ROWS;
+  int per_dev = (eval_rows + want - 1) / want;
   rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
   if (rc) goto fail;
+  if (b->limit_bytes && eval_rows > max_batch &&
+      b->plan.eval_bytes + b->plan.train_bytes > b->limit_bytes) {
+    eval_rows = max_batch;
+    per_dev = (eval_rows + want - 1) / want;
+    rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
+    if (rc) goto fail;
+  }
+  b->eval_rows = per_dev * want;
+  const char *graphs = getenv("CTUNE_CUDA_GRAPHS");
+  b->use_graphs = want == 1 && !(graphs && !strcmp(graphs, "0"));
   /* Refuse before touching a device when even evaluation cannot fit. The
    * training buffers come at the first step, so that an out-of-memory there
    * can be retried with a smaller batch (--oom-retry) on this backend. */
@@ -543,11 +633,13 @@ static int cuda_create(const struct model_spec *spec,
   const unsigned pin = cudaHostAllocPortable;
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
     CU(cudaHostAlloc((void **)&b->h_x[s],
-                     (size_t)max_batch * b->L.in_dim * sizeof(float), pin));
-    CU(cudaHostAlloc((void **)&b->h_y[s], (size_t)max_batch, pin));
+                     (size_t)b->eval_rows * b->L.in_dim * sizeof(float), pin));
+    CU(cudaHostAlloc((void **)&b->h_y[s], (size_t)b->eval_rows, pin));
   }
   CU(cudaHostAlloc((void **)&b->h_loss, (size_t)want * sizeof(double), pin));
   CU(cudaHostAlloc((void **)&b->h_correct, (size_t)want * sizeof(int32_t),
+                   pin));
+  CU(cudaHostAlloc((void **)&b->h_ctl, (size_t)want * sizeof(struct cuda_ctl),
                    pin));
   for (int i = 0; i < want; i++) {
     CU(cudaSetDevice(b->dev[i].id));
@@ -563,6 +655,321 @@ static int cuda_create(const struct model_spec *spec,
 fail:
   cuda_destroy(b);
   return rc;
+}
+
+/* ---- device-resident data and captured steps --------------------------
+ * The data set lives on every device as uint8 (a quarter of float32); a
+ * step gathers and normalises its rows there from the order the host sent
+ * once per epoch, so a step needs no host data at all. With one device the
+ * whole step (gather, forward, loss, backward, optimiser, cursor) is one CUDA
+ * graph per (phase, rows), captured at its first use and replayed after:
+ * one launch and no host wait per step. The loss sum and a non-finite flag
+ * stay on the device until backend_cuda_take_loss. */
+
+int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix,
+                          const uint8_t *labels, int64_t n) {
+  int rc = 0;
+  if (!b || which < 0 || which > 1 || !pix || !labels || n < 1 ||
+      n > INT32_MAX)
+    return -EINVAL;
+  if (b->broken) return b->broken;
+  for (int64_t i = 0; i < n; i++)
+    if (labels[i] >= b->L.n_classes) {
+      cuda_set_error("set_data: label %d at row %lld is not below n_classes %d",
+                     labels[i], (long long)i, b->L.n_classes);
+      return -EINVAL;
+    }
+  const int64_t dim = b->L.in_dim;
+  const int64_t pix_b = (n * dim + 255) / 256 * 256,
+                lab_b = (n + 255) / 256 * 256;
+  const int64_t bytes = pix_b + lab_b + n * (int64_t)sizeof(int32_t);
+  int32_t *ident = malloc((size_t)n * sizeof(int32_t));
+  if (!ident) return -ENOMEM;
+  for (int64_t i = 0; i < n; i++) ident[i] = (int32_t)i;
+  b->set_n[which] = b->order_n[which] = 0;
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaStreamSynchronize(d->compute));
+    cuda_mem_arena_free(d, &d->data[which]);
+    rc = cuda_mem_arena_alloc(b, d, &d->data[which], bytes, b->max_batch,
+                              bytes);
+    if (rc) goto fail;
+    d->dpix[which] = d->data[which].ptr;
+    d->dlab[which] = d->dpix[which] + pix_b;
+    d->dorder[which] = (int32_t *)(d->dlab[which] + lab_b);
+    /* pageable sources: staged at the call, the caller may free them */
+    CU(cudaMemcpyAsync(d->dpix[which], pix, (size_t)(n * dim),
+                       cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemcpyAsync(d->dlab[which], labels, (size_t)n,
+                       cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemcpyAsync(d->dorder[which], ident, (size_t)n * sizeof(int32_t),
+                       cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemsetAsync(&d->ctl->cursor[which], 0, sizeof(int64_t),
+                       d->compute));
+  }
+  b->set_n[which] = b->order_n[which] = n;
+  b->cursor[which] = 0;
+fail:
+  free(ident);
+  return rc;
+}
+
+int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx,
+                           int64_t n) {
+  int rc = 0;
+  if (!b || which < 0 || which > 1 || !idx || n < 0) return -EINVAL;
+  if (!b->set_n[which] || n > b->set_n[which]) {
+    cuda_set_error("set_order: %lld rows for a data set of %lld",
+                   (long long)n, (long long)b->set_n[which]);
+    return -EINVAL;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] < 0 || idx[i] >= b->set_n[which]) {
+      cuda_set_error("set_order: index %d at %lld is outside the data set",
+                     idx[i], (long long)i);
+      return -EINVAL;
+    }
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaMemcpyAsync(d->dorder[which], idx, (size_t)n * sizeof(int32_t),
+                       cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemsetAsync(&d->ctl->cursor[which], 0, sizeof(int64_t),
+                       d->compute));
+  }
+  b->order_n[which] = n;
+  b->cursor[which] = 0;
+fail:
+  return rc;
+}
+
+/* What one device runs for `rows` rows of set `which` starting at the
+ * cursor (+ first, its shard): everything on its compute stream, nothing
+ * that reads the host. Training stops before the all-reduce. */
+static int step_body(struct backend *b, struct cuda_dev *d, int phase,
+                     int first, int rows, int global) {
+  const struct model_layout *L = &b->L;
+  const int last = L->n_layers - 1, which = phase;
+  const float scale = (float)b->ndev / (float)global;
+  int rc = 0;
+  OPS(cuops_gather_u8(d->dpix[which], d->dlab[which], d->dorder[which],
+                      &d->ctl->cursor[which], first, rows, L->in_dim, d->x[0],
+                      d->y[0], d->compute));
+  rc = cuda_net_forward(b, d, 0, rows);
+  if (rc) goto fail;
+  OPS(cuops_xent(d->out[last], d->y[0], d->row_loss, d->row_correct,
+                 phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows,
+                 L->n_classes, scale, d->compute));
+  OPS(cuops_xent_sums(d->row_loss, d->row_correct, rows, d->sum_loss,
+                      d->sum_correct, d->compute));
+  OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[which],
+                       &d->ctl->acc_correct[which], &d->ctl->nonfinite[which],
+                       d->compute));
+  if (phase == CUDA_PHASE_TRAIN) rc = cuda_net_backward(b, d, 0, rows);
+fail:
+  return rc;
+}
+
+/* The rest of a step after the all-reduce: the update and the cursor. */
+static int step_tail(struct backend *b, struct cuda_dev *d, int phase,
+                     int global) {
+  int rc = 0;
+  if (phase == CUDA_PHASE_TRAIN) {
+    rc = optim_step(b, d);
+    if (rc) goto fail;
+  }
+  OPS(cuops_tick(&d->ctl->cursor[phase], global, d->compute));
+fail:
+  return rc;
+}
+
+/* The instantiated graph of (phase, rows) on device d, captured now if it
+ * is missing or its buffers have moved since. */
+static int graph_for(struct backend *b, struct cuda_dev *d, int phase,
+                     int rows, cudaGraphExec_t *out) {
+  int rc = 0, slot = -1;
+  cudaGraph_t g = NULL;
+  for (int i = 0; i < d->n_graphs; i++)
+    if (d->graph[i].phase == phase && d->graph[i].rows == rows) {
+      if (d->graph[i].gen == b->mem_gen) {
+        *out = d->graph[i].exec;
+        return 0;
+      }
+      slot = i;
+    }
+  if (slot < 0) {
+    /* a full cache drops its oldest entry: shapes rarely change */
+    if (d->n_graphs == CUDA_MAX_GRAPHS) {
+      CU(cudaGraphExecDestroy(d->graph[0].exec));
+      memmove(&d->graph[0], &d->graph[1],
+              (CUDA_MAX_GRAPHS - 1) * sizeof(d->graph[0]));
+      d->n_graphs--;
+    }
+    slot = d->n_graphs++;
+    d->graph[slot] = (struct cuda_graph){phase, rows, -1, NULL};
+  } else if (d->graph[slot].exec) {
+    cudaGraphExec_t old = d->graph[slot].exec;
+    d->graph[slot].exec = NULL;
+    CU(cudaGraphExecDestroy(old));
+  }
+  CU(cudaStreamBeginCapture(d->compute, cudaStreamCaptureModeThreadLocal));
+  rc = step_body(b, d, phase, 0, rows, rows);
+  if (!rc) rc = step_tail(b, d, phase, rows);
+  {
+    /* capture always ends, also after a failed call inside it */
+    cudaError_t e = cudaStreamEndCapture(d->compute, &g);
+    if (!rc && e != cudaSuccess) {
+      rc = cuda_fail("cudaStreamEndCapture", e, __FILE__, __LINE__);
+      goto fail;
+    }
+    if (rc) goto fail;
+  }
+  CU(cudaGraphInstantiate(&d->graph[slot].exec, g, 0));
+  d->graph[slot].gen = b->mem_gen;
+  *out = d->graph[slot].exec;
+fail:
+  if (g) cudaGraphDestroy(g);
+  if (rc) cudaGetLastError();
+  return rc;
+}
+
+/* One step of `rows` rows of set `which` on every device. */
+static int run_step(struct backend *b, int phase, int n) {
+  int rc = 0;
+  if (b->use_graphs) {
+    struct cuda_dev *d = &b->dev[0];
+    cudaGraphExec_t exec = NULL;
+    CU(cudaSetDevice(d->id));
+    rc = graph_for(b, d, phase, n, &exec);
+    if (rc) goto fail;
+    CU(cudaGraphLaunch(exec, d->compute));
+    return 0;
+  }
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    int first, count;
+    gpu_plan_shard(n, b->ndev, i, &first, &count);
+    CU(cudaSetDevice(d->id));
+    if (count == 0) {
+      if (phase == CUDA_PHASE_TRAIN)
+        CU(cudaMemsetAsync(d->grads, 0,
+                           (size_t)b->plan.n_params * sizeof(float),
+                           d->compute));
+      continue;
+    }
+    rc = step_body(b, d, phase, first, count, n);
+    if (rc) goto fail;
+  }
+  if (phase == CUDA_PHASE_TRAIN && b->ndev > 1) {
+    NCCL(ncclGroupStart());
+    for (int i = 0; i < b->ndev; i++) {
+      ncclResult_t r = ncclAllReduce(
+          b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params, ncclFloat,
+          ncclAvg, b->dev[i].comm, b->dev[i].compute);
+      if (r != ncclSuccess) {
+        ncclGroupEnd();
+        rc = cuda_nccl_fail("ncclAllReduce", r, __FILE__, __LINE__);
+        goto fail;
+      }
+    }
+    NCCL(ncclGroupEnd());
+  }
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    rc = step_tail(b, d, phase, n);
+    if (rc) goto fail;
+  }
+fail:
+  return rc;
+}
+
+int backend_cuda_train_next(struct backend *b, int n) {
+  if (!b || n < 1 || n > b->max_batch) return -EINVAL;
+  if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch))
+    return b->broken;
+  if (b->cursor[0] + n > b->order_n[0]) {
+    cuda_set_error("train_next: %d rows past the end of the order (%lld of "
+                   "%lld used)",
+                   n, (long long)b->cursor[0], (long long)b->order_n[0]);
+    return -EINVAL;
+  }
+  int rc = 0;
+  if (b->oom_pending && n < b->max_batch && b->train_rows < n) {
+    rc = replan(b, n);
+    if (rc) return rc;
+  }
+  rc = cuda_mem_ensure_train(b, n);
+  if (rc) return rc;
+  rc = run_step(b, CUDA_PHASE_TRAIN, n);
+  if (rc) return rc;
+  b->cursor[0] += n;
+  b->step++;
+  b->acc_rows += n;
+  b->acc_steps++;
+  return 0;
+}
+
+int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows,
+                           int *nonfinite) {
+  if (!b || !loss_sum || !rows || !nonfinite) return -EINVAL;
+  if (b->broken) return b->broken;
+  double loss = 0.0;
+  int64_t right = 0;
+  int rc = read_ctl(b, &loss, &right, 0);
+  if (rc) return rc;
+  int bad = 0;
+  for (int i = 0; i < b->ndev; i++) bad |= b->h_ctl[i].nonfinite[0] != 0;
+  *loss_sum = loss;
+  *rows = b->acc_rows;
+  *nonfinite = bad;
+  b->acc_rows = 0;
+  b->acc_steps = 0;
+  return 0;
+}
+
+int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum,
+                              int64_t *correct) {
+  int rc = 0;
+  if (!b || which != 1 || !loss_sum || !correct) return -EINVAL;
+  if (b->broken) return b->broken;
+  if (!b->set_n[which]) {
+    cuda_set_error("evaluate_set: no data set %d on the device", which);
+    return -EINVAL;
+  }
+  const int64_t n = b->order_n[which];
+  for (int i = 0; i < b->ndev; i++) {
+    struct cuda_dev *d = &b->dev[i];
+    CU(cudaSetDevice(d->id));
+    CU(cudaMemsetAsync(&d->ctl->cursor[1], 0, sizeof(int64_t), d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_loss[1], 0, sizeof(double), d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_correct[1], 0, sizeof(int64_t),
+                       d->compute));
+  }
+  for (int64_t off = 0; off < n; off += b->eval_rows) {
+    int m = (int)(n - off < b->eval_rows ? n - off : b->eval_rows);
+    rc = run_step(b, CUDA_PHASE_EVAL, m);
+    if (rc) return rc;
+  }
+  b->cursor[1] = 0;
+  double loss = 0.0;
+  int64_t right = 0;
+  rc = read_ctl(b, &loss, &right, 1);
+  if (rc) return rc;
+  *loss_sum += loss;
+  *correct += right;
+  return 0;
+fail:
+  return rc;
+}
+
+int backend_cuda_counters(struct backend *b, int64_t *eval_rows,
+                          int *graphs) {
+  if (!b) return -EINVAL;
+  if (eval_rows) *eval_rows = b->eval_rows;
+  if (graphs) *graphs = b->use_graphs;
+  return 0;
 }
 
 const struct backend_ops backend_cuda_ops = {

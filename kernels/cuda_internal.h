@@ -63,6 +63,27 @@ void cuda_ops_fail(const char *call, const char *file, int line);
     }                                           \
   } while (0)
 
+/* Per-device counters the host reads only now and then ([0]: training,
+ * [1]: evaluation). Everything a captured step needs that changes from step
+ * to step lives here, on the device. */
+struct cuda_ctl {
+  int64_t cursor[2]; /* next position in the set's order */
+  int64_t step;      /* Adam's step count */
+  float bc[2];       /* Adam's bias corrections of this step */
+  double acc_loss[2];
+  int64_t acc_correct[2];
+  int32_t nonfinite[2];
+};
+
+/* One instantiated graph: a whole training step or evaluation chunk. */
+enum { CUDA_PHASE_TRAIN = 0, CUDA_PHASE_EVAL = 1 };
+#define CUDA_MAX_GRAPHS 8
+struct cuda_graph {
+  int phase, rows;
+  int64_t gen; /* the memory generation its pointers belong to */
+  cudaGraphExec_t exec;
+};
+
 struct dev_block {
   void *ptr;
   int64_t size;
@@ -94,6 +115,13 @@ struct cuda_dev {
   double *sum_loss;
   int32_t *sum_correct;
   void *workspace;
+  /* uint8 data sets ([0] training, [1] evaluation): pixels, labels, order */
+  struct dev_block data[2];
+  uint8_t *dpix[2], *dlab[2];
+  int32_t *dorder[2];
+  struct cuda_ctl *ctl; /* inside the evaluation arena's sums slot */
+  struct cuda_graph graph[CUDA_MAX_GRAPHS];
+  int n_graphs;
   /* state arena (first training step or optimiser-state restore) */
   float *grads, *opt;
   /* backward arena (first training step, sized for its batch) */
@@ -118,6 +146,13 @@ struct backend {
       *kept_params; /* the weights on the host while a re-plan is unfinished */
   int64_t step;
   int64_t limit_bytes;
+  int eval_rows;   /* evaluation chunk: max(max_batch, 256) unless capped */
+  int64_t mem_gen; /* bumped whenever a buffer moves: graphs are rebuilt */
+  int use_graphs;  /* one device and CTUNE_CUDA_GRAPHS is not 0 */
+  int64_t set_n[2], order_n[2], cursor[2]; /* host mirrors */
+  int64_t acc_rows; /* training rows since the last backend_cuda_take_loss */
+  int64_t acc_steps;
+  struct cuda_ctl *h_ctl; /* pinned, one per device */
   struct cuda_dev dev[CUDA_MAX_DEVICES];
   float *h_x[GPU_PLAN_SLOTS]; /* pinned staging of the global batch */
   uint8_t *h_y[GPU_PLAN_SLOTS];
@@ -133,6 +168,10 @@ void cuda_mem_arena_free(struct cuda_dev *d, struct dev_block *blk);
 int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d);
 int cuda_mem_ensure_state(struct backend *b, int n);
 int cuda_mem_ensure_train(struct backend *b, int n);
+
+/* cuda_graph.c-like helpers live in cuda_backend.c; cuda_mem.c frees every
+ * graph of a device whose buffers move. */
+void cuda_graphs_drop(struct backend *b);
 
 /* cuda_net.c: the model's passes on one device's compute stream. */
 int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n);

@@ -41,6 +41,7 @@ int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d,
     return cuda_fail("cudaMalloc", e, __FILE__, __LINE__);
   }
   blk->size = size;
+  b->mem_gen++; /* buffers moved: captured graphs must be rebuilt */
   return 0;
 }
 
@@ -88,8 +89,13 @@ int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
   if (p->flat) TAKE(&a, d->flat, p->flat * F);
   TAKE(&a, d->row_loss, n * F);
   TAKE(&a, d->row_correct, n * (int64_t)sizeof(int32_t));
-  TAKE(&a, d->sum_loss, 16); /* a double, then the int32 count after it */
+  /* a double, the int32 count after it, then the step's counters: the plan
+   * gives this slot 16 bytes rounded up to GPU_MEM_ALIGN, room for both */
+  _Static_assert(16 + sizeof(struct cuda_ctl) <= GPU_MEM_ALIGN,
+                 "struct cuda_ctl must fit the sums slot's alignment");
+  TAKE(&a, d->sum_loss, 16 + (int64_t)sizeof(struct cuda_ctl));
   d->sum_correct = (int32_t *)(d->sum_loss + 1);
+  d->ctl = (struct cuda_ctl *)((char *)d->sum_loss + 16);
   TAKE(&a, d->workspace, GPU_PLAN_BLAS_WORKSPACE);
   return 0;
 }

@@ -234,6 +234,55 @@ __global__ void k_fill(float *p, int64_t count, float value) {
   FOR_EACH(i, count) p[i] = value;
 }
 
+// The graph-friendly step's kernels (see cuda_ops.h).
+__global__ void k_gather_u8(const uint8_t *pix, const uint8_t *lab,
+                            const int32_t *order, const int64_t *cursor,
+                            int first, int n, int64_t dim, float *x,
+                            uint8_t *y) {
+  const int64_t base = *cursor + first;
+  FOR_EACH(i, (int64_t)n * dim) {
+    int64_t r = i / dim, j = i - r * dim;
+    int64_t img = order[base + r];
+    // the trainer's normalisation (trainer/data.c), bit for bit
+    x[i] = ((float)pix[img * dim + j] / 255.0f - 0.5f) / 0.5f;
+    if (j == 0) y[r] = lab[img];
+  }
+}
+
+__global__ void k_tick(int64_t *ctr, int64_t add) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) ctr[0] += add;
+}
+
+__global__ void k_adam_bias(int64_t *step, float beta1, float beta2,
+                            float *bc) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    int64_t t = ++step[0];
+    bc[0] = (float)(1.0 - pow((double)beta1, (double)t));
+    bc[1] = (float)(1.0 - pow((double)beta2, (double)t));
+  }
+}
+
+__global__ void k_adam_dev(float *p, float *m, float *v, const float *g,
+                           int64_t count, float lr, float beta1, float beta2,
+                           float eps, float wd, const float *bc) {
+  const float bc1 = bc[0], bc2 = bc[1];
+  FOR_EACH(i, count) {
+    p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, wd,
+                          bc1, bc2);
+  }
+}
+
+__global__ void k_accumulate(const double *sum_loss, const int32_t *sum_correct,
+                             double *acc_loss, int64_t *acc_correct,
+                             int32_t *nonfinite) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    double l = *sum_loss;
+    acc_loss[0] += l;
+    acc_correct[0] += *sum_correct;
+    if (!isfinite(l)) nonfinite[0] = 1;
+  }
+}
+
 extern "C" {
 
 int cuops_im2col(const float *in, float *col, int n, int c, int h, int w, int k,
@@ -336,6 +385,40 @@ int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
   CUOPS_LAUNCH(k_adam, grid_for(count), s, p, m, v, g, count, lr, beta1, beta2,
                eps, weight_decay, bc1, bc2);
   return launched("adam");
+}
+
+int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab,
+                    const int32_t *order, const int64_t *cursor, int first,
+                    int n, int64_t dim, float *x, uint8_t *y, cudaStream_t s) {
+  if (n <= 0 || dim <= 0) return 0;
+  CUOPS_LAUNCH(k_gather_u8, grid_for((int64_t)n * dim), s, pix, lab, order,
+               cursor, first, n, dim, x, y);
+  return launched("gather_u8");
+}
+
+int cuops_tick(int64_t *ctr, int64_t add, cudaStream_t s) {
+  CUOPS_LAUNCH(k_tick, 1, s, ctr, add);
+  return launched("tick");
+}
+
+int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count,
+                   float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int64_t *step, float *bc,
+                   cudaStream_t s) {
+  CUOPS_LAUNCH(k_adam_bias, 1, s, step, beta1, beta2, bc);
+  int rc = launched("adam_bias");
+  if (rc || count <= 0) return rc;
+  CUOPS_LAUNCH(k_adam_dev, grid_for(count), s, p, m, v, g, count, lr, beta1,
+               beta2, eps, weight_decay, bc);
+  return launched("adam_dev");
+}
+
+int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct,
+                     double *acc_loss, int64_t *acc_correct,
+                     int32_t *nonfinite, cudaStream_t s) {
+  CUOPS_LAUNCH(k_accumulate, 1, s, sum_loss, sum_correct, acc_loss,
+               acc_correct, nonfinite);
+  return launched("accumulate");
 }
 
 int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {

@@ -69,6 +69,32 @@ int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
                float lr, float beta1, float beta2, float eps,
                float weight_decay, float bc1, float bc2, cudaStream_t s);
 
+/* ---- the graph-friendly step: nothing below reads a host value that
+ * changes from step to step, so one captured graph replays every step. */
+
+/* Gathers n rows of a uint8 data set on the device: row i of the batch is
+ * image order[*cursor + first + i] (pix: images of dim bytes, lab: labels),
+ * normalised as the trainer's data sets are ((p/255 - 0.5)/0.5) into x, its
+ * label into y. */
+int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab,
+                    const int32_t *order, const int64_t *cursor, int first,
+                    int n, int64_t dim, float *x, uint8_t *y, cudaStream_t s);
+/* ctr[0] += add (one thread): the gather cursor, the optimiser step. */
+int cuops_tick(int64_t *ctr, int64_t add, cudaStream_t s);
+/* Adam with its step counter on the device: *step += 1, then the bias
+ * corrections 1 - beta^step (computed in double, as the host does) and the
+ * update of cuops_adam. */
+int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count,
+                   float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int64_t *step, float *bc,
+                   cudaStream_t s);
+/* The running sums a host reads only now and then: acc_loss[0] += *sum_loss,
+ * acc_correct[0] += *sum_correct, and nonfinite[0] = 1 once a batch's loss
+ * is NaN or infinite. One thread. */
+int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct,
+                     double *acc_loss, int64_t *acc_correct,
+                     int32_t *nonfinite, cudaStream_t s);
+
 /* Fills count floats with value (tests poison outputs with NaN). */
 int cuops_fill(float *p, int64_t count, float value, cudaStream_t s);
 

@@ -109,10 +109,17 @@ static void run_queued(void *p) {
   delete f;
 }
 
-/* A launch is queued on its stream like any other work (mock_cuda.c). */
+static void *clone_queued(const void *p) {
+  return new std::function<void()>(*static_cast<const std::function<void()> *>(p));
+}
+static void drop_queued(void *p) { delete static_cast<std::function<void()> *>(p); }
+
+/* A launch is queued on its stream like any other work (mock_cuda.c), or
+ * recorded into the graph a capturing stream builds. */
 template <class F>
 static void enqueue(cudaStream_t s, F f) {
-  mock_cuda_enqueue(s, run_queued, new std::function<void()>(f));
+  mock_cuda_enqueue_clone(s, run_queued, new std::function<void()>(f),
+                          clone_queued, drop_queued);
 }
 }  // namespace emu
 

@@ -21,8 +21,10 @@ struct op {
   struct op *next;
 };
 #define MAX_STREAMS 256
+struct CUgraph_st; /* below: a captured list of calls */
 struct CUstream_st {
   int dev;
+  struct CUgraph_st *capturing; /* between BeginCapture and EndCapture */
   struct op *head, *tail;
   long enqueued, done; /* ops ever queued / run */
   int running;
@@ -49,6 +51,7 @@ struct block {
 static struct block blocks[MAX_ALLOCS];
 static int n_blocks;
 static int n_devices = -1, cur_dev;
+static struct mock_cuda_counts counts;
 static long calls, fail_at, live_objects;
 static cudaError_t last_err = cudaSuccess;
 
@@ -56,6 +59,7 @@ void mock_cuda_set_devices(int n) { n_devices = n; }
 void mock_cuda_fail_at(long k) { fail_at = k > 0 ? calls + k : 0; }
 long mock_cuda_calls(void) { return calls; }
 long mock_cuda_live(void) { return n_blocks + live_objects; }
+void mock_cuda_get_counts(struct mock_cuda_counts *out) { *out = counts; }
 
 static int devices(void) {
   if (n_devices < 0) {
@@ -142,7 +146,91 @@ static void run_everything(void) {
   for (int i = 0; i < n_streams; i++) run_all(streams[i]);
 }
 
+/* ---- graphs ----------------------------------------------------------
+ * A capturing stream records each call (its function and a pristine copy of
+ * its arguments) instead of queueing it; a launch of the instantiated graph
+ * queues a fresh copy of every recorded call, in order, on the stream. */
+struct gnode {
+  void (*fn)(void *);
+  void *arg; /* the template: never run, cloned at each launch */
+  void *(*clone)(const void *);
+  void (*destroy)(void *);
+};
+struct CUgraph_st {
+  int dev;
+  struct gnode *node;
+  int n, cap;
+};
+struct CUgraphExec_st {
+  struct CUgraph_st g; /* a copy: the graph may be destroyed first */
+};
+
+static const void *last_args; /* what mock_cuda_args handed out last */
+static size_t last_args_size;
+static size_t clone_size;
+static void *clone_args(const void *a) { return mock_cuda_args(a, clone_size); }
+
+static void queue_op(cudaStream_t s, void (*fn)(void *), void *arg) {
+  struct op *o = malloc(sizeof(*o));
+  if (!o) die("%s: out of host memory", "enqueue", 0, 0);
+  *o = (struct op){fn, arg, NULL};
+  if (s->tail) s->tail->next = o;
+  else s->head = o;
+  s->tail = o;
+  s->enqueued++;
+  if (s->eager) run_all(s);
+}
+
+/* clone NULL: plain arguments from mock_cuda_args, kept with their size in
+ * front and copied by size at each launch. */
+static void graph_add(struct CUgraph_st *g, void (*fn)(void *), void *arg,
+                      void *(*clone)(const void *), void (*destroy)(void *)) {
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 64;
+    struct gnode *nn = realloc(g->node, (size_t)cap * sizeof(*nn));
+    if (!nn) die("%s: out of host memory", "graph", 0, 0);
+    g->node = nn;
+    g->cap = cap;
+  }
+  struct gnode *q = &g->node[g->n++];
+  *q = (struct gnode){fn, arg, clone, destroy ? destroy : free};
+  if (!clone) {
+    if (arg != last_args)
+      die("%s: captured call without copyable arguments (%ld, %ld)", "graph",
+          0, 0);
+    size_t *t = malloc(sizeof(size_t) + last_args_size);
+    if (!t) die("%s: out of host memory", "graph", 0, 0);
+    t[0] = last_args_size;
+    memcpy(t + 1, arg, last_args_size);
+    free(arg);
+    q->arg = t;
+    q->destroy = free;
+  }
+}
+
+void mock_cuda_enqueue_clone(cudaStream_t s, void (*fn)(void *), void *arg,
+                             void *(*clone)(const void *),
+                             void (*destroy)(void *)) {
+  if (s && s->capturing) {
+    if (!clone) die("%s: no clone function (%ld, %ld)", "capture", 0, 0);
+    graph_add(s->capturing, fn, arg, clone, destroy);
+    return;
+  }
+  counts.submits++;
+  if (!s) {
+    run_everything();
+    fn(arg);
+    return;
+  }
+  queue_op(s, fn, arg);
+}
+
 void mock_cuda_enqueue(cudaStream_t s, void (*fn)(void *), void *arg) {
+  if (s && s->capturing) {
+    graph_add(s->capturing, fn, arg, NULL, NULL);
+    return;
+  }
+  counts.submits++;
   if (!s) { /* the legacy default stream: the work runs now */
     run_everything();
     fn(arg);
@@ -159,10 +247,129 @@ void mock_cuda_enqueue(cudaStream_t s, void (*fn)(void *), void *arg) {
 }
 
 void *mock_cuda_args(const void *src, size_t size) {
-  void *p = malloc(size);
+  void *p = malloc(size ? size : 1);
   if (!p) die("%s: out of host memory", "args", 0, 0);
   memcpy(p, src, size);
+  last_args = p;
+  last_args_size = size;
   return p;
+}
+
+static void on_stream_not_capturing(cudaStream_t s, const char *what) {
+  if (s && s->capturing)
+    die("%s: not allowed while the stream is capturing (%ld, %ld)", what, 0, 0);
+}
+
+static void no_capture_anywhere(const char *what) {
+  for (int i = 0; i < n_streams; i++)
+    on_stream_not_capturing(streams[i], what);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s,
+                                   enum cudaStreamCaptureMode mode) {
+  (void)mode;
+  if (mock_cuda_failing()) return cudaErrorUnknown;
+  if (!s) return cudaErrorStreamCaptureUnsupported;
+  on_current(s->dev, "cudaStreamBeginCapture");
+  if (s->capturing) return cudaErrorIllegalState;
+  s->capturing = calloc(1, sizeof(*s->capturing));
+  if (!s->capturing) return cudaErrorMemoryAllocation;
+  s->capturing->dev = s->dev;
+  live_objects++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  /* not a failure point: capture always ends, and the graph is handed back */
+  if (!s || !s->capturing) return cudaErrorIllegalState;
+  *g = s->capturing;
+  s->capturing = NULL;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s,
+                                  enum cudaStreamCaptureStatus *st) {
+  *st = s && s->capturing ? cudaStreamCaptureStatusActive
+                          : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+static void graph_free_nodes(struct CUgraph_st *g) {
+  for (int i = 0; i < g->n; i++) g->node[i].destroy(g->node[i].arg);
+  free(g->node);
+}
+
+static void *node_clone(const struct gnode *q) {
+  if (q->clone) return q->clone(q->arg);
+  const size_t *t = q->arg;
+  clone_size = t[0];
+  return clone_args(t + 1);
+}
+
+/* The executable copy owns its own templates. */
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g,
+                                 unsigned long long flags) {
+  (void)flags;
+  if (mock_cuda_failing()) return cudaErrorUnknown;
+  struct CUgraphExec_st *x = calloc(1, sizeof(*x));
+  if (!x) return cudaErrorMemoryAllocation;
+  x->g.dev = g->dev;
+  x->g.n = x->g.cap = g->n;
+  x->g.node = calloc((size_t)(g->n ? g->n : 1), sizeof(struct gnode));
+  if (!x->g.node) {
+    free(x);
+    return cudaErrorMemoryAllocation;
+  }
+  for (int i = 0; i < g->n; i++) {
+    struct gnode *q = &g->node[i], *c = &x->g.node[i];
+    *c = *q;
+    if (q->clone) {
+      c->arg = q->clone(q->arg);
+    } else {
+      const size_t *t = q->arg;
+      size_t *u = malloc(sizeof(size_t) + t[0]);
+      if (!u) die("%s: out of host memory", "graph", 0, 0);
+      memcpy(u, t, sizeof(size_t) + t[0]);
+      c->arg = u;
+    }
+  }
+  *e = x;
+  live_objects++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  if (mock_cuda_failing()) return cudaErrorUnknown;
+  if (!s) return cudaErrorInvalidResourceHandle;
+  on_current(s->dev, "cudaGraphLaunch");
+  on_stream_not_capturing(s, "cudaGraphLaunch");
+  if (e->g.dev != s->dev)
+    die("%s: graph of device %ld launched on a stream of %ld", "cudaGraphLaunch",
+        e->g.dev, s->dev);
+  counts.graph_launches++;
+  counts.submits++;
+  for (int i = 0; i < e->g.n; i++) {
+    struct gnode *q = &e->g.node[i];
+    queue_op(s, q->fn, node_clone(q));
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  if (!g) return cudaSuccess;
+  graph_free_nodes(g);
+  free(g);
+  live_objects--;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  if (!e) return cudaSuccess;
+  run_everything(); /* a launched graph's work finishes first */
+  graph_free_nodes(&e->g);
+  free(e);
+  live_objects--;
+  return cudaSuccess;
 }
 
 /* ---- CUDA runtime ---------------------------------------------------- */
@@ -196,7 +403,10 @@ const char *cudaGetErrorString(cudaError_t e) {
   }
 }
 
+static void no_capture_anywhere(const char *what);
+
 static cudaError_t alloc(void **p, size_t size, int dev) {
+  no_capture_anywhere("cudaMalloc");
   if (mock_cuda_failing()) return cudaErrorMemoryAllocation;
   if (n_blocks == MAX_ALLOCS) die("%s: too many allocations", "alloc", 0, 0);
   size_t rounded = (size + 255) / 256 * 256;
@@ -210,6 +420,7 @@ static cudaError_t alloc(void **p, size_t size, int dev) {
 
 static cudaError_t release(void *p, int want_dev) {
   if (!p) return cudaSuccess;
+  no_capture_anywhere("cudaFree");
   run_everything();
   for (int i = 0; i < n_blocks; i++)
     if (blocks[i].p == p) {
@@ -270,11 +481,17 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
   } else {
     die("%s: unexpected copy kind %ld", "cudaMemcpyAsync", (long)kind, 0);
   }
+  if (pageable && s && s->capturing)
+    die("%s: pageable host memory in a captured copy (%ld, %ld)",
+        "cudaMemcpyAsync", 0, 0);
   struct copy_args a = {dst, src, n, NULL};
   if (pageable && kind == cudaMemcpyHostToDevice)
     a.staged = mock_cuda_args(src, n ? n : 1);
   mock_cuda_enqueue(s, run_copy, mock_cuda_args(&a, sizeof(a)));
-  if (pageable && kind == cudaMemcpyDeviceToHost && s) run_all(s);
+  if (pageable && kind == cudaMemcpyDeviceToHost && s) {
+    counts.syncs++; /* the host waits for a pageable download */
+    run_all(s);
+  }
   return cudaSuccess;
 }
 
@@ -340,6 +557,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (mock_cuda_failing()) return cudaErrorUnknown;
+  on_stream_not_capturing(s, "cudaStreamSynchronize");
+  counts.syncs++;
   run_all(s);
   return cudaSuccess;
 }
@@ -386,6 +605,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (mock_cuda_failing()) return cudaErrorUnknown;
+  counts.syncs++;
   if (e->s) run_until(e->s, e->pos);
   return cudaSuccess;
 }
@@ -398,6 +618,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t cudaDeviceSynchronize(void) {
   if (mock_cuda_failing()) return cudaErrorUnknown;
+  no_capture_anywhere("cudaDeviceSynchronize");
+  counts.syncs++;
   run_everything();
   return cudaSuccess;
 }

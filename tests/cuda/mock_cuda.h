@@ -27,6 +27,15 @@ long mock_cuda_calls(void);
 /* Allocations, pinned blocks, streams, events, handles and communicators
  * still alive. */
 long mock_cuda_live(void);
+/* What the backend asked of the "GPU": submits counts every piece of work
+ * handed to a stream from the host (a kernel launch, a cuBLAS call, a copy,
+ * a memset, a wait; a graph launch counts once, not its calls), syncs every
+ * host wait (stream, event or device synchronisation, a pageable download).
+ * Calls recorded into a graph by stream capture count nothing. */
+struct mock_cuda_counts {
+  long submits, graph_launches, syncs;
+};
+void mock_cuda_get_counts(struct mock_cuda_counts *out);
 /* A violated rule (out-of-range pointer, wrong device, a lone rank's
  * all-reduce, ...) aborts the test with a message. */
 
@@ -37,6 +46,12 @@ void mock_cuda_dev_range(const void *p, size_t bytes, const char *what);
 void mock_cuda_on_stream(cudaStream_t s, const char *what);
 /* Queues fn(arg) on stream s (NULL: runs it now); fn frees arg. */
 void mock_cuda_enqueue(cudaStream_t s, void (*fn)(void *), void *arg);
+/* As mock_cuda_enqueue for arguments not made by mock_cuda_args: clone
+ * copies them for each launch of a graph that captured the call, destroy
+ * frees a copy that never ran. */
+void mock_cuda_enqueue_clone(cudaStream_t s, void (*fn)(void *), void *arg,
+                             void *(*clone)(const void *),
+                             void (*destroy)(void *));
 /* A heap copy of size bytes at src, for a queued call's arguments. */
 void *mock_cuda_args(const void *src, size_t size);
 

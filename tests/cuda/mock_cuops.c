@@ -3,6 +3,7 @@
  * its allocation when launched, every launch a fault-injection point, and the
  * work queued on its stream like a real launch. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -372,4 +373,119 @@ int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {
   struct fill_args a = {p, count, value};
   mock_cuda_dev_range(p, (size_t)count * F, "fill");
   LAUNCH(s, run_fill, a);
+}
+
+/* ---- the graph-friendly step ---------------------------------------- */
+
+struct gather_args {
+  const uint8_t *pix, *lab;
+  const int32_t *order;
+  const int64_t *cursor;
+  int first, n;
+  int64_t dim;
+  float *x;
+  uint8_t *y;
+};
+
+static void run_gather(void *arg) {
+  struct gather_args *a = arg;
+  const int64_t base = *a->cursor + a->first;
+  for (int r = 0; r < a->n; r++) {
+    int64_t img = a->order[base + r];
+    for (int64_t j = 0; j < a->dim; j++)
+      a->x[r * a->dim + j] = ((float)a->pix[img * a->dim + j] / 255.0f - 0.5f) / 0.5f;
+    a->y[r] = a->lab[img];
+  }
+  free(a);
+}
+
+int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab,
+                    const int32_t *order, const int64_t *cursor, int first,
+                    int n, int64_t dim, float *x, uint8_t *y, cudaStream_t s) {
+  struct gather_args a = {pix, lab, order, cursor, first, n, dim, x, y};
+  if (n <= 0 || dim <= 0) return 0;
+  mock_cuda_dev_range(cursor, sizeof(int64_t), "gather_u8 cursor");
+  mock_cuda_dev_range(order, sizeof(int32_t), "gather_u8 order");
+  mock_cuda_dev_range(x, (size_t)n * dim * F, "gather_u8 x");
+  mock_cuda_dev_range(y, (size_t)n, "gather_u8 y");
+  LAUNCH(s, run_gather, a);
+}
+
+struct tick_args {
+  int64_t *ctr;
+  int64_t add;
+};
+
+static void run_tick(void *arg) {
+  struct tick_args *a = arg;
+  a->ctr[0] += a->add;
+  free(a);
+}
+
+int cuops_tick(int64_t *ctr, int64_t add, cudaStream_t s) {
+  struct tick_args a = {ctr, add};
+  mock_cuda_dev_range(ctr, sizeof(int64_t), "tick");
+  LAUNCH(s, run_tick, a);
+}
+
+struct adam_dev_args {
+  float *p, *m, *v;
+  const float *g;
+  int64_t count;
+  float lr, beta1, beta2, eps, wd;
+  int64_t *step;
+  float *bc;
+};
+
+static void run_adam_dev(void *arg) {
+  struct adam_dev_args *a = arg;
+  int64_t t = ++a->step[0];
+  a->bc[0] = (float)(1.0 - pow(a->beta1, (double)t));
+  a->bc[1] = (float)(1.0 - pow(a->beta2, (double)t));
+  for (int64_t i = 0; i < a->count; i++)
+    a->p[i] = ct_adam_update(a->p[i], &a->m[i], &a->v[i], a->g[i], a->lr,
+                             a->beta1, a->beta2, a->eps, a->wd, a->bc[0], a->bc[1]);
+  free(a);
+}
+
+int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count,
+                   float lr, float beta1, float beta2, float eps,
+                   float weight_decay, int64_t *step, float *bc,
+                   cudaStream_t s) {
+  struct adam_dev_args a = {p, m, v, g, count, lr, beta1, beta2, eps,
+                            weight_decay, step, bc};
+  mock_cuda_dev_range(step, sizeof(int64_t), "adam_dev step");
+  mock_cuda_dev_range(bc, 2 * F, "adam_dev bc");
+  mock_cuda_dev_range(p, (size_t)count * F, "adam_dev p");
+  mock_cuda_dev_range(m, (size_t)count * F, "adam_dev m");
+  mock_cuda_dev_range(v, (size_t)count * F, "adam_dev v");
+  mock_cuda_dev_range(g, (size_t)count * F, "adam_dev g");
+  LAUNCH(s, run_adam_dev, a);
+}
+
+struct acc_args {
+  const double *sum_loss;
+  const int32_t *sum_correct;
+  double *acc_loss;
+  int64_t *acc_correct;
+  int32_t *nonfinite;
+};
+
+static void run_acc(void *arg) {
+  struct acc_args *a = arg;
+  a->acc_loss[0] += a->sum_loss[0];
+  a->acc_correct[0] += a->sum_correct[0];
+  if (!isfinite(a->sum_loss[0])) a->nonfinite[0] = 1;
+  free(a);
+}
+
+int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct,
+                     double *acc_loss, int64_t *acc_correct,
+                     int32_t *nonfinite, cudaStream_t s) {
+  struct acc_args a = {sum_loss, sum_correct, acc_loss, acc_correct, nonfinite};
+  mock_cuda_dev_range(sum_loss, sizeof(double), "accumulate sum_loss");
+  mock_cuda_dev_range(acc_loss, sizeof(double), "accumulate acc_loss");
+  mock_cuda_dev_range(acc_correct, sizeof(int64_t), "accumulate acc_correct");
+  mock_cuda_dev_range(nonfinite, sizeof(int32_t), "accumulate nonfinite");
+  LAUNCH(s, run_acc, a);
 }
