@@ -469,7 +469,14 @@ static int cuda_peak_mem_mb(struct backend *b, double *out) {
   int64_t peak = 0;
   for (int i = 0; i < b->ndev; i++)
     if (b->dev[i].mem.peak > peak) peak = b->dev[i].mem.peak;
-  *out = (double)peak / (double)MIB;
+  double mib = (double)peak / (double)MIB;
+  /* The driver's figure for this process (context, cuBLAS, NCCL and the
+   * arenas) when NVML gives one: what a fraction of a GPU must hold. */
+  for (int i = 0; i < b->ndev; i++) {
+    double d = cuda_mem_driver_mib(b->dev[i].id);
+    if (d > b->driver_mib) b->driver_mib = d;
+  }
+  *out = b->driver_mib > mib ? b->driver_mib : mib;
   return 0;
 }
 

@@ -152,6 +152,7 @@ struct backend {
   int64_t set_n[2], order_n[2], cursor[2]; /* host mirrors */
   int64_t acc_rows; /* training rows since the last backend_cuda_take_loss */
   int64_t acc_steps;
+  double driver_mib; /* largest per-process figure NVML gave, MiB */
   struct cuda_ctl *h_ctl; /* pinned, one per device */
   struct cuda_dev dev[CUDA_MAX_DEVICES];
   float *h_x[GPU_PLAN_SLOTS]; /* pinned staging of the global batch */
@@ -172,6 +173,11 @@ int cuda_mem_ensure_train(struct backend *b, int n);
 /* cuda_graph.c-like helpers live in cuda_backend.c; cuda_mem.c frees every
  * graph of a device whose buffers move. */
 void cuda_graphs_drop(struct backend *b);
+
+/* MiB this process holds on CUDA device dev as the driver (NVML) counts
+ * it, context included; -1 when NVML is missing or does not list us (under
+ * MPS the server process holds the memory). */
+double cuda_mem_driver_mib(int dev);
 
 /* cuda_net.c: the model's passes on one device's compute stream. */
 int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n);

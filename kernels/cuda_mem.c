@@ -1,8 +1,11 @@
 /* The CUDA backend's device memory: three arenas per GPU from the capped
  * allocator (gpu_mem.h), carved in gpu_plan.c's order, the out-of-memory
  * message, and the training arenas that come with the first step. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "cuda_internal.h"
 
@@ -207,4 +210,47 @@ int cuda_mem_ensure_train(struct backend *b, int n) {
   if (!rc) rc = ensure_backward(b, n);
   if (rc == -ENOMEM) b->oom_pending = 1;
   return rc;
+}
+
+/* ---- what the driver says we hold ------------------------------------
+ * NVML (dlopen'ed: no link dependency) lists each process's device memory:
+ * the CUDA context, cuBLAS's and NCCL's own allocations and our arenas
+ * together. CTUNE_NVML_LIB names another library (tests: a fake). */
+struct nvml_proc_v3 {
+  unsigned pid;
+  unsigned long long used;
+  unsigned gpu_instance, compute_instance;
+};
+
+double cuda_mem_driver_mib(int dev) {
+  const char *lib = getenv("CTUNE_NVML_LIB");
+  void *h = dlopen(lib && *lib ? lib : "libnvidia-ml.so.1",
+                   RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -1.0;
+  int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+  int (*shut)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");
+  int (*by_bus)(const char *, void **) =
+      (int (*)(const char *, void **))dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+  int (*procs)(void *, unsigned *, struct nvml_proc_v3 *) =
+      (int (*)(void *, unsigned *, struct nvml_proc_v3 *))dlsym(
+          h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  double mib = -1.0;
+  char bus[32];
+  if (init && shut && by_bus && procs &&
+      cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess &&
+      init() == 0) {
+    void *nd = NULL;
+    struct nvml_proc_v3 list[64];
+    unsigned n = 64;
+    if (by_bus(bus, &nd) == 0 && procs(nd, &n, list) == 0) {
+      const unsigned me = (unsigned)getpid();
+      for (unsigned i = 0; i < n && i < 64; i++)
+        if (list[i].pid == me)
+          mib = (double)list[i].used / (double)MIB;
+    }
+    shut();
+  }
+  cudaGetLastError();
+  dlclose(h);
+  return mib;
 }

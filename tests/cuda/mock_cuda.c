@@ -388,6 +388,12 @@ cudaError_t cudaSetDevice(int dev) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev) {
+  if (dev < 0 || dev >= devices()) return cudaErrorInvalidDevice;
+  snprintf(bus, (size_t)len, "00000000:%02X:00.0", 0x10 + dev);
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = last_err;
   last_err = cudaSuccess;

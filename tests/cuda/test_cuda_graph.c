@@ -328,6 +328,36 @@ START_TEST(divergence_is_reported) {
 }
 END_TEST
 
+#ifdef FAKE_NVML_PATH
+/* gpu_mem_mb is what the driver says this process holds (context and all)
+ * when NVML lists it, never less than the arenas; without NVML, the arenas. */
+START_TEST(gpu_mem_from_the_driver) {
+  int64_t np;
+  float *p0 = init_params(&mlp, &np);
+  struct backend *b = make(&mlp, &sgd, 1, 1, p0);
+  double arenas = 0, mb = 0;
+  setenv("CTUNE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
+  ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &arenas), 0);
+  ck_assert(arenas > 1 && arenas < 100);
+  setenv("CTUNE_NVML_LIB", FAKE_NVML_PATH, 1);
+  setenv("FAKE_NVML_USED_MB", "700", 1);
+  ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+  ck_assert_msg(mb == 700.0, "gpu_mem_mb %.1f, the driver says 700", mb);
+  setenv("FAKE_NVML_USED_MB", "1", 1); /* a peak stays a peak */
+  ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+  ck_assert(mb == 700.0);
+  backend_cuda_ops.destroy(b);
+  b = make(&mlp, &sgd, 1, 1, p0);
+  ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+  ck_assert(mb == arenas); /* the driver's 1 MiB is below the arenas */
+  unsetenv("CTUNE_NVML_LIB");
+  unsetenv("FAKE_NVML_USED_MB");
+  backend_cuda_ops.destroy(b);
+  free(p0);
+}
+END_TEST
+#endif
+
 static long session_calls;
 
 /* One session of the fast path; the first failure's code, 0 if none. */
@@ -394,6 +424,9 @@ int main(void) {
   tcase_add_test(tc, two_devices_match_the_graph);
   tcase_add_test(tc, evaluation_chunks_one_wait);
   tcase_add_test(tc, divergence_is_reported);
+#ifdef FAKE_NVML_PATH
+  tcase_add_test(tc, gpu_mem_from_the_driver);
+#endif
   /* orchestration only: the kernel loops are enough (and quick) */
   if (!getenv("CTUNE_TEST_SMALL")) tcase_add_test(tc, every_failure_is_reported);
   suite_add_tcase(s, tc);
