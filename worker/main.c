@@ -35,6 +35,9 @@ static const char usage[] =
     "  --cpus LIST|N        CPU ids to use (\"0-3,6\") or the first N allowed (default all)\n"
     "  --gpus LIST|N        GPU ids or count (default: detected via NVML/libcuda)\n"
     "  --gpu-mem-mb N       memory per GPU given with --gpus (default 16384)\n"
+    "  --mps                start or join a CUDA MPS daemon (pipes and logs under the\n"
+    "                       work dir) so trials sharing a GPU run at once, each capped\n"
+    "                       at its share (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n"
     "  --memory-mb N        host memory to offer (default: MemTotal)\n"
     "  --work-dir D         trial dirs and the outbox (default ./ctune-worker.<name>)\n"
     "  --name NAME          worker name (default: host name)\n"
@@ -243,7 +246,8 @@ int main(int argc, char **argv) {
 
   enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
          O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP,
-         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV, O_CAFILE };
+         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV, O_CAFILE, O_MPS };
+  int use_mps = 0;
   static const struct option longopts[] = {
       {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
       {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
@@ -259,6 +263,7 @@ int main(int argc, char **argv) {
       {"allow-command", required_argument, 0, O_ALLOWCMD},
       {"pass-env", required_argument, 0, O_PASSENV},
       {"ca-file", required_argument, 0, O_CAFILE},
+      {"mps", no_argument, 0, O_MPS},
       {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
   int c;
@@ -293,6 +298,7 @@ int main(int argc, char **argv) {
         http_set_ca_file(optarg);
         break;
       case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
+      case O_MPS: use_mps = 1; break;
       case O_HELP: fputs(usage, stdout); return 0;
       default:
         fprintf(stderr, "ctune-worker: unknown or incomplete option '%s'\n%s", argv[optind - 1], usage);
@@ -387,6 +393,13 @@ int main(int argc, char **argv) {
     free(token);
     isolate_free(&iso);
     return 1;
+  }
+  char mps_err[512];
+  if (use_mps && gpu_mps_start(o.work_dir, mps_err, sizeof mps_err) < 0) {
+    fprintf(stderr, "ctune-worker: --mps: %s\n", mps_err);
+    free(token);
+    isolate_free(&iso);
+    return 2;
   }
   {
     /* The outbox holds argv and results of trials: the worker's alone. */

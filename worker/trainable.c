@@ -1,5 +1,6 @@
 /* argv/env builder for builtin (ctune-train) and command trainables. */
 #include "trainable.h"
+#include "gpu.h"
 #include "jsonout.h"
 
 #include <ctype.h>
@@ -339,6 +340,14 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
     free(num);
     if (asprintf(&num, "%ld", ctx->gpu_mem_limit_mb) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
     if ((rc = env_set(&env, "CTUNE_GPU_MEM_LIMIT_MB", num)) < 0) goto fail;
+  }
+  if (ctx->cuda_visible && *ctx->cuda_visible && gpu_mps_pipe_dir()) { /* --mps */
+    char lim[64];
+    if ((rc = env_set(&env, "CUDA_MPS_PIPE_DIRECTORY", gpu_mps_pipe_dir())) < 0 ||
+        (rc = env_set(&env, "CUDA_MPS_LOG_DIRECTORY", gpu_mps_log_dir())) < 0 ||
+        (gpu_mps_mem_limit(ctx->gpu_mem_limit_mb, lim, sizeof lim) == 1 &&
+         (rc = env_set(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", lim)) < 0))
+      goto fail;
   }
   if (!cwd && !(cwd = strdup(ctx->trial_dir))) { rc = -ENOMEM; goto fail; }
   /* --allow-command: the program as the trial's PATH finds it must be one of
