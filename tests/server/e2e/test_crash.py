@@ -47,7 +47,8 @@ def run(s, ids, steps, decisions, crash_at=None):
             crashed = True
             c = http.client.HTTPConnection(s.host, s.port, timeout=10)
             c.request("POST", "/api/v1/trials/%d/results" % tid, json.dumps(body),
-                      {"X-Ctune-Lease": s.leases[tid]})
+                      {"X-Ctune-Lease": s.leases[tid], "Content-Type": "application/json",
+                       "Authorization": "Bearer " + s.token})
             s.kill(signal.SIGKILL)  # the reply may or may not have been sent
             c.close()
             s.start()
@@ -96,6 +97,7 @@ def test_concurrent_acks_survive_kill9(sig=signal.SIGKILL):
     acked = []
     lock = threading.Lock()
     stop = threading.Event()
+    errors = []
 
     def poster(tid):
         c = http.client.HTTPConnection(s.host, s.port, timeout=10)
@@ -105,8 +107,14 @@ def test_concurrent_acks_survive_kill9(sig=signal.SIGKILL):
             try:
                 c.request("POST", "/api/v1/trials/%d/results" % tid,
                           json.dumps({"training_iteration": t, "loss": 1.0 / t}),
-                          {"X-Ctune-Lease": s.leases[tid]})
+                          {"X-Ctune-Lease": s.leases[tid], "Content-Type": "application/json",
+                           "Authorization": "Bearer " + s.token})
                 r = c.getresponse()
+                if r.status not in (200, 503):
+                    # anything else (401, 415...) would never count as an
+                    # ack: fail now instead of waiting for 800 forever
+                    errors.append((r.status, r.read()))
+                    return
                 r.read()
                 if r.status == 200:
                     with lock:
@@ -121,6 +129,8 @@ def test_concurrent_acks_survive_kill9(sig=signal.SIGKILL):
         with lock:
             if len(acked) >= 800:
                 break
+        assert not errors, "a poster got %s" % (errors[:1],)
+        assert any(th.is_alive() for th in threads), "every poster stopped early"
         stop.wait(0.01)
     if sig == signal.SIGKILL:
         s.kill(sig)

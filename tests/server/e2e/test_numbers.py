@@ -129,6 +129,9 @@ def test_through_a_worker_and_a_trial():
     e = s.ok("POST", "/api/v1/experiments", cfg, status=201)
     w = subprocess.Popen([os.path.join(BIN_DIR, "ctune-worker"), "--server",
                           "http://%s:%d" % (s.host, s.port), "--cpus", "2", "--memory-mb", "1024",
+                          # tokens by default: the server made <db>.tokens, the
+                          # worker registers with its worker= line
+                          "--token-file", s.db + ".tokens",
                           "--work-dir", os.path.join(d, "w"), "--poll-ms", "100", "--no-cgroup"],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "w.log"), "wb"))
     try:

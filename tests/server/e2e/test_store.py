@@ -217,6 +217,8 @@ def test_change_queued_behind_a_refused_one_is_retried():
     out = {}
 
     def send(name, method, path, body, headers):
+        # tokens by default: these raw requests carry the admin token too
+        headers = dict(headers, Authorization="Bearer " + s.token)
         c = http.client.HTTPConnection(s.host, s.port, timeout=30)
         c.request(method, path, body, headers)
         r = c.getresponse()
