@@ -124,9 +124,12 @@ def body(env):
     env.finish_workers()
 
     # 3. started again on the same work dir: joins the daemon there
-    env.start_worker("mps", "--cpus", "1", "--mps", "--train-bin", wrapper,
-                     env=e)
+    w2 = env.start_worker("mps", "--cpus", "1", "--mps", "--train-bin", wrapper,
+                          env=e)
     wait_for(lambda: sum(1 for _ in open(calls)) >= 2, 10, "the join query")
+    # up and running (its stop handler too) before the harness stops it
+    wait_for(lambda: "registered with" in w2.log() or "resuming as worker" in w2.log(),
+             15, "the worker's registration")
     with open(calls) as f:
         mps = [json.loads(l) for l in f]
     assert [c["argv"] for c in mps] == [["-d"], []], mps
