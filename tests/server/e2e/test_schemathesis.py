@@ -55,7 +55,8 @@ def main():
         return 77
     d = tmpdir()
     tokens = os.path.join(d, "tokens")
-    with open(tokens, "w") as f:
+    # 0600: the server refuses a group/other-readable token file
+    with os.fdopen(os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write("admin=%s\nworker=%s\n" % (ADMIN, WORKER))
     s = Server(args=["--token-file", tokens], token=ADMIN)
     seed(s)
