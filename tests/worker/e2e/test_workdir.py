@@ -18,7 +18,9 @@ def body(env):
     log_path = os.path.join(env.tmp, "worker-rel.log")
     with open(log_path, "w") as log:
         p = subprocess.Popen([os.path.join(env.bin, "ctune-worker"), "--server", env.url,
-                              "--name", "rel", "--work-dir", "rel-work", "--poll-ms", "200"],
+                              "--name", "rel", "--work-dir", "rel-work", "--poll-ms", "200",
+                              # tokens by default: the worker token registers it
+                              "--token-file", env.token_file],
                              cwd=env.tmp, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     env.procs.append(Proc(p, log_path, "worker rel"))
