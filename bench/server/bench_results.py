@@ -16,6 +16,11 @@ usage: bench_results.py BIN_DIR [--trials 2000] [--connections 16]
 side: two servers, their wrk runs alternating, one table at the end;
 --baseline BIN_DIR adds an older build to the same alternation.
 
+Credentials (bench_auth.py): the admin token from <db>.tokens for the
+experiment and /metrics, the worker token to register, and the per-worker
+secret of the registration reply for leases and results (wrk sends it with
+X-Ctune-Lease). An older build makes no token file: nothing is sent.
+
 With --repeat N the wrk run is repeated N times on the same server (each run
 continues the time values) and the median run is reported as well, because
 on a shared machine single runs vary a lot.
@@ -31,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from bench_auth import bearer, read_tokens, register
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,6 +66,9 @@ class Bench:
                                     stderr=open(os.path.join(self.tmp, "server.log"), "w"))
         line = self.srv.stdout.readline().decode().strip()
         self.port = int(line.rsplit(":", 1)[1])
+        # tokens by default: the admin token for experiments and metrics, the
+        # worker token to register, the worker's own secret for its results
+        self.tokens = read_tokens(self.db)
         self.c = http.client.HTTPConnection("127.0.0.1", self.port)
         cfg = {"name": "bench", "metric": "loss", "mode": "min", "num_samples": a.trials,
                "seed": 1, "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 0.1}},
@@ -66,18 +76,21 @@ class Bench:
                "trainable": {"type": "command", "argv": ["true"]}}
         st, _ = self.call("POST", "/api/v1/experiments", cfg)
         assert st == 201
-        st, b = self.call("POST", "/api/v1/workers", {"name": "bench", "resources": {"cpu": a.trials}})
-        self.wid = json.loads(b)["id"]
+        self.wid, self.secret = register(self.call, self.tokens, "bench", {"cpu": a.trials})
         attempts = set()
         for _ in range(a.trials):
-            st, b = self.call("POST", "/api/v1/workers/%d/lease" % self.wid, {})
-            assert st == 200
+            st, b = self.call("POST", "/api/v1/workers/%d/lease" % self.wid, {},
+                              bearer(self.secret))
+            assert st == 200, (st, b)
             attempts.add(json.loads(b)["trial"].get("attempt", 1))
         assert attempts == {1}, attempts  # one fence for all: W:1
         self.lease = "%d:1" % self.wid
 
-    def call(self, method, path, body):
-        self.c.request(method, path, json.dumps(body))
+    def call(self, method, path, body, headers=None):
+        """headers replace the admin token (another credential)."""
+        h = {"Content-Type": "application/json"}
+        h.update(headers if headers is not None else bearer(self.tokens.get("admin")))
+        self.c.request(method, path, json.dumps(body), h)
         r = self.c.getresponse()
         return r.status, r.read()
 
@@ -87,6 +100,9 @@ class Bench:
         env = dict(os.environ, CTUNE_FIRST_TRIAL="1", CTUNE_NUM_TRIALS=str(a.trials),
                    CTUNE_WRK_THREADS=str(a.threads), CTUNE_T_OFFSET=str(k * 10 ** 7),
                    CTUNE_LEASE=self.lease)
+        env.pop("CTUNE_TOKEN", None)
+        if self.secret:
+            env["CTUNE_TOKEN"] = self.secret  # results.lua: Authorization: Bearer
         out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
                               "-d%ds" % a.duration, "--latency", "-s",
                               os.path.join(HERE, "results.lua"), "http://127.0.0.1:%d" % self.port],
@@ -109,7 +125,7 @@ class Bench:
         requests = sum(r[1] for r in runs)
         bad = sum(r[2] for r in runs)
         self.med = med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-        self.c.request("GET", "/metrics")
+        self.c.request("GET", "/metrics", headers=bearer(self.tokens.get("admin")))
         metrics = self.c.getresponse().read().decode()
         received = int(re.search(r"ctune_results_received_total (\d+)", metrics).group(1))
         batches = int(re.search(r"ctune_commit_batches_total (\d+)", metrics).group(1))

@@ -20,6 +20,11 @@ import tempfile
 import threading
 import time
 
+from bench_auth import bearer, read_tokens, register
+
+# The admin token of the server under test ({} for an older build: none sent).
+TOKENS = {}
+
 
 def rss_mb(pid):
     out = {}
@@ -49,7 +54,12 @@ class Srv:
 
 
 def call(c, method, path, body=None, headers=None):
-    c.request(method, path, json.dumps(body) if body is not None else None, headers or {})
+    """headers with an Authorization replace the admin token."""
+    h = bearer(TOKENS.get("admin"))
+    if body is not None:
+        h["Content-Type"] = "application/json"
+    h.update(headers or {})
+    c.request(method, path, json.dumps(body) if body is not None else None, h)
     r = c.getresponse()
     return r.status, r.read()
 
@@ -77,6 +87,7 @@ def main():
     log = open(os.path.join(tmp, "server.log"), "w")
     db = os.path.join(tmp, "scale.db")
     srv = Srv(a.bin_dir, db, log)
+    TOKENS.update(read_tokens(db))  # tokens by default; the same after the restart
     ok = True
     try:
         c = srv.conn()
@@ -88,12 +99,13 @@ def main():
         st, b = call(c, "POST", "/api/v1/experiments", cfg)
         assert st == 201, b
         print("create %d trials: %.2f s" % (a.trials, time.time() - t0))
-        st, b = call(c, "POST", "/api/v1/workers", {"name": "scale", "resources": {"cpu": a.trials}})
-        wid = json.loads(b)["id"]
+        wid, secret = register(lambda m, p, b, h: call(c, m, p, b, h), TOKENS, "scale",
+                               {"cpu": a.trials})
+        as_worker = bearer(secret)  # the worker's own secret (none: older build)
         t0 = time.time()
         for _ in range(a.trials):
-            st, _ = call(c, "POST", "/api/v1/workers/%d/lease" % wid, {})
-            assert st == 200
+            st, r = call(c, "POST", "/api/v1/workers/%d/lease" % wid, {}, as_worker)
+            assert st == 200, r
         print("lease %d trials: %.2f s" % (a.trials, time.time() - t0))
 
         def poster(k):
@@ -104,7 +116,7 @@ def main():
                             "accuracy": 0.5 + t * 0.01, "time_total_s": t * 1.5}
                     # every trial was leased once, by this worker: attempt 1
                     st, r = call(cc, "POST", "/api/v1/trials/%d/results" % tid, body,
-                                 {"X-Ctune-Lease": "%d:1" % wid})
+                                 dict(as_worker, **{"X-Ctune-Lease": "%d:1" % wid}))
                     assert st == 200, r
 
         t0 = time.time()

@@ -2,8 +2,10 @@
 -- disjoint range of trial ids and walks training_iteration upwards, so every
 -- request is a new (trial, time value): each one is stored and committed,
 -- none is answered from the idempotency index.
--- Environment: CTUNE_FIRST_TRIAL, CTUNE_NUM_TRIALS, CTUNE_TOKEN, CTUNE_LEASE
--- (optional: the X-Ctune-Lease fence, "W:A").
+-- Environment: CTUNE_FIRST_TRIAL, CTUNE_NUM_TRIALS, CTUNE_LEASE (optional:
+-- the X-Ctune-Lease fence, "W:A"), CTUNE_TOKEN (optional: the worker's own
+-- secret from its registration reply, sent as Authorization: Bearer; the
+-- shared worker token only registers; unset for an older build without tokens).
 local first = tonumber(os.getenv("CTUNE_FIRST_TRIAL") or "1")
 local ntrials = tonumber(os.getenv("CTUNE_NUM_TRIALS") or "1000")
 local token = os.getenv("CTUNE_TOKEN")
