@@ -80,4 +80,10 @@ __attribute__((visibility("default"))) const struct cuda_plugin
         .last_error = plugin_last_error,
         .device_count = backend_cuda_device_count,
         .probe = plugin_probe,
+        .loss_every = BACKEND_CUDA_LOSS_EVERY,
+        .set_data = backend_cuda_set_data,
+        .set_order = backend_cuda_set_order,
+        .train_next = backend_cuda_train_next,
+        .take_loss = backend_cuda_take_loss,
+        .evaluate_set = backend_cuda_evaluate_set,
 };

@@ -8,6 +8,7 @@
 #define CTUNE_TRAINER_CUDA_PLUGIN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 
@@ -15,7 +16,8 @@
 extern "C" {
 #endif
 
-#define CUDA_PLUGIN_ABI 1
+/* 2: the fast steps (set_data .. evaluate_set) joined the table. */
+#define CUDA_PLUGIN_ABI 2
 #define CUDA_PLUGIN_SYMBOL "ctune_cuda_plugin"
 /* The file ctune-train looks for in <exe dir>/../lib and <exe dir>. */
 #ifndef CUDA_PLUGIN_FILE
@@ -37,6 +39,19 @@ struct cuda_plugin {
    * -ENOMEM when the context itself does not fit (a smaller batch would not
    * help, so --oom-retry must not retry it). */
   int (*probe)(int gpus);
+  /* Fast steps (kernels/cuda_backend.h has the contract): the data set on
+   * the device as uint8, the order once per epoch, one replay per step with
+   * the loss kept on the device, read every loss_every steps. */
+  int loss_every; /* BACKEND_CUDA_LOSS_EVERY */
+  int (*set_data)(struct backend *, int which, const uint8_t *pix,
+                  const uint8_t *labels, int64_t n);
+  int (*set_order)(struct backend *, int which, const int32_t *idx,
+                   int64_t n);
+  int (*train_next)(struct backend *, int n);
+  int (*take_loss)(struct backend *, double *loss_sum, int64_t *rows,
+                   int *nonfinite);
+  int (*evaluate_set)(struct backend *, int which, double *loss_sum,
+                      int64_t *correct);
 };
 
 /* Loader (trainer/cuda_load.c). The file name defaults to CUDA_PLUGIN_FILE;

@@ -3,6 +3,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,15 +179,38 @@ const char *data_default_dir(int kind) {
 
 void data_free(struct dataset *d) {
   if (!d) return;
-  free(d->x);
+  free(d->pix);
   free(d->y);
-  d->x = NULL;
+  d->pix = NULL;
   d->y = NULL;
   d->n = 0;
 }
 
 static inline float norm_pixel(uint8_t p) {
   return ((float)p / 255.0f - 0.5f) / 0.5f;
+}
+
+/* 256 entries computed by norm_pixel itself, so gathered batches hold the
+ * same bits as the float images the loaders used to keep. */
+static float norm_table[256];
+static pthread_once_t norm_once = PTHREAD_ONCE_INIT;
+
+static void norm_table_init(void) {
+  for (int p = 0; p < 256; p++) norm_table[p] = norm_pixel((uint8_t)p);
+}
+
+void data_normalise(const uint8_t *pix, int64_t count, float *out) {
+  pthread_once(&norm_once, norm_table_init);
+  for (int64_t i = 0; i < count; i++) out[i] = norm_table[pix[i]];
+}
+
+void data_gather(const struct dataset *d, const int32_t *idx, int64_t n,
+                 float *x, uint8_t *y) {
+  const int64_t dim = (int64_t)d->c * d->h * d->w;
+  for (int64_t i = 0; i < n; i++) {
+    data_normalise(d->pix + (int64_t)idx[i] * dim, dim, x + i * dim);
+    y[i] = d->y[idx[i]];
+  }
 }
 
 /* First existing of name.gz and name in dir. */
@@ -234,15 +258,15 @@ static int load_idx(const char *dir, int test, int64_t limit,
   }
   if (limit > 0 && limit < n) n = limit;
   const int64_t d = (int64_t)h * w;
-  out->x = malloc(sizeof(float) * (size_t)(n * d));
+  out->pix = malloc((size_t)(n * d));
   out->y = malloc((size_t)n);
-  if (!out->x || !out->y) {
+  if (!out->pix || !out->y) {
     data_free(out);
     snprintf(err, errlen, "out of memory loading %s", ipath);
     rc = -ENOMEM;
     goto out;
   }
-  for (int64_t i = 0; i < n * d; i++) out->x[i] = norm_pixel(pix[i]);
+  memcpy(out->pix, pix, (size_t)(n * d));
   memcpy(out->y, lab, (size_t)n);
   out->n = n;
   out->c = 1;
@@ -289,8 +313,8 @@ static int load_cifar(const char *dir, int test, int64_t limit,
     if (limit > 0 && n + cnt > limit) cnt = limit - n;
     if (n + cnt > cap) {
       int64_t ncap = n + cnt;
-      float *nx = realloc(out->x, sizeof(float) * (size_t)(ncap * d));
-      if (nx) out->x = nx;
+      uint8_t *nx = realloc(out->pix, (size_t)(ncap * d));
+      if (nx) out->pix = nx;
       uint8_t *ny = realloc(out->y, (size_t)ncap);
       if (ny) out->y = ny;
       if (!nx || !ny) {
@@ -304,8 +328,7 @@ static int load_cifar(const char *dir, int test, int64_t limit,
     for (int64_t i = 0; i < cnt; i++) {
       const uint8_t *rec = buf + i * (1 + d);
       out->y[n + i] = rec[0];
-      float *x = out->x + (n + i) * d;
-      for (int64_t k = 0; k < d; k++) x[k] = norm_pixel(rec[1 + k]);
+      memcpy(out->pix + (n + i) * d, rec + 1, (size_t)d);
     }
     n += cnt;
     free(buf);

@@ -20,8 +20,10 @@
 
 static const char *const model_name[] = {"mlp", "cnn"};
 
-/* Images per evaluate call; backends split it by their own capacity. */
-#define EVAL_CHUNK 65536
+/* Images normalised and handed to evaluate per call at most (the host keeps
+ * data sets as uint8: 2048 28x28 images are 6.4 MB of floats, CIFAR's 25
+ * MB); backends split it further by their own capacity. */
+#define EVAL_CHUNK 2048
 
 const char *train_backends_built(void) {
   return cuda_plugin_built() ? "cpu, cuda" : "cpu";
@@ -173,10 +175,17 @@ struct run {
   struct dataset train, test;
   int32_t *split;   /* n: shuffled indices; [0, n_train) train, rest val */
   int32_t *perm;    /* n_train: this epoch's order */
-  float *val_x, *bx, *params, *state;
-  uint8_t *val_y, *by;
+  struct dataset val; /* the validation rows of train, as uint8 */
+  float *ex, *bx, *params, *state; /* ex: one normalised EVAL_CHUNK */
+  uint8_t *by;
   const struct backend_ops *ops;
   struct backend *be;
+  /* CUDA fast steps: the training file is set 0 on the device, the
+   * validation rows set 1; steps send no data and wait for nothing. The
+   * first step of a run is fed from the host (fast_tried 0): it sizes the
+   * training buffers for the batch, so the data set goes to the device only
+   * where it fits beside them and never pushes --oom-retry's batch down. */
+  int fast, fast_tried;
 };
 
 static void run_free(struct run *r) {
@@ -185,39 +194,87 @@ static void run_free(struct run *r) {
   data_free(&r->test);
   free(r->split);
   free(r->perm);
-  free(r->val_x);
+  data_free(&r->val);
+  free(r->ex);
   free(r->bx);
   free(r->params);
   free(r->state);
-  free(r->val_y);
   free(r->by);
 }
 
-static void gather(const struct dataset *d, const int32_t *idx, int64_t n,
-                   float *x, uint8_t *y) {
-  const int64_t dim = (int64_t)d->c * d->h * d->w;
-  for (int64_t i = 0; i < n; i++) {
-    memcpy(x + i * dim, d->x + (int64_t)idx[i] * dim, sizeof(float) * dim);
-    y[i] = d->y[idx[i]];
-  }
-}
-
-/* Evaluates n images in chunks of at most chunk, returning mean loss and
- * accuracy. */
+/* Evaluates the images of d in chunks of EVAL_CHUNK, normalised into ex,
+ * returning mean loss and accuracy. */
 static int eval_set(const struct backend_ops *ops, struct backend *be,
-                    const float *x, const uint8_t *y, int64_t n, int64_t dim,
-                    int chunk, double *loss, double *acc) {
+                    const struct dataset *d, float *ex, double *loss,
+                    double *acc) {
+  const int64_t n = d->n, dim = (int64_t)d->c * d->h * d->w;
   double ls = 0.0;
   int64_t ok = 0;
-  for (int64_t off = 0; off < n; off += chunk) {
-    int m = (int)(n - off < chunk ? n - off : chunk);
+  for (int64_t off = 0; off < n; off += EVAL_CHUNK) {
+    int m = (int)(n - off < EVAL_CHUNK ? n - off : EVAL_CHUNK);
     int c = 0;
-    int rc = ops->evaluate(be, x + off * dim, y + off, m, &ls, &c);
+    data_normalise(d->pix + off * dim, m * dim, ex);
+    int rc = ops->evaluate(be, ex, d->y + off, m, &ls, &c);
     if (rc) return rc;
     ok += c;
   }
   *loss = ls / (double)n;
   *acc = (double)ok / (double)n;
+  return 0;
+}
+
+/* The validation rows as a data set of their own (uint8, as the file). */
+static int split_val(const struct dataset *d, const int32_t *idx, int64_t n,
+                     struct dataset *out) {
+  const int64_t dim = (int64_t)d->c * d->h * d->w;
+  *out = *d;
+  out->n = n;
+  out->pix = malloc((size_t)(n * dim));
+  out->y = malloc((size_t)n);
+  if (!out->pix || !out->y) {
+    data_free(out);
+    return -ENOMEM;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    memcpy(out->pix + i * dim, d->pix + (int64_t)idx[i] * dim, (size_t)dim);
+    out->y[i] = d->y[idx[i]];
+  }
+  return 0;
+}
+
+/* Uploads the training file (set 0) and the validation rows (set 1) for
+ * the CUDA backend's fast steps. A data set that does not fit the device
+ * (or its cap) is not an error: the steps are then fed from the host. */
+static int fast_setup(struct run *r, char *err, size_t errlen) {
+  int rc = cuda->set_data(r->be, 0, r->train.pix, r->train.y, r->train.n);
+  if (!rc)
+    rc = cuda->set_data(r->be, 1, r->val.pix, r->val.y, r->val.n);
+  if (rc == -ENOMEM) {
+    log_warn("cuda: the data set does not fit on the device (%s): steps are "
+             "fed from the host",
+             backend_why(r->ops, rc));
+    return 0;
+  }
+  if (rc) {
+    snprintf(err, errlen, "cannot put the data set on the device: %s",
+             backend_why(r->ops, rc));
+    return exit_for_errno(rc);
+  }
+  /* host-fed steps also sum their losses on the device: drop those (the
+   * loop already counted them) so take_loss starts from this point */
+  double sum = 0.0;
+  int64_t rows = 0;
+  int nonfinite = 0;
+  rc = cuda->take_loss(r->be, &sum, &rows, &nonfinite);
+  if (rc) {
+    snprintf(err, errlen, "cannot read the device's loss: %s",
+             backend_why(r->ops, rc));
+    return exit_for_errno(rc);
+  }
+  r->fast = 1;
+  log_info("cuda: data set on the device, one graph replay per step, loss "
+           "read every %d steps",
+           cuda->loss_every);
   return 0;
 }
 
@@ -360,6 +417,45 @@ out:
   return ret;
 }
 
+/* Sends the rest of this epoch's order, from sample pos on. */
+static int fast_order(struct run *r, int64_t pos, int64_t n_train, char *err,
+                      size_t errlen) {
+  int rc = cuda->set_order(r->be, 0, r->perm + pos, n_train - pos);
+  if (rc) {
+    snprintf(err, errlen, "cannot send the sample order: %s",
+             backend_why(r->ops, rc));
+    return exit_for_errno(rc);
+  }
+  return 0;
+}
+
+/* Adds the losses summed on the device since the last read to the epoch's
+ * sums; a non-finite one is a divergence somewhere in samples [from, pos). */
+static int fast_take_loss(const struct train_config *cfg, struct run *r,
+                          struct loop_state *s, int64_t from, char *err,
+                          size_t errlen) {
+  double sum = 0.0;
+  int64_t rows = 0;
+  int nonfinite = 0;
+  int rc = cuda->take_loss(r->be, &sum, &rows, &nonfinite);
+  if (rc) {
+    snprintf(err, errlen, "training step failed at epoch %lld: %s",
+             (long long)s->epoch + 1, backend_why(r->ops, rc));
+    return exit_for_errno(rc);
+  }
+  if (nonfinite || !isfinite(sum)) {
+    snprintf(err, errlen,
+             "loss is NaN or infinite at epoch %lld, between samples %lld and "
+             "%lld (lr %g): training diverged",
+             (long long)s->epoch + 1, (long long)from, (long long)s->pos,
+             cfg->lr);
+    return TRAIN_EXIT_DIVERGED;
+  }
+  s->train_loss_sum += sum;
+  s->train_count += rows;
+  return 0;
+}
+
 int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
               FILE *out, char *err, size_t errlen) {
   struct run r;
@@ -417,13 +513,14 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   /* the split is a pure function of the seed, so a resumed run rebuilds it */
   r.split = malloc(sizeof(int32_t) * (size_t)n_total);
   r.perm = malloc(sizeof(int32_t) * (size_t)n_train);
-  r.val_x = malloc(sizeof(float) * (size_t)(n_val * dim));
-  r.val_y = malloc((size_t)n_val);
+  const int64_t n_eval_max = n_val > r.test.n ? n_val : r.test.n;
+  const int64_t eval_chunk = n_eval_max < EVAL_CHUNK ? n_eval_max : EVAL_CHUNK;
+  r.ex = malloc(sizeof(float) * (size_t)(eval_chunk * dim));
   r.bx = malloc(sizeof(float) * (size_t)((int64_t)bs * dim));
   r.by = malloc((size_t)bs);
   r.params = malloc(sizeof(float) * (size_t)L.n_params);
   r.state = malloc(sizeof(float) * (size_t)n_state);
-  if (!r.split || !r.perm || !r.val_x || !r.val_y || !r.bx || !r.by ||
+  if (!r.split || !r.perm || !r.ex || !r.bx || !r.by ||
       !r.params || !r.state) {
     snprintf(err, errlen, "out of memory for %lld images", (long long)n_total);
     ret = TRAIN_EXIT_OOM;
@@ -436,7 +533,11 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   for (int64_t i = 0; i < n_total; i++) r.split[i] = (int32_t)i;
   rng_shuffle(&split_rng, r.split, n_total);
   memcpy(r.perm, r.split, sizeof(int32_t) * (size_t)n_train);
-  gather(&r.train, r.split + n_train, n_val, r.val_x, r.val_y);
+  if (split_val(&r.train, r.split + n_train, n_val, &r.val) != 0) {
+    snprintf(err, errlen, "out of memory for %lld images", (long long)n_total);
+    ret = TRAIN_EXIT_OOM;
+    goto out;
+  }
 
   int bs_reduced = 0;
   ret = open_backend(cfg, &ms, &os, &bs, &bs_reduced, &r.ops, &r.be, err,
@@ -454,6 +555,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
                  errlen);
     if (ret) goto out;
   }
+  r.fast_tried = !(cuda && r.ops == cuda->ops);
   log_info("%s on %s: %lld train, %lld val%s, %lld params, batch %d, %s backend",
            model_name[cfg->model], dir, (long long)n_train, (long long)n_val,
            cfg->test ? ", test" : "", (long long)L.n_params, bs, r.ops->name);
@@ -471,15 +573,27 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       s.train_count = 0;
     }
     int stopped = 0;
+    /* fast steps: the rest of this epoch's order goes to the device once;
+     * losses are summed there and read every loss_every steps (pending) */
+    int pending = 0;
+    int64_t pending_from = s.pos;
+    if (r.fast) {
+      ret = fast_order(&r, s.pos, n_train, err, errlen);
+      if (ret) goto out;
+    }
     while (s.pos < n_train) {
       int m = (int)(n_train - s.pos < bs ? n_train - s.pos : bs);
       if (m < bs && cfg->drop_last) {
         s.pos = n_train;
         break;
       }
-      gather(&r.train, r.perm + s.pos, m, r.bx, r.by);
       float loss = 0.0f;
-      rc = r.ops->train_step(r.be, r.bx, r.by, m, &loss);
+      if (r.fast) {
+        rc = cuda->train_next(r.be, m);
+      } else {
+        data_gather(&r.train, r.perm + s.pos, m, r.bx, r.by);
+        rc = r.ops->train_step(r.be, r.bx, r.by, m, &loss);
+      }
       if (rc == -ENOMEM && cfg->oom_retry && bs > 1) {
         bs /= 2;
         bs_reduced = 1;
@@ -510,13 +624,36 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
         ret = TRAIN_EXIT_DIVERGED;
         goto out;
       }
-      s.train_loss_sum += (double)loss * m;
-      s.train_count += m;
       s.pos += m;
+      if (r.fast) {
+        /* read at the latest every loss_every steps, at the epoch's end and
+         * before a stop (the checkpoint holds the sums) */
+        if (++pending < cuda->loss_every && s.pos < n_train && !*stop)
+          continue;
+        ret = fast_take_loss(cfg, &r, &s, pending_from, err, errlen);
+        if (ret) goto out;
+        pending = 0;
+        pending_from = s.pos;
+      } else {
+        s.train_loss_sum += (double)loss * m;
+        s.train_count += m;
+        if (!r.fast_tried) {
+          r.fast_tried = 1;
+          ret = fast_setup(&r, err, errlen);
+          if (!ret && r.fast)
+            ret = fast_order(&r, s.pos, n_train, err, errlen);
+          if (ret) goto out;
+          pending_from = s.pos;
+        }
+      }
       if (*stop) {
         stopped = 1;
         break;
       }
+    }
+    if (pending) { /* drop_last ended the epoch early */
+      ret = fast_take_loss(cfg, &r, &s, pending_from, err, errlen);
+      if (ret) goto out;
     }
     double t_train = clock_mono_s() - t0;
     s.epoch_train_time_s += t_train;
@@ -526,11 +663,17 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       break;
     }
     double vloss, vacc, tloss = 0.0, tacc = 0.0;
-    rc = eval_set(r.ops, r.be, r.val_x, r.val_y, n_val, dim, EVAL_CHUNK,
-                  &vloss, &vacc);
+    if (r.fast) {
+      double ls = 0.0;
+      int64_t ok = 0;
+      rc = cuda->evaluate_set(r.be, 1, &ls, &ok);
+      vloss = ls / (double)n_val;
+      vacc = (double)ok / (double)n_val;
+    } else {
+      rc = eval_set(r.ops, r.be, &r.val, r.ex, &vloss, &vacc);
+    }
     if (!rc && cfg->test)
-      rc = eval_set(r.ops, r.be, r.test.x, r.test.y, r.test.n, dim, EVAL_CHUNK,
-                    &tloss, &tacc);
+      rc = eval_set(r.ops, r.be, &r.test, r.ex, &tloss, &tacc);
     if (rc) {
       snprintf(err, errlen, "evaluation failed: %s", backend_why(r.ops, rc));
       ret = exit_for_errno(rc);

@@ -96,3 +96,29 @@ static int stub_create(const struct model_spec *m, const struct optim_spec *o,
 
 const struct backend_ops backend_cuda_ops = {.name = "cuda",
                                              .create = stub_create};
+
+/* The fast steps (plugin ABI 2): never reached, create always fails. */
+int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix,
+                          const uint8_t *labels, int64_t n) {
+  (void)b, (void)which, (void)pix, (void)labels, (void)n;
+  return -EIO;
+}
+int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx,
+                           int64_t n) {
+  (void)b, (void)which, (void)idx, (void)n;
+  return -EIO;
+}
+int backend_cuda_train_next(struct backend *b, int n) {
+  (void)b, (void)n;
+  return -EIO;
+}
+int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows,
+                           int *nonfinite) {
+  (void)b, (void)loss_sum, (void)rows, (void)nonfinite;
+  return -EIO;
+}
+int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum,
+                              int64_t *correct) {
+  (void)b, (void)which, (void)loss_sum, (void)correct;
+  return -EIO;
+}

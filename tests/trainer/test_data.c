@@ -32,8 +32,18 @@ START_TEST(idx_gz_roundtrip_and_normalisation) {
   /* recompute pixel 0 of image 0 and check (p/255 - 0.5)/0.5 */
   size_t len, llen;
   uint8_t *lab, *img = tu_idx_images(30, 6, 5, &len, &lab, &llen);
-  for (int k = 0; k < 30 * 30; k += 37)
-    ck_assert(fabsf(d.x[k] - ((img[16 + k] / 255.0f - 0.5f) / 0.5f)) < 1e-6f);
+  /* pixels are kept as stored (uint8); a gathered batch is normalised */
+  ck_assert_int_eq(memcmp(d.pix, img + 16, 30 * 30), 0);
+  int32_t idx[3] = {4, 0, 29};
+  float x[3 * 30];
+  uint8_t y[3];
+  data_gather(&d, idx, 3, x, y);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(y[i], idx[i] % 10);
+    for (int k = 0; k < 30; k++)
+      ck_assert(x[i * 30 + k] ==
+                ((img[16 + idx[i] * 30 + k] / 255.0f - 0.5f) / 0.5f));
+  }
   free(img);
   free(lab);
   data_free(&d);
@@ -110,7 +120,7 @@ START_TEST(idx_truncated_gzip_is_an_error) {
   int rc = data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, err, sizeof(err));
   ck_assert_msg(rc == -EIO || rc == -EINVAL, "rc %d", rc);
   ck_assert_msg(strstr(err, "train-images-idx3-ubyte.gz") != NULL, "%s", err);
-  ck_assert_ptr_null(d.x);
+  ck_assert_ptr_null(d.pix);
   free(img);
   free(lab);
 }
@@ -155,7 +165,13 @@ START_TEST(cifar_batches) {
   ck_assert_int_eq(d.h, 32);
   ck_assert_int_eq(d.y[5], 1);
   /* image 5 (batch 2, record 1), channel 0 pixel 3 = (1 + 3) & 0xff */
-  ck_assert(fabsf(d.x[5 * 3072 + 3] - ((4 / 255.0f - 0.5f) / 0.5f)) < 1e-6f);
+  ck_assert_int_eq(d.pix[5 * 3072 + 3], 4);
+  int32_t five = 5;
+  float x5[3072];
+  uint8_t y5;
+  data_gather(&d, &five, 1, x5, &y5);
+  ck_assert(x5[3] == (4 / 255.0f - 0.5f) / 0.5f);
+  ck_assert_int_eq(y5, 1);
   data_free(&d);
   ck_assert_int_eq(data_load(DATA_CIFAR10, dir, 0, 6, &d, err, sizeof(err)), 0);
   ck_assert_int_eq(d.n, 6);
@@ -167,7 +183,7 @@ START_TEST(cifar_batches) {
   ck_assert_int_eq(tu_write(dir, "data_batch_3.bin", b, len - 100, 0), 0);
   ck_assert_int_eq(data_load(DATA_CIFAR10, dir, 0, 0, &d, err, sizeof(err)), -EINVAL);
   ck_assert_msg(strstr(err, "data_batch_3.bin") && strstr(err, "truncated"), "%s", err);
-  ck_assert_ptr_null(d.x);
+  ck_assert_ptr_null(d.pix);
   /* bad label */
   b[3073] = 200;
   ck_assert_int_eq(tu_write(dir, "data_batch_3.bin", b, len, 0), 0);
