@@ -56,7 +56,10 @@ def body(env):
     e = dict(os.environ)
     e["LD_LIBRARY_PATH"] = fake_dir + (":" + e["LD_LIBRARY_PATH"]
                                        if e.get("LD_LIBRARY_PATH") else "")
-    env.start_worker("gpu", "--cpus", "1", "--train-bin", wrapper, env=e)
+    w = env.start_worker("gpu", "--cpus", "1", "--train-bin", wrapper, env=e)
+    # up and running (its SIGTERM handler set) before anything can stop it
+    wait_for(lambda: "registered with" in w.log() or "resuming as worker" in w.log(),
+             15, "the worker's registration")
 
     exp = env.submit(trial_config("gpu-builtin", {}))
     env.wait_experiment(exp, 60)
