@@ -125,6 +125,10 @@ class Bench:
         requests = sum(r[1] for r in runs)
         bad = sum(r[2] for r in runs)
         self.med = med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        # A fresh connection: the setup one sat idle through the other
+        # servers' runs, past the server's idle timeout (30 s).
+        self.c.close()
+        self.c = http.client.HTTPConnection("127.0.0.1", self.port)
         self.c.request("GET", "/metrics", headers=bearer(self.tokens.get("admin")))
         metrics = self.c.getresponse().read().decode()
         received = int(re.search(r"ctune_results_received_total (\d+)", metrics).group(1))
