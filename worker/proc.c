@@ -86,6 +86,26 @@ static void proc_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   proc_maybe_report(p);
 }
 
+int proc_drain_stdout(struct proc *p) {
+  if (!p->out_open) return 0;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&p->out, &fd) < 0) return 0;
+  char buf[16384];
+  /* The pipe is non-blocking (libuv made it so); libuv's own read later
+   * simply finds less, or EAGAIN. EOF is left for libuv to see. */
+  for (int i = 0; i < 64; i++) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      if (p->cbs.on_output) p->cbs.on_output(p->arg, 0, buf, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
+    break;
+  }
+  return 0;
+}
+
 static void proc_eof_timeout(uv_timer_t *t) {
   struct proc *p = t->data;
   if (p->out_open) { uv_read_stop((uv_stream_t *)&p->out); p->out_open = 0; }

@@ -44,6 +44,13 @@ struct proc {
   void *arg;
 };
 
+/* Reads what the trial has already written to its stdout, now, and hands it
+ * to on_output as the loop would later. 0 or a negative errno. (The worker
+ * calls it between snapshotting a checkpoint and labelling it: a trainer
+ * prints a result before saving the checkpoint of that iteration, so every
+ * result the snapshot holds is in the pipe by then.) */
+int proc_drain_stdout(struct proc *p);
+
 /* argv/env/cwd of the trial itself; self_exe is ctune-worker's own path. */
 int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
                char *const *argv, char *const *env, const char *cwd,

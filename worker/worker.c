@@ -623,6 +623,16 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
     log_warn("trial %d: checkpoint changed while reading it; next result retries", t->id);
     goto done;
   }
+  /* The label is the last result seen, so first read the results the trial
+   * printed before it saved this snapshot (they may still sit in the pipe:
+   * a checkpoint labelled 2 held iteration 3 in a chaos run). New results go
+   * first; the upload follows once they are acknowledged. */
+  long seen = t->nresults;
+  proc_drain_stdout(&t->proc);
+  if (t->nresults != seen) {
+    t->ckpt_wanted = 1;
+    goto done;
+  }
   uLong crc = crc32(0L, data, (uInt)len);
   char h_iter[64], h_crc[64], h_lease[64], up[96];
   snprintf(h_iter, sizeof h_iter, "X-Ctune-Iteration: %lld", (long long)t->last_iter);
