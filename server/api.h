@@ -57,6 +57,9 @@ void api_header(struct api_resp *r, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Parses the body as one JSON object; on failure fills a 400 and returns NULL. */
+/* The body as any JSON value: valid UTF-8, strict (jsonstrict), parsed; NULL
+ * with a 400 in resp otherwise. */
+cJSON *api_body_json(const struct api_req *req, struct api_resp *resp);
 cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok);
 /* Strict JSON (common/jsonstrict.h) before any cJSON parse of a body: -EINVAL
  * after filling a 400 invalid_json naming the path of a NUL, a duplicate key or

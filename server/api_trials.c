@@ -132,20 +132,8 @@ static cJSON *api_results_body(const struct api_req *req, struct api_resp *resp)
                                req->body[i] == '\r' || req->body[i] == '\n'))
     i++;
   if (i == req->body_len || req->body[i] != '[') return api_body_object(req, resp, 0);
-  size_t bad = 0;
-  if (!utf8_valid(req->body, req->body_len, &bad)) {
-    api_error(resp, 400, "invalid_json", "", "request body is not valid UTF-8 (byte %zu)", bad);
-    return NULL;
-  }
-  if (api_json_strict(req, resp)) return NULL;
-  const char *end = NULL;
-  cJSON *a = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, 0);
-  if (!a) {
-    size_t at = end && end >= req->body ? (size_t)(end - req->body) : 0;
-    api_error(resp, 400, "invalid_json", "", "request body is not valid JSON (near byte %zu)",
-              at);
-    return NULL;
-  }
+  cJSON *a = api_body_json(req, resp);
+  if (!a) return NULL;
   int n = cJSON_GetArraySize(a);
   if (n < 1 || n > API_MAX_BATCH) {
     cJSON_Delete(a);

@@ -72,12 +72,7 @@ int api_json_strict(const struct api_req *req, struct api_resp *resp) {
   return rc;
 }
 
-cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok) {
-  if (req->body_len == 0 && empty_ok) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) api_error(resp, 500, "internal", "", "out of memory");
-    return o;
-  }
+cJSON *api_body_json(const struct api_req *req, struct api_resp *resp) {
   size_t bad = 0;
   if (!utf8_valid(req->body, req->body_len, &bad)) {
     api_error(resp, 400, "invalid_json", "", "request body is not valid UTF-8 (byte %zu)", bad);
@@ -92,7 +87,17 @@ cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int emp
               at);
     return NULL;
   }
-  if (!cJSON_IsObject(o)) {
+  return o;
+}
+
+cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int empty_ok) {
+  if (req->body_len == 0 && empty_ok) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) api_error(resp, 500, "internal", "", "out of memory");
+    return o;
+  }
+  cJSON *o = api_body_json(req, resp);
+  if (o && !cJSON_IsObject(o)) {
     cJSON_Delete(o);
     api_error(resp, 400, "invalid_json", "", "request body must be a JSON object");
     return NULL;
