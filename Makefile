@@ -27,7 +27,7 @@ demo: build
 # (browser tests only once: they test the page, not the C).
 test: build asan
 	cd $(BUILD) && ctest --output-on-failure -j 2
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE 'browser|bench'
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE 'browser|bench|python'
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 -L unit
