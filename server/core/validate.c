@@ -361,7 +361,7 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 	static const char *const builtin_keys[] = {"type", "model", "dataset", "data_dir",
 						   "train_limit", "test", "device", NULL};
 	static const char *const devices[] = {"cpu", "cuda", "auto", NULL};
-	static const char *const command_keys[] = {"type", "argv", "env", "cwd", NULL};
+	static const char *const command_keys[] = {"type", "argv", "env", "cwd", "stdout", NULL};
 	static const char *const models[] = {"mlp", "cnn", NULL};
 	static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", NULL};
 	const char *P = "trainable";
@@ -398,6 +398,10 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 	}
 
 	if (check_keys(t, P, "a command trainable", command_keys, err))
+		return -EINVAL;
+	static const char *const stdout_kinds[] = {"pty", "pipe", NULL};
+	if (cJSON_GetObjectItemCaseSensitive(t, "stdout") &&
+	    check_enum(t, P, "stdout", stdout_kinds, "must be \"pty\" or \"pipe\"", err))
 		return -EINVAL;
 	v = cJSON_GetObjectItemCaseSensitive(t, "argv");
 	if (!v)
