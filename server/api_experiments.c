@@ -142,6 +142,9 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
            cJSON_AddNumberToObject(o, "seed", (double)e->seed) &&
            cJSON_AddItemToObject(o, "created_at", api_time(e->created_at)) &&
            cJSON_AddItemToObject(o, "ended_at", api_time(e->ended_at)) &&
+           cJSON_AddItemToObject(o, "end_reason", e->end_reason
+                                                      ? cJSON_CreateString(e->end_reason)
+                                                      : cJSON_CreateNull()) &&
            cJSON_AddNumberToObject(o, "num_trials", (double)e->num_trials) &&
            (counts = cJSON_AddObjectToObject(o, "counts")) &&
            cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq);
@@ -538,17 +541,8 @@ int api_experiment_cancel(struct server *s, const struct api_req *req, struct ap
   }
   /* Documented choice: cancelling ends every unfinished trial TERMINATED at
    * once; workers learn it from their next heartbeat or result (stop). */
-  e->status = ES_CANCELLED;
-  e->ended_at = clock_wall_s();
-  int64_t stopped = 0;
-  for (int64_t i = 0; !rc && i < e->num_trials; i++) {
-    struct trial *t = s->trials[e->first_trial_id + i - 1];
-    if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
-    rc = state_end_trial(s, t, TS_TERMINATED, &resp->ticket);
-    stopped++;
-  }
-  e->updated_seq = ++s->seq;
-  if (!rc) rc = state_persist_experiment(s, e, &resp->ticket);
+  int64_t stopped = state_cancel_experiment(s, e, "cancelled by user", &resp->ticket);
+  if (stopped < 0) rc = (int)stopped;
   if (!rc) {
     log_info("experiment %lld cancelled, %lld trial(s) stopped", (long long)e->id,
              (long long)stopped);

@@ -83,6 +83,7 @@ struct experiment {
   uint64_t seed;
   enum exp_status status;
   double created_at, ended_at;
+  char *end_reason; /* why it ended early (fail_fast, a user's cancel); NULL otherwise */
   int64_t updated_seq;
   struct experiment_spec spec;
   struct sched *sched;
@@ -214,6 +215,12 @@ void state_release(struct server *s, struct trial *t);
  * experiment when it was the last. Queues what changed. */
 int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
                     uint64_t *ticket);
+/* Cancels a RUNNING experiment: status CANCELLED, end_reason `reason`,
+ * every unfinished trial ended TERMINATED (workers learn it from their next
+ * heartbeat or result). Queues what changed, in the caller's hold of the lock
+ * (one transaction). Returns how many trials it stopped, or a negative error. */
+int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
+                                uint64_t *ticket);
 /* Finds and leases the first pending trial that fits; NULL when none. */
 struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
                           int64_t memory_mb, int has_memory);

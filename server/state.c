@@ -63,6 +63,7 @@ void state_experiment_free(struct experiment *e) {
   if (!e) return;
   free(e->name);
   free(e->config);
+  free(e->end_reason);
   for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
   sched_free(e->sched);
   validate_spec_free(&e->spec);
@@ -166,7 +167,42 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
   if (rc == -ENOENT) out.recorded = 0;
   rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out, NULL, 1, ticket);
   if (rc) return rc;
+  if (st == TS_ERROR && e->status == ES_RUNNING && e->spec.fail_fast) {
+    /* HACKING.md "fail_fast": this trial's end and the cancel are queued in
+     * the same hold of the lock, so they commit as one transaction. */
+    char reason[1024];
+    snprintf(reason, sizeof reason, "fail_fast: trial %lld (%s) failed: %s", (long long)t->id,
+             t->name, t->error && t->error[0] ? t->error : "failed");
+    int64_t stopped = state_cancel_experiment(s, e, reason, ticket);
+    if (stopped < 0) return (int)stopped;
+    log_warn("experiment %lld cancelled by fail_fast (trial %lld failed), %lld trial(s) stopped",
+             (long long)e->id, (long long)t->id, (long long)stopped);
+    return 0;
+  }
   return experiment_maybe_end(s, e, ticket);
+}
+
+int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
+                                uint64_t *ticket) {
+  char *copy = reason ? strdup(reason) : NULL;
+  int64_t stopped = 0;
+  int rc = 0;
+  if (reason && !copy) return -ENOMEM;
+  free(e->end_reason);
+  e->end_reason = copy;
+  /* Set first: the trials ended below leave their brackets without passing
+   * through them, and none of them ends the experiment a second time. */
+  e->status = ES_CANCELLED;
+  e->ended_at = clock_wall_s();
+  for (int64_t i = 0; !rc && i < e->num_trials; i++) {
+    struct trial *t = s->trials[e->first_trial_id + i - 1];
+    if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
+    rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+    stopped++;
+  }
+  e->updated_seq = ++s->seq;
+  if (!rc) rc = state_persist_experiment(s, e, ticket);
+  return rc ? rc : stopped;
 }
 
 int state_add_experiment(struct server *s, const char *config_json,

@@ -26,7 +26,9 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   cJSON *cfg = cJSON_Parse(r->config);
   struct experiment *e = calloc(1, sizeof *e);
   if (!cfg || !e) goto fail;
-  rc = validate_experiment(cfg, &e->spec, &verr);
+  /* Stored: the checks that only protect a new submission (placeholders)
+   * must not stop an older database from loading. */
+  rc = validate_experiment_stored(cfg, &e->spec, &verr);
   if (rc) {
     snprintf(lc->err, lc->errlen, "experiment %lld no longer validates: %s: %s",
              (long long)r->id, verr.path, verr.message);
@@ -49,6 +51,8 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   e->status = st;
   e->created_at = r->created_at;
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
+  rc = -ENOMEM;
+  if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
   e->updated_seq = r->updated_seq;
   e->first_trial_id = 0;
   if ((rc = sched_create(&e->spec.sched, e->spec.mode, e->seed, &e->sched))) goto fail;

@@ -56,7 +56,7 @@ int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket) {
 
 struct exp_op {
   struct store_experiment_row row;
-  char *name, *config;
+  char *name, *config, *end_reason;
   /* experiment creation also carries its trials */
   struct trial_op **trials;
   int64_t ntrials;
@@ -66,6 +66,7 @@ void state_exp_op_free(void *arg) {
   struct exp_op *op = arg;
   free(op->name);
   free(op->config);
+  free(op->end_reason);
   for (int64_t i = 0; i < op->ntrials; i++)
     if (op->trials[i]) trial_op_free(op->trials[i]);
   free(op->trials);
@@ -84,14 +85,16 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
   if (!op) return NULL;
   op->name = strdup(e->name);
   op->config = strdup(e->config);
-  if (!op->name || !op->config) {
+  op->end_reason = state_strdup_or_null(e->end_reason);
+  if (!op->name || !op->config || (e->end_reason && !op->end_reason)) {
     state_exp_op_free(op);
     return NULL;
   }
   op->row = (struct store_experiment_row){
     .id = e->id, .name = op->name, .status = exp_status_names[e->status],
     .config = op->config, .seed = e->seed, .created_at = e->created_at,
-    .has_ended_at = e->ended_at > 0, .ended_at = e->ended_at, .updated_seq = e->updated_seq};
+    .has_ended_at = e->ended_at > 0, .ended_at = e->ended_at, .updated_seq = e->updated_seq,
+    .end_reason = op->end_reason};
   return op;
 }
 

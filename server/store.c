@@ -29,7 +29,7 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_COMMIT] = "COMMIT",
   [ST_ROLLBACK] = "ROLLBACK",
   [ST_PUT_EXP] = "INSERT OR REPLACE INTO experiments(id,name,status,config,seed,"
-                 "created_at,ended_at,updated_seq) VALUES(?,?,?,?,?,?,?,?)",
+                 "created_at,ended_at,updated_seq,end_reason) VALUES(?,?,?,?,?,?,?,?,?)",
   [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
                    "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
                    "worker_id,created_at,started_at,ended_at,updated_seq) "
@@ -336,6 +336,7 @@ int store_put_experiment(struct store *st, const struct store_experiment_row *r)
   if (r->has_ended_at) sqlite3_bind_double(s, 7, r->ended_at);
   else sqlite3_bind_null(s, 7);
   sqlite3_bind_int64(s, 8, r->updated_seq);
+  bind_text(s, 9, r->end_reason);
   return store_step(st, s);
 }
 
@@ -463,15 +464,16 @@ static int store_rprep(struct store *st, const char *sql, sqlite3_stmt **s) {
 static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *s = NULL;
   int rc = 0, step;
-  if (store_rprep(st, "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq "
-                  "FROM experiments ORDER BY id", &s)) return -EIO;
+  if (store_rprep(st, "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq,"
+                  "end_reason FROM experiments ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_experiment_row r = {
       .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1), .status = col_text(s, 2),
       .config = col_text(s, 3), .seed = (uint64_t)sqlite3_column_int64(s, 4),
       .created_at = sqlite3_column_double(s, 5),
       .has_ended_at = sqlite3_column_type(s, 6) != SQLITE_NULL,
-      .ended_at = sqlite3_column_double(s, 6), .updated_seq = sqlite3_column_int64(s, 7)};
+      .ended_at = sqlite3_column_double(s, 6), .updated_seq = sqlite3_column_int64(s, 7),
+      .end_reason = col_text(s, 8)};
     rc = l->experiment(l->ctx, &r);
   }
   sqlite3_finalize(s);

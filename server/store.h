@@ -19,6 +19,7 @@ struct store_experiment_row {
   int has_ended_at;
   double ended_at;
   int64_t updated_seq;
+  const char *end_reason; /* NULL = SQL NULL (migration 005) */
 };
 
 struct store_trial_row {

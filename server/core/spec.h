@@ -41,6 +41,7 @@ struct experiment_spec {
 	int has_seed;                   /* no seed: the daemon picks one and stores it */
 	uint64_t seed;
 	int64_t max_failures;           /* default 0 */
+	int fail_fast;                  /* the first trial ERROR for good cancels the experiment */
 	struct sched_params sched;
 	struct spec_resources resources;
 	cJSON *param_space;             /* owned copy; {} when absent */

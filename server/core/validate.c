@@ -444,7 +444,106 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 			}
 		}
 	}
+	/* HACKING.md: trial stdout is a pseudo-terminal unless the trainable
+	 * asks for a pipe. */
+	if (cJSON_GetObjectItemCaseSensitive(t, "stdout") &&
+	    check_enum(t, P, "stdout", stdout_kinds, "must be \"pty\" or \"pipe\"", err))
+		return -EINVAL;
 	return check_string(t, P, "cwd", 0, err);
+}
+
+/* The names a placeholder may use besides param_space's top-level keys:
+ * the worker fills these in for every trial (HACKING.md "Submission
+ * checks"). */
+static const char *const placeholder_extra[] = {"trial_id", "trial_name", "experiment_id",
+						"checkpoint_dir", NULL};
+
+/* worker/trainable.c's grammar: `{{` and `}}` are literal braces; `{NAME}`
+ * is a placeholder when NAME starts with a letter or '_' and goes on with
+ * letters, digits, '_', '.', '-'; any other '{' is literal text. */
+static int placeholder_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static int placeholder_known(const cJSON *ps, const char *name, size_t n)
+{
+	const cJSON *item;
+	for (int i = 0; placeholder_extra[i]; i++)
+		if (strlen(placeholder_extra[i]) == n && !strncmp(placeholder_extra[i], name, n))
+			return 1;
+	cJSON_ArrayForEach(item, ps)
+		if (strlen(item->string) == n && !strncmp(item->string, name, n))
+			return 1;
+	return 0;
+}
+
+/* One argv/env/cwd string: every placeholder must name something a trial
+ * has, or each trial would fail at its start with the same typo. */
+static int check_placeholders_in(const char *text, const cJSON *ps, const char *path,
+				 struct validate_error *err)
+{
+	for (const char *p = text; *p;) {
+		if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
+			p += 2;
+			continue;
+		}
+		const char *close = p[0] == '{' ? strchr(p + 1, '}') : NULL;
+		size_t n = close ? (size_t)(close - p - 1) : 0;
+		if (!close || n >= 256 || !placeholder_name_ok(p + 1, n)) {
+			p++;
+			continue;
+		}
+		if (!placeholder_known(ps, p + 1, n)) {
+			char keys[1024] = "";
+			const cJSON *item;
+			size_t u = 0;
+			cJSON_ArrayForEach(item, ps)
+				if (u < sizeof keys)
+					u += (size_t)snprintf(keys + u, sizeof keys - u, "%s, ", item->string);
+			for (int i = 0; placeholder_extra[i] && u < sizeof keys; i++)
+				u += (size_t)snprintf(keys + u, sizeof keys - u, "%s%s", placeholder_extra[i],
+						      placeholder_extra[i + 1] ? ", " : "");
+			validate_error_set(err, path,
+					   "unknown placeholder {%.*s}: param_space has no key '%.*s' "
+					   "(a placeholder may name %s; write {{ and }} for literal braces)",
+					   (int)n, p + 1, (int)n, p + 1, keys);
+			return -EINVAL;
+		}
+		p = close + 1;
+	}
+	return 0;
+}
+
+static int check_placeholders(const cJSON *t, const cJSON *ps, struct validate_error *err)
+{
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *item;
+	char p[256];
+	int i = 0;
+	if (!cJSON_IsString(type) || strcmp(type->valuestring, "command") != 0)
+		return 0;
+	cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(t, "argv")) {
+		snprintf(p, sizeof p, "trainable.argv[%d]", i++);
+		if (check_placeholders_in(item->valuestring, ps, p, err))
+			return -EINVAL;
+	}
+	cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(t, "env")) {
+		join(p, sizeof p, "trainable.env", item->string);
+		if (check_placeholders_in(item->valuestring, ps, p, err))
+			return -EINVAL;
+	}
+	item = cJSON_GetObjectItemCaseSensitive(t, "cwd");
+	if (cJSON_IsString(item) && check_placeholders_in(item->valuestring, ps, "trainable.cwd", err))
+		return -EINVAL;
+	return 0;
 }
 
 /* The builtin trainer rejects unknown --config keys (exit code 2) only
@@ -479,12 +578,27 @@ static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
 	return 0;
 }
 
+static int validate_config(const cJSON *config, struct experiment_spec *out,
+			   struct validate_error *err, int stored);
+
 int validate_experiment(const cJSON *config, struct experiment_spec *out,
 			struct validate_error *err)
 {
+	return validate_config(config, out, err, 0);
+}
+
+int validate_experiment_stored(const cJSON *config, struct experiment_spec *out,
+			       struct validate_error *err)
+{
+	return validate_config(config, out, err, 1);
+}
+
+static int validate_config(const cJSON *config, struct experiment_spec *out,
+			   struct validate_error *err, int stored)
+{
 	static const char *const top_keys[] = {
 		"name", "metric", "mode", "num_samples", "max_concurrent_trials", "seed",
-		"max_failures", "param_space", "scheduler", "resources_per_trial",
+		"max_failures", "fail_fast", "param_space", "scheduler", "resources_per_trial",
 		"trainable", NULL};
 	const cJSON *ps, *mode;
 	int64_t seed = 0;
@@ -525,6 +639,10 @@ int validate_experiment(const cJSON *config, struct experiment_spec *out,
 	    get_int(config, "", "max_concurrent_trials", 0, 1e9, &out->max_concurrent_trials, err) < 0 ||
 	    get_int(config, "", "max_failures", 0, 1000, &out->max_failures, err) < 0)
 		return -EINVAL;
+	const cJSON *ff = cJSON_GetObjectItemCaseSensitive(config, "fail_fast");
+	if (ff && !cJSON_IsBool(ff))
+		return fail_at(err, "", "fail_fast", "must be true or false");
+	out->fail_fast = cJSON_IsTrue(ff);
 	rc = get_int(config, "", "seed", 0, VALIDATE_INT_MAX, &seed, err);
 	if (rc < 0)
 		return rc;
@@ -549,6 +667,9 @@ int validate_experiment(const cJSON *config, struct experiment_spec *out,
 		return -EINVAL;
 
 	if (ps && check_builtin_params(ps, cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))
+		return -EINVAL;
+	if (!stored &&
+	    check_placeholders(cJSON_GetObjectItemCaseSensitive(config, "trainable"), ps, err))
 		return -EINVAL;
 
 	out->param_space = ps ? cJSON_Duplicate(ps, 1) : cJSON_CreateObject();
