@@ -16,6 +16,7 @@
 #include "http.h"
 #include "log.h"
 #include "opts.h"
+#include "sdnotify.h"
 #include "server.h"
 #include "tls.h"
 
@@ -197,6 +198,7 @@ int main(int argc, char **argv) {
            hv6 ? "[" : "", h, hv6 ? "]" : "", port, s.admin_token);
   }
   fflush(stdout);
+  sdnotify("READY=1"); /* systemd Type=notify: listening now */
   if (!s.opt.tls_cert_pem && !auth_is_loopback(s.opt.bind))
     log_warn("listening on %s without TLS: the tokens, and the commands workers run, travel "
              "in clear text; pass --tls-cert FILE --tls-key FILE (or put a TLS proxy in "
@@ -211,6 +213,7 @@ int main(int argc, char **argv) {
     int sig = sigtimedwait(&sigs, NULL, &ts);
     if (sig == SIGTERM || sig == SIGINT) {
       log_info("signal %d: stopping", sig);
+      sdnotify("STOPPING=1");
       break;
     }
     server_lock(&s); /* the unlock hands what expiry changed to the commit thread */

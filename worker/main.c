@@ -23,6 +23,7 @@
 #include "gpu.h"
 #include "isolate.h"
 #include "log.h"
+#include "sdnotify.h"
 #include "workdir.h"
 #include "worker.h"
 
@@ -71,6 +72,7 @@ static struct worker *g_worker;
 static void on_signal(uv_signal_t *h, int sig) {
   (void)h;
   log_info("got %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  sdnotify("STOPPING=1");
   if (g_worker) worker_drain(g_worker);
 }
 

@@ -31,6 +31,7 @@
 #include "http.h"
 #include "jsonout.h"
 #include "log.h"
+#include "sdnotify.h"
 #include "outbox.h"
 #include "trainable.h"
 #include "trial.h"
@@ -1533,6 +1534,7 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   log_info("registered with %s as worker %d (cpu %d, gpu %d, memory_mb %ld, heartbeat %.1f s, "
            "lease timeout %.1f s)", w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb,
            w->hb_interval_s, w->lease_timeout_s);
+  sdnotify("READY=1"); /* systemd Type=notify: registered */
   worker_begin(w);
 }
 
