@@ -1,0 +1,35 @@
+"""ctune: Python helpers for ctune trainables and a client for its REST API.
+
+In a trainable (a command the ctune-worker runs)::
+
+    import ctune
+    config = ctune.get_config({"lr": 0.01})        # the trial's config
+    state = ctune.load_checkpoint()                 # None unless resumed
+    for epoch in range(...):
+        ...
+        ctune.report(loss=loss, mean_accuracy=acc)  # one JSON line, flushed
+        ctune.save_checkpoint(some_dir_or_file_or_object)
+
+For people and notebooks::
+
+    c = ctune.Client()                              # CTUNE_SERVER, CTUNE_TOKEN
+    exp = c.submit("examples/quick.json")
+    c.wait(exp)
+    print(c.best(exp))
+
+Standard library only; numpy and torch scalars are accepted when present.
+docs/python.md documents the whole API."""
+
+__version__ = "0.1.0"
+
+from ._errors import CtuneError
+from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECKPOINT_FILE
+from ._trial import (TrialContext, get_config, get_context, in_trial, is_resumed, on_stop,
+                     report, stop_requested)
+from ._client import Client
+
+__all__ = [
+    "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "checkpoint_dir", "get_config",
+    "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
+    "save_checkpoint", "stop_requested", "__version__",
+]

@@ -1,0 +1,234 @@
+"""The trainable's side: config, results, resume state and stop requests.
+
+A trial runs with the environment HACKING.md lists (CTUNE_CONFIG,
+CTUNE_TRIAL_ID, CTUNE_CHECKPOINT_DIR, CTUNE_RESUME, CTUNE_START_ITERATION,
+CTUNE_START_TIME_TOTAL_S, CTUNE_TIME_ATTR, CTUNE_METRIC, ...). Every function
+here also works outside a trial, so a script can be run by hand."""
+import copy
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from . import _checkpoint
+from ._errors import CtuneError
+from ._values import flatten
+
+
+def _process_age():
+    """Seconds since this process started (Linux /proc), else 0: the first
+    time_this_iter_s counts from the start, imports included, as the
+    worker's own filling does."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        start_ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+        return age if 0 <= age < 86400 * 365 else 0.0
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+_lock = threading.RLock()
+_start_mono = time.monotonic() - _process_age()
+_state = {"next": None, "last_mono": None, "start_total": None, "warned_metric": False,
+          "config_note": False}
+_stop = {"requested": False, "callbacks": [], "installed": False, "exit": True}
+_output = None  # tests set a stream; default: the process's real stdout
+
+
+def _reset(output=None):
+    """Forget what was reported (tests run several 'processes' in one)."""
+    global _start_mono, _output
+    with _lock:
+        _start_mono = time.monotonic()
+        _output = output
+        _state.update(next=None, last_mono=None, start_total=None, warned_metric=False,
+                      config_note=False)
+        _checkpoint.last_reported.update(training_iteration=None, time_total_s=None)
+
+
+def _env_number(name, kind):
+    v = os.environ.get(name, "")
+    if v == "":
+        return None
+    try:
+        return kind(v)
+    except ValueError:
+        raise CtuneError(f"{name}={v!r} is not a number", code="bad_environment") from None
+
+
+def in_trial():
+    """True when a ctune-worker runs this process as a trial."""
+    return bool(os.environ.get("CTUNE_TRIAL_ID"))
+
+
+def get_config(defaults=None):
+    """The trial's config (CTUNE_CONFIG), a new dict each call. defaults:
+    values for keys the config lacks; outside a trial (no CTUNE_CONFIG) the
+    config is just the defaults, so a script runs by hand as it is."""
+    cfg = copy.deepcopy(dict(defaults or {}))
+    raw = os.environ.get("CTUNE_CONFIG")
+    if raw is None:
+        with _lock:
+            if not _state["config_note"]:
+                _state["config_note"] = True
+                print("ctune: not in a trial (CTUNE_CONFIG unset): using the defaults",
+                      file=sys.stderr, flush=True)
+        return cfg
+    try:
+        trial = json.loads(raw)
+    except ValueError as e:
+        raise CtuneError(f"CTUNE_CONFIG is not valid JSON: {e}", code="bad_config") from None
+    if not isinstance(trial, dict):
+        raise CtuneError("CTUNE_CONFIG must be a JSON object", code="bad_config")
+    cfg.update(trial)
+    return cfg
+
+
+def is_resumed():
+    """True when this attempt continues from a checkpoint: CTUNE_RESUME=1 in a
+    trial (the worker restored checkpoint.bin); outside a trial (CTUNE_RESUME
+    unset), when CTUNE_CHECKPOINT_DIR holds a checkpoint.bin."""
+    r = os.environ.get("CTUNE_RESUME")
+    if r is not None and r != "":
+        return r == "1"
+    d = os.environ.get("CTUNE_CHECKPOINT_DIR")
+    return bool(d) and os.path.isfile(os.path.join(d, _checkpoint.CHECKPOINT_FILE))
+
+
+class TrialContext:
+    """Who and where this trial is (a snapshot of the environment)."""
+
+    def __init__(self):
+        env = os.environ
+        self.in_trial = in_trial()
+        tid = env.get("CTUNE_TRIAL_ID")
+        eid = env.get("CTUNE_EXPERIMENT_ID")
+        self.trial_id = int(tid) if tid and tid.isdigit() else tid
+        self.trial_name = env.get("CTUNE_TRIAL_NAME")
+        self.experiment_id = int(eid) if eid and eid.isdigit() else eid
+        self.metric = env.get("CTUNE_METRIC") or None
+        self.mode = env.get("CTUNE_MODE") or None
+        self.time_attr = env.get("CTUNE_TIME_ATTR") or "training_iteration"
+        self.resumed = is_resumed()
+        self.start_iteration, self.start_time_total_s = _resume_point()
+        self.checkpoint_dir = env.get("CTUNE_CHECKPOINT_DIR")
+
+    def __repr__(self):
+        return "TrialContext(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")"
+
+
+def get_context():
+    """A TrialContext: trial_id, trial_name, experiment_id, metric, mode,
+    time_attr, resumed, start_iteration, start_time_total_s, checkpoint_dir."""
+    return TrialContext()
+
+
+def _resume_point():
+    """(training_iteration, time_total_s) the attempt starts from: the
+    worker's CTUNE_START_ITERATION / CTUNE_START_TIME_TOTAL_S, else (an older
+    worker) what the restored checkpoint's manifest recorded, else 0."""
+    it = _env_number("CTUNE_START_ITERATION", int)
+    total = _env_number("CTUNE_START_TIME_TOTAL_S", float)
+    if (it is None or total is None) and is_resumed():
+        m = _checkpoint.read_manifest(_checkpoint.checkpoint_path()) or {}
+        if it is None and isinstance(m.get("training_iteration"), int):
+            it = m["training_iteration"]
+        if total is None and isinstance(m.get("time_total_s"), (int, float)):
+            total = float(m["time_total_s"])
+    return it or 0, total or 0.0
+
+
+def _emit(line):
+    out = _output or sys.__stdout__ or sys.stdout
+    out.write(line + "\n")
+    out.flush()  # a result printed is a result delivered: ASHA acts on it now
+
+
+def report(metrics=None, /, *, checkpoint=None, **kwargs):
+    """Report one result: report(loss=0.3, mean_accuracy=0.9), or
+    report({"loss": 0.3}) as Ray's train.report takes it.
+
+    Writes one JSON line to stdout and flushes it. Adds training_iteration
+    (counting on from the resumed checkpoint's), time_this_iter_s,
+    time_total_s (continuing across resumes) and timestamp unless given.
+    NaN and infinities become null; numpy and torch scalars become numbers;
+    nested dicts become "a/b" keys. checkpoint: saved with save_checkpoint
+    right after the line (a folder, a file, bytes or an object). Returns the
+    result as written."""
+    if metrics is not None and not hasattr(metrics, "items"):
+        raise TypeError("report() takes a dict of metrics and/or keyword metrics")
+    merged = dict(metrics or {})
+    merged.update(kwargs)
+    result = flatten(merged)
+    now = time.monotonic()
+    with _lock:
+        if _state["next"] is None:
+            start_it, start_total = _resume_point()
+            _state["next"], _state["start_total"] = start_it + 1, start_total
+        if result.get("training_iteration") is None:
+            result["training_iteration"] = _state["next"]
+        it = result["training_iteration"]
+        if isinstance(it, (int, float)) and not isinstance(it, bool):
+            _state["next"] = int(it) + 1
+        since = _state["last_mono"] if _state["last_mono"] is not None else _start_mono
+        result.setdefault("time_this_iter_s", now - since)
+        result.setdefault("time_total_s", _state["start_total"] + (now - _start_mono))
+        result.setdefault("timestamp", int(time.time()))
+        _state["last_mono"] = now
+        metric = os.environ.get("CTUNE_METRIC")
+        if metric and metric not in result and not _state["warned_metric"]:
+            _state["warned_metric"] = True
+            print(f"ctune: this result has no metric {metric!r} (the experiment's metric); it "
+                  f"reported: {', '.join(sorted(result))}. The worker fails the trial.",
+                  file=sys.stderr, flush=True)
+        _emit(json.dumps(result, allow_nan=False))
+        _checkpoint.last_reported.update(training_iteration=result["training_iteration"],
+                                         time_total_s=result["time_total_s"])
+    if checkpoint is not None:
+        _checkpoint.save_checkpoint(checkpoint)
+    return result
+
+
+def _on_sigterm(signum, frame):
+    _stop["requested"] = True
+    for fn in reversed(_stop["callbacks"]):
+        fn()
+    if _stop["exit"]:
+        try:
+            sys.stdout.flush()
+        finally:
+            raise SystemExit(0)  # SIGTERM is "stop": exit 0, finally blocks run
+
+
+def on_stop(fn=None, exit=True):
+    """Handle SIGTERM, what the worker sends when the scheduler stops a trial
+    or the worker drains: call fn() (e.g. save a checkpoint; the last
+    registered first), then exit 0 (SystemExit, so finally blocks run).
+    exit=False only records the request: poll stop_requested() in the loop
+    and stop at a safe point. Call it from the main thread. Returns fn, so it
+    works as a decorator."""
+    if fn is not None and not callable(fn):
+        raise TypeError("on_stop(fn): fn must be callable")
+    with _lock:
+        if fn is not None:
+            _stop["callbacks"].append(fn)
+        _stop["exit"] = exit
+        if not _stop["installed"]:
+            try:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+            except ValueError:
+                raise CtuneError("on_stop() must be called from the main thread",
+                                 code="not_main_thread") from None
+            _stop["installed"] = True
+    return fn
+
+
+def stop_requested():
+    """True once SIGTERM arrived (after on_stop installed the handler)."""
+    return _stop["requested"]
