@@ -1,0 +1,115 @@
+"""Helpers for the package's end-to-end tests: start the real ctune-server and
+ctune-worker (binaries from CTUNE_BIN_DIR), read the port from the
+`listening on http://ADDR:PORT` line, and stop everything afterwards."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.dirname(HERE)
+BIN = os.environ.get("CTUNE_BIN_DIR", "")
+
+
+def need_bins(*names):
+    """Exit 77 (skip) when the binaries are not there to test against."""
+    missing = [n for n in names if not os.access(os.path.join(BIN, n), os.X_OK)]
+    if not BIN or missing:
+        print(f"SKIP: set CTUNE_BIN_DIR to the folder of {', '.join(names)} "
+              f"(missing: {', '.join(missing) or 'CTUNE_BIN_DIR'})", file=sys.stderr)
+        sys.exit(77)
+
+
+def read_tokens(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if "=" in line and not line.startswith("#"):
+                k, v = line.strip().split("=", 1)
+                out[k] = v
+    return out
+
+
+class Cluster:
+    """One server on a fresh database, and the workers the test starts."""
+
+    def __init__(self, prefix="ctune-py-"):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.procs = []
+        self.db = os.path.join(self.tmp, "ctune.db")
+        self.server = None
+        self.url = None
+
+    def start_server(self):
+        log = open(os.path.join(self.tmp, "server.log"), "ab")
+        p = subprocess.Popen([os.path.join(BIN, "ctune-server"), "--db", self.db, "--port", "0",
+                              "--bind", "127.0.0.1", "--lease-timeout", "10",
+                              "--heartbeat-interval", "1"],
+                             stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        log.close()
+        self.procs.append(p)
+        self.server = p
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            line = p.stdout.readline().decode()
+            m = re.match(r"listening on (https?://\S+)", line)
+            if m:
+                self.url = m.group(1).rstrip("/")
+                self.tokens = read_tokens(self.db + ".tokens")
+                return self
+            if not line and p.poll() is not None:
+                break
+        raise AssertionError("ctune-server did not start:\n" + self.log("server.log"))
+
+    def start_worker(self, name="w1", cpus=1):
+        log = open(os.path.join(self.tmp, f"{name}.log"), "ab")
+        p = subprocess.Popen([os.path.join(BIN, "ctune-worker"), "--server", self.url,
+                              "--token-file", self.db + ".tokens", "--cpus", str(cpus),
+                              "--gpus", "0", "--name", name, "--no-cgroup",
+                              "--work-dir", os.path.join(self.tmp, name), "--poll-ms", "200",
+                              "--stop-grace-s", "5"],
+                             stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        log.close()
+        self.procs.append(p)
+        return p
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.tmp, name), errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, p, timeout=20):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        return p.returncode
+
+    def close(self):
+        # Workers first (they drain), then the server; each in its own
+        # session, so a leftover trial goes with its group.
+        for p in reversed(self.procs):
+            self.stop(p)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if p.stdout:
+                p.stdout.close()
+        shutil.rmtree(self.tmp, True)
+
+
+def command_trainable(script, *args):
+    """A command trainable running /usr/bin/python3 SCRIPT with the package on
+    PYTHONPATH (the worker builds a trial's environment from nothing)."""
+    return {"type": "command", "argv": [sys.executable, script, *args],
+            "env": {"PYTHONPATH": PKG}}

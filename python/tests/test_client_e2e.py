@@ -1,0 +1,257 @@
+"""ctune.Client and the trainable helpers against a REAL ctune-server and
+ctune-worker (binaries from CTUNE_BIN_DIR; label e2e): tokens, errors as
+CtuneError with the server's status/code/message/path, submit, experiments,
+trials, results numbered by ctune.report, best with scopes, logs, checkpoint
+download, cancel, names for ids, and a resume on another worker that goes on
+counting training_iteration and time_total_s."""
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ctune  # noqa: E402
+import ctune_procs  # noqa: E402
+
+TRAINABLE = r'''
+import os, sys, time
+import ctune
+cfg = ctune.get_config({"iters": 3, "pause": 0.05})
+state = ctune.load_checkpoint() or {"it": 0}
+print("start: config", cfg, "state", state, "resumed", ctune.is_resumed(), flush=True)
+ctune.on_stop(lambda: ctune.save_checkpoint(state))
+while state["it"] < cfg["iters"]:
+    time.sleep(cfg["pause"])
+    state = {"it": state["it"] + 1}
+    loss = cfg["lr"] / state["it"]
+    ctune.report(loss=loss, score=-loss, nan_metric=float("nan"), checkpoint=state)
+print("done at", state["it"], flush=True)
+'''
+
+
+def base_config(name, script, **over):
+    cfg = {"name": name, "metric": "loss", "mode": "min", "num_samples": 1,
+           "param_space": {"lr": {"grid_search": [0.1, 0.2, 0.4]}, "iters": 3, "pause": 0.05},
+           "scheduler": {"type": "fifo"}, "resources_per_trial": {"cpu": 1},
+           "trainable": ctune_procs.command_trainable(script)}
+    cfg.update(over)
+    return cfg
+
+
+class ClientE2E(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = ctune_procs.Cluster().start_server()
+        cls.script = os.path.join(cls.c.tmp, "trainable.py")
+        with open(cls.script, "w") as f:
+            f.write(TRAINABLE)
+        cls.client = ctune.Client(cls.c.url, token=cls.c.tokens["admin"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def setUp(self):
+        self.env = mock.patch.dict(os.environ, clear=False)
+        self.env.start()
+        self.addCleanup(self.env.stop)
+        for k in ("CTUNE_SERVER", "CTUNE_TOKEN", "CTUNE_CA_FILE"):
+            os.environ.pop(k, None)
+
+    def run_experiment(self, name, worker_name, **over):
+        eid = self.client.submit(base_config(name, self.script, **over))
+        w = self.c.start_worker(worker_name)
+        try:
+            exp = self.client.wait(eid, timeout=60, poll_s=0.2)
+        finally:
+            self.c.stop(w)
+        return eid, exp
+
+    def test_auth_and_error_shape(self):
+        anon = ctune.Client(self.c.url)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            anon.experiments()
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (401, "unauthorized"))
+        self.assertIn("CTUNE_TOKEN", e.message)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            ctune.Client(self.c.url, token="x" * 32).experiments()
+        self.assertEqual(cm.exception.status, 401)
+        viewer = ctune.Client(self.c.url, token=self.c.tokens["viewer"])
+        self.assertIsInstance(viewer.experiments(), list)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            viewer.submit(base_config("v", self.script))
+        self.assertEqual((cm.exception.status, cm.exception.code), (403, "forbidden"))
+        with self.assertRaises(ctune.CtuneError) as cm:
+            self.client.experiment(999999)
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        self.assertEqual(cm.exception.path, "/api/v1/experiments/999999")
+        bad = base_config("bad", self.script)
+        bad["param_space"]["lr"] = {"type": "loguniform", "lower": 1, "upper": 0.1}
+        with self.assertRaises(ctune.CtuneError) as cm:
+            self.client.submit(bad)
+        self.assertEqual(cm.exception.status, 400)
+        self.assertTrue(cm.exception.code)
+        self.assertTrue(cm.exception.path.startswith("param_space"), cm.exception.path)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            ctune.Client("http://127.0.0.1:9", token="t" * 20).experiments()
+        self.assertEqual((cm.exception.status, cm.exception.code), (None, "unreachable"))
+
+    def test_tokens_from_the_environment_and_the_local_file(self):
+        os.environ["CTUNE_SERVER"] = self.c.url
+        os.environ["CTUNE_TOKEN"] = self.c.tokens["admin"]
+        self.assertEqual(ctune.Client().url, self.c.url)
+        self.assertIsInstance(ctune.Client().experiments(), list)
+        del os.environ["CTUNE_TOKEN"]
+        self.assertIsInstance(ctune.Client(token_file=self.c.db + ".tokens").experiments(), list)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "ctune.db.tokens"), "w") as f:
+                f.write(f"# server tokens\nworker={self.c.tokens['worker']}\n"
+                        f"admin={self.c.tokens['admin']}\n")
+            old = os.getcwd()
+            os.chdir(d)
+            try:
+                self.assertIsInstance(ctune.Client().experiments(), list)
+            finally:
+                os.chdir(old)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            ctune.Client("ftp://x")
+        self.assertEqual(cm.exception.code, "bad_url")
+
+    def test_sample_validates_without_storing(self):
+        before = len(self.client.experiments())
+        trials = self.client.sample(base_config("sample", self.script))
+        self.assertEqual(len(trials), 3)
+        self.assertEqual(len(self.client.experiments()), before)
+        path = os.path.join(self.c.tmp, "sample.json")
+        with open(path, "w") as f:
+            f.write("{\n  \"name\": ,\n}")
+        with self.assertRaises(ctune.CtuneError) as cm:
+            self.client.submit(path)
+        self.assertEqual(cm.exception.code, "bad_config")
+        self.assertIn("sample.json:2:", cm.exception.message)
+
+    def test_experiment_end_to_end(self):
+        eid, exp = self.run_experiment("py-e2e", "w-e2e")
+        self.assertEqual(exp["status"], "TERMINATED", exp)
+        self.assertEqual(exp["counts"]["TERMINATED"], 3, exp)
+        self.assertEqual(self.client.experiment("py-e2e")["id"], eid)
+        self.assertIn(eid, [e["id"] for e in self.client.experiments()])
+        trials = self.client.trials(eid)
+        self.assertEqual([t["status"] for t in trials], ["TERMINATED"] * 3)
+        for t in trials:
+            res = self.client.results(t["name"])  # a name works where an id does
+            self.assertEqual([r["training_iteration"] for r in res], [1, 2, 3], res)
+            totals = [r["time_total_s"] for r in res]
+            self.assertEqual(totals, sorted(totals))
+            self.assertTrue(all(r["time_this_iter_s"] >= 0.04 for r in res), res)
+            self.assertTrue(all(r["nan_metric"] is None for r in res), res)
+            self.assertAlmostEqual(res[-1]["loss"], t["config"]["lr"] / 3)
+        best = self.client.best(eid)
+        self.assertEqual(best["trial"]["config"]["lr"], 0.1)
+        self.assertAlmostEqual(best["value"], 0.1 / 3)
+        avg = self.client.best("py-e2e", scope="avg")
+        self.assertEqual(avg["scope"], "avg")
+        self.assertAlmostEqual(avg["value"], 0.1 * (1 + 1 / 2 + 1 / 3) / 3)
+        by_score = self.client.best(eid, metric="score", mode="max")
+        self.assertEqual(by_score["trial_id"], best["trial_id"])
+        with self.assertRaises(ctune.CtuneError) as cm:
+            self.client.best(eid, metric="score")  # the experiment's mode would be wrong
+        self.assertEqual(cm.exception.code, "mode_required")
+        with self.assertRaises(ctune.CtuneError):
+            self.client.best(eid, scope="median")
+        log = self.client.logs(trials[0]["id"])
+        self.assertIn("start: config", log)
+        self.assertIn("done at 3", log)
+        got = self.client.download_checkpoint(trials[0]["name"], self.c.tmp)
+        self.assertEqual(got["iteration"], 3)
+        self.assertEqual(ctune.load_checkpoint(file=got["path"]), {"it": 3})
+        rows = self.client.experiment_results(eid)
+        self.assertEqual(len(rows), 9)
+        self.assertEqual(sorted({r["trial_id"] for r in rows}), [t["id"] for t in trials])
+        self.check_dataframe(eid, trials)
+
+    def check_dataframe(self, eid, trials):
+        with mock.patch.dict(sys.modules, {"pandas": None}):
+            with self.assertRaisesRegex(ImportError, "needs pandas.*pip install pandas"):
+                self.client.to_dataframe(eid)
+        fake = types.ModuleType("pandas")
+
+        class DataFrame:
+            @classmethod
+            def from_records(cls, rows):
+                df = cls()
+                df.rows = rows
+                return df
+        fake.DataFrame = DataFrame
+        with mock.patch.dict(sys.modules, {"pandas": fake}):
+            df = self.client.to_dataframe(eid)
+            self.assertEqual([r["name"] for r in df.rows], [t["name"] for t in trials])
+            self.assertEqual(df.rows[0]["config/lr"], 0.1)
+            self.assertEqual(df.rows[0]["training_iteration"], 3)
+            df = self.client.to_dataframe(eid, kind="results")
+            self.assertEqual(len(df.rows), 9)
+            self.assertEqual(df.rows[0]["trial_name"], trials[0]["name"])
+
+    def test_cancel(self):
+        cfg = base_config("py-cancel", self.script)
+        cfg["param_space"]["iters"] = 1000
+        cfg["param_space"]["pause"] = 0.2
+        eid = self.client.submit(cfg)
+        w = self.c.start_worker("w-cancel")
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline and not any(
+                    t["iteration"] for t in self.client.trials(eid)):
+                time.sleep(0.2)
+            exp = self.client.cancel("py-cancel")
+            self.assertEqual(exp["status"], "CANCELLED")
+            self.assertEqual(self.client.wait(eid, timeout=5)["status"], "CANCELLED")
+        finally:
+            self.c.stop(w)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            self.client.trial("py-cancel_99999")
+        self.assertEqual(cm.exception.status, 404)
+
+    def test_resume_on_another_worker_continues_counting(self):
+        cfg = base_config("py-resume", self.script)
+        cfg["param_space"] = {"lr": 0.5, "iters": 8, "pause": 0.3}
+        eid = self.client.submit(cfg)
+        w1 = self.c.start_worker("w-resume-1")
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                t = self.client.trials(eid)[0]
+                if (t["iteration"] or 0) >= 2:
+                    break
+                time.sleep(0.1)
+            self.assertGreaterEqual(t["iteration"] or 0, 2, self.c.log("w-resume-1.log"))
+        finally:
+            # A draining worker SIGTERMs the trial: on_stop saves, exit 0,
+            # the worker uploads the checkpoint and releases the trial.
+            self.assertEqual(self.c.stop(w1), 0)
+        w2 = self.c.start_worker("w-resume-2")
+        try:
+            exp = self.client.wait(eid, timeout=60, poll_s=0.2)
+        finally:
+            self.c.stop(w2)
+        self.assertEqual(exp["status"], "TERMINATED", self.c.log("w-resume-2.log"))
+        tid = self.client.trials(eid)[0]["id"]
+        res = self.client.results(tid)
+        self.assertEqual([r["training_iteration"] for r in res], list(range(1, 9)), res)
+        totals = [r["time_total_s"] for r in res]
+        self.assertEqual(totals, sorted(totals), totals)
+        self.assertGreater(totals[-1], 8 * 0.3 * 0.9)
+        log = self.client.logs(tid)
+        self.assertIn("resumed True", log)
+
+
+if __name__ == "__main__":
+    ctune_procs.need_bins("ctune-server", "ctune-worker")
+    unittest.main()
