@@ -1,12 +1,14 @@
 /* IDX and CIFAR-10 readers: strict parsing (magic, dimensions, exact sizes,
  * label range) so a truncated or corrupt file is an error, never garbage. */
 #include "data.h"
+#include "datacache.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -104,9 +106,24 @@ int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err,
   return 0;
 }
 
+static long source_reads;
+
+long data_source_reads(void) {
+  return __atomic_load_n(&source_reads, __ATOMIC_RELAXED);
+}
+
+const char *data_kind_name(int kind) {
+  switch (kind) {
+    case DATA_MNIST: return "mnist";
+    case DATA_CIFAR10: return "cifar10";
+    default: return "fashion-mnist";
+  }
+}
+
 int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
                    size_t errlen) {
   struct stat st;
+  __atomic_fetch_add(&source_reads, 1, __ATOMIC_RELAXED);
   if (stat(path, &st) != 0) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return errno == ENOENT ? -ENOENT : -EIO;
@@ -179,8 +196,18 @@ const char *data_default_dir(int kind) {
 
 void data_free(struct dataset *d) {
   if (!d) return;
-  free(d->pix);
-  free(d->y);
+  /* A copy of a mapped data set that was given pixels of its own (the
+   * trainer's validation rows) still carries map: only pixels inside the
+   * mapping mean this is the mapping's owner. */
+  const uintptr_t m = (uintptr_t)d->map, p = (uintptr_t)d->pix;
+  if (d->map && p >= m && p < m + d->map_len) {
+    munmap(d->map, d->map_len);
+  } else {
+    free(d->pix);
+    free(d->y);
+  }
+  d->map = NULL;
+  d->map_len = 0;
   d->pix = NULL;
   d->y = NULL;
   d->n = 0;
@@ -279,20 +306,46 @@ out:
   return rc;
 }
 
+static const char *const cifar_train_files[] = {
+    "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+    "data_batch_4.bin", "data_batch_5.bin"};
+static const char *const cifar_test_files[] = {"test_batch.bin"};
+
+/* accept both DIR and DIR/cifar-10-batches-bin (the tarball's folder) */
+static void cifar_base(char *base, size_t cap, const char *dir) {
+  struct stat st;
+  snprintf(base, cap, "%s/cifar-10-batches-bin", dir);
+  if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) snprintf(base, cap, "%s", dir);
+}
+
+int data_source_paths(int kind, const char *dir, int test,
+                      char (*paths)[DATA_PATH_MAX], int max) {
+  char base[DATA_PATH_MAX];
+  int n = 0;
+  if (!dir) dir = data_default_dir(kind);
+  if (kind == DATA_CIFAR10) {
+    const char *const *files = test ? cifar_test_files : cifar_train_files;
+    const int nfiles = test ? 1 : 5;
+    cifar_base(base, sizeof(base), dir);
+    for (int f = 0; f < nfiles && n < max; f++)
+      snprintf(paths[n++], DATA_PATH_MAX, "%.3000s/%s", base, files[f]);
+    return n;
+  }
+  if (n < max)
+    pick_path(paths[n++], DATA_PATH_MAX, dir,
+              test ? "t10k-images-idx3-ubyte" : "train-images-idx3-ubyte");
+  if (n < max)
+    pick_path(paths[n++], DATA_PATH_MAX, dir,
+              test ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte");
+  return n;
+}
+
 static int load_cifar(const char *dir, int test, int64_t limit,
                       struct dataset *out, char *err, size_t errlen) {
-  static const char *train_files[] = {"data_batch_1.bin", "data_batch_2.bin",
-                                      "data_batch_3.bin", "data_batch_4.bin",
-                                      "data_batch_5.bin"};
-  static const char *test_files[] = {"test_batch.bin"};
-  const char **files = test ? test_files : train_files;
+  const char *const *files = test ? cifar_test_files : cifar_train_files;
   const int nfiles = test ? 1 : 5;
   char base[4096], path[4200], why[512];
-  struct stat st;
-  /* accept both DIR and DIR/cifar-10-batches-bin (the tarball's folder) */
-  snprintf(base, sizeof(base), "%s/cifar-10-batches-bin", dir);
-  if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode))
-    snprintf(base, sizeof(base), "%s", dir);
+  cifar_base(base, sizeof(base), dir);
   const int64_t d = 3 * 32 * 32;
   int64_t cap = 0, n = 0;
   int rc = 0;
@@ -344,10 +397,18 @@ fail:
   return rc;
 }
 
-int data_load(int kind, const char *dir, int test, int64_t limit,
-              struct dataset *out, char *err, size_t errlen) {
+int data_parse_split(int kind, const char *dir, int test, int64_t limit,
+                     struct dataset *out, char *err, size_t errlen) {
   memset(out, 0, sizeof(*out));
   if (!dir) dir = data_default_dir(kind);
   if (kind == DATA_CIFAR10) return load_cifar(dir, test, limit, out, err, errlen);
   return load_idx(dir, test, limit, out, err, errlen);
+}
+
+int data_load(int kind, const char *dir, int test, int64_t limit,
+              struct dataset *out, char *err, size_t errlen) {
+  const char *cache = datacache_dir();
+  if (!cache) return data_parse_split(kind, dir, test, limit, out, err, errlen);
+  return datacache_load(cache, kind, dir ? dir : data_default_dir(kind), test,
+                        limit, out, err, errlen);
 }

@@ -16,6 +16,11 @@ struct dataset {
   int c, h, w, n_classes;
   uint8_t *pix;
   uint8_t *y;
+  /* Non-NULL when pix and y point into a read-only mapping of a data cache
+   * file (datacache.h), shared with every process that maps it: data_free
+   * unmaps it instead of freeing pix and y, and nothing may write them. */
+  void *map;
+  size_t map_len;
 };
 
 /* (pixel/255 - 0.5) / 0.5, the PyTorch tutorial's Normalize((0.5,), (0.5,)),
@@ -46,10 +51,29 @@ int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
 
 /* Loads the train (test = 0) or test split of kind from dir. limit > 0 keeps
  * the first limit images. Errors: -ENOENT, -EIO, -EINVAL (malformed),
- * -ENOMEM, each with a reason naming the file in err. */
+ * -ENOMEM, each with a reason naming the file in err. With a cache directory
+ * set (datacache_set_dir) the decoded split is mapped from its cache file,
+ * built there on first use; without one, or when the cache cannot be used
+ * (a warning says why), it is parsed from the source files as
+ * data_parse_split does. */
 int data_load(int kind, const char *dir, int test, int64_t limit,
               struct dataset *out, char *err, size_t errlen);
+/* data_load without the cache: reads and parses the source files. */
+int data_parse_split(int kind, const char *dir, int test, int64_t limit,
+                     struct dataset *out, char *err, size_t errlen);
 void data_free(struct dataset *d);
+
+/* The source files data_parse_split reads for the whole split, into
+ * paths[0..return value) (at most max; each DATA_PATH_MAX bytes), whether
+ * they exist or not. */
+#define DATA_PATH_MAX 4096
+int data_source_paths(int kind, const char *dir, int test,
+                      char (*paths)[DATA_PATH_MAX], int max);
+/* Source files read (data_read_file calls) by this process so far: a test's
+ * proof that a cache hit parses nothing. */
+long data_source_reads(void);
+/* "fashion-mnist", "mnist", "cifar10". */
+const char *data_kind_name(int kind);
 
 /* Default directory of each data set. */
 const char *data_default_dir(int kind);

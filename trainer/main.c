@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "datacache.h"
 #include "jsonout.h"
 #include "exit_codes.h"
 #include "log.h"
@@ -58,13 +59,15 @@ int main(int argc, char **argv) {
   struct train_config cfg;
   char err[1024] = "";
   config_defaults(&cfg);
-  if (config_parse_args(&cfg, argc, argv, err, sizeof(err)) != 0 ||
+  if (datacache_take_flag(&argc, argv, err, sizeof(err)) != 0 ||
+      config_parse_args(&cfg, argc, argv, err, sizeof(err)) != 0 ||
       config_validate(&cfg, err, sizeof(err)) != 0) {
     print_error(TRAIN_EXIT_USAGE, err);
     return TRAIN_EXIT_USAGE;
   }
   if (cfg.show_help) {
     fputs(config_usage(), stdout);
+    fputs(datacache_usage(), stdout);
     return TRAIN_EXIT_OK;
   }
   if (cfg.show_version) {

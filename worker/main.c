@@ -23,6 +23,7 @@
 #include "gpu.h"
 #include "isolate.h"
 #include "log.h"
+#include "sysres.h"
 #include "sdnotify.h"
 #include "workdir.h"
 #include "worker.h"
@@ -33,13 +34,22 @@ static const char usage[] =
     "  --token-file F       send the token in F as 'Authorization: Bearer'\n"
     "  --ca-file F          PEM CA bundle that verifies an https:// server (default: the\n"
     "                       system store); https is always verified, never skipped\n"
-    "  --cpus LIST|N        CPU ids to use (\"0-3,6\") or the first N allowed (default all)\n"
-    "  --gpus LIST|N        GPU ids or count (default: detected via NVML/libcuda)\n"
+    "  --cpus N             a COUNT: offer N CPUs, picked from this process's affinity\n"
+    "                       mask, unclaimed ones first (default: the mask, capped by\n"
+    "                       the cgroup CPU quota rounded down)\n"
+    "  --cpu-list LIST      a LIST of CPU ids to offer, e.g. 0-3,6 (--cpu-list 0 is CPU 0)\n"
+    "  --exclusive-cpus     refuse to start when a chosen CPU is already claimed by\n"
+    "                       another ctune-worker (default: warn, naming the CPUs shared);\n"
+    "                       claims are flock'd files in $CTUNE_RUN_DIR/cpu (default\n"
+    "                       /run/ctune/cpu as root, else $XDG_RUNTIME_DIR/ctune/cpu)\n"
+    "  --gpus LIST|N        GPU ids or count (default: the devices of an inherited\n"
+    "                       CUDA_VISIBLE_DEVICES, else all detected via NVML/libcuda)\n"
     "  --gpu-mem-mb N       memory per GPU given with --gpus (default 16384)\n"
     "  --mps                start or join a CUDA MPS daemon (pipes and logs under the\n"
     "                       work dir) so trials sharing a GPU run at once, each capped\n"
     "                       at its share (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)\n"
-    "  --memory-mb N        host memory to offer (default: MemTotal)\n"
+    "  --memory-mb N        host memory to offer (default: MemTotal, capped by the\n"
+    "                       cgroup memory limit)\n"
     "  --work-dir D         trial dirs and the outbox (default ./ctune-worker.<name>)\n"
     "  --name NAME          worker name (default: host name)\n"
     "  --train-bin PATH     ctune-train (default: next to ctune-worker)\n"
@@ -128,46 +138,171 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
   return 0;
 }
 
-/* "N" means the first N ids of our own affinity mask; anything else is a list. */
-static int pick_cpus(const char *arg, int *ids, int cap) {
+/* Which CPUs the worker offers, decided before it claims them: the
+ * candidates (the affinity mask, or --cpu-list), how many to take, and
+ * where that figure came from (logged). */
+struct cpu_plan {
+  int cand[CPUSET_MAX];
+  int ncand;
+  int want;
+  int exact;       /* --cpu-list: exactly the candidates */
+  char why[4096];
+};
+
+static int plan_cpus(const char *count_arg, const char *list_arg, struct cpu_plan *pl) {
   cpu_set_t set;
+  CPU_ZERO(&set);
   int allowed[CPUSET_MAX], na = 0;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     for (int i = 0; i < CPUSET_MAX && i < CPU_SETSIZE; i++)
       if (CPU_ISSET(i, &set)) allowed[na++] = i;
-  if (!arg) {
-    if (na > cap) na = cap;
-    memcpy(ids, allowed, (size_t)na * sizeof *ids);
-    return na;
-  }
-  if (!strpbrk(arg, ",-")) {
-    long n;
-    if (parse_long("--cpus", arg, 1, cap, &n) < 0) return -EINVAL;
-    if (n > na) {
-      fprintf(stderr, "ctune-worker: --cpus %ld: only %d CPUs are allowed to this process\n",
-              n, na);
-      return -EINVAL;
-    }
-    memcpy(ids, allowed, (size_t)n * sizeof *ids);
-    return (int)n;
-  }
-  int n = cpuset_parse(arg, ids, cap);
-  if (n <= 0) {
-    fprintf(stderr, "ctune-worker: --cpus '%s': expected a count or a list like 0-3,6\n", arg);
+  char mask[2048] = "?";
+  cpuset_format(allowed, na, mask, sizeof mask);
+  memset(pl, 0, sizeof *pl);
+  if (count_arg && list_arg) {
+    fprintf(stderr, "ctune-worker: give --cpus N (a count) or --cpu-list LIST (CPU ids), "
+            "not both\n");
     return -EINVAL;
   }
-  for (int i = 0; i < n; i++) {
-    if (!CPU_ISSET(ids[i], &set)) {
-      fprintf(stderr, "ctune-worker: --cpus: CPU %d is not available to this process\n", ids[i]);
+  if (list_arg) {
+    int n = cpuset_parse(list_arg, pl->cand, ALLOC_MAX_CPUS);
+    if (n <= 0) {
+      fprintf(stderr, "ctune-worker: --cpu-list '%s': expected CPU ids like 0-3,6 (at most "
+              "%d)\n", list_arg, ALLOC_MAX_CPUS);
       return -EINVAL;
     }
+    for (int i = 0; i < n; i++)
+      if (!CPU_ISSET(pl->cand[i], &set)) {
+        fprintf(stderr, "ctune-worker: --cpu-list: CPU %d is not in this process's affinity "
+                "mask (%s)\n", pl->cand[i], mask);
+        return -EINVAL;
+      }
+    pl->ncand = pl->want = n;
+    pl->exact = 1;
+    snprintf(pl->why, sizeof pl->why, "--cpu-list %s", list_arg);
+    return 0;
   }
-  return n;
+  memcpy(pl->cand, allowed, (size_t)na * sizeof *allowed);
+  pl->ncand = na;
+  if (count_arg) {
+    /* The old --cpus took a list too; say where that went. */
+    if (strpbrk(count_arg, ",-")) {
+      fprintf(stderr, "ctune-worker: --cpus '%s': --cpus takes a count of CPUs (e.g. --cpus "
+              "2); for CPU ids use --cpu-list %s\n", count_arg, count_arg);
+      return -EINVAL;
+    }
+    long n;
+    if (parse_long("--cpus", count_arg, 1, ALLOC_MAX_CPUS, &n) < 0) return -EINVAL;
+    if (n > na) {
+      fprintf(stderr, "ctune-worker: --cpus %ld: only %d CPUs are allowed to this process "
+              "(affinity mask %s)\n", n, na, mask);
+      return -EINVAL;
+    }
+    pl->want = (int)n;
+    snprintf(pl->why, sizeof pl->why, "--cpus %ld, from the affinity mask %s", n, mask);
+    return 0;
+  }
+  pl->want = na > ALLOC_MAX_CPUS ? ALLOC_MAX_CPUS : na;
+  double quota = 0;
+  char where[900];
+  if (sysres_cpu_quota(NULL, &quota, where, sizeof where) == 1 &&
+      sysres_quota_cpus(quota) < pl->want) {
+    pl->want = sysres_quota_cpus(quota);
+    snprintf(pl->why, sizeof pl->why, "affinity mask %s (%d CPUs) capped by the CPU quota "
+             "%.2f of %s, rounded down", mask, na, quota, where);
+  } else {
+    snprintf(pl->why, sizeof pl->why, "affinity mask %s%s", mask,
+             quota > 0 ? " (the cgroup CPU quota is not lower)" : ", no cgroup CPU quota");
+  }
+  return 0;
+}
+
+/* Claims the planned CPUs (sysres.h) so that two workers on one machine do
+ * not silently share a core. Returns the count, or -1 after saying why. */
+static int claim_cpus(const struct cpu_plan *pl, const char *name, int exclusive,
+                      struct sysres_claim *claim, int *ids) {
+  char dir[PATH_MAX];
+  int rc = sysres_run_dir(dir, sizeof dir);
+  if (rc == 0) rc = sysres_claim_cpus(dir, name, pl->cand, pl->ncand, pl->want, pl->exact, claim);
+  if (rc < 0) {
+    if (exclusive) {
+      fprintf(stderr, "ctune-worker: --exclusive-cpus: cannot claim CPUs in %s/cpu: %s\n", dir,
+              strerror(-rc));
+      return -1;
+    }
+    log_warn("cannot claim CPUs in %s/cpu (%s): other ctune-workers on this machine cannot "
+             "see which CPUs this one uses", dir, strerror(-rc));
+    memset(claim, 0, sizeof *claim);
+    for (int i = 0; i < pl->want; i++) claim->ids[claim->n++] = pl->cand[i];
+  }
+  char list[2048] = "", shared[2048] = "";
+  cpuset_format(claim->ids, claim->n, list, sizeof list);
+  cpuset_format(claim->shared, claim->nshared, shared, sizeof shared);
+  if (claim->nshared > 0) {
+    if (exclusive) {
+      fprintf(stderr, "ctune-worker: --exclusive-cpus: CPU(s) %s already claimed by another "
+              "ctune-worker on this machine (%s); %s\n", shared, claim->holders,
+              pl->exact ? "choose other ids with --cpu-list"
+                        : "no unclaimed CPU is left in this worker's affinity mask");
+      sysres_release(claim);
+      return -1;
+    }
+    log_warn("CPU(s) %s already claimed by another ctune-worker on this machine (%s): this "
+             "worker SHARES them, %s; give --exclusive-cpus to refuse instead", shared,
+             claim->holders, pl->exact ? "as --cpu-list asked"
+                                       : "no unclaimed CPU is left in its affinity mask");
+  }
+  if (rc == 0) log_info("cpu: claimed CPU(s) %s in %s/cpu", list, dir);
+  memcpy(ids, claim->ids, (size_t)claim->n * sizeof *ids);
+  return claim->n;
+}
+
+/* Without --memory-mb: MemTotal, capped by the cgroup memory limit. */
+static long detect_memory_mb(char *why, size_t len) {
+  unsigned long long total = 0, lim = 0;
+  char where[900];
+  if (sysres_mem_total(NULL, &total) < 0) {
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) total = (unsigned long long)si.totalram * si.mem_unit;
+  }
+  if (sysres_memory_limit(NULL, &lim, where, sizeof where) == 1 && lim < total) {
+    snprintf(why, len, "the memory limit of %s (MemTotal %llu MiB)", where, total >> 20);
+    return (long)(lim >> 20);
+  }
+  snprintf(why, len, "MemTotal%s", lim ? " (the cgroup memory limit is not lower)"
+                                       : ", no cgroup memory limit");
+  return (long)(total >> 20);
 }
 
 static int pick_gpus(const char *arg, long mem, int *ids, long *mem_mb, int cap) {
-  if (!arg) return gpu_detect(ids, mem_mb, cap);
   int n;
+  const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+  if (!arg && cvd) {
+    /* What a parent (Slurm, a container runtime, a user) allowed: those
+     * devices only. Trials get the same indices back in their own
+     * CUDA_VISIBLE_DEVICES; sizes come from NVML when it knows the index. */
+    int all[ALLOC_MAX_GPUS];
+    long all_mem[ALLOC_MAX_GPUS];
+    char bad[128];
+    int na = gpu_detect(all, all_mem, ALLOC_MAX_GPUS);
+    n = sysres_cuda_visible(cvd, ids, cap, bad, sizeof bad);
+    for (int i = 0; i < n; i++) {
+      mem_mb[i] = mem;
+      for (int j = 0; j < na; j++)
+        if (all[j] == ids[i]) mem_mb[i] = all_mem[j];
+    }
+    if (bad[0])
+      log_warn("CUDA_VISIBLE_DEVICES=%s: '%s' is not a device index (UUIDs are not supported "
+               "here): only the %d device(s) before it are offered; give --gpus to say which",
+               cvd, bad, n);
+    log_info("gpu: %d (the inherited CUDA_VISIBLE_DEVICES=%s)", n, cvd);
+    return n;
+  }
+  if (!arg) {
+    n = gpu_detect(ids, mem_mb, cap);
+    log_info("gpu: %d (every device NVML/libcuda reports; CUDA_VISIBLE_DEVICES is not set)", n);
+    return n;
+  }
   if (!strpbrk(arg, ",-")) {
     long c;
     if (parse_long("--gpus", arg, 0, cap, &c) < 0) return -EINVAL;
@@ -228,7 +363,10 @@ int main(int argc, char **argv) {
   log_set_program("ctune-worker");
 
   static struct worker_opts o;
-  const char *cpus_arg = NULL, *gpus_arg = NULL, *token_file = NULL;
+  const char *cpus_arg = NULL, *cpu_list_arg = NULL, *gpus_arg = NULL, *token_file = NULL;
+  int exclusive_cpus = 0;
+  static struct cpu_plan cpu_plan;
+  static struct sysres_claim cpu_claim;
   int use_cgroup = 1;
   const char *run_as = NULL, *trainables_arg = NULL, *allow_arg = NULL, *pass_arg = NULL;
   /* Whatever the worker creates (outbox, lock, trial dirs and logs, and the
@@ -243,12 +381,11 @@ int main(int argc, char **argv) {
   o.max_queued = 100000;
   o.keep_trial_dirs = WORKDIR_KEEP_ENDED;
   o.outbox_stall_ms = 300000;
-  struct sysinfo si;
-  o.memory_mb = sysinfo(&si) == 0 ? (long)((unsigned long long)si.totalram * si.mem_unit >> 20) : 0;
+  o.memory_mb = -1; /* detected after the options unless --memory-mb */
 
   enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
          O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP,
-         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV, O_CAFILE, O_MPS };
+         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV, O_CAFILE, O_MPS, O_CPULIST, O_EXCLCPUS };
   int use_mps = 0;
   static const struct option longopts[] = {
       {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
@@ -266,6 +403,8 @@ int main(int argc, char **argv) {
       {"pass-env", required_argument, 0, O_PASSENV},
       {"ca-file", required_argument, 0, O_CAFILE},
       {"mps", no_argument, 0, O_MPS},
+      {"cpu-list", required_argument, 0, O_CPULIST},
+      {"exclusive-cpus", no_argument, 0, O_EXCLCPUS},
       {"version", no_argument, 0, O_VERSION},
       {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
   int c;
@@ -275,6 +414,8 @@ int main(int argc, char **argv) {
       case O_SERVER: o.server = optarg; break;
       case O_TOKEN: token_file = optarg; break;
       case O_CPUS: cpus_arg = optarg; break;
+      case O_CPULIST: cpu_list_arg = optarg; break;
+      case O_EXCLCPUS: exclusive_cpus = 1; break;
       case O_GPUS: gpus_arg = optarg; break;
       case O_GPUMEM: if (parse_long("--gpu-mem-mb", optarg, 1, 1L << 30, &gpu_mem)) return 2; break;
       case O_MEM: if (parse_long("--memory-mb", optarg, 0, 1L << 40, &o.memory_mb)) return 2; break;
@@ -349,7 +490,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   o.token = token;
-  if ((o.ncpus = pick_cpus(cpus_arg, o.cpu_ids, ALLOC_MAX_CPUS)) < 0) {
+  if (plan_cpus(cpus_arg, cpu_list_arg, &cpu_plan) < 0) {
     free(token);
     return 2;
   }
@@ -395,6 +536,21 @@ int main(int argc, char **argv) {
     free(token);
     isolate_free(&iso);
     return 1;
+  }
+  /* What this worker may really use, and where each figure came from. */
+  if ((o.ncpus = claim_cpus(&cpu_plan, o.name, exclusive_cpus, &cpu_claim, o.cpu_ids)) < 0) {
+    free(token);
+    isolate_free(&iso);
+    close(lock_fd);
+    return 1;
+  }
+  log_info("cpu: %d (%s)", o.ncpus, cpu_plan.why);
+  if (o.memory_mb < 0) {
+    char mwhy[1200];
+    o.memory_mb = detect_memory_mb(mwhy, sizeof mwhy);
+    log_info("memory_mb: %ld (%s)", o.memory_mb, mwhy);
+  } else {
+    log_info("memory_mb: %ld (--memory-mb)", o.memory_mb);
   }
   char mps_err[512];
   if (use_mps && gpu_mps_start(o.work_dir, mps_err, sizeof mps_err) < 0) {
@@ -486,6 +642,7 @@ int main(int argc, char **argv) {
   uv_loop_close(loop);
   free(token);
   isolate_free(&iso);
+  sysres_release(&cpu_claim);
   close(lock_fd);
   return 0;
 }

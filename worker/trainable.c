@@ -213,6 +213,8 @@ static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *confi
     rc = strv_push(argv, "--gpu-mem-limit-mb");
     if (rc == 0) rc = strv_pushf(argv, "%ld", ctx->gpu_mem_limit_mb);
   }
+  /* <work-dir>/cache: each data set decoded once per host (trainer/datacache.h) */
+  if (rc == 0) rc = strv_pushf(argv, "--data-cache=%s/../../cache", ctx->trial_dir);
   /* Last, so the sampled config wins over anything above (HACKING.md). */
   if (rc == 0) rc = strv_push(argv, "--config");
   if (rc == 0) rc = strv_push_owned(argv, jsonout_print(config));
