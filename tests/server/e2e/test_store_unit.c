@@ -69,7 +69,7 @@ static int count_results(void *ctx, int64_t seq, int64_t trial_id, const char *d
 
 START_TEST(migrations_and_round_trip) {
   struct store *st = open_store();
-  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3};
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL};
   struct store_trial_row t = {.id = 1, .experiment_id = 1, .idx = 0, .name = "exp_00000",
                               .status = "PENDING", .config = "{\"lr\":0.1}", .created_at = 1.5,
                               .updated_seq = 4};
