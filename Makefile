@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build asan demo test test-fast test-asan bench fuzz clean
+.PHONY: all deps build asan demo test test-fast test-asan bench fuzz clean install package
 
 all: build
 
@@ -44,6 +44,18 @@ fuzz: build
 bench: build
 	CTUNE_BENCH_DEPS=1 ./scripts/install-deps
 	./bench/run-all $(BUILD)
+
+# Installs the release build: programs in $(PREFIX)/bin, the dashboard in
+# share/ctune/web, examples, docs and the systemd units (deploy/install.cmake);
+# DESTDIR=/staging is honoured (cmake --install reads it).
+PREFIX ?= /usr/local
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Debian package of the release build: $(BUILD)/ctune_VERSION_ARCH.deb.
+package: build
+	cd $(BUILD) && cpack -G DEB
+	@ls $(BUILD)/ctune_*.deb
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

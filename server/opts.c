@@ -2,10 +2,12 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
@@ -44,8 +46,35 @@ const char opts_usage[] =
     "                          Without TLS, a non-loopback --bind sends the tokens and the\n"
     "                          commands workers run in clear text (a warning says so)\n"
     "  --tls-key FILE          the PEM private key of --tls-cert (keep it 0600)\n"
-    "  --web-dir DIR           dashboard files served at / (default " CTUNE_WEB_DIR_DEFAULT ")\n"
-    "  --vendor-dir DIR        files served at /vendor/ (default " CTUNE_VENDOR_DIR_DEFAULT ")\n";
+    "  --web-dir DIR           dashboard files served at / (default: BIN/../share/ctune/web\n"
+    "                          beside this executable when installed, else\n"
+    "                          " CTUNE_WEB_DIR_DEFAULT ")\n"
+    "  --vendor-dir DIR        files served at /vendor/ (default: BIN/../share/javascript\n"
+    "                          when it has chart.js, else " CTUNE_VENDOR_DIR_DEFAULT ")\n";
+
+/* An installed copy (make install, the Debian package) finds its files
+ * relative to its own executable, resolved through /proc/self/exe, before
+ * the build tree's compiled-in paths: it keeps working once the build tree
+ * is gone, wherever PREFIX put it. Returns buf when <exe dir>/../rel/probe
+ * exists, else fallback. */
+static const char *opts_beside_exe(char *buf, size_t len, const char *rel, const char *probe,
+                                   const char *fallback) {
+  char exe[PATH_MAX], path[PATH_MAX + 256];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return fallback;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return fallback;
+  *slash = '\0';
+  if (snprintf(path, sizeof path, "%s/../%s/%s", exe, rel, probe) >= (int)sizeof path ||
+      access(path, R_OK) != 0)
+    return fallback;
+  if (snprintf(path, sizeof path, "%s/../%s", exe, rel) >= (int)sizeof path) return fallback;
+  char real[PATH_MAX];
+  if (!realpath(path, real) || strlen(real) >= len) return fallback;
+  memcpy(buf, real, strlen(real) + 1);
+  return buf;
+}
 
 static int opts_number(const char *flag, const char *v, double lo, double hi, double *out,
                        char *err, size_t errlen) {
@@ -79,6 +108,11 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT, .threads = 2,
     .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192, .sync_full = 1};
   *action = OPTS_RUN;
+  static char web_near[PATH_MAX], vendor_near[PATH_MAX];
+  o->web_dir = opts_beside_exe(web_near, sizeof web_near, "share/ctune/web", "index.html",
+                               CTUNE_WEB_DIR_DEFAULT);
+  o->vendor_dir = opts_beside_exe(vendor_near, sizeof vendor_near, "share/javascript",
+                                  "chart.js", CTUNE_VENDOR_DIR_DEFAULT);
   int hb_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];

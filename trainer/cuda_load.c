@@ -1,5 +1,6 @@
 /* Finds and loads the CUDA backend plugin next to the running executable
- * (<exe dir>/../lib first, the install layout, then <exe dir>), resolved
+ * (<exe dir>/../lib/ctune first, the install layout, then <exe dir>/../lib,
+ * the build tree's, then <exe dir>), resolved
  * through /proc/self/exe so neither PATH nor LD_LIBRARY_PATH matters. */
 #include "cuda_plugin.h"
 
@@ -39,7 +40,7 @@ int cuda_plugin_load(const struct cuda_plugin **out, char *err,
   exe[n] = '\0';
   char *slash = strrchr(exe, '/');
   if (slash) *slash = '\0';
-  const char *const where[] = {"%s/../lib/%s", "%s/%s"};
+  const char *const where[] = {"%s/../lib/ctune/%s", "%s/../lib/%s", "%s/%s"};
   void *h = NULL;
   char first[512] = "";
   for (size_t i = 0; i < sizeof(where) / sizeof(where[0]) && !h; i++) {
@@ -55,8 +56,8 @@ int cuda_plugin_load(const struct cuda_plugin **out, char *err,
       snprintf(err, errlen, "cannot load the CUDA backend: %s", first);
     else
       snprintf(err, errlen,
-               "cannot load the CUDA backend: %s not found in %s/../lib or %s",
-               plugin_file, exe, exe);
+               "cannot load the CUDA backend: %s not found in %s/../lib/ctune, "
+               "%s/../lib or %s", plugin_file, exe, exe, exe);
     return -ENODEV;
   }
   const struct cuda_plugin *p = dlsym(h, CUDA_PLUGIN_SYMBOL);
