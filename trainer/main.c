@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "datacache.h"
+#include "tb.h"
 #include "jsonout.h"
 #include "exit_codes.h"
 #include "log.h"
@@ -58,8 +59,10 @@ int main(int argc, char **argv) {
 
   struct train_config cfg;
   char err[1024] = "";
+  const char *tb_dir = NULL;
   config_defaults(&cfg);
-  if (datacache_take_flag(&argc, argv, err, sizeof(err)) != 0 ||
+  if (train_tb_take_flag(&argc, argv, &tb_dir, err, sizeof(err)) != 0 ||
+      datacache_take_flag(&argc, argv, err, sizeof(err)) != 0 ||
       config_parse_args(&cfg, argc, argv, err, sizeof(err)) != 0 ||
       config_validate(&cfg, err, sizeof(err)) != 0) {
     print_error(TRAIN_EXIT_USAGE, err);
@@ -68,6 +71,7 @@ int main(int argc, char **argv) {
   if (cfg.show_help) {
     fputs(config_usage(), stdout);
     fputs(datacache_usage(), stdout);
+    fputs(train_tb_usage(), stdout);
     return TRAIN_EXIT_OK;
   }
   if (cfg.show_version) {
@@ -76,7 +80,18 @@ int main(int argc, char **argv) {
            train_backends_built());
     return TRAIN_EXIT_OK;
   }
+  struct train_tb *tb = NULL;
+  if (tb_dir) {
+    if (train_tb_open(&tb, tb_dir, cfg.lr, err, sizeof(err)) != 0) {
+      print_error(TRAIN_EXIT_USAGE, err);
+      return TRAIN_EXIT_USAGE;
+    }
+    report_set_observer(&(struct report_observer){train_tb_epoch, tb});
+  }
   int code = train_run(&cfg, &stop_requested, stdout, err, sizeof(err));
+  report_set_observer(NULL);
+  if (train_tb_close(tb) != 0)
+    log_warn("the TensorBoard event file in %s may be incomplete", tb_dir);
   if (code != TRAIN_EXIT_OK) {
     log_error("%s", err);
     print_error(code, err);

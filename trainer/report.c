@@ -4,6 +4,10 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "log.h"
 
 int report_format(const struct epoch_report *r, char *buf, size_t cap) {
   int n = snprintf(buf, cap,
@@ -33,4 +37,31 @@ int report_format(const struct epoch_report *r, char *buf, size_t cap) {
   n += snprintf(buf + n, cap - (size_t)n, "}\n");
   if ((size_t)n >= cap) return -ENOSPC;
   return n;
+}
+
+static struct report_observer observer;
+
+void report_set_observer(const struct report_observer *o) {
+  if (o)
+    observer = *o;
+  else
+    memset(&observer, 0, sizeof(observer));
+}
+
+void report_notify(const struct epoch_report *r, const struct model_layout *L,
+                   const struct backend_ops *ops, struct backend *be,
+                   float *params, float *state) {
+  if (!observer.epoch) return;
+  int64_t step = 0;
+  int rc = ops->get_state(be, params, state, &step);
+  if (rc) {
+    log_warn("cannot read the model for the epoch observer: %s", strerror(-rc));
+    return; /* the next epoch tries again */
+  }
+  rc = observer.epoch(observer.ctx, r, L, params);
+  if (rc) {
+    /* a full disk must not end a training run: it goes on without it */
+    log_warn("epoch observer failed (%s): no more TensorBoard events", strerror(-rc));
+    memset(&observer, 0, sizeof(observer));
+  }
 }

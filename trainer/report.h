@@ -21,4 +21,27 @@ struct epoch_report {
  * -ENOSPC when cap is too small. */
 int report_format(const struct epoch_report *r, char *buf, size_t cap);
 
+struct model_layout;
+struct backend_ops;
+struct backend;
+
+/* One observer of every epoch's report besides stdout (ctune-train
+ * --tensorboard-dir): it sees the report and the model's parameters. */
+struct report_observer {
+  int (*epoch)(void *ctx, const struct epoch_report *r,
+               const struct model_layout *L, const float *params);
+  void *ctx;
+};
+
+/* Sets the observer (NULL: none). */
+void report_set_observer(const struct report_observer *o);
+
+/* Called by the training loop after each epoch's line. With an observer, it
+ * reads the backend's parameters into params (and the optimiser state into
+ * state: get_state fills both) and calls it. It never fails the training: a
+ * failing observer is logged once and dropped. */
+void report_notify(const struct epoch_report *r, const struct model_layout *L,
+                   const struct backend_ops *ops, struct backend *be,
+                   float *params, float *state);
+
 #endif

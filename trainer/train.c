@@ -718,6 +718,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       fwrite(line, 1, (size_t)n, out);
       fflush(out);
     }
+    report_notify(&rep, &L, r.ops, r.be, r.params, r.state); /* --tensorboard-dir */
     if (cfg->checkpoint_dir) {
       ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err,
                       errlen);
