@@ -242,6 +242,36 @@ done:
   return rc;
 }
 
+/* The time_total_s of the stored result the trial's checkpoint was labelled
+ * with (its training_iteration, else its time value: the worker's label), so
+ * a resumed attempt continues the trial's clock instead of restarting it.
+ * From memory: the per-key series line up with the results only when every
+ * result had the key, which the worker's filling-in makes the rule; else the
+ * last result, when it is the checkpoint's. 0 when none is known. */
+static double api_start_time_total(const struct server *s, const struct experiment *e,
+                                   const struct trial *t) {
+  (void)s;
+  if (!t->has_checkpoint || t->nres == 0) return 0;
+  double ck = (double)t->checkpoint_iteration;
+  int kt = state_key_index(e, "time_total_s"), ki = state_key_index(e, "training_iteration");
+  const struct series *tt = kt >= 0 && kt < t->nseries ? &t->series[kt] : NULL;
+  const struct series *it = ki >= 0 && ki < t->nseries ? &t->series[ki] : NULL;
+  int labels_aligned = (it && it->n == t->nres) || !it || it->n == 0;
+  if (tt && tt->n == t->nres && labels_aligned) {
+    for (size_t i = t->nres; i-- > 0;) {
+      double label = it && it->n ? it->v[i] : t->ts[i];
+      if (label == ck) return isfinite(tt->v[i]) ? tt->v[i] : 0;
+    }
+  }
+  cJSON *last = t->last_result ? cJSON_Parse(t->last_result) : NULL;
+  const cJSON *li = cJSON_GetObjectItemCaseSensitive(last, "training_iteration");
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(last, "time_total_s");
+  double label = cJSON_IsNumber(li) ? li->valuedouble : t->last_t;
+  double v = label == ck && cJSON_IsNumber(lt) && isfinite(lt->valuedouble) ? lt->valuedouble : 0;
+  cJSON_Delete(last);
+  return v;
+}
+
 static cJSON *api_lease_json(struct server *s, const struct trial *t) {
   struct experiment *e = server_experiment(s, t->experiment_id);
   cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
@@ -271,6 +301,7 @@ static cJSON *api_lease_json(struct server *s, const struct trial *t) {
                                  t->has_checkpoint
                                      ? cJSON_CreateNumber((double)t->checkpoint_iteration)
                                      : cJSON_CreateNull()) &&
+           cJSON_AddNumberToObject(o, "start_time_total_s", api_start_time_total(s, e, t)) &&
            cJSON_AddNumberToObject(o, "attempt", t->attempt);
   if (!ok) {
     cJSON_Delete(root);

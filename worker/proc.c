@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "execwrap.h"
@@ -47,6 +49,40 @@ static int proc_read_report(int fd) {
   return pid > 1 ? pid : 0;
 }
 
+/* A pseudo-terminal for the trial's stdout, in raw mode: no echo, no
+ * "\n" -> "\r\n", no signals from bytes. The master is close-on-exec (only
+ * the worker reads it); the slave goes to the child as its fd 1 and is then
+ * closed here, so the master reads EIO once every process holding the slave
+ * is gone: its end of file. Never the controlling terminal (O_NOCTTY). */
+static int proc_open_pty(int *master, int *slave) {
+  int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (m < 0) return -errno;
+  char name[128];
+  int rc = 0;
+  if (grantpt(m) != 0 || unlockpt(m) != 0 || ptsname_r(m, name, sizeof name) != 0) {
+    rc = -errno;
+    close(m);
+    return rc;
+  }
+  int sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (sl < 0) {
+    rc = -errno;
+    close(m);
+    return rc;
+  }
+  struct termios tio;
+  if (tcgetattr(sl, &tio) == 0) {
+    cfmakeraw(&tio);
+    tcsetattr(sl, TCSANOW, &tio);
+  }
+  /* Some programs size their output to the terminal: a wide one. */
+  struct winsize ws = {.ws_row = 50, .ws_col = 200};
+  ioctl(sl, TIOCSWINSZ, &ws);
+  *master = m;
+  *slave = sl;
+  return 0;
+}
+
 static void proc_handle_closed(uv_handle_t *h) {
   struct proc *p = h->data;
   if (--p->handles == 0 && p->cbs.on_closed) p->cbs.on_closed(p->arg);
@@ -79,7 +115,8 @@ static void proc_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     return;
   }
   if (n == 0) return;
-  /* EOF or error: this stream is done. */
+  /* EOF or error (EIO from a pty master: every slave fd is closed): this
+   * stream is done. */
   uv_read_stop(s);
   if (is_err) p->err_open = 0;
   else p->out_open = 0;
@@ -100,6 +137,7 @@ int proc_drain_stdout(struct proc *p) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EIO && p->out_pty) break;  /* its end: libuv sees it too */
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
     break;
   }
@@ -181,16 +219,41 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   for (size_t i = 0; i < n; i++) args[k++] = argv[i];
   args[k] = NULL;
 
+  int pty_m = -1, pty_s = -1;
+  if (lim && lim->stdout_pty) {
+    int prc = proc_open_pty(&pty_m, &pty_s);
+    if (prc < 0)
+      log_warn("cannot open a pseudo-terminal for a trial's stdout (%s): a pipe instead, so "
+               "a program that does not flush delivers its results late", strerror(-prc));
+  }
+
   uv_pipe_init(loop, &p->out, 0);
   uv_pipe_init(loop, &p->err, 0);
   uv_timer_init(loop, &p->timer);
   p->out.data = p->err.data = p->timer.data = p->process.data = p;
   p->handles = 3;
+  if (pty_m >= 0) {
+    int orc = uv_pipe_open(&p->out, pty_m);
+    if (orc < 0) {
+      log_warn("cannot read a pseudo-terminal through libuv (%s): a pipe instead",
+               uv_strerror(orc));
+      close(pty_m);
+      close(pty_s);
+      pty_m = pty_s = -1;
+    } else {
+      p->out_pty = 1;
+    }
+  }
 
   uv_stdio_container_t stdio[4];
   stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[1].data.stream = (uv_stream_t *)&p->out;
+  if (pty_s >= 0) {
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = pty_s;
+  } else {
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&p->out;
+  }
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&p->err;
   stdio[3].flags = UV_INHERIT_FD;
@@ -210,6 +273,7 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   int rc = uv_spawn(loop, &p->process, &opt);
   free(args);
   close(report[1]);
+  if (pty_s >= 0) close(pty_s);  /* the child's now: EIO follows its last close */
   if (rc < 0) {
     close(report[0]);
     /* libuv wants the process handle closed even after a failed spawn. */

@@ -24,6 +24,9 @@ struct proc_limits {
   const char *cpus;    /* "0,1"; NULL or "" = no pinning */
   long rlimit_as_mb;   /* 0 = none */
   const char *cgroup;  /* cgroup v2 dir to join; NULL = none */
+  int stdout_pty;      /* stdout is a pty in raw mode (else a pipe): C stdio
+                          and other runtimes line-buffer a terminal, so
+                          results arrive as they are printed */
 };
 
 struct proc {
@@ -35,6 +38,7 @@ struct proc {
   int super_pid;        /* its supervisor, the worker's child */
   int running;
   int out_open, err_open;
+  int out_pty;          /* out reads a pty master: EIO is its end of file */
   int exited, exit_code, term_signal;
   int exit_reported;
   int stopping;         /* SIGTERM sent, SIGKILL timer armed */

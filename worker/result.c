@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,11 @@ char *result_fix_nonfinite(const char *line, size_t len, size_t *out_len) {
 
 int result_parse_line(const char *line, size_t len, const char *time_attr,
                       cJSON **out, double *t) {
+  return result_parse_line_opt(line, len, time_attr, 0, out, t);
+}
+
+int result_parse_line_opt(const char *line, size_t len, const char *time_attr,
+                          int allow_missing, cJSON **out, double *t) {
   *out = NULL;
   /* Cheap reject before parsing: log lines rarely start with '{'. */
   size_t i = 0;
@@ -90,12 +96,20 @@ int result_parse_line(const char *line, size_t len, const char *time_attr,
     if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\0') goto done;
   if (!cJSON_IsObject(obj)) goto done;
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(obj, time_attr);
-  if (!tv) { rc = 0; goto done; }  /* some other JSON the program prints */
+  if (!tv && !allow_missing) { rc = 0; goto done; }  /* some other JSON it prints */
+  if (!tv) {
+    /* Ray's habit: {"loss": 0.5} is a result, numbered by the worker. JSON
+     * without a single number (a structured log line) is still log output. */
+    const cJSON *c;
+    int numbers = 0;
+    cJSON_ArrayForEach(c, obj) numbers += cJSON_IsNumber(c) || cJSON_IsNull(c);
+    if (!cJSON_IsObject(obj) || !numbers) { rc = 0; goto done; }
+  }
   /* A NUL in a string or a key given twice: the server refuses it (400). */
   int strict = jsonstrict_check(fixed, fl, NULL);
   if (strict) { if (strict != -EINVAL) rc = strict; goto done; }
   /* The time attribute present but not a finite number: a broken result. */
-  if (!cJSON_IsNumber(tv) || !isfinite(tv->valuedouble)) goto done;
+  if (tv && (!cJSON_IsNumber(tv) || !isfinite(tv->valuedouble))) goto done;
   cJSON *flat = cJSON_CreateObject();
   if (!flat) { rc = -ENOMEM; goto done; }
   const cJSON *m;
@@ -110,11 +124,58 @@ int result_parse_line(const char *line, size_t len, const char *time_attr,
       goto done;
     }
   }
-  *t = tv->valuedouble;
+  *t = tv ? tv->valuedouble : NAN;
   *out = flat;
   rc = 1;
 done:
   cJSON_Delete(obj);
   free(fixed);
   return rc;
+}
+
+/* Adds name = v unless the result already has name. */
+static int result_add_missing(cJSON *flat, const char *name, double v) {
+  if (cJSON_GetObjectItemCaseSensitive(flat, name)) return 0;
+  return cJSON_AddNumberToObject(flat, name, v) ? 0 : -ENOMEM;
+}
+
+int result_fill(cJSON *flat, const char *time_attr, struct result_clock *c, double now_mono,
+                double now_wall, double *tv) {
+  int rc = 0;
+  if (!strcmp(time_attr, "training_iteration") &&
+      !cJSON_GetObjectItemCaseSensitive(flat, "training_iteration"))
+    rc = result_add_missing(flat, "training_iteration", c->prev_iter + 1);
+  /* The next number follows whatever this result says, filled in or not. */
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(flat, "training_iteration");
+  if (cJSON_IsNumber(it) && isfinite(it->valuedouble)) c->prev_iter = it->valuedouble;
+  double since = c->nresults ? c->prev_mono : c->started_mono;
+  if (!rc) rc = result_add_missing(flat, "time_this_iter_s", now_mono - since);
+  if (!rc) rc = result_add_missing(flat, "time_total_s",
+                                   c->start_total + (now_mono - c->started_mono));
+  if (!rc) rc = result_add_missing(flat, "timestamp", floor(now_wall));
+  if (rc) return rc;
+  c->prev_mono = now_mono;
+  c->nresults++;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(flat, time_attr);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return -EINVAL;
+  *tv = v->valuedouble;
+  return 0;
+}
+
+char *result_missing_metric(const cJSON *flat, const char *metric) {
+  if (!metric || !*metric || cJSON_GetObjectItemCaseSensitive(flat, metric)) return NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  fprintf(f, "result has no metric '%s' (the experiment's metric); it reported: ", metric);
+  const cJSON *c;
+  int n = 0;
+  cJSON_ArrayForEach(c, flat) fprintf(f, "%s%s", n++ ? ", " : "", c->string);
+  if (!n) fputs("nothing", f);
+  if (fclose(f) != 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
 }

@@ -23,6 +23,36 @@
 int result_parse_line(const char *line, size_t len, const char *time_attr,
                       cJSON **out, double *t);
 
+/* As result_parse_line; with allow_missing, a JSON object holding at least
+ * one number but no time attribute is a result too, with *t = NAN: the
+ * caller numbers it (result_fill). Used when the time attribute is
+ * training_iteration (Ray's habit: results are numbered for the script). */
+int result_parse_line_opt(const char *line, size_t len, const char *time_attr,
+                          int allow_missing, cJSON **out, double *t);
+
+/* One attempt's clock and numbering (HACKING.md "Results the worker fills
+ * in"). Set start_iter, start_total and started_mono when the trial starts. */
+struct result_clock {
+  double start_total;   /* CTUNE_START_TIME_TOTAL_S */
+  double started_mono;  /* monotonic seconds when the trial started */
+  double prev_mono;     /* monotonic seconds of the previous result */
+  double prev_iter;     /* the previous training_iteration (CTUNE_START_ITERATION first) */
+  long nresults;
+};
+
+/* Fills in what the trial did not report, in this order: training_iteration
+ * (previous + 1, when the time attribute is training_iteration),
+ * time_this_iter_s, time_total_s (start_total + this attempt's elapsed
+ * seconds), timestamp (integer Unix seconds). *tv = the result's time value.
+ * 0; -ENOMEM; -EINVAL when the time attribute is still not a number. */
+int result_fill(cJSON *flat, const char *time_attr, struct result_clock *c, double now_mono,
+                double now_wall, double *tv);
+
+/* NULL when flat has `metric` (or metric is NULL/empty); else the contract's
+ * error text, malloc'ed: "result has no metric 'M' (the experiment's metric);
+ * it reported: k1, k2". NULL on OOM too (the caller checks metric itself). */
+char *result_missing_metric(const cJSON *flat, const char *metric);
+
 /* line[0..len) with every non-finite token standing as a value outside a
  * string replaced by null. malloc'ed, NUL-terminated, *out_len its length;
  * NULL on OOM. */

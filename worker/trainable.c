@@ -111,6 +111,11 @@ static int trainable_is_name(const char *s, size_t n) {
 
 int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
                          char *err, size_t errlen) {
+  return trainable_substitute_ex(tmpl, config, NULL, out, err, errlen);
+}
+
+int trainable_substitute_ex(const char *tmpl, const cJSON *config, const cJSON *extra,
+                            char **out, char *err, size_t errlen) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -138,6 +143,7 @@ int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
     memcpy(name, p + 1, nl);
     name[nl] = '\0';
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, name);
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(extra, name);
     if (!v) {
       set_err(err, errlen, "unknown placeholder {%s}: the trial config has no key '%s'",
               name, name);
@@ -221,8 +227,16 @@ static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *confi
   return rc;
 }
 
-static int build_command(const cJSON *tr, const cJSON *config, struct strv *argv,
-                         struct strv *env, char **cwd, char *err, size_t errlen) {
+static int build_command(const cJSON *tr, const cJSON *config, const cJSON *extra,
+                         struct strv *argv, struct strv *env, char **cwd, int *stdout_pipe,
+                         char *err, size_t errlen) {
+  const cJSON *so = cJSON_GetObjectItemCaseSensitive(tr, "stdout");
+  if (so && (!cJSON_IsString(so) ||
+             (strcmp(so->valuestring, "pty") && strcmp(so->valuestring, "pipe")))) {
+    set_err(err, errlen, "trainable.stdout must be \"pty\" or \"pipe\"");
+    return -EINVAL;
+  }
+  *stdout_pipe = so && !strcmp(so->valuestring, "pipe");
   const cJSON *av = cJSON_GetObjectItemCaseSensitive(tr, "argv");
   if (!cJSON_IsArray(av) || cJSON_GetArraySize(av) < 1) {
     set_err(err, errlen, "trainable.argv must be a non-empty array of strings");
@@ -237,7 +251,7 @@ static int build_command(const cJSON *tr, const cJSON *config, struct strv *argv
     }
     char *s = NULL;
     char sub[200] = "";
-    int rc = trainable_substitute(item->valuestring, config, &s, sub, sizeof sub);
+    int rc = trainable_substitute_ex(item->valuestring, config, extra, &s, sub, sizeof sub);
     if (rc == -EINVAL) set_err(err, errlen, "trainable.argv[%d]: %s", i, sub);
     if (rc < 0) return rc;
     if ((rc = strv_push_owned(argv, s)) < 0) return rc;
@@ -275,6 +289,50 @@ static int build_command(const cJSON *tr, const cJSON *config, struct strv *argv
   return 0;
 }
 
+/* A lease number as an environment value ("" when absent or null). */
+static int env_set_num(struct strv *env, const char *name, const cJSON *v) {
+  char *text = cJSON_IsNumber(v) ? trainable_value_text(v) : strdup("");
+  if (!text) return -ENOMEM;
+  int rc = env_set(env, name, text);
+  free(text);
+  return rc;
+}
+
+static int env_set_str(struct strv *env, const char *name, const cJSON *v) {
+  return env_set(env, name, cJSON_IsString(v) ? v->valuestring : "");
+}
+
+/* The trial's identity and where its numbering and clock start (HACKING.md
+ * "Trial environment"): what ctune.report() and Ray-style scripts read. */
+static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume) {
+  const cJSON *ck = cJSON_GetObjectItemCaseSensitive(trial, "checkpoint_iteration");
+  const cJSON *tt = cJSON_GetObjectItemCaseSensitive(trial, "start_time_total_s");
+  cJSON *zero = cJSON_CreateNumber(0);
+  if (!zero) return -ENOMEM;
+  int rc;
+  if ((rc = env_set_str(env, "CTUNE_TRIAL_NAME",
+                        cJSON_GetObjectItemCaseSensitive(trial, "name"))) < 0 ||
+      (rc = env_set_num(env, "CTUNE_EXPERIMENT_ID",
+                        cJSON_GetObjectItemCaseSensitive(trial, "experiment_id"))) < 0 ||
+      (rc = env_set_str(env, "CTUNE_METRIC",
+                        cJSON_GetObjectItemCaseSensitive(trial, "metric"))) < 0 ||
+      (rc = env_set_str(env, "CTUNE_MODE", cJSON_GetObjectItemCaseSensitive(trial, "mode"))) < 0)
+    goto done;
+  const cJSON *ta = cJSON_GetObjectItemCaseSensitive(trial, "time_attr");
+  if ((rc = env_set(env, "CTUNE_TIME_ATTR",
+                    cJSON_IsString(ta) ? ta->valuestring : "training_iteration")) < 0)
+    goto done;
+  /* Only a resumed attempt starts past 0: a fresh start numbers from 1. */
+  if ((rc = env_set_num(env, "CTUNE_START_ITERATION",
+                        resume && cJSON_IsNumber(ck) ? ck : zero)) < 0 ||
+      (rc = env_set_num(env, "CTUNE_START_TIME_TOTAL_S",
+                        resume && cJSON_IsNumber(tt) ? tt : zero)) < 0)
+    goto done;
+done:
+  cJSON_Delete(zero);
+  return rc;
+}
+
 int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
                     struct trainable_cmd *cmd, char *err, size_t errlen) {
   struct strv argv = {0}, env = {0};
@@ -285,6 +343,9 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
   const cJSON *config = cJSON_GetObjectItemCaseSensitive(trial, "config");
   const cJSON *tr = cJSON_GetObjectItemCaseSensitive(trial, "trainable");
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(trial, "id");
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(trial, "name");
+  const cJSON *exp_id = cJSON_GetObjectItemCaseSensitive(trial, "experiment_id");
+  cJSON *extra = NULL;
   if (!cJSON_IsObject(config)) {
     set_err(err, errlen, "trial.config must be an object");
     goto fail;
@@ -322,10 +383,26 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
   if ((rc = env_set(&env, "OMP_NUM_THREADS", num)) < 0) goto fail;
   if ((rc = env_set(&env, "OPENBLAS_NUM_THREADS", num)) < 0) goto fail;
 
-  if (!strcmp(kind, "builtin"))
+  /* Python writes stdout as it prints (a pty alone would make it line
+   * buffered; this also covers a trial that says "stdout": "pipe"). Before
+   * the trainable's env, so a trainable may turn it off. */
+  if ((rc = env_set(&env, "PYTHONUNBUFFERED", "1")) < 0) goto fail;
+
+  if (!strcmp(kind, "builtin")) {
     rc = build_builtin(trial, tr, config, ctx, &argv, err, errlen);
-  else
-    rc = build_command(tr, config, &argv, &env, &cwd, err, errlen);
+  } else {
+    /* The worker's own placeholders, after the config's keys. */
+    if (!(extra = cJSON_CreateObject()) ||
+        !cJSON_AddNumberToObject(extra, "trial_id", id->valuedouble) ||
+        !cJSON_AddStringToObject(extra, "checkpoint_dir", ctx->trial_dir) ||
+        (cJSON_IsString(name) && !cJSON_AddStringToObject(extra, "trial_name", name->valuestring)) ||
+        (cJSON_IsNumber(exp_id) &&
+         !cJSON_AddNumberToObject(extra, "experiment_id", exp_id->valuedouble))) {
+      rc = -ENOMEM;
+      goto fail;
+    }
+    rc = build_command(tr, config, extra, &argv, &env, &cwd, &cmd->stdout_pipe, err, errlen);
+  }
   if (rc < 0) goto fail;
 
   config_text = jsonout_print(config);
@@ -336,7 +413,8 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
       (rc = env_set(&env, "CTUNE_CONFIG", config_text)) < 0 ||
       (rc = env_set(&env, "CTUNE_TRIAL_ID", num)) < 0 ||
       (rc = env_set(&env, "CTUNE_CHECKPOINT_DIR", ctx->trial_dir)) < 0 ||
-      (rc = env_set(&env, "CTUNE_RESUME", ctx->resume ? "1" : "0")) < 0)
+      (rc = env_set(&env, "CTUNE_RESUME", ctx->resume ? "1" : "0")) < 0 ||
+      (rc = trainable_env_trial(&env, trial, ctx->resume)) < 0)
     goto fail;
   if (ctx->gpu_mem_limit_mb > 0) {
     free(num);
@@ -368,6 +446,7 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
   cmd->cwd = cwd;
   free(config_text);
   free(num);
+  cJSON_Delete(extra);
   return 0;
 fail:
   strv_free(&argv);
@@ -375,6 +454,8 @@ fail:
   free(cwd);
   free(config_text);
   free(num);
+  cJSON_Delete(extra);
+  memset(cmd, 0, sizeof *cmd);
   return rc;
 }
 

@@ -26,6 +26,7 @@ struct trainable_cmd {
   char **argv;  /* NULL-terminated, owned */
   char **env;   /* NULL-terminated, owned */
   char *cwd;    /* owned, never NULL */
+  int stdout_pipe; /* "stdout": "pipe": the trial's stdout is a pipe, not a pty */
 };
 
 /* Fills cmd from the lease's trial object. On error returns -EINVAL (with a
@@ -34,11 +35,15 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
                     struct trainable_cmd *cmd, char *err, size_t errlen);
 void trainable_cmd_free(struct trainable_cmd *cmd);
 
-/* Replaces each {name} in tmpl by config[name]; name is an identifier
+/* Replaces each {name} in tmpl by config[name] (else extra[name]: the
+ * worker's trial_id, trial_name, experiment_id, checkpoint_dir; extra may be
+ * NULL); name is an identifier
  * ([A-Za-z_][A-Za-z0-9_.-]*), any other brace is literal, and "{{" and "}}"
  * are literal braces. *out is malloc'ed. -EINVAL with err set for an unknown name. */
 int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
                          char *err, size_t errlen);
+int trainable_substitute_ex(const char *tmpl, const cJSON *config, const cJSON *extra,
+                            char **out, char *err, size_t errlen);
 /* A config value as it goes on a command line: strings verbatim, integral
  * numbers without a decimal point, others with full precision. */
 char *trainable_value_text(const cJSON *v);

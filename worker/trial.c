@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,10 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
   int rc = -ENOMEM;
   t->time_attr = strdup(cJSON_IsString(ta) ? ta->valuestring : "training_iteration");
   if (!t->time_attr) goto fail;
+  t->auto_iter = !strcmp(t->time_attr, "training_iteration");
+  const cJSON *me = cJSON_GetObjectItemCaseSensitive(lease, "metric");
+  if (cJSON_IsString(me) && me->valuestring[0] && !(t->metric = strdup(me->valuestring)))
+    goto fail;
   if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) { t->dir = NULL; goto fail; }
   if ((rc = trial_mkdirs(t->dir)) < 0) goto fail;
   if ((rc = tail_init(&t->log, TRIAL_LOG_TAIL)) < 0) goto fail;
@@ -95,7 +100,7 @@ static void trial_on_line(void *arg, const char *line, size_t len) {
   struct trial *t = arg;
   cJSON *flat = NULL;
   double tv = 0;
-  int r = result_parse_line(line, len, t->time_attr, &flat, &tv);
+  int r = result_parse_line_opt(line, len, t->time_attr, t->auto_iter, &flat, &tv);
   if (r == RESULT_MALFORMED) {
     /* It looks like a result: say so instead of letting it vanish as log. */
     log_warn("trial %d: ignoring a stdout line that looks like a result but is not one "
@@ -108,6 +113,17 @@ static void trial_on_line(void *arg, const char *line, size_t len) {
     return;
   }
   if (r == 0) return;  /* plain output: already in the log */
+  /* The attempt's first result must carry the experiment's metric: named
+   * with what the trial itself reported (before the worker's filling-in);
+   * worker.c fails the trial on it. */
+  if (t->nresults == 0 && t->metric && !t->fail_msg)
+    t->fail_msg = result_missing_metric(flat, t->metric);
+  r = result_fill(flat, t->time_attr, &t->clock, clock_mono_s(), clock_wall_s(), &tv);
+  if (r < 0) {
+    log_error("trial %d: cannot fill in a result: %s", t->id, strerror(-r));
+    cJSON_Delete(flat);
+    return;
+  }
   t->nresults++;
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(flat, "training_iteration");
   t->last_iter = cJSON_IsNumber(it) ? it->valuedouble : tv;
@@ -209,6 +225,17 @@ done:
   return rc;
 }
 
+double trial_start_iteration(const cJSON *lease, int resume) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(lease, "checkpoint_iteration");
+  return resume && cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : 0;
+}
+
+double trial_start_time_total(const cJSON *lease, int resume) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(lease, "start_time_total_s");
+  return resume && cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble > 0
+             ? v->valuedouble : 0;
+}
+
 int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
                 char *const *argv, char *const *env, const char *cwd,
                 const struct proc_limits *lim, const struct trial_events *ev, void *arg) {
@@ -237,6 +264,9 @@ int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
   t->handles = 3;
   if (uv_fs_event_start(&t->watch, trial_on_dir_event, t->dir, 0) < 0)
     log_warn("trial %d: cannot watch %s: checkpoints upload only when it ends", t->id, t->dir);
+  /* The attempt's clock starts with its process (result_fill). */
+  t->clock.started_mono = t->clock.prev_mono = clock_mono_s();
+  t->clock.nresults = 0;
   rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, lim, &cbs, t);
   if (rc < 0) {
     /* proc_spawn closes its own handles; on_closed follows all three. */
@@ -268,6 +298,8 @@ void trial_free(struct trial *t) {
   free(t->time_attr);
   free(t->dir);
   free(t->cgroup);
+  free(t->metric);
+  free(t->fail_msg);
   cJSON_Delete(t->held);
   free(t);
 }

@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "linebuf.h"
 #include "proc.h"
+#include "result.h"
 #include "tail.h"
 
 #define TRIAL_LOG_TAIL (256 * 1024)  /* what PUT /logs carries at most */
@@ -52,6 +53,7 @@ enum trial_stop {
   TRIAL_STOP_DRAIN,    /* the worker is shutting down: release */
   TRIAL_STOP_FENCE,    /* no heartbeat for lease_timeout_s: release */
   TRIAL_STOP_OUTBOX,   /* its results could not be queued for too long: fail */
+  TRIAL_STOP_METRIC,   /* its first result lacks the experiment's metric: fail */
 };
 
 struct trial;
@@ -88,6 +90,11 @@ struct trial {
   int out_fd, err_fd;   /* stdout.log and stderr.log in dir */
   double last_iter;     /* iteration of the last result (checkpoint header) */
   long nresults;
+  /* Ray's habits (HACKING.md, issue 15): what the worker fills in. */
+  struct result_clock clock;
+  int auto_iter;        /* time attribute is training_iteration: number results */
+  char *metric;         /* the experiment's metric, or NULL */
+  char *fail_msg;       /* its first result lacks the metric: the fail message */
   /* Checkpoint uploads: one PUT in flight, wanted again when the file changed
    * or the server wants its results first (checkpoint_ahead). */
   int ckpt_inflight, ckpt_wanted, ckpt_tries;
@@ -113,6 +120,11 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
 int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
                 char *const *argv, char *const *env, const char *cwd,
                 const struct proc_limits *lim, const struct trial_events *ev, void *arg);
+/* Where this attempt's numbering and clock start: the lease's
+ * checkpoint_iteration and start_time_total_s when it resumes from the
+ * checkpoint, else 0 (CTUNE_START_ITERATION, CTUNE_START_TIME_TOTAL_S). */
+double trial_start_iteration(const cJSON *lease, int resume);
+double trial_start_time_total(const cJSON *lease, int resume);
 /* Closes the process handles (abandoning a live process with SIGKILL);
  * ev->on_closed follows, after which trial_free is allowed. Call once. */
 void trial_close(struct trial *t);

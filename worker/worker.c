@@ -304,6 +304,18 @@ static void worker_check_stalls(struct worker *w) {
 
 static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv) {
   struct worker *w = arg;
+  /* As Ray does: an attempt whose first result lacks the experiment's metric
+   * fails at once, naming the metric and what it did report, instead of
+   * running unscheduled (ASHA would never see a value). That result and any
+   * after it are not posted. trial.c wrote why. */
+  if (t->fail_msg) {
+    cJSON_Delete(flat);
+    if (t->nresults == 1) {
+      log_warn("trial %d failed: %s", t->id, t->fail_msg);
+      worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_METRIC, 0);
+    }
+    return;
+  }
   char *body = jsonout_print(flat); /* exact numbers, bit for bit */
   cJSON_Delete(flat);
   if (!body) {
@@ -377,6 +389,10 @@ static void worker_queue_trial_end(struct worker *w, struct trial *t) {
       worker_queue_fail(w, t, "the worker could not write the trial's results to its outbox "
                         "(disk full or unwritable) for longer than --outbox-stall-s", -1,
                         "internal");
+      return;
+    case TRIAL_STOP_METRIC:
+      worker_queue_fail(w, t, t->fail_msg ? t->fail_msg : "result has no metric", -1,
+                        "missing_metric");
       return;
     case TRIAL_STOP_DECISION:
     case TRIAL_STOP_NONE:
@@ -762,6 +778,8 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
       .iso = isolate_current(),
   };
   struct trainable_cmd cmd;
+  t->clock.prev_iter = trial_start_iteration(t->lease, resume);
+  t->clock.start_total = trial_start_time_total(t->lease, resume);
   int rc = trainable_build(t->lease, &ctx, &cmd, err, sizeof err);
   if (rc < 0) {
     worker_abort_trial(w, t, rc == -EINVAL ? err : strerror(-rc),
@@ -770,7 +788,7 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   }
   /* Memory: a cgroup would cap resident memory; RLIMIT_AS caps address
    * space, which CUDA reserves by the terabyte, so GPU trials go without. */
-  struct proc_limits lim = {cpus, 0, NULL};
+  struct proc_limits lim = {cpus, 0, NULL, !cmd.stdout_pipe};
   char cg[4300];
   if (w->o.cgroup && w->o.cgroup->enabled) {
     rc = cgroup_trial_create(w->o.cgroup, t->id, t->grant.cpu_quota, t->grant.memory_mb, cg,

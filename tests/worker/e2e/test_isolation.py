@@ -58,7 +58,11 @@ def body(env):
                "CTUNE_LOG_LEVEL", "CUDA_DEVICE_ORDER", "PASSED_ON", "FROM_CONFIG",
                "CTUNE_CONFIG", "CTUNE_TRIAL_ID", "CTUNE_CHECKPOINT_DIR", "CTUNE_RESUME",
                "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-               "CTUNE_GPU_MEM_LIMIT_MB", "PWD", "SHLVL", "_"}
+               "CTUNE_GPU_MEM_LIMIT_MB", "PWD", "SHLVL", "_",
+               # issue 15: the trial's identity and starting point, Python unbuffered
+               "CTUNE_TRIAL_NAME", "CTUNE_EXPERIMENT_ID", "CTUNE_TIME_ATTR", "CTUNE_METRIC",
+               "CTUNE_MODE", "CTUNE_START_ITERATION", "CTUNE_START_TIME_TOTAL_S",
+               "PYTHONUNBUFFERED"}
     extra = [k for k in tenv if k not in allowed and not k.startswith("LC_")]
     assert not extra, "variables the trial should not see: %s" % extra
     if os.geteuid() == 0:  # a root worker without --run-as says so, once

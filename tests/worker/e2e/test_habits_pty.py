@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Results arrive as they are printed, from a program that never flushes
+(issue 15): the trial's stdout is a pseudo-terminal, so C stdio (here
+Python's, with PYTHONUNBUFFERED turned off by the trainable) line-buffers
+it. The first result is stored while the trial still sleeps before its
+second; ASHA stops the worse trials early (their processes print fewer than
+max_t results). A trainable that says "stdout": "pipe" keeps a pipe: there
+the same program's results all arrive at its exit."""
+import json
+import os
+import sys
+import time
+
+from harness import command_config, main, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRIAL = os.path.join(HERE, "habits_trial.py")
+PY = "/usr/bin/python3"
+NOFLUSH = {"PYTHONUNBUFFERED": ""}  # an empty value: Python buffers again
+
+
+def env_of(outdir, tid):
+    with open(os.path.join(outdir, "env-%d-0.json" % tid)) as f:
+        return json.load(f)
+
+
+def body(env):
+    if not os.access(PY, os.X_OK):
+        print("SKIP: no %s" % PY)
+        sys.exit(77)
+    outdir = os.path.join(env.tmp, "out")
+    os.mkdir(outdir)
+    env.start_server()
+    env.start_worker("a", "--cpus", "1")
+
+    # 1. Prompt delivery: result 1 stored while the trial sleeps 1.5 s
+    # before printing result 2.
+    pause = 1.5
+    exp = env.submit(command_config(
+        "pty", [PY, TRIAL, "plain", outdir, "3", str(pause)],
+        trainable={"type": "command", "argv": [PY, TRIAL, "plain", outdir, "3", str(pause)],
+                   "env": NOFLUSH}))
+    tid = env.trials(exp)[0]["id"]
+    wait_for(lambda: env.results(tid), 10, "the first result", step=0.02)
+    seen = time.time()
+    res = env.results(tid)
+    tr = env.trial(tid)
+    assert len(res) == 1 and tr["status"] == "RUNNING", (res, tr)
+    e = env_of(outdir, tid)
+    assert e["stdout_isatty"] is True and e["PYTHONUNBUFFERED"] == "", e
+    delay = seen - tr["started_at"]
+    print("first result stored %.2f s after the start (printed at ~%.1f s)" % (delay, pause))
+    assert delay < 2 * pause, delay
+    env.wait_experiment(exp, 20)
+    assert len(env.results(tid)) == 3
+
+    # 2. "stdout": "pipe": a pipe, block-buffered: everything at exit.
+    argv = [PY, TRIAL, "plain", outdir, "3", "0.4"]
+    exp = env.submit(command_config(
+        "pipe", argv, trainable={"type": "command", "argv": argv, "env": NOFLUSH,
+                                 "stdout": "pipe"}))
+    tid = env.trials(exp)[0]["id"]
+    wait_for(lambda: env.results(tid), 10, "the results", step=0.02)
+    n = len(env.results(tid))
+    assert env_of(outdir, tid)["stdout_isatty"] is False
+    print("with a pipe: %d result(s) at the first sight" % n)
+    assert n == 3, n
+    env.wait_experiment(exp, 20)
+
+    # 3. ASHA stops the worse trials early: their processes are stopped.
+    iters = 8
+    argv = [PY, TRIAL, "plain", outdir, str(iters), "0.3"]
+    exp = env.submit(command_config(
+        "asha", argv, num_samples=3, max_concurrent_trials=1,
+        trainable={"type": "command", "argv": argv, "env": NOFLUSH},
+        scheduler={"type": "asha", "time_attr": "training_iteration", "max_t": iters,
+                   "grace_period": 1, "reduction_factor": 2, "brackets": 1}))
+    env.wait_experiment(exp, 40)
+    stopped = 0
+    for t in sorted(env.trials(exp), key=lambda t: t["id"]):
+        with open(os.path.join(outdir, "printed-%d" % t["id"])) as f:
+            printed = int(f.read())
+        print("trial %d: %s stopped_early=%s iteration %s, printed %d"
+              % (t["id"], t["status"], t["stopped_early"], t["iteration"], printed))
+        assert t["status"] == "TERMINATED", t
+        if t["stopped_early"]:
+            stopped += 1
+            assert printed < iters, (t, printed)
+            assert t["iteration"] < iters, t
+    assert stopped >= 1, env.trials(exp)
+
+
+if __name__ == "__main__":
+    main("habits_pty", body)
