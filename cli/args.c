@@ -11,7 +11,7 @@ struct cmd_info {
   const char *name;
   enum cli_cmd cmd;
   const char *arg;    /* name of the positional argument, NULL = none */
-  int arg_is_id;
+  int arg_is_id;      /* 1: an id; 2: an id or a trial's name */
   const char *opts;   /* options this command accepts, space-separated */
 };
 
@@ -26,7 +26,7 @@ static const struct cmd_info CMDS[] = {
     {"status", CMD_STATUS, NULL, 0, "--json --width"},
     {"trials", CMD_TRIALS, "EXP", 1, "--json --width"},
     {"best", CMD_BEST, "EXP", 1, "--metric --mode --scope --json"},
-    {"logs", CMD_LOGS, "TRIAL", 1, ""},
+    {"logs", CMD_LOGS, "TRIAL", 2, ""},
     {"cancel", CMD_CANCEL, "EXP", 1, "--json"},
     {"export", CMD_EXPORT, "EXP", 1, "--format --output"},
     {"help", CMD_HELP, NULL, 0, ""},
@@ -49,6 +49,17 @@ static int parse_id(const char *s, long long *out) {
   if (errno || *end || v <= 0) return -EINVAL;
   *out = v;
   return 0;
+}
+
+/* The characters of an experiment (so also a trial) name on the server. */
+static int name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n < 1 || n > 160) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_' || *s == '.' || *s == '-'))
+      return 0;
+  return 1;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -155,8 +166,8 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
              ci->name, val);
       a->scope = val;
     } else if (!strcmp(name, "--format")) {
-      if (strcmp(val, "csv") && strcmp(val, "json"))
-        FAIL("%s: --format '%s' must be csv or json", ci->name, val);
+      if (strcmp(val, "csv") && strcmp(val, "json") && strcmp(val, "tensorboard"))
+        FAIL("%s: --format '%s' must be csv, json or tensorboard", ci->name, val);
       a->format = val;
     } else if (!strcmp(name, "--output")) {
       if (!*val) FAIL("%s: --output needs a file name", ci->name);
@@ -173,8 +184,15 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
     }
   }
   if (ci->arg && !a->target) FAIL("%s: missing %s (see ctune --help)", ci->name, ci->arg);
-  if (ci->arg_is_id && parse_id(a->target, &a->id))
+  if (ci->arg_is_id == 2 && parse_id(a->target, &a->id)) {
+    /* A trial's name (experiment name + "_NNNNN"): resolved by the command. */
+    a->id = 0;
+    if (!name_ok(a->target))
+      FAIL("%s: %s '%s' must be a trial id (a positive whole number) or a trial name "
+           "such as quick_00003", ci->name, ci->arg, a->target);
+  } else if (ci->arg_is_id == 1 && parse_id(a->target, &a->id)) {
     FAIL("%s: %s '%s' must be a positive whole number", ci->name, ci->arg, a->target);
+  }
   if (a->cmd == CMD_EXPORT && !a->format) a->format = "csv";
   if (!strcmp(ci->name, "sample")) a->dry_run = 1;
   return 0;

@@ -24,7 +24,7 @@ struct cli_args {
   enum cli_cmd cmd;
   const char *command;     /* the word as typed */
   const char *target;      /* CONFIG path, or EXP / TRIAL id as typed */
-  long long id;            /* target parsed as an id (watch, trials, ...) */
+  long long id;            /* target parsed as an id (watch, trials, ...); 0: logs got a trial name */
   const char *server;      /* --server, else CTUNE_SERVER (filled by caller) */
   const char *token_file;  /* --token-file */
   const char *ca_file;     /* --ca-file: CA bundle for an https:// server */

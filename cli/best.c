@@ -90,11 +90,46 @@ int cli_print_best(struct http_client *c, long long id, const char *metric,
   return rc;
 }
 
+/* --metric M without --mode: only the experiment's own metric has a mode to
+ * borrow; for any other, min or max is a guess that returns the worst trial
+ * half the time, so ask. 0 to go on, else the exit code (message printed). */
+static int check_mode(struct http_client *c, const struct cli_args *a) {
+  char path[96];
+  cJSON *exp = NULL;
+  struct http_error err;
+  if (!a->metric || a->mode) return 0;
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld", a->id);
+  int rc = http_json(c, "GET", path, NULL, &exp, &err);
+  if (rc) {
+    if (rc == HTTP_ERR_NOT_FOUND)
+      snprintf(err.message, sizeof(err.message),
+               "experiment %lld not found on %s; list experiments with `ctune status`", a->id, c->base);
+    return cli_fail_http(rc, &err);
+  }
+  const cJSON *m = get(exp, "metric"), *mode = get(exp, "mode");
+  int same = cJSON_IsString(m) && !strcmp(m->valuestring, a->metric);
+  if (!same) {
+    if (cJSON_IsString(m))
+      fprintf(stderr, "ctune: best: --metric %s needs --mode min or --mode max: experiment %lld "
+              "optimises %s (%s), and only its own metric takes the experiment's mode\n",
+              a->metric, a->id, m->valuestring, cJSON_IsString(mode) ? mode->valuestring : "?");
+    else
+      fprintf(stderr, "ctune: best: --metric %s needs --mode min or --mode max (experiment %lld "
+              "has no metric of its own)\n", a->metric, a->id);
+  }
+  cJSON_Delete(exp);
+  return same ? 0 : CLI_EXIT_USAGE;
+}
+
 int cmd_best(const struct cli_args *a) {
   struct http_client c;
   struct http_error err;
   int ex = cli_connect(a, &c);
   if (ex) return ex;
+  if ((ex = check_mode(&c, a))) {
+    http_client_free(&c);
+    return ex;
+  }
   int rc = cli_print_best(&c, a->id, a->metric, a->mode, a->scope, a->json, &err);
   if (rc == HTTP_ERR_NOT_FOUND) {
     /* 404 is an unknown experiment or one where no trial has the metric yet:

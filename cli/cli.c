@@ -10,12 +10,29 @@
 #include <unistd.h>
 
 #include "exitcode.h"
+#include "proc.h"
 
 volatile sig_atomic_t cli_signal;
+static volatile sig_atomic_t signals_seen;
+static int second_exits;
 
-static void on_signal(int sig) { cli_signal = sig; }
+/* The first signal asks for a graceful stop (the loops poll cli_signal);
+ * a second one means "now": `ctune run` stops waiting for its children
+ * (proc_hurry: SIGKILL instead of the grace), other commands exit here. */
+static void on_signal(int sig) {
+  cli_signal = sig;
+  if (++signals_seen < 2) return;
+  proc_hurry = 1;
+  if (second_exits) {
+    static const char msg[] = "\nctune: second signal: stopped at once\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)w;
+    _exit(sig == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + sig);
+  }
+}
 
-void cli_signals_install(void) {
+void cli_signals_install(int second_signal_exits) {
+  second_exits = second_signal_exits;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
@@ -119,4 +136,60 @@ int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
     snprintf(err->message, sizeof(err->message),
              "the server at %s sent an experiment or trial list of an unexpected shape", c->base);
   return rc == -EINVAL ? HTTP_ERR_SERVER : rc;
+}
+
+/* Trial names are "<experiment name>_<index>": the experiments whose name
+ * that starts with are asked for their trials, newest first. */
+int cli_resolve_trial(struct http_client *c, const char *target, long long *id,
+                      struct http_error *err) {
+  cJSON *exps = NULL;
+  int rc = http_json(c, "GET", "/api/v1/experiments", NULL, &exps, err);
+  if (rc) return rc;
+  const cJSON *list = cJSON_IsArray(exps) ? exps : cJSON_GetObjectItemCaseSensitive(exps, "experiments");
+  int n = cJSON_GetArraySize(list), found = 0;
+  long long others[4];
+  *id = 0;
+  for (int i = n - 1; i >= 0 && !rc; i--) {
+    const cJSON *e = cJSON_GetArrayItem(list, i);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    size_t nl = cJSON_IsString(name) ? strlen(name->valuestring) : 0;
+    if (!nl || strncmp(target, name->valuestring, nl) || target[nl] != '_') continue;
+    char path[96];
+    cJSON *trials = NULL;
+    snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials",
+             (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "id")));
+    if ((rc = http_json(c, "GET", path, NULL, &trials, err))) break;
+    const cJSON *tl = cJSON_IsArray(trials) ? trials : cJSON_GetObjectItemCaseSensitive(trials, "trials");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tl) {
+      const cJSON *tn = cJSON_GetObjectItemCaseSensitive(t, "name");
+      if (!cJSON_IsString(tn) || strcmp(tn->valuestring, target)) continue;
+      long long tid = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "id"));
+      if (!found) *id = tid;
+      else if (found <= 4) others[found - 1] = tid;
+      found++;
+    }
+    cJSON_Delete(trials);
+  }
+  cJSON_Delete(exps);
+  if (rc) return rc;
+  if (!found) {
+    err->status = 404;
+    snprintf(err->code, sizeof(err->code), "not_found");
+    snprintf(err->message, sizeof(err->message),
+             "no trial named '%s' on %s; list trials (names and ids) with `ctune trials EXP`",
+             target, c->base);
+    return HTTP_ERR_NOT_FOUND;
+  }
+  if (found > 1) {
+    /* A config submitted twice gives its trials the same names again: the
+     * newest wins, and the others are named so the id can be given. */
+    char list_ids[96] = "";
+    size_t u = 0;
+    for (int i = 0; i < found - 1 && i < 4 && u < sizeof(list_ids); i++)
+      u += (size_t)snprintf(list_ids + u, sizeof(list_ids) - u, "%s%lld", i ? ", " : "", others[i]);
+    fprintf(stderr, "ctune: %d trials are named '%s': using the newest, id %lld (older: %s%s)\n",
+            found, target, *id, list_ids, found > 5 ? ", ..." : "");
+  }
+  return 0;
 }

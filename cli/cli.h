@@ -13,8 +13,15 @@
 extern volatile sig_atomic_t cli_signal;
 
 /* Installs SIGINT/SIGTERM/SIGHUP handlers that set cli_signal (no restart,
- * so sleeps and waits return early). */
-void cli_signals_install(void);
+ * so sleeps and waits return early). A second signal sets proc_hurry and,
+ * with second_signal_exits, exits at once (130 for SIGINT). */
+void cli_signals_install(int second_signal_exits);
+
+/* A trial's id from its name (`ctune logs NAME`): the newest trial of that
+ * name. 0, HTTP_ERR_NOT_FOUND (err says how to list trials) or a request
+ * error. */
+int cli_resolve_trial(struct http_client *c, const char *target, long long *id,
+                      struct http_error *err);
 
 /* Terminal width for output: --width, the terminal's, COLUMNS, else 120. */
 int cli_width(const struct cli_args *a);

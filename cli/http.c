@@ -60,7 +60,10 @@ static void fill_server_error(struct http_error *err, const char *body) {
   const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
   const cJSON *path = cJSON_GetObjectItemCaseSensitive(e, "path");
   if (cJSON_IsString(code)) snprintf(err->code, sizeof(err->code), "%s", code->valuestring);
-  if (cJSON_IsString(msg) && cJSON_IsString(path) && path->valuestring[0])
+  size_t pl = cJSON_IsString(path) ? strlen(path->valuestring) : 0;
+  /* The server's invalid_config messages already start with "path: ". */
+  if (cJSON_IsString(msg) && pl && !(strncmp(msg->valuestring, path->valuestring, pl) == 0 &&
+                                     msg->valuestring[pl] == ':'))
     snprintf(err->message, sizeof(err->message), "%s: %s", path->valuestring,
              msg->valuestring);
   else if (cJSON_IsString(msg))

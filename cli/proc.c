@@ -110,11 +110,13 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
+volatile sig_atomic_t proc_hurry;
+
 void proc_stop(struct proc *p, int grace_ms) {
   if (p->pid <= 0) return;
   kill(p->pid, SIGTERM);
   uint64_t deadline = clock_mono_ms() + (uint64_t)grace_ms;
-  while (clock_mono_ms() < deadline) {
+  while (!proc_hurry && clock_mono_ms() < deadline) {
     if (proc_exited(p)) return;
     sleep_ms(20);
   }

@@ -24,7 +24,12 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
 /* 1 if the child has exited (reaping it), 0 if it still runs. */
 int proc_exited(struct proc *p);
 
-/* SIGTERM, up to grace_ms for it to exit, then SIGKILL; always reaps. */
+/* Set (by a second Ctrl-C) to cut every grace short: proc_stop then kills
+ * the child's process group at once. */
+extern volatile sig_atomic_t proc_hurry;
+
+/* SIGTERM, up to grace_ms for it to exit (less once proc_hurry is set),
+ * then SIGKILL to its process group; always reaps. */
 void proc_stop(struct proc *p, int grace_ms);
 
 /* Waits up to timeout_ms for a line starting with prefix to appear in the log

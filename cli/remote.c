@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -11,6 +13,9 @@
 #include "config.h"
 #include "exitcode.h"
 #include "export.h"
+#include "space.h"
+#include "validate.h"
+#include "tbexport.h"
 
 static const cJSON *get(const cJSON *o, const char *k) {
   return cJSON_GetObjectItemCaseSensitive(o, k);
@@ -31,16 +36,67 @@ static int fail_exp(int rc, struct http_error *err, struct http_client *c, long 
   return cli_fail_http(rc, err);
 }
 
+/* `ctune sample`: what POST /api/v1/experiments?dry_run=true answers, made
+ * here by the server's own validation and sampling code (ctune_server_core),
+ * so no server is needed. Errors read as the server's would. */
+static int sample_local(const cJSON *cfg, cJSON **out, struct http_error *err) {
+  struct experiment_spec spec;
+  struct validate_error verr = {{0}, {0}};
+  cJSON *configs = NULL;
+  memset(err, 0, sizeof(*err));
+  int rc = validate_experiment(cfg, &spec, &verr);
+  if (!rc) {
+    if (!spec.has_seed) {
+      /* As the server does: a random seed, exact as a JSON number. */
+      uint64_t seed = 0;
+      if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)time(NULL) * 1000003u;
+      spec.seed = seed & ((1ULL << 53) - 1);
+    }
+    rc = space_generate(spec.param_space, spec.num_samples, spec.seed, &configs, &verr);
+  }
+  if (rc == -EINVAL) {
+    char server_msg[700];
+    snprintf(server_msg, sizeof(server_msg), "%s: %s", verr.path, verr.message);
+    err->status = 400;
+    snprintf(err->code, sizeof(err->code), "invalid_config");
+    snprintf(err->message, sizeof(err->message), "rejected: %s (400 invalid_config)",
+             server_msg);
+    validate_spec_free(&spec);
+    return HTTP_ERR_REJECTED;
+  }
+  cJSON *o = rc ? NULL : cJSON_CreateObject();
+  if (!o || !cJSON_AddBoolToObject(o, "dry_run", 1) ||
+      !cJSON_AddNumberToObject(o, "num_trials", cJSON_GetArraySize(configs)) ||
+      !cJSON_AddNumberToObject(o, "seed", (double)spec.seed)) {
+    cJSON_Delete(o);
+    cJSON_Delete(configs);
+    validate_spec_free(&spec);
+    snprintf(err->message, sizeof(err->message), "cannot sample: %s", strerror(rc ? -rc : ENOMEM));
+    return rc ? rc : -ENOMEM;
+  }
+  cJSON_AddItemToObject(o, "trials", configs);
+  validate_spec_free(&spec);
+  *out = o;
+  return 0;
+}
+
 int cmd_submit(const struct cli_args *a) {
   struct http_client c;
   struct http_error err;
   char msg[1024];
   cJSON *cfg = NULL, *resp = NULL;
   char *body = NULL;
-  int ex;
+  int ex, local = !strcmp(a->command, "sample");
+  int rc;
+  memset(&c, 0, sizeof(c));
   if (config_load(a->target, &cfg, msg, sizeof(msg))) {
     fprintf(stderr, "ctune: %s\n", msg);
     return CLI_EXIT_USAGE;
+  }
+  if (local) {
+    rc = sample_local(cfg, &resp, &err);
+    ex = 0;
+    goto answered;
   }
   if ((ex = cli_connect(a, &c))) {
     cJSON_Delete(cfg);
@@ -51,8 +107,9 @@ int cmd_submit(const struct cli_args *a) {
     ex = CLI_EXIT_ERROR;
     goto done;
   }
-  int rc = http_json(&c, "POST", a->dry_run ? "/api/v1/experiments?dry_run=true" : "/api/v1/experiments",
-                     body, &resp, &err);
+  rc = http_json(&c, "POST", a->dry_run ? "/api/v1/experiments?dry_run=true" : "/api/v1/experiments",
+                 body, &resp, &err);
+answered:
   if (rc) {
     if (rc == HTTP_ERR_REJECTED) {
       fprintf(stderr, "ctune: %s: %s\n", a->target, err.message);
@@ -98,7 +155,7 @@ done:
   cJSON_Delete(resp);
   cJSON_Delete(cfg);
   free(body);
-  http_client_free(&c);
+  if (!local) http_client_free(&c);
   return ex;
 }
 
@@ -167,6 +224,9 @@ int cmd_status(const struct cli_args *a) {
            (long long)cJSON_GetNumberValue(get(counts, "PENDING")),
            (long long)cJSON_GetNumberValue(get(counts, "TERMINATED")),
            (long long)cJSON_GetNumberValue(get(counts, "ERROR")), bestbuf);
+    /* Why it ended early (fail_fast, a cancel), under its line. */
+    const cJSON *why = get(e, "end_reason");
+    if (cJSON_IsString(why)) printf("      ended: %s\n", why->valuestring);
   }
 done:
   cJSON_Delete(resp);
@@ -208,15 +268,21 @@ int cmd_logs(const struct cli_args *a) {
   struct http_error err;
   cJSON *resp = NULL;
   char path[128];
+  long long id = a->id;
   int ex = cli_connect(a, &c);
   if (ex) return ex;
-  snprintf(path, sizeof(path), "/api/v1/trials/%lld/logs", a->id);
-  int rc = http_json(&c, "GET", path, NULL, &resp, &err);
+  int rc = id ? 0 : cli_resolve_trial(&c, a->target, &id, &err);
+  if (rc) {
+    ex = cli_fail_http(rc, &err);
+    goto done;
+  }
+  snprintf(path, sizeof(path), "/api/v1/trials/%lld/logs", id);
+  rc = http_json(&c, "GET", path, NULL, &resp, &err);
   if (rc) {
     if (rc == HTTP_ERR_NOT_FOUND)
       snprintf(err.message, sizeof(err.message),
                "trial %lld not found on %s, or it has no log yet; list trials with `ctune trials EXP`",
-               a->id, c.base);
+               id, c.base);
     ex = cli_fail_http(rc, &err);
     goto done;
   }
@@ -225,7 +291,7 @@ int cmd_logs(const struct cli_args *a) {
     fputs(log->valuestring, stdout);
     if (log->valuestring[strlen(log->valuestring) - 1] != '\n') putchar('\n');
   } else {
-    fprintf(stderr, "ctune: trial %lld has no log yet\n", a->id);
+    fprintf(stderr, "ctune: trial %lld has no log yet\n", id);
   }
 done:
   cJSON_Delete(resp);
@@ -301,10 +367,14 @@ int cmd_export(const struct cli_args *a) {
     ex = fail_exp(rc, &err, &c, a->id);
     goto done;
   }
-  if (!strcmp(a->format, "json")) {
+  if (strcmp(a->format, "csv")) {
     rc = fetch_results(&c, a->id, &results, &err);
     if (rc) {
       ex = fail_exp(rc, &err, &c, a->id);
+      goto free_state;
+    }
+    if (!strcmp(a->format, "tensorboard")) { /* a folder: cli/tbexport.c */
+      ex = tbexport_cmd(a->output, s.experiment, s.trials_doc, results);
       goto free_state;
     }
     rc = export_json(s.experiment, s.trials_doc, results, &text);

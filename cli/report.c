@@ -230,6 +230,11 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
     snprintf(line + u, sizeof(line) - u, " (%s %s)", mode && !strcmp(mode, "max") ? "maximize" : "minimize", metric);
   }
   put_line(sb, line, width);
+  /* Why it ended early (fail_fast, a cancel): HACKING.md end_reason. */
+  if (get_str(e, "end_reason")) {
+    snprintf(line, sizeof(line), "Ended: %s", get_str(e, "end_reason"));
+    put_line(sb, line, width);
+  }
 
   if (s->have_workers) {
     snprintf(line, sizeof(line), "Logical resource usage: %g/%g CPUs, %g/%g GPUs (%d worker%s)",
@@ -359,7 +364,7 @@ static void put_cell(struct sbuf *sb, const char *text, size_t w, int right) {
 static void table(struct sbuf *sb, const struct report_state *s, int width, int max_rows) {
   enum { MAXK = 64 };
   const struct report_trial **rows = NULL;
-  struct column cols[2 + 2 * MAXK + 2];
+  struct column cols[3 + 2 * MAXK + 2];
   int ncols = 0;
   size_t nrows = 0, shown_per[NSTATUS + 1] = {0}, total_per[NSTATUS + 1] = {0};
   memset(cols, 0, sizeof(cols));
@@ -401,6 +406,8 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
     }
   }
 
+  /* The numeric id: what `ctune logs` and the REST API take besides the name. */
+  cols[ncols++] = (struct column){.title = "id", .right = 1, .prio = 6};
   cols[ncols++] = (struct column){.title = "Trial name", .prio = 9};
   cols[ncols++] = (struct column){.title = "status", .prio = 9};
   for (int i = 0; i < np; i++) cols[ncols++] = (struct column){.title = pkeys[i], .right = 1, .prio = 2};
@@ -418,15 +425,17 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
     }
     cols[c].w = text_width(cols[c].title);
   }
-  int np0 = 2, nit = 2 + np;
+  int np0 = 3, nit = 3 + np;
   for (size_t r = 0; r < nrows; r++) {
     const struct report_trial *t = rows[r];
     for (int c = 0; c < ncols; c++) {
       char buf[256], lbl[48];
       buf[0] = '\0';
       if (c == 0) {
-        snprintf(buf, sizeof(buf), "%s", trial_label(t, lbl, sizeof(lbl)));
+        snprintf(buf, sizeof(buf), "%lld", t->id);
       } else if (c == 1) {
+        snprintf(buf, sizeof(buf), "%s", trial_label(t, lbl, sizeof(lbl)));
+      } else if (c == 2) {
         snprintf(buf, sizeof(buf), "%s", t->status);
       } else if (c < nit) {
         report_fmt_value(get(t->config, pkeys[c - np0]), buf, sizeof(buf));

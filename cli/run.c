@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -16,6 +17,7 @@
 #include "config.h"
 #include "exitcode.h"
 #include "proc.h"
+#include "validate.h"
 
 /* Short, so a resumed run does not wait long for the dead worker's leases. */
 #define RUN_LEASE_TIMEOUT_S "10"
@@ -57,6 +59,87 @@ static int children_alive(void *arg) {
           dead->status, dead == &r->server ? r->server_log : r->worker_log);
   print_log_tail(dead == &r->server ? r->server_log : r->worker_log);
   return -ECHILD;
+}
+
+/* The largest worker id the server knows (a resumed database remembers the
+ * workers of earlier runs); 0 when none or on error. */
+static long long max_worker_id(struct http_client *c) {
+  struct http_error err;
+  cJSON *resp = NULL;
+  long long max = 0;
+  if (http_json(c, "GET", "/api/v1/workers", NULL, &resp, &err)) return 0;
+  const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
+  const cJSON *w;
+  cJSON_ArrayForEach(w, list) {
+    long long id = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(w, "id"));
+    if (id > max) max = id;
+  }
+  cJSON_Delete(resp);
+  return max;
+}
+
+/* Waits (up to 30 s) for the worker this run started to register: the one
+ * with an id above `known`. Fills what it advertised. 0; -ETIMEDOUT (then
+ * nothing is checked); -ECHILD (a child died, said); -EINTR. */
+static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long known,
+                           double *cpu, double *gpu, double *mem) {
+  for (int i = 0; i < 300; i++) {
+    struct http_error err;
+    cJSON *resp = NULL;
+    if (cli_signal) return -EINTR;
+    int rc = children_alive(r);
+    if (rc) return rc;
+    if (!http_json(c, "GET", "/api/v1/workers", NULL, &resp, &err)) {
+      const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
+      const cJSON *w;
+      cJSON_ArrayForEach(w, list) {
+        if ((long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(w, "id")) <= known) continue;
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(w, "resources");
+        *cpu = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "cpu"));
+        *gpu = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "gpu"));
+        *mem = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "memory_mb"));
+        cJSON_Delete(resp);
+        return 0;
+      }
+      cJSON_Delete(resp);
+    }
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return -ETIMEDOUT;
+}
+
+/* The server's rule (state.c fits): a resource a trial asks for fits when
+ * the worker has some of it and at least as much. */
+static int never_fits(double need, double have) {
+  if (!(need > 0)) return 0;
+  return !(have > 1e-9 && need <= have + 1e-9);
+}
+
+/* The worker `ctune run` manages is the only one its private server ever
+ * sees: a trial that asks for more than it has would stay PENDING forever.
+ * Says which resource, and how to change either side; 0 when they fit. */
+static int check_fit(const struct cli_args *a, const struct spec_resources *need, double cpu,
+                     double gpu, double mem) {
+  char why[512] = "";
+  if (never_fits(need->cpu, cpu)) {
+    snprintf(why, sizeof(why), "every trial needs cpu %g (resources_per_trial.cpu) but the "
+             "worker this run started has %g CPU%s (%s)", need->cpu, cpu, cpu == 1 ? "" : "s",
+             a->cpus > 0 ? "--cpus" : "what this machine lets it use; --cpus N sets it");
+  } else if (never_fits(need->gpu, gpu)) {
+    snprintf(why, sizeof(why), "every trial needs gpu %g (resources_per_trial.gpu) but the "
+             "worker this run started has %g GPU%s (%s)", need->gpu, gpu, gpu == 1 ? "" : "s",
+             a->gpus >= 0 ? "--gpus" : gpu > 0 ? "the GPUs it found" : "it found none");
+  } else if (need->memory_mb > 0 && mem > 0 && (double)need->memory_mb > mem) {
+    snprintf(why, sizeof(why), "every trial needs memory_mb %lld (resources_per_trial.memory_mb) "
+             "but the worker this run started has %.0f MB (this machine's memory or its cgroup "
+             "limit)", (long long)need->memory_mb, mem);
+  }
+  if (!why[0]) return 0;
+  fprintf(stderr, "ctune: no trial of %s can ever run here: %s. Lower resources_per_trial in "
+          "%s, or submit it to a server with bigger workers (`ctune submit`).\n",
+          a->target, why, a->target);
+  return -E2BIG;
 }
 
 /* The newest RUNNING experiment called name, or -ENOENT. */
@@ -134,7 +217,7 @@ int cmd_run(const struct cli_args *a) {
     fprintf(stderr, "ctune: cannot resolve %s: %s\n", work, strerror(errno));
     goto out;
   }
-  cli_signals_install();
+  cli_signals_install(0);
 
   long off = file_size(r.server_log);
   char *sargv[] = {server_bin, "--db", db, "--bind", "127.0.0.1", "--port", "0",
@@ -176,6 +259,7 @@ int cmd_run(const struct cli_args *a) {
   if (http_client_init(&c, url, token)) goto out;
   have_client = 1;
 
+  long long known_workers = max_worker_id(&c);
   snprintf(cpus, sizeof(cpus), "%d", a->cpus > 0 ? a->cpus : machine_cpus());
   snprintf(gpus, sizeof(gpus), "%d", a->gpus);
   char *wargv[] = {worker_bin, "--server", url, "--cpus", cpus, "--work-dir", abs_work,
@@ -184,6 +268,26 @@ int cmd_run(const struct cli_args *a) {
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
     goto out;
+  }
+
+  /* Before anything is submitted: can the worker ever run a trial? A config
+   * the server would reject skips this; the submission says what is wrong. */
+  struct experiment_spec spec;
+  struct validate_error verr;
+  if (!validate_experiment(cfg, &spec, &verr)) {
+    double wcpu = 0, wgpu = 0, wmem = 0;
+    rc = wait_own_worker(&c, &r, known_workers, &wcpu, &wgpu, &wmem);
+    if (!rc) rc = check_fit(a, &spec.resources, wcpu, wgpu, wmem);
+    validate_spec_free(&spec);
+    if (rc == -EINTR) {
+      ex = cli_signal == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)cli_signal;
+      goto out;
+    }
+    if (rc == -E2BIG) {
+      ex = CLI_EXIT_USAGE;
+      goto out;
+    }
+    if (rc == -ECHILD) goto out;
   }
 
   if (a->resume) {
@@ -231,8 +335,10 @@ int cmd_run(const struct cli_args *a) {
      * keep their checkpoints) and the experiment stays resumable. Cancelling
      * for good is `ctune cancel`. */
     fprintf(stderr, "ctune: %s; stopping the trials of experiment %lld, which stays "
-                    "unfinished: `ctune run %s --resume` continues it\n",
-            cli_signal == SIGINT ? "interrupted" : "stopping on a signal", id, a->target);
+                    "unfinished: `ctune run %s --resume` continues it (%s again to stop at "
+                    "once)\n",
+            cli_signal == SIGINT ? "interrupted" : "stopping on a signal", id, a->target,
+            cli_signal == SIGINT ? "Ctrl-C" : "a second signal");
     ex = cli_signal == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)cli_signal;
   } else if (rc == -ECHILD) {
     ex = CLI_EXIT_ERROR;
@@ -240,9 +346,17 @@ int cmd_run(const struct cli_args *a) {
     ex = cli_fail_http(rc, &err);
   } else {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(final.experiment, "status");
-    if (!a->json) printf("\nExperiment %lld %s.\n", id, cJSON_IsString(st) ? st->valuestring : "ended");
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(final.experiment, "end_reason");
+    int cancelled = cJSON_IsString(st) && !strcmp(st->valuestring, "CANCELLED");
+    if (!a->json) printf("\nExperiment %lld %s%s%s.\n", id, cJSON_IsString(st) ? st->valuestring : "ended",
+                         cJSON_IsString(why) ? ": " : "", cJSON_IsString(why) ? why->valuestring : "");
     rc = cli_print_best(&c, id, NULL, NULL, NULL, a->json, &err);
-    if (rc) {
+    if (cancelled) {
+      /* fail_fast, or a `ctune cancel` from elsewhere: not a success. */
+      fprintf(stderr, "ctune: experiment %lld was cancelled: %s\n", id,
+              cJSON_IsString(why) ? why->valuestring : "no reason given");
+      ex = CLI_EXIT_ERROR;
+    } else if (rc) {
       fprintf(stderr, "ctune: no best trial: %s\n", err.message);
       ex = CLI_EXIT_ERROR;
     } else {
@@ -251,9 +365,13 @@ int cmd_run(const struct cli_args *a) {
   }
   report_state_free(&final);
 out:
-  /* The worker first, so its trials stop and report while the server is up. */
+  /* The worker first, so its trials stop and report while the server is up.
+   * A second Ctrl-C (proc_hurry) cuts both graces short. */
   if (r.worker.pid) proc_stop(&r.worker, 30000);
   if (r.server.pid) proc_stop(&r.server, 10000);
+  if (proc_hurry)
+    fprintf(stderr, "ctune: stopped at once (second signal): trials, worker and server killed; "
+                    "stored results and checkpoints stay (`ctune run %s --resume`)\n", a->target);
   if (have_client) http_client_free(&c);
   cJSON_Delete(resp);
   cJSON_Delete(cfg);

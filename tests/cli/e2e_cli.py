@@ -271,7 +271,7 @@ def case_remote(tmp):
     best = json.loads(out)["best_trial"]
     check(code == 0 and max(t["last_result"]["accuracy"] for t in trials) <= best["value"] + 1e-12,
           f"best by accuracy: {out}")
-    code, out, err = ctune("best", "1", "--metric", "nosuch", *A)
+    code, out, err = ctune("best", "1", "--metric", "nosuch", "--mode", "min", *A)
     check(code == 5 and "nosuch" in err and "experiment 1 not found" not in err, f"best, no metric: {code} {err}")
     code, out, err = ctune("logs", str(trials[0]["id"]), *A)
     check(code == 0 and "training_iteration" in out, f"logs: {code} {out[:200]} {err}")
