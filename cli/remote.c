@@ -164,7 +164,7 @@ int cmd_watch(const struct cli_args *a) {
   struct http_error err;
   int ex = cli_connect(a, &c);
   if (ex) return ex;
-  cli_signals_install();
+  cli_signals_install(1);
   struct watch_opts o = {.json = a->json, .tty = isatty(STDOUT_FILENO), .width = cli_width(a),
                          .fixed_width = a->width > 0,
                          .interval_s = a->interval_s};
