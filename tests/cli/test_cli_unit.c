@@ -165,6 +165,30 @@ START_TEST(report_all_rows) {
 }
 END_TEST
 
+/* Issue 15: why an experiment ended early is shown under its status line;
+ * the table's first column is the trial's numeric id. */
+START_TEST(report_end_reason_and_ids) {
+  struct report_state s;
+  char *text;
+  cJSON *exp = fixture("grid_experiment.json");
+  cJSON_ReplaceItemInObjectCaseSensitive(exp, "status", cJSON_CreateString("CANCELLED"));
+  cJSON_AddStringToObject(exp, "end_reason", "fail_fast: trial 11 (grid_00001) failed: diverged");
+  ck_assert_int_eq(report_state_load(&s, exp, fixture("grid_trials.json"), NULL), 0);
+  ck_assert_int_eq(report_render(&s, NOW, 100, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "'grid': CANCELLED (maximize accuracy)\n"
+                                     "Ended: fail_fast: trial 11 (grid_00001) failed: diverged\n"));
+  ck_assert_ptr_nonnull(strstr(text, "| id | Trial name "));
+  ck_assert_ptr_nonnull(strstr(text, "| 11 | grid_00001 "));
+  free(text);
+  report_state_free(&s);
+  load_grid(&s);
+  ck_assert_int_eq(report_render(&s, NOW, 100, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_null(strstr(text, "Ended:"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
 START_TEST(report_grid_finished) {
   struct report_state s;
   char *text;
@@ -369,6 +393,12 @@ START_TEST(args_good) {
   ck_assert(!a.dry_run);
   ck_assert_int_eq(parse(&a, err, "ctune sample c.json"), 0);
   ck_assert(a.cmd == CMD_SUBMIT && a.dry_run);
+  /* logs takes a trial id or a trial name (resolved against the server). */
+  ck_assert_int_eq(parse(&a, err, "ctune logs 7"), 0);
+  ck_assert_int_eq(a.id, 7);
+  ck_assert_int_eq(parse(&a, err, "ctune logs quick_00003"), 0);
+  ck_assert_int_eq(a.id, 0);
+  ck_assert_str_eq(a.target, "quick_00003");
 }
 END_TEST
 
@@ -391,6 +421,8 @@ START_TEST(args_bad) {
       {"ctune export 1 --format xml", "export: --format 'xml' must be csv, json or tensorboard"},
       {"ctune status --server ftp://x", "status: --server 'ftp://x' must start with http://"},
       {"ctune logs", "logs: missing TRIAL"},
+      {"ctune logs a/b", "logs: TRIAL 'a/b' must be a trial id (a positive whole number) or a trial name"},
+      {"ctune trials quick_00003", "trials: EXP 'quick_00003' must be a positive whole number"},
       {"ctune cancel 1 --dry-run", "cancel: unknown option '--dry-run'"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -477,6 +509,7 @@ int main(void) {
   tcase_add_test(tc, report_rejects_bad_shapes);
   tcase_add_test(tc, fmt_values);
   tcase_add_test(tc, export_csv_golden);
+  tcase_add_test(tc, report_end_reason_and_ids);
   tcase_add_test(tc, export_json_with_results);
   tcase_add_test(tc, args_good);
   tcase_add_test(tc, args_bad);
