@@ -38,10 +38,10 @@ set(CPACK_PACKAGE_VENDOR "ctune")
 set(CPACK_PACKAGE_CONTACT "ctune maintainers <ctune@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
   "hyperparameter search service: server, workers, trainer, CLI and dashboard")
-set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "hyperparameter search service
- ctune-server (REST API, SQLite, dashboard), ctune-worker (runs trials on
- this machine's CPUs and GPUs), ctune-train (the builtin trainer) and the
- ctune command-line client, with systemd units for the server and workers.")
+# The extended description (the summary above is its first line).
+set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "ctune-server (REST API, SQLite, dashboard), ctune-worker (runs trials on
+this machine's CPUs and GPUs), ctune-train (the builtin trainer) and the
+ctune command-line client, with systemd units for the server and workers.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
