@@ -193,6 +193,10 @@ int datacache_path(const char *cdir, int kind, const char *dir, int test,
  * else could write: a cache file there could be swapped for other data. */
 static int prepare_dir(const char *dir, char *why, size_t whylen) {
   char p[PATH_MAX];
+  if (!*dir) {
+    snprintf(why, whylen, "empty path");
+    return -EINVAL;
+  }
   if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) {
     snprintf(why, whylen, "path too long");
     return -ENAMETOOLONG;
@@ -305,7 +309,7 @@ static int dc_open(const char *path, int kind, int test, const char *ident,
   }
   const uint64_t dim = (uint64_t)h.c * h.h * h.w;
   if (h.c < 1 || h.c > 4 || h.h < 1 || h.h > 4096 || h.w < 1 || h.w > 4096 ||
-      h.n < 2 || h.n > INT32_MAX || h.n_classes < 1 || h.n_classes > 256 ||
+      h.n < 1 || h.n > INT32_MAX || h.n_classes < 1 || h.n_classes > 256 ||
       h.data_off % DC_ALIGN != 0 || h.data_off < sizeof(h) + h.ident_len ||
       h.file_size != h.data_off + h.n * dim + h.n ||
       h.file_size != (uint64_t)st.st_size || h.file_size > SIZE_MAX) {
