@@ -118,7 +118,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/affinity
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+SelectTypeParameters=CR_CPU_Memory
 SchedulerType=sched/builtin
 MpiDefault=none
 ReturnToService=2
@@ -129,7 +129,7 @@ JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MailProg=/bin/true
-NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """.format(ctld=ctld_port, slurmd=slurmd_port, sock=self.sock, d=d, cpus=self.cpus))
         self._spawn([which("slurmctld"), "-D", "-i", "-f", self.conf], "slurmctld")

@@ -115,9 +115,10 @@ def body(env):
             a, _, b = part.partition("-")
             ids |= {str(i) for i in range(int(a), int(b or a) + 1)}
         assert set(masks.values()) == ids, (masks, ids)
-    out = job_out()
     for t in (0, 1):
-        assert "claimed CPU(s) %s in" % masks[t] in out, out
+        wait_for(lambda: "claimed CPU(s) %s in" % masks[t] in job_out(), 10,
+                 "task %d's claim in the job output" % t)
+    out = job_out()
     assert "already claimed" not in out, out
 
     # An experiment to the end on the Slurm-launched workers.
@@ -135,6 +136,34 @@ def body(env):
              "the job to leave the queue")
     out = job_out()
     assert out.count("drained: exiting") == 2, out
+
+    # Without a binding (srun --cpu-bind=none, as under TaskPlugin=task/none)
+    # each task's mask is the whole node: the script passes --cpus
+    # $SLURM_CPUS_PER_TASK and the two workers claim distinct CPUs; --mem
+    # is shared by the node's tasks.
+    r = subprocess.run([slurm_lib.which("sbatch"), "--parsable", "--ntasks=2",
+                        "--cpus-per-task=1", "--mem=400",
+                        "--output=" + os.path.join(env.tmp, "job-%j.out"), SBATCH],
+                       env=dict(run_env, SLURM_CPU_BIND="none"), cwd=env.tmp,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout
+    job = env.job = r.stdout.strip().split(";")[0]
+    ws = wait_for(registered, 30, "the two unbound workers to register")
+    print("unbound, --mem=400:", {n: w["resources"] for n, w in ws.items()})
+    pids = wait_for(lambda: (lambda p: len(p) == 2 and p)(worker_pids(job)), 10,
+                    "the worker processes")
+    masks = {t: mask_of(p) for t, p in pids.items()}
+    assert masks[0] == masks[1] == "0-1", masks
+    for w in ws.values():
+        assert w["resources"]["cpu"] == 1 and w["resources"]["memory_mb"] == 200, (ws, job_out())
+    # (slurmstepd forwards the tasks' output with a lag)
+    claims = wait_for(lambda: (lambda c: len(c) == 2 and c)(
+        sorted(re.findall(r"claimed CPU\(s\) (\d+) in", job_out()))), 10, "both claims logged")
+    out = job_out()
+    assert claims == ["0", "1"], out
+    assert "already claimed" not in out, out
+    cluster.run("scancel", job)
+    wait_for(lambda: not worker_pids(job), 20, "the workers to exit after scancel")
     print("done in %.1f s" % (time.time() - t0))
 
 
