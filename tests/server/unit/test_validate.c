@@ -78,7 +78,7 @@ START_TEST(minimal_config_defaults)
 	c = cJSON_Parse("{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\"},"
 			" \"param_space\": {\"g\": {\"grid_search\": [1, 2, 3]}}, \"num_samples\": 2,"
 			" \"resources_per_trial\": {\"cpu\": 0.5, \"gpu\": 0.25, \"memory_mb\": 512},"
-			" \"trainable\": {\"type\": \"command\", \"argv\": [\"python3\", \"train.py\", \"{lr}\"],"
+			" \"trainable\": {\"type\": \"command\", \"argv\": [\"python3\", \"train.py\", \"{g}\"],"
 			"   \"env\": {\"OMP_NUM_THREADS\": \"1\"}, \"cwd\": \"/tmp\"}}");
 	ck_assert_int_eq(validate_experiment(c, &s, NULL), 0);
 	ck_assert(s.sched.max_t == 100 && s.sched.grace_period == 1 &&
@@ -110,7 +110,7 @@ static const struct bad bad_configs[] = {
 	{"[]", "", "the experiment config must be a JSON object"},
 	{"{\"nmae\": \"x\", " TRAIN "}", "nmae",
 	 "unknown field (an experiment takes name, metric, mode, num_samples, max_concurrent_trials, "
-	 "seed, max_failures, param_space, scheduler, resources_per_trial, trainable)"},
+	 "seed, max_failures, fail_fast, param_space, scheduler, resources_per_trial, trainable)"},
 	{"{\"name\": \"\", " TRAIN "}", "name",
 	 "must be a string of 1-128 characters from A-Z a-z 0-9 _ . -"},
 	{"{\"name\": \"a b\", " TRAIN "}", "name",
@@ -282,7 +282,19 @@ static const struct bad bad_configs[] = {
 	{"{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"], \"cwd\": 3}}",
 	 "trainable.cwd", "must be a non-empty string"},
 	{"{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"], \"shell\": true}}",
-	 "trainable.shell", "unknown field (a command trainable takes type, argv, env, cwd)"},
+	 "trainable.shell", "unknown field (a command trainable takes type, argv, env, cwd, stdout)"},
+	/* Issue 15: placeholders must name a param_space key or a worker name. */
+	{"{\"param_space\": {\"lr\": 0.1}, \"trainable\": {\"type\": \"command\","
+	 " \"argv\": [\"x\", \"{{lit}}\", \"{lr}{trial_id}\", \"--lr={lrr}\"]}}",
+	 "trainable.argv[3]", "unknown placeholder {lrr}: param_space has no key 'lrr' (a placeholder "
+	 "may name lr, trial_id, trial_name, experiment_id, checkpoint_dir; write {{ and }} for literal "
+	 "braces)"},
+	{"{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"], \"env\": {\"A\": \"{a}\"}}}",
+	 "trainable.env.A", "unknown placeholder {a}: param_space has no key 'a' (a placeholder may "
+	 "name trial_id, trial_name, experiment_id, checkpoint_dir; write {{ and }} for literal braces)"},
+	{"{\"fail_fast\": 1, " TRAIN "}", "fail_fast", "must be true or false"},
+	{"{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"], \"stdout\": \"file\"}}",
+	 "trainable.stdout", "must be \"pty\" or \"pipe\""},
 };
 
 START_TEST(bad_config)
