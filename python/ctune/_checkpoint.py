@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 
+from . import _stopping
 from ._errors import CtuneError
 
 CHECKPOINT_FILE = "checkpoint.bin"
@@ -87,6 +88,11 @@ def save_checkpoint(obj, iteration=None):
 
     Call it after report() of the iteration the state belongs to: the worker
     labels an upload with the last result it read."""
+    with _stopping.deferred():  # a SIGTERM meanwhile exits once it is saved
+        return _save(obj, iteration)
+
+
+def _save(obj, iteration):
     if iteration is None:
         iteration = last_reported["training_iteration"]
     manifest = {"format": FORMAT, "training_iteration": iteration,

@@ -7,12 +7,11 @@ here also works outside a trial, so a script can be run by hand."""
 import copy
 import json
 import os
-import signal
 import sys
 import threading
 import time
 
-from . import _checkpoint
+from . import _checkpoint, _stopping
 from ._errors import CtuneError
 from ._values import flatten
 
@@ -37,7 +36,6 @@ _lock = threading.RLock()
 _start_mono = time.monotonic() - _process_age()
 _state = {"next": None, "last_mono": None, "start_total": None, "warned_metric": False,
           "config_note": False}
-_stop = {"requested": False, "callbacks": [], "installed": False, "exit": True}
 _output = None  # tests set a stream; default: the process's real stdout
 
 
@@ -167,7 +165,7 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
     merged.update(kwargs)
     result = flatten(merged)
     now = time.monotonic()
-    with _lock:
+    with _stopping.deferred(), _lock:
         if _state["next"] is None:
             start_it, start_total = _resume_point()
             _state["next"], _state["start_total"] = start_it + 1, start_total
@@ -190,45 +188,31 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
         _emit(json.dumps(result, allow_nan=False))
         _checkpoint.last_reported.update(training_iteration=result["training_iteration"],
                                          time_total_s=result["time_total_s"])
-    if checkpoint is not None:
-        _checkpoint.save_checkpoint(checkpoint)
+        if checkpoint is not None:
+            _checkpoint.save_checkpoint(checkpoint)
     return result
-
-
-def _on_sigterm(signum, frame):
-    _stop["requested"] = True
-    for fn in reversed(_stop["callbacks"]):
-        fn()
-    if _stop["exit"]:
-        try:
-            sys.stdout.flush()
-        finally:
-            raise SystemExit(0)  # SIGTERM is "stop": exit 0, finally blocks run
 
 
 def on_stop(fn=None, exit=True):
     """Handle SIGTERM, what the worker sends when the scheduler stops a trial
-    or the worker drains: call fn() (e.g. save a checkpoint; the last
-    registered first), then exit 0 (SystemExit, so finally blocks run).
-    exit=False only records the request: poll stop_requested() in the loop
-    and stop at a safe point. Call it from the main thread. Returns fn, so it
+    or the worker drains: exit 0 at once (SystemExit, so finally blocks run),
+    then call fn() on the way out (atexit; e.g. save a checkpoint; the last
+    registered first; a fn that raises makes the exit status 1). A SIGTERM
+    during save_checkpoint (or report(checkpoint=...)) first lets the
+    checkpoint be renamed into place. exit=False only records the request:
+    poll stop_requested() and leave the loop at a safe point (fn still runs
+    when the process ends). Call it from the main thread. Returns fn, so it
     works as a decorator."""
     if fn is not None and not callable(fn):
         raise TypeError("on_stop(fn): fn must be callable")
-    with _lock:
-        if fn is not None:
-            _stop["callbacks"].append(fn)
-        _stop["exit"] = exit
-        if not _stop["installed"]:
-            try:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-            except ValueError:
-                raise CtuneError("on_stop() must be called from the main thread",
-                                 code="not_main_thread") from None
-            _stop["installed"] = True
+    try:
+        _stopping.install(fn, exit)
+    except ValueError:
+        raise CtuneError("on_stop() must be called from the main thread",
+                         code="not_main_thread") from None
     return fn
 
 
 def stop_requested():
     """True once SIGTERM arrived (after on_stop installed the handler)."""
-    return _stop["requested"]
+    return _stopping.state["requested"]

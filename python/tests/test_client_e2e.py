@@ -25,12 +25,13 @@ import ctune
 cfg = ctune.get_config({"iters": 3, "pause": 0.05})
 state = ctune.load_checkpoint() or {"it": 0}
 print("start: config", cfg, "state", state, "resumed", ctune.is_resumed(), flush=True)
-ctune.on_stop(lambda: ctune.save_checkpoint(state))
+ctune.on_stop()  # SIGTERM: exit 0; each iteration's checkpoint is saved already
 while state["it"] < cfg["iters"]:
     time.sleep(cfg["pause"])
-    state = {"it": state["it"] + 1}
-    loss = cfg["lr"] / state["it"]
-    ctune.report(loss=loss, score=-loss, nan_metric=float("nan"), checkpoint=state)
+    it = state["it"] + 1
+    loss = cfg["lr"] / it
+    ctune.report(loss=loss, score=-loss, nan_metric=float("nan"), checkpoint={"it": it})
+    state = {"it": it}
 print("done at", state["it"], flush=True)
 '''
 

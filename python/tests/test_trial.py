@@ -8,6 +8,7 @@ import json
 import math
 import os
 import pickle
+import select
 import shutil
 import signal
 import subprocess
@@ -38,7 +39,9 @@ except ImportError:
 
 
 def clean_env(**kw):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTUNE_")}
+    # No PYTHONUNBUFFERED: report() must flush by itself.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTUNE_") and k != "PYTHONUNBUFFERED"}
     env.update({k: str(v) for k, v in kw.items()})
     return env
 
@@ -164,7 +167,11 @@ class TestReport(Base):
         p = subprocess.Popen([sys.executable, "-c", code], env=dict(clean_env(), PYTHONPATH=PKG),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
-            line = p.stdout.readline()  # would block until exit without a flush
+            # Without a flush the line would come only at exit: it never
+            # does here, as the child waits for us.
+            ready, _, _ = select.select([p.stdout], [], [], 15)
+            self.assertTrue(ready, "report() did not flush its line")
+            line = p.stdout.readline()
             self.assertEqual(json.loads(line)["loss"], 1)
             p.stdin.write("\n")
             p.stdin.flush()
@@ -381,9 +388,39 @@ finally:
                 p.kill()
                 p.wait()
         self.assertEqual(p.returncode, 0, err)
-        self.assertEqual(out.split(), ["saved", "finally"])
+        self.assertEqual(out.split(), ["finally", "saved"])  # fn runs on the way out
         os.environ.update(CTUNE_CHECKPOINT_DIR=self.tmp, CTUNE_RESUME="1")
         self.assertEqual(ctune.load_checkpoint(), {"stopped_at": 3})
+
+    def test_sigterm_during_a_save_waits_for_the_checkpoint(self):
+        # The worker's stop often lands right after the result that precedes
+        # a save: the save must finish (renamed into place), then exit 0.
+        code = r"""
+import os, signal, sys, ctune
+class Slow:
+    def __reduce__(self):  # runs inside save_checkpoint, while pickling
+        os.kill(os.getpid(), signal.SIGTERM)
+        return (dict, ({"epoch": 8},))
+ctune.on_stop()
+ctune.report(loss=1)
+ctune.report(loss=0.5, checkpoint=Slow())
+print("not reached", flush=True)
+"""
+        env = clean_env(CTUNE_CHECKPOINT_DIR=self.tmp, CTUNE_RESUME="0")
+        r = self.child(code, env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("not reached", r.stdout)
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+        os.environ.update(CTUNE_CHECKPOINT_DIR=self.tmp, CTUNE_RESUME="1")
+        self.assertEqual(ctune.load_checkpoint(), {"epoch": 8})
+        self.assertEqual(ctune.get_context().start_iteration, 2)
+
+    def test_a_failing_save_is_not_a_clean_stop(self):
+        code = ("import os, signal, ctune\n@ctune.on_stop\ndef save():\n    raise OSError('disk full')\n"
+                "os.kill(os.getpid(), signal.SIGTERM)\n")
+        r = self.child(code, clean_env())
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("disk full", r.stderr)
 
     def test_flag_only(self):
         code = ("import os, signal, ctune\nctune.on_stop(exit=False)\n"
