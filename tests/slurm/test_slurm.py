@@ -136,6 +136,8 @@ def body(env):
              "the job to leave the queue")
     out = job_out()
     assert out.count("drained: exiting") == 2, out
+    for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+        assert bad not in out, out
 
     # Without a binding (srun --cpu-bind=none, as under TaskPlugin=task/none)
     # each task's mask is the whole node: the script passes --cpus
