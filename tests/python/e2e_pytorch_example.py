@@ -4,7 +4,8 @@ ctune-worker; binaries from CTUNE_BIN_DIR) runs the PyTorch Fashion-MNIST
 script with its own experiment config, cut to a small subset (train_limit,
 fewer samples and epochs) under ASHA. Then a ctune-server on the same
 database answers ctune.Client: every trial ended, each has one result per
-iteration numbered 1..n by ctune.report, ASHA acted (some trial stopped
+iteration numbered 1..n by ctune.report, the stored checkpoint belongs to
+the last result, ASHA acted (some trial stopped
 early, some ran to max_t), and a best trial exists. Label e2e; exits 77 when
 the binaries or torch are missing."""
 import json
@@ -103,6 +104,11 @@ def main():
             check(all(0 <= x["mean_accuracy"] <= 1 and x["loss"] > 0 for x in res), res)
             totals = [x["time_total_s"] for x in res]
             check(totals == sorted(totals), f"{t['name']}: time_total_s {totals}")
+            # The last checkpoint is the last result's, also for a trial the
+            # scheduler stopped right after it (the stop waits for the save).
+            ck = c.download_checkpoint(t["id"], os.path.join(tmp, f"ck-{t['id']}.bin"))
+            check(ck["iteration"] == len(res), f"{t['name']}: checkpoint of iteration "
+                  f"{ck['iteration']}, last result {len(res)}")
             lengths.append(len(res))
             early += bool(t["stopped_early"])
         check(MAX_T in lengths, f"no trial ran to max_t {MAX_T}: {lengths}")
