@@ -271,9 +271,17 @@ static int build_command(const cJSON *tr, const cJSON *config, const cJSON *extr
       set_err(err, errlen, "trainable.env has a bad variable name '%s'", item->string);
       return -EINVAL;
     }
-    char *text = trainable_value_text(item);
-    if (!text) return -ENOMEM;
-    int rc = env_set(env, item->string, text);
+    char *text = NULL;
+    int rc = 0;
+    if (cJSON_IsString(item)) {  /* placeholders too, as in argv */
+      char sub[200] = "";
+      rc = trainable_substitute_ex(item->valuestring, config, extra, &text, sub, sizeof sub);
+      if (rc == -EINVAL) set_err(err, errlen, "trainable.env.%s: %s", item->string, sub);
+      if (rc < 0) return rc;
+    } else if (!(text = trainable_value_text(item))) {
+      return -ENOMEM;
+    }
+    rc = env_set(env, item->string, text);
     free(text);
     if (rc < 0) return rc;
   }
@@ -283,8 +291,10 @@ static int build_command(const cJSON *tr, const cJSON *config, const cJSON *extr
     return -EINVAL;
   }
   if (cw && cw->valuestring[0]) {
-    *cwd = strdup(cw->valuestring);
-    if (!*cwd) return -ENOMEM;
+    char sub[200] = "";
+    int rc = trainable_substitute_ex(cw->valuestring, config, extra, cwd, sub, sizeof sub);
+    if (rc == -EINVAL) set_err(err, errlen, "trainable.cwd: %s", sub);
+    if (rc < 0) return rc;
   }
   return 0;
 }

@@ -22,7 +22,7 @@ key = sys.argv[5] if len(sys.argv) > 5 else "acc"
 tid = int(os.environ["CTUNE_TRIAL_ID"])
 names = ("CTUNE_TRIAL_ID", "CTUNE_TRIAL_NAME", "CTUNE_EXPERIMENT_ID", "CTUNE_TIME_ATTR",
          "CTUNE_METRIC", "CTUNE_MODE", "CTUNE_START_ITERATION", "CTUNE_START_TIME_TOTAL_S",
-         "CTUNE_RESUME", "PYTHONUNBUFFERED")
+         "CTUNE_RESUME", "PYTHONUNBUFFERED", "RUN_DIR")
 n = 0
 while os.path.exists(os.path.join(outdir, "env-%d-%d.json" % (tid, n))):
     n += 1

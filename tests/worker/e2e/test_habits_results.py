@@ -3,7 +3,7 @@
 lines gets every result stored, numbered 1..N by the worker, with
 time_this_iter_s, time_total_s and timestamp filled in; the trial sees its
 identity and where it starts in its environment (CTUNE_TRIAL_NAME, ...,
-PYTHONUNBUFFERED=1). After a resume (the worker is killed -9, a new one
+PYTHONUNBUFFERED=1), and {trial_name}-style placeholders in its env. After a resume (the worker is killed -9, a new one
 leases the trial again and restores its checkpoint) the numbering continues
 from the checkpoint (CTUNE_START_ITERATION) and time_total_s from the stored
 result's (the lease's start_time_total_s, CTUNE_START_TIME_TOTAL_S): it
@@ -39,8 +39,12 @@ def body(env):
     os.mkdir(outdir)
     env.start_server("--lease-timeout", "2")
     w = env.start_worker("a", "--cpus", "1")
+    argv = [PY, TRIAL, "auto", outdir, str(ITERS), str(PAUSE)]
     exp = env.submit(command_config(
-        "habits", [PY, TRIAL, "auto", outdir, str(ITERS), str(PAUSE)],
+        "habits", argv,
+        trainable={"type": "command", "argv": argv,
+                   # the worker's own placeholders, in env too
+                   "env": {"RUN_DIR": "{experiment_id}/{trial_name}/{trial_id}"}},
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     # Kill the worker once a few results and a checkpoint past them are stored.
     wait_for(lambda: len(env.results(1)) >= 3 and ckpt_iteration(env) >= 2, 20,
@@ -53,7 +57,8 @@ def body(env):
                   "CTUNE_TIME_ATTR": "training_iteration", "CTUNE_METRIC": "loss",
                   "CTUNE_MODE": "min", "CTUNE_START_ITERATION": "0",
                   "CTUNE_START_TIME_TOTAL_S": "0", "CTUNE_RESUME": "0",
-                  "PYTHONUNBUFFERED": "1", "stdout_isatty": True}, e0
+                  "PYTHONUNBUFFERED": "1", "stdout_isatty": True,
+                  "RUN_DIR": "%d/%s/1" % (exp, name)}, e0
     w.kill9()
     wait_for(lambda: not env.trial_processes(), 3, "the trial to die with its worker")
     ck = ckpt_iteration(env)

@@ -127,6 +127,23 @@ START_TEST(worker_placeholders) {
   ck_assert_str_eq(cmd.argv[5], "0.5");
   trainable_cmd_free(&cmd);
   cJSON_Delete(t);
+  /* env values and cwd take placeholders too (HACKING.md, issue 15). */
+  t = lease("{\"type\": \"command\", \"argv\": [\"p\"], \"env\": {\"RUN\": \"{trial_name}-{lr}\","
+            " \"N\": 3}, \"cwd\": \"/runs/{experiment_id}/{trial_id}\"}");
+  ck_assert_msg(trainable_build(t, &c, &cmd, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(env_get(cmd.env, "RUN"), "exp_00006-0.5");
+  ck_assert_str_eq(env_get(cmd.env, "N"), "3");
+  ck_assert_str_eq(cmd.cwd, "/runs/3/7");
+  trainable_cmd_free(&cmd);
+  cJSON_Delete(t);
+  t = lease("{\"type\": \"command\", \"argv\": [\"p\"], \"cwd\": \"/x/{nope}\"}");
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "trainable.cwd: unknown placeholder {nope}"));
+  cJSON_Delete(t);
+  t = lease("{\"type\": \"command\", \"argv\": [\"p\"], \"env\": {\"A\": \"{nope}\"}}");
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "trainable.env.A: unknown placeholder {nope}"));
+  cJSON_Delete(t);
 }
 END_TEST
 
