@@ -287,8 +287,12 @@ static int mkdir_own(const char *path, mode_t mode) {
 int sysres_run_dir(char *buf, size_t len) {
   const char *env = getenv("CTUNE_RUN_DIR");
   const char *xdg = getenv("XDG_RUNTIME_DIR");
+  /* systemd's RuntimeDirectory= (a unit's own /run dir, writable under
+   * ProtectSystem=strict; "a:b" when it names several: the first). */
+  const char *sd = getenv("RUNTIME_DIRECTORY");
   int n;
   if (env && *env) n = snprintf(buf, len, "%s", env);
+  else if (sd && *sd) n = snprintf(buf, len, "%.*s", (int)strcspn(sd, ":"), sd);
   else if (geteuid() == 0) n = snprintf(buf, len, "/run/ctune");
   else if (xdg && *xdg) n = snprintf(buf, len, "%s/ctune", xdg);
   else n = snprintf(buf, len, "/tmp/ctune-%d", (int)geteuid());

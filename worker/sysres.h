@@ -40,8 +40,9 @@ int sysres_quota_cpus(double cpus);
 int sysres_cuda_visible(const char *value, int *ids, int cap, char *bad, size_t badlen);
 
 /* The run dir shared by the workers of one user on one machine:
- * $CTUNE_RUN_DIR, else /run/ctune as root, else $XDG_RUNTIME_DIR/ctune,
- * else /tmp/ctune-<uid>. Created (0755 for root, else 0700). */
+ * $CTUNE_RUN_DIR, else systemd's $RUNTIME_DIRECTORY, else /run/ctune as
+ * root, else $XDG_RUNTIME_DIR/ctune, else /tmp/ctune-<uid>. Created (0755
+ * for root, else 0700) and must be the worker's own. */
 int sysres_run_dir(char *buf, size_t len);
 
 #define SYSRES_MAX_CLAIM 1024

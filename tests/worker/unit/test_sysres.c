@@ -224,7 +224,15 @@ START_TEST(run_dir_from_the_environment) {
   struct stat st;
   ck_assert_int_eq(stat(want, &st), 0);
   ck_assert(S_ISDIR(st.st_mode));
+  /* Under systemd's RuntimeDirectory= (the first of several). */
   unsetenv("CTUNE_RUN_DIR");
+  char sd[1200];
+  snprintf(want, sizeof want, "%s/sd", root);
+  snprintf(sd, sizeof sd, "%s:%s/other", want, root);
+  setenv("RUNTIME_DIRECTORY", sd, 1);
+  ck_assert_int_eq(sysres_run_dir(dir, sizeof dir), 0);
+  ck_assert_str_eq(dir, want);
+  unsetenv("RUNTIME_DIRECTORY");
 }
 END_TEST
 
