@@ -110,6 +110,10 @@ class Client:
             raise self._http_error(e, path) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
+            if isinstance(reason, ssl.SSLError):
+                raise CtuneError(f"TLS with {self.url} failed ({reason}); pass ca_file= (or set "
+                                 f"CTUNE_CA_FILE) with the CA that signed the server's "
+                                 f"certificate", code="tls", path=path) from None
             raise CtuneError(f"cannot reach the ctune server at {self.url} ({reason}); start "
                              f"ctune-server there or set CTUNE_SERVER", code="unreachable",
                              path=path) from None

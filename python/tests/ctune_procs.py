@@ -44,11 +44,11 @@ class Cluster:
         self.server = None
         self.url = None
 
-    def start_server(self):
+    def start_server(self, extra=()):
         log = open(os.path.join(self.tmp, "server.log"), "ab")
         p = subprocess.Popen([os.path.join(BIN, "ctune-server"), "--db", self.db, "--port", "0",
                               "--bind", "127.0.0.1", "--lease-timeout", "10",
-                              "--heartbeat-interval", "1"],
+                              "--heartbeat-interval", "1", *extra],
                              stdout=subprocess.PIPE, stderr=log, start_new_session=True)
         log.close()
         self.procs.append(p)

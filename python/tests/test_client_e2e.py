@@ -6,6 +6,8 @@ download, cancel, names for ids, and a resume on another worker that goes on
 counting training_iteration and time_total_s."""
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -251,6 +253,52 @@ class ClientE2E(unittest.TestCase):
         self.assertGreater(totals[-1], 8 * 0.3 * 0.9)
         log = self.client.logs(tid)
         self.assertIn("resumed True", log)
+
+
+def openssl(d, *args):
+    r = subprocess.run(["openssl", *args], cwd=d, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (args, r.stderr)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl is not installed")
+class ClientTLS(unittest.TestCase):
+    """An https:// server: ca_file (or CTUNE_CA_FILE) verifies it; without
+    the CA the client refuses it (code "tls"), never skipping the check."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = ctune_procs.Cluster("ctune-py-tls-")
+        d = cls.c.tmp
+        openssl(d, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                "/CN=ctune py test CA", "-keyout", "ca.key", "-out", "ca.pem", "-addext",
+                "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        openssl(d, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout",
+                "server.key", "-out", "server.csr")
+        with open(os.path.join(d, "ext.cnf"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+                    "extendedKeyUsage=serverAuth\n")
+        openssl(d, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-out", "server.pem", "-extfile", "ext.cnf")
+        os.chmod(os.path.join(d, "server.key"), 0o600)
+        cls.c.start_server(["--tls-cert", os.path.join(d, "server.pem"),
+                            "--tls-key", os.path.join(d, "server.key")])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def test_ca_file_verifies_the_server(self):
+        self.assertTrue(self.c.url.startswith("https://"), self.c.url)
+        ca = os.path.join(self.c.tmp, "ca.pem")
+        tok = self.c.tokens["admin"]
+        self.assertIsInstance(ctune.Client(self.c.url, token=tok, ca_file=ca).experiments(), list)
+        with mock.patch.dict(os.environ, {"CTUNE_CA_FILE": ca}):
+            self.assertIsInstance(ctune.Client(self.c.url, token=tok).experiments(), list)
+        with mock.patch.dict(os.environ, {"CTUNE_CA_FILE": ""}):
+            with self.assertRaises(ctune.CtuneError) as cm:
+                ctune.Client(self.c.url, token=tok).experiments()
+        self.assertEqual(cm.exception.code, "tls")
+        self.assertIn("ca_file", cm.exception.message)
 
 
 if __name__ == "__main__":
