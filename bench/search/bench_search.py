@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""ctune's TPE (server/core/tpe.c through tpe_driver) next to Optuna's
+TPESampler and random search on Branin, Hartmann6 and a mixed space
+(categorical + integer + pow2 + log-scale), N trials each over S seeds:
+median best value and IQR per method; then ctune's suggestion time with
+1,000 and 10,000 finished trials (and Optuna's with 1,000).
+
+Usage: bench_search.py [--build build] [--seeds 20] [--trials 50] [--quick]
+Optuna runs in ~/.cache/ctune/optuna-5.0.0 (scripts/install-deps with
+CTUNE_BENCH_DEPS=1 installs it; this script runs that when it is missing).
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+VENV = os.path.expanduser("~/.cache/ctune/optuna-5.0.0")
+VENV_PY = os.path.join(VENV, "bin", "python")
+
+# ---------- objectives (minimised) ----------
+
+BRANIN_SPACE = {"x1": {"type": "uniform", "lower": -5, "upper": 10},
+                "x2": {"type": "uniform", "lower": 0, "upper": 15}}
+
+
+def branin(c):
+    x1, x2 = c["x1"], c["x2"]
+    b, cc, r, s, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 6, 10, 1 / (8 * math.pi)
+    return (x2 - b * x1 ** 2 + cc * x1 - r) ** 2 + s * (1 - t) * math.cos(x1) + s
+
+
+HART_A = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
+          [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+HART_P = [[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+          [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]]
+HART_ALPHA = [1.0, 1.2, 3.0, 3.2]
+HART_SPACE = {f"x{i}": {"type": "uniform", "lower": 0, "upper": 1} for i in range(6)}
+
+
+def hartmann6(c):
+    x = [c[f"x{i}"] for i in range(6)]
+    total = 0.0
+    for i in range(4):
+        inner = sum(HART_A[i][j] * (x[j] - HART_P[i][j] * 1e-4) ** 2 for j in range(6))
+        total += HART_ALPHA[i] * math.exp(-inner)
+    return -total
+
+
+# A network-like mixed space: the optimiser picks the best learning rate
+# decade; layers and width are integers; optimum 0 at adam, lr 1e-3,
+# 4 layers, width 128.
+MIXED_SPACE = {"optimizer": {"type": "choice", "values": ["sgd", "adam", "rmsprop"]},
+               "lr": {"type": "loguniform", "lower": 1e-5, "upper": 1},
+               "layers": {"type": "randint", "lower": 1, "upper": 9},
+               "width": {"type": "pow2", "lower": 8, "upper": 1024}}
+MIXED_CENTRE = {"sgd": (-1.0, 0.3), "adam": (-3.0, 0.0), "rmsprop": (-2.5, 0.5)}
+
+
+def mixed(c):
+    centre, offset = MIXED_CENTRE[c["optimizer"]]
+    return ((math.log10(c["lr"]) - centre) ** 2 + 0.125 * (c["layers"] - 4) ** 2 +
+            0.25 * (math.log2(c["width"]) - 7) ** 2 + offset)
+
+
+OBJECTIVES = [("branin", BRANIN_SPACE, branin, 0.397887),
+              ("hartmann6", HART_SPACE, hartmann6, -3.32237),
+              ("mixed", MIXED_SPACE, mixed, 0.0)]
+
+# ---------- ctune through tpe_driver ----------
+
+
+class Driver:
+    def __init__(self, path):
+        self.p = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, bufsize=1)
+
+    def call(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        r = json.loads(self.p.stdout.readline())
+        if "error" in r:
+            raise RuntimeError(f"tpe_driver: {r}")
+        return r
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def run_ctune(drv, space, f, seed, trials, alg):
+    drv.call(cmd="create", param_space=space, search_alg=alg, mode="min", seed=seed)
+    best = math.inf
+    for i in range(trials):
+        cfg = drv.call(cmd="suggest", index=i)["config"]
+        v = f(cfg)
+        best = min(best, v)
+        drv.call(cmd="observe", id=i, config=cfg, value=v, state="finished")
+    return best
+
+
+def ctune_timing(drv, space, f, n, repeats):
+    """Median tpe_suggest time (ms) with n finished random trials."""
+    drv.call(cmd="create", param_space=space, search_alg={"type": "tpe"}, mode="min", seed=1)
+    rnd = {"type": "tpe", "n_startup_trials": 10 ** 5}
+    drv.call(cmd="create", param_space=space, search_alg=rnd, mode="min", seed=1)
+    cfgs = [drv.call(cmd="suggest", index=i)["config"] for i in range(n)]
+    out = {}
+    for alg in ({"type": "tpe"}, {"type": "tpe", "multivariate": True}):
+        drv.call(cmd="create", param_space=space, search_alg=alg, mode="min", seed=1)
+        for i, c in enumerate(cfgs):
+            drv.call(cmd="observe", id=i, config=c, value=f(c), state="finished")
+        times = [drv.call(cmd="suggest", index=n + k)["us"] / 1000 for k in range(repeats)]
+        out["multivariate" if alg.get("multivariate") else "independent"] = statistics.median(times)
+    return out
+
+# ---------- Optuna (runs inside the venv: --optuna-worker) ----------
+
+
+def optuna_worker(args):
+    import warnings
+    import optuna
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def suggest(trial, name):
+        if name == "branin":
+            return {"x1": trial.suggest_float("x1", -5, 10), "x2": trial.suggest_float("x2", 0, 15)}
+        if name == "hartmann6":
+            return {f"x{i}": trial.suggest_float(f"x{i}", 0, 1) for i in range(6)}
+        return {"optimizer": trial.suggest_categorical("optimizer", ["sgd", "adam", "rmsprop"]),
+                "lr": trial.suggest_float("lr", 1e-5, 1, log=True),
+                "layers": trial.suggest_int("layers", 1, 8),
+                "width": 2 ** trial.suggest_int("width_exp", 3, 10)}
+
+    fns = {name: f for name, _, f, _ in OBJECTIVES}
+    result = {"version": optuna.__version__, "best": {}, "timing_ms": None}
+    for name, _, f, _ in OBJECTIVES:
+        bests = []
+        for seed in range(args.seeds):
+            study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+            study.optimize(lambda t: fns[name](suggest(t, name)), n_trials=args.trials)
+            bests.append(study.best_value)
+        result["best"][name] = bests
+    if not args.quick:
+        # Suggestion time with 1,000 finished trials (Hartmann6, defaults).
+        study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=1))
+        dists = {f"x{i}": optuna.distributions.FloatDistribution(0, 1) for i in range(6)}
+        rng = random.Random(1)
+        for _ in range(1000):
+            params = {k: rng.random() for k in dists}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
+                                                      value=hartmann6(params)))
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            trial = study.ask()
+            suggest(trial, "hartmann6")
+            times.append((time.perf_counter() - t0) * 1000)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        result["timing_ms"] = statistics.median(times)
+    json.dump(result, sys.stdout)
+
+# ---------- main ----------
+
+
+def ensure_optuna():
+    if os.access(VENV_PY, os.X_OK):
+        return
+    print("optuna venv missing: running scripts/install-deps with CTUNE_BENCH_DEPS=1", flush=True)
+    env = dict(os.environ, CTUNE_BENCH_DEPS="1")
+    subprocess.call([os.path.join(ROOT, "scripts", "install-deps")], env=env)
+    if not os.access(VENV_PY, os.X_OK):
+        sys.exit(f"bench_search: Optuna is not installed ({VENV_PY} missing after "
+                 "CTUNE_BENCH_DEPS=1 scripts/install-deps); cannot compare")
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], statistics.median(xs), q[2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--trials", type=int, default=50)
+    ap.add_argument("--quick", action="store_true", help="skip the timing part")
+    ap.add_argument("--optuna-worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.optuna_worker:
+        optuna_worker(args)
+        return 0
+
+    ensure_optuna()
+    driver = os.path.join(args.build, "bin", "tpe_driver")
+    if not os.access(driver, os.X_OK):
+        sys.exit(f"bench_search: {driver} not found (build the tree first)")
+    t0 = time.time()
+    wargs = [VENV_PY, os.path.abspath(__file__), "--optuna-worker", "--seeds", str(args.seeds),
+             "--trials", str(args.trials)] + (["--quick"] if args.quick else [])
+    opt = subprocess.Popen(wargs, stdout=subprocess.PIPE, text=True)
+
+    drv = Driver(driver)
+    methods = [("ctune TPE", {"type": "tpe"}),
+               ("ctune TPE multivariate", {"type": "tpe", "multivariate": True}),
+               ("random", {"type": "tpe", "n_startup_trials": 10 ** 5})]
+    best = {}
+    for name, space, f, _ in OBJECTIVES:
+        for label, alg in methods:
+            best[(name, label)] = [run_ctune(drv, space, f, s, args.trials, alg)
+                                   for s in range(args.seeds)]
+    timing = {}
+    if not args.quick:
+        for n in (1000, 10000):
+            timing[("hartmann6", n)] = ctune_timing(drv, HART_SPACE, hartmann6, n, 21)
+            timing[("mixed", n)] = ctune_timing(drv, MIXED_SPACE, mixed, n, 21)
+    drv.close()
+    out, _ = opt.communicate()
+    if opt.returncode:
+        sys.exit("bench_search: the Optuna run failed")
+    o = json.loads(out)
+    for name, _, _, _ in OBJECTIVES:
+        best[(name, f"Optuna {o['version']} TPESampler")] = o["best"][name]
+
+    print(f"{args.trials} trials x {args.seeds} seeds; best value found (lower is better): "
+          "median [25th-75th percentile]")
+    labels = ["ctune TPE", "ctune TPE multivariate", f"Optuna {o['version']} TPESampler", "random"]
+    print(f"| objective (optimum) | " + " | ".join(labels) + " |")
+    print("|---" * (len(labels) + 1) + "|")
+    verdict = []
+    for name, _, _, opt_v in OBJECTIVES:
+        cells = []
+        for lab in labels:
+            lo, med, hi = quartiles(best[(name, lab)])
+            cells.append(f"{med:.3f} [{lo:.3f}, {hi:.3f}]")
+        print(f"| {name} ({opt_v:g}) | " + " | ".join(cells) + " |")
+        ct = quartiles(best[(name, "ctune TPE")])
+        op = quartiles(best[(name, labels[2])])
+        rd = quartiles(best[(name, "random")])
+        verdict.append(f"{name}: ctune median {'<=' if ct[1] <= op[2] else '>'} Optuna's 75th "
+                       f"percentile ({'ok' if ct[1] <= op[2] else 'WORSE'}); "
+                       f"beat random: ctune {'yes' if ct[1] < rd[1] else 'NO'}, "
+                       f"Optuna {'yes' if op[1] < rd[1] else 'NO'}")
+    print()
+    for v in verdict:
+        print(v)
+    if timing:
+        print()
+        print("suggestion time (median of 21, ms), with N finished trials:")
+        print("| space | N | ctune independent | ctune multivariate |")
+        print("|---|---|---|---|")
+        for (space, n), t in sorted(timing.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            print(f"| {space} | {n} | {t['independent']:.2f} | {t['multivariate']:.2f} |")
+        if o.get("timing_ms") is not None:
+            print(f"Optuna {o['version']} TPESampler (multivariate default), hartmann6, "
+                  f"1000 finished: {o['timing_ms']:.0f} ms per trial (median of 5)")
+    print()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f} at the end; took {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
