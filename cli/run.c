@@ -27,13 +27,6 @@ struct run_ctx {
   char server_log[PATH_MAX], worker_log[PATH_MAX];
 };
 
-static int machine_cpus(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
 static long file_size(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 ? (long)st.st_size : 0;
@@ -260,10 +253,29 @@ int cmd_run(const struct cli_args *a) {
   have_client = 1;
 
   long long known_workers = max_worker_id(&c);
-  snprintf(cpus, sizeof(cpus), "%d", a->cpus > 0 ? a->cpus : machine_cpus());
+  /* Without --cpus the worker finds what it may use itself: its affinity
+   * mask capped by its cgroup's CPU quota (a count from here would skip
+   * the quota). */
+  snprintf(cpus, sizeof(cpus), "%d", a->cpus);
   snprintf(gpus, sizeof(gpus), "%d", a->gpus);
-  char *wargv[] = {worker_bin, "--server", url, "--cpus", cpus, "--work-dir", abs_work,
-                   "--token-file", tokens, a->gpus >= 0 ? "--gpus" : NULL, gpus, NULL};
+  char *wargv[14];
+  int wn = 0;
+  wargv[wn++] = worker_bin;
+  wargv[wn++] = "--server";
+  wargv[wn++] = url;
+  wargv[wn++] = "--work-dir";
+  wargv[wn++] = abs_work;
+  wargv[wn++] = "--token-file";
+  wargv[wn++] = tokens;
+  if (a->cpus > 0) {
+    wargv[wn++] = "--cpus";
+    wargv[wn++] = cpus;
+  }
+  if (a->gpus >= 0) {
+    wargv[wn++] = "--gpus";
+    wargv[wn++] = gpus;
+  }
+  wargv[wn] = NULL;
   rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
