@@ -8,6 +8,8 @@ max_t results). A trainable that says "stdout": "pipe" keeps a pipe: there
 the same program's results all arrive at its exit."""
 import json
 import os
+import pwd
+import signal
 import sys
 import time
 
@@ -31,7 +33,7 @@ def body(env):
     outdir = os.path.join(env.tmp, "out")
     os.mkdir(outdir)
     env.start_server()
-    env.start_worker("a", "--cpus", "1")
+    wa = env.start_worker("a", "--cpus", "1")
 
     # 1. Prompt delivery: result 1 stored while the trial sleeps 1.5 s
     # before printing result 2.
@@ -88,6 +90,27 @@ def body(env):
             assert printed < iters, (t, printed)
             assert t["iteration"] < iters, t
     assert stopped >= 1, env.trials(exp)
+
+    # 4. Under --run-as the terminal is the trial's user's: a script that
+    # writes to /dev/stdout (it reopens /dev/pts/N) works. Root only.
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        nobody = None
+    if os.geteuid() == 0 and nobody:
+        os.kill(wa.pid, signal.SIGTERM)  # the trial must go to the --run-as worker
+        assert wa.p.wait(20) == 0
+        os.chmod(env.tmp, 0o711)
+        env.start_worker("nobody", "--cpus", "1", "--run-as", "nobody")
+        script = 'echo "{\\"loss\\": 0.5}" > /dev/stdout'
+        exp = env.submit(command_config("devstdout", ["sh", "-c", script]))
+        env.wait_experiment(exp, 20)
+        t = env.trials(exp)[0]
+        assert t["status"] == "TERMINATED", t
+        assert [r.get("result", r)["loss"] for r in env.results(t["id"])] == [0.5], t
+        print("under --run-as nobody: /dev/stdout writable, 1 result")
+    else:
+        print("not root (or no user nobody): the --run-as case is skipped")
 
 
 if __name__ == "__main__":
