@@ -161,10 +161,10 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
   double mv = NAN;
   int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
   if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
-  struct asha_outcome out = {0}, end = {0};
+  struct sched_outcome out = {0}, end = {0};
   int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
   if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
-    memset(&out, 0, sizeof out);
+    sched_outcome_clear(&out);
     rc = 0;
   }
   if (rc) goto out;
@@ -173,7 +173,7 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
     goto out;
   }
   int64_t seq = ++s->seq;
-  char d = out.decision == ASHA_STOP ? 's' : 'c';
+  char d = out.action != SCHED_CONTINUE ? 's' : 'c';
   if ((rc = state_note_result(s, t, tv, d, r, json, seq))) goto out;
   int ended = 0;
   if (d == 's') {
@@ -190,8 +190,8 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
     if (rc) goto out;
     ended = 1;
   }
-  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out, &end,
-                          ended, ticket);
+  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
+                          &end.asha, ended, ticket);
   if (!rc && ended) {
     if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == e->num_trials) {
       e->status = ES_TERMINATED;
@@ -206,6 +206,8 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
     *decision = d;
   }
 out:
+  sched_outcome_clear(&out);
+  sched_outcome_clear(&end);
   free(json);
   return rc;
 }

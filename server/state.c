@@ -154,7 +154,7 @@ static int experiment_maybe_end(struct server *s, struct experiment *e, uint64_t
 int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
                     uint64_t *ticket) {
   struct experiment *e = server_experiment(s, t->experiment_id);
-  struct asha_outcome out = {0};
+  struct sched_outcome out = {0};
   if (t->status == TS_RUNNING) state_release(s, t);
   state_set_status(s, t, st);
   t->ended_at = clock_wall_s();
@@ -164,8 +164,9 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
   int rc = sched_on_trial_end(e->sched, t->id, pass, t->last_t,
                               pass && t->has_last_value ? &t->last_value : NULL, &out);
   if (rc && rc != -ENOENT) return rc;
-  if (rc == -ENOENT) out.recorded = 0;
-  rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out, NULL, 1, ticket);
+  if (rc == -ENOENT) out.asha.recorded = 0;
+  rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out.asha, NULL, 1, ticket);
+  sched_outcome_clear(&out); /* issue 13 (decide): records of trial ends land with sched_records */
   if (rc) return rc;
   if (st == TS_ERROR && e->status == ES_RUNNING && e->spec.fail_fast) {
     /* HACKING.md "fail_fast": this trial's end and the cancel are queued in
@@ -247,7 +248,7 @@ int state_add_experiment(struct server *s, const char *config_json,
     t->created_at = e->created_at;
     t->updated_seq = ++s->seq;
     t->bracket = sched_bracket_for(e->sched, made);
-    if ((rc = sched_add_trial(e->sched, t->id, t->bracket))) goto fail_trials;
+    if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail_trials;
     rc = -ENOMEM;
   }
   if (!(op = state_exp_op_make(e, slots, n))) goto fail_trials;

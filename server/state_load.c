@@ -107,7 +107,7 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   e->num_trials++;
   e->counts[st]++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
-    int rc = sched_add_trial(e->sched, t->id, t->bracket);
+    int rc = sched_add_trial(e->sched, t->id, t->idx, t->config);
     if (rc) {
       snprintf(lc->err, lc->errlen, "trial %lld: cannot rejoin bracket %d", (long long)t->id,
                t->bracket);

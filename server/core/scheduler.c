@@ -1,15 +1,36 @@
-/* sched: one interface over the fifo and asha schedulers. */
+/* sched: one interface over every scheduler. fifo and asha (stopping) are
+ * here; the issue 13 schedulers add their `case`s to the dispatch below. */
 #include "scheduler.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct sched {
 	struct sched_params p;
-	struct asha *asha; /* NULL for fifo */
+	enum spec_mode mode;
+	struct asha *asha; /* asha (stopping variant); NULL for fifo */
 };
+
+void sched_outcome_clear(struct sched_outcome *o)
+{
+	if (!o)
+		return;
+	cJSON_Delete(o->record);
+	cJSON_Delete(o->new_config);
+	memset(o, 0, sizeof *o);
+	o->asha.milestone_index = -1;
+}
+
+void sched_choice_clear(struct sched_choice *c)
+{
+	if (!c)
+		return;
+	cJSON_Delete(c->record);
+	memset(c, 0, sizeof *c);
+}
 
 int sched_create(const struct sched_params *params, enum spec_mode mode,
 		 uint64_t seed, struct sched **out)
@@ -23,6 +44,7 @@ int sched_create(const struct sched_params *params, enum spec_mode mode,
 	if (!s)
 		return -ENOMEM;
 	s->p = *params;
+	s->mode = mode;
 	if (params->type == SPEC_SCHED_ASHA) {
 		rc = asha_create(params, mode, seed, &s->asha);
 		if (rc) {
@@ -47,34 +69,98 @@ enum spec_sched_type sched_type(const struct sched *s)
 	return s->p.type;
 }
 
-int sched_bracket_for(const struct sched *s, int64_t trial_index)
+int sched_bracket_for(const struct sched *s, int64_t idx)
 {
-	return s->asha ? asha_bracket_for(s->asha, trial_index) : 0;
+	return s->asha ? asha_bracket_for(s->asha, idx) : 0;
 }
 
-int sched_add_trial(struct sched *s, int64_t trial_id, int bracket)
+int sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx, const char *config_json)
 {
+	(void)config_json;
+	if (idx < 0)
+		return -EINVAL;
 	if (!s->asha)
-		return bracket == 0 ? 0 : -EINVAL;
-	return asha_add_trial(s->asha, trial_id, bracket);
+		return 0;
+	return asha_add_trial(s->asha, trial_id, asha_bracket_for(s->asha, idx));
 }
 
-static void fifo_outcome(const struct sched *s, double t, struct asha_outcome *out)
+static void outcome_reset(struct sched_outcome *out)
 {
 	memset(out, 0, sizeof *out);
-	out->milestone_index = -1;
-	out->milestone = NAN;
-	out->value = NAN;
-	out->cutoff = NAN;
+	out->asha.milestone_index = -1;
+	out->asha.milestone = NAN;
+	out->asha.value = NAN;
+	out->asha.cutoff = NAN;
+}
+
+static void fifo_outcome(const struct sched *s, double t, struct sched_outcome *out)
+{
+	outcome_reset(out);
 	if (s->p.has_max_t && t >= s->p.max_t) {
-		out->decision = ASHA_STOP;
-		out->reason = ASHA_REASON_MAX_T;
+		out->action = SCHED_STOP;
+		out->asha.decision = ASHA_STOP;
+		out->asha.reason = ASHA_REASON_MAX_T;
+		snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)", s->p.max_t,
+			 s->p.time_attr, t);
+	}
+}
+
+/* How many trials have a value recorded at (bracket, index): the "of N" of a
+ * stop reason. Read from the state JSON: stops are rare, this is not hot. */
+static int asha_recorded_at(const struct asha *a, int bracket, int index)
+{
+	cJSON *st = NULL;
+	int n = -1;
+	if (asha_state_json(a, &st))
+		return -1;
+	const cJSON *br = cJSON_GetArrayItem(st, bracket);
+	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(br, "milestones");
+	const cJSON *rec = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ms, index), "recorded");
+	if (cJSON_IsNumber(rec))
+		n = rec->valueint;
+	cJSON_Delete(st);
+	return n;
+}
+
+/* asha's outcome as a sched_outcome with its reason sentence. The values in
+ * the sentence are in the metric's own sign (asha keeps them flipped for
+ * min). */
+static void asha_outcome_to_sched(const struct sched *s, double t, struct sched_outcome *out)
+{
+	const struct asha_outcome *a = &out->asha;
+	double sign = s->mode == SPEC_MODE_MIN ? -1 : 1;
+	if (a->decision != ASHA_STOP) {
+		out->action = SCHED_CONTINUE;
+		return;
+	}
+	out->action = SCHED_STOP;
+	out->stopped_early = a->stopped_early;
+	switch (a->reason) {
+	case ASHA_REASON_MAX_T:
+		snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)", s->p.max_t,
+			 s->p.time_attr, t);
+		break;
+	case ASHA_REASON_NONFINITE:
+		snprintf(out->reason, sizeof out->reason,
+			 "stopped at t=%g: the metric is not a finite number at rung %g", t,
+			 a->milestone);
+		break;
+	case ASHA_REASON_CUTOFF: {
+		int n = asha_recorded_at(s->asha, a->bracket, a->milestone_index);
+		snprintf(out->reason, sizeof out->reason,
+			 "stopped at t=%g: %.6g worse than cutoff %.6g of %d trials at rung %g", t,
+			 sign * a->value, sign * a->cutoff, n, a->milestone);
+		break;
+	}
+	default:
+		snprintf(out->reason, sizeof out->reason, "stopped at t=%g", t);
 	}
 }
 
 int sched_on_result(struct sched *s, int64_t trial_id, double t,
-		    const double *value, struct asha_outcome *out)
+		    const double *value, struct sched_outcome *out)
 {
+	int rc;
 	if (isnan(t))
 		return -EINVAL;
 	if (!s->asha) {
@@ -88,22 +174,48 @@ int sched_on_result(struct sched *s, int64_t trial_id, double t,
 		fifo_outcome(s, -INFINITY, out);
 		return 0;
 	}
-	return asha_on_result(s->asha, trial_id, t, *value, out);
+	outcome_reset(out);
+	rc = asha_on_result(s->asha, trial_id, t, *value, &out->asha);
+	if (rc)
+		return rc;
+	asha_outcome_to_sched(s, t, out);
+	return 0;
 }
 
 int sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
-		       const double *last_value, struct asha_outcome *out)
+		       const double *last_value, struct sched_outcome *out)
 {
-	if (!s->asha) {
-		if (out)
-			fifo_outcome(s, -INFINITY, out);
-		return 0;
-	}
-	if (has_last && last_value)
-		return asha_on_trial_end(s->asha, trial_id, 1, t, *last_value, out);
 	if (out)
 		fifo_outcome(s, -INFINITY, out);
+	if (!s->asha)
+		return 0;
+	if (has_last && last_value && out) {
+		int rc = asha_on_trial_end(s->asha, trial_id, 1, t, *last_value, &out->asha);
+		/* The decision of the last pass is not the server's business. */
+		out->action = SCHED_CONTINUE;
+		return rc;
+	}
 	return asha_on_trial_end(s->asha, trial_id, 0, 0, 0, NULL);
+}
+
+int sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable, void *ctx,
+		 struct sched_choice *out)
+{
+	(void)s;
+	(void)resumable;
+	(void)ctx;
+	memset(out, 0, sizeof *out);
+	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
+	return 0;
+}
+
+int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	(void)s;
+	(void)trial_id;
+	(void)record;
+	/* fifo and asha-stopping never return a record. */
+	return -EINVAL;
 }
 
 int sched_restore_record(struct sched *s, int64_t trial_id, int bracket,

@@ -28,23 +28,23 @@ static struct sched *from_config(const char *json, uint64_t seed)
 START_TEST(fifo_runs_to_the_end)
 {
 	struct sched *s = from_config("{" TRAIN "}", 0);
-	struct asha_outcome o;
+	struct sched_outcome o;
 	double v = 0.1, nan = NAN;
 	ck_assert_int_eq(sched_type(s), SPEC_SCHED_FIFO);
 	ck_assert_int_eq(sched_bracket_for(s, 5), 0);
-	ck_assert_int_eq(sched_add_trial(s, 1, 0), 0);
+	ck_assert_int_eq(sched_add_trial(s, 1, 0, NULL), 0);
 	for (int t = 1; t <= 1000; t += 100) {
 		ck_assert_int_eq(sched_on_result(s, 1, t, &v, &o), 0);
-		ck_assert_int_eq(o.decision, ASHA_CONTINUE);
-		ck_assert_int_eq(o.recorded, 0);
+		ck_assert_int_eq(o.action, SCHED_CONTINUE);
+		ck_assert_int_eq(o.asha.recorded, 0);
 	}
 	/* fifo does not look at the metric, even NaN or missing. */
 	ck_assert_int_eq(sched_on_result(s, 1, 5, &nan, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
 	ck_assert_int_eq(sched_on_result(s, 1, 5, NULL, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
 	ck_assert_int_eq(sched_on_trial_end(s, 1, 1, 5, &v, &o), 0);
-	ck_assert_int_eq(o.recorded, 0);
+	ck_assert_int_eq(o.asha.recorded, 0);
 	ck_assert_int_eq(sched_restore_record(s, 1, 0, 1, 1, 0), -EINVAL);
 	ck_assert_int_eq(sched_on_result(s, 1, NAN, &v, &o), -EINVAL);
 	cJSON *st;
@@ -60,15 +60,17 @@ END_TEST
 START_TEST(fifo_stops_at_max_t)
 {
 	struct sched *s = from_config("{\"scheduler\": {\"type\": \"fifo\", \"max_t\": 3}, " TRAIN "}", 0);
-	struct asha_outcome o;
+	struct sched_outcome o;
 	double v = 1;
-	sched_add_trial(s, 1, 0);
+	sched_add_trial(s, 1, 0, NULL);
 	ck_assert_int_eq(sched_on_result(s, 1, 2, &v, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
 	ck_assert_int_eq(sched_on_result(s, 1, 3, &v, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_STOP);
-	ck_assert_int_eq(o.reason, ASHA_REASON_MAX_T);
+	ck_assert_int_eq(o.action, SCHED_STOP);
+	ck_assert_int_eq(o.asha.reason, ASHA_REASON_MAX_T);
 	ck_assert_int_eq(o.stopped_early, 0);
+	ck_assert_str_eq(o.reason, "reached max_t 3 (training_iteration 3)");
+	ck_assert_ptr_null(o.record);
 	sched_free(s);
 }
 END_TEST
@@ -78,26 +80,28 @@ START_TEST(asha_through_sched)
 	struct sched *s = from_config(
 		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\", \"max_t\": 10,"
 		" \"grace_period\": 1, \"reduction_factor\": 2}, " TRAIN "}", 3);
-	struct asha_outcome o;
+	struct sched_outcome o;
 	double two = 2, four = 4, one = 1;
 	ck_assert_int_eq(sched_type(s), SPEC_SCHED_ASHA);
 	for (int id = 1; id <= 3; id++)
-		ck_assert_int_eq(sched_add_trial(s, id, sched_bracket_for(s, id - 1)), 0);
+		ck_assert_int_eq(sched_add_trial(s, id, id - 1, NULL), 0);
 	ck_assert_int_eq(sched_on_result(s, 1, 1, &two, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
 	/* Without the metric: continue, nothing recorded (Ray skips it). */
 	ck_assert_int_eq(sched_on_result(s, 2, 1, NULL, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_CONTINUE);
-	ck_assert_int_eq(o.recorded, 0);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
+	ck_assert_int_eq(o.asha.recorded, 0);
 	ck_assert_int_eq(sched_on_result(s, 99, 1, NULL, &o), -ENOENT);
 	ck_assert_int_eq(sched_on_result(s, 2, 1, &four, &o), 0);
-	ck_assert_int_eq(o.recorded, 1);
+	ck_assert_int_eq(o.asha.recorded, 1);
 	ck_assert_int_eq(sched_on_result(s, 3, 1, &one, &o), 0);
-	ck_assert_int_eq(o.decision, ASHA_STOP);
+	ck_assert_int_eq(o.action, SCHED_STOP);
 	ck_assert_int_eq(o.stopped_early, 1);
+	/* Visible decisions (issue 13): the stop says why, in the metric's sign. */
+	ck_assert_str_eq(o.reason, "stopped at t=1: 1 worse than cutoff 3 of 3 trials at rung 1");
 	ck_assert_int_eq(sched_on_trial_end(s, 3, 1, 1, &one, &o), 0);
 	ck_assert_int_eq(sched_on_trial_end(s, 2, 0, 0, NULL, &o), 0);
-	ck_assert_int_eq(o.recorded, 0);
+	ck_assert_int_eq(o.asha.recorded, 0);
 	ck_assert_int_eq(sched_on_trial_end(s, 2, 0, 0, NULL, NULL), -ENOENT);
 	ck_assert_int_eq(sched_restore_record(s, 50, 0, 2, 9.0, 0), 0);
 
@@ -111,6 +115,34 @@ START_TEST(asha_through_sched)
 		"{\"t\":4,\"recorded\":0,\"cutoff\":null},{\"t\":8,\"recorded\":0,\"cutoff\":null}]}]}");
 	free(j);
 	cJSON_Delete(st);
+	sched_free(s);
+}
+END_TEST
+
+/* mode min: the sentence shows the metric as reported, not asha's flipped
+ * values. */
+START_TEST(asha_reason_min_mode)
+{
+	struct sched *s = from_config(
+		"{\"metric\": \"loss\", \"mode\": \"min\", \"scheduler\": {\"type\": \"asha\", \"max_t\": 10,"
+		" \"grace_period\": 4, \"reduction_factor\": 2}, " TRAIN "}", 3);
+	struct sched_outcome o;
+	double v[3] = {0.39, 0.30, 0.41};
+	for (int id = 1; id <= 3; id++)
+		ck_assert_int_eq(sched_add_trial(s, id, id - 1, NULL), 0);
+	for (int id = 1; id <= 3; id++)
+		ck_assert_int_eq(sched_on_result(s, id, 4, &v[id - 1], &o), 0);
+	ck_assert_int_eq(o.action, SCHED_STOP);
+	ck_assert_str_eq(o.reason, "stopped at t=4: 0.41 worse than cutoff 0.345 of 3 trials at rung 4");
+	sched_outcome_clear(&o);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
+	struct sched_choice c;
+	ck_assert_int_eq(sched_choose(s, 1, NULL, NULL, &c), 0);
+	ck_assert_int_eq(c.kind, SCHED_CHOOSE_NEW);
+	ck_assert_int_eq(sched_choose(s, 0, NULL, NULL, &c), 0);
+	ck_assert_int_eq(c.kind, SCHED_CHOOSE_WAIT);
+	sched_choice_clear(&c);
+	ck_assert_int_eq(sched_restore(s, 1, NULL), -EINVAL);
 	sched_free(s);
 }
 END_TEST
@@ -137,6 +169,7 @@ int main(void)
 	tcase_add_test(tc, fifo_runs_to_the_end);
 	tcase_add_test(tc, fifo_stops_at_max_t);
 	tcase_add_test(tc, asha_through_sched);
+	tcase_add_test(tc, asha_reason_min_mode);
 	tcase_add_test(tc, create_errors);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

@@ -444,7 +444,7 @@ START_TEST(random_configs_never_crash)
 		int rc = validate_experiment(c, &s, &err);
 		if (rc == 0) {
 			struct sched *sc = NULL;
-			struct asha_outcome o;
+			struct sched_outcome o;
 			double v = 0.5;
 			cJSON *configs = NULL;
 			accepted++;
@@ -458,8 +458,7 @@ START_TEST(random_configs_never_crash)
 				cJSON_Delete(configs);
 			}
 			ck_assert_int_eq(sched_create(&s.sched, s.mode, s.seed, &sc), 0);
-			int b = sched_bracket_for(sc, iter);
-			ck_assert_int_eq(sched_add_trial(sc, 1, b), 0);
+			ck_assert_int_eq(sched_add_trial(sc, 1, iter, NULL), 0);
 			ck_assert_int_eq(sched_on_result(sc, 1, 1, &v, &o), 0);
 			ck_assert_int_eq(sched_on_trial_end(sc, 1, 1, 1, &v, &o), 0);
 			sched_free(sc);
