@@ -46,6 +46,10 @@ struct experiment_spec {
 	struct spec_resources resources;
 	cJSON *param_space;             /* owned copy; {} when absent */
 	cJSON *trainable;               /* owned copy, validated */
+	/* issue 13 stop rules (decide): the "stop" dict (owned copy or NULL) and
+	 * "time_budget_s" (0 = none). */
+	cJSON *stop;
+	double time_budget_s;
 };
 
 /* Where and why a config was rejected: path like "param_space.lr.lower",

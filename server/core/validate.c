@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "space.h"
+#include "stoprule.h"
 
 #define VALIDATE_MAX_DEPTH 32
 #define VALIDATE_MAX_STRING 4096
@@ -599,7 +600,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	static const char *const top_keys[] = {
 		"name", "metric", "mode", "num_samples", "max_concurrent_trials", "seed",
 		"max_failures", "fail_fast", "param_space", "scheduler", "resources_per_trial",
-		"trainable", NULL};
+		"trainable", "stop", "time_budget_s", NULL};
 	const cJSON *ps, *mode;
 	int64_t seed = 0;
 	int rc, has_metric;
@@ -672,9 +673,20 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	    check_placeholders(cJSON_GetObjectItemCaseSensitive(config, "trainable"), ps, err))
 		return -EINVAL;
 
+	/* issue 13 (decide): stop rules and the time budget. */
+	const cJSON *stop = cJSON_GetObjectItemCaseSensitive(config, "stop");
+	if (stop && stoprule_validate(stop, err))
+		return -EINVAL;
+	const cJSON *tb = cJSON_GetObjectItemCaseSensitive(config, "time_budget_s");
+	if (tb && (!cJSON_IsNumber(tb) || !(tb->valuedouble > 0 && tb->valuedouble <= 1e9)))
+		return fail_at(err, "", "time_budget_s",
+			       "must be a number of seconds > 0 (at most 1e9)");
+	out->time_budget_s = tb ? tb->valuedouble : 0;
+
 	out->param_space = ps ? cJSON_Duplicate(ps, 1) : cJSON_CreateObject();
 	out->trainable = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(config, "trainable"), 1);
-	if (!out->param_space || !out->trainable) {
+	out->stop = stop ? cJSON_Duplicate(stop, 1) : NULL;
+	if (!out->param_space || !out->trainable || (stop && !out->stop)) {
 		validate_spec_free(out);
 		validate_error_set(err, "", "out of memory");
 		return -ENOMEM;
@@ -688,6 +700,8 @@ void validate_spec_free(struct experiment_spec *spec)
 		return;
 	cJSON_Delete(spec->param_space);
 	cJSON_Delete(spec->trainable);
+	cJSON_Delete(spec->stop);
+	spec->stop = NULL;
 	spec->param_space = NULL;
 	spec->trainable = NULL;
 }
