@@ -27,6 +27,7 @@ static const struct cmd_info CMDS[] = {
     {"trials", CMD_TRIALS, "EXP", 1, "--json --width"},
     {"best", CMD_BEST, "EXP", 1, "--metric --mode --scope --json"},
     {"logs", CMD_LOGS, "TRIAL", 2, ""},
+    {"trial", CMD_TRIAL, "TRIAL", 2, "--json"},
     {"cancel", CMD_CANCEL, "EXP", 1, "--json"},
     {"export", CMD_EXPORT, "EXP", 1, "--format --output"},
     {"help", CMD_HELP, NULL, 0, ""},

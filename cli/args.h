@@ -18,6 +18,7 @@ enum cli_cmd {
   CMD_LOGS,
   CMD_CANCEL,
   CMD_EXPORT,
+  CMD_TRIAL,
 };
 
 struct cli_args {

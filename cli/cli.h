@@ -66,6 +66,7 @@ int cmd_status(const struct cli_args *a);
 int cmd_trials(const struct cli_args *a);
 int cmd_best(const struct cli_args *a);
 int cmd_logs(const struct cli_args *a);
+int cmd_trial(const struct cli_args *a);
 int cmd_cancel(const struct cli_args *a);
 int cmd_export(const struct cli_args *a);
 int cmd_run(const struct cli_args *a);

@@ -36,7 +36,13 @@ static const char *const HELP =
     "  watch EXP [--json]                   progress until it ends (Ctrl-C:\n"
     "                                       stop watching; twice: at once)\n"
     "  status [--json]                      every experiment, one line each\n"
-    "  trials EXP [--json]                  the trial table (ids and names)\n"
+    "  trials EXP [--json]                  the trial table (ids, names and the\n"
+    "                                       scheduler's last decision: reason)\n"
+    "  trial TRIAL [--json]                 one trial: status, config, last result,\n"
+    "                                       why it stopped/paused/was promoted, and\n"
+    "                                       its history of decisions (PBT exploits\n"
+    "                                       with donor and config change); TRIAL is\n"
+    "                                       an id or a name: ctune trial quick_00003\n"
     "  best EXP [--metric M] [--mode min|max]\n"
     "           [--scope last|avg|last-5-avg|last-10-avg|all] [--json]\n"
     "      --metric other than the experiment's own needs --mode:\n"
@@ -80,6 +86,7 @@ int main(int argc, char **argv) {
     case CMD_LOGS: return cmd_logs(&a);
     case CMD_CANCEL: return cmd_cancel(&a);
     case CMD_EXPORT: return cmd_export(&a);
+    case CMD_TRIAL: return cmd_trial(&a);
   }
   return CLI_EXIT_USAGE;
 }

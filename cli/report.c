@@ -80,6 +80,24 @@ void report_fmt_params(const cJSON *obj, char *buf, size_t len) {
   }
 }
 
+void report_fmt_reason(const char *reason, size_t cols, char *buf, size_t len) {
+  if (!len) return;
+  buf[0] = '\0';
+  if (!reason) return;
+  /* One line: the sentence never needs its newlines in a table cell. */
+  size_t n = strcspn(reason, "\r\n");
+  char *one = strndup(reason, n);
+  if (!one) return;
+  if (cols > 1 && text_width(one) > cols) {
+    size_t keep = text_prefix_bytes(one, cols - 1);
+    while (keep > 0 && one[keep - 1] == ' ') keep--; /* no "of 3 …" */
+    snprintf(buf, len, "%.*s…", (int)keep, one);
+  } else {
+    snprintf(buf, len, "%s", one);
+  }
+  free(one);
+}
+
 void report_state_free(struct report_state *s) {
   cJSON_Delete(s->experiment);
   cJSON_Delete(s->trials_doc);
@@ -123,6 +141,7 @@ int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials,
     r->total_time_s = get_num(r->last_result, "time_total_s", NAN);
     r->error = get_str(t, "error");
     r->pending_reason = get_str(t, "pending_reason");
+    r->reason = get_str(t, "reason");
     r->exit_code = (long long)get_num(t, "exit_code", -1);
   }
   const cJSON *warr = cJSON_IsArray(workers) ? workers : get(workers, "workers");
@@ -277,8 +296,35 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
       }
       put_line(sb, line, width);
     }
+  } else if (stype && !strcmp(stype, "fifo")) {
+    put_line(sb, "Scheduler: FIFO (every trial runs to its end)", width);
   } else if (stype) {
-    snprintf(line, sizeof(line), "Scheduler: %s", !strcmp(stype, "fifo") ? "FIFO (every trial runs to its end)" : stype);
+    /* hyperband, pbt, median_stopping, promotion ASHA (issue 13): the type
+     * and the scalar settings of its state, whatever they are. */
+    size_t u = (size_t)snprintf(line, sizeof(line), "Scheduler: %s", stype);
+    const cJSON *it;
+    int first = 1;
+    cJSON_ArrayForEach(it, sc) {
+      if (u >= sizeof(line) || !strcmp(it->string, "type") ||
+          !(cJSON_IsNumber(it) || cJSON_IsString(it) || cJSON_IsBool(it)))
+        continue;
+      char v[128];
+      if (cJSON_IsBool(it))
+        snprintf(v, sizeof(v), "%s", cJSON_IsTrue(it) ? "true" : "false");
+      else
+        report_fmt_value(it, v, sizeof(v));
+      u += (size_t)snprintf(line + u, sizeof(line) - u, "%s%s=%s", first ? " (" : ", ", it->string, v);
+      first = 0;
+    }
+    if (!first && u < sizeof(line)) snprintf(line + u, sizeof(line) - u, ")");
+    put_line(sb, line, width);
+  }
+  /* Trials are created on demand (issue 13): how far the searcher got. */
+  const char *salg = get_str(e, "search_alg");
+  if (salg || cJSON_IsNumber(get(e, "num_created"))) {
+    snprintf(line, sizeof(line), "Search: %s, %lld of %lld trials created", salg ? salg : "random",
+             (long long)get_num(e, "num_created", (double)s->ntrials),
+             (long long)get_num(e, "num_trials", (double)s->ntrials));
     put_line(sb, line, width);
   }
 
@@ -364,7 +410,7 @@ static void put_cell(struct sbuf *sb, const char *text, size_t w, int right) {
 static void table(struct sbuf *sb, const struct report_state *s, int width, int max_rows) {
   enum { MAXK = 64 };
   const struct report_trial **rows = NULL;
-  struct column cols[3 + 2 * MAXK + 2];
+  struct column cols[3 + 2 * MAXK + 3];
   int ncols = 0;
   size_t nrows = 0, shown_per[NSTATUS + 1] = {0}, total_per[NSTATUS + 1] = {0};
   memset(cols, 0, sizeof(cols));
@@ -416,6 +462,13 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
   for (int i = 0; i < nm; i++)
     cols[ncols++] = (struct column){.title = mkeys[i], .right = 1,
                                     .prio = (metric && i == 0) ? 5 : 1};
+  /* Why the scheduler last decided about the trial (issue 13): only when a
+   * shown row has one, so FIFO and stopping-ASHA tables keep their shape.
+   * Dropped after the params, before the total time. */
+  int reason_col = -1;
+  for (size_t i = 0; i < nrows && reason_col < 0; i++)
+    if (rows[i]->reason && *rows[i]->reason) reason_col = ncols;
+  if (reason_col >= 0) cols[ncols++] = (struct column){.title = "reason", .prio = 3};
 
   for (int c = 0; c < ncols; c++) {
     cols[c].cells = calloc(nrows ? nrows : 1, sizeof(char *));
@@ -443,6 +496,8 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
         if (t->iteration > 0 || t->last_result) snprintf(buf, sizeof(buf), "%lld", t->iteration);
       } else if (c == nit + 1) {
         if (!isnan(t->total_time_s)) snprintf(buf, sizeof(buf), "%.1f", t->total_time_s);
+      } else if (c == reason_col) {
+        if (t->reason) report_fmt_reason(t->reason, REPORT_REASON_COLS, buf, sizeof(buf));
       } else {
         report_fmt_value(get(t->last_result, mkeys[c - nit - 2]), buf, sizeof(buf));
       }
@@ -468,6 +523,25 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
       if (!cols[c].hidden && cols[c].prio < 9 && (drop < 0 || cols[c].prio <= cols[drop].prio))
         drop = c;
     if (drop < 0) break;
+    /* The reason shrinks to what is left (down to 20 columns) before it goes. */
+    size_t excess = total - (size_t)width;
+    if (drop == reason_col && cols[drop].w > 20 && cols[drop].w - 20 >= excess) {
+      size_t w = cols[drop].w - excess;
+      for (size_t r = 0; r < nrows; r++) {
+        if (!rows[r]->reason) continue;
+        char buf[256];
+        report_fmt_reason(rows[r]->reason, w, buf, sizeof(buf));
+        char *cut = strdup(buf);
+        if (!cut) {
+          sb->err = -ENOMEM;
+          goto done;
+        }
+        free(cols[drop].cells[r]);
+        cols[drop].cells[r] = cut;
+      }
+      cols[drop].w = w;
+      continue;
+    }
     cols[drop].hidden = 1;
     hidden++;
   }
@@ -654,39 +728,57 @@ int report_events(const struct report_state *prev, const struct report_state *cu
       if (hit) p = *hit;
     }
     const char *was = p ? p->status : "PENDING";
-    if (!strcmp(was, t->status)) continue;
-    char lbl[48], m[512], cfg[512];
+    /* A new decision (issue 13): its sentence ends the line that reports
+     * the change; one that changed nothing visible between two polls (a PBT
+     * exploit that went RUNNING → PENDING → RUNNING) gets a line of its own. */
+    const char *why = (t->reason && *t->reason &&
+                       (!p || !p->reason || strcmp(p->reason, t->reason))) ? t->reason : NULL;
+    char lbl[48], m[512], cfg[512], tail[300] = "";
     const char *name = trial_label(t, lbl, sizeof(lbl));
+    if (why) {
+      char one[280];
+      report_fmt_reason(why, 0, one, sizeof(one));
+      snprintf(tail, sizeof(tail), " — %s", one);
+    }
+    if (!strcmp(was, t->status)) {
+      if (why) sbuf_printf(&sb, "Trial %s at iteration %lld%s\n", name, t->iteration, tail);
+      continue;
+    }
     /* A trial can start and end between two polls: say both. */
     int ended = !strcmp(t->status, "TERMINATED") || !strcmp(t->status, "ERROR");
     int was_waiting = !strcmp(was, "PENDING") || !strcmp(was, "PAUSED");
+    int said = 0;
     if (!strcmp(t->status, "RUNNING") || (ended && was_waiting && t->last_result)) {
       report_fmt_params(t->config, cfg, sizeof(cfg));
-      /* Resumed: it had made progress before it went back to waiting. */
+      /* Resumed: it had made progress before it went back to waiting. The
+       * decision that resumed it (a promotion) goes on this line unless the
+       * trial has ended since: then the end line carries the newest one. */
+      const char *rt = ended ? "" : tail;
       if (p && p->iteration > 0)
-        sbuf_printf(&sb, "Trial %s resumed at iteration %lld with config {%s}\n", name,
-                    p->iteration, cfg);
+        sbuf_printf(&sb, "Trial %s resumed at iteration %lld with config {%s}%s\n", name,
+                    p->iteration, cfg, rt);
       else
-        sbuf_printf(&sb, "Trial %s started with config {%s}\n", name, cfg);
+        sbuf_printf(&sb, "Trial %s started with config {%s}%s\n", name, cfg, rt);
+      said = !ended;
     }
     if (!strcmp(t->status, "RUNNING")) {
       /* said above */
     } else if (!strcmp(t->status, "TERMINATED")) {
       fmt_metrics(cur, t, m, sizeof(m));
       if (t->stopped_early)
-        sbuf_printf(&sb, "Trial %s stopped early by the scheduler at iteration %lld: %s\n",
-                    name, t->iteration, m);
+        sbuf_printf(&sb, "Trial %s stopped early by the scheduler at iteration %lld: %s%s\n",
+                    name, t->iteration, m, tail);
       else
-        sbuf_printf(&sb, "Trial %s completed after %lld iteration%s: %s\n", name,
-                    t->iteration, t->iteration == 1 ? "" : "s", m);
+        sbuf_printf(&sb, "Trial %s completed after %lld iteration%s: %s%s\n", name,
+                    t->iteration, t->iteration == 1 ? "" : "s", m, tail);
     } else if (!strcmp(t->status, "ERROR")) {
       char err[512];
       error_line(t->error ? t->error : "no message", err, sizeof(err));
       sbuf_printf(&sb, "Trial %s errored at iteration %lld: %s\n", name, t->iteration, err);
     } else if (!strcmp(t->status, "PENDING") && p) {
-      sbuf_printf(&sb, "Trial %s is pending again (was %s)\n", name, p->status);
+      sbuf_printf(&sb, "Trial %s is pending again (was %s)%s\n", name, p->status, said ? "" : tail);
     } else if (!strcmp(t->status, "PAUSED")) {
-      sbuf_printf(&sb, "Trial %s paused at iteration %lld\n", name, t->iteration);
+      sbuf_printf(&sb, "Trial %s paused at iteration %lld%s\n", name, t->iteration, said ? "" : tail);
     }
   }
   free(old);
@@ -745,6 +837,7 @@ cJSON *report_to_json(const struct report_state *s, double now) {
     ok &= cJSON_AddNumberToObject(o, "iteration", (double)t->iteration) != NULL;
     ok &= cJSON_AddItemToObject(o, "total_time_s", isnan(t->total_time_s) ? cJSON_CreateNull()
                                                     : cJSON_CreateNumber(t->total_time_s));
+    ok &= cJSON_AddItemToObject(o, "reason", t->reason ? cJSON_CreateString(t->reason) : cJSON_CreateNull());
     ok &= cJSON_AddItemToObject(o, "config", dup_or_null(t->config));
     ok &= cJSON_AddItemToObject(o, "last_result", dup_or_null(t->last_result));
   }
@@ -753,4 +846,117 @@ cJSON *report_to_json(const struct report_state *s, double now) {
     return NULL;
   }
   return root;
+}
+
+/* The name of trial `id` in an experiment's trial list, or NULL. */
+static const char *name_of(const cJSON *trials, long long id) {
+  const cJSON *arr = cJSON_IsArray(trials) ? trials : get(trials, "trials");
+  const cJSON *t;
+  cJSON_ArrayForEach(t, arr) {
+    if ((long long)get_num(t, "id", 0) == id) return get_str(t, "name");
+  }
+  return NULL;
+}
+
+void report_fmt_event(const cJSON *ev, const cJSON *trials, char *buf, size_t len) {
+  if (!len) return;
+  buf[0] = '\0';
+  const char *kind = get_str(ev, "kind"), *reason = get_str(ev, "reason");
+  const cJSON *data = get(ev, "data");
+  const cJSON *oldc = get(data, "old_config"), *newc = get(data, "new_config");
+  if (kind && !strcmp(kind, "exploited") && cJSON_IsNumber(get(data, "donor")) &&
+      cJSON_IsObject(newc)) {
+    /* Built from the data, not the sentence: the sentence is cut at 255
+     * bytes, the data names every key that changed. */
+    long long donor = (long long)get_num(data, "donor", 0);
+    const char *dname = name_of(trials, donor);
+    char t[64] = "";
+    if (cJSON_IsNumber(get(data, "t"))) {
+      char v[48];
+      report_fmt_value(get(data, "t"), v, sizeof(v));
+      snprintf(t, sizeof(t), "t=%s ", v);
+    }
+    size_t u = (size_t)snprintf(buf, len, "%sexploited trial %lld%s%s%s", t, donor,
+                                dname ? " (" : "", dname ? dname : "", dname ? ")" : "");
+    int first = 1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, newc) {
+      if (u >= len) break;
+      char a[128], b[128];
+      const cJSON *was = get(oldc, it->string);
+      report_fmt_value(was, a, sizeof(a));
+      report_fmt_value(it, b, sizeof(b));
+      if (was && !strcmp(a, b)) continue;
+      u += (size_t)snprintf(buf + u, len - u, "%s%s %s → %s", first ? ": " : ", ", it->string,
+                            was ? a : "?", b);
+      first = 0;
+    }
+    if (first && u < len) snprintf(buf + u, len - u, " (same config)");
+    return;
+  }
+  if (reason)
+    report_fmt_reason(reason, 0, buf, len);
+  else
+    snprintf(buf, len, "%s", kind ? kind : "?");
+}
+
+static void fmt_utc(double t, char *buf, size_t len) {
+  time_t secs = (time_t)floor(t);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+int report_trial_detail(const cJSON *trial, const cJSON *experiment,
+                        const cJSON *trials, char **out) {
+  if (!cJSON_IsObject(trial)) return -EINVAL;
+  struct sbuf sb;
+  sbuf_init(&sb);
+  char line[2048];
+  const char *name = get_str(trial, "name"), *status = get_str(trial, "status");
+  long long id = (long long)get_num(trial, "id", 0);
+  long long eid = (long long)get_num(trial, "experiment_id", 0);
+  const char *ename = get_str(experiment, "name");
+  sbuf_printf(&sb, "Trial %s (id %lld) of experiment %lld%s%s%s: %s%s\n", name ? name : "?", id,
+              eid, ename ? " '" : "", ename ? ename : "", ename ? "'" : "", status ? status : "?",
+              cJSON_IsTrue(get(trial, "stopped_early")) ? " (stopped early)" : "");
+  sbuf_printf(&sb, "Iteration: %lld\n", (long long)get_num(trial, "iteration", 0));
+  const char *reason = get_str(trial, "reason");
+  if (reason) {
+    report_fmt_reason(reason, 0, line, sizeof(line));
+    sbuf_printf(&sb, "Reason: %s\n", line);
+  }
+  if (get_str(trial, "pending_reason"))
+    sbuf_printf(&sb, "Waiting because: %s\n", get_str(trial, "pending_reason"));
+  if (cJSON_IsNumber(get(trial, "worker_id")))
+    sbuf_printf(&sb, "Worker: %lld\n", (long long)get_num(trial, "worker_id", 0));
+  report_fmt_params(get(trial, "config"), line, sizeof(line));
+  sbuf_printf(&sb, "Config: {%s}\n", line);
+  const cJSON *last = get(trial, "last_result");
+  if (cJSON_IsObject(last)) {
+    report_fmt_params(last, line, sizeof(line));
+    sbuf_printf(&sb, "Last result: {%s}\n", line);
+  }
+  if (get_str(trial, "error")) {
+    error_line(get_str(trial, "error"), line, sizeof(line));
+    sbuf_printf(&sb, "Error: %s\n", line);
+  }
+  const cJSON *events = get(trial, "events");
+  int n = cJSON_IsArray(events) ? cJSON_GetArraySize(events) : 0;
+  if (!cJSON_IsArray(events)) {
+    /* A server from before issue 13 sends no history. */
+  } else if (!n) {
+    sbuf_puts(&sb, "Events: none (no scheduler decision about this trial yet)\n");
+  } else {
+    sbuf_printf(&sb, "Events (%d, times in UTC):\n", n);
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, events) {
+      char when[32] = "", what[1024];
+      if (cJSON_IsNumber(get(ev, "time"))) fmt_utc(get_num(ev, "time", 0), when, sizeof(when));
+      report_fmt_event(ev, trials, what, sizeof(what));
+      const char *kind = get_str(ev, "kind");
+      sbuf_printf(&sb, "  %-19s  %-11s %s\n", when, kind ? kind : "?", what);
+    }
+  }
+  return sbuf_take(&sb, out);
 }

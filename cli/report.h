@@ -8,6 +8,8 @@
 #include <cJSON.h>
 
 #define REPORT_MAX_ROWS 20
+/* Display columns of the reason column of the trial table ("…" past it). */
+#define REPORT_REASON_COLS 48
 
 struct report_trial {
   long long id;
@@ -20,6 +22,7 @@ struct report_trial {
   const cJSON *last_result;   /* may be NULL */
   const char *error;          /* may be NULL */
   const char *pending_reason; /* may be NULL */
+  const char *reason;         /* the scheduler's last decision, may be NULL */
   long long exit_code;        /* -1 when none */
 };
 
@@ -63,6 +66,23 @@ cJSON *report_to_json(const struct report_state *s, double now);
 /* A config or result value as the table shows it: numbers %.6g (integral
  * ones without a point), strings bare, everything else as compact JSON. */
 void report_fmt_value(const cJSON *v, char *buf, size_t len);
+
+/* A decision's reason on one line, at most cols display columns ("…" at the
+ * cut; cols 0: whole). */
+void report_fmt_reason(const char *reason, size_t cols, char *buf, size_t len);
+
+/* ctune trial ID: one trial (GET /api/v1/trials/{id}: status, reason, config,
+ * last result, and its "events" history, PBT exploits shown as the donor and
+ * the config keys that changed). experiment and trials (the experiment's
+ * trial list, for the donors' names) may be NULL. *out is malloc'd.
+ * 0, -EINVAL (not an object) or -ENOMEM. */
+int report_trial_detail(const cJSON *trial, const cJSON *experiment,
+                        const cJSON *trials, char **out);
+
+/* One event of a trial's history (no time, no newline): "t=6 exploited trial
+ * 7 (pbt_00006): lr 0.01 → 0.012" for an exploit with its data, else the
+ * event's reason, else its kind. trials as above (may be NULL). */
+void report_fmt_event(const cJSON *event, const cJSON *trials, char *buf, size_t len);
 
 /* "l1=64, lr=0.001" for the keys of obj (NULL keys: all), at most len bytes. */
 void report_fmt_params(const cJSON *obj, char *buf, size_t len);

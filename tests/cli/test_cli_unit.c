@@ -251,6 +251,143 @@ START_TEST(report_events_lines) {
 }
 END_TEST
 
+/* ---- issue 13: visible decisions ---- */
+
+static void load_decisions(struct report_state *s) {
+  ck_assert_int_eq(report_state_load(s, fixture("decisions_experiment.json"),
+                                     fixture("decisions_trials.json"), NULL), 0);
+}
+
+/* `ctune trials` and the reporter: PAUSED rows after PENDING, the reason
+ * column cut to REPORT_REASON_COLS with "…", dropped before iter/time. */
+START_TEST(report_reason_column) {
+  struct report_state s;
+  char *text;
+  load_decisions(&s);
+  ck_assert_str_eq(s.trials[0].reason, "paused at rung 1 (t=3)");
+  ck_assert_ptr_null(s.trials[5].reason);
+  ck_assert_int_eq(report_render(&s, NOW, 160, REPORT_MAX_ROWS, &text), 0);
+  golden("decisions_w160.txt", text);
+  ck_assert_ptr_nonnull(strstr(text, "(1 RUNNING, 1 PENDING, 2 PAUSED, 2 TERMINATED)"));
+  char *pend = strstr(text, "| PENDING"), *paused = strstr(text, "| PAUSED");
+  char *term = strstr(text, "| TERMINATED");
+  ck_assert(pend && paused && term && pend < paused && paused < term);
+  ck_assert_ptr_nonnull(strstr(text, "| reason "));
+  ck_assert_ptr_nonnull(strstr(text, " paused at rung 1 (t=3) "));
+  ck_assert_ptr_nonnull(strstr(text, " promoted from rung 1 (top 1 of 3) "));
+  /* 80 bytes of sentence: cut at 47 columns and an ellipsis. */
+  ck_assert_ptr_nonnull(strstr(text, " stopped at t=3: 0.63 worse than the top 1 of 3… "));
+  ck_assert_ptr_null(strstr(text, "(cutoff 0.41)"));
+  ck_assert_int_le(max_line_width(text), 160);
+  free(text);
+  /* Narrow: the params go, then the reason shrinks (to 20 columns), then
+   * it goes before the total time. */
+  ck_assert_int_eq(report_render_table(&s, 100, 0, &text), 0);
+  golden("decisions_w100.txt", text);
+  ck_assert_ptr_nonnull(strstr(text, "hidden to fit 100 columns: lr momentum)"));
+  ck_assert_ptr_nonnull(strstr(text, "| paused at rung 1 (t=3)   "));
+  ck_assert_ptr_nonnull(strstr(text, "| stopped at t=3: 0.63 worse t… |"));
+  ck_assert_int_le(max_line_width(text), 100);
+  free(text);
+  ck_assert_int_eq(report_render_table(&s, 80, 0, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "hidden to fit 80 columns: lr momentum reason)"));
+  ck_assert_ptr_nonnull(strstr(text, "total time (s)"));
+  free(text);
+  report_state_free(&s);
+  /* No trial with a reason: no column (the ASHA table keeps its shape). */
+  load_asha(&s);
+  ck_assert_int_eq(report_render_table(&s, 0, 0, &text), 0);
+  ck_assert_ptr_null(strstr(text, "reason"));
+  free(text);
+  report_state_free(&s);
+  char buf[64];
+  report_fmt_reason("a\nb", 0, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "a");
+  report_fmt_reason("lr 0.01 → 0.012", 8, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "lr 0.01…");
+  report_fmt_reason("lr 0.01 → 0.012", 15, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "lr 0.01 → 0.012");
+}
+END_TEST
+
+/* The end-of-trial lines of run/watch say why: stop, pause, promotion,
+ * stop rule, and an exploit that changed no status between two polls. */
+START_TEST(report_events_reasons) {
+  struct report_state prev, cur;
+  char *text;
+  load_decisions(&prev);
+  load_decisions(&cur);
+  for (size_t i = 0; i < prev.ntrials; i++) {
+    struct report_trial *p = &prev.trials[i];
+    p->reason = NULL;
+    if (p->id == 40 || p->id == 41 || p->id == 44) p->status = "RUNNING";
+    if (p->id == 42) { /* resumed by a promotion */
+      p->status = "PAUSED";
+      p->reason = "paused at rung 0 (t=1)";
+    }
+    if (p->id == 43) p->reason = "paused at rung 0 (t=1)"; /* nothing new */
+  }
+  /* An exploit between two polls: RUNNING before and after. */
+  cur.trials[5].status = "RUNNING";
+  cur.trials[5].iteration = 6;
+  cur.trials[5].reason = "exploited trial 44 at t=6: lr 0.05 → 0.06";
+  prev.trials[5].status = "RUNNING";
+  ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
+  golden("events_reasons.txt", text);
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00000 paused at iteration 3 — paused at rung 1 (t=3)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00001 stopped early by the scheduler at iteration 3: loss=0.63 — stopped at t=3: 0.63 worse than the top 1 of 3 trials at rung 1 (cutoff 0.41)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00002 resumed at iteration 5 with config {lr=0.004, momentum=0.8} — promoted from rung 1 (top 1 of 3)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 completed after 9 iterations: loss=0.3 — stop rule: loss 0.3 <= 0.31\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00005 at iteration 6 — exploited trial 44 at t=6: lr 0.05 → 0.06\n"));
+  ck_assert_ptr_null(strstr(text, "fmnist-hb_00003"));
+  free(text);
+  report_state_free(&prev);
+  report_state_free(&cur);
+}
+END_TEST
+
+/* ctune trial: the detail and its events, exploits from their data. */
+START_TEST(trial_detail_events) {
+  cJSON *t = fixture("pbt_trial.json"), *e = fixture("pbt_experiment.json");
+  cJSON *ts = fixture("pbt_trials.json");
+  char *text, line[512];
+  ck_assert_int_eq(report_trial_detail(t, e, ts, &text), 0);
+  golden("trial_pbt.txt", text);
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-pbt_00003 (id 63) of experiment 4 'fmnist-pbt': TERMINATED\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Reason: stop rule: training_iteration 9 >= 9\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Events (3, times in UTC):\n"));
+  ck_assert_ptr_nonnull(strstr(text, "  2026-11-18 11:07:42  exploited   t=6 exploited trial 61 (fmnist-pbt_00001): lr 0.0008 → 0.012, momentum 0.9 → 0.72\n"));
+  free(text);
+  /* Without the trial list: the donor by id only; without data: the reason. */
+  const cJSON *ev = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(t, "events"), 0);
+  report_fmt_event(ev, NULL, line, sizeof(line));
+  ck_assert_str_eq(line, "t=3 exploited trial 61: lr 0.001 → 0.0008");
+  cJSON *ev2 = cJSON_Duplicate(ev, 1);
+  cJSON_DeleteItemFromObject(ev2, "data");
+  report_fmt_event(ev2, ts, line, sizeof(line));
+  ck_assert_str_eq(line, "exploited trial 61 at t=3: lr 0.001 → 0.0008");
+  cJSON_Delete(ev2);
+  /* A server from before issue 13: no events key, no events line. */
+  cJSON_DeleteItemFromObject(t, "events");
+  ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
+  ck_assert_ptr_null(strstr(text, "Events"));
+  ck_assert_ptr_nonnull(strstr(text, "of experiment 4: TERMINATED\n"));
+  free(text);
+  cJSON_AddItemToObject(t, "events", cJSON_CreateArray());
+  ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Events: none"));
+  free(text);
+  ck_assert_int_eq(report_trial_detail(ts, NULL, NULL, &text), 0); /* an object all the same */
+  free(text);
+  cJSON *arr = cJSON_CreateArray();
+  ck_assert_int_eq(report_trial_detail(arr, NULL, NULL, &text), -EINVAL);
+  cJSON_Delete(arr);
+  cJSON_Delete(t);
+  cJSON_Delete(e);
+  cJSON_Delete(ts);
+}
+END_TEST
+
 START_TEST(report_json_state) {
   struct report_state s;
   load_grid(&s);
@@ -399,6 +536,11 @@ START_TEST(args_good) {
   ck_assert_int_eq(parse(&a, err, "ctune logs quick_00003"), 0);
   ck_assert_int_eq(a.id, 0);
   ck_assert_str_eq(a.target, "quick_00003");
+  /* trial (issue 13) takes the same: an id or a name, and --json. */
+  ck_assert_int_eq(parse(&a, err, "ctune trial 9 --json"), 0);
+  ck_assert(a.cmd == CMD_TRIAL && a.id == 9 && a.json);
+  ck_assert_int_eq(parse(&a, err, "ctune trial fmnist-pbt_00003"), 0);
+  ck_assert(a.cmd == CMD_TRIAL && a.id == 0);
 }
 END_TEST
 
@@ -505,6 +647,9 @@ int main(void) {
   tcase_add_test(tc, report_all_rows);
   tcase_add_test(tc, report_grid_finished);
   tcase_add_test(tc, report_events_lines);
+  tcase_add_test(tc, report_reason_column);
+  tcase_add_test(tc, report_events_reasons);
+  tcase_add_test(tc, trial_detail_events);
   tcase_add_test(tc, report_json_state);
   tcase_add_test(tc, report_rejects_bad_shapes);
   tcase_add_test(tc, fmt_values);
