@@ -1,6 +1,8 @@
 /* validate: checks a submitted experiment config field by field and fills
  * an experiment_spec with Ray Tune's defaults. */
 #include "validate.h"
+#include "searcher.h"
+#include "tpe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -582,6 +584,84 @@ static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
 static int validate_config(const cJSON *config, struct experiment_spec *out,
 			   struct validate_error *err, int stored);
 
+/* search_alg, points_to_evaluate, warm_start (issue 13, the searcher). The
+ * warm_start trials are the server's: refused in a submission, read back
+ * from the store. */
+static int check_search(const cJSON *config, const cJSON *ps, const struct experiment_spec *out,
+			struct validate_error *err, int stored)
+{
+	static const char *const random_keys[] = {"type", NULL};
+	static const char *const ws_keys[] = {"experiment", NULL};
+	static const char *const ws_stored_keys[] = {"experiment", "trials", NULL};
+	static const char *const wt_keys[] = {"config", "value", NULL};
+	const cJSON *sa = cJSON_GetObjectItemCaseSensitive(config, "search_alg");
+	const cJSON *pte = cJSON_GetObjectItemCaseSensitive(config, "points_to_evaluate");
+	const cJSON *ws = cJSON_GetObjectItemCaseSensitive(config, "warm_start");
+	int tpe = 0;
+	cJSON *empty = NULL;
+	int rc;
+
+	if (sa) {
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(sa, "type");
+		if (!cJSON_IsObject(sa))
+			return fail_at(err, "", "search_alg", "must be an object like {\"type\": \"tpe\"}");
+		if (!type)
+			return fail_at(err, "search_alg", "type", "required (random or tpe)");
+		if (!cJSON_IsString(type) ||
+		    (strcmp(type->valuestring, "random") && strcmp(type->valuestring, "tpe")))
+			return fail_at(err, "search_alg", "type", "must be \"random\" or \"tpe\"");
+		tpe = !strcmp(type->valuestring, "tpe");
+		if (tpe ? tpe_options_check(sa, "search_alg", err)
+			: check_keys(sa, "search_alg", "random", random_keys, err))
+			return -EINVAL;
+		if (tpe && !out->has_metric)
+			return fail_at(err, "", "metric", "required with search_alg tpe (and mode): "
+				       "the value it learns from");
+	}
+	if (pte) {
+		if (!ps && !(empty = cJSON_CreateObject()))
+			return fail_at(err, "", "points_to_evaluate", "out of memory");
+		rc = searcher_check_points(pte, ps ? ps : empty, out->num_trials, err);
+		cJSON_Delete(empty);
+		if (rc)
+			return rc;
+	}
+	if (ws) {
+		int64_t id = 0;
+		if (!cJSON_IsObject(ws))
+			return fail_at(err, "", "warm_start", "must be an object like {\"experiment\": 3}");
+		if (check_keys(ws, "warm_start", "warm_start", stored ? ws_stored_keys : ws_keys, err))
+			return -EINVAL;
+		if (!tpe)
+			return fail_at(err, "", "warm_start", "needs search_alg {\"type\": \"tpe\"}: "
+				       "random and grid search do not learn from results");
+		rc = get_int(ws, "warm_start", "experiment", 1, VALIDATE_INT_MAX, &id, err);
+		if (rc < 0)
+			return -EINVAL;
+		if (!rc)
+			return fail_at(err, "warm_start", "experiment", "required (the id of an "
+				       "experiment whose ended trials seed the searcher)");
+		const cJSON *tr = cJSON_GetObjectItemCaseSensitive(ws, "trials"), *t;
+		if (tr && !cJSON_IsArray(tr))
+			return fail_at(err, "warm_start", "trials", "must be an array");
+		int i = 0;
+		cJSON_ArrayForEach(t, tr) {
+			char p[64];
+			snprintf(p, sizeof p, "warm_start.trials[%d]", i++);
+			if (!cJSON_IsObject(t) || check_keys(t, p, "a warm_start trial", wt_keys, err))
+				return cJSON_IsObject(t) ? -EINVAL
+					: (validate_error_set(err, p, "must be an object"), -EINVAL);
+			const cJSON *c = cJSON_GetObjectItemCaseSensitive(t, "config");
+			const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "value");
+			if (!cJSON_IsObject(c))
+				return fail_at(err, p, "config", "must be an object");
+			if (!cJSON_IsNumber(v) && !cJSON_IsNull(v))
+				return fail_at(err, p, "value", "must be a number or null");
+		}
+	}
+	return 0;
+}
+
 int validate_experiment(const cJSON *config, struct experiment_spec *out,
 			struct validate_error *err)
 {
@@ -600,7 +680,8 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	static const char *const top_keys[] = {
 		"name", "metric", "mode", "num_samples", "max_concurrent_trials", "seed",
 		"max_failures", "fail_fast", "param_space", "scheduler", "resources_per_trial",
-		"trainable", "stop", "time_budget_s", NULL};
+		"trainable", "search_alg", "points_to_evaluate", "warm_start",
+		"stop", "time_budget_s", NULL};
 	const cJSON *ps, *mode;
 	int64_t seed = 0;
 	int rc, has_metric;
@@ -673,6 +754,8 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	    check_placeholders(cJSON_GetObjectItemCaseSensitive(config, "trainable"), ps, err))
 		return -EINVAL;
 
+	if (check_search(config, ps, out, err, stored))
+		return -EINVAL;
 	/* issue 13 (decide): stop rules and the time budget. */
 	const cJSON *stop = cJSON_GetObjectItemCaseSensitive(config, "stop");
 	if (stop && stoprule_validate(stop, err))
@@ -685,8 +768,15 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 
 	out->param_space = ps ? cJSON_Duplicate(ps, 1) : cJSON_CreateObject();
 	out->trainable = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(config, "trainable"), 1);
+	const cJSON *sa = cJSON_GetObjectItemCaseSensitive(config, "search_alg");
+	const cJSON *pte = cJSON_GetObjectItemCaseSensitive(config, "points_to_evaluate");
+	const cJSON *ws = cJSON_GetObjectItemCaseSensitive(config, "warm_start");
+	out->search_alg = sa ? cJSON_Duplicate(sa, 1) : NULL;
+	out->points_to_evaluate = pte ? cJSON_Duplicate(pte, 1) : NULL;
+	out->warm_start = ws ? cJSON_Duplicate(ws, 1) : NULL;
 	out->stop = stop ? cJSON_Duplicate(stop, 1) : NULL;
-	if (!out->param_space || !out->trainable || (stop && !out->stop)) {
+	if (!out->param_space || !out->trainable || (sa && !out->search_alg) ||
+	    (pte && !out->points_to_evaluate) || (ws && !out->warm_start) || (stop && !out->stop)) {
 		validate_spec_free(out);
 		validate_error_set(err, "", "out of memory");
 		return -ENOMEM;
@@ -700,8 +790,12 @@ void validate_spec_free(struct experiment_spec *spec)
 		return;
 	cJSON_Delete(spec->param_space);
 	cJSON_Delete(spec->trainable);
+	cJSON_Delete(spec->search_alg);
+	cJSON_Delete(spec->points_to_evaluate);
+	cJSON_Delete(spec->warm_start);
 	cJSON_Delete(spec->stop);
 	spec->stop = NULL;
 	spec->param_space = NULL;
 	spec->trainable = NULL;
+	spec->search_alg = spec->points_to_evaluate = spec->warm_start = NULL;
 }

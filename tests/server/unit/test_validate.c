@@ -110,7 +110,7 @@ static const struct bad bad_configs[] = {
 	{"[]", "", "the experiment config must be a JSON object"},
 	{"{\"nmae\": \"x\", " TRAIN "}", "nmae",
 	 "unknown field (an experiment takes name, metric, mode, num_samples, max_concurrent_trials, "
-	 "seed, max_failures, fail_fast, param_space, scheduler, resources_per_trial, trainable, stop, time_budget_s)"},
+	 "seed, max_failures, fail_fast, param_space, scheduler, resources_per_trial, trainable, search_alg, points_to_evaluate, warm_start, stop, time_budget_s)"},
 	{"{\"name\": \"\", " TRAIN "}", "name",
 	 "must be a string of 1-128 characters from A-Z a-z 0-9 _ . -"},
 	{"{\"name\": \"a b\", " TRAIN "}", "name",

@@ -1,0 +1,52 @@
+/* searcher: proposes the config of an experiment's next trial (HACKING.md
+ * "Adaptive search"): random (default) and grid give space_generate's configs
+ * for the same seed in the same order; tpe is server/core/tpe.h. Pure: no
+ * I/O, no clock, no globals. points_to_evaluate take trial indices 0..k-1
+ * (partial configs completed by the searcher); warm_start trials (stored in
+ * the config at submission) are observed by tpe as finished trials. */
+#ifndef CTUNE_SEARCHER_H
+#define CTUNE_SEARCHER_H
+
+#include <stdint.h>
+
+#include "spec.h"
+
+struct searcher;
+
+enum searcher_type { SEARCHER_RANDOM = 0, SEARCHER_GRID = 1, SEARCHER_TPE = 2 };
+
+/* Builds the searcher of a validated spec (param_space, num_trials, seed,
+ * mode, search_alg, points_to_evaluate, warm_start). 0, -EINVAL (err filled)
+ * or -ENOMEM. */
+int searcher_create(const struct experiment_spec *spec, struct searcher **out,
+		    struct validate_error *err);
+void searcher_free(struct searcher *s);
+enum searcher_type searcher_type(const struct searcher *s);
+/* "random", "grid" or "tpe". */
+const char *searcher_type_name(const struct searcher *s);
+/* The type a spec gets, without building it (for display). */
+enum searcher_type searcher_type_of(const struct experiment_spec *spec);
+
+/* What is known of one trial of the experiment (any order, again with the
+ * same id replaces): value is the metric at its last result (NaN: none),
+ * finished is 1 once it ended. random/grid ignore it. 0 or -ENOMEM. */
+int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
+		     double value, int finished);
+
+/* The config of the idx-th trial (creation index). -ENOENT: idx is past the
+ * plan (num_trials). The caller owns *config. */
+int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config);
+
+/* The configs known in advance, for trials 0..n-1 (the grid and random
+ * draws; tpe: its random startup points), as a JSON array the caller owns,
+ * and how many of the plan are decided later (by tpe from results). */
+int searcher_known(struct searcher *s, cJSON **configs, int64_t *n_decided_later);
+
+/* Checks points_to_evaluate against a param_space: an array of at most
+ * max_points objects whose keys (nested objects recurse into nested spaces)
+ * name parameters of the space. Paths like "points_to_evaluate[1].model.lr".
+ * 0 or -EINVAL. */
+int searcher_check_points(const cJSON *points, const cJSON *param_space, int64_t max_points,
+			  struct validate_error *err);
+
+#endif
