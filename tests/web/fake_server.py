@@ -29,6 +29,7 @@ class State:
         self.results = []          # (seq, trial_id, result)
         self.workers = {}
         self.logs = {}
+        self.events = {}           # trial id -> [event] (issue 13: GET /trials/{id} "events")
 
     def bump(self):
         self.seq += 1
@@ -68,6 +69,7 @@ class State:
                                 "resources": {"cpu": 1, "gpu": 0, "memory_mb": 0}, "iteration": 0,
                                 "last_result": None, "error": None, "exit_code": None,
                                 "num_failures": 0, "worker_id": None, "pending_reason": None,
+                                "reason": None,
                                 "created_at": time.time(), "started_at": None, "ended_at": None,
                                 "updated_seq": self.bump()}
         return eid
@@ -86,8 +88,19 @@ class State:
         for b in sched.get("brackets", []) if isinstance(sched.get("brackets"), list) else []:
             for m in b["milestones"]:
                 m.pop("values", None)
-        out = dict(exp, counts=counts, num_trials=len(ts), best=best, scheduler=sched)
+        sa = (exp["config"].get("search_alg") or {}).get("type", "random")
+        out = dict(exp, counts=counts, num_trials=exp.get("planned", len(ts)), num_created=len(ts),
+                   best=best, scheduler=sched, search_alg=sa)
         return out
+
+    def decide(self, tid, status, reason, kind, data=None, **extra):
+        """A scheduler decision as issue 13's contract stores it: the trial's
+        reason and status, and one trial_events row."""
+        t = self.trials[tid]
+        t.update(status=status, reason=reason, updated_seq=self.bump(), **extra)
+        self.events.setdefault(tid, []).append(
+            {"seq": self.bump(), "trial_id": tid, "experiment_id": t["experiment_id"],
+             "time": time.time(), "kind": kind, "reason": reason, "data": data})
 
     def finish_check(self, eid):
         exp = self.experiments[eid]
@@ -217,7 +230,7 @@ class Handler(BaseHTTPRequestHandler):
                 if not t:
                     return self.err(404, "not_found", "no trial " + p[1])
                 if len(p) == 2:
-                    return self.send_json(200, t)
+                    return self.send_json(200, dict(t, events=st.events.get(t["id"], [])))
                 if p[2] == "results" and method == "GET":
                     return self.send_json(200, {"results": [r for s, i, r in st.results if i == t["id"]]})
                 if p[2] == "results":
@@ -306,6 +319,68 @@ def demo(st, n, iters):
                                   pending_reason="needs cpu 64 but the largest worker has 8")
 
 
+def decisions(st):
+    """Issue 13's visible decisions: a HyperBand experiment with paused,
+    promoted and stopped trials (9 planned, 6 created), and a PBT experiment
+    whose trial 3 exploited trial 1 twice. Returns {role: trial id}."""
+    rng = random.Random(3)
+    hb = {"name": "fmnist-hb", "metric": "loss", "mode": "min", "num_samples": 6,
+          "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1},
+                          "momentum": {"type": "uniform", "lower": 0.5, "upper": 0.99}},
+          "scheduler": {"type": "hyperband", "time_attr": "training_iteration", "max_t": 9,
+                        "reduction_factor": 3},
+          "trainable": {"type": "builtin", "model": "mlp", "dataset": "fashion-mnist"}}
+    pbt = {"name": "fmnist-pbt", "metric": "loss", "mode": "min", "num_samples": 4,
+           "param_space": {"lr": {"type": "loguniform", "lower": 1e-3, "upper": 1e-1},
+                           "momentum": {"type": "uniform", "lower": 0.5, "upper": 0.99}},
+           "search_alg": {"type": "random"},
+           "scheduler": {"type": "pbt", "time_attr": "training_iteration", "perturbation_interval": 3,
+                         "quantile_fraction": 0.25, "resample_probability": 0.25},
+           "trainable": {"type": "builtin", "model": "mlp", "dataset": "fashion-mnist"}}
+    roles = {}
+    with st.lock:
+        e1 = st.create(hb, rng)
+        st.experiments[e1]["planned"] = 9
+        ids = [t["id"] for t in st.trials.values() if t["experiment_id"] == e1]
+        for i, tid in enumerate(ids):
+            t = st.trials[tid]
+            t.update(status="RUNNING", worker_id=1, started_at=time.time())
+            for it in range(1, (3 if i < 4 else 1) + 1):
+                st.report(tid, {"training_iteration": it, "loss": 1.0 - 0.1 * it - 0.02 * i})
+        a, b, c, d, e, f = ids
+        st.decide(a, "PAUSED", "paused at rung 1 (t=3)", "paused", worker_id=None)
+        st.decide(b, "PAUSED", "paused at rung 1 (t=3)", "paused", worker_id=None)
+        st.decide(c, "TERMINATED", "stopped at t=3: 0.96 worse than the top 1 of 3 trials at rung 1 "
+                  "(cutoff 0.64)", "stopped", stopped_early=True, worker_id=None, ended_at=time.time())
+        st.decide(d, "PAUSED", "paused at rung 1 (t=3)", "paused")
+        st.decide(d, "RUNNING", "promoted from rung 1 (top 1 of 3)", "promoted")
+        st.trials[e].update(status="PENDING", worker_id=None)
+        st.trials[f].update(status="PENDING", worker_id=None)
+        roles.update(hb_exp=e1, paused=a, stopped=c, promoted=d)
+
+        e2 = st.create(pbt, rng)
+        ids = [t["id"] for t in st.trials.values() if t["experiment_id"] == e2]
+        for i, tid in enumerate(ids):
+            st.trials[tid].update(status="RUNNING", worker_id=1, started_at=time.time(),
+                                  config={"lr": [0.002, 0.01, 0.05, 0.001][i], "momentum": 0.9})
+            for it in range(1, 7):
+                st.report(tid, {"training_iteration": it, "loss": 0.9 - 0.05 * it + 0.1 * (i == 3)})
+        donor, low = ids[1], ids[3]
+        old = dict(st.trials[low]["config"])
+        mid = {"lr": 0.0008, "momentum": 0.9}
+        st.decide(low, "RUNNING", "exploited trial %d at t=3: lr 0.001 → 0.0008" % donor, "exploited",
+                  {"donor": donor, "t": 3, "old_config": old, "new_config": mid}, config=mid)
+        new = {"lr": 0.012, "momentum": 0.72}
+        st.decide(low, "RUNNING", "exploited trial %d at t=6: lr 0.0008 → 0.012, momentum 0.9 → 0.72" % donor,
+                  "exploited", {"donor": donor, "t": 6, "old_config": mid, "new_config": new}, config=new)
+        roles.update(pbt_exp=e2, donor=donor, exploited=low)
+        if 1 not in st.workers:
+            st.workers[1] = {"id": 1, "name": "box", "resources": {"cpu": 8, "gpu": 0, "memory_mb": 8000},
+                             "free": {"cpu": 2, "gpu": 0, "memory_mb": 8000}, "running_trials": [],
+                             "last_heartbeat": time.time(), "status": "alive"}
+    return roles
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
@@ -314,13 +389,18 @@ def main():
     ap.add_argument("--token")
     ap.add_argument("--demo", type=int, default=0, help="trials in a generated experiment")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--decisions", action="store_true",
+                    help="fill it with issue 13's decisions: a HyperBand and a PBT experiment")
     a = ap.parse_args()
     Handler.state = State()
     Handler.web_dir, Handler.vendor_dir, Handler.token = a.web_dir, a.vendor_dir, a.token
     if a.demo:
         demo(Handler.state, a.demo, a.iters)
+    roles = decisions(Handler.state) if a.decisions else None
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
+    if roles:
+        print("decisions: " + json.dumps(roles), flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

@@ -29,12 +29,40 @@ function spaceBrief(name, dom) {
   return `${name}: ${JSON.stringify(dom)}`;
 }
 
+const SCHED_NAMES = { fifo: 'FIFO', asha: 'ASHA', hyperband: 'HyperBand', pbt: 'PBT',
+  median_stopping: 'Median stopping' };
+
+// The scheduler's scalar settings ("max_t 9, reduction_factor 3"), whatever its type.
+function schedSettings(s) {
+  return Object.entries(s).filter(([k, v]) => k !== 'type' && k !== 'time_attr' &&
+    (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean'))
+    .map(([k, v]) => `${k} ${fmtValue(v)}`).join(', ');
+}
+
 function schedBrief(s) {
   if (!s || !s.type) return 'FIFO';
-  if (s.type !== 'asha') return s.type.toUpperCase();
-  const nb = Array.isArray(s.brackets) ? s.brackets.length : s.brackets;
-  return `ASHA on ${s.time_attr || 'training_iteration'}: max_t ${s.max_t}, grace ${s.grace_period}, ` +
-    `reduction ${s.reduction_factor}, ${nb} bracket${nb === 1 ? '' : 's'}`;
+  if (s.type === 'asha' && !s.promotion) {
+    const nb = Array.isArray(s.brackets) ? s.brackets.length : s.brackets;
+    return `ASHA on ${s.time_attr || 'training_iteration'}: max_t ${s.max_t}, grace ${s.grace_period}, ` +
+      `reduction ${s.reduction_factor}, ${nb} bracket${nb === 1 ? '' : 's'}`;
+  }
+  if (s.type === 'fifo') return 'FIFO';
+  const name = s.type === 'asha' ? 'ASHA (promotion)' : (SCHED_NAMES[s.type] || s.type);
+  const rest = schedSettings(s);
+  return `${name}${s.time_attr ? ' on ' + s.time_attr : ''}${rest ? ': ' + rest : ''}`;
+}
+
+// "tpe" or {"type": "tpe", ...} (the experiment's search_alg, or its config's).
+function searchBrief(e) {
+  const cfg = (e.config && e.config.search_alg) || null;
+  const type = typeof e.search_alg === 'string' ? e.search_alg
+    : (e.search_alg && e.search_alg.type) || (cfg && cfg.type) || 'random';
+  return type === 'tpe' ? 'TPE' : type;
+}
+
+// Why the scheduler last decided about a trial: one line, cut by CSS, whole in the tooltip.
+function reasonCell(t) {
+  return t.reason ? h('span', { class: 'reason', title: t.reason }, t.reason) : h('span', { class: 'muted' }, '—');
 }
 
 function trainableBrief(t) {
@@ -85,7 +113,7 @@ export function mount(main, [idStr], ctx) {
       section('Best trial', 'h-best', best)),
     section('Learning curves', 'h-curves', curvesNote, curvesBox),
     h('div', { class: 'grid2' },
-      section('ASHA state', 'h-asha', asha),
+      section('Scheduler state', 'h-asha', asha),
       section('Hyperparameters against the metric', 'h-pc', pcNote, h('div', { class: 'pc-box' }, pcCanvas))),
     section('Trials', 'h-trials', table.el));
 
@@ -121,6 +149,7 @@ export function mount(main, [idStr], ctx) {
         if (!(k in space) && !st.hpSet.has(k)) { st.hpList.push(k); st.hpSet.add(k); }
       }
       if (t.last_result) for (const k of Object.keys(t.last_result)) st.mset.add(k);
+      if (t.reason) st.hasReason = true;
     }
   }
 
@@ -132,8 +161,10 @@ export function mount(main, [idStr], ctx) {
     const metric = st.exp.metric;
     const metrics = [...mset].sort((a, b) => (a === metric ? -1 : b === metric ? 1 : a.localeCompare(b)));
     if (!mset.has(metric)) metrics.unshift(metric);
-    const same = hp.join('\u0000') === st.hp.join('\u0000') && metrics.join('\u0000') === st.metrics.join('\u0000');
+    const same = hp.join('\u0000') === st.hp.join('\u0000') && metrics.join('\u0000') === st.metrics.join('\u0000') &&
+      Boolean(st.hasReason) === Boolean(st.reasonShown);
     if (same && table.columns.length) return;
+    st.reasonShown = Boolean(st.hasReason);
     st.hp = hp;
     st.metrics = metrics;
     const bid = () => bestId();
@@ -142,7 +173,9 @@ export function mount(main, [idStr], ctx) {
         render: (t) => [h('a', { href: `#/trials/${t.id}` }, t.name || `trial ${t.id}`),
           t.id === bid() ? h('span', { class: 'tag best' }, 'best') : null] },
       { key: 'status', label: 'Status', get: (t) => t.status,
-        render: (t) => [statusBadge(t.status, t.pending_reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
+        render: (t) => [statusBadge(t.status, t.pending_reason || t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
+      // The scheduler's last decision (issue 13): only once a trial has one.
+      ...(st.reasonShown ? [{ key: 'reason', label: 'Reason', get: (t) => t.reason || null, render: reasonCell }] : []),
       { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,
         get: (t) => t.iteration ?? (t.last_result ? t.last_result[timeAttr()] : null) },
       ...hp.map((k) => ({ key: 'c:' + k, label: k, group: 'Hyperparameters', numeric: true,
@@ -169,6 +202,7 @@ export function mount(main, [idStr], ctx) {
       ['Metric', `${e.metric} (${e.mode})`],
       ['Samples', `${cfg.num_samples ?? e.num_trials}${cfg.max_concurrent_trials ? `, at most ${cfg.max_concurrent_trials} at once` : ''}`],
       ['Scheduler', schedBrief(e.scheduler || cfg.scheduler)],
+      ['Search', searchBrief(e)],
       ['Trainable', trainableBrief(cfg.trainable)],
       cfg.seed !== undefined ? ['Seed', String(cfg.seed)] : null,
       ['Search space', h('ul', { class: 'plain' }, Object.keys(space).map((k) => h('li', null, spaceBrief(k, space[k]))))],
@@ -182,6 +216,9 @@ export function mount(main, [idStr], ctx) {
       h('progress', { id: 'experiment-progress', max: total || 1, value: done,
         'aria-label': `${done} of ${total} trials done` }),
       h('p', { class: 'big' }, `${done} of ${total} trials done`),
+      // Trials are created on demand (issue 13): how many exist so far.
+      Number.isFinite(e.num_created) && e.num_created < total
+        ? h('p', { class: 'muted small', id: 'created-count' }, `${e.num_created} of ${total} created so far`) : null,
       h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))));
     const b = st.trials.get(bestId());
     if (!b) {
@@ -197,8 +234,18 @@ export function mount(main, [idStr], ctx) {
 
   function renderAsha() {
     const s = st.exp.scheduler || {};
-    if (s.type !== 'asha' || !Array.isArray(s.brackets)) {
+    if (!s.type || s.type === 'fifo') {
       asha.replaceChildren(note(`${schedBrief(s)}: every trial runs to its end, so there are no milestones.`));
+      return;
+    }
+    if (s.type !== 'asha' || !Array.isArray(s.brackets)) {
+      // HyperBand, PBT, median stopping: their settings, and where each
+      // trial stands is in the Reason column and on the trial pages.
+      const c = st.exp.counts || {};
+      asha.replaceChildren(dl([
+        ['Scheduler', schedBrief(s)],
+        ['Paused', `${c.PAUSED || 0} trial${c.PAUSED === 1 ? '' : 's'} (resources freed, checkpoint kept on the server)`],
+      ]), h('p', { class: 'muted small' }, 'Each trial\'s last decision (stopped, paused, promoted, exploited) is in the Reason column; its history is on its trial page.'));
       return;
     }
     const rows = [];

@@ -12,6 +12,26 @@ function resultsOf(data) {
   return list.map((r) => (r && typeof r.result === 'object' && r.result !== null ? r.result : r));
 }
 
+// One event of the trial's history as nodes. Exploits (PBT) are built from
+// their data — "t=6 exploited trial 7: lr 0.01 → 0.012" with the donor
+// linked — the others are their reason sentence.
+// Config values as the decision's sentence has them (0.0008, not 8.000e-4).
+const cfgVal = (v) => (typeof v === 'number' && Number.isFinite(v) ? String(Number(v.toPrecision(6))) : fmtValue(v));
+
+export function eventText(ev) {
+  const d = ev.data || {};
+  if (ev.kind === 'exploited' && d.donor !== undefined && d.donor !== null && d.new_config) {
+    const old = d.old_config || {};
+    const changes = Object.entries(d.new_config)
+      .filter(([k, v]) => !(k in old) || cfgVal(old[k]) !== cfgVal(v))
+      .map(([k, v]) => `${k} ${k in old ? cfgVal(old[k]) : '?'} → ${cfgVal(v)}`);
+    return [d.t !== undefined && d.t !== null ? `t=${fmtNum(d.t)} ` : '', 'exploited ',
+      h('a', { href: `#/trials/${d.donor}`, class: 'donor' }, `trial ${d.donor}`),
+      changes.length ? `: ${changes.join(', ')}` : ' (same config)'];
+  }
+  return ev.reason || ev.kind;
+}
+
 function dl(pairs) {
   return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
@@ -32,6 +52,7 @@ export function mount(main, [idStr], ctx) {
   const canvas = h('canvas', { id: 'trial-chart', role: 'img', 'aria-label': 'This trial\'s results over time' });
   const chartBox = h('div', { class: 'chart-box small-chart' }, canvas);
   const resultsBox = h('div', { id: 'trial-results' });
+  const eventsBox = h('div', { id: 'trial-events' });
   const logBox = h('pre', { class: 'log', id: 'trial-log', tabindex: '0', 'aria-label': 'Trial log' });
 
   main.append(crumbs,
@@ -39,6 +60,8 @@ export function mount(main, [idStr], ctx) {
     msg,
     h('div', { class: 'grid2' }, section('Status', 'h-status', status), section('Config', 'h-config', config)),
     errorBox,
+    section('Decisions', 'h-events', h('p', { class: 'muted small' },
+      'What the scheduler decided about this trial, oldest first: stops, pauses, promotions, PBT exploits (donor and config change), stop rules, the time budget.'), eventsBox),
     section('Results over time', 'h-chart', h('div', { class: 'table-tools' },
       h('label', { for: 'trial-metric' }, 'Metric'), metricSel), chartBox),
     section('Results', 'h-results', resultsBox),
@@ -52,12 +75,13 @@ export function mount(main, [idStr], ctx) {
     document.title = `${t.name || 'Trial ' + id} · ctune`;
     crumbs.replaceChildren(h('a', { href: '#/' }, 'Experiments'), ' / ',
       h('a', { href: `#/experiments/${t.experiment_id}` }, st.exp ? st.exp.name : `experiment ${t.experiment_id}`), ' / ');
-    badge.replaceChildren(statusBadge(t.status), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by ASHA') : '');
+    badge.replaceChildren(statusBadge(t.status, t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by the scheduler') : '');
     const end = t.ended_at || (t.status === 'RUNNING' ? Date.now() / 1000 : null);
     const r = t.resources || {};
     status.replaceChildren(dl([
       ['Status', t.status + (t.stopped_early ? ' (stopped early)' : '')],
       ['Iteration', fmtNum(t.iteration)],
+      t.reason ? ['Last decision', h('span', { id: 'trial-reason' }, t.reason)] : null,
       t.pending_reason ? ['Waiting because', t.pending_reason] : null,
       ['Worker', t.worker_id ? h('a', { href: '#/workers' }, `worker ${t.worker_id}`) : '—'],
       ['Resources', `${r.cpu ?? 0} cpu · ${r.gpu ?? 0} gpu${r.memory_mb ? ` · ${r.memory_mb} MB` : ''}`],
@@ -75,10 +99,27 @@ export function mount(main, [idStr], ctx) {
         h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Key'), h('th', { scope: 'col' }, 'Value'))),
         h('tbody', null, Object.entries(cfg).map(([k, v]) => h('tr', null, h('th', { scope: 'row' }, k), h('td', { class: 'num' }, fmtValue(v))))))
       : note('This trial has an empty config.'));
+    renderEvents(t);
     errorBox.replaceChildren(t.error
       ? h('section', { class: 'card error-card', 'aria-labelledby': 'h-error' },
         h('h2', { id: 'h-error' }, 'Error'), h('pre', { class: 'log', role: 'alert' }, String(t.error)))
       : '');
+  }
+
+  function renderEvents(t) {
+    if (!Array.isArray(t.events)) {
+      eventsBox.replaceChildren(note('This server does not record decisions (it predates them).'));
+      return;
+    }
+    if (!t.events.length) {
+      eventsBox.replaceChildren(note('No decision about this trial yet.'));
+      return;
+    }
+    eventsBox.replaceChildren(h('ol', { class: 'events', id: 'events-list' }, t.events.map((ev) =>
+      h('li', { dataset: { kind: ev.kind } },
+        h('span', { class: 'when' }, fmtTime(ev.time)),
+        h('span', { class: 'kind k-' + ev.kind }, String(ev.kind || '?').replace('_', ' ')),
+        h('span', { class: 'what' }, eventText(ev))))));
   }
 
   function renderResults() {
