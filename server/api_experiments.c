@@ -35,10 +35,11 @@ int api_trial_view_take(struct server *s, const struct trial *t, struct api_tria
   v->t.config = strdup(t->config);
   v->t.last_result = t->last_result ? strdup(t->last_result) : NULL;
   v->t.error = t->error ? strdup(t->error) : NULL;
+  v->t.reason = t->reason ? strdup(t->reason) : NULL; /* issue 13 (decide) */
   v->res = e->spec.resources;
   state_pending_reason(s, t, v->reason, sizeof v->reason);
   if (!v->t.name || !v->t.config || (t->last_result && !v->t.last_result) ||
-      (t->error && !v->t.error)) {
+      (t->error && !v->t.error) || (t->reason && !v->t.reason)) {
     api_trial_view_drop(v);
     return -ENOMEM;
   }
@@ -50,6 +51,7 @@ void api_trial_view_drop(struct api_trial_view *v) {
   free(v->t.config);
   free(v->t.last_result);
   free(v->t.error);
+  free(v->t.reason);
   memset(v, 0, sizeof *v);
 }
 
@@ -63,6 +65,9 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
            cJSON_AddStringToObject(o, "name", t->name) &&
            cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
            cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
+           /* issue 13 (decide): the last decision's sentence */
+           cJSON_AddItemToObject(o, "reason", t->reason ? cJSON_CreateString(t->reason)
+                                                        : cJSON_CreateNull()) &&
            cJSON_AddItemToObject(o, "config", api_raw_or_null(t->config)) &&
            (res = cJSON_AddObjectToObject(o, "resources")) &&
            cJSON_AddNumberToObject(res, "cpu", v->res.cpu) &&

@@ -14,6 +14,7 @@
 #include "api.h"
 #include "clock.h"
 #include "log.h"
+#include "state_decide.h"
 #include "utf8.h"
 
 static struct trial *api_find_trial(struct server *s, const struct api_req *req,
@@ -28,10 +29,20 @@ static struct trial *api_find_trial(struct server *s, const struct api_req *req,
 int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
+  int64_t id = t ? t->id : 0;
   cJSON *o = t ? api_trial_json(s, t) : NULL;
   server_unlock(s);
   if (!t) return 0;
-  return o ? api_json(resp, 200, o) : -ENOMEM;
+  if (!o) return -ENOMEM;
+  /* issue 13: the decisions on this trial, oldest first (PBT history). */
+  cJSON *ev = NULL;
+  int rc = decide_events_json(s, id, &ev);
+  if (rc || !cJSON_AddItemToObject(o, "events", ev)) {
+    cJSON_Delete(ev);
+    cJSON_Delete(o);
+    return rc ? rc : -ENOMEM;
+  }
+  return api_json(resp, 200, o);
 }
 
 static int api_add_plain(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
@@ -172,11 +183,26 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
     rc = -ENOMEM;
     goto out;
   }
+  /* issue 13 (decide): stop rules and the time budget after the scheduler;
+   * pause and exploit are carried out (exploit's checkpoint copy and config
+   * change are queued in this hold: the decision's transaction). */
+  const char *kind = NULL;
+  if ((rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
+  if ((rc = decide_apply(s, e, t, tv, &out, ticket))) goto out;
   int64_t seq = ++s->seq;
   char d = out.action != SCHED_CONTINUE ? 's' : 'c';
   if ((rc = state_note_result(s, t, tv, d, r, json, seq))) goto out;
+  if (d == 's' || out.record) {
+    const cJSON *data = out.action == SCHED_EXPLOIT ? out.new_config : NULL;
+    if ((rc = decide_note(s, t, d == 's' ? kind : NULL, out.reason, data, out.record, ticket)))
+      goto out;
+  }
   int ended = 0;
-  if (d == 's') {
+  if (d == 's' && out.action != SCHED_STOP) {
+    /* PAUSE / EXPLOIT: answered stop, RUNNING until the lease ends. */
+    t->updated_seq = ++s->seq;
+    ended = 1; /* the trial row (its reason) goes with the result */
+  } else if (d == 's') {
     /* The trial is done: it passes through its bracket once more and ends.
      * Its lease ended it: that attempt's final uploads are still taken. */
     state_release(s, t);
@@ -192,7 +218,8 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
   }
   rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
                           &end.asha, ended, ticket);
-  if (!rc && ended) {
+  if (!rc && ended && end.record) rc = decide_note(s, t, NULL, NULL, NULL, end.record, ticket);
+  if (!rc && ended && out.action == SCHED_STOP) {
     if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == e->num_trials) {
       e->status = ES_TERMINATED;
       e->ended_at = clock_wall_s();
@@ -296,6 +323,12 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
   char why[256];
   switch (state_check_fence(s, t, &l, why, sizeof why)) {
   case FENCE_CURRENT:
+    /* A pause or exploit due at the lease's end (issue 13): PAUSED / PENDING,
+     * not ended. */
+    if ((rc = decide_lease_end(s, t, &resp->ticket)) != 0) {
+      if (rc > 0) rc = 0;
+      break;
+    }
     t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
     rc = state_end_trial(s, t, TS_TERMINATED, &resp->ticket);
     log_info("trial %lld completed", (long long)t->id);
@@ -371,7 +404,12 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
     t->exit_code = t->has_exit_code ? code->valueint : 0;
     t->num_failures++;
     t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
-    if (t->num_failures <= e->spec.max_failures) {
+    int due = 0;
+    if (t->num_failures <= e->spec.max_failures &&
+        (due = decide_lease_end(s, t, &resp->ticket)) != 0) {
+      /* issue 13: a pause or exploit was due: it is carried out instead. */
+      rc = due < 0 ? due : 0;
+    } else if (t->num_failures <= e->spec.max_failures) {
       /* Retry: back to PENDING; the next lease resumes from the checkpoint. */
       state_release(s, t);
       t->unlisted_since_ms = 0;
@@ -431,7 +469,10 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
     goto out;
   }
   int64_t from = t->worker_id;
-  if ((rc = state_requeue(s, t, &resp->ticket))) goto out;
+  /* issue 13: a pause or exploit due at the lease's end is carried out. */
+  if ((rc = decide_lease_end(s, t, &resp->ticket)) < 0) goto out;
+  if (!rc && (rc = state_requeue(s, t, &resp->ticket))) goto out;
+  rc = 0;
   log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
            (long long)t->id, (long long)from,
            it && cJSON_IsNumber(it) ? it->valuedouble : (t->nres ? t->last_t : 0));
@@ -544,6 +585,14 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
    * trial: a stale attempt never replaces a newer attempt's state. */
   char why[256];
   if (state_check_fence(s, t, &l, why, sizeof why) == FENCE_STALE) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto refuse;
+  }
+  if (decide_refuses_checkpoint(t)) {
+    /* issue 13: an exploit replaced this trial's checkpoint with its donor's:
+     * the old lease's own checkpoint must not overwrite it. */
+    snprintf(why, sizeof why, "trial %lld: exploit_pending (its checkpoint is its donor's now)",
+             (long long)t->id);
     rc = api_not_leased(s, resp, req->path, why, 0);
     goto refuse;
   }

@@ -18,6 +18,7 @@
 #include "opts.h"
 #include "sdnotify.h"
 #include "server.h"
+#include "state_decide.h"
 #include "tls.h"
 
 /* Two servers on one database would both think they own every trial: hold
@@ -218,6 +219,8 @@ int main(int argc, char **argv) {
     }
     server_lock(&s); /* the unlock hands what expiry changed to the commit thread */
     state_expire_leases(&s, clock_mono_ms());
+    if (decide_tick(&s, clock_mono_ms(), &(uint64_t){0})) /* issue 13: time_budget_s */
+      log_error("time budget: cannot queue the experiments' run time");
     server_unlock(&s);
     if (store_checkpoint(s.store, &copied)) log_warn("store: WAL checkpoint failed");
   }

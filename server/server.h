@@ -35,6 +35,12 @@ struct trial {
   int stopped_early;
   int bracket;
   char *error;
+  /* issue 13 (decide, state_decide.c): the last decision's sentence (NULL:
+   * none), and what is due when the current lease ends: SCHED_PAUSE (then
+   * PAUSED) or SCHED_EXPLOIT (then PENDING from the donor's checkpoint); 0:
+   * nothing. */
+  char *reason;
+  int lease_end_action;
   int has_exit_code, exit_code;
   int num_failures, attempt;
   int64_t worker_id;
@@ -89,6 +95,14 @@ struct experiment {
   struct sched *sched;
   int64_t first_trial_id; /* trials of an experiment have consecutive ids */
   int64_t num_trials;
+  /* issue 13 (decide): time_budget_s's clock. run_time_s counts only while
+   * a server runs (persisted with the row); run_clock_ms: when it was last
+   * advanced (monotonic, 0 = not yet in this process); budget_spent: no
+   * trial is created or leased, running ones are stopped at their next
+   * result. */
+  double run_time_s;
+  uint64_t run_clock_ms, run_saved_ms;
+  int budget_spent;
   int64_t counts[TS_COUNT];
   int64_t pending_cursor; /* no PENDING trial has a smaller idx */
   char *keys[EXP_MAX_KEYS]; /* result keys seen, in first-seen order */

@@ -49,6 +49,7 @@ void state_trial_free(struct trial *t) {
   free(t->name);
   free(t->config);
   free(t->error);
+  free(t->reason);
   free(t->ts);
   free(t->decisions);
   free(t->seqs);
@@ -289,6 +290,7 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   for (int64_t i = 0; i < s->nexps; i++) {
     struct experiment *e = s->exps[i];
     if (e->status != ES_RUNNING || !e->counts[TS_PENDING]) continue;
+    if (e->budget_spent) continue; /* issue 13 (decide): time_budget_s spent */
     if (e->spec.max_concurrent_trials > 0 &&
         e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
       continue;

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "server.h"
 #include "state_internal.h"
+#include "state_decide.h"
 #include "validate.h"
 
 struct load_ctx {
@@ -53,6 +54,7 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
   rc = -ENOMEM;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
+  e->run_time_s = r->run_time_s; /* issue 13 (decide): time_budget_s's clock */
   e->updated_seq = r->updated_seq;
   e->first_trial_id = 0;
   if ((rc = sched_create(&e->spec.sched, e->spec.mode, e->seed, &e->sched))) goto fail;
@@ -89,7 +91,9 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   t->name = strdup(r->name);
   t->config = strdup(r->config);
   t->error = state_strdup_or_null(r->error);
-  if (!t->name || !t->config || (r->error && !t->error)) return -ENOMEM;
+  t->reason = state_strdup_or_null(r->reason); /* issue 13 (decide) */
+  if (!t->name || !t->config || (r->error && !t->error) || (r->reason && !t->reason))
+    return -ENOMEM;
   t->status = st;
   t->stopped_early = r->stopped_early;
   t->bracket = r->bracket;
@@ -182,11 +186,23 @@ static int load_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
   return 0;
 }
 
+/* issue 13 (decide): a scheduler's record, replayed in seq order. */
+static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int64_t trial_id,
+                             const char *record) {
+  struct load_ctx *lc = ctx;
+  int rc = decide_load_record(lc->s, experiment_id, trial_id, record);
+  if (rc)
+    snprintf(lc->err, lc->errlen, "scheduler record %lld of trial %lld does not replay (%d)",
+             (long long)seq, (long long)trial_id, rc);
+  if (seq > lc->s->seq) lc->s->seq = seq;
+  return rc;
+}
+
 int state_load(struct server *s, char *err, size_t errlen) {
   struct load_ctx lc = {s, err, errlen};
   err[0] = 0;
   struct store_loader l = {&lc,        load_experiment, load_trial,     load_result,
-                           load_asha, load_worker,     load_checkpoint};
+                           load_asha, load_worker,     load_checkpoint, load_sched_record};
   int rc = store_load(s->store, &l);
   if (rc) {
     if (!err[0]) snprintf(err, errlen, "loading the database failed (%d)", rc);

@@ -9,7 +9,7 @@
 
 struct trial_op {
   struct store_trial_row row;
-  char *name, *config, *error;
+  char *name, *config, *error, *reason;
 };
 
 static void trial_op_free(void *arg) {
@@ -17,6 +17,7 @@ static void trial_op_free(void *arg) {
   free(op->name);
   free(op->config);
   free(op->error);
+  free(op->reason);
   free(op);
 }
 
@@ -30,7 +31,8 @@ static struct trial_op *trial_op_make(const struct trial *t) {
   op->name = strdup(t->name);
   op->config = strdup(t->config);
   op->error = state_strdup_or_null(t->error);
-  if (!op->name || !op->config || (t->error && !op->error)) {
+  op->reason = state_strdup_or_null(t->reason); /* issue 13 (decide) */
+  if (!op->name || !op->config || (t->error && !op->error) || (t->reason && !op->reason)) {
     trial_op_free(op);
     return NULL;
   }
@@ -41,7 +43,7 @@ static struct trial_op *trial_op_make(const struct trial *t) {
     .has_exit_code = t->has_exit_code, .exit_code = t->exit_code,
     .num_failures = t->num_failures, .attempt = t->attempt, .worker_id = t->worker_id,
     .created_at = t->created_at, .started_at = t->started_at, .ended_at = t->ended_at,
-    .updated_seq = t->updated_seq};
+    .updated_seq = t->updated_seq, .reason = op->reason};
   return op;
 }
 
@@ -94,7 +96,7 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
     .id = e->id, .name = op->name, .status = exp_status_names[e->status],
     .config = op->config, .seed = e->seed, .created_at = e->created_at,
     .has_ended_at = e->ended_at > 0, .ended_at = e->ended_at, .updated_seq = e->updated_seq,
-    .end_reason = op->end_reason};
+    .end_reason = op->end_reason, .run_time_s = e->run_time_s};
   return op;
 }
 

@@ -21,7 +21,9 @@
 enum {
   ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_EXP, ST_PUT_TRIAL, ST_INS_RESULT,
   ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_SAVEPOINT, ST_ROLLBACK_TO,
-  ST_RELEASE, ST_PUT_SEQ, ST_COUNT
+  ST_RELEASE, ST_PUT_SEQ,
+  ST_INS_EVENT, ST_INS_SCHED_REC, ST_COPY_CKPT, /* issue 13 (decide) */
+  ST_COUNT
 };
 
 static const char *const store_sql[ST_COUNT] = {
@@ -29,11 +31,12 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_COMMIT] = "COMMIT",
   [ST_ROLLBACK] = "ROLLBACK",
   [ST_PUT_EXP] = "INSERT OR REPLACE INTO experiments(id,name,status,config,seed,"
-                 "created_at,ended_at,updated_seq,end_reason) VALUES(?,?,?,?,?,?,?,?,?)",
+                 "created_at,ended_at,updated_seq,end_reason,run_time_s) "
+                 "VALUES(?,?,?,?,?,?,?,?,?,?)",
   [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
                    "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
-                   "worker_id,created_at,started_at,ended_at,updated_seq) "
-                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   "worker_id,created_at,started_at,ended_at,updated_seq,reason) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
   [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data) "
                     "VALUES(?,?,?,?,?,?)",
   [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
@@ -47,6 +50,14 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_ROLLBACK_TO] = "ROLLBACK TO g",
   [ST_RELEASE] = "RELEASE g",
   [ST_PUT_SEQ] = "UPDATE meta SET value=max(value,?) WHERE key='seq'",
+  [ST_INS_EVENT] = "INSERT INTO trial_events(seq,trial_id,experiment_id,time,kind,reason,data) "
+                   "VALUES(?,?,?,?,?,?,?)",
+  [ST_INS_SCHED_REC] = "INSERT INTO sched_records(experiment_id,seq,trial_id,record) "
+                       "VALUES(?,?,?,?)",
+  /* Exploit: the donor's stored checkpoint becomes the trial's, bytes and
+   * iteration label, inside the decision's transaction. */
+  [ST_COPY_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
+                   "SELECT ?,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
 };
 
 /* Test-only faults (CTUNE_TEST_FAULT, see store.h). */
@@ -337,6 +348,7 @@ int store_put_experiment(struct store *st, const struct store_experiment_row *r)
   else sqlite3_bind_null(s, 7);
   sqlite3_bind_int64(s, 8, r->updated_seq);
   bind_text(s, 9, r->end_reason);
+  sqlite3_bind_double(s, 10, r->run_time_s);
   return store_step(st, s);
 }
 
@@ -361,6 +373,7 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   bind_time(s, 15, r->started_at);
   bind_time(s, 16, r->ended_at);
   sqlite3_bind_int64(s, 17, r->updated_seq);
+  bind_text(s, 18, r->reason);
   if (st->fault.kill_after_trial_end && r->status &&
       (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
     st->fault.armed = 1;
@@ -388,6 +401,35 @@ int store_insert_asha(struct store *st, const struct store_asha_row *r) {
   else sqlite3_bind_null(s, 5);
   sqlite3_bind_int(s, 6, r->stopped_early);
   sqlite3_bind_int64(s, 7, r->seq);
+  return store_step(st, s);
+}
+
+int store_insert_event(struct store *st, const struct store_event_row *r) {
+  sqlite3_stmt *s = st->stmt[ST_INS_EVENT];
+  sqlite3_bind_int64(s, 1, r->seq);
+  sqlite3_bind_int64(s, 2, r->trial_id);
+  sqlite3_bind_int64(s, 3, r->experiment_id);
+  sqlite3_bind_double(s, 4, r->time);
+  bind_text(s, 5, r->kind);
+  bind_text(s, 6, r->reason);
+  bind_text(s, 7, r->data);
+  return store_step(st, s);
+}
+
+int store_insert_sched_record(struct store *st, int64_t experiment_id, int64_t seq,
+                              int64_t trial_id, const char *record) {
+  sqlite3_stmt *s = st->stmt[ST_INS_SCHED_REC];
+  sqlite3_bind_int64(s, 1, experiment_id);
+  sqlite3_bind_int64(s, 2, seq);
+  sqlite3_bind_int64(s, 3, trial_id);
+  bind_text(s, 4, record);
+  return store_step(st, s);
+}
+
+int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial) {
+  sqlite3_stmt *s = st->stmt[ST_COPY_CKPT];
+  sqlite3_bind_int64(s, 1, to_trial);
+  sqlite3_bind_int64(s, 2, from_trial);
   return store_step(st, s);
 }
 
@@ -465,7 +507,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *s = NULL;
   int rc = 0, step;
   if (store_rprep(st, "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq,"
-                  "end_reason FROM experiments ORDER BY id", &s)) return -EIO;
+                  "end_reason,run_time_s FROM experiments ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_experiment_row r = {
       .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1), .status = col_text(s, 2),
@@ -473,7 +515,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
       .created_at = sqlite3_column_double(s, 5),
       .has_ended_at = sqlite3_column_type(s, 6) != SQLITE_NULL,
       .ended_at = sqlite3_column_double(s, 6), .updated_seq = sqlite3_column_int64(s, 7),
-      .end_reason = col_text(s, 8)};
+      .end_reason = col_text(s, 8), .run_time_s = sqlite3_column_double(s, 9)};
     rc = l->experiment(l->ctx, &r);
   }
   sqlite3_finalize(s);
@@ -481,7 +523,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   if (store_rprep(st, "SELECT id,experiment_id,idx,name,status,stopped_early,config,bracket,"
                   "error,exit_code,num_failures,attempt,worker_id,created_at,started_at,"
-                  "ended_at,updated_seq FROM trials ORDER BY id", &s)) return -EIO;
+                  "ended_at,updated_seq,reason FROM trials ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_trial_row r = {
       .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
@@ -492,7 +534,8 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
       .exit_code = sqlite3_column_int(s, 9), .num_failures = sqlite3_column_int(s, 10),
       .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
       .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
-      .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16)};
+      .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16),
+      .reason = col_text(s, 17)};
     rc = l->trial(l->ctx, &r);
   }
   sqlite3_finalize(s);
@@ -522,6 +565,17 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   }
   sqlite3_finalize(s);
   if (rc) return rc;
+
+  /* issue 13 (decide): scheduler records, replayed in seq order. */
+  if (l->sched_record) {
+    if (store_rprep(st, "SELECT experiment_id,seq,trial_id,record FROM sched_records "
+                    "ORDER BY seq, rowid", &s)) return -EIO;
+    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
+      rc = l->sched_record(l->ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+                           sqlite3_column_int64(s, 2), col_text(s, 3));
+    sqlite3_finalize(s);
+    if (rc) return rc;
+  }
 
   if (store_rprep(st, "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat,"
                   "secret FROM workers ORDER BY id", &s)) return -EIO;
@@ -680,6 +734,27 @@ int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
         *len = n;
       }
     } else rc = -ENOENT;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+/* issue 13 (decide): GET /trials/{id} events. */
+int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT seq,trial_id,experiment_id,time,kind,reason,data "
+                       "FROM trial_events WHERE trial_id=? ORDER BY seq", &s), step;
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, trial_id);
+    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+      struct store_event_row r = {
+        .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
+        .experiment_id = sqlite3_column_int64(s, 2), .time = sqlite3_column_double(s, 3),
+        .kind = col_text(s, 4), .reason = col_text(s, 5), .data = col_text(s, 6)};
+      rc = fn(ctx, &r);
+    }
   }
   sqlite3_finalize(s);
   pthread_mutex_unlock(&st->rlock);

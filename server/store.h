@@ -20,6 +20,7 @@ struct store_experiment_row {
   double ended_at;
   int64_t updated_seq;
   const char *end_reason; /* NULL = SQL NULL (migration 005) */
+  double run_time_s;      /* time_budget_s's clock (migration 007) */
 };
 
 struct store_trial_row {
@@ -37,6 +38,15 @@ struct store_trial_row {
   double created_at;
   double started_at, ended_at; /* 0 = none */
   int64_t updated_seq;
+  const char *reason; /* the last decision's sentence; NULL = none (007) */
+};
+
+/* One trial_events row (migration 007). */
+struct store_event_row {
+  int64_t seq, trial_id, experiment_id;
+  double time;
+  const char *kind, *reason;
+  const char *data; /* JSON text or NULL */
 };
 
 struct store_result_row {
@@ -106,6 +116,12 @@ int store_put_trial(struct store *st, const struct store_trial_row *r);
 int store_insert_result(struct store *st, const struct store_result_row *r);
 int store_insert_asha(struct store *st, const struct store_asha_row *r);
 int store_put_worker(struct store *st, const struct store_worker_row *r);
+/* issue 13 (decide): a decision's event, a scheduler's record, and exploit's
+ * copy of the donor's checkpoint (nothing when the donor has none). */
+int store_insert_event(struct store *st, const struct store_event_row *r);
+int store_insert_sched_record(struct store *st, int64_t experiment_id, int64_t seq,
+                              int64_t trial_id, const char *record);
+int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial);
 int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
                          uint32_t crc, const void *data, size_t len);
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
@@ -126,6 +142,9 @@ struct store_loader {
   int (*asha)(void *ctx, const struct store_asha_row *r);
   int (*worker)(void *ctx, const struct store_worker_row *r);
   int (*checkpoint)(void *ctx, int64_t trial_id, int64_t iteration);
+  /* sched_records in seq order (may be NULL: skipped) */
+  int (*sched_record)(void *ctx, int64_t experiment_id, int64_t seq, int64_t trial_id,
+                      const char *record);
 };
 int store_load(struct store *st, const struct store_loader *l);
 /* The saved change counter (0 when none). */
@@ -147,6 +166,9 @@ int store_experiment_metric(struct store *st, int64_t experiment_id, const char 
 /* Checkpoint: -ENOENT when none. *data is malloc'd, the caller frees it. */
 int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
                          uint32_t *crc, void **data, size_t *len);
+/* A trial's events in seq order (trial_events). */
+typedef int (*store_event_fn)(void *ctx, const struct store_event_row *r);
+int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx);
 /* Log tail: -ENOENT when none. *log is malloc'd (NUL-terminated). */
 int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len);
 

@@ -1,0 +1,64 @@
+/* state_decide: applying scheduler decisions (issue 13, HACKING.md
+ * "Scheduler decisions"): a result's outcome (stop, pause, exploit) plus the
+ * stop rules and the time budget, the end of a lease with a decision due,
+ * resume, and the storage of reasons, trial_events and sched_records in the
+ * decision's transaction. All callers hold s->lock. */
+#ifndef CTUNE_STATE_DECIDE_H
+#define CTUNE_STATE_DECIDE_H
+
+#include "server.h"
+
+/* After the scheduler answered a new result of RUNNING trial t (tv: its time
+ * value): applies the stop rules and the time budget when the scheduler said
+ * continue (their reason then replaces the outcome's). Returns 0. */
+int decide_override(struct server *s, struct experiment *e, struct trial *t,
+                    const cJSON *result, double tv, struct sched_outcome *out,
+                    const char **event_kind);
+
+/* Sets t->reason to `reason` (NULL/"" keep it) and queues a trial_events
+ * row (kind, reason, data JSON or NULL) and, when record is set, a
+ * sched_records row — all into the caller's open group. */
+int decide_note(struct server *s, struct trial *t, const char *kind, const char *reason,
+                const cJSON *data, const cJSON *record, uint64_t *ticket);
+
+/* PAUSE / EXPLOIT of a stored result (the trial stays RUNNING until its lease
+ * ends; the worker was answered stop). EXPLOIT copies the donor's checkpoint
+ * and replaces the config now. The trial row is queued by the caller. */
+int decide_apply(struct server *s, struct experiment *e, struct trial *t, double tv,
+                 struct sched_outcome *out, uint64_t *ticket);
+
+/* The trial's lease ends (complete, release, lease expiry, a retried fail):
+ * when a decision is due it is carried out — PAUSED (resources freed,
+ * checkpoint kept) or PENDING from the donor's checkpoint — and 1 is
+ * returned (the row is queued); 0 when nothing was due. */
+int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket);
+
+/* Whether a checkpoint upload from the trial's current lease is refused: an
+ * exploit replaced its checkpoint (409 not_leased). */
+int decide_refuses_checkpoint(const struct trial *t);
+
+/* sched_choose at lease time: RESUME makes the PAUSED trial PENDING (reason,
+ * event, record) and returns it in *resumed; NEW/WAIT return 0 with
+ * *resumed NULL and *kind set. */
+int decide_choose(struct server *s, struct experiment *e, int can_new,
+                  enum sched_choice_kind *kind, struct trial **resumed, uint64_t *ticket);
+
+/* The experiment ended: its PAUSED trials end TERMINATED ("paused at the end
+ * of the experiment, never promoted"). */
+int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket);
+
+/* time_budget_s: advances every running experiment's run_time_s (called
+ * from the server's timer and before leasing); persists it at most once a
+ * second; when a budget is spent: PENDING/PAUSED trials end TERMINATED, no
+ * trial is created or leased, and the experiment ends TERMINATED with
+ * end_reason "time_budget_s S spent" once its last running trial ended. */
+int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket);
+
+/* GET /trials/{id}: its events, oldest first, as a JSON array. */
+int decide_events_json(struct server *s, int64_t trial_id, cJSON **out);
+
+/* sched_records replay (loader callback shape). */
+int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id,
+                       const char *record);
+
+#endif
