@@ -69,7 +69,7 @@ static int count_results(void *ctx, int64_t seq, int64_t trial_id, const char *d
 
 START_TEST(migrations_and_round_trip) {
   struct store *st = open_store();
-  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL};
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0};
   struct store_trial_row t = {.id = 1, .experiment_id = 1, .idx = 0, .name = "exp_00000",
                               .status = "PENDING", .config = "{\"lr\":0.1}", .created_at = 1.5,
                               .updated_seq = 4};
@@ -386,7 +386,7 @@ START_TEST(asha_nan_round_trips_as_null) {
   ck_assert_int_eq(store_insert_asha(st, &r), 0);
   ck_assert_int_eq(store_commit(st), 0);
   struct store_loader l = {NULL, load_nop_exp, load_nop_trial, load_nop_result, load_asha,
-                           load_nop_worker, load_nop_ckpt};
+                           load_nop_worker, load_nop_ckpt, NULL};
   ck_assert_int_eq(store_load(st, &l), 0);
   ck_assert_int_eq(nan_seen, 1);
   store_close(st);
