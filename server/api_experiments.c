@@ -11,6 +11,7 @@
 #include "best.h"
 #include "clock.h"
 #include "log.h"
+#include "searcher.h"
 #include "space.h"
 #include "validate.h"
 
@@ -115,20 +116,34 @@ cJSON *api_trial_json(struct server *s, const struct trial *t) {
 static int api_best_memory(struct server *s, struct experiment *e, int key,
                            enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
                            double *value) {
-  struct best_series *ser = malloc((size_t)(e->num_trials ? e->num_trials : 1) * sizeof *ser);
+  (void)s;
+  struct best_series *ser = malloc((size_t)(e->ntrials ? e->ntrials : 1) * sizeof *ser);
   if (!ser) return -ENOMEM;
-  for (int64_t i = 0; i < e->num_trials; i++) {
-    const struct trial *t = s->trials[e->first_trial_id + i - 1];
+  for (int64_t i = 0; i < e->ntrials; i++) {
+    const struct trial *t = e->trials[i];
     if (key < 0) ser[i] = (struct best_series){t->id, t->values, t->nvals};
     else if (key < t->nseries)
       ser[i] = (struct best_series){t->id, t->series[key].v, t->series[key].n};
     else ser[i] = (struct best_series){t->id, NULL, 0};
   }
   size_t idx;
-  int rc = best_pick(ser, (size_t)e->num_trials, scope, mode, &idx, value);
+  int rc = best_pick(ser, (size_t)e->ntrials, scope, mode, &idx, value);
   if (!rc) *trial_id = ser[idx].trial_id;
   free(ser);
   return rc;
+}
+
+static const char *const api_searcher_names[] = {"random", "grid", "tpe"};
+
+/* Why no more of its trials run now: null unless it has work waiting (a
+ * PENDING trial, or one still to be made) and room for it is missing. */
+static cJSON *api_exp_pending_reason(struct server *s, const struct experiment *e) {
+  char buf[256];
+  int waiting = e->status == ES_RUNNING &&
+                (e->counts[TS_PENDING] > 0 || (!e->searcher_exhausted && e->ntrials < e->num_trials));
+  if (!waiting) return cJSON_CreateNull();
+  state_experiment_pending_reason(s, e, buf, sizeof buf);
+  return buf[0] ? cJSON_CreateString(buf) : cJSON_CreateNull();
 }
 
 cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config) {
@@ -151,6 +166,9 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
                                                       ? cJSON_CreateString(e->end_reason)
                                                       : cJSON_CreateNull()) &&
            cJSON_AddNumberToObject(o, "num_trials", (double)e->num_trials) &&
+           cJSON_AddNumberToObject(o, "num_created", (double)e->ntrials) &&
+           cJSON_AddItemToObject(o, "pending_reason", api_exp_pending_reason(s, e)) &&
+           cJSON_AddStringToObject(o, "search_alg", api_searcher_names[searcher_type_of(&e->spec)]) &&
            (counts = cJSON_AddObjectToObject(o, "counts")) &&
            cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq);
   for (int i = 0; ok && i < TS_COUNT; i++)
@@ -182,6 +200,60 @@ static int api_dry_run(const struct api_req *req) {
   return -EINVAL;
 }
 
+/* warm_start {"experiment": ID}: that experiment's ended trials, with their
+ * value of this experiment's metric at their last result, are written into
+ * the config (warm_start.trials) and the spec before it is stored, so a
+ * restart rebuilds the searcher from the stored config alone. Lock held.
+ * 0 (resp untouched), 1 (an error was answered, nothing stored) or -ENOMEM. */
+static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *spec,
+                          struct api_resp *resp) {
+  cJSON *ws = cJSON_GetObjectItemCaseSensitive(cfg, "warm_start");
+  if (!ws) return 0;
+  int64_t id = (int64_t)cJSON_GetObjectItemCaseSensitive(ws, "experiment")->valuedouble;
+  const struct experiment *src = server_experiment(s, id);
+  if (!src) {
+    api_error(resp, 400, "invalid_config", "warm_start.experiment", "warm_start.experiment: "
+              "experiment %lld does not exist", (long long)id);
+    return 1;
+  }
+  cJSON *arr = cJSON_CreateArray();
+  if (!arr) return -ENOMEM;
+  int key = src->spec.has_metric && !strcmp(src->spec.metric, spec->metric)
+                ? -1 : state_key_index(src, spec->metric);
+  for (int64_t i = 0; i < src->ntrials; i++) {
+    const struct trial *t = src->trials[i];
+    if (t->status != TS_TERMINATED && t->status != TS_ERROR) continue;
+    double v = NAN;
+    if (t->status == TS_TERMINATED && key < 0 && src->spec.has_metric && t->has_last_value)
+      v = t->last_value;
+    else if (t->status == TS_TERMINATED && key >= 0 && key < t->nseries && t->series[key].n)
+      v = t->series[key].v[t->series[key].n - 1];
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(arr, o) ||
+        !cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) ||
+        !cJSON_AddItemToObject(o, "value", isfinite(v) ? cJSON_CreateNumber(v)
+                                                       : cJSON_CreateNull())) {
+      if (o && !o->prev) cJSON_Delete(o);
+      cJSON_Delete(arr);
+      return -ENOMEM;
+    }
+  }
+  cJSON *copy = cJSON_Duplicate(arr, 1);
+  if (!copy || !cJSON_AddItemToObject(ws, "trials", arr)) {
+    cJSON_Delete(copy);
+    cJSON_Delete(arr);
+    return -ENOMEM;
+  }
+  cJSON_DeleteItemFromObjectCaseSensitive(spec->warm_start, "trials");
+  if (!cJSON_AddItemToObject(spec->warm_start, "trials", copy)) {
+    cJSON_Delete(copy);
+    return -ENOMEM;
+  }
+  log_info("warm start from experiment %lld: %d ended trial(s)", (long long)id,
+           cJSON_GetArraySize(arr));
+  return 0;
+}
+
 int api_experiment_create(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct experiment_spec spec;
   struct validate_error verr = {{0}, {0}};
@@ -204,38 +276,48 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
     if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)(clock_wall_s() * 1e6);
     spec.seed = seed & ((1ULL << 53) - 1); /* stays exact as a JSON number */
   }
-  rc = space_generate(spec.param_space, spec.num_samples, spec.seed, &configs, &verr);
-  if (rc == -EINVAL) {
-    rc = api_error(resp, 400, "invalid_config", verr.path, "%s: %s", verr.path, verr.message);
-    goto done_spec;
-  }
-  if (rc) goto done_spec;
   if (dry) {
-    out = cJSON_CreateObject();
-    if (!out || !cJSON_AddBoolToObject(out, "dry_run", 1) ||
-        !cJSON_AddNumberToObject(out, "num_trials", cJSON_GetArraySize(configs)) ||
-        !cJSON_AddNumberToObject(out, "seed", (double)spec.seed)) {
-      rc = -ENOMEM;
+    /* What the searcher knows in advance (HACKING.md "Adaptive search"): the
+     * grid and random draws, tpe's random startup; the rest is decided
+     * later. warm_start is not read for a dry run. */
+    struct searcher *sr = NULL;
+    int64_t later = 0;
+    rc = searcher_create(&spec, &sr, &verr);
+    if (!rc) rc = searcher_known(sr, &configs, &later);
+    if (rc == -EINVAL) {
+      rc = api_error(resp, 400, "invalid_config", verr.path, "%s: %s", verr.path, verr.message);
+      searcher_free(sr);
       goto done_spec;
     }
+    out = rc ? NULL : cJSON_CreateObject();
+    if (!out || !cJSON_AddBoolToObject(out, "dry_run", 1) ||
+        !cJSON_AddNumberToObject(out, "num_trials", (double)spec.num_trials) ||
+        !cJSON_AddNumberToObject(out, "seed", (double)spec.seed) ||
+        !cJSON_AddStringToObject(out, "search_alg", searcher_type_name(sr)) ||
+        !cJSON_AddNumberToObject(out, "decided_later", (double)later)) {
+      searcher_free(sr);
+      rc = rc ? rc : -ENOMEM;
+      goto done_spec;
+    }
+    searcher_free(sr);
     cJSON_AddItemToObject(out, "trials", configs);
     configs = NULL;
     rc = api_json(resp, 200, out);
     out = NULL;
     goto done_spec;
   }
-  if (!(text = jsonout_print(cfg))) {
-    rc = -ENOMEM;
-    goto done_spec;
-  }
   struct experiment *e = NULL;
   server_lock(s);
-  rc = state_add_experiment(s, text, &spec, configs, &e, &resp->ticket);
+  rc = api_warm_start(s, cfg, &spec, resp);
+  if (!rc && !(text = jsonout_print(cfg))) rc = -ENOMEM;
+  if (!rc) rc = state_add_experiment(s, text, &spec, &e, &resp->ticket);
   int64_t id = e ? e->id : 0, n = e ? e->num_trials : 0;
-  if (!rc) log_info("experiment %lld '%s' created with %lld trial(s)", (long long)id, e->name,
-                    (long long)n);
+  if (!rc && e)
+    log_info("experiment %lld '%s' created, %lld trial(s) planned", (long long)id, e->name,
+             (long long)n);
   server_unlock(s);
-  if (rc) goto done_spec;
+  if (rc == 1) rc = 0; /* api_warm_start answered the error */
+  if (rc || !e) goto done_spec;
   out = cJSON_CreateObject();
   if (!out || !cJSON_AddNumberToObject(out, "id", (double)id) ||
       !cJSON_AddNumberToObject(out, "num_trials", (double)n)) {
@@ -313,13 +395,13 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
   struct experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto unlock;
   last_seq = s->seq;
-  pick = malloc((size_t)(e->num_trials ? e->num_trials : 1) * sizeof *pick);
+  pick = malloc((size_t)(e->ntrials ? e->ntrials : 1) * sizeof *pick);
   if (!pick) {
     rc = -ENOMEM;
     goto unlock;
   }
-  for (int64_t i = 0; i < e->num_trials; i++) {
-    struct trial *t = s->trials[e->first_trial_id + i - 1];
+  for (int64_t i = 0; i < e->ntrials; i++) {
+    struct trial *t = e->trials[i];
     if (since < 0 || t->updated_seq > since) pick[n++] = t;
   }
   /* Incremental reads go in change order so a limit never skips a change:

@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "spec.h"
 #include "scheduler.h"
+#include "searcher.h"
 #include "store.h"
 
 enum trial_status { TS_PENDING = 0, TS_RUNNING, TS_PAUSED, TS_TERMINATED, TS_ERROR, TS_COUNT };
@@ -46,6 +47,7 @@ struct trial {
   int64_t worker_id;
   double created_at, started_at, ended_at;
   int64_t updated_seq;
+  int64_t searcher_seq; /* updated_seq when the searcher last observed it */
   /* Every acknowledged result's time value and decision ('c'/'s'), in order:
    * the idempotency index. */
   double *ts;
@@ -93,8 +95,15 @@ struct experiment {
   int64_t updated_seq;
   struct experiment_spec spec;
   struct sched *sched;
-  int64_t first_trial_id; /* trials of an experiment have consecutive ids */
-  int64_t num_trials;
+  /* The searcher (server/core/searcher.h): made on the first suggestion,
+   * after a restart too, and fed every trial before each (state_suggest). */
+  struct searcher *searcher;
+  int64_t num_trials; /* the plan: grid product x num_samples */
+  /* Its trials in creation order (trials[k]->idx == k); made on demand at
+   * lease time, so ids need not be contiguous (HACKING.md). */
+  struct trial **trials;
+  int64_t ntrials, captrials;
+  int searcher_exhausted; /* the searcher has no more configs: the plan is ntrials */
   /* issue 13 (decide): time_budget_s's clock. run_time_s counts only while
    * a server runs (persisted with the row); run_clock_ms: when it was last
    * advanced (monotonic, 0 = not yet in this process); budget_spent: no
@@ -213,9 +222,18 @@ int state_reload(struct server *s, char *err, size_t errlen);
 /* Frees the models state_reload replaced (at exit, after state_free). */
 void state_reload_cleanup(void);
 
+/* Stores a new experiment (no trials yet: they are made at lease time). */
 int state_add_experiment(struct server *s, const char *config_json,
-                         struct experiment_spec *spec, const cJSON *configs,
-                         struct experiment **out, uint64_t *ticket);
+                         struct experiment_spec *spec, struct experiment **out,
+                         uint64_t *ticket);
+/* Whether every planned trial was created and has ended. */
+int state_experiment_done(const struct experiment *e);
+/* Ends a RUNNING experiment TERMINATED once state_experiment_done. */
+int state_experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket);
+/* Creates the experiment's next trial from its searcher (PENDING, counted,
+ * joined to the scheduler; the caller queues its row, with the lease that
+ * takes it). -ENOENT: the plan or the searcher is exhausted. */
+int state_create_trial(struct server *s, struct experiment *e, struct trial **out);
 /* Queues the trial's / experiment's / worker's current row for the store. */
 int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket);
 int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket);
@@ -240,6 +258,10 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
                           int64_t memory_mb, int has_memory);
 /* Why a PENDING trial is not running; writes "" when nothing blocks it. */
 void state_pending_reason(struct server *s, const struct trial *t, char *buf, size_t n);
+/* Why an experiment's next trial does not run (or is not made) now: the same
+ * sentences; for a RUNNING experiment with work left. */
+void state_experiment_pending_reason(struct server *s, const struct experiment *e, char *buf,
+                                     size_t n);
 /* A RUNNING trial goes back to PENDING without counting a failure (lease
  * expiry, release by its worker): resources freed, row queued. The next lease
  * resumes it from its checkpoint. */

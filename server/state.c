@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "jsonout.h"
 #include "log.h"
+#include "state_decide.h"
 #include "state_internal.h"
 #include "validate.h"
 
@@ -66,6 +67,8 @@ void state_experiment_free(struct experiment *e) {
   free(e->config);
   free(e->end_reason);
   for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
+  free(e->trials); /* the trials themselves are s->trials' */
+  searcher_free(e->searcher);
   sched_free(e->sched);
   validate_spec_free(&e->spec);
   free(e);
@@ -141,9 +144,13 @@ void state_release(struct server *s, struct trial *t) {
   t->worker_id = 0;
 }
 
-static int experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
-  if (e->status != ES_RUNNING) return 0;
-  if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] != e->num_trials) return 0;
+int state_experiment_done(const struct experiment *e) {
+  int64_t plan = e->searcher_exhausted ? e->ntrials : e->num_trials;
+  return e->ntrials >= plan && e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == plan;
+}
+
+int state_experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+  if (e->status != ES_RUNNING || !state_experiment_done(e)) return 0;
   e->status = ES_TERMINATED;
   e->ended_at = clock_wall_s();
   e->updated_seq = ++s->seq;
@@ -181,7 +188,7 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
              (long long)e->id, (long long)t->id, (long long)stopped);
     return 0;
   }
-  return experiment_maybe_end(s, e, ticket);
+  return state_experiment_maybe_end(s, e, ticket);
 }
 
 int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
@@ -196,8 +203,8 @@ int64_t state_cancel_experiment(struct server *s, struct experiment *e, const ch
    * through them, and none of them ends the experiment a second time. */
   e->status = ES_CANCELLED;
   e->ended_at = clock_wall_s();
-  for (int64_t i = 0; !rc && i < e->num_trials; i++) {
-    struct trial *t = s->trials[e->first_trial_id + i - 1];
+  for (int64_t i = 0; !rc && i < e->ntrials; i++) {
+    struct trial *t = e->trials[i];
     if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
     rc = state_end_trial(s, t, TS_TERMINATED, ticket);
     stopped++;
@@ -208,9 +215,9 @@ int64_t state_cancel_experiment(struct server *s, struct experiment *e, const ch
 }
 
 int state_add_experiment(struct server *s, const char *config_json,
-                         struct experiment_spec *spec, const cJSON *configs,
-                         struct experiment **out, uint64_t *ticket) {
-  int64_t n = cJSON_GetArraySize(configs), made = 0;
+                         struct experiment_spec *spec, struct experiment **out,
+                         uint64_t *ticket) {
+  int64_t n = spec->num_trials;
   struct experiment *e = calloc(1, sizeof *e);
   struct exp_op *op = NULL;
   if (!e) return -ENOMEM;
@@ -219,55 +226,92 @@ int state_add_experiment(struct server *s, const char *config_json,
   rc = sched_create(&spec->sched, spec->mode, spec->seed, &e->sched);
   if (rc) goto fail;
   rc = -ENOMEM;
-  if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1) ||
-      state_grow((void ***)&s->trials, &s->captrials, s->ntrials + n))
-    goto fail;
+  if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
   e->id = s->nexps + 1;
   e->seed = spec->seed;
   e->status = n ? ES_RUNNING : ES_TERMINATED; /* nothing to run: over at once */
   e->created_at = clock_wall_s();
   e->ended_at = n ? 0 : e->created_at;
   e->updated_seq = ++s->seq;
-  e->first_trial_id = s->ntrials + 1;
+  /* The plan only: trials are made at lease time (state_create_trial). */
   e->num_trials = n;
-  /* Trials are built in the free slots past s->ntrials and published only
-   * when everything (the op included) exists, so a failure changes nothing. */
-  struct trial **slots = s->trials + s->ntrials;
-  for (const cJSON *c = configs ? configs->child : NULL; c; c = c->next, made++) {
-    struct trial *t = calloc(1, sizeof *t);
-    slots[made] = t;
-    if (!t) goto fail_trials;
-    t->id = e->first_trial_id + made;
-    t->experiment_id = e->id;
-    t->idx = made;
-    char name[SPEC_NAME_MAX + 32];
-    snprintf(name, sizeof name, "%s_%05lld", spec->name, (long long)made);
-    t->name = strdup(name);
-    t->config = jsonout_print(c);
-    if (!t->name || !t->config) goto fail_trials;
-    t->status = TS_PENDING;
-    t->created_at = e->created_at;
-    t->updated_seq = ++s->seq;
-    t->bracket = sched_bracket_for(e->sched, made);
-    if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail_trials;
-    rc = -ENOMEM;
-  }
-  if (!(op = state_exp_op_make(e, slots, n))) goto fail_trials;
-  e->counts[TS_PENDING] = n;
+  if (!(op = state_exp_op_make(e, NULL, 0))) goto fail;
   /* The spec moves into the experiment; the caller's copy is emptied. */
   e->spec = *spec;
   memset(spec, 0, sizeof *spec);
   s->exps[s->nexps++] = e;
-  s->ntrials += n;
   *out = e;
   return state_exp_op_enqueue(s, op, ticket);
-fail_trials:
-  for (int64_t i = 0; i <= made && i < n; i++) {
-    state_trial_free(slots[i]);
-    slots[i] = NULL;
-  }
 fail:
   state_experiment_free(e);
+  return rc;
+}
+
+/* Feeds the searcher every trial that changed since it last saw it (made
+ * on first use, so a restart rebuilds it from the loaded trials). */
+static int state_searcher_sync(struct experiment *e) {
+  if (!e->searcher) {
+    struct validate_error verr = {{0}, {0}};
+    int rc = searcher_create(&e->spec, &e->searcher, &verr);
+    if (rc) {
+      log_error("experiment %lld: cannot make its searcher: %s: %s", (long long)e->id,
+                verr.path, verr.message);
+      return rc;
+    }
+  }
+  if (searcher_type(e->searcher) != SEARCHER_TPE) return 0;
+  for (int64_t k = 0; k < e->ntrials; k++) {
+    struct trial *t = e->trials[k];
+    if (t->searcher_seq == t->updated_seq) continue;
+    cJSON *c = cJSON_Parse(t->config);
+    if (!c) return -ENOMEM;
+    int finished = t->status == TS_TERMINATED || t->status == TS_ERROR;
+    /* A failed trial is finished with no value: the model ignores it. */
+    double v = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
+    int rc = searcher_observe(e->searcher, t->id, t->idx, c, v, finished);
+    cJSON_Delete(c);
+    if (rc) return rc;
+    t->searcher_seq = t->updated_seq;
+  }
+  return 0;
+}
+
+int state_create_trial(struct server *s, struct experiment *e, struct trial **out) {
+  cJSON *cfg = NULL;
+  struct trial *t = NULL;
+  *out = NULL;
+  if (e->searcher_exhausted || e->ntrials >= e->num_trials) return -ENOENT;
+  int rc = state_searcher_sync(e);
+  if (!rc) rc = searcher_suggest(e->searcher, e->ntrials, &cfg);
+  if (rc == -ENOENT) e->searcher_exhausted = 1;
+  if (rc) return rc;
+  rc = -ENOMEM;
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
+      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1) ||
+      !(t = calloc(1, sizeof *t)))
+    goto fail;
+  t->id = s->ntrials + 1;
+  t->experiment_id = e->id;
+  t->idx = e->ntrials;
+  char name[SPEC_NAME_MAX + 32];
+  snprintf(name, sizeof name, "%s_%05lld", e->name, (long long)t->idx);
+  t->name = strdup(name);
+  t->config = jsonout_print(cfg);
+  if (!t->name || !t->config) goto fail;
+  t->status = TS_PENDING;
+  t->created_at = clock_wall_s();
+  t->bracket = sched_bracket_for(e->sched, t->idx);
+  if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail;
+  t->updated_seq = ++s->seq;
+  s->trials[s->ntrials++] = t;
+  e->trials[e->ntrials++] = t;
+  e->counts[TS_PENDING]++;
+  cJSON_Delete(cfg);
+  *out = t;
+  return 0;
+fail:
+  cJSON_Delete(cfg);
+  state_trial_free(t);
   return rc;
 }
 
@@ -276,6 +320,28 @@ fail:
 static int fits(double need, double have) {
   if (need <= 0) return 1;
   return have > 1e-9 && need <= have + 1e-9;
+}
+
+/* No PENDING trial: the scheduler chooses (HACKING.md "Adaptive search",
+ * decide_choose): a PAUSED trial to resume, a new trial from the searcher,
+ * or nothing now. 0 with *out (NULL: nothing), or an error (the experiment
+ * is skipped). */
+static int state_lease_choose(struct server *s, struct experiment *e, int can_new,
+                              struct trial **out) {
+  enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
+  uint64_t ticket = 0;
+  *out = NULL;
+  int rc = decide_choose(s, e, can_new, &kind, out, &ticket);
+  if (rc || *out || kind != SCHED_CHOOSE_NEW || !can_new) return rc;
+  rc = state_create_trial(s, e, out);
+  if (rc == -ENOENT) {
+    /* The searcher has nothing more: the experiment may be over. */
+    rc = state_experiment_maybe_end(s, e, &ticket);
+  } else if (rc) {
+    log_error("experiment %lld: cannot create trial %lld (%d)", (long long)e->id,
+              (long long)e->ntrials, rc);
+  }
+  return rc;
 }
 
 struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
@@ -289,38 +355,49 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   if (has_memory && memory_mb < fm) fm = memory_mb;
   for (int64_t i = 0; i < s->nexps; i++) {
     struct experiment *e = s->exps[i];
-    if (e->status != ES_RUNNING || !e->counts[TS_PENDING]) continue;
+    if (e->status != ES_RUNNING) continue;
     if (e->budget_spent) continue; /* issue 13 (decide): time_budget_s spent */
+    int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
+    if (!e->counts[TS_PENDING] && !can_new && !e->counts[TS_PAUSED]) continue;
     if (e->spec.max_concurrent_trials > 0 &&
         e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
       continue;
     const struct spec_resources *r = &e->spec.resources;
     /* Every trial of an experiment needs the same: one check per experiment. */
     if (!fits(r->cpu, fc) || !fits(r->gpu, fg) || r->memory_mb > fm) continue;
-    while (e->pending_cursor < e->num_trials) {
-      struct trial *t = s->trials[e->first_trial_id + e->pending_cursor - 1];
-      if (t->status == TS_PENDING) {
-        state_set_status(s, t, TS_RUNNING);
-        t->attempt++;
-        t->started_at = clock_wall_s();
-        state_charge(s, w, t);
-        t->lease_final = 0;
-        t->unlisted_since_ms = 0;
-        t->listed_gen = 0;
-        state_renew_lease(s, t, clock_mono_ms());
-        return t;
+    struct trial *t = NULL;
+    while (!t && e->pending_cursor < e->ntrials) {
+      t = e->trials[e->pending_cursor];
+      if (t->status != TS_PENDING) {
+        t = NULL;
+        e->pending_cursor++;
       }
-      e->pending_cursor++;
     }
+    if (!t && state_lease_choose(s, e, can_new, &t)) continue;
+    if (!t) continue;
+    state_set_status(s, t, TS_RUNNING);
+    t->attempt++;
+    t->started_at = clock_wall_s();
+    state_charge(s, w, t);
+    t->lease_final = 0;
+    t->unlisted_since_ms = 0;
+    t->listed_gen = 0;
+    state_renew_lease(s, t, clock_mono_ms());
+    return t;
   }
   return NULL;
 }
 
 void state_pending_reason(struct server *s, const struct trial *t, char *buf, size_t n) {
-  const struct experiment *e = server_experiment(s, t->experiment_id);
-  const struct spec_resources *r = &e->spec.resources;
   buf[0] = 0;
   if (t->status != TS_PENDING) return;
+  state_experiment_pending_reason(s, server_experiment(s, t->experiment_id), buf, n);
+}
+
+void state_experiment_pending_reason(struct server *s, const struct experiment *e, char *buf,
+                                     size_t n) {
+  const struct spec_resources *r = &e->spec.resources;
+  buf[0] = 0;
   if (e->status != ES_RUNNING) {
     snprintf(buf, n, "experiment is %s", exp_status_names[e->status]);
     return;
@@ -380,8 +457,8 @@ int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uin
   int n = 0;
   for (int64_t i = 0; w->nrunning > 0 && i < s->nexps; i++) {
     struct experiment *e = s->exps[i];
-    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->num_trials; k++) {
-      struct trial *t = s->trials[e->first_trial_id + k - 1];
+    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->ntrials; k++) {
+      struct trial *t = e->trials[k];
       if (t->status != TS_RUNNING || t->worker_id != w->id || t->listed_gen == gen) continue;
       if (!t->unlisted_since_ms) {
         t->unlisted_since_ms = now_ms;
@@ -414,8 +491,8 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
   uint64_t grace = state_unlisted_grace_ms(s);
   for (int64_t i = 0; i < s->nexps; i++) {
     struct experiment *e = s->exps[i];
-    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->num_trials; k++) {
-      struct trial *t = s->trials[e->first_trial_id + k - 1];
+    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->ntrials; k++) {
+      struct trial *t = e->trials[k];
       if (t->status != TS_RUNNING) continue;
       if (!t->lease_deadline_ms) {
         /* Loaded RUNNING: a restart counts as a heartbeat (HACKING.md). */

@@ -56,7 +56,9 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
   e->run_time_s = r->run_time_s; /* issue 13 (decide): time_budget_s's clock */
   e->updated_seq = r->updated_seq;
-  e->first_trial_id = 0;
+  /* The plan; its trials come next, those made so far (all of them in a
+   * database from before trials were made on demand). */
+  e->num_trials = e->spec.num_trials;
   if ((rc = sched_create(&e->spec.sched, e->spec.mode, e->seed, &e->sched))) goto fail;
   rc = -ENOMEM;
   if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
@@ -107,8 +109,13 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   t->ended_at = r->ended_at;
   t->updated_seq = r->updated_seq;
   if (r->updated_seq > s->seq) s->seq = r->updated_seq;
-  if (!e->first_trial_id) e->first_trial_id = t->id;
-  e->num_trials++;
+  if (r->idx != e->ntrials ||
+      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1)) {
+    snprintf(lc->err, lc->errlen, "trial %lld: index %lld, expected %lld", (long long)t->id,
+             (long long)r->idx, (long long)e->ntrials);
+    return r->idx != e->ntrials ? -EINVAL : -ENOMEM;
+  }
+  e->trials[e->ntrials++] = t;
   e->counts[st]++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
     int rc = sched_add_trial(e->sched, t->id, t->idx, t->config);
@@ -201,8 +208,10 @@ static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int6
 int state_load(struct server *s, char *err, size_t errlen) {
   struct load_ctx lc = {s, err, errlen};
   err[0] = 0;
-  struct store_loader l = {&lc,        load_experiment, load_trial,     load_result,
-                           load_asha, load_worker,     load_checkpoint, load_sched_record};
+  struct store_loader l = {.ctx = &lc, .experiment = load_experiment, .trial = load_trial,
+                           .result = load_result, .asha = load_asha, .worker = load_worker,
+                           .checkpoint = load_checkpoint,
+                           .sched_record = load_sched_record};
   int rc = store_load(s->store, &l);
   if (rc) {
     if (!err[0]) snprintf(err, errlen, "loading the database failed (%d)", rc);
@@ -239,10 +248,10 @@ int state_load(struct server *s, char *err, size_t errlen) {
 }
 
 /* The latest trial end of an experiment: when it really ended. */
-static double state_last_end(struct server *s, const struct experiment *e) {
+static double state_last_end(const struct experiment *e) {
   double at = 0;
-  for (int64_t i = 0; i < e->num_trials; i++) {
-    const struct trial *t = s->trials[e->first_trial_id + i - 1];
+  for (int64_t i = 0; i < e->ntrials; i++) {
+    const struct trial *t = e->trials[i];
     if (t->ended_at > at) at = t->ended_at;
   }
   return at > 0 ? at : clock_wall_s();
@@ -254,22 +263,22 @@ int state_repair(struct server *s) {
   for (int64_t i = 0; !rc && i < s->nexps; i++) {
     struct experiment *e = s->exps[i];
     int64_t ended = e->counts[TS_TERMINATED] + e->counts[TS_ERROR];
-    if (e->status == ES_CANCELLED && ended < e->num_trials) {
+    if (e->status == ES_CANCELLED && ended < e->ntrials) {
       /* Cancelled, but the trials' ends were lost (a crash between the
        * writes of a non-atomic cancel): finish the cancel. */
       int64_t stopped = 0;
-      for (int64_t j = 0; !rc && j < e->num_trials; j++) {
-        struct trial *t = s->trials[e->first_trial_id + j - 1];
+      for (int64_t j = 0; !rc && j < e->ntrials; j++) {
+        struct trial *t = e->trials[j];
         if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
         rc = state_end_trial(s, t, TS_TERMINATED, &ticket);
         stopped++;
       }
       log_warn("repair: experiment %lld was CANCELLED with %lld unfinished trial(s): "
                "ended them", (long long)e->id, (long long)stopped);
-    } else if (e->status == ES_RUNNING && e->num_trials > 0 && ended == e->num_trials) {
+    } else if (e->status == ES_RUNNING && e->num_trials > 0 && state_experiment_done(e)) {
       /* Every trial ended but the experiment's own end was lost. */
       e->status = ES_TERMINATED;
-      e->ended_at = state_last_end(s, e);
+      e->ended_at = state_last_end(e);
       e->updated_seq = ++s->seq;
       rc = state_persist_experiment(s, e, &ticket);
       log_warn("repair: experiment %lld was RUNNING with all %lld trial(s) ended: "

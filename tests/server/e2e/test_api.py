@@ -21,11 +21,19 @@ def test_submit_dry_run_list_get():
     assert s.ok("GET", "/api/v1/experiments")["experiments"] == []
     # the same seed gives the same configs when submitted for real
     eid = s.ok("POST", "/api/v1/experiments", experiment(n=3), status=201)["id"]
+    # trials are made at lease time (issue 13): none yet, three planned
+    e = s.ok("GET", "/api/v1/experiments/%d" % eid)
+    assert e["status"] == "RUNNING" and e["num_trials"] == 3 and e["num_created"] == 0
+    assert e["counts"]["PENDING"] == 0 and e["search_alg"] == "random"
+    assert s.ok("GET", "/api/v1/experiments/%d/trials" % eid)["trials"] == []
+    w = register(s, cpu=4)
+    assert [lease(s, w)["id"] for _ in range(3)] == [1, 2, 3]
+    assert lease(s, w) is None
     trials = s.ok("GET", "/api/v1/experiments/%d/trials" % eid)["trials"]
     assert [t["config"] for t in trials] == b["trials"]
     assert [t["name"] for t in trials] == ["e_00000", "e_00001", "e_00002"]
     e = s.ok("GET", "/api/v1/experiments/%d" % eid)
-    assert e["status"] == "RUNNING" and e["num_trials"] == 3 and e["counts"]["PENDING"] == 3
+    assert e["num_created"] == 3 and e["counts"]["RUNNING"] == 3
     assert e["config"]["num_samples"] == 3 and e["metric"] == "loss" and e["mode"] == "min"
     assert e["scheduler"]["type"] == "fifo"
     assert s.ok("GET", "/api/v1/experiments")["experiments"][0]["id"] == eid
@@ -116,8 +124,9 @@ def test_lease_report_complete_order_and_accounting():
     workers = s.ok("GET", "/api/v1/workers")["workers"]
     assert workers[0]["free"]["cpu"] == 0 and sorted(workers[0]["running_trials"]) == [1, 2]
     assert workers[0]["status"] == "alive"
-    t3 = s.ok("GET", "/api/v1/trials/3")
-    assert t3["status"] == "PENDING" and t3["pending_reason"] == "waiting for free resources"
+    # the third trial is made when there is room for it
+    st, _, _ = s.get("/api/v1/trials/3")
+    assert st == 404 and s.ok("GET", "/api/v1/experiments/%d" % eid)["num_created"] == 2
     assert report(s, 1, training_iteration=1, loss=0.5) == "continue"
     assert report(s, 1, training_iteration=2, loss=0.4) == "continue"
     # idempotent: the same time value is stored once and answers the same
@@ -196,19 +205,25 @@ def test_asha_worked_example():
 def test_max_concurrent_and_pending_reason():
     s = Server()
     s.ok("POST", "/api/v1/experiments", experiment(n=3, max_concurrent_trials=1), status=201)
-    st, b, _ = s.get("/api/v1/trials/1")
+    # trials are made at lease time: the experiment says why none runs
+    b = s.ok("GET", "/api/v1/experiments/1")
     assert b["pending_reason"] == "no worker is connected"
     w = register(s, cpu=8)
     assert lease(s, w)["id"] == 1
     assert lease(s, w) is None
-    assert s.ok("GET", "/api/v1/trials/2")["pending_reason"] == "max_concurrent_trials (1) reached"
+    b = s.ok("GET", "/api/v1/experiments/1")
+    assert b["pending_reason"] == "max_concurrent_trials (1) reached" and b["num_created"] == 1
     s.ok("POST", "/api/v1/trials/1/complete", {})
     assert lease(s, w)["id"] == 2
-    # a trial no worker can fit says so
+    # an experiment no worker can fit says so
     s.ok("POST", "/api/v1/experiments",
          experiment(name="big", n=1, resources_per_trial={"cpu": 64}), status=201)
-    big = s.ok("GET", "/api/v1/experiments/2/trials")["trials"][0]
+    big = s.ok("GET", "/api/v1/experiments/2")
     assert big["pending_reason"] == "needs cpu 64 but the largest worker has 8", big
+    # a lease that finds the room makes and leases the trial; an ended
+    # experiment has no reason
+    assert lease(s, register(s, cpu=64, name="big"))["experiment_id"] == 2
+    assert s.ok("GET", "/api/v1/experiments/2")["pending_reason"] is None
     s.stop()
 
 
@@ -258,7 +273,9 @@ def test_cancel():
     w = register(s)
     t = lease(s, w)
     e = s.ok("POST", "/api/v1/experiments/1/cancel")
-    assert e["status"] == "CANCELLED" and e["counts"]["TERMINATED"] == 3
+    # the one trial made is ended; the two never made never will be
+    assert e["status"] == "CANCELLED" and e["counts"]["TERMINATED"] == 1
+    assert e["num_created"] == 1 and e["num_trials"] == 3
     assert report(s, t["id"], training_iteration=1, loss=1) == "stop"
     assert heartbeat(s, w, [(t["id"], t["attempt"])]) == [(t["id"], t["attempt"], "cancelled")]
     assert lease(s, w) is None
@@ -313,7 +330,7 @@ def test_incremental_endpoints():
     w = register(s, cpu=3)
     first = s.ok("GET", "/api/v1/experiments/1/trials")
     seq0 = first["last_seq"]
-    assert len(first["trials"]) == 3
+    assert len(first["trials"]) == 0  # made at lease time
     assert s.ok("GET", "/api/v1/experiments/1/trials?since=%d" % seq0)["trials"] == []
     lease(s, w)
     ch = s.ok("GET", "/api/v1/experiments/1/trials?since=%d" % seq0)
@@ -330,6 +347,8 @@ def test_incremental_endpoints():
     assert s.ok("GET", "/api/v1/experiments/1/results?since=%d" % r["last_seq"])["results"] == []
     ch2 = s.ok("GET", "/api/v1/experiments/1/trials?since=%d" % ch["last_seq"])
     assert [t["id"] for t in ch2["trials"]] == [1]
+    lease(s, w)
+    lease(s, w)
     page = s.ok("GET", "/api/v1/experiments/1/trials?limit=2&offset=1")
     assert [t["id"] for t in page["trials"]] == [2, 3]
     st, b, _ = s.get("/api/v1/experiments/1/trials?limit=zero")
@@ -383,7 +402,8 @@ def test_metrics_and_healthz():
     st, body, h = s.get("/metrics", raw=True)
     text = body.decode()
     assert st == 200 and h["content-type"].startswith("text/plain")
-    assert 'ctune_trials{status="PENDING"} 1' in text and 'ctune_trials{status="RUNNING"} 1' in text
+    # the second trial is made at its lease: nothing PENDING yet
+    assert 'ctune_trials{status="PENDING"} 0' in text and 'ctune_trials{status="RUNNING"} 1' in text
     assert "ctune_results_received_total 1" in text
     assert 'ctune_http_request_duration_seconds_bucket{le="+Inf"}' in text
     s.stop()

@@ -93,7 +93,11 @@ def test_seed_shown_is_the_seed_used():
     assert re.search(rb'"seed":\d+[,}]', raw), raw  # an integer, never 8.3e+15
     seed = json.loads(raw)["seed"]
     assert isinstance(seed, int) and 0 <= seed < 2 ** 53
+    w = register(s, cpu=64)  # trials are made at lease time
+    while lease(s, w):
+        pass
     trials = s.ok("GET", "/api/v1/experiments/%d/trials" % e["id"])["trials"]
+    assert trials
     cfg["seed"] = seed
     dry = s.ok("POST", "/api/v1/experiments?dry_run=true", cfg)["trials"]
     assert [bits(c["lr"]) for c in dry] == [bits(t["config"]["lr"]) for t in trials]

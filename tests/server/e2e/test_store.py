@@ -98,8 +98,11 @@ def test_repair_running_experiment_whose_trials_all_ended():
 def test_repair_half_cancelled_experiment():
     s = start()
     s.ok("POST", "/api/v1/experiments", experiment(n=3, sched={"type": "fifo"}), status=201)
-    w = register(s)
+    w = register(s, cpu=1)
     t1 = lease(s, w)
+    # trials are made at lease time: a second worker makes the other two
+    w2 = register(s, cpu=2, name="w2")
+    lease(s, w2), lease(s, w2)
     s.ok("POST", "/api/v1/experiments/1/cancel", {})
     s.kill()
     # the cancel's experiment row went in, its trial rows did not
@@ -112,7 +115,7 @@ def test_repair_half_cancelled_experiment():
     # nothing is leased from a cancelled experiment, and the worker is told to stop
     assert lease(s, w) is None
     free = [x for x in s.ok("GET", "/api/v1/workers")["workers"] if x["id"] == w][0]["free"]
-    assert free["cpu"] == 4, free
+    assert free["cpu"] == 1, free
     s.restart()
     assert exp_status(s)["counts"]["TERMINATED"] == 3
     s.stop()
