@@ -13,6 +13,7 @@
 #include "config.h"
 #include "exitcode.h"
 #include "export.h"
+#include "searcher.h"
 #include "space.h"
 #include "validate.h"
 #include "tbexport.h"
@@ -43,6 +44,8 @@ static int sample_local(const cJSON *cfg, cJSON **out, struct http_error *err) {
   struct experiment_spec spec;
   struct validate_error verr = {{0}, {0}};
   cJSON *configs = NULL;
+  struct searcher *sr = NULL;
+  int64_t later = 0;
   memset(err, 0, sizeof(*err));
   int rc = validate_experiment(cfg, &spec, &verr);
   if (!rc) {
@@ -52,7 +55,10 @@ static int sample_local(const cJSON *cfg, cJSON **out, struct http_error *err) {
       if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (uint64_t)time(NULL) * 1000003u;
       spec.seed = seed & ((1ULL << 53) - 1);
     }
-    rc = space_generate(spec.param_space, spec.num_samples, spec.seed, &configs, &verr);
+    /* What the server's searcher knows in advance (random, grid, tpe's
+     * startup); the rest is decided later from results. */
+    rc = searcher_create(&spec, &sr, &verr);
+    if (!rc) rc = searcher_known(sr, &configs, &later);
   }
   if (rc == -EINVAL) {
     char server_msg[700];
@@ -62,20 +68,25 @@ static int sample_local(const cJSON *cfg, cJSON **out, struct http_error *err) {
     snprintf(err->message, sizeof(err->message), "rejected: %s (400 invalid_config)",
              server_msg);
     validate_spec_free(&spec);
+    searcher_free(sr);
     return HTTP_ERR_REJECTED;
   }
   cJSON *o = rc ? NULL : cJSON_CreateObject();
   if (!o || !cJSON_AddBoolToObject(o, "dry_run", 1) ||
-      !cJSON_AddNumberToObject(o, "num_trials", cJSON_GetArraySize(configs)) ||
-      !cJSON_AddNumberToObject(o, "seed", (double)spec.seed)) {
+      !cJSON_AddNumberToObject(o, "num_trials", (double)spec.num_trials) ||
+      !cJSON_AddNumberToObject(o, "seed", (double)spec.seed) ||
+      !cJSON_AddStringToObject(o, "search_alg", searcher_type_name(sr)) ||
+      !cJSON_AddNumberToObject(o, "decided_later", (double)later)) {
     cJSON_Delete(o);
     cJSON_Delete(configs);
     validate_spec_free(&spec);
+    searcher_free(sr);
     snprintf(err->message, sizeof(err->message), "cannot sample: %s", strerror(rc ? -rc : ENOMEM));
     return rc ? rc : -ENOMEM;
   }
   cJSON_AddItemToObject(o, "trials", configs);
   validate_spec_free(&spec);
+  searcher_free(sr);
   *out = o;
   return 0;
 }
@@ -125,9 +136,18 @@ answered:
   } else if (a->dry_run) {
     const cJSON *trials = get(resp, "trials");
     if (!cJSON_IsArray(trials)) trials = get(resp, "configs");
+    const cJSON *planned = get(resp, "num_trials"), *later = get(resp, "decided_later");
+    const cJSON *alg = get(resp, "search_alg");
     if (cJSON_IsArray(trials)) {
-      printf("dry run: %s is valid and would create %d trial%s (nothing stored):\n", a->target,
-             cJSON_GetArraySize(trials), cJSON_GetArraySize(trials) == 1 ? "" : "s");
+      int n = cJSON_IsNumber(planned) ? (int)planned->valuedouble : cJSON_GetArraySize(trials);
+      int nl = cJSON_IsNumber(later) ? (int)later->valuedouble : 0;
+      printf("dry run: %s is valid and would create %d trial%s (nothing stored)", a->target, n,
+             n == 1 ? "" : "s");
+      /* An adaptive searcher decides the rest from results: say how many. */
+      if (nl > 0)
+        printf("; %d known in advance, %d decided later by %s from the results so far",
+               cJSON_GetArraySize(trials), nl, cJSON_IsString(alg) ? alg->valuestring : "the searcher");
+      printf(":\n");
       const cJSON *t;
       int i = 0;
       cJSON_ArrayForEach(t, trials) {

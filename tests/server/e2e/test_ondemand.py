@@ -9,10 +9,11 @@ import json
 import math
 import os
 import sqlite3
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ctune_e2e import Runner, Server, experiment, lease, register, report  # noqa: E402
+from ctune_e2e import BIN_DIR, Runner, Server, experiment, lease, register, report, tmpdir  # noqa: E402
 
 TRAIN = {"type": "command", "argv": ["true"]}
 
@@ -211,10 +212,32 @@ def test_points_to_evaluate_and_warm_start():
     s.stop()
 
 
+def test_cli_sample_says_what_is_decided_later():
+    """ctune sample (the server's own code, no server) lists the random
+    startup of a tpe search and says how many trials come later."""
+    s = Server()
+    path = os.path.join(tmpdir(), "tpe.json")
+    with open(path, "w") as f:
+        json.dump(TPE_CFG, f)
+    exe = os.path.join(BIN_DIR, "ctune")
+    out = subprocess.run([exe, "sample", path], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out
+    assert ("would create 9 trials (nothing stored); 4 known in advance, 5 decided later by "
+            "tpe from the results so far:") in out.stdout, out.stdout
+    assert out.stdout.count("x=") == 4, out.stdout
+    js = subprocess.run([exe, "sample", path, "--json"], capture_output=True, text=True,
+                        timeout=30)
+    local = json.loads(js.stdout)
+    remote = s.ok("POST", "/api/v1/experiments?dry_run=true", TPE_CFG)
+    assert local == remote, (local, remote)
+    s.stop()
+
+
 if __name__ == "__main__":
     r = Runner()
     for fn in (test_interleaved_ids_and_every_read, test_old_database_with_trials_made_at_submission,
                test_tpe_restart_suggests_what_an_uninterrupted_server_does,
-               test_points_to_evaluate_and_warm_start):
+               test_points_to_evaluate_and_warm_start,
+               test_cli_sample_says_what_is_decided_later):
         r.run(fn)
     r.done()
