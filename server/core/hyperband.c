@@ -536,7 +536,8 @@ int hb_on_trial_end(struct hyperband *h, int64_t trial_id, struct hb_outcome *ou
 	return rc;
 }
 
-static int do_choose(struct hyperband *h, struct hb_choice *out)
+static int do_choose(struct hyperband *h, int can_new, hb_resumable_fn resumable,
+		     void *ctx, struct hb_choice *out)
 {
 	int order[HB_MAX_BRACKETS_PER_BAND];
 	memset(out, 0, sizeof *out);
@@ -562,7 +563,8 @@ static int do_choose(struct hyperband *h, struct hb_choice *out)
 				struct hb_slot *sl = &h->slots[x];
 				if (!sl->live)
 					continue;
-				if (sl->paused && sl->ready) {
+				if (sl->paused && sl->ready &&
+				    (!resumable || resumable(ctx, sl->id))) {
 					sl->paused = 0;
 					out->kind = HB_RESUME;
 					out->trial_id = sl->id;
@@ -572,7 +574,7 @@ static int do_choose(struct hyperband *h, struct hb_choice *out)
 						 (long long)sl->ready_of);
 					return (int)x;
 				}
-				if (!sl->created) {
+				if (!sl->created && can_new) {
 					out->kind = HB_NEW;
 					return -1;
 				}
@@ -582,9 +584,10 @@ static int do_choose(struct hyperband *h, struct hb_choice *out)
 	return -1;
 }
 
-int hb_choose(struct hyperband *h, struct hb_choice *out)
+int hb_choose(struct hyperband *h, int can_new, hb_resumable_fn resumable, void *ctx,
+	      struct hb_choice *out)
 {
-	int x = do_choose(h, out);
+	int x = do_choose(h, can_new, resumable, ctx, out);
 	if (out->kind == HB_RESUME && !(out->record = make_record("resume", x)))
 		return -ENOMEM;
 	return 0;

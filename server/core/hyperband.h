@@ -76,8 +76,12 @@ int hb_on_trial_end(struct hyperband *h, int64_t trial_id, struct hb_outcome *ou
 
 /* Which trial may start now, in Ray's choose_trial_to_run order: a readied
  * paused trial (RESUME), a trial not created yet (NEW: create the next
- * index), else WAIT. A RESUME is taken: record it. */
-int hb_choose(struct hyperband *h, struct hb_choice *out);
+ * index; only when can_new), else WAIT. resumable (may be NULL): whether the
+ * server can resume that trial now (a pause-pending one is skipped). A
+ * RESUME is taken: persist its record. */
+typedef int (*hb_resumable_fn)(void *ctx, int64_t trial_id);
+int hb_choose(struct hyperband *h, int can_new, hb_resumable_fn resumable, void *ctx,
+	      struct hb_choice *out);
 
 /* Replays one record from an outcome or choice, in the original order. */
 int hb_restore(struct hyperband *h, int64_t trial_id, const cJSON *record);

@@ -1,6 +1,7 @@
 /* sched: one interface over every scheduler. fifo and asha (stopping) are
  * here; the issue 13 schedulers add their `case`s to the dispatch below. */
 #include "scheduler.h"
+#include "hyperband.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,6 +13,7 @@ struct sched {
 	struct sched_params p;
 	enum spec_mode mode;
 	struct asha *asha; /* asha (stopping variant); NULL for fifo */
+	struct hyperband *hb; /* hyperband */
 };
 
 void sched_outcome_clear(struct sched_outcome *o)
@@ -38,13 +40,22 @@ int sched_create(const struct sched_params *params, enum spec_mode mode,
 	struct sched *s;
 	int rc;
 	*out = NULL;
-	if (!params || (params->type != SPEC_SCHED_FIFO && params->type != SPEC_SCHED_ASHA))
+	if (!params || (params->type != SPEC_SCHED_FIFO && params->type != SPEC_SCHED_ASHA &&
+			params->type != SPEC_SCHED_HYPERBAND))
 		return -EINVAL;
 	s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
 	s->p = *params;
 	s->mode = mode;
+	if (params->type == SPEC_SCHED_HYPERBAND) {
+		rc = hb_create(params->max_t, params->reduction_factor, mode, params->num_trials,
+			       &s->hb);
+		if (rc) {
+			free(s);
+			return rc;
+		}
+	}
 	if (params->type == SPEC_SCHED_ASHA) {
 		rc = asha_create(params, mode, seed, &s->asha);
 		if (rc) {
@@ -61,6 +72,7 @@ void sched_free(struct sched *s)
 	if (!s)
 		return;
 	asha_free(s->asha);
+	hb_free(s->hb);
 	free(s);
 }
 
@@ -71,6 +83,8 @@ enum spec_sched_type sched_type(const struct sched *s)
 
 int sched_bracket_for(const struct sched *s, int64_t idx)
 {
+	if (s->hb)
+		return hb_bracket_of(s->hb, idx) < 0 ? 0 : hb_bracket_of(s->hb, idx);
 	return s->asha ? asha_bracket_for(s->asha, idx) : 0;
 }
 
@@ -79,6 +93,8 @@ int sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx, const char *
 	(void)config_json;
 	if (idx < 0)
 		return -EINVAL;
+	if (s->hb)
+		return hb_add_trial(s->hb, trial_id, idx);
 	if (!s->asha)
 		return 0;
 	return asha_add_trial(s->asha, trial_id, asha_bracket_for(s->asha, idx));
@@ -157,12 +173,37 @@ static void asha_outcome_to_sched(const struct sched *s, double t, struct sched_
 	}
 }
 
+/* hyperband's outcome as a sched_outcome. Paused trials a halving stopped
+ * (hb.stopped) stay PAUSED for the server and are never resumed: they end
+ * TERMINATED with the experiment (HACKING.md). */
+static int hb_to_sched(int rc, struct hb_outcome *hb, struct sched_outcome *out)
+{
+	outcome_reset(out);
+	if (rc == 0) {
+		out->action = hb->action == HB_PAUSE  ? SCHED_PAUSE
+			      : hb->action == HB_STOP ? SCHED_STOP
+						      : SCHED_CONTINUE;
+		out->stopped_early = hb->stopped_early;
+		snprintf(out->reason, sizeof out->reason, "%s", hb->reason);
+		out->record = hb->record;
+		hb->record = NULL;
+	}
+	hb_outcome_clear(hb);
+	return rc;
+}
+
 int sched_on_result(struct sched *s, int64_t trial_id, double t,
 		    const double *value, struct sched_outcome *out)
 {
 	int rc;
 	if (isnan(t))
 		return -EINVAL;
+	if (s->hb) {
+		struct hb_outcome hb;
+		/* A result without the metric ranks below every value. */
+		rc = hb_on_result(s->hb, trial_id, t, value ? *value : NAN, &hb);
+		return hb_to_sched(rc, &hb, out);
+	}
 	if (!s->asha) {
 		fifo_outcome(s, t, out);
 		return 0;
@@ -185,6 +226,17 @@ int sched_on_result(struct sched *s, int64_t trial_id, double t,
 int sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
 		       const double *last_value, struct sched_outcome *out)
 {
+	if (s->hb) {
+		struct hb_outcome hb;
+		struct sched_outcome ignored;
+		int rc = hb_on_trial_end(s->hb, trial_id, &hb);
+		rc = hb_to_sched(rc, &hb, out ? out : &ignored);
+		if (!out)
+			sched_outcome_clear(&ignored);
+		else
+			out->action = SCHED_CONTINUE;
+		return rc;
+	}
 	if (out)
 		fifo_outcome(s, -INFINITY, out);
 	if (!s->asha)
@@ -201,19 +253,28 @@ int sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t
 int sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable, void *ctx,
 		 struct sched_choice *out)
 {
-	(void)s;
-	(void)resumable;
-	(void)ctx;
 	memset(out, 0, sizeof *out);
+	if (s->hb) {
+		struct hb_choice c;
+		int rc = hb_choose(s->hb, can_new, resumable, ctx, &c);
+		if (rc)
+			return rc;
+		out->kind = c.kind == HB_RESUME ? SCHED_CHOOSE_RESUME
+			    : c.kind == HB_NEW  ? SCHED_CHOOSE_NEW
+						: SCHED_CHOOSE_WAIT;
+		out->trial_id = c.trial_id;
+		snprintf(out->reason, sizeof out->reason, "%s", c.reason);
+		out->record = c.record;
+		return 0;
+	}
 	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
 	return 0;
 }
 
 int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
 {
-	(void)s;
-	(void)trial_id;
-	(void)record;
+	if (s->hb)
+		return hb_restore(s->hb, trial_id, record);
 	/* fifo and asha-stopping never return a record. */
 	return -EINVAL;
 }
@@ -233,6 +294,22 @@ int sched_state_json(const struct sched *s, cJSON **out)
 	*out = NULL;
 	if (!o)
 		return -ENOMEM;
+	if (s->hb) {
+		/* {"type", "time_attr", "max_t", "reduction_factor"} + hb_state_json */
+		cJSON *hs = NULL;
+		cJSON_Delete(o);
+		if (hb_state_json(s->hb, &hs))
+			return -ENOMEM;
+		if (!cJSON_AddStringToObject(hs, "type", "hyperband") ||
+		    !cJSON_AddStringToObject(hs, "time_attr", s->p.time_attr) ||
+		    !cJSON_AddNumberToObject(hs, "max_t", s->p.max_t) ||
+		    !cJSON_AddNumberToObject(hs, "reduction_factor", s->p.reduction_factor)) {
+			cJSON_Delete(hs);
+			return -ENOMEM;
+		}
+		*out = hs;
+		return 0;
+	}
 	ok = cJSON_AddStringToObject(o, "type", s->asha ? "asha" : "fifo") &&
 	     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
 	     (s->p.has_max_t ? cJSON_AddNumberToObject(o, "max_t", s->p.max_t) != NULL

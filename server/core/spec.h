@@ -12,7 +12,8 @@
 #define SPEC_ASHA_MAX_BRACKETS 16
 
 enum spec_mode { SPEC_MODE_MIN = 0, SPEC_MODE_MAX = 1 };
-enum spec_sched_type { SPEC_SCHED_FIFO = 0, SPEC_SCHED_ASHA = 1 };
+enum spec_sched_type { SPEC_SCHED_FIFO = 0, SPEC_SCHED_ASHA = 1,
+		       SPEC_SCHED_HYPERBAND = 2 /* hyperband.c */ };
 
 struct sched_params {
 	enum spec_sched_type type;
@@ -22,6 +23,8 @@ struct sched_params {
 	double grace_period;                /* asha default 1 */
 	double reduction_factor;            /* asha default 4 */
 	int brackets;                       /* asha default 1 */
+	int promotion;                      /* asha: the promotion variant (asha_promo.c) */
+	int64_t num_trials;                 /* hyperband: the experiment's plan (validate copies it) */
 };
 
 struct spec_resources {

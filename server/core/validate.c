@@ -3,6 +3,7 @@
 #include "validate.h"
 #include "searcher.h"
 #include "tpe.h"
+#include "hyperband.h"
 
 #include <errno.h>
 #include <math.h>
@@ -231,6 +232,35 @@ static int fail_at(struct validate_error *err, const char *path, const char *key
 	return -EINVAL;
 }
 
+/* {"type": "hyperband", "time_attr", "max_t" (81), "reduction_factor" (3)}:
+ * Ray's HyperBandScheduler defaults. A band holds round(log(max_t) /
+ * log(reduction_factor)) + 1 brackets; bounded so choose stays cheap. */
+static int check_hyperband(const cJSON *s, struct sched_params *sp, struct validate_error *err)
+{
+	static const char *const keys[] = {"type", "time_attr", "max_t", "reduction_factor", NULL};
+	sp->type = SPEC_SCHED_HYPERBAND;
+	sp->has_max_t = 1;
+	sp->max_t = 81;
+	sp->reduction_factor = 3;
+	if (check_keys(s, "scheduler", "hyperband", keys, err) ||
+	    get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0 ||
+	    get_number(s, "scheduler", "max_t", &sp->max_t, err) < 0 ||
+	    get_number(s, "scheduler", "reduction_factor", &sp->reduction_factor, err) < 0)
+		return -EINVAL;
+	if (!(sp->max_t >= 1) || !isfinite(sp->max_t))
+		return fail_at(err, "scheduler", "max_t", "hyperband needs a finite max_t >= 1");
+	if (!(sp->reduction_factor > 1) || !isfinite(sp->reduction_factor))
+		return fail_at(err, "scheduler", "reduction_factor", "must be > 1");
+	if (!(nearbyint(log(sp->max_t) / log(sp->reduction_factor)) + 1 <= HB_MAX_BRACKETS_PER_BAND)) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "hyperband would have more than %d brackets; raise reduction_factor",
+			 HB_MAX_BRACKETS_PER_BAND);
+		return fail_at(err, "scheduler", "reduction_factor", msg);
+	}
+	return 0;
+}
+
 static int check_scheduler(const cJSON *s, struct sched_params *sp, struct validate_error *err)
 {
 	static const char *const fifo_keys[] = {"type", "time_attr", "max_t", NULL};
@@ -250,9 +280,11 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 	t = cJSON_GetObjectItemCaseSensitive(s, "type");
 	if (!t)
 		return fail_at(err, "scheduler", "type", "required (fifo or asha)");
+	if (cJSON_IsString(t) && strcmp(t->valuestring, "hyperband") == 0)
+		return check_hyperband(s, sp, err);
 	if (!cJSON_IsString(t) ||
 	    (strcmp(t->valuestring, "fifo") && strcmp(t->valuestring, "asha")))
-		return fail_at(err, "scheduler", "type", "must be \"fifo\" or \"asha\"");
+		return fail_at(err, "scheduler", "type", "must be \"fifo\", \"asha\" or \"hyperband\"");
 	if (strcmp(t->valuestring, "asha") == 0) {
 		sp->type = SPEC_SCHED_ASHA;
 		sp->has_max_t = 1;
@@ -743,6 +775,9 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 		return -EINVAL;
 	if (out->sched.type == SPEC_SCHED_ASHA && !has_metric)
 		return fail_at(err, "", "metric", "required with the asha scheduler (and mode)");
+	if (out->sched.type == SPEC_SCHED_HYPERBAND && !has_metric)
+		return fail_at(err, "", "metric", "required with the hyperband scheduler (and mode)");
+	out->sched.num_trials = out->num_trials;
 	if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
 			    &out->resources, err) ||
 	    check_trainable(cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "hyperband.h"
+#include "scheduler.h"
+#include "validate.h"
 
 /* Trial ids differ from creation indices, as in the server. */
 static int64_t id_of(int64_t idx)
@@ -80,7 +82,7 @@ START_TEST(pause_until_rung_complete_then_top_continue)
 	for (int i = 0; i < 3; i++)
 		add(h, i); /* running, no result yet */
 	for (int i = 3; i < 7; i++) {
-		ck_assert_int_eq(hb_choose(h, &c), 0);
+		ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 		ck_assert_int_eq(c.kind, HB_NEW);
 		add(h, i);
 		ck_assert_int_eq(result(h, i, 1, v[i - 3], &o), HB_CONTINUE);
@@ -91,10 +93,10 @@ START_TEST(pause_until_rung_complete_then_top_continue)
 		hb_outcome_clear(&o);
 	}
 	/* trial 7 is still to be created: the rung is not complete */
-	ck_assert_int_eq(hb_choose(h, &c), 0);
+	ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 	ck_assert_int_eq(c.kind, HB_NEW);
 	add(h, 7);
-	ck_assert_int_eq(hb_choose(h, &c), 0);
+	ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 	ck_assert_int_eq(c.kind, HB_WAIT);
 	/* the last one completes the rung with the best value: it and trial 4
 	 * (0.9) are the top 2 of 5; 3, 5 and 6 are stopped */
@@ -108,14 +110,14 @@ START_TEST(pause_until_rung_complete_then_top_continue)
 	ck_assert_int_eq(o.stopped[2].trial_id, id_of(3));
 	ck_assert_ptr_nonnull(strstr(o.stopped[0].reason, "rank 5 of 5"));
 	hb_outcome_clear(&o);
-	ck_assert_int_eq(hb_choose(h, &c), 0);
+	ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 	ck_assert_int_eq(c.kind, HB_RESUME);
 	ck_assert_int_eq(c.trial_id, id_of(4));
 	ck_assert_str_eq(c.reason, "promoted from t=3 in bracket 1 (top 2 of 5)");
 	ck_assert_ptr_nonnull(c.record);
 	cJSON_Delete(c.record);
 	/* taken: nothing else may start */
-	ck_assert_int_eq(hb_choose(h, &c), 0);
+	ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 	ck_assert_int_eq(c.kind, HB_WAIT);
 	/* the resumed trial continues from its checkpoint (t=4 onward); at
 	 * max_t (the last rung) each stops */
@@ -137,6 +139,13 @@ START_TEST(pause_until_rung_complete_then_top_continue)
 }
 END_TEST
 
+static int not_resumable(void *ctx, int64_t trial_id)
+{
+	(void)ctx;
+	(void)trial_id;
+	return 0;
+}
+
 /* A trial that errors before the rung completes it for the others (Ray's
  * on_trial_remove); NaN ranks last. */
 START_TEST(error_completes_rung)
@@ -151,7 +160,7 @@ START_TEST(error_completes_rung)
 		ck_assert_int_eq(result(h, i, 3, v[i - 3], &o), HB_PAUSE);
 		hb_outcome_clear(&o);
 	}
-	ck_assert_int_eq(hb_choose(h, &c), 0);
+	ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 	ck_assert_int_eq(c.kind, HB_WAIT);
 	ck_assert_int_eq(hb_on_trial_end(h, id_of(7), &o), 0);
 	ck_assert_ptr_nonnull(o.record);
@@ -167,7 +176,10 @@ START_TEST(error_completes_rung)
 	ck_assert_ptr_null(o.record);
 	ck_assert_int_eq(hb_on_trial_end(h, id_of(3), &o), 0);
 	ck_assert_ptr_null(o.record);
-	ck_assert_int_eq(hb_choose(h, &c), 0);
+	/* still pause-pending (its lease has not ended): skipped, not taken */
+	ck_assert_int_eq(hb_choose(h, 0, not_resumable, NULL, &c), 0);
+	ck_assert_int_eq(c.kind, HB_WAIT);
+	ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &c), 0);
 	ck_assert_int_eq(c.kind, HB_RESUME);
 	ck_assert_int_eq(c.trial_id, id_of(5));
 	cJSON_Delete(c.record);
@@ -199,6 +211,72 @@ START_TEST(errors)
 	ck_assert_int_eq(hb_restore(h, 5, bad), -EINVAL);
 	cJSON_Delete(bad);
 	hb_free(h);
+}
+END_TEST
+
+/* validate: Ray's defaults, the plan copied for the bracket layout, errors
+ * with path and rule; sched dispatches to the module. */
+static int check(const char *sched, struct experiment_spec *sp, struct validate_error *err)
+{
+	char buf[1024];
+	cJSON *c;
+	int rc;
+	snprintf(buf, sizeof buf,
+		 "{\"metric\": \"loss\", \"mode\": \"min\", \"num_samples\": 20, \"scheduler\": %s,"
+		 " \"trainable\": {\"type\": \"builtin\", \"model\": \"mlp\", \"dataset\": \"mnist\"}}",
+		 sched);
+	c = cJSON_Parse(buf);
+	ck_assert_ptr_nonnull(c);
+	memset(sp, 0, sizeof *sp);
+	rc = validate_experiment(c, sp, err);
+	cJSON_Delete(c);
+	return rc;
+}
+
+START_TEST(validation_and_dispatch)
+{
+	struct experiment_spec sp;
+	struct validate_error err;
+	struct sched *s;
+	struct sched_outcome o;
+	struct sched_choice ch;
+	double v = 0.5;
+	cJSON *st;
+	static const struct {
+		const char *sched, *path, *msg;
+	} bad[] = {
+		{"{\"type\": \"hyperband\", \"grace_period\": 1}", "scheduler.grace_period", "unknown"},
+		{"{\"type\": \"hyperband\", \"max_t\": 0.5}", "scheduler.max_t", ">= 1"},
+		{"{\"type\": \"hyperband\", \"reduction_factor\": 1}", "scheduler.reduction_factor", "> 1"},
+		{"{\"type\": \"hyperband\", \"max_t\": 1e12, \"reduction_factor\": 1.5}",
+		 "scheduler.reduction_factor", "brackets"},
+	};
+	ck_assert_int_eq(check("{\"type\": \"hyperband\"}", &sp, &err), 0);
+	ck_assert_int_eq(sp.sched.type, SPEC_SCHED_HYPERBAND);
+	ck_assert(sp.sched.max_t == 81 && sp.sched.reduction_factor == 3);
+	ck_assert_int_eq(sp.sched.num_trials, 20);
+	ck_assert_str_eq(sp.sched.time_attr, "training_iteration");
+	ck_assert_int_eq(sched_create(&sp.sched, sp.mode, 1, &s), 0);
+	ck_assert_int_eq(sched_bracket_for(s, 5), 1);
+	ck_assert_int_eq(sched_add_trial(s, 50, 0, NULL), 0);
+	ck_assert_int_eq(sched_on_result(s, 50, 81, &v, &o), 0); /* bracket 0: r = 81 */
+	ck_assert_int_eq(o.action, SCHED_STOP);
+	ck_assert_ptr_nonnull(o.record);
+	sched_outcome_clear(&o);
+	ck_assert_int_eq(sched_choose(s, 1, NULL, NULL, &ch), 0);
+	ck_assert_int_eq(ch.kind, SCHED_CHOOSE_NEW);
+	ck_assert_int_eq(sched_state_json(s, &st), 0);
+	ck_assert_str_eq(cJSON_GetObjectItem(st, "type")->valuestring, "hyperband");
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(st, "brackets")), 3);
+	cJSON_Delete(st);
+	sched_free(s);
+	validate_spec_free(&sp);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		ck_assert_int_ne(check(bad[i].sched, &sp, &err), 0);
+		ck_assert_str_eq(err.path, bad[i].path);
+		ck_assert_msg(strstr(err.message, bad[i].msg), "case %zu: %s", i, err.message);
+		validate_spec_free(&sp);
+	}
 }
 END_TEST
 
@@ -325,7 +403,7 @@ START_TEST(agrees_with_ray_reference)
 				const char *want = cJSON_GetArrayItem(e, 1)->valuestring;
 				int64_t idx = (int64_t)cJSON_GetArrayItem(e, 2)->valuedouble;
 				struct hb_choice ch;
-				ck_assert_int_eq(hb_choose(h, &ch), 0);
+				ck_assert_int_eq(hb_choose(h, 1, NULL, NULL, &ch), 0);
 				if (strcmp(want, "new") == 0) {
 					ck_assert_msg(ch.kind == HB_NEW, "event %d: choice %d, want new", k, ch.kind);
 					ck_assert_int_eq(idx, created);
@@ -388,6 +466,7 @@ int main(void)
 	tcase_add_test(tc, pause_until_rung_complete_then_top_continue);
 	tcase_add_test(tc, error_completes_rung);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, validation_and_dispatch);
 	tcase_add_test(tc, agrees_with_ray_reference);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
