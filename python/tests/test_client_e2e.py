@@ -230,8 +230,9 @@ class ClientE2E(unittest.TestCase):
         try:
             deadline = time.time() + 30
             while time.time() < deadline:
-                t = self.client.trials(eid)[0]
-                if (t["iteration"] or 0) >= 2:
+                ts = self.client.trials(eid)  # made at lease time (issue 13)
+                t = ts[0] if ts else {}
+                if (t.get("iteration") or 0) >= 2:
                     break
                 time.sleep(0.1)
             self.assertGreaterEqual(t["iteration"] or 0, 2, self.c.log("w-resume-1.log"))

@@ -153,7 +153,8 @@ def case_failfast(tmp):
           "ended: fail_fast: trial 2 (ff_00001) failed" in out, f"status: {out} {err}")
     code, out, err = ctune("trials", "1", "--json", "--server", url, "--db", db)
     st = sorted(t["status"] for t in json.loads(out))
-    check(st == ["ERROR", "TERMINATED", "TERMINATED"], f"trials: {st}")
+    # trials are made at lease time (issue 13): the third was never made
+    check(st == ["ERROR", "TERMINATED"], f"trials: {st}")
 
 
 def case_sigint2(tmp):

@@ -227,7 +227,12 @@ def read_tokens(path):
 def wait_for(pred, timeout, what, step=0.05):
     deadline = time.time() + timeout
     while True:
-        v = pred()
+        try:
+            v = pred()
+        except IndexError:
+            # trials are made at lease time (issue 13): a list read before
+            # the first lease is empty, which means "not yet"
+            v = None
         if v:
             return v
         if time.time() > deadline:

@@ -66,16 +66,17 @@ def body(env):
         with open(os.path.join(env.trial_dir("w1", t["id"]), "stdout.log")) as f:
             assert '"training_iteration": 4' in f.read()
 
-    # 2. More than any worker has: PENDING with a reason, never leased.
+    # 2. More than any worker has: the experiment says why, never leased
+    # (its trials are made at lease time, issue 13: none is made).
     big = env.submit(command_config("too-big", ["sh", TRAINABLE, "1", "0"],
                                     resources_per_trial={"cpu": 64}))
-    t = wait_for(lambda: (env.trials(big)[0] if env.trials(big)[0]["pending_reason"] else None),
+    t = wait_for(lambda: env.api("GET", "/api/v1/experiments/%d" % big)["pending_reason"],
                  10, "a pending_reason")
-    print("pending_reason:", t["pending_reason"])
-    assert "cpu" in t["pending_reason"], t
+    print("pending_reason:", t)
+    assert "cpu" in t, t
     time.sleep(1.5)
-    t = env.trials(big)[0]
-    assert t["status"] == "PENDING" and t["worker_id"] in (None, 0), t
+    e = env.api("GET", "/api/v1/experiments/%d" % big)
+    assert e["num_created"] == 0 and e["status"] == "RUNNING", e
     env.api("POST", "/api/v1/experiments/%d/cancel" % big, {})
 
     # 3. A failing trial: exit code, reason and stderr reach the API.

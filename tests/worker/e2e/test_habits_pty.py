@@ -42,7 +42,8 @@ def body(env):
         "pty", [PY, TRIAL, "plain", outdir, "3", str(pause)],
         trainable={"type": "command", "argv": [PY, TRIAL, "plain", outdir, "3", str(pause)],
                    "env": NOFLUSH}))
-    tid = env.trials(exp)[0]["id"]
+    # trials are made at lease time (issue 13): wait for the first
+    tid = wait_for(lambda: env.trials(exp)[0]["id"], 10, "the lease", step=0.02)
     wait_for(lambda: env.results(tid), 10, "the first result", step=0.02)
     seen = time.time()
     res = env.results(tid)
@@ -61,7 +62,7 @@ def body(env):
     exp = env.submit(command_config(
         "pipe", argv, trainable={"type": "command", "argv": argv, "env": NOFLUSH,
                                  "stdout": "pipe"}))
-    tid = env.trials(exp)[0]["id"]
+    tid = wait_for(lambda: env.trials(exp)[0]["id"], 10, "the lease", step=0.02)
     wait_for(lambda: env.results(tid), 10, "the results", step=0.02)
     n = len(env.results(tid))
     assert env_of(outdir, tid)["stdout_isatty"] is False

@@ -47,7 +47,8 @@ def body(env):
                    "env": {"RUN_DIR": "{experiment_id}/{trial_name}/{trial_id}"}},
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     # Kill the worker once a few results and a checkpoint past them are stored.
-    wait_for(lambda: len(env.results(1)) >= 3 and ckpt_iteration(env) >= 2, 20,
+    # trials are made at lease time (issue 13): trial 1 exists once leased
+    wait_for(lambda: env.trials(exp) and len(env.results(1)) >= 3 and ckpt_iteration(env) >= 2, 20,
              "results and a checkpoint")
     first = envs(outdir)
     assert len(first) == 1, first
