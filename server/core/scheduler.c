@@ -2,6 +2,8 @@
  * here; the issue 13 schedulers add their `case`s to the dispatch below. */
 #include "scheduler.h"
 #include "hyperband.h"
+#include "median.h"
+#include "pbt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,6 +16,8 @@ struct sched {
 	enum spec_mode mode;
 	struct asha *asha; /* asha (stopping variant); NULL for fifo */
 	struct hyperband *hb; /* hyperband */
+	struct pbt *pbt;      /* pbt */
+	struct median *med;   /* median_stopping */
 };
 
 void sched_outcome_clear(struct sched_outcome *o)
@@ -41,7 +45,8 @@ int sched_create(const struct sched_params *params, enum spec_mode mode,
 	int rc;
 	*out = NULL;
 	if (!params || (params->type != SPEC_SCHED_FIFO && params->type != SPEC_SCHED_ASHA &&
-			params->type != SPEC_SCHED_HYPERBAND))
+			params->type != SPEC_SCHED_HYPERBAND && params->type != SPEC_SCHED_PBT &&
+			params->type != SPEC_SCHED_MEDIAN))
 		return -EINVAL;
 	s = calloc(1, sizeof *s);
 	if (!s)
@@ -51,6 +56,16 @@ int sched_create(const struct sched_params *params, enum spec_mode mode,
 	if (params->type == SPEC_SCHED_HYPERBAND) {
 		rc = hb_create(params->max_t, params->reduction_factor, mode, params->num_trials,
 			       &s->hb);
+		if (rc) {
+			free(s);
+			return rc;
+		}
+	}
+	/* pbt keeps its own copy of the mutations; the spec's may go. */
+	s->p.pbt.mutations = NULL;
+	if (params->type == SPEC_SCHED_PBT || params->type == SPEC_SCHED_MEDIAN) {
+		rc = params->type == SPEC_SCHED_PBT ? pbt_create(&params->pbt, mode, seed, &s->pbt)
+						    : median_create(&params->median, mode, &s->med);
 		if (rc) {
 			free(s);
 			return rc;
@@ -73,6 +88,8 @@ void sched_free(struct sched *s)
 		return;
 	asha_free(s->asha);
 	hb_free(s->hb);
+	pbt_free(s->pbt);
+	median_free(s->med);
 	free(s);
 }
 
@@ -95,6 +112,18 @@ int sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx, const char *
 		return -EINVAL;
 	if (s->hb)
 		return hb_add_trial(s->hb, trial_id, idx);
+	if (s->pbt) {
+		/* PBT explores from a donor's config: it keeps each trial's. */
+		cJSON *cfg = config_json ? cJSON_Parse(config_json) : NULL;
+		int rc;
+		if (config_json && !cfg)
+			return -EINVAL;
+		rc = pbt_add_trial(s->pbt, trial_id, idx, cfg);
+		cJSON_Delete(cfg);
+		return rc;
+	}
+	if (s->med)
+		return 0; /* a trial joins median stopping with its first result */
 	if (!s->asha)
 		return 0;
 	return asha_add_trial(s->asha, trial_id, asha_bracket_for(s->asha, idx));
@@ -204,6 +233,43 @@ int sched_on_result(struct sched *s, int64_t trial_id, double t,
 		rc = hb_on_result(s->hb, trial_id, t, value ? *value : NAN, &hb);
 		return hb_to_sched(rc, &hb, out);
 	}
+	if (s->pbt) {
+		struct pbt_outcome po;
+		outcome_reset(out);
+		if (!value)
+			return 0; /* Ray: a result without the metric continues */
+		rc = pbt_on_result(s->pbt, trial_id, t, *value, &po);
+		if (rc)
+			return rc;
+		if (po.exploit) {
+			out->action = SCHED_EXPLOIT;
+			out->donor_trial_id = po.donor_trial_id;
+			out->new_config = po.new_config;
+			po.new_config = NULL;
+			snprintf(out->reason, sizeof out->reason, "%s", po.reason);
+		}
+		out->record = po.record;
+		po.record = NULL;
+		pbt_outcome_clear(&po);
+		return 0;
+	}
+	if (s->med) {
+		struct median_outcome mo;
+		outcome_reset(out);
+		if (!value)
+			return 0;
+		rc = median_on_result(s->med, trial_id, t, *value, &mo);
+		if (rc)
+			return rc;
+		out->action = mo.action == MEDIAN_STOP ? SCHED_STOP
+			      : mo.action == MEDIAN_PAUSE ? SCHED_PAUSE : SCHED_CONTINUE;
+		out->stopped_early = mo.action == MEDIAN_STOP;
+		snprintf(out->reason, sizeof out->reason, "%s", mo.reason);
+		out->record = mo.record;
+		mo.record = NULL;
+		median_outcome_clear(&mo);
+		return 0;
+	}
 	if (!s->asha) {
 		fifo_outcome(s, t, out);
 		return 0;
@@ -237,6 +303,25 @@ int sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t
 			out->action = SCHED_CONTINUE;
 		return rc;
 	}
+	if (s->pbt || s->med) {
+		int rc = 0;
+		if (out)
+			outcome_reset(out);
+		if (s->pbt) {
+			rc = pbt_on_trial_end(s->pbt, trial_id);
+			return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+		}
+		if (has_last && last_value) {
+			struct median_outcome mo;
+			rc = median_on_trial_end(s->med, trial_id, 1, t, *last_value, &mo);
+			if (!rc && out) {
+				out->record = mo.record;
+				mo.record = NULL;
+			}
+			median_outcome_clear(&mo);
+		}
+		return rc;
+	}
 	if (out)
 		fifo_outcome(s, -INFINITY, out);
 	if (!s->asha)
@@ -267,6 +352,23 @@ int sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable, voi
 		out->record = c.record;
 		return 0;
 	}
+	if (s->med && !can_new) {
+		/* hard_stop false: Ray's FIFO runs PENDING trials before PAUSED
+		 * ones, so a paused trial resumes once no new one can start. */
+		int64_t id;
+		cJSON *rec = NULL;
+		int rc = median_choose_resume(s->med, resumable, ctx, &id, &rec);
+		if (rc < 0)
+			return rc;
+		if (rc == 1) {
+			out->kind = SCHED_CHOOSE_RESUME;
+			out->trial_id = id;
+			out->record = rec;
+			snprintf(out->reason, sizeof out->reason,
+				 "resumed: no new trial left to start (median stopping, hard_stop false)");
+			return 0;
+		}
+	}
 	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
 	return 0;
 }
@@ -275,6 +377,10 @@ int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
 {
 	if (s->hb)
 		return hb_restore(s->hb, trial_id, record);
+	if (s->pbt)
+		return pbt_restore(s->pbt, trial_id, record);
+	if (s->med)
+		return median_restore(s->med, trial_id, record);
 	/* fifo and asha-stopping never return a record. */
 	return -EINVAL;
 }
@@ -308,6 +414,20 @@ int sched_state_json(const struct sched *s, cJSON **out)
 			return -ENOMEM;
 		}
 		*out = hs;
+		return 0;
+	}
+	if (s->pbt || s->med) {
+		/* {"type", "time_attr"} + pbt_state_json / median_state_json */
+		cJSON *st = NULL;
+		cJSON_Delete(o);
+		if (s->pbt ? pbt_state_json(s->pbt, &st) : median_state_json(s->med, &st))
+			return -ENOMEM;
+		if (!cJSON_AddStringToObject(st, "type", s->pbt ? "pbt" : "median_stopping") ||
+		    !cJSON_AddStringToObject(st, "time_attr", s->p.time_attr)) {
+			cJSON_Delete(st);
+			return -ENOMEM;
+		}
+		*out = st;
 		return 0;
 	}
 	ok = cJSON_AddStringToObject(o, "type", s->asha ? "asha" : "fifo") &&

@@ -13,7 +13,32 @@
 
 enum spec_mode { SPEC_MODE_MIN = 0, SPEC_MODE_MAX = 1 };
 enum spec_sched_type { SPEC_SCHED_FIFO = 0, SPEC_SCHED_ASHA = 1,
-		       SPEC_SCHED_HYPERBAND = 2 /* hyperband.c */ };
+		       SPEC_SCHED_HYPERBAND = 2 /* hyperband.c */,
+		       SPEC_SCHED_PBT = 3 /* pbt.c */,
+		       SPEC_SCHED_MEDIAN = 4 /* median.c: median_stopping */ };
+
+#define SPEC_PBT_MAX_FACTORS 16
+
+/* pbt (server/core/pbt.h): Ray's PopulationBasedTraining options. */
+struct pbt_params {
+	double perturbation_interval; /* > 0; Ray's default 60 */
+	double burn_in_period;        /* >= 0; default 0 */
+	double quantile_fraction;     /* [0, 0.5]; default 0.25 */
+	double resample_probability;  /* [0, 1]; default 0.25 */
+	int nfactors;                 /* 1..SPEC_PBT_MAX_FACTORS; default 2 */
+	double factors[SPEC_PBT_MAX_FACTORS]; /* default 1.2, 0.8 */
+	/* hyperparam_mutations. In an experiment_spec: its own copy, freed by
+	 * validate_spec_free; pbt_create copies it again. */
+	cJSON *mutations;
+};
+
+/* median_stopping (server/core/median.h): Ray's MedianStoppingRule options. */
+struct median_params {
+	double grace_period;          /* >= 0; Ray's default 60 */
+	int64_t min_samples_required; /* >= 1; default 3 */
+	double min_time_slice;        /* >= 0; default 0 (accepted, see the docs) */
+	int hard_stop;                /* default 1; 0: pause instead of stop */
+};
 
 struct sched_params {
 	enum spec_sched_type type;
@@ -25,6 +50,8 @@ struct sched_params {
 	int brackets;                       /* asha default 1 */
 	int promotion;                      /* asha: the promotion variant (asha_promo.c) */
 	int64_t num_trials;                 /* hyperband: the experiment's plan (validate copies it) */
+	struct pbt_params pbt;              /* type pbt */
+	struct median_params median;        /* type median_stopping */
 };
 
 struct spec_resources {

@@ -4,6 +4,8 @@
 #include "searcher.h"
 #include "tpe.h"
 #include "hyperband.h"
+#include "pbt.h"
+#include "median.h"
 
 #include <errno.h>
 #include <math.h>
@@ -261,6 +263,21 @@ static int check_hyperband(const cJSON *s, struct sched_params *sp, struct valid
 	return 0;
 }
 
+/* pbt (pbt.c checks the object): no search algorithm but random sampling,
+ * as Ray refuses a searcher with PopulationBasedTraining. */
+static int check_pbt(const cJSON *config, const cJSON *ps, struct pbt_params *p,
+		     struct validate_error *err)
+{
+	const cJSON *sa = cJSON_GetObjectItemCaseSensitive(config, "search_alg");
+	const cJSON *sat = cJSON_GetObjectItemCaseSensitive(sa, "type");
+	if (cJSON_IsString(sat) && strcmp(sat->valuestring, "random") != 0)
+		return fail_at(err, "search_alg", "type",
+			       "only random sampling goes with the pbt scheduler (as in Ray: a "
+			       "trial's config changes while it trains)");
+	return pbt_check(cJSON_GetObjectItemCaseSensitive(config, "scheduler"), "scheduler", ps,
+			 cJSON_GetObjectItemCaseSensitive(config, "trainable"), p, err);
+}
+
 static int check_scheduler(const cJSON *s, struct sched_params *sp, struct validate_error *err)
 {
 	static const char *const fifo_keys[] = {"type", "time_attr", "max_t", NULL};
@@ -282,9 +299,22 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 		return fail_at(err, "scheduler", "type", "required (fifo or asha)");
 	if (cJSON_IsString(t) && strcmp(t->valuestring, "hyperband") == 0)
 		return check_hyperband(s, sp, err);
+	if (cJSON_IsString(t) && strcmp(t->valuestring, "pbt") == 0) {
+		/* The rest (hyperparam_mutations against param_space and the
+		 * trainable) is checked in validate_config by pbt_check. */
+		sp->type = SPEC_SCHED_PBT;
+		return get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0 ? -EINVAL : 0;
+	}
+	if (cJSON_IsString(t) && strcmp(t->valuestring, "median_stopping") == 0) {
+		sp->type = SPEC_SCHED_MEDIAN;
+		if (median_check(s, "scheduler", &sp->median, err) ||
+		    get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0)
+			return -EINVAL;
+		return 0;
+	}
 	if (!cJSON_IsString(t) ||
 	    (strcmp(t->valuestring, "fifo") && strcmp(t->valuestring, "asha")))
-		return fail_at(err, "scheduler", "type", "must be \"fifo\", \"asha\" or \"hyperband\"");
+		return fail_at(err, "scheduler", "type", "must be \"fifo\", \"asha\", \"hyperband\", \"pbt\" or \"median_stopping\"");
 	if (strcmp(t->valuestring, "asha") == 0) {
 		sp->type = SPEC_SCHED_ASHA;
 		sp->has_max_t = 1;
@@ -777,6 +807,10 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 		return fail_at(err, "", "metric", "required with the asha scheduler (and mode)");
 	if (out->sched.type == SPEC_SCHED_HYPERBAND && !has_metric)
 		return fail_at(err, "", "metric", "required with the hyperband scheduler (and mode)");
+	if ((out->sched.type == SPEC_SCHED_PBT || out->sched.type == SPEC_SCHED_MEDIAN) && !has_metric)
+		return fail_at(err, "", "metric", out->sched.type == SPEC_SCHED_PBT
+			       ? "required with the pbt scheduler (and mode)"
+			       : "required with the median_stopping scheduler (and mode)");
 	out->sched.num_trials = out->num_trials;
 	if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
 			    &out->resources, err) ||
@@ -789,6 +823,10 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	    check_placeholders(cJSON_GetObjectItemCaseSensitive(config, "trainable"), ps, err))
 		return -EINVAL;
 
+	/* pbt: hyperparam_mutations against param_space and the trainable. */
+	struct pbt_params pbt_p = {0};
+	if (out->sched.type == SPEC_SCHED_PBT && check_pbt(config, ps, &pbt_p, err))
+		return -EINVAL;
 	if (check_search(config, ps, out, err, stored))
 		return -EINVAL;
 	/* issue 13 (decide): stop rules and the time budget. */
@@ -816,6 +854,15 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 		validate_error_set(err, "", "out of memory");
 		return -ENOMEM;
 	}
+	if (out->sched.type == SPEC_SCHED_PBT) {
+		pbt_p.mutations = cJSON_Duplicate(pbt_p.mutations, 1);
+		if (!pbt_p.mutations) {
+			validate_spec_free(out);
+			validate_error_set(err, "", "out of memory");
+			return -ENOMEM;
+		}
+		out->sched.pbt = pbt_p;
+	}
 	return 0;
 }
 
@@ -823,6 +870,8 @@ void validate_spec_free(struct experiment_spec *spec)
 {
 	if (!spec)
 		return;
+	cJSON_Delete(spec->sched.pbt.mutations);
+	spec->sched.pbt.mutations = NULL;
 	cJSON_Delete(spec->param_space);
 	cJSON_Delete(spec->trainable);
 	cJSON_Delete(spec->search_alg);

@@ -208,7 +208,7 @@ static const struct bad bad_configs[] = {
 	{"{\"scheduler\": \"asha\", " TRAIN "}", "scheduler", "must be an object"},
 	{"{\"scheduler\": {}, " TRAIN "}", "scheduler.type", "required (fifo or asha)"},
 	{"{\"scheduler\": {\"type\": \"bohb\"}, " TRAIN "}", "scheduler.type",
-	 "must be \"fifo\", \"asha\" or \"hyperband\""},
+	 "must be \"fifo\", \"asha\", \"hyperband\", \"pbt\" or \"median_stopping\""},
 	{"{\"scheduler\": {\"type\": \"asha\"}, " TRAIN "}", "metric",
 	 "required with the asha scheduler (and mode)"},
 	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"max_t\": 0}, " TRAIN "}", "scheduler.max_t",
