@@ -159,6 +159,8 @@ int decide_apply(struct server *s, struct experiment *e, struct trial *t, double
   if (!d || d->experiment_id != e->id || d == t || !d->has_checkpoint || !out->new_config) {
     /* Nothing to exploit from: the trial goes on (the worker was not told
      * anything else yet). */
+    int rc = sched_exploit_refused(e->sched, t->id, out); /* pbt forgets it too */
+    if (rc) return rc;
     out->action = SCHED_CONTINUE;
     out->reason[0] = 0;
     return 0;

@@ -27,6 +27,8 @@ struct pbt_trial {
 	double last_train_time;
 	int perturbations; /* times this trial was exploited */
 	cJSON *config;  /* current config (explored from when it is a donor) */
+	cJSON *undo_config; /* its config before the exploit just decided */
+	double undo_t;      /* that decision's t */
 };
 
 struct pbt {
@@ -270,8 +272,10 @@ void pbt_free(struct pbt *b)
 {
 	if (!b)
 		return;
-	for (int i = 0; i < b->n; i++)
+	for (int i = 0; i < b->n; i++) {
 		cJSON_Delete(b->t[i].config);
+		cJSON_Delete(b->t[i].undo_config);
+	}
 	free(b->t);
 	cJSON_Delete(b->mutations);
 	free(b);
@@ -590,6 +594,8 @@ int pbt_on_result(struct pbt *b, int64_t trial_id, double t, double value,
 		return -ENOENT;
 	if (isnan(t))
 		return -EINVAL;
+	cJSON_Delete(tr->undo_config); /* the last exploit was carried out */
+	tr->undo_config = NULL;
 	/* Burn-in, then every perturbation_interval of the trial's own time. */
 	if (t < b->p.burn_in_period || t - tr->last_perturbation_time < b->p.perturbation_interval)
 		return 0;
@@ -652,7 +658,8 @@ int pbt_on_result(struct pbt *b, int64_t trial_id, double t, double value,
 		tr->last_train_time = donor->last_train_time;
 		tr->perturbations++;
 		b->perturbations++;
-		cJSON_Delete(tr->config);
+		tr->undo_config = tr->config;
+		tr->undo_t = t;
 		tr->config = cJSON_Duplicate(nc, 1);
 		out->exploit = 1;
 		out->donor_trial_id = donor->id;
@@ -669,6 +676,31 @@ fail:
 	cJSON_Delete(rec);
 	pbt_outcome_clear(out);
 	return rc;
+}
+
+int pbt_exploit_refused(struct pbt *b, int64_t trial_id, cJSON *record)
+{
+	struct pbt_trial *tr = find(b, trial_id);
+	if (!tr || !tr->undo_config)
+		return -ENOENT;
+	cJSON_Delete(tr->config);
+	tr->config = tr->undo_config;
+	tr->undo_config = NULL;
+	tr->last_perturbation_time = tr->undo_t;
+	tr->last_train_time = tr->undo_t;
+	tr->perturbations--;
+	b->perturbations--;
+	/* The record becomes the one of a perturbation point without exploit. */
+	if (record) {
+		cJSON_DeleteItemFromObjectCaseSensitive(record, "donor");
+		cJSON_DeleteItemFromObjectCaseSensitive(record, "config");
+		cJSON_DeleteItemFromObjectCaseSensitive(record, "last_perturbation_time");
+		cJSON_DeleteItemFromObjectCaseSensitive(record, "last_train_time");
+		if (!add_num(record, "last_perturbation_time", tr->undo_t) ||
+		    !add_num(record, "last_train_time", tr->undo_t))
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 int pbt_restore(struct pbt *b, int64_t trial_id, const cJSON *rec)

@@ -52,6 +52,12 @@ int pbt_on_result(struct pbt *b, int64_t trial_id, double t, double value,
 		  struct pbt_outcome *out);
 /* The trial ended: it leaves the quantiles (Ray's is_finished()). */
 int pbt_on_trial_end(struct pbt *b, int64_t trial_id);
+/* The server could not carry out the exploit just decided for trial_id
+ * (the donor has no stored checkpoint): the trial keeps its config and goes
+ * on. Reverts that decision and rewrites its record (in place) to the one of
+ * a perturbation point without exploit, so a replay agrees. -ENOENT: no
+ * exploit pending for it. */
+int pbt_exploit_refused(struct pbt *b, int64_t trial_id, cJSON *record);
 /* Replays one record (in the original order), before or after add_trial. */
 int pbt_restore(struct pbt *b, int64_t trial_id, const cJSON *record);
 void pbt_outcome_clear(struct pbt_outcome *o);

@@ -385,6 +385,15 @@ int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
 	return -EINVAL;
 }
 
+int sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out)
+{
+	int rc;
+	if (!s->pbt || !out || out->action != SCHED_EXPLOIT)
+		return 0;
+	rc = pbt_exploit_refused(s->pbt, trial_id, out->record);
+	return rc == -ENOENT ? 0 : rc;
+}
+
 int sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
 			 double milestone, double value, int stopped_early)
 {

@@ -94,6 +94,10 @@ void sched_choice_clear(struct sched_choice *c);
 
 /* Replays one sched_records row (load). fifo/asha-stopping: -EINVAL. */
 int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record);
+/* The server could not carry out out's EXPLOIT (no stored donor checkpoint)
+ * and lets the trial continue: the scheduler forgets that exploit and
+ * rewrites out->record so a replay agrees (pbt). 0 for other types. */
+int sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out);
 /* asha-stopping's own records (asha_records); other types: -EINVAL. */
 int sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
 			 double milestone, double value, int stopped_early);

@@ -403,6 +403,57 @@ START_TEST(check_accepts_and_fills_defaults)
 END_TEST
 
 
+/* The server could not copy the donor's checkpoint: the exploit is undone,
+ * the record says "no exploit", and a replay of the records gives the same
+ * state as the live scheduler. */
+START_TEST(refused_exploit_is_forgotten)
+{
+	cJSON *m;
+	struct pbt *b = four(6, "{\"lr\": {\"type\": \"loguniform\", \"lower\": 1e-4, \"upper\": 1}}", &m);
+	struct pbt_outcome o;
+	cJSON *recs = cJSON_CreateArray(), *pair, *s1, *s2;
+	struct pbt *b2;
+	const int ids[4] = {8, 9, 7, 10};
+	const double vals[4] = {0.5, 0.6, 0.9, 0.1};
+	for (int k = 0; k < 4; k++) {
+		result(b, ids[k], 6, vals[k], &o);
+		if (ids[k] == 10) {
+			ck_assert_int_eq(o.exploit, 1);
+			ck_assert_int_eq(pbt_exploit_refused(b, 10, o.record), 0);
+			ck_assert_ptr_null(cJSON_GetObjectItem(o.record, "donor"));
+			ck_assert_ptr_null(cJSON_GetObjectItem(o.record, "config"));
+			ck_assert_double_eq(cJSON_GetObjectItem(o.record, "last_perturbation_time")->valuedouble, 6);
+			ck_assert_int_eq(pbt_exploit_refused(b, 10, o.record), -ENOENT);
+		}
+		pair = cJSON_CreateArray();
+		cJSON_AddItemToArray(pair, cJSON_CreateNumber(ids[k]));
+		cJSON_AddItemToArray(pair, o.record);
+		o.record = NULL;
+		cJSON_AddItemToArray(recs, pair);
+		pbt_outcome_clear(&o);
+	}
+	/* Trial 10 keeps its own config and its own time: next point at 12. */
+	result(b, 10, 11, 0.1, &o);
+	ck_assert_ptr_null(o.record);
+	/* A restarted server: the same trials, then the records replayed. */
+	cJSON_Delete(m);
+	b2 = four(6, "{\"lr\": {\"type\": \"loguniform\", \"lower\": 1e-4, \"upper\": 1}}", &m);
+	cJSON_ArrayForEach(pair, recs)
+		ck_assert_int_eq(pbt_restore(b2, (int64_t)cJSON_GetArrayItem(pair, 0)->valuedouble,
+					     cJSON_GetArrayItem(pair, 1)), 0);
+	ck_assert_int_eq(pbt_state_json(b, &s1), 0);
+	ck_assert_int_eq(pbt_state_json(b2, &s2), 0);
+	ck_assert_int_eq(cJSON_GetObjectItem(s1, "perturbations")->valueint, 0);
+	ck_assert(cJSON_Compare(cJSON_GetObjectItem(s1, "trials"), cJSON_GetObjectItem(s2, "trials"), 1));
+	cJSON_Delete(s1);
+	cJSON_Delete(s2);
+	cJSON_Delete(recs);
+	cJSON_Delete(m);
+	pbt_free(b);
+	pbt_free(b2);
+}
+END_TEST
+
 #define TRAIN_BUILTIN "\"trainable\": {\"type\": \"builtin\", \"model\": \"mlp\", \"dataset\": \"mnist\"}"
 
 /* Submission: the builtin trainable's shape keys are refused with a path;
@@ -517,6 +568,7 @@ int main(void)
 	tcase_add_test(tc, check_errors_name_path_and_rule);
 	tcase_add_test(tc, check_accepts_and_fills_defaults);
 	tcase_add_test(tc, validate_pbt_experiment);
+	tcase_add_test(tc, refused_exploit_is_forgotten);
 	tcase_add_test(tc, dispatch_through_scheduler);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
