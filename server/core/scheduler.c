@@ -1,6 +1,7 @@
 /* sched: one interface over every scheduler. fifo and asha (stopping) are
  * here; the issue 13 schedulers add their `case`s to the dispatch below. */
 #include "scheduler.h"
+#include "asha_promo.h"
 #include "hyperband.h"
 #include "median.h"
 #include "pbt.h"
@@ -18,6 +19,7 @@ struct sched {
 	struct hyperband *hb; /* hyperband */
 	struct pbt *pbt;      /* pbt */
 	struct median *med;   /* median_stopping */
+	struct apromo *ap;    /* asha with "promotion": true (asha_promo.c) */
 };
 
 void sched_outcome_clear(struct sched_outcome *o)
@@ -26,6 +28,7 @@ void sched_outcome_clear(struct sched_outcome *o)
 		return;
 	cJSON_Delete(o->record);
 	cJSON_Delete(o->new_config);
+	free(o->ended);
 	memset(o, 0, sizeof *o);
 	o->asha.milestone_index = -1;
 }
@@ -71,7 +74,13 @@ int sched_create(const struct sched_params *params, enum spec_mode mode,
 			return rc;
 		}
 	}
-	if (params->type == SPEC_SCHED_ASHA) {
+	if (params->type == SPEC_SCHED_ASHA && params->promotion) {
+		rc = apromo_create(params, mode, seed, &s->ap);
+		if (rc) {
+			free(s);
+			return rc;
+		}
+	} else if (params->type == SPEC_SCHED_ASHA) {
 		rc = asha_create(params, mode, seed, &s->asha);
 		if (rc) {
 			free(s);
@@ -90,6 +99,7 @@ void sched_free(struct sched *s)
 	hb_free(s->hb);
 	pbt_free(s->pbt);
 	median_free(s->med);
+	apromo_free(s->ap);
 	free(s);
 }
 
@@ -102,6 +112,8 @@ int sched_bracket_for(const struct sched *s, int64_t idx)
 {
 	if (s->hb)
 		return hb_bracket_of(s->hb, idx) < 0 ? 0 : hb_bracket_of(s->hb, idx);
+	if (s->ap)
+		return apromo_bracket_for(s->ap, idx);
 	return s->asha ? asha_bracket_for(s->asha, idx) : 0;
 }
 
@@ -112,6 +124,8 @@ int sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx, const char *
 		return -EINVAL;
 	if (s->hb)
 		return hb_add_trial(s->hb, trial_id, idx);
+	if (s->ap)
+		return apromo_add_trial(s->ap, trial_id, apromo_bracket_for(s->ap, idx));
 	if (s->pbt) {
 		/* PBT explores from a donor's config: it keeps each trial's. */
 		cJSON *cfg = config_json ? cJSON_Parse(config_json) : NULL;
@@ -203,11 +217,22 @@ static void asha_outcome_to_sched(const struct sched *s, double t, struct sched_
 }
 
 /* hyperband's outcome as a sched_outcome. Paused trials a halving stopped
- * (hb.stopped) stay PAUSED for the server and are never resumed: they end
- * TERMINATED with the experiment (HACKING.md). */
+ * (hb.stopped) are out->ended: state_decide ends them TERMINATED with their
+ * reason in the decision's transaction. */
 static int hb_to_sched(int rc, struct hb_outcome *hb, struct sched_outcome *out)
 {
 	outcome_reset(out);
+	if (rc == 0 && hb->nstopped) {
+		out->ended = calloc(hb->nstopped, sizeof *out->ended);
+		if (!out->ended)
+			rc = -ENOMEM;
+		for (size_t i = 0; out->ended && i < hb->nstopped; i++) {
+			out->ended[i].trial_id = hb->stopped[i].trial_id;
+			snprintf(out->ended[i].reason, sizeof out->ended[i].reason, "%s",
+				 hb->stopped[i].reason);
+		}
+		out->nended = out->ended ? hb->nstopped : 0;
+	}
 	if (rc == 0) {
 		out->action = hb->action == HB_PAUSE  ? SCHED_PAUSE
 			      : hb->action == HB_STOP ? SCHED_STOP
@@ -219,6 +244,49 @@ static int hb_to_sched(int rc, struct hb_outcome *hb, struct sched_outcome *out)
 	}
 	hb_outcome_clear(hb);
 	return rc;
+}
+
+/* asha with promotion: pause at a rung, stop at max_t or on a non-finite
+ * value at a rung (it could never be promoted). */
+static int ap_on_result(const struct sched *s, int64_t trial_id, double t, const double *value,
+			struct sched_outcome *out)
+{
+	struct apromo_outcome ao;
+	int rc;
+	outcome_reset(out);
+	if (!value) {
+		/* Ray: a result without the metric is not the scheduler's
+		 * business (it ranks at no rung); max_t still ends the trial. */
+		fifo_outcome(s, t, out);
+		return 0;
+	}
+	rc = apromo_on_result(s->ap, trial_id, t, *value, &ao);
+	if (rc)
+		return rc;
+	out->record = ao.record;
+	switch (ao.action) {
+	case APROMO_PAUSE:
+		out->action = SCHED_PAUSE;
+		snprintf(out->reason, sizeof out->reason,
+			 "paused at rung %d (%s %g): rank %lld of %lld there", ao.rung,
+			 s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n);
+		break;
+	case APROMO_STOP:
+		out->action = SCHED_STOP;
+		if (ao.why == APROMO_MAX_T) {
+			snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)",
+				 s->p.max_t, s->p.time_attr, t);
+		} else {
+			out->stopped_early = 1;
+			snprintf(out->reason, sizeof out->reason,
+				 "stopped at t=%g: the metric is not a finite number at rung %d", t,
+				 ao.rung);
+		}
+		break;
+	default:
+		break;
+	}
+	return 0;
 }
 
 int sched_on_result(struct sched *s, int64_t trial_id, double t,
@@ -233,6 +301,8 @@ int sched_on_result(struct sched *s, int64_t trial_id, double t,
 		rc = hb_on_result(s->hb, trial_id, t, value ? *value : NAN, &hb);
 		return hb_to_sched(rc, &hb, out);
 	}
+	if (s->ap)
+		return ap_on_result(s, trial_id, t, value, out);
 	if (s->pbt) {
 		struct pbt_outcome po;
 		outcome_reset(out);
@@ -303,6 +373,16 @@ int sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t
 			out->action = SCHED_CONTINUE;
 		return rc;
 	}
+	if (s->ap) {
+		int rc;
+		(void)has_last;
+		(void)t;
+		(void)last_value;
+		if (out)
+			outcome_reset(out);
+		rc = apromo_on_trial_end(s->ap, trial_id);
+		return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+	}
 	if (s->pbt || s->med) {
 		int rc = 0;
 		if (out)
@@ -352,6 +432,34 @@ int sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable, voi
 		out->record = c.record;
 		return 0;
 	}
+	if (s->ap) {
+		struct apromo_choice c;
+		int rc = apromo_choose(s->ap, resumable, ctx, &c);
+		if (rc)
+			return rc;
+		if (c.found) {
+			out->kind = SCHED_CHOOSE_RESUME;
+			out->trial_id = c.trial_id;
+			out->record = c.record;
+			if (s->ap && apromo_num_brackets(s->ap) > 1)
+				snprintf(out->reason, sizeof out->reason,
+					 "promoted from rung %d of bracket %d (top %lld of %lld at "
+					 "%s %g), runs to %g",
+					 c.rung, c.bracket, (long long)c.top, (long long)c.n,
+					 s->p.time_attr, c.rung_t, c.next_t);
+			else
+				snprintf(out->reason, sizeof out->reason,
+					 "promoted from rung %d (top %lld of %lld at %s %g), runs "
+					 "to %g",
+					 c.rung, (long long)c.top, (long long)c.n, s->p.time_attr,
+					 c.rung_t, c.next_t);
+			return 0;
+		}
+		/* Nothing to promote: a new trial while the plan allows one (the
+		 * paper draws a new configuration), else wait for running ones. */
+		out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
+		return 0;
+	}
 	if (s->med && !can_new) {
 		/* hard_stop false: Ray's FIFO runs PENDING trials before PAUSED
 		 * ones, so a paused trial resumes once no new one can start. */
@@ -381,6 +489,8 @@ int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
 		return pbt_restore(s->pbt, trial_id, record);
 	if (s->med)
 		return median_restore(s->med, trial_id, record);
+	if (s->ap)
+		return apromo_restore(s->ap, trial_id, record);
 	/* fifo and asha-stopping never return a record. */
 	return -EINVAL;
 }
@@ -437,6 +547,25 @@ int sched_state_json(const struct sched *s, cJSON **out)
 			return -ENOMEM;
 		}
 		*out = st;
+		return 0;
+	}
+	if (s->ap) {
+		ok = cJSON_AddStringToObject(o, "type", "asha") &&
+		     cJSON_AddTrueToObject(o, "promotion") &&
+		     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
+		     cJSON_AddNumberToObject(o, "max_t", s->p.max_t) &&
+		     cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
+		     cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
+		     apromo_state_json(s->ap, &br) == 0;
+		if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
+			cJSON_Delete(br);
+			ok = 0;
+		}
+		if (!ok) {
+			cJSON_Delete(o);
+			return -ENOMEM;
+		}
+		*out = o;
 		return 0;
 	}
 	ok = cJSON_AddStringToObject(o, "type", s->asha ? "asha" : "fifo") &&

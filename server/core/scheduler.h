@@ -22,6 +22,14 @@ enum sched_action {
 
 #define SCHED_REASON_MAX 256 /* a reason sentence: at most 255 bytes + NUL */
 
+/* Another trial a decision ended (HyperBand's halving stops PAUSED trials
+ * that did not make the cut): state_decide ends it TERMINATED with the
+ * reason, in the decision's transaction. */
+struct sched_ended {
+	int64_t trial_id;
+	char reason[SCHED_REASON_MAX];
+};
+
 /* One decision. Every field is set by sched_on_result / sched_on_trial_end
  * (zeroed first: reason "" = none, record NULL = nothing to store). The
  * caller owns record and new_config after the call: sched_outcome_clear. */
@@ -41,6 +49,9 @@ struct sched_outcome {
 	/* asha's stopping variant only: what it recorded, for asha_records
 	 * (asha.recorded = 0 for every other type). */
 	struct asha_outcome asha;
+	/* Other trials this decision ended (owned; freed by sched_outcome_clear). */
+	struct sched_ended *ended;
+	size_t nended;
 };
 
 /* Frees record and new_config and zeroes the outcome (safe on a zeroed one). */

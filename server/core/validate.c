@@ -282,7 +282,7 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 {
 	static const char *const fifo_keys[] = {"type", "time_attr", "max_t", NULL};
 	static const char *const asha_keys[] = {"type", "time_attr", "max_t", "grace_period",
-						"reduction_factor", "brackets", NULL};
+						"reduction_factor", "brackets", "promotion", NULL};
 	const cJSON *t;
 	int64_t brackets = 1;
 	int rc;
@@ -342,6 +342,12 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 	    get_int(s, "scheduler", "brackets", 1, SPEC_ASHA_MAX_BRACKETS, &brackets, err) < 0)
 		return -EINVAL;
 	sp->brackets = (int)brackets;
+	/* "promotion": true is ASHA's promotion variant (asha_promo.c): trials
+	 * pause at each rung and the top 1/eta are resumed. */
+	const cJSON *promo = cJSON_GetObjectItemCaseSensitive(s, "promotion");
+	if (promo && !cJSON_IsBool(promo))
+		return fail_at(err, "scheduler", "promotion", "must be true or false");
+	sp->promotion = cJSON_IsTrue(promo);
 	if (!(sp->grace_period > 0))
 		return fail_at(err, "scheduler", "grace_period", "must be > 0");
 	if (!(sp->grace_period <= sp->max_t))

@@ -231,7 +231,10 @@ static const struct bad bad_configs[] = {
 	 "scheduler.brackets", "must be an integer from 1 to 16"},
 	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"stop_last_trials\": true}, " TRAIN "}",
 	 "scheduler.stop_last_trials",
-	 "unknown field (asha takes type, time_attr, max_t, grace_period, reduction_factor, brackets)"},
+	 "unknown field (asha takes type, time_attr, max_t, grace_period, reduction_factor, brackets, "
+	 "promotion)"},
+	{"{" ASHA "\"scheduler\": {\"type\": \"asha\", \"promotion\": 1}, " TRAIN "}",
+	 "scheduler.promotion", "must be true or false"},
 	{"{\"scheduler\": {\"type\": \"fifo\", \"grace_period\": 1}, " TRAIN "}",
 	 "scheduler.grace_period", "unknown field (fifo takes type, time_attr, max_t)"},
 	{"{\"scheduler\": {\"type\": \"fifo\", \"time_attr\": \"\"}, " TRAIN "}", "scheduler.time_attr",

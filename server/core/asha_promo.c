@@ -1,0 +1,461 @@
+/* asha_promo: ASHA's promotion variant (Algorithm 2 of Li et al. 2020). Each
+ * rung keeps its entries ranked (best first, ties by arrival, non-finite
+ * last), so a result is one binary search and one memmove and get_job reads
+ * only the top floor(n/eta) of each rung. */
+#include "asha_promo.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+struct entry {
+	int64_t trial_id;
+	double v; /* sign-flipped: larger is better; NaN for non-finite */
+};
+
+struct prung {
+	double t;
+	struct entry *e; /* ranked */
+	size_t n, cap;
+	int64_t promoted;
+};
+
+struct pbracket {
+	int n; /* pausing rungs */
+	struct prung r[SPEC_ASHA_MAX_MILESTONES];
+};
+
+struct ptrial {
+	int64_t id;
+	int used;
+	int added;  /* exists (sched_add_trial) */
+	int ended;
+	int paused; /* waiting at `rung` for a promotion */
+	int bracket;
+	int rung;   /* highest rung recorded, -1 none */
+};
+
+struct apromo {
+	struct sched_params p;
+	double sign;
+	uint64_t bracket_seed;
+	int nb;
+	struct pbracket b[SPEC_ASHA_MAX_BRACKETS];
+	struct ptrial *slots;
+	size_t nslots, nused;
+};
+
+/* --- trials: open addressing, linear probing --- */
+
+static size_t hash_id(int64_t id, size_t mask)
+{
+	uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
+	return (size_t)(x ^ (x >> 29)) & mask;
+}
+
+static struct ptrial *find(const struct apromo *a, int64_t id)
+{
+	size_t mask = a->nslots - 1;
+	for (size_t i = hash_id(id, mask);; i = (i + 1) & mask) {
+		if (!a->slots[i].used)
+			return NULL;
+		if (a->slots[i].id == id)
+			return &a->slots[i];
+	}
+}
+
+static int grow(struct apromo *a)
+{
+	size_t n = a->nslots * 2;
+	struct ptrial *s = calloc(n, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	for (size_t i = 0; i < a->nslots; i++) {
+		if (!a->slots[i].used)
+			continue;
+		size_t j = hash_id(a->slots[i].id, n - 1);
+		while (s[j].used)
+			j = (j + 1) & (n - 1);
+		s[j] = a->slots[i];
+	}
+	free(a->slots);
+	a->slots = s;
+	a->nslots = n;
+	return 0;
+}
+
+static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out)
+{
+	struct ptrial *t = find(a, id);
+	if (!t) {
+		if ((a->nused + 1) * 2 > a->nslots && grow(a))
+			return -ENOMEM;
+		size_t mask = a->nslots - 1, i = hash_id(id, mask);
+		while (a->slots[i].used)
+			i = (i + 1) & mask;
+		t = &a->slots[i];
+		memset(t, 0, sizeof *t);
+		t->used = 1;
+		t->id = id;
+		t->bracket = bracket;
+		t->rung = -1;
+		a->nused++;
+	}
+	*out = t;
+	return 0;
+}
+
+/* --- setup --- */
+
+int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64_t seed,
+		  struct apromo **out)
+{
+	struct apromo *a;
+	*out = NULL;
+	if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
+	    !(params->grace_period > 0) || !(params->reduction_factor > 1) ||
+	    params->brackets < 1 || params->brackets > SPEC_ASHA_MAX_BRACKETS)
+		return -EINVAL;
+	a = calloc(1, sizeof *a);
+	if (!a)
+		return -ENOMEM;
+	a->p = *params;
+	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
+	/* The stopping variant's bracket draw: the same seed gives the same
+	 * brackets whichever variant runs. */
+	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->nb = params->brackets;
+	for (int b = 0; b < a->nb; b++) {
+		int n = 0;
+		for (int k = 0; k < SPEC_ASHA_MAX_MILESTONES; k++) {
+			double t = params->grace_period * pow(params->reduction_factor, k + b);
+			/* A rung at max_t (or past it) is the end, not a pause. */
+			if (!(t < params->max_t))
+				break;
+			a->b[b].r[n++].t = t;
+		}
+		a->b[b].n = n;
+	}
+	a->nslots = 64;
+	a->slots = calloc(a->nslots, sizeof *a->slots);
+	if (!a->slots) {
+		free(a);
+		return -ENOMEM;
+	}
+	*out = a;
+	return 0;
+}
+
+void apromo_free(struct apromo *a)
+{
+	if (!a)
+		return;
+	for (int b = 0; b < a->nb; b++)
+		for (int k = 0; k < a->b[b].n; k++)
+			free(a->b[b].r[k].e);
+	free(a->slots);
+	free(a);
+}
+
+int apromo_num_brackets(const struct apromo *a)
+{
+	return a->nb;
+}
+
+int apromo_num_rungs(const struct apromo *a, int bracket)
+{
+	return bracket < 0 || bracket >= a->nb ? -EINVAL : a->b[bracket].n;
+}
+
+double apromo_rung_t(const struct apromo *a, int bracket, int k)
+{
+	if (bracket < 0 || bracket >= a->nb || k < 0 || k >= a->b[bracket].n)
+		return NAN;
+	return a->b[bracket].r[k].t;
+}
+
+/* asha_bracket_for's draw (asha.c): weights e^(milestones of the bracket),
+ * counted as the stopping variant counts them, so both variants agree. */
+int apromo_bracket_for(const struct apromo *a, int64_t idx)
+{
+	double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
+	int m[SPEC_ASHA_MAX_BRACKETS], mmax = 0;
+	struct rng r;
+	if (a->nb == 1)
+		return 0;
+	for (int b = 0; b < a->nb; b++) {
+		double nd = log(a->p.max_t / a->p.grace_period) / log(a->p.reduction_factor) - b + 1;
+		m[b] = nd < 0 ? 0 : (int)nd;
+		if (m[b] > mmax)
+			mmax = m[b];
+	}
+	for (int b = 0; b < a->nb; b++) {
+		w[b] = exp((double)(m[b] - mmax));
+		sum += w[b];
+	}
+	rng_seed(&r, rng_mix(a->bracket_seed, (uint64_t)idx));
+	u = rng_uniform(&r) * sum;
+	for (int b = 0; b < a->nb; b++) {
+		if (u < w[b])
+			return b;
+		u -= w[b];
+	}
+	return a->nb - 1;
+}
+
+int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket)
+{
+	struct ptrial *t;
+	if (bracket < 0 || bracket >= a->nb)
+		return -EINVAL;
+	int rc = get(a, trial_id, bracket, &t);
+	if (rc)
+		return rc;
+	if (t->bracket != bracket)
+		return -EINVAL;
+	t->added = 1;
+	return 0;
+}
+
+/* --- rungs --- */
+
+/* Inserts after every entry at least as good (ties: arrival order);
+ * non-finite values go last. Returns the 0-based rank or -ENOMEM. */
+static int64_t rung_insert(struct prung *r, int64_t id, double v)
+{
+	size_t lo = 0, hi = r->n;
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 16;
+		struct entry *ne = realloc(r->e, cap * sizeof *ne);
+		if (!ne)
+			return -ENOMEM;
+		r->e = ne;
+		r->cap = cap;
+	}
+	if (isfinite(v)) {
+		/* First entry worse than v: non-finite or smaller. */
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (isfinite(r->e[mid].v) && r->e[mid].v >= v)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+	} else {
+		lo = r->n;
+		v = NAN;
+	}
+	memmove(r->e + lo + 1, r->e + lo, (r->n - lo) * sizeof *r->e);
+	r->e[lo] = (struct entry){.trial_id = id, .v = v};
+	r->n++;
+	return (int64_t)lo;
+}
+
+/* Records the value (sign-flipped) at rung k of the trial's bracket. */
+static int record_at(struct apromo *a, struct ptrial *t, int k, double v, int64_t *rank)
+{
+	struct prung *r = &a->b[t->bracket].r[k];
+	int64_t pos = rung_insert(r, t->id, v);
+	if (pos < 0)
+		return (int)pos;
+	t->rung = k;
+	t->paused = isfinite(v);
+	if (rank)
+		*rank = pos + 1;
+	return 0;
+}
+
+static cJSON *make_record(int bracket, int k, double own_value, int paused)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return NULL;
+	if (!cJSON_AddNumberToObject(o, "b", bracket) || !cJSON_AddNumberToObject(o, "r", k) ||
+	    !(isfinite(own_value) ? cJSON_AddNumberToObject(o, "v", own_value)
+				  : cJSON_AddNullToObject(o, "v")) ||
+	    !cJSON_AddNumberToObject(o, "p", paused)) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
+		     struct apromo_outcome *out)
+{
+	struct ptrial *tr = find(a, trial_id);
+	memset(out, 0, sizeof *out);
+	out->rung = -1;
+	if (!tr)
+		return -ENOENT;
+	out->bracket = tr->bracket;
+	if (tr->ended || tr->paused)
+		return 0; /* a late result of a finished or paused run: nothing to decide */
+	if (t >= a->p.max_t) {
+		/* Done: the last rung is max_t itself, where nothing is ranked. */
+		out->action = APROMO_STOP;
+		out->why = APROMO_MAX_T;
+		return 0;
+	}
+	int k = tr->rung + 1;
+	const struct pbracket *b = &a->b[tr->bracket];
+	if (k >= b->n || t < b->r[k].t)
+		return 0;
+	double v = isfinite(value) ? a->sign * value : NAN;
+	cJSON *rec = make_record(tr->bracket, k, value, isfinite(v));
+	if (!rec)
+		return -ENOMEM;
+	int rc = record_at(a, tr, k, v, &out->rank);
+	if (rc) {
+		cJSON_Delete(rec);
+		return rc;
+	}
+	out->rung = k;
+	out->rung_t = b->r[k].t;
+	out->n = (int64_t)b->r[k].n;
+	out->record = rec;
+	if (isfinite(v)) {
+		out->action = APROMO_PAUSE;
+	} else {
+		/* It can never be promoted: end it rather than park it. */
+		out->action = APROMO_STOP;
+		out->why = APROMO_NONFINITE;
+	}
+	return 0;
+}
+
+int apromo_on_trial_end(struct apromo *a, int64_t trial_id)
+{
+	struct ptrial *tr = find(a, trial_id);
+	if (!tr)
+		return -ENOENT;
+	tr->ended = 1;
+	tr->paused = 0;
+	return 0;
+}
+
+static int64_t top_of(const struct apromo *a, size_t n)
+{
+	return (int64_t)floor((double)n / a->p.reduction_factor);
+}
+
+int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
+		  struct apromo_choice *out)
+{
+	memset(out, 0, sizeof *out);
+	for (int bi = 0; bi < a->nb; bi++) {
+		struct pbracket *b = &a->b[bi];
+		for (int k = b->n - 1; k >= 0; k--) {
+			struct prung *r = &b->r[k];
+			int64_t top = top_of(a, r->n);
+			for (int64_t i = 0; i < top; i++) {
+				const struct entry *e = &r->e[i];
+				struct ptrial *tr;
+				if (!isfinite(e->v))
+					break; /* ranked last: nothing promotable below */
+				tr = find(a, e->trial_id);
+				if (!tr || !tr->added || tr->ended || !tr->paused || tr->rung != k)
+					continue;
+				if (resumable && !resumable(ctx, tr->id))
+					continue;
+				cJSON *rec = cJSON_CreateObject();
+				if (!rec || !cJSON_AddNumberToObject(rec, "promote", k)) {
+					cJSON_Delete(rec);
+					return -ENOMEM;
+				}
+				tr->paused = 0;
+				r->promoted++;
+				out->found = 1;
+				out->trial_id = tr->id;
+				out->bracket = bi;
+				out->rung = k;
+				out->rung_t = r->t;
+				out->next_t = k + 1 < b->n ? b->r[k + 1].t : a->p.max_t;
+				out->top = top;
+				out->n = (int64_t)r->n;
+				out->record = rec;
+				return 0;
+			}
+		}
+	}
+	return 0;
+}
+
+int apromo_restore(struct apromo *a, int64_t trial_id, const cJSON *record)
+{
+	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(record, "promote");
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(record, "b");
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(record, "r");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(record, "v");
+	struct ptrial *tr;
+	int rc;
+	if (cJSON_IsNumber(pr)) {
+		tr = find(a, trial_id);
+		if (!tr || !tr->paused || tr->rung != pr->valueint)
+			return -EINVAL;
+		tr->paused = 0;
+		a->b[tr->bracket].r[tr->rung].promoted++;
+		return 0;
+	}
+	if (!cJSON_IsNumber(b) || !cJSON_IsNumber(r) || (!cJSON_IsNumber(v) && !cJSON_IsNull(v)) ||
+	    b->valueint < 0 || b->valueint >= a->nb || r->valueint < 0 ||
+	    r->valueint >= a->b[b->valueint].n)
+		return -EINVAL;
+	if ((rc = get(a, trial_id, b->valueint, &tr)))
+		return rc;
+	if (tr->bracket != b->valueint || r->valueint != tr->rung + 1)
+		return -EINVAL;
+	return record_at(a, tr, r->valueint,
+			 cJSON_IsNumber(v) && isfinite(v->valuedouble) ? a->sign * v->valuedouble
+								      : NAN,
+			 NULL);
+}
+
+int apromo_state_json(const struct apromo *a, cJSON **out)
+{
+	cJSON *arr = cJSON_CreateArray();
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	for (int bi = 0; bi < a->nb; bi++) {
+		const struct pbracket *b = &a->b[bi];
+		cJSON *o = cJSON_CreateObject(), *rungs = cJSON_CreateArray();
+		if (!o || !cJSON_AddItemToArray(arr, o)) {
+			cJSON_Delete(o);
+			cJSON_Delete(rungs);
+			goto fail;
+		}
+		if (!rungs || !cJSON_AddItemToObject(o, "rungs", rungs)) {
+			cJSON_Delete(rungs);
+			goto fail;
+		}
+		if (!cJSON_AddNumberToObject(o, "index", bi))
+			goto fail;
+		for (int k = 0; k < b->n; k++) {
+			const struct prung *r = &b->r[k];
+			int64_t paused = 0;
+			for (size_t i = 0; i < r->n; i++) {
+				const struct ptrial *tr = find(a, r->e[i].trial_id);
+				paused += tr && tr->added && tr->paused && tr->rung == k && !tr->ended;
+			}
+			cJSON *x = cJSON_CreateObject();
+			if (!x || !cJSON_AddItemToArray(rungs, x)) {
+				cJSON_Delete(x);
+				goto fail;
+			}
+			if (!cJSON_AddNumberToObject(x, "t", r->t) ||
+			    !cJSON_AddNumberToObject(x, "recorded", (double)r->n) ||
+			    !cJSON_AddNumberToObject(x, "paused", (double)paused) ||
+			    !cJSON_AddNumberToObject(x, "promoted", (double)r->promoted))
+				goto fail;
+		}
+	}
+	*out = arr;
+	return 0;
+fail:
+	cJSON_Delete(arr);
+	return -ENOMEM;
+}
