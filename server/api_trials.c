@@ -219,6 +219,7 @@ static int api_store_result(struct server *s, struct trial *t, struct experiment
   rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
                           &end.asha, ended, ticket);
   if (!rc && ended && end.record) rc = decide_note(s, t, NULL, NULL, NULL, end.record, ticket);
+  if (!rc && ended) rc = decide_end_others(s, e, &end, ticket); /* issue 13 (promo): hb halving */
   if (!rc && ended && out.action == SCHED_STOP) {
     if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == e->num_trials) {
       e->status = ES_TERMINATED;

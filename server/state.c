@@ -150,6 +150,8 @@ int state_experiment_done(const struct experiment *e) {
 }
 
 int state_experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+  int drc = decide_maybe_end(s, e, ticket); /* issue 13 (promo): PAUSED end with it */
+  if (drc) return drc;
   if (e->status != ES_RUNNING || !state_experiment_done(e)) return 0;
   e->status = ES_TERMINATED;
   e->ended_at = clock_wall_s();
@@ -174,6 +176,8 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
   if (rc && rc != -ENOENT) return rc;
   if (rc == -ENOENT) out.asha.recorded = 0;
   rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out.asha, NULL, 1, ticket);
+  if (!rc) rc = decide_note(s, t, NULL, NULL, NULL, out.record, ticket); /* issue 13 (promo) */
+  if (!rc) rc = decide_end_others(s, e, &out, ticket); /* issue 13 (promo): hb halving */
   sched_outcome_clear(&out); /* issue 13 (decide): records of trial ends land with sched_records */
   if (rc) return rc;
   if (st == TS_ERROR && e->status == ES_RUNNING && e->spec.fail_fast) {
@@ -332,6 +336,8 @@ static int state_lease_choose(struct server *s, struct experiment *e, int can_ne
   uint64_t ticket = 0;
   *out = NULL;
   int rc = decide_choose(s, e, can_new, &kind, out, &ticket);
+  /* issue 13 (promo): nothing to run or resume may mean the end (PAUSED end). */
+  if (!rc && !*out && kind == SCHED_CHOOSE_WAIT) rc = state_experiment_maybe_end(s, e, &ticket);
   if (rc || *out || kind != SCHED_CHOOSE_NEW || !can_new) return rc;
   rc = state_create_trial(s, e, out);
   if (rc == -ENOENT) {
@@ -431,6 +437,8 @@ void state_experiment_pending_reason(struct server *s, const struct experiment *
 }
 
 int state_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
+  int due = decide_lease_end(s, t, ticket); /* issue 13 (promo): a pause due is kept */
+  if (due) return due < 0 ? due : 0;
   state_release(s, t);
   /* The lease is over without its holder ending the trial: anything it
    * still sends is stale. */

@@ -149,6 +149,8 @@ int decide_override(struct server *s, struct experiment *e, struct trial *t,
 
 int decide_apply(struct server *s, struct experiment *e, struct trial *t, double tv,
                  struct sched_outcome *out, uint64_t *ticket) {
+  int erc = decide_end_others(s, e, out, ticket);
+  if (erc) return erc;
   if (out->action == SCHED_PAUSE) {
     t->lease_end_action = SCHED_PAUSE;
     log_info("trial %lld: %s (pauses when its lease ends)", (long long)t->id, out->reason);
@@ -213,6 +215,13 @@ int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
   state_release(s, t);
   t->worker_id = 0;
   t->unlisted_since_ms = 0;
+  if (action == SCHED_STOP) {
+    /* A pause-pending trial a later decision stopped (decide_end_others):
+     * it ends now, its final uploads still taken. */
+    t->lease_final = 1;
+    int rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+    return rc ? rc : 1;
+  }
   if (action == SCHED_PAUSE) {
     /* Its final uploads (from the lease that paused it) are still taken. */
     t->lease_final = 1;
@@ -283,6 +292,50 @@ int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket) 
       rc = decide_end_one(s, t, "stopped", "never promoted: the experiment ended while it was "
                           "paused", ticket);
   }
+  return rc;
+}
+
+int decide_end_others(struct server *s, struct experiment *e, const struct sched_outcome *out,
+                      uint64_t *ticket) {
+  int rc = 0;
+  for (size_t i = 0; !rc && out && i < out->nended; i++) {
+    struct trial *t = server_trial(s, out->ended[i].trial_id);
+    const char *why = out->ended[i].reason[0] ? out->ended[i].reason : "stopped";
+    if (!t || t->experiment_id != e->id) continue;
+    if (t->status == TS_PAUSED) {
+      t->stopped_early = 1;
+      rc = decide_end_one(s, t, "stopped", why, ticket);
+    } else if (t->status == TS_RUNNING && t->lease_end_action == SCHED_PAUSE) {
+      /* Still uploading its final checkpoint: it ends with its lease. */
+      t->lease_end_action = SCHED_STOP;
+      t->stopped_early = 1;
+      t->updated_seq = ++s->seq;
+      rc = decide_note(s, t, "stopped", why, NULL, NULL, ticket);
+      if (!rc) rc = state_persist_trial(s, t, ticket);
+    }
+  }
+  return rc;
+}
+
+/* decide_end_paused ends trials through state_end_trial, which comes back
+ * to state_experiment_maybe_end: one pass at a time (all callers hold
+ * s->lock). */
+static int decide_ending;
+
+int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+  if (decide_ending || e->status != ES_RUNNING || !e->counts[TS_PAUSED] ||
+      e->counts[TS_RUNNING] || e->counts[TS_PENDING] || e->budget_spent)
+    return 0;
+  int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
+  if (can_new) return 0;
+  enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
+  struct trial *resumed = NULL;
+  int rc = decide_choose(s, e, 0, &kind, &resumed, ticket);
+  if (rc || resumed) return rc; /* a promotion: PENDING, leased next */
+  decide_ending = 1;
+  rc = decide_end_paused(s, e, ticket);
+  decide_ending = 0;
+  if (!rc) rc = state_experiment_maybe_end(s, e, ticket);
   return rc;
 }
 

@@ -47,6 +47,21 @@ int decide_choose(struct server *s, struct experiment *e, int can_new,
  * of the experiment, never promoted"). */
 int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket);
 
+/* Other trials a decision ended (out->ended: HyperBand's halving stops
+ * PAUSED trials that did not make the cut): a PAUSED one ends TERMINATED
+ * now with the reason and a "stopped" event; one still pause-pending ends
+ * TERMINATED when its lease ends. Queued into the caller's group: the
+ * decision's transaction. */
+int decide_end_others(struct server *s, struct experiment *e, const struct sched_outcome *out,
+                      uint64_t *ticket);
+
+/* Called where an experiment may end (state_experiment_maybe_end, a lease
+ * that found nothing to do): when nothing is RUNNING or PENDING, no new
+ * trial can be made and the scheduler resumes nothing, the PAUSED trials
+ * end TERMINATED (decide_end_paused) so the experiment can end. 0 or a
+ * negative errno. */
+int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket);
+
 /* time_budget_s: advances every running experiment's run_time_s (called
  * from the server's timer and before leasing); persists it at most once a
  * second; when a budget is spent: PENDING/PAUSED trials end TERMINATED, no
