@@ -59,7 +59,8 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
   size_t n = 0;
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
-  int64_t id = t ? t->id : 0;
+  int64_t id = t ? t->id : 0, gen = t ? t->generation : 0;
+  size_t gen_start = t ? t->gen_start : 0;
   if (t && t->nres && (seqs = malloc(t->nres * sizeof *seqs))) {
     memcpy(seqs, t->seqs, t->nres * sizeof *seqs);
     n = t->nres;
@@ -74,6 +75,12 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
   if (!rc) rc = arr ? store_results_by_seq(s->store, seqs, n, api_add_plain, arr) : -ENOMEM;
   free(seqs);
   if (!rc && !cJSON_AddNumberToObject(root, "trial_id", (double)id)) rc = -ENOMEM;
+  /* issue 13: every generation's results are listed, in report order; the
+   * trial's current generation (PBT exploits applied) and the index of its
+   * first result tell the latest ones apart. */
+  if (!rc && (!cJSON_AddNumberToObject(root, "generation", (double)gen) ||
+              !cJSON_AddNumberToObject(root, "generation_start", (double)gen_start)))
+    rc = -ENOMEM;
   if (rc) {
     cJSON_Delete(root);
     return rc;
@@ -155,9 +162,12 @@ static cJSON *api_results_body(const struct api_req *req, struct api_resp *resp)
   return a;
 }
 
-/* The stored decision for time value tv ('c'/'s'), or 0 when none is stored. */
+/* The stored decision for time value tv ('c'/'s'), or 0 when none is stored
+ * in the trial's current generation: after a PBT exploit the trial resumes
+ * from its donor's checkpoint, maybe behind its own results, and reports
+ * those time values again as new results (issue 13). */
 static char api_stored_decision(const struct trial *t, double tv) {
-  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > 0;)
+  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > t->gen_start;)
     if (t->ts[i] == tv) return t->decisions[i];
   return 0;
 }

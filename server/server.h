@@ -48,12 +48,18 @@ struct trial {
   double created_at, started_at, ended_at;
   int64_t updated_seq;
   int64_t searcher_seq; /* updated_seq when the searcher last observed it */
-  /* Every acknowledged result's time value and decision ('c'/'s'), in order:
-   * the idempotency index. */
+  /* Every acknowledged result's time value and decision ('c'/'s'), in order
+   * (every generation's): the trial's history. */
   double *ts;
   char *decisions;
   int64_t *seqs; /* each result's seq: its row in SQLite */
   size_t nres, capres;
+  /* PBT (issue 13): exploits applied so far, and the index in ts of the
+   * first result of the current generation. Only results from gen_start on
+   * are the idempotency index: a trial sent back to an older donor
+   * checkpoint reports time values again, and those are new results. */
+  int64_t generation;
+  size_t gen_start;
   /* The experiment's metric per result that had it (NaN for null): best. */
   double *values;
   size_t nvals, capvals;
@@ -63,7 +69,7 @@ struct trial {
   int nseries;
   char *last_result; /* JSON text of the last result, NULL before any */
   double last_t;
-  double max_t_seen; /* largest time value so far: larger ones are never repeats */
+  double max_t_seen; /* largest time value of this generation: larger ones are never repeats */
   int has_last_value;
   double last_value;
   int has_checkpoint;
@@ -306,6 +312,13 @@ int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uin
 /* Records one acknowledged result in memory (also used by the loader). */
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq);
+
+/* The trial starts its next generation (an exploit's lease ended: it resumes
+ * from the donor's checkpoint): later results are new even where their time
+ * values repeat earlier ones, and no checkpoint may claim to be past the
+ * donor's until this generation's results say so. The caller persists the
+ * trial row in the same transaction. */
+void state_trial_next_generation(struct trial *t);
 
 /* Index of a result key in e->keys, or -1. */
 int state_key_index(const struct experiment *e, const char *key);

@@ -605,6 +605,14 @@ static int state_note_series(struct experiment *e, struct trial *t, const cJSON 
   return 0;
 }
 
+void state_trial_next_generation(struct trial *t) {
+  t->generation++;
+  t->gen_start = t->nres;
+  t->max_t_seen = -INFINITY;
+  /* The checkpoint is the donor's now: the next lease resumes there. */
+  t->max_iter_seen = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
+}
+
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq) {
   if (t->nres == t->capres) {
@@ -651,7 +659,7 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
   t->seqs[t->nres] = seq;
   t->nres++;
   t->last_t = time_value;
-  if (t->nres == 1 || time_value > t->max_t_seen) t->max_t_seen = time_value;
+  if (t->nres == t->gen_start + 1 || time_value > t->max_t_seen) t->max_t_seen = time_value;
   if (seq > t->updated_seq) t->updated_seq = seq;
   return 0;
 }

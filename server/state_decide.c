@@ -231,6 +231,9 @@ int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
     /* The old lease wrote its last: its checkpoint was replaced. */
     t->lease_final = 0;
     state_set_status(s, t, TS_PENDING);
+    /* issue 13 (gen): its next results are a new generation (persisted with
+     * the row below); the old lease's replays are told stop (not_leased). */
+    state_trial_next_generation(t);
     log_info("trial %lld PENDING: resumes from its donor's checkpoint", (long long)t->id);
   }
   t->updated_seq = ++s->seq;

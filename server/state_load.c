@@ -108,6 +108,7 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   t->started_at = r->started_at;
   t->ended_at = r->ended_at;
   t->updated_seq = r->updated_seq;
+  t->generation = r->generation; /* issue 13 (gen): PBT exploits applied */
   if (r->updated_seq > s->seq) s->seq = r->updated_seq;
   if (r->idx != e->ntrials ||
       state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1)) {
@@ -141,6 +142,14 @@ static int load_result(void *ctx, const struct store_result_row *r) {
   int rc = state_note_result(s, t, r->t, r->decision[0] == 's' ? 's' : 'c', obj, r->data,
                              r->seq);
   cJSON_Delete(obj);
+  if (!rc && r->gen < t->generation) {
+    /* issue 13 (gen): an earlier generation's result: history only, not the
+     * idempotency index nor the checkpoint bound (completed after the load
+     * from the checkpoint, which is the donor's or newer). */
+    t->gen_start = t->nres;
+    t->max_t_seen = -INFINITY;
+    t->max_iter_seen = -INFINITY;
+  }
   if (r->seq > s->seq) s->seq = r->seq;
   return rc;
 }
@@ -220,6 +229,10 @@ int state_load(struct server *s, char *err, size_t errlen) {
   /* Leases survive a restart: charge each worker for its RUNNING trials. */
   for (int64_t i = 0; i < s->ntrials; i++) {
     struct trial *t = s->trials[i];
+    /* issue 13 (gen): an exploited trial's checkpoint bound is its donor's
+     * checkpoint, then whatever its current generation reported. */
+    double ck = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
+    if (t->generation > 0 && !(t->max_iter_seen >= ck)) t->max_iter_seen = ck;
     struct experiment *e = server_experiment(s, t->experiment_id);
     struct worker *w = server_worker(s, t->worker_id);
     if (t->status == TS_RUNNING && w) {

@@ -43,7 +43,8 @@ static struct trial_op *trial_op_make(const struct trial *t) {
     .has_exit_code = t->has_exit_code, .exit_code = t->exit_code,
     .num_failures = t->num_failures, .attempt = t->attempt, .worker_id = t->worker_id,
     .created_at = t->created_at, .started_at = t->started_at, .ended_at = t->ended_at,
-    .updated_seq = t->updated_seq, .reason = op->reason};
+    .updated_seq = t->updated_seq, .reason = op->reason,
+    .generation = t->generation}; /* issue 13 (gen) */
   return op;
 }
 
@@ -179,6 +180,7 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
     memcpy(op->data + dl, json, jl);
     op->row = (struct store_result_row){.seq = seq, .trial_id = t->id,
                                         .experiment_id = t->experiment_id, .t = time_value,
+                                        .gen = t->generation, /* issue 13 (gen) */
                                         .decision = op->data, .data = op->data + dl};
   }
   if (rec1 && rec1->recorded) asha_row_fill(&op->asha[op->nasha++], t, rec1, seq);

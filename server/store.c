@@ -35,10 +35,10 @@ static const char *const store_sql[ST_COUNT] = {
                  "VALUES(?,?,?,?,?,?,?,?,?,?)",
   [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
                    "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
-                   "worker_id,created_at,started_at,ended_at,updated_seq,reason) "
-                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-  [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data) "
-                    "VALUES(?,?,?,?,?,?)",
+                   "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+  [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data,gen) "
+                    "VALUES(?,?,?,?,?,?,?)",
   [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
                   "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
   [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
@@ -374,6 +374,7 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   bind_time(s, 16, r->ended_at);
   sqlite3_bind_int64(s, 17, r->updated_seq);
   bind_text(s, 18, r->reason);
+  sqlite3_bind_int64(s, 19, r->generation);
   if (st->fault.kill_after_trial_end && r->status &&
       (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
     st->fault.armed = 1;
@@ -388,6 +389,7 @@ int store_insert_result(struct store *st, const struct store_result_row *r) {
   sqlite3_bind_double(s, 4, r->t);
   bind_text(s, 5, r->decision);
   bind_text(s, 6, r->data);
+  sqlite3_bind_int64(s, 7, r->gen);
   return store_step(st, s);
 }
 
@@ -523,7 +525,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   if (store_rprep(st, "SELECT id,experiment_id,idx,name,status,stopped_early,config,bracket,"
                   "error,exit_code,num_failures,attempt,worker_id,created_at,started_at,"
-                  "ended_at,updated_seq,reason FROM trials ORDER BY id", &s)) return -EIO;
+                  "ended_at,updated_seq,reason,generation FROM trials ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_trial_row r = {
       .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
@@ -535,19 +537,20 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
       .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
       .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
       .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16),
-      .reason = col_text(s, 17)};
+      .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18)};
     rc = l->trial(l->ctx, &r);
   }
   sqlite3_finalize(s);
   if (rc) return rc;
 
-  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data FROM results "
+  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
                   "ORDER BY seq", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_result_row r = {
       .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
       .experiment_id = sqlite3_column_int64(s, 2), .t = sqlite3_column_double(s, 3),
-      .decision = col_text(s, 4), .data = col_text(s, 5)};
+      .decision = col_text(s, 4), .data = col_text(s, 5),
+      .gen = sqlite3_column_int64(s, 6)};
     rc = l->result(l->ctx, &r);
   }
   sqlite3_finalize(s);

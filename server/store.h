@@ -39,6 +39,7 @@ struct store_trial_row {
   double started_at, ended_at; /* 0 = none */
   int64_t updated_seq;
   const char *reason; /* the last decision's sentence; NULL = none (007) */
+  int64_t generation; /* PBT exploits applied so far (008) */
 };
 
 /* One trial_events row (migration 007). */
@@ -51,6 +52,7 @@ struct store_event_row {
 
 struct store_result_row {
   int64_t seq, trial_id, experiment_id;
+  int64_t gen; /* the trial's generation when it was reported (008) */
   double t;
   const char *decision;
   const char *data;

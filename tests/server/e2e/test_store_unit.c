@@ -55,7 +55,8 @@ static int apply_result(struct store *st, void *arg) {
 static struct result_op *make_result(int64_t seq, int64_t trial, double t) {
   struct result_op *op = calloc(1, sizeof *op);
   snprintf(op->data, sizeof op->data, "{\"training_iteration\":%g}", t);
-  op->row = (struct store_result_row){seq, trial, 1, t, "continue", op->data};
+  op->row = (struct store_result_row){.seq = seq, .trial_id = trial, .experiment_id = 1,
+                                      .t = t, .decision = "continue", .data = op->data};
   return op;
 }
 
@@ -374,6 +375,7 @@ static int load_asha(void *ctx, const struct store_asha_row *r) {
 static int load_nop_exp(void *c, const struct store_experiment_row *r) { (void)c; (void)r; return 0; }
 static int load_nop_trial(void *c, const struct store_trial_row *r) { (void)c; (void)r; return 0; }
 static int load_nop_result(void *c, const struct store_result_row *r) { (void)c; (void)r; return 0; }
+static int load_nop_asha(void *c, const struct store_asha_row *r) { (void)c; (void)r; return 0; }
 static int load_nop_worker(void *c, const struct store_worker_row *r) { (void)c; (void)r; return 0; }
 static int load_nop_ckpt(void *c, int64_t t, int64_t i) { (void)c; (void)t; (void)i; return 0; }
 
@@ -389,6 +391,48 @@ START_TEST(asha_nan_round_trips_as_null) {
                            load_nop_worker, load_nop_ckpt, NULL};
   ck_assert_int_eq(store_load(st, &l), 0);
   ck_assert_int_eq(nan_seen, 1);
+  store_close(st);
+}
+END_TEST
+
+/* 008: a trial's generation and each result's round-trip (PBT, issue 13). */
+static int64_t gens_seen[8];
+static int ngens_seen;
+static int load_gen_trial(void *c, const struct store_trial_row *r) {
+  (void)c;
+  gens_seen[ngens_seen++] = r->generation;
+  return 0;
+}
+static int load_gen_result(void *c, const struct store_result_row *r) {
+  (void)c;
+  gens_seen[ngens_seen++] = r->gen * 10 + (int64_t)r->t;
+  return 0;
+}
+
+START_TEST(generations_round_trip) {
+  struct store *st = open_store();
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0};
+  struct store_trial_row t = {.id = 1, .experiment_id = 1, .name = "exp_00000",
+                              .status = "PENDING", .config = "{}", .generation = 2};
+  struct result_op *a = make_result(5, 1, 3.0), *b = make_result(6, 1, 3.0);
+  b->row.gen = 2; /* the same time value in a later generation: a second row */
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_put_experiment(st, &e), 0);
+  ck_assert_int_eq(store_put_trial(st, &t), 0);
+  ck_assert_int_eq(store_insert_result(st, &a->row), 0);
+  ck_assert_int_eq(store_insert_result(st, &b->row), 0);
+  ck_assert_int_eq(store_commit(st), 0);
+  free(a);
+  free(b);
+  store_close(st);
+  st = open_store();
+  struct store_loader l = {NULL, load_nop_exp, load_gen_trial, load_gen_result, load_nop_asha,
+                           load_nop_worker, load_nop_ckpt, NULL};
+  ck_assert_int_eq(store_load(st, &l), 0);
+  ck_assert_int_eq(ngens_seen, 3);
+  ck_assert_int_eq(gens_seen[0], 2);  /* the trial's generation */
+  ck_assert_int_eq(gens_seen[1], 3);  /* gen 0, t 3 */
+  ck_assert_int_eq(gens_seen[2], 23); /* gen 2, t 3 */
   store_close(st);
 }
 END_TEST
@@ -431,6 +475,7 @@ int main(void) {
   tcase_add_test(tc, oversized_value_is_refused);
   tcase_add_test(tc, results_read_back_by_seq);
   tcase_add_test(tc, upgrade_from_version_1_keeps_results);
+  tcase_add_test(tc, generations_round_trip);
   tcase_add_test(tc, asha_nan_round_trips_as_null);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
