@@ -947,6 +947,12 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
     return;
   }
   t->has_grant = 1;
+  if (w->draining || w->fenced) {
+    /* A lease granted as the drain (or fence) began: give it back at once,
+     * without fetching a checkpoint it will not run from. */
+    worker_spawn_trial(w, t, 0);
+    return;
+  }
   const cJSON *hc = cJSON_GetObjectItemCaseSensitive(lease_trial, "has_checkpoint");
   char *ck = trial_path(t, "checkpoint.bin");
   if (cJSON_IsTrue(hc)) {
@@ -1219,6 +1225,10 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
   w->lease_inflight = 0;
   if (w->shut) return;
   if (!err && resp->status / 100 < 5) worker_server_alive(w);
+  if (w->draining && (err || resp->status != 200)) {
+    worker_check_drained(w);  /* nothing was leased: the drain may end now */
+    return;
+  }
   if (!err && resp->status == 200) {
     w->lease_failures = 0;
     cJSON *b = cJSON_Parse(resp->body);
@@ -1630,7 +1640,13 @@ static void worker_check_drained(struct worker *w) {
   for (struct trial *t = w->trials; t; t = t->next)
     /* A live process is killed by proc's grace timer; its exit comes. */
     if (t->state < TRIAL_EXITED && t->state != TRIAL_FETCHING) return;
-  if (now < w->drain_deadline_ms && (w->trials || w->uploads > 0 || worker_ob_busy(w))) return;
+  /* A lease request still in flight may have been granted: the server has
+   * that trial RUNNING here. Its reply starts nothing while draining but
+   * gives the trial back (worker_spawn_trial); exiting before it would leave
+   * the trial to the lease timeout. */
+  if (now < w->drain_deadline_ms &&
+      (w->trials || w->uploads > 0 || worker_ob_busy(w) || w->lease_inflight))
+    return;
   worker_shutdown(w);
 }
 
