@@ -626,6 +626,7 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
   t->has_checkpoint = 1;
   t->checkpoint_iteration = (int64_t)it;
+  t->has_ck_time_total = 0; /* its own now: its results know the time (issue 13) */
   t->updated_seq = ++s->seq;
   /* The trial row carries updated_seq: the change counter it took is saved
    * with the checkpoint, so it never goes backwards after a restart. */

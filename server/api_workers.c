@@ -242,36 +242,6 @@ done:
   return rc;
 }
 
-/* The time_total_s of the stored result the trial's checkpoint was labelled
- * with (its training_iteration, else its time value: the worker's label), so
- * a resumed attempt continues the trial's clock instead of restarting it.
- * From memory: the per-key series line up with the results only when every
- * result had the key, which the worker's filling-in makes the rule; else the
- * last result, when it is the checkpoint's. 0 when none is known. */
-static double api_start_time_total(const struct server *s, const struct experiment *e,
-                                   const struct trial *t) {
-  (void)s;
-  if (!t->has_checkpoint || t->nres == 0) return 0;
-  double ck = (double)t->checkpoint_iteration;
-  int kt = state_key_index(e, "time_total_s"), ki = state_key_index(e, "training_iteration");
-  const struct series *tt = kt >= 0 && kt < t->nseries ? &t->series[kt] : NULL;
-  const struct series *it = ki >= 0 && ki < t->nseries ? &t->series[ki] : NULL;
-  int labels_aligned = (it && it->n == t->nres) || !it || it->n == 0;
-  if (tt && tt->n == t->nres && labels_aligned) {
-    for (size_t i = t->nres; i-- > 0;) {
-      double label = it && it->n ? it->v[i] : t->ts[i];
-      if (label == ck) return isfinite(tt->v[i]) ? tt->v[i] : 0;
-    }
-  }
-  cJSON *last = t->last_result ? cJSON_Parse(t->last_result) : NULL;
-  const cJSON *li = cJSON_GetObjectItemCaseSensitive(last, "training_iteration");
-  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(last, "time_total_s");
-  double label = cJSON_IsNumber(li) ? li->valuedouble : t->last_t;
-  double v = label == ck && cJSON_IsNumber(lt) && isfinite(lt->valuedouble) ? lt->valuedouble : 0;
-  cJSON_Delete(last);
-  return v;
-}
-
 static cJSON *api_lease_json(struct server *s, const struct trial *t) {
   struct experiment *e = server_experiment(s, t->experiment_id);
   cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
@@ -295,13 +265,19 @@ static cJSON *api_lease_json(struct server *s, const struct trial *t) {
            cJSON_AddItemToObject(o, "max_t", e->spec.sched.has_max_t
                                                  ? cJSON_CreateNumber(e->spec.sched.max_t)
                                                  : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "start_iteration", t->nres ? floor(t->last_t) : 0) &&
+           /* Where the worker resumes: the checkpoint's iteration (after an
+            * exploit the donor's, maybe behind the trial's own results),
+            * else the last reported time value (a fresh start from 0). */
+           cJSON_AddNumberToObject(o, "start_iteration",
+                                   t->has_checkpoint ? (double)t->checkpoint_iteration
+                                   : t->nres         ? floor(t->last_t)
+                                                     : 0) &&
            cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
            cJSON_AddItemToObject(o, "checkpoint_iteration",
                                  t->has_checkpoint
                                      ? cJSON_CreateNumber((double)t->checkpoint_iteration)
                                      : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "start_time_total_s", api_start_time_total(s, e, t)) &&
+           cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(e, t)) &&
            cJSON_AddNumberToObject(o, "attempt", t->attempt);
   if (!ok) {
     cJSON_Delete(root);

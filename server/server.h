@@ -38,8 +38,11 @@ struct trial {
   char *error;
   /* issue 13 (decide, state_decide.c): the last decision's sentence (NULL:
    * none), and what is due when the current lease ends: SCHED_PAUSE (then
-   * PAUSED) or SCHED_EXPLOIT (then PENDING from the donor's checkpoint); 0:
-   * nothing. */
+   * PAUSED) or SCHED_EXPLOIT (then PENDING from the donor's checkpoint) or
+   * SCHED_STOP (a pause-pending trial a later decision ended); 0: nothing.
+   * Written with the trial row in the decision's transaction and cleared in
+   * the write that carries it out (trials.lease_end_action, migration 009),
+   * so a restart in between keeps it. */
   char *reason;
   int lease_end_action;
   int has_exit_code, exit_code;
@@ -74,6 +77,12 @@ struct trial {
   double last_value;
   int has_checkpoint;
   int64_t checkpoint_iteration;
+  /* issue 13: the time_total_s at a checkpoint copied from a PBT donor (the
+   * trial's own results do not know it); has_ck_time_total 0 once the trial
+   * uploads a checkpoint of its own (then its results are looked up).
+   * Persisted with the row (migration 009), as is lease_end_action. */
+  int has_ck_time_total;
+  double ck_time_total_s;
   /* The largest iteration a stored result names (its training_iteration,
    * else its time value): no checkpoint may claim to be past it. */
   double max_iter_seen;
@@ -319,6 +328,11 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
  * donor's until this generation's results say so. The caller persists the
  * trial row in the same transaction. */
 void state_trial_next_generation(struct trial *t);
+/* The time_total_s the trial's stored checkpoint was taken at (what a lease
+ * that resumes from it sends as start_time_total_s): a donor's copied value,
+ * else its own stored result labelled with the checkpoint's iteration
+ * (training_iteration, else the time value); 0 when none is known. */
+double state_checkpoint_time_total(const struct experiment *e, const struct trial *t);
 
 /* Index of a result key in e->keys, or -1. */
 int state_key_index(const struct experiment *e, const char *key);

@@ -609,8 +609,41 @@ void state_trial_next_generation(struct trial *t) {
   t->generation++;
   t->gen_start = t->nres;
   t->max_t_seen = -INFINITY;
-  /* The checkpoint is the donor's now: the next lease resumes there. */
+  /* The next lease resumes from the stored checkpoint (the donor's after an
+   * exploit, its own after a pause): no checkpoint may claim to be past it
+   * before this generation's results say so. */
   t->max_iter_seen = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
+}
+
+/* The time_total_s of the stored result the trial's checkpoint was labelled
+ * with (its training_iteration, else its time value: the worker's label), so
+ * a resumed attempt continues the trial's clock instead of restarting it.
+ * From memory: the per-key series line up with the results only when every
+ * result had the key, which the worker's filling-in makes the rule; else the
+ * last result, when it is the checkpoint's. 0 when none is known. */
+double state_checkpoint_time_total(const struct experiment *e, const struct trial *t) {
+  if (!t->has_checkpoint) return 0;
+  /* issue 13: a donor's checkpoint (PBT exploit): its time, copied with it. */
+  if (t->has_ck_time_total) return t->ck_time_total_s;
+  if (t->nres == 0) return 0;
+  double ck = (double)t->checkpoint_iteration;
+  int kt = state_key_index(e, "time_total_s"), ki = state_key_index(e, "training_iteration");
+  const struct series *tt = kt >= 0 && kt < t->nseries ? &t->series[kt] : NULL;
+  const struct series *it = ki >= 0 && ki < t->nseries ? &t->series[ki] : NULL;
+  int labels_aligned = (it && it->n == t->nres) || !it || it->n == 0;
+  if (tt && tt->n == t->nres && labels_aligned) {
+    for (size_t i = t->nres; i-- > 0;) {
+      double label = it && it->n ? it->v[i] : t->ts[i];
+      if (label == ck) return isfinite(tt->v[i]) ? tt->v[i] : 0;
+    }
+  }
+  cJSON *last = t->last_result ? cJSON_Parse(t->last_result) : NULL;
+  const cJSON *li = cJSON_GetObjectItemCaseSensitive(last, "training_iteration");
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(last, "time_total_s");
+  double label = cJSON_IsNumber(li) ? li->valuedouble : t->last_t;
+  double v = label == ck && cJSON_IsNumber(lt) && isfinite(lt->valuedouble) ? lt->valuedouble : 0;
+  cJSON_Delete(last);
+  return v;
 }
 
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,

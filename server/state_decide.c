@@ -182,7 +182,11 @@ int decide_apply(struct server *s, struct experiment *e, struct trial *t, double
   op->copy_to = t->id;
   op->rec_seq = s->seq;
   if ((rc = decide_enqueue(s, op, ticket))) goto out;
-  /* In memory what the copy does in the store. */
+  /* In memory what the copy does in the store; the donor's time_total_s at
+   * that checkpoint goes with it (start_time_total_s of the next lease: the
+   * trial's own results do not know it), persisted with the trial row. */
+  t->ck_time_total_s = state_checkpoint_time_total(e, d);
+  t->has_ck_time_total = 1;
   t->has_checkpoint = 1;
   t->checkpoint_iteration = d->checkpoint_iteration;
   if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
@@ -202,6 +206,25 @@ out:
   cJSON_Delete(old);
   cJSON_Delete(data);
   return rc;
+}
+
+const char *decide_action_name(int action) {
+  return action == SCHED_PAUSE     ? "pause"
+         : action == SCHED_EXPLOIT ? "exploit"
+         : action == SCHED_STOP    ? "stop"
+                                   : NULL;
+}
+
+int decide_action_parse(const char *name, int *action) {
+  static const int all[] = {SCHED_PAUSE, SCHED_EXPLOIT, SCHED_STOP};
+  *action = 0;
+  if (!name) return 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(name, decide_action_name(all[i]))) {
+      *action = all[i];
+      return 0;
+    }
+  return -EINVAL;
 }
 
 int decide_refuses_checkpoint(const struct trial *t) {
@@ -268,6 +291,12 @@ int decide_choose(struct server *s, struct experiment *e, int can_new,
     }
     state_set_status(s, t, TS_PENDING);
     t->lease_final = 0;
+    /* Its next lease resumes from its checkpoint, which may be older than
+     * the result where it paused: the time values it sends again are new
+     * results of its next generation, answered by the scheduler, not
+     * replays of the stored stop (the pause). Persisted with the row below,
+     * in the write that makes it PENDING. */
+    state_trial_next_generation(t);
     t->updated_seq = ++s->seq;
     const char *ek = !strncmp(c.reason, "promoted", 8) ? "promoted" : "resumed";
     rc = decide_note(s, t, ek, c.reason[0] ? c.reason : "resumed", NULL, c.record, ticket);

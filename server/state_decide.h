@@ -69,6 +69,12 @@ int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket);
  * end_reason "time_budget_s S spent" once its last running trial ended. */
 int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket);
 
+/* lease_end_action as stored in the trials row (migration 009): "pause",
+ * "exploit", "stop"; NULL for 0. parse: NULL -> 0; -EINVAL for an unknown
+ * name. */
+const char *decide_action_name(int action);
+int decide_action_parse(const char *name, int *action);
+
 /* GET /trials/{id}: its events, oldest first, as a JSON array. */
 int decide_events_json(struct server *s, int64_t trial_id, cJSON **out);
 

@@ -109,6 +109,15 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   t->ended_at = r->ended_at;
   t->updated_seq = r->updated_seq;
   t->generation = r->generation; /* issue 13 (gen): PBT exploits applied */
+  /* issue 13 (009): a pause or exploit due when the lease ends, decided
+   * before the restart; a donor's checkpoint time. */
+  if (decide_action_parse(r->lease_end_action, &t->lease_end_action)) {
+    snprintf(lc->err, lc->errlen, "trial %lld: unknown lease_end_action '%s'", (long long)r->id,
+             r->lease_end_action);
+    return -EINVAL;
+  }
+  t->has_ck_time_total = r->has_ck_time_total;
+  t->ck_time_total_s = r->ck_time_total_s;
   if (r->updated_seq > s->seq) s->seq = r->updated_seq;
   if (r->idx != e->ntrials ||
       state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1)) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "state_decide.h"
 #include "state_internal.h"
 
 struct trial_op {
@@ -44,7 +45,10 @@ static struct trial_op *trial_op_make(const struct trial *t) {
     .num_failures = t->num_failures, .attempt = t->attempt, .worker_id = t->worker_id,
     .created_at = t->created_at, .started_at = t->started_at, .ended_at = t->ended_at,
     .updated_seq = t->updated_seq, .reason = op->reason,
-    .generation = t->generation}; /* issue 13 (gen) */
+    .generation = t->generation, /* issue 13 (gen) */
+    /* issue 13: the decision due at the lease's end (migration 009) */
+    .lease_end_action = decide_action_name(t->lease_end_action),
+    .has_ck_time_total = t->has_ck_time_total, .ck_time_total_s = t->ck_time_total_s};
   return op;
 }
 

@@ -35,8 +35,9 @@ static const char *const store_sql[ST_COUNT] = {
                  "VALUES(?,?,?,?,?,?,?,?,?,?)",
   [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
                    "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
-                   "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation) "
-                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation,"
+                   "lease_end_action,checkpoint_time_total_s) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
   [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data,gen) "
                     "VALUES(?,?,?,?,?,?,?)",
   [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
@@ -375,6 +376,9 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   sqlite3_bind_int64(s, 17, r->updated_seq);
   bind_text(s, 18, r->reason);
   sqlite3_bind_int64(s, 19, r->generation);
+  bind_text(s, 20, r->lease_end_action); /* 009 */
+  if (r->has_ck_time_total) sqlite3_bind_double(s, 21, r->ck_time_total_s);
+  else sqlite3_bind_null(s, 21);
   if (st->fault.kill_after_trial_end && r->status &&
       (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
     st->fault.armed = 1;
@@ -525,7 +529,8 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   if (store_rprep(st, "SELECT id,experiment_id,idx,name,status,stopped_early,config,bracket,"
                   "error,exit_code,num_failures,attempt,worker_id,created_at,started_at,"
-                  "ended_at,updated_seq,reason,generation FROM trials ORDER BY id", &s)) return -EIO;
+                  "ended_at,updated_seq,reason,generation,lease_end_action,checkpoint_time_total_s "
+                  "FROM trials ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_trial_row r = {
       .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
@@ -537,7 +542,10 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
       .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
       .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
       .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16),
-      .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18)};
+      .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18),
+      .lease_end_action = col_text(s, 19),
+      .has_ck_time_total = sqlite3_column_type(s, 20) != SQLITE_NULL,
+      .ck_time_total_s = sqlite3_column_double(s, 20)};
     rc = l->trial(l->ctx, &r);
   }
   sqlite3_finalize(s);

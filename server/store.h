@@ -40,6 +40,12 @@ struct store_trial_row {
   int64_t updated_seq;
   const char *reason; /* the last decision's sentence; NULL = none (007) */
   int64_t generation; /* PBT exploits applied so far (008) */
+  /* 009: the decision due when the lease ends ("pause", "exploit", "stop";
+   * NULL = none), and the time_total_s at a checkpoint copied from a PBT
+   * donor (has_ck_time_total 0 = SQL NULL: the checkpoint is the trial's). */
+  const char *lease_end_action;
+  int has_ck_time_total;
+  double ck_time_total_s;
 };
 
 /* One trial_events row (migration 007). */
