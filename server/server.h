@@ -132,6 +132,12 @@ struct experiment {
   char *keys[EXP_MAX_KEYS]; /* result keys seen, in first-seen order */
   int nkeys;
   int keys_overflow;        /* more keys than EXP_MAX_KEYS: best reads SQLite */
+  /* issue 14 (fair share): its weight in the lease share; <= 0 means the
+   * default 1. Read only through state_experiment_priority (state_live.c). */
+  double priority;
+  /* issue 14 (fair share, state_live.c): its place in s->live plus one; 0
+   * while it is not RUNNING. Kept by state_live_sync. */
+  int64_t live_pos;
 };
 
 struct worker {
@@ -195,6 +201,13 @@ struct server {
   int64_t seq;              /* the global change counter */
   uint64_t hb_gen;          /* counts heartbeats (listed_gen marks) */
   uint64_t next_expiry_ms;  /* the lease scan runs at most every 100 ms */
+  /* issue 14 (fair share, state_live.c): the RUNNING experiments, in no
+   * particular order, so that a lease looks at live experiments only, not
+   * at every experiment ever submitted; fair: the lease's scratch list. */
+  struct experiment **live;
+  int64_t nlive, caplive;
+  struct experiment **fair;
+  int64_t capfair;
 };
 
 /* Every handler takes the model's lock through these two. A change made
@@ -268,7 +281,30 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
  * (one transaction). Returns how many trials it stopped, or a negative error. */
 int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
                                 uint64_t *ticket);
-/* Finds and leases the first pending trial that fits; NULL when none. */
+/* issue 14 (fair share, state_live.c). s->live holds exactly the RUNNING
+ * experiments: every change of an experiment's status goes through
+ * state_persist_experiment, which calls state_live_sync; a change made
+ * without persisting the row must call state_live_sync itself. -ENOMEM when
+ * the list cannot grow (state_live_reserve first makes that impossible). */
+int state_live_sync(struct server *s, struct experiment *e);
+int state_live_reserve(struct server *s, int64_t need);
+/* The list from scratch (end of state_load): every RUNNING experiment. */
+int state_live_rebuild(struct server *s);
+void state_live_free(struct server *s);
+/* The experiment's share weight: priority > 0, default 1. The one accessor. */
+double state_experiment_priority(const struct experiment *e);
+/* Whether a goes before b in the fair order: smaller running/priority, then
+ * the older (smaller id). */
+int state_fair_before(const struct experiment *a, const struct experiment *b);
+/* Moves the fair order's k-th experiment of c[0..n) to c[k], given that
+ * c[0..k) already hold the first k: cheap for the first few k (a scan each),
+ * then the rest is sorted once. */
+void state_fair_pick(struct experiment **c, int64_t n, int64_t k);
+/* Leases a trial to w from the live experiment that is furthest below its
+ * fair share (state_fair_before) among those with work to give and room
+ * (max_concurrent_trials, resources that fit what w has free); an
+ * experiment whose scheduler waits is passed over for the next. NULL when
+ * none. */
 struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
                           int64_t memory_mb, int has_memory);
 /* Why a PENDING trial is not running; writes "" when nothing blocks it. */

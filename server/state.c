@@ -84,6 +84,7 @@ void state_free(struct server *s) {
   free(s->trials);
   free(s->exps);
   free(s->workers);
+  state_live_free(s); /* issue 14 (fair share) */
   pthread_mutex_destroy(&s->lock);
 }
 
@@ -231,6 +232,7 @@ int state_add_experiment(struct server *s, const char *config_json,
   if (rc) goto fail;
   rc = -ENOMEM;
   if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
+  if (state_live_reserve(s, s->nlive + 1)) goto fail; /* issue 14: the sync below cannot fail */
   e->id = s->nexps + 1;
   e->seed = spec->seed;
   e->status = n ? ES_RUNNING : ES_TERMINATED; /* nothing to run: over at once */
@@ -244,6 +246,7 @@ int state_add_experiment(struct server *s, const char *config_json,
   e->spec = *spec;
   memset(spec, 0, sizeof *spec);
   s->exps[s->nexps++] = e;
+  state_live_sync(s, e); /* issue 14 (fair share): RUNNING ones are live */
   *out = e;
   return state_exp_op_enqueue(s, op, ticket);
 fail:
@@ -359,8 +362,21 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   int64_t fm = INT64_MAX;
   if (w->memory_mb > 0) fm = w->memory_mb - w->used_memory_mb;
   if (has_memory && memory_mb < fm) fm = memory_mb;
-  for (int64_t i = 0; i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+  /* issue 14 (fair share): the live experiments with work and room, tried
+   * in the fair order (state_live.c). A copy: an experiment that ends while
+   * it is tried leaves s->live, not this list. */
+  if (s->capfair < s->nlive) {
+    struct experiment **f = realloc(s->fair, (size_t)s->nlive * sizeof *f);
+    if (!f) {
+      log_error("lease: no memory for %lld live experiments", (long long)s->nlive);
+      return NULL;
+    }
+    s->fair = f;
+    s->capfair = s->nlive;
+  }
+  int64_t nc = 0;
+  for (int64_t i = 0; i < s->nlive; i++) {
+    struct experiment *e = s->live[i];
     if (e->status != ES_RUNNING) continue;
     if (e->budget_spent) continue; /* issue 13 (decide): time_budget_s spent */
     int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
@@ -371,6 +387,13 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
     const struct spec_resources *r = &e->spec.resources;
     /* Every trial of an experiment needs the same: one check per experiment. */
     if (!fits(r->cpu, fc) || !fits(r->gpu, fg) || r->memory_mb > fm) continue;
+    s->fair[nc++] = e;
+  }
+  for (int64_t k = 0; k < nc; k++) {
+    state_fair_pick(s->fair, nc, k);
+    struct experiment *e = s->fair[k];
+    if (e->status != ES_RUNNING) continue;
+    int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
     struct trial *t = NULL;
     while (!t && e->pending_cursor < e->ntrials) {
       t = e->trials[e->pending_cursor];
@@ -379,6 +402,7 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
         e->pending_cursor++;
       }
     }
+    /* A scheduler that waits (HyperBand's halving) passes to the next. */
     if (!t && state_lease_choose(s, e, can_new, &t)) continue;
     if (!t) continue;
     state_set_status(s, t, TS_RUNNING);

@@ -266,6 +266,11 @@ int state_load(struct server *s, char *err, size_t errlen) {
     return rc;
   }
   if (saved > s->seq) s->seq = saved;
+  /* issue 14 (fair share): the RUNNING experiments are the live list. */
+  if ((rc = state_live_rebuild(s))) {
+    snprintf(err, errlen, "no memory for the live experiments (%d)", rc);
+    return rc;
+  }
   return 0;
 }
 

@@ -106,6 +106,8 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
 }
 
 int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket) {
+  int lrc = state_live_sync(s, e); /* issue 14 (fair share): status changes pass here */
+  if (lrc) return lrc;
   struct exp_op *op = exp_op_make(e);
   if (!op) return -ENOMEM;
   return state_exp_op_enqueue(s, op, ticket);
