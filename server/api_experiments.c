@@ -1,5 +1,6 @@
 /* api_experiments: submit (and dry run), list, get, trials and results since
  * a change number, best trial, cancel. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -170,7 +171,16 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
            cJSON_AddItemToObject(o, "pending_reason", api_exp_pending_reason(s, e)) &&
            cJSON_AddStringToObject(o, "search_alg", api_searcher_names[searcher_type_of(&e->spec)]) &&
            (counts = cJSON_AddObjectToObject(o, "counts")) &&
-           cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq);
+           cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq) &&
+           /* issue 14 (control): fair-share weight, notes, tags */
+           cJSON_AddNumberToObject(o, "priority", e->priority > 0 ? e->priority : 1) &&
+           cJSON_AddStringToObject(o, "notes", e->notes ? e->notes : "") &&
+           cJSON_AddItemToObject(o, "tags", e->tags ? api_parsed_or_null(e->tags)
+                                                    : cJSON_CreateArray()) &&
+           cJSON_AddNumberToObject(o, "max_concurrent_trials",
+                                   (double)e->spec.max_concurrent_trials) &&
+           cJSON_AddNumberToObject(o, "num_samples", (double)e->spec.num_samples);
+
   for (int i = 0; ok && i < TS_COUNT; i++)
     ok = cJSON_AddNumberToObject(counts, trial_status_names[i], (double)e->counts[i]) != NULL;
   if (ok && with_config) ok = cJSON_AddItemToObject(o, "config", api_parsed_or_null(e->config));
@@ -336,8 +346,37 @@ done:
   return rc;
 }
 
+/* issue 14 (control): q matches name, notes or a tag (case-insensitive
+ * substring); tag matches one tag exactly. NULL or "": anything. */
+static int api_contains_ci(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  for (; hay && *hay; hay++) {
+    size_t k = 0;
+    while (k < n && hay[k] && tolower((unsigned char)hay[k]) == tolower((unsigned char)needle[k]))
+      k++;
+    if (k == n) return 1;
+  }
+  return n == 0;
+}
+
+static int api_experiment_matches(const struct experiment *e, const char *q, const char *tag) {
+  cJSON *tags = e->tags ? cJSON_Parse(e->tags) : NULL;
+  int ok = 1;
+  if (q && *q) {
+    ok = api_contains_ci(e->name, q) || api_contains_ci(e->notes, q);
+    for (const cJSON *t = tags ? tags->child : NULL; !ok && t; t = t->next)
+      ok = cJSON_IsString(t) && api_contains_ci(t->valuestring, q);
+  }
+  if (ok && tag && *tag) {
+    ok = 0;
+    for (const cJSON *t = tags ? tags->child : NULL; !ok && t; t = t->next)
+      ok = cJSON_IsString(t) && !strcmp(t->valuestring, tag);
+  }
+  cJSON_Delete(tags);
+  return ok;
+}
+
 int api_experiment_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  (void)req;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "experiments");
   if (!arr) {
     cJSON_Delete(root);
@@ -345,7 +384,10 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
   }
   server_lock(s);
   int rc = 0;
+  const char *q = req->query(req->conn, "q"), *tag = req->query(req->conn, "tag");
   for (int64_t i = 0; !rc && i < s->nexps; i++) {
+    /* issue 14 (control): deleted ids are tombstones; q/tag search */
+    if (s->exps[i]->deleted || !api_experiment_matches(s->exps[i], q, tag)) continue;
     cJSON *e = api_experiment_json(s, s->exps[i], 1);
     if (!e) rc = -ENOMEM;
     else cJSON_AddItemToArray(arr, e);
@@ -621,7 +663,7 @@ int api_experiment_cancel(struct server *s, const struct api_req *req, struct ap
   server_lock(s);
   struct experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto out;
-  if (e->status != ES_RUNNING) {
+  if (e->status != ES_RUNNING && e->status != ES_PAUSED) {
     api_error(resp, 409, "not_running", req->path, "experiment %lld is already %s",
               (long long)e->id, exp_status_names[e->status]);
     goto out;
@@ -636,6 +678,179 @@ int api_experiment_cancel(struct server *s, const struct api_req *req, struct ap
     cJSON *o = api_experiment_json(s, e, 0);
     rc = o ? api_json(resp, 200, o) : -ENOMEM;
   }
+out:
+  server_unlock(s);
+  return rc;
+}
+
+/* ---- issue 14 (control): pause, resume, PATCH, delete (state_control.c) */
+
+static int api_exp_reply(struct server *s, struct experiment *e, struct api_resp *resp) {
+  cJSON *o = api_experiment_json(s, e, 1);
+  return o ? api_json(resp, 200, o) : -ENOMEM;
+}
+
+static int api_pause_resume(struct server *s, const struct api_req *req, struct api_resp *resp,
+                            int pause) {
+  int rc = 0;
+  server_lock(s);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  if (!e) goto out;
+  rc = pause ? control_pause(s, e, &resp->ticket) : control_resume(s, e, &resp->ticket);
+  if (rc == -EINVAL) {
+    rc = api_error(resp, 409, pause ? "not_running" : "not_paused", req->path,
+                   "experiment %lld is %s: only a %s experiment can be %s", (long long)e->id,
+                   exp_status_names[e->status], pause ? "RUNNING" : "PAUSED",
+                   pause ? "paused" : "resumed");
+    goto out;
+  }
+  if (!rc) rc = api_exp_reply(s, e, resp);
+out:
+  server_unlock(s);
+  return rc;
+}
+
+int api_experiment_pause(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  return api_pause_resume(s, req, resp, 1);
+}
+
+int api_experiment_resume(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  return api_pause_resume(s, req, resp, 0);
+}
+
+static int api_is_int(const cJSON *c, double lo, double hi) {
+  return cJSON_IsNumber(c) && c->valuedouble >= lo && c->valuedouble <= hi &&
+         c->valuedouble == floor(c->valuedouble);
+}
+
+/* The PATCH body into p (strings point into b). 0, or -EINVAL after a 400
+ * naming the field. */
+static int api_patch_parse(const cJSON *b, struct control_patch *p, char **tags_text,
+                           struct api_resp *resp) {
+  memset(p, 0, sizeof *p);
+  for (const cJSON *c = b->child; c; c = c->next) {
+    const char *k = c->string;
+    if (!strcmp(k, "num_samples")) {
+      if (!api_is_int(c, 1, SPEC_NUM_SAMPLES_MAX))
+        return api_error(resp, 400, "invalid_field", k, "num_samples must be an integer in "
+                         "[1, %d]", SPEC_NUM_SAMPLES_MAX), -EINVAL;
+      p->has_num_samples = 1;
+      p->num_samples = (int64_t)c->valuedouble;
+    } else if (!strcmp(k, "max_concurrent_trials")) {
+      if (!api_is_int(c, 0, 1e9))
+        return api_error(resp, 400, "invalid_field", k, "max_concurrent_trials must be an "
+                         "integer >= 0 (0: unlimited)"), -EINVAL;
+      p->has_max_concurrent = 1;
+      p->max_concurrent = (int64_t)c->valuedouble;
+    } else if (!strcmp(k, "priority")) {
+      if (!cJSON_IsNumber(c) || !(c->valuedouble > 0) || !(c->valuedouble <= 1e6))
+        return api_error(resp, 400, "invalid_field", k, "priority must be a number in "
+                         "(0, 1e6]"), -EINVAL;
+      p->has_priority = 1;
+      p->priority = c->valuedouble;
+    } else if (!strcmp(k, "notes")) {
+      if (!cJSON_IsString(c) || strlen(c->valuestring) > 4096)
+        return api_error(resp, 400, "invalid_field", k, "notes must be a string of at most "
+                         "4096 bytes"), -EINVAL;
+      p->has_notes = 1;
+      p->notes = c->valuestring;
+    } else if (!strcmp(k, "tags")) {
+      int n = cJSON_IsArray(c) ? cJSON_GetArraySize(c) : -1;
+      if (n < 0 || n > 32)
+        return api_error(resp, 400, "invalid_field", k, "tags must be an array of at most 32 "
+                         "strings"), -EINVAL;
+      int i = 0;
+      for (const cJSON *t = c->child; t; t = t->next, i++) {
+        size_t len = cJSON_IsString(t) ? strlen(t->valuestring) : 0;
+        if (len < 1 || len > 64) {
+          char where[32];
+          snprintf(where, sizeof where, "tags[%d]", i);
+          return api_error(resp, 400, "invalid_field", where, "a tag is a string of 1 to 64 "
+                           "bytes"), -EINVAL;
+        }
+      }
+      if (!(*tags_text = jsonout_print(c))) return -ENOMEM;
+      p->has_tags = 1;
+      p->tags = *tags_text;
+    } else if (!strcmp(k, "scheduler")) {
+      if (!cJSON_IsObject(c))
+        return api_error(resp, 400, "invalid_field", k, "scheduler must be an object "
+                         "{\"max_t\": T}"), -EINVAL;
+      for (const cJSON *m = c->child; m; m = m->next) {
+        if (strcmp(m->string, "max_t")) {
+          char where[80];
+          snprintf(where, sizeof where, "scheduler.%.60s", m->string);
+          return api_error(resp, 400, "invalid_field", where, "only scheduler.max_t can be "
+                           "changed"), -EINVAL;
+        }
+        if (!cJSON_IsNumber(m) || !(m->valuedouble > 0) || !isfinite(m->valuedouble))
+          return api_error(resp, 400, "invalid_field", "scheduler.max_t", "max_t must be a "
+                           "finite number > 0"), -EINVAL;
+        p->has_max_t = 1;
+        p->max_t = m->valuedouble;
+      }
+    } else {
+      return api_error(resp, 400, "invalid_field", k, "%s cannot be changed (PATCH takes "
+                       "num_samples, max_concurrent_trials, priority, notes, tags, "
+                       "scheduler.max_t)", k), -EINVAL;
+    }
+  }
+  return 0;
+}
+
+int api_experiment_patch(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 0);
+  if (!b) return 0;
+  struct control_patch p;
+  char *tags = NULL;
+  int rc = api_patch_parse(b, &p, &tags, resp);
+  if (rc) {
+    rc = rc == -EINVAL ? 0 : rc;
+    goto done;
+  }
+  server_lock(s);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  if (e) {
+    char field[128], err[512];
+    rc = control_patch(s, e, &p, field, sizeof field, err, sizeof err, &resp->ticket);
+    if (rc == -EINVAL) rc = api_error(resp, 400, "invalid_field", field, "%s", err);
+    else if (rc == -EBUSY) rc = api_error(resp, 409, "cancelled", field, "%s", err);
+    else if (!rc) rc = api_exp_reply(s, e, resp);
+    if (!rc && resp->status == 200)
+      log_info("experiment %lld edited", (long long)e->id);
+  }
+  server_unlock(s);
+done:
+  free(tags);
+  cJSON_Delete(b);
+  return rc;
+}
+
+int api_experiment_delete(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  const char *f = req->query(req->conn, "force");
+  int force = 0;
+  if (f && (!strcmp(f, "1") || !strcmp(f, "true"))) force = 1;
+  else if (f && strcmp(f, "0") && strcmp(f, "false"))
+    return api_error(resp, 400, "invalid_query", "force", "force must be 1, true, 0 or false");
+  int rc = 0;
+  server_lock(s);
+  struct experiment *e = api_find_experiment(s, req, resp);
+  if (!e) goto out;
+  if (e->counts[TS_RUNNING] > 0 && !force) {
+    rc = api_error(resp, 409, "running", req->path, "experiment %lld has %lld running "
+                   "trial(s): pause or cancel it first, or delete with ?force=1",
+                   (long long)e->id, (long long)e->counts[TS_RUNNING]);
+    goto out;
+  }
+  cJSON *o = api_experiment_json(s, e, 1);
+  if (!o) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  rc = control_delete(s, e, force, &resp->ticket);
+  if (!rc && !cJSON_AddTrueToObject(o, "deleted")) rc = -ENOMEM;
+  if (rc) cJSON_Delete(o);
+  else rc = api_json(resp, 200, o);
 out:
   server_unlock(s);
   return rc;

@@ -741,3 +741,26 @@ int api_log_get(struct server *s, const struct api_req *req, struct api_resp *re
   free(log);
   return api_json(resp, 200, o);
 }
+
+/* issue 14 (control): POST /trials/{id}/stop — a user ends one trial
+ * TERMINATED ("stopped by user"), results and checkpoint kept; its worker
+ * learns it from its next heartbeat or result. */
+int api_trial_stop(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int rc = 0;
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  rc = control_stop_trial(s, t, &resp->ticket);
+  if (rc == -EINVAL) {
+    rc = api_error(resp, 409, "ended", req->path, "trial %lld is already %s",
+                   (long long)t->id, trial_status_names[t->status]);
+    goto out;
+  }
+  if (!rc) {
+    cJSON *o = api_trial_json(s, t);
+    rc = o ? api_json(resp, 200, o) : -ENOMEM;
+  }
+out:
+  server_unlock(s);
+  return rc;
+}

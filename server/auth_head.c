@@ -114,7 +114,7 @@ int auth_check_request_head(struct server *s, void *conn,
     return 1;
   }
   if (!route) return 0;
-  int changes = meth == RM_POST || meth == RM_PUT || meth == RM_DELETE;
+  int changes = meth == RM_POST || meth == RM_PUT || meth == RM_DELETE || meth == RM_PATCH;
   const char *origin = header(conn, "Origin");
   if (changes) {
     const char *site = header(conn, "Sec-Fetch-Site");
@@ -127,7 +127,7 @@ int auth_check_request_head(struct server *s, void *conn,
   /* A browser sends a cross-site POST without a preflight only as a form or
    * text/plain: JSON endpoints take JSON only. PUTs (checkpoints, logs) keep
    * their types: PUT is never sent cross-site without a preflight. */
-  if (meth == RM_POST) {
+  if (meth == RM_POST || meth == RM_PATCH) {
     const char *cl = header(conn, "Content-Length"), *te = header(conn, "Transfer-Encoding");
     int has_body = te || (cl && strtoull(cl, NULL, 10) > 0);
     if (has_body && !auth_is_json(header(conn, "Content-Type"))) {
@@ -158,7 +158,7 @@ int auth_check_request_head(struct server *s, void *conn,
     return 1;
   }
   const char *mname = meth == RM_GET ? "GET" : meth == RM_HEAD ? "HEAD" : meth == RM_POST
-      ? "POST" : meth == RM_PUT ? "PUT" : "DELETE";
+      ? "POST" : meth == RM_PUT ? "PUT" : meth == RM_PATCH ? "PATCH" : "DELETE";
   if (role == AUTH_VIEWER && (route->access != RA_ADMIN || (meth != RM_GET && meth != RM_HEAD))) {
     api_error(resp, 403, "forbidden", url, "a viewer token cannot call %s %s", mname, url);
     return 1;

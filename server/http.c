@@ -255,10 +255,10 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
   }
   int rc = route_find(api_routes, api_nroutes, meth, url, &m);
   if (rc == -EOPNOTSUPP) {
-    static const char *const names[] = {"GET", "POST", "PUT", "DELETE"};
+    static const char *const names[] = {"GET", "POST", "PUT", "DELETE", "PATCH"};
     char allow[64] = "";
     struct route_match other;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
       if (!route_find(api_routes, api_nroutes, (enum route_method)i, url, &other) &&
           !other.rest) {
         if (allow[0]) strcat(allow, ", ");
@@ -294,7 +294,7 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     return 1;
 
   /* The body: refused or given its exact room before any of it arrives. */
-  if (meth != RM_POST && meth != RM_PUT) return 0;
+  if (meth != RM_POST && meth != RM_PUT && meth != RM_PATCH) return 0;
   const char *cl = http_header(r->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
   unsigned long long want = 0;
   if (cl) {

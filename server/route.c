@@ -9,6 +9,7 @@ enum route_method route_method_parse(const char *m) {
   if (!strcmp(m, "POST")) return RM_POST;
   if (!strcmp(m, "PUT")) return RM_PUT;
   if (!strcmp(m, "DELETE")) return RM_DELETE;
+  if (!strcmp(m, "PATCH")) return RM_PATCH;
   if (!strcmp(m, "HEAD")) return RM_HEAD;
   return RM_OTHER;
 }

@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum route_method { RM_GET = 0, RM_POST, RM_PUT, RM_DELETE, RM_HEAD, RM_OTHER };
+/* RM_PATCH (issue 14): the one PATCH route edits an experiment. */
+enum route_method { RM_GET = 0, RM_POST, RM_PUT, RM_DELETE, RM_PATCH, RM_HEAD, RM_OTHER };
 
 /* Who may call a route when a token file is in use. */
 enum route_access { RA_PUBLIC = 0, RA_WORKER, RA_ADMIN };

@@ -6,7 +6,9 @@ enum {
   H_HEALTHZ, H_METRICS, H_EXP_CREATE, H_EXP_LIST, H_EXP_GET, H_EXP_TRIALS, H_EXP_RESULTS,
   H_EXP_BEST, H_EXP_CANCEL, H_TRIAL_GET, H_TRIAL_RESULTS, H_TRIAL_REPORT, H_TRIAL_COMPLETE,
   H_TRIAL_FAIL, H_TRIAL_RELEASE, H_CKPT_PUT, H_CKPT_GET, H_LOG_PUT, H_LOG_GET, H_WORKER_REGISTER,
-  H_WORKER_LIST, H_HEARTBEAT, H_LEASE, H_VENDOR, H_STATIC, H_COUNT
+  H_WORKER_LIST, H_HEARTBEAT, H_LEASE, H_VENDOR, H_STATIC,
+  H_EXP_PAUSE, H_EXP_RESUME, H_EXP_PATCH, H_EXP_DELETE, H_TRIAL_STOP, /* issue 14 (control) */
+  H_COUNT
 };
 
 int api_healthz(struct server *, const struct api_req *, struct api_resp *);
@@ -34,6 +36,11 @@ int api_worker_heartbeat(struct server *, const struct api_req *, struct api_res
 int api_worker_lease(struct server *, const struct api_req *, struct api_resp *);
 int api_static_vendor(struct server *, const struct api_req *, struct api_resp *);
 int api_static_web(struct server *, const struct api_req *, struct api_resp *);
+int api_experiment_pause(struct server *, const struct api_req *, struct api_resp *);
+int api_experiment_resume(struct server *, const struct api_req *, struct api_resp *);
+int api_experiment_patch(struct server *, const struct api_req *, struct api_resp *);
+int api_experiment_delete(struct server *, const struct api_req *, struct api_resp *);
+int api_trial_stop(struct server *, const struct api_req *, struct api_resp *);
 
 const struct route api_routes[] = {
   {RM_GET, "/healthz", RA_PUBLIC, H_HEALTHZ},
@@ -45,6 +52,12 @@ const struct route api_routes[] = {
   {RM_GET, "/api/v1/experiments/{id}/results", RA_ADMIN, H_EXP_RESULTS},
   {RM_GET, "/api/v1/experiments/{id}/best", RA_ADMIN, H_EXP_BEST},
   {RM_POST, "/api/v1/experiments/{id}/cancel", RA_ADMIN, H_EXP_CANCEL},
+  /* issue 14 (control): a user's changes, admin only */
+  {RM_POST, "/api/v1/experiments/{id}/pause", RA_ADMIN, H_EXP_PAUSE},
+  {RM_POST, "/api/v1/experiments/{id}/resume", RA_ADMIN, H_EXP_RESUME},
+  {RM_PATCH, "/api/v1/experiments/{id}", RA_ADMIN, H_EXP_PATCH},
+  {RM_DELETE, "/api/v1/experiments/{id}", RA_ADMIN, H_EXP_DELETE},
+  {RM_POST, "/api/v1/trials/{id}/stop", RA_ADMIN, H_TRIAL_STOP},
   {RM_GET, "/api/v1/trials/{id}", RA_ADMIN, H_TRIAL_GET},
   {RM_GET, "/api/v1/trials/{id}/results", RA_ADMIN, H_TRIAL_RESULTS},
   {RM_POST, "/api/v1/trials/{id}/results", RA_WORKER, H_TRIAL_REPORT},
@@ -92,4 +105,9 @@ const api_handler api_handlers[H_COUNT] = {
   [H_LEASE] = api_worker_lease,
   [H_VENDOR] = api_static_vendor,
   [H_STATIC] = api_static_web,
+  [H_EXP_PAUSE] = api_experiment_pause,
+  [H_EXP_RESUME] = api_experiment_resume,
+  [H_EXP_PATCH] = api_experiment_patch,
+  [H_EXP_DELETE] = api_experiment_delete,
+  [H_TRIAL_STOP] = api_trial_stop,
 };

@@ -16,7 +16,9 @@
 #include "store.h"
 
 enum trial_status { TS_PENDING = 0, TS_RUNNING, TS_PAUSED, TS_TERMINATED, TS_ERROR, TS_COUNT };
-enum exp_status { ES_RUNNING = 0, ES_TERMINATED, ES_CANCELLED, ES_COUNT };
+/* ES_PAUSED (issue 14): a user's pause; no trial starts, running ones pause
+ * at their next result; resume makes it RUNNING again. */
+enum exp_status { ES_RUNNING = 0, ES_TERMINATED, ES_CANCELLED, ES_PAUSED, ES_COUNT };
 
 extern const char *const trial_status_names[TS_COUNT];
 extern const char *const exp_status_names[ES_COUNT];
@@ -97,6 +99,9 @@ struct trial {
   uint64_t lease_deadline_ms;   /* monotonic; 0: not set yet (after a load) */
   uint64_t unlisted_since_ms;   /* first heartbeat of its worker that left it out */
   uint64_t listed_gen;          /* the heartbeat that last listed it */
+  /* issue 14 (control): its experiment was deleted; the struct stays as a
+   * tombstone in s->trials (ids are indexes), server_trial hides it. */
+  int deleted;
 };
 
 struct experiment {
@@ -138,6 +143,12 @@ struct experiment {
   /* issue 14 (fair share, state_live.c): its place in s->live plus one; 0
    * while it is not RUNNING. Kept by state_live_sync. */
   int64_t live_pos;
+  /* issue 14 (control, migration 010): notes (never NULL after load or
+   * create: "" default), tags as JSON array text ("[]"), and a deleted
+   * experiment's tombstone mark (server_experiment hides it; its trials are
+   * tombstones too; the struct stays because ids are indexes). */
+  char *notes, *tags;
+  int deleted;
 };
 
 struct worker {
@@ -224,10 +235,12 @@ static inline void server_unlock(struct server *s) {
 }
 
 static inline struct trial *server_trial(struct server *s, int64_t id) {
-  return id >= 1 && id <= s->ntrials ? s->trials[id - 1] : NULL;
+  return id >= 1 && id <= s->ntrials && s->trials[id - 1] && !s->trials[id - 1]->deleted
+             ? s->trials[id - 1] : NULL;
 }
 static inline struct experiment *server_experiment(struct server *s, int64_t id) {
-  return id >= 1 && id <= s->nexps ? s->exps[id - 1] : NULL;
+  return id >= 1 && id <= s->nexps && s->exps[id - 1] && !s->exps[id - 1]->deleted
+             ? s->exps[id - 1] : NULL;
 }
 static inline struct worker *server_worker(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nworkers ? s->workers[id - 1] : NULL;
@@ -281,6 +294,28 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
  * (one transaction). Returns how many trials it stopped, or a negative error. */
 int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
                                 uint64_t *ticket);
+/* issue 14 (control, state_control.c): pause/resume, PATCH, one trial's
+ * stop, delete. Each queues its whole change into the caller's hold of the
+ * lock (one transaction); -EINVAL / -EBUSY etc. after writing why into
+ * err (field name in field). */
+int control_pause(struct server *s, struct experiment *e, uint64_t *ticket);
+int control_resume(struct server *s, struct experiment *e, uint64_t *ticket);
+struct control_patch {
+  int has_num_samples, has_max_concurrent, has_priority, has_notes, has_tags, has_max_t;
+  int64_t num_samples, max_concurrent;
+  double priority, max_t;
+  const char *notes;
+  const char *tags; /* JSON array text, already checked */
+};
+int control_patch(struct server *s, struct experiment *e, const struct control_patch *p,
+                  char *field, size_t fieldlen, char *err, size_t errlen, uint64_t *ticket);
+int control_stop_trial(struct server *s, struct trial *t, uint64_t *ticket);
+/* -EBUSY: trials run and force is 0. */
+int control_delete(struct server *s, struct experiment *e, int force, uint64_t *ticket);
+/* A tombstone for a deleted id (the loader fills gaps with them). */
+struct experiment *control_tombstone_experiment(int64_t id);
+struct trial *control_tombstone_trial(int64_t id);
+
 /* issue 14 (fair share, state_live.c). s->live holds exactly the RUNNING
  * experiments: every change of an experiment's status goes through
  * state_persist_experiment, which calls state_live_sync; a change made

@@ -19,7 +19,8 @@
 
 const char *const trial_status_names[TS_COUNT] = {"PENDING", "RUNNING", "PAUSED",
                                                   "TERMINATED", "ERROR"};
-const char *const exp_status_names[ES_COUNT] = {"RUNNING", "TERMINATED", "CANCELLED"};
+const char *const exp_status_names[ES_COUNT] = {"RUNNING", "TERMINATED", "CANCELLED",
+                                                "PAUSED"};
 
 int state_status_parse(const char *const *names, int n, const char *s) {
   for (int i = 0; i < n; i++)
@@ -66,6 +67,8 @@ void state_experiment_free(struct experiment *e) {
   free(e->name);
   free(e->config);
   free(e->end_reason);
+  free(e->notes); /* issue 14 (control) */
+  free(e->tags);
   for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
   free(e->trials); /* the trials themselves are s->trials' */
   searcher_free(e->searcher);
@@ -171,7 +174,7 @@ int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
   t->ended_at = clock_wall_s();
   t->worker_id = 0;
   /* Cancelled trials leave their bracket without passing through it. */
-  int pass = e->status == ES_RUNNING && t->nres > 0;
+  int pass = (e->status == ES_RUNNING || e->status == ES_PAUSED) && t->nres > 0;
   int rc = sched_on_trial_end(e->sched, t->id, pass, t->last_t,
                               pass && t->has_last_value ? &t->last_value : NULL, &out);
   if (rc && rc != -ENOENT) return rc;
@@ -568,7 +571,11 @@ int state_parse_lease(const char *h, struct lease_token *out) {
 enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
                              char *why, size_t whylen) {
   struct experiment *e = server_experiment(s, t->experiment_id);
-  if (t->status == TS_RUNNING && e->status == ES_RUNNING && t->worker_id == l->worker_id &&
+  /* issue 14 (control): a paused experiment's running trials still hold
+   * their leases (their next result is answered stop, their lease's end
+   * pauses them). */
+  if (t->status == TS_RUNNING && (e->status == ES_RUNNING || e->status == ES_PAUSED) &&
+      t->worker_id == l->worker_id &&
       t->attempt == l->attempt) {
     state_renew_lease(s, t, clock_mono_ms());
     return FENCE_CURRENT;

@@ -131,6 +131,14 @@ int decide_override(struct server *s, struct experiment *e, struct trial *t,
                 : out->action == SCHED_EXPLOIT ? "exploited"
                                                : NULL;
   if (out->action != SCHED_CONTINUE) return 0;
+  if (e->status == ES_PAUSED) {
+    /* issue 14 (control): a user paused the experiment: answered stop, the
+     * trial ends PAUSED with its checkpoint when its lease ends. */
+    out->action = SCHED_PAUSE;
+    snprintf(out->reason, sizeof out->reason, "%s", control_pause_reason);
+    *event_kind = "paused";
+    return 0;
+  }
   char why[SCHED_REASON_MAX];
   if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result,
                        why, sizeof why)) {
@@ -245,7 +253,17 @@ int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
     int rc = state_end_trial(s, t, TS_TERMINATED, ticket);
     return rc ? rc : 1;
   }
-  if (action == SCHED_PAUSE) {
+  struct experiment *ue = server_experiment(s, t->experiment_id);
+  if (action == SCHED_PAUSE && ue && ue->status == ES_RUNNING && t->reason &&
+      !strcmp(t->reason, control_pause_reason)) {
+    /* issue 14 (control): its experiment was paused and resumed before
+     * this lease ended: it goes straight back to PENDING (resumed from its
+     * checkpoint by its next lease). */
+    t->lease_final = 1;
+    state_set_status(s, t, TS_PENDING);
+    state_trial_next_generation(t);
+    log_info("trial %lld PENDING: its experiment was resumed", (long long)t->id);
+  } else if (action == SCHED_PAUSE) {
     /* Its final uploads (from the lease that paused it) are still taken. */
     t->lease_final = 1;
     state_set_status(s, t, TS_PAUSED);

@@ -8,6 +8,10 @@
 
 #include "server.h"
 
+/* issue 14 (control): the reason of a trial paused by its experiment's
+ * pause (state_control.c). */
+extern const char *const control_pause_reason;
+
 /* After the scheduler answered a new result of RUNNING trial t (tv: its time
  * value): applies the stop rules and the time budget when the scheduler said
  * continue (their reason then replaces the outcome's). Returns 0. */

@@ -44,6 +44,17 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   rc = -ENOMEM;
   if (!e->name || !e->config) goto fail;
   int st = state_status_parse(exp_status_names, ES_COUNT, r->status);
+  /* issue 14 (control): a deleted experiment leaves a gap in the ids:
+   * tombstones keep ids equal to indexes. */
+  rc = -ENOMEM;
+  while (st >= 0 && r->id > s->nexps + 1) {
+    struct experiment *tomb = control_tombstone_experiment(s->nexps + 1);
+    if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
+      free(tomb);
+      goto fail;
+    }
+    s->exps[s->nexps++] = tomb;
+  }
   rc = -EINVAL;
   if (st < 0 || r->id != s->nexps + 1) {
     snprintf(lc->err, lc->errlen, "experiment %lld: bad row", (long long)r->id);
@@ -55,6 +66,9 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   rc = -ENOMEM;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
   e->run_time_s = r->run_time_s; /* issue 13 (decide): time_budget_s's clock */
+  e->priority = r->priority > 0 ? r->priority : 1; /* issue 14 (010) */
+  if ((r->notes && !(e->notes = strdup(r->notes))) || (r->tags && !(e->tags = strdup(r->tags))))
+    goto fail;
   e->updated_seq = r->updated_seq;
   /* The plan; its trials come next, those made so far (all of them in a
    * database from before trials were made on demand). */
@@ -79,6 +93,15 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   struct server *s = lc->s;
   struct experiment *e = server_experiment(s, r->experiment_id);
   int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
+  /* issue 14 (control): the trials of a deleted experiment leave a gap. */
+  while (e && st >= 0 && r->id > s->ntrials + 1) {
+    struct trial *tomb = control_tombstone_trial(s->ntrials + 1);
+    if (!tomb || state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) {
+      free(tomb);
+      return -ENOMEM;
+    }
+    s->trials[s->ntrials++] = tomb;
+  }
   if (!e || st < 0 || r->id != s->ntrials + 1) {
     snprintf(lc->err, lc->errlen, "trial %lld: bad row", (long long)r->id);
     return -EINVAL;

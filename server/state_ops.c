@@ -64,6 +64,7 @@ int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket) {
 struct exp_op {
   struct store_experiment_row row;
   char *name, *config, *end_reason;
+  char *notes, *tags; /* issue 14 (010) */
   /* experiment creation also carries its trials */
   struct trial_op **trials;
   int64_t ntrials;
@@ -74,6 +75,8 @@ void state_exp_op_free(void *arg) {
   free(op->name);
   free(op->config);
   free(op->end_reason);
+  free(op->notes);
+  free(op->tags);
   for (int64_t i = 0; i < op->ntrials; i++)
     if (op->trials[i]) trial_op_free(op->trials[i]);
   free(op->trials);
@@ -93,7 +96,10 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
   op->name = strdup(e->name);
   op->config = strdup(e->config);
   op->end_reason = state_strdup_or_null(e->end_reason);
-  if (!op->name || !op->config || (e->end_reason && !op->end_reason)) {
+  op->notes = state_strdup_or_null(e->notes);
+  op->tags = state_strdup_or_null(e->tags);
+  if (!op->name || !op->config || (e->end_reason && !op->end_reason) ||
+      (e->notes && !op->notes) || (e->tags && !op->tags)) {
     state_exp_op_free(op);
     return NULL;
   }
@@ -101,7 +107,9 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
     .id = e->id, .name = op->name, .status = exp_status_names[e->status],
     .config = op->config, .seed = e->seed, .created_at = e->created_at,
     .has_ended_at = e->ended_at > 0, .ended_at = e->ended_at, .updated_seq = e->updated_seq,
-    .end_reason = op->end_reason, .run_time_s = e->run_time_s};
+    .end_reason = op->end_reason, .run_time_s = e->run_time_s,
+    /* issue 14 (010): NULL notes/tags are stored as their defaults */
+    .priority = e->priority, .notes = op->notes, .tags = op->tags};
   return op;
 }
 

@@ -23,6 +23,7 @@ enum {
   ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_SAVEPOINT, ST_ROLLBACK_TO,
   ST_RELEASE, ST_PUT_SEQ,
   ST_INS_EVENT, ST_INS_SCHED_REC, ST_COPY_CKPT, /* issue 13 (decide) */
+  ST_DEL_EXP, /* issue 14 (control): DELETE of an experiment */
   ST_COUNT
 };
 
@@ -31,8 +32,8 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_COMMIT] = "COMMIT",
   [ST_ROLLBACK] = "ROLLBACK",
   [ST_PUT_EXP] = "INSERT OR REPLACE INTO experiments(id,name,status,config,seed,"
-                 "created_at,ended_at,updated_seq,end_reason,run_time_s) "
-                 "VALUES(?,?,?,?,?,?,?,?,?,?)",
+                 "created_at,ended_at,updated_seq,end_reason,run_time_s,priority,notes,tags) "
+                 "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
   [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
                    "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
                    "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation,"
@@ -59,6 +60,22 @@ static const char *const store_sql[ST_COUNT] = {
    * iteration label, inside the decision's transaction. */
   [ST_COPY_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                    "SELECT ?,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
+  /* issue 14 (control): everything of one experiment, children first (the
+   * caller's transaction makes it all or nothing). ?1 = experiment id. */
+  [ST_DEL_EXP] = "DELETE FROM checkpoints WHERE trial_id IN "
+                 "(SELECT id FROM trials WHERE experiment_id=?1)",
+};
+
+/* The rest of an experiment's delete: one statement each (a prepared
+ * statement holds one). */
+static const char *const store_del_sql[] = {
+  "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id=?1)",
+  "DELETE FROM results WHERE experiment_id=?1",
+  "DELETE FROM asha_records WHERE experiment_id=?1",
+  "DELETE FROM trial_events WHERE experiment_id=?1",
+  "DELETE FROM sched_records WHERE experiment_id=?1",
+  "DELETE FROM trials WHERE experiment_id=?1",
+  "DELETE FROM experiments WHERE id=?1",
 };
 
 /* Test-only faults (CTUNE_TEST_FAULT, see store.h). */
@@ -67,6 +84,10 @@ struct store_faults {
   int delay_ms;             /* every begin waits this long first (lines requests up) */
   int kill_after_trial_end; /* armed: SIGKILL after the commit that ends a trial */
   int armed;
+  /* issue 14 (control): SIGKILL just before the COMMIT of a transaction
+   * that writes or deletes an experiment row (a pause, an extend, a delete
+   * half done: nothing of it may survive). */
+  int kill_before_exp_commit, armed_before;
 };
 
 struct store {
@@ -95,6 +116,7 @@ static void store_faults_parse(struct store *st) {
     if (!strcmp(kv, "busy")) st->fault.busy = (int)v;
     else if (!strcmp(kv, "kill_after_trial_end")) st->fault.kill_after_trial_end = v != 0;
     else if (!strcmp(kv, "delay_ms")) st->fault.delay_ms = (int)v;
+    else if (!strcmp(kv, "kill_before_exp_commit")) st->fault.kill_before_exp_commit = v != 0;
     else if (!strcmp(kv, "blob_limit")) sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
     else continue;
     log_warn("store: test fault injection on: %s=%ld", kv, v);
@@ -318,6 +340,7 @@ int store_begin(struct store *st) {
 }
 
 int store_commit(struct store *st) {
+  if (st->fault.armed_before) raise(SIGKILL); /* test: crash before this commit */
   int rc = store_step(st, st->stmt[ST_COMMIT]);
   if (!rc && st->fault.armed) raise(SIGKILL); /* test: crash right after this commit */
   return rc;
@@ -325,6 +348,7 @@ int store_commit(struct store *st) {
 
 int store_rollback(struct store *st) {
   st->fault.armed = 0;
+  st->fault.armed_before = 0;
   return store_step(st, st->stmt[ST_ROLLBACK]);
 }
 
@@ -350,6 +374,10 @@ int store_put_experiment(struct store *st, const struct store_experiment_row *r)
   sqlite3_bind_int64(s, 8, r->updated_seq);
   bind_text(s, 9, r->end_reason);
   sqlite3_bind_double(s, 10, r->run_time_s);
+  sqlite3_bind_double(s, 11, r->priority > 0 ? r->priority : 1); /* 010 */
+  bind_text(s, 12, r->notes ? r->notes : "");
+  bind_text(s, 13, r->tags ? r->tags : "[]");
+  if (st->fault.kill_before_exp_commit) st->fault.armed_before = 1;
   return store_step(st, s);
 }
 
@@ -439,6 +467,26 @@ int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial
   return store_step(st, s);
 }
 
+int store_delete_experiment(struct store *st, int64_t experiment_id) {
+  sqlite3_stmt *s = st->stmt[ST_DEL_EXP];
+  sqlite3_bind_int64(s, 1, experiment_id);
+  int rc = store_step(st, s);
+  for (size_t i = 0; !rc && i < sizeof store_del_sql / sizeof store_del_sql[0]; i++) {
+    /* Rare (a user's delete): prepared on use, on the writer's connection. */
+    sqlite3_stmt *d = NULL;
+    if (sqlite3_prepare_v2(st->w, store_del_sql[i], -1, &d, NULL) != SQLITE_OK) {
+      snprintf(st->errmsg, sizeof st->errmsg, "%s", sqlite3_errmsg(st->w));
+      log_error("store: %s", st->errmsg);
+      return -EIO;
+    }
+    sqlite3_bind_int64(d, 1, experiment_id);
+    rc = store_step(st, d);
+    sqlite3_finalize(d);
+  }
+  if (!rc && st->fault.kill_before_exp_commit) st->fault.armed_before = 1;
+  return rc;
+}
+
 int store_put_worker(struct store *st, const struct store_worker_row *r) {
   sqlite3_stmt *s = st->stmt[ST_PUT_WORKER];
   sqlite3_bind_int64(s, 1, r->id);
@@ -513,7 +561,8 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *s = NULL;
   int rc = 0, step;
   if (store_rprep(st, "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq,"
-                  "end_reason,run_time_s FROM experiments ORDER BY id", &s)) return -EIO;
+                  "end_reason,run_time_s,priority,notes,tags FROM experiments ORDER BY id", &s))
+    return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_experiment_row r = {
       .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1), .status = col_text(s, 2),
@@ -521,7 +570,9 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
       .created_at = sqlite3_column_double(s, 5),
       .has_ended_at = sqlite3_column_type(s, 6) != SQLITE_NULL,
       .ended_at = sqlite3_column_double(s, 6), .updated_seq = sqlite3_column_int64(s, 7),
-      .end_reason = col_text(s, 8), .run_time_s = sqlite3_column_double(s, 9)};
+      .end_reason = col_text(s, 8), .run_time_s = sqlite3_column_double(s, 9),
+      .priority = sqlite3_column_double(s, 10), .notes = col_text(s, 11),
+      .tags = col_text(s, 12)};
     rc = l->experiment(l->ctx, &r);
   }
   sqlite3_finalize(s);

@@ -21,6 +21,10 @@ struct store_experiment_row {
   int64_t updated_seq;
   const char *end_reason; /* NULL = SQL NULL (migration 005) */
   double run_time_s;      /* time_budget_s's clock (migration 007) */
+  /* issue 14 (010): fair-share priority (> 0), notes, tags (JSON array
+   * text); NULL notes/tags are stored as "" / "[]". */
+  double priority;
+  const char *notes, *tags;
 };
 
 struct store_trial_row {
@@ -92,11 +96,13 @@ struct store_worker_row {
  * On failure *err names the step. -EIO / -ENOMEM.
  *
  * Fault injection for tests only: the environment variable CTUNE_TEST_FAULT
- * ("busy=N,blob_limit=BYTES,kill_after_trial_end=1,delay_ms=MS") makes the
+ * ("busy=N,blob_limit=BYTES,kill_after_trial_end=1,delay_ms=MS,kill_before_exp_commit=1") makes the
  * next N transactions find the database busy, refuses values over BYTES the
  * way SQLite refuses values over its length limit, kill -9s the process
  * right after the first commit that ends a trial, and makes every
- * transaction wait MS first (so that requests line up in one batch). */
+ * transaction wait MS first (so that requests line up in one batch), and
+ * kill -9s the process just before the COMMIT of the first transaction
+ * that writes or deletes an experiment row (issue 14's crash tests). */
 int store_open(const char *path, int wal_frames, int sync_full, struct store **out,
                char *err, size_t errlen);
 void store_close(struct store *st);
@@ -133,6 +139,10 @@ int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial
 int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
                          uint32_t crc, const void *data, size_t len);
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
+/* issue 14 (control): removes the experiment and everything of it (trials,
+ * results, records, events, checkpoints, logs) inside the caller's
+ * transaction. */
+int store_delete_experiment(struct store *st, int64_t experiment_id);
 
 /* Copies committed WAL pages into the database without blocking the
  * writer (PASSIVE), on a connection of its own; called periodically from one

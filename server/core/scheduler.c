@@ -495,6 +495,16 @@ int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
 	return -EINVAL;
 }
 
+int sched_raise_max_t(struct sched *s, double max_t)
+{
+	if (s->asha || s->hb || s->pbt || s->med || s->ap)
+		return -EOPNOTSUPP;
+	if (!(max_t >= s->p.max_t))
+		return -EINVAL;
+	s->p.max_t = max_t;
+	return 0;
+}
+
 int sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out)
 {
 	int rc;

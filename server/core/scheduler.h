@@ -109,6 +109,9 @@ int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record);
  * and lets the trial continue: the scheduler forgets that exploit and
  * rewrites out->record so a replay agrees (pbt). 0 for other types. */
 int sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out);
+/* issue 14 (control): raises fifo's max_t (the only scheduler whose plan
+ * does not depend on it). -EOPNOTSUPP for the others, -EINVAL when lower. */
+int sched_raise_max_t(struct sched *s, double max_t);
 /* asha-stopping's own records (asha_records); other types: -EINVAL. */
 int sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
 			 double milestone, double value, int stopped_early);

@@ -124,7 +124,7 @@ class Server:
             lh = getattr(self, "leases", {}).get(int(m.group(1))) if lease is None else lease
             if lh is not None:
                 h["X-Ctune-Lease"] = lh
-        if body is not None and method == "POST":
+        if body is not None and method in ("POST", "PATCH"):
             h["Content-Type"] = "application/json"  # the server takes JSON only
         if headers:
             h.update(headers)
