@@ -223,7 +223,11 @@ def test_heartbeat_v2_stop_carries_attempt():
     s.ok("POST", "/api/v1/experiments", experiment(n=3), status=201)
     s.ok("POST", "/api/v1/experiments", experiment(name="c", n=1), status=201)
     w = register(s, cpu=4)
-    a, b, c, d = lease(s, w), lease(s, w), lease(s, w), lease(s, w)
+    # Fair share (issue 14) interleaves the two experiments' leases: d is
+    # the one trial of experiment 2, a, b and c are experiment 1's.
+    ts = [lease(s, w) for _ in range(4)]
+    d = next(t for t in ts if t["experiment_id"] == 2)
+    a, b, c = [t for t in ts if t is not d]
     post(s, a["id"], "complete", {})
     s.ok("POST", "/api/v1/experiments/2/cancel")
     hb = s.ok("POST", "/api/v1/workers/%d/heartbeat" % w,
@@ -232,8 +236,8 @@ def test_heartbeat_v2_stop_carries_attempt():
                            {"id": 99, "attempt": 1}]})
     assert hb["lease_timeout_s"] == 60 and hb["heartbeat_interval_s"] == 5, hb
     stop = sorted((x["id"], x["attempt"], x["reason"]) for x in hb["stop"])
-    assert stop == [(a["id"], 1, "ended"), (c["id"], 7, "not_leased"), (d["id"], 1, "cancelled"),
-                    (99, 1, "not_leased")], stop
+    assert stop == sorted([(a["id"], 1, "ended"), (c["id"], 7, "not_leased"),
+                           (d["id"], 1, "cancelled"), (99, 1, "not_leased")]), stop
     # a bad running list is a 400
     for bad in ([{"id": 1}], [{"id": "1", "attempt": 1}], [0], {"id": 1}):
         st, body, _ = s.post("/api/v1/workers/%d/heartbeat" % w, {"running": bad})
