@@ -30,6 +30,13 @@ static const struct cmd_info CMDS[] = {
     {"trial", CMD_TRIAL, "TRIAL", 2, "--json"},
     {"cancel", CMD_CANCEL, "EXP", 1, "--json"},
     {"export", CMD_EXPORT, "EXP", 1, "--format --output"},
+    /* issue 14 (control) */
+    {"pause", CMD_PAUSE, "EXP", 1, "--json"},
+    {"resume", CMD_RESUME, "EXP", 1, "--json"},
+    {"extend", CMD_EXTEND, "EXP", 1, "--num-samples --max-t --json"},
+    {"edit", CMD_EDIT, "EXP", 1, "--max-concurrent --priority --notes --tag --json"},
+    {"stop", CMD_STOP, "TRIAL", 2, "--json"},
+    {"delete", CMD_DELETE, "EXP", 1, "--force --json"},
     {"help", CMD_HELP, NULL, 0, ""},
     {"version", CMD_VERSION, NULL, 0, ""},
 };
@@ -83,6 +90,7 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
   memset(a, 0, sizeof(*a));
   a->gpus = -1;
   a->interval_s = 10.0;
+  a->max_concurrent = -1;
   if (errlen) err[0] = '\0';
   if (argc < 2) {
     a->cmd = CMD_HELP;
@@ -124,11 +132,12 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
     if (!known) FAIL("%s: unknown option '%s' (see ctune --help)", ci->name, name);
 
     int is_flag = !strcmp(name, "--json") || !strcmp(name, "--resume") ||
-                  !strcmp(name, "--dry-run");
+                  !strcmp(name, "--dry-run") || !strcmp(name, "--force");
     if (is_flag) {
       if (val) FAIL("%s: option %s takes no value", ci->name, name);
       if (!strcmp(name, "--json")) a->json = 1;
       else if (!strcmp(name, "--resume")) a->resume = 1;
+      else if (!strcmp(name, "--force")) a->force = 1;
       else a->dry_run = 1;
       continue;
     }
@@ -179,6 +188,39 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
       if (!*val || *end || !(v >= 0.2 && v <= 3600))
         FAIL("%s: --interval '%s' must be seconds from 0.2 to 3600", ci->name, val);
       a->interval_s = v;
+    } else if (!strcmp(name, "--num-samples")) {
+      char *end;
+      errno = 0;
+      long long v = strtoll(val, &end, 10);
+      if (!*val || *end || errno || v < 1 || v > 100000)
+        FAIL("%s: --num-samples '%s' must be a whole number from 1 to 100000", ci->name, val);
+      a->num_samples = v;
+    } else if (!strcmp(name, "--max-t")) {
+      char *end;
+      double v = strtod(val, &end);
+      if (!*val || *end || !(v > 0 && v < 1e300))
+        FAIL("%s: --max-t '%s' must be a number > 0", ci->name, val);
+      a->max_t = v;
+    } else if (!strcmp(name, "--max-concurrent")) {
+      int v;
+      if (parse_int(val, 0, 1000000000, &v))
+        FAIL("%s: --max-concurrent '%s' must be a whole number >= 0 (0: unlimited)", ci->name,
+             val);
+      a->max_concurrent = v;
+    } else if (!strcmp(name, "--priority")) {
+      char *end;
+      double v = strtod(val, &end);
+      if (!*val || *end || !(v > 0 && v <= 1e6))
+        FAIL("%s: --priority '%s' must be a number in (0, 1000000]", ci->name, val);
+      a->priority = v;
+    } else if (!strcmp(name, "--notes")) {
+      if (strlen(val) > 4096) FAIL("%s: --notes is longer than 4096 bytes", ci->name);
+      a->notes = val;
+    } else if (!strcmp(name, "--tag")) {
+      size_t n = strlen(val);
+      if (n < 1 || n > 64) FAIL("%s: --tag '%s' must be 1 to 64 bytes", ci->name, val);
+      if (a->ntags == CLI_MAX_TAGS) FAIL("%s: at most %d --tag", ci->name, CLI_MAX_TAGS);
+      a->tags[a->ntags++] = val;
     } else if (!strcmp(name, "--width")) {
       if (parse_int(val, 20, 10000, &a->width))
         FAIL("%s: --width '%s' must be a whole number from 20 to 10000", ci->name, val);
@@ -195,6 +237,11 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
     FAIL("%s: %s '%s' must be a positive whole number", ci->name, ci->arg, a->target);
   }
   if (a->cmd == CMD_EXPORT && !a->format) a->format = "csv";
+  if (a->cmd == CMD_EXTEND && !a->num_samples && !(a->max_t > 0))
+    FAIL("extend: give --num-samples N and/or --max-t T");
+  if (a->cmd == CMD_EDIT && a->max_concurrent < 0 && !(a->priority > 0) && !a->notes &&
+      !a->ntags)
+    FAIL("edit: give --max-concurrent, --priority, --notes and/or --tag");
   if (!strcmp(ci->name, "sample")) a->dry_run = 1;
   return 0;
 }

@@ -19,7 +19,16 @@ enum cli_cmd {
   CMD_CANCEL,
   CMD_EXPORT,
   CMD_TRIAL,
+  /* issue 14 (control): cli/control.c */
+  CMD_PAUSE,
+  CMD_RESUME,
+  CMD_EXTEND,
+  CMD_EDIT,
+  CMD_STOP,
+  CMD_DELETE,
 };
+
+#define CLI_MAX_TAGS 32
 
 struct cli_args {
   enum cli_cmd cmd;
@@ -40,6 +49,15 @@ struct cli_args {
   const char *output;      /* export --output FILE; NULL = stdout */
   double interval_s;       /* seconds between tables when not a terminal */
   int width;               /* --width N; 0 = the terminal's */
+  /* issue 14 (control): extend / edit / delete */
+  long long num_samples;   /* extend --num-samples; 0: unchanged */
+  double max_t;            /* extend --max-t; 0: unchanged */
+  long long max_concurrent; /* edit --max-concurrent; -1: unchanged (0: unlimited) */
+  double priority;         /* edit --priority; 0: unchanged */
+  const char *notes;       /* edit --notes; NULL: unchanged */
+  const char *tags[CLI_MAX_TAGS]; /* edit --tag T (repeated): the new tag list */
+  int ntags;
+  int force;               /* delete --force */
 };
 
 /* Fills *a from argv (argv[0] is the program). Returns 0, or -EINVAL with a

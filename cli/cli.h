@@ -68,6 +68,13 @@ int cmd_best(const struct cli_args *a);
 int cmd_logs(const struct cli_args *a);
 int cmd_trial(const struct cli_args *a);
 int cmd_cancel(const struct cli_args *a);
+/* issue 14 (control, cli/control.c) */
+int cmd_pause(const struct cli_args *a);
+int cmd_resume(const struct cli_args *a);
+int cmd_extend(const struct cli_args *a);
+int cmd_edit(const struct cli_args *a);
+int cmd_stop(const struct cli_args *a);
+int cmd_delete(const struct cli_args *a);
 int cmd_export(const struct cli_args *a);
 int cmd_run(const struct cli_args *a);
 

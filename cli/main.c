@@ -52,6 +52,21 @@ static const char *const HELP =
     "  logs TRIAL                           a trial's stdout and stderr; TRIAL is\n"
     "                                       an id or a name: ctune logs quick_00003\n"
     "  cancel EXP                           stop scheduling, stop running trials\n"
+    "  pause EXP                            no trial starts; running ones stop with\n"
+    "                                       their checkpoints (PAUSED)\n"
+    "  resume EXP                           run again: paused trials continue from\n"
+    "                                       their checkpoints, on any worker\n"
+    "  extend EXP [--num-samples N] [--max-t T]\n"
+    "      more trials (N up) or a higher fifo max_t; a finished experiment runs\n"
+    "      again and trials that reached the old max_t resume from checkpoints:\n"
+    "      ctune extend 1 --num-samples 20\n"
+    "  edit EXP [--max-concurrent N] [--priority P] [--notes TEXT] [--tag T ...]\n"
+    "      live: N 0 = unlimited; P > 0 is its fair share of workers (default\n"
+    "      1); each --tag replaces the tag list: ctune edit 1 --priority 2 --tag lr\n"
+    "  stop TRIAL                           end one trial (results and checkpoint\n"
+    "                                       kept); TRIAL is an id or a name\n"
+    "  delete EXP [--force]                 remove it with its results, checkpoints\n"
+    "                                       and logs; --force: even while trials run\n"
     "  export EXP [--format csv|json] [--output FILE]\n"
     "  export EXP --format tensorboard --output DIR   scalars + HParams for\n"
     "      TensorBoard, one run per trial: tensorboard --logdir DIR\n"
@@ -87,6 +102,12 @@ int main(int argc, char **argv) {
     case CMD_BEST: return cmd_best(&a);
     case CMD_LOGS: return cmd_logs(&a);
     case CMD_CANCEL: return cmd_cancel(&a);
+    case CMD_PAUSE: return cmd_pause(&a);
+    case CMD_RESUME: return cmd_resume(&a);
+    case CMD_EXTEND: return cmd_extend(&a);
+    case CMD_EDIT: return cmd_edit(&a);
+    case CMD_STOP: return cmd_stop(&a);
+    case CMD_DELETE: return cmd_delete(&a);
     case CMD_EXPORT: return cmd_export(&a);
     case CMD_TRIAL: return cmd_trial(&a);
   }

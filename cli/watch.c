@@ -38,7 +38,9 @@ static int print_json_state(const struct report_state *s, double now) {
 
 static int exp_running(const struct report_state *s) {
   const cJSON *st = cJSON_GetObjectItemCaseSensitive(s->experiment, "status");
-  return cJSON_IsString(st) && !strcmp(st->valuestring, "RUNNING");
+  /* PAUSED (issue 14) is not an end: `ctune resume` continues it. */
+  return cJSON_IsString(st) &&
+         (!strcmp(st->valuestring, "RUNNING") || !strcmp(st->valuestring, "PAUSED"));
 }
 
 int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
