@@ -6,6 +6,7 @@
 #include <cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "jsonout.h"
 #include "route.h"
@@ -39,6 +40,13 @@ struct api_resp {
   /* When nonzero the reply waits until this commit ticket is durable; a
    * failed commit turns it into a 500. */
   uint64_t ticket;
+  /* A streamed reply (issue 14, api_events.c): when stream_read is set,
+   * http.c answers with a libmicrohttpd callback response of unknown size
+   * (no idle timeout on that connection); stream_free(stream_cls) runs when
+   * it ends. The signatures are libmicrohttpd's content reader's. */
+  ssize_t (*stream_read)(void *cls, uint64_t pos, char *buf, size_t max);
+  void (*stream_free)(void *cls);
+  void *stream_cls;
 };
 
 typedef int (*api_handler)(struct server *s, const struct api_req *req, struct api_resp *resp);
@@ -85,5 +93,16 @@ void api_trial_view_drop(struct api_trial_view *v);
 cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config);
 /* Wall-clock time as JSON: a number, or null when 0. */
 cJSON *api_time(double t);
+
+/* issue 14 (pages): `limit` (1..API_PAGE_MAX, default dflt_limit) and
+ * `cursor` (the previous page's next_cursor; absent: from the start) of a
+ * list request; *after is the position the page starts after. -EINVAL after
+ * filling a 400. api_page_next adds "next_cursor" (null when !more). */
+#define API_PAGE_MAX 10000
+int api_page_args(const struct api_req *req, struct api_resp *resp, int64_t dflt_limit,
+                  int64_t *limit, int64_t *after);
+int api_page_next(cJSON *root, int more, int64_t after);
+/* A worker as GET /workers lists it (lock held). */
+cJSON *api_worker_json(struct server *s, const struct worker *w);
 
 #endif

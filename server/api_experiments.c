@@ -180,7 +180,6 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
            cJSON_AddNumberToObject(o, "max_concurrent_trials",
                                    (double)e->spec.max_concurrent_trials) &&
            cJSON_AddNumberToObject(o, "num_samples", (double)e->spec.num_samples);
-
   for (int i = 0; ok && i < TS_COUNT; i++)
     ok = cJSON_AddNumberToObject(counts, trial_status_names[i], (double)e->counts[i]) != NULL;
   if (ok && with_config) ok = cJSON_AddItemToObject(o, "config", api_parsed_or_null(e->config));
@@ -377,6 +376,11 @@ static int api_experiment_matches(const struct experiment *e, const char *q, con
 }
 
 int api_experiment_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  /* issue 14 (pages): by id after the cursor, `limit` at a time. */
+  int64_t limit, after, n = 0, last = 0;
+  int more = 0;
+  if (api_page_args(req, resp, 100, &limit, &after)) return 0;
+  last = after;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "experiments");
   if (!arr) {
     cJSON_Delete(root);
@@ -385,14 +389,19 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
   server_lock(s);
   int rc = 0;
   const char *q = req->query(req->conn, "q"), *tag = req->query(req->conn, "tag");
-  for (int64_t i = 0; !rc && i < s->nexps; i++) {
+  for (int64_t i = after; !rc && i < s->nexps; i++) {
     /* issue 14 (control): deleted ids are tombstones; q/tag search */
     if (s->exps[i]->deleted || !api_experiment_matches(s->exps[i], q, tag)) continue;
+    if (n == limit) {
+      more = 1;
+      break;
+    }
     cJSON *e = api_experiment_json(s, s->exps[i], 1);
     if (!e) rc = -ENOMEM;
-    else cJSON_AddItemToArray(arr, e);
+    else cJSON_AddItemToArray(arr, e), n++, last = s->exps[i]->id;
   }
   server_unlock(s);
+  if (!rc) rc = api_page_next(root, more, last);
   if (rc) {
     cJSON_Delete(root);
     return rc;
@@ -424,11 +433,16 @@ static int cmp_seq(const void *a, const void *b) {
 }
 
 int api_experiment_trials(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  int64_t since, limit, offset;
+  /* issue 14 (pages): 1000 a page by default; in creation order the cursor
+   * is the index after the page (trials are only ever appended, so a cursor
+   * walk sees each once while trials are added); with since, last_seq is the
+   * position and next_cursor is null. */
+  int64_t since, limit, offset, after;
   if (api_query_int(req, resp, "since", -1, INT64_MAX, -1, &since) ||
-      api_query_int(req, resp, "limit", 1, 1000000, 1000000, &limit) ||
+      api_page_args(req, resp, 1000, &limit, &after) ||
       api_query_int(req, resp, "offset", 0, INT64_MAX, 0, &offset))
     return 0;
+  if (after > 0) offset = after;
   struct trial **pick = NULL;
   struct api_trial_view *views = NULL;
   int64_t n = 0, first = 0, end = 0, last_seq = 0;
@@ -476,6 +490,7 @@ unlock:
   if (e && !rc && (!jsonout_add_int64(root, "last_seq", last_seq) ||
                    !cJSON_AddNumberToObject(root, "total", (double)n)))
     rc = -ENOMEM;
+  if (e && !rc) rc = api_page_next(root, since < 0 && end < n, end);
   if (!e || rc) {
     cJSON_Delete(root);
     return rc;

@@ -55,17 +55,23 @@ static int api_add_plain(void *ctx, int64_t seq, int64_t trial_id, const char *d
 }
 
 int api_trial_results(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  /* issue 14 (pages): in report order, 1000 a page by default; the cursor is
+   * the index after the page (results are only appended). */
+  int64_t limit, after;
+  if (api_page_args(req, resp, 1000, &limit, &after)) return 0;
   int64_t *seqs = NULL;
-  size_t n = 0;
+  size_t n = 0, total = 0;
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0, gen = t ? t->generation : 0;
   size_t gen_start = t ? t->gen_start : 0;
-  if (t && t->nres && (seqs = malloc(t->nres * sizeof *seqs))) {
-    memcpy(seqs, t->seqs, t->nres * sizeof *seqs);
-    n = t->nres;
+  size_t from = t && (uint64_t)after < t->nres ? (size_t)after : t ? t->nres : 0;
+  if (t) {
+    total = t->nres;
+    n = total - from < (uint64_t)limit ? total - from : (size_t)limit;
   }
-  int oom = t && t->nres && !seqs;
+  if (t && n && (seqs = malloc(n * sizeof *seqs))) memcpy(seqs, t->seqs + from, n * sizeof *seqs);
+  int oom = t && n && !seqs;
   server_unlock(s);
   if (!t || oom) return oom ? -ENOMEM : 0;
   /* The rows exist once everything queued before this read is committed. */
@@ -81,6 +87,7 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
   if (!rc && (!cJSON_AddNumberToObject(root, "generation", (double)gen) ||
               !cJSON_AddNumberToObject(root, "generation_start", (double)gen_start)))
     rc = -ENOMEM;
+  if (!rc) rc = api_page_next(root, from + n < total, (int64_t)(from + n));
   if (rc) {
     cJSON_Delete(root);
     return rc;

@@ -125,3 +125,31 @@ int api_query_int(const struct api_req *req, struct api_resp *resp, const char *
 }
 
 cJSON *api_time(double t) { return t > 0 ? cJSON_CreateNumber(t) : cJSON_CreateNull(); }
+
+/* issue 14 (pages): the cursor is the position after the last item of the
+ * previous page (an id, or a result's index), as a decimal string; clients
+ * treat it as opaque. */
+int api_page_args(const struct api_req *req, struct api_resp *resp, int64_t dflt_limit,
+                  int64_t *limit, int64_t *after) {
+  if (api_query_int(req, resp, "limit", 1, API_PAGE_MAX, dflt_limit, limit)) return -EINVAL;
+  const char *c = req->query(req->conn, "cursor");
+  *after = 0;
+  if (!c || !*c) return 0;
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(c, &end, 10);
+  if (*end || errno || x < 0 || *c == '+' || *c == '-' || *c == ' ') {
+    api_error(resp, 400, "invalid_cursor", "cursor", "cursor must be a next_cursor this "
+              "server returned, got '%s'", c);
+    return -EINVAL;
+  }
+  *after = x;
+  return 0;
+}
+
+int api_page_next(cJSON *root, int more, int64_t after) {
+  if (!more) return cJSON_AddNullToObject(root, "next_cursor") ? 0 : -ENOMEM;
+  char buf[24];
+  snprintf(buf, sizeof buf, "%lld", (long long)after);
+  return cJSON_AddStringToObject(root, "next_cursor", buf) ? 0 : -ENOMEM;
+}

@@ -9,6 +9,7 @@
 
 #include "api.h"
 #include "clock.h"
+#include "events.h"
 #include "log.h"
 
 /* Reads {"cpu", "gpu", "memory_mb"}; each optional, numbers >= 0. */
@@ -144,6 +145,7 @@ out:
 static struct worker *api_find_worker(struct server *s, const struct api_req *req,
                                       struct api_resp *resp) {
   struct worker *w = server_worker(s, req->match->ids[0]);
+  if (w && w->gone == 2) w = NULL; /* deregistered: it registers anew */
   if (!w)
     api_error(resp, 404, "unknown_worker", req->path, "worker %lld is not registered: "
               "register again", (long long)req->match->ids[0]);
@@ -160,6 +162,7 @@ static void api_touch(struct worker *w) {
   w->last_seen_ms = clock_mono_ms();
   if (w->lost) log_info("worker %lld (%s) is back", (long long)w->id, w->name);
   w->lost = 0;
+  w->gone = 0; /* pruned while lost: listed again */
 }
 
 int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api_resp *resp) {
@@ -324,45 +327,110 @@ static double api_free_amount(double cap, double used) {
   return f < 1e-9 ? 0 : f;
 }
 
+cJSON *api_worker_json(struct server *s, const struct worker *w) {
+  cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
+  int ok = o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
+           cJSON_AddStringToObject(o, "name", w->name) &&
+           (res = cJSON_AddObjectToObject(o, "resources")) &&
+           cJSON_AddNumberToObject(res, "cpu", w->cpu) &&
+           cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
+           cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
+           (fr = cJSON_AddObjectToObject(o, "free")) &&
+           cJSON_AddNumberToObject(fr, "cpu", api_free_amount(w->cpu, w->used_cpu)) &&
+           cJSON_AddNumberToObject(fr, "gpu", api_free_amount(w->gpu, w->used_gpu)) &&
+           cJSON_AddNumberToObject(fr, "memory_mb",
+                                   api_free_amount((double)w->memory_mb,
+                                                   (double)w->used_memory_mb)) &&
+           (run = cJSON_AddArrayToObject(o, "running_trials")) &&
+           cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
+           cJSON_AddStringToObject(o, "status", w->gone == 2 ? "deregistered"
+                                                : w->gone ? "pruned"
+                                                : w->lost ? "lost" : "alive");
+  /* Only a worker charged with running trials costs a scan of them. */
+  for (int64_t j = 0; ok && w->nrunning > 0 && j < s->ntrials; j++) {
+    const struct trial *t = s->trials[j];
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id)
+      ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
+  }
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* issue 14 (pages): workers by id after the cursor; deregistered and pruned
+ * workers are not listed. */
 int api_worker_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  (void)req;
+  int64_t limit, after;
+  if (api_page_args(req, resp, 100, &limit, &after)) return 0;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
-  int rc = arr ? 0 : -ENOMEM;
+  int rc = arr ? 0 : -ENOMEM, more = 0;
+  int64_t n = 0, last = after;
   server_lock(s);
-  for (int64_t i = 0; !rc && i < s->nworkers; i++) {
+  for (int64_t i = after < 0 ? 0 : after; !rc && i < s->nworkers; i++) {
     struct worker *w = s->workers[i];
-    cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
-    int ok = o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
-             cJSON_AddStringToObject(o, "name", w->name) &&
-             (res = cJSON_AddObjectToObject(o, "resources")) &&
-             cJSON_AddNumberToObject(res, "cpu", w->cpu) &&
-             cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
-             cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
-             (fr = cJSON_AddObjectToObject(o, "free")) &&
-             cJSON_AddNumberToObject(fr, "cpu", api_free_amount(w->cpu, w->used_cpu)) &&
-             cJSON_AddNumberToObject(fr, "gpu", api_free_amount(w->gpu, w->used_gpu)) &&
-             cJSON_AddNumberToObject(fr, "memory_mb",
-                                     api_free_amount((double)w->memory_mb,
-                                                     (double)w->used_memory_mb)) &&
-             (run = cJSON_AddArrayToObject(o, "running_trials")) &&
-             cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
-             cJSON_AddStringToObject(o, "status", w->lost ? "lost" : "alive");
-    for (int64_t j = 0; ok && j < s->ntrials; j++) {
-      const struct trial *t = s->trials[j];
-      if (t->status == TS_RUNNING && t->worker_id == w->id)
-        ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
+    if (!w || w->gone) continue;
+    if (n == limit) {
+      more = 1;
+      break;
     }
-    if (!ok) {
-      cJSON_Delete(o);
-      rc = -ENOMEM;
-    } else {
-      cJSON_AddItemToArray(arr, o);
-    }
+    cJSON *o = api_worker_json(s, w);
+    if (!o) rc = -ENOMEM;
+    else cJSON_AddItemToArray(arr, o), n++, last = w->id;
   }
   server_unlock(s);
+  if (!rc) rc = api_page_next(root, more, last);
   if (rc) {
     cJSON_Delete(root);
     return rc;
   }
   return api_json(resp, 200, root);
+}
+
+/* issue 14: a worker that stops cleanly says so and leaves the list. Its
+ * trials (a drain released them already) go back to PENDING; its secret is
+ * revoked (persisted empty: the row stays hidden after a restart) and it
+ * registers anew when it starts again. */
+int api_worker_deregister(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int rc = 0;
+  server_lock(s);
+  struct worker *w = api_find_worker(s, req, resp);
+  for (int64_t j = 0; w && !rc && w->nrunning > 0 && j < s->ntrials; j++) {
+    struct trial *t = s->trials[j];
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id)
+      rc = state_requeue(s, t, &resp->ticket);
+  }
+  if (w && !rc) {
+    w->gone = 2;
+    w->secret[0] = '\0';
+    rc = state_persist_worker(s, w, &resp->ticket);
+    if (!rc) events_note(s, EV_WORKER, w->id, 0, NULL);
+    if (!rc) log_info("worker %lld (%s) deregistered", (long long)w->id, w->name);
+  }
+  server_unlock(s);
+  if (!w || rc) return rc;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "id", (double)req->match->ids[0]) ||
+      !cJSON_AddStringToObject(o, "status", "deregistered")) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  return api_json(resp, 200, o);
+}
+
+/* issue 14: a worker lost (silent) for --worker-retention-s leaves the list;
+ * if it comes back (its next heartbeat or lease) it is listed again. Called
+ * with the lease scan (lock held). */
+void api_workers_prune(struct server *s, uint64_t now_ms) {
+  double keep_ms = s->opt.worker_retention_s > 0 ? s->opt.worker_retention_s * 1000 : 3600e3;
+  for (int64_t i = 0; i < s->nworkers; i++) {
+    struct worker *w = s->workers[i];
+    if (!w || w->gone || !w->lost || w->nrunning > 0) continue;
+    if ((double)(now_ms - w->last_seen_ms) < keep_ms) continue;
+    w->gone = 1;
+    events_note(s, EV_WORKER, w->id, 0, NULL);
+    log_info("worker %lld (%s) lost for %g s: pruned from the list", (long long)w->id,
+             w->name, s->opt.worker_retention_s);
+  }
 }

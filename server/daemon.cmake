@@ -53,6 +53,7 @@ add_executable(ctune-server
   ${CMAKE_CURRENT_SOURCE_DIR}/api_trials.c
   ${CMAKE_CURRENT_SOURCE_DIR}/api_workers.c
   ${CMAKE_CURRENT_SOURCE_DIR}/api_misc.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/api_events.c
   ${CMAKE_CURRENT_SOURCE_DIR}/auth_head.c
   ${CMAKE_CURRENT_SOURCE_DIR}/state.c
   ${CMAKE_CURRENT_SOURCE_DIR}/state_ops.c

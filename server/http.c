@@ -20,6 +20,7 @@
 #include "api.h"
 #include "auth.h"
 #include "clock.h"
+#include "events.h"
 #include "log.h"
 #include "static_path.h"
 
@@ -102,6 +103,7 @@ static enum MHD_Result http_send(struct http_req *r) {
     char why[160];
     commit_failure_reason(r->s->commit, r->ticket, why, sizeof why);
     free(p->body);
+    if (p->stream_read && p->stream_free) p->stream_free(p->stream_cls);
     memset(p, 0, sizeof *p);
     int rc = r->commit_status == -EAGAIN
         ? api_error(p, 503, "store_retry", "", "this change was not stored: it was queued "
@@ -112,10 +114,22 @@ static enum MHD_Result http_send(struct http_req *r) {
     if (rc) p->status = r->commit_status == -EAGAIN ? 503 : 500;
     if (r->commit_status == -EAGAIN) api_header(p, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   }
-  struct MHD_Response *m = MHD_create_response_from_buffer(
-      p->len, p->body ? p->body : (void *)"", p->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-  if (!m) return MHD_NO;
-  p->body = NULL; /* MHD owns it now */
+  struct MHD_Response *m;
+  if (p->stream_read && !r->commit_status) {
+    /* A stream (SSE): no size, read as it comes; an open stream is not idle,
+     * its keepalives find dead clients instead of the idle timeout. */
+    m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, p->stream_read,
+                                          p->stream_cls, p->stream_free);
+    if (!m) return MHD_NO;
+    p->stream_read = NULL; /* MHD owns stream_cls now */
+    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  } else {
+    m = MHD_create_response_from_buffer(p->len, p->body ? p->body : (void *)"",
+                                        p->body ? MHD_RESPMEM_MUST_FREE
+                                                : MHD_RESPMEM_PERSISTENT);
+    if (!m) return MHD_NO;
+    p->body = NULL; /* MHD owns it now */
+  }
   if (p->content_type) MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, p->content_type);
   for (int i = 0; i < p->nheaders; i++)
     MHD_add_response_header(m, p->headers[i].name, p->headers[i].value);
@@ -386,6 +400,7 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   if (rc || !resp->status) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
     free(resp->body);
+    if (resp->stream_read && resp->stream_free) resp->stream_free(resp->stream_cls);
     memset(resp, 0, sizeof *resp);
     if (api_error(resp, 500, "internal", url, "internal error (%d)", rc)) resp->status = 500;
   }
@@ -510,6 +525,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   if (!r) return;
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
+  if (r->resp.stream_read && r->resp.stream_free) r->resp.stream_free(r->resp.stream_cls);
   free(r->body);
   if (r->fd >= 0) close(r->fd);
   if (r->reserved) atomic_fetch_sub(&h->body_bytes, r->reserved);
@@ -603,6 +619,7 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     free(h);
     return -EADDRINUSE;
   }
+  if (events_start(s)) log_warn("http: no keepalive thread for event streams");
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   *port_out = info ? info->port : s->opt.port;
   *out = h;
@@ -612,6 +629,7 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
 void http_stop(struct http *h) {
   if (!h) return;
   atomic_store(&h->stopping, 1);
+  events_stop(); /* open event streams end (none stays suspended) */
   /* Held replies are released by the commit thread, which still runs. */
   for (int i = 0; i < 1000 && (atomic_load(&h->suspended) > 0 || atomic_load(&h->active) > 0);
        i++) {

@@ -13,6 +13,7 @@ const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
     "                    [--no-auth] [--allowed-host NAME]...\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
+    "                    [--worker-retention-s S]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
     "                    [--durability full|normal] [--tls-cert FILE --tls-key FILE]\n"
     "                    [--web-dir DIR] [--vendor-dir DIR]\n"
@@ -32,6 +33,9 @@ const char opts_usage[] =
     "  --lease-timeout S       seconds without heartbeat before a worker's trials go\n"
     "                          back to PENDING (default 30)\n"
     "  --heartbeat-interval S  interval told to workers (default 5)\n"
+    "  --worker-retention-s S  a lost worker leaves GET /api/v1/workers after S seconds\n"
+    "                          of silence (default 3600); it is listed again if it comes\n"
+    "                          back. A worker that stops cleanly deregisters at once\n"
     "  --threads N             HTTP threads (default 2)\n"
     "  --max-checkpoint-mb N   largest checkpoint accepted (default 256)\n"
     "  --wal-checkpoint-frames N  WAL pages after which the writer completes a\n"
@@ -106,7 +110,8 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     .db_path = "ctune.db", .bind = "127.0.0.1", .port = 8470, .token_file = NULL,
     .lease_timeout_s = 30, .heartbeat_interval_s = 5, .web_dir = CTUNE_WEB_DIR_DEFAULT,
     .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT, .threads = 2,
-    .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192, .sync_full = 1};
+    .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192, .sync_full = 1,
+    .worker_retention_s = 3600};
   *action = OPTS_RUN;
   static char web_near[PATH_MAX], vendor_near[PATH_MAX];
   o->web_dir = opts_beside_exe(web_near, sizeof web_near, "share/ctune/web", "index.html",
@@ -176,6 +181,9 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
       if (opts_number(name, v, 0.05, 3600, &x, err, errlen)) return -EINVAL;
       o->heartbeat_interval_s = x;
       hb_set = 1;
+    } else if (!strcmp(name, "--worker-retention-s")) {
+      if (opts_number(name, v, 0.1, 1e9, &x, err, errlen)) return -EINVAL;
+      o->worker_retention_s = x;
     } else if (!strcmp(name, "--threads")) {
       if (opts_integer(name, v, 1, 64, &x, err, errlen)) return -EINVAL;
       o->threads = (int)x;

@@ -6,7 +6,7 @@ enum {
   H_HEALTHZ, H_METRICS, H_EXP_CREATE, H_EXP_LIST, H_EXP_GET, H_EXP_TRIALS, H_EXP_RESULTS,
   H_EXP_BEST, H_EXP_CANCEL, H_TRIAL_GET, H_TRIAL_RESULTS, H_TRIAL_REPORT, H_TRIAL_COMPLETE,
   H_TRIAL_FAIL, H_TRIAL_RELEASE, H_CKPT_PUT, H_CKPT_GET, H_LOG_PUT, H_LOG_GET, H_WORKER_REGISTER,
-  H_WORKER_LIST, H_HEARTBEAT, H_LEASE, H_VENDOR, H_STATIC,
+  H_WORKER_LIST, H_HEARTBEAT, H_LEASE, H_EVENTS, H_WORKER_DEREGISTER, H_VENDOR, H_STATIC,
   H_EXP_PAUSE, H_EXP_RESUME, H_EXP_PATCH, H_EXP_DELETE, H_TRIAL_STOP, /* issue 14 (control) */
   H_COUNT
 };
@@ -34,6 +34,8 @@ int api_worker_register(struct server *, const struct api_req *, struct api_resp
 int api_worker_list(struct server *, const struct api_req *, struct api_resp *);
 int api_worker_heartbeat(struct server *, const struct api_req *, struct api_resp *);
 int api_worker_lease(struct server *, const struct api_req *, struct api_resp *);
+int api_events(struct server *, const struct api_req *, struct api_resp *);
+int api_worker_deregister(struct server *, const struct api_req *, struct api_resp *);
 int api_static_vendor(struct server *, const struct api_req *, struct api_resp *);
 int api_static_web(struct server *, const struct api_req *, struct api_resp *);
 int api_experiment_pause(struct server *, const struct api_req *, struct api_resp *);
@@ -72,6 +74,8 @@ const struct route api_routes[] = {
   {RM_GET, "/api/v1/workers", RA_ADMIN, H_WORKER_LIST},
   {RM_POST, "/api/v1/workers/{id}/heartbeat", RA_WORKER, H_HEARTBEAT},
   {RM_POST, "/api/v1/workers/{id}/lease", RA_WORKER, H_LEASE},
+  {RM_POST, "/api/v1/workers/{id}/deregister", RA_WORKER, H_WORKER_DEREGISTER},
+  {RM_GET, "/api/v1/events", RA_ADMIN, H_EVENTS},
   /* Static files carry no data: the dashboard page loads without a token
    * and then calls the API with one. */
   {RM_GET, "/vendor/*", RA_PUBLIC, H_VENDOR},
@@ -103,6 +107,8 @@ const api_handler api_handlers[H_COUNT] = {
   [H_WORKER_LIST] = api_worker_list,
   [H_HEARTBEAT] = api_worker_heartbeat,
   [H_LEASE] = api_worker_lease,
+  [H_EVENTS] = api_events,
+  [H_WORKER_DEREGISTER] = api_worker_deregister,
   [H_VENDOR] = api_static_vendor,
   [H_STATIC] = api_static_web,
   [H_EXP_PAUSE] = api_experiment_pause,

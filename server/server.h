@@ -168,6 +168,9 @@ struct worker {
    * every later call of this worker (http.c). "" for a worker registered
    * before secrets existed: it cannot authenticate and registers again. */
   char secret[72];
+  /* issue 14: 1 pruned (lost past --worker-retention-s; listed again when it
+   * comes back), 2 deregistered (a clean stop: unknown from then on). */
+  int gone;
 };
 
 struct server_options {
@@ -188,6 +191,7 @@ struct server_options {
   int no_auth;   /* --no-auth: an open server (loopback binds only) */
   const char *allowed_hosts[16]; /* --allowed-host NAME: more Host names served */
   int nallowed_hosts;
+  double worker_retention_s; /* issue 14: lost workers leave the list after it */
 };
 
 struct server {

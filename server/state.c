@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "events.h"
 #include "jsonout.h"
 #include "log.h"
 #include "state_decide.h"
@@ -521,6 +522,7 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
              "expire on their own)", (long long)w->id, w->name, s->opt.lease_timeout_s,
              (long long)w->nrunning);
   }
+  api_workers_prune(s, now_ms); /* issue 14: lost past --worker-retention-s */
   if (now_ms < s->next_expiry_ms) return;
   s->next_expiry_ms = now_ms + 100;
   uint64_t grace = state_unlisted_grace_ms(s);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "events.h"
 #include "clock.h"
 #include "jsonout.h"
 #include "log.h"
@@ -269,6 +270,7 @@ int control_delete(struct server *s, struct experiment *e, int force, uint64_t *
     t->deleted = 1;
   }
   e->updated_seq = ++s->seq;
+  events_note(s, EV_EXPERIMENT, e->id, 0, NULL); /* issue 14: {"id", "deleted": true} */
   log_info("experiment %lld deleted", (long long)e->id);
   return state_live_sync(s, e);
 }

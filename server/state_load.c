@@ -220,6 +220,7 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   /* A restart counts as a heartbeat from everyone (HACKING.md). */
   w->last_heartbeat = clock_wall_s();
   w->last_seen_ms = clock_mono_ms();
+  w->gone = r->secret[0] ? 0 : 2; /* issue 14: deregistered (secret revoked) */
   s->workers[s->nworkers++] = w;
   return 0;
 }

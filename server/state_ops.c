@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "events.h"
 #include "server.h"
 #include "state_decide.h"
 #include "state_internal.h"
@@ -58,6 +59,7 @@ int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket) {
   int64_t seq = t->updated_seq;
   int rc = commit_enqueue(s->commit, trial_op_apply, trial_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, seq);
+  if (!rc) events_note(s, EV_TRIAL, t->id, 0, NULL); /* issue 14: GET /events */
   return rc;
 }
 
@@ -147,6 +149,7 @@ int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket) {
     .memory_mb = w->memory_mb, .registered_at = w->registered_at,
     .last_heartbeat = w->last_heartbeat};
   memcpy(op->row.secret, w->secret, sizeof op->row.secret);
+  events_note(s, EV_WORKER, w->id, 0, NULL); /* issue 14: GET /events */
   return commit_enqueue(s->commit, worker_op_apply, worker_op_free, op, ticket);
 }
 
@@ -205,6 +208,9 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
   }
   int64_t covered = json ? seq : 0;
   if (op->trial && op->trial->row.updated_seq > covered) covered = op->trial->row.updated_seq;
+  const char *ev_json = json ? op->data + dl : NULL; /* op is the commit's once queued */
+  if (json) events_note(s, EV_RESULT, t->id, seq, ev_json); /* issue 14: GET /events */
+  if (op->trial) events_note(s, EV_TRIAL, t->id, 0, NULL);
   int rc = commit_enqueue(s->commit, result_op_apply, result_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, covered);
   return rc;
@@ -230,6 +236,9 @@ int state_exp_op_enqueue(struct server *s, struct exp_op *op, uint64_t *ticket) 
   int64_t covered = op->row.updated_seq;
   for (int64_t i = 0; i < op->ntrials; i++)
     if (op->trials[i]->row.updated_seq > covered) covered = op->trials[i]->row.updated_seq;
+  /* issue 14: GET /events (the rows are noted before the op is handed over) */
+  events_note(s, EV_EXPERIMENT, op->row.id, 0, NULL);
+  for (int64_t i = 0; i < op->ntrials; i++) events_note(s, EV_TRIAL, op->trials[i]->row.id, 0, NULL);
   int rc = commit_enqueue(s->commit, exp_op_apply, state_exp_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, covered);
   return rc;

@@ -77,6 +77,7 @@ struct worker {
   struct trial *trials;
   int uploads;  /* checkpoint/log requests in flight */
   int draining, drain_kill, shut;
+  int deregistering; /* issue 14: the clean stop's deregistration is out */
   uint64_t drain_deadline_ms;
 };
 
@@ -1634,8 +1635,34 @@ static int worker_ob_busy(struct worker *w) {
   return 0;
 }
 
+/* issue 14: a clean stop (no trial left, nothing undelivered) leaves the
+ * server's worker list at once instead of showing "lost" until pruned. Any
+ * failure just exits: the server prunes the worker later. */
+static void worker_on_deregister(void *arg, int err, const struct http_resp *resp) {
+  struct worker *w = arg;
+  if (!err && resp->status == 200) log_info("deregistered from the server");
+  else log_warn("deregistration failed (%s): the server shows this worker lost",
+                err ? "no answer" : "refused");
+  worker_shutdown(w);
+}
+
+static void worker_deregister_and_exit(struct worker *w) {
+  if (w->deregistering) return;
+  if (!w->id || w->trials || w->ob.n || w->fenced) {
+    worker_shutdown(w);
+    return;
+  }
+  w->deregistering = 1;
+  char path[64];
+  snprintf(path, sizeof path, "/api/v1/workers/%d/deregister", w->id);
+  cJSON *b = cJSON_CreateObject();
+  if (!b || worker_post_json(w, path, b, worker_on_deregister, w)) worker_shutdown(w);
+  cJSON_Delete(b);
+}
+
 static void worker_check_drained(struct worker *w) {
   if (!w->draining || w->shut) return;
+  if (w->deregistering) return;
   uint64_t now = clock_mono_ms();
   for (struct trial *t = w->trials; t; t = t->next)
     /* A live process is killed by proc's grace timer; its exit comes. */
@@ -1647,7 +1674,7 @@ static void worker_check_drained(struct worker *w) {
   if (now < w->drain_deadline_ms &&
       (w->trials || w->uploads > 0 || worker_ob_busy(w) || w->lease_inflight))
     return;
-  worker_shutdown(w);
+  worker_deregister_and_exit(w);
 }
 
 static void worker_on_drain_timer(uv_timer_t *h) { worker_check_drained(h->data); }

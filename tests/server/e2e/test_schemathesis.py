@@ -67,7 +67,11 @@ def main():
            "-H", "Authorization: Bearer " + ADMIN, "--checks", CHECKS,
            "--max-examples", str(MAX_EXAMPLES), "--max-time", str(MAX_TIME_S),
            "--seed", "1", "--workers", "1", "--request-timeout", "10",
-           "--suppress-health-check", "all", "--no-color"]
+           "--suppress-health-check", "all", "--no-color",
+           # GET /api/v1/events is an endless text/event-stream: schemathesis
+           # reads a whole body (request timeout, counted as a failure).
+           # test_pages_events.py covers it, its 400s included.
+           "--exclude-path", "/api/v1/events"]
     env = dict(os.environ, NO_COLOR="1", SCHEMATHESIS_HOOKS="")
     t0 = time.time()
     log = os.path.join(d, "st.log")

@@ -1,0 +1,369 @@
+/* api_events: GET /api/v1/events, a Server-Sent Events stream of the change
+ * feed (events.h; HACKING.md "Events").
+ *
+ * The feed is a ring of (id, kind, object id) noted by the state code under
+ * s->lock. A stream is a libmicrohttpd callback response: its reader copies
+ * what is new out of the ring, renders it (taking s->lock only for that, never
+ * while it waits) and, when there is nothing to send, suspends its connection;
+ * events_note and the keepalive ticker resume it. So a waiting stream holds
+ * neither the server's lock nor one of libmicrohttpd's threads, and is not
+ * cut by the idle timeout (http.c sets its connection's timeout to none;
+ * a ": keepalive" comment every 15 s finds dead clients). */
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "commit.h"
+#include "events.h"
+#include "log.h"
+#include "store.h"
+
+/* Streams at once (each is one connection of its client's per-IP cap). */
+#define EVENTS_MAX_STREAMS 256
+/* Events rendered per reader call: a burst bigger than this goes out over
+ * several calls, each continuing after the last id it sent. */
+#define EVENTS_BATCH 64
+/* Result JSON longer than this is not copied into the ring: it is read back
+ * from the store by its seq. */
+#define EVENTS_MAX_COPY 4096
+
+struct ev {
+  int64_t id;
+  enum event_kind kind;
+  int64_t obj;  /* experiment, trial or worker id (EV_RESULT: the trial) */
+  int64_t rseq; /* EV_RESULT: the result's seq */
+  char *json;   /* EV_RESULT: the result, when short */
+};
+
+struct stream {
+  struct stream *prev, *next;
+  struct MHD_Connection *conn;
+  int64_t pos;   /* the last id sent (or asked to resume after) */
+  int reset;     /* the client's position is not in the ring: say "reset" */
+  int suspended; /* 1 parked by its reader, -1 resumed and not yet read (F.mu) */
+  int ka_due;    /* the ticker asks for a keepalive */
+  char *out;     /* rendered, not yet handed to libmicrohttpd */
+  size_t len, off;
+};
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct ev ring[EVENTS_RING];
+  int64_t n;     /* events ever noted: ring[i % EVENTS_RING] for the newest */
+  int64_t floor; /* a position below this cannot be resumed: "reset" */
+  int64_t last;  /* the newest id */
+  int started, stopping;
+  struct stream *streams;
+  int nstreams, nsuspended;
+  pthread_t ticker;
+  struct server *s;
+  double keepalive_s;
+} F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void events_wake_locked(void) {
+  for (struct stream *c = F.streams; c; c = c->next)
+    if (c->suspended == 1) {
+      c->suspended = -1; /* still counted until its reader runs again */
+      MHD_resume_connection(c->conn);
+    }
+}
+
+void events_note(struct server *s, enum event_kind kind, int64_t id, int64_t result_seq,
+                 const char *json) {
+  char *copy = json && strlen(json) <= EVENTS_MAX_COPY ? strdup(json) : NULL;
+  pthread_mutex_lock(&F.mu);
+  /* Ids are the global change counter, kept strictly increasing: two rows
+   * written for one change get the next numbers. */
+  int64_t eid = s->seq > F.last ? s->seq : F.last + 1;
+  struct ev *slot = &F.ring[F.n % EVENTS_RING];
+  if (F.n >= EVENTS_RING) {
+    F.floor = slot->id; /* overwritten: resuming before it is no longer possible */
+    free(slot->json);
+  }
+  *slot = (struct ev){.id = eid, .kind = kind, .obj = id, .rseq = result_seq, .json = copy};
+  F.n++;
+  F.last = eid;
+  events_wake_locked();
+  pthread_mutex_unlock(&F.mu);
+}
+
+static void *events_ticker(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&F.mu);
+  while (!F.stopping) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double when = (double)ts.tv_sec + ts.tv_nsec / 1e9 + F.keepalive_s;
+    ts.tv_sec = (time_t)when;
+    ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+    int rc = pthread_cond_timedwait(&F.cv, &F.mu, &ts);
+    if (F.stopping) break;
+    if (rc != ETIMEDOUT) continue;
+    for (struct stream *c = F.streams; c; c = c->next) c->ka_due = 1;
+    events_wake_locked();
+  }
+  pthread_mutex_unlock(&F.mu);
+  return NULL;
+}
+
+int events_start(struct server *s) {
+  pthread_mutex_lock(&F.mu);
+  F.s = s;
+  F.floor = F.last = s->seq; /* nothing before the load is in the ring */
+  F.stopping = 0;
+  F.keepalive_s = 15;
+  const char *env = getenv("CTUNE_TEST_SSE_KEEPALIVE_S");
+  if (env && atof(env) > 0) F.keepalive_s = atof(env);
+  int rc = F.started ? 0 : pthread_create(&F.ticker, NULL, events_ticker, NULL);
+  if (!rc) F.started = 1;
+  pthread_mutex_unlock(&F.mu);
+  return -rc;
+}
+
+void events_stop(void) {
+  pthread_mutex_lock(&F.mu);
+  F.stopping = 1;
+  pthread_cond_broadcast(&F.cv);
+  events_wake_locked();
+  int started = F.started;
+  F.started = 0;
+  pthread_mutex_unlock(&F.mu);
+  if (started) pthread_join(F.ticker, NULL);
+  /* libmicrohttpd must not stop with a suspended connection: every resumed
+   * stream's reader runs once more and ends it. */
+  for (int i = 0; i < 400; i++) {
+    pthread_mutex_lock(&F.mu);
+    events_wake_locked();
+    int left = F.nsuspended;
+    pthread_mutex_unlock(&F.mu);
+    if (!left) break;
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Appends one SSE frame: "id:", "event:", "data:" (one line: cJSON prints
+ * compact JSON without newlines). */
+static int events_frame(char **out, size_t *len, int64_t id, const char *event,
+                        const char *data) {
+  size_t need = strlen(data) + strlen(event) + 64;
+  char *b = realloc(*out, *len + need);
+  if (!b) return -ENOMEM;
+  *out = b;
+  *len += (size_t)snprintf(b + *len, need, "id: %lld\nevent: %s\ndata: %s\n\n",
+                           (long long)id, event, data);
+  return 0;
+}
+
+static int events_result_cb(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)seq;
+  (void)trial_id;
+  char **json = ctx;
+  free(*json);
+  *json = strdup(data);
+  return *json ? 0 : -ENOMEM;
+}
+
+
+static const char *const events_names[] = {"experiment", "trial", "result", "worker"};
+
+/* The changed object as it is now; a deleted one as {"id", "deleted": true}. */
+static cJSON *events_object(struct server *s, const struct ev *e) {
+  cJSON *o = NULL;
+  if (e->kind == EV_EXPERIMENT) {
+    struct experiment *x = server_experiment(s, e->obj);
+    if (x) return api_experiment_json(s, x, 1);
+  } else if (e->kind == EV_TRIAL) {
+    struct trial *t = server_trial(s, e->obj);
+    if (t) return api_trial_json(s, t);
+  } else if (e->kind == EV_WORKER) {
+    struct worker *w = server_worker(s, e->obj);
+    if (w) return api_worker_json(s, w);
+  }
+  o = cJSON_CreateObject();
+  if (o && (!cJSON_AddNumberToObject(o, "id", (double)e->obj) ||
+            !cJSON_AddBoolToObject(o, "deleted", 1))) {
+    cJSON_Delete(o);
+    o = NULL;
+  }
+  return o;
+}
+
+/* Renders evs[0..n) into c->out. */
+static int events_render(struct server *s, struct stream *c, struct ev *evs, int n) {
+  int rc = 0, flushed = 0;
+  for (int i = 0; !rc && i < n; i++) {
+    struct ev *e = &evs[i];
+    char *text = NULL;
+    if (e->kind == EV_RESULT) {
+      if (!e->json) {
+        /* The row exists once what was queued before this read committed. */
+        if (!flushed) commit_flush(s->commit), flushed = 1;
+        rc = store_results_by_seq(s->store, &e->rseq, 1, events_result_cb, &e->json);
+      }
+      cJSON *o = cJSON_CreateObject(), *r = e->json ? cJSON_Parse(e->json) : cJSON_CreateNull();
+      if (!o || !r || !cJSON_AddNumberToObject(o, "trial_id", (double)e->obj) ||
+          !jsonout_add_int64(o, "seq", e->rseq) || !cJSON_AddItemToObject(o, "result", r)) {
+        if (o && r && !cJSON_GetObjectItemCaseSensitive(o, "result")) cJSON_Delete(r);
+        cJSON_Delete(o);
+        rc = rc ? rc : -ENOMEM;
+        break;
+      }
+      text = jsonout_print(o);
+      cJSON_Delete(o);
+    } else {
+      server_lock(s);
+      cJSON *o = events_object(s, e);
+      server_unlock(s);
+      text = o ? jsonout_print(o) : NULL;
+      cJSON_Delete(o);
+    }
+    if (!text) rc = -ENOMEM;
+    else rc = events_frame(&c->out, &c->len, e->id, events_names[e->kind], text);
+    free(text);
+  }
+  return rc;
+}
+
+static ssize_t events_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
+  struct stream *c = cls;
+  if (c->off < c->len) {
+    size_t k = c->len - c->off < max ? c->len - c->off : max;
+    memcpy(buf, c->out + c->off, k);
+    c->off += k;
+    return (ssize_t)k;
+  }
+  c->off = c->len = 0;
+  struct ev evs[EVENTS_BATCH];
+  int n = 0, ka = 0;
+  int64_t reset_at = -1;
+  pthread_mutex_lock(&F.mu);
+  if (c->suspended == -1) { /* resumed: the reader runs again */
+    c->suspended = 0;
+    F.nsuspended--;
+  }
+  if (F.stopping) {
+    pthread_mutex_unlock(&F.mu);
+    return MHD_CONTENT_READER_END_OF_STREAM;
+  }
+  if (!c->reset && (c->pos < F.floor || c->pos > F.last)) c->reset = 1;
+  if (c->reset) {
+    /* The client's position is older than the ring (or from before a
+     * restart): it re-fetches its lists and follows from here. */
+    reset_at = c->pos = F.last;
+    c->reset = 0;
+  } else if (c->pos < F.last) {
+    /* The first event after pos: ids increase along the ring. */
+    int64_t lo = F.n > EVENTS_RING ? F.n - EVENTS_RING : 0, hi = F.n;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (F.ring[mid % EVENTS_RING].id <= c->pos) lo = mid + 1;
+      else hi = mid;
+    }
+    for (int64_t i = lo; i < F.n && n < EVENTS_BATCH; i++) {
+      struct ev *e = &F.ring[i % EVENTS_RING];
+      evs[n] = *e;
+      evs[n].json = e->json ? strdup(e->json) : NULL;
+      n++;
+    }
+    if (n) c->pos = evs[n - 1].id;
+  }
+  if (!n && reset_at < 0) {
+    if (c->ka_due) {
+      ka = 1;
+      c->ka_due = 0;
+    } else {
+      /* Nothing to say: park the connection until events_note or the
+       * ticker resumes it (no thread, no lock held meanwhile). */
+      c->suspended = 1;
+      F.nsuspended++;
+      MHD_suspend_connection(c->conn);
+      pthread_mutex_unlock(&F.mu);
+      return 0;
+    }
+  }
+  pthread_mutex_unlock(&F.mu);
+  int rc = 0;
+  if (reset_at >= 0) {
+    char data[64];
+    snprintf(data, sizeof data, "{\"seq\":%lld}", (long long)reset_at);
+    rc = events_frame(&c->out, &c->len, reset_at, "reset", data);
+  } else if (ka) {
+    static const char k[] = ": keepalive\n\n";
+    char *b = realloc(c->out, sizeof k);
+    if (!b) rc = -ENOMEM;
+    else memcpy(b, k, sizeof k - 1), c->out = b, c->len = sizeof k - 1;
+  } else {
+    rc = events_render(F.s, c, evs, n);
+  }
+  for (int i = 0; i < n; i++) free(evs[i].json);
+  if (rc) {
+    log_error("events: cannot render the stream (%d): closing it", rc);
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  return events_read(cls, pos, buf, max);
+}
+
+static void events_free(void *cls) {
+  struct stream *c = cls;
+  pthread_mutex_lock(&F.mu);
+  if (c->prev) c->prev->next = c->next;
+  else F.streams = c->next;
+  if (c->next) c->next->prev = c->prev;
+  F.nstreams--;
+  if (c->suspended) F.nsuspended--;
+  pthread_mutex_unlock(&F.mu);
+  free(c->out);
+  free(c);
+}
+
+int api_events(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int64_t since = -1;
+  if (api_query_int(req, resp, "since", 0, INT64_MAX, -1, &since)) return 0;
+  const char *last = req->header(req->conn, "Last-Event-ID");
+  if (last && *last) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(last, &end, 10);
+    if (errno || *end || v < 0)
+      return api_error(resp, 400, "invalid_header", "Last-Event-ID", "Last-Event-ID must be "
+                       "an event id (a non-negative integer)");
+    since = v; /* the header wins: it is where the client's stream really is */
+  }
+  struct stream *c = calloc(1, sizeof *c);
+  if (!c) return -ENOMEM;
+  c->conn = req->conn;
+  pthread_mutex_lock(&F.mu);
+  if (F.nstreams >= EVENTS_MAX_STREAMS || !F.started) {
+    int busy = F.started;
+    pthread_mutex_unlock(&F.mu);
+    free(c);
+    api_error(resp, 503, busy ? "busy" : "stopping", req->path,
+              busy ? "too many event streams open; retry later" : "the server is stopping");
+    api_header(resp, "Retry-After", "5");
+    return 0;
+  }
+  /* No position: from now on. */
+  c->pos = since < 0 ? F.last : since;
+  (void)s;
+  c->next = F.streams;
+  if (F.streams) F.streams->prev = c;
+  F.streams = c;
+  F.nstreams++;
+  pthread_mutex_unlock(&F.mu);
+  resp->status = 200;
+  resp->content_type = "text/event-stream";
+  resp->stream_read = events_read;
+  resp->stream_free = events_free;
+  resp->stream_cls = c;
+  api_header(resp, "Cache-Control", "no-cache");
+  api_header(resp, "X-Accel-Buffering", "no");
+  return 0;
+}
