@@ -32,6 +32,7 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   int64_t trials[TS_COUNT] = {0}, exps[ES_COUNT] = {0}, workers[2] = {0};
   server_lock(s);
   for (int64_t i = 0; i < s->nexps; i++) {
+    if (s->exps[i]->deleted) continue; /* issue 14 (control): a tombstone */
     exps[s->exps[i]->status]++;
     for (int j = 0; j < TS_COUNT; j++) trials[j] += s->exps[i]->counts[j];
   }

@@ -70,7 +70,7 @@ static int count_results(void *ctx, int64_t seq, int64_t trial_id, const char *d
 
 START_TEST(migrations_and_round_trip) {
   struct store *st = open_store();
-  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0};
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0, 1, "", "[]"};
   struct store_trial_row t = {.id = 1, .experiment_id = 1, .idx = 0, .name = "exp_00000",
                               .status = "PENDING", .config = "{\"lr\":0.1}", .created_at = 1.5,
                               .updated_seq = 4};
@@ -411,7 +411,7 @@ static int load_gen_result(void *c, const struct store_result_row *r) {
 
 START_TEST(generations_round_trip) {
   struct store *st = open_store();
-  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0};
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0, 1, "", "[]"};
   struct store_trial_row t = {.id = 1, .experiment_id = 1, .name = "exp_00000",
                               .status = "PENDING", .config = "{}", .generation = 2};
   struct result_op *a = make_result(5, 1, 3.0), *b = make_result(6, 1, 3.0);
