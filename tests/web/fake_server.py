@@ -273,7 +273,43 @@ class Handler(BaseHTTPRequestHandler):
         return self.err(404, "not_found", "no route " + u.path)
 
     def do_GET(self):
+        if urlparse(self.path).path == "/api/v1/events":
+            return self.events()
         self.route("GET")
+
+    def events(self):
+        """GET /api/v1/events (issue 14), coarse: one "trial" event per change
+        of the fake's counter (the dashboard only uses an event as "fetch
+        now"), ids = the counter, Last-Event-ID honoured, keepalives."""
+        st = self.state
+        try:
+            last = int(self.headers.get("Last-Event-ID") or parse_qs(urlparse(self.path).query).get("since", ["-1"])[0])
+        except ValueError:
+            return self.err(400, "invalid_header", "Last-Event-ID must be an integer")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        self.close_connection = True
+        quiet = time.time()
+        try:
+            while True:
+                with st.lock:
+                    seq = st.seq
+                if last < 0:
+                    last = seq
+                if seq > last:
+                    last = seq
+                    self.wfile.write(b"id: %d\nevent: trial\ndata: {}\n\n" % seq)
+                    self.wfile.flush()
+                    quiet = time.time()
+                elif time.time() - quiet > 15:
+                    self.wfile.write(b": keepalive\n\n")
+                    self.wfile.flush()
+                    quiet = time.time()
+                time.sleep(0.2)
+        except OSError:
+            return
 
     def do_POST(self):
         self.route("POST")
