@@ -157,6 +157,9 @@ int auth_check_request_head(struct server *s, void *conn,
     api_header(resp, "WWW-Authenticate", "Bearer");
     return 1;
   }
+  /* The dashboard hides the controls a viewer session cannot use. */
+  api_header(resp, "X-Ctune-Role", "%s",
+             role == AUTH_VIEWER ? "viewer" : role == RA_ADMIN ? "admin" : "worker");
   const char *mname = meth == RM_GET ? "GET" : meth == RM_HEAD ? "HEAD" : meth == RM_POST
       ? "POST" : meth == RM_PUT ? "PUT" : meth == RM_PATCH ? "PATCH" : "DELETE";
   if (role == AUTH_VIEWER && (route->access != RA_ADMIN || (meth != RM_GET && meth != RM_HEAD))) {

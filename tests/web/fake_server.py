@@ -36,7 +36,7 @@ class State:
         return self.seq
 
     def create(self, cfg, rng):
-        eid = len(self.experiments) + 1
+        eid = max(self.experiments, default=0) + 1  # ids are never reused, even after a delete
         sched = dict(cfg.get("scheduler") or {"type": "fifo"})
         if sched.get("type") == "asha":
             gp, rf, mt = sched.get("grace_period", 1), sched.get("reduction_factor", 2), sched.get("max_t", 10)
@@ -46,10 +46,17 @@ class State:
                 t *= rf
             sched["brackets"] = [{"index": 0, "stopped": 0, "milestones": ms}]
         exp = {"id": eid, "name": cfg.get("name", "exp%d" % eid), "status": "RUNNING",
+               "priority": cfg.get("priority", 1), "notes": cfg.get("notes", ""), "tags": list(cfg.get("tags", [])),
+               "max_concurrent_trials": cfg.get("max_concurrent_trials", 0),
                "metric": cfg.get("metric", "loss"), "mode": cfg.get("mode", "min"),
                "created_at": time.time(), "ended_at": None, "config": cfg, "scheduler": sched}
         self.experiments[eid] = exp
-        for i in range(cfg.get("num_samples", 1)):
+        self.add_trials(exp, 0, cfg.get("num_samples", 1), rng)
+        return eid
+
+    def add_trials(self, exp, first, n, rng):
+        cfg, eid = exp["config"], exp["id"]
+        for i in range(first, first + n):
             conf = {}
             for k, v in (cfg.get("param_space") or {}).items():
                 if isinstance(v, dict) and v.get("type") == "loguniform":
@@ -63,7 +70,7 @@ class State:
                     conf[k] = rng.uniform(v["lower"], v["upper"])
                 else:
                     conf[k] = v
-            tid = len(self.trials) + 1
+            tid = max(self.trials, default=0) + 1
             self.trials[tid] = {"id": tid, "experiment_id": eid, "name": "%s_%05d" % (exp["name"], i),
                                 "status": "PENDING", "stopped_early": False, "config": conf,
                                 "resources": {"cpu": 1, "gpu": 0, "memory_mb": 0}, "iteration": 0,
@@ -72,7 +79,6 @@ class State:
                                 "reason": None,
                                 "created_at": time.time(), "started_at": None, "ended_at": None,
                                 "updated_seq": self.bump()}
-        return eid
 
     def exp_view(self, exp):
         ts = [t for t in self.trials.values() if t["experiment_id"] == exp["id"]]
@@ -101,6 +107,100 @@ class State:
         self.events.setdefault(tid, []).append(
             {"seq": self.bump(), "trial_id": tid, "experiment_id": t["experiment_id"],
              "time": time.time(), "kind": kind, "reason": reason, "data": data})
+
+    # Issue 14's controls, as HACKING.md's contract states them (a fake: trials
+    # pause at once instead of at their next result).
+    def control(self, exp, action, body, query):
+        """(status, payload) of POST pause|resume, PATCH and DELETE."""
+        live = [t for t in self.trials.values() if t["experiment_id"] == exp["id"]]
+        if action == "pause":
+            if exp["status"] not in ("RUNNING", "PAUSED"):
+                return 409, ("not_running", "experiment %d is %s: only a running experiment pauses" % (exp["id"], exp["status"]))
+            exp["status"] = "PAUSED"
+            for t in live:
+                if t["status"] == "RUNNING":
+                    self.decide(t["id"], "PAUSED", "paused by user", "paused", worker_id=None)
+            return 200, self.exp_view(exp)
+        if action == "resume":
+            if exp["status"] not in ("RUNNING", "PAUSED"):
+                return 409, ("not_paused", "experiment %d is %s: only a paused experiment resumes" % (exp["id"], exp["status"]))
+            exp["status"] = "RUNNING"
+            for t in live:
+                if t["status"] == "PAUSED":
+                    self.decide(t["id"], "PENDING", "resumed by user", "resumed")
+            return 200, self.exp_view(exp)
+        if action == "patch":
+            if not isinstance(body, dict):
+                return 400, ("invalid", "the body must be a JSON object", "")
+            allowed = {"num_samples", "max_concurrent_trials", "priority", "notes", "tags", "scheduler"}
+            for k in body:
+                if k not in allowed:
+                    return 400, ("invalid", "%s cannot be changed" % k, k)
+            cfg, sched = exp["config"], exp["scheduler"]
+            n_now = cfg.get("num_samples", 1)
+            num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+            if "num_samples" in body and (not isinstance(body["num_samples"], int) or body["num_samples"] < n_now):
+                return 400, ("invalid", "num_samples must be an integer >= %d (only up)" % n_now, "num_samples")
+            if "max_concurrent_trials" in body and (not isinstance(body["max_concurrent_trials"], int)
+                                                    or body["max_concurrent_trials"] < 0):
+                return 400, ("invalid", "max_concurrent_trials must be an integer >= 0", "max_concurrent_trials")
+            if "priority" in body and (not num(body["priority"]) or body["priority"] <= 0):
+                return 400, ("invalid", "priority must be a number > 0", "priority")
+            if "notes" in body and (not isinstance(body["notes"], str) or len(body["notes"]) > 4096):
+                return 400, ("invalid", "notes must be a string of at most 4096 characters", "notes")
+            if "tags" in body:
+                tags = body["tags"]
+                if not isinstance(tags, list) or len(tags) > 32:
+                    return 400, ("invalid", "tags must be an array of at most 32 strings", "tags")
+                for i, t in enumerate(tags):
+                    if not isinstance(t, str) or not 1 <= len(t) <= 64:
+                        return 400, ("invalid", "tags[%d] must be a string of 1 to 64 characters" % i, "tags[%d]" % i)
+            mt = None
+            if "scheduler" in body:
+                sb = body["scheduler"]
+                if not isinstance(sb, dict) or set(sb) - {"max_t"}:
+                    return 400, ("invalid", "only scheduler.max_t can be changed", "scheduler")
+                mt = sb.get("max_t")
+                if not num(mt) or "max_t" not in sched or mt < sched["max_t"]:
+                    return 400, ("invalid", "scheduler.max_t must be a number >= %s (only up)" % sched.get("max_t"),
+                                 "scheduler.max_t")
+            for k in ("max_concurrent_trials", "priority", "notes", "tags"):
+                if k in body:
+                    exp[k] = body[k]
+            grew = False
+            if "num_samples" in body and body["num_samples"] > n_now:
+                self.add_trials(exp, n_now, body["num_samples"] - n_now, random.Random(exp["id"]))
+                cfg["num_samples"] = body["num_samples"]
+                grew = True
+            if mt is not None and mt > sched["max_t"]:
+                sched["max_t"] = cfg.setdefault("scheduler", {})["max_t"] = mt
+                grew = True
+            if grew and exp["status"] == "TERMINATED":
+                exp["status"], exp["ended_at"] = "RUNNING", None
+            self.bump()
+            return 200, self.exp_view(exp)
+        if action == "delete":
+            running = [t for t in live if t["status"] == "RUNNING"]
+            if running and query.get("force") != "1":
+                return 409, ("running", "experiment %d has %d running trial%s: stop them first or delete with force=1"
+                             % (exp["id"], len(running), "" if len(running) == 1 else "s"))
+            ids = {t["id"] for t in live}
+            for tid in ids:
+                del self.trials[tid]
+                self.events.pop(tid, None)
+                self.logs.pop(tid, None)
+            self.results = [r for r in self.results if r[1] not in ids]
+            del self.experiments[exp["id"]]
+            self.bump()
+            return 200, {"id": exp["id"], "deleted": True}
+        raise ValueError(action)
+
+    def stop_trial(self, t):
+        if t["status"] not in ("RUNNING", "PAUSED", "PENDING"):
+            return 409, ("not_live", "trial %d is %s already" % (t["id"], t["status"]))
+        self.decide(t["id"], "TERMINATED", "stopped by user", "stopped", worker_id=None, ended_at=time.time())
+        self.finish_check(t["experiment_id"])
+        return 200, dict(t, events=self.events.get(t["id"], []))
 
     def finish_check(self, eid):
         exp = self.experiments[eid]
@@ -152,6 +252,9 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     state = None
     web_dir = vendor_dir = token = None
+    viewer_token = None      # a read-only token: GETs only, as the server's viewer
+    role_header = True       # X-Ctune-Role on authenticated replies (--no-role-header: an older server)
+    requests = []            # the state-changing API requests, for the tests (GET /__fake/requests)
 
     def log_message(self, *a):
         pass
@@ -159,6 +262,8 @@ class Handler(BaseHTTPRequestHandler):
     def send_json(self, code, obj):
         body = json.dumps(obj).encode()
         self.send_response(code)
+        if getattr(self, "role", None) and self.role_header:
+            self.send_header("X-Ctune-Role", self.role)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
@@ -189,10 +294,38 @@ class Handler(BaseHTTPRequestHandler):
         u = urlparse(self.path)
         q = {k: v[0] for k, v in parse_qs(u.query).items()}
         p = [x for x in u.path.split("/") if x]
-        raw = self.body() if method in ("POST", "PUT") else b""
-        if p[:2] == ["api", "v1"] and self.token and \
-                self.headers.get("Authorization") != "Bearer " + self.token:
-            return self.err(401, "unauthorized", "missing or wrong bearer token")
+        raw = self.body() if method in ("POST", "PUT", "PATCH", "DELETE") else b""
+        self.role = None
+        if p == ["__fake", "requests"]:
+            return self.send_json(200, {"requests": Handler.requests})
+        if p[:2] == ["api", "v1"] and method in ("POST", "PATCH", "DELETE"):
+            # The server's cross-site rules (auth_head.c): a same-site Origin,
+            # and JSON bodies only.
+            origin = self.headers.get("Origin")
+            host = self.headers.get("Host")
+            if (origin and origin.split("://", 1)[-1] != host) or self.headers.get("Sec-Fetch-Site") == "cross-site":
+                return self.err(403, "bad_origin", "cross-site request refused (Origin '%s')" % origin)
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if raw and ctype != "application/json":
+                return self.err(415, "unsupported_media_type", "%s takes Content-Type: application/json" % u.path)
+        if p[:2] == ["api", "v1"] and self.token:
+            auth = self.headers.get("Authorization")
+            if auth == "Bearer " + self.token:
+                self.role = "admin"
+            elif self.viewer_token and auth == "Bearer " + self.viewer_token:
+                self.role = "viewer"
+            else:
+                return self.err(401, "unauthorized", "missing or wrong bearer token")
+            if self.role == "viewer" and method != "GET":
+                return self.err(403, "forbidden", "a viewer token cannot call %s %s" % (method, u.path))
+        if p[:2] == ["api", "v1"] and method in ("POST", "PATCH", "DELETE"):
+            try:
+                parsed = json.loads(raw) if raw else None
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            Handler.requests.append({"method": method, "path": u.path, "query": u.query, "body": parsed,
+                                     "content_type": self.headers.get("Content-Type"),
+                                     "origin": self.headers.get("Origin")})
         st = self.state
         if method == "GET" and (not p or p[0] != "api" and p[0] != "vendor"):
             return self.static(self.web_dir, "/".join(p) or "index.html")
@@ -201,7 +334,12 @@ class Handler(BaseHTTPRequestHandler):
         p = p[2:]
         with st.lock:
             if p == ["experiments"] and method == "GET":
-                return self.send_json(200, {"experiments": [st.exp_view(e) for e in st.experiments.values()]})
+                qt, tag = q.get("q", "").lower(), q.get("tag")
+                es = [e for e in st.experiments.values()
+                      if (not qt or qt in e["name"].lower() or qt in e["notes"].lower()
+                          or any(qt in t.lower() for t in e["tags"]))
+                      and (not tag or tag in e["tags"])]
+                return self.send_json(200, {"experiments": [st.exp_view(e) for e in es]})
             if p == ["experiments"] and method == "POST":
                 eid = st.create(json.loads(raw), random.Random(1))
                 return self.send_json(201, {"id": eid})
@@ -209,6 +347,14 @@ class Handler(BaseHTTPRequestHandler):
                 exp = st.experiments.get(int(p[1]))
                 if not exp:
                     return self.err(404, "not_found", "no experiment " + p[1])
+                ctl = ("patch" if method == "PATCH" and len(p) == 2 else "delete" if method == "DELETE" and len(p) == 2
+                       else p[2] if method == "POST" and len(p) == 3 and p[2] in ("pause", "resume") else None)
+                if ctl:
+                    code, out = st.control(exp, ctl, json.loads(raw) if raw else {}, q)
+                    if code != 200:
+                        return self.send_json(code, {"error": {"code": out[0], "message": out[1],
+                                                               "path": out[2] if len(out) > 2 else u.path}})
+                    return self.send_json(200, out)
                 if len(p) == 2:
                     return self.send_json(200, st.exp_view(exp))
                 since, limit = int(q.get("since", 0)), int(q.get("limit", 10 ** 9))
@@ -231,6 +377,11 @@ class Handler(BaseHTTPRequestHandler):
                     return self.err(404, "not_found", "no trial " + p[1])
                 if len(p) == 2:
                     return self.send_json(200, dict(t, events=st.events.get(t["id"], [])))
+                if p[2] == "stop" and method == "POST":
+                    code, out = st.stop_trial(t)
+                    if code != 200:
+                        return self.send_json(code, {"error": {"code": out[0], "message": out[1], "path": u.path}})
+                    return self.send_json(200, out)
                 if p[2] == "results" and method == "GET":
                     return self.send_json(200, {"results": [r for s, i, r in st.results if i == t["id"]]})
                 if p[2] == "results":
@@ -260,7 +411,8 @@ class Handler(BaseHTTPRequestHandler):
                 w = st.workers[int(p[1])]
                 for t in st.trials.values():
                     if t["status"] == "PENDING" and st.experiments[t["experiment_id"]]["status"] == "RUNNING":
-                        t.update(status="RUNNING", worker_id=w["id"], started_at=time.time(), updated_seq=st.bump())
+                        t.update(status="RUNNING", worker_id=w["id"], started_at=time.time(), updated_seq=st.bump(),
+                                 attempt=t.get("attempt", 0) + 1)
                         w["running_trials"].append(t["id"])
                         return self.send_json(200, {"trial": t})
                 self.send_response(204)
@@ -316,6 +468,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PUT(self):
         self.route("PUT")
+
+    def do_PATCH(self):
+        self.route("PATCH")
+
+    def do_DELETE(self):
+        self.route("DELETE")
 
 
 def demo(st, n, iters):
@@ -417,6 +575,41 @@ def decisions(st):
     return roles
 
 
+def control(st):
+    """Issue 14's controls: a running ASHA experiment (two trials running,
+    one done, one pending; tagged, with notes) and a finished one.
+    Returns {role: id}."""
+    rng = random.Random(5)
+    a = {"name": "ctl-asha", "metric": "loss", "mode": "min", "num_samples": 4, "max_concurrent_trials": 4,
+         "tags": ["baseline", "cnn"], "notes": "first try with the CNN",
+         "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1}},
+         "scheduler": {"type": "asha", "time_attr": "training_iteration", "max_t": 8,
+                       "grace_period": 1, "reduction_factor": 2, "brackets": 1},
+         "trainable": {"type": "command", "argv": ["true"]}}
+    b = {"name": "ctl-sweep", "metric": "loss", "mode": "min", "num_samples": 2,
+         "tags": ["lr-sweep"], "notes": "a sweep over the learning rate",
+         "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1}},
+         "scheduler": {"type": "fifo"}, "trainable": {"type": "command", "argv": ["true"]}}
+    with st.lock:
+        ea = st.create(a, rng)
+        ids = [t["id"] for t in st.trials.values() if t["experiment_id"] == ea]
+        for i, tid in enumerate(ids[:3]):
+            st.trials[tid].update(status="RUNNING", worker_id=1, started_at=time.time())
+            for it in (1, 2):
+                st.report(tid, {"training_iteration": it, "loss": 0.9 - 0.1 * it - 0.05 * i})
+        st.trials[ids[2]].update(status="TERMINATED", ended_at=time.time(), worker_id=None)
+        eb = st.create(b, rng)
+        for tid in [t["id"] for t in st.trials.values() if t["experiment_id"] == eb]:
+            st.trials[tid].update(status="RUNNING", started_at=time.time())
+            st.report(tid, {"training_iteration": 1, "loss": 0.5})
+            st.trials[tid].update(status="TERMINATED", ended_at=time.time())
+        st.finish_check(eb)
+        st.workers[1] = {"id": 1, "name": "box", "resources": {"cpu": 8, "gpu": 0, "memory_mb": 8000},
+                         "free": {"cpu": 6, "gpu": 0, "memory_mb": 8000}, "running_trials": ids[:2],
+                         "last_heartbeat": time.time(), "status": "alive"}
+    return {"running_exp": ea, "finished_exp": eb, "run1": ids[0], "run2": ids[1], "done": ids[2], "pending": ids[3]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
@@ -427,16 +620,24 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--decisions", action="store_true",
                     help="fill it with issue 13's decisions: a HyperBand and a PBT experiment")
+    ap.add_argument("--control", action="store_true",
+                    help="fill it for issue 14's controls: a running and a finished experiment")
+    ap.add_argument("--viewer-token", help="a read-only token (GETs only; the server's viewer=)")
+    ap.add_argument("--no-role-header", action="store_true",
+                    help="send no X-Ctune-Role (as a server that predates it)")
     a = ap.parse_args()
     Handler.state = State()
     Handler.web_dir, Handler.vendor_dir, Handler.token = a.web_dir, a.vendor_dir, a.token
+    Handler.viewer_token, Handler.role_header = a.viewer_token, not a.no_role_header
     if a.demo:
         demo(Handler.state, a.demo, a.iters)
     roles = decisions(Handler.state) if a.decisions else None
+    if a.control:
+        roles = control(Handler.state)
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
     if roles:
-        print("decisions: " + json.dumps(roles), flush=True)
+        print(("control: " if a.control else "decisions: ") + json.dumps(roles), flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ export class ApiError extends Error {
   }
 }
 
+let lastRole = null; // X-Ctune-Role of the latest reply; null: not told (e.g. --no-auth)
 let tokenPrompt = null; // one prompt at a time, shared by every waiting request
 
 function askToken(wasWrong) {
@@ -50,6 +51,10 @@ async function request(method, path, body) {
       if (await askToken(Boolean(token))) continue;
       throw new ApiError(401, 'unauthorized', 'this server needs a token', path);
     }
+    // Who this session is (admin or viewer): the server names it on every
+    // authenticated reply, so the pages hide the controls a viewer cannot use.
+    const role = res.headers.get('X-Ctune-Role');
+    if (role) lastRole = role;
     if (res.status === 204) return null;
     let data = null;
     try {
@@ -70,4 +75,9 @@ async function request(method, path, body) {
 export const api = {
   get: (path) => request('GET', '/api/v1' + path),
   post: (path, body) => request('POST', '/api/v1' + path, body ?? {}),
+  patch: (path, body) => request('PATCH', '/api/v1' + path, body ?? {}),
+  del: (path) => request('DELETE', '/api/v1' + path),
+  // 'admin', 'viewer', or null when the server did not say (no tokens: all allowed).
+  role: () => lastRole,
+  setRole: (r) => { lastRole = r; },
 };

@@ -7,12 +7,14 @@ import { PagedTable } from '../table.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
 import { drawParcoords } from '../parcoords.js';
 import { poller } from '../poll.js';
+import { ExperimentControls, stopControl, tagChips, canControl } from '../controls.js';
 
 export const NAME = 'experiment';
 const MAX_CURVES = 40;       // curves drawn: the best, the running ones, then the top by metric
 const RESULTS_LIMIT = 5000;  // results per incremental poll; more pending → poll again at once
 const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'TERMINATED', 'ERROR'];
 const LOG_TYPES = new Set(['loguniform', 'qloguniform', 'lograndint', 'pow2']);
+const ROW_STOP = new Set(['RUNNING']); // trial rows with a Stop button (issue 14)
 
 function resultsOf(data) {
   const list = Array.isArray(data) ? data : (data && data.results) || [];
@@ -91,6 +93,9 @@ export function mount(main, [idStr], ctx) {
   const cancelBtn = h('button', { type: 'button', class: 'danger', id: 'cancel-experiment', hidden: true,
     onclick: () => cancel() }, 'Cancel experiment');
   const msg = h('div', { id: 'experiment-messages' });
+  // Issue 14's controls; after a change the page redraws from the server's answer.
+  const controls = new ExperimentControls(id, { refresh: (e) => refresh(e) });
+  const meta = h('div', { id: 'experiment-meta', class: 'meta' });
   const brief = h('div');
   const progress = h('div');
   const best = h('div', { id: 'best-trial' });
@@ -105,7 +110,8 @@ export function mount(main, [idStr], ctx) {
 
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Experiments'), ' / '),
-    h('div', { class: 'page-head' }, title, badge, h('span', { class: 'spacer' }), cancelBtn),
+    h('div', { class: 'page-head' }, title, badge, h('span', { class: 'spacer' }), controls.el, cancelBtn),
+    meta,
     msg,
     h('div', { class: 'grid3' },
       section('Configuration', 'h-config', brief),
@@ -162,9 +168,10 @@ export function mount(main, [idStr], ctx) {
     const metrics = [...mset].sort((a, b) => (a === metric ? -1 : b === metric ? 1 : a.localeCompare(b)));
     if (!mset.has(metric)) metrics.unshift(metric);
     const same = hp.join('\u0000') === st.hp.join('\u0000') && metrics.join('\u0000') === st.metrics.join('\u0000') &&
-      Boolean(st.hasReason) === Boolean(st.reasonShown);
+      Boolean(st.hasReason) === Boolean(st.reasonShown) && canControl() === st.stopShown;
     if (same && table.columns.length) return;
     st.reasonShown = Boolean(st.hasReason);
+    st.stopShown = canControl();
     st.hp = hp;
     st.metrics = metrics;
     const bid = () => bestId();
@@ -182,6 +189,9 @@ export function mount(main, [idStr], ctx) {
         get: (t) => (t.config ? t.config[k] : null) })),
       ...metrics.map((k) => ({ key: 'm:' + k, label: k, group: 'Last result', numeric: true,
         get: (t) => (t.last_result ? t.last_result[k] : null) })),
+      // Stop on each running trial's row (not for a viewer).
+      ...(st.stopShown ? [{ key: 'actions', label: 'Actions', get: (t) => (ROW_STOP.has(t.status) ? 0 : 1),
+        render: (t) => stopControl(t, () => refresh(), { statuses: ROW_STOP }) }] : []),
     ]);
     if (!table.sortKey) {
       table.sortKey = 'm:' + metric;
@@ -195,12 +205,18 @@ export function mount(main, [idStr], ctx) {
     title.textContent = e.name || `Experiment ${id}`;
     document.title = `${e.name} · ctune`;
     badge.replaceChildren(statusBadge(e.status));
-    cancelBtn.hidden = e.status !== 'RUNNING';
+    cancelBtn.hidden = !canControl() || (e.status !== 'RUNNING' && e.status !== 'PAUSED');
+    controls.update(e);
+    meta.replaceChildren(
+      e.tags && e.tags.length ? h('span', { class: 'chips', id: 'experiment-tags' }, tagChips(e.tags)) : '',
+      e.notes ? h('p', { class: 'exp-notes', id: 'experiment-notes' }, e.notes) : '');
     const cfg = e.config || {};
     const space = cfg.param_space || {};
     brief.replaceChildren(dl([
       ['Metric', `${e.metric} (${e.mode})`],
-      ['Samples', `${cfg.num_samples ?? e.num_trials}${cfg.max_concurrent_trials ? `, at most ${cfg.max_concurrent_trials} at once` : ''}`],
+      ['Samples', `${cfg.num_samples ?? e.num_trials}${(e.max_concurrent_trials ?? cfg.max_concurrent_trials)
+        ? `, at most ${e.max_concurrent_trials ?? cfg.max_concurrent_trials} at once` : ''}`],
+      e.priority !== undefined ? ['Priority', h('span', { id: 'experiment-priority' }, fmtNum(e.priority))] : null,
       ['Scheduler', schedBrief(e.scheduler || cfg.scheduler)],
       ['Search', searchBrief(e)],
       ['Trainable', trainableBrief(cfg.trainable)],
@@ -218,7 +234,7 @@ export function mount(main, [idStr], ctx) {
       h('p', { class: 'big' }, `${done} of ${total} trials done`),
       // Trials are created on demand (issue 13): how many exist so far.
       Number.isFinite(e.num_created) && e.num_created < total
-        ? h('p', { class: 'muted small', id: 'created-count' }, `${e.num_created} of ${total} created so far`) : null,
+        ? h('p', { class: 'muted small', id: 'created-count' }, `${e.num_created} of ${total} created so far`) : '',
       h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))));
     const b = st.trials.get(bestId());
     if (!b) {
@@ -395,6 +411,13 @@ export function mount(main, [idStr], ctx) {
     } finally {
       cancelBtn.disabled = false;
     }
+  }
+
+  // After a control: draw the experiment the server answered, then catch up.
+  async function refresh(e) {
+    if (st.disposed) return;
+    if (e && e.id === id && e.status) { st.exp = e; renderHead(); }
+    try { await tick(); } catch (err) { ctx.lostLive(err); }
   }
 
   let p = null;

@@ -4,6 +4,7 @@ import { h, note, statusBadge, section } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration } from '../format.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
 import { poller } from '../poll.js';
+import { stopControl } from '../controls.js';
 
 export const NAME = 'trial';
 
@@ -44,6 +45,7 @@ export function mount(main, [idStr], ctx) {
   const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Experiments'), ' / ');
   const title = h('h1', null, `Trial ${id}`);
   const badge = h('span');
+  const stopBox = h('span', { id: 'trial-controls' }); // Stop (issue 14), not for a viewer
   const msg = h('div');
   const status = h('div', { id: 'trial-status' });
   const config = h('div', { id: 'trial-config' });
@@ -56,7 +58,7 @@ export function mount(main, [idStr], ctx) {
   const logBox = h('pre', { class: 'log', id: 'trial-log', tabindex: '0', 'aria-label': 'Trial log' });
 
   main.append(crumbs,
-    h('div', { class: 'page-head' }, title, badge),
+    h('div', { class: 'page-head' }, title, badge, h('span', { class: 'spacer' }), stopBox),
     msg,
     h('div', { class: 'grid2' }, section('Status', 'h-status', status), section('Config', 'h-config', config)),
     errorBox,
@@ -76,6 +78,7 @@ export function mount(main, [idStr], ctx) {
     crumbs.replaceChildren(h('a', { href: '#/' }, 'Experiments'), ' / ',
       h('a', { href: `#/experiments/${t.experiment_id}` }, st.exp ? st.exp.name : `experiment ${t.experiment_id}`), ' / ');
     badge.replaceChildren(statusBadge(t.status, t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by the scheduler') : '');
+    stopBox.replaceChildren(stopControl(t, () => tick().catch(ctx.lostLive), { id: 'stop-trial' }) || '');
     const end = t.ended_at || (t.status === 'RUNNING' ? Date.now() / 1000 : null);
     const r = t.resources || {};
     status.replaceChildren(dl([
