@@ -109,6 +109,36 @@ int cli_fail_http(int rc, const struct http_error *err) {
   return http_exit_code(rc);
 }
 
+/* issue 14: lists come in pages. GET path (no query yet) page after page
+ * (limit 10000, following next_cursor) into one document whose `key` array
+ * holds every item. */
+static int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,
+                       struct http_error *err) {
+  char url[512];
+  snprintf(url, sizeof(url), "%s?limit=10000", path);
+  int rc = http_json(c, "GET", url, NULL, out, err);
+  for (int pages = 0; !rc && pages < 100000; pages++) {
+    const cJSON *next = cJSON_GetObjectItemCaseSensitive(*out, "next_cursor");
+    cJSON *all = cJSON_GetObjectItemCaseSensitive(*out, key), *more = NULL;
+    if (!cJSON_IsString(next) || !cJSON_IsArray(all) || strlen(next->valuestring) > 64) break;
+    snprintf(url, sizeof(url), "%s?limit=10000&cursor=%s", path, next->valuestring);
+    if ((rc = http_json(c, "GET", url, NULL, &more, err))) break;
+    cJSON *items = cJSON_DetachItemFromObjectCaseSensitive(more, key);
+    cJSON *it;
+    while (items && (it = cJSON_DetachItemViaPointer(items, items->child)) != NULL)
+      cJSON_AddItemToArray(all, it);
+    cJSON_Delete(items);
+    cJSON *nc = cJSON_DetachItemFromObjectCaseSensitive(more, "next_cursor");
+    cJSON_ReplaceItemInObjectCaseSensitive(*out, "next_cursor", nc ? nc : cJSON_CreateNull());
+    cJSON_Delete(more);
+  }
+  if (rc) {
+    cJSON_Delete(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
 int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
                     struct http_error *err) {
   char path[128];
@@ -123,14 +153,14 @@ int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
     return rc;
   }
   snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials", id);
-  rc = http_json(c, "GET", path, NULL, &trials, err);
+  rc = cli_get_all(c, path, "trials", &trials, err);
   if (rc) {
     cJSON_Delete(exp);
     return rc;
   }
   /* Workers are context only: a failure here must not end a watch. */
   struct http_error werr;
-  if (http_json(c, "GET", "/api/v1/workers", NULL, &workers, &werr)) workers = NULL;
+  if (cli_get_all(c, "/api/v1/workers", "workers", &workers, &werr)) workers = NULL;
   rc = report_state_load(s, exp, trials, workers);
   if (rc == -EINVAL)
     snprintf(err->message, sizeof(err->message),

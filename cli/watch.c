@@ -10,9 +10,233 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+#include <pthread.h>
+
 #include "cli.h"
 #include "jsonout.h"
 #include "clock.h"
+
+/* issue 14: the watch follows GET /api/v1/events on a second connection (a
+ * thread) and fetches the experiment again only when something of it (or a
+ * worker) changed; between changes it redraws what it has at the new time.
+ * Where the stream is not there (an older server, a proxy that buffers, a
+ * refused token) it fetches every second as before: the output is the same. */
+struct watch_feed {
+  pthread_mutex_t mu;
+  pthread_t th;
+  int started, stop;
+  int live;  /* the stream answered 200 and is open */
+  int dirty; /* a change since the last fetch (or the stream (re)opened) */
+  long long exp_id;
+  long long *trial_ids; /* the experiment's trials as of the last fetch, sorted */
+  size_t ntrial_ids;
+  char *url, *auth, *ca_file;
+  char line[8192];      /* the SSE line being read */
+  size_t nline;
+  char event[32];       /* the frame's event: */
+  int frame_relevant;
+};
+
+static int feed_has_trial(struct watch_feed *f, long long id) {
+  size_t lo = 0, hi = f->ntrial_ids;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (f->trial_ids[mid] == id) return 1;
+    if (f->trial_ids[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return 0;
+}
+
+/* One "data:" line of a frame: does it concern the watched experiment? */
+static int feed_data_relevant(struct watch_feed *f, const char *data) {
+  if (!strcmp(f->event, "worker") || !strcmp(f->event, "reset")) return 1;
+  cJSON *d = cJSON_Parse(data);
+  if (!d) return 1;
+  const char *k = !strcmp(f->event, "experiment") ? "id"
+                  : !strcmp(f->event, "trial") ? "experiment_id" : "trial_id";
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, k);
+  int rel = 1;
+  if (cJSON_IsNumber(v)) {
+    long long x = (long long)v->valuedouble;
+    if (!strcmp(f->event, "result")) {
+      pthread_mutex_lock(&f->mu);
+      rel = feed_has_trial(f, x);
+      pthread_mutex_unlock(&f->mu);
+    } else if (!strcmp(f->event, "trial") || !strcmp(f->event, "experiment")) {
+      rel = x == f->exp_id;
+    }
+  }
+  cJSON_Delete(d);
+  return rel;
+}
+
+static void feed_line(struct watch_feed *f, const char *line) {
+  if (!*line) { /* end of a frame */
+    if (f->frame_relevant) {
+      pthread_mutex_lock(&f->mu);
+      f->dirty = 1;
+      pthread_mutex_unlock(&f->mu);
+    }
+    f->frame_relevant = 0;
+    f->event[0] = 0;
+  } else if (!strncmp(line, "event:", 6)) {
+    snprintf(f->event, sizeof(f->event), "%s", line + 6 + (line[6] == ' '));
+  } else if (!strncmp(line, "data:", 5)) {
+    if (feed_data_relevant(f, line + 5 + (line[5] == ' '))) f->frame_relevant = 1;
+  }
+}
+
+static size_t feed_on_body(char *p, size_t sz, size_t n, void *arg) {
+  struct watch_feed *f = arg;
+  size_t len = sz * n;
+  for (size_t i = 0; i < len; i++) {
+    if (p[i] == '\n') {
+      f->line[f->nline] = 0;
+      if (f->nline && f->line[f->nline - 1] == '\r') f->line[f->nline - 1] = 0;
+      feed_line(f, f->line);
+      f->nline = 0;
+    } else if (f->nline + 1 < sizeof(f->line)) {
+      f->line[f->nline++] = p[i];
+    } /* a longer line: the rest is dropped; its frame still counts as relevant */
+    else f->frame_relevant = 1;
+  }
+  pthread_mutex_lock(&f->mu);
+  int stop = f->stop;
+  pthread_mutex_unlock(&f->mu);
+  return stop ? 0 : len;
+}
+
+static size_t feed_on_header(char *p, size_t sz, size_t n, void *arg) {
+  struct watch_feed *f = arg;
+  size_t len = sz * n;
+  if (len >= 12 && !strncmp(p, "HTTP/", 5)) {
+    const char *sp = memchr(p, ' ', len);
+    int ok = sp && (size_t)(sp - p) + 4 <= len && !strncmp(sp + 1, "200", 3);
+    pthread_mutex_lock(&f->mu);
+    f->live = ok;
+    f->dirty = 1; /* anything may have changed before the stream opened */
+    pthread_mutex_unlock(&f->mu);
+  }
+  return len;
+}
+
+static int feed_on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
+  (void)a, (void)b, (void)c, (void)d;
+  struct watch_feed *f = arg;
+  pthread_mutex_lock(&f->mu);
+  int stop = f->stop;
+  pthread_mutex_unlock(&f->mu);
+  return stop;
+}
+
+static void *feed_main(void *arg) {
+  struct watch_feed *f = arg;
+  CURL *h = curl_easy_init();
+  struct curl_slist *hdrs = NULL;
+  if (f->auth) hdrs = curl_slist_append(hdrs, f->auth);
+  hdrs = curl_slist_append(hdrs, "Accept: text/event-stream");
+  for (int tries = 0; h && hdrs;) {
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, f->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, feed_on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, feed_on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, f);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, feed_on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, f);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    /* keepalives come every 15 s: silence for 40 s is a dead connection */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 40L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "ctune-cli/0.1");
+    if (f->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, f->ca_file);
+    f->nline = 0;
+    f->frame_relevant = 0;
+    curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    pthread_mutex_lock(&f->mu);
+    f->live = 0;
+    int stop = f->stop;
+    pthread_mutex_unlock(&f->mu);
+    /* Refused (no such route, no right): polling it is, for good. */
+    if (stop || (status >= 400 && status < 500) || ++tries > 1000) break;
+    for (int i = 0; i < 20 && !stop; i++) { /* 2 s, then reconnect */
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      pthread_mutex_lock(&f->mu);
+      stop = f->stop;
+      pthread_mutex_unlock(&f->mu);
+    }
+    if (stop) break;
+  }
+  curl_slist_free_all(hdrs);
+  if (h) curl_easy_cleanup(h);
+  return NULL;
+}
+
+static void feed_start(struct watch_feed *f, struct http_client *c, long long id) {
+  memset(f, 0, sizeof(*f));
+  pthread_mutex_init(&f->mu, NULL);
+  f->exp_id = id;
+  size_t n = strlen(c->base) + 32;
+  if (!(f->url = malloc(n))) return;
+  snprintf(f->url, n, "%s/api/v1/events", c->base);
+  if (c->auth_header && !(f->auth = strdup(c->auth_header))) return;
+  if (c->ca_file && *c->ca_file && !(f->ca_file = strdup(c->ca_file))) return;
+  if (getenv("CTUNE_WATCH_NO_EVENTS")) return; /* the old polling, for comparisons */
+  f->started = pthread_create(&f->th, NULL, feed_main, f) == 0;
+}
+
+static void feed_stop(struct watch_feed *f) {
+  pthread_mutex_lock(&f->mu);
+  f->stop = 1;
+  pthread_mutex_unlock(&f->mu);
+  if (f->started) pthread_join(f->th, NULL);
+  pthread_mutex_destroy(&f->mu);
+  free(f->url);
+  free(f->auth);
+  free(f->ca_file);
+  free(f->trial_ids);
+}
+
+/* Whether to fetch now: no stream, or a change came; clears the change. */
+static int feed_take(struct watch_feed *f) {
+  pthread_mutex_lock(&f->mu);
+  int fetch = !f->started || !f->live || f->dirty;
+  f->dirty = 0;
+  pthread_mutex_unlock(&f->mu);
+  return fetch;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return (x > y) - (x < y);
+}
+
+/* The experiment's trial ids, for telling its results from others'. */
+static void feed_set_trials(struct watch_feed *f, const struct report_state *s) {
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(s->trials_doc, "trials"), *t;
+  size_t n = (size_t)cJSON_GetArraySize(list), k = 0;
+  long long *ids = malloc((n ? n : 1) * sizeof(*ids));
+  if (!ids) return;
+  cJSON_ArrayForEach(t, list) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "id");
+    if (cJSON_IsNumber(v) && k < n) ids[k++] = (long long)v->valuedouble;
+  }
+  qsort(ids, k, sizeof(*ids), cmp_ll);
+  pthread_mutex_lock(&f->mu);
+  free(f->trial_ids);
+  f->trial_ids = ids;
+  f->ntrial_ids = k;
+  pthread_mutex_unlock(&f->mu);
+}
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
@@ -51,16 +275,26 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
   long long last_json_seq = -2;
   memset(&prev, 0, sizeof(prev));
   memset(&cur, 0, sizeof(cur));
+  struct watch_feed feed;
+  feed_start(&feed, c, id);
   for (;;) {
     if (cli_signal) {
       rc = -EINTR;
       break;
     }
     if (o->check && (rc = o->check(o->check_ctx))) break;
-    rc = cli_fetch_state(c, id, &cur, err);
-    if (rc) {
-      if (rc == HTTP_ERR_UNREACHABLE && cli_signal) rc = -EINTR;
-      break;
+    /* Nothing changed since the last fetch (the event stream says so): the
+     * same state again, drawn at the new time. */
+    int fetch = !have_prev || feed_take(&feed);
+    if (fetch) {
+      rc = cli_fetch_state(c, id, &cur, err);
+      if (rc) {
+        if (rc == HTTP_ERR_UNREACHABLE && cli_signal) rc = -EINTR;
+        break;
+      }
+      feed_set_trials(&feed, &cur);
+    } else {
+      cur = prev; /* borrowed: given back below */
     }
     double now = clock_wall_s(), mono = clock_mono_s();
     int running = exp_running(&cur);
@@ -93,9 +327,11 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
       free(text);
     } else {
       char *ev;
-      if ((rc = report_events(have_prev ? &prev : NULL, &cur, &ev))) break;
-      fputs(ev, stdout);
-      free(ev);
+      if (fetch) { /* unchanged: no trial event to tell */
+        if ((rc = report_events(have_prev ? &prev : NULL, &cur, &ev))) break;
+        fputs(ev, stdout);
+        free(ev);
+      }
       if (!running || mono - last_table >= o->interval_s) {
         char *text;
         if ((rc = report_render(&cur, now, o->width, REPORT_MAX_ROWS, &text))) break;
@@ -105,13 +341,18 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
       }
       fflush(stdout);
     }
-    if (have_prev) report_state_free(&prev);
-    prev = cur;
-    have_prev = 1;
+    if (fetch) {
+      if (have_prev) report_state_free(&prev);
+      prev = cur;
+      have_prev = 1;
+    }
     memset(&cur, 0, sizeof(cur));
     if (!running) break;
     sleep_s(1.0);
   }
+  feed_stop(&feed);
+  /* A break while cur borrowed prev: prev is the one to free. */
+  if (have_prev && cur.experiment == prev.experiment) memset(&cur, 0, sizeof(cur));
   report_state_free(&cur);
   if (final && have_prev)
     *final = prev;

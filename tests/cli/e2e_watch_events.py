@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""`ctune watch` follows GET /api/v1/events (issue 14 item 4): against the real
+ctune-server, a watch of a quiet RUNNING experiment asks the server far less
+than the old once-a-second polling (CTUNE_WATCH_NO_EVENTS=1), a change still
+shows within a second or two, and both modes print the same lines for the
+same changes. Usage: e2e_watch_events.py BIN_DIR."""
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "server", "e2e"))
+from ctune_e2e import BIN_DIR, Runner, Server, experiment, lease, register, report  # noqa: E402
+
+if not all(os.path.exists(os.path.join(BIN_DIR, b)) for b in ("ctune", "ctune-server")):
+    print("SKIP: ctune and ctune-server are needed in %r" % BIN_DIR)
+    sys.exit(77)
+
+
+def requests_served(s):
+    b = s.ok("GET", "/metrics")
+    text = b.decode() if isinstance(b, bytes) else str(b)
+    return int(re.search(r"^ctune_http_request_duration_seconds_count (\d+)", text, re.M).group(1))
+
+
+class Watch:
+    def __init__(self, s, eid, polling):
+        env = dict(os.environ, CTUNE_SERVER="http://%s:%d" % (s.host, s.port), CTUNE_TOKEN=s.token)
+        if polling:
+            env["CTUNE_WATCH_NO_EVENTS"] = "1"
+        self.p = subprocess.Popen([os.path.join(BIN_DIR, "ctune"), "watch", str(eid), "--interval",
+                                   "60", "--width", "160"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, text=True)
+        self.lines = []
+        self.t = threading.Thread(target=self.read, daemon=True)
+        self.t.start()
+
+    def read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern, timeout):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if any(re.search(pattern, x) for x in self.lines):
+                return time.time() - t0
+            time.sleep(0.05)
+        raise AssertionError("watch did not print %r in %gs: %r" % (pattern, timeout, self.lines[-5:]))
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(timeout=10)
+        self.t.join(timeout=5)
+        return [x for x in self.lines if x.startswith("Trial ")]
+
+
+def run(polling):
+    s = Server(args=["--durability", "normal"])
+    eid = s.ok("POST", "/api/v1/experiments", experiment(n=2), status=201)["id"]
+    w = Watch(s, eid, polling)
+    w.wait_for(r"^== Status ==", 5)
+    time.sleep(1.5)  # the stream opens, the watch settles
+    before = requests_served(s)
+    time.sleep(4)
+    quiet = requests_served(s) - before - 1  # not counting the /metrics read itself
+    wid = register(s)
+    t = lease(s, wid)
+    took = w.wait_for(r"^Trial .* started", 4)
+    report(s, t["id"], training_iteration=1, loss=0.25)
+    s.ok("POST", "/api/v1/trials/%d/complete" % t["id"], {})
+    w.wait_for(r"^Trial .* completed|^Trial .* TERMINATED|^Trial .* finished", 4)
+    lines = w.stop()
+    s.kill()
+    return quiet, took, lines
+
+
+def test_watch_follows_events():
+    quiet_ev, took_ev, lines_ev = run(polling=False)
+    quiet_poll, took_poll, lines_poll = run(polling=True)
+    print("requests in 4 s of quiet: events %d, polling %d; a lease shown after %.2fs / %.2fs"
+          % (quiet_ev, quiet_poll, took_ev, took_poll))
+    assert quiet_poll >= 8, quiet_poll  # 3 GETs a second today
+    assert quiet_ev <= 1, quiet_ev
+    assert took_ev < 2.5, took_ev
+    assert lines_ev == lines_poll, (lines_ev, lines_poll)
+
+
+if __name__ == "__main__":
+    r = Runner()
+    r.run(test_watch_follows_events)
+    r.done()
