@@ -9,12 +9,14 @@ list's tags, notes and search box; each control's request (method, path,
 body, JSON Content-Type, same-site Origin) and the page's new state; the
 server's errors shown by the control (a field's by the field); a viewer
 sees no control; a 403 from a server that does not name the role is shown.
-Then against a real ctune-server: a viewer session sees no control, an
-admin session does, and pause/resume from the page once the server has
-those routes. Screenshots land in the artifacts folder.
+Then a real ctune-server and ctune-worker with two slow trials: a viewer
+session sees no control; the admin session stops a trial, pauses, resumes,
+edits, extends and force-deletes from the page, and the server's state
+follows. Screenshots land in the artifacts folder.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -365,20 +367,26 @@ def fake_part(args):
         h.close()
 
 
-REAL_CONFIG = {
-    "name": "real-control", "metric": "loss", "mode": "min", "num_samples": 2,
-    "param_space": {"lr": {"type": "uniform", "lower": 0.001, "upper": 0.1}},
-    "resources_per_trial": {"cpu": 1, "gpu": 0},
-    "trainable": {"type": "command", "argv": ["true"]},
-}
+TRAINABLE = """#!/bin/sh
+# A slow trial: one result every 0.1 s for 60 s.
+i=0
+while [ "$i" -lt 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+  echo "{\\"training_iteration\\": $i, \\"loss\\": $(awk "BEGIN { print 1 / $i }")}"
+done
+"""
 
 
 def real_part(args):
-    """A real ctune-server: the role it names hides the controls from a
-    viewer; pause and resume from the page once the server has them."""
+    """A real ctune-server and ctune-worker running two slow trials: a
+    viewer session sees no control, an admin session drives Stop, Pause,
+    Resume, Edit, Extend and a forced Delete from the page, and the
+    server's state follows."""
     exe = os.path.join(args.bin_dir or "", "ctune-server")
-    if not args.bin_dir or not os.access(exe, os.X_OK):
-        print("real-server part skipped: no ctune-server in %s" % args.bin_dir, flush=True)
+    worker = os.path.join(args.bin_dir or "", "ctune-worker")
+    if not args.bin_dir or not os.access(exe, os.X_OK) or not os.access(worker, os.X_OK):
+        print("real-server part skipped: no ctune-server and ctune-worker in %s" % args.bin_dir, flush=True)
         return
     args.fake = False
     h = Harness(args, "control-real")
@@ -386,41 +394,93 @@ def real_part(args):
         srv, port = h.start_server()
         base = "http://127.0.0.1:%d" % port
         api = Client(port)
-        eid = api.post("/experiments", REAL_CONFIG)["id"]
-        wid = api.post("/workers", {"name": "w", "resources": {"cpu": 2, "gpu": 0, "memory_mb": 1000}})["id"]
-        tid = api.post("/workers/%d/lease" % wid, {"free": {"cpu": 2, "gpu": 0, "memory_mb": 1000}})["trial"]["id"]
-        viewer = read_tokens(os.path.join(h.tmp, "ctune.db.tokens"))["viewer"]
+        tokens = os.path.join(h.tmp, "ctune.db.tokens")
+        script = os.path.join(h.tmp, "slow.sh")
+        with open(script, "w") as f:
+            f.write(TRAINABLE)
+        os.chmod(script, 0o755)
+        cfg = {"name": "real-control", "metric": "loss", "mode": "min", "num_samples": 2,
+               "max_concurrent_trials": 2, "param_space": {"lr": {"type": "uniform", "lower": 0.001, "upper": 0.1}},
+               "resources_per_trial": {"cpu": 1, "gpu": 0},
+               "trainable": {"type": "command", "argv": ["/bin/sh", script]}}
+        eid = api.post("/experiments", cfg)["id"]
+        log = open(os.path.join(h.tmp, "worker.log"), "w")
+        h.procs.append(subprocess.Popen(
+            [worker, "--server", base, "--name", "web", "--work-dir", os.path.join(h.tmp, "work"),
+             "--poll-ms", "200", "--stop-grace-s", "2", "--cpus", "2", "--token-file", tokens],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+        viewer = read_tokens(tokens)["viewer"]
         d = h.browser()  # the admin, through the printed URL
         d.get(base + "/#/experiments/%d" % eid)
         h.wait_ready(d, "experiment")
-        h.wait("the running row", lambda: "RUNNING" in row_text(d, tid))
+        running = lambda: [t["id"] for t in api.get("/experiments/%d/trials" % eid)["trials"]  # noqa: E731
+                           if t["status"] == "RUNNING"]
+        t1, t2 = sorted(h.wait("two running trials", lambda: (lambda r: r if len(r) == 2 else None)(running()), 20))
+        h.wait("two Stop buttons", lambda: len(visible(d, "#trials-table button.stop-trial")) == 2)
         shown = visible(d, "#experiment-controls button")
         assert shown == ["pause-experiment", "extend-experiment", "edit-experiment", "delete-experiment"], shown
-        assert len(visible(d, "#trials-table button.stop-trial")) == 1
+        # A viewer session: the same page without a control.
         v = h.browser()
         v.delete_all_cookies()
-        v.get(base + "/?token=" + viewer)  # a viewer session
+        v.get(base + "/?token=" + viewer)
         v.get(base + "/#/experiments/%d" % eid)
         h.wait_ready(v, "experiment")
-        h.wait("the running row", lambda: "RUNNING" in row_text(v, tid))
+        h.wait("the running rows", lambda: "RUNNING" in row_text(v, t1))
         assert visible(v, "#experiment-controls button, #cancel-experiment, button.stop-trial") == []
         assert not js_errors(h, v), js_errors(h, v)
-        # Pause / resume through the real routes, when they are there.
-        probe = api.call("POST", "/api/v1/experiments/999999/pause", {}, expect=(404, 405))[1]
-        if probe["error"]["code"] == "method_not_allowed" or "no route" in probe["error"]["message"]:
-            print("real-server part: the server has no pause route yet; pause/resume checked on the fake only",
-                  flush=True)
-        else:
-            d.find_element("id", "pause-experiment").click()
-            h.wait("PAUSED (real server)", lambda: page_status(d) == "PAUSED")
-            assert api.get("/experiments/%d" % eid)["status"] == "PAUSED"
-            d.find_element("id", "resume-experiment").click()
-            h.wait("RUNNING (real server)", lambda: page_status(d) == "RUNNING")
-            assert api.get("/experiments/%d" % eid)["status"] == "RUNNING"
+        # Stop one trial from its row.
+        click(h, d, '#trials-table tr[data-id="%d"] button.stop-trial' % t1, "Stop on the row")
+        h.wait("the row TERMINATED", lambda: "TERMINATED" in row_text(d, t1), 15)
+        t = api.get("/trials/%d" % t1)
+        assert t["status"] == "TERMINATED" and t["reason"] == "stopped by user", t
+        # Pause: the other trial ends PAUSED; Resume: it runs again.
+        d.find_element("id", "pause-experiment").click()
+        h.wait("PAUSED", lambda: page_status(d) == "PAUSED")
+        h.wait("the trial PAUSED", lambda: "PAUSED" in row_text(d, t2), 15)
+        assert api.get("/experiments/%d" % eid)["status"] == "PAUSED"
+        d.find_element("id", "resume-experiment").click()
+        h.wait("RUNNING", lambda: page_status(d) == "RUNNING")
+        h.wait("the trial running again", lambda: api.get("/trials/%d" % t2)["status"] == "RUNNING", 15)
+        # Edit: priority, notes, tags.
+        d.find_element("id", "edit-experiment").click()
+        h.wait("the edit dialog", lambda: d.find_element("id", "edit-dialog").get_attribute("open") is not None)
+        pr = d.find_element("id", "edit-dialog-priority")
+        pr.clear()
+        pr.send_keys("3")
+        d.find_element("id", "edit-dialog-notes").send_keys("from the browser")
+        d.find_element("id", "edit-dialog-tags").send_keys("real, e2e")
+        d.find_element("id", "edit-dialog-ok").click()
+        h.wait("the dialog closed", lambda: not d.find_elements("id", "edit-dialog"))
+        e = api.get("/experiments/%d" % eid)
+        assert (e["priority"], e["notes"], e["tags"]) == (3, "from the browser", ["real", "e2e"]), e
+        h.wait("the tags on the page", lambda: texts(d, "#experiment-tags .chip") == ["real", "e2e"])
+        # Extend by one sample.
+        d.find_element("id", "extend-experiment").click()
+        h.wait("the extend dialog", lambda: d.find_element("id", "extend-dialog").get_attribute("open") is not None)
+        d.find_element("id", "extend-dialog-num_samples").send_keys("3")
+        d.find_element("id", "extend-dialog-ok").click()
+        h.wait("the dialog closed", lambda: not d.find_elements("id", "extend-dialog"))
+        assert api.get("/experiments/%d" % eid)["num_trials"] == 3
+        h.wait("3 planned", lambda: "of 3 trials done" in d.find_element("id", "main").text)
+        # Delete: refused while a trial runs (the server's 409 in the dialog), then forced.
+        d.find_element("id", "delete-experiment").click()
+        h.wait("the delete dialog", lambda: d.find_element("id", "delete-dialog").get_attribute("open") is not None)
+        d.find_element("id", "delete-dialog-ok").click()
+        err = h.wait("the 409", lambda: d.find_element("id", "delete-dialog-error").text)
+        assert api.get("/experiments/%d" % eid)["id"] == eid, err
+        d.find_element("id", "delete-dialog-force").click()
+        d.find_element("id", "delete-dialog-ok").click()
+        h.wait("back on the list", lambda: d.execute_script(
+            "return location.hash === '#/' && window.__ctune.page === 'experiments' && window.__ctune.readyAt"))
+        assert "Deleted real-control." in d.find_element("id", "main").text
+        api.call("GET", "/api/v1/experiments/%d" % eid, expect=(404,))
+        h.screenshot(d, "control-real-deleted.png", full=False)
         errors = js_errors(h, d)
         assert not errors, errors
         api.close()
-        print("PASS (ctune-server): viewer sees no control, admin does", flush=True)
+        print("PASS (ctune-server + ctune-worker): viewer sees no control; stop, pause, resume, edit, "
+              "extend and a forced delete from the page", flush=True)
     finally:
         h.close()
 
