@@ -7,6 +7,7 @@ import { PagedTable } from '../table.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
 import { drawParcoords } from '../parcoords.js';
 import { poller } from '../poll.js';
+import { getAll } from '../lists.js';
 import { ExperimentControls, stopControl, tagChips, canControl } from '../controls.js';
 
 export const NAME = 'experiment';
@@ -313,7 +314,7 @@ export function mount(main, [idStr], ctx) {
       while (todo.length && !st.disposed) {
         const tid = todo.shift();
         try {
-          const rs = resultsOf(await api.get(`/trials/${tid}/results`));
+          const rs = resultsOf(await getAll(`/trials/${tid}/results`, 'results'));
           const pts = st.curves.get(tid) || new Map();
           for (const r of rs) addPoint(pts, r);
           // Results that arrived by ?since= while this fetch was in flight.
@@ -481,7 +482,7 @@ export function mount(main, [idStr], ctx) {
   (async () => {
     try {
       const chartPromise = loadChartJs();
-      const [e, tr] = await Promise.all([api.get(`/experiments/${id}`), api.get(`/experiments/${id}/trials`)]);
+      const [e, tr] = await Promise.all([api.get(`/experiments/${id}`), getAll(`/experiments/${id}/trials`, 'trials')]);
       if (st.disposed) return;
       performance.mark('ctune:trials-fetched');
       st.exp = e;

@@ -4,6 +4,7 @@ import { api } from '../api.js';
 import { h, note, statusBadge } from '../dom.js';
 import { fmtNum, fmtTime, fmtDuration } from '../format.js';
 import { poller } from '../poll.js';
+import { getAll } from '../lists.js';
 import { tagChips, takeFlash } from '../controls.js';
 
 export const NAME = 'experiments';
@@ -70,7 +71,7 @@ export function mount(main, _params, ctx) {
       if (qIn.value.trim()) q.set('q', qIn.value.trim());
       if (tagIn.value.trim()) q.set('tag', tagIn.value.trim());
       const filtered = [...q.keys()].length > 0;
-      const data = await api.get('/experiments' + (filtered ? '?' + q : ''));
+      const data = await getAll('/experiments' + (filtered ? '?' + q : ''), 'experiments');
       if (n !== asked) return;
       const list = (data.experiments || []).slice().sort((a, b) => b.id - a.id);
       tbody.replaceChildren(...list.map((e) => row(e, onTag)));

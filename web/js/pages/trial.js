@@ -4,6 +4,7 @@ import { h, note, statusBadge, section } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration } from '../format.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
 import { poller } from '../poll.js';
+import { getAll } from '../lists.js';
 import { stopControl } from '../controls.js';
 
 export const NAME = 'trial';
@@ -187,7 +188,7 @@ export function mount(main, [idStr], ctx) {
       if (!st.exp || t.status !== 'RUNNING') {
         try { st.exp = await api.get(`/experiments/${t.experiment_id}`); } catch (e) { /* the trial still shows */ }
       }
-      st.results = resultsOf(await api.get(`/trials/${id}/results`));
+      st.results = resultsOf(await getAll(`/trials/${id}/results`, 'results'));
       if (st.disposed) return false;
       renderTrial();
       renderResults();

@@ -3,6 +3,7 @@ import { api } from '../api.js';
 import { h, note, statusBadge } from '../dom.js';
 import { ago } from '../format.js';
 import { poller } from '../poll.js';
+import { getAll } from '../lists.js';
 
 export const NAME = 'workers';
 
@@ -40,7 +41,7 @@ export function mount(main, _params, ctx) {
   let firstLoad = true;
   const load = async () => {
     try {
-      const data = await api.get('/workers');
+      const data = await getAll('/workers', 'workers');
       const list = data.workers || [];
       tbody.replaceChildren(...list.map(row));
       msg.replaceChildren(list.length ? '' : note('No workers have registered. Start one with `ctune-worker --server URL`.'));
