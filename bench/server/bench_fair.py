@@ -7,7 +7,8 @@ small with 1,000 live ones. Three scenarios on a fresh server each
 (--no-auth, --durability normal, loopback, one keep-alive connection):
 
   live    LIVE experiments RUNNING (default 1,000)
-  ended   ENDED experiments TERMINATED (each ran its one trial) + 10 live
+  ended   ENDED experiments TERMINATED (each ran its one trial) + 10 live,
+          then a restart (the ended ones are loaded, as on a long-lived server)
           (each live experiment plans 1,000 trials: a random searcher's first
           suggestion costs time in proportion to num_samples)
   small   10 live, nothing else (the baseline)
@@ -36,7 +37,7 @@ import time
 
 class Srv:
     def __init__(self, bin_dir, tmp):
-        self.log = open(os.path.join(tmp, "server.log"), "w")
+        self.log = open(os.path.join(tmp, "server.log"), "a")
         self.p = subprocess.Popen(
             [os.path.join(bin_dir, "ctune-server"), "--db", os.path.join(tmp, "c.db"),
              "--port", "0", "--no-auth", "--durability", "normal", "--lease-timeout", "600"],
@@ -95,6 +96,10 @@ def scenario(bin_dir, live, ended, leases, fill):
                    lease="%d:%d" % (wid, t["attempt"]))
         for i in range(live):
             s.call("POST", "/api/v1/experiments", cfg("live%d" % i, 1000))
+        if ended:
+            # The ended experiments as a restart finds them: loaded from SQLite.
+            s.stop()
+            s = Srv(bin_dir, tmp)
         setup_s = time.time() - t0
         running = []
         for _ in range(fill):
