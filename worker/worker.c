@@ -1640,8 +1640,15 @@ static int worker_ob_busy(struct worker *w) {
  * failure just exits: the server prunes the worker later. */
 static void worker_on_deregister(void *arg, int err, const struct http_resp *resp) {
   struct worker *w = arg;
-  if (!err && resp->status == 200) log_info("deregistered from the server");
-  else log_warn("deregistration failed (%s): the server shows this worker lost",
+  if (!err && resp->status == 200) {
+    /* The server revoked this identity: the next start registers anew. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/identity", w->o.work_dir);
+    if (unlink(path) && errno != ENOENT)
+      log_warn("cannot remove %s: %s (the next start registers anew anyway)", path,
+               strerror(errno));
+    log_info("deregistered from the server");
+  } else log_warn("deregistration failed (%s): the server shows this worker lost",
                 err ? "no answer" : "refused");
   worker_shutdown(w);
 }

@@ -257,6 +257,7 @@ def test_worker_deregister_and_prune():
             w.wait()
     log = open(os.path.join(d, "w.log"), errors="replace").read()
     assert "deregistered" in log, log[-2000:]
+    assert not os.path.exists(os.path.join(d, "w", "identity")), "identity kept after deregistering"
     names = [x["name"] for x in s.ok("GET", "/api/v1/workers")["workers"]]
     assert "clean" not in names, names
     assert names == ["lost"], names
