@@ -112,7 +112,7 @@ int cli_fail_http(int rc, const struct http_error *err) {
 /* issue 14: lists come in pages. GET path (no query yet) page after page
  * (limit 10000, following next_cursor) into one document whose `key` array
  * holds every item. */
-static int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,
+int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,
                        struct http_error *err) {
   char url[512];
   snprintf(url, sizeof(url), "%s?limit=10000", path);
@@ -173,7 +173,7 @@ int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
 int cli_resolve_trial(struct http_client *c, const char *target, long long *id,
                       struct http_error *err) {
   cJSON *exps = NULL;
-  int rc = http_json(c, "GET", "/api/v1/experiments", NULL, &exps, err);
+  int rc = cli_get_all(c, "/api/v1/experiments", "experiments", &exps, err);
   if (rc) return rc;
   const cJSON *list = cJSON_IsArray(exps) ? exps : cJSON_GetObjectItemCaseSensitive(exps, "experiments");
   int n = cJSON_GetArraySize(list), found = 0;
@@ -188,7 +188,7 @@ int cli_resolve_trial(struct http_client *c, const char *target, long long *id,
     cJSON *trials = NULL;
     snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials",
              (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "id")));
-    if ((rc = http_json(c, "GET", path, NULL, &trials, err))) break;
+    if ((rc = cli_get_all(c, path, "trials", &trials, err))) break;
     const cJSON *tl = cJSON_IsArray(trials) ? trials : cJSON_GetObjectItemCaseSensitive(trials, "trials");
     const cJSON *t;
     cJSON_ArrayForEach(t, tl) {

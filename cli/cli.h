@@ -34,6 +34,12 @@ int cli_connect(const struct cli_args *a, struct http_client *c);
 /* Prints "ctune: <message>" on stderr and returns http_exit_code(rc). */
 int cli_fail_http(int rc, const struct http_error *err);
 
+/* Lists come in pages (issue 14): GETs `path` (no query string) page after
+ * page, following next_cursor, into one document whose `key` array holds
+ * every item. 0 or a request error (then *out is NULL). */
+int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,
+                struct http_error *err);
+
 /* GETs the experiment, its trials and the workers into *s. */
 int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
                     struct http_error *err);

@@ -206,7 +206,7 @@ int cmd_status(const struct cli_args *a) {
   cJSON *resp = NULL;
   int ex = cli_connect(a, &c);
   if (ex) return ex;
-  int rc = http_json(&c, "GET", "/api/v1/experiments", NULL, &resp, &err);
+  int rc = cli_get_all(&c, "/api/v1/experiments", "experiments", &resp, &err);
   if (rc) {
     ex = cli_fail_http(rc, &err);
     goto done;

@@ -60,7 +60,7 @@ static long long max_worker_id(struct http_client *c) {
   struct http_error err;
   cJSON *resp = NULL;
   long long max = 0;
-  if (http_json(c, "GET", "/api/v1/workers", NULL, &resp, &err)) return 0;
+  if (cli_get_all(c, "/api/v1/workers", "workers", &resp, &err)) return 0;
   const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
   const cJSON *w;
   cJSON_ArrayForEach(w, list) {
@@ -82,7 +82,7 @@ static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long k
     if (cli_signal) return -EINTR;
     int rc = children_alive(r);
     if (rc) return rc;
-    if (!http_json(c, "GET", "/api/v1/workers", NULL, &resp, &err)) {
+    if (!cli_get_all(c, "/api/v1/workers", "workers", &resp, &err)) {
       const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
       const cJSON *w;
       cJSON_ArrayForEach(w, list) {
@@ -139,7 +139,7 @@ static int check_fit(const struct cli_args *a, const struct spec_resources *need
 static int find_unfinished(struct http_client *c, const char *name, long long *id,
                            struct http_error *err) {
   cJSON *resp = NULL;
-  int rc = http_json(c, "GET", "/api/v1/experiments", NULL, &resp, err);
+  int rc = cli_get_all(c, "/api/v1/experiments", "experiments", &resp, err);
   if (rc) return rc;
   const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "experiments");
   const cJSON *e;

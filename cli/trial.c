@@ -51,7 +51,7 @@ int cmd_trial(const struct cli_args *a) {
     const cJSON *evs = cJSON_GetObjectItemCaseSensitive(trial, "events");
     if (cJSON_GetArraySize(evs) > 0) {
       snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials", eid);
-      if (http_json(&c, "GET", path, NULL, &trials, &ctx_err)) trials = NULL;
+      if (cli_get_all(&c, path, "trials", &trials, &ctx_err)) trials = NULL;
     }
   }
   char *text;

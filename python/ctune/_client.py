@@ -160,9 +160,21 @@ class Client:
         return self._request("POST", "/api/v1/experiments", body=_load_config(config),
                              query={"dry_run": "true"})["trials"]
 
+    def _get_all(self, path, key):
+        """Every item of a paged list (the server answers pages of `limit`
+        items and a `next_cursor`, null on the last page)."""
+        items, query = [], {"limit": 10000}
+        while True:
+            page = self._request("GET", path, query=query)
+            items.extend(page[key])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return items
+            query = {"limit": 10000, "cursor": cursor}
+
     def experiments(self):
         """Every experiment (dicts as GET /api/v1/experiments lists them)."""
-        return self._request("GET", "/api/v1/experiments")["experiments"]
+        return self._get_all("/api/v1/experiments", "experiments")
 
     def experiment_id(self, experiment):
         """An experiment's id from its id or its name (the newest by that name)."""
@@ -186,8 +198,8 @@ class Client:
 
     def trials(self, experiment):
         """The experiment's trials, in creation order."""
-        return self._request("GET",
-                             f"/api/v1/experiments/{self.experiment_id(experiment)}/trials")["trials"]
+        return self._get_all(f"/api/v1/experiments/{self.experiment_id(experiment)}/trials",
+                             "trials")
 
     def best(self, experiment, metric=None, mode=None, scope="last"):
         """The best trial, {"trial_id", "metric", "mode", "scope", "value",
@@ -272,7 +284,7 @@ class Client:
     def results(self, trial):
         """The trial's results in order (flat dicts, as the trial reported
         them; NaN came back as None)."""
-        return self._request("GET", f"/api/v1/trials/{self.trial_id(trial)}/results")["results"]
+        return self._get_all(f"/api/v1/trials/{self.trial_id(trial)}/results", "results")
 
     def logs(self, trial):
         """The tail of the trial's stdout and stderr (at most 256 KiB)."""
@@ -303,7 +315,7 @@ class Client:
 
     def workers(self):
         """Registered workers: resources, free, running trials, status."""
-        return self._request("GET", "/api/v1/workers")["workers"]
+        return self._get_all("/api/v1/workers", "workers")
 
     # -- pandas ---------------------------------------------------------
 
