@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idmap.h"
 #include "rng.h"
 
 struct rung {
@@ -25,7 +26,6 @@ struct bracket {
 
 struct trial_slot {
 	int64_t id;
-	int used;
 	int active;        /* in its bracket: added and not ended */
 	int bracket;
 	uint64_t recorded; /* bit k: has a value at milestone k */
@@ -37,47 +37,17 @@ struct asha {
 	uint64_t bracket_seed;
 	int nb;
 	struct bracket b[SPEC_ASHA_MAX_BRACKETS];
-	struct trial_slot *slots;
-	size_t nslots, nused; /* nslots is a power of two */
+	struct trial_slot *slots; /* nused of nslots, in arrival order */
+	size_t nslots, nused;
+	struct idmap ids;         /* trial id -> slot */
 };
 
-/* --- trial table: open addressing, linear probing, never shrinks --- */
-
-static size_t slot_hash(int64_t id, size_t mask)
-{
-	uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
-	return (size_t)(x ^ (x >> 29)) & mask;
-}
+/* --- trial table: slots in arrival order, found through an idmap --- */
 
 static struct trial_slot *slot_find(const struct asha *a, int64_t id)
 {
-	size_t mask = a->nslots - 1;
-	for (size_t i = slot_hash(id, mask);; i = (i + 1) & mask) {
-		if (!a->slots[i].used)
-			return NULL;
-		if (a->slots[i].id == id)
-			return &a->slots[i];
-	}
-}
-
-static int slots_grow(struct asha *a)
-{
-	size_t n = a->nslots * 2;
-	struct trial_slot *s = calloc(n, sizeof *s);
-	if (!s)
-		return -ENOMEM;
-	for (size_t i = 0; i < a->nslots; i++) {
-		if (!a->slots[i].used)
-			continue;
-		size_t j = slot_hash(a->slots[i].id, n - 1);
-		while (s[j].used)
-			j = (j + 1) & (n - 1);
-		s[j] = a->slots[i];
-	}
-	free(a->slots);
-	a->slots = s;
-	a->nslots = n;
-	return 0;
+	size_t i;
+	return idmap_get(&a->ids, id, &i) ? NULL : &a->slots[i];
 }
 
 /* Finds or inserts (inactive, no records) the trial's slot. */
@@ -85,17 +55,20 @@ static int slot_get(struct asha *a, int64_t id, int bracket, struct trial_slot *
 {
 	struct trial_slot *s = slot_find(a, id);
 	if (!s) {
-		if ((a->nused + 1) * 2 > a->nslots && slots_grow(a))
+		if (a->nused == a->nslots) {
+			size_t n = a->nslots ? a->nslots * 2 : 64;
+			struct trial_slot *ns = realloc(a->slots, n * sizeof *ns);
+			if (!ns)
+				return -ENOMEM;
+			a->slots = ns;
+			a->nslots = n;
+		}
+		if (idmap_put(&a->ids, id, a->nused))
 			return -ENOMEM;
-		size_t mask = a->nslots - 1, i = slot_hash(id, mask);
-		while (a->slots[i].used)
-			i = (i + 1) & mask;
-		s = &a->slots[i];
+		s = &a->slots[a->nused++];
 		memset(s, 0, sizeof *s);
-		s->used = 1;
 		s->id = id;
 		s->bracket = bracket;
-		a->nused++;
 	}
 	*out = s;
 	return 0;
@@ -189,12 +162,6 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 			a->b[s].rungs[k].t = params->grace_period *
 					     pow(params->reduction_factor, k + s);
 	}
-	a->nslots = 64;
-	a->slots = calloc(a->nslots, sizeof *a->slots);
-	if (!a->slots) {
-		free(a);
-		return -ENOMEM;
-	}
 	*out = a;
 	return 0;
 }
@@ -207,6 +174,7 @@ void asha_free(struct asha *a)
 		for (int k = 0; k < a->b[s].n; k++)
 			free(a->b[s].rungs[k].vals);
 	free(a->slots);
+	idmap_free(&a->ids);
 	free(a);
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idmap.h"
 #include "rng.h"
 
 struct entry {
@@ -30,7 +31,6 @@ struct pbracket {
 
 struct ptrial {
 	int64_t id;
-	int used;
 	int added;  /* exists (sched_add_trial) */
 	int ended;
 	int paused; /* waiting at `rung` for a promotion */
@@ -44,65 +44,38 @@ struct apromo {
 	uint64_t bracket_seed;
 	int nb;
 	struct pbracket b[SPEC_ASHA_MAX_BRACKETS];
-	struct ptrial *slots;
+	struct ptrial *slots; /* nused of nslots, in arrival order */
 	size_t nslots, nused;
+	struct idmap ids;     /* trial id -> slot */
 };
 
-/* --- trials: open addressing, linear probing --- */
-
-static size_t hash_id(int64_t id, size_t mask)
-{
-	uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
-	return (size_t)(x ^ (x >> 29)) & mask;
-}
+/* --- trials: in arrival order, found through an idmap --- */
 
 static struct ptrial *find(const struct apromo *a, int64_t id)
 {
-	size_t mask = a->nslots - 1;
-	for (size_t i = hash_id(id, mask);; i = (i + 1) & mask) {
-		if (!a->slots[i].used)
-			return NULL;
-		if (a->slots[i].id == id)
-			return &a->slots[i];
-	}
-}
-
-static int grow(struct apromo *a)
-{
-	size_t n = a->nslots * 2;
-	struct ptrial *s = calloc(n, sizeof *s);
-	if (!s)
-		return -ENOMEM;
-	for (size_t i = 0; i < a->nslots; i++) {
-		if (!a->slots[i].used)
-			continue;
-		size_t j = hash_id(a->slots[i].id, n - 1);
-		while (s[j].used)
-			j = (j + 1) & (n - 1);
-		s[j] = a->slots[i];
-	}
-	free(a->slots);
-	a->slots = s;
-	a->nslots = n;
-	return 0;
+	size_t i;
+	return idmap_get(&a->ids, id, &i) ? NULL : &a->slots[i];
 }
 
 static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out)
 {
 	struct ptrial *t = find(a, id);
 	if (!t) {
-		if ((a->nused + 1) * 2 > a->nslots && grow(a))
+		if (a->nused == a->nslots) {
+			size_t n = a->nslots ? a->nslots * 2 : 64;
+			struct ptrial *s = realloc(a->slots, n * sizeof *s);
+			if (!s)
+				return -ENOMEM;
+			a->slots = s;
+			a->nslots = n;
+		}
+		if (idmap_put(&a->ids, id, a->nused))
 			return -ENOMEM;
-		size_t mask = a->nslots - 1, i = hash_id(id, mask);
-		while (a->slots[i].used)
-			i = (i + 1) & mask;
-		t = &a->slots[i];
+		t = &a->slots[a->nused++];
 		memset(t, 0, sizeof *t);
-		t->used = 1;
 		t->id = id;
 		t->bracket = bracket;
 		t->rung = -1;
-		a->nused++;
 	}
 	*out = t;
 	return 0;
@@ -139,12 +112,6 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 		}
 		a->b[b].n = n;
 	}
-	a->nslots = 64;
-	a->slots = calloc(a->nslots, sizeof *a->slots);
-	if (!a->slots) {
-		free(a);
-		return -ENOMEM;
-	}
 	*out = a;
 	return 0;
 }
@@ -157,6 +124,7 @@ void apromo_free(struct apromo *a)
 		for (int k = 0; k < a->b[b].n; k++)
 			free(a->b[b].r[k].e);
 	free(a->slots);
+	idmap_free(&a->ids);
 	free(a);
 }
 

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idmap.h"
+
 struct hb_slot {
 	int64_t id;
 	int bracket;
@@ -32,11 +34,6 @@ struct hb_bracket {
 	double progress;
 };
 
-struct id_entry {
-	int64_t id, idx;
-	int used;
-};
-
 struct hyperband {
 	double max_t, eta, sign;
 	int s_max_1;
@@ -45,58 +42,8 @@ struct hyperband {
 	struct hb_bracket *br;
 	int nbr, nbands;
 	int64_t num_stopped;
-	struct id_entry *ids;
-	size_t nids, idcap;       /* idcap: power of two */
+	struct idmap ids;         /* trial id -> idx */
 };
-
-/* --- id -> idx --- */
-
-static size_t id_hash(int64_t id, size_t mask)
-{
-	uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
-	return (size_t)(x ^ (x >> 29)) & mask;
-}
-
-static struct id_entry *id_find(const struct hyperband *h, int64_t id)
-{
-	size_t mask = h->idcap - 1;
-	for (size_t i = id_hash(id, mask);; i = (i + 1) & mask) {
-		if (!h->ids[i].used)
-			return NULL;
-		if (h->ids[i].id == id)
-			return &h->ids[i];
-	}
-}
-
-static int id_put(struct hyperband *h, int64_t id, int64_t idx)
-{
-	size_t mask, i;
-	if ((h->nids + 1) * 2 > h->idcap) {
-		size_t n = h->idcap * 2;
-		struct id_entry *e = calloc(n, sizeof *e);
-		if (!e)
-			return -ENOMEM;
-		for (size_t k = 0; k < h->idcap; k++) {
-			if (!h->ids[k].used)
-				continue;
-			size_t j = id_hash(h->ids[k].id, n - 1);
-			while (e[j].used)
-				j = (j + 1) & (n - 1);
-			e[j] = h->ids[k];
-		}
-		free(h->ids);
-		h->ids = e;
-		h->idcap = n;
-	}
-	mask = h->idcap - 1;
-	for (i = id_hash(id, mask); h->ids[i].used; i = (i + 1) & mask)
-		;
-	h->ids[i].used = 1;
-	h->ids[i].id = id;
-	h->ids[i].idx = idx;
-	h->nids++;
-	return 0;
-}
 
 /* --- brackets (Ray's _Bracket) --- */
 
@@ -164,13 +111,11 @@ int hb_create(double max_t, double reduction_factor, enum spec_mode mode,
 	h->s_max_1 = (int)nearbyint(log(max_t) / log(reduction_factor)) + 1;
 	h->num_trials = num_trials;
 	h->slots = calloc((size_t)num_trials, sizeof *h->slots);
-	h->idcap = 64;
-	h->ids = calloc(h->idcap, sizeof *h->ids);
 	if (h->s_max_1 < 1 || h->s_max_1 > HB_MAX_BRACKETS_PER_BAND) {
 		hb_free(h);
 		return -EINVAL;
 	}
-	if (!h->slots || !h->ids)
+	if (!h->slots)
 		goto fail;
 	/* Ray's on_trial_add for idx 0..num_trials-1; "None" brackets (r0 == 0)
 	 * take a place in the band but hold nobody. */
@@ -227,7 +172,7 @@ void hb_free(struct hyperband *h)
 		return;
 	free(h->slots);
 	free(h->br);
-	free(h->ids);
+	idmap_free(&h->ids);
 	free(h);
 }
 
@@ -250,15 +195,15 @@ int hb_bracket_of(const struct hyperband *h, int64_t idx)
 
 int hb_add_trial(struct hyperband *h, int64_t trial_id, int64_t idx)
 {
-	struct id_entry *e = id_find(h, trial_id);
+	size_t have;
 	int rc;
 	if (idx < 0 || idx >= h->num_trials)
 		return -EINVAL;
-	if (e)
-		return e->idx == idx ? 0 : -EINVAL;
+	if (!idmap_get(&h->ids, trial_id, &have))
+		return (int64_t)have == idx ? 0 : -EINVAL;
 	if (h->slots[idx].created)
 		return -EINVAL;
-	rc = id_put(h, trial_id, idx);
+	rc = idmap_put(&h->ids, trial_id, (size_t)idx);
 	if (rc)
 		return rc;
 	h->slots[idx].id = trial_id;
@@ -489,10 +434,10 @@ static int do_end(struct hyperband *h, int64_t idx, struct hb_outcome *out)
 
 static int lookup(const struct hyperband *h, int64_t trial_id, int64_t *idx)
 {
-	const struct id_entry *e = id_find(h, trial_id);
-	if (!e)
+	size_t i;
+	if (idmap_get(&h->ids, trial_id, &i))
 		return -ENOENT;
-	*idx = e->idx;
+	*idx = (int64_t)i;
 	return 0;
 }
 

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "idmap.h"
 #include "rng.h"
 #include "space.h"
 #include "validate.h"
@@ -84,9 +85,7 @@ struct tpe {
 	unsigned char *state;
 	double *x;
 	size_t n, cap;
-	/* open addressing: trial id -> slot + 1 (0 = empty) */
-	size_t *hslot;
-	size_t hcap;
+	struct idmap byid;     /* trial id -> slot */
 	size_t n_finished;     /* finished with a finite value */
 };
 
@@ -619,20 +618,6 @@ static cJSON *random_value(const struct tpe_param *p, struct rng *r)
 
 /* ---------- observations ---------- */
 
-static size_t hash_id(int64_t id, size_t cap)
-{
-	uint64_t x = (uint64_t)id * 0x9e3779b97f4a7c15ULL;
-	return (size_t)(x ^ (x >> 29)) & (cap - 1);
-}
-
-static size_t *hash_find(const struct tpe *t, int64_t id)
-{
-	size_t h = hash_id(id, t->hcap);
-	while (t->hslot[h] && t->ids[t->hslot[h] - 1] != id)
-		h = (h + 1) & (t->hcap - 1);
-	return &t->hslot[h];
-}
-
 static int grow(struct tpe *t)
 {
 	size_t cap = t->cap ? t->cap * 2 : 64;
@@ -652,16 +637,7 @@ static int grow(struct tpe *t)
 	if (!x)
 		return -ENOMEM;
 	t->x = x;
-	/* The table stays at most half full. */
-	size_t *hs = calloc(cap * 2, sizeof *hs);
-	if (!hs)
-		return -ENOMEM;
-	free(t->hslot);
-	t->hslot = hs;
-	t->hcap = cap * 2;
 	t->cap = cap;
-	for (size_t i = 0; i < t->n; i++)
-		*hash_find(t, t->ids[i]) = i + 1;
 	return 0;
 }
 
@@ -673,18 +649,17 @@ static int finished_with_value(const struct tpe *t, size_t i)
 int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config,
 		double value, enum tpe_trial_state state)
 {
-	size_t *slot, i;
+	size_t i;
 
 	if (t->n == t->cap && grow(t))
 		return -ENOMEM;
-	slot = hash_find(t, trial_id);
-	if (*slot) {
-		i = *slot - 1;
+	if (!idmap_get(&t->byid, trial_id, &i)) {
 		if (finished_with_value(t, i))
 			t->n_finished--;
 	} else {
+		if (idmap_put(&t->byid, trial_id, t->n))
+			return -ENOMEM;
 		i = t->n++;
-		*slot = i + 1;
 		t->ids[i] = trial_id;
 	}
 	t->val[i] = value;
@@ -1386,6 +1361,7 @@ void tpe_free(struct tpe *t)
 	if (!t)
 		return;
 	cJSON_Delete(t->space);
-	free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x), free(t->hslot);
+	free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x);
+	idmap_free(&t->byid);
 	free(t);
 }
