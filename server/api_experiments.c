@@ -412,7 +412,10 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
 static struct experiment *api_find_experiment(struct server *s, const struct api_req *req,
                                               struct api_resp *resp) {
   struct experiment *e = server_experiment(s, req->match->ids[0]);
-  if (!e)
+  const char *why = e ? NULL : server_unusable(s, req->match->ids[0]);
+  if (why)
+    api_error(resp, 409, "unusable", req->path, "%s", why);
+  else if (!e)
     api_error(resp, 404, "not_found", req->path, "experiment %lld does not exist",
               (long long)req->match->ids[0]);
   return e;

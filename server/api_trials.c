@@ -19,10 +19,16 @@
 
 static struct trial *api_find_trial(struct server *s, const struct api_req *req,
                                     struct api_resp *resp) {
-  struct trial *t = server_trial(s, req->match->ids[0]);
-  if (!t)
-    api_error(resp, 404, "not_found", req->path, "trial %lld does not exist",
-              (long long)req->match->ids[0]);
+  int64_t id = req->match->ids[0];
+  struct trial *t = server_trial(s, id);
+  /* A trial of an experiment startup could not use: its tombstone keeps
+   * the experiment's id. */
+  const char *why = !t && id >= 1 && id <= s->ntrials && s->trials[id - 1]
+                        ? server_unusable(s, s->trials[id - 1]->experiment_id) : NULL;
+  if (why)
+    api_error(resp, 409, "unusable", req->path, "%s", why);
+  else if (!t)
+    api_error(resp, 404, "not_found", req->path, "trial %lld does not exist", (long long)id);
   return t;
 }
 

@@ -149,6 +149,10 @@ struct experiment {
    * tombstones too; the struct stays because ids are indexes). */
   char *notes, *tags;
   int deleted;
+  /* Startup could not use its rows (HACKING.md "Startup tolerates rows it
+   * cannot use"): a tombstone (deleted) whose URLs answer 409 unusable with
+   * this sentence; its rows stay in SQLite untouched. NULL otherwise. */
+  char *unusable;
 };
 
 struct worker {
@@ -223,6 +227,7 @@ struct server {
   int64_t nlive, caplive;
   struct experiment **fair;
   int64_t capfair;
+  int64_t unusable_rows; /* rows the last load skipped (ctune_unusable_rows) */
 };
 
 /* Every handler takes the model's lock through these two. A change made
@@ -248,6 +253,12 @@ static inline struct experiment *server_experiment(struct server *s, int64_t id)
 }
 static inline struct worker *server_worker(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nworkers ? s->workers[id - 1] : NULL;
+}
+
+/* Why experiment id was not loaded (HACKING.md "Startup tolerates rows it
+ * cannot use"), or NULL when it was (or does not exist). */
+static inline const char *server_unusable(struct server *s, int64_t id) {
+  return id >= 1 && id <= s->nexps && s->exps[id - 1] ? s->exps[id - 1]->unusable : NULL;
 }
 
 /* state.c — all callers hold s->lock unless the comment says otherwise. */

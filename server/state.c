@@ -70,6 +70,7 @@ void state_experiment_free(struct experiment *e) {
   free(e->end_reason);
   free(e->notes); /* issue 14 (control) */
   free(e->tags);
+  free(e->unusable);
   for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
   free(e->trials); /* the trials themselves are s->trials' */
   searcher_free(e->searcher);

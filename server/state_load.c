@@ -19,35 +19,70 @@ struct load_ctx {
   size_t errlen;
 };
 
+/* HACKING.md "Startup tolerates rows it cannot use": experiment id is not
+ * loaded. Its id keeps a tombstone that says why, so its URLs answer 409
+ * unusable and the id is never handed out again; whatever of it was loaded
+ * already (its trials, its scheduler) is dropped, its trials' ids keep
+ * tombstones that name it. Its rows stay as they are. -ENOMEM only. */
+static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why) {
+  struct server *s = lc->s;
+  struct experiment *old = id <= s->nexps ? s->exps[id - 1] : NULL;
+  if (old && old->unusable) return 0;
+  char msg[1536];
+  snprintf(msg, sizeof msg, "experiment %lld was not loaded: %s (its rows are kept in the "
+           "database)", (long long)id, why);
+  struct experiment *tomb = control_tombstone_experiment(id);
+  if (!tomb || !(tomb->unusable = strdup(msg)) ||
+      (!old && state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1))) {
+    state_experiment_free(tomb);
+    return -ENOMEM;
+  }
+  if (old) {
+    for (int64_t i = 0; i < old->ntrials; i++) {
+      struct trial *t = old->trials[i], *tt = control_tombstone_trial(t->id);
+      if (!tt) {
+        state_experiment_free(tomb);
+        return -ENOMEM;
+      }
+      tt->experiment_id = id;
+      s->trials[t->id - 1] = tt;
+      state_trial_free(t);
+    }
+    state_experiment_free(old);
+    s->exps[id - 1] = tomb;
+  } else {
+    s->exps[s->nexps++] = tomb;
+  }
+  s->unusable_rows++;
+  log_warn("load: experiment %lld not loaded: %s", (long long)id, why);
+  return 0;
+}
+
+/* A trial row of an experiment that is not loaded (or of none): its id
+ * keeps a tombstone naming the experiment. */
+static int load_trial_tombstone(struct server *s, int64_t id, int64_t experiment_id) {
+  struct trial *tt = control_tombstone_trial(id);
+  if (!tt || state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) {
+    free(tt);
+    return -ENOMEM;
+  }
+  tt->experiment_id = experiment_id;
+  s->trials[s->ntrials++] = tt;
+  return 0;
+}
+
 static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   struct load_ctx *lc = ctx;
   struct server *s = lc->s;
   struct validate_error verr = {{0}, {0}};
   int rc = -ENOMEM;
-  cJSON *cfg = cJSON_Parse(r->config);
-  struct experiment *e = calloc(1, sizeof *e);
-  if (!cfg || !e) goto fail;
-  /* Stored: the checks that only protect a new submission (placeholders)
-   * must not stop an older database from loading. */
-  rc = validate_experiment_stored(cfg, &e->spec, &verr);
-  if (rc) {
-    snprintf(lc->err, lc->errlen, "experiment %lld no longer validates: %s: %s",
-             (long long)r->id, verr.path, verr.message);
-    goto fail;
-  }
-  e->spec.seed = r->seed;
-  e->spec.has_seed = 1;
-  e->id = r->id;
-  e->seed = r->seed;
-  e->name = strdup(r->name);
-  e->config = strdup(r->config);
-  rc = -ENOMEM;
-  if (!e->name || !e->config) goto fail;
-  int st = state_status_parse(exp_status_names, ES_COUNT, r->status);
+  char why[1024];
+  cJSON *cfg = NULL;
+  struct experiment *e = NULL;
+  if (r->updated_seq > s->seq) s->seq = r->updated_seq; /* never hand a number out twice */
   /* issue 14 (control): a deleted experiment leaves a gap in the ids:
    * tombstones keep ids equal to indexes. */
-  rc = -ENOMEM;
-  while (st >= 0 && r->id > s->nexps + 1) {
+  while (r->id > s->nexps + 1) {
     struct experiment *tomb = control_tombstone_experiment(s->nexps + 1);
     if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
       free(tomb);
@@ -56,14 +91,42 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
     s->exps[s->nexps++] = tomb;
   }
   rc = -EINVAL;
-  if (st < 0 || r->id != s->nexps + 1) {
+  if (r->id != s->nexps + 1) {
     snprintf(lc->err, lc->errlen, "experiment %lld: bad row", (long long)r->id);
     goto fail;
   }
+  int st = state_status_parse(exp_status_names, ES_COUNT, r->status);
+  if (st < 0) {
+    snprintf(why, sizeof why, "unknown status '%.64s'", r->status ? r->status : "");
+    return load_drop_experiment(lc, r->id, why);
+  }
+  if (!(cfg = cJSON_Parse(r->config))) {
+    snprintf(why, sizeof why, "its config is not JSON");
+    return load_drop_experiment(lc, r->id, why);
+  }
+  rc = -ENOMEM;
+  if (!(e = calloc(1, sizeof *e))) goto fail;
+  /* Stored: the checks that only protect a new submission (placeholders)
+   * must not stop an older database from loading. */
+  if (validate_experiment_stored(cfg, &e->spec, &verr)) {
+    snprintf(why, sizeof why, "its config no longer validates: %s: %s", verr.path,
+             verr.message);
+    cJSON_Delete(cfg);
+    validate_spec_free(&e->spec);
+    memset(&e->spec, 0, sizeof e->spec);
+    state_experiment_free(e);
+    return load_drop_experiment(lc, r->id, why);
+  }
+  e->spec.seed = r->seed;
+  e->spec.has_seed = 1;
+  e->id = r->id;
+  e->seed = r->seed;
+  e->name = strdup(r->name);
+  e->config = strdup(r->config);
+  if (!e->name || !e->config) goto fail;
   e->status = st;
   e->created_at = r->created_at;
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
-  rc = -ENOMEM;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
   e->run_time_s = r->run_time_s; /* issue 13 (decide): time_budget_s's clock */
   e->priority = r->priority > 0 ? r->priority : 1; /* issue 14 (010) */
@@ -73,7 +136,14 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   /* The plan; its trials come next, those made so far (all of them in a
    * database from before trials were made on demand). */
   e->num_trials = e->spec.num_trials;
-  if ((rc = sched_create(&e->spec.sched, e->spec.mode, e->seed, &e->sched))) goto fail;
+  if ((rc = sched_create(&e->spec.sched, e->spec.mode, e->seed, &e->sched))) {
+    snprintf(why, sizeof why, "its scheduler cannot be made (%d)", rc);
+    cJSON_Delete(cfg);
+    validate_spec_free(&e->spec);
+    memset(&e->spec, 0, sizeof e->spec);
+    state_experiment_free(e);
+    return load_drop_experiment(lc, r->id, why);
+  }
   rc = -ENOMEM;
   if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
   s->exps[s->nexps++] = e;
@@ -93,20 +163,42 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   struct server *s = lc->s;
   struct experiment *e = server_experiment(s, r->experiment_id);
   int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
+  char why[512];
+  if (r->updated_seq > s->seq) s->seq = r->updated_seq;
   /* issue 14 (control): the trials of a deleted experiment leave a gap. */
-  while (e && st >= 0 && r->id > s->ntrials + 1) {
-    struct trial *tomb = control_tombstone_trial(s->ntrials + 1);
-    if (!tomb || state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) {
-      free(tomb);
-      return -ENOMEM;
-    }
-    s->trials[s->ntrials++] = tomb;
-  }
-  if (!e || st < 0 || r->id != s->ntrials + 1) {
+  while (r->id > s->ntrials + 1)
+    if (load_trial_tombstone(s, s->ntrials + 1, 0)) return -ENOMEM;
+  if (r->id != s->ntrials + 1) {
     snprintf(lc->err, lc->errlen, "trial %lld: bad row", (long long)r->id);
     return -EINVAL;
   }
-  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) return -ENOMEM;
+  /* HACKING.md "Startup tolerates rows it cannot use": a trial its
+   * experiment cannot take makes the whole experiment unusable (its trials
+   * are one history: the scheduler and searcher see all or none). */
+  if (e && st < 0)
+    snprintf(why, sizeof why, "trial %lld has unknown status '%.64s'", (long long)r->id,
+             r->status ? r->status : "");
+  else if (e && r->idx != e->ntrials)
+    snprintf(why, sizeof why, "trial %lld has index %lld, expected %lld", (long long)r->id,
+             (long long)r->idx, (long long)e->ntrials);
+  else if (e && decide_action_parse(r->lease_end_action, &(int){0}))
+    snprintf(why, sizeof why, "trial %lld has unknown lease_end_action '%.64s'",
+             (long long)r->id, r->lease_end_action);
+  else
+    why[0] = 0;
+  if (why[0] && load_drop_experiment(lc, r->experiment_id, why)) return -ENOMEM;
+  if (!e || why[0]) {
+    if (!e && !server_unusable(s, r->experiment_id) &&
+        !(r->experiment_id >= 1 && r->experiment_id <= s->nexps)) {
+      s->unusable_rows++;
+      log_warn("load: trial %lld skipped: its experiment %lld does not exist", (long long)r->id,
+               (long long)r->experiment_id);
+    }
+    return load_trial_tombstone(s, r->id, r->experiment_id);
+  }
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
+      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1))
+    return -ENOMEM;
   struct trial *t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
   s->trials[s->ntrials++] = t;
@@ -133,29 +225,19 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   t->updated_seq = r->updated_seq;
   t->generation = r->generation; /* issue 13 (gen): PBT exploits applied */
   /* issue 13 (009): a pause or exploit due when the lease ends, decided
-   * before the restart; a donor's checkpoint time. */
-  if (decide_action_parse(r->lease_end_action, &t->lease_end_action)) {
-    snprintf(lc->err, lc->errlen, "trial %lld: unknown lease_end_action '%s'", (long long)r->id,
-             r->lease_end_action);
-    return -EINVAL;
-  }
+   * before the restart (checked above); a donor's checkpoint time. */
+  decide_action_parse(r->lease_end_action, &t->lease_end_action);
   t->has_ck_time_total = r->has_ck_time_total;
   t->ck_time_total_s = r->ck_time_total_s;
-  if (r->updated_seq > s->seq) s->seq = r->updated_seq;
-  if (r->idx != e->ntrials ||
-      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1)) {
-    snprintf(lc->err, lc->errlen, "trial %lld: index %lld, expected %lld", (long long)t->id,
-             (long long)r->idx, (long long)e->ntrials);
-    return r->idx != e->ntrials ? -EINVAL : -ENOMEM;
-  }
   e->trials[e->ntrials++] = t;
   e->counts[st]++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
     int rc = sched_add_trial(e->sched, t->id, t->idx, t->config);
+    if (rc == -ENOMEM) return rc;
     if (rc) {
-      snprintf(lc->err, lc->errlen, "trial %lld: cannot rejoin bracket %d", (long long)t->id,
-               t->bracket);
-      return rc;
+      snprintf(why, sizeof why, "trial %lld cannot rejoin bracket %d (%d)", (long long)t->id,
+               t->bracket, rc);
+      return load_drop_experiment(lc, e->id, why);
     }
   }
   return 0;
@@ -165,11 +247,25 @@ static int load_result(void *ctx, const struct store_result_row *r) {
   struct load_ctx *lc = ctx;
   struct server *s = lc->s;
   struct trial *t = server_trial(s, r->trial_id);
+  if (r->seq > s->seq) s->seq = r->seq;
+  if (!t) {
+    /* A result of a deleted or unusable experiment's trial: nothing to
+     * say; of no trial at all: skipped, said. */
+    int known = r->trial_id >= 1 && r->trial_id <= s->ntrials;
+    if (!known) {
+      s->unusable_rows++;
+      log_warn("load: result %lld skipped: trial %lld does not exist", (long long)r->seq,
+               (long long)r->trial_id);
+    }
+    return 0;
+  }
   cJSON *obj = cJSON_Parse(r->data);
-  if (!t || !obj) {
+  if (!cJSON_IsObject(obj)) {
     cJSON_Delete(obj);
-    snprintf(lc->err, lc->errlen, "result %lld: bad row", (long long)r->seq);
-    return -EINVAL;
+    s->unusable_rows++;
+    log_warn("load: result %lld of trial %lld skipped: its data is not a JSON object",
+             (long long)r->seq, (long long)r->trial_id);
+    return 0;
   }
   int rc = state_note_result(s, t, r->t, r->decision[0] == 's' ? 's' : 'c', obj, r->data,
                              r->seq);
@@ -182,28 +278,52 @@ static int load_result(void *ctx, const struct store_result_row *r) {
     t->max_t_seen = -INFINITY;
     t->max_iter_seen = -INFINITY;
   }
-  if (r->seq > s->seq) s->seq = r->seq;
   return rc;
 }
 
 static int load_asha(void *ctx, const struct store_asha_row *r) {
   struct load_ctx *lc = ctx;
   struct experiment *e = server_experiment(lc->s, r->experiment_id);
-  int rc = e ? sched_restore_record(e->sched, r->trial_id, r->bracket, r->milestone, r->value,
-                                    r->stopped_early)
-             : -EINVAL;
-  if (rc)
-    snprintf(lc->err, lc->errlen, "scheduler record of trial %lld at %g does not replay (%d)",
-             (long long)r->trial_id, r->milestone, rc);
-  return rc;
+  if (!e) return 0; /* deleted or unusable: nothing to replay into */
+  int rc = sched_restore_record(e->sched, r->trial_id, r->bracket, r->milestone, r->value,
+                                r->stopped_early);
+  if (!rc || rc == -ENOMEM) return rc;
+  char why[512];
+  snprintf(why, sizeof why, "the scheduler record of trial %lld at %g does not replay (%d)",
+           (long long)r->trial_id, r->milestone, rc);
+  return load_drop_experiment(lc, e->id, why);
+}
+
+/* A worker id with no usable row: deregistered (never listed, cannot
+ * authenticate), so worker ids stay indexes. */
+static int load_worker_placeholder(struct server *s, int64_t id) {
+  struct worker *w = calloc(1, sizeof *w);
+  if (!w || !(w->name = strdup("")) ||
+      state_grow((void ***)&s->workers, &s->capworkers, s->nworkers + 1)) {
+    if (w) free(w->name);
+    free(w);
+    return -ENOMEM;
+  }
+  w->id = id;
+  w->gone = 2;
+  s->workers[s->nworkers++] = w;
+  return 0;
 }
 
 static int load_worker(void *ctx, const struct store_worker_row *r) {
   struct load_ctx *lc = ctx;
   struct server *s = lc->s;
+  while (r->id > s->nworkers + 1)
+    if (load_worker_placeholder(s, s->nworkers + 1)) return -ENOMEM;
   if (r->id != s->nworkers + 1) {
     snprintf(lc->err, lc->errlen, "worker %lld: bad row", (long long)r->id);
     return -EINVAL;
+  }
+  if (!r->name || !r->name[0] || !(r->cpu >= 0) || !(r->gpu >= 0) || r->memory_mb < 0) {
+    s->unusable_rows++;
+    log_warn("load: worker %lld skipped: malformed row (name '%s', cpu %g, gpu %g)",
+             (long long)r->id, r->name ? r->name : "", r->cpu, r->gpu);
+    return load_worker_placeholder(s, r->id);
   }
   if (state_grow((void ***)&s->workers, &s->capworkers, s->nworkers + 1)) return -ENOMEM;
   struct worker *w = calloc(1, sizeof *w);
@@ -239,17 +359,20 @@ static int load_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
 static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int64_t trial_id,
                              const char *record) {
   struct load_ctx *lc = ctx;
-  int rc = decide_load_record(lc->s, experiment_id, trial_id, record);
-  if (rc)
-    snprintf(lc->err, lc->errlen, "scheduler record %lld of trial %lld does not replay (%d)",
-             (long long)seq, (long long)trial_id, rc);
   if (seq > lc->s->seq) lc->s->seq = seq;
-  return rc;
+  if (!server_experiment(lc->s, experiment_id)) return 0; /* deleted or unusable */
+  int rc = decide_load_record(lc->s, experiment_id, trial_id, record);
+  if (!rc || rc == -ENOMEM) return rc;
+  char why[512];
+  snprintf(why, sizeof why, "scheduler record %lld of trial %lld does not replay (%d)",
+           (long long)seq, (long long)trial_id, rc);
+  return load_drop_experiment(lc, experiment_id, why);
 }
 
 int state_load(struct server *s, char *err, size_t errlen) {
   struct load_ctx lc = {s, err, errlen};
   err[0] = 0;
+  s->unusable_rows = 0;
   struct store_loader l = {.ctx = &lc, .experiment = load_experiment, .trial = load_trial,
                            .result = load_result, .asha = load_asha, .worker = load_worker,
                            .checkpoint = load_checkpoint,
@@ -262,6 +385,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
   /* Leases survive a restart: charge each worker for its RUNNING trials. */
   for (int64_t i = 0; i < s->ntrials; i++) {
     struct trial *t = s->trials[i];
+    if (t->deleted) continue;
     /* issue 13 (gen): an exploited trial's checkpoint bound is its donor's
      * checkpoint, then whatever its current generation reported. */
     double ck = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
