@@ -1,6 +1,13 @@
 /* asha: the stopping variant of ASHA. Each milestone keeps its recorded
  * values sorted, so a cutoff (numpy's nanpercentile, linear) is O(1) and a
- * record is one binary search and one memmove. */
+ * record is one binary search and one memmove.
+ *
+ * Memory follows what the spec plans and what was recorded, not the caps:
+ * the brackets (params->brackets) and each bracket's rungs are allocated
+ * at create, exactly as many as planned, and a rung's values grow by
+ * doubling from nothing. A default spec (one bracket, four milestones)
+ * costs a few hundred bytes before its first record, not the 41 KB of a
+ * fixed SPEC_ASHA_MAX_BRACKETS x SPEC_ASHA_MAX_MILESTONES table. */
 #include "asha.h"
 
 #include <errno.h>
@@ -20,7 +27,7 @@ struct rung {
 
 struct bracket {
 	int n;             /* milestones */
-	struct rung rungs[SPEC_ASHA_MAX_MILESTONES];
+	struct rung *rungs; /* n of them; NULL when n == 0 */
 	int64_t stopped;   /* trials stopped early in this bracket */
 };
 
@@ -32,11 +39,13 @@ struct trial_slot {
 };
 
 struct asha {
-	struct sched_params p;
+	/* Only what the decisions read of the sched_params (about 400 B with
+	 * its time_attr and pbt/median parts). */
+	double max_t, reduction_factor;
 	double sign;       /* +1 for max, -1 for min: larger is better inside */
 	uint64_t bracket_seed;
 	int nb;
-	struct bracket b[SPEC_ASHA_MAX_BRACKETS];
+	struct bracket *b; /* nb of them */
 	struct trial_slot *slots; /* nused of nslots, in arrival order */
 	size_t nslots, nused;
 	struct idmap ids;         /* trial id -> slot */
@@ -56,8 +65,11 @@ static int slot_get(struct asha *a, int64_t id, int bracket, struct trial_slot *
 	struct trial_slot *s = slot_find(a, id);
 	if (!s) {
 		if (a->nused == a->nslots) {
-			size_t n = a->nslots ? a->nslots * 2 : 64;
-			struct trial_slot *ns = realloc(a->slots, n * sizeof *ns);
+			size_t n = a->nslots ? a->nslots * 2 : 8;
+			struct trial_slot *ns;
+			if (n > SIZE_MAX / sizeof *ns)
+				return -ENOMEM;
+			ns = realloc(a->slots, n * sizeof *ns);
 			if (!ns)
 				return -ENOMEM;
 			a->slots = ns;
@@ -84,8 +96,12 @@ static int rung_insert(struct rung *r, double v)
 		return 0;
 	}
 	if (r->n == r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 16;
-		double *nv = realloc(r->vals, cap * sizeof *nv);
+		/* Doubling from 4: a rung costs what it holds, amortized O(1). */
+		size_t cap = r->cap ? r->cap * 2 : 4;
+		double *nv;
+		if (cap > SIZE_MAX / sizeof *nv)
+			return -ENOMEM;
+		nv = realloc(r->vals, cap * sizeof *nv);
 		if (!nv)
 			return -ENOMEM;
 		r->vals = nv;
@@ -135,6 +151,7 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 		uint64_t seed, struct asha **out)
 {
 	struct asha *a;
+	int rc = -ENOMEM;
 	*out = NULL;
 	if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
 	    !(params->grace_period > 0) || !(params->reduction_factor > 1) ||
@@ -143,9 +160,13 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 	a = calloc(1, sizeof *a);
 	if (!a)
 		return -ENOMEM;
-	a->p = *params;
+	a->max_t = params->max_t;
+	a->reduction_factor = params->reduction_factor;
 	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
 	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->b = calloc((size_t)params->brackets, sizeof *a->b);
+	if (!a->b)
+		goto fail;
 	a->nb = params->brackets;
 	for (int s = 0; s < a->nb; s++) {
 		/* Ray: int(log(max_t / grace) / log(rf) - s + 1) milestones. */
@@ -153,10 +174,15 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 			    log(params->reduction_factor) - s + 1;
 		int n;
 		if (!(nd < SPEC_ASHA_MAX_MILESTONES + 1)) { /* also NaN and inf */
-			free(a);
-			return -EINVAL;
+			rc = -EINVAL;
+			goto fail;
 		}
 		n = nd < 0 ? 0 : (int)nd; /* truncates toward zero, as Python's int() */
+		if (n > 0) {
+			a->b[s].rungs = calloc((size_t)n, sizeof *a->b[s].rungs);
+			if (!a->b[s].rungs)
+				goto fail;
+		}
 		a->b[s].n = n;
 		for (int k = 0; k < n; k++)
 			a->b[s].rungs[k].t = params->grace_period *
@@ -164,18 +190,39 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 	}
 	*out = a;
 	return 0;
+fail:
+	asha_free(a);
+	return rc;
 }
 
 void asha_free(struct asha *a)
 {
 	if (!a)
 		return;
-	for (int s = 0; s < a->nb; s++)
+	for (int s = 0; s < a->nb; s++) {
 		for (int k = 0; k < a->b[s].n; k++)
 			free(a->b[s].rungs[k].vals);
+		free(a->b[s].rungs);
+	}
+	free(a->b);
 	free(a->slots);
 	idmap_free(&a->ids);
 	free(a);
+}
+
+size_t asha_mem_bytes(const struct asha *a)
+{
+	size_t n;
+	if (!a)
+		return 0;
+	n = sizeof *a + (size_t)a->nb * sizeof *a->b + a->nslots * sizeof *a->slots +
+	    a->ids.cap * sizeof *a->ids.e;
+	for (int s = 0; s < a->nb; s++) {
+		n += (size_t)a->b[s].n * sizeof *a->b[s].rungs;
+		for (int k = 0; k < a->b[s].n; k++)
+			n += a->b[s].rungs[k].cap * sizeof *a->b[s].rungs[k].vals;
+	}
+	return n;
 }
 
 int asha_num_brackets(const struct asha *a)
@@ -271,7 +318,7 @@ static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double v
 			continue;
 		out->milestone_index = k;
 		out->milestone = r->t;
-		if (rung_cutoff(r, a->p.reduction_factor, &cutoff) == 0) {
+		if (rung_cutoff(r, a->reduction_factor, &cutoff) == 0) {
 			out->has_cutoff = 1;
 			out->cutoff = cutoff;
 		}
@@ -304,7 +351,7 @@ int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
 	if (isnan(t))
 		return -EINVAL;
 	outcome_init(out, s->bracket);
-	if (t >= a->p.max_t) {
+	if (t >= a->max_t) {
 		out->decision = ASHA_STOP;
 		out->reason = ASHA_REASON_MAX_T;
 		return 0;
@@ -374,7 +421,7 @@ int asha_cutoff(const struct asha *a, int bracket, int index, double *cutoff)
 	double c;
 	if (bracket < 0 || bracket >= a->nb || index < 0 || index >= a->b[bracket].n)
 		return -EINVAL;
-	if (rung_cutoff(&a->b[bracket].rungs[index], a->p.reduction_factor, &c))
+	if (rung_cutoff(&a->b[bracket].rungs[index], a->reduction_factor, &c))
 		return -ENOENT;
 	*cutoff = a->sign * c;
 	return 0;

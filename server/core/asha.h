@@ -4,6 +4,7 @@
 #ifndef CTUNE_ASHA_H
 #define CTUNE_ASHA_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "spec.h"
 
@@ -40,6 +41,10 @@ struct asha_outcome {
 int asha_create(const struct sched_params *params, enum spec_mode mode,
 		uint64_t seed, struct asha **out);
 void asha_free(struct asha *a);
+/* Bytes the state holds (its struct, the planned brackets and rungs, the
+ * recorded values' and trial slots' capacity, the id map), for tests and
+ * sizing: it grows with what is recorded, not with the caps. 0 for NULL. */
+size_t asha_mem_bytes(const struct asha *a);
 
 int asha_num_brackets(const struct asha *a);
 /* Milestones of bracket s, lowest first: grace_period * rf^(k+s). */

@@ -1,7 +1,10 @@
 /* asha_promo: ASHA's promotion variant (Algorithm 2 of Li et al. 2020). Each
  * rung keeps its entries ranked (best first, ties by arrival, non-finite
  * last), so a result is one binary search and one memmove and get_job reads
- * only the top floor(n/eta) of each rung. */
+ * only the top floor(n/eta) of each rung. Memory follows the spec and the
+ * records: the planned brackets and their pausing rungs are allocated at
+ * create (not a fixed SPEC_ASHA_MAX_BRACKETS x SPEC_ASHA_MAX_MILESTONES
+ * table of about 40 KB), and a rung's entries grow by doubling. */
 #include "asha_promo.h"
 
 #include <errno.h>
@@ -26,7 +29,7 @@ struct prung {
 
 struct pbracket {
 	int n; /* pausing rungs */
-	struct prung r[SPEC_ASHA_MAX_MILESTONES];
+	struct prung *r; /* n of them; NULL when n == 0 */
 };
 
 struct ptrial {
@@ -39,11 +42,12 @@ struct ptrial {
 };
 
 struct apromo {
-	struct sched_params p;
+	/* Only what the decisions read of the sched_params. */
+	double max_t, grace_period, reduction_factor;
 	double sign;
 	uint64_t bracket_seed;
 	int nb;
-	struct pbracket b[SPEC_ASHA_MAX_BRACKETS];
+	struct pbracket *b; /* nb of them */
 	struct ptrial *slots; /* nused of nslots, in arrival order */
 	size_t nslots, nused;
 	struct idmap ids;     /* trial id -> slot */
@@ -62,8 +66,11 @@ static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out)
 	struct ptrial *t = find(a, id);
 	if (!t) {
 		if (a->nused == a->nslots) {
-			size_t n = a->nslots ? a->nslots * 2 : 64;
-			struct ptrial *s = realloc(a->slots, n * sizeof *s);
+			size_t n = a->nslots ? a->nslots * 2 : 8;
+			struct ptrial *s;
+			if (n > SIZE_MAX / sizeof *s)
+				return -ENOMEM;
+			s = realloc(a->slots, n * sizeof *s);
 			if (!s)
 				return -ENOMEM;
 			a->slots = s;
@@ -95,37 +102,67 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 	a = calloc(1, sizeof *a);
 	if (!a)
 		return -ENOMEM;
-	a->p = *params;
+	a->max_t = params->max_t;
+	a->grace_period = params->grace_period;
+	a->reduction_factor = params->reduction_factor;
 	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
 	/* The stopping variant's bracket draw: the same seed gives the same
 	 * brackets whichever variant runs. */
 	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->b = calloc((size_t)params->brackets, sizeof *a->b);
+	if (!a->b)
+		goto fail;
 	a->nb = params->brackets;
 	for (int b = 0; b < a->nb; b++) {
 		int n = 0;
-		for (int k = 0; k < SPEC_ASHA_MAX_MILESTONES; k++) {
-			double t = params->grace_period * pow(params->reduction_factor, k + b);
-			/* A rung at max_t (or past it) is the end, not a pause. */
-			if (!(t < params->max_t))
-				break;
-			a->b[b].r[n++].t = t;
+		/* A rung at max_t (or past it) is the end, not a pause. */
+		while (n < SPEC_ASHA_MAX_MILESTONES &&
+		       params->grace_period * pow(params->reduction_factor, n + b) < params->max_t)
+			n++;
+		if (n > 0) {
+			a->b[b].r = calloc((size_t)n, sizeof *a->b[b].r);
+			if (!a->b[b].r)
+				goto fail;
 		}
 		a->b[b].n = n;
+		for (int k = 0; k < n; k++)
+			a->b[b].r[k].t = params->grace_period * pow(params->reduction_factor, k + b);
 	}
 	*out = a;
 	return 0;
+fail:
+	apromo_free(a);
+	return -ENOMEM;
 }
 
 void apromo_free(struct apromo *a)
 {
 	if (!a)
 		return;
-	for (int b = 0; b < a->nb; b++)
+	for (int b = 0; b < a->nb; b++) {
 		for (int k = 0; k < a->b[b].n; k++)
 			free(a->b[b].r[k].e);
+		free(a->b[b].r);
+	}
+	free(a->b);
 	free(a->slots);
 	idmap_free(&a->ids);
 	free(a);
+}
+
+size_t apromo_mem_bytes(const struct apromo *a)
+{
+	size_t n;
+	if (!a)
+		return 0;
+	n = sizeof *a + (size_t)a->nb * sizeof *a->b + a->nslots * sizeof *a->slots +
+	    a->ids.cap * sizeof *a->ids.e;
+	for (int b = 0; b < a->nb; b++) {
+		n += (size_t)a->b[b].n * sizeof *a->b[b].r;
+		for (int k = 0; k < a->b[b].n; k++)
+			n += a->b[b].r[k].cap * sizeof *a->b[b].r[k].e;
+	}
+	return n;
 }
 
 int apromo_num_brackets(const struct apromo *a)
@@ -155,7 +192,7 @@ int apromo_bracket_for(const struct apromo *a, int64_t idx)
 	if (a->nb == 1)
 		return 0;
 	for (int b = 0; b < a->nb; b++) {
-		double nd = log(a->p.max_t / a->p.grace_period) / log(a->p.reduction_factor) - b + 1;
+		double nd = log(a->max_t / a->grace_period) / log(a->reduction_factor) - b + 1;
 		m[b] = nd < 0 ? 0 : (int)nd;
 		if (m[b] > mmax)
 			mmax = m[b];
@@ -196,8 +233,12 @@ static int64_t rung_insert(struct prung *r, int64_t id, double v)
 {
 	size_t lo = 0, hi = r->n;
 	if (r->n == r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 16;
-		struct entry *ne = realloc(r->e, cap * sizeof *ne);
+		/* Doubling from 4: a rung costs what it holds, amortized O(1). */
+		size_t cap = r->cap ? r->cap * 2 : 4;
+		struct entry *ne;
+		if (cap > SIZE_MAX / sizeof *ne)
+			return -ENOMEM;
+		ne = realloc(r->e, cap * sizeof *ne);
 		if (!ne)
 			return -ENOMEM;
 		r->e = ne;
@@ -262,7 +303,7 @@ int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
 	out->bracket = tr->bracket;
 	if (tr->ended || tr->paused)
 		return 0; /* a late result of a finished or paused run: nothing to decide */
-	if (t >= a->p.max_t) {
+	if (t >= a->max_t) {
 		/* Done: the last rung is max_t itself, where nothing is ranked. */
 		out->action = APROMO_STOP;
 		out->why = APROMO_MAX_T;
@@ -307,7 +348,7 @@ int apromo_on_trial_end(struct apromo *a, int64_t trial_id)
 
 static int64_t top_of(const struct apromo *a, size_t n)
 {
-	return (int64_t)floor((double)n / a->p.reduction_factor);
+	return (int64_t)floor((double)n / a->reduction_factor);
 }
 
 int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
@@ -341,7 +382,7 @@ int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
 				out->bracket = bi;
 				out->rung = k;
 				out->rung_t = r->t;
-				out->next_t = k + 1 < b->n ? b->r[k + 1].t : a->p.max_t;
+				out->next_t = k + 1 < b->n ? b->r[k + 1].t : a->max_t;
 				out->top = top;
 				out->n = (int64_t)r->n;
 				out->record = rec;

@@ -11,6 +11,7 @@
 #ifndef CTUNE_ASHA_PROMO_H
 #define CTUNE_ASHA_PROMO_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
 #include "spec.h"
@@ -46,6 +47,8 @@ typedef int (*apromo_resumable_fn)(void *ctx, int64_t trial_id);
 int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64_t seed,
 		  struct apromo **out);
 void apromo_free(struct apromo *a);
+/* Bytes the state holds (asha_mem_bytes' counterpart). 0 for NULL. */
+size_t apromo_mem_bytes(const struct apromo *a);
 
 int apromo_num_brackets(const struct apromo *a);
 /* Pausing rungs of bracket b: grace_period * eta^(k+b) < max_t. */

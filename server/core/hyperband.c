@@ -176,6 +176,14 @@ void hb_free(struct hyperband *h)
 	free(h);
 }
 
+size_t hb_mem_bytes(const struct hyperband *h)
+{
+	if (!h)
+		return 0;
+	return sizeof *h + (size_t)h->num_trials * sizeof *h->slots +
+	       (size_t)h->nbr * sizeof *h->br + h->ids.cap * sizeof *h->ids.e;
+}
+
 void hb_outcome_clear(struct hb_outcome *out)
 {
 	if (!out)

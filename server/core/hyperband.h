@@ -52,6 +52,9 @@ struct hb_choice {
 int hb_create(double max_t, double reduction_factor, enum spec_mode mode,
 	      int64_t num_trials, struct hyperband **out);
 void hb_free(struct hyperband *h);
+/* Bytes the state holds: the plan's slots (one per planned trial, laid out
+ * at create, as Ray's brackets need them), its brackets and the id map. */
+size_t hb_mem_bytes(const struct hyperband *h);
 void hb_outcome_clear(struct hb_outcome *out);
 
 /* The bracket (creation order across bands, 0-based) of trial idx: a pure

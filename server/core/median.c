@@ -112,6 +112,17 @@ void median_free(struct median *m)
 	free(m);
 }
 
+size_t median_mem_bytes(const struct median *m)
+{
+	size_t n;
+	if (!m)
+		return 0;
+	n = sizeof *m + (size_t)m->cap * sizeof *m->tr;
+	for (int i = 0; i < m->n; i++)
+		n += 2 * (size_t)m->tr[i].cap * sizeof *m->tr[i].t;
+	return n;
+}
+
 void median_outcome_clear(struct median_outcome *o)
 {
 	cJSON_Delete(o->record);

@@ -5,6 +5,7 @@
 #ifndef CTUNE_MEDIAN_H
 #define CTUNE_MEDIAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
 
@@ -36,6 +37,8 @@ int median_check(const cJSON *sched, const char *path, struct median_params *p,
 
 int median_create(const struct median_params *p, enum spec_mode mode, struct median **out);
 void median_free(struct median *m);
+/* Bytes the state holds: the trials and the capacity of their results. */
+size_t median_mem_bytes(const struct median *m);
 
 /* One result with the metric. -EINVAL: t is NaN. */
 int median_on_result(struct median *m, int64_t trial_id, double t, double value,

@@ -281,6 +281,11 @@ void pbt_free(struct pbt *b)
 	free(b);
 }
 
+size_t pbt_mem_bytes(const struct pbt *b)
+{
+	return b ? sizeof *b + (size_t)b->cap * sizeof *b->t : 0;
+}
+
 void pbt_outcome_clear(struct pbt_outcome *o)
 {
 	cJSON_Delete(o->new_config);

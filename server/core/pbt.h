@@ -6,6 +6,7 @@
 #ifndef CTUNE_PBT_H
 #define CTUNE_PBT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
 
@@ -41,6 +42,9 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 int pbt_create(const struct pbt_params *p, enum spec_mode mode, uint64_t seed,
 	       struct pbt **out);
 void pbt_free(struct pbt *b);
+/* Bytes the state holds in its own tables (the struct and the trials);
+ * the cJSON configs and mutations are not counted. */
+size_t pbt_mem_bytes(const struct pbt *b);
 
 /* A trial joins (created, or live at load; again after a retry). config may
  * be NULL when the trial is known already (restored); idx is its creation

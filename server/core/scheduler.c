@@ -103,6 +103,14 @@ void sched_free(struct sched *s)
 	free(s);
 }
 
+size_t sched_mem_bytes(const struct sched *s)
+{
+	if (!s)
+		return 0;
+	return sizeof *s + asha_mem_bytes(s->asha) + hb_mem_bytes(s->hb) +
+	       pbt_mem_bytes(s->pbt) + median_mem_bytes(s->med) + apromo_mem_bytes(s->ap);
+}
+
 enum spec_sched_type sched_type(const struct sched *s)
 {
 	return s->p.type;

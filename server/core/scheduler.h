@@ -77,6 +77,11 @@ typedef int (*sched_resumable_fn)(void *ctx, int64_t trial_id);
 int sched_create(const struct sched_params *params, enum spec_mode mode,
 		 uint64_t seed, struct sched **out);
 void sched_free(struct sched *s);
+/* Bytes the scheduler state holds: its struct plus its variant's
+ * (asha_mem_bytes, apromo_mem_bytes, hb_mem_bytes, median_mem_bytes,
+ * pbt_mem_bytes: pbt's cJSON configs not counted). It grows with what is
+ * recorded (and, for hyperband, with the planned trials), not with caps. */
+size_t sched_mem_bytes(const struct sched *s);
 enum spec_sched_type sched_type(const struct sched *s);
 
 /* The bracket the idx-th trial (creation index) joins: a pure function of

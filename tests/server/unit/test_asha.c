@@ -383,6 +383,11 @@ START_TEST(errors)
 	p = params(10, 1, 2, 1);
 	p.type = SPEC_SCHED_FIFO;
 	ck_assert_int_eq(asha_create(&p, SPEC_MODE_MAX, 0, &a), -EINVAL);
+	/* More than SPEC_ASHA_MAX_MILESTONES in a bracket: refused after the
+	 * brackets were allocated, which the one cleanup path frees (ASan). */
+	p = params(1e30, 1, 2, 3);
+	ck_assert_int_eq(asha_create(&p, SPEC_MODE_MAX, 0, &a), -EINVAL);
+	ck_assert_ptr_null(a);
 	a = make(10, 1, 2, 2, SPEC_MODE_MAX, 0);
 	ck_assert_int_eq(asha_add_trial(a, 1, 2), -EINVAL);
 	ck_assert_int_eq(asha_add_trial(a, 1, -1), -EINVAL);
@@ -538,6 +543,41 @@ START_TEST(many_trials_fast)
 }
 END_TEST
 
+/* Issue 14: the state holds the planned brackets and rungs and the recorded
+ * values, nothing sized by SPEC_ASHA_MAX_*: a fixed table cost about 41 KB
+ * per experiment whatever its spec. */
+START_TEST(memory_is_what_the_plan_and_records_need)
+{
+	struct asha *small = make(100, 1, 4, 1, SPEC_MODE_MAX, 1);
+	struct asha *big = make(1e18, 1, 2, 16, SPEC_MODE_MAX, 1);
+	size_t s0 = asha_mem_bytes(small), b0 = asha_mem_bytes(big);
+	int milestones = 0;
+
+	ck_assert_int_eq(asha_num_milestones(small, 0), 4);
+	ck_assert_msg(s0 > 0 && s0 < 1024, "default spec: %zu bytes", s0);
+	/* 16 brackets of 60 down to 45 milestones: more, as planned, and
+	 * still less than the full 16 x 64 table would be. */
+	for (int b = 0; b < 16; b++)
+		milestones += asha_num_milestones(big, b);
+	ck_assert_uint_gt(b0, s0 + (size_t)milestones * 16);
+	ck_assert_uint_lt(b0, (size_t)16 * 64 * 40);
+	ck_assert_uint_eq(asha_mem_bytes(NULL), 0);
+
+	/* Replayed records grow the rung they land in, by doubling. */
+	for (int i = 0; i < 1000; i++)
+		ck_assert_int_eq(asha_restore_record(small, i + 1, 0, 4, (double)i, 0), 0);
+	size_t s1 = asha_mem_bytes(small);
+	ck_assert_uint_ge(s1, s0 + 1000 * sizeof(double));
+	ck_assert_msg(s1 < s0 + 1000 * 128, "%zu bytes after 1000 records", s1);
+	/* The records are all there: 1000 values at t=4, cutoff = 75th pct. */
+	double c;
+	ck_assert_int_eq(asha_cutoff(small, 0, 1, &c), 0);
+	ck_assert_double_eq_tol(c, 749.25, 1e-9);
+	asha_free(small);
+	asha_free(big);
+}
+END_TEST
+
 static double num_or_special(const cJSON *v)
 {
 	if (cJSON_IsString(v))
@@ -641,6 +681,7 @@ int main(void)
 	tcase_add_test(tc, restore_equals_uninterrupted);
 	tcase_add_test(tc, state_json_shape);
 	tcase_add_test(tc, many_trials_fast);
+	tcase_add_test(tc, memory_is_what_the_plan_and_records_need);
 	tcase_add_test(tc, agrees_with_ray_reference);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

@@ -58,6 +58,26 @@ static enum apromo_action res(struct apromo *a, int64_t id, double t, double v)
 	return o.action;
 }
 
+/* Issue 14: the planned brackets and rungs only (not a fixed 16 x 64 table
+ * of about 40 KB), and a rung grows with its entries. */
+START_TEST(memory_is_what_the_plan_and_records_need)
+{
+	struct apromo *a = make(1, 4, 100, 1, SPEC_MODE_MAX);
+	size_t m0 = apromo_mem_bytes(a), m1;
+	ck_assert_int_eq(apromo_num_rungs(a, 0), 4); /* 1 4 16 64 */
+	ck_assert_msg(m0 > 0 && m0 < 1024, "default spec: %zu bytes", m0);
+	for (int i = 0; i < 1000; i++) {
+		ck_assert_int_eq(apromo_add_trial(a, i + 1, 0), 0);
+		ck_assert_int_eq(res(a, i + 1, 1, i), APROMO_PAUSE);
+	}
+	m1 = apromo_mem_bytes(a);
+	ck_assert_uint_ge(m1, m0 + 1000 * 16); /* an entry per record */
+	ck_assert_msg(m1 < m0 + 1000 * 160, "%zu bytes after 1000 records", m1);
+	ck_assert_uint_eq(apromo_mem_bytes(NULL), 0);
+	apromo_free(a);
+}
+END_TEST
+
 /* 9 trials pause at rung 0; the top 3 are promoted best first; a 4th is
  * not; the top rung goes first once it has eta trials. */
 START_TEST(promote_top_third)
@@ -393,6 +413,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, rungs_below_max_t);
+	tcase_add_test(tc, memory_is_what_the_plan_and_records_need);
 	tcase_add_test(tc, promote_top_third);
 	tcase_add_test(tc, skips_unresumable_and_ended);
 	tcase_add_test(tc, agrees_with_paper_transcription);

@@ -119,6 +119,53 @@ START_TEST(asha_through_sched)
 }
 END_TEST
 
+/* Issue 14: a scheduler's memory follows its spec and its records, not the
+ * caps. A fixed 16-bracket x 64-milestone table made every ASHA experiment
+ * cost about 41 KB before any result; the default spec needs a few hundred
+ * bytes, and the state grows with the values recorded. */
+START_TEST(memory_follows_spec_and_records)
+{
+	static const char *const defaults[] = {
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\"}, " TRAIN "}",
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\","
+		" \"promotion\": true}, " TRAIN "}",
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"median_stopping\"}, "
+		TRAIN "}",
+		"{" TRAIN "}",
+	};
+	for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
+		struct sched *s = from_config(defaults[i], 1);
+		size_t b = sched_mem_bytes(s);
+		ck_assert_msg(b > 0 && b < 4096, "%s: %zu bytes", defaults[i], b);
+		sched_free(s);
+	}
+	ck_assert_uint_eq(sched_mem_bytes(NULL), 0);
+
+	/* Default asha (max_t 100, grace 1, rf 4): 2000 trials each record at
+	 * t=1; the state grows with them (a double per value, a slot and an
+	 * id-map entry per trial), by doubling, not by much more. */
+	struct sched *s = from_config(defaults[0], 1);
+	struct sched_outcome o;
+	size_t fresh = sched_mem_bytes(s), prev = fresh;
+	int grew = 0;
+	for (int id = 1; id <= 2000; id++) {
+		double v = (double)(id % 97);
+		ck_assert_int_eq(sched_add_trial(s, id, id - 1, NULL), 0);
+		ck_assert_int_eq(sched_on_result(s, id, 1, &v, &o), 0);
+		ck_assert_int_eq(o.asha.recorded, 1);
+		sched_outcome_clear(&o);
+		size_t now = sched_mem_bytes(s);
+		ck_assert_uint_ge(now, prev);
+		grew += now > prev;
+		prev = now;
+	}
+	ck_assert_uint_ge(prev, fresh + 2000 * sizeof(double));
+	ck_assert_msg(prev < fresh + 2000 * 128, "%zu bytes for 2000 trials", prev);
+	ck_assert_int_le(grew, 40); /* amortized: a few reallocations, not one per record */
+	sched_free(s);
+}
+END_TEST
+
 /* mode min: the sentence shows the metric as reported, not asha's flipped
  * values. */
 START_TEST(asha_reason_min_mode)
@@ -171,6 +218,7 @@ int main(void)
 	tcase_add_test(tc, asha_through_sched);
 	tcase_add_test(tc, asha_reason_min_mode);
 	tcase_add_test(tc, create_errors);
+	tcase_add_test(tc, memory_follows_spec_and_records);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
