@@ -89,6 +89,9 @@ struct api_trial_view {
 };
 int api_trial_view_take(struct server *s, const struct trial *t, struct api_trial_view *v);
 cJSON *api_trial_view_json(const struct api_trial_view *v);
+/* Bounded memory: reads the last result of the compact trials among views
+ * from SQLite (one statement; no lock needed). */
+int api_trial_views_fill(struct server *s, struct api_trial_view *views, size_t n);
 void api_trial_view_drop(struct api_trial_view *v);
 cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config);
 /* Wall-clock time as JSON: a number, or null when 0. */

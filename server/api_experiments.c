@@ -104,9 +104,49 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
   return o;
 }
 
+struct fill_ctx {
+  struct api_trial_view **v;
+  const int64_t *seqs;
+  size_t i, n;
+};
+
+static int api_fill_one(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)trial_id;
+  struct fill_ctx *f = ctx;
+  while (f->i < f->n && f->seqs[f->i] != seq) f->i++;
+  if (f->i == f->n || !data) return 0;
+  return (f->v[f->i++]->t.last_result = strdup(data)) ? 0 : -ENOMEM;
+}
+
+int api_trial_views_fill(struct server *s, struct api_trial_view *views, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (views[i].t.compact && views[i].t.nres && views[i].t.last_seq && !views[i].t.last_result) k++;
+  if (!k) return 0;
+  int64_t *seqs = malloc(k * sizeof *seqs);
+  struct api_trial_view **v = malloc(k * sizeof *v);
+  int rc = seqs && v ? 0 : -ENOMEM;
+  k = 0;
+  for (size_t i = 0; !rc && i < n; i++)
+    if (views[i].t.compact && views[i].t.nres && views[i].t.last_seq && !views[i].t.last_result) {
+      seqs[k] = views[i].t.last_seq;
+      v[k++] = &views[i];
+    }
+  if (!rc) rc = store_results_by_seq(s->store, seqs, k, api_fill_one,
+                                     &(struct fill_ctx){v, seqs, 0, k});
+  free(seqs);
+  free(v);
+  return rc;
+}
+
 cJSON *api_trial_json(struct server *s, const struct trial *t) {
   struct api_trial_view v;
   if (api_trial_view_take(s, t, &v)) return NULL;
+  /* Bounded memory: a compact trial's last result is read back (one row). */
+  if (api_trial_views_fill(s, &v, 1)) {
+    api_trial_view_drop(&v);
+    return NULL;
+  }
   cJSON *o = api_trial_view_json(&v);
   api_trial_view_drop(&v);
   return o;
@@ -122,16 +162,25 @@ static int api_best_memory(struct server *s, struct experiment *e, int key,
   if (!ser) return -ENOMEM;
   for (int64_t i = 0; i < e->ntrials; i++) {
     const struct trial *t = e->trials[i];
-    if (key < 0) ser[i] = (struct best_series){t->id, t->values, t->nvals};
+    /* Bounded memory: an ended trial answers from its summary. */
+    if (key < 0 && t->compact) ser[i] = (struct best_series){t->id, NULL, 0, t->scores};
+    else if (key < 0) ser[i] = (struct best_series){t->id, t->values, t->nvals, NULL};
     else if (key < t->nseries)
-      ser[i] = (struct best_series){t->id, t->series[key].v, t->series[key].n};
-    else ser[i] = (struct best_series){t->id, NULL, 0};
+      ser[i] = (struct best_series){t->id, t->series[key].v, t->series[key].n, NULL};
+    else ser[i] = (struct best_series){t->id, NULL, 0, NULL};
   }
   size_t idx;
   int rc = best_pick(ser, (size_t)e->ntrials, scope, mode, &idx, value);
   if (!rc) *trial_id = ser[idx].trial_id;
   free(ser);
   return rc;
+}
+
+/* Whether some trial of e is compact: its other keys are SQLite's only. */
+static int api_any_compact(const struct experiment *e) {
+  for (int64_t i = 0; i < e->ntrials; i++)
+    if (e->trials[i]->compact) return 1;
+  return 0;
 }
 
 static const char *const api_searcher_names[] = {"random", "grid", "tpe"};
@@ -237,6 +286,19 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
       v = t->last_value;
     else if (t->status == TS_TERMINATED && key >= 0 && key < t->nseries && t->series[key].n)
       v = t->series[key].v[t->series[key].n - 1];
+    else if (t->status == TS_TERMINATED && t->compact && !(key < 0 && src->spec.has_metric)) {
+      /* Bounded memory: an ended trial's other keys are in its last result. */
+      char *last = NULL;
+      if (state_trial_last_result(s, t, &last)) {
+        cJSON_Delete(arr);
+        return -ENOMEM;
+      }
+      cJSON *lr = last ? cJSON_Parse(last) : NULL;
+      const cJSON *x = cJSON_GetObjectItemCaseSensitive(lr, spec->metric);
+      if (cJSON_IsNumber(x)) v = x->valuedouble;
+      cJSON_Delete(lr);
+      free(last);
+    }
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddItemToArray(arr, o) ||
         !cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) ||
@@ -477,6 +539,8 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
 unlock:
   server_unlock(s);
   free(pick);
+  /* Compact trials' last results, read after the lock, in one statement. */
+  if (!rc && end > first) rc = api_trial_views_fill(s, views, (size_t)(end - first));
   cJSON *root = NULL, *arr = NULL;
   if (e && !rc) {
     root = cJSON_CreateObject();
@@ -600,7 +664,7 @@ static int api_best_other(struct server *s, struct experiment *e, const char *me
   size_t k = 0;
   for (size_t i = 0; i < mc.n; i++) {
     if (!k || ser[k - 1].trial_id != mc.trial_of[i])
-      ser[k++] = (struct best_series){mc.trial_of[i], &mc.vals[i], 0};
+      ser[k++] = (struct best_series){mc.trial_of[i], &mc.vals[i], 0, NULL};
     ser[k - 1].n++;
   }
   size_t idx;
@@ -647,8 +711,9 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   int64_t trial_id = 0;
   double value = 0;
   int key = own ? -1 : state_key_index(e, name);
-  /* A key never seen cannot have values unless the key table overflowed. */
-  int from_store = !own && key < 0 && e->keys_overflow;
+  /* A key never seen cannot have values unless the key table overflowed
+   * or a compact trial (bounded memory) has it in SQLite only. */
+  int from_store = !own && (e->keys_overflow || api_any_compact(e));
   int rc = from_store ? 0 : (!own && key < 0) ? -ENOENT
                       : api_best_memory(s, e, key, scope, mode, &trial_id, &value);
   server_unlock(s);

@@ -76,15 +76,25 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
     total = t->nres;
     n = total - from < (uint64_t)limit ? total - from : (size_t)limit;
   }
-  if (t && n && (seqs = malloc(n * sizeof *seqs))) memcpy(seqs, t->seqs + from, n * sizeof *seqs);
-  int oom = t && n && !seqs;
+  /* Bounded memory: a compact trial's results are a range of SQLite's. */
+  int compact = t && t->compact;
+  int64_t eid = t ? t->experiment_id : 0, first_seq = t ? t->first_seq : 0;
+  int64_t last_seq = t ? t->last_seq : 0;
+  if (t && n && !compact && (seqs = malloc(n * sizeof *seqs)))
+    memcpy(seqs, t->seqs + from, n * sizeof *seqs);
+  int oom = t && n && !compact && !seqs;
   server_unlock(s);
   if (!t || oom) return oom ? -ENOMEM : 0;
   /* The rows exist once everything queued before this read is committed. */
   commit_flush(s->commit);
   int rc = 0;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "results");
-  if (!rc) rc = arr ? store_results_by_seq(s->store, seqs, n, api_add_plain, arr) : -ENOMEM;
+  if (!arr) rc = -ENOMEM;
+  else if (compact && n)
+    rc = store_trial_results(s->store, eid, id, first_seq, last_seq, (int64_t)from,
+                             (int64_t)n, api_add_plain, arr);
+  else if (n)
+    rc = store_results_by_seq(s->store, seqs, n, api_add_plain, arr);
   free(seqs);
   if (!rc && !cJSON_AddNumberToObject(root, "trial_id", (double)id)) rc = -ENOMEM;
   /* issue 13: every generation's results are listed, in report order; the
@@ -179,7 +189,17 @@ static cJSON *api_results_body(const struct api_req *req, struct api_resp *resp)
  * in the trial's current generation: after a PBT exploit the trial resumes
  * from its donor's checkpoint, maybe behind its own results, and reports
  * those time values again as new results (issue 13). */
-static char api_stored_decision(const struct trial *t, double tv) {
+static char api_stored_decision(struct server *s, const struct trial *t, double tv) {
+  if (t->compact) {
+    /* Bounded memory: an ended trial's replays are looked up in SQLite
+     * (rare: a reply to its last results was lost). */
+    char d = 0;
+    if (t->nres && tv <= t->max_t_seen &&
+        store_trial_decision(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,
+                             t->generation, tv, &d))
+      d = 0;
+    return d;
+  }
   for (size_t i = t->nres; tv <= t->max_t_seen && i-- > t->gen_start;)
     if (t->ts[i] == tv) return t->decisions[i];
   return 0;
@@ -290,7 +310,7 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   int i = 0, fresh = 0;
   for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
     if (api_check_result(r, e->spec.sched.time_attr, resp, &tvs[i])) goto out;
-    if (!api_stored_decision(t, tvs[i])) fresh = 1;
+    if (!api_stored_decision(s, t, tvs[i])) fresh = 1;
   }
   char why[256];
   if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT && fresh) {
@@ -300,7 +320,7 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   int replayed = 0, ended = 0;
   i = 0;
   for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
-    char d = api_stored_decision(t, tvs[i]);
+    char d = api_stored_decision(s, t, tvs[i]);
     if (d) {
       replayed++;
     } else if (ended) {

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "best.h"
 #include "commit.h"
 #include "metrics.h"
 #include "spec.h"
@@ -102,6 +103,16 @@ struct trial {
   /* issue 14 (control): its experiment was deleted; the struct stays as a
    * tombstone in s->trials (ids are indexes), server_trial hides it. */
   int deleted;
+  /* Bounded memory (HACKING.md, migration 011). created_seq: the change
+   * counter when it was made (its results' seqs are larger; 0: unknown).
+   * first_seq / last_seq: its results' seq range (0: none yet). compact:
+   * it has ended and its history (ts, decisions, seqs, values, series,
+   * last_result) was freed: nres, last_t, max_t_seen, max_iter_seen,
+   * has_last_value / last_value and scores (the metric under every scope,
+   * best.h) stand for it, and SQLite has the rest. */
+  int compact;
+  int64_t created_seq, first_seq, last_seq;
+  double scores[BEST_SUM_N];
 };
 
 struct experiment {
@@ -228,6 +239,13 @@ struct server {
   struct experiment **fair;
   int64_t capfair;
   int64_t unusable_rows; /* rows the last load skipped (ctune_unusable_rows) */
+  /* Bounded memory: trials that ended, in order, compacted once their end
+   * is STATE_COMPACT_DELAY_MS old (state_compact_due), so the replies and
+   * events of the end still see the whole trial. */
+  struct compact_due { int64_t trial_id; uint64_t due_ms; } *cq;
+  int64_t cq_head, cq_len, cq_cap;
+  uint64_t compact_delay_ms; /* STATE_COMPACT_DELAY_MS (a test may shorten it) */
+  int64_t ncompact;          /* compact trials now (ctune_trials_compact) */
 };
 
 /* Every handler takes the model's lock through these two. A change made
@@ -419,6 +437,25 @@ void state_trial_next_generation(struct trial *t);
  * else its own stored result labelled with the checkpoint's iteration
  * (training_iteration, else the time value); 0 when none is known. */
 double state_checkpoint_time_total(const struct experiment *e, const struct trial *t);
+
+/* Bounded memory (HACKING.md, state_compact.c). */
+#define STATE_COMPACT_DELAY_MS 5000
+/* Fills sum with the trial's metric scores: from its values, or its
+ * summary when compact. */
+void state_trial_scores(const struct trial *t, double sum[BEST_SUM_N]);
+/* Frees an ended trial's history, keeping the summary (t->scores first). */
+void state_trial_compact(struct server *s, struct trial *t);
+/* Queues an ended trial for state_compact_due (after the delay). */
+void state_compact_later(struct server *s, struct trial *t, uint64_t now_ms);
+/* Compacts the queued trials whose delay is over and that are still ended. */
+void state_compact_due(struct server *s, uint64_t now_ms);
+/* Makes a compact trial whole again from SQLite (before an extend resumes
+ * it); 0 when it is not compact. */
+int state_trial_hydrate(struct server *s, struct trial *t);
+/* The trial's last result as JSON text (malloc'd; *out NULL when none):
+ * from memory, or SQLite when compact. Lock held. */
+int state_trial_last_result(struct server *s, const struct trial *t, char **out);
+void state_compact_free(struct server *s);
 
 /* Index of a result key in e->keys, or -1. */
 int state_key_index(const struct experiment *e, const char *key);

@@ -44,6 +44,9 @@ int state_grow(void ***arr, int64_t *cap, int64_t need) {
 }
 
 int state_init(struct server *s) {
+  /* Tests shorten the compaction delay (HACKING.md "Bounded memory"). */
+  const char *d = getenv("CTUNE_TEST_COMPACT_DELAY_MS");
+  s->compact_delay_ms = d && *d ? strtoull(d, NULL, 10) : STATE_COMPACT_DELAY_MS;
   return pthread_mutex_init(&s->lock, NULL) ? -ENOMEM : 0;
 }
 
@@ -90,6 +93,7 @@ void state_free(struct server *s) {
   free(s->exps);
   free(s->workers);
   state_live_free(s); /* issue 14 (fair share) */
+  state_compact_free(s);
   pthread_mutex_destroy(&s->lock);
 }
 
@@ -100,6 +104,8 @@ void state_set_status(struct server *s, struct trial *t, enum trial_status st) {
   t->status = st;
   t->updated_seq = ++s->seq;
   if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
+  /* Bounded memory: an ended trial's history leaves memory a little later. */
+  if (st == TS_TERMINATED || st == TS_ERROR) state_compact_later(s, t, clock_mono_ms());
 }
 
 struct worker *state_worker_by_secret(struct server *s, const char *tok) {
@@ -315,6 +321,7 @@ int state_create_trial(struct server *s, struct experiment *e, struct trial **ou
   t->bracket = sched_bracket_for(e->sched, t->idx);
   if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail;
   t->updated_seq = ++s->seq;
+  t->created_seq = t->updated_seq; /* bounded memory: its results come after */
   s->trials[s->ntrials++] = t;
   e->trials[e->ntrials++] = t;
   e->counts[TS_PENDING]++;
@@ -526,6 +533,7 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
   api_workers_prune(s, now_ms); /* issue 14: lost past --worker-retention-s */
   if (now_ms < s->next_expiry_ms) return;
   s->next_expiry_ms = now_ms + 100;
+  state_compact_due(s, now_ms); /* bounded memory: ended trials' histories */
   uint64_t grace = state_unlisted_grace_ms(s);
   for (int64_t i = 0; i < s->nexps; i++) {
     struct experiment *e = s->exps[i];
@@ -658,6 +666,7 @@ void state_trial_next_generation(struct trial *t) {
 double state_checkpoint_time_total(const struct experiment *e, const struct trial *t) {
   if (!t->has_checkpoint) return 0;
   /* issue 13: a donor's checkpoint (PBT exploit): its time, copied with it. */
+  if (t->compact) return t->has_ck_time_total ? t->ck_time_total_s : 0; /* hydrate first */
   if (t->has_ck_time_total) return t->ck_time_total_s;
   if (t->nres == 0) return 0;
   double ck = (double)t->checkpoint_iteration;
@@ -682,6 +691,7 @@ double state_checkpoint_time_total(const struct experiment *e, const struct tria
 
 int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq) {
+  if (t->compact) return -EINVAL; /* an ended trial's history is SQLite's: hydrate first */
   if (t->nres == t->capres) {
     size_t nc = t->capres ? t->capres * 2 : 8;
     double *ts = realloc(t->ts, nc * sizeof *ts);
@@ -724,6 +734,8 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
   t->ts[t->nres] = time_value;
   t->decisions[t->nres] = decision;
   t->seqs[t->nres] = seq;
+  if (t->nres == 0) t->first_seq = seq; /* bounded memory: its results' seq range */
+  t->last_seq = seq;
   t->nres++;
   t->last_t = time_value;
   if (t->nres == t->gen_start + 1 || time_value > t->max_t_seen) t->max_t_seen = time_value;

@@ -42,12 +42,16 @@ int control_pause(struct server *s, struct experiment *e, uint64_t *ticket) {
  * on any worker, resumes it from its checkpoint. */
 static int control_requeue_paused(struct server *s, struct trial *t, const char *why,
                                   uint64_t *ticket) {
+  /* Bounded memory: an ended trial that an extend resumes gets its history
+   * back from SQLite first (idempotency, checkpoint time, best). */
+  int rc = state_trial_hydrate(s, t);
+  if (rc) return rc;
   state_set_status(s, t, TS_PENDING);
   t->lease_final = 0;
   t->ended_at = 0;
   state_trial_next_generation(t);
   t->updated_seq = ++s->seq;
-  int rc = decide_note(s, t, "resumed", why, NULL, NULL, ticket);
+  rc = decide_note(s, t, "resumed", why, NULL, NULL, ticket);
   if (!rc) rc = state_persist_trial(s, t, ticket);
   return rc;
 }
@@ -268,6 +272,7 @@ int control_delete(struct server *s, struct experiment *e, int force, uint64_t *
     struct trial *t = e->trials[k];
     if (t->status == TS_RUNNING) state_release(s, t);
     t->deleted = 1;
+    state_trial_compact(s, t); /* bounded memory: a tombstone keeps no history */
   }
   e->updated_seq = ++s->seq;
   events_note(s, EV_EXPERIMENT, e->id, 0, NULL); /* issue 14: {"id", "deleted": true} */

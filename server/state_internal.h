@@ -15,6 +15,9 @@ int state_grow(void ***arr, int64_t *cap, int64_t need);
 void state_trial_free(struct trial *t);
 void state_experiment_free(struct experiment *e);
 
+/* Bounded memory (state_compact.c): the 011 columns of t's row. */
+void state_trial_summary_row(const struct trial *t, struct store_trial_row *row);
+
 /* The op that stores a new experiment with all its trials. */
 struct exp_op;
 struct exp_op *state_exp_op_make(const struct experiment *e, struct trial *const *trials,

@@ -17,6 +17,10 @@ struct load_ctx {
   struct server *s;
   char *err;
   size_t errlen;
+  /* Bounded memory: ended trials whose rows had no summary (an older
+   * server, the bulk path): computed from their results, written back. */
+  int64_t *backfill;
+  size_t nbackfill, capbackfill;
 };
 
 /* HACKING.md "Startup tolerates rows it cannot use": experiment id is not
@@ -46,6 +50,7 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
       }
       tt->experiment_id = id;
       s->trials[t->id - 1] = tt;
+      if (t->compact) s->ncompact--;
       state_trial_free(t);
     }
     state_experiment_free(old);
@@ -229,6 +234,23 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   decide_action_parse(r->lease_end_action, &t->lease_end_action);
   t->has_ck_time_total = r->has_ck_time_total;
   t->ck_time_total_s = r->ck_time_total_s;
+  /* Bounded memory (011): an ended trial with a summary is compact from
+   * the start: its results are not read. */
+  t->created_seq = r->created_seq;
+  if (r->res_known && (st == TS_TERMINATED || st == TS_ERROR)) {
+    t->compact = 1;
+    s->ncompact++;
+    t->nres = (size_t)r->nres;
+    t->first_seq = r->first_seq;
+    t->last_seq = r->last_seq;
+    t->last_t = isnan(r->last_t) ? 0 : r->last_t;
+    memcpy(t->scores, r->scores, sizeof t->scores);
+    t->has_last_value = !isnan(r->scores[BEST_SUM_LAST]);
+    t->last_value = r->scores[BEST_SUM_LAST];
+    /* Unknown after a restart: a replay of any time value is looked up. */
+    t->max_t_seen = INFINITY;
+    t->max_iter_seen = t->last_t;
+  }
   e->trials[e->ntrials++] = t;
   e->counts[st]++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
@@ -248,6 +270,7 @@ static int load_result(void *ctx, const struct store_result_row *r) {
   struct server *s = lc->s;
   struct trial *t = server_trial(s, r->trial_id);
   if (r->seq > s->seq) s->seq = r->seq;
+  if (t && t->compact) return 0; /* its summary stands for it */
   if (!t) {
     /* A result of a deleted or unusable experiment's trial: nothing to
      * say; of no trial at all: skipped, said. */
@@ -369,15 +392,94 @@ static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int6
   return load_drop_experiment(lc, experiment_id, why);
 }
 
+/* Bounded memory: the seq from which experiment id's results are needed:
+ * those of its trials that are not compact (live ones, and ended ones
+ * without a summary), each after the seq it was made at (0: unknown). */
+static int64_t load_results_since(void *ctx, int64_t id) {
+  struct load_ctx *lc = ctx;
+  struct experiment *e = server_experiment(lc->s, id);
+  int64_t since = -1;
+  for (int64_t i = 0; e && i < e->ntrials; i++) {
+    const struct trial *t = e->trials[i];
+    if (t->compact) continue;
+    if (since < 0 || t->created_seq < since) since = t->created_seq;
+  }
+  return since;
+}
+
+/* After an experiment's results: its ended trials that had no summary
+ * are summarized now (so the load never holds more than one experiment's
+ * histories of them) and noted for writing back. */
+static int load_results_done(void *ctx, int64_t id) {
+  struct load_ctx *lc = ctx;
+  struct experiment *e = server_experiment(lc->s, id);
+  for (int64_t i = 0; e && i < e->ntrials; i++) {
+    struct trial *t = e->trials[i];
+    if (t->compact || (t->status != TS_TERMINATED && t->status != TS_ERROR)) continue;
+    if (lc->nbackfill == lc->capbackfill) {
+      size_t nc = lc->capbackfill ? lc->capbackfill * 2 : 1024;
+      int64_t *b = realloc(lc->backfill, nc * sizeof *b);
+      if (!b) return -ENOMEM;
+      lc->backfill = b;
+      lc->capbackfill = nc;
+    }
+    lc->backfill[lc->nbackfill++] = t->id;
+    state_trial_compact(lc->s, t);
+  }
+  return 0;
+}
+
+static void load_seq_seen(void *ctx, int64_t seq) {
+  struct load_ctx *lc = ctx;
+  if (seq > lc->s->seq) lc->s->seq = seq;
+}
+
+/* Writes the summaries computed at this load (before the commit thread
+ * runs: startup only), 10,000 rows a transaction. A failure is logged, not
+ * fatal: they are computed again at the next start. */
+static void load_write_backfill(struct load_ctx *lc) {
+  struct server *s = lc->s;
+  enum { BATCH = 10000 };
+  if (!lc->nbackfill || s->commit) return;
+  struct store_trial_row *rows = calloc(BATCH, sizeof *rows);
+  if (!rows) return;
+  size_t done = 0;
+  for (size_t i = 0; i < lc->nbackfill; i += BATCH) {
+    size_t n = lc->nbackfill - i < BATCH ? lc->nbackfill - i : BATCH;
+    for (size_t k = 0; k < n; k++) {
+      const struct trial *t = server_trial(s, lc->backfill[i + k]);
+      memset(&rows[k], 0, sizeof rows[k]);
+      rows[k].id = lc->backfill[i + k];
+      if (t) state_trial_summary_row(t, &rows[k]);
+      else rows[k].res_known = 0;
+    }
+    int rc = store_put_trial_summaries(s->store, rows, n);
+    if (rc) {
+      log_warn("load: writing %zu trial summaries failed (%d): computed again next start", n,
+               rc);
+      break;
+    }
+    done += n;
+  }
+  free(rows);
+  if (done)
+    log_info("load: summarized %zu ended trial(s) of an older database once (issue 14)", done);
+}
+
 int state_load(struct server *s, char *err, size_t errlen) {
-  struct load_ctx lc = {s, err, errlen};
+  struct load_ctx lc = {s, err, errlen, NULL, 0, 0};
   err[0] = 0;
   s->unusable_rows = 0;
+  s->ncompact = 0;
   struct store_loader l = {.ctx = &lc, .experiment = load_experiment, .trial = load_trial,
                            .result = load_result, .asha = load_asha, .worker = load_worker,
                            .checkpoint = load_checkpoint,
-                           .sched_record = load_sched_record};
+                           .sched_record = load_sched_record,
+                           .results_since = load_results_since,
+                           .results_done = load_results_done, .seq_seen = load_seq_seen};
   int rc = store_load(s->store, &l);
+  if (!rc) load_write_backfill(&lc);
+  free(lc.backfill);
   if (rc) {
     if (!err[0]) snprintf(err, errlen, "loading the database failed (%d)", rc);
     return rc;

@@ -50,6 +50,7 @@ static struct trial_op *trial_op_make(const struct trial *t) {
     /* issue 13: the decision due at the lease's end (migration 009) */
     .lease_end_action = decide_action_name(t->lease_end_action),
     .has_ck_time_total = t->has_ck_time_total, .ck_time_total_s = t->ck_time_total_s};
+  state_trial_summary_row(t, &op->row); /* 011: bounded memory */
   return op;
 }
 

@@ -37,8 +37,10 @@ static const char *const store_sql[ST_COUNT] = {
   [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
                    "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
                    "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation,"
-                   "lease_end_action,checkpoint_time_total_s) "
-                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   "lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"
+                   "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,"
+                   "score_min,score_max) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
   [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data,gen) "
                     "VALUES(?,?,?,?,?,?,?)",
   [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
@@ -325,6 +327,24 @@ static void bind_time(sqlite3_stmt *s, int i, double v) {
   else sqlite3_bind_null(s, i);
 }
 
+/* NaN and the infinities are stored as NULL (SQLite has no NaN). */
+static void bind_real_or_null(sqlite3_stmt *s, int i, double v) {
+  if (isfinite(v)) sqlite3_bind_double(s, i, v);
+  else sqlite3_bind_null(s, i);
+}
+
+/* 011 (HACKING.md "Bounded memory"): parameters 22..33 of ST_PUT_TRIAL. */
+static void store_bind_summary(sqlite3_stmt *s, const struct store_trial_row *r) {
+  sqlite3_bind_int64(s, 22, r->created_seq);
+  sqlite3_bind_int(s, 23, r->res_known);
+  sqlite3_bind_int64(s, 24, r->nres);
+  sqlite3_bind_int64(s, 25, r->first_seq);
+  sqlite3_bind_int64(s, 26, r->last_seq);
+  if (r->nres) sqlite3_bind_double(s, 27, r->last_t);
+  else sqlite3_bind_null(s, 27);
+  for (int k = 0; k < 6; k++) bind_real_or_null(s, 28 + k, r->scores[k]);
+}
+
 int store_begin(struct store *st) {
   st->errmsg[0] = 0;
   if (st->fault.delay_ms > 0) {
@@ -407,6 +427,7 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   bind_text(s, 20, r->lease_end_action); /* 009 */
   if (r->has_ck_time_total) sqlite3_bind_double(s, 21, r->ck_time_total_s);
   else sqlite3_bind_null(s, 21);
+  store_bind_summary(s, r); /* 011 */
   if (st->fault.kill_after_trial_end && r->status &&
       (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
     st->fault.armed = 1;
@@ -549,12 +570,73 @@ static double col_time(sqlite3_stmt *s, int i) {
 }
 
 /* Prepares on the reader connection; the caller holds rlock. */
+static double col_real_or_nan(sqlite3_stmt *s, int i) {
+  return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
 static int store_rprep(struct store *st, const char *sql, sqlite3_stmt **s) {
   if (sqlite3_prepare_v2(st->r, sql, -1, s, NULL) != SQLITE_OK) {
     log_error("store: %s", sqlite3_errmsg(st->r));
     return -EIO;
   }
   return 0;
+}
+
+static int store_result_rows(struct store *st, sqlite3_stmt *s, const struct store_loader *l) {
+  int rc = 0, step;
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_result_row r = {
+      .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
+      .experiment_id = sqlite3_column_int64(s, 2), .t = sqlite3_column_double(s, 3),
+      .decision = col_text(s, 4), .data = col_text(s, 5),
+      .gen = sqlite3_column_int64(s, 6)};
+    rc = l->result(l->ctx, &r);
+  }
+  if (!rc && step != SQLITE_DONE) {
+    log_error("store: %s", sqlite3_errmsg(st->r));
+    rc = -EIO;
+  }
+  return rc;
+}
+
+static int store_load_results_all(struct store *st, const struct store_loader *l) {
+  sqlite3_stmt *s = NULL;
+  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                  "ORDER BY seq", &s)) return -EIO;
+  int rc = store_result_rows(st, s, l);
+  sqlite3_finalize(s);
+  return rc;
+}
+
+/* HACKING.md "Bounded memory": only the results the loader asks for, one
+ * experiment at a time, from the seq it names (the index results_by_experiment
+ * makes each a range scan), so a restart does not read every result ever. */
+static int store_load_results_by_experiment(struct store *st, const struct store_loader *l) {
+  sqlite3_stmt *ids = NULL, *s = NULL;
+  int rc = 0, step;
+  if (store_rprep(st, "SELECT max(seq) FROM results", &ids)) return -EIO;
+  if (sqlite3_step(ids) == SQLITE_ROW && sqlite3_column_type(ids, 0) != SQLITE_NULL &&
+      l->seq_seen)
+    l->seq_seen(l->ctx, sqlite3_column_int64(ids, 0));
+  sqlite3_finalize(ids);
+  if (store_rprep(st, "SELECT id FROM experiments ORDER BY id", &ids) ||
+      store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                  "WHERE experiment_id=? AND seq>=? ORDER BY seq", &s)) {
+    sqlite3_finalize(ids);
+    return -EIO;
+  }
+  while (!rc && (step = sqlite3_step(ids)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(ids, 0), since = l->results_since(l->ctx, id);
+    if (since < 0) continue;
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, since);
+    rc = store_result_rows(st, s, l);
+    sqlite3_reset(s);
+    if (!rc && l->results_done) rc = l->results_done(l->ctx, id);
+  }
+  sqlite3_finalize(s);
+  sqlite3_finalize(ids);
+  return rc;
 }
 
 static int store_load_rows(struct store *st, const struct store_loader *l) {
@@ -580,7 +662,9 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   if (store_rprep(st, "SELECT id,experiment_id,idx,name,status,stopped_early,config,bracket,"
                   "error,exit_code,num_failures,attempt,worker_id,created_at,started_at,"
-                  "ended_at,updated_seq,reason,generation,lease_end_action,checkpoint_time_total_s "
+                  "ended_at,updated_seq,reason,generation,lease_end_action,checkpoint_time_total_s,"
+                  "created_seq,res_known,nres,first_seq,last_seq,last_t,score_last,score_avg,"
+                  "score_last5,score_last10,score_min,score_max "
                   "FROM trials ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_trial_row r = {
@@ -596,24 +680,19 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
       .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18),
       .lease_end_action = col_text(s, 19),
       .has_ck_time_total = sqlite3_column_type(s, 20) != SQLITE_NULL,
-      .ck_time_total_s = sqlite3_column_double(s, 20)};
+      .ck_time_total_s = sqlite3_column_double(s, 20),
+      .created_seq = sqlite3_column_int64(s, 21), .res_known = sqlite3_column_int(s, 22),
+      .nres = sqlite3_column_int64(s, 23), .first_seq = sqlite3_column_int64(s, 24),
+      .last_seq = sqlite3_column_int64(s, 25), .last_t = col_real_or_nan(s, 26)};
+    for (int k = 0; k < 6; k++) r.scores[k] = col_real_or_nan(s, 27 + k);
     rc = l->trial(l->ctx, &r);
   }
   sqlite3_finalize(s);
   if (rc) return rc;
 
-  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
-                  "ORDER BY seq", &s)) return -EIO;
-  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-    struct store_result_row r = {
-      .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
-      .experiment_id = sqlite3_column_int64(s, 2), .t = sqlite3_column_double(s, 3),
-      .decision = col_text(s, 4), .data = col_text(s, 5),
-      .gen = sqlite3_column_int64(s, 6)};
-    rc = l->result(l->ctx, &r);
-  }
-  sqlite3_finalize(s);
-  if (rc) return rc;
+  if ((rc = l->results_since ? store_load_results_by_experiment(st, l)
+                             : store_load_results_all(st, l)))
+    return rc;
 
   if (store_rprep(st, "SELECT experiment_id,trial_id,bracket,milestone,value,stopped_early,"
                   "seq FROM asha_records ORDER BY seq, rowid", &s)) return -EIO;
@@ -691,6 +770,98 @@ static int store_each_result(struct store *st, sqlite3_stmt *s, store_result_fn 
     log_error("store: %s", sqlite3_errmsg(st->r));
     rc = -EIO;
   }
+  return rc;
+}
+
+int store_trial_results(struct store *st, int64_t experiment_id, int64_t trial_id,
+                        int64_t first_seq, int64_t last_seq, int64_t offset, int64_t limit,
+                        store_result_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT seq,trial_id,data FROM results WHERE experiment_id=? AND "
+                       "seq BETWEEN ? AND ? AND trial_id=? ORDER BY seq LIMIT ? OFFSET ?", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, experiment_id);
+    sqlite3_bind_int64(s, 2, first_seq);
+    sqlite3_bind_int64(s, 3, last_seq);
+    sqlite3_bind_int64(s, 4, trial_id);
+    sqlite3_bind_int64(s, 5, limit > 0 ? limit : -1);
+    sqlite3_bind_int64(s, 6, offset > 0 ? offset : 0);
+    rc = store_each_result(st, s, fn, ctx);
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_trial_decision(struct store *st, int64_t experiment_id, int64_t trial_id,
+                         int64_t first_seq, int64_t last_seq, int64_t gen, double t,
+                         char *decision) {
+  sqlite3_stmt *s = NULL;
+  *decision = 0;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT decision FROM results WHERE experiment_id=? AND "
+                       "seq BETWEEN ? AND ? AND trial_id=? AND gen=? AND t=? "
+                       "ORDER BY seq DESC LIMIT 1", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, experiment_id);
+    sqlite3_bind_int64(s, 2, first_seq);
+    sqlite3_bind_int64(s, 3, last_seq);
+    sqlite3_bind_int64(s, 4, trial_id);
+    sqlite3_bind_int64(s, 5, gen);
+    sqlite3_bind_double(s, 6, t);
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) {
+      const char *d = col_text(s, 0);
+      *decision = d && d[0] == 's' ? 's' : 'c';
+    } else if (step != SQLITE_DONE) {
+      log_error("store: %s", sqlite3_errmsg(st->r));
+      rc = -EIO;
+    }
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id,
+                     int64_t first_seq, int64_t last_seq, store_row_fn fn, void *ctx) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                       "WHERE experiment_id=? AND seq BETWEEN ? AND ? AND trial_id=? "
+                       "ORDER BY seq", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, experiment_id);
+    sqlite3_bind_int64(s, 2, first_seq);
+    sqlite3_bind_int64(s, 3, last_seq);
+    sqlite3_bind_int64(s, 4, trial_id);
+    struct store_loader l = {.ctx = ctx, .result = fn};
+    rc = store_result_rows(st, s, &l);
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_put_trial_summaries(struct store *st, const struct store_trial_row *rows, size_t n) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(st->w, "UPDATE trials SET created_seq=?22,res_known=?23,nres=?24,"
+                         "first_seq=?25,last_seq=?26,last_t=?27,score_last=?28,score_avg=?29,"
+                         "score_last5=?30,score_last10=?31,score_min=?32,score_max=?33 "
+                         "WHERE id=?1", -1, &s, NULL) != SQLITE_OK) {
+    log_error("store: %s", sqlite3_errmsg(st->w));
+    return -EIO;
+  }
+  int rc = store_begin(st);
+  for (size_t i = 0; !rc && i < n; i++) {
+    sqlite3_bind_int64(s, 1, rows[i].id);
+    store_bind_summary(s, &rows[i]);
+    rc = store_step(st, s);
+  }
+  sqlite3_finalize(s);
+  if (!rc) rc = store_commit(st);
+  else store_rollback(st);
   return rc;
 }
 

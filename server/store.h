@@ -50,6 +50,13 @@ struct store_trial_row {
   const char *lease_end_action;
   int has_ck_time_total;
   double ck_time_total_s;
+  /* 011 (HACKING.md "Bounded memory"): res_known 0 = the rest unknown (an
+   * older row); NaN in last_t / scores = SQL NULL. */
+  int64_t created_seq;
+  int res_known;
+  int64_t nres, first_seq, last_seq;
+  double last_t;
+  double scores[6]; /* best.h BEST_SUM_*: last, avg, last5, last10, min, max */
 };
 
 /* One trial_events row (migration 007). */
@@ -163,6 +170,13 @@ struct store_loader {
   /* sched_records in seq order (may be NULL: skipped) */
   int (*sched_record)(void *ctx, int64_t experiment_id, int64_t seq, int64_t trial_id,
                       const char *record);
+  /* When set (bounded memory), results are read per experiment instead:
+   * results_since says from which seq (< 0: none of them are needed), and
+   * results_done follows each experiment's results; seq_seen gets the
+   * largest result seq of all. */
+  int64_t (*results_since)(void *ctx, int64_t experiment_id);
+  int (*results_done)(void *ctx, int64_t experiment_id);
+  void (*seq_seen)(void *ctx, int64_t seq);
 };
 int store_load(struct store *st, const struct store_loader *l);
 /* The saved change counter (0 when none). */
@@ -171,6 +185,24 @@ int store_get_seq(struct store *st, int64_t *seq);
 /* Results of one experiment after seq `since` (limit <= 0: all). The
  * callback sees (seq, trial_id, data). */
 typedef int (*store_result_fn)(void *ctx, int64_t seq, int64_t trial_id, const char *data);
+/* One trial's results with seq in [first_seq, last_seq], in seq order,
+ * skipping `offset`, at most `limit` (<= 0: all): an ended trial's page. */
+int store_trial_results(struct store *st, int64_t experiment_id, int64_t trial_id,
+                        int64_t first_seq, int64_t last_seq, int64_t offset, int64_t limit,
+                        store_result_fn fn, void *ctx);
+/* The stored decision ('c' / 's') of trial_id's result with time value t
+ * in generation gen, in [first_seq, last_seq]; 0 when none. */
+int store_trial_decision(struct store *st, int64_t experiment_id, int64_t trial_id,
+                         int64_t first_seq, int64_t last_seq, int64_t gen, double t,
+                         char *decision);
+/* Every result of trial_id in [first_seq, last_seq] as loader rows. */
+typedef int (*store_row_fn)(void *ctx, const struct store_result_row *r);
+int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id,
+                     int64_t first_seq, int64_t last_seq, store_row_fn fn, void *ctx);
+/* Writer side, before the commit thread runs (startup): the summaries the
+ * loader computed for older rows, n at a time in one transaction. */
+int store_put_trial_summaries(struct store *st, const struct store_trial_row *rows, size_t n);
+
 /* Results by seq (their rowid), in the order given: a trial's results. */
 int store_results_by_seq(struct store *st, const int64_t *seqs, size_t n, store_result_fn fn,
                          void *ctx);

@@ -79,6 +79,39 @@ int best_score(const double *values, size_t n, enum best_scope scope,
 	return 0;
 }
 
+void best_summarize(const double *values, size_t n, double sum[BEST_SUM_N])
+{
+	static const enum best_scope scopes[BEST_SUM_N] = {
+		BEST_SCOPE_LAST, BEST_SCOPE_AVG, BEST_SCOPE_LAST_5_AVG,
+		BEST_SCOPE_LAST_10_AVG, BEST_SCOPE_ALL, BEST_SCOPE_ALL};
+	for (int k = 0; k < BEST_SUM_N; k++) {
+		enum spec_mode mode = k == BEST_SUM_MAX ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+		if (best_score(values, n, scopes[k], mode, &sum[k]))
+			sum[k] = NAN;
+	}
+}
+
+int best_score_summary(const double sum[BEST_SUM_N], enum best_scope scope,
+		       enum spec_mode mode, double *score)
+{
+	double s;
+	switch (scope) {
+	case BEST_SCOPE_LAST: s = sum[BEST_SUM_LAST]; break;
+	case BEST_SCOPE_AVG: s = sum[BEST_SUM_AVG]; break;
+	case BEST_SCOPE_LAST_5_AVG: s = sum[BEST_SUM_LAST5]; break;
+	case BEST_SCOPE_LAST_10_AVG: s = sum[BEST_SUM_LAST10]; break;
+	case BEST_SCOPE_ALL:
+		s = sum[mode == SPEC_MODE_MAX ? BEST_SUM_MAX : BEST_SUM_MIN];
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (!isfinite(s))
+		return -ENOENT;
+	*score = s;
+	return 0;
+}
+
 int best_pick(const struct best_series *trials, size_t n, enum best_scope scope,
 	      enum spec_mode mode, size_t *index, double *score)
 {
@@ -87,7 +120,9 @@ int best_pick(const struct best_series *trials, size_t n, enum best_scope scope,
 	size_t at = 0;
 	for (size_t i = 0; i < n; i++) {
 		double s;
-		int rc = best_score(trials[i].values, trials[i].n, scope, mode, &s);
+		int rc = trials[i].summary
+				 ? best_score_summary(trials[i].summary, scope, mode, &s)
+				 : best_score(trials[i].values, trials[i].n, scope, mode, &s);
 		if (rc == -ENOENT)
 			continue;
 		if (rc)

@@ -26,10 +26,23 @@ const char *best_scope_name(enum best_scope scope);
 int best_score(const double *values, size_t n, enum best_scope scope,
 	       enum spec_mode mode, double *score);
 
+/* A trial's scores under every scope, kept instead of its values once it
+ * has ended (HACKING.md "Bounded memory"): NaN where best_score says
+ * -ENOENT. BEST_SUM_MIN / _MAX are scope all by mode min / max. */
+enum {
+	BEST_SUM_LAST = 0, BEST_SUM_AVG, BEST_SUM_LAST5, BEST_SUM_LAST10,
+	BEST_SUM_MIN, BEST_SUM_MAX, BEST_SUM_N
+};
+void best_summarize(const double *values, size_t n, double sum[BEST_SUM_N]);
+/* best_score from a summary: the same answer as from the values. */
+int best_score_summary(const double sum[BEST_SUM_N], enum best_scope scope,
+		       enum spec_mode mode, double *score);
+
 struct best_series {
 	int64_t trial_id;
 	const double *values;
 	size_t n;
+	const double *summary; /* non-NULL: scored from it (values unused) */
 };
 
 /* Picks the best trial by mode; trials whose score is missing or non-finite

@@ -77,7 +77,8 @@ END_TEST
 START_TEST(pick_ties_and_skips)
 {
 	double a[] = {0.5, 0.3}, b[] = {0.9, NAN}, c[] = {0.1, 0.3}, d[] = {0.7};
-	struct best_series t[] = {{10, a, 2}, {11, b, 2}, {12, c, 2}, {13, NULL, 0}, {14, d, 1}};
+	struct best_series t[] = {{10, a, 2, NULL}, {11, b, 2, NULL}, {12, c, 2, NULL}, {13, NULL, 0, NULL},
+				  {14, d, 1, NULL}};
 	size_t at;
 	double s;
 	/* min/last: a and c tie at 0.3; the earlier (a) wins; b is skipped. */
@@ -95,7 +96,7 @@ START_TEST(pick_ties_and_skips)
 	ck_assert_int_eq(best_pick(t + 3, 1, BEST_SCOPE_LAST, SPEC_MODE_MIN, &at, &s), -ENOENT);
 	ck_assert_int_eq(best_pick(t, 0, BEST_SCOPE_LAST, SPEC_MODE_MIN, &at, &s), -ENOENT);
 	/* The later of two tied trials never wins, whatever the order of ids. */
-	struct best_series u[] = {{20, c, 2}, {5, a, 2}};
+	struct best_series u[] = {{20, c, 2, NULL}, {5, a, 2, NULL}};
 	ck_assert_int_eq(best_pick(u, 2, BEST_SCOPE_LAST, SPEC_MODE_MIN, &at, &s), 0);
 	ck_assert_int_eq(at, 0);
 }
@@ -115,7 +116,7 @@ START_TEST(ten_thousand_trials_fast)
 		vals[i] = rng_uniform(&g);
 	vals[1234 * R + R - 1] = -1; /* the planted best under "last" */
 	for (size_t i = 0; i < T; i++)
-		t[i] = (struct best_series){(int64_t)i, vals + i * R, R};
+		t[i] = (struct best_series){(int64_t)i, vals + i * R, R, NULL};
 	for (int scope = BEST_SCOPE_LAST; scope <= BEST_SCOPE_ALL; scope++) {
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		ck_assert_int_eq(best_pick(t, T, (enum best_scope)scope, SPEC_MODE_MIN, &at, &s), 0);
@@ -131,6 +132,47 @@ START_TEST(ten_thousand_trials_fast)
 }
 END_TEST
 
+/* A summary (what an ended trial keeps, HACKING.md "Bounded memory")
+ * answers every scope and mode exactly as the values it was made from,
+ * NaN and inf included, and best_pick mixes both kinds. */
+START_TEST(summary_matches_values)
+{
+	struct rng g;
+	rng_seed(&g, 7);
+	for (int round = 0; round < 2000; round++) {
+		double v[24], sum[BEST_SUM_N];
+		size_t n = (size_t)(rng_uniform(&g) * 24);
+		for (size_t i = 0; i < n; i++) {
+			double u = rng_uniform(&g);
+			v[i] = u < 0.05 ? NAN : u < 0.08 ? INFINITY : u < 0.1 ? -INFINITY
+			     : rng_uniform(&g) * 10 - 5;
+		}
+		best_summarize(v, n, sum);
+		for (int scope = BEST_SCOPE_LAST; scope <= BEST_SCOPE_ALL; scope++)
+			for (int mode = SPEC_MODE_MIN; mode <= SPEC_MODE_MAX; mode++) {
+				double a = 0, b = 0;
+				int ra = best_score(v, n, (enum best_scope)scope, (enum spec_mode)mode, &a);
+				int rb = best_score_summary(sum, (enum best_scope)scope, (enum spec_mode)mode, &b);
+				ck_assert_int_eq(ra, rb);
+				if (!ra)
+					ck_assert(a == b);
+			}
+	}
+	/* Mixed: trial 1 (a summary) beats trial 0 (values); a tie keeps the earlier. */
+	double v0[] = {3, 2}, v1[] = {5, 1}, s1[BEST_SUM_N];
+	best_summarize(v1, 2, s1);
+	struct best_series t[3] = {{10, v0, 2, NULL}, {11, NULL, 0, s1}, {12, v1, 2, NULL}};
+	size_t at;
+	double sc;
+	ck_assert_int_eq(best_pick(t, 3, BEST_SCOPE_LAST, SPEC_MODE_MIN, &at, &sc), 0);
+	ck_assert_int_eq(at, 1);
+	ck_assert(sc == 1);
+	ck_assert_int_eq(best_pick(t, 3, BEST_SCOPE_ALL, SPEC_MODE_MAX, &at, &sc), 0);
+	ck_assert_int_eq(at, 1);
+	ck_assert(sc == 5);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("best");
@@ -140,6 +182,7 @@ int main(void)
 	tcase_add_test(tc, nonfinite);
 	tcase_add_test(tc, pick_ties_and_skips);
 	tcase_add_test(tc, ten_thousand_trials_fast);
+	tcase_add_test(tc, summary_matches_values);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,156 @@
+/* state_compact: bounded memory (HACKING.md "Bounded memory"). An ended
+ * trial keeps a summary instead of its history; SQLite has the rest. This
+ * file makes the summary, frees the history a little after the end (so the
+ * end's replies and events still see it), brings it back from SQLite when
+ * an extend resumes the trial, and reads a compact trial's last result. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cJSON.h"
+#include "log.h"
+#include "server.h"
+#include "state_internal.h"
+
+void state_trial_scores(const struct trial *t, double sum[BEST_SUM_N]) {
+  if (t->compact) memcpy(sum, t->scores, sizeof t->scores);
+  else best_summarize(t->values, t->nvals, sum);
+}
+
+void state_trial_summary_row(const struct trial *t, struct store_trial_row *row) {
+  row->created_seq = t->created_seq;
+  row->res_known = 1;
+  row->nres = (int64_t)t->nres;
+  row->first_seq = t->first_seq;
+  row->last_seq = t->last_seq;
+  row->last_t = t->nres ? t->last_t : NAN;
+  state_trial_scores(t, row->scores);
+}
+
+void state_trial_compact(struct server *s, struct trial *t) {
+  if (t->compact) return;
+  s->ncompact++;
+  state_trial_scores(t, t->scores);
+  free(t->ts);
+  free(t->decisions);
+  free(t->seqs);
+  free(t->values);
+  for (int i = 0; i < t->nseries; i++) free(t->series[i].v);
+  free(t->series);
+  free(t->last_result);
+  t->ts = t->values = NULL;
+  t->decisions = t->last_result = NULL;
+  t->seqs = NULL;
+  t->series = NULL;
+  t->nseries = 0;
+  t->capres = t->nvals = t->capvals = 0;
+  t->compact = 1;
+}
+
+void state_compact_later(struct server *s, struct trial *t, uint64_t now_ms) {
+  if (t->compact) return;
+  if (s->cq_head > 0 && s->cq_head == s->cq_len) s->cq_head = s->cq_len = 0;
+  if (s->cq_len == s->cq_cap) {
+    if (s->cq_head > s->cq_cap / 2) { /* reuse the consumed front */
+      memmove(s->cq, s->cq + s->cq_head, (size_t)(s->cq_len - s->cq_head) * sizeof *s->cq);
+      s->cq_len -= s->cq_head;
+      s->cq_head = 0;
+    } else {
+      int64_t nc = s->cq_cap ? s->cq_cap * 2 : 256;
+      struct compact_due *q = realloc(s->cq, (size_t)nc * sizeof *q);
+      if (!q) return; /* it stays whole: more memory, nothing wrong */
+      s->cq = q;
+      s->cq_cap = nc;
+    }
+  }
+  s->cq[s->cq_len++] = (struct compact_due){t->id, now_ms + s->compact_delay_ms};
+}
+
+void state_compact_due(struct server *s, uint64_t now_ms) {
+  while (s->cq_head < s->cq_len && s->cq[s->cq_head].due_ms <= now_ms) {
+    struct trial *t = server_trial(s, s->cq[s->cq_head++].trial_id);
+    /* Resumed since (an extend) or deleted: nothing to do. */
+    if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) state_trial_compact(s, t);
+  }
+}
+
+void state_compact_free(struct server *s) {
+  free(s->cq);
+  s->cq = NULL;
+  s->cq_head = s->cq_len = s->cq_cap = 0;
+}
+
+struct hydrate_ctx {
+  struct server *s;
+  struct trial *t;
+};
+
+/* One stored result back into memory, as the loader does it. */
+static int hydrate_row(void *ctx, const struct store_result_row *r) {
+  struct hydrate_ctx *h = ctx;
+  struct trial *t = h->t;
+  cJSON *obj = cJSON_Parse(r->data);
+  if (!cJSON_IsObject(obj)) {
+    cJSON_Delete(obj);
+    log_warn("trial %lld: stored result %lld is not a JSON object: left out", (long long)t->id,
+             (long long)r->seq);
+    return 0;
+  }
+  int rc = state_note_result(h->s, t, r->t, r->decision && r->decision[0] == 's' ? 's' : 'c',
+                             obj, r->data, r->seq);
+  cJSON_Delete(obj);
+  if (!rc && r->gen < t->generation) {
+    t->gen_start = t->nres;
+    t->max_t_seen = -INFINITY;
+    t->max_iter_seen = -INFINITY;
+  }
+  return rc;
+}
+
+int state_trial_hydrate(struct server *s, struct trial *t) {
+  if (!t->compact) return 0;
+  struct trial saved = *t;
+  int64_t first = t->first_seq, last = t->last_seq;
+  size_t nres = t->nres;
+  t->compact = 0;
+  s->ncompact--;
+  t->nres = t->gen_start = 0;
+  t->has_last_value = 0;
+  t->first_seq = t->last_seq = 0;
+  int rc = nres ? store_trial_rows(s->store, t->experiment_id, t->id, first, last, hydrate_row,
+                                   &(struct hydrate_ctx){s, t})
+                : 0;
+  if (rc) {
+    /* Back to the summary as it was: the partial history goes. */
+    free(t->ts);
+    free(t->decisions);
+    free(t->seqs);
+    free(t->values);
+    for (int i = 0; i < t->nseries; i++) free(t->series[i].v);
+    free(t->series);
+    free(t->last_result);
+    *t = saved;
+    s->ncompact++;
+    log_error("trial %lld: its results could not be read back (%d)", (long long)t->id, rc);
+    return rc;
+  }
+  /* The checkpoint bound, as after a load. */
+  double ck = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
+  if (t->generation > 0 && !(t->max_iter_seen >= ck)) t->max_iter_seen = ck;
+  return 0;
+}
+
+static int last_result_copy(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)seq;
+  (void)trial_id;
+  char **out = ctx;
+  return data && (*out = strdup(data)) == NULL ? -ENOMEM : 0;
+}
+
+int state_trial_last_result(struct server *s, const struct trial *t, char **out) {
+  *out = NULL;
+  if (!t->compact) return t->last_result && !(*out = strdup(t->last_result)) ? -ENOMEM : 0;
+  if (!t->nres || !t->last_seq) return 0;
+  return store_results_by_seq(s->store, &t->last_seq, 1, last_result_copy, out);
+}
