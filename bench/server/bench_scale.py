@@ -48,14 +48,18 @@ usage:
                  [--workdir DIR] [--keep]
 
 examples:
-  # a dry run (about a minute)
+  # a dry run (about 15 s)
   /usr/bin/python3 bench/server/bench_scale.py build/bin --scale 0.01
-  # full scale against the code before issue 14's bounded memory
-  git archive f6c92c5 | tar -x -C /tmp/ctune-base
+  # full scale against the code before issue 14's bounded memory (f6c92c5);
+  # about 2 min for the bulk load + copy, then ~70 s + its starts per build
+  mkdir -p /tmp/ctune-base && git archive f6c92c5 | tar -x -C /tmp/ctune-base
   cmake -S /tmp/ctune-base -B /tmp/ctune-base/build -DCMAKE_BUILD_TYPE=Release \\
         -DCTUNE_CUDA=OFF && cmake --build /tmp/ctune-base/build -j2 --target ctune-server
   /usr/bin/python3 bench/server/bench_scale.py build-rel/bin \\
-        --baseline /tmp/ctune-base/build/bin --baseline-scale 0.1 --json scale.json
+        --baseline /tmp/ctune-base/build/bin --json scale.json --workdir /tmp/scale --keep
+  # again, reusing the bulk-loaded database of that run (made by the baseline)
+  /usr/bin/python3 bench/server/bench_scale.py build-rel/bin \\
+        --baseline /tmp/ctune-base/build/bin --db /tmp/scale/pristine-1.db
 """
 import argparse
 import http.client
@@ -313,6 +317,7 @@ def run_team_build(label, bin_dir, pristine, shape, a, workdir):
             t = time.perf_counter()
             s.ok("GET", "/api/v1/experiments/1/best")
             heavy.append((time.perf_counter() - t) * 1e3)
+        r.setdefault("rss_after_mb", {})["best"] = mem_mb(s.p.pid).get("VmRSS")
         r.update(best_calls=len(times), best_p50_ms=pct(times, 50), best_p99_ms=pct(times, 99),
                  best_max_ms=max(times), best_heavy_p50_ms=pct(heavy, 50))
         say("%s: best: %d calls, p50 %.3f ms, p99 %.3f ms, max %.2f ms; heaviest p50 %.3f ms"
@@ -333,6 +338,8 @@ def run_team_build(label, bin_dir, pristine, shape, a, workdir):
                 r["browser_error"] = str(e)[:300]
                 say("%s: dashboard not measured: %s" % (label, r["browser_error"]))
 
+        if not a.no_browser:
+            r["rss_after_mb"]["dashboard"] = mem_mb(s.p.pid).get("VmRSS")
         # leases with every experiment live
         wid = s.ok("POST", "/api/v1/workers",
                    {"name": "bench", "resources": {"cpu": 4096, "gpu": 0, "memory_mb": 0}})["id"]
@@ -347,6 +354,7 @@ def run_team_build(label, bin_dir, pristine, shape, a, workdir):
             if st != 200:
                 raise RuntimeError("fill lease %d -> %d %s" % (i, st, body[:200]))
             running.append(json.loads(body)["trial"])
+        r["rss_after_mb"]["first_leases"] = mem_mb(s.p.pid).get("VmRSS")
         r.update(first_lease_p50_ms=pct(first, 50), first_lease_p99_ms=pct(first, 99),
                  first_lease_max_ms=max(first))
         eids = {x["experiment_id"] for x in running}
@@ -374,8 +382,10 @@ def run_team_build(label, bin_dir, pristine, shape, a, workdir):
                r["lease_p99_ms"], r["lease_max_ms"]))
         m = mem_mb(s.p.pid)
         r["end_rss_mb"], r["rss_peak_mb"] = m.get("VmRSS"), m.get("VmHWM")
-        say("%s: at the end: RSS %.0f MB, peak %.0f MB" % (label, m.get("VmRSS", 0),
-                                                            m.get("VmHWM", 0)))
+        r["rss_after_mb"]["leases"] = m.get("VmRSS")
+        say("%s: at the end: RSS %.0f MB, peak %.0f MB (RSS after %s)"
+            % (label, m.get("VmRSS", 0), m.get("VmHWM", 0),
+               ", ".join("%s %.0f" % (k, v or 0) for k, v in r["rss_after_mb"].items())))
     finally:
         s.stop()
     return r
@@ -385,9 +395,14 @@ def team(a, builds, workdir):
     dbs = {}
     out = {"mode": "team", "durability": a.durability, "builds": {}}
     for label, bin_dir, scale in builds:
-        n_exp, counts, per = bulk_load.shape(scale)
-        shape = {"scale": scale, "experiments": n_exp, "trials": sum(counts),
-                 "results": sum(counts) * per, "heavy_trials": counts[0]}
+        n_exp = bulk_load.shape(scale)["experiments"]
+        # work left for every lease: each experiment gets about (its first
+        # + the timed leases) / experiments new trials
+        margin = max(bulk_load.MARGIN, 2 * (a.leases + n_exp) // n_exp + 10)
+        plan = bulk_load.shape(scale, margin=margin)
+        counts = plan["counts"]
+        shape = {"scale": scale, "experiments": n_exp, "trials": plan["trials"],
+                 "results": plan["results"], "heavy_trials": counts[0]}
         if scale not in dbs:
             if a.db and scale == a.scale:
                 dbs[scale] = a.db
@@ -398,9 +413,6 @@ def team(a, builds, workdir):
                 # at its first start, as an upgrade does
                 creator = builds[-1][1] if any(b[2] == scale for b in builds[1:]) else bin_dir
                 t = time.time()
-                # work left for every lease: each experiment gets about
-                # (its first + the timed leases) / experiments new trials
-                margin = max(bulk_load.MARGIN, 2 * (a.leases + n_exp) // n_exp + 10)
                 make_db(creator, path, scale, a.with_summaries, workdir, margin)
                 out.setdefault("bulk_s", {})[str(scale)] = time.time() - t
                 dbs[scale] = path
@@ -604,6 +616,7 @@ def main():
     ap.add_argument("bin_dir", help="the build to measure (its ctune-server)")
     ap.add_argument("--baseline", help="an older build's bin dir, measured side by side")
     ap.add_argument("--mode", choices=("team", "single"), default="team")
+    ap.add_argument("--label", default="new", help="the first build's name in the table (default new)")
     ap.add_argument("--scale", type=float, default=1.0, help="team: shrinks every count (default 1.0)")
     ap.add_argument("--baseline-scale", type=float,
                     help="team: the baseline's scale when it differs (an old build at full "
@@ -629,16 +642,16 @@ def main():
     try:
         if a.mode == "single":
             out = {"mode": "single", "builds": {}}
-            for label, b in [("new", a.bin_dir)] + ([("baseline", a.baseline)] if a.baseline else []):
+            for label, b in [(a.label, a.bin_dir)] + ([("baseline", a.baseline)] if a.baseline else []):
                 out["builds"][label] = run_single(b, a.trials, a.results, a.clients, workdir)
             print_single(out)
         else:
-            builds = [("new", a.bin_dir, a.scale)]
+            builds = [(a.label, a.bin_dir, a.scale)]
             if a.baseline:
                 builds.append(("baseline", a.baseline, a.baseline_scale or a.scale))
             out = team(a, builds, workdir)
             print_team(out)
-            fails = check_targets(out["builds"]["new"])
+            fails = check_targets(out["builds"][a.label])
             out["target_failures"] = fails
             for f in fails:
                 print("TARGET MISSED: " + f)

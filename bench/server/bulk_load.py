@@ -19,14 +19,18 @@ experiments and 1 result per trial):
                lr (loguniform) and batch_size (choice), fifo, command trainable
                ["true"], 1 cpu a trial; num_samples = the trials made + 100
                (--margin), so each one is live with work left (a lease makes a
-               new trial)
-  trials       1,000,000, all TERMINATED: experiment 1 (the heavy one) has
-               100,000, the other 999 share 900,000; names, configs, idx,
-               times and updated_seq as the server writes them
-  results      10,000,000 (10 a trial, t = training_iteration 1..10, decision
-               continue, gen 0), data like a real trial's report:
-               {"loss", "accuracy", "training_iteration", "time_total_s",
-                "time_this_iter_s", "timestamp"}
+               new trial). The validator allows at most 100,000 samples: the
+               heavy experiment has num_samples 100,000 and its last 100
+               trials PENDING instead (made, never leased)
+  trials       1,000,000, TERMINATED (but those 100): experiment 1 (the
+               heavy one) has 100,000, the other 999 share 900,000; names,
+               configs, idx, times and updated_seq as the server writes them
+  results      10,000,000 over the ended trials (10 a trial, 11 for the
+               first 1,000: the 100 PENDING ones have none; t =
+               training_iteration 1..n, decision continue, gen 0), data like
+               a real trial's report: {"loss", "accuracy",
+               "training_iteration", "time_total_s", "time_this_iter_s",
+               "timestamp"}
 
 Every change number (experiments' and trials' updated_seq, results' seq) comes
 from one increasing counter, as the server's does: per trial, its creation
@@ -62,22 +66,40 @@ PARAM_SPACE = {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 0.1},
                "batch_size": {"type": "choice", "values": [16, 32, 64, 128]}}
 
 
-def shape(scale, experiments=None, trials=None, results=None, heavy=None):
-    """(experiments, trials per experiment list, results per trial)."""
+NUM_SAMPLES_MAX = 100_000  # the validator's limit (SPEC_NUM_SAMPLES_MAX)
+
+
+def shape(scale, experiments=None, trials=None, results=None, heavy=None, margin=MARGIN):
+    """The plan: {"counts": trials per experiment, "pending": how many of
+    them (the last ones) stay PENDING, "num_samples", "per"/"extra": results
+    per ended trial (the first `extra` ended trials get one more),
+    "results": the total}. num_samples is the trials made + margin, at most
+    NUM_SAMPLES_MAX: where that cap leaves no work (the heavy experiment at
+    full scale), the last `margin` trials are PENDING instead, so every
+    experiment is live with work left either way."""
     n_exp = experiments or max(2, int(round(1000 * scale)))
     n_trials = trials or max(n_exp, int(round(1_000_000 * scale)))
-    per = results or max(1, int(round(10_000_000 * scale)) // n_trials)
     heavy_n = heavy if heavy is not None else max(1, int(round(100_000 * scale)))
-    heavy_n = min(heavy_n, n_trials - (n_exp - 1))
+    heavy_n = min(heavy_n, n_trials - (n_exp - 1), NUM_SAMPLES_MAX)
     rest = n_trials - heavy_n
     base, extra = divmod(rest, n_exp - 1)
     counts = [heavy_n] + [base + (1 if i < extra else 0) for i in range(n_exp - 1)]
-    return n_exp, counts, per
+    num_samples = [min(NUM_SAMPLES_MAX, n + margin) for n in counts]
+    pending = [min(n, n + margin - ns) for n, ns in zip(counts, num_samples)]
+    ended = n_trials - sum(pending)
+    if results:
+        total = results * ended
+    else:
+        total = max(ended, int(round(10_000_000 * scale)))
+    per, extra = divmod(total, ended) if ended else (0, 0)
+    return {"experiments": n_exp, "counts": counts, "pending": pending,
+            "num_samples": num_samples, "trials": n_trials, "results": total,
+            "per": per, "extra": extra}
 
 
-def exp_config(i, n_trials, seed, margin=MARGIN):
+def exp_config(i, num_samples, seed):
     return {"name": "bulk-%04d" % i, "metric": "loss", "mode": "min",
-            "num_samples": n_trials + margin, "seed": seed,
+            "num_samples": num_samples, "seed": seed,
             "param_space": PARAM_SPACE,
             "scheduler": {"type": "fifo"},
             "resources_per_trial": {"cpu": 1, "gpu": 0},
@@ -108,7 +130,9 @@ def scores(vals):
 
 def load(path, scale=1.0, experiments=None, trials=None, results=None, heavy=None,
          with_summaries=False, seed=1, progress=print, margin=MARGIN):
-    n_exp, counts, per = shape(scale, experiments, trials, results, heavy)
+    plan = shape(scale, experiments, trials, results, heavy, margin)
+    n_exp, counts = plan["experiments"], plan["counts"]
+    extra_left = plan["extra"]
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA synchronous=OFF")
     db.execute("PRAGMA cache_size=-262144")
@@ -164,7 +188,8 @@ def load(path, scale=1.0, experiments=None, trials=None, results=None, heavy=Non
     last_report = time.time()
     for i in range(n_exp):
         eid = i + 1
-        cfg = exp_config(eid, counts[i], 1000 + eid, margin)
+        cfg = exp_config(eid, plan["num_samples"][i], 1000 + eid)
+        first_pending = counts[i] - plan["pending"][i]
         seq += 1
         db.execute("BEGIN")
         db.execute(exp_sql, (eid, cfg["name"], json.dumps(cfg, separators=(",", ":")),
@@ -179,6 +204,16 @@ def load(path, scale=1.0, experiments=None, trials=None, results=None, heavy=Non
             tconfig = '{"lr":%s,"batch_size":%d}' % (fmt(lr), bs)
             created = clock
             created_seq = seq = seq + 1
+            if idx >= first_pending:
+                # made, never leased: work left where num_samples is capped
+                row = [tid, eid, idx, "%s_%05d" % (name, idx), "PENDING", 0, tconfig, 0, 0, 0,
+                       created, None, None, created_seq, 0]
+                if summ:
+                    row += [created_seq, 1, 0, 0, 0, None, None, None, None, None, None, None]
+                trows.append(row)
+                continue
+            per = plan["per"] + (1 if extra_left > 0 else 0)
+            extra_left -= 1
             base = quality + 0.5 * rng.random()
             rate = 0.75 + 0.2 * rng.random()
             tt = 0.0
@@ -204,8 +239,8 @@ def load(path, scale=1.0, experiments=None, trials=None, results=None, heavy=Non
                 row += [created_seq, 1, per, first if per else 0, seq - 1 if per else 0,
                         float(per) if per else None, *scores(vals)]
             trows.append(row)
-            clock += 0.2
             nres_done += per
+            clock += 0.2
             if len(rrows) + len(trows) >= BATCH:
                 flush()
                 if time.time() - last_report >= 10:
@@ -221,10 +256,11 @@ def load(path, scale=1.0, experiments=None, trials=None, results=None, heavy=Non
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     dt = time.time() - t_start
-    progress("bulk: %d experiments, %d trials (heaviest %d), %d results, seq %d: %.1f s%s"
-             % (n_exp, total_trials, counts[0], nres_done, seq, dt,
+    progress("bulk: %d experiments, %d trials (heaviest %d, %d PENDING), %d results, seq %d: "
+             "%.1f s%s" % (n_exp, total_trials, counts[0], sum(plan["pending"]), nres_done, seq, dt,
                 " (with summaries)" if summ else ""))
     return {"experiments": n_exp, "trials": total_trials, "heavy_trials": counts[0],
+            "pending": sum(plan["pending"]),
             "results": nres_done, "seq": seq, "seconds": dt, "summaries": bool(summ)}
 
 
