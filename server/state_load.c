@@ -516,6 +516,28 @@ int state_load(struct server *s, char *err, size_t errlen) {
     return rc;
   }
   if (saved > s->seq) s->seq = saved;
+  /* issue 14 (control): the newest experiments and trials may have been
+   * deleted; their ids stay taken (tombstones up to the largest ever). */
+  int64_t max_e = 0, max_t = 0;
+  if ((rc = store_get_meta(s->store, "max_experiment_id", &max_e)) ||
+      (rc = store_get_meta(s->store, "max_trial_id", &max_t))) {
+    snprintf(err, errlen, "reading the largest ids failed (%d)", rc);
+    return rc;
+  }
+  while (s->nexps < max_e) {
+    struct experiment *tomb = control_tombstone_experiment(s->nexps + 1);
+    if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
+      free(tomb);
+      snprintf(err, errlen, "out of memory");
+      return -ENOMEM;
+    }
+    s->exps[s->nexps++] = tomb;
+  }
+  while (s->ntrials < max_t)
+    if ((rc = load_trial_tombstone(s, s->ntrials + 1, 0))) {
+      snprintf(err, errlen, "out of memory");
+      return rc;
+    }
   /* issue 14 (fair share): the RUNNING experiments are the live list. */
   if ((rc = state_live_rebuild(s))) {
     snprintf(err, errlen, "no memory for the live experiments (%d)", rc);

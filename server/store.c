@@ -71,6 +71,14 @@ static const char *const store_sql[ST_COUNT] = {
 /* The rest of an experiment's delete: one statement each (a prepared
  * statement holds one). */
 static const char *const store_del_sql[] = {
+  /* Ids are never handed out twice: the largest ever is kept before the
+   * rows that carry it go (the loader pads its model up to them). */
+  "INSERT OR REPLACE INTO meta(key,value) VALUES('max_experiment_id', max("
+  "COALESCE((SELECT value FROM meta WHERE key='max_experiment_id'),0),"
+  "COALESCE((SELECT max(id) FROM experiments),0)))",
+  "INSERT OR REPLACE INTO meta(key,value) VALUES('max_trial_id', max("
+  "COALESCE((SELECT value FROM meta WHERE key='max_trial_id'),0),"
+  "COALESCE((SELECT max(id) FROM trials),0)))",
   "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id=?1)",
   "DELETE FROM results WHERE experiment_id=?1",
   "DELETE FROM asha_records WHERE experiment_id=?1",
@@ -500,7 +508,7 @@ int store_delete_experiment(struct store *st, int64_t experiment_id) {
       log_error("store: %s", st->errmsg);
       return -EIO;
     }
-    sqlite3_bind_int64(d, 1, experiment_id);
+    if (sqlite3_bind_parameter_count(d)) sqlite3_bind_int64(d, 1, experiment_id);
     rc = store_step(st, d);
     sqlite3_finalize(d);
   }
@@ -737,6 +745,22 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
     rc = l->checkpoint(l->ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
   sqlite3_finalize(s);
+  return rc;
+}
+
+int store_get_meta(struct store *st, const char *key, int64_t *value) {
+  sqlite3_stmt *s = NULL;
+  *value = 0;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT value FROM meta WHERE key=?", &s);
+  if (!rc) {
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) *value = sqlite3_column_int64(s, 0);
+    else if (step != SQLITE_DONE) rc = -EIO;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
   return rc;
 }
 

@@ -179,6 +179,9 @@ struct store_loader {
   void (*seq_seen)(void *ctx, int64_t seq);
 };
 int store_load(struct store *st, const struct store_loader *l);
+/* A meta value (0 when none): 'max_experiment_id' / 'max_trial_id' are the
+ * largest ids a delete removed (ids are never reused). */
+int store_get_meta(struct store *st, const char *key, int64_t *value);
 /* The saved change counter (0 when none). */
 int store_get_seq(struct store *st, int64_t *seq);
 

@@ -260,8 +260,15 @@ def test_delete():
     complete(s, t2["id"])
     b = s.ok("DELETE", "%s/%d" % (E, e2))  # finished: no force needed
     assert s.ok("GET", E)["experiments"] == []
+    # The newest experiment and trial were deleted: after a restart their
+    # ids are still taken (a link to the old id never shows a new one).
+    s.restart()
     e3 = s.ok("POST", E, cfg(1, name="new"), status=201)["id"]
-    assert exp(s, e3)["name"] == "new"
+    assert e3 > e2 and exp(s, e3)["name"] == "new", e3
+    st, _, _ = s.get("%s/%d" % (E, e2))
+    assert st == 404
+    t3 = lease(s, w)
+    assert t3["experiment_id"] == e3 and t3["id"] > t2["id"], (t3, t2)
 
 
 def crash_case(kind, before_commit):
