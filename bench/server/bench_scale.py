@@ -538,12 +538,19 @@ def run_single(bin_dir, trials, results, clients, workdir):
         t0 = time.time()
         st, b = scall(c, "POST", "/api/v1/experiments", cfg)
         assert st == 201, b
-        wid, secret = register(lambda m, p, b, h: scall(c, m, p, b, h), TOKENS, "scale",
-                               {"cpu": trials})
-        as_worker = bearer(secret)
-        for _ in range(trials):
+        # A worker declares at most 4,096 cpus: as many workers as needed
+        workers = []
+        for k in range((trials + 4095) // 4096):
+            wid, secret = register(lambda m, p, b, h: scall(c, m, p, b, h), TOKENS,
+                                   "scale%d" % k, {"cpu": 4096})
+            workers.append((wid, bearer(secret)))
+        fence = {}  # trial id -> (its worker's auth header, X-Ctune-Lease)
+        for i in range(trials):
+            wid, as_worker = workers[i // 4096]
             st, r = scall(c, "POST", "/api/v1/workers/%d/lease" % wid, {}, as_worker)
             assert st == 200, r
+            tr = json.loads(r)["trial"]
+            fence[tr["id"]] = dict(as_worker, **{"X-Ctune-Lease": "%d:%d" % (wid, tr["attempt"])})
         out["lease_all_s"] = time.time() - t0
         say("single %s: created and leased %d trials: %.2f s" % (bin_dir, trials, out["lease_all_s"]))
 
@@ -553,8 +560,7 @@ def run_single(bin_dir, trials, results, clients, workdir):
                 for tid in range(1 + k, trials + 1, clients):
                     body = {"training_iteration": t, "loss": 1.0 / t + (tid % 97) * 1e-3,
                             "accuracy": 0.5 + t * 0.01, "time_total_s": t * 1.5}
-                    st, r = scall(cc, "POST", "/api/v1/trials/%d/results" % tid, body,
-                                  dict(as_worker, **{"X-Ctune-Lease": "%d:1" % wid}))
+                    st, r = scall(cc, "POST", "/api/v1/trials/%d/results" % tid, body, fence[tid])
                     assert st == 200, r
 
         t0 = time.time()
