@@ -606,7 +606,7 @@ def print_single(out):
             ("best_p50_ms", "restarted", "best p50 (last)", "ms"),
             ("best_all_p50_ms", "restarted", "best p50 (scope all)", "ms"),
             ("best_other_p50_ms", "restarted", "best p50 (other metric)", "ms"),
-            ("list_10k_ms", "restarted", "GET 10,000 trials", "ms")]
+            ("list_10k_ms", "restarted", "GET the trials (one page)", "ms")]
     print()
     print("%-28s" % "" + "".join("%16s" % x for x in labels))
     for key, phase, name, unit in rows:
@@ -651,6 +651,12 @@ def main():
             for label, b in [(a.label, a.bin_dir)] + ([("baseline", a.baseline)] if a.baseline else []):
                 out["builds"][label] = run_single(b, a.trials, a.results, a.clients, workdir)
             print_single(out)
+            # today's check (before issue 14): RSS < 200 MB, best < 50 ms
+            r = out["builds"][a.label]
+            ok = all(r[ph]["hwm_mb"] < 200 and r[ph]["best_p50_ms"] < 50 and
+                     r[ph]["best_all_p50_ms"] < 50 for ph in ("running", "restarted"))
+            print("check: RSS < 200 MB and best < 50 ms: %s" % ("yes" if ok else "NO"))
+            rc = 0 if ok else 1
         else:
             builds = [(a.label, a.bin_dir, a.scale)]
             if a.baseline:
