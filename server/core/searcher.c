@@ -25,6 +25,11 @@ struct searcher {
 	 * random/grid answer from them, tpe takes its grid values from them. */
 	cJSON *generated;
 	cJSON **by_index;
+	/* Trials are made in index order, so the configs before the last one
+	 * asked for are dropped (issue 14, bounded memory): a live experiment
+	 * holds only the part of its plan not made yet. by_index[i] is NULL for
+	 * i < dropped; asking for one of those again generates anew. */
+	int64_t dropped;
 	int has_grid;
 	struct tpe *tpe;
 	int64_t warm_valid;       /* warm_start trials with a finite value */
@@ -183,10 +188,31 @@ static int grid_values(const cJSON *space, const cJSON *config, cJSON *out)
 	return 0;
 }
 
-static int ensure_generated(struct searcher *s)
+/* Drops the generated configs before idx (see struct searcher). */
+static void drop_before(struct searcher *s, int64_t idx)
 {
-	if (s->generated)
+	for (; s->dropped < idx; s->dropped++) {
+		cJSON *c = s->by_index[s->dropped];
+		if (c)
+			cJSON_Delete(cJSON_DetachItemViaPointer(s->generated, c));
+		s->by_index[s->dropped] = NULL;
+	}
+}
+
+static int ensure_generated(struct searcher *s, int64_t idx)
+{
+	if (s->generated && idx < s->dropped) {
+		/* An index already dropped (a dry run going back): anew. */
+		cJSON_Delete(s->generated);
+		free(s->by_index);
+		s->generated = NULL;
+		s->by_index = NULL;
+		s->dropped = 0;
+	}
+	if (s->generated) {
+		drop_before(s, idx);
 		return 0;
+	}
 	cJSON *arr = NULL;
 	int rc = space_generate(s->param_space, s->num_samples, s->seed, &arr, NULL);
 	if (rc)
@@ -201,6 +227,7 @@ static int ensure_generated(struct searcher *s)
 	for (cJSON *c = arr->child; c; c = c->next)
 		s->by_index[i++] = c;
 	s->generated = arr;
+	drop_before(s, idx < n ? idx : n);
 	return 0;
 }
 
@@ -289,7 +316,7 @@ int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config)
 		return -ENOENT;
 	const cJSON *point = point_at(s, idx);
 	if (s->type != SEARCHER_TPE || s->has_grid) {
-		if ((rc = ensure_generated(s)))
+		if ((rc = ensure_generated(s, idx)))
 			return rc;
 	}
 	if (s->type != SEARCHER_TPE) {
@@ -315,6 +342,11 @@ int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config)
 	rc = tpe_suggest(s->tpe, idx, fixed, config);
 	cJSON_Delete(fixed);
 	return rc;
+}
+
+int64_t searcher_configs_held(const struct searcher *s)
+{
+	return s->generated ? cJSON_GetArraySize(s->generated) : 0;
 }
 
 int searcher_known(struct searcher *s, cJSON **configs, int64_t *n_later)

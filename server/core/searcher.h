@@ -37,6 +37,10 @@ int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJ
  * plan (num_trials). The caller owns *config. */
 int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config);
 
+/* How many generated configs it holds now (random/grid: the plan not made
+ * yet; 0 before the first suggestion). */
+int64_t searcher_configs_held(const struct searcher *s);
+
 /* The configs known in advance, for trials 0..n-1 (the grid and random
  * draws; tpe: its random startup points), as a JSON array the caller owns,
  * and how many of the plan are decided later (by tpe from results). */

@@ -88,6 +88,30 @@ START_TEST(grid_is_todays)
 }
 END_TEST
 
+/* Bounded memory: the configs already made are dropped (a live experiment
+ * holds only the rest of its plan), and every order of asking still gives
+ * the pinned configs: the same index twice (a creation that failed and is
+ * tried again), a fresh searcher asked from the middle (a restart), and an
+ * index before the dropped ones (a dry run going back). */
+START_TEST(made_configs_are_dropped_any_order_same_configs)
+{
+	for (int which = 0; which < 2; which++) {
+		const cJSON *want = pin(which, "trials");
+		int n = cJSON_GetArraySize(want);
+		int order[] = {0, 0, 1, n - 1, n - 1, 2, 0, n / 2};
+		struct searcher *s = make(pin(which, "config"));
+		for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+			cJSON *c = NULL;
+			ck_assert_int_eq(searcher_suggest(s, order[k], &c), 0);
+			assert_same(c, cJSON_GetArrayItem(want, order[k]), order[k]);
+			cJSON_Delete(c);
+			ck_assert_int_eq(searcher_configs_held(s), n - order[k]);
+		}
+		searcher_free(s);
+	}
+}
+END_TEST
+
 START_TEST(known_lists_everything_for_random_and_grid)
 {
 	for (int which = 0; which < 2; which++) {
@@ -311,6 +335,7 @@ int main(void)
 	tcase_add_test(tc, random_is_todays);
 	tcase_add_test(tc, grid_is_todays);
 	tcase_add_test(tc, known_lists_everything_for_random_and_grid);
+	tcase_add_test(tc, made_configs_are_dropped_any_order_same_configs);
 	tcase_add_test(tc, tpe_startup_is_random_then_learns);
 	tcase_add_test(tc, tpe_rebuilt_in_any_order_suggests_the_same);
 	tcase_add_test(tc, grid_times_tpe_keeps_the_grid);
