@@ -280,7 +280,7 @@ static cJSON *api_lease_json(struct server *s, const struct trial *t) {
                                  t->has_checkpoint
                                      ? cJSON_CreateNumber((double)t->checkpoint_iteration)
                                      : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(e, t)) &&
+           cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(s, e, t)) &&
            cJSON_AddNumberToObject(o, "attempt", t->attempt);
   if (!ok) {
     cJSON_Delete(root);

@@ -436,7 +436,10 @@ void state_trial_next_generation(struct trial *t);
  * that resumes from it sends as start_time_total_s): a donor's copied value,
  * else its own stored result labelled with the checkpoint's iteration
  * (training_iteration, else the time value); 0 when none is known. */
-double state_checkpoint_time_total(const struct experiment *e, const struct trial *t);
+double state_checkpoint_time_total(struct server *s, const struct experiment *e,
+                                   const struct trial *t);
+/* The same for a compact trial, read from its stored results. */
+double state_compact_ck_time_total(struct server *s, const struct trial *t);
 
 /* Bounded memory (HACKING.md, state_compact.c). */
 #define STATE_COMPACT_DELAY_MS 5000

@@ -663,12 +663,15 @@ void state_trial_next_generation(struct trial *t) {
  * From memory: the per-key series line up with the results only when every
  * result had the key, which the worker's filling-in makes the rule; else the
  * last result, when it is the checkpoint's. 0 when none is known. */
-double state_checkpoint_time_total(const struct experiment *e, const struct trial *t) {
+double state_checkpoint_time_total(struct server *s, const struct experiment *e,
+                                   const struct trial *t) {
   if (!t->has_checkpoint) return 0;
   /* issue 13: a donor's checkpoint (PBT exploit): its time, copied with it. */
-  if (t->compact) return t->has_ck_time_total ? t->ck_time_total_s : 0; /* hydrate first */
+
   if (t->has_ck_time_total) return t->ck_time_total_s;
   if (t->nres == 0) return 0;
+  /* Bounded memory: an ended trial (a PBT donor) answers from SQLite. */
+  if (t->compact) return state_compact_ck_time_total(s, t);
   double ck = (double)t->checkpoint_iteration;
   int kt = state_key_index(e, "time_total_s"), ki = state_key_index(e, "training_iteration");
   const struct series *tt = kt >= 0 && kt < t->nseries ? &t->series[kt] : NULL;

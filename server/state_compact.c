@@ -154,3 +154,31 @@ int state_trial_last_result(struct server *s, const struct trial *t, char **out)
   if (!t->nres || !t->last_seq) return 0;
   return store_results_by_seq(s->store, &t->last_seq, 1, last_result_copy, out);
 }
+
+struct ck_time_ctx {
+  double label, found;
+};
+
+/* The checkpoint label a stored result stands for: training_iteration,
+ * else its time value (the worker's label); its time_total_s when it is
+ * the checkpoint's. The last match wins, as from memory. */
+static int ck_time_row(void *ctx, const struct store_result_row *r) {
+  struct ck_time_ctx *c = ctx;
+  cJSON *obj = cJSON_Parse(r->data);
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, "training_iteration");
+  const cJSON *tt = cJSON_GetObjectItemCaseSensitive(obj, "time_total_s");
+  double label = cJSON_IsNumber(it) ? it->valuedouble : r->t;
+  if (label == c->label)
+    c->found = cJSON_IsNumber(tt) && isfinite(tt->valuedouble) ? tt->valuedouble : 0;
+  cJSON_Delete(obj);
+  return 0;
+}
+
+double state_compact_ck_time_total(struct server *s, const struct trial *t) {
+  struct ck_time_ctx c = {(double)t->checkpoint_iteration, 0};
+  if (!t->has_checkpoint || !t->nres) return 0;
+  if (store_trial_rows(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,
+                       ck_time_row, &c))
+    return 0;
+  return c.found;
+}

@@ -193,7 +193,7 @@ int decide_apply(struct server *s, struct experiment *e, struct trial *t, double
   /* In memory what the copy does in the store; the donor's time_total_s at
    * that checkpoint goes with it (start_time_total_s of the next lease: the
    * trial's own results do not know it), persisted with the trial row. */
-  t->ck_time_total_s = state_checkpoint_time_total(e, d);
+  t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
   t->has_ck_time_total = 1;
   t->has_checkpoint = 1;
   t->checkpoint_iteration = d->checkpoint_iteration;
