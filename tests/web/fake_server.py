@@ -255,6 +255,7 @@ class Handler(BaseHTTPRequestHandler):
     viewer_token = None      # a read-only token: GETs only, as the server's viewer
     role_header = True       # X-Ctune-Role on authenticated replies (--no-role-header: an older server)
     requests = []            # the state-changing API requests, for the tests (GET /__fake/requests)
+    page_delay = 0.0         # --page-delay: seconds before each later page of a trial list
 
     def log_message(self, *a):
         pass
@@ -358,6 +359,14 @@ class Handler(BaseHTTPRequestHandler):
                 if len(p) == 2:
                     return self.send_json(200, st.exp_view(exp))
                 since, limit = int(q.get("since", 0)), int(q.get("limit", 10 ** 9))
+                if p[2] == "trials" and "since" not in q:
+                    # Pages as the server's (issue 14): 1000 by default, in
+                    # creation order; the cursor is the index after the page.
+                    ts = [t for t in st.trials.values() if t["experiment_id"] == exp["id"]]
+                    first, limit = int(q.get("cursor", 0)), int(q.get("limit", 1000))
+                    end = min(len(ts), first + limit)
+                    return self.send_json(200, {"trials": ts[first:end], "last_seq": st.seq, "total": len(ts),
+                                                "next_cursor": str(end) if end < len(ts) else None})
                 if p[2] == "trials":
                     ts = [t for t in st.trials.values() if t["experiment_id"] == exp["id"] and t["updated_seq"] > since]
                     return self.send_json(200, {"trials": ts[:limit], "last_seq": st.seq})
@@ -425,8 +434,13 @@ class Handler(BaseHTTPRequestHandler):
         return self.err(404, "not_found", "no route " + u.path)
 
     def do_GET(self):
-        if urlparse(self.path).path == "/api/v1/events":
+        u = urlparse(self.path)
+        if u.path == "/api/v1/events":
             return self.events()
+        if self.page_delay and u.path.endswith("/trials") and "cursor=" in u.query:
+            # --page-delay: the later pages of a trial list come slowly (the
+            # page must show the first one meanwhile). Outside the lock.
+            time.sleep(self.page_delay)
         self.route("GET")
 
     def events(self):
@@ -618,6 +632,8 @@ def main():
     ap.add_argument("--token")
     ap.add_argument("--demo", type=int, default=0, help="trials in a generated experiment")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--page-delay", type=float, default=0.0,
+                    help="seconds before answering each trial-list page after the first")
     ap.add_argument("--decisions", action="store_true",
                     help="fill it with issue 13's decisions: a HyperBand and a PBT experiment")
     ap.add_argument("--control", action="store_true",
@@ -629,6 +645,7 @@ def main():
     Handler.state = State()
     Handler.web_dir, Handler.vendor_dir, Handler.token = a.web_dir, a.vendor_dir, a.token
     Handler.viewer_token, Handler.role_header = a.viewer_token, not a.no_role_header
+    Handler.page_delay = a.page_delay
     if a.demo:
         demo(Handler.state, a.demo, a.iters)
     roles = decisions(Handler.state) if a.decisions else None

@@ -32,12 +32,15 @@ export class PagedTable {
       this.pageSize = Number(e.target.value); this.page = 0; this.render();
     } }, [25, 50, 100, 250].map((n) => h('option', { value: n, selected: n === pageSize }, n)));
     this.info = h('span', { class: 'muted', 'aria-live': 'polite' });
+    // While the rows are still arriving (a long list loads page by page):
+    // says that a sort or filter covers only the rows loaded so far.
+    this.scope = h('span', { class: 'partial', id: idPrefix + '-scope', hidden: true });
     this.prev = h('button', { type: 'button', onclick: () => { this.page--; this.render(); } }, '‹ Previous');
     this.next = h('button', { type: 'button', onclick: () => { this.page++; this.render(); } }, 'Next ›');
     this.tools = h('div', { class: 'table-tools' },
       statuses ? [h('label', { for: idPrefix + '-status' }, 'Status'), statusSel] : null,
       h('label', { for: idPrefix + '-size' }, 'Rows per page'), sizeSel,
-      h('span', { class: 'spacer' }), this.info, this.prev, this.next);
+      h('span', { class: 'spacer' }), this.info, this.scope, this.prev, this.next);
     this.thead = h('thead');
     this.tbody = h('tbody');
     this.table = h('table', { class: 'data', id: idPrefix + '-table' },
@@ -55,6 +58,12 @@ export class PagedTable {
   setRows(rows) {
     this.rows = rows;
     this.dirty = true;
+  }
+
+  // text: why the rows are not all there yet ('' once they are).
+  setScope(text) {
+    this.scope.textContent = text;
+    this.scope.hidden = !text;
   }
 
   invalidate() {

@@ -16,6 +16,13 @@ const RESULTS_LIMIT = 5000;  // results per incremental poll; more pending → p
 const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'TERMINATED', 'ERROR'];
 const LOG_TYPES = new Set(['loguniform', 'qloguniform', 'lograndint', 'pow2']);
 const ROW_STOP = new Set(['RUNNING']); // trial rows with a Stop button (issue 14)
+// issue 14: the page shows the first FIRST_PAGE trials as soon as they come,
+// then reads the rest REST_PAGE at a time in the background, drawing once a
+// page (a 100,000-trial list is ~50 MB of JSON: waiting for all of it took
+// 3.5 s before anything showed).
+const FIRST_PAGE = 1000;
+const REST_PAGE = 10000;
+const PC_LOADING_MS = 3000; // parallel coordinates redrawn at most this often while loading
 
 function resultsOf(data) {
   const list = Array.isArray(data) ? data : (data && data.results) || [];
@@ -87,6 +94,10 @@ export function mount(main, [idStr], ctx) {
     trialSeq: 0, resultSeq: 0, chart: null, chartOff: false, disposed: false,
     hp: [], metrics: [], trialsChanged: true, ranked: null, pcAt: 0,
     hpSet: null, hpList: [], mset: null,
+    // The background read of the trial list: the next page's cursor (null
+    // once all are in), the server's count of them, the best trial fetched
+    // on its own while its page has not come yet.
+    cursor: null, listTotal: 0, loadError: null, bestAsked: new Set(),
   };
 
   const title = h('h1', null, `Experiment ${id}`);
@@ -94,6 +105,8 @@ export function mount(main, [idStr], ctx) {
   const cancelBtn = h('button', { type: 'button', class: 'danger', id: 'cancel-experiment', hidden: true,
     onclick: () => cancel() }, 'Cancel experiment');
   const msg = h('div', { id: 'experiment-messages' });
+  // "loaded 12,000 of 100,000 trials" while the list still comes in.
+  const loadLine = h('p', { id: 'trials-loaded', class: 'loading-line', role: 'status', hidden: true });
   // Issue 14's controls; after a change the page redraws from the server's answer.
   const controls = new ExperimentControls(id, { refresh: (e) => refresh(e) });
   const meta = h('div', { id: 'experiment-meta', class: 'meta' });
@@ -114,6 +127,7 @@ export function mount(main, [idStr], ctx) {
     h('div', { class: 'page-head' }, title, badge, h('span', { class: 'spacer' }), controls.el, cancelBtn),
     meta,
     msg,
+    loadLine,
     h('div', { class: 'grid3' },
       section('Configuration', 'h-config', brief),
       section('Progress', 'h-progress', progress),
@@ -237,8 +251,13 @@ export function mount(main, [idStr], ctx) {
       Number.isFinite(e.num_created) && e.num_created < total
         ? h('p', { class: 'muted small', id: 'created-count' }, `${e.num_created} of ${total} created so far`) : '',
       h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))));
-    const b = st.trials.get(bestId());
-    if (!b) {
+    const bid = bestId();
+    const b = st.trials.get(bid);
+    if (!b && bid !== null && bid !== undefined) {
+      // Its page has not come yet: read it alone, once.
+      best.replaceChildren(note(`Trial ${bid} (loading…)`));
+      fetchBest(bid);
+    } else if (!b) {
       best.replaceChildren(note(`No trial has reported ${e.metric} yet.`));
     } else {
       best.replaceChildren(
@@ -377,17 +396,106 @@ export function mount(main, [idStr], ctx) {
     st.pcAt = performance.now();
   }
 
-  function applyTrials(list) {
+  // fromList: a page of the whole list, read while live updates go on. Its
+  // trials never move trialSeq (a later page may hold a trial changed after
+  // an earlier page was read: ?since= must still bring that change), and a
+  // copy older than the one held (a live update came first) is dropped.
+  function applyTrials(list, fromList) {
     noteKeys(list);
     for (const t of list) {
+      const old = st.trials.get(t.id);
+      if (old && Number.isFinite(old.updated_seq) && Number.isFinite(t.updated_seq) &&
+          t.updated_seq < old.updated_seq) continue;
       st.trials.set(t.id, t);
-      if (Number.isFinite(t.updated_seq)) st.trialSeq = Math.max(st.trialSeq, t.updated_seq);
+      if (!fromList && Number.isFinite(t.updated_seq)) st.trialSeq = Math.max(st.trialSeq, t.updated_seq);
     }
     if (list.length) {
       st.trialsChanged = true;
       st.ranked = null;
       table.setRows([...st.trials.values()]);
     }
+  }
+
+  async function fetchBest(tid) {
+    if (st.bestAsked.has(tid)) return;
+    st.bestAsked.add(tid);
+    try {
+      const t = await api.get(`/trials/${tid}`);
+      if (st.disposed || !t || t.id !== tid) return;
+      delete t.events;
+      applyTrials([t], true);
+      renderHead();
+      table.render();
+      renderLoadState();
+    } catch (e) {
+      console.warn('ctune: best trial', tid, e);
+    }
+  }
+
+  // How much of the list is in: the line at the top, and the table's note
+  // that its sort and filter cover only that much.
+  function renderLoadState() {
+    if (st.cursor === null && !st.loadError) {
+      loadLine.hidden = true;
+      table.setScope('');
+      return;
+    }
+    const n = st.trials.size;
+    const total = Math.max(st.listTotal || 0, n);
+    loadLine.hidden = false;
+    loadLine.dataset.loaded = n;
+    loadLine.dataset.total = total;
+    loadLine.textContent = `loaded ${n.toLocaleString()} of ${total.toLocaleString()} trials` +
+      (st.loadError ? ` · reading the rest failed (${st.loadError}); retrying` : '; the rest are on their way');
+    table.setScope(`sort and filter cover the ${n.toLocaleString()} trials loaded so far`);
+  }
+
+  // The rest of the list after the first page, REST_PAGE at a time, each
+  // page drawn as it comes (one render a page, not a trial).
+  async function loadRest() {
+    if (typeof st.cursor !== 'string') {
+      window.__ctune.allTrialsAt = performance.now(); // one page held them all
+      return;
+    }
+    let failures = 0;
+    while (typeof st.cursor === 'string' && !st.disposed) {
+      let doc;
+      try {
+        doc = await api.get(`/experiments/${id}/trials?limit=${REST_PAGE}&cursor=${encodeURIComponent(st.cursor)}`);
+        st.loadError = null;
+        failures = 0;
+      } catch (err) {
+        if (st.disposed) return;
+        st.loadError = err.message;
+        renderLoadState();
+        await new Promise((r) => setTimeout(r, Math.min(10000, 1000 * 2 ** failures++)));
+        continue;
+      }
+      if (st.disposed) return;
+      applyTrials((doc && doc.trials) || [], true);
+      st.cursor = doc && typeof doc.next_cursor === 'string' ? doc.next_cursor : null;
+      if (doc && Number.isFinite(doc.total)) st.listTotal = doc.total;
+      const t0 = performance.now();
+      updateColumns();
+      renderHead();
+      table.invalidate();
+      table.render();
+      renderLoadState();
+      renderCurves();
+      if (st.cursor === null || performance.now() - st.pcAt >= PC_LOADING_MS) {
+        st.trialsChanged = false;
+        renderParcoords();
+      }
+      (window.__ctune.pageRenderMs = window.__ctune.pageRenderMs || []).push(performance.now() - t0);
+      // Let input and painting in between two pages.
+      await new Promise((r) => setTimeout(r, 0));
+    }
+    if (st.disposed) return;
+    performance.mark('ctune:all-trials');
+    window.__ctune.allTrialsAt = performance.now();
+    // Better trials may have come with the later pages: their curves.
+    await fetchCurves(curveIds());
+    if (!st.disposed) renderCurves();
   }
 
   async function cancel() {
@@ -464,6 +572,7 @@ export function mount(main, [idStr], ctx) {
     renderHead();
     table.invalidate();
     table.render();
+    renderLoadState();
     renderCurves();
     // Thousands of lines barely move with one more result: redraw them at
     // most every 5 s there (a later tick catches up, changed or not).
@@ -482,19 +591,28 @@ export function mount(main, [idStr], ctx) {
   (async () => {
     try {
       const chartPromise = loadChartJs();
-      const [e, tr] = await Promise.all([api.get(`/experiments/${id}`), getAll(`/experiments/${id}/trials`, 'trials')]);
+      // The first page only: the rest comes in the background (loadRest).
+      const [e, tr] = await Promise.all([api.get(`/experiments/${id}`),
+        api.get(`/experiments/${id}/trials?limit=${FIRST_PAGE}`)]);
       if (st.disposed) return;
       performance.mark('ctune:trials-fetched');
       st.exp = e;
-      applyTrials(tr.trials || []);
+      applyTrials(tr.trials || [], true);
+      // Changes after this page's snapshot come by ?since= (the server's
+      // last_seq is its change counter then, past every trial listed).
       if (Number.isFinite(tr.last_seq)) st.trialSeq = Math.max(st.trialSeq, tr.last_seq);
+      else for (const t of st.trials.values()) st.trialSeq = Math.max(st.trialSeq, t.updated_seq || 0);
       st.resultSeq = st.trialSeq;
+      st.cursor = typeof tr.next_cursor === 'string' ? tr.next_cursor : null;
+      st.listTotal = Number.isFinite(tr.total) ? tr.total : st.trials.size;
       updateColumns();
       renderHead();
       table.render();
+      renderLoadState();
       renderParcoords();
       performance.mark('ctune:tables-drawn');
       ro.observe(pcCanvas);
+      loadRest().catch((err) => console.warn('ctune: trial list', err));
       const Chart = await chartPromise;
       if (st.disposed) return;
       if (Chart) {
