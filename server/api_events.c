@@ -180,7 +180,7 @@ static cJSON *events_object(struct server *s, const struct ev *e) {
     struct experiment *x = server_experiment(s, e->obj);
     if (x) return api_experiment_json(s, x, 1);
   } else if (e->kind == EV_TRIAL) {
-    struct trial *t = server_trial(s, e->obj);
+    struct trial *t = state_trial_ref(s, e->obj); /* a cold experiment's: read back */
     if (t) return api_trial_json(s, t);
   } else if (e->kind == EV_WORKER) {
     struct worker *w = server_worker(s, e->obj);

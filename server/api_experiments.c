@@ -216,7 +216,7 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
                                                       ? cJSON_CreateString(e->end_reason)
                                                       : cJSON_CreateNull()) &&
            cJSON_AddNumberToObject(o, "num_trials", (double)e->num_trials) &&
-           cJSON_AddNumberToObject(o, "num_created", (double)e->ntrials) &&
+           cJSON_AddNumberToObject(o, "num_created", (double)state_experiment_created(e)) &&
            cJSON_AddItemToObject(o, "pending_reason", api_exp_pending_reason(s, e)) &&
            cJSON_AddStringToObject(o, "search_alg", api_searcher_names[searcher_type_of(&e->spec)]) &&
            (counts = cJSON_AddObjectToObject(o, "counts")) &&
@@ -235,8 +235,15 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
   if (ok) ok = !sched_state_json(e->sched, &sched) && cJSON_AddItemToObject(o, "scheduler", sched);
   int64_t best_id;
   double best_v;
-  if (ok && e->spec.has_metric &&
-      !api_best_memory(s, e, -1, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v)) {
+  int have_best = 0;
+  if (e->cold) { /* bounded memory: kept when it went cold */
+    have_best = e->has_cold_best;
+    best_id = e->cold_best_id;
+    best_v = e->cold_best_value;
+  } else if (e->spec.has_metric) {
+    have_best = !api_best_memory(s, e, -1, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v);
+  }
+  if (ok && e->spec.has_metric && have_best) {
     ok = (best = cJSON_AddObjectToObject(o, "best")) &&
          cJSON_AddNumberToObject(best, "trial_id", (double)best_id) &&
          cJSON_AddNumberToObject(best, "value", best_v);
@@ -268,7 +275,8 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
   cJSON *ws = cJSON_GetObjectItemCaseSensitive(cfg, "warm_start");
   if (!ws) return 0;
   int64_t id = (int64_t)cJSON_GetObjectItemCaseSensitive(ws, "experiment")->valuedouble;
-  const struct experiment *src = server_experiment(s, id);
+  struct experiment *src = server_experiment(s, id);
+  if (src && state_experiment_warm(s, src)) return -EIO; /* its trials are read below */
   if (!src) {
     api_error(resp, 400, "invalid_config", "warm_start.experiment", "warm_start.experiment: "
               "experiment %lld does not exist", (long long)id);
@@ -471,8 +479,10 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
   return api_json(resp, 200, root);
 }
 
-static struct experiment *api_find_experiment(struct server *s, const struct api_req *req,
-                                              struct api_resp *resp) {
+/* The experiment of the URL as it is (a cold one stays cold: its row,
+ * counts and best are in memory). */
+static struct experiment *api_find_experiment_as_is(struct server *s, const struct api_req *req,
+                                                    struct api_resp *resp) {
   struct experiment *e = server_experiment(s, req->match->ids[0]);
   const char *why = e ? NULL : server_unusable(s, req->match->ids[0]);
   if (why)
@@ -483,9 +493,23 @@ static struct experiment *api_find_experiment(struct server *s, const struct api
   return e;
 }
 
+/* The experiment of the URL with its trials in memory (a cold one is
+ * warmed: bounded memory, state_cold.c). */
+static struct experiment *api_find_experiment(struct server *s, const struct api_req *req,
+                                              struct api_resp *resp) {
+  struct experiment *e = api_find_experiment_as_is(s, req, resp);
+  int rc = e ? state_experiment_warm(s, e) : 0;
+  if (rc) {
+    api_error(resp, 500, "internal", req->path, "experiment %lld: its trials could not be read "
+              "(%d)", (long long)e->id, rc);
+    return NULL;
+  }
+  return e;
+}
+
 int api_experiment_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct experiment *e = api_find_experiment_as_is(s, req, resp);
   cJSON *o = e ? api_experiment_json(s, e, 1) : NULL;
   server_unlock(s);
   if (!e) return 0;
@@ -597,7 +621,7 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
       api_query_int(req, resp, "limit", 1, 1000000, 100000, &limit))
     return 0;
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct experiment *e = api_find_experiment_as_is(s, req, resp); /* results: SQLite's */
   int64_t upto = s->seq;
   server_unlock(s);
   if (!e) return 0;

@@ -30,9 +30,11 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   char *buf = malloc(cap);
   if (!buf) return -ENOMEM;
   int64_t trials[TS_COUNT] = {0}, exps[ES_COUNT] = {0}, workers[2] = {0}, unusable, compact;
+  int64_t cold;
   server_lock(s);
   unusable = s->unusable_rows;
   compact = s->ncompact;
+  cold = s->ncold;
   for (int64_t i = 0; i < s->nexps; i++) {
     if (s->exps[i]->deleted) continue; /* issue 14 (control): a tombstone */
     exps[s->exps[i]->status]++;
@@ -61,9 +63,12 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
                   "# HELP ctune_unusable_rows Rows the last load could not use (logged, kept).\n"
                   "# TYPE ctune_unusable_rows gauge\nctune_unusable_rows %lld\n"
                   "# HELP ctune_trials_compact Ended trials kept as a summary (bounded memory).\n"
-                  "# TYPE ctune_trials_compact gauge\nctune_trials_compact %lld\n",
+                  "# TYPE ctune_trials_compact gauge\nctune_trials_compact %lld\n"
+                  "# HELP ctune_experiments_cold Finished experiments whose trials are not in "
+                  "memory.\n# TYPE ctune_experiments_cold gauge\nctune_experiments_cold %lld\n",
                   (long long)workers[0], (long long)workers[1], (unsigned long long)batches,
-                  (unsigned long long)ops, (long long)unusable, (long long)compact);
+                  (unsigned long long)ops, (long long)unusable, (long long)compact,
+                  (long long)cold);
   int m = off < (int)cap ? metrics_format(&s->metrics, buf + off, cap - (size_t)off) : -ENOSPC;
   if (m < 0) {
     free(buf);

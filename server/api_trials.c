@@ -20,7 +20,7 @@
 static struct trial *api_find_trial(struct server *s, const struct api_req *req,
                                     struct api_resp *resp) {
   int64_t id = req->match->ids[0];
-  struct trial *t = server_trial(s, id);
+  struct trial *t = state_trial_ref(s, id); /* a cold experiment's is read back */
   /* A trial of an experiment startup could not use: its tombstone keeps
    * the experiment's id. */
   const char *why = !t && id >= 1 && id <= s->ntrials && s->trials[id - 1]

@@ -61,6 +61,7 @@ add_executable(ctune-server
   ${CMAKE_CURRENT_SOURCE_DIR}/state_load.c
   ${CMAKE_CURRENT_SOURCE_DIR}/state_live.c
   ${CMAKE_CURRENT_SOURCE_DIR}/state_compact.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/state_cold.c
   ${CMAKE_CURRENT_SOURCE_DIR}/state_control.c)
 target_include_directories(ctune-server PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(ctune-server PRIVATE ctune_server_http ctune_server_store ctune_common

@@ -164,6 +164,16 @@ struct experiment {
    * cannot use"): a tombstone (deleted) whose URLs answer 409 unusable with
    * this sentence; its rows stay in SQLite untouched. NULL otherwise. */
   char *unusable;
+  /* Bounded memory (HACKING.md, state_cold.c): a finished experiment is
+   * *cold* a while after its end: its trials leave memory (their s->trials
+   * slots are NULL, e->trials is empty: ntrials 0) and what stays is this
+   * summary, the counts, the scheduler and the row. Anything that needs its
+   * trials warms it first (state_experiment_warm: reads them back). */
+  int cold;
+  int64_t cold_ntrials;           /* its trials (e->ntrials when warm) */
+  int has_cold_best;              /* best by its metric, scope last, its mode */
+  int64_t cold_best_id;
+  double cold_best_value;
 };
 
 struct worker {
@@ -246,6 +256,14 @@ struct server {
   int64_t cq_head, cq_len, cq_cap;
   uint64_t compact_delay_ms; /* STATE_COMPACT_DELAY_MS (a test may shorten it) */
   int64_t ncompact;          /* compact trials now (ctune_trials_compact) */
+  /* Experiments to make cold when due (ended, or warmed for a read), and the
+   * trial structs a cold experiment let go, freed a while later (a request
+   * may still hold a pointer it took before the lock was released). */
+  struct compact_due *coldq;
+  int64_t coldq_head, coldq_len, coldq_cap;
+  struct grave { void *p; uint64_t due_ms; } *graves;
+  int64_t graves_head, graves_len, graves_cap;
+  int64_t ncold;             /* cold experiments now (ctune_experiments_cold) */
 };
 
 /* Every handler takes the model's lock through these two. A change made
@@ -443,6 +461,7 @@ double state_compact_ck_time_total(struct server *s, const struct trial *t);
 
 /* Bounded memory (HACKING.md, state_compact.c). */
 #define STATE_COMPACT_DELAY_MS 5000
+#define STATE_COLD_DELAY_MS 60000 /* finished (or read) this long ago: cold */
 /* Fills sum with the trial's metric scores: from its values, or its
  * summary when compact. */
 void state_trial_scores(const struct trial *t, double sum[BEST_SUM_N]);
@@ -459,6 +478,20 @@ int state_trial_hydrate(struct server *s, struct trial *t);
  * from memory, or SQLite when compact. Lock held. */
 int state_trial_last_result(struct server *s, const struct trial *t, char **out);
 void state_compact_free(struct server *s);
+/* Cold experiments (state_cold.c). How many trials e has made. */
+static inline int64_t state_experiment_created(const struct experiment *e) {
+  return e->cold ? e->cold_ntrials : e->ntrials;
+}
+/* Queues e to go cold once due (it ended, or was warmed for a read). */
+void state_cold_later(struct server *s, struct experiment *e, uint64_t now_ms);
+/* Makes the due experiments cold (those still finished), frees old graves. */
+void state_cold_due(struct server *s, uint64_t now_ms);
+/* Reads a cold experiment's trials back (compact); 0 when it is warm. */
+int state_experiment_warm(struct server *s, struct experiment *e);
+/* server_trial for a request: a trial of a cold experiment is warmed first
+ * (NULL: no such trial, or it could not be read). Lock held. */
+struct trial *state_trial_ref(struct server *s, int64_t id);
+void state_cold_free(struct server *s);
 
 /* Index of a result key in e->keys, or -1. */
 int state_key_index(const struct experiment *e, const char *key);

@@ -94,6 +94,7 @@ void state_free(struct server *s) {
   free(s->workers);
   state_live_free(s); /* issue 14 (fair share) */
   state_compact_free(s);
+  state_cold_free(s);
   pthread_mutex_destroy(&s->lock);
 }
 
@@ -534,6 +535,7 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
   if (now_ms < s->next_expiry_ms) return;
   s->next_expiry_ms = now_ms + 100;
   state_compact_due(s, now_ms); /* bounded memory: ended trials' histories */
+  state_cold_due(s, now_ms);    /* and finished experiments' trials */
   uint64_t grace = state_unlisted_grace_ms(s);
   for (int64_t i = 0; i < s->nexps; i++) {
     struct experiment *e = s->exps[i];

@@ -130,6 +130,9 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   e->config = strdup(r->config);
   if (!e->name || !e->config) goto fail;
   e->status = st;
+  /* Bounded memory: a finished experiment starts cold unless one of its
+   * trials says otherwise (load_not_cold, before the trials). */
+  e->cold = st == ES_TERMINATED || st == ES_CANCELLED;
   e->created_at = r->created_at;
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
@@ -163,50 +166,9 @@ fail:
   return rc;
 }
 
-static int load_trial(void *ctx, const struct store_trial_row *r) {
-  struct load_ctx *lc = ctx;
-  struct server *s = lc->s;
-  struct experiment *e = server_experiment(s, r->experiment_id);
-  int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
-  char why[512];
-  if (r->updated_seq > s->seq) s->seq = r->updated_seq;
-  /* issue 14 (control): the trials of a deleted experiment leave a gap. */
-  while (r->id > s->ntrials + 1)
-    if (load_trial_tombstone(s, s->ntrials + 1, 0)) return -ENOMEM;
-  if (r->id != s->ntrials + 1) {
-    snprintf(lc->err, lc->errlen, "trial %lld: bad row", (long long)r->id);
-    return -EINVAL;
-  }
-  /* HACKING.md "Startup tolerates rows it cannot use": a trial its
-   * experiment cannot take makes the whole experiment unusable (its trials
-   * are one history: the scheduler and searcher see all or none). */
-  if (e && st < 0)
-    snprintf(why, sizeof why, "trial %lld has unknown status '%.64s'", (long long)r->id,
-             r->status ? r->status : "");
-  else if (e && r->idx != e->ntrials)
-    snprintf(why, sizeof why, "trial %lld has index %lld, expected %lld", (long long)r->id,
-             (long long)r->idx, (long long)e->ntrials);
-  else if (e && decide_action_parse(r->lease_end_action, &(int){0}))
-    snprintf(why, sizeof why, "trial %lld has unknown lease_end_action '%.64s'",
-             (long long)r->id, r->lease_end_action);
-  else
-    why[0] = 0;
-  if (why[0] && load_drop_experiment(lc, r->experiment_id, why)) return -ENOMEM;
-  if (!e || why[0]) {
-    if (!e && !server_unusable(s, r->experiment_id) &&
-        !(r->experiment_id >= 1 && r->experiment_id <= s->nexps)) {
-      s->unusable_rows++;
-      log_warn("load: trial %lld skipped: its experiment %lld does not exist", (long long)r->id,
-               (long long)r->experiment_id);
-    }
-    return load_trial_tombstone(s, r->id, r->experiment_id);
-  }
-  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
-      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1))
-    return -ENOMEM;
-  struct trial *t = calloc(1, sizeof *t);
-  if (!t) return -ENOMEM;
-  s->trials[s->ntrials++] = t;
+/* A trial struct from its row (st: its parsed status). An ended trial with
+ * a summary (011) is compact from the start: its results are not read. */
+static int load_trial_fill(struct trial *t, const struct store_trial_row *r, int st) {
   t->id = r->id;
   t->experiment_id = r->experiment_id;
   t->idx = r->idx;
@@ -239,7 +201,6 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   t->created_seq = r->created_seq;
   if (r->res_known && (st == TS_TERMINATED || st == TS_ERROR)) {
     t->compact = 1;
-    s->ncompact++;
     t->nres = (size_t)r->nres;
     t->first_seq = r->first_seq;
     t->last_seq = r->last_seq;
@@ -251,6 +212,78 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
     t->max_t_seen = INFINITY;
     t->max_iter_seen = t->last_t;
   }
+  return 0;
+}
+
+/* Bounded memory (state_cold.c): a trial of an experiment that starts cold
+ * is counted, and its score kept for the experiment's best, but no struct
+ * is made (its slot stays NULL until the experiment is warmed). */
+static int load_cold_trial(struct server *s, struct experiment *e, const struct store_trial_row *r,
+                           int st) {
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) return -ENOMEM;
+  s->trials[s->ntrials++] = NULL;
+  e->counts[st]++;
+  e->cold_ntrials++;
+  double v = r->scores[BEST_SUM_LAST];
+  /* As api_best_memory picks it: the first strictly better wins. */
+  if (st == TS_TERMINATED || st == TS_ERROR) {
+    if (isfinite(v) && (!e->has_cold_best || (e->spec.mode == SPEC_MODE_MAX ? v > e->cold_best_value
+                                                                         : v < e->cold_best_value))) {
+      e->has_cold_best = 1;
+      e->cold_best_id = r->id;
+      e->cold_best_value = v;
+    }
+  }
+  return 0;
+}
+
+static int load_trial(void *ctx, const struct store_trial_row *r) {
+  struct load_ctx *lc = ctx;
+  struct server *s = lc->s;
+  struct experiment *e = server_experiment(s, r->experiment_id);
+  int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
+  char why[512];
+  if (r->updated_seq > s->seq) s->seq = r->updated_seq;
+  /* issue 14 (control): the trials of a deleted experiment leave a gap. */
+  while (r->id > s->ntrials + 1)
+    if (load_trial_tombstone(s, s->ntrials + 1, 0)) return -ENOMEM;
+  if (r->id != s->ntrials + 1) {
+    snprintf(lc->err, lc->errlen, "trial %lld: bad row", (long long)r->id);
+    return -EINVAL;
+  }
+  /* HACKING.md "Startup tolerates rows it cannot use": a trial its
+   * experiment cannot take makes the whole experiment unusable (its trials
+   * are one history: the scheduler and searcher see all or none). */
+  if (e && st < 0)
+    snprintf(why, sizeof why, "trial %lld has unknown status '%.64s'", (long long)r->id,
+             r->status ? r->status : "");
+  else if (e && r->idx != state_experiment_created(e))
+    snprintf(why, sizeof why, "trial %lld has index %lld, expected %lld", (long long)r->id,
+             (long long)r->idx, (long long)state_experiment_created(e));
+  else if (e && decide_action_parse(r->lease_end_action, &(int){0}))
+    snprintf(why, sizeof why, "trial %lld has unknown lease_end_action '%.64s'",
+             (long long)r->id, r->lease_end_action);
+  else
+    why[0] = 0;
+  if (why[0] && load_drop_experiment(lc, r->experiment_id, why)) return -ENOMEM;
+  if (!e || why[0]) {
+    if (!e && !server_unusable(s, r->experiment_id) &&
+        !(r->experiment_id >= 1 && r->experiment_id <= s->nexps)) {
+      s->unusable_rows++;
+      log_warn("load: trial %lld skipped: its experiment %lld does not exist", (long long)r->id,
+               (long long)r->experiment_id);
+    }
+    return load_trial_tombstone(s, r->id, r->experiment_id);
+  }
+  if (e->cold) return load_cold_trial(s, e, r, st);
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
+      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1))
+    return -ENOMEM;
+  struct trial *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  s->trials[s->ntrials++] = t;
+  if (load_trial_fill(t, r, st)) return -ENOMEM;
+  s->ncompact += t->compact;
   e->trials[e->ntrials++] = t;
   e->counts[st]++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
@@ -429,6 +462,12 @@ static int load_results_done(void *ctx, int64_t id) {
   return 0;
 }
 
+static void load_not_cold(void *ctx, int64_t id) {
+  struct load_ctx *lc = ctx;
+  struct experiment *e = server_experiment(lc->s, id);
+  if (e) e->cold = 0;
+}
+
 static void load_seq_seen(void *ctx, int64_t seq) {
   struct load_ctx *lc = ctx;
   if (seq > lc->s->seq) lc->s->seq = seq;
@@ -471,12 +510,14 @@ int state_load(struct server *s, char *err, size_t errlen) {
   err[0] = 0;
   s->unusable_rows = 0;
   s->ncompact = 0;
+  s->ncold = 0;
   struct store_loader l = {.ctx = &lc, .experiment = load_experiment, .trial = load_trial,
                            .result = load_result, .asha = load_asha, .worker = load_worker,
                            .checkpoint = load_checkpoint,
                            .sched_record = load_sched_record,
                            .results_since = load_results_since,
-                           .results_done = load_results_done, .seq_seen = load_seq_seen};
+                           .results_done = load_results_done, .seq_seen = load_seq_seen,
+                           .not_cold = load_not_cold};
   int rc = store_load(s->store, &l);
   if (!rc) load_write_backfill(&lc);
   free(lc.backfill);
@@ -487,7 +528,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
   /* Leases survive a restart: charge each worker for its RUNNING trials. */
   for (int64_t i = 0; i < s->ntrials; i++) {
     struct trial *t = s->trials[i];
-    if (t->deleted) continue;
+    if (!t || t->deleted) continue; /* NULL: a cold experiment's */
     /* issue 13 (gen): an exploited trial's checkpoint bound is its donor's
      * checkpoint, then whatever its current generation reported. */
     double ck = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
@@ -538,6 +579,13 @@ int state_load(struct server *s, char *err, size_t errlen) {
       snprintf(err, errlen, "out of memory");
       return rc;
     }
+  for (int64_t i = 0; i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    s->ncold += e->cold && !e->deleted;
+    /* Finished but warm (its trials were summarized at this load): later. */
+    if (!e->cold && !e->deleted && (e->status == ES_TERMINATED || e->status == ES_CANCELLED))
+      state_cold_later(s, e, clock_mono_ms());
+  }
   /* issue 14 (fair share): the RUNNING experiments are the live list. */
   if ((rc = state_live_rebuild(s))) {
     snprintf(err, errlen, "no memory for the live experiments (%d)", rc);
@@ -662,4 +710,60 @@ int state_reload(struct server *s, char *err, size_t errlen) {
 void state_reload_cleanup(void) {
   for (int i = 0; i < state_ngraves; i++) state_model_free(&state_graveyard[i]);
   state_ngraves = 0;
+}
+
+struct warm_ctx {
+  struct server *s;
+  struct experiment *e;
+};
+
+static int warm_trial(void *ctx, const struct store_trial_row *r, int has_checkpoint,
+                      int64_t checkpoint_iteration) {
+  struct warm_ctx *w = ctx;
+  struct server *s = w->s;
+  struct experiment *e = w->e;
+  int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
+  /* What was cold is ended with a summary, at the index and slot it had. */
+  if (st != TS_TERMINATED && st != TS_ERROR) return -EINVAL;
+  if (r->id < 1 || r->id > s->ntrials || s->trials[r->id - 1] || r->idx != e->ntrials ||
+      e->ntrials >= e->cold_ntrials)
+    return -EINVAL;
+  struct trial *t = calloc(1, sizeof *t);
+  if (!t) return -ENOMEM;
+  int rc = load_trial_fill(t, r, st);
+  if (!rc && !t->compact) rc = -EINVAL; /* no summary: it was never cold */
+  if (rc) {
+    state_trial_free(t);
+    return rc;
+  }
+  t->has_checkpoint = has_checkpoint;
+  t->checkpoint_iteration = checkpoint_iteration;
+  t->searcher_seq = -1; /* a searcher made later sees it */
+  e->trials[e->ntrials++] = t;
+  s->trials[t->id - 1] = t;
+  return 0;
+}
+
+int state_experiment_warm(struct server *s, struct experiment *e) {
+  if (!e->cold) return 0;
+  int64_t n = e->cold_ntrials;
+  if (state_grow((void ***)&e->trials, &e->captrials, n > 0 ? n : 1)) return -ENOMEM;
+  e->ntrials = 0;
+  int rc = store_experiment_trials(s->store, e->id, warm_trial, &(struct warm_ctx){s, e});
+  if (!rc && e->ntrials != n) rc = -EIO;
+  if (rc) {
+    /* Cold as it was. */
+    for (int64_t i = 0; i < e->ntrials; i++) {
+      s->trials[e->trials[i]->id - 1] = NULL;
+      state_trial_free(e->trials[i]);
+    }
+    e->ntrials = 0;
+    log_error("experiment %lld: its trials could not be read back (%d)", (long long)e->id, rc);
+    return rc;
+  }
+  e->cold = 0;
+  s->ncold--;
+  s->ncompact += n;
+  state_cold_later(s, e, clock_mono_ms());
+  return 0;
 }

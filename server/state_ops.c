@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "events.h"
 #include "server.h"
 #include "state_decide.h"
@@ -119,6 +120,9 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
 int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket) {
   int lrc = state_live_sync(s, e); /* issue 14 (fair share): status changes pass here */
   if (lrc) return lrc;
+  /* Bounded memory: a finished experiment goes cold a while later. */
+  if (e->status == ES_TERMINATED || e->status == ES_CANCELLED)
+    state_cold_later(s, e, clock_mono_ms());
   struct exp_op *op = exp_op_make(e);
   if (!op) return -ENOMEM;
   return state_exp_op_enqueue(s, op, ticket);

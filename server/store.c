@@ -582,6 +582,35 @@ static double col_real_or_nan(sqlite3_stmt *s, int i) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
 }
 
+/* A trial row's columns, in the order store_trial_row_read takes them. */
+#define STORE_TRIAL_COLS                                                                   \
+  "id,experiment_id,idx,name,status,stopped_early,config,bracket,error,exit_code,"          \
+  "num_failures,attempt,worker_id,created_at,started_at,ended_at,updated_seq,reason,"       \
+  "generation,lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"        \
+  "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,score_min,"     \
+  "score_max"
+
+static void store_trial_row_read(sqlite3_stmt *s, struct store_trial_row *r) {
+  *r = (struct store_trial_row){
+    .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
+    .idx = sqlite3_column_int64(s, 2), .name = col_text(s, 3), .status = col_text(s, 4),
+    .stopped_early = sqlite3_column_int(s, 5), .config = col_text(s, 6),
+    .bracket = sqlite3_column_int(s, 7), .error = col_text(s, 8),
+    .has_exit_code = sqlite3_column_type(s, 9) != SQLITE_NULL,
+    .exit_code = sqlite3_column_int(s, 9), .num_failures = sqlite3_column_int(s, 10),
+    .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
+    .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
+    .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16),
+    .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18),
+    .lease_end_action = col_text(s, 19),
+    .has_ck_time_total = sqlite3_column_type(s, 20) != SQLITE_NULL,
+    .ck_time_total_s = sqlite3_column_double(s, 20),
+    .created_seq = sqlite3_column_int64(s, 21), .res_known = sqlite3_column_int(s, 22),
+    .nres = sqlite3_column_int64(s, 23), .first_seq = sqlite3_column_int64(s, 24),
+    .last_seq = sqlite3_column_int64(s, 25), .last_t = col_real_or_nan(s, 26)};
+  for (int k = 0; k < 6; k++) r->scores[k] = col_real_or_nan(s, 27 + k);
+}
+
 static int store_rprep(struct store *st, const char *sql, sqlite3_stmt **s) {
   if (sqlite3_prepare_v2(st->r, sql, -1, s, NULL) != SQLITE_OK) {
     log_error("store: %s", sqlite3_errmsg(st->r));
@@ -668,31 +697,19 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_finalize(s);
   if (rc) return rc;
 
-  if (store_rprep(st, "SELECT id,experiment_id,idx,name,status,stopped_early,config,bracket,"
-                  "error,exit_code,num_failures,attempt,worker_id,created_at,started_at,"
-                  "ended_at,updated_seq,reason,generation,lease_end_action,checkpoint_time_total_s,"
-                  "created_seq,res_known,nres,first_seq,last_seq,last_t,score_last,score_avg,"
-                  "score_last5,score_last10,score_min,score_max "
-                  "FROM trials ORDER BY id", &s)) return -EIO;
+  /* Bounded memory: the experiments whose trials are not all ended with a
+   * summary cannot start cold. */
+  if (l->not_cold) {
+    if (store_rprep(st, "SELECT DISTINCT experiment_id FROM trials WHERE res_known=0 OR "
+                    "status NOT IN ('TERMINATED','ERROR')", &s)) return -EIO;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) l->not_cold(l->ctx, sqlite3_column_int64(s, 0));
+    sqlite3_finalize(s);
+    if (step != SQLITE_DONE) return -EIO;
+  }
+  if (store_rprep(st, "SELECT " STORE_TRIAL_COLS " FROM trials ORDER BY id", &s)) return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-    struct store_trial_row r = {
-      .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
-      .idx = sqlite3_column_int64(s, 2), .name = col_text(s, 3), .status = col_text(s, 4),
-      .stopped_early = sqlite3_column_int(s, 5), .config = col_text(s, 6),
-      .bracket = sqlite3_column_int(s, 7), .error = col_text(s, 8),
-      .has_exit_code = sqlite3_column_type(s, 9) != SQLITE_NULL,
-      .exit_code = sqlite3_column_int(s, 9), .num_failures = sqlite3_column_int(s, 10),
-      .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
-      .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
-      .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16),
-      .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18),
-      .lease_end_action = col_text(s, 19),
-      .has_ck_time_total = sqlite3_column_type(s, 20) != SQLITE_NULL,
-      .ck_time_total_s = sqlite3_column_double(s, 20),
-      .created_seq = sqlite3_column_int64(s, 21), .res_known = sqlite3_column_int(s, 22),
-      .nres = sqlite3_column_int64(s, 23), .first_seq = sqlite3_column_int64(s, 24),
-      .last_seq = sqlite3_column_int64(s, 25), .last_t = col_real_or_nan(s, 26)};
-    for (int k = 0; k < 6; k++) r.scores[k] = col_real_or_nan(s, 27 + k);
+    struct store_trial_row r;
+    store_trial_row_read(s, &r);
     rc = l->trial(l->ctx, &r);
   }
   sqlite3_finalize(s);
@@ -794,6 +811,47 @@ static int store_each_result(struct store *st, sqlite3_stmt *s, store_result_fn 
     log_error("store: %s", sqlite3_errmsg(st->r));
     rc = -EIO;
   }
+  return rc;
+}
+
+int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial_fn fn,
+                            void *ctx) {
+  sqlite3_stmt *s = NULL;
+  int rc = 0, step;
+  pthread_mutex_lock(&st->rlock);
+  /* The checkpoint's iteration comes along (its data is never read here). */
+  if (store_rprep(st, "SELECT " STORE_TRIAL_COLS ",(SELECT iteration FROM checkpoints c "
+                  "WHERE c.trial_id=trials.id) FROM trials WHERE experiment_id=? ORDER BY idx",
+                  &s))
+    rc = -EIO;
+  if (!rc) sqlite3_bind_int64(s, 1, experiment_id);
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+    struct store_trial_row r;
+    store_trial_row_read(s, &r);
+    int has_ck = sqlite3_column_type(s, 33) != SQLITE_NULL;
+    rc = fn(ctx, &r, has_ck, has_ck ? sqlite3_column_int64(s, 33) : 0);
+  }
+  if (!rc && step != SQLITE_DONE) {
+    log_error("store: %s", sqlite3_errmsg(st->r));
+    rc = -EIO;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc;
+}
+
+int store_trial_experiment(struct store *st, int64_t trial_id, int64_t *experiment_id) {
+  sqlite3_stmt *s = NULL;
+  pthread_mutex_lock(&st->rlock);
+  int rc = store_rprep(st, "SELECT experiment_id FROM trials WHERE id=?", &s);
+  if (!rc) {
+    sqlite3_bind_int64(s, 1, trial_id);
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) *experiment_id = sqlite3_column_int64(s, 0);
+    else rc = step == SQLITE_DONE ? -ENOENT : -EIO;
+  }
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
   return rc;
 }
 

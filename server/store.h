@@ -177,6 +177,9 @@ struct store_loader {
   int64_t (*results_since)(void *ctx, int64_t experiment_id);
   int (*results_done)(void *ctx, int64_t experiment_id);
   void (*seq_seen)(void *ctx, int64_t seq);
+  /* Before the trials: each experiment some trial of which is not ended
+   * with a summary (it cannot start cold). May be NULL. */
+  void (*not_cold)(void *ctx, int64_t experiment_id);
 };
 int store_load(struct store *st, const struct store_loader *l);
 /* A meta value (0 when none): 'max_experiment_id' / 'max_trial_id' are the
@@ -188,6 +191,14 @@ int store_get_seq(struct store *st, int64_t *seq);
 /* Results of one experiment after seq `since` (limit <= 0: all). The
  * callback sees (seq, trial_id, data). */
 typedef int (*store_result_fn)(void *ctx, int64_t seq, int64_t trial_id, const char *data);
+/* An experiment's trial rows in idx order, each with its checkpoint's
+ * iteration when it has one (a cold experiment warmed, state_cold.c). */
+typedef int (*store_trial_fn)(void *ctx, const struct store_trial_row *r, int has_checkpoint,
+                              int64_t checkpoint_iteration);
+int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial_fn fn,
+                            void *ctx);
+/* The experiment of trial_id: -ENOENT when there is no such row. */
+int store_trial_experiment(struct store *st, int64_t trial_id, int64_t *experiment_id);
 /* One trial's results with seq in [first_seq, last_seq], in seq order,
  * skipping `offset`, at most `limit` (<= 0: all): an ended trial's page. */
 int store_trial_results(struct store *st, int64_t experiment_id, int64_t trial_id,

@@ -8,7 +8,13 @@ summary yet (an older server's; the summaries are computed once and written
 back). A replay of an ended trial's result still gets its stored decision,
 and an extend that resumes an ended trial brings its history back first.
 
-The compaction delay is shortened with CTUNE_TEST_COMPACT_DELAY_MS=0.
+A finished experiment then goes cold (its trials leave memory; its row,
+counts and best stay): its own JSON is answered as it is, and any read of
+its trials warms it first, with the same answers; after a restart it is cold
+from the start.
+
+The delays are shortened with CTUNE_TEST_COMPACT_DELAY_MS=0 and
+CTUNE_TEST_COLD_DELAY_MS=300.
 """
 import json
 import os
@@ -21,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ctune_e2e import Runner, Server, lease, register, report  # noqa: E402
 
 os.environ["CTUNE_TEST_COMPACT_DELAY_MS"] = "0"
+os.environ["CTUNE_TEST_COLD_DELAY_MS"] = "300"
 E = "/api/v1/experiments"
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 
@@ -51,6 +58,19 @@ def wait_compact(s, n):
     while metric(s, "ctune_trials_compact") != n:
         assert time.time() < deadline, "trials never compacted: %s" % metric(s, "ctune_trials_compact")
         s.get("/api/v1/experiments?limit=1")  # any request; the server compacts on its own tick
+        time.sleep(0.05)
+
+
+def exp_json(s, eid):
+    e = s.ok("GET", "%s/%d" % (E, eid))
+    e.pop("pending_reason", None)  # as snapshot() leaves it out
+    return json.loads(json.dumps(e, sort_keys=True))
+
+
+def wait_cold(s, n):
+    deadline = time.time() + 10
+    while metric(s, "ctune_experiments_cold") != n:
+        assert time.time() < deadline, "never cold: %s" % metric(s, "ctune_experiments_cold")
         time.sleep(0.05)
 
 
@@ -129,8 +149,13 @@ def test_compact_same_answers():
     assert [r["training_iteration"] for r in before["r%d" % a]] == [1, 2, 3, 4, 5, 6]
     assert before["best-loss-min-last"][1]["trial_id"] == b, before["best-loss-min-last"]
 
-    # The histories leave memory: nothing answers differently.
-    wait_compact(s, 3)
+    # The histories leave memory, then the trials themselves (the experiment
+    # is cold): nothing answers differently; the experiment's own JSON
+    # (counts, best) is answered without reading its trials back.
+    wait_cold(s, 1)
+    assert metric(s, "ctune_trials_compact") == 0
+    assert exp_json(s, eid) == before["exp"]
+    assert metric(s, "ctune_experiments_cold") == 1
     after = snapshot(s, eid, (a, b, c))
     assert after == before, diff(before, after)
     # A replay of an ended trial's results gets its stored decision (from
@@ -152,8 +177,10 @@ def test_compact_same_answers():
     db.execute("UPDATE results SET data='not json' WHERE seq=?", (seq,))
     db.commit()
     s.start()
-    assert metric(s, "ctune_trials_compact") == 3
+    assert metric(s, "ctune_experiments_cold") == 1  # cold from the start
+    assert metric(s, "ctune_trials_compact") == 0
     assert metric(s, "ctune_unusable_rows") == 0, s.stderr()[-2000:]
+    assert exp_json(s, eid) == before["exp"]
     s.stop()
     db.execute("UPDATE results SET data=? WHERE seq=?", (data, seq))
     db.commit()
@@ -181,7 +208,7 @@ def test_compact_same_answers():
 
     # An extend resumes the trials that reached max_t: a and b come back
     # whole from SQLite (a from its checkpoint at 6) and go on.
-    wait_compact(s, 3)
+    wait_cold(s, 1)
     e = s.ok("PATCH", "%s/%d" % (E, eid), {"scheduler": {"max_t": 8}})
     assert e["status"] == "RUNNING" and e["counts"]["PENDING"] == 2, e
     assert metric(s, "ctune_trials_compact") == 1
@@ -199,7 +226,7 @@ def test_compact_same_answers():
     assert ra == [1, 2, 3, 4, 5, 6, 7, 8], ra
     best = s.ok("GET", "%s/%d/best?scope=last" % (E, eid))
     assert best["trial_id"] == a and best["value"] == 0.04, best
-    wait_compact(s, 3)
+    wait_cold(s, 1)
     s.restart()
     assert [r["training_iteration"] for r in all_results(s, a)] == ra
     best2 = s.ok("GET", "%s/%d/best?scope=last" % (E, eid))

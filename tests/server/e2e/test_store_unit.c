@@ -388,7 +388,7 @@ START_TEST(asha_nan_round_trips_as_null) {
   ck_assert_int_eq(store_insert_asha(st, &r), 0);
   ck_assert_int_eq(store_commit(st), 0);
   struct store_loader l = {NULL, load_nop_exp, load_nop_trial, load_nop_result, load_asha,
-                           load_nop_worker, load_nop_ckpt, NULL, NULL, NULL, NULL};
+                           load_nop_worker, load_nop_ckpt, NULL, NULL, NULL, NULL, NULL};
   ck_assert_int_eq(store_load(st, &l), 0);
   ck_assert_int_eq(nan_seen, 1);
   store_close(st);
@@ -427,7 +427,7 @@ START_TEST(generations_round_trip) {
   store_close(st);
   st = open_store();
   struct store_loader l = {NULL, load_nop_exp, load_gen_trial, load_gen_result, load_nop_asha,
-                           load_nop_worker, load_nop_ckpt, NULL, NULL, NULL, NULL};
+                           load_nop_worker, load_nop_ckpt, NULL, NULL, NULL, NULL, NULL};
   ck_assert_int_eq(store_load(st, &l), 0);
   ck_assert_int_eq(ngens_seen, 3);
   ck_assert_int_eq(gens_seen[0], 2);  /* the trial's generation */
