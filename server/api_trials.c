@@ -23,8 +23,13 @@ static struct trial *api_find_trial(struct server *s, const struct api_req *req,
   struct trial *t = state_trial_ref(s, id); /* a cold experiment's is read back */
   /* A trial of an experiment startup could not use: its tombstone keeps
    * the experiment's id. */
-  const char *why = !t && id >= 1 && id <= s->ntrials && s->trials[id - 1]
-                        ? server_unusable(s, s->trials[id - 1]->experiment_id) : NULL;
+  const char *why = NULL;
+  if (!t && id >= 1 && id <= s->ntrials) {
+    int64_t eid = 0;
+    if (s->trials[id - 1]) eid = s->trials[id - 1]->experiment_id;
+    else if (store_trial_experiment(s->store, id, &eid)) eid = 0; /* an empty slot */
+    why = server_unusable(s, eid);
+  }
   if (why)
     api_error(resp, 409, "unusable", req->path, "%s", why);
   else if (!t)
