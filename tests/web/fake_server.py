@@ -9,6 +9,8 @@ import json
 import math
 import os
 import random
+import select
+import socket
 import sys
 import threading
 import time
@@ -256,6 +258,7 @@ class Handler(BaseHTTPRequestHandler):
     role_header = True       # X-Ctune-Role on authenticated replies (--no-role-header: an older server)
     requests = []            # the state-changing API requests, for the tests (GET /__fake/requests)
     page_delay = 0.0         # --page-delay: seconds before each later page of a trial list
+    streams = 0              # event streams open now (GET /__fake/streams)
 
     def log_message(self, *a):
         pass
@@ -299,6 +302,8 @@ class Handler(BaseHTTPRequestHandler):
         self.role = None
         if p == ["__fake", "requests"]:
             return self.send_json(200, {"requests": Handler.requests})
+        if p == ["__fake", "streams"]:
+            return self.send_json(200, {"open": Handler.streams})
         if p[:2] == ["api", "v1"] and method in ("POST", "PATCH", "DELETE"):
             # The server's cross-site rules (auth_head.c): a same-site Origin,
             # and JSON bodies only.
@@ -458,8 +463,15 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         quiet = time.time()
+        with self.state.lock:
+            Handler.streams += 1
         try:
             while True:
+                # The browser closed it (the page left): stop at once, so
+                # /__fake/streams counts the streams a browser really holds.
+                if select.select([self.connection], [], [], 0)[0] and \
+                        not self.connection.recv(1, socket.MSG_PEEK):
+                    return
                 with st.lock:
                     seq = st.seq
                 if last < 0:
@@ -476,6 +488,9 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(0.2)
         except OSError:
             return
+        finally:
+            with self.state.lock:
+                Handler.streams -= 1
 
     def do_POST(self):
         self.route("POST")

@@ -10,7 +10,9 @@ comes in pages (1000 first, then the rest after a delay), and the page must
   - follow live changes while the rest is still loading (a new best, in a
     trial whose page has not come yet, shows in the best-trial card);
   - once every page is in: no loading line, the table counts all N, and a
-    sort and a filter are right over all of them (checked against the API).
+    sort and a filter are right over all of them (checked against the API);
+  - close its event stream when left (a page in the back/forward cache kept
+    it, and 6 such streams stalled the next page's requests).
 """
 import os
 import sys
@@ -99,6 +101,14 @@ def main():
         h.screenshot(d, "experiment-progressive.png")
         errors = h.browser_errors(d)
         assert not errors, errors
+
+        # Leaving the page closes its event stream, even where the browser
+        # keeps the page in its back/forward cache: a stream left open holds
+        # one of the 6 connections a browser allows a server, and a few
+        # visits on the next page's list pages queued behind them.
+        assert api.call("GET", "/__fake/streams")[1]["open"] == 1
+        d.get("about:blank")
+        h.wait("the event stream closed", lambda: api.call("GET", "/__fake/streams")[1]["open"] == 0, timeout=5)
         api.close()
         print("PASS: first page shown in %.2f s while later pages waited %.0f s each; "
               "live best while loading; sort and filter over all %d trials" % (shown, DELAY, TRIALS), flush=True)

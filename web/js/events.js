@@ -39,6 +39,24 @@ function connect() {
   }
 }
 
+// Leaving the page closes the stream: a page kept in the back/forward cache
+// would otherwise keep its connection, and the browser allows only 6 to a
+// server (a few visits on, the next page's requests queued behind them for
+// a minute). Coming back from that cache opens it again and makes everyone
+// re-fetch (the changes in between were not streamed).
+addEventListener('pagehide', () => {
+  if (source) source.close();
+  source = null;
+  open = false;
+});
+addEventListener('pageshow', (ev) => {
+  if (!ev.persisted || !listeners.size) return;
+  connect();
+  for (const fn of listeners) {
+    try { fn('reset', null); } catch (e) { console.warn('ctune: event listener', e); }
+  }
+});
+
 // fn(kind, event) on every change; returns the unsubscribe function.
 export function onChange(fn) {
   listeners.add(fn);

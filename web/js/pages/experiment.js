@@ -612,7 +612,6 @@ export function mount(main, [idStr], ctx) {
       renderParcoords();
       performance.mark('ctune:tables-drawn');
       ro.observe(pcCanvas);
-      loadRest().catch((err) => console.warn('ctune: trial list', err));
       const Chart = await chartPromise;
       if (st.disposed) return;
       if (Chart) {
@@ -631,6 +630,10 @@ export function mount(main, [idStr], ctx) {
       ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
       ctx.ready();
       p = poller(tick, e.status === 'RUNNING' ? 1000 : 5000, ctx.lostLive);
+      // The rest of the list only now: its 10,000-trial pages would hold a
+      // connection (the browser has 6 a host) and the server while the
+      // curves above load.
+      loadRest().catch((err) => console.warn('ctune: trial list', err));
     } catch (err) {
       msg.replaceChildren(note(err.status === 404
         ? `There is no experiment ${id}.` : `Could not load experiment ${id}: ${err.message}`, 'error'));
