@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "events.h"
 #include "log.h"
+#include "state_decide.h"
 
 /* Reads {"cpu", "gpu", "memory_mb"}; each optional, numbers >= 0. */
 static int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
@@ -205,15 +206,19 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
       const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
       struct trial *t = server_trial(s, (int64_t)id->valuedouble);
       int attempt = at ? (int)at->valuedouble : t ? t->attempt : 0;
+      const char *why = "not_leased";
       if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
         /* Listed by its lessee: the lease is renewed. */
         t->listed_gen = gen;
         t->unlisted_since_ms = 0;
         state_renew_lease(s, t, now);
-        continue;
-      }
-      const char *why = "not_leased";
-      if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
+        /* issue 14 (control): its experiment is paused: it stops now (a
+         * trial that reports rarely would run on until its next result),
+         * and pauses with its checkpoint when this lease ends. */
+        if (server_experiment(s, t->experiment_id)->status != ES_PAUSED) continue;
+        if ((rc = decide_pause_lease(s, t, &resp->ticket))) break;
+        why = "paused";
+      } else if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
         struct experiment *e = server_experiment(s, t->experiment_id);
         why = e->status == ES_CANCELLED ? "cancelled" : "ended";
       }

@@ -474,3 +474,16 @@ int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id
   cJSON_Delete(r);
   return rc;
 }
+
+int decide_pause_lease(struct server *s, struct trial *t, uint64_t *ticket) {
+  if (t->status != TS_RUNNING || t->lease_end_action == SCHED_PAUSE) return 0;
+  /* What a result would have been answered (decide_override): stop, and
+   * PAUSED with its checkpoint when this lease ends. */
+  t->lease_end_action = SCHED_PAUSE;
+  int rc = decide_note(s, t, "paused", control_pause_reason, NULL, NULL, ticket);
+  if (rc) return rc;
+  t->updated_seq = ++s->seq;
+  log_info("trial %lld: %s (told at its heartbeat; pauses when its lease ends)",
+           (long long)t->id, control_pause_reason);
+  return state_persist_trial(s, t, ticket);
+}

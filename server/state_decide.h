@@ -86,4 +86,10 @@ int decide_events_json(struct server *s, int64_t trial_id, cJSON **out);
 int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id,
                        const char *record);
 
+/* issue 14 (control): a RUNNING trial of a paused experiment is told to
+ * stop at its worker's heartbeat too, not only at its next result: it
+ * pauses when its lease ends (lease_end_action, persisted). 0 when it was
+ * told already. */
+int decide_pause_lease(struct server *s, struct trial *t, uint64_t *ticket);
+
 #endif

@@ -1367,7 +1367,11 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
       char what[96];
       snprintf(what, sizeof what, "server says stop (%s)",
                cJSON_IsString(why) ? why->valuestring : "cancelled or no longer ours");
-      worker_stop_attempt(w, id->valueint, a, TRIAL_STOP_SERVER, what);
+      /* "paused" (issue 14): the server wants the trial back with its
+       * checkpoint, as after a scheduler's stop: complete is reported. */
+      int paused = cJSON_IsString(why) && !strcmp(why->valuestring, "paused");
+      worker_stop_attempt(w, id->valueint, a, paused ? TRIAL_STOP_DECISION : TRIAL_STOP_SERVER,
+                          what);
     }
     cJSON_Delete(b);
   } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {

@@ -120,6 +120,32 @@ def test_pause_resume_before_lease_end():
     assert t2 and t2["id"] == t["id"], t2
 
 
+def test_pause_at_heartbeat():
+    """A trial that reports rarely is not left running until its next
+    result: its worker's next heartbeat is answered stop ("paused"), and
+    the trial pauses with its checkpoint when that lease ends."""
+    s = Server()
+    eid = s.ok("POST", E, cfg(1), status=201)["id"]
+    w = register(s, cpu=1)
+    t = lease(s, w)
+    report(s, t["id"], **r(1))
+    put_ckpt(s, t["id"], 1)
+    assert heartbeat(s, w, [(t["id"], t["attempt"])]) == []
+    s.ok("POST", "%s/%d/pause" % (E, eid))
+    stops = heartbeat(s, w, [(t["id"], t["attempt"])])
+    assert stops == [(t["id"], t["attempt"], "paused")], stops
+    # Told again while it is still stopping; still RUNNING until then.
+    assert heartbeat(s, w, [(t["id"], t["attempt"])]) == stops
+    tj = trial(s, t["id"])
+    assert tj["status"] == "RUNNING" and "paused" in tj["reason"], tj
+    s.restart()  # the decision survives a restart (persisted with the row)
+    complete(s, t["id"])
+    assert trial(s, t["id"])["status"] == "PAUSED"
+    s.ok("POST", "%s/%d/resume" % (E, eid))
+    t2 = lease(s, w)
+    assert t2["id"] == t["id"] and t2["start_iteration"] == 1 and t2["has_checkpoint"], t2
+
+
 def test_extend_num_samples():
     s = Server()
     eid = s.ok("POST", E, cfg(1, sched={"type": "fifo", "max_t": 2}), status=201)["id"]
@@ -336,7 +362,8 @@ def test_crash_before_commit():
 
 if __name__ == "__main__":
     run = Runner()
-    for fn in (test_pause_resume, test_pause_resume_before_lease_end, test_extend_num_samples,
+    for fn in (test_pause_resume, test_pause_resume_before_lease_end, test_pause_at_heartbeat,
+               test_extend_num_samples,
                test_extend_max_t, test_patch_live_and_search, test_stop_trial, test_delete,
                test_crash_after_reply, test_crash_before_commit):
         run.run(fn)
