@@ -428,13 +428,14 @@ static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int6
 /* Bounded memory: the seq from which experiment id's results are needed:
  * those of its trials that are not compact (live ones, and ended ones
  * without a summary), each after the seq it was made at (0: unknown). */
-static int64_t load_results_since(void *ctx, int64_t id) {
+static int64_t load_results_since(void *ctx, int64_t id, int *backfill) {
   struct load_ctx *lc = ctx;
   struct experiment *e = server_experiment(lc->s, id);
   int64_t since = -1;
   for (int64_t i = 0; e && i < e->ntrials; i++) {
     const struct trial *t = e->trials[i];
     if (t->compact) continue;
+    if (t->status == TS_TERMINATED || t->status == TS_ERROR) *backfill = 1;
     if (since < 0 || t->created_seq < since) since = t->created_seq;
   }
   return since;

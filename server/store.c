@@ -645,34 +645,88 @@ static int store_load_results_all(struct store *st, const struct store_loader *l
   return rc;
 }
 
-/* HACKING.md "Bounded memory": only the results the loader asks for, one
- * experiment at a time, from the seq it names (the index results_by_experiment
- * makes each a range scan), so a restart does not read every result ever. */
+struct store_since {
+  int64_t id, since;
+};
+
+/* HACKING.md "Bounded memory": only the results the loader asks for, from
+ * the seq it names per experiment. When few experiments need theirs, one
+ * range scan each (index results_by_experiment), so a restart does not read
+ * every result ever; when most do and none needs a summary computed (a
+ * restart of a server whose work is live), one pass in seq order is
+ * cheaper than index lookups (the table is in seq order), filtered here. */
 static int store_load_results_by_experiment(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *ids = NULL, *s = NULL;
-  int rc = 0, step;
+  struct store_since *need = NULL;
+  size_t n = 0, cap = 0, nexp = 0;
+  int rc = 0, step, backfill = 0;
   if (store_rprep(st, "SELECT max(seq) FROM results", &ids)) return -EIO;
   if (sqlite3_step(ids) == SQLITE_ROW && sqlite3_column_type(ids, 0) != SQLITE_NULL &&
       l->seq_seen)
     l->seq_seen(l->ctx, sqlite3_column_int64(ids, 0));
   sqlite3_finalize(ids);
-  if (store_rprep(st, "SELECT id FROM experiments ORDER BY id", &ids) ||
-      store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
-                  "WHERE experiment_id=? AND seq>=? ORDER BY seq", &s)) {
-    sqlite3_finalize(ids);
-    return -EIO;
-  }
+  if (store_rprep(st, "SELECT id FROM experiments ORDER BY id", &ids)) return -EIO;
   while (!rc && (step = sqlite3_step(ids)) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(ids, 0), since = l->results_since(l->ctx, id);
+    int bf = 0;
+    int64_t id = sqlite3_column_int64(ids, 0), since = l->results_since(l->ctx, id, &bf);
+    nexp++;
     if (since < 0) continue;
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int64(s, 2, since);
+    backfill |= bf;
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 64;
+      struct store_since *g = realloc(need, nc * sizeof *g);
+      if (!g) rc = -ENOMEM;
+      else need = g, cap = nc;
+    }
+    if (!rc) need[n++] = (struct store_since){id, since};
+  }
+  sqlite3_finalize(ids);
+  if (rc || !n) goto out;
+  if (!backfill && n * 2 > nexp) {
+    /* One pass; rows of experiments not needed or before their seq are
+     * skipped before anything is parsed. need[] is in id order. */
+    int64_t from = need[0].since;
+    for (size_t i = 1; i < n; i++) if (need[i].since < from) from = need[i].since;
+    if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                    "WHERE seq>=? ORDER BY seq", &s)) {
+      rc = -EIO;
+      goto out;
+    }
+    sqlite3_bind_int64(s, 1, from);
+    while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
+      int64_t eid = sqlite3_column_int64(s, 2), seq = sqlite3_column_int64(s, 0);
+      size_t lo = 0, hi = n;
+      while (lo < hi) { /* binary search by id */
+        size_t mid = (lo + hi) / 2;
+        if (need[mid].id < eid) lo = mid + 1;
+        else hi = mid;
+      }
+      if (lo == n || need[lo].id != eid || seq < need[lo].since) continue;
+      struct store_result_row r = {
+        .seq = seq, .trial_id = sqlite3_column_int64(s, 1), .experiment_id = eid,
+        .t = sqlite3_column_double(s, 3), .decision = col_text(s, 4), .data = col_text(s, 5),
+        .gen = sqlite3_column_int64(s, 6)};
+      rc = l->result(l->ctx, &r);
+    }
+    if (!rc && step != SQLITE_DONE) rc = -EIO;
+    for (size_t i = 0; !rc && i < n && l->results_done; i++) rc = l->results_done(l->ctx, need[i].id);
+    goto out;
+  }
+  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                  "WHERE experiment_id=? AND seq>=? ORDER BY seq", &s)) {
+    rc = -EIO;
+    goto out;
+  }
+  for (size_t i = 0; !rc && i < n; i++) {
+    sqlite3_bind_int64(s, 1, need[i].id);
+    sqlite3_bind_int64(s, 2, need[i].since);
     rc = store_result_rows(st, s, l);
     sqlite3_reset(s);
-    if (!rc && l->results_done) rc = l->results_done(l->ctx, id);
+    if (!rc && l->results_done) rc = l->results_done(l->ctx, need[i].id);
   }
+out:
   sqlite3_finalize(s);
-  sqlite3_finalize(ids);
+  free(need);
   return rc;
 }
 

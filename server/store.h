@@ -172,9 +172,10 @@ struct store_loader {
                       const char *record);
   /* When set (bounded memory), results are read per experiment instead:
    * results_since says from which seq (< 0: none of them are needed), and
-   * results_done follows each experiment's results; seq_seen gets the
+   * results_done follows each experiment's results (*backfill set: some of
+   * them are for summaries computed at this load); seq_seen gets the
    * largest result seq of all. */
-  int64_t (*results_since)(void *ctx, int64_t experiment_id);
+  int64_t (*results_since)(void *ctx, int64_t experiment_id, int *backfill);
   int (*results_done)(void *ctx, int64_t experiment_id);
   void (*seq_seen)(void *ctx, int64_t seq);
   /* Before the trials: each experiment some trial of which is not ended
