@@ -750,8 +750,14 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
                      "finite '%s' (scope %s)", (long long)e->id, name, best_scope_name(scope));
   if (rc) return rc;
   server_lock(s);
-  cJSON *o = cJSON_CreateObject(), *t = api_trial_json(s, server_trial(s, trial_id));
+  /* The lock was let go meanwhile: the trial may have been deleted (or its
+   * experiment gone cold: read back). */
+  struct trial *bt = state_trial_ref(s, trial_id);
+  cJSON *o = bt ? cJSON_CreateObject() : NULL, *t = bt ? api_trial_json(s, bt) : NULL;
   server_unlock(s);
+  if (!bt)
+    return api_error(resp, 404, "not_found", req->path, "trial %lld, the best, no longer exists",
+                     (long long)trial_id);
   if (!o || !t || !cJSON_AddNumberToObject(o, "trial_id", (double)trial_id) ||
       !cJSON_AddStringToObject(o, "metric", name) ||
       !cJSON_AddStringToObject(o, "mode", mode == SPEC_MODE_MAX ? "max" : "min") ||

@@ -174,6 +174,7 @@ struct experiment {
   int has_cold_best;              /* best by its metric, scope last, its mode */
   int64_t cold_best_id;
   double cold_best_value;
+  uint64_t read_ms; /* monotonic: its trials were last needed (cold 60 s later) */
 };
 
 struct worker {

@@ -114,7 +114,10 @@ static void cold_make(struct server *s, struct experiment *e, uint64_t now_ms) {
 void state_cold_due(struct server *s, uint64_t now_ms) {
   while (s->coldq_head < s->coldq_len && s->coldq[s->coldq_head].due_ms <= now_ms) {
     struct experiment *e = server_experiment(s, s->coldq[s->coldq_head++].trial_id);
-    if (e && cold_eligible(e)) cold_make(s, e, now_ms);
+    if (!e || !cold_eligible(e)) continue;
+    /* Read since it was queued: again, a delay after that read. */
+    if (e->read_ms && now_ms < e->read_ms + cold_delay_ms()) state_cold_later(s, e, e->read_ms);
+    else cold_make(s, e, now_ms);
   }
   while (s->graves_head < s->graves_len && s->graves[s->graves_head].due_ms <= now_ms) {
     struct trial *t = s->graves[s->graves_head++].p;

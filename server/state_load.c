@@ -746,6 +746,7 @@ static int warm_trial(void *ctx, const struct store_trial_row *r, int has_checkp
 }
 
 int state_experiment_warm(struct server *s, struct experiment *e) {
+  e->read_ms = clock_mono_ms(); /* needed now: it goes cold 60 s after its last need */
   if (!e->cold) return 0;
   int64_t n = e->cold_ntrials;
   if (state_grow((void ***)&e->trials, &e->captrials, n > 0 ? n : 1)) return -ENOMEM;

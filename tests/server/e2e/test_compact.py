@@ -14,7 +14,7 @@ its trials warms it first, with the same answers; after a restart it is cold
 from the start.
 
 The delays are shortened with CTUNE_TEST_COMPACT_DELAY_MS=0 and
-CTUNE_TEST_COLD_DELAY_MS=300.
+CTUNE_TEST_COLD_DELAY_MS=1000.
 """
 import json
 import os
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ctune_e2e import Runner, Server, lease, register, report  # noqa: E402
 
 os.environ["CTUNE_TEST_COMPACT_DELAY_MS"] = "0"
-os.environ["CTUNE_TEST_COLD_DELAY_MS"] = "300"
+os.environ["CTUNE_TEST_COLD_DELAY_MS"] = "1000"
 E = "/api/v1/experiments"
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 
@@ -158,6 +158,14 @@ def test_compact_same_answers():
     assert metric(s, "ctune_experiments_cold") == 1
     after = snapshot(s, eid, (a, b, c))
     assert after == before, diff(before, after)
+    # Read it keeps it warm (cold 1 s after the last read, not after the
+    # first); left alone it goes cold again.
+    t0 = time.time()
+    while time.time() - t0 < 2.5:
+        s.ok("GET", "%s/%d/trials?limit=1" % (E, eid))
+        time.sleep(0.1)
+        assert metric(s, "ctune_experiments_cold") == 0, "cold while being read"
+    wait_cold(s, 1)
     # A replay of an ended trial's results gets its stored decision (from
     # SQLite now) and stores nothing.
     st, body, _ = s.post("/api/v1/trials/%d/results" % a, res(6, la[5], 0.6))
