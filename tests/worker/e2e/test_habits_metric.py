@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from harness import command_config, main
+from harness import command_config, main, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRIAL = os.path.join(HERE, "habits_trial.py")
@@ -40,7 +40,9 @@ def body(env):
     assert t["error"] == want, t["error"]
     assert env.results(t["id"]) == [], env.results(t["id"])
     # Stopped at its first result, not left to run its 20 iterations.
-    with open(os.path.join(outdir, "printed-%d" % t["id"])) as f:
+    path = os.path.join(outdir, "printed-%d" % t["id"])
+    wait_for(lambda: os.path.exists(path), 10, "the trial's process to exit")
+    with open(path) as f:
         printed = int(f.read())
     assert printed < 5, printed
     assert t["ended_at"] - t["started_at"] < ITERS * PAUSE / 2, t

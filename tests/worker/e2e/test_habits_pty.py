@@ -81,7 +81,12 @@ def body(env):
     env.wait_experiment(exp, 40)
     stopped = 0
     for t in sorted(env.trials(exp), key=lambda t: t["id"]):
-        with open(os.path.join(outdir, "printed-%d" % t["id"])) as f:
+        # A trial that ASHA stopped at its result ends (and may end the
+        # experiment) on the server at once; its process writes this file
+        # as it exits, a moment later.
+        path = os.path.join(outdir, "printed-%d" % t["id"])
+        wait_for(lambda: os.path.exists(path), 10, "trial %d's process to exit" % t["id"])
+        with open(path) as f:
             printed = int(f.read())
         print("trial %d: %s stopped_early=%s iteration %s, printed %d"
               % (t["id"], t["status"], t["stopped_early"], t["iteration"], printed))
