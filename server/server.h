@@ -220,6 +220,13 @@ struct server_options {
   double worker_retention_s; /* issue 14: lost workers leave the list after it */
 };
 
+/* Ids (trials or experiments) due at a time, in the order queued (each push
+ * adds the same delay, so the order is the due order): state_compact.c. */
+struct due_queue {
+  struct due { int64_t id; uint64_t due_ms; } *v;
+  int64_t head, len, cap;
+};
+
 struct server {
   struct server_options opt;
   struct store *store;
@@ -253,15 +260,13 @@ struct server {
   /* Bounded memory: trials that ended, in order, compacted once their end
    * is STATE_COMPACT_DELAY_MS old (state_compact_due), so the replies and
    * events of the end still see the whole trial. */
-  struct compact_due { int64_t trial_id; uint64_t due_ms; } *cq;
-  int64_t cq_head, cq_len, cq_cap;
+  struct due_queue cq;
   uint64_t compact_delay_ms; /* STATE_COMPACT_DELAY_MS (a test may shorten it) */
   int64_t ncompact;          /* compact trials now (ctune_trials_compact) */
   /* Experiments to make cold when due (ended, or warmed for a read), and the
    * trial structs a cold experiment let go, freed a while later (a request
    * may still hold a pointer it took before the lock was released). */
-  struct compact_due *coldq;
-  int64_t coldq_head, coldq_len, coldq_cap;
+  struct due_queue coldq;
   struct grave { void *p; uint64_t due_ms; } *graves;
   int64_t graves_head, graves_len, graves_cap;
   int64_t ncold;             /* cold experiments now (ctune_experiments_cold) */
@@ -466,12 +471,24 @@ double state_compact_ck_time_total(struct server *s, const struct trial *t);
 /* Fills sum with the trial's metric scores: from its values, or its
  * summary when compact. */
 void state_trial_scores(const struct trial *t, double sum[BEST_SUM_N]);
+/* Appends (id, due_ms); on no memory nothing (the caller's work is an
+ * optimization that is then skipped). */
+void due_queue_push(struct due_queue *q, int64_t id, uint64_t due_ms);
+/* The next id due by now_ms, or 0. */
+int64_t due_queue_pop(struct due_queue *q, uint64_t now_ms);
+void due_queue_free(struct due_queue *q);
+/* Frees a trial's result history (ts, decisions, seqs, values, series,
+ * last_result) and zeroes what described it. */
+void state_trial_history_free(struct trial *t);
 /* Frees an ended trial's history, keeping the summary (t->scores first). */
 void state_trial_compact(struct server *s, struct trial *t);
 /* Queues an ended trial for state_compact_due (after the delay). */
 void state_compact_later(struct server *s, struct trial *t, uint64_t now_ms);
 /* Compacts the queued trials whose delay is over and that are still ended. */
 void state_compact_due(struct server *s, uint64_t now_ms);
+/* One stored result back into a trial's history (the loader, hydrate):
+ * -EBADMSG when its data is not a JSON object (nothing noted). */
+int state_replay_result(struct server *s, struct trial *t, const struct store_result_row *r);
 /* Makes a compact trial whole again from SQLite (before an extend resumes
  * it); 0 when it is not compact. */
 int state_trial_hydrate(struct server *s, struct trial *t);

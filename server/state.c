@@ -56,13 +56,7 @@ void state_trial_free(struct trial *t) {
   free(t->config);
   free(t->error);
   free(t->reason);
-  free(t->ts);
-  free(t->decisions);
-  free(t->seqs);
-  free(t->values);
-  for (int i = 0; i < t->nseries; i++) free(t->series[i].v);
-  free(t->series);
-  free(t->last_result);
+  state_trial_history_free(t);
   free(t);
 }
 

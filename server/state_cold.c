@@ -29,23 +29,8 @@ static uint64_t cold_delay_ms(void) {
 }
 
 void state_cold_later(struct server *s, struct experiment *e, uint64_t now_ms) {
-  if (e->cold || e->deleted) return;
-  if (s->coldq_head > 0 && s->coldq_head == s->coldq_len) s->coldq_head = s->coldq_len = 0;
-  if (s->coldq_len == s->coldq_cap) {
-    if (s->coldq_head > s->coldq_cap / 2) {
-      memmove(s->coldq, s->coldq + s->coldq_head,
-              (size_t)(s->coldq_len - s->coldq_head) * sizeof *s->coldq);
-      s->coldq_len -= s->coldq_head;
-      s->coldq_head = 0;
-    } else {
-      int64_t nc = s->coldq_cap ? s->coldq_cap * 2 : 64;
-      struct compact_due *q = realloc(s->coldq, (size_t)nc * sizeof *q);
-      if (!q) return; /* it stays warm: more memory, nothing wrong */
-      s->coldq = q;
-      s->coldq_cap = nc;
-    }
-  }
-  s->coldq[s->coldq_len++] = (struct compact_due){e->id, now_ms + cold_delay_ms()};
+  /* On no memory it stays warm: more memory, nothing wrong. */
+  if (!e->cold && !e->deleted) due_queue_push(&s->coldq, e->id, now_ms + cold_delay_ms());
 }
 
 /* A struct let go, freed once no request can still hold it. */
@@ -112,8 +97,8 @@ static void cold_make(struct server *s, struct experiment *e, uint64_t now_ms) {
 }
 
 void state_cold_due(struct server *s, uint64_t now_ms) {
-  while (s->coldq_head < s->coldq_len && s->coldq[s->coldq_head].due_ms <= now_ms) {
-    struct experiment *e = server_experiment(s, s->coldq[s->coldq_head++].trial_id);
+  for (int64_t id; (id = due_queue_pop(&s->coldq, now_ms));) {
+    struct experiment *e = server_experiment(s, id);
     if (!e || !cold_eligible(e)) continue;
     /* Read since it was queued: again, a delay after that read. */
     if (e->read_ms && now_ms < e->read_ms + cold_delay_ms()) state_cold_later(s, e, e->read_ms);
@@ -139,9 +124,7 @@ struct trial *state_trial_ref(struct server *s, int64_t id) {
 void state_cold_free(struct server *s) {
   for (int64_t i = s->graves_head; i < s->graves_len; i++) state_trial_free(s->graves[i].p);
   free(s->graves);
-  free(s->coldq);
   s->graves = NULL;
-  s->coldq = NULL;
   s->graves_head = s->graves_len = s->graves_cap = 0;
-  s->coldq_head = s->coldq_len = s->coldq_cap = 0;
+  due_queue_free(&s->coldq);
 }

@@ -28,10 +28,7 @@ void state_trial_summary_row(const struct trial *t, struct store_trial_row *row)
   state_trial_scores(t, row->scores);
 }
 
-void state_trial_compact(struct server *s, struct trial *t) {
-  if (t->compact) return;
-  s->ncompact++;
-  state_trial_scores(t, t->scores);
+void state_trial_history_free(struct trial *t) {
   free(t->ts);
   free(t->decisions);
   free(t->seqs);
@@ -45,67 +42,90 @@ void state_trial_compact(struct server *s, struct trial *t) {
   t->series = NULL;
   t->nseries = 0;
   t->capres = t->nvals = t->capvals = 0;
+}
+
+void state_trial_compact(struct server *s, struct trial *t) {
+  if (t->compact) return;
+  s->ncompact++;
+  state_trial_scores(t, t->scores);
+  state_trial_history_free(t);
   t->compact = 1;
 }
 
-void state_compact_later(struct server *s, struct trial *t, uint64_t now_ms) {
-  if (t->compact) return;
-  if (s->cq_head > 0 && s->cq_head == s->cq_len) s->cq_head = s->cq_len = 0;
-  if (s->cq_len == s->cq_cap) {
-    if (s->cq_head > s->cq_cap / 2) { /* reuse the consumed front */
-      memmove(s->cq, s->cq + s->cq_head, (size_t)(s->cq_len - s->cq_head) * sizeof *s->cq);
-      s->cq_len -= s->cq_head;
-      s->cq_head = 0;
+void due_queue_push(struct due_queue *q, int64_t id, uint64_t due_ms) {
+  if (q->head > 0 && q->head == q->len) q->head = q->len = 0;
+  if (q->len == q->cap) {
+    if (q->head > q->cap / 2) { /* reuse the consumed front */
+      memmove(q->v, q->v + q->head, (size_t)(q->len - q->head) * sizeof *q->v);
+      q->len -= q->head;
+      q->head = 0;
     } else {
-      int64_t nc = s->cq_cap ? s->cq_cap * 2 : 256;
-      struct compact_due *q = realloc(s->cq, (size_t)nc * sizeof *q);
-      if (!q) return; /* it stays whole: more memory, nothing wrong */
-      s->cq = q;
-      s->cq_cap = nc;
+      int64_t nc = q->cap ? q->cap * 2 : 256;
+      struct due *v = realloc(q->v, (size_t)nc * sizeof *v);
+      if (!v) return;
+      q->v = v;
+      q->cap = nc;
     }
   }
-  s->cq[s->cq_len++] = (struct compact_due){t->id, now_ms + s->compact_delay_ms};
+  q->v[q->len++] = (struct due){id, due_ms};
+}
+
+int64_t due_queue_pop(struct due_queue *q, uint64_t now_ms) {
+  return q->head < q->len && q->v[q->head].due_ms <= now_ms ? q->v[q->head++].id : 0;
+}
+
+void due_queue_free(struct due_queue *q) {
+  free(q->v);
+  memset(q, 0, sizeof *q);
+}
+
+void state_compact_later(struct server *s, struct trial *t, uint64_t now_ms) {
+  /* On no memory it stays whole: more memory, nothing wrong. */
+  if (!t->compact) due_queue_push(&s->cq, t->id, now_ms + s->compact_delay_ms);
 }
 
 void state_compact_due(struct server *s, uint64_t now_ms) {
-  while (s->cq_head < s->cq_len && s->cq[s->cq_head].due_ms <= now_ms) {
-    struct trial *t = server_trial(s, s->cq[s->cq_head++].trial_id);
+  for (int64_t id; (id = due_queue_pop(&s->cq, now_ms));) {
+    struct trial *t = server_trial(s, id);
     /* Resumed since (an extend) or deleted: nothing to do. */
     if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) state_trial_compact(s, t);
   }
 }
 
-void state_compact_free(struct server *s) {
-  free(s->cq);
-  s->cq = NULL;
-  s->cq_head = s->cq_len = s->cq_cap = 0;
-}
+void state_compact_free(struct server *s) { due_queue_free(&s->cq); }
 
 struct hydrate_ctx {
   struct server *s;
   struct trial *t;
 };
 
-/* One stored result back into memory, as the loader does it. */
-static int hydrate_row(void *ctx, const struct store_result_row *r) {
-  struct hydrate_ctx *h = ctx;
-  struct trial *t = h->t;
+int state_replay_result(struct server *s, struct trial *t, const struct store_result_row *r) {
   cJSON *obj = cJSON_Parse(r->data);
   if (!cJSON_IsObject(obj)) {
     cJSON_Delete(obj);
-    log_warn("trial %lld: stored result %lld is not a JSON object: left out", (long long)t->id,
-             (long long)r->seq);
-    return 0;
+    return -EBADMSG;
   }
-  int rc = state_note_result(h->s, t, r->t, r->decision && r->decision[0] == 's' ? 's' : 'c',
-                             obj, r->data, r->seq);
+  int rc = state_note_result(s, t, r->t, r->decision && r->decision[0] == 's' ? 's' : 'c', obj,
+                             r->data, r->seq);
   cJSON_Delete(obj);
   if (!rc && r->gen < t->generation) {
+    /* issue 13 (gen): an earlier generation's result: history only, not the
+     * idempotency index nor the checkpoint bound (completed after the load
+     * from the checkpoint, which is the donor's or newer). */
     t->gen_start = t->nres;
     t->max_t_seen = -INFINITY;
     t->max_iter_seen = -INFINITY;
   }
   return rc;
+}
+
+static int hydrate_row(void *ctx, const struct store_result_row *r) {
+  struct hydrate_ctx *h = ctx;
+  int rc = state_replay_result(h->s, h->t, r);
+  if (rc == -EBADMSG)
+    log_warn("trial %lld: stored result %lld is not a JSON object: left out",
+             (long long)h->t->id, (long long)r->seq);
+  return rc == -EBADMSG ? 0 : rc;
 }
 
 int state_trial_hydrate(struct server *s, struct trial *t) {
@@ -123,13 +143,7 @@ int state_trial_hydrate(struct server *s, struct trial *t) {
                 : 0;
   if (rc) {
     /* Back to the summary as it was: the partial history goes. */
-    free(t->ts);
-    free(t->decisions);
-    free(t->seqs);
-    free(t->values);
-    for (int i = 0; i < t->nseries; i++) free(t->series[i].v);
-    free(t->series);
-    free(t->last_result);
+    state_trial_history_free(t);
     *t = saved;
     s->ncompact++;
     log_error("trial %lld: its results could not be read back (%d)", (long long)t->id, rc);

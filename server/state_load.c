@@ -315,24 +315,12 @@ static int load_result(void *ctx, const struct store_result_row *r) {
     }
     return 0;
   }
-  cJSON *obj = cJSON_Parse(r->data);
-  if (!cJSON_IsObject(obj)) {
-    cJSON_Delete(obj);
+  int rc = state_replay_result(s, t, r);
+  if (rc == -EBADMSG) {
     s->unusable_rows++;
     log_warn("load: result %lld of trial %lld skipped: its data is not a JSON object",
              (long long)r->seq, (long long)r->trial_id);
     return 0;
-  }
-  int rc = state_note_result(s, t, r->t, r->decision[0] == 's' ? 's' : 'c', obj, r->data,
-                             r->seq);
-  cJSON_Delete(obj);
-  if (!rc && r->gen < t->generation) {
-    /* issue 13 (gen): an earlier generation's result: history only, not the
-     * idempotency index nor the checkpoint bound (completed after the load
-     * from the checkpoint, which is the donor's or newer). */
-    t->gen_start = t->nres;
-    t->max_t_seen = -INFINITY;
-    t->max_iter_seen = -INFINITY;
   }
   return rc;
 }
