@@ -65,12 +65,9 @@ struct commit {
   void *repair_ctx;
   int stopping;
   uint64_t batches, ops, failed;
-  /* Durable commits (store_sync_full): a second thread flushes the WAL and
-   * answers the waiters, while the writer goes on with the next batch. */
-  pthread_t syncer;
-  int has_syncer, sync_stopping;
-  pthread_cond_t tosync;   /* committed moved, or stop */
-  uint64_t committed;      /* every ticket <= committed has ended, not yet flushed */
+  /* Durable commits (store_sync_full): the writer flushes the WAL after
+   * each batch and before it answers the batch's waiters. */
+  int sync_full;
 };
 
 static _Thread_local struct commit_hold *commit_cur_hold;
@@ -225,40 +222,37 @@ static void commit_settle(struct commit *c, uint64_t upto) {
   pthread_mutex_lock(&c->mu);
 }
 
-/* A batch ended (committed, failed or refused): answer its waiters now, or
- * after the next flush when commits must be durable first. */
-static void commit_finish(struct commit *c, uint64_t upto) {
-  if (!c->has_syncer) {
-    commit_settle(c, upto);
-    return;
-  }
-  c->committed = upto;
-  pthread_cond_signal(&c->tosync);
-}
-
-static void *commit_sync_main(void *arg) {
-  struct commit *c = arg;
-  pthread_mutex_lock(&c->mu);
-  for (;;) {
-    while (c->committed == c->done && !c->sync_stopping) pthread_cond_wait(&c->tosync, &c->mu);
-    if (c->committed == c->done) break; /* stopping, nothing left */
-    uint64_t target = c->committed;
+/* A batch ended (committed, failed or refused): with durable commits the
+ * WAL is flushed first (unlocked; wrote: the batch stored something), then
+ * its waiters are answered.
+ *
+ * The flush is on the writer's own path on purpose. With a second thread
+ * flushing while the writer commits the next batch, the writer commits every
+ * small batch at once (2.8 results per commit under the load benchmark,
+ * against 6.0 here), and the extra transactions and thread wake-ups cost 63
+ * µs of server CPU per result against 55 (2 cores shared with the load,
+ * runs interleaved), for fewer results/s. Groups that arrive during a flush
+ * wait and go in together as the next batch. Every batch before this one
+ * was flushed before its waiters were answered, so answers stay in order. */
+static void commit_finish(struct commit *c, uint64_t upto, int wrote) {
+  if (c->sync_full && wrote) {
     pthread_mutex_unlock(&c->mu);
+    double t0 = clock_mono_s();
     int rc = store_sync(c->st);
+    double took = clock_mono_s() - t0;
+    if (took > 0.02) /* every reply in the batch waited this long */
+      log_warn("commit: flushing the WAL took %.1f ms", took * 1e3);
     if (rc) {
       /* After a failed flush nobody can tell what is on the disk (the kernel
        * may have dropped the dirty pages): acknowledge nothing more. A
        * restart recovers from what the database really holds. */
       log_error("commit: flushing the WAL to disk failed (%s); exiting without answering "
-                "%llu waiting change(s)", strerror(-rc),
-                (unsigned long long)(target - c->done));
+                "%llu waiting change(s)", strerror(-rc), (unsigned long long)(upto - c->done));
       _exit(1);
     }
     pthread_mutex_lock(&c->mu);
-    commit_settle(c, target);
   }
-  pthread_mutex_unlock(&c->mu);
-  return NULL;
+  commit_settle(c, upto);
 }
 
 static void commit_record_failure(struct commit *c, uint64_t lo, const char *reason) {
@@ -302,7 +296,7 @@ static void *commit_main(void *arg) {
         refused = next;
       }
       pthread_mutex_lock(&c->mu);
-      commit_finish(c, upto);
+      commit_finish(c, upto, 0);
       continue;
     }
     /* Take whole groups, up to COMMIT_MAX_BATCH ops (at least one group). */
@@ -325,6 +319,7 @@ static void *commit_main(void *arg) {
     if (took > 0.02) /* every reply in the batch waited this long */
       log_warn("commit: %llu op(s) took %.1f ms", (unsigned long long)n, took * 1e3);
     uint64_t bad_ticket = bad ? bad->ticket : 0, nbad = 0;
+    int wrote = bad != batch; /* a failed batch may have committed a prefix */
     for (struct commit_group *g = bad; g; g = g->next) nbad++;
     while (batch) {
       struct commit_group *next = batch->next;
@@ -343,7 +338,7 @@ static void *commit_main(void *arg) {
                 (unsigned long long)(c->issued - bad_ticket));
       commit_record_failure(c, bad_ticket, reason);
     }
-    commit_finish(c, upto);
+    commit_finish(c, upto, wrote);
     if (bad_ticket && c->repair) {
       pthread_mutex_unlock(&c->mu);
       c->repair(c->repair_ctx); /* takes the model lock, calls commit_repair_point */
@@ -376,27 +371,8 @@ int commit_start(struct store *st, struct commit **out) {
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->work, NULL);
   pthread_cond_init(&c->settled, NULL);
-  pthread_cond_init(&c->tosync, NULL);
-  if (store_sync_full(st)) {
-    if (pthread_create(&c->syncer, NULL, commit_sync_main, c)) {
-      pthread_cond_destroy(&c->tosync);
-      pthread_cond_destroy(&c->settled);
-      pthread_cond_destroy(&c->work);
-      pthread_mutex_destroy(&c->mu);
-      free(c);
-      return -EAGAIN;
-    }
-    c->has_syncer = 1;
-  }
+  c->sync_full = store_sync_full(st);
   if (pthread_create(&c->thread, NULL, commit_main, c)) {
-    if (c->has_syncer) {
-      pthread_mutex_lock(&c->mu);
-      c->sync_stopping = 1;
-      pthread_cond_signal(&c->tosync);
-      pthread_mutex_unlock(&c->mu);
-      pthread_join(c->syncer, NULL);
-    }
-    pthread_cond_destroy(&c->tosync);
     pthread_cond_destroy(&c->settled);
     pthread_cond_destroy(&c->work);
     pthread_mutex_destroy(&c->mu);
@@ -414,13 +390,6 @@ void commit_stop(struct commit *c) {
   pthread_cond_signal(&c->work);
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->thread, NULL);
-  if (c->has_syncer) { /* the writer is done: the last flush, then stop */
-    pthread_mutex_lock(&c->mu);
-    c->sync_stopping = 1;
-    pthread_cond_signal(&c->tosync);
-    pthread_mutex_unlock(&c->mu);
-    pthread_join(c->syncer, NULL);
-  }
   if (c->open) commit_free_group(c->open); /* never handed over: nobody waits */
   while (c->waiters) { /* nobody should be left; answer them anyway */
     struct commit_waiter *w = c->waiters;
@@ -428,7 +397,6 @@ void commit_stop(struct commit *c) {
     w->done(w->ctx, w->ticket <= c->done ? commit_status_locked(c, w->ticket) : -EAGAIN);
     free(w);
   }
-  pthread_cond_destroy(&c->tosync);
   pthread_cond_destroy(&c->settled);
   pthread_cond_destroy(&c->work);
   pthread_mutex_destroy(&c->mu);

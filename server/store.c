@@ -98,6 +98,9 @@ struct store_faults {
    * that writes or deletes an experiment row (a pause, an extend, a delete
    * half done: nothing of it may survive). */
   int kill_before_exp_commit, armed_before;
+  /* The flush after the first transaction that stores a result fails
+   * (-EIO), as fdatasync does when the disk refuses the write-back. */
+  int sync_fail_after_result, armed_sync;
 };
 
 struct store {
@@ -127,6 +130,7 @@ static void store_faults_parse(struct store *st) {
     else if (!strcmp(kv, "kill_after_trial_end")) st->fault.kill_after_trial_end = v != 0;
     else if (!strcmp(kv, "delay_ms")) st->fault.delay_ms = (int)v;
     else if (!strcmp(kv, "kill_before_exp_commit")) st->fault.kill_before_exp_commit = v != 0;
+    else if (!strcmp(kv, "sync_fail_after_result")) st->fault.sync_fail_after_result = v != 0;
     else if (!strcmp(kv, "blob_limit")) sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
     else continue;
     log_warn("store: test fault injection on: %s=%ld", kv, v);
@@ -219,6 +223,7 @@ static int store_open_sync(struct store *st, const char *path, char *err, size_t
 
 int store_sync(struct store *st) {
   if (st->sync_fd < 0) return 0;
+  if (st->fault.armed_sync) return -EIO;
   return fdatasync(st->sync_fd) ? -errno : 0;
 }
 
@@ -252,9 +257,9 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
    * and SQLite syncs around every checkpoint, so the file is never corrupt.
    * Durable acknowledgements (sync_full, the default) add store_sync: an
    * fdatasync of the WAL after the commit and before any reply. That is what
-   * synchronous=FULL does inside COMMIT, but off the writer's path: the
-   * commit thread goes on with the next batch while the disk flushes, and
-   * one flush covers every batch committed before it started. */
+   * synchronous=FULL does inside COMMIT, but called by the commit thread
+   * after the transaction has ended, so the WAL write lock is not held
+   * during the flush. */
   if (store_exec(st->w, "PRAGMA journal_mode=WAL", err, errlen, "enabling WAL") ||
       store_exec(st->w, "PRAGMA synchronous=NORMAL", err, errlen, "setting synchronous") ||
       store_exec(st->w, "PRAGMA foreign_keys=OFF", err, errlen, "pragma") ||
@@ -451,6 +456,7 @@ int store_insert_result(struct store *st, const struct store_result_row *r) {
   bind_text(s, 5, r->decision);
   bind_text(s, 6, r->data);
   sqlite3_bind_int64(s, 7, r->gen);
+  if (st->fault.sync_fail_after_result) st->fault.armed_sync = 1;
   return store_step(st, s);
 }
 

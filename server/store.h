@@ -103,13 +103,16 @@ struct store_worker_row {
  * On failure *err names the step. -EIO / -ENOMEM.
  *
  * Fault injection for tests only: the environment variable CTUNE_TEST_FAULT
- * ("busy=N,blob_limit=BYTES,kill_after_trial_end=1,delay_ms=MS,kill_before_exp_commit=1") makes the
+ * ("busy=N,blob_limit=BYTES,kill_after_trial_end=1,delay_ms=MS,kill_before_exp_commit=1,
+ * sync_fail_after_result=1") makes the
  * next N transactions find the database busy, refuses values over BYTES the
  * way SQLite refuses values over its length limit, kill -9s the process
  * right after the first commit that ends a trial, and makes every
  * transaction wait MS first (so that requests line up in one batch), and
  * kill -9s the process just before the COMMIT of the first transaction
- * that writes or deletes an experiment row (issue 14's crash tests). */
+ * that writes or deletes an experiment row (issue 14's crash tests), and
+ * fails the flush (store_sync) of the first transaction that stores a result
+ * and every flush after it. */
 int store_open(const char *path, int wal_frames, int sync_full, struct store **out,
                char *err, size_t errlen);
 void store_close(struct store *st);

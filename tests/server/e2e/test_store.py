@@ -4,6 +4,7 @@ backwards across a restart, a write the database refuses fails only its own
 request and the server stays writable, a transient BUSY is retried.
 
 Faults are injected with CTUNE_TEST_FAULT (server/store.h), only here."""
+import http.client
 import os
 import signal
 import sqlite3
@@ -289,6 +290,42 @@ def test_writer_waits_for_another_connection():
     c.close()
     s.restart()
     assert len(s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"]) == 1
+    s.stop()
+
+
+def test_result_is_acknowledged_only_after_its_flush():
+    """--durability full (the default): a result's reply goes out only after
+    the WAL that holds it is flushed to the disk. When that flush fails,
+    nobody can tell what the disk holds: the server answers nothing more and
+    exits 1, so the worker keeps the result and sends it again; a restart
+    serves what the database really holds, and the resend is stored once."""
+    s = start(fault="sync_fail_after_result=1")
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    answered = None
+    try:
+        answered = s.request("POST", "/api/v1/trials/%d/results" % t["id"],
+                             {"training_iteration": 1, "loss": 0.5}, headers=fence(w, t))
+    except (ConnectionError, OSError, http.client.HTTPException):
+        pass
+    assert answered is None, "acknowledged before its flush: %r" % (answered,)
+    assert s.proc.wait(timeout=10) == 1
+    assert "flushing the WAL to disk failed" in s.stderr()
+    restart(s)
+    assert result(s, w, t, 1)["decision"] == "continue"
+    assert len(s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"]) == 1
+    s.stop()
+
+
+def test_normal_durability_does_not_flush_per_commit():
+    """--durability normal keeps the older promise (a process crash, not an
+    OS crash): no flush per commit, so the same fault never fires."""
+    s = start(fault="sync_fail_after_result=1", args=["--durability", "normal"])
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    assert result(s, w, t, 1)["decision"] == "continue"
     s.stop()
 
 
