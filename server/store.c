@@ -99,7 +99,8 @@ struct store_faults {
    * half done: nothing of it may survive). */
   int kill_before_exp_commit, armed_before;
   /* The flush after the first transaction that stores a result fails
-   * (-EIO), as fdatasync does when the disk refuses the write-back. */
+   * (-EIO, after 300 ms), as fdatasync does when the disk refuses the
+   * write-back. */
   int sync_fail_after_result, armed_sync;
 };
 
@@ -223,7 +224,12 @@ static int store_open_sync(struct store *st, const char *path, char *err, size_t
 
 int store_sync(struct store *st) {
   if (st->sync_fd < 0) return 0;
-  if (st->fault.armed_sync) return -EIO;
+  if (st->fault.armed_sync) {
+    /* A disk that takes its time before it refuses: long enough for a reply
+     * sent too early to reach the client (the test would see it). */
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+    return -EIO;
+  }
   return fdatasync(st->sync_fd) ? -errno : 0;
 }
 

@@ -112,7 +112,7 @@ struct store_worker_row {
  * kill -9s the process just before the COMMIT of the first transaction
  * that writes or deletes an experiment row (issue 14's crash tests), and
  * fails the flush (store_sync) of the first transaction that stores a result
- * and every flush after it. */
+ * and every flush after it, each after 300 ms. */
 int store_open(const char *path, int wal_frames, int sync_full, struct store **out,
                char *err, size_t errlen);
 void store_close(struct store *st);
