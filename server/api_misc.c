@@ -42,8 +42,10 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   }
   for (int64_t i = 0; i < s->nworkers; i++) workers[s->workers[i]->lost]++;
   server_unlock(s);
-  uint64_t batches, ops;
+  uint64_t batches, ops, flushes;
+  double flush_s;
   commit_stats(s->commit, &batches, &ops);
+  commit_flush_stats(s->commit, &flushes, &flush_s);
   int off = snprintf(buf, cap, "# HELP ctune_trials Trials by status.\n# TYPE ctune_trials gauge\n");
   for (int j = 0; j < TS_COUNT; j++)
     off += snprintf(buf + off, cap - (size_t)off, "ctune_trials{status=\"%s\"} %lld\n",
@@ -60,6 +62,12 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
                   "# TYPE ctune_commit_batches_total counter\nctune_commit_batches_total %llu\n"
                   "# HELP ctune_commit_ops_total Writes committed.\n"
                   "# TYPE ctune_commit_ops_total counter\nctune_commit_ops_total %llu\n"
+                  "# HELP ctune_commit_flushes_total WAL flushes before replies (--durability "
+                  "full).\n# TYPE ctune_commit_flushes_total counter\n"
+                  "ctune_commit_flushes_total %llu\n"
+                  "# HELP ctune_commit_flush_seconds_total Time spent in those flushes.\n"
+                  "# TYPE ctune_commit_flush_seconds_total counter\n"
+                  "ctune_commit_flush_seconds_total %.6f\n"
                   "# HELP ctune_unusable_rows Rows the last load could not use (logged, kept).\n"
                   "# TYPE ctune_unusable_rows gauge\nctune_unusable_rows %lld\n"
                   "# HELP ctune_trials_compact Ended trials kept as a summary (bounded memory).\n"
@@ -67,7 +75,7 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
                   "# HELP ctune_experiments_cold Finished experiments whose trials are not in "
                   "memory.\n# TYPE ctune_experiments_cold gauge\nctune_experiments_cold %lld\n",
                   (long long)workers[0], (long long)workers[1], (unsigned long long)batches,
-                  (unsigned long long)ops, (long long)unusable, (long long)compact,
+                  (unsigned long long)ops, (unsigned long long)flushes, flush_s, (long long)unusable, (long long)compact,
                   (long long)cold);
   int m = off < (int)cap ? metrics_format(&s->metrics, buf + off, cap - (size_t)off) : -ENOSPC;
   if (m < 0) {

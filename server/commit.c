@@ -15,6 +15,9 @@
 #define COMMIT_MAX_BATCH 8192
 #define COMMIT_BUSY_TRIES 8   /* transient SQLITE_BUSY/LOCKED: retry the batch */
 #define COMMIT_MAX_FAILS 64   /* failure ranges remembered (tickets long past are not asked) */
+#define COMMIT_SLOW_S 0.02    /* a batch or a flush this slow is logged: every reply waited */
+#define COMMIT_SLOW_LOG_S 10.0 /* at most one such line per this long (a slow disk is slow
+                                 * every time: one line per flush would flood the log) */
 
 struct commit_op {
   struct commit_op *next;
@@ -68,6 +71,12 @@ struct commit {
   /* Durable commits (store_sync_full): the writer flushes the WAL after
    * each batch and before it answers the batch's waiters. */
   int sync_full;
+  uint64_t flushes;  /* for /metrics (under mu) */
+  double flush_s;    /* seconds spent flushing, all flushes */
+  /* Slow batches and flushes not logged yet, and when the last line went
+   * out (the writer's own: no lock). */
+  uint64_t slow_unlogged;
+  double slow_logged_at;
 };
 
 static _Thread_local struct commit_hold *commit_cur_hold;
@@ -195,6 +204,26 @@ static struct commit_group *commit_apply_batch(struct commit *c, struct commit_g
   return commit_isolate(c, batch, reason, n);
 }
 
+/* A batch or a flush took `took` seconds: logged when slow, at most once per
+ * COMMIT_SLOW_LOG_S with how many more were slow since the last line. */
+static void commit_note_slow(struct commit *c, const char *what, uint64_t nops, double took) {
+  if (took <= COMMIT_SLOW_S) return;
+  double now = clock_mono_s();
+  if (c->slow_logged_at > 0 && now - c->slow_logged_at < COMMIT_SLOW_LOG_S) {
+    c->slow_unlogged++;
+    return;
+  }
+  char more[96] = "";
+  if (c->slow_unlogged)
+    snprintf(more, sizeof more, " (and %llu more batch(es) or flush(es) over %.0f ms since the "
+             "last such line)", (unsigned long long)c->slow_unlogged, COMMIT_SLOW_S * 1e3);
+  if (nops) log_warn("commit: %s of %llu op(s) took %.1f ms%s", what, (unsigned long long)nops,
+                     took * 1e3, more);
+  else log_warn("commit: %s took %.1f ms%s", what, took * 1e3, more);
+  c->slow_unlogged = 0;
+  c->slow_logged_at = now;
+}
+
 static void commit_settle(struct commit *c, uint64_t upto) {
   /* Detach the waiters this batch settles (their status taken under the
    * lock); call them without it. */
@@ -240,8 +269,7 @@ static void commit_finish(struct commit *c, uint64_t upto, int wrote) {
     double t0 = clock_mono_s();
     int rc = store_sync(c->st);
     double took = clock_mono_s() - t0;
-    if (took > 0.02) /* every reply in the batch waited this long */
-      log_warn("commit: flushing the WAL took %.1f ms", took * 1e3);
+    commit_note_slow(c, "flushing the WAL", 0, took);
     if (rc) {
       /* After a failed flush nobody can tell what is on the disk (the kernel
        * may have dropped the dirty pages): acknowledge nothing more. A
@@ -251,6 +279,8 @@ static void commit_finish(struct commit *c, uint64_t upto, int wrote) {
       _exit(1);
     }
     pthread_mutex_lock(&c->mu);
+    c->flushes++;
+    c->flush_s += took;
   }
   commit_settle(c, upto);
 }
@@ -315,9 +345,7 @@ static void *commit_main(void *arg) {
     char reason[160] = "";
     double t0 = clock_mono_s();
     struct commit_group *bad = commit_apply_batch(c, batch, reason, sizeof reason);
-    double took = clock_mono_s() - t0;
-    if (took > 0.02) /* every reply in the batch waited this long */
-      log_warn("commit: %llu op(s) took %.1f ms", (unsigned long long)n, took * 1e3);
+    commit_note_slow(c, "a batch", n, clock_mono_s() - t0);
     uint64_t bad_ticket = bad ? bad->ticket : 0, nbad = 0;
     int wrote = bad != batch; /* a failed batch may have committed a prefix */
     for (struct commit_group *g = bad; g; g = g->next) nbad++;
@@ -528,6 +556,13 @@ void commit_stats(struct commit *c, uint64_t *batches, uint64_t *ops) {
   pthread_mutex_lock(&c->mu);
   *batches = c->batches;
   *ops = c->ops;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void commit_flush_stats(struct commit *c, uint64_t *flushes, double *seconds) {
+  pthread_mutex_lock(&c->mu);
+  *flushes = c->flushes;
+  *seconds = c->flush_s;
   pthread_mutex_unlock(&c->mu);
 }
 

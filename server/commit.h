@@ -90,5 +90,7 @@ void commit_repair_point(struct commit *c);
 /* Commits and batches so far (for /metrics); failed groups so far. */
 void commit_stats(struct commit *c, uint64_t *batches, uint64_t *ops);
 uint64_t commit_failures(struct commit *c);
+/* Flushes of the WAL so far (durable commits) and the seconds they took. */
+void commit_flush_stats(struct commit *c, uint64_t *flushes, double *seconds);
 
 #endif

@@ -326,6 +326,35 @@ def test_normal_durability_does_not_flush_per_commit():
     w = register(s)
     t = lease(s, w)
     assert result(s, w, t, 1)["decision"] == "continue"
+    assert metric(s, "ctune_commit_flushes_total") == 0
+    s.stop()
+
+
+def metric(s, name):
+    st, body, _ = s.request("GET", "/metrics", raw=True)
+    assert st == 200, st
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no %s in /metrics" % name)
+
+
+def test_slow_commits_are_logged_once_per_interval():
+    """Every batch here takes over 20 ms (the delay_ms fault): the first is
+    logged, the next ones within 10 s are only counted (a slow disk is slow
+    every time; a line per batch would flood the log). /metrics counts the
+    WAL flushes that replies waited for and the time they took."""
+    s = start(fault="delay_ms=30")
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    before = metric(s, "ctune_commit_flushes_total")
+    for it in range(1, 6):
+        assert result(s, w, t, it)["decision"] == "continue"
+    assert metric(s, "ctune_commit_flushes_total") >= before + 5
+    assert metric(s, "ctune_commit_flush_seconds_total") > 0
+    lines = [l for l in s.stderr().splitlines() if "commit: a batch of" in l]
+    assert len(lines) == 1, lines
     s.stop()
 
 
