@@ -83,8 +83,22 @@ def test_pbt_real_workers():
             res = s.ok("GET", "/api/v1/trials/%d/results" % t["id"])["results"]
             evs = [x for x in tr["events"] if x["kind"] == "exploited"]
             resumed = [r for r in res if "resumed_from_trial" in r]
-            # every exploit shows as one resume from the donor's checkpoint
-            assert len(resumed) == len(evs), (tr["events"], res)
+            # every exploit shows as one resume from the donor's checkpoint,
+            # except one that came when the donor's checkpoint was already at
+            # the last iteration (10): the trial resumes from it with nothing
+            # left to run, so it reports nothing more and ends with the new
+            # config but the old config's last result. Only the last exploit
+            # can be that one; which exploits happen depends on the order
+            # the results arrive in.
+            dangling = len(evs) - len(resumed)
+            assert dangling in (0, 1), (tr["events"], res)
+            if dangling:
+                last = evs.pop()
+                exploits += 1
+                assert tr["config"]["lr"] == last["data"]["new_config"]["lr"], (tr, last)
+                assert res[-1]["lr"] == last["data"]["old_config"]["lr"], (res[-1], last)
+            else:
+                assert tr["config"]["lr"] == res[-1]["lr"], (tr["config"], res[-1])
             for ev, r in zip(evs, resumed):
                 exploits += 1
                 donor = ev["data"]["donor"]
@@ -96,7 +110,6 @@ def test_pbt_real_workers():
                 if r["resumed_from_iteration"] < ev["data"]["t"]:
                     behind += 1  # it reports iterations it had reported before
             assert res[-1]["training_iteration"] == 10, res
-            assert tr["config"]["lr"] == res[-1]["lr"], (tr["config"], res[-1])
         assert exploits >= 1, "no trial was exploited"
         assert behind >= 1, "no trial was exploited from a donor behind it"
         st = s.ok("GET", "/api/v1/experiments/%d" % eid)["scheduler"]
