@@ -213,7 +213,7 @@ static void commit_note_slow(struct commit *c, const char *what, uint64_t nops, 
     c->slow_unlogged++;
     return;
   }
-  char more[96] = "";
+  char more[128] = "";
   if (c->slow_unlogged)
     snprintf(more, sizeof more, " (and %llu more batch(es) or flush(es) over %.0f ms since the "
              "last such line)", (unsigned long long)c->slow_unlogged, COMMIT_SLOW_S * 1e3);
