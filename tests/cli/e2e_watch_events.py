@@ -63,6 +63,16 @@ def run(polling):
     w = Watch(s, eid, polling)
     w.wait_for(r"^== Status ==", 5)
     time.sleep(1.5)  # the stream opens, the watch settles
+    if not polling:
+        # Settled when half a second passes with no request but our own
+        # /metrics read (a slow machine may take longer than 1.5 s).
+        deadline, prev = time.time() + 5, requests_served(s)
+        while time.time() < deadline:
+            time.sleep(0.5)
+            cur = requests_served(s)
+            if cur - prev <= 1:
+                break
+            prev = cur
     before = requests_served(s)
     time.sleep(4)
     quiet = requests_served(s) - before - 1  # not counting the /metrics read itself
@@ -82,7 +92,7 @@ def test_watch_follows_events():
     quiet_poll, took_poll, lines_poll = run(polling=True)
     print("requests in 4 s of quiet: events %d, polling %d; a lease shown after %.2fs / %.2fs"
           % (quiet_ev, quiet_poll, took_ev, took_poll))
-    assert quiet_poll >= 8, quiet_poll  # 3 GETs a second today
+    assert quiet_poll >= 4, quiet_poll  # 3 GETs a second today (12); fewer when loaded
     assert quiet_ev <= 1, quiet_ev
     assert took_ev < 2.5, took_ev
     assert lines_ev == lines_poll, (lines_ev, lines_poll)

@@ -161,10 +161,18 @@ def test_compact_same_answers():
     # Read it keeps it warm (cold 1 s after the last read, not after the
     # first); left alone it goes cold again.
     t0 = time.time()
+    checked = 0
     while time.time() - t0 < 2.5:
+        sent = time.time()
         s.ok("GET", "%s/%d/trials?limit=1" % (E, eid))
         time.sleep(0.1)
-        assert metric(s, "ctune_experiments_cold") == 0, "cold while being read"
+        cold = metric(s, "ctune_experiments_cold")
+        # Judged only when the read and the check were close together: a
+        # stall of 1 s in between (a loaded machine) lets it go cold rightly.
+        if time.time() - sent < 0.7:
+            assert cold == 0, "cold while being read"
+            checked += 1
+    assert checked >= 5, checked
     wait_cold(s, 1)
     # A replay of an ended trial's results gets its stored decision (from
     # SQLite now) and stores nothing.

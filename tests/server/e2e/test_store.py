@@ -208,12 +208,15 @@ def test_change_queued_behind_a_refused_one_is_retried():
     """A refused write and a result that was queued right behind it, in the
     same batch: the first gets 500, the second 503 with Retry-After and is
     not stored (it might build on the refused change); sent again, it is
-    stored. Every commit waits 400 ms first (test hook), so both requests
-    line up behind a first one while the commit thread sleeps."""
+    stored. Every commit waits 800 ms first (test hook), so both requests
+    line up behind a first one while the commit thread sleeps. The gaps
+    (0.2 s, then 0.3 s, then 0.3 s left) leave room for a loaded machine:
+    the upload must be queued before the result, both before the sleep
+    ends."""
     import http.client
     import json
     import threading
-    s = start(fault="blob_limit=200000,delay_ms=400")
+    s = start(fault="blob_limit=200000,delay_ms=800")
     s.ok("POST", "/api/v1/experiments", experiment(n=2, sched={"type": "fifo"}), status=201)
     w = register(s)
     t1, t2 = lease(s, w), lease(s, w)
@@ -241,11 +244,11 @@ def test_change_queued_behind_a_refused_one_is_retried():
               "X-Ctune-Crc32": "%08x" % (zlib.crc32(big) & 0xffffffff)})
     first = threading.Thread(target=post_result, args=("first", t2["id"], 1))
     first.start()
-    time.sleep(0.15)  # the commit thread now sleeps in the first batch
+    time.sleep(0.2)  # the commit thread now sleeps in the first batch
     bad = threading.Thread(target=send, args=("bad", "PUT", "/api/v1/trials/%d/checkpoint"
                                               % t1["id"], big, h))
     bad.start()
-    time.sleep(0.1)  # queued behind the refused upload, before the repair
+    time.sleep(0.3)  # queued behind the refused upload, before the repair
     behind = threading.Thread(target=post_result, args=("behind", t2["id"], 2))
     behind.start()
     for th in (first, bad, behind):

@@ -45,7 +45,8 @@ def body(env):
     with open(path) as f:
         printed = int(f.read())
     assert printed < 5, printed
-    assert t["ended_at"] - t["started_at"] < ITERS * PAUSE / 2, t
+    # Its 20 results would take 4 s; ended well before (typically 0.3 s).
+    assert t["ended_at"] - t["started_at"] < ITERS * PAUSE * 0.8, t
 
     # The CLI shows it.
     ctune = os.path.join(env.bin, "ctune")

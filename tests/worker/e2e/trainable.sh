@@ -1,7 +1,8 @@
 #!/bin/sh
 # Test trainable for ctune-worker's e2e tests.
 # usage: trainable.sh ITERATIONS SECONDS_PER_ITERATION [EXIT_CODE]
-# Prints its pid and what the worker put in its environment, one result per
+# Prints its pid, what the worker put in its environment and the CPUs it
+# may run on (its affinity, which awk inherits), one result per
 # iteration with a wall-clock "ts", checkpoints the iteration count, resumes
 # from it, records when SIGTERM arrived, and exits EXIT_CODE at the end.
 iters=$1
@@ -13,7 +14,7 @@ if [ "$CTUNE_RESUME" = 1 ] && [ -f "$ckpt" ]; then
   i=$(cat "$ckpt")
   echo "resumed at $i"
 fi
-echo "pid=$$ trial=$CTUNE_TRIAL_ID omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS cuda=[$CUDA_VISIBLE_DEVICES] gpumem=${CTUNE_GPU_MEM_LIMIT_MB:-none} resume=$CTUNE_RESUME"
+echo "pid=$$ trial=$CTUNE_TRIAL_ID omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS cuda=[$CUDA_VISIBLE_DEVICES] gpumem=${CTUNE_GPU_MEM_LIMIT_MB:-none} resume=$CTUNE_RESUME cpus=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)"
 echo "$$" > "$CTUNE_CHECKPOINT_DIR/pid"
 # Like ctune-train: on SIGTERM, checkpoint the last reported iteration, exit 0.
 trap 'echo "$i" > "$ckpt"; echo "got TERM at $(date +%s.%N)" >&2; exit 0' TERM
