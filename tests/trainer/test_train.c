@@ -80,7 +80,11 @@ START_TEST(mlp_learns_and_reports_json_lines) {
   struct train_config c;
   base(&c);
   c.model = MODEL_MLP;
-  c.lr = 0.05;
+  /* Margin on both sides, under every OpenBLAS kernel: 0.01 reaches 1.0 in
+   * three epochs, half of it still about 0.8, twice it 1.0. At 0.05 (with
+   * momentum 0.9) the run sat at the edge of stability, and the kernel's
+   * rounding decided whether it collapsed to one class. */
+  c.lr = 0.01;
   c.test = 1;
   char *out;
   ck_assert_int_eq(run(&c, &out), TRAIN_EXIT_OK);
@@ -92,7 +96,7 @@ START_TEST(mlp_learns_and_reports_json_lines) {
   ck_assert(sscanf(strstr(last, "\"accuracy\""), "\"accuracy\": %lf", &acc) == 1);
   ck_assert(sscanf(strstr(last, "\"test_accuracy\""), "\"test_accuracy\": %lf", &tacc) == 1);
   /* chance is 0.1 */
-  ck_assert_msg(acc > 0.5 && tacc > 0.5, "accuracy %g test %g", acc, tacc);
+  ck_assert_msg(acc > 0.8 && tacc > 0.8, "accuracy %g test %g", acc, tacc);
   free(out);
 }
 END_TEST
