@@ -1,11 +1,14 @@
 # Thin wrapper over CMake: `make demo` and `make test` are the README's two
 # commands; each installs what it needs first.
+# build: the programs as users get them (no tests, no test hooks);
+# build-test and build-asan: test builds (tests + hooks, testhook.h).
 BUILD      ?= build
+TEST_BUILD ?= build-test
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build asan demo test test-fast test-asan bench fuzz clean install package
+.PHONY: all deps build test-build asan demo test test-fast test-asan bench fuzz clean install package
 
 all: build
 
@@ -13,11 +16,15 @@ deps:
 	./scripts/install-deps
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCTUNE_TESTHOOKS=OFF $(CMAKE_ARGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
+test-build: deps
+	cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=Release -DCTUNE_TESTHOOKS=ON $(CMAKE_ARGS) >/dev/null
+	cmake --build $(TEST_BUILD) -j $(JOBS)
+
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCTUNE_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCTUNE_SANITIZE=ON -DCTUNE_TESTHOOKS=ON $(CMAKE_ARGS) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 demo: build
@@ -25,25 +32,27 @@ demo: build
 
 # The whole suite on the release build, then again under ASan and UBSan
 # (browser tests only once: they test the page, not the C).
-test: build asan
-	cd $(BUILD) && ctest --output-on-failure -j 2
+test: test-build asan
+	cd $(TEST_BUILD) && ctest --output-on-failure -j 2
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE 'browser|bench|python'
 
-test-fast: build
-	cd $(BUILD) && ctest --output-on-failure -j 2 -L unit
+test-fast: test-build
+	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L unit
 
 # Every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each instead of the
 # few seconds `make test` gives them; a crash stops here and names the input
 # to keep in tests/fuzz/regress/<target>/.
 FUZZ_SECONDS ?= 120
-fuzz: build
-	@ls $(BUILD)/fuzz/fuzz_* >/dev/null 2>&1 || { echo "make fuzz: no libFuzzer targets in $(BUILD)/fuzz (clang with libFuzzer not found)" >&2; exit 1; }
-	@for bin in $(BUILD)/fuzz/fuzz_*; do t=$${bin##*/fuzz_}; echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  ./tests/fuzz/run-fuzz $$bin $$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t $(BUILD)/fuzz/work $(FUZZ_SECONDS) || exit 1; done
+fuzz: test-build
+	@ls $(TEST_BUILD)/fuzz/fuzz_* >/dev/null 2>&1 || { echo "make fuzz: no libFuzzer targets in $(TEST_BUILD)/fuzz (clang with libFuzzer not found)" >&2; exit 1; }
+	@for bin in $(TEST_BUILD)/fuzz/fuzz_*; do t=$${bin##*/fuzz_}; echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  ./tests/fuzz/run-fuzz $$bin $$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t $(TEST_BUILD)/fuzz/work $(FUZZ_SECONDS) || exit 1; done
 
-bench: build
+# The test build: some benchmarks drive its tools (tpe_driver, bench_fast_steps);
+# its hooks cost nothing unless a CTUNE_TEST_ variable is set.
+bench: test-build
 	CTUNE_BENCH_DEPS=1 ./scripts/install-deps
-	./bench/run-all $(BUILD)
+	./bench/run-all $(TEST_BUILD)
 
 # Installs the release build: programs in $(PREFIX)/bin, the dashboard in
 # share/ctune/web, examples, docs and the systemd units (deploy/install.cmake);
@@ -58,4 +67,4 @@ package: build
 	@ls $(BUILD)/ctune_*.deb
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(ASAN_BUILD)

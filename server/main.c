@@ -17,8 +17,8 @@
 #include "log.h"
 #include "opts.h"
 #include "sdnotify.h"
-#include "server.h"
-#include "state_decide.h"
+#include "state.h"
+#include "decide.h"
 #include "tls.h"
 
 /* Two servers on one database would both think they own every trial: hold

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "log.h"
+#include "testhook.h"
 
 uint64_t outbox_backoff_ms(int attempts) {
   if (attempts <= 0) return 0;
@@ -125,8 +126,8 @@ static int outbox_file(const struct outbox *ob, uint64_t seq, const char *suffix
 }
 
 static int outbox_fault(void) {
-  const char *f = getenv("CTUNE_OUTBOX_FAULT_FILE");
-  return f && *f && access(f, F_OK) == 0;
+  const char *f = TESTHOOK(TESTHOOK_OUTBOX_FAULT_FILE);
+  return f && access(f, F_OK) == 0;
 }
 
 static int outbox_write(const struct outbox *ob, const struct outbox_item *it) {

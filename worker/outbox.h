@@ -7,9 +7,9 @@
  * back another trial's; each lane has its own retry backoff. The server's
  * idempotency turns "at least once" into "exactly once".
  *
- * Fault injection for tests: while the file named by the environment variable
- * CTUNE_OUTBOX_FAULT_FILE exists, writing a message fails with -ENOSPC (as on
- * a full disk). */
+ * Fault injection in test builds (testhook.h): while the file named by the
+ * site TESTHOOK_OUTBOX_FAULT_FILE exists, writing a message fails with
+ * -ENOSPC (as on a full disk). */
 #ifndef CTUNE_WORKER_OUTBOX_H
 #define CTUNE_WORKER_OUTBOX_H
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lease latency with many experiments (issue 14, fair share).
 
-A lease looks only at the live (RUNNING) experiments (server/state_live.c):
+A lease looks only at the live (RUNNING) experiments (server/state/state_live.c):
 it should cost the same with 1,000 ended experiments as with none, and stay
 small with 1,000 live ones. Three scenarios on a fresh server each
 (--no-auth, --durability normal, loopback, one keep-alive connection):

@@ -14,7 +14,7 @@ import ctune_e2e
 
 def api_routes():
     """Every non-public route of the routing table, ids filled in."""
-    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "server",
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "server", "api",
                             "routes.c")).read()
     out = [(m, p.replace("{id}", "1")) for m, p, acc in
            re.findall(r'\{RM_([A-Z]+), "([^"]+)", (RA_[A-Z]+)', src) if acc != "RA_PUBLIC"]

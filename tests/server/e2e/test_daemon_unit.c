@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "secret.h"
 #include "metrics.h"
 #include "opts.h"
 #include "route.h"
@@ -107,10 +108,10 @@ START_TEST(static_types) {
 END_TEST
 
 START_TEST(auth_compare_and_roles) {
-  ck_assert(auth_equal("abc", "abc"));
-  ck_assert(!auth_equal("abc", "abd"));
-  ck_assert(!auth_equal("abc", "abcd"));
-  ck_assert(!auth_equal("", "a"));
+  ck_assert(secret_equal("abc", "abc"));
+  ck_assert(!secret_equal("abc", "abd"));
+  ck_assert(!secret_equal("abc", "abcd"));
+  ck_assert(!secret_equal("", "a"));
   const char *a = "admin-0123456789abcdef", *w = "worker-0123456789abcdef";
   ck_assert_int_eq(auth_role("Bearer admin-0123456789abcdef", a, w, ""), RA_ADMIN);
   ck_assert_int_eq(auth_role("bearer worker-0123456789abcdef", a, w, ""), RA_WORKER);

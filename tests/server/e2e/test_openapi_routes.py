@@ -1,4 +1,4 @@
-"""schema/openapi.yaml and server/routes.c describe the same routes: every
+"""schema/openapi.yaml and server/api/routes.c describe the same routes: every
 (method, path) of the routing table is documented and vice versa. And the
 description is one tools can load and fuzz: OpenAPI 3.1, no reference to
 another file, and on every operation the answers every request may get
@@ -12,7 +12,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
 
 def roles():
-    src = open(os.path.join(ROOT, "server", "routes.c")).read()
+    src = open(os.path.join(ROOT, "server", "api", "routes.c")).read()
     out = {}
     for m, p, r in re.findall(r'\{RM_(GET|POST|PUT|DELETE), "([^"]+)", RA_(\w+), H_\w+\}', src):
         if "*" in p:  # static files: documented as "/"

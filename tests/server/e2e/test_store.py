@@ -3,7 +3,7 @@ loading repairs what a crash left half done, the change counter never goes
 backwards across a restart, a write the database refuses fails only its own
 request and the server stays writable, a transient BUSY is retried.
 
-Faults are injected with CTUNE_TEST_FAULT (server/store.h), only here."""
+Faults are injected with CTUNE_TEST_FAULT (server/store/store.h, a test-build hook: common/testhook.h), only here."""
 import http.client
 import os
 import signal

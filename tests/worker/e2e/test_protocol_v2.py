@@ -228,7 +228,7 @@ def proc_state(pid):
 def disk_full(env):
     fake = FakeServer()
     fault = os.path.join(env.tmp, "outbox-fault")
-    wenv = dict(os.environ, CTUNE_OUTBOX_FAULT_FILE=fault)
+    wenv = dict(os.environ, CTUNE_TEST_OUTBOX_FAULT_FILE=fault)
     fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "30", "0.1"]))
     env.url = fake.url
     w = env.start_worker("disk", "--outbox-stall-s", "3", env=wenv)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "outbox.h"
+#include "testhook.h"
 
 static char dir[256];
 
@@ -191,7 +192,7 @@ START_TEST(disk_full_is_reported_and_survivable) {
   mk();
   char fault[300];
   snprintf(fault, sizeof fault, "%s.fault", dir);
-  setenv("CTUNE_OUTBOX_FAULT_FILE", fault, 1);
+  testhook_set(TESTHOOK_OUTBOX_FAULT_FILE, fault);
   struct outbox ob;
   ck_assert_int_eq(outbox_open(&ob, dir, 100), 0);
   FILE *f = fopen(fault, "w");
@@ -206,7 +207,7 @@ START_TEST(disk_full_is_reported_and_survivable) {
   ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/r", "{\"i\":1}", 0), 0);
   ck_assert_int_eq(count_files(), 1);
   outbox_close(&ob);
-  unsetenv("CTUNE_OUTBOX_FAULT_FILE");
+  testhook_set(TESTHOOK_OUTBOX_FAULT_FILE, NULL);
   rm();
 }
 END_TEST

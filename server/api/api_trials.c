@@ -1,0 +1,804 @@
+/* api_trials: one trial, its results (report with ASHA's decision, read back),
+ * complete, fail with retries, release, checkpoint and log storage. */
+#include <errno.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "api.h"
+#include "clock.h"
+#include "log.h"
+#include "decide.h"
+#include "utf8.h"
+
+static struct trial *api_find_trial(struct server *s, const struct api_req *req,
+                                    struct api_resp *resp) {
+  int64_t id = req->match->ids[0];
+  struct trial *t = state_trial_ref(s, id); /* a cold experiment's is read back */
+  /* A trial of an experiment startup could not use: its tombstone keeps
+   * the experiment's id. */
+  const char *why = NULL;
+  if (!t && id >= 1 && id <= s->ntrials) {
+    int64_t eid = 0;
+    if (s->trials[id - 1]) eid = s->trials[id - 1]->experiment_id;
+    else if (store_trial_experiment(s->store, id, &eid)) eid = 0; /* an empty slot */
+    why = server_unusable(s, eid);
+  }
+  if (why)
+    api_error(resp, 409, "unusable", req->path, "%s", why);
+  else if (!t)
+    api_error(resp, 404, "not_found", req->path, "trial %lld does not exist", (long long)id);
+  return t;
+}
+
+int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  int64_t id = t ? t->id : 0;
+  cJSON *o = t ? api_trial_json(s, t) : NULL;
+  server_unlock(s);
+  if (!t) return 0;
+  if (!o) return -ENOMEM;
+  /* issue 13: the decisions on this trial, oldest first (PBT history). */
+  cJSON *ev = NULL;
+  int rc = decide_events_json(s, id, &ev);
+  if (rc || !cJSON_AddItemToObject(o, "events", ev)) {
+    cJSON_Delete(ev);
+    cJSON_Delete(o);
+    return rc ? rc : -ENOMEM;
+  }
+  return api_json(resp, 200, o);
+}
+
+static int api_add_plain(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)seq;
+  (void)trial_id;
+  cJSON *v = cJSON_Parse(data);
+  if (!v) return -ENOMEM;
+  cJSON_AddItemToArray(ctx, v);
+  return 0;
+}
+
+int api_trial_results(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  /* issue 14 (pages): in report order, 1000 a page by default; the cursor is
+   * the index after the page (results are only appended). */
+  int64_t limit, after;
+  if (api_page_args(req, resp, 1000, &limit, &after)) return 0;
+  int64_t *seqs = NULL;
+  size_t n = 0, total = 0;
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  int64_t id = t ? t->id : 0, gen = t ? t->generation : 0;
+  size_t gen_start = t ? t->gen_start : 0;
+  size_t from = t && (uint64_t)after < t->nres ? (size_t)after : t ? t->nres : 0;
+  if (t) {
+    total = t->nres;
+    n = total - from < (uint64_t)limit ? total - from : (size_t)limit;
+  }
+  /* Bounded memory: a compact trial's results are a range of SQLite's. */
+  int compact = t && t->compact;
+  int64_t eid = t ? t->experiment_id : 0, first_seq = t ? t->first_seq : 0;
+  int64_t last_seq = t ? t->last_seq : 0;
+  if (t && n && !compact && (seqs = malloc(n * sizeof *seqs)))
+    memcpy(seqs, t->seqs + from, n * sizeof *seqs);
+  int oom = t && n && !compact && !seqs;
+  server_unlock(s);
+  if (!t || oom) return oom ? -ENOMEM : 0;
+  /* The rows exist once everything queued before this read is committed. */
+  commit_flush(s->commit);
+  int rc = 0;
+  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "results");
+  if (!arr) rc = -ENOMEM;
+  else if (compact && n)
+    rc = store_trial_results(s->store, eid, id, first_seq, last_seq, (int64_t)from,
+                             (int64_t)n, api_add_plain, arr);
+  else if (n)
+    rc = store_results_by_seq(s->store, seqs, n, api_add_plain, arr);
+  free(seqs);
+  if (!rc && !cJSON_AddNumberToObject(root, "trial_id", (double)id)) rc = -ENOMEM;
+  /* issue 13: every generation's results are listed, in report order; the
+   * trial's current generation (PBT exploits applied) and the index of its
+   * first result tell the latest ones apart. */
+  if (!rc && (!cJSON_AddNumberToObject(root, "generation", (double)gen) ||
+              !cJSON_AddNumberToObject(root, "generation_start", (double)gen_start)))
+    rc = -ENOMEM;
+  if (!rc) rc = api_page_next(root, from + n < total, (int64_t)(from + n));
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  return api_json(resp, 200, root);
+}
+
+/* The lease a trial-scoped write names (X-Ctune-Lease: W:A); a 400
+ * missing_lease when it is absent or malformed. */
+static int api_lease(const struct api_req *req, struct api_resp *resp, struct lease_token *l) {
+  if (!state_parse_lease(req->header(req->conn, "X-Ctune-Lease"), l)) return 0;
+  api_error(resp, 400, "missing_lease", "X-Ctune-Lease",
+            "trial writes need the header X-Ctune-Lease: <worker_id>:<attempt> (the "
+            "attempt from the lease reply)");
+  return -EINVAL;
+}
+
+/* 409 not_leased: nothing of the request was stored or counted. What made
+ * the lease stale may still be queued: the reply waits until it is durable.
+ * For results the body also says "decision": "stop". */
+static int api_not_leased(struct server *s, struct api_resp *resp, const char *path,
+                          const char *why, int with_stop) {
+  cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+  if (!e || !cJSON_AddStringToObject(e, "code", "not_leased") ||
+      !cJSON_AddStringToObject(e, "message", why) ||
+      !cJSON_AddStringToObject(e, "path", path) ||
+      (with_stop && !cJSON_AddStringToObject(root, "decision", "stop"))) {
+    cJSON_Delete(root);
+    return -ENOMEM;
+  }
+  int rc = api_json(resp, 409, root);
+  resp->ticket = commit_last_ticket(s->commit);
+  return rc;
+}
+
+static uint64_t ticket_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* A result is a flat object of numbers (null allowed: NaN). */
+static int api_check_result(const cJSON *r, const char *time_attr, struct api_resp *resp,
+                            double *t) {
+  if (!cJSON_IsObject(r))
+    return api_error(resp, 400, "invalid_result", "", "a result is a flat JSON object of "
+                     "numbers"), -EINVAL;
+  if (!r->child)
+    return api_error(resp, 400, "invalid_result", "", "a result needs at least '%s'",
+                     time_attr), -EINVAL;
+  for (const cJSON *c = r->child; c; c = c->next) {
+    if (!cJSON_IsNumber(c) && !cJSON_IsNull(c) && !cJSON_IsBool(c))
+      return api_error(resp, 400, "invalid_result", c->string,
+                       "%s: a result holds only numbers (null and booleans allowed)", c->string), -EINVAL;
+  }
+  const cJSON *tv = cJSON_GetObjectItemCaseSensitive(r, time_attr);
+  if (!tv || !cJSON_IsNumber(tv) || !isfinite(tv->valuedouble) || tv->valuedouble < 0)
+    return api_error(resp, 400, "invalid_result", time_attr,
+                     "%s: the time attribute must be a finite number >= 0", time_attr), -EINVAL;
+  *t = tv->valuedouble;
+  return 0;
+}
+
+#define API_MAX_BATCH 1000
+
+/* The results body: one object, or an array of them (a batch). NULL after
+ * filling a 400. */
+static cJSON *api_results_body(const struct api_req *req, struct api_resp *resp) {
+  size_t i = 0;
+  while (i < req->body_len && (req->body[i] == ' ' || req->body[i] == '\t' ||
+                               req->body[i] == '\r' || req->body[i] == '\n'))
+    i++;
+  if (i == req->body_len || req->body[i] != '[') return api_body_object(req, resp, 0);
+  cJSON *a = api_body_json(req, resp);
+  if (!a) return NULL;
+  int n = cJSON_GetArraySize(a);
+  if (n < 1 || n > API_MAX_BATCH) {
+    cJSON_Delete(a);
+    api_error(resp, 400, "invalid_result", "", "a batch holds 1 to %d results, not %d",
+              API_MAX_BATCH, n);
+    return NULL;
+  }
+  return a;
+}
+
+/* The stored decision for time value tv ('c'/'s'), or 0 when none is stored
+ * in the trial's current generation: after a PBT exploit the trial resumes
+ * from its donor's checkpoint, maybe behind its own results, and reports
+ * those time values again as new results (issue 13). */
+static char api_stored_decision(struct server *s, const struct trial *t, double tv) {
+  if (t->compact) {
+    /* Bounded memory: an ended trial's replays are looked up in SQLite
+     * (rare: a reply to its last results was lost). */
+    char d = 0;
+    if (t->nres && tv <= t->max_t_seen &&
+        store_trial_decision(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,
+                             t->generation, tv, &d))
+      d = 0;
+    return d;
+  }
+  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > t->gen_start;)
+    if (t->ts[i] == tv) return t->decisions[i];
+  return 0;
+}
+
+/* Stores one new result of a RUNNING trial with the scheduler's decision;
+ * a stop ends the trial (and maybe its experiment) in the same hold. */
+static int api_store_result(struct server *s, struct trial *t, struct experiment *e,
+                            const cJSON *r, double tv, char *decision, uint64_t *ticket) {
+  char *json = NULL;
+  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric)
+                                      : NULL;
+  double mv = NAN;
+  int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
+  if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
+  struct sched_outcome out = {0}, end = {0};
+  int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
+  if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
+    sched_outcome_clear(&out);
+    rc = 0;
+  }
+  if (rc) goto out;
+  if (!(json = jsonout_print(r))) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  /* issue 13 (decide): stop rules and the time budget after the scheduler;
+   * pause and exploit are carried out (exploit's checkpoint copy and config
+   * change are queued in this hold: the decision's transaction). */
+  const char *kind = NULL;
+  if ((rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
+  if ((rc = decide_apply(s, e, t, tv, &out, ticket))) goto out;
+  int64_t seq = ++s->seq;
+  char d = out.action != SCHED_CONTINUE ? 's' : 'c';
+  if ((rc = state_note_result(s, t, tv, d, r, json, seq))) goto out;
+  if (d == 's' || out.record) {
+    const cJSON *data = out.action == SCHED_EXPLOIT ? out.new_config : NULL;
+    if ((rc = decide_note(s, t, d == 's' ? kind : NULL, out.reason, data, out.record, ticket)))
+      goto out;
+  }
+  int ended = 0;
+  if (d == 's' && out.action != SCHED_STOP) {
+    /* PAUSE / EXPLOIT: answered stop, RUNNING until the lease ends. */
+    t->updated_seq = ++s->seq;
+    ended = 1; /* the trial row (its reason) goes with the result */
+  } else if (d == 's') {
+    /* The trial is done: it passes through its bracket once more and ends.
+     * Its lease ended it: that attempt's final uploads are still taken. */
+    state_release(s, t);
+    state_set_status(s, t, TS_TERMINATED);
+    t->lease_final = 1;
+    t->stopped_early = out.stopped_early;
+    t->ended_at = clock_wall_s();
+    rc = sched_on_trial_end(e->sched, t->id, 1, tv, t->has_last_value ? &t->last_value : NULL,
+                            &end);
+    if (rc == -ENOENT) rc = 0;
+    if (rc) goto out;
+    ended = 1;
+  }
+  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
+                          &end.asha, ended, ticket);
+  if (!rc && ended && end.record) rc = decide_note(s, t, NULL, NULL, NULL, end.record, ticket);
+  if (!rc && ended) rc = decide_end_others(s, e, &end, ticket); /* issue 13 (promo): hb halving */
+  if (!rc && ended && out.action == SCHED_STOP) {
+    if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == e->num_trials) {
+      e->status = ES_TERMINATED;
+      e->ended_at = clock_wall_s();
+      e->updated_seq = ++s->seq;
+      rc = state_persist_experiment(s, e, ticket);
+      log_info("experiment %lld ended", (long long)e->id);
+    }
+  }
+  if (!rc) {
+    atomic_fetch_add(&s->metrics.results_received, 1);
+    *decision = d;
+  }
+out:
+  sched_outcome_clear(&out);
+  sched_outcome_clear(&end);
+  free(json);
+  return rc;
+}
+
+/* POST /trials/{id}/results: one result or a batch, fenced. Replays (a time
+ * value already stored) answer their stored decision whatever the lease; a
+ * new result needs the trial's current lease, else nothing of the request is
+ * stored (409 not_leased, "decision": "stop"). A batch is stored in one hold
+ * of the lock: one transaction. */
+int api_trial_report(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  cJSON *body = api_results_body(req, resp);
+  if (!body) return 0;
+  int batch = cJSON_IsArray(body), n = batch ? cJSON_GetArraySize(body) : 1, rc = 0;
+  double *tvs = malloc((size_t)n * sizeof *tvs);
+  char *dec = malloc((size_t)n);
+  cJSON *o = NULL;
+  if (!tvs || !dec) {
+    rc = -ENOMEM;
+    goto out_unlocked;
+  }
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  /* Every result is checked before any is stored: one bad result refuses
+   * the whole batch. */
+  int i = 0, fresh = 0;
+  for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
+    if (api_check_result(r, e->spec.sched.time_attr, resp, &tvs[i])) goto out;
+    if (!api_stored_decision(s, t, tvs[i])) fresh = 1;
+  }
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT && fresh) {
+    rc = api_not_leased(s, resp, req->path, why, 1);
+    goto out;
+  }
+  int replayed = 0, ended = 0;
+  i = 0;
+  for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
+    char d = api_stored_decision(s, t, tvs[i]);
+    if (d) {
+      replayed++;
+    } else if (ended) {
+      /* An earlier result of this batch stopped the trial: the rest are
+       * past its end and not stored, as if sent after the stop. */
+      d = 's';
+    } else {
+      if ((rc = api_store_result(s, t, e, r, tvs[i], &d, &resp->ticket))) goto out;
+      ended = d == 's';
+    }
+    dec[i] = d;
+  }
+  if (replayed) {
+    /* A replayed decision must be durable before it is repeated. */
+    atomic_fetch_add(&s->metrics.results_duplicate, (uint64_t)replayed);
+    resp->ticket = ticket_max(resp->ticket, commit_last_ticket(s->commit));
+  }
+  o = cJSON_CreateObject();
+  cJSON *arr = o && batch ? cJSON_AddArrayToObject(o, "decisions") : NULL;
+  int ok = o && (!batch || arr);
+  for (int k = 0; ok && batch && k < n; k++)
+    ok = cJSON_AddItemToArray(arr, cJSON_CreateString(dec[k] == 's' ? "stop" : "continue"));
+  ok = ok && cJSON_AddStringToObject(o, "decision", dec[n - 1] == 's' ? "stop" : "continue");
+  rc = ok ? api_json(resp, 200, o) : -ENOMEM;
+  if (!ok) cJSON_Delete(o);
+out:
+  server_unlock(s);
+out_unlocked:
+  free(tvs);
+  free(dec);
+  cJSON_Delete(body);
+  return rc;
+}
+
+int api_trial_complete(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  cJSON *body = api_body_object(req, resp, 1);
+  int rc = 0;
+  if (!body) return 0;
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  char why[256];
+  switch (state_check_fence(s, t, &l, why, sizeof why)) {
+  case FENCE_CURRENT:
+    /* A pause or exploit due at the lease's end (issue 13): PAUSED / PENDING,
+     * not ended. */
+    if ((rc = decide_lease_end(s, t, &resp->ticket)) != 0) {
+      if (rc > 0) rc = 0;
+      break;
+    }
+    t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
+    rc = state_end_trial(s, t, TS_TERMINATED, &resp->ticket);
+    log_info("trial %lld completed", (long long)t->id);
+    break;
+  case FENCE_FINAL:
+    resp->ticket = commit_last_ticket(s->commit); /* ended by this lease: same answer */
+    break;
+  default:
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto out;
+  }
+  cJSON *o = rc ? NULL : api_trial_json(s, t);
+  if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
+out:
+  server_unlock(s);
+  cJSON_Delete(body);
+  return rc;
+}
+
+int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  cJSON *body = api_body_object(req, resp, 1);
+  int rc = 0;
+  if (!body) return 0;
+  const cJSON *err = cJSON_GetObjectItemCaseSensitive(body, "error");
+  const cJSON *code = cJSON_GetObjectItemCaseSensitive(body, "exit_code");
+  const cJSON *reason = cJSON_GetObjectItemCaseSensitive(body, "reason");
+  if (err && !cJSON_IsString(err) && !cJSON_IsNull(err)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "error", "error must be a string");
+  }
+  /* Range first: casting an out-of-range double to int is undefined. */
+  if (code && !cJSON_IsNull(code) &&
+      (!cJSON_IsNumber(code) || !(code->valuedouble >= INT_MIN && code->valuedouble <= INT_MAX) ||
+       code->valuedouble != (int)code->valuedouble)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "exit_code", "exit_code must be an integer");
+  }
+  if (reason && !cJSON_IsString(reason) && !cJSON_IsNull(reason)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "reason", "reason must be a string");
+  }
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  char why[256];
+  enum fence f = state_check_fence(s, t, &l, why, sizeof why);
+  if (f == FENCE_STALE) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto out;
+  }
+  if (f == FENCE_FINAL) {
+    /* This lease's end again (a retried delivery): counted once. */
+    resp->ticket = commit_last_ticket(s->commit);
+  } else {
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s%s%s", reason && cJSON_IsString(reason) ? reason->valuestring : "",
+             reason && cJSON_IsString(reason) && err && cJSON_IsString(err) ? ": " : "",
+             err && cJSON_IsString(err) ? err->valuestring : "");
+    /* snprintf may have cut a multi-byte character at the end: replies must
+     * stay valid UTF-8. */
+    utf8_sanitize(msg, strlen(msg));
+    char *copy = strdup(msg[0] ? msg : "failed");
+    if (!copy) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    free(t->error);
+    t->error = copy;
+    t->has_exit_code = code && cJSON_IsNumber(code);
+    t->exit_code = t->has_exit_code ? code->valueint : 0;
+    t->num_failures++;
+    t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
+    int due = 0;
+    if (t->num_failures <= e->spec.max_failures &&
+        (due = decide_lease_end(s, t, &resp->ticket)) != 0) {
+      /* issue 13: a pause or exploit was due: it is carried out instead. */
+      rc = due < 0 ? due : 0;
+    } else if (t->num_failures <= e->spec.max_failures) {
+      /* Retry: back to PENDING; the next lease resumes from the checkpoint. */
+      state_release(s, t);
+      t->unlisted_since_ms = 0;
+      state_set_status(s, t, TS_PENDING);
+      rc = state_persist_trial(s, t, &resp->ticket);
+      log_warn("trial %lld failed (%s), retry %d of %lld", (long long)t->id, t->error,
+               t->num_failures, (long long)e->spec.max_failures);
+    } else {
+      rc = state_end_trial(s, t, TS_ERROR, &resp->ticket);
+      log_warn("trial %lld failed (%s): ERROR", (long long)t->id, t->error);
+    }
+  }
+  cJSON *o = rc ? NULL : api_trial_json(s, t);
+  if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
+out:
+  server_unlock(s);
+  cJSON_Delete(body);
+  return rc;
+}
+
+/* A worker gives a lease back (drain): the trial is PENDING again at once,
+ * exactly as after a lease expiry, and no failure is counted. */
+int api_trial_release(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  cJSON *body = api_body_object(req, resp, 1);
+  int rc = 0;
+  if (!body) return 0;
+  const cJSON *wid = cJSON_GetObjectItemCaseSensitive(body, "worker_id");
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(body, "iteration");
+  if (wid && !cJSON_IsNull(wid) &&
+      (!cJSON_IsNumber(wid) || !(wid->valuedouble >= 1 && wid->valuedouble < 9.2e18) ||
+       wid->valuedouble != (double)(int64_t)wid->valuedouble)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "worker_id",
+                     "worker_id must be an integer >= 1");
+  }
+  if (it && !cJSON_IsNull(it) && (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+                                  it->valuedouble < 0)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "iteration",
+                     "iteration must be a number >= 0");
+  }
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto out;
+  }
+  /* The body's worker_id (v1) must agree with the lease it names. */
+  if (wid && cJSON_IsNumber(wid) && (int64_t)wid->valuedouble != l.worker_id) {
+    snprintf(why, sizeof why, "trial %lld is leased to worker %lld, not %lld",
+             (long long)t->id, (long long)t->worker_id, (long long)wid->valuedouble);
+    rc = api_not_leased(s, resp, "worker_id", why, 0);
+    goto out;
+  }
+  int64_t from = t->worker_id;
+  /* issue 13: a pause or exploit due at the lease's end is carried out. */
+  if ((rc = decide_lease_end(s, t, &resp->ticket)) < 0) goto out;
+  if (!rc && (rc = state_requeue(s, t, &resp->ticket))) goto out;
+  rc = 0;
+  log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
+           (long long)t->id, (long long)from,
+           it && cJSON_IsNumber(it) ? it->valuedouble : (t->nres ? t->last_t : 0));
+  cJSON *o = api_trial_json(s, t);
+  rc = o ? api_json(resp, 200, o) : -ENOMEM;
+out:
+  server_unlock(s);
+  cJSON_Delete(body);
+  return rc;
+}
+
+struct blob_op {
+  int64_t trial_id, iteration;
+  uint32_t crc;
+  size_t len;
+  int is_log;
+  int fd; /* >= 0: the bytes are in this spool file, not in data */
+  char data[];
+};
+
+static int blob_op_apply(struct store *st, void *arg) {
+  struct blob_op *op = arg;
+  if (op->is_log) return store_put_log(st, op->trial_id, op->data, op->len);
+  if (op->fd < 0)
+    return store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, op->data, op->len);
+  /* A spooled upload is mapped only while the commit thread writes it: no
+   * request holds its bytes in memory while it waits. */
+  void *map = mmap(NULL, op->len, PROT_READ, MAP_SHARED, op->fd, 0);
+  if (map == MAP_FAILED) {
+    log_error("checkpoint of trial %lld: cannot map its spool file: %s",
+              (long long)op->trial_id, strerror(errno));
+    return -EIO;
+  }
+  int rc = store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, map, op->len);
+  munmap(map, op->len);
+  return rc;
+}
+
+static void blob_op_free(void *arg) {
+  struct blob_op *op = arg;
+  if (op->fd >= 0) close(op->fd);
+  free(op);
+}
+
+/* crc32 of a spooled body, read back in chunks. */
+static int api_spool_crc(int fd, size_t len, uint32_t *out) {
+  static __thread unsigned char buf[64 * 1024];
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t off = 0; off < len;) {
+    size_t want = len - off < sizeof buf ? len - off : sizeof buf;
+    ssize_t k = pread(fd, buf, want, (off_t)off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -EIO;
+    crc = crc32(crc, buf, (uInt)k);
+    off += (size_t)k;
+  }
+  *out = (uint32_t)crc;
+  return 0;
+}
+
+static int api_parse_u64(const char *s, int base, uint64_t max, uint64_t *out) {
+  if (!s || !*s) return -EINVAL;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, base);
+  if (*end || errno || v > max || *s == '-' || *s == '+' || *s == ' ') return -EINVAL;
+  *out = v;
+  return 0;
+}
+
+int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  const char *it_s = req->header(req->conn, "X-Ctune-Iteration");
+  const char *crc_s = req->header(req->conn, "X-Ctune-Crc32");
+  uint64_t it, crc;
+  if (api_parse_u64(it_s, 10, INT64_MAX, &it))
+    return api_error(resp, 400, "invalid_header", "X-Ctune-Iteration",
+                     "X-Ctune-Iteration must be an integer >= 0");
+  if (!crc_s || strlen(crc_s) != 8 || api_parse_u64(crc_s, 16, UINT32_MAX, &crc))
+    return api_error(resp, 400, "invalid_header", "X-Ctune-Crc32",
+                     "X-Ctune-Crc32 must be 8 hex digits (zlib crc32 of the body)");
+  /* An empty upload would replace a real checkpoint with nothing to resume. */
+  if (req->body_len == 0)
+    return api_error(resp, 400, "empty_checkpoint", "", "the checkpoint body is empty");
+  uint32_t have;
+  if (!req->body_spooled) have = (uint32_t)crc32(0L, (const Bytef *)req->body, (uInt)req->body_len);
+  else if (api_spool_crc(req->body_fd, req->body_len, &have)) return -EIO;
+  if (have != (uint32_t)crc)
+    return api_error(resp, 400, "bad_crc", "X-Ctune-Crc32",
+                     "body crc32 is %08x but X-Ctune-Crc32 says %08x: upload corrupted",
+                     have, (uint32_t)crc);
+  struct blob_op *op = malloc(sizeof *op + (req->body_spooled ? 0 : req->body_len) + 1);
+  if (!op) return -ENOMEM;
+  op->iteration = (int64_t)it;
+  op->crc = (uint32_t)crc;
+  op->len = req->body_len;
+  op->is_log = 0;
+  op->fd = -1;
+  if (!req->body_spooled) memcpy(op->data, req->body, req->body_len);
+  else if ((op->fd = fcntl(req->body_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+    free(op);
+    return -errno;
+  }
+  int rc = 0;
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto refuse;
+  /* Only the current lease, or the final upload of the lease that ended the
+   * trial: a stale attempt never replaces a newer attempt's state. */
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) == FENCE_STALE) {
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto refuse;
+  }
+  if (decide_refuses_checkpoint(t)) {
+    /* issue 13: an exploit replaced this trial's checkpoint with its donor's:
+     * the old lease's own checkpoint must not overwrite it. */
+    snprintf(why, sizeof why, "trial %lld: exploit_pending (its checkpoint is its donor's now)",
+             (long long)t->id);
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto refuse;
+  }
+  if (t->has_checkpoint && (int64_t)it < t->checkpoint_iteration) {
+    api_error(resp, 409, "stale_checkpoint", "X-Ctune-Iteration",
+              "iteration %llu is older than the stored checkpoint's (%lld)",
+              (unsigned long long)it, (long long)t->checkpoint_iteration);
+    goto refuse;
+  }
+  /* The next attempt resumes from the checkpoint and from the results after
+   * the last stored one: a checkpoint past that would skip results. */
+  double bound = t->nres ? t->max_iter_seen : 0;
+  if ((double)it > bound) {
+    api_error(resp, 409, "checkpoint_ahead", "X-Ctune-Iteration",
+              "iteration %llu is past the last stored result (%g): send it again once its "
+              "results are acknowledged", (unsigned long long)it, bound);
+    goto refuse;
+  }
+  op->trial_id = t->id;
+  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
+  t->has_checkpoint = 1;
+  t->checkpoint_iteration = (int64_t)it;
+  t->has_ck_time_total = 0; /* its own now: its results know the time (issue 13) */
+  t->updated_seq = ++s->seq;
+  /* The trial row carries updated_seq: the change counter it took is saved
+   * with the checkpoint, so it never goes backwards after a restart. */
+  if ((rc = state_persist_trial(s, t, &resp->ticket))) goto out;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
+      !cJSON_AddNumberToObject(o, "iteration", (double)it) ||
+      !cJSON_AddNumberToObject(o, "size", (double)req->body_len)) {
+    cJSON_Delete(o);
+    rc = -ENOMEM;
+    goto out;
+  }
+  rc = api_json(resp, 200, o);
+out:
+  server_unlock(s);
+  return rc;
+refuse:
+  server_unlock(s);
+  blob_op_free(op);
+  return rc;
+}
+
+int api_checkpoint_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  int64_t id = t ? t->id : 0;
+  server_unlock(s);
+  if (!t) return 0;
+  commit_flush(s->commit);
+  int64_t it;
+  uint32_t crc;
+  void *data = NULL;
+  size_t len = 0;
+  int rc = store_get_checkpoint(s->store, id, &it, &crc, &data, &len);
+  if (rc == -ENOENT)
+    return api_error(resp, 404, "not_found", req->path, "trial %lld has no checkpoint",
+                     (long long)id);
+  if (rc) return rc;
+  free(resp->body);
+  resp->status = 200;
+  resp->body = data;
+  resp->len = len;
+  resp->content_type = "application/octet-stream";
+  api_header(resp, "X-Ctune-Iteration", "%lld", (long long)it);
+  api_header(resp, "X-Ctune-Crc32", "%08x", crc);
+  return 0;
+}
+
+int api_log_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  if (api_lease(req, resp, &l)) return 0;
+  struct blob_op *op = malloc(sizeof *op + req->body_len + 1);
+  if (!op) return -ENOMEM;
+  op->len = req->body_len;
+  op->is_log = 1;
+  op->fd = -1;
+  op->iteration = 0;
+  op->crc = 0;
+  memcpy(op->data, req->body, req->body_len);
+  op->data[req->body_len] = 0;
+  /* A log tail is cut anywhere and may hold binary noise: store it as text. */
+  utf8_sanitize(op->data, op->len);
+  for (size_t i = 0; i < op->len; i++)
+    if (!op->data[i]) op->data[i] = '?';
+  int rc = 0;
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) {
+    free(op);
+    goto out;
+  }
+  char why[256];
+  if (state_check_fence(s, t, &l, why, sizeof why) == FENCE_STALE) {
+    free(op);
+    rc = api_not_leased(s, resp, req->path, why, 0);
+    goto out;
+  }
+  op->trial_id = t->id;
+  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket)))
+    goto out;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
+      !cJSON_AddNumberToObject(o, "size", (double)req->body_len)) {
+    cJSON_Delete(o);
+    rc = -ENOMEM;
+    goto out;
+  }
+  rc = api_json(resp, 200, o);
+out:
+  server_unlock(s);
+  return rc;
+}
+
+int api_log_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  int64_t id = t ? t->id : 0;
+  server_unlock(s);
+  if (!t) return 0;
+  commit_flush(s->commit);
+  char *log = NULL;
+  size_t len = 0;
+  int rc = store_get_log(s->store, id, &log, &len);
+  if (rc && rc != -ENOENT) return rc;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)id) ||
+      !cJSON_AddStringToObject(o, "log", log ? log : "")) {
+    cJSON_Delete(o);
+    free(log);
+    return -ENOMEM;
+  }
+  free(log);
+  return api_json(resp, 200, o);
+}
+
+/* issue 14 (control): POST /trials/{id}/stop — a user ends one trial
+ * TERMINATED ("stopped by user"), results and checkpoint kept; its worker
+ * learns it from its next heartbeat or result. */
+int api_trial_stop(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int rc = 0;
+  server_lock(s);
+  struct trial *t = api_find_trial(s, req, resp);
+  if (!t) goto out;
+  rc = control_stop_trial(s, t, &resp->ticket);
+  if (rc == -EINVAL) {
+    rc = api_error(resp, 409, "ended", req->path, "trial %lld is already %s",
+                   (long long)t->id, trial_status_names[t->status]);
+    goto out;
+  }
+  if (!rc) {
+    cJSON *o = api_trial_json(s, t);
+    rc = o ? api_json(resp, 200, o) : -ENOMEM;
+  }
+out:
+  server_unlock(s);
+  return rc;
+}

@@ -1,0 +1,353 @@
+/* api_workers: register, heartbeat (answering which trials to stop), lease
+ * (first pending trial that fits), list. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "clock.h"
+#include "workers.h"
+#include "log.h"
+#include "decide.h"
+
+/* Reads {"cpu", "gpu", "memory_mb"}; each optional, numbers >= 0. */
+static int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
+                         double *gpu, int64_t *mem, int *has_mem) {
+  if (!o || !cJSON_IsObject(o))
+    return api_error(resp, 400, "invalid_body", where, "%s must be an object like "
+                     "{\"cpu\": 2, \"gpu\": 0, \"memory_mb\": 4096}", where), -EINVAL;
+  *has_mem = 0;
+  for (const cJSON *c = o->child; c; c = c->next) {
+    double *dst = NULL;
+    if (!strcmp(c->string, "cpu")) dst = cpu;
+    else if (!strcmp(c->string, "gpu")) dst = gpu;
+    else if (strcmp(c->string, "memory_mb"))
+      return api_error(resp, 400, "invalid_body", where, "%s.%s: unknown field (cpu, gpu, "
+                       "memory_mb)", where, c->string), -EINVAL;
+    if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || c->valuedouble < 0 ||
+        c->valuedouble > 1e9)
+      return api_error(resp, 400, "invalid_body", where, "%s.%s must be a number >= 0", where,
+                       c->string), -EINVAL;
+    if (dst) *dst = c->valuedouble;
+    else {
+      *mem = (int64_t)c->valuedouble;
+      *has_mem = 1;
+    }
+  }
+  return 0;
+}
+
+int api_worker_register(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 0);
+  if (!b) return 0;
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+  double cpu = 1, gpu = 0;
+  int64_t mem = 0;
+  int has_mem, rc = 0;
+  for (const cJSON *c = b->child; c; c = c->next)
+    if (strcmp(c->string, "name") && strcmp(c->string, "resources")) {
+      rc = api_error(resp, 400, "invalid_body", c->string, "%s: unknown field (name, resources)",
+                     c->string);
+      goto out;
+    }
+  if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 255) {
+    rc = api_error(resp, 400, "invalid_body", "name", "name must be a string of 1 to 255 "
+                   "characters");
+    goto out;
+  }
+  if (api_resources(cJSON_GetObjectItemCaseSensitive(b, "resources"), "resources", resp, &cpu,
+                    &gpu, &mem, &has_mem))
+    goto out;
+  const char *over = cpu > WORKERS_MAX_CPU ? "resources.cpu"
+                     : gpu > WORKERS_MAX_GPU ? "resources.gpu"
+                     : (double)mem > WORKERS_MAX_MEMORY_MB ? "resources.memory_mb" : NULL;
+  if (over) {
+    rc = api_error(resp, 400, "invalid_body", over, "%s is more than one machine has (limits: "
+                   "cpu %g, gpu %g, memory_mb %g)", over, WORKERS_MAX_CPU,
+                   WORKERS_MAX_GPU, WORKERS_MAX_MEMORY_MB);
+    goto out;
+  }
+  server_lock(s);
+  struct worker *w = NULL;
+  rc = workers_register(s, name->valuestring, cpu, gpu, mem, &w, &resp->ticket);
+  server_unlock(s);
+  if (rc) goto out;
+  log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id,
+           w->name, cpu, gpu, (long long)mem);
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "id", (double)w->id) ||
+      !cJSON_AddStringToObject(o, "secret", w->secret) ||
+      !cJSON_AddNumberToObject(o, "heartbeat_interval_s", s->opt.heartbeat_interval_s) ||
+      !cJSON_AddNumberToObject(o, "lease_timeout_s", s->opt.lease_timeout_s)) {
+    cJSON_Delete(o);
+    rc = -ENOMEM;
+    goto out;
+  }
+  rc = api_json(resp, 201, o);
+out:
+  cJSON_Delete(b);
+  return rc;
+}
+
+static struct worker *api_find_worker(struct server *s, const struct api_req *req,
+                                      struct api_resp *resp) {
+  struct worker *w = workers_find(s, req->match->ids[0]);
+  if (!w)
+    api_error(resp, 404, "unknown_worker", req->path, "worker %lld is not registered: "
+              "register again", (long long)req->match->ids[0]);
+  return w;
+}
+
+static int api_is_id(const cJSON *c) {
+  return c && cJSON_IsNumber(c) && c->valuedouble >= 1 && c->valuedouble < 9.2e18 &&
+         c->valuedouble == (double)(int64_t)c->valuedouble;
+}
+
+int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 1), *out = NULL, *stop;
+  int rc = 0;
+  if (!b) return 0;
+  const cJSON *running = cJSON_GetObjectItemCaseSensitive(b, "running");
+  if (running && !cJSON_IsArray(running)) {
+    rc = api_error(resp, 400, "invalid_body", "running",
+                   "running must be an array of {\"id\": N, \"attempt\": A}");
+    goto done;
+  }
+  /* v2 lists {id, attempt}; a bare id (v1) stands for "whatever attempt is
+   * leased to me" and only renews. */
+  int i = 0;
+  for (const cJSON *c = running ? running->child : NULL; c; c = c->next, i++) {
+    const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
+    const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
+    if (!api_is_id(id) || (cJSON_IsObject(c) && (!api_is_id(at) || at->valuedouble > INT32_MAX))) {
+      char where[32];
+      snprintf(where, sizeof where, "running[%d]", i);
+      rc = api_error(resp, 400, "invalid_body", where, "running must hold {\"id\": N, "
+                     "\"attempt\": A} (integers >= 1)");
+      goto done;
+    }
+  }
+  if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop")) ||
+      !cJSON_AddNumberToObject(out, "lease_timeout_s", s->opt.lease_timeout_s) ||
+      !cJSON_AddNumberToObject(out, "heartbeat_interval_s", s->opt.heartbeat_interval_s)) {
+    rc = -ENOMEM;
+    goto done;
+  }
+  server_lock(s);
+  struct worker *w = api_find_worker(s, req, resp);
+  if (w) {
+    workers_touch(w);
+    uint64_t now = clock_mono_ms(), gen = ++s->hb_gen;
+    for (const cJSON *c = running ? running->child : NULL; !rc && c; c = c->next) {
+      const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
+      const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
+      struct trial *t = server_trial(s, (int64_t)id->valuedouble);
+      int attempt = at ? (int)at->valuedouble : t ? t->attempt : 0;
+      const char *why = "not_leased";
+      if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
+        /* Listed by its lessee: the lease is renewed. */
+        t->listed_gen = gen;
+        t->unlisted_since_ms = 0;
+        state_renew_lease(s, t, now);
+        /* issue 14 (control): its experiment is paused: it stops now (a
+         * trial that reports rarely would run on until its next result),
+         * and pauses with its checkpoint when this lease ends. */
+        if (server_experiment(s, t->experiment_id)->status != ES_PAUSED) continue;
+        if ((rc = decide_pause_lease(s, t, &resp->ticket))) break;
+        why = "paused";
+      } else if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
+        struct experiment *e = server_experiment(s, t->experiment_id);
+        why = e->status == ES_CANCELLED ? "cancelled" : "ended";
+      }
+      cJSON *o = cJSON_CreateObject();
+      if (!o || !cJSON_AddItemToArray(stop, o) ||
+          !cJSON_AddNumberToObject(o, "id", id->valuedouble) ||
+          !cJSON_AddNumberToObject(o, "attempt", attempt) ||
+          !cJSON_AddStringToObject(o, "reason", why)) {
+        if (o && !o->prev) cJSON_Delete(o); /* not in the array yet */
+        rc = -ENOMEM;
+      }
+    }
+    /* The other direction: what the server has RUNNING here and the worker
+     * does not run (a lost lease reply) goes back to PENDING. */
+    int back = rc ? 0 : state_reconcile_worker(s, w, gen, now, &resp->ticket);
+    if (back < 0) rc = back;
+    /* Whatever made a trial stoppable must be durable before we say so. */
+    if (!rc && cJSON_GetArraySize(stop))
+      resp->ticket = commit_last_ticket(s->commit);
+  }
+  server_unlock(s);
+  if (w && !rc) {
+    rc = api_json(resp, 200, out);
+    out = NULL;
+  }
+done:
+  cJSON_Delete(out);
+  cJSON_Delete(b);
+  return rc;
+}
+
+static cJSON *api_lease_json(struct server *s, const struct trial *t) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
+  int ok = o && cJSON_AddNumberToObject(o, "id", (double)t->id) &&
+           cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
+           cJSON_AddStringToObject(o, "name", t->name) &&
+           cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) &&
+           cJSON_AddItemToObject(o, "trainable", cJSON_Duplicate(e->spec.trainable, 1)) &&
+           (res = cJSON_AddObjectToObject(o, "resources")) &&
+           cJSON_AddNumberToObject(res, "cpu", e->spec.resources.cpu) &&
+           cJSON_AddNumberToObject(res, "gpu", e->spec.resources.gpu) &&
+           cJSON_AddNumberToObject(res, "memory_mb", (double)e->spec.resources.memory_mb) &&
+           cJSON_AddItemToObject(o, "metric", e->spec.has_metric
+                                                  ? cJSON_CreateString(e->spec.metric)
+                                                  : cJSON_CreateNull()) &&
+           cJSON_AddItemToObject(o, "mode", e->spec.has_metric
+                                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX
+                                                                         ? "max" : "min")
+                                                : cJSON_CreateNull()) &&
+           cJSON_AddStringToObject(o, "time_attr", e->spec.sched.time_attr) &&
+           cJSON_AddItemToObject(o, "max_t", e->spec.sched.has_max_t
+                                                 ? cJSON_CreateNumber(e->spec.sched.max_t)
+                                                 : cJSON_CreateNull()) &&
+           /* Where the worker resumes: the checkpoint's iteration (after an
+            * exploit the donor's, maybe behind the trial's own results),
+            * else the last reported time value (a fresh start from 0). */
+           cJSON_AddNumberToObject(o, "start_iteration",
+                                   t->has_checkpoint ? (double)t->checkpoint_iteration
+                                   : t->nres         ? floor(t->last_t)
+                                                     : 0) &&
+           cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
+           cJSON_AddItemToObject(o, "checkpoint_iteration",
+                                 t->has_checkpoint
+                                     ? cJSON_CreateNumber((double)t->checkpoint_iteration)
+                                     : cJSON_CreateNull()) &&
+           cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(s, e, t)) &&
+           cJSON_AddNumberToObject(o, "attempt", t->attempt);
+  if (!ok) {
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}
+
+int api_worker_lease(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  cJSON *b = api_body_object(req, resp, 1);
+  int rc = 0;
+  if (!b) return 0;
+  double cpu = 1e9, gpu = 1e9;
+  int64_t mem = 0;
+  int has_mem = 0;
+  const cJSON *free_o = cJSON_GetObjectItemCaseSensitive(b, "free");
+  if (free_o && api_resources(free_o, "free", resp, &cpu, &gpu, &mem, &has_mem)) goto done;
+  server_lock(s);
+  struct worker *w = api_find_worker(s, req, resp);
+  struct trial *t = NULL;
+  cJSON *o = NULL;
+  if (w) {
+    workers_touch(w); /* asking for work is a sign of life too */
+    t = state_lease(s, w, cpu, gpu, mem, has_mem);
+    if (t) {
+      rc = state_persist_trial(s, t, &resp->ticket);
+      if (!rc && !(o = api_lease_json(s, t))) rc = -ENOMEM;
+      if (!rc)
+        log_info("trial %lld leased to worker %lld (attempt %d, from iteration %g)",
+                 (long long)t->id, (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);
+    }
+  }
+  server_unlock(s);
+  if (w && !rc) rc = o ? api_json(resp, 200, o) : api_no_content(resp);
+done:
+  cJSON_Delete(b);
+  return rc;
+}
+
+/* What is left of a resource: never below zero, and no rounding dust from
+ * sums of fractions (0.1 + 0.2 - 0.3). */
+static double api_free_amount(double cap, double used) {
+  double f = cap - used;
+  return f < 1e-9 ? 0 : f;
+}
+
+cJSON *api_worker_json(struct server *s, const struct worker *w) {
+  cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
+  int ok = o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
+           cJSON_AddStringToObject(o, "name", w->name) &&
+           (res = cJSON_AddObjectToObject(o, "resources")) &&
+           cJSON_AddNumberToObject(res, "cpu", w->cpu) &&
+           cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
+           cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
+           (fr = cJSON_AddObjectToObject(o, "free")) &&
+           cJSON_AddNumberToObject(fr, "cpu", api_free_amount(w->cpu, w->used_cpu)) &&
+           cJSON_AddNumberToObject(fr, "gpu", api_free_amount(w->gpu, w->used_gpu)) &&
+           cJSON_AddNumberToObject(fr, "memory_mb",
+                                   api_free_amount((double)w->memory_mb,
+                                                   (double)w->used_memory_mb)) &&
+           (run = cJSON_AddArrayToObject(o, "running_trials")) &&
+           cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
+           cJSON_AddStringToObject(o, "status", w->gone == 2 ? "deregistered"
+                                                : w->gone ? "pruned"
+                                                : w->lost ? "lost" : "alive");
+  /* Only a worker charged with running trials costs a scan of them. */
+  for (int64_t j = 0; ok && w->nrunning > 0 && j < s->ntrials; j++) {
+    const struct trial *t = s->trials[j];
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id)
+      ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
+  }
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* issue 14 (pages): workers by id after the cursor; deregistered and pruned
+ * workers are not listed. */
+int api_worker_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int64_t limit, after;
+  if (api_page_args(req, resp, 100, &limit, &after)) return 0;
+  cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
+  int rc = arr ? 0 : -ENOMEM, more = 0;
+  int64_t n = 0, last = after;
+  server_lock(s);
+  for (int64_t i = after < 0 ? 0 : after; !rc && i < s->nworkers; i++) {
+    struct worker *w = s->workers[i];
+    if (!w || w->gone) continue;
+    if (n == limit) {
+      more = 1;
+      break;
+    }
+    cJSON *o = api_worker_json(s, w);
+    if (!o) rc = -ENOMEM;
+    else cJSON_AddItemToArray(arr, o), n++, last = w->id;
+  }
+  server_unlock(s);
+  if (!rc) rc = api_page_next(root, more, last);
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  return api_json(resp, 200, root);
+}
+
+/* issue 14: a worker that stops cleanly says so and leaves the list. Its
+ * trials (a drain released them already) go back to PENDING; its secret is
+ * revoked (persisted empty: the row stays hidden after a restart) and it
+ * registers anew when it starts again. */
+int api_worker_deregister(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  int rc = 0;
+  server_lock(s);
+  struct worker *w = api_find_worker(s, req, resp);
+  if (w) rc = workers_deregister(s, w, &resp->ticket);
+  server_unlock(s);
+  if (!w || rc) return rc;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "id", (double)req->match->ids[0]) ||
+      !cJSON_AddStringToObject(o, "status", "deregistered")) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  return api_json(resp, 200, o);
+}

@@ -1,0 +1,648 @@
+/* http: one libmicrohttpd daemon (epoll, a small thread pool). A write's reply
+ * is held (the connection suspended) until the commit thread made it durable. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "auth.h"
+#include "clock.h"
+#include "secret.h"
+#include "sse.h"
+#include "log.h"
+#include "static_path.h"
+#include "testhook.h"
+
+/* Past this much of an oversized chunked body (no Content-Length) the
+ * connection is closed unanswered. */
+#define HTTP_MAX_DROP (64u * 1024 * 1024)
+/* Request bodies held in memory by all connections together: past it a new
+ * body is answered 503 before it is read. Checkpoints go to a spool file on
+ * disk and are not counted. */
+#define HTTP_BODY_BUDGET ((size_t)256 * 1024 * 1024)
+/* Connections one client address may hold (slowloris, one host's flood). */
+#define HTTP_PER_IP_CONNECTIONS 256u
+/* A connection idle this long (a request head or body that stopped coming,
+ * an idle keep-alive) is closed. A test build may shorten it (testhook.h). */
+#define HTTP_IDLE_TIMEOUT_S 30u
+
+struct http {
+  struct server *s;
+  struct MHD_Daemon *d;
+  /* MHD must not be stopped while a connection is suspended: count them
+   * (until MHD hands them back to us) and refuse new work when stopping. */
+  atomic_int suspended;
+  atomic_int stopping;
+  atomic_int active; /* handlers between dispatch and suspend-or-reply */
+  atomic_size_t body_bytes; /* in-memory request bodies reserved (budget) */
+  char spool_dir[4096];     /* checkpoint uploads are spooled here (the db's dir) */
+};
+
+enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
+
+struct http_req {
+  struct http *h;
+  struct server *s;
+  struct MHD_Connection *conn;
+  double t0;
+  char *body;
+  size_t len, cap, limit;
+  int too_large;
+  size_t dropped;
+  int fd;          /* >= 0: the body goes to this spool file (checkpoint PUT) */
+  int io_error;    /* writing the spool file failed */
+  size_t reserved; /* bytes of the in-memory budget this request holds */
+  enum req_state state;
+  uint64_t ticket; /* what the reply waits for: the request's lock holds */
+  struct commit_hold hold; /* its lock holds: own groups and what it saw */
+  int commit_status;
+  struct api_resp resp;
+};
+
+static const char *http_query(void *conn, const char *key) {
+  return MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static const char *http_header(void *conn, const char *key) {
+  return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, key);
+}
+
+static int http_ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static enum MHD_Result http_send(struct http_req *r) {
+  struct api_resp *p = &r->resp;
+  /* Every group is done once the ticket is (tickets end in order). One of
+   * this request's own groups failed: 500 with the reason. Only a change it
+   * saw (not its own) failed: what it answered from memory may not hold,
+   * so 503, retry. */
+  uint64_t failed = 0;
+  int own_refused = 0;
+  for (int i = 0; r->ticket && i < r->hold.nown && !failed; i++) {
+    int st = commit_ticket_status(r->s->commit, r->hold.own[i]);
+    if (st == -EIO) failed = r->hold.own[i];
+    else if (st) own_refused = 1;
+  }
+  if (failed) r->commit_status = -EIO, r->ticket = failed;
+  else if (own_refused || r->commit_status) r->commit_status = -EAGAIN;
+  if (r->commit_status) {
+    /* Whatever the handler answered is not true: its change is not stored. */
+    char why[160];
+    commit_failure_reason(r->s->commit, r->ticket, why, sizeof why);
+    free(p->body);
+    if (p->stream_read && p->stream_free) p->stream_free(p->stream_cls);
+    memset(p, 0, sizeof *p);
+    int rc = r->commit_status == -EAGAIN
+        ? api_error(p, 503, "store_retry", "", "this change was not stored: it was queued "
+                    "behind a change the database refused (%s); nothing of it was kept, "
+                    "retry", why[0] ? why : "unknown error")
+        : api_error(p, 500, "store_error", "", "the database did not commit this change "
+                    "(%s); nothing of it was stored", why[0] ? why : "unknown error");
+    if (rc) p->status = r->commit_status == -EAGAIN ? 503 : 500;
+    if (r->commit_status == -EAGAIN) api_header(p, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  }
+  struct MHD_Response *m;
+  if (p->stream_read && !r->commit_status) {
+    /* A stream (SSE): no size, read as it comes; an open stream is not idle,
+     * its keepalives find dead clients instead of the idle timeout. */
+    m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, p->stream_read,
+                                          p->stream_cls, p->stream_free);
+    if (!m) return MHD_NO;
+    p->stream_read = NULL; /* MHD owns stream_cls now */
+    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  } else {
+    m = MHD_create_response_from_buffer(p->len, p->body ? p->body : (void *)"",
+                                        p->body ? MHD_RESPMEM_MUST_FREE
+                                                : MHD_RESPMEM_PERSISTENT);
+    if (!m) return MHD_NO;
+    p->body = NULL; /* MHD owns it now */
+  }
+  if (p->content_type) MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, p->content_type);
+  for (int i = 0; i < p->nheaders; i++)
+    MHD_add_response_header(m, p->headers[i].name, p->headers[i].value);
+  for (size_t i = 0; i < static_nsecurity_headers; i++) /* CSP, framing, nosniff */
+    MHD_add_response_header(m, static_security_headers[i].name, static_security_headers[i].value);
+  enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)p->status, m);
+  MHD_destroy_response(m);
+  return ret;
+}
+
+static void http_suspend(void *ctx) {
+  struct http_req *r = ctx;
+  r->state = REQ_WAITING;
+  atomic_fetch_add(&r->h->suspended, 1);
+  MHD_suspend_connection(r->conn);
+}
+
+static void http_committed(void *ctx, int status) {
+  struct http_req *r = ctx;
+  r->commit_status = status;
+  r->state = REQ_READY;
+  MHD_resume_connection(r->conn);
+}
+
+/* auth_check_request_head knows the admin, worker and viewer tokens; a
+ * worker's own secret is shown to it as the worker token (what it is allowed
+ * beyond that is decided by http_worker_access below). */
+struct http_hdr_view {
+  void *conn;
+  const char *authorization; /* replaces the Authorization header when set */
+};
+
+static const char *http_header_view(void *ctx, const char *key) {
+  struct http_hdr_view *v = ctx;
+  if (v->authorization && !strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION))
+    return v->authorization;
+  return http_header(v->conn, key);
+}
+
+static const char *http_bearer(void *conn) {
+  const char *a = http_header(conn, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!a || strncasecmp(a, "Bearer ", 7)) return NULL;
+  a += 7;
+  while (*a == ' ') a++;
+  return a;
+}
+
+/* Per-worker credentials (HACKING.md "Authentication"): on a worker route,
+ * the admin token reaches everything; the shared worker token only registers;
+ * a worker's own secret reaches its own heartbeat and lease and the trials it
+ * holds the lease of (the X-Ctune-Lease worker must be itself). wid is the
+ * worker the secret belongs to (0: none). 1 after filling resp. */
+static int http_worker_access(struct http_req *r, const struct route_match *m,
+                              enum route_method meth, const char *url, int64_t wid) {
+  struct server *s = r->s;
+  struct api_resp *resp = &r->resp;
+  const char *tok = http_bearer(r->conn);
+  if (tok && secret_equal(tok, s->admin_token)) return 0;
+  const char *pat = m->route->pattern;
+  if (!strcmp(pat, "/api/v1/workers")) { /* registration */
+    if (!wid) return 0;
+    api_error(resp, 403, "forbidden", url, "register with the worker token, not with a "
+              "worker's own secret");
+    return 1;
+  }
+  if (!wid) {
+    api_error(resp, 403, "forbidden", url, "the worker token only registers a worker: send "
+              "the secret that registration returned (Authorization: Bearer <secret>)");
+    return 1;
+  }
+  if (!strncmp(pat, "/api/v1/workers/{id}/", 21)) {
+    if (m->ids[0] == wid) return 0;
+    api_error(resp, 403, "forbidden", url, "worker %lld cannot act as worker %lld",
+              (long long)wid, (long long)m->ids[0]);
+    return 1;
+  }
+  if (strncmp(pat, "/api/v1/trials/{id}/", 20)) return 0;
+  struct lease_token l = {0, 0};
+  if (meth != RM_GET && state_parse_lease(http_header(r->conn, "X-Ctune-Lease"), &l)) {
+    api_error(resp, 400, "missing_lease", "X-Ctune-Lease", "a trial-scoped write needs the "
+              "header X-Ctune-Lease: <worker_id>:<attempt> (your worker id and the attempt "
+              "from the lease reply)");
+    return 1;
+  }
+  if (meth != RM_GET && l.worker_id != wid) {
+    api_error(resp, 403, "forbidden", "X-Ctune-Lease", "worker %lld cannot write under worker "
+              "%lld's lease", (long long)wid, (long long)l.worker_id);
+    return 1;
+  }
+  pthread_mutex_lock(&s->lock); /* read only: nothing to commit */
+  struct trial *t = server_trial(s, m->ids[0]);
+  int holds = t && t->lease_worker_id == wid;
+  int running_here = t && t->status == TS_RUNNING && t->worker_id == wid;
+  pthread_mutex_unlock(&s->lock);
+  if (!t) return 0; /* the handler's 404 */
+  if (meth == RM_GET && !running_here) {
+    api_error(resp, 403, "forbidden", url, "trial %lld is not leased to worker %lld: only its "
+              "current lessee may read its checkpoint", (long long)m->ids[0], (long long)wid);
+    return 1;
+  }
+  if (meth != RM_GET && !holds) {
+    /* Its own lease, but the trial went to another worker since: the same
+     * answer the fence gives (the worker ends that attempt's queue). */
+    api_error(resp, 409, "not_leased", url, "trial %lld is leased to another worker; nothing "
+              "of this request was stored", (long long)m->ids[0]);
+    return 1;
+  }
+  return 0;
+}
+
+/* Opens an unnamed file for a spooled body: O_TMPFILE beside the database,
+ * else a named one unlinked at once. */
+static int http_spool_open(const char *dir) {
+  int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/.ctune-upload-XXXXXX", dir);
+  fd = mkostemp(path, O_CLOEXEC);
+  if (fd >= 0) unlink(path);
+  return fd;
+}
+
+/* Everything decided on the request head, before a byte of its body is
+ * read: stopping, route (404/405), Host/Origin/Content-Type and token
+ * (auth_check_request_head), per-worker access, the body's size (413, 411),
+ * the memory budget (503), and where the body goes (an exact buffer, or a
+ * spool file for checkpoints). 1 after filling r->resp: answer now. */
+static int http_head(struct http_req *r, const char *url, const char *method) {
+  struct server *s = r->s;
+  struct api_resp *resp = &r->resp;
+  struct route_match m;
+  enum route_method meth = route_method_parse(method);
+  if (atomic_load(&r->h->stopping)) {
+    api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    return 1;
+  }
+  int rc = route_find(api_routes, api_nroutes, meth, url, &m);
+  if (rc == -EOPNOTSUPP) {
+    static const char *const names[] = {"GET", "POST", "PUT", "DELETE", "PATCH"};
+    char allow[64] = "";
+    struct route_match other;
+    for (int i = 0; i < 5; i++)
+      if (!route_find(api_routes, api_nroutes, (enum route_method)i, url, &other) &&
+          !other.rest) {
+        if (allow[0]) strcat(allow, ", ");
+        strcat(allow, names[i]);
+      }
+    api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s (allowed: %s)",
+              method, url, allow);
+    api_header(resp, MHD_HTTP_HEADER_ALLOW, "%s", allow);
+    return 1;
+  }
+  if (rc) {
+    api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
+    return 1;
+  }
+  /* A worker's own secret: which worker (0: none). */
+  int64_t wid = 0;
+  const char *tok = s->auth && m.route->access != RA_PUBLIC ? http_bearer(r->conn) : NULL;
+  if (tok) {
+    pthread_mutex_lock(&s->lock);
+    struct worker *w = state_worker_by_secret(s, tok);
+    wid = w ? w->id : 0;
+    pthread_mutex_unlock(&s->lock);
+  }
+  char as_worker[300];
+  snprintf(as_worker, sizeof as_worker, "Bearer %s", s->worker_token);
+  struct http_hdr_view view = {r->conn, wid ? as_worker : NULL};
+  /* THE pre-body check of the request head (engineer "auth-default", auth.c):
+   * Host, Origin, Content-Type, token or session. It runs here, on the first
+   * call of the access handler, so its 401/403/415/421 go out before any of
+   * the body is read. Add head checks inside it, not after this line. */
+  if (auth_check_request_head(s, &view, http_header_view, meth, url, m.route, resp)) return 1;
+  if (s->auth && m.route->access == RA_WORKER && http_worker_access(r, &m, meth, url, wid))
+    return 1;
+
+  /* The body: refused or given its exact room before any of it arrives. */
+  if (meth != RM_POST && meth != RM_PUT && meth != RM_PATCH) return 0;
+  const char *cl = http_header(r->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  unsigned long long want = 0;
+  if (cl) {
+    char *end = NULL;
+    errno = 0;
+    want = strtoull(cl, &end, 10);
+    if (errno || end == cl || *end || *cl == '-') {
+      api_error(resp, 400, "invalid_header", "Content-Length", "bad Content-Length");
+      return 1;
+    }
+    if (want > r->limit) {
+      /* Authorised, a little too large: read and dropped (nothing kept) so
+       * that a client that writes its whole body first still gets its 413
+       * JSON; far too large: answered at once. */
+      r->too_large = 1;
+      if (want <= r->limit + HTTP_MAX_DROP) return 0;
+      api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
+                r->limit);
+      return 1;
+    }
+  }
+  if (meth == RM_PUT && http_ends_with(url, "/checkpoint")) {
+    if (!cl) {
+      api_error(resp, 411, "length_required", "Content-Length", "a checkpoint upload needs "
+                "a Content-Length");
+      return 1;
+    }
+    r->fd = http_spool_open(r->h->spool_dir);
+    if (r->fd < 0) {
+      log_error("http: cannot open a spool file in %s: %s", r->h->spool_dir, strerror(errno));
+      api_error(resp, 503, "spool_unavailable", "", "the server cannot take an upload now");
+      api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+      return 1;
+    }
+    return 0;
+  }
+  /* Without a length (chunked) the room is the route's limit. */
+  size_t room = cl ? (size_t)want : r->limit;
+  if (!room) return 0;
+  size_t before = atomic_fetch_add(&r->h->body_bytes, room);
+  r->reserved = room;
+  if (before + room > HTTP_BODY_BUDGET) {
+    api_error(resp, 503, "busy", "", "too many request bodies in flight; retry shortly");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    return 1;
+  }
+  if (cl) {
+    if (!(r->body = malloc(room + 1))) {
+      api_error(resp, 503, "busy", "", "out of memory for the request body; retry shortly");
+      return 1;
+    }
+    r->cap = room + 1;
+  }
+  return 0;
+}
+
+static void http_dispatch(struct http_req *r, const char *url, const char *method) {
+  struct server *s = r->s;
+  struct api_resp *resp = &r->resp;
+  struct route_match m;
+  enum route_method meth = route_method_parse(method);
+  if (atomic_load(&r->h->stopping)) {
+    api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    return;
+  }
+  if (r->too_large) {
+    api_error(resp, 413, "payload_too_large", "", "request body is larger than %zu bytes",
+              r->limit);
+    return;
+  }
+  if (r->io_error) {
+    api_error(resp, 503, "spool_error", "", "the server could not spool the upload to disk; "
+              "nothing was stored, retry");
+    api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+    return;
+  }
+  /* Routed and authorised on the head (http_head): found again here. */
+  int rc = route_find(api_routes, api_nroutes, meth, url, &m);
+  if (rc) {
+    api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
+    return;
+  }
+  struct api_req req = {.method = meth, .path = url, .match = &m,
+                        .body = r->body ? r->body : "", .body_len = r->len, .conn = r->conn,
+                        .query = http_query, .header = http_header,
+                        .body_spooled = r->fd >= 0, .body_fd = r->fd};
+  rc = api_handlers[m.route->handler](s, &req, resp);
+  if (rc || !resp->status) {
+    log_error("%s %s: handler failed (%d)", method, url, rc);
+    free(resp->body);
+    if (resp->stream_read && resp->stream_free) resp->stream_free(resp->stream_cls);
+    memset(resp, 0, sizeof *resp);
+    if (api_error(resp, 500, "internal", url, "internal error (%d)", rc)) resp->status = 500;
+  }
+}
+
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls) {
+  (void)version;
+  struct http *h = cls;
+  struct http_req *r = *con_cls;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    r->h = h;
+    r->s = h->s;
+    r->conn = conn;
+    r->t0 = clock_mono_s();
+    r->limit = HTTP_MAX_BODY;
+    if (!strcmp(method, "PUT") && http_ends_with(url, "/checkpoint"))
+      r->limit = (size_t)h->s->opt.max_checkpoint_bytes;
+    else if (!strcmp(method, "PUT") && http_ends_with(url, "/logs"))
+      r->limit = HTTP_MAX_LOG;
+    r->fd = -1;
+    *con_cls = r;
+    /* Everything the head decides is answered before any of the body is
+     * read (MHD then closes the connection: a client that writes its whole
+     * body before reading sees a reset). */
+    if (http_head(r, url, method)) {
+      r->state = REQ_SENT;
+      return http_send(r);
+    }
+    return MHD_YES;
+  }
+  if (r->state == REQ_READING && *upload_data_size && r->fd >= 0) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (r->io_error) return MHD_YES;
+    if (r->len + n > r->limit) {
+      r->too_large = 1; /* MHD holds the client to its Content-Length: not reached */
+      return MHD_YES;
+    }
+    for (size_t off = 0; off < n;) {
+      ssize_t k = write(r->fd, upload_data + off, n - off);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        log_error("http: spooling an upload: %s", k < 0 ? strerror(errno) : "short write");
+        r->io_error = 1;
+        break;
+      }
+      off += (size_t)k;
+    }
+    r->len += n;
+    return MHD_YES;
+  }
+  if (r->state == REQ_READING && *upload_data_size) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (r->too_large || r->len + n > r->limit) {
+      /* Keep reading and dropping to answer 413 at the end, but not forever. */
+      r->too_large = 1;
+      r->dropped += n;
+      return r->dropped > HTTP_MAX_DROP ? MHD_NO : MHD_YES; /* chunked, no length */
+    }
+    if (r->len + n + 1 > r->cap) {
+      size_t nc = r->cap ? r->cap : 4096;
+      while (nc < r->len + n + 1) nc *= 2;
+      char *b = realloc(r->body, nc);
+      if (!b) return MHD_NO;
+      r->body = b;
+      r->cap = nc;
+    }
+    memcpy(r->body + r->len, upload_data, n);
+    r->len += n;
+    r->body[r->len] = 0;
+    return MHD_YES;
+  }
+  if (r->state == REQ_READY) {
+    atomic_fetch_sub(&h->suspended, 1); /* MHD resumed it and called us */
+    r->state = REQ_SENT;
+    return http_send(r);
+  }
+  if (r->state != REQ_READING) { /* waiting, or answered already (early 413) */
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+
+  /* Counted before http_dispatch looks at `stopping`, so that http_stop,
+   * which sets `stopping` first and then waits for this count to drop, can
+   * never miss a handler about to suspend its connection. */
+  atomic_fetch_add(&h->active, 1);
+  /* Reply-after-commit is structural: every group the handler's lock holds
+   * handed to the commit thread (and, for a write, everything before its
+   * holds) is recorded here by server_unlock, so the reply cannot go out
+   * before it, whatever the handler or an error helper did with resp. */
+  commit_hold_begin(&r->hold, strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0);
+  http_dispatch(r, url, method);
+  commit_hold_end();
+  r->ticket = r->hold.ticket > r->resp.ticket ? r->hold.ticket : r->resp.ticket;
+  if (r->ticket) {
+    int status = 0;
+    int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r,
+                              &status);
+    if (rc == 0) { /* suspended; http_committed resumes us */
+      atomic_fetch_sub(&h->active, 1);
+      return MHD_YES;
+    }
+    r->commit_status = rc == 1 ? status : -EIO;
+  }
+  atomic_fetch_sub(&h->active, 1);
+  r->state = REQ_SENT;
+  return http_send(r);
+}
+
+static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode toe) {
+  (void)conn;
+  (void)toe;
+  struct http *h = cls;
+  struct http_req *r = *con_cls;
+  if (!r) return;
+  metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
+  free(r->resp.body);
+  if (r->resp.stream_read && r->resp.stream_free) r->resp.stream_free(r->resp.stream_cls);
+  free(r->body);
+  if (r->fd >= 0) close(r->fd);
+  if (r->reserved) atomic_fetch_sub(&h->body_bytes, r->reserved);
+  free(r);
+  *con_cls = NULL;
+}
+
+/* libmicrohttpd's own messages, on only with TLS: while the daemon starts they
+ * say why (a key that does not match its certificate); afterwards they are
+ * per-connection handshake failures (a client that does not trust the
+ * certificate), worth a debug line at most. */
+static char http_start_msg[256];
+static atomic_int http_started;
+
+static void http_mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char line[256];
+  vsnprintf(line, sizeof line, fmt, ap);
+  line[strcspn(line, "\n")] = '\0';
+  if (!atomic_load(&http_started)) {
+    if (!http_start_msg[0]) snprintf(http_start_msg, sizeof http_start_msg, "%s", line);
+  } else {
+    log_debug("http: %s", line);
+  }
+}
+
+int http_start(struct server *s, struct http **out, int *port_out, char *err, size_t errlen) {
+  struct http *h = calloc(1, sizeof *h);
+  if (!h) return -ENOMEM;
+  h->s = s;
+  /* Spool files live beside the database (the same disk, never in RAM). */
+  snprintf(h->spool_dir, sizeof h->spool_dir, "%s", s->opt.db_path);
+  char *slash = strrchr(h->spool_dir, '/');
+  if (!slash) snprintf(h->spool_dir, sizeof h->spool_dir, ".");
+  else if (slash == h->spool_dir) slash[1] = '\0';
+  else *slash = '\0';
+  unsigned idle_s = HTTP_IDLE_TIMEOUT_S;
+  const char *t_env = TESTHOOK(TESTHOOK_HTTP_TIMEOUT_S);
+  if (t_env && atoi(t_env) > 0) idle_s = (unsigned)atoi(t_env);
+  struct addrinfo hints = {.ai_flags = AI_NUMERICSERV | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", s->opt.port);
+  int gai = getaddrinfo(s->opt.bind, port, &hints, &ai);
+  if (gai) {
+    snprintf(err, errlen, "--bind %s: %s", s->opt.bind, gai_strerror(gai));
+    free(h);
+    return -EINVAL;
+  }
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY |
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  /* --tls-cert/--tls-key: libmicrohttpd's own TLS (GnuTLS). The PEM text is
+   * main's and outlives the daemon. Without TLS the array is just its END. */
+  int tls = s->opt.tls_cert_pem != NULL;
+  struct MHD_OptionItem tls_opts[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, s->opt.tls_cert_pem},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, s->opt.tls_key_pem},
+      {MHD_OPTION_END, 0, NULL}};
+  if (tls) {
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+      snprintf(err, errlen, "--tls-cert: this libmicrohttpd was built without TLS support");
+      freeaddrinfo(ai);
+      free(h);
+      return -ENOTSUP;
+    }
+    flags |= MHD_USE_TLS | MHD_USE_ERROR_LOG;
+  }
+  http_start_msg[0] = '\0';
+  /* The logger must come first; it speaks only with MHD_USE_ERROR_LOG (TLS). */
+  h->d = MHD_start_daemon(
+      flags, 0, NULL, NULL, http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads, MHD_OPTION_NOTIFY_COMPLETED,
+      http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+      idle_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 2,
+      MHD_OPTION_END);
+  freeaddrinfo(ai);
+  atomic_store(&http_started, 1);
+  if (!h->d && tls && http_start_msg[0]) {
+    /* libmicrohttpd's words say which: the certificate and key, or the bind. */
+    snprintf(err, errlen, "cannot serve HTTPS on %s port %d with --tls-cert %s --tls-key %s: %s",
+             s->opt.bind, s->opt.port, s->opt.tls_cert, s->opt.tls_key, http_start_msg);
+    free(h);
+    return -EINVAL;
+  }
+  if (!h->d) {
+    snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here?)",
+             s->opt.bind, s->opt.port);
+    free(h);
+    return -EADDRINUSE;
+  }
+  if (sse_start(s)) log_warn("http: no keepalive thread for event streams");
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+  *port_out = info ? info->port : s->opt.port;
+  *out = h;
+  return 0;
+}
+
+void http_stop(struct http *h) {
+  if (!h) return;
+  atomic_store(&h->stopping, 1);
+  sse_stop(); /* open event streams end (none stays suspended) */
+  /* Held replies are released by the commit thread, which still runs. */
+  for (int i = 0; i < 1000 && (atomic_load(&h->suspended) > 0 || atomic_load(&h->active) > 0);
+       i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (atomic_load(&h->suspended) > 0) {
+    log_error("http: %d replies still held after 5 s; exiting without them",
+              atomic_load(&h->suspended));
+    _exit(1); /* MHD would abort; everything acknowledged is committed */
+  }
+  MHD_stop_daemon(h->d);
+  free(h);
+}

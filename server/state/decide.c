@@ -1,0 +1,490 @@
+/* state_decide: carrying out scheduler decisions (issue 13). See
+ * state_decide.h and HACKING.md "Adaptive search (issue 13)". Every change
+ * is queued into the caller's open group, so it commits in the decision's
+ * transaction. */
+#include "decide.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "jsonout.h"
+#include "log.h"
+#include "state_internal.h"
+#include "stoprule.h"
+#include "testhook.h"
+
+/* One trial_events and/or sched_records row. */
+struct decide_op {
+  struct store_event_row ev;
+  int has_event;
+  int64_t rec_exp, rec_seq, rec_trial;
+  char *record, *kind, *reason, *data;
+  int64_t copy_from, copy_to; /* exploit: checkpoint copy (0: none) */
+};
+
+static void decide_op_free(void *arg) {
+  struct decide_op *op = arg;
+  free(op->record);
+  free(op->kind);
+  free(op->reason);
+  free(op->data);
+  free(op);
+}
+
+static int decide_op_apply(struct store *st, void *arg) {
+  struct decide_op *op = arg;
+  int rc = 0;
+  if (op->copy_from) rc = store_copy_checkpoint(st, op->copy_from, op->copy_to);
+  if (!rc && op->has_event) rc = store_insert_event(st, &op->ev);
+  if (!rc && op->record)
+    rc = store_insert_sched_record(st, op->rec_exp, op->rec_seq, op->rec_trial, op->record);
+  return rc;
+}
+
+static int decide_set_reason(struct trial *t, const char *reason) {
+  if (!reason || !reason[0]) return 0;
+  char *copy = strdup(reason);
+  if (!copy) return -ENOMEM;
+  free(t->reason);
+  t->reason = copy;
+  return 0;
+}
+
+static int decide_enqueue(struct server *s, struct decide_op *op, uint64_t *ticket) {
+  /* No commit_cover_seq: the loader does not read events' seqs, so the
+   * group writes the counter itself and it never goes back after a restart. */
+  return commit_enqueue(s->commit, decide_op_apply, decide_op_free, op, ticket);
+}
+
+int decide_note(struct server *s, struct trial *t, const char *kind, const char *reason,
+                const cJSON *data, const cJSON *record, uint64_t *ticket) {
+  if ((!kind || !reason || !reason[0]) && !record) return 0;
+  struct decide_op *op = calloc(1, sizeof *op);
+  if (!op) return -ENOMEM;
+  int rc = -ENOMEM;
+  if (kind && reason && reason[0]) {
+    if (!(op->kind = strdup(kind)) || !(op->reason = strdup(reason)) ||
+        (data && !(op->data = jsonout_print(data))))
+      goto fail;
+    op->has_event = 1;
+    op->ev = (struct store_event_row){.seq = ++s->seq, .trial_id = t->id,
+                                      .experiment_id = t->experiment_id,
+                                      .time = clock_wall_s(), .kind = op->kind,
+                                      .reason = op->reason, .data = op->data};
+    if ((rc = decide_set_reason(t, reason))) goto fail;
+  }
+  if (record) {
+    if (!(op->record = jsonout_print(record))) goto fail;
+    op->rec_exp = t->experiment_id;
+    op->rec_seq = ++s->seq;
+    op->rec_trial = t->id;
+  }
+  return decide_enqueue(s, op, ticket);
+fail:
+  decide_op_free(op);
+  return rc;
+}
+
+/* A test-build scheduler hook (TESTHOOK_DECIDE: "pause_at=T" or
+ * "exploit_at=T,donor=ID,set=KEY:VALUE"): the server's own decision
+ * framework is tested with real processes before every algorithm exists.
+ * Never set outside tests. */
+static void decide_test_hook(struct trial *t, double tv, struct sched_outcome *out) {
+  const char *spec = TESTHOOK(TESTHOOK_DECIDE);
+  if (!spec || out->action != SCHED_CONTINUE) return;
+  double at;
+  if (sscanf(spec, "pause_at=%lf", &at) == 1 && tv == at) {
+    out->action = SCHED_PAUSE;
+    snprintf(out->reason, sizeof out->reason, "paused at rung %g (t=%g)", at, tv);
+    return;
+  }
+  long long donor;
+  char key[64];
+  double v;
+  if (sscanf(spec, "exploit_at=%lf,donor=%lld,set=%63[^:]:%lf", &at, &donor, key, &v) == 4 &&
+      tv == at && t->id != donor) {
+    cJSON *c = cJSON_Parse(t->config);
+    if (!c) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(c, key);
+    if (!cJSON_AddNumberToObject(c, key, v)) {
+      cJSON_Delete(c);
+      return;
+    }
+    out->action = SCHED_EXPLOIT;
+    out->donor_trial_id = donor;
+    out->new_config = c;
+    snprintf(out->reason, sizeof out->reason, "exploited trial %lld at t=%g: %s → %g", donor,
+             tv, key, v);
+  }
+}
+
+int decide_override(struct server *s, struct experiment *e, struct trial *t,
+                    const cJSON *result, double tv, struct sched_outcome *out,
+                    const char **event_kind) {
+  (void)s;
+  decide_test_hook(t, tv, out);
+  *event_kind = out->action == SCHED_STOP    ? "stopped"
+                : out->action == SCHED_PAUSE ? "paused"
+                : out->action == SCHED_EXPLOIT ? "exploited"
+                                               : NULL;
+  if (out->action != SCHED_CONTINUE) return 0;
+  if (e->status == ES_PAUSED) {
+    /* issue 14 (control): a user paused the experiment: answered stop, the
+     * trial ends PAUSED with its checkpoint when its lease ends. */
+    out->action = SCHED_PAUSE;
+    snprintf(out->reason, sizeof out->reason, "%s", control_pause_reason);
+    *event_kind = "paused";
+    return 0;
+  }
+  char why[SCHED_REASON_MAX];
+  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result,
+                       why, sizeof why)) {
+    out->action = SCHED_STOP;
+    out->stopped_early = 0;
+    snprintf(out->reason, sizeof out->reason, "%s", why);
+    *event_kind = "stop_rule";
+  } else if (e->budget_spent) {
+    out->action = SCHED_STOP;
+    out->stopped_early = 0;
+    snprintf(out->reason, sizeof out->reason, "time_budget_s %g spent", e->spec.time_budget_s);
+    *event_kind = "time_budget";
+  }
+  return 0;
+}
+
+int decide_apply(struct server *s, struct experiment *e, struct trial *t, double tv,
+                 struct sched_outcome *out, uint64_t *ticket) {
+  int erc = decide_end_others(s, e, out, ticket);
+  if (erc) return erc;
+  if (out->action == SCHED_PAUSE) {
+    t->lease_end_action = SCHED_PAUSE;
+    log_info("trial %lld: %s (pauses when its lease ends)", (long long)t->id, out->reason);
+    return 0;
+  }
+  if (out->action != SCHED_EXPLOIT) return 0;
+  struct trial *d = server_trial(s, out->donor_trial_id);
+  if (!d || d->experiment_id != e->id || d == t || !d->has_checkpoint || !out->new_config) {
+    /* Nothing to exploit from: the trial goes on (the worker was not told
+     * anything else yet). */
+    int rc = sched_exploit_refused(e->sched, t->id, out); /* pbt forgets it too */
+    if (rc) return rc;
+    out->action = SCHED_CONTINUE;
+    out->reason[0] = 0;
+    return 0;
+  }
+  char *cfg = jsonout_print(out->new_config);
+  cJSON *data = cJSON_CreateObject(), *old = cJSON_Parse(t->config);
+  int rc = -ENOMEM;
+  if (!cfg || !data || !old || !cJSON_AddNumberToObject(data, "donor", (double)d->id) ||
+      !cJSON_AddNumberToObject(data, "t", tv) ||
+      !cJSON_AddItemToObject(data, "old_config", old))
+    goto out;
+  old = NULL;
+  if (!cJSON_AddItemToObject(data, "new_config", cJSON_Duplicate(out->new_config, 1))) goto out;
+  struct decide_op *op = calloc(1, sizeof *op);
+  if (!op) goto out;
+  op->copy_from = d->id;
+  op->copy_to = t->id;
+  op->rec_seq = s->seq;
+  if ((rc = decide_enqueue(s, op, ticket))) goto out;
+  /* In memory what the copy does in the store; the donor's time_total_s at
+   * that checkpoint goes with it (start_time_total_s of the next lease: the
+   * trial's own results do not know it), persisted with the trial row. */
+  t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
+  t->has_ck_time_total = 1;
+  t->has_checkpoint = 1;
+  t->checkpoint_iteration = d->checkpoint_iteration;
+  if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
+  free(t->config);
+  t->config = cfg;
+  cfg = NULL;
+  t->lease_end_action = SCHED_EXPLOIT;
+  rc = 0;
+  log_info("trial %lld: %s", (long long)t->id, out->reason);
+  /* The event carries the data; decide_note is called by the caller with
+   * it: keep it on the outcome. */
+  cJSON_Delete(out->new_config);
+  out->new_config = data;
+  data = NULL;
+out:
+  free(cfg);
+  cJSON_Delete(old);
+  cJSON_Delete(data);
+  return rc;
+}
+
+const char *decide_action_name(int action) {
+  return action == SCHED_PAUSE     ? "pause"
+         : action == SCHED_EXPLOIT ? "exploit"
+         : action == SCHED_STOP    ? "stop"
+                                   : NULL;
+}
+
+int decide_action_parse(const char *name, int *action) {
+  static const int all[] = {SCHED_PAUSE, SCHED_EXPLOIT, SCHED_STOP};
+  *action = 0;
+  if (!name) return 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(name, decide_action_name(all[i]))) {
+      *action = all[i];
+      return 0;
+    }
+  return -EINVAL;
+}
+
+int decide_refuses_checkpoint(const struct trial *t) {
+  return t->lease_end_action == SCHED_EXPLOIT;
+}
+
+int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
+  int action = t->lease_end_action;
+  if (!action || t->status != TS_RUNNING) return 0;
+  t->lease_end_action = 0;
+  state_release(s, t);
+  t->worker_id = 0;
+  t->unlisted_since_ms = 0;
+  if (action == SCHED_STOP) {
+    /* A pause-pending trial a later decision stopped (decide_end_others):
+     * it ends now, its final uploads still taken. */
+    t->lease_final = 1;
+    int rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+    return rc ? rc : 1;
+  }
+  struct experiment *ue = server_experiment(s, t->experiment_id);
+  if (action == SCHED_PAUSE && ue && ue->status == ES_RUNNING && t->reason &&
+      !strcmp(t->reason, control_pause_reason)) {
+    /* issue 14 (control): its experiment was paused and resumed before
+     * this lease ended: it goes straight back to PENDING (resumed from its
+     * checkpoint by its next lease). */
+    t->lease_final = 1;
+    state_set_status(s, t, TS_PENDING);
+    state_trial_next_generation(t);
+    log_info("trial %lld PENDING: its experiment was resumed", (long long)t->id);
+  } else if (action == SCHED_PAUSE) {
+    /* Its final uploads (from the lease that paused it) are still taken. */
+    t->lease_final = 1;
+    state_set_status(s, t, TS_PAUSED);
+    log_info("trial %lld PAUSED", (long long)t->id);
+  } else {
+    /* The old lease wrote its last: its checkpoint was replaced. */
+    t->lease_final = 0;
+    state_set_status(s, t, TS_PENDING);
+    /* issue 13 (gen): its next results are a new generation (persisted with
+     * the row below); the old lease's replays are told stop (not_leased). */
+    state_trial_next_generation(t);
+    log_info("trial %lld PENDING: resumes from its donor's checkpoint", (long long)t->id);
+  }
+  t->updated_seq = ++s->seq;
+  int rc = state_persist_trial(s, t, ticket);
+  return rc ? rc : 1;
+}
+
+struct decide_resume_ctx {
+  struct server *s;
+};
+
+static int decide_resumable(void *ctx, int64_t trial_id) {
+  struct decide_resume_ctx *c = ctx;
+  struct trial *t = server_trial(c->s, trial_id);
+  return t && t->status == TS_PAUSED;
+}
+
+int decide_choose(struct server *s, struct experiment *e, int can_new,
+                  enum sched_choice_kind *kind, struct trial **resumed, uint64_t *ticket) {
+  struct sched_choice c;
+  struct decide_resume_ctx ctx = {s};
+  *resumed = NULL;
+  int rc = sched_choose(e->sched, can_new, decide_resumable, &ctx, &c);
+  if (rc) return rc;
+  *kind = c.kind;
+  if (c.kind == SCHED_CHOOSE_RESUME) {
+    struct trial *t = server_trial(s, c.trial_id);
+    if (!t || t->experiment_id != e->id || t->status != TS_PAUSED) {
+      sched_choice_clear(&c);
+      *kind = SCHED_CHOOSE_WAIT;
+      return 0;
+    }
+    state_set_status(s, t, TS_PENDING);
+    t->lease_final = 0;
+    /* Its next lease resumes from its checkpoint, which may be older than
+     * the result where it paused: the time values it sends again are new
+     * results of its next generation, answered by the scheduler, not
+     * replays of the stored stop (the pause). Persisted with the row below,
+     * in the write that makes it PENDING. */
+    state_trial_next_generation(t);
+    t->updated_seq = ++s->seq;
+    const char *ek = !strncmp(c.reason, "promoted", 8) ? "promoted" : "resumed";
+    rc = decide_note(s, t, ek, c.reason[0] ? c.reason : "resumed", NULL, c.record, ticket);
+    if (!rc) rc = state_persist_trial(s, t, ticket);
+    if (!rc) *resumed = t;
+  }
+  sched_choice_clear(&c);
+  return rc;
+}
+
+static int decide_end_one(struct server *s, struct trial *t, const char *kind, const char *why,
+                          uint64_t *ticket) {
+  int rc = decide_note(s, t, kind, why, NULL, NULL, ticket);
+  if (!rc) rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+  return rc;
+}
+
+int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket) {
+  int rc = 0;
+  /* Over the server's trials: works whether or not the experiment keeps its
+   * own list. */
+  for (int64_t k = 0; !rc && e->counts[TS_PAUSED] > 0 && k < s->ntrials; k++) {
+    struct trial *t = s->trials[k];
+    if (t && t->experiment_id == e->id && t->status == TS_PAUSED)
+      rc = decide_end_one(s, t, "stopped", "never promoted: the experiment ended while it was "
+                          "paused", ticket);
+  }
+  return rc;
+}
+
+int decide_end_others(struct server *s, struct experiment *e, const struct sched_outcome *out,
+                      uint64_t *ticket) {
+  int rc = 0;
+  for (size_t i = 0; !rc && out && i < out->nended; i++) {
+    struct trial *t = server_trial(s, out->ended[i].trial_id);
+    const char *why = out->ended[i].reason[0] ? out->ended[i].reason : "stopped";
+    if (!t || t->experiment_id != e->id) continue;
+    if (t->status == TS_PAUSED) {
+      t->stopped_early = 1;
+      rc = decide_end_one(s, t, "stopped", why, ticket);
+    } else if (t->status == TS_RUNNING && t->lease_end_action == SCHED_PAUSE) {
+      /* Still uploading its final checkpoint: it ends with its lease. */
+      t->lease_end_action = SCHED_STOP;
+      t->stopped_early = 1;
+      t->updated_seq = ++s->seq;
+      rc = decide_note(s, t, "stopped", why, NULL, NULL, ticket);
+      if (!rc) rc = state_persist_trial(s, t, ticket);
+    }
+  }
+  return rc;
+}
+
+/* decide_end_paused ends trials through state_end_trial, which comes back
+ * to state_experiment_maybe_end: one pass at a time (all callers hold
+ * s->lock). */
+static int decide_ending;
+
+int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+  if (decide_ending || e->status != ES_RUNNING || !e->counts[TS_PAUSED] ||
+      e->counts[TS_RUNNING] || e->counts[TS_PENDING] || e->budget_spent)
+    return 0;
+  int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
+  if (can_new) return 0;
+  enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
+  struct trial *resumed = NULL;
+  int rc = decide_choose(s, e, 0, &kind, &resumed, ticket);
+  if (rc || resumed) return rc; /* a promotion: PENDING, leased next */
+  decide_ending = 1;
+  rc = decide_end_paused(s, e, ticket);
+  decide_ending = 0;
+  if (!rc) rc = state_experiment_maybe_end(s, e, ticket);
+  return rc;
+}
+
+int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
+  int rc = 0;
+  for (int64_t i = 0; !rc && i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    if (!e || e->status != ES_RUNNING || !(e->spec.time_budget_s > 0)) continue;
+    if (e->run_clock_ms && now_ms > e->run_clock_ms)
+      e->run_time_s += (double)(now_ms - e->run_clock_ms) / 1000.0;
+    e->run_clock_ms = now_ms;
+    int persist = now_ms - e->run_saved_ms >= 1000;
+    if (!e->budget_spent && e->run_time_s >= e->spec.time_budget_s) {
+      e->budget_spent = 1;
+      /* Nothing more is created or leased: the lease path checks
+       * budget_spent (HACKING.md "Stop rules and budget"). */
+      persist = 1;
+      char why[SCHED_REASON_MAX];
+      snprintf(why, sizeof why, "time_budget_s %g spent", e->spec.time_budget_s);
+      log_info("experiment %lld: %s", (long long)e->id, why);
+      for (int64_t k = 0; !rc && k < s->ntrials; k++) {
+        struct trial *t = s->trials[k];
+        if (t && t->experiment_id == e->id &&
+            (t->status == TS_PENDING || t->status == TS_PAUSED))
+          rc = decide_end_one(s, t, "time_budget", why, ticket);
+      }
+      if (!rc && !e->end_reason && !(e->end_reason = strdup(why))) rc = -ENOMEM;
+    }
+    if (!rc && e->budget_spent && e->status == ES_RUNNING && e->counts[TS_RUNNING] == 0 &&
+        e->counts[TS_PENDING] == 0) {
+      e->status = ES_TERMINATED;
+      e->ended_at = clock_wall_s();
+      persist = 1;
+      log_info("experiment %lld ended: %s", (long long)e->id, e->end_reason);
+    }
+    if (!rc && persist) {
+      e->run_saved_ms = now_ms;
+      e->updated_seq = ++s->seq;
+      rc = state_persist_experiment(s, e, ticket);
+    }
+  }
+  return rc;
+}
+
+struct decide_events_ctx {
+  cJSON *arr;
+};
+
+static int decide_event_row(void *ctx, const struct store_event_row *r) {
+  struct decide_events_ctx *c = ctx;
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddItemToArray(c->arr, o)) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  cJSON *data = r->data ? cJSON_Parse(r->data) : cJSON_CreateNull();
+  if (!cJSON_AddNumberToObject(o, "seq", (double)r->seq) ||
+      !cJSON_AddNumberToObject(o, "time", r->time) ||
+      !cJSON_AddStringToObject(o, "kind", r->kind ? r->kind : "") ||
+      !cJSON_AddStringToObject(o, "reason", r->reason ? r->reason : "") ||
+      !cJSON_AddItemToObject(o, "data", data ? data : cJSON_CreateNull()))
+    return -ENOMEM;
+  return 0;
+}
+
+int decide_events_json(struct server *s, int64_t trial_id, cJSON **out) {
+  struct decide_events_ctx c = {cJSON_CreateArray()};
+  *out = NULL;
+  if (!c.arr) return -ENOMEM;
+  /* The rows exist once everything queued before this read is committed. */
+  commit_flush(s->commit);
+  int rc = store_trial_events(s->store, trial_id, decide_event_row, &c);
+  if (rc) {
+    cJSON_Delete(c.arr);
+    return rc;
+  }
+  *out = c.arr;
+  return 0;
+}
+
+int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id,
+                       const char *record) {
+  struct experiment *e = server_experiment(s, experiment_id);
+  cJSON *r = record ? cJSON_Parse(record) : NULL;
+  int rc = e && r ? sched_restore(e->sched, trial_id, r) : -EINVAL;
+  cJSON_Delete(r);
+  return rc;
+}
+
+int decide_pause_lease(struct server *s, struct trial *t, uint64_t *ticket) {
+  if (t->status != TS_RUNNING || t->lease_end_action == SCHED_PAUSE) return 0;
+  /* What a result would have been answered (decide_override): stop, and
+   * PAUSED with its checkpoint when this lease ends. */
+  t->lease_end_action = SCHED_PAUSE;
+  int rc = decide_note(s, t, "paused", control_pause_reason, NULL, NULL, ticket);
+  if (rc) return rc;
+  t->updated_seq = ++s->seq;
+  log_info("trial %lld: %s (told at its heartbeat; pauses when its lease ends)",
+           (long long)t->id, control_pause_reason);
+  return state_persist_trial(s, t, ticket);
+}

@@ -1,0 +1,756 @@
+/* state: the in-memory model's transitions (create, lease, end, requeue on
+ * lease expiry or release, record a result). state_ops.c carries each change to the commit thread;
+ * state_load.c rebuilds the model at start. */
+#include "state.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "events.h"
+#include "jsonout.h"
+#include "log.h"
+#include "decide.h"
+#include "secret.h"
+#include "testhook.h"
+#include "state_internal.h"
+#include "validate.h"
+#include "workers.h"
+
+const char *const trial_status_names[TS_COUNT] = {"PENDING", "RUNNING", "PAUSED",
+                                                  "TERMINATED", "ERROR"};
+const char *const exp_status_names[ES_COUNT] = {"RUNNING", "TERMINATED", "CANCELLED",
+                                                "PAUSED"};
+
+int state_status_parse(const char *const *names, int n, const char *s) {
+  for (int i = 0; i < n; i++)
+    if (s && !strcmp(names[i], s)) return i;
+  return -1;
+}
+
+char *state_strdup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* Grows an array of pointers to hold index id-1. */
+int state_grow(void ***arr, int64_t *cap, int64_t need) {
+  if (need <= *cap) return 0;
+  int64_t nc = *cap ? *cap * 2 : 64;
+  while (nc < need) nc *= 2;
+  void **p = realloc(*arr, (size_t)nc * sizeof *p);
+  if (!p) return -ENOMEM;
+  *arr = p;
+  *cap = nc;
+  return 0;
+}
+
+int state_init(struct server *s) {
+  /* A test build may shorten the delays of bounded memory (testhook.h). */
+  const char *d = TESTHOOK(TESTHOOK_COMPACT_DELAY_MS);
+  s->compact_delay_ms = d ? strtoull(d, NULL, 10) : STATE_COMPACT_DELAY_MS;
+  d = TESTHOOK(TESTHOOK_COLD_DELAY_MS);
+  s->cold_delay_ms = d ? strtoull(d, NULL, 10) : STATE_COLD_DELAY_MS;
+  int rc = events_new(&s->events);
+  if (rc) return rc;
+  if (pthread_mutex_init(&s->lock, NULL)) {
+    events_free(s->events);
+    s->events = NULL;
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+void state_trial_free(struct trial *t) {
+  if (!t) return;
+  free(t->name);
+  free(t->config);
+  free(t->error);
+  free(t->reason);
+  state_trial_history_free(t);
+  free(t);
+}
+
+void state_experiment_free(struct experiment *e) {
+  if (!e) return;
+  free(e->name);
+  free(e->config);
+  free(e->end_reason);
+  free(e->notes); /* issue 14 (control) */
+  free(e->tags);
+  free(e->unusable);
+  for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
+  free(e->trials); /* the trials themselves are s->trials' */
+  searcher_free(e->searcher);
+  sched_free(e->sched);
+  validate_spec_free(&e->spec);
+  free(e);
+}
+
+void state_free(struct server *s) {
+  for (int64_t i = 0; i < s->ntrials; i++) state_trial_free(s->trials[i]);
+  for (int64_t i = 0; i < s->nexps; i++) state_experiment_free(s->exps[i]);
+  for (int64_t i = 0; i < s->nworkers; i++) {
+    if (s->workers[i]) free(s->workers[i]->name);
+    free(s->workers[i]);
+  }
+  free(s->trials);
+  free(s->exps);
+  free(s->workers);
+  state_live_free(s); /* issue 14 (fair share) */
+  state_compact_free(s);
+  state_cold_free(s);
+  events_free(s->events);
+  s->events = NULL;
+  pthread_mutex_destroy(&s->lock);
+}
+
+void state_set_status(struct server *s, struct trial *t, enum trial_status st) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  e->counts[t->status]--;
+  e->counts[st]++;
+  t->status = st;
+  t->updated_seq = ++s->seq;
+  if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
+  /* Bounded memory: an ended trial's history leaves memory a little later. */
+  if (st == TS_TERMINATED || st == TS_ERROR) state_compact_later(s, t, clock_mono_ms());
+}
+
+struct worker *state_worker_by_secret(struct server *s, const char *tok) {
+  char *end = NULL;
+  if (!tok || *tok < '1' || *tok > '9') return NULL;
+  errno = 0;
+  long long id = strtoll(tok, &end, 10);
+  if (errno || !end || *end != '.') return NULL;
+  struct worker *w = server_worker(s, id);
+  /* A worker from before secrets existed has none: nothing matches it. */
+  if (!w || !w->secret[0] || !secret_equal(tok, w->secret)) return NULL;
+  return w;
+}
+
+void state_charge(struct server *s, struct worker *w, struct trial *t) {
+  const struct spec_resources *r = &server_experiment(s, t->experiment_id)->spec.resources;
+  w->used_cpu += r->cpu;
+  w->used_gpu += r->gpu;
+  /* A worker that declared no memory is not accounted for it: charging it
+   * would only show a negative free amount. */
+  if (w->memory_mb > 0) w->used_memory_mb += r->memory_mb;
+  w->nrunning++;
+  t->worker_id = w->id;
+  t->lease_worker_id = w->id;
+}
+
+void state_release(struct server *s, struct trial *t) {
+  struct worker *w = server_worker(s, t->worker_id);
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  /* worker_id is cleared below, so a second release of the same lease (an
+   * end after a requeue, say) frees nothing twice. */
+  if (w && e) {
+    if (w->nrunning > 0) w->nrunning--;
+    if (w->nrunning == 0) {
+      /* Nothing left on it: exact zeros, whatever the sums of fractions
+       * left behind in rounding. */
+      w->used_cpu = w->used_gpu = 0;
+      w->used_memory_mb = 0;
+    } else {
+      w->used_cpu -= e->spec.resources.cpu;
+      w->used_gpu -= e->spec.resources.gpu;
+      if (w->memory_mb > 0) w->used_memory_mb -= e->spec.resources.memory_mb;
+      if (w->used_cpu < 1e-9) w->used_cpu = 0;
+      if (w->used_gpu < 1e-9) w->used_gpu = 0;
+      if (w->used_memory_mb < 0) w->used_memory_mb = 0;
+    }
+  }
+  t->worker_id = 0;
+}
+
+int state_experiment_done(const struct experiment *e) {
+  int64_t plan = e->searcher_exhausted ? e->ntrials : e->num_trials;
+  return e->ntrials >= plan && e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == plan;
+}
+
+int state_experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+  int drc = decide_maybe_end(s, e, ticket); /* issue 13 (promo): PAUSED end with it */
+  if (drc) return drc;
+  if (e->status != ES_RUNNING || !state_experiment_done(e)) return 0;
+  e->status = ES_TERMINATED;
+  e->ended_at = clock_wall_s();
+  e->updated_seq = ++s->seq;
+  log_info("experiment %lld ended: %lld terminated, %lld error", (long long)e->id,
+           (long long)e->counts[TS_TERMINATED], (long long)e->counts[TS_ERROR]);
+  return state_persist_experiment(s, e, ticket);
+}
+
+int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
+                    uint64_t *ticket) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct sched_outcome out = {0};
+  if (t->status == TS_RUNNING) state_release(s, t);
+  state_set_status(s, t, st);
+  t->ended_at = clock_wall_s();
+  t->worker_id = 0;
+  /* Cancelled trials leave their bracket without passing through it. */
+  int pass = (e->status == ES_RUNNING || e->status == ES_PAUSED) && t->nres > 0;
+  int rc = sched_on_trial_end(e->sched, t->id, pass, t->last_t,
+                              pass && t->has_last_value ? &t->last_value : NULL, &out);
+  if (rc && rc != -ENOENT) return rc;
+  if (rc == -ENOENT) out.asha.recorded = 0;
+  rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out.asha, NULL, 1, ticket);
+  if (!rc) rc = decide_note(s, t, NULL, NULL, NULL, out.record, ticket); /* issue 13 (promo) */
+  if (!rc) rc = decide_end_others(s, e, &out, ticket); /* issue 13 (promo): hb halving */
+  sched_outcome_clear(&out); /* issue 13 (decide): records of trial ends land with sched_records */
+  if (rc) return rc;
+  if (st == TS_ERROR && e->status == ES_RUNNING && e->spec.fail_fast) {
+    /* HACKING.md "fail_fast": this trial's end and the cancel are queued in
+     * the same hold of the lock, so they commit as one transaction. */
+    char reason[1024];
+    snprintf(reason, sizeof reason, "fail_fast: trial %lld (%s) failed: %s", (long long)t->id,
+             t->name, t->error && t->error[0] ? t->error : "failed");
+    int64_t stopped = state_cancel_experiment(s, e, reason, ticket);
+    if (stopped < 0) return (int)stopped;
+    log_warn("experiment %lld cancelled by fail_fast (trial %lld failed), %lld trial(s) stopped",
+             (long long)e->id, (long long)t->id, (long long)stopped);
+    return 0;
+  }
+  return state_experiment_maybe_end(s, e, ticket);
+}
+
+int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
+                                uint64_t *ticket) {
+  char *copy = reason ? strdup(reason) : NULL;
+  int64_t stopped = 0;
+  int rc = 0;
+  if (reason && !copy) return -ENOMEM;
+  free(e->end_reason);
+  e->end_reason = copy;
+  /* Set first: the trials ended below leave their brackets without passing
+   * through them, and none of them ends the experiment a second time. */
+  e->status = ES_CANCELLED;
+  e->ended_at = clock_wall_s();
+  for (int64_t i = 0; !rc && i < e->ntrials; i++) {
+    struct trial *t = e->trials[i];
+    if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
+    rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+    stopped++;
+  }
+  e->updated_seq = ++s->seq;
+  if (!rc) rc = state_persist_experiment(s, e, ticket);
+  return rc ? rc : stopped;
+}
+
+int state_add_experiment(struct server *s, const char *config_json,
+                         struct experiment_spec *spec, struct experiment **out,
+                         uint64_t *ticket) {
+  int64_t n = spec->num_trials;
+  struct experiment *e = calloc(1, sizeof *e);
+  struct exp_op *op = NULL;
+  if (!e) return -ENOMEM;
+  int rc = -ENOMEM;
+  if (!(e->name = strdup(spec->name)) || !(e->config = strdup(config_json))) goto fail;
+  rc = sched_create(&spec->sched, spec->mode, spec->seed, &e->sched);
+  if (rc) goto fail;
+  rc = -ENOMEM;
+  if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
+  if (state_live_reserve(s, s->nlive + 1)) goto fail; /* issue 14: the sync below cannot fail */
+  e->id = s->nexps + 1;
+  e->seed = spec->seed;
+  e->status = n ? ES_RUNNING : ES_TERMINATED; /* nothing to run: over at once */
+  e->created_at = clock_wall_s();
+  e->ended_at = n ? 0 : e->created_at;
+  e->updated_seq = ++s->seq;
+  /* The plan only: trials are made at lease time (state_create_trial). */
+  e->num_trials = n;
+  if (!(op = state_exp_op_make(e, NULL, 0))) goto fail;
+  /* The spec moves into the experiment; the caller's copy is emptied. */
+  e->spec = *spec;
+  memset(spec, 0, sizeof *spec);
+  s->exps[s->nexps++] = e;
+  state_live_sync(s, e); /* issue 14 (fair share): RUNNING ones are live */
+  *out = e;
+  return state_exp_op_enqueue(s, op, ticket);
+fail:
+  state_experiment_free(e);
+  return rc;
+}
+
+/* Feeds the searcher every trial that changed since it last saw it (made
+ * on first use, so a restart rebuilds it from the loaded trials). */
+static int state_searcher_sync(struct experiment *e) {
+  if (!e->searcher) {
+    struct validate_error verr = {{0}, {0}};
+    int rc = searcher_create(&e->spec, &e->searcher, &verr);
+    if (rc) {
+      log_error("experiment %lld: cannot make its searcher: %s: %s", (long long)e->id,
+                verr.path, verr.message);
+      return rc;
+    }
+  }
+  if (searcher_type(e->searcher) != SEARCHER_TPE) return 0;
+  for (int64_t k = 0; k < e->ntrials; k++) {
+    struct trial *t = e->trials[k];
+    if (t->searcher_seq == t->updated_seq) continue;
+    cJSON *c = cJSON_Parse(t->config);
+    if (!c) return -ENOMEM;
+    int finished = t->status == TS_TERMINATED || t->status == TS_ERROR;
+    /* A failed trial is finished with no value: the model ignores it. */
+    double v = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
+    int rc = searcher_observe(e->searcher, t->id, t->idx, c, v, finished);
+    cJSON_Delete(c);
+    if (rc) return rc;
+    t->searcher_seq = t->updated_seq;
+  }
+  return 0;
+}
+
+int state_create_trial(struct server *s, struct experiment *e, struct trial **out) {
+  cJSON *cfg = NULL;
+  struct trial *t = NULL;
+  *out = NULL;
+  if (e->searcher_exhausted || e->ntrials >= e->num_trials) return -ENOENT;
+  int rc = state_searcher_sync(e);
+  if (!rc) rc = searcher_suggest(e->searcher, e->ntrials, &cfg);
+  if (rc == -ENOENT) e->searcher_exhausted = 1;
+  if (rc) return rc;
+  rc = -ENOMEM;
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
+      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1) ||
+      !(t = calloc(1, sizeof *t)))
+    goto fail;
+  t->id = s->ntrials + 1;
+  t->experiment_id = e->id;
+  t->idx = e->ntrials;
+  char name[SPEC_NAME_MAX + 32];
+  snprintf(name, sizeof name, "%s_%05lld", e->name, (long long)t->idx);
+  t->name = strdup(name);
+  t->config = jsonout_print(cfg);
+  if (!t->name || !t->config) goto fail;
+  t->status = TS_PENDING;
+  t->created_at = clock_wall_s();
+  t->bracket = sched_bracket_for(e->sched, t->idx);
+  if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail;
+  t->updated_seq = ++s->seq;
+  t->created_seq = t->updated_seq; /* bounded memory: its results come after */
+  s->trials[s->ntrials++] = t;
+  e->trials[e->ntrials++] = t;
+  e->counts[TS_PENDING]++;
+  cJSON_Delete(cfg);
+  *out = t;
+  return 0;
+fail:
+  cJSON_Delete(cfg);
+  state_trial_free(t);
+  return rc;
+}
+
+/* The slack is only for sums of fractions (0.1 + 0.2): a resource the
+ * worker has none of left never fits a trial that asks for any of it. */
+static int fits(double need, double have) {
+  if (need <= 0) return 1;
+  return have > 1e-9 && need <= have + 1e-9;
+}
+
+/* No PENDING trial: the scheduler chooses (HACKING.md "Adaptive search",
+ * decide_choose): a PAUSED trial to resume, a new trial from the searcher,
+ * or nothing now. 0 with *out (NULL: nothing), or an error (the experiment
+ * is skipped). */
+static int state_lease_choose(struct server *s, struct experiment *e, int can_new,
+                              struct trial **out) {
+  enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
+  uint64_t ticket = 0;
+  *out = NULL;
+  int rc = decide_choose(s, e, can_new, &kind, out, &ticket);
+  /* issue 13 (promo): nothing to run or resume may mean the end (PAUSED end). */
+  if (!rc && !*out && kind == SCHED_CHOOSE_WAIT) rc = state_experiment_maybe_end(s, e, &ticket);
+  if (rc || *out || kind != SCHED_CHOOSE_NEW || !can_new) return rc;
+  rc = state_create_trial(s, e, out);
+  if (rc == -ENOENT) {
+    /* The searcher has nothing more: the experiment may be over. */
+    rc = state_experiment_maybe_end(s, e, &ticket);
+  } else if (rc) {
+    log_error("experiment %lld: cannot create trial %lld (%d)", (long long)e->id,
+              (long long)e->ntrials, rc);
+  }
+  return rc;
+}
+
+struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
+                          int64_t memory_mb, int has_memory) {
+  /* The server's own accounting caps what the worker says is free. */
+  double fc = w->cpu - w->used_cpu, fg = w->gpu - w->used_gpu;
+  if (cpu < fc) fc = cpu;
+  if (gpu < fg) fg = gpu;
+  int64_t fm = INT64_MAX;
+  if (w->memory_mb > 0) fm = w->memory_mb - w->used_memory_mb;
+  if (has_memory && memory_mb < fm) fm = memory_mb;
+  /* issue 14 (fair share): the live experiments with work and room, tried
+   * in the fair order (state_live.c). A copy: an experiment that ends while
+   * it is tried leaves s->live, not this list. */
+  if (s->capfair < s->nlive) {
+    struct experiment **f = realloc(s->fair, (size_t)s->nlive * sizeof *f);
+    if (!f) {
+      log_error("lease: no memory for %lld live experiments", (long long)s->nlive);
+      return NULL;
+    }
+    s->fair = f;
+    s->capfair = s->nlive;
+  }
+  int64_t nc = 0;
+  for (int64_t i = 0; i < s->nlive; i++) {
+    struct experiment *e = s->live[i];
+    if (e->status != ES_RUNNING) continue;
+    if (e->budget_spent) continue; /* issue 13 (decide): time_budget_s spent */
+    int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
+    if (!e->counts[TS_PENDING] && !can_new && !e->counts[TS_PAUSED]) continue;
+    if (e->spec.max_concurrent_trials > 0 &&
+        e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
+      continue;
+    const struct spec_resources *r = &e->spec.resources;
+    /* Every trial of an experiment needs the same: one check per experiment. */
+    if (!fits(r->cpu, fc) || !fits(r->gpu, fg) || r->memory_mb > fm) continue;
+    s->fair[nc++] = e;
+  }
+  for (int64_t k = 0; k < nc; k++) {
+    state_fair_pick(s->fair, nc, k);
+    struct experiment *e = s->fair[k];
+    if (e->status != ES_RUNNING) continue;
+    int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
+    struct trial *t = NULL;
+    while (!t && e->pending_cursor < e->ntrials) {
+      t = e->trials[e->pending_cursor];
+      if (t->status != TS_PENDING) {
+        t = NULL;
+        e->pending_cursor++;
+      }
+    }
+    /* A scheduler that waits (HyperBand's halving) passes to the next. */
+    if (!t && state_lease_choose(s, e, can_new, &t)) continue;
+    if (!t) continue;
+    state_set_status(s, t, TS_RUNNING);
+    t->attempt++;
+    t->started_at = clock_wall_s();
+    state_charge(s, w, t);
+    t->lease_final = 0;
+    t->unlisted_since_ms = 0;
+    t->listed_gen = 0;
+    state_renew_lease(s, t, clock_mono_ms());
+    return t;
+  }
+  return NULL;
+}
+
+void state_pending_reason(struct server *s, const struct trial *t, char *buf, size_t n) {
+  buf[0] = 0;
+  if (t->status != TS_PENDING) return;
+  state_experiment_pending_reason(s, server_experiment(s, t->experiment_id), buf, n);
+}
+
+void state_experiment_pending_reason(struct server *s, const struct experiment *e, char *buf,
+                                     size_t n) {
+  const struct spec_resources *r = &e->spec.resources;
+  buf[0] = 0;
+  if (e->status != ES_RUNNING) {
+    snprintf(buf, n, "experiment is %s", exp_status_names[e->status]);
+    return;
+  }
+  double max_cpu = -1, max_gpu = -1;
+  int64_t max_mem = -1;
+  int alive = 0, mem_unbounded = 0;
+  for (int64_t i = 0; i < s->nworkers; i++) {
+    const struct worker *w = s->workers[i];
+    if (!w || w->lost) continue;
+    alive++;
+    if (w->cpu > max_cpu) max_cpu = w->cpu;
+    if (w->gpu > max_gpu) max_gpu = w->gpu;
+    if (w->memory_mb == 0) mem_unbounded = 1;
+    else if (w->memory_mb > max_mem) max_mem = w->memory_mb;
+  }
+  if (!alive) snprintf(buf, n, "no worker is connected");
+  else if (!fits(r->cpu, max_cpu))
+    snprintf(buf, n, "needs cpu %g but the largest worker has %g", r->cpu, max_cpu);
+  else if (!fits(r->gpu, max_gpu))
+    snprintf(buf, n, "needs gpu %g but the largest worker has %g", r->gpu, max_gpu);
+  else if (!mem_unbounded && r->memory_mb > max_mem)
+    snprintf(buf, n, "needs memory_mb %lld but the largest worker has %lld",
+             (long long)r->memory_mb, (long long)max_mem);
+  else if (e->spec.max_concurrent_trials > 0 &&
+           e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
+    snprintf(buf, n, "max_concurrent_trials (%lld) reached",
+             (long long)e->spec.max_concurrent_trials);
+  else
+    snprintf(buf, n, "waiting for free resources");
+}
+
+int state_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
+  int due = decide_lease_end(s, t, ticket); /* issue 13 (promo): a pause due is kept */
+  if (due) return due < 0 ? due : 0;
+  state_release(s, t);
+  /* The lease is over without its holder ending the trial: anything it
+   * still sends is stale. */
+  t->lease_final = 0;
+  t->unlisted_since_ms = 0;
+  t->lease_deadline_ms = 0;
+  state_set_status(s, t, TS_PENDING);
+  return state_persist_trial(s, t, ticket);
+}
+
+void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms) {
+  t->lease_deadline_ms = now_ms + (uint64_t)(s->opt.lease_timeout_s * 1000);
+}
+
+/* Two heartbeat intervals: how long a RUNNING trial may go unlisted by its
+ * worker's heartbeats (a lost lease reply) before it is requeued. */
+static uint64_t state_unlisted_grace_ms(const struct server *s) {
+  return (uint64_t)(2 * s->opt.heartbeat_interval_s * 1000);
+}
+
+int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uint64_t now_ms,
+                           uint64_t *ticket) {
+  uint64_t grace = state_unlisted_grace_ms(s);
+  int n = 0;
+  for (int64_t i = 0; w->nrunning > 0 && i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->ntrials; k++) {
+      struct trial *t = e->trials[k];
+      if (t->status != TS_RUNNING || t->worker_id != w->id || t->listed_gen == gen) continue;
+      if (!t->unlisted_since_ms) {
+        t->unlisted_since_ms = now_ms;
+        continue;
+      }
+      if (now_ms - t->unlisted_since_ms < grace) continue;
+      log_warn("trial %lld (attempt %d) not listed by worker %lld for %.1f s: back to PENDING",
+               (long long)t->id, t->attempt, (long long)w->id,
+               (double)(now_ms - t->unlisted_since_ms) / 1000);
+      int rc = state_requeue(s, t, ticket);
+      if (rc) return rc;
+      n++;
+    }
+  }
+  return n;
+}
+
+void state_expire_leases(struct server *s, uint64_t now_ms) {
+  uint64_t limit = (uint64_t)(s->opt.lease_timeout_s * 1000);
+  for (int64_t i = 0; i < s->nworkers; i++) {
+    struct worker *w = s->workers[i];
+    if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;
+    w->lost = 1;
+    log_warn("worker %lld (%s) missed heartbeats for %.1f s: lost (its %lld trial lease(s) "
+             "expire on their own)", (long long)w->id, w->name, s->opt.lease_timeout_s,
+             (long long)w->nrunning);
+  }
+  workers_prune(s, now_ms); /* lost past --worker-retention-s */
+  if (now_ms < s->next_expiry_ms) return;
+  s->next_expiry_ms = now_ms + 100;
+  state_compact_due(s, now_ms); /* bounded memory: ended trials' histories */
+  state_cold_due(s, now_ms);    /* and finished experiments' trials */
+  uint64_t grace = state_unlisted_grace_ms(s);
+  for (int64_t i = 0; i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->ntrials; k++) {
+      struct trial *t = e->trials[k];
+      if (t->status != TS_RUNNING) continue;
+      if (!t->lease_deadline_ms) {
+        /* Loaded RUNNING: a restart counts as a heartbeat (HACKING.md). */
+        state_renew_lease(s, t, now_ms);
+        continue;
+      }
+      const char *why;
+      if (now_ms > t->lease_deadline_ms) why = "lease expired";
+      else if (t->unlisted_since_ms && now_ms - t->unlisted_since_ms >= grace)
+        why = "not listed by its worker's heartbeats";
+      else continue;
+      int64_t wid = t->worker_id;
+      uint64_t ticket;
+      if (state_requeue(s, t, &ticket))
+        log_error("lease expiry: cannot queue trial %lld", (long long)t->id);
+      else
+        log_warn("trial %lld (worker %lld, attempt %d): %s, back to PENDING",
+                 (long long)t->id, (long long)wid, t->attempt, why);
+    }
+  }
+}
+
+int state_parse_lease(const char *h, struct lease_token *out) {
+  if (!h) return -EINVAL;
+  int64_t v[2] = {0, 0};
+  const char *p = h;
+  for (int k = 0; k < 2; k++) {
+    if (*p < '0' || *p > '9') return -EINVAL;
+    while (*p >= '0' && *p <= '9') {
+      if (v[k] > (INT32_MAX - 9) / 10) return -EINVAL; /* both fit an int */
+      v[k] = v[k] * 10 + (*p++ - '0');
+    }
+    if (k == 0 && *p++ != ':') return -EINVAL;
+  }
+  if (*p || v[0] < 1 || v[1] < 1) return -EINVAL;
+  out->worker_id = v[0];
+  out->attempt = (int)v[1];
+  return 0;
+}
+
+enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
+                             char *why, size_t whylen) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  /* issue 14 (control): a paused experiment's running trials still hold
+   * their leases (their next result is answered stop, their lease's end
+   * pauses them). */
+  if (t->status == TS_RUNNING && (e->status == ES_RUNNING || e->status == ES_PAUSED) &&
+      t->worker_id == l->worker_id &&
+      t->attempt == l->attempt) {
+    state_renew_lease(s, t, clock_mono_ms());
+    return FENCE_CURRENT;
+  }
+  enum fence f = t->status != TS_RUNNING && t->lease_final &&
+                         t->lease_worker_id == l->worker_id && t->attempt == l->attempt
+                     ? FENCE_FINAL
+                     : FENCE_STALE;
+  /* Said for FENCE_FINAL too: a write that needs the current lease (a new
+   * result) refuses it with the same words. */
+  if (why && whylen) {
+    if (t->status == TS_RUNNING)
+      snprintf(why, whylen, "trial %lld is leased to %lld:%d, not %lld:%d", (long long)t->id,
+               (long long)t->worker_id, t->attempt, (long long)l->worker_id, l->attempt);
+    else
+      snprintf(why, whylen, "trial %lld is %s, not leased to %lld:%d", (long long)t->id,
+               trial_status_names[t->status], (long long)l->worker_id, l->attempt);
+  }
+  return f;
+}
+
+int state_key_index(const struct experiment *e, const char *key) {
+  for (int i = 0; i < e->nkeys; i++)
+    if (!strcmp(e->keys[i], key)) return i;
+  return -1;
+}
+
+/* Appends every numeric (or null) field of a result to the trial's series. */
+static int state_note_series(struct experiment *e, struct trial *t, const cJSON *result) {
+  for (const cJSON *c = result->child; c; c = c->next) {
+    if (!cJSON_IsNumber(c) && !cJSON_IsNull(c)) continue;
+    int k = state_key_index(e, c->string);
+    if (k < 0) {
+      if (e->nkeys == EXP_MAX_KEYS) {
+        e->keys_overflow = 1;
+        continue;
+      }
+      if (!(e->keys[e->nkeys] = strdup(c->string))) return -ENOMEM;
+      k = e->nkeys++;
+    }
+    if (k >= t->nseries) {
+      struct series *ns = realloc(t->series, (size_t)(k + 1) * sizeof *ns);
+      if (!ns) return -ENOMEM;
+      memset(ns + t->nseries, 0, (size_t)(k + 1 - t->nseries) * sizeof *ns);
+      t->series = ns;
+      t->nseries = k + 1;
+    }
+    struct series *sr = &t->series[k];
+    if (sr->n == sr->cap) {
+      uint32_t nc = sr->cap ? sr->cap * 2 : 4;
+      double *v = realloc(sr->v, nc * sizeof *v);
+      if (!v) return -ENOMEM;
+      sr->v = v;
+      sr->cap = nc;
+    }
+    sr->v[sr->n++] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+  }
+  return 0;
+}
+
+void state_trial_next_generation(struct trial *t) {
+  t->generation++;
+  t->gen_start = t->nres;
+  t->max_t_seen = -INFINITY;
+  /* The next lease resumes from the stored checkpoint (the donor's after an
+   * exploit, its own after a pause): no checkpoint may claim to be past it
+   * before this generation's results say so. */
+  t->max_iter_seen = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
+}
+
+/* The time_total_s of the stored result the trial's checkpoint was labelled
+ * with (its training_iteration, else its time value: the worker's label), so
+ * a resumed attempt continues the trial's clock instead of restarting it.
+ * From memory: the per-key series line up with the results only when every
+ * result had the key, which the worker's filling-in makes the rule; else the
+ * last result, when it is the checkpoint's. 0 when none is known. */
+double state_checkpoint_time_total(struct server *s, const struct experiment *e,
+                                   const struct trial *t) {
+  if (!t->has_checkpoint) return 0;
+  /* issue 13: a donor's checkpoint (PBT exploit): its time, copied with it. */
+
+  if (t->has_ck_time_total) return t->ck_time_total_s;
+  if (t->nres == 0) return 0;
+  /* Bounded memory: an ended trial (a PBT donor) answers from SQLite. */
+  if (t->compact) return state_compact_ck_time_total(s, t);
+  double ck = (double)t->checkpoint_iteration;
+  int kt = state_key_index(e, "time_total_s"), ki = state_key_index(e, "training_iteration");
+  const struct series *tt = kt >= 0 && kt < t->nseries ? &t->series[kt] : NULL;
+  const struct series *it = ki >= 0 && ki < t->nseries ? &t->series[ki] : NULL;
+  int labels_aligned = (it && it->n == t->nres) || !it || it->n == 0;
+  if (tt && tt->n == t->nres && labels_aligned) {
+    for (size_t i = t->nres; i-- > 0;) {
+      double label = it && it->n ? it->v[i] : t->ts[i];
+      if (label == ck) return isfinite(tt->v[i]) ? tt->v[i] : 0;
+    }
+  }
+  cJSON *last = t->last_result ? cJSON_Parse(t->last_result) : NULL;
+  const cJSON *li = cJSON_GetObjectItemCaseSensitive(last, "training_iteration");
+  const cJSON *lt = cJSON_GetObjectItemCaseSensitive(last, "time_total_s");
+  double label = cJSON_IsNumber(li) ? li->valuedouble : t->last_t;
+  double v = label == ck && cJSON_IsNumber(lt) && isfinite(lt->valuedouble) ? lt->valuedouble : 0;
+  cJSON_Delete(last);
+  return v;
+}
+
+int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
+                      const cJSON *result, const char *json, int64_t seq) {
+  if (t->compact) return -EINVAL; /* an ended trial's history is SQLite's: hydrate first */
+  if (t->nres == t->capres) {
+    size_t nc = t->capres ? t->capres * 2 : 8;
+    double *ts = realloc(t->ts, nc * sizeof *ts);
+    if (!ts) return -ENOMEM;
+    t->ts = ts;
+    char *d = realloc(t->decisions, nc);
+    if (!d) return -ENOMEM;
+    t->decisions = d;
+    int64_t *q = realloc(t->seqs, nc * sizeof *q);
+    if (!q) return -ENOMEM;
+    t->seqs = q;
+    t->capres = nc;
+  }
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(result, e->spec.metric)
+                                      : NULL;
+  if (m && (cJSON_IsNumber(m) || cJSON_IsNull(m))) {
+    if (t->nvals == t->capvals) {
+      size_t nc = t->capvals ? t->capvals * 2 : 8;
+      double *v = realloc(t->values, nc * sizeof *v);
+      if (!v) return -ENOMEM;
+      t->values = v;
+      t->capvals = nc;
+    }
+    double v = cJSON_IsNumber(m) ? m->valuedouble : NAN;
+    t->values[t->nvals++] = v;
+    t->has_last_value = 1;
+    t->last_value = v;
+  }
+  if (state_note_series(e, t, result)) return -ENOMEM;
+  char *copy = strdup(json);
+  if (!copy) return -ENOMEM;
+  /* The checkpoint label the worker uses: training_iteration, else the
+   * time value. */
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(result, "training_iteration");
+  double iv = cJSON_IsNumber(it) ? it->valuedouble : time_value;
+  if (t->nres == 0 || iv > t->max_iter_seen) t->max_iter_seen = iv;
+  free(t->last_result);
+  t->last_result = copy;
+  t->ts[t->nres] = time_value;
+  t->decisions[t->nres] = decision;
+  t->seqs[t->nres] = seq;
+  if (t->nres == 0) t->first_seq = seq; /* bounded memory: its results' seq range */
+  t->last_seq = seq;
+  t->nres++;
+  t->last_t = time_value;
+  if (t->nres == t->gen_start + 1 || time_value > t->max_t_seen) t->max_t_seen = time_value;
+  if (seq > t->updated_seq) t->updated_seq = seq;
+  return 0;
+}

@@ -1,0 +1,102 @@
+/* workers: the worker registry (workers.h). */
+#include "workers.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "clock.h"
+#include "events.h"
+#include "log.h"
+#include "state.h"
+
+/* The id lets a request find the worker without a scan; the hex part is what
+ * is compared (constant time, state_worker_by_secret). */
+static int workers_new_secret(int64_t id, char *out, size_t cap) {
+  unsigned char raw[32];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    got += (size_t)n;
+  }
+  int k = snprintf(out, cap, "%lld.", (long long)id);
+  for (size_t i = 0; i < sizeof raw && k > 0 && (size_t)k + 2 < cap; i++)
+    k += snprintf(out + k, cap - (size_t)k, "%02x", raw[i]);
+  return 0;
+}
+
+int workers_register(struct server *s, const char *name, double cpu, double gpu,
+                     int64_t memory_mb, struct worker **out, uint64_t *ticket) {
+  if (s->nworkers == s->capworkers) {
+    int64_t nc = s->capworkers ? s->capworkers * 2 : 16;
+    struct worker **p = realloc(s->workers, (size_t)nc * sizeof *p);
+    if (!p) return -ENOMEM;
+    s->workers = p;
+    s->capworkers = nc;
+  }
+  struct worker *w = calloc(1, sizeof *w);
+  if (!w || !(w->name = strdup(name))) {
+    free(w);
+    return -ENOMEM;
+  }
+  w->id = s->nworkers + 1;
+  int rc = workers_new_secret(w->id, w->secret, sizeof w->secret);
+  if (rc) {
+    free(w->name);
+    free(w);
+    return rc;
+  }
+  w->cpu = cpu;
+  w->gpu = gpu;
+  w->memory_mb = memory_mb;
+  w->registered_at = w->last_heartbeat = clock_wall_s();
+  w->last_seen_ms = clock_mono_ms();
+  s->workers[s->nworkers++] = w;
+  *out = w;
+  return state_persist_worker(s, w, ticket);
+}
+
+struct worker *workers_find(struct server *s, int64_t id) {
+  struct worker *w = server_worker(s, id);
+  return w && w->gone != 2 ? w : NULL;
+}
+
+void workers_touch(struct worker *w) {
+  w->last_heartbeat = clock_wall_s();
+  w->last_seen_ms = clock_mono_ms();
+  if (w->lost) log_info("worker %lld (%s) is back", (long long)w->id, w->name);
+  w->lost = 0;
+  w->gone = 0;
+}
+
+int workers_deregister(struct server *s, struct worker *w, uint64_t *ticket) {
+  int rc = 0;
+  for (int64_t j = 0; !rc && w->nrunning > 0 && j < s->ntrials; j++) {
+    struct trial *t = s->trials[j];
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id) rc = state_requeue(s, t, ticket);
+  }
+  if (rc) return rc;
+  w->gone = 2;
+  w->secret[0] = '\0';
+  rc = state_persist_worker(s, w, ticket);
+  if (!rc) events_note(s, EV_WORKER, w->id, 0, NULL);
+  if (!rc) log_info("worker %lld (%s) deregistered", (long long)w->id, w->name);
+  return rc;
+}
+
+void workers_prune(struct server *s, uint64_t now_ms) {
+  double keep_ms = s->opt.worker_retention_s > 0 ? s->opt.worker_retention_s * 1000 : 3600e3;
+  for (int64_t i = 0; i < s->nworkers; i++) {
+    struct worker *w = s->workers[i];
+    if (!w || w->gone || !w->lost || w->nrunning > 0) continue;
+    if ((double)(now_ms - w->last_seen_ms) < keep_ms) continue;
+    w->gone = 1;
+    events_note(s, EV_WORKER, w->id, 0, NULL);
+    log_info("worker %lld (%s) lost for %g s: pruned from the list", (long long)w->id,
+             w->name, s->opt.worker_retention_s);
+  }
+}

@@ -1,0 +1,35 @@
+/* workers: the worker registry in the model (register, seen, prune,
+ * deregister). The API parses and renders; what a worker is, and when it
+ * is listed, lost or gone, is decided here. Lock held for all. */
+#ifndef CTUNE_WORKERS_H
+#define CTUNE_WORKERS_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+/* What one registration may claim: a worker token must not be able to take
+ * every trial with a made-up machine (a 1e9-CPU worker). */
+#define WORKERS_MAX_CPU 4096.0
+#define WORKERS_MAX_GPU 64.0
+#define WORKERS_MAX_MEMORY_MB (64.0 * 1024 * 1024) /* 64 TiB */
+
+/* Adds a worker with a fresh secret ("<id>.<64 hex digits>", 256 bits from
+ * getrandom) and queues its row. -ENOMEM, or getrandom's error. */
+int workers_register(struct server *s, const char *name, double cpu, double gpu,
+                     int64_t memory_mb, struct worker **out, uint64_t *ticket);
+/* The worker id is, unless it deregistered (it registers anew): NULL. */
+struct worker *workers_find(struct server *s, int64_t id);
+/* A sign of life (heartbeat, lease): no longer lost, listed again if it was
+ * pruned. */
+void workers_touch(struct worker *w);
+/* A clean stop: its RUNNING trials go back to PENDING, its secret is revoked
+ * (persisted empty: the row stays hidden after a restart), and it leaves the
+ * list. */
+int workers_deregister(struct server *s, struct worker *w, uint64_t *ticket);
+/* Workers lost (silent) for --worker-retention-s leave the list; one that
+ * comes back (its next heartbeat or lease) is listed again. Run with the
+ * lease scan. */
+void workers_prune(struct server *s, uint64_t now_ms);
+
+#endif
