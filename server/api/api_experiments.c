@@ -783,8 +783,8 @@ int api_experiment_cancel(struct server *s, const struct api_req *req, struct ap
   }
   /* Documented choice: cancelling ends every unfinished trial TERMINATED at
    * once; workers learn it from their next heartbeat or result (stop). */
-  int64_t stopped = state_cancel_experiment(s, e, "cancelled by user", &resp->ticket);
-  if (stopped < 0) rc = (int)stopped;
+  int64_t stopped = e->ntrials - e->counts[TS_TERMINATED] - e->counts[TS_ERROR];
+  rc = state_experiment_event(s, e, EE_CANCEL, "cancelled by user", &resp->ticket);
   if (!rc) {
     log_info("experiment %lld cancelled, %lld trial(s) stopped", (long long)e->id,
              (long long)stopped);

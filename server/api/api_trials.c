@@ -144,8 +144,6 @@ static int api_not_leased(struct server *s, struct api_resp *resp, const char *p
   return rc;
 }
 
-static uint64_t ticket_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
-
 /* A result is a flat object of numbers (null allowed: NaN). */
 static int api_check_result(const cJSON *r, const char *time_attr, struct api_resp *resp,
                             double *t) {
@@ -190,104 +188,6 @@ static cJSON *api_results_body(const struct api_req *req, struct api_resp *resp)
   return a;
 }
 
-/* The stored decision for time value tv ('c'/'s'), or 0 when none is stored
- * in the trial's current generation: after a PBT exploit the trial resumes
- * from its donor's checkpoint, maybe behind its own results, and reports
- * those time values again as new results (issue 13). */
-static char api_stored_decision(struct server *s, const struct trial *t, double tv) {
-  if (t->compact) {
-    /* Bounded memory: an ended trial's replays are looked up in SQLite
-     * (rare: a reply to its last results was lost). */
-    char d = 0;
-    if (t->nres && tv <= t->max_t_seen &&
-        store_trial_decision(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,
-                             t->generation, tv, &d))
-      d = 0;
-    return d;
-  }
-  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > t->gen_start;)
-    if (t->ts[i] == tv) return t->decisions[i];
-  return 0;
-}
-
-/* Stores one new result of a RUNNING trial with the scheduler's decision;
- * a stop ends the trial (and maybe its experiment) in the same hold. */
-static int api_store_result(struct server *s, struct trial *t, struct experiment *e,
-                            const cJSON *r, double tv, char *decision, uint64_t *ticket) {
-  char *json = NULL;
-  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric)
-                                      : NULL;
-  double mv = NAN;
-  int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
-  if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
-  struct sched_outcome out = {0}, end = {0};
-  int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
-  if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
-    sched_outcome_clear(&out);
-    rc = 0;
-  }
-  if (rc) goto out;
-  if (!(json = jsonout_print(r))) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  /* issue 13 (decide): stop rules and the time budget after the scheduler;
-   * pause and exploit are carried out (exploit's checkpoint copy and config
-   * change are queued in this hold: the decision's transaction). */
-  const char *kind = NULL;
-  if ((rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
-  if ((rc = decide_apply(s, e, t, tv, &out, ticket))) goto out;
-  int64_t seq = ++s->seq;
-  char d = out.action != SCHED_CONTINUE ? 's' : 'c';
-  if ((rc = state_note_result(s, t, tv, d, r, json, seq))) goto out;
-  if (d == 's' || out.record) {
-    const cJSON *data = out.action == SCHED_EXPLOIT ? out.new_config : NULL;
-    if ((rc = decide_note(s, t, d == 's' ? kind : NULL, out.reason, data, out.record, ticket)))
-      goto out;
-  }
-  int ended = 0;
-  if (d == 's' && out.action != SCHED_STOP) {
-    /* PAUSE / EXPLOIT: answered stop, RUNNING until the lease ends. */
-    t->updated_seq = ++s->seq;
-    ended = 1; /* the trial row (its reason) goes with the result */
-  } else if (d == 's') {
-    /* The trial is done: it passes through its bracket once more and ends.
-     * Its lease ended it: that attempt's final uploads are still taken. */
-    state_release(s, t);
-    state_set_status(s, t, TS_TERMINATED);
-    t->lease_final = 1;
-    t->stopped_early = out.stopped_early;
-    t->ended_at = clock_wall_s();
-    rc = sched_on_trial_end(e->sched, t->id, 1, tv, t->has_last_value ? &t->last_value : NULL,
-                            &end);
-    if (rc == -ENOENT) rc = 0;
-    if (rc) goto out;
-    ended = 1;
-  }
-  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
-                          &end.asha, ended, ticket);
-  if (!rc && ended && end.record) rc = decide_note(s, t, NULL, NULL, NULL, end.record, ticket);
-  if (!rc && ended) rc = decide_end_others(s, e, &end, ticket); /* issue 13 (promo): hb halving */
-  if (!rc && ended && out.action == SCHED_STOP) {
-    if (e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == e->num_trials) {
-      e->status = ES_TERMINATED;
-      e->ended_at = clock_wall_s();
-      e->updated_seq = ++s->seq;
-      rc = state_persist_experiment(s, e, ticket);
-      log_info("experiment %lld ended", (long long)e->id);
-    }
-  }
-  if (!rc) {
-    atomic_fetch_add(&s->metrics.results_received, 1);
-    *decision = d;
-  }
-out:
-  sched_outcome_clear(&out);
-  sched_outcome_clear(&end);
-  free(json);
-  return rc;
-}
-
 /* POST /trials/{id}/results: one result or a batch, fenced. Replays (a time
  * value already stored) answer their stored decision whatever the lease; a
  * new result needs the trial's current lease, else nothing of the request is
@@ -301,8 +201,9 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   int batch = cJSON_IsArray(body), n = batch ? cJSON_GetArraySize(body) : 1, rc = 0;
   double *tvs = malloc((size_t)n * sizeof *tvs);
   char *dec = malloc((size_t)n);
+  const cJSON **rs = malloc((size_t)n * sizeof *rs);
   cJSON *o = NULL;
-  if (!tvs || !dec) {
+  if (!tvs || !dec || !rs) {
     rc = -ENOMEM;
     goto out_unlocked;
   }
@@ -312,37 +213,21 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   struct experiment *e = server_experiment(s, t->experiment_id);
   /* Every result is checked before any is stored: one bad result refuses
    * the whole batch. */
-  int i = 0, fresh = 0;
+  int i = 0;
   for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
     if (api_check_result(r, e->spec.sched.time_attr, resp, &tvs[i])) goto out;
-    if (!api_stored_decision(s, t, tvs[i])) fresh = 1;
+    rs[i] = r;
   }
-  char why[256];
-  if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT && fresh) {
-    rc = api_not_leased(s, resp, req->path, why, 1);
+  struct trial_event_args a = {.lease = &l, .results = rs, .time_values = tvs, .nresults = n,
+                               .decisions = dec};
+  rc = state_trial_event(s, t, TE_RESULTS, &a, &resp->ticket);
+  if (rc == -ESTALE) {
+    rc = api_not_leased(s, resp, req->path, a.why, 1);
     goto out;
   }
-  int replayed = 0, ended = 0;
-  i = 0;
-  for (const cJSON *r = batch ? body->child : body; r; r = batch ? r->next : NULL, i++) {
-    char d = api_stored_decision(s, t, tvs[i]);
-    if (d) {
-      replayed++;
-    } else if (ended) {
-      /* An earlier result of this batch stopped the trial: the rest are
-       * past its end and not stored, as if sent after the stop. */
-      d = 's';
-    } else {
-      if ((rc = api_store_result(s, t, e, r, tvs[i], &d, &resp->ticket))) goto out;
-      ended = d == 's';
-    }
-    dec[i] = d;
-  }
-  if (replayed) {
-    /* A replayed decision must be durable before it is repeated. */
-    atomic_fetch_add(&s->metrics.results_duplicate, (uint64_t)replayed);
-    resp->ticket = ticket_max(resp->ticket, commit_last_ticket(s->commit));
-  }
+  if (rc) goto out;
+  /* A replayed decision must be durable before it is repeated. */
+  if (a.replayed) resp->ticket = commit_last_ticket(s->commit);
   o = cJSON_CreateObject();
   cJSON *arr = o && batch ? cJSON_AddArrayToObject(o, "decisions") : NULL;
   int ok = o && (!batch || arr);
@@ -356,8 +241,21 @@ out:
 out_unlocked:
   free(tvs);
   free(dec);
+  free(rs);
   cJSON_Delete(body);
   return rc;
+}
+
+/* The reply to a fenced end (complete, fail, release): the trial as it is
+ * now; a stale lease's 409 names why. FENCE_FINAL (this lease's end again, a
+ * retried delivery) answers as before and waits for what ended it. */
+static int api_trial_ended(struct server *s, const struct api_req *req, struct api_resp *resp,
+                           struct trial *t, const struct trial_event_args *a, int rc) {
+  if (rc == -ESTALE) return api_not_leased(s, resp, req->path, a->why, 0);
+  if (rc) return rc;
+  if (a->fence == FENCE_FINAL) resp->ticket = commit_last_ticket(s->commit);
+  cJSON *o = api_trial_json(s, t);
+  return o ? api_json(resp, 200, o) : -ENOMEM;
 }
 
 int api_trial_complete(struct server *s, const struct api_req *req, struct api_resp *resp) {
@@ -368,30 +266,11 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
   if (!body) return 0;
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
-  if (!t) goto out;
-  char why[256];
-  switch (state_check_fence(s, t, &l, why, sizeof why)) {
-  case FENCE_CURRENT:
-    /* A pause or exploit due at the lease's end (issue 13): PAUSED / PENDING,
-     * not ended. */
-    if ((rc = decide_lease_end(s, t, &resp->ticket)) != 0) {
-      if (rc > 0) rc = 0;
-      break;
-    }
-    t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
-    rc = state_end_trial(s, t, TS_TERMINATED, &resp->ticket);
-    log_info("trial %lld completed", (long long)t->id);
-    break;
-  case FENCE_FINAL:
-    resp->ticket = commit_last_ticket(s->commit); /* ended by this lease: same answer */
-    break;
-  default:
-    rc = api_not_leased(s, resp, req->path, why, 0);
-    goto out;
+  if (t) {
+    struct trial_event_args a = {.lease = &l};
+    rc = state_trial_event(s, t, TE_COMPLETE, &a, &resp->ticket);
+    rc = api_trial_ended(s, req, resp, t, &a, rc);
   }
-  cJSON *o = rc ? NULL : api_trial_json(s, t);
-  if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
-out:
   server_unlock(s);
   cJSON_Delete(body);
   return rc;
@@ -421,59 +300,22 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
     cJSON_Delete(body);
     return api_error(resp, 400, "invalid_body", "reason", "reason must be a string");
   }
+  char msg[4096];
+  snprintf(msg, sizeof msg, "%s%s%s", reason && cJSON_IsString(reason) ? reason->valuestring : "",
+           reason && cJSON_IsString(reason) && err && cJSON_IsString(err) ? ": " : "",
+           err && cJSON_IsString(err) ? err->valuestring : "");
+  /* snprintf may have cut a multi-byte character at the end: replies must
+   * stay valid UTF-8. */
+  utf8_sanitize(msg, strlen(msg));
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
-  if (!t) goto out;
-  struct experiment *e = server_experiment(s, t->experiment_id);
-  char why[256];
-  enum fence f = state_check_fence(s, t, &l, why, sizeof why);
-  if (f == FENCE_STALE) {
-    rc = api_not_leased(s, resp, req->path, why, 0);
-    goto out;
+  if (t) {
+    struct trial_event_args a = {.lease = &l, .error = msg,
+                                 .has_exit_code = code && cJSON_IsNumber(code),
+                                 .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
+    rc = state_trial_event(s, t, TE_FAIL, &a, &resp->ticket);
+    rc = api_trial_ended(s, req, resp, t, &a, rc);
   }
-  if (f == FENCE_FINAL) {
-    /* This lease's end again (a retried delivery): counted once. */
-    resp->ticket = commit_last_ticket(s->commit);
-  } else {
-    char msg[4096];
-    snprintf(msg, sizeof msg, "%s%s%s", reason && cJSON_IsString(reason) ? reason->valuestring : "",
-             reason && cJSON_IsString(reason) && err && cJSON_IsString(err) ? ": " : "",
-             err && cJSON_IsString(err) ? err->valuestring : "");
-    /* snprintf may have cut a multi-byte character at the end: replies must
-     * stay valid UTF-8. */
-    utf8_sanitize(msg, strlen(msg));
-    char *copy = strdup(msg[0] ? msg : "failed");
-    if (!copy) {
-      rc = -ENOMEM;
-      goto out;
-    }
-    free(t->error);
-    t->error = copy;
-    t->has_exit_code = code && cJSON_IsNumber(code);
-    t->exit_code = t->has_exit_code ? code->valueint : 0;
-    t->num_failures++;
-    t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
-    int due = 0;
-    if (t->num_failures <= e->spec.max_failures &&
-        (due = decide_lease_end(s, t, &resp->ticket)) != 0) {
-      /* issue 13: a pause or exploit was due: it is carried out instead. */
-      rc = due < 0 ? due : 0;
-    } else if (t->num_failures <= e->spec.max_failures) {
-      /* Retry: back to PENDING; the next lease resumes from the checkpoint. */
-      state_release(s, t);
-      t->unlisted_since_ms = 0;
-      state_set_status(s, t, TS_PENDING);
-      rc = state_persist_trial(s, t, &resp->ticket);
-      log_warn("trial %lld failed (%s), retry %d of %lld", (long long)t->id, t->error,
-               t->num_failures, (long long)e->spec.max_failures);
-    } else {
-      rc = state_end_trial(s, t, TS_ERROR, &resp->ticket);
-      log_warn("trial %lld failed (%s): ERROR", (long long)t->id, t->error);
-    }
-  }
-  cJSON *o = rc ? NULL : api_trial_json(s, t);
-  if (!rc) rc = o ? api_json(resp, 200, o) : -ENOMEM;
-out:
   server_unlock(s);
   cJSON_Delete(body);
   return rc;
@@ -504,30 +346,13 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
   }
   server_lock(s);
   struct trial *t = api_find_trial(s, req, resp);
-  if (!t) goto out;
-  char why[256];
-  if (state_check_fence(s, t, &l, why, sizeof why) != FENCE_CURRENT) {
-    rc = api_not_leased(s, resp, req->path, why, 0);
-    goto out;
+  if (t) {
+    struct trial_event_args a = {
+        .lease = &l, .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
+        .has_iteration = it && cJSON_IsNumber(it), .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
+    rc = state_trial_event(s, t, TE_RELEASE, &a, &resp->ticket);
+    rc = api_trial_ended(s, req, resp, t, &a, rc);
   }
-  /* The body's worker_id (v1) must agree with the lease it names. */
-  if (wid && cJSON_IsNumber(wid) && (int64_t)wid->valuedouble != l.worker_id) {
-    snprintf(why, sizeof why, "trial %lld is leased to worker %lld, not %lld",
-             (long long)t->id, (long long)t->worker_id, (long long)wid->valuedouble);
-    rc = api_not_leased(s, resp, "worker_id", why, 0);
-    goto out;
-  }
-  int64_t from = t->worker_id;
-  /* issue 13: a pause or exploit due at the lease's end is carried out. */
-  if ((rc = decide_lease_end(s, t, &resp->ticket)) < 0) goto out;
-  if (!rc && (rc = state_requeue(s, t, &resp->ticket))) goto out;
-  rc = 0;
-  log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
-           (long long)t->id, (long long)from,
-           it && cJSON_IsNumber(it) ? it->valuedouble : (t->nres ? t->last_t : 0));
-  cJSON *o = api_trial_json(s, t);
-  rc = o ? api_json(resp, 200, o) : -ENOMEM;
-out:
   server_unlock(s);
   cJSON_Delete(body);
   return rc;

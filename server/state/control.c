@@ -28,14 +28,7 @@ static int control_is_user_paused(const struct trial *t) {
 }
 
 int control_pause(struct server *s, struct experiment *e, uint64_t *ticket) {
-  if (e->status != ES_RUNNING) return -EINVAL;
-  /* No trial starts (the lease path takes RUNNING experiments only); each
-   * RUNNING trial is answered stop at its next result and ends PAUSED with
-   * its checkpoint when its lease ends (decide_override). */
-  e->status = ES_PAUSED;
-  e->updated_seq = ++s->seq;
-  log_info("experiment %lld PAUSED by a user", (long long)e->id);
-  return state_persist_experiment(s, e, ticket);
+  return state_experiment_event(s, e, EE_PAUSE, NULL, ticket);
 }
 
 /* A PAUSED trial (of a user's pause) goes back to PENDING: its next lease,
@@ -46,29 +39,24 @@ static int control_requeue_paused(struct server *s, struct trial *t, const char 
    * back from SQLite first (idempotency, checkpoint time, best). */
   int rc = state_trial_hydrate(s, t);
   if (rc) return rc;
-  state_set_status(s, t, TS_PENDING);
   t->lease_final = 0;
   t->ended_at = 0;
   state_trial_next_generation(t);
-  t->updated_seq = ++s->seq;
-  rc = decide_note(s, t, "resumed", why, NULL, NULL, ticket);
-  if (!rc) rc = state_persist_trial(s, t, ticket);
+  rc = state_trial_event(s, t, TE_RESUME, NULL, ticket);
+  if (!rc) rc = decide_note(s, t, "resumed", why, NULL, NULL, ticket);
   return rc;
 }
 
 int control_resume(struct server *s, struct experiment *e, uint64_t *ticket) {
-  if (e->status != ES_PAUSED) return -EINVAL;
-  e->status = ES_RUNNING;
-  e->updated_seq = ++s->seq;
-  int rc = 0;
+  int rc = state_experiment_event(s, e, EE_RESUME, NULL, ticket);
+  if (rc) return rc;
   for (int64_t k = 0; !rc && k < e->ntrials; k++) {
     struct trial *t = e->trials[k];
     if (t->status == TS_PAUSED && control_is_user_paused(t))
       rc = control_requeue_paused(s, t, "resumed: the experiment was resumed", ticket);
   }
-  if (!rc) rc = state_persist_experiment(s, e, ticket);
   /* Everything may have ended while it was paused. */
-  if (!rc) rc = state_experiment_maybe_end(s, e, ticket);
+  if (!rc) rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
   log_info("experiment %lld resumed", (long long)e->id);
   return rc;
 }
@@ -219,10 +207,7 @@ int control_patch(struct server *s, struct experiment *e, const struct control_p
       again = 1;
     }
   }
-  if (!rc && again && e->status == ES_TERMINATED && !e->budget_spent) {
-    e->status = ES_RUNNING;
-    e->ended_at = 0;
-  }
+  if (!rc && again) rc = state_experiment_event(s, e, EE_REOPEN, NULL, ticket);
   e->updated_seq = ++s->seq;
   if (!rc) rc = state_persist_experiment(s, e, ticket);
   return rc;
@@ -240,7 +225,7 @@ int control_stop_trial(struct server *s, struct trial *t, uint64_t *ticket) {
   t->lease_end_action = 0;
   if (t->status == TS_RUNNING) t->lease_final = 1;
   int rc = decide_note(s, t, "stopped", "stopped by user", NULL, NULL, ticket);
-  if (!rc) rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+  if (!rc) rc = state_trial_event(s, t, TE_STOP, NULL, ticket);
   log_info("trial %lld stopped by a user", (long long)t->id);
   return rc;
 }
@@ -258,8 +243,7 @@ int control_delete(struct server *s, struct experiment *e, int force, uint64_t *
   if (e->status == ES_RUNNING || e->status == ES_PAUSED) {
     /* Its trials end first (resources back to their workers, which learn
      * it from their next heartbeat), in this same transaction. */
-    int64_t n = state_cancel_experiment(s, e, "deleted", ticket);
-    if (n < 0) rc = (int)n;
+    rc = state_experiment_event(s, e, EE_CANCEL, "deleted", ticket);
   }
   if (rc) {
     free(arg);
@@ -278,22 +262,4 @@ int control_delete(struct server *s, struct experiment *e, int force, uint64_t *
   events_note(s, EV_EXPERIMENT, e->id, 0, NULL); /* issue 14: {"id", "deleted": true} */
   log_info("experiment %lld deleted", (long long)e->id);
   return state_live_sync(s, e);
-}
-
-struct experiment *control_tombstone_experiment(int64_t id) {
-  struct experiment *e = calloc(1, sizeof *e);
-  if (!e) return NULL;
-  e->id = id;
-  e->status = ES_CANCELLED;
-  e->deleted = 1;
-  return e;
-}
-
-struct trial *control_tombstone_trial(int64_t id) {
-  struct trial *t = calloc(1, sizeof *t);
-  if (!t) return NULL;
-  t->id = id;
-  t->status = TS_TERMINATED;
-  t->deleted = 1;
-  return t;
 }

@@ -247,39 +247,36 @@ int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
   state_release(s, t);
   t->worker_id = 0;
   t->unlisted_since_ms = 0;
+  int rc;
+  struct experiment *ue = server_experiment(s, t->experiment_id);
   if (action == SCHED_STOP) {
     /* A pause-pending trial a later decision stopped (decide_end_others):
      * it ends now, its final uploads still taken. */
     t->lease_final = 1;
-    int rc = state_end_trial(s, t, TS_TERMINATED, ticket);
-    return rc ? rc : 1;
-  }
-  struct experiment *ue = server_experiment(s, t->experiment_id);
-  if (action == SCHED_PAUSE && ue && ue->status == ES_RUNNING && t->reason &&
-      !strcmp(t->reason, control_pause_reason)) {
-    /* issue 14 (control): its experiment was paused and resumed before
-     * this lease ended: it goes straight back to PENDING (resumed from its
-     * checkpoint by its next lease). */
+    rc = state_trial_event(s, t, TE_STOP, NULL, ticket);
+  } else if (action == SCHED_PAUSE && ue && ue->status == ES_RUNNING && t->reason &&
+             !strcmp(t->reason, control_pause_reason)) {
+    /* Its experiment was paused and resumed before this lease ended: it
+     * goes straight back to PENDING (resumed from its checkpoint by its next
+     * lease). */
     t->lease_final = 1;
-    state_set_status(s, t, TS_PENDING);
     state_trial_next_generation(t);
-    log_info("trial %lld PENDING: its experiment was resumed", (long long)t->id);
+    rc = state_trial_event(s, t, TE_RESUME, NULL, ticket);
+    if (!rc) log_info("trial %lld PENDING: its experiment was resumed", (long long)t->id);
   } else if (action == SCHED_PAUSE) {
     /* Its final uploads (from the lease that paused it) are still taken. */
     t->lease_final = 1;
-    state_set_status(s, t, TS_PAUSED);
-    log_info("trial %lld PAUSED", (long long)t->id);
+    rc = state_trial_event(s, t, TE_PAUSE, NULL, ticket);
+    if (!rc) log_info("trial %lld PAUSED", (long long)t->id);
   } else {
-    /* The old lease wrote its last: its checkpoint was replaced. */
+    /* The old lease wrote its last: its checkpoint was replaced. Its next
+     * results are a new generation (persisted with the row); the old
+     * lease's replays are told stop (not_leased). */
     t->lease_final = 0;
-    state_set_status(s, t, TS_PENDING);
-    /* issue 13 (gen): its next results are a new generation (persisted with
-     * the row below); the old lease's replays are told stop (not_leased). */
     state_trial_next_generation(t);
-    log_info("trial %lld PENDING: resumes from its donor's checkpoint", (long long)t->id);
+    rc = state_trial_event(s, t, TE_EXPLOIT, NULL, ticket);
+    if (!rc) log_info("trial %lld PENDING: resumes from its donor's checkpoint", (long long)t->id);
   }
-  t->updated_seq = ++s->seq;
-  int rc = state_persist_trial(s, t, ticket);
   return rc ? rc : 1;
 }
 
@@ -308,18 +305,16 @@ int decide_choose(struct server *s, struct experiment *e, int can_new,
       *kind = SCHED_CHOOSE_WAIT;
       return 0;
     }
-    state_set_status(s, t, TS_PENDING);
     t->lease_final = 0;
     /* Its next lease resumes from its checkpoint, which may be older than
      * the result where it paused: the time values it sends again are new
      * results of its next generation, answered by the scheduler, not
-     * replays of the stored stop (the pause). Persisted with the row below,
-     * in the write that makes it PENDING. */
+     * replays of the stored stop (the pause). Persisted with the row, in
+     * the write that makes it PENDING. */
     state_trial_next_generation(t);
-    t->updated_seq = ++s->seq;
+    rc = state_trial_event(s, t, TE_RESUME, NULL, ticket);
     const char *ek = !strncmp(c.reason, "promoted", 8) ? "promoted" : "resumed";
-    rc = decide_note(s, t, ek, c.reason[0] ? c.reason : "resumed", NULL, c.record, ticket);
-    if (!rc) rc = state_persist_trial(s, t, ticket);
+    if (!rc) rc = decide_note(s, t, ek, c.reason[0] ? c.reason : "resumed", NULL, c.record, ticket);
     if (!rc) *resumed = t;
   }
   sched_choice_clear(&c);
@@ -329,7 +324,7 @@ int decide_choose(struct server *s, struct experiment *e, int can_new,
 static int decide_end_one(struct server *s, struct trial *t, const char *kind, const char *why,
                           uint64_t *ticket) {
   int rc = decide_note(s, t, kind, why, NULL, NULL, ticket);
-  if (!rc) rc = state_end_trial(s, t, TS_TERMINATED, ticket);
+  if (!rc) rc = state_trial_event(s, t, TE_STOP, NULL, ticket);
   return rc;
 }
 
@@ -368,8 +363,8 @@ int decide_end_others(struct server *s, struct experiment *e, const struct sched
   return rc;
 }
 
-/* decide_end_paused ends trials through state_end_trial, which comes back
- * to state_experiment_maybe_end: one pass at a time (all callers hold
+/* decide_end_paused ends trials through state_trial_event, which comes back
+ * here through state_experiment_event: one pass at a time (all callers hold
  * s->lock). */
 static int decide_ending;
 
@@ -386,7 +381,7 @@ int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
   decide_ending = 1;
   rc = decide_end_paused(s, e, ticket);
   decide_ending = 0;
-  if (!rc) rc = state_experiment_maybe_end(s, e, ticket);
+  if (!rc) rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
   return rc;
 }
 
@@ -417,10 +412,10 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
     }
     if (!rc && e->budget_spent && e->status == ES_RUNNING && e->counts[TS_RUNNING] == 0 &&
         e->counts[TS_PENDING] == 0) {
-      e->status = ES_TERMINATED;
-      e->ended_at = clock_wall_s();
-      persist = 1;
-      log_info("experiment %lld ended: %s", (long long)e->id, e->end_reason);
+      /* Spent and idle: over (state_experiment_event persists the row). */
+      e->run_saved_ms = now_ms;
+      rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
+      persist = 0;
     }
     if (!rc && persist) {
       e->run_saved_ms = now_ms;

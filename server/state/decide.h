@@ -59,7 +59,7 @@ int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket);
 int decide_end_others(struct server *s, struct experiment *e, const struct sched_outcome *out,
                       uint64_t *ticket);
 
-/* Called where an experiment may end (state_experiment_maybe_end, a lease
+/* Called where an experiment may end (EE_MAYBE_END, a lease
  * that found nothing to do): when nothing is RUNNING or PENDING, no new
  * trial can be made and the scheduler resumes nothing, the PAUSED trials
  * end TERMINATED (decide_end_paused) so the experiment can end. 0 or a

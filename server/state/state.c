@@ -1,6 +1,9 @@
-/* state: the in-memory model's transitions (create, lease, end, requeue on
- * lease expiry or release, record a result). state_ops.c carries each change to the commit thread;
- * state_load.c rebuilds the model at start. */
+/* state: the model's shared machinery: init and free, a worker's resources
+ * (charge, release), the lease scan (state_lease, fair share), lease
+ * expiry and reconciliation, fencing, and a result's place in memory.
+ * Status changes are state_trial.c's and state_experiment.c's; state_ops.c
+ * carries each change to the commit thread; state_load.c rebuilds the model
+ * at start. */
 #include "state.h"
 
 #include <errno.h>
@@ -105,17 +108,6 @@ void state_free(struct server *s) {
   pthread_mutex_destroy(&s->lock);
 }
 
-void state_set_status(struct server *s, struct trial *t, enum trial_status st) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
-  e->counts[t->status]--;
-  e->counts[st]++;
-  t->status = st;
-  t->updated_seq = ++s->seq;
-  if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
-  /* Bounded memory: an ended trial's history leaves memory a little later. */
-  if (st == TS_TERMINATED || st == TS_ERROR) state_compact_later(s, t, clock_mono_ms());
-}
-
 struct worker *state_worker_by_secret(struct server *s, const char *tok) {
   char *end = NULL;
   if (!tok || *tok < '1' || *tok > '9') return NULL;
@@ -164,184 +156,6 @@ void state_release(struct server *s, struct trial *t) {
   t->worker_id = 0;
 }
 
-int state_experiment_done(const struct experiment *e) {
-  int64_t plan = e->searcher_exhausted ? e->ntrials : e->num_trials;
-  return e->ntrials >= plan && e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == plan;
-}
-
-int state_experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
-  int drc = decide_maybe_end(s, e, ticket); /* issue 13 (promo): PAUSED end with it */
-  if (drc) return drc;
-  if (e->status != ES_RUNNING || !state_experiment_done(e)) return 0;
-  e->status = ES_TERMINATED;
-  e->ended_at = clock_wall_s();
-  e->updated_seq = ++s->seq;
-  log_info("experiment %lld ended: %lld terminated, %lld error", (long long)e->id,
-           (long long)e->counts[TS_TERMINATED], (long long)e->counts[TS_ERROR]);
-  return state_persist_experiment(s, e, ticket);
-}
-
-int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
-                    uint64_t *ticket) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
-  struct sched_outcome out = {0};
-  if (t->status == TS_RUNNING) state_release(s, t);
-  state_set_status(s, t, st);
-  t->ended_at = clock_wall_s();
-  t->worker_id = 0;
-  /* Cancelled trials leave their bracket without passing through it. */
-  int pass = (e->status == ES_RUNNING || e->status == ES_PAUSED) && t->nres > 0;
-  int rc = sched_on_trial_end(e->sched, t->id, pass, t->last_t,
-                              pass && t->has_last_value ? &t->last_value : NULL, &out);
-  if (rc && rc != -ENOENT) return rc;
-  if (rc == -ENOENT) out.asha.recorded = 0;
-  rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out.asha, NULL, 1, ticket);
-  if (!rc) rc = decide_note(s, t, NULL, NULL, NULL, out.record, ticket); /* issue 13 (promo) */
-  if (!rc) rc = decide_end_others(s, e, &out, ticket); /* issue 13 (promo): hb halving */
-  sched_outcome_clear(&out); /* issue 13 (decide): records of trial ends land with sched_records */
-  if (rc) return rc;
-  if (st == TS_ERROR && e->status == ES_RUNNING && e->spec.fail_fast) {
-    /* HACKING.md "fail_fast": this trial's end and the cancel are queued in
-     * the same hold of the lock, so they commit as one transaction. */
-    char reason[1024];
-    snprintf(reason, sizeof reason, "fail_fast: trial %lld (%s) failed: %s", (long long)t->id,
-             t->name, t->error && t->error[0] ? t->error : "failed");
-    int64_t stopped = state_cancel_experiment(s, e, reason, ticket);
-    if (stopped < 0) return (int)stopped;
-    log_warn("experiment %lld cancelled by fail_fast (trial %lld failed), %lld trial(s) stopped",
-             (long long)e->id, (long long)t->id, (long long)stopped);
-    return 0;
-  }
-  return state_experiment_maybe_end(s, e, ticket);
-}
-
-int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
-                                uint64_t *ticket) {
-  char *copy = reason ? strdup(reason) : NULL;
-  int64_t stopped = 0;
-  int rc = 0;
-  if (reason && !copy) return -ENOMEM;
-  free(e->end_reason);
-  e->end_reason = copy;
-  /* Set first: the trials ended below leave their brackets without passing
-   * through them, and none of them ends the experiment a second time. */
-  e->status = ES_CANCELLED;
-  e->ended_at = clock_wall_s();
-  for (int64_t i = 0; !rc && i < e->ntrials; i++) {
-    struct trial *t = e->trials[i];
-    if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
-    rc = state_end_trial(s, t, TS_TERMINATED, ticket);
-    stopped++;
-  }
-  e->updated_seq = ++s->seq;
-  if (!rc) rc = state_persist_experiment(s, e, ticket);
-  return rc ? rc : stopped;
-}
-
-int state_add_experiment(struct server *s, const char *config_json,
-                         struct experiment_spec *spec, struct experiment **out,
-                         uint64_t *ticket) {
-  int64_t n = spec->num_trials;
-  struct experiment *e = calloc(1, sizeof *e);
-  struct exp_op *op = NULL;
-  if (!e) return -ENOMEM;
-  int rc = -ENOMEM;
-  if (!(e->name = strdup(spec->name)) || !(e->config = strdup(config_json))) goto fail;
-  rc = sched_create(&spec->sched, spec->mode, spec->seed, &e->sched);
-  if (rc) goto fail;
-  rc = -ENOMEM;
-  if (state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) goto fail;
-  if (state_live_reserve(s, s->nlive + 1)) goto fail; /* issue 14: the sync below cannot fail */
-  e->id = s->nexps + 1;
-  e->seed = spec->seed;
-  e->status = n ? ES_RUNNING : ES_TERMINATED; /* nothing to run: over at once */
-  e->created_at = clock_wall_s();
-  e->ended_at = n ? 0 : e->created_at;
-  e->updated_seq = ++s->seq;
-  /* The plan only: trials are made at lease time (state_create_trial). */
-  e->num_trials = n;
-  if (!(op = state_exp_op_make(e, NULL, 0))) goto fail;
-  /* The spec moves into the experiment; the caller's copy is emptied. */
-  e->spec = *spec;
-  memset(spec, 0, sizeof *spec);
-  s->exps[s->nexps++] = e;
-  state_live_sync(s, e); /* issue 14 (fair share): RUNNING ones are live */
-  *out = e;
-  return state_exp_op_enqueue(s, op, ticket);
-fail:
-  state_experiment_free(e);
-  return rc;
-}
-
-/* Feeds the searcher every trial that changed since it last saw it (made
- * on first use, so a restart rebuilds it from the loaded trials). */
-static int state_searcher_sync(struct experiment *e) {
-  if (!e->searcher) {
-    struct validate_error verr = {{0}, {0}};
-    int rc = searcher_create(&e->spec, &e->searcher, &verr);
-    if (rc) {
-      log_error("experiment %lld: cannot make its searcher: %s: %s", (long long)e->id,
-                verr.path, verr.message);
-      return rc;
-    }
-  }
-  if (searcher_type(e->searcher) != SEARCHER_TPE) return 0;
-  for (int64_t k = 0; k < e->ntrials; k++) {
-    struct trial *t = e->trials[k];
-    if (t->searcher_seq == t->updated_seq) continue;
-    cJSON *c = cJSON_Parse(t->config);
-    if (!c) return -ENOMEM;
-    int finished = t->status == TS_TERMINATED || t->status == TS_ERROR;
-    /* A failed trial is finished with no value: the model ignores it. */
-    double v = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
-    int rc = searcher_observe(e->searcher, t->id, t->idx, c, v, finished);
-    cJSON_Delete(c);
-    if (rc) return rc;
-    t->searcher_seq = t->updated_seq;
-  }
-  return 0;
-}
-
-int state_create_trial(struct server *s, struct experiment *e, struct trial **out) {
-  cJSON *cfg = NULL;
-  struct trial *t = NULL;
-  *out = NULL;
-  if (e->searcher_exhausted || e->ntrials >= e->num_trials) return -ENOENT;
-  int rc = state_searcher_sync(e);
-  if (!rc) rc = searcher_suggest(e->searcher, e->ntrials, &cfg);
-  if (rc == -ENOENT) e->searcher_exhausted = 1;
-  if (rc) return rc;
-  rc = -ENOMEM;
-  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
-      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1) ||
-      !(t = calloc(1, sizeof *t)))
-    goto fail;
-  t->id = s->ntrials + 1;
-  t->experiment_id = e->id;
-  t->idx = e->ntrials;
-  char name[SPEC_NAME_MAX + 32];
-  snprintf(name, sizeof name, "%s_%05lld", e->name, (long long)t->idx);
-  t->name = strdup(name);
-  t->config = jsonout_print(cfg);
-  if (!t->name || !t->config) goto fail;
-  t->status = TS_PENDING;
-  t->created_at = clock_wall_s();
-  t->bracket = sched_bracket_for(e->sched, t->idx);
-  if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail;
-  t->updated_seq = ++s->seq;
-  t->created_seq = t->updated_seq; /* bounded memory: its results come after */
-  s->trials[s->ntrials++] = t;
-  e->trials[e->ntrials++] = t;
-  e->counts[TS_PENDING]++;
-  cJSON_Delete(cfg);
-  *out = t;
-  return 0;
-fail:
-  cJSON_Delete(cfg);
-  state_trial_free(t);
-  return rc;
-}
-
 /* The slack is only for sums of fractions (0.1 + 0.2): a resource the
  * worker has none of left never fits a trial that asks for any of it. */
 static int fits(double need, double have) {
@@ -359,13 +173,14 @@ static int state_lease_choose(struct server *s, struct experiment *e, int can_ne
   uint64_t ticket = 0;
   *out = NULL;
   int rc = decide_choose(s, e, can_new, &kind, out, &ticket);
-  /* issue 13 (promo): nothing to run or resume may mean the end (PAUSED end). */
-  if (!rc && !*out && kind == SCHED_CHOOSE_WAIT) rc = state_experiment_maybe_end(s, e, &ticket);
+  /* Nothing to run or resume may mean the end (PAUSED trials end with it). */
+  if (!rc && !*out && kind == SCHED_CHOOSE_WAIT)
+    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, &ticket);
   if (rc || *out || kind != SCHED_CHOOSE_NEW || !can_new) return rc;
   rc = state_create_trial(s, e, out);
   if (rc == -ENOENT) {
     /* The searcher has nothing more: the experiment may be over. */
-    rc = state_experiment_maybe_end(s, e, &ticket);
+    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, &ticket);
   } else if (rc) {
     log_error("experiment %lld: cannot create trial %lld (%d)", (long long)e->id,
               (long long)e->ntrials, rc);
@@ -425,14 +240,8 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
     /* A scheduler that waits (HyperBand's halving) passes to the next. */
     if (!t && state_lease_choose(s, e, can_new, &t)) continue;
     if (!t) continue;
-    state_set_status(s, t, TS_RUNNING);
-    t->attempt++;
-    t->started_at = clock_wall_s();
-    state_charge(s, w, t);
-    t->lease_final = 0;
-    t->unlisted_since_ms = 0;
-    t->listed_gen = 0;
-    state_renew_lease(s, t, clock_mono_ms());
+    struct trial_event_args a = {.worker = w};
+    if (state_trial_event(s, t, TE_LEASE, &a, NULL)) continue;
     return t;
   }
   return NULL;
@@ -480,19 +289,6 @@ void state_experiment_pending_reason(struct server *s, const struct experiment *
     snprintf(buf, n, "waiting for free resources");
 }
 
-int state_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
-  int due = decide_lease_end(s, t, ticket); /* issue 13 (promo): a pause due is kept */
-  if (due) return due < 0 ? due : 0;
-  state_release(s, t);
-  /* The lease is over without its holder ending the trial: anything it
-   * still sends is stale. */
-  t->lease_final = 0;
-  t->unlisted_since_ms = 0;
-  t->lease_deadline_ms = 0;
-  state_set_status(s, t, TS_PENDING);
-  return state_persist_trial(s, t, ticket);
-}
-
 void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms) {
   t->lease_deadline_ms = now_ms + (uint64_t)(s->opt.lease_timeout_s * 1000);
 }
@@ -520,7 +316,7 @@ int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uin
       log_warn("trial %lld (attempt %d) not listed by worker %lld for %.1f s: back to PENDING",
                (long long)t->id, t->attempt, (long long)w->id,
                (double)(now_ms - t->unlisted_since_ms) / 1000);
-      int rc = state_requeue(s, t, ticket);
+      int rc = state_trial_event(s, t, TE_REQUEUE, NULL, ticket);
       if (rc) return rc;
       n++;
     }
@@ -561,7 +357,7 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
       else continue;
       int64_t wid = t->worker_id;
       uint64_t ticket;
-      if (state_requeue(s, t, &ticket))
+      if (state_trial_event(s, t, TE_REQUEUE, NULL, &ticket))
         log_error("lease expiry: cannot queue trial %lld", (long long)t->id);
       else
         log_warn("trial %lld (worker %lld, attempt %d): %s, back to PENDING",

@@ -34,8 +34,6 @@ int state_add_experiment(struct server *s, const char *config_json,
                          uint64_t *ticket);
 /* Whether every planned trial was created and has ended. */
 int state_experiment_done(const struct experiment *e);
-/* Ends a RUNNING experiment TERMINATED once state_experiment_done. */
-int state_experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket);
 /* Creates the experiment's next trial from its searcher (PENDING, counted,
  * joined to the scheduler; the caller queues its row, with the lease that
  * takes it). -ENOENT: the plan or the searcher is exhausted. */
@@ -45,20 +43,8 @@ int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket);
 int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket);
 int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket);
 
-/* Status changes keep the experiment's counts and cursor right. */
-void state_set_status(struct server *s, struct trial *t, enum trial_status st);
 /* The trial left its worker: give the worker its resources back. */
 void state_release(struct server *s, struct trial *t);
-/* The trial ends (TERMINATED or ERROR): scheduler end, records, end of the
- * experiment when it was the last. Queues what changed. */
-int state_end_trial(struct server *s, struct trial *t, enum trial_status st,
-                    uint64_t *ticket);
-/* Cancels a RUNNING experiment: status CANCELLED, end_reason `reason`,
- * every unfinished trial ended TERMINATED (workers learn it from their next
- * heartbeat or result). Queues what changed, in the caller's hold of the lock
- * (one transaction). Returns how many trials it stopped, or a negative error. */
-int64_t state_cancel_experiment(struct server *s, struct experiment *e, const char *reason,
-                                uint64_t *ticket);
 /* issue 14 (control, state_control.c): pause/resume, PATCH, one trial's
  * stop, delete. Each queues its whole change into the caller's hold of the
  * lock (one transaction); -EINVAL / -EBUSY etc. after writing why into
@@ -77,9 +63,6 @@ int control_patch(struct server *s, struct experiment *e, const struct control_p
 int control_stop_trial(struct server *s, struct trial *t, uint64_t *ticket);
 /* -EBUSY: trials run and force is 0. */
 int control_delete(struct server *s, struct experiment *e, int force, uint64_t *ticket);
-/* A tombstone for a deleted id (the loader fills gaps with them). */
-struct experiment *control_tombstone_experiment(int64_t id);
-struct trial *control_tombstone_trial(int64_t id);
 
 /* issue 14 (fair share, state_live.c). s->live holds exactly the RUNNING
  * experiments: every change of an experiment's status goes through
@@ -113,10 +96,6 @@ void state_pending_reason(struct server *s, const struct trial *t, char *buf, si
  * sentences; for a RUNNING experiment with work left. */
 void state_experiment_pending_reason(struct server *s, const struct experiment *e, char *buf,
                                      size_t n);
-/* A RUNNING trial goes back to PENDING without counting a failure (lease
- * expiry, release by its worker): resources freed, row queued. The next lease
- * resumes it from its checkpoint. */
-int state_requeue(struct server *s, struct trial *t, uint64_t *ticket);
 /* Leases are per trial: a RUNNING trial whose lease was not renewed for
  * lease_timeout_s, or that its worker's heartbeats have left out for two
  * heartbeat intervals, goes back to PENDING. Workers silent for a lease
@@ -140,6 +119,87 @@ enum fence {
  * why (may be NULL). */
 enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
                              char *why, size_t whylen);
+/* ---- Life cycles: the only writers of t->status and e->status ----------
+ *
+ * A trial (state_trial.c):
+ *
+ *            TE_LEASE                TE_RESULTS (a stop) / TE_COMPLETE
+ *   PENDING ─────────► RUNNING ──────────────────────────────────► TERMINATED
+ *    ▲ ▲ ▲              │ │ │ │                                      ▲  │
+ *    │ │ └──────────────┘ │ │ │ TE_FAIL, no retry left               │  │
+ *    │ │  TE_REQUEUE,     │ │ └──────────────────────────► ERROR     │  │
+ *    │ │  TE_RELEASE,     │ │ TE_PAUSE (a pause due at the lease's   │  │
+ *    │ │  TE_FAIL (retry),│ ▼ end: a promotion rung, a user's pause)  │  │
+ *    │ │  TE_EXPLOIT      │ PAUSED ────────────────────────────────┤  │
+ *    │ └── TE_RESUME ─────┼─┘        TE_STOP (cancel, budget, stop,  │  │
+ *    │   (promoted, resumed)         a stop due at the lease's end) │  │
+ *    └──── TE_RESUME (an extend of max_t) ──────────────────────────┼──┘
+ *          TE_STOP also ends a PENDING trial ───────────────────────┘
+ *
+ * Fenced events (TE_RESULTS, TE_COMPLETE, TE_FAIL, TE_RELEASE) check the
+ * lease the write names first: -ESTALE (nothing changed) with args->why
+ * when it is not the trial's current lease; FENCE_FINAL (the lease that ended
+ * the trial, writing again) changes nothing and answers as before. */
+enum trial_event {
+  TE_LEASE,    /* PENDING -> RUNNING on args->worker (no row queued: the caller's) */
+  TE_RESULTS,  /* results, each decided; a stop ends the trial */
+  TE_COMPLETE, /* -> TERMINATED, or what was due at the lease's end */
+  TE_FAIL,     /* -> PENDING while failures <= max_failures, else ERROR */
+  TE_RELEASE,  /* -> PENDING: its worker gave the lease back (drain) */
+  TE_REQUEUE,  /* -> PENDING: lease expired, unlisted, worker deregistered */
+  TE_STOP,     /* -> TERMINATED: cancel, budget, a user's or a decision's stop */
+  TE_PAUSE,    /* RUNNING -> PAUSED at the lease's end */
+  TE_EXPLOIT,  /* RUNNING -> PENDING from a donor's checkpoint, at the lease's end */
+  TE_RESUME,   /* PAUSED or TERMINATED (or RUNNING, a pause lifted) -> PENDING */
+};
+struct trial_event_args {
+  /* in */
+  struct worker *worker;          /* TE_LEASE */
+  const struct lease_token *lease; /* fenced events */
+  const cJSON *const *results;    /* TE_RESULTS: checked results and their */
+  const double *time_values;      /* time values, nresults of each */
+  int nresults;
+  const char *error;              /* TE_FAIL: the message ("failed" when empty) */
+  int has_exit_code, exit_code;
+  int64_t worker_id;              /* TE_RELEASE: the body's worker_id (0: none) */
+  int has_iteration;
+  double iteration;
+  /* out */
+  enum fence fence;  /* fenced events: what the lease was */
+  char why[256];     /* -ESTALE: why the lease was refused */
+  char *decisions;   /* TE_RESULTS: nresults of 's' (stop) / 'c', caller's array */
+  int replayed;      /* TE_RESULTS: how many were replays of stored results */
+};
+/* The trial's next status for event ev (args may be NULL where no field is
+ * read); queues what changed into the caller's hold of the lock. -ESTALE,
+ * -EINVAL (no such transition: nothing changed), -ENOMEM. */
+int state_trial_event(struct server *s, struct trial *t, enum trial_event ev,
+                      struct trial_event_args *args, uint64_t *ticket);
+
+/* An experiment (state_experiment.c):
+ *
+ *              EE_PAUSE                      EE_MAYBE_END (every planned trial
+ *   PAUSED ◄──────────── RUNNING ───────────► TERMINATED   ended, or the
+ *     │    ───────────►   ▲  │   ◄─────────── │            budget spent and
+ *     │      EE_RESUME    │  │    EE_REOPEN   │            nothing runs)
+ *     │                   │  │ EE_CANCEL      (an extend)
+ *     └── EE_CANCEL ──────┼──┴──────────────► CANCELLED (fail_fast, a user,
+ *                         │                              a delete)
+ *   made RUNNING (TERMINATED at once when its plan is empty)
+ */
+enum exp_event {
+  EE_MAYBE_END, /* RUNNING -> TERMINATED when over; nothing otherwise */
+  EE_CANCEL,    /* RUNNING|PAUSED -> CANCELLED (reason): every unfinished trial stops */
+  EE_PAUSE,     /* RUNNING -> PAUSED: nothing starts; running trials pause */
+  EE_RESUME,    /* PAUSED -> RUNNING (its paused trials: control_resume) */
+  EE_REOPEN,    /* TERMINATED -> RUNNING: an extend gave it work (not once its
+                 * budget is spent) */
+};
+/* -EINVAL when e is not in a status the event starts from (EE_PAUSE,
+ * EE_RESUME). Queues the row, in the caller's hold of the lock. */
+int state_experiment_event(struct server *s, struct experiment *e, enum exp_event ev,
+                           const char *reason, uint64_t *ticket);
+
 /* Renews a RUNNING trial's lease until now + lease_timeout_s. */
 void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms);
 /* The worker whose own secret (Authorization: Bearer, "<id>.<hex>") tok is;

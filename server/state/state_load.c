@@ -13,6 +13,26 @@
 #include "decide.h"
 #include "validate.h"
 
+/* A tombstone for a deleted id (ids are indexes: gaps are filled with
+ * these). Deleted, hidden by server_experiment/server_trial. */
+static struct experiment *state_load_tombstone_experiment(int64_t id) {
+  struct experiment *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->id = id;
+  e->status = ES_CANCELLED;
+  e->deleted = 1;
+  return e;
+}
+
+static struct trial *state_load_tombstone_trial(int64_t id) {
+  struct trial *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->id = id;
+  t->status = TS_TERMINATED;
+  t->deleted = 1;
+  return t;
+}
+
 struct load_ctx {
   struct server *s;
   char *err;
@@ -35,7 +55,7 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
   char msg[1536];
   snprintf(msg, sizeof msg, "experiment %lld was not loaded: %s (its rows are kept in the "
            "database)", (long long)id, why);
-  struct experiment *tomb = control_tombstone_experiment(id);
+  struct experiment *tomb = state_load_tombstone_experiment(id);
   if (!tomb || !(tomb->unusable = strdup(msg)) ||
       (!old && state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1))) {
     state_experiment_free(tomb);
@@ -43,7 +63,7 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
   }
   if (old) {
     for (int64_t i = 0; i < old->ntrials; i++) {
-      struct trial *t = old->trials[i], *tt = control_tombstone_trial(t->id);
+      struct trial *t = old->trials[i], *tt = state_load_tombstone_trial(t->id);
       if (!tt) {
         state_experiment_free(tomb);
         return -ENOMEM;
@@ -66,7 +86,7 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
 /* A trial row of an experiment that is not loaded (or of none): its id
  * keeps a tombstone naming the experiment. */
 static int load_trial_tombstone(struct server *s, int64_t id, int64_t experiment_id) {
-  struct trial *tt = control_tombstone_trial(id);
+  struct trial *tt = state_load_tombstone_trial(id);
   if (!tt || state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) {
     free(tt);
     return -ENOMEM;
@@ -88,7 +108,7 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   /* issue 14 (control): a deleted experiment leaves a gap in the ids:
    * tombstones keep ids equal to indexes. */
   while (r->id > s->nexps + 1) {
-    struct experiment *tomb = control_tombstone_experiment(s->nexps + 1);
+    struct experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
     if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
       free(tomb);
       goto fail;
@@ -555,7 +575,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
     return rc;
   }
   while (s->nexps < max_e) {
-    struct experiment *tomb = control_tombstone_experiment(s->nexps + 1);
+    struct experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
     if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
       free(tomb);
       snprintf(err, errlen, "out of memory");
@@ -606,7 +626,7 @@ int state_repair(struct server *s) {
       for (int64_t j = 0; !rc && j < e->ntrials; j++) {
         struct trial *t = e->trials[j];
         if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
-        rc = state_end_trial(s, t, TS_TERMINATED, &ticket);
+        rc = state_trial_event(s, t, TE_STOP, NULL, &ticket);
         stopped++;
       }
       log_warn("repair: experiment %lld was CANCELLED with %lld unfinished trial(s): "

@@ -77,7 +77,8 @@ int workers_deregister(struct server *s, struct worker *w, uint64_t *ticket) {
   int rc = 0;
   for (int64_t j = 0; !rc && w->nrunning > 0 && j < s->ntrials; j++) {
     struct trial *t = s->trials[j];
-    if (t && t->status == TS_RUNNING && t->worker_id == w->id) rc = state_requeue(s, t, ticket);
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id)
+      rc = state_trial_event(s, t, TE_REQUEUE, NULL, ticket);
   }
   if (rc) return rc;
   w->gone = 2;

@@ -1,0 +1,418 @@
+/* state_trial: a trial's life cycle (the diagram is in state.h).
+ *
+ * state_trial_event is the one way a trial's status changes; trial_set_status
+ * below is the only assignment of t->status outside the loader, and every
+ * transition passes its table. Each event keeps, by itself, what a status
+ * change implies: the experiment's counts and pending cursor, the worker's
+ * resources, the compaction queue, the row and the change feed (through
+ * state_persist_trial), and the experiment's end when the trial was its last
+ * (state_experiment_event). API handlers parse, call one event and render. */
+#include "state.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "decide.h"
+#include "jsonout.h"
+#include "log.h"
+#include "state_internal.h"
+
+_Static_assert(TS_PENDING == 0, "a trial is made PENDING by calloc (state_create_trial)");
+
+/* Which status each status may become: the diagram in state.h as a table. */
+static const unsigned char trial_can[TS_COUNT][TS_COUNT] = {
+    /*                 PENDING RUNNING PAUSED TERMINATED ERROR */
+    [TS_PENDING] = {0, 1, 0, 1, 0},
+    [TS_RUNNING] = {1, 0, 1, 1, 1},
+    [TS_PAUSED] = {1, 0, 0, 1, 0},
+    [TS_TERMINATED] = {1, 0, 0, 0, 0},
+    [TS_ERROR] = {0, 0, 0, 0, 0},
+};
+
+/* The only writer of t->status (the loader aside). */
+static int trial_set_status(struct server *s, struct trial *t, enum trial_status st) {
+  if (!trial_can[t->status][st]) {
+    log_error("trial %lld: no transition %s -> %s", (long long)t->id,
+              trial_status_names[t->status], trial_status_names[st]);
+    return -EINVAL;
+  }
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  e->counts[t->status]--;
+  e->counts[st]++;
+  t->status = st;
+  t->updated_seq = ++s->seq;
+  if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
+  /* Bounded memory: an ended trial's history leaves memory a little later. */
+  if (st == TS_TERMINATED || st == TS_ERROR) state_compact_later(s, t, clock_mono_ms());
+  return 0;
+}
+
+/* ---- ending: TE_STOP, and the end of complete, fail and a stop decision */
+
+/* The trial ends (TERMINATED or ERROR): scheduler end, records, fail_fast,
+ * the end of the experiment when it was the last. Queues what changed. */
+static int trial_end(struct server *s, struct trial *t, enum trial_status st, uint64_t *ticket) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct sched_outcome out = {0};
+  if (t->status == TS_RUNNING) state_release(s, t);
+  int rc = trial_set_status(s, t, st);
+  if (rc) return rc;
+  t->ended_at = clock_wall_s();
+  t->worker_id = 0;
+  /* Cancelled trials leave their bracket without passing through it. */
+  int pass = (e->status == ES_RUNNING || e->status == ES_PAUSED) && t->nres > 0;
+  rc = sched_on_trial_end(e->sched, t->id, pass, t->last_t,
+                          pass && t->has_last_value ? &t->last_value : NULL, &out);
+  if (rc && rc != -ENOENT) return rc;
+  if (rc == -ENOENT) out.asha.recorded = 0;
+  rc = state_queue_result(s, t, t->updated_seq, 0, NULL, NULL, &out.asha, NULL, 1, ticket);
+  if (!rc) rc = decide_note(s, t, NULL, NULL, NULL, out.record, ticket);
+  if (!rc) rc = decide_end_others(s, e, &out, ticket); /* HyperBand's halving */
+  sched_outcome_clear(&out);
+  if (rc) return rc;
+  if (st == TS_ERROR && e->status == ES_RUNNING && e->spec.fail_fast) {
+    /* docs/protocol.md#fail-fast: this trial's end and the cancel are queued
+     * in the same hold of the lock, so they commit as one transaction. */
+    char reason[1024];
+    snprintf(reason, sizeof reason, "fail_fast: trial %lld (%s) failed: %s", (long long)t->id,
+             t->name, t->error && t->error[0] ? t->error : "failed");
+    rc = state_experiment_event(s, e, EE_CANCEL, reason, ticket);
+    if (!rc)
+      log_warn("experiment %lld cancelled by fail_fast (trial %lld failed)", (long long)e->id,
+               (long long)t->id);
+    return rc;
+  }
+  return state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
+}
+
+/* RUNNING -> PENDING without counting a failure (lease expiry, unlisted,
+ * release, a worker's clean stop): a pause or exploit due at the lease's end
+ * is carried out instead. The next lease resumes it from its checkpoint. */
+static int trial_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
+  int due = decide_lease_end(s, t, ticket);
+  if (due) return due < 0 ? due : 0;
+  state_release(s, t);
+  /* The lease is over without its holder ending the trial: anything it
+   * still sends is stale. */
+  t->lease_final = 0;
+  t->unlisted_since_ms = 0;
+  t->lease_deadline_ms = 0;
+  int rc = trial_set_status(s, t, TS_PENDING);
+  return rc ? rc : state_persist_trial(s, t, ticket);
+}
+
+/* ---- TE_LEASE */
+
+static int trial_lease(struct server *s, struct trial *t, struct worker *w) {
+  int rc = trial_set_status(s, t, TS_RUNNING);
+  if (rc) return rc;
+  t->attempt++;
+  t->started_at = clock_wall_s();
+  state_charge(s, w, t);
+  t->lease_final = 0;
+  t->unlisted_since_ms = 0;
+  t->listed_gen = 0;
+  state_renew_lease(s, t, clock_mono_ms());
+  return 0;
+}
+
+/* ---- TE_RESULTS */
+
+/* The stored decision for time value tv ('c'/'s'), or 0 when none is stored
+ * in the trial's current generation: after a PBT exploit the trial resumes
+ * from its donor's checkpoint, maybe behind its own results, and reports
+ * those time values again as new results. */
+static char trial_stored_decision(struct server *s, const struct trial *t, double tv) {
+  if (t->compact) {
+    /* Bounded memory: an ended trial's replays are looked up in SQLite
+     * (rare: a reply to its last results was lost). */
+    char d = 0;
+    if (t->nres && tv <= t->max_t_seen &&
+        store_trial_decision(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,
+                             t->generation, tv, &d))
+      d = 0;
+    return d;
+  }
+  for (size_t i = t->nres; tv <= t->max_t_seen && i-- > t->gen_start;)
+    if (t->ts[i] == tv) return t->decisions[i];
+  return 0;
+}
+
+/* Stores one new result of a RUNNING trial with the scheduler's decision;
+ * a stop ends the trial (and maybe its experiment) in the same hold. */
+static int trial_store_result(struct server *s, struct trial *t, struct experiment *e,
+                              const cJSON *r, double tv, char *decision, uint64_t *ticket) {
+  char *json = NULL;
+  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric)
+                                      : NULL;
+  double mv = NAN;
+  int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
+  if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
+  struct sched_outcome out = {0}, end = {0};
+  int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
+  if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
+    sched_outcome_clear(&out);
+    rc = 0;
+  }
+  if (rc) goto out;
+  if (!(json = jsonout_print(r))) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  /* Stop rules and the time budget after the scheduler; pause and exploit
+   * are carried out (exploit's checkpoint copy and config change are queued
+   * in this hold: the decision's transaction). */
+  const char *kind = NULL;
+  if ((rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
+  if ((rc = decide_apply(s, e, t, tv, &out, ticket))) goto out;
+  int64_t seq = ++s->seq;
+  char d = out.action != SCHED_CONTINUE ? 's' : 'c';
+  if ((rc = state_note_result(s, t, tv, d, r, json, seq))) goto out;
+  if (d == 's' || out.record) {
+    const cJSON *data = out.action == SCHED_EXPLOIT ? out.new_config : NULL;
+    if ((rc = decide_note(s, t, d == 's' ? kind : NULL, out.reason, data, out.record, ticket)))
+      goto out;
+  }
+  int ended = 0;
+  if (d == 's' && out.action != SCHED_STOP) {
+    /* PAUSE / EXPLOIT: answered stop, RUNNING until the lease ends. */
+    t->updated_seq = ++s->seq;
+    ended = 1; /* the trial row (its reason) goes with the result */
+  } else if (d == 's') {
+    /* The trial is done: it passes through its bracket once more and ends.
+     * Its lease ended it: that attempt's final uploads are still taken. */
+    state_release(s, t);
+    if ((rc = trial_set_status(s, t, TS_TERMINATED))) goto out;
+    t->lease_final = 1;
+    t->stopped_early = out.stopped_early;
+    t->ended_at = clock_wall_s();
+    rc = sched_on_trial_end(e->sched, t->id, 1, tv, t->has_last_value ? &t->last_value : NULL,
+                            &end);
+    if (rc == -ENOENT) rc = 0;
+    if (rc) goto out;
+    ended = 1;
+  }
+  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
+                          &end.asha, ended, ticket);
+  if (!rc && ended && end.record) rc = decide_note(s, t, NULL, NULL, NULL, end.record, ticket);
+  if (!rc && ended) rc = decide_end_others(s, e, &end, ticket); /* HyperBand's halving */
+  /* The one definition of done (state_experiment_done, the searcher's end
+   * included) and the one place that ends an experiment. */
+  if (!rc && ended && out.action == SCHED_STOP)
+    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
+  if (!rc) {
+    atomic_fetch_add(&s->metrics.results_received, 1);
+    *decision = d;
+  }
+out:
+  sched_outcome_clear(&out);
+  sched_outcome_clear(&end);
+  free(json);
+  return rc;
+}
+
+static int trial_results(struct server *s, struct trial *t, struct trial_event_args *a,
+                         uint64_t *ticket) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  int fresh = 0;
+  for (int i = 0; i < a->nresults && !fresh; i++)
+    fresh = !trial_stored_decision(s, t, a->time_values[i]);
+  /* Replays (a time value already stored) answer their stored decision
+   * whatever the lease; a new result needs the trial's current lease, else
+   * nothing of the batch is stored. */
+  a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
+  if (a->fence != FENCE_CURRENT && fresh) return -ESTALE;
+  int ended = 0, rc = 0;
+  a->replayed = 0;
+  for (int i = 0; i < a->nresults; i++) {
+    char d = trial_stored_decision(s, t, a->time_values[i]);
+    if (d) {
+      a->replayed++;
+    } else if (ended) {
+      /* An earlier result of this batch stopped the trial: the rest are
+       * past its end and not stored, as if sent after the stop. */
+      d = 's';
+    } else {
+      if ((rc = trial_store_result(s, t, e, a->results[i], a->time_values[i], &d, ticket)))
+        return rc;
+      ended = d == 's';
+    }
+    a->decisions[i] = d;
+  }
+  if (a->replayed) atomic_fetch_add(&s->metrics.results_duplicate, (uint64_t)a->replayed);
+  return 0;
+}
+
+/* ---- TE_COMPLETE, TE_FAIL, TE_RELEASE: a worker ends its lease */
+
+static int trial_complete(struct server *s, struct trial *t, struct trial_event_args *a,
+                          uint64_t *ticket) {
+  a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
+  if (a->fence == FENCE_STALE) return -ESTALE;
+  if (a->fence == FENCE_FINAL) return 0; /* ended by this lease: the same answer */
+  /* A pause or exploit due at the lease's end: PAUSED / PENDING, not ended. */
+  int rc = decide_lease_end(s, t, ticket);
+  if (rc) return rc < 0 ? rc : 0;
+  t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
+  rc = trial_end(s, t, TS_TERMINATED, ticket);
+  if (!rc) log_info("trial %lld completed", (long long)t->id);
+  return rc;
+}
+
+static int trial_fail(struct server *s, struct trial *t, struct trial_event_args *a,
+                      uint64_t *ticket) {
+  struct experiment *e = server_experiment(s, t->experiment_id);
+  a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
+  if (a->fence == FENCE_STALE) return -ESTALE;
+  if (a->fence == FENCE_FINAL) return 0; /* this lease's end again: counted once */
+  char *copy = strdup(a->error && a->error[0] ? a->error : "failed");
+  if (!copy) return -ENOMEM;
+  free(t->error);
+  t->error = copy;
+  t->has_exit_code = a->has_exit_code;
+  t->exit_code = a->has_exit_code ? a->exit_code : 0;
+  t->num_failures++;
+  t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
+  int due = 0, rc = 0;
+  if (t->num_failures <= e->spec.max_failures && (due = decide_lease_end(s, t, ticket)) != 0) {
+    /* A pause or exploit was due: it is carried out instead. */
+    rc = due < 0 ? due : 0;
+  } else if (t->num_failures <= e->spec.max_failures) {
+    /* Retry: back to PENDING; the next lease resumes from the checkpoint. */
+    state_release(s, t);
+    t->unlisted_since_ms = 0;
+    rc = trial_set_status(s, t, TS_PENDING);
+    if (!rc) rc = state_persist_trial(s, t, ticket);
+    log_warn("trial %lld failed (%s), retry %d of %lld", (long long)t->id, t->error,
+             t->num_failures, (long long)e->spec.max_failures);
+  } else {
+    rc = trial_end(s, t, TS_ERROR, ticket);
+    log_warn("trial %lld failed (%s): ERROR", (long long)t->id, t->error);
+  }
+  return rc;
+}
+
+static int trial_release(struct server *s, struct trial *t, struct trial_event_args *a,
+                         uint64_t *ticket) {
+  a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
+  if (a->fence != FENCE_CURRENT) return -ESTALE;
+  /* The body's worker_id (v1) must agree with the lease it names. */
+  if (a->worker_id && a->worker_id != a->lease->worker_id) {
+    snprintf(a->why, sizeof a->why, "trial %lld is leased to worker %lld, not %lld",
+             (long long)t->id, (long long)t->worker_id, (long long)a->worker_id);
+    a->fence = FENCE_STALE;
+    return -ESTALE;
+  }
+  int64_t from = t->worker_id;
+  int rc = trial_requeue(s, t, ticket);
+  if (!rc)
+    log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
+             (long long)t->id, (long long)from,
+             a->has_iteration ? a->iteration : (t->nres ? t->last_t : 0));
+  return rc;
+}
+
+/* ---- the one entry */
+
+int state_trial_event(struct server *s, struct trial *t, enum trial_event ev,
+                      struct trial_event_args *a, uint64_t *ticket) {
+  int rc;
+  switch (ev) {
+  case TE_LEASE:
+    return trial_lease(s, t, a->worker);
+  case TE_RESULTS:
+    return trial_results(s, t, a, ticket);
+  case TE_COMPLETE:
+    return trial_complete(s, t, a, ticket);
+  case TE_FAIL:
+    return trial_fail(s, t, a, ticket);
+  case TE_RELEASE:
+    return trial_release(s, t, a, ticket);
+  case TE_REQUEUE:
+    return trial_requeue(s, t, ticket);
+  case TE_STOP:
+    return trial_end(s, t, TS_TERMINATED, ticket);
+  case TE_PAUSE:
+    rc = trial_set_status(s, t, TS_PAUSED);
+    return rc ? rc : state_persist_trial(s, t, ticket);
+  case TE_EXPLOIT:
+  case TE_RESUME:
+    rc = trial_set_status(s, t, TS_PENDING);
+    return rc ? rc : state_persist_trial(s, t, ticket);
+  }
+  return -EINVAL;
+}
+
+/* ---- creation */
+
+/* Feeds the searcher every trial that changed since it last saw it (made
+ * on first use, so a restart rebuilds it from the loaded trials). */
+static int trial_searcher_sync(struct experiment *e) {
+  if (!e->searcher) {
+    struct validate_error verr = {{0}, {0}};
+    int rc = searcher_create(&e->spec, &e->searcher, &verr);
+    if (rc) {
+      log_error("experiment %lld: cannot make its searcher: %s: %s", (long long)e->id,
+                verr.path, verr.message);
+      return rc;
+    }
+  }
+  if (searcher_type(e->searcher) != SEARCHER_TPE) return 0;
+  for (int64_t k = 0; k < e->ntrials; k++) {
+    struct trial *t = e->trials[k];
+    if (t->searcher_seq == t->updated_seq) continue;
+    cJSON *c = cJSON_Parse(t->config);
+    if (!c) return -ENOMEM;
+    int finished = t->status == TS_TERMINATED || t->status == TS_ERROR;
+    /* A failed trial is finished with no value: the model ignores it. */
+    double v = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
+    int rc = searcher_observe(e->searcher, t->id, t->idx, c, v, finished);
+    cJSON_Delete(c);
+    if (rc) return rc;
+    t->searcher_seq = t->updated_seq;
+  }
+  return 0;
+}
+
+int state_create_trial(struct server *s, struct experiment *e, struct trial **out) {
+  cJSON *cfg = NULL;
+  struct trial *t = NULL;
+  *out = NULL;
+  if (e->searcher_exhausted || e->ntrials >= e->num_trials) return -ENOENT;
+  int rc = trial_searcher_sync(e);
+  if (!rc) rc = searcher_suggest(e->searcher, e->ntrials, &cfg);
+  if (rc == -ENOENT) e->searcher_exhausted = 1;
+  if (rc) return rc;
+  rc = -ENOMEM;
+  if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
+      state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1) ||
+      !(t = calloc(1, sizeof *t))) /* PENDING */
+    goto fail;
+  t->id = s->ntrials + 1;
+  t->experiment_id = e->id;
+  t->idx = e->ntrials;
+  char name[SPEC_NAME_MAX + 32];
+  snprintf(name, sizeof name, "%s_%05lld", e->name, (long long)t->idx);
+  t->name = strdup(name);
+  t->config = jsonout_print(cfg);
+  if (!t->name || !t->config) goto fail;
+  t->created_at = clock_wall_s();
+  t->bracket = sched_bracket_for(e->sched, t->idx);
+  if ((rc = sched_add_trial(e->sched, t->id, t->idx, t->config))) goto fail;
+  t->updated_seq = ++s->seq;
+  t->created_seq = t->updated_seq; /* bounded memory: its results come after */
+  s->trials[s->ntrials++] = t;
+  e->trials[e->ntrials++] = t;
+  e->counts[TS_PENDING]++;
+  cJSON_Delete(cfg);
+  *out = t;
+  return 0;
+fail:
+  cJSON_Delete(cfg);
+  state_trial_free(t);
+  return rc;
+}
