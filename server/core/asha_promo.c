@@ -4,7 +4,9 @@
  * only the top floor(n/eta) of each rung. Memory follows the spec and the
  * records: the planned brackets and their pausing rungs are allocated at
  * create (not a fixed SPEC_ASHA_MAX_BRACKETS x SPEC_ASHA_MAX_MILESTONES
- * table of about 40 KB), and a rung's entries grow by doubling. */
+ * table of about 40 KB), and a rung's entries grow by doubling. The rung
+ * times, the bracket draw and the trial slots are rung.c's, shared with the
+ * stopping variant (asha.c). */
 #include "asha_promo.h"
 
 #include <errno.h>
@@ -12,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "idmap.h"
-#include "rng.h"
+#include "rung.h"
 
 struct entry {
 	int64_t trial_id;
@@ -29,6 +30,7 @@ struct prung {
 
 struct pbracket {
 	int n; /* pausing rungs */
+	int draw_n; /* the stopping variant's milestone count: the draw's weight */
 	struct prung *r; /* n of them; NULL when n == 0 */
 };
 
@@ -43,48 +45,33 @@ struct ptrial {
 
 struct apromo {
 	/* Only what the decisions read of the sched_params. */
-	double max_t, grace_period, reduction_factor;
+	double max_t, reduction_factor;
 	double sign;
 	uint64_t bracket_seed;
 	int nb;
 	struct pbracket *b; /* nb of them */
-	struct ptrial *slots; /* nused of nslots, in arrival order */
-	size_t nslots, nused;
-	struct idmap ids;     /* trial id -> slot */
+	struct rung_slots slots; /* struct ptrial, in arrival order */
 };
 
-/* --- trials: in arrival order, found through an idmap --- */
+/* --- trials --- */
 
 static struct ptrial *find(const struct apromo *a, int64_t id)
 {
-	size_t i;
-	return idmap_get(&a->ids, id, &i) ? NULL : &a->slots[i];
+	return rung_slot_find(&a->slots, id);
 }
 
 static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out)
 {
-	struct ptrial *t = find(a, id);
-	if (!t) {
-		if (a->nused == a->nslots) {
-			size_t n = a->nslots ? a->nslots * 2 : 8;
-			struct ptrial *s;
-			if (n > SIZE_MAX / sizeof *s)
-				return -ENOMEM;
-			s = realloc(a->slots, n * sizeof *s);
-			if (!s)
-				return -ENOMEM;
-			a->slots = s;
-			a->nslots = n;
-		}
-		if (idmap_put(&a->ids, id, a->nused))
-			return -ENOMEM;
-		t = &a->slots[a->nused++];
-		memset(t, 0, sizeof *t);
-		t->id = id;
-		t->bracket = bracket;
-		t->rung = -1;
+	void *p;
+	int created, rc = rung_slot_get(&a->slots, id, &p, &created);
+	if (rc)
+		return rc;
+	*out = p;
+	if (created) {
+		(*out)->id = id;
+		(*out)->bracket = bracket;
+		(*out)->rung = -1;
 	}
-	*out = t;
 	return 0;
 }
 
@@ -94,6 +81,7 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 		  struct apromo **out)
 {
 	struct apromo *a;
+	int rc = -ENOMEM;
 	*out = NULL;
 	if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
 	    !(params->grace_period > 0) || !(params->reduction_factor > 1) ||
@@ -103,22 +91,26 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 	if (!a)
 		return -ENOMEM;
 	a->max_t = params->max_t;
-	a->grace_period = params->grace_period;
 	a->reduction_factor = params->reduction_factor;
 	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
 	/* The stopping variant's bracket draw: the same seed gives the same
 	 * brackets whichever variant runs. */
-	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->bracket_seed = rung_bracket_seed(seed);
+	rung_slots_init(&a->slots, sizeof(struct ptrial));
 	a->b = calloc((size_t)params->brackets, sizeof *a->b);
 	if (!a->b)
 		goto fail;
 	a->nb = params->brackets;
 	for (int b = 0; b < a->nb; b++) {
-		int n = 0;
-		/* A rung at max_t (or past it) is the end, not a pause. */
-		while (n < SPEC_ASHA_MAX_MILESTONES &&
-		       params->grace_period * pow(params->reduction_factor, n + b) < params->max_t)
-			n++;
+		int n = rung_pause_count(params->max_t, params->grace_period,
+					 params->reduction_factor, b);
+		/* Counted as the stopping variant counts them, so that both
+		 * variants draw the same brackets. */
+		if (rung_ray_count(params->max_t, params->grace_period,
+				   params->reduction_factor, b, &a->b[b].draw_n)) {
+			rc = -EINVAL;
+			goto fail;
+		}
 		if (n > 0) {
 			a->b[b].r = calloc((size_t)n, sizeof *a->b[b].r);
 			if (!a->b[b].r)
@@ -126,13 +118,13 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 		}
 		a->b[b].n = n;
 		for (int k = 0; k < n; k++)
-			a->b[b].r[k].t = params->grace_period * pow(params->reduction_factor, k + b);
+			a->b[b].r[k].t = rung_t(params->grace_period, params->reduction_factor, b, k);
 	}
 	*out = a;
 	return 0;
 fail:
 	apromo_free(a);
-	return -ENOMEM;
+	return rc;
 }
 
 void apromo_free(struct apromo *a)
@@ -145,8 +137,7 @@ void apromo_free(struct apromo *a)
 		free(a->b[b].r);
 	}
 	free(a->b);
-	free(a->slots);
-	idmap_free(&a->ids);
+	rung_slots_free(&a->slots);
 	free(a);
 }
 
@@ -155,8 +146,7 @@ size_t apromo_mem_bytes(const struct apromo *a)
 	size_t n;
 	if (!a)
 		return 0;
-	n = sizeof *a + (size_t)a->nb * sizeof *a->b + a->nslots * sizeof *a->slots +
-	    a->ids.cap * sizeof *a->ids.e;
+	n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
 	for (int b = 0; b < a->nb; b++) {
 		n += (size_t)a->b[b].n * sizeof *a->b[b].r;
 		for (int k = 0; k < a->b[b].n; k++)
@@ -182,33 +172,14 @@ double apromo_rung_t(const struct apromo *a, int bracket, int k)
 	return a->b[bracket].r[k].t;
 }
 
-/* asha_bracket_for's draw (asha.c): weights e^(milestones of the bracket),
- * counted as the stopping variant counts them, so both variants agree. */
+/* asha_bracket_for's draw: the same seed and weights, so both variants
+ * agree. */
 int apromo_bracket_for(const struct apromo *a, int64_t idx)
 {
-	double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
-	int m[SPEC_ASHA_MAX_BRACKETS], mmax = 0;
-	struct rng r;
-	if (a->nb == 1)
-		return 0;
-	for (int b = 0; b < a->nb; b++) {
-		double nd = log(a->max_t / a->grace_period) / log(a->reduction_factor) - b + 1;
-		m[b] = nd < 0 ? 0 : (int)nd;
-		if (m[b] > mmax)
-			mmax = m[b];
-	}
-	for (int b = 0; b < a->nb; b++) {
-		w[b] = exp((double)(m[b] - mmax));
-		sum += w[b];
-	}
-	rng_seed(&r, rng_mix(a->bracket_seed, (uint64_t)idx));
-	u = rng_uniform(&r) * sum;
-	for (int b = 0; b < a->nb; b++) {
-		if (u < w[b])
-			return b;
-		u -= w[b];
-	}
-	return a->nb - 1;
+	int n[SPEC_ASHA_MAX_BRACKETS];
+	for (int b = 0; b < a->nb; b++)
+		n[b] = a->b[b].draw_n;
+	return rung_bracket_draw(a->bracket_seed, n, a->nb, idx);
 }
 
 int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket)
@@ -229,20 +200,15 @@ int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket)
 
 /* Inserts after every entry at least as good (ties: arrival order);
  * non-finite values go last. Returns the 0-based rank or -ENOMEM. */
-static int64_t rung_insert(struct prung *r, int64_t id, double v)
+static int64_t prung_insert(struct prung *r, int64_t id, double v)
 {
 	size_t lo = 0, hi = r->n;
 	if (r->n == r->cap) {
-		/* Doubling from 4: a rung costs what it holds, amortized O(1). */
-		size_t cap = r->cap ? r->cap * 2 : 4;
-		struct entry *ne;
-		if (cap > SIZE_MAX / sizeof *ne)
-			return -ENOMEM;
-		ne = realloc(r->e, cap * sizeof *ne);
+		/* Doubling from 4: a rung costs what it holds. */
+		struct entry *ne = rung_grow(r->e, &r->cap, sizeof *ne, 4);
 		if (!ne)
 			return -ENOMEM;
 		r->e = ne;
-		r->cap = cap;
 	}
 	if (isfinite(v)) {
 		/* First entry worse than v: non-finite or smaller. */
@@ -267,7 +233,7 @@ static int64_t rung_insert(struct prung *r, int64_t id, double v)
 static int record_at(struct apromo *a, struct ptrial *t, int k, double v, int64_t *rank)
 {
 	struct prung *r = &a->b[t->bracket].r[k];
-	int64_t pos = rung_insert(r, t->id, v);
+	int64_t pos = prung_insert(r, t->id, v);
 	if (pos < 0)
 		return (int)pos;
 	t->rung = k;
