@@ -121,10 +121,10 @@ static int is_pow2(double x)
 	return x >= 1 && x <= SPACE_INT_MAX && frexp(x, &e) == 0.5;
 }
 
-/* Index range [*klo, *khi] of multiples of q inside [lower, upper]. A hair
- * of tolerance keeps 0.3 a multiple of 0.1 despite binary rounding. */
-static void q_range(double lower, double upper, double q, double *klo, double *khi)
+void space_q_range(double lower, double upper, double q, double *klo, double *khi)
 {
+	/* A hair of tolerance keeps 0.3 a multiple of 0.1 despite binary
+	 * rounding. */
 	*klo = ceil(lower / q - 1e-9);
 	*khi = floor(upper / q + 1e-9);
 }
@@ -272,7 +272,7 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	}
 	if (q > 0) {
 		double klo, khi;
-		q_range(lo, hi, q, &klo, &khi);
+		space_q_range(lo, hi, q, &klo, &khi);
 		/* The multiples are counted as integers k (value k * q). */
 		if (!(fabs(klo) <= SPACE_INT_MAX && fabs(khi) <= SPACE_INT_MAX)) {
 			path_join(p, sizeof p, path, "q");
@@ -493,7 +493,7 @@ static double num_of(const cJSON *dom, const char *key, double def)
 static double q_clamp(double v, double lo, double hi, double q)
 {
 	double klo, khi, k = round(v / q);
-	q_range(lo, hi, q, &klo, &khi);
+	space_q_range(lo, hi, q, &klo, &khi);
 	if (k < klo)
 		k = klo;
 	if (k > khi)
@@ -512,7 +512,7 @@ static double log_uniform(struct rng *r, double lo, double hi)
 	return v;
 }
 
-static cJSON *sample_domain(const cJSON *dom, struct rng *r)
+cJSON *space_sample(const cJSON *dom, struct rng *r)
 {
 	const struct domain_def *d =
 		domain_find(cJSON_GetObjectItemCaseSensitive(dom, "type")->valuestring);
@@ -549,7 +549,7 @@ static cJSON *sample_domain(const cJSON *dom, struct rng *r)
 		break;
 	case DOM_QRANDINT: {
 		double klo, khi;
-		q_range(lo, hi, q, &klo, &khi);
+		space_q_range(lo, hi, q, &klo, &khi);
 		v = (double)rng_int_range(r, (int64_t)klo, (int64_t)khi + 1) * q;
 		break;
 	}
@@ -589,7 +589,7 @@ static cJSON *build(const cJSON *obj, struct grid_list *g, struct rng *r)
 			const cJSON *arr = cJSON_GetObjectItemCaseSensitive(item, "grid_search");
 			v = cJSON_Duplicate(cJSON_GetArrayItem(arr, gv->index), 1);
 		} else if (is_domain(item)) {
-			v = sample_domain(item, r);
+			v = space_sample(item, r);
 		} else if (cJSON_IsObject(item)) {
 			v = build(item, g, r);
 		} else {

@@ -351,13 +351,6 @@ static double num_of(const cJSON *dom, const char *key, double def)
 	return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
-/* Same tolerance as space.c: 0.3 is a multiple of 0.1. */
-static void q_range(double lower, double upper, double q, double *klo, double *khi)
-{
-	*klo = ceil(lower / q - 1e-9);
-	*khi = floor(upper / q + 1e-9);
-}
-
 static int param_setup(struct tpe_param *p, const cJSON *node)
 {
 	double klo, khi;
@@ -413,7 +406,7 @@ static int param_setup(struct tpe_param *p, const cJSON *node)
 	case TD_QUNIFORM:
 	case TD_QRANDINT:
 	case TD_QLOGUNIFORM:
-		q_range(p->lo, p->hi, p->q, &klo, &khi);
+		space_q_range(p->lo, p->hi, p->q, &klo, &khi);
 		p->discrete = 1, p->low = klo, p->high = khi;
 		/* k >= 1 here: lower > 0, so log(k - 1/2) is finite. */
 		p->log = p->dom == TD_QLOGUNIFORM;
@@ -547,73 +540,17 @@ static cJSON *to_external(const struct tpe_param *p, double x)
 	return cJSON_CreateNumber(v);
 }
 
-/* ---------- random sampling, exactly as space.c draws ---------- */
+/* ---------- random sampling ---------- */
 
-static double q_clamp(double v, double lo, double hi, double q)
+/* An unfixed grid_search is drawn like a choice over its values; every
+ * domain is drawn by space.c itself, so the random phase cannot drift
+ * from space_generate. */
+static cJSON *random_value(const struct tpe_param *p, const cJSON *node, struct rng *r)
 {
-	double klo, khi, k = round(v / q);
-	q_range(lo, hi, q, &klo, &khi);
-	if (k < klo)
-		k = klo;
-	if (k > khi)
-		k = khi;
-	return fmin(fmax(k * q, lo), hi);
-}
-
-static double log_uniform(struct rng *r, double lo, double hi)
-{
-	double v = exp(rng_uniform_range(r, log(lo), log(hi)));
-	if (v < lo)
-		v = lo;
-	if (v >= hi)
-		v = nextafter(hi, lo);
-	return v;
-}
-
-/* Must stay draw-for-draw identical to space.c's sample_domain
- * (test_tpe checks the startup configs against space_generate). */
-static cJSON *random_value(const struct tpe_param *p, struct rng *r)
-{
-	double lo = p->lo, hi = p->hi, q = p->q, v = 0, klo, khi;
-	switch (p->dom) {
-	case TD_CHOICE:
-	case TD_GRID:
+	if (p->dom == TD_GRID)
 		return cJSON_Duplicate(cJSON_GetArrayItem(p->values,
 				(int)rng_int_range(r, 0, p->ncat)), 1);
-	case TD_UNIFORM:
-		v = rng_uniform_range(r, lo, hi);
-		break;
-	case TD_QUNIFORM:
-		v = q_clamp(rng_uniform_range(r, lo, hi), lo, hi, q);
-		break;
-	case TD_LOGUNIFORM:
-		v = log_uniform(r, lo, hi);
-		break;
-	case TD_QLOGUNIFORM:
-		v = q_clamp(log_uniform(r, lo, hi), lo, hi, q);
-		break;
-	case TD_RANDINT:
-		v = (double)rng_int_range(r, (int64_t)lo, (int64_t)hi);
-		break;
-	case TD_LOGRANDINT:
-		v = floor(log_uniform(r, lo, hi));
-		if (v < lo)
-			v = lo;
-		if (v > hi - 1)
-			v = hi - 1;
-		break;
-	case TD_QRANDINT:
-		q_range(lo, hi, q, &klo, &khi);
-		v = (double)rng_int_range(r, (int64_t)klo, (int64_t)khi + 1) * q;
-		break;
-	case TD_RANDN:
-		v = rng_normal(r, p->mean, p->sd);
-		break;
-	case TD_POW2:
-		v = ldexp(1.0, (int)rng_int_range(r, (int64_t)p->low, (int64_t)p->high + 1));
-		break;
-	}
-	return cJSON_CreateNumber(v);
+	return space_sample(node, r);
 }
 
 /* ---------- observations ---------- */
@@ -1199,9 +1136,9 @@ static cJSON *assemble(const struct tpe *t, const cJSON *obj, const cJSON *fixed
 				else if (!isnan(c))
 					v = to_external(p, c);
 				else
-					v = random_value(p, rg);
+					v = random_value(p, item, rg);
 			} else {
-				cJSON *drawn = chosen ? NULL : random_value(p, r);
+				cJSON *drawn = chosen ? NULL : random_value(p, item, r);
 				if (fx) {
 					cJSON_Delete(drawn);
 					v = cJSON_Duplicate(fx, 1);
