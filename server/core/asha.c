@@ -14,10 +14,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rung.h"
+#include "sched_ops.h"
 
 struct milestone {
 	double t;          /* the milestone */
@@ -420,3 +422,149 @@ fail:
 	cJSON_Delete(arr);
 	return -ENOMEM;
 }
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int asha_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct asha *a;
+	int rc = asha_create(params, s->mode, seed, &a);
+	if (rc == 0)
+		s->st = a;
+	return rc;
+}
+
+static void asha_sched_free(void *st)
+{
+	asha_free(st);
+}
+
+static size_t asha_sched_mem_bytes(const void *st)
+{
+	return asha_mem_bytes(st);
+}
+
+static int asha_sched_bracket_for(const struct sched *s, int64_t idx)
+{
+	return asha_bracket_for(s->st, idx);
+}
+
+static int asha_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+				const char *config_json)
+{
+	(void)config_json;
+	return asha_add_trial(s->st, trial_id, asha_bracket_for(s->st, idx));
+}
+
+/* asha's outcome as a sched_outcome with its reason sentence. The values in
+ * the sentence are in the metric's own sign (asha keeps them flipped for
+ * min). */
+static void asha_sched_outcome(const struct sched *s, double t, struct sched_outcome *out)
+{
+	const struct asha *st = s->st;
+	const struct asha_outcome *a = &out->asha;
+	if (a->decision != ASHA_STOP) {
+		out->action = SCHED_CONTINUE;
+		return;
+	}
+	out->action = SCHED_STOP;
+	out->stopped_early = a->stopped_early;
+	switch (a->reason) {
+	case ASHA_REASON_MAX_T:
+		snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)", s->p.max_t,
+			 s->p.time_attr, t);
+		break;
+	case ASHA_REASON_NONFINITE:
+		snprintf(out->reason, sizeof out->reason,
+			 "stopped at t=%g: the metric is not a finite number at rung %g", t,
+			 a->milestone);
+		break;
+	case ASHA_REASON_CUTOFF: {
+		/* The "of N": every record at the milestone, NaN ones included. */
+		const struct milestone *m = &st->b[a->bracket].rungs[a->milestone_index];
+		snprintf(out->reason, sizeof out->reason,
+			 "stopped at t=%g: %.6g worse than cutoff %.6g of %d trials at rung %g", t,
+			 st->sign * a->value, st->sign * a->cutoff, (int)(m->n + m->nan_count),
+			 a->milestone);
+		break;
+	}
+	default:
+		snprintf(out->reason, sizeof out->reason, "stopped at t=%g", t);
+	}
+}
+
+static int asha_sched_on_result(struct sched *s, int64_t trial_id, double t,
+				const double *value, struct sched_outcome *out)
+{
+	int rc;
+	if (!value) {
+		/* Ray: a result without the metric is not ASHA's business. */
+		if (!asha_has_trial(s->st, trial_id))
+			return -ENOENT;
+		sched_outcome_reset(out);
+		return 0;
+	}
+	sched_outcome_reset(out);
+	rc = asha_on_result(s->st, trial_id, t, *value, &out->asha);
+	if (rc)
+		return rc;
+	asha_sched_outcome(s, t, out);
+	return 0;
+}
+
+static int asha_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				   const double *last_value, struct sched_outcome *out)
+{
+	if (out)
+		sched_outcome_reset(out);
+	if (has_last && last_value && out) {
+		int rc = asha_on_trial_end(s->st, trial_id, 1, t, *last_value, &out->asha);
+		/* The decision of the last pass is not the server's business. */
+		out->action = SCHED_CONTINUE;
+		return rc;
+	}
+	return asha_on_trial_end(s->st, trial_id, 0, 0, 0, NULL);
+}
+
+static int asha_sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
+				     double milestone, double value, int stopped_early)
+{
+	return asha_restore_record(s->st, trial_id, bracket, milestone, value, stopped_early);
+}
+
+static int asha_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *o = cJSON_CreateObject(), *br = NULL;
+	int ok;
+	if (!o)
+		return -ENOMEM;
+	ok = cJSON_AddStringToObject(o, "type", "asha") &&
+	     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
+	     (s->p.has_max_t ? cJSON_AddNumberToObject(o, "max_t", s->p.max_t) != NULL
+			     : cJSON_AddNullToObject(o, "max_t") != NULL) &&
+	     cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
+	     cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
+	     asha_state_json(s->st, &br) == 0;
+	if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
+		cJSON_Delete(br);
+		ok = 0;
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return -ENOMEM;
+	}
+	*out = o;
+	return 0;
+}
+
+const struct sched_ops asha_sched_ops = {
+	.create = asha_sched_create,
+	.free = asha_sched_free,
+	.mem_bytes = asha_sched_mem_bytes,
+	.bracket_for = asha_sched_bracket_for,
+	.add_trial = asha_sched_add_trial,
+	.on_result = asha_sched_on_result,
+	.on_trial_end = asha_sched_on_trial_end,
+	.restore_record = asha_sched_restore_record,
+	.state_json = asha_sched_state_json,
+};

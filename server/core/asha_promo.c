@@ -11,10 +11,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rung.h"
+#include "sched_ops.h"
 
 struct entry {
 	int64_t trial_id;
@@ -434,3 +436,166 @@ fail:
 	cJSON_Delete(arr);
 	return -ENOMEM;
 }
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int apromo_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct apromo *a;
+	int rc = apromo_create(params, s->mode, seed, &a);
+	if (rc == 0)
+		s->st = a;
+	return rc;
+}
+
+static void apromo_sched_free(void *st)
+{
+	apromo_free(st);
+}
+
+static size_t apromo_sched_mem_bytes(const void *st)
+{
+	return apromo_mem_bytes(st);
+}
+
+static int apromo_sched_bracket_for(const struct sched *s, int64_t idx)
+{
+	return apromo_bracket_for(s->st, idx);
+}
+
+static int apromo_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+				  const char *config_json)
+{
+	(void)config_json;
+	return apromo_add_trial(s->st, trial_id, apromo_bracket_for(s->st, idx));
+}
+
+/* Pause at a rung; stop at max_t, or on a non-finite value at a rung (it
+ * could never be promoted). */
+static int apromo_sched_on_result(struct sched *s, int64_t trial_id, double t,
+				  const double *value, struct sched_outcome *out)
+{
+	struct apromo_outcome ao;
+	int rc;
+	sched_outcome_reset(out);
+	if (!value) {
+		/* Ray: a result without the metric is not the scheduler's
+		 * business (it ranks at no rung); max_t still ends the trial. */
+		sched_outcome_max_t(s, t, out);
+		return 0;
+	}
+	rc = apromo_on_result(s->st, trial_id, t, *value, &ao);
+	if (rc)
+		return rc;
+	out->record = ao.record;
+	switch (ao.action) {
+	case APROMO_PAUSE:
+		out->action = SCHED_PAUSE;
+		snprintf(out->reason, sizeof out->reason,
+			 "paused at rung %d (%s %g): rank %lld of %lld there", ao.rung,
+			 s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n);
+		break;
+	case APROMO_STOP:
+		out->action = SCHED_STOP;
+		if (ao.why == APROMO_MAX_T) {
+			snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)",
+				 s->p.max_t, s->p.time_attr, t);
+		} else {
+			out->stopped_early = 1;
+			snprintf(out->reason, sizeof out->reason,
+				 "stopped at t=%g: the metric is not a finite number at rung %d", t,
+				 ao.rung);
+		}
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static int apromo_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				     const double *last_value, struct sched_outcome *out)
+{
+	int rc;
+	(void)has_last;
+	(void)t;
+	(void)last_value;
+	if (out)
+		sched_outcome_reset(out);
+	rc = apromo_on_trial_end(s->st, trial_id);
+	return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+}
+
+static int apromo_sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable,
+			       void *ctx, struct sched_choice *out)
+{
+	struct apromo_choice c;
+	int rc = apromo_choose(s->st, resumable, ctx, &c);
+	if (rc)
+		return rc;
+	if (c.found) {
+		out->kind = SCHED_CHOOSE_RESUME;
+		out->trial_id = c.trial_id;
+		out->record = c.record;
+		if (apromo_num_brackets(s->st) > 1)
+			snprintf(out->reason, sizeof out->reason,
+				 "promoted from rung %d of bracket %d (top %lld of %lld at "
+				 "%s %g), runs to %g",
+				 c.rung, c.bracket, (long long)c.top, (long long)c.n,
+				 s->p.time_attr, c.rung_t, c.next_t);
+		else
+			snprintf(out->reason, sizeof out->reason,
+				 "promoted from rung %d (top %lld of %lld at %s %g), runs "
+				 "to %g",
+				 c.rung, (long long)c.top, (long long)c.n, s->p.time_attr,
+				 c.rung_t, c.next_t);
+		return 0;
+	}
+	/* Nothing to promote: a new trial while the plan allows one (the
+	 * paper draws a new configuration), else wait for running ones. */
+	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
+	return 0;
+}
+
+static int apromo_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	return apromo_restore(s->st, trial_id, record);
+}
+
+static int apromo_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *o = cJSON_CreateObject(), *br = NULL;
+	int ok;
+	if (!o)
+		return -ENOMEM;
+	ok = cJSON_AddStringToObject(o, "type", "asha") &&
+	     cJSON_AddTrueToObject(o, "promotion") &&
+	     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
+	     cJSON_AddNumberToObject(o, "max_t", s->p.max_t) &&
+	     cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
+	     cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
+	     apromo_state_json(s->st, &br) == 0;
+	if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
+		cJSON_Delete(br);
+		ok = 0;
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return -ENOMEM;
+	}
+	*out = o;
+	return 0;
+}
+
+const struct sched_ops apromo_sched_ops = {
+	.create = apromo_sched_create,
+	.free = apromo_sched_free,
+	.mem_bytes = apromo_sched_mem_bytes,
+	.bracket_for = apromo_sched_bracket_for,
+	.add_trial = apromo_sched_add_trial,
+	.on_result = apromo_sched_on_result,
+	.on_trial_end = apromo_sched_on_trial_end,
+	.choose = apromo_sched_choose,
+	.restore = apromo_sched_restore,
+	.state_json = apromo_sched_state_json,
+};

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "rng.h"
+#include "sched_ops.h"
 #include "space.h"
 #include "validate.h"
 
@@ -779,3 +780,116 @@ int pbt_state_json(const struct pbt *b, cJSON **out)
 	*out = o;
 	return 0;
 }
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int pbt_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct pbt *b;
+	/* params' own mutations: s->p's are NULL (pbt_create copies them). */
+	int rc = pbt_create(&params->pbt, s->mode, seed, &b);
+	if (rc == 0)
+		s->st = b;
+	return rc;
+}
+
+static void pbt_sched_free(void *st)
+{
+	pbt_free(st);
+}
+
+static size_t pbt_sched_mem_bytes(const void *st)
+{
+	return pbt_mem_bytes(st);
+}
+
+/* PBT explores from a donor's config: it keeps each trial's. */
+static int pbt_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+			       const char *config_json)
+{
+	cJSON *cfg = config_json ? cJSON_Parse(config_json) : NULL;
+	int rc;
+	if (config_json && !cfg)
+		return -EINVAL;
+	rc = pbt_add_trial(s->st, trial_id, idx, cfg);
+	cJSON_Delete(cfg);
+	return rc;
+}
+
+static int pbt_sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,
+			       struct sched_outcome *out)
+{
+	struct pbt_outcome po;
+	int rc;
+	sched_outcome_reset(out);
+	if (!value)
+		return 0; /* Ray: a result without the metric continues */
+	rc = pbt_on_result(s->st, trial_id, t, *value, &po);
+	if (rc)
+		return rc;
+	if (po.exploit) {
+		out->action = SCHED_EXPLOIT;
+		out->donor_trial_id = po.donor_trial_id;
+		out->new_config = po.new_config;
+		po.new_config = NULL;
+		snprintf(out->reason, sizeof out->reason, "%s", po.reason);
+	}
+	out->record = po.record;
+	po.record = NULL;
+	pbt_outcome_clear(&po);
+	return 0;
+}
+
+static int pbt_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				  const double *last_value, struct sched_outcome *out)
+{
+	int rc;
+	(void)has_last;
+	(void)t;
+	(void)last_value;
+	if (out)
+		sched_outcome_reset(out);
+	rc = pbt_on_trial_end(s->st, trial_id);
+	return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+}
+
+static int pbt_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	return pbt_restore(s->st, trial_id, record);
+}
+
+static int pbt_sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out)
+{
+	int rc;
+	if (!out || out->action != SCHED_EXPLOIT)
+		return 0;
+	rc = pbt_exploit_refused(s->st, trial_id, out->record);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* {"type", "time_attr"} + pbt_state_json */
+static int pbt_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *st = NULL;
+	if (pbt_state_json(s->st, &st))
+		return -ENOMEM;
+	if (!cJSON_AddStringToObject(st, "type", "pbt") ||
+	    !cJSON_AddStringToObject(st, "time_attr", s->p.time_attr)) {
+		cJSON_Delete(st);
+		return -ENOMEM;
+	}
+	*out = st;
+	return 0;
+}
+
+const struct sched_ops pbt_sched_ops = {
+	.create = pbt_sched_create,
+	.free = pbt_sched_free,
+	.mem_bytes = pbt_sched_mem_bytes,
+	.add_trial = pbt_sched_add_trial,
+	.on_result = pbt_sched_on_result,
+	.on_trial_end = pbt_sched_on_trial_end,
+	.restore = pbt_sched_restore,
+	.exploit_refused = pbt_sched_exploit_refused,
+	.state_json = pbt_sched_state_json,
+};
