@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "sched_ops.h"
-#include "validate.h"
 
 struct med_trial {
 	int64_t id;
@@ -40,8 +39,8 @@ void median_params_default(struct median_params *p)
 static int fail(struct validate_error *err, const char *path, const char *key, const char *msg)
 {
 	char p[256];
-	validate_path_join(p, sizeof p, path, '.', key);
-	validate_error_set(err, p, "%s", msg);
+	spec_path_join(p, sizeof p, path, '.', key);
+	spec_error_set(err, p, "%s", msg);
 	return -EINVAL;
 }
 

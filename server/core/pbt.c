@@ -12,7 +12,6 @@
 #include "rng.h"
 #include "sched_ops.h"
 #include "space.h"
-#include "validate.h"
 
 #define PBT_INT_MAX 9007199254740992.0 /* 2^53 */
 
@@ -59,8 +58,8 @@ void pbt_params_default(struct pbt_params *p)
 static int fail(struct validate_error *err, const char *path, const char *key, const char *msg)
 {
 	char p[256];
-	validate_path_join(p, sizeof p, path, '.', key);
-	validate_error_set(err, p, "%s", msg);
+	spec_path_join(p, sizeof p, path, '.', key);
+	spec_error_set(err, p, "%s", msg);
 	return -EINVAL;
 }
 
@@ -94,36 +93,36 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 	const cJSON *item;
 	char p[256];
 	if (!cJSON_IsObject(m) || cJSON_GetArraySize(m) == 0) {
-		validate_error_set(err, path, "must be a non-empty object of parameters to mutate");
+		spec_error_set(err, path, "must be a non-empty object of parameters to mutate");
 		return -EINVAL;
 	}
 	if (depth > 16) {
-		validate_error_set(err, path, "nested deeper than 16 levels");
+		spec_error_set(err, path, "nested deeper than 16 levels");
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, m) {
 		const cJSON *in_ps = cJSON_IsObject(ps) ? cJSON_GetObjectItemCaseSensitive(ps, item->string) : NULL;
-		validate_path_join(p, sizeof p, path, '.', item->string);
+		spec_path_join(p, sizeof p, path, '.', item->string);
 		if (builtin && depth == 0 && is_shape_key(item->string)) {
-			validate_error_set(err, p,
+			spec_error_set(err, p,
 					   "the builtin trainable cannot mutate '%s': it sets the model's shape, "
 					   "so a donor's checkpoint would not fit (mutate lr, momentum, "
 					   "weight_decay, optimizer or batch_size)", item->string);
 			return -EINVAL;
 		}
 		if (!in_ps) {
-			validate_error_set(err, p,
+			spec_error_set(err, p,
 					   "'%.64s' is not in param_space: PBT mutates parameters the space defines",
 					   item->string);
 			return -EINVAL;
 		}
 		if (cJSON_IsArray(item)) {
 			if (cJSON_GetArraySize(item) == 0) {
-				validate_error_set(err, p, "a list of values must not be empty");
+				spec_error_set(err, p, "a list of values must not be empty");
 				return -EINVAL;
 			}
 		} else if (cJSON_IsObject(item) && cJSON_GetObjectItemCaseSensitive(item, "grid_search")) {
-			validate_error_set(err, p, "grid_search cannot be mutated; give a list of values");
+			spec_error_set(err, p, "grid_search cannot be mutated; give a list of values");
 			return -EINVAL;
 		} else if (cJSON_IsObject(item) && cJSON_GetObjectItemCaseSensitive(item, "type")) {
 			cJSON *tmp = cJSON_CreateObject(), *dup = cJSON_Duplicate(item, 1);
@@ -132,7 +131,7 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 			if (!tmp || !dup || !cJSON_AddItemToObject(tmp, item->string, dup)) {
 				cJSON_Delete(dup);
 				cJSON_Delete(tmp);
-				validate_error_set(err, p, "out of memory");
+				spec_error_set(err, p, "out of memory");
 				return -ENOMEM;
 			}
 			rc = space_check(tmp, path, &grid, err);
@@ -142,7 +141,7 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 		} else if (cJSON_IsObject(item)) {
 			if (!cJSON_IsObject(in_ps) || cJSON_GetObjectItemCaseSensitive(in_ps, "type") ||
 			    cJSON_GetObjectItemCaseSensitive(in_ps, "grid_search")) {
-				validate_error_set(err, p,
+				spec_error_set(err, p,
 						   "nested mutations need a nested object in param_space");
 				return -EINVAL;
 			}
@@ -150,7 +149,7 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 			if (rc)
 				return rc;
 		} else {
-			validate_error_set(err, p,
+			spec_error_set(err, p,
 					   "must be a list of values, a domain object ({\"type\": \"uniform\", ...}) "
 					   "or an object of nested mutations");
 			return -EINVAL;
@@ -236,7 +235,7 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 	builtin = cJSON_IsString(tt) && strcmp(tt->valuestring, "builtin") == 0;
 	{
 		char mp[256];
-		validate_path_join(mp, sizeof mp, path, '.', "hyperparam_mutations");
+		spec_path_join(mp, sizeof mp, path, '.', "hyperparam_mutations");
 		if (check_mutations(item, mp, param_space, builtin, 0, err))
 			return -EINVAL;
 	}
@@ -563,7 +562,7 @@ static void describe(char *dst, size_t size, const cJSON *mutations, const cJSON
 		const cJSON *a = cJSON_GetObjectItemCaseSensitive(from, m->string);
 		const cJSON *b = cJSON_GetObjectItemCaseSensitive(to, m->string);
 		char name[160], va[64], vb[64], item[320];
-		validate_path_join(name, sizeof name, prefix, '.', m->string);
+		spec_path_join(name, sizeof name, prefix, '.', m->string);
 		if (cJSON_IsObject(m) && !cJSON_GetObjectItemCaseSensitive(m, "type")) {
 			describe(dst, size, m, a, b, name, first);
 			continue;

@@ -1,8 +1,10 @@
 /* spec: the plain structs a validated experiment config becomes; shared by
- * validate (which fills them), space, asha, sched and best (which read them). */
+ * validate (which fills them), space, asha, sched and best (which read them);
+ * and how a check names what it rejected (struct validate_error, spec.c). */
 #ifndef CTUNE_SPEC_H
 #define CTUNE_SPEC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
 
@@ -94,5 +96,15 @@ struct validate_error {
 	char path[256];
 	char message[512];
 };
+
+/* Fills err (printf-style message); err may be NULL. Every module that
+ * checks part of a config (validate, space, pbt, median, tpe, searcher)
+ * names what is wrong with it. */
+void spec_error_set(struct validate_error *err, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* dst = base + sep + key (just key when base is empty; no separator when
+ * sep is 0), cut to fit size: the path of a field inside its parent. */
+void spec_path_join(char *dst, size_t size, const char *base, char sep, const char *key);
 
 #endif

@@ -30,7 +30,6 @@
 #include "idmap.h"
 #include "rng.h"
 #include "space.h"
-#include "validate.h"
 
 #define TPE_MAX_DEPTH 17          /* param_space nests at most 16 objects */
 #define TPE_MAX_STARTUP 100000
@@ -117,7 +116,7 @@ static int opt_int(const cJSON *v, const char *p, double lo, double hi,
 {
 	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
 	    v->valuedouble < lo || v->valuedouble > hi) {
-		validate_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
+		spec_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
 		return -EINVAL;
 	}
 	*out = (int64_t)v->valuedouble;
@@ -127,7 +126,7 @@ static int opt_int(const cJSON *v, const char *p, double lo, double hi,
 static int opt_bool(const cJSON *v, const char *p, int *out, struct validate_error *err)
 {
 	if (!cJSON_IsBool(v)) {
-		validate_error_set(err, p, "must be true or false");
+		spec_error_set(err, p, "must be true or false");
 		return -EINVAL;
 	}
 	*out = cJSON_IsTrue(v);
@@ -144,7 +143,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 	if (!sa)
 		return 0;
 	if (!cJSON_IsObject(sa)) {
-		validate_error_set(err, path, "must be an object like {\"type\": \"tpe\"}");
+		spec_error_set(err, path, "must be an object like {\"type\": \"tpe\"}");
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, sa) {
@@ -153,7 +152,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		int known = 0;
 		for (int i = 0; tpe_fields[i] && !known; i++)
 			known = strcmp(k, tpe_fields[i]) == 0;
-		validate_path_join(p, sizeof p, path, '.', k);
+		spec_path_join(p, sizeof p, path, '.', k);
 		if (!known) {
 			char list[512] = "";
 			for (int i = 0; tpe_fields[i]; i++) {
@@ -161,12 +160,12 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 					strncat(list, ", ", sizeof list - strlen(list) - 1);
 				strncat(list, tpe_fields[i], sizeof list - strlen(list) - 1);
 			}
-			validate_error_set(err, p, "unknown field (tpe takes %s)", list);
+			spec_error_set(err, p, "unknown field (tpe takes %s)", list);
 			return -EINVAL;
 		}
 		if (strcmp(k, "type") == 0) {
 			if (!cJSON_IsString(item) || strcmp(item->valuestring, "tpe") != 0) {
-				validate_error_set(err, p, "must be \"tpe\"");
+				spec_error_set(err, p, "must be \"tpe\"");
 				return -EINVAL;
 			}
 		} else if (strcmp(k, "n_startup_trials") == 0) {
@@ -179,7 +178,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		} else if (strcmp(k, "prior_weight") == 0) {
 			if (!cJSON_IsNumber(item) || !(item->valuedouble > 0) ||
 			    !(item->valuedouble <= TPE_MAX_PRIOR_WEIGHT)) {
-				validate_error_set(err, p, "must be a number > 0 and <= 1e6");
+				spec_error_set(err, p, "must be a number > 0 and <= 1e6");
 				return -EINVAL;
 			}
 			o->prior_weight = item->valuedouble;
@@ -201,7 +200,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		} else if (strcmp(k, "gamma") == 0) {
 			if (!cJSON_IsNumber(item) || !(item->valuedouble > 0) ||
 			    !(item->valuedouble <= 1)) {
-				validate_error_set(err, p, "must be a number in (0, 1]: the fraction of "
+				spec_error_set(err, p, "must be a number in (0, 1]: the fraction of "
 						   "finished trials modelled as good");
 				return -EINVAL;
 			}
@@ -212,7 +211,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		} else if (strcmp(k, "weights") == 0) {
 			if (!cJSON_IsString(item) || (strcmp(item->valuestring, "ramp") != 0 &&
 						      strcmp(item->valuestring, "flat") != 0)) {
-				validate_error_set(err, p, "must be \"ramp\" (Optuna's default: older "
+				spec_error_set(err, p, "must be \"ramp\" (Optuna's default: older "
 						   "trials weigh less past 25) or \"flat\"");
 				return -EINVAL;
 			}
@@ -1280,7 +1279,7 @@ int tpe_create(const cJSON *param_space, const cJSON *search_alg,
 	t->seed = seed;
 	rc = collect(t, t->space, seg, 0);
 	if (rc) {
-		validate_error_set(err, "param_space", rc == -ENOMEM ? "out of memory" :
+		spec_error_set(err, "param_space", rc == -ENOMEM ? "out of memory" :
 				   "not a search space the TPE searcher can model");
 		goto fail;
 	}
@@ -1288,7 +1287,7 @@ int tpe_create(const cJSON *param_space, const cJSON *search_alg,
 	return 0;
 fail:
 	if (rc == -ENOMEM)
-		validate_error_set(err, "search_alg", "out of memory");
+		spec_error_set(err, "search_alg", "out of memory");
 	tpe_free(t);
 	return rc;
 }

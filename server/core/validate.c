@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,36 +22,9 @@
 #define VALIDATE_MAX_ENV 256
 #define VALIDATE_INT_MAX 9007199254740992.0 /* 2^53 */
 
-void validate_error_set(struct validate_error *err, const char *path,
-			const char *fmt, ...)
-{
-	va_list ap;
-	if (!err)
-		return;
-	snprintf(err->path, sizeof err->path, "%s", path ? path : "");
-	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof err->message, fmt, ap);
-	va_end(ap);
-}
-
-void validate_path_join(char *dst, size_t size, const char *base, char sep,
-			const char *key)
-{
-	size_t n = 0;
-	if (size == 0)
-		return;
-	for (; base && *base && n + 1 < size; base++)
-		dst[n++] = *base;
-	if (n > 0 && sep && n + 1 < size)
-		dst[n++] = sep;
-	for (; key && *key && n + 1 < size; key++)
-		dst[n++] = *key;
-	dst[n] = '\0';
-}
-
 static void join(char *dst, size_t size, const char *base, const char *key)
 {
-	validate_path_join(dst, size, base, '.', key);
+	spec_path_join(dst, size, base, '.', key);
 }
 
 static int cmp_key(const void *a, const void *b)
@@ -71,7 +43,7 @@ static int check_duplicates(const cJSON *obj, const char *path, struct validate_
 		return 0;
 	keys = malloc((size_t)n * sizeof *keys);
 	if (!keys) {
-		validate_error_set(err, path, "out of memory");
+		spec_error_set(err, path, "out of memory");
 		return -ENOMEM;
 	}
 	cJSON_ArrayForEach(item, obj)
@@ -81,7 +53,7 @@ static int check_duplicates(const cJSON *obj, const char *path, struct validate_
 		if (strcmp(keys[i - 1], keys[i]) == 0) {
 			char p[256];
 			join(p, sizeof p, path, keys[i]);
-			validate_error_set(err, p, "duplicate field");
+			spec_error_set(err, p, "duplicate field");
 			rc = -EINVAL;
 			break;
 		}
@@ -98,11 +70,11 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 	const cJSON *item;
 	int i = 0;
 	if (depth > VALIDATE_MAX_DEPTH) {
-		validate_error_set(err, path, "nested deeper than %d levels", VALIDATE_MAX_DEPTH);
+		spec_error_set(err, path, "nested deeper than %d levels", VALIDATE_MAX_DEPTH);
 		return -EINVAL;
 	}
 	if (cJSON_IsString(v) && strlen(v->valuestring) > VALIDATE_MAX_STRING) {
-		validate_error_set(err, path, "string longer than %d bytes", VALIDATE_MAX_STRING);
+		spec_error_set(err, path, "string longer than %d bytes", VALIDATE_MAX_STRING);
 		return -EINVAL;
 	}
 	if (cJSON_IsObject(v)) {
@@ -114,7 +86,7 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 		char p[256];
 		if (cJSON_IsObject(v)) {
 			if (strlen(item->string) > VALIDATE_MAX_STRING) {
-				validate_error_set(err, path, "field name longer than %d bytes",
+				spec_error_set(err, path, "field name longer than %d bytes",
 						   VALIDATE_MAX_STRING);
 				return -EINVAL;
 			}
@@ -122,8 +94,8 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 		} else {
 			char idx[24];
 			snprintf(idx, sizeof idx, "[%d]", i);
-			validate_path_join(p, sizeof p, path, 0, "");
-			validate_path_join(p, sizeof p, p, 0, idx);
+			spec_path_join(p, sizeof p, path, 0, "");
+			spec_path_join(p, sizeof p, p, 0, idx);
 		}
 		int rc = check_shape(item, p, depth + 1, err);
 		if (rc)
@@ -150,7 +122,7 @@ static int check_keys(const cJSON *obj, const char *path, const char *what,
 				strncat(list, allowed[i], sizeof list - strlen(list) - 1);
 			}
 			join(p, sizeof p, path, item->string);
-			validate_error_set(err, p, "unknown field (%s takes %s)", what, list);
+			spec_error_set(err, p, "unknown field (%s takes %s)", what, list);
 			return -EINVAL;
 		}
 	}
@@ -182,7 +154,7 @@ static int get_name(const cJSON *obj, const char *path, const char *key,
 		return 0;
 	join(p, sizeof p, path, key);
 	if (!cJSON_IsString(v) || !name_ok(v->valuestring, allow_slash)) {
-		validate_error_set(err, p, "must be a string of 1-%d characters from A-Z a-z 0-9 _ . -%s",
+		spec_error_set(err, p, "must be a string of 1-%d characters from A-Z a-z 0-9 _ . -%s",
 				   SPEC_NAME_MAX, allow_slash ? " /" : "");
 		return -EINVAL;
 	}
@@ -201,7 +173,7 @@ static int get_int(const cJSON *obj, const char *path, const char *key,
 	join(p, sizeof p, path, key);
 	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
 	    v->valuedouble < lo || v->valuedouble > hi) {
-		validate_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
+		spec_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
 		return -EINVAL;
 	}
 	*dst = (int64_t)v->valuedouble;
@@ -218,7 +190,7 @@ static int get_number(const cJSON *obj, const char *path, const char *key,
 		return 0;
 	join(p, sizeof p, path, key);
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-		validate_error_set(err, p, "must be a finite number");
+		spec_error_set(err, p, "must be a finite number");
 		return -EINVAL;
 	}
 	*dst = v->valuedouble;
@@ -230,7 +202,7 @@ static int fail_at(struct validate_error *err, const char *path, const char *key
 {
 	char p[256];
 	join(p, sizeof p, path, key);
-	validate_error_set(err, p, "%s", msg);
+	spec_error_set(err, p, "%s", msg);
 	return -EINVAL;
 }
 
@@ -487,7 +459,7 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 		if (!cJSON_IsString(item) || (i == 0 && !item->valuestring[0])) {
 			char p[64];
 			snprintf(p, sizeof p, "trainable.argv[%d]", i);
-			validate_error_set(err, p, i == 0 ? "must be a non-empty string (the program)"
+			spec_error_set(err, p, i == 0 ? "must be a non-empty string (the program)"
 							  : "must be a string");
 			return -EINVAL;
 		}
@@ -505,12 +477,12 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 			char p[256];
 			join(p, sizeof p, "trainable.env", item->string);
 			if (!env_name_ok(item->string)) {
-				validate_error_set(err, p,
+				spec_error_set(err, p,
 						   "environment names need A-Z a-z 0-9 _ and must not start with a digit");
 				return -EINVAL;
 			}
 			if (!cJSON_IsString(item)) {
-				validate_error_set(err, p, "must be a string");
+				spec_error_set(err, p, "must be a string");
 				return -EINVAL;
 			}
 		}
@@ -583,7 +555,7 @@ static int check_placeholders_in(const char *text, const cJSON *ps, const char *
 			for (int i = 0; placeholder_extra[i] && u < sizeof keys; i++)
 				u += (size_t)snprintf(keys + u, sizeof keys - u, "%s%s", placeholder_extra[i],
 						      placeholder_extra[i + 1] ? ", " : "");
-			validate_error_set(err, path,
+			spec_error_set(err, path,
 					   "unknown placeholder {%.*s}: param_space has no key '%.*s' "
 					   "(a placeholder may name %s; write {{ and }} for literal braces)",
 					   (int)n, p + 1, (int)n, p + 1, keys);
@@ -638,7 +610,7 @@ static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
 		if (!ok) {
 			char p[256];
 			join(p, sizeof p, "param_space", item->string);
-			validate_error_set(err, p,
+			spec_error_set(err, p,
 					   "the builtin trainer takes no parameter '%.64s' (it takes lr, momentum, "
 					   "weight_decay, optimizer, batch_size, l1, l2, epochs, seed, "
 					   "val_fraction, drop_last, train_limit, model, dataset)",
@@ -718,7 +690,7 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
 			snprintf(p, sizeof p, "warm_start.trials[%d]", i++);
 			if (!cJSON_IsObject(t) || check_keys(t, p, "a warm_start trial", wt_keys, err))
 				return cJSON_IsObject(t) ? -EINVAL
-					: (validate_error_set(err, p, "must be an object"), -EINVAL);
+					: (spec_error_set(err, p, "must be an object"), -EINVAL);
 			const cJSON *c = cJSON_GetObjectItemCaseSensitive(t, "config");
 			const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "value");
 			if (!cJSON_IsObject(c))
@@ -756,7 +728,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 
 	memset(out, 0, sizeof *out);
 	if (!cJSON_IsObject(config)) {
-		validate_error_set(err, "", "the experiment config must be a JSON object");
+		spec_error_set(err, "", "the experiment config must be a JSON object");
 		return -EINVAL;
 	}
 	rc = check_shape(config, "", 0, err);
@@ -857,14 +829,14 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	if (!out->param_space || !out->trainable || (sa && !out->search_alg) ||
 	    (pte && !out->points_to_evaluate) || (ws && !out->warm_start) || (stop && !out->stop)) {
 		validate_spec_free(out);
-		validate_error_set(err, "", "out of memory");
+		spec_error_set(err, "", "out of memory");
 		return -ENOMEM;
 	}
 	if (out->sched.type == SPEC_SCHED_PBT) {
 		pbt_p.mutations = cJSON_Duplicate(pbt_p.mutations, 1);
 		if (!pbt_p.mutations) {
 			validate_spec_free(out);
-			validate_error_set(err, "", "out of memory");
+			spec_error_set(err, "", "out of memory");
 			return -ENOMEM;
 		}
 		out->sched.pbt = pbt_p;
