@@ -423,6 +423,61 @@ fail:
 	return -ENOMEM;
 }
 
+/* --- the scheduler object --- */
+
+int asha_check(const cJSON *sched, const char *path, struct sched_params *sp,
+	       struct validate_error *err)
+{
+	static const char *const keys[] = {"type", "time_attr", "max_t", "grace_period",
+					   "reduction_factor", "brackets", "promotion", NULL};
+	const cJSON *promo;
+	int64_t brackets = 1;
+	int rc;
+
+	sp->type = SPEC_SCHED_ASHA;
+	sp->has_max_t = 1;
+	sp->max_t = 100;
+	sp->grace_period = 1;
+	sp->reduction_factor = 4;
+	if (spec_check_keys(sched, path, "asha", keys, err) ||
+	    spec_get_name(sched, path, "time_attr", 1, sp->time_attr, err) < 0)
+		return -EINVAL;
+	rc = spec_get_number(sched, path, "max_t", &sp->max_t, err);
+	if (rc < 0)
+		return rc;
+	if (!(sp->max_t > 0))
+		return spec_fail_at(err, path, "max_t", "must be > 0");
+	if (spec_get_number(sched, path, "grace_period", &sp->grace_period, err) < 0 ||
+	    spec_get_number(sched, path, "reduction_factor", &sp->reduction_factor, err) < 0 ||
+	    spec_get_int(sched, path, "brackets", 1, SPEC_ASHA_MAX_BRACKETS, &brackets, err) < 0)
+		return -EINVAL;
+	sp->brackets = (int)brackets;
+	/* "promotion": true is ASHA's promotion variant (asha_promo.c): trials
+	 * pause at each rung and the top 1/eta are resumed. */
+	promo = cJSON_GetObjectItemCaseSensitive(sched, "promotion");
+	if (promo && !cJSON_IsBool(promo))
+		return spec_fail_at(err, path, "promotion", "must be true or false");
+	sp->promotion = cJSON_IsTrue(promo);
+	if (!(sp->grace_period > 0))
+		return spec_fail_at(err, path, "grace_period", "must be > 0");
+	if (!(sp->grace_period <= sp->max_t))
+		return spec_fail_at(err, path, "grace_period", "asha needs grace_period <= max_t");
+	if (!(sp->reduction_factor > 1))
+		return spec_fail_at(err, path, "reduction_factor", "must be > 1");
+	/* Bracket 0 has the most milestones; bound it so per-trial state stays
+	 * one 64-bit mask per trial. Compared as a double: max_t / grace_period
+	 * can overflow to inf, and casting that to int is undefined. */
+	if (!(log(sp->max_t / sp->grace_period) / log(sp->reduction_factor) + 1 <
+	      SPEC_ASHA_MAX_MILESTONES + 1)) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "asha would have more than %d milestones; raise reduction_factor or grace_period",
+			 SPEC_ASHA_MAX_MILESTONES);
+		return spec_fail_at(err, path, "reduction_factor", msg);
+	}
+	return 0;
+}
+
 /* --- behind scheduler.h (sched_ops.h) --- */
 
 static int asha_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)

@@ -619,6 +619,38 @@ fail:
 	return -ENOMEM;
 }
 
+/* --- the scheduler object --- */
+
+/* {"type": "hyperband", "time_attr", "max_t" (81), "reduction_factor" (3)}:
+ * Ray's HyperBandScheduler defaults. A band holds round(log(max_t) /
+ * log(reduction_factor)) + 1 brackets; bounded so choose stays cheap. */
+int hb_check(const cJSON *sched, const char *path, struct sched_params *sp,
+	     struct validate_error *err)
+{
+	static const char *const keys[] = {"type", "time_attr", "max_t", "reduction_factor", NULL};
+	sp->type = SPEC_SCHED_HYPERBAND;
+	sp->has_max_t = 1;
+	sp->max_t = 81;
+	sp->reduction_factor = 3;
+	if (spec_check_keys(sched, path, "hyperband", keys, err) ||
+	    spec_get_name(sched, path, "time_attr", 1, sp->time_attr, err) < 0 ||
+	    spec_get_number(sched, path, "max_t", &sp->max_t, err) < 0 ||
+	    spec_get_number(sched, path, "reduction_factor", &sp->reduction_factor, err) < 0)
+		return -EINVAL;
+	if (!(sp->max_t >= 1) || !isfinite(sp->max_t))
+		return spec_fail_at(err, path, "max_t", "hyperband needs a finite max_t >= 1");
+	if (!(sp->reduction_factor > 1) || !isfinite(sp->reduction_factor))
+		return spec_fail_at(err, path, "reduction_factor", "must be > 1");
+	if (!(nearbyint(log(sp->max_t) / log(sp->reduction_factor)) + 1 <= HB_MAX_BRACKETS_PER_BAND)) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "hyperband would have more than %d brackets; raise reduction_factor",
+			 HB_MAX_BRACKETS_PER_BAND);
+		return spec_fail_at(err, path, "reduction_factor", msg);
+	}
+	return 0;
+}
+
 /* --- behind scheduler.h (sched_ops.h) --- */
 
 static int hb_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)

@@ -36,14 +36,6 @@ void median_params_default(struct median_params *p)
 	p->hard_stop = 1;
 }
 
-static int fail(struct validate_error *err, const char *path, const char *key, const char *msg)
-{
-	char p[256];
-	spec_path_join(p, sizeof p, path, '.', key);
-	spec_error_set(err, p, "%s", msg);
-	return -EINVAL;
-}
-
 int median_check(const cJSON *sched, const char *path, struct median_params *p,
 		 struct validate_error *err)
 {
@@ -57,29 +49,29 @@ int median_check(const cJSON *sched, const char *path, struct median_params *p,
 		for (int i = 0; keys[i] && !ok; i++)
 			ok = strcmp(item->string, keys[i]) == 0;
 		if (!ok)
-			return fail(err, path, item->string,
-				    "unknown field (median_stopping takes type, time_attr, grace_period, "
-				    "min_samples_required, min_time_slice, hard_stop)");
+			return spec_fail_at(err, path, item->string,
+					    "unknown field (median_stopping takes type, time_attr, grace_period, "
+					    "min_samples_required, min_time_slice, hard_stop)");
 	}
 	v = cJSON_GetObjectItemCaseSensitive(sched, "grace_period");
 	if (v && !(cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0))
-		return fail(err, path, "grace_period", "must be a finite number >= 0");
+		return spec_fail_at(err, path, "grace_period", "must be a finite number >= 0");
 	if (v)
 		p->grace_period = v->valuedouble;
 	v = cJSON_GetObjectItemCaseSensitive(sched, "min_time_slice");
 	if (v && !(cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0))
-		return fail(err, path, "min_time_slice", "must be a finite number >= 0");
+		return spec_fail_at(err, path, "min_time_slice", "must be a finite number >= 0");
 	if (v)
 		p->min_time_slice = v->valuedouble;
 	v = cJSON_GetObjectItemCaseSensitive(sched, "min_samples_required");
 	if (v && !(cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
 		   v->valuedouble >= 1 && v->valuedouble <= 1e6))
-		return fail(err, path, "min_samples_required", "must be an integer from 1 to 1000000");
+		return spec_fail_at(err, path, "min_samples_required", "must be an integer from 1 to 1000000");
 	if (v)
 		p->min_samples_required = (int64_t)v->valuedouble;
 	v = cJSON_GetObjectItemCaseSensitive(sched, "hard_stop");
 	if (v && !cJSON_IsBool(v))
-		return fail(err, path, "hard_stop", "must be true or false");
+		return spec_fail_at(err, path, "hard_stop", "must be true or false");
 	if (v)
 		p->hard_stop = cJSON_IsTrue(v);
 	return 0;

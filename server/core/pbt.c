@@ -55,26 +55,6 @@ void pbt_params_default(struct pbt_params *p)
 
 /* ---- checking the scheduler object ---- */
 
-static int fail(struct validate_error *err, const char *path, const char *key, const char *msg)
-{
-	char p[256];
-	spec_path_join(p, sizeof p, path, '.', key);
-	spec_error_set(err, p, "%s", msg);
-	return -EINVAL;
-}
-
-static int get_num(const cJSON *o, const char *path, const char *key, double *dst,
-		   struct validate_error *err)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-		return fail(err, path, key, "must be a finite number");
-	*dst = v->valuedouble;
-	return 1;
-}
-
 static int is_shape_key(const char *k)
 {
 	static const char *const shape[] = {"l1", "l2", "model", "dataset", NULL};
@@ -105,15 +85,15 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 		spec_path_join(p, sizeof p, path, '.', item->string);
 		if (builtin && depth == 0 && is_shape_key(item->string)) {
 			spec_error_set(err, p,
-					   "the builtin trainable cannot mutate '%s': it sets the model's shape, "
-					   "so a donor's checkpoint would not fit (mutate lr, momentum, "
-					   "weight_decay, optimizer or batch_size)", item->string);
+				       "the builtin trainable cannot mutate '%s': it sets the model's shape, "
+				       "so a donor's checkpoint would not fit (mutate lr, momentum, "
+				       "weight_decay, optimizer or batch_size)", item->string);
 			return -EINVAL;
 		}
 		if (!in_ps) {
 			spec_error_set(err, p,
-					   "'%.64s' is not in param_space: PBT mutates parameters the space defines",
-					   item->string);
+				       "'%.64s' is not in param_space: PBT mutates parameters the space defines",
+				       item->string);
 			return -EINVAL;
 		}
 		if (cJSON_IsArray(item)) {
@@ -142,7 +122,7 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 			if (!cJSON_IsObject(in_ps) || cJSON_GetObjectItemCaseSensitive(in_ps, "type") ||
 			    cJSON_GetObjectItemCaseSensitive(in_ps, "grid_search")) {
 				spec_error_set(err, p,
-						   "nested mutations need a nested object in param_space");
+					       "nested mutations need a nested object in param_space");
 				return -EINVAL;
 			}
 			int rc = check_mutations(item, p, in_ps, builtin, depth + 1, err);
@@ -150,8 +130,8 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 				return rc;
 		} else {
 			spec_error_set(err, p,
-					   "must be a list of values, a domain object ({\"type\": \"uniform\", ...}) "
-					   "or an object of nested mutations");
+				       "must be a list of values, a domain object ({\"type\": \"uniform\", ...}) "
+				       "or an object of nested mutations");
 			return -EINVAL;
 		}
 	}
@@ -176,12 +156,12 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 		if (ok)
 			continue;
 		if (strcmp(item->string, "custom_explore_fn") == 0)
-			return fail(err, path, item->string,
-				    "not supported: the server runs no user code; describe the "
-				    "mutations in hyperparam_mutations");
+			return spec_fail_at(err, path, item->string,
+					    "not supported: the server runs no user code; describe the "
+					    "mutations in hyperparam_mutations");
 		if (strcmp(item->string, "synch") == 0)
-			return fail(err, path, item->string,
-				    "not supported: ctune runs PBT's asynchronous variant (Ray's default)");
+			return spec_fail_at(err, path, item->string,
+					    "not supported: ctune runs PBT's asynchronous variant (Ray's default)");
 		{
 			char msg[300] = "unknown field (pbt takes ";
 			for (int i = 0; keys[i]; i++) {
@@ -190,22 +170,22 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 				strncat(msg, keys[i], sizeof msg - strlen(msg) - 1);
 			}
 			strncat(msg, ")", sizeof msg - strlen(msg) - 1);
-			return fail(err, path, item->string, msg);
+			return spec_fail_at(err, path, item->string, msg);
 		}
 	}
-	if (get_num(sched, path, "perturbation_interval", &p->perturbation_interval, err) < 0 ||
-	    get_num(sched, path, "burn_in_period", &p->burn_in_period, err) < 0 ||
-	    get_num(sched, path, "quantile_fraction", &p->quantile_fraction, err) < 0 ||
-	    get_num(sched, path, "resample_probability", &p->resample_probability, err) < 0)
+	if (spec_get_number(sched, path, "perturbation_interval", &p->perturbation_interval, err) < 0 ||
+	    spec_get_number(sched, path, "burn_in_period", &p->burn_in_period, err) < 0 ||
+	    spec_get_number(sched, path, "quantile_fraction", &p->quantile_fraction, err) < 0 ||
+	    spec_get_number(sched, path, "resample_probability", &p->resample_probability, err) < 0)
 		return -EINVAL;
 	if (!(p->perturbation_interval > 0))
-		return fail(err, path, "perturbation_interval", "must be > 0");
+		return spec_fail_at(err, path, "perturbation_interval", "must be > 0");
 	if (!(p->burn_in_period >= 0))
-		return fail(err, path, "burn_in_period", "must be >= 0");
+		return spec_fail_at(err, path, "burn_in_period", "must be >= 0");
 	if (!(p->quantile_fraction >= 0 && p->quantile_fraction <= 0.5))
-		return fail(err, path, "quantile_fraction", "must be from 0 to 0.5");
+		return spec_fail_at(err, path, "quantile_fraction", "must be from 0 to 0.5");
 	if (!(p->resample_probability >= 0 && p->resample_probability <= 1))
-		return fail(err, path, "resample_probability", "must be from 0 to 1");
+		return spec_fail_at(err, path, "resample_probability", "must be from 0 to 1");
 	f = cJSON_GetObjectItemCaseSensitive(sched, "perturbation_factors");
 	if (f) {
 		int i = 0;
@@ -214,14 +194,14 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 			char msg[96];
 			snprintf(msg, sizeof msg, "must be a list of 1 to %d positive numbers",
 				 PBT_MAX_FACTORS);
-			return fail(err, path, "perturbation_factors", msg);
+			return spec_fail_at(err, path, "perturbation_factors", msg);
 		}
 		cJSON_ArrayForEach(item, f) {
 			if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) ||
 			    !(item->valuedouble > 0)) {
 				char k[64];
 				snprintf(k, sizeof k, "perturbation_factors[%d]", i);
-				return fail(err, path, k, "must be a finite number > 0");
+				return spec_fail_at(err, path, k, "must be a finite number > 0");
 			}
 			p->factors[i++] = item->valuedouble;
 		}
@@ -229,8 +209,8 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 	}
 	item = cJSON_GetObjectItemCaseSensitive(sched, "hyperparam_mutations");
 	if (!item)
-		return fail(err, path, "hyperparam_mutations",
-			    "required: the parameters PBT may change (a list or a domain per key)");
+		return spec_fail_at(err, path, "hyperparam_mutations",
+				    "required: the parameters PBT may change (a list or a domain per key)");
 	tt = cJSON_GetObjectItemCaseSensitive(trainable, "type");
 	builtin = cJSON_IsString(tt) && strcmp(tt->valuestring, "builtin") == 0;
 	{

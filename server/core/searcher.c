@@ -83,7 +83,7 @@ static int check_point(const cJSON *point, const cJSON *space, const char *path,
 	const cJSON *item;
 	if (!cJSON_IsObject(point)) {
 		spec_error_set(err, path, "must be an object of parameter values (a partial "
-				   "config like {\"lr\": 0.01})");
+			       "config like {\"lr\": 0.01})");
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, point) {
@@ -100,11 +100,11 @@ static int check_point(const cJSON *point, const cJSON *space, const char *path,
 				return rc;
 		} else if (!is_grid(dom) && !is_domain(dom)) {
 			spec_error_set(err, p, "is a constant in param_space: a point cannot "
-					   "change it");
+				       "change it");
 			return -EINVAL;
 		} else if (cJSON_IsObject(item) || cJSON_IsNull(item)) {
 			spec_error_set(err, p, "must be a value of the parameter's domain "
-					   "(a number, string, boolean or array)");
+				       "(a number, string, boolean or array)");
 			return -EINVAL;
 		}
 	}
@@ -118,13 +118,13 @@ int searcher_check_points(const cJSON *points, const cJSON *param_space, int64_t
 	int i = 0;
 	if (!cJSON_IsArray(points)) {
 		spec_error_set(err, "points_to_evaluate", "must be an array of (partial) "
-				   "configs, like [{\"lr\": 0.01}]");
+			       "configs, like [{\"lr\": 0.01}]");
 		return -EINVAL;
 	}
 	if (cJSON_GetArraySize(points) > max_points) {
 		spec_error_set(err, "points_to_evaluate", "holds %d points but the experiment "
-				   "plans only %lld trials (grid x num_samples)",
-				   cJSON_GetArraySize(points), (long long)max_points);
+			       "plans only %lld trials (grid x num_samples)",
+			       cJSON_GetArraySize(points), (long long)max_points);
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(pt, points) {

@@ -145,7 +145,7 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	d = domain_find(t->valuestring);
 	if (!d) {
 		spec_error_set(err, p, "unknown domain type '%.64s' (expected one of %s)",
-				   t->valuestring, domain_names);
+			       t->valuestring, domain_names);
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, dom) {
@@ -174,7 +174,7 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 		if (!cJSON_IsArray(vals) || cJSON_GetArraySize(vals) < 1 ||
 		    cJSON_GetArraySize(vals) > SPACE_MAX_VALUES) {
 			spec_error_set(err, p, "choice needs an array of 1 to %d values",
-					   SPACE_MAX_VALUES);
+				       SPACE_MAX_VALUES);
 			return -EINVAL;
 		}
 		return 0;
@@ -241,7 +241,7 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	case DOM_LOGRANDINT:
 		if (!(lo >= 1 && lo < hi)) {
 			spec_error_set(err, p,
-					   "lograndint needs 1 <= lower < upper (upper is exclusive)");
+				       "lograndint needs 1 <= lower < upper (upper is exclusive)");
 			return -EINVAL;
 		}
 		break;
@@ -276,13 +276,13 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 		if (!(fabs(klo) <= SPACE_INT_MAX && fabs(khi) <= SPACE_INT_MAX)) {
 			path_join(p, sizeof p, path, "q");
 			spec_error_set(err, p, "%s: q is too small for the range (lower/q and upper/q "
-					   "must stay within 2^53)", d->name);
+				       "must stay within 2^53)", d->name);
 			return -EINVAL;
 		}
 		if (klo > khi) {
 			path_join(p, sizeof p, path, "q");
 			spec_error_set(err, p, "%s: no multiple of q lies between lower and upper",
-					   d->name);
+				       d->name);
 			return -EINVAL;
 		}
 	}
@@ -310,8 +310,8 @@ static int check_object(const cJSON *obj, const char *path, int depth,
 		path_join(p, sizeof p, path, item->string);
 		if (!key_ok(item->string)) {
 			spec_error_set(err, p[0] ? p : path,
-					   "parameter names need 1-%d characters from A-Z a-z 0-9 _ . -",
-					   SPEC_NAME_MAX);
+				       "parameter names need 1-%d characters from A-Z a-z 0-9 _ . -",
+				       SPEC_NAME_MAX);
 			return -EINVAL;
 		}
 		if (is_grid(item)) {
@@ -326,7 +326,7 @@ static int check_object(const cJSON *obj, const char *path, int depth,
 				char gp[256];
 				path_join(gp, sizeof gp, p, "grid_search");
 				spec_error_set(err, gp, "grid_search needs an array of 1 to %d values",
-						   SPACE_MAX_VALUES);
+					       SPACE_MAX_VALUES);
 				return -EINVAL;
 			}
 			*product = mul_sat(*product, n);
@@ -409,14 +409,14 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
 		return -EINVAL;
 	if (num_samples < 1 || num_samples > SPEC_NUM_SAMPLES_MAX) {
 		spec_error_set(err, "num_samples", "must be an integer from 1 to %d",
-				   SPEC_NUM_SAMPLES_MAX);
+			       SPEC_NUM_SAMPLES_MAX);
 		return -EINVAL;
 	}
 	total = mul_sat(product, num_samples);
 	if (total > SPEC_NUM_SAMPLES_MAX) {
 		spec_error_set(err, "num_samples",
-				   "grid combinations (%lld) x num_samples (%lld) exceeds %d trials",
-				   (long long)product, (long long)num_samples, SPEC_NUM_SAMPLES_MAX);
+			       "grid combinations (%lld) x num_samples (%lld) exceeds %d trials",
+			       (long long)product, (long long)num_samples, SPEC_NUM_SAMPLES_MAX);
 		return -EINVAL;
 	}
 	/* Every trial gets its own copy of every constant; bound the total so a
@@ -424,9 +424,9 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
 	nodes = config_nodes(param_space);
 	if (mul_sat(nodes, total) > SPACE_MAX_TOTAL_NODES) {
 		spec_error_set(err, "param_space",
-				   "too large: %lld trials x up to %lld values per config exceeds %d values;"
-				   " use fewer samples or smaller constants",
-				   (long long)total, (long long)nodes, SPACE_MAX_TOTAL_NODES);
+			       "too large: %lld trials x up to %lld values per config exceeds %d values;"
+			       " use fewer samples or smaller constants",
+			       (long long)total, (long long)nodes, SPACE_MAX_TOTAL_NODES);
 		return -EINVAL;
 	}
 	*count = total;

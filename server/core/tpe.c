@@ -201,7 +201,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 			if (!cJSON_IsNumber(item) || !(item->valuedouble > 0) ||
 			    !(item->valuedouble <= 1)) {
 				spec_error_set(err, p, "must be a number in (0, 1]: the fraction of "
-						   "finished trials modelled as good");
+					       "finished trials modelled as good");
 				return -EINVAL;
 			}
 			o->gamma = item->valuedouble;
@@ -212,7 +212,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 			if (!cJSON_IsString(item) || (strcmp(item->valuestring, "ramp") != 0 &&
 						      strcmp(item->valuestring, "flat") != 0)) {
 				spec_error_set(err, p, "must be \"ramp\" (Optuna's default: older "
-						   "trials weigh less past 25) or \"flat\"");
+					       "trials weigh less past 25) or \"flat\"");
 				return -EINVAL;
 			}
 			o->flat_weights = strcmp(item->valuestring, "flat") == 0;
@@ -1280,7 +1280,7 @@ int tpe_create(const cJSON *param_space, const cJSON *search_alg,
 	rc = collect(t, t->space, seg, 0);
 	if (rc) {
 		spec_error_set(err, "param_space", rc == -ENOMEM ? "out of memory" :
-				   "not a search space the TPE searcher can model");
+			       "not a search space the TPE searcher can model");
 		goto fail;
 	}
 	*out = t;
