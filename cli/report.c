@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "sbuf.h"
+#include "text.h"
 
 static const char *const STATUS_ORDER[] = {"RUNNING", "PENDING", "PAUSED",
                                            "TERMINATED", "ERROR"};

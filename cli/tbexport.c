@@ -159,7 +159,7 @@ static void hp_free(struct hparams *hp) {
 }
 
 /* google.protobuf.Value: number_value = 2, string_value = 3, bool_value = 4. */
-static void put_value(struct tfev_buf *b, const cJSON *v) {
+static void put_value(struct sbuf *b, const cJSON *v) {
   if (cJSON_IsNumber(v)) {
     tfev_put_double(b, 2, v->valuedouble);
   } else if (cJSON_IsString(v)) {
@@ -169,7 +169,7 @@ static void put_value(struct tfev_buf *b, const cJSON *v) {
   } else {
     char *t = jsonout_print(v);
     if (!t) {
-      b->err = -ENOMEM;
+      sbuf_fail(b, -ENOMEM);
       return;
     }
     tfev_put_string(b, 3, t);
@@ -180,11 +180,11 @@ static void put_value(struct tfev_buf *b, const cJSON *v) {
 /* api.proto HParamInfo: name = 1, type = 4, domain_discrete = 5
  * (ListValue: values = 1), domain_interval = 6 (Interval: min_value = 1,
  * max_value = 2). */
-static void put_hparam_info(struct tfev_buf *b, const struct hparams *hp, size_t i) {
-  struct tfev_buf info, dom, one;
-  tfev_buf_init(&info);
-  tfev_buf_init(&dom);
-  tfev_buf_init(&one);
+static void put_hparam_info(struct sbuf *b, const struct hparams *hp, size_t i) {
+  struct sbuf info, dom, one;
+  sbuf_init(&info);
+  sbuf_init(&dom);
+  sbuf_init(&one);
   tfev_put_string(&info, 1, hp->keys.s[i]);
   switch (hp->kinds[i]) {
     case K_NUM:
@@ -196,7 +196,7 @@ static void put_hparam_info(struct tfev_buf *b, const struct hparams *hp, size_t
     case K_STR:
       tfev_put_varint_field(&info, 4, DT_STRING);
       for (size_t s = 0; s < hp->strs[i].n; s++) {
-        one.n = 0;
+        sbuf_reset(&one);
         tfev_put_string(&one, 3, hp->strs[i].s[s]);
         tfev_put_msg(&dom, 1, &one);
       }
@@ -205,7 +205,7 @@ static void put_hparam_info(struct tfev_buf *b, const struct hparams *hp, size_t
     case K_BOOL:
       tfev_put_varint_field(&info, 4, DT_BOOL);
       for (int v = 0; v < 2; v++) {
-        one.n = 0;
+        sbuf_reset(&one);
         tfev_put_varint_field(&one, 4, (uint64_t)v);
         tfev_put_msg(&dom, 1, &one);
       }
@@ -216,9 +216,9 @@ static void put_hparam_info(struct tfev_buf *b, const struct hparams *hp, size_t
       break;
   }
   tfev_put_msg(b, 4, &info);
-  tfev_buf_free(&info);
-  tfev_buf_free(&dom);
-  tfev_buf_free(&one);
+  sbuf_free(&info);
+  sbuf_free(&dom);
+  sbuf_free(&one);
 }
 
 /* ---- results grouped by trial ------------------------------------------ */
@@ -251,44 +251,44 @@ static double num_or(const cJSON *v, double dflt) {
  * `field` (experiment = 2, session_start_info = 3, session_end_info = 4) is
  * msg; version = 1 stays 0 (PLUGIN_DATA_VERSION) and is not written. */
 static int write_hparams(struct tfev_writer *w, double wall, const char *tag,
-                         unsigned field, const struct tfev_buf *msg) {
-  struct tfev_buf data, val, sum;
-  tfev_buf_init(&data);
-  tfev_buf_init(&val);
-  tfev_buf_init(&sum);
+                         unsigned field, const struct sbuf *msg) {
+  struct sbuf data, val, sum;
+  sbuf_init(&data);
+  sbuf_init(&val);
+  sbuf_init(&sum);
   tfev_put_msg(&data, field, msg);
   tfev_value_plugin(&val, tag, HP_PLUGIN, &data);
   tfev_put_msg(&sum, 1, &val);
   int rc = sum.err ? sum.err : tfev_write_summary(w, wall, 0, &sum);
-  tfev_buf_free(&data);
-  tfev_buf_free(&val);
-  tfev_buf_free(&sum);
+  sbuf_free(&data);
+  sbuf_free(&val);
+  sbuf_free(&sum);
   return rc;
 }
 
 /* plugin_data.proto SessionStartInfo: hparams = 1 (map<string, Value>:
  * entries {key = 1, value = 2}), group_name = 4, start_time_secs = 5. */
 struct start_ctx {
-  struct tfev_buf *b;
+  struct sbuf *b;
 };
 
 static int start_leaf(void *ctx, const char *name, const cJSON *v) {
   struct start_ctx *sc = ctx;
   if (!value_kind(v)) return 0;
-  struct tfev_buf entry, val;
-  tfev_buf_init(&entry);
-  tfev_buf_init(&val);
+  struct sbuf entry, val;
+  sbuf_init(&entry);
+  sbuf_init(&val);
   put_value(&val, v);
   tfev_put_string(&entry, 1, name);
   tfev_put_msg(&entry, 2, &val);
   tfev_put_msg(sc->b, 1, &entry);
-  tfev_buf_free(&entry);
-  tfev_buf_free(&val);
+  sbuf_free(&entry);
+  sbuf_free(&val);
   return sc->b->err;
 }
 
 struct scalar_ctx {
-  struct tfev_buf *sum;
+  struct sbuf *sum;
   struct names *metrics;
   long long count;
 };
@@ -298,11 +298,11 @@ static int scalar_leaf(void *ctx, const char *name, const cJSON *v) {
   if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return 0;
   long i = names_add(sc->metrics, name);
   if (i < 0) return (int)i;
-  struct tfev_buf val;
-  tfev_buf_init(&val);
+  struct sbuf val;
+  sbuf_init(&val);
   tfev_value_scalar(&val, name, (float)v->valuedouble);
   tfev_put_msg(sc->sum, 1, &val);
-  tfev_buf_free(&val);
+  sbuf_free(&val);
   sc->count++;
   return sc->sum->err;
 }
@@ -332,10 +332,10 @@ static int write_trial(const char *dir, const cJSON *t, const struct ref *refs,
                        struct tbexport_stats *st, char *msg, size_t msglen) {
   char run[256], path[4096];
   struct tfev_writer *w = NULL;
-  struct tfev_buf start, end, sum;
-  tfev_buf_init(&start);
-  tfev_buf_init(&end);
-  tfev_buf_init(&sum);
+  struct sbuf start, end, sum;
+  sbuf_init(&start);
+  sbuf_init(&end);
+  sbuf_init(&sum);
   run_name(t, run, sizeof(run));
   snprintf(path, sizeof(path), "%s/%s", dir, run);
   double now = clock_wall_s();
@@ -371,7 +371,7 @@ static int write_trial(const char *dir, const cJSON *t, const struct ref *refs,
                        : nth;
     double wall = num_or(get(r, "timestamp"), last_wall);
     last_wall = wall;
-    sum.n = 0;
+    sbuf_reset(&sum);
     struct scalar_ctx c = {&sum, metrics, 0};
     rc = flatten_obj(r, scalar_leaf, &c);
     if (!rc && c.count) rc = tfev_write_summary(w, wall, step, &sum);
@@ -393,9 +393,9 @@ done:;
     rc = crc;
     snprintf(msg, msglen, "cannot write the event file in %s: %s", path, strerror(-rc));
   }
-  tfev_buf_free(&start);
-  tfev_buf_free(&end);
-  tfev_buf_free(&sum);
+  sbuf_free(&start);
+  sbuf_free(&end);
+  sbuf_free(&sum);
   return rc;
 }
 
@@ -407,10 +407,10 @@ static int write_experiment(const char *dir, const cJSON *experiment,
                             const struct hparams *hp, const struct names *metrics,
                             char *msg, size_t msglen) {
   struct tfev_writer *w = NULL;
-  struct tfev_buf ex, mi, mn;
-  tfev_buf_init(&ex);
-  tfev_buf_init(&mi);
-  tfev_buf_init(&mn);
+  struct sbuf ex, mi, mn;
+  sbuf_init(&ex);
+  sbuf_init(&mi);
+  sbuf_init(&mn);
   double created = num_or(get(experiment, "created_at"), clock_wall_s());
   const char *name = cJSON_GetStringValue(get(experiment, "name"));
   const char *metric = cJSON_GetStringValue(get(experiment, "metric"));
@@ -430,8 +430,8 @@ static int write_experiment(const char *dir, const cJSON *experiment,
   for (long k = -1; k < (long)metrics->n; k++) {
     long i = k < 0 ? first : k;
     if (i < 0 || (k >= 0 && k == first)) continue;
-    mn.n = 0;
-    mi.n = 0;
+    sbuf_reset(&mn);
+    sbuf_reset(&mi);
     tfev_put_string(&mn, 1, "");
     tfev_put_string(&mn, 2, metrics->s[i]);
     tfev_put_msg(&mi, 1, &mn);
@@ -444,9 +444,9 @@ static int write_experiment(const char *dir, const cJSON *experiment,
   if (!rc) rc = crc;
   if (rc) snprintf(msg, msglen, "cannot write the experiment's event file in %s: %s", dir,
                    strerror(-rc));
-  tfev_buf_free(&ex);
-  tfev_buf_free(&mi);
-  tfev_buf_free(&mn);
+  sbuf_free(&ex);
+  sbuf_free(&mi);
+  sbuf_free(&mn);
   return rc;
 }
 

@@ -1,11 +1,14 @@
 /* jsonout: exact JSON printing of a cJSON tree (see jsonout.h for why). */
 #include "jsonout.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sbuf.h"
 
 int jsonout_number(double v, char *buf, size_t cap) {
   int n;
@@ -28,50 +31,14 @@ int jsonout_number(double v, char *buf, size_t cap) {
   return n;
 }
 
-struct jsonout_buf {
-  char *p;
-  size_t len, cap;
-  int oom;
-};
-
-static int jb_reserve(struct jsonout_buf *b, size_t more) {
-  if (b->oom) return -1;
-  if (b->len + more + 1 <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < b->len + more + 1) {
-    if (cap > SIZE_MAX / 2) {
-      b->oom = 1;
-      return -1;
-    }
-    cap *= 2;
-  }
-  char *p = realloc(b->p, cap);
-  if (!p) {
-    b->oom = 1;
-    return -1;
-  }
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-static void jb_put(struct jsonout_buf *b, const char *s, size_t n) {
-  if (jb_reserve(b, n)) return;
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
-
-static void jb_putc(struct jsonout_buf *b, char c) { jb_put(b, &c, 1); }
-
-static void jb_tabs(struct jsonout_buf *b, int depth) {
-  for (int i = 0; i < depth; i++) jb_putc(b, '\t');
+static void jb_tabs(struct sbuf *b, int depth) {
+  for (int i = 0; i < depth; i++) sbuf_putc(b, '\t');
 }
 
 /* The same escapes as cJSON: the short ones, \u00XX for other controls,
  * every other byte as it is (the caller's strings are UTF-8). */
-static void jb_string(struct jsonout_buf *b, const char *s) {
-  jb_putc(b, '"');
+static void jb_string(struct sbuf *b, const char *s) {
+  sbuf_putc(b, '"');
   if (s) {
     const char *run = s;
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
@@ -92,71 +59,68 @@ static void jb_string(struct jsonout_buf *b, const char *s) {
         }
       }
       if (!esc) continue;
-      jb_put(b, run, (size_t)((const char *)c - run));
-      jb_put(b, esc, strlen(esc));
+      sbuf_putn(b, run, (size_t)((const char *)c - run));
+      sbuf_putn(b, esc, strlen(esc));
       run = (const char *)c + 1;
     }
-    jb_put(b, run, strlen(run));
+    sbuf_putn(b, run, strlen(run));
   }
-  jb_putc(b, '"');
+  sbuf_putc(b, '"');
 }
 
-static void jb_value(struct jsonout_buf *b, const cJSON *item, int depth, int pretty) {
+static void jb_value(struct sbuf *b, const cJSON *item, int depth, int pretty) {
   char num[JSONOUT_NUMBER_MAX];
   if (!item) {
-    b->oom = 1; /* cJSON_Print fails on a NULL item as well */
+    sbuf_fail(b, -EINVAL); /* cJSON_Print fails on a NULL item as well */
     return;
   }
   switch (item->type & 0xff) {
-  case cJSON_NULL: jb_put(b, "null", 4); break;
-  case cJSON_False: jb_put(b, "false", 5); break;
-  case cJSON_True: jb_put(b, "true", 4); break;
+  case cJSON_NULL: sbuf_putn(b, "null", 4); break;
+  case cJSON_False: sbuf_putn(b, "false", 5); break;
+  case cJSON_True: sbuf_putn(b, "true", 4); break;
   case cJSON_Number: {
     int n = jsonout_number(item->valuedouble, num, sizeof num);
-    jb_put(b, num, (size_t)n);
+    sbuf_putn(b, num, (size_t)n);
     break;
   }
   case cJSON_String: jb_string(b, item->valuestring); break;
   case cJSON_Raw:
-    if (!item->valuestring) b->oom = 1; /* as cJSON: a raw node needs its text */
-    else jb_put(b, item->valuestring, strlen(item->valuestring));
+    if (!item->valuestring) sbuf_fail(b, -EINVAL); /* as cJSON: a raw node needs its text */
+    else sbuf_putn(b, item->valuestring, strlen(item->valuestring));
     break;
   case cJSON_Array:
-    jb_putc(b, '[');
+    sbuf_putc(b, '[');
     for (const cJSON *c = item->child; c; c = c->next) {
       jb_value(b, c, depth + 1, pretty);
-      if (c->next) jb_put(b, pretty ? ", " : ",", pretty ? 2 : 1);
+      if (c->next) sbuf_putn(b, pretty ? ", " : ",", pretty ? 2 : 1);
     }
-    jb_putc(b, ']');
+    sbuf_putc(b, ']');
     break;
   case cJSON_Object:
-    jb_putc(b, '{');
-    if (pretty) jb_putc(b, '\n');
+    sbuf_putc(b, '{');
+    if (pretty) sbuf_putc(b, '\n');
     for (const cJSON *c = item->child; c; c = c->next) {
       if (pretty) jb_tabs(b, depth + 1);
       jb_string(b, c->string);
-      jb_putc(b, ':');
-      if (pretty) jb_putc(b, '\t');
+      sbuf_putc(b, ':');
+      if (pretty) sbuf_putc(b, '\t');
       jb_value(b, c, depth + 1, pretty);
-      if (c->next) jb_putc(b, ',');
-      if (pretty) jb_putc(b, '\n');
+      if (c->next) sbuf_putc(b, ',');
+      if (pretty) sbuf_putc(b, '\n');
     }
     if (pretty) jb_tabs(b, depth);
-    jb_putc(b, '}');
+    sbuf_putc(b, '}');
     break;
-  default: b->oom = 1; /* cJSON_Invalid: nothing to print */
+  default: sbuf_fail(b, -EINVAL); /* cJSON_Invalid: nothing to print */
   }
 }
 
 static char *jsonout_run(const cJSON *item, int pretty) {
-  struct jsonout_buf b = {0};
-  jb_reserve(&b, 0);
+  struct sbuf b;
+  char *out;
+  sbuf_init(&b);
   jb_value(&b, item, 0, pretty);
-  if (b.oom) {
-    free(b.p);
-    return NULL;
-  }
-  return b.p;
+  return sbuf_take(&b, &out) ? NULL : out;
 }
 
 char *jsonout_print(const cJSON *item) { return jsonout_run(item, 0); }

@@ -48,83 +48,61 @@ size_t tfev_varint(uint64_t v, uint8_t out[10]) {
 
 /* ---- protobuf building ------------------------------------------------- */
 
-void tfev_buf_init(struct tfev_buf *b) { memset(b, 0, sizeof(*b)); }
-
-void tfev_buf_free(struct tfev_buf *b) {
-  free(b->p);
-  tfev_buf_init(b);
-}
-
-static void put_raw(struct tfev_buf *b, const void *data, size_t n) {
-  if (b->err) return;
-  if (b->n + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + n) cap *= 2;
-    uint8_t *p = realloc(b->p, cap);
-    if (!p) {
-      b->err = -ENOMEM;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->n, data, n);
-  b->n += n;
-}
-
-static void put_varint(struct tfev_buf *b, uint64_t v) {
+/* Every field goes through sbuf_putn: the message grows and fails (sticky
+ * -ENOMEM) as any sbuf does. */
+static void put_varint(struct sbuf *b, uint64_t v) {
   uint8_t tmp[10];
-  put_raw(b, tmp, tfev_varint(v, tmp));
+  sbuf_putn(b, tmp, tfev_varint(v, tmp));
 }
 
-static void put_key(struct tfev_buf *b, unsigned field, unsigned wire) {
+static void put_key(struct sbuf *b, unsigned field, unsigned wire) {
   put_varint(b, ((uint64_t)field << 3) | wire);
 }
 
-static void put_le(struct tfev_buf *b, uint64_t v, int bytes) {
+static void put_le(struct sbuf *b, uint64_t v, int bytes) {
   uint8_t tmp[8];
   for (int i = 0; i < bytes; i++) tmp[i] = (uint8_t)(v >> (8 * i));
-  put_raw(b, tmp, (size_t)bytes);
+  sbuf_putn(b, tmp, (size_t)bytes);
 }
 
-void tfev_put_varint_field(struct tfev_buf *b, unsigned field, uint64_t v) {
+void tfev_put_varint_field(struct sbuf *b, unsigned field, uint64_t v) {
   put_key(b, field, 0);
   put_varint(b, v);
 }
 
-void tfev_put_double(struct tfev_buf *b, unsigned field, double v) {
+void tfev_put_double(struct sbuf *b, unsigned field, double v) {
   uint64_t u;
   memcpy(&u, &v, sizeof(u));
   put_key(b, field, 1);
   put_le(b, u, 8);
 }
 
-void tfev_put_float(struct tfev_buf *b, unsigned field, float v) {
+void tfev_put_float(struct sbuf *b, unsigned field, float v) {
   uint32_t u;
   memcpy(&u, &v, sizeof(u));
   put_key(b, field, 5);
   put_le(b, u, 4);
 }
 
-void tfev_put_bytes(struct tfev_buf *b, unsigned field, const void *data, size_t n) {
+void tfev_put_bytes(struct sbuf *b, unsigned field, const void *data, size_t n) {
   put_key(b, field, 2);
   put_varint(b, n);
-  put_raw(b, data, n);
+  sbuf_putn(b, data, n);
 }
 
-void tfev_put_string(struct tfev_buf *b, unsigned field, const char *s) {
+void tfev_put_string(struct sbuf *b, unsigned field, const char *s) {
   tfev_put_bytes(b, field, s, strlen(s));
 }
 
-void tfev_put_msg(struct tfev_buf *b, unsigned field, const struct tfev_buf *msg) {
+void tfev_put_msg(struct sbuf *b, unsigned field, const struct sbuf *msg) {
   if (msg->err) {
-    if (!b->err) b->err = msg->err;
+    sbuf_fail(b, msg->err);
     return;
   }
-  tfev_put_bytes(b, field, msg->p, msg->n);
+  tfev_put_bytes(b, field, msg->buf, msg->len);
 }
 
-void tfev_put_packed_doubles(struct tfev_buf *b, unsigned field, const double *v,
+void tfev_put_packed_doubles(struct sbuf *b, unsigned field, const double *v,
                              size_t n) {
   put_key(b, field, 2);
   put_varint(b, (uint64_t)n * 8);
@@ -139,13 +117,13 @@ void tfev_put_packed_doubles(struct tfev_buf *b, unsigned field, const double *v
 
 /* summary.proto, Summary.Value: tag = 1, simple_value = 2 (float),
  * histo = 5 (HistogramProto), tensor = 8, metadata = 9. */
-int tfev_value_scalar(struct tfev_buf *value, const char *tag, float v) {
+int tfev_value_scalar(struct sbuf *value, const char *tag, float v) {
   tfev_put_string(value, 1, tag);
   tfev_put_float(value, 2, v);
   return value->err;
 }
 
-int tfev_value_histogram(struct tfev_buf *value, const char *tag, const float *v,
+int tfev_value_histogram(struct sbuf *value, const char *tag, const float *v,
                          size_t n, int buckets) {
   double mn = INFINITY, mx = -INFINITY, sum = 0.0, sq = 0.0;
   size_t finite = 0;
@@ -181,8 +159,8 @@ int tfev_value_histogram(struct tfev_buf *value, const char *tag, const float *v
   /* histogram.proto, HistogramProto: min = 1, max = 2, num = 3, sum = 4,
    * sum_squares = 5, bucket_limit = 6 (repeated double, packed),
    * bucket = 7 (repeated double, packed). */
-  struct tfev_buf h;
-  tfev_buf_init(&h);
+  struct sbuf h;
+  sbuf_init(&h);
   tfev_put_double(&h, 1, mn);
   tfev_put_double(&h, 2, mx);
   tfev_put_double(&h, 3, (double)finite);
@@ -194,16 +172,16 @@ int tfev_value_histogram(struct tfev_buf *value, const char *tag, const float *v
   free(count);
   tfev_put_string(value, 1, tag);
   tfev_put_msg(value, 5, &h);
-  tfev_buf_free(&h);
+  sbuf_free(&h);
   return value->err;
 }
 
-int tfev_value_plugin(struct tfev_buf *value, const char *tag, const char *plugin_name,
-                      const struct tfev_buf *content) {
+int tfev_value_plugin(struct sbuf *value, const char *tag, const char *plugin_name,
+                      const struct sbuf *content) {
   /* SummaryMetadata: plugin_data = 1 {plugin_name = 1, content = 2}. */
-  struct tfev_buf pd, md;
-  tfev_buf_init(&pd);
-  tfev_buf_init(&md);
+  struct sbuf pd, md;
+  sbuf_init(&pd);
+  sbuf_init(&md);
   tfev_put_string(&pd, 1, plugin_name);
   tfev_put_msg(&pd, 2, content);
   tfev_put_msg(&md, 1, &pd);
@@ -213,8 +191,8 @@ int tfev_value_plugin(struct tfev_buf *value, const char *tag, const char *plugi
   tfev_put_string(value, 1, tag);
   tfev_put_msg(value, 9, &md);
   tfev_put_bytes(value, 8, null_tensor, sizeof(null_tensor));
-  tfev_buf_free(&pd);
-  tfev_buf_free(&md);
+  sbuf_free(&pd);
+  sbuf_free(&md);
   return value->err;
 }
 
@@ -252,19 +230,19 @@ int tfev_mkdirs(const char *dir) {
 }
 
 /* One TFRecord: u64 length, masked crc of those 8 bytes, data, masked crc. */
-static int write_record(struct tfev_writer *w, const struct tfev_buf *data) {
+static int write_record(struct tfev_writer *w, const struct sbuf *data) {
   uint8_t head[12], tail[4];
-  uint64_t len = data->n;
+  uint64_t len = data->len;
   if (w->err) return w->err;
   if (data->err) return data->err;
   for (int i = 0; i < 8; i++) head[i] = (uint8_t)(len >> (8 * i));
   uint32_t c = tfev_mask_crc(tfev_crc32c(0, head, 8));
   for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(c >> (8 * i));
-  c = tfev_mask_crc(tfev_crc32c(0, data->p, data->n));
+  c = tfev_mask_crc(tfev_crc32c(0, data->buf, data->len));
   for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(c >> (8 * i));
   errno = 0;
   if (fwrite(head, 1, 12, w->f) != 12 ||
-      (data->n && fwrite(data->p, 1, data->n, w->f) != data->n) ||
+      (data->len && fwrite(data->buf, 1, data->len, w->f) != data->len) ||
       fwrite(tail, 1, 4, w->f) != 4)
     w->err = errno ? -errno : -EIO;
   return w->err;
@@ -273,15 +251,15 @@ static int write_record(struct tfev_writer *w, const struct tfev_buf *data) {
 /* event.proto, Event: wall_time = 1 (double), step = 2 (int64),
  * file_version = 3 (string), summary = 5 (Summary). */
 static int write_event(struct tfev_writer *w, double wall_time, int64_t step,
-                       const char *file_version, const struct tfev_buf *summary) {
-  struct tfev_buf ev;
-  tfev_buf_init(&ev);
+                       const char *file_version, const struct sbuf *summary) {
+  struct sbuf ev;
+  sbuf_init(&ev);
   tfev_put_double(&ev, 1, wall_time);
   if (step) tfev_put_varint_field(&ev, 2, (uint64_t)step);
   if (file_version) tfev_put_string(&ev, 3, file_version);
   if (summary) tfev_put_msg(&ev, 5, summary);
   int rc = ev.err ? ev.err : write_record(w, &ev);
-  tfev_buf_free(&ev);
+  sbuf_free(&ev);
   return rc;
 }
 
@@ -320,20 +298,20 @@ int tfev_open(struct tfev_writer **out, const char *dir, double wall_time) {
 }
 
 int tfev_write_summary(struct tfev_writer *w, double wall_time, int64_t step,
-                       const struct tfev_buf *summary) {
+                       const struct sbuf *summary) {
   return write_event(w, wall_time, step, NULL, summary);
 }
 
 int tfev_write_scalar(struct tfev_writer *w, double wall_time, int64_t step,
                       const char *tag, float v) {
-  struct tfev_buf val, sum;
-  tfev_buf_init(&val);
-  tfev_buf_init(&sum);
+  struct sbuf val, sum;
+  sbuf_init(&val);
+  sbuf_init(&sum);
   tfev_value_scalar(&val, tag, v);
   tfev_put_msg(&sum, 1, &val); /* Summary: value = 1 (repeated) */
   int rc = sum.err ? sum.err : tfev_write_summary(w, wall_time, step, &sum);
-  tfev_buf_free(&val);
-  tfev_buf_free(&sum);
+  sbuf_free(&val);
+  sbuf_free(&sum);
   return rc;
 }
 

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbuf.h"
+
 /* CRC32C (Castagnoli, reflected polynomial 0x82F63B78) of n bytes,
  * continuing from crc (0 to start). */
 uint32_t tfev_crc32c(uint32_t crc, const void *data, size_t n);
@@ -21,40 +23,33 @@ uint32_t tfev_mask_crc(uint32_t crc);
 /* Base-128 varint of v into out (at most 10 bytes); returns its length. */
 size_t tfev_varint(uint64_t v, uint8_t out[10]);
 
-/* A growable protobuf message under construction; errors are sticky (err is
- * -ENOMEM after a failed growth) so a builder checks once at the end. */
-struct tfev_buf {
-  uint8_t *p;
-  size_t n, cap;
-  int err;
-};
+/* A protobuf message is built in a struct sbuf (sbuf.h): the fields below
+ * append to it, and its sticky err says at the end whether all did. */
 
-void tfev_buf_init(struct tfev_buf *b);
-void tfev_buf_free(struct tfev_buf *b);
 /* Wire types 0 (varint), 1 (fixed64), 2 (length-delimited), 5 (fixed32). */
-void tfev_put_varint_field(struct tfev_buf *b, unsigned field, uint64_t v);
-void tfev_put_double(struct tfev_buf *b, unsigned field, double v);
-void tfev_put_float(struct tfev_buf *b, unsigned field, float v);
-void tfev_put_bytes(struct tfev_buf *b, unsigned field, const void *data, size_t n);
-void tfev_put_string(struct tfev_buf *b, unsigned field, const char *s);
+void tfev_put_varint_field(struct sbuf *b, unsigned field, uint64_t v);
+void tfev_put_double(struct sbuf *b, unsigned field, double v);
+void tfev_put_float(struct sbuf *b, unsigned field, float v);
+void tfev_put_bytes(struct sbuf *b, unsigned field, const void *data, size_t n);
+void tfev_put_string(struct sbuf *b, unsigned field, const char *s);
 /* A nested message: its bytes as a length-delimited field (an error in the
  * nested buffer carries over). */
-void tfev_put_msg(struct tfev_buf *b, unsigned field, const struct tfev_buf *msg);
+void tfev_put_msg(struct sbuf *b, unsigned field, const struct sbuf *msg);
 /* A packed repeated double field. */
-void tfev_put_packed_doubles(struct tfev_buf *b, unsigned field, const double *v,
+void tfev_put_packed_doubles(struct sbuf *b, unsigned field, const double *v,
                              size_t n);
 
 /* The bytes of one Summary.Value (summary.proto) for the pieces below; the
  * caller adds it to a Summary with tfev_put_msg(summary, 1, value). */
-int tfev_value_scalar(struct tfev_buf *value, const char *tag, float v);
+int tfev_value_scalar(struct sbuf *value, const char *tag, float v);
 /* A HistogramProto (histogram.proto) of v[0..n) with `buckets` equal-width
  * buckets between min and max (one bucket when all values are equal). */
-int tfev_value_histogram(struct tfev_buf *value, const char *tag, const float *v,
+int tfev_value_histogram(struct sbuf *value, const char *tag, const float *v,
                          size_t n, int buckets);
 /* A value that only carries plugin data (SummaryMetadata.plugin_data) with
  * an empty float tensor, as TensorBoard's own hparams writer does. */
-int tfev_value_plugin(struct tfev_buf *value, const char *tag, const char *plugin_name,
-                      const struct tfev_buf *content);
+int tfev_value_plugin(struct sbuf *value, const char *tag, const char *plugin_name,
+                      const struct sbuf *content);
 
 struct tfev_writer;
 
@@ -65,7 +60,7 @@ int tfev_open(struct tfev_writer **out, const char *dir, double wall_time);
 /* One Event {wall_time, step, summary} whose summary is the given Summary
  * message (a list of values as field 1). */
 int tfev_write_summary(struct tfev_writer *w, double wall_time, int64_t step,
-                       const struct tfev_buf *summary);
+                       const struct sbuf *summary);
 /* Shorthand: a Summary with one scalar. */
 int tfev_write_scalar(struct tfev_writer *w, double wall_time, int64_t step,
                       const char *tag, float v);

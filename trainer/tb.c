@@ -74,29 +74,29 @@ int train_tb_open(struct train_tb **out, const char *dir, double lr, char *err,
   return 0;
 }
 
-static void add_scalar(struct tfev_buf *sum, const char *tag, double v) {
-  struct tfev_buf val;
-  tfev_buf_init(&val);
+static void add_scalar(struct sbuf *sum, const char *tag, double v) {
+  struct sbuf val;
+  sbuf_init(&val);
   tfev_value_scalar(&val, tag, (float)v);
   tfev_put_msg(sum, 1, &val); /* Summary.value = 1 */
-  tfev_buf_free(&val);
+  sbuf_free(&val);
 }
 
-static void add_histogram(struct tfev_buf *sum, const char *tag, const float *v,
+static void add_histogram(struct sbuf *sum, const char *tag, const float *v,
                           int64_t n) {
-  struct tfev_buf val;
-  tfev_buf_init(&val);
+  struct sbuf val;
+  sbuf_init(&val);
   int rc = tfev_value_histogram(&val, tag, v, (size_t)n, TB_BUCKETS);
-  if (rc && !val.err) val.err = rc;
+  if (rc) sbuf_fail(&val, rc);
   tfev_put_msg(sum, 1, &val);
-  tfev_buf_free(&val);
+  sbuf_free(&val);
 }
 
 int train_tb_epoch(void *ctx, const struct epoch_report *r,
                    const struct model_layout *L, const float *params) {
   struct train_tb *tb = ctx;
-  struct tfev_buf sum;
-  tfev_buf_init(&sum);
+  struct sbuf sum;
+  sbuf_init(&sum);
   /* the same names as the JSON line, so TensorBoard and ctune agree */
   add_scalar(&sum, "loss", r->loss);
   add_scalar(&sum, "accuracy", r->accuracy);
@@ -124,7 +124,7 @@ int train_tb_epoch(void *ctx, const struct epoch_report *r,
   if (!rc) rc = tfev_write_summary(tb->w, clock_wall_s(), r->training_iteration, &sum);
   /* flushed every epoch: TensorBoard follows a live run */
   if (!rc) rc = tfev_flush(tb->w);
-  tfev_buf_free(&sum);
+  sbuf_free(&sum);
   return rc;
 }
 

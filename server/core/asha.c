@@ -7,18 +7,21 @@
  * at create, exactly as many as planned, and a rung's values grow by
  * doubling from nothing. A default spec (one bracket, four milestones)
  * costs a few hundred bytes before its first record, not the 41 KB of a
- * fixed SPEC_ASHA_MAX_BRACKETS x SPEC_ASHA_MAX_MILESTONES table. */
+ * fixed SPEC_ASHA_MAX_BRACKETS x SPEC_ASHA_MAX_MILESTONES table. The
+ * milestones' t values, the bracket draw and the trial slots are rung.c's,
+ * so the promotion variant plans and draws exactly the same way. */
 #include "asha.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "idmap.h"
-#include "rng.h"
+#include "rung.h"
+#include "sched_ops.h"
 
-struct rung {
+struct milestone {
 	double t;          /* the milestone */
 	double *vals;      /* finite recorded values, ascending */
 	size_t n, cap;
@@ -27,7 +30,7 @@ struct rung {
 
 struct bracket {
 	int n;             /* milestones */
-	struct rung *rungs; /* n of them; NULL when n == 0 */
+	struct milestone *rungs; /* n of them; NULL when n == 0 */
 	int64_t stopped;   /* trials stopped early in this bracket */
 };
 
@@ -46,49 +49,27 @@ struct asha {
 	uint64_t bracket_seed;
 	int nb;
 	struct bracket *b; /* nb of them */
-	struct trial_slot *slots; /* nused of nslots, in arrival order */
-	size_t nslots, nused;
-	struct idmap ids;         /* trial id -> slot */
+	struct rung_slots slots; /* struct trial_slot, in arrival order */
 };
-
-/* --- trial table: slots in arrival order, found through an idmap --- */
-
-static struct trial_slot *slot_find(const struct asha *a, int64_t id)
-{
-	size_t i;
-	return idmap_get(&a->ids, id, &i) ? NULL : &a->slots[i];
-}
 
 /* Finds or inserts (inactive, no records) the trial's slot. */
 static int slot_get(struct asha *a, int64_t id, int bracket, struct trial_slot **out)
 {
-	struct trial_slot *s = slot_find(a, id);
-	if (!s) {
-		if (a->nused == a->nslots) {
-			size_t n = a->nslots ? a->nslots * 2 : 8;
-			struct trial_slot *ns;
-			if (n > SIZE_MAX / sizeof *ns)
-				return -ENOMEM;
-			ns = realloc(a->slots, n * sizeof *ns);
-			if (!ns)
-				return -ENOMEM;
-			a->slots = ns;
-			a->nslots = n;
-		}
-		if (idmap_put(&a->ids, id, a->nused))
-			return -ENOMEM;
-		s = &a->slots[a->nused++];
-		memset(s, 0, sizeof *s);
-		s->id = id;
-		s->bracket = bracket;
+	void *p;
+	int created, rc = rung_slot_get(&a->slots, id, &p, &created);
+	if (rc)
+		return rc;
+	*out = p;
+	if (created) {
+		(*out)->id = id;
+		(*out)->bracket = bracket;
 	}
-	*out = s;
 	return 0;
 }
 
-/* --- rungs --- */
+/* --- milestones --- */
 
-static int rung_insert(struct rung *r, double v)
+static int milestone_insert(struct milestone *r, double v)
 {
 	size_t lo = 0, hi;
 	if (!isfinite(v)) {
@@ -96,16 +77,11 @@ static int rung_insert(struct rung *r, double v)
 		return 0;
 	}
 	if (r->n == r->cap) {
-		/* Doubling from 4: a rung costs what it holds, amortized O(1). */
-		size_t cap = r->cap ? r->cap * 2 : 4;
-		double *nv;
-		if (cap > SIZE_MAX / sizeof *nv)
-			return -ENOMEM;
-		nv = realloc(r->vals, cap * sizeof *nv);
+		/* Doubling from 4: a milestone costs what it holds. */
+		double *nv = rung_grow(r->vals, &r->cap, sizeof *nv, 4);
 		if (!nv)
 			return -ENOMEM;
 		r->vals = nv;
-		r->cap = cap;
 	}
 	hi = r->n;
 	while (lo < hi) {
@@ -123,7 +99,7 @@ static int rung_insert(struct rung *r, double v)
 
 /* numpy.nanpercentile(values, q) with linear interpolation, including
  * numpy's two-sided lerp so results agree to the last bit. */
-static int rung_cutoff(const struct rung *r, double rf, double *cutoff)
+static int milestone_cutoff(const struct milestone *r, double rf, double *cutoff)
 {
 	/* Same float steps as Ray and numpy's "linear" method: percentile
 	 * (1 - 1/rf) * 100, quantile = that / 100, index = (n - 1) * q. */
@@ -163,21 +139,19 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 	a->max_t = params->max_t;
 	a->reduction_factor = params->reduction_factor;
 	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
-	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->bracket_seed = rung_bracket_seed(seed);
+	rung_slots_init(&a->slots, sizeof(struct trial_slot));
 	a->b = calloc((size_t)params->brackets, sizeof *a->b);
 	if (!a->b)
 		goto fail;
 	a->nb = params->brackets;
 	for (int s = 0; s < a->nb; s++) {
-		/* Ray: int(log(max_t / grace) / log(rf) - s + 1) milestones. */
-		double nd = log(params->max_t / params->grace_period) /
-			    log(params->reduction_factor) - s + 1;
 		int n;
-		if (!(nd < SPEC_ASHA_MAX_MILESTONES + 1)) { /* also NaN and inf */
+		if (rung_ray_count(params->max_t, params->grace_period,
+				   params->reduction_factor, s, &n)) {
 			rc = -EINVAL;
 			goto fail;
 		}
-		n = nd < 0 ? 0 : (int)nd; /* truncates toward zero, as Python's int() */
 		if (n > 0) {
 			a->b[s].rungs = calloc((size_t)n, sizeof *a->b[s].rungs);
 			if (!a->b[s].rungs)
@@ -185,8 +159,8 @@ int asha_create(const struct sched_params *params, enum spec_mode mode,
 		}
 		a->b[s].n = n;
 		for (int k = 0; k < n; k++)
-			a->b[s].rungs[k].t = params->grace_period *
-					     pow(params->reduction_factor, k + s);
+			a->b[s].rungs[k].t = rung_t(params->grace_period,
+						    params->reduction_factor, s, k);
 	}
 	*out = a;
 	return 0;
@@ -205,8 +179,7 @@ void asha_free(struct asha *a)
 		free(a->b[s].rungs);
 	}
 	free(a->b);
-	free(a->slots);
-	idmap_free(&a->ids);
+	rung_slots_free(&a->slots);
 	free(a);
 }
 
@@ -215,8 +188,7 @@ size_t asha_mem_bytes(const struct asha *a)
 	size_t n;
 	if (!a)
 		return 0;
-	n = sizeof *a + (size_t)a->nb * sizeof *a->b + a->nslots * sizeof *a->slots +
-	    a->ids.cap * sizeof *a->ids.e;
+	n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
 	for (int s = 0; s < a->nb; s++) {
 		n += (size_t)a->b[s].n * sizeof *a->b[s].rungs;
 		for (int k = 0; k < a->b[s].n; k++)
@@ -246,28 +218,10 @@ double asha_milestone(const struct asha *a, int bracket, int index)
 
 int asha_bracket_for(const struct asha *a, int64_t trial_index)
 {
-	struct rng r;
-	double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
-	int nmax = 0;
-
-	if (a->nb == 1)
-		return 0;
+	int n[SPEC_ASHA_MAX_BRACKETS];
 	for (int s = 0; s < a->nb; s++)
-		if (a->b[s].n > nmax)
-			nmax = a->b[s].n;
-	for (int s = 0; s < a->nb; s++) {
-		/* e^(n - nmax): the same proportions as e^n without overflow. */
-		w[s] = exp((double)(a->b[s].n - nmax));
-		sum += w[s];
-	}
-	rng_seed(&r, rng_mix(a->bracket_seed, (uint64_t)trial_index));
-	u = rng_uniform(&r) * sum;
-	for (int s = 0; s < a->nb; s++) {
-		if (u < w[s])
-			return s;
-		u -= w[s];
-	}
-	return a->nb - 1;
+		n[s] = a->b[s].n;
+	return rung_bracket_draw(a->bracket_seed, n, a->nb, trial_index);
 }
 
 int asha_add_trial(struct asha *a, int64_t trial_id, int bracket)
@@ -288,7 +242,7 @@ int asha_add_trial(struct asha *a, int64_t trial_id, int bracket)
 
 int asha_has_trial(const struct asha *a, int64_t trial_id)
 {
-	const struct trial_slot *s = slot_find(a, trial_id);
+	const struct trial_slot *s = rung_slot_find(&a->slots, trial_id);
 	return s && s->active;
 }
 
@@ -312,13 +266,13 @@ static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double v
 	struct bracket *b = &a->b[s->bracket];
 	double v = a->sign * value;
 	for (int k = b->n - 1; k >= 0; k--) {
-		struct rung *r = &b->rungs[k];
+		struct milestone *r = &b->rungs[k];
 		double cutoff;
 		if (t < r->t || (s->recorded >> k & 1))
 			continue;
 		out->milestone_index = k;
 		out->milestone = r->t;
-		if (rung_cutoff(r, a->reduction_factor, &cutoff) == 0) {
+		if (milestone_cutoff(r, a->reduction_factor, &cutoff) == 0) {
 			out->has_cutoff = 1;
 			out->cutoff = cutoff;
 		}
@@ -331,7 +285,7 @@ static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double v
 			out->decision = ASHA_STOP;
 			out->reason = ASHA_REASON_CUTOFF;
 		}
-		if (rung_insert(r, v))
+		if (milestone_insert(r, v))
 			return -ENOMEM;
 		s->recorded |= 1ULL << k;
 		out->recorded = 1;
@@ -344,7 +298,7 @@ static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double v
 int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
 		   struct asha_outcome *out)
 {
-	struct trial_slot *s = slot_find(a, trial_id);
+	struct trial_slot *s = rung_slot_find(&a->slots, trial_id);
 	int rc;
 	if (!s || !s->active)
 		return -ENOENT;
@@ -369,7 +323,7 @@ int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
 int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t,
 		      double value, struct asha_outcome *out)
 {
-	struct trial_slot *s = slot_find(a, trial_id);
+	struct trial_slot *s = rung_slot_find(&a->slots, trial_id);
 	int rc = 0;
 	if (!s || !s->active)
 		return -ENOENT;
@@ -407,7 +361,7 @@ int asha_restore_record(struct asha *a, int64_t trial_id, int bracket,
 		return rc;
 	if (s->bracket != bracket || (s->recorded >> k & 1))
 		return -EINVAL;
-	rc = rung_insert(&b->rungs[k], value);
+	rc = milestone_insert(&b->rungs[k], value);
 	if (rc)
 		return rc;
 	s->recorded |= 1ULL << k;
@@ -421,7 +375,7 @@ int asha_cutoff(const struct asha *a, int bracket, int index, double *cutoff)
 	double c;
 	if (bracket < 0 || bracket >= a->nb || index < 0 || index >= a->b[bracket].n)
 		return -EINVAL;
-	if (rung_cutoff(&a->b[bracket].rungs[index], a->reduction_factor, &c))
+	if (milestone_cutoff(&a->b[bracket].rungs[index], a->reduction_factor, &c))
 		return -ENOENT;
 	*cutoff = a->sign * c;
 	return 0;
@@ -444,7 +398,7 @@ int asha_state_json(const struct asha *a, cJSON **out)
 		    !(ms = cJSON_AddArrayToObject(br, "milestones")))
 			goto fail;
 		for (int k = 0; k < a->b[s].n; k++) {
-			const struct rung *r = &a->b[s].rungs[k];
+			const struct milestone *r = &a->b[s].rungs[k];
 			cJSON *m = cJSON_CreateObject();
 			double c;
 			if (!m || !cJSON_AddItemToArray(ms, m)) {
@@ -468,3 +422,204 @@ fail:
 	cJSON_Delete(arr);
 	return -ENOMEM;
 }
+
+/* --- the scheduler object --- */
+
+int asha_check(const cJSON *sched, const char *path, struct sched_params *sp,
+	       struct validate_error *err)
+{
+	static const char *const keys[] = {"type", "time_attr", "max_t", "grace_period",
+					   "reduction_factor", "brackets", "promotion", NULL};
+	const cJSON *promo;
+	int64_t brackets = 1;
+	int rc;
+
+	sp->type = SPEC_SCHED_ASHA;
+	sp->has_max_t = 1;
+	sp->max_t = 100;
+	sp->grace_period = 1;
+	sp->reduction_factor = 4;
+	if (spec_check_keys(sched, path, "asha", keys, err) ||
+	    spec_get_name(sched, path, "time_attr", 1, sp->time_attr, err) < 0)
+		return -EINVAL;
+	rc = spec_get_number(sched, path, "max_t", &sp->max_t, err);
+	if (rc < 0)
+		return rc;
+	if (!(sp->max_t > 0))
+		return spec_fail_at(err, path, "max_t", "must be > 0");
+	if (spec_get_number(sched, path, "grace_period", &sp->grace_period, err) < 0 ||
+	    spec_get_number(sched, path, "reduction_factor", &sp->reduction_factor, err) < 0 ||
+	    spec_get_int(sched, path, "brackets", 1, SPEC_ASHA_MAX_BRACKETS, &brackets, err) < 0)
+		return -EINVAL;
+	sp->brackets = (int)brackets;
+	/* "promotion": true is ASHA's promotion variant (asha_promo.c): trials
+	 * pause at each rung and the top 1/eta are resumed. */
+	promo = cJSON_GetObjectItemCaseSensitive(sched, "promotion");
+	if (promo && !cJSON_IsBool(promo))
+		return spec_fail_at(err, path, "promotion", "must be true or false");
+	sp->promotion = cJSON_IsTrue(promo);
+	if (!(sp->grace_period > 0))
+		return spec_fail_at(err, path, "grace_period", "must be > 0");
+	if (!(sp->grace_period <= sp->max_t))
+		return spec_fail_at(err, path, "grace_period", "asha needs grace_period <= max_t");
+	if (!(sp->reduction_factor > 1))
+		return spec_fail_at(err, path, "reduction_factor", "must be > 1");
+	/* Bracket 0 has the most milestones; bound it so per-trial state stays
+	 * one 64-bit mask per trial. Compared as a double: max_t / grace_period
+	 * can overflow to inf, and casting that to int is undefined. */
+	if (!(log(sp->max_t / sp->grace_period) / log(sp->reduction_factor) + 1 <
+	      SPEC_ASHA_MAX_MILESTONES + 1)) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "asha would have more than %d milestones; raise reduction_factor or grace_period",
+			 SPEC_ASHA_MAX_MILESTONES);
+		return spec_fail_at(err, path, "reduction_factor", msg);
+	}
+	return 0;
+}
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int asha_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct asha *a;
+	int rc = asha_create(params, s->mode, seed, &a);
+	if (rc == 0)
+		s->st = a;
+	return rc;
+}
+
+static void asha_sched_free(void *st)
+{
+	asha_free(st);
+}
+
+static size_t asha_sched_mem_bytes(const void *st)
+{
+	return asha_mem_bytes(st);
+}
+
+static int asha_sched_bracket_for(const struct sched *s, int64_t idx)
+{
+	return asha_bracket_for(s->st, idx);
+}
+
+static int asha_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+				const char *config_json)
+{
+	(void)config_json;
+	return asha_add_trial(s->st, trial_id, asha_bracket_for(s->st, idx));
+}
+
+/* asha's outcome as a sched_outcome with its reason sentence. The values in
+ * the sentence are in the metric's own sign (asha keeps them flipped for
+ * min). */
+static void asha_sched_outcome(const struct sched *s, double t, struct sched_outcome *out)
+{
+	const struct asha *st = s->st;
+	const struct asha_outcome *a = &out->asha;
+	if (a->decision != ASHA_STOP) {
+		out->action = SCHED_CONTINUE;
+		return;
+	}
+	out->action = SCHED_STOP;
+	out->stopped_early = a->stopped_early;
+	switch (a->reason) {
+	case ASHA_REASON_MAX_T:
+		snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)", s->p.max_t,
+			 s->p.time_attr, t);
+		break;
+	case ASHA_REASON_NONFINITE:
+		snprintf(out->reason, sizeof out->reason,
+			 "stopped at t=%g: the metric is not a finite number at rung %g", t,
+			 a->milestone);
+		break;
+	case ASHA_REASON_CUTOFF: {
+		/* The "of N": every record at the milestone, NaN ones included. */
+		const struct milestone *m = &st->b[a->bracket].rungs[a->milestone_index];
+		snprintf(out->reason, sizeof out->reason,
+			 "stopped at t=%g: %.6g worse than cutoff %.6g of %d trials at rung %g", t,
+			 st->sign * a->value, st->sign * a->cutoff, (int)(m->n + m->nan_count),
+			 a->milestone);
+		break;
+	}
+	default:
+		snprintf(out->reason, sizeof out->reason, "stopped at t=%g", t);
+	}
+}
+
+static int asha_sched_on_result(struct sched *s, int64_t trial_id, double t,
+				const double *value, struct sched_outcome *out)
+{
+	int rc;
+	if (!value) {
+		/* Ray: a result without the metric is not ASHA's business. */
+		if (!asha_has_trial(s->st, trial_id))
+			return -ENOENT;
+		sched_outcome_reset(out);
+		return 0;
+	}
+	sched_outcome_reset(out);
+	rc = asha_on_result(s->st, trial_id, t, *value, &out->asha);
+	if (rc)
+		return rc;
+	asha_sched_outcome(s, t, out);
+	return 0;
+}
+
+static int asha_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				   const double *last_value, struct sched_outcome *out)
+{
+	if (out)
+		sched_outcome_reset(out);
+	if (has_last && last_value && out) {
+		int rc = asha_on_trial_end(s->st, trial_id, 1, t, *last_value, &out->asha);
+		/* The decision of the last pass is not the server's business. */
+		out->action = SCHED_CONTINUE;
+		return rc;
+	}
+	return asha_on_trial_end(s->st, trial_id, 0, 0, 0, NULL);
+}
+
+static int asha_sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
+				     double milestone, double value, int stopped_early)
+{
+	return asha_restore_record(s->st, trial_id, bracket, milestone, value, stopped_early);
+}
+
+static int asha_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *o = cJSON_CreateObject(), *br = NULL;
+	int ok;
+	if (!o)
+		return -ENOMEM;
+	ok = cJSON_AddStringToObject(o, "type", "asha") &&
+	     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
+	     (s->p.has_max_t ? cJSON_AddNumberToObject(o, "max_t", s->p.max_t) != NULL
+			     : cJSON_AddNullToObject(o, "max_t") != NULL) &&
+	     cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
+	     cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
+	     asha_state_json(s->st, &br) == 0;
+	if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
+		cJSON_Delete(br);
+		ok = 0;
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return -ENOMEM;
+	}
+	*out = o;
+	return 0;
+}
+
+const struct sched_ops asha_sched_ops = {
+	.create = asha_sched_create,
+	.free = asha_sched_free,
+	.mem_bytes = asha_sched_mem_bytes,
+	.bracket_for = asha_sched_bracket_for,
+	.add_trial = asha_sched_add_trial,
+	.on_result = asha_sched_on_result,
+	.on_trial_end = asha_sched_on_trial_end,
+	.restore_record = asha_sched_restore_record,
+	.state_json = asha_sched_state_json,
+};

@@ -37,6 +37,12 @@ struct asha_outcome {
 	double cutoff;       /* sign-flipped, like value */
 };
 
+/* Checks the "scheduler" object of type asha (both variants) at path and
+ * fills sp's asha fields with Ray's defaults applied (sp->time_attr holds
+ * its default already). 0, or -EINVAL with err naming the field. */
+int asha_check(const cJSON *sched, const char *path, struct sched_params *sp,
+	       struct validate_error *err);
+
 /* params must be type asha and valid (validate_experiment checks). */
 int asha_create(const struct sched_params *params, enum spec_mode mode,
 		uint64_t seed, struct asha **out);

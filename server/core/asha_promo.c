@@ -4,16 +4,19 @@
  * only the top floor(n/eta) of each rung. Memory follows the spec and the
  * records: the planned brackets and their pausing rungs are allocated at
  * create (not a fixed SPEC_ASHA_MAX_BRACKETS x SPEC_ASHA_MAX_MILESTONES
- * table of about 40 KB), and a rung's entries grow by doubling. */
+ * table of about 40 KB), and a rung's entries grow by doubling. The rung
+ * times, the bracket draw and the trial slots are rung.c's, shared with the
+ * stopping variant (asha.c). */
 #include "asha_promo.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "idmap.h"
-#include "rng.h"
+#include "rung.h"
+#include "sched_ops.h"
 
 struct entry {
 	int64_t trial_id;
@@ -29,6 +32,7 @@ struct prung {
 
 struct pbracket {
 	int n; /* pausing rungs */
+	int draw_n; /* the stopping variant's milestone count: the draw's weight */
 	struct prung *r; /* n of them; NULL when n == 0 */
 };
 
@@ -43,48 +47,33 @@ struct ptrial {
 
 struct apromo {
 	/* Only what the decisions read of the sched_params. */
-	double max_t, grace_period, reduction_factor;
+	double max_t, reduction_factor;
 	double sign;
 	uint64_t bracket_seed;
 	int nb;
 	struct pbracket *b; /* nb of them */
-	struct ptrial *slots; /* nused of nslots, in arrival order */
-	size_t nslots, nused;
-	struct idmap ids;     /* trial id -> slot */
+	struct rung_slots slots; /* struct ptrial, in arrival order */
 };
 
-/* --- trials: in arrival order, found through an idmap --- */
+/* --- trials --- */
 
 static struct ptrial *find(const struct apromo *a, int64_t id)
 {
-	size_t i;
-	return idmap_get(&a->ids, id, &i) ? NULL : &a->slots[i];
+	return rung_slot_find(&a->slots, id);
 }
 
 static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out)
 {
-	struct ptrial *t = find(a, id);
-	if (!t) {
-		if (a->nused == a->nslots) {
-			size_t n = a->nslots ? a->nslots * 2 : 8;
-			struct ptrial *s;
-			if (n > SIZE_MAX / sizeof *s)
-				return -ENOMEM;
-			s = realloc(a->slots, n * sizeof *s);
-			if (!s)
-				return -ENOMEM;
-			a->slots = s;
-			a->nslots = n;
-		}
-		if (idmap_put(&a->ids, id, a->nused))
-			return -ENOMEM;
-		t = &a->slots[a->nused++];
-		memset(t, 0, sizeof *t);
-		t->id = id;
-		t->bracket = bracket;
-		t->rung = -1;
+	void *p;
+	int created, rc = rung_slot_get(&a->slots, id, &p, &created);
+	if (rc)
+		return rc;
+	*out = p;
+	if (created) {
+		(*out)->id = id;
+		(*out)->bracket = bracket;
+		(*out)->rung = -1;
 	}
-	*out = t;
 	return 0;
 }
 
@@ -94,6 +83,7 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 		  struct apromo **out)
 {
 	struct apromo *a;
+	int rc = -ENOMEM;
 	*out = NULL;
 	if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
 	    !(params->grace_period > 0) || !(params->reduction_factor > 1) ||
@@ -103,22 +93,26 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 	if (!a)
 		return -ENOMEM;
 	a->max_t = params->max_t;
-	a->grace_period = params->grace_period;
 	a->reduction_factor = params->reduction_factor;
 	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
 	/* The stopping variant's bracket draw: the same seed gives the same
 	 * brackets whichever variant runs. */
-	a->bracket_seed = rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+	a->bracket_seed = rung_bracket_seed(seed);
+	rung_slots_init(&a->slots, sizeof(struct ptrial));
 	a->b = calloc((size_t)params->brackets, sizeof *a->b);
 	if (!a->b)
 		goto fail;
 	a->nb = params->brackets;
 	for (int b = 0; b < a->nb; b++) {
-		int n = 0;
-		/* A rung at max_t (or past it) is the end, not a pause. */
-		while (n < SPEC_ASHA_MAX_MILESTONES &&
-		       params->grace_period * pow(params->reduction_factor, n + b) < params->max_t)
-			n++;
+		int n = rung_pause_count(params->max_t, params->grace_period,
+					 params->reduction_factor, b);
+		/* Counted as the stopping variant counts them, so that both
+		 * variants draw the same brackets. */
+		if (rung_ray_count(params->max_t, params->grace_period,
+				   params->reduction_factor, b, &a->b[b].draw_n)) {
+			rc = -EINVAL;
+			goto fail;
+		}
 		if (n > 0) {
 			a->b[b].r = calloc((size_t)n, sizeof *a->b[b].r);
 			if (!a->b[b].r)
@@ -126,13 +120,13 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
 		}
 		a->b[b].n = n;
 		for (int k = 0; k < n; k++)
-			a->b[b].r[k].t = params->grace_period * pow(params->reduction_factor, k + b);
+			a->b[b].r[k].t = rung_t(params->grace_period, params->reduction_factor, b, k);
 	}
 	*out = a;
 	return 0;
 fail:
 	apromo_free(a);
-	return -ENOMEM;
+	return rc;
 }
 
 void apromo_free(struct apromo *a)
@@ -145,8 +139,7 @@ void apromo_free(struct apromo *a)
 		free(a->b[b].r);
 	}
 	free(a->b);
-	free(a->slots);
-	idmap_free(&a->ids);
+	rung_slots_free(&a->slots);
 	free(a);
 }
 
@@ -155,8 +148,7 @@ size_t apromo_mem_bytes(const struct apromo *a)
 	size_t n;
 	if (!a)
 		return 0;
-	n = sizeof *a + (size_t)a->nb * sizeof *a->b + a->nslots * sizeof *a->slots +
-	    a->ids.cap * sizeof *a->ids.e;
+	n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
 	for (int b = 0; b < a->nb; b++) {
 		n += (size_t)a->b[b].n * sizeof *a->b[b].r;
 		for (int k = 0; k < a->b[b].n; k++)
@@ -182,33 +174,14 @@ double apromo_rung_t(const struct apromo *a, int bracket, int k)
 	return a->b[bracket].r[k].t;
 }
 
-/* asha_bracket_for's draw (asha.c): weights e^(milestones of the bracket),
- * counted as the stopping variant counts them, so both variants agree. */
+/* asha_bracket_for's draw: the same seed and weights, so both variants
+ * agree. */
 int apromo_bracket_for(const struct apromo *a, int64_t idx)
 {
-	double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
-	int m[SPEC_ASHA_MAX_BRACKETS], mmax = 0;
-	struct rng r;
-	if (a->nb == 1)
-		return 0;
-	for (int b = 0; b < a->nb; b++) {
-		double nd = log(a->max_t / a->grace_period) / log(a->reduction_factor) - b + 1;
-		m[b] = nd < 0 ? 0 : (int)nd;
-		if (m[b] > mmax)
-			mmax = m[b];
-	}
-	for (int b = 0; b < a->nb; b++) {
-		w[b] = exp((double)(m[b] - mmax));
-		sum += w[b];
-	}
-	rng_seed(&r, rng_mix(a->bracket_seed, (uint64_t)idx));
-	u = rng_uniform(&r) * sum;
-	for (int b = 0; b < a->nb; b++) {
-		if (u < w[b])
-			return b;
-		u -= w[b];
-	}
-	return a->nb - 1;
+	int n[SPEC_ASHA_MAX_BRACKETS];
+	for (int b = 0; b < a->nb; b++)
+		n[b] = a->b[b].draw_n;
+	return rung_bracket_draw(a->bracket_seed, n, a->nb, idx);
 }
 
 int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket)
@@ -229,20 +202,15 @@ int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket)
 
 /* Inserts after every entry at least as good (ties: arrival order);
  * non-finite values go last. Returns the 0-based rank or -ENOMEM. */
-static int64_t rung_insert(struct prung *r, int64_t id, double v)
+static int64_t prung_insert(struct prung *r, int64_t id, double v)
 {
 	size_t lo = 0, hi = r->n;
 	if (r->n == r->cap) {
-		/* Doubling from 4: a rung costs what it holds, amortized O(1). */
-		size_t cap = r->cap ? r->cap * 2 : 4;
-		struct entry *ne;
-		if (cap > SIZE_MAX / sizeof *ne)
-			return -ENOMEM;
-		ne = realloc(r->e, cap * sizeof *ne);
+		/* Doubling from 4: a rung costs what it holds. */
+		struct entry *ne = rung_grow(r->e, &r->cap, sizeof *ne, 4);
 		if (!ne)
 			return -ENOMEM;
 		r->e = ne;
-		r->cap = cap;
 	}
 	if (isfinite(v)) {
 		/* First entry worse than v: non-finite or smaller. */
@@ -267,7 +235,7 @@ static int64_t rung_insert(struct prung *r, int64_t id, double v)
 static int record_at(struct apromo *a, struct ptrial *t, int k, double v, int64_t *rank)
 {
 	struct prung *r = &a->b[t->bracket].r[k];
-	int64_t pos = rung_insert(r, t->id, v);
+	int64_t pos = prung_insert(r, t->id, v);
 	if (pos < 0)
 		return (int)pos;
 	t->rung = k;
@@ -468,3 +436,166 @@ fail:
 	cJSON_Delete(arr);
 	return -ENOMEM;
 }
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int apromo_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct apromo *a;
+	int rc = apromo_create(params, s->mode, seed, &a);
+	if (rc == 0)
+		s->st = a;
+	return rc;
+}
+
+static void apromo_sched_free(void *st)
+{
+	apromo_free(st);
+}
+
+static size_t apromo_sched_mem_bytes(const void *st)
+{
+	return apromo_mem_bytes(st);
+}
+
+static int apromo_sched_bracket_for(const struct sched *s, int64_t idx)
+{
+	return apromo_bracket_for(s->st, idx);
+}
+
+static int apromo_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+				  const char *config_json)
+{
+	(void)config_json;
+	return apromo_add_trial(s->st, trial_id, apromo_bracket_for(s->st, idx));
+}
+
+/* Pause at a rung; stop at max_t, or on a non-finite value at a rung (it
+ * could never be promoted). */
+static int apromo_sched_on_result(struct sched *s, int64_t trial_id, double t,
+				  const double *value, struct sched_outcome *out)
+{
+	struct apromo_outcome ao;
+	int rc;
+	sched_outcome_reset(out);
+	if (!value) {
+		/* Ray: a result without the metric is not the scheduler's
+		 * business (it ranks at no rung); max_t still ends the trial. */
+		sched_outcome_max_t(s, t, out);
+		return 0;
+	}
+	rc = apromo_on_result(s->st, trial_id, t, *value, &ao);
+	if (rc)
+		return rc;
+	out->record = ao.record;
+	switch (ao.action) {
+	case APROMO_PAUSE:
+		out->action = SCHED_PAUSE;
+		snprintf(out->reason, sizeof out->reason,
+			 "paused at rung %d (%s %g): rank %lld of %lld there", ao.rung,
+			 s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n);
+		break;
+	case APROMO_STOP:
+		out->action = SCHED_STOP;
+		if (ao.why == APROMO_MAX_T) {
+			snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)",
+				 s->p.max_t, s->p.time_attr, t);
+		} else {
+			out->stopped_early = 1;
+			snprintf(out->reason, sizeof out->reason,
+				 "stopped at t=%g: the metric is not a finite number at rung %d", t,
+				 ao.rung);
+		}
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static int apromo_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				     const double *last_value, struct sched_outcome *out)
+{
+	int rc;
+	(void)has_last;
+	(void)t;
+	(void)last_value;
+	if (out)
+		sched_outcome_reset(out);
+	rc = apromo_on_trial_end(s->st, trial_id);
+	return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+}
+
+static int apromo_sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable,
+			       void *ctx, struct sched_choice *out)
+{
+	struct apromo_choice c;
+	int rc = apromo_choose(s->st, resumable, ctx, &c);
+	if (rc)
+		return rc;
+	if (c.found) {
+		out->kind = SCHED_CHOOSE_RESUME;
+		out->trial_id = c.trial_id;
+		out->record = c.record;
+		if (apromo_num_brackets(s->st) > 1)
+			snprintf(out->reason, sizeof out->reason,
+				 "promoted from rung %d of bracket %d (top %lld of %lld at "
+				 "%s %g), runs to %g",
+				 c.rung, c.bracket, (long long)c.top, (long long)c.n,
+				 s->p.time_attr, c.rung_t, c.next_t);
+		else
+			snprintf(out->reason, sizeof out->reason,
+				 "promoted from rung %d (top %lld of %lld at %s %g), runs "
+				 "to %g",
+				 c.rung, (long long)c.top, (long long)c.n, s->p.time_attr,
+				 c.rung_t, c.next_t);
+		return 0;
+	}
+	/* Nothing to promote: a new trial while the plan allows one (the
+	 * paper draws a new configuration), else wait for running ones. */
+	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
+	return 0;
+}
+
+static int apromo_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	return apromo_restore(s->st, trial_id, record);
+}
+
+static int apromo_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *o = cJSON_CreateObject(), *br = NULL;
+	int ok;
+	if (!o)
+		return -ENOMEM;
+	ok = cJSON_AddStringToObject(o, "type", "asha") &&
+	     cJSON_AddTrueToObject(o, "promotion") &&
+	     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
+	     cJSON_AddNumberToObject(o, "max_t", s->p.max_t) &&
+	     cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
+	     cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
+	     apromo_state_json(s->st, &br) == 0;
+	if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
+		cJSON_Delete(br);
+		ok = 0;
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return -ENOMEM;
+	}
+	*out = o;
+	return 0;
+}
+
+const struct sched_ops apromo_sched_ops = {
+	.create = apromo_sched_create,
+	.free = apromo_sched_free,
+	.mem_bytes = apromo_sched_mem_bytes,
+	.bracket_for = apromo_sched_bracket_for,
+	.add_trial = apromo_sched_add_trial,
+	.on_result = apromo_sched_on_result,
+	.on_trial_end = apromo_sched_on_trial_end,
+	.choose = apromo_sched_choose,
+	.restore = apromo_sched_restore,
+	.state_json = apromo_sched_state_json,
+};

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "idmap.h"
+#include "sched_ops.h"
 
 struct hb_slot {
 	int64_t id;
@@ -617,3 +618,179 @@ fail:
 	cJSON_Delete(o);
 	return -ENOMEM;
 }
+
+/* --- the scheduler object --- */
+
+/* {"type": "hyperband", "time_attr", "max_t" (81), "reduction_factor" (3)}:
+ * Ray's HyperBandScheduler defaults. A band holds round(log(max_t) /
+ * log(reduction_factor)) + 1 brackets; bounded so choose stays cheap. */
+int hb_check(const cJSON *sched, const char *path, struct sched_params *sp,
+	     struct validate_error *err)
+{
+	static const char *const keys[] = {"type", "time_attr", "max_t", "reduction_factor", NULL};
+	sp->type = SPEC_SCHED_HYPERBAND;
+	sp->has_max_t = 1;
+	sp->max_t = 81;
+	sp->reduction_factor = 3;
+	if (spec_check_keys(sched, path, "hyperband", keys, err) ||
+	    spec_get_name(sched, path, "time_attr", 1, sp->time_attr, err) < 0 ||
+	    spec_get_number(sched, path, "max_t", &sp->max_t, err) < 0 ||
+	    spec_get_number(sched, path, "reduction_factor", &sp->reduction_factor, err) < 0)
+		return -EINVAL;
+	if (!(sp->max_t >= 1) || !isfinite(sp->max_t))
+		return spec_fail_at(err, path, "max_t", "hyperband needs a finite max_t >= 1");
+	if (!(sp->reduction_factor > 1) || !isfinite(sp->reduction_factor))
+		return spec_fail_at(err, path, "reduction_factor", "must be > 1");
+	if (!(nearbyint(log(sp->max_t) / log(sp->reduction_factor)) + 1 <= HB_MAX_BRACKETS_PER_BAND)) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "hyperband would have more than %d brackets; raise reduction_factor",
+			 HB_MAX_BRACKETS_PER_BAND);
+		return spec_fail_at(err, path, "reduction_factor", msg);
+	}
+	return 0;
+}
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int hb_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct hyperband *h;
+	int rc;
+	(void)seed;
+	rc = hb_create(params->max_t, params->reduction_factor, s->mode, params->num_trials, &h);
+	if (rc == 0)
+		s->st = h;
+	return rc;
+}
+
+static void hb_sched_free(void *st)
+{
+	hb_free(st);
+}
+
+static size_t hb_sched_mem_bytes(const void *st)
+{
+	return hb_mem_bytes(st);
+}
+
+static int hb_sched_bracket_for(const struct sched *s, int64_t idx)
+{
+	int b = hb_bracket_of(s->st, idx);
+	return b < 0 ? 0 : b;
+}
+
+static int hb_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+			      const char *config_json)
+{
+	(void)config_json;
+	return hb_add_trial(s->st, trial_id, idx);
+}
+
+/* hyperband's outcome as a sched_outcome. Paused trials a halving stopped
+ * (hb.stopped) are out->ended: state_decide ends them TERMINATED with their
+ * reason in the decision's transaction. */
+static int hb_sched_outcome(int rc, struct hb_outcome *hb, struct sched_outcome *out)
+{
+	sched_outcome_reset(out);
+	if (rc == 0 && hb->nstopped) {
+		out->ended = calloc(hb->nstopped, sizeof *out->ended);
+		if (!out->ended)
+			rc = -ENOMEM;
+		for (size_t i = 0; out->ended && i < hb->nstopped; i++) {
+			out->ended[i].trial_id = hb->stopped[i].trial_id;
+			snprintf(out->ended[i].reason, sizeof out->ended[i].reason, "%s",
+				 hb->stopped[i].reason);
+		}
+		out->nended = out->ended ? hb->nstopped : 0;
+	}
+	if (rc == 0) {
+		out->action = hb->action == HB_PAUSE  ? SCHED_PAUSE
+			      : hb->action == HB_STOP ? SCHED_STOP
+						      : SCHED_CONTINUE;
+		out->stopped_early = hb->stopped_early;
+		snprintf(out->reason, sizeof out->reason, "%s", hb->reason);
+		out->record = hb->record;
+		hb->record = NULL;
+	}
+	hb_outcome_clear(hb);
+	return rc;
+}
+
+static int hb_sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,
+			      struct sched_outcome *out)
+{
+	struct hb_outcome hb;
+	/* A result without the metric ranks below every value. */
+	int rc = hb_on_result(s->st, trial_id, t, value ? *value : NAN, &hb);
+	return hb_sched_outcome(rc, &hb, out);
+}
+
+static int hb_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				 const double *last_value, struct sched_outcome *out)
+{
+	struct hb_outcome hb;
+	struct sched_outcome ignored;
+	int rc;
+	(void)has_last;
+	(void)t;
+	(void)last_value;
+	rc = hb_on_trial_end(s->st, trial_id, &hb);
+	rc = hb_sched_outcome(rc, &hb, out ? out : &ignored);
+	if (!out)
+		sched_outcome_clear(&ignored);
+	else
+		out->action = SCHED_CONTINUE;
+	return rc;
+}
+
+static int hb_sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable, void *ctx,
+			   struct sched_choice *out)
+{
+	struct hb_choice c;
+	int rc = hb_choose(s->st, can_new, resumable, ctx, &c);
+	if (rc)
+		return rc;
+	out->kind = c.kind == HB_RESUME ? SCHED_CHOOSE_RESUME
+		    : c.kind == HB_NEW  ? SCHED_CHOOSE_NEW
+					: SCHED_CHOOSE_WAIT;
+	out->trial_id = c.trial_id;
+	snprintf(out->reason, sizeof out->reason, "%s", c.reason);
+	out->record = c.record;
+	return 0;
+}
+
+static int hb_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	return hb_restore(s->st, trial_id, record);
+}
+
+/* {"type", "time_attr", "max_t", "reduction_factor"} + hb_state_json */
+static int hb_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *hs = NULL;
+	if (hb_state_json(s->st, &hs))
+		return -ENOMEM;
+	if (!cJSON_AddStringToObject(hs, "type", "hyperband") ||
+	    !cJSON_AddStringToObject(hs, "time_attr", s->p.time_attr) ||
+	    !cJSON_AddNumberToObject(hs, "max_t", s->p.max_t) ||
+	    !cJSON_AddNumberToObject(hs, "reduction_factor", s->p.reduction_factor)) {
+		cJSON_Delete(hs);
+		return -ENOMEM;
+	}
+	*out = hs;
+	return 0;
+}
+
+const struct sched_ops hb_sched_ops = {
+	.create = hb_sched_create,
+	.free = hb_sched_free,
+	.mem_bytes = hb_sched_mem_bytes,
+	.bracket_for = hb_sched_bracket_for,
+	.add_trial = hb_sched_add_trial,
+	.on_result = hb_sched_on_result,
+	.on_trial_end = hb_sched_on_trial_end,
+	.choose = hb_sched_choose,
+	.restore = hb_sched_restore,
+	.state_json = hb_sched_state_json,
+};

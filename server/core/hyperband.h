@@ -47,6 +47,12 @@ struct hb_choice {
 	cJSON *record;               /* RESUME: the event to persist (caller owns) */
 };
 
+/* Checks the "scheduler" object of type hyperband at path and fills sp's
+ * hyperband fields with Ray's defaults applied (sp->time_attr holds its
+ * default already). 0, or -EINVAL with err naming the field. */
+int hb_check(const cJSON *sched, const char *path, struct sched_params *sp,
+	     struct validate_error *err);
+
 /* max_t >= 1, reduction_factor > 1 (validate checks); num_trials: the
  * experiment's plan (trials beyond it are never created), 1..SPEC cap. */
 int hb_create(double max_t, double reduction_factor, enum spec_mode mode,

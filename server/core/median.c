@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "validate.h"
+#include "sched_ops.h"
 
 struct med_trial {
 	int64_t id;
@@ -36,14 +36,6 @@ void median_params_default(struct median_params *p)
 	p->hard_stop = 1;
 }
 
-static int fail(struct validate_error *err, const char *path, const char *key, const char *msg)
-{
-	char p[256];
-	validate_path_join(p, sizeof p, path, '.', key);
-	validate_error_set(err, p, "%s", msg);
-	return -EINVAL;
-}
-
 int median_check(const cJSON *sched, const char *path, struct median_params *p,
 		 struct validate_error *err)
 {
@@ -57,29 +49,29 @@ int median_check(const cJSON *sched, const char *path, struct median_params *p,
 		for (int i = 0; keys[i] && !ok; i++)
 			ok = strcmp(item->string, keys[i]) == 0;
 		if (!ok)
-			return fail(err, path, item->string,
-				    "unknown field (median_stopping takes type, time_attr, grace_period, "
-				    "min_samples_required, min_time_slice, hard_stop)");
+			return spec_fail_at(err, path, item->string,
+					    "unknown field (median_stopping takes type, time_attr, grace_period, "
+					    "min_samples_required, min_time_slice, hard_stop)");
 	}
 	v = cJSON_GetObjectItemCaseSensitive(sched, "grace_period");
 	if (v && !(cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0))
-		return fail(err, path, "grace_period", "must be a finite number >= 0");
+		return spec_fail_at(err, path, "grace_period", "must be a finite number >= 0");
 	if (v)
 		p->grace_period = v->valuedouble;
 	v = cJSON_GetObjectItemCaseSensitive(sched, "min_time_slice");
 	if (v && !(cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0))
-		return fail(err, path, "min_time_slice", "must be a finite number >= 0");
+		return spec_fail_at(err, path, "min_time_slice", "must be a finite number >= 0");
 	if (v)
 		p->min_time_slice = v->valuedouble;
 	v = cJSON_GetObjectItemCaseSensitive(sched, "min_samples_required");
 	if (v && !(cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) &&
 		   v->valuedouble >= 1 && v->valuedouble <= 1e6))
-		return fail(err, path, "min_samples_required", "must be an integer from 1 to 1000000");
+		return spec_fail_at(err, path, "min_samples_required", "must be an integer from 1 to 1000000");
 	if (v)
 		p->min_samples_required = (int64_t)v->valuedouble;
 	v = cJSON_GetObjectItemCaseSensitive(sched, "hard_stop");
 	if (v && !cJSON_IsBool(v))
-		return fail(err, path, "hard_stop", "must be true or false");
+		return spec_fail_at(err, path, "hard_stop", "must be true or false");
 	if (v)
 		p->hard_stop = cJSON_IsTrue(v);
 	return 0;
@@ -387,3 +379,131 @@ int median_state_json(const struct median *m, cJSON **out)
 	*out = o;
 	return 0;
 }
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int median_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct median *m;
+	int rc;
+	(void)seed;
+	rc = median_create(&params->median, s->mode, &m);
+	if (rc == 0)
+		s->st = m;
+	return rc;
+}
+
+static void median_sched_free(void *st)
+{
+	median_free(st);
+}
+
+static size_t median_sched_mem_bytes(const void *st)
+{
+	return median_mem_bytes(st);
+}
+
+static int median_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+				  const char *config_json)
+{
+	(void)s;
+	(void)trial_id;
+	(void)idx;
+	(void)config_json;
+	return 0; /* a trial joins median stopping with its first result */
+}
+
+static int median_sched_on_result(struct sched *s, int64_t trial_id, double t,
+				  const double *value, struct sched_outcome *out)
+{
+	struct median_outcome mo;
+	int rc;
+	sched_outcome_reset(out);
+	if (!value)
+		return 0;
+	rc = median_on_result(s->st, trial_id, t, *value, &mo);
+	if (rc)
+		return rc;
+	out->action = mo.action == MEDIAN_STOP ? SCHED_STOP
+		      : mo.action == MEDIAN_PAUSE ? SCHED_PAUSE : SCHED_CONTINUE;
+	out->stopped_early = mo.action == MEDIAN_STOP;
+	snprintf(out->reason, sizeof out->reason, "%s", mo.reason);
+	out->record = mo.record;
+	mo.record = NULL;
+	median_outcome_clear(&mo);
+	return 0;
+}
+
+static int median_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				     const double *last_value, struct sched_outcome *out)
+{
+	int rc = 0;
+	if (out)
+		sched_outcome_reset(out);
+	if (has_last && last_value) {
+		struct median_outcome mo;
+		rc = median_on_trial_end(s->st, trial_id, 1, t, *last_value, &mo);
+		if (!rc && out) {
+			out->record = mo.record;
+			mo.record = NULL;
+		}
+		median_outcome_clear(&mo);
+	}
+	return rc;
+}
+
+/* hard_stop false: Ray's FIFO runs PENDING trials before PAUSED ones, so a
+ * paused trial resumes once no new one can start. */
+static int median_sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable,
+			       void *ctx, struct sched_choice *out)
+{
+	if (!can_new) {
+		int64_t id;
+		cJSON *rec = NULL;
+		int rc = median_choose_resume(s->st, resumable, ctx, &id, &rec);
+		if (rc < 0)
+			return rc;
+		if (rc == 1) {
+			out->kind = SCHED_CHOOSE_RESUME;
+			out->trial_id = id;
+			out->record = rec;
+			snprintf(out->reason, sizeof out->reason,
+				 "resumed: no new trial left to start (median stopping, hard_stop false)");
+			return 0;
+		}
+	}
+	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
+	return 0;
+}
+
+static int median_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	return median_restore(s->st, trial_id, record);
+}
+
+/* {"type", "time_attr"} + median_state_json */
+static int median_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *st = NULL;
+	if (median_state_json(s->st, &st))
+		return -ENOMEM;
+	if (!cJSON_AddStringToObject(st, "type", "median_stopping") ||
+	    !cJSON_AddStringToObject(st, "time_attr", s->p.time_attr)) {
+		cJSON_Delete(st);
+		return -ENOMEM;
+	}
+	*out = st;
+	return 0;
+}
+
+const struct sched_ops median_sched_ops = {
+	.create = median_sched_create,
+	.free = median_sched_free,
+	.mem_bytes = median_sched_mem_bytes,
+	.add_trial = median_sched_add_trial,
+	.on_result = median_sched_on_result,
+	.on_trial_end = median_sched_on_trial_end,
+	.choose = median_sched_choose,
+	.restore = median_sched_restore,
+	.state_json = median_sched_state_json,
+};

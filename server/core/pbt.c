@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "rng.h"
+#include "sched_ops.h"
 #include "space.h"
-#include "validate.h"
 
 #define PBT_INT_MAX 9007199254740992.0 /* 2^53 */
 
@@ -55,26 +55,6 @@ void pbt_params_default(struct pbt_params *p)
 
 /* ---- checking the scheduler object ---- */
 
-static int fail(struct validate_error *err, const char *path, const char *key, const char *msg)
-{
-	char p[256];
-	validate_path_join(p, sizeof p, path, '.', key);
-	validate_error_set(err, p, "%s", msg);
-	return -EINVAL;
-}
-
-static int get_num(const cJSON *o, const char *path, const char *key, double *dst,
-		   struct validate_error *err)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!v)
-		return 0;
-	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-		return fail(err, path, key, "must be a finite number");
-	*dst = v->valuedouble;
-	return 1;
-}
-
 static int is_shape_key(const char *k)
 {
 	static const char *const shape[] = {"l1", "l2", "model", "dataset", NULL};
@@ -93,36 +73,36 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 	const cJSON *item;
 	char p[256];
 	if (!cJSON_IsObject(m) || cJSON_GetArraySize(m) == 0) {
-		validate_error_set(err, path, "must be a non-empty object of parameters to mutate");
+		spec_error_set(err, path, "must be a non-empty object of parameters to mutate");
 		return -EINVAL;
 	}
 	if (depth > 16) {
-		validate_error_set(err, path, "nested deeper than 16 levels");
+		spec_error_set(err, path, "nested deeper than 16 levels");
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, m) {
 		const cJSON *in_ps = cJSON_IsObject(ps) ? cJSON_GetObjectItemCaseSensitive(ps, item->string) : NULL;
-		validate_path_join(p, sizeof p, path, '.', item->string);
+		spec_path_join(p, sizeof p, path, '.', item->string);
 		if (builtin && depth == 0 && is_shape_key(item->string)) {
-			validate_error_set(err, p,
-					   "the builtin trainable cannot mutate '%s': it sets the model's shape, "
-					   "so a donor's checkpoint would not fit (mutate lr, momentum, "
-					   "weight_decay, optimizer or batch_size)", item->string);
+			spec_error_set(err, p,
+				       "the builtin trainable cannot mutate '%s': it sets the model's shape, "
+				       "so a donor's checkpoint would not fit (mutate lr, momentum, "
+				       "weight_decay, optimizer or batch_size)", item->string);
 			return -EINVAL;
 		}
 		if (!in_ps) {
-			validate_error_set(err, p,
-					   "'%.64s' is not in param_space: PBT mutates parameters the space defines",
-					   item->string);
+			spec_error_set(err, p,
+				       "'%.64s' is not in param_space: PBT mutates parameters the space defines",
+				       item->string);
 			return -EINVAL;
 		}
 		if (cJSON_IsArray(item)) {
 			if (cJSON_GetArraySize(item) == 0) {
-				validate_error_set(err, p, "a list of values must not be empty");
+				spec_error_set(err, p, "a list of values must not be empty");
 				return -EINVAL;
 			}
 		} else if (cJSON_IsObject(item) && cJSON_GetObjectItemCaseSensitive(item, "grid_search")) {
-			validate_error_set(err, p, "grid_search cannot be mutated; give a list of values");
+			spec_error_set(err, p, "grid_search cannot be mutated; give a list of values");
 			return -EINVAL;
 		} else if (cJSON_IsObject(item) && cJSON_GetObjectItemCaseSensitive(item, "type")) {
 			cJSON *tmp = cJSON_CreateObject(), *dup = cJSON_Duplicate(item, 1);
@@ -131,7 +111,7 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 			if (!tmp || !dup || !cJSON_AddItemToObject(tmp, item->string, dup)) {
 				cJSON_Delete(dup);
 				cJSON_Delete(tmp);
-				validate_error_set(err, p, "out of memory");
+				spec_error_set(err, p, "out of memory");
 				return -ENOMEM;
 			}
 			rc = space_check(tmp, path, &grid, err);
@@ -141,17 +121,17 @@ static int check_mutations(const cJSON *m, const char *path, const cJSON *ps, in
 		} else if (cJSON_IsObject(item)) {
 			if (!cJSON_IsObject(in_ps) || cJSON_GetObjectItemCaseSensitive(in_ps, "type") ||
 			    cJSON_GetObjectItemCaseSensitive(in_ps, "grid_search")) {
-				validate_error_set(err, p,
-						   "nested mutations need a nested object in param_space");
+				spec_error_set(err, p,
+					       "nested mutations need a nested object in param_space");
 				return -EINVAL;
 			}
 			int rc = check_mutations(item, p, in_ps, builtin, depth + 1, err);
 			if (rc)
 				return rc;
 		} else {
-			validate_error_set(err, p,
-					   "must be a list of values, a domain object ({\"type\": \"uniform\", ...}) "
-					   "or an object of nested mutations");
+			spec_error_set(err, p,
+				       "must be a list of values, a domain object ({\"type\": \"uniform\", ...}) "
+				       "or an object of nested mutations");
 			return -EINVAL;
 		}
 	}
@@ -176,12 +156,12 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 		if (ok)
 			continue;
 		if (strcmp(item->string, "custom_explore_fn") == 0)
-			return fail(err, path, item->string,
-				    "not supported: the server runs no user code; describe the "
-				    "mutations in hyperparam_mutations");
+			return spec_fail_at(err, path, item->string,
+					    "not supported: the server runs no user code; describe the "
+					    "mutations in hyperparam_mutations");
 		if (strcmp(item->string, "synch") == 0)
-			return fail(err, path, item->string,
-				    "not supported: ctune runs PBT's asynchronous variant (Ray's default)");
+			return spec_fail_at(err, path, item->string,
+					    "not supported: ctune runs PBT's asynchronous variant (Ray's default)");
 		{
 			char msg[300] = "unknown field (pbt takes ";
 			for (int i = 0; keys[i]; i++) {
@@ -190,22 +170,22 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 				strncat(msg, keys[i], sizeof msg - strlen(msg) - 1);
 			}
 			strncat(msg, ")", sizeof msg - strlen(msg) - 1);
-			return fail(err, path, item->string, msg);
+			return spec_fail_at(err, path, item->string, msg);
 		}
 	}
-	if (get_num(sched, path, "perturbation_interval", &p->perturbation_interval, err) < 0 ||
-	    get_num(sched, path, "burn_in_period", &p->burn_in_period, err) < 0 ||
-	    get_num(sched, path, "quantile_fraction", &p->quantile_fraction, err) < 0 ||
-	    get_num(sched, path, "resample_probability", &p->resample_probability, err) < 0)
+	if (spec_get_number(sched, path, "perturbation_interval", &p->perturbation_interval, err) < 0 ||
+	    spec_get_number(sched, path, "burn_in_period", &p->burn_in_period, err) < 0 ||
+	    spec_get_number(sched, path, "quantile_fraction", &p->quantile_fraction, err) < 0 ||
+	    spec_get_number(sched, path, "resample_probability", &p->resample_probability, err) < 0)
 		return -EINVAL;
 	if (!(p->perturbation_interval > 0))
-		return fail(err, path, "perturbation_interval", "must be > 0");
+		return spec_fail_at(err, path, "perturbation_interval", "must be > 0");
 	if (!(p->burn_in_period >= 0))
-		return fail(err, path, "burn_in_period", "must be >= 0");
+		return spec_fail_at(err, path, "burn_in_period", "must be >= 0");
 	if (!(p->quantile_fraction >= 0 && p->quantile_fraction <= 0.5))
-		return fail(err, path, "quantile_fraction", "must be from 0 to 0.5");
+		return spec_fail_at(err, path, "quantile_fraction", "must be from 0 to 0.5");
 	if (!(p->resample_probability >= 0 && p->resample_probability <= 1))
-		return fail(err, path, "resample_probability", "must be from 0 to 1");
+		return spec_fail_at(err, path, "resample_probability", "must be from 0 to 1");
 	f = cJSON_GetObjectItemCaseSensitive(sched, "perturbation_factors");
 	if (f) {
 		int i = 0;
@@ -214,14 +194,14 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 			char msg[96];
 			snprintf(msg, sizeof msg, "must be a list of 1 to %d positive numbers",
 				 PBT_MAX_FACTORS);
-			return fail(err, path, "perturbation_factors", msg);
+			return spec_fail_at(err, path, "perturbation_factors", msg);
 		}
 		cJSON_ArrayForEach(item, f) {
 			if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) ||
 			    !(item->valuedouble > 0)) {
 				char k[64];
 				snprintf(k, sizeof k, "perturbation_factors[%d]", i);
-				return fail(err, path, k, "must be a finite number > 0");
+				return spec_fail_at(err, path, k, "must be a finite number > 0");
 			}
 			p->factors[i++] = item->valuedouble;
 		}
@@ -229,13 +209,13 @@ int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
 	}
 	item = cJSON_GetObjectItemCaseSensitive(sched, "hyperparam_mutations");
 	if (!item)
-		return fail(err, path, "hyperparam_mutations",
-			    "required: the parameters PBT may change (a list or a domain per key)");
+		return spec_fail_at(err, path, "hyperparam_mutations",
+				    "required: the parameters PBT may change (a list or a domain per key)");
 	tt = cJSON_GetObjectItemCaseSensitive(trainable, "type");
 	builtin = cJSON_IsString(tt) && strcmp(tt->valuestring, "builtin") == 0;
 	{
 		char mp[256];
-		validate_path_join(mp, sizeof mp, path, '.', "hyperparam_mutations");
+		spec_path_join(mp, sizeof mp, path, '.', "hyperparam_mutations");
 		if (check_mutations(item, mp, param_space, builtin, 0, err))
 			return -EINVAL;
 	}
@@ -562,7 +542,7 @@ static void describe(char *dst, size_t size, const cJSON *mutations, const cJSON
 		const cJSON *a = cJSON_GetObjectItemCaseSensitive(from, m->string);
 		const cJSON *b = cJSON_GetObjectItemCaseSensitive(to, m->string);
 		char name[160], va[64], vb[64], item[320];
-		validate_path_join(name, sizeof name, prefix, '.', m->string);
+		spec_path_join(name, sizeof name, prefix, '.', m->string);
 		if (cJSON_IsObject(m) && !cJSON_GetObjectItemCaseSensitive(m, "type")) {
 			describe(dst, size, m, a, b, name, first);
 			continue;
@@ -779,3 +759,116 @@ int pbt_state_json(const struct pbt *b, cJSON **out)
 	*out = o;
 	return 0;
 }
+
+/* --- behind scheduler.h (sched_ops.h) --- */
+
+static int pbt_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
+{
+	struct pbt *b;
+	/* params' own mutations: s->p's are NULL (pbt_create copies them). */
+	int rc = pbt_create(&params->pbt, s->mode, seed, &b);
+	if (rc == 0)
+		s->st = b;
+	return rc;
+}
+
+static void pbt_sched_free(void *st)
+{
+	pbt_free(st);
+}
+
+static size_t pbt_sched_mem_bytes(const void *st)
+{
+	return pbt_mem_bytes(st);
+}
+
+/* PBT explores from a donor's config: it keeps each trial's. */
+static int pbt_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
+			       const char *config_json)
+{
+	cJSON *cfg = config_json ? cJSON_Parse(config_json) : NULL;
+	int rc;
+	if (config_json && !cfg)
+		return -EINVAL;
+	rc = pbt_add_trial(s->st, trial_id, idx, cfg);
+	cJSON_Delete(cfg);
+	return rc;
+}
+
+static int pbt_sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,
+			       struct sched_outcome *out)
+{
+	struct pbt_outcome po;
+	int rc;
+	sched_outcome_reset(out);
+	if (!value)
+		return 0; /* Ray: a result without the metric continues */
+	rc = pbt_on_result(s->st, trial_id, t, *value, &po);
+	if (rc)
+		return rc;
+	if (po.exploit) {
+		out->action = SCHED_EXPLOIT;
+		out->donor_trial_id = po.donor_trial_id;
+		out->new_config = po.new_config;
+		po.new_config = NULL;
+		snprintf(out->reason, sizeof out->reason, "%s", po.reason);
+	}
+	out->record = po.record;
+	po.record = NULL;
+	pbt_outcome_clear(&po);
+	return 0;
+}
+
+static int pbt_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
+				  const double *last_value, struct sched_outcome *out)
+{
+	int rc;
+	(void)has_last;
+	(void)t;
+	(void)last_value;
+	if (out)
+		sched_outcome_reset(out);
+	rc = pbt_on_trial_end(s->st, trial_id);
+	return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+}
+
+static int pbt_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
+{
+	return pbt_restore(s->st, trial_id, record);
+}
+
+static int pbt_sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out)
+{
+	int rc;
+	if (!out || out->action != SCHED_EXPLOIT)
+		return 0;
+	rc = pbt_exploit_refused(s->st, trial_id, out->record);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* {"type", "time_attr"} + pbt_state_json */
+static int pbt_sched_state_json(const struct sched *s, cJSON **out)
+{
+	cJSON *st = NULL;
+	if (pbt_state_json(s->st, &st))
+		return -ENOMEM;
+	if (!cJSON_AddStringToObject(st, "type", "pbt") ||
+	    !cJSON_AddStringToObject(st, "time_attr", s->p.time_attr)) {
+		cJSON_Delete(st);
+		return -ENOMEM;
+	}
+	*out = st;
+	return 0;
+}
+
+const struct sched_ops pbt_sched_ops = {
+	.create = pbt_sched_create,
+	.free = pbt_sched_free,
+	.mem_bytes = pbt_sched_mem_bytes,
+	.add_trial = pbt_sched_add_trial,
+	.on_result = pbt_sched_on_result,
+	.on_trial_end = pbt_sched_on_trial_end,
+	.restore = pbt_sched_restore,
+	.exploit_refused = pbt_sched_exploit_refused,
+	.state_json = pbt_sched_state_json,
+};

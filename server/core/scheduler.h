@@ -1,8 +1,8 @@
-/* scheduler: the one scheduler interface the daemon calls; dispatches to fifo
- * (run to the end, or to max_t when set), asha (stopping variant), and the
- * issue 13 schedulers (hyperband, asha promotion, pbt, median_stopping) which
- * add their `case`s in scheduler.c. HACKING.md "Adaptive search (issue 13)"
- * is the contract; this header is its C form. */
+/* scheduler: the one scheduler interface the daemon calls. Behind it, each
+ * type (fifo: run to the end, or to max_t when set; asha, stopping or with
+ * promotion; hyperband; pbt; median_stopping) fills its own struct sched_ops
+ * (sched_ops.h) in its own file. HACKING.md "Adaptive search" is the
+ * contract; this header is its C form. */
 #ifndef CTUNE_SCHEDULER_H
 #define CTUNE_SCHEDULER_H
 

@@ -11,7 +11,6 @@
 
 #include "space.h"
 #include "tpe.h"
-#include "validate.h"
 
 struct searcher {
 	enum searcher_type type;
@@ -83,16 +82,16 @@ static int check_point(const cJSON *point, const cJSON *space, const char *path,
 {
 	const cJSON *item;
 	if (!cJSON_IsObject(point)) {
-		validate_error_set(err, path, "must be an object of parameter values (a partial "
-				   "config like {\"lr\": 0.01})");
+		spec_error_set(err, path, "must be an object of parameter values (a partial "
+			       "config like {\"lr\": 0.01})");
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, point) {
 		char p[256];
 		const cJSON *dom = cJSON_GetObjectItemCaseSensitive(space, item->string);
-		validate_path_join(p, sizeof p, path, '.', item->string);
+		spec_path_join(p, sizeof p, path, '.', item->string);
 		if (!dom) {
-			validate_error_set(err, p, "not a parameter of param_space");
+			spec_error_set(err, p, "not a parameter of param_space");
 			return -EINVAL;
 		}
 		if (is_nested(dom)) {
@@ -100,12 +99,12 @@ static int check_point(const cJSON *point, const cJSON *space, const char *path,
 			if (rc)
 				return rc;
 		} else if (!is_grid(dom) && !is_domain(dom)) {
-			validate_error_set(err, p, "is a constant in param_space: a point cannot "
-					   "change it");
+			spec_error_set(err, p, "is a constant in param_space: a point cannot "
+				       "change it");
 			return -EINVAL;
 		} else if (cJSON_IsObject(item) || cJSON_IsNull(item)) {
-			validate_error_set(err, p, "must be a value of the parameter's domain "
-					   "(a number, string, boolean or array)");
+			spec_error_set(err, p, "must be a value of the parameter's domain "
+				       "(a number, string, boolean or array)");
 			return -EINVAL;
 		}
 	}
@@ -118,14 +117,14 @@ int searcher_check_points(const cJSON *points, const cJSON *param_space, int64_t
 	const cJSON *pt;
 	int i = 0;
 	if (!cJSON_IsArray(points)) {
-		validate_error_set(err, "points_to_evaluate", "must be an array of (partial) "
-				   "configs, like [{\"lr\": 0.01}]");
+		spec_error_set(err, "points_to_evaluate", "must be an array of (partial) "
+			       "configs, like [{\"lr\": 0.01}]");
 		return -EINVAL;
 	}
 	if (cJSON_GetArraySize(points) > max_points) {
-		validate_error_set(err, "points_to_evaluate", "holds %d points but the experiment "
-				   "plans only %lld trials (grid x num_samples)",
-				   cJSON_GetArraySize(points), (long long)max_points);
+		spec_error_set(err, "points_to_evaluate", "holds %d points but the experiment "
+			       "plans only %lld trials (grid x num_samples)",
+			       cJSON_GetArraySize(points), (long long)max_points);
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(pt, points) {
@@ -277,7 +276,7 @@ int searcher_create(const struct experiment_spec *spec, struct searcher **out,
 	return 0;
 fail:
 	if (rc == -ENOMEM)
-		validate_error_set(err, "", "out of memory");
+		spec_error_set(err, "", "out of memory");
 	searcher_free(s);
 	return rc;
 }

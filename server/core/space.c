@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "rng.h"
-#include "validate.h"
 
 #define SPACE_MAX_DEPTH 16
 #define SPACE_MAX_VALUES 10000 /* entries of one choice or grid_search */
@@ -68,7 +67,7 @@ static int is_domain(const cJSON *v)
 
 static void path_join(char *dst, size_t size, const char *base, const char *key)
 {
-	validate_path_join(dst, size, base, '.', key);
+	spec_path_join(dst, size, base, '.', key);
 }
 
 static int key_ok(const char *k)
@@ -96,19 +95,19 @@ static int get_num(const cJSON *dom, const char *path, const char *key,
 	path_join(p, sizeof p, path, key);
 	if (!v) {
 		if (required) {
-			validate_error_set(err, p, "required");
+			spec_error_set(err, p, "required");
 			return -EINVAL;
 		}
 		*out = def;
 		return 0;
 	}
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-		validate_error_set(err, p, "must be a finite number");
+		spec_error_set(err, p, "must be a finite number");
 		return -EINVAL;
 	}
 	if (integer && (v->valuedouble != floor(v->valuedouble) ||
 			fabs(v->valuedouble) > SPACE_INT_MAX)) {
-		validate_error_set(err, p, "must be an integer (|value| <= 2^53)");
+		spec_error_set(err, p, "must be an integer (|value| <= 2^53)");
 		return -EINVAL;
 	}
 	*out = v->valuedouble;
@@ -121,10 +120,10 @@ static int is_pow2(double x)
 	return x >= 1 && x <= SPACE_INT_MAX && frexp(x, &e) == 0.5;
 }
 
-/* Index range [*klo, *khi] of multiples of q inside [lower, upper]. A hair
- * of tolerance keeps 0.3 a multiple of 0.1 despite binary rounding. */
-static void q_range(double lower, double upper, double q, double *klo, double *khi)
+void space_q_range(double lower, double upper, double q, double *klo, double *khi)
 {
+	/* A hair of tolerance keeps 0.3 a multiple of 0.1 despite binary
+	 * rounding. */
 	*klo = ceil(lower / q - 1e-9);
 	*khi = floor(upper / q + 1e-9);
 }
@@ -140,13 +139,13 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 
 	path_join(p, sizeof p, path, "type");
 	if (!cJSON_IsString(t)) {
-		validate_error_set(err, p, "must be a string naming a domain (%s)", domain_names);
+		spec_error_set(err, p, "must be a string naming a domain (%s)", domain_names);
 		return -EINVAL;
 	}
 	d = domain_find(t->valuestring);
 	if (!d) {
-		validate_error_set(err, p, "unknown domain type '%.64s' (expected one of %s)",
-				   t->valuestring, domain_names);
+		spec_error_set(err, p, "unknown domain type '%.64s' (expected one of %s)",
+			       t->valuestring, domain_names);
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, dom) {
@@ -160,7 +159,7 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 				strcat(allowed, d->keys[i]);
 			}
 			path_join(p, sizeof p, path, item->string);
-			validate_error_set(err, p, "unknown field (%s takes %s)", d->name, allowed);
+			spec_error_set(err, p, "unknown field (%s takes %s)", d->name, allowed);
 			return -EINVAL;
 		}
 	}
@@ -169,13 +168,13 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 		const cJSON *vals = cJSON_GetObjectItemCaseSensitive(dom, "values");
 		path_join(p, sizeof p, path, "values");
 		if (!vals) {
-			validate_error_set(err, p, "required");
+			spec_error_set(err, p, "required");
 			return -EINVAL;
 		}
 		if (!cJSON_IsArray(vals) || cJSON_GetArraySize(vals) < 1 ||
 		    cJSON_GetArraySize(vals) > SPACE_MAX_VALUES) {
-			validate_error_set(err, p, "choice needs an array of 1 to %d values",
-					   SPACE_MAX_VALUES);
+			spec_error_set(err, p, "choice needs an array of 1 to %d values",
+				       SPACE_MAX_VALUES);
 			return -EINVAL;
 		}
 		return 0;
@@ -186,14 +185,14 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 			return -EINVAL;
 		if (!(sd > 0)) {
 			path_join(p, sizeof p, path, "sd");
-			validate_error_set(err, p, "randn needs sd > 0");
+			spec_error_set(err, p, "randn needs sd > 0");
 			return -EINVAL;
 		}
 		/* Box-Muller never goes past 8.6 sd (53-bit uniforms), so this
 		 * keeps every draw a finite double. */
 		if (!isfinite(fabs(mean) + 9 * sd)) {
 			path_join(p, sizeof p, path, "sd");
-			validate_error_set(err, p, "randn needs |mean| + 9 sd to be a finite double");
+			spec_error_set(err, p, "randn needs |mean| + 9 sd to be a finite double");
 			return -EINVAL;
 		}
 		return 0;
@@ -209,7 +208,7 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 			return -EINVAL;
 		if (!(q > 0)) {
 			path_join(p, sizeof p, path, "q");
-			validate_error_set(err, p, "%s needs q > 0", d->name);
+			spec_error_set(err, p, "%s needs q > 0", d->name);
 			return -EINVAL;
 		}
 	}
@@ -218,52 +217,52 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	case DOM_UNIFORM:
 	case DOM_QUNIFORM:
 		if (!(lo < hi)) {
-			validate_error_set(err, p, "%s needs lower < upper", d->name);
+			spec_error_set(err, p, "%s needs lower < upper", d->name);
 			return -EINVAL;
 		}
 		if (!isfinite(hi - lo)) {
-			validate_error_set(err, p, "%s needs upper - lower to be a finite double", d->name);
+			spec_error_set(err, p, "%s needs upper - lower to be a finite double", d->name);
 			return -EINVAL;
 		}
 		break;
 	case DOM_LOGUNIFORM:
 	case DOM_QLOGUNIFORM:
 		if (!(lo > 0 && lo < hi)) {
-			validate_error_set(err, p, "%s needs 0 < lower < upper", d->name);
+			spec_error_set(err, p, "%s needs 0 < lower < upper", d->name);
 			return -EINVAL;
 		}
 		break;
 	case DOM_RANDINT:
 		if (!(lo < hi)) {
-			validate_error_set(err, p, "randint needs lower < upper (upper is exclusive)");
+			spec_error_set(err, p, "randint needs lower < upper (upper is exclusive)");
 			return -EINVAL;
 		}
 		break;
 	case DOM_LOGRANDINT:
 		if (!(lo >= 1 && lo < hi)) {
-			validate_error_set(err, p,
-					   "lograndint needs 1 <= lower < upper (upper is exclusive)");
+			spec_error_set(err, p,
+				       "lograndint needs 1 <= lower < upper (upper is exclusive)");
 			return -EINVAL;
 		}
 		break;
 	case DOM_QRANDINT:
 		if (!(lo <= hi)) {
-			validate_error_set(err, p, "qrandint needs lower <= upper (both inclusive)");
+			spec_error_set(err, p, "qrandint needs lower <= upper (both inclusive)");
 			return -EINVAL;
 		}
 		break;
 	case DOM_POW2:
 		if (!is_pow2(lo)) {
-			validate_error_set(err, p, "pow2 needs lower to be a power of two >= 1");
+			spec_error_set(err, p, "pow2 needs lower to be a power of two >= 1");
 			return -EINVAL;
 		}
 		if (!is_pow2(hi)) {
 			path_join(p, sizeof p, path, "upper");
-			validate_error_set(err, p, "pow2 needs upper to be a power of two >= 1");
+			spec_error_set(err, p, "pow2 needs upper to be a power of two >= 1");
 			return -EINVAL;
 		}
 		if (!(lo <= hi)) {
-			validate_error_set(err, p, "pow2 needs lower <= upper (both inclusive)");
+			spec_error_set(err, p, "pow2 needs lower <= upper (both inclusive)");
 			return -EINVAL;
 		}
 		break;
@@ -272,18 +271,18 @@ static int check_domain(const cJSON *dom, const char *path, struct validate_erro
 	}
 	if (q > 0) {
 		double klo, khi;
-		q_range(lo, hi, q, &klo, &khi);
+		space_q_range(lo, hi, q, &klo, &khi);
 		/* The multiples are counted as integers k (value k * q). */
 		if (!(fabs(klo) <= SPACE_INT_MAX && fabs(khi) <= SPACE_INT_MAX)) {
 			path_join(p, sizeof p, path, "q");
-			validate_error_set(err, p, "%s: q is too small for the range (lower/q and upper/q "
-					   "must stay within 2^53)", d->name);
+			spec_error_set(err, p, "%s: q is too small for the range (lower/q and upper/q "
+				       "must stay within 2^53)", d->name);
 			return -EINVAL;
 		}
 		if (klo > khi) {
 			path_join(p, sizeof p, path, "q");
-			validate_error_set(err, p, "%s: no multiple of q lies between lower and upper",
-					   d->name);
+			spec_error_set(err, p, "%s: no multiple of q lies between lower and upper",
+				       d->name);
 			return -EINVAL;
 		}
 	}
@@ -304,30 +303,30 @@ static int check_object(const cJSON *obj, const char *path, int depth,
 	char p[256];
 
 	if (depth > SPACE_MAX_DEPTH) {
-		validate_error_set(err, path, "nested deeper than %d levels", SPACE_MAX_DEPTH);
+		spec_error_set(err, path, "nested deeper than %d levels", SPACE_MAX_DEPTH);
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, obj) {
 		path_join(p, sizeof p, path, item->string);
 		if (!key_ok(item->string)) {
-			validate_error_set(err, p[0] ? p : path,
-					   "parameter names need 1-%d characters from A-Z a-z 0-9 _ . -",
-					   SPEC_NAME_MAX);
+			spec_error_set(err, p[0] ? p : path,
+				       "parameter names need 1-%d characters from A-Z a-z 0-9 _ . -",
+				       SPEC_NAME_MAX);
 			return -EINVAL;
 		}
 		if (is_grid(item)) {
 			const cJSON *g = cJSON_GetObjectItemCaseSensitive(item, "grid_search");
 			int n;
 			if (cJSON_GetArraySize(item) != 1) {
-				validate_error_set(err, p, "a grid_search object takes no other fields");
+				spec_error_set(err, p, "a grid_search object takes no other fields");
 				return -EINVAL;
 			}
 			n = cJSON_IsArray(g) ? cJSON_GetArraySize(g) : 0;
 			if (n < 1 || n > SPACE_MAX_VALUES) {
 				char gp[256];
 				path_join(gp, sizeof gp, p, "grid_search");
-				validate_error_set(err, gp, "grid_search needs an array of 1 to %d values",
-						   SPACE_MAX_VALUES);
+				spec_error_set(err, gp, "grid_search needs an array of 1 to %d values",
+					       SPACE_MAX_VALUES);
 				return -EINVAL;
 			}
 			*product = mul_sat(*product, n);
@@ -350,7 +349,7 @@ int space_check(const cJSON *param_space, const char *path_prefix,
 	const char *path = path_prefix ? path_prefix : "";
 
 	if (!cJSON_IsObject(param_space)) {
-		validate_error_set(err, path, "must be an object of parameters");
+		spec_error_set(err, path, "must be an object of parameters");
 		return -EINVAL;
 	}
 	if (check_object(param_space, path, 1, &product, err))
@@ -409,25 +408,25 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
 	if (space_check(param_space, "param_space", &product, err))
 		return -EINVAL;
 	if (num_samples < 1 || num_samples > SPEC_NUM_SAMPLES_MAX) {
-		validate_error_set(err, "num_samples", "must be an integer from 1 to %d",
-				   SPEC_NUM_SAMPLES_MAX);
+		spec_error_set(err, "num_samples", "must be an integer from 1 to %d",
+			       SPEC_NUM_SAMPLES_MAX);
 		return -EINVAL;
 	}
 	total = mul_sat(product, num_samples);
 	if (total > SPEC_NUM_SAMPLES_MAX) {
-		validate_error_set(err, "num_samples",
-				   "grid combinations (%lld) x num_samples (%lld) exceeds %d trials",
-				   (long long)product, (long long)num_samples, SPEC_NUM_SAMPLES_MAX);
+		spec_error_set(err, "num_samples",
+			       "grid combinations (%lld) x num_samples (%lld) exceeds %d trials",
+			       (long long)product, (long long)num_samples, SPEC_NUM_SAMPLES_MAX);
 		return -EINVAL;
 	}
 	/* Every trial gets its own copy of every constant; bound the total so a
 	 * 1 MiB config cannot ask for gigabytes of trial configs. */
 	nodes = config_nodes(param_space);
 	if (mul_sat(nodes, total) > SPACE_MAX_TOTAL_NODES) {
-		validate_error_set(err, "param_space",
-				   "too large: %lld trials x up to %lld values per config exceeds %d values;"
-				   " use fewer samples or smaller constants",
-				   (long long)total, (long long)nodes, SPACE_MAX_TOTAL_NODES);
+		spec_error_set(err, "param_space",
+			       "too large: %lld trials x up to %lld values per config exceeds %d values;"
+			       " use fewer samples or smaller constants",
+			       (long long)total, (long long)nodes, SPACE_MAX_TOTAL_NODES);
 		return -EINVAL;
 	}
 	*count = total;
@@ -453,7 +452,7 @@ static int collect_grids(const cJSON *obj, const char *path, struct grid_list *g
 	const cJSON *item;
 	cJSON_ArrayForEach(item, obj) {
 		char p[256];
-		validate_path_join(p, sizeof p, path, '\x01', item->string);
+		spec_path_join(p, sizeof p, path, '\x01', item->string);
 		if (is_grid(item)) {
 			if (g->n == g->cap) {
 				int cap = g->cap ? g->cap * 2 : 8;
@@ -493,7 +492,7 @@ static double num_of(const cJSON *dom, const char *key, double def)
 static double q_clamp(double v, double lo, double hi, double q)
 {
 	double klo, khi, k = round(v / q);
-	q_range(lo, hi, q, &klo, &khi);
+	space_q_range(lo, hi, q, &klo, &khi);
 	if (k < klo)
 		k = klo;
 	if (k > khi)
@@ -512,7 +511,7 @@ static double log_uniform(struct rng *r, double lo, double hi)
 	return v;
 }
 
-static cJSON *sample_domain(const cJSON *dom, struct rng *r)
+cJSON *space_sample(const cJSON *dom, struct rng *r)
 {
 	const struct domain_def *d =
 		domain_find(cJSON_GetObjectItemCaseSensitive(dom, "type")->valuestring);
@@ -549,7 +548,7 @@ static cJSON *sample_domain(const cJSON *dom, struct rng *r)
 		break;
 	case DOM_QRANDINT: {
 		double klo, khi;
-		q_range(lo, hi, q, &klo, &khi);
+		space_q_range(lo, hi, q, &klo, &khi);
 		v = (double)rng_int_range(r, (int64_t)klo, (int64_t)khi + 1) * q;
 		break;
 	}
@@ -589,7 +588,7 @@ static cJSON *build(const cJSON *obj, struct grid_list *g, struct rng *r)
 			const cJSON *arr = cJSON_GetObjectItemCaseSensitive(item, "grid_search");
 			v = cJSON_Duplicate(cJSON_GetArrayItem(arr, gv->index), 1);
 		} else if (is_domain(item)) {
-			v = sample_domain(item, r);
+			v = space_sample(item, r);
 		} else if (cJSON_IsObject(item)) {
 			v = build(item, g, r);
 		} else {
@@ -646,7 +645,7 @@ int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
 	*configs_out = arr;
 	return 0;
 fail:
-	validate_error_set(err, "param_space", "out of memory while sampling");
+	spec_error_set(err, "param_space", "out of memory while sampling");
 	free(g.v);
 	cJSON_Delete(arr);
 	return rc;

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include "spec.h"
 
+struct rng;
+
 /* Checks a param_space object. Error paths start with path_prefix
  * (e.g. "param_space"). On success *grid_product holds the number of grid
  * combinations (1 without grids), saturated at INT64_MAX. -EINVAL / -ENOMEM. */
@@ -26,5 +28,15 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
  * The caller owns *configs_out (cJSON_Delete). err may be NULL. */
 int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
 		   cJSON **configs_out, struct validate_error *err);
+
+/* One value of a domain object that space_check accepted (not a
+ * grid_search), drawn from r exactly as space_generate draws it: the
+ * searchers' random phase (tpe.c) calls this so their draws cannot drift
+ * from space_generate's. NULL when out of memory. */
+cJSON *space_sample(const cJSON *dom, struct rng *r);
+
+/* Index range [*klo, *khi] of the multiples of q inside [lower, upper]:
+ * the values a q-domain (quniform, qloguniform, qrandint) can take. */
+void space_q_range(double lower, double upper, double q, double *klo, double *khi);
 
 #endif

@@ -1,8 +1,10 @@
 /* spec: the plain structs a validated experiment config becomes; shared by
- * validate (which fills them), space, asha, sched and best (which read them). */
+ * validate (which fills them), space, asha, sched and best (which read them);
+ * and how a check names what it rejected (struct validate_error, spec.c). */
 #ifndef CTUNE_SPEC_H
 #define CTUNE_SPEC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
 
@@ -94,5 +96,37 @@ struct validate_error {
 	char path[256];
 	char message[512];
 };
+
+/* Fills err (printf-style message); err may be NULL. Every module that
+ * checks part of a config (validate, space, pbt, median, tpe, searcher)
+ * names what is wrong with it. */
+void spec_error_set(struct validate_error *err, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* dst = base + sep + key (just key when base is empty; no separator when
+ * sep is 0), cut to fit size: the path of a field inside its parent. */
+void spec_path_join(char *dst, size_t size, const char *base, char sep, const char *key);
+
+/* Reading the fields of one config object at path (a wrong field's path is
+ * path.key), for validate and for each scheduler's own check. The getters
+ * return 1 when the field is present and right, 0 when it is absent, and
+ * -EINVAL with err filled when it is wrong. */
+/* A name-like string (1..SPEC_NAME_MAX of A-Z a-z 0-9 _ . -, and / when
+ * allow_slash), copied into dst (SPEC_NAME_MAX + 1 bytes). */
+int spec_get_name(const cJSON *obj, const char *path, const char *key, int allow_slash,
+		  char *dst, struct validate_error *err);
+/* An integer in [lo, hi]. */
+int spec_get_int(const cJSON *obj, const char *path, const char *key, double lo, double hi,
+		 int64_t *dst, struct validate_error *err);
+/* A finite number; range checks are the caller's. */
+int spec_get_number(const cJSON *obj, const char *path, const char *key, double *dst,
+		    struct validate_error *err);
+/* 0, or -EINVAL naming the first key of obj not in allowed (NULL-terminated):
+ * "unknown field (WHAT takes a, b, ...)". */
+int spec_check_keys(const cJSON *obj, const char *path, const char *what,
+		    const char *const *allowed, struct validate_error *err);
+/* Fills err with path.key and msg; returns -EINVAL. */
+int spec_fail_at(struct validate_error *err, const char *path, const char *key,
+		 const char *msg);
 
 #endif

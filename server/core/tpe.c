@@ -30,7 +30,6 @@
 #include "idmap.h"
 #include "rng.h"
 #include "space.h"
-#include "validate.h"
 
 #define TPE_MAX_DEPTH 17          /* param_space nests at most 16 objects */
 #define TPE_MAX_STARTUP 100000
@@ -117,7 +116,7 @@ static int opt_int(const cJSON *v, const char *p, double lo, double hi,
 {
 	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
 	    v->valuedouble < lo || v->valuedouble > hi) {
-		validate_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
+		spec_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
 		return -EINVAL;
 	}
 	*out = (int64_t)v->valuedouble;
@@ -127,7 +126,7 @@ static int opt_int(const cJSON *v, const char *p, double lo, double hi,
 static int opt_bool(const cJSON *v, const char *p, int *out, struct validate_error *err)
 {
 	if (!cJSON_IsBool(v)) {
-		validate_error_set(err, p, "must be true or false");
+		spec_error_set(err, p, "must be true or false");
 		return -EINVAL;
 	}
 	*out = cJSON_IsTrue(v);
@@ -144,7 +143,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 	if (!sa)
 		return 0;
 	if (!cJSON_IsObject(sa)) {
-		validate_error_set(err, path, "must be an object like {\"type\": \"tpe\"}");
+		spec_error_set(err, path, "must be an object like {\"type\": \"tpe\"}");
 		return -EINVAL;
 	}
 	cJSON_ArrayForEach(item, sa) {
@@ -153,7 +152,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		int known = 0;
 		for (int i = 0; tpe_fields[i] && !known; i++)
 			known = strcmp(k, tpe_fields[i]) == 0;
-		validate_path_join(p, sizeof p, path, '.', k);
+		spec_path_join(p, sizeof p, path, '.', k);
 		if (!known) {
 			char list[512] = "";
 			for (int i = 0; tpe_fields[i]; i++) {
@@ -161,12 +160,12 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 					strncat(list, ", ", sizeof list - strlen(list) - 1);
 				strncat(list, tpe_fields[i], sizeof list - strlen(list) - 1);
 			}
-			validate_error_set(err, p, "unknown field (tpe takes %s)", list);
+			spec_error_set(err, p, "unknown field (tpe takes %s)", list);
 			return -EINVAL;
 		}
 		if (strcmp(k, "type") == 0) {
 			if (!cJSON_IsString(item) || strcmp(item->valuestring, "tpe") != 0) {
-				validate_error_set(err, p, "must be \"tpe\"");
+				spec_error_set(err, p, "must be \"tpe\"");
 				return -EINVAL;
 			}
 		} else if (strcmp(k, "n_startup_trials") == 0) {
@@ -179,7 +178,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		} else if (strcmp(k, "prior_weight") == 0) {
 			if (!cJSON_IsNumber(item) || !(item->valuedouble > 0) ||
 			    !(item->valuedouble <= TPE_MAX_PRIOR_WEIGHT)) {
-				validate_error_set(err, p, "must be a number > 0 and <= 1e6");
+				spec_error_set(err, p, "must be a number > 0 and <= 1e6");
 				return -EINVAL;
 			}
 			o->prior_weight = item->valuedouble;
@@ -201,8 +200,8 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		} else if (strcmp(k, "gamma") == 0) {
 			if (!cJSON_IsNumber(item) || !(item->valuedouble > 0) ||
 			    !(item->valuedouble <= 1)) {
-				validate_error_set(err, p, "must be a number in (0, 1]: the fraction of "
-						   "finished trials modelled as good");
+				spec_error_set(err, p, "must be a number in (0, 1]: the fraction of "
+					       "finished trials modelled as good");
 				return -EINVAL;
 			}
 			o->gamma = item->valuedouble;
@@ -212,8 +211,8 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 		} else if (strcmp(k, "weights") == 0) {
 			if (!cJSON_IsString(item) || (strcmp(item->valuestring, "ramp") != 0 &&
 						      strcmp(item->valuestring, "flat") != 0)) {
-				validate_error_set(err, p, "must be \"ramp\" (Optuna's default: older "
-						   "trials weigh less past 25) or \"flat\"");
+				spec_error_set(err, p, "must be \"ramp\" (Optuna's default: older "
+					       "trials weigh less past 25) or \"flat\"");
 				return -EINVAL;
 			}
 			o->flat_weights = strcmp(item->valuestring, "flat") == 0;
@@ -351,13 +350,6 @@ static double num_of(const cJSON *dom, const char *key, double def)
 	return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
-/* Same tolerance as space.c: 0.3 is a multiple of 0.1. */
-static void q_range(double lower, double upper, double q, double *klo, double *khi)
-{
-	*klo = ceil(lower / q - 1e-9);
-	*khi = floor(upper / q + 1e-9);
-}
-
 static int param_setup(struct tpe_param *p, const cJSON *node)
 {
 	double klo, khi;
@@ -413,7 +405,7 @@ static int param_setup(struct tpe_param *p, const cJSON *node)
 	case TD_QUNIFORM:
 	case TD_QRANDINT:
 	case TD_QLOGUNIFORM:
-		q_range(p->lo, p->hi, p->q, &klo, &khi);
+		space_q_range(p->lo, p->hi, p->q, &klo, &khi);
 		p->discrete = 1, p->low = klo, p->high = khi;
 		/* k >= 1 here: lower > 0, so log(k - 1/2) is finite. */
 		p->log = p->dom == TD_QLOGUNIFORM;
@@ -547,73 +539,17 @@ static cJSON *to_external(const struct tpe_param *p, double x)
 	return cJSON_CreateNumber(v);
 }
 
-/* ---------- random sampling, exactly as space.c draws ---------- */
+/* ---------- random sampling ---------- */
 
-static double q_clamp(double v, double lo, double hi, double q)
+/* An unfixed grid_search is drawn like a choice over its values; every
+ * domain is drawn by space.c itself, so the random phase cannot drift
+ * from space_generate. */
+static cJSON *random_value(const struct tpe_param *p, const cJSON *node, struct rng *r)
 {
-	double klo, khi, k = round(v / q);
-	q_range(lo, hi, q, &klo, &khi);
-	if (k < klo)
-		k = klo;
-	if (k > khi)
-		k = khi;
-	return fmin(fmax(k * q, lo), hi);
-}
-
-static double log_uniform(struct rng *r, double lo, double hi)
-{
-	double v = exp(rng_uniform_range(r, log(lo), log(hi)));
-	if (v < lo)
-		v = lo;
-	if (v >= hi)
-		v = nextafter(hi, lo);
-	return v;
-}
-
-/* Must stay draw-for-draw identical to space.c's sample_domain
- * (test_tpe checks the startup configs against space_generate). */
-static cJSON *random_value(const struct tpe_param *p, struct rng *r)
-{
-	double lo = p->lo, hi = p->hi, q = p->q, v = 0, klo, khi;
-	switch (p->dom) {
-	case TD_CHOICE:
-	case TD_GRID:
+	if (p->dom == TD_GRID)
 		return cJSON_Duplicate(cJSON_GetArrayItem(p->values,
 				(int)rng_int_range(r, 0, p->ncat)), 1);
-	case TD_UNIFORM:
-		v = rng_uniform_range(r, lo, hi);
-		break;
-	case TD_QUNIFORM:
-		v = q_clamp(rng_uniform_range(r, lo, hi), lo, hi, q);
-		break;
-	case TD_LOGUNIFORM:
-		v = log_uniform(r, lo, hi);
-		break;
-	case TD_QLOGUNIFORM:
-		v = q_clamp(log_uniform(r, lo, hi), lo, hi, q);
-		break;
-	case TD_RANDINT:
-		v = (double)rng_int_range(r, (int64_t)lo, (int64_t)hi);
-		break;
-	case TD_LOGRANDINT:
-		v = floor(log_uniform(r, lo, hi));
-		if (v < lo)
-			v = lo;
-		if (v > hi - 1)
-			v = hi - 1;
-		break;
-	case TD_QRANDINT:
-		q_range(lo, hi, q, &klo, &khi);
-		v = (double)rng_int_range(r, (int64_t)klo, (int64_t)khi + 1) * q;
-		break;
-	case TD_RANDN:
-		v = rng_normal(r, p->mean, p->sd);
-		break;
-	case TD_POW2:
-		v = ldexp(1.0, (int)rng_int_range(r, (int64_t)p->low, (int64_t)p->high + 1));
-		break;
-	}
-	return cJSON_CreateNumber(v);
+	return space_sample(node, r);
 }
 
 /* ---------- observations ---------- */
@@ -1199,9 +1135,9 @@ static cJSON *assemble(const struct tpe *t, const cJSON *obj, const cJSON *fixed
 				else if (!isnan(c))
 					v = to_external(p, c);
 				else
-					v = random_value(p, rg);
+					v = random_value(p, item, rg);
 			} else {
-				cJSON *drawn = chosen ? NULL : random_value(p, r);
+				cJSON *drawn = chosen ? NULL : random_value(p, item, r);
 				if (fx) {
 					cJSON_Delete(drawn);
 					v = cJSON_Duplicate(fx, 1);
@@ -1343,15 +1279,15 @@ int tpe_create(const cJSON *param_space, const cJSON *search_alg,
 	t->seed = seed;
 	rc = collect(t, t->space, seg, 0);
 	if (rc) {
-		validate_error_set(err, "param_space", rc == -ENOMEM ? "out of memory" :
-				   "not a search space the TPE searcher can model");
+		spec_error_set(err, "param_space", rc == -ENOMEM ? "out of memory" :
+			       "not a search space the TPE searcher can model");
 		goto fail;
 	}
 	*out = t;
 	return 0;
 fail:
 	if (rc == -ENOMEM)
-		validate_error_set(err, "search_alg", "out of memory");
+		spec_error_set(err, "search_alg", "out of memory");
 	tpe_free(t);
 	return rc;
 }

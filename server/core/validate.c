@@ -1,6 +1,7 @@
 /* validate: checks a submitted experiment config field by field and fills
  * an experiment_spec with Ray Tune's defaults. */
 #include "validate.h"
+#include "asha.h"
 #include "searcher.h"
 #include "tpe.h"
 #include "hyperband.h"
@@ -9,7 +10,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,36 +23,9 @@
 #define VALIDATE_MAX_ENV 256
 #define VALIDATE_INT_MAX 9007199254740992.0 /* 2^53 */
 
-void validate_error_set(struct validate_error *err, const char *path,
-			const char *fmt, ...)
-{
-	va_list ap;
-	if (!err)
-		return;
-	snprintf(err->path, sizeof err->path, "%s", path ? path : "");
-	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof err->message, fmt, ap);
-	va_end(ap);
-}
-
-void validate_path_join(char *dst, size_t size, const char *base, char sep,
-			const char *key)
-{
-	size_t n = 0;
-	if (size == 0)
-		return;
-	for (; base && *base && n + 1 < size; base++)
-		dst[n++] = *base;
-	if (n > 0 && sep && n + 1 < size)
-		dst[n++] = sep;
-	for (; key && *key && n + 1 < size; key++)
-		dst[n++] = *key;
-	dst[n] = '\0';
-}
-
 static void join(char *dst, size_t size, const char *base, const char *key)
 {
-	validate_path_join(dst, size, base, '.', key);
+	spec_path_join(dst, size, base, '.', key);
 }
 
 static int cmp_key(const void *a, const void *b)
@@ -71,7 +44,7 @@ static int check_duplicates(const cJSON *obj, const char *path, struct validate_
 		return 0;
 	keys = malloc((size_t)n * sizeof *keys);
 	if (!keys) {
-		validate_error_set(err, path, "out of memory");
+		spec_error_set(err, path, "out of memory");
 		return -ENOMEM;
 	}
 	cJSON_ArrayForEach(item, obj)
@@ -81,7 +54,7 @@ static int check_duplicates(const cJSON *obj, const char *path, struct validate_
 		if (strcmp(keys[i - 1], keys[i]) == 0) {
 			char p[256];
 			join(p, sizeof p, path, keys[i]);
-			validate_error_set(err, p, "duplicate field");
+			spec_error_set(err, p, "duplicate field");
 			rc = -EINVAL;
 			break;
 		}
@@ -98,11 +71,11 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 	const cJSON *item;
 	int i = 0;
 	if (depth > VALIDATE_MAX_DEPTH) {
-		validate_error_set(err, path, "nested deeper than %d levels", VALIDATE_MAX_DEPTH);
+		spec_error_set(err, path, "nested deeper than %d levels", VALIDATE_MAX_DEPTH);
 		return -EINVAL;
 	}
 	if (cJSON_IsString(v) && strlen(v->valuestring) > VALIDATE_MAX_STRING) {
-		validate_error_set(err, path, "string longer than %d bytes", VALIDATE_MAX_STRING);
+		spec_error_set(err, path, "string longer than %d bytes", VALIDATE_MAX_STRING);
 		return -EINVAL;
 	}
 	if (cJSON_IsObject(v)) {
@@ -114,151 +87,21 @@ static int check_shape(const cJSON *v, const char *path, int depth,
 		char p[256];
 		if (cJSON_IsObject(v)) {
 			if (strlen(item->string) > VALIDATE_MAX_STRING) {
-				validate_error_set(err, path, "field name longer than %d bytes",
-						   VALIDATE_MAX_STRING);
+				spec_error_set(err, path, "field name longer than %d bytes",
+					       VALIDATE_MAX_STRING);
 				return -EINVAL;
 			}
 			join(p, sizeof p, path, item->string);
 		} else {
 			char idx[24];
 			snprintf(idx, sizeof idx, "[%d]", i);
-			validate_path_join(p, sizeof p, path, 0, "");
-			validate_path_join(p, sizeof p, p, 0, idx);
+			spec_path_join(p, sizeof p, path, 0, "");
+			spec_path_join(p, sizeof p, p, 0, idx);
 		}
 		int rc = check_shape(item, p, depth + 1, err);
 		if (rc)
 			return rc;
 		i++;
-	}
-	return 0;
-}
-
-/* Rejects any key of obj not in allowed (NULL-terminated). */
-static int check_keys(const cJSON *obj, const char *path, const char *what,
-		      const char *const *allowed, struct validate_error *err)
-{
-	const cJSON *item;
-	cJSON_ArrayForEach(item, obj) {
-		int ok = 0;
-		for (int i = 0; allowed[i] && !ok; i++)
-			ok = strcmp(item->string, allowed[i]) == 0;
-		if (!ok) {
-			char p[256], list[512] = "";
-			for (int i = 0; allowed[i]; i++) {
-				if (i)
-					strncat(list, ", ", sizeof list - strlen(list) - 1);
-				strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-			}
-			join(p, sizeof p, path, item->string);
-			validate_error_set(err, p, "unknown field (%s takes %s)", what, list);
-			return -EINVAL;
-		}
-	}
-	return 0;
-}
-
-static int name_ok(const char *s, int allow_slash)
-{
-	size_t n = strlen(s);
-	if (n < 1 || n > SPEC_NAME_MAX)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-' ||
-		      (allow_slash && c == '/')))
-			return 0;
-	}
-	return 1;
-}
-
-/* Copies an optional name-like string field; 1 when present, 0 absent. */
-static int get_name(const cJSON *obj, const char *path, const char *key,
-		    int allow_slash, char *dst, struct validate_error *err)
-{
-	char p[256];
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-	if (!v)
-		return 0;
-	join(p, sizeof p, path, key);
-	if (!cJSON_IsString(v) || !name_ok(v->valuestring, allow_slash)) {
-		validate_error_set(err, p, "must be a string of 1-%d characters from A-Z a-z 0-9 _ . -%s",
-				   SPEC_NAME_MAX, allow_slash ? " /" : "");
-		return -EINVAL;
-	}
-	snprintf(dst, SPEC_NAME_MAX + 1, "%s", v->valuestring);
-	return 1;
-}
-
-/* Optional integer field in [lo, hi]; 1 present, 0 absent. */
-static int get_int(const cJSON *obj, const char *path, const char *key,
-		   double lo, double hi, int64_t *dst, struct validate_error *err)
-{
-	char p[256];
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-	if (!v)
-		return 0;
-	join(p, sizeof p, path, key);
-	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-	    v->valuedouble < lo || v->valuedouble > hi) {
-		validate_error_set(err, p, "must be an integer from %.0f to %.0f", lo, hi);
-		return -EINVAL;
-	}
-	*dst = (int64_t)v->valuedouble;
-	return 1;
-}
-
-/* Optional finite number; 1 present, 0 absent. Range checks by the caller. */
-static int get_number(const cJSON *obj, const char *path, const char *key,
-		      double *dst, struct validate_error *err)
-{
-	char p[256];
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-	if (!v)
-		return 0;
-	join(p, sizeof p, path, key);
-	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-		validate_error_set(err, p, "must be a finite number");
-		return -EINVAL;
-	}
-	*dst = v->valuedouble;
-	return 1;
-}
-
-static int fail_at(struct validate_error *err, const char *path, const char *key,
-		   const char *msg)
-{
-	char p[256];
-	join(p, sizeof p, path, key);
-	validate_error_set(err, p, "%s", msg);
-	return -EINVAL;
-}
-
-/* {"type": "hyperband", "time_attr", "max_t" (81), "reduction_factor" (3)}:
- * Ray's HyperBandScheduler defaults. A band holds round(log(max_t) /
- * log(reduction_factor)) + 1 brackets; bounded so choose stays cheap. */
-static int check_hyperband(const cJSON *s, struct sched_params *sp, struct validate_error *err)
-{
-	static const char *const keys[] = {"type", "time_attr", "max_t", "reduction_factor", NULL};
-	sp->type = SPEC_SCHED_HYPERBAND;
-	sp->has_max_t = 1;
-	sp->max_t = 81;
-	sp->reduction_factor = 3;
-	if (check_keys(s, "scheduler", "hyperband", keys, err) ||
-	    get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0 ||
-	    get_number(s, "scheduler", "max_t", &sp->max_t, err) < 0 ||
-	    get_number(s, "scheduler", "reduction_factor", &sp->reduction_factor, err) < 0)
-		return -EINVAL;
-	if (!(sp->max_t >= 1) || !isfinite(sp->max_t))
-		return fail_at(err, "scheduler", "max_t", "hyperband needs a finite max_t >= 1");
-	if (!(sp->reduction_factor > 1) || !isfinite(sp->reduction_factor))
-		return fail_at(err, "scheduler", "reduction_factor", "must be > 1");
-	if (!(nearbyint(log(sp->max_t) / log(sp->reduction_factor)) + 1 <= HB_MAX_BRACKETS_PER_BAND)) {
-		char msg[160];
-		snprintf(msg, sizeof msg,
-			 "hyperband would have more than %d brackets; raise reduction_factor",
-			 HB_MAX_BRACKETS_PER_BAND);
-		return fail_at(err, "scheduler", "reduction_factor", msg);
 	}
 	return 0;
 }
@@ -271,9 +114,9 @@ static int check_pbt(const cJSON *config, const cJSON *ps, struct pbt_params *p,
 	const cJSON *sa = cJSON_GetObjectItemCaseSensitive(config, "search_alg");
 	const cJSON *sat = cJSON_GetObjectItemCaseSensitive(sa, "type");
 	if (cJSON_IsString(sat) && strcmp(sat->valuestring, "random") != 0)
-		return fail_at(err, "search_alg", "type",
-			       "only random sampling goes with the pbt scheduler (as in Ray: a "
-			       "trial's config changes while it trains)");
+		return spec_fail_at(err, "search_alg", "type",
+				    "only random sampling goes with the pbt scheduler (as in Ray: a "
+				    "trial's config changes while it trains)");
 	return pbt_check(cJSON_GetObjectItemCaseSensitive(config, "scheduler"), "scheduler", ps,
 			 cJSON_GetObjectItemCaseSensitive(config, "trainable"), p, err);
 }
@@ -281,10 +124,7 @@ static int check_pbt(const cJSON *config, const cJSON *ps, struct pbt_params *p,
 static int check_scheduler(const cJSON *s, struct sched_params *sp, struct validate_error *err)
 {
 	static const char *const fifo_keys[] = {"type", "time_attr", "max_t", NULL};
-	static const char *const asha_keys[] = {"type", "time_attr", "max_t", "grace_period",
-						"reduction_factor", "brackets", "promotion", NULL};
 	const cJSON *t;
-	int64_t brackets = 1;
 	int rc;
 
 	memset(sp, 0, sizeof *sp);
@@ -293,79 +133,41 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 	if (!s)
 		return 0;
 	if (!cJSON_IsObject(s))
-		return fail_at(err, "", "scheduler", "must be an object");
+		return spec_fail_at(err, "", "scheduler", "must be an object");
 	t = cJSON_GetObjectItemCaseSensitive(s, "type");
 	if (!t)
-		return fail_at(err, "scheduler", "type", "required (fifo or asha)");
+		return spec_fail_at(err, "scheduler", "type", "required (fifo or asha)");
 	if (cJSON_IsString(t) && strcmp(t->valuestring, "hyperband") == 0)
-		return check_hyperband(s, sp, err);
+		return hb_check(s, "scheduler", sp, err);
+	if (cJSON_IsString(t) && strcmp(t->valuestring, "asha") == 0)
+		return asha_check(s, "scheduler", sp, err);
 	if (cJSON_IsString(t) && strcmp(t->valuestring, "pbt") == 0) {
 		/* The rest (hyperparam_mutations against param_space and the
 		 * trainable) is checked in validate_config by pbt_check. */
 		sp->type = SPEC_SCHED_PBT;
-		return get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0 ? -EINVAL : 0;
+		return spec_get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0 ? -EINVAL : 0;
 	}
 	if (cJSON_IsString(t) && strcmp(t->valuestring, "median_stopping") == 0) {
 		sp->type = SPEC_SCHED_MEDIAN;
 		if (median_check(s, "scheduler", &sp->median, err) ||
-		    get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0)
+		    spec_get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0)
 			return -EINVAL;
 		return 0;
 	}
-	if (!cJSON_IsString(t) ||
-	    (strcmp(t->valuestring, "fifo") && strcmp(t->valuestring, "asha")))
-		return fail_at(err, "scheduler", "type", "must be \"fifo\", \"asha\", \"hyperband\", \"pbt\" or \"median_stopping\"");
-	if (strcmp(t->valuestring, "asha") == 0) {
-		sp->type = SPEC_SCHED_ASHA;
-		sp->has_max_t = 1;
-		sp->max_t = 100;
-		sp->grace_period = 1;
-		sp->reduction_factor = 4;
-	}
-	if (check_keys(s, "scheduler", sp->type == SPEC_SCHED_ASHA ? "asha" : "fifo",
-		       sp->type == SPEC_SCHED_ASHA ? asha_keys : fifo_keys, err))
+	if (!cJSON_IsString(t) || strcmp(t->valuestring, "fifo"))
+		return spec_fail_at(err, "scheduler", "type", "must be \"fifo\", \"asha\", \"hyperband\", \"pbt\" or \"median_stopping\"");
+	/* fifo: run to the end, or to max_t when given. */
+	if (spec_check_keys(s, "scheduler", "fifo", fifo_keys, err))
 		return -EINVAL;
-	if (get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0)
+	if (spec_get_name(s, "scheduler", "time_attr", 1, sp->time_attr, err) < 0)
 		return -EINVAL;
-	rc = get_number(s, "scheduler", "max_t", &sp->max_t, err);
+	rc = spec_get_number(s, "scheduler", "max_t", &sp->max_t, err);
 	if (rc < 0)
 		return rc;
 	if (rc)
 		sp->has_max_t = 1;
 	if (sp->has_max_t && !(sp->max_t > 0))
-		return fail_at(err, "scheduler", "max_t", "must be > 0");
-	if (sp->type == SPEC_SCHED_FIFO)
-		return 0;
-
-	if (get_number(s, "scheduler", "grace_period", &sp->grace_period, err) < 0 ||
-	    get_number(s, "scheduler", "reduction_factor", &sp->reduction_factor, err) < 0 ||
-	    get_int(s, "scheduler", "brackets", 1, SPEC_ASHA_MAX_BRACKETS, &brackets, err) < 0)
-		return -EINVAL;
-	sp->brackets = (int)brackets;
-	/* "promotion": true is ASHA's promotion variant (asha_promo.c): trials
-	 * pause at each rung and the top 1/eta are resumed. */
-	const cJSON *promo = cJSON_GetObjectItemCaseSensitive(s, "promotion");
-	if (promo && !cJSON_IsBool(promo))
-		return fail_at(err, "scheduler", "promotion", "must be true or false");
-	sp->promotion = cJSON_IsTrue(promo);
-	if (!(sp->grace_period > 0))
-		return fail_at(err, "scheduler", "grace_period", "must be > 0");
-	if (!(sp->grace_period <= sp->max_t))
-		return fail_at(err, "scheduler", "grace_period", "asha needs grace_period <= max_t");
-	if (!(sp->reduction_factor > 1))
-		return fail_at(err, "scheduler", "reduction_factor", "must be > 1");
-	/* Bracket 0 has the most milestones; bound it so per-trial state stays
-	 * one 64-bit mask per trial. */
-	/* Compared as a double: max_t / grace_period can overflow to inf, and
-	 * casting that to int is undefined. */
-	if (!(log(sp->max_t / sp->grace_period) / log(sp->reduction_factor) + 1 <
-	      SPEC_ASHA_MAX_MILESTONES + 1)) {
-		char msg[160];
-		snprintf(msg, sizeof msg,
-			 "asha would have more than %d milestones; raise reduction_factor or grace_period",
-			 SPEC_ASHA_MAX_MILESTONES);
-		return fail_at(err, "scheduler", "reduction_factor", msg);
-	}
+		return spec_fail_at(err, "scheduler", "max_t", "must be > 0");
 	return 0;
 }
 
@@ -378,17 +180,17 @@ static int check_resources(const cJSON *r, struct spec_resources *res, struct va
 	if (!r)
 		return 0;
 	if (!cJSON_IsObject(r))
-		return fail_at(err, "", "resources_per_trial", "must be an object");
-	if (check_keys(r, "resources_per_trial", "resources_per_trial", keys, err))
+		return spec_fail_at(err, "", "resources_per_trial", "must be an object");
+	if (spec_check_keys(r, "resources_per_trial", "resources_per_trial", keys, err))
 		return -EINVAL;
-	if (get_number(r, "resources_per_trial", "cpu", &res->cpu, err) < 0 ||
-	    get_number(r, "resources_per_trial", "gpu", &res->gpu, err) < 0)
+	if (spec_get_number(r, "resources_per_trial", "cpu", &res->cpu, err) < 0 ||
+	    spec_get_number(r, "resources_per_trial", "gpu", &res->gpu, err) < 0)
 		return -EINVAL;
 	if (!(res->cpu >= 0 && res->cpu <= 1024))
-		return fail_at(err, "resources_per_trial", "cpu", "must be from 0 to 1024");
+		return spec_fail_at(err, "resources_per_trial", "cpu", "must be from 0 to 1024");
 	if (!(res->gpu >= 0 && res->gpu <= 64))
-		return fail_at(err, "resources_per_trial", "gpu", "must be from 0 to 64");
-	if (get_int(r, "resources_per_trial", "memory_mb", 0, 1 << 30, &res->memory_mb, err) < 0)
+		return spec_fail_at(err, "resources_per_trial", "gpu", "must be from 0 to 64");
+	if (spec_get_int(r, "resources_per_trial", "memory_mb", 0, 1 << 30, &res->memory_mb, err) < 0)
 		return -EINVAL;
 	return 0;
 }
@@ -398,9 +200,9 @@ static int check_string(const cJSON *obj, const char *path, const char *key,
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
 	if (!v)
-		return required ? fail_at(err, path, key, "required") : 0;
+		return required ? spec_fail_at(err, path, key, "required") : 0;
 	if (!cJSON_IsString(v) || !v->valuestring[0])
-		return fail_at(err, path, key, "must be a non-empty string");
+		return spec_fail_at(err, path, key, "must be a non-empty string");
 	return 0;
 }
 
@@ -409,11 +211,11 @@ static int check_enum(const cJSON *obj, const char *path, const char *key,
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
 	if (!v)
-		return fail_at(err, path, key, "required");
+		return spec_fail_at(err, path, key, "required");
 	for (int i = 0; cJSON_IsString(v) && values[i]; i++)
 		if (strcmp(v->valuestring, values[i]) == 0)
 			return 0;
-	return fail_at(err, path, key, msg);
+	return spec_fail_at(err, path, key, msg);
 }
 
 static int env_name_ok(const char *s)
@@ -441,18 +243,18 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 	int i = 0;
 
 	if (!t)
-		return fail_at(err, "", P, "required (builtin or command trainable)");
+		return spec_fail_at(err, "", P, "required (builtin or command trainable)");
 	if (!cJSON_IsObject(t))
-		return fail_at(err, "", P, "must be an object");
+		return spec_fail_at(err, "", P, "must be an object");
 	type = cJSON_GetObjectItemCaseSensitive(t, "type");
 	if (!type)
-		return fail_at(err, P, "type", "required (builtin or command)");
+		return spec_fail_at(err, P, "type", "required (builtin or command)");
 	if (!cJSON_IsString(type) ||
 	    (strcmp(type->valuestring, "builtin") && strcmp(type->valuestring, "command")))
-		return fail_at(err, P, "type", "must be \"builtin\" or \"command\"");
+		return spec_fail_at(err, P, "type", "must be \"builtin\" or \"command\"");
 
 	if (strcmp(type->valuestring, "builtin") == 0) {
-		if (check_keys(t, P, "a builtin trainable", builtin_keys, err) ||
+		if (spec_check_keys(t, P, "a builtin trainable", builtin_keys, err) ||
 		    check_enum(t, P, "model", models, "must be \"mlp\" or \"cnn\"", err) ||
 		    check_enum(t, P, "dataset", datasets,
 			       "must be \"fashion-mnist\", \"mnist\" or \"cifar10\"", err) ||
@@ -460,15 +262,15 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 		    (cJSON_GetObjectItemCaseSensitive(t, "device") &&
 		     check_enum(t, P, "device", devices,
 				"must be \"cpu\", \"cuda\" or \"auto\"", err)) ||
-		    get_int(t, P, "train_limit", 1, 1e9, &limit, err) < 0)
+		    spec_get_int(t, P, "train_limit", 1, 1e9, &limit, err) < 0)
 			return -EINVAL;
 		v = cJSON_GetObjectItemCaseSensitive(t, "test");
 		if (v && !cJSON_IsBool(v))
-			return fail_at(err, P, "test", "must be true or false");
+			return spec_fail_at(err, P, "test", "must be true or false");
 		return 0;
 	}
 
-	if (check_keys(t, P, "a command trainable", command_keys, err))
+	if (spec_check_keys(t, P, "a command trainable", command_keys, err))
 		return -EINVAL;
 	static const char *const stdout_kinds[] = {"pty", "pipe", NULL};
 	if (cJSON_GetObjectItemCaseSensitive(t, "stdout") &&
@@ -476,18 +278,18 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 		return -EINVAL;
 	v = cJSON_GetObjectItemCaseSensitive(t, "argv");
 	if (!v)
-		return fail_at(err, P, "argv", "required (the program and its arguments)");
+		return spec_fail_at(err, P, "argv", "required (the program and its arguments)");
 	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 ||
 	    cJSON_GetArraySize(v) > VALIDATE_MAX_ARGV) {
 		char msg[96];
 		snprintf(msg, sizeof msg, "must be an array of 1 to %d strings", VALIDATE_MAX_ARGV);
-		return fail_at(err, P, "argv", msg);
+		return spec_fail_at(err, P, "argv", msg);
 	}
 	cJSON_ArrayForEach(item, v) {
 		if (!cJSON_IsString(item) || (i == 0 && !item->valuestring[0])) {
 			char p[64];
 			snprintf(p, sizeof p, "trainable.argv[%d]", i);
-			validate_error_set(err, p, i == 0 ? "must be a non-empty string (the program)"
+			spec_error_set(err, p, i == 0 ? "must be a non-empty string (the program)"
 							  : "must be a string");
 			return -EINVAL;
 		}
@@ -499,18 +301,18 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 			char msg[96];
 			snprintf(msg, sizeof msg, "must be an object of at most %d strings",
 				 VALIDATE_MAX_ENV);
-			return fail_at(err, P, "env", msg);
+			return spec_fail_at(err, P, "env", msg);
 		}
 		cJSON_ArrayForEach(item, v) {
 			char p[256];
 			join(p, sizeof p, "trainable.env", item->string);
 			if (!env_name_ok(item->string)) {
-				validate_error_set(err, p,
-						   "environment names need A-Z a-z 0-9 _ and must not start with a digit");
+				spec_error_set(err, p,
+					       "environment names need A-Z a-z 0-9 _ and must not start with a digit");
 				return -EINVAL;
 			}
 			if (!cJSON_IsString(item)) {
-				validate_error_set(err, p, "must be a string");
+				spec_error_set(err, p, "must be a string");
 				return -EINVAL;
 			}
 		}
@@ -583,10 +385,10 @@ static int check_placeholders_in(const char *text, const cJSON *ps, const char *
 			for (int i = 0; placeholder_extra[i] && u < sizeof keys; i++)
 				u += (size_t)snprintf(keys + u, sizeof keys - u, "%s%s", placeholder_extra[i],
 						      placeholder_extra[i + 1] ? ", " : "");
-			validate_error_set(err, path,
-					   "unknown placeholder {%.*s}: param_space has no key '%.*s' "
-					   "(a placeholder may name %s; write {{ and }} for literal braces)",
-					   (int)n, p + 1, (int)n, p + 1, keys);
+			spec_error_set(err, path,
+				       "unknown placeholder {%.*s}: param_space has no key '%.*s' "
+				       "(a placeholder may name %s; write {{ and }} for literal braces)",
+				       (int)n, p + 1, (int)n, p + 1, keys);
 			return -EINVAL;
 		}
 		p = close + 1;
@@ -638,11 +440,11 @@ static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
 		if (!ok) {
 			char p[256];
 			join(p, sizeof p, "param_space", item->string);
-			validate_error_set(err, p,
-					   "the builtin trainer takes no parameter '%.64s' (it takes lr, momentum, "
-					   "weight_decay, optimizer, batch_size, l1, l2, epochs, seed, "
-					   "val_fraction, drop_last, train_limit, model, dataset)",
-					   item->string);
+			spec_error_set(err, p,
+				       "the builtin trainer takes no parameter '%.64s' (it takes lr, momentum, "
+				       "weight_decay, optimizer, batch_size, l1, l2, epochs, seed, "
+				       "val_fraction, drop_last, train_limit, model, dataset)",
+				       item->string);
 			return -EINVAL;
 		}
 	}
@@ -672,23 +474,23 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
 	if (sa) {
 		const cJSON *type = cJSON_GetObjectItemCaseSensitive(sa, "type");
 		if (!cJSON_IsObject(sa))
-			return fail_at(err, "", "search_alg", "must be an object like {\"type\": \"tpe\"}");
+			return spec_fail_at(err, "", "search_alg", "must be an object like {\"type\": \"tpe\"}");
 		if (!type)
-			return fail_at(err, "search_alg", "type", "required (random or tpe)");
+			return spec_fail_at(err, "search_alg", "type", "required (random or tpe)");
 		if (!cJSON_IsString(type) ||
 		    (strcmp(type->valuestring, "random") && strcmp(type->valuestring, "tpe")))
-			return fail_at(err, "search_alg", "type", "must be \"random\" or \"tpe\"");
+			return spec_fail_at(err, "search_alg", "type", "must be \"random\" or \"tpe\"");
 		tpe = !strcmp(type->valuestring, "tpe");
 		if (tpe ? tpe_options_check(sa, "search_alg", err)
-			: check_keys(sa, "search_alg", "random", random_keys, err))
+			: spec_check_keys(sa, "search_alg", "random", random_keys, err))
 			return -EINVAL;
 		if (tpe && !out->has_metric)
-			return fail_at(err, "", "metric", "required with search_alg tpe (and mode): "
-				       "the value it learns from");
+			return spec_fail_at(err, "", "metric", "required with search_alg tpe (and mode): "
+					    "the value it learns from");
 	}
 	if (pte) {
 		if (!ps && !(empty = cJSON_CreateObject()))
-			return fail_at(err, "", "points_to_evaluate", "out of memory");
+			return spec_fail_at(err, "", "points_to_evaluate", "out of memory");
 		rc = searcher_check_points(pte, ps ? ps : empty, out->num_trials, err);
 		cJSON_Delete(empty);
 		if (rc)
@@ -697,34 +499,34 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
 	if (ws) {
 		int64_t id = 0;
 		if (!cJSON_IsObject(ws))
-			return fail_at(err, "", "warm_start", "must be an object like {\"experiment\": 3}");
-		if (check_keys(ws, "warm_start", "warm_start", stored ? ws_stored_keys : ws_keys, err))
+			return spec_fail_at(err, "", "warm_start", "must be an object like {\"experiment\": 3}");
+		if (spec_check_keys(ws, "warm_start", "warm_start", stored ? ws_stored_keys : ws_keys, err))
 			return -EINVAL;
 		if (!tpe)
-			return fail_at(err, "", "warm_start", "needs search_alg {\"type\": \"tpe\"}: "
-				       "random and grid search do not learn from results");
-		rc = get_int(ws, "warm_start", "experiment", 1, VALIDATE_INT_MAX, &id, err);
+			return spec_fail_at(err, "", "warm_start", "needs search_alg {\"type\": \"tpe\"}: "
+					    "random and grid search do not learn from results");
+		rc = spec_get_int(ws, "warm_start", "experiment", 1, VALIDATE_INT_MAX, &id, err);
 		if (rc < 0)
 			return -EINVAL;
 		if (!rc)
-			return fail_at(err, "warm_start", "experiment", "required (the id of an "
-				       "experiment whose ended trials seed the searcher)");
+			return spec_fail_at(err, "warm_start", "experiment", "required (the id of an "
+					    "experiment whose ended trials seed the searcher)");
 		const cJSON *tr = cJSON_GetObjectItemCaseSensitive(ws, "trials"), *t;
 		if (tr && !cJSON_IsArray(tr))
-			return fail_at(err, "warm_start", "trials", "must be an array");
+			return spec_fail_at(err, "warm_start", "trials", "must be an array");
 		int i = 0;
 		cJSON_ArrayForEach(t, tr) {
 			char p[64];
 			snprintf(p, sizeof p, "warm_start.trials[%d]", i++);
-			if (!cJSON_IsObject(t) || check_keys(t, p, "a warm_start trial", wt_keys, err))
+			if (!cJSON_IsObject(t) || spec_check_keys(t, p, "a warm_start trial", wt_keys, err))
 				return cJSON_IsObject(t) ? -EINVAL
-					: (validate_error_set(err, p, "must be an object"), -EINVAL);
+					: (spec_error_set(err, p, "must be an object"), -EINVAL);
 			const cJSON *c = cJSON_GetObjectItemCaseSensitive(t, "config");
 			const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "value");
 			if (!cJSON_IsObject(c))
-				return fail_at(err, p, "config", "must be an object");
+				return spec_fail_at(err, p, "config", "must be an object");
 			if (!cJSON_IsNumber(v) && !cJSON_IsNull(v))
-				return fail_at(err, p, "value", "must be a number or null");
+				return spec_fail_at(err, p, "value", "must be a number or null");
 		}
 	}
 	return 0;
@@ -756,44 +558,44 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 
 	memset(out, 0, sizeof *out);
 	if (!cJSON_IsObject(config)) {
-		validate_error_set(err, "", "the experiment config must be a JSON object");
+		spec_error_set(err, "", "the experiment config must be a JSON object");
 		return -EINVAL;
 	}
 	rc = check_shape(config, "", 0, err);
 	if (rc)
 		return rc;
-	if (check_keys(config, "", "an experiment", top_keys, err))
+	if (spec_check_keys(config, "", "an experiment", top_keys, err))
 		return -EINVAL;
 
 	snprintf(out->name, sizeof out->name, "experiment");
-	if (get_name(config, "", "name", 0, out->name, err) < 0)
+	if (spec_get_name(config, "", "name", 0, out->name, err) < 0)
 		return -EINVAL;
-	has_metric = get_name(config, "", "metric", 1, out->metric, err);
+	has_metric = spec_get_name(config, "", "metric", 1, out->metric, err);
 	if (has_metric < 0)
 		return -EINVAL;
 	mode = cJSON_GetObjectItemCaseSensitive(config, "mode");
 	if (mode) {
 		if (!cJSON_IsString(mode) ||
 		    (strcmp(mode->valuestring, "min") && strcmp(mode->valuestring, "max")))
-			return fail_at(err, "", "mode", "must be \"min\" or \"max\"");
+			return spec_fail_at(err, "", "mode", "must be \"min\" or \"max\"");
 		out->mode = strcmp(mode->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
 	}
 	if (has_metric && !mode)
-		return fail_at(err, "", "mode", "required with metric (\"min\" or \"max\")");
+		return spec_fail_at(err, "", "mode", "required with metric (\"min\" or \"max\")");
 	if (mode && !has_metric)
-		return fail_at(err, "", "metric", "required with mode (the result key to optimise)");
+		return spec_fail_at(err, "", "metric", "required with mode (the result key to optimise)");
 	out->has_metric = has_metric;
 
 	out->num_samples = 1;
-	if (get_int(config, "", "num_samples", 1, SPEC_NUM_SAMPLES_MAX, &out->num_samples, err) < 0 ||
-	    get_int(config, "", "max_concurrent_trials", 0, 1e9, &out->max_concurrent_trials, err) < 0 ||
-	    get_int(config, "", "max_failures", 0, 1000, &out->max_failures, err) < 0)
+	if (spec_get_int(config, "", "num_samples", 1, SPEC_NUM_SAMPLES_MAX, &out->num_samples, err) < 0 ||
+	    spec_get_int(config, "", "max_concurrent_trials", 0, 1e9, &out->max_concurrent_trials, err) < 0 ||
+	    spec_get_int(config, "", "max_failures", 0, 1000, &out->max_failures, err) < 0)
 		return -EINVAL;
 	const cJSON *ff = cJSON_GetObjectItemCaseSensitive(config, "fail_fast");
 	if (ff && !cJSON_IsBool(ff))
-		return fail_at(err, "", "fail_fast", "must be true or false");
+		return spec_fail_at(err, "", "fail_fast", "must be true or false");
 	out->fail_fast = cJSON_IsTrue(ff);
-	rc = get_int(config, "", "seed", 0, VALIDATE_INT_MAX, &seed, err);
+	rc = spec_get_int(config, "", "seed", 0, VALIDATE_INT_MAX, &seed, err);
 	if (rc < 0)
 		return rc;
 	out->has_seed = rc;
@@ -801,7 +603,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 
 	ps = cJSON_GetObjectItemCaseSensitive(config, "param_space");
 	if (ps && !cJSON_IsObject(ps))
-		return fail_at(err, "", "param_space", "must be an object of parameters");
+		return spec_fail_at(err, "", "param_space", "must be an object of parameters");
 	if (ps && space_count(ps, out->num_samples, &out->num_trials, err))
 		return -EINVAL;
 	if (!ps)
@@ -810,13 +612,13 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	if (check_scheduler(cJSON_GetObjectItemCaseSensitive(config, "scheduler"), &out->sched, err))
 		return -EINVAL;
 	if (out->sched.type == SPEC_SCHED_ASHA && !has_metric)
-		return fail_at(err, "", "metric", "required with the asha scheduler (and mode)");
+		return spec_fail_at(err, "", "metric", "required with the asha scheduler (and mode)");
 	if (out->sched.type == SPEC_SCHED_HYPERBAND && !has_metric)
-		return fail_at(err, "", "metric", "required with the hyperband scheduler (and mode)");
+		return spec_fail_at(err, "", "metric", "required with the hyperband scheduler (and mode)");
 	if ((out->sched.type == SPEC_SCHED_PBT || out->sched.type == SPEC_SCHED_MEDIAN) && !has_metric)
-		return fail_at(err, "", "metric", out->sched.type == SPEC_SCHED_PBT
-			       ? "required with the pbt scheduler (and mode)"
-			       : "required with the median_stopping scheduler (and mode)");
+		return spec_fail_at(err, "", "metric", out->sched.type == SPEC_SCHED_PBT
+				    ? "required with the pbt scheduler (and mode)"
+				    : "required with the median_stopping scheduler (and mode)");
 	out->sched.num_trials = out->num_trials;
 	if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
 			    &out->resources, err) ||
@@ -841,8 +643,8 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 		return -EINVAL;
 	const cJSON *tb = cJSON_GetObjectItemCaseSensitive(config, "time_budget_s");
 	if (tb && (!cJSON_IsNumber(tb) || !(tb->valuedouble > 0 && tb->valuedouble <= 1e9)))
-		return fail_at(err, "", "time_budget_s",
-			       "must be a number of seconds > 0 (at most 1e9)");
+		return spec_fail_at(err, "", "time_budget_s",
+				    "must be a number of seconds > 0 (at most 1e9)");
 	out->time_budget_s = tb ? tb->valuedouble : 0;
 
 	out->param_space = ps ? cJSON_Duplicate(ps, 1) : cJSON_CreateObject();
@@ -857,14 +659,14 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 	if (!out->param_space || !out->trainable || (sa && !out->search_alg) ||
 	    (pte && !out->points_to_evaluate) || (ws && !out->warm_start) || (stop && !out->stop)) {
 		validate_spec_free(out);
-		validate_error_set(err, "", "out of memory");
+		spec_error_set(err, "", "out of memory");
 		return -ENOMEM;
 	}
 	if (out->sched.type == SPEC_SCHED_PBT) {
 		pbt_p.mutations = cJSON_Duplicate(pbt_p.mutations, 1);
 		if (!pbt_p.mutations) {
 			validate_spec_free(out);
-			validate_error_set(err, "", "out of memory");
+			spec_error_set(err, "", "out of memory");
 			return -ENOMEM;
 		}
 		out->sched.pbt = pbt_p;

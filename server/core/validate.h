@@ -20,13 +20,4 @@ int validate_experiment_stored(const cJSON *config, struct experiment_spec *out,
 			       struct validate_error *err);
 void validate_spec_free(struct experiment_spec *spec);
 
-/* Fills err (printf-style message); for the modules that share the struct. */
-void validate_error_set(struct validate_error *err, const char *path,
-			const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-/* dst = base + sep + key (just key when base is empty), cut to fit size. */
-void validate_path_join(char *dst, size_t size, const char *base, char sep,
-			const char *key);
-
 #endif

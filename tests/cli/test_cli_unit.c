@@ -15,6 +15,7 @@
 #include "http.h"
 #include "report.h"
 #include "sbuf.h"
+#include "text.h"
 
 #ifndef CLI_TEST_DIR
 #error CLI_TEST_DIR must name tests/cli

@@ -58,42 +58,43 @@ START_TEST(varints) {
 }
 END_TEST
 
-static void expect_buf(const struct tfev_buf *b, const char *hex) {
+static void expect_buf(const struct sbuf *b, const char *hex) {
   char got[256] = "";
   ck_assert_int_eq(b->err, 0);
-  ck_assert_uint_lt(b->n, sizeof(got) / 2);
-  for (size_t i = 0; i < b->n; i++) sprintf(got + 2 * i, "%02x", b->p[i]);
+  ck_assert_uint_lt(b->len, sizeof(got) / 2);
+  for (size_t i = 0; i < b->len; i++)
+    sprintf(got + 2 * i, "%02x", (unsigned char)b->buf[i]);
   ck_assert_msg(!strcmp(got, hex), "encoded %s, wanted %s", got, hex);
 }
 
 START_TEST(protobuf_fields) {
-  struct tfev_buf b, inner;
-  tfev_buf_init(&b);
-  tfev_buf_init(&inner);
+  struct sbuf b, inner;
+  sbuf_init(&b);
+  sbuf_init(&inner);
   tfev_put_varint_field(&b, 1, 150); /* the encoding guide's Test1 */
   expect_buf(&b, "089601");
-  b.n = 0;
+  sbuf_reset(&b);
   tfev_put_string(&b, 2, "testing"); /* Test2 */
   expect_buf(&b, "120774657374696e67");
-  b.n = 0;
+  sbuf_reset(&b);
   tfev_put_varint_field(&inner, 1, 150); /* Test3: a nested message */
   tfev_put_msg(&b, 3, &inner);
   expect_buf(&b, "1a03089601");
-  b.n = 0;
+  sbuf_reset(&b);
   tfev_put_float(&b, 2, 1.0f); /* fixed32, little endian */
   expect_buf(&b, "150000803f");
-  b.n = 0;
+  sbuf_reset(&b);
   tfev_put_double(&b, 1, 1.0); /* fixed64 */
   expect_buf(&b, "09000000000000f03f");
-  b.n = 0;
+  sbuf_reset(&b);
   const double two[] = {1.0, -2.0};
   tfev_put_packed_doubles(&b, 6, two, 2); /* packed: one length, no keys */
   expect_buf(&b, "3210000000000000f03f00000000000000c0");
-  b.n = 0;
+  sbuf_reset(&b);
   tfev_put_varint_field(&b, 16, 1); /* field numbers past 15 take two bytes */
   expect_buf(&b, "800101");
-  tfev_buf_free(&b);
-  tfev_buf_free(&inner);
+  sbuf_free(&b);
+  sbuf_free(&inner);
 }
 END_TEST
 

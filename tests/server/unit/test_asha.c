@@ -9,6 +9,7 @@
 
 #include "asha.h"
 #include "rng.h"
+#include "vectors.h"
 
 static struct sched_params params(double max_t, double grace, double rf, int brackets)
 {
@@ -586,32 +587,12 @@ static double num_or_special(const cJSON *v)
 	return v->valuedouble;
 }
 
-static cJSON *load_vectors(void)
-{
-	FILE *f = fopen(ASHA_RAY_VECTORS, "rb");
-	char *buf;
-	long n;
-	cJSON *doc;
-	ck_assert_msg(f != NULL, "cannot open %s", ASHA_RAY_VECTORS);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	doc = cJSON_Parse(buf);
-	free(buf);
-	ck_assert_ptr_nonnull(doc);
-	return doc;
-}
-
 /* Streams decided by a Python transcription of Ray's bracket logic with
  * numpy.nanpercentile (gen_asha_vectors.py): every decision must agree and
  * every cutoff must be bit-identical. */
 START_TEST(agrees_with_ray_reference)
 {
-	cJSON *doc = load_vectors(), *c;
+	cJSON *doc = vectors_load(ASHA_RAY_VECTORS), *c;
 	int results = 0, stops = 0, cutoffs = 0;
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
 		const char *mode = cJSON_GetObjectItem(c, "mode")->valuestring;

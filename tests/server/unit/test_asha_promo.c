@@ -12,6 +12,7 @@
 
 #include "asha_promo.h"
 #include "scheduler.h"
+#include "vectors.h"
 
 static struct sched_params params(double grace, double eta, double max_t, int nb)
 {
@@ -150,23 +151,6 @@ END_TEST
 
 /* --- vectors --- */
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	long n;
-	char *b;
-	ck_assert_ptr_nonnull(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	b = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(b);
-	ck_assert_int_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-	b[n] = 0;
-	fclose(f);
-	return b;
-}
-
 struct rec {
 	int64_t id;
 	char *json;
@@ -289,10 +273,8 @@ static void run_case(const cJSON *cs, int every)
 
 static void run_vectors(int every)
 {
-	char *text = slurp(ASHA_PROMO_VECTORS);
-	cJSON *doc = cJSON_Parse(text), *cs;
+	cJSON *doc = vectors_load(ASHA_PROMO_VECTORS), *cs;
 	int n = 0;
-	ck_assert_ptr_nonnull(doc);
 	cJSON_ArrayForEach(cs, cJSON_GetObjectItem(doc, "cases"))
 	{
 		run_case(cs, every);
@@ -300,7 +282,6 @@ static void run_vectors(int every)
 	}
 	ck_assert_int_eq(n, 8);
 	cJSON_Delete(doc);
-	free(text);
 }
 
 START_TEST(agrees_with_paper_transcription)

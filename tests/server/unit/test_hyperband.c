@@ -12,6 +12,7 @@
 #include "hyperband.h"
 #include "scheduler.h"
 #include "validate.h"
+#include "vectors.h"
 
 /* Trial ids differ from creation indices, as in the server. */
 static int64_t id_of(int64_t idx)
@@ -290,26 +291,6 @@ static double num_or_special(const cJSON *v)
 	return v->valuedouble;
 }
 
-static cJSON *load_vectors(void)
-{
-	FILE *f = fopen(HYPERBAND_RAY_VECTORS, "rb");
-	char *buf;
-	long n;
-	cJSON *doc;
-	ck_assert_msg(f != NULL, "cannot open %s", HYPERBAND_RAY_VECTORS);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	doc = cJSON_Parse(buf);
-	free(buf);
-	ck_assert_ptr_nonnull(doc);
-	return doc;
-}
-
 struct rec {
 	int64_t trial_id;
 	char *json;
@@ -380,7 +361,7 @@ static void check_outcome(const struct hb_outcome *o, const cJSON *stopped,
 
 START_TEST(agrees_with_ray_reference)
 {
-	cJSON *doc = load_vectors(), *c;
+	cJSON *doc = vectors_load(HYPERBAND_RAY_VECTORS), *c;
 	int results = 0, pauses = 0, resumes = 0, restarts = 0, others = 0;
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
 		const char *mode = cJSON_GetObjectItem(c, "mode")->valuestring;

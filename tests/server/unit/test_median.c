@@ -10,33 +10,13 @@
 #include "median.h"
 #include "scheduler.h"
 #include "validate.h"
+#include "vectors.h"
 
 static cJSON *parse(const char *s)
 {
 	cJSON *j = cJSON_Parse(s);
 	ck_assert_msg(j != NULL, "bad JSON in test: %s", s);
 	return j;
-}
-
-static cJSON *load_vectors(void)
-{
-	FILE *f = fopen(MEDIAN_RAY_VECTORS, "rb");
-	char *buf;
-	long n;
-	cJSON *doc;
-	ck_assert_msg(f != NULL, "cannot open %s", MEDIAN_RAY_VECTORS);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	doc = cJSON_Parse(buf);
-	free(buf);
-	ck_assert_ptr_nonnull(doc);
-	return doc;
 }
 
 static struct median *rebuild(const struct median_params *p, enum spec_mode mode, const cJSON *recs)
@@ -67,7 +47,7 @@ static void keep(cJSON *recs, int64_t id, cJSON **rec)
  * the records every 23 events. */
 static void run_vectors(int restart_every)
 {
-	cJSON *doc = load_vectors(), *c;
+	cJSON *doc = vectors_load(MEDIAN_RAY_VECTORS), *c;
 	int compared = 0, stops = 0;
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
 		struct median_params p;

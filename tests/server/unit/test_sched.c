@@ -194,6 +194,61 @@ START_TEST(asha_reason_min_mode)
 }
 END_TEST
 
+/* The "of N trials" of a cutoff stop counts every record at the rung, a
+ * null metric's included (it is recorded, never cut). */
+START_TEST(asha_reason_counts_nonfinite_records)
+{
+	struct sched *s = from_config(
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\", \"max_t\": 10,"
+		" \"grace_period\": 4, \"reduction_factor\": 2}, " TRAIN "}", 3);
+	struct sched_outcome o;
+	double v[4] = {0.5, NAN, 0.6, 0.1};
+	for (int id = 1; id <= 4; id++)
+		ck_assert_int_eq(sched_add_trial(s, id, id - 1, NULL), 0);
+	for (int id = 1; id <= 4; id++) {
+		ck_assert_int_eq(sched_on_result(s, id, 4, &v[id - 1], &o), 0);
+		if (id < 4)
+			sched_outcome_clear(&o);
+	}
+	ck_assert_int_eq(o.action, SCHED_STOP);
+	ck_assert_str_eq(o.reason, "stopped at t=4: 0.1 worse than cutoff 0.55 of 4 trials at rung 4");
+	sched_outcome_clear(&o);
+	sched_free(s);
+}
+END_TEST
+
+/* Only fifo's plan does not depend on max_t: it alone may raise it. */
+START_TEST(raise_max_t_fifo_only)
+{
+	static const char *const others[] = {
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\"}, " TRAIN "}",
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\","
+		" \"promotion\": true}, " TRAIN "}",
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"hyperband\"}, "
+		TRAIN "}",
+		"{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"median_stopping\"}, "
+		TRAIN "}",
+	};
+	struct sched *s = from_config("{\"scheduler\": {\"type\": \"fifo\", \"max_t\": 5}, " TRAIN "}", 0);
+	struct sched_outcome o;
+	double v = 1;
+	ck_assert_int_eq(sched_raise_max_t(s, 4), -EINVAL);
+	ck_assert_int_eq(sched_raise_max_t(s, 8), 0);
+	ck_assert_int_eq(sched_add_trial(s, 1, 0, NULL), 0);
+	ck_assert_int_eq(sched_on_result(s, 1, 5, &v, &o), 0);
+	ck_assert_int_eq(o.action, SCHED_CONTINUE);
+	ck_assert_int_eq(sched_on_result(s, 1, 8, &v, &o), 0);
+	ck_assert_int_eq(o.action, SCHED_STOP);
+	sched_outcome_clear(&o);
+	sched_free(s);
+	for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+		s = from_config(others[i], 1);
+		ck_assert_int_eq(sched_raise_max_t(s, 1000), -EOPNOTSUPP);
+		sched_free(s);
+	}
+}
+END_TEST
+
 START_TEST(create_errors)
 {
 	struct sched_params p;
@@ -217,6 +272,8 @@ int main(void)
 	tcase_add_test(tc, fifo_stops_at_max_t);
 	tcase_add_test(tc, asha_through_sched);
 	tcase_add_test(tc, asha_reason_min_mode);
+	tcase_add_test(tc, asha_reason_counts_nonfinite_records);
+	tcase_add_test(tc, raise_max_t_fifo_only);
 	tcase_add_test(tc, create_errors);
 	tcase_add_test(tc, memory_follows_spec_and_records);
 	suite_add_tcase(s, tc);

@@ -15,6 +15,7 @@
 
 #include "searcher.h"
 #include "validate.h"
+#include "vectors.h"
 
 static cJSON *pinned;
 
@@ -319,14 +320,7 @@ END_TEST
 
 int main(void)
 {
-	FILE *f = fopen(SEARCHER_PINNED, "rb");
-	static char buf[1 << 20];
-	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	pinned = cJSON_Parse(buf);
-	if (!pinned) {
+	if (vectors_read(SEARCHER_PINNED, &pinned)) {
 		fprintf(stderr, "cannot read %s\n", SEARCHER_PINNED);
 		return 1;
 	}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "space.h"
 
 static cJSON *gen(const char *space_json, int64_t n, uint64_t seed)
@@ -338,6 +339,46 @@ START_TEST(determinism)
 }
 END_TEST
 
+/* space_sample is what space_generate draws for one domain: trial i of a
+ * one-domain space is space_sample on the stream rng_mix(seed, i), for every
+ * domain type (tpe.c's random phase relies on it). */
+START_TEST(sample_is_what_generate_draws)
+{
+	static const char *const doms[] = {
+		"{\"type\": \"choice\", \"values\": [\"a\", 2, {\"k\": [1]}]}",
+		"{\"type\": \"uniform\", \"lower\": -1, \"upper\": 3}",
+		"{\"type\": \"quniform\", \"lower\": 0, \"upper\": 1, \"q\": 0.1}",
+		"{\"type\": \"loguniform\", \"lower\": 1e-5, \"upper\": 1}",
+		"{\"type\": \"qloguniform\", \"lower\": 1, \"upper\": 1000, \"q\": 5}",
+		"{\"type\": \"randint\", \"lower\": -3, \"upper\": 7}",
+		"{\"type\": \"lograndint\", \"lower\": 1, \"upper\": 1000}",
+		"{\"type\": \"qrandint\", \"lower\": 0, \"upper\": 100, \"q\": 7}",
+		"{\"type\": \"randn\", \"mean\": 2, \"sd\": 0.5}",
+		"{\"type\": \"pow2\", \"lower\": 4, \"upper\": 256}",
+	};
+	for (size_t d = 0; d < sizeof doms / sizeof *doms; d++) {
+		char buf[512];
+		cJSON *dom = cJSON_Parse(doms[d]), *arr, *c;
+		int64_t i = 0;
+		ck_assert_ptr_nonnull(dom);
+		snprintf(buf, sizeof buf, "{\"x\": %s}", doms[d]);
+		arr = gen(buf, 50, 9);
+		cJSON_ArrayForEach(c, arr) {
+			struct rng r;
+			cJSON *v;
+			rng_seed(&r, rng_mix(9, (uint64_t)i));
+			v = space_sample(dom, &r);
+			ck_assert_msg(cJSON_Compare(v, cJSON_GetObjectItem(c, "x"), 1),
+				      "%s: trial %lld differs", doms[d], (long long)i);
+			cJSON_Delete(v);
+			i++;
+		}
+		cJSON_Delete(arr);
+		cJSON_Delete(dom);
+	}
+}
+END_TEST
+
 START_TEST(integers_are_integral)
 {
 	cJSON *arr = gen(full_space, 50, 1), *c;
@@ -392,6 +433,7 @@ int main(void)
 	tcase_add_test(tc, grid_product_times_samples_in_ray_order);
 	tcase_add_test(tc, nested_constants_and_domains);
 	tcase_add_test(tc, determinism);
+	tcase_add_test(tc, sample_is_what_generate_draws);
 	tcase_add_test(tc, integers_are_integral);
 	tcase_add_test(tc, bad_space_rejected);
 	suite_add_tcase(s, tc);

@@ -117,7 +117,8 @@ static const char *every_domain =
 	" \"k\": \"constant\"}";
 
 /* Without results, suggestion i is space_generate's trial i (grid values
- * passed as the fixed part, as the server will). */
+ * passed as the fixed part, as the server will): the random phase draws
+ * through space_sample, on trial i's own stream, in the space's order. */
 START_TEST(startup_matches_space_generate)
 {
 	cJSON *sp = parse(every_domain), *configs = NULL, *c;

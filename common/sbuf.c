@@ -1,8 +1,9 @@
-/* sbuf: growable text buffer with a sticky error, plus UTF-8 width helpers. */
+/* sbuf: see sbuf.h. */
 #include "sbuf.h"
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,31 @@ void sbuf_free(struct sbuf *s) {
   sbuf_init(s);
 }
 
+void sbuf_reset(struct sbuf *s) {
+  s->len = 0;
+  if (s->buf) s->buf[0] = '\0';
+}
+
+void sbuf_fail(struct sbuf *s, int err) {
+  if (!s->err) s->err = err < 0 ? err : -EINVAL;
+}
+
+/* Room for extra more bytes and the NUL, doubling from 256. */
 static int sbuf_reserve(struct sbuf *s, size_t extra) {
   if (s->err) return s->err;
-  if (s->len + extra + 1 <= s->cap) return 0;
-  size_t cap = s->cap ? s->cap : 256;
-  while (cap < s->len + extra + 1) cap *= 2;
+  if (extra < s->cap - s->len) return 0; /* cap > len whenever cap > 0 */
+  if (extra > SIZE_MAX - 1 - s->len) {
+    s->err = -ENOMEM;
+    return s->err;
+  }
+  size_t need = s->len + extra + 1, cap = s->cap ? s->cap : 256;
+  while (cap < need) {
+    if (cap > SIZE_MAX / 2) {
+      s->err = -ENOMEM;
+      return s->err;
+    }
+    cap *= 2;
+  }
   char *nb = realloc(s->buf, cap);
   if (!nb) {
     s->err = -ENOMEM;
@@ -29,9 +50,9 @@ static int sbuf_reserve(struct sbuf *s, size_t extra) {
   return 0;
 }
 
-void sbuf_putn(struct sbuf *s, const char *str, size_t n) {
+void sbuf_putn(struct sbuf *s, const void *data, size_t n) {
   if (sbuf_reserve(s, n)) return;
-  memcpy(s->buf + s->len, str, n);
+  if (n) memcpy(s->buf + s->len, data, n);
   s->len += n;
   s->buf[s->len] = '\0';
 }
@@ -69,23 +90,4 @@ int sbuf_take(struct sbuf *s, char **out) {
   *out = s->buf;
   sbuf_init(s);
   return 0;
-}
-
-size_t text_width(const char *str) {
-  size_t w = 0;
-  for (const unsigned char *p = (const unsigned char *)str; *p; p++)
-    if ((*p & 0xC0) != 0x80) w++;
-  return w;
-}
-
-size_t text_prefix_bytes(const char *str, size_t cols) {
-  size_t w = 0, i = 0;
-  const unsigned char *p = (const unsigned char *)str;
-  for (; p[i]; i++) {
-    if ((p[i] & 0xC0) != 0x80) {
-      if (w == cols) break;
-      w++;
-    }
-  }
-  return i;
 }
