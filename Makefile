@@ -1,16 +1,26 @@
 # Thin wrapper over CMake: `make demo` and `make test` are the README's two
-# commands; each installs what it needs first.
+# commands; each installs what it needs first (scripts/install-deps): the
+# build and demo set, or with --test also the tools the tests drive (browser,
+# libFuzzer, PyTorch, Slurm, venvs) when a goal below needs them. Decided from
+# the goals, so that `deps` runs once, before the first configure (which looks
+# for clang), even in `make build test` or with -j.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+ifneq ($(filter test test-fast fuzz bench,$(MAKECMDGOALS)),)
+DEPS_FLAGS ?= --test
+endif
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+export CTUNE_BENCH_DEPS = 1
+endif
 
 .PHONY: all deps build asan demo test test-fast test-asan bench fuzz clean install package
 
 all: build
 
 deps:
-	./scripts/install-deps
+	./scripts/install-deps $(DEPS_FLAGS)
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
@@ -42,7 +52,6 @@ fuzz: build
 	  ./tests/fuzz/run-fuzz $$bin $$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t $(BUILD)/fuzz/work $(FUZZ_SECONDS) || exit 1; done
 
 bench: build
-	CTUNE_BENCH_DEPS=1 ./scripts/install-deps
 	./bench/run-all $(BUILD)
 
 # Installs the release build: programs in $(PREFIX)/bin, the dashboard in
