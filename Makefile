@@ -1,19 +1,29 @@
 # Thin wrapper over CMake: `make demo` and `make test` are the README's two
-# commands; each installs what it needs first.
-# build: the programs as users get them (no tests, no test hooks);
-# build-test and build-asan: test builds (tests + hooks, testhook.h).
+# commands; each installs what it needs first (scripts/install-deps): the
+# build and demo set, or with --test also the tools the tests drive (browser,
+# libFuzzer, PyTorch, Slurm, venvs) when a goal below needs them. Decided from
+# the goals, so that `deps` runs once, before the first configure (which looks
+# for clang), even in `make build test` or with -j.
+# build/: the programs as users get them (no tests, no test hooks);
+# build-test/ and build-asan/: test builds (tests + hooks, common/testhook.h).
 BUILD      ?= build
 TEST_BUILD ?= build-test
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+ifneq ($(filter test test-fast fuzz bench,$(MAKECMDGOALS)),)
+DEPS_FLAGS ?= --test
+endif
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+export CTUNE_BENCH_DEPS = 1
+endif
 
 .PHONY: all deps build test-build asan demo test test-fast test-asan bench fuzz clean install package
 
 all: build
 
 deps:
-	./scripts/install-deps
+	./scripts/install-deps $(DEPS_FLAGS)
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCTUNE_TESTHOOKS=OFF $(CMAKE_ARGS) >/dev/null
@@ -51,7 +61,6 @@ fuzz: test-build
 # The test build: some benchmarks drive its tools (tpe_driver, bench_fast_steps);
 # its hooks cost nothing unless a CTUNE_TEST_ variable is set.
 bench: test-build
-	CTUNE_BENCH_DEPS=1 ./scripts/install-deps
 	./bench/run-all $(TEST_BUILD)
 
 # Installs the release build: programs in $(PREFIX)/bin, the dashboard in

@@ -1,5 +1,5 @@
 """Reads a TensorBoard log folder with TensorBoard's OWN reader and prints it
-as one JSON document. Run by the venv's python (scripts/install-deps makes
+as one JSON document. Run by the venv's python (scripts/install-deps --test makes
 ~/.cache/ctune/tensorboard-2.21.0), called by test_export_tensorboard.py and
 tests/trainer/test_tensorboard.py, which run on the system python.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`ctune export EXP --format tensorboard --output DIR`, read back by
 TensorBoard's own reader (tb_read.py in the pinned venv
-~/.cache/ctune/tensorboard-2.21.0 made by scripts/install-deps; the test
+~/.cache/ctune/tensorboard-2.21.0 made by scripts/install-deps --test; the test
 FAILS when it is missing). A real ctune-server (--no-auth) and ctune-worker
 run an experiment of three command trials (one fails); the export must hold,
 per trial, every numeric metric of every result the API returns (same steps,
@@ -222,7 +222,7 @@ def run_test(tmp):
 
 def main():
     if not os.access(VENV_PY, os.X_OK):
-        print(f"FAIL: TensorBoard's reader is missing: {VENV_PY} (run scripts/install-deps)")
+        print(f"FAIL: TensorBoard's reader is missing: {VENV_PY} (run scripts/install-deps --test)")
         return 1
     if not BIN or not all(os.access(os.path.join(BIN, b), os.X_OK)
                           for b in ("ctune", "ctune-server", "ctune-worker")):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """deploy/k8s: every manifest validates against the Kubernetes 1.37 API
 schema with kubernetes-validate --strict (unknown fields refused), from the
-pinned venv scripts/install-deps makes; a missing venv FAILS this test (it
+pinned venv scripts/install-deps --test makes; a missing venv FAILS this test (it
 is not optional). Also: the validator refuses an unknown field (so --strict
 is really on), and the manifests hold what docs/deploy.md promises (a
 StatefulSet with volumeClaimTemplates, a Service, the tokens Secret, GPU
@@ -30,7 +30,7 @@ def validate(files):
 
 def main():
     assert os.access(TOOL, os.X_OK), (
-        "%s is missing: run scripts/install-deps (it makes the pinned venv "
+        "%s is missing: run scripts/install-deps --test (it makes the pinned venv "
         "kubernetes-validate-1.37.0)" % TOOL)
     files = sorted(glob.glob(os.path.join(K8S, "*.yaml")))
     assert len(files) >= 3, files

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctune-train --tensorboard-dir, read back by TensorBoard's own reader
 (tests/cli/tb_read.py in the pinned venv ~/.cache/ctune/tensorboard-2.21.0
-made by scripts/install-deps; the test FAILS when it is missing): per epoch
+made by scripts/install-deps --test; the test FAILS when it is missing): per epoch
 the scalars of the stdout line (same values as float32) and lr at step =
 training_iteration, and a histogram of every layer's weights and biases
 (sizes of the model's tensors, buckets summing to the count); a resumed run
@@ -146,7 +146,7 @@ def run_test(tmp):
 
 def main():
     if not os.access(VENV_PY, os.X_OK):
-        print(f"FAIL: TensorBoard's reader is missing: {VENV_PY} (run scripts/install-deps)")
+        print(f"FAIL: TensorBoard's reader is missing: {VENV_PY} (run scripts/install-deps --test)")
         return 1
     if not os.access(TRAIN, os.X_OK):
         print(f"FAIL: no {TRAIN}")

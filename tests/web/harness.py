@@ -145,7 +145,7 @@ class Harness:
             self.server_cmd = [exe]
         for tool in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
             if not os.access(tool, os.X_OK):
-                skip(tool + " is not installed (scripts/install-deps installs it)")
+                skip(tool + " is not installed (scripts/install-deps --test installs it)")
         try:
             import selenium  # noqa: F401
         except ImportError:

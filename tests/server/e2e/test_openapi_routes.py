@@ -34,7 +34,7 @@ def check_answers():
     try:
         import yaml
     except ImportError:
-        print("note: python3-yaml missing (scripts/install-deps): answers not checked")
+        print("note: python3-yaml missing (scripts/install-deps --test): answers not checked")
         return True
     text = open(os.path.join(ROOT, "schema", "openapi.yaml")).read()
     doc = yaml.safe_load(text)

@@ -3,7 +3,7 @@
 must find no 5xx, no status, content type or body that the description does
 not list, and no crash: the server still answers and stops cleanly.
 
-schemathesis comes from PyPI, installed by scripts/install-deps into a venv
+schemathesis comes from PyPI, installed by scripts/install-deps --test into a venv
 of its own (CTUNE_SCHEMATHESIS names its `st`); without it the test skips
 (exit 77) and says how to get it."""
 import os
@@ -50,7 +50,7 @@ def seed(s):
 def main():
     st = find_st()
     if not st:
-        print("SKIP: schemathesis %s not found; run scripts/install-deps (or set "
+        print("SKIP: schemathesis %s not found; run scripts/install-deps --test (or set "
               "CTUNE_SCHEMATHESIS to its st)" % ST_VERSION)
         return 77
     d = tmpdir()

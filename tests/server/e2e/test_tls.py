@@ -176,7 +176,7 @@ def main():
         print("usage: test_tls.py BIN_DIR", file=sys.stderr)
         return 2
     if not OPENSSL:
-        print("SKIP: openssl not installed (scripts/install-deps installs it)")
+        print("SKIP: openssl not installed (scripts/install-deps --test installs it)")
         return 77
     d = tempfile.mkdtemp(prefix="ctune-tls-")
     ok = False
