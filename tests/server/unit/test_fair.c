@@ -1,5 +1,5 @@
 /* Unit tests (Check) of the fair-share order and the live list
- * (server/state_live.c, issue 14): smallest running/priority first, the
+ * (server/state_live.c): smallest running/priority first, the
  * older on a tie; the pick order over many candidates equals a full sort;
  * a simulated worker gives two experiments equal shares from the moment the
  * second arrives, and 2:1 with priorities 2:1; the live list holds exactly
