@@ -30,7 +30,7 @@ static const struct cmd_info CMDS[] = {
     {"trial", CMD_TRIAL, "TRIAL", 2, "--json"},
     {"cancel", CMD_CANCEL, "EXP", 1, "--json"},
     {"export", CMD_EXPORT, "EXP", 1, "--format --output"},
-    /* issue 14 (control) */
+    /* a user's control of a live experiment (cli/control.c) */
     {"pause", CMD_PAUSE, "EXP", 1, "--json"},
     {"resume", CMD_RESUME, "EXP", 1, "--json"},
     {"extend", CMD_EXTEND, "EXP", 1, "--num-samples --max-t --json"},

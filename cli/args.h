@@ -19,7 +19,7 @@ enum cli_cmd {
   CMD_CANCEL,
   CMD_EXPORT,
   CMD_TRIAL,
-  /* issue 14 (control): cli/control.c */
+  /* a user's control of a live experiment: cli/control.c */
   CMD_PAUSE,
   CMD_RESUME,
   CMD_EXTEND,
@@ -49,7 +49,7 @@ struct cli_args {
   const char *output;      /* export --output FILE; NULL = stdout */
   double interval_s;       /* seconds between tables when not a terminal */
   int width;               /* --width N; 0 = the terminal's */
-  /* issue 14 (control): extend / edit / delete */
+  /* control: extend / edit / delete */
   long long num_samples;   /* extend --num-samples; 0: unchanged */
   double max_t;            /* extend --max-t; 0: unchanged */
   long long max_concurrent; /* edit --max-concurrent; -1: unchanged (0: unlimited) */

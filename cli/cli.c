@@ -109,7 +109,7 @@ int cli_fail_http(int rc, const struct http_error *err) {
   return http_exit_code(rc);
 }
 
-/* issue 14: lists come in pages. GET path (no query yet) page after page
+/* Lists come in pages (docs/protocol.md#pages). GET path (no query yet) page after page
  * (limit 10000, following next_cursor) into one document whose `key` array
  * holds every item. */
 int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,

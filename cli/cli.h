@@ -34,7 +34,7 @@ int cli_connect(const struct cli_args *a, struct http_client *c);
 /* Prints "ctune: <message>" on stderr and returns http_exit_code(rc). */
 int cli_fail_http(int rc, const struct http_error *err);
 
-/* Lists come in pages (issue 14): GETs `path` (no query string) page after
+/* Lists come in pages (docs/protocol.md#pages): GETs `path` (no query string) page after
  * page, following next_cursor, into one document whose `key` array holds
  * every item. 0 or a request error (then *out is NULL). */
 int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,
@@ -74,7 +74,7 @@ int cmd_best(const struct cli_args *a);
 int cmd_logs(const struct cli_args *a);
 int cmd_trial(const struct cli_args *a);
 int cmd_cancel(const struct cli_args *a);
-/* issue 14 (control, cli/control.c) */
+/* a user's control of a live experiment (cli/control.c) */
 int cmd_pause(const struct cli_args *a);
 int cmd_resume(const struct cli_args *a);
 int cmd_extend(const struct cli_args *a);

@@ -1,6 +1,6 @@
-/* control: `ctune pause|resume|extend|edit|stop|delete` (issue 14): a user's
- * control of a live experiment through the server's REST API (HACKING.md
- * "One server for a team"). */
+/* control: `ctune pause|resume|extend|edit|stop|delete`: a user's control
+ * of a live experiment through the server's REST API
+ * (docs/protocol.md#experiment-control). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -250,7 +250,7 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
     snprintf(line + u, sizeof(line) - u, " (%s %s)", mode && !strcmp(mode, "max") ? "maximize" : "minimize", metric);
   }
   put_line(sb, line, width);
-  /* Why it ended early (fail_fast, a cancel): HACKING.md end_reason. */
+  /* Why it ended early (fail_fast, a cancel): docs/protocol.md#fail-fast. */
   if (get_str(e, "end_reason")) {
     snprintf(line, sizeof(line), "Ended: %s", get_str(e, "end_reason"));
     put_line(sb, line, width);
@@ -300,7 +300,7 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   } else if (stype && !strcmp(stype, "fifo")) {
     put_line(sb, "Scheduler: FIFO (every trial runs to its end)", width);
   } else if (stype) {
-    /* hyperband, pbt, median_stopping, promotion ASHA (issue 13): the type
+    /* hyperband, pbt, median_stopping, promotion ASHA: the type
      * and the scalar settings of its state, whatever they are. */
     size_t u = (size_t)snprintf(line, sizeof(line), "Scheduler: %s", stype);
     const cJSON *it;
@@ -320,7 +320,7 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
     if (!first && u < sizeof(line)) snprintf(line + u, sizeof(line) - u, ")");
     put_line(sb, line, width);
   }
-  /* Trials are created on demand (issue 13): how far the searcher got. */
+  /* Trials are created on demand: how far the searcher got. */
   const char *salg = get_str(e, "search_alg");
   if (salg || cJSON_IsNumber(get(e, "num_created"))) {
     snprintf(line, sizeof(line), "Search: %s, %lld of %lld trials created", salg ? salg : "random",
@@ -463,7 +463,7 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
   for (int i = 0; i < nm; i++)
     cols[ncols++] = (struct column){.title = mkeys[i], .right = 1,
                                     .prio = (metric && i == 0) ? 5 : 1};
-  /* Why the scheduler last decided about the trial (issue 13): only when a
+  /* Why the scheduler last decided about the trial: only when a
    * shown row has one, so FIFO and stopping-ASHA tables keep their shape.
    * Dropped after the params, before the total time. */
   int reason_col = -1;
@@ -729,7 +729,7 @@ int report_events(const struct report_state *prev, const struct report_state *cu
       if (hit) p = *hit;
     }
     const char *was = p ? p->status : "PENDING";
-    /* A new decision (issue 13): its sentence ends the line that reports
+    /* A new decision: its sentence ends the line that reports
      * the change; one that changed nothing visible between two polls (a PBT
      * exploit that went RUNNING → PENDING → RUNNING) gets a line of its own. */
     const char *why = (t->reason && *t->reason &&
@@ -945,7 +945,7 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment,
   const cJSON *events = get(trial, "events");
   int n = cJSON_IsArray(events) ? cJSON_GetArraySize(events) : 0;
   if (!cJSON_IsArray(events)) {
-    /* A server from before issue 13 sends no history. */
+    /* An older server sends no history (no "events" key). */
   } else if (!n) {
     sbuf_puts(&sb, "Events: none (no scheduler decision about this trial yet)\n");
   } else {

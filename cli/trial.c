@@ -1,6 +1,6 @@
 /* trial: `ctune trial TRIAL` — one trial's status, the scheduler's last
- * decision about it and its history of decisions (issue 13: stops, pauses,
- * promotions, PBT exploits with donor and config change). */
+ * decision about it and its history of decisions (stops, pauses, promotions,
+ * PBT exploits with donor and config change: docs/protocol.md#decisions-and-trial-events). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

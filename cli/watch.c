@@ -17,7 +17,7 @@
 #include "jsonout.h"
 #include "clock.h"
 
-/* issue 14: the watch follows GET /api/v1/events on a second connection (a
+/* The watch follows GET /api/v1/events on a second connection (a
  * thread) and fetches the experiment again only when something of it (or a
  * worker) changed; between changes it redraws what it has at the new time.
  * Where the stream is not there (an older server, a proxy that buffers, a
@@ -262,7 +262,7 @@ static int print_json_state(const struct report_state *s, double now) {
 
 static int exp_running(const struct report_state *s) {
   const cJSON *st = cJSON_GetObjectItemCaseSensitive(s->experiment, "status");
-  /* PAUSED (issue 14) is not an end: `ctune resume` continues it. */
+  /* PAUSED (a user's pause) is not an end: `ctune resume` continues it. */
   return cJSON_IsString(st) &&
          (!strcmp(st->valuestring, "RUNNING") || !strcmp(st->valuestring, "PAUSED"));
 }

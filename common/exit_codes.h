@@ -1,5 +1,6 @@
 /* ctune-train's exit codes: a contract between the trainer, the worker (which
- * passes them on in `fail`) and users. Documented in README.md and --help. */
+ * passes them on in `fail`) and users. Documented in --help and
+ * docs/protocol.md#trainer-output-and-exit-codes. */
 #ifndef CTUNE_EXIT_CODES_H
 #define CTUNE_EXIT_CODES_H
 

@@ -1,4 +1,4 @@
-# Installed layout (HACKING.md, "Installed layout"): programs in bin/ (their
+# Installed layout (docs/protocol.md#installed-layout): programs in bin/ (their
 # own folders' install() rules), the CUDA plugin in lib/ctune/ (kernels/),
 # and here: the dashboard in share/ctune/web, examples in share/ctune/examples,
 # deployment files in share/ctune/deploy, docs in share/doc/ctune and the

@@ -1,4 +1,4 @@
--- 007: visible decisions and the time budget (issue 13). Every write below
+-- 007: visible decisions and the time budget. Every write below
 -- is made in the same transaction as the decision it records.
 -- The trial's last decision sentence ("stopped at t=4: 0.41 worse than
 -- cutoff 0.39 of 9 trials at rung 4", "stop rule: accuracy 0.951 >= 0.95").

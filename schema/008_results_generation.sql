@@ -1,4 +1,4 @@
--- 008: PBT generations (issue 13). An exploit sends a trial back to its
+-- 008: PBT generations. An exploit sends a trial back to its
 -- donor's checkpoint, which may be older than the trial's own progress: the
 -- trial then reports time values it already reported. A trial's generation
 -- (0 at creation, +1 when an exploited trial's lease ends and it resumes

@@ -1,5 +1,5 @@
--- 009: a decision due at the end of a trial's lease survives a restart
--- (issue 13). A pause or a PBT exploit is answered "stop" at once, but it is
+-- 009: a decision due at the end of a trial's lease survives a restart.
+-- A pause or a PBT exploit is answered "stop" at once, but it is
 -- carried out only when the trial's lease ends (its complete, release, fail
 -- or expiry). Until 009 that pending action lived only in memory: a restart
 -- in between made the lease's complete end the trial TERMINATED, although an

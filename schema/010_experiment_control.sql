@@ -1,4 +1,4 @@
--- 010: experiment control (issue 14, HACKING.md "One server for a team").
+-- 010: experiment control (docs/protocol.md#experiment-control).
 -- An experiment gains a priority (its fair share of leases: a number > 0,
 -- default 1), free-form notes and tags (a JSON array of strings), all
 -- editable live with PATCH /api/v1/experiments/{id}. The status column

@@ -1,4 +1,4 @@
--- 011: bounded memory (issue 14, HACKING.md "Bounded memory"). An ended
+-- 011: bounded memory (ARCHITECTURE.md#bounded-memory). An ended
 -- trial is kept in memory as a summary, not its whole history: the summary
 -- is written with the trial row, so a restart need not read its results.
 --   created_seq   the change counter when the trial was made: every result

@@ -1,8 +1,8 @@
 /* Messages to the server that must arrive exactly once (results, trial ends):
  * kept as one file per message under <work dir>/outbox, so a server outage or
  * a worker restart loses nothing. Each message carries the lease it belongs
- * to (worker id and attempt: the X-Ctune-Lease fence, HACKING.md "Worker
- * protocol v2"). Messages are kept in one FIFO lane per trial, so a message
+ * to (worker id and attempt: the X-Ctune-Lease fence,
+ * docs/protocol.md#leases-and-fencing). Messages are kept in one FIFO lane per trial, so a message
  * the server refuses, or that waits for its trial's checkpoint, never holds
  * back another trial's; each lane has its own retry backoff. The server's
  * idempotency turns "at least once" into "exactly once".

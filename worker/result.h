@@ -30,8 +30,8 @@ int result_parse_line(const char *line, size_t len, const char *time_attr,
 int result_parse_line_opt(const char *line, size_t len, const char *time_attr,
                           int allow_missing, cJSON **out, double *t);
 
-/* One attempt's clock and numbering (HACKING.md "Results the worker fills
- * in"). Set start_iter, start_total and started_mono when the trial starts. */
+/* One attempt's clock and numbering
+ * (docs/protocol.md#results-the-worker-fills-in). Set start_iter, start_total and started_mono when the trial starts. */
 struct result_clock {
   double start_total;   /* CTUNE_START_TIME_TOTAL_S */
   double started_mono;  /* monotonic seconds when the trial started */

@@ -1,4 +1,4 @@
-/* What this worker may really use (HACKING.md "What a worker advertises"):
+/* What this worker may really use (docs/protocol.md#what-a-worker-advertises):
  * the cgroup CPU quota and memory limit along its own cgroup path (v1 and
  * v2, found through /proc/self/cgroup and /proc/self/mountinfo), MemTotal,
  * an inherited CUDA_VISIBLE_DEVICES, and CPU claims that keep two workers

@@ -221,7 +221,8 @@ static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *confi
   }
   /* <work-dir>/cache: each data set decoded once per host (trainer/datacache.h) */
   if (rc == 0) rc = strv_pushf(argv, "--data-cache=%s/../../cache", ctx->trial_dir);
-  /* Last, so the sampled config wins over anything above (HACKING.md). */
+  /* Last, so the sampled config wins over anything above
+   * (docs/protocol.md#ctune-train-command-line). */
   if (rc == 0) rc = strv_push(argv, "--config");
   if (rc == 0) rc = strv_push_owned(argv, jsonout_print(config));
   return rc;
@@ -312,8 +313,8 @@ static int env_set_str(struct strv *env, const char *name, const cJSON *v) {
   return env_set(env, name, cJSON_IsString(v) ? v->valuestring : "");
 }
 
-/* The trial's identity and where its numbering and clock start (HACKING.md
- * "Trial environment"): what ctune.report() and Ray-style scripts read. */
+/* The trial's identity and where its numbering and clock start
+ * (docs/protocol.md#trial-environment): what ctune.report() and Ray-style scripts read. */
 static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume) {
   const cJSON *ck = cJSON_GetObjectItemCaseSensitive(trial, "checkpoint_iteration");
   const cJSON *tt = cJSON_GetObjectItemCaseSensitive(trial, "start_time_total_s");

@@ -90,7 +90,7 @@ struct trial {
   int out_fd, err_fd;   /* stdout.log and stderr.log in dir */
   double last_iter;     /* iteration of the last result (checkpoint header) */
   long nresults;
-  /* Ray's habits (HACKING.md, issue 15): what the worker fills in. */
+  /* Ray's habits (docs/protocol.md#results-the-worker-fills-in). */
   struct result_clock clock;
   int auto_iter;        /* time attribute is training_iteration: number results */
   char *metric;         /* the experiment's metric, or NULL */

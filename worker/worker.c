@@ -1,5 +1,5 @@
-/* Worker protocol v2 over the loop (HACKING.md "Worker protocol v2 — fenced
- * leases"; see worker.h). Three parts:
+/* Worker protocol v2 over the loop (docs/protocol.md#worker-protocol-v2;
+ * see worker.h). Three parts:
  *  - the trial life cycle: one state machine, worker_trial_event, through
  *    which every event about a trial goes (trial.h draws the states);
  *  - delivery: the outbox's per-trial lanes, each message fenced with the
@@ -59,7 +59,7 @@ struct worker {
   struct alloc_pool pool;
   struct outbox ob;
   int id;
-  /* Its own credential from registration (HACKING.md "Authentication"),
+  /* Its own credential from registration (docs/protocol.md#worker-credentials),
    * kept in <work dir>/identity (0600) so that a restart delivers the outbox
    * under the same identity. Every request but registration sends it. */
   char secret[160];
@@ -77,7 +77,7 @@ struct worker {
   struct trial *trials;
   int uploads;  /* checkpoint/log requests in flight */
   int draining, drain_kill, shut;
-  int deregistering; /* issue 14: the clean stop's deregistration is out */
+  int deregistering; /* the clean stop's deregistration is out */
   uint64_t drain_deadline_ms;
 };
 
@@ -1367,7 +1367,7 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
       char what[96];
       snprintf(what, sizeof what, "server says stop (%s)",
                cJSON_IsString(why) ? why->valuestring : "cancelled or no longer ours");
-      /* "paused" (issue 14): the server wants the trial back with its
+      /* "paused" (a user's pause): the server wants the trial back with its
        * checkpoint, as after a scheduler's stop: complete is reported. */
       int paused = cJSON_IsString(why) && !strcmp(why->valuestring, "paused");
       worker_stop_attempt(w, id->valueint, a, paused ? TRIAL_STOP_DECISION : TRIAL_STOP_SERVER,
@@ -1639,7 +1639,7 @@ static int worker_ob_busy(struct worker *w) {
   return 0;
 }
 
-/* issue 14: a clean stop (no trial left, nothing undelivered) leaves the
+/* A clean stop (no trial left, nothing undelivered) leaves the
  * server's worker list at once instead of showing "lost" until pruned. Any
  * failure just exits: the server prunes the worker later. */
 static void worker_on_deregister(void *arg, int err, const struct http_resp *resp) {

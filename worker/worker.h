@@ -1,5 +1,5 @@
-/* The worker's protocol with ctune-server (HACKING.md "Worker protocol v2 —
- * fenced leases"): register, heartbeat (listing each lease with its attempt),
+/* The worker's protocol with ctune-server (docs/protocol.md#worker-protocol-v2):
+ * register, heartbeat (listing each lease with its attempt),
  * lease, start trials, forward results through the per-trial outbox lanes
  * with the lease's fence, act on decisions for the current attempt only,
  * upload checkpoints and logs, fence itself when heartbeats fail for

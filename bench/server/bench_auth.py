@@ -1,6 +1,6 @@
-"""Credentials for the benchmarks (HACKING.md "Authentication").
+"""Credentials for the benchmarks (docs/protocol.md#tokens).
 
-A ctune-server of issue 11 or later makes <db>.tokens (admin, worker, viewer;
+A ctune-server with tokens on by default makes <db>.tokens (admin, worker, viewer;
 mode 0600) when it starts without --token-file, and refuses requests without
 a token. An older build (--baseline) knows no tokens: no file appears and the
 benchmarks send none."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lease latency with many experiments (issue 14, fair share).
+"""Lease latency with many experiments (fair share).
 
 A lease looks only at the live (RUNNING) experiments (server/state/state_live.c):
 it should cost the same with 1,000 ended experiments as with none, and stay

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale benchmark for ctune-server (issue 14 item 5), side by side with an
+"""Scale benchmark for ctune-server (one server for a team), side by side with an
 older build.
 
 --mode team (default): one server holding 1,000 experiments (all RUNNING),
@@ -23,7 +23,7 @@ same database:
                 rows in #trials-table, as tests/web/test_dashboard_scale.py;
                 target < 2 s); readyAt = ms after navigation, median of
                 --browser-loads fresh loads. Since the page reads its trials
-                page by page (web, issue 14), readyAt is when its header,
+                page by page, readyAt is when its header,
                 counts, cards and the first table page (the list's first
                 1,000 trials) are drawn; the time until every trial is in
                 (window.__ctune.allTrialsAt) is reported beside it
@@ -39,8 +39,8 @@ same database:
 Servers run with --no-auth --lease-timeout 600 --durability normal (the
 setting of bench_fair.py; --durability full adds an fsync to every lease).
 Prints progress lines with elapsed times, then one table (this build vs
---baseline), writes --json FILE, and exits 1 when a target of issue 14's
-"Done when" fails for the first build.
+--baseline), writes --json FILE, and exits 1 when a target (TARGETS below)
+fails for the first build.
 
 --mode single: today's check, one experiment of 10,000 trials x 10 results
 made through the API (RSS, best, trial list, restart), for each build: "at
@@ -56,7 +56,7 @@ usage:
 examples:
   # a dry run (about 15 s)
   /usr/bin/python3 bench/server/bench_scale.py build/bin --scale 0.01
-  # full scale against the code before issue 14's bounded memory (f6c92c5);
+  # full scale against the code before bounded memory (f6c92c5);
   # about 2 min for the bulk load + copy, then ~70 s + its starts per build
   mkdir -p /tmp/ctune-base && git archive f6c92c5 | tar -x -C /tmp/ctune-base
   cmake -S /tmp/ctune-base -B /tmp/ctune-base/build -DCMAKE_BUILD_TYPE=Release \\
@@ -87,7 +87,7 @@ import bulk_load  # noqa: E402
 T0 = time.time()
 GIB = 1024.0  # MB
 
-# issue 14 "Done when", for the first build (team mode)
+# The targets a team server must meet, checked for the first build (team mode)
 TARGETS = [  # (key, label, limit, unit)
     ("rss_peak_mb", "RSS, restarted server's peak", 1024.0, "MB"),
     ("restart_ready_s", "restart to first GET", 10.0, "s"),
@@ -683,7 +683,7 @@ def main():
             for label, b in [(a.label, a.bin_dir)] + ([("baseline", a.baseline)] if a.baseline else []):
                 out["builds"][label] = run_single(b, a.trials, a.results, a.clients, workdir)
             print_single(out)
-            # today's check (before issue 14): RSS < 200 MB, best < 50 ms
+            # the single-experiment targets: RSS < 200 MB, best < 50 ms
             r = out["builds"][a.label]
             ok = all(r[ph]["hwm_mb"] < 200 and r[ph]["best_p50_ms"] < 50 and
                      r[ph]["best_all_p50_ms"] < 50 for ph in ("running", "restarted"))
@@ -699,7 +699,7 @@ def main():
             out["target_failures"] = fails
             for f in fails:
                 print("TARGET MISSED: " + f)
-            print("targets (issue 14) for %s at scale %g: %s"
+            print("targets for %s at scale %g: %s"
                   % (a.bin_dir, a.scale, "met" if not fails else "%d missed" % len(fails)))
             rc = 1 if fails else 0
         out["load_avg_end"] = os.getloadavg()

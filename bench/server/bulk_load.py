@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bulk path for the scale benchmark (issue 14 item 5): fills a ctune-server
+"""Bulk path for the scale benchmark (bench_scale.py): fills a ctune-server
 database with experiments, trials and results directly through SQLite, in
 minutes instead of the hours the REST API would take for 10,000,000 results.
 
@@ -38,7 +38,7 @@ number, then its results, then its end. The meta 'seq' row is moved past
 them all, so the server never hands out a number twice.
 
 The summary columns of migration 011 (created_seq, res_known, nres, ...;
-HACKING.md "Bounded memory") are left at their defaults (res_known = 0: the
+ARCHITECTURE.md#bounded-memory) are left at their defaults (res_known = 0: the
 server computes them at its first start and writes them back), unless
 --with-summaries is given, which writes them exactly (res_known = 1). A
 database whose schema has no such columns (an older server made it) is loaded
@@ -116,7 +116,7 @@ def fmt(x):
 
 def scores(vals):
     """The 011 scores of one trial's metric values in report order
-    (HACKING.md "Bounded memory", as best.c scores them)."""
+    (ARCHITECTURE.md#bounded-memory, as best.c scores them)."""
     def win(w):
         v = vals[-w:]
         if not v or any(not math.isfinite(x) for x in v):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """K ctune-train trials started at once on one data set, without and with
---data-cache (issue 15, "data loaded once"): each trial's time from its start
+--data-cache (data loaded once per host): each trial's time from its start
 to its first training step, and the sum of the trials' PSS at that moment
 (from /proc/PID/smaps_rollup: a page shared by the K trials counts 1/K in
 each, so the sum is what they really cost together).

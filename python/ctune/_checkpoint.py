@@ -1,7 +1,7 @@
 """Checkpoints of a trial: <checkpoint dir>/checkpoint.bin, one file.
 
 The worker uploads checkpoint.bin whenever it is replaced by a rename and
-puts it back before a resumed attempt (HACKING.md "Trainables"), so
+puts it back before a resumed attempt (docs/protocol.md#builtin-and-command), so
 save_checkpoint packs what it is given (a directory, a file, bytes or any
 picklable object) into one uncompressed tar written to a temporary file and
 renamed. A manifest member records what was packed and the last reported

@@ -1,6 +1,6 @@
 """The trainable's side: config, results, resume state and stop requests.
 
-A trial runs with the environment HACKING.md lists (CTUNE_CONFIG,
+A trial runs with the environment of docs/protocol.md#trial-environment (CTUNE_CONFIG,
 CTUNE_TRIAL_ID, CTUNE_CHECKPOINT_DIR, CTUNE_RESUME, CTUNE_START_ITERATION,
 CTUNE_START_TIME_TOTAL_S, CTUNE_TIME_ATTR, CTUNE_METRIC, ...). Every function
 here also works outside a trial, so a script can be run by hand."""

@@ -230,7 +230,7 @@ class ClientE2E(unittest.TestCase):
         try:
             deadline = time.time() + 30
             while time.time() < deadline:
-                ts = self.client.trials(eid)  # made at lease time (issue 13)
+                ts = self.client.trials(eid)  # trials are made at lease time
                 t = ts[0] if ts else {}
                 if (t.get("iteration") or 0) >= 2:
                     break

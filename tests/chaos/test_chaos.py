@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Chaos test (issue 10, "Done when"): a real ctune-server and two real
+"""Chaos test: a real ctune-server and two real
 ctune-workers run ASHA and FIFO experiments of a deterministic command
 trainable (trainable.py) while a seeded RNG injects faults of every kind:
 

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Issue 10 scenario "stale worker after SIGCONT": a trial runs on worker A;
+"""Chaos scenario "stale worker after SIGCONT": a trial runs on worker A;
 A and its trial are SIGSTOPped past the lease timeout; the trial is leased
 again to worker B, which advances further and uploads a newer checkpoint;
 then A and its trial get SIGCONT. A's trainable runs 4x faster than B's, so
 without fencing its results overtake B's and would be stored, its older
 checkpoint would replace B's, and its `complete` would end the trial while B
-still runs it. With protocol v2 (HACKING.md, "fenced leases") every write of
+still runs it. With protocol v2 (docs/protocol.md#leases-and-fencing) every write of
 A's old lease is refused (409 not_leased): the stored results are 1..n with
 no value from A past B's resume point, the stored checkpoint stays B's, and
 the experiment ends correctly with B's run.

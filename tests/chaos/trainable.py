@@ -4,7 +4,7 @@
 For iteration i its result is a pure function of (config, i) (value_of below,
 which the tests import to recompute every stored value bit for bit). Every
 iteration it prints one result line, then replaces its checkpoint (temporary
-file + rename, as HACKING.md "Trainables" asks). With CTUNE_RESUME=1 it resumes
+file + rename, as docs/protocol.md#builtin-and-command asks). With CTUNE_RESUME=1 it resumes
 after the checkpoint's iteration. SIGTERM: exit 0 (the checkpoint is already
 on disk). When CHAOS_LEDGER names a folder it appends one line per event to
 <folder>/<trial id>.log, so a test can tell which process produced what.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End-to-end tests of the ctune CLI against the real ctune-server, ctune-worker
-and ctune-train (HACKING.md contracts). Usage: e2e_cli.py BIN_DIR CASE, CASE one
+and ctune-train (docs/protocol.md contracts). Usage: e2e_cli.py BIN_DIR CASE, CASE one
 of remote, run, sigint, resume. Every process started here, and any process
 they leave behind, is stopped before the test returns (this process becomes a
 child subreaper, so orphans become our children and are visible in /proc)."""

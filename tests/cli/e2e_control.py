@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`ctune pause|resume|extend|edit|stop|delete` (issue 14) against a real
+"""`ctune pause|resume|extend|edit|stop|delete` against a real
 ctune-server; a scripted worker (REST) holds a lease so that the controls act
 on running trials. Usage: e2e_control.py BIN_DIR."""
 import json

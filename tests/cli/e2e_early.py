@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15, item 3: the CLI catches mistakes early. End to end against the
+"""The CLI catches mistakes early. End to end against the
 real ctune, ctune-server, ctune-worker. Usage: e2e_early.py BIN_DIR CASE, CASE
 one of sample, remote, fit, failfast, sigint2. Reuses e2e_cli.py's process
 bookkeeping (a child subreaper; every leftover process is killed)."""
@@ -153,7 +153,7 @@ def case_failfast(tmp):
           "ended: fail_fast: trial 2 (ff_00001) failed" in out, f"status: {out} {err}")
     code, out, err = ctune("trials", "1", "--json", "--server", url, "--db", db)
     st = sorted(t["status"] for t in json.loads(out))
-    # trials are made at lease time (issue 13): the third was never made
+    # trials are made at lease time: the third was never made
     check(st == ["ERROR", "TERMINATED"], f"trials: {st}")
 
 

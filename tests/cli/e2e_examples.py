@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13: the examples of the new algorithms and the CLI's view of
+"""The examples of the TPE, HyperBand and PBT configs and the CLI's view of
 decisions, end to end against the real ctune and ctune-server.
 Usage: e2e_examples.py BIN_DIR CASE, CASE one of:
   dryrun  examples/fashion_mnist_{tpe,hyperband,pbt}.json pass the server's
@@ -22,8 +22,8 @@ from e2e_cli import check, ctune, start_server, start_worker  # noqa: E402
 
 CASE = sys.argv[2] if len(sys.argv) > 2 else "dryrun"
 EXAMPLES = ("fashion_mnist_tpe.json", "fashion_mnist_hyperband.json", "fashion_mnist_pbt.json")
-# What a server from before issue 13's schedulers answers: the example is
-# right, the validator has not landed yet. Reported as a skip, never a pass.
+# What a server without these schedulers answers: the example is right,
+# the validator has not landed yet. Reported as a skip, never a pass.
 NOT_YET = 'scheduler.type: must be "fifo" or "asha"'
 
 
@@ -46,7 +46,7 @@ def case_dryrun(tmp):
         doc = json.loads(o3)
         check(c3 == 0 and doc.get("num_trials") == cfg["num_samples"], f"{name}: {o3[:300]}")
         print(f"ok: {name} valid, {doc.get('num_trials')} trials planned")
-    # The demo's example is untouched by issue 13.
+    # The demo's example needs none of them and still plans 10 trials.
     c, o, e = ctune("sample", os.path.join(base.EXAMPLES, "fashion_mnist_asha.json"))
     check(c == 0 and "would create 10 trials" in o, o + e)
     if pending:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`ctune watch` follows GET /api/v1/events (issue 14 item 4): against the real
+"""`ctune watch` follows GET /api/v1/events: against the real
 ctune-server, a watch of a quiet RUNNING experiment asks the server far less
 than the old once-a-second polling (CTUNE_WATCH_NO_EVENTS=1), a change still
 shows within a second or two, and both modes print the same lines for the

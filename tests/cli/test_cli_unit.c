@@ -140,7 +140,7 @@ START_TEST(report_asha_narrow_trims_to_width) {
   ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
   golden("asha_w120.txt", text);
   ck_assert_int_le(max_line_width(text), 120);
-  /* The id column (issue 15: `ctune logs ID`) costs the accuracy column here. */
+  /* The id column (for `ctune logs ID`) costs the accuracy column here. */
   ck_assert_ptr_nonnull(strstr(text, "| id | Trial name "));
   ck_assert_ptr_nonnull(strstr(text, "hidden to fit 120 columns: accuracy test_accuracy train_loss samples_per_s)"));
   free(text);
@@ -166,7 +166,7 @@ START_TEST(report_all_rows) {
 }
 END_TEST
 
-/* Issue 15: why an experiment ended early is shown under its status line;
+/* Why an experiment ended early is shown under its status line;
  * the table's first column is the trial's numeric id. */
 START_TEST(report_end_reason_and_ids) {
   struct report_state s;
@@ -252,7 +252,7 @@ START_TEST(report_events_lines) {
 }
 END_TEST
 
-/* ---- issue 13: visible decisions ---- */
+/* ---- visible decisions ---- */
 
 static void load_decisions(struct report_state *s) {
   ck_assert_int_eq(report_state_load(s, fixture("decisions_experiment.json"),
@@ -368,7 +368,7 @@ START_TEST(trial_detail_events) {
   report_fmt_event(ev2, ts, line, sizeof(line));
   ck_assert_str_eq(line, "exploited trial 61 at t=3: lr 0.001 → 0.0008");
   cJSON_Delete(ev2);
-  /* A server from before issue 13: no events key, no events line. */
+  /* An older server: no events key, no events line. */
   cJSON_DeleteItemFromObject(t, "events");
   ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
   ck_assert_ptr_null(strstr(text, "Events"));
@@ -537,7 +537,7 @@ START_TEST(args_good) {
   ck_assert_int_eq(parse(&a, err, "ctune logs quick_00003"), 0);
   ck_assert_int_eq(a.id, 0);
   ck_assert_str_eq(a.target, "quick_00003");
-  /* trial (issue 13) takes the same: an id or a name, and --json. */
+  /* trial takes the same: an id or a name, and --json. */
   ck_assert_int_eq(parse(&a, err, "ctune trial 9 --json"), 0);
   ck_assert(a.cmd == CMD_TRIAL && a.id == 9 && a.json);
   ck_assert_int_eq(parse(&a, err, "ctune trial fmnist-pbt_00003"), 0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A builtin GPU trial really trains on the GPU (issue 12, item 1).
+"""A builtin GPU trial really trains on the GPU.
 
 A ctune-worker that sees two GPUs through a fake NVML (tests/worker/
 fake_nvml.c) runs a builtin trial with "gpu": 0.5. Its trainer is
@@ -65,7 +65,7 @@ def body(env):
     env.wait_experiment(exp, 60)
     t = env.trials(exp)[0]
     # The worker's last log upload follows the trial's end on its own
-    # schedule (HACKING.md "Logs"): read until it has landed.
+    # schedule (docs/protocol.md#logs): read until it has landed.
     def trial_log():
         return env.api("GET", "/api/v1/trials/%d/logs" % t["id"])["log"]
     wait_for(lambda: "device: cuda (requested)" in trial_log(), 10, "the trial's last log upload")

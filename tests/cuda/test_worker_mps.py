@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ctune-worker --mps (issue 12, item 5), with a fake nvidia-cuda-mps-control.
+"""ctune-worker --mps (CUDA MPS), with a fake nvidia-cuda-mps-control.
 
 1. Without the program on PATH, --mps fails at start with exit 2 and a
    sentence that names it.

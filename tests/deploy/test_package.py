@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """make package: builds the Debian package from this build dir (cpack -G DEB,
 deploy/install.cmake), checks its control fields and contents with dpkg-deb
-(the installed layout of HACKING.md; Depends naming the Debian package of
-every library the programs link, never a CUDA library), unpacks it into a
-temp root (dpkg-deb -x) and runs the unpacked programs from there:
+(the layout of docs/protocol.md#installed-layout; Depends naming the Debian
+package of every library the programs link, never a CUDA library), unpacks
+it into a temp root (dpkg-deb -x) and runs the unpacked programs from there:
 `ctune --help`, and ctune-server serving the dashboard of its own
 share/ctune/web (found relative to the executable: a marker added to the
 unpacked copy comes back in GET /).

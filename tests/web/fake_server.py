@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A contract-shaped stand-in for ctune-server (HACKING.md's REST shapes), in memory.
+"""A contract-shaped stand-in for ctune-server (the REST shapes of
+docs/protocol.md#rest-api-v1), in memory.
 
 Only for developing the dashboard without the daemon (`--demo N` fills it with
 a running experiment); the browser tests always drive the real ctune-server.
@@ -31,7 +32,7 @@ class State:
         self.results = []          # (seq, trial_id, result)
         self.workers = {}
         self.logs = {}
-        self.events = {}           # trial id -> [event] (issue 13: GET /trials/{id} "events")
+        self.events = {}           # trial id -> [event] (GET /trials/{id} "events")
 
     def bump(self):
         self.seq += 1
@@ -102,7 +103,8 @@ class State:
         return out
 
     def decide(self, tid, status, reason, kind, data=None, **extra):
-        """A scheduler decision as issue 13's contract stores it: the trial's
+        """A scheduler decision as the contract stores it
+        (docs/protocol.md#decisions-and-trial-events): the trial's
         reason and status, and one trial_events row."""
         t = self.trials[tid]
         t.update(status=status, reason=reason, updated_seq=self.bump(), **extra)
@@ -110,7 +112,7 @@ class State:
             {"seq": self.bump(), "trial_id": tid, "experiment_id": t["experiment_id"],
              "time": time.time(), "kind": kind, "reason": reason, "data": data})
 
-    # Issue 14's controls, as HACKING.md's contract states them (a fake: trials
+    # The controls, as docs/protocol.md#experiment-control states them (a fake: trials
     # pause at once instead of at their next result).
     def control(self, exp, action, body, query):
         """(status, payload) of POST pause|resume, PATCH and DELETE."""
@@ -365,7 +367,7 @@ class Handler(BaseHTTPRequestHandler):
                     return self.send_json(200, st.exp_view(exp))
                 since, limit = int(q.get("since", 0)), int(q.get("limit", 10 ** 9))
                 if p[2] == "trials" and "since" not in q:
-                    # Pages as the server's (issue 14): 1000 by default, in
+                    # Pages as the server's: 1000 by default, in
                     # creation order; the cursor is the index after the page.
                     ts = [t for t in st.trials.values() if t["experiment_id"] == exp["id"]]
                     first, limit = int(q.get("cursor", 0)), int(q.get("limit", 1000))
@@ -449,7 +451,7 @@ class Handler(BaseHTTPRequestHandler):
         self.route("GET")
 
     def events(self):
-        """GET /api/v1/events (issue 14), coarse: one "trial" event per change
+        """GET /api/v1/events, coarse: one "trial" event per change
         of the fake's counter (the dashboard only uses an event as "fetch
         now"), ids = the counter, Last-Event-ID honoured, keepalives."""
         st = self.state
@@ -543,7 +545,7 @@ def demo(st, n, iters):
 
 
 def decisions(st):
-    """Issue 13's visible decisions: a HyperBand experiment with paused,
+    """Visible decisions: a HyperBand experiment with paused,
     promoted and stopped trials (9 planned, 6 created), and a PBT experiment
     whose trial 3 exploited trial 1 twice. Returns {role: trial id}."""
     rng = random.Random(3)
@@ -605,7 +607,7 @@ def decisions(st):
 
 
 def control(st):
-    """Issue 14's controls: a running ASHA experiment (two trials running,
+    """The controls: a running ASHA experiment (two trials running,
     one done, one pending; tagged, with notes) and a finished one.
     Returns {role: id}."""
     rng = random.Random(5)
@@ -650,9 +652,9 @@ def main():
     ap.add_argument("--page-delay", type=float, default=0.0,
                     help="seconds before answering each trial-list page after the first")
     ap.add_argument("--decisions", action="store_true",
-                    help="fill it with issue 13's decisions: a HyperBand and a PBT experiment")
+                    help="fill it with scheduler decisions: a HyperBand and a PBT experiment")
     ap.add_argument("--control", action="store_true",
-                    help="fill it for issue 14's controls: a running and a finished experiment")
+                    help="fill it for the controls: a running and a finished experiment")
     ap.add_argument("--viewer-token", help="a read-only token (GETs only; the server's viewer=)")
     ap.add_argument("--no-role-header", action="store_true",
                     help="send no X-Ctune-Role (as a server that predates it)")

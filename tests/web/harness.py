@@ -66,7 +66,8 @@ class Client:
         self.token = token if token is not None else ADMIN_TOKENS.get(port)
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         # Plays a worker too: the fence of each trial it leased, sent with
-        # every trial-scoped write as protocol v2 requires (HACKING.md).
+        # every trial-scoped write as protocol v2 requires
+        # (docs/protocol.md#leases-and-fencing).
         self.leases = {}
 
     def fence(self, trial_id):

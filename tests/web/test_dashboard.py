@@ -150,7 +150,7 @@ def check_live(h, d, api, eid, t):
     assert d.execute_script("return window.__ctune.loads") == loads, "the page reloaded"
     # Incremental polling: one full trial list at load, then only ?since= requests.
     urls = d.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
-    # (the full list is read page by page: issue 14's ?limit=&cursor=; the
+    # (the full list is read page by page: ?limit=&cursor=; the
     # page asks for the first 1,000 alone, to show them at once)
     full = [u for u in urls if u.endswith("/api/v1/experiments/%d/trials" % eid) or
             u.endswith("/api/v1/experiments/%d/trials?limit=1000" % eid)]

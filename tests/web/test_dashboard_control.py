@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Browser test of issue 14's controls on the dashboard, in headless chromium.
+"""Browser test of the controls on the dashboard, in headless chromium.
 
-Against tests/web/fake_server.py --control (HACKING.md's contract shapes):
+Against tests/web/fake_server.py --control (docs/protocol.md#experiment-control):
 pause, resume, extend, edit (max concurrent, priority, notes, tags), stop a
 trial from its row and from its page, delete (a confirm dialog naming the
 experiment; Close deletes nothing; 409 while trials run, then force), the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Browser test of issue 13's visible decisions on the dashboard, in headless
+"""Browser test of the visible decisions on the dashboard, in headless
 chromium against tests/web/fake_server.py --decisions (the contract's shapes:
 trial "reason", GET /trials/{id} "events", experiment "num_created",
 "search_alg", "scheduler"): PAUSED everywhere a status shows (its own colour,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Browser test of the experiment page's progressive load (issue 14: the
-page of a 100,000-trial experiment in under 2 s), in headless chromium
+"""Browser test of the experiment page's progressive load (the target:
+the page of a 100,000-trial experiment in under 2 s), in headless chromium
 against tests/web/fake_server.py --demo N --page-delay S: the trial list
 comes in pages (1000 first, then the rest after a delay), and the page must
 

@@ -38,7 +38,8 @@ def loss_of(tid, it):
     return base * (0.85 ** it) + (tid * 31 + it) % 17 / 1000.0
 
 
-# The most cpu a worker may declare (HACKING.md: registration refuses more),
+# The most cpu a worker may declare (docs/protocol.md#worker-credentials:
+# registration refuses more),
 # so the 10,000 trials are leased in rounds of at most this many.
 CAPACITY = 4096
 
@@ -114,7 +115,7 @@ def main():
         for i in range(3):
             # A fresh document each time: from navigation to the first page
             # of trials drawn (table, cards, curves, parallel coordinates),
-            # then to every trial in (issue 14: read in the background).
+            # then to every trial in (read in the background).
             d.get("about:blank")
             d.get(base + "/#/experiments/%d" % eid)
             times.append(h.wait_ready(d, "experiment", timeout=30))

@@ -1,4 +1,4 @@
-// Experiment and trial controls (issue 14): pause / resume, extend, edit,
+// Experiment and trial controls (docs/protocol.md#experiment-control): pause / resume, extend, edit,
 // delete (confirmed, force when trials run) and stop one trial. The server
 // names the session's role on each reply (X-Ctune-Role): a viewer sees none
 // of these buttons. Each control's error from the server shows next to it

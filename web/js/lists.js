@@ -1,4 +1,4 @@
-// issue 14: every list endpoint answers one page and a "next_cursor" (null
+// Every list endpoint answers one page and a "next_cursor" (null
 // on the last page). getAll reads them all, 10,000 at a time, into one
 // document shaped like a single page ({key: [...], ...}).
 import { api } from './api.js';

@@ -2,7 +2,7 @@
 // onError(e) hears each failed tick (the loop keeps going: the server may be
 // restarting); the next good tick is the caller's to announce.
 //
-// issue 14: with the event stream open (events.js) a change runs the tick
+// With the event stream open (events.js) a change runs the tick
 // at once (no more often than intervalMs) and quiet times only get a slow
 // safety tick; without it, the loop polls every intervalMs as before.
 import { onChange, streaming } from './events.js';

@@ -13,8 +13,8 @@ import tempfile
 import time
 
 BIN_DIR = os.environ.get("CTUNE_BIN_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "")
-# Trial-scoped writes carry the lease they belong to (HACKING.md "Worker
-# protocol v2"): X-Ctune-Lease: <worker_id>:<attempt>.
+# Trial-scoped writes carry the lease they belong to
+# (docs/protocol.md#leases-and-fencing): X-Ctune-Lease: <worker_id>:<attempt>.
 FENCED = re.compile(r"^/api/v1/trials/(\d+)/(results|complete|fail|release|checkpoint|logs)$")
 LEASE_PATH = re.compile(r"^/api/v1/workers/(\d+)/lease$")
 _servers = []

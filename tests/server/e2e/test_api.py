@@ -21,7 +21,7 @@ def test_submit_dry_run_list_get():
     assert s.ok("GET", "/api/v1/experiments")["experiments"] == []
     # the same seed gives the same configs when submitted for real
     eid = s.ok("POST", "/api/v1/experiments", experiment(n=3), status=201)["id"]
-    # trials are made at lease time (issue 13): none yet, three planned
+    # trials are made at lease time: none yet, three planned
     e = s.ok("GET", "/api/v1/experiments/%d" % eid)
     assert e["status"] == "RUNNING" and e["num_trials"] == 3 and e["num_created"] == 0
     assert e["counts"]["PENDING"] == 0 and e["search_alg"] == "random"

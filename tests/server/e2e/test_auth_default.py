@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Secure by default (issue 11): a server started without --token-file makes
+"""Secure by default: a server started without --token-file makes
 <db>.tokens (0600) and answers 401 to every API route without a token; a token
 file others may read is refused; --no-auth only on loopback; the Host, Origin
 and Content-Type checks against cross-site requests and DNS rebinding; the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bounded memory (issue 14, HACKING.md "Bounded memory"): an ended trial is
+"""Bounded memory (ARCHITECTURE.md#bounded-memory): an ended trial is
 kept in memory as a summary and SQLite has the rest. Every answer about it
 stays the same: before and after its history leaves memory, after a restart
 (which does not read its results: a damaged result row of an ended trial is

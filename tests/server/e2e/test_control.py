@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Experiment control (issue 14, HACKING.md "One server for a team"): pause
+"""Experiment control (docs/protocol.md#experiment-control): pause
 and resume, extend (num_samples, scheduler.max_t), PATCH of
 max_concurrent_trials / priority / notes / tags, one trial's stop, delete,
 search by q/tag, and kill -9 of the server in the middle of a pause, an

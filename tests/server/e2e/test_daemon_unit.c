@@ -68,7 +68,7 @@ START_TEST(route_wildcards) {
   ck_assert_str_eq(m.rest, "");
   ck_assert_int_eq(route_find(table, NT, RM_GET, "/js/app.js", &m), 0);
   ck_assert_str_eq(m.rest, "js/app.js");
-  ck_assert_int_eq(route_method_parse("PATCH"), RM_PATCH); /* issue 14 */
+  ck_assert_int_eq(route_method_parse("PATCH"), RM_PATCH); /* PATCH /api/v1/experiments/{id} */
   ck_assert_int_eq(route_method_parse("TRACE"), RM_OTHER);
 }
 END_TEST

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13 decisions on the real daemon (HACKING.md "Adaptive search"): stop
+"""Scheduler decisions on the real daemon (ARCHITECTURE.md#decisions-pause-and-exploit): stop
 rules (reason, event, result kept, not stopped early), time_budget_s (counted
 only while a server runs, across a restart), and the PAUSE / EXPLOIT framework
 driven by the test-only hook CTUNE_TEST_DECIDE (a fake worker speaks HTTP)."""

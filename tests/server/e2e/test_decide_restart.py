@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Decisions due at a lease's end, and resumes from an older checkpoint
-(issue 13, docs/scheduling.md "Decisions and reasons").
+(docs/scheduling.md#decisions-and-reasons).
 
 A scripted fake worker speaks REST.
 - Resume from a checkpoint behind the pause (promotion ASHA, HyperBand): the

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Issue 15 on the real daemon: submission checks of argv/env/cwd placeholders
-and "fail_fast" (HACKING.md "Where users already are"): the first trial that
+"""On the real daemon: submission checks of argv/env/cwd placeholders
+(docs/protocol.md#submission-checks) and "fail_fast"
+(docs/protocol.md#fail-fast): the first trial that
 ends ERROR for good cancels the experiment, end_reason says why, it is
 committed with the trial's end, and a restart keeps it."""
 import os

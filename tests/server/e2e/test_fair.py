@@ -1,4 +1,4 @@
-"""Fair share (issue 14, HACKING.md "One server for a team"): a lease goes to
+"""Fair share (docs/protocol.md#fair-share): a lease goes to
 the running experiment with the smallest running/priority among those with
 work to give and room (ties: the older). Two experiments submitted one after
 the other share a worker from the moment the second arrives; with priority

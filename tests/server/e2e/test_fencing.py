@@ -1,5 +1,5 @@
-"""ctune-server: fenced leases and two-way reconciliation (HACKING.md "Worker
-protocol v2"): every trial write names its lease, stale ones are refused and
+"""ctune-server: fenced leases and two-way reconciliation
+(docs/protocol.md#worker-protocol-v2): every trial write names its lease, stale ones are refused and
 change nothing; heartbeats requeue what the worker does not run; checkpoint
 rules; result batches; honest resource accounting."""
 import time
@@ -223,7 +223,7 @@ def test_heartbeat_v2_stop_carries_attempt():
     s.ok("POST", "/api/v1/experiments", experiment(n=3), status=201)
     s.ok("POST", "/api/v1/experiments", experiment(name="c", n=1), status=201)
     w = register(s, cpu=4)
-    # Fair share (issue 14) interleaves the two experiments' leases: d is
+    # Fair share interleaves the two experiments' leases: d is
     # the one trial of experiment 2, a, b and c are experiment 1's.
     ts = [lease(s, w) for _ in range(4)]
     d = next(t for t in ts if t["experiment_id"] == 2)

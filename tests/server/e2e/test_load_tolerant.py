@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Startup tolerates rows it cannot use (issue 14, HACKING.md "Startup
-tolerates rows it cannot use"), against real ctune-server processes.
+"""Startup tolerates rows it cannot use
+(ARCHITECTURE.md#startup-tolerates-rows-it-cannot-use), against real ctune-server processes.
 
 Four experiments run with a scripted fake worker (lease, results,
 checkpoint, complete); the server stops; sqlite3 damages rows of the stopped

@@ -1,4 +1,4 @@
-"""Trials created on demand (issue 13, HACKING.md "Adaptive search"): two
+"""Trials created on demand (ARCHITECTURE.md#trials-made-on-demand): two
 experiments leased in turn get interleaved trial ids and every read (trials,
 best, cancel, restart) still works; a database whose trials were all made at
 submission (older versions) loads and runs; a TPE experiment killed with -9

@@ -1,4 +1,4 @@
-"""issue 14 item 4 against the real daemon: every list endpoint is paged
+"""Pages and events against the real daemon: every list endpoint is paged
 (default page size, a cursor walk sees every item exactly once while items are
 added), GET /api/v1/events streams changes (experiments, trial status changes,
 results) and resumes with Last-Event-ID without a gap or a repeat (also after

@@ -1,5 +1,5 @@
-"""PBT and median stopping on the real daemon (issue 13, docs/scheduling.md
-"PBT" and "Median stopping"); test_pbt_workers.py runs PBT with a real
+"""PBT and median stopping on the real daemon (docs/scheduling.md#pbt
+and docs/scheduling.md#median-stopping); test_pbt_workers.py runs PBT with a real
 ctune-worker.
 
 - test_pbt_kill9_same_decisions: a scripted fake worker drives the same

@@ -1,4 +1,4 @@
-"""PBT generations (issue 13, docs/scheduling.md "PBT"): an exploited trial
+"""PBT generations (docs/scheduling.md#pbt): an exploited trial
 whose donor's checkpoint is BEHIND its own progress resumes from the donor's
 iteration and reports time values it already reported before the exploit.
 Those are new results of the trial's next generation, not replays of the old

@@ -1,4 +1,4 @@
-"""PBT with a real ctune-worker (issue 13): 4 trials of a command trainable
+"""PBT with a real ctune-worker: 4 trials of a command trainable
 that keeps its iteration, lr and its lineage (the trials whose checkpoint it
 continues) in its checkpoint. An exploited trial resumes from its donor's
 checkpoint: its next iteration is the donor checkpoint's + 1 (not 1), the
@@ -8,7 +8,7 @@ trial shows the exploit in "events".
 The better the lr, the SLOWER the trainable runs: the donors (the best
 trials) are behind the trials that clone them, so an exploited trial goes
 back to an older iteration and reports iterations it had already reported
-(its next generation, issue 13: new results, not replays of its old ones).
+(its next generation: new results, not replays of its old ones).
 The test requires at least one such exploit.
 """
 import os

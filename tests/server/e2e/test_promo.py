@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""ASHA with promotion and HyperBand on the real daemon (issue 13,
-docs/scheduling.md "ASHA with promotion" and "HyperBand").
+"""ASHA with promotion and HyperBand on the real daemon
+(docs/scheduling.md#asha-with-promotion and docs/scheduling.md#hyperband).
 
 A scripted fake worker drives a deterministic result sequence through the
 REST API (results, checkpoints, complete, lease), twice: one server is

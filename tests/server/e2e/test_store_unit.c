@@ -395,7 +395,7 @@ START_TEST(asha_nan_round_trips_as_null) {
 }
 END_TEST
 
-/* 008: a trial's generation and each result's round-trip (PBT, issue 13). */
+/* 008: a trial's generation and each result's round-trip (PBT). */
 static int64_t gens_seen[8];
 static int ngens_seen;
 static int load_gen_trial(void *c, const struct store_trial_row *r) {

@@ -1,4 +1,4 @@
-"""A TPE experiment run by real ctune-worker processes (issue 13): 14 trials
+"""A TPE experiment run by real ctune-worker processes: 14 trials
 of a command trainable whose metric depends on its config; it finishes, its
 first 10 configs are the random searcher's (same seed, same order: what
 `ctune sample` lists in advance), and the later ones are TPE's (not in the

@@ -1,5 +1,6 @@
 """ctune-server: per-worker credentials tied to leases, and authentication
-on the request head before any body is read (issue 11 items 4 and 5).
+on the request head before any body is read
+(docs/protocol.md#worker-credentials).
 
 Each test fails on the code before per-worker secrets: there the worker token
 reached every trial, registration took any resources, and a body was read

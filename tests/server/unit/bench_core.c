@@ -1,4 +1,4 @@
-/* bench_core: times the pure core on the sizes of issue 3 (validation, 10,000
+/* bench_core: times the pure core on the sizes the design set (validation, 10,000
  * sampled trials, ASHA over 10,000 trials, best over 10,000 x 10). Not a
  * test; build with --target bench_core and run it on a quiet machine. */
 #include <stdio.h>

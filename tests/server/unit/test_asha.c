@@ -544,7 +544,7 @@ START_TEST(many_trials_fast)
 }
 END_TEST
 
-/* Issue 14: the state holds the planned brackets and rungs and the recorded
+/* Bounded memory: the state holds the planned brackets and rungs and the recorded
  * values, nothing sized by SPEC_ASHA_MAX_*: a fixed table cost about 41 KB
  * per experiment whatever its spec. */
 START_TEST(memory_is_what_the_plan_and_records_need)

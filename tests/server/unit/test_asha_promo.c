@@ -59,7 +59,7 @@ static enum apromo_action res(struct apromo *a, int64_t id, double t, double v)
 	return o.action;
 }
 
-/* Issue 14: the planned brackets and rungs only (not a fixed 16 x 64 table
+/* Bounded memory: the planned brackets and rungs only (not a fixed 16 x 64 table
  * of about 40 KB), and a rung grows with its entries. */
 START_TEST(memory_is_what_the_plan_and_records_need)
 {

@@ -132,7 +132,7 @@ START_TEST(ten_thousand_trials_fast)
 }
 END_TEST
 
-/* A summary (what an ended trial keeps, HACKING.md "Bounded memory")
+/* A summary (what an ended trial keeps, ARCHITECTURE.md#bounded-memory)
  * answers every scope and mode exactly as the values it was made from,
  * NaN and inf included, and best_pick mixes both kinds. */
 START_TEST(summary_matches_values)

@@ -1,5 +1,5 @@
 /* Unit tests of sched: fifo decisions, dispatch to asha, results without
- * the metric, and the state JSON shape of HACKING.md. */
+ * the metric, and the state JSON shape of docs/protocol.md#experiment-json. */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -97,7 +97,7 @@ START_TEST(asha_through_sched)
 	ck_assert_int_eq(sched_on_result(s, 3, 1, &one, &o), 0);
 	ck_assert_int_eq(o.action, SCHED_STOP);
 	ck_assert_int_eq(o.stopped_early, 1);
-	/* Visible decisions (issue 13): the stop says why, in the metric's sign. */
+	/* Visible decisions: the stop says why, in the metric's sign. */
 	ck_assert_str_eq(o.reason, "stopped at t=1: 1 worse than cutoff 3 of 3 trials at rung 1");
 	ck_assert_int_eq(sched_on_trial_end(s, 3, 1, 1, &one, &o), 0);
 	ck_assert_int_eq(sched_on_trial_end(s, 2, 0, 0, NULL, &o), 0);
@@ -119,7 +119,7 @@ START_TEST(asha_through_sched)
 }
 END_TEST
 
-/* Issue 14: a scheduler's memory follows its spec and its records, not the
+/* Bounded memory: a scheduler's memory follows its spec and its records, not the
  * caps. A fixed 16-bracket x 64-milestone table made every ASHA experiment
  * cost about 41 KB before any result; the default spec needs a few hundred
  * bytes, and the state grows with the values recorded. */

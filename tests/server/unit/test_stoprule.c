@@ -1,5 +1,5 @@
 /* Unit tests of stoprule (the "stop" dict) and of the validation of "stop"
- * and "time_budget_s" (issue 13, item 6). */
+ * and "time_budget_s" (docs/protocol.md#stop-rules-and-time-budget). */
 #include <check.h>
 #include <errno.h>
 #include <math.h>

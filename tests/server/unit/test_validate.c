@@ -286,7 +286,7 @@ static const struct bad bad_configs[] = {
 	 "trainable.cwd", "must be a non-empty string"},
 	{"{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"], \"shell\": true}}",
 	 "trainable.shell", "unknown field (a command trainable takes type, argv, env, cwd, stdout)"},
-	/* Issue 15: placeholders must name a param_space key or a worker name. */
+	/* Placeholders must name a param_space key or a worker name. */
 	{"{\"param_space\": {\"lr\": 0.1}, \"trainable\": {\"type\": \"command\","
 	 " \"argv\": [\"x\", \"{{lit}}\", \"{lr}{trial_id}\", \"--lr={lrr}\"]}}",
 	 "trainable.argv[3]", "unknown placeholder {lrr}: param_space has no key 'lrr' (a placeholder "

@@ -230,7 +230,7 @@ def wait_for(pred, timeout, what, step=0.05):
         try:
             v = pred()
         except IndexError:
-            # trials are made at lease time (issue 13): a list read before
+            # trials are made at lease time: a list read before
             # the first lease is empty, which means "not yet"
             v = None
         if v:

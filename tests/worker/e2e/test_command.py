@@ -74,7 +74,7 @@ def body(env):
     assert len(set(allowed.values())) == 2, "two trials share a CPU: %r" % allowed
 
     # 2. More than any worker has: the experiment says why, never leased
-    # (its trials are made at lease time, issue 13: none is made).
+    # (its trials are made at lease time: none is made).
     big = env.submit(command_config("too-big", ["sh", TRAINABLE, "1", "0"],
                                     resources_per_trial={"cpu": 64}))
     t = wait_for(lambda: env.api("GET", "/api/v1/experiments/%d" % big)["pending_reason"],

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A draining worker (SIGTERM) gives back every trial it holds, including
 one that has reported nothing yet, and the trial is PENDING again within
-about 2 s of the SIGTERM, not after the lease timeout (HACKING.md "Worker
-behaviour the server and users can rely on"). The server runs with a 30 s
+about 2 s of the SIGTERM, not after the lease timeout
+(docs/protocol.md#stop-drain-and-release). The server runs with a 30 s
 lease timeout and a 10 s heartbeat interval, so a trial requeued by lease
 expiry or by the unlisted-trial rule would come far later than 2 s.
 

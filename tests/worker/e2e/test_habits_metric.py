@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A metric the script never reports (issue 15): ASHA on "accuracy" while the
+"""A metric the script never reports: ASHA on "accuracy" while the
 script reports "acc". As Ray does, the trial's first result fails it at once:
 status ERROR, reason missing_metric, an error naming the metric and the keys
 the script reported; that result is not stored, the process is stopped

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Results arrive as they are printed, from a program that never flushes
-(issue 15): the trial's stdout is a pseudo-terminal, so C stdio (here
+(docs/protocol.md#builtin-and-command): the trial's stdout is a pseudo-terminal, so C stdio (here
 Python's, with PYTHONUNBUFFERED turned off by the trainable) line-buffers
 it. The first result is stored while the trial still sleeps before its
 second; ASHA stops the worse trials early (their processes print fewer than
@@ -42,7 +42,7 @@ def body(env):
         "pty", [PY, TRIAL, "plain", outdir, "3", str(pause)],
         trainable={"type": "command", "argv": [PY, TRIAL, "plain", outdir, "3", str(pause)],
                    "env": NOFLUSH}))
-    # trials are made at lease time (issue 13): wait for the first
+    # trials are made at lease time: wait for the first
     tid = wait_for(lambda: env.trials(exp)[0]["id"], 10, "the lease", step=0.02)
     wait_for(lambda: env.results(tid), 10, "the first result", step=0.02)
     seen = time.time()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ray's reporting habits (issue 15): a script that prints bare {"loss": L}
+"""Ray's reporting habits (docs/protocol.md#results-the-worker-fills-in): a script that prints bare {"loss": L}
 lines gets every result stored, numbered 1..N by the worker, with
 time_this_iter_s, time_total_s and timestamp filled in; the trial sees its
 identity and where it starts in its environment (CTUNE_TRIAL_NAME, ...,
@@ -47,7 +47,7 @@ def body(env):
                    "env": {"RUN_DIR": "{experiment_id}/{trial_name}/{trial_id}"}},
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     # Kill the worker once a few results and a checkpoint past them are stored.
-    # trials are made at lease time (issue 13): trial 1 exists once leased
+    # trials are made at lease time: trial 1 exists once leased
     wait_for(lambda: env.trials(exp) and len(env.results(1)) >= 3 and ckpt_iteration(env) >= 2, 20,
              "results and a checkpoint")
     first = envs(outdir)

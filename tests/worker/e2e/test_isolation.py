@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trials apart from their worker (issue 11 item 7), as any user:
+"""Trials apart from their worker (docs/protocol.md#trial-environment), as any user:
 1. a trial's environment holds what its config's `env` and the CTUNE_*
    protocol give it plus the documented base (PATH, HOME, LANG, ...), never
    the worker's CTUNE_TOKEN, its token file or any other variable of the
@@ -59,7 +59,7 @@ def body(env):
                "CTUNE_CONFIG", "CTUNE_TRIAL_ID", "CTUNE_CHECKPOINT_DIR", "CTUNE_RESUME",
                "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "CTUNE_GPU_MEM_LIMIT_MB", "PWD", "SHLVL", "_",
-               # issue 15: the trial's identity and starting point, Python unbuffered
+               # the trial's identity and starting point, Python unbuffered
                "CTUNE_TRIAL_NAME", "CTUNE_EXPERIMENT_ID", "CTUNE_TIME_ATTR", "CTUNE_METRIC",
                "CTUNE_MODE", "CTUNE_START_ITERATION", "CTUNE_START_TIME_TOTAL_S",
                "PYTHONUNBUFFERED"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""issue 14 (control): pausing an experiment reaches a trial that reports
+"""A user's pause (docs/protocol.md#experiment-control) reaches a trial that reports
 rarely at its worker's next heartbeat, not only at its next result. A real
 ctune-server and ctune-worker run a command trainable that reports once
 every 30 s; after its first result the experiment is paused: within a few

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""ctune-worker's side of protocol v2 (HACKING.md "Worker protocol v2 — fenced
-leases") against a scriptable fake server over real HTTP, where the test
+"""ctune-worker's side of protocol v2 (docs/protocol.md#worker-protocol-v2)
+against a scriptable fake server over real HTTP, where the test
 decides which reply is late, refused or missing:
 
   stale_stop   a stop meant for attempt 1 (a late result reply, and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a worker advertises by default is what it may really use
-(HACKING.md "What a worker advertises"), checked through GET /api/v1/workers:
+(docs/protocol.md#what-a-worker-advertises), checked through GET /api/v1/workers:
 
 - started inside a cgroup v1 cpu group with a quota of 1.5 CPUs and a memory
   group limited to 300 MiB (a launcher writes its pid into cgroup.procs and
@@ -124,7 +124,7 @@ def body(env):
         assert allg.p.wait(20) == 0, allg.log()
         one = start(env, "cvd1", "--cpus", "1", extra_env=dict(ld, CUDA_VISIBLE_DEVICES="1"))
         none = start(env, "cvd0", "--cpus", "1", extra_env=dict(ld, CUDA_VISIBLE_DEVICES=""))
-        # The stopped "nvml" worker deregistered (issue 14): it is gone from
+        # The stopped "nvml" worker deregistered: it is gone from
         # the list, so 4 remain.
         ws = workers(env, 4)
         assert "nvml" not in ws, sorted(ws)

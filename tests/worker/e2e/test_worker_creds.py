@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-worker credentials (issue 11): the worker registers with the shared
+"""Per-worker credentials (docs/protocol.md#worker-credentials): the worker registers with the shared
 worker token, then works under the secret registration returned; it keeps
 that identity in <work dir>/identity (0600), so a restarted worker delivers
 its outbox as the same worker (one worker on the server, not two); a server

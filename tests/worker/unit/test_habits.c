@@ -1,4 +1,4 @@
-/* Ray's reporting habits on the worker (issue 15): the trial environment,
+/* Ray's reporting habits on the worker (docs/protocol.md#trainables): the trial environment,
  * "stdout": "pipe", the worker's placeholders, results without the time
  * attribute, the filled-in fields and the missing-metric message. */
 #include <check.h>
@@ -127,7 +127,7 @@ START_TEST(worker_placeholders) {
   ck_assert_str_eq(cmd.argv[5], "0.5");
   trainable_cmd_free(&cmd);
   cJSON_Delete(t);
-  /* env values and cwd take placeholders too (HACKING.md, issue 15). */
+  /* env values and cwd take placeholders too (docs/protocol.md#submission-checks). */
   t = lease("{\"type\": \"command\", \"argv\": [\"p\"], \"env\": {\"RUN\": \"{trial_name}-{lr}\","
             " \"N\": 3}, \"cwd\": \"/runs/{experiment_id}/{trial_id}\"}");
   ck_assert_msg(trainable_build(t, &c, &cmd, err, sizeof err) == 0, "%s", err);

@@ -15,8 +15,8 @@ const MAX_CURVES = 40;       // curves drawn: the best, the running ones, then t
 const RESULTS_LIMIT = 5000;  // results per incremental poll; more pending → poll again at once
 const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'TERMINATED', 'ERROR'];
 const LOG_TYPES = new Set(['loguniform', 'qloguniform', 'lograndint', 'pow2']);
-const ROW_STOP = new Set(['RUNNING']); // trial rows with a Stop button (issue 14)
-// issue 14: the page shows the first FIRST_PAGE trials as soon as they come,
+const ROW_STOP = new Set(['RUNNING']); // trial rows with a Stop button
+// The page shows the first FIRST_PAGE trials as soon as they come,
 // then reads the rest REST_PAGE at a time in the background, drawing once a
 // page (a 100,000-trial list is ~50 MB of JSON: waiting for all of it took
 // 3.5 s before anything showed).
@@ -107,7 +107,7 @@ export function mount(main, [idStr], ctx) {
   const msg = h('div', { id: 'experiment-messages' });
   // "loaded 12,000 of 100,000 trials" while the list still comes in.
   const loadLine = h('p', { id: 'trials-loaded', class: 'loading-line', role: 'status', hidden: true });
-  // Issue 14's controls; after a change the page redraws from the server's answer.
+  // The controls; after a change the page redraws from the server's answer.
   const controls = new ExperimentControls(id, { refresh: (e) => refresh(e) });
   const meta = h('div', { id: 'experiment-meta', class: 'meta' });
   const brief = h('div');
@@ -196,7 +196,7 @@ export function mount(main, [idStr], ctx) {
           t.id === bid() ? h('span', { class: 'tag best' }, 'best') : null] },
       { key: 'status', label: 'Status', get: (t) => t.status,
         render: (t) => [statusBadge(t.status, t.pending_reason || t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
-      // The scheduler's last decision (issue 13): only once a trial has one.
+      // The scheduler's last decision: only once a trial has one.
       ...(st.reasonShown ? [{ key: 'reason', label: 'Reason', get: (t) => t.reason || null, render: reasonCell }] : []),
       { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,
         get: (t) => t.iteration ?? (t.last_result ? t.last_result[timeAttr()] : null) },
@@ -247,7 +247,7 @@ export function mount(main, [idStr], ctx) {
       h('progress', { id: 'experiment-progress', max: total || 1, value: done,
         'aria-label': `${done} of ${total} trials done` }),
       h('p', { class: 'big' }, `${done} of ${total} trials done`),
-      // Trials are created on demand (issue 13): how many exist so far.
+      // Trials are created on demand: how many exist so far.
       Number.isFinite(e.num_created) && e.num_created < total
         ? h('p', { class: 'muted small', id: 'created-count' }, `${e.num_created} of ${total} created so far`) : '',
       h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))));

@@ -43,7 +43,7 @@ export function mount(main, _params, ctx) {
     tbody);
   const msg = h('div');
   const flash = takeFlash();
-  // Search (issue 14): the server matches q against name, notes and tags, and
+  // Search: the server matches q against name, notes and tags, and
   // tag exactly; typing waits a moment before asking.
   const qIn = h('input', { type: 'search', id: 'experiments-q', name: 'q', placeholder: 'name, notes or tag',
     autocomplete: 'off' });

@@ -46,7 +46,7 @@ export function mount(main, [idStr], ctx) {
   const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Experiments'), ' / ');
   const title = h('h1', null, `Trial ${id}`);
   const badge = h('span');
-  const stopBox = h('span', { id: 'trial-controls' }); // Stop (issue 14), not for a viewer
+  const stopBox = h('span', { id: 'trial-controls' }); // Stop, not for a viewer
   const msg = h('div');
   const status = h('div', { id: 'trial-status' });
   const config = h('div', { id: 'trial-config' });
