@@ -1,0 +1,276 @@
+/* harness: see harness.h. */
+#include "harness.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cJSON.h"
+#include "clock.h"
+#include "commit.h"
+#include "decide.h"
+#include "events.h"
+#include "log.h"
+#include "store.h"
+#include "validate.h"
+#include "workers.h"
+
+void h_start_only(struct harness *h) {
+  char err[1024] = "";
+  struct server *s = &h->s;
+  ck_assert(!h->started);
+  memset(s, 0, sizeof *s);
+  s->opt.db_path = h->db;
+  s->opt.lease_timeout_s = H_LEASE_TIMEOUT_S;
+  s->opt.heartbeat_interval_s = H_HEARTBEAT_S;
+  s->opt.worker_retention_s = 3600;
+  s->opt.wal_frames = 8192;
+  s->opt.sync_full = 0; /* no fdatasync: a test's durability is the process's */
+  /* main.c's order. */
+  int rc = store_open(h->db, s->opt.wal_frames, s->opt.sync_full, &s->store, err, sizeof err);
+  ck_assert_msg(!rc, "store_open: %s", err);
+  ck_assert_int_eq(state_init(s), 0);
+  rc = state_load(s, err, sizeof err);
+  ck_assert_msg(!rc, "state_load: %s", err);
+  ck_assert_int_eq(commit_start(s->store, &s->commit), 0);
+  server_lock(s);
+  ck_assert_int_eq(state_repair(s), 0);
+  h->started = 1;
+  h_sync(h);
+  /* The change feed begins at the loaded model (sse_start). */
+  events_begin(s->events, s->seq);
+}
+
+void h_stop_only(struct harness *h) {
+  struct server *s = &h->s;
+  if (!h->started) return;
+  h->started = 0;
+  /* main.c's order at exit: drain, stop the writer, free, close. */
+  if (s->commit) commit_group_close(s->commit, s->seq);
+  pthread_mutex_unlock(&s->lock);
+  if (s->commit) commit_wait(s->commit, commit_last_ticket(s->commit));
+  commit_stop(s->commit);
+  s->commit = NULL;
+  state_free(s);
+  state_reload_cleanup();
+  store_close(s->store);
+  s->store = NULL;
+}
+
+void h_open(struct harness *h) {
+  memset(h, 0, sizeof *h);
+  /* $TMPDIR, else /dev/shm (tmpfs: SQLite's syncs at open and close cost
+   * nothing there; on a disk they are most of a test's time), else /tmp. */
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+  snprintf(h->dir, sizeof h->dir, "%s/ctune-stest-XXXXXX", tmp);
+  ck_assert_ptr_nonnull(mkdtemp(h->dir));
+  snprintf(h->db, sizeof h->db, "%s/ctune.db", h->dir);
+  /* Quiet unless asked: expiry and requeues are warnings by design. */
+  if (!getenv("CTUNE_LOG_LEVEL")) log_set_level(LOG_ERROR);
+  fake_clock_set_ms(FAKE_CLOCK_START_MS);
+  h_start_only(h);
+}
+
+void h_close(struct harness *h) {
+  h_stop_only(h);
+  static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
+  char p[400];
+  for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
+    snprintf(p, sizeof p, "%s%s", h->db, tails[i]);
+    unlink(p);
+  }
+  rmdir(h->dir);
+}
+
+void h_restart(struct harness *h) {
+  h_stop_only(h);
+  h_start_only(h);
+}
+
+void h_sync(struct harness *h) {
+  struct server *s = &h->s;
+  commit_group_close(s->commit, s->seq);
+  ck_assert_int_eq(commit_wait(s->commit, commit_last_ticket(s->commit)), 0);
+  ck_assert_int_eq((int)commit_failures(s->commit), 0);
+}
+
+void h_sql(struct harness *h, const char *sql) {
+  sqlite3 *db = NULL;
+  char *msg = NULL;
+  ck_assert(!h->started);
+  ck_assert_int_eq(sqlite3_open(h->db, &db), SQLITE_OK);
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+  sqlite3_free(msg);
+  sqlite3_close(db);
+}
+
+const char *h_cfg(char *buf, size_t cap, const char *name, int n, const char *extra) {
+  int k = snprintf(buf, cap,
+                   "{\"name\": \"%s\", \"num_samples\": %d, \"seed\": 7, "
+                   "\"param_space\": {\"lr\": {\"type\": \"loguniform\", "
+                   "\"lower\": 0.0001, \"upper\": 0.1}}, "
+                   "\"trainable\": {\"type\": \"command\", \"argv\": [\"true\"]}%s}",
+                   name, n, extra ? extra : "");
+  ck_assert(k > 0 && (size_t)k < cap);
+  return buf;
+}
+
+struct experiment *h_submit(struct harness *h, const char *json) {
+  struct experiment_spec spec;
+  struct validate_error verr = {{0}, {0}};
+  struct experiment *e = NULL;
+  uint64_t ticket = 0;
+  cJSON *cfg = cJSON_Parse(json);
+  ck_assert_msg(cfg != NULL, "not JSON: %s", json);
+  int rc = validate_experiment(cfg, &spec, &verr);
+  ck_assert_msg(!rc, "invalid config: %s: %s", verr.path, verr.message);
+  if (!spec.has_seed) spec.seed = 1; /* the API draws one */
+  rc = state_add_experiment(&h->s, json, &spec, &e, &ticket);
+  validate_spec_free(&spec);
+  cJSON_Delete(cfg);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_ptr_nonnull(e);
+  return e;
+}
+
+struct worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
+                        int64_t memory_mb) {
+  struct worker *w = NULL;
+  uint64_t ticket = 0;
+  ck_assert_int_eq(workers_register(&h->s, name, cpu, gpu, memory_mb, &w, &ticket), 0);
+  return w;
+}
+
+struct trial *h_lease_free(struct harness *h, struct worker *w, double cpu, double gpu,
+                           int64_t memory_mb, int has_memory) {
+  uint64_t ticket = 0;
+  workers_touch(w);
+  struct trial *t = state_lease(&h->s, w, cpu, gpu, memory_mb, has_memory);
+  if (t) ck_assert_int_eq(state_persist_trial(&h->s, t, &ticket), 0);
+  return t;
+}
+
+struct trial *h_lease(struct harness *h, struct worker *w) {
+  return h_lease_free(h, w, 1e9, 1e9, 0, 0);
+}
+
+int h_heartbeat(struct harness *h, struct worker *w, struct trial *const *trials, int n) {
+  struct server *s = &h->s;
+  uint64_t ticket = 0, now = clock_mono_ms(), gen = ++s->hb_gen;
+  workers_touch(w);
+  /* api_worker_heartbeat's marking of what the worker listed. */
+  for (int i = 0; i < n; i++) {
+    struct trial *t = trials[i];
+    if (t->status != TS_RUNNING || t->worker_id != w->id) continue;
+    t->listed_gen = gen;
+    t->unlisted_since_ms = 0;
+    state_renew_lease(s, t, now);
+    if (server_experiment(s, t->experiment_id)->status == ES_PAUSED)
+      ck_assert_int_eq(decide_pause_lease(s, t, &ticket), 0);
+  }
+  int back = state_reconcile_worker(s, w, gen, now, &ticket);
+  ck_assert_int_ge(back, 0);
+  return back;
+}
+
+void h_complete(struct harness *h, struct trial *t) {
+  uint64_t ticket = 0;
+  struct lease_token l = {t->worker_id, t->attempt};
+  ck_assert_int_eq(state_check_fence(&h->s, t, &l, NULL, 0), FENCE_CURRENT);
+  ck_assert_int_eq(decide_lease_end(&h->s, t, &ticket), 0); /* nothing due in these tests */
+  t->lease_final = 1;
+  ck_assert_int_eq(state_end_trial(&h->s, t, TS_TERMINATED, &ticket), 0);
+}
+
+void h_result(struct harness *h, struct trial *t, double time_value, const char *json) {
+  struct server *s = &h->s;
+  uint64_t ticket = 0;
+  cJSON *r = cJSON_Parse(json);
+  ck_assert_ptr_nonnull(r);
+  int64_t seq = ++s->seq;
+  ck_assert_int_eq(state_note_result(s, t, time_value, 'c', r, json, seq), 0);
+  ck_assert_int_eq(
+      state_queue_result(s, t, seq, time_value, "continue", json, NULL, NULL, 0, &ticket), 0);
+  cJSON_Delete(r);
+}
+
+void h_tick(struct harness *h, uint64_t now_ms) {
+  fake_clock_set_ms(now_ms);
+  state_expire_leases(&h->s, now_ms);
+}
+
+int64_t h_count(const struct experiment *e, enum trial_status st) {
+  int64_t n = 0;
+  for (int64_t k = 0; k < e->ntrials; k++) n += e->trials[k]->status == st;
+  return n;
+}
+
+struct sbuf {
+  char *p;
+  size_t n, cap;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    ck_assert_int_ge(k, 0);
+    if (b->p && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t nc = b->cap ? b->cap * 2 : 4096;
+    while (nc < b->n + (size_t)k + 1) nc *= 2;
+    b->p = realloc(b->p, nc);
+    ck_assert_ptr_nonnull(b->p);
+    b->cap = nc;
+  }
+}
+
+char *h_snapshot(struct harness *h) {
+  struct server *s = &h->s;
+  struct sbuf b = {0};
+  sb_printf(&b, "exps %lld trials %lld workers %lld\n", (long long)s->nexps,
+            (long long)s->ntrials, (long long)s->nworkers);
+  for (int64_t i = 0; i < s->nexps; i++) {
+    struct experiment *e = s->exps[i];
+    if (!e || e->deleted) {
+      sb_printf(&b, "E%lld deleted\n", (long long)(i + 1));
+      continue;
+    }
+    ck_assert_int_eq(state_experiment_warm(s, e), 0);
+    sb_printf(&b, "E%lld %s %s plan %lld made %lld live %d prio %g notes '%s' tags %s "
+              "reason '%s' counts",
+              (long long)e->id, e->name, exp_status_names[e->status], (long long)e->num_trials,
+              (long long)e->ntrials, e->live_pos != 0, state_experiment_priority(e),
+              e->notes ? e->notes : "", e->tags ? e->tags : "[]",
+              e->end_reason ? e->end_reason : "");
+    for (int k = 0; k < TS_COUNT; k++) sb_printf(&b, " %lld", (long long)e->counts[k]);
+    sb_printf(&b, " max_conc %lld\n", (long long)e->spec.max_concurrent_trials);
+    for (int64_t k = 0; k < e->ntrials; k++) {
+      const struct trial *t = e->trials[k];
+      sb_printf(&b, "  T%lld idx %lld %s attempt %d failures %d worker %lld nres %zu cfg %s\n",
+                (long long)t->id, (long long)t->idx, trial_status_names[t->status], t->attempt,
+                t->num_failures, (long long)t->worker_id, t->nres, t->config);
+    }
+  }
+  for (int64_t i = 0; i < s->nworkers; i++) {
+    const struct worker *w = s->workers[i];
+    sb_printf(&b, "W%lld %s cpu %g/%g gpu %g/%g mem %lld/%lld running %lld gone %d\n",
+              (long long)w->id, w->name, w->used_cpu, w->cpu, w->used_gpu, w->gpu,
+              (long long)w->used_memory_mb, (long long)w->memory_mb, (long long)w->nrunning,
+              w->gone);
+  }
+  sb_printf(&b, "live %lld\n", (long long)s->nlive);
+  return b.p;
+}

@@ -1,0 +1,365 @@
+/* Leases and the worker registry, in-process (server/state/state.c,
+ * workers.c): what a lease charges, what blocks one (and the sentence
+ * state_pending_reason gives), lease expiry, lost workers, heartbeat
+ * reconciliation of unlisted trials, pruning and deregistration. Time is
+ * the fake clock's (tests/lib/fake_clock.c): each boundary is checked at
+ * the millisecond on both sides. The e2e counterparts start daemons and
+ * sleep (tests/server/e2e/test_lease*.py, test_fencing.py). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "harness.h"
+#include "workers.h"
+
+static struct harness H;
+static struct server *S;
+static const uint64_t T0 = FAKE_CLOCK_START_MS;
+
+static void setup(void) {
+  h_open(&H);
+  S = &H.s;
+}
+
+static void teardown(void) { h_close(&H); }
+
+static struct experiment *submit(const char *name, int n, const char *extra) {
+  char buf[1024];
+  return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
+}
+
+static void reason_is(const struct experiment *e, const char *want) {
+  char buf[256];
+  state_experiment_pending_reason(S, e, buf, sizeof buf);
+  ck_assert_str_eq(buf, want);
+}
+
+/* Rule: time is an input. The test executable's fake clock replaced
+ * common/clock.c for the libraries too: the state stamps what it was set to. */
+START_TEST(fake_clock_is_what_the_state_reads) {
+  uint64_t calls = fake_clock_calls();
+  fake_clock_set_ms(5000000);
+  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  ck_assert_uint_eq(w->last_seen_ms, 5000000);
+  ck_assert(w->registered_at == FAKE_CLOCK_WALL_BASE_S + 5000.0);
+  ck_assert_uint_gt(fake_clock_calls(), calls);
+  ck_assert_uint_eq(clock_mono_ms(), 5000000);
+}
+END_TEST
+
+/* Rule: a lease charges the experiment's resources_per_trial to the worker
+ * (cpu, gpu, memory_mb when the worker declared memory), an end gives them
+ * back, and nothing is leased that the worker has no room left for. */
+START_TEST(lease_charges_worker_resources) {
+  struct experiment *e =
+      submit("a", 3, ", \"resources_per_trial\": {\"cpu\": 1.5, \"gpu\": 0.5, \"memory_mb\": 1000}");
+  struct worker *w = h_worker(&H, "w", 4, 1, 4000);
+  struct trial *t1 = h_lease(&H, w);
+  ck_assert_ptr_nonnull(t1);
+  ck_assert_int_eq(t1->status, TS_RUNNING);
+  ck_assert_int_eq(t1->attempt, 1);
+  ck_assert_int_eq(t1->worker_id, w->id);
+  ck_assert_uint_eq(t1->lease_deadline_ms, T0 + H_LEASE_MS);
+  ck_assert(w->used_cpu == 1.5 && w->used_gpu == 0.5);
+  ck_assert_int_eq(w->used_memory_mb, 1000);
+  ck_assert_int_eq(w->nrunning, 1);
+  struct trial *t2 = h_lease(&H, w);
+  ck_assert_ptr_nonnull(t2);
+  ck_assert(w->used_cpu == 3.0 && w->used_gpu == 1.0);
+  ck_assert_int_eq(w->used_memory_mb, 2000);
+  /* 1 cpu and no gpu left: the third does not fit, and is not even made. */
+  ck_assert_ptr_null(h_lease(&H, w));
+  ck_assert_int_eq(e->ntrials, 2);
+  ck_assert_int_eq(e->counts[TS_RUNNING], 2);
+  reason_is(e, "waiting for free resources");
+  h_complete(&H, t1);
+  ck_assert(w->used_cpu == 1.5 && w->used_gpu == 0.5);
+  ck_assert_int_eq(w->used_memory_mb, 1000);
+  ck_assert_int_eq(w->nrunning, 1);
+  struct trial *t3 = h_lease(&H, w);
+  ck_assert_ptr_nonnull(t3);
+  ck_assert_int_eq(t3->idx, 2);
+  h_complete(&H, t2);
+  h_complete(&H, t3);
+  /* Nothing left on it: exact zeros. */
+  ck_assert(w->used_cpu == 0 && w->used_gpu == 0);
+  ck_assert_int_eq(w->used_memory_mb, 0);
+  ck_assert_int_eq(w->nrunning, 0);
+  ck_assert_int_eq(e->status, ES_TERMINATED);
+}
+END_TEST
+
+/* Rule: max_concurrent_trials caps an experiment's RUNNING trials whatever
+ * the worker has free, and state_pending_reason says so. */
+START_TEST(lease_honours_max_concurrent_trials) {
+  struct experiment *e = submit("mc", 5, ", \"max_concurrent_trials\": 2");
+  struct worker *w = h_worker(&H, "w", 8, 0, 0);
+  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_ptr_null(h_lease(&H, w));
+  ck_assert_int_eq(e->counts[TS_RUNNING], 2);
+  ck_assert_int_eq(e->ntrials, 2);
+  reason_is(e, "max_concurrent_trials (2) reached");
+  h_complete(&H, a);
+  ck_assert_ptr_nonnull(h_lease(&H, w));
+  ck_assert_ptr_null(h_lease(&H, w));
+}
+END_TEST
+
+/* Rule: a lease skips what does not fit the worker (its own accounting and
+ * what it says is free), and state_pending_reason names the resource; a
+ * worker that declared no memory is not accounted for memory. */
+START_TEST(lease_skips_what_does_not_fit) {
+  struct experiment *g = submit("g", 1, ", \"resources_per_trial\": {\"cpu\": 1, \"gpu\": 1}");
+  reason_is(g, "no worker is connected");
+  struct worker *w = h_worker(&H, "w", 4, 0, 4096);
+  ck_assert_ptr_null(h_lease(&H, w));
+  reason_is(g, "needs gpu 1 but the largest worker has 0");
+  struct experiment *m = submit("m", 1, ", \"resources_per_trial\": {\"memory_mb\": 8192}");
+  ck_assert_ptr_null(h_lease(&H, w));
+  reason_is(m, "needs memory_mb 8192 but the largest worker has 4096");
+  struct experiment *c = submit("c", 1, ", \"resources_per_trial\": {\"cpu\": 8}");
+  ck_assert_ptr_null(h_lease(&H, w));
+  reason_is(c, "needs cpu 8 but the largest worker has 4");
+  ck_assert_int_eq(g->ntrials + m->ntrials + c->ntrials, 0);
+  /* A worker with no memory declared takes the memory-hungry one. */
+  struct worker *nomem = h_worker(&H, "nomem", 1, 0, 0);
+  struct trial *t = h_lease(&H, nomem);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_int_eq(t->experiment_id, m->id);
+  ck_assert_int_eq(nomem->used_memory_mb, 0);
+  /* What the worker says is free caps the server's accounting. */
+  struct experiment *one = submit("one", 1, "");
+  ck_assert_ptr_null(h_lease_free(&H, w, 0.5, 0, 0, 0));
+  ck_assert_int_eq(one->ntrials, 0);
+  t = h_lease_free(&H, w, 1, 0, 0, 1); /* 0 MB free: fits what needs none */
+  ck_assert_ptr_nonnull(t);
+  ck_assert_int_eq(t->experiment_id, one->id);
+}
+END_TEST
+
+/* Rule: a lease not renewed for lease_timeout_s expires: the trial goes
+ * back to PENDING (no failure counted, resources back, row persisted), and
+ * its next lease bumps the attempt. Boundary: not at the deadline, after it. */
+START_TEST(lease_expiry_requeues_without_failure) {
+  struct experiment *e = submit("x", 1, "");
+  struct worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct trial *t = h_lease(&H, w);
+  ck_assert_ptr_nonnull(t);
+  int64_t tid = t->id;
+  h_tick(&H, T0 + H_LEASE_MS); /* at the deadline: still held */
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  h_tick(&H, T0 + H_LEASE_MS + 100);
+  ck_assert_int_eq(t->status, TS_PENDING);
+  ck_assert_int_eq(t->num_failures, 0);
+  ck_assert_int_eq(t->worker_id, 0);
+  ck_assert_int_eq(t->attempt, 1);
+  ck_assert_int_eq(w->nrunning, 0);
+  ck_assert(w->used_cpu == 0);
+  ck_assert_int_eq(e->counts[TS_PENDING], 1);
+  ck_assert_int_eq(e->counts[TS_RUNNING], 0);
+  char why[256];
+  state_pending_reason(S, t, why, sizeof why);
+  ck_assert_str_eq(why, "no worker is connected"); /* w was silent as long: lost */
+  /* Persisted: a restart sees it PENDING. */
+  h_restart(&H);
+  t = server_trial(S, tid);
+  e = server_experiment(S, t->experiment_id);
+  w = server_worker(S, 1);
+  ck_assert_int_eq(t->status, TS_PENDING);
+  ck_assert_int_eq(t->attempt, 1);
+  ck_assert_int_eq(t->num_failures, 0);
+  struct trial *again = h_lease(&H, w);
+  ck_assert_ptr_eq(again, t);
+  ck_assert_int_eq(t->attempt, 2);
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  ck_assert_int_eq(e->ntrials, 1);
+}
+END_TEST
+
+/* Rule: a heartbeat that lists a trial renews its lease (deadline = now +
+ * lease_timeout_s), so it outlives the first deadline. */
+START_TEST(heartbeat_renews_lease) {
+  submit("x", 1, "");
+  struct worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct trial *t = h_lease(&H, w);
+  fake_clock_set_ms(T0 + 20000);
+  ck_assert_int_eq(h_heartbeat(&H, w, &t, 1), 0);
+  ck_assert_uint_eq(t->lease_deadline_ms, T0 + 20000 + H_LEASE_MS);
+  h_tick(&H, T0 + H_LEASE_MS + 100);
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  h_tick(&H, T0 + 20000 + H_LEASE_MS + 100);
+  ck_assert_int_eq(t->status, TS_PENDING);
+}
+END_TEST
+
+/* Rule: a worker silent for lease_timeout_s is "lost" (not at it, after
+ * it); any sign of life (heartbeat, lease) makes it alive again. */
+START_TEST(silent_worker_is_lost) {
+  struct experiment *e = submit("x", 1, "");
+  struct worker *w = h_worker(&H, "w", 4, 0, 0);
+  h_tick(&H, T0 + H_LEASE_MS);
+  ck_assert_int_eq(w->lost, 0);
+  reason_is(e, "waiting for free resources");
+  h_tick(&H, T0 + H_LEASE_MS + 1);
+  ck_assert_int_eq(w->lost, 1);
+  reason_is(e, "no worker is connected");
+  fake_clock_set_ms(T0 + H_LEASE_MS + 500);
+  h_heartbeat(&H, w, NULL, 0);
+  ck_assert_int_eq(w->lost, 0);
+  ck_assert_uint_eq(w->last_seen_ms, T0 + H_LEASE_MS + 500);
+}
+END_TEST
+
+/* Rule (heartbeat v2): a RUNNING trial its worker's heartbeats leave out
+ * for two heartbeat intervals is requeued (no failure), counted from the
+ * first heartbeat that left it out; a listed one is untouched and the
+ * worker gets the unlisted one's resources back exactly once. */
+START_TEST(unlisted_trial_requeued_after_two_intervals) {
+  submit("x", 2, "");
+  struct worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct trial *lost = h_lease(&H, w), *kept = h_lease(&H, w);
+  ck_assert_ptr_null(h_lease(&H, w)); /* full */
+  uint64_t t1 = T0 + 1000;
+  fake_clock_set_ms(t1);
+  ck_assert_int_eq(h_heartbeat(&H, w, &kept, 1), 0);
+  ck_assert_uint_eq(lost->unlisted_since_ms, t1);
+  fake_clock_set_ms(t1 + H_GRACE_MS - 1);
+  ck_assert_int_eq(h_heartbeat(&H, w, &kept, 1), 0);
+  ck_assert_int_eq(lost->status, TS_RUNNING);
+  fake_clock_set_ms(t1 + H_GRACE_MS);
+  ck_assert_int_eq(h_heartbeat(&H, w, &kept, 1), 1);
+  ck_assert_int_eq(lost->status, TS_PENDING);
+  ck_assert_int_eq(lost->num_failures, 0);
+  ck_assert_int_eq(kept->status, TS_RUNNING);
+  ck_assert_int_eq(w->nrunning, 1);
+  ck_assert(w->used_cpu == 1);
+  struct trial *again = h_lease(&H, w);
+  ck_assert_ptr_eq(again, lost);
+  ck_assert_int_eq(again->attempt, 2);
+  ck_assert_int_eq(again->unlisted_since_ms, 0);
+}
+END_TEST
+
+/* Rule: the unlisted requeue also happens on the server's own tick
+ * between heartbeats; a later heartbeat that lists the trial again
+ * clears its unlisted time. */
+START_TEST(unlisted_trial_requeued_by_the_tick) {
+  submit("x", 2, "");
+  struct worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  uint64_t t1 = T0 + 1000;
+  fake_clock_set_ms(t1);
+  ck_assert_int_eq(h_heartbeat(&H, w, NULL, 0), 0);
+  ck_assert_uint_eq(a->unlisted_since_ms, t1);
+  ck_assert_uint_eq(b->unlisted_since_ms, t1);
+  fake_clock_set_ms(t1 + 5000);
+  ck_assert_int_eq(h_heartbeat(&H, w, &b, 1), 0); /* b is listed again */
+  ck_assert_uint_eq(b->unlisted_since_ms, 0);
+  h_tick(&H, t1 + H_GRACE_MS - 100);
+  ck_assert_int_eq(a->status, TS_RUNNING);
+  h_tick(&H, t1 + H_GRACE_MS);
+  ck_assert_int_eq(a->status, TS_PENDING);
+  ck_assert_int_eq(a->num_failures, 0);
+  ck_assert_int_eq(b->status, TS_RUNNING);
+}
+END_TEST
+
+/* Rule: a lost worker leaves the list (gone = 1, pruned) after
+ * --worker-retention-s without a sign of life, not before; one with RUNNING
+ * trials charged is kept; a pruned worker that comes back is listed again. */
+START_TEST(lost_worker_pruned_after_retention) {
+  S->opt.worker_retention_s = 60;
+  submit("x", 1, "");
+  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct worker *busy = h_worker(&H, "busy", 1, 0, 0);
+  struct trial *t = h_lease(&H, busy);
+  ck_assert_ptr_nonnull(t);
+  struct lease_token l = {busy->id, t->attempt};
+  /* busy's trial lease is kept alive by its fenced writes (results), which
+   * are no heartbeat: the worker itself is silent. */
+  fake_clock_set_ms(T0 + 29000);
+  ck_assert_int_eq(state_check_fence(S, t, &l, NULL, 0), FENCE_CURRENT);
+  h_tick(&H, T0 + H_LEASE_MS + 1);
+  ck_assert(w->lost && busy->lost);
+  fake_clock_set_ms(T0 + 58000);
+  ck_assert_int_eq(state_check_fence(S, t, &l, NULL, 0), FENCE_CURRENT);
+  h_tick(&H, T0 + 60000 - 1);
+  ck_assert_int_eq(w->gone, 0);
+  h_tick(&H, T0 + 60000);
+  ck_assert_int_eq(w->gone, 1);
+  ck_assert_int_eq(busy->gone, 0); /* trials charged to it */
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  ck_assert_ptr_eq(workers_find(S, w->id), w); /* pruned, not unknown */
+  fake_clock_set_ms(T0 + 61000);
+  h_heartbeat(&H, w, NULL, 0);
+  ck_assert_int_eq(w->gone, 0);
+  ck_assert_int_eq(w->lost, 0);
+}
+END_TEST
+
+/* Rule: a deregistered worker's RUNNING trials go back to PENDING at once
+ * (no failure), its secret is revoked (persisted), and it is unknown from
+ * then on, after a restart too. */
+START_TEST(deregister_requeues_its_trials) {
+  struct experiment *e = submit("x", 3, "");
+  struct worker *w = h_worker(&H, "w", 2, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, o);
+  ck_assert(a && b && c);
+  char secret[sizeof w->secret];
+  memcpy(secret, w->secret, sizeof secret);
+  uint64_t ticket = 0;
+  ck_assert_int_eq(workers_deregister(S, w, &ticket), 0);
+  ck_assert_int_eq(a->status, TS_PENDING);
+  ck_assert_int_eq(b->status, TS_PENDING);
+  ck_assert_int_eq(a->num_failures + b->num_failures, 0);
+  ck_assert_int_eq(c->status, TS_RUNNING);
+  ck_assert_int_eq(e->counts[TS_PENDING], 2);
+  ck_assert_int_eq(w->gone, 2);
+  ck_assert_int_eq(w->nrunning, 0);
+  ck_assert(w->used_cpu == 0);
+  ck_assert_ptr_null(workers_find(S, w->id));
+  ck_assert_ptr_null(state_worker_by_secret(S, secret));
+  int64_t wid = w->id, aid = a->id;
+  h_restart(&H);
+  ck_assert_ptr_null(workers_find(S, wid));
+  ck_assert_ptr_null(state_worker_by_secret(S, secret));
+  ck_assert_int_eq(server_trial(S, aid)->status, TS_PENDING);
+  /* Its trials go to whoever asks next. */
+  o = server_worker(S, 2);
+  ck_assert_int_eq(o->nrunning, 1);
+  struct worker *n = h_worker(&H, "n", 2, 0, 0);
+  struct trial *t = h_lease(&H, n);
+  ck_assert_int_eq(t->id, aid);
+  ck_assert_int_eq(t->attempt, 2);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("state_leases");
+  TCase *tc = tcase_create("leases");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, fake_clock_is_what_the_state_reads);
+  tcase_add_test(tc, lease_charges_worker_resources);
+  tcase_add_test(tc, lease_honours_max_concurrent_trials);
+  tcase_add_test(tc, lease_skips_what_does_not_fit);
+  tcase_add_test(tc, lease_expiry_requeues_without_failure);
+  tcase_add_test(tc, heartbeat_renews_lease);
+  tcase_add_test(tc, silent_worker_is_lost);
+  tcase_add_test(tc, unlisted_trial_requeued_after_two_intervals);
+  tcase_add_test(tc, unlisted_trial_requeued_by_the_tick);
+  tcase_add_test(tc, lost_worker_pruned_after_retention);
+  tcase_add_test(tc, deregister_requeues_its_trials);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
