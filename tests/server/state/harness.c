@@ -183,10 +183,16 @@ int h_heartbeat(struct harness *h, struct worker *w, struct trial *const *trials
 void h_complete(struct harness *h, struct trial *t) {
   uint64_t ticket = 0;
   struct lease_token l = {t->worker_id, t->attempt};
-  ck_assert_int_eq(state_check_fence(&h->s, t, &l, NULL, 0), FENCE_CURRENT);
-  ck_assert_int_eq(decide_lease_end(&h->s, t, &ticket), 0); /* nothing due in these tests */
-  t->lease_final = 1;
-  ck_assert_int_eq(state_end_trial(&h->s, t, TS_TERMINATED, &ticket), 0);
+  struct trial_event_args a = {.lease = &l};
+  ck_assert_int_eq(state_trial_event(&h->s, t, TE_COMPLETE, &a, &ticket), 0);
+  ck_assert_int_eq(a.fence, FENCE_CURRENT);
+}
+
+int64_t h_cancel(struct harness *h, struct experiment *e, const char *reason) {
+  uint64_t ticket = 0;
+  int64_t unfinished = e->ntrials - e->counts[TS_TERMINATED] - e->counts[TS_ERROR];
+  int rc = state_experiment_event(&h->s, e, EE_CANCEL, reason, &ticket);
+  return rc ? rc : unfinished;
 }
 
 void h_result(struct harness *h, struct trial *t, double time_value, const char *json) {

@@ -8,7 +8,7 @@
  * Helpers do what the API handlers do around the state calls (submit
  * through the real validator, lease = touch + state_lease + persist,
  * heartbeat = mark the listed trials + state_reconcile_worker, complete =
- * fence + lease_final + state_end_trial), so a test reads like the
+ * TE_COMPLETE with the trial's lease), so a test reads like the
  * protocol and asserts on the model. */
 #ifndef CTUNE_TEST_STATE_HARNESS_H
 #define CTUNE_TEST_STATE_HARNESS_H
@@ -65,9 +65,12 @@ struct trial *h_lease_free(struct harness *h, struct worker *w, double cpu, doub
  * told to pause, decide_pause_lease); then state_reconcile_worker. Returns
  * how many unlisted trials were requeued. */
 int h_heartbeat(struct harness *h, struct worker *w, struct trial *const *trials, int n);
-/* The lease that holds t completes it (fence CURRENT, lease_final, then
- * state_end_trial TERMINATED), as api_trial_complete. */
+/* The lease that holds t completes it: state_trial_event TE_COMPLETE with
+ * that lease (fence CURRENT), as api_trial_complete. */
 void h_complete(struct harness *h, struct trial *t);
+/* EE_CANCEL with reason; returns how many unfinished trials it stopped, or
+ * the negative error. */
+int64_t h_cancel(struct harness *h, struct experiment *e, const char *reason);
 /* One result of t stored with decision "continue" and no scheduler record
  * (state_note_result + state_queue_result): only what the bounded-memory
  * tests need to have something in SQLite. NOT the result path: results and

@@ -226,7 +226,7 @@ START_TEST(patch_max_t) {
   ck_assert(a->spec.sched.max_t == 5);
   struct experiment *none = submit("n", 1, "");
   ck_assert_int_eq(patch(none, &p, "scheduler.max_t"), -EINVAL);
-  ck_assert_int_ge(state_cancel_experiment(S, none, "user", &ticket), 0);
+  ck_assert_int_ge(h_cancel(&H, none, "user"), 0);
   struct control_patch more = {.has_num_samples = 1, .num_samples = 3};
   ck_assert_int_eq(patch(none, &more, "num_samples"), -EBUSY);
   int64_t id = e->id;
@@ -310,7 +310,7 @@ START_TEST(cancel_experiment) {
   struct worker *w = h_worker(&H, "w", 2, 0, 0);
   struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   h_complete(&H, a);
-  ck_assert_int_eq(state_cancel_experiment(S, e, "not needed", &ticket), 1);
+  ck_assert_int_eq(h_cancel(&H, e, "not needed"), 1);
   ck_assert_int_eq(e->status, ES_CANCELLED);
   ck_assert_str_eq(e->end_reason, "not needed");
   ck_assert_int_eq(b->status, TS_TERMINATED);

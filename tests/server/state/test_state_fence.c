@@ -137,7 +137,7 @@ START_TEST(fence_final_for_the_lease_that_ended_it) {
   uint64_t ticket = 0;
   ck_assert_int_eq(control_stop_trial(S, stopped, &ticket), 0);
   ck_assert_int_eq(fence(stopped, w->id, 1, NULL, 0), FENCE_FINAL);
-  ck_assert_int_ge(state_cancel_experiment(S, e, "user", &ticket), 1);
+  ck_assert_int_ge(h_cancel(&H, e, "user"), 1);
   ck_assert_int_eq(cancelled->status, TS_TERMINATED);
   ck_assert_int_eq(fence(cancelled, w->id, 1, NULL, 0), FENCE_STALE);
   /* In memory only: after a restart an ended trial takes no final uploads. */

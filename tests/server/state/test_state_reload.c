@@ -53,7 +53,7 @@ static void build_mixed_model(void) {
   ck_assert_int_eq(b->status, ES_TERMINATED);
   struct experiment *c = submit("c", 2, "");
   h_lease(&H, w);
-  ck_assert_int_eq(state_cancel_experiment(S, c, "user", &ticket), 1);
+  ck_assert_int_eq(h_cancel(&H, c, "user"), 1);
   struct experiment *d = submit("d", 2, "");
   struct trial *d0 = h_lease(&H, w);
   ck_assert_int_eq(d0->experiment_id, d->id);
@@ -76,10 +76,10 @@ static void build_mixed_model(void) {
    * told to pause at a heartbeat, then released: PAUSED. */
   struct trial *a3 = h_lease(&H, w);
   ck_assert_int_eq(a3->experiment_id, a->id);
-  ck_assert_int_eq(state_requeue(S, a3, &ticket), 0);
+  ck_assert_int_eq(state_trial_event(S, a3, TE_REQUEUE, NULL, &ticket), 0);
   ck_assert_int_eq(a3->status, TS_PENDING);
   h_heartbeat(&H, w, &d0, 1);
-  ck_assert_int_eq(state_requeue(S, d0, &ticket), 0);
+  ck_assert_int_eq(state_trial_event(S, d0, TE_REQUEUE, NULL, &ticket), 0);
   ck_assert_int_eq(d0->status, TS_PAUSED);
   ck_assert_int_eq(a->counts[TS_RUNNING], 2);
   ck_assert_int_eq(a1->status, TS_RUNNING);
@@ -143,7 +143,7 @@ START_TEST(repair_finishes_half_done_changes) {
   ck_assert_int_eq(e->status, ES_TERMINATED);
   struct experiment *c = submit("c", 1, "");
   struct trial *ct = h_lease(&H, w);
-  ck_assert_int_eq(state_cancel_experiment(S, c, "user", &ticket), 1);
+  ck_assert_int_eq(h_cancel(&H, c, "user"), 1);
   int64_t eid = e->id, cid = c->id, ctid = ct->id;
   h_stop_only(&H);
   /* What a crash between the writes of an older version could leave. */
