@@ -40,11 +40,14 @@ asan: deps
 demo: build
 	./scripts/demo $(BUILD)
 
-# The whole suite on the release build, then again under ASan and UBSan
-# (browser tests only once: they test the page, not the C).
+# The suite on the release test build, then under ASan and UBSan. Each test
+# runs in both unless its labels place it in one: browser, python, bench and
+# compute (CPU-bound training, 5-10x slower under ASan) in the release pass;
+# chaos in the sanitizer pass. slow marks the long ones (chaos, schemathesis,
+# the 10,000-trial page) for `ctest -LE slow`.
 test: test-build asan
-	cd $(TEST_BUILD) && ctest --output-on-failure -j 2
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE 'browser|bench|python'
+	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -LE chaos
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE 'browser|bench|python|compute'
 
 test-fast: test-build
 	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L unit
