@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
     }
     server_lock(&s); /* the unlock hands what expiry changed to the commit thread */
     state_expire_leases(&s, clock_mono_ms());
-    if (decide_tick(&s, clock_mono_ms(), &(uint64_t){0})) /* issue 13: time_budget_s */
+    if (decide_tick(&s, clock_mono_ms(), &(uint64_t){0})) /* time_budget_s runs on the clock */
       log_error("time budget: cannot queue the experiments' run time");
     server_unlock(&s);
     if (store_checkpoint(s.store, &copied)) log_warn("store: WAL checkpoint failed");

@@ -40,10 +40,10 @@ struct api_resp {
   /* When nonzero the reply waits until this commit ticket is durable; a
    * failed commit turns it into a 500. */
   uint64_t ticket;
-  /* A streamed reply (issue 14, api_events.c): when stream_read is set,
-   * http.c answers with a libmicrohttpd callback response of unknown size
-   * (no idle timeout on that connection); stream_free(stream_cls) runs when
-   * it ends. The signatures are libmicrohttpd's content reader's. */
+  /* A streamed reply (the event streams of sse.c): when stream_read is set,
+   * http.c answers with a libmicrohttpd callback response of unknown size (no
+   * idle timeout on that connection); stream_free(stream_cls) runs when it
+   * ends. The signatures are libmicrohttpd's content reader's. */
   ssize_t (*stream_read)(void *cls, uint64_t pos, char *buf, size_t max);
   void (*stream_free)(void *cls);
   void *stream_cls;
@@ -97,7 +97,7 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
 /* Wall-clock time as JSON: a number, or null when 0. */
 cJSON *api_time(double t);
 
-/* issue 14 (pages): `limit` (1..API_PAGE_MAX, default dflt_limit) and
+/* docs/protocol.md#pages: `limit` (1..API_PAGE_MAX, default dflt_limit) and
  * `cursor` (the previous page's next_cursor; absent: from the start) of a
  * list request; *after is the position the page starts after. -EINVAL after
  * filling a 400. api_page_next adds "next_cursor" (null when !more). */

@@ -37,7 +37,7 @@ int api_trial_view_take(struct server *s, const struct trial *t, struct api_tria
   v->t.config = strdup(t->config);
   v->t.last_result = t->last_result ? strdup(t->last_result) : NULL;
   v->t.error = t->error ? strdup(t->error) : NULL;
-  v->t.reason = t->reason ? strdup(t->reason) : NULL; /* issue 13 (decide) */
+  v->t.reason = t->reason ? strdup(t->reason) : NULL; /* the last decision's */
   v->res = e->spec.resources;
   state_pending_reason(s, t, v->reason, sizeof v->reason);
   if (!v->t.name || !v->t.config || (t->last_result && !v->t.last_result) ||
@@ -67,7 +67,7 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
            cJSON_AddStringToObject(o, "name", t->name) &&
            cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
            cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
-           /* issue 13 (decide): the last decision's sentence */
+           /* the last decision's sentence, or null */
            cJSON_AddItemToObject(o, "reason", t->reason ? cJSON_CreateString(t->reason)
                                                         : cJSON_CreateNull()) &&
            cJSON_AddItemToObject(o, "config", api_raw_or_null(t->config)) &&
@@ -221,7 +221,7 @@ cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_conf
            cJSON_AddStringToObject(o, "search_alg", api_searcher_names[searcher_type_of(&e->spec)]) &&
            (counts = cJSON_AddObjectToObject(o, "counts")) &&
            cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq) &&
-           /* issue 14 (control): fair-share weight, notes, tags */
+           /* what a PATCH may edit: fair-share weight, notes, tags */
            cJSON_AddNumberToObject(o, "priority", e->priority > 0 ? e->priority : 1) &&
            cJSON_AddStringToObject(o, "notes", e->notes ? e->notes : "") &&
            cJSON_AddItemToObject(o, "tags", e->tags ? api_parsed_or_null(e->tags)
@@ -356,7 +356,7 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
     spec.seed = seed & ((1ULL << 53) - 1); /* stays exact as a JSON number */
   }
   if (dry) {
-    /* What the searcher knows in advance (HACKING.md "Adaptive search"): the
+    /* What the searcher knows in advance (ARCHITECTURE.md#searchers): the
      * grid and random draws, tpe's random startup; the rest is decided
      * later. warm_start is not read for a dry run. */
     struct searcher *sr = NULL;
@@ -415,8 +415,9 @@ done:
   return rc;
 }
 
-/* issue 14 (control): q matches name, notes or a tag (case-insensitive
- * substring); tag matches one tag exactly. NULL or "": anything. */
+/* docs/protocol.md#experiment-control: q matches name, notes or a tag
+ * (case-insensitive substring); tag matches one tag exactly. NULL or "":
+ * anything. */
 static int api_contains_ci(const char *hay, const char *needle) {
   size_t n = strlen(needle);
   for (; hay && *hay; hay++) {
@@ -446,7 +447,7 @@ static int api_experiment_matches(const struct experiment *e, const char *q, con
 }
 
 int api_experiment_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  /* issue 14 (pages): by id after the cursor, `limit` at a time. */
+  /* docs/protocol.md#pages: by id after the cursor, `limit` at a time. */
   int64_t limit, after, n = 0, last = 0;
   int more = 0;
   if (api_page_args(req, resp, 100, &limit, &after)) return 0;
@@ -460,7 +461,7 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
   int rc = 0;
   const char *q = req->query(req->conn, "q"), *tag = req->query(req->conn, "tag");
   for (int64_t i = after; !rc && i < s->nexps; i++) {
-    /* issue 14 (control): deleted ids are tombstones; q/tag search */
+    /* deleted ids stay as tombstones (ids are never reused); q/tag search */
     if (s->exps[i]->deleted || !api_experiment_matches(s->exps[i], q, tag)) continue;
     if (n == limit) {
       more = 1;
@@ -522,10 +523,10 @@ static int cmp_seq(const void *a, const void *b) {
 }
 
 int api_experiment_trials(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  /* issue 14 (pages): 1000 a page by default; in creation order the cursor
-   * is the index after the page (trials are only ever appended, so a cursor
-   * walk sees each once while trials are added); with since, last_seq is the
-   * position and next_cursor is null. */
+  /* docs/protocol.md#pages: 1000 a page by default; in creation order the
+   * cursor is the index after the page (trials are only ever appended, so a
+   * cursor walk sees each once while trials are added); with since, last_seq
+   * is the position and next_cursor is null. */
   int64_t since, limit, offset, after;
   if (api_query_int(req, resp, "since", -1, INT64_MAX, -1, &since) ||
       api_page_args(req, resp, 1000, &limit, &after) ||
@@ -796,7 +797,7 @@ out:
   return rc;
 }
 
-/* ---- issue 14 (control): pause, resume, PATCH, delete (state_control.c) */
+/* ---- a user's control: pause, resume, PATCH, delete (state/control.c) */
 
 static int api_exp_reply(struct server *s, struct experiment *e, struct api_resp *resp) {
   cJSON *o = api_experiment_json(s, e, 1);

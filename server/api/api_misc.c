@@ -36,7 +36,7 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   compact = s->ncompact;
   cold = s->ncold;
   for (int64_t i = 0; i < s->nexps; i++) {
-    if (s->exps[i]->deleted) continue; /* issue 14 (control): a tombstone */
+    if (s->exps[i]->deleted) continue; /* a deleted experiment's tombstone */
     exps[s->exps[i]->status]++;
     for (int j = 0; j < TS_COUNT; j++) trials[j] += s->exps[i]->counts[j];
   }

@@ -45,7 +45,7 @@ int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *
   server_unlock(s);
   if (!t) return 0;
   if (!o) return -ENOMEM;
-  /* issue 13: the decisions on this trial, oldest first (PBT history). */
+  /* The decisions on this trial, oldest first (PBT history). */
   cJSON *ev = NULL;
   int rc = decide_events_json(s, id, &ev);
   if (rc || !cJSON_AddItemToObject(o, "events", ev)) {
@@ -66,8 +66,8 @@ static int api_add_plain(void *ctx, int64_t seq, int64_t trial_id, const char *d
 }
 
 int api_trial_results(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  /* issue 14 (pages): in report order, 1000 a page by default; the cursor is
-   * the index after the page (results are only appended). */
+  /* docs/protocol.md#pages: in report order, 1000 a page by default; the
+   * cursor is the index after the page (results are only appended). */
   int64_t limit, after;
   if (api_page_args(req, resp, 1000, &limit, &after)) return 0;
   int64_t *seqs = NULL;
@@ -102,9 +102,9 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
     rc = store_results_by_seq(s->store, seqs, n, api_add_plain, arr);
   free(seqs);
   if (!rc && !cJSON_AddNumberToObject(root, "trial_id", (double)id)) rc = -ENOMEM;
-  /* issue 13: every generation's results are listed, in report order; the
-   * trial's current generation (PBT exploits applied) and the index of its
-   * first result tell the latest ones apart. */
+  /* Every generation's results are listed, in report order; the trial's
+   * current generation (PBT exploits applied) and the index of its first
+   * result tell the latest ones apart. */
   if (!rc && (!cJSON_AddNumberToObject(root, "generation", (double)gen) ||
               !cJSON_AddNumberToObject(root, "generation_start", (double)gen_start)))
     rc = -ENOMEM;
@@ -463,8 +463,8 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
     goto refuse;
   }
   if (decide_refuses_checkpoint(t)) {
-    /* issue 13: an exploit replaced this trial's checkpoint with its donor's:
-     * the old lease's own checkpoint must not overwrite it. */
+    /* An exploit replaced this trial's checkpoint with its donor's: the old
+     * lease's own checkpoint must not overwrite it. */
     snprintf(why, sizeof why, "trial %lld: exploit_pending (its checkpoint is its donor's now)",
              (long long)t->id);
     rc = api_not_leased(s, resp, req->path, why, 0);
@@ -489,7 +489,7 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
   t->has_checkpoint = 1;
   t->checkpoint_iteration = (int64_t)it;
-  t->has_ck_time_total = 0; /* its own now: its results know the time (issue 13) */
+  t->has_ck_time_total = 0; /* its own now: its results know the time */
   t->updated_seq = ++s->seq;
   /* The trial row carries updated_seq: the change counter it took is saved
    * with the checkpoint, so it never goes backwards after a restart. */
@@ -605,9 +605,9 @@ int api_log_get(struct server *s, const struct api_req *req, struct api_resp *re
   return api_json(resp, 200, o);
 }
 
-/* issue 14 (control): POST /trials/{id}/stop — a user ends one trial
- * TERMINATED ("stopped by user"), results and checkpoint kept; its worker
- * learns it from its next heartbeat or result. */
+/* docs/protocol.md#experiment-control: POST /trials/{id}/stop — a user
+ * ends one trial TERMINATED ("stopped by user"), results and checkpoint
+ * kept; its worker learns it from its next heartbeat or result. */
 int api_trial_stop(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int rc = 0;
   server_lock(s);

@@ -126,9 +126,9 @@ int api_query_int(const struct api_req *req, struct api_resp *resp, const char *
 
 cJSON *api_time(double t) { return t > 0 ? cJSON_CreateNumber(t) : cJSON_CreateNull(); }
 
-/* issue 14 (pages): the cursor is the position after the last item of the
- * previous page (an id, or a result's index), as a decimal string; clients
- * treat it as opaque. */
+/* docs/protocol.md#pages: the cursor is the position after the last item of
+ * the previous page (an id, or a result's index), as a decimal string;
+ * clients treat it as opaque. */
 int api_page_args(const struct api_req *req, struct api_resp *resp, int64_t dflt_limit,
                   int64_t *limit, int64_t *after) {
   if (api_query_int(req, resp, "limit", 1, API_PAGE_MAX, dflt_limit, limit)) return -EINVAL;

@@ -151,9 +151,9 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
         t->listed_gen = gen;
         t->unlisted_since_ms = 0;
         state_renew_lease(s, t, now);
-        /* issue 14 (control): its experiment is paused: it stops now (a
-         * trial that reports rarely would run on until its next result),
-         * and pauses with its checkpoint when this lease ends. */
+        /* Its experiment is paused: it stops now (a trial that reports rarely
+         * would run on until its next result), and pauses with its checkpoint
+         * when this lease ends. */
         if (server_experiment(s, t->experiment_id)->status != ES_PAUSED) continue;
         if ((rc = decide_pause_lease(s, t, &resp->ticket))) break;
         why = "paused";
@@ -303,8 +303,8 @@ cJSON *api_worker_json(struct server *s, const struct worker *w) {
   return o;
 }
 
-/* issue 14 (pages): workers by id after the cursor; deregistered and pruned
- * workers are not listed. */
+/* docs/protocol.md#pages: workers by id after the cursor; deregistered and
+ * pruned workers are not listed. */
 int api_worker_list(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int64_t limit, after;
   if (api_page_args(req, resp, 100, &limit, &after)) return 0;
@@ -332,10 +332,10 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
   return api_json(resp, 200, root);
 }
 
-/* issue 14: a worker that stops cleanly says so and leaves the list. Its
- * trials (a drain released them already) go back to PENDING; its secret is
- * revoked (persisted empty: the row stays hidden after a restart) and it
- * registers anew when it starts again. */
+/* A worker that stops cleanly says so and leaves the list. Its trials (a
+ * drain released them already) go back to PENDING; its secret is revoked
+ * (persisted empty: the row stays hidden after a restart) and it registers
+ * anew when it starts again. */
 int api_worker_deregister(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int rc = 0;
   server_lock(s);

@@ -179,11 +179,11 @@ static const char *http_bearer(void *conn) {
   return a;
 }
 
-/* Per-worker credentials (HACKING.md "Authentication"): on a worker route,
- * the admin token reaches everything; the shared worker token only registers;
- * a worker's own secret reaches its own heartbeat and lease and the trials it
- * holds the lease of (the X-Ctune-Lease worker must be itself). wid is the
- * worker the secret belongs to (0: none). 1 after filling resp. */
+/* Per-worker credentials (docs/protocol.md#worker-credentials): on a worker
+ * route, the admin token reaches everything; the shared worker token only
+ * registers; a worker's own secret reaches its own heartbeat and lease and
+ * the trials it holds the lease of (the X-Ctune-Lease worker must be itself).
+ * wid is the worker the secret belongs to (0: none). 1 after filling resp. */
 static int http_worker_access(struct http_req *r, const struct route_match *m,
                               enum route_method meth, const char *url, int64_t wid) {
   struct server *s = r->s;

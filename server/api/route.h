@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* RM_PATCH (issue 14): the one PATCH route edits an experiment. */
+/* RM_PATCH: the one PATCH route edits an experiment. */
 enum route_method { RM_GET = 0, RM_POST, RM_PUT, RM_DELETE, RM_PATCH, RM_HEAD, RM_OTHER };
 
 /* Who may call a route when a token file is in use. */

@@ -7,7 +7,7 @@ enum {
   H_EXP_BEST, H_EXP_CANCEL, H_TRIAL_GET, H_TRIAL_RESULTS, H_TRIAL_REPORT, H_TRIAL_COMPLETE,
   H_TRIAL_FAIL, H_TRIAL_RELEASE, H_CKPT_PUT, H_CKPT_GET, H_LOG_PUT, H_LOG_GET, H_WORKER_REGISTER,
   H_WORKER_LIST, H_HEARTBEAT, H_LEASE, H_EVENTS, H_WORKER_DEREGISTER, H_VENDOR, H_STATIC,
-  H_EXP_PAUSE, H_EXP_RESUME, H_EXP_PATCH, H_EXP_DELETE, H_TRIAL_STOP, /* issue 14 (control) */
+  H_EXP_PAUSE, H_EXP_RESUME, H_EXP_PATCH, H_EXP_DELETE, H_TRIAL_STOP, /* a user's control */
   H_COUNT
 };
 
@@ -54,7 +54,7 @@ const struct route api_routes[] = {
   {RM_GET, "/api/v1/experiments/{id}/results", RA_ADMIN, H_EXP_RESULTS},
   {RM_GET, "/api/v1/experiments/{id}/best", RA_ADMIN, H_EXP_BEST},
   {RM_POST, "/api/v1/experiments/{id}/cancel", RA_ADMIN, H_EXP_CANCEL},
-  /* issue 14 (control): a user's changes, admin only */
+  /* docs/protocol.md#experiment-control: a user's changes, admin only */
   {RM_POST, "/api/v1/experiments/{id}/pause", RA_ADMIN, H_EXP_PAUSE},
   {RM_POST, "/api/v1/experiments/{id}/resume", RA_ADMIN, H_EXP_RESUME},
   {RM_PATCH, "/api/v1/experiments/{id}", RA_ADMIN, H_EXP_PATCH},

@@ -1,5 +1,5 @@
 /* sse: GET /api/v1/events, a Server-Sent Events stream of the change feed
- * (state/events.h; docs/protocol.md "Events").
+ * (state/events.h; docs/protocol.md#events).
  *
  * The feed is the state layer's ring of (id, kind, object id). A stream is a libmicrohttpd callback response: its reader copies
  * what is new out of the ring, renders it (taking s->lock only for that, never

@@ -7,7 +7,7 @@
  * record that apromo_restore replays, so a restarted server decides exactly
  * as one that never stopped. Pure: no I/O, clock or globals.
  * tests/server/unit/gen_asha_promo_vectors.py transcribes the paper's
- * algorithm; docs/scheduling.md "ASHA with promotion" has the details. */
+ * algorithm; docs/scheduling.md#asha-with-promotion has the details. */
 #ifndef CTUNE_ASHA_PROMO_H
 #define CTUNE_ASHA_PROMO_H
 

@@ -27,7 +27,7 @@ int best_score(const double *values, size_t n, enum best_scope scope,
 	       enum spec_mode mode, double *score);
 
 /* A trial's scores under every scope, kept instead of its values once it
- * has ended (HACKING.md "Bounded memory"): NaN where best_score says
+ * has ended (ARCHITECTURE.md#bounded-memory): NaN where best_score says
  * -ENOENT. BEST_SUM_MIN / _MAX are scope all by mode min / max. */
 enum {
 	BEST_SUM_LAST = 0, BEST_SUM_AVG, BEST_SUM_LAST5, BEST_SUM_LAST10,

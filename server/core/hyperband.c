@@ -688,8 +688,8 @@ static int hb_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
 }
 
 /* hyperband's outcome as a sched_outcome. Paused trials a halving stopped
- * (hb.stopped) are out->ended: state_decide ends them TERMINATED with their
- * reason in the decision's transaction. */
+ * (hb.stopped) are out->ended: the server (decide_end_others) ends them
+ * TERMINATED with their reason in the decision's transaction. */
 static int hb_sched_outcome(int rc, struct hb_outcome *hb, struct sched_outcome *out)
 {
 	sched_outcome_reset(out);

@@ -3,7 +3,7 @@
  * trials created on demand, with every state change as a record that
  * hb_restore replays, so a restarted server decides exactly as one that never
  * stopped. Pure: no I/O, clock or globals. Differences from Ray:
- * docs/scheduling.md, "HyperBand"; tests/server/unit/gen_hyperband_vectors.py
+ * docs/scheduling.md#hyperband; tests/server/unit/gen_hyperband_vectors.py
  * is the transcription test_hyperband.c checks against. */
 #ifndef CTUNE_HYPERBAND_H
 #define CTUNE_HYPERBAND_H

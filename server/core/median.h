@@ -1,5 +1,5 @@
 /* median: the median stopping rule with the semantics of Ray Tune's
- * MedianStoppingRule (docs/scheduling.md, "Median stopping"). Pure: no I/O,
+ * MedianStoppingRule (docs/scheduling.md#median-stopping). Pure: no I/O,
  * clock or globals. Every result it saw is a record, so a restarted server
  * rebuilds the same state by replaying them. */
 #ifndef CTUNE_MEDIAN_H

@@ -1,7 +1,7 @@
 /* scheduler: the one scheduler interface the daemon calls. Behind it, each
  * type (fifo: run to the end, or to max_t when set; asha, stopping or with
  * promotion; hyperband; pbt; median_stopping) fills its own struct sched_ops
- * (sched_ops.h) in its own file. HACKING.md "Adaptive search" is the
+ * (sched_ops.h) in its own file. ARCHITECTURE.md#schedulers is the
  * contract; this header is its C form. */
 #ifndef CTUNE_SCHEDULER_H
 #define CTUNE_SCHEDULER_H
@@ -23,8 +23,8 @@ enum sched_action {
 #define SCHED_REASON_MAX 256 /* a reason sentence: at most 255 bytes + NUL */
 
 /* Another trial a decision ended (HyperBand's halving stops PAUSED trials
- * that did not make the cut): state_decide ends it TERMINATED with the
- * reason, in the decision's transaction. */
+ * that did not make the cut): the server (decide_end_others) ends it
+ * TERMINATED with the reason, in the decision's transaction. */
 struct sched_ended {
 	int64_t trial_id;
 	char reason[SCHED_REASON_MAX];
@@ -114,8 +114,9 @@ int sched_restore(struct sched *s, int64_t trial_id, const cJSON *record);
  * and lets the trial continue: the scheduler forgets that exploit and
  * rewrites out->record so a replay agrees (pbt). 0 for other types. */
 int sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out);
-/* issue 14 (control): raises fifo's max_t (the only scheduler whose plan
- * does not depend on it). -EOPNOTSUPP for the others, -EINVAL when lower. */
+/* A PATCH's scheduler.max_t: raises fifo's max_t (the only scheduler whose
+ * plan does not depend on it). -EOPNOTSUPP for the others, -EINVAL when
+ * lower. */
 int sched_raise_max_t(struct sched *s, double max_t);
 /* asha-stopping's own records (asha_records); other types: -EINVAL. */
 int sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
@@ -123,7 +124,7 @@ int sched_restore_record(struct sched *s, int64_t trial_id, int bracket,
 
 /* {"type", "time_attr", "max_t", "grace_period", "reduction_factor",
  *  "brackets": [...asha_state_json...]} — fifo: {"type", "time_attr",
- *  "max_t" (null when unset)}. Matches HACKING.md's experiment shape. */
+ *  "max_t" (null when unset)}. Matches docs/protocol.md#experiment-json. */
 int sched_state_json(const struct sched *s, cJSON **out);
 
 #endif

@@ -1,5 +1,5 @@
 /* searcher: the next trial's config from random sampling, the grid, or TPE
- * (HACKING.md "Adaptive search"); points_to_evaluate first, warm_start fed
+ * (ARCHITECTURE.md#searchers); points_to_evaluate first, warm_start fed
  * to TPE. Pure logic: rebuilt on restart by observing every loaded trial. */
 #include "searcher.h"
 
@@ -25,9 +25,10 @@ struct searcher {
 	cJSON *generated;
 	cJSON **by_index;
 	/* Trials are made in index order, so the configs before the last one
-	 * asked for are dropped (issue 14, bounded memory): a live experiment
-	 * holds only the part of its plan not made yet. by_index[i] is NULL for
-	 * i < dropped; asking for one of those again generates anew. */
+	 * asked for are dropped (ARCHITECTURE.md#bounded-memory): a live
+	 * experiment holds only the part of its plan not made yet. by_index[i]
+	 * is NULL for i < dropped; asking for one of those again generates
+	 * anew. */
 	int64_t dropped;
 	int has_grid;
 	struct tpe *tpe;

@@ -1,6 +1,6 @@
-/* searcher: proposes the config of an experiment's next trial (HACKING.md
- * "Adaptive search"): random (default) and grid give space_generate's configs
- * for the same seed in the same order; tpe is server/core/tpe.h. Pure: no
+/* searcher: proposes the config of an experiment's next trial
+ * (ARCHITECTURE.md#searchers): random (default) and grid give
+ * space_generate's configs for the same seed in the same order; tpe is server/core/tpe.h. Pure: no
  * I/O, no clock, no globals. points_to_evaluate take trial indices 0..k-1
  * (partial configs completed by the searcher); warm_start trials (stored in
  * the config at submission) are observed by tpe as finished trials. */

@@ -78,14 +78,15 @@ struct experiment_spec {
 	struct spec_resources resources;
 	cJSON *param_space;             /* owned copy; {} when absent */
 	cJSON *trainable;               /* owned copy, validated */
-	/* issue 13 searchers (owned copies or NULL): {"type": "random"|"tpe",
-	 * ...}, [partial configs], {"experiment": ID, "trials": [{"config",
-	 * "value"}]} (trials: filled by the server at submission). */
+	/* The searcher's options (owned copies or NULL):
+	 * {"type": "random"|"tpe", ...}, [partial configs],
+	 * {"experiment": ID, "trials": [{"config", "value"}]} (trials: filled
+	 * by the server at submission). */
 	cJSON *search_alg;
 	cJSON *points_to_evaluate;
 	cJSON *warm_start;
-	/* issue 13 stop rules (decide): the "stop" dict (owned copy or NULL) and
-	 * "time_budget_s" (0 = none). */
+	/* Stop rules, checked after the scheduler: the "stop" dict (owned
+	 * copy or NULL) and "time_budget_s" (0 = none). */
 	cJSON *stop;
 	double time_budget_s;
 };

@@ -1,5 +1,5 @@
 /* tpe: a Tree-structured Parzen Estimator searcher over a param_space
- * (Optuna's TPESampler as the reference; see docs/scheduling.md, "TPE").
+ * (Optuna's TPESampler as the reference; see docs/scheduling.md#tpe).
  * Pure: no I/O, no clock, no global state. The caller feeds it every trial
  * it knows (tpe_observe) and asks for the config of the next trial
  * (tpe_suggest); the answer depends only on (param_space, options, mode,

@@ -317,8 +317,8 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 			}
 		}
 	}
-	/* HACKING.md: trial stdout is a pseudo-terminal unless the trainable
-	 * asks for a pipe. */
+	/* Trial stdout is a pseudo-terminal unless the trainable asks for a pipe
+	 * (docs/protocol.md#builtin-and-command). */
 	if (cJSON_GetObjectItemCaseSensitive(t, "stdout") &&
 	    check_enum(t, P, "stdout", stdout_kinds, "must be \"pty\" or \"pipe\"", err))
 		return -EINVAL;
@@ -326,8 +326,8 @@ static int check_trainable(const cJSON *t, struct validate_error *err)
 }
 
 /* The names a placeholder may use besides param_space's top-level keys:
- * the worker fills these in for every trial (HACKING.md "Submission
- * checks"). */
+ * the worker fills these in for every trial
+ * (docs/protocol.md#submission-checks). */
 static const char *const placeholder_extra[] = {"trial_id", "trial_name", "experiment_id",
 						"checkpoint_dir", NULL};
 
@@ -420,8 +420,8 @@ static int check_placeholders(const cJSON *t, const cJSON *ps, struct validate_e
 }
 
 /* The builtin trainer rejects unknown --config keys (exit code 2) only
- * once a trial runs; catch them at submission instead. The keys are
- * HACKING.md's ctune-train --config contract. */
+ * once a trial runs; catch them at submission instead. The keys are the
+ * --config contract of docs/protocol.md#ctune-train-command-line. */
 static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
 				struct validate_error *err)
 {
@@ -454,9 +454,9 @@ static int check_builtin_params(const cJSON *ps, const cJSON *trainable,
 static int validate_config(const cJSON *config, struct experiment_spec *out,
 			   struct validate_error *err, int stored);
 
-/* search_alg, points_to_evaluate, warm_start (issue 13, the searcher). The
- * warm_start trials are the server's: refused in a submission, read back
- * from the store. */
+/* search_alg, points_to_evaluate, warm_start (the searcher's options). The
+ * warm_start trials are the server's: refused in a submission, read back from
+ * the store. */
 static int check_search(const cJSON *config, const cJSON *ps, const struct experiment_spec *out,
 			struct validate_error *err, int stored)
 {
@@ -637,7 +637,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 		return -EINVAL;
 	if (check_search(config, ps, out, err, stored))
 		return -EINVAL;
-	/* issue 13 (decide): stop rules and the time budget. */
+	/* Stop rules and the time budget (docs/protocol.md#stop-rules-and-time-budget). */
 	const cJSON *stop = cJSON_GetObjectItemCaseSensitive(config, "stop");
 	if (stop && stoprule_validate(stop, err))
 		return -EINVAL;

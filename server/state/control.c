@@ -1,7 +1,7 @@
-/* state_control: a user's control of a live experiment (issue 14, HACKING.md
- * "One server for a team"): pause, resume, PATCH (extend num_samples or
- * max_t, max_concurrent_trials, priority, notes, tags), one trial's stop and
- * delete. Each queues all of its change into the caller's hold of the lock:
+/* control: a user's control of a live experiment
+ * (docs/protocol.md#experiment-control): pause, resume, PATCH (extend
+ * num_samples or max_t, max_concurrent_trials, priority, notes, tags), one
+ * trial's stop and delete. Each queues all of its change into the caller's hold of the lock:
  * one transaction, committed before the reply. All callers hold s->lock. */
 #include <errno.h>
 #include <math.h>
@@ -259,7 +259,7 @@ int control_delete(struct server *s, struct experiment *e, int force, uint64_t *
     state_trial_compact(s, t); /* bounded memory: a tombstone keeps no history */
   }
   e->updated_seq = ++s->seq;
-  events_note(s, EV_EXPERIMENT, e->id, 0, NULL); /* issue 14: {"id", "deleted": true} */
+  events_note(s, EV_EXPERIMENT, e->id, 0, NULL); /* data: {"id", "deleted": true} */
   log_info("experiment %lld deleted", (long long)e->id);
   return state_live_sync(s, e);
 }

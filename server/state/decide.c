@@ -1,7 +1,6 @@
-/* state_decide: carrying out scheduler decisions (issue 13). See
- * state_decide.h and HACKING.md "Adaptive search (issue 13)". Every change
- * is queued into the caller's open group, so it commits in the decision's
- * transaction. */
+/* decide: carrying out scheduler decisions. See decide.h and
+ * ARCHITECTURE.md#decisions-pause-and-exploit. Every change is queued into
+ * the caller's open group, so it commits in the decision's transaction. */
 #include "decide.h"
 
 #include <errno.h>
@@ -133,8 +132,8 @@ int decide_override(struct server *s, struct experiment *e, struct trial *t,
                                                : NULL;
   if (out->action != SCHED_CONTINUE) return 0;
   if (e->status == ES_PAUSED) {
-    /* issue 14 (control): a user paused the experiment: answered stop, the
-     * trial ends PAUSED with its checkpoint when its lease ends. */
+    /* A user paused the experiment: answered stop, the trial ends PAUSED with
+     * its checkpoint when its lease ends. */
     out->action = SCHED_PAUSE;
     snprintf(out->reason, sizeof out->reason, "%s", control_pause_reason);
     *event_kind = "paused";
@@ -397,7 +396,7 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
     if (!e->budget_spent && e->run_time_s >= e->spec.time_budget_s) {
       e->budget_spent = 1;
       /* Nothing more is created or leased: the lease path checks
-       * budget_spent (HACKING.md "Stop rules and budget"). */
+       * budget_spent (docs/protocol.md#stop-rules-and-time-budget). */
       persist = 1;
       char why[SCHED_REASON_MAX];
       snprintf(why, sizeof why, "time_budget_s %g spent", e->spec.time_budget_s);

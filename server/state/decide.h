@@ -1,15 +1,15 @@
-/* state_decide: applying scheduler decisions (issue 13, HACKING.md
- * "Scheduler decisions"): a result's outcome (stop, pause, exploit) plus the
- * stop rules and the time budget, the end of a lease with a decision due,
- * resume, and the storage of reasons, trial_events and sched_records in the
- * decision's transaction. All callers hold s->lock. */
+/* decide: applying scheduler decisions
+ * (ARCHITECTURE.md#decisions-pause-and-exploit): a result's outcome (stop,
+ * pause, exploit) plus the stop rules and the time budget, the end of a
+ * lease with a decision due, resume, and the storage of reasons,
+ * trial_events and sched_records in the decision's transaction. All callers
+ * hold s->lock. */
 #ifndef CTUNE_STATE_DECIDE_H
 #define CTUNE_STATE_DECIDE_H
 
 #include "state.h"
 
-/* issue 14 (control): the reason of a trial paused by its experiment's
- * pause (state_control.c). */
+/* The reason of a trial paused by its experiment's pause (control.c). */
 extern const char *const control_pause_reason;
 
 /* After the scheduler answered a new result of RUNNING trial t (tv: its time
@@ -86,10 +86,9 @@ int decide_events_json(struct server *s, int64_t trial_id, cJSON **out);
 int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id,
                        const char *record);
 
-/* issue 14 (control): a RUNNING trial of a paused experiment is told to
- * stop at its worker's heartbeat too, not only at its next result: it
- * pauses when its lease ends (lease_end_action, persisted). 0 when it was
- * told already. */
+/* A RUNNING trial of a paused experiment is told to stop at its worker's
+ * heartbeat too, not only at its next result: it pauses when its lease ends
+ * (lease_end_action, persisted). 0 when it was told already. */
 int decide_pause_lease(struct server *s, struct trial *t, uint64_t *ticket);
 
 #endif

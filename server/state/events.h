@@ -1,4 +1,4 @@
-/* events: the change feed (docs/protocol.md "Events"). The state code notes
+/* events: the change feed (docs/protocol.md#events). The state code notes
  * every persisted change (kind, id) under s->lock; a bounded ring keeps the
  * newest EVENTS_RING of them with their ids (the global change counter,
  * strictly increasing). Readers (the API's SSE streams, server/api/sse.c)

@@ -20,8 +20,8 @@
 struct events;
 
 enum trial_status { TS_PENDING = 0, TS_RUNNING, TS_PAUSED, TS_TERMINATED, TS_ERROR, TS_COUNT };
-/* ES_PAUSED (issue 14): a user's pause; no trial starts, running ones pause
- * at their next result; resume makes it RUNNING again. */
+/* ES_PAUSED: a user's pause; no trial starts, running ones pause at their
+ * next result; resume makes it RUNNING again. */
 enum exp_status { ES_RUNNING = 0, ES_TERMINATED, ES_CANCELLED, ES_PAUSED, ES_COUNT };
 
 extern const char *const trial_status_names[TS_COUNT];
@@ -42,13 +42,13 @@ struct trial {
   int stopped_early;
   int bracket;
   char *error;
-  /* issue 13 (decide, state_decide.c): the last decision's sentence (NULL:
-   * none), and what is due when the current lease ends: SCHED_PAUSE (then
-   * PAUSED) or SCHED_EXPLOIT (then PENDING from the donor's checkpoint) or
-   * SCHED_STOP (a pause-pending trial a later decision ended); 0: nothing.
-   * Written with the trial row in the decision's transaction and cleared in
-   * the write that carries it out (trials.lease_end_action, migration 009),
-   * so a restart in between keeps it. */
+  /* Decisions (decide.c): the last decision's sentence (NULL: none), and what
+   * is due when the current lease ends: SCHED_PAUSE (then PAUSED) or
+   * SCHED_EXPLOIT (then PENDING from the donor's checkpoint) or SCHED_STOP (a
+   * pause-pending trial a later decision ended); 0: nothing. Written with the
+   * trial row in the decision's transaction and cleared in the write that
+   * carries it out (trials.lease_end_action, migration 009), so a restart in
+   * between keeps it. */
   char *reason;
   int lease_end_action;
   int has_exit_code, exit_code;
@@ -63,10 +63,10 @@ struct trial {
   char *decisions;
   int64_t *seqs; /* each result's seq: its row in SQLite */
   size_t nres, capres;
-  /* PBT (issue 13): exploits applied so far, and the index in ts of the
-   * first result of the current generation. Only results from gen_start on
-   * are the idempotency index: a trial sent back to an older donor
-   * checkpoint reports time values again, and those are new results. */
+  /* PBT: exploits applied so far, and the index in ts of the first result of
+   * the current generation. Only results from gen_start on are the
+   * idempotency index: a trial sent back to an older donor checkpoint reports
+   * time values again, and those are new results. */
   int64_t generation;
   size_t gen_start;
   /* The experiment's metric per result that had it (NaN for null): best. */
@@ -83,16 +83,16 @@ struct trial {
   double last_value;
   int has_checkpoint;
   int64_t checkpoint_iteration;
-  /* issue 13: the time_total_s at a checkpoint copied from a PBT donor (the
-   * trial's own results do not know it); has_ck_time_total 0 once the trial
-   * uploads a checkpoint of its own (then its results are looked up).
-   * Persisted with the row (migration 009), as is lease_end_action. */
+  /* The time_total_s at a checkpoint copied from a PBT donor (the trial's own
+   * results do not know it); has_ck_time_total 0 once the trial uploads a
+   * checkpoint of its own (then its results are looked up). Persisted with
+   * the row (migration 009), as is lease_end_action. */
   int has_ck_time_total;
   double ck_time_total_s;
   /* The largest iteration a stored result names (its training_iteration,
    * else its time value): no checkpoint may claim to be past it. */
   double max_iter_seen;
-  /* The fence (HACKING.md "Worker protocol v2"). The last lease is
+  /* The fence (docs/protocol.md#leases-and-fencing). The last lease is
    * (lease_worker_id, attempt); it is kept after the trial leaves RUNNING so
    * that the lease that ended the trial itself (lease_final: its complete,
    * fail or a stop decision) may still send its final uploads, and so that a
@@ -103,13 +103,13 @@ struct trial {
   uint64_t lease_deadline_ms;   /* monotonic; 0: not set yet (after a load) */
   uint64_t unlisted_since_ms;   /* first heartbeat of its worker that left it out */
   uint64_t listed_gen;          /* the heartbeat that last listed it */
-  /* issue 14 (control): its experiment was deleted; the struct stays as a
-   * tombstone in s->trials (ids are indexes), server_trial hides it. */
+  /* Its experiment was deleted; the struct stays as a tombstone in s->trials
+   * (ids are indexes), server_trial hides it. */
   int deleted;
-  /* Bounded memory (HACKING.md, migration 011). created_seq: the change
+  /* ARCHITECTURE.md#bounded-memory (migration 011). created_seq: the change
    * counter when it was made (its results' seqs are larger; 0: unknown).
-   * first_seq / last_seq: its results' seq range (0: none yet). compact:
-   * it has ended and its history (ts, decisions, seqs, values, series,
+   * first_seq / last_seq: its results' seq range (0: none yet). compact: it
+   * has ended and its history (ts, decisions, seqs, values, series,
    * last_result) was freed: nres, last_t, max_t_seen, max_iter_seen,
    * has_last_value / last_value and scores (the metric under every scope,
    * best.h) stand for it, and SQLite has the rest. */
@@ -134,15 +134,15 @@ struct experiment {
   struct searcher *searcher;
   int64_t num_trials; /* the plan: grid product x num_samples */
   /* Its trials in creation order (trials[k]->idx == k); made on demand at
-   * lease time, so ids need not be contiguous (HACKING.md). */
+   * lease time, so ids need not be contiguous
+   * (ARCHITECTURE.md#trials-made-on-demand). */
   struct trial **trials;
   int64_t ntrials, captrials;
   int searcher_exhausted; /* the searcher has no more configs: the plan is ntrials */
-  /* issue 13 (decide): time_budget_s's clock. run_time_s counts only while
-   * a server runs (persisted with the row); run_clock_ms: when it was last
-   * advanced (monotonic, 0 = not yet in this process); budget_spent: no
-   * trial is created or leased, running ones are stopped at their next
-   * result. */
+  /* time_budget_s's clock. run_time_s counts only while a server runs
+   * (persisted with the row); run_clock_ms: when it was last advanced
+   * (monotonic, 0 = not yet in this process); budget_spent: no trial is
+   * created or leased, running ones are stopped at their next result. */
   double run_time_s;
   uint64_t run_clock_ms, run_saved_ms;
   int budget_spent;
@@ -151,23 +151,24 @@ struct experiment {
   char *keys[EXP_MAX_KEYS]; /* result keys seen, in first-seen order */
   int nkeys;
   int keys_overflow;        /* more keys than EXP_MAX_KEYS: best reads SQLite */
-  /* issue 14 (fair share): its weight in the lease share; <= 0 means the
-   * default 1. Read only through state_experiment_priority (state_live.c). */
+  /* Fair share: its weight in the lease share; <= 0 means the default 1. Read
+   * only through state_experiment_priority (state_live.c). */
   double priority;
-  /* issue 14 (fair share, state_live.c): its place in s->live plus one; 0
-   * while it is not RUNNING. Kept by state_live_sync. */
+  /* Fair share (state_live.c): its place in s->live plus one; 0 while it is
+   * not RUNNING. Kept by state_live_sync. */
   int64_t live_pos;
-  /* issue 14 (control, migration 010): notes (never NULL after load or
+  /* What a user edits (migration 010): notes (never NULL after load or
    * create: "" default), tags as JSON array text ("[]"), and a deleted
    * experiment's tombstone mark (server_experiment hides it; its trials are
    * tombstones too; the struct stays because ids are indexes). */
   char *notes, *tags;
   int deleted;
-  /* Startup could not use its rows (HACKING.md "Startup tolerates rows it
-   * cannot use"): a tombstone (deleted) whose URLs answer 409 unusable with
-   * this sentence; its rows stay in SQLite untouched. NULL otherwise. */
+  /* Startup could not use its rows
+   * (ARCHITECTURE.md#startup-tolerates-rows-it-cannot-use): a tombstone
+   * (deleted) whose URLs answer 409 unusable with this sentence; its rows
+   * stay in SQLite untouched. NULL otherwise. */
   char *unusable;
-  /* Bounded memory (HACKING.md, state_cold.c): a finished experiment is
+  /* ARCHITECTURE.md#cold-experiments (state_cold.c): a finished experiment is
    * *cold* a while after its end: its trials leave memory (their s->trials
    * slots are NULL, e->trials is empty: ntrials 0) and what stays is this
    * summary, the counts, the scheduler and the row. Anything that needs its
@@ -197,8 +198,8 @@ struct worker {
    * every later call of this worker (http.c). "" for a worker registered
    * before secrets existed: it cannot authenticate and registers again. */
   char secret[72];
-  /* issue 14: 1 pruned (lost past --worker-retention-s; listed again when it
-   * comes back), 2 deregistered (a clean stop: unknown from then on). */
+  /* 1 pruned (lost past --worker-retention-s; listed again when it comes
+   * back), 2 deregistered (a clean stop: unknown from then on). */
   int gone;
 };
 
@@ -220,7 +221,7 @@ struct server_options {
   int no_auth;   /* --no-auth: an open server (loopback binds only) */
   const char *allowed_hosts[16]; /* --allowed-host NAME: more Host names served */
   int nallowed_hosts;
-  double worker_retention_s; /* issue 14: lost workers leave the list after it */
+  double worker_retention_s; /* lost workers leave the list after it */
 };
 
 /* Ids (trials or experiments) due at a time, in the order queued (each push
@@ -253,9 +254,9 @@ struct server {
   int64_t seq;              /* the global change counter */
   uint64_t hb_gen;          /* counts heartbeats (listed_gen marks) */
   uint64_t next_expiry_ms;  /* the lease scan runs at most every 100 ms */
-  /* issue 14 (fair share, state_live.c): the RUNNING experiments, in no
-   * particular order, so that a lease looks at live experiments only, not
-   * at every experiment ever submitted; fair: the lease's scratch list. */
+  /* ARCHITECTURE.md#the-live-list: the RUNNING experiments, in no particular
+   * order, so that a lease looks at live experiments only, not at every
+   * experiment ever submitted; fair: the lease's scratch list. */
   struct experiment **live;
   int64_t nlive, caplive;
   struct experiment **fair;
@@ -302,8 +303,9 @@ static inline struct worker *server_worker(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nworkers ? s->workers[id - 1] : NULL;
 }
 
-/* Why experiment id was not loaded (HACKING.md "Startup tolerates rows it
- * cannot use"), or NULL when it was (or does not exist). */
+/* Why experiment id was not loaded
+ * (ARCHITECTURE.md#startup-tolerates-rows-it-cannot-use), or NULL when it
+ * was (or does not exist). */
 static inline const char *server_unusable(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nexps && s->exps[id - 1] ? s->exps[id - 1]->unusable : NULL;
 }

@@ -79,7 +79,7 @@ void state_experiment_free(struct experiment *e) {
   free(e->name);
   free(e->config);
   free(e->end_reason);
-  free(e->notes); /* issue 14 (control) */
+  free(e->notes);
   free(e->tags);
   free(e->unusable);
   for (int i = 0; i < e->nkeys; i++) free(e->keys[i]);
@@ -100,7 +100,7 @@ void state_free(struct server *s) {
   free(s->trials);
   free(s->exps);
   free(s->workers);
-  state_live_free(s); /* issue 14 (fair share) */
+  state_live_free(s);
   state_compact_free(s);
   state_cold_free(s);
   events_free(s->events);
@@ -163,7 +163,7 @@ static int fits(double need, double have) {
   return have > 1e-9 && need <= have + 1e-9;
 }
 
-/* No PENDING trial: the scheduler chooses (HACKING.md "Adaptive search",
+/* No PENDING trial: the scheduler chooses (ARCHITECTURE.md#schedulers,
  * decide_choose): a PAUSED trial to resume, a new trial from the searcher,
  * or nothing now. 0 with *out (NULL: nothing), or an error (the experiment
  * is skipped). */
@@ -197,9 +197,9 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   int64_t fm = INT64_MAX;
   if (w->memory_mb > 0) fm = w->memory_mb - w->used_memory_mb;
   if (has_memory && memory_mb < fm) fm = memory_mb;
-  /* issue 14 (fair share): the live experiments with work and room, tried
-   * in the fair order (state_live.c). A copy: an experiment that ends while
-   * it is tried leaves s->live, not this list. */
+  /* docs/protocol.md#fair-share: the live experiments with work and room,
+   * tried in the fair order (state_live.c). A copy: an experiment that ends
+   * while it is tried leaves s->live, not this list. */
   if (s->capfair < s->nlive) {
     struct experiment **f = realloc(s->fair, (size_t)s->nlive * sizeof *f);
     if (!f) {
@@ -213,7 +213,7 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   for (int64_t i = 0; i < s->nlive; i++) {
     struct experiment *e = s->live[i];
     if (e->status != ES_RUNNING) continue;
-    if (e->budget_spent) continue; /* issue 13 (decide): time_budget_s spent */
+    if (e->budget_spent) continue; /* time_budget_s spent: nothing more is leased */
     int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
     if (!e->counts[TS_PENDING] && !can_new && !e->counts[TS_PAUSED]) continue;
     if (e->spec.max_concurrent_trials > 0 &&
@@ -346,7 +346,8 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
       struct trial *t = e->trials[k];
       if (t->status != TS_RUNNING) continue;
       if (!t->lease_deadline_ms) {
-        /* Loaded RUNNING: a restart counts as a heartbeat (HACKING.md). */
+        /* Loaded RUNNING: a restart counts as a heartbeat
+         * (docs/protocol.md#a-restart-counts-as-a-heartbeat). */
         state_renew_lease(s, t, now_ms);
         continue;
       }
@@ -387,9 +388,8 @@ int state_parse_lease(const char *h, struct lease_token *out) {
 enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
                              char *why, size_t whylen) {
   struct experiment *e = server_experiment(s, t->experiment_id);
-  /* issue 14 (control): a paused experiment's running trials still hold
-   * their leases (their next result is answered stop, their lease's end
-   * pauses them). */
+  /* A paused experiment's running trials still hold their leases (their next
+   * result is answered stop, their lease's end pauses them). */
   if (t->status == TS_RUNNING && (e->status == ES_RUNNING || e->status == ES_PAUSED) &&
       t->worker_id == l->worker_id &&
       t->attempt == l->attempt) {
@@ -471,7 +471,7 @@ void state_trial_next_generation(struct trial *t) {
 double state_checkpoint_time_total(struct server *s, const struct experiment *e,
                                    const struct trial *t) {
   if (!t->has_checkpoint) return 0;
-  /* issue 13: a donor's checkpoint (PBT exploit): its time, copied with it. */
+  /* A donor's checkpoint (PBT exploit): its time, copied with it. */
 
   if (t->has_ck_time_total) return t->ck_time_total_s;
   if (t->nres == 0) return 0;

@@ -45,9 +45,9 @@ int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket);
 
 /* The trial left its worker: give the worker its resources back. */
 void state_release(struct server *s, struct trial *t);
-/* issue 14 (control, state_control.c): pause/resume, PATCH, one trial's
- * stop, delete. Each queues its whole change into the caller's hold of the
- * lock (one transaction); -EINVAL / -EBUSY etc. after writing why into
+/* control.c (docs/protocol.md#experiment-control): pause/resume, PATCH, one
+ * trial's stop, delete. Each queues its whole change into the caller's hold
+ * of the lock (one transaction); -EINVAL / -EBUSY etc. after writing why into
  * err (field name in field). */
 int control_pause(struct server *s, struct experiment *e, uint64_t *ticket);
 int control_resume(struct server *s, struct experiment *e, uint64_t *ticket);
@@ -64,11 +64,12 @@ int control_stop_trial(struct server *s, struct trial *t, uint64_t *ticket);
 /* -EBUSY: trials run and force is 0. */
 int control_delete(struct server *s, struct experiment *e, int force, uint64_t *ticket);
 
-/* issue 14 (fair share, state_live.c). s->live holds exactly the RUNNING
- * experiments: every change of an experiment's status goes through
- * state_persist_experiment, which calls state_live_sync; a change made
- * without persisting the row must call state_live_sync itself. -ENOMEM when
- * the list cannot grow (state_live_reserve first makes that impossible). */
+/* ARCHITECTURE.md#the-live-list (state_live.c). s->live holds exactly the
+ * RUNNING experiments: every change of an experiment's status
+ * (state_experiment_event) persists the row through state_persist_experiment,
+ * which calls state_live_sync; a change made without persisting the row must
+ * call state_live_sync itself. -ENOMEM when the list cannot grow
+ * (state_live_reserve first makes that impossible). */
 int state_live_sync(struct server *s, struct experiment *e);
 int state_live_reserve(struct server *s, int64_t need);
 /* The list from scratch (end of state_load): every RUNNING experiment. */
@@ -233,7 +234,7 @@ double state_checkpoint_time_total(struct server *s, const struct experiment *e,
 /* The same for a compact trial, read from its stored results. */
 double state_compact_ck_time_total(struct server *s, const struct trial *t);
 
-/* Bounded memory (HACKING.md, state_compact.c). */
+/* ARCHITECTURE.md#bounded-memory (state_compact.c). */
 #define STATE_COMPACT_DELAY_MS 5000
 #define STATE_COLD_DELAY_MS 60000 /* finished (or read) this long ago: cold */
 /* Fills sum with the trial's metric scores: from its values, or its

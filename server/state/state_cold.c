@@ -1,5 +1,5 @@
-/* state_cold: bounded memory for finished experiments (HACKING.md "Bounded
- * memory"). A while after an experiment ends, its trials leave memory: it
+/* state_cold: bounded memory for finished experiments
+ * (ARCHITECTURE.md#cold-experiments). A while after an experiment ends, its trials leave memory: it
  * is *cold* — its counts, its best (by its metric, scope last), its
  * scheduler and its row stay; its trials are SQLite's. A request that needs
  * them warms it (state_experiment_warm, state_load.c reads them back as

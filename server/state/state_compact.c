@@ -1,4 +1,4 @@
-/* state_compact: bounded memory (HACKING.md "Bounded memory"). An ended
+/* state_compact: bounded memory (ARCHITECTURE.md#bounded-memory). An ended
  * trial keeps a summary instead of its history; SQLite has the rest. This
  * file makes the summary, frees the history a little after the end (so the
  * end's replies and events still see it), brings it back from SQLite when
@@ -109,9 +109,9 @@ int state_replay_result(struct server *s, struct trial *t, const struct store_re
                              r->data, r->seq);
   cJSON_Delete(obj);
   if (!rc && r->gen < t->generation) {
-    /* issue 13 (gen): an earlier generation's result: history only, not the
-     * idempotency index nor the checkpoint bound (completed after the load
-     * from the checkpoint, which is the donor's or newer). */
+    /* An earlier generation's result: history only, not the idempotency index
+     * nor the checkpoint bound (completed after the load from the checkpoint,
+     * which is the donor's or newer). */
     t->gen_start = t->nres;
     t->max_t_seen = -INFINITY;
     t->max_iter_seen = -INFINITY;

@@ -1,9 +1,9 @@
 /* state_live: the live experiments and the fair-share order of leases
- * (issue 14, HACKING.md "One server for a team").
+ * (ARCHITECTURE.md#the-live-list, docs/protocol.md#fair-share).
  *
- * A lease used to scan every experiment ever submitted, in id order, so a
- * finished experiment still cost time and one large experiment starved every
- * later one. s->live holds only the RUNNING experiments (an array with each
+ * A lease that scanned every experiment ever submitted, in id order, would
+ * pay for every finished experiment, and one large experiment would starve
+ * every later one. s->live holds only the RUNNING experiments (an array with each
  * experiment's position in it, so entering and leaving are O(1)); a lease
  * collects the ones with work and room and tries them in the fair order:
  * smallest running/priority first, the older first on a tie. */

@@ -43,7 +43,7 @@ struct load_ctx {
   size_t nbackfill, capbackfill;
 };
 
-/* HACKING.md "Startup tolerates rows it cannot use": experiment id is not
+/* ARCHITECTURE.md#startup-tolerates-rows-it-cannot-use: experiment id is not
  * loaded. Its id keeps a tombstone that says why, so its URLs answer 409
  * unusable and the id is never handed out again; whatever of it was loaded
  * already (its trials, its scheduler) is dropped, its trials' ids keep
@@ -105,8 +105,8 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   cJSON *cfg = NULL;
   struct experiment *e = NULL;
   if (r->updated_seq > s->seq) s->seq = r->updated_seq; /* never hand a number out twice */
-  /* issue 14 (control): a deleted experiment leaves a gap in the ids:
-   * tombstones keep ids equal to indexes. */
+  /* A deleted experiment leaves a gap in the ids: tombstones keep ids equal
+   * to indexes. */
   while (r->id > s->nexps + 1) {
     struct experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
     if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
@@ -156,8 +156,8 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   e->created_at = r->created_at;
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
-  e->run_time_s = r->run_time_s; /* issue 13 (decide): time_budget_s's clock */
-  e->priority = r->priority > 0 ? r->priority : 1; /* issue 14 (010) */
+  e->run_time_s = r->run_time_s; /* time_budget_s's clock */
+  e->priority = r->priority > 0 ? r->priority : 1; /* migration 010: <= 0 is the default 1 */
   if ((r->notes && !(e->notes = strdup(r->notes))) || (r->tags && !(e->tags = strdup(r->tags))))
     goto fail;
   e->updated_seq = r->updated_seq;
@@ -195,7 +195,7 @@ static int load_trial_fill(struct trial *t, const struct store_trial_row *r, int
   t->name = strdup(r->name);
   t->config = strdup(r->config);
   t->error = state_strdup_or_null(r->error);
-  t->reason = state_strdup_or_null(r->reason); /* issue 13 (decide) */
+  t->reason = state_strdup_or_null(r->reason); /* the last decision's */
   if (!t->name || !t->config || (r->error && !t->error) || (r->reason && !t->reason))
     return -ENOMEM;
   t->status = st;
@@ -210,9 +210,9 @@ static int load_trial_fill(struct trial *t, const struct store_trial_row *r, int
   t->started_at = r->started_at;
   t->ended_at = r->ended_at;
   t->updated_seq = r->updated_seq;
-  t->generation = r->generation; /* issue 13 (gen): PBT exploits applied */
-  /* issue 13 (009): a pause or exploit due when the lease ends, decided
-   * before the restart (checked above); a donor's checkpoint time. */
+  t->generation = r->generation; /* PBT exploits applied */
+  /* Migration 009: a pause or exploit due when the lease ends, decided before
+   * the restart (checked above); a donor's checkpoint time. */
   decide_action_parse(r->lease_end_action, &t->lease_end_action);
   t->has_ck_time_total = r->has_ck_time_total;
   t->ck_time_total_s = r->ck_time_total_s;
@@ -264,14 +264,14 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
   char why[512];
   if (r->updated_seq > s->seq) s->seq = r->updated_seq;
-  /* issue 14 (control): the trials of a deleted experiment leave a gap. */
+  /* The trials of a deleted experiment leave a gap. */
   while (r->id > s->ntrials + 1)
     if (load_trial_tombstone(s, s->ntrials + 1, 0)) return -ENOMEM;
   if (r->id != s->ntrials + 1) {
     snprintf(lc->err, lc->errlen, "trial %lld: bad row", (long long)r->id);
     return -EINVAL;
   }
-  /* HACKING.md "Startup tolerates rows it cannot use": a trial its
+  /* ARCHITECTURE.md#startup-tolerates-rows-it-cannot-use: a trial its
    * experiment cannot take makes the whole experiment unusable (its trials
    * are one history: the scheduler and searcher see all or none). */
   if (e && st < 0)
@@ -401,10 +401,11 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   w->memory_mb = r->memory_mb;
   w->registered_at = r->registered_at;
   memcpy(w->secret, r->secret, sizeof w->secret);
-  /* A restart counts as a heartbeat from everyone (HACKING.md). */
+  /* A restart counts as a heartbeat from everyone
+   * (docs/protocol.md#a-restart-counts-as-a-heartbeat). */
   w->last_heartbeat = clock_wall_s();
   w->last_seen_ms = clock_mono_ms();
-  w->gone = r->secret[0] ? 0 : 2; /* issue 14: deregistered (secret revoked) */
+  w->gone = r->secret[0] ? 0 : 2; /* deregistered (secret revoked) */
   s->workers[s->nworkers++] = w;
   return 0;
 }
@@ -419,7 +420,7 @@ static int load_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
   return 0;
 }
 
-/* issue 13 (decide): a scheduler's record, replayed in seq order. */
+/* A scheduler's record, replayed in seq order. */
 static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int64_t trial_id,
                              const char *record) {
   struct load_ctx *lc = ctx;
@@ -511,7 +512,7 @@ static void load_write_backfill(struct load_ctx *lc) {
   }
   free(rows);
   if (done)
-    log_info("load: summarized %zu ended trial(s) of an older database once (issue 14)", done);
+    log_info("load: summarized %zu ended trial(s) of an older database once", done);
 }
 
 int state_load(struct server *s, char *err, size_t errlen) {
@@ -538,8 +539,8 @@ int state_load(struct server *s, char *err, size_t errlen) {
   for (int64_t i = 0; i < s->ntrials; i++) {
     struct trial *t = s->trials[i];
     if (!t || t->deleted) continue; /* NULL: a cold experiment's */
-    /* issue 13 (gen): an exploited trial's checkpoint bound is its donor's
-     * checkpoint, then whatever its current generation reported. */
+    /* An exploited trial's checkpoint bound is its donor's checkpoint, then
+     * whatever its current generation reported. */
     double ck = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
     if (t->generation > 0 && !(t->max_iter_seen >= ck)) t->max_iter_seen = ck;
     struct experiment *e = server_experiment(s, t->experiment_id);
@@ -566,8 +567,8 @@ int state_load(struct server *s, char *err, size_t errlen) {
     return rc;
   }
   if (saved > s->seq) s->seq = saved;
-  /* issue 14 (control): the newest experiments and trials may have been
-   * deleted; their ids stay taken (tombstones up to the largest ever). */
+  /* The newest experiments and trials may have been deleted; their ids stay
+   * taken (tombstones up to the largest ever). */
   int64_t max_e = 0, max_t = 0;
   if ((rc = store_get_meta(s->store, "max_experiment_id", &max_e)) ||
       (rc = store_get_meta(s->store, "max_trial_id", &max_t))) {
@@ -595,7 +596,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
     if (!e->cold && !e->deleted && (e->status == ES_TERMINATED || e->status == ES_CANCELLED))
       state_cold_later(s, e, clock_mono_ms());
   }
-  /* issue 14 (fair share): the RUNNING experiments are the live list. */
+  /* The RUNNING experiments are the live list (ARCHITECTURE.md#the-live-list). */
   if ((rc = state_live_rebuild(s))) {
     snprintf(err, errlen, "no memory for the live experiments (%d)", rc);
     return rc;

@@ -34,7 +34,7 @@ static struct trial_op *trial_op_make(const struct trial *t) {
   op->name = strdup(t->name);
   op->config = strdup(t->config);
   op->error = state_strdup_or_null(t->error);
-  op->reason = state_strdup_or_null(t->reason); /* issue 13 (decide) */
+  op->reason = state_strdup_or_null(t->reason); /* the last decision's */
   if (!op->name || !op->config || (t->error && !op->error) || (t->reason && !op->reason)) {
     trial_op_free(op);
     return NULL;
@@ -47,8 +47,8 @@ static struct trial_op *trial_op_make(const struct trial *t) {
     .num_failures = t->num_failures, .attempt = t->attempt, .worker_id = t->worker_id,
     .created_at = t->created_at, .started_at = t->started_at, .ended_at = t->ended_at,
     .updated_seq = t->updated_seq, .reason = op->reason,
-    .generation = t->generation, /* issue 13 (gen) */
-    /* issue 13: the decision due at the lease's end (migration 009) */
+    .generation = t->generation, /* PBT exploits applied */
+    /* the decision due at the lease's end (migration 009) */
     .lease_end_action = decide_action_name(t->lease_end_action),
     .has_ck_time_total = t->has_ck_time_total, .ck_time_total_s = t->ck_time_total_s};
   state_trial_summary_row(t, &op->row); /* 011: bounded memory */
@@ -61,14 +61,14 @@ int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket) {
   int64_t seq = t->updated_seq;
   int rc = commit_enqueue(s->commit, trial_op_apply, trial_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, seq);
-  if (!rc) events_note(s, EV_TRIAL, t->id, 0, NULL); /* issue 14: GET /events */
+  if (!rc) events_note(s, EV_TRIAL, t->id, 0, NULL); /* the change feed */
   return rc;
 }
 
 struct exp_op {
   struct store_experiment_row row;
   char *name, *config, *end_reason;
-  char *notes, *tags; /* issue 14 (010) */
+  char *notes, *tags; /* migration 010 */
   /* experiment creation also carries its trials */
   struct trial_op **trials;
   int64_t ntrials;
@@ -112,13 +112,13 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
     .config = op->config, .seed = e->seed, .created_at = e->created_at,
     .has_ended_at = e->ended_at > 0, .ended_at = e->ended_at, .updated_seq = e->updated_seq,
     .end_reason = op->end_reason, .run_time_s = e->run_time_s,
-    /* issue 14 (010): NULL notes/tags are stored as their defaults */
+    /* migration 010: NULL notes/tags are stored as their defaults */
     .priority = e->priority, .notes = op->notes, .tags = op->tags};
   return op;
 }
 
 int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket) {
-  int lrc = state_live_sync(s, e); /* issue 14 (fair share): status changes pass here */
+  int lrc = state_live_sync(s, e); /* every status change passes here */
   if (lrc) return lrc;
   /* Bounded memory: a finished experiment goes cold a while later. */
   if (e->status == ES_TERMINATED || e->status == ES_CANCELLED)
@@ -154,7 +154,7 @@ int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket) {
     .memory_mb = w->memory_mb, .registered_at = w->registered_at,
     .last_heartbeat = w->last_heartbeat};
   memcpy(op->row.secret, w->secret, sizeof op->row.secret);
-  events_note(s, EV_WORKER, w->id, 0, NULL); /* issue 14: GET /events */
+  events_note(s, EV_WORKER, w->id, 0, NULL); /* the change feed */
   return commit_enqueue(s->commit, worker_op_apply, worker_op_free, op, ticket);
 }
 
@@ -202,7 +202,7 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
     memcpy(op->data + dl, json, jl);
     op->row = (struct store_result_row){.seq = seq, .trial_id = t->id,
                                         .experiment_id = t->experiment_id, .t = time_value,
-                                        .gen = t->generation, /* issue 13 (gen) */
+                                        .gen = t->generation, /* the generation it came in */
                                         .decision = op->data, .data = op->data + dl};
   }
   if (rec1 && rec1->recorded) asha_row_fill(&op->asha[op->nasha++], t, rec1, seq);
@@ -214,7 +214,7 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
   int64_t covered = json ? seq : 0;
   if (op->trial && op->trial->row.updated_seq > covered) covered = op->trial->row.updated_seq;
   const char *ev_json = json ? op->data + dl : NULL; /* op is the commit's once queued */
-  if (json) events_note(s, EV_RESULT, t->id, seq, ev_json); /* issue 14: GET /events */
+  if (json) events_note(s, EV_RESULT, t->id, seq, ev_json); /* the change feed */
   if (op->trial) events_note(s, EV_TRIAL, t->id, 0, NULL);
   int rc = commit_enqueue(s->commit, result_op_apply, result_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, covered);
@@ -241,7 +241,7 @@ int state_exp_op_enqueue(struct server *s, struct exp_op *op, uint64_t *ticket) 
   int64_t covered = op->row.updated_seq;
   for (int64_t i = 0; i < op->ntrials; i++)
     if (op->trials[i]->row.updated_seq > covered) covered = op->trials[i]->row.updated_seq;
-  /* issue 14: GET /events (the rows are noted before the op is handed over) */
+  /* The change feed (the rows are noted before the op is handed over) */
   events_note(s, EV_EXPERIMENT, op->row.id, 0, NULL);
   for (int64_t i = 0; i < op->ntrials; i++) events_note(s, EV_TRIAL, op->trials[i]->row.id, 0, NULL);
   int rc = commit_enqueue(s->commit, exp_op_apply, state_exp_op_free, op, ticket);

@@ -23,8 +23,8 @@ enum {
   ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_EXP, ST_PUT_TRIAL, ST_INS_RESULT,
   ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_SAVEPOINT, ST_ROLLBACK_TO,
   ST_RELEASE, ST_PUT_SEQ,
-  ST_INS_EVENT, ST_INS_SCHED_REC, ST_COPY_CKPT, /* issue 13 (decide) */
-  ST_DEL_EXP, /* issue 14 (control): DELETE of an experiment */
+  ST_INS_EVENT, ST_INS_SCHED_REC, ST_COPY_CKPT, /* a decision's writes */
+  ST_DEL_EXP, /* DELETE of an experiment */
   ST_COUNT
 };
 
@@ -63,8 +63,8 @@ static const char *const store_sql[ST_COUNT] = {
    * iteration label, inside the decision's transaction. */
   [ST_COPY_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                    "SELECT ?,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
-  /* issue 14 (control): everything of one experiment, children first (the
-   * caller's transaction makes it all or nothing). ?1 = experiment id. */
+  /* Everything of one experiment, children first (the caller's transaction
+   * makes it all or nothing). ?1 = experiment id. */
   [ST_DEL_EXP] = "DELETE FROM checkpoints WHERE trial_id IN "
                  "(SELECT id FROM trials WHERE experiment_id=?1)",
 };
@@ -95,9 +95,9 @@ struct store_faults {
   int delay_ms;             /* every begin waits this long first (lines requests up) */
   int kill_after_trial_end; /* armed: SIGKILL after the commit that ends a trial */
   int armed;
-  /* issue 14 (control): SIGKILL just before the COMMIT of a transaction
-   * that writes or deletes an experiment row (a pause, an extend, a delete
-   * half done: nothing of it may survive). */
+  /* SIGKILL just before the COMMIT of a transaction that writes or deletes an
+   * experiment row (a pause, an extend, a delete half done: nothing of it may
+   * survive). */
   int kill_before_exp_commit, armed_before;
   /* The flush after the first transaction that stores a result fails
    * (-EIO, after 300 ms), as fdatasync does when the disk refuses the
@@ -353,7 +353,7 @@ static void bind_real_or_null(sqlite3_stmt *s, int i, double v) {
   else sqlite3_bind_null(s, i);
 }
 
-/* 011 (HACKING.md "Bounded memory"): parameters 22..33 of ST_PUT_TRIAL. */
+/* 011 (ARCHITECTURE.md#bounded-memory): parameters 22..33 of ST_PUT_TRIAL. */
 static void store_bind_summary(sqlite3_stmt *s, const struct store_trial_row *r) {
   sqlite3_bind_int64(s, 22, r->created_seq);
   sqlite3_bind_int(s, 23, r->res_known);
@@ -662,12 +662,12 @@ struct store_since {
   int64_t id, since;
 };
 
-/* HACKING.md "Bounded memory": only the results the loader asks for, from
+/* ARCHITECTURE.md#bounded-memory: only the results the loader asks for, from
  * the seq it names per experiment. When few experiments need theirs, one
  * range scan each (index results_by_experiment), so a restart does not read
  * every result ever; when most do and none needs a summary computed (a
- * restart of a server whose work is live), one pass in seq order is
- * cheaper than index lookups (the table is in seq order), filtered here. */
+ * restart of a server whose work is live), one pass in seq order is cheaper
+ * than index lookups (the table is in seq order), filtered here. */
 static int store_load_results_by_experiment(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *ids = NULL, *s = NULL;
   struct store_since *need = NULL;
@@ -799,7 +799,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_finalize(s);
   if (rc) return rc;
 
-  /* issue 13 (decide): scheduler records, replayed in seq order. */
+  /* Scheduler records, replayed in seq order. */
   if (l->sched_record) {
     if (store_rprep(st, "SELECT experiment_id,seq,trial_id,record FROM sched_records "
                     "ORDER BY seq, rowid", &s)) return -EIO;
@@ -1122,7 +1122,7 @@ int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
   return rc;
 }
 
-/* issue 13 (decide): GET /trials/{id} events. */
+/* GET /trials/{id} events (docs/protocol.md#decisions-and-trial-events). */
 int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);

@@ -21,8 +21,8 @@ struct store_experiment_row {
   int64_t updated_seq;
   const char *end_reason; /* NULL = SQL NULL (migration 005) */
   double run_time_s;      /* time_budget_s's clock (migration 007) */
-  /* issue 14 (010): fair-share priority (> 0), notes, tags (JSON array
-   * text); NULL notes/tags are stored as "" / "[]". */
+  /* Migration 010: fair-share priority (> 0), notes, tags (JSON array text);
+   * NULL notes/tags are stored as "" / "[]". */
   double priority;
   const char *notes, *tags;
 };
@@ -50,7 +50,7 @@ struct store_trial_row {
   const char *lease_end_action;
   int has_ck_time_total;
   double ck_time_total_s;
-  /* 011 (HACKING.md "Bounded memory"): res_known 0 = the rest unknown (an
+  /* 011 (ARCHITECTURE.md#bounded-memory): res_known 0 = the rest unknown (an
    * older row); NaN in last_t / scores = SQL NULL. */
   int64_t created_seq;
   int res_known;
@@ -110,9 +110,10 @@ struct store_worker_row {
  * right after the first commit that ends a trial, and makes every
  * transaction wait MS first (so that requests line up in one batch), and
  * kill -9s the process just before the COMMIT of the first transaction
- * that writes or deletes an experiment row (issue 14's crash tests), and
- * fails the flush (store_sync) of the first transaction that stores a result
- * and every flush after it, each after 300 ms. */
+ * that writes or deletes an experiment row (a pause, an extend or a delete
+ * cut by a crash must leave nothing of itself), and fails the flush
+ * (store_sync) of the first transaction that stores a result and every
+ * flush after it, each after 300 ms. */
 int store_open(const char *path, int wal_frames, int sync_full, struct store **out,
                char *err, size_t errlen);
 void store_close(struct store *st);
@@ -140,8 +141,8 @@ int store_put_trial(struct store *st, const struct store_trial_row *r);
 int store_insert_result(struct store *st, const struct store_result_row *r);
 int store_insert_asha(struct store *st, const struct store_asha_row *r);
 int store_put_worker(struct store *st, const struct store_worker_row *r);
-/* issue 13 (decide): a decision's event, a scheduler's record, and exploit's
- * copy of the donor's checkpoint (nothing when the donor has none). */
+/* A decision's event, a scheduler's record, and exploit's copy of the donor's
+ * checkpoint (nothing when the donor has none). */
 int store_insert_event(struct store *st, const struct store_event_row *r);
 int store_insert_sched_record(struct store *st, int64_t experiment_id, int64_t seq,
                               int64_t trial_id, const char *record);
@@ -149,9 +150,8 @@ int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial
 int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
                          uint32_t crc, const void *data, size_t len);
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
-/* issue 14 (control): removes the experiment and everything of it (trials,
- * results, records, events, checkpoints, logs) inside the caller's
- * transaction. */
+/* Removes the experiment and everything of it (trials, results, records,
+ * events, checkpoints, logs) inside the caller's transaction. */
 int store_delete_experiment(struct store *st, int64_t experiment_id);
 
 /* Copies committed WAL pages into the database without blocking the
