@@ -58,9 +58,12 @@ void events_note(struct server *s, enum event_kind kind, int64_t id, int64_t res
   struct events *ev = s->events;
   char *copy = json && strlen(json) <= EVENTS_MAX_COPY ? strdup(json) : NULL;
   pthread_mutex_lock(&ev->mu);
-  /* Ids are the global change counter, kept strictly increasing: two rows
-   * written for one change get the next numbers. */
-  int64_t eid = s->seq > ev->last ? s->seq : ev->last + 1;
+  /* Ids are the global change counter, kept strictly increasing: two notes
+   * of one change get the next numbers, and the counter moves with them, so
+   * the id is persisted with the hold's group (commit_group_close) and never
+   * handed out again after a restart. */
+  if (s->seq <= ev->last) s->seq = ev->last + 1;
+  int64_t eid = s->seq;
   struct event *slot = &ev->ring[ev->n % EVENTS_RING];
   if (ev->n >= EVENTS_RING) {
     ev->floor = slot->id; /* overwritten: resuming before it is no longer possible */

@@ -310,6 +310,24 @@ START_TEST(events_after_restart) {
 }
 END_TEST
 
+/* Every id the feed handed out stays used after a restart: a note that took
+ * a number past the change counter (a worker's registration, the second note
+ * of one change) moves the counter, which is persisted with the change. */
+START_TEST(event_ids_never_repeat_across_restart) {
+  submit("ev", 1, "");
+  h_worker(&H, "w", 1, 0, 0); /* the worker row carries no change number */
+  int64_t handed = events_last(S->events);
+  h_restart(&H);
+  ck_assert_int_ge(S->seq, handed);
+  int64_t pos = events_last(S->events);
+  submit("ev2", 1, "");
+  struct event ev[4];
+  int reset = 0;
+  ck_assert_int_eq(read_all(&pos, ev, 4, &reset), 1);
+  ck_assert_int_gt(ev[0].id, handed);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("state_reload");
   TCase *tc = tcase_create("reload");
@@ -324,6 +342,7 @@ static Suite *suite(void) {
   tcase_add_test(ev, events_note_and_read);
   tcase_add_test(ev, events_reset_when_out_of_the_ring);
   tcase_add_test(ev, events_after_restart);
+  tcase_add_test(ev, event_ids_never_repeat_across_restart);
   suite_add_tcase(s, ev);
   return s;
 }
