@@ -24,15 +24,15 @@ void optim_step(const struct optim_spec *o, float *restrict params,
                               o->momentum, o->weight_decay);
 }
 
-void optim_init_params(const struct model_layout *L, struct rng *r,
+void optim_init_params(const struct model_layout *L, struct splitmix *r,
                        float *params) {
   for (int i = 0; i < L->n_layers; i++) {
     const struct layer_shape *s = &L->layer[i];
     const int64_t fan_in = s->w_size / s->out_c;
     const double bound = 1.0 / sqrt((double)fan_in);
     for (int64_t k = 0; k < s->w_size; k++)
-      params[s->w_off + k] = (float)((2.0 * rng_uniform(r) - 1.0) * bound);
+      params[s->w_off + k] = (float)((2.0 * splitmix_uniform(r) - 1.0) * bound);
     for (int64_t k = 0; k < s->b_size; k++)
-      params[s->b_off + k] = (float)((2.0 * rng_uniform(r) - 1.0) * bound);
+      params[s->b_off + k] = (float)((2.0 * splitmix_uniform(r) - 1.0) * bound);
   }
 }

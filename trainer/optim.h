@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "rng.h"
+#include "splitmix.h"
 
 /* One step over n parameters. state holds optim_state_per_param(kind) * n
  * floats (SGD: velocity; Adam: m then v). step is the 1-based step number
@@ -17,7 +17,7 @@ void optim_step(const struct optim_spec *o, float *params, float *state,
 
 /* PyTorch's default init for Linear and Conv2d: weights and biases uniform in
  * +-1/sqrt(fan_in). Draws from r in layout order. */
-void optim_init_params(const struct model_layout *L, struct rng *r,
+void optim_init_params(const struct model_layout *L, struct splitmix *r,
                        float *params);
 
 #endif

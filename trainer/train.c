@@ -15,7 +15,7 @@
 #include "log.h"
 #include "optim.h"
 #include "report.h"
-#include "rng.h"
+#include "splitmix.h"
 #include "cuda_plugin.h"
 
 static const char *const model_name[] = {"mlp", "cnn"};
@@ -280,7 +280,7 @@ static int fast_setup(struct run *r, char *err, size_t errlen) {
 
 struct loop_state {
   int64_t epoch, pos, step;
-  struct rng rng;
+  struct splitmix rng;
   double time_total_s, epoch_time_s, epoch_train_time_s;
   double train_loss_sum;
   int64_t train_count;
@@ -526,12 +526,12 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
     ret = TRAIN_EXIT_OOM;
     goto out;
   }
-  struct rng split_rng, init_rng;
-  rng_seed(&split_rng, (uint64_t)cfg->seed * 3 + 1);
-  rng_seed(&init_rng, (uint64_t)cfg->seed * 3 + 2);
-  rng_seed(&s.rng, (uint64_t)cfg->seed * 3 + 3);
+  struct splitmix split_rng, init_rng;
+  splitmix_seed(&split_rng, (uint64_t)cfg->seed * 3 + 1);
+  splitmix_seed(&init_rng, (uint64_t)cfg->seed * 3 + 2);
+  splitmix_seed(&s.rng, (uint64_t)cfg->seed * 3 + 3);
   for (int64_t i = 0; i < n_total; i++) r.split[i] = (int32_t)i;
-  rng_shuffle(&split_rng, r.split, n_total);
+  splitmix_shuffle(&split_rng, r.split, n_total);
   memcpy(r.perm, r.split, sizeof(int32_t) * (size_t)n_train);
   if (split_val(&r.train, r.split + n_train, n_val, &r.val) != 0) {
     snprintf(err, errlen, "out of memory for %lld images", (long long)n_total);
@@ -567,7 +567,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
     if (*stop) break;
     double t0 = clock_mono_s();
     if (s.pos == 0) {
-      rng_shuffle(&s.rng, r.perm, n_train);
+      splitmix_shuffle(&s.rng, r.perm, n_train);
       s.epoch_time_s = s.epoch_train_time_s = 0.0;
       s.train_loss_sum = 0.0;
       s.train_count = 0;

@@ -10,15 +10,15 @@
 
 #include "backend.h"
 #include "optim.h"
-#include "rng.h"
+#include "splitmix.h"
 
 static const struct model_spec spec = {MODEL_CNN, 1, 16, 16, 4, 10, 8};
 
-static void make_data(float *x, uint8_t *y, int n, struct rng *r) {
+static void make_data(float *x, uint8_t *y, int n, struct splitmix *r) {
   for (int i = 0; i < n; i++) {
     y[i] = (uint8_t)(i % 4);
     for (int k = 0; k < 256; k++)
-      x[i * 256 + k] = (float)(rng_uniform(r) - 0.5) + (k / 16 == 4 * y[i] ? 1.5f : 0.0f);
+      x[i * 256 + k] = (float)(splitmix_uniform(r) - 0.5) + (k / 16 == 4 * y[i] ? 1.5f : 0.0f);
   }
 }
 
@@ -31,8 +31,8 @@ START_TEST(state_roundtrip_and_training) {
   ck_assert_int_eq(model_layout_init(&spec, &L), 0);
   float *p = malloc(sizeof(float) * L.n_params), *q = malloc(sizeof(float) * L.n_params);
   float *st = calloc((size_t)L.n_params, sizeof(float));
-  struct rng r;
-  rng_seed(&r, 3);
+  struct splitmix r;
+  splitmix_seed(&r, 3);
   optim_init_params(&L, &r, p);
   ck_assert_int_eq(backend_cpu_ops.set_state(b, p, NULL, 0), 0);
   int64_t step = -1;

@@ -14,17 +14,17 @@
 #include "layers.h"
 #include "net.h"
 #include "optim.h"
-#include "rng.h"
+#include "splitmix.h"
 
 #define STEP 1e-2f
 #define ATOL 2e-3
 #define RTOL 2e-2
 
-static struct rng R;
+static struct splitmix R;
 
 static void fill(float *x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; i++)
-    x[i] = (float)((2.0 * rng_uniform(&R) - 1.0) * scale);
+    x[i] = (float)((2.0 * splitmix_uniform(&R) - 1.0) * scale);
 }
 
 static double dot(const float *a, const float *b, int64_t n) {
@@ -281,7 +281,7 @@ static void check_model(const struct model_spec *spec, int B) {
   ck_assert(p && g && x && B <= 16);
   optim_init_params(L, &R, p);
   fill(x, dim * B, 1);
-  for (int i = 0; i < B; i++) y[i] = (uint8_t)(rng_below(&R, spec->n_classes));
+  for (int i = 0; i < B; i++) y[i] = (uint8_t)(splitmix_below(&R, spec->n_classes));
   double loss = 0;
   int ok = 0;
   net_forward(n, p, x, B);
@@ -292,7 +292,7 @@ static void check_model(const struct model_spec *spec, int B) {
     /* a spread of weights and every bias of every layer */
     int64_t idx[40];
     int cnt = 0;
-    for (int k = 0; k < 24; k++) idx[cnt++] = s->w_off + (int64_t)rng_below(&R, s->w_size);
+    for (int k = 0; k < 24; k++) idx[cnt++] = s->w_off + (int64_t)splitmix_below(&R, s->w_size);
     for (int64_t k = 0; k < s->b_size && cnt < 40; k++) idx[cnt++] = s->b_off + k;
     for (int k = 0; k < cnt; k++) {
       int64_t i = idx[k];
@@ -374,7 +374,7 @@ START_TEST(layout_matches_pytorch_shapes) {
 END_TEST
 
 int main(void) {
-  rng_seed(&R, 42);
+  splitmix_seed(&R, 42);
   Suite *s = suite_create("grad");
   TCase *tc = tcase_create("grad");
   tcase_set_timeout(tc, 120);

@@ -6,7 +6,7 @@
 #include "backend.h"
 #include "ops_math.h"
 #include "optim.h"
-#include "rng.h"
+#include "splitmix.h"
 
 #define CLOSE(a, b) ck_assert_msg(fabs((double)(a) - (double)(b)) < 1e-6, "%.9g vs %.9g", (double)(a), (double)(b))
 
@@ -72,8 +72,8 @@ START_TEST(init_bounds_pytorch_default) {
   ck_assert_int_eq(model_layout_init(&ms, &L), 0);
   float *p = malloc(sizeof(float) * L.n_params);
   ck_assert(p);
-  struct rng r;
-  rng_seed(&r, 7);
+  struct splitmix r;
+  splitmix_seed(&r, 7);
   optim_init_params(&L, &r, p);
   for (int li = 0; li < L.n_layers; li++) {
     const struct layer_shape *s = &L.layer[li];
@@ -86,14 +86,14 @@ START_TEST(init_bounds_pytorch_default) {
 END_TEST
 
 START_TEST(rng_deterministic_and_shuffle_is_permutation) {
-  struct rng a, b;
-  rng_seed(&a, 1);
-  rng_seed(&b, 1);
-  for (int i = 0; i < 100; i++) ck_assert(rng_next(&a) == rng_next(&b));
+  struct splitmix a, b;
+  splitmix_seed(&a, 1);
+  splitmix_seed(&b, 1);
+  for (int i = 0; i < 100; i++) ck_assert(splitmix_next(&a) == splitmix_next(&b));
   int32_t idx[1000];
   int seen[1000] = {0};
   for (int i = 0; i < 1000; i++) idx[i] = i;
-  rng_shuffle(&a, idx, 1000);
+  splitmix_shuffle(&a, idx, 1000);
   int moved = 0;
   for (int i = 0; i < 1000; i++) {
     seen[idx[i]]++;
@@ -101,7 +101,7 @@ START_TEST(rng_deterministic_and_shuffle_is_permutation) {
   }
   for (int i = 0; i < 1000; i++) ck_assert_int_eq(seen[i], 1);
   ck_assert_int_gt(moved, 900);
-  for (int i = 0; i < 1000; i++) ck_assert(rng_below(&a, 7) < 7);
+  for (int i = 0; i < 1000; i++) ck_assert(splitmix_below(&a, 7) < 7);
 }
 END_TEST
 
