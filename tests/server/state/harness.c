@@ -195,16 +195,67 @@ int64_t h_cancel(struct harness *h, struct experiment *e, const char *reason) {
   return rc ? rc : unfinished;
 }
 
-void h_result(struct harness *h, struct trial *t, double time_value, const char *json) {
+int h_results(struct harness *h, struct trial *t, const struct lease_token *l, int n,
+              const double *tvs, const char *const *jsons, char *dec,
+              struct trial_event_args *out) {
+  uint64_t ticket = 0;
+  struct lease_token cur = {t->worker_id, t->attempt};
+  cJSON **rs = calloc((size_t)n, sizeof *rs);
+  ck_assert_ptr_nonnull(rs);
+  for (int i = 0; i < n; i++) {
+    rs[i] = cJSON_Parse(jsons[i]);
+    ck_assert_msg(rs[i] != NULL, "not JSON: %s", jsons[i]);
+  }
+  struct trial_event_args a = {.lease = l ? l : &cur, .results = (const cJSON *const *)rs,
+                               .time_values = tvs, .nresults = n, .decisions = dec};
+  int rc = state_trial_event(&h->s, t, TE_RESULTS, &a, &ticket);
+  for (int i = 0; i < n; i++) cJSON_Delete(rs[i]);
+  free(rs);
+  a.lease = NULL;
+  a.results = NULL;
+  a.time_values = NULL;
+  if (out) *out = a;
+  return rc;
+}
+
+char h_result(struct harness *h, struct trial *t, double time_value, const char *json) {
+  char d = 0;
+  ck_assert_int_eq(h_results(h, t, NULL, 1, &time_value, &json, &d, NULL), 0);
+  ck_assert(d == 'c' || d == 's');
+  return d;
+}
+
+struct h_ckpt_op {
+  int64_t trial_id, iteration;
+  size_t len;
+  char data[];
+};
+
+static int h_ckpt_apply(struct store *st, void *arg) {
+  struct h_ckpt_op *op = arg;
+  /* The crc is the API's check of the upload; the store only keeps it. */
+  return store_put_checkpoint(st, op->trial_id, op->iteration, 0, op->data, op->len);
+}
+
+void h_checkpoint(struct harness *h, struct trial *t, int64_t iteration, const char *data) {
   struct server *s = &h->s;
   uint64_t ticket = 0;
-  cJSON *r = cJSON_Parse(json);
-  ck_assert_ptr_nonnull(r);
-  int64_t seq = ++s->seq;
-  ck_assert_int_eq(state_note_result(s, t, time_value, 'c', r, json, seq), 0);
-  ck_assert_int_eq(
-      state_queue_result(s, t, seq, time_value, "continue", json, NULL, NULL, 0, &ticket), 0);
-  cJSON_Delete(r);
+  struct lease_token l = {t->worker_id, t->attempt};
+  ck_assert_int_eq(state_check_fence(s, t, &l, NULL, 0), FENCE_CURRENT);
+  size_t len = strlen(data);
+  struct h_ckpt_op *op = malloc(sizeof *op + len + 1);
+  ck_assert_ptr_nonnull(op);
+  op->trial_id = t->id;
+  op->iteration = iteration;
+  op->len = len;
+  memcpy(op->data, data, len + 1);
+  ck_assert_int_eq(commit_enqueue(s->commit, h_ckpt_apply, free, op, &ticket), 0);
+  /* api_checkpoint_put's bookkeeping. */
+  t->has_checkpoint = 1;
+  t->checkpoint_iteration = iteration;
+  t->has_ck_time_total = 0;
+  t->updated_seq = ++s->seq;
+  ck_assert_int_eq(state_persist_trial(s, t, &ticket), 0);
 }
 
 void h_tick(struct harness *h, uint64_t now_ms) {
@@ -278,5 +329,26 @@ char *h_snapshot(struct harness *h) {
               w->gone);
   }
   sb_printf(&b, "live %lld\n", (long long)s->nlive);
+  return b.p;
+}
+
+char *h_query(struct harness *h, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  struct sbuf b = {0};
+  ck_assert_int_eq(sqlite3_open_v2(h->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+  sb_printf(&b, "%s", "");
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (int i = 0; i < sqlite3_column_count(st); i++) {
+      const unsigned char *v = sqlite3_column_text(st, i);
+      sb_printf(&b, "%s%s", i ? "|" : "", v ? (const char *)v : "-");
+    }
+    sb_printf(&b, "\n");
+  }
+  ck_assert_msg(rc == SQLITE_DONE, "%s: %s", sql, sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
   return b.p;
 }

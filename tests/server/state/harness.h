@@ -8,8 +8,8 @@
  * Helpers do what the API handlers do around the state calls (submit
  * through the real validator, lease = touch + state_lease + persist,
  * heartbeat = mark the listed trials + state_reconcile_worker, complete =
- * TE_COMPLETE with the trial's lease), so a test reads like the
- * protocol and asserts on the model. */
+ * TE_COMPLETE with the trial's lease, results = TE_RESULTS), so a test
+ * reads like the protocol and asserts on the model; h_query reads SQLite. */
 #ifndef CTUNE_TEST_STATE_HARNESS_H
 #define CTUNE_TEST_STATE_HARNESS_H
 
@@ -71,11 +71,22 @@ void h_complete(struct harness *h, struct trial *t);
 /* EE_CANCEL with reason; returns how many unfinished trials it stopped, or
  * the negative error. */
 int64_t h_cancel(struct harness *h, struct experiment *e, const char *reason);
-/* One result of t stored with decision "continue" and no scheduler record
- * (state_note_result + state_queue_result): only what the bounded-memory
- * tests need to have something in SQLite. NOT the result path: results and
- * decisions are moving into the state layer and are tested there. */
-void h_result(struct harness *h, struct trial *t, double time_value, const char *json);
+/* One result of t under its current lease, through state_trial_event
+ * TE_RESULTS as api_trial_report sends it (the scheduler decides, stop
+ * rules and the budget apply): fails the test unless it is accepted, and
+ * returns the decision, 'c' (continue) or 's' (stop). */
+char h_result(struct harness *h, struct trial *t, double time_value, const char *json);
+/* A batch of n results (time values tvs, JSON texts jsons) under lease l
+ * (NULL: the trial's current lease): state_trial_event TE_RESULTS. Returns
+ * its rc; dec (n chars) gets the decisions; *out (may be NULL) the event's
+ * outputs (fence, why, replayed; its in-pointers cleared). */
+int h_results(struct harness *h, struct trial *t, const struct lease_token *l, int n,
+              const double *tvs, const char *const *jsons, char *dec,
+              struct trial_event_args *out);
+/* A checkpoint upload of t at iteration under its current lease, as
+ * api_checkpoint_put queues it after its checks (the bytes into SQLite, the
+ * trial's has_checkpoint / checkpoint_iteration, its row). */
+void h_checkpoint(struct harness *h, struct trial *t, int64_t iteration, const char *data);
 /* The daemon's timer tick at now (state_expire_leases), with the clock
  * moved there first. */
 void h_tick(struct harness *h, uint64_t now_ms);
@@ -90,6 +101,11 @@ void h_sql(struct harness *h, const char *sql);
 /* The two halves of h_restart, for a test that edits the file between. */
 void h_stop_only(struct harness *h);
 void h_start_only(struct harness *h);
+
+/* Runs a query on a read-only connection of its own (the server may run:
+ * h_sync first for what was queued) and returns the rows as text, one line
+ * each, columns joined by '|', NULL as "-" (malloc'd). */
+char *h_query(struct harness *h, const char *sql);
 
 /* Counts e's trials in status st by scanning them (the counts array is
  * checked against it). */
