@@ -33,6 +33,31 @@ static const unsigned char trial_can[TS_COUNT][TS_COUNT] = {
     [TS_ERROR] = {0, 0, 0, 0, 0},
 };
 
+/* The statuses each event may start from (0: any; the fenced events check
+ * the lease instead). The status table below is not enough on its own:
+ * TERMINATED -> PENDING exists for TE_RESUME (an extend), not for a requeue,
+ * and an event refused here changes nothing at all, not even a field before
+ * its status. */
+#define FROM(st) (1u << (st))
+static const unsigned trial_event_from[] = {
+    [TE_LEASE] = FROM(TS_PENDING),
+    [TE_RESULTS] = 0,
+    [TE_COMPLETE] = 0,
+    [TE_FAIL] = 0,
+    [TE_RELEASE] = 0,
+    [TE_REQUEUE] = FROM(TS_RUNNING),
+    [TE_STOP] = FROM(TS_PENDING) | FROM(TS_RUNNING) | FROM(TS_PAUSED),
+    [TE_PAUSE] = FROM(TS_RUNNING),
+    [TE_EXPLOIT] = FROM(TS_RUNNING),
+    [TE_RESUME] = FROM(TS_RUNNING) | FROM(TS_PAUSED) | FROM(TS_TERMINATED),
+};
+static const char *const trial_event_names[] = {
+    [TE_LEASE] = "TE_LEASE",     [TE_RESULTS] = "TE_RESULTS", [TE_COMPLETE] = "TE_COMPLETE",
+    [TE_FAIL] = "TE_FAIL",       [TE_RELEASE] = "TE_RELEASE", [TE_REQUEUE] = "TE_REQUEUE",
+    [TE_STOP] = "TE_STOP",       [TE_PAUSE] = "TE_PAUSE",     [TE_EXPLOIT] = "TE_EXPLOIT",
+    [TE_RESUME] = "TE_RESUME",
+};
+
 /* The only writer of t->status (the loader aside). */
 static int trial_set_status(struct server *s, struct trial *t, enum trial_status st) {
   if (!trial_can[t->status][st]) {
@@ -320,6 +345,12 @@ static int trial_release(struct server *s, struct trial *t, struct trial_event_a
 
 int state_trial_event(struct server *s, struct trial *t, enum trial_event ev,
                       struct trial_event_args *a, uint64_t *ticket) {
+  if ((unsigned)ev >= sizeof trial_event_from / sizeof *trial_event_from) return -EINVAL;
+  if (trial_event_from[ev] && !(trial_event_from[ev] & FROM(t->status))) {
+    log_error("trial %lld: %s does not apply to a %s trial", (long long)t->id,
+              trial_event_names[ev], trial_status_names[t->status]);
+    return -EINVAL;
+  }
   int rc;
   switch (ev) {
   case TE_LEASE:

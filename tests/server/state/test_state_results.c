@@ -493,7 +493,8 @@ static void refused(struct trial *t, enum trial_event ev, struct trial_event_arg
  * (-EINVAL) and changes nothing: TE_PAUSE, TE_RESUME, TE_EXPLOIT of a
  * PENDING trial (PENDING -> PAUSED / PENDING), TE_LEASE, TE_STOP, TE_PAUSE
  * of a TERMINATED one, TE_RESUME and TE_STOP of an ERROR one, TE_LEASE of a
- * RUNNING one. */
+ * RUNNING one; TE_REQUEUE and TE_EXPLOIT of a TERMINATED one and TE_REQUEUE
+ * of an ERROR one (the event's own starting statuses). */
 START_TEST(illegal_transitions_refused) {
   struct experiment *e = submit("x", 3, METRIC);
   struct worker *w = h_worker(&H, "w", 3, 0, 0);
@@ -518,6 +519,14 @@ START_TEST(illegal_transitions_refused) {
   refused(bad, TE_RESUME, NULL);
   refused(bad, TE_STOP, NULL);
   refused(bad, TE_LEASE, &lease);
+  /* Events that only leave RUNNING: TERMINATED -> PENDING is TE_RESUME's
+   * (an extend), not a requeue's or an exploit's; and a refused event
+   * changes no field either (the lease's end fields stay). */
+  refused(run, TE_REQUEUE, NULL);
+  refused(run, TE_EXPLOIT, NULL);
+  int final = bad->lease_final;
+  refused(bad, TE_REQUEUE, NULL);
+  ck_assert_int_eq(bad->lease_final, final);
   counts_agree(e);
   /* What the table has still works: the PENDING trial is leased. */
   ck_assert_ptr_eq(h_lease(&H, w), pend);
