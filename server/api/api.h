@@ -79,21 +79,21 @@ int api_query_int(const struct api_req *req, struct api_resp *resp, const char *
                   int64_t lo, int64_t hi, int64_t dflt, int64_t *out);
 
 /* JSON views of the model (the caller holds s->lock). */
-cJSON *api_trial_json(struct server *s, const struct trial *t);
+cJSON *api_trial_json(struct server *s, const struct srv_trial *t);
 /* The same in two steps, so that a long list is copied under the lock and
  * turned into JSON after it: take (lock held), json and drop (no lock). */
 struct api_trial_view {
-  struct trial t; /* scalars, plus owned copies of the four strings */
+  struct srv_trial t; /* scalars, plus owned copies of the four strings */
   struct spec_resources res;
   char reason[256];
 };
-int api_trial_view_take(struct server *s, const struct trial *t, struct api_trial_view *v);
+int api_trial_view_take(struct server *s, const struct srv_trial *t, struct api_trial_view *v);
 cJSON *api_trial_view_json(const struct api_trial_view *v);
 /* Bounded memory: reads the last result of the compact trials among views
  * from SQLite (one statement; no lock needed). */
 int api_trial_views_fill(struct server *s, struct api_trial_view *views, size_t n);
 void api_trial_view_drop(struct api_trial_view *v);
-cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config);
+cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_config);
 /* Wall-clock time as JSON: a number, or null when 0. */
 cJSON *api_time(double t);
 
@@ -106,6 +106,6 @@ int api_page_args(const struct api_req *req, struct api_resp *resp, int64_t dflt
                   int64_t *limit, int64_t *after);
 int api_page_next(cJSON *root, int more, int64_t after);
 /* A worker as GET /workers lists it (lock held). */
-cJSON *api_worker_json(struct server *s, const struct worker *w);
+cJSON *api_worker_json(struct server *s, const struct srv_worker *w);
 
 #endif

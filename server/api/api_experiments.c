@@ -27,8 +27,8 @@ static cJSON *api_raw_or_null(const char *json) {
   return json ? cJSON_CreateRaw(json) : cJSON_CreateNull();
 }
 
-int api_trial_view_take(struct server *s, const struct trial *t, struct api_trial_view *v) {
-  const struct experiment *e = server_experiment(s, t->experiment_id);
+int api_trial_view_take(struct server *s, const struct srv_trial *t, struct api_trial_view *v) {
+  const struct srv_experiment *e = server_experiment(s, t->experiment_id);
   memset(v, 0, sizeof *v);
   v->t = *t;
   /* Only the scalars and these strings are read from the copy. */
@@ -58,7 +58,7 @@ void api_trial_view_drop(struct api_trial_view *v) {
 }
 
 cJSON *api_trial_view_json(const struct api_trial_view *v) {
-  const struct trial *t = &v->t;
+  const struct srv_trial *t = &v->t;
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   cJSON *res = NULL;
@@ -139,7 +139,7 @@ int api_trial_views_fill(struct server *s, struct api_trial_view *views, size_t 
   return rc;
 }
 
-cJSON *api_trial_json(struct server *s, const struct trial *t) {
+cJSON *api_trial_json(struct server *s, const struct srv_trial *t) {
   struct api_trial_view v;
   if (api_trial_view_take(s, t, &v)) return NULL;
   /* Bounded memory: a compact trial's last result is read back (one row). */
@@ -154,14 +154,14 @@ cJSON *api_trial_json(struct server *s, const struct trial *t) {
 
 /* Best from memory: key < 0 is the experiment's own metric, else a result
  * key index (e->keys). */
-static int api_best_memory(struct server *s, struct experiment *e, int key,
+static int api_best_memory(struct server *s, struct srv_experiment *e, int key,
                            enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
                            double *value) {
   (void)s;
   struct best_series *ser = malloc((size_t)(e->ntrials ? e->ntrials : 1) * sizeof *ser);
   if (!ser) return -ENOMEM;
   for (int64_t i = 0; i < e->ntrials; i++) {
-    const struct trial *t = e->trials[i];
+    const struct srv_trial *t = e->trials[i];
     /* Bounded memory: an ended trial answers from its summary. */
     if (key < 0 && t->compact) ser[i] = (struct best_series){t->id, NULL, 0, t->scores};
     else if (key < 0) ser[i] = (struct best_series){t->id, t->values, t->nvals, NULL};
@@ -179,7 +179,7 @@ static int api_best_memory(struct server *s, struct experiment *e, int key,
 /* Whether some trial of e may be compact (ended: compacted a little after
  * its end; cold: all of them), so that its other keys are SQLite's only.
  * From the counts: O(1). */
-static int api_any_compact(const struct experiment *e) {
+static int api_any_compact(const struct srv_experiment *e) {
   return e->cold || e->counts[TS_TERMINATED] + e->counts[TS_ERROR] > 0;
 }
 
@@ -187,7 +187,7 @@ static const char *const api_searcher_names[] = {"random", "grid", "tpe"};
 
 /* Why no more of its trials run now: null unless it has work waiting (a
  * PENDING trial, or one still to be made) and room for it is missing. */
-static cJSON *api_exp_pending_reason(struct server *s, const struct experiment *e) {
+static cJSON *api_exp_pending_reason(struct server *s, const struct srv_experiment *e) {
   char buf[256];
   int waiting = e->status == ES_RUNNING &&
                 (e->counts[TS_PENDING] > 0 || (!e->searcher_exhausted && e->ntrials < e->num_trials));
@@ -196,7 +196,7 @@ static cJSON *api_exp_pending_reason(struct server *s, const struct experiment *
   return buf[0] ? cJSON_CreateString(buf) : cJSON_CreateNull();
 }
 
-cJSON *api_experiment_json(struct server *s, struct experiment *e, int with_config) {
+cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_config) {
   cJSON *o = cJSON_CreateObject(), *counts = NULL, *sched = NULL, *best = NULL;
   if (!o) return NULL;
   int ok = cJSON_AddNumberToObject(o, "id", (double)e->id) &&
@@ -275,7 +275,7 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
   cJSON *ws = cJSON_GetObjectItemCaseSensitive(cfg, "warm_start");
   if (!ws) return 0;
   int64_t id = (int64_t)cJSON_GetObjectItemCaseSensitive(ws, "experiment")->valuedouble;
-  struct experiment *src = server_experiment(s, id);
+  struct srv_experiment *src = server_experiment(s, id);
   if (src && state_experiment_warm(s, src)) return -EIO; /* its trials are read below */
   if (!src) {
     api_error(resp, 400, "invalid_config", "warm_start.experiment", "warm_start.experiment: "
@@ -287,7 +287,7 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
   int key = src->spec.has_metric && !strcmp(src->spec.metric, spec->metric)
                 ? -1 : state_key_index(src, spec->metric);
   for (int64_t i = 0; i < src->ntrials; i++) {
-    const struct trial *t = src->trials[i];
+    const struct srv_trial *t = src->trials[i];
     if (t->status != TS_TERMINATED && t->status != TS_ERROR) continue;
     double v = NAN;
     if (t->status == TS_TERMINATED && key < 0 && src->spec.has_metric && t->has_last_value)
@@ -385,7 +385,7 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
     out = NULL;
     goto done_spec;
   }
-  struct experiment *e = NULL;
+  struct srv_experiment *e = NULL;
   server_lock(s);
   rc = api_warm_start(s, cfg, &spec, resp);
   if (!rc && !(text = jsonout_print(cfg))) rc = -ENOMEM;
@@ -429,7 +429,7 @@ static int api_contains_ci(const char *hay, const char *needle) {
   return n == 0;
 }
 
-static int api_experiment_matches(const struct experiment *e, const char *q, const char *tag) {
+static int api_experiment_matches(const struct srv_experiment *e, const char *q, const char *tag) {
   cJSON *tags = e->tags ? cJSON_Parse(e->tags) : NULL;
   int ok = 1;
   if (q && *q) {
@@ -482,9 +482,9 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
 
 /* The experiment of the URL as it is (a cold one stays cold: its row,
  * counts and best are in memory). */
-static struct experiment *api_find_experiment_as_is(struct server *s, const struct api_req *req,
+static struct srv_experiment *api_find_experiment_as_is(struct server *s, const struct api_req *req,
                                                     struct api_resp *resp) {
-  struct experiment *e = server_experiment(s, req->match->ids[0]);
+  struct srv_experiment *e = server_experiment(s, req->match->ids[0]);
   const char *why = e ? NULL : server_unusable(s, req->match->ids[0]);
   if (why)
     api_error(resp, 409, "unusable", req->path, "%s", why);
@@ -496,9 +496,9 @@ static struct experiment *api_find_experiment_as_is(struct server *s, const stru
 
 /* The experiment of the URL with its trials in memory (a cold one is
  * warmed: bounded memory, state_cold.c). */
-static struct experiment *api_find_experiment(struct server *s, const struct api_req *req,
+static struct srv_experiment *api_find_experiment(struct server *s, const struct api_req *req,
                                               struct api_resp *resp) {
-  struct experiment *e = api_find_experiment_as_is(s, req, resp);
+  struct srv_experiment *e = api_find_experiment_as_is(s, req, resp);
   int rc = e ? state_experiment_warm(s, e) : 0;
   if (rc) {
     api_error(resp, 500, "internal", req->path, "experiment %lld: its trials could not be read "
@@ -510,7 +510,7 @@ static struct experiment *api_find_experiment(struct server *s, const struct api
 
 int api_experiment_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
   server_lock(s);
-  struct experiment *e = api_find_experiment_as_is(s, req, resp);
+  struct srv_experiment *e = api_find_experiment_as_is(s, req, resp);
   cJSON *o = e ? api_experiment_json(s, e, 1) : NULL;
   server_unlock(s);
   if (!e) return 0;
@@ -518,7 +518,7 @@ int api_experiment_get(struct server *s, const struct api_req *req, struct api_r
 }
 
 static int cmp_seq(const void *a, const void *b) {
-  const struct trial *x = *(struct trial *const *)a, *y = *(struct trial *const *)b;
+  const struct srv_trial *x = *(struct srv_trial *const *)a, *y = *(struct srv_trial *const *)b;
   return (x->updated_seq > y->updated_seq) - (x->updated_seq < y->updated_seq);
 }
 
@@ -533,12 +533,12 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
       api_query_int(req, resp, "offset", 0, INT64_MAX, 0, &offset))
     return 0;
   if (after > 0) offset = after;
-  struct trial **pick = NULL;
+  struct srv_trial **pick = NULL;
   struct api_trial_view *views = NULL;
   int64_t n = 0, first = 0, end = 0, last_seq = 0;
   int rc = 0;
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto unlock;
   last_seq = s->seq;
   pick = malloc((size_t)(e->ntrials ? e->ntrials : 1) * sizeof *pick);
@@ -547,7 +547,7 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
     goto unlock;
   }
   for (int64_t i = 0; i < e->ntrials; i++) {
-    struct trial *t = e->trials[i];
+    struct srv_trial *t = e->trials[i];
     if (since < 0 || t->updated_seq > since) pick[n++] = t;
   }
   /* Incremental reads go in change order so a limit never skips a change:
@@ -622,7 +622,7 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
       api_query_int(req, resp, "limit", 1, 1000000, 100000, &limit))
     return 0;
   server_lock(s);
-  struct experiment *e = api_find_experiment_as_is(s, req, resp); /* results: SQLite's */
+  struct srv_experiment *e = api_find_experiment_as_is(s, req, resp); /* results: SQLite's */
   int64_t upto = s->seq;
   server_unlock(s);
   if (!e) return 0;
@@ -650,7 +650,7 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
 
 struct metric_ctx {
   struct server *s;
-  struct experiment *e;
+  struct srv_experiment *e;
   double *vals;      /* all values, grouped by trial */
   size_t n, cap;
   int64_t *trial_of; /* trial id of each value */
@@ -675,7 +675,7 @@ static int api_collect_metric(void *ctx, int64_t trial_id, int has, double v) {
 }
 
 /* Best by another metric than the experiment's: read from SQLite. */
-static int api_best_other(struct server *s, struct experiment *e, const char *metric,
+static int api_best_other(struct server *s, struct srv_experiment *e, const char *metric,
                           enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
                           double *value) {
   struct metric_ctx mc = {s, e, NULL, 0, 0, NULL};
@@ -718,7 +718,7 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
     return api_error(resp, 400, "invalid_query", "metric", "metric must be 1 to %d characters",
                      SPEC_NAME_MAX);
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) {
     server_unlock(s);
     return 0;
@@ -753,7 +753,7 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   server_lock(s);
   /* The lock was let go meanwhile: the trial may have been deleted (or its
    * experiment gone cold: read back). */
-  struct trial *bt = state_trial_ref(s, trial_id);
+  struct srv_trial *bt = state_trial_ref(s, trial_id);
   cJSON *o = bt ? cJSON_CreateObject() : NULL, *t = bt ? api_trial_json(s, bt) : NULL;
   server_unlock(s);
   if (!bt)
@@ -775,7 +775,7 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
 int api_experiment_cancel(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int rc = 0;
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto out;
   if (e->status != ES_RUNNING && e->status != ES_PAUSED) {
     api_error(resp, 409, "not_running", req->path, "experiment %lld is already %s",
@@ -799,7 +799,7 @@ out:
 
 /* ---- a user's control: pause, resume, PATCH, delete (state/control.c) */
 
-static int api_exp_reply(struct server *s, struct experiment *e, struct api_resp *resp) {
+static int api_exp_reply(struct server *s, struct srv_experiment *e, struct api_resp *resp) {
   cJSON *o = api_experiment_json(s, e, 1);
   return o ? api_json(resp, 200, o) : -ENOMEM;
 }
@@ -808,7 +808,7 @@ static int api_pause_resume(struct server *s, const struct api_req *req, struct 
                             int pause) {
   int rc = 0;
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto out;
   rc = pause ? control_pause(s, e, &resp->ticket) : control_resume(s, e, &resp->ticket);
   if (rc == -EINVAL) {
@@ -923,7 +923,7 @@ int api_experiment_patch(struct server *s, const struct api_req *req, struct api
     goto done;
   }
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (e) {
     char field[128], err[512];
     rc = control_patch(s, e, &p, field, sizeof field, err, sizeof err, &resp->ticket);
@@ -948,7 +948,7 @@ int api_experiment_delete(struct server *s, const struct api_req *req, struct ap
     return api_error(resp, 400, "invalid_query", "force", "force must be 1, true, 0 or false");
   int rc = 0;
   server_lock(s);
-  struct experiment *e = api_find_experiment(s, req, resp);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto out;
   if (e->counts[TS_RUNNING] > 0 && !force) {
     rc = api_error(resp, 409, "running", req->path, "experiment %lld has %lld running "

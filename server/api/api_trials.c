@@ -17,10 +17,10 @@
 #include "decide.h"
 #include "utf8.h"
 
-static struct trial *api_find_trial(struct server *s, const struct api_req *req,
+static struct srv_trial *api_find_trial(struct server *s, const struct api_req *req,
                                     struct api_resp *resp) {
   int64_t id = req->match->ids[0];
-  struct trial *t = state_trial_ref(s, id); /* a cold experiment's is read back */
+  struct srv_trial *t = state_trial_ref(s, id); /* a cold experiment's is read back */
   /* A trial of an experiment startup could not use: its tombstone keeps
    * the experiment's id. */
   const char *why = NULL;
@@ -39,7 +39,7 @@ static struct trial *api_find_trial(struct server *s, const struct api_req *req,
 
 int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
   cJSON *o = t ? api_trial_json(s, t) : NULL;
   server_unlock(s);
@@ -73,7 +73,7 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
   int64_t *seqs = NULL;
   size_t n = 0, total = 0;
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0, gen = t ? t->generation : 0;
   size_t gen_start = t ? t->gen_start : 0;
   size_t from = t && (uint64_t)after < t->nres ? (size_t)after : t ? t->nres : 0;
@@ -208,9 +208,9 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
     goto out_unlocked;
   }
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
-  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   /* Every result is checked before any is stored: one bad result refuses
    * the whole batch. */
   int i = 0;
@@ -250,7 +250,7 @@ out_unlocked:
  * now; a stale lease's 409 names why. FENCE_FINAL (this lease's end again, a
  * retried delivery) answers as before and waits for what ended it. */
 static int api_trial_ended(struct server *s, const struct api_req *req, struct api_resp *resp,
-                           struct trial *t, const struct trial_event_args *a, int rc) {
+                           struct srv_trial *t, const struct trial_event_args *a, int rc) {
   if (rc == -ESTALE) return api_not_leased(s, resp, req->path, a->why, 0);
   if (rc) return rc;
   if (a->fence == FENCE_FINAL) resp->ticket = commit_last_ticket(s->commit);
@@ -265,7 +265,7 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
   int rc = 0;
   if (!body) return 0;
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (t) {
     struct trial_event_args a = {.lease = &l};
     rc = state_trial_event(s, t, TE_COMPLETE, &a, &resp->ticket);
@@ -308,7 +308,7 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
    * stay valid UTF-8. */
   utf8_sanitize(msg, strlen(msg));
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (t) {
     struct trial_event_args a = {.lease = &l, .error = msg,
                                  .has_exit_code = code && cJSON_IsNumber(code),
@@ -345,7 +345,7 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
                      "iteration must be a number >= 0");
   }
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (t) {
     struct trial_event_args a = {
         .lease = &l, .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
@@ -453,7 +453,7 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   }
   int rc = 0;
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (!t) goto refuse;
   /* Only the current lease, or the final upload of the lease that ended the
    * trial: a stale attempt never replaces a newer attempt's state. */
@@ -514,7 +514,7 @@ refuse:
 
 int api_checkpoint_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
   server_unlock(s);
   if (!t) return 0;
@@ -556,7 +556,7 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
     if (!op->data[i]) op->data[i] = '?';
   int rc = 0;
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (!t) {
     free(op);
     goto out;
@@ -585,7 +585,7 @@ out:
 
 int api_log_get(struct server *s, const struct api_req *req, struct api_resp *resp) {
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   int64_t id = t ? t->id : 0;
   server_unlock(s);
   if (!t) return 0;
@@ -611,7 +611,7 @@ int api_log_get(struct server *s, const struct api_req *req, struct api_resp *re
 int api_trial_stop(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int rc = 0;
   server_lock(s);
-  struct trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp);
   if (!t) goto out;
   rc = control_stop_trial(s, t, &resp->ticket);
   if (rc == -EINVAL) {

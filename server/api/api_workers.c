@@ -70,7 +70,7 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
     goto out;
   }
   server_lock(s);
-  struct worker *w = NULL;
+  struct srv_worker *w = NULL;
   rc = workers_register(s, name->valuestring, cpu, gpu, mem, &w, &resp->ticket);
   server_unlock(s);
   if (rc) goto out;
@@ -91,9 +91,9 @@ out:
   return rc;
 }
 
-static struct worker *api_find_worker(struct server *s, const struct api_req *req,
+static struct srv_worker *api_find_worker(struct server *s, const struct api_req *req,
                                       struct api_resp *resp) {
-  struct worker *w = workers_find(s, req->match->ids[0]);
+  struct srv_worker *w = workers_find(s, req->match->ids[0]);
   if (!w)
     api_error(resp, 404, "unknown_worker", req->path, "worker %lld is not registered: "
               "register again", (long long)req->match->ids[0]);
@@ -136,14 +136,14 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
     goto done;
   }
   server_lock(s);
-  struct worker *w = api_find_worker(s, req, resp);
+  struct srv_worker *w = api_find_worker(s, req, resp);
   if (w) {
     workers_touch(w);
     uint64_t now = clock_mono_ms(), gen = ++s->hb_gen;
     for (const cJSON *c = running ? running->child : NULL; !rc && c; c = c->next) {
       const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
       const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
-      struct trial *t = server_trial(s, (int64_t)id->valuedouble);
+      struct srv_trial *t = server_trial(s, (int64_t)id->valuedouble);
       int attempt = at ? (int)at->valuedouble : t ? t->attempt : 0;
       const char *why = "not_leased";
       if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
@@ -158,7 +158,7 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
         if ((rc = decide_pause_lease(s, t, &resp->ticket))) break;
         why = "paused";
       } else if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
-        struct experiment *e = server_experiment(s, t->experiment_id);
+        struct srv_experiment *e = server_experiment(s, t->experiment_id);
         why = e->status == ES_CANCELLED ? "cancelled" : "ended";
       }
       cJSON *o = cJSON_CreateObject();
@@ -189,8 +189,8 @@ done:
   return rc;
 }
 
-static cJSON *api_lease_json(struct server *s, const struct trial *t) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
+static cJSON *api_lease_json(struct server *s, const struct srv_trial *t) {
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
   int ok = o && cJSON_AddNumberToObject(o, "id", (double)t->id) &&
            cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
@@ -243,8 +243,8 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   const cJSON *free_o = cJSON_GetObjectItemCaseSensitive(b, "free");
   if (free_o && api_resources(free_o, "free", resp, &cpu, &gpu, &mem, &has_mem)) goto done;
   server_lock(s);
-  struct worker *w = api_find_worker(s, req, resp);
-  struct trial *t = NULL;
+  struct srv_worker *w = api_find_worker(s, req, resp);
+  struct srv_trial *t = NULL;
   cJSON *o = NULL;
   if (w) {
     workers_touch(w); /* asking for work is a sign of life too */
@@ -271,7 +271,7 @@ static double api_free_amount(double cap, double used) {
   return f < 1e-9 ? 0 : f;
 }
 
-cJSON *api_worker_json(struct server *s, const struct worker *w) {
+cJSON *api_worker_json(struct server *s, const struct srv_worker *w) {
   cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
   int ok = o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
            cJSON_AddStringToObject(o, "name", w->name) &&
@@ -292,7 +292,7 @@ cJSON *api_worker_json(struct server *s, const struct worker *w) {
                                                 : w->lost ? "lost" : "alive");
   /* Only a worker charged with running trials costs a scan of them. */
   for (int64_t j = 0; ok && w->nrunning > 0 && j < s->ntrials; j++) {
-    const struct trial *t = s->trials[j];
+    const struct srv_trial *t = s->trials[j];
     if (t && t->status == TS_RUNNING && t->worker_id == w->id)
       ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
   }
@@ -313,7 +313,7 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
   int64_t n = 0, last = after;
   server_lock(s);
   for (int64_t i = after < 0 ? 0 : after; !rc && i < s->nworkers; i++) {
-    struct worker *w = s->workers[i];
+    struct srv_worker *w = s->workers[i];
     if (!w || w->gone) continue;
     if (n == limit) {
       more = 1;
@@ -339,7 +339,7 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
 int api_worker_deregister(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int rc = 0;
   server_lock(s);
-  struct worker *w = api_find_worker(s, req, resp);
+  struct srv_worker *w = api_find_worker(s, req, resp);
   if (w) rc = workers_deregister(s, w, &resp->ticket);
   server_unlock(s);
   if (!w || rc) return rc;

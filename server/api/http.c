@@ -222,7 +222,7 @@ static int http_worker_access(struct http_req *r, const struct route_match *m,
     return 1;
   }
   pthread_mutex_lock(&s->lock); /* read only: nothing to commit */
-  struct trial *t = server_trial(s, m->ids[0]);
+  struct srv_trial *t = server_trial(s, m->ids[0]);
   int holds = t && t->lease_worker_id == wid;
   int running_here = t && t->status == TS_RUNNING && t->worker_id == wid;
   pthread_mutex_unlock(&s->lock);
@@ -294,7 +294,7 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
   const char *tok = s->auth && m.route->access != RA_PUBLIC ? http_bearer(r->conn) : NULL;
   if (tok) {
     pthread_mutex_lock(&s->lock);
-    struct worker *w = state_worker_by_secret(s, tok);
+    struct srv_worker *w = state_worker_by_secret(s, tok);
     wid = w ? w->id : 0;
     pthread_mutex_unlock(&s->lock);
   }

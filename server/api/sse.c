@@ -156,13 +156,13 @@ static const char *const sse_names[] = {"experiment", "trial", "result", "worker
 static cJSON *sse_object(struct server *s, const struct event *e) {
   cJSON *o = NULL;
   if (e->kind == EV_EXPERIMENT) {
-    struct experiment *x = server_experiment(s, e->obj);
+    struct srv_experiment *x = server_experiment(s, e->obj);
     if (x) return api_experiment_json(s, x, 1);
   } else if (e->kind == EV_TRIAL) {
-    struct trial *t = state_trial_ref(s, e->obj); /* a cold experiment's: read back */
+    struct srv_trial *t = state_trial_ref(s, e->obj); /* a cold experiment's: read back */
     if (t) return api_trial_json(s, t);
   } else if (e->kind == EV_WORKER) {
-    struct worker *w = server_worker(s, e->obj);
+    struct srv_worker *w = server_worker(s, e->obj);
     if (w) return api_worker_json(s, w);
   }
   o = cJSON_CreateObject();

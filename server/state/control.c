@@ -23,17 +23,17 @@
  * rung), which it must leave alone. */
 const char *const control_pause_reason = "paused: the experiment was paused by a user";
 
-static int control_is_user_paused(const struct trial *t) {
+static int control_is_user_paused(const struct srv_trial *t) {
   return t->reason && !strcmp(t->reason, control_pause_reason);
 }
 
-int control_pause(struct server *s, struct experiment *e, uint64_t *ticket) {
+int control_pause(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
   return state_experiment_event(s, e, EE_PAUSE, NULL, ticket);
 }
 
 /* A PAUSED trial (of a user's pause) goes back to PENDING: its next lease,
  * on any worker, resumes it from its checkpoint. */
-static int control_requeue_paused(struct server *s, struct trial *t, const char *why,
+static int control_requeue_paused(struct server *s, struct srv_trial *t, const char *why,
                                   uint64_t *ticket) {
   /* Bounded memory: an ended trial that an extend resumes gets its history
    * back from SQLite first (idempotency, checkpoint time, best). */
@@ -47,11 +47,11 @@ static int control_requeue_paused(struct server *s, struct trial *t, const char 
   return rc;
 }
 
-int control_resume(struct server *s, struct experiment *e, uint64_t *ticket) {
+int control_resume(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
   int rc = state_experiment_event(s, e, EE_RESUME, NULL, ticket);
   if (rc) return rc;
   for (int64_t k = 0; !rc && k < e->ntrials; k++) {
-    struct trial *t = e->trials[k];
+    struct srv_trial *t = e->trials[k];
     if (t->status == TS_PAUSED && control_is_user_paused(t))
       rc = control_requeue_paused(s, t, "resumed: the experiment was resumed", ticket);
   }
@@ -63,7 +63,7 @@ int control_resume(struct server *s, struct experiment *e, uint64_t *ticket) {
 
 /* The config with the patch's plan fields set; checked by the validator a
  * restart uses, so an edit can never make the stored row unloadable. */
-static int control_new_config(const struct experiment *e, const struct control_patch *p,
+static int control_new_config(const struct srv_experiment *e, const struct control_patch *p,
                               char **out, int64_t *num_trials, char *field, size_t fl,
                               char *err, size_t el) {
   cJSON *c = cJSON_Parse(e->config);
@@ -108,7 +108,7 @@ out:
   return rc;
 }
 
-int control_patch(struct server *s, struct experiment *e, const struct control_patch *p,
+int control_patch(struct server *s, struct srv_experiment *e, const struct control_patch *p,
                   char *field, size_t fl, char *err, size_t el, uint64_t *ticket) {
   char *cfg = NULL, *notes = NULL, *tags = NULL;
   int64_t num_trials = e->num_trials;
@@ -199,7 +199,7 @@ int control_patch(struct server *s, struct experiment *e, const struct control_p
     /* Trials that the old max_t ended and the new one would continue resume
      * from their checkpoints. */
     for (int64_t k = 0; !rc && k < e->ntrials; k++) {
-      struct trial *t = e->trials[k];
+      struct srv_trial *t = e->trials[k];
       if (t->status != TS_TERMINATED || t->stopped_early || !t->reason ||
           strncmp(t->reason, "reached max_t", 13) || !(t->last_t < p->max_t))
         continue;
@@ -218,7 +218,7 @@ fail:
   return rc;
 }
 
-int control_stop_trial(struct server *s, struct trial *t, uint64_t *ticket) {
+int control_stop_trial(struct server *s, struct srv_trial *t, uint64_t *ticket) {
   if (t->status == TS_TERMINATED || t->status == TS_ERROR) return -EINVAL;
   /* Whatever a decision had due at its lease's end is moot now; the lease
    * that held it may still send its final uploads (lease_final). */
@@ -234,7 +234,7 @@ static int control_delete_apply(struct store *st, void *arg) {
   return store_delete_experiment(st, *(int64_t *)arg);
 }
 
-int control_delete(struct server *s, struct experiment *e, int force, uint64_t *ticket) {
+int control_delete(struct server *s, struct srv_experiment *e, int force, uint64_t *ticket) {
   if (e->counts[TS_RUNNING] > 0 && !force) return -EBUSY;
   int64_t *arg = malloc(sizeof *arg);
   if (!arg) return -ENOMEM;
@@ -253,7 +253,7 @@ int control_delete(struct server *s, struct experiment *e, int force, uint64_t *
   /* Tombstones: ids are indexes into s->exps / s->trials. */
   e->deleted = 1;
   for (int64_t k = 0; k < e->ntrials; k++) {
-    struct trial *t = e->trials[k];
+    struct srv_trial *t = e->trials[k];
     if (t->status == TS_RUNNING) state_release(s, t);
     t->deleted = 1;
     state_trial_compact(s, t); /* bounded memory: a tombstone keeps no history */

@@ -44,7 +44,7 @@ static int decide_op_apply(struct store *st, void *arg) {
   return rc;
 }
 
-static int decide_set_reason(struct trial *t, const char *reason) {
+static int decide_set_reason(struct srv_trial *t, const char *reason) {
   if (!reason || !reason[0]) return 0;
   char *copy = strdup(reason);
   if (!copy) return -ENOMEM;
@@ -59,7 +59,7 @@ static int decide_enqueue(struct server *s, struct decide_op *op, uint64_t *tick
   return commit_enqueue(s->commit, decide_op_apply, decide_op_free, op, ticket);
 }
 
-int decide_note(struct server *s, struct trial *t, const char *kind, const char *reason,
+int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
                 const cJSON *data, const cJSON *record, uint64_t *ticket) {
   if ((!kind || !reason || !reason[0]) && !record) return 0;
   struct decide_op *op = calloc(1, sizeof *op);
@@ -92,7 +92,7 @@ fail:
  * "exploit_at=T,donor=ID,set=KEY:VALUE"): the server's own decision
  * framework is tested with real processes before every algorithm exists.
  * Never set outside tests. */
-static void decide_test_hook(struct trial *t, double tv, struct sched_outcome *out) {
+static void decide_test_hook(struct srv_trial *t, double tv, struct sched_outcome *out) {
   const char *spec = TESTHOOK(TESTHOOK_DECIDE);
   if (!spec || out->action != SCHED_CONTINUE) return;
   double at;
@@ -121,7 +121,7 @@ static void decide_test_hook(struct trial *t, double tv, struct sched_outcome *o
   }
 }
 
-int decide_override(struct server *s, struct experiment *e, struct trial *t,
+int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind) {
   (void)s;
@@ -155,7 +155,7 @@ int decide_override(struct server *s, struct experiment *e, struct trial *t,
   return 0;
 }
 
-int decide_apply(struct server *s, struct experiment *e, struct trial *t, double tv,
+int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t, double tv,
                  struct sched_outcome *out, uint64_t *ticket) {
   int erc = decide_end_others(s, e, out, ticket);
   if (erc) return erc;
@@ -165,7 +165,7 @@ int decide_apply(struct server *s, struct experiment *e, struct trial *t, double
     return 0;
   }
   if (out->action != SCHED_EXPLOIT) return 0;
-  struct trial *d = server_trial(s, out->donor_trial_id);
+  struct srv_trial *d = server_trial(s, out->donor_trial_id);
   if (!d || d->experiment_id != e->id || d == t || !d->has_checkpoint || !out->new_config) {
     /* Nothing to exploit from: the trial goes on (the worker was not told
      * anything else yet). */
@@ -235,11 +235,11 @@ int decide_action_parse(const char *name, int *action) {
   return -EINVAL;
 }
 
-int decide_refuses_checkpoint(const struct trial *t) {
+int decide_refuses_checkpoint(const struct srv_trial *t) {
   return t->lease_end_action == SCHED_EXPLOIT;
 }
 
-int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
+int decide_lease_end(struct server *s, struct srv_trial *t, uint64_t *ticket) {
   int action = t->lease_end_action;
   if (!action || t->status != TS_RUNNING) return 0;
   t->lease_end_action = 0;
@@ -247,7 +247,7 @@ int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket) {
   t->worker_id = 0;
   t->unlisted_since_ms = 0;
   int rc;
-  struct experiment *ue = server_experiment(s, t->experiment_id);
+  struct srv_experiment *ue = server_experiment(s, t->experiment_id);
   if (action == SCHED_STOP) {
     /* A pause-pending trial a later decision stopped (decide_end_others):
      * it ends now, its final uploads still taken. */
@@ -285,12 +285,12 @@ struct decide_resume_ctx {
 
 static int decide_resumable(void *ctx, int64_t trial_id) {
   struct decide_resume_ctx *c = ctx;
-  struct trial *t = server_trial(c->s, trial_id);
+  struct srv_trial *t = server_trial(c->s, trial_id);
   return t && t->status == TS_PAUSED;
 }
 
-int decide_choose(struct server *s, struct experiment *e, int can_new,
-                  enum sched_choice_kind *kind, struct trial **resumed, uint64_t *ticket) {
+int decide_choose(struct server *s, struct srv_experiment *e, int can_new,
+                  enum sched_choice_kind *kind, struct srv_trial **resumed, uint64_t *ticket) {
   struct sched_choice c;
   struct decide_resume_ctx ctx = {s};
   *resumed = NULL;
@@ -298,7 +298,7 @@ int decide_choose(struct server *s, struct experiment *e, int can_new,
   if (rc) return rc;
   *kind = c.kind;
   if (c.kind == SCHED_CHOOSE_RESUME) {
-    struct trial *t = server_trial(s, c.trial_id);
+    struct srv_trial *t = server_trial(s, c.trial_id);
     if (!t || t->experiment_id != e->id || t->status != TS_PAUSED) {
       sched_choice_clear(&c);
       *kind = SCHED_CHOOSE_WAIT;
@@ -320,19 +320,19 @@ int decide_choose(struct server *s, struct experiment *e, int can_new,
   return rc;
 }
 
-static int decide_end_one(struct server *s, struct trial *t, const char *kind, const char *why,
+static int decide_end_one(struct server *s, struct srv_trial *t, const char *kind, const char *why,
                           uint64_t *ticket) {
   int rc = decide_note(s, t, kind, why, NULL, NULL, ticket);
   if (!rc) rc = state_trial_event(s, t, TE_STOP, NULL, ticket);
   return rc;
 }
 
-int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket) {
+int decide_end_paused(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
   int rc = 0;
   /* Over the server's trials: works whether or not the experiment keeps its
    * own list. */
   for (int64_t k = 0; !rc && e->counts[TS_PAUSED] > 0 && k < s->ntrials; k++) {
-    struct trial *t = s->trials[k];
+    struct srv_trial *t = s->trials[k];
     if (t && t->experiment_id == e->id && t->status == TS_PAUSED)
       rc = decide_end_one(s, t, "stopped", "never promoted: the experiment ended while it was "
                           "paused", ticket);
@@ -340,11 +340,11 @@ int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket) 
   return rc;
 }
 
-int decide_end_others(struct server *s, struct experiment *e, const struct sched_outcome *out,
+int decide_end_others(struct server *s, struct srv_experiment *e, const struct sched_outcome *out,
                       uint64_t *ticket) {
   int rc = 0;
   for (size_t i = 0; !rc && out && i < out->nended; i++) {
-    struct trial *t = server_trial(s, out->ended[i].trial_id);
+    struct srv_trial *t = server_trial(s, out->ended[i].trial_id);
     const char *why = out->ended[i].reason[0] ? out->ended[i].reason : "stopped";
     if (!t || t->experiment_id != e->id) continue;
     if (t->status == TS_PAUSED) {
@@ -367,14 +367,14 @@ int decide_end_others(struct server *s, struct experiment *e, const struct sched
  * s->lock). */
 static int decide_ending;
 
-int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+int decide_maybe_end(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
   if (decide_ending || e->status != ES_RUNNING || !e->counts[TS_PAUSED] ||
       e->counts[TS_RUNNING] || e->counts[TS_PENDING] || e->budget_spent)
     return 0;
   int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
   if (can_new) return 0;
   enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
-  struct trial *resumed = NULL;
+  struct srv_trial *resumed = NULL;
   int rc = decide_choose(s, e, 0, &kind, &resumed, ticket);
   if (rc || resumed) return rc; /* a promotion: PENDING, leased next */
   decide_ending = 1;
@@ -387,7 +387,7 @@ int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
 int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
   int rc = 0;
   for (int64_t i = 0; !rc && i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     if (!e || e->status != ES_RUNNING || !(e->spec.time_budget_s > 0)) continue;
     if (e->run_clock_ms && now_ms > e->run_clock_ms)
       e->run_time_s += (double)(now_ms - e->run_clock_ms) / 1000.0;
@@ -402,7 +402,7 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
       snprintf(why, sizeof why, "time_budget_s %g spent", e->spec.time_budget_s);
       log_info("experiment %lld: %s", (long long)e->id, why);
       for (int64_t k = 0; !rc && k < s->ntrials; k++) {
-        struct trial *t = s->trials[k];
+        struct srv_trial *t = s->trials[k];
         if (t && t->experiment_id == e->id &&
             (t->status == TS_PENDING || t->status == TS_PAUSED))
           rc = decide_end_one(s, t, "time_budget", why, ticket);
@@ -463,14 +463,14 @@ int decide_events_json(struct server *s, int64_t trial_id, cJSON **out) {
 
 int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id,
                        const char *record) {
-  struct experiment *e = server_experiment(s, experiment_id);
+  struct srv_experiment *e = server_experiment(s, experiment_id);
   cJSON *r = record ? cJSON_Parse(record) : NULL;
   int rc = e && r ? sched_restore(e->sched, trial_id, r) : -EINVAL;
   cJSON_Delete(r);
   return rc;
 }
 
-int decide_pause_lease(struct server *s, struct trial *t, uint64_t *ticket) {
+int decide_pause_lease(struct server *s, struct srv_trial *t, uint64_t *ticket) {
   if (t->status != TS_RUNNING || t->lease_end_action == SCHED_PAUSE) return 0;
   /* What a result would have been answered (decide_override): stop, and
    * PAUSED with its checkpoint when this lease ends. */

@@ -15,48 +15,48 @@ extern const char *const control_pause_reason;
 /* After the scheduler answered a new result of RUNNING trial t (tv: its time
  * value): applies the stop rules and the time budget when the scheduler said
  * continue (their reason then replaces the outcome's). Returns 0. */
-int decide_override(struct server *s, struct experiment *e, struct trial *t,
+int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind);
 
 /* Sets t->reason to `reason` (NULL/"" keep it) and queues a trial_events
  * row (kind, reason, data JSON or NULL) and, when record is set, a
  * sched_records row — all into the caller's open group. */
-int decide_note(struct server *s, struct trial *t, const char *kind, const char *reason,
+int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
                 const cJSON *data, const cJSON *record, uint64_t *ticket);
 
 /* PAUSE / EXPLOIT of a stored result (the trial stays RUNNING until its lease
  * ends; the worker was answered stop). EXPLOIT copies the donor's checkpoint
  * and replaces the config now. The trial row is queued by the caller. */
-int decide_apply(struct server *s, struct experiment *e, struct trial *t, double tv,
+int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t, double tv,
                  struct sched_outcome *out, uint64_t *ticket);
 
 /* The trial's lease ends (complete, release, lease expiry, a retried fail):
  * when a decision is due it is carried out — PAUSED (resources freed,
  * checkpoint kept) or PENDING from the donor's checkpoint — and 1 is
  * returned (the row is queued); 0 when nothing was due. */
-int decide_lease_end(struct server *s, struct trial *t, uint64_t *ticket);
+int decide_lease_end(struct server *s, struct srv_trial *t, uint64_t *ticket);
 
 /* Whether a checkpoint upload from the trial's current lease is refused: an
  * exploit replaced its checkpoint (409 not_leased). */
-int decide_refuses_checkpoint(const struct trial *t);
+int decide_refuses_checkpoint(const struct srv_trial *t);
 
 /* sched_choose at lease time: RESUME makes the PAUSED trial PENDING (reason,
  * event, record) and returns it in *resumed; NEW/WAIT return 0 with
  * *resumed NULL and *kind set. */
-int decide_choose(struct server *s, struct experiment *e, int can_new,
-                  enum sched_choice_kind *kind, struct trial **resumed, uint64_t *ticket);
+int decide_choose(struct server *s, struct srv_experiment *e, int can_new,
+                  enum sched_choice_kind *kind, struct srv_trial **resumed, uint64_t *ticket);
 
 /* The experiment ended: its PAUSED trials end TERMINATED ("paused at the end
  * of the experiment, never promoted"). */
-int decide_end_paused(struct server *s, struct experiment *e, uint64_t *ticket);
+int decide_end_paused(struct server *s, struct srv_experiment *e, uint64_t *ticket);
 
 /* Other trials a decision ended (out->ended: HyperBand's halving stops
  * PAUSED trials that did not make the cut): a PAUSED one ends TERMINATED
  * now with the reason and a "stopped" event; one still pause-pending ends
  * TERMINATED when its lease ends. Queued into the caller's group: the
  * decision's transaction. */
-int decide_end_others(struct server *s, struct experiment *e, const struct sched_outcome *out,
+int decide_end_others(struct server *s, struct srv_experiment *e, const struct sched_outcome *out,
                       uint64_t *ticket);
 
 /* Called where an experiment may end (EE_MAYBE_END, a lease
@@ -64,7 +64,7 @@ int decide_end_others(struct server *s, struct experiment *e, const struct sched
  * trial can be made and the scheduler resumes nothing, the PAUSED trials
  * end TERMINATED (decide_end_paused) so the experiment can end. 0 or a
  * negative errno. */
-int decide_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket);
+int decide_maybe_end(struct server *s, struct srv_experiment *e, uint64_t *ticket);
 
 /* time_budget_s: advances every running experiment's run_time_s (called
  * from the server's timer and before leasing); persists it at most once a
@@ -89,6 +89,6 @@ int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id
 /* A RUNNING trial of a paused experiment is told to stop at its worker's
  * heartbeat too, not only at its next result: it pauses when its lease ends
  * (lease_end_action, persisted). 0 when it was told already. */
-int decide_pause_lease(struct server *s, struct trial *t, uint64_t *ticket);
+int decide_pause_lease(struct server *s, struct srv_trial *t, uint64_t *ticket);
 
 #endif

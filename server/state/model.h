@@ -34,7 +34,7 @@ struct series {
 
 #define EXP_MAX_KEYS 32
 
-struct trial {
+struct srv_trial {
   int64_t id, experiment_id, idx;
   char *name;
   char *config; /* JSON text */
@@ -118,7 +118,7 @@ struct trial {
   double scores[BEST_SUM_N];
 };
 
-struct experiment {
+struct srv_experiment {
   int64_t id;
   char *name;
   char *config; /* the submitted config, JSON text */
@@ -136,7 +136,7 @@ struct experiment {
   /* Its trials in creation order (trials[k]->idx == k); made on demand at
    * lease time, so ids need not be contiguous
    * (ARCHITECTURE.md#trials-made-on-demand). */
-  struct trial **trials;
+  struct srv_trial **trials;
   int64_t ntrials, captrials;
   int searcher_exhausted; /* the searcher has no more configs: the plan is ntrials */
   /* time_budget_s's clock. run_time_s counts only while a server runs
@@ -181,7 +181,7 @@ struct experiment {
   uint64_t read_ms; /* monotonic: its trials were last needed (cold 60 s later) */
 };
 
-struct worker {
+struct srv_worker {
   int64_t id;
   char *name;
   double cpu, gpu;
@@ -245,11 +245,11 @@ struct server {
   int port;                        /* the port listened on, once known */
 
   pthread_mutex_t lock; /* guards everything below */
-  struct experiment **exps; /* index id-1 */
+  struct srv_experiment **exps; /* index id-1 */
   int64_t nexps, capexps;
-  struct trial **trials;    /* index id-1 */
+  struct srv_trial **trials;    /* index id-1 */
   int64_t ntrials, captrials;
-  struct worker **workers;  /* index id-1 */
+  struct srv_worker **workers;  /* index id-1 */
   int64_t nworkers, capworkers;
   int64_t seq;              /* the global change counter */
   uint64_t hb_gen;          /* counts heartbeats (listed_gen marks) */
@@ -257,9 +257,9 @@ struct server {
   /* ARCHITECTURE.md#the-live-list: the RUNNING experiments, in no particular
    * order, so that a lease looks at live experiments only, not at every
    * experiment ever submitted; fair: the lease's scratch list. */
-  struct experiment **live;
+  struct srv_experiment **live;
   int64_t nlive, caplive;
-  struct experiment **fair;
+  struct srv_experiment **fair;
   int64_t capfair;
   int64_t unusable_rows; /* rows the last load skipped (ctune_unusable_rows) */
   /* Bounded memory: trials that ended, in order, compacted once their end
@@ -291,15 +291,15 @@ static inline void server_unlock(struct server *s) {
   pthread_mutex_unlock(&s->lock);
 }
 
-static inline struct trial *server_trial(struct server *s, int64_t id) {
+static inline struct srv_trial *server_trial(struct server *s, int64_t id) {
   return id >= 1 && id <= s->ntrials && s->trials[id - 1] && !s->trials[id - 1]->deleted
              ? s->trials[id - 1] : NULL;
 }
-static inline struct experiment *server_experiment(struct server *s, int64_t id) {
+static inline struct srv_experiment *server_experiment(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nexps && s->exps[id - 1] && !s->exps[id - 1]->deleted
              ? s->exps[id - 1] : NULL;
 }
-static inline struct worker *server_worker(struct server *s, int64_t id) {
+static inline struct srv_worker *server_worker(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nworkers ? s->workers[id - 1] : NULL;
 }
 

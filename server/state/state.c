@@ -64,7 +64,7 @@ int state_init(struct server *s) {
   return 0;
 }
 
-void state_trial_free(struct trial *t) {
+void state_trial_free(struct srv_trial *t) {
   if (!t) return;
   free(t->name);
   free(t->config);
@@ -74,7 +74,7 @@ void state_trial_free(struct trial *t) {
   free(t);
 }
 
-void state_experiment_free(struct experiment *e) {
+void state_experiment_free(struct srv_experiment *e) {
   if (!e) return;
   free(e->name);
   free(e->config);
@@ -108,19 +108,19 @@ void state_free(struct server *s) {
   pthread_mutex_destroy(&s->lock);
 }
 
-struct worker *state_worker_by_secret(struct server *s, const char *tok) {
+struct srv_worker *state_worker_by_secret(struct server *s, const char *tok) {
   char *end = NULL;
   if (!tok || *tok < '1' || *tok > '9') return NULL;
   errno = 0;
   long long id = strtoll(tok, &end, 10);
   if (errno || !end || *end != '.') return NULL;
-  struct worker *w = server_worker(s, id);
+  struct srv_worker *w = server_worker(s, id);
   /* A worker from before secrets existed has none: nothing matches it. */
   if (!w || !w->secret[0] || !secret_equal(tok, w->secret)) return NULL;
   return w;
 }
 
-void state_charge(struct server *s, struct worker *w, struct trial *t) {
+void state_charge(struct server *s, struct srv_worker *w, struct srv_trial *t) {
   const struct spec_resources *r = &server_experiment(s, t->experiment_id)->spec.resources;
   w->used_cpu += r->cpu;
   w->used_gpu += r->gpu;
@@ -132,9 +132,9 @@ void state_charge(struct server *s, struct worker *w, struct trial *t) {
   t->lease_worker_id = w->id;
 }
 
-void state_release(struct server *s, struct trial *t) {
-  struct worker *w = server_worker(s, t->worker_id);
-  struct experiment *e = server_experiment(s, t->experiment_id);
+void state_release(struct server *s, struct srv_trial *t) {
+  struct srv_worker *w = server_worker(s, t->worker_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   /* worker_id is cleared below, so a second release of the same lease (an
    * end after a requeue, say) frees nothing twice. */
   if (w && e) {
@@ -167,8 +167,8 @@ static int fits(double need, double have) {
  * decide_choose): a PAUSED trial to resume, a new trial from the searcher,
  * or nothing now. 0 with *out (NULL: nothing), or an error (the experiment
  * is skipped). */
-static int state_lease_choose(struct server *s, struct experiment *e, int can_new,
-                              struct trial **out) {
+static int state_lease_choose(struct server *s, struct srv_experiment *e, int can_new,
+                              struct srv_trial **out) {
   enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
   uint64_t ticket = 0;
   *out = NULL;
@@ -188,7 +188,7 @@ static int state_lease_choose(struct server *s, struct experiment *e, int can_ne
   return rc;
 }
 
-struct trial *state_lease(struct server *s, struct worker *w, double cpu, double gpu,
+struct srv_trial *state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu,
                           int64_t memory_mb, int has_memory) {
   /* The server's own accounting caps what the worker says is free. */
   double fc = w->cpu - w->used_cpu, fg = w->gpu - w->used_gpu;
@@ -201,7 +201,7 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
    * tried in the fair order (state_live.c). A copy: an experiment that ends
    * while it is tried leaves s->live, not this list. */
   if (s->capfair < s->nlive) {
-    struct experiment **f = realloc(s->fair, (size_t)s->nlive * sizeof *f);
+    struct srv_experiment **f = realloc(s->fair, (size_t)s->nlive * sizeof *f);
     if (!f) {
       log_error("lease: no memory for %lld live experiments", (long long)s->nlive);
       return NULL;
@@ -211,7 +211,7 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   }
   int64_t nc = 0;
   for (int64_t i = 0; i < s->nlive; i++) {
-    struct experiment *e = s->live[i];
+    struct srv_experiment *e = s->live[i];
     if (e->status != ES_RUNNING) continue;
     if (e->budget_spent) continue; /* time_budget_s spent: nothing more is leased */
     int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
@@ -226,10 +226,10 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   }
   for (int64_t k = 0; k < nc; k++) {
     state_fair_pick(s->fair, nc, k);
-    struct experiment *e = s->fair[k];
+    struct srv_experiment *e = s->fair[k];
     if (e->status != ES_RUNNING) continue;
     int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
-    struct trial *t = NULL;
+    struct srv_trial *t = NULL;
     while (!t && e->pending_cursor < e->ntrials) {
       t = e->trials[e->pending_cursor];
       if (t->status != TS_PENDING) {
@@ -247,13 +247,13 @@ struct trial *state_lease(struct server *s, struct worker *w, double cpu, double
   return NULL;
 }
 
-void state_pending_reason(struct server *s, const struct trial *t, char *buf, size_t n) {
+void state_pending_reason(struct server *s, const struct srv_trial *t, char *buf, size_t n) {
   buf[0] = 0;
   if (t->status != TS_PENDING) return;
   state_experiment_pending_reason(s, server_experiment(s, t->experiment_id), buf, n);
 }
 
-void state_experiment_pending_reason(struct server *s, const struct experiment *e, char *buf,
+void state_experiment_pending_reason(struct server *s, const struct srv_experiment *e, char *buf,
                                      size_t n) {
   const struct spec_resources *r = &e->spec.resources;
   buf[0] = 0;
@@ -265,7 +265,7 @@ void state_experiment_pending_reason(struct server *s, const struct experiment *
   int64_t max_mem = -1;
   int alive = 0, mem_unbounded = 0;
   for (int64_t i = 0; i < s->nworkers; i++) {
-    const struct worker *w = s->workers[i];
+    const struct srv_worker *w = s->workers[i];
     if (!w || w->lost) continue;
     alive++;
     if (w->cpu > max_cpu) max_cpu = w->cpu;
@@ -289,7 +289,7 @@ void state_experiment_pending_reason(struct server *s, const struct experiment *
     snprintf(buf, n, "waiting for free resources");
 }
 
-void state_renew_lease(struct server *s, struct trial *t, uint64_t now_ms) {
+void state_renew_lease(struct server *s, struct srv_trial *t, uint64_t now_ms) {
   t->lease_deadline_ms = now_ms + (uint64_t)(s->opt.lease_timeout_s * 1000);
 }
 
@@ -299,14 +299,14 @@ static uint64_t state_unlisted_grace_ms(const struct server *s) {
   return (uint64_t)(2 * s->opt.heartbeat_interval_s * 1000);
 }
 
-int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uint64_t now_ms,
+int state_reconcile_worker(struct server *s, struct srv_worker *w, uint64_t gen, uint64_t now_ms,
                            uint64_t *ticket) {
   uint64_t grace = state_unlisted_grace_ms(s);
   int n = 0;
   for (int64_t i = 0; w->nrunning > 0 && i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->ntrials; k++) {
-      struct trial *t = e->trials[k];
+      struct srv_trial *t = e->trials[k];
       if (t->status != TS_RUNNING || t->worker_id != w->id || t->listed_gen == gen) continue;
       if (!t->unlisted_since_ms) {
         t->unlisted_since_ms = now_ms;
@@ -327,7 +327,7 @@ int state_reconcile_worker(struct server *s, struct worker *w, uint64_t gen, uin
 void state_expire_leases(struct server *s, uint64_t now_ms) {
   uint64_t limit = (uint64_t)(s->opt.lease_timeout_s * 1000);
   for (int64_t i = 0; i < s->nworkers; i++) {
-    struct worker *w = s->workers[i];
+    struct srv_worker *w = s->workers[i];
     if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;
     w->lost = 1;
     log_warn("worker %lld (%s) missed heartbeats for %.1f s: lost (its %lld trial lease(s) "
@@ -341,9 +341,9 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
   state_cold_due(s, now_ms);    /* and finished experiments' trials */
   uint64_t grace = state_unlisted_grace_ms(s);
   for (int64_t i = 0; i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     for (int64_t k = 0; e->counts[TS_RUNNING] > 0 && k < e->ntrials; k++) {
-      struct trial *t = e->trials[k];
+      struct srv_trial *t = e->trials[k];
       if (t->status != TS_RUNNING) continue;
       if (!t->lease_deadline_ms) {
         /* Loaded RUNNING: a restart counts as a heartbeat
@@ -385,9 +385,9 @@ int state_parse_lease(const char *h, struct lease_token *out) {
   return 0;
 }
 
-enum fence state_check_fence(struct server *s, struct trial *t, const struct lease_token *l,
+enum fence state_check_fence(struct server *s, struct srv_trial *t, const struct lease_token *l,
                              char *why, size_t whylen) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   /* A paused experiment's running trials still hold their leases (their next
    * result is answered stop, their lease's end pauses them). */
   if (t->status == TS_RUNNING && (e->status == ES_RUNNING || e->status == ES_PAUSED) &&
@@ -413,14 +413,14 @@ enum fence state_check_fence(struct server *s, struct trial *t, const struct lea
   return f;
 }
 
-int state_key_index(const struct experiment *e, const char *key) {
+int state_key_index(const struct srv_experiment *e, const char *key) {
   for (int i = 0; i < e->nkeys; i++)
     if (!strcmp(e->keys[i], key)) return i;
   return -1;
 }
 
 /* Appends every numeric (or null) field of a result to the trial's series. */
-static int state_note_series(struct experiment *e, struct trial *t, const cJSON *result) {
+static int state_note_series(struct srv_experiment *e, struct srv_trial *t, const cJSON *result) {
   for (const cJSON *c = result->child; c; c = c->next) {
     if (!cJSON_IsNumber(c) && !cJSON_IsNull(c)) continue;
     int k = state_key_index(e, c->string);
@@ -452,7 +452,7 @@ static int state_note_series(struct experiment *e, struct trial *t, const cJSON 
   return 0;
 }
 
-void state_trial_next_generation(struct trial *t) {
+void state_trial_next_generation(struct srv_trial *t) {
   t->generation++;
   t->gen_start = t->nres;
   t->max_t_seen = -INFINITY;
@@ -468,8 +468,8 @@ void state_trial_next_generation(struct trial *t) {
  * From memory: the per-key series line up with the results only when every
  * result had the key, which the worker's filling-in makes the rule; else the
  * last result, when it is the checkpoint's. 0 when none is known. */
-double state_checkpoint_time_total(struct server *s, const struct experiment *e,
-                                   const struct trial *t) {
+double state_checkpoint_time_total(struct server *s, const struct srv_experiment *e,
+                                   const struct srv_trial *t) {
   if (!t->has_checkpoint) return 0;
   /* A donor's checkpoint (PBT exploit): its time, copied with it. */
 
@@ -497,7 +497,7 @@ double state_checkpoint_time_total(struct server *s, const struct experiment *e,
   return v;
 }
 
-int state_note_result(struct server *s, struct trial *t, double time_value, char decision,
+int state_note_result(struct server *s, struct srv_trial *t, double time_value, char decision,
                       const cJSON *result, const char *json, int64_t seq) {
   if (t->compact) return -EINVAL; /* an ended trial's history is SQLite's: hydrate first */
   if (t->nres == t->capres) {
@@ -513,7 +513,7 @@ int state_note_result(struct server *s, struct trial *t, double time_value, char
     t->seqs = q;
     t->capres = nc;
   }
-  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(result, e->spec.metric)
                                       : NULL;
   if (m && (cJSON_IsNumber(m) || cJSON_IsNull(m))) {

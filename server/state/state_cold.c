@@ -18,7 +18,7 @@
 
 #define STATE_GRAVE_MS 30000
 
-void state_cold_later(struct server *s, struct experiment *e, uint64_t now_ms) {
+void state_cold_later(struct server *s, struct srv_experiment *e, uint64_t now_ms) {
   /* On no memory it stays warm: more memory, nothing wrong. */
   if (!e->cold && !e->deleted) due_queue_push(&s->coldq, e->id, now_ms + s->cold_delay_ms);
 }
@@ -37,7 +37,7 @@ static int grave_add(struct server *s, void *p, uint64_t now_ms) {
   return 0;
 }
 
-static int cold_eligible(const struct experiment *e) {
+static int cold_eligible(const struct srv_experiment *e) {
   return !e->cold && !e->deleted && !e->unusable &&
          (e->status == ES_TERMINATED || e->status == ES_CANCELLED) &&
          e->counts[TS_PENDING] + e->counts[TS_RUNNING] + e->counts[TS_PAUSED] == 0;
@@ -45,7 +45,7 @@ static int cold_eligible(const struct experiment *e) {
 
 /* Its trials leave memory. Room for the graves is made first, so that a
  * failure leaves it warm and whole. */
-static void cold_make(struct server *s, struct experiment *e, uint64_t now_ms) {
+static void cold_make(struct server *s, struct srv_experiment *e, uint64_t now_ms) {
   for (int64_t i = 0; i < e->ntrials; i++)
     if (e->trials[i]->status != TS_TERMINATED && e->trials[i]->status != TS_ERROR) return;
   int64_t need = s->graves_len + e->ntrials;
@@ -59,7 +59,7 @@ static void cold_make(struct server *s, struct experiment *e, uint64_t now_ms) {
    * last, its mode, the earliest of equals). */
   e->has_cold_best = 0;
   for (int64_t i = 0; i < e->ntrials; i++) {
-    struct trial *t = e->trials[i];
+    struct srv_trial *t = e->trials[i];
     state_trial_compact(s, t);
     double v = t->scores[BEST_SUM_LAST];
     if (e->spec.has_metric && isfinite(v) &&
@@ -71,7 +71,7 @@ static void cold_make(struct server *s, struct experiment *e, uint64_t now_ms) {
     }
   }
   for (int64_t i = 0; i < e->ntrials; i++) {
-    struct trial *t = e->trials[i];
+    struct srv_trial *t = e->trials[i];
     s->trials[t->id - 1] = NULL;
     grave_add(s, t, now_ms); /* room made above */
   }
@@ -88,25 +88,25 @@ static void cold_make(struct server *s, struct experiment *e, uint64_t now_ms) {
 
 void state_cold_due(struct server *s, uint64_t now_ms) {
   for (int64_t id; (id = due_queue_pop(&s->coldq, now_ms));) {
-    struct experiment *e = server_experiment(s, id);
+    struct srv_experiment *e = server_experiment(s, id);
     if (!e || !cold_eligible(e)) continue;
     /* Read since it was queued: again, a delay after that read. */
     if (e->read_ms && now_ms < e->read_ms + s->cold_delay_ms) state_cold_later(s, e, e->read_ms);
     else cold_make(s, e, now_ms);
   }
   while (s->graves_head < s->graves_len && s->graves[s->graves_head].due_ms <= now_ms) {
-    struct trial *t = s->graves[s->graves_head++].p;
+    struct srv_trial *t = s->graves[s->graves_head++].p;
     state_trial_free(t);
   }
 }
 
-struct trial *state_trial_ref(struct server *s, int64_t id) {
-  struct trial *t = server_trial(s, id);
+struct srv_trial *state_trial_ref(struct server *s, int64_t id) {
+  struct srv_trial *t = server_trial(s, id);
   if (t || id < 1 || id > s->ntrials || s->trials[id - 1]) return t;
   /* An empty slot: a trial of a cold experiment. */
   int64_t eid = 0;
   if (store_trial_experiment(s->store, id, &eid)) return NULL;
-  struct experiment *e = server_experiment(s, eid);
+  struct srv_experiment *e = server_experiment(s, eid);
   if (!e || !e->cold || state_experiment_warm(s, e)) return NULL;
   return server_trial(s, id);
 }

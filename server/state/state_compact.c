@@ -13,12 +13,12 @@
 #include "state.h"
 #include "state_internal.h"
 
-void state_trial_scores(const struct trial *t, double sum[BEST_SUM_N]) {
+void state_trial_scores(const struct srv_trial *t, double sum[BEST_SUM_N]) {
   if (t->compact) memcpy(sum, t->scores, sizeof t->scores);
   else best_summarize(t->values, t->nvals, sum);
 }
 
-void state_trial_summary_row(const struct trial *t, struct store_trial_row *row) {
+void state_trial_summary_row(const struct srv_trial *t, struct store_trial_row *row) {
   row->created_seq = t->created_seq;
   row->res_known = 1;
   row->nres = (int64_t)t->nres;
@@ -28,7 +28,7 @@ void state_trial_summary_row(const struct trial *t, struct store_trial_row *row)
   state_trial_scores(t, row->scores);
 }
 
-void state_trial_history_free(struct trial *t) {
+void state_trial_history_free(struct srv_trial *t) {
   free(t->ts);
   free(t->decisions);
   free(t->seqs);
@@ -44,7 +44,7 @@ void state_trial_history_free(struct trial *t) {
   t->capres = t->nvals = t->capvals = 0;
 }
 
-void state_trial_compact(struct server *s, struct trial *t) {
+void state_trial_compact(struct server *s, struct srv_trial *t) {
   if (t->compact) return;
   s->ncompact++;
   state_trial_scores(t, t->scores);
@@ -79,14 +79,14 @@ void due_queue_free(struct due_queue *q) {
   memset(q, 0, sizeof *q);
 }
 
-void state_compact_later(struct server *s, struct trial *t, uint64_t now_ms) {
+void state_compact_later(struct server *s, struct srv_trial *t, uint64_t now_ms) {
   /* On no memory it stays whole: more memory, nothing wrong. */
   if (!t->compact) due_queue_push(&s->cq, t->id, now_ms + s->compact_delay_ms);
 }
 
 void state_compact_due(struct server *s, uint64_t now_ms) {
   for (int64_t id; (id = due_queue_pop(&s->cq, now_ms));) {
-    struct trial *t = server_trial(s, id);
+    struct srv_trial *t = server_trial(s, id);
     /* Resumed since (an extend) or deleted: nothing to do. */
     if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) state_trial_compact(s, t);
   }
@@ -96,10 +96,10 @@ void state_compact_free(struct server *s) { due_queue_free(&s->cq); }
 
 struct hydrate_ctx {
   struct server *s;
-  struct trial *t;
+  struct srv_trial *t;
 };
 
-int state_replay_result(struct server *s, struct trial *t, const struct store_result_row *r) {
+int state_replay_result(struct server *s, struct srv_trial *t, const struct store_result_row *r) {
   cJSON *obj = cJSON_Parse(r->data);
   if (!cJSON_IsObject(obj)) {
     cJSON_Delete(obj);
@@ -128,9 +128,9 @@ static int hydrate_row(void *ctx, const struct store_result_row *r) {
   return rc == -EBADMSG ? 0 : rc;
 }
 
-int state_trial_hydrate(struct server *s, struct trial *t) {
+int state_trial_hydrate(struct server *s, struct srv_trial *t) {
   if (!t->compact) return 0;
-  struct trial saved = *t;
+  struct srv_trial saved = *t;
   int64_t first = t->first_seq, last = t->last_seq;
   size_t nres = t->nres;
   t->compact = 0;
@@ -162,7 +162,7 @@ static int last_result_copy(void *ctx, int64_t seq, int64_t trial_id, const char
   return data && (*out = strdup(data)) == NULL ? -ENOMEM : 0;
 }
 
-int state_trial_last_result(struct server *s, const struct trial *t, char **out) {
+int state_trial_last_result(struct server *s, const struct srv_trial *t, char **out) {
   *out = NULL;
   if (!t->compact) return t->last_result && !(*out = strdup(t->last_result)) ? -ENOMEM : 0;
   if (!t->nres || !t->last_seq) return 0;
@@ -188,7 +188,7 @@ static int ck_time_row(void *ctx, const struct store_result_row *r) {
   return 0;
 }
 
-double state_compact_ck_time_total(struct server *s, const struct trial *t) {
+double state_compact_ck_time_total(struct server *s, const struct srv_trial *t) {
   struct ck_time_ctx c = {(double)t->checkpoint_iteration, 0};
   if (!t->has_checkpoint || !t->nres) return 0;
   if (store_trial_rows(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,

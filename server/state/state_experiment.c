@@ -27,7 +27,7 @@ static const unsigned char experiment_can[ES_COUNT][ES_COUNT] = {
 };
 
 /* The only writer of e->status (the loader aside). */
-static int experiment_set_status(struct server *s, struct experiment *e, enum exp_status st) {
+static int experiment_set_status(struct server *s, struct srv_experiment *e, enum exp_status st) {
   if (!experiment_can[e->status][st]) {
     log_error("experiment %lld: no transition %s -> %s", (long long)e->id,
               exp_status_names[e->status], exp_status_names[st]);
@@ -39,19 +39,19 @@ static int experiment_set_status(struct server *s, struct experiment *e, enum ex
   return 0;
 }
 
-int state_experiment_done(const struct experiment *e) {
+int state_experiment_done(const struct srv_experiment *e) {
   int64_t plan = e->searcher_exhausted ? e->ntrials : e->num_trials;
   return e->ntrials >= plan && e->counts[TS_TERMINATED] + e->counts[TS_ERROR] == plan;
 }
 
 /* Over: every planned trial was made and ended, or the time budget is spent
  * and nothing runs or waits. */
-static int experiment_over(const struct experiment *e) {
+static int experiment_over(const struct srv_experiment *e) {
   return state_experiment_done(e) ||
          (e->budget_spent && !e->counts[TS_RUNNING] && !e->counts[TS_PENDING]);
 }
 
-static int experiment_maybe_end(struct server *s, struct experiment *e, uint64_t *ticket) {
+static int experiment_maybe_end(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
   int rc = decide_maybe_end(s, e, ticket); /* PAUSED trials end with it */
   if (rc) return rc;
   if (e->status != ES_RUNNING || !experiment_over(e)) return 0;
@@ -62,7 +62,7 @@ static int experiment_maybe_end(struct server *s, struct experiment *e, uint64_t
   return state_persist_experiment(s, e, ticket);
 }
 
-static int experiment_cancel(struct server *s, struct experiment *e, const char *reason,
+static int experiment_cancel(struct server *s, struct srv_experiment *e, const char *reason,
                              uint64_t *ticket) {
   char *copy = reason ? strdup(reason) : NULL;
   if (reason && !copy) return -ENOMEM;
@@ -76,7 +76,7 @@ static int experiment_cancel(struct server *s, struct experiment *e, const char 
   free(e->end_reason);
   e->end_reason = copy;
   for (int64_t i = 0; !rc && i < e->ntrials; i++) {
-    struct trial *t = e->trials[i];
+    struct srv_trial *t = e->trials[i];
     if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
     rc = state_trial_event(s, t, TE_STOP, NULL, ticket);
   }
@@ -84,7 +84,7 @@ static int experiment_cancel(struct server *s, struct experiment *e, const char 
   return rc ? rc : state_persist_experiment(s, e, ticket);
 }
 
-int state_experiment_event(struct server *s, struct experiment *e, enum exp_event ev,
+int state_experiment_event(struct server *s, struct srv_experiment *e, enum exp_event ev,
                            const char *reason, uint64_t *ticket) {
   int rc;
   switch (ev) {
@@ -114,10 +114,10 @@ int state_experiment_event(struct server *s, struct experiment *e, enum exp_even
 }
 
 int state_add_experiment(struct server *s, const char *config_json,
-                         struct experiment_spec *spec, struct experiment **out,
+                         struct experiment_spec *spec, struct srv_experiment **out,
                          uint64_t *ticket) {
   int64_t n = spec->num_trials;
-  struct experiment *e = calloc(1, sizeof *e); /* RUNNING */
+  struct srv_experiment *e = calloc(1, sizeof *e); /* RUNNING */
   struct exp_op *op = NULL;
   if (!e) return -ENOMEM;
   int rc = -ENOMEM;

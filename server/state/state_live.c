@@ -17,11 +17,11 @@
  * O(n log n) even when most experiments' schedulers wait (HyperBand). */
 #define FAIR_SCANS 8
 
-double state_experiment_priority(const struct experiment *e) {
+double state_experiment_priority(const struct srv_experiment *e) {
   return e->priority > 0 ? e->priority : 1.0;
 }
 
-int state_fair_before(const struct experiment *a, const struct experiment *b) {
+int state_fair_before(const struct srv_experiment *a, const struct srv_experiment *b) {
   /* running_a / prio_a < running_b / prio_b, without the division's
    * rounding: both priorities are > 0. */
   double la = (double)a->counts[TS_RUNNING] * state_experiment_priority(b);
@@ -31,14 +31,14 @@ int state_fair_before(const struct experiment *a, const struct experiment *b) {
 }
 
 static int fair_cmp(const void *pa, const void *pb) {
-  const struct experiment *a = *(struct experiment *const *)pa;
-  const struct experiment *b = *(struct experiment *const *)pb;
+  const struct srv_experiment *a = *(struct srv_experiment *const *)pa;
+  const struct srv_experiment *b = *(struct srv_experiment *const *)pb;
   if (state_fair_before(a, b)) return -1;
   if (state_fair_before(b, a)) return 1;
   return 0;
 }
 
-void state_fair_pick(struct experiment **c, int64_t n, int64_t k) {
+void state_fair_pick(struct srv_experiment **c, int64_t n, int64_t k) {
   if (k >= n || k > FAIR_SCANS) return; /* sorted at k == FAIR_SCANS */
   if (k == FAIR_SCANS) {
     qsort(c + k, (size_t)(n - k), sizeof *c, fair_cmp);
@@ -47,7 +47,7 @@ void state_fair_pick(struct experiment **c, int64_t n, int64_t k) {
   int64_t best = k;
   for (int64_t i = k + 1; i < n; i++)
     if (state_fair_before(c[i], c[best])) best = i;
-  struct experiment *tmp = c[k];
+  struct srv_experiment *tmp = c[k];
   c[k] = c[best];
   c[best] = tmp;
 }
@@ -56,14 +56,14 @@ int state_live_reserve(struct server *s, int64_t need) {
   if (need <= s->caplive) return 0;
   int64_t nc = s->caplive ? s->caplive : 16;
   while (nc < need) nc *= 2;
-  struct experiment **live = realloc(s->live, (size_t)nc * sizeof *live);
+  struct srv_experiment **live = realloc(s->live, (size_t)nc * sizeof *live);
   if (!live) return -ENOMEM;
   s->live = live;
   s->caplive = nc;
   return 0;
 }
 
-int state_live_sync(struct server *s, struct experiment *e) {
+int state_live_sync(struct server *s, struct srv_experiment *e) {
   int running = e->status == ES_RUNNING;
   if (running && !e->live_pos) {
     int rc = state_live_reserve(s, s->nlive + 1);
@@ -73,7 +73,7 @@ int state_live_sync(struct server *s, struct experiment *e) {
   } else if (!running && e->live_pos) {
     /* Swap with the last: the order of s->live means nothing. */
     int64_t i = e->live_pos - 1;
-    struct experiment *last = s->live[--s->nlive];
+    struct srv_experiment *last = s->live[--s->nlive];
     s->live[i] = last;
     last->live_pos = i + 1;
     e->live_pos = 0;

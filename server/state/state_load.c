@@ -15,8 +15,8 @@
 
 /* A tombstone for a deleted id (ids are indexes: gaps are filled with
  * these). Deleted, hidden by server_experiment/server_trial. */
-static struct experiment *state_load_tombstone_experiment(int64_t id) {
-  struct experiment *e = calloc(1, sizeof *e);
+static struct srv_experiment *state_load_tombstone_experiment(int64_t id) {
+  struct srv_experiment *e = calloc(1, sizeof *e);
   if (!e) return NULL;
   e->id = id;
   e->status = ES_CANCELLED;
@@ -24,8 +24,8 @@ static struct experiment *state_load_tombstone_experiment(int64_t id) {
   return e;
 }
 
-static struct trial *state_load_tombstone_trial(int64_t id) {
-  struct trial *t = calloc(1, sizeof *t);
+static struct srv_trial *state_load_tombstone_trial(int64_t id) {
+  struct srv_trial *t = calloc(1, sizeof *t);
   if (!t) return NULL;
   t->id = id;
   t->status = TS_TERMINATED;
@@ -50,12 +50,12 @@ struct load_ctx {
  * tombstones that name it. Its rows stay as they are. -ENOMEM only. */
 static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why) {
   struct server *s = lc->s;
-  struct experiment *old = id <= s->nexps ? s->exps[id - 1] : NULL;
+  struct srv_experiment *old = id <= s->nexps ? s->exps[id - 1] : NULL;
   if (old && old->unusable) return 0;
   char msg[1536];
   snprintf(msg, sizeof msg, "experiment %lld was not loaded: %s (its rows are kept in the "
            "database)", (long long)id, why);
-  struct experiment *tomb = state_load_tombstone_experiment(id);
+  struct srv_experiment *tomb = state_load_tombstone_experiment(id);
   if (!tomb || !(tomb->unusable = strdup(msg)) ||
       (!old && state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1))) {
     state_experiment_free(tomb);
@@ -63,7 +63,7 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
   }
   if (old) {
     for (int64_t i = 0; i < old->ntrials; i++) {
-      struct trial *t = old->trials[i], *tt = state_load_tombstone_trial(t->id);
+      struct srv_trial *t = old->trials[i], *tt = state_load_tombstone_trial(t->id);
       if (!tt) {
         state_experiment_free(tomb);
         return -ENOMEM;
@@ -86,7 +86,7 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
 /* A trial row of an experiment that is not loaded (or of none): its id
  * keeps a tombstone naming the experiment. */
 static int load_trial_tombstone(struct server *s, int64_t id, int64_t experiment_id) {
-  struct trial *tt = state_load_tombstone_trial(id);
+  struct srv_trial *tt = state_load_tombstone_trial(id);
   if (!tt || state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) {
     free(tt);
     return -ENOMEM;
@@ -103,12 +103,12 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   int rc = -ENOMEM;
   char why[1024];
   cJSON *cfg = NULL;
-  struct experiment *e = NULL;
+  struct srv_experiment *e = NULL;
   if (r->updated_seq > s->seq) s->seq = r->updated_seq; /* never hand a number out twice */
   /* A deleted experiment leaves a gap in the ids: tombstones keep ids equal
    * to indexes. */
   while (r->id > s->nexps + 1) {
-    struct experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
+    struct srv_experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
     if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
       free(tomb);
       goto fail;
@@ -188,7 +188,7 @@ fail:
 
 /* A trial struct from its row (st: its parsed status). An ended trial with
  * a summary (011) is compact from the start: its results are not read. */
-static int load_trial_fill(struct trial *t, const struct store_trial_row *r, int st) {
+static int load_trial_fill(struct srv_trial *t, const struct store_trial_row *r, int st) {
   t->id = r->id;
   t->experiment_id = r->experiment_id;
   t->idx = r->idx;
@@ -238,7 +238,7 @@ static int load_trial_fill(struct trial *t, const struct store_trial_row *r, int
 /* Bounded memory (state_cold.c): a trial of an experiment that starts cold
  * is counted, and its score kept for the experiment's best, but no struct
  * is made (its slot stays NULL until the experiment is warmed). */
-static int load_cold_trial(struct server *s, struct experiment *e, const struct store_trial_row *r,
+static int load_cold_trial(struct server *s, struct srv_experiment *e, const struct store_trial_row *r,
                            int st) {
   if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) return -ENOMEM;
   s->trials[s->ntrials++] = NULL;
@@ -260,7 +260,7 @@ static int load_cold_trial(struct server *s, struct experiment *e, const struct 
 static int load_trial(void *ctx, const struct store_trial_row *r) {
   struct load_ctx *lc = ctx;
   struct server *s = lc->s;
-  struct experiment *e = server_experiment(s, r->experiment_id);
+  struct srv_experiment *e = server_experiment(s, r->experiment_id);
   int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
   char why[512];
   if (r->updated_seq > s->seq) s->seq = r->updated_seq;
@@ -299,7 +299,7 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1) ||
       state_grow((void ***)&e->trials, &e->captrials, e->ntrials + 1))
     return -ENOMEM;
-  struct trial *t = calloc(1, sizeof *t);
+  struct srv_trial *t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
   s->trials[s->ntrials++] = t;
   if (load_trial_fill(t, r, st)) return -ENOMEM;
@@ -321,7 +321,7 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
 static int load_result(void *ctx, const struct store_result_row *r) {
   struct load_ctx *lc = ctx;
   struct server *s = lc->s;
-  struct trial *t = server_trial(s, r->trial_id);
+  struct srv_trial *t = server_trial(s, r->trial_id);
   if (r->seq > s->seq) s->seq = r->seq;
   if (t && t->compact) return 0; /* its summary stands for it */
   if (!t) {
@@ -347,7 +347,7 @@ static int load_result(void *ctx, const struct store_result_row *r) {
 
 static int load_asha(void *ctx, const struct store_asha_row *r) {
   struct load_ctx *lc = ctx;
-  struct experiment *e = server_experiment(lc->s, r->experiment_id);
+  struct srv_experiment *e = server_experiment(lc->s, r->experiment_id);
   if (!e) return 0; /* deleted or unusable: nothing to replay into */
   int rc = sched_restore_record(e->sched, r->trial_id, r->bracket, r->milestone, r->value,
                                 r->stopped_early);
@@ -361,7 +361,7 @@ static int load_asha(void *ctx, const struct store_asha_row *r) {
 /* A worker id with no usable row: deregistered (never listed, cannot
  * authenticate), so worker ids stay indexes. */
 static int load_worker_placeholder(struct server *s, int64_t id) {
-  struct worker *w = calloc(1, sizeof *w);
+  struct srv_worker *w = calloc(1, sizeof *w);
   if (!w || !(w->name = strdup("")) ||
       state_grow((void ***)&s->workers, &s->capworkers, s->nworkers + 1)) {
     if (w) free(w->name);
@@ -390,7 +390,7 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
     return load_worker_placeholder(s, r->id);
   }
   if (state_grow((void ***)&s->workers, &s->capworkers, s->nworkers + 1)) return -ENOMEM;
-  struct worker *w = calloc(1, sizeof *w);
+  struct srv_worker *w = calloc(1, sizeof *w);
   if (!w || !(w->name = strdup(r->name))) {
     free(w);
     return -ENOMEM;
@@ -412,7 +412,7 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
 
 static int load_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
   struct load_ctx *lc = ctx;
-  struct trial *t = server_trial(lc->s, trial_id);
+  struct srv_trial *t = server_trial(lc->s, trial_id);
   if (t) {
     t->has_checkpoint = 1;
     t->checkpoint_iteration = iteration;
@@ -439,10 +439,10 @@ static int load_sched_record(void *ctx, int64_t experiment_id, int64_t seq, int6
  * without a summary), each after the seq it was made at (0: unknown). */
 static int64_t load_results_since(void *ctx, int64_t id, int *backfill) {
   struct load_ctx *lc = ctx;
-  struct experiment *e = server_experiment(lc->s, id);
+  struct srv_experiment *e = server_experiment(lc->s, id);
   int64_t since = -1;
   for (int64_t i = 0; e && i < e->ntrials; i++) {
-    const struct trial *t = e->trials[i];
+    const struct srv_trial *t = e->trials[i];
     if (t->compact) continue;
     if (t->status == TS_TERMINATED || t->status == TS_ERROR) *backfill = 1;
     if (since < 0 || t->created_seq < since) since = t->created_seq;
@@ -455,9 +455,9 @@ static int64_t load_results_since(void *ctx, int64_t id, int *backfill) {
  * histories of them) and noted for writing back. */
 static int load_results_done(void *ctx, int64_t id) {
   struct load_ctx *lc = ctx;
-  struct experiment *e = server_experiment(lc->s, id);
+  struct srv_experiment *e = server_experiment(lc->s, id);
   for (int64_t i = 0; e && i < e->ntrials; i++) {
-    struct trial *t = e->trials[i];
+    struct srv_trial *t = e->trials[i];
     if (t->compact || (t->status != TS_TERMINATED && t->status != TS_ERROR)) continue;
     if (lc->nbackfill == lc->capbackfill) {
       size_t nc = lc->capbackfill ? lc->capbackfill * 2 : 1024;
@@ -474,7 +474,7 @@ static int load_results_done(void *ctx, int64_t id) {
 
 static void load_not_cold(void *ctx, int64_t id) {
   struct load_ctx *lc = ctx;
-  struct experiment *e = server_experiment(lc->s, id);
+  struct srv_experiment *e = server_experiment(lc->s, id);
   if (e) e->cold = 0;
 }
 
@@ -496,7 +496,7 @@ static void load_write_backfill(struct load_ctx *lc) {
   for (size_t i = 0; i < lc->nbackfill; i += BATCH) {
     size_t n = lc->nbackfill - i < BATCH ? lc->nbackfill - i : BATCH;
     for (size_t k = 0; k < n; k++) {
-      const struct trial *t = server_trial(s, lc->backfill[i + k]);
+      const struct srv_trial *t = server_trial(s, lc->backfill[i + k]);
       memset(&rows[k], 0, sizeof rows[k]);
       rows[k].id = lc->backfill[i + k];
       if (t) state_trial_summary_row(t, &rows[k]);
@@ -537,14 +537,14 @@ int state_load(struct server *s, char *err, size_t errlen) {
   }
   /* Leases survive a restart: charge each worker for its RUNNING trials. */
   for (int64_t i = 0; i < s->ntrials; i++) {
-    struct trial *t = s->trials[i];
+    struct srv_trial *t = s->trials[i];
     if (!t || t->deleted) continue; /* NULL: a cold experiment's */
     /* An exploited trial's checkpoint bound is its donor's checkpoint, then
      * whatever its current generation reported. */
     double ck = t->has_checkpoint ? (double)t->checkpoint_iteration : 0;
     if (t->generation > 0 && !(t->max_iter_seen >= ck)) t->max_iter_seen = ck;
-    struct experiment *e = server_experiment(s, t->experiment_id);
-    struct worker *w = server_worker(s, t->worker_id);
+    struct srv_experiment *e = server_experiment(s, t->experiment_id);
+    struct srv_worker *w = server_worker(s, t->worker_id);
     if (t->status == TS_RUNNING && w) {
       state_charge(s, w, t);
     } else if (t->status == TS_RUNNING) {
@@ -556,7 +556,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
     }
   }
   for (int64_t i = 0; i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     e->pending_cursor = 0;
   }
   /* The saved counter may be past every row's (a change that left no row
@@ -576,7 +576,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
     return rc;
   }
   while (s->nexps < max_e) {
-    struct experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
+    struct srv_experiment *tomb = state_load_tombstone_experiment(s->nexps + 1);
     if (!tomb || state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1)) {
       free(tomb);
       snprintf(err, errlen, "out of memory");
@@ -590,7 +590,7 @@ int state_load(struct server *s, char *err, size_t errlen) {
       return rc;
     }
   for (int64_t i = 0; i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     s->ncold += e->cold && !e->deleted;
     /* Finished but warm (its trials were summarized at this load): later. */
     if (!e->cold && !e->deleted && (e->status == ES_TERMINATED || e->status == ES_CANCELLED))
@@ -605,10 +605,10 @@ int state_load(struct server *s, char *err, size_t errlen) {
 }
 
 /* The latest trial end of an experiment: when it really ended. */
-static double state_last_end(const struct experiment *e) {
+static double state_last_end(const struct srv_experiment *e) {
   double at = 0;
   for (int64_t i = 0; i < e->ntrials; i++) {
-    const struct trial *t = e->trials[i];
+    const struct srv_trial *t = e->trials[i];
     if (t->ended_at > at) at = t->ended_at;
   }
   return at > 0 ? at : clock_wall_s();
@@ -618,14 +618,14 @@ int state_repair(struct server *s) {
   uint64_t ticket = 0;
   int rc = 0;
   for (int64_t i = 0; !rc && i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     int64_t ended = e->counts[TS_TERMINATED] + e->counts[TS_ERROR];
     if (e->status == ES_CANCELLED && ended < e->ntrials) {
       /* Cancelled, but the trials' ends were lost (a crash between the
        * writes of a non-atomic cancel): finish the cancel. */
       int64_t stopped = 0;
       for (int64_t j = 0; !rc && j < e->ntrials; j++) {
-        struct trial *t = e->trials[j];
+        struct srv_trial *t = e->trials[j];
         if (t->status == TS_TERMINATED || t->status == TS_ERROR) continue;
         rc = state_trial_event(s, t, TE_STOP, NULL, &ticket);
         stopped++;
@@ -649,11 +649,11 @@ int state_repair(struct server *s) {
  * server_unlock); freed a few reloads later, and at exit. */
 #define STATE_GRAVEYARD 4
 struct state_model {
-  struct experiment **exps;
+  struct srv_experiment **exps;
   int64_t nexps;
-  struct trial **trials;
+  struct srv_trial **trials;
   int64_t ntrials;
-  struct worker **workers;
+  struct srv_worker **workers;
   int64_t nworkers;
 };
 static struct state_model state_graveyard[STATE_GRAVEYARD];
@@ -724,21 +724,21 @@ void state_reload_cleanup(void) {
 
 struct warm_ctx {
   struct server *s;
-  struct experiment *e;
+  struct srv_experiment *e;
 };
 
 static int warm_trial(void *ctx, const struct store_trial_row *r, int has_checkpoint,
                       int64_t checkpoint_iteration) {
   struct warm_ctx *w = ctx;
   struct server *s = w->s;
-  struct experiment *e = w->e;
+  struct srv_experiment *e = w->e;
   int st = state_status_parse(trial_status_names, TS_COUNT, r->status);
   /* What was cold is ended with a summary, at the index and slot it had. */
   if (st != TS_TERMINATED && st != TS_ERROR) return -EINVAL;
   if (r->id < 1 || r->id > s->ntrials || s->trials[r->id - 1] || r->idx != e->ntrials ||
       e->ntrials >= e->cold_ntrials)
     return -EINVAL;
-  struct trial *t = calloc(1, sizeof *t);
+  struct srv_trial *t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
   int rc = load_trial_fill(t, r, st);
   if (!rc && !t->compact) rc = -EINVAL; /* no summary: it was never cold */
@@ -754,7 +754,7 @@ static int warm_trial(void *ctx, const struct store_trial_row *r, int has_checkp
   return 0;
 }
 
-int state_experiment_warm(struct server *s, struct experiment *e) {
+int state_experiment_warm(struct server *s, struct srv_experiment *e) {
   e->read_ms = clock_mono_ms(); /* needed now: it goes cold 60 s after its last need */
   if (!e->cold) return 0;
   int64_t n = e->cold_ntrials;

@@ -28,7 +28,7 @@ static int trial_op_apply(struct store *st, void *arg) {
   return store_put_trial(st, &((struct trial_op *)arg)->row);
 }
 
-static struct trial_op *trial_op_make(const struct trial *t) {
+static struct trial_op *trial_op_make(const struct srv_trial *t) {
   struct trial_op *op = calloc(1, sizeof *op);
   if (!op) return NULL;
   op->name = strdup(t->name);
@@ -55,7 +55,7 @@ static struct trial_op *trial_op_make(const struct trial *t) {
   return op;
 }
 
-int state_persist_trial(struct server *s, struct trial *t, uint64_t *ticket) {
+int state_persist_trial(struct server *s, struct srv_trial *t, uint64_t *ticket) {
   struct trial_op *op = trial_op_make(t);
   if (!op) return -ENOMEM;
   int64_t seq = t->updated_seq;
@@ -94,7 +94,7 @@ static int exp_op_apply(struct store *st, void *arg) {
   return rc;
 }
 
-static struct exp_op *exp_op_make(const struct experiment *e) {
+static struct exp_op *exp_op_make(const struct srv_experiment *e) {
   struct exp_op *op = calloc(1, sizeof *op);
   if (!op) return NULL;
   op->name = strdup(e->name);
@@ -117,7 +117,7 @@ static struct exp_op *exp_op_make(const struct experiment *e) {
   return op;
 }
 
-int state_persist_experiment(struct server *s, struct experiment *e, uint64_t *ticket) {
+int state_persist_experiment(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
   int lrc = state_live_sync(s, e); /* every status change passes here */
   if (lrc) return lrc;
   /* Bounded memory: a finished experiment goes cold a while later. */
@@ -143,7 +143,7 @@ static int worker_op_apply(struct store *st, void *arg) {
   return store_put_worker(st, &((struct worker_op *)arg)->row);
 }
 
-int state_persist_worker(struct server *s, struct worker *w, uint64_t *ticket) {
+int state_persist_worker(struct server *s, struct srv_worker *w, uint64_t *ticket) {
   struct worker_op *op = calloc(1, sizeof *op);
   if (!op || !(op->name = strdup(w->name))) {
     free(op);
@@ -182,7 +182,7 @@ static int result_op_apply(struct store *st, void *arg) {
   return rc;
 }
 
-static void asha_row_fill(struct store_asha_row *r, const struct trial *t,
+static void asha_row_fill(struct store_asha_row *r, const struct srv_trial *t,
                           const struct asha_outcome *o, int64_t seq) {
   *r = (struct store_asha_row){
     .experiment_id = t->experiment_id, .trial_id = t->id, .bracket = o->bracket,
@@ -190,7 +190,7 @@ static void asha_row_fill(struct store_asha_row *r, const struct trial *t,
     .seq = seq};
 }
 
-int state_queue_result(struct server *s, struct trial *t, int64_t seq, double time_value,
+int state_queue_result(struct server *s, struct srv_trial *t, int64_t seq, double time_value,
                        const char *decision, const char *json,
                        const struct asha_outcome *rec1, const struct asha_outcome *rec2,
                        int with_trial_row, uint64_t *ticket) {
@@ -222,7 +222,7 @@ int state_queue_result(struct server *s, struct trial *t, int64_t seq, double ti
 }
 
 
-struct exp_op *state_exp_op_make(const struct experiment *e, struct trial *const *trials,
+struct exp_op *state_exp_op_make(const struct srv_experiment *e, struct srv_trial *const *trials,
                                  int64_t n) {
   struct exp_op *op = exp_op_make(e);
   if (!op) return NULL;

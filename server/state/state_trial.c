@@ -59,13 +59,13 @@ static const char *const trial_event_names[] = {
 };
 
 /* The only writer of t->status (the loader aside). */
-static int trial_set_status(struct server *s, struct trial *t, enum trial_status st) {
+static int trial_set_status(struct server *s, struct srv_trial *t, enum trial_status st) {
   if (!trial_can[t->status][st]) {
     log_error("trial %lld: no transition %s -> %s", (long long)t->id,
               trial_status_names[t->status], trial_status_names[st]);
     return -EINVAL;
   }
-  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   e->counts[t->status]--;
   e->counts[st]++;
   t->status = st;
@@ -80,8 +80,8 @@ static int trial_set_status(struct server *s, struct trial *t, enum trial_status
 
 /* The trial ends (TERMINATED or ERROR): scheduler end, records, fail_fast,
  * the end of the experiment when it was the last. Queues what changed. */
-static int trial_end(struct server *s, struct trial *t, enum trial_status st, uint64_t *ticket) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
+static int trial_end(struct server *s, struct srv_trial *t, enum trial_status st, uint64_t *ticket) {
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   struct sched_outcome out = {0};
   if (t->status == TS_RUNNING) state_release(s, t);
   int rc = trial_set_status(s, t, st);
@@ -117,7 +117,7 @@ static int trial_end(struct server *s, struct trial *t, enum trial_status st, ui
 /* RUNNING -> PENDING without counting a failure (lease expiry, unlisted,
  * release, a worker's clean stop): a pause or exploit due at the lease's end
  * is carried out instead. The next lease resumes it from its checkpoint. */
-static int trial_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
+static int trial_requeue(struct server *s, struct srv_trial *t, uint64_t *ticket) {
   int due = decide_lease_end(s, t, ticket);
   if (due) return due < 0 ? due : 0;
   state_release(s, t);
@@ -132,7 +132,7 @@ static int trial_requeue(struct server *s, struct trial *t, uint64_t *ticket) {
 
 /* ---- TE_LEASE */
 
-static int trial_lease(struct server *s, struct trial *t, struct worker *w) {
+static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker *w) {
   int rc = trial_set_status(s, t, TS_RUNNING);
   if (rc) return rc;
   t->attempt++;
@@ -151,7 +151,7 @@ static int trial_lease(struct server *s, struct trial *t, struct worker *w) {
  * in the trial's current generation: after a PBT exploit the trial resumes
  * from its donor's checkpoint, maybe behind its own results, and reports
  * those time values again as new results. */
-static char trial_stored_decision(struct server *s, const struct trial *t, double tv) {
+static char trial_stored_decision(struct server *s, const struct srv_trial *t, double tv) {
   if (t->compact) {
     /* Bounded memory: an ended trial's replays are looked up in SQLite
      * (rare: a reply to its last results was lost). */
@@ -169,7 +169,7 @@ static char trial_stored_decision(struct server *s, const struct trial *t, doubl
 
 /* Stores one new result of a RUNNING trial with the scheduler's decision;
  * a stop ends the trial (and maybe its experiment) in the same hold. */
-static int trial_store_result(struct server *s, struct trial *t, struct experiment *e,
+static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_experiment *e,
                               const cJSON *r, double tv, char *decision, uint64_t *ticket) {
   char *json = NULL;
   const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric)
@@ -240,9 +240,9 @@ out:
   return rc;
 }
 
-static int trial_results(struct server *s, struct trial *t, struct trial_event_args *a,
+static int trial_results(struct server *s, struct srv_trial *t, struct trial_event_args *a,
                          uint64_t *ticket) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   int fresh = 0;
   for (int i = 0; i < a->nresults && !fresh; i++)
     fresh = !trial_stored_decision(s, t, a->time_values[i]);
@@ -274,7 +274,7 @@ static int trial_results(struct server *s, struct trial *t, struct trial_event_a
 
 /* ---- TE_COMPLETE, TE_FAIL, TE_RELEASE: a worker ends its lease */
 
-static int trial_complete(struct server *s, struct trial *t, struct trial_event_args *a,
+static int trial_complete(struct server *s, struct srv_trial *t, struct trial_event_args *a,
                           uint64_t *ticket) {
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence == FENCE_STALE) return -ESTALE;
@@ -288,9 +288,9 @@ static int trial_complete(struct server *s, struct trial *t, struct trial_event_
   return rc;
 }
 
-static int trial_fail(struct server *s, struct trial *t, struct trial_event_args *a,
+static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_args *a,
                       uint64_t *ticket) {
-  struct experiment *e = server_experiment(s, t->experiment_id);
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence == FENCE_STALE) return -ESTALE;
   if (a->fence == FENCE_FINAL) return 0; /* this lease's end again: counted once */
@@ -321,7 +321,7 @@ static int trial_fail(struct server *s, struct trial *t, struct trial_event_args
   return rc;
 }
 
-static int trial_release(struct server *s, struct trial *t, struct trial_event_args *a,
+static int trial_release(struct server *s, struct srv_trial *t, struct trial_event_args *a,
                          uint64_t *ticket) {
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence != FENCE_CURRENT) return -ESTALE;
@@ -343,7 +343,7 @@ static int trial_release(struct server *s, struct trial *t, struct trial_event_a
 
 /* ---- the one entry */
 
-int state_trial_event(struct server *s, struct trial *t, enum trial_event ev,
+int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev,
                       struct trial_event_args *a, uint64_t *ticket) {
   if ((unsigned)ev >= sizeof trial_event_from / sizeof *trial_event_from) return -EINVAL;
   if (trial_event_from[ev] && !(trial_event_from[ev] & FROM(t->status))) {
@@ -382,7 +382,7 @@ int state_trial_event(struct server *s, struct trial *t, enum trial_event ev,
 
 /* Feeds the searcher every trial that changed since it last saw it (made
  * on first use, so a restart rebuilds it from the loaded trials). */
-static int trial_searcher_sync(struct experiment *e) {
+static int trial_searcher_sync(struct srv_experiment *e) {
   if (!e->searcher) {
     struct validate_error verr = {{0}, {0}};
     int rc = searcher_create(&e->spec, &e->searcher, &verr);
@@ -394,7 +394,7 @@ static int trial_searcher_sync(struct experiment *e) {
   }
   if (searcher_type(e->searcher) != SEARCHER_TPE) return 0;
   for (int64_t k = 0; k < e->ntrials; k++) {
-    struct trial *t = e->trials[k];
+    struct srv_trial *t = e->trials[k];
     if (t->searcher_seq == t->updated_seq) continue;
     cJSON *c = cJSON_Parse(t->config);
     if (!c) return -ENOMEM;
@@ -409,9 +409,9 @@ static int trial_searcher_sync(struct experiment *e) {
   return 0;
 }
 
-int state_create_trial(struct server *s, struct experiment *e, struct trial **out) {
+int state_create_trial(struct server *s, struct srv_experiment *e, struct srv_trial **out) {
   cJSON *cfg = NULL;
-  struct trial *t = NULL;
+  struct srv_trial *t = NULL;
   *out = NULL;
   if (e->searcher_exhausted || e->ntrials >= e->num_trials) return -ENOENT;
   int rc = trial_searcher_sync(e);

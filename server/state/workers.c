@@ -30,15 +30,15 @@ static int workers_new_secret(int64_t id, char *out, size_t cap) {
 }
 
 int workers_register(struct server *s, const char *name, double cpu, double gpu,
-                     int64_t memory_mb, struct worker **out, uint64_t *ticket) {
+                     int64_t memory_mb, struct srv_worker **out, uint64_t *ticket) {
   if (s->nworkers == s->capworkers) {
     int64_t nc = s->capworkers ? s->capworkers * 2 : 16;
-    struct worker **p = realloc(s->workers, (size_t)nc * sizeof *p);
+    struct srv_worker **p = realloc(s->workers, (size_t)nc * sizeof *p);
     if (!p) return -ENOMEM;
     s->workers = p;
     s->capworkers = nc;
   }
-  struct worker *w = calloc(1, sizeof *w);
+  struct srv_worker *w = calloc(1, sizeof *w);
   if (!w || !(w->name = strdup(name))) {
     free(w);
     return -ENOMEM;
@@ -60,12 +60,12 @@ int workers_register(struct server *s, const char *name, double cpu, double gpu,
   return state_persist_worker(s, w, ticket);
 }
 
-struct worker *workers_find(struct server *s, int64_t id) {
-  struct worker *w = server_worker(s, id);
+struct srv_worker *workers_find(struct server *s, int64_t id) {
+  struct srv_worker *w = server_worker(s, id);
   return w && w->gone != 2 ? w : NULL;
 }
 
-void workers_touch(struct worker *w) {
+void workers_touch(struct srv_worker *w) {
   w->last_heartbeat = clock_wall_s();
   w->last_seen_ms = clock_mono_ms();
   if (w->lost) log_info("worker %lld (%s) is back", (long long)w->id, w->name);
@@ -73,10 +73,10 @@ void workers_touch(struct worker *w) {
   w->gone = 0;
 }
 
-int workers_deregister(struct server *s, struct worker *w, uint64_t *ticket) {
+int workers_deregister(struct server *s, struct srv_worker *w, uint64_t *ticket) {
   int rc = 0;
   for (int64_t j = 0; !rc && w->nrunning > 0 && j < s->ntrials; j++) {
-    struct trial *t = s->trials[j];
+    struct srv_trial *t = s->trials[j];
     if (t && t->status == TS_RUNNING && t->worker_id == w->id)
       rc = state_trial_event(s, t, TE_REQUEUE, NULL, ticket);
   }
@@ -92,7 +92,7 @@ int workers_deregister(struct server *s, struct worker *w, uint64_t *ticket) {
 void workers_prune(struct server *s, uint64_t now_ms) {
   double keep_ms = s->opt.worker_retention_s > 0 ? s->opt.worker_retention_s * 1000 : 3600e3;
   for (int64_t i = 0; i < s->nworkers; i++) {
-    struct worker *w = s->workers[i];
+    struct srv_worker *w = s->workers[i];
     if (!w || w->gone || !w->lost || w->nrunning > 0) continue;
     if ((double)(now_ms - w->last_seen_ms) < keep_ms) continue;
     w->gone = 1;

@@ -17,16 +17,16 @@
 /* Adds a worker with a fresh secret ("<id>.<64 hex digits>", 256 bits from
  * getrandom) and queues its row. -ENOMEM, or getrandom's error. */
 int workers_register(struct server *s, const char *name, double cpu, double gpu,
-                     int64_t memory_mb, struct worker **out, uint64_t *ticket);
+                     int64_t memory_mb, struct srv_worker **out, uint64_t *ticket);
 /* The worker id is, unless it deregistered (it registers anew): NULL. */
-struct worker *workers_find(struct server *s, int64_t id);
+struct srv_worker *workers_find(struct server *s, int64_t id);
 /* A sign of life (heartbeat, lease): no longer lost, listed again if it was
  * pruned. */
-void workers_touch(struct worker *w);
+void workers_touch(struct srv_worker *w);
 /* A clean stop: its RUNNING trials go back to PENDING, its secret is revoked
  * (persisted empty: the row stays hidden after a restart), and it leaves the
  * list. */
-int workers_deregister(struct server *s, struct worker *w, uint64_t *ticket);
+int workers_deregister(struct server *s, struct srv_worker *w, uint64_t *ticket);
 /* Workers lost (silent) for --worker-retention-s leave the list; one that
  * comes back (its next heartbeat or lease) is listed again. Run with the
  * lease scan. */

@@ -122,10 +122,10 @@ const char *h_cfg(char *buf, size_t cap, const char *name, int n, const char *ex
   return buf;
 }
 
-struct experiment *h_submit(struct harness *h, const char *json) {
+struct srv_experiment *h_submit(struct harness *h, const char *json) {
   struct experiment_spec spec;
   struct validate_error verr = {{0}, {0}};
-  struct experiment *e = NULL;
+  struct srv_experiment *e = NULL;
   uint64_t ticket = 0;
   cJSON *cfg = cJSON_Parse(json);
   ck_assert_msg(cfg != NULL, "not JSON: %s", json);
@@ -140,34 +140,34 @@ struct experiment *h_submit(struct harness *h, const char *json) {
   return e;
 }
 
-struct worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
+struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
                         int64_t memory_mb) {
-  struct worker *w = NULL;
+  struct srv_worker *w = NULL;
   uint64_t ticket = 0;
   ck_assert_int_eq(workers_register(&h->s, name, cpu, gpu, memory_mb, &w, &ticket), 0);
   return w;
 }
 
-struct trial *h_lease_free(struct harness *h, struct worker *w, double cpu, double gpu,
+struct srv_trial *h_lease_free(struct harness *h, struct srv_worker *w, double cpu, double gpu,
                            int64_t memory_mb, int has_memory) {
   uint64_t ticket = 0;
   workers_touch(w);
-  struct trial *t = state_lease(&h->s, w, cpu, gpu, memory_mb, has_memory);
+  struct srv_trial *t = state_lease(&h->s, w, cpu, gpu, memory_mb, has_memory);
   if (t) ck_assert_int_eq(state_persist_trial(&h->s, t, &ticket), 0);
   return t;
 }
 
-struct trial *h_lease(struct harness *h, struct worker *w) {
+struct srv_trial *h_lease(struct harness *h, struct srv_worker *w) {
   return h_lease_free(h, w, 1e9, 1e9, 0, 0);
 }
 
-int h_heartbeat(struct harness *h, struct worker *w, struct trial *const *trials, int n) {
+int h_heartbeat(struct harness *h, struct srv_worker *w, struct srv_trial *const *trials, int n) {
   struct server *s = &h->s;
   uint64_t ticket = 0, now = clock_mono_ms(), gen = ++s->hb_gen;
   workers_touch(w);
   /* api_worker_heartbeat's marking of what the worker listed. */
   for (int i = 0; i < n; i++) {
-    struct trial *t = trials[i];
+    struct srv_trial *t = trials[i];
     if (t->status != TS_RUNNING || t->worker_id != w->id) continue;
     t->listed_gen = gen;
     t->unlisted_since_ms = 0;
@@ -180,7 +180,7 @@ int h_heartbeat(struct harness *h, struct worker *w, struct trial *const *trials
   return back;
 }
 
-void h_complete(struct harness *h, struct trial *t) {
+void h_complete(struct harness *h, struct srv_trial *t) {
   uint64_t ticket = 0;
   struct lease_token l = {t->worker_id, t->attempt};
   struct trial_event_args a = {.lease = &l};
@@ -188,14 +188,14 @@ void h_complete(struct harness *h, struct trial *t) {
   ck_assert_int_eq(a.fence, FENCE_CURRENT);
 }
 
-int64_t h_cancel(struct harness *h, struct experiment *e, const char *reason) {
+int64_t h_cancel(struct harness *h, struct srv_experiment *e, const char *reason) {
   uint64_t ticket = 0;
   int64_t unfinished = e->ntrials - e->counts[TS_TERMINATED] - e->counts[TS_ERROR];
   int rc = state_experiment_event(&h->s, e, EE_CANCEL, reason, &ticket);
   return rc ? rc : unfinished;
 }
 
-int h_results(struct harness *h, struct trial *t, const struct lease_token *l, int n,
+int h_results(struct harness *h, struct srv_trial *t, const struct lease_token *l, int n,
               const double *tvs, const char *const *jsons, char *dec,
               struct trial_event_args *out) {
   uint64_t ticket = 0;
@@ -218,7 +218,7 @@ int h_results(struct harness *h, struct trial *t, const struct lease_token *l, i
   return rc;
 }
 
-char h_result(struct harness *h, struct trial *t, double time_value, const char *json) {
+char h_result(struct harness *h, struct srv_trial *t, double time_value, const char *json) {
   char d = 0;
   ck_assert_int_eq(h_results(h, t, NULL, 1, &time_value, &json, &d, NULL), 0);
   ck_assert(d == 'c' || d == 's');
@@ -237,7 +237,7 @@ static int h_ckpt_apply(struct store *st, void *arg) {
   return store_put_checkpoint(st, op->trial_id, op->iteration, 0, op->data, op->len);
 }
 
-void h_checkpoint(struct harness *h, struct trial *t, int64_t iteration, const char *data) {
+void h_checkpoint(struct harness *h, struct srv_trial *t, int64_t iteration, const char *data) {
   struct server *s = &h->s;
   uint64_t ticket = 0;
   struct lease_token l = {t->worker_id, t->attempt};
@@ -263,7 +263,7 @@ void h_tick(struct harness *h, uint64_t now_ms) {
   state_expire_leases(&h->s, now_ms);
 }
 
-int64_t h_count(const struct experiment *e, enum trial_status st) {
+int64_t h_count(const struct srv_experiment *e, enum trial_status st) {
   int64_t n = 0;
   for (int64_t k = 0; k < e->ntrials; k++) n += e->trials[k]->status == st;
   return n;
@@ -300,7 +300,7 @@ char *h_snapshot(struct harness *h) {
   sb_printf(&b, "exps %lld trials %lld workers %lld\n", (long long)s->nexps,
             (long long)s->ntrials, (long long)s->nworkers);
   for (int64_t i = 0; i < s->nexps; i++) {
-    struct experiment *e = s->exps[i];
+    struct srv_experiment *e = s->exps[i];
     if (!e || e->deleted) {
       sb_printf(&b, "E%lld deleted\n", (long long)(i + 1));
       continue;
@@ -315,14 +315,14 @@ char *h_snapshot(struct harness *h) {
     for (int k = 0; k < TS_COUNT; k++) sb_printf(&b, " %lld", (long long)e->counts[k]);
     sb_printf(&b, " max_conc %lld\n", (long long)e->spec.max_concurrent_trials);
     for (int64_t k = 0; k < e->ntrials; k++) {
-      const struct trial *t = e->trials[k];
+      const struct srv_trial *t = e->trials[k];
       sb_printf(&b, "  T%lld idx %lld %s attempt %d failures %d worker %lld nres %zu cfg %s\n",
                 (long long)t->id, (long long)t->idx, trial_status_names[t->status], t->attempt,
                 t->num_failures, (long long)t->worker_id, t->nres, t->config);
     }
   }
   for (int64_t i = 0; i < s->nworkers; i++) {
-    const struct worker *w = s->workers[i];
+    const struct srv_worker *w = s->workers[i];
     sb_printf(&b, "W%lld %s cpu %g/%g gpu %g/%g mem %lld/%lld running %lld gone %d\n",
               (long long)w->id, w->name, w->used_cpu, w->cpu, w->used_gpu, w->gpu,
               (long long)w->used_memory_mb, (long long)w->memory_mb, (long long)w->nrunning,

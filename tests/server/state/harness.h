@@ -50,43 +50,43 @@ const char *h_cfg(char *buf, size_t cap, const char *name, int n, const char *ex
 /* Submits an experiment from JSON text through validate_experiment (the
  * API's validator) and state_add_experiment. A config without "seed" gets
  * seed 1 (the API draws one). Fails the test on any error. */
-struct experiment *h_submit(struct harness *h, const char *json);
+struct srv_experiment *h_submit(struct harness *h, const char *json);
 /* A worker with these resources (workers_register). */
-struct worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
+struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
                         int64_t memory_mb);
 /* The lease call of a worker that says it has everything free: touch,
  * state_lease, and the trial's row queued (api_worker_lease). NULL: none. */
-struct trial *h_lease(struct harness *h, struct worker *w);
+struct srv_trial *h_lease(struct harness *h, struct srv_worker *w);
 /* The same with what the worker says is free. */
-struct trial *h_lease_free(struct harness *h, struct worker *w, double cpu, double gpu,
+struct srv_trial *h_lease_free(struct harness *h, struct srv_worker *w, double cpu, double gpu,
                            int64_t memory_mb, int has_memory);
 /* A v2 heartbeat of w listing trials[0..n) at their current attempts: each
  * listed trial leased to w has its lease renewed (a paused experiment's is
  * told to pause, decide_pause_lease); then state_reconcile_worker. Returns
  * how many unlisted trials were requeued. */
-int h_heartbeat(struct harness *h, struct worker *w, struct trial *const *trials, int n);
+int h_heartbeat(struct harness *h, struct srv_worker *w, struct srv_trial *const *trials, int n);
 /* The lease that holds t completes it: state_trial_event TE_COMPLETE with
  * that lease (fence CURRENT), as api_trial_complete. */
-void h_complete(struct harness *h, struct trial *t);
+void h_complete(struct harness *h, struct srv_trial *t);
 /* EE_CANCEL with reason; returns how many unfinished trials it stopped, or
  * the negative error. */
-int64_t h_cancel(struct harness *h, struct experiment *e, const char *reason);
+int64_t h_cancel(struct harness *h, struct srv_experiment *e, const char *reason);
 /* One result of t under its current lease, through state_trial_event
  * TE_RESULTS as api_trial_report sends it (the scheduler decides, stop
  * rules and the budget apply): fails the test unless it is accepted, and
  * returns the decision, 'c' (continue) or 's' (stop). */
-char h_result(struct harness *h, struct trial *t, double time_value, const char *json);
+char h_result(struct harness *h, struct srv_trial *t, double time_value, const char *json);
 /* A batch of n results (time values tvs, JSON texts jsons) under lease l
  * (NULL: the trial's current lease): state_trial_event TE_RESULTS. Returns
  * its rc; dec (n chars) gets the decisions; *out (may be NULL) the event's
  * outputs (fence, why, replayed; its in-pointers cleared). */
-int h_results(struct harness *h, struct trial *t, const struct lease_token *l, int n,
+int h_results(struct harness *h, struct srv_trial *t, const struct lease_token *l, int n,
               const double *tvs, const char *const *jsons, char *dec,
               struct trial_event_args *out);
 /* A checkpoint upload of t at iteration under its current lease, as
  * api_checkpoint_put queues it after its checks (the bytes into SQLite, the
  * trial's has_checkpoint / checkpoint_iteration, its row). */
-void h_checkpoint(struct harness *h, struct trial *t, int64_t iteration, const char *data);
+void h_checkpoint(struct harness *h, struct srv_trial *t, int64_t iteration, const char *data);
 /* The daemon's timer tick at now (state_expire_leases), with the clock
  * moved there first. */
 void h_tick(struct harness *h, uint64_t now_ms);
@@ -109,6 +109,6 @@ char *h_query(struct harness *h, const char *sql);
 
 /* Counts e's trials in status st by scanning them (the counts array is
  * checked against it). */
-int64_t h_count(const struct experiment *e, enum trial_status st);
+int64_t h_count(const struct srv_experiment *e, enum trial_status st);
 
 #endif

@@ -25,12 +25,12 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n, const char *extra) {
+static struct srv_experiment *submit(const char *name, int n, const char *extra) {
   char buf[1024];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
 }
 
-static void reason_is(const struct experiment *e, const char *want) {
+static void reason_is(const struct srv_experiment *e, const char *want) {
   char buf[256];
   state_experiment_pending_reason(S, e, buf, sizeof buf);
   ck_assert_str_eq(buf, want);
@@ -40,7 +40,7 @@ static void reason_is(const struct experiment *e, const char *want) {
 static void live_is_exact(void) {
   int64_t running = 0;
   for (int64_t i = 0; i < S->nexps; i++) {
-    struct experiment *e = S->exps[i];
+    struct srv_experiment *e = S->exps[i];
     int is_running = e && !e->deleted && e->status == ES_RUNNING;
     running += is_running;
     ck_assert_msg(is_running == (e && e->live_pos != 0), "experiment %lld: live_pos %lld",
@@ -52,7 +52,7 @@ static void live_is_exact(void) {
 
 static char patch_err[512];
 
-static int patch(struct experiment *e, const struct control_patch *p, const char *want_field) {
+static int patch(struct srv_experiment *e, const struct control_patch *p, const char *want_field) {
   char field[128];
   int rc = control_patch(S, e, p, field, sizeof field, patch_err, sizeof patch_err, &ticket);
   if (want_field) ck_assert_str_eq(field, want_field);
@@ -64,9 +64,9 @@ static int patch(struct experiment *e, const struct control_patch *p, const char
  * their leases; it is persisted. Pause of a non-RUNNING one and resume of a
  * non-PAUSED one are -EINVAL. */
 START_TEST(pause_stops_leases) {
-  struct experiment *e = submit("p", 3, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("p", 3, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(control_resume(S, e, &ticket), -EINVAL);
   ck_assert_int_eq(control_pause(S, e, &ticket), 0);
   ck_assert_int_eq(e->status, ES_PAUSED);
@@ -90,9 +90,9 @@ END_TEST
  * uploads still taken); resume makes the experiment RUNNING and live again
  * and its user-paused trials PENDING; the next lease resumes them. */
 START_TEST(pause_then_resume_requeues_paused_trials) {
-  struct experiment *e = submit("p", 1, "");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("p", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(control_pause(S, e, &ticket), 0);
   fake_clock_set_ms(T0 + 1000);
   ck_assert_int_eq(h_heartbeat(&H, w, &t, 1), 0);
@@ -115,7 +115,7 @@ START_TEST(pause_then_resume_requeues_paused_trials) {
   live_is_exact();
   ck_assert_int_eq(t->status, TS_PENDING);
   ck_assert_int_eq(t->num_failures, 0);
-  struct trial *again = h_lease(&H, w);
+  struct srv_trial *again = h_lease(&H, w);
   ck_assert_ptr_eq(again, t);
   ck_assert_int_eq(t->attempt, 2);
 }
@@ -124,9 +124,9 @@ END_TEST
 /* Rule: resumed before the paused trial's lease ended, the trial goes
  * straight back to PENDING when that lease ends (not PAUSED). */
 START_TEST(resume_before_lease_end) {
-  struct experiment *e = submit("p", 1, "");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("p", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(control_pause(S, e, &ticket), 0);
   h_heartbeat(&H, w, &t, 1);
   ck_assert_int_eq(control_resume(S, e, &ticket), 0);
@@ -141,8 +141,8 @@ END_TEST
  * hyperband/pbt): a TERMINATED experiment runs again and the new trials are
  * made at lease time; the config and the plan are persisted. */
 START_TEST(patch_num_samples_extends) {
-  struct experiment *e = submit("x", 2, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_experiment *e = submit("x", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
   h_complete(&H, h_lease(&H, w));
   h_complete(&H, h_lease(&H, w));
   ck_assert_int_eq(e->status, ES_TERMINATED);
@@ -156,7 +156,7 @@ START_TEST(patch_num_samples_extends) {
   ck_assert_int_eq(e->num_trials, 4);
   ck_assert_int_eq(e->status, ES_RUNNING);
   live_is_exact();
-  struct trial *t = h_lease(&H, w);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_ptr_nonnull(t);
   ck_assert_int_eq(t->idx, 2);
   int64_t id = e->id;
@@ -168,7 +168,7 @@ START_TEST(patch_num_samples_extends) {
   ck_assert_int_eq(h_lease(&H, server_worker(S, 1))->idx, 3);
   ck_assert_ptr_null(h_lease(&H, server_worker(S, 1)));
   /* Not for a scheduler planned for the trial count. */
-  struct experiment *hb = submit("hb", 3,
+  struct srv_experiment *hb = submit("hb", 3,
                                  ", \"metric\": \"loss\", \"mode\": \"min\", \"scheduler\": "
                                  "{\"type\": \"hyperband\", \"max_t\": 9}");
   p.num_samples = 5;
@@ -179,8 +179,8 @@ END_TEST
 /* Rule: PATCH max_concurrent_trials changes the cap at once (and is
  * persisted in the config); priority, notes and tags are stored too. */
 START_TEST(patch_max_concurrent_priority_notes_tags) {
-  struct experiment *e = submit("x", 4, ", \"max_concurrent_trials\": 1");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_experiment *e = submit("x", 4, ", \"max_concurrent_trials\": 1");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
   ck_assert_ptr_nonnull(h_lease(&H, w));
   ck_assert_ptr_null(h_lease(&H, w));
   struct control_patch p = {.has_max_concurrent = 1, .max_concurrent = 2,
@@ -209,7 +209,7 @@ END_TEST
  * upwards), is refused for other schedulers and without a max_t, and an
  * extend of a CANCELLED experiment is -EBUSY. */
 START_TEST(patch_max_t) {
-  struct experiment *e = submit("f", 1,
+  struct srv_experiment *e = submit("f", 1,
                                 ", \"metric\": \"loss\", \"mode\": \"min\", "
                                 "\"scheduler\": {\"type\": \"fifo\", \"max_t\": 5}");
   struct control_patch p = {.has_max_t = 1, .max_t = 4};
@@ -219,12 +219,12 @@ START_TEST(patch_max_t) {
   p.max_t = 10;
   ck_assert_int_eq(patch(e, &p, ""), 0);
   ck_assert(e->spec.sched.max_t == 10);
-  struct experiment *a = submit("a", 1,
+  struct srv_experiment *a = submit("a", 1,
                                 ", \"metric\": \"loss\", \"mode\": \"min\", "
                                 "\"scheduler\": {\"type\": \"asha\", \"max_t\": 5}");
   ck_assert_int_eq(patch(a, &p, "scheduler.max_t"), -EINVAL);
   ck_assert(a->spec.sched.max_t == 5);
-  struct experiment *none = submit("n", 1, "");
+  struct srv_experiment *none = submit("n", 1, "");
   ck_assert_int_eq(patch(none, &p, "scheduler.max_t"), -EINVAL);
   ck_assert_int_ge(h_cancel(&H, none, "user"), 0);
   struct control_patch more = {.has_num_samples = 1, .num_samples = 3};
@@ -240,9 +240,9 @@ END_TEST
  * its reason, gives the worker its resources back, and the lease that held
  * it may still send its final uploads; an ended trial cannot be stopped. */
 START_TEST(stop_trial) {
-  struct experiment *e = submit("s", 2, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
-  struct trial *t = h_lease(&H, w), *u = h_lease(&H, w);
+  struct srv_experiment *e = submit("s", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w), *u = h_lease(&H, w);
   ck_assert_int_eq(control_stop_trial(S, t, &ticket), 0);
   ck_assert_int_eq(t->status, TS_TERMINATED);
   ck_assert_str_eq(t->reason, "stopped by user");
@@ -271,9 +271,9 @@ END_TEST
  * its trials are hidden (tombstones: ids are never reused), it leaves the
  * live list, and it stays deleted after a restart. */
 START_TEST(delete_force_and_busy) {
-  struct experiment *e = submit("d", 3, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("d", 3, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   int64_t id = e->id, tid = t->id;
   ck_assert_int_eq(control_delete(S, e, 0, &ticket), -EBUSY);
   ck_assert_int_eq(e->deleted, 0);
@@ -286,7 +286,7 @@ START_TEST(delete_force_and_busy) {
   ck_assert(w->used_cpu == 0);
   live_is_exact();
   /* An experiment with nothing running needs no force. */
-  struct experiment *f = submit("f", 1, "");
+  struct srv_experiment *f = submit("f", 1, "");
   ck_assert_int_eq(f->id, id + 1);
   ck_assert_int_eq(control_delete(S, f, 0, &ticket), 0);
   h_restart(&H);
@@ -294,9 +294,9 @@ START_TEST(delete_force_and_busy) {
   ck_assert_ptr_null(server_experiment(S, id + 1));
   ck_assert_ptr_null(server_trial(S, tid));
   ck_assert_ptr_null(state_trial_ref(S, tid));
-  struct experiment *g = submit("g", 1, "");
+  struct srv_experiment *g = submit("g", 1, "");
   ck_assert_int_eq(g->id, id + 2); /* ids are never handed out twice */
-  struct trial *gt = h_lease(&H, server_worker(S, 1));
+  struct srv_trial *gt = h_lease(&H, server_worker(S, 1));
   ck_assert_int_gt(gt->id, tid);
   ck_assert_int_eq(server_worker(S, 1)->nrunning, 1);
 }
@@ -306,9 +306,9 @@ END_TEST
  * sets CANCELLED with its reason, frees the workers' resources, leaves the
  * live list, and is one persisted change. */
 START_TEST(cancel_experiment) {
-  struct experiment *e = submit("c", 3, "");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_experiment *e = submit("c", 3, "");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   h_complete(&H, a);
   ck_assert_int_eq(h_cancel(&H, e, "not needed"), 1);
   ck_assert_int_eq(e->status, ES_CANCELLED);
@@ -332,7 +332,7 @@ END_TEST
 
 /* Completes the oldest running trial and leases one, `steps` times; checks
  * each lease's experiment against want[] and the split after it. */
-static void rotate(struct worker *w, struct trial **run, int n, int steps,
+static void rotate(struct srv_worker *w, struct srv_trial **run, int n, int steps,
                    const int64_t *want_order, int64_t exp_a, int64_t want_a) {
   for (int s = 0; s < steps; s++) {
     h_complete(&H, run[0]);
@@ -352,12 +352,12 @@ static void rotate(struct worker *w, struct trial **run, int n, int steps,
  * its share (smallest running/priority, the older on a tie): a second
  * experiment shares the worker from the moment it arrives. */
 START_TEST(fair_second_experiment_shares_at_once) {
-  struct experiment *a = submit("a", 8, "");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *run[2] = {h_lease(&H, w), h_lease(&H, w)};
+  struct srv_experiment *a = submit("a", 8, "");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *run[2] = {h_lease(&H, w), h_lease(&H, w)};
   ck_assert_int_eq(run[0]->experiment_id, a->id);
   ck_assert_int_eq(run[1]->experiment_id, a->id);
-  struct experiment *b = submit("b", 8, "");
+  struct srv_experiment *b = submit("b", 8, "");
   int64_t order[8];
   for (int i = 0; i < 8; i++) order[i] = i % 2 ? a->id : b->id;
   rotate(w, run, 2, 8, order, a->id, 1);
@@ -368,10 +368,10 @@ END_TEST
  * two slots to A's one from the second freed slot on (equal priorities
  * would leave A two, the older winning each tie). */
 START_TEST(fair_priority_two_to_one) {
-  struct experiment *a = submit("a", 20, "");
-  struct worker *w = h_worker(&H, "w", 3, 0, 0);
-  struct trial *run[3] = {h_lease(&H, w), h_lease(&H, w), h_lease(&H, w)};
-  struct experiment *b = submit("b", 20, "");
+  struct srv_experiment *a = submit("a", 20, "");
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *run[3] = {h_lease(&H, w), h_lease(&H, w), h_lease(&H, w)};
+  struct srv_experiment *b = submit("b", 20, "");
   struct control_patch p = {.has_priority = 1, .priority = 2};
   ck_assert_int_eq(patch(b, &p, ""), 0);
   rotate(w, run, 3, 1, NULL, a->id, 2);
@@ -383,11 +383,11 @@ END_TEST
 /* Rule (fair share): an experiment the worker cannot run (older, furthest
  * below its share) does not block one it can; an ended one is not live. */
 START_TEST(fair_unfit_does_not_block) {
-  struct experiment *g = submit("g", 2, ", \"resources_per_trial\": {\"gpu\": 1}");
-  struct experiment *c = submit("c", 1, "");
-  struct experiment *d = submit("d", 2, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *g = submit("g", 2, ", \"resources_per_trial\": {\"gpu\": 1}");
+  struct srv_experiment *c = submit("c", 1, "");
+  struct srv_experiment *d = submit("d", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(t->experiment_id, c->id);
   h_complete(&H, t);
   ck_assert_int_eq(c->status, ES_TERMINATED);

@@ -30,20 +30,20 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n, const char *extra) {
+static struct srv_experiment *submit(const char *name, int n, const char *extra) {
   char buf[2048];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
 }
 
 /* One result {"training_iteration": it, key: v} at time value it. */
-static char result(struct trial *t, const char *key, double it, double v) {
+static char result(struct srv_trial *t, const char *key, double it, double v) {
   char j[160];
   snprintf(j, sizeof j, "{\"training_iteration\":%g,\"%s\":%.17g}", it, key, v);
   return h_result(&H, t, it, j);
 }
 
 /* The trial's events in SQLite, "kind|reason" a line each. */
-static void events_are(const struct trial *t, const char *want) {
+static void events_are(const struct srv_trial *t, const char *want) {
   char sql[160];
   h_sync(&H);
   snprintf(sql, sizeof sql,
@@ -63,10 +63,10 @@ static void events_are(const struct trial *t, const char *want) {
  * rung's cutoff (the top 1/reduction_factor): stopped_early, with the
  * reason and a "stopped" event, in SQLite. */
 START_TEST(asha_stops_below_the_cutoff) {
-  struct experiment *e = submit("a", 3, LOSS ", \"scheduler\": {\"type\": \"asha\", "
+  struct srv_experiment *e = submit("a", 3, LOSS ", \"scheduler\": {\"type\": \"asha\", "
                                 "\"max_t\": 10, \"grace_period\": 4, \"reduction_factor\": 2}");
-  struct worker *w = h_worker(&H, "w", 8, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 8, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w);
   for (int it = 1; it < 4; it++) ck_assert_int_eq(result(c, "loss", it, 9.0), 'c'); /* grace */
   ck_assert_int_eq(result(a, "loss", 4, 0.39), 'c');
   ck_assert_int_eq(result(b, "loss", 4, 0.30), 'c');
@@ -91,10 +91,10 @@ END_TEST
 /* Rule: a trial that reaches max_t is stopped there, not early, with
  * "reached max_t"; the last trial's stop ends the experiment. */
 START_TEST(asha_max_t_stops_at_the_end) {
-  struct experiment *e = submit("a", 1, LOSS ", \"scheduler\": {\"type\": \"asha\", "
+  struct srv_experiment *e = submit("a", 1, LOSS ", \"scheduler\": {\"type\": \"asha\", "
                                 "\"max_t\": 10, \"grace_period\": 4, \"reduction_factor\": 2}");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(result(t, "loss", 4, 0.5), 'c');
   ck_assert_int_eq(result(t, "loss", 9, 0.4), 'c');
   ck_assert_int_eq(result(t, "loss", 10, 0.3), 's');
@@ -115,11 +115,11 @@ END_TEST
  * generation, leased again); the others end with the experiment, "never
  * promoted". */
 START_TEST(promotion_pauses_and_resumes) {
-  struct experiment *e = submit("p", 3, LOSS ", \"scheduler\": {\"type\": \"asha\", "
+  struct srv_experiment *e = submit("p", 3, LOSS ", \"scheduler\": {\"type\": \"asha\", "
                                 "\"promotion\": true, \"max_t\": 3, \"grace_period\": 1, "
                                 "\"reduction_factor\": 3}");
-  struct worker *w = h_worker(&H, "w", 3, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w);
   ck_assert_int_eq(result(a, "loss", 1, 0.1), 's');
   ck_assert_int_eq(a->status, TS_RUNNING);
   ck_assert_int_eq(a->lease_end_action, SCHED_PAUSE);
@@ -194,7 +194,7 @@ END_TEST
   "\"loguniform\", \"lower\": 1e-5, \"upper\": 1}}}, "                                    \
   "\"trainable\": {\"type\": \"command\", \"argv\": [\"true\"]}}"
 
-static char pbt_result(struct trial *t, double it, double acc) {
+static char pbt_result(struct srv_trial *t, double it, double acc) {
   char j[160];
   snprintf(j, sizeof j, "{\"training_iteration\":%g,\"acc\":%g,\"time_total_s\":%g}", it, acc,
            10 * it);
@@ -208,9 +208,9 @@ static char pbt_result(struct trial *t, double it, double acc) {
  * is PENDING in its next generation, leased again; its later results are
  * that generation's. A restart keeps all of it. */
 START_TEST(pbt_exploits_at_the_lease_end) {
-  struct experiment *e = h_submit(&H, PBT_CFG);
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_experiment *e = h_submit(&H, PBT_CFG);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   ck_assert_ptr_nonnull(strstr(a->config, "0.001"));
   char *old_config = strdup(b->config);
   ck_assert_int_eq(pbt_result(a, 1, 0.5), 'c');
@@ -287,14 +287,14 @@ END_TEST
 START_TEST(median_stopping_stops) {
   submit("med", 4, LOSS ", \"scheduler\": {\"type\": \"median_stopping\", "
          "\"grace_period\": 1, \"min_samples_required\": 3, \"hard_stop\": true}");
-  struct worker *w = h_worker(&H, "w", 8, 0, 0);
-  struct trial *t[4];
+  struct srv_worker *w = h_worker(&H, "w", 8, 0, 0);
+  struct srv_trial *t[4];
   for (int k = 0; k < 4; k++) t[k] = h_lease(&H, w);
   for (int it = 1; it <= 2; it++)
     for (int k = 0; k < 3; k++) ck_assert_int_eq(result(t[k], "loss", it, (k + 1.0) / it), 'c');
   int64_t id3 = t[3]->id;
   h_restart(&H);
-  struct trial *d = server_trial(S, id3);
+  struct srv_trial *d = server_trial(S, id3);
   ck_assert_int_eq(result(d, "loss", 1, 1.9), 'c');
   ck_assert_int_eq(result(d, "loss", 2, 1.8), 's');
   ck_assert_int_eq(d->status, TS_TERMINATED);
@@ -312,10 +312,10 @@ END_TEST
  * at the result that reaches it: TERMINATED, not early, the result kept,
  * a "stop_rule" event; its experiment ends with it. */
 START_TEST(stop_rule_ends_the_trial) {
-  struct experiment *e = submit("sr", 1, ", \"metric\": \"acc\", \"mode\": \"max\", "
+  struct srv_experiment *e = submit("sr", 1, ", \"metric\": \"acc\", \"mode\": \"max\", "
                                 "\"stop\": {\"training_iteration\": 20, \"acc\": 0.95}");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(result(t, "acc", 1, 0.5), 'c');
   ck_assert_int_eq(result(t, "acc", 2, 0.951), 's');
   ck_assert_int_eq(t->status, TS_TERMINATED);
@@ -333,9 +333,9 @@ END_TEST
  * and the experiment ends with end_reason "time_budget_s S spent" once
  * nothing runs. */
 START_TEST(time_budget_spent_ends_the_experiment) {
-  struct experiment *e = submit("tb", 3, LOSS ", \"time_budget_s\": 1.5");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_experiment *e = submit("tb", 3, LOSS ", \"time_budget_s\": 1.5");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   ck_assert_int_eq(decide_tick(S, T0, &ticket), 0); /* its clock starts */
   struct lease_token l = {w->id, 1};
   struct trial_event_args r = {.lease = &l};
@@ -375,8 +375,8 @@ END_TEST
 /* Rule: a budget spent while nothing runs ends the experiment on the tick
  * itself (decide_tick's EE_MAYBE_END), its plan unfinished. */
 START_TEST(time_budget_ends_an_idle_experiment_on_the_tick) {
-  struct experiment *e = submit("tb", 2, LOSS ", \"time_budget_s\": 1.5");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_experiment *e = submit("tb", 2, LOSS ", \"time_budget_s\": 1.5");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   ck_assert_int_eq(decide_tick(S, T0, &ticket), 0);
   h_complete(&H, h_lease(&H, w));
   ck_assert_int_eq(e->status, ES_RUNNING); /* one more is planned */
@@ -393,9 +393,9 @@ END_TEST
 /* Rule: an experiment ends (EE_MAYBE_END) when every planned trial was made
  * and has ended, TERMINATED or ERROR, whichever event ends the last. */
 START_TEST(experiment_ends_with_its_last_trial) {
-  struct experiment *e = submit("end", 2, LOSS);
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_experiment *e = submit("end", 2, LOSS);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   h_complete(&H, a);
   ck_assert_int_eq(e->status, ES_RUNNING);
   struct lease_token l = {w->id, 1};
@@ -415,14 +415,14 @@ END_TEST
  * experiment's (both are grid x num_samples), so the experiment's plan is
  * raised by hand here to stand for it. */
 START_TEST(experiment_ends_when_the_searcher_is_exhausted) {
-  struct experiment *e = h_submit(
+  struct srv_experiment *e = h_submit(
       &H, "{\"name\": \"g\", \"num_samples\": 1, \"seed\": 7, \"metric\": \"loss\", \"mode\": "
           "\"min\", \"param_space\": {\"lr\": {\"grid_search\": [0.01, 0.1]}}, "
           "\"trainable\": {\"type\": \"command\", \"argv\": [\"true\"]}}");
   ck_assert_int_eq(e->num_trials, 2);
   e->num_trials = 3;
-  struct worker *w = h_worker(&H, "w", 3, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   ck_assert_ptr_null(h_lease(&H, w));
   ck_assert_int_eq(e->searcher_exhausted, 1);
   ck_assert_int_eq(e->ntrials, 2);

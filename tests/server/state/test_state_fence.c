@@ -23,12 +23,12 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n) {
+static struct srv_experiment *submit(const char *name, int n) {
   char buf[1024];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, ""));
 }
 
-static enum fence fence(struct trial *t, int64_t w, int a, char *why, size_t n) {
+static enum fence fence(struct srv_trial *t, int64_t w, int a, char *why, size_t n) {
   struct lease_token l = {w, a};
   return state_check_fence(S, t, &l, why, n);
 }
@@ -60,8 +60,8 @@ END_TEST
  * CURRENT, and a fenced write renews the lease (now + lease_timeout_s). */
 START_TEST(fence_current_renews_the_lease) {
   submit("f", 1);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   fake_clock_set_ms(T0 + 12345);
   ck_assert_int_eq(fence(t, w->id, 1, NULL, 0), FENCE_CURRENT);
   ck_assert_uint_eq(t->lease_deadline_ms, T0 + 12345 + H_LEASE_MS);
@@ -74,8 +74,8 @@ END_TEST
  * the lease, and renews nothing. */
 START_TEST(fence_other_worker_is_stale) {
   submit("f", 1);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   uint64_t deadline = t->lease_deadline_ms;
   fake_clock_set_ms(T0 + 5000);
   char why[256], want[256];
@@ -94,8 +94,8 @@ END_TEST
  * the new attempt under the old worker's id are the lease. */
 START_TEST(fence_stale_attempt_after_requeue) {
   submit("f", 1);
-  struct worker *a = h_worker(&H, "a", 1, 0, 0), *b = h_worker(&H, "b", 1, 0, 0);
-  struct trial *t = h_lease(&H, a);
+  struct srv_worker *a = h_worker(&H, "a", 1, 0, 0), *b = h_worker(&H, "b", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, a);
   ck_assert_int_eq(t->attempt, 1);
   fake_clock_set_ms(T0 + 20000);
   h_heartbeat(&H, b, NULL, 0); /* b stays alive; a goes silent */
@@ -122,9 +122,9 @@ END_TEST
  * FINAL after the end: its final uploads are still taken. Any other lease is
  * STALE, and so is one whose trial was ended by a cancel (not by it). */
 START_TEST(fence_final_for_the_lease_that_ended_it) {
-  struct experiment *e = submit("f", 3);
-  struct worker *w = h_worker(&H, "w", 3, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
-  struct trial *done = h_lease(&H, w), *stopped = h_lease(&H, w), *cancelled = h_lease(&H, w);
+  struct srv_experiment *e = submit("f", 3);
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *done = h_lease(&H, w), *stopped = h_lease(&H, w), *cancelled = h_lease(&H, w);
   h_complete(&H, done);
   ck_assert_int_eq(done->status, TS_TERMINATED);
   char why[256], want[256];
@@ -143,7 +143,7 @@ START_TEST(fence_final_for_the_lease_that_ended_it) {
   /* In memory only: after a restart an ended trial takes no final uploads. */
   int64_t id = done->id, wid = w->id;
   h_restart(&H);
-  struct trial *back = state_trial_ref(S, id); /* its experiment is cold: read back */
+  struct srv_trial *back = state_trial_ref(S, id); /* its experiment is cold: read back */
   ck_assert_ptr_nonnull(back);
   ck_assert_int_eq(back->status, TS_TERMINATED);
   ck_assert_int_eq(fence(back, wid, 1, NULL, 0), FENCE_STALE);
@@ -153,9 +153,9 @@ END_TEST
 /* Rule: a paused experiment's RUNNING trials keep their leases (CURRENT)
  * until the lease ends; a restart keeps the lease of a RUNNING trial. */
 START_TEST(fence_survives_pause_and_restart) {
-  struct experiment *e = submit("f", 1);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("f", 1);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   uint64_t ticket = 0;
   ck_assert_int_eq(control_pause(S, e, &ticket), 0);
   ck_assert_int_eq(fence(t, w->id, 1, NULL, 0), FENCE_CURRENT);
@@ -173,7 +173,7 @@ END_TEST
  * finds it; a wrong hex, another worker's id with this hex, a cut or
  * malformed token, and a deregistered worker's secret find nothing. */
 START_TEST(worker_by_secret) {
-  struct worker *a = h_worker(&H, "a", 1, 0, 0), *b = h_worker(&H, "b", 1, 0, 0);
+  struct srv_worker *a = h_worker(&H, "a", 1, 0, 0), *b = h_worker(&H, "b", 1, 0, 0);
   ck_assert_ptr_eq(state_worker_by_secret(S, a->secret), a);
   ck_assert_ptr_eq(state_worker_by_secret(S, b->secret), b);
   char tok[128];

@@ -24,12 +24,12 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n, const char *extra) {
+static struct srv_experiment *submit(const char *name, int n, const char *extra) {
   char buf[1024];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
 }
 
-static void reason_is(const struct experiment *e, const char *want) {
+static void reason_is(const struct srv_experiment *e, const char *want) {
   char buf[256];
   state_experiment_pending_reason(S, e, buf, sizeof buf);
   ck_assert_str_eq(buf, want);
@@ -40,7 +40,7 @@ static void reason_is(const struct experiment *e, const char *want) {
 START_TEST(fake_clock_is_what_the_state_reads) {
   uint64_t calls = fake_clock_calls();
   fake_clock_set_ms(5000000);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   ck_assert_uint_eq(w->last_seen_ms, 5000000);
   ck_assert(w->registered_at == FAKE_CLOCK_WALL_BASE_S + 5000.0);
   ck_assert_uint_gt(fake_clock_calls(), calls);
@@ -52,10 +52,10 @@ END_TEST
  * (cpu, gpu, memory_mb when the worker declared memory), an end gives them
  * back, and nothing is leased that the worker has no room left for. */
 START_TEST(lease_charges_worker_resources) {
-  struct experiment *e =
+  struct srv_experiment *e =
       submit("a", 3, ", \"resources_per_trial\": {\"cpu\": 1.5, \"gpu\": 0.5, \"memory_mb\": 1000}");
-  struct worker *w = h_worker(&H, "w", 4, 1, 4000);
-  struct trial *t1 = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 4, 1, 4000);
+  struct srv_trial *t1 = h_lease(&H, w);
   ck_assert_ptr_nonnull(t1);
   ck_assert_int_eq(t1->status, TS_RUNNING);
   ck_assert_int_eq(t1->attempt, 1);
@@ -64,7 +64,7 @@ START_TEST(lease_charges_worker_resources) {
   ck_assert(w->used_cpu == 1.5 && w->used_gpu == 0.5);
   ck_assert_int_eq(w->used_memory_mb, 1000);
   ck_assert_int_eq(w->nrunning, 1);
-  struct trial *t2 = h_lease(&H, w);
+  struct srv_trial *t2 = h_lease(&H, w);
   ck_assert_ptr_nonnull(t2);
   ck_assert(w->used_cpu == 3.0 && w->used_gpu == 1.0);
   ck_assert_int_eq(w->used_memory_mb, 2000);
@@ -77,7 +77,7 @@ START_TEST(lease_charges_worker_resources) {
   ck_assert(w->used_cpu == 1.5 && w->used_gpu == 0.5);
   ck_assert_int_eq(w->used_memory_mb, 1000);
   ck_assert_int_eq(w->nrunning, 1);
-  struct trial *t3 = h_lease(&H, w);
+  struct srv_trial *t3 = h_lease(&H, w);
   ck_assert_ptr_nonnull(t3);
   ck_assert_int_eq(t3->idx, 2);
   h_complete(&H, t2);
@@ -93,9 +93,9 @@ END_TEST
 /* Rule: max_concurrent_trials caps an experiment's RUNNING trials whatever
  * the worker has free, and state_pending_reason says so. */
 START_TEST(lease_honours_max_concurrent_trials) {
-  struct experiment *e = submit("mc", 5, ", \"max_concurrent_trials\": 2");
-  struct worker *w = h_worker(&H, "w", 8, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_experiment *e = submit("mc", 5, ", \"max_concurrent_trials\": 2");
+  struct srv_worker *w = h_worker(&H, "w", 8, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   ck_assert_ptr_nonnull(a);
   ck_assert_ptr_nonnull(b);
   ck_assert_ptr_null(h_lease(&H, w));
@@ -112,26 +112,26 @@ END_TEST
  * what it says is free), and state_pending_reason names the resource; a
  * worker that declared no memory is not accounted for memory. */
 START_TEST(lease_skips_what_does_not_fit) {
-  struct experiment *g = submit("g", 1, ", \"resources_per_trial\": {\"cpu\": 1, \"gpu\": 1}");
+  struct srv_experiment *g = submit("g", 1, ", \"resources_per_trial\": {\"cpu\": 1, \"gpu\": 1}");
   reason_is(g, "no worker is connected");
-  struct worker *w = h_worker(&H, "w", 4, 0, 4096);
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 4096);
   ck_assert_ptr_null(h_lease(&H, w));
   reason_is(g, "needs gpu 1 but the largest worker has 0");
-  struct experiment *m = submit("m", 1, ", \"resources_per_trial\": {\"memory_mb\": 8192}");
+  struct srv_experiment *m = submit("m", 1, ", \"resources_per_trial\": {\"memory_mb\": 8192}");
   ck_assert_ptr_null(h_lease(&H, w));
   reason_is(m, "needs memory_mb 8192 but the largest worker has 4096");
-  struct experiment *c = submit("c", 1, ", \"resources_per_trial\": {\"cpu\": 8}");
+  struct srv_experiment *c = submit("c", 1, ", \"resources_per_trial\": {\"cpu\": 8}");
   ck_assert_ptr_null(h_lease(&H, w));
   reason_is(c, "needs cpu 8 but the largest worker has 4");
   ck_assert_int_eq(g->ntrials + m->ntrials + c->ntrials, 0);
   /* A worker with no memory declared takes the memory-hungry one. */
-  struct worker *nomem = h_worker(&H, "nomem", 1, 0, 0);
-  struct trial *t = h_lease(&H, nomem);
+  struct srv_worker *nomem = h_worker(&H, "nomem", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, nomem);
   ck_assert_ptr_nonnull(t);
   ck_assert_int_eq(t->experiment_id, m->id);
   ck_assert_int_eq(nomem->used_memory_mb, 0);
   /* What the worker says is free caps the server's accounting. */
-  struct experiment *one = submit("one", 1, "");
+  struct srv_experiment *one = submit("one", 1, "");
   ck_assert_ptr_null(h_lease_free(&H, w, 0.5, 0, 0, 0));
   ck_assert_int_eq(one->ntrials, 0);
   t = h_lease_free(&H, w, 1, 0, 0, 1); /* 0 MB free: fits what needs none */
@@ -144,9 +144,9 @@ END_TEST
  * back to PENDING (no failure counted, resources back, row persisted), and
  * its next lease bumps the attempt. Boundary: not at the deadline, after it. */
 START_TEST(lease_expiry_requeues_without_failure) {
-  struct experiment *e = submit("x", 1, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("x", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_ptr_nonnull(t);
   int64_t tid = t->id;
   h_tick(&H, T0 + H_LEASE_MS); /* at the deadline: still held */
@@ -171,7 +171,7 @@ START_TEST(lease_expiry_requeues_without_failure) {
   ck_assert_int_eq(t->status, TS_PENDING);
   ck_assert_int_eq(t->attempt, 1);
   ck_assert_int_eq(t->num_failures, 0);
-  struct trial *again = h_lease(&H, w);
+  struct srv_trial *again = h_lease(&H, w);
   ck_assert_ptr_eq(again, t);
   ck_assert_int_eq(t->attempt, 2);
   ck_assert_int_eq(t->status, TS_RUNNING);
@@ -183,8 +183,8 @@ END_TEST
  * lease_timeout_s), so it outlives the first deadline. */
 START_TEST(heartbeat_renews_lease) {
   submit("x", 1, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   fake_clock_set_ms(T0 + 20000);
   ck_assert_int_eq(h_heartbeat(&H, w, &t, 1), 0);
   ck_assert_uint_eq(t->lease_deadline_ms, T0 + 20000 + H_LEASE_MS);
@@ -198,8 +198,8 @@ END_TEST
 /* Rule: a worker silent for lease_timeout_s is "lost" (not at it, after
  * it); any sign of life (heartbeat, lease) makes it alive again. */
 START_TEST(silent_worker_is_lost) {
-  struct experiment *e = submit("x", 1, "");
-  struct worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_experiment *e = submit("x", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
   h_tick(&H, T0 + H_LEASE_MS);
   ck_assert_int_eq(w->lost, 0);
   reason_is(e, "waiting for free resources");
@@ -219,8 +219,8 @@ END_TEST
  * worker gets the unlisted one's resources back exactly once. */
 START_TEST(unlisted_trial_requeued_after_two_intervals) {
   submit("x", 2, "");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *lost = h_lease(&H, w), *kept = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *lost = h_lease(&H, w), *kept = h_lease(&H, w);
   ck_assert_ptr_null(h_lease(&H, w)); /* full */
   uint64_t t1 = T0 + 1000;
   fake_clock_set_ms(t1);
@@ -236,7 +236,7 @@ START_TEST(unlisted_trial_requeued_after_two_intervals) {
   ck_assert_int_eq(kept->status, TS_RUNNING);
   ck_assert_int_eq(w->nrunning, 1);
   ck_assert(w->used_cpu == 1);
-  struct trial *again = h_lease(&H, w);
+  struct srv_trial *again = h_lease(&H, w);
   ck_assert_ptr_eq(again, lost);
   ck_assert_int_eq(again->attempt, 2);
   ck_assert_int_eq(again->unlisted_since_ms, 0);
@@ -248,8 +248,8 @@ END_TEST
  * clears its unlisted time. */
 START_TEST(unlisted_trial_requeued_by_the_tick) {
   submit("x", 2, "");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   uint64_t t1 = T0 + 1000;
   fake_clock_set_ms(t1);
   ck_assert_int_eq(h_heartbeat(&H, w, NULL, 0), 0);
@@ -273,9 +273,9 @@ END_TEST
 START_TEST(lost_worker_pruned_after_retention) {
   S->opt.worker_retention_s = 60;
   submit("x", 1, "");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct worker *busy = h_worker(&H, "busy", 1, 0, 0);
-  struct trial *t = h_lease(&H, busy);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_worker *busy = h_worker(&H, "busy", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, busy);
   ck_assert_ptr_nonnull(t);
   struct lease_token l = {busy->id, t->attempt};
   /* busy's trial lease is kept alive by its fenced writes (results), which
@@ -304,9 +304,9 @@ END_TEST
  * (no failure), its secret is revoked (persisted), and it is unknown from
  * then on, after a restart too. */
 START_TEST(deregister_requeues_its_trials) {
-  struct experiment *e = submit("x", 3, "");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, o);
+  struct srv_experiment *e = submit("x", 3, "");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, o);
   ck_assert(a && b && c);
   char secret[sizeof w->secret];
   memcpy(secret, w->secret, sizeof secret);
@@ -330,8 +330,8 @@ START_TEST(deregister_requeues_its_trials) {
   /* Its trials go to whoever asks next. */
   o = server_worker(S, 2);
   ck_assert_int_eq(o->nrunning, 1);
-  struct worker *n = h_worker(&H, "n", 2, 0, 0);
-  struct trial *t = h_lease(&H, n);
+  struct srv_worker *n = h_worker(&H, "n", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, n);
   ck_assert_int_eq(t->id, aid);
   ck_assert_int_eq(t->attempt, 2);
 }

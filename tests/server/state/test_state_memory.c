@@ -27,7 +27,7 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n, const char *extra) {
+static struct srv_experiment *submit(const char *name, int n, const char *extra) {
   char buf[1024];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
 }
@@ -36,8 +36,8 @@ static const char *const R1 = "{\"training_iteration\":1,\"loss\":0.5,\"acc\":0.
 static const char *const R2 = "{\"training_iteration\":2,\"loss\":0.25,\"acc\":0.2}";
 
 /* A trial of e leased to w with two results, completed at `at`. */
-static struct trial *run_one(struct worker *w, uint64_t at, double l2) {
-  struct trial *t = h_lease(&H, w);
+static struct srv_trial *run_one(struct srv_worker *w, uint64_t at, double l2) {
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_ptr_nonnull(t);
   h_result(&H, t, 1, R1);
   char r2[128];
@@ -48,7 +48,7 @@ static struct trial *run_one(struct worker *w, uint64_t at, double l2) {
   return t;
 }
 
-static char *last_result(const struct trial *t) {
+static char *last_result(const struct srv_trial *t) {
   char *out = NULL;
   ck_assert_int_eq(state_trial_last_result(S, t, &out), 0);
   return out;
@@ -61,9 +61,9 @@ static char *last_result(const struct trial *t) {
 START_TEST(compact_after_delay_and_hydrate) {
   S->compact_delay_ms = 1000;
   submit("c", 2, METRIC);
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
   uint64_t end = T0 + 5000;
-  struct trial *t = run_one(w, end, 0.25);
+  struct srv_trial *t = run_one(w, end, 0.25);
   h_sync(&H); /* its results are in SQLite, as before any reply */
   state_compact_due(S, end + 999);
   ck_assert_int_eq(t->compact, 0);
@@ -102,9 +102,9 @@ END_TEST
 START_TEST(compact_on_the_tick_only_ended) {
   S->compact_delay_ms = 1000;
   submit("c", 3, METRIC);
-  struct worker *w = h_worker(&H, "w", 3, 0, 0);
-  struct trial *ended = run_one(w, T0 + 100, 0.3);
-  struct trial *live = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *ended = run_one(w, T0 + 100, 0.3);
+  struct srv_trial *live = h_lease(&H, w);
   h_result(&H, live, 1, R1);
   h_sync(&H);
   h_tick(&H, T0 + 1100);
@@ -118,10 +118,10 @@ END_TEST
 /* Rule: after a restart an ended trial is compact from the start (its
  * results are not read) and still answers its last result from SQLite. */
 START_TEST(restart_loads_ended_trials_compact) {
-  struct experiment *e = submit("c", 2, METRIC);
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *t = run_one(w, T0 + 100, 0.25);
-  struct trial *u = h_lease(&H, w); /* keeps the experiment live (warm) */
+  struct srv_experiment *e = submit("c", 2, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *t = run_one(w, T0 + 100, 0.25);
+  struct srv_trial *u = h_lease(&H, w); /* keeps the experiment live (warm) */
   h_result(&H, u, 1, R1);
   int64_t tid = t->id, uid = u->id, eid = e->id;
   h_restart(&H);
@@ -147,10 +147,10 @@ END_TEST
 START_TEST(cold_after_delay_and_warm) {
   S->cold_delay_ms = 2000;
   S->compact_delay_ms = 0;
-  struct experiment *e = submit("k", 2, METRIC);
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w);
-  struct trial *b = run_one(w, T0 + 50, 0.125);
+  struct srv_experiment *e = submit("k", 2, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w);
+  struct srv_trial *b = run_one(w, T0 + 50, 0.125);
   h_result(&H, a, 1, R1);
   uint64_t end = T0 + 100;
   fake_clock_set_ms(end);
@@ -176,7 +176,7 @@ START_TEST(cold_after_delay_and_warm) {
   /* A read warms it. */
   uint64_t read = end + 3000;
   fake_clock_set_ms(read);
-  struct trial *back = state_trial_ref(S, bid);
+  struct srv_trial *back = state_trial_ref(S, bid);
   ck_assert_ptr_nonnull(back);
   ck_assert_int_eq(back->id, bid);
   ck_assert_int_eq(back->status, TS_TERMINATED);
@@ -209,8 +209,8 @@ END_TEST
  * going cold to cold_delay_ms after that read. */
 START_TEST(cold_postponed_by_a_read) {
   S->cold_delay_ms = 2000;
-  struct experiment *e = submit("k", 1, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_experiment *e = submit("k", 1, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   uint64_t end = T0 + 100;
   run_one(w, end, 0.5);
   ck_assert_int_eq(e->status, ES_TERMINATED);
@@ -230,13 +230,13 @@ END_TEST
  * a finished experiment cold from the start. */
 START_TEST(cold_only_when_finished_and_after_restart) {
   S->cold_delay_ms = 1000;
-  struct experiment *done = submit("done", 1, METRIC);
-  struct experiment *live = submit("live", 2, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_experiment *done = submit("done", 1, METRIC);
+  struct srv_experiment *live = submit("live", 2, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   /* The fair order (a tie: the older first) leases done's trial, then live's. */
-  struct trial *d = run_one(w, T0 + 10, 0.5);
+  struct srv_trial *d = run_one(w, T0 + 10, 0.5);
   ck_assert_int_eq(d->experiment_id, done->id);
-  struct trial *t = run_one(w, T0 + 20, 0.5);
+  struct srv_trial *t = run_one(w, T0 + 20, 0.5);
   ck_assert_int_eq(t->experiment_id, live->id);
   ck_assert_int_eq(done->status, ES_TERMINATED);
   h_sync(&H);

@@ -29,7 +29,7 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n, const char *extra) {
+static struct srv_experiment *submit(const char *name, int n, const char *extra) {
   char buf[1024];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
 }
@@ -37,44 +37,44 @@ static struct experiment *submit(const char *name, int n, const char *extra) {
 /* Experiments in every status, trials in every live status, a requeued
  * trial with a second attempt, a deregistered worker, a patched one. */
 static void build_mixed_model(void) {
-  struct worker *w = h_worker(&H, "w", 8, 1, 16000);
-  struct worker *gone = h_worker(&H, "gone", 2, 0, 0);
-  struct experiment *a = submit("a", 5, ", \"resources_per_trial\": {\"cpu\": 1, \"memory_mb\": 500}");
-  struct trial *a0 = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 8, 1, 16000);
+  struct srv_worker *gone = h_worker(&H, "gone", 2, 0, 0);
+  struct srv_experiment *a = submit("a", 5, ", \"resources_per_trial\": {\"cpu\": 1, \"memory_mb\": 500}");
+  struct srv_trial *a0 = h_lease(&H, w);
   h_result(&H, a0, 1, "{\"training_iteration\":1,\"loss\":0.5}");
   h_complete(&H, a0);
-  struct trial *a1 = h_lease(&H, w);
+  struct srv_trial *a1 = h_lease(&H, w);
   h_result(&H, a1, 1, "{\"training_iteration\":1,\"loss\":0.4}");
-  struct trial *a2 = h_lease(&H, gone);
+  struct srv_trial *a2 = h_lease(&H, gone);
   ck_assert_int_eq(workers_deregister(S, gone, &ticket), 0); /* a2: PENDING, attempt 1 */
   ck_assert_int_eq(a2->status, TS_PENDING);
-  struct experiment *b = submit("b", 1, "");
+  struct srv_experiment *b = submit("b", 1, "");
   h_complete(&H, h_lease(&H, w));
   ck_assert_int_eq(b->status, ES_TERMINATED);
-  struct experiment *c = submit("c", 2, "");
+  struct srv_experiment *c = submit("c", 2, "");
   h_lease(&H, w);
   ck_assert_int_eq(h_cancel(&H, c, "user"), 1);
-  struct experiment *d = submit("d", 2, "");
-  struct trial *d0 = h_lease(&H, w);
+  struct srv_experiment *d = submit("d", 2, "");
+  struct srv_trial *d0 = h_lease(&H, w);
   ck_assert_int_eq(d0->experiment_id, d->id);
   ck_assert_int_eq(control_pause(S, d, &ticket), 0);
-  struct experiment *e = submit("e", 3, ", \"max_concurrent_trials\": 1");
+  struct srv_experiment *e = submit("e", 3, ", \"max_concurrent_trials\": 1");
   char field[64], err[256];
   struct control_patch p = {.has_priority = 1, .priority = 2, .has_notes = 1, .notes = "n",
                             .has_tags = 1, .tags = "[\"x\"]", .has_max_concurrent = 1,
                             .max_concurrent = 2};
   ck_assert_int_eq(control_patch(S, e, &p, field, sizeof field, err, sizeof err, &ticket), 0);
-  struct trial *e0 = h_lease(&H, w);
+  struct srv_trial *e0 = h_lease(&H, w);
   ck_assert_int_eq(e0->experiment_id, e->id);
   /* a2 again, on w: attempt 2 */
-  struct trial *again = NULL;
+  struct srv_trial *again = NULL;
   while ((again = h_lease(&H, w)) && again != a2) {
   }
   ck_assert_ptr_eq(again, a2);
   ck_assert_int_eq(a2->attempt, 2);
   /* One released (PENDING again, attempt kept), and d's running trial
    * told to pause at a heartbeat, then released: PAUSED. */
-  struct trial *a3 = h_lease(&H, w);
+  struct srv_trial *a3 = h_lease(&H, w);
   ck_assert_int_eq(a3->experiment_id, a->id);
   ck_assert_int_eq(state_trial_event(S, a3, TE_REQUEUE, NULL, &ticket), 0);
   ck_assert_int_eq(a3->status, TS_PENDING);
@@ -101,7 +101,7 @@ START_TEST(reload_gives_the_same_model) {
   char *after = h_snapshot(&H);
   ck_assert_str_eq(after, before);
   /* And it goes on working: a lease from the reloaded model. */
-  struct trial *t = h_lease(&H, server_worker(S, 1));
+  struct srv_trial *t = h_lease(&H, server_worker(S, 1));
   ck_assert_ptr_nonnull(t);
   free(before);
   free(after);
@@ -133,16 +133,16 @@ END_TEST
  * trials all ended (its end lost in a crash), at its last trial's end, and
  * persists it; it finishes a cancel whose trials' ends were lost. */
 START_TEST(repair_finishes_half_done_changes) {
-  struct experiment *e = submit("r", 2, "");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *t0 = h_lease(&H, w), *t1 = h_lease(&H, w);
+  struct srv_experiment *e = submit("r", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *t0 = h_lease(&H, w), *t1 = h_lease(&H, w);
   h_complete(&H, t0);
   fake_clock_set_ms(T0 + 7000);
   h_complete(&H, t1);
   double last_end = t1->ended_at;
   ck_assert_int_eq(e->status, ES_TERMINATED);
-  struct experiment *c = submit("c", 1, "");
-  struct trial *ct = h_lease(&H, w);
+  struct srv_experiment *c = submit("c", 1, "");
+  struct srv_trial *ct = h_lease(&H, w);
   ck_assert_int_eq(h_cancel(&H, c, "user"), 1);
   int64_t eid = e->id, cid = c->id, ctid = ct->id;
   h_stop_only(&H);
@@ -176,8 +176,8 @@ END_TEST
 /* Rule: state_repair on the live model too (what state_reload runs after
  * a refused write): a RUNNING experiment with every trial ended ends. */
 START_TEST(repair_in_memory) {
-  struct experiment *e = submit("r", 1, "");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_experiment *e = submit("r", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   h_complete(&H, h_lease(&H, w));
   e->status = ES_RUNNING; /* as a lost write would leave it */
   ck_assert_int_eq(state_live_sync(S, e), 0);
@@ -208,9 +208,9 @@ START_TEST(events_note_and_read) {
   int reset = -1;
   ck_assert_int_eq(read_all(&pos, ev, 16, &reset), 0);
   ck_assert_int_eq(reset, 0);
-  struct experiment *e = submit("ev", 1, "");
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("ev", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   h_result(&H, t, 1, "{\"loss\":1}");
   int n = read_all(&pos, ev, 16, &reset);
   ck_assert_int_eq(reset, 0);

@@ -31,7 +31,7 @@ static void setup(void) {
 
 static void teardown(void) { h_close(&H); }
 
-static struct experiment *submit(const char *name, int n, const char *extra) {
+static struct srv_experiment *submit(const char *name, int n, const char *extra) {
   char buf[1024];
   return h_submit(&H, h_cfg(buf, sizeof buf, name, n, extra));
 }
@@ -49,7 +49,7 @@ static const char *R(double it, double loss) {
 /* A batch at time values its[0..n) (loss 1/it) under lease l (NULL: the
  * trial's current one): state_trial_event's rc; dec gets the decisions as a
  * string, *a the event's outputs (fence, why, replayed). */
-static int batch(struct trial *t, const struct lease_token *l, int n, const double *its,
+static int batch(struct srv_trial *t, const struct lease_token *l, int n, const double *its,
                  char *dec, struct trial_event_args *a) {
   const char *js[16];
   ck_assert_int_le(n, 16);
@@ -59,7 +59,7 @@ static int batch(struct trial *t, const struct lease_token *l, int n, const doub
 }
 
 /* The trial's result rows in SQLite, "t|decision|gen" a line each. */
-static void db_results_are(const struct trial *t, const char *want) {
+static void db_results_are(const struct srv_trial *t, const char *want) {
   char sql[160];
   h_sync(&H);
   snprintf(sql, sizeof sql, "SELECT t, decision, gen FROM results WHERE trial_id=%lld ORDER BY seq",
@@ -76,7 +76,7 @@ static uint64_t duplicates(void) { return atomic_load(&S->metrics.results_duplic
 static uint64_t fail_ticket;
 
 /* TE_FAIL under lease wid:attempt with this error (code < 0: no exit code). */
-static int fail_with(struct trial *t, int64_t wid, int attempt, const char *err, int code,
+static int fail_with(struct srv_trial *t, int64_t wid, int attempt, const char *err, int code,
                      struct trial_event_args *a) {
   struct lease_token l = {wid, attempt};
   *a = (struct trial_event_args){.lease = &l, .error = err, .has_exit_code = code >= 0,
@@ -94,8 +94,8 @@ static int fail_with(struct trial *t, int64_t wid, int attempt, const char *err,
  * fenced write renews the lease and counts results_received. */
 START_TEST(result_stored_and_continue) {
   submit("r", 1, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   uint64_t recv = received();
   fake_clock_set_ms(T0 + 20000);
   struct lease_token l = {w->id, 1};
@@ -121,8 +121,8 @@ END_TEST
  * results (stored). */
 START_TEST(batch_one_call_decision_each) {
   submit("b", 1, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   uint64_t recv = received(), dup = duplicates();
   char dec[8];
   struct trial_event_args a;
@@ -145,9 +145,9 @@ END_TEST
  * results after it are answered stop and not stored, as if sent after the
  * end; a later fresh result from that lease is refused (-ESTALE). */
 START_TEST(batch_after_stop_rest_answered_stop) {
-  struct experiment *e = submit("m", 1, METRIC MAX_T(3));
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("m", 1, METRIC MAX_T(3));
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   uint64_t recv = received();
   char dec[8];
   struct trial_event_args a;
@@ -176,8 +176,8 @@ END_TEST
  * nor is the lease renewed. */
 START_TEST(stale_lease_stores_nothing) {
   submit("s", 1, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
   uint64_t recv = received(), dup = duplicates(), deadline = t->lease_deadline_ms;
   int64_t seq = S->seq;
@@ -216,8 +216,8 @@ END_TEST
  * counts results_duplicate, and is not stored again. */
 START_TEST(replay_answers_stored_decision) {
   submit("p", 1, METRIC MAX_T(2));
-  struct worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   uint64_t recv = received(), dup = duplicates();
   ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
   char dec[4];
@@ -247,8 +247,8 @@ END_TEST
  * its old lease is stale now), a running one from the history read back. */
 START_TEST(replays_survive_restart) {
   submit("k", 2, METRIC MAX_T(2));
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
   ck_assert_int_eq(h_result(&H, a, 1, R(1, 1)), 'c');
   ck_assert_int_eq(h_result(&H, a, 2, R(2, 0.5)), 's');
   ck_assert_int_eq(h_result(&H, b, 1, R(1, 2)), 'c');
@@ -286,9 +286,9 @@ END_TEST
  * again is FENCE_FINAL and changes nothing; another lease is -ESTALE. The
  * experiment ends with its last trial. */
 START_TEST(complete_then_repeat_is_final) {
-  struct experiment *e = submit("c", 2, METRIC);
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *t = h_lease(&H, w), *u = h_lease(&H, w);
+  struct srv_experiment *e = submit("c", 2, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, w), *u = h_lease(&H, w);
   ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
   fake_clock_set_ms(T0 + 3000);
   uint64_t ticket = 0;
@@ -332,9 +332,9 @@ END_TEST
  * max_failures it ends ERROR ("failed" for an empty message); without
  * fail_fast the experiment goes on and ends with its last trial. */
 START_TEST(fail_retries_then_error) {
-  struct experiment *e = submit("f", 2, METRIC ", \"max_failures\": 1");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *t = h_lease(&H, w), *u = h_lease(&H, w);
+  struct srv_experiment *e = submit("f", 2, METRIC ", \"max_failures\": 1");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, w), *u = h_lease(&H, w);
   ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
   struct trial_event_args a;
   ck_assert_int_eq(fail_with(t, w->id, 1, "boom 1", 3, &a), 0);
@@ -377,9 +377,9 @@ END_TEST
  * other unfinished trials stop, nothing more is leased), end_reason
  * "fail_fast: trial ID (NAME) failed: ERROR"; a restart keeps it. */
 START_TEST(fail_fast_cancels_the_experiment) {
-  struct experiment *e = submit("ff", 3, METRIC ", \"fail_fast\": true, \"max_failures\": 1");
-  struct worker *w = h_worker(&H, "w", 2, 0, 0);
-  struct trial *t = h_lease(&H, w), *u = h_lease(&H, w);
+  struct srv_experiment *e = submit("ff", 3, METRIC ", \"fail_fast\": true, \"max_failures\": 1");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, w), *u = h_lease(&H, w);
   struct trial_event_args a;
   ck_assert_int_eq(fail_with(t, w->id, 1, "boom 1", 1, &a), 0);
   ck_assert_int_eq(e->status, ES_RUNNING);
@@ -412,9 +412,9 @@ END_TEST
  * at once without a failure, its resources back; the released lease is
  * stale from then on; the next lease takes it under a new attempt. */
 START_TEST(release_requeues_without_failure) {
-  struct experiment *e = submit("rl", 1, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_experiment *e = submit("rl", 1, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
   uint64_t ticket = 0;
   struct lease_token l = {w->id, 1};
@@ -443,8 +443,8 @@ END_TEST
  * -ESTALE (why names both) and changes nothing. */
 START_TEST(release_naming_another_worker_is_stale) {
   submit("rl", 1, METRIC);
-  struct worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
-  struct trial *t = h_lease(&H, w);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
   char *before = h_snapshot(&H);
   uint64_t ticket = 0;
   struct lease_token l = {w->id, 1};
@@ -466,14 +466,14 @@ END_TEST
 /* ---- the transition table -------------------------------------------- */
 
 /* e's counts agree with its trials' statuses. */
-static void counts_agree(const struct experiment *e) {
+static void counts_agree(const struct srv_experiment *e) {
   for (int st = 0; st < TS_COUNT; st++)
     ck_assert_int_eq(e->counts[st], h_count(e, (enum trial_status)st));
 }
 
 /* Refused: -EINVAL, and the model (snapshot, change counter, the trial's
  * attempt) is as it was. */
-static void refused(struct trial *t, enum trial_event ev, struct trial_event_args *a) {
+static void refused(struct srv_trial *t, enum trial_event ev, struct trial_event_args *a) {
   uint64_t ticket = 0;
   char *before = h_snapshot(&H);
   int64_t seq = S->seq;
@@ -496,9 +496,9 @@ static void refused(struct trial *t, enum trial_event ev, struct trial_event_arg
  * RUNNING one; TE_REQUEUE and TE_EXPLOIT of a TERMINATED one and TE_REQUEUE
  * of an ERROR one (the event's own starting statuses). */
 START_TEST(illegal_transitions_refused) {
-  struct experiment *e = submit("x", 3, METRIC);
-  struct worker *w = h_worker(&H, "w", 3, 0, 0);
-  struct trial *run = h_lease(&H, w), *pend = h_lease(&H, w), *bad = h_lease(&H, w);
+  struct srv_experiment *e = submit("x", 3, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *run = h_lease(&H, w), *pend = h_lease(&H, w), *bad = h_lease(&H, w);
   uint64_t ticket = 0;
   ck_assert_int_eq(state_trial_event(S, pend, TE_REQUEUE, NULL, &ticket), 0);
   ck_assert_int_eq(pend->status, TS_PENDING);

@@ -10,8 +10,8 @@
 
 #include "state.h"
 
-static struct experiment *mk(int64_t id, int64_t running, double prio) {
-  struct experiment *e = calloc(1, sizeof *e);
+static struct srv_experiment *mk(int64_t id, int64_t running, double prio) {
+  struct srv_experiment *e = calloc(1, sizeof *e);
   ck_assert_ptr_nonnull(e);
   e->id = id;
   e->counts[TS_RUNNING] = running;
@@ -20,7 +20,7 @@ static struct experiment *mk(int64_t id, int64_t running, double prio) {
 }
 
 START_TEST(priority_default_and_order) {
-  struct experiment *a = mk(1, 1, 0), *b = mk(2, 0, 0), *c = mk(3, 1, 2);
+  struct srv_experiment *a = mk(1, 1, 0), *b = mk(2, 0, 0), *c = mk(3, 1, 2);
   ck_assert(state_experiment_priority(a) == 1.0);
   ck_assert(state_experiment_priority(c) == 2.0);
   /* b runs nothing: first; a and c both... c has 1/2 < a's 1/1 */
@@ -41,7 +41,7 @@ END_TEST
 /* The k-th pick over k = 0.. matches a full sort, past the scans too. */
 START_TEST(pick_order_is_sorted) {
   enum { N = 200 };
-  struct experiment *e[N], *c[N];
+  struct srv_experiment *e[N], *c[N];
   srand(7);
   for (int i = 0; i < N; i++) {
     e[i] = mk(i + 1, rand() % 6, (rand() % 4) ? 1 + rand() % 3 : 0);
@@ -57,16 +57,16 @@ END_TEST
  * the oldest running trial ends and the fair order picks the next. Returns
  * how many leases went to A among `steps`, asserting the split each step. */
 static int simulate(double pa, double pb, int slots, int steps, int want_a) {
-  struct experiment *a = mk(1, slots, pa), *b = mk(2, 0, pb);
+  struct srv_experiment *a = mk(1, slots, pa), *b = mk(2, 0, pb);
   int64_t run[64];
   int n = 0, to_a = 0;
   for (int i = 0; i < slots; i++) run[n++] = 1;
   for (int s = 0; s < steps; s++) {
-    struct experiment *ended = run[0] == 1 ? a : b;
+    struct srv_experiment *ended = run[0] == 1 ? a : b;
     ended->counts[TS_RUNNING]--;
     memmove(run, run + 1, (size_t)(n - 1) * sizeof *run);
     n--;
-    struct experiment *c[2] = {b, a};
+    struct srv_experiment *c[2] = {b, a};
     state_fair_pick(c, 2, 0);
     c[0]->counts[TS_RUNNING]++;
     run[n++] = c[0]->id;
@@ -91,7 +91,7 @@ START_TEST(live_list_follows_status) {
   struct server s;
   memset(&s, 0, sizeof s);
   enum { N = 50 };
-  struct experiment *e[N];
+  struct srv_experiment *e[N];
   s.exps = e;
   s.nexps = N;
   for (int i = 0; i < N; i++) {
