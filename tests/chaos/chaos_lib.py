@@ -17,13 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import trainable  # noqa: E402  (value_of / score_of: the values to expect)
+import ctune_harness  # noqa: E402
+from ctune_harness import read_tokens, wait_for  # noqa: E402,F401
 
 TRAINABLE = os.path.join(HERE, "trainable.py")
 PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
@@ -64,38 +65,6 @@ def free_port():
     raise AssertionError("no free port below %d" % lo)
 
 
-class Proc:
-    def __init__(self, popen, log_path, name):
-        self.p, self.log_path, self.name = popen, log_path, name
-        self.stopped = False
-
-    @property
-    def pid(self):
-        return self.p.pid
-
-    def alive(self):
-        return self.p.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            try:
-                os.kill(self.p.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill9(self):
-        if self.alive():
-            self.signal(signal.SIGKILL)
-            self.p.wait(10)
-
-    def log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-
 class Cluster:
     def __init__(self, name, lease_timeout=3.0, heartbeat=0.5):
         self.bin = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CTUNE_BIN_DIR", "")
@@ -113,56 +82,55 @@ class Cluster:
         self.heartbeat = heartbeat
         self.server = None
         self.servers = []          # every incarnation, for the logs
-        self.workers = {}          # name -> current Proc
+        self.workers = {}          # name -> current ctune_harness.Process
         self.all_procs = []
         self.nstart = 0
         self.metrics_seen = []     # per server incarnation: last counters read
 
     # -- processes -----------------------------------------------------
     def start_server(self, timeout=20):
-        self.nstart += 1
-        out_path = os.path.join(self.tmp, "server-%02d.out" % self.nstart)
-        log_path = os.path.join(self.tmp, "server-%02d.log" % self.nstart)
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         while True:
-            with open(out_path, "w") as out, open(log_path, "w") as err:
-                p = subprocess.Popen(
-                    [os.path.join(self.bin, "ctune-server"), "--db", self.db, "--bind",
-                     "127.0.0.1", "--port", str(self.port), "--lease-timeout",
-                     str(self.lease_timeout), "--heartbeat-interval", str(self.heartbeat)],
-                    stdout=out, stderr=err, start_new_session=True)
-            proc = Proc(p, log_path, "server#%d" % self.nstart)
+            self.nstart += 1
+            out_path = os.path.join(self.tmp, "server-%02d.out" % self.nstart)
+            log_path = os.path.join(self.tmp, "server-%02d.log" % self.nstart)
+            proc = ctune_harness.spawn(
+                [os.path.join(self.bin, "ctune-server"), "--db", self.db, "--bind",
+                 "127.0.0.1", "--port", str(self.port), "--lease-timeout",
+                 str(self.lease_timeout), "--heartbeat-interval", str(self.heartbeat)],
+                log_path, "server#%d" % self.nstart, output=out_path, new_session=True,
+                cls=ctune_harness.Server)
             self.all_procs.append(proc)
-            while time.time() < deadline and proc.alive():
-                with open(out_path, errors="replace") as f:
-                    if "listening on http://" in f.read():
-                        self.server = proc
-                        self.servers.append(proc)
-                        self.metrics_seen.append({})
-                        return proc
-                time.sleep(0.02)
-            if time.time() >= deadline:
-                proc.kill9()
-                raise AssertionError("ctune-server did not start on port %d:\n%s"
-                                     % (self.port, proc.log()[-3000:]))
-            # It exited: the port may still be held for a moment; try again.
-            time.sleep(0.2)
+            try:
+                proc.await_listening(max(0.0, deadline - time.monotonic()))
+            except ctune_harness.StartError as e:
+                if e.exited is None or "cannot listen" not in proc.log():
+                    raise AssertionError("ctune-server did not start on port %d: %s"
+                                         % (self.port, e))
+                # The port is still held (a restart): wait until it is free
+                # again, then start it anew.
+                wait_for("port %d to be free for ctune-server" % self.port,
+                         lambda: ctune_harness.port_free(self.port),
+                         max(0.0, deadline - time.monotonic()), step=0.1)
+                continue
+            self.server = proc
+            self.servers.append(proc)
+            self.metrics_seen.append({})
+            return proc
 
     def start_worker(self, name, cpus=2, env_extra=None):
         self.nstart += 1
-        log_path = os.path.join(self.tmp, "worker-%s-%02d.log" % (name, self.nstart))
         env = dict(os.environ)
         env.update(env_extra or {})
-        with open(log_path, "w") as lf:
-            p = subprocess.Popen(
-                [os.path.join(self.bin, "ctune-worker"), "--server", self.url, "--name", name,
-                 "--work-dir", self.work_dir(name), "--cpus", str(cpus), "--memory-mb", "2000",
-                 "--poll-ms", "200", "--stop-grace-s", "2",
-                 "--token-file", self.db + ".tokens"]  # the server made it (tokens by default)
-                # trials get a clean environment: name what they may see
-                + (["--pass-env", ",".join(sorted(env_extra))] if env_extra else []),
-                stdout=lf, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        proc = Proc(p, log_path, "worker-%s#%d" % (name, self.nstart))
+        proc = ctune_harness.start_worker(
+            self.bin, self.url,
+            ["--name", name, "--work-dir", self.work_dir(name), "--cpus", str(cpus),
+             "--memory-mb", "2000", "--poll-ms", "200", "--stop-grace-s", "2",
+             "--token-file", self.db + ".tokens"]  # the server made it (tokens by default)
+            # trials get a clean environment: name what they may see
+            + (["--pass-env", ",".join(sorted(env_extra))] if env_extra else []),
+            log_path=os.path.join(self.tmp, "worker-%s-%02d.log" % (name, self.nstart)),
+            env=env, new_session=True, name="worker-%s#%d" % (name, self.nstart))
         proc.env_extra = env_extra
         self.workers[name] = proc
         self.all_procs.append(proc)
@@ -228,38 +196,27 @@ class Cluster:
 
     # -- REST ------------------------------------------------------------
     def request(self, method, path, body=None, timeout=5, raw=False):
-        """(status, parsed body or bytes, headers); raises OSError when the
-        server cannot be reached."""
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
+        """(status, parsed body or bytes, headers by lower-case name); raises
+        OSError when the server cannot be reached."""
         if not getattr(self, "admin_token", None) and os.path.exists(self.db + ".tokens"):
-            with open(self.db + ".tokens") as f:  # tokens by default: <db>.tokens
-                self.admin_token = [l.strip()[6:] for l in f if l.startswith("admin=")][0]
-        if getattr(self, "admin_token", None):
-            headers["Authorization"] = "Bearer " + self.admin_token
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                status, text, hdrs = r.status, r.read(), r.headers
-        except urllib.error.HTTPError as e:
-            status, text, hdrs = e.code, e.read(), e.headers
+            self.admin_token = read_tokens(self.db + ".tokens")["admin"]  # tokens by default
+        client = ctune_harness.JsonClient("127.0.0.1", self.port, token=getattr(self, "admin_token", None),
+                                          timeout=timeout, keep_alive=False)
+        status, text, hdrs = client.request(method, path, body,
+                                            headers={"Content-Type": "application/json"})
         if raw:
             return status, text, hdrs
         return status, (json.loads(text) if text else None), hdrs
 
     def api(self, method, path, body=None, ok=(200, 201, 204), wait=60):
         """The call, retried while the server is down or restarting."""
-        deadline = time.time() + wait
-        while True:
-            try:
-                status, obj, _ = self.request(method, path, body)
-                break
-            except (OSError, ValueError) as e:
-                if time.time() > deadline:
-                    raise AssertionError("%s %s: server unreachable for %d s (%s)"
-                                         % (method, path, wait, e))
-                time.sleep(0.1)
+        try:
+            status, obj, _ = wait_for("%s %s to be answered" % (method, path),
+                                      lambda: self.request(method, path, body), wait, step=0.1,
+                                      ignore=(OSError, ValueError))
+        except ctune_harness.WaitTimeout as e:
+            raise AssertionError("%s %s: server unreachable for %d s (%s)"
+                                 % (method, path, wait, e))
         if ok and status not in ok:
             raise AssertionError("%s %s -> %d %s" % (method, path, status, obj))
         return obj
@@ -314,8 +271,8 @@ class Cluster:
             return None
         if status != 200:
             raise AssertionError("GET checkpoint of trial %d -> %d" % (tid, status))
-        it = hdrs.get("X-Ctune-Iteration")
-        crc = hdrs.get("X-Ctune-Crc32")
+        it = hdrs.get("x-ctune-iteration")
+        crc = hdrs.get("x-ctune-crc32")
         try:
             content = json.loads(body)
         except ValueError:

@@ -20,21 +20,10 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chaos_lib import (PYTHON, TRAINABLE, Cluster, Report, check_experiment,  # noqa: E402
-                       log, read_ledger)
+                       log, read_ledger, wait_for)
 
 LEASE_TIMEOUT = 2.0
 ITERS = 30
-
-
-def wait_for(what, fn, timeout, step=0.1):
-    deadline = time.time() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
-        time.sleep(step)
 
 
 def worker_id(c, name):

@@ -19,6 +19,9 @@ import time
 BIN = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.environ.get("CTUNE_BIN_DIR", "")
 CASE = sys.argv[2] if len(sys.argv) > 2 else "remote"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import ctune_harness  # noqa: E402
+from ctune_harness import read_tokens, wait_for  # noqa: E402,F401  (e2e_early, e2e_examples)
 EXAMPLES = os.path.join(HERE, "..", "..", "examples")
 DATA = "/usr/share/datasets/fashion-mnist"
 PR_SET_CHILD_SUBREAPER = 36
@@ -73,12 +76,17 @@ def cleanup():
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-    for pid in descendants():
+    killed = descendants()
+    for pid in killed:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    time.sleep(0.1)
+    try:  # SIGKILLed: they die at once; then reap them
+        wait_for("the leftover processes %s to die" % killed,
+                 lambda: not set(killed) & set(descendants()), 10, step=0.02)
+    except ctune_harness.WaitTimeout as e:
+        print("cleanup: %s" % e)
     reap()
 
 
@@ -93,33 +101,27 @@ def ctune(*args, env=None, cwd=None, timeout=120, exe=None):
 
 
 def start_server(tmp, db, token_file=None):
-    log = open(os.path.join(tmp, "server.log"), "ab")
-    argv = [os.path.join(BIN, "ctune-server"), "--db", db, "--port", "0", "--lease-timeout", "10",
-            "--heartbeat-interval", "1"]
+    """A ctune-server on a free port, its stderr appended to tmp/server.log;
+    (Popen, url)."""
+    args = ["--lease-timeout", "10", "--heartbeat-interval", "1"]
     if token_file:
-        argv += ["--token-file", token_file]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
-    procs.append(p)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        line = p.stdout.readline().decode()
-        m = re.match(r"listening on (http://\S+)", line)
-        if m:
-            return p, m.group(1)
-        if not line and p.poll() is not None:
-            break
-    fail("ctune-server did not start")
+        args += ["--token-file", token_file]
+    srv = ctune_harness.start_server(BIN, db=db, args=args, log_path=os.path.join(tmp, "server.log"),
+                                     log_mode="a", wait=False)
+    procs.append(srv.p)
+    srv.await_listening()
+    return srv.p, srv.url
 
 
 def start_worker(tmp, url, token_file=None, cpus=2):
-    argv = [os.path.join(BIN, "ctune-worker"), "--server", url, "--cpus", str(cpus), "--gpus", "0",
-            "--work-dir", os.path.join(tmp, "work"), "--poll-ms", "200"]
+    args = ["--cpus", str(cpus), "--gpus", "0", "--work-dir", os.path.join(tmp, "work"),
+            "--poll-ms", "200"]
     if token_file:
-        argv += ["--token-file", token_file]
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                         stderr=open(os.path.join(tmp, "worker.log"), "ab"))
-    procs.append(p)
-    return p
+        args += ["--token-file", token_file]
+    w = ctune_harness.start_worker(BIN, url, args, log_path=os.path.join(tmp, "worker.log"),
+                                   output="null", log_mode="a")
+    procs.append(w.p)
+    return w.p
 
 
 def write_config(tmp, name, cfg):
@@ -291,34 +293,39 @@ def case_remote(tmp):
     code, out, err = ctune("submit", slow, *A)
     check(code == 0 and "submitted experiment 2" in out, f"submit 2: {out} {err}")
     # On a terminal the reporter redraws in place; Ctrl-C only stops watching.
-    out, code = watch_in_pty(["watch", "2", *A], seconds=3.5)
+    out, code = watch_in_pty(["watch", "2", *A], until=lambda out: out.count("== Status ==") >= 2
+                             and "A\x1b[J" in out)
     check(code == 130, f"watch in a pty: exit {code}")
     check(out.count("== Status ==") >= 2 and "\x1b[" in out and "A\x1b[J" in out,
           f"redraw in place: {out[:400]!r}")
     check("stopped watching; experiment 2 goes on" in out, "watch Ctrl-C message")
     code, out, err = ctune("cancel", "2", *A)
     check(code == 0 and "cancelled" in out, f"cancel: {code} {out} {err}")
-    deadline = time.time() + 30
-    while time.time() < deadline:
+
+    def trials_ended():
         code, out, err = ctune("trials", "2", "--json", *A)
-        if not any(t["status"] in ("RUNNING", "PENDING") for t in json.loads(out)):
-            break
-        time.sleep(0.5)
+        return not any(t["status"] in ("RUNNING", "PENDING") for t in json.loads(out))
+    try:
+        wait_for("experiment 2's trials to stop", trials_ended, 30, step=0.5)
+    except ctune_harness.WaitTimeout:
+        pass  # the status check below says what is wrong
     code, out, err = ctune("status", "--json", *A)
     exp2 = [e for e in json.loads(out)["experiments"] if e["id"] == 2][0]
     check(exp2["status"] == "CANCELLED", f"cancelled status: {exp2['status']}")
 
 
-def watch_in_pty(args, seconds):
-    """Runs ctune on a pseudo-terminal for `seconds`, then Ctrl-C."""
+def watch_in_pty(args, until, timeout=30):
+    """Runs ctune on a pseudo-terminal until its output so far satisfies
+    `until` (or `timeout` seconds passed), then Ctrl-C; (output, exit code)."""
     import pty
     import select
     pid, fd = pty.fork()
     if pid == 0:
         os.execv(os.path.join(BIN, "ctune"), ["ctune", *args])
-    chunks, deadline, sent, status = [], time.time() + seconds, False, None
+    chunks, deadline, sent, status = [], time.time() + timeout, False, None
     while True:
-        if not sent and time.time() >= deadline:
+        if not sent and (time.time() >= deadline or
+                         until(b"".join(chunks).decode(errors="replace"))):
             os.kill(pid, signal.SIGINT)
             sent = True
         r, _, _ = select.select([fd], [], [], 0.2)
@@ -367,9 +374,7 @@ def case_run(tmp):
     # token file the server created beside the database (mode 0600).
     run_tokens = os.path.join(tmp, "ctune-results", "quick.db.tokens")
     check(os.stat(run_tokens).st_mode & 0o777 == 0o600, "quick.db.tokens is 0600")
-    with open(run_tokens) as f:
-        admin_line = [l.strip() for l in f if l.startswith("admin=")][0]
-    check(lines[0]["dashboard"].endswith("/?token=" + admin_line[len("admin="):]),
+    check(lines[0]["dashboard"].endswith("/?token=" + read_tokens(run_tokens)["admin"]),
           f"dashboard url has the admin token: {lines[0]}")
     states = [l for l in lines if "experiment" in l]
     check(states and states[-1]["experiment"]["status"] == "TERMINATED", "final state")

@@ -14,11 +14,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_cli as base  # noqa: E402
-from e2e_cli import check, ctune, start_server, start_worker  # noqa: E402
+from e2e_cli import check, ctune, read_tokens, start_server, start_worker, wait_for  # noqa: E402
 
 CASE = sys.argv[2] if len(sys.argv) > 2 else "dryrun"
 EXAMPLES = ("fashion_mnist_tpe.json", "fashion_mnist_hyperband.json", "fashion_mnist_pbt.json")
@@ -62,22 +61,18 @@ def case_trial(tmp):
     c, o, e = ctune("submit", os.path.join(base.EXAMPLES, "quick.json"), "--json", *A)
     check(c == 0, e)
     eid = json.loads(o)["id"]
-    with open(db + ".tokens") as f:
-        worker_tok = [l.split("=", 1)[1].strip() for l in f if l.startswith("worker=")][0]
+    worker_tok = read_tokens(db + ".tokens")["worker"]
     tf = os.path.join(tmp, "wtok")
     with open(tf, "w") as f:
         f.write(worker_tok + "\n")
     start_worker(tmp, url, token_file=tf, cpus=2)
-    deadline = time.time() + 90
-    while time.time() < deadline:
+
+    def finished():
         c, o, e = ctune("status", "--json", *A)
         exps = json.loads(o)
         exps = exps.get("experiments", exps) if isinstance(exps, dict) else exps
-        if any(x["id"] == eid and x["status"] != "RUNNING" for x in exps):
-            break
-        time.sleep(0.5)
-    else:
-        check(False, "quick.json did not finish in 90 s")
+        return any(x["id"] == eid and x["status"] != "RUNNING" for x in exps)
+    wait_for("quick.json to finish", finished, 90, step=0.5)
     c, o, e = ctune("trials", str(eid), "--json", *A)
     trials = json.loads(o)
     t0 = trials[0]

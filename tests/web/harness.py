@@ -5,19 +5,20 @@ Everything started here is stopped by Harness.close(), which the tests call in
 a finally block, so a failing test leaves no process or temp dir behind.
 """
 import argparse
-import http.client
 import json
 import re
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import ctune_harness  # noqa: E402
+from ctune_harness import read_tokens  # noqa: E402,F401  (test_dashboard_control imports it from here)
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", "--disable-dev-shm-usage"]
@@ -47,24 +48,13 @@ LEASE_PATH = re.compile(r"^/api/v1/workers/(\d+)/lease$")
 ADMIN_TOKENS = {}
 
 
-def read_tokens(path):
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                k, v = line.split("=", 1)
-                out[k] = v
-    return out
-
-
 class Client:
     """Keep-alive JSON client; raises on statuses other than the expected ones."""
 
     def __init__(self, port, token=None):
         self.port = port
         self.token = token if token is not None else ADMIN_TOKENS.get(port)
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn = ctune_harness.JsonClient("127.0.0.1", port, token=self.token, timeout=30)
         # Plays a worker too: the fence of each trial it leased, sent with
         # every trial-scoped write as protocol v2 requires
         # (docs/protocol.md#leases-and-fencing).
@@ -75,8 +65,6 @@ class Client:
 
     def call(self, method, path, body=None, expect=(200, 201, 204), raw=None, ctype=None):
         headers = {}
-        if self.token:
-            headers["Authorization"] = "Bearer " + self.token
         data = raw
         if body is not None:
             data = json.dumps(body).encode()
@@ -86,30 +74,21 @@ class Client:
         m = TRIAL_WRITE.match(path)
         if m and method in ("POST", "PUT") and int(m.group(1)) in self.leases:
             headers["X-Ctune-Lease"] = "%d:%d" % self.leases[int(m.group(1))]
-        for attempt in range(2):
-            try:
-                self.conn.request(method, path, body=data, headers=headers)
-                res = self.conn.getresponse()
-                text = res.read()
-                break
-            except (http.client.HTTPException, ConnectionError):
-                # The server may close an idle keep-alive connection: reconnect once.
-                self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-                if attempt:
-                    raise
-        if res.status not in expect:
-            raise AssertionError("%s %s -> %d %s" % (method, path, res.status, text[:500]))
+        # The server may close an idle keep-alive connection: the client
+        # reconnects once.
+        status, text, _ = self.conn.request(method, path, data, headers=headers, token=self.token or "")
+        if status not in expect:
+            raise AssertionError("%s %s -> %d %s" % (method, path, status, text[:500]))
         if not text:
-            return res.status, None
+            return status, None
         try:
             out = json.loads(text)
         except ValueError:
-            return res.status, text
+            return status, text
         m = LEASE_PATH.match(path)
-        if m and res.status == 200 and isinstance(out, dict) and "trial" in out:
+        if m and status == 200 and isinstance(out, dict) and "trial" in out:
             self.leases[out["trial"]["id"]] = (int(m.group(1)), out["trial"]["attempt"])
-        return res.status, out
+        return status, out
 
     def running(self, *trial_ids):
         """The heartbeat v2 list for these leased trials."""
@@ -155,44 +134,27 @@ class Harness:
     def start_server(self, db=None, vendor_dir=None, extra=()):
         """Starts a server on a free port; returns (process, port)."""
         db = db or os.path.join(self.tmp, "ctune.db")
-        cmd = list(self.server_cmd) + ["--port", "0", "--web-dir", os.path.abspath(self.args.web_dir)]
-        if not self.args.fake:
-            cmd += ["--db", db]
+        args = ["--web-dir", os.path.abspath(self.args.web_dir)]
         if vendor_dir:
-            cmd += ["--vendor-dir", vendor_dir]
-        cmd += list(extra)
-        log = open(os.path.join(self.tmp, "server-%d.log" % len(self.procs)), "w")
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        log.close()
-        self.procs.append(p)
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            if "listening on http://" in line:
-                port = int(line.strip().rsplit(":", 1)[1].split("/")[0])
-                # Tokens by default: the next line is the login URL.
-                if not self.args.fake and "--no-auth" not in extra:
-                    nxt = p.stdout.readline()
-                    if nxt.startswith("dashboard: "):
-                        self.login_urls[port] = nxt[len("dashboard: "):].strip()
-                    if "--token-file" in extra:
-                        tf = list(extra)[list(extra).index("--token-file") + 1]
-                    else:
-                        tf = db + ".tokens"
-                    ADMIN_TOKENS[port] = read_tokens(tf).get("admin")
-                return p, port
-        raise AssertionError("server did not print 'listening on' (cmd: %s; log in %s)" % (cmd, self.tmp))
+            args += ["--vendor-dir", vendor_dir]
+        args += list(extra)
+        srv = ctune_harness.start_server(
+            cmd=self.server_cmd, db=None if self.args.fake else db, args=args,
+            log_path=os.path.join(self.tmp, "server-%d.log" % len(self.procs)), text=True,
+            wait=False, name="the fake server" if self.args.fake else "ctune-server")
+        self.procs.append(srv.p)
+        srv.await_listening()
+        port = srv.port
+        # Tokens by default: the next line is the login URL.
+        if not self.args.fake and "--no-auth" not in extra:
+            nxt = srv.readline()
+            if nxt.startswith("dashboard: "):
+                self.login_urls[port] = nxt[len("dashboard: "):].strip()
+            ADMIN_TOKENS[port] = read_tokens(srv.token_file).get("admin")
+        return srv.p, port
 
     def stop_server(self, p):
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        ctune_harness.stop_popen(p, timeout=10)
         if p.stdout:
             p.stdout.close()
 
@@ -222,18 +184,9 @@ class Harness:
         d.get(self.login_urls[port])
 
     def wait(self, what, fn, timeout=10.0, poll=0.05):
-        """Polls fn until it returns something truthy; fails naming `what`."""
-        deadline = time.time() + timeout
-        last = None
-        while time.time() < deadline:
-            try:
-                last = fn()
-                if last:
-                    return last
-            except Exception as e:  # the DOM may be mid-update: keep trying
-                last = e
-            time.sleep(poll)
-        raise AssertionError("timed out after %.1f s waiting for %s (last: %r)" % (timeout, what, last))
+        """Polls fn until it returns something truthy; fails naming `what`.
+        An exception counts as "not yet": the DOM may be mid-update."""
+        return ctune_harness.wait_for(what, fn, timeout, step=poll, ignore=(Exception,))
 
     def wait_ready(self, d, page, timeout=15.0):
         return self.wait("the %s page to render" % page, lambda: d.execute_script(

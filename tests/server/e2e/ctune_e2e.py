@@ -1,16 +1,18 @@
 """Helpers for the ctune-server end-to-end tests: start the real daemon on a
 free port, talk JSON over HTTP, always clean up (processes and temp dirs)."""
 import atexit
-import http.client
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import ctune_harness as harness  # noqa: E402
+from ctune_harness import read_tokens  # noqa: E402,F401  (the suite's tests import it from here)
 
 BIN_DIR = os.environ.get("CTUNE_BIN_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "")
 # Trial-scoped writes carry the lease they belong to
@@ -38,18 +40,6 @@ def tmpdir():
     return d
 
 
-def read_tokens(path):
-    """{"admin": ..., "worker": ..., "viewer": ...} from a token file."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                k, v = line.split("=", 1)
-                out[k] = v
-    return out
-
-
 class Server:
     def __init__(self, db=None, args=(), token=None):
         self.dir = tmpdir()
@@ -63,20 +53,20 @@ class Server:
         self.start()
 
     def start(self, expect_fail=False):
-        exe = os.path.join(BIN_DIR, "ctune-server")
-        self.errlog = open(os.path.join(self.dir, "stderr.log"), "ab")
-        self.proc = subprocess.Popen([exe, "--db", self.db, "--port", "0"] + self.args,
-                                     stdout=subprocess.PIPE, stderr=self.errlog)
+        srv = harness.start_server(BIN_DIR, db=self.db, args=self.args,
+                                   log_path=os.path.join(self.dir, "stderr.log"), log_mode="a",
+                                   wait=False)
+        self.proc = srv.p
         _servers.append(self)
-        line = self.proc.stdout.readline().decode()
         if expect_fail:
+            srv.readline(harness.START_TIMEOUT)
             return self.proc.wait(timeout=10)
-        if not line.startswith("listening on http://"):
+        try:
+            srv.await_listening()
+        except harness.StartError:
             self.kill()
-            raise RuntimeError("server did not start: %r\n%s" % (line, self.stderr()))
-        hostport = line.strip()[len("listening on http://"):]
-        self.host, port = hostport.rsplit(":", 1)
-        self.port = int(port)
+            raise
+        self.host, self.port = srv.host, srv.port
         self.conn = None
         # Tokens by default: the server made (or reused) <db>.tokens; this
         # client is the admin unless the test named a token or --no-auth.
@@ -86,24 +76,21 @@ class Server:
         return 0
 
     def stderr(self):
-        with open(os.path.join(self.dir, "stderr.log"), "rb") as f:
-            return f.read().decode(errors="replace")
+        return harness.read_text(os.path.join(self.dir, "stderr.log"))
 
     def kill(self, sig=signal.SIGKILL):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=10)
-        if self.proc:
+        if self.proc and self.proc.stdout:
             self.proc.stdout.close()
-            self.errlog.close()
         if self in _servers:
             _servers.remove(self)
         self.conn = None
 
     def stop(self):
         """SIGTERM and check the exit status is 0."""
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=10)
+        rc = harness.stop_popen(self.proc, timeout=10)
         self.kill()
         assert rc == 0, "server exited %d on SIGTERM\n%s" % (rc, self.stderr())
 
@@ -116,9 +103,6 @@ class Server:
         carries the lease: `lease` ("W:A"), else the last one leased through
         this client; lease=False sends none."""
         h = {}
-        tok = token if token is not None else self.token
-        if tok:
-            h["Authorization"] = "Bearer " + tok
         m = FENCED.match(path) if method in ("POST", "PUT") else None
         if m and lease is not False:
             lh = getattr(self, "leases", {}).get(int(m.group(1))) if lease is None else lease
@@ -128,38 +112,20 @@ class Server:
             h["Content-Type"] = "application/json"  # the server takes JSON only
         if headers:
             h.update(headers)
-        data = None
-        if body is not None:
-            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-            if isinstance(data, str):
-                data = data.encode()
-        for attempt in range(2):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
-            try:
-                self.conn.request(method, path, body=data, headers=h)
-                r = self.conn.getresponse()
-                payload = r.read()
-                break
-            except (ConnectionError, http.client.HTTPException):
-                self.conn.close()
-                self.conn = None
-                if attempt:
-                    raise
-        hdrs = {k.lower(): v for k, v in r.getheaders()}
-        if r.getheader("Connection", "").lower() == "close":
-            self.conn.close()
-            self.conn = None
+        if self.conn is None or (self.conn.host, self.conn.port) != (self.host.strip("[]"), self.port):
+            self.conn = harness.JsonClient(self.host, self.port, timeout=30)
+        tok = token if token is not None else self.token
+        status, payload, hdrs = self.conn.request(method, path, body, headers=h, token=tok or "")
         if raw or not payload:
-            return r.status, payload, hdrs
+            return status, payload, hdrs
         if "json" in hdrs.get("content-type", ""):
             parsed = json.loads(payload)
             lm = LEASE_PATH.match(path) if method == "POST" else None
-            if lm and r.status == 200:
+            if lm and status == 200:
                 tr = parsed["trial"]
                 self.__dict__.setdefault("leases", {})[tr["id"]] = "%s:%d" % (lm.group(1), tr["attempt"])
-            return r.status, parsed, hdrs
-        return r.status, payload, hdrs
+            return status, parsed, hdrs
+        return status, payload, hdrs
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)

@@ -10,13 +10,10 @@ checkpoint it read (not 1). Every trial ends TERMINATED.
 """
 import os
 import re
-import signal
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ctune_e2e import BIN_DIR, Runner, Server, tmpdir  # noqa: E402
+from ctune_e2e import BIN_DIR, Runner, Server, harness, tmpdir  # noqa: E402
 
 TRAINABLE = r"""
 import json, os, sys, time
@@ -46,32 +43,15 @@ for it in range(state["iteration"] + 1, 10):
 
 
 def start_worker(s, d, name):
-    log = open(os.path.join(d, name + ".log"), "wb")
-    return subprocess.Popen(
-        [os.path.join(BIN_DIR, "ctune-worker"), "--server", "http://%s:%d" % (s.host, s.port),
-         "--cpus", "1", "--memory-mb", "1024", "--token-file", s.db + ".tokens", "--name", name,
+    return harness.start_worker(
+        BIN_DIR, "http://%s:%d" % (s.host, s.port),
+        ["--cpus", "1", "--memory-mb", "1024", "--token-file", s.db + ".tokens", "--name", name,
          "--work-dir", os.path.join(d, name), "--poll-ms", "50", "--no-cgroup"],
-        stdout=subprocess.DEVNULL, stderr=log)
+        log_path=os.path.join(d, name + ".log"), output="null")
 
 
 def stop_worker(w):
-    if w.poll() is None:
-        w.send_signal(signal.SIGTERM)
-        try:
-            w.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            w.kill()
-            w.wait()
-
-
-def wait_for(fn, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+    w.stop(timeout=20)
 
 
 def run(sched, n, best):
@@ -98,11 +78,11 @@ def run(sched, n, best):
     wa = start_worker(s, d, "wA")
     wb = None
     try:
-        tid = wait_for(the_best_paused, 40, name + " PAUSED on wA")[0]["id"]
+        tid = harness.wait_for(name + " PAUSED on wA", the_best_paused, 40, step=0.05)[0]["id"]
         stop_worker(wa)
         wb = start_worker(s, d, "wB")
-        wait_for(lambda: s.ok("GET", "/api/v1/experiments/%d" % eid)["status"] != "RUNNING",
-                 60, "the experiment to end")
+        harness.wait_for("the experiment to end", lambda: s.ok(
+            "GET", "/api/v1/experiments/%d" % eid)["status"] != "RUNNING", 60, step=0.05)
         ex = s.ok("GET", "/api/v1/experiments/%d" % eid)
         ts = trials()
         assert ex["status"] == "TERMINATED", ex

@@ -9,11 +9,13 @@ Usage: test_tls.py BIN_DIR (or CTUNE_BIN_DIR). Skips (77) without openssl."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib"))
+import ctune_harness  # noqa: E402
+from ctune_harness import wait_for  # noqa: E402
 
 BIN = os.environ.get("CTUNE_BIN_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "")
 OPENSSL = shutil.which("openssl")
@@ -64,61 +66,36 @@ def start_server(d, extra=()):
     with open(tokens, "w") as f:
         f.write("admin=%s\nworker=%s\n" % (TOKENS["admin"], TOKENS["worker"]))
     os.chmod(tokens, 0o600)
-    err = open(os.path.join(d, "server.log"), "wb")
-    p = subprocess.Popen([os.path.join(BIN, "ctune-server"), "--db", os.path.join(d, "t.db"),
-                          "--port", "0", "--token-file", tokens,
-                          "--tls-cert", os.path.join(d, "server.pem"),
-                          "--tls-key", os.path.join(d, "server.key"),
-                          "--lease-timeout", "10"] + list(extra),
-                         stdout=subprocess.PIPE, stderr=err)
-    procs.append(p)
+    srv = ctune_harness.start_server(
+        BIN, db=os.path.join(d, "t.db"),
+        args=["--token-file", tokens, "--tls-cert", os.path.join(d, "server.pem"),
+              "--tls-key", os.path.join(d, "server.key"), "--lease-timeout", "10"] + list(extra),
+        log_path=os.path.join(d, "server.log"), wait=False)
+    procs.append(srv.p)
     # Other lines (a dashboard URL) may come first; the listening line names the scheme.
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        line = p.stdout.readline().decode()
-        if not line:
-            break
-        if line.startswith("listening on "):
-            assert line.startswith("listening on https://"), line
-            port = int(line.strip().rsplit(":", 1)[1])
-            return p, port, tokens
-    raise AssertionError("server did not start:\n" + open(os.path.join(d, "server.log")).read())
+    srv.await_listening()
+    assert srv.scheme == "https", srv.url
+    return srv.p, srv.port, tokens
 
 
 def start_worker(d, url, tokens, name, ca=None):
-    args = [os.path.join(BIN, "ctune-worker"), "--server", url, "--token-file", tokens,
-            "--cpus", "2", "--memory-mb", "1024", "--work-dir", os.path.join(d, name),
-            "--poll-ms", "100", "--no-cgroup", "--name", name]
+    args = ["--token-file", tokens, "--cpus", "2", "--memory-mb", "1024",
+            "--work-dir", os.path.join(d, name), "--poll-ms", "100", "--no-cgroup", "--name", name]
     if ca:
         args += ["--ca-file", ca]
     log = os.path.join(d, name + ".log")
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-    procs.append(p)
-    return p, log
+    w = ctune_harness.start_worker(BIN, url, args, log_path=log, output="null")
+    procs.append(w.p)
+    return w.p, log
 
 
 def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    ctune_harness.stop_popen(p, timeout=20)
 
 
 def cli(*args, timeout=60):
     r = run([os.path.join(BIN, "ctune")] + list(args), timeout=timeout)
     return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def test_bad_files(d):
@@ -155,20 +132,15 @@ def test_clear_text_warning(d):
             ("tls", ["--tls-cert", os.path.join(d, "server.pem"),
                      "--tls-key", os.path.join(d, "server.key")], False)):
         log = os.path.join(d, "bind-%s.log" % name)
-        p = subprocess.Popen([os.path.join(BIN, "ctune-server"), "--db",
-                              os.path.join(d, "bind-%s.db" % name), "--bind", "0.0.0.0",
-                              "--port", "0", "--token-file", tokens] + extra,
-                             stdout=subprocess.PIPE, stderr=open(log, "wb"))
-        procs.append(p)
-        while True:
-            line = p.stdout.readline().decode()
-            assert line, open(log).read()
-            if line.startswith("listening on "):
-                break
-        stop(p)
+        srv = ctune_harness.start_server(BIN, db=os.path.join(d, "bind-%s.db" % name),
+                                         bind="0.0.0.0", args=["--token-file", tokens] + extra,
+                                         log_path=log, wait=False)
+        procs.append(srv.p)
+        srv.await_listening()
+        stop(srv.p)
         text = open(log).read()
         assert ("clear text" in text) == warned, (name, text)
-        assert line.startswith("listening on https://" if extra else "listening on http://"), line
+        assert srv.scheme == ("https" if extra else "http"), srv.url
 
 
 def main():
@@ -207,8 +179,8 @@ def main():
         # registers, and says why: the certificate.
         for name, wca in (("w-noca", None), ("w-otherca", os.path.join(d, "other.pem"))):
             w, log = start_worker(d, url, tokens, name, wca)
-            wait_for(lambda: "certificate" in open(log).read() or w.poll() is not None, 20,
-                     "%s to report a certificate error" % name)
+            wait_for("%s to report a certificate error" % name,
+                     lambda: "certificate" in open(log).read() or w.poll() is not None, 20)
             text = open(log).read()
             assert "TLS" in text and "--ca-file" in text, text
             assert "registered" not in text, text

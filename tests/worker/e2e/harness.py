@@ -3,7 +3,6 @@ ctune-server (--port 0) and ctune-worker processes, talk to the REST API,
 and always clean up processes (including orphaned trials) and temp dirs."""
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -11,38 +10,18 @@ import sys
 import tempfile
 import time
 import traceback
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "lib"))
+import ctune_harness  # noqa: E402
+from ctune_harness import read_tokens  # noqa: E402,F401
+
 TRAINABLE = os.path.join(HERE, "trainable.sh")
 SKIP = 77
 
-
-class Proc:
-    def __init__(self, popen, log_path, name):
-        self.p = popen
-        self.log_path = log_path
-        self.name = name
-
-    @property
-    def pid(self):
-        return self.p.pid
-
-    def alive(self):
-        return self.p.poll() is None
-
-    def log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def kill9(self):
-        if self.alive():
-            os.kill(self.p.pid, signal.SIGKILL)
-            self.p.wait(10)
+# A started server or worker: p (the Popen), log_path, name, pid, alive(),
+# log(), kill9(). Tests that start a process themselves wrap it in one.
+Proc = ctune_harness.Process
 
 
 class Env:
@@ -65,44 +44,29 @@ class Env:
     # -- processes ---------------------------------------------------------
     def start_server(self, *args, port=0, db=None):
         db = db or os.path.join(self.tmp, "ctune.db")
-        log_path = os.path.join(self.tmp, "server-%d.log" % len(self.procs))
-        log = open(log_path, "w")
-        p = subprocess.Popen([os.path.join(self.bin, "ctune-server"), "--db", db, "--port",
-                              str(port), "--bind", "127.0.0.1"] + list(args),
-                             stdout=subprocess.PIPE, stderr=log, text=True,
-                             start_new_session=True)
-        log.close()
-        proc = Proc(p, log_path, "server")
+        proc = ctune_harness.start_server(
+            self.bin, db=db, port=port, bind="127.0.0.1", args=args,
+            log_path=os.path.join(self.tmp, "server-%d.log" % len(self.procs)), text=True,
+            new_session=True, wait=False, name="server")
         self.procs.append(proc)
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"listening on (http://\S+:(\d+))", line)
-            if m:
-                self.url = m.group(1)
-                self.port = int(m.group(2))
-                self.server_proc = proc
-                if "--no-auth" not in args and "--token-file" not in args:
-                    self.token_file = db + ".tokens"
-                    self.admin_token = read_tokens(self.token_file).get("admin")
-                return proc
-        raise AssertionError("ctune-server did not print its address:\n" + proc.log())
+        proc.await_listening()
+        self.url = proc.url
+        self.port = proc.port
+        self.server_proc = proc
+        if "--no-auth" not in args and "--token-file" not in args:
+            self.token_file = db + ".tokens"
+            self.admin_token = read_tokens(self.token_file).get("admin")
+        return proc
 
     def start_worker(self, name, *args, env=None):
-        log_path = os.path.join(self.tmp, "worker-%s-%d.log" % (name, len(self.procs)))
-        log = open(log_path, "w")
-        p = subprocess.Popen([os.path.join(self.bin, "ctune-worker"), "--server", self.url,
-                              "--name", name, "--work-dir", self.work_dir(name),
-                              "--poll-ms", "200", "--stop-grace-s", "3"] +
-                             (["--token-file", self.token_file]
-                              if self.token_file and "--token-file" not in args else []) +
-                             list(args),
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                             env=env)
-        log.close()
-        proc = Proc(p, log_path, "worker " + name)
+        proc = ctune_harness.start_worker(
+            self.bin, self.url,
+            ["--name", name, "--work-dir", self.work_dir(name), "--poll-ms", "200",
+             "--stop-grace-s", "3"] +
+            (["--token-file", self.token_file]
+             if self.token_file and "--token-file" not in args else []) + list(args),
+            log_path=os.path.join(self.tmp, "worker-%s-%d.log" % (name, len(self.procs))),
+            env=env, new_session=True, name="worker " + name)
         self.procs.append(proc)
         return proc
 
@@ -157,11 +121,13 @@ class Env:
         for proc in self.procs:
             if proc.alive() and proc.name.startswith("worker"):
                 os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.time() + 8
+        deadline = time.monotonic() + 8
         for proc in self.procs:
             if proc.name.startswith("worker"):
-                while proc.alive() and time.time() < deadline:
-                    time.sleep(0.05)
+                try:
+                    proc.p.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
         for proc in self.procs:
             if proc.alive():
                 os.kill(proc.pid, signal.SIGKILL)
@@ -176,19 +142,13 @@ class Env:
 
     # -- API ------------------------------------------------------------
     def api(self, method, path, body=None, ok=(200, 201, 204)):
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if self.admin_token:
-            headers["Authorization"] = "Bearer " + self.admin_token
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                status, text = r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            status, text = e.code, e.read().decode()
+        # one connection per call, as urllib made
+        client = ctune_harness.JsonClient.for_url(self.url, token=self.admin_token, timeout=10,
+                                                  keep_alive=False)
+        status, text, _ = client.request(method, path, body,
+                                         headers={"Content-Type": "application/json"})
         if ok and status not in ok:
-            raise AssertionError("%s %s -> %d %s" % (method, path, status, text))
+            raise AssertionError("%s %s -> %d %s" % (method, path, status, text.decode()))
         return json.loads(text) if text else None
 
     def submit(self, config):
@@ -212,32 +172,11 @@ class Env:
                         self.experiment(exp_id), timeout, "experiment %d to end" % exp_id)
 
 
-def read_tokens(path):
-    """{"admin": ..., "worker": ..., "viewer": ...} from a server's token file."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                k, v = line.split("=", 1)
-                out[k] = v
-    return out
-
-
 def wait_for(pred, timeout, what, step=0.05):
-    deadline = time.time() + timeout
-    while True:
-        try:
-            v = pred()
-        except IndexError:
-            # trials are made at lease time: a list read before
-            # the first lease is empty, which means "not yet"
-            v = None
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
-        time.sleep(step)
+    """ctune_harness.wait_for in this suite's argument order. Trials are made
+    at lease time: a list read before the first lease is empty, and indexing
+    it (IndexError) means "not yet"."""
+    return ctune_harness.wait_for(what, pred, timeout, step, ignore=(IndexError,))
 
 
 def cpus_allowed(pid):

@@ -2,10 +2,8 @@
 (admin and worker tokens), the admin API, and trial waits."""
 import json
 import os
-import urllib.error
-import urllib.request
 
-from harness import wait_for
+from harness import ctune_harness, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRIAL = os.path.join(HERE, "isolation_trial.py")
@@ -25,15 +23,9 @@ def start_authed_server(env):
 
 
 def api(env, method, path, body=None, ok=(200, 201, 204), raw=False):
-    req = urllib.request.Request(
-        env.url + path, method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": "Bearer " + ADMIN, "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            status, data = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        status, data = e.code, e.read()
+    client = ctune_harness.JsonClient.for_url(env.url, token=ADMIN, timeout=10, keep_alive=False)
+    status, data, _ = client.request(method, path, body,
+                                     headers={"Content-Type": "application/json"})
     if ok and status not in ok:
         raise AssertionError("%s %s -> %d %s" % (method, path, status, data[:300]))
     if raw:
