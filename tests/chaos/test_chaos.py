@@ -102,7 +102,10 @@ def inject(c, rng, kind, counts):
         trials = list(c.trial_processes(name, supervisors=True)) if host else []
         w.signal(signal.SIGSTOP)
         for pid in trials:
-            os.kill(pid, signal.SIGSTOP)
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass  # the trial ended between the listing and the signal
         frozen = LEASE_TIMEOUT + rng.uniform(0.5, 2.0)
         end = time.time() + frozen
         while time.time() < end:
