@@ -107,6 +107,8 @@ static int api_is_id(const cJSON *c) {
 
 int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api_resp *resp) {
   cJSON *b = api_body_object(req, resp, 1), *out = NULL, *stop;
+  struct workers_listed *listed = NULL;
+  struct workers_stop *stops = NULL;
   int rc = 0;
   if (!b) return 0;
   const cJSON *running = cJSON_GetObjectItemCaseSensitive(b, "running");
@@ -117,7 +119,12 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
   }
   /* v2 lists {id, attempt}; a bare id (v1) stands for "whatever attempt is
    * leased to me" and only renews. */
-  int i = 0;
+  int n = running ? cJSON_GetArraySize(running) : 0, i = 0;
+  if (!(listed = calloc((size_t)n + 1, sizeof *listed)) ||
+      !(stops = calloc((size_t)n + 1, sizeof *stops))) {
+    rc = -ENOMEM;
+    goto done;
+  }
   for (const cJSON *c = running ? running->child : NULL; c; c = c->next, i++) {
     const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
     const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
@@ -128,6 +135,8 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
                      "\"attempt\": A} (integers >= 1)");
       goto done;
     }
+    listed[i] = (struct workers_listed){(int64_t)id->valuedouble, at ? (int)at->valuedouble : 0,
+                                        at != NULL};
   }
   if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop")) ||
       !cJSON_AddNumberToObject(out, "lease_timeout_s", s->opt.lease_timeout_s) ||
@@ -137,53 +146,29 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
   }
   server_lock(s);
   struct srv_worker *w = api_find_worker(s, req, resp);
-  if (w) {
-    workers_touch(w);
-    uint64_t now = clock_mono_ms(), gen = ++s->hb_gen;
-    for (const cJSON *c = running ? running->child : NULL; !rc && c; c = c->next) {
-      const cJSON *id = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "id") : c;
-      const cJSON *at = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "attempt") : NULL;
-      struct srv_trial *t = server_trial(s, (int64_t)id->valuedouble);
-      int attempt = at ? (int)at->valuedouble : t ? t->attempt : 0;
-      const char *why = "not_leased";
-      if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
-        /* Listed by its lessee: the lease is renewed. */
-        t->listed_gen = gen;
-        t->unlisted_since_ms = 0;
-        state_renew_lease(s, t, now);
-        /* Its experiment is paused: it stops now (a trial that reports rarely
-         * would run on until its next result), and pauses with its checkpoint
-         * when this lease ends. */
-        if (server_experiment(s, t->experiment_id)->status != ES_PAUSED) continue;
-        if ((rc = decide_pause_lease(s, t, &resp->ticket))) break;
-        why = "paused";
-      } else if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
-        struct srv_experiment *e = server_experiment(s, t->experiment_id);
-        why = e->status == ES_CANCELLED ? "cancelled" : "ended";
-      }
-      cJSON *o = cJSON_CreateObject();
-      if (!o || !cJSON_AddItemToArray(stop, o) ||
-          !cJSON_AddNumberToObject(o, "id", id->valuedouble) ||
-          !cJSON_AddNumberToObject(o, "attempt", attempt) ||
-          !cJSON_AddStringToObject(o, "reason", why)) {
-        if (o && !o->prev) cJSON_Delete(o); /* not in the array yet */
-        rc = -ENOMEM;
-      }
+  int nstops = 0;
+  if (w) nstops = workers_heartbeat(s, w, listed, n, stops, NULL, clock_mono_ms(), &resp->ticket);
+  if (nstops < 0) rc = nstops;
+  for (int k = 0; !rc && k < nstops; k++) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(stop, o) ||
+        !cJSON_AddNumberToObject(o, "id", (double)stops[k].trial_id) ||
+        !cJSON_AddNumberToObject(o, "attempt", stops[k].attempt) ||
+        !cJSON_AddStringToObject(o, "reason", stops[k].reason)) {
+      if (o && !o->prev) cJSON_Delete(o); /* not in the array yet */
+      rc = -ENOMEM;
     }
-    /* The other direction: what the server has RUNNING here and the worker
-     * does not run (a lost lease reply) goes back to PENDING. */
-    int back = rc ? 0 : state_reconcile_worker(s, w, gen, now, &resp->ticket);
-    if (back < 0) rc = back;
-    /* Whatever made a trial stoppable must be durable before we say so. */
-    if (!rc && cJSON_GetArraySize(stop))
-      resp->ticket = commit_last_ticket(s->commit);
   }
+  /* Whatever made a trial stoppable must be durable before we say so. */
+  if (w && !rc && nstops) resp->ticket = commit_last_ticket(s->commit);
   server_unlock(s);
   if (w && !rc) {
     rc = api_json(resp, 200, out);
     out = NULL;
   }
 done:
+  free(listed);
+  free(stops);
   cJSON_Delete(out);
   cJSON_Delete(b);
   return rc;

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "clock.h"
+#include "decide.h"
 #include "events.h"
 #include "log.h"
 #include "state.h"
@@ -71,6 +72,42 @@ void workers_touch(struct srv_worker *w) {
   if (w->lost) log_info("worker %lld (%s) is back", (long long)w->id, w->name);
   w->lost = 0;
   w->gone = 0;
+}
+
+int workers_heartbeat(struct server *s, struct srv_worker *w, const struct workers_listed *listed,
+                      int n, struct workers_stop *stops, int *requeued, uint64_t now_ms,
+                      uint64_t *ticket) {
+  workers_touch(w);
+  uint64_t gen = ++s->hb_gen;
+  int nstops = 0, rc = 0;
+  for (int i = 0; !rc && i < n; i++) {
+    struct srv_trial *t = server_trial(s, listed[i].trial_id);
+    int attempt = listed[i].has_attempt ? listed[i].attempt : t ? t->attempt : 0;
+    const char *why = "not_leased";
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
+      /* Listed by its lessee: the lease is renewed. */
+      t->listed_gen = gen;
+      t->unlisted_since_ms = 0;
+      state_renew_lease(s, t, now_ms);
+      /* Its experiment is paused: it stops now (a trial that reports
+       * rarely would run on until its next result), and pauses with its
+       * checkpoint when this lease ends. */
+      if (server_experiment(s, t->experiment_id)->status != ES_PAUSED) continue;
+      if ((rc = decide_pause_lease(s, t, ticket))) break;
+      why = "paused";
+    } else if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) {
+      struct srv_experiment *e = server_experiment(s, t->experiment_id);
+      why = e->status == ES_CANCELLED ? "cancelled" : "ended";
+    }
+    stops[nstops++] = (struct workers_stop){listed[i].trial_id, attempt, why};
+  }
+  if (rc) return rc;
+  /* The other direction: what the server has RUNNING here and the worker
+   * does not run (a lost lease reply) goes back to PENDING. */
+  int back = state_reconcile_worker(s, w, gen, now_ms, ticket);
+  if (back < 0) return back;
+  if (requeued) *requeued = back;
+  return nstops;
 }
 
 int workers_deregister(struct server *s, struct srv_worker *w, uint64_t *ticket) {

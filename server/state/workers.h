@@ -23,6 +23,30 @@ struct srv_worker *workers_find(struct server *s, int64_t id);
 /* A sign of life (heartbeat, lease): no longer lost, listed again if it was
  * pruned. */
 void workers_touch(struct srv_worker *w);
+/* One trial a heartbeat lists: v2 names the attempt; a bare id (v1,
+ * has_attempt 0) stands for "whatever attempt is leased to me". */
+struct workers_listed {
+  int64_t trial_id;
+  int attempt, has_attempt;
+};
+/* What the reply tells the worker to stop, and why: "not_leased",
+ * "ended", "cancelled" or "paused". */
+struct workers_stop {
+  int64_t trial_id;
+  int attempt;
+  const char *reason;
+};
+/* A heartbeat of w listing listed[0..n): a sign of life; each listed trial
+ * leased to w at that attempt has its lease renewed (one of a paused
+ * experiment is told to stop now and pauses with its checkpoint when the
+ * lease ends); every other listed one goes into stops (room for n) with why;
+ * then the trials w holds and did not list start, or go on with, their
+ * unlisted time (state_reconcile_worker: two intervals and they are
+ * requeued; *requeued says how many, may be NULL). Returns how many stops,
+ * or a negative error. */
+int workers_heartbeat(struct server *s, struct srv_worker *w, const struct workers_listed *listed,
+                      int n, struct workers_stop *stops, int *requeued, uint64_t now_ms,
+                      uint64_t *ticket);
 /* A clean stop: its RUNNING trials go back to PENDING, its secret is revoked
  * (persisted empty: the row stays hidden after a restart), and it leaves the
  * list. */

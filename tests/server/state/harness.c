@@ -163,20 +163,14 @@ struct srv_trial *h_lease(struct harness *h, struct srv_worker *w) {
 
 int h_heartbeat(struct harness *h, struct srv_worker *w, struct srv_trial *const *trials, int n) {
   struct server *s = &h->s;
-  uint64_t ticket = 0, now = clock_mono_ms(), gen = ++s->hb_gen;
-  workers_touch(w);
-  /* api_worker_heartbeat's marking of what the worker listed. */
-  for (int i = 0; i < n; i++) {
-    struct srv_trial *t = trials[i];
-    if (t->status != TS_RUNNING || t->worker_id != w->id) continue;
-    t->listed_gen = gen;
-    t->unlisted_since_ms = 0;
-    state_renew_lease(s, t, now);
-    if (server_experiment(s, t->experiment_id)->status == ES_PAUSED)
-      ck_assert_int_eq(decide_pause_lease(s, t, &ticket), 0);
-  }
-  int back = state_reconcile_worker(s, w, gen, now, &ticket);
-  ck_assert_int_ge(back, 0);
+  uint64_t ticket = 0;
+  struct workers_listed listed[64];
+  struct workers_stop stops[64];
+  ck_assert_int_le(n, 64);
+  for (int i = 0; i < n; i++)
+    listed[i] = (struct workers_listed){trials[i]->id, trials[i]->attempt, 1};
+  int back = -1;
+  ck_assert_int_ge(workers_heartbeat(s, w, listed, n, stops, &back, clock_mono_ms(), &ticket), 0);
   return back;
 }
 

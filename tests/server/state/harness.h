@@ -60,7 +60,8 @@ struct srv_trial *h_lease(struct harness *h, struct srv_worker *w);
 /* The same with what the worker says is free. */
 struct srv_trial *h_lease_free(struct harness *h, struct srv_worker *w, double cpu, double gpu,
                            int64_t memory_mb, int has_memory);
-/* A v2 heartbeat of w listing trials[0..n) at their current attempts: each
+/* A v2 heartbeat of w listing trials[0..n) at their current attempts
+ * (workers_heartbeat, as api_worker_heartbeat): each
  * listed trial leased to w has its lease renewed (a paused experiment's is
  * told to pause, decide_pause_lease); then state_reconcile_worker. Returns
  * how many unlisted trials were requeued. */
