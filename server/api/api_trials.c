@@ -258,20 +258,31 @@ static int api_trial_ended(struct server *s, const struct api_req *req, struct a
   return o ? api_json(resp, 200, o) : -ENOMEM;
 }
 
+/* The skeleton every fenced end shares (complete, fail, release): find the
+ * trial, one event under the lock, the reply. args are built from the body
+ * beforehand: nothing of them depends on the trial. */
+static int api_trial_end_event(struct server *s, const struct api_req *req,
+                               struct api_resp *resp, enum trial_event ev,
+                               struct trial_event_args *a) {
+  int rc = 0;
+  server_lock(s);
+  struct srv_trial *t = api_find_trial(s, req, resp);
+  if (t) {
+    rc = state_trial_event(s, t, ev, a, &resp->ticket);
+    rc = api_trial_ended(s, req, resp, t, a, rc);
+  }
+  server_unlock(s);
+  return rc;
+}
+
 int api_trial_complete(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct lease_token l;
   if (api_lease(req, resp, &l)) return 0;
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
-  server_lock(s);
-  struct srv_trial *t = api_find_trial(s, req, resp);
-  if (t) {
-    struct trial_event_args a = {.lease = &l};
-    rc = state_trial_event(s, t, TE_COMPLETE, &a, &resp->ticket);
-    rc = api_trial_ended(s, req, resp, t, &a, rc);
-  }
-  server_unlock(s);
+  struct trial_event_args a = {.lease = &l};
+  rc = api_trial_end_event(s, req, resp, TE_COMPLETE, &a);
   cJSON_Delete(body);
   return rc;
 }
@@ -307,16 +318,10 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
   /* snprintf may have cut a multi-byte character at the end: replies must
    * stay valid UTF-8. */
   utf8_sanitize(msg, strlen(msg));
-  server_lock(s);
-  struct srv_trial *t = api_find_trial(s, req, resp);
-  if (t) {
-    struct trial_event_args a = {.lease = &l, .error = msg,
-                                 .has_exit_code = code && cJSON_IsNumber(code),
-                                 .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
-    rc = state_trial_event(s, t, TE_FAIL, &a, &resp->ticket);
-    rc = api_trial_ended(s, req, resp, t, &a, rc);
-  }
-  server_unlock(s);
+  struct trial_event_args a = {.lease = &l, .error = msg,
+                               .has_exit_code = code && cJSON_IsNumber(code),
+                               .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
+  rc = api_trial_end_event(s, req, resp, TE_FAIL, &a);
   cJSON_Delete(body);
   return rc;
 }
@@ -344,16 +349,11 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
     return api_error(resp, 400, "invalid_body", "iteration",
                      "iteration must be a number >= 0");
   }
-  server_lock(s);
-  struct srv_trial *t = api_find_trial(s, req, resp);
-  if (t) {
-    struct trial_event_args a = {
-        .lease = &l, .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
-        .has_iteration = it && cJSON_IsNumber(it), .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
-    rc = state_trial_event(s, t, TE_RELEASE, &a, &resp->ticket);
-    rc = api_trial_ended(s, req, resp, t, &a, rc);
-  }
-  server_unlock(s);
+  struct trial_event_args a = {
+      .lease = &l, .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
+      .has_iteration = it && cJSON_IsNumber(it),
+      .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
+  rc = api_trial_end_event(s, req, resp, TE_RELEASE, &a);
   cJSON_Delete(body);
   return rc;
 }
