@@ -232,11 +232,9 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   struct srv_trial *t = NULL;
   cJSON *o = NULL;
   if (w) {
-    workers_touch(w); /* asking for work is a sign of life too */
-    t = state_lease(s, w, cpu, gpu, mem, has_mem);
-    if (t) {
-      rc = state_persist_trial(s, t, &resp->ticket);
-      if (!rc && !(o = api_lease_json(s, t))) rc = -ENOMEM;
+    rc = state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
+    if (!rc && t) {
+      if (!(o = api_lease_json(s, t))) rc = -ENOMEM;
       if (!rc)
         log_info("trial %lld leased to worker %lld (attempt %d, from iteration %g)",
                  (long long)t->id, (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);

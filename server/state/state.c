@@ -168,19 +168,18 @@ static int fits(double need, double have) {
  * or nothing now. 0 with *out (NULL: nothing), or an error (the experiment
  * is skipped). */
 static int state_lease_choose(struct server *s, struct srv_experiment *e, int can_new,
-                              struct srv_trial **out) {
+                              struct srv_trial **out, uint64_t *ticket) {
   enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
-  uint64_t ticket = 0;
   *out = NULL;
-  int rc = decide_choose(s, e, can_new, &kind, out, &ticket);
+  int rc = decide_choose(s, e, can_new, &kind, out, ticket);
   /* Nothing to run or resume may mean the end (PAUSED trials end with it). */
   if (!rc && !*out && kind == SCHED_CHOOSE_WAIT)
-    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, &ticket);
+    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
   if (rc || *out || kind != SCHED_CHOOSE_NEW || !can_new) return rc;
   rc = state_create_trial(s, e, out);
   if (rc == -ENOENT) {
     /* The searcher has nothing more: the experiment may be over. */
-    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, &ticket);
+    rc = state_experiment_event(s, e, EE_MAYBE_END, NULL, ticket);
   } else if (rc) {
     log_error("experiment %lld: cannot create trial %lld (%d)", (long long)e->id,
               (long long)e->ntrials, rc);
@@ -188,8 +187,10 @@ static int state_lease_choose(struct server *s, struct srv_experiment *e, int ca
   return rc;
 }
 
-struct srv_trial *state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu,
-                          int64_t memory_mb, int has_memory) {
+int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, int64_t memory_mb,
+                int has_memory, struct srv_trial **out, uint64_t *ticket) {
+  *out = NULL;
+  workers_touch(w);
   /* The server's own accounting caps what the worker says is free. */
   double fc = w->cpu - w->used_cpu, fg = w->gpu - w->used_gpu;
   if (cpu < fc) fc = cpu;
@@ -204,7 +205,7 @@ struct srv_trial *state_lease(struct server *s, struct srv_worker *w, double cpu
     struct srv_experiment **f = realloc(s->fair, (size_t)s->nlive * sizeof *f);
     if (!f) {
       log_error("lease: no memory for %lld live experiments", (long long)s->nlive);
-      return NULL;
+      return -ENOMEM;
     }
     s->fair = f;
     s->capfair = s->nlive;
@@ -238,13 +239,15 @@ struct srv_trial *state_lease(struct server *s, struct srv_worker *w, double cpu
       }
     }
     /* A scheduler that waits (HyperBand's halving) passes to the next. */
-    if (!t && state_lease_choose(s, e, can_new, &t)) continue;
+    if (!t && state_lease_choose(s, e, can_new, &t, ticket)) continue;
     if (!t) continue;
     struct trial_event_args a = {.worker = w};
-    if (state_trial_event(s, t, TE_LEASE, &a, NULL)) continue;
-    return t;
+    int rc = state_trial_event(s, t, TE_LEASE, &a, ticket);
+    if (rc) return rc;
+    *out = t;
+    return 0;
   }
-  return NULL;
+  return 0;
 }
 
 void state_pending_reason(struct server *s, const struct srv_trial *t, char *buf, size_t n) {

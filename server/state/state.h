@@ -87,10 +87,12 @@ void state_fair_pick(struct srv_experiment **c, int64_t n, int64_t k);
 /* Leases a trial to w from the live experiment that is furthest below its
  * fair share (state_fair_before) among those with work to give and room
  * (max_concurrent_trials, resources that fit what w has free); an
- * experiment whose scheduler waits is passed over for the next. NULL when
- * none. */
-struct srv_trial *state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu,
-                          int64_t memory_mb, int has_memory);
+ * experiment whose scheduler waits is passed over for the next. Asking is
+ * a sign of life: w is touched (workers_touch) whether or not a trial is
+ * leased. *out is the leased trial, its row queued under *ticket
+ * (TE_LEASE), or NULL when none; 0 or a negative error. */
+int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, int64_t memory_mb,
+                int has_memory, struct srv_trial **out, uint64_t *ticket);
 /* Why a PENDING trial is not running; writes "" when nothing blocks it. */
 void state_pending_reason(struct server *s, const struct srv_trial *t, char *buf, size_t n);
 /* Why an experiment's next trial does not run (or is not made) now: the same
@@ -142,7 +144,7 @@ enum fence state_check_fence(struct server *s, struct srv_trial *t, const struct
  * when it is not the trial's current lease; FENCE_FINAL (the lease that ended
  * the trial, writing again) changes nothing and answers as before. */
 enum trial_event {
-  TE_LEASE,    /* PENDING -> RUNNING on args->worker (no row queued: the caller's) */
+  TE_LEASE,    /* PENDING -> RUNNING on args->worker; the row is queued */
   TE_RESULTS,  /* results, each decided; a stop ends the trial */
   TE_COMPLETE, /* -> TERMINATED, or what was due at the lease's end */
   TE_FAIL,     /* -> PENDING while failures <= max_failures, else ERROR */

@@ -132,7 +132,10 @@ static int trial_requeue(struct server *s, struct srv_trial *t, uint64_t *ticket
 
 /* ---- TE_LEASE */
 
-static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker *w) {
+/* The row (attempt, worker, status) is queued in the same hold, so the
+ * lease reply is sent only once the lease it names is durable. */
+static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker *w,
+                       uint64_t *ticket) {
   int rc = trial_set_status(s, t, TS_RUNNING);
   if (rc) return rc;
   t->attempt++;
@@ -142,7 +145,7 @@ static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker 
   t->unlisted_since_ms = 0;
   t->listed_gen = 0;
   state_renew_lease(s, t, clock_mono_ms());
-  return 0;
+  return state_persist_trial(s, t, ticket);
 }
 
 /* ---- TE_RESULTS */
@@ -354,7 +357,7 @@ int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev
   int rc;
   switch (ev) {
   case TE_LEASE:
-    return trial_lease(s, t, a->worker);
+    return trial_lease(s, t, a->worker, ticket);
   case TE_RESULTS:
     return trial_results(s, t, a, ticket);
   case TE_COMPLETE:

@@ -151,9 +151,8 @@ struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, dou
 struct srv_trial *h_lease_free(struct harness *h, struct srv_worker *w, double cpu, double gpu,
                            int64_t memory_mb, int has_memory) {
   uint64_t ticket = 0;
-  workers_touch(w);
-  struct srv_trial *t = state_lease(&h->s, w, cpu, gpu, memory_mb, has_memory);
-  if (t) ck_assert_int_eq(state_persist_trial(&h->s, t, &ticket), 0);
+  struct srv_trial *t = NULL;
+  ck_assert_int_eq(state_lease(&h->s, w, cpu, gpu, memory_mb, has_memory, &t, &ticket), 0);
   return t;
 }
 

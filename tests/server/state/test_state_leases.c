@@ -6,6 +6,7 @@
  * the millisecond on both sides. The e2e counterparts start daemons and
  * sleep (tests/server/e2e/test_lease*.py, test_fencing.py). */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,6 +214,30 @@ START_TEST(silent_worker_is_lost) {
 }
 END_TEST
 
+/* Rule: a lease is durable by itself (TE_LEASE queues the trial's row:
+ * status, attempt, worker), and asking for work is a sign of life even when
+ * nothing is leased. */
+START_TEST(lease_queues_its_row_and_asking_revives) {
+  submit("x", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  ck_assert_ptr_nonnull(t);
+  h_sync(&H);
+  char *row = h_query(&H, "SELECT status, attempt, worker_id FROM trials");
+  char want[64];
+  snprintf(want, sizeof want, "RUNNING|1|%lld\n", (long long)w->id);
+  ck_assert_str_eq(row, want);
+  free(row);
+  h_complete(&H, t);
+  h_tick(&H, T0 + H_LEASE_MS + 1);
+  ck_assert_int_eq(w->lost, 1);
+  fake_clock_set_ms(T0 + H_LEASE_MS + 700);
+  ck_assert_ptr_null(h_lease(&H, w)); /* nothing left to lease */
+  ck_assert_int_eq(w->lost, 0);
+  ck_assert_uint_eq(w->last_seen_ms, T0 + H_LEASE_MS + 700);
+}
+END_TEST
+
 /* Rule (heartbeat v2): a RUNNING trial its worker's heartbeats leave out
  * for two heartbeat intervals is requeued (no failure), counted from the
  * first heartbeat that left it out; a listed one is untouched and the
@@ -343,6 +368,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, fake_clock_is_what_the_state_reads);
   tcase_add_test(tc, lease_charges_worker_resources);
+  tcase_add_test(tc, lease_queues_its_row_and_asking_revives);
   tcase_add_test(tc, lease_honours_max_concurrent_trials);
   tcase_add_test(tc, lease_skips_what_does_not_fit);
   tcase_add_test(tc, lease_expiry_requeues_without_failure);
