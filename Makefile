@@ -57,6 +57,12 @@ test: test-build asan
 test-fast: test-build
 	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L unit
 
+# The chaos test's long run: 32 faults instead of make test's 8 (about 2 min,
+# under ASan; tests/chaos/test_chaos.py says what each fault does).
+.PHONY: chaos-long
+chaos-long: asan
+	cd $(ASAN_BUILD) && CTUNE_CHAOS_FAULTS=32 ctest --output-on-failure -R '^chaos_faults$$'
+
 # Every libFuzzer target (tests/fuzz/) for FUZZ_SECONDS each instead of the
 # few seconds `make test` gives them; a crash stops here and names the input
 # to keep in tests/fuzz/regress/<target>/.

@@ -497,7 +497,9 @@ def check_experiment(c, eid, rep, max_iter):
                                "%d ulp: not printed exactly" % u if u is not None and u <= 2
                                else "a different value"))
         # Which process produced each stored row: a pid coming back after
-        # another one means a stale attempt's writes were accepted.
+        # another one, or an attempt's rows after those of an attempt that
+        # started later (the ledger's order of starts), means a stale
+        # attempt's writes were accepted.
         segs = []
         for r in sorted(rows, key=lambda r: r.get("training_iteration", 0)):
             pid = r.get("pid")
@@ -506,7 +508,12 @@ def check_experiment(c, eid, rep, max_iter):
             else:
                 segs[-1][2] = r["training_iteration"]
         pids = [s[0] for s in segs]
-        if len(set(pids)) != len(pids):
+        started = {}
+        for pid, ev, args in ledger:
+            if ev == "start":
+                started.setdefault(pid, len(started))
+        order = [started.get(pid, -1) for pid in pids]
+        if len(set(pids)) != len(pids) or order != sorted(order):
             owner = {pid: os.path.basename(os.path.dirname(os.path.dirname(args[1])))
                      for pid, ev, args in ledger if ev == "start" and len(args) > 1}
             rep.fig["spliced_histories"] += 1

@@ -5,7 +5,7 @@ trainable (trainable.py) while a seeded RNG injects faults of every kind:
 
   server   kill -9 of the server, restart on the same database and port
   worker   kill -9 of a worker, restart on its work dir
-  freeze   SIGSTOP of a worker (half the time with its trials: a host
+  freeze   SIGSTOP of a worker (every other time with its trials: a host
            freeze) past the lease timeout, then SIGCONT
   trial    kill -9 of a trial process (found through /proc)
 
@@ -16,13 +16,28 @@ history spliced from two processes, ASHA's decisions (replayed from the
 stored results in the server's order) equal to the server's, and every
 stored checkpoint labelled with its content and not ahead of the results.
 
+A freeze lasts until the server has found the worker lost and requeued
+its trials, then until a later attempt of one of them has stored a newer
+result elsewhere (when a slot is free within 3 s), then a random moment
+more: the worker wakes up behind a lease that moved on, the case where a
+stale write would splice a history. A freeze picks a worker running a
+trial early in its run (its old attempt then has results to send past the
+new one's).
+
+`make test` runs 8 faults (2 of each kind, about 30 s under ASan): each
+kind meets the cluster more than once, but the run stays short. The long
+run of the same test, 32 faults (6 of each kind, 8 more at random, about
+100 s under ASan): CTUNE_CHAOS_FAULTS=32, or `make chaos-long`.
+
 usage: test_chaos.py BIN_DIR   (or CTUNE_BIN_DIR)
 environment: CTUNE_CHAOS_SEED (default 20240610), CTUNE_CHAOS_FAULTS
-(default 32, at least 6 of each kind), CTUNE_CHAOS_KEEP=1 keeps the temp dir
-even when the run passes (it is always kept when it fails).
+(default 8, at least 8: min(6, N/4) of each kind, the rest drawn at random),
+CTUNE_CHAOS_KEEP=1 keeps the temp dir even when the run passes (it is always
+kept when it fails).
 """
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -30,12 +45,12 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chaos_lib import (PYTHON, TRAINABLE, Cluster, Report, check_experiment,  # noqa: E402
-                       log)
+                       log, wait_for)
 
 SEED = int(os.environ.get("CTUNE_CHAOS_SEED", "20240610"))
-NFAULTS = max(int(os.environ.get("CTUNE_CHAOS_FAULTS", "32")), 24)
+NFAULTS = max(int(os.environ.get("CTUNE_CHAOS_FAULTS", "8")), 8)
 KINDS = ("server", "worker", "freeze", "trial")
-MIN_EACH = 6
+MIN_EACH = min(6, NFAULTS // len(KINDS))
 LEASE_TIMEOUT = 3.0
 HEARTBEAT = 0.5
 MAX_T = 12
@@ -74,9 +89,84 @@ def fault_plan(rng):
     return plan
 
 
-def inject(c, rng, kind, counts):
+def worker_id(w):
+    """The id the running worker process works as (its log's last
+    "registered with URL as worker N" or "resuming as worker N"), or None
+    before it has one."""
+    ids = re.findall(r"(?:registered with \S+|resuming) as worker (\d+)", w.log())
+    return int(ids[-1]) if ids else None
+
+
+def leases(c):
+    """{worker name: (its id, {trial id: (attempt, iteration)})}: the trials
+    the server has RUNNING on each registered worker of ours."""
+    ids = {worker_id(w): name for name, w in c.workers.items()}
+    out = {}
+    for x in c.api("GET", "/api/v1/workers")["workers"]:
+        name = ids.get(x["id"])
+        if name and x["status"] == "alive":
+            held = {}
+            for tid in x["running_trials"]:
+                t = c.trial(tid)
+                held[tid] = (t.get("attempt"), t.get("iteration") or 0)
+            out[name] = (x["id"], held)
+    return out
+
+
+def await_young(c, timeout):
+    """Waits (at most timeout) for workers that run a trial with most of its
+    run left (leased to it and its process running there), so that a freeze
+    of one leaves the trial's next attempt room to overtake it, and the
+    frozen one (running on, or resumed) room to send results past the next
+    attempt's. Returns {name: (worker id, leases(c)'s trials)} of those
+    workers, {} at the deadline."""
+    t0 = time.time()
+    while True:
+        c.scrape_metrics()
+        young = {}
+        for name, (wid, held) in leases(c).items():
+            procs = set(c.trial_processes(name).values())
+            if any(it <= 3 and tid in procs for tid, (_, it) in held.items()):
+                young[name] = (wid, held)
+        if young or time.time() - t0 >= timeout:
+            return young
+        time.sleep(0.1)
+
+
+def await_lost(c, wid, timeout):
+    """Waits until the server has found worker wid lost and taken its trials
+    back (no RUNNING trial left on it); scrapes the counters meanwhile.
+    Returns the seconds it took, or None at the deadline."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        c.scrape_metrics()
+        ws = [x for x in c.api("GET", "/api/v1/workers")["workers"] if x["id"] == wid]
+        if ws and ws[0]["status"] == "lost" and not ws[0]["running_trials"]:
+            return time.time() - t0
+        time.sleep(0.1)
+    return None
+
+
+def await_moved_on(c, held, timeout):
+    """Waits until one of the trials in held ({id: (attempt, iteration)}, as
+    they were when their worker froze) has a newer result stored by a later
+    attempt: the frozen worker then wakes up behind a lease that moved on.
+    Returns the trial id, or None at the deadline (no free slot for them
+    meanwhile)."""
+    t0 = time.time()
+    while held and time.time() - t0 < timeout:
+        c.scrape_metrics()
+        for tid, (attempt, it) in held.items():
+            t = c.trial(tid)
+            if t.get("attempt") != attempt and (t.get("iteration") or 0) > it:
+                return tid
+        time.sleep(0.1)
+    return None
+
+
+def inject(c, rng, kind, counts, rep):
     """One fault; returns a line describing it, or None when it could not be
-    injected now (no trial running)."""
+    injected now (no trial running; for a freeze, none early in its run)."""
     if kind == "server":
         c.scrape_metrics()
         old = c.server
@@ -86,8 +176,15 @@ def inject(c, rng, kind, counts):
         c.start_server()
         return "kill -9 server pid %d, down %.1f s, restarted pid %d" % (old.pid, down,
                                                                            c.server.pid)
-    # A worker fault hurts most where trials run: pick among the busy ones.
-    busy = [n for n in WORKERS if c.trial_processes(n)]
+    # A worker fault hurts most where trials run: pick among the busy ones
+    # (for a freeze: among those with a trial early in its run, or none now).
+    if kind == "freeze":
+        young = await_young(c, 2.0)
+        busy = sorted(young)
+        if not busy:
+            return None
+    else:
+        busy = [n for n in WORKERS if c.trial_processes(n)]
     name = rng.choice(busy or WORKERS)
     w = c.workers[name]
     if kind == "worker":
@@ -98,19 +195,32 @@ def inject(c, rng, kind, counts):
         return "kill -9 worker %s pid %d, down %.1f s, restarted pid %d" % (
             name, w.pid, down, c.workers[name].pid)
     if kind == "freeze":
-        host = rng.random() < 0.5
+        # Alternate, so that both kinds of freeze come in every run.
+        fh, fw = counts["freeze_host"], counts["freeze_worker_only"]
+        host = fh < fw if fh != fw else rng.random() < 0.5
         trials = list(c.trial_processes(name, supervisors=True)) if host else []
+        # Only a registered worker can be found lost: a freeze right after
+        # its restart waits for its registration first.
+        wid = wait_for("worker %s to register" % name, lambda: worker_id(w), 20, step=0.05)
+        held = young[name][1]
         w.signal(signal.SIGSTOP)
         for pid in trials:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass  # the trial ended between the listing and the signal
-        frozen = LEASE_TIMEOUT + rng.uniform(0.5, 2.0)
-        end = time.time() + frozen
+        t0 = time.time()
+        lost = await_lost(c, wid, LEASE_TIMEOUT + 10)
+        if lost is None:
+            rep.bad("lease", "worker %s (id %d) frozen for %.0f s, yet the server has not "
+                    "found it lost and taken its trials back (lease timeout %.1f s)"
+                    % (name, wid, time.time() - t0, LEASE_TIMEOUT))
+        moved = await_moved_on(c, held, 3.0)
+        end = time.time() + rng.uniform(0.0, 0.5)
         while time.time() < end:
             c.scrape_metrics()
-            time.sleep(0.25)
+            time.sleep(0.1)
+        frozen = time.time() - t0
         w.signal(signal.SIGCONT)
         for pid in trials:
             try:
@@ -118,8 +228,10 @@ def inject(c, rng, kind, counts):
             except ProcessLookupError:
                 pass
         counts["freeze_host" if host else "freeze_worker_only"] += 1
-        return "SIGSTOP worker %s pid %d%s for %.1f s, SIGCONT" % (
-            name, w.pid, " and its trials %s" % trials if host else "", frozen)
+        return ("SIGSTOP worker %s pid %d%s for %.1f s (lost after %s s; of its trials %s, %s), "
+                "SIGCONT" % (name, w.pid, " and its trials %s" % trials if host else "", frozen,
+                             "%.1f" % lost if lost is not None else "never", sorted(held),
+                             "%d had moved on" % moved if moved else "none had moved on"))
     if kind == "trial":
         procs = c.trial_processes()
         if not procs:
@@ -164,8 +276,10 @@ def main():
                 exps += experiment_pair(c, round_no)
                 log("all experiments ended: submitted round %d (experiments %s)"
                     % (round_no, exps[-2:]))
-                time.sleep(1.0)
-            what = inject(c, rng, plan[i], counts)
+                # The next fault meets the new round's trials running.
+                wait_for("the trials of round %d to start" % round_no,
+                         lambda: c.trial_processes(), 20, step=0.05)
+            what = inject(c, rng, plan[i], counts, rep)
             if what is None:
                 continue  # no trial process right now: try again after the next gap
             counts[plan[i]] += 1
@@ -178,7 +292,7 @@ def main():
         left = running(c, exps)
         while left and time.time() < deadline:
             c.scrape_metrics()
-            time.sleep(0.5)
+            time.sleep(0.2)
             left = running(c, exps)
         log("wait for the end: %s after %.0f s" % (
             "all ended" if not left else "still RUNNING: %s" % left,
@@ -214,8 +328,12 @@ def main():
         except Exception:
             rep.bad("server", "server pid %d did not exit within 20 s of SIGTERM (log %s)"
                     % (c.server.pid, c.server.log_path))
-        time.sleep(1.0)
+        # A trial process may outlive its worker by at most a second.
+        t_exit = time.time()
         left_procs = c.trial_processes(supervisors=True)
+        while left_procs and time.time() - t_exit < 1.0:
+            time.sleep(0.05)
+            left_procs = c.trial_processes(supervisors=True)
         if left_procs:
             rep.bad("orphan", "trial processes left after the workers exited: %s" % left_procs)
         for proc in c.all_procs:
