@@ -688,31 +688,71 @@ struct gemm_args {
   int ldc;
 };
 
+static float gemm_out(const struct gemm_args *g, float *c, double acc) {
+  return (float)(g->alpha * acc + (g->beta != 0.0f ? g->beta * *c : 0.0f));
+}
+
+/* Each C element is one double sum over p = 0..k-1 in order (a float times
+ * a float is exact in double), so results do not depend on how the loops
+ * below are blocked; a block of GEMM_I x GEMM_J elements keeps that many
+ * independent sums going at once, rather than waiting on one add at a time
+ * (this loop was most of the double's time in the tests). */
+enum { GEMM_I = 4, GEMM_J = 2 };
+
 static void run_gemm(void *arg) {
   struct gemm_args *g = arg;
   const int m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb;
   const float *A = g->A, *B = g->B;
-  /* pack op(A) as [m][k] and op(B)^T as [n][k] so each dot product is
-   * contiguous (fast enough under ASan) */
-  float *ap = malloc((size_t)m * k * sizeof(float) + 1);
-  float *bp = malloc((size_t)n * k * sizeof(float) + 1);
-  if (!ap || !bp) die("%s: out of host memory", "cublasSgemm", 0, 0);
-  for (int i = 0; i < m; i++)
-    for (int p = 0; p < k; p++)
-      ap[(size_t)i * k + p] = g->ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+  /* pack op(A) as [k][m] and op(B)^T as [n][k], so a block's row values
+   * and a column's values are each contiguous (fast enough under ASan);
+   * into buffers kept from one call to the next (the double runs on one
+   * thread), as a fresh allocation per call is fresh pages under ASan */
+  static float *pack;
+  static size_t pack_cap;
+  const size_t need = ((size_t)m + n) * k + 1;
+  if (need > pack_cap) {
+    free(pack);
+    pack_cap = need > 2 * pack_cap ? need : 2 * pack_cap;
+    if (!(pack = malloc(pack_cap * sizeof(float))))
+      die("%s: out of host memory", "cublasSgemm", 0, 0);
+  }
+  float *at = pack, *bp = pack + (size_t)m * k;
+  for (int p = 0; p < k; p++)
+    for (int i = 0; i < m; i++)
+      at[(size_t)p * m + i] = g->ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
   for (int j = 0; j < n; j++)
     for (int p = 0; p < k; p++)
       bp[(size_t)j * k + p] = g->tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      const float *a = ap + (size_t)i * k, *b = bp + (size_t)j * k;
-      double acc = 0;
-      for (int p = 0; p < k; p++) acc += (double)a[p] * b[p];
-      float *c = &g->C[i + (size_t)j * g->ldc];
-      *c = (float)(g->alpha * acc + (g->beta != 0.0f ? g->beta * *c : 0.0f));
+  const int mb = m - m % GEMM_I, nb = n - n % GEMM_J;
+  for (int j = 0; j < nb; j += GEMM_J)
+    for (int i = 0; i < mb; i += GEMM_I) {
+      const float *b0 = bp + (size_t)j * k, *b1 = b0 + k;
+      double c00 = 0, c01 = 0, c02 = 0, c03 = 0; /* (named: kept in registers) */
+      double c10 = 0, c11 = 0, c12 = 0, c13 = 0;
+      for (int p = 0; p < k; p++) {
+        const float *a = at + (size_t)p * m + i;
+        const double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+        const double x = b0[p], y = b1[p];
+        c00 += a0 * x, c01 += a1 * x, c02 += a2 * x, c03 += a3 * x;
+        c10 += a0 * y, c11 += a1 * y, c12 += a2 * y, c13 += a3 * y;
+      }
+      const double acc[GEMM_J][GEMM_I] = {{c00, c01, c02, c03},
+                                          {c10, c11, c12, c13}};
+      for (int q = 0; q < GEMM_J; q++)
+        for (int r = 0; r < GEMM_I; r++) {
+          float *c = &g->C[i + r + (size_t)(j + q) * g->ldc];
+          *c = gemm_out(g, c, acc[q][r]);
+        }
     }
-  free(ap);
-  free(bp);
+  /* the edges: rows from mb on in the blocked columns, all rows past nb */
+  for (int j = 0; j < n; j++)
+    for (int i = j < nb ? mb : 0; i < m; i++) {
+      const float *b = bp + (size_t)j * k;
+      double acc = 0;
+      for (int p = 0; p < k; p++) acc += (double)at[(size_t)p * m + i] * b[p];
+      float *c = &g->C[i + (size_t)j * g->ldc];
+      *c = gemm_out(g, c, acc);
+    }
   free(g);
 }
 
