@@ -13,6 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MOCK_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOCK_ASAN 1
+#endif
+#endif
+#ifdef MOCK_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 
 /* One queued piece of work; fn runs it and frees arg. */
 struct op {
@@ -54,6 +70,14 @@ static int n_devices = -1, cur_dev;
 static struct mock_cuda_counts counts;
 static long calls, fail_at, live_objects;
 static cudaError_t last_err = cudaSuccess;
+
+/* Counts each time nothing at all is left (no allocation, stream, event,
+ * graph, handle or communicator): see the recycling in alloc(). */
+static long quiet_epoch;
+static void live_dec(void) {
+  live_objects--;
+  if (n_blocks == 0 && live_objects == 0) quiet_epoch++;
+}
 
 void mock_cuda_set_devices(int n) { n_devices = n; }
 void mock_cuda_fail_at(long k) { fail_at = k > 0 ? calls + k : 0; }
@@ -359,7 +383,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
   if (!g) return cudaSuccess;
   graph_free_nodes(g);
   free(g);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -368,7 +392,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
   run_everything(); /* a launched graph's work finishes first */
   graph_free_nodes(&e->g);
   free(e);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -411,14 +435,60 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 static void no_capture_anywhere(const char *what);
 
+/* Freed memory kept for reuse. Fresh memory is most of the cost of a
+ * session on the double (the fault-injection loops run hundreds of them,
+ * and each plans megabytes of arenas): every page faulted in and zeroed by
+ * the kernel before the NaN fill below, and given back at free. A block is
+ * reused only after a moment when nothing at all was live: a pointer kept
+ * into freed memory within a session (a graph not rebuilt after a re-plan)
+ * then still meets a fresh address, and under ASan a poisoned one, as
+ * without recycling. Reused or not, a block is filled with NaN. */
+#define POOL_SLOTS 64
+#define POOL_BYTES ((size_t)512 << 20)
+static struct pooled {
+  char *p;
+  size_t rounded;
+  long epoch; /* quiet_epoch when it was freed */
+} pool[POOL_SLOTS];
+static int n_pool;
+static size_t pool_bytes;
+
+static char *pool_take(size_t rounded) {
+  for (int i = 0; i < n_pool; i++)
+    if (pool[i].rounded == rounded && pool[i].epoch < quiet_epoch) {
+      char *m = pool[i].p;
+      pool_bytes -= rounded;
+      pool[i] = pool[--n_pool];
+      UNPOISON(m, rounded);
+      return m;
+    }
+  return NULL;
+}
+
+static void pool_give(char *m, size_t rounded) {
+  if (n_pool == POOL_SLOTS || pool_bytes + rounded > POOL_BYTES) {
+    free(m);
+    return;
+  }
+  POISON(m, rounded);
+  pool[n_pool++] = (struct pooled){m, rounded, quiet_epoch};
+  pool_bytes += rounded;
+}
+
+static size_t rounded_size(size_t size) {
+  size_t rounded = (size + 255) / 256 * 256;
+  return rounded ? rounded : 256;
+}
+
 static cudaError_t alloc(void **p, size_t size, int dev) {
   no_capture_anywhere("cudaMalloc");
   if (mock_cuda_failing()) return cudaErrorMemoryAllocation;
   if (n_blocks == MAX_ALLOCS) die("%s: too many allocations", "alloc", 0, 0);
-  size_t rounded = (size + 255) / 256 * 256;
-  char *m = aligned_alloc(256, rounded ? rounded : 256);
+  size_t rounded = rounded_size(size);
+  char *m = pool_take(rounded);
+  if (!m) m = aligned_alloc(256, rounded);
   if (!m) return cudaErrorMemoryAllocation;
-  memset(m, 0xff, rounded ? rounded : 256); /* NaN: unwritten values show */
+  memset(m, 0xff, rounded); /* NaN: unwritten values show */
   blocks[n_blocks++] = (struct block){m, size, dev};
   *p = m;
   return cudaSuccess;
@@ -432,8 +502,9 @@ static cudaError_t release(void *p, int want_dev) {
     if (blocks[i].p == p) {
       if ((blocks[i].dev < 0) != (want_dev < 0))
         die("%s: freed with the wrong function", "free", 0, 0);
-      free(p);
+      pool_give(p, rounded_size(blocks[i].size));
       blocks[i] = blocks[--n_blocks];
+      if (n_blocks == 0 && live_objects == 0) quiet_epoch++;
       return cudaSuccess;
     }
   die("%s: not an allocation", "free", 0, 0);
@@ -557,7 +628,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   for (int i = 0; i < n_streams; i++)
     if (streams[i] == s) streams[i] = streams[--n_streams];
   free(s);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -618,7 +689,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   free(e);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -644,7 +715,7 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
 cublasStatus_t cublasDestroy(cublasHandle_t h) {
   on_current(h->dev, "cublasDestroy");
   free(h);
-  live_objects--;
+  live_dec();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -839,7 +910,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   free(c);
-  live_objects--;
+  live_dec();
   return ncclSuccess;
 }
 
