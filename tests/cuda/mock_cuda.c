@@ -13,6 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MOCK_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOCK_ASAN 1
+#endif
+#endif
+#ifdef MOCK_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 
 /* One queued piece of work; fn runs it and frees arg. */
 struct op {
@@ -54,6 +70,14 @@ static int n_devices = -1, cur_dev;
 static struct mock_cuda_counts counts;
 static long calls, fail_at, live_objects;
 static cudaError_t last_err = cudaSuccess;
+
+/* Counts each time nothing at all is left (no allocation, stream, event,
+ * graph, handle or communicator): see the recycling in alloc(). */
+static long quiet_epoch;
+static void live_dec(void) {
+  live_objects--;
+  if (n_blocks == 0 && live_objects == 0) quiet_epoch++;
+}
 
 void mock_cuda_set_devices(int n) { n_devices = n; }
 void mock_cuda_fail_at(long k) { fail_at = k > 0 ? calls + k : 0; }
@@ -359,7 +383,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
   if (!g) return cudaSuccess;
   graph_free_nodes(g);
   free(g);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -368,7 +392,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
   run_everything(); /* a launched graph's work finishes first */
   graph_free_nodes(&e->g);
   free(e);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -411,14 +435,60 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 static void no_capture_anywhere(const char *what);
 
+/* Freed memory kept for reuse. Fresh memory is most of the cost of a
+ * session on the double (the fault-injection loops run hundreds of them,
+ * and each plans megabytes of arenas): every page faulted in and zeroed by
+ * the kernel before the NaN fill below, and given back at free. A block is
+ * reused only after a moment when nothing at all was live: a pointer kept
+ * into freed memory within a session (a graph not rebuilt after a re-plan)
+ * then still meets a fresh address, and under ASan a poisoned one, as
+ * without recycling. Reused or not, a block is filled with NaN. */
+#define POOL_SLOTS 64
+#define POOL_BYTES ((size_t)512 << 20)
+static struct pooled {
+  char *p;
+  size_t rounded;
+  long epoch; /* quiet_epoch when it was freed */
+} pool[POOL_SLOTS];
+static int n_pool;
+static size_t pool_bytes;
+
+static char *pool_take(size_t rounded) {
+  for (int i = 0; i < n_pool; i++)
+    if (pool[i].rounded == rounded && pool[i].epoch < quiet_epoch) {
+      char *m = pool[i].p;
+      pool_bytes -= rounded;
+      pool[i] = pool[--n_pool];
+      UNPOISON(m, rounded);
+      return m;
+    }
+  return NULL;
+}
+
+static void pool_give(char *m, size_t rounded) {
+  if (n_pool == POOL_SLOTS || pool_bytes + rounded > POOL_BYTES) {
+    free(m);
+    return;
+  }
+  POISON(m, rounded);
+  pool[n_pool++] = (struct pooled){m, rounded, quiet_epoch};
+  pool_bytes += rounded;
+}
+
+static size_t rounded_size(size_t size) {
+  size_t rounded = (size + 255) / 256 * 256;
+  return rounded ? rounded : 256;
+}
+
 static cudaError_t alloc(void **p, size_t size, int dev) {
   no_capture_anywhere("cudaMalloc");
   if (mock_cuda_failing()) return cudaErrorMemoryAllocation;
   if (n_blocks == MAX_ALLOCS) die("%s: too many allocations", "alloc", 0, 0);
-  size_t rounded = (size + 255) / 256 * 256;
-  char *m = aligned_alloc(256, rounded ? rounded : 256);
+  size_t rounded = rounded_size(size);
+  char *m = pool_take(rounded);
+  if (!m) m = aligned_alloc(256, rounded);
   if (!m) return cudaErrorMemoryAllocation;
-  memset(m, 0xff, rounded ? rounded : 256); /* NaN: unwritten values show */
+  memset(m, 0xff, rounded); /* NaN: unwritten values show */
   blocks[n_blocks++] = (struct block){m, size, dev};
   *p = m;
   return cudaSuccess;
@@ -432,8 +502,9 @@ static cudaError_t release(void *p, int want_dev) {
     if (blocks[i].p == p) {
       if ((blocks[i].dev < 0) != (want_dev < 0))
         die("%s: freed with the wrong function", "free", 0, 0);
-      free(p);
+      pool_give(p, rounded_size(blocks[i].size));
       blocks[i] = blocks[--n_blocks];
+      if (n_blocks == 0 && live_objects == 0) quiet_epoch++;
       return cudaSuccess;
     }
   die("%s: not an allocation", "free", 0, 0);
@@ -557,7 +628,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   for (int i = 0; i < n_streams; i++)
     if (streams[i] == s) streams[i] = streams[--n_streams];
   free(s);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -618,7 +689,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   free(e);
-  live_objects--;
+  live_dec();
   return cudaSuccess;
 }
 
@@ -644,7 +715,7 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
 cublasStatus_t cublasDestroy(cublasHandle_t h) {
   on_current(h->dev, "cublasDestroy");
   free(h);
-  live_objects--;
+  live_dec();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -688,31 +759,83 @@ struct gemm_args {
   int ldc;
 };
 
+static float gemm_out(const struct gemm_args *g, float *c, double acc) {
+  return (float)(g->alpha * acc + (g->beta != 0.0f ? g->beta * *c : 0.0f));
+}
+
+/* Each C element is one double sum over p = 0..k-1 in order (a float times
+ * a float is exact in double), so results do not depend on how the loops
+ * below are blocked; a block of GEMM_I x GEMM_J elements keeps that many
+ * independent sums going at once, rather than waiting on one add at a time
+ * (this loop was most of the double's time in the tests). */
+enum { GEMM_I = 4, GEMM_J = 2 };
+
+/* One block's sums, from the packed copies below only (the double's own
+ * buffers, sized where they are filled): the device memory itself is read
+ * and written with the sanitizers on, in the packing and the stores. Left
+ * out of ASan and UBSan, which made this loop 4x slower and it was most
+ * of the double's time under them. */
+__attribute__((no_sanitize("address", "undefined")))
+static void gemm_block(const float *at, int m, const float *b0, int k,
+                       double acc[GEMM_J][GEMM_I]) {
+  const float *b1 = b0 + k;
+  double c00 = 0, c01 = 0, c02 = 0, c03 = 0; /* (named: kept in registers) */
+  double c10 = 0, c11 = 0, c12 = 0, c13 = 0;
+  for (int p = 0; p < k; p++) {
+    const float *a = at + (size_t)p * m;
+    const double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    const double x = b0[p], y = b1[p];
+    c00 += a0 * x, c01 += a1 * x, c02 += a2 * x, c03 += a3 * x;
+    c10 += a0 * y, c11 += a1 * y, c12 += a2 * y, c13 += a3 * y;
+  }
+  acc[0][0] = c00, acc[0][1] = c01, acc[0][2] = c02, acc[0][3] = c03;
+  acc[1][0] = c10, acc[1][1] = c11, acc[1][2] = c12, acc[1][3] = c13;
+}
+
 static void run_gemm(void *arg) {
   struct gemm_args *g = arg;
   const int m = g->m, n = g->n, k = g->k, lda = g->lda, ldb = g->ldb;
   const float *A = g->A, *B = g->B;
-  /* pack op(A) as [m][k] and op(B)^T as [n][k] so each dot product is
-   * contiguous (fast enough under ASan) */
-  float *ap = malloc((size_t)m * k * sizeof(float) + 1);
-  float *bp = malloc((size_t)n * k * sizeof(float) + 1);
-  if (!ap || !bp) die("%s: out of host memory", "cublasSgemm", 0, 0);
-  for (int i = 0; i < m; i++)
-    for (int p = 0; p < k; p++)
-      ap[(size_t)i * k + p] = g->ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+  /* pack op(A) as [k][m] and op(B)^T as [n][k], so a block's row values
+   * and a column's values are each contiguous (fast enough under ASan);
+   * into buffers kept from one call to the next (the double runs on one
+   * thread), as a fresh allocation per call is fresh pages under ASan */
+  static float *pack;
+  static size_t pack_cap;
+  const size_t need = ((size_t)m + n) * k + 1;
+  if (need > pack_cap) {
+    free(pack);
+    pack_cap = need > 2 * pack_cap ? need : 2 * pack_cap;
+    if (!(pack = malloc(pack_cap * sizeof(float))))
+      die("%s: out of host memory", "cublasSgemm", 0, 0);
+  }
+  float *at = pack, *bp = pack + (size_t)m * k;
+  for (int p = 0; p < k; p++)
+    for (int i = 0; i < m; i++)
+      at[(size_t)p * m + i] = g->ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
   for (int j = 0; j < n; j++)
     for (int p = 0; p < k; p++)
       bp[(size_t)j * k + p] = g->tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      const float *a = ap + (size_t)i * k, *b = bp + (size_t)j * k;
-      double acc = 0;
-      for (int p = 0; p < k; p++) acc += (double)a[p] * b[p];
-      float *c = &g->C[i + (size_t)j * g->ldc];
-      *c = (float)(g->alpha * acc + (g->beta != 0.0f ? g->beta * *c : 0.0f));
+  const int mb = m - m % GEMM_I, nb = n - n % GEMM_J;
+  for (int j = 0; j < nb; j += GEMM_J)
+    for (int i = 0; i < mb; i += GEMM_I) {
+      double acc[GEMM_J][GEMM_I];
+      gemm_block(at + i, m, bp + (size_t)j * k, k, acc);
+      for (int q = 0; q < GEMM_J; q++)
+        for (int r = 0; r < GEMM_I; r++) {
+          float *c = &g->C[i + r + (size_t)(j + q) * g->ldc];
+          *c = gemm_out(g, c, acc[q][r]);
+        }
     }
-  free(ap);
-  free(bp);
+  /* the edges: rows from mb on in the blocked columns, all rows past nb */
+  for (int j = 0; j < n; j++)
+    for (int i = j < nb ? mb : 0; i < m; i++) {
+      const float *b = bp + (size_t)j * k;
+      double acc = 0;
+      for (int p = 0; p < k; p++) acc += (double)at[(size_t)p * m + i] * b[p];
+      float *c = &g->C[i + (size_t)j * g->ldc];
+      *c = gemm_out(g, c, acc);
+    }
   free(g);
 }
 
@@ -799,7 +922,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   free(c);
-  live_objects--;
+  live_dec();
   return ncclSuccess;
 }
 

@@ -34,6 +34,11 @@ MLP = ["--device", "cuda", "--model", "mlp", "--l1", "256", "--l2", "128",
 def run(args, gpus=1, cwd=None):
     env = dict(os.environ, CTUNE_MOCK_GPUS=str(gpus))
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    if "--dataset" in args and cwd:
+        # one data cache for all runs, as under a worker: otherwise each run
+        # decompresses the whole data set whatever --train-limit says (two
+        # thirds of a run's time on the double); the bytes are the same
+        args = args + ["--data-cache", os.path.join(cwd, "data-cache")]
     return subprocess.run([EXE] + args, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=100)
 
