@@ -43,12 +43,13 @@ demo: build
 # The suite as two passes; a test's labels say which pass runs it, and
 # each test runs once unless it is a unit test:
 #   release pass:   unit, compute (CPU-bound training, 5-10x slower under
-#                   ASan), browser, python, bench, fuzz, gpu
+#                   ASan), browser, python, bench, fuzz, gpu, cuda (e2e
+#                   tests of the CUDA build, which ASan builds never have)
 #   sanitizer pass: unit, e2e (the real daemons, where ASan and UBSan also
 #                   catch what a fault does to memory), chaos, fuzz
 # slow marks the long ones (chaos, schemathesis, the 10,000-trial page) for
 # `ctest -LE slow`. HACKING.md#test-labels has the table.
-RELEASE_LABELS = unit|compute|browser|python|bench|fuzz|gpu
+RELEASE_LABELS = unit|compute|browser|python|bench|fuzz|gpu|cuda
 SANITIZE_SKIP = browser|bench|python|compute
 test: test-build asan
 	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L '$(RELEASE_LABELS)'
