@@ -71,10 +71,13 @@ def test_trials_results_workers_pages():
 
     seen, _ = walk(s, "/api/v1/experiments/%d/trials" % eid, "trials", 6, more_trials)
     assert [t["id"] for t in seen] == tids, ([t["id"] for t in seen], tids)
-    # results: 1000 a page by default
+    # results: 1000 a page by default (stored in two batches: the pages,
+    # not the posting, are what is tested here)
     t = tids[0]
-    for i in range(1, 1006):
-        report(s, t, training_iteration=i, loss=1.0 / i)
+    for lo, hi in ((1, 1001), (1001, 1006)):
+        b = s.ok("POST", "/api/v1/trials/%d/results" % t,
+                 [{"training_iteration": i, "loss": 1.0 / i} for i in range(lo, hi)])
+        assert b["decisions"] == ["continue"] * (hi - lo), b["decision"]
     b = s.ok("GET", "/api/v1/trials/%d/results" % t)
     assert len(b["results"]) == 1000 and b["next_cursor"], len(b["results"])
     n = [1005]
