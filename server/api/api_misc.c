@@ -46,6 +46,7 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   double flush_s;
   commit_stats(s->commit, &batches, &ops);
   commit_flush_stats(s->commit, &flushes, &flush_s);
+  uint64_t pending = commit_pending(s->commit);
   int off = snprintf(buf, cap, "# HELP ctune_trials Trials by status.\n# TYPE ctune_trials gauge\n");
   for (int j = 0; j < TS_COUNT; j++)
     off += snprintf(buf + off, cap - (size_t)off, "ctune_trials{status=\"%s\"} %lld\n",
@@ -68,6 +69,9 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
                   "# HELP ctune_commit_flush_seconds_total Time spent in those flushes.\n"
                   "# TYPE ctune_commit_flush_seconds_total counter\n"
                   "ctune_commit_flush_seconds_total %.6f\n"
+                  "# HELP ctune_commit_pending Changes handed to the writer and not yet "
+                  "committed or failed.\n# TYPE ctune_commit_pending gauge\n"
+                  "ctune_commit_pending %llu\n"
                   "# HELP ctune_unusable_rows Rows the last load could not use (logged, kept).\n"
                   "# TYPE ctune_unusable_rows gauge\nctune_unusable_rows %lld\n"
                   "# HELP ctune_trials_compact Ended trials kept as a summary (bounded memory).\n"
@@ -75,7 +79,8 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
                   "# HELP ctune_experiments_cold Finished experiments whose trials are not in "
                   "memory.\n# TYPE ctune_experiments_cold gauge\nctune_experiments_cold %lld\n",
                   (long long)workers[0], (long long)workers[1], (unsigned long long)batches,
-                  (unsigned long long)ops, (unsigned long long)flushes, flush_s, (long long)unusable, (long long)compact,
+                  (unsigned long long)ops, (unsigned long long)flushes, flush_s,
+                  (unsigned long long)pending, (long long)unusable, (long long)compact,
                   (long long)cold);
   int m = off < (int)cap ? metrics_format(&s->metrics, buf + off, cap - (size_t)off) : -ENOSPC;
   if (m < 0) {

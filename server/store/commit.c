@@ -566,6 +566,13 @@ void commit_flush_stats(struct commit *c, uint64_t *flushes, double *seconds) {
   pthread_mutex_unlock(&c->mu);
 }
 
+uint64_t commit_pending(struct commit *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t n = c->issued - c->done;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
 uint64_t commit_failures(struct commit *c) {
   pthread_mutex_lock(&c->mu);
   uint64_t n = c->failed;

@@ -92,5 +92,8 @@ void commit_stats(struct commit *c, uint64_t *batches, uint64_t *ops);
 uint64_t commit_failures(struct commit *c);
 /* Flushes of the WAL so far (durable commits) and the seconds they took. */
 void commit_flush_stats(struct commit *c, uint64_t *flushes, double *seconds);
+/* Groups handed to the writer and not ended yet (committed, failed or
+ * refused): how far the writer is behind (for /metrics). */
+uint64_t commit_pending(struct commit *c);
 
 #endif

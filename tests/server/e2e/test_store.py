@@ -208,15 +208,14 @@ def test_change_queued_behind_a_refused_one_is_retried():
     """A refused write and a result that was queued right behind it, in the
     same batch: the first gets 500, the second 503 with Retry-After and is
     not stored (it might build on the refused change); sent again, it is
-    stored. Every commit waits 800 ms first (test hook), so both requests
-    line up behind a first one while the commit thread sleeps. The gaps
-    (0.2 s, then 0.3 s, then 0.3 s left) leave room for a loaded machine:
-    the upload must be queued before the result, both before the sleep
-    ends."""
-    import http.client
+    stored. The test's own connection holds the database's write lock (as
+    an operator's sqlite3 would: the writer waits for it), so that a first
+    result holds the writer and the upload and the result line up behind it,
+    each seen queued (ctune_commit_pending) before the next is sent; then
+    the lock goes."""
     import json
     import threading
-    s = start(fault="blob_limit=200000,delay_ms=800")
+    s = start(fault="blob_limit=200000")
     s.ok("POST", "/api/v1/experiments", experiment(n=2, sched={"type": "fifo"}), status=201)
     w = register(s)
     t1, t2 = lease(s, w), lease(s, w)
@@ -238,25 +237,38 @@ def test_change_queued_behind_a_refused_one_is_retried():
         send(name, "POST", "/api/v1/trials/%d/results" % tid,
              json.dumps({"training_iteration": it, "loss": 0.5}), h)
 
+    def queued(n):
+        deadline = time.time() + 10
+        while metric(s, "ctune_commit_pending") < n:
+            assert time.time() < deadline, "never %d change(s) queued" % n
+            time.sleep(0.01)  # no event to wait on: the gauge, polled
+
     big = b"x" * 300000
     h = fence(w, t1)
     h.update({"Content-Type": "application/octet-stream", "X-Ctune-Iteration": "1",
               "X-Ctune-Crc32": "%08x" % (zlib.crc32(big) & 0xffffffff)})
-    first = threading.Thread(target=post_result, args=("first", t2["id"], 1))
-    first.start()
-    time.sleep(0.2)  # the commit thread now sleeps in the first batch
-    bad = threading.Thread(target=send, args=("bad", "PUT", "/api/v1/trials/%d/checkpoint"
-                                              % t1["id"], big, h))
-    bad.start()
-    time.sleep(0.3)  # queued behind the refused upload, before the repair
-    behind = threading.Thread(target=post_result, args=("behind", t2["id"], 2))
-    behind.start()
-    for th in (first, bad, behind):
+    assert metric(s, "ctune_commit_pending") == 0
+    lock = sqlite3.connect(s.db, timeout=10, isolation_level=None, check_same_thread=False)
+    lock.execute("BEGIN IMMEDIATE")
+    threads = []
+    try:
+        for n, (fn, args) in enumerate(
+                [(post_result, ("first", t2["id"], 1)),
+                 (send, ("bad", "PUT", "/api/v1/trials/%d/checkpoint" % t1["id"], big, h)),
+                 (post_result, ("behind", t2["id"], 2))], 1):
+            threads.append(threading.Thread(target=fn, args=args))
+            threads[-1].start()
+            queued(n)
+    finally:
+        lock.execute("COMMIT")
+        lock.close()
+    for th in threads:
         th.join()
     assert out["first"][0] == 200, out
     assert out["bad"][0] == 500 and out["bad"][1]["error"]["code"] == "store_error", out
     st, body, retry = out["behind"]
     assert st == 503 and body["error"]["code"] == "store_retry" and retry == "1", out
+    assert metric(s, "ctune_commit_pending") == 0
     # not stored, and the model forgot it: the same result again is stored
     assert [r["training_iteration"] for r in
             s.ok("GET", "/api/v1/trials/%d/results" % t2["id"])["results"]] == [1]
