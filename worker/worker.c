@@ -43,6 +43,7 @@ extern char **environ;
 #define WORKER_UPLOAD_TIMEOUT_MS 60000L
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
+#define WORKER_DRAIN_REG_MS 500       /* a registration reply awaited by a drain */
 #define WORKER_MAX_CHECKPOINT (1024L * 1024 * 1024)
 #define WORKER_CKPT_GET_TRIES 6
 #define WORKER_CKPT_PUT_TRIES 5       /* a finished trial's last checkpoint */
@@ -79,6 +80,7 @@ struct worker {
   int draining, drain_kill, shut;
   int deregistering; /* the clean stop's deregistration is out */
   uint64_t drain_deadline_ms;
+  uint64_t drain_reg_deadline_ms;  /* until then a drain awaits a registration reply */
 };
 
 /* What a response callback needs; never a pointer to a trial, which may be
@@ -1534,6 +1536,11 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   if (w->shut) return;
   cJSON *b = (!err && resp->status / 100 == 2) ? cJSON_Parse(resp->body) : NULL;
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id");
+  if (!cJSON_IsNumber(id) && w->draining) {
+    cJSON_Delete(b);
+    worker_check_drained(w);  /* not registered: nothing to leave */
+    return;
+  }
   if (!cJSON_IsNumber(id)) {
     unsigned d = 250u << (w->reg_attempts < 5 ? w->reg_attempts : 5);
     if (w->reg_attempts++ == 0 || w->reg_attempts % 20 == 0)
@@ -1568,6 +1575,13 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
            "lease timeout %.1f s)", w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb,
            w->hb_interval_s, w->lease_timeout_s);
   sdnotify("READY=1"); /* systemd Type=notify: registered */
+  if (w->draining) {
+    /* The stop signal came while this reply was on its way: the server
+     * lists this worker now, so leave that list (worker_check_drained
+     * deregisters) instead of starting to work. */
+    worker_check_drained(w);
+    return;
+  }
   worker_begin(w);
 }
 
@@ -1685,6 +1699,12 @@ static void worker_check_drained(struct worker *w) {
   if (now < w->drain_deadline_ms &&
       (w->trials || w->uploads > 0 || worker_ob_busy(w) || w->lease_inflight))
     return;
+  /* A registration still in flight may have made this worker known to
+   * the server: wait a moment for its reply (worker_on_registered) to
+   * deregister, or the server would list a worker that is gone until it is
+   * pruned. Only a moment: a server that does not answer must not hold the
+   * stop up. */
+  if (now < w->drain_reg_deadline_ms && w->reg_inflight) return;
   worker_deregister_and_exit(w);
 }
 
@@ -1695,7 +1715,7 @@ void worker_drain(struct worker *w) {
   if (w->draining) {
     log_warn("second stop signal: killing trials now");
     for (struct trial *t = w->trials; t; t = t->next) worker_trial_event(w, t, TEV_KILL, 0, 0);
-    w->drain_deadline_ms = clock_mono_ms();
+    w->drain_deadline_ms = w->drain_reg_deadline_ms = clock_mono_ms();
     worker_check_drained(w);
     return;
   }
@@ -1714,6 +1734,7 @@ void worker_drain(struct worker *w) {
   uv_timer_stop(&w->lease_timer);
   uv_timer_stop(&w->reg_timer);
   w->drain_deadline_ms = clock_mono_ms() + w->o.stop_grace_ms + WORKER_DRAIN_EXTRA_MS;
+  w->drain_reg_deadline_ms = clock_mono_ms() + WORKER_DRAIN_REG_MS;
   uv_timer_start(&w->drain_timer, worker_on_drain_timer, 200, 200);
   worker_pump_outbox(w);
   worker_check_drained(w);
