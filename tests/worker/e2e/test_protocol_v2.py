@@ -60,21 +60,6 @@ def worker(env, fake, name, *args, wenv=None):
         return env.start_worker(name, "--poll-ms", "50", *args, env=wenv or worker_env())
 
 
-def trial_processes(env, name):
-    """pids of live trial processes of worker `name` (the cases run side by
-    side: env.trial_processes() would see the other workers' trials)."""
-    mine = ("CTUNE_CHECKPOINT_DIR=" + env.work_dir(name) + "/").encode()
-    found = []
-    for pid in env.trial_processes():
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                if mine in f.read():
-                    found.append(pid)
-        except OSError:
-            pass
-    return found
-
-
 def trainable(iters):
     return ["sh", TRAINABLE, str(iters), PACE]
 
@@ -216,7 +201,7 @@ def fence(env):
         t0 = time.time()
         wait_for(lambda: "self-fencing" in w.log(), 10, "the worker to fence itself")
         fenced_after = time.time() - t0
-        wait_for(lambda: not trial_processes(env, "fence"), 10, "the trial to stop")
+        wait_for(lambda: not env.trial_processes("fence"), 10, "the trial to stop")
         # The worker copies the trial's stderr to stderr.log: its last line
         # may land there a moment after the process exited.
         wait_for(lambda: "got TERM" in read(os.path.join(env.trial_dir("fence", 1), "stderr.log")),
