@@ -33,6 +33,7 @@
 #include "log.h"
 #include "sdnotify.h"
 #include "outbox.h"
+#include "testhook.h"
 #include "trainable.h"
 #include "trial.h"
 #include "workdir.h"
@@ -43,6 +44,7 @@ extern char **environ;
 #define WORKER_UPLOAD_TIMEOUT_MS 60000L
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
+#define WORKER_DRAIN_REG_MS 500       /* a registration reply awaited by a drain */
 #define WORKER_MAX_CHECKPOINT (1024L * 1024 * 1024)
 #define WORKER_CKPT_GET_TRIES 6
 #define WORKER_CKPT_PUT_TRIES 5       /* a finished trial's last checkpoint */
@@ -79,6 +81,7 @@ struct worker {
   int draining, drain_kill, shut;
   int deregistering; /* the clean stop's deregistration is out */
   uint64_t drain_deadline_ms;
+  uint64_t drain_reg_deadline_ms;  /* until then a drain awaits a registration reply */
 };
 
 /* What a response callback needs; never a pointer to a trial, which may be
@@ -731,8 +734,9 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
   free(clean);
 }
 
-/* Every 2 s: logs that changed, checkpoints that wait for a retry, trials
- * waiting for outbox space. */
+/* Every 2 s (a test build may tick faster: worker_start): logs that
+ * changed, checkpoints that wait for a retry, trials waiting for outbox
+ * space. */
 static void worker_on_log_timer(uv_timer_t *h) {
   struct worker *w = h->data;
   worker_unhold(w);
@@ -1534,6 +1538,11 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   if (w->shut) return;
   cJSON *b = (!err && resp->status / 100 == 2) ? cJSON_Parse(resp->body) : NULL;
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id");
+  if (!cJSON_IsNumber(id) && w->draining) {
+    cJSON_Delete(b);
+    worker_check_drained(w);  /* not registered: nothing to leave */
+    return;
+  }
   if (!cJSON_IsNumber(id)) {
     unsigned d = 250u << (w->reg_attempts < 5 ? w->reg_attempts : 5);
     if (w->reg_attempts++ == 0 || w->reg_attempts % 20 == 0)
@@ -1568,6 +1577,13 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
            "lease timeout %.1f s)", w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb,
            w->hb_interval_s, w->lease_timeout_s);
   sdnotify("READY=1"); /* systemd Type=notify: registered */
+  if (w->draining) {
+    /* The stop signal came while this reply was on its way: the server
+     * lists this worker now, so leave that list (worker_check_drained
+     * deregisters) instead of starting to work. */
+    worker_check_drained(w);
+    return;
+  }
   worker_begin(w);
 }
 
@@ -1685,6 +1701,12 @@ static void worker_check_drained(struct worker *w) {
   if (now < w->drain_deadline_ms &&
       (w->trials || w->uploads > 0 || worker_ob_busy(w) || w->lease_inflight))
     return;
+  /* A registration still in flight may have made this worker known to
+   * the server: wait a moment for its reply (worker_on_registered) to
+   * deregister, or the server would list a worker that is gone until it is
+   * pruned. Only a moment: a server that does not answer must not hold the
+   * stop up. */
+  if (now < w->drain_reg_deadline_ms && w->reg_inflight) return;
   worker_deregister_and_exit(w);
 }
 
@@ -1695,7 +1717,7 @@ void worker_drain(struct worker *w) {
   if (w->draining) {
     log_warn("second stop signal: killing trials now");
     for (struct trial *t = w->trials; t; t = t->next) worker_trial_event(w, t, TEV_KILL, 0, 0);
-    w->drain_deadline_ms = clock_mono_ms();
+    w->drain_deadline_ms = w->drain_reg_deadline_ms = clock_mono_ms();
     worker_check_drained(w);
     return;
   }
@@ -1714,6 +1736,7 @@ void worker_drain(struct worker *w) {
   uv_timer_stop(&w->lease_timer);
   uv_timer_stop(&w->reg_timer);
   w->drain_deadline_ms = clock_mono_ms() + w->o.stop_grace_ms + WORKER_DRAIN_EXTRA_MS;
+  w->drain_reg_deadline_ms = clock_mono_ms() + WORKER_DRAIN_REG_MS;
   uv_timer_start(&w->drain_timer, worker_on_drain_timer, 200, 200);
   worker_pump_outbox(w);
   worker_check_drained(w);
@@ -1753,8 +1776,12 @@ fail:
 }
 
 int worker_start(struct worker *w) {
-  uv_timer_start(&w->log_timer, worker_on_log_timer, WORKER_LOG_PERIOD_MS,
-                 WORKER_LOG_PERIOD_MS);
+  /* A test build may tick faster, so that tests wait less for what the
+   * tick does (testhook.h). */
+  const char *tick = TESTHOOK(TESTHOOK_WORKER_TICK_MS);
+  uint64_t period = tick && strtoul(tick, NULL, 10) > 0 ? strtoul(tick, NULL, 10)
+                                                         : WORKER_LOG_PERIOD_MS;
+  uv_timer_start(&w->log_timer, worker_on_log_timer, period, period);
   worker_load_identity(w);
   if (w->id) worker_begin(w); /* its first heartbeat confirms the identity */
   else worker_register(w);

@@ -76,9 +76,12 @@ class Env:
     def trial_dir(self, worker, trial_id):
         return os.path.join(self.work_dir(worker), "trials", str(trial_id))
 
-    def trial_processes(self):
+    def trial_processes(self, worker=None):
         """pids of live processes started for trials of this test (found by the
-        CTUNE_CHECKPOINT_DIR the worker puts in their environment)."""
+        CTUNE_CHECKPOINT_DIR the worker puts in their environment); with
+        `worker`, only that worker's."""
+        mark = b"CTUNE_CHECKPOINT_DIR=" + (
+            (self.work_dir(worker) + "/") if worker else self.tmp).encode()
         found = []
         for d in os.listdir("/proc"):
             if not d.isdigit():
@@ -90,7 +93,7 @@ class Env:
                     state = f.read().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if state != "Z" and (b"CTUNE_CHECKPOINT_DIR=" + self.tmp.encode()) in env:
+            if state != "Z" and mark in env:
                 found.append(int(d))
         return found
 

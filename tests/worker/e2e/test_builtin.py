@@ -12,7 +12,7 @@ import sys
 from harness import SKIP, cpus_allowed, main, result_values, wait_for
 
 DATA = "/usr/share/datasets/fashion-mnist"
-MAX_T = 8
+MAX_T = 6
 
 
 def worker_pids(proc):
@@ -41,7 +41,7 @@ def body(env):
         "scheduler": {"type": "fifo", "time_attr": "training_iteration", "max_t": MAX_T},
         "resources_per_trial": {"cpu": 1},
         "trainable": {"type": "builtin", "model": "mlp", "dataset": "fashion-mnist",
-                      "data_dir": DATA, "train_limit": 40000}})
+                      "data_dir": DATA, "train_limit": 10000}})
 
     pids = wait_for(lambda: (lambda p: len(p) == 2 and p)(worker_pids(w1)), 20,
                     "two ctune-train processes")

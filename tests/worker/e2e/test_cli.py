@@ -57,7 +57,8 @@ def main():
                       "grep Cpus_allowed_list /proc/self/status")
         assert rc == 0 and out.split()[-1] == "0", out
         # SIGTERM while a request hangs (a server that accepts and never
-        # answers): the worker cancels it and exits 0 at once, without leaks.
+        # answers): the worker cancels it and exits 0 promptly (it awaits a
+        # registration reply 0.5 s, to deregister), without leaks.
         srv = socket.socket()
         srv.bind(("127.0.0.1", 0))
         srv.listen(8)

@@ -31,12 +31,14 @@ def alive(pid):
 
 def body(env):
     env.start_server()
-    worker = env.start_worker("w1", "--cpus", "2")
+    # A short grace: case 6 waits it out before the SIGKILL. Lease polls
+    # every 50 ms: each case's trial starts sooner.
+    worker = env.start_worker("w1", "--cpus", "2", "--stop-grace-s", "1", "--poll-ms", "50")
 
     # 1. Two concurrent trials, one CPU each, distinct; stopped at max_t = 4
     # by the scheduler while they would otherwise run 40 iterations.
     exp = env.submit(command_config(
-        "pinning", ["sh", TRAINABLE, "40", "0.25"], num_samples=2, max_concurrent_trials=2,
+        "pinning", ["sh", TRAINABLE, "40", "0.15"], num_samples=2, max_concurrent_trials=2,
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 4}))
     running = wait_for(lambda: [t for t in env.trials(exp) if t["status"] == "RUNNING"]
                        if len([t for t in env.trials(exp) if t["status"] == "RUNNING"]) == 2
@@ -62,7 +64,7 @@ def body(env):
               % (t["id"], lag))
         # Typically 3-20 ms; the bound leaves room for a slow WAL flush on a
         # loaded machine (a 0.26 s lag was seen) and is still far below the
-        # 9 s the trial would run on without the stop.
+        # 5.4 s the trial would run on without the stop.
         assert 0 <= lag < 3.0, "trial %d got SIGTERM %.3f s after its last result" % (t["id"], lag)
         wait_for(lambda: not alive(pids[t["id"]]), 5.0, "trial process %d to exit" % pids[t["id"]])
         assert "trial=%d omp=1 blas=1 cuda=[] gpumem=none resume=0" % t["id"] in log, log
@@ -81,7 +83,7 @@ def body(env):
                  10, "a pending_reason")
     print("pending_reason:", t)
     assert "cpu" in t, t
-    time.sleep(1.5)
+    time.sleep(0.6)  # a dozen lease polls of the worker
     e = env.api("GET", "/api/v1/experiments/%d" % big)
     assert e["num_created"] == 0 and e["status"] == "RUNNING", e
     env.api("POST", "/api/v1/experiments/%d/cancel" % big, {})
@@ -114,7 +116,7 @@ def body(env):
     assert t["status"] == "TERMINATED" and result_values(env.results(t["id"])) == [1, 2, 3], t
 
     # 6. A trial that ignores SIGTERM and leaves a background child: SIGKILL
-    # after the grace period (3 s in the harness), nothing orphaned, no zombie.
+    # after the grace period (1 s here), nothing orphaned, no zombie.
     stubborn = env.submit(command_config(
         "stubborn", ["sh", "-c", "trap '' TERM; sleep 300 & echo $! > bg; i=0; "
                      "while true; do i=$((i+1)); echo \"{\\\"training_iteration\\\": $i, \\\"loss\\\": 1}\"; "

@@ -12,7 +12,10 @@ import time
 
 from harness import TRAINABLE, command_config, main, result_values, wait_for
 
+# Killed at iteration 3: the trials still run when the server comes back
+# (queued and fresh results meet), then two more trials run.
 ITERS = 20
+PACE = "0.05"  # seconds per trainable iteration
 
 
 def printed(env, worker, trial_id):
@@ -36,7 +39,7 @@ def body(env):
     w1 = env.start_worker("w1", "--cpus", "1")
     w2 = env.start_worker("w2", "--cpus", "1")
     exp = env.submit(command_config(
-        "server-crash", ["sh", TRAINABLE, str(ITERS), "0.1"], num_samples=4,
+        "server-crash", ["sh", TRAINABLE, str(ITERS), PACE], num_samples=4,
         max_concurrent_trials=2,
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     wait_for(lambda: any((t["iteration"] or 0) >= 3 for t in env.trials(exp)), 20, "results")
@@ -49,7 +52,7 @@ def body(env):
         len(outbox_files(env, "w1")) + len(outbox_files(env, "w2"))), 10,
         "results queued in the outboxes while the server is down")
     print("results queued on disk during the outage:", queued)
-    time.sleep(1.0)
+    time.sleep(0.5)  # the outage goes on: retries back off
 
     env.start_server("--lease-timeout", "15", port=port, db=db)
     assert env.port == port
@@ -76,8 +79,8 @@ def body(env):
     w2.p.terminate()
     assert w2.p.wait(15) == 0, w2.log()
     drain = env.submit(command_config(
-        "drain", ["sh", TRAINABLE, "30", "0.1"],
-        scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 30}))
+        "drain", ["sh", TRAINABLE, "15", PACE],
+        scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 15}))
     t = wait_for(lambda: (lambda t: (t["iteration"] or 0) >= 5 and t)(env.trials(drain)[0]), 20,
                  "the drain trial to reach iteration 5")
     t0 = time.time()
@@ -102,7 +105,7 @@ def body(env):
     env.wait_experiment(drain, 40)
     t = env.trial(t["id"])
     assert t["status"] == "TERMINATED", t
-    assert result_values(env.results(t["id"])) == list(range(1, 31))
+    assert result_values(env.results(t["id"])) == list(range(1, 16))
     with open(os.path.join(env.trial_dir("w3", t["id"]), "stdout.log")) as f:
         head = f.readline()
     print("drained at iteration %d; worker 3 says %r" % (stopped_at, head.strip()))
@@ -128,7 +131,7 @@ def body(env):
 
     # A full outbox (--max-queued 3) pauses the trial instead of losing results.
     paused = env.submit(command_config(
-        "pause", ["sh", TRAINABLE, "15", "0.1"],
+        "pause", ["sh", TRAINABLE, "15", PACE],
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": 15}))
     t = wait_for(lambda: (lambda t: (t["iteration"] or 0) >= 2 and t)(env.trials(paused)[0]),
                  20, "the pause trial to report")
@@ -151,7 +154,7 @@ def body(env):
     wait_for(group_paused, 10, "trial pid %d to be paused (SIGSTOP)" % pid)
     log = os.path.join(env.trial_dir("w3", t["id"]), "stdout.log")
     size = os.path.getsize(log)
-    time.sleep(0.5)
+    time.sleep(0.3)  # 6 iterations' time: a running trial would print
     assert group_paused() and os.path.getsize(log) == size, "the paused trial kept running"
     assert len(outbox_files(env, "w3")) == 3, outbox_files(env, "w3")
     print("outbox full: trial %d paused with %d results queued" % (t["id"], 3))

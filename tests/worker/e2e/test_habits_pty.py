@@ -5,7 +5,10 @@ Python's, with PYTHONUNBUFFERED turned off by the trainable) line-buffers
 it. The first result is stored while the trial still sleeps before its
 second; ASHA stops the worse trials early (their processes print fewer than
 max_t results). A trainable that says "stdout": "pipe" keeps a pipe: there
-the same program's results all arrive at its exit."""
+the same program's results all arrive at its exit. The pty case's trial
+sleeps most of its 3 s: the pipe and ASHA cases run beside it on the
+worker's second CPU."""
+import concurrent.futures
 import json
 import os
 import pwd
@@ -26,18 +29,10 @@ def env_of(outdir, tid):
         return json.load(f)
 
 
-def body(env):
-    if not os.access(PY, os.X_OK):
-        print("SKIP: no %s" % PY)
-        sys.exit(77)
-    outdir = os.path.join(env.tmp, "out")
-    os.mkdir(outdir)
-    env.start_server()
-    wa = env.start_worker("a", "--cpus", "1")
-
-    # 1. Prompt delivery: result 1 stored while the trial sleeps 1.5 s
+def pty(env, outdir):
+    # 1. Prompt delivery: result 1 stored while the trial sleeps 1 s
     # before printing result 2.
-    pause = 1.5
+    pause = 1.0
     exp = env.submit(command_config(
         "pty", [PY, TRIAL, "plain", outdir, "3", str(pause)],
         trainable={"type": "command", "argv": [PY, TRIAL, "plain", outdir, "3", str(pause)],
@@ -48,7 +43,7 @@ def body(env):
     seen = time.time()
     res = env.results(tid)
     tr = env.trial(tid)
-    # Seen while the trial still runs (its last result comes at 4.5 s).
+    # Seen while the trial still runs (its last result comes at 3 s).
     assert len(res) < 3 and tr["status"] == "RUNNING", (res, tr)
     e = env_of(outdir, tid)
     assert e["stdout_isatty"] is True and e["PYTHONUNBUFFERED"] == "", e
@@ -62,8 +57,11 @@ def body(env):
     assert len(totals) == 3, totals
     assert totals[0] < 2.5 * pause and totals[2] - totals[0] > 1.5 * pause, totals
 
+
+def pipe(env, outdir):
     # 2. "stdout": "pipe": a pipe, block-buffered: everything at exit.
-    argv = [PY, TRIAL, "plain", outdir, "3", "0.4"]
+    pipe_pause = 0.25
+    argv = [PY, TRIAL, "plain", outdir, "3", str(pipe_pause)]
     exp = env.submit(command_config(
         "pipe", argv, trainable={"type": "command", "argv": argv, "env": NOFLUSH,
                                  "stdout": "pipe"}))
@@ -71,19 +69,21 @@ def body(env):
     env.wait_experiment(exp, 20)
     assert env_of(outdir, tid)["stdout_isatty"] is False
     # The worker stamps time_total_s when it reads a line. Through a pipe
-    # all three lines come in one read at exit (printed at 0.4, 0.8 and
-    # 1.2 s); through a pty they would be read 0.4 s apart. (Counting the
+    # all three lines come in one read at exit (printed at 0.25, 0.5 and
+    # 0.75 s); through a pty they would be read 0.25 s apart. (Counting the
     # results at the first sight raced: the worker may send the first
     # line alone and the other two in the next batch.)
     totals = [r.get("result", r)["time_total_s"] for r in env.results(tid)]
     print("with a pipe: results read at %s s" % ", ".join("%.2f" % t for t in totals))
     assert len(totals) == 3, totals
-    assert min(totals) >= 3 * 0.4 - 0.05, totals
+    assert min(totals) >= 3 * pipe_pause - 0.05, totals
     assert max(totals) - min(totals) < 0.3, totals
 
+
+def asha(env, outdir):
     # 3. ASHA stops the worse trials early: their processes are stopped.
     iters = 8
-    argv = [PY, TRIAL, "plain", outdir, str(iters), "0.3"]
+    argv = [PY, TRIAL, "plain", outdir, str(iters), "0.1"]
     exp = env.submit(command_config(
         "asha", argv, num_samples=3, max_concurrent_trials=1,
         trainable={"type": "command", "argv": argv, "env": NOFLUSH},
@@ -108,6 +108,8 @@ def body(env):
             assert t["iteration"] < iters, t
     assert stopped >= 1, env.trials(exp)
 
+
+def run_as(env, wa):
     # 4. Under --run-as the terminal is the trial's user's: a script that
     # writes to /dev/stdout (it reopens /dev/pts/N) works. Root only.
     try:
@@ -128,6 +130,25 @@ def body(env):
         print("under --run-as nobody: /dev/stdout writable, 1 result")
     else:
         print("not root (or no user nobody): the --run-as case is skipped")
+
+
+def body(env):
+    if not os.access(PY, os.X_OK):
+        print("SKIP: no %s" % PY)
+        sys.exit(77)
+    outdir = os.path.join(env.tmp, "out")
+    os.mkdir(outdir)
+    env.start_server()
+    # Two CPUs, one per trial: the pty case's trial, which sleeps most of
+    # its 3 s, runs beside the pipe and ASHA cases' trials (one at a time).
+    wa = env.start_worker("a", "--cpus", "2")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        others = pool.submit(lambda: (pipe(env, outdir), asha(env, outdir)))
+        try:
+            pty(env, outdir)
+        finally:
+            others.result()  # re-raises their failure
+    run_as(env, wa)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,19 @@ decides which reply is late, refused or missing:
                when the disk stays full it fails after --outbox-stall-s with
                a clear error, and that fail is delivered.
   relase_drain trial 1 is stopped and leased again to the same worker while
-               attempt 1's last checkpoint upload is still in flight; SIGTERM
-               then drains and exits (it used to hang)."""
+               attempt 1's checkpoint upload is still in flight; SIGTERM
+               then drains and exits (it used to hang).
+  reg_drain    SIGTERM while the registration reply is on its way: the
+               worker awaits it (0.5 s at most) and deregisters (the server
+               already lists it) instead of exiting unseen.
+
+The cases run in three streams side by side, each case with its own fake
+server, worker and work dir. Every wait is for an event (a request, a log
+line, a process state); the two sleeps hold a fault for a set time. The
+workers tick every TICK_MS (CTUNE_TEST_WORKER_TICK_MS, a test-build hook)
+instead of every 2 s, so that what the tick does (log uploads, outbox-space
+and stall checks) is not waited for; trainables report every 0.05 s."""
+import concurrent.futures
 import os
 import signal
 import threading
@@ -32,10 +43,25 @@ import time
 from fakeserver import FakeServer, lease
 from harness import TRAINABLE, main, wait_for
 
+PACE = "0.05"   # seconds per trainable iteration
+TICK_MS = "100"  # the worker's housekeeping tick
 
-def worker(env, fake, name, *args):
-    env.url = fake.url
-    return env.start_worker(name, *args)
+
+def worker_env(**extra):
+    return dict(os.environ, CTUNE_TEST_WORKER_TICK_MS=TICK_MS, **extra)
+
+
+START = threading.Lock()  # env.url is the server start_worker uses
+
+
+def worker(env, fake, name, *args, wenv=None):
+    with START:
+        env.url = fake.url
+        return env.start_worker(name, "--poll-ms", "50", *args, env=wenv or worker_env())
+
+
+def trainable(iters):
+    return ["sh", TRAINABLE, str(iters), PACE]
 
 
 def stop_worker(w):
@@ -61,7 +87,7 @@ def its(reqs):
 
 
 def stale_stop(env):
-    fake = FakeServer(heartbeat_interval_s=0.5)
+    fake = FakeServer(heartbeat_interval_s=0.2)
     release = threading.Event()
 
     def hook(req):
@@ -74,7 +100,7 @@ def stale_stop(env):
                              "decision": "stop"}
         return None
     fake.hook = hook
-    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "30", "0.1"]))
+    fake.leases.append(lease(1, 1, trainable(30)))
     w = worker(env, fake, "stale")
     try:
         fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "result 3 of attempt 1")
@@ -82,7 +108,10 @@ def stale_stop(env):
         # every heartbeat from now on: a stop for attempt 1.
         fake.hb_stop = [{"id": 1, "attempt": 1, "reason": "not_leased"}]
         wait_for(lambda: "server says stop (not_leased)" in w.log(), 10, "attempt 1 stopped")
-        fake.leases.append(lease(1, 2, ["sh", TRAINABLE, "30", "0.1"]))
+        # Attempt 2 runs 1 s: the late stop and the heartbeats' stops for
+        # attempt 1 reach the worker while it runs (a stop applied to it
+        # would cut its 20 results short).
+        fake.leases.append(lease(1, 2, trainable(20)))
         fake.wait(lambda r: r.what == "logs" and r.attempt() == 2, 20, "attempt 2 running")
         release.set()  # the late "stop" for attempt 1 arrives now
         wait_for(lambda: "ignoring a scheduler decided stop for attempt 1" in w.log(), 10,
@@ -91,10 +120,10 @@ def stale_stop(env):
                          "attempt 2's end")
         assert done[0].what == "complete" and done[0].lease == "1:2", (done[0].path, done[0].lease)
         a2 = its(fake.find(lambda r: r.what == "results" and r.attempt() == 2))
-        assert sorted(set(a2)) == list(range(1, 31)), a2
+        assert sorted(set(a2)) == list(range(1, 21)), a2
         assert "ignoring a server says stop (not_leased) for attempt 1" in w.log()
         fenced_writes_ok(fake)
-        print("stale stop: ignored by attempt 2, which completed 30 results;",
+        print("stale stop: ignored by attempt 2, which completed 20 results;",
               "attempt 1's leftovers refused and dropped")
         stop_worker(w)
     finally:
@@ -125,10 +154,13 @@ def lanes(env):
                 return 409, {"error": {"code": "checkpoint_ahead", "message": "results first"}}
         return None
     fake.hook = hook
-    fake.leases += [lease(1, 1, ["sh", TRAINABLE, "12", "0.1"]),
-                    lease(2, 1, ["sh", TRAINABLE, "5", "0.1"])]
+    fake.leases.append(lease(1, 1, trainable(12)))
     w = worker(env, fake, "lanes", "--cpus", "2")
     try:
+        # Trial 2 starts once trial 1's results are being refused: all of its
+        # run and its end go by while trial 1's lane is blocked.
+        fake.wait(lambda r: r.what == "results" and r.trial == 1, 20, "trial 1's first result")
+        fake.leases.append(lease(2, 1, trainable(5)))
         fake.wait(lambda r: r.what == "complete" and r.trial == 2, 30, "trial 2's complete")
         assert early["t1"] == [], "trial 1 results were accepted early: %r" % early
         assert fake.stored[2] == [1, 2, 3, 4, 5], fake.stored
@@ -153,7 +185,7 @@ def lanes(env):
 
 
 def fence(env):
-    fake = FakeServer(lease_timeout_s=2, heartbeat_interval_s=0.5)
+    fake = FakeServer(lease_timeout_s=1.5, heartbeat_interval_s=0.25)
     down = threading.Event()
 
     def hook(req):
@@ -161,7 +193,7 @@ def fence(env):
             return 503, {"error": {"code": "unavailable", "message": "partitioned"}}
         return None
     fake.hook = hook
-    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "200", "0.1"]))
+    fake.leases.append(lease(1, 1, trainable(400)))
     w = worker(env, fake, "fence")
     try:
         fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "results")
@@ -169,10 +201,13 @@ def fence(env):
         t0 = time.time()
         wait_for(lambda: "self-fencing" in w.log(), 10, "the worker to fence itself")
         fenced_after = time.time() - t0
-        wait_for(lambda: not env.trial_processes(), 10, "the trial to stop")
-        with open(os.path.join(env.trial_dir("fence", 1), "stderr.log")) as f:
-            assert "got TERM" in f.read()
-        time.sleep(0.5)
+        wait_for(lambda: not env.trial_processes("fence"), 10, "the trial to stop")
+        # The worker copies the trial's stderr to stderr.log: its last line
+        # may land there a moment after the process exited.
+        wait_for(lambda: "got TERM" in read(os.path.join(env.trial_dir("fence", 1), "stderr.log")),
+                 10, "the trial's SIGTERM line in its stderr.log")
+        # The partition outlasts a heartbeat after the fence: still fenced.
+        time.sleep(0.3)
         up = time.time()
         down.clear()
         rel = fake.wait(lambda r: r.what == "release", 15, "the release")[0]
@@ -181,7 +216,7 @@ def fence(env):
         stored = fake.stored.get(1, [])
         assert stored == list(range(1, len(stored) + 1)), stored
         fenced_writes_ok(fake)
-        print("fence: trial stopped %.1f s after the server went away (lease timeout 2 s); "
+        print("fence: trial stopped %.1f s after the server went away (lease timeout 1.5 s); "
               "%d results kept and delivered, lease released, leasing again" %
               (fenced_after, len(stored)))
         stop_worker(w)
@@ -190,31 +225,76 @@ def fence(env):
 
 
 def relase_drain(env):
-    fake = FakeServer(heartbeat_interval_s=0.5)
-    stopped = threading.Event()
+    fake = FakeServer(heartbeat_interval_s=0.2)
+    uploading = threading.Event()
+    w = None
 
     def hook(req):
         if req.what == "checkpoint" and req.method == "PUT" and req.attempt() == 1 \
-                and stopped.is_set():
-            time.sleep(2)  # attempt 1's last upload is slow ...
+                and not uploading.is_set():
+            # Attempt 1's upload is slow: the test ends attempt 1 and leases
+            # the trial again meanwhile, and the reply waits until the worker
+            # has begun draining (bounded: the test fails elsewhere).
+            uploading.set()
+            deadline = time.time() + 20
+            while "draining:" not in w.log() and time.time() < deadline:
+                time.sleep(0.02)
         return None
     fake.hook = hook
-    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "200", "0.1"]))
+    # Slow enough that its outbox lane empties between results: a checkpoint
+    # goes only then (results first), here after result 1.
+    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "400", "0.2"]))
     w = worker(env, fake, "relase")
     try:
-        fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "results")
-        stopped.set()
+        wait_for(uploading.is_set, 20, "attempt 1's checkpoint upload")
         fake.hb_stop = [{"id": 1, "attempt": 1, "reason": "not_leased"}]
-        fake.leases.append(lease(1, 2, ["sh", TRAINABLE, "200", "0.1"]))
+        fake.leases.append(lease(1, 2, trainable(400)))
         fake.wait(lambda r: r.what == "results" and r.attempt() == 2, 20,
                   "attempt 2 of the same trial running here")
         took = stop_worker(w)
+        # Typically 0.2 s; a drain stuck on attempt 1's upload ends only at
+        # the drain deadline (--stop-grace-s 3 plus 10 s).
+        assert took < 5, "SIGTERM took %.1f s to drain" % took
         rel = fake.wait(lambda r: r.what == "release", 1, "attempt 2's release")[0]
         assert rel.lease == "1:2", rel.lease
         fenced_writes_ok(fake)
-        print("re-leased trial: SIGTERM drained in %.2f s, release for attempt 2" % took)
+        print("re-leased trial: SIGTERM drained in %.2f s (attempt 1's upload in flight), "
+              "release for attempt 2" % took)
     finally:
         fake.close()
+
+
+def reg_drain(env):
+    fake = FakeServer()
+    termed = threading.Event()
+
+    def hook(req):
+        if req.path == "/api/v1/workers" and req.method == "POST":
+            termed.wait(10)  # the registration reply comes after SIGTERM
+        if req.path == "/api/v1/workers/1/deregister":
+            return 200, {"id": 1, "status": "deregistered"}
+        return None
+    fake.hook = hook
+    w = worker(env, fake, "reg")
+    try:
+        fake.wait(lambda r: r.path == "/api/v1/workers", 20, "the registration")
+        os.kill(w.pid, signal.SIGTERM)
+        wait_for(lambda: "got SIGTERM" in w.log(), 10, "the worker to get SIGTERM")
+        termed.set()
+        rc = w.p.wait(20)
+        assert rc == 0, "worker exited %d after SIGTERM:\n%s" % (rc, w.log()[-3000:])
+        assert fake.find(lambda r: r.path == "/api/v1/workers/1/deregister"), \
+            "the worker exited without deregistering:\n" + w.log()[-3000:]
+        assert not fake.find(lambda r: r.path.endswith("/lease")), "it leased while draining"
+        print("registration answered after SIGTERM: the worker deregistered, then exited")
+    finally:
+        termed.set()
+        fake.close()
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
 
 
 def proc_state(pid):
@@ -228,10 +308,8 @@ def proc_state(pid):
 def disk_full(env):
     fake = FakeServer()
     fault = os.path.join(env.tmp, "outbox-fault")
-    wenv = dict(os.environ, CTUNE_TEST_OUTBOX_FAULT_FILE=fault)
-    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "30", "0.1"]))
-    env.url = fake.url
-    w = env.start_worker("disk", "--outbox-stall-s", "3", env=wenv)
+    fake.leases.append(lease(1, 1, trainable(15)))
+    w = worker(env, fake, "disk", wenv=worker_env(CTUNE_TEST_OUTBOX_FAULT_FILE=fault))
     try:
         fake.wait(lambda r: r.what == "results" and 3 in its([r]), 20, "results")
         open(fault, "w").close()  # the disk is full from now on
@@ -241,19 +319,35 @@ def disk_full(env):
         # 'T', or 'D' for a shell caught in vfork whose child was stopped
         # before it could exec (see test_faults.py).
         wait_for(lambda: proc_state(pid) in ("T", "D"), 5, "the trial process stopped (SIGSTOP)")
-        time.sleep(1)
+        time.sleep(0.3)  # a few ticks find the disk still full: it stays paused
+        assert proc_state(pid) in ("T", "D"), proc_state(pid)
         os.unlink(fault)  # space again
         wait_for(lambda: "outbox has room again" in w.log(), 10, "the trial to resume")
         fake.wait(lambda r: r.what == "complete" and r.trial == 1, 30, "trial 1's complete")
-        assert fake.stored[1] == list(range(1, 31)), fake.stored[1]
+        assert fake.stored[1] == list(range(1, 16)), fake.stored[1]
         print("disk full: trial paused while the outbox could not be written, resumed when "
-              "space came back, all 30 results delivered")
-        # The disk stays full: after --outbox-stall-s the trial fails with a
-        # clear error, which is delivered (kept in memory) instead of hanging.
-        open(fault, "w").close()
-        fake.leases.append(lease(2, 1, ["sh", TRAINABLE, "200", "0.1"]))
+              "space came back, all 15 results delivered")
+        fenced_writes_ok(fake)
+        stop_worker(w)
+    finally:
+        if os.path.exists(fault):
+            os.unlink(fault)
+        fake.close()
+
+
+def disk_full_for_good(env):
+    # The disk stays full: after --outbox-stall-s the trial fails with a
+    # clear error, which is delivered (kept in memory) instead of hanging.
+    fake = FakeServer()
+    fault = os.path.join(env.tmp, "outbox-fault-2")
+    open(fault, "w").close()
+    fake.leases.append(lease(2, 1, trainable(400)))
+    w = worker(env, fake, "disk2", "--outbox-stall-s", "1",
+               wenv=worker_env(CTUNE_TEST_OUTBOX_FAULT_FILE=fault))
+    try:
         fail = fake.wait(lambda r: r.what == "fail" and r.trial == 2, 30, "trial 2's fail")[0]
         assert "outbox" in fail.body["error"] and fail.body["reason"] == "internal", fail.body
+        assert "pausing the trial" in w.log(), w.log()[-3000:]
         print("disk full for good: trial failed after the stall bound:", fail.body["error"][:60])
         os.unlink(fault)
         fenced_writes_ok(fake)
@@ -265,11 +359,15 @@ def disk_full(env):
 
 
 def body(env):
-    disk_full(env)
-    stale_stop(env)
-    lanes(env)
-    fence(env)
-    relase_drain(env)
+    # Three streams of cases side by side: each case has its own fake
+    # server, worker and work dir, and most of its time is waiting.
+    streams = [[disk_full, stale_stop], [disk_full_for_good, fence],
+               [lanes, relase_drain, reg_drain]]
+    with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
+        runs = [pool.submit(lambda cases: [case(env) for case in cases], cases)
+                for cases in streams]
+        for run in runs:
+            run.result()  # re-raises a case's failure
 
 
 main("protocol-v2", body)

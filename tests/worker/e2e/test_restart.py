@@ -8,6 +8,10 @@ import os
 from harness import TRAINABLE, command_config, main, result_values, wait_for
 
 ITERS = 12
+# The restarted worker lists no trial in its heartbeats: with heartbeats every
+# 0.25 s the server requeues the dead one's trial after 0.5 s (two
+# intervals), not 1.3 s.
+SERVER_ARGS = ("--lease-timeout", "2", "--heartbeat-interval", "0.25")
 
 
 def outbox_files(env, worker):
@@ -17,11 +21,11 @@ def outbox_files(env, worker):
 
 def body(env):
     db = os.path.join(env.tmp, "ctune.db")
-    env.start_server("--lease-timeout", "2", db=db)
+    env.start_server(*SERVER_ARGS, db=db)
     port = env.port
     w = env.start_worker("a", "--cpus", "1")
     exp = env.submit(command_config(
-        "restart", ["sh", TRAINABLE, str(ITERS), "0.1"],
+        "restart", ["sh", TRAINABLE, str(ITERS), "0.05"],
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     wait_for(lambda: (env.trials(exp)[0]["iteration"] or 0) >= 2, 20, "first results")
     env.server_proc.kill9()
@@ -31,7 +35,7 @@ def body(env):
     left = outbox_files(env, "a")
     print("worker killed with %d message(s) in its outbox" % len(left))
 
-    env.start_server("--lease-timeout", "2", port=port, db=db)
+    env.start_server(*SERVER_ARGS, port=port, db=db)
     w2 = env.start_worker("a", "--cpus", "1")
     wait_for(lambda: "undelivered message(s) from an earlier run" in w2.log(), 10,
              "the new worker to find the outbox")

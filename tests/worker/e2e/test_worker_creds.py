@@ -12,6 +12,10 @@ import stat
 from harness import TRAINABLE, command_config, main, result_values, wait_for
 
 ITERS = 8
+# The restarted worker lists no trial in its heartbeats: with heartbeats every
+# 0.25 s the server requeues the dead one's trial after 0.5 s (two
+# intervals), not 1.3 s.
+SERVER_ARGS = ("--lease-timeout", "2", "--heartbeat-interval", "0.25")
 
 
 def outbox_files(env, worker):
@@ -21,11 +25,11 @@ def outbox_files(env, worker):
 
 def body(env):
     db = os.path.join(env.tmp, "ctune.db")
-    env.start_server("--lease-timeout", "2", db=db)
+    env.start_server(*SERVER_ARGS, db=db)
     port = env.port
     w = env.start_worker("a", "--cpus", "1")
     exp = env.submit(command_config(
-        "creds", ["sh", TRAINABLE, str(ITERS), "0.1"],
+        "creds", ["sh", TRAINABLE, str(ITERS), "0.05"],
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     wait_for(lambda: (env.trials(exp)[0]["iteration"] or 0) >= 2, 20, "first results")
     ident = os.path.join(env.work_dir("a"), "identity")
@@ -38,7 +42,7 @@ def body(env):
     w.kill9()
     wait_for(lambda: not env.trial_processes(), 3, "the trial to die with its worker")
 
-    env.start_server("--lease-timeout", "2", port=port, db=db)
+    env.start_server(*SERVER_ARGS, port=port, db=db)
     w2 = env.start_worker("a", "--cpus", "1")
     wait_for(lambda: "resuming as worker %d" % me["id"] in w2.log(), 10, "the same identity")
     env.wait_experiment(exp, 40)
@@ -52,14 +56,14 @@ def body(env):
     # a second experiment, stopped mid-way with messages queued, then a server
     # on a fresh database: the identity is unknown there
     exp2 = env.submit(command_config(
-        "creds2", ["sh", TRAINABLE, str(ITERS), "0.2"],
+        "creds2", ["sh", TRAINABLE, str(ITERS), "0.1"],
         scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": ITERS}))
     wait_for(lambda: (env.trials(exp2)[0]["iteration"] or 0) >= 1, 20, "results of exp 2")
     env.server_proc.kill9()
     wait_for(lambda: len(outbox_files(env, "a")) >= 1, 10, "messages queued on disk")
     w2.kill9()
     wait_for(lambda: not env.trial_processes(), 3, "the trial to die with its worker")
-    env.start_server("--lease-timeout", "2", port=port, db=os.path.join(env.tmp, "fresh.db"))
+    env.start_server(*SERVER_ARGS, port=port, db=os.path.join(env.tmp, "fresh.db"))
     w3 = env.start_worker("a", "--cpus", "1")
     wait_for(lambda: "registered with" in w3.log(), 15, "a new registration")
     wait_for(lambda: "earlier identity" in w3.log() or "old identity" in w3.log(), 15,
