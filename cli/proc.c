@@ -61,9 +61,21 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
     return -e;
   }
   pid_t parent = getpid();
+  /* Until the child has dropped ctune's handlers, a signal would run the
+   * copy of on_signal it inherited and be lost there: proc_stop's SIGTERM,
+   * sent right after the start (a config the server rejects), left the
+   * child running to the 30 s grace. Blocked across the fork, it stays
+   * pending in the child until the default action is back. */
+  sigset_t stops, old;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGHUP);
+  sigprocmask(SIG_BLOCK, &stops, &old);
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
     close(fd);
     close(devnull);
     return -e;
@@ -79,12 +91,15 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
     dup2(fd, 2);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     execv(argv[0], argv);
     dprintf(2, "ctune: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
   setpgid(pid, pid); /* also from the parent, so there is no window */
+  sigprocmask(SIG_SETMASK, &old, NULL);
   close(fd);
   close(devnull);
   p->pid = pid;

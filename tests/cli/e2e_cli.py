@@ -66,11 +66,13 @@ def reap():
 
 
 def cleanup():
-    for p in procs:
+    # The last started first, each gone before the next is told: a worker
+    # stops while its server still answers (told at once, it would retry
+    # its last messages against a dead server until its drain deadline).
+    deadline = time.time() + 10
+    for p in reversed(procs):
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
-    deadline = time.time() + 10
-    for p in procs:
         try:
             p.wait(max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
@@ -131,6 +133,10 @@ def write_config(tmp, name, cfg):
     return path
 
 
+# A trial of `iters` results, `sleep` seconds apart, resumable from its
+# checkpoint. With a `gate` (a path): past its first `hold` results it
+# waits until that file exists, so that a test interrupting the run finds
+# every trial mid-run however slow the machine, and then runs fast.
 SLOW_TRIAL = r'''
 import json, os, signal, sys, time
 stop = False
@@ -145,7 +151,10 @@ try:
     start = int(open(ck).read())
 except (OSError, ValueError):
     pass
+gate, hold = cfg.get("gate"), int(cfg.get("hold", 0))
 for i in range(start + 1, int(cfg["iters"]) + 1):
+    while gate and i > hold and not stop and not os.path.exists(gate):
+        time.sleep(0.02)
     time.sleep(float(cfg["sleep"]))
     if stop:
         sys.exit(0)
@@ -155,13 +164,16 @@ for i in range(start + 1, int(cfg["iters"]) + 1):
 '''
 
 
-def slow_config(tmp, name, iters, sleep, samples=2):
+def slow_config(tmp, name, iters, sleep, samples=2, gate=None, hold=0):
     script = os.path.join(tmp, "slow_trial.py")
     with open(script, "w") as f:
         f.write(SLOW_TRIAL)
+    space = {"x": {"type": "uniform", "lower": 1, "upper": 2}, "iters": iters, "sleep": sleep}
+    if gate:
+        space.update(gate=gate, hold=hold)
     return write_config(tmp, name + ".json", {
         "name": name, "metric": "loss", "mode": "min", "num_samples": samples, "seed": 3,
-        "param_space": {"x": {"type": "uniform", "lower": 1, "upper": 2}, "iters": iters, "sleep": sleep},
+        "param_space": space,
         "scheduler": {"type": "fifo"},
         "resources_per_trial": {"cpu": 1, "gpu": 0},
         "trainable": {"type": "command", "argv": ["/usr/bin/python3", script]}})
@@ -366,6 +378,27 @@ def case_run(tmp):
     code, out, err = ctune("run", os.path.join(tmp, "missing.json"), cwd=tmp)
     check(code == 2 and "cannot open config" in err and not os.path.exists(os.path.join(tmp, "ctune-results")),
           f"missing config: {code} {err}")
+    # A ctune with no programs beside it finds them on PATH, or says where it looked.
+    lone = os.path.join(tmp, "lone")
+    os.mkdir(lone)
+    shutil.copy(os.path.join(BIN, "ctune"), lone)
+    exe = os.path.join(lone, "ctune")
+    code, out, err = ctune("run", quick, cwd=tmp, exe=exe, env={"PATH": "/usr/bin:/bin"})
+    check(code == 1 and "cannot find ctune-server next to" in err, f"no server: {code} {err}")
+    # The human reporter, not a terminal: events, tables, best trial with test accuracy.
+    # Real training still, but quick.json cut to 2 trials of one epoch (its
+    # 4 trials run in the JSON run): what is checked here is the output.
+    # It runs beside the JSON run (each its own server, worker and
+    # database): their waits overlap.
+    with open(quick) as f:
+        small = json.load(f)
+    small["num_samples"] = 2
+    small["scheduler"]["max_t"] = 1
+    small = write_config(tmp, "quick-small.json", small)
+    human = subprocess.Popen([exe, "run", small, "--db", os.path.join(tmp, "second.db"), "--interval", "1"],
+                             cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PATH=BIN + ":/usr/bin:/bin"))
+    procs.append(human)
     code, out, err = ctune("run", quick, "--json", "--cpus", "2", cwd=tmp, timeout=120)
     check(code == 0, f"run: {code} {err}")
     lines = run_json_lines(out)
@@ -385,17 +418,8 @@ def case_run(tmp):
     db = os.path.join(tmp, "ctune-results", "quick.db")
     exps, trials, nres = db_check(db)
     check(exps == [(1, "quick", "TERMINATED")] and len(trials) == 4 and nres >= 4, f"db: {exps} {trials}")
-    check(not descendants(), f"processes left: {descendants()}")
-    # A ctune with no programs beside it finds them on PATH, or says where it looked.
-    lone = os.path.join(tmp, "lone")
-    os.mkdir(lone)
-    shutil.copy(os.path.join(BIN, "ctune"), lone)
-    exe = os.path.join(lone, "ctune")
-    code, out, err = ctune("run", quick, cwd=tmp, exe=exe, env={"PATH": "/usr/bin:/bin"})
-    check(code == 1 and "cannot find ctune-server next to" in err, f"no server: {code} {err}")
-    # The human reporter, not a terminal: events, tables, best trial with test accuracy.
-    code, out, err = ctune("run", quick, "--db", os.path.join(tmp, "second.db"), "--interval", "1",
-                           cwd=tmp, timeout=120, exe=exe, env={"PATH": BIN + ":/usr/bin:/bin"})
+    out, err = human.communicate(timeout=120)
+    code = human.returncode
     check(code == 0 and out.startswith("Dashboard: http://127.0.0.1:"), f"human run: {code} {out[:300]} {err}")
     check("== Status ==" in out and "started with config" in out and "test accuracy: " in out,
           f"human output: {out}")
@@ -432,7 +456,8 @@ def case_sigint(tmp):
     """Ctrl-C interrupts as in Ray Tune: trials stop, no process is left, the
     database is consistent, and --resume completes the experiment with every
     iteration stored once."""
-    cfg = slow_config(tmp, "slow", iters=25, sleep=0.1, samples=3)
+    gate = os.path.join(tmp, "go")
+    cfg = slow_config(tmp, "slow", iters=25, sleep=0.01, samples=3, gate=gate, hold=2)
     p = start_run(tmp, cfg)
     wait_results(p, 3)
     t0 = time.time()
@@ -448,6 +473,7 @@ def case_sigint(tmp):
     check(0 < nres_before < 75, f"results kept: {nres_before}")
     print(f"SIGINT to exit: {took:.1f} s, {nres_before} results kept")
 
+    open(gate, "w").close()
     code, out, err = ctune("run", cfg, "--resume", "--json", cwd=tmp, timeout=120)
     check(code == 0, f"resume after Ctrl-C: {code} {err}")
     exps, trials, nres = db_check(db)
@@ -458,7 +484,8 @@ def case_sigint(tmp):
 
 
 def case_resume(tmp):
-    cfg = slow_config(tmp, "resumable", iters=30, sleep=0.15, samples=2)
+    gate = os.path.join(tmp, "go")
+    cfg = slow_config(tmp, "resumable", iters=30, sleep=0.01, samples=2, gate=gate, hold=2)
     code, out, err = ctune("run", cfg, "--resume", cwd=tmp, timeout=30)
     check(code == 2 and "nothing to resume" in err, f"resume without db: {code} {err}")
     p = start_run(tmp, cfg)
@@ -473,6 +500,7 @@ def case_resume(tmp):
     check(exps == [(1, "resumable", "RUNNING")], f"unfinished: {exps}")
     check(0 < nres_before < 60, f"results before: {nres_before}")
 
+    open(gate, "w").close()
     code, out, err = ctune("run", cfg, "--resume", "--json", cwd=tmp, timeout=120)
     check(code == 0, f"resume: {code} {err}")
     lines = run_json_lines(out)

@@ -72,7 +72,7 @@ def case_trial(tmp):
         exps = json.loads(o)
         exps = exps.get("experiments", exps) if isinstance(exps, dict) else exps
         return any(x["id"] == eid and x["status"] != "RUNNING" for x in exps)
-    wait_for("quick.json to finish", finished, 90, step=0.5)
+    wait_for("quick.json to finish", finished, 90, step=0.2)
     c, o, e = ctune("trials", str(eid), "--json", *A)
     trials = json.loads(o)
     t0 = trials[0]

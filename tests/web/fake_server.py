@@ -260,6 +260,7 @@ class Handler(BaseHTTPRequestHandler):
     role_header = True       # X-Ctune-Role on authenticated replies (--no-role-header: an older server)
     requests = []            # the state-changing API requests, for the tests (GET /__fake/requests)
     page_delay = 0.0         # --page-delay: seconds before each later page of a trial list
+    pages_released = threading.Event()  # set by GET /__fake/release-pages: no more delay
     streams = 0              # event streams open now (GET /__fake/streams)
 
     def log_message(self, *a):
@@ -444,10 +445,14 @@ class Handler(BaseHTTPRequestHandler):
         u = urlparse(self.path)
         if u.path == "/api/v1/events":
             return self.events()
+        if u.path == "/__fake/release-pages":
+            self.pages_released.set()
+            return self.send_json(200, {"released": True})
         if self.page_delay and u.path.endswith("/trials") and "cursor=" in u.query:
             # --page-delay: the later pages of a trial list come slowly (the
-            # page must show the first one meanwhile). Outside the lock.
-            time.sleep(self.page_delay)
+            # page must show the first one meanwhile), or as soon as a test
+            # that has checked that says so. Outside the lock.
+            self.pages_released.wait(self.page_delay)
         self.route("GET")
 
     def events(self):
@@ -650,7 +655,8 @@ def main():
     ap.add_argument("--demo", type=int, default=0, help="trials in a generated experiment")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--page-delay", type=float, default=0.0,
-                    help="seconds before answering each trial-list page after the first")
+                    help="seconds before answering each trial-list page after the first "
+                         "(GET /__fake/release-pages ends the wait at once, for good)")
     ap.add_argument("--decisions", action="store_true",
                     help="fill it with scheduler decisions: a HyperBand and a PBT experiment")
     ap.add_argument("--control", action="store_true",

@@ -5,6 +5,7 @@ Everything started here is stopped by Harness.close(), which the tests call in
 a finally block, so a failing test leaves no process or temp dir behind.
 """
 import argparse
+import concurrent.futures
 import json
 import re
 import os
@@ -12,7 +13,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -158,7 +158,7 @@ class Harness:
         if p.stdout:
             p.stdout.close()
 
-    def browser(self, width=1400, height=1000):
+    def _chrome(self, width, height):
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
         opts = webdriver.ChromeOptions()
@@ -168,10 +168,35 @@ class Harness:
             opts.add_argument(f)
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         d = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
-        self.drivers.append(d)
         d.set_script_timeout(30)
-        # Log in as a person does: open the URL each running server printed
-        # (it sets the session cookie and redirects to the dashboard).
+        return d
+
+    def browser_soon(self, width=1400, height=1000):
+        """Starts a browser in the background (seconds of work that the
+        servers' start or a fixture can overlap); the next browser() call
+        returns it, logged in to the servers started by then."""
+        self._starting = concurrent.futures.ThreadPoolExecutor(1)
+        self._soon = self._starting.submit(self._chrome, width, height)
+
+    def browser(self, width=1400, height=1000):
+        soon = getattr(self, "_soon", None)
+        if soon is None:
+            return self.adopt(self._chrome(width, height))
+        self._soon = None
+        self._starting.shutdown()
+        return self.adopt(soon.result())
+
+    def adopt(self, d):
+        """Makes a browser this harness's (close() quits it), logged in to
+        every server this harness started. (A test file can share one
+        browser between two harnesses, a start costing seconds: the first
+        drops it from its `drivers`, the second appends it.)"""
+        self.drivers.append(d)
+        return self.login_all(d)
+
+    def login_all(self, d):
+        """Logs in as a person does: opens the URL each running server
+        printed (it sets the session cookie and redirects to the dashboard)."""
         from selenium.common.exceptions import WebDriverException
         for port, url in self.login_urls.items():
             try:
@@ -200,7 +225,10 @@ class Harness:
             hgt = d.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
             d.set_window_size(w, min(max(hgt, 600), 6000))
             d.execute_script("window.scrollTo(0, 0)")
-            time.sleep(0.3)
+            # Two frames: the resize's layout, then the charts' redraw (they
+            # follow their size in an animation frame).
+            d.execute_async_script("const done = arguments[arguments.length - 1];"
+                                   "requestAnimationFrame(() => requestAnimationFrame(() => done()));")
         path = os.path.join(self.artifacts, name)
         d.save_screenshot(path)
         print("screenshot: " + path, flush=True)
@@ -214,12 +242,21 @@ class Harness:
         return out
 
     def close(self):
+        if getattr(self, "_soon", None) is not None:  # started, never taken
+            try:
+                self.drivers.append(self._soon.result())
+            except Exception:
+                pass
+            self._starting.shutdown()
         for d in self.drivers:
             try:
                 d.quit()
             except Exception:
                 pass
-        for p in self.procs:
+        # The last started first: a worker stops while its server still
+        # answers (against a server already gone, it retries its last
+        # messages until its drain deadline).
+        for p in reversed(self.procs):
             try:
                 self.stop_server(p)
             except Exception:

@@ -97,6 +97,7 @@ def main():
     args.fake = True  # the contract's new fields, before every server part has landed
     h = Harness(args, "decisions")
     try:
+        h.browser_soon()
         srv, port = h.start_server(extra=["--decisions"])
         line = srv.stdout.readline()
         assert line.startswith("decisions: "), line

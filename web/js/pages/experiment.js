@@ -14,6 +14,10 @@ export const NAME = 'experiment';
 const MAX_CURVES = 40;       // curves drawn: the best, the running ones, then the top by metric
 const RESULTS_LIMIT = 5000;  // results per incremental poll; more pending → poll again at once
 const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'TERMINATED', 'ERROR'];
+// A running experiment changes all the time; a paused one still does while
+// its trials' leases end (each then turns PAUSED): both follow the changes
+// at once. A finished one only gets the slow poll.
+const followsFast = (e) => e.status === 'RUNNING' || e.status === 'PAUSED';
 const LOG_TYPES = new Set(['loguniform', 'qloguniform', 'lograndint', 'pow2']);
 const ROW_STOP = new Set(['RUNNING']); // trial rows with a Stop button
 // The page shows the first FIRST_PAGE trials as soon as they come,
@@ -568,7 +572,7 @@ export function mount(main, [idStr], ctx) {
     // How long a live update holds the main thread (the scale test reads it).
     (window.__ctune.renderMs = window.__ctune.renderMs || []).push(performance.now() - t0);
     ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
-    if (p) p.setInterval(e.status === 'RUNNING' ? 1000 : 5000);
+    if (p) p.setInterval(followsFast(e) ? 1000 : 5000);
     return more;
   }
 
@@ -634,7 +638,7 @@ export function mount(main, [idStr], ctx) {
       renderCurves();
       ctx.setLive('live · updated ' + new Date().toLocaleTimeString());
       ctx.ready();
-      p = poller(tick, e.status === 'RUNNING' ? 1000 : 5000, ctx.lostLive);
+      p = poller(tick, followsFast(e) ? 1000 : 5000, ctx.lostLive);
       // The rest of the list only now: its 10,000-trial pages would hold a
       // connection (the browser has 6 a host) and the server while the
       // curves above load.
