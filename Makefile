@@ -18,7 +18,7 @@ ifneq ($(filter bench,$(MAKECMDGOALS)),)
 export CTUNE_BENCH_DEPS = 1
 endif
 
-.PHONY: all deps build test-build asan demo test test-fast test-asan bench fuzz clean install package
+.PHONY: all deps build test-build asan demo test test-fast test-asan bench fuzz clean install package format
 
 all: build
 
@@ -54,6 +54,10 @@ SANITIZE_SKIP = browser|bench|python|compute
 test: test-build asan
 	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L '$(RELEASE_LABELS)'
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j 2 -LE '$(SANITIZE_SKIP)'
+
+# The one C style (.clang-format, clang-format 14); ctest arch_format checks it.
+format:
+	git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format -i --style=file
 
 test-fast: test-build
 	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L unit

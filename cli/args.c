@@ -10,9 +10,9 @@
 struct cmd_info {
   const char *name;
   enum cli_cmd cmd;
-  const char *arg;    /* name of the positional argument, NULL = none */
-  int arg_is_id;      /* 1: an id; 2: an id or a trial's name */
-  const char *opts;   /* options this command accepts, space-separated */
+  const char *arg;  /* name of the positional argument, NULL = none */
+  int arg_is_id;    /* 1: an id; 2: an id or a trial's name */
+  const char *opts; /* options this command accepts, space-separated */
 };
 
 /* --db DB: the server runs here on DB; its admin token is read from DB.tokens. */
@@ -79,14 +79,13 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
-#define FAIL(...)                            \
-  do {                                       \
-    snprintf(err, errlen, __VA_ARGS__);      \
-    return -EINVAL;                          \
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    snprintf(err, errlen, __VA_ARGS__);                                                            \
+    return -EINVAL;                                                                                \
   } while (0)
 
-int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
-                   size_t errlen) {
+int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err, size_t errlen) {
   memset(a, 0, sizeof(*a));
   a->gpus = -1;
   a->interval_s = 10.0;
@@ -114,8 +113,7 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
       return 0;
     }
     if (w[0] != '-' || w[1] == '\0') {
-      if (!ci->arg || a->target)
-        FAIL("%s: unexpected argument '%s'", ci->name, w);
+      if (!ci->arg || a->target) FAIL("%s: unexpected argument '%s'", ci->name, w);
       a->target = w;
       continue;
     }
@@ -135,10 +133,14 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
                   !strcmp(name, "--dry-run") || !strcmp(name, "--force");
     if (is_flag) {
       if (val) FAIL("%s: option %s takes no value", ci->name, name);
-      if (!strcmp(name, "--json")) a->json = 1;
-      else if (!strcmp(name, "--resume")) a->resume = 1;
-      else if (!strcmp(name, "--force")) a->force = 1;
-      else a->dry_run = 1;
+      if (!strcmp(name, "--json"))
+        a->json = 1;
+      else if (!strcmp(name, "--resume"))
+        a->resume = 1;
+      else if (!strcmp(name, "--force"))
+        a->force = 1;
+      else
+        a->dry_run = 1;
       continue;
     }
     if (!val) {
@@ -172,8 +174,8 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
       a->mode = val;
     } else if (!strcmp(name, "--scope")) {
       if (!word_in("last avg last-5-avg last-10-avg all", val) || strchr(val, ' '))
-        FAIL("%s: --scope '%s' must be one of last, avg, last-5-avg, last-10-avg, all",
-             ci->name, val);
+        FAIL("%s: --scope '%s' must be one of last, avg, last-5-avg, last-10-avg, all", ci->name,
+             val);
       a->scope = val;
     } else if (!strcmp(name, "--format")) {
       if (strcmp(val, "csv") && strcmp(val, "json") && strcmp(val, "tensorboard"))
@@ -204,8 +206,7 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
     } else if (!strcmp(name, "--max-concurrent")) {
       int v;
       if (parse_int(val, 0, 1000000000, &v))
-        FAIL("%s: --max-concurrent '%s' must be a whole number >= 0 (0: unlimited)", ci->name,
-             val);
+        FAIL("%s: --max-concurrent '%s' must be a whole number >= 0 (0: unlimited)", ci->name, val);
       a->max_concurrent = v;
     } else if (!strcmp(name, "--priority")) {
       char *end;
@@ -232,15 +233,15 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
     a->id = 0;
     if (!name_ok(a->target))
       FAIL("%s: %s '%s' must be a trial id (a positive whole number) or a trial name "
-           "such as quick_00003", ci->name, ci->arg, a->target);
+           "such as quick_00003",
+           ci->name, ci->arg, a->target);
   } else if (ci->arg_is_id == 1 && parse_id(a->target, &a->id)) {
     FAIL("%s: %s '%s' must be a positive whole number", ci->name, ci->arg, a->target);
   }
   if (a->cmd == CMD_EXPORT && !a->format) a->format = "csv";
   if (a->cmd == CMD_EXTEND && !a->num_samples && !(a->max_t > 0))
     FAIL("extend: give --num-samples N and/or --max-t T");
-  if (a->cmd == CMD_EDIT && a->max_concurrent < 0 && !(a->priority > 0) && !a->notes &&
-      !a->ntags)
+  if (a->cmd == CMD_EDIT && a->max_concurrent < 0 && !(a->priority > 0) && !a->notes && !a->ntags)
     FAIL("edit: give --max-concurrent, --priority, --notes and/or --tag");
   if (!strcmp(ci->name, "sample")) a->dry_run = 1;
   return 0;

@@ -32,37 +32,36 @@ enum cli_cmd {
 
 struct cli_args {
   enum cli_cmd cmd;
-  const char *command;     /* the word as typed */
-  const char *target;      /* CONFIG path, or EXP / TRIAL id as typed */
-  long long id;            /* target parsed as an id (watch, trials, ...); 0: logs got a trial name */
-  const char *server;      /* --server, else CTUNE_SERVER (filled by caller) */
-  const char *token_file;  /* --token-file */
-  const char *ca_file;     /* --ca-file: CA bundle for an https:// server */
-  const char *db;          /* run --db */
-  int cpus;                /* run --cpus; 0 = this machine's */
-  int gpus;                /* run --gpus; -1 = let the worker detect */
+  const char *command; /* the word as typed */
+  const char *target;  /* CONFIG path, or EXP / TRIAL id as typed */
+  long long id;        /* target parsed as an id (watch, trials, ...); 0: logs got a trial name */
+  const char *server;  /* --server, else CTUNE_SERVER (filled by caller) */
+  const char *token_file; /* --token-file */
+  const char *ca_file;    /* --ca-file: CA bundle for an https:// server */
+  const char *db;         /* run --db */
+  int cpus;               /* run --cpus; 0 = this machine's */
+  int gpus;               /* run --gpus; -1 = let the worker detect */
   int json;
   int resume;
   int dry_run;
   const char *metric, *mode, *scope; /* best */
-  const char *format;      /* export: "csv" or "json" */
-  const char *output;      /* export --output FILE; NULL = stdout */
-  double interval_s;       /* seconds between tables when not a terminal */
-  int width;               /* --width N; 0 = the terminal's */
+  const char *format;                /* export: "csv" or "json" */
+  const char *output;                /* export --output FILE; NULL = stdout */
+  double interval_s;                 /* seconds between tables when not a terminal */
+  int width;                         /* --width N; 0 = the terminal's */
   /* control: extend / edit / delete */
-  long long num_samples;   /* extend --num-samples; 0: unchanged */
-  double max_t;            /* extend --max-t; 0: unchanged */
-  long long max_concurrent; /* edit --max-concurrent; -1: unchanged (0: unlimited) */
-  double priority;         /* edit --priority; 0: unchanged */
-  const char *notes;       /* edit --notes; NULL: unchanged */
+  long long num_samples;          /* extend --num-samples; 0: unchanged */
+  double max_t;                   /* extend --max-t; 0: unchanged */
+  long long max_concurrent;       /* edit --max-concurrent; -1: unchanged (0: unlimited) */
+  double priority;                /* edit --priority; 0: unchanged */
+  const char *notes;              /* edit --notes; NULL: unchanged */
   const char *tags[CLI_MAX_TAGS]; /* edit --tag T (repeated): the new tag list */
   int ntags;
-  int force;               /* delete --force */
+  int force; /* delete --force */
 };
 
 /* Fills *a from argv (argv[0] is the program). Returns 0, or -EINVAL with a
  * one-line message in err naming the wrong word. */
-int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err,
-                   size_t errlen);
+int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err, size_t errlen);
 
 #endif

@@ -28,8 +28,8 @@ static void add_query(char *buf, size_t len, const char *key, const char *val) {
   buf[u < len ? u : len - 1] = '\0';
 }
 
-int cli_print_best(struct http_client *c, long long id, const char *metric,
-                   const char *mode, const char *scope, int json, struct http_error *err) {
+int cli_print_best(struct http_client *c, long long id, const char *metric, const char *mode,
+                   const char *scope, int json, struct http_error *err) {
   char path[512];
   cJSON *resp = NULL, *trial_doc = NULL;
   snprintf(path, sizeof(path), "/api/v1/experiments/%lld/best", id);
@@ -66,8 +66,10 @@ int cli_print_best(struct http_client *c, long long id, const char *metric,
     }
     char *t = bt ? jsonout_print(out) : NULL;
     cJSON_Delete(out);
-    if (!t) rc = -ENOMEM;
-    else printf("%s\n", t);
+    if (!t)
+      rc = -ENOMEM;
+    else
+      printf("%s\n", t);
     free(t);
   } else {
     char params[2048], res[2048], v[64] = "";
@@ -103,19 +105,23 @@ static int check_mode(struct http_client *c, const struct cli_args *a) {
   if (rc) {
     if (rc == HTTP_ERR_NOT_FOUND)
       snprintf(err.message, sizeof(err.message),
-               "experiment %lld not found on %s; list experiments with `ctune status`", a->id, c->base);
+               "experiment %lld not found on %s; list experiments with `ctune status`", a->id,
+               c->base);
     return cli_fail_http(rc, &err);
   }
   const cJSON *m = get(exp, "metric"), *mode = get(exp, "mode");
   int same = cJSON_IsString(m) && !strcmp(m->valuestring, a->metric);
   if (!same) {
     if (cJSON_IsString(m))
-      fprintf(stderr, "ctune: best: --metric %s needs --mode min or --mode max: experiment %lld "
+      fprintf(stderr,
+              "ctune: best: --metric %s needs --mode min or --mode max: experiment %lld "
               "optimises %s (%s), and only its own metric takes the experiment's mode\n",
               a->metric, a->id, m->valuestring, cJSON_IsString(mode) ? mode->valuestring : "?");
     else
-      fprintf(stderr, "ctune: best: --metric %s needs --mode min or --mode max (experiment %lld "
-              "has no metric of its own)\n", a->metric, a->id);
+      fprintf(stderr,
+              "ctune: best: --metric %s needs --mode min or --mode max (experiment %lld "
+              "has no metric of its own)\n",
+              a->metric, a->id);
   }
   cJSON_Delete(exp);
   return same ? 0 : CLI_EXIT_USAGE;
@@ -140,7 +146,8 @@ int cmd_best(const struct cli_args *a) {
     snprintf(path, sizeof(path), "/api/v1/experiments/%lld", a->id);
     if (http_json(&c, "GET", path, NULL, &exp, &e2) == HTTP_ERR_NOT_FOUND)
       snprintf(err.message, sizeof(err.message),
-               "experiment %lld not found on %s; list experiments with `ctune status`", a->id, c.base);
+               "experiment %lld not found on %s; list experiments with `ctune status`", a->id,
+               c.base);
     cJSON_Delete(exp);
   }
   if (rc) ex = cli_fail_http(rc, &err);

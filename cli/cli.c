@@ -81,9 +81,10 @@ int cli_connect(const struct cli_args *a, struct http_client *c) {
      * default --db) reads that. */
     char path[4096] = "", err[512];
     const char *host = strstr(server, "://") + 3;
-    int loopback = !strncmp(host, "127.", 4) || !strncmp(host, "localhost", 9) ||
-                   !strncmp(host, "[::1]", 5);
-    if (a->db) snprintf(path, sizeof(path), "%s.tokens", a->db);
+    int loopback =
+        !strncmp(host, "127.", 4) || !strncmp(host, "localhost", 9) || !strncmp(host, "[::1]", 5);
+    if (a->db)
+      snprintf(path, sizeof(path), "%s.tokens", a->db);
     else if (loopback && !access("ctune.db.tokens", R_OK))
       snprintf(path, sizeof(path), "ctune.db.tokens");
     if (path[0] && http_read_token_file(path, &token, err, sizeof(err))) {
@@ -113,7 +114,7 @@ int cli_fail_http(int rc, const struct http_error *err) {
  * (limit 10000, following next_cursor) into one document whose `key` array
  * holds every item. */
 int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON **out,
-                       struct http_error *err) {
+                struct http_error *err) {
   char url[512];
   snprintf(url, sizeof(url), "%s?limit=10000", path);
   int rc = http_json(c, "GET", url, NULL, out, err);
@@ -149,7 +150,8 @@ int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
   if (rc) {
     if (rc == HTTP_ERR_NOT_FOUND)
       snprintf(err->message, sizeof(err->message),
-               "experiment %lld not found on %s; list experiments with `ctune status`", id, c->base);
+               "experiment %lld not found on %s; list experiments with `ctune status`", id,
+               c->base);
     return rc;
   }
   snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials", id);
@@ -175,7 +177,8 @@ int cli_resolve_trial(struct http_client *c, const char *target, long long *id,
   cJSON *exps = NULL;
   int rc = cli_get_all(c, "/api/v1/experiments", "experiments", &exps, err);
   if (rc) return rc;
-  const cJSON *list = cJSON_IsArray(exps) ? exps : cJSON_GetObjectItemCaseSensitive(exps, "experiments");
+  const cJSON *list =
+      cJSON_IsArray(exps) ? exps : cJSON_GetObjectItemCaseSensitive(exps, "experiments");
   int n = cJSON_GetArraySize(list), found = 0;
   long long others[4];
   *id = 0;
@@ -189,14 +192,17 @@ int cli_resolve_trial(struct http_client *c, const char *target, long long *id,
     snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials",
              (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "id")));
     if ((rc = cli_get_all(c, path, "trials", &trials, err))) break;
-    const cJSON *tl = cJSON_IsArray(trials) ? trials : cJSON_GetObjectItemCaseSensitive(trials, "trials");
+    const cJSON *tl =
+        cJSON_IsArray(trials) ? trials : cJSON_GetObjectItemCaseSensitive(trials, "trials");
     const cJSON *t;
     cJSON_ArrayForEach(t, tl) {
       const cJSON *tn = cJSON_GetObjectItemCaseSensitive(t, "name");
       if (!cJSON_IsString(tn) || strcmp(tn->valuestring, target)) continue;
       long long tid = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "id"));
-      if (!found) *id = tid;
-      else if (found <= 4) others[found - 1] = tid;
+      if (!found)
+        *id = tid;
+      else if (found <= 4)
+        others[found - 1] = tid;
       found++;
     }
     cJSON_Delete(trials);

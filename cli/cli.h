@@ -63,8 +63,8 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
 
 /* Prints the best trial (human or, with json, {"best_trial": ...}). metric,
  * mode, scope may be NULL (the experiment's). Returns http-style codes. */
-int cli_print_best(struct http_client *c, long long id, const char *metric,
-                   const char *mode, const char *scope, int json, struct http_error *err);
+int cli_print_best(struct http_client *c, long long id, const char *metric, const char *mode,
+                   const char *scope, int json, struct http_error *err);
 
 int cmd_submit(const struct cli_args *a);
 int cmd_watch(const struct cli_args *a);

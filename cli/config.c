@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int config_parse(const char *text, const char *where, cJSON **out, char *err,
-                 size_t errlen) {
+int config_parse(const char *text, const char *where, cJSON **out, char *err, size_t errlen) {
   const char *end = NULL;
   *out = NULL;
   cJSON *doc = cJSON_ParseWithOpts(text, &end, 1);
@@ -30,8 +29,7 @@ int config_parse(const char *text, const char *where, cJSON **out, char *err,
     if (*stop)
       snprintf(err, errlen, "%s:%d:%d: not valid JSON near '%s'", where, line, col, near);
     else
-      snprintf(err, errlen, "%s:%d:%d: not valid JSON (unexpected end of file)", where,
-               line, col);
+      snprintf(err, errlen, "%s:%d:%d: not valid JSON (unexpected end of file)", where, line, col);
     return -EINVAL;
   }
   if (!cJSON_IsObject(doc)) {
@@ -91,8 +89,8 @@ void config_file_stem(const char *name, char *out, size_t outlen) {
   if (!outlen) return;
   for (; name[i] && i + 1 < outlen; i++) {
     char ch = name[i];
-    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-             (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+             ch == '.' || ch == '_' || ch == '-';
     out[i] = ok ? ch : '_';
   }
   out[i] = '\0';

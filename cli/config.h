@@ -8,8 +8,7 @@
 
 /* Parses text (from `where`, used in messages) that must be one JSON object.
  * Returns 0 with *out owned by the caller, or -EINVAL with err filled. */
-int config_parse(const char *text, const char *where, cJSON **out, char *err,
-                 size_t errlen);
+int config_parse(const char *text, const char *where, cJSON **out, char *err, size_t errlen);
 /* Reads and parses a file (at most 4 MiB). -ENOENT/-EACCES/-EINVAL/-ENOMEM. */
 int config_load(const char *path, cJSON **out, char *err, size_t errlen);
 /* The experiment's "name", or "experiment" (the server's default). */

@@ -122,8 +122,7 @@ int cmd_stop(const struct cli_args *a) {
   }
   char path[128];
   snprintf(path, sizeof(path), "/api/v1/trials/%lld/stop", id);
-  return control_call(a, "POST", path, "{}", "trial", id,
-                      "stopped: results and checkpoint kept");
+  return control_call(a, "POST", path, "{}", "trial", id, "stopped: results and checkpoint kept");
 }
 
 int cmd_delete(const struct cli_args *a) {

@@ -93,10 +93,10 @@ int export_csv(const cJSON *trials, char **out) {
   const cJSON *t, *it;
   /* Columns: the union of keys in order of first appearance. */
   cJSON_ArrayForEach(t, arr) {
-    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(t, "config"))
-      if ((rc = keys_add(&ck, it->string))) goto done;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(t, "last_result"))
-      if ((rc = keys_add(&rk, it->string))) goto done;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(
+                               t, "config")) if ((rc = keys_add(&ck, it->string))) goto done;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(
+                               t, "last_result")) if ((rc = keys_add(&rk, it->string))) goto done;
   }
   sbuf_puts(&sb, "trial_id,name,status,stopped_early,iteration");
   for (size_t i = 0; i < ck.n; i++) {
@@ -119,7 +119,8 @@ int export_csv(const cJSON *trials, char **out) {
     sbuf_putc(&sb, ',');
     csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "status"));
     sbuf_putc(&sb, ',');
-    sbuf_puts(&sb, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "stopped_early")) ? "true" : "false");
+    sbuf_puts(&sb, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "stopped_early")) ? "true"
+                                                                                      : "false");
     sbuf_putc(&sb, ',');
     csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "iteration"));
     for (size_t i = 0; i < ck.n; i++) {
@@ -144,7 +145,7 @@ done:
 
 struct result_ref {
   double trial_id;
-  size_t order;     /* position in the results list: keeps their order */
+  size_t order; /* position in the results list: keeps their order */
   const cJSON *result;
 };
 
@@ -154,8 +155,7 @@ static int cmp_ref(const void *a, const void *b) {
   return (x->order > y->order) - (x->order < y->order);
 }
 
-int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results,
-                char **out) {
+int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results, char **out) {
   const cJSON *arr = trial_array(trials);
   struct result_ref *refs = NULL;
   size_t nrefs = 0;
@@ -176,9 +176,9 @@ int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *resul
     if (!refs) goto nomem;
     const cJSON *r;
     cJSON_ArrayForEach(r, rarr) {
-      refs[nrefs] = (struct result_ref){
-          cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "trial_id")), nrefs,
-          cJSON_GetObjectItemCaseSensitive(r, "result")};
+      refs[nrefs] =
+          (struct result_ref){cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "trial_id")),
+                              nrefs, cJSON_GetObjectItemCaseSensitive(r, "result")};
       nrefs++;
     }
     qsort(refs, nrefs, sizeof(*refs), cmp_ref);
@@ -191,8 +191,10 @@ int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *resul
     size_t lo = 0, hi = nrefs;
     while (lo < hi) { /* first ref with trial_id >= id */
       size_t mid = lo + (hi - lo) / 2;
-      if (refs[mid].trial_id < id) lo = mid + 1;
-      else hi = mid;
+      if (refs[mid].trial_id < id)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     for (size_t i = lo; i < nrefs && refs[i].trial_id == id; i++) {
       if (!refs[i].result) continue;

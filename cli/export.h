@@ -13,7 +13,6 @@ int export_csv(const cJSON *trials, char **out);
 /* {"experiment": ..., "trials": [... each with "results": [...]]} where the
  * results come from {"results": [{"trial_id", "result"}...]} (may be NULL).
  * *out is malloc'd, pretty-printed. 0, -EINVAL, -ENOMEM. */
-int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results,
-                char **out);
+int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results, char **out);
 
 #endif

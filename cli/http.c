@@ -62,10 +62,9 @@ static void fill_server_error(struct http_error *err, const char *body) {
   if (cJSON_IsString(code)) snprintf(err->code, sizeof(err->code), "%s", code->valuestring);
   size_t pl = cJSON_IsString(path) ? strlen(path->valuestring) : 0;
   /* The server's invalid_config messages already start with "path: ". */
-  if (cJSON_IsString(msg) && pl && !(strncmp(msg->valuestring, path->valuestring, pl) == 0 &&
-                                     msg->valuestring[pl] == ':'))
-    snprintf(err->message, sizeof(err->message), "%s: %s", path->valuestring,
-             msg->valuestring);
+  if (cJSON_IsString(msg) && pl &&
+      !(strncmp(msg->valuestring, path->valuestring, pl) == 0 && msg->valuestring[pl] == ':'))
+    snprintf(err->message, sizeof(err->message), "%s: %s", path->valuestring, msg->valuestring);
   else if (cJSON_IsString(msg))
     snprintf(err->message, sizeof(err->message), "%s", msg->valuestring);
   else if (cJSON_IsString(e))
@@ -79,8 +78,8 @@ static void fill_server_error(struct http_error *err, const char *body) {
   cJSON_Delete(doc);
 }
 
-int http_json(struct http_client *c, const char *method, const char *path,
-              const char *body, cJSON **out, struct http_error *err) {
+int http_json(struct http_client *c, const char *method, const char *path, const char *body,
+              cJSON **out, struct http_error *err) {
   struct sbuf resp;
   struct curl_slist *hdrs = NULL;
   char url[2048];
@@ -167,7 +166,8 @@ int http_json(struct http_client *c, const char *method, const char *path,
       if (!*out) {
         snprintf(err->message, sizeof(err->message),
                  "the server at %s answered %s %s with a body that is not JSON; "
-                 "is --server pointing at a ctune-server?", c->base, method, path);
+                 "is --server pointing at a ctune-server?",
+                 c->base, method, path);
         rc = HTTP_ERR_SERVER;
       }
     }
@@ -180,21 +180,19 @@ int http_json(struct http_client *c, const char *method, const char *path,
     snprintf(err->message, sizeof(err->message),
              "the server at %s refused the request (%ld %s: %s); pass --token-file "
              "with a valid admin token or set CTUNE_TOKEN",
-             c->base, err->status, err->status == 401 ? "unauthorized" : "forbidden",
-             server_msg);
+             c->base, err->status, err->status == 401 ? "unauthorized" : "forbidden", server_msg);
     rc = HTTP_ERR_AUTH;
   } else if (err->status == 404) {
-    snprintf(err->message, sizeof(err->message), "%s (404 for %s %s)", server_msg,
-             method, path);
+    snprintf(err->message, sizeof(err->message), "%s (404 for %s %s)", server_msg, method, path);
     rc = HTTP_ERR_NOT_FOUND;
   } else if (err->status >= 400 && err->status < 500) {
-    snprintf(err->message, sizeof(err->message), "rejected: %s (%ld%s%s)", server_msg,
-             err->status, err->code[0] ? " " : "", err->code);
+    snprintf(err->message, sizeof(err->message), "rejected: %s (%ld%s%s)", server_msg, err->status,
+             err->code[0] ? " " : "", err->code);
     rc = HTTP_ERR_REJECTED;
   } else {
     snprintf(err->message, sizeof(err->message),
-             "the server failed on %s %s (%ld: %s); see its log", method, path,
-             err->status, server_msg);
+             "the server failed on %s %s (%ld: %s); see its log", method, path, err->status,
+             server_msg);
     rc = HTTP_ERR_SERVER;
   }
 done:
@@ -205,11 +203,16 @@ done:
 
 int http_exit_code(int rc) {
   switch (rc) {
-    case 0: return CLI_EXIT_OK;
-    case HTTP_ERR_UNREACHABLE: return CLI_EXIT_UNREACHABLE;
-    case HTTP_ERR_AUTH: return CLI_EXIT_AUTH;
-    case HTTP_ERR_NOT_FOUND: return CLI_EXIT_NOT_FOUND;
-    default: return CLI_EXIT_ERROR;
+  case 0:
+    return CLI_EXIT_OK;
+  case HTTP_ERR_UNREACHABLE:
+    return CLI_EXIT_UNREACHABLE;
+  case HTTP_ERR_AUTH:
+    return CLI_EXIT_AUTH;
+  case HTTP_ERR_NOT_FOUND:
+    return CLI_EXIT_NOT_FOUND;
+  default:
+    return CLI_EXIT_ERROR;
   }
 }
 
@@ -252,7 +255,9 @@ int http_read_token_file(const char *path, char **out, char *err, size_t errlen)
   if (admin) free(first);
   if (!tok || !*tok) {
     free(tok);
-    snprintf(err, errlen, "token file %s holds no token (expected a line 'admin <token>' or the token alone)", path);
+    snprintf(err, errlen,
+             "token file %s holds no token (expected a line 'admin <token>' or the token alone)",
+             path);
     return -EINVAL;
   }
   *out = tok;

@@ -7,9 +7,9 @@
 #include <cJSON.h>
 
 struct http_client {
-  char *base;         /* "http://host:port", no trailing slash */
-  char *auth_header;  /* "Authorization: Bearer ..." or NULL */
-  void *curl;         /* CURL *, reused between requests */
+  char *base;        /* "http://host:port", no trailing slash */
+  char *auth_header; /* "Authorization: Bearer ..." or NULL */
+  void *curl;        /* CURL *, reused between requests */
   long timeout_ms;
   /* PEM CA bundle that verifies an https:// server (CURLOPT_CAINFO) instead
    * of the system store; NULL = the system store. Never unverified. */
@@ -24,9 +24,9 @@ struct http_client {
 #define HTTP_ERR_SERVER (-EIO)               /* 5xx or a body that is not JSON */
 
 struct http_error {
-  long status;        /* HTTP status, 0 when none came */
-  char code[64];      /* the server's error.code, if any */
-  char message[768];  /* one line for a person */
+  long status;       /* HTTP status, 0 when none came */
+  char code[64];     /* the server's error.code, if any */
+  char message[768]; /* one line for a person */
 };
 
 /* base is copied; token may be NULL. */
@@ -36,8 +36,8 @@ void http_client_free(struct http_client *c);
 /* Sends method path (body: JSON text or NULL). On 2xx *out holds the parsed
  * body (NULL for 204 or an empty body); the caller cJSON_Deletes it. Otherwise
  * returns one of the HTTP_ERR_ codes with err filled. */
-int http_json(struct http_client *c, const char *method, const char *path,
-              const char *body, cJSON **out, struct http_error *err);
+int http_json(struct http_client *c, const char *method, const char *path, const char *body,
+              cJSON **out, struct http_error *err);
 
 /* Maps the negative result of http_json to the CLI's exit code. */
 int http_exit_code(int rc);

@@ -91,25 +91,45 @@ int main(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   switch (a.cmd) {
-    case CMD_NONE:
-    case CMD_HELP: fputs(HELP, stdout); return CLI_EXIT_OK;
-    case CMD_VERSION: puts("ctune 0.1.0"); return CLI_EXIT_OK;
-    case CMD_RUN: return cmd_run(&a);
-    case CMD_SUBMIT: return cmd_submit(&a);
-    case CMD_WATCH: return cmd_watch(&a);
-    case CMD_STATUS: return cmd_status(&a);
-    case CMD_TRIALS: return cmd_trials(&a);
-    case CMD_BEST: return cmd_best(&a);
-    case CMD_LOGS: return cmd_logs(&a);
-    case CMD_CANCEL: return cmd_cancel(&a);
-    case CMD_PAUSE: return cmd_pause(&a);
-    case CMD_RESUME: return cmd_resume(&a);
-    case CMD_EXTEND: return cmd_extend(&a);
-    case CMD_EDIT: return cmd_edit(&a);
-    case CMD_STOP: return cmd_stop(&a);
-    case CMD_DELETE: return cmd_delete(&a);
-    case CMD_EXPORT: return cmd_export(&a);
-    case CMD_TRIAL: return cmd_trial(&a);
+  case CMD_NONE:
+  case CMD_HELP:
+    fputs(HELP, stdout);
+    return CLI_EXIT_OK;
+  case CMD_VERSION:
+    puts("ctune 0.1.0");
+    return CLI_EXIT_OK;
+  case CMD_RUN:
+    return cmd_run(&a);
+  case CMD_SUBMIT:
+    return cmd_submit(&a);
+  case CMD_WATCH:
+    return cmd_watch(&a);
+  case CMD_STATUS:
+    return cmd_status(&a);
+  case CMD_TRIALS:
+    return cmd_trials(&a);
+  case CMD_BEST:
+    return cmd_best(&a);
+  case CMD_LOGS:
+    return cmd_logs(&a);
+  case CMD_CANCEL:
+    return cmd_cancel(&a);
+  case CMD_PAUSE:
+    return cmd_pause(&a);
+  case CMD_RESUME:
+    return cmd_resume(&a);
+  case CMD_EXTEND:
+    return cmd_extend(&a);
+  case CMD_EDIT:
+    return cmd_edit(&a);
+  case CMD_STOP:
+    return cmd_stop(&a);
+  case CMD_DELETE:
+    return cmd_delete(&a);
+  case CMD_EXPORT:
+    return cmd_export(&a);
+  case CMD_TRIAL:
+    return cmd_trial(&a);
   }
   return CLI_EXIT_USAGE;
 }

@@ -46,8 +46,10 @@ int proc_find(const char *name, char *out, size_t outlen, char *err, size_t errl
       if (*p == ':') p++;
     }
   }
-  snprintf(err, errlen, "cannot find %s next to %s nor on PATH; build it (cmake --build ... --target %s) "
-           "or add its folder to PATH", name, n > 0 ? self : "ctune", name);
+  snprintf(err, errlen,
+           "cannot find %s next to %s nor on PATH; build it (cmake --build ... --target %s) "
+           "or add its folder to PATH",
+           name, n > 0 ? self : "ctune", name);
   return -ENOENT;
 }
 

@@ -37,7 +37,6 @@ void proc_stop(struct proc *p, int grace_ms);
  * with -ECHILD when p exits, -EINTR when *stop becomes non-zero.
  * 0, -ETIMEDOUT, -ECHILD, -EINTR. */
 int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
-                       int timeout_ms, const volatile sig_atomic_t *stop, char *out,
-                       size_t outlen);
+                       int timeout_ms, const volatile sig_atomic_t *stop, char *out, size_t outlen);
 
 #endif

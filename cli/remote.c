@@ -65,8 +65,7 @@ static int sample_local(const cJSON *cfg, cJSON **out, struct http_error *err) {
     snprintf(server_msg, sizeof(server_msg), "%s: %s", verr.path, verr.message);
     err->status = 400;
     snprintf(err->code, sizeof(err->code), "invalid_config");
-    snprintf(err->message, sizeof(err->message), "rejected: %s (400 invalid_config)",
-             server_msg);
+    snprintf(err->message, sizeof(err->message), "rejected: %s (400 invalid_config)", server_msg);
     validate_spec_free(&spec);
     searcher_free(sr);
     return HTTP_ERR_REJECTED;
@@ -118,8 +117,9 @@ int cmd_submit(const struct cli_args *a) {
     ex = CLI_EXIT_ERROR;
     goto done;
   }
-  rc = http_json(&c, "POST", a->dry_run ? "/api/v1/experiments?dry_run=true" : "/api/v1/experiments",
-                 body, &resp, &err);
+  rc =
+      http_json(&c, "POST", a->dry_run ? "/api/v1/experiments?dry_run=true" : "/api/v1/experiments",
+                body, &resp, &err);
 answered:
   if (rc) {
     if (rc == HTTP_ERR_REJECTED) {
@@ -146,7 +146,8 @@ answered:
       /* An adaptive searcher decides the rest from results: say how many. */
       if (nl > 0)
         printf("; %d known in advance, %d decided later by %s from the results so far",
-               cJSON_GetArraySize(trials), nl, cJSON_IsString(alg) ? alg->valuestring : "the searcher");
+               cJSON_GetArraySize(trials), nl,
+               cJSON_IsString(alg) ? alg->valuestring : "the searcher");
       printf(":\n");
       const cJSON *t;
       int i = 0;
@@ -185,12 +186,15 @@ int cmd_watch(const struct cli_args *a) {
   int ex = cli_connect(a, &c);
   if (ex) return ex;
   cli_signals_install(1);
-  struct watch_opts o = {.json = a->json, .tty = isatty(STDOUT_FILENO), .width = cli_width(a),
+  struct watch_opts o = {.json = a->json,
+                         .tty = isatty(STDOUT_FILENO),
+                         .width = cli_width(a),
                          .fixed_width = a->width > 0,
                          .interval_s = a->interval_s};
   int rc = cli_watch(&c, a->id, &o, NULL, &err);
   if (rc == -EINTR) {
-    fprintf(stderr, "ctune: stopped watching; experiment %lld goes on (ctune cancel %lld stops it)\n",
+    fprintf(stderr,
+            "ctune: stopped watching; experiment %lld goes on (ctune cancel %lld stops it)\n",
             a->id, a->id);
     ex = CLI_EXIT_INTERRUPTED;
   } else if (rc) {
@@ -220,8 +224,8 @@ int cmd_status(const struct cli_args *a) {
     printf("no experiments on %s (submit one with `ctune submit CONFIG`)\n", c.base);
     goto done;
   }
-  printf("%-5s %-24s %-10s %7s %7s %7s %10s %5s  %s\n", "id", "name", "status", "trials",
-         "running", "pending", "terminated", "error", "best");
+  printf("%-5s %-24s %-10s %7s %7s %7s %10s %5s  %s\n", "id", "name", "status", "trials", "running",
+         "pending", "terminated", "error", "best");
   const cJSON *e;
   cJSON_ArrayForEach(e, list) {
     const cJSON *counts = get(e, "counts"), *best = get(e, "best");
@@ -300,9 +304,10 @@ int cmd_logs(const struct cli_args *a) {
   rc = http_json(&c, "GET", path, NULL, &resp, &err);
   if (rc) {
     if (rc == HTTP_ERR_NOT_FOUND)
-      snprintf(err.message, sizeof(err.message),
-               "trial %lld not found on %s, or it has no log yet; list trials with `ctune trials EXP`",
-               id, c.base);
+      snprintf(
+          err.message, sizeof(err.message),
+          "trial %lld not found on %s, or it has no log yet; list trials with `ctune trials EXP`",
+          id, c.base);
     ex = cli_fail_http(rc, &err);
     goto done;
   }
@@ -335,7 +340,8 @@ int cmd_cancel(const struct cli_args *a) {
   if (a->json)
     resp ? print_json(resp, 0) : (void)puts("{}");
   else
-    printf("experiment %lld cancelled: no new trials start, running ones are being stopped\n", a->id);
+    printf("experiment %lld cancelled: no new trials start, running ones are being stopped\n",
+           a->id);
 done:
   cJSON_Delete(resp);
   http_client_free(&c);
@@ -354,7 +360,8 @@ static int fetch_results(struct http_client *c, long long id, cJSON **out, struc
   for (;;) {
     char path[160];
     cJSON *page = NULL;
-    snprintf(path, sizeof(path), "/api/v1/experiments/%lld/results?since=%lld&limit=10000", id, since);
+    snprintf(path, sizeof(path), "/api/v1/experiments/%lld/results?since=%lld&limit=10000", id,
+             since);
     int rc = http_json(c, "GET", path, NULL, &page, err);
     if (rc) {
       cJSON_Delete(all);

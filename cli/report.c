@@ -13,16 +13,15 @@
 #include "sbuf.h"
 #include "text.h"
 
-static const char *const STATUS_ORDER[] = {"RUNNING", "PENDING", "PAUSED",
-                                           "TERMINATED", "ERROR"};
+static const char *const STATUS_ORDER[] = {"RUNNING", "PENDING", "PAUSED", "TERMINATED", "ERROR"};
 #define NSTATUS 5
 
 /* Result keys the table never shows as metric columns: the iteration and the
  * total time have their own columns, the rest is noise. */
 static int is_time_key(const char *k, const char *time_attr) {
   return !strcmp(k, "training_iteration") || !strcmp(k, "time_this_iter_s") ||
-         !strcmp(k, "time_total_s") || !strcmp(k, "timestamp") ||
-         !strcmp(k, "done") || (time_attr && !strcmp(k, time_attr));
+         !strcmp(k, "time_total_s") || !strcmp(k, "timestamp") || !strcmp(k, "done") ||
+         (time_attr && !strcmp(k, time_attr));
 }
 
 /* Result keys that are about the run rather than the model's quality. */
@@ -107,8 +106,7 @@ void report_state_free(struct report_state *s) {
   memset(s, 0, sizeof(*s));
 }
 
-int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials,
-                      cJSON *workers) {
+int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, cJSON *workers) {
   memset(s, 0, sizeof(*s));
   s->experiment = experiment;
   s->trials_doc = trials;
@@ -195,8 +193,8 @@ static void put_line(struct sbuf *sb, const char *text, int width) {
 static void fmt_duration(double s, char *buf, size_t len) {
   if (!(s >= 0)) s = 0;
   long long cs = (long long)llround(s * 100.0);
-  snprintf(buf, len, "%02lld:%02lld:%02lld.%02lld", cs / 360000, cs / 6000 % 60,
-           cs / 100 % 60, cs % 100);
+  snprintf(buf, len, "%02lld:%02lld:%02lld.%02lld", cs / 360000, cs / 6000 % 60, cs / 100 % 60,
+           cs % 100);
 }
 
 /* Names of the sampled params: param_space keys that are not constants. */
@@ -226,8 +224,7 @@ static void add_key(const char **keys, int *n, int cap, const char *k) {
   if (*n < cap) keys[(*n)++] = k;
 }
 
-static void status_block(struct sbuf *sb, const struct report_state *s, double now,
-                         int width) {
+static void status_block(struct sbuf *sb, const struct report_state *s, double now, int width) {
   const cJSON *e = s->experiment;
   char line[2048], t1[64], t2[64];
   time_t secs = (time_t)floor(now);
@@ -247,7 +244,8 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   const char *metric = get_str(e, "metric"), *mode = get_str(e, "mode");
   if (metric) {
     size_t u = strlen(line);
-    snprintf(line + u, sizeof(line) - u, " (%s %s)", mode && !strcmp(mode, "max") ? "maximize" : "minimize", metric);
+    snprintf(line + u, sizeof(line) - u, " (%s %s)",
+             mode && !strcmp(mode, "max") ? "maximize" : "minimize", metric);
   }
   put_line(sb, line, width);
   /* Why it ended early (fail_fast, a cancel): docs/protocol.md#fail-fast. */
@@ -271,15 +269,16 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
     const cJSON *b;
     cJSON_ArrayForEach(b, brackets) stopped += (long long)get_num(b, "stopped", 0);
     snprintf(line, sizeof(line),
-             "Scheduler: ASHA on %s, max_t=%g, grace_period=%g, reduction_factor=%g: %lld trial%s stopped early",
+             "Scheduler: ASHA on %s, max_t=%g, grace_period=%g, reduction_factor=%g: %lld trial%s "
+             "stopped early",
              get_str(sc, "time_attr") ? get_str(sc, "time_attr") : "training_iteration",
              get_num(sc, "max_t", 0), get_num(sc, "grace_period", 0),
              get_num(sc, "reduction_factor", 0), stopped, stopped == 1 ? "" : "s");
     put_line(sb, line, width);
     cJSON_ArrayForEach(b, brackets) {
-      size_t u = (size_t)snprintf(line, sizeof(line), "  Bracket %lld (stopped %lld) cutoffs:",
-                                  (long long)get_num(b, "index", 0),
-                                  (long long)get_num(b, "stopped", 0));
+      size_t u =
+          (size_t)snprintf(line, sizeof(line), "  Bracket %lld (stopped %lld) cutoffs:",
+                           (long long)get_num(b, "index", 0), (long long)get_num(b, "stopped", 0));
       const cJSON *m;
       int first = 1;
       cJSON_ArrayForEach(m, get(b, "milestones")) {
@@ -314,7 +313,8 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
         snprintf(v, sizeof(v), "%s", cJSON_IsTrue(it) ? "true" : "false");
       else
         report_fmt_value(it, v, sizeof(v));
-      u += (size_t)snprintf(line + u, sizeof(line) - u, "%s%s=%s", first ? " (" : ", ", it->string, v);
+      u += (size_t)snprintf(line + u, sizeof(line) - u, "%s%s=%s", first ? " (" : ", ", it->string,
+                            v);
       first = 0;
     }
     if (!first && u < sizeof(line)) snprintf(line + u, sizeof(line) - u, ")");
@@ -358,8 +358,8 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   int first = 1;
   for (int i = 0; i <= NSTATUS; i++) {
     if (!counts[i]) continue;
-    u += (size_t)snprintf(line + u, sizeof(line) - u, "%s%lld %s", first ? "" : ", ",
-                          counts[i], i < NSTATUS ? STATUS_ORDER[i] : "OTHER");
+    u += (size_t)snprintf(line + u, sizeof(line) - u, "%s%lld %s", first ? "" : ", ", counts[i],
+                          i < NSTATUS ? STATUS_ORDER[i] : "OTHER");
     first = 0;
   }
   snprintf(line + u, sizeof(line) - u, ")");
@@ -368,8 +368,8 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
 
 struct column {
   const char *title;
-  int right;    /* numbers are right-aligned */
-  int prio;     /* lower is dropped first when the table is too wide */
+  int right; /* numbers are right-aligned */
+  int prio;  /* lower is dropped first when the table is too wide */
   int hidden;
   size_t w;
   char **cells; /* one per shown row */
@@ -383,8 +383,7 @@ static int cmp_rows(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
-static void put_rule(struct sbuf *sb, const struct column *cols, int ncols, char edge,
-                     char mid) {
+static void put_rule(struct sbuf *sb, const struct column *cols, int ncols, char edge, char mid) {
   sbuf_putc(sb, edge);
   int first = 1;
   for (int c = 0; c < ncols; c++) {
@@ -457,12 +456,13 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
   cols[ncols++] = (struct column){.title = "id", .right = 1, .prio = 6};
   cols[ncols++] = (struct column){.title = "Trial name", .prio = 9};
   cols[ncols++] = (struct column){.title = "status", .prio = 9};
-  for (int i = 0; i < np; i++) cols[ncols++] = (struct column){.title = pkeys[i], .right = 1, .prio = 2};
+  for (int i = 0; i < np; i++)
+    cols[ncols++] = (struct column){.title = pkeys[i], .right = 1, .prio = 2};
   cols[ncols++] = (struct column){.title = "iter", .right = 1, .prio = 4};
   cols[ncols++] = (struct column){.title = "total time (s)", .right = 1, .prio = 3};
   for (int i = 0; i < nm; i++)
-    cols[ncols++] = (struct column){.title = mkeys[i], .right = 1,
-                                    .prio = (metric && i == 0) ? 5 : 1};
+    cols[ncols++] =
+        (struct column){.title = mkeys[i], .right = 1, .prio = (metric && i == 0) ? 5 : 1};
   /* Why the scheduler last decided about the trial: only when a
    * shown row has one, so FIFO and stopping-ASHA tables keep their shape.
    * Dropped after the params, before the total time. */
@@ -584,8 +584,9 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
   }
   if (hidden) {
     char line[1024];
-    size_t u = (size_t)snprintf(line, sizeof(line), "(%d column%s hidden to fit %d columns:", hidden,
-                                hidden == 1 ? "" : "s", width);
+    size_t u =
+        (size_t)snprintf(line, sizeof(line), "(%d column%s hidden to fit %d columns:", hidden,
+                         hidden == 1 ? "" : "s", width);
     for (int c = 0; c < ncols && u < sizeof(line); c++)
       if (cols[c].hidden) u += (size_t)snprintf(line + u, sizeof(line) - u, " %s", cols[c].title);
     if (u < sizeof(line)) snprintf(line + u, sizeof(line) - u, ")");
@@ -642,7 +643,8 @@ static void notes(struct sbuf *sb, const struct report_state *s, int width) {
   }
   char line[1024], lbl[48];
   if (reason) {
-    snprintf(line, sizeof(line), "Pending: %s (%zu trial%s)", reason, waiting, waiting == 1 ? "" : "s");
+    snprintf(line, sizeof(line), "Pending: %s (%zu trial%s)", reason, waiting,
+             waiting == 1 ? "" : "s");
     put_line(sb, line, width);
   }
   for (size_t i = 0; i < s->ntrials; i++) {
@@ -652,16 +654,15 @@ static void notes(struct sbuf *sb, const struct report_state *s, int width) {
     char err[512];
     error_line(t->error ? t->error : "no message", err, sizeof(err));
     if (t->exit_code >= 0)
-      snprintf(line, sizeof(line), "Error: %s (exit code %lld): %s", trial_label(t, lbl, sizeof(lbl)),
-               t->exit_code, err);
+      snprintf(line, sizeof(line), "Error: %s (exit code %lld): %s",
+               trial_label(t, lbl, sizeof(lbl)), t->exit_code, err);
     else
       snprintf(line, sizeof(line), "Error: %s: %s", trial_label(t, lbl, sizeof(lbl)), err);
     put_line(sb, line, width);
   }
 }
 
-int report_render(const struct report_state *s, double now, int width, int max_rows,
-                  char **out) {
+int report_render(const struct report_state *s, double now, int width, int max_rows, char **out) {
   struct sbuf sb;
   sbuf_init(&sb);
   status_block(&sb, s, now, width);
@@ -670,8 +671,7 @@ int report_render(const struct report_state *s, double now, int width, int max_r
   return sbuf_take(&sb, out);
 }
 
-int report_render_table(const struct report_state *s, int width, int max_rows,
-                        char **out) {
+int report_render_table(const struct report_state *s, int width, int max_rows, char **out) {
   struct sbuf sb;
   sbuf_init(&sb);
   table(&sb, s, width, max_rows);
@@ -680,8 +680,8 @@ int report_render_table(const struct report_state *s, int width, int max_rows,
 }
 
 /* "loss=0.31, accuracy=0.88": the metric first, then the other metrics. */
-static void fmt_metrics(const struct report_state *s, const struct report_trial *t,
-                        char *buf, size_t len) {
+static void fmt_metrics(const struct report_state *s, const struct report_trial *t, char *buf,
+                        size_t len) {
   const char *metric = get_str(s->experiment, "metric");
   const char *time_attr = get_str(get(s->experiment, "scheduler"), "time_attr");
   size_t u = 0;
@@ -709,8 +709,7 @@ static int cmp_id(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
-int report_events(const struct report_state *prev, const struct report_state *cur,
-                  char **out) {
+int report_events(const struct report_state *prev, const struct report_state *cur, char **out) {
   struct sbuf sb;
   sbuf_init(&sb);
   const struct report_trial **old = NULL;
@@ -732,8 +731,9 @@ int report_events(const struct report_state *prev, const struct report_state *cu
     /* A new decision: its sentence ends the line that reports
      * the change; one that changed nothing visible between two polls (a PBT
      * exploit that went RUNNING → PENDING → RUNNING) gets a line of its own. */
-    const char *why = (t->reason && *t->reason &&
-                       (!p || !p->reason || strcmp(p->reason, t->reason))) ? t->reason : NULL;
+    const char *why =
+        (t->reason && *t->reason && (!p || !p->reason || strcmp(p->reason, t->reason))) ? t->reason
+                                                                                        : NULL;
     char lbl[48], m[512], cfg[512], tail[300] = "";
     const char *name = trial_label(t, lbl, sizeof(lbl));
     if (why) {
@@ -767,11 +767,11 @@ int report_events(const struct report_state *prev, const struct report_state *cu
     } else if (!strcmp(t->status, "TERMINATED")) {
       fmt_metrics(cur, t, m, sizeof(m));
       if (t->stopped_early)
-        sbuf_printf(&sb, "Trial %s stopped early by the scheduler at iteration %lld: %s%s\n",
-                    name, t->iteration, m, tail);
+        sbuf_printf(&sb, "Trial %s stopped early by the scheduler at iteration %lld: %s%s\n", name,
+                    t->iteration, m, tail);
       else
-        sbuf_printf(&sb, "Trial %s completed after %lld iteration%s: %s%s\n", name,
-                    t->iteration, t->iteration == 1 ? "" : "s", m, tail);
+        sbuf_printf(&sb, "Trial %s completed after %lld iteration%s: %s%s\n", name, t->iteration,
+                    t->iteration == 1 ? "" : "s", m, tail);
     } else if (!strcmp(t->status, "ERROR")) {
       char err[512];
       error_line(t->error ? t->error : "no message", err, sizeof(err));
@@ -779,16 +779,15 @@ int report_events(const struct report_state *prev, const struct report_state *cu
     } else if (!strcmp(t->status, "PENDING") && p) {
       sbuf_printf(&sb, "Trial %s is pending again (was %s)%s\n", name, p->status, said ? "" : tail);
     } else if (!strcmp(t->status, "PAUSED")) {
-      sbuf_printf(&sb, "Trial %s paused at iteration %lld%s\n", name, t->iteration, said ? "" : tail);
+      sbuf_printf(&sb, "Trial %s paused at iteration %lld%s\n", name, t->iteration,
+                  said ? "" : tail);
     }
   }
   free(old);
   return sbuf_take(&sb, out);
 }
 
-static cJSON *dup_or_null(const cJSON *v) {
-  return v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull();
-}
+static cJSON *dup_or_null(const cJSON *v) { return v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull(); }
 
 cJSON *report_to_json(const struct report_state *s, double now) {
   const cJSON *e = s->experiment;
@@ -832,13 +831,16 @@ cJSON *report_to_json(const struct report_state *s, double now) {
       break;
     }
     ok &= cJSON_AddNumberToObject(o, "id", (double)t->id) != NULL;
-    ok &= cJSON_AddItemToObject(o, "name", t->name ? cJSON_CreateString(t->name) : cJSON_CreateNull());
+    ok &= cJSON_AddItemToObject(o, "name",
+                                t->name ? cJSON_CreateString(t->name) : cJSON_CreateNull());
     ok &= cJSON_AddStringToObject(o, "status", t->status) != NULL;
     ok &= cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) != NULL;
     ok &= cJSON_AddNumberToObject(o, "iteration", (double)t->iteration) != NULL;
-    ok &= cJSON_AddItemToObject(o, "total_time_s", isnan(t->total_time_s) ? cJSON_CreateNull()
-                                                    : cJSON_CreateNumber(t->total_time_s));
-    ok &= cJSON_AddItemToObject(o, "reason", t->reason ? cJSON_CreateString(t->reason) : cJSON_CreateNull());
+    ok &= cJSON_AddItemToObject(o, "total_time_s",
+                                isnan(t->total_time_s) ? cJSON_CreateNull()
+                                                       : cJSON_CreateNumber(t->total_time_s));
+    ok &= cJSON_AddItemToObject(o, "reason",
+                                t->reason ? cJSON_CreateString(t->reason) : cJSON_CreateNull());
     ok &= cJSON_AddItemToObject(o, "config", dup_or_null(t->config));
     ok &= cJSON_AddItemToObject(o, "last_result", dup_or_null(t->last_result));
   }
@@ -908,8 +910,8 @@ static void fmt_utc(double t, char *buf, size_t len) {
   strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
-int report_trial_detail(const cJSON *trial, const cJSON *experiment,
-                        const cJSON *trials, char **out) {
+int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON *trials,
+                        char **out) {
   if (!cJSON_IsObject(trial)) return -EINVAL;
   struct sbuf sb;
   sbuf_init(&sb);

@@ -13,7 +13,7 @@
 
 struct report_trial {
   long long id;
-  const char *name;           /* borrowed from the trials document */
+  const char *name; /* borrowed from the trials document */
   const char *status;
   int stopped_early;
   long long iteration;
@@ -27,12 +27,12 @@ struct report_trial {
 };
 
 struct report_state {
-  cJSON *experiment;          /* owned: GET /api/v1/experiments/{id} */
-  cJSON *trials_doc;          /* owned: GET .../trials ({"trials": [...]}) */
-  cJSON *workers_doc;         /* owned, may be NULL: GET /api/v1/workers */
+  cJSON *experiment;  /* owned: GET /api/v1/experiments/{id} */
+  cJSON *trials_doc;  /* owned: GET .../trials ({"trials": [...]}) */
+  cJSON *workers_doc; /* owned, may be NULL: GET /api/v1/workers */
   struct report_trial *trials;
   size_t ntrials;
-  long long last_seq;         /* the trials list's last_seq, -1 when absent */
+  long long last_seq; /* the trials list's last_seq, -1 when absent */
   int have_workers;
   int workers_alive;
   double cpu_total, cpu_used, gpu_total, gpu_used;
@@ -40,24 +40,20 @@ struct report_state {
 
 /* Takes ownership of the three documents (also on failure; workers may be
  * NULL). Returns 0, -EINVAL when exp or trials have the wrong shape, -ENOMEM. */
-int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials,
-                      cJSON *workers);
+int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, cJSON *workers);
 void report_state_free(struct report_state *s);
 
 /* The status block and the trial table, every line at most `width` columns.
  * now: Unix seconds. max_rows: table rows before "… N more" lines (0 = all).
  * *out is malloc'd. 0 or -ENOMEM. */
-int report_render(const struct report_state *s, double now, int width,
-                  int max_rows, char **out);
+int report_render(const struct report_state *s, double now, int width, int max_rows, char **out);
 
 /* Only the trial table and its notes (`ctune trials`). */
-int report_render_table(const struct report_state *s, int width, int max_rows,
-                        char **out);
+int report_render_table(const struct report_state *s, int width, int max_rows, char **out);
 
 /* One line per trial that started, ended, failed or went back to pending
  * between prev and cur (prev NULL: nothing). *out is malloc'd ("" if none). */
-int report_events(const struct report_state *prev, const struct report_state *cur,
-                  char **out);
+int report_events(const struct report_state *prev, const struct report_state *cur, char **out);
 
 /* The same state as one JSON object (the --json reporter's line); NULL on
  * out of memory. */
@@ -76,8 +72,8 @@ void report_fmt_reason(const char *reason, size_t cols, char *buf, size_t len);
  * the config keys that changed). experiment and trials (the experiment's
  * trial list, for the donors' names) may be NULL. *out is malloc'd.
  * 0, -EINVAL (not an object) or -ENOMEM. */
-int report_trial_detail(const cJSON *trial, const cJSON *experiment,
-                        const cJSON *trials, char **out);
+int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON *trials,
+                        char **out);
 
 /* One event of a trial's history (no time, no newline): "t=6 exploited trial
  * 7 (pbt_00006): lr 0.01 → 0.012" for an exploit with its data, else the

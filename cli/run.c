@@ -46,7 +46,9 @@ static void print_log_tail(const char *path) {
 /* Polled by the watch loop: a child that died ends the run. */
 static int children_alive(void *arg) {
   struct run_ctx *r = arg;
-  struct proc *dead = proc_exited(&r->server) ? &r->server : proc_exited(&r->worker) ? &r->worker : NULL;
+  struct proc *dead = proc_exited(&r->server)   ? &r->server
+                      : proc_exited(&r->worker) ? &r->worker
+                                                : NULL;
   if (!dead) return 0;
   fprintf(stderr, "ctune: %s exited unexpectedly (wait status %d); last lines of %s:\n", dead->name,
           dead->status, dead == &r->server ? r->server_log : r->worker_log);
@@ -61,7 +63,8 @@ static long long max_worker_id(struct http_client *c) {
   cJSON *resp = NULL;
   long long max = 0;
   if (cli_get_all(c, "/api/v1/workers", "workers", &resp, &err)) return 0;
-  const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
+  const cJSON *list =
+      cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
   const cJSON *w;
   cJSON_ArrayForEach(w, list) {
     long long id = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(w, "id"));
@@ -74,8 +77,8 @@ static long long max_worker_id(struct http_client *c) {
 /* Waits (up to 30 s) for the worker this run started to register: the one
  * with an id above `known`. Fills what it advertised. 0; -ETIMEDOUT (then
  * nothing is checked); -ECHILD (a child died, said); -EINTR. */
-static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long known,
-                           double *cpu, double *gpu, double *mem) {
+static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long known, double *cpu,
+                           double *gpu, double *mem) {
   for (int i = 0; i < 300; i++) {
     struct http_error err;
     cJSON *resp = NULL;
@@ -83,10 +86,12 @@ static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long k
     int rc = children_alive(r);
     if (rc) return rc;
     if (!cli_get_all(c, "/api/v1/workers", "workers", &resp, &err)) {
-      const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
+      const cJSON *list =
+          cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "workers");
       const cJSON *w;
       cJSON_ArrayForEach(w, list) {
-        if ((long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(w, "id")) <= known) continue;
+        if ((long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(w, "id")) <= known)
+          continue;
         const cJSON *res = cJSON_GetObjectItemCaseSensitive(w, "resources");
         *cpu = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "cpu"));
         *gpu = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "gpu"));
@@ -116,20 +121,29 @@ static int check_fit(const struct cli_args *a, const struct spec_resources *need
                      double gpu, double mem) {
   char why[512] = "";
   if (never_fits(need->cpu, cpu)) {
-    snprintf(why, sizeof(why), "every trial needs cpu %g (resources_per_trial.cpu) but the "
-             "worker this run started has %g CPU%s (%s)", need->cpu, cpu, cpu == 1 ? "" : "s",
+    snprintf(why, sizeof(why),
+             "every trial needs cpu %g (resources_per_trial.cpu) but the "
+             "worker this run started has %g CPU%s (%s)",
+             need->cpu, cpu, cpu == 1 ? "" : "s",
              a->cpus > 0 ? "--cpus" : "what this machine lets it use; --cpus N sets it");
   } else if (never_fits(need->gpu, gpu)) {
-    snprintf(why, sizeof(why), "every trial needs gpu %g (resources_per_trial.gpu) but the "
-             "worker this run started has %g GPU%s (%s)", need->gpu, gpu, gpu == 1 ? "" : "s",
-             a->gpus >= 0 ? "--gpus" : gpu > 0 ? "the GPUs it found" : "it found none");
+    snprintf(why, sizeof(why),
+             "every trial needs gpu %g (resources_per_trial.gpu) but the "
+             "worker this run started has %g GPU%s (%s)",
+             need->gpu, gpu, gpu == 1 ? "" : "s",
+             a->gpus >= 0 ? "--gpus"
+             : gpu > 0    ? "the GPUs it found"
+                          : "it found none");
   } else if (need->memory_mb > 0 && mem > 0 && (double)need->memory_mb > mem) {
-    snprintf(why, sizeof(why), "every trial needs memory_mb %lld (resources_per_trial.memory_mb) "
+    snprintf(why, sizeof(why),
+             "every trial needs memory_mb %lld (resources_per_trial.memory_mb) "
              "but the worker this run started has %.0f MB (this machine's memory or its cgroup "
-             "limit)", (long long)need->memory_mb, mem);
+             "limit)",
+             (long long)need->memory_mb, mem);
   }
   if (!why[0]) return 0;
-  fprintf(stderr, "ctune: no trial of %s can ever run here: %s. Lower resources_per_trial in "
+  fprintf(stderr,
+          "ctune: no trial of %s can ever run here: %s. Lower resources_per_trial in "
           "%s, or submit it to a server with bigger workers (`ctune submit`).\n",
           a->target, why, a->target);
   return -E2BIG;
@@ -141,7 +155,8 @@ static int find_unfinished(struct http_client *c, const char *name, long long *i
   cJSON *resp = NULL;
   int rc = cli_get_all(c, "/api/v1/experiments", "experiments", &resp, err);
   if (rc) return rc;
-  const cJSON *list = cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "experiments");
+  const cJSON *list =
+      cJSON_IsArray(resp) ? resp : cJSON_GetObjectItemCaseSensitive(resp, "experiments");
   const cJSON *e;
   *id = 0;
   cJSON_ArrayForEach(e, list) {
@@ -192,7 +207,8 @@ int cmd_run(const struct cli_args *a) {
   snprintf(r.worker_log, sizeof(r.worker_log), "%s.worker.log", base);
   snprintf(work, sizeof(work), "%s.work", base);
   if (a->resume && access(db, F_OK)) {
-    fprintf(stderr, "ctune: nothing to resume: %s does not exist (run without --resume to start)\n", db);
+    fprintf(stderr, "ctune: nothing to resume: %s does not exist (run without --resume to start)\n",
+            db);
     ex = CLI_EXIT_USAGE;
     goto out;
   }
@@ -213,8 +229,18 @@ int cmd_run(const struct cli_args *a) {
   cli_signals_install(0);
 
   long off = file_size(r.server_log);
-  char *sargv[] = {server_bin, "--db", db, "--bind", "127.0.0.1", "--port", "0",
-                   "--lease-timeout", RUN_LEASE_TIMEOUT_S, "--heartbeat-interval", "2", NULL};
+  char *sargv[] = {server_bin,
+                   "--db",
+                   db,
+                   "--bind",
+                   "127.0.0.1",
+                   "--port",
+                   "0",
+                   "--lease-timeout",
+                   RUN_LEASE_TIMEOUT_S,
+                   "--heartbeat-interval",
+                   "2",
+                   NULL};
   int rc = proc_spawn(&r.server, "ctune-server", sargv, r.server_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", server_bin, strerror(-rc));
@@ -229,7 +255,8 @@ int cmd_run(const struct cli_args *a) {
       goto out;
     }
     fprintf(stderr, "ctune: ctune-server %s; last lines of %s:\n",
-            rc == -ECHILD ? "exited before it was ready" : "did not say it was listening within 60 s",
+            rc == -ECHILD ? "exited before it was ready"
+                          : "did not say it was listening within 60 s",
             r.server_log);
     print_log_tail(r.server_log);
     goto out;
@@ -305,7 +332,8 @@ int cmd_run(const struct cli_args *a) {
   if (a->resume) {
     rc = find_unfinished(&c, name, &id, &err);
     if (rc == -ENOENT) {
-      fprintf(stderr, "ctune: nothing to resume: %s holds no unfinished experiment named '%s' "
+      fprintf(stderr,
+              "ctune: nothing to resume: %s holds no unfinished experiment named '%s' "
               "(finished and cancelled ones stay queryable; run without --resume to start anew)\n",
               db, name);
       ex = CLI_EXIT_ERROR;
@@ -330,13 +358,18 @@ int cmd_run(const struct cli_args *a) {
       fprintf(stderr, "ctune: the server accepted %s but sent no experiment id\n", a->target);
       goto out;
     }
-    if (!a->json) printf("Experiment %lld '%s' submitted: %s/#/experiments/%lld\n", id, name, url, id);
+    if (!a->json)
+      printf("Experiment %lld '%s' submitted: %s/#/experiments/%lld\n", id, name, url, id);
   }
   fflush(stdout);
 
-  struct watch_opts o = {.json = a->json, .tty = isatty(STDOUT_FILENO), .width = cli_width(a),
+  struct watch_opts o = {.json = a->json,
+                         .tty = isatty(STDOUT_FILENO),
+                         .width = cli_width(a),
                          .fixed_width = a->width > 0,
-                         .interval_s = a->interval_s, .check = children_alive, .check_ctx = &r};
+                         .interval_s = a->interval_s,
+                         .check = children_alive,
+                         .check_ctx = &r};
   if (a->json) o.interval_s = a->interval_s < 10.0 ? a->interval_s : 2.0;
   struct report_state final;
   memset(&final, 0, sizeof(final));
@@ -346,9 +379,10 @@ int cmd_run(const struct cli_args *a) {
      * decision about the experiment: the worker drains (its trials stop and
      * keep their checkpoints) and the experiment stays resumable. Cancelling
      * for good is `ctune cancel`. */
-    fprintf(stderr, "ctune: %s; stopping the trials of experiment %lld, which stays "
-                    "unfinished: `ctune run %s --resume` continues it (%s again to stop at "
-                    "once)\n",
+    fprintf(stderr,
+            "ctune: %s; stopping the trials of experiment %lld, which stays "
+            "unfinished: `ctune run %s --resume` continues it (%s again to stop at "
+            "once)\n",
             cli_signal == SIGINT ? "interrupted" : "stopping on a signal", id, a->target,
             cli_signal == SIGINT ? "Ctrl-C" : "a second signal");
     ex = cli_signal == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)cli_signal;
@@ -360,8 +394,9 @@ int cmd_run(const struct cli_args *a) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(final.experiment, "status");
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(final.experiment, "end_reason");
     int cancelled = cJSON_IsString(st) && !strcmp(st->valuestring, "CANCELLED");
-    if (!a->json) printf("\nExperiment %lld %s%s%s.\n", id, cJSON_IsString(st) ? st->valuestring : "ended",
-                         cJSON_IsString(why) ? ": " : "", cJSON_IsString(why) ? why->valuestring : "");
+    if (!a->json)
+      printf("\nExperiment %lld %s%s%s.\n", id, cJSON_IsString(st) ? st->valuestring : "ended",
+             cJSON_IsString(why) ? ": " : "", cJSON_IsString(why) ? why->valuestring : "");
     rc = cli_print_best(&c, id, NULL, NULL, NULL, a->json, &err);
     if (cancelled) {
       /* fail_fast, or a `ctune cancel` from elsewhere: not a success. */
@@ -382,8 +417,10 @@ out:
   if (r.worker.pid) proc_stop(&r.worker, 30000);
   if (r.server.pid) proc_stop(&r.server, 10000);
   if (proc_hurry)
-    fprintf(stderr, "ctune: stopped at once (second signal): trials, worker and server killed; "
-                    "stored results and checkpoints stay (`ctune run %s --resume`)\n", a->target);
+    fprintf(stderr,
+            "ctune: stopped at once (second signal): trials, worker and server killed; "
+            "stored results and checkpoints stay (`ctune run %s --resume`)\n",
+            a->target);
   if (have_client) http_client_free(&c);
   cJSON_Delete(resp);
   cJSON_Delete(cfg);

@@ -72,15 +72,14 @@ static void names_free(struct names *ns) {
 typedef int (*leaf_fn)(void *ctx, const char *name, const cJSON *v);
 
 /* Calls fn for every non-object value under o, named by its '/'-joined path. */
-static int flatten(const cJSON *o, char *path, size_t len, size_t cap, leaf_fn fn,
-                   void *ctx) {
+static int flatten(const cJSON *o, char *path, size_t len, size_t cap, leaf_fn fn, void *ctx) {
   const cJSON *it;
   cJSON_ArrayForEach(it, o) {
     if (!it->string) continue;
     int n = snprintf(path + len, cap - len, "%s%s", len ? "/" : "", it->string);
     if (n < 0 || (size_t)n >= cap - len) continue; /* absurdly deep: skipped */
-    int rc = cJSON_IsObject(it) ? flatten(it, path, len + (size_t)n, cap, fn, ctx)
-                                : fn(ctx, path, it);
+    int rc =
+        cJSON_IsObject(it) ? flatten(it, path, len + (size_t)n, cap, fn, ctx) : fn(ctx, path, it);
     path[len] = '\0';
     if (rc) return rc;
   }
@@ -98,9 +97,9 @@ enum { K_NUM = 1, K_STR = 2, K_BOOL = 4, K_OTHER = 8 };
 
 struct hparams {
   struct names keys;
-  int *kinds;           /* per key: K_* bits seen */
-  double *lo, *hi;      /* numbers' range */
-  struct names *strs;   /* per key: distinct strings */
+  int *kinds;         /* per key: K_* bits seen */
+  double *lo, *hi;    /* numbers' range */
+  struct names *strs; /* per key: distinct strings */
   size_t cap;
 };
 
@@ -187,33 +186,33 @@ static void put_hparam_info(struct sbuf *b, const struct hparams *hp, size_t i) 
   sbuf_init(&one);
   tfev_put_string(&info, 1, hp->keys.s[i]);
   switch (hp->kinds[i]) {
-    case K_NUM:
-      tfev_put_varint_field(&info, 4, DT_FLOAT64);
-      tfev_put_double(&dom, 1, hp->lo[i]);
-      tfev_put_double(&dom, 2, hp->hi[i]);
-      tfev_put_msg(&info, 6, &dom);
-      break;
-    case K_STR:
-      tfev_put_varint_field(&info, 4, DT_STRING);
-      for (size_t s = 0; s < hp->strs[i].n; s++) {
-        sbuf_reset(&one);
-        tfev_put_string(&one, 3, hp->strs[i].s[s]);
-        tfev_put_msg(&dom, 1, &one);
-      }
-      tfev_put_msg(&info, 5, &dom);
-      break;
-    case K_BOOL:
-      tfev_put_varint_field(&info, 4, DT_BOOL);
-      for (int v = 0; v < 2; v++) {
-        sbuf_reset(&one);
-        tfev_put_varint_field(&one, 4, (uint64_t)v);
-        tfev_put_msg(&dom, 1, &one);
-      }
-      tfev_put_msg(&info, 5, &dom);
-      break;
-    default: /* arrays or mixed types: shown as text, no domain */
-      tfev_put_varint_field(&info, 4, DT_STRING);
-      break;
+  case K_NUM:
+    tfev_put_varint_field(&info, 4, DT_FLOAT64);
+    tfev_put_double(&dom, 1, hp->lo[i]);
+    tfev_put_double(&dom, 2, hp->hi[i]);
+    tfev_put_msg(&info, 6, &dom);
+    break;
+  case K_STR:
+    tfev_put_varint_field(&info, 4, DT_STRING);
+    for (size_t s = 0; s < hp->strs[i].n; s++) {
+      sbuf_reset(&one);
+      tfev_put_string(&one, 3, hp->strs[i].s[s]);
+      tfev_put_msg(&dom, 1, &one);
+    }
+    tfev_put_msg(&info, 5, &dom);
+    break;
+  case K_BOOL:
+    tfev_put_varint_field(&info, 4, DT_BOOL);
+    for (int v = 0; v < 2; v++) {
+      sbuf_reset(&one);
+      tfev_put_varint_field(&one, 4, (uint64_t)v);
+      tfev_put_msg(&dom, 1, &one);
+    }
+    tfev_put_msg(&info, 5, &dom);
+    break;
+  default: /* arrays or mixed types: shown as text, no domain */
+    tfev_put_varint_field(&info, 4, DT_STRING);
+    break;
   }
   tfev_put_msg(b, 4, &info);
   sbuf_free(&info);
@@ -250,8 +249,8 @@ static double num_or(const cJSON *v, double dflt) {
 /* One Summary with one plugin value holding HParamsPluginData whose oneof
  * `field` (experiment = 2, session_start_info = 3, session_end_info = 4) is
  * msg; version = 1 stays 0 (PLUGIN_DATA_VERSION) and is not written. */
-static int write_hparams(struct tfev_writer *w, double wall, const char *tag,
-                         unsigned field, const struct sbuf *msg) {
+static int write_hparams(struct tfev_writer *w, double wall, const char *tag, unsigned field,
+                         const struct sbuf *msg) {
   struct sbuf data, val, sum;
   sbuf_init(&data);
   sbuf_init(&val);
@@ -311,8 +310,7 @@ static int trial_status(const char *s) {
   if (!s) return ST_UNKNOWN;
   if (!strcmp(s, "TERMINATED")) return ST_SUCCESS;
   if (!strcmp(s, "ERROR")) return ST_FAILURE;
-  if (!strcmp(s, "RUNNING") || !strcmp(s, "PENDING") || !strcmp(s, "PAUSED"))
-    return ST_RUNNING;
+  if (!strcmp(s, "RUNNING") || !strcmp(s, "PENDING") || !strcmp(s, "PAUSED")) return ST_RUNNING;
   return ST_UNKNOWN;
 }
 
@@ -327,9 +325,9 @@ static void run_name(const cJSON *t, char *out, size_t cap) {
     if (*c == '/' || *c == '\\' || (c == out && *c == '.')) *c = '_';
 }
 
-static int write_trial(const char *dir, const cJSON *t, const struct ref *refs,
-                       size_t nrefs, const char *time_attr, struct names *metrics,
-                       struct tbexport_stats *st, char *msg, size_t msglen) {
+static int write_trial(const char *dir, const cJSON *t, const struct ref *refs, size_t nrefs,
+                       const char *time_attr, struct names *metrics, struct tbexport_stats *st,
+                       char *msg, size_t msglen) {
   char run[256], path[4096];
   struct tfev_writer *w = NULL;
   struct sbuf start, end, sum;
@@ -356,8 +354,10 @@ static int write_trial(const char *dir, const cJSON *t, const struct ref *refs,
   size_t lo = 0, hi = nrefs;
   while (lo < hi) { /* first ref with trial_id >= id */
     size_t mid = lo + (hi - lo) / 2;
-    if (refs[mid].trial_id < id) lo = mid + 1;
-    else hi = mid;
+    if (refs[mid].trial_id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   long long nth = 0;
   double last_wall = started;
@@ -366,9 +366,8 @@ static int write_trial(const char *dir, const cJSON *t, const struct ref *refs,
     if (!cJSON_IsObject(r)) continue;
     nth++;
     const cJSON *tv = get(r, time_attr);
-    int64_t step = cJSON_IsNumber(tv) && isfinite(tv->valuedouble)
-                       ? (int64_t)llround(tv->valuedouble)
-                       : nth;
+    int64_t step =
+        cJSON_IsNumber(tv) && isfinite(tv->valuedouble) ? (int64_t)llround(tv->valuedouble) : nth;
     double wall = num_or(get(r, "timestamp"), last_wall);
     last_wall = wall;
     sbuf_reset(&sum);
@@ -384,8 +383,7 @@ static int write_trial(const char *dir, const cJSON *t, const struct ref *refs,
     tfev_put_double(&end, 2, ended);
     rc = write_hparams(w, ended, HP_END_TAG, 4, &end);
   }
-  if (rc && !msg[0])
-    snprintf(msg, msglen, "cannot write %s: %s", tfev_path(w), strerror(-rc));
+  if (rc && !msg[0]) snprintf(msg, msglen, "cannot write %s: %s", tfev_path(w), strerror(-rc));
   st->runs++;
 done:;
   int crc = tfev_close(w);
@@ -403,9 +401,8 @@ done:;
  * hparam_infos = 4, metric_infos = 5 (MetricInfo: name = 1 (MetricName:
  * group = 1, tag = 2)), name = 6. Metrics are tags in each session's own
  * run (group ""). */
-static int write_experiment(const char *dir, const cJSON *experiment,
-                            const struct hparams *hp, const struct names *metrics,
-                            char *msg, size_t msglen) {
+static int write_experiment(const char *dir, const cJSON *experiment, const struct hparams *hp,
+                            const struct names *metrics, char *msg, size_t msglen) {
   struct tfev_writer *w = NULL;
   struct sbuf ex, mi, mn;
   sbuf_init(&ex);
@@ -417,8 +414,8 @@ static int write_experiment(const char *dir, const cJSON *experiment,
   const char *mode = cJSON_GetStringValue(get(experiment, "mode"));
   char desc[512];
   if (metric)
-    snprintf(desc, sizeof(desc), "ctune experiment %.0f: %s %s",
-             num_or(get(experiment, "id"), 0), mode ? mode : "", metric);
+    snprintf(desc, sizeof(desc), "ctune experiment %.0f: %s %s", num_or(get(experiment, "id"), 0),
+             mode ? mode : "", metric);
   else
     snprintf(desc, sizeof(desc), "ctune experiment %.0f", num_or(get(experiment, "id"), 0));
   tfev_put_string(&ex, 6, name ? name : "");
@@ -442,8 +439,8 @@ static int write_experiment(const char *dir, const cJSON *experiment,
   if (!rc) rc = write_hparams(w, created, HP_EXPERIMENT_TAG, 2, &ex);
   int crc = tfev_close(w);
   if (!rc) rc = crc;
-  if (rc) snprintf(msg, msglen, "cannot write the experiment's event file in %s: %s", dir,
-                   strerror(-rc));
+  if (rc)
+    snprintf(msg, msglen, "cannot write the experiment's event file in %s: %s", dir, strerror(-rc));
   sbuf_free(&ex);
   sbuf_free(&mi);
   sbuf_free(&mn);
@@ -451,8 +448,7 @@ static int write_experiment(const char *dir, const cJSON *experiment,
 }
 
 int tbexport_write(const char *dir, const cJSON *experiment, const cJSON *trials,
-                   const cJSON *results, struct tbexport_stats *st, char *msg,
-                   size_t msglen) {
+                   const cJSON *results, struct tbexport_stats *st, char *msg, size_t msglen) {
   const cJSON *arr = trial_array(trials);
   struct hparams hp;
   struct names metrics = {0};
@@ -527,8 +523,10 @@ int tbexport_cmd(const char *dir, const cJSON *experiment, const cJSON *trials,
       if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
     closedir(d);
     if (!empty) {
-      fprintf(stderr, "ctune: --output %s is not empty: give a new folder (TensorBoard would "
-                      "merge an earlier export's points with these)\n", dir);
+      fprintf(stderr,
+              "ctune: --output %s is not empty: give a new folder (TensorBoard would "
+              "merge an earlier export's points with these)\n",
+              dir);
       return CLI_EXIT_ERROR;
     }
   }

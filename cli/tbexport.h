@@ -21,8 +21,7 @@ struct tbexport_stats {
  * results: {"results": [{"trial_id", "result"}...]} (may be NULL). 0, or a
  * negative errno with msg naming what failed. */
 int tbexport_write(const char *dir, const cJSON *experiment, const cJSON *trials,
-                   const cJSON *results, struct tbexport_stats *st, char *msg,
-                   size_t msglen);
+                   const cJSON *results, struct tbexport_stats *st, char *msg, size_t msglen);
 
 /* The CLI's end of it: checks dir, writes, prints what it wrote and how to
  * view it; returns a CLI exit code (exitcode.h). */

@@ -43,7 +43,8 @@ int cmd_trial(const struct cli_args *a) {
   }
   /* The experiment's name and its trials' names (the donors of exploits)
    * are context: the trial still prints without them. */
-  long long eid = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(trial, "experiment_id"));
+  long long eid =
+      (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(trial, "experiment_id"));
   struct http_error ctx_err;
   if (eid > 0) {
     snprintf(path, sizeof(path), "/api/v1/experiments/%lld", eid);

@@ -32,9 +32,9 @@ struct watch_feed {
   long long *trial_ids; /* the experiment's trials as of the last fetch, sorted */
   size_t ntrial_ids;
   char *url, *auth, *ca_file;
-  char line[8192];      /* the SSE line being read */
+  char line[8192]; /* the SSE line being read */
   size_t nline;
-  char event[32];       /* the frame's event: */
+  char event[32]; /* the frame's event: */
   int frame_relevant;
 };
 
@@ -43,8 +43,10 @@ static int feed_has_trial(struct watch_feed *f, long long id) {
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (f->trial_ids[mid] == id) return 1;
-    if (f->trial_ids[mid] < id) lo = mid + 1;
-    else hi = mid;
+    if (f->trial_ids[mid] < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return 0;
 }
@@ -55,7 +57,8 @@ static int feed_data_relevant(struct watch_feed *f, const char *data) {
   cJSON *d = cJSON_Parse(data);
   if (!d) return 1;
   const char *k = !strcmp(f->event, "experiment") ? "id"
-                  : !strcmp(f->event, "trial") ? "experiment_id" : "trial_id";
+                  : !strcmp(f->event, "trial")    ? "experiment_id"
+                                                  : "trial_id";
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, k);
   int rel = 1;
   if (cJSON_IsNumber(v)) {
@@ -100,7 +103,8 @@ static size_t feed_on_body(char *p, size_t sz, size_t n, void *arg) {
     } else if (f->nline + 1 < sizeof(f->line)) {
       f->line[f->nline++] = p[i];
     } /* a longer line: the rest is dropped; its frame still counts as relevant */
-    else f->frame_relevant = 1;
+    else
+      f->frame_relevant = 1;
   }
   pthread_mutex_lock(&f->mu);
   int stop = f->stop;

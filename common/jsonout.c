@@ -45,13 +45,27 @@ static void jb_string(struct sbuf *b, const char *s) {
       const char *esc = NULL;
       char u[8];
       switch (*c) {
-      case '"': esc = "\\\""; break;
-      case '\\': esc = "\\\\"; break;
-      case '\b': esc = "\\b"; break;
-      case '\f': esc = "\\f"; break;
-      case '\n': esc = "\\n"; break;
-      case '\r': esc = "\\r"; break;
-      case '\t': esc = "\\t"; break;
+      case '"':
+        esc = "\\\"";
+        break;
+      case '\\':
+        esc = "\\\\";
+        break;
+      case '\b':
+        esc = "\\b";
+        break;
+      case '\f':
+        esc = "\\f";
+        break;
+      case '\n':
+        esc = "\\n";
+        break;
+      case '\r':
+        esc = "\\r";
+        break;
+      case '\t':
+        esc = "\\t";
+        break;
       default:
         if (*c < 0x20) {
           snprintf(u, sizeof u, "\\u%04x", *c);
@@ -75,18 +89,28 @@ static void jb_value(struct sbuf *b, const cJSON *item, int depth, int pretty) {
     return;
   }
   switch (item->type & 0xff) {
-  case cJSON_NULL: sbuf_putn(b, "null", 4); break;
-  case cJSON_False: sbuf_putn(b, "false", 5); break;
-  case cJSON_True: sbuf_putn(b, "true", 4); break;
+  case cJSON_NULL:
+    sbuf_putn(b, "null", 4);
+    break;
+  case cJSON_False:
+    sbuf_putn(b, "false", 5);
+    break;
+  case cJSON_True:
+    sbuf_putn(b, "true", 4);
+    break;
   case cJSON_Number: {
     int n = jsonout_number(item->valuedouble, num, sizeof num);
     sbuf_putn(b, num, (size_t)n);
     break;
   }
-  case cJSON_String: jb_string(b, item->valuestring); break;
+  case cJSON_String:
+    jb_string(b, item->valuestring);
+    break;
   case cJSON_Raw:
-    if (!item->valuestring) sbuf_fail(b, -EINVAL); /* as cJSON: a raw node needs its text */
-    else sbuf_putn(b, item->valuestring, strlen(item->valuestring));
+    if (!item->valuestring)
+      sbuf_fail(b, -EINVAL); /* as cJSON: a raw node needs its text */
+    else
+      sbuf_putn(b, item->valuestring, strlen(item->valuestring));
     break;
   case cJSON_Array:
     sbuf_putc(b, '[');
@@ -111,7 +135,8 @@ static void jb_value(struct sbuf *b, const cJSON *item, int depth, int pretty) {
     if (pretty) jb_tabs(b, depth);
     sbuf_putc(b, '}');
     break;
-  default: sbuf_fail(b, -EINVAL); /* cJSON_Invalid: nothing to print */
+  default:
+    sbuf_fail(b, -EINVAL); /* cJSON_Invalid: nothing to print */
   }
 }
 

@@ -14,9 +14,9 @@
 
 struct js_frame {
   int is_obj;
-  uint64_t id;      /* this object's id in the key set */
-  size_t index;     /* element number (arrays) */
-  int has_key;      /* objects: key_off/key_len name the current member */
+  uint64_t id;  /* this object's id in the key set */
+  size_t index; /* element number (arrays) */
+  int has_key;  /* objects: key_off/key_len name the current member */
   size_t key_off;
   size_t key_len;
 };
@@ -77,10 +77,10 @@ static void js_path(const struct js *s, char *dst, size_t size) {
   }
 }
 
-static int js_fail(struct js *s, enum jsonstrict_problem problem, size_t offset,
-                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int js_fail(struct js *s, enum jsonstrict_problem problem, size_t offset,
-                   const char *fmt, ...) {
+static int js_fail(struct js *s, enum jsonstrict_problem problem, size_t offset, const char *fmt,
+                   ...) __attribute__((format(printf, 4, 5)));
+static int js_fail(struct js *s, enum jsonstrict_problem problem, size_t offset, const char *fmt,
+                   ...) {
   struct jsonstrict_error *e = s->err;
   if (!e) return -EINVAL;
   e->problem = problem;
@@ -91,8 +91,8 @@ static int js_fail(struct js *s, enum jsonstrict_problem problem, size_t offset,
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  snprintf(e->message, sizeof e->message, "%s%s%s (byte %zu)", what,
-           e->path[0] ? " at " : "", e->path, offset);
+  snprintf(e->message, sizeof e->message, "%s%s%s (byte %zu)", what, e->path[0] ? " at " : "",
+           e->path, offset);
   return -EINVAL;
 }
 
@@ -122,10 +122,14 @@ static int js_hex4(const unsigned char *p, unsigned *out) {
   unsigned v = 0;
   for (int i = 0; i < 4; i++) {
     unsigned c = p[i], d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return -1;
     v = v << 4 | d;
   }
   *out = v;
@@ -138,7 +142,8 @@ static size_t js_utf8_len(const unsigned char *p, size_t avail) {
   unsigned c = p[0];
   size_t n;
   unsigned lo = 0x80, hi = 0xbf;
-  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2;
   else if (c >= 0xe0 && c <= 0xef) {
     n = 3;
     if (c == 0xe0) lo = 0xa0;
@@ -187,15 +192,32 @@ static int js_string(struct js *s, int decode, size_t *nul_at) {
     unsigned char e = s->p[s->pos + 1];
     char one = 0;
     switch (e) {
-    case '"': one = '"'; break;
-    case '\\': one = '\\'; break;
-    case '/': one = '/'; break;
-    case 'b': one = '\b'; break;
-    case 'f': one = '\f'; break;
-    case 'n': one = '\n'; break;
-    case 'r': one = '\r'; break;
-    case 't': one = '\t'; break;
-    case 'u': break;
+    case '"':
+      one = '"';
+      break;
+    case '\\':
+      one = '\\';
+      break;
+    case '/':
+      one = '/';
+      break;
+    case 'b':
+      one = '\b';
+      break;
+    case 'f':
+      one = '\f';
+      break;
+    case 'n':
+      one = '\n';
+      break;
+    case 'r':
+      one = '\r';
+      break;
+    case 't':
+      one = '\t';
+      break;
+    case 'u':
+      break;
     default:
       return js_fail(s, JSONSTRICT_SYNTAX, esc, "invalid escape \\%c in a string",
                      e >= 0x20 && e < 0x7f ? e : '?');
@@ -280,8 +302,7 @@ static int js_key_insert(struct js *s, uint64_t id, size_t off, size_t len) {
   size_t j = h & (s->tab_cap - 1);
   while (s->tab[j].id) {
     const struct js_slot *e = &s->tab[j];
-    if (e->id == id && e->hash == h && e->len == len &&
-        !memcmp(js_key_at(s, e->off), key, len))
+    if (e->id == id && e->hash == h && e->len == len && !memcmp(js_key_at(s, e->off), key, len))
       return 1;
     j = (j + 1) & (s->tab_cap - 1);
   }
@@ -414,8 +435,7 @@ static int js_run(struct js *s) {
         continue;
       }
       if (c != ',')
-        return js_fail(s, JSONSTRICT_SYNTAX, s->pos, "expected ',' or '%c'",
-                       f->is_obj ? '}' : ']');
+        return js_fail(s, JSONSTRICT_SYNTAX, s->pos, "expected ',' or '%c'", f->is_obj ? '}' : ']');
       s->pos++;
       f->index++;
       if (f->is_obj) {

@@ -24,9 +24,9 @@ enum jsonstrict_problem {
 
 struct jsonstrict_error {
   enum jsonstrict_problem problem;
-  size_t offset;      /* byte of the text where the problem was seen */
-  char path[256];     /* "config.lr", "argv[2]", "[0].loss"; "" for the top-level value */
-  char message[640];  /* one line for a human, naming the path */
+  size_t offset;     /* byte of the text where the problem was seen */
+  char path[256];    /* "config.lr", "argv[2]", "[0].loss"; "" for the top-level value */
+  char message[640]; /* one line for a human, naming the path */
 };
 
 /* Checks that text[0..len) is exactly one strict JSON value (whitespace

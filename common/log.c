@@ -39,9 +39,8 @@ void log_msg(enum log_level level, const char *fmt, ...) {
   gettimeofday(&tv, NULL);
   gmtime_r(&tv.tv_sec, &tm);
   int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s ",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, (long)(tv.tv_usec / 1000), log_program,
-                   names[level]);
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                   (long)(tv.tv_usec / 1000), log_program, names[level]);
   if (n < 0) return;
   va_list ap;
   va_start(ap, fmt);

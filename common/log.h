@@ -9,8 +9,7 @@ void log_set_program(const char *name);
 /* Lines below this level are dropped; default LOG_INFO, CTUNE_LOG_LEVEL=debug
  * in the environment lowers it. */
 void log_set_level(enum log_level level);
-void log_msg(enum log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

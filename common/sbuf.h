@@ -10,10 +10,10 @@
 #include <stddef.h>
 
 struct sbuf {
-  char *buf;  /* len bytes and a NUL once anything was added; else NULL */
+  char *buf; /* len bytes and a NUL once anything was added; else NULL */
   size_t len;
   size_t cap;
-  int err;    /* 0, or the first error: -ENOMEM after a failed growth */
+  int err; /* 0, or the first error: -ENOMEM after a failed growth */
 };
 
 void sbuf_init(struct sbuf *s);
@@ -27,8 +27,7 @@ void sbuf_fail(struct sbuf *s, int err);
 void sbuf_putn(struct sbuf *s, const void *data, size_t n);
 void sbuf_puts(struct sbuf *s, const char *str);
 void sbuf_putc(struct sbuf *s, char c);
-void sbuf_printf(struct sbuf *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void sbuf_printf(struct sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Hands the text to the caller (never NULL on success: "" when empty).
  * Returns 0 or the sticky error; the buffer is empty afterwards either way. */
 int sbuf_take(struct sbuf *s, char **out);

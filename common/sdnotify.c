@@ -22,8 +22,8 @@ static int sdnotify_send(const char *addr, const char *state) {
   /* An abstract name starts with a NUL byte and is exactly n bytes long:
    * the length passed to sendto() must not count a terminator. */
   if (addr[0] == '@') sa.sun_path[0] = '\0';
-  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
-                              (addr[0] == '/' ? 1 : 0));
+  socklen_t len =
+      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (addr[0] == '/' ? 1 : 0));
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
   int rc = 0;
@@ -31,8 +31,10 @@ static int sdnotify_send(const char *addr, const char *state) {
   do {
     w = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, len);
   } while (w < 0 && errno == EINTR);
-  if (w < 0) rc = -errno;
-  else if ((size_t)w != strlen(state)) rc = -EIO;
+  if (w < 0)
+    rc = -errno;
+  else if ((size_t)w != strlen(state))
+    rc = -EIO;
   close(fd);
   return rc;
 }
@@ -43,7 +45,6 @@ int sdnotify(const char *state) {
   int rc = sdnotify_send(addr, state);
   /* Said, not fatal: a unit waiting for READY=1 times out and names itself,
    * and the daemon itself works without the notification. */
-  if (rc < 0)
-    log_warn("cannot tell %s to NOTIFY_SOCKET %s: %s", state, addr, strerror(-rc));
+  if (rc < 0) log_warn("cannot tell %s to NOTIFY_SOCKET %s: %s", state, addr, strerror(-rc));
   return rc;
 }

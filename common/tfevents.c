@@ -32,9 +32,7 @@ uint32_t tfev_crc32c(uint32_t crc, const void *data, size_t n) {
   return ~crc;
 }
 
-uint32_t tfev_mask_crc(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+uint32_t tfev_mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 size_t tfev_varint(uint64_t v, uint8_t out[10]) {
   size_t n = 0;
@@ -102,8 +100,7 @@ void tfev_put_msg(struct sbuf *b, unsigned field, const struct sbuf *msg) {
   tfev_put_bytes(b, field, msg->buf, msg->len);
 }
 
-void tfev_put_packed_doubles(struct sbuf *b, unsigned field, const double *v,
-                             size_t n) {
+void tfev_put_packed_doubles(struct sbuf *b, unsigned field, const double *v, size_t n) {
   put_key(b, field, 2);
   put_varint(b, (uint64_t)n * 8);
   for (size_t i = 0; i < n; i++) {
@@ -123,8 +120,8 @@ int tfev_value_scalar(struct sbuf *value, const char *tag, float v) {
   return value->err;
 }
 
-int tfev_value_histogram(struct sbuf *value, const char *tag, const float *v,
-                         size_t n, int buckets) {
+int tfev_value_histogram(struct sbuf *value, const char *tag, const float *v, size_t n,
+                         int buckets) {
   double mn = INFINITY, mx = -INFINITY, sum = 0.0, sq = 0.0;
   size_t finite = 0;
   for (size_t i = 0; i < n; i++) {
@@ -222,8 +219,10 @@ int tfev_mkdirs(const char *dir) {
   }
   if (!rc) {
     struct stat st;
-    if (stat(dir, &st) != 0) rc = -errno;
-    else if (!S_ISDIR(st.st_mode)) rc = -ENOTDIR;
+    if (stat(dir, &st) != 0)
+      rc = -errno;
+    else if (!S_ISDIR(st.st_mode))
+      rc = -ENOTDIR;
   }
   free(p);
   return rc;
@@ -278,8 +277,8 @@ int tfev_open(struct tfev_writer **out, const char *dir, double wall_time) {
   if (!w) return -ENOMEM;
   /* TensorBoard finds files whose name holds "tfevents" and reads them in
    * name order: the time first keeps later files later. */
-  snprintf(w->path, cap, "%s/events.out.tfevents.%010lld.%s.%ld.%u", dir,
-           (long long)wall_time, host, (long)getpid(), seq++);
+  snprintf(w->path, cap, "%s/events.out.tfevents.%010lld.%s.%ld.%u", dir, (long long)wall_time,
+           host, (long)getpid(), seq++);
   w->f = fopen(w->path, "wbx");
   if (!w->f) {
     rc = -errno;
@@ -302,8 +301,8 @@ int tfev_write_summary(struct tfev_writer *w, double wall_time, int64_t step,
   return write_event(w, wall_time, step, NULL, summary);
 }
 
-int tfev_write_scalar(struct tfev_writer *w, double wall_time, int64_t step,
-                      const char *tag, float v) {
+int tfev_write_scalar(struct tfev_writer *w, double wall_time, int64_t step, const char *tag,
+                      float v) {
   struct sbuf val, sum;
   sbuf_init(&val);
   sbuf_init(&sum);

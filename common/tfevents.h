@@ -36,16 +36,15 @@ void tfev_put_string(struct sbuf *b, unsigned field, const char *s);
  * nested buffer carries over). */
 void tfev_put_msg(struct sbuf *b, unsigned field, const struct sbuf *msg);
 /* A packed repeated double field. */
-void tfev_put_packed_doubles(struct sbuf *b, unsigned field, const double *v,
-                             size_t n);
+void tfev_put_packed_doubles(struct sbuf *b, unsigned field, const double *v, size_t n);
 
 /* The bytes of one Summary.Value (summary.proto) for the pieces below; the
  * caller adds it to a Summary with tfev_put_msg(summary, 1, value). */
 int tfev_value_scalar(struct sbuf *value, const char *tag, float v);
 /* A HistogramProto (histogram.proto) of v[0..n) with `buckets` equal-width
  * buckets between min and max (one bucket when all values are equal). */
-int tfev_value_histogram(struct sbuf *value, const char *tag, const float *v,
-                         size_t n, int buckets);
+int tfev_value_histogram(struct sbuf *value, const char *tag, const float *v, size_t n,
+                         int buckets);
 /* A value that only carries plugin data (SummaryMetadata.plugin_data) with
  * an empty float tensor, as TensorBoard's own hparams writer does. */
 int tfev_value_plugin(struct sbuf *value, const char *tag, const char *plugin_name,
@@ -62,8 +61,8 @@ int tfev_open(struct tfev_writer **out, const char *dir, double wall_time);
 int tfev_write_summary(struct tfev_writer *w, double wall_time, int64_t step,
                        const struct sbuf *summary);
 /* Shorthand: a Summary with one scalar. */
-int tfev_write_scalar(struct tfev_writer *w, double wall_time, int64_t step,
-                      const char *tag, float v);
+int tfev_write_scalar(struct tfev_writer *w, double wall_time, int64_t step, const char *tag,
+                      float v);
 /* Pushes buffered records to the file (TensorBoard reads a live file). */
 int tfev_flush(struct tfev_writer *w);
 /* Flushes, closes and frees (NULL is fine); returns the first write error. */

@@ -45,25 +45,19 @@ static const char *base(const char *file) {
 /* Out of memory stays distinct so the trainer can exit 6; a missing device
  * or driver gives -ENODEV (exit 7). */
 int cuda_fail(const char *call, cudaError_t e, const char *file, int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line,
-                 cudaGetErrorString(e));
+  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, cudaGetErrorString(e));
   if (e == cudaErrorMemoryAllocation) return -ENOMEM;
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-    return -ENODEV;
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return -ENODEV;
   return -EIO;
 }
 
-int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file,
-                   int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line,
-                 cublasGetStatusString(st));
+int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file, int line) {
+  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, cublasGetStatusString(st));
   return st == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
 }
 
-int cuda_nccl_fail(const char *call, ncclResult_t r, const char *file,
-                   int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line,
-                 ncclGetErrorString(r));
+int cuda_nccl_fail(const char *call, ncclResult_t r, const char *file, int line) {
+  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, ncclGetErrorString(r));
   return -EIO;
 }
 
@@ -82,24 +76,23 @@ int backend_cuda_device_count(void) {
 
 /* ---- batches --------------------------------------------------------- */
 
-static int check_batch(struct backend *b, const float *x, const uint8_t *y,
-                       int n, const char *what) {
+static int check_batch(struct backend *b, const float *x, const uint8_t *y, int n,
+                       const char *what) {
   if (!x || !y || n < 1 || n > b->max_batch) {
-    cuda_set_error("%s: batch of %d rows is outside 1..%d (max_batch)", what, n,
-                   b->max_batch);
+    cuda_set_error("%s: batch of %d rows is outside 1..%d (max_batch)", what, n, b->max_batch);
     return -EINVAL;
   }
   for (int i = 0; i < n; i++)
     if (y[i] >= b->L.n_classes) {
-      cuda_set_error("%s: label %d at row %d is not below n_classes %d", what,
-                     y[i], i, b->L.n_classes);
+      cuda_set_error("%s: label %d at row %d is not below n_classes %d", what, y[i], i,
+                     b->L.n_classes);
       return -EINVAL;
     }
   return 0;
 }
 
-static int check_rows(struct backend *b, const float *x, const uint8_t *y,
-                      int n, int max, const char *what) {
+static int check_rows(struct backend *b, const float *x, const uint8_t *y, int n, int max,
+                      const char *what) {
   if (n > max) {
     cuda_set_error("%s: batch of %d rows is outside 1..%d", what, n, max);
     return -EINVAL;
@@ -113,18 +106,15 @@ static int check_rows(struct backend *b, const float *x, const uint8_t *y,
 
 /* Reads the device's running sums of `which` (0 training, 1 evaluation)
  * into the host, one wait per device, and zeroes them there. */
-static int read_ctl(struct backend *b, double *loss, int64_t *correct,
-                    int which) {
+static int read_ctl(struct backend *b, double *loss, int64_t *correct, int which) {
   int rc = 0;
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    CU(cudaMemcpyAsync(&b->h_ctl[i], d->ctl, sizeof(struct cuda_ctl),
-                       cudaMemcpyDeviceToHost, d->compute));
-    CU(cudaMemsetAsync(&d->ctl->acc_loss[which], 0, sizeof(double),
+    CU(cudaMemcpyAsync(&b->h_ctl[i], d->ctl, sizeof(struct cuda_ctl), cudaMemcpyDeviceToHost,
                        d->compute));
-    CU(cudaMemsetAsync(&d->ctl->acc_correct[which], 0, sizeof(int64_t),
-                       d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_loss[which], 0, sizeof(double), d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_correct[which], 0, sizeof(int64_t), d->compute));
   }
   for (int i = 0; i < b->ndev; i++) {
     CU(cudaSetDevice(b->dev[i].id));
@@ -139,8 +129,7 @@ fail:
 /* Stages x/y in pinned slot `slot` and starts each device's shard copy on its
  * copy stream; the compute stream waits for it. The slot's previous copies
  * (two batches ago) must be done before the host overwrites it. */
-static int stage(struct backend *b, int slot, const float *x, const uint8_t *y,
-                 int n) {
+static int stage(struct backend *b, int slot, const float *x, const uint8_t *y, int n) {
   const int64_t dim = b->L.in_dim;
   int rc = 0;
   for (int i = 0; i < b->ndev; i++) {
@@ -157,11 +146,10 @@ static int stage(struct backend *b, int slot, const float *x, const uint8_t *y,
     CU(cudaSetDevice(d->id));
     if (count == 0) continue;
     CU(cudaStreamWaitEvent(d->copy, d->input_free[slot], 0));
-    CU(cudaMemcpyAsync(d->x[slot], b->h_x[slot] + first * dim,
-                       (size_t)count * dim * sizeof(float),
+    CU(cudaMemcpyAsync(d->x[slot], b->h_x[slot] + first * dim, (size_t)count * dim * sizeof(float),
                        cudaMemcpyHostToDevice, d->copy));
-    CU(cudaMemcpyAsync(d->y[slot], b->h_y[slot] + first, (size_t)count,
-                       cudaMemcpyHostToDevice, d->copy));
+    CU(cudaMemcpyAsync(d->y[slot], b->h_y[slot] + first, (size_t)count, cudaMemcpyHostToDevice,
+                       d->copy));
     CU(cudaEventRecord(d->copied[slot], d->copy));
     CU(cudaStreamWaitEvent(d->compute, d->copied[slot], 0));
   }
@@ -169,8 +157,7 @@ fail:
   return rc;
 }
 
-static int cuda_get_state(struct backend *b, float *params, float *opt_state,
-                          int64_t *step);
+static int cuda_get_state(struct backend *b, float *params, float *opt_state, int64_t *step);
 
 /* After a training step ran out of memory, the trainer's --oom-retry calls
  * train_step with half the batch: the evaluation arena is planned again for
@@ -198,8 +185,8 @@ static int replan(struct backend *b, int max_batch) {
     /* the counters (cursors, Adam's step, loss sums) live in the evaluation
      * arena: keep them on the host across the re-plan */
     if (d->eval.ptr) {
-      CU(cudaMemcpyAsync(&b->h_ctl[i], d->ctl, sizeof(struct cuda_ctl),
-                         cudaMemcpyDeviceToHost, d->compute));
+      CU(cudaMemcpyAsync(&b->h_ctl[i], d->ctl, sizeof(struct cuda_ctl), cudaMemcpyDeviceToHost,
+                         d->compute));
       CU(cudaStreamSynchronize(d->compute));
     }
     cuda_mem_arena_free(d, &d->bwd);
@@ -223,10 +210,9 @@ static int replan(struct backend *b, int max_batch) {
     rc = cuda_mem_carve_eval(b, d);
     if (rc) goto fail;
     BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
-    CU(cudaMemcpyAsync(d->ctl, &b->h_ctl[i], sizeof(struct cuda_ctl),
-                       cudaMemcpyHostToDevice, d->compute));
-    CU(cudaMemcpyAsync(d->params, b->kept_params,
-                       (size_t)plan.n_params * sizeof(float),
+    CU(cudaMemcpyAsync(d->ctl, &b->h_ctl[i], sizeof(struct cuda_ctl), cudaMemcpyHostToDevice,
+                       d->compute));
+    CU(cudaMemcpyAsync(d->params, b->kept_params, (size_t)plan.n_params * sizeof(float),
                        cudaMemcpyHostToDevice, d->compute));
     CU(cudaStreamSynchronize(d->compute));
   }
@@ -249,24 +235,21 @@ static int optim_step(struct backend *b, struct cuda_dev *d) {
   const int64_t P = b->plan.n_params;
   int rc = 0;
   if (o->kind == OPTIM_ADAM)
-    OPS(cuops_adam_dev(d->params, d->opt, d->opt + P, d->grads, P, o->lr,
-                       o->beta1, o->beta2, o->eps, o->weight_decay,
-                       &d->ctl->step, d->ctl->bc, d->compute));
+    OPS(cuops_adam_dev(d->params, d->opt, d->opt + P, d->grads, P, o->lr, o->beta1, o->beta2,
+                       o->eps, o->weight_decay, &d->ctl->step, d->ctl->bc, d->compute));
   else
-    OPS(cuops_sgd(d->params, d->opt, d->grads, P, o->lr, o->momentum,
-                  o->weight_decay, d->compute));
+    OPS(cuops_sgd(d->params, d->opt, d->grads, P, o->lr, o->momentum, o->weight_decay, d->compute));
 fail:
   return rc;
 }
 
-static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
-                           int n, float *loss_out) {
+static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, int n,
+                           float *loss_out) {
   int rc = check_batch(b, x, y, n, "train_step");
   if (rc) return rc;
   /* loss_out NULL: the loss stays on the device (backend_cuda_take_loss) */
   /* after a failed re-plan only a smaller batch may try again */
-  if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch))
-    return b->broken;
+  if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch)) return b->broken;
   if (b->oom_pending && n < b->max_batch && b->train_rows < n) {
     rc = replan(b, n);
     if (rc) return rc;
@@ -288,23 +271,21 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
     CU(cudaSetDevice(d->id));
     if (d->rows == 0) {
       b->h_loss[i] = 0.0;
-      CU(cudaMemsetAsync(d->grads, 0, (size_t)b->plan.n_params * sizeof(float),
-                         d->compute));
+      CU(cudaMemsetAsync(d->grads, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
       CU(cudaEventRecord(d->loss_ready, d->compute));
       continue;
     }
     rc = cuda_net_forward(b, d, slot, d->rows);
     if (rc) goto fail;
-    OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct,
-                   d->dout[last], d->rows, L->n_classes, scale, d->compute));
-    OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss,
-                        d->sum_correct, d->compute));
-    OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[0],
-                         &d->ctl->acc_correct[0], &d->ctl->nonfinite[0],
-                         d->compute));
+    OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct, d->dout[last], d->rows,
+                   L->n_classes, scale, d->compute));
+    OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss, d->sum_correct,
+                        d->compute));
+    OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[0], &d->ctl->acc_correct[0],
+                         &d->ctl->nonfinite[0], d->compute));
     if (loss_out)
-      CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double),
-                         cudaMemcpyDeviceToHost, d->compute));
+      CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double), cudaMemcpyDeviceToHost,
+                         d->compute));
     CU(cudaEventRecord(d->loss_ready, d->compute));
     rc = cuda_net_backward(b, d, slot, d->rows);
     if (rc) goto fail;
@@ -313,9 +294,8 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y,
   if (b->ndev > 1) {
     NCCL(ncclGroupStart());
     for (int i = 0; i < b->ndev; i++) {
-      ncclResult_t r = ncclAllReduce(
-          b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params, ncclFloat,
-          ncclAvg, b->dev[i].comm, b->dev[i].compute);
+      ncclResult_t r = ncclAllReduce(b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params,
+                                     ncclFloat, ncclAvg, b->dev[i].comm, b->dev[i].compute);
       if (r != ncclSuccess) {
         ncclGroupEnd();
         rc = cuda_nccl_fail("ncclAllReduce", r, __FILE__, __LINE__);
@@ -351,8 +331,8 @@ fail:
 /* Chunks of eval_rows (at least 256 unless a cap forbade it); the sums
  * stay on the device and the host waits once, at the end. Staging a chunk
  * into a pinned slot waits for that slot's copy of two chunks ago. */
-static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
-                         int n, double *loss_sum, int *correct) {
+static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y, int n,
+                         double *loss_sum, int *correct) {
   int rc = 0;
   if (b->broken) return b->broken;
   if (!x || !y || n < 0 || !loss_sum || !correct) return -EINVAL;
@@ -361,8 +341,7 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
     CU(cudaMemsetAsync(&d->ctl->acc_loss[1], 0, sizeof(double), d->compute));
-    CU(cudaMemsetAsync(&d->ctl->acc_correct[1], 0, sizeof(int64_t),
-                       d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_correct[1], 0, sizeof(int64_t), d->compute));
   }
   for (int off = 0; off < n; off += b->eval_rows) {
     int m = n - off < b->eval_rows ? n - off : b->eval_rows;
@@ -379,14 +358,13 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y,
       if (d->rows == 0) continue;
       rc = cuda_net_forward(b, d, slot, d->rows);
       if (rc) goto fail;
-      OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct,
-                     NULL, d->rows, b->L.n_classes, 1.0f, d->compute));
-      OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss,
-                          d->sum_correct, d->compute));
+      OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct, NULL, d->rows,
+                     b->L.n_classes, 1.0f, d->compute));
+      OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss, d->sum_correct,
+                          d->compute));
       CU(cudaEventRecord(d->input_free[slot], d->compute));
       OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[1],
-                           &d->ctl->acc_correct[1], &d->ctl->nonfinite[1],
-                           d->compute));
+                           &d->ctl->acc_correct[1], &d->ctl->nonfinite[1], d->compute));
     }
   }
   double loss = 0.0;
@@ -402,8 +380,8 @@ fail:
 
 /* ---- state ----------------------------------------------------------- */
 
-static int cuda_set_state(struct backend *b, const float *params,
-                          const float *opt_state, int64_t step) {
+static int cuda_set_state(struct backend *b, const float *params, const float *opt_state,
+                          int64_t step) {
   int rc = 0;
   if (b->broken) return b->broken;
   if (!params || step < 0) return -EINVAL;
@@ -415,20 +393,17 @@ static int cuda_set_state(struct backend *b, const float *params,
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
     CU(cudaStreamSynchronize(d->compute));
-    CU(cudaMemcpyAsync(d->params, params,
-                       (size_t)b->plan.n_params * sizeof(float),
+    CU(cudaMemcpyAsync(d->params, params, (size_t)b->plan.n_params * sizeof(float),
                        cudaMemcpyHostToDevice, d->compute));
     if (b->state_ready) {
       size_t bytes = (size_t)b->plan.opt_floats * sizeof(float);
       if (opt_state)
-        CU(cudaMemcpyAsync(d->opt, opt_state, bytes, cudaMemcpyHostToDevice,
-                           d->compute));
+        CU(cudaMemcpyAsync(d->opt, opt_state, bytes, cudaMemcpyHostToDevice, d->compute));
       else
         CU(cudaMemsetAsync(d->opt, 0, bytes, d->compute));
     }
     /* pageable: staged at the call */
-    CU(cudaMemcpyAsync(&d->ctl->step, &step, sizeof(step),
-                       cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemcpyAsync(&d->ctl->step, &step, sizeof(step), cudaMemcpyHostToDevice, d->compute));
     CU(cudaStreamSynchronize(d->compute));
   }
   b->step = step;
@@ -438,22 +413,19 @@ fail:
 }
 
 /* Every device holds the same weights after each step; device 0 speaks. */
-static int cuda_get_state(struct backend *b, float *params, float *opt_state,
-                          int64_t *step) {
+static int cuda_get_state(struct backend *b, float *params, float *opt_state, int64_t *step) {
   int rc = 0;
   struct cuda_dev *d = &b->dev[0];
   if (b->broken) return b->broken;
   CU(cudaSetDevice(d->id));
   CU(cudaStreamSynchronize(d->compute));
   if (params)
-    CU(cudaMemcpyAsync(params, d->params,
-                       (size_t)b->plan.n_params * sizeof(float),
+    CU(cudaMemcpyAsync(params, d->params, (size_t)b->plan.n_params * sizeof(float),
                        cudaMemcpyDeviceToHost, d->compute));
   if (opt_state) {
     size_t bytes = (size_t)b->plan.opt_floats * sizeof(float);
     if (b->state_ready)
-      CU(cudaMemcpyAsync(opt_state, d->opt, bytes, cudaMemcpyDeviceToHost,
-                         d->compute));
+      CU(cudaMemcpyAsync(opt_state, d->opt, bytes, cudaMemcpyDeviceToHost, d->compute));
     else
       memset(opt_state, 0, bytes);
   }
@@ -532,8 +504,7 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
     CU(cudaEventCreateWithFlags(&d->input_free[s], cudaEventDisableTiming));
   }
   CU(cudaEventCreateWithFlags(&d->loss_ready, host_wait));
-  rc = cuda_mem_arena_alloc(b, d, &d->eval, b->plan.eval_bytes, b->max_batch,
-                            need);
+  rc = cuda_mem_arena_alloc(b, d, &d->eval, b->plan.eval_bytes, b->max_batch, need);
   if (rc) goto fail;
   rc = cuda_mem_carve_eval(b, d);
   if (rc) goto fail;
@@ -543,14 +514,12 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
   BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
   /* full fp32: no TF32 tensor-core shortcut, so CPU and GPU agree to 1e-4 */
   BLAS(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH));
-  CU(cudaMemsetAsync(d->params, 0, (size_t)b->plan.n_params * sizeof(float),
-                     d->compute));
+  CU(cudaMemsetAsync(d->params, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
 fail:
   return rc;
 }
 
-static int cuda_create(const struct model_spec *spec,
-                       const struct optim_spec *optim, int max_batch,
+static int cuda_create(const struct model_spec *spec, const struct optim_spec *optim, int max_batch,
                        const struct backend_opts *opts, struct backend **out) {
   int rc = 0, count = 0;
   struct backend *b = NULL;
@@ -572,9 +541,8 @@ static int cuda_create(const struct model_spec *spec,
   }
   int want = opts && opts->gpus > 0 ? opts->gpus : count;
   if (want > count || want > CUDA_MAX_DEVICES) {
-    cuda_set_error(
-        "--gpus %d but %d CUDA device(s) are visible (at most %d used)", want,
-        count, CUDA_MAX_DEVICES);
+    cuda_set_error("--gpus %d but %d CUDA device(s) are visible (at most %d used)", want, count,
+                   CUDA_MAX_DEVICES);
     return -ENODEV;
   }
   b = calloc(1, sizeof(*b));
@@ -582,8 +550,7 @@ static int cuda_create(const struct model_spec *spec,
   b->ndev = want;
   b->max_batch = max_batch;
   b->opt = *optim;
-  b->limit_bytes =
-      opts && opts->gpu_mem_limit_mb > 0 ? opts->gpu_mem_limit_mb * MIB : 0;
+  b->limit_bytes = opts && opts->gpu_mem_limit_mb > 0 ? opts->gpu_mem_limit_mb * MIB : 0;
   rc = model_layout_init(spec, &b->L);
   if (rc) {
     cuda_set_error("create: the model does not fit the input geometry");
@@ -593,8 +560,7 @@ static int cuda_create(const struct model_spec *spec,
   b->last_conv = -1;
   for (int l = 0; l < b->L.n_layers; l++) {
     if (b->L.layer[l].kind == LAYER_CONV) b->last_conv = l;
-    if (b->L.layer[l].kind == LAYER_LINEAR && b->first_linear < 0)
-      b->first_linear = l;
+    if (b->L.layer[l].kind == LAYER_LINEAR && b->first_linear < 0) b->first_linear = l;
   }
   /* Evaluation runs in chunks of at least CUDA_EVAL_ROWS rows (fewer
    * launches and waits per evaluation), unless a cap has no room for them:
@@ -639,24 +605,19 @@ static int cuda_create(const struct model_spec *spec,
   /* portable: pinned for every device's context, not only the current one */
   const unsigned pin = cudaHostAllocPortable;
   for (int s = 0; s < GPU_PLAN_SLOTS; s++) {
-    CU(cudaHostAlloc((void **)&b->h_x[s],
-                     (size_t)b->eval_rows * b->L.in_dim * sizeof(float), pin));
+    CU(cudaHostAlloc((void **)&b->h_x[s], (size_t)b->eval_rows * b->L.in_dim * sizeof(float), pin));
     CU(cudaHostAlloc((void **)&b->h_y[s], (size_t)b->eval_rows, pin));
   }
   CU(cudaHostAlloc((void **)&b->h_loss, (size_t)want * sizeof(double), pin));
-  CU(cudaHostAlloc((void **)&b->h_correct, (size_t)want * sizeof(int32_t),
-                   pin));
-  CU(cudaHostAlloc((void **)&b->h_ctl, (size_t)want * sizeof(struct cuda_ctl),
-                   pin));
+  CU(cudaHostAlloc((void **)&b->h_correct, (size_t)want * sizeof(int32_t), pin));
+  CU(cudaHostAlloc((void **)&b->h_ctl, (size_t)want * sizeof(struct cuda_ctl), pin));
   for (int i = 0; i < want; i++) {
     CU(cudaSetDevice(b->dev[i].id));
     CU(cudaStreamSynchronize(b->dev[i].compute));
   }
-  log_info(
-      "cuda: %d device(s), batch %d (%d per device), %.0f MiB per "
-      "device planned%s",
-      want, max_batch, per_dev, gpu_mem_mib(need),
-      b->limit_bytes ? " (capped)" : "");
+  log_info("cuda: %d device(s), batch %d (%d per device), %.0f MiB per "
+           "device planned%s",
+           want, max_batch, per_dev, gpu_mem_mib(need), b->limit_bytes ? " (capped)" : "");
   *out = b;
   return 0;
 fail:
@@ -673,22 +634,19 @@ fail:
  * one launch and no host wait per step. The loss sum and a non-finite flag
  * stay on the device until backend_cuda_take_loss. */
 
-int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix,
-                          const uint8_t *labels, int64_t n) {
+int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix, const uint8_t *labels,
+                          int64_t n) {
   int rc = 0;
-  if (!b || which < 0 || which > 1 || !pix || !labels || n < 1 ||
-      n > INT32_MAX)
-    return -EINVAL;
+  if (!b || which < 0 || which > 1 || !pix || !labels || n < 1 || n > INT32_MAX) return -EINVAL;
   if (b->broken) return b->broken;
   for (int64_t i = 0; i < n; i++)
     if (labels[i] >= b->L.n_classes) {
-      cuda_set_error("set_data: label %d at row %lld is not below n_classes %d",
-                     labels[i], (long long)i, b->L.n_classes);
+      cuda_set_error("set_data: label %d at row %lld is not below n_classes %d", labels[i],
+                     (long long)i, b->L.n_classes);
       return -EINVAL;
     }
   const int64_t dim = b->L.in_dim;
-  const int64_t pix_b = (n * dim + 255) / 256 * 256,
-                lab_b = (n + 255) / 256 * 256;
+  const int64_t pix_b = (n * dim + 255) / 256 * 256, lab_b = (n + 255) / 256 * 256;
   const int64_t bytes = pix_b + lab_b + n * (int64_t)sizeof(int32_t);
   int32_t *ident = malloc((size_t)n * sizeof(int32_t));
   if (!ident) return -ENOMEM;
@@ -699,21 +657,17 @@ int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix,
     CU(cudaSetDevice(d->id));
     CU(cudaStreamSynchronize(d->compute));
     cuda_mem_arena_free(d, &d->data[which]);
-    rc = cuda_mem_arena_alloc(b, d, &d->data[which], bytes, b->max_batch,
-                              bytes);
+    rc = cuda_mem_arena_alloc(b, d, &d->data[which], bytes, b->max_batch, bytes);
     if (rc) goto fail;
     d->dpix[which] = d->data[which].ptr;
     d->dlab[which] = d->dpix[which] + pix_b;
     d->dorder[which] = (int32_t *)(d->dlab[which] + lab_b);
     /* pageable sources: staged at the call, the caller may free them */
-    CU(cudaMemcpyAsync(d->dpix[which], pix, (size_t)(n * dim),
-                       cudaMemcpyHostToDevice, d->compute));
-    CU(cudaMemcpyAsync(d->dlab[which], labels, (size_t)n,
-                       cudaMemcpyHostToDevice, d->compute));
-    CU(cudaMemcpyAsync(d->dorder[which], ident, (size_t)n * sizeof(int32_t),
-                       cudaMemcpyHostToDevice, d->compute));
-    CU(cudaMemsetAsync(&d->ctl->cursor[which], 0, sizeof(int64_t),
+    CU(cudaMemcpyAsync(d->dpix[which], pix, (size_t)(n * dim), cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemcpyAsync(d->dlab[which], labels, (size_t)n, cudaMemcpyHostToDevice, d->compute));
+    CU(cudaMemcpyAsync(d->dorder[which], ident, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice,
                        d->compute));
+    CU(cudaMemsetAsync(&d->ctl->cursor[which], 0, sizeof(int64_t), d->compute));
   }
   b->set_n[which] = b->order_n[which] = n;
   b->cursor[which] = 0;
@@ -722,28 +676,25 @@ fail:
   return rc;
 }
 
-int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx,
-                           int64_t n) {
+int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx, int64_t n) {
   int rc = 0;
   if (!b || which < 0 || which > 1 || !idx || n < 0) return -EINVAL;
   if (!b->set_n[which] || n > b->set_n[which]) {
-    cuda_set_error("set_order: %lld rows for a data set of %lld",
-                   (long long)n, (long long)b->set_n[which]);
+    cuda_set_error("set_order: %lld rows for a data set of %lld", (long long)n,
+                   (long long)b->set_n[which]);
     return -EINVAL;
   }
   for (int64_t i = 0; i < n; i++)
     if (idx[i] < 0 || idx[i] >= b->set_n[which]) {
-      cuda_set_error("set_order: index %d at %lld is outside the data set",
-                     idx[i], (long long)i);
+      cuda_set_error("set_order: index %d at %lld is outside the data set", idx[i], (long long)i);
       return -EINVAL;
     }
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    CU(cudaMemcpyAsync(d->dorder[which], idx, (size_t)n * sizeof(int32_t),
-                       cudaMemcpyHostToDevice, d->compute));
-    CU(cudaMemsetAsync(&d->ctl->cursor[which], 0, sizeof(int64_t),
+    CU(cudaMemcpyAsync(d->dorder[which], idx, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice,
                        d->compute));
+    CU(cudaMemsetAsync(&d->ctl->cursor[which], 0, sizeof(int64_t), d->compute));
   }
   b->order_n[which] = n;
   b->cursor[which] = 0;
@@ -754,33 +705,29 @@ fail:
 /* What one device runs for `rows` rows of set `which` starting at the
  * cursor (+ first, its shard): everything on its compute stream, nothing
  * that reads the host. Training stops before the all-reduce. */
-static int step_body(struct backend *b, struct cuda_dev *d, int phase,
-                     int first, int rows, int global) {
+static int step_body(struct backend *b, struct cuda_dev *d, int phase, int first, int rows,
+                     int global) {
   const struct model_layout *L = &b->L;
   const int last = L->n_layers - 1, which = phase;
   const float scale = (float)b->ndev / (float)global;
   int rc = 0;
-  OPS(cuops_gather_u8(d->dpix[which], d->dlab[which], d->dorder[which],
-                      &d->ctl->cursor[which], first, rows, L->in_dim, d->x[0],
-                      d->y[0], d->compute));
+  OPS(cuops_gather_u8(d->dpix[which], d->dlab[which], d->dorder[which], &d->ctl->cursor[which],
+                      first, rows, L->in_dim, d->x[0], d->y[0], d->compute));
   rc = cuda_net_forward(b, d, 0, rows);
   if (rc) goto fail;
   OPS(cuops_xent(d->out[last], d->y[0], d->row_loss, d->row_correct,
-                 phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows,
-                 L->n_classes, scale, d->compute));
-  OPS(cuops_xent_sums(d->row_loss, d->row_correct, rows, d->sum_loss,
-                      d->sum_correct, d->compute));
+                 phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows, L->n_classes, scale,
+                 d->compute));
+  OPS(cuops_xent_sums(d->row_loss, d->row_correct, rows, d->sum_loss, d->sum_correct, d->compute));
   OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[which],
-                       &d->ctl->acc_correct[which], &d->ctl->nonfinite[which],
-                       d->compute));
+                       &d->ctl->acc_correct[which], &d->ctl->nonfinite[which], d->compute));
   if (phase == CUDA_PHASE_TRAIN) rc = cuda_net_backward(b, d, 0, rows);
 fail:
   return rc;
 }
 
 /* The rest of a step after the all-reduce: the update and the cursor. */
-static int step_tail(struct backend *b, struct cuda_dev *d, int phase,
-                     int global) {
+static int step_tail(struct backend *b, struct cuda_dev *d, int phase, int global) {
   int rc = 0;
   if (phase == CUDA_PHASE_TRAIN) {
     rc = optim_step(b, d);
@@ -793,8 +740,8 @@ fail:
 
 /* The instantiated graph of (phase, rows) on device d, captured now if it
  * is missing or its buffers have moved since. */
-static int graph_for(struct backend *b, struct cuda_dev *d, int phase,
-                     int rows, cudaGraphExec_t *out) {
+static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
+                     cudaGraphExec_t *out) {
   int rc = 0, slot = -1;
   cudaGraph_t g = NULL;
   for (int i = 0; i < d->n_graphs; i++)
@@ -809,8 +756,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase,
     /* a full cache drops its oldest entry: shapes rarely change */
     if (d->n_graphs == CUDA_MAX_GRAPHS) {
       CU(cudaGraphExecDestroy(d->graph[0].exec));
-      memmove(&d->graph[0], &d->graph[1],
-              (CUDA_MAX_GRAPHS - 1) * sizeof(d->graph[0]));
+      memmove(&d->graph[0], &d->graph[1], (CUDA_MAX_GRAPHS - 1) * sizeof(d->graph[0]));
       d->n_graphs--;
     }
     slot = d->n_graphs++;
@@ -860,9 +806,7 @@ static int run_step(struct backend *b, int phase, int n) {
     CU(cudaSetDevice(d->id));
     if (count == 0) {
       if (phase == CUDA_PHASE_TRAIN)
-        CU(cudaMemsetAsync(d->grads, 0,
-                           (size_t)b->plan.n_params * sizeof(float),
-                           d->compute));
+        CU(cudaMemsetAsync(d->grads, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
       continue;
     }
     rc = step_body(b, d, phase, first, count, n);
@@ -871,9 +815,8 @@ static int run_step(struct backend *b, int phase, int n) {
   if (phase == CUDA_PHASE_TRAIN && b->ndev > 1) {
     NCCL(ncclGroupStart());
     for (int i = 0; i < b->ndev; i++) {
-      ncclResult_t r = ncclAllReduce(
-          b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params, ncclFloat,
-          ncclAvg, b->dev[i].comm, b->dev[i].compute);
+      ncclResult_t r = ncclAllReduce(b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params,
+                                     ncclFloat, ncclAvg, b->dev[i].comm, b->dev[i].compute);
       if (r != ncclSuccess) {
         ncclGroupEnd();
         rc = cuda_nccl_fail("ncclAllReduce", r, __FILE__, __LINE__);
@@ -894,8 +837,7 @@ fail:
 
 int backend_cuda_train_next(struct backend *b, int n) {
   if (!b || n < 1 || n > b->max_batch) return -EINVAL;
-  if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch))
-    return b->broken;
+  if (b->broken && !(b->kept_params && b->oom_pending && n < b->max_batch)) return b->broken;
   if (b->cursor[0] + n > b->order_n[0]) {
     cuda_set_error("train_next: %d rows past the end of the order (%lld of "
                    "%lld used)",
@@ -918,8 +860,7 @@ int backend_cuda_train_next(struct backend *b, int n) {
   return 0;
 }
 
-int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows,
-                           int *nonfinite) {
+int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows, int *nonfinite) {
   if (!b || !loss_sum || !rows || !nonfinite) return -EINVAL;
   if (b->broken) return b->broken;
   double loss = 0.0;
@@ -936,8 +877,7 @@ int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows,
   return 0;
 }
 
-int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum,
-                              int64_t *correct) {
+int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum, int64_t *correct) {
   int rc = 0;
   if (!b || which != 1 || !loss_sum || !correct) return -EINVAL;
   if (b->broken) return b->broken;
@@ -951,8 +891,7 @@ int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum,
     CU(cudaSetDevice(d->id));
     CU(cudaMemsetAsync(&d->ctl->cursor[1], 0, sizeof(int64_t), d->compute));
     CU(cudaMemsetAsync(&d->ctl->acc_loss[1], 0, sizeof(double), d->compute));
-    CU(cudaMemsetAsync(&d->ctl->acc_correct[1], 0, sizeof(int64_t),
-                       d->compute));
+    CU(cudaMemsetAsync(&d->ctl->acc_correct[1], 0, sizeof(int64_t), d->compute));
   }
   for (int64_t off = 0; off < n; off += b->eval_rows) {
     int m = (int)(n - off < b->eval_rows ? n - off : b->eval_rows);
@@ -971,8 +910,7 @@ fail:
   return rc;
 }
 
-int backend_cuda_counters(struct backend *b, int64_t *eval_rows,
-                          int *graphs) {
+int backend_cuda_counters(struct backend *b, int64_t *eval_rows, int *graphs) {
   if (!b) return -EINVAL;
   if (eval_rows) *eval_rows = b->eval_rows;
   if (graphs) *graphs = b->use_graphs;

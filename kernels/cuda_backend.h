@@ -33,24 +33,21 @@ int backend_cuda_device_count(void);
 /* Uploads n images (pix: n * in_dim bytes, normalised on the device as
  * (p/255 - 0.5)/0.5) and labels to every device, replacing that set; its
  * order becomes 0..n-1. -EINVAL for a bad label, -ENOMEM over the cap. */
-int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix,
-                          const uint8_t *labels, int64_t n);
+int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix, const uint8_t *labels,
+                          int64_t n);
 /* The rows, in order, that the next steps (set 0) or evaluations (set 1)
  * use; resets the set's cursor to the start. */
-int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx,
-                           int64_t n);
+int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx, int64_t n);
 /* One training step on the next n rows of set 0's order. Does not wait for
  * the device: the loss is added to the device's running sum. */
 int backend_cuda_train_next(struct backend *b, int n);
 /* The summed training loss and rows since the last call, and whether any
  * step's loss was NaN or infinite; waits once per device and resets. */
-int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows,
-                           int *nonfinite);
+int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows, int *nonfinite);
 /* which must be 1. Evaluates every row of set 1's order in chunks of the evaluation rows
  * (at least 256 unless a cap forbids it); adds the summed loss and the
  * number correct. One wait per device per evaluation. */
-int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum,
-                              int64_t *correct);
+int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum, int64_t *correct);
 /* For tests and logs: the evaluation chunk and whether steps are graphs. */
 int backend_cuda_counters(struct backend *b, int64_t *eval_rows, int *graphs);
 

@@ -21,46 +21,44 @@ void cuda_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Record a failed call and map it to our codes: -ENOMEM stays distinct (exit
  * 6), a missing device or driver is -ENODEV (exit 7), the rest -EIO. */
 int cuda_fail(const char *call, cudaError_t e, const char *file, int line);
-int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file,
-                   int line);
-int cuda_nccl_fail(const char *call, ncclResult_t r, const char *file,
-                   int line);
+int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file, int line);
+int cuda_nccl_fail(const char *call, ncclResult_t r, const char *file, int line);
 void cuda_ops_fail(const char *call, const char *file, int line);
 
 /* Each needs `int rc` and a `fail:` label in the calling function. */
-#define CU(call)                                     \
-  do {                                               \
-    cudaError_t e_ = (call);                         \
-    if (e_ != cudaSuccess) {                         \
-      rc = cuda_fail(#call, e_, __FILE__, __LINE__); \
-      goto fail;                                     \
-    }                                                \
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      rc = cuda_fail(#call, e_, __FILE__, __LINE__);                                               \
+      goto fail;                                                                                   \
+    }                                                                                              \
   } while (0)
-#define BLAS(call)                                        \
-  do {                                                    \
-    cublasStatus_t s_ = (call);                           \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                    \
-      rc = cuda_blas_fail(#call, s_, __FILE__, __LINE__); \
-      goto fail;                                          \
-    }                                                     \
+#define BLAS(call)                                                                                 \
+  do {                                                                                             \
+    cublasStatus_t s_ = (call);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+      rc = cuda_blas_fail(#call, s_, __FILE__, __LINE__);                                          \
+      goto fail;                                                                                   \
+    }                                                                                              \
   } while (0)
-#define NCCL(call)                                        \
-  do {                                                    \
-    ncclResult_t r_ = (call);                             \
-    if (r_ != ncclSuccess) {                              \
-      rc = cuda_nccl_fail(#call, r_, __FILE__, __LINE__); \
-      goto fail;                                          \
-    }                                                     \
+#define NCCL(call)                                                                                 \
+  do {                                                                                             \
+    ncclResult_t r_ = (call);                                                                      \
+    if (r_ != ncclSuccess) {                                                                       \
+      rc = cuda_nccl_fail(#call, r_, __FILE__, __LINE__);                                          \
+      goto fail;                                                                                   \
+    }                                                                                              \
   } while (0)
 /* Our own launchers log their CUDA error; name the step for the person. */
-#define OPS(call)                               \
-  do {                                          \
-    int o_ = (call);                            \
-    if (o_) {                                   \
-      cuda_ops_fail(#call, __FILE__, __LINE__); \
-      rc = o_;                                  \
-      goto fail;                                \
-    }                                           \
+#define OPS(call)                                                                                  \
+  do {                                                                                             \
+    int o_ = (call);                                                                               \
+    if (o_) {                                                                                      \
+      cuda_ops_fail(#call, __FILE__, __LINE__);                                                    \
+      rc = o_;                                                                                     \
+      goto fail;                                                                                   \
+    }                                                                                              \
   } while (0)
 
 /* Per-device counters the host reads only now and then ([0]: training,
@@ -105,8 +103,7 @@ struct cuda_dev {
   float *params;
   float *x[GPU_PLAN_SLOTS];
   uint8_t *y[GPU_PLAN_SLOTS];
-  float *col[MODEL_MAX_LAYERS], *conv[MODEL_MAX_LAYERS],
-      *pool[MODEL_MAX_LAYERS];
+  float *col[MODEL_MAX_LAYERS], *conv[MODEL_MAX_LAYERS], *pool[MODEL_MAX_LAYERS];
   int32_t *arg[MODEL_MAX_LAYERS];
   float *out[MODEL_MAX_LAYERS];
   float *flat;
@@ -125,8 +122,7 @@ struct cuda_dev {
   /* state arena (first training step or optimiser-state restore) */
   float *grads, *opt;
   /* backward arena (first training step, sized for its batch) */
-  float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS],
-      *dcol[MODEL_MAX_LAYERS];
+  float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS], *dcol[MODEL_MAX_LAYERS];
   float *dout[MODEL_MAX_LAYERS];
   float *dflat;
 };
@@ -140,19 +136,18 @@ struct backend {
   int state_ready; /* gradients and optimiser state allocated */
   int train_rows;  /* global batch the backward arena holds; 0: none */
   int slot;
-  int oom_pending; /* training buffers did not fit: a smaller batch re-plans */
-  int broken;      /* a failed re-plan left no buffers: every call fails so */
-  float
-      *kept_params; /* the weights on the host while a re-plan is unfinished */
+  int oom_pending;    /* training buffers did not fit: a smaller batch re-plans */
+  int broken;         /* a failed re-plan left no buffers: every call fails so */
+  float *kept_params; /* the weights on the host while a re-plan is unfinished */
   int64_t step;
   int64_t limit_bytes;
-  int eval_rows;   /* evaluation chunk: max(max_batch, 256) unless capped */
-  int64_t mem_gen; /* bumped whenever a buffer moves: graphs are rebuilt */
-  int use_graphs;  /* one device and CTUNE_CUDA_GRAPHS is not 0 */
+  int eval_rows;                           /* evaluation chunk: max(max_batch, 256) unless capped */
+  int64_t mem_gen;                         /* bumped whenever a buffer moves: graphs are rebuilt */
+  int use_graphs;                          /* one device and CTUNE_CUDA_GRAPHS is not 0 */
   int64_t set_n[2], order_n[2], cursor[2]; /* host mirrors */
-  int64_t acc_rows; /* training rows since the last backend_cuda_take_loss */
+  int64_t acc_rows;                        /* training rows since the last backend_cuda_take_loss */
   int64_t acc_steps;
-  double driver_mib; /* largest per-process figure NVML gave, MiB */
+  double driver_mib;      /* largest per-process figure NVML gave, MiB */
   struct cuda_ctl *h_ctl; /* pinned, one per device */
   struct cuda_dev dev[CUDA_MAX_DEVICES];
   float *h_x[GPU_PLAN_SLOTS]; /* pinned staging of the global batch */
@@ -162,9 +157,8 @@ struct backend {
 };
 
 /* cuda_mem.c: the capped arenas (see gpu_plan.h for what each holds). */
-int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d,
-                         struct dev_block *blk, int64_t size, int batch,
-                         int64_t need);
+int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d, struct dev_block *blk, int64_t size,
+                         int batch, int64_t need);
 void cuda_mem_arena_free(struct cuda_dev *d, struct dev_block *blk);
 int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d);
 int cuda_mem_ensure_state(struct backend *b, int n);

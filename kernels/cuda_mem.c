@@ -9,24 +9,21 @@
 
 #include "cuda_internal.h"
 
-static void oom_message(struct backend *b, struct cuda_dev *d, int batch,
-                        int64_t need) {
+static void oom_message(struct backend *b, struct cuda_dev *d, int batch, int64_t need) {
   size_t free_b = 0, total_b = 0;
   char msg[256];
   if (!b->limit_bytes) {
     cudaSetDevice(d->id);
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
   }
-  gpu_mem_oom_message(msg, sizeof(msg), batch, need, b->limit_bytes,
-                      (int64_t)free_b);
+  gpu_mem_oom_message(msg, sizeof(msg), batch, need, b->limit_bytes, (int64_t)free_b);
   cuda_set_error("%s", msg);
 }
 
 /* One arena from the capped allocator: the cap first, then the device. On
  * out-of-memory the message names `batch` and the `need` of the whole plan. */
-int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d,
-                         struct dev_block *blk, int64_t size, int batch,
-                         int64_t need) {
+int cuda_mem_arena_alloc(struct backend *b, struct cuda_dev *d, struct dev_block *blk, int64_t size,
+                         int batch, int64_t need) {
   int rc = gpu_mem_reserve(&d->mem, size);
   if (rc) {
     oom_message(b, d, batch, need);
@@ -58,14 +55,14 @@ void cuda_mem_arena_free(struct cuda_dev *d, struct dev_block *blk) {
 }
 
 /* Carving follows gpu_plan.c's order; running out means the plan is wrong. */
-#define TAKE(arena, ptr, bytes)                                           \
-  do {                                                                    \
-    uintptr_t p_;                                                         \
-    if (gpu_arena_take((arena), (bytes), &p_)) {                          \
-      cuda_set_error("internal: device memory plan too small for " #ptr); \
-      return -EIO;                                                        \
-    }                                                                     \
-    (ptr) = (void *)p_;                                                   \
+#define TAKE(arena, ptr, bytes)                                                                    \
+  do {                                                                                             \
+    uintptr_t p_;                                                                                  \
+    if (gpu_arena_take((arena), (bytes), &p_)) {                                                   \
+      cuda_set_error("internal: device memory plan too small for " #ptr);                          \
+      return -EIO;                                                                                 \
+    }                                                                                              \
+    (ptr) = (void *)p_;                                                                            \
   } while (0)
 
 int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
@@ -152,8 +149,7 @@ int cuda_mem_ensure_state(struct backend *b, int n) {
     if (rc) goto fail;
     rc = carve_state(b, d);
     if (rc) goto fail;
-    CU(cudaMemsetAsync(d->opt, 0, (size_t)b->plan.opt_floats * sizeof(float),
-                       d->compute));
+    CU(cudaMemsetAsync(d->opt, 0, (size_t)b->plan.opt_floats * sizeof(float), d->compute));
   }
   b->state_ready = 1;
   return 0;
@@ -224,8 +220,7 @@ struct nvml_proc_v3 {
 
 double cuda_mem_driver_mib(int dev) {
   const char *lib = getenv("CTUNE_NVML_LIB");
-  void *h = dlopen(lib && *lib ? lib : "libnvidia-ml.so.1",
-                   RTLD_NOW | RTLD_LOCAL);
+  void *h = dlopen(lib && *lib ? lib : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) return -1.0;
   int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
   int (*shut)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");
@@ -237,16 +232,14 @@ double cuda_mem_driver_mib(int dev) {
   double mib = -1.0;
   char bus[32];
   if (init && shut && by_bus && procs &&
-      cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess &&
-      init() == 0) {
+      cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess && init() == 0) {
     void *nd = NULL;
     struct nvml_proc_v3 list[64];
     unsigned n = 64;
     if (by_bus(bus, &nd) == 0 && procs(nd, &n, list) == 0) {
       const unsigned me = (unsigned)getpid();
       for (unsigned i = 0; i < n && i < 64; i++)
-        if (list[i].pid == me)
-          mib = (double)list[i].used / (double)MIB;
+        if (list[i].pid == me) mib = (double)list[i].used / (double)MIB;
     }
     shut();
   }

@@ -8,22 +8,19 @@
 
 /* Column-major GEMM C = op(A) op(B), alpha 1, beta 0 (row-major callers swap
  * operands; each call site says which product it computes). */
-static int gemm(struct cuda_dev *d, int ta, int tb, int m, int n, int k,
-                const float *A, int lda, const float *B, int ldb, float *C,
-                int ldc) {
+static int gemm(struct cuda_dev *d, int ta, int tb, int m, int n, int k, const float *A, int lda,
+                const float *B, int ldb, float *C, int ldc) {
   const float one = 1.0f, zero = 0.0f;
   int rc = 0;
-  BLAS(cublasSgemm(d->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                   tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A, lda, B,
-                   ldb, &zero, C, ldc));
+  BLAS(cublasSgemm(d->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                   &one, A, lda, B, ldb, &zero, C, ldc));
 fail:
   return rc;
 }
 
 /* Input of conv layer l: layer 0 reads the NCHW batch, later ones the
  * channel-major [c][n][h*w] pooled output of the layer before. */
-static void conv_strides(const struct layer_shape *s, int l, int n, int64_t *sn,
-                         int64_t *sc) {
+static void conv_strides(const struct layer_shape *s, int l, int n, int64_t *sn, int64_t *sc) {
   int64_t hw = (int64_t)s->in_h * s->in_w;
   if (l == 0) {
     *sn = s->in_c * hw;
@@ -46,29 +43,23 @@ int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n) {
       int64_t sn, sc;
       int ckk = s->in_c * K * K, np = n * s->out_h * s->out_w;
       conv_strides(s, l, n, &sn, &sc);
-      OPS(cuops_im2col(in, d->col[l], n, s->in_c, s->in_h, s->in_w, K, sn, sc,
-                       d->compute));
+      OPS(cuops_im2col(in, d->col[l], n, s->in_c, s->in_h, s->in_w, K, sn, sc, d->compute));
       /* conv[OC][nP] = W[OC][CKK] col[CKK][nP] */
-      rc = gemm(d, 0, 0, np, s->out_c, ckk, d->col[l], np, W, ckk, d->conv[l],
-                np);
+      rc = gemm(d, 0, 0, np, s->out_c, ckk, d->col[l], np, W, ckk, d->conv[l], np);
       if (rc) goto fail;
       OPS(cuops_bias_act(d->conv[l], bias, s->out_c, np, 1, 1, d->compute));
-      OPS(cuops_maxpool_forward(d->conv[l], d->pool[l], d->arg[l],
-                                (int64_t)s->out_c * n, s->out_h, s->out_w,
-                                MODEL_CNN_POOL, d->compute));
+      OPS(cuops_maxpool_forward(d->conv[l], d->pool[l], d->arg[l], (int64_t)s->out_c * n, s->out_h,
+                                s->out_w, MODEL_CNN_POOL, d->compute));
       in = d->pool[l];
       if (l == b->last_conv) {
-        OPS(cuops_permute_cn(in, d->flat, s->out_c, n, s->pool_h * s->pool_w, 1,
-                             d->compute));
+        OPS(cuops_permute_cn(in, d->flat, s->out_c, n, s->pool_h * s->pool_w, 1, d->compute));
         in = d->flat;
       }
     } else {
       /* out[n][O] = in[n][I] W[O][I]^T */
-      rc = gemm(d, 1, 0, s->out_c, n, s->in_c, W, s->in_c, in, s->in_c,
-                d->out[l], s->out_c);
+      rc = gemm(d, 1, 0, s->out_c, n, s->in_c, W, s->in_c, in, s->in_c, d->out[l], s->out_c);
       if (rc) goto fail;
-      OPS(cuops_bias_act(d->out[l], bias, n, s->out_c, 0, l != L->n_layers - 1,
-                         d->compute));
+      OPS(cuops_bias_act(d->out[l], bias, n, s->out_c, 0, l != L->n_layers - 1, d->compute));
       in = d->out[l];
     }
   }
@@ -89,54 +80,43 @@ int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
                       : b->last_conv >= 0 ? d->flat
                                           : d->x[slot];
     float *dy = d->dout[l];
-    if (l != last)
-      OPS(cuops_relu_backward(d->out[l], dy, (int64_t)n * s->out_c,
-                              d->compute));
+    if (l != last) OPS(cuops_relu_backward(d->out[l], dy, (int64_t)n * s->out_c, d->compute));
     /* dW[O][I] = dy[n][O]^T in[n][I] */
-    rc = gemm(d, 0, 1, s->in_c, s->out_c, n, in, s->in_c, dy, s->out_c,
-              d->grads + s->w_off, s->in_c);
+    rc = gemm(d, 0, 1, s->in_c, s->out_c, n, in, s->in_c, dy, s->out_c, d->grads + s->w_off,
+              s->in_c);
     if (rc) goto fail;
-    OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c,
-                          d->compute));
-    float *din = l > b->first_linear ? d->dout[l - 1]
-                 : b->last_conv >= 0 ? d->dflat
-                                     : NULL;
+    OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c, d->compute));
+    float *din = l > b->first_linear ? d->dout[l - 1] : b->last_conv >= 0 ? d->dflat : NULL;
     if (din) {
       /* din[n][I] = dy[n][O] W[O][I] */
-      rc = gemm(d, 0, 0, s->in_c, n, s->out_c, W, s->in_c, dy, s->out_c, din,
-                s->in_c);
+      rc = gemm(d, 0, 0, s->in_c, n, s->out_c, W, s->in_c, dy, s->out_c, din, s->in_c);
       if (rc) goto fail;
     }
   }
   if (b->last_conv >= 0) {
     const struct layer_shape *s = &L->layer[b->last_conv];
-    OPS(cuops_permute_cn(d->dflat, d->dpool[b->last_conv], s->out_c, n,
-                         s->pool_h * s->pool_w, 0, d->compute));
+    OPS(cuops_permute_cn(d->dflat, d->dpool[b->last_conv], s->out_c, n, s->pool_h * s->pool_w, 0,
+                         d->compute));
   }
   for (int l = b->last_conv; l >= 0; l--) {
     const struct layer_shape *s = &L->layer[l];
     const float *W = d->params + s->w_off;
     int ckk = s->in_c * K * K, np = n * s->out_h * s->out_w;
-    OPS(cuops_maxpool_backward(d->dpool[l], d->arg[l], d->dconv[l],
-                               (int64_t)s->out_c * n, s->out_h, s->out_w,
-                               MODEL_CNN_POOL, d->compute));
-    OPS(cuops_relu_backward(d->conv[l], d->dconv[l], (int64_t)s->out_c * np,
-                            d->compute));
+    OPS(cuops_maxpool_backward(d->dpool[l], d->arg[l], d->dconv[l], (int64_t)s->out_c * n, s->out_h,
+                               s->out_w, MODEL_CNN_POOL, d->compute));
+    OPS(cuops_relu_backward(d->conv[l], d->dconv[l], (int64_t)s->out_c * np, d->compute));
     /* dW[OC][CKK] = dconv[OC][nP] col[CKK][nP]^T */
-    rc = gemm(d, 1, 0, ckk, s->out_c, np, d->col[l], np, d->dconv[l], np,
-              d->grads + s->w_off, ckk);
+    rc = gemm(d, 1, 0, ckk, s->out_c, np, d->col[l], np, d->dconv[l], np, d->grads + s->w_off, ckk);
     if (rc) goto fail;
-    OPS(cuops_sum_strided(d->dconv[l], d->grads + s->b_off, s->out_c, np, np, 1,
-                          d->compute));
+    OPS(cuops_sum_strided(d->dconv[l], d->grads + s->b_off, s->out_c, np, np, 1, d->compute));
     if (l > 0) {
       int64_t sn, sc;
       conv_strides(s, l, n, &sn, &sc);
       /* dcol[CKK][nP] = W[OC][CKK]^T dconv[OC][nP] */
-      rc = gemm(d, 0, 1, np, ckk, s->out_c, d->dconv[l], np, W, ckk, d->dcol[l],
-                np);
+      rc = gemm(d, 0, 1, np, ckk, s->out_c, d->dconv[l], np, W, ckk, d->dcol[l], np);
       if (rc) goto fail;
-      OPS(cuops_col2im(d->dcol[l], d->dpool[l - 1], n, s->in_c, s->in_h,
-                       s->in_w, K, sn, sc, d->compute));
+      OPS(cuops_col2im(d->dcol[l], d->dpool[l - 1], n, s->in_c, s->in_h, s->in_w, K, sn, sc,
+                       d->compute));
     }
   }
 fail:

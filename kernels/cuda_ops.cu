@@ -16,7 +16,7 @@ extern "C" {
 // Launches go through these so tests/cuda/emu_cuda_ops.cpp can run the same
 // kernels on the host; SYNC marks kernels that use __syncthreads.
 #ifndef CUOPS_LAUNCH
-#define CUOPS_LAUNCH(kernel, grid, stream, ...) \
+#define CUOPS_LAUNCH(kernel, grid, stream, ...)                                                    \
   kernel<<<(grid), CUOPS_THREADS, 0, (stream)>>>(__VA_ARGS__)
 #define CUOPS_LAUNCH_SYNC CUOPS_LAUNCH
 #endif
@@ -39,12 +39,12 @@ static int launched(const char *what) {
   return 0;
 }
 
-#define FOR_EACH(i, count)                                         \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; \
-       i < (count); i += (int64_t)gridDim.x * blockDim.x)
+#define FOR_EACH(i, count)                                                                         \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);                    \
+       i += (int64_t)gridDim.x * blockDim.x)
 
-__global__ void k_im2col(const float *in, float *col, int n, int c, int h,
-                         int w, int k, int64_t sn, int64_t sc) {
+__global__ void k_im2col(const float *in, float *col, int n, int c, int h, int w, int k, int64_t sn,
+                         int64_t sc) {
   const int oh = h - k + 1, ow = w - k + 1;
   const int64_t pix = (int64_t)oh * ow, npix = (int64_t)n * pix;
   const int64_t total = (int64_t)c * k * k * npix;
@@ -58,8 +58,8 @@ __global__ void k_im2col(const float *in, float *col, int n, int c, int h,
   }
 }
 
-__global__ void k_col2im(const float *col, float *in, int n, int c, int h,
-                         int w, int k, int64_t sn, int64_t sc) {
+__global__ void k_col2im(const float *col, float *in, int n, int c, int h, int w, int k, int64_t sn,
+                         int64_t sc) {
   const int oh = h - k + 1, ow = w - k + 1;
   const int64_t pix = (int64_t)oh * ow, npix = (int64_t)n * pix;
   const int64_t plane = (int64_t)h * w, total = (int64_t)n * c * plane;
@@ -83,8 +83,8 @@ __global__ void k_col2im(const float *col, float *in, int n, int c, int h,
   }
 }
 
-__global__ void k_bias_act(float *y, const float *bias, int64_t rows,
-                           int64_t cols, int per_row, int relu) {
+__global__ void k_bias_act(float *y, const float *bias, int64_t rows, int64_t cols, int per_row,
+                           int relu) {
   FOR_EACH(i, rows * cols) {
     int64_t r = i / cols;
     float v = y[i] + bias[per_row ? r : i - r * cols];
@@ -96,8 +96,8 @@ __global__ void k_relu_backward(const float *y, float *dy, int64_t count) {
   FOR_EACH(i, count) dy[i] = ct_relu_grad(y[i], dy[i]);
 }
 
-__global__ void k_maxpool_forward(const float *in, float *out, int32_t *arg,
-                                  int64_t planes, int h, int w, int p) {
+__global__ void k_maxpool_forward(const float *in, float *out, int32_t *arg, int64_t planes, int h,
+                                  int w, int p) {
   const int ph = h / p, pw = w / p;
   const int64_t per = (int64_t)ph * pw;
   FOR_EACH(o, planes * per) {
@@ -119,9 +119,8 @@ __global__ void k_maxpool_forward(const float *in, float *out, int32_t *arg,
   }
 }
 
-__global__ void k_maxpool_backward(const float *dout, const int32_t *arg,
-                                   float *din, int64_t planes, int h, int w,
-                                   int p) {
+__global__ void k_maxpool_backward(const float *dout, const int32_t *arg, float *din,
+                                   int64_t planes, int h, int w, int p) {
   const int ph = h / p, pw = w / p;
   const int64_t plane_sz = (int64_t)h * w;
   FOR_EACH(i, planes * plane_sz) {
@@ -137,15 +136,14 @@ __global__ void k_maxpool_backward(const float *dout, const int32_t *arg,
   }
 }
 
-__global__ void k_permute_cn(const float *in, float *out, int c, int n, int hw,
-                             int to_nchw) {
+__global__ void k_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw) {
   const int64_t total = (int64_t)c * n * hw;
   FOR_EACH(i, total) {
-    if (to_nchw) {  // out [n][c][hw] from in [c][n][hw]
+    if (to_nchw) { // out [n][c][hw] from in [c][n][hw]
       int64_t b = i / ((int64_t)c * hw), rest = i - b * c * hw;
       int64_t ch = rest / hw, q = rest - ch * hw;
       out[i] = in[(ch * n + b) * hw + q];
-    } else {  // out [c][n][hw] from in [n][c][hw]
+    } else { // out [c][n][hw] from in [n][c][hw]
       int64_t ch = i / ((int64_t)n * hw), rest = i - ch * n * hw;
       int64_t b = rest / hw, q = rest - b * hw;
       out[i] = in[(b * c + ch) * hw + q];
@@ -153,13 +151,12 @@ __global__ void k_permute_cn(const float *in, float *out, int c, int n, int hw,
   }
 }
 
-__global__ void k_sum_strided(const float *in, float *out, int64_t n_red,
-                              int64_t out_stride, int64_t red_stride) {
+__global__ void k_sum_strided(const float *in, float *out, int64_t n_red, int64_t out_stride,
+                              int64_t red_stride) {
   __shared__ float part[CUOPS_THREADS];
   const float *src = in + (int64_t)blockIdx.x * out_stride;
   float acc = 0.0f;
-  for (int64_t j = threadIdx.x; j < n_red; j += CUOPS_THREADS)
-    acc += src[j * red_stride];
+  for (int64_t j = threadIdx.x; j < n_red; j += CUOPS_THREADS) acc += src[j * red_stride];
   part[threadIdx.x] = acc;
   __syncthreads();
   for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
@@ -169,9 +166,8 @@ __global__ void k_sum_strided(const float *in, float *out, int64_t n_red,
   if (threadIdx.x == 0) out[blockIdx.x] = part[0];
 }
 
-__global__ void k_xent(const float *logits, const uint8_t *labels,
-                       float *row_loss, int32_t *row_correct, float *dlogits,
-                       int n, int classes, float scale) {
+__global__ void k_xent(const float *logits, const uint8_t *labels, float *row_loss,
+                       int32_t *row_correct, float *dlogits, int n, int classes, float scale) {
   FOR_EACH(r, (int64_t)n) {
     const float *x = logits + r * classes;
     int label = labels[r], arg = 0;
@@ -191,8 +187,8 @@ __global__ void k_xent(const float *logits, const uint8_t *labels,
   }
 }
 
-__global__ void k_xent_sums(const float *row_loss, const int32_t *row_correct,
-                            int n, double *out_loss, int32_t *out_correct) {
+__global__ void k_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
+                            double *out_loss, int32_t *out_correct) {
   __shared__ double lsum[CUOPS_THREADS];
   __shared__ int csum[CUOPS_THREADS];
   double l = 0.0;
@@ -217,27 +213,22 @@ __global__ void k_xent_sums(const float *row_loss, const int32_t *row_correct,
   }
 }
 
-__global__ void k_sgd(float *p, float *v, const float *g, int64_t count,
-                      float lr, float momentum, float wd) {
+__global__ void k_sgd(float *p, float *v, const float *g, int64_t count, float lr, float momentum,
+                      float wd) {
   FOR_EACH(i, count) p[i] = ct_sgd_update(p[i], &v[i], g[i], lr, momentum, wd);
 }
 
-__global__ void k_adam(float *p, float *m, float *v, const float *g,
-                       int64_t count, float lr, float b1, float b2, float eps,
-                       float wd, float bc1, float bc2) {
+__global__ void k_adam(float *p, float *m, float *v, const float *g, int64_t count, float lr,
+                       float b1, float b2, float eps, float wd, float bc1, float bc2) {
   FOR_EACH(i, count)
-  p[i] =
-      ct_adam_update(p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1, bc2);
+  p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1, bc2);
 }
 
-__global__ void k_fill(float *p, int64_t count, float value) {
-  FOR_EACH(i, count) p[i] = value;
-}
+__global__ void k_fill(float *p, int64_t count, float value) { FOR_EACH(i, count) p[i] = value; }
 
 // The graph-friendly step's kernels (see cuda_ops.h).
-__global__ void k_gather_u8(const uint8_t *pix, const uint8_t *lab,
-                            const int32_t *order, const int64_t *cursor,
-                            int first, int n, int64_t dim, float *x,
+__global__ void k_gather_u8(const uint8_t *pix, const uint8_t *lab, const int32_t *order,
+                            const int64_t *cursor, int first, int n, int64_t dim, float *x,
                             uint8_t *y) {
   const int64_t base = *cursor + first;
   FOR_EACH(i, (int64_t)n * dim) {
@@ -253,8 +244,7 @@ __global__ void k_tick(int64_t *ctr, int64_t add) {
   if (blockIdx.x == 0 && threadIdx.x == 0) ctr[0] += add;
 }
 
-__global__ void k_adam_bias(int64_t *step, float beta1, float beta2,
-                            float *bc) {
+__global__ void k_adam_bias(int64_t *step, float beta1, float beta2, float *bc) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     int64_t t = ++step[0];
     bc[0] = (float)(1.0 - pow((double)beta1, (double)t));
@@ -262,19 +252,16 @@ __global__ void k_adam_bias(int64_t *step, float beta1, float beta2,
   }
 }
 
-__global__ void k_adam_dev(float *p, float *m, float *v, const float *g,
-                           int64_t count, float lr, float beta1, float beta2,
-                           float eps, float wd, const float *bc) {
+__global__ void k_adam_dev(float *p, float *m, float *v, const float *g, int64_t count, float lr,
+                           float beta1, float beta2, float eps, float wd, const float *bc) {
   const float bc1 = bc[0], bc2 = bc[1];
   FOR_EACH(i, count) {
-    p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, wd,
-                          bc1, bc2);
+    p[i] = ct_adam_update(p[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, wd, bc1, bc2);
   }
 }
 
-__global__ void k_accumulate(const double *sum_loss, const int32_t *sum_correct,
-                             double *acc_loss, int64_t *acc_correct,
-                             int32_t *nonfinite) {
+__global__ void k_accumulate(const double *sum_loss, const int32_t *sum_correct, double *acc_loss,
+                             int64_t *acc_correct, int32_t *nonfinite) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     double l = *sum_loss;
     acc_loss[0] += l;
@@ -285,114 +272,104 @@ __global__ void k_accumulate(const double *sum_loss, const int32_t *sum_correct,
 
 extern "C" {
 
-int cuops_im2col(const float *in, float *col, int n, int c, int h, int w, int k,
-                 int64_t sn, int64_t sc, cudaStream_t s) {
+int cuops_im2col(const float *in, float *col, int n, int c, int h, int w, int k, int64_t sn,
+                 int64_t sc, cudaStream_t s) {
   int64_t total = (int64_t)c * k * k * n * (h - k + 1) * (w - k + 1);
   if (total <= 0) return n == 0 ? 0 : -EINVAL;
   CUOPS_LAUNCH(k_im2col, grid_for(total), s, in, col, n, c, h, w, k, sn, sc);
   return launched("im2col");
 }
 
-int cuops_col2im(const float *col, float *in, int n, int c, int h, int w, int k,
-                 int64_t sn, int64_t sc, cudaStream_t s) {
+int cuops_col2im(const float *col, float *in, int n, int c, int h, int w, int k, int64_t sn,
+                 int64_t sc, cudaStream_t s) {
   int64_t total = (int64_t)n * c * h * w;
   if (total <= 0 || h < k || w < k) return n == 0 ? 0 : -EINVAL;
   CUOPS_LAUNCH(k_col2im, grid_for(total), s, col, in, n, c, h, w, k, sn, sc);
   return launched("col2im");
 }
 
-int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols,
-                   int per_row, int relu, cudaStream_t s) {
+int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols, int per_row, int relu,
+                   cudaStream_t s) {
   if (rows * cols <= 0) return 0;
-  CUOPS_LAUNCH(k_bias_act, grid_for(rows * cols), s, y, bias, rows, cols,
-               per_row, relu);
+  CUOPS_LAUNCH(k_bias_act, grid_for(rows * cols), s, y, bias, rows, cols, per_row, relu);
   return launched("bias_act");
 }
 
-int cuops_relu_backward(const float *y, float *dy, int64_t count,
-                        cudaStream_t s) {
+int cuops_relu_backward(const float *y, float *dy, int64_t count, cudaStream_t s) {
   if (count <= 0) return 0;
   CUOPS_LAUNCH(k_relu_backward, grid_for(count), s, y, dy, count);
   return launched("relu_backward");
 }
 
-int cuops_maxpool_forward(const float *in, float *out, int32_t *argmax,
-                          int64_t planes, int h, int w, int p, cudaStream_t s) {
+int cuops_maxpool_forward(const float *in, float *out, int32_t *argmax, int64_t planes, int h,
+                          int w, int p, cudaStream_t s) {
   if (p < 1 || h < p || w < p) return -EINVAL;
   int64_t total = planes * (h / p) * (w / p);
   if (total <= 0) return 0;
-  CUOPS_LAUNCH(k_maxpool_forward, grid_for(total), s, in, out, argmax, planes,
-               h, w, p);
+  CUOPS_LAUNCH(k_maxpool_forward, grid_for(total), s, in, out, argmax, planes, h, w, p);
   return launched("maxpool_forward");
 }
 
-int cuops_maxpool_backward(const float *dout, const int32_t *argmax, float *din,
-                           int64_t planes, int h, int w, int p,
-                           cudaStream_t s) {
+int cuops_maxpool_backward(const float *dout, const int32_t *argmax, float *din, int64_t planes,
+                           int h, int w, int p, cudaStream_t s) {
   if (p < 1 || h < p || w < p) return -EINVAL;
   int64_t total = planes * h * w;
   if (total <= 0) return 0;
-  CUOPS_LAUNCH(k_maxpool_backward, grid_for(total), s, dout, argmax, din,
-               planes, h, w, p);
+  CUOPS_LAUNCH(k_maxpool_backward, grid_for(total), s, dout, argmax, din, planes, h, w, p);
   return launched("maxpool_backward");
 }
 
-int cuops_permute_cn(const float *in, float *out, int c, int n, int hw,
-                     int to_nchw, cudaStream_t s) {
+int cuops_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw,
+                     cudaStream_t s) {
   int64_t total = (int64_t)c * n * hw;
   if (total <= 0) return 0;
   CUOPS_LAUNCH(k_permute_cn, grid_for(total), s, in, out, c, n, hw, to_nchw);
   return launched("permute_cn");
 }
 
-int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red,
-                      int64_t out_stride, int64_t red_stride, cudaStream_t s) {
+int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
+                      int64_t red_stride, cudaStream_t s) {
   if (n_out <= 0) return 0;
-  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out, s, in, out, n_red,
-                    out_stride, red_stride);
+  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out, s, in, out, n_red, out_stride, red_stride);
   return launched("sum_strided");
 }
 
-int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss,
-               int32_t *row_correct, float *dlogits, int n, int classes,
-               float scale, cudaStream_t s) {
+int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss, int32_t *row_correct,
+               float *dlogits, int n, int classes, float scale, cudaStream_t s) {
   if (classes < 1) return -EINVAL;
   if (n <= 0) return 0;
-  CUOPS_LAUNCH(k_xent, grid_for(n), s, logits, labels, row_loss, row_correct,
-               dlogits, n, classes, scale);
+  CUOPS_LAUNCH(k_xent, grid_for(n), s, logits, labels, row_loss, row_correct, dlogits, n, classes,
+               scale);
   return launched("xent");
 }
 
-int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
-                    double *out_loss, int32_t *out_correct, cudaStream_t s) {
-  CUOPS_LAUNCH_SYNC(k_xent_sums, 1, s, row_loss, row_correct, n, out_loss,
-                    out_correct);
+int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n, double *out_loss,
+                    int32_t *out_correct, cudaStream_t s) {
+  CUOPS_LAUNCH_SYNC(k_xent_sums, 1, s, row_loss, row_correct, n, out_loss, out_correct);
   return launched("xent_sums");
 }
 
-int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr,
-              float momentum, float weight_decay, cudaStream_t s) {
+int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr, float momentum,
+              float weight_decay, cudaStream_t s) {
   if (count <= 0) return 0;
-  CUOPS_LAUNCH(k_sgd, grid_for(count), s, p, v, g, count, lr, momentum,
-               weight_decay);
+  CUOPS_LAUNCH(k_sgd, grid_for(count), s, p, v, g, count, lr, momentum, weight_decay);
   return launched("sgd");
 }
 
-int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
-               float lr, float beta1, float beta2, float eps,
-               float weight_decay, float bc1, float bc2, cudaStream_t s) {
+int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count, float lr, float beta1,
+               float beta2, float eps, float weight_decay, float bc1, float bc2, cudaStream_t s) {
   if (count <= 0) return 0;
-  CUOPS_LAUNCH(k_adam, grid_for(count), s, p, m, v, g, count, lr, beta1, beta2,
-               eps, weight_decay, bc1, bc2);
+  CUOPS_LAUNCH(k_adam, grid_for(count), s, p, m, v, g, count, lr, beta1, beta2, eps, weight_decay,
+               bc1, bc2);
   return launched("adam");
 }
 
-int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab,
-                    const int32_t *order, const int64_t *cursor, int first,
-                    int n, int64_t dim, float *x, uint8_t *y, cudaStream_t s) {
+int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab, const int32_t *order,
+                    const int64_t *cursor, int first, int n, int64_t dim, float *x, uint8_t *y,
+                    cudaStream_t s) {
   if (n <= 0 || dim <= 0) return 0;
-  CUOPS_LAUNCH(k_gather_u8, grid_for((int64_t)n * dim), s, pix, lab, order,
-               cursor, first, n, dim, x, y);
+  CUOPS_LAUNCH(k_gather_u8, grid_for((int64_t)n * dim), s, pix, lab, order, cursor, first, n, dim,
+               x, y);
   return launched("gather_u8");
 }
 
@@ -401,23 +378,20 @@ int cuops_tick(int64_t *ctr, int64_t add, cudaStream_t s) {
   return launched("tick");
 }
 
-int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count,
-                   float lr, float beta1, float beta2, float eps,
-                   float weight_decay, int64_t *step, float *bc,
-                   cudaStream_t s) {
+int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int64_t *step,
+                   float *bc, cudaStream_t s) {
   CUOPS_LAUNCH(k_adam_bias, 1, s, step, beta1, beta2, bc);
   int rc = launched("adam_bias");
   if (rc || count <= 0) return rc;
-  CUOPS_LAUNCH(k_adam_dev, grid_for(count), s, p, m, v, g, count, lr, beta1,
-               beta2, eps, weight_decay, bc);
+  CUOPS_LAUNCH(k_adam_dev, grid_for(count), s, p, m, v, g, count, lr, beta1, beta2, eps,
+               weight_decay, bc);
   return launched("adam_dev");
 }
 
-int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct,
-                     double *acc_loss, int64_t *acc_correct,
-                     int32_t *nonfinite, cudaStream_t s) {
-  CUOPS_LAUNCH(k_accumulate, 1, s, sum_loss, sum_correct, acc_loss,
-               acc_correct, nonfinite);
+int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct, double *acc_loss,
+                     int64_t *acc_correct, int32_t *nonfinite, cudaStream_t s) {
+  CUOPS_LAUNCH(k_accumulate, 1, s, sum_loss, sum_correct, acc_loss, acc_correct, nonfinite);
   return launched("accumulate");
 }
 
@@ -427,4 +401,4 @@ int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {
   return launched("fill");
 }
 
-}  // extern "C"
+} // extern "C"

@@ -23,9 +23,8 @@ static const char *plugin_last_error(void) {
  * unavailable": the runtime's own name and sentence. */
 static int probe_fail(int rc, const char *what, cudaError_t e) {
   const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-  snprintf(probe_error, sizeof(probe_error),
-           "--device cuda: %s: %s: %s%s%s", what, cudaGetErrorName(e),
-           cudaGetErrorString(e), vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+  snprintf(probe_error, sizeof(probe_error), "--device cuda: %s: %s: %s%s%s", what,
+           cudaGetErrorName(e), cudaGetErrorString(e), vis ? " (CUDA_VISIBLE_DEVICES=" : "",
            vis ? vis : "");
   if (vis) {
     size_t n = strlen(probe_error);
@@ -49,15 +48,12 @@ static int plugin_probe(int gpus) {
   /* Every other failure to count devices means this process cannot use a
    * GPU (no device, no or wrong driver, system not ready): no_device, with
    * the runtime's sentence so that a broken GPU is not mistaken for none. */
-  if (e != cudaSuccess)
-    return probe_fail(-ENODEV, "no usable CUDA device", e);
-  if (count < 1)
-    return probe_fail(-ENODEV, "no usable CUDA device", cudaErrorNoDevice);
+  if (e != cudaSuccess) return probe_fail(-ENODEV, "no usable CUDA device", e);
+  if (count < 1) return probe_fail(-ENODEV, "no usable CUDA device", cudaErrorNoDevice);
   int want = gpus > 0 ? gpus : count;
   if (want > count) {
     snprintf(probe_error, sizeof(probe_error),
-             "--device cuda: --gpus %d but %d CUDA device(s) are visible",
-             want, count);
+             "--device cuda: --gpus %d but %d CUDA device(s) are visible", want, count);
     log_error("cuda: %s", probe_error);
     return -ENODEV;
   }
@@ -73,17 +69,16 @@ static int plugin_probe(int gpus) {
   return 0;
 }
 
-__attribute__((visibility("default"))) const struct cuda_plugin
-    ctune_cuda_plugin = {
-        .abi = CUDA_PLUGIN_ABI,
-        .ops = &backend_cuda_ops,
-        .last_error = plugin_last_error,
-        .device_count = backend_cuda_device_count,
-        .probe = plugin_probe,
-        .loss_every = BACKEND_CUDA_LOSS_EVERY,
-        .set_data = backend_cuda_set_data,
-        .set_order = backend_cuda_set_order,
-        .train_next = backend_cuda_train_next,
-        .take_loss = backend_cuda_take_loss,
-        .evaluate_set = backend_cuda_evaluate_set,
+__attribute__((visibility("default"))) const struct cuda_plugin ctune_cuda_plugin = {
+    .abi = CUDA_PLUGIN_ABI,
+    .ops = &backend_cuda_ops,
+    .last_error = plugin_last_error,
+    .device_count = backend_cuda_device_count,
+    .probe = plugin_probe,
+    .loss_every = BACKEND_CUDA_LOSS_EVERY,
+    .set_data = backend_cuda_set_data,
+    .set_order = backend_cuda_set_order,
+    .train_next = backend_cuda_train_next,
+    .take_loss = backend_cuda_take_loss,
+    .evaluate_set = backend_cuda_evaluate_set,
 };

@@ -48,9 +48,8 @@ double gpu_mem_mib(int64_t bytes) {
   return (double)((bytes + mib - 1) / mib);
 }
 
-void gpu_mem_oom_message(char *buf, size_t len, int batch_size,
-                         int64_t need_bytes, int64_t limit_bytes,
-                         int64_t free_bytes) {
+void gpu_mem_oom_message(char *buf, size_t len, int batch_size, int64_t need_bytes,
+                         int64_t limit_bytes, int64_t free_bytes) {
   if (limit_bytes > 0)
     snprintf(buf, len,
              "out of GPU memory at batch_size %d (needs ~%.0f MiB, limit %.0f "

@@ -48,9 +48,8 @@ int gpu_arena_take(struct gpu_arena *a, int64_t bytes, uintptr_t *out);
 /* The message a person sees on out-of-memory, e.g. "out of GPU memory at
  * batch_size 512 (needs ~300 MiB, limit 256 MiB): try a smaller batch_size".
  * limit_bytes 0 means "the device's free memory", given as free_bytes. */
-void gpu_mem_oom_message(char *buf, size_t len, int batch_size,
-                         int64_t need_bytes, int64_t limit_bytes,
-                         int64_t free_bytes);
+void gpu_mem_oom_message(char *buf, size_t len, int batch_size, int64_t need_bytes,
+                         int64_t limit_bytes, int64_t free_bytes);
 
 /* Bytes as MiB (1 MiB = 2^20 bytes), rounded up, for messages and reports. */
 double gpu_mem_mib(int64_t bytes);

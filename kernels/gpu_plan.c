@@ -9,11 +9,8 @@
 
 #define F (int64_t)sizeof(float)
 
-int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch,
-                  struct gpu_plan *out) {
-  if (!L || !out || batch < 1 || L->n_layers < 1 ||
-      L->n_layers > MODEL_MAX_LAYERS)
-    return -EINVAL;
+int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struct gpu_plan *out) {
+  if (!L || !out || batch < 1 || L->n_layers < 1 || L->n_layers > MODEL_MAX_LAYERS) return -EINVAL;
   struct gpu_plan p;
   memset(&p, 0, sizeof(p));
   p.batch = batch;
@@ -56,11 +53,9 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch,
     tr += gpu_mem_round(p.flat * F);
   }
   /* per-row loss and correct flags, then the reduced sums (double + int) */
-  ev += gpu_mem_round(n * F) + gpu_mem_round(n * (int64_t)sizeof(int)) +
-        gpu_mem_round(16);
+  ev += gpu_mem_round(n * F) + gpu_mem_round(n * (int64_t)sizeof(int)) + gpu_mem_round(16);
   ev += GPU_PLAN_BLAS_WORKSPACE;
-  p.state_bytes = gpu_mem_round(p.n_params * F) /* gradients */ +
-                  gpu_mem_round(p.opt_floats * F);
+  p.state_bytes = gpu_mem_round(p.n_params * F) /* gradients */ + gpu_mem_round(p.opt_floats * F);
   p.eval_bytes = ev;
   p.backward_bytes = tr;
   p.train_bytes = p.state_bytes + p.backward_bytes;

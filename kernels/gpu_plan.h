@@ -47,8 +47,7 @@ struct gpu_plan {
 };
 
 /* Fills *out; -EINVAL for batch < 1 or a layout it does not know. */
-int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch,
-                  struct gpu_plan *out);
+int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struct gpu_plan *out);
 
 /* Rows per device when a global batch of n is split over g devices: the
  * first n % g devices get one more. Device d's rows start at *first. */

@@ -15,15 +15,13 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
-  (void)sendbuff, (void)recvbuff, (void)count, (void)datatype, (void)op,
-      (void)comm, (void)stream;
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
+  (void)sendbuff, (void)recvbuff, (void)count, (void)datatype, (void)op, (void)comm, (void)stream;
   return ncclInvalidUsage;
 }
 const char *ncclGetErrorString(ncclResult_t result) {
-  return result == ncclSuccess
-             ? "no error"
-             : "this CUDA backend was built without NCCL: one GPU only "
-               "(data parallel over several GPUs needs NCCL; use --gpus 1)";
+  return result == ncclSuccess ? "no error"
+                               : "this CUDA backend was built without NCCL: one GPU only "
+                                 "(data parallel over several GPUs needs NCCL; use --gpus 1)";
 }

@@ -33,9 +33,8 @@ CT_HD float ct_sgd_update(float p, float *v, float g, float lr, float momentum,
 /* One element of Adam (PyTorch's torch.optim.Adam, L2 weight decay added to
  * the gradient, bias-corrected). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t for the
  * 1-based step t; the caller computes them once per step. Returns the new p. */
-CT_HD float ct_adam_update(float p, float *m, float *v, float g, float lr,
-                           float beta1, float beta2, float eps,
-                           float weight_decay, float bc1, float bc2) {
+CT_HD float ct_adam_update(float p, float *m, float *v, float g, float lr, float beta1, float beta2,
+                           float eps, float weight_decay, float bc1, float bc2) {
   g += weight_decay * p;
   *m = beta1 * *m + (1.0f - beta1) * g;
   *v = beta2 * *v + (1.0f - beta2) * g * g;
@@ -55,8 +54,7 @@ CT_HD float ct_xent_loss(float x_target, float row_max, float exp_sum) {
 
 /* d loss / d x for one logit: (softmax(x) - [is target]) * scale, where scale
  * is 1/batch for a mean-reduced loss. */
-CT_HD float ct_xent_grad(float x, float row_max, float exp_sum, int is_target,
-                         float scale) {
+CT_HD float ct_xent_grad(float x, float row_max, float exp_sum, int is_target, float scale) {
   float p = expf(x - row_max) / exp_sum;
   return (p - (is_target ? 1.0f : 0.0f)) * scale;
 }

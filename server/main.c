@@ -48,8 +48,7 @@ static void main_repair(void *ctx) {
   int rc = state_reload(s, err, sizeof err);
   server_unlock(s);
   if (rc)
-    log_error("rebuilding the model after a failed write failed (%s); serving the old one",
-              err);
+    log_error("rebuilding the model after a failed write failed (%s); serving the old one", err);
   else
     log_warn("model rebuilt from the database after a failed write (%.0f ms)",
              (clock_mono_s() - t0) * 1e3);
@@ -60,9 +59,11 @@ static void main_repair(void *ctx) {
 static int main_tokens(struct server *s, char *err, size_t errlen) {
   if (s->opt.no_auth) {
     if (!auth_is_loopback(s->opt.bind)) {
-      snprintf(err, errlen, "refusing --no-auth on %s: anyone who can reach it could run any "
+      snprintf(err, errlen,
+               "refusing --no-auth on %s: anyone who can reach it could run any "
                "command on every worker. Drop --no-auth (tokens are created beside the "
-               "database) or bind 127.0.0.1", s->opt.bind);
+               "database) or bind 127.0.0.1",
+               s->opt.bind);
       return -EINVAL;
     }
     log_warn("--no-auth: NO AUTHENTICATION. Every local user (and every process on this "
@@ -81,17 +82,19 @@ static int main_tokens(struct server *s, char *err, size_t errlen) {
     log_info("tokens from %s", s->opt.token_file);
   } else {
     if (!strcmp(s->opt.db_path, ":memory:") || !strncmp(s->opt.db_path, "file:", 5)) {
-      snprintf(err, errlen, "--db %s has no place for its token file: pass --token-file FILE "
-               "(or --no-auth on loopback)", s->opt.db_path);
+      snprintf(err, errlen,
+               "--db %s has no place for its token file: pass --token-file FILE "
+               "(or --no-auth on loopback)",
+               s->opt.db_path);
       return -EINVAL;
     }
     int created = 0;
-    rc = auth_default_file(s->opt.db_path, s->tokens_path, sizeof s->tokens_path,
-                           s->admin_token, s->worker_token, s->viewer_token,
-                           sizeof s->admin_token, &created, err, errlen);
+    rc = auth_default_file(s->opt.db_path, s->tokens_path, sizeof s->tokens_path, s->admin_token,
+                           s->worker_token, s->viewer_token, sizeof s->admin_token, &created, err,
+                           errlen);
     if (rc) return rc;
-    log_info("%s tokens in %s (admin, worker, viewer; mode 0600)",
-             created ? "created" : "using", s->tokens_path);
+    log_info("%s tokens in %s (admin, worker, viewer; mode 0600)", created ? "created" : "using",
+             s->tokens_path);
   }
   s->auth = 1;
   return 0;
@@ -126,11 +129,10 @@ int main(int argc, char **argv) {
 
   /* --tls-cert/--tls-key are read now, so a wrong file is named before
    * anything starts; the text is kept until the daemon stops. */
-  if (s.opt.tls_cert &&
-      (tls_load_pem("--tls-cert", s.opt.tls_cert, TLS_PEM_CERT, &s.opt.tls_cert_pem, err,
-                    sizeof err) ||
-       tls_load_pem("--tls-key", s.opt.tls_key, TLS_PEM_KEY, &s.opt.tls_key_pem, err,
-                    sizeof err))) {
+  if (s.opt.tls_cert && (tls_load_pem("--tls-cert", s.opt.tls_cert, TLS_PEM_CERT,
+                                      &s.opt.tls_cert_pem, err, sizeof err) ||
+                         tls_load_pem("--tls-key", s.opt.tls_key, TLS_PEM_KEY, &s.opt.tls_key_pem,
+                                      err, sizeof err))) {
     fprintf(stderr, "ctune-server: %s\n", err);
     free(s.opt.tls_cert_pem);
     auth_sessions_free(s.sessions);
@@ -149,12 +151,13 @@ int main(int argc, char **argv) {
   rc = 1;
   int lock_fd = -1, lrc = main_lock_db(s.opt.db_path, &lock_fd);
   if (lrc) {
-    log_error("%s.lock: %s", s.opt.db_path, lrc == -EBUSY ? "another ctune-server is using "
-              "this database; stop it first or pass another --db" : strerror(-lrc));
+    log_error("%s.lock: %s", s.opt.db_path,
+              lrc == -EBUSY ? "another ctune-server is using "
+                              "this database; stop it first or pass another --db"
+                            : strerror(-lrc));
     goto out;
   }
-  if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err,
-                 sizeof err)) {
+  if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err, sizeof err)) {
     log_error("%s", err);
     goto out;
   }
@@ -192,8 +195,10 @@ int main(int argc, char **argv) {
      * drops the token from the address bar. A wildcard bind is opened on
      * loopback. */
     const char *h = s.opt.bind;
-    if (!strcmp(h, "0.0.0.0")) h = "127.0.0.1";
-    else if (!strcmp(h, "::")) h = "::1";
+    if (!strcmp(h, "0.0.0.0"))
+      h = "127.0.0.1";
+    else if (!strcmp(h, "::"))
+      h = "::1";
     int hv6 = strchr(h, ':') != NULL;
     printf("dashboard: %s://%s%s%s:%d/?token=%s\n", s.opt.tls_cert_pem ? "https" : "http",
            hv6 ? "[" : "", h, hv6 ? "]" : "", port, s.admin_token);
@@ -203,7 +208,8 @@ int main(int argc, char **argv) {
   if (!s.opt.tls_cert_pem && !auth_is_loopback(s.opt.bind))
     log_warn("listening on %s without TLS: the tokens, and the commands workers run, travel "
              "in clear text; pass --tls-cert FILE --tls-key FILE (or put a TLS proxy in "
-             "front)", s.opt.bind);
+             "front)",
+             s.opt.bind);
 
   /* Wait for a signal, checking leases a few times a second meanwhile. */
   int copied = 0;

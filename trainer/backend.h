@@ -26,10 +26,10 @@ struct optim_spec {
 };
 
 /* The cnn's fixed parts (PyTorch CIFAR tutorial's Net). */
-#define MODEL_CNN_K 5       /* conv kernel size, stride 1, no padding */
-#define MODEL_CNN_C1 6      /* conv1 output channels */
-#define MODEL_CNN_C2 16     /* conv2 output channels */
-#define MODEL_CNN_POOL 2    /* max pool size and stride */
+#define MODEL_CNN_K 5    /* conv kernel size, stride 1, no padding */
+#define MODEL_CNN_C1 6   /* conv1 output channels */
+#define MODEL_CNN_C2 16  /* conv2 output channels */
+#define MODEL_CNN_POOL 2 /* max pool size and stride */
 
 enum layer_kind { LAYER_CONV = 0, LAYER_LINEAR = 1 };
 
@@ -82,20 +82,16 @@ struct backend; /* opaque; each backend defines its own */
  * x is n images of in_dim floats, already normalised; y is n labels. */
 struct backend_ops {
   const char *name;
-  int (*create)(const struct model_spec *, const struct optim_spec *,
-                int max_batch, const struct backend_opts *,
-                struct backend **out);
-  int (*set_state)(struct backend *, const float *params,
-                   const float *opt_state, int64_t step);
-  int (*get_state)(struct backend *, float *params, float *opt_state,
-                   int64_t *step);
+  int (*create)(const struct model_spec *, const struct optim_spec *, int max_batch,
+                const struct backend_opts *, struct backend **out);
+  int (*set_state)(struct backend *, const float *params, const float *opt_state, int64_t step);
+  int (*get_state)(struct backend *, float *params, float *opt_state, int64_t *step);
   /* forward, backward, one optimiser step; *loss_out is the batch's mean
    * cross-entropy before the step. */
-  int (*train_step)(struct backend *, const float *x, const uint8_t *y, int n,
-                    float *loss_out);
+  int (*train_step)(struct backend *, const float *x, const uint8_t *y, int n, float *loss_out);
   /* forward only; adds the summed loss and the number correct. */
-  int (*evaluate)(struct backend *, const float *x, const uint8_t *y, int n,
-                  double *loss_sum, int *correct);
+  int (*evaluate)(struct backend *, const float *x, const uint8_t *y, int n, double *loss_sum,
+                  int *correct);
   int (*peak_mem_mb)(struct backend *, double *out);
   void (*destroy)(struct backend *);
 };

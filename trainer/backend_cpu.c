@@ -49,8 +49,7 @@ static void cpu_destroy(struct backend *b) {
   free(b);
 }
 
-static int cpu_create(const struct model_spec *spec,
-                      const struct optim_spec *optim, int max_batch,
+static int cpu_create(const struct model_spec *spec, const struct optim_spec *optim, int max_batch,
                       const struct backend_opts *opts, struct backend **out) {
   if (!spec || !optim || !out || max_batch < 1) return -EINVAL;
   int threads = opts && opts->threads > 0 ? opts->threads : 1;
@@ -60,8 +59,7 @@ static int cpu_create(const struct model_spec *spec,
   if (!b) return -ENOMEM;
   /* the net holds at least EVAL_ROWS rows so that evaluation after a tiny
    * training batch does not run as thousands of small calls */
-  int err = net_create(spec, max_batch < EVAL_ROWS ? EVAL_ROWS : max_batch,
-                       &b->net);
+  int err = net_create(spec, max_batch < EVAL_ROWS ? EVAL_ROWS : max_batch, &b->net);
   if (err) goto fail;
   b->optim = *optim;
   b->max_batch = max_batch;
@@ -82,8 +80,8 @@ fail:
   return err;
 }
 
-static int cpu_set_state(struct backend *b, const float *params,
-                         const float *opt_state, int64_t step) {
+static int cpu_set_state(struct backend *b, const float *params, const float *opt_state,
+                         int64_t step) {
   if (!b || !params || step < 0) return -EINVAL;
   memcpy(b->params, params, sizeof(float) * (size_t)b->n_params);
   if (opt_state)
@@ -94,18 +92,16 @@ static int cpu_set_state(struct backend *b, const float *params,
   return 0;
 }
 
-static int cpu_get_state(struct backend *b, float *params, float *opt_state,
-                         int64_t *step) {
+static int cpu_get_state(struct backend *b, float *params, float *opt_state, int64_t *step) {
   if (!b) return -EINVAL;
   if (params) memcpy(params, b->params, sizeof(float) * (size_t)b->n_params);
-  if (opt_state)
-    memcpy(opt_state, b->state, sizeof(float) * (size_t)b->n_state);
+  if (opt_state) memcpy(opt_state, b->state, sizeof(float) * (size_t)b->n_state);
   if (step) *step = b->step;
   return 0;
 }
 
-static int cpu_train_step(struct backend *b, const float *x, const uint8_t *y,
-                          int n, float *loss_out) {
+static int cpu_train_step(struct backend *b, const float *x, const uint8_t *y, int n,
+                          float *loss_out) {
   if (!b || !x || !y || n < 1 || n > b->max_batch) return -EINVAL;
   double loss_sum = 0.0;
   int correct = 0;
@@ -117,15 +113,14 @@ static int cpu_train_step(struct backend *b, const float *x, const uint8_t *y,
   return 0;
 }
 
-static int cpu_evaluate(struct backend *b, const float *x, const uint8_t *y,
-                        int n, double *loss_sum, int *correct) {
+static int cpu_evaluate(struct backend *b, const float *x, const uint8_t *y, int n,
+                        double *loss_sum, int *correct) {
   if (!b || !x || !y || n < 1 || !loss_sum || !correct) return -EINVAL;
   const struct model_layout *L = net_layout(b->net);
   /* evaluate in chunks the net holds, so callers may pass a whole split */
   for (int off = 0; off < n; off += b->net_rows) {
     int m = n - off < b->net_rows ? n - off : b->net_rows;
-    const float *logits =
-        net_forward(b->net, b->params, x + (int64_t)off * L->in_dim, m);
+    const float *logits = net_forward(b->net, b->params, x + (int64_t)off * L->in_dim, m);
     layers_xent(m, L->n_classes, logits, y + off, NULL, loss_sum, correct);
   }
   return 0;
@@ -133,8 +128,8 @@ static int cpu_evaluate(struct backend *b, const float *x, const uint8_t *y,
 
 static int cpu_peak_mem_mb(struct backend *b, double *out) {
   if (!b || !out) return -EINVAL;
-  int64_t bytes = net_buffer_bytes(b->net) +
-                  (int64_t)sizeof(float) * (2 * b->n_params + b->n_state);
+  int64_t bytes =
+      net_buffer_bytes(b->net) + (int64_t)sizeof(float) * (2 * b->n_params + b->n_state);
   *out = (double)bytes / (1024.0 * 1024.0);
   return 0;
 }

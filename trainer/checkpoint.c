@@ -22,13 +22,17 @@ static void put(struct wbuf *w, const void *src, size_t n) {
   w->n += n;
 }
 
+/* The fields in their on-disk order: a list clang-format would reflow
+ * differently on each pass, so it is laid out by hand. */
+// clang-format off
 #define FIXED_FIELDS(X)                                                    \
   X(model.kind) X(model.in_c) X(model.in_h) X(model.in_w)                  \
   X(model.n_classes) X(model.l1) X(model.l2) X(optim_kind) X(epoch)        \
   X(pos) X(step) X(rng) X(time_total_s) X(epoch_time_s)                    \
   X(epoch_train_time_s) X(train_loss_sum) X(train_count) X(last_loss)      \
-  X(last_accuracy) X(seed) X(train_limit) X(val_fraction) X(dataset)      \
+  X(last_accuracy) X(seed) X(train_limit) X(val_fraction) X(dataset)       \
   X(n_train) X(n_params) X(n_state)
+// clang-format on
 
 static size_t fixed_size(void) {
   size_t n = 0;
@@ -71,8 +75,7 @@ void ckpt_free(struct ckpt *c) {
   c->params = c->state = NULL;
 }
 
-int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err,
-                size_t errlen) {
+int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err, size_t errlen) {
   memset(c, 0, sizeof(*c));
   const size_t fixed = fixed_size();
   if (len < 16 + fixed + 4) {
@@ -86,8 +89,8 @@ int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err,
   uint32_t ver, crc;
   memcpy(&ver, buf + 8, 4);
   if (ver != CKPT_VERSION) {
-    snprintf(err, errlen, "checkpoint format version %u, this build reads %u",
-             (unsigned)ver, CKPT_VERSION);
+    snprintf(err, errlen, "checkpoint format version %u, this build reads %u", (unsigned)ver,
+             CKPT_VERSION);
     return -EINVAL;
   }
   memcpy(&crc, buf + len - 4, 4);
@@ -96,20 +99,19 @@ int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err,
     return -EINVAL;
   }
   size_t at = 16;
-#define GET(f)                              \
-  memcpy(&c->f, buf + at, sizeof(c->f)); \
+#define GET(f)                                                                                     \
+  memcpy(&c->f, buf + at, sizeof(c->f));                                                           \
   at += sizeof(c->f);
   FIXED_FIELDS(GET)
 #undef GET
   uint64_t need = (uint64_t)16 + fixed + 4;
-  if (c->n_train < 0 || c->n_params < 0 || c->n_state < 0 ||
-      c->n_train > (1ll << 31) || c->n_params > (1ll << 34) ||
-      c->n_state > (1ll << 35)) {
+  if (c->n_train < 0 || c->n_params < 0 || c->n_state < 0 || c->n_train > (1ll << 31) ||
+      c->n_params > (1ll << 34) || c->n_state > (1ll << 35)) {
     snprintf(err, errlen, "checkpoint has impossible sizes");
     goto bad;
   }
-  need += sizeof(int32_t) * (uint64_t)c->n_train +
-          sizeof(float) * (uint64_t)(c->n_params + c->n_state);
+  need +=
+      sizeof(int32_t) * (uint64_t)c->n_train + sizeof(float) * (uint64_t)(c->n_params + c->n_state);
   if (need != len) {
     snprintf(err, errlen, "checkpoint size %zu does not match its header", len);
     goto bad;
@@ -149,8 +151,7 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) {
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     int e = errno;
-    snprintf(err, errlen, "checkpoint dir %s: cannot create: %s", dir,
-             strerror(e));
+    snprintf(err, errlen, "checkpoint dir %s: cannot create: %s", dir, strerror(e));
     return -e;
   }
   struct stat st;
@@ -160,8 +161,7 @@ int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) {
   }
   if (access(dir, W_OK | X_OK) != 0) {
     int e = errno;
-    snprintf(err, errlen, "checkpoint dir %s: not writable: %s", dir,
-             strerror(e));
+    snprintf(err, errlen, "checkpoint dir %s: not writable: %s", dir, strerror(e));
     return -e;
   }
   return 0;

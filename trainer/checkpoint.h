@@ -17,10 +17,10 @@
 struct ckpt {
   struct model_spec model;
   int32_t optim_kind;
-  int64_t epoch;  /* epochs completed */
-  int64_t pos;    /* training samples done in the current epoch */
-  int64_t step;   /* optimiser steps so far */
-  uint64_t rng;   /* shuffle RNG state after this epoch's shuffle */
+  int64_t epoch; /* epochs completed */
+  int64_t pos;   /* training samples done in the current epoch */
+  int64_t step;  /* optimiser steps so far */
+  uint64_t rng;  /* shuffle RNG state after this epoch's shuffle */
   double time_total_s, epoch_time_s, epoch_train_time_s;
   double train_loss_sum;
   int64_t train_count;
@@ -40,8 +40,7 @@ struct ckpt {
 int ckpt_encode(const struct ckpt *c, uint8_t **out, size_t *len);
 /* Decodes buf into c, allocating perm, params and state (ckpt_free them).
  * -EINVAL with a reason in err for a bad magic, version, size or checksum. */
-int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err,
-                size_t errlen);
+int ckpt_decode(const uint8_t *buf, size_t len, struct ckpt *c, char *err, size_t errlen);
 void ckpt_free(struct ckpt *c);
 
 /* Creates dir when missing and checks that it is writable, so a bad

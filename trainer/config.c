@@ -17,16 +17,15 @@ enum key_type { K_FLOAT, K_INT, K_BOOL, K_ENUM, K_PATH, K_JSON };
 struct key_def {
   const char *name; /* with underscores; the flag is --name with dashes */
   int type;
-  int in_json;          /* accepted inside --config */
-  size_t off;           /* into struct train_config */
-  double lo, hi;        /* inclusive range for numbers */
-  int lo_open, hi_open; /* exclusive ends */
+  int in_json;                /* accepted inside --config */
+  size_t off;                 /* into struct train_config */
+  double lo, hi;              /* inclusive range for numbers */
+  int lo_open, hi_open;       /* exclusive ends */
   const char *const *choices; /* K_ENUM: NULL-terminated names */
 };
 
 static const char *const model_names[] = {"mlp", "cnn", NULL};
-static const char *const dataset_names[] = {"fashion-mnist", "mnist",
-                                            "cifar10", NULL};
+static const char *const dataset_names[] = {"fashion-mnist", "mnist", "cifar10", NULL};
 static const char *const optim_names[] = {"sgd", "adam", NULL};
 static const char *const device_names[] = {"cpu", "cuda", "auto", NULL};
 
@@ -54,8 +53,7 @@ static const struct key_def keys[] = {
     {"device", K_ENUM, 1, OFF(device), 0, 0, 0, 0, device_names},
     /* 0: every device CUDA_VISIBLE_DEVICES shows (the CUDA backend counts) */
     {"gpus", K_INT, 0, OFF(gpus), 0, 64, 0, 0, NULL},
-    {"gpu_mem_limit_mb", K_INT, 0, OFF(gpu_mem_limit_mb), 0,
-     1099511627776.0, 0, 0, NULL},
+    {"gpu_mem_limit_mb", K_INT, 0, OFF(gpu_mem_limit_mb), 0, 1099511627776.0, 0, 0, NULL},
     {"oom_retry", K_BOOL, 0, OFF(oom_retry), 0, 0, 0, 0, NULL},
     {"version", K_BOOL, 0, OFF(show_version), 0, 0, 0, 0, NULL},
     {"help", K_BOOL, 0, OFF(show_help), 0, 0, 0, 0, NULL},
@@ -89,18 +87,18 @@ static const struct key_def *find_key(const char *name) {
 }
 
 /* "where" is `flag --lr` or `config key "lr"`, for the messages. */
-static int check_range(const struct key_def *k, double v, const char *where,
-                       char *err, size_t errlen) {
+static int check_range(const struct key_def *k, double v, const char *where, char *err,
+                       size_t errlen) {
   int bad = !isfinite(v) || (k->lo_open ? v <= k->lo : v < k->lo) ||
             (k->hi_open ? v >= k->hi : v > k->hi);
   if (!bad) return 0;
-  snprintf(err, errlen, "%s: %g is out of range, expected %s%g, %g%s", where,
-           v, k->lo_open ? "(" : "[", k->lo, k->hi, k->hi_open ? ")" : "]");
+  snprintf(err, errlen, "%s: %g is out of range, expected %s%g, %g%s", where, v,
+           k->lo_open ? "(" : "[", k->lo, k->hi, k->hi_open ? ")" : "]");
   return -EINVAL;
 }
 
-static int set_number(struct train_config *c, const struct key_def *k,
-                      double v, const char *where, char *err, size_t errlen) {
+static int set_number(struct train_config *c, const struct key_def *k, double v, const char *where,
+                      char *err, size_t errlen) {
   if (k->type == K_INT && (!isfinite(v) || v != floor(v))) {
     snprintf(err, errlen, "%s: expected an integer, got %g", where, v);
     return -EINVAL;
@@ -109,8 +107,7 @@ static int set_number(struct train_config *c, const struct key_def *k,
   char *base = (char *)c + k->off;
   if (k->type == K_FLOAT) {
     *(double *)base = v;
-  } else if (k->off == OFF(seed) || k->off == OFF(train_limit) ||
-             k->off == OFF(gpu_mem_limit_mb)) {
+  } else if (k->off == OFF(seed) || k->off == OFF(train_limit) || k->off == OFF(gpu_mem_limit_mb)) {
     *(int64_t *)base = (int64_t)v;
   } else {
     *(int *)base = (int)v;
@@ -118,9 +115,8 @@ static int set_number(struct train_config *c, const struct key_def *k,
   return 0;
 }
 
-static int set_enum(struct train_config *c, const struct key_def *k,
-                    const char *s, const char *where, char *err,
-                    size_t errlen) {
+static int set_enum(struct train_config *c, const struct key_def *k, const char *s,
+                    const char *where, char *err, size_t errlen) {
   for (int i = 0; k->choices[i]; i++)
     if (strcmp(k->choices[i], s) == 0) {
       *(int *)((char *)c + k->off) = i;
@@ -131,19 +127,16 @@ static int set_enum(struct train_config *c, const struct key_def *k,
     strncat(list, i ? "|" : "", sizeof(list) - strlen(list) - 1);
     strncat(list, k->choices[i], sizeof(list) - strlen(list) - 1);
   }
-  snprintf(err, errlen, "%s: unknown value \"%.64s\", expected %s", where, s,
-           list);
+  snprintf(err, errlen, "%s: unknown value \"%.64s\", expected %s", where, s, list);
   return -EINVAL;
 }
 
-int config_apply_json(struct train_config *c, const char *json, char *err,
-                      size_t errlen) {
+int config_apply_json(struct train_config *c, const char *json, char *err, size_t errlen) {
   cJSON *root = cJSON_Parse(json);
   int rc = 0;
   if (!root) {
     const char *at = cJSON_GetErrorPtr();
-    snprintf(err, errlen, "--config: not valid JSON near \"%.20s\"",
-             at ? at : "");
+    snprintf(err, errlen, "--config: not valid JSON near \"%.20s\"", at ? at : "");
     return -EINVAL;
   }
   if (!cJSON_IsObject(root)) {
@@ -193,16 +186,14 @@ out:
   return rc;
 }
 
-int config_parse_args(struct train_config *c, int argc, char **argv, char *err,
-                      size_t errlen) {
+int config_parse_args(struct train_config *c, int argc, char **argv, char *err, size_t errlen) {
   struct train_config tmp = *c;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     char name[64], where[96];
     const char *inline_val = NULL;
     if (strncmp(a, "--", 2) != 0 || !a[2]) {
-      snprintf(err, errlen, "unexpected argument \"%.64s\" (flags start with --)",
-               a);
+      snprintf(err, errlen, "unexpected argument \"%.64s\" (flags start with --)", a);
       return -EINVAL;
     }
     size_t len = strcspn(a + 2, "=");

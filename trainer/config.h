@@ -10,8 +10,8 @@
 enum device_kind { DEVICE_CPU = 0, DEVICE_CUDA = 1, DEVICE_AUTO = 2 };
 
 struct train_config {
-  int model;   /* enum model_kind */
-  int dataset; /* enum data_kind */
+  int model;                  /* enum model_kind */
+  int dataset;                /* enum data_kind */
   const char *data_dir;       /* NULL: the data set's default */
   const char *checkpoint_dir; /* NULL: no checkpoints */
   int optimizer;              /* enum optim_kind */
@@ -27,12 +27,10 @@ void config_defaults(struct train_config *c);
 /* Applies argv[1..argc) in order over *c. Returns 0, or -EINVAL with a
  * one-line message naming the flag or key in err. Pointers into argv are kept
  * (data_dir, checkpoint_dir), so argv must outlive c. */
-int config_parse_args(struct train_config *c, int argc, char **argv, char *err,
-                      size_t errlen);
+int config_parse_args(struct train_config *c, int argc, char **argv, char *err, size_t errlen);
 
 /* Applies one JSON object text (the --config value). */
-int config_apply_json(struct train_config *c, const char *json, char *err,
-                      size_t errlen);
+int config_apply_json(struct train_config *c, const char *json, char *err, size_t errlen);
 
 /* Cross-field checks after everything is applied. */
 int config_validate(const struct train_config *c, char *err, size_t errlen);

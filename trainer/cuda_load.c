@@ -24,8 +24,7 @@ int cuda_plugin_built(void) {
 #endif
 }
 
-int cuda_plugin_load(const struct cuda_plugin **out, char *err,
-                     size_t errlen) {
+int cuda_plugin_load(const struct cuda_plugin **out, char *err, size_t errlen) {
   if (loaded) {
     *out = loaded;
     return 0;
@@ -33,8 +32,7 @@ int cuda_plugin_load(const struct cuda_plugin **out, char *err,
   char exe[PATH_MAX], path[PATH_MAX + 64];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) {
-    snprintf(err, errlen, "cannot load the CUDA backend: /proc/self/exe: %s",
-             strerror(errno));
+    snprintf(err, errlen, "cannot load the CUDA backend: /proc/self/exe: %s", strerror(errno));
     return -ENODEV;
   }
   exe[n] = '\0';
@@ -57,13 +55,14 @@ int cuda_plugin_load(const struct cuda_plugin **out, char *err,
     else
       snprintf(err, errlen,
                "cannot load the CUDA backend: %s not found in %s/../lib/ctune, "
-               "%s/../lib or %s", plugin_file, exe, exe, exe);
+               "%s/../lib or %s",
+               plugin_file, exe, exe, exe);
     return -ENODEV;
   }
   const struct cuda_plugin *p = dlsym(h, CUDA_PLUGIN_SYMBOL);
-  if (!p || p->abi != CUDA_PLUGIN_ABI || !p->ops || !p->last_error ||
-      !p->device_count || !p->probe || p->loss_every < 1 || !p->set_data ||
-      !p->set_order || !p->train_next || !p->take_loss || !p->evaluate_set) {
+  if (!p || p->abi != CUDA_PLUGIN_ABI || !p->ops || !p->last_error || !p->device_count ||
+      !p->probe || p->loss_every < 1 || !p->set_data || !p->set_order || !p->train_next ||
+      !p->take_loss || !p->evaluate_set) {
     snprintf(err, errlen,
              "cannot load the CUDA backend: %s is not a ctune CUDA backend of "
              "ABI %d (%s)",

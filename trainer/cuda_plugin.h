@@ -43,15 +43,12 @@ struct cuda_plugin {
    * the device as uint8, the order once per epoch, one replay per step with
    * the loss kept on the device, read every loss_every steps. */
   int loss_every; /* BACKEND_CUDA_LOSS_EVERY */
-  int (*set_data)(struct backend *, int which, const uint8_t *pix,
-                  const uint8_t *labels, int64_t n);
-  int (*set_order)(struct backend *, int which, const int32_t *idx,
-                   int64_t n);
+  int (*set_data)(struct backend *, int which, const uint8_t *pix, const uint8_t *labels,
+                  int64_t n);
+  int (*set_order)(struct backend *, int which, const int32_t *idx, int64_t n);
   int (*train_next)(struct backend *, int n);
-  int (*take_loss)(struct backend *, double *loss_sum, int64_t *rows,
-                   int *nonfinite);
-  int (*evaluate_set)(struct backend *, int which, double *loss_sum,
-                      int64_t *correct);
+  int (*take_loss)(struct backend *, double *loss_sum, int64_t *rows, int *nonfinite);
+  int (*evaluate_set)(struct backend *, int which, double *loss_sum, int64_t *correct);
 };
 
 /* Loader (trainer/cuda_load.c). The file name defaults to CUDA_PLUGIN_FILE;

@@ -15,28 +15,24 @@
 #define CIFAR_REC (1 + 3 * 32 * 32)
 
 static uint32_t be32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-         p[3];
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-int data_parse_idx_images(const uint8_t *buf, size_t len, int64_t *n, int *h,
-                          int *w, const uint8_t **pixels, char *err,
-                          size_t errlen) {
+int data_parse_idx_images(const uint8_t *buf, size_t len, int64_t *n, int *h, int *w,
+                          const uint8_t **pixels, char *err, size_t errlen) {
   if (len < 16) {
-    snprintf(err, errlen, "IDX image file too short for its header (%zu bytes)",
-             len);
+    snprintf(err, errlen, "IDX image file too short for its header (%zu bytes)", len);
     return -EINVAL;
   }
   if (be32(buf) != 0x00000803) {
-    snprintf(err, errlen,
-             "not an IDX image file: magic 0x%08x, expected 0x00000803",
+    snprintf(err, errlen, "not an IDX image file: magic 0x%08x, expected 0x00000803",
              (unsigned)be32(buf));
     return -EINVAL;
   }
   uint32_t cnt = be32(buf + 4), rows = be32(buf + 8), cols = be32(buf + 12);
   if (cnt == 0 || rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
-    snprintf(err, errlen, "IDX image file has bad dimensions %ux%ux%u",
-             (unsigned)cnt, (unsigned)rows, (unsigned)cols);
+    snprintf(err, errlen, "IDX image file has bad dimensions %ux%ux%u", (unsigned)cnt,
+             (unsigned)rows, (unsigned)cols);
     return -EINVAL;
   }
   uint64_t need = 16 + (uint64_t)cnt * rows * cols;
@@ -54,16 +50,14 @@ int data_parse_idx_images(const uint8_t *buf, size_t len, int64_t *n, int *h,
   return 0;
 }
 
-int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n,
-                          const uint8_t **labels, char *err, size_t errlen) {
+int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n, const uint8_t **labels,
+                          char *err, size_t errlen) {
   if (len < 8) {
-    snprintf(err, errlen, "IDX label file too short for its header (%zu bytes)",
-             len);
+    snprintf(err, errlen, "IDX label file too short for its header (%zu bytes)", len);
     return -EINVAL;
   }
   if (be32(buf) != 0x00000801) {
-    snprintf(err, errlen,
-             "not an IDX label file: magic 0x%08x, expected 0x00000801",
+    snprintf(err, errlen, "not an IDX label file: magic 0x%08x, expected 0x00000801",
              (unsigned)be32(buf));
     return -EINVAL;
   }
@@ -77,8 +71,7 @@ int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n,
   }
   for (uint32_t i = 0; i < cnt; i++)
     if (buf[8 + i] > 9) {
-      snprintf(err, errlen, "IDX label %u is %u, expected 0..9", (unsigned)i,
-               (unsigned)buf[8 + i]);
+      snprintf(err, errlen, "IDX label %u is %u, expected 0..9", (unsigned)i, (unsigned)buf[8 + i]);
       return -EINVAL;
     }
   *n = cnt;
@@ -86,8 +79,7 @@ int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n,
   return 0;
 }
 
-int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err,
-                     size_t errlen) {
+int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err, size_t errlen) {
   if (len == 0 || len % CIFAR_REC != 0) {
     snprintf(err, errlen,
              "CIFAR-10 batch holds %zu bytes, not a whole number of %d-byte "
@@ -98,8 +90,8 @@ int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err,
   int64_t cnt = (int64_t)(len / CIFAR_REC);
   for (int64_t i = 0; i < cnt; i++)
     if (buf[i * CIFAR_REC] > 9) {
-      snprintf(err, errlen, "CIFAR-10 record %lld has label %u, expected 0..9",
-               (long long)i, (unsigned)buf[i * CIFAR_REC]);
+      snprintf(err, errlen, "CIFAR-10 record %lld has label %u, expected 0..9", (long long)i,
+               (unsigned)buf[i * CIFAR_REC]);
       return -EINVAL;
     }
   *n = cnt;
@@ -108,20 +100,20 @@ int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err,
 
 static long source_reads;
 
-long data_source_reads(void) {
-  return __atomic_load_n(&source_reads, __ATOMIC_RELAXED);
-}
+long data_source_reads(void) { return __atomic_load_n(&source_reads, __ATOMIC_RELAXED); }
 
 const char *data_kind_name(int kind) {
   switch (kind) {
-    case DATA_MNIST: return "mnist";
-    case DATA_CIFAR10: return "cifar10";
-    default: return "fashion-mnist";
+  case DATA_MNIST:
+    return "mnist";
+  case DATA_CIFAR10:
+    return "cifar10";
+  default:
+    return "fashion-mnist";
   }
 }
 
-int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
-                   size_t errlen) {
+int data_read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen) {
   struct stat st;
   __atomic_fetch_add(&source_reads, 1, __ATOMIC_RELAXED);
   if (stat(path, &st) != 0) {
@@ -152,8 +144,7 @@ int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
       buf = nb;
       cap *= 2;
     }
-    int got = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30)
-                                                                  : cap - n));
+    int got = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
     if (got < 0) {
       int zerr;
       const char *msg = gzerror(f, &zerr);
@@ -188,9 +179,12 @@ out:
 
 const char *data_default_dir(int kind) {
   switch (kind) {
-    case DATA_MNIST: return "/usr/share/datasets/mnist";
-    case DATA_CIFAR10: return "/usr/share/datasets/cifar10";
-    default: return "/usr/share/datasets/fashion-mnist";
+  case DATA_MNIST:
+    return "/usr/share/datasets/mnist";
+  case DATA_CIFAR10:
+    return "/usr/share/datasets/cifar10";
+  default:
+    return "/usr/share/datasets/fashion-mnist";
   }
 }
 
@@ -213,9 +207,7 @@ void data_free(struct dataset *d) {
   d->n = 0;
 }
 
-static inline float norm_pixel(uint8_t p) {
-  return ((float)p / 255.0f - 0.5f) / 0.5f;
-}
+static inline float norm_pixel(uint8_t p) { return ((float)p / 255.0f - 0.5f) / 0.5f; }
 
 /* 256 entries computed by norm_pixel itself, so gathered batches hold the
  * same bits as the float images the loaders used to keep. */
@@ -231,8 +223,7 @@ void data_normalise(const uint8_t *pix, int64_t count, float *out) {
   for (int64_t i = 0; i < count; i++) out[i] = norm_table[pix[i]];
 }
 
-void data_gather(const struct dataset *d, const int32_t *idx, int64_t n,
-                 float *x, uint8_t *y) {
+void data_gather(const struct dataset *d, const int32_t *idx, int64_t n, float *x, uint8_t *y) {
   const int64_t dim = (int64_t)d->c * d->h * d->w;
   for (int64_t i = 0; i < n; i++) {
     data_normalise(d->pix + (int64_t)idx[i] * dim, dim, x + i * dim);
@@ -241,8 +232,7 @@ void data_gather(const struct dataset *d, const int32_t *idx, int64_t n,
 }
 
 /* First existing of name.gz and name in dir. */
-static void pick_path(char *path, size_t cap, const char *dir,
-                      const char *name) {
+static void pick_path(char *path, size_t cap, const char *dir, const char *name) {
   struct stat st;
   snprintf(path, cap, "%s/%s.gz", dir, name);
   if (stat(path, &st) == 0) return;
@@ -251,18 +241,16 @@ static void pick_path(char *path, size_t cap, const char *dir,
   snprintf(path, cap, "%s/%s.gz", dir, name); /* report the usual name */
 }
 
-static int load_idx(const char *dir, int test, int64_t limit,
-                    struct dataset *out, char *err, size_t errlen) {
+static int load_idx(const char *dir, int test, int64_t limit, struct dataset *out, char *err,
+                    size_t errlen) {
   char ipath[4096], lpath[4096], why[512];
   uint8_t *ibuf = NULL, *lbuf = NULL;
   size_t ilen = 0, llen = 0;
   int64_t n, nl;
   int h, w, rc;
   const uint8_t *pix, *lab;
-  pick_path(ipath, sizeof(ipath), dir,
-            test ? "t10k-images-idx3-ubyte" : "train-images-idx3-ubyte");
-  pick_path(lpath, sizeof(lpath), dir,
-            test ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte");
+  pick_path(ipath, sizeof(ipath), dir, test ? "t10k-images-idx3-ubyte" : "train-images-idx3-ubyte");
+  pick_path(lpath, sizeof(lpath), dir, test ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte");
   rc = data_read_file(ipath, &ibuf, &ilen, err, errlen);
   if (rc) goto out;
   rc = data_read_file(lpath, &lbuf, &llen, err, errlen);
@@ -278,8 +266,8 @@ static int load_idx(const char *dir, int test, int64_t limit,
     goto out;
   }
   if (nl != n) {
-    snprintf(err, errlen, "%s holds %lld images but %s holds %lld labels",
-             ipath, (long long)n, lpath, (long long)nl);
+    snprintf(err, errlen, "%s holds %lld images but %s holds %lld labels", ipath, (long long)n,
+             lpath, (long long)nl);
     rc = -EINVAL;
     goto out;
   }
@@ -306,9 +294,9 @@ out:
   return rc;
 }
 
-static const char *const cifar_train_files[] = {
-    "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
-    "data_batch_4.bin", "data_batch_5.bin"};
+static const char *const cifar_train_files[] = {"data_batch_1.bin", "data_batch_2.bin",
+                                                "data_batch_3.bin", "data_batch_4.bin",
+                                                "data_batch_5.bin"};
 static const char *const cifar_test_files[] = {"test_batch.bin"};
 
 /* accept both DIR and DIR/cifar-10-batches-bin (the tarball's folder) */
@@ -318,8 +306,7 @@ static void cifar_base(char *base, size_t cap, const char *dir) {
   if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) snprintf(base, cap, "%s", dir);
 }
 
-int data_source_paths(int kind, const char *dir, int test,
-                      char (*paths)[DATA_PATH_MAX], int max) {
+int data_source_paths(int kind, const char *dir, int test, char (*paths)[DATA_PATH_MAX], int max) {
   char base[DATA_PATH_MAX];
   int n = 0;
   if (!dir) dir = data_default_dir(kind);
@@ -340,8 +327,8 @@ int data_source_paths(int kind, const char *dir, int test,
   return n;
 }
 
-static int load_cifar(const char *dir, int test, int64_t limit,
-                      struct dataset *out, char *err, size_t errlen) {
+static int load_cifar(const char *dir, int test, int64_t limit, struct dataset *out, char *err,
+                      size_t errlen) {
   const char *const *files = test ? cifar_test_files : cifar_train_files;
   const int nfiles = test ? 1 : 5;
   char base[4096], path[4200], why[512];
@@ -397,18 +384,18 @@ fail:
   return rc;
 }
 
-int data_parse_split(int kind, const char *dir, int test, int64_t limit,
-                     struct dataset *out, char *err, size_t errlen) {
+int data_parse_split(int kind, const char *dir, int test, int64_t limit, struct dataset *out,
+                     char *err, size_t errlen) {
   memset(out, 0, sizeof(*out));
   if (!dir) dir = data_default_dir(kind);
   if (kind == DATA_CIFAR10) return load_cifar(dir, test, limit, out, err, errlen);
   return load_idx(dir, test, limit, out, err, errlen);
 }
 
-int data_load(int kind, const char *dir, int test, int64_t limit,
-              struct dataset *out, char *err, size_t errlen) {
+int data_load(int kind, const char *dir, int test, int64_t limit, struct dataset *out, char *err,
+              size_t errlen) {
   const char *cache = datacache_dir();
   if (!cache) return data_parse_split(kind, dir, test, limit, out, err, errlen);
-  return datacache_load(cache, kind, dir ? dir : data_default_dir(kind), test,
-                        limit, out, err, errlen);
+  return datacache_load(cache, kind, dir ? dir : data_default_dir(kind), test, limit, out, err,
+                        errlen);
 }

@@ -28,26 +28,22 @@ struct dataset {
 void data_normalise(const uint8_t *pix, int64_t count, float *out);
 /* Images idx[0..n) of d, normalised into x (n * c*h*w floats), labels into
  * y. */
-void data_gather(const struct dataset *d, const int32_t *idx, int64_t n,
-                 float *x, uint8_t *y);
+void data_gather(const struct dataset *d, const int32_t *idx, int64_t n, float *x, uint8_t *y);
 
 enum data_kind { DATA_FASHION_MNIST = 0, DATA_MNIST = 1, DATA_CIFAR10 = 2 };
 
 /* Parsers fill the out-parameters with pointers into buf. On a malformed
  * buffer they return -EINVAL and write a one-line reason to err. */
-int data_parse_idx_images(const uint8_t *buf, size_t len, int64_t *n, int *h,
-                          int *w, const uint8_t **pixels, char *err,
-                          size_t errlen);
-int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n,
-                          const uint8_t **labels, char *err, size_t errlen);
+int data_parse_idx_images(const uint8_t *buf, size_t len, int64_t *n, int *h, int *w,
+                          const uint8_t **pixels, char *err, size_t errlen);
+int data_parse_idx_labels(const uint8_t *buf, size_t len, int64_t *n, const uint8_t **labels,
+                          char *err, size_t errlen);
 /* One CIFAR-10 batch: records of 1 label byte + 3072 pixel bytes. */
-int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err,
-                     size_t errlen);
+int data_parse_cifar(const uint8_t *buf, size_t len, int64_t *n, char *err, size_t errlen);
 
 /* Reads a whole file, gunzipping it when it is gzip (zlib reads plain files
  * as they are). -ENOENT when missing, -EIO when unreadable or corrupt. */
-int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
-                   size_t errlen);
+int data_read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen);
 
 /* Loads the train (test = 0) or test split of kind from dir. limit > 0 keeps
  * the first limit images. Errors: -ENOENT, -EIO, -EINVAL (malformed),
@@ -56,19 +52,18 @@ int data_read_file(const char *path, uint8_t **out, size_t *len, char *err,
  * built there on first use; without one, or when the cache cannot be used
  * (a warning says why), it is parsed from the source files as
  * data_parse_split does. */
-int data_load(int kind, const char *dir, int test, int64_t limit,
-              struct dataset *out, char *err, size_t errlen);
+int data_load(int kind, const char *dir, int test, int64_t limit, struct dataset *out, char *err,
+              size_t errlen);
 /* data_load without the cache: reads and parses the source files. */
-int data_parse_split(int kind, const char *dir, int test, int64_t limit,
-                     struct dataset *out, char *err, size_t errlen);
+int data_parse_split(int kind, const char *dir, int test, int64_t limit, struct dataset *out,
+                     char *err, size_t errlen);
 void data_free(struct dataset *d);
 
 /* The source files data_parse_split reads for the whole split, into
  * paths[0..return value) (at most max; each DATA_PATH_MAX bytes), whether
  * they exist or not. */
 #define DATA_PATH_MAX 4096
-int data_source_paths(int kind, const char *dir, int test,
-                      char (*paths)[DATA_PATH_MAX], int max);
+int data_source_paths(int kind, const char *dir, int test, char (*paths)[DATA_PATH_MAX], int max);
 /* Source files read (data_read_file calls) by this process so far: a test's
  * proof that a cache hit parses nothing. */
 long data_source_reads(void);

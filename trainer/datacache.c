@@ -92,9 +92,7 @@ const char *datacache_usage(void) {
          "  ctune-train --data-cache /tmp/ctune-cache --epochs 1\n";
 }
 
-static inline uint64_t rotl(uint64_t x, int r) {
-  return (x << r) | (x >> (64 - r));
-}
+static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 uint64_t datacache_sum(uint64_t seed, const uint8_t *p, size_t len) {
   const uint64_t p1 = 0x9E3779B185EBCA87ull, p2 = 0xC2B2AE3D27D4EB4Full;
@@ -110,8 +108,7 @@ uint64_t datacache_sum(uint64_t seed, const uint8_t *p, size_t len) {
     c = rotl(c + w[2] * p2, 31) * p1;
     d = rotl(d + w[3] * p2, 31) * p1;
   }
-  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) +
-               (uint64_t)len;
+  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + (uint64_t)len;
   for (; i < len; i++) h = (h ^ p[i]) * 0x100000001B3ull;
   h ^= h >> 33;
   h *= p2;
@@ -122,8 +119,7 @@ uint64_t datacache_sum(uint64_t seed, const uint8_t *p, size_t len) {
 }
 
 /* The data checksum: the pixels', then the labels' seeded with it. */
-static uint64_t data_sum(const uint8_t *pix, size_t pix_len, const uint8_t *y,
-                         size_t n) {
+static uint64_t data_sum(const uint8_t *pix, size_t pix_len, const uint8_t *y, size_t n) {
   return datacache_sum(datacache_sum(0, pix, pix_len), y, n);
 }
 
@@ -131,9 +127,8 @@ static uint64_t data_sum(const uint8_t *pix, size_t pix_len, const uint8_t *y,
  * path, size, mtime and inode, so replacing or touching one makes the cache
  * stale. name_hash hashes the real paths only: the file's name stays the
  * same when the sources change, and the rebuild replaces the stale file. */
-static int make_ident(int kind, const char *dir, int test, char **ident,
-                      size_t *ident_len, uint64_t *name_hash, char *err,
-                      size_t errlen) {
+static int make_ident(int kind, const char *dir, int test, char **ident, size_t *ident_len,
+                      uint64_t *name_hash, char *err, size_t errlen) {
   char paths[DC_MAX_SOURCES][DATA_PATH_MAX];
   const int n = data_source_paths(kind, dir, test, paths, DC_MAX_SOURCES);
   char *buf = malloc(DC_IDENT_MAX);
@@ -141,8 +136,7 @@ static int make_ident(int kind, const char *dir, int test, char **ident,
     snprintf(err, errlen, "out of memory");
     return -ENOMEM;
   }
-  size_t len = (size_t)snprintf(buf, DC_IDENT_MAX,
-                                "ctune data cache: %s %s\n",
+  size_t len = (size_t)snprintf(buf, DC_IDENT_MAX, "ctune data cache: %s %s\n",
                                 data_kind_name(kind), test ? "test" : "train");
   uint64_t nh = datacache_sum(0, (const uint8_t *)buf, len);
   for (int i = 0; i < n; i++) {
@@ -155,9 +149,9 @@ static int make_ident(int kind, const char *dir, int test, char **ident,
       return e == ENOENT ? -ENOENT : -EIO;
     }
     nh = datacache_sum(nh, (const uint8_t *)real, strlen(real) + 1);
-    int w = snprintf(buf + len, DC_IDENT_MAX - len, "%s %lld %lld.%09ld %llu\n",
-                     real, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                     (long)st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
+    int w = snprintf(buf + len, DC_IDENT_MAX - len, "%s %lld %lld.%09ld %llu\n", real,
+                     (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec,
+                     (unsigned long long)st.st_ino);
     if (w < 0 || (size_t)w >= DC_IDENT_MAX - len) {
       snprintf(err, errlen, "%s: path too long for the data cache", real);
       free(buf);
@@ -171,8 +165,8 @@ static int make_ident(int kind, const char *dir, int test, char **ident,
   return 0;
 }
 
-int datacache_path(const char *cdir, int kind, const char *dir, int test,
-                   char *path, size_t cap, char *err, size_t errlen) {
+int datacache_path(const char *cdir, int kind, const char *dir, int test, char *path, size_t cap,
+                   char *err, size_t errlen) {
   char *ident = NULL;
   size_t ilen = 0;
   uint64_t nh = 0;
@@ -180,9 +174,8 @@ int datacache_path(const char *cdir, int kind, const char *dir, int test,
   int rc = make_ident(kind, dir, test, &ident, &ilen, &nh, err, errlen);
   if (rc) return rc;
   free(ident);
-  if ((size_t)snprintf(path, cap, "%s/%s-%s-%016llx.cache", cdir,
-                       data_kind_name(kind), test ? "test" : "train",
-                       (unsigned long long)nh) >= cap) {
+  if ((size_t)snprintf(path, cap, "%s/%s-%s-%016llx.cache", cdir, data_kind_name(kind),
+                       test ? "test" : "train", (unsigned long long)nh) >= cap) {
     snprintf(err, errlen, "%s: path too long", cdir);
     return -ENAMETOOLONG;
   }
@@ -233,9 +226,8 @@ static int prepare_dir(const char *dir, char *why, size_t whylen) {
 
 /* Maps and checks path. 0: out holds the whole split; -ENOENT: no file;
  * -ESTALE: the sources changed; others: a bad file (why says what). */
-static int dc_open(const char *path, int kind, int test, const char *ident,
-                   size_t ident_len, struct dataset *out, char *why,
-                   size_t whylen) {
+static int dc_open(const char *path, int kind, int test, const char *ident, size_t ident_len,
+                   struct dataset *out, char *why, size_t whylen) {
   struct dc_header h;
   char *fid = NULL;
   void *map = MAP_FAILED;
@@ -251,10 +243,8 @@ static int dc_open(const char *path, int kind, int test, const char *ident,
     snprintf(why, whylen, "not a regular file");
     goto out;
   }
-  if ((uint64_t)st.st_size < sizeof(h) ||
-      pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-    snprintf(why, whylen, "too short for its header (%lld bytes)",
-             (long long)st.st_size);
+  if ((uint64_t)st.st_size < sizeof(h) || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+    snprintf(why, whylen, "too short for its header (%lld bytes)", (long long)st.st_size);
     goto out;
   }
   if (memcmp(h.magic, DC_MAGIC, 8) != 0) {
@@ -280,8 +270,7 @@ static int dc_open(const char *path, int kind, int test, const char *ident,
     rc = -ENOMEM;
     goto out;
   }
-  if (pread(fd, fid + sizeof(h), h.ident_len, sizeof(h)) !=
-      (ssize_t)h.ident_len) {
+  if (pread(fd, fid + sizeof(h), h.ident_len, sizeof(h)) != (ssize_t)h.ident_len) {
     snprintf(why, whylen, "cannot read its source identity");
     goto out;
   }
@@ -289,18 +278,16 @@ static int dc_open(const char *path, int kind, int test, const char *ident,
     struct dc_header z = h;
     z.head_sum = 0;
     memcpy(fid, &z, sizeof(z));
-    if (datacache_sum(0, (const uint8_t *)fid, sizeof(h) + h.ident_len) !=
-        h.head_sum) {
+    if (datacache_sum(0, (const uint8_t *)fid, sizeof(h) + h.ident_len) != h.head_sum) {
       snprintf(why, whylen, "header checksum mismatch (corrupt)");
       goto out;
     }
   }
-  if (h.kind != (uint32_t)kind || h.test != (uint32_t)!!test) {
+  if (h.kind != (uint32_t)kind || h.test != (uint32_t) !!test) {
     snprintf(why, whylen, "holds another data set or split");
     goto out;
   }
-  if (h.ident_len != ident_len ||
-      memcmp(fid + sizeof(h), ident, ident_len) != 0) {
+  if (h.ident_len != ident_len || memcmp(fid + sizeof(h), ident, ident_len) != 0) {
     snprintf(why, whylen,
              "stale: the source files changed since it was built (path, "
              "size, mtime or inode)");
@@ -308,17 +295,15 @@ static int dc_open(const char *path, int kind, int test, const char *ident,
     goto out;
   }
   const uint64_t dim = (uint64_t)h.c * h.h * h.w;
-  if (h.c < 1 || h.c > 4 || h.h < 1 || h.h > 4096 || h.w < 1 || h.w > 4096 ||
-      h.n < 1 || h.n > INT32_MAX || h.n_classes < 1 || h.n_classes > 256 ||
-      h.data_off % DC_ALIGN != 0 || h.data_off < sizeof(h) + h.ident_len ||
-      h.file_size != h.data_off + h.n * dim + h.n ||
+  if (h.c < 1 || h.c > 4 || h.h < 1 || h.h > 4096 || h.w < 1 || h.w > 4096 || h.n < 1 ||
+      h.n > INT32_MAX || h.n_classes < 1 || h.n_classes > 256 || h.data_off % DC_ALIGN != 0 ||
+      h.data_off < sizeof(h) + h.ident_len || h.file_size != h.data_off + h.n * dim + h.n ||
       h.file_size != (uint64_t)st.st_size || h.file_size > SIZE_MAX) {
     snprintf(why, whylen,
              "inconsistent sizes (%llu images of %ux%ux%u, %llu bytes, the "
              "file has %lld: truncated?)",
-             (unsigned long long)h.n, (unsigned)h.c, (unsigned)h.h,
-             (unsigned)h.w, (unsigned long long)h.file_size,
-             (long long)st.st_size);
+             (unsigned long long)h.n, (unsigned)h.c, (unsigned)h.h, (unsigned)h.w,
+             (unsigned long long)h.file_size, (long long)st.st_size);
     goto out;
   }
   map_len = (size_t)h.file_size;
@@ -336,8 +321,8 @@ static int dc_open(const char *path, int kind, int test, const char *ident,
   }
   for (uint64_t i = 0; i < h.n; i++)
     if (y[i] >= h.n_classes) {
-      snprintf(why, whylen, "label %llu is %u, expected < %u",
-               (unsigned long long)i, (unsigned)y[i], (unsigned)h.n_classes);
+      snprintf(why, whylen, "label %llu is %u, expected < %u", (unsigned long long)i,
+               (unsigned)y[i], (unsigned)h.n_classes);
       goto out;
     }
   memset(out, 0, sizeof(*out));
@@ -388,9 +373,8 @@ static void remove_leftovers(const char *cdir, const char *base) {
 }
 
 /* Writes d to path atomically: path.tmp.PID, fsync, rename, fsync(dir). */
-static int dc_write(const char *cdir, const char *path, int kind, int test,
-                    const char *ident, size_t ident_len,
-                    const struct dataset *d, char *why, size_t whylen) {
+static int dc_write(const char *cdir, const char *path, int kind, int test, const char *ident,
+                    size_t ident_len, const struct dataset *d, char *why, size_t whylen) {
   const uint64_t dim = (uint64_t)d->c * d->h * d->w;
   const uint64_t pix_len = (uint64_t)d->n * dim;
   struct dc_header h;
@@ -399,7 +383,7 @@ static int dc_write(const char *cdir, const char *path, int kind, int test,
   h.version = DC_VERSION;
   h.byte_order = DC_BYTE_ORDER;
   h.kind = (uint32_t)kind;
-  h.test = (uint32_t)!!test;
+  h.test = (uint32_t) !!test;
   h.c = (uint32_t)d->c;
   h.h = (uint32_t)d->h;
   h.w = (uint32_t)d->w;
@@ -471,9 +455,8 @@ out:
   return rc;
 }
 
-int datacache_load(const char *cdir, int kind, const char *dir, int test,
-                   int64_t limit, struct dataset *out, char *err,
-                   size_t errlen) {
+int datacache_load(const char *cdir, int kind, const char *dir, int test, int64_t limit,
+                   struct dataset *out, char *err, size_t errlen) {
   char *ident = NULL, path[PATH_MAX], lock[PATH_MAX + 8], why[PATH_MAX + 256];
   char rdir[PATH_MAX];
   size_t ident_len = 0;
@@ -491,29 +474,28 @@ int datacache_load(const char *cdir, int kind, const char *dir, int test,
   }
   /* the worker passes <trial dir>/../../cache: name files by the real dir */
   if (realpath(cdir, rdir)) cdir = rdir;
-  if (snprintf(path, sizeof(path), "%s/%s-%s-%016llx.cache", cdir,
-               data_kind_name(kind), test ? "test" : "train",
-               (unsigned long long)nh) >= (int)sizeof(path)) {
-    log_warn("data cache %s: path too long: reading the data set without it",
-             cdir);
+  if (snprintf(path, sizeof(path), "%s/%s-%s-%016llx.cache", cdir, data_kind_name(kind),
+               test ? "test" : "train", (unsigned long long)nh) >= (int)sizeof(path)) {
+    log_warn("data cache %s: path too long: reading the data set without it", cdir);
     goto plain;
   }
   snprintf(lock, sizeof(lock), "%s.lock", path);
   rc = dc_open(path, kind, test, ident, ident_len, out, why, sizeof(why));
   if (rc == 0) goto hit;
-  if (rc != -ENOENT)
-    log_warn("data cache %s: %s: rebuilding it", path, why);
+  if (rc != -ENOENT) log_warn("data cache %s: %s: rebuilding it", path, why);
   lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lfd < 0) {
     log_warn("data cache %s: cannot open %s: %s: reading the data set "
-             "without it", cdir, lock, strerror(errno));
+             "without it",
+             cdir, lock, strerror(errno));
     goto plain;
   }
   /* concurrent trials wait here for the one that builds the file */
   while (flock(lfd, LOCK_EX) != 0)
     if (errno != EINTR) {
       log_warn("data cache %s: cannot lock %s: %s: reading the data set "
-               "without it", cdir, lock, strerror(errno));
+               "without it",
+               cdir, lock, strerror(errno));
       goto plain;
     }
   rc = dc_open(path, kind, test, ident, ident_len, out, why, sizeof(why));
@@ -526,8 +508,7 @@ int datacache_load(const char *cdir, int kind, const char *dir, int test,
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
   }
-  rc = dc_write(cdir, path, kind, test, ident, ident_len, &heap, why,
-                sizeof(why));
+  rc = dc_write(cdir, path, kind, test, ident, ident_len, &heap, why, sizeof(why));
   if (rc) {
     log_warn("data cache %s: %s: this trial keeps its own copy", path, why);
     goto keep_heap;
@@ -535,7 +516,8 @@ int datacache_load(const char *cdir, int kind, const char *dir, int test,
   rc = dc_open(path, kind, test, ident, ident_len, out, why, sizeof(why));
   if (rc) {
     log_warn("data cache %s: just written but %s: this trial keeps its own "
-             "copy", path, why);
+             "copy",
+             path, why);
     goto keep_heap;
   }
   log_info("data cache: built %s (%lld images)", path, (long long)out->n);

@@ -37,14 +37,13 @@ const char *datacache_usage(void);
  * building it first when it is missing, stale or corrupt. Errors are the
  * source's (as data_parse_split's); a cache that cannot be used only warns
  * and falls back to the parsed data. out->map is set when mapped. */
-int datacache_load(const char *cache_dir, int kind, const char *dir, int test,
-                   int64_t limit, struct dataset *out, char *err,
-                   size_t errlen);
+int datacache_load(const char *cache_dir, int kind, const char *dir, int test, int64_t limit,
+                   struct dataset *out, char *err, size_t errlen);
 
 /* The cache file's path for a split (its name hashes the sources' real
  * paths). -ENOENT (and the reason in err) when a source file is missing. */
-int datacache_path(const char *cache_dir, int kind, const char *dir, int test,
-                   char *path, size_t cap, char *err, size_t errlen);
+int datacache_path(const char *cache_dir, int kind, const char *dir, int test, char *path,
+                   size_t cap, char *err, size_t errlen);
 
 /* Checksum of the cache format (64-bit, 4 lanes): exposed for tests. */
 uint64_t datacache_sum(uint64_t seed, const uint8_t *p, size_t len);

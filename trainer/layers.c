@@ -13,8 +13,7 @@
 #define CONV_CHUNK_FLOATS (64 * 1024)
 
 int layers_conv_chunk(const struct layer_shape *s, int B) {
-  const int64_t per = (int64_t)s->in_c * MODEL_CNN_K * MODEL_CNN_K * s->out_h *
-                      s->out_w;
+  const int64_t per = (int64_t)s->in_c * MODEL_CNN_K * MODEL_CNN_K * s->out_h * s->out_w;
   int64_t c = CONV_CHUNK_FLOATS / per;
   if (c < 1) c = 1;
   if (c > B) c = B;
@@ -34,8 +33,7 @@ int64_t layers_conv_col_size(const struct layer_shape *s, int B) {
 #define NO_MEMCPY_IDIOM
 #endif
 
-static inline void copy_row(float *restrict dst, const float *restrict src,
-                            int n) {
+static inline void copy_row(float *restrict dst, const float *restrict src, int n) {
   for (int i = 0; i < n; i++) dst[i] = src[i];
 }
 
@@ -44,38 +42,48 @@ static inline void copy_row(float *restrict dst, const float *restrict src,
  * body is instantiated for the cnn's row widths on 28x28 (24, 8) and 32x32
  * (28, 10) inputs so the compiler emits fixed vector moves per row; any other
  * width takes the generic loop. */
-#define IM2COL_BODY(OWX)                                                     \
-  for (int c = 0; c < s->in_c; c++)                                          \
-    for (int ki = 0; ki < k; ki++)                                           \
-      for (int kj = 0; kj < k; kj++) {                                       \
-        float *row = col + ((int64_t)(c * k + ki) * k + kj) * N;             \
-        for (int b = b0; b < b0 + nb; b++) {                                 \
-          const float *src = in + ((int64_t)c * B + b) * H * W + ki * W + kj; \
-          for (int oy = 0; oy < OH; oy++) {                                  \
-            copy_row(row, src + oy * W, OWX);                                \
-            row += OWX;                                                      \
-          }                                                                  \
-        }                                                                    \
+#define IM2COL_BODY(OWX)                                                                           \
+  for (int c = 0; c < s->in_c; c++)                                                                \
+    for (int ki = 0; ki < k; ki++)                                                                 \
+      for (int kj = 0; kj < k; kj++) {                                                             \
+        float *row = col + ((int64_t)(c * k + ki) * k + kj) * N;                                   \
+        for (int b = b0; b < b0 + nb; b++) {                                                       \
+          const float *src = in + ((int64_t)c * B + b) * H * W + ki * W + kj;                      \
+          for (int oy = 0; oy < OH; oy++) {                                                        \
+            copy_row(row, src + oy * W, OWX);                                                      \
+            row += OWX;                                                                            \
+          }                                                                                        \
+        }                                                                                          \
       }
 
-NO_MEMCPY_IDIOM static void im2col(const struct layer_shape *s, int B, int b0,
-                                   int nb, const float *in, float *col) {
+NO_MEMCPY_IDIOM static void im2col(const struct layer_shape *s, int B, int b0, int nb,
+                                   const float *in, float *col) {
   const int k = MODEL_CNN_K, H = s->in_h, W = s->in_w;
   const int OH = s->out_h, OW = s->out_w;
   const int64_t N = (int64_t)nb * OH * OW;
   switch (OW) {
-    case 24: IM2COL_BODY(24); break;
-    case 8: IM2COL_BODY(8); break;
-    case 28: IM2COL_BODY(28); break;
-    case 10: IM2COL_BODY(10); break;
-    default: IM2COL_BODY(OW); break;
+  case 24:
+    IM2COL_BODY(24);
+    break;
+  case 8:
+    IM2COL_BODY(8);
+    break;
+  case 28:
+    IM2COL_BODY(28);
+    break;
+  case 10:
+    IM2COL_BODY(10);
+    break;
+  default:
+    IM2COL_BODY(OW);
+    break;
   }
 }
 #undef IM2COL_BODY
 
 /* The adjoint of im2col for images b0..b0+nb: din += scattered dcol. */
-static void col2im(const struct layer_shape *s, int B, int b0, int nb,
-                   const float *dcol, float *din) {
+static void col2im(const struct layer_shape *s, int B, int b0, int nb, const float *dcol,
+                   float *din) {
   const int k = MODEL_CNN_K, H = s->in_h, W = s->in_w;
   const int OH = s->out_h, OW = s->out_w;
   const int64_t N = (int64_t)nb * OH * OW;
@@ -94,17 +102,16 @@ static void col2im(const struct layer_shape *s, int B, int b0, int nb,
       }
 }
 
-void layers_conv_forward(const struct layer_shape *s, int B, const float *in,
-                         const float *w, const float *b, float *col,
-                         float *out) {
+void layers_conv_forward(const struct layer_shape *s, int B, const float *in, const float *w,
+                         const float *b, float *col, float *out) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;
   const int P = s->out_h * s->out_w, N = B * P;
   const int chunk = layers_conv_chunk(s, B);
   for (int b0 = 0; b0 < B; b0 += chunk) {
     const int nb = B - b0 < chunk ? B - b0 : chunk;
     im2col(s, B, b0, nb, in, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, nb * P, K, 1.0f,
-                w, K, col, nb * P, 0.0f, out + (int64_t)b0 * P, N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, nb * P, K, 1.0f, w, K, col, nb * P,
+                0.0f, out + (int64_t)b0 * P, N);
   }
   if (!b) return;
   for (int m = 0; m < M; m++) {
@@ -122,8 +129,7 @@ void layers_bias_relu_cnhw(int C, int64_t per_c, const float *b, float *x) {
   }
 }
 
-void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y,
-                                    float *dy, float *db) {
+void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y, float *dy, float *db) {
   for (int c = 0; c < C; c++) {
     const float *yc = y + c * per_c;
     float *d = dy + c * per_c;
@@ -136,9 +142,9 @@ void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y,
   }
 }
 
-void layers_conv_backward(const struct layer_shape *s, int B, const float *in,
-                          const float *dout, const float *w, float *dw,
-                          float *db, float *col, float *dcol, float *din) {
+void layers_conv_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
+                          const float *w, float *dw, float *db, float *col, float *dcol,
+                          float *din) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;
   const int P = s->out_h * s->out_w, N = B * P;
   const int chunk = layers_conv_chunk(s, B);
@@ -153,11 +159,11 @@ void layers_conv_backward(const struct layer_shape *s, int B, const float *in,
     const int nb = B - b0 < chunk ? B - b0 : chunk;
     const float *dchunk = dout + (int64_t)b0 * P;
     im2col(s, B, b0, nb, in, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, nb * P, 1.0f,
-                dchunk, N, col, nb * P, b0 ? 1.0f : 0.0f, dw, K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, nb * P, 1.0f, dchunk, N, col, nb * P,
+                b0 ? 1.0f : 0.0f, dw, K);
     if (din) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nb * P, M, 1.0f,
-                  w, K, dchunk, N, 0.0f, dcol, nb * P);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nb * P, M, 1.0f, w, K, dchunk, N,
+                  0.0f, dcol, nb * P);
       col2im(s, B, b0, nb, dcol, din);
     }
   }
@@ -171,8 +177,7 @@ void layers_relu_backward(const float *y, float *dy, int64_t n) {
   for (int64_t i = 0; i < n; i++) dy[i] = ct_relu_grad(y[i], dy[i]);
 }
 
-void layers_maxpool_forward(int planes, int h, int w, const float *in,
-                            float *out, int32_t *arg) {
+void layers_maxpool_forward(int planes, int h, int w, const float *in, float *out, int32_t *arg) {
   const int ph = h / 2, pw = w / 2;
   for (int p = 0; p < planes; p++) {
     const float *src = in + (int64_t)p * h * w;
@@ -195,8 +200,8 @@ void layers_maxpool_forward(int planes, int h, int w, const float *in,
   }
 }
 
-void layers_maxpool_backward(int planes, int h, int w, const float *dout,
-                             const int32_t *arg, float *din) {
+void layers_maxpool_backward(int planes, int h, int w, const float *dout, const int32_t *arg,
+                             float *din) {
   const int64_t po = (int64_t)(h / 2) * (w / 2);
   memset(din, 0, sizeof(float) * (size_t)planes * h * w);
   for (int p = 0; p < planes; p++) {
@@ -207,33 +212,32 @@ void layers_maxpool_backward(int planes, int h, int w, const float *dout,
   }
 }
 
-void layers_linear_forward(int B, int n_in, int n_out, const float *in,
-                           const float *w, const float *b, float *out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n_out, n_in, 1.0f,
-              in, n_in, w, n_in, 0.0f, out, n_out);
+void layers_linear_forward(int B, int n_in, int n_out, const float *in, const float *w,
+                           const float *b, float *out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n_out, n_in, 1.0f, in, n_in, w, n_in,
+              0.0f, out, n_out);
   for (int i = 0; i < B; i++) {
     float *o = out + (int64_t)i * n_out;
     for (int j = 0; j < n_out; j++) o[j] += b[j];
   }
 }
 
-void layers_linear_backward(int B, int n_in, int n_out, const float *dout,
-                            const float *in, const float *w, float *dw,
-                            float *db, float *din) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, B, 1.0f,
-              dout, n_out, in, n_in, 0.0f, dw, n_in);
+void layers_linear_backward(int B, int n_in, int n_out, const float *dout, const float *in,
+                            const float *w, float *dw, float *db, float *din) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, B, 1.0f, dout, n_out, in, n_in,
+              0.0f, dw, n_in);
   for (int j = 0; j < n_out; j++) db[j] = 0.0f;
   for (int i = 0; i < B; i++) {
     const float *d = dout + (int64_t)i * n_out;
     for (int j = 0; j < n_out; j++) db[j] += d[j];
   }
   if (din)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, n_in, n_out,
-                1.0f, dout, n_out, w, n_in, 0.0f, din, n_in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, n_in, n_out, 1.0f, dout, n_out, w,
+                n_in, 0.0f, din, n_in);
 }
 
-void layers_xent(int B, int k, const float *logits, const uint8_t *y,
-                 float *dlogits, double *loss_sum, int *correct) {
+void layers_xent(int B, int k, const float *logits, const uint8_t *y, float *dlogits,
+                 double *loss_sum, int *correct) {
   const float scale = 1.0f / (float)B;
   double ls = 0.0;
   int ok = 0;
@@ -255,8 +259,7 @@ void layers_xent(int B, int k, const float *logits, const uint8_t *y,
     }
     if (dlogits) {
       float *d = dlogits + (int64_t)i * k;
-      for (int j = 0; j < k; j++)
-        d[j] = ct_xent_grad(x[j], mx, sum, j == t, scale);
+      for (int j = 0; j < k; j++) d[j] = ct_xent_grad(x[j], mx, sum, j == t, scale);
     }
   }
   *loss_sum += ls;
@@ -266,13 +269,11 @@ void layers_xent(int B, int k, const float *logits, const uint8_t *y,
 void layers_cnhw_to_flat(int C, int B, int S, const float *in, float *out) {
   for (int c = 0; c < C; c++)
     for (int b = 0; b < B; b++)
-      memcpy(out + ((int64_t)b * C + c) * S, in + ((int64_t)c * B + b) * S,
-             sizeof(float) * S);
+      memcpy(out + ((int64_t)b * C + c) * S, in + ((int64_t)c * B + b) * S, sizeof(float) * S);
 }
 
 void layers_flat_to_cnhw(int C, int B, int S, const float *in, float *out) {
   for (int c = 0; c < C; c++)
     for (int b = 0; b < B; b++)
-      memcpy(out + ((int64_t)c * B + b) * S, in + ((int64_t)b * C + c) * S,
-             sizeof(float) * S);
+      memcpy(out + ((int64_t)c * B + b) * S, in + ((int64_t)b * C + c) * S, sizeof(float) * S);
 }

@@ -22,8 +22,7 @@ static void add_linear(struct model_layout *L, int in, int out) {
 }
 
 /* conv KxK stride 1 no padding, then maxpool 2 (floor), as in the tutorial. */
-static int add_conv(struct model_layout *L, int in_c, int in_h, int in_w,
-                    int out_c) {
+static int add_conv(struct model_layout *L, int in_c, int in_h, int in_w, int out_c) {
   const int k = MODEL_CNN_K, p = MODEL_CNN_POOL;
   if (in_h < k || in_w < k) return -EINVAL;
   int oh = in_h - k + 1, ow = in_w - k + 1;
@@ -49,22 +48,19 @@ static int add_conv(struct model_layout *L, int in_c, int in_h, int in_w,
 
 int model_layout_init(const struct model_spec *spec, struct model_layout *out) {
   if (!spec || !out) return -EINVAL;
-  if (spec->in_c < 1 || spec->in_h < 1 || spec->in_w < 1 ||
-      spec->n_classes < 2 || spec->l1 < 1 || spec->l2 < 1)
+  if (spec->in_c < 1 || spec->in_h < 1 || spec->in_w < 1 || spec->n_classes < 2 || spec->l1 < 1 ||
+      spec->l2 < 1)
     return -EINVAL;
-  if ((int64_t)spec->in_c * spec->in_h * spec->in_w > (1 << 24))
-    return -EINVAL;
+  if ((int64_t)spec->in_c * spec->in_h * spec->in_w > (1 << 24)) return -EINVAL;
   struct model_layout L;
   memset(&L, 0, sizeof(L));
   L.in_dim = spec->in_c * spec->in_h * spec->in_w;
   L.n_classes = spec->n_classes;
   int flat;
   if (spec->kind == MODEL_CNN) {
-    if (add_conv(&L, spec->in_c, spec->in_h, spec->in_w, MODEL_CNN_C1))
-      return -EINVAL;
+    if (add_conv(&L, spec->in_c, spec->in_h, spec->in_w, MODEL_CNN_C1)) return -EINVAL;
     const struct layer_shape *c1 = &L.layer[0];
-    if (add_conv(&L, MODEL_CNN_C1, c1->pool_h, c1->pool_w, MODEL_CNN_C2))
-      return -EINVAL;
+    if (add_conv(&L, MODEL_CNN_C1, c1->pool_h, c1->pool_w, MODEL_CNN_C2)) return -EINVAL;
     const struct layer_shape *c2 = &L.layer[1];
     flat = c2->out_c * c2->pool_h * c2->pool_w;
   } else if (spec->kind == MODEL_MLP) {
@@ -79,6 +75,4 @@ int model_layout_init(const struct model_spec *spec, struct model_layout *out) {
   return 0;
 }
 
-int optim_state_per_param(int optim_kind) {
-  return optim_kind == OPTIM_ADAM ? 2 : 1;
-}
+int optim_state_per_param(int optim_kind) { return optim_kind == OPTIM_ADAM ? 2 : 1; }

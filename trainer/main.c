@@ -31,14 +31,13 @@ static void print_error(int code, const char *msg) {
   cJSON *e = root ? cJSON_AddObjectToObject(root, "error") : NULL;
   char *text = NULL;
   if (e && cJSON_AddStringToObject(e, "code", train_exit_name(code)) &&
-      cJSON_AddStringToObject(e, "message", msg) &&
-      cJSON_AddNumberToObject(e, "exit_code", code))
+      cJSON_AddStringToObject(e, "message", msg) && cJSON_AddNumberToObject(e, "exit_code", code))
     text = jsonout_print(root);
   if (text)
     fprintf(stderr, "%s\n", text);
   else /* out of memory: still say something parseable */
-    fprintf(stderr, "{\"error\": {\"code\": \"%s\", \"exit_code\": %d}}\n",
-            train_exit_name(code), code);
+    fprintf(stderr, "{\"error\": {\"code\": \"%s\", \"exit_code\": %d}}\n", train_exit_name(code),
+            code);
   cJSON_free(text);
   cJSON_Delete(root);
 }
@@ -76,8 +75,7 @@ int main(int argc, char **argv) {
   }
   if (cfg.show_version) {
     /* --version is asked for by people and the worker: on stdout, one line */
-    printf("ctune-train %s (backends: %s)\n", CTUNE_VERSION,
-           train_backends_built());
+    printf("ctune-train %s (backends: %s)\n", CTUNE_VERSION, train_backends_built());
     return TRAIN_EXIT_OK;
   }
   struct train_tb *tb = NULL;

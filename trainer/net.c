@@ -18,15 +18,15 @@ struct net {
   int max_batch;
   int n_conv;
   struct conv_bufs conv[2];
-  const float *conv_in[2]; /* each conv layer's input in the last forward */
-  float *xin;           /* input in CNHW */
-  float *flat;          /* [B][flat] input of the first linear layer */
-  float *lin[3];        /* linear outputs (ReLU'd except the last) */
-  float *dlogits;       /* gradient buffers, ping-ponged */
-  float *dA, *dB;       /* [B][max linear width] */
+  const float *conv_in[2];  /* each conv layer's input in the last forward */
+  float *xin;               /* input in CNHW */
+  float *flat;              /* [B][flat] input of the first linear layer */
+  float *lin[3];            /* linear outputs (ReLU'd except the last) */
+  float *dlogits;           /* gradient buffers, ping-ponged */
+  float *dA, *dB;           /* [B][max linear width] */
   float *dconv_a, *dconv_b; /* conv-shaped scratch (largest conv act) */
-  float *dcol;          /* largest im2col */
-  const float *lin_in0; /* input of the first linear layer in the last forward */
+  float *dcol;              /* largest im2col */
+  const float *lin_in0;     /* input of the first linear layer in the last forward */
   int64_t bytes;
 };
 
@@ -71,8 +71,7 @@ int net_create(const struct model_spec *spec, int max_batch, struct net **out) {
   const struct layer_shape *first_lin = &n->L.layer[n->n_conv];
   n->xin = falloc(n, B * n->L.in_dim, &err);
   n->flat = falloc(n, B * first_lin->in_c, &err);
-  for (int j = 0; j < 3; j++)
-    n->lin[j] = falloc(n, B * n->L.layer[n->n_conv + j].out_c, &err);
+  for (int j = 0; j < 3; j++) n->lin[j] = falloc(n, B * n->L.layer[n->n_conv + j].out_c, &err);
   n->dlogits = falloc(n, B * n->L.n_classes, &err);
   n->dA = falloc(n, B * max_lin, &err);
   n->dB = falloc(n, B * max_lin, &err);
@@ -112,8 +111,7 @@ void net_destroy(struct net *n) {
 const struct model_layout *net_layout(const struct net *n) { return &n->L; }
 int64_t net_buffer_bytes(const struct net *n) { return n->bytes; }
 
-const float *net_forward(struct net *n, const float *params, const float *x,
-                         int B) {
+const float *net_forward(struct net *n, const float *params, const float *x, int B) {
   const struct model_layout *L = &n->L;
   const float *cur = x;
   if (n->n_conv) {
@@ -130,10 +128,9 @@ const float *net_forward(struct net *n, const float *params, const float *x,
       n->conv_in[i] = in;
       /* conv, pool, then bias + ReLU on the 4x smaller pooled map */
       layers_conv_forward(s, B, in, params + s->w_off, NULL, c->col, c->act);
-      layers_maxpool_forward(s->out_c * B, s->out_h, s->out_w, c->act,
-                             c->pool, c->arg);
-      layers_bias_relu_cnhw(s->out_c, (int64_t)B * s->pool_h * s->pool_w,
-                            params + s->b_off, c->pool);
+      layers_maxpool_forward(s->out_c * B, s->out_h, s->out_w, c->act, c->pool, c->arg);
+      layers_bias_relu_cnhw(s->out_c, (int64_t)B * s->pool_h * s->pool_w, params + s->b_off,
+                            c->pool);
       in = c->pool;
     }
     const struct layer_shape *sl = &L->layer[n->n_conv - 1];
@@ -143,16 +140,16 @@ const float *net_forward(struct net *n, const float *params, const float *x,
   n->lin_in0 = cur;
   for (int j = 0; j < 3; j++) {
     const struct layer_shape *s = &L->layer[n->n_conv + j];
-    layers_linear_forward(B, s->in_c, s->out_c, cur, params + s->w_off,
-                          params + s->b_off, n->lin[j]);
+    layers_linear_forward(B, s->in_c, s->out_c, cur, params + s->w_off, params + s->b_off,
+                          n->lin[j]);
     if (j < 2) layers_relu_forward(n->lin[j], (int64_t)B * s->out_c);
     cur = n->lin[j];
   }
   return n->lin[2];
 }
 
-void net_backward(struct net *n, const float *params, const uint8_t *y, int B,
-                  float *grads, double *loss_sum, int *correct) {
+void net_backward(struct net *n, const float *params, const uint8_t *y, int B, float *grads,
+                  double *loss_sum, int *correct) {
   const struct model_layout *L = &n->L;
   layers_xent(B, L->n_classes, n->lin[2], y, n->dlogits, loss_sum, correct);
   float *dout = n->dlogits;
@@ -162,8 +159,7 @@ void net_backward(struct net *n, const float *params, const uint8_t *y, int B,
     const float *in = j > 0 ? n->lin[j - 1] : n->lin_in0;
     float *din = NULL;
     if (j > 0 || n->n_conv) din = bufs[j & 1];
-    layers_linear_backward(B, s->in_c, s->out_c, dout, in,
-                           params + s->w_off, grads + s->w_off,
+    layers_linear_backward(B, s->in_c, s->out_c, dout, in, params + s->w_off, grads + s->w_off,
                            grads + s->b_off, din);
     if (j > 0) layers_relu_backward(n->lin[j - 1], din, (int64_t)B * s->in_c);
     dout = din;
@@ -171,18 +167,15 @@ void net_backward(struct net *n, const float *params, const uint8_t *y, int B,
   if (!n->n_conv) return;
   /* dout is d(flat): back to CNHW, through pool, ReLU and conv */
   const struct layer_shape *sl = &L->layer[n->n_conv - 1];
-  layers_flat_to_cnhw(sl->out_c, B, sl->pool_h * sl->pool_w, dout,
-                      n->dconv_a);
+  layers_flat_to_cnhw(sl->out_c, B, sl->pool_h * sl->pool_w, dout, n->dconv_a);
   for (int i = n->n_conv - 1; i >= 0; i--) {
     const struct layer_shape *s = &L->layer[i];
     struct conv_bufs *c = &n->conv[i];
-    layers_bias_relu_backward_cnhw(s->out_c,
-                                   (int64_t)B * s->pool_h * s->pool_w, c->pool,
+    layers_bias_relu_backward_cnhw(s->out_c, (int64_t)B * s->pool_h * s->pool_w, c->pool,
                                    n->dconv_a, grads + s->b_off);
-    layers_maxpool_backward(s->out_c * B, s->out_h, s->out_w, n->dconv_a,
-                            c->arg, n->dconv_b);
+    layers_maxpool_backward(s->out_c * B, s->out_h, s->out_w, n->dconv_a, c->arg, n->dconv_b);
     float *din = i > 0 ? n->dconv_a : NULL;
-    layers_conv_backward(s, B, n->conv_in[i], n->dconv_b, params + s->w_off,
-                         grads + s->w_off, NULL, c->col, n->dcol, din);
+    layers_conv_backward(s, B, n->conv_in[i], n->dconv_b, params + s->w_off, grads + s->w_off, NULL,
+                         c->col, n->dcol, din);
   }
 }

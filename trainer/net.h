@@ -20,13 +20,12 @@ int64_t net_buffer_bytes(const struct net *n);
 /* Forward pass on B <= max_batch images x ([B][in_dim], NCHW per image).
  * Returns the logits ([B][n_classes]), owned by the net, valid until the next
  * call. */
-const float *net_forward(struct net *n, const float *params, const float *x,
-                         int B);
+const float *net_forward(struct net *n, const float *params, const float *x, int B);
 
 /* After net_forward on the same x: softmax cross-entropy against y, then the
  * backward pass writing grads (n_params floats, overwritten). *loss_sum and
  * *correct are added to. */
-void net_backward(struct net *n, const float *params, const uint8_t *y, int B,
-                  float *grads, double *loss_sum, int *correct);
+void net_backward(struct net *n, const float *params, const uint8_t *y, int B, float *grads,
+                  double *loss_sum, int *correct);
 
 #endif

@@ -15,23 +15,20 @@ int report_format(const struct epoch_report *r, char *buf, size_t cap) {
                    "\"accuracy\": %.9g, \"train_loss\": %.9g, "
                    "\"time_this_iter_s\": %.6f, \"time_total_s\": %.6f, "
                    "\"samples_per_s\": %.1f",
-                   (long long)r->training_iteration, r->loss, r->accuracy,
-                   r->train_loss, r->time_this_iter_s, r->time_total_s,
-                   r->samples_per_s);
+                   (long long)r->training_iteration, r->loss, r->accuracy, r->train_loss,
+                   r->time_this_iter_s, r->time_total_s, r->samples_per_s);
   if (n < 0 || (size_t)n >= cap) return -ENOSPC;
   if (r->has_test) {
-    n += snprintf(buf + n, cap - (size_t)n, ", \"test_accuracy\": %.9g",
-                  r->test_accuracy);
+    n += snprintf(buf + n, cap - (size_t)n, ", \"test_accuracy\": %.9g", r->test_accuracy);
     if ((size_t)n >= cap) return -ENOSPC;
   }
   if (r->has_gpu_mem) {
-    n += snprintf(buf + n, cap - (size_t)n, ", \"gpu_mem_mb\": %.1f",
-                  r->gpu_mem_mb);
+    n += snprintf(buf + n, cap - (size_t)n, ", \"gpu_mem_mb\": %.1f", r->gpu_mem_mb);
     if ((size_t)n >= cap) return -ENOSPC;
   }
   if (r->batch_size_reduced) {
-    n += snprintf(buf + n, cap - (size_t)n,
-                  ", \"batch_size\": %d, \"oom_retry\": 1", r->batch_size);
+    n +=
+        snprintf(buf + n, cap - (size_t)n, ", \"batch_size\": %d, \"oom_retry\": 1", r->batch_size);
     if ((size_t)n >= cap) return -ENOSPC;
   }
   n += snprintf(buf + n, cap - (size_t)n, "}\n");
@@ -49,8 +46,7 @@ void report_set_observer(const struct report_observer *o) {
 }
 
 void report_notify(const struct epoch_report *r, const struct model_layout *L,
-                   const struct backend_ops *ops, struct backend *be,
-                   float *params, float *state) {
+                   const struct backend_ops *ops, struct backend *be, float *params, float *state) {
   if (!observer.epoch) return;
   int64_t step = 0;
   int rc = ops->get_state(be, params, state, &step);

@@ -28,8 +28,8 @@ struct backend;
 /* One observer of every epoch's report besides stdout (ctune-train
  * --tensorboard-dir): it sees the report and the model's parameters. */
 struct report_observer {
-  int (*epoch)(void *ctx, const struct epoch_report *r,
-               const struct model_layout *L, const float *params);
+  int (*epoch)(void *ctx, const struct epoch_report *r, const struct model_layout *L,
+               const float *params);
   void *ctx;
 };
 
@@ -41,7 +41,6 @@ void report_set_observer(const struct report_observer *o);
  * state: get_state fills both) and calls it. It never fails the training: a
  * failing observer is logged once and dropped. */
 void report_notify(const struct epoch_report *r, const struct model_layout *L,
-                   const struct backend_ops *ops, struct backend *be,
-                   float *params, float *state);
+                   const struct backend_ops *ops, struct backend *be, float *params, float *state);
 
 #endif

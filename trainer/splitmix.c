@@ -2,9 +2,7 @@
  * weight initialisation. */
 #include "splitmix.h"
 
-void splitmix_seed(struct splitmix *r, uint64_t seed) {
-  r->s = seed ^ 0x6a09e667f3bcc909ull;
-}
+void splitmix_seed(struct splitmix *r, uint64_t seed) { r->s = seed ^ 0x6a09e667f3bcc909ull; }
 
 uint64_t splitmix_next(struct splitmix *r) {
   uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);

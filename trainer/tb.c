@@ -17,8 +17,7 @@ struct train_tb {
   double lr;
 };
 
-int train_tb_take_flag(int *argc, char **argv, const char **dir, char *err,
-                       size_t errlen) {
+int train_tb_take_flag(int *argc, char **argv, const char **dir, char *err, size_t errlen) {
   static const char flag[] = "--tensorboard-dir";
   const size_t flen = sizeof(flag) - 1;
   int out = 1;
@@ -54,8 +53,7 @@ const char *train_tb_usage(void) {
          "  weights and biases. View: tensorboard --logdir DIR\n";
 }
 
-int train_tb_open(struct train_tb **out, const char *dir, double lr, char *err,
-                  size_t errlen) {
+int train_tb_open(struct train_tb **out, const char *dir, double lr, char *err, size_t errlen) {
   struct train_tb *tb = calloc(1, sizeof(*tb));
   *out = NULL;
   if (!tb) {
@@ -64,8 +62,8 @@ int train_tb_open(struct train_tb **out, const char *dir, double lr, char *err,
   }
   int rc = tfev_open(&tb->w, dir, clock_wall_s());
   if (rc) {
-    snprintf(err, errlen, "flag --tensorboard-dir: cannot create an event file in %s: %s",
-             dir, strerror(-rc));
+    snprintf(err, errlen, "flag --tensorboard-dir: cannot create an event file in %s: %s", dir,
+             strerror(-rc));
     free(tb);
     return rc;
   }
@@ -82,8 +80,7 @@ static void add_scalar(struct sbuf *sum, const char *tag, double v) {
   sbuf_free(&val);
 }
 
-static void add_histogram(struct sbuf *sum, const char *tag, const float *v,
-                          int64_t n) {
+static void add_histogram(struct sbuf *sum, const char *tag, const float *v, int64_t n) {
   struct sbuf val;
   sbuf_init(&val);
   int rc = tfev_value_histogram(&val, tag, v, (size_t)n, TB_BUCKETS);
@@ -92,8 +89,8 @@ static void add_histogram(struct sbuf *sum, const char *tag, const float *v,
   sbuf_free(&val);
 }
 
-int train_tb_epoch(void *ctx, const struct epoch_report *r,
-                   const struct model_layout *L, const float *params) {
+int train_tb_epoch(void *ctx, const struct epoch_report *r, const struct model_layout *L,
+                   const float *params) {
   struct train_tb *tb = ctx;
   struct sbuf sum;
   sbuf_init(&sum);

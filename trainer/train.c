@@ -25,9 +25,7 @@ static const char *const model_name[] = {"mlp", "cnn"};
  * MB); backends split it further by their own capacity. */
 #define EVAL_CHUNK 2048
 
-const char *train_backends_built(void) {
-  return cuda_plugin_built() ? "cpu, cuda" : "cpu";
-}
+const char *train_backends_built(void) { return cuda_plugin_built() ? "cpu, cuda" : "cpu"; }
 
 /* The CUDA plugin once loaded (never unloaded: its backend may be alive). */
 static const struct cuda_plugin *cuda;
@@ -37,16 +35,18 @@ static const struct cuda_plugin *cuda;
  * is a bug. */
 static int exit_for_errno(int e) {
   switch (e) {
-    case -ENOMEM: return TRAIN_EXIT_OOM;
-    case -ENODEV: return TRAIN_EXIT_NO_DEVICE;
-    default: return TRAIN_EXIT_INTERNAL;
+  case -ENOMEM:
+    return TRAIN_EXIT_OOM;
+  case -ENODEV:
+    return TRAIN_EXIT_NO_DEVICE;
+  default:
+    return TRAIN_EXIT_INTERNAL;
   }
 }
 
 /* The backend's own sentence about its last failure, or strerror. */
 static const char *backend_why(const struct backend_ops *ops, int rc) {
-  if (cuda && ops == cuda->ops && cuda->last_error()[0])
-    return cuda->last_error();
+  if (cuda && ops == cuda->ops && cuda->last_error()[0]) return cuda->last_error();
   return strerror(-rc);
 }
 
@@ -54,12 +54,9 @@ static const char *backend_why(const struct backend_ops *ops, int rc) {
  * of memory (the evaluation arena does not fit the cap), halves *bs and tries
  * again, down to 1. *halved_from is the batch asked for when *bs ended lower
  * (0 otherwise); why holds the first refusal's sentence. */
-static int create_cuda(const struct train_config *cfg,
-                       const struct model_spec *ms,
-                       const struct optim_spec *os,
-                       const struct backend_opts *bo, int *bs,
-                       struct backend **b_out, int *halved_from, char *why,
-                       size_t whylen) {
+static int create_cuda(const struct train_config *cfg, const struct model_spec *ms,
+                       const struct optim_spec *os, const struct backend_opts *bo, int *bs,
+                       struct backend **b_out, int *halved_from, char *why, size_t whylen) {
   const int asked = *bs;
   int rc;
   *halved_from = 0;
@@ -77,8 +74,7 @@ static int create_cuda(const struct train_config *cfg,
 /* Loads the plugin and opens the devices' contexts: 0, or -ENODEV / -ENOMEM
  * with the sentence in why. A context that does not fit is not a batch
  * problem, so it is never handed to --oom-retry. */
-static int open_cuda(const struct train_config *cfg, char *why,
-                     size_t whylen) {
+static int open_cuda(const struct train_config *cfg, char *why, size_t whylen) {
   int rc = cuda ? 0 : cuda_plugin_load(&cuda, why, whylen);
   if (rc) return rc;
   rc = cuda->probe(cfg->gpus);
@@ -88,15 +84,13 @@ static int open_cuda(const struct train_config *cfg, char *why,
 
 /* Picks and creates the backend for cfg->device at batch *bs, which
  * --oom-retry may lower (*reduced is then set). */
-static int open_backend(const struct train_config *cfg,
-                        const struct model_spec *ms,
+static int open_backend(const struct train_config *cfg, const struct model_spec *ms,
                         const struct optim_spec *os, int *bs, int *reduced,
-                        const struct backend_ops **ops_out,
-                        struct backend **b_out, char *err, size_t errlen) {
+                        const struct backend_ops **ops_out, struct backend **b_out, char *err,
+                        size_t errlen) {
   struct backend_opts bo = {cfg->threads, cfg->gpus, cfg->gpu_mem_limit_mb};
   int rc;
-  if ((cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) &&
-      !cuda_plugin_built()) {
+  if ((cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) && !cuda_plugin_built()) {
     if (cfg->device == DEVICE_CUDA) {
       snprintf(err, errlen,
                "--device cuda: this ctune-train was built without the CUDA "
@@ -118,8 +112,7 @@ static int open_backend(const struct train_config *cfg,
       log_info("device: cpu (auto: %s)", first_why);
       goto cpu;
     }
-    rc = create_cuda(cfg, ms, os, &bo, bs, b_out, &halved_from, first_why,
-                     sizeof(first_why));
+    rc = create_cuda(cfg, ms, os, &bo, bs, b_out, &halved_from, first_why, sizeof(first_why));
     if (rc == 0) {
       *ops_out = cuda->ops;
       if (halved_from) {
@@ -132,31 +125,25 @@ static int open_backend(const struct train_config *cfg,
       if (cfg->gpus > 0)
         snprintf(gpus, sizeof(gpus), "%d GPU(s)", cfg->gpus);
       else
-        snprintf(gpus, sizeof(gpus), "all %d visible GPU(s)",
-                 cuda->device_count());
+        snprintf(gpus, sizeof(gpus), "all %d visible GPU(s)", cuda->device_count());
       log_info("device: cuda (%s), %s",
-               cfg->device == DEVICE_AUTO ? "auto found a usable device"
-                                          : "requested",
-               gpus);
+               cfg->device == DEVICE_AUTO ? "auto found a usable device" : "requested", gpus);
       return 0;
     }
     if (cfg->device == DEVICE_CUDA) {
       const char *why = cuda->last_error();
       char retried[96] = "";
       if (halved_from)
-        snprintf(retried, sizeof(retried),
-                 " (--oom-retry halved batch_size from %d down to %d)",
+        snprintf(retried, sizeof(retried), " (--oom-retry halved batch_size from %d down to %d)",
                  halved_from, *bs);
       if (why[0]) /* the backend's sentence already names --device cuda */
         snprintf(err, errlen, "%s%s", why, retried);
       else
-        snprintf(err, errlen,
-                 "--device cuda: cannot start the CUDA backend: %s%s",
-                 strerror(-rc), retried);
+        snprintf(err, errlen, "--device cuda: cannot start the CUDA backend: %s%s", strerror(-rc),
+                 retried);
       return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
     }
-    log_info("device: cpu (auto: CUDA backend unavailable: %s)",
-             backend_why(cuda->ops, rc));
+    log_info("device: cpu (auto: CUDA backend unavailable: %s)", backend_why(cuda->ops, rc));
     *bs = asked; /* the CPU takes the batch that was asked for */
   }
 cpu:
@@ -173,9 +160,9 @@ cpu:
 /* Everything one run holds; freed in one place. */
 struct run {
   struct dataset train, test;
-  int32_t *split;   /* n: shuffled indices; [0, n_train) train, rest val */
-  int32_t *perm;    /* n_train: this epoch's order */
-  struct dataset val; /* the validation rows of train, as uint8 */
+  int32_t *split;                  /* n: shuffled indices; [0, n_train) train, rest val */
+  int32_t *perm;                   /* n_train: this epoch's order */
+  struct dataset val;              /* the validation rows of train, as uint8 */
   float *ex, *bx, *params, *state; /* ex: one normalised EVAL_CHUNK */
   uint8_t *by;
   const struct backend_ops *ops;
@@ -204,9 +191,8 @@ static void run_free(struct run *r) {
 
 /* Evaluates the images of d in chunks of EVAL_CHUNK, normalised into ex,
  * returning mean loss and accuracy. */
-static int eval_set(const struct backend_ops *ops, struct backend *be,
-                    const struct dataset *d, float *ex, double *loss,
-                    double *acc) {
+static int eval_set(const struct backend_ops *ops, struct backend *be, const struct dataset *d,
+                    float *ex, double *loss, double *acc) {
   const int64_t n = d->n, dim = (int64_t)d->c * d->h * d->w;
   double ls = 0.0;
   int64_t ok = 0;
@@ -224,8 +210,7 @@ static int eval_set(const struct backend_ops *ops, struct backend *be,
 }
 
 /* The validation rows as a data set of their own (uint8, as the file). */
-static int split_val(const struct dataset *d, const int32_t *idx, int64_t n,
-                     struct dataset *out) {
+static int split_val(const struct dataset *d, const int32_t *idx, int64_t n, struct dataset *out) {
   const int64_t dim = (int64_t)d->c * d->h * d->w;
   *out = *d;
   out->n = n;
@@ -247,8 +232,7 @@ static int split_val(const struct dataset *d, const int32_t *idx, int64_t n,
  * (or its cap) is not an error: the steps are then fed from the host. */
 static int fast_setup(struct run *r, char *err, size_t errlen) {
   int rc = cuda->set_data(r->be, 0, r->train.pix, r->train.y, r->train.n);
-  if (!rc)
-    rc = cuda->set_data(r->be, 1, r->val.pix, r->val.y, r->val.n);
+  if (!rc) rc = cuda->set_data(r->be, 1, r->val.pix, r->val.y, r->val.n);
   if (rc == -ENOMEM) {
     log_warn("cuda: the data set does not fit on the device (%s): steps are "
              "fed from the host",
@@ -256,8 +240,7 @@ static int fast_setup(struct run *r, char *err, size_t errlen) {
     return 0;
   }
   if (rc) {
-    snprintf(err, errlen, "cannot put the data set on the device: %s",
-             backend_why(r->ops, rc));
+    snprintf(err, errlen, "cannot put the data set on the device: %s", backend_why(r->ops, rc));
     return exit_for_errno(rc);
   }
   /* host-fed steps also sum their losses on the device: drop those (the
@@ -267,8 +250,7 @@ static int fast_setup(struct run *r, char *err, size_t errlen) {
   int nonfinite = 0;
   rc = cuda->take_loss(r->be, &sum, &rows, &nonfinite);
   if (rc) {
-    snprintf(err, errlen, "cannot read the device's loss: %s",
-             backend_why(r->ops, rc));
+    snprintf(err, errlen, "cannot read the device's loss: %s", backend_why(r->ops, rc));
     return exit_for_errno(rc);
   }
   r->fast = 1;
@@ -287,9 +269,8 @@ struct loop_state {
   double last_loss, last_accuracy;
 };
 
-static int save_ckpt(const struct train_config *cfg, struct run *r,
-                     const struct model_spec *ms, const struct loop_state *s,
-                     int64_t n_train, int64_t n_params, int64_t n_state,
+static int save_ckpt(const struct train_config *cfg, struct run *r, const struct model_spec *ms,
+                     const struct loop_state *s, int64_t n_train, int64_t n_params, int64_t n_state,
                      char *err, size_t errlen) {
   int64_t step = 0;
   int rc = r->ops->get_state(r->be, r->params, r->state, &step);
@@ -329,16 +310,14 @@ static int save_ckpt(const struct train_config *cfg, struct run *r,
 /* Loads the checkpoint into the backend and s. Returns 0 (also when there is
  * none: a fresh start), TRAIN_EXIT_CHECKPOINT, or the backend failure's code
  * (out of memory: restoring the optimiser state allocates on the GPU). */
-static int resume(const struct train_config *cfg, struct run *r,
-                  const struct model_spec *ms, int64_t n_total,
-                  int64_t n_train, int64_t n_params, int64_t n_state,
+static int resume(const struct train_config *cfg, struct run *r, const struct model_spec *ms,
+                  int64_t n_total, int64_t n_train, int64_t n_params, int64_t n_state,
                   struct loop_state *s, char *err, size_t errlen) {
   struct ckpt c;
   char why[512];
   int rc = ckpt_load(cfg->checkpoint_dir, &c, why, sizeof(why));
   if (rc == -ENOENT) {
-    log_info("--resume: no checkpoint in %s yet, starting fresh",
-             cfg->checkpoint_dir);
+    log_info("--resume: no checkpoint in %s yet, starting fresh", cfg->checkpoint_dir);
     return 0;
   }
   if (rc) {
@@ -350,29 +329,26 @@ static int resume(const struct train_config *cfg, struct run *r,
     snprintf(err, errlen,
              "%s/%s was written for another model (l1 %d, l2 %d, %d params) "
              "than this run's (l1 %d, l2 %d, %lld params)",
-             cfg->checkpoint_dir, CKPT_FILE, c.model.l1, c.model.l2,
-             (int)c.n_params, ms->l1, ms->l2, (long long)n_params);
+             cfg->checkpoint_dir, CKPT_FILE, c.model.l1, c.model.l2, (int)c.n_params, ms->l1,
+             ms->l2, (long long)n_params);
     goto out;
   }
   if (c.optim_kind != cfg->optimizer || c.n_state != n_state) {
-    snprintf(err, errlen, "%s/%s was written with another optimizer",
-             cfg->checkpoint_dir, CKPT_FILE);
+    snprintf(err, errlen, "%s/%s was written with another optimizer", cfg->checkpoint_dir,
+             CKPT_FILE);
     goto out;
   }
-  static const char *const data_names[] = {"fashion-mnist", "mnist",
-                                           "cifar10"};
+  static const char *const data_names[] = {"fashion-mnist", "mnist", "cifar10"};
   if (c.seed != cfg->seed || c.val_fraction != cfg->val_fraction ||
       c.train_limit != cfg->train_limit || c.dataset != cfg->dataset) {
-    const char *cd = c.dataset >= 0 && c.dataset < 3 ? data_names[c.dataset]
-                                                     : "?";
+    const char *cd = c.dataset >= 0 && c.dataset < 3 ? data_names[c.dataset] : "?";
     snprintf(err, errlen,
              "%s/%s was written for another data split (seed %lld, "
              "val_fraction %g, train_limit %lld, dataset %s; this run has "
              "seed %lld, val_fraction %g, train_limit %lld, dataset %s): "
              "resuming would mix validation images into training",
-             cfg->checkpoint_dir, CKPT_FILE, (long long)c.seed,
-             c.val_fraction, (long long)c.train_limit, cd,
-             (long long)cfg->seed, cfg->val_fraction,
+             cfg->checkpoint_dir, CKPT_FILE, (long long)c.seed, c.val_fraction,
+             (long long)c.train_limit, cd, (long long)cfg->seed, cfg->val_fraction,
              (long long)cfg->train_limit, data_names[cfg->dataset]);
     goto out;
   }
@@ -380,14 +356,12 @@ static int resume(const struct train_config *cfg, struct run *r,
     snprintf(err, errlen,
              "%s/%s was written for another data split (%lld training images, "
              "this run has %lld)",
-             cfg->checkpoint_dir, CKPT_FILE, (long long)c.n_train,
-             (long long)n_train);
+             cfg->checkpoint_dir, CKPT_FILE, (long long)c.n_train, (long long)n_train);
     goto out;
   }
   for (int64_t i = 0; i < n_train; i++)
     if (c.perm[i] < 0 || c.perm[i] >= n_total) {
-      snprintf(err, errlen, "%s/%s holds an invalid sample order",
-               cfg->checkpoint_dir, CKPT_FILE);
+      snprintf(err, errlen, "%s/%s holds an invalid sample order", cfg->checkpoint_dir, CKPT_FILE);
       goto out;
     }
   memcpy(r->perm, c.perm, sizeof(int32_t) * (size_t)n_train);
@@ -409,8 +383,8 @@ static int resume(const struct train_config *cfg, struct run *r,
   s->train_count = c.train_count;
   s->last_loss = c.last_loss;
   s->last_accuracy = c.last_accuracy;
-  log_info("resumed from %s/%s at epoch %lld, sample %lld", cfg->checkpoint_dir,
-           CKPT_FILE, (long long)c.epoch, (long long)c.pos);
+  log_info("resumed from %s/%s at epoch %lld, sample %lld", cfg->checkpoint_dir, CKPT_FILE,
+           (long long)c.epoch, (long long)c.pos);
   ret = 0;
 out:
   ckpt_free(&c);
@@ -418,12 +392,10 @@ out:
 }
 
 /* Sends the rest of this epoch's order, from sample pos on. */
-static int fast_order(struct run *r, int64_t pos, int64_t n_train, char *err,
-                      size_t errlen) {
+static int fast_order(struct run *r, int64_t pos, int64_t n_train, char *err, size_t errlen) {
   int rc = cuda->set_order(r->be, 0, r->perm + pos, n_train - pos);
   if (rc) {
-    snprintf(err, errlen, "cannot send the sample order: %s",
-             backend_why(r->ops, rc));
+    snprintf(err, errlen, "cannot send the sample order: %s", backend_why(r->ops, rc));
     return exit_for_errno(rc);
   }
   return 0;
@@ -431,24 +403,22 @@ static int fast_order(struct run *r, int64_t pos, int64_t n_train, char *err,
 
 /* Adds the losses summed on the device since the last read to the epoch's
  * sums; a non-finite one is a divergence somewhere in samples [from, pos). */
-static int fast_take_loss(const struct train_config *cfg, struct run *r,
-                          struct loop_state *s, int64_t from, char *err,
-                          size_t errlen) {
+static int fast_take_loss(const struct train_config *cfg, struct run *r, struct loop_state *s,
+                          int64_t from, char *err, size_t errlen) {
   double sum = 0.0;
   int64_t rows = 0;
   int nonfinite = 0;
   int rc = cuda->take_loss(r->be, &sum, &rows, &nonfinite);
   if (rc) {
-    snprintf(err, errlen, "training step failed at epoch %lld: %s",
-             (long long)s->epoch + 1, backend_why(r->ops, rc));
+    snprintf(err, errlen, "training step failed at epoch %lld: %s", (long long)s->epoch + 1,
+             backend_why(r->ops, rc));
     return exit_for_errno(rc);
   }
   if (nonfinite || !isfinite(sum)) {
     snprintf(err, errlen,
              "loss is NaN or infinite at epoch %lld, between samples %lld and "
              "%lld (lr %g): training diverged",
-             (long long)s->epoch + 1, (long long)from, (long long)s->pos,
-             cfg->lr);
+             (long long)s->epoch + 1, (long long)from, (long long)s->pos, cfg->lr);
     return TRAIN_EXIT_DIVERGED;
   }
   s->train_loss_sum += sum;
@@ -456,8 +426,8 @@ static int fast_take_loss(const struct train_config *cfg, struct run *r,
   return 0;
 }
 
-int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
-              FILE *out, char *err, size_t errlen) {
+int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop, FILE *out, char *err,
+              size_t errlen) {
   struct run r;
   struct loop_state s;
   memset(&r, 0, sizeof(r));
@@ -465,8 +435,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   int ret = TRAIN_EXIT_INTERNAL, rc;
   const char *dir = cfg->data_dir ? cfg->data_dir : data_default_dir(cfg->dataset);
 
-  if (cfg->checkpoint_dir &&
-      ckpt_prepare_dir(cfg->checkpoint_dir, err, errlen) != 0) {
+  if (cfg->checkpoint_dir && ckpt_prepare_dir(cfg->checkpoint_dir, err, errlen) != 0) {
     ret = TRAIN_EXIT_CHECKPOINT;
     goto out;
   }
@@ -489,24 +458,23 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
     snprintf(err, errlen,
              "config key \"val_fraction\": %g of %lld images leaves %lld for "
              "training and %lld for validation; both need at least 1",
-             cfg->val_fraction, (long long)n_total, (long long)n_train,
-             (long long)n_val);
+             cfg->val_fraction, (long long)n_total, (long long)n_train, (long long)n_val);
     ret = TRAIN_EXIT_USAGE;
     goto out;
   }
   const int64_t dim = (int64_t)r.train.c * r.train.h * r.train.w;
-  struct model_spec ms = {cfg->model, r.train.c, r.train.h, r.train.w,
-                          r.train.n_classes, cfg->l1, cfg->l2};
+  struct model_spec ms = {cfg->model,        r.train.c, r.train.h, r.train.w,
+                          r.train.n_classes, cfg->l1,   cfg->l2};
   struct model_layout L;
   if (model_layout_init(&ms, &L) != 0) {
-    snprintf(err, errlen,
-             "config key \"model\": %s does not fit %dx%dx%d images",
+    snprintf(err, errlen, "config key \"model\": %s does not fit %dx%dx%d images",
              model_name[cfg->model], ms.in_c, ms.in_h, ms.in_w);
     ret = TRAIN_EXIT_USAGE;
     goto out;
   }
-  struct optim_spec os = {cfg->optimizer, (float)cfg->lr, (float)cfg->momentum,
-                          (float)cfg->weight_decay, 0.9f, 0.999f, 1e-8f};
+  struct optim_spec os = {
+      cfg->optimizer, (float)cfg->lr, (float)cfg->momentum, (float)cfg->weight_decay, 0.9f,
+      0.999f,         1e-8f};
   int bs = cfg->batch_size;
   const int64_t n_state = L.n_params * optim_state_per_param(cfg->optimizer);
 
@@ -520,8 +488,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   r.by = malloc((size_t)bs);
   r.params = malloc(sizeof(float) * (size_t)L.n_params);
   r.state = malloc(sizeof(float) * (size_t)n_state);
-  if (!r.split || !r.perm || !r.ex || !r.bx || !r.by ||
-      !r.params || !r.state) {
+  if (!r.split || !r.perm || !r.ex || !r.bx || !r.by || !r.params || !r.state) {
     snprintf(err, errlen, "out of memory for %lld images", (long long)n_total);
     ret = TRAIN_EXIT_OOM;
     goto out;
@@ -540,8 +507,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
   }
 
   int bs_reduced = 0;
-  ret = open_backend(cfg, &ms, &os, &bs, &bs_reduced, &r.ops, &r.be, err,
-                     errlen);
+  ret = open_backend(cfg, &ms, &os, &bs, &bs_reduced, &r.ops, &r.be, err, errlen);
   if (ret) goto out;
   optim_init_params(&L, &init_rng, r.params);
   rc = r.ops->set_state(r.be, r.params, NULL, 0);
@@ -551,8 +517,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
     goto out;
   }
   if (cfg->resume) {
-    ret = resume(cfg, &r, &ms, n_total, n_train, L.n_params, n_state, &s, err,
-                 errlen);
+    ret = resume(cfg, &r, &ms, n_total, n_train, L.n_params, n_state, &s, err, errlen);
     if (ret) goto out;
   }
   r.fast_tried = !(cuda && r.ops == cuda->ops);
@@ -561,8 +526,8 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
            cfg->test ? ", test" : "", (long long)L.n_params, bs, r.ops->name);
 
   if (s.epoch >= cfg->epochs)
-    log_info("checkpoint is at epoch %lld of %d: nothing left to train",
-             (long long)s.epoch, cfg->epochs);
+    log_info("checkpoint is at epoch %lld of %d: nothing left to train", (long long)s.epoch,
+             cfg->epochs);
   while (s.epoch < cfg->epochs) {
     if (*stop) break;
     double t0 = clock_mono_s();
@@ -597,8 +562,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       if (rc == -ENOMEM && cfg->oom_retry && bs > 1) {
         bs /= 2;
         bs_reduced = 1;
-        log_warn("out of memory at batch_size %d: --oom-retry halves it to %d",
-                 bs * 2, bs);
+        log_warn("out of memory at batch_size %d: --oom-retry halves it to %d", bs * 2, bs);
         continue;
       }
       if (rc) {
@@ -606,12 +570,11 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
           snprintf(err, errlen,
                    "out of memory at batch_size %d, epoch %lld (%s backend: "
                    "%s): try a smaller batch_size%s",
-                   bs, (long long)s.epoch + 1, r.ops->name,
-                   backend_why(r.ops, rc),
+                   bs, (long long)s.epoch + 1, r.ops->name, backend_why(r.ops, rc),
                    cfg->oom_retry ? "" : " or --oom-retry");
         else
-          snprintf(err, errlen, "training step failed at epoch %lld: %s",
-                   (long long)s.epoch + 1, backend_why(r.ops, rc));
+          snprintf(err, errlen, "training step failed at epoch %lld: %s", (long long)s.epoch + 1,
+                   backend_why(r.ops, rc));
         ret = exit_for_errno(rc);
         goto out;
       }
@@ -619,8 +582,8 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
         snprintf(err, errlen,
                  "loss is %s at epoch %lld, sample %lld (lr %g): training "
                  "diverged",
-                 isnan(loss) ? "NaN" : "infinite", (long long)s.epoch + 1,
-                 (long long)s.pos, cfg->lr);
+                 isnan(loss) ? "NaN" : "infinite", (long long)s.epoch + 1, (long long)s.pos,
+                 cfg->lr);
         ret = TRAIN_EXIT_DIVERGED;
         goto out;
       }
@@ -628,8 +591,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
       if (r.fast) {
         /* read at the latest every loss_every steps, at the epoch's end and
          * before a stop (the checkpoint holds the sums) */
-        if (++pending < cuda->loss_every && s.pos < n_train && !*stop)
-          continue;
+        if (++pending < cuda->loss_every && s.pos < n_train && !*stop) continue;
         ret = fast_take_loss(cfg, &r, &s, pending_from, err, errlen);
         if (ret) goto out;
         pending = 0;
@@ -640,8 +602,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
         if (!r.fast_tried) {
           r.fast_tried = 1;
           ret = fast_setup(&r, err, errlen);
-          if (!ret && r.fast)
-            ret = fast_order(&r, s.pos, n_train, err, errlen);
+          if (!ret && r.fast) ret = fast_order(&r, s.pos, n_train, err, errlen);
           if (ret) goto out;
           pending_from = s.pos;
         }
@@ -672,8 +633,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
     } else {
       rc = eval_set(r.ops, r.be, &r.val, r.ex, &vloss, &vacc);
     }
-    if (!rc && cfg->test)
-      rc = eval_set(r.ops, r.be, &r.test, r.ex, &tloss, &tacc);
+    if (!rc && cfg->test) rc = eval_set(r.ops, r.be, &r.test, r.ex, &tloss, &tacc);
     if (rc) {
       snprintf(err, errlen, "evaluation failed: %s", backend_why(r.ops, rc));
       ret = exit_for_errno(rc);
@@ -701,16 +661,14 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
         .train_loss = s.train_count ? s.train_loss_sum / s.train_count : 0.0,
         .time_this_iter_s = s.epoch_time_s,
         .time_total_s = s.time_total_s,
-        .samples_per_s = s.epoch_train_time_s > 0
-                             ? (double)s.train_count / s.epoch_train_time_s
-                             : 0.0,
+        .samples_per_s =
+            s.epoch_train_time_s > 0 ? (double)s.train_count / s.epoch_train_time_s : 0.0,
         .has_test = cfg->test,
         .test_accuracy = tacc,
         .batch_size_reduced = bs_reduced,
         .batch_size = bs,
     };
-    if (strcmp(r.ops->name, "cpu") != 0 &&
-        r.ops->peak_mem_mb(r.be, &rep.gpu_mem_mb) == 0)
+    if (strcmp(r.ops->name, "cpu") != 0 && r.ops->peak_mem_mb(r.be, &rep.gpu_mem_mb) == 0)
       rep.has_gpu_mem = 1;
     char line[1024];
     int n = report_format(&rep, line, sizeof(line));
@@ -720,18 +678,16 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
     }
     report_notify(&rep, &L, r.ops, r.be, r.params, r.state); /* --tensorboard-dir */
     if (cfg->checkpoint_dir) {
-      ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err,
-                      errlen);
+      ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err, errlen);
       if (ret) goto out;
     }
   }
   if (*stop) {
     if (cfg->checkpoint_dir) {
-      ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err,
-                      errlen);
+      ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err, errlen);
       if (ret) goto out;
-      log_info("stopped by signal: checkpoint saved at epoch %lld, sample %lld",
-               (long long)s.epoch, (long long)s.pos);
+      log_info("stopped by signal: checkpoint saved at epoch %lld, sample %lld", (long long)s.epoch,
+               (long long)s.pos);
     } else {
       log_info("stopped by signal at epoch %lld (no --checkpoint-dir, nothing "
                "saved)",

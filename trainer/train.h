@@ -13,8 +13,8 @@
  * current step, saves a checkpoint when it has a directory, and returns 0).
  * Reports go to out, one flushed line per epoch. Returns an exit code of
  * common/exit_codes.h; on failure err holds a one-line message. */
-int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop,
-              FILE *out, char *err, size_t errlen);
+int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop, FILE *out, char *err,
+              size_t errlen);
 
 /* Names of the backends compiled in, e.g. "cpu" or "cpu, cuda". */
 const char *train_backends_built(void);

@@ -9,11 +9,9 @@
 /* Fractions are summed in floating point; 1e-9 absorbs 0.1+0.2-style error. */
 #define ALLOC_EPS 1e-9
 
-int alloc_init(struct alloc_pool *pool, const int *cpu_ids, int ncpus,
-               const int *gpu_ids, const long *gpu_mem_mb, int ngpus,
-               long memory_mb) {
-  if (ncpus < 0 || ncpus > ALLOC_MAX_CPUS || ngpus < 0 || ngpus > ALLOC_MAX_GPUS ||
-      memory_mb < 0)
+int alloc_init(struct alloc_pool *pool, const int *cpu_ids, int ncpus, const int *gpu_ids,
+               const long *gpu_mem_mb, int ngpus, long memory_mb) {
+  if (ncpus < 0 || ncpus > ALLOC_MAX_CPUS || ngpus < 0 || ngpus > ALLOC_MAX_GPUS || memory_mb < 0)
     return -EINVAL;
   memset(pool, 0, sizeof *pool);
   pool->ncpus = ncpus;
@@ -56,7 +54,10 @@ static int alloc_pick_cpu_share(const struct alloc_pool *pool, double need) {
     if (c->owner) continue;
     double room = 1 - c->shared_used;
     if (room + ALLOC_EPS < need) continue;
-    if (room < best_room) { best_room = room; best = i; }
+    if (room < best_room) {
+      best_room = room;
+      best = i;
+    }
   }
   return best;
 }
@@ -69,7 +70,10 @@ static int alloc_pick_gpu_share(const struct alloc_pool *pool, double need) {
     if (g->owner) continue;
     double room = 1 - g->shared_used;
     if (room + ALLOC_EPS < need) continue;
-    if (room < best_room) { best_room = room; best = i; }
+    if (room < best_room) {
+      best_room = room;
+      best = i;
+    }
   }
   return best;
 }
@@ -88,8 +92,7 @@ int alloc_take(struct alloc_pool *pool, int trial_id, const struct alloc_req *re
   if (alloc_cpu_whole(req->cpu)) {
     int want = (int)ceil(req->cpu - ALLOC_EPS);
     for (int i = 0; i < pool->ncpus && ncpu < want; i++)
-      if (!pool->cpus[i].owner && pool->cpus[i].shared_used <= ALLOC_EPS)
-        cpu_idx[ncpu++] = i;
+      if (!pool->cpus[i].owner && pool->cpus[i].shared_used <= ALLOC_EPS) cpu_idx[ncpu++] = i;
     if (ncpu < want) return -ENOSPC;
   } else if (req->cpu > 0) {
     cpu_share = alloc_pick_cpu_share(pool, req->cpu);
@@ -100,8 +103,7 @@ int alloc_take(struct alloc_pool *pool, int trial_id, const struct alloc_req *re
   if (alloc_gpu_whole(req->gpu)) {
     int want = (int)llround(req->gpu);
     for (int i = 0; i < pool->ngpus && ngpu < want; i++)
-      if (!pool->gpus[i].owner && pool->gpus[i].shared_used <= ALLOC_EPS)
-        gpu_idx[ngpu++] = i;
+      if (!pool->gpus[i].owner && pool->gpus[i].shared_used <= ALLOC_EPS) gpu_idx[ngpu++] = i;
     if (ngpu < want) return -ENOSPC;
   } else if (req->gpu > 0) {
     gpu_share = alloc_pick_gpu_share(pool, req->gpu);

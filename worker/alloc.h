@@ -7,21 +7,21 @@
 #define ALLOC_MAX_GPUS 16
 
 struct alloc_req {
-  double cpu;       /* >= 1: ceil(cpu) dedicated ids; (0,1): a share of one id */
-  double gpu;       /* integer: whole devices; (0,1): a share of one device */
-  long memory_mb;   /* host memory; 0 = no reservation */
+  double cpu;     /* >= 1: ceil(cpu) dedicated ids; (0,1): a share of one id */
+  double gpu;     /* integer: whole devices; (0,1): a share of one device */
+  long memory_mb; /* host memory; 0 = no reservation */
 };
 
 struct alloc_grant {
   int trial_id;
   int ncpus;
   int cpus[ALLOC_MAX_CPUS];
-  int cpu_shared;       /* 1: cpus[0] is shared with other fractional trials */
-  double cpu_quota;     /* the requested cpu amount (cgroup cpu.max) */
+  int cpu_shared;   /* 1: cpus[0] is shared with other fractional trials */
+  double cpu_quota; /* the requested cpu amount (cgroup cpu.max) */
   int ngpus;
-  int gpus[ALLOC_MAX_GPUS];  /* device ids as CUDA_VISIBLE_DEVICES wants them */
-  double gpu_frac;      /* > 0 only for a fractional share of gpus[0] */
-  long gpu_mem_mb;      /* memory cap on that device for a fractional share */
+  int gpus[ALLOC_MAX_GPUS]; /* device ids as CUDA_VISIBLE_DEVICES wants them */
+  double gpu_frac;          /* > 0 only for a fractional share of gpus[0] */
+  long gpu_mem_mb;          /* memory cap on that device for a fractional share */
   long memory_mb;
 };
 
@@ -33,8 +33,8 @@ struct alloc_cpu {
 
 struct alloc_gpu {
   int id;
-  long mem_mb;        /* device memory, for fractional caps */
-  int owner;          /* trial holding it whole; 0 = none */
+  long mem_mb; /* device memory, for fractional caps */
+  int owner;   /* trial holding it whole; 0 = none */
   double shared_used;
 };
 
@@ -56,9 +56,8 @@ struct alloc_free {
 };
 
 /* gpu_mem_mb may be NULL (unknown sizes: fractional caps are then 0). */
-int alloc_init(struct alloc_pool *pool, const int *cpu_ids, int ncpus,
-               const int *gpu_ids, const long *gpu_mem_mb, int ngpus,
-               long memory_mb);
+int alloc_init(struct alloc_pool *pool, const int *cpu_ids, int ncpus, const int *gpu_ids,
+               const long *gpu_mem_mb, int ngpus, long memory_mb);
 /* 0 and a filled grant, -EINVAL for a malformed request (negative, NaN,
  * fractional above 1 for gpu), -ENOSPC when it does not fit now. */
 int alloc_take(struct alloc_pool *pool, int trial_id, const struct alloc_req *req,

@@ -49,8 +49,7 @@ static int cgroup_read(const char *path, char *buf, size_t len) {
 static int cgroup_has_word(const char *list, const char *word) {
   size_t wl = strlen(word);
   for (const char *p = list; (p = strstr(p, word)); p += wl)
-    if ((p == list || p[-1] == ' ') && (p[wl] == '\0' || p[wl] == ' ' || p[wl] == '\n'))
-      return 1;
+    if ((p == list || p[-1] == ' ') && (p[wl] == '\0' || p[wl] == ' ' || p[wl] == '\n')) return 1;
   return 0;
 }
 
@@ -127,8 +126,10 @@ int cgroup_trial_create(const struct cgroup_ctx *c, int trial_id, double cpus, l
   int rc;
   if (!c->enabled) return -ENOTSUP;
   if ((rc = cgroup_cpu_max(cpus, cpu, sizeof cpu)) < 0) return rc;
-  if (memory_mb > 0) snprintf(mem, sizeof mem, "%lld", (long long)memory_mb << 20);
-  else snprintf(mem, sizeof mem, "max");
+  if (memory_mb > 0)
+    snprintf(mem, sizeof mem, "%lld", (long long)memory_mb << 20);
+  else
+    snprintf(mem, sizeof mem, "max");
   if (snprintf(path, len, "%s/trial-%d", c->base, trial_id) >= (int)len) return -ENAMETOOLONG;
   if (mkdir(path, 0755) != 0 && errno != EEXIST) return -errno;
   snprintf(cgroup_marks_dir, sizeof cgroup_marks_dir, "%s", c->marks);

@@ -7,8 +7,8 @@
 
 struct cgroup_ctx {
   int enabled;
-  int real_fs;       /* base is on cgroup2 (not a test's plain directory) */
-  char base[4096];   /* the worker's own cgroup dir; trials go under it */
+  int real_fs;     /* base is on cgroup2 (not a test's plain directory) */
+  char base[4096]; /* the worker's own cgroup dir; trials go under it */
   /* The caller's: a dir in the (locked) work dir where each trial group
    * created is recorded, so a restarted worker removes the ones its killed
    * predecessor left, and never another worker's. "" = no record. */

@@ -14,8 +14,8 @@ static int execwrap_fail(const char *what, const char *detail) {
   /* One JSON line like the trainer's, so the worker's failure report and the
    * trial log both say exactly what went wrong. */
   fprintf(stderr,
-          "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: %s%s%s\"}}\n",
-          what, detail ? ": " : "", detail ? detail : "");
+          "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: %s%s%s\"}}\n", what,
+          detail ? ": " : "", detail ? detail : "");
   return EXECWRAP_EXIT_EXEC;
 }
 
@@ -24,16 +24,28 @@ int execwrap_main(int argc, char **argv) {
   static gid_t groups[ISOLATE_MAX_GROUPS];
   int i = 2;
   for (; i < argc; i++) {
-    if (!strcmp(argv[i], "--")) { i++; break; }
+    if (!strcmp(argv[i], "--")) {
+      i++;
+      break;
+    }
     if (i + 1 >= argc) return execwrap_fail("--exec-trial: missing value for", argv[i]);
-    if (!strcmp(argv[i], "--cpus")) o.cpus = argv[++i];
-    else if (!strcmp(argv[i], "--rlimit-as-mb")) o.rlimit_as_mb = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--cgroup")) o.cgroup = argv[++i];
-    else if (!strcmp(argv[i], "--parent")) o.parent = (pid_t)atol(argv[++i]);
-    else if (!strcmp(argv[i], "--report-fd")) o.report_fd = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--uid")) { o.run_as = 1; o.uid = (uid_t)strtoul(argv[++i], NULL, 10); }
-    else if (!strcmp(argv[i], "--gid")) { o.run_as = 1; o.gid = (gid_t)strtoul(argv[++i], NULL, 10); }
-    else if (!strcmp(argv[i], "--groups")) {
+    if (!strcmp(argv[i], "--cpus"))
+      o.cpus = argv[++i];
+    else if (!strcmp(argv[i], "--rlimit-as-mb"))
+      o.rlimit_as_mb = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--cgroup"))
+      o.cgroup = argv[++i];
+    else if (!strcmp(argv[i], "--parent"))
+      o.parent = (pid_t)atol(argv[++i]);
+    else if (!strcmp(argv[i], "--report-fd"))
+      o.report_fd = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--uid")) {
+      o.run_as = 1;
+      o.uid = (uid_t)strtoul(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--gid")) {
+      o.run_as = 1;
+      o.gid = (gid_t)strtoul(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--groups")) {
       /* "1,2,3"; "-" = none */
       char *p = argv[++i];
       o.ngroups = 0;
@@ -45,8 +57,8 @@ int execwrap_main(int argc, char **argv) {
         p = *end == ',' ? end + 1 : end;
       }
       o.groups = groups;
-    }
-    else return execwrap_fail("--exec-trial: unknown option", argv[i]);
+    } else
+      return execwrap_fail("--exec-trial: unknown option", argv[i]);
   }
   if (i >= argc) return execwrap_fail("--exec-trial: no program given", NULL);
   if (o.run_as && (o.uid == 0 || o.gid == 0))

@@ -15,7 +15,8 @@ static int gpu_nvml(int *ids, long *mem_mb, int cap) {
   if (!h) return -1;
   int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
   int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(h, "nvmlDeviceGetCount_v2");
-  int (*get)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  int (*get)(unsigned, void **) =
+      (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
   int (*mem)(void *, struct gpu_nvml_memory *) =
       (int (*)(void *, struct gpu_nvml_memory *))dlsym(h, "nvmlDeviceGetMemoryInfo");
   int (*shut)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");

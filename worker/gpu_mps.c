@@ -42,8 +42,7 @@ static int find_on_path(const char *name, char *out, size_t len) {
 
 /* Runs bin [arg] with text on its stdin (NULL: /dev/null) and output to the
  * log file; its exit status, or -errno. */
-static int run_control(const char *bin, const char *arg, const char *text,
-                       const char *log_path) {
+static int run_control(const char *bin, const char *arg, const char *text, const char *log_path) {
   int in[2];
   if (pipe2(in, O_CLOEXEC) != 0) return -errno;
   pid_t pid = fork();
@@ -60,8 +59,10 @@ static int run_control(const char *bin, const char *arg, const char *text,
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    if (arg) execl(bin, bin, arg, (char *)NULL);
-    else execl(bin, bin, (char *)NULL);
+    if (arg)
+      execl(bin, bin, arg, (char *)NULL);
+    else
+      execl(bin, bin, (char *)NULL);
     _exit(127);
   }
   close(in[0]);
@@ -114,8 +115,7 @@ int gpu_mps_start(const char *work_dir, char *err, size_t errlen) {
   }
   int rc = run_control(bin, "-d", NULL, ctl_log);
   if (rc != 0) {
-    snprintf(err, errlen,
-             "nvidia-cuda-mps-control -d failed (%s %d; its log: %s)",
+    snprintf(err, errlen, "nvidia-cuda-mps-control -d failed (%s %d; its log: %s)",
              rc < 0 ? "error" : "exit status", rc < 0 ? -rc : rc, mps_log);
     mps_pipe[0] = mps_log[0] = '\0';
     return -EIO;

@@ -15,7 +15,7 @@ struct http_req {
   struct http_client *c;
   CURL *easy;
   struct curl_slist *hdrs;
-  char *body;  /* request body (PUT/POST), owned */
+  char *body; /* request body (PUT/POST), owned */
   struct http_resp resp;
   http_cb cb;
   void *arg;
@@ -35,7 +35,7 @@ struct http_client {
   CURLM *multi;
   uv_timer_t timer;
   char *base;
-  char *auth;  /* "Authorization: Bearer ..." or NULL */
+  char *auth; /* "Authorization: Bearer ..." or NULL */
   struct http_req *reqs;
   int pending;
   int closing;
@@ -73,13 +73,16 @@ static void http_check_done(struct http_client *c) {
                         "host name it was issued for)");
       }
       r->resp.status = 0;
-      err = r->oom ? -ENOMEM
+      err = r->oom                            ? -ENOMEM
             : res == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
-            : res == CURLE_COULDNT_CONNECT ? -ECONNREFUSED : -EIO;
+            : res == CURLE_COULDNT_CONNECT    ? -ECONNREFUSED
+                                              : -EIO;
     }
     curl_multi_remove_handle(c->multi, r->easy);
-    if (r->prev) r->prev->next = r->next;
-    else c->reqs = r->next;
+    if (r->prev)
+      r->prev->next = r->next;
+    else
+      c->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
     c->pending--;
     if (!r->resp.body) r->resp.body = calloc(1, 1);
@@ -114,15 +117,16 @@ static void http_on_timer(uv_timer_t *t) {
 static int http_timer_cb(CURLM *multi, long timeout_ms, void *userp) {
   (void)multi;
   struct http_client *c = userp;
-  if (timeout_ms < 0) uv_timer_stop(&c->timer);
-  else uv_timer_start(&c->timer, http_on_timer, (uint64_t)timeout_ms, 0);
+  if (timeout_ms < 0)
+    uv_timer_stop(&c->timer);
+  else
+    uv_timer_start(&c->timer, http_on_timer, (uint64_t)timeout_ms, 0);
   return 0;
 }
 
 static void http_sock_closed(uv_handle_t *h) { free(h->data); }
 
-static int http_socket_cb(CURL *easy, curl_socket_t fd, int action, void *userp,
-                          void *socketp) {
+static int http_socket_cb(CURL *easy, curl_socket_t fd, int action, void *userp, void *socketp) {
   (void)easy;
   struct http_client *c = userp;
   struct http_sock *s = socketp;
@@ -157,7 +161,7 @@ static size_t http_append(char **buf, size_t *len, const char *data, size_t n, i
   char *b = realloc(*buf, *len + n + 1);
   if (!b) {
     *oom = 1;
-    return 0;  /* makes curl abort the transfer */
+    return 0; /* makes curl abort the transfer */
   }
   memcpy(b + *len, data, n);
   *len += n;
@@ -223,8 +227,7 @@ int http_client_set_token(struct http_client *c, const char *token) {
 
 int http_request(struct http_client *c, const char *method, const char *path,
                  const char *content_type, const char *body, size_t len,
-                 const char *const *extra_headers, long timeout_ms, http_cb cb,
-                 void *arg) {
+                 const char *const *extra_headers, long timeout_ms, http_cb cb, void *arg) {
   if (c->closing) return -ECANCELED;
   struct http_req *r = calloc(1, sizeof *r);
   char *url = NULL, *ct = NULL;
@@ -233,14 +236,20 @@ int http_request(struct http_client *c, const char *method, const char *path,
   r->c = c;
   r->cb = cb;
   r->arg = arg;
-  if (asprintf(&url, "%s%s", c->base, path) < 0) { url = NULL; goto fail; }
+  if (asprintf(&url, "%s%s", c->base, path) < 0) {
+    url = NULL;
+    goto fail;
+  }
   if (!(r->easy = curl_easy_init())) goto fail;
   struct curl_slist *h;
   /* "Expect: 100-continue" would add a round trip to every upload. */
   if (!(h = curl_slist_append(r->hdrs, "Expect:"))) goto fail;
   r->hdrs = h;
   if (content_type) {
-    if (asprintf(&ct, "Content-Type: %s", content_type) < 0) { ct = NULL; goto fail; }
+    if (asprintf(&ct, "Content-Type: %s", content_type) < 0) {
+      ct = NULL;
+      goto fail;
+    }
     if (!(h = curl_slist_append(r->hdrs, ct))) goto fail;
     r->hdrs = h;
   }
@@ -306,8 +315,7 @@ fail:
 
 int http_pending(const struct http_client *c) { return c->pending; }
 
-const char *http_resp_header(const struct http_resp *r, const char *name, char *buf,
-                             size_t len) {
+const char *http_resp_header(const struct http_resp *r, const char *name, char *buf, size_t len) {
   size_t nl = strlen(name);
   const char *p = r->headers;
   const char *end = p ? p + r->hlen : NULL;

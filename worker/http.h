@@ -9,10 +9,10 @@
 #include <uv.h>
 
 struct http_resp {
-  long status;        /* 0 when no response arrived */
-  char *body;         /* NUL-terminated (may contain NULs for binary bodies) */
+  long status; /* 0 when no response arrived */
+  char *body;  /* NUL-terminated (may contain NULs for binary bodies) */
   size_t len;
-  char *headers;      /* raw response header lines */
+  char *headers; /* raw response header lines */
   size_t hlen;
 };
 
@@ -38,14 +38,12 @@ int http_client_set_token(struct http_client *c, const char *token);
  */
 int http_request(struct http_client *c, const char *method, const char *path,
                  const char *content_type, const char *body, size_t len,
-                 const char *const *extra_headers, long timeout_ms, http_cb cb,
-                 void *arg);
+                 const char *const *extra_headers, long timeout_ms, http_cb cb, void *arg);
 /* Requests in flight. */
 int http_pending(const struct http_client *c);
 /* Value of a response header (case-insensitive name) copied into buf; NULL
  * when absent. */
-const char *http_resp_header(const struct http_resp *r, const char *name, char *buf,
-                             size_t len);
+const char *http_resp_header(const struct http_resp *r, const char *name, char *buf, size_t len);
 /* Abandons requests in flight, calling their callbacks with -ECANCELED (and
  * refusing new requests), and closes the handles; the memory is freed once
  * the loop has run the close callbacks. */

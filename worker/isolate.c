@@ -29,8 +29,7 @@ static int isolate_err(char *err, size_t len, int rc, const char *fmt, ...) {
 }
 
 /* Calls fn for each non-empty item of a comma list. */
-static int isolate_each(const char *list, int (*fn)(struct isolate *, const char *, char *,
-                                                     size_t),
+static int isolate_each(const char *list, int (*fn)(struct isolate *, const char *, char *, size_t),
                         struct isolate *iso, char *err, size_t len) {
   char *copy = strdup(list), *save = NULL;
   if (!copy) return -ENOMEM;
@@ -47,10 +46,14 @@ static int isolate_each(const char *list, int (*fn)(struct isolate *, const char
 }
 
 static int isolate_add_kind(struct isolate *iso, const char *k, char *err, size_t len) {
-  if (!strcmp(k, "builtin")) iso->trainables |= ISOLATE_BUILTIN;
-  else if (!strcmp(k, "command")) iso->trainables |= ISOLATE_COMMAND;
-  else if (!strcmp(k, "all")) iso->trainables |= ISOLATE_ALL;
-  else return isolate_err(err, len, -EINVAL, "'%s' is not builtin, command or all", k);
+  if (!strcmp(k, "builtin"))
+    iso->trainables |= ISOLATE_BUILTIN;
+  else if (!strcmp(k, "command"))
+    iso->trainables |= ISOLATE_COMMAND;
+  else if (!strcmp(k, "all"))
+    iso->trainables |= ISOLATE_ALL;
+  else
+    return isolate_err(err, len, -EINVAL, "'%s' is not builtin, command or all", k);
   return 0;
 }
 
@@ -97,8 +100,8 @@ int isolate_set_user(struct isolate *iso, const char *user, char *err, size_t le
   }
   if (!pw) return isolate_err(err, len, -ENOENT, "no user '%s' in the passwd database", user);
   if (pw->pw_uid == 0 || pw->pw_gid == 0)
-    return isolate_err(err, len, -EINVAL,
-                       "'%s' is root (uid or gid 0): give an unprivileged user", user);
+    return isolate_err(err, len, -EINVAL, "'%s' is root (uid or gid 0): give an unprivileged user",
+                       user);
   iso->run_as = 1;
   iso->uid = pw->pw_uid;
   iso->gid = pw->pw_gid;
@@ -110,7 +113,7 @@ int isolate_set_user(struct isolate *iso, const char *user, char *err, size_t le
   if (getgrouplist(pw->pw_name, pw->pw_gid, iso->groups, &n) < 0) n = ISOLATE_MAX_GROUPS;
   iso->ngroups = 0;
   for (int i = 0; i < n; i++)
-    if (iso->groups[i] != 0) iso->groups[iso->ngroups++] = iso->groups[i];  /* never root's */
+    if (iso->groups[i] != 0) iso->groups[iso->ngroups++] = iso->groups[i]; /* never root's */
   return 0;
 }
 
@@ -125,8 +128,9 @@ void isolate_free(struct isolate *iso) {
  * HOME/USER/LOGNAME (replaced by the run-as user's). Nothing else, so no
  * credential in the worker's environment (CTUNE_TOKEN, cloud keys) leaks. */
 static const char *const isolate_base[] = {
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-    "CTUNE_LOG_LEVEL", "CUDA_DEVICE_ORDER", NULL};
+    "PATH",     "HOME", "USER",   "LOGNAME",         "LANG",
+    "LANGUAGE", "TZ",   "TMPDIR", "CTUNE_LOG_LEVEL", "CUDA_DEVICE_ORDER",
+    NULL};
 
 static int isolate_name_is(const char *entry, const char *name) {
   size_t n = strlen(name);
@@ -163,7 +167,7 @@ static char *isolate_resolve(const char *prog, char *const *env, const char *cwd
     const char *end = strchr(path, ':');
     size_t n = end ? (size_t)(end - path) : strlen(path);
     if (asprintf(&out, "%.*s/%s", (int)n, n ? path : ".", prog) < 0) return NULL;
-    if (out[0] != '/' && cwd) {  /* a relative PATH entry: relative to cwd */
+    if (out[0] != '/' && cwd) { /* a relative PATH entry: relative to cwd */
       char *abs = NULL;
       if (asprintf(&abs, "%s/%s", cwd, out) < 0) abs = NULL;
       free(out);
@@ -178,8 +182,8 @@ static char *isolate_resolve(const char *prog, char *const *env, const char *cwd
   }
 }
 
-int isolate_check(const struct isolate *iso, const char *kind, char *const *argv,
-                  char *const *env, const char *cwd, char **resolved, char *err, size_t len) {
+int isolate_check(const struct isolate *iso, const char *kind, char *const *argv, char *const *env,
+                  const char *cwd, char **resolved, char *err, size_t len) {
   *resolved = NULL;
   if (!iso) return 0;
   int is_cmd = !strcmp(kind, "command");
@@ -188,7 +192,7 @@ int isolate_check(const struct isolate *iso, const char *kind, char *const *argv
     return isolate_err(err, len, -EPERM,
                        "this worker does not run %s trainables (ctune-worker --trainables %s)",
                        kind, (iso->trainables & ISOLATE_BUILTIN) ? "builtin" : "command");
-  if (!is_cmd || iso->nallow == 0 || !argv) return 0;  /* argv NULL: the kind only */
+  if (!is_cmd || iso->nallow == 0 || !argv) return 0; /* argv NULL: the kind only */
   char *abs = isolate_resolve(argv[0], env, cwd);
   char *real = abs ? realpath(abs, NULL) : NULL;
   int ok = 0;
@@ -198,7 +202,8 @@ int isolate_check(const struct isolate *iso, const char *kind, char *const *argv
     free(abs);
     return isolate_err(err, len, -EPERM,
                        "program '%s' is not allowed on this worker (ctune-worker "
-                       "--allow-command lists the programs it runs)", argv[0]);
+                       "--allow-command lists the programs it runs)",
+                       argv[0]);
   }
   *resolved = abs;
   return 0;

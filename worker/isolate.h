@@ -29,12 +29,12 @@
 #define ISOLATE_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
 
 struct isolate {
-  unsigned trainables;              /* ISOLATE_BUILTIN | ISOLATE_COMMAND */
-  char *allow[ISOLATE_MAX_ALLOW];   /* real paths of allowed programs; none = any */
+  unsigned trainables;            /* ISOLATE_BUILTIN | ISOLATE_COMMAND */
+  char *allow[ISOLATE_MAX_ALLOW]; /* real paths of allowed programs; none = any */
   int nallow;
-  char *pass[ISOLATE_MAX_PASS];     /* --pass-env names */
+  char *pass[ISOLATE_MAX_PASS]; /* --pass-env names */
   int npass;
-  int run_as;                       /* trials run as uid/gid below */
+  int run_as; /* trials run as uid/gid below */
   uid_t uid;
   gid_t gid;
   gid_t groups[ISOLATE_MAX_GROUPS]; /* supplementary groups of that user */
@@ -67,8 +67,8 @@ int isolate_env_passes(const struct isolate *iso, const char *entry);
  * (the trial's PATH from env when it holds no '/', cwd for a relative path)
  * and *resolved gets that absolute path (malloc'ed: the worker execs exactly
  * what it checked). -EPERM with a message when refused, -ENOMEM. */
-int isolate_check(const struct isolate *iso, const char *kind, char *const *argv,
-                  char *const *env, const char *cwd, char **resolved, char *err, size_t len);
+int isolate_check(const struct isolate *iso, const char *kind, char *const *argv, char *const *env,
+                  const char *cwd, char **resolved, char *err, size_t len);
 
 /* Opens a file in a trial dir without following a symlink and refuses
  * anything but a regular file (a FIFO never blocks the open): the fd, or

@@ -9,7 +9,7 @@ typedef void (*linebuf_cb)(void *arg, const char *line, size_t len);
 struct linebuf {
   char *buf;
   size_t len, cap;
-  size_t max;  /* a line longer than this is delivered in max-sized pieces */
+  size_t max; /* a line longer than this is delivered in max-sized pieces */
 };
 
 void linebuf_init(struct linebuf *lb, size_t max);

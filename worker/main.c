@@ -109,21 +109,22 @@ static int lock_work_dir(const char *dir) {
     pid[n > 0 ? n : 0] = '\0';
     pid[strcspn(pid, "\n")] = '\0';
     if (e == EWOULDBLOCK)
-      fprintf(stderr, "ctune-worker: --work-dir %s is in use by another ctune-worker (pid %s); "
-              "workers must not share a work dir: give each its own --work-dir\n", dir,
-              pid[0] ? pid : "unknown");
+      fprintf(stderr,
+              "ctune-worker: --work-dir %s is in use by another ctune-worker (pid %s); "
+              "workers must not share a work dir: give each its own --work-dir\n",
+              dir, pid[0] ? pid : "unknown");
     else
-      fprintf(stderr, "ctune-worker: --work-dir %s: cannot lock %s: %s\n", dir, path,
-              strerror(e));
+      fprintf(stderr, "ctune-worker: --work-dir %s: cannot lock %s: %s\n", dir, path, strerror(e));
     close(fd);
     return -1;
   }
-  if (fchmod(fd, 0600) != 0) { /* an older worker's 0644 lock: harmless */ }
+  if (fchmod(fd, 0600) != 0) { /* an older worker's 0644 lock: harmless */
+  }
   char me[32];
   int n = snprintf(me, sizeof me, "%d\n", (int)getpid());
   if (ftruncate(fd, 0) != 0 || pwrite(fd, me, (size_t)n, 0) != n)
-    fprintf(stderr, "ctune-worker: --work-dir %s: cannot write my pid into %s: %s\n", dir,
-            path, strerror(errno));
+    fprintf(stderr, "ctune-worker: --work-dir %s: cannot write my pid into %s: %s\n", dir, path,
+            strerror(errno));
   return fd;
 }
 
@@ -146,7 +147,7 @@ struct cpu_plan {
   int cand[CPUSET_MAX];
   int ncand;
   int want;
-  int exact;       /* --cpu-list: exactly the candidates */
+  int exact; /* --cpu-list: exactly the candidates */
   char why[4096];
 };
 
@@ -162,20 +163,24 @@ static int plan_cpus(const char *count_arg, const char *list_arg, struct cpu_pla
   memset(pl, 0, sizeof *pl);
   if (count_arg && list_arg) {
     fprintf(stderr, "ctune-worker: give --cpus N (a count) or --cpu-list LIST (CPU ids), "
-            "not both\n");
+                    "not both\n");
     return -EINVAL;
   }
   if (list_arg) {
     int n = cpuset_parse(list_arg, pl->cand, ALLOC_MAX_CPUS);
     if (n <= 0) {
-      fprintf(stderr, "ctune-worker: --cpu-list '%s': expected CPU ids like 0-3,6 (at most "
-              "%d)\n", list_arg, ALLOC_MAX_CPUS);
+      fprintf(stderr,
+              "ctune-worker: --cpu-list '%s': expected CPU ids like 0-3,6 (at most "
+              "%d)\n",
+              list_arg, ALLOC_MAX_CPUS);
       return -EINVAL;
     }
     for (int i = 0; i < n; i++)
       if (!CPU_ISSET(pl->cand[i], &set)) {
-        fprintf(stderr, "ctune-worker: --cpu-list: CPU %d is not in this process's affinity "
-                "mask (%s)\n", pl->cand[i], mask);
+        fprintf(stderr,
+                "ctune-worker: --cpu-list: CPU %d is not in this process's affinity "
+                "mask (%s)\n",
+                pl->cand[i], mask);
         return -EINVAL;
       }
     pl->ncand = pl->want = n;
@@ -188,15 +193,19 @@ static int plan_cpus(const char *count_arg, const char *list_arg, struct cpu_pla
   if (count_arg) {
     /* The old --cpus took a list too; say where that went. */
     if (strpbrk(count_arg, ",-")) {
-      fprintf(stderr, "ctune-worker: --cpus '%s': --cpus takes a count of CPUs (e.g. --cpus "
-              "2); for CPU ids use --cpu-list %s\n", count_arg, count_arg);
+      fprintf(stderr,
+              "ctune-worker: --cpus '%s': --cpus takes a count of CPUs (e.g. --cpus "
+              "2); for CPU ids use --cpu-list %s\n",
+              count_arg, count_arg);
       return -EINVAL;
     }
     long n;
     if (parse_long("--cpus", count_arg, 1, ALLOC_MAX_CPUS, &n) < 0) return -EINVAL;
     if (n > na) {
-      fprintf(stderr, "ctune-worker: --cpus %ld: only %d CPUs are allowed to this process "
-              "(affinity mask %s)\n", n, na, mask);
+      fprintf(stderr,
+              "ctune-worker: --cpus %ld: only %d CPUs are allowed to this process "
+              "(affinity mask %s)\n",
+              n, na, mask);
       return -EINVAL;
     }
     pl->want = (int)n;
@@ -209,8 +218,10 @@ static int plan_cpus(const char *count_arg, const char *list_arg, struct cpu_pla
   if (sysres_cpu_quota(NULL, &quota, where, sizeof where) == 1 &&
       sysres_quota_cpus(quota) < pl->want) {
     pl->want = sysres_quota_cpus(quota);
-    snprintf(pl->why, sizeof pl->why, "affinity mask %s (%d CPUs) capped by the CPU quota "
-             "%.2f of %s, rounded down", mask, na, quota, where);
+    snprintf(pl->why, sizeof pl->why,
+             "affinity mask %s (%d CPUs) capped by the CPU quota "
+             "%.2f of %s, rounded down",
+             mask, na, quota, where);
   } else {
     snprintf(pl->why, sizeof pl->why, "affinity mask %s%s", mask,
              quota > 0 ? " (the cgroup CPU quota is not lower)" : ", no cgroup CPU quota");
@@ -232,7 +243,8 @@ static int claim_cpus(const struct cpu_plan *pl, const char *name, int exclusive
       return -1;
     }
     log_warn("cannot claim CPUs in %s/cpu (%s): other ctune-workers on this machine cannot "
-             "see which CPUs this one uses", dir, strerror(-rc));
+             "see which CPUs this one uses",
+             dir, strerror(-rc));
     memset(claim, 0, sizeof *claim);
     for (int i = 0; i < pl->want; i++) claim->ids[claim->n++] = pl->cand[i];
   }
@@ -241,17 +253,19 @@ static int claim_cpus(const struct cpu_plan *pl, const char *name, int exclusive
   cpuset_format(claim->shared, claim->nshared, shared, sizeof shared);
   if (claim->nshared > 0) {
     if (exclusive) {
-      fprintf(stderr, "ctune-worker: --exclusive-cpus: CPU(s) %s already claimed by another "
-              "ctune-worker on this machine (%s); %s\n", shared, claim->holders,
+      fprintf(stderr,
+              "ctune-worker: --exclusive-cpus: CPU(s) %s already claimed by another "
+              "ctune-worker on this machine (%s); %s\n",
+              shared, claim->holders,
               pl->exact ? "choose other ids with --cpu-list"
                         : "no unclaimed CPU is left in this worker's affinity mask");
       sysres_release(claim);
       return -1;
     }
     log_warn("CPU(s) %s already claimed by another ctune-worker on this machine (%s): this "
-             "worker SHARES them, %s; give --exclusive-cpus to refuse instead", shared,
-             claim->holders, pl->exact ? "as --cpu-list asked"
-                                       : "no unclaimed CPU is left in its affinity mask");
+             "worker SHARES them, %s; give --exclusive-cpus to refuse instead",
+             shared, claim->holders,
+             pl->exact ? "as --cpu-list asked" : "no unclaimed CPU is left in its affinity mask");
   }
   if (rc == 0) log_info("cpu: claimed CPU(s) %s in %s/cpu", list, dir);
   memcpy(ids, claim->ids, (size_t)claim->n * sizeof *ids);
@@ -270,8 +284,8 @@ static long detect_memory_mb(char *why, size_t len) {
     snprintf(why, len, "the memory limit of %s (MemTotal %llu MiB)", where, total >> 20);
     return (long)(lim >> 20);
   }
-  snprintf(why, len, "MemTotal%s", lim ? " (the cgroup memory limit is not lower)"
-                                       : ", no cgroup memory limit");
+  snprintf(why, len, "MemTotal%s",
+           lim ? " (the cgroup memory limit is not lower)" : ", no cgroup memory limit");
   return (long)(total >> 20);
 }
 
@@ -326,7 +340,8 @@ static char *read_token(const char *file) {
   char line[4096], first[4096] = "", *found = NULL;
   while (fgets(line, sizeof line, f)) {
     size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = '\0';
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
+      line[--n] = '\0';
     if (!n) continue;
     if (!strncmp(line, "worker=", 7)) {
       found = strdup(line + 7);
@@ -337,8 +352,10 @@ static char *read_token(const char *file) {
   fclose(f);
   if (!found && first[0] && !strchr(first, '=')) found = strdup(first);
   if (!found)
-    fprintf(stderr, "ctune-worker: --token-file %s holds no token (a bare token or a "
-            "worker=TOKEN line)\n", file);
+    fprintf(stderr,
+            "ctune-worker: --token-file %s holds no token (a bare token or a "
+            "worker=TOKEN line)\n",
+            file);
   return found;
 }
 
@@ -347,7 +364,7 @@ static char *read_token(const char *file) {
  * misconfigured worker says so instead of failing every trial. */
 static int check_run_as_reach(const struct isolate *iso, const char *dir) {
   pid_t pid = fork();
-  if (pid < 0) return 0;  /* cannot check: the trials will say it */
+  if (pid < 0) return 0; /* cannot check: the trials will say it */
   if (pid == 0) {
     if (setgroups((size_t)iso->ngroups, iso->groups) != 0 || setgid(iso->gid) != 0 ||
         setuid(iso->uid) != 0)
@@ -355,7 +372,8 @@ static int check_run_as_reach(const struct isolate *iso, const char *dir) {
     _exit(access(dir, X_OK) == 0 ? 0 : 1);
   }
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
   return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
@@ -384,69 +402,153 @@ int main(int argc, char **argv) {
   o.outbox_stall_ms = 300000;
   o.memory_mb = -1; /* detected after the options unless --memory-mb */
 
-  enum { O_SERVER = 1, O_TOKEN, O_CPUS, O_GPUS, O_GPUMEM, O_MEM, O_WORK, O_NAME, O_TRAIN,
-         O_POLL, O_GRACE, O_QUEUE, O_STALL, O_KEEP, O_NOCG, O_VERSION, O_HELP,
-         O_RUNAS, O_TRAINABLES, O_ALLOWCMD, O_PASSENV, O_CAFILE, O_MPS, O_CPULIST, O_EXCLCPUS };
+  enum {
+    O_SERVER = 1,
+    O_TOKEN,
+    O_CPUS,
+    O_GPUS,
+    O_GPUMEM,
+    O_MEM,
+    O_WORK,
+    O_NAME,
+    O_TRAIN,
+    O_POLL,
+    O_GRACE,
+    O_QUEUE,
+    O_STALL,
+    O_KEEP,
+    O_NOCG,
+    O_VERSION,
+    O_HELP,
+    O_RUNAS,
+    O_TRAINABLES,
+    O_ALLOWCMD,
+    O_PASSENV,
+    O_CAFILE,
+    O_MPS,
+    O_CPULIST,
+    O_EXCLCPUS
+  };
   int use_mps = 0;
-  static const struct option longopts[] = {
-      {"server", required_argument, 0, O_SERVER}, {"token-file", required_argument, 0, O_TOKEN},
-      {"cpus", required_argument, 0, O_CPUS},     {"gpus", required_argument, 0, O_GPUS},
-      {"gpu-mem-mb", required_argument, 0, O_GPUMEM},
-      {"memory-mb", required_argument, 0, O_MEM}, {"work-dir", required_argument, 0, O_WORK},
-      {"name", required_argument, 0, O_NAME},     {"train-bin", required_argument, 0, O_TRAIN},
-      {"poll-ms", required_argument, 0, O_POLL},  {"stop-grace-s", required_argument, 0, O_GRACE},
-      {"max-queued", required_argument, 0, O_QUEUE},
-      {"outbox-stall-s", required_argument, 0, O_STALL}, {"no-cgroup", no_argument, 0, O_NOCG},
-      {"keep-trial-dirs", required_argument, 0, O_KEEP},
-      {"run-as", required_argument, 0, O_RUNAS},
-      {"trainables", required_argument, 0, O_TRAINABLES},
-      {"allow-command", required_argument, 0, O_ALLOWCMD},
-      {"pass-env", required_argument, 0, O_PASSENV},
-      {"ca-file", required_argument, 0, O_CAFILE},
-      {"mps", no_argument, 0, O_MPS},
-      {"cpu-list", required_argument, 0, O_CPULIST},
-      {"exclusive-cpus", no_argument, 0, O_EXCLCPUS},
-      {"version", no_argument, 0, O_VERSION},
-      {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"server", required_argument, 0, O_SERVER},
+                                           {"token-file", required_argument, 0, O_TOKEN},
+                                           {"cpus", required_argument, 0, O_CPUS},
+                                           {"gpus", required_argument, 0, O_GPUS},
+                                           {"gpu-mem-mb", required_argument, 0, O_GPUMEM},
+                                           {"memory-mb", required_argument, 0, O_MEM},
+                                           {"work-dir", required_argument, 0, O_WORK},
+                                           {"name", required_argument, 0, O_NAME},
+                                           {"train-bin", required_argument, 0, O_TRAIN},
+                                           {"poll-ms", required_argument, 0, O_POLL},
+                                           {"stop-grace-s", required_argument, 0, O_GRACE},
+                                           {"max-queued", required_argument, 0, O_QUEUE},
+                                           {"outbox-stall-s", required_argument, 0, O_STALL},
+                                           {"no-cgroup", no_argument, 0, O_NOCG},
+                                           {"keep-trial-dirs", required_argument, 0, O_KEEP},
+                                           {"run-as", required_argument, 0, O_RUNAS},
+                                           {"trainables", required_argument, 0, O_TRAINABLES},
+                                           {"allow-command", required_argument, 0, O_ALLOWCMD},
+                                           {"pass-env", required_argument, 0, O_PASSENV},
+                                           {"ca-file", required_argument, 0, O_CAFILE},
+                                           {"mps", no_argument, 0, O_MPS},
+                                           {"cpu-list", required_argument, 0, O_CPULIST},
+                                           {"exclusive-cpus", no_argument, 0, O_EXCLCPUS},
+                                           {"version", no_argument, 0, O_VERSION},
+                                           {"help", no_argument, 0, O_HELP},
+                                           {0, 0, 0, 0}};
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (c) {
-      case O_SERVER: o.server = optarg; break;
-      case O_TOKEN: token_file = optarg; break;
-      case O_CPUS: cpus_arg = optarg; break;
-      case O_CPULIST: cpu_list_arg = optarg; break;
-      case O_EXCLCPUS: exclusive_cpus = 1; break;
-      case O_GPUS: gpus_arg = optarg; break;
-      case O_GPUMEM: if (parse_long("--gpu-mem-mb", optarg, 1, 1L << 30, &gpu_mem)) return 2; break;
-      case O_MEM: if (parse_long("--memory-mb", optarg, 0, 1L << 40, &o.memory_mb)) return 2; break;
-      case O_WORK: o.work_dir = optarg; break;
-      case O_NAME: o.name = optarg; break;
-      case O_TRAIN: o.train_bin = optarg; break;
-      case O_POLL: if (parse_long("--poll-ms", optarg, 1, 600000, &v)) return 2; o.poll_ms = (unsigned)v; break;
-      case O_GRACE: if (parse_long("--stop-grace-s", optarg, 0, 3600, &v)) return 2; o.stop_grace_ms = (unsigned)v * 1000; break;
-      case O_QUEUE: if (parse_long("--max-queued", optarg, 1, 100000000, &v)) return 2; o.max_queued = (size_t)v; break;
-      case O_STALL: if (parse_long("--outbox-stall-s", optarg, 0, 86400, &v)) return 2; o.outbox_stall_ms = (unsigned)v * 1000; break;
-      case O_KEEP: if (parse_long("--keep-trial-dirs", optarg, 0, 1000000, &v)) return 2; o.keep_trial_dirs = (int)v; break;
-      case O_NOCG: use_cgroup = 0; break;
-      case O_RUNAS: run_as = optarg; break;
-      case O_TRAINABLES: trainables_arg = optarg; break;
-      case O_ALLOWCMD: allow_arg = optarg; break;
-      case O_PASSENV: pass_arg = optarg; break;
-      case O_CAFILE:
-        /* Checked now: curl would only say so on every request. */
-        if (access(optarg, R_OK) != 0) {
-          fprintf(stderr, "ctune-worker: --ca-file %s: %s\n", optarg, strerror(errno));
-          return 2;
-        }
-        http_set_ca_file(optarg);
-        break;
-      case O_VERSION: puts("ctune-worker 0.1.0"); return 0;
-      case O_MPS: use_mps = 1; break;
-      case O_HELP: fputs(usage, stdout); return 0;
-      default:
-        fprintf(stderr, "ctune-worker: unknown or incomplete option '%s'\n%s", argv[optind - 1], usage);
+    case O_SERVER:
+      o.server = optarg;
+      break;
+    case O_TOKEN:
+      token_file = optarg;
+      break;
+    case O_CPUS:
+      cpus_arg = optarg;
+      break;
+    case O_CPULIST:
+      cpu_list_arg = optarg;
+      break;
+    case O_EXCLCPUS:
+      exclusive_cpus = 1;
+      break;
+    case O_GPUS:
+      gpus_arg = optarg;
+      break;
+    case O_GPUMEM:
+      if (parse_long("--gpu-mem-mb", optarg, 1, 1L << 30, &gpu_mem)) return 2;
+      break;
+    case O_MEM:
+      if (parse_long("--memory-mb", optarg, 0, 1L << 40, &o.memory_mb)) return 2;
+      break;
+    case O_WORK:
+      o.work_dir = optarg;
+      break;
+    case O_NAME:
+      o.name = optarg;
+      break;
+    case O_TRAIN:
+      o.train_bin = optarg;
+      break;
+    case O_POLL:
+      if (parse_long("--poll-ms", optarg, 1, 600000, &v)) return 2;
+      o.poll_ms = (unsigned)v;
+      break;
+    case O_GRACE:
+      if (parse_long("--stop-grace-s", optarg, 0, 3600, &v)) return 2;
+      o.stop_grace_ms = (unsigned)v * 1000;
+      break;
+    case O_QUEUE:
+      if (parse_long("--max-queued", optarg, 1, 100000000, &v)) return 2;
+      o.max_queued = (size_t)v;
+      break;
+    case O_STALL:
+      if (parse_long("--outbox-stall-s", optarg, 0, 86400, &v)) return 2;
+      o.outbox_stall_ms = (unsigned)v * 1000;
+      break;
+    case O_KEEP:
+      if (parse_long("--keep-trial-dirs", optarg, 0, 1000000, &v)) return 2;
+      o.keep_trial_dirs = (int)v;
+      break;
+    case O_NOCG:
+      use_cgroup = 0;
+      break;
+    case O_RUNAS:
+      run_as = optarg;
+      break;
+    case O_TRAINABLES:
+      trainables_arg = optarg;
+      break;
+    case O_ALLOWCMD:
+      allow_arg = optarg;
+      break;
+    case O_PASSENV:
+      pass_arg = optarg;
+      break;
+    case O_CAFILE:
+      /* Checked now: curl would only say so on every request. */
+      if (access(optarg, R_OK) != 0) {
+        fprintf(stderr, "ctune-worker: --ca-file %s: %s\n", optarg, strerror(errno));
         return 2;
+      }
+      http_set_ca_file(optarg);
+      break;
+    case O_VERSION:
+      puts("ctune-worker 0.1.0");
+      return 0;
+    case O_MPS:
+      use_mps = 1;
+      break;
+    case O_HELP:
+      fputs(usage, stdout);
+      return 0;
+    default:
+      fprintf(stderr, "ctune-worker: unknown or incomplete option '%s'\n%s", argv[optind - 1],
+              usage);
+      return 2;
     }
   }
   if (optind < argc) {
@@ -465,22 +567,29 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (allow_arg && !(iso.trainables & ISOLATE_COMMAND)) {
-    fprintf(stderr, "ctune-worker: --allow-command lists programs for command trainables, "
-            "which --trainables %s refuses\n", trainables_arg);
+    fprintf(stderr,
+            "ctune-worker: --allow-command lists programs for command trainables, "
+            "which --trainables %s refuses\n",
+            trainables_arg);
     return 2;
   }
   const char *bad = NULL;
-  if (allow_arg && isolate_parse_allow(&iso, allow_arg, ierr, sizeof ierr) < 0) bad = "--allow-command";
-  else if (pass_arg && isolate_parse_pass_env(&iso, pass_arg, ierr, sizeof ierr) < 0) bad = "--pass-env";
-  else if (run_as && isolate_set_user(&iso, run_as, ierr, sizeof ierr) < 0) bad = "--run-as";
+  if (allow_arg && isolate_parse_allow(&iso, allow_arg, ierr, sizeof ierr) < 0)
+    bad = "--allow-command";
+  else if (pass_arg && isolate_parse_pass_env(&iso, pass_arg, ierr, sizeof ierr) < 0)
+    bad = "--pass-env";
+  else if (run_as && isolate_set_user(&iso, run_as, ierr, sizeof ierr) < 0)
+    bad = "--run-as";
   if (bad) {
     fprintf(stderr, "ctune-worker: %s: %s\n", bad, ierr);
     isolate_free(&iso);
     return 2;
   }
   if (iso.run_as && geteuid() != 0) {
-    fprintf(stderr, "ctune-worker: --run-as %s needs a worker started as root (it drops "
-            "each trial to that user); this one runs as uid %d\n", run_as, (int)geteuid());
+    fprintf(stderr,
+            "ctune-worker: --run-as %s needs a worker started as root (it drops "
+            "each trial to that user); this one runs as uid %d\n",
+            run_as, (int)geteuid());
     isolate_free(&iso);
     return 2;
   }
@@ -574,9 +683,11 @@ int main(int argc, char **argv) {
     if (stat(o.work_dir, &wst) == 0 && (wst.st_mode & 0001) == 0)
       chmod(o.work_dir, (wst.st_mode & 07777) | 0711);
     if (check_run_as_reach(&iso, o.work_dir) != 0) {
-      fprintf(stderr, "ctune-worker: --run-as %s: that user cannot reach the work dir %s "
+      fprintf(stderr,
+              "ctune-worker: --run-as %s: that user cannot reach the work dir %s "
               "(a parent directory is not searchable by it): choose a --work-dir it can "
-              "reach, e.g. under /var/lib or /tmp\n", iso.user, o.work_dir);
+              "reach, e.g. under /var/lib or /tmp\n",
+              iso.user, o.work_dir);
       free(token);
       isolate_free(&iso);
       close(lock_fd);
@@ -599,11 +710,13 @@ int main(int argc, char **argv) {
   char why[512] = "disabled by --no-cgroup";
   if (use_cgroup && cgroup_setup(&cg, "/sys/fs/cgroup", NULL, why, sizeof why) == 0)
     log_info("limits: cpu pinned per trial (sched_setaffinity); cpu.max and memory.max in "
-             "cgroup %s/trial-<id>", cg.base);
+             "cgroup %s/trial-<id>",
+             cg.base);
   else
     log_info("limits: cpu pinned per trial (sched_setaffinity), memory_mb as RLIMIT_AS "
              "(address space) for CPU trials; NOT enforced: fractional cpu quotas and "
-             "resident memory, because %s", why);
+             "resident memory, because %s",
+             why);
   /* Trial groups a killed predecessor on this work dir left behind: their
    * processes are killed and the groups removed (the records say which are
    * ours, whatever other workers share the same parent group). */
@@ -631,8 +744,8 @@ int main(int argc, char **argv) {
   uv_unref((uv_handle_t *)&sterm);
   uv_unref((uv_handle_t *)&sint);
   signal(SIGPIPE, SIG_IGN);
-  log_info("ctune-worker %s: server %s, %d cpu(s), %d gpu(s), memory_mb %ld, work dir %s",
-           o.name, o.server, o.ncpus, o.ngpus, o.memory_mb, o.work_dir);
+  log_info("ctune-worker %s: server %s, %d cpu(s), %d gpu(s), memory_mb %ld, work dir %s", o.name,
+           o.server, o.ncpus, o.ngpus, o.memory_mb, o.work_dir);
   worker_start(w);
   uv_run(loop, UV_RUN_DEFAULT);
   g_worker = NULL;

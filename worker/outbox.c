@@ -34,7 +34,8 @@ static size_t outbox_utf8_seq(const unsigned char *s, size_t len) {
   if (c < 0x80) return 1;
   size_t n;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
   else if (c >= 0xE0 && c <= 0xEF) {
     n = 3;
     if (c == 0xE0) lo = 0xA0;
@@ -108,8 +109,10 @@ static struct outbox_lane *outbox_lane_get(struct outbox *ob, int trial_id) {
 
 static void outbox_link(struct outbox *ob, struct outbox_lane *l, struct outbox_item *it) {
   it->next = NULL;
-  if (l->tail) l->tail->next = it;
-  else l->head = it;
+  if (l->tail)
+    l->tail->next = it;
+  else
+    l->head = it;
   l->tail = it;
   l->n++;
   ob->n++;
@@ -119,8 +122,8 @@ static void outbox_link(struct outbox *ob, struct outbox_lane *l, struct outbox_
   }
 }
 
-static int outbox_file(const struct outbox *ob, uint64_t seq, const char *suffix,
-                       char *buf, size_t len) {
+static int outbox_file(const struct outbox *ob, uint64_t seq, const char *suffix, char *buf,
+                       size_t len) {
   int w = snprintf(buf, len, "%s/%016" PRIu64 ".json%s", ob->dir, seq, suffix);
   return (w < 0 || (size_t)w >= len) ? -ENAMETOOLONG : 0;
 }
@@ -143,15 +146,15 @@ static int outbox_write(const struct outbox *ob, const struct outbox_item *it) {
       !cJSON_AddNumberToObject(o, "worker_id", it->lease.worker_id) ||
       !cJSON_AddNumberToObject(o, "attempt", (double)it->lease.attempt) ||
       !cJSON_AddStringToObject(o, "path", it->path) ||
-      !cJSON_AddStringToObject(o, "body", it->body) ||
-      !(text = cJSON_PrintUnformatted(o))) {
+      !cJSON_AddStringToObject(o, "body", it->body) || !(text = cJSON_PrintUnformatted(o))) {
     cJSON_Delete(o);
     return -ENOMEM;
   }
   cJSON_Delete(o);
   rc = 0;
   FILE *f = fopen(tmp, "w");
-  if (!f) rc = -errno;
+  if (!f)
+    rc = -errno;
   else {
     if (fputs(text, f) < 0) rc = -errno ? -errno : -EIO;
     if (fclose(f) != 0 && rc == 0) rc = -errno;
@@ -187,8 +190,8 @@ static struct outbox_item *outbox_read(const char *file, uint64_t seq) {
   const cJSON *body = cJSON_GetObjectItemCaseSensitive(o, "body");
   const cJSON *wid = cJSON_GetObjectItemCaseSensitive(o, "worker_id");
   const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
-  if (cJSON_IsNumber(tid) && cJSON_IsString(kind) && cJSON_IsString(path) &&
-      cJSON_IsString(body) && (it = calloc(1, sizeof *it))) {
+  if (cJSON_IsNumber(tid) && cJSON_IsString(kind) && cJSON_IsString(path) && cJSON_IsString(body) &&
+      (it = calloc(1, sizeof *it))) {
     it->seq = seq;
     it->trial_id = tid->valueint;
     it->kind = strcmp(kind->valuestring, "result") ? OUTBOX_END : OUTBOX_RESULT;
@@ -226,7 +229,7 @@ static int outbox_load(struct outbox *ob) {
     char rest[16];
     if (sscanf(e->d_name, "%" SCNu64 "%15s", &seq, rest) != 2) continue;
     if (strcmp(rest, ".json")) {
-      if (!strcmp(rest, ".json.tmp")) {  /* a write cut short: never acked */
+      if (!strcmp(rest, ".json.tmp")) { /* a write cut short: never acked */
         char p[4096];
         if (outbox_file(ob, seq, ".tmp", p, sizeof p) == 0) unlink(p);
       }
@@ -235,7 +238,10 @@ static int outbox_load(struct outbox *ob) {
     if (n == cap) {
       cap = cap ? cap * 2 : 64;
       uint64_t *s = realloc(seqs, cap * sizeof *s);
-      if (!s) { rc = -ENOMEM; goto done; }
+      if (!s) {
+        rc = -ENOMEM;
+        goto done;
+      }
       seqs = s;
     }
     seqs[n++] = seq;
@@ -297,8 +303,7 @@ void outbox_close(struct outbox *ob) {
 int outbox_has_room(const struct outbox *ob) { return ob->n_results < ob->max_results; }
 
 int outbox_push(struct outbox *ob, enum outbox_kind kind, int trial_id,
-                const struct outbox_lease *lease, const char *path, const char *body,
-                int flags) {
+                const struct outbox_lease *lease, const char *path, const char *body, int flags) {
   if (kind == OUTBOX_RESULT && ob->n_results >= ob->max_results && !(flags & OUTBOX_F_FORCE))
     return -ENOSPC;
   if (kind == OUTBOX_END && ob->n - ob->n_results >= OUTBOX_END_RESERVE) return -ENOSPC;
@@ -322,8 +327,8 @@ int outbox_push(struct outbox *ob, enum outbox_kind kind, int trial_id,
       outbox_gc(ob);
       return rc;
     }
-    log_warn("outbox: cannot write a message for trial %d (%s): kept in memory only",
-             trial_id, strerror(-rc));
+    log_warn("outbox: cannot write a message for trial %d (%s): kept in memory only", trial_id,
+             strerror(-rc));
     rc = 1;
   }
   ob->next_seq++;
@@ -416,8 +421,7 @@ size_t outbox_lane_results(const struct outbox_lane *l, const struct outbox_leas
   return n;
 }
 
-char *outbox_batch(const struct outbox_lane *l, size_t max_items, size_t max_bytes,
-                   size_t *n) {
+char *outbox_batch(const struct outbox_lane *l, size_t max_items, size_t max_bytes, size_t *n) {
   const struct outbox_item *h = l->head;
   *n = 0;
   if (!h) return NULL;

@@ -30,9 +30,9 @@ struct outbox_item {
   enum outbox_kind kind;
   int trial_id;
   struct outbox_lease lease;
-  char *path;   /* "/api/v1/trials/3/results"; always POST */
-  char *body;   /* JSON, valid UTF-8 */
-  struct outbox_item *next;  /* in its lane */
+  char *path;               /* "/api/v1/trials/3/results"; always POST */
+  char *body;               /* JSON, valid UTF-8 */
+  struct outbox_item *next; /* in its lane */
 };
 
 struct outbox_lane {
@@ -49,8 +49,8 @@ struct outbox_lane {
 };
 
 struct outbox {
-  char *dir;            /* NULL: memory only */
-  size_t max_results;   /* results beyond this are refused (-ENOSPC) */
+  char *dir;          /* NULL: memory only */
+  size_t max_results; /* results beyond this are refused (-ENOSPC) */
   size_t n_results, n;
   struct outbox_lane *lanes;
   uint64_t next_seq;
@@ -74,8 +74,7 @@ void outbox_close(struct outbox *ob);
  * as negative errno. OUTBOX_F_MEM is for what must not wait (a trial's end,
  * its last results): a worker crash then loses it, a full disk does not. */
 int outbox_push(struct outbox *ob, enum outbox_kind kind, int trial_id,
-                const struct outbox_lease *lease, const char *path, const char *body,
-                int flags);
+                const struct outbox_lease *lease, const char *path, const char *body, int flags);
 struct outbox_lane *outbox_lane(struct outbox *ob, int trial_id);
 /* Removes the first n items of the lane (delivered, or refused for good)
  * from memory and disk and resets the lane's backoff. */
@@ -95,8 +94,7 @@ size_t outbox_lane_results(const struct outbox_lane *lane, const struct outbox_l
  * consecutive results of the same lease joined as a JSON array (at most
  * max_bytes, but always at least the head; a single result is sent as its
  * own object). *n gets the number of items. malloc'ed; NULL on OOM. */
-char *outbox_batch(const struct outbox_lane *lane, size_t max_items, size_t max_bytes,
-                   size_t *n);
+char *outbox_batch(const struct outbox_lane *lane, size_t max_items, size_t max_bytes, size_t *n);
 /* Delay after `attempts` consecutive failures: 100 ms doubling to 10 s. */
 uint64_t outbox_backoff_ms(int attempts);
 int outbox_has_room(const struct outbox *ob);

@@ -108,7 +108,7 @@ static void proc_maybe_report(struct proc *p) {
 static void proc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)h;
   (void)suggested;
-  static char chunk[65536];  /* consumed synchronously in proc_on_read */
+  static char chunk[65536]; /* consumed synchronously in proc_on_read */
   *buf = uv_buf_init(chunk, sizeof chunk);
 }
 
@@ -123,8 +123,10 @@ static void proc_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   /* EOF or error (EIO from a pty master: every slave fd is closed): this
    * stream is done. */
   uv_read_stop(s);
-  if (is_err) p->err_open = 0;
-  else p->out_open = 0;
+  if (is_err)
+    p->err_open = 0;
+  else
+    p->out_open = 0;
   proc_maybe_report(p);
 }
 
@@ -142,7 +144,7 @@ int proc_drain_stdout(struct proc *p) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EIO && p->out_pty) break;  /* its end: libuv sees it too */
+    if (n < 0 && errno == EIO && p->out_pty) break; /* its end: libuv sees it too */
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
     break;
   }
@@ -151,8 +153,14 @@ int proc_drain_stdout(struct proc *p) {
 
 static void proc_eof_timeout(uv_timer_t *t) {
   struct proc *p = t->data;
-  if (p->out_open) { uv_read_stop((uv_stream_t *)&p->out); p->out_open = 0; }
-  if (p->err_open) { uv_read_stop((uv_stream_t *)&p->err); p->err_open = 0; }
+  if (p->out_open) {
+    uv_read_stop((uv_stream_t *)&p->out);
+    p->out_open = 0;
+  }
+  if (p->err_open) {
+    uv_read_stop((uv_stream_t *)&p->err);
+    p->err_open = 0;
+  }
   proc_maybe_report(p);
 }
 
@@ -169,9 +177,9 @@ static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
   proc_maybe_report(p);
 }
 
-int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
-               char *const *argv, char *const *env, const char *cwd,
-               const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg) {
+int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *const *argv,
+               char *const *env, const char *cwd, const struct proc_limits *lim,
+               const struct proc_cbs *cbs, void *arg) {
   memset(p, 0, sizeof *p);
   p->loop = loop;
   p->cbs = *cbs;
@@ -191,13 +199,19 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   size_t k = 0;
   args[k++] = self_exe;
   args[k++] = EXECWRAP_FLAG;
-  if (lim && lim->cpus && *lim->cpus) { args[k++] = "--cpus"; args[k++] = lim->cpus; }
+  if (lim && lim->cpus && *lim->cpus) {
+    args[k++] = "--cpus";
+    args[k++] = lim->cpus;
+  }
   if (lim && lim->rlimit_as_mb > 0) {
     snprintf(rl, sizeof rl, "%ld", lim->rlimit_as_mb);
     args[k++] = "--rlimit-as-mb";
     args[k++] = rl;
   }
-  if (lim && lim->cgroup) { args[k++] = "--cgroup"; args[k++] = lim->cgroup; }
+  if (lim && lim->cgroup) {
+    args[k++] = "--cgroup";
+    args[k++] = lim->cgroup;
+  }
   snprintf(parent, sizeof parent, "%d", (int)getpid());
   args[k++] = "--parent";
   args[k++] = parent;
@@ -229,7 +243,8 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
     int prc = proc_open_pty(&pty_m, &pty_s);
     if (prc < 0)
       log_warn("cannot open a pseudo-terminal for a trial's stdout (%s): a pipe instead, so "
-               "a program that does not flush delivers its results late", strerror(-prc));
+               "a program that does not flush delivers its results late",
+               strerror(-prc));
   }
 
   uv_pipe_init(loop, &p->out, 0);
@@ -278,7 +293,7 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
   int rc = uv_spawn(loop, &p->process, &opt);
   free(args);
   close(report[1]);
-  if (pty_s >= 0) close(pty_s);  /* the child's now: EIO follows its last close */
+  if (pty_s >= 0) close(pty_s); /* the child's now: EIO follows its last close */
   if (rc < 0) {
     close(report[0]);
     /* libuv wants the process handle closed even after a failed spawn. */
@@ -319,7 +334,7 @@ void proc_stop(struct proc *p, unsigned grace_ms) {
   if (!p->running || (p->stopping && grace_ms > 0)) return;
   p->stopping = 1;
   kill(-p->pid, SIGTERM);
-  kill(-p->pid, SIGCONT);  /* a trial paused for a full outbox must see it */
+  kill(-p->pid, SIGCONT); /* a trial paused for a full outbox must see it */
   uv_timer_stop(&p->timer);
   uv_timer_start(&p->timer, proc_kill_timeout, grace_ms, 0);
 }

@@ -21,28 +21,28 @@ struct proc_cbs {
 };
 
 struct proc_limits {
-  const char *cpus;    /* "0,1"; NULL or "" = no pinning */
-  long rlimit_as_mb;   /* 0 = none */
-  const char *cgroup;  /* cgroup v2 dir to join; NULL = none */
-  int stdout_pty;      /* stdout is a pty in raw mode (else a pipe): C stdio
-                          and other runtimes line-buffer a terminal, so
-                          results arrive as they are printed */
+  const char *cpus;   /* "0,1"; NULL or "" = no pinning */
+  long rlimit_as_mb;  /* 0 = none */
+  const char *cgroup; /* cgroup v2 dir to join; NULL = none */
+  int stdout_pty;     /* stdout is a pty in raw mode (else a pipe): C stdio
+                         and other runtimes line-buffer a terminal, so
+                         results arrive as they are printed */
 };
 
 struct proc {
   uv_loop_t *loop;
   uv_process_t process;
   uv_pipe_t out, err;
-  uv_timer_t timer;     /* SIGKILL after grace; then EOF wait after exit */
-  int pid;              /* the trial's first process = its process group */
-  int super_pid;        /* its supervisor, the worker's child */
+  uv_timer_t timer; /* SIGKILL after grace; then EOF wait after exit */
+  int pid;          /* the trial's first process = its process group */
+  int super_pid;    /* its supervisor, the worker's child */
   int running;
   int out_open, err_open;
-  int out_pty;          /* out reads a pty master: EIO is its end of file */
+  int out_pty; /* out reads a pty master: EIO is its end of file */
   int exited, exit_code, term_signal;
   int exit_reported;
-  int stopping;         /* SIGTERM sent, SIGKILL timer armed */
-  int handles;          /* open libuv handles, for on_closed */
+  int stopping; /* SIGTERM sent, SIGKILL timer armed */
+  int handles;  /* open libuv handles, for on_closed */
   int closing;
   struct proc_cbs cbs;
   void *arg;
@@ -56,9 +56,9 @@ struct proc {
 int proc_drain_stdout(struct proc *p);
 
 /* argv/env/cwd of the trial itself; self_exe is ctune-worker's own path. */
-int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe,
-               char *const *argv, char *const *env, const char *cwd,
-               const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg);
+int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *const *argv,
+               char *const *env, const char *cwd, const struct proc_limits *lim,
+               const struct proc_cbs *cbs, void *arg);
 /* SIGTERM to the group now, SIGKILL to the group after grace_ms. */
 void proc_stop(struct proc *p, unsigned grace_ms);
 /* Closes the handles (after on_exit, or to abandon a process: it is then

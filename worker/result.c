@@ -37,13 +37,15 @@ char *result_fix_nonfinite(const char *line, size_t len, size_t *out_len) {
   if (!out) return NULL;
   size_t o = 0;
   int in_str = 0;
-  char prev = '\0';  /* last non-blank byte outside strings */
+  char prev = '\0'; /* last non-blank byte outside strings */
   for (size_t i = 0; i < len; i++) {
     char c = line[i];
     if (in_str) {
       out[o++] = c;
-      if (c == '\\' && i + 1 < len) out[o++] = line[++i];
-      else if (c == '"') in_str = 0;
+      if (c == '\\' && i + 1 < len)
+        out[o++] = line[++i];
+      else if (c == '"')
+        in_str = 0;
       continue;
     }
     if (c == '"') {
@@ -71,13 +73,12 @@ char *result_fix_nonfinite(const char *line, size_t len, size_t *out_len) {
   return out;
 }
 
-int result_parse_line(const char *line, size_t len, const char *time_attr,
-                      cJSON **out, double *t) {
+int result_parse_line(const char *line, size_t len, const char *time_attr, cJSON **out, double *t) {
   return result_parse_line_opt(line, len, time_attr, 0, out, t);
 }
 
-int result_parse_line_opt(const char *line, size_t len, const char *time_attr,
-                          int allow_missing, cJSON **out, double *t) {
+int result_parse_line_opt(const char *line, size_t len, const char *time_attr, int allow_missing,
+                          cJSON **out, double *t) {
   *out = NULL;
   /* Cheap reject before parsing: log lines rarely start with '{'. */
   size_t i = 0;
@@ -96,22 +97,34 @@ int result_parse_line_opt(const char *line, size_t len, const char *time_attr,
     if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\0') goto done;
   if (!cJSON_IsObject(obj)) goto done;
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(obj, time_attr);
-  if (!tv && !allow_missing) { rc = 0; goto done; }  /* some other JSON it prints */
+  if (!tv && !allow_missing) {
+    rc = 0;
+    goto done;
+  } /* some other JSON it prints */
   if (!tv) {
     /* Ray's habit: {"loss": 0.5} is a result, numbered by the worker. JSON
      * without a single number (a structured log line) is still log output. */
     const cJSON *c;
     int numbers = 0;
     cJSON_ArrayForEach(c, obj) numbers += cJSON_IsNumber(c) || cJSON_IsNull(c);
-    if (!cJSON_IsObject(obj) || !numbers) { rc = 0; goto done; }
+    if (!cJSON_IsObject(obj) || !numbers) {
+      rc = 0;
+      goto done;
+    }
   }
   /* A NUL in a string or a key given twice: the server refuses it (400). */
   int strict = jsonstrict_check(fixed, fl, NULL);
-  if (strict) { if (strict != -EINVAL) rc = strict; goto done; }
+  if (strict) {
+    if (strict != -EINVAL) rc = strict;
+    goto done;
+  }
   /* The time attribute present but not a finite number: a broken result. */
   if (tv && (!cJSON_IsNumber(tv) || !isfinite(tv->valuedouble))) goto done;
   cJSON *flat = cJSON_CreateObject();
-  if (!flat) { rc = -ENOMEM; goto done; }
+  if (!flat) {
+    rc = -ENOMEM;
+    goto done;
+  }
   const cJSON *m;
   cJSON_ArrayForEach(m, obj) {
     if ((!cJSON_IsNumber(m) && !cJSON_IsNull(m)) || !m->string) continue;
@@ -150,8 +163,8 @@ int result_fill(cJSON *flat, const char *time_attr, struct result_clock *c, doub
   if (cJSON_IsNumber(it) && isfinite(it->valuedouble)) c->prev_iter = it->valuedouble;
   double since = c->nresults ? c->prev_mono : c->started_mono;
   if (!rc) rc = result_add_missing(flat, "time_this_iter_s", now_mono - since);
-  if (!rc) rc = result_add_missing(flat, "time_total_s",
-                                   c->start_total + (now_mono - c->started_mono));
+  if (!rc)
+    rc = result_add_missing(flat, "time_total_s", c->start_total + (now_mono - c->started_mono));
   if (!rc) rc = result_add_missing(flat, "timestamp", floor(now_wall));
   if (rc) return rc;
   c->prev_mono = now_mono;

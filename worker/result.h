@@ -20,23 +20,23 @@
  * printer that round-trips doubles forwards them bit for bit), with *t set
  * to the time value; 0 when the line is plain log output (or a JSON object
  * without the time attribute); RESULT_MALFORMED; -ENOMEM. */
-int result_parse_line(const char *line, size_t len, const char *time_attr,
-                      cJSON **out, double *t);
+int result_parse_line(const char *line, size_t len, const char *time_attr, cJSON **out, double *t);
 
 /* As result_parse_line; with allow_missing, a JSON object holding at least
  * one number but no time attribute is a result too, with *t = NAN: the
  * caller numbers it (result_fill). Used when the time attribute is
  * training_iteration (Ray's habit: results are numbered for the script). */
-int result_parse_line_opt(const char *line, size_t len, const char *time_attr,
-                          int allow_missing, cJSON **out, double *t);
+int result_parse_line_opt(const char *line, size_t len, const char *time_attr, int allow_missing,
+                          cJSON **out, double *t);
 
 /* One attempt's clock and numbering
- * (docs/protocol.md#results-the-worker-fills-in). Set start_iter, start_total and started_mono when the trial starts. */
+ * (docs/protocol.md#results-the-worker-fills-in). Set start_iter, start_total and started_mono when
+ * the trial starts. */
 struct result_clock {
-  double start_total;   /* CTUNE_START_TIME_TOTAL_S */
-  double started_mono;  /* monotonic seconds when the trial started */
-  double prev_mono;     /* monotonic seconds of the previous result */
-  double prev_iter;     /* the previous training_iteration (CTUNE_START_ITERATION first) */
+  double start_total;  /* CTUNE_START_TIME_TOTAL_S */
+  double started_mono; /* monotonic seconds when the trial started */
+  double prev_mono;    /* monotonic seconds of the previous result */
+  double prev_iter;    /* the previous training_iteration (CTUNE_START_ITERATION first) */
   long nresults;
 };
 

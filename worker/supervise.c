@@ -42,7 +42,10 @@ static int supervise_parse_ids(const char *text, pid_t *pids, int n, int cap) {
   while (*p && n < cap) {
     char *end;
     long v = strtol(p, &end, 10);
-    if (end == p) { p++; continue; }
+    if (end == p) {
+      p++;
+      continue;
+    }
     if (v > 0) pids[n++] = (pid_t)v;
     p = end;
   }
@@ -142,8 +145,8 @@ static void supervise_reap(pid_t watch, int *watch_status, int *watch_reaped) {
     }
 }
 
-int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch,
-                        int *watch_status, int *watch_reaped) {
+int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch, int *watch_status,
+                        int *watch_reaped) {
   pid_t *kids = malloc(SUPERVISE_MAX_CHILDREN * sizeof *kids);
   long deadline = supervise_now_ms() + timeout_ms;
   int rc = -ETIMEDOUT;
@@ -178,8 +181,8 @@ static void supervise_child_fail(const char *what, const char *detail) {
   /* One JSON line like the trainer's, so the worker's failure report and the
    * trial log both say exactly what went wrong. */
   fprintf(stderr,
-          "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: %s%s%s\"}}\n",
-          what, detail ? ": " : "", detail ? detail : "");
+          "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: %s%s%s\"}}\n", what,
+          detail ? ": " : "", detail ? detail : "");
   fflush(stderr);
   _exit(127);
 }
@@ -200,8 +203,7 @@ static void supervise_drop_user(const struct supervise_opts *o, pid_t supervisor
   if (getppid() != supervisor) _exit(127);
 }
 
-static void supervise_child(const struct supervise_opts *o, char **argv,
-                            const sigset_t *oldmask) {
+static void supervise_child(const struct supervise_opts *o, char **argv, const sigset_t *oldmask) {
   pid_t supervisor = getppid();
   setpgid(0, 0);
   /* The trial dies with its supervisor, whatever kills that. */
@@ -212,7 +214,8 @@ static void supervise_child(const struct supervise_opts *o, char **argv,
     snprintf(path, sizeof path, "%s/cgroup.procs", o->cgroup);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (fd < 0 || write(fd, pid, (size_t)n) != n) supervise_child_fail("cannot join cgroup", o->cgroup);
+    if (fd < 0 || write(fd, pid, (size_t)n) != n)
+      supervise_child_fail("cannot join cgroup", o->cgroup);
     close(fd);
   }
   if (o->cpus && *o->cpus) {
@@ -270,7 +273,8 @@ int supervise_run(const struct supervise_opts *o, char **argv) {
   if (o->report_fd >= 0) {
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%d\n", (int)t);
-    if (write(o->report_fd, buf, (size_t)n) != n) { /* the worker falls back to our pid */ }
+    if (write(o->report_fd, buf, (size_t)n) != n) { /* the worker falls back to our pid */
+    }
     close(o->report_fd);
   }
   int status = 0, done = 0;

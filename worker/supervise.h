@@ -38,8 +38,8 @@ int supervise_kill_cgroup(const char *cg, int check_fs);
  * timeout_ms passed. When the process `watch` is reaped on the way, its wait
  * status goes to *watch_status and *watch_reaped is set. Returns 0 once no
  * child is left, -ETIMEDOUT otherwise. */
-int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch,
-                        int *watch_status, int *watch_reaped);
+int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch, int *watch_status,
+                        int *watch_reaped);
 
 struct supervise_opts {
   pid_t parent;       /* the worker; 0 = do not watch for its death */

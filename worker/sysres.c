@@ -22,8 +22,8 @@ static const char *fs_path(const struct sysres_fs *fs, int which) {
 static void unescape(char *s) {
   char *o = s;
   for (char *p = s; *p; p++) {
-    if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' &&
-        p[3] >= '0' && p[3] <= '7') {
+    if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' &&
+        p[3] <= '7') {
       *o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
       p += 3;
     } else {
@@ -60,8 +60,10 @@ static int self_path(const struct sysres_fs *fs, const char *ctl, char *out, siz
     *c1 = *c2 = '\0';
     int match = ctl ? has_word(c1 + 1, ctl) : (!strcmp(line, "0") && c1[1] == '\0');
     if (!match) continue;
-    if ((size_t)snprintf(out, len, "%s", c2 + 1) >= len) rc = -ENAMETOOLONG;
-    else rc = 0;
+    if ((size_t)snprintf(out, len, "%s", c2 + 1) >= len)
+      rc = -ENAMETOOLONG;
+    else
+      rc = 0;
     break;
   }
   fclose(f);
@@ -92,8 +94,7 @@ static int find_mount(const struct sysres_fs *fs, const char *ctl, char *mnt, si
     if (nf < 5) continue;
     unescape(field[3]);
     unescape(field[4]);
-    if ((size_t)snprintf(mnt, mlen, "%s%s", fs && fs->prefix ? fs->prefix : "", field[4]) >=
-            mlen ||
+    if ((size_t)snprintf(mnt, mlen, "%s%s", fs && fs->prefix ? fs->prefix : "", field[4]) >= mlen ||
         (size_t)snprintf(root, rlen, "%s", field[3]) >= rlen)
       rc = -ENAMETOOLONG;
     else
@@ -120,8 +121,7 @@ static int cgroup_dir(const struct sysres_fs *fs, const char *ctl, char *dir, si
   if (!strcmp(rel, "/")) rel = "";
   if ((size_t)snprintf(dir, dlen, "%s%s", mnt, rel) >= dlen) return -ENAMETOOLONG;
   struct stat st;
-  if (stat(dir, &st) != 0 && (size_t)snprintf(dir, dlen, "%s", mnt) >= dlen)
-    return -ENAMETOOLONG;
+  if (stat(dir, &st) != 0 && (size_t)snprintf(dir, dlen, "%s", mnt) >= dlen) return -ENAMETOOLONG;
   return 0;
 }
 
@@ -156,8 +156,8 @@ int sysres_cpu_quota(const struct sysres_fs *fs, double *cpus, char *where, size
   if (cgroup_dir(fs, "cpu", dir, sizeof dir, mnt, sizeof mnt) == 0) {
     do {
       long long q, p;
-      if (read_text(dir, "cpu.cfs_quota_us", buf, sizeof buf) < 0 ||
-          sscanf(buf, "%lld", &q) != 1 || q <= 0)
+      if (read_text(dir, "cpu.cfs_quota_us", buf, sizeof buf) < 0 || sscanf(buf, "%lld", &q) != 1 ||
+          q <= 0)
         continue;
       if (read_text(dir, "cpu.cfs_period_us", buf, sizeof buf) < 0 ||
           sscanf(buf, "%lld", &p) != 1 || p <= 0)
@@ -175,8 +175,8 @@ int sysres_cpu_quota(const struct sysres_fs *fs, double *cpus, char *where, size
     do {
       char q[64];
       long long p;
-      if (read_text(dir, "cpu.max", buf, sizeof buf) < 0 ||
-          sscanf(buf, "%63s %lld", q, &p) != 2 || !strcmp(q, "max") || p <= 0)
+      if (read_text(dir, "cpu.max", buf, sizeof buf) < 0 || sscanf(buf, "%63s %lld", q, &p) != 2 ||
+          !strcmp(q, "max") || p <= 0)
         continue;
       double c = strtod(q, NULL) / (double)p;
       if (c > 0 && (!found || c < *cpus)) {
@@ -291,11 +291,16 @@ int sysres_run_dir(char *buf, size_t len) {
    * ProtectSystem=strict; "a:b" when it names several: the first). */
   const char *sd = getenv("RUNTIME_DIRECTORY");
   int n;
-  if (env && *env) n = snprintf(buf, len, "%s", env);
-  else if (sd && *sd) n = snprintf(buf, len, "%.*s", (int)strcspn(sd, ":"), sd);
-  else if (geteuid() == 0) n = snprintf(buf, len, "/run/ctune");
-  else if (xdg && *xdg) n = snprintf(buf, len, "%s/ctune", xdg);
-  else n = snprintf(buf, len, "/tmp/ctune-%d", (int)geteuid());
+  if (env && *env)
+    n = snprintf(buf, len, "%s", env);
+  else if (sd && *sd)
+    n = snprintf(buf, len, "%.*s", (int)strcspn(sd, ":"), sd);
+  else if (geteuid() == 0)
+    n = snprintf(buf, len, "/run/ctune");
+  else if (xdg && *xdg)
+    n = snprintf(buf, len, "%s/ctune", xdg);
+  else
+    n = snprintf(buf, len, "/tmp/ctune-%d", (int)geteuid());
   if (n < 0 || (size_t)n >= len) return -ENAMETOOLONG;
   return mkdir_own(buf, geteuid() == 0 ? 0755 : 0700);
 }
@@ -312,8 +317,10 @@ static void add_holder(struct sysres_claim *c, const char *who) {
   int pid = 0;
   char name[100] = "", one[192];
   if (sscanf(who, "%d %99s", &pid, name) < 1) return;
-  if (name[0]) snprintf(one, sizeof one, "worker %s, pid %d", name, pid);
-  else snprintf(one, sizeof one, "pid %d", pid);
+  if (name[0])
+    snprintf(one, sizeof one, "worker %s, pid %d", name, pid);
+  else
+    snprintf(one, sizeof one, "pid %d", pid);
   if (strstr(c->holders, one)) return;
   size_t used = strlen(c->holders);
   snprintf(c->holders + used, sizeof c->holders - used, "%s%s", used ? "; " : "", one);
@@ -364,7 +371,8 @@ static int claim_one(struct sysres_claim *c, const char *cpudir, const char *nam
   }
   char me[160];
   int n = snprintf(me, sizeof me, "%d %s\n", (int)getpid(), name && *name ? name : "-");
-  if (pwrite(fd, me, (size_t)n, 0) != n) { /* the name is a courtesy for messages */ }
+  if (pwrite(fd, me, (size_t)n, 0) != n) { /* the name is a courtesy for messages */
+  }
   c->fds[c->nfds++] = fd;
   return 0;
 }
@@ -374,8 +382,7 @@ int sysres_claim_cpus(const char *dir, const char *name, const int *cand, int nc
   memset(out, 0, sizeof *out);
   if (ncand < 0 || ncand > SYSRES_MAX_CLAIM || want < 0) return -EINVAL;
   char cpudir[4160], lockp[4200];
-  if ((size_t)snprintf(cpudir, sizeof cpudir, "%s/cpu", dir) >= sizeof cpudir)
-    return -ENAMETOOLONG;
+  if ((size_t)snprintf(cpudir, sizeof cpudir, "%s/cpu", dir) >= sizeof cpudir) return -ENAMETOOLONG;
   int rc = mkdir_own(cpudir, geteuid() == 0 ? 0755 : 0700);
   if (rc < 0) return rc;
   snprintf(lockp, sizeof lockp, "%s/.claims", cpudir);

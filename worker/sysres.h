@@ -11,10 +11,10 @@
 /* Where the readers look; NULL members mean the real files. Tests point
  * them at a fake tree: prefix is put before every mount point. */
 struct sysres_fs {
-  const char *proc_cgroup;  /* /proc/self/cgroup */
-  const char *mountinfo;    /* /proc/self/mountinfo */
-  const char *meminfo;      /* /proc/meminfo */
-  const char *prefix;       /* "" */
+  const char *proc_cgroup; /* /proc/self/cgroup */
+  const char *mountinfo;   /* /proc/self/mountinfo */
+  const char *meminfo;     /* /proc/meminfo */
+  const char *prefix;      /* "" */
 };
 
 /* The smallest CPU quota along the process's cgroup path and its parents,
@@ -53,11 +53,11 @@ int sysres_run_dir(char *buf, size_t len);
  * and the next claimant removes the files). A CPU is in use while any of
  * its files is locked, so sharers count too. */
 struct sysres_claim {
-  int n;                          /* CPUs chosen */
+  int n; /* CPUs chosen */
   int ids[SYSRES_MAX_CLAIM];
-  int nshared;                    /* of them, already claimed by another worker */
+  int nshared; /* of them, already claimed by another worker */
   int shared[SYSRES_MAX_CLAIM];
-  char holders[512];              /* "worker w1, pid 123; ..." of the shared ones */
+  char holders[512]; /* "worker w1, pid 123; ..." of the shared ones */
   int nfds;
   int fds[SYSRES_MAX_CLAIM];
 };

@@ -15,7 +15,7 @@ int tail_init(struct tail *t, size_t cap) {
 
 void tail_append(struct tail *t, const char *data, size_t n) {
   t->total += n;
-  if (n >= t->cap) {  /* only the last cap bytes survive */
+  if (n >= t->cap) { /* only the last cap bytes survive */
     memcpy(t->ring, data + (n - t->cap), t->cap);
     t->start = 0;
     t->len = t->cap;

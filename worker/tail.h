@@ -7,13 +7,13 @@
 
 struct tail {
   char *ring;
-  size_t cap;    /* bytes kept */
-  size_t start;  /* index of the oldest byte */
-  size_t len;    /* bytes held (<= cap) */
-  unsigned long long total;  /* bytes ever appended: detects "changed since" */
+  size_t cap;               /* bytes kept */
+  size_t start;             /* index of the oldest byte */
+  size_t len;               /* bytes held (<= cap) */
+  unsigned long long total; /* bytes ever appended: detects "changed since" */
 };
 
-int tail_init(struct tail *t, size_t cap);  /* 0 or -ENOMEM */
+int tail_init(struct tail *t, size_t cap); /* 0 or -ENOMEM */
 void tail_append(struct tail *t, const char *data, size_t n);
 /* A malloc'ed NUL-terminated copy of what is held; NULL on -ENOMEM. */
 char *tail_copy(const struct tail *t, size_t *len);

@@ -22,7 +22,10 @@ static int strv_push_owned(struct strv *s, char *str) {
   if (s->n + 2 > s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 16;
     char **v = realloc(s->v, cap * sizeof *v);
-    if (!v) { free(str); return -ENOMEM; }
+    if (!v) {
+      free(str);
+      return -ENOMEM;
+    }
     s->v = v;
     s->cap = cap;
   }
@@ -31,12 +34,9 @@ static int strv_push_owned(struct strv *s, char *str) {
   return 0;
 }
 
-static int strv_push(struct strv *s, const char *str) {
-  return strv_push_owned(s, strdup(str));
-}
+static int strv_push(struct strv *s, const char *str) { return strv_push_owned(s, strdup(str)); }
 
-static int strv_pushf(struct strv *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static int strv_pushf(struct strv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int strv_pushf(struct strv *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -109,13 +109,13 @@ static int trainable_is_name(const char *s, size_t n) {
   return 1;
 }
 
-int trainable_substitute(const char *tmpl, const cJSON *config, char **out,
-                         char *err, size_t errlen) {
+int trainable_substitute(const char *tmpl, const cJSON *config, char **out, char *err,
+                         size_t errlen) {
   return trainable_substitute_ex(tmpl, config, NULL, out, err, errlen);
 }
 
-int trainable_substitute_ex(const char *tmpl, const cJSON *config, const cJSON *extra,
-                            char **out, char *err, size_t errlen) {
+int trainable_substitute_ex(const char *tmpl, const cJSON *config, const cJSON *extra, char **out,
+                            char *err, size_t errlen) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -145,29 +145,36 @@ int trainable_substitute_ex(const char *tmpl, const cJSON *config, const cJSON *
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, name);
     if (!v) v = cJSON_GetObjectItemCaseSensitive(extra, name);
     if (!v) {
-      set_err(err, errlen, "unknown placeholder {%s}: the trial config has no key '%s'",
-              name, name);
+      set_err(err, errlen, "unknown placeholder {%s}: the trial config has no key '%s'", name,
+              name);
       rc = -EINVAL;
       break;
     }
     char *text = trainable_value_text(v);
-    if (!text) { rc = -ENOMEM; break; }
+    if (!text) {
+      rc = -ENOMEM;
+      break;
+    }
     fputs(text, f);
     free(text);
     p = close + 1;
   }
   if (fclose(f) != 0 && rc == 0) rc = -ENOMEM;
-  if (rc < 0) { free(buf); return rc; }
+  if (rc < 0) {
+    free(buf);
+    return rc;
+  }
   *out = buf;
   return 0;
 }
 
 static int build_builtin(const cJSON *trial, const cJSON *tr, const cJSON *config,
-                         const struct trainable_ctx *ctx, struct strv *argv,
-                         char *err, size_t errlen) {
-  static const char *str_keys[][2] = {
-      {"model", "--model"}, {"dataset", "--dataset"}, {"data_dir", "--data-dir"},
-      {"device", "--device"}};
+                         const struct trainable_ctx *ctx, struct strv *argv, char *err,
+                         size_t errlen) {
+  static const char *str_keys[][2] = {{"model", "--model"},
+                                      {"dataset", "--dataset"},
+                                      {"data_dir", "--data-dir"},
+                                      {"device", "--device"}};
   int rc = strv_push(argv, ctx->train_bin);
   for (size_t i = 0; rc == 0 && i < sizeof str_keys / sizeof str_keys[0]; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(tr, str_keys[i][0]);
@@ -274,7 +281,7 @@ static int build_command(const cJSON *tr, const cJSON *config, const cJSON *extr
     }
     char *text = NULL;
     int rc = 0;
-    if (cJSON_IsString(item)) {  /* placeholders too, as in argv */
+    if (cJSON_IsString(item)) { /* placeholders too, as in argv */
       char sub[200] = "";
       rc = trainable_substitute_ex(item->valuestring, config, extra, &text, sub, sizeof sub);
       if (rc == -EINVAL) set_err(err, errlen, "trainable.env.%s: %s", item->string, sub);
@@ -321,12 +328,12 @@ static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume)
   cJSON *zero = cJSON_CreateNumber(0);
   if (!zero) return -ENOMEM;
   int rc;
-  if ((rc = env_set_str(env, "CTUNE_TRIAL_NAME",
-                        cJSON_GetObjectItemCaseSensitive(trial, "name"))) < 0 ||
+  if ((rc = env_set_str(env, "CTUNE_TRIAL_NAME", cJSON_GetObjectItemCaseSensitive(trial, "name"))) <
+          0 ||
       (rc = env_set_num(env, "CTUNE_EXPERIMENT_ID",
                         cJSON_GetObjectItemCaseSensitive(trial, "experiment_id"))) < 0 ||
-      (rc = env_set_str(env, "CTUNE_METRIC",
-                        cJSON_GetObjectItemCaseSensitive(trial, "metric"))) < 0 ||
+      (rc = env_set_str(env, "CTUNE_METRIC", cJSON_GetObjectItemCaseSensitive(trial, "metric"))) <
+          0 ||
       (rc = env_set_str(env, "CTUNE_MODE", cJSON_GetObjectItemCaseSensitive(trial, "mode"))) < 0)
     goto done;
   const cJSON *ta = cJSON_GetObjectItemCaseSensitive(trial, "time_attr");
@@ -334,8 +341,8 @@ static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume)
                     cJSON_IsString(ta) ? ta->valuestring : "training_iteration")) < 0)
     goto done;
   /* Only a resumed attempt starts past 0: a fresh start numbers from 1. */
-  if ((rc = env_set_num(env, "CTUNE_START_ITERATION",
-                        resume && cJSON_IsNumber(ck) ? ck : zero)) < 0 ||
+  if ((rc = env_set_num(env, "CTUNE_START_ITERATION", resume && cJSON_IsNumber(ck) ? ck : zero)) <
+          0 ||
       (rc = env_set_num(env, "CTUNE_START_TIME_TOTAL_S",
                         resume && cJSON_IsNumber(tt) ? tt : zero)) < 0)
     goto done;
@@ -344,8 +351,8 @@ done:
   return rc;
 }
 
-int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
-                    struct trainable_cmd *cmd, char *err, size_t errlen) {
+int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx, struct trainable_cmd *cmd,
+                    char *err, size_t errlen) {
   struct strv argv = {0}, env = {0};
   char *cwd = NULL, *config_text = NULL, *num = NULL, *resolved = NULL;
   int rc = -EINVAL;
@@ -383,14 +390,17 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
    * enforces (GPU visibility and the CTUNE_* protocol). */
   for (char *const *e = ctx->base_env; e && *e; e++)
     if (isolate_env_passes(ctx->iso, *e) && (rc = strv_push(&env, *e)) < 0) goto fail;
-  if (!env_has(&env, "PATH") && (rc = env_set(&env, "PATH", ISOLATE_DEFAULT_PATH)) < 0)
-    goto fail;
+  if (!env_has(&env, "PATH") && (rc = env_set(&env, "PATH", ISOLATE_DEFAULT_PATH)) < 0) goto fail;
   if (ctx->iso && ctx->iso->run_as &&
       ((rc = env_set(&env, "HOME", ctx->iso->home)) < 0 ||
        (rc = env_set(&env, "USER", ctx->iso->user)) < 0 ||
        (rc = env_set(&env, "LOGNAME", ctx->iso->user)) < 0))
     goto fail;
-  if (asprintf(&num, "%d", ctx->threads) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
+  if (asprintf(&num, "%d", ctx->threads) < 0) {
+    num = NULL;
+    rc = -ENOMEM;
+    goto fail;
+  }
   if ((rc = env_set(&env, "OMP_NUM_THREADS", num)) < 0) goto fail;
   if ((rc = env_set(&env, "OPENBLAS_NUM_THREADS", num)) < 0) goto fail;
 
@@ -406,7 +416,8 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
     if (!(extra = cJSON_CreateObject()) ||
         !cJSON_AddNumberToObject(extra, "trial_id", id->valuedouble) ||
         !cJSON_AddStringToObject(extra, "checkpoint_dir", ctx->trial_dir) ||
-        (cJSON_IsString(name) && !cJSON_AddStringToObject(extra, "trial_name", name->valuestring)) ||
+        (cJSON_IsString(name) &&
+         !cJSON_AddStringToObject(extra, "trial_name", name->valuestring)) ||
         (cJSON_IsNumber(exp_id) &&
          !cJSON_AddNumberToObject(extra, "experiment_id", exp_id->valuedouble))) {
       rc = -ENOMEM;
@@ -417,9 +428,16 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
   if (rc < 0) goto fail;
 
   config_text = jsonout_print(config);
-  if (!config_text) { rc = -ENOMEM; goto fail; }
+  if (!config_text) {
+    rc = -ENOMEM;
+    goto fail;
+  }
   free(num);
-  if (asprintf(&num, "%.0f", id->valuedouble) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
+  if (asprintf(&num, "%.0f", id->valuedouble) < 0) {
+    num = NULL;
+    rc = -ENOMEM;
+    goto fail;
+  }
   if ((rc = env_set(&env, "CUDA_VISIBLE_DEVICES", ctx->cuda_visible)) < 0 ||
       (rc = env_set(&env, "CTUNE_CONFIG", config_text)) < 0 ||
       (rc = env_set(&env, "CTUNE_TRIAL_ID", num)) < 0 ||
@@ -429,7 +447,11 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
     goto fail;
   if (ctx->gpu_mem_limit_mb > 0) {
     free(num);
-    if (asprintf(&num, "%ld", ctx->gpu_mem_limit_mb) < 0) { num = NULL; rc = -ENOMEM; goto fail; }
+    if (asprintf(&num, "%ld", ctx->gpu_mem_limit_mb) < 0) {
+      num = NULL;
+      rc = -ENOMEM;
+      goto fail;
+    }
     if ((rc = env_set(&env, "CTUNE_GPU_MEM_LIMIT_MB", num)) < 0) goto fail;
   }
   if (ctx->cuda_visible && *ctx->cuda_visible && gpu_mps_pipe_dir()) { /* --mps */
@@ -440,7 +462,10 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx,
          (rc = env_set(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", lim)) < 0))
       goto fail;
   }
-  if (!cwd && !(cwd = strdup(ctx->trial_dir))) { rc = -ENOMEM; goto fail; }
+  if (!cwd && !(cwd = strdup(ctx->trial_dir))) {
+    rc = -ENOMEM;
+    goto fail;
+  }
   /* --allow-command: the program as the trial's PATH finds it must be one of
    * the listed ones, and exactly that file is what runs. */
   if ((rc = isolate_check(ctx->iso, kind, argv.v, env.v, cwd, &resolved, err, errlen)) < 0) {

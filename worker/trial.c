@@ -80,9 +80,11 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
   if (!t->time_attr) goto fail;
   t->auto_iter = !strcmp(t->time_attr, "training_iteration");
   const cJSON *me = cJSON_GetObjectItemCaseSensitive(lease, "metric");
-  if (cJSON_IsString(me) && me->valuestring[0] && !(t->metric = strdup(me->valuestring)))
+  if (cJSON_IsString(me) && me->valuestring[0] && !(t->metric = strdup(me->valuestring))) goto fail;
+  if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) {
+    t->dir = NULL;
     goto fail;
-  if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) { t->dir = NULL; goto fail; }
+  }
   if ((rc = trial_mkdirs(t->dir)) < 0) goto fail;
   if ((rc = tail_init(&t->log, TRIAL_LOG_TAIL)) < 0) goto fail;
   if ((rc = tail_init(&t->err, TRIAL_ERR_TAIL)) < 0) goto fail;
@@ -104,15 +106,15 @@ static void trial_on_line(void *arg, const char *line, size_t len) {
   if (r == RESULT_MALFORMED) {
     /* It looks like a result: say so instead of letting it vanish as log. */
     log_warn("trial %d: ignoring a stdout line that looks like a result but is not one "
-             "(not one valid JSON object with a finite \"%s\"): %.*s", t->id, t->time_attr,
-             (int)(len < 200 ? len : 200), line);
+             "(not one valid JSON object with a finite \"%s\"): %.*s",
+             t->id, t->time_attr, (int)(len < 200 ? len : 200), line);
     return;
   }
   if (r < 0) {
     log_error("trial %d: out of memory parsing a result line", t->id);
     return;
   }
-  if (r == 0) return;  /* plain output: already in the log */
+  if (r == 0) return; /* plain output: already in the log */
   /* The attempt's first result must carry the experiment's metric: named
    * with what the trial itself reported (before the worker's filling-in);
    * worker.c fails the trial on it. */
@@ -134,11 +136,12 @@ static void trial_on_output(void *arg, int is_stderr, const char *data, size_t n
   struct trial *t = arg;
   int fd = is_stderr ? t->err_fd : t->out_fd;
   if (fd >= 0 && write(fd, data, n) != (ssize_t)n) {
-    log_warn("trial %d: cannot write its %s log: %s", t->id,
-             is_stderr ? "stderr" : "stdout", strerror(errno));
+    log_warn("trial %d: cannot write its %s log: %s", t->id, is_stderr ? "stderr" : "stdout",
+             strerror(errno));
   }
   tail_append(&t->log, data, n);
-  if (is_stderr) tail_append(&t->err, data, n);
+  if (is_stderr)
+    tail_append(&t->err, data, n);
   else if (linebuf_feed(&t->out_lb, data, n, trial_on_line, t) < 0)
     log_error("trial %d: out of memory splitting output lines", t->id);
 }
@@ -184,8 +187,8 @@ int trial_open_checkpoint(const struct trial *t, struct stat *st) {
   int fd = isolate_open_file(path, O_RDONLY, 0, st);
   if (fd == -ELOOP || fd == -EINVAL)
     log_error("trial %d: %s is %s: refusing to read it (a checkpoint must be a regular "
-              "file in the trial dir)", t->id, path,
-              fd == -ELOOP ? "a symbolic link" : "not a regular file");
+              "file in the trial dir)",
+              t->id, path, fd == -ELOOP ? "a symbolic link" : "not a regular file");
   free(path);
   return fd;
 }
@@ -212,7 +215,10 @@ int trial_write_file(const struct trial *t, const char *name, const void *data, 
   while (off < len) {
     ssize_t n = write(fd, p + off, len - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) { rc = -errno; break; }
+    if (n < 0) {
+      rc = -errno;
+      break;
+    }
     off += (size_t)n;
   }
   if (rc == 0) rc = trial_own(fd);
@@ -233,12 +239,13 @@ double trial_start_iteration(const cJSON *lease, int resume) {
 double trial_start_time_total(const cJSON *lease, int resume) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(lease, "start_time_total_s");
   return resume && cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble > 0
-             ? v->valuedouble : 0;
+             ? v->valuedouble
+             : 0;
 }
 
-int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
-                char *const *argv, char *const *env, const char *cwd,
-                const struct proc_limits *lim, const struct trial_events *ev, void *arg) {
+int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe, char *const *argv,
+                char *const *env, const char *cwd, const struct proc_limits *lim,
+                const struct trial_events *ev, void *arg) {
   static const struct proc_cbs cbs = {trial_on_output, trial_on_exit, trial_on_closed};
   t->ev = ev;
   t->arg = arg;
@@ -280,7 +287,7 @@ done:
 }
 
 void trial_close(struct trial *t) {
-  if (t->handles == 0) return;  /* never started: nothing to close */
+  if (t->handles == 0) return; /* never started: nothing to close */
   uv_timer_stop(&t->ckpt_timer);
   uv_close((uv_handle_t *)&t->watch, trial_uv_closed);
   uv_close((uv_handle_t *)&t->ckpt_timer, trial_uv_closed);

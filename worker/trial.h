@@ -15,9 +15,9 @@
 #include "result.h"
 #include "tail.h"
 
-#define TRIAL_LOG_TAIL (256 * 1024)  /* what PUT /logs carries at most */
+#define TRIAL_LOG_TAIL (256 * 1024) /* what PUT /logs carries at most */
 #define TRIAL_ERR_TAIL (16 * 1024)
-#define TRIAL_FAIL_LINES 20          /* stderr lines a `fail` carries */
+#define TRIAL_FAIL_LINES 20 /* stderr lines a `fail` carries */
 
 /* The life cycle of a trial on this worker. worker.c moves a trial between
  * these states in one transition function (worker_trial_event); nothing else
@@ -38,10 +38,10 @@
 enum trial_state {
   TRIAL_FETCHING = 0, /* leased; its checkpoint is downloading */
   TRIAL_RUNNING,
-  TRIAL_PAUSED,       /* SIGSTOPped: its results cannot be queued */
-  TRIAL_STOPPING,     /* SIGTERM sent (SIGKILL after the grace) */
-  TRIAL_EXITED,       /* process gone, its handles closing */
-  TRIAL_FLUSHING,     /* last checkpoint and log uploads */
+  TRIAL_PAUSED,   /* SIGSTOPped: its results cannot be queued */
+  TRIAL_STOPPING, /* SIGTERM sent (SIGKILL after the grace) */
+  TRIAL_EXITED,   /* process gone, its handles closing */
+  TRIAL_FLUSHING, /* last checkpoint and log uploads */
   TRIAL_DONE,
 };
 
@@ -69,43 +69,43 @@ struct trial_events {
 
 struct trial {
   int id;
-  long attempt;         /* from the lease: the fence is (worker id, attempt) */
-  int lease_worker;     /* worker id the lease was granted to */
-  uint64_t key;         /* unique per trial object: replies find it by this */
+  long attempt;     /* from the lease: the fence is (worker id, attempt) */
+  int lease_worker; /* worker id the lease was granted to */
+  uint64_t key;     /* unique per trial object: replies find it by this */
   enum trial_state state;
   enum trial_stop stop_why;
   char *time_attr;
-  char *dir;            /* <work dir>/trials/<id> */
-  char *cgroup;         /* its cgroup v2 dir, removed when it ends; or NULL */
-  cJSON *lease;         /* the lease's trial object, owned */
+  char *dir;    /* <work dir>/trials/<id> */
+  char *cgroup; /* its cgroup v2 dir, removed when it ends; or NULL */
+  cJSON *lease; /* the lease's trial object, owned */
   struct alloc_grant grant;
   int has_grant;
   struct proc proc;
-  uv_fs_event_t watch;  /* the trial dir: new checkpoint.bin */
+  uv_fs_event_t watch; /* the trial dir: new checkpoint.bin */
   uv_timer_t ckpt_timer;
-  int handles;          /* proc (as one) + watch + ckpt_timer while open */
+  int handles; /* proc (as one) + watch + ckpt_timer while open */
   struct linebuf out_lb;
-  struct tail log;      /* stdout+stderr in arrival order */
-  struct tail err;      /* stderr only */
-  int out_fd, err_fd;   /* stdout.log and stderr.log in dir */
-  double last_iter;     /* iteration of the last result (checkpoint header) */
+  struct tail log;    /* stdout+stderr in arrival order */
+  struct tail err;    /* stderr only */
+  int out_fd, err_fd; /* stdout.log and stderr.log in dir */
+  double last_iter;   /* iteration of the last result (checkpoint header) */
   long nresults;
   /* Ray's habits (docs/protocol.md#results-the-worker-fills-in). */
   struct result_clock clock;
-  int auto_iter;        /* time attribute is training_iteration: number results */
-  char *metric;         /* the experiment's metric, or NULL */
-  char *fail_msg;       /* its first result lacks the metric: the fail message */
+  int auto_iter;  /* time attribute is training_iteration: number results */
+  char *metric;   /* the experiment's metric, or NULL */
+  char *fail_msg; /* its first result lacks the metric: the fail message */
   /* Checkpoint uploads: one PUT in flight, wanted again when the file changed
    * or the server wants its results first (checkpoint_ahead). */
   int ckpt_inflight, ckpt_wanted, ckpt_tries;
   long long ckpt_mtime_ns, ckpt_size;
   unsigned long long log_sent_total;
   int log_inflight;
-  int log_dirty;        /* output arrived while a log upload was in flight */
-  cJSON *held;          /* result bodies waiting for outbox room (trial paused) */
-  int held_err;         /* why: -ENOSPC from the bound, or the write's error */
-  double held_since;    /* monotonic seconds */
-  double leased_at;     /* monotonic seconds when the lease arrived */
+  int log_dirty;     /* output arrived while a log upload was in flight */
+  cJSON *held;       /* result bodies waiting for outbox room (trial paused) */
+  int held_err;      /* why: -ENOSPC from the bound, or the write's error */
+  double held_since; /* monotonic seconds */
+  double leased_at;  /* monotonic seconds when the lease arrived */
   int exit_code, term_signal;
   struct trial *next;
   const struct trial_events *ev;
@@ -117,9 +117,9 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
 /* Returns 0 with the process running, or a negative errno; then t->handles
  * says how many close callbacks are still to come (ev->on_closed after the
  * last; none when 0). */
-int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe,
-                char *const *argv, char *const *env, const char *cwd,
-                const struct proc_limits *lim, const struct trial_events *ev, void *arg);
+int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe, char *const *argv,
+                char *const *env, const char *cwd, const struct proc_limits *lim,
+                const struct trial_events *ev, void *arg);
 /* Where this attempt's numbering and clock start: the lease's
  * checkpoint_iteration and start_time_total_s when it resumes from the
  * checkpoint, else 0 (CTUNE_START_ITERATION, CTUNE_START_TIME_TOTAL_S). */

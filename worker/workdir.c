@@ -19,8 +19,10 @@ static int workdir_rm_one(const char *path, const struct stat *st, int flag, str
   (void)st;
   (void)ftw;
   /* Keep going past a file that will not go: remove as much as possible. */
-  if (flag == FTW_DP) rmdir(path);
-  else unlink(path);
+  if (flag == FTW_DP)
+    rmdir(path);
+  else
+    unlink(path);
   return 0;
 }
 
@@ -63,7 +65,10 @@ int workdir_sweep_trials(const char *work_dir, int keep, workdir_needed_fn neede
     if (n == cap) {
       size_t nc = cap ? cap * 2 : 64;
       struct workdir_entry *ne = realloc(ents, nc * sizeof *ne);
-      if (!ne) { rc = -ENOMEM; goto done; }
+      if (!ne) {
+        rc = -ENOMEM;
+        goto done;
+      }
       ents = ne;
       cap = nc;
     }

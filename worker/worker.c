@@ -44,13 +44,13 @@ extern char **environ;
 #define WORKER_UPLOAD_TIMEOUT_MS 60000L
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
-#define WORKER_DRAIN_REG_MS 500       /* a registration reply awaited by a drain */
+#define WORKER_DRAIN_REG_MS 500 /* a registration reply awaited by a drain */
 #define WORKER_MAX_CHECKPOINT (1024L * 1024 * 1024)
 #define WORKER_CKPT_GET_TRIES 6
-#define WORKER_CKPT_PUT_TRIES 5       /* a finished trial's last checkpoint */
-#define WORKER_BATCH_MAX 256          /* results per POST */
+#define WORKER_CKPT_PUT_TRIES 5 /* a finished trial's last checkpoint */
+#define WORKER_BATCH_MAX 256    /* results per POST */
 #define WORKER_BATCH_BYTES (512 * 1024)
-#define WORKER_MAX_RESULT (512 * 1024)  /* one result's JSON (server takes 1 MiB) */
+#define WORKER_MAX_RESULT (512 * 1024) /* one result's JSON (server takes 1 MiB) */
 /* The stderr tail a `fail` carries: the server keeps "reason: error" in 4 KiB. */
 #define WORKER_FAIL_BYTES 3800
 
@@ -68,20 +68,20 @@ struct worker {
   int identity_loaded; /* id/secret come from the file: not confirmed yet */
   double hb_interval_s, lease_timeout_s;
   int reg_inflight, hb_inflight, lease_inflight;
-  int ob_inflight;  /* lanes with a request out */
+  int ob_inflight; /* lanes with a request out */
   int reg_attempts, lease_failures;
   int lease_again;  /* something freed up while a lease request was out */
   int ckpt_failing; /* checkpoint uploads failing since the last success */
   int ob_down_logged;
-  int fenced;       /* no heartbeat for lease_timeout_s: trials stopped, no leasing */
+  int fenced; /* no heartbeat for lease_timeout_s: trials stopped, no leasing */
   uv_timer_t reg_timer, hb_timer, lease_timer, ob_timer, log_timer, drain_timer, fence_timer;
   int handles;
   struct trial *trials;
-  int uploads;  /* checkpoint/log requests in flight */
+  int uploads; /* checkpoint/log requests in flight */
   int draining, drain_kill, shut;
   int deregistering; /* the clean stop's deregistration is out */
   uint64_t drain_deadline_ms;
-  uint64_t drain_reg_deadline_ms;  /* until then a drain awaits a registration reply */
+  uint64_t drain_reg_deadline_ms; /* until then a drain awaits a registration reply */
 };
 
 /* What a response callback needs; never a pointer to a trial, which may be
@@ -208,10 +208,8 @@ static void worker_queue_end(struct worker *w, const struct trial *t, const char
   snprintf(path, sizeof path, "/api/v1/trials/%d/%s", t->id, what);
   struct outbox_lease l = trial_fence(t);
   /* A trial's end must not wait for a full disk: memory is the fallback. */
-  int rc = text ? outbox_push(&w->ob, OUTBOX_END, t->id, &l, path, text, OUTBOX_F_MEM)
-                : -ENOMEM;
-  if (rc < 0)
-    log_error("trial %d: cannot queue its %s message: %s", t->id, what, strerror(-rc));
+  int rc = text ? outbox_push(&w->ob, OUTBOX_END, t->id, &l, path, text, OUTBOX_F_MEM) : -ENOMEM;
+  if (rc < 0) log_error("trial %d: cannot queue its %s message: %s", t->id, what, strerror(-rc));
   free(text);
 }
 
@@ -235,8 +233,10 @@ static void worker_queue_fail(struct worker *w, const struct trial *t, const cha
   char *clean = worker_fail_text(error);
   if (b && clean) {
     cJSON_AddStringToObject(b, "error", clean);
-    if (exit_code >= 0) cJSON_AddNumberToObject(b, "exit_code", exit_code);
-    else cJSON_AddNullToObject(b, "exit_code");
+    if (exit_code >= 0)
+      cJSON_AddNumberToObject(b, "exit_code", exit_code);
+    else
+      cJSON_AddNullToObject(b, "exit_code");
     cJSON_AddStringToObject(b, "reason", reason);
     worker_queue_end(w, t, "fail", b);
   } else {
@@ -299,8 +299,8 @@ static void worker_check_stalls(struct worker *w) {
     if (disk && w->o.outbox_stall_ms &&
         (now - t->held_since) * 1000 >= (double)w->o.outbox_stall_ms) {
       log_error("trial %d: its results cannot be written to %s/outbox for %.0f s (%s): "
-                "stopping it and reporting it failed", t->id, w->o.work_dir,
-                now - t->held_since, strerror(-t->held_err));
+                "stopping it and reporting it failed",
+                t->id, w->o.work_dir, now - t->held_since, strerror(-t->held_err));
       worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_OUTBOX, 0);
     }
   }
@@ -328,7 +328,8 @@ static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv)
   }
   if (strlen(body) > WORKER_MAX_RESULT) {
     log_error("trial %d: result %g is %zu bytes of JSON, more than the %d the worker sends: "
-              "dropped", t->id, tv, strlen(body), WORKER_MAX_RESULT);
+              "dropped",
+              t->id, tv, strlen(body), WORKER_MAX_RESULT);
     free(body);
     return;
   }
@@ -378,29 +379,31 @@ static void worker_queue_trial_end(struct worker *w, struct trial *t) {
   int code = t->exit_code, sig = t->term_signal;
   double ran = clock_mono_s() - t->leased_at;
   switch (t->stop_why) {
-    case TRIAL_STOP_SERVER:
-      log_info("trial %d stopped at the server's request after %.1f s", t->id, ran);
-      return;
-    case TRIAL_STOP_DRAIN:
-    case TRIAL_STOP_FENCE:
-      log_info("trial %d (attempt %ld) stopped by the %s at iteration %g (exit %d); its lease "
-               "is released once its checkpoint and results are delivered, and it resumes "
-               "from its checkpoint", t->id, t->attempt,
-               t->stop_why == TRIAL_STOP_DRAIN ? "drain" : "self-fencing", t->last_iter, code);
-      if (t->lease_worker) worker_queue_release(w, t);
-      return;
-    case TRIAL_STOP_OUTBOX:
-      worker_queue_fail(w, t, "the worker could not write the trial's results to its outbox "
-                        "(disk full or unwritable) for longer than --outbox-stall-s", -1,
-                        "internal");
-      return;
-    case TRIAL_STOP_METRIC:
-      worker_queue_fail(w, t, t->fail_msg ? t->fail_msg : "result has no metric", -1,
-                        "missing_metric");
-      return;
-    case TRIAL_STOP_DECISION:
-    case TRIAL_STOP_NONE:
-      break;
+  case TRIAL_STOP_SERVER:
+    log_info("trial %d stopped at the server's request after %.1f s", t->id, ran);
+    return;
+  case TRIAL_STOP_DRAIN:
+  case TRIAL_STOP_FENCE:
+    log_info("trial %d (attempt %ld) stopped by the %s at iteration %g (exit %d); its lease "
+             "is released once its checkpoint and results are delivered, and it resumes "
+             "from its checkpoint",
+             t->id, t->attempt, t->stop_why == TRIAL_STOP_DRAIN ? "drain" : "self-fencing",
+             t->last_iter, code);
+    if (t->lease_worker) worker_queue_release(w, t);
+    return;
+  case TRIAL_STOP_OUTBOX:
+    worker_queue_fail(w, t,
+                      "the worker could not write the trial's results to its outbox "
+                      "(disk full or unwritable) for longer than --outbox-stall-s",
+                      -1, "internal");
+    return;
+  case TRIAL_STOP_METRIC:
+    worker_queue_fail(w, t, t->fail_msg ? t->fail_msg : "result has no metric", -1,
+                      "missing_metric");
+    return;
+  case TRIAL_STOP_DECISION:
+  case TRIAL_STOP_NONE:
+    break;
   }
   if (t->stop_why == TRIAL_STOP_DECISION || (code == 0 && !sig)) {
     log_info("trial %d %s after %ld result(s), %.1f s", t->id,
@@ -428,12 +431,12 @@ static void worker_trial_done(struct worker *w, struct trial *t) {
   while (*pp && *pp != t) pp = &(*pp)->next;
   if (*pp) *pp = t->next;
   trial_free(t);
-  worker_pump_outbox(w);  /* its end message may go now */
+  worker_pump_outbox(w); /* its end message may go now */
   worker_check_drained(w);
 }
 
-static const char *const trial_state_names[] = {
-    "FETCHING", "RUNNING", "PAUSED", "STOPPING", "EXITED", "FLUSHING", "DONE"};
+static const char *const trial_state_names[] = {"FETCHING", "RUNNING",  "PAUSED", "STOPPING",
+                                                "EXITED",   "FLUSHING", "DONE"};
 
 static void worker_trial_set(struct trial *t, enum trial_state s) {
   log_debug("trial %d attempt %ld: %s -> %s", t->id, t->attempt, trial_state_names[t->state],
@@ -443,8 +446,7 @@ static void worker_trial_set(struct trial *t, enum trial_state s) {
 
 /* FLUSHING ends when the last checkpoint (and log) upload is over. */
 static void worker_trial_flushed(struct worker *w, struct trial *t) {
-  if (t->state != TRIAL_FLUSHING || t->ckpt_inflight || t->log_inflight || t->ckpt_wanted)
-    return;
+  if (t->state != TRIAL_FLUSHING || t->ckpt_inflight || t->log_inflight || t->ckpt_wanted) return;
   worker_trial_set(t, TRIAL_DONE);
   worker_trial_done(w, t);
 }
@@ -456,96 +458,95 @@ static void worker_trial_flushed(struct worker *w, struct trial *t) {
 static void worker_trial_event(struct worker *w, struct trial *t, enum trial_event ev, int a,
                                int b) {
   switch (ev) {
-    case TEV_SPAWNED:
-      if (t->state == TRIAL_FETCHING) worker_trial_set(t, TRIAL_RUNNING);
-      return;
-    case TEV_START_FAILED:
-      /* The caller queued the fail. */
-      if (t->state != TRIAL_FETCHING) return;
+  case TEV_SPAWNED:
+    if (t->state == TRIAL_FETCHING) worker_trial_set(t, TRIAL_RUNNING);
+    return;
+  case TEV_START_FAILED:
+    /* The caller queued the fail. */
+    if (t->state != TRIAL_FETCHING) return;
+    worker_release_grant(w, t);
+    if (a)
+      worker_trial_set(t, TRIAL_EXITED); /* TEV_CLOSED follows */
+    else {
+      worker_trial_set(t, TRIAL_FLUSHING);
+      worker_trial_flushed(w, t);
+    }
+    return;
+  case TEV_STOP:
+    switch (t->state) {
+    case TRIAL_FETCHING:
+      /* Leased but not started: drain and fence give the lease back. */
+      t->stop_why = (enum trial_stop)a;
       worker_release_grant(w, t);
-      if (a) worker_trial_set(t, TRIAL_EXITED);  /* TEV_CLOSED follows */
-      else {
-        worker_trial_set(t, TRIAL_FLUSHING);
-        worker_trial_flushed(w, t);
-      }
-      return;
-    case TEV_STOP:
-      switch (t->state) {
-        case TRIAL_FETCHING:
-          /* Leased but not started: drain and fence give the lease back. */
-          t->stop_why = (enum trial_stop)a;
-          worker_release_grant(w, t);
-          if (a == TRIAL_STOP_DRAIN || a == TRIAL_STOP_FENCE) worker_queue_release(w, t);
-          worker_trial_set(t, TRIAL_FLUSHING);
-          worker_trial_flushed(w, t);
-          return;
-        case TRIAL_RUNNING:
-        case TRIAL_PAUSED:
-          t->stop_why = (enum trial_stop)a;
-          worker_trial_set(t, TRIAL_STOPPING);
-          proc_stop(&t->proc, w->o.stop_grace_ms);  /* SIGCONT too when paused */
-          return;
-        default:
-          return;  /* already stopping: the first reason decides its end message */
-      }
-    case TEV_KILL:
-      if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) {
-        t->stop_why = TRIAL_STOP_DRAIN;
-        worker_trial_set(t, TRIAL_STOPPING);
-      }
-      if (t->state == TRIAL_STOPPING) proc_stop(&t->proc, 0);
-      return;
-    case TEV_PAUSE:
-      if (t->state != TRIAL_RUNNING) return;
-      log_warn("trial %d: outbox full (%zu results queued) or unwritable (%s): pausing the "
-               "trial until its results can be queued", t->id, w->ob.n_results,
-               strerror(a < 0 ? -a : ENOSPC));
-      if (kill(-t->proc.pid, SIGSTOP) != 0)
-        log_warn("trial %d: cannot pause process group %d: %s", t->id, t->proc.pid,
-                 strerror(errno));
-      worker_trial_set(t, TRIAL_PAUSED);
-      return;
-    case TEV_RESUME:
-      if (t->state != TRIAL_PAUSED) return;
-      log_info("trial %d: outbox has room again, resuming the trial", t->id);
-      kill(-t->proc.pid, SIGCONT);
-      worker_trial_set(t, TRIAL_RUNNING);
-      return;
-    case TEV_EXIT:
-      if (t->state != TRIAL_RUNNING && t->state != TRIAL_PAUSED && t->state != TRIAL_STOPPING)
-        return;
-      t->exit_code = a;
-      t->term_signal = b;
-      worker_trial_set(t, TRIAL_EXITED);
-      worker_release_grant(w, t);
-      /* Results still held go ahead of the trial's end, beyond the bound. */
-      if (t->held) {
-        cJSON *s;
-        int rc;
-        cJSON_ArrayForEach(s, t->held) {
-          worker_push_result(w, t, s->valuestring, OUTBOX_F_FORCE | OUTBOX_F_MEM, &rc);
-          if (rc < 0) log_error("trial %d: cannot queue a held result: %s", t->id, strerror(-rc));
-        }
-        cJSON_Delete(t->held);
-        t->held = NULL;
-      }
-      worker_queue_trial_end(w, t);
-      t->ckpt_wanted = 1;  /* the last one, once its results are acknowledged */
-      t->ckpt_tries = 0;
-      worker_upload_checkpoint(w, t);
-      worker_upload_logs(w, t);
-      trial_close(t);
-      worker_pump_outbox(w);
-      return;
-    case TEV_CLOSED:
-      if (t->state != TRIAL_EXITED) return;
-      if (t->cgroup) cgroup_trial_remove(t->cgroup);
+      if (a == TRIAL_STOP_DRAIN || a == TRIAL_STOP_FENCE) worker_queue_release(w, t);
       worker_trial_set(t, TRIAL_FLUSHING);
       worker_trial_flushed(w, t);
       return;
-    case TEV_UPLOADED:
-      worker_trial_flushed(w, t);
+    case TRIAL_RUNNING:
+    case TRIAL_PAUSED:
+      t->stop_why = (enum trial_stop)a;
+      worker_trial_set(t, TRIAL_STOPPING);
+      proc_stop(&t->proc, w->o.stop_grace_ms); /* SIGCONT too when paused */
       return;
+    default:
+      return; /* already stopping: the first reason decides its end message */
+    }
+  case TEV_KILL:
+    if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) {
+      t->stop_why = TRIAL_STOP_DRAIN;
+      worker_trial_set(t, TRIAL_STOPPING);
+    }
+    if (t->state == TRIAL_STOPPING) proc_stop(&t->proc, 0);
+    return;
+  case TEV_PAUSE:
+    if (t->state != TRIAL_RUNNING) return;
+    log_warn("trial %d: outbox full (%zu results queued) or unwritable (%s): pausing the "
+             "trial until its results can be queued",
+             t->id, w->ob.n_results, strerror(a < 0 ? -a : ENOSPC));
+    if (kill(-t->proc.pid, SIGSTOP) != 0)
+      log_warn("trial %d: cannot pause process group %d: %s", t->id, t->proc.pid, strerror(errno));
+    worker_trial_set(t, TRIAL_PAUSED);
+    return;
+  case TEV_RESUME:
+    if (t->state != TRIAL_PAUSED) return;
+    log_info("trial %d: outbox has room again, resuming the trial", t->id);
+    kill(-t->proc.pid, SIGCONT);
+    worker_trial_set(t, TRIAL_RUNNING);
+    return;
+  case TEV_EXIT:
+    if (t->state != TRIAL_RUNNING && t->state != TRIAL_PAUSED && t->state != TRIAL_STOPPING) return;
+    t->exit_code = a;
+    t->term_signal = b;
+    worker_trial_set(t, TRIAL_EXITED);
+    worker_release_grant(w, t);
+    /* Results still held go ahead of the trial's end, beyond the bound. */
+    if (t->held) {
+      cJSON *s;
+      int rc;
+      cJSON_ArrayForEach(s, t->held) {
+        worker_push_result(w, t, s->valuestring, OUTBOX_F_FORCE | OUTBOX_F_MEM, &rc);
+        if (rc < 0) log_error("trial %d: cannot queue a held result: %s", t->id, strerror(-rc));
+      }
+      cJSON_Delete(t->held);
+      t->held = NULL;
+    }
+    worker_queue_trial_end(w, t);
+    t->ckpt_wanted = 1; /* the last one, once its results are acknowledged */
+    t->ckpt_tries = 0;
+    worker_upload_checkpoint(w, t);
+    worker_upload_logs(w, t);
+    trial_close(t);
+    worker_pump_outbox(w);
+    return;
+  case TEV_CLOSED:
+    if (t->state != TRIAL_EXITED) return;
+    if (t->cgroup) cgroup_trial_remove(t->cgroup);
+    worker_trial_set(t, TRIAL_FLUSHING);
+    worker_trial_flushed(w, t);
+    return;
+  case TEV_UPLOADED:
+    worker_trial_flushed(w, t);
+    return;
   }
 }
 
@@ -559,8 +560,8 @@ static void worker_on_closed(void *arg, struct trial *t) {
   worker_check_drained(w);
 }
 
-static const struct trial_events worker_trial_events = {
-    worker_on_result, worker_on_exit, worker_on_closed, worker_on_checkpoint};
+static const struct trial_events worker_trial_events = {worker_on_result, worker_on_exit,
+                                                        worker_on_closed, worker_on_checkpoint};
 
 /* ---- uploads: checkpoints and logs ---------------------------------- */
 
@@ -586,25 +587,25 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
     log_debug("trial %d: checkpoint ahead of the stored results: again later", r->trial_id);
     if (t) t->ckpt_wanted = 1;
   } else if (!err && (worker_refused(st) || st == 409)) {
-    log_warn("trial %d: server refused its checkpoint (HTTP %ld %s): %.200s", r->trial_id, st,
-             code, resp->body ? resp->body : "");
-    if (t) {  /* not this file again */
+    log_warn("trial %d: server refused its checkpoint (HTTP %ld %s): %.200s", r->trial_id, st, code,
+             resp->body ? resp->body : "");
+    if (t) { /* not this file again */
       t->ckpt_mtime_ns = r->mtime_ns;
       t->ckpt_size = r->size;
     }
   } else {
-    if (!w->ckpt_failing++)  /* once per outage, not once per epoch */
-      log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying",
-               r->trial_id, err ? strerror(-err) : "server error", st,
-               resp->body ? resp->body : "");
-    if (t && ++t->ckpt_tries < WORKER_CKPT_PUT_TRIES && !w->shut) t->ckpt_wanted = 1;
+    if (!w->ckpt_failing++) /* once per outage, not once per epoch */
+      log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying", r->trial_id,
+               err ? strerror(-err) : "server error", st, resp->body ? resp->body : "");
+    if (t && ++t->ckpt_tries < WORKER_CKPT_PUT_TRIES && !w->shut)
+      t->ckpt_wanted = 1;
     else if (t && t->state >= TRIAL_EXITED)
       log_warn("trial %d: giving up its last checkpoint upload after %d tries", r->trial_id,
                t->ckpt_tries);
   }
   free(r);
   if (t) {
-    worker_upload_checkpoint(w, t);  /* when wanted and its results are stored */
+    worker_upload_checkpoint(w, t); /* when wanted and its results are stored */
     worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
   }
   worker_check_drained(w);
@@ -628,8 +629,7 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
   if (mt == t->ckpt_mtime_ns && (long long)st.st_size == t->ckpt_size) goto done;
   if (st.st_size > WORKER_MAX_CHECKPOINT || st.st_size == 0) {
-    log_warn("trial %d: checkpoint of %lld bytes is not uploaded", t->id,
-             (long long)st.st_size);
+    log_warn("trial %d: checkpoint of %lld bytes is not uploaded", t->id, (long long)st.st_size);
     goto done;
   }
   size_t len = (size_t)st.st_size, got = 0;
@@ -664,8 +664,8 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   if (!(r = wreq_new(w, t, 0))) goto done;
   r->mtime_ns = mt;
   r->size = (long long)len;
-  if (http_request(w->http, "PUT", up, "application/octet-stream", (const char *)data, len,
-                   hdrs, WORKER_UPLOAD_TIMEOUT_MS, worker_on_ckpt_put, r) == 0) {
+  if (http_request(w->http, "PUT", up, "application/octet-stream", (const char *)data, len, hdrs,
+                   WORKER_UPLOAD_TIMEOUT_MS, worker_on_ckpt_put, r) == 0) {
     r = NULL;
     t->ckpt_inflight = 1;
     w->uploads++;
@@ -743,7 +743,7 @@ static void worker_on_log_timer(uv_timer_t *h) {
   worker_check_stalls(w);
   struct trial *t = w->trials;
   while (t) {
-    struct trial *next = t->next;  /* an upload that cannot start may end t */
+    struct trial *next = t->next; /* an upload that cannot start may end t */
     if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED || t->state == TRIAL_STOPPING)
       worker_upload_logs(w, t);
     if (t->ckpt_wanted) worker_upload_checkpoint(w, t);
@@ -767,7 +767,7 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   cpuset_format(t->grant.cpus, t->grant.ncpus, cpus, sizeof cpus);
   cpuset_format(t->grant.gpus, t->grant.ngpus, gpus, sizeof gpus);
   if (t->state != TRIAL_FETCHING) return;
-  if (w->draining || w->fenced) {  /* leased but never started: give it back */
+  if (w->draining || w->fenced) { /* leased but never started: give it back */
     worker_trial_event(w, t, TEV_STOP, w->draining ? TRIAL_STOP_DRAIN : TRIAL_STOP_FENCE, 0);
     return;
   }
@@ -798,9 +798,11 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   if (w->o.cgroup && w->o.cgroup->enabled) {
     rc = cgroup_trial_create(w->o.cgroup, t->id, t->grant.cpu_quota, t->grant.memory_mb, cg,
                              sizeof cg);
-    if (rc == 0 && (t->cgroup = strdup(cg))) lim.cgroup = t->cgroup;
-    else log_warn("trial %d: cannot create its cgroup (%s): cpu/memory not capped", t->id,
-                  strerror(rc < 0 ? -rc : ENOMEM));
+    if (rc == 0 && (t->cgroup = strdup(cg)))
+      lim.cgroup = t->cgroup;
+    else
+      log_warn("trial %d: cannot create its cgroup (%s): cpu/memory not capped", t->id,
+               strerror(rc < 0 ? -rc : ENOMEM));
   } else if (t->grant.memory_mb > 0 && t->grant.ngpus == 0) {
     lim.rlimit_as_mb = t->grant.memory_mb;
   }
@@ -817,8 +819,8 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
     return;
   }
   worker_trial_event(w, t, TEV_SPAWNED, 0, 0);
-  log_info("trial %d running: pid %d, cpus %s, gpus [%s]%s, dispatch %.2f ms", t->id,
-           t->proc.pid, cpus, gpus, resume ? ", resumed from checkpoint" : "",
+  log_info("trial %d running: pid %d, cpus %s, gpus [%s]%s, dispatch %.2f ms", t->id, t->proc.pid,
+           cpus, gpus, resume ? ", resumed from checkpoint" : "",
            (clock_mono_s() - t->leased_at) * 1e3);
 }
 
@@ -838,8 +840,7 @@ static void worker_retry_closed(uv_handle_t *h) { free(h->data); }
 static void worker_on_ckpt_retry(uv_timer_t *h) {
   struct retry *rt = h->data;
   struct trial *t = rt->w->shut ? NULL : worker_by_key(rt->w, rt->key);
-  if (t && t->state == TRIAL_FETCHING &&
-      worker_get_checkpoint(rt->w, t, rt->attempt) < 0)
+  if (t && t->state == TRIAL_FETCHING && worker_get_checkpoint(rt->w, t, rt->attempt) < 0)
     worker_spawn_trial(rt->w, t, 0);
   uv_close((uv_handle_t *)h, worker_retry_closed);
 }
@@ -861,13 +862,13 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
     char *path = trial_path(t, "checkpoint.bin");
     if (got && strcasecmp(got, want) != 0) {
       log_warn("trial %d: downloaded checkpoint has crc32 %s, header says %s: starting "
-               "from scratch", t->id, want, got);
+               "from scratch",
+               t->id, want, got);
     } else if (!path || trial_write_file(t, "checkpoint.bin", resp->body, resp->len) < 0) {
-      log_warn("trial %d: cannot write the checkpoint to %s: starting from scratch", t->id,
-               t->dir);
+      log_warn("trial %d: cannot write the checkpoint to %s: starting from scratch", t->id, t->dir);
     } else {
       struct stat st;
-      if (stat(path, &st) == 0) {  /* no need to upload it straight back */
+      if (stat(path, &st) == 0) { /* no need to upload it straight back */
         t->ckpt_mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
         t->ckpt_size = (long long)st.st_size;
       }
@@ -875,8 +876,8 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
     }
     free(path);
   } else if ((err || resp->status >= 500) && attempt < WORKER_CKPT_GET_TRIES && !w->draining) {
-    log_warn("trial %d: checkpoint download failed (%s, HTTP %ld): retry %d of %d in 1 s",
-             t->id, err ? strerror(-err) : "server error", resp->status, attempt,
+    log_warn("trial %d: checkpoint download failed (%s, HTTP %ld): retry %d of %d in 1 s", t->id,
+             err ? strerror(-err) : "server error", resp->status, attempt,
              WORKER_CKPT_GET_TRIES - 1);
     struct retry *rt = calloc(1, sizeof *rt);
     if (rt) {
@@ -891,7 +892,8 @@ static void worker_on_ckpt_get(void *arg, int err, const struct http_resp *resp)
     }
   } else {
     log_warn("trial %d: lease says it has a checkpoint but GET gave %s (HTTP %ld): "
-             "starting from scratch", t->id, err ? strerror(-err) : "no body", resp->status);
+             "starting from scratch",
+             t->id, err ? strerror(-err) : "no body", resp->status);
   }
   worker_spawn_trial(w, t, resume);
 }
@@ -925,7 +927,8 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
     if (tid > 0) {
       /* No trial object: fence the fail with the lease by hand. */
       const cJSON *att = cJSON_GetObjectItemCaseSensitive(lease_trial, "attempt");
-      struct trial fake = {.id = tid, .lease_worker = w->id,
+      struct trial fake = {.id = tid,
+                           .lease_worker = w->id,
                            .attempt = cJSON_IsNumber(att) ? (long)att->valuedouble : 0};
       worker_queue_fail(w, &fake, "worker cannot create the trial directory", -1, "internal");
     }
@@ -981,7 +984,7 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
 struct obreq {
   struct worker *w;
   int trial_id;
-  size_t n;                 /* items in the request */
+  size_t n; /* items in the request */
   enum outbox_kind kind;
   struct outbox_lease lease;
   char path[96];
@@ -1009,8 +1012,9 @@ static int worker_dir_needed(void *arg, int trial_id) {
 /* Removes the dirs of ended trials beyond the most recent few. */
 static void worker_sweep_dirs(struct worker *w) {
   int n = workdir_sweep_trials(w->o.work_dir, w->o.keep_trial_dirs, worker_dir_needed, w);
-  if (n > 0) log_info("removed %d trial dir(s) of ended trials (the last %d are kept)", n,
-                      w->o.keep_trial_dirs);
+  if (n > 0)
+    log_info("removed %d trial dir(s) of ended trials (the last %d are kept)", n,
+             w->o.keep_trial_dirs);
 }
 
 /* Once an ended trial's last message is delivered its dir may go. */
@@ -1043,8 +1047,8 @@ static void worker_stop_attempt(struct worker *w, int id, long attempt, enum tri
   struct trial *t = worker_current(w, id);
   if (!t) return;
   if (t->attempt != attempt) {
-    log_info("trial %d: ignoring a %s for attempt %ld (attempt %ld runs here)", id, what,
-             attempt, t->attempt);
+    log_info("trial %d: ignoring a %s for attempt %ld (attempt %ld runs here)", id, what, attempt,
+             t->attempt);
     return;
   }
   if (t->state == TRIAL_STOPPING) return;
@@ -1058,8 +1062,7 @@ static void worker_on_results_reply(struct worker *w, const struct obreq *q,
   const cJSON *ds = cJSON_GetObjectItemCaseSensitive(b, "decisions");
   const cJSON *d = cJSON_GetObjectItemCaseSensitive(b, "decision"), *e;
   int stop = cJSON_IsString(d) && !strcmp(d->valuestring, "stop");
-  cJSON_ArrayForEach(e, ds)
-    if (cJSON_IsString(e) && !strcmp(e->valuestring, "stop")) stop = 1;
+  cJSON_ArrayForEach(e, ds) if (cJSON_IsString(e) && !strcmp(e->valuestring, "stop")) stop = 1;
   cJSON_Delete(b);
   if (stop)
     worker_stop_attempt(w, q->trial_id, q->lease.attempt, TRIAL_STOP_DECISION,
@@ -1099,23 +1102,23 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
     int again = l->dropped_worker == q->lease.worker_id && l->dropped_attempt == q->lease.attempt;
     l->dropped_worker = q->lease.worker_id;
     l->dropped_attempt = q->lease.attempt;
-    log_msg(again ? LOG_DEBUG : LOG_WARN,"trial %d: server refused %s: lease %d:%ld is over (%s): dropping its %zu "
-             "queued message(s); the next attempt redoes them from the stored checkpoint",
-             q->trial_id, q->path, q->lease.worker_id, q->lease.attempt, code, n);
+    log_msg(again ? LOG_DEBUG : LOG_WARN,
+            "trial %d: server refused %s: lease %d:%ld is over (%s): dropping its %zu "
+            "queued message(s); the next attempt redoes them from the stored checkpoint",
+            q->trial_id, q->path, q->lease.worker_id, q->lease.attempt, code, n);
     if (q->kind == OUTBOX_RESULT)
       worker_stop_attempt(w, q->trial_id, q->lease.attempt, TRIAL_STOP_SERVER,
                           "server says its lease is over");
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
-  } else if (!err && (st == 401 || st == 403) && q->lease.attempt &&
-             q->lease.worker_id != w->id) {
+  } else if (!err && (st == 401 || st == 403) && q->lease.attempt && q->lease.worker_id != w->id) {
     /* A message of an identity this worker had before (the server forgot
      * it, and this worker registered again): it can never be delivered.
      * Its attempt is fenced anyway; the next one redoes it. */
     size_t n = outbox_drop_lease(&w->ob, l, &q->lease);
     log_warn("trial %d: server refused %s (HTTP %ld %s) of the old identity worker %d: "
-             "dropping its %zu queued message(s)", q->trial_id, q->path, st, code,
-             q->lease.worker_id, n);
+             "dropping its %zu queued message(s)",
+             q->trial_id, q->path, st, code, q->lease.worker_id, n);
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
   } else if (!err && st == 401) {
@@ -1130,7 +1133,8 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   } else if (!err && worker_refused(st) && q->n > 1) {
     /* One result of the batch is refused: find which, one at a time. */
     log_warn("trial %d: server refused a batch of %zu results (HTTP %ld %s): sending them "
-             "one by one", q->trial_id, q->n, st, code);
+             "one by one",
+             q->trial_id, q->n, st, code);
     l->single = 1;
   } else if (!err && worker_refused(st)) {
     log_error("trial %d: server refused %s with HTTP %ld (%s): %.300s: dropping that message",
@@ -1142,8 +1146,8 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
     outbox_failed(l, clock_mono_ms());
     if (!w->ob_down_logged) {
       log_warn("cannot deliver %s (%s, HTTP %ld): %zu message(s) kept in the outbox, "
-               "retrying with backoff", q->path, err ? strerror(-err) : "server error", st,
-               w->ob.n);
+               "retrying with backoff",
+               q->path, err ? strerror(-err) : "server error", st, w->ob.n);
       w->ob_down_logged = 1;
     }
   }
@@ -1231,7 +1235,7 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
   if (w->shut) return;
   if (!err && resp->status / 100 < 5) worker_server_alive(w);
   if (w->draining && (err || resp->status != 200)) {
-    worker_check_drained(w);  /* nothing was leased: the drain may end now */
+    worker_check_drained(w); /* nothing was leased: the drain may end now */
     return;
   }
   if (!err && resp->status == 200) {
@@ -1252,8 +1256,7 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
     worker_kick_lease(w, w->lease_again ? 0 : w->o.poll_ms);
     w->lease_again = 0;
   } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
-    log_warn("server does not know worker %d (HTTP %ld): registering again", w->id,
-             resp->status);
+    log_warn("server does not know worker %d (HTTP %ld): registering again", w->id, resp->status);
     w->id = 0;
     worker_register(w);
   } else {
@@ -1274,7 +1277,7 @@ static void worker_on_lease_timer(uv_timer_t *h) {
   if (!w->id || w->draining || w->shut || w->fenced) return;
   struct alloc_free f;
   alloc_free_amounts(&w->pool, &f);
-  if (f.cpu <= 0 && f.gpu <= 0) return;  /* a trial's end kicks us again */
+  if (f.cpu <= 0 && f.gpu <= 0) return; /* a trial's end kicks us again */
   cJSON *b = cJSON_CreateObject();
   cJSON *fr = cJSON_AddObjectToObject(b, "free");
   if (!fr || !cJSON_AddNumberToObject(fr, "cpu", f.cpu) ||
@@ -1286,8 +1289,10 @@ static void worker_on_lease_timer(uv_timer_t *h) {
   }
   char path[64];
   snprintf(path, sizeof path, "/api/v1/workers/%d/lease", w->id);
-  if (worker_post_json(w, path, b, worker_on_lease, w) == 0) w->lease_inflight = 1;
-  else worker_kick_lease(w, w->o.poll_ms);
+  if (worker_post_json(w, path, b, worker_on_lease, w) == 0)
+    w->lease_inflight = 1;
+  else
+    worker_kick_lease(w, w->o.poll_ms);
   cJSON_Delete(b);
 }
 
@@ -1337,7 +1342,8 @@ static void worker_on_fence(uv_timer_t *h) {
   }
   log_warn("self-fencing: no heartbeat reached the server for %.1f s (its lease timeout): "
            "stopping %d trial(s) (they keep their checkpoints), keeping %zu undelivered "
-           "message(s); leasing again once the server answers", w->lease_timeout_s, n, w->ob.n);
+           "message(s); leasing again once the server answers",
+           w->lease_timeout_s, n, w->ob.n);
 }
 
 static void worker_arm_fence(struct worker *w) {
@@ -1379,8 +1385,7 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
     }
     cJSON_Delete(b);
   } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
-    log_warn("server does not know worker %d (HTTP %ld): registering again", w->id,
-             resp->status);
+    log_warn("server does not know worker %d (HTTP %ld): registering again", w->id, resp->status);
     w->id = 0;
     uv_timer_stop(&w->hb_timer);
     worker_register(w);
@@ -1438,7 +1443,8 @@ static void worker_save_identity(struct worker *w) {
   cJSON *o = cJSON_CreateObject();
   int fd = -1;
   if (!o || !cJSON_AddStringToObject(o, "server", w->o.server) ||
-      !cJSON_AddNumberToObject(o, "id", w->id) || !cJSON_AddStringToObject(o, "secret", w->secret) ||
+      !cJSON_AddNumberToObject(o, "id", w->id) ||
+      !cJSON_AddStringToObject(o, "secret", w->secret) ||
       !cJSON_AddNumberToObject(o, "cpu", w->o.ncpus) ||
       !cJSON_AddNumberToObject(o, "gpu", w->o.ngpus) ||
       !cJSON_AddNumberToObject(o, "memory_mb", (double)w->o.memory_mb) ||
@@ -1502,8 +1508,7 @@ static void worker_load_identity(struct worker *w) {
 static void worker_drop_old_identity(struct worker *w) {
   size_t total = 0;
   for (struct outbox_lane *l = w->ob.lanes; l; l = l->next) {
-    while (!l->inflight && l->head && l->head->lease.attempt &&
-           l->head->lease.worker_id != w->id) {
+    while (!l->inflight && l->head && l->head->lease.attempt && l->head->lease.worker_id != w->id) {
       struct outbox_lease old = l->head->lease;
       size_t n = outbox_drop_lease(&w->ob, l, &old);
       if (!n) break;
@@ -1525,7 +1530,7 @@ static void worker_begin(struct worker *w) {
   worker_arm_fence(w);
   uint64_t ms = (uint64_t)(w->hb_interval_s * 1000);
   uv_timer_start(&w->hb_timer, worker_on_hb_timer, ms, ms);
-  worker_on_hb_timer(&w->hb_timer);  /* tell the server at once what still runs here */
+  worker_on_hb_timer(&w->hb_timer); /* tell the server at once what still runs here */
   worker_server_alive(w);
   worker_kick_lease(w, 0);
 }
@@ -1540,7 +1545,7 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id");
   if (!cJSON_IsNumber(id) && w->draining) {
     cJSON_Delete(b);
-    worker_check_drained(w);  /* not registered: nothing to leave */
+    worker_check_drained(w); /* not registered: nothing to leave */
     return;
   }
   if (!cJSON_IsNumber(id)) {
@@ -1549,7 +1554,8 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
       log_warn("cannot register with %s (%s, HTTP %ld %.200s): retrying%s", w->o.server,
                err ? strerror(-err) : "bad answer", resp->status, resp->body ? resp->body : "",
                resp->status == 401 || resp->status == 403
-                   ? "; the server wants its worker token: --token-file" : "");
+                   ? "; the server wants its worker token: --token-file"
+                   : "");
     uv_timer_start(&w->reg_timer, worker_on_reg_timer, d > 5000 ? 5000 : d, 0);
     cJSON_Delete(b);
     return;
@@ -1574,8 +1580,9 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   if (w->secret[0]) worker_save_identity(w);
   worker_drop_old_identity(w);
   log_info("registered with %s as worker %d (cpu %d, gpu %d, memory_mb %ld, heartbeat %.1f s, "
-           "lease timeout %.1f s)", w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb,
-           w->hb_interval_s, w->lease_timeout_s);
+           "lease timeout %.1f s)",
+           w->o.server, w->id, w->o.ncpus, w->o.ngpus, w->o.memory_mb, w->hb_interval_s,
+           w->lease_timeout_s);
   sdnotify("READY=1"); /* systemd Type=notify: registered */
   if (w->draining) {
     /* The stop signal came while this reply was on its way: the server
@@ -1607,9 +1614,8 @@ static void worker_register(struct worker *w) {
   if (text && (!w->o.token || !*w->o.token ||
                asprintf(&auth, "Authorization: Bearer %s", w->o.token) >= 0)) {
     const char *hdrs[] = {auth, NULL};
-    rc = http_request(w->http, "POST", "/api/v1/workers", "application/json", text,
-                      strlen(text), auth ? hdrs : NULL, WORKER_REQ_TIMEOUT_MS,
-                      worker_on_registered, w);
+    rc = http_request(w->http, "POST", "/api/v1/workers", "application/json", text, strlen(text),
+                      auth ? hdrs : NULL, WORKER_REQ_TIMEOUT_MS, worker_on_registered, w);
   }
   free(auth);
   free(text);
@@ -1627,9 +1633,11 @@ static void worker_handle_closed(uv_handle_t *h) {
   w->handles--;
 }
 
-#define WORKER_TIMERS(w)                                                          \
-  {&(w)->reg_timer, &(w)->hb_timer, &(w)->lease_timer, &(w)->ob_timer,           \
-   &(w)->log_timer, &(w)->drain_timer, &(w)->fence_timer}
+#define WORKER_TIMERS(w)                                                                           \
+  {                                                                                                \
+    &(w)->reg_timer, &(w)->hb_timer, &(w)->lease_timer, &(w)->ob_timer, &(w)->log_timer,           \
+        &(w)->drain_timer, &(w)->fence_timer                                                       \
+  }
 
 static void worker_shutdown(struct worker *w) {
   if (w->shut) return;
@@ -1668,8 +1676,9 @@ static void worker_on_deregister(void *arg, int err, const struct http_resp *res
       log_warn("cannot remove %s: %s (the next start registers anew anyway)", path,
                strerror(errno));
     log_info("deregistered from the server");
-  } else log_warn("deregistration failed (%s): the server shows this worker lost",
-                err ? "no answer" : "refused");
+  } else
+    log_warn("deregistration failed (%s): the server shows this worker lost",
+             err ? "no answer" : "refused");
   worker_shutdown(w);
 }
 
@@ -1732,7 +1741,8 @@ void worker_drain(struct worker *w) {
     t = next;
   }
   log_info("draining: no new leases, stopping %d trial(s) (they checkpoint), delivering "
-           "%zu queued message(s)", n, w->ob.n);
+           "%zu queued message(s)",
+           n, w->ob.n);
   uv_timer_stop(&w->lease_timer);
   uv_timer_stop(&w->reg_timer);
   w->drain_deadline_ms = clock_mono_ms() + w->o.stop_grace_ms + WORKER_DRAIN_EXTRA_MS;
@@ -1753,7 +1763,10 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
                       opts->ngpus, opts->memory_mb);
   if (rc < 0) goto fail;
   char *obdir = NULL;
-  if (asprintf(&obdir, "%s/outbox", opts->work_dir) < 0) { rc = -ENOMEM; goto fail; }
+  if (asprintf(&obdir, "%s/outbox", opts->work_dir) < 0) {
+    rc = -ENOMEM;
+    goto fail;
+  }
   rc = outbox_open(&w->ob, obdir, opts->max_queued);
   free(obdir);
   if (rc < 0) goto fail;
@@ -1779,13 +1792,15 @@ int worker_start(struct worker *w) {
   /* A test build may tick faster, so that tests wait less for what the
    * tick does (testhook.h). */
   const char *tick = TESTHOOK(TESTHOOK_WORKER_TICK_MS);
-  uint64_t period = tick && strtoul(tick, NULL, 10) > 0 ? strtoul(tick, NULL, 10)
-                                                         : WORKER_LOG_PERIOD_MS;
+  uint64_t period =
+      tick && strtoul(tick, NULL, 10) > 0 ? strtoul(tick, NULL, 10) : WORKER_LOG_PERIOD_MS;
   uv_timer_start(&w->log_timer, worker_on_log_timer, period, period);
   worker_load_identity(w);
-  if (w->id) worker_begin(w); /* its first heartbeat confirms the identity */
-  else worker_register(w);
-  worker_pump_outbox(w);  /* messages left by an earlier run */
+  if (w->id)
+    worker_begin(w); /* its first heartbeat confirms the identity */
+  else
+    worker_register(w);
+  worker_pump_outbox(w); /* messages left by an earlier run */
   return 0;
 }
 

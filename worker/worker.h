@@ -13,24 +13,24 @@
 #include "cgroup.h"
 
 struct worker_opts {
-  const char *server;     /* base URL */
-  const char *token;      /* bearer token or NULL */
+  const char *server; /* base URL */
+  const char *token;  /* bearer token or NULL */
   const char *name;
   const char *work_dir;
-  const char *train_bin;  /* ctune-train */
-  const char *self_exe;   /* ctune-worker, for the exec wrapper */
+  const char *train_bin; /* ctune-train */
+  const char *self_exe;  /* ctune-worker, for the exec wrapper */
   int cpu_ids[ALLOC_MAX_CPUS];
   int ncpus;
   int gpu_ids[ALLOC_MAX_GPUS];
   long gpu_mem_mb[ALLOC_MAX_GPUS];
   int ngpus;
   long memory_mb;
-  unsigned poll_ms;       /* lease poll interval when the server has nothing */
-  unsigned stop_grace_ms; /* SIGTERM -> SIGKILL */
-  size_t max_queued;      /* outbox bound (results) */
-  int keep_trial_dirs;    /* ended trials whose dirs (logs) are kept */
+  unsigned poll_ms;         /* lease poll interval when the server has nothing */
+  unsigned stop_grace_ms;   /* SIGTERM -> SIGKILL */
+  size_t max_queued;        /* outbox bound (results) */
+  int keep_trial_dirs;      /* ended trials whose dirs (logs) are kept */
   unsigned outbox_stall_ms; /* results unwritable (disk full) this long: fail the trial; 0 never */
-  const struct cgroup_ctx *cgroup;  /* enabled: cpu.max/memory.max per trial */
+  const struct cgroup_ctx *cgroup; /* enabled: cpu.max/memory.max per trial */
 };
 
 struct worker;

@@ -19,8 +19,7 @@
 #include "cuda_backend.h"
 
 static const struct model_spec cnn = {MODEL_CNN, 1, 28, 28, 10, 120, 84};
-static const struct optim_spec sgd = {OPTIM_SGD, 0.01f, 0.9f, 0, 0.9f, 0.999f,
-                                      1e-8f};
+static const struct optim_spec sgd = {OPTIM_SGD, 0.01f, 0.9f, 0, 0.9f, 0.999f, 1e-8f};
 
 static double now(void) {
   struct timespec ts;
@@ -31,8 +30,8 @@ static double now(void) {
 enum { MODE_GRAPH, MODE_EAGER, MODE_HOST };
 
 /* Samples/s of the second epoch over n images at batch b; < 0 on error. */
-static double rate(int mode, int b, int64_t n, const uint8_t *pix,
-                   const uint8_t *lab, const float *xf, const float *p0) {
+static double rate(int mode, int b, int64_t n, const uint8_t *pix, const uint8_t *lab,
+                   const float *xf, const float *p0) {
   struct backend_opts bo = {1, 1, 0};
   struct backend *be = NULL;
   double r = -1.0;
@@ -55,28 +54,24 @@ static double rate(int mode, int b, int64_t n, const uint8_t *pix,
     for (int64_t pos = 0; pos + b <= n; pos += b) {
       if (mode == MODE_HOST) {
         for (int i = 0; i < b; i++) {
-          memcpy(x + (int64_t)i * 784, xf + (int64_t)perm[pos + i] * 784,
-                 784 * sizeof(float));
+          memcpy(x + (int64_t)i * 784, xf + (int64_t)perm[pos + i] * 784, 784 * sizeof(float));
           y[i] = lab[perm[pos + i]];
         }
         float l;
         if (backend_cuda_ops.train_step(be, x, y, b, &l)) goto out;
       } else {
         if (backend_cuda_train_next(be, b)) goto out;
-        if (++k % BACKEND_CUDA_LOSS_EVERY == 0 &&
-            backend_cuda_take_loss(be, &sum, &rows, &bad))
+        if (++k % BACKEND_CUDA_LOSS_EVERY == 0 && backend_cuda_take_loss(be, &sum, &rows, &bad))
           goto out;
       }
     }
-    if (mode != MODE_HOST && backend_cuda_take_loss(be, &sum, &rows, &bad))
-      goto out;
+    if (mode != MODE_HOST && backend_cuda_take_loss(be, &sum, &rows, &bad)) goto out;
     int64_t p;
     if (backend_cuda_ops.get_state(be, NULL, NULL, &p)) goto out; /* waits */
     r = (double)(n / b * b) / (now() - t0);
   }
 out:
-  if (r < 0) fprintf(stderr, "mode %d batch %d: %s\n", mode, b,
-                     backend_cuda_last_error());
+  if (r < 0) fprintf(stderr, "mode %d batch %d: %s\n", mode, b, backend_cuda_last_error());
   backend_cuda_ops.destroy(be);
   unsetenv("CTUNE_CUDA_GRAPHS");
   free(perm), free(x), free(y);
@@ -109,14 +104,14 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < n; i++) lab[i] = (uint8_t)(i % 10);
   for (int64_t i = 0; i < L.n_params; i++)
     p0[i] = 0.05f * (float)((i * 2654435761u) % 2001 - 1000) / 1000.0f;
-  printf("| batch | graph samples/s | eager samples/s | host train_step samples/s | graph / host |\n");
+  printf(
+      "| batch | graph samples/s | eager samples/s | host train_step samples/s | graph / host |\n");
   printf("|---|---|---|---|---|\n");
   for (int i = 0; i < nb; i++) {
     double g = rate(MODE_GRAPH, batches[i], n, pix, lab, xf, p0);
     double e = rate(MODE_EAGER, batches[i], n, pix, lab, xf, p0);
     double h = rate(MODE_HOST, batches[i], n, pix, lab, xf, p0);
-    printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", batches[i], g, e, h,
-           h > 0 ? g / h : 0.0);
+    printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", batches[i], g, e, h, h > 0 ? g / h : 0.0);
     fflush(stdout);
   }
   free(pix), free(lab), free(xf), free(p0);

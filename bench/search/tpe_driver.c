@@ -18,102 +18,96 @@
 
 #include "tpe.h"
 
-static void reply(cJSON *o)
-{
-	char *s = cJSON_PrintUnformatted(o);
-	if (s) {
-		puts(s);
-		free(s);
-	} else {
-		puts("{\"error\": \"out of memory\"}");
-	}
-	fflush(stdout);
-	cJSON_Delete(o);
+static void reply(cJSON *o) {
+  char *s = cJSON_PrintUnformatted(o);
+  if (s) {
+    puts(s);
+    free(s);
+  } else {
+    puts("{\"error\": \"out of memory\"}");
+  }
+  fflush(stdout);
+  cJSON_Delete(o);
 }
 
-static void fail(const char *path, const char *msg)
-{
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "error", msg);
-	cJSON_AddStringToObject(o, "path", path ? path : "");
-	reply(o);
+static void fail(const char *path, const char *msg) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "error", msg);
+  cJSON_AddStringToObject(o, "path", path ? path : "");
+  reply(o);
 }
 
-static void ok(void)
-{
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddTrueToObject(o, "ok");
-	reply(o);
+static void ok(void) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddTrueToObject(o, "ok");
+  reply(o);
 }
 
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-int main(void)
-{
-	struct tpe *t = NULL;
-	size_t cap = 1 << 20;
-	char *line = malloc(cap);
+int main(void) {
+  struct tpe *t = NULL;
+  size_t cap = 1 << 20;
+  char *line = malloc(cap);
 
-	if (!line)
-		return 1;
-	while (fgets(line, (int)cap, stdin)) {
-		cJSON *c = cJSON_Parse(line);
-		const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(c, "cmd"));
-		if (!c || !cmd) {
-			fail("", "not a command object");
-		} else if (strcmp(cmd, "create") == 0) {
-			struct validate_error err = {{0}, {0}};
-			const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(c, "mode"));
-			cJSON *seed = cJSON_GetObjectItem(c, "seed");
-			tpe_free(t);
-			t = NULL;
-			int rc = tpe_create(cJSON_GetObjectItem(c, "param_space"),
-					    cJSON_GetObjectItem(c, "search_alg"),
-					    mode && strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN,
-					    cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 0, &t, &err);
-			if (rc)
-				fail(err.path, err.message);
-			else
-				ok();
-		} else if (!t) {
-			fail("", "create first");
-		} else if (strcmp(cmd, "observe") == 0) {
-			cJSON *v = cJSON_GetObjectItem(c, "value");
-			const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(c, "state"));
-			int rc = tpe_observe(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id")),
-					     cJSON_GetObjectItem(c, "config"),
-					     cJSON_IsNumber(v) ? v->valuedouble : NAN,
-					     st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
-			if (rc)
-				fail("", strerror(-rc));
-			else
-				ok();
-		} else if (strcmp(cmd, "suggest") == 0) {
-			cJSON *cfg = NULL;
-			cJSON *fixed = cJSON_GetObjectItem(c, "fixed");
-			double t0 = now_us();
-			int rc = tpe_suggest(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "index")),
-					     cJSON_IsObject(fixed) ? fixed : NULL, &cfg);
-			double us = now_us() - t0;
-			if (rc) {
-				fail("", strerror(-rc));
-			} else {
-				cJSON *o = cJSON_CreateObject();
-				cJSON_AddItemToObject(o, "config", cfg);
-				cJSON_AddNumberToObject(o, "us", us);
-				reply(o);
-			}
-		} else {
-			fail("cmd", "unknown command");
-		}
-		cJSON_Delete(c);
-	}
-	tpe_free(t);
-	free(line);
-	return 0;
+  if (!line) return 1;
+  while (fgets(line, (int)cap, stdin)) {
+    cJSON *c = cJSON_Parse(line);
+    const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(c, "cmd"));
+    if (!c || !cmd) {
+      fail("", "not a command object");
+    } else if (strcmp(cmd, "create") == 0) {
+      struct validate_error err = {{0}, {0}};
+      const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(c, "mode"));
+      cJSON *seed = cJSON_GetObjectItem(c, "seed");
+      tpe_free(t);
+      t = NULL;
+      int rc =
+          tpe_create(cJSON_GetObjectItem(c, "param_space"), cJSON_GetObjectItem(c, "search_alg"),
+                     mode && strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN,
+                     cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 0, &t, &err);
+      if (rc)
+        fail(err.path, err.message);
+      else
+        ok();
+    } else if (!t) {
+      fail("", "create first");
+    } else if (strcmp(cmd, "observe") == 0) {
+      cJSON *v = cJSON_GetObjectItem(c, "value");
+      const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(c, "state"));
+      int rc =
+          tpe_observe(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id")),
+                      cJSON_GetObjectItem(c, "config"), cJSON_IsNumber(v) ? v->valuedouble : NAN,
+                      st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
+      if (rc)
+        fail("", strerror(-rc));
+      else
+        ok();
+    } else if (strcmp(cmd, "suggest") == 0) {
+      cJSON *cfg = NULL;
+      cJSON *fixed = cJSON_GetObjectItem(c, "fixed");
+      double t0 = now_us();
+      int rc = tpe_suggest(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "index")),
+                           cJSON_IsObject(fixed) ? fixed : NULL, &cfg);
+      double us = now_us() - t0;
+      if (rc) {
+        fail("", strerror(-rc));
+      } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "config", cfg);
+        cJSON_AddNumberToObject(o, "us", us);
+        reply(o);
+      }
+    } else {
+      fail("cmd", "unknown command");
+    }
+    cJSON_Delete(c);
+  }
+  tpe_free(t);
+  free(line);
+  return 0;
 }

@@ -30,8 +30,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream);
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream);
 const char *ncclGetErrorString(ncclResult_t result);
 
 #ifdef __cplusplus

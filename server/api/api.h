@@ -35,7 +35,10 @@ struct api_resp {
   char *body; /* malloc'd, owned by the response */
   size_t len;
   const char *content_type;
-  struct { const char *name; char value[96]; } headers[API_MAX_HEADERS];
+  struct {
+    const char *name;
+    char value[96];
+  } headers[API_MAX_HEADERS];
   int nheaders;
   /* When nonzero the reply waits until this commit ticket is durable; a
    * failed commit turns it into a 500. */
@@ -58,8 +61,8 @@ extern const api_handler api_handlers[];
 
 /* Replies. Each returns 0 (the handler's own return value) or -ENOMEM. */
 int api_json(struct api_resp *r, int status, cJSON *body); /* takes body */
-int api_error(struct api_resp *r, int status, const char *code, const char *path,
-              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int api_error(struct api_resp *r, int status, const char *code, const char *path, const char *fmt,
+              ...) __attribute__((format(printf, 5, 6)));
 int api_no_content(struct api_resp *r);
 void api_header(struct api_resp *r, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -75,8 +78,8 @@ cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int emp
 int api_json_strict(const struct api_req *req, struct api_resp *resp);
 /* Parses an integer query parameter in [lo, hi]; absent gives *out = dflt.
  * -EINVAL after filling a 400 naming the parameter. */
-int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key,
-                  int64_t lo, int64_t hi, int64_t dflt, int64_t *out);
+int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key, int64_t lo,
+                  int64_t hi, int64_t dflt, int64_t *out);
 
 /* JSON views of the model (the caller holds s->lock). */
 cJSON *api_trial_json(struct server *s, const struct srv_trial *t);

@@ -62,41 +62,41 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   cJSON *res = NULL;
-  int ok = cJSON_AddNumberToObject(o, "id", (double)t->id) &&
-           cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
-           cJSON_AddStringToObject(o, "name", t->name) &&
-           cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
-           cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
-           /* the last decision's sentence, or null */
-           cJSON_AddItemToObject(o, "reason", t->reason ? cJSON_CreateString(t->reason)
-                                                        : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "config", api_raw_or_null(t->config)) &&
-           (res = cJSON_AddObjectToObject(o, "resources")) &&
-           cJSON_AddNumberToObject(res, "cpu", v->res.cpu) &&
-           cJSON_AddNumberToObject(res, "gpu", v->res.gpu) &&
-           cJSON_AddNumberToObject(res, "memory_mb", (double)v->res.memory_mb) &&
-           cJSON_AddNumberToObject(o, "bracket", t->bracket) &&
-           cJSON_AddItemToObject(o, "iteration", t->nres ? cJSON_CreateNumber(t->last_t)
-                                                          : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "last_result", api_raw_or_null(t->last_result)) &&
-           cJSON_AddItemToObject(o, "error", t->error ? cJSON_CreateString(t->error)
-                                                      : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "exit_code", t->has_exit_code
-                                                     ? cJSON_CreateNumber(t->exit_code)
-                                                     : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "num_failures", t->num_failures) &&
-           cJSON_AddNumberToObject(o, "attempt", t->attempt) &&
-           cJSON_AddItemToObject(o, "worker_id", t->worker_id
-                                                     ? cJSON_CreateNumber((double)t->worker_id)
-                                                     : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "pending_reason", v->reason[0]
-                                                          ? cJSON_CreateString(v->reason)
-                                                          : cJSON_CreateNull()) &&
-           cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
-           cJSON_AddItemToObject(o, "created_at", api_time(t->created_at)) &&
-           cJSON_AddItemToObject(o, "started_at", api_time(t->started_at)) &&
-           cJSON_AddItemToObject(o, "ended_at", api_time(t->ended_at)) &&
-           cJSON_AddNumberToObject(o, "updated_seq", (double)t->updated_seq);
+  int ok =
+      cJSON_AddNumberToObject(o, "id", (double)t->id) &&
+      cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
+      cJSON_AddStringToObject(o, "name", t->name) &&
+      cJSON_AddStringToObject(o, "status", trial_status_names[t->status]) &&
+      cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early) &&
+      /* the last decision's sentence, or null */
+      cJSON_AddItemToObject(o, "reason",
+                            t->reason ? cJSON_CreateString(t->reason) : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "config", api_raw_or_null(t->config)) &&
+      (res = cJSON_AddObjectToObject(o, "resources")) &&
+      cJSON_AddNumberToObject(res, "cpu", v->res.cpu) &&
+      cJSON_AddNumberToObject(res, "gpu", v->res.gpu) &&
+      cJSON_AddNumberToObject(res, "memory_mb", (double)v->res.memory_mb) &&
+      cJSON_AddNumberToObject(o, "bracket", t->bracket) &&
+      cJSON_AddItemToObject(o, "iteration",
+                            t->nres ? cJSON_CreateNumber(t->last_t) : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "last_result", api_raw_or_null(t->last_result)) &&
+      cJSON_AddItemToObject(o, "error",
+                            t->error ? cJSON_CreateString(t->error) : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "exit_code",
+                            t->has_exit_code ? cJSON_CreateNumber(t->exit_code)
+                                             : cJSON_CreateNull()) &&
+      cJSON_AddNumberToObject(o, "num_failures", t->num_failures) &&
+      cJSON_AddNumberToObject(o, "attempt", t->attempt) &&
+      cJSON_AddItemToObject(o, "worker_id",
+                            t->worker_id ? cJSON_CreateNumber((double)t->worker_id)
+                                         : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "pending_reason",
+                            v->reason[0] ? cJSON_CreateString(v->reason) : cJSON_CreateNull()) &&
+      cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
+      cJSON_AddItemToObject(o, "created_at", api_time(t->created_at)) &&
+      cJSON_AddItemToObject(o, "started_at", api_time(t->started_at)) &&
+      cJSON_AddItemToObject(o, "ended_at", api_time(t->ended_at)) &&
+      cJSON_AddNumberToObject(o, "updated_seq", (double)t->updated_seq);
   if (!ok) {
     cJSON_Delete(o);
     return NULL;
@@ -121,7 +121,8 @@ static int api_fill_one(void *ctx, int64_t seq, int64_t trial_id, const char *da
 int api_trial_views_fill(struct server *s, struct api_trial_view *views, size_t n) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
-    if (views[i].t.compact && views[i].t.nres && views[i].t.last_seq && !views[i].t.last_result) k++;
+    if (views[i].t.compact && views[i].t.nres && views[i].t.last_seq && !views[i].t.last_result)
+      k++;
   if (!k) return 0;
   int64_t *seqs = malloc(k * sizeof *seqs);
   struct api_trial_view **v = malloc(k * sizeof *v);
@@ -132,8 +133,8 @@ int api_trial_views_fill(struct server *s, struct api_trial_view *views, size_t 
       seqs[k] = views[i].t.last_seq;
       v[k++] = &views[i];
     }
-  if (!rc) rc = store_results_by_seq(s->store, seqs, k, api_fill_one,
-                                     &(struct fill_ctx){v, seqs, 0, k});
+  if (!rc)
+    rc = store_results_by_seq(s->store, seqs, k, api_fill_one, &(struct fill_ctx){v, seqs, 0, k});
   free(seqs);
   free(v);
   return rc;
@@ -163,11 +164,14 @@ static int api_best_memory(struct server *s, struct srv_experiment *e, int key,
   for (int64_t i = 0; i < e->ntrials; i++) {
     const struct srv_trial *t = e->trials[i];
     /* Bounded memory: an ended trial answers from its summary. */
-    if (key < 0 && t->compact) ser[i] = (struct best_series){t->id, NULL, 0, t->scores};
-    else if (key < 0) ser[i] = (struct best_series){t->id, t->values, t->nvals, NULL};
+    if (key < 0 && t->compact)
+      ser[i] = (struct best_series){t->id, NULL, 0, t->scores};
+    else if (key < 0)
+      ser[i] = (struct best_series){t->id, t->values, t->nvals, NULL};
     else if (key < t->nseries)
       ser[i] = (struct best_series){t->id, t->series[key].v, t->series[key].n, NULL};
-    else ser[i] = (struct best_series){t->id, NULL, 0, NULL};
+    else
+      ser[i] = (struct best_series){t->id, NULL, 0, NULL};
   }
   size_t idx;
   int rc = best_pick(ser, (size_t)e->ntrials, scope, mode, &idx, value);
@@ -189,8 +193,8 @@ static const char *const api_searcher_names[] = {"random", "grid", "tpe"};
  * PENDING trial, or one still to be made) and room for it is missing. */
 static cJSON *api_exp_pending_reason(struct server *s, const struct srv_experiment *e) {
   char buf[256];
-  int waiting = e->status == ES_RUNNING &&
-                (e->counts[TS_PENDING] > 0 || (!e->searcher_exhausted && e->ntrials < e->num_trials));
+  int waiting = e->status == ES_RUNNING && (e->counts[TS_PENDING] > 0 ||
+                                            (!e->searcher_exhausted && e->ntrials < e->num_trials));
   if (!waiting) return cJSON_CreateNull();
   state_experiment_pending_reason(s, e, buf, sizeof buf);
   return buf[0] ? cJSON_CreateString(buf) : cJSON_CreateNull();
@@ -199,36 +203,36 @@ static cJSON *api_exp_pending_reason(struct server *s, const struct srv_experime
 cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_config) {
   cJSON *o = cJSON_CreateObject(), *counts = NULL, *sched = NULL, *best = NULL;
   if (!o) return NULL;
-  int ok = cJSON_AddNumberToObject(o, "id", (double)e->id) &&
-           cJSON_AddStringToObject(o, "name", e->name) &&
-           cJSON_AddStringToObject(o, "status", exp_status_names[e->status]) &&
-           cJSON_AddItemToObject(o, "metric", e->spec.has_metric
-                                                  ? cJSON_CreateString(e->spec.metric)
-                                                  : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "mode", e->spec.has_metric
-                                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX
-                                                                         ? "max" : "min")
-                                                : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "seed", (double)e->seed) &&
-           cJSON_AddItemToObject(o, "created_at", api_time(e->created_at)) &&
-           cJSON_AddItemToObject(o, "ended_at", api_time(e->ended_at)) &&
-           cJSON_AddItemToObject(o, "end_reason", e->end_reason
-                                                      ? cJSON_CreateString(e->end_reason)
-                                                      : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "num_trials", (double)e->num_trials) &&
-           cJSON_AddNumberToObject(o, "num_created", (double)state_experiment_created(e)) &&
-           cJSON_AddItemToObject(o, "pending_reason", api_exp_pending_reason(s, e)) &&
-           cJSON_AddStringToObject(o, "search_alg", api_searcher_names[searcher_type_of(&e->spec)]) &&
-           (counts = cJSON_AddObjectToObject(o, "counts")) &&
-           cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq) &&
-           /* what a PATCH may edit: fair-share weight, notes, tags */
-           cJSON_AddNumberToObject(o, "priority", e->priority > 0 ? e->priority : 1) &&
-           cJSON_AddStringToObject(o, "notes", e->notes ? e->notes : "") &&
-           cJSON_AddItemToObject(o, "tags", e->tags ? api_parsed_or_null(e->tags)
-                                                    : cJSON_CreateArray()) &&
-           cJSON_AddNumberToObject(o, "max_concurrent_trials",
-                                   (double)e->spec.max_concurrent_trials) &&
-           cJSON_AddNumberToObject(o, "num_samples", (double)e->spec.num_samples);
+  int ok =
+      cJSON_AddNumberToObject(o, "id", (double)e->id) &&
+      cJSON_AddStringToObject(o, "name", e->name) &&
+      cJSON_AddStringToObject(o, "status", exp_status_names[e->status]) &&
+      cJSON_AddItemToObject(o, "metric",
+                            e->spec.has_metric ? cJSON_CreateString(e->spec.metric)
+                                               : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "mode",
+                            e->spec.has_metric
+                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX ? "max" : "min")
+                                : cJSON_CreateNull()) &&
+      cJSON_AddNumberToObject(o, "seed", (double)e->seed) &&
+      cJSON_AddItemToObject(o, "created_at", api_time(e->created_at)) &&
+      cJSON_AddItemToObject(o, "ended_at", api_time(e->ended_at)) &&
+      cJSON_AddItemToObject(o, "end_reason",
+                            e->end_reason ? cJSON_CreateString(e->end_reason)
+                                          : cJSON_CreateNull()) &&
+      cJSON_AddNumberToObject(o, "num_trials", (double)e->num_trials) &&
+      cJSON_AddNumberToObject(o, "num_created", (double)state_experiment_created(e)) &&
+      cJSON_AddItemToObject(o, "pending_reason", api_exp_pending_reason(s, e)) &&
+      cJSON_AddStringToObject(o, "search_alg", api_searcher_names[searcher_type_of(&e->spec)]) &&
+      (counts = cJSON_AddObjectToObject(o, "counts")) &&
+      cJSON_AddNumberToObject(o, "updated_seq", (double)e->updated_seq) &&
+      /* what a PATCH may edit: fair-share weight, notes, tags */
+      cJSON_AddNumberToObject(o, "priority", e->priority > 0 ? e->priority : 1) &&
+      cJSON_AddStringToObject(o, "notes", e->notes ? e->notes : "") &&
+      cJSON_AddItemToObject(o, "tags",
+                            e->tags ? api_parsed_or_null(e->tags) : cJSON_CreateArray()) &&
+      cJSON_AddNumberToObject(o, "max_concurrent_trials", (double)e->spec.max_concurrent_trials) &&
+      cJSON_AddNumberToObject(o, "num_samples", (double)e->spec.num_samples);
   for (int i = 0; ok && i < TS_COUNT; i++)
     ok = cJSON_AddNumberToObject(counts, trial_status_names[i], (double)e->counts[i]) != NULL;
   if (ok && with_config) ok = cJSON_AddItemToObject(o, "config", api_parsed_or_null(e->config));
@@ -278,14 +282,17 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
   struct srv_experiment *src = server_experiment(s, id);
   if (src && state_experiment_warm(s, src)) return -EIO; /* its trials are read below */
   if (!src) {
-    api_error(resp, 400, "invalid_config", "warm_start.experiment", "warm_start.experiment: "
-              "experiment %lld does not exist", (long long)id);
+    api_error(resp, 400, "invalid_config", "warm_start.experiment",
+              "warm_start.experiment: "
+              "experiment %lld does not exist",
+              (long long)id);
     return 1;
   }
   cJSON *arr = cJSON_CreateArray();
   if (!arr) return -ENOMEM;
   int key = src->spec.has_metric && !strcmp(src->spec.metric, spec->metric)
-                ? -1 : state_key_index(src, spec->metric);
+                ? -1
+                : state_key_index(src, spec->metric);
   for (int64_t i = 0; i < src->ntrials; i++) {
     const struct srv_trial *t = src->trials[i];
     if (t->status != TS_TERMINATED && t->status != TS_ERROR) continue;
@@ -310,8 +317,8 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddItemToArray(arr, o) ||
         !cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) ||
-        !cJSON_AddItemToObject(o, "value", isfinite(v) ? cJSON_CreateNumber(v)
-                                                       : cJSON_CreateNull())) {
+        !cJSON_AddItemToObject(o, "value",
+                               isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull())) {
       if (o && !o->prev) cJSON_Delete(o);
       cJSON_Delete(arr);
       return -ENOMEM;
@@ -338,8 +345,10 @@ int api_experiment_create(struct server *s, const struct api_req *req, struct ap
   struct validate_error verr = {{0}, {0}};
   int dry = api_dry_run(req);
   if (dry < 0)
-    return api_error(resp, 400, "invalid_query", "dry_run", "dry_run must be true or false, "
-                     "got '%s'", req->query(req->conn, "dry_run"));
+    return api_error(resp, 400, "invalid_query", "dry_run",
+                     "dry_run must be true or false, "
+                     "got '%s'",
+                     req->query(req->conn, "dry_run"));
   cJSON *cfg = api_body_object(req, resp, 0), *configs = NULL, *out = NULL;
   char *text = NULL;
   int rc = 0;
@@ -468,8 +477,10 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
       break;
     }
     cJSON *e = api_experiment_json(s, s->exps[i], 1);
-    if (!e) rc = -ENOMEM;
-    else cJSON_AddItemToArray(arr, e), n++, last = s->exps[i]->id;
+    if (!e)
+      rc = -ENOMEM;
+    else
+      cJSON_AddItemToArray(arr, e), n++, last = s->exps[i]->id;
   }
   server_unlock(s);
   if (!rc) rc = api_page_next(root, more, last);
@@ -483,7 +494,7 @@ int api_experiment_list(struct server *s, const struct api_req *req, struct api_
 /* The experiment of the URL as it is (a cold one stays cold: its row,
  * counts and best are in memory). */
 static struct srv_experiment *api_find_experiment_as_is(struct server *s, const struct api_req *req,
-                                                    struct api_resp *resp) {
+                                                        struct api_resp *resp) {
   struct srv_experiment *e = server_experiment(s, req->match->ids[0]);
   const char *why = e ? NULL : server_unusable(s, req->match->ids[0]);
   if (why)
@@ -497,12 +508,14 @@ static struct srv_experiment *api_find_experiment_as_is(struct server *s, const 
 /* The experiment of the URL with its trials in memory (a cold one is
  * warmed: bounded memory, state_cold.c). */
 static struct srv_experiment *api_find_experiment(struct server *s, const struct api_req *req,
-                                              struct api_resp *resp) {
+                                                  struct api_resp *resp) {
   struct srv_experiment *e = api_find_experiment_as_is(s, req, resp);
   int rc = e ? state_experiment_warm(s, e) : 0;
   if (rc) {
-    api_error(resp, 500, "internal", req->path, "experiment %lld: its trials could not be read "
-              "(%d)", (long long)e->id, rc);
+    api_error(resp, 500, "internal", req->path,
+              "experiment %lld: its trials could not be read "
+              "(%d)",
+              (long long)e->id, rc);
     return NULL;
   }
   return e;
@@ -560,7 +573,8 @@ int api_experiment_trials(struct server *s, const struct api_req *req, struct ap
    * up the results being reported meanwhile. */
   views = calloc((size_t)(end > first ? end - first : 1), sizeof *views);
   if (!views) rc = -ENOMEM;
-  for (int64_t i = first; !rc && i < end; i++) rc = api_trial_view_take(s, pick[i], &views[i - first]);
+  for (int64_t i = first; !rc && i < end; i++)
+    rc = api_trial_view_take(s, pick[i], &views[i - first]);
 unlock:
   server_unlock(s);
   free(pick);
@@ -574,13 +588,16 @@ unlock:
   }
   for (int64_t i = first; e && !rc && i < end; i++) {
     cJSON *t = api_trial_view_json(&views[i - first]);
-    if (!t) rc = -ENOMEM;
-    else cJSON_AddItemToArray(arr, t);
+    if (!t)
+      rc = -ENOMEM;
+    else
+      cJSON_AddItemToArray(arr, t);
   }
   for (int64_t i = first; views && i < end; i++) api_trial_view_drop(&views[i - first]);
   free(views);
-  if (e && !rc && (!jsonout_add_int64(root, "last_seq", last_seq) ||
-                   !cJSON_AddNumberToObject(root, "total", (double)n)))
+  if (e && !rc &&
+      (!jsonout_add_int64(root, "last_seq", last_seq) ||
+       !cJSON_AddNumberToObject(root, "total", (double)n)))
     rc = -ENOMEM;
   if (e && !rc) rc = api_page_next(root, since < 0 && end < n, end);
   if (!e || rc) {
@@ -639,8 +656,7 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
   int rc = store_experiment_results(s->store, e->id, since, limit, api_add_result, &ctx);
   got = cJSON_GetArraySize(arr);
   int64_t last = got == limit ? ctx.last : upto;
-  if (!rc && !jsonout_add_int64(root, "last_seq", last > since ? last : since))
-    rc = -ENOMEM;
+  if (!rc && !jsonout_add_int64(root, "last_seq", last > since ? last : since)) rc = -ENOMEM;
   if (rc) {
     cJSON_Delete(root);
     return rc;
@@ -651,7 +667,7 @@ int api_experiment_results(struct server *s, const struct api_req *req, struct a
 struct metric_ctx {
   struct server *s;
   struct srv_experiment *e;
-  double *vals;      /* all values, grouped by trial */
+  double *vals; /* all values, grouped by trial */
   size_t n, cap;
   int64_t *trial_of; /* trial id of each value */
 };
@@ -709,8 +725,10 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   enum best_scope scope;
   enum spec_mode mode;
   if (best_scope_parse(scope_s, &scope))
-    return api_error(resp, 400, "invalid_query", "scope", "scope must be one of last, avg, "
-                     "last-5-avg, last-10-avg, all; got '%s'", scope_s);
+    return api_error(resp, 400, "invalid_query", "scope",
+                     "scope must be one of last, avg, "
+                     "last-5-avg, last-10-avg, all; got '%s'",
+                     scope_s);
   if (mode_s && strcmp(mode_s, "min") && strcmp(mode_s, "max"))
     return api_error(resp, 400, "invalid_query", "mode", "mode must be min or max, got '%s'",
                      mode_s);
@@ -725,11 +743,14 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   }
   if (!metric && !e->spec.has_metric) {
     server_unlock(s);
-    return api_error(resp, 400, "invalid_query", "metric", "experiment %lld has no metric: "
-                     "pass ?metric=NAME&mode=min|max", (long long)e->id);
+    return api_error(resp, 400, "invalid_query", "metric",
+                     "experiment %lld has no metric: "
+                     "pass ?metric=NAME&mode=min|max",
+                     (long long)e->id);
   }
-  mode = mode_s ? (!strcmp(mode_s, "max") ? SPEC_MODE_MAX : SPEC_MODE_MIN)
-         : e->spec.has_metric ? e->spec.mode : SPEC_MODE_MIN;
+  mode = mode_s               ? (!strcmp(mode_s, "max") ? SPEC_MODE_MAX : SPEC_MODE_MIN)
+         : e->spec.has_metric ? e->spec.mode
+                              : SPEC_MODE_MIN;
   int own = !metric || (e->spec.has_metric && !strcmp(metric, e->spec.metric));
   char name[SPEC_NAME_MAX + 1];
   snprintf(name, sizeof name, "%s", own ? e->spec.metric : metric);
@@ -739,16 +760,19 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   /* A key never seen cannot have values unless the key table overflowed
    * or a compact trial (bounded memory) has it in SQLite only. */
   int from_store = !own && (e->keys_overflow || api_any_compact(e));
-  int rc = from_store ? 0 : (!own && key < 0) ? -ENOENT
-                      : api_best_memory(s, e, key, scope, mode, &trial_id, &value);
+  int rc = from_store          ? 0
+           : (!own && key < 0) ? -ENOENT
+                               : api_best_memory(s, e, key, scope, mode, &trial_id, &value);
   server_unlock(s);
   if (from_store) {
     commit_flush(s->commit);
     rc = api_best_other(s, e, name, scope, mode, &trial_id, &value);
   }
   if (rc == -ENOENT)
-    return api_error(resp, 404, "no_result", "metric", "no trial of experiment %lld has a "
-                     "finite '%s' (scope %s)", (long long)e->id, name, best_scope_name(scope));
+    return api_error(resp, 404, "no_result", "metric",
+                     "no trial of experiment %lld has a "
+                     "finite '%s' (scope %s)",
+                     (long long)e->id, name, best_scope_name(scope));
   if (rc) return rc;
   server_lock(s);
   /* The lock was let go meanwhile: the trial may have been deleted (or its
@@ -846,41 +870,54 @@ static int api_patch_parse(const cJSON *b, struct control_patch *p, char **tags_
     const char *k = c->string;
     if (!strcmp(k, "num_samples")) {
       if (!api_is_int(c, 1, SPEC_NUM_SAMPLES_MAX))
-        return api_error(resp, 400, "invalid_field", k, "num_samples must be an integer in "
-                         "[1, %d]", SPEC_NUM_SAMPLES_MAX), -EINVAL;
+        return api_error(resp, 400, "invalid_field", k,
+                         "num_samples must be an integer in "
+                         "[1, %d]",
+                         SPEC_NUM_SAMPLES_MAX),
+               -EINVAL;
       p->has_num_samples = 1;
       p->num_samples = (int64_t)c->valuedouble;
     } else if (!strcmp(k, "max_concurrent_trials")) {
       if (!api_is_int(c, 0, 1e9))
-        return api_error(resp, 400, "invalid_field", k, "max_concurrent_trials must be an "
-                         "integer >= 0 (0: unlimited)"), -EINVAL;
+        return api_error(resp, 400, "invalid_field", k,
+                         "max_concurrent_trials must be an "
+                         "integer >= 0 (0: unlimited)"),
+               -EINVAL;
       p->has_max_concurrent = 1;
       p->max_concurrent = (int64_t)c->valuedouble;
     } else if (!strcmp(k, "priority")) {
       if (!cJSON_IsNumber(c) || !(c->valuedouble > 0) || !(c->valuedouble <= 1e6))
-        return api_error(resp, 400, "invalid_field", k, "priority must be a number in "
-                         "(0, 1e6]"), -EINVAL;
+        return api_error(resp, 400, "invalid_field", k,
+                         "priority must be a number in "
+                         "(0, 1e6]"),
+               -EINVAL;
       p->has_priority = 1;
       p->priority = c->valuedouble;
     } else if (!strcmp(k, "notes")) {
       if (!cJSON_IsString(c) || strlen(c->valuestring) > 4096)
-        return api_error(resp, 400, "invalid_field", k, "notes must be a string of at most "
-                         "4096 bytes"), -EINVAL;
+        return api_error(resp, 400, "invalid_field", k,
+                         "notes must be a string of at most "
+                         "4096 bytes"),
+               -EINVAL;
       p->has_notes = 1;
       p->notes = c->valuestring;
     } else if (!strcmp(k, "tags")) {
       int n = cJSON_IsArray(c) ? cJSON_GetArraySize(c) : -1;
       if (n < 0 || n > 32)
-        return api_error(resp, 400, "invalid_field", k, "tags must be an array of at most 32 "
-                         "strings"), -EINVAL;
+        return api_error(resp, 400, "invalid_field", k,
+                         "tags must be an array of at most 32 "
+                         "strings"),
+               -EINVAL;
       int i = 0;
       for (const cJSON *t = c->child; t; t = t->next, i++) {
         size_t len = cJSON_IsString(t) ? strlen(t->valuestring) : 0;
         if (len < 1 || len > 64) {
           char where[32];
           snprintf(where, sizeof where, "tags[%d]", i);
-          return api_error(resp, 400, "invalid_field", where, "a tag is a string of 1 to 64 "
-                           "bytes"), -EINVAL;
+          return api_error(resp, 400, "invalid_field", where,
+                           "a tag is a string of 1 to 64 "
+                           "bytes"),
+                 -EINVAL;
         }
       }
       if (!(*tags_text = jsonout_print(c))) return -ENOMEM;
@@ -888,25 +925,34 @@ static int api_patch_parse(const cJSON *b, struct control_patch *p, char **tags_
       p->tags = *tags_text;
     } else if (!strcmp(k, "scheduler")) {
       if (!cJSON_IsObject(c))
-        return api_error(resp, 400, "invalid_field", k, "scheduler must be an object "
-                         "{\"max_t\": T}"), -EINVAL;
+        return api_error(resp, 400, "invalid_field", k,
+                         "scheduler must be an object "
+                         "{\"max_t\": T}"),
+               -EINVAL;
       for (const cJSON *m = c->child; m; m = m->next) {
         if (strcmp(m->string, "max_t")) {
           char where[80];
           snprintf(where, sizeof where, "scheduler.%.60s", m->string);
-          return api_error(resp, 400, "invalid_field", where, "only scheduler.max_t can be "
-                           "changed"), -EINVAL;
+          return api_error(resp, 400, "invalid_field", where,
+                           "only scheduler.max_t can be "
+                           "changed"),
+                 -EINVAL;
         }
         if (!cJSON_IsNumber(m) || !(m->valuedouble > 0) || !isfinite(m->valuedouble))
-          return api_error(resp, 400, "invalid_field", "scheduler.max_t", "max_t must be a "
-                           "finite number > 0"), -EINVAL;
+          return api_error(resp, 400, "invalid_field", "scheduler.max_t",
+                           "max_t must be a "
+                           "finite number > 0"),
+                 -EINVAL;
         p->has_max_t = 1;
         p->max_t = m->valuedouble;
       }
     } else {
-      return api_error(resp, 400, "invalid_field", k, "%s cannot be changed (PATCH takes "
+      return api_error(resp, 400, "invalid_field", k,
+                       "%s cannot be changed (PATCH takes "
                        "num_samples, max_concurrent_trials, priority, notes, tags, "
-                       "scheduler.max_t)", k), -EINVAL;
+                       "scheduler.max_t)",
+                       k),
+             -EINVAL;
     }
   }
   return 0;
@@ -927,11 +973,13 @@ int api_experiment_patch(struct server *s, const struct api_req *req, struct api
   if (e) {
     char field[128], err[512];
     rc = control_patch(s, e, &p, field, sizeof field, err, sizeof err, &resp->ticket);
-    if (rc == -EINVAL) rc = api_error(resp, 400, "invalid_field", field, "%s", err);
-    else if (rc == -EBUSY) rc = api_error(resp, 409, "cancelled", field, "%s", err);
-    else if (!rc) rc = api_exp_reply(s, e, resp);
-    if (!rc && resp->status == 200)
-      log_info("experiment %lld edited", (long long)e->id);
+    if (rc == -EINVAL)
+      rc = api_error(resp, 400, "invalid_field", field, "%s", err);
+    else if (rc == -EBUSY)
+      rc = api_error(resp, 409, "cancelled", field, "%s", err);
+    else if (!rc)
+      rc = api_exp_reply(s, e, resp);
+    if (!rc && resp->status == 200) log_info("experiment %lld edited", (long long)e->id);
   }
   server_unlock(s);
 done:
@@ -943,7 +991,8 @@ done:
 int api_experiment_delete(struct server *s, const struct api_req *req, struct api_resp *resp) {
   const char *f = req->query(req->conn, "force");
   int force = 0;
-  if (f && (!strcmp(f, "1") || !strcmp(f, "true"))) force = 1;
+  if (f && (!strcmp(f, "1") || !strcmp(f, "true")))
+    force = 1;
   else if (f && strcmp(f, "0") && strcmp(f, "false"))
     return api_error(resp, 400, "invalid_query", "force", "force must be 1, true, 0 or false");
   int rc = 0;
@@ -951,7 +1000,8 @@ int api_experiment_delete(struct server *s, const struct api_req *req, struct ap
   struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) goto out;
   if (e->counts[TS_RUNNING] > 0 && !force) {
-    rc = api_error(resp, 409, "running", req->path, "experiment %lld has %lld running "
+    rc = api_error(resp, 409, "running", req->path,
+                   "experiment %lld has %lld running "
                    "trial(s): pause or cancel it first, or delete with ?force=1",
                    (long long)e->id, (long long)e->counts[TS_RUNNING]);
     goto out;
@@ -963,8 +1013,10 @@ int api_experiment_delete(struct server *s, const struct api_req *req, struct ap
   }
   rc = control_delete(s, e, force, &resp->ticket);
   if (!rc && !cJSON_AddTrueToObject(o, "deleted")) rc = -ENOMEM;
-  if (rc) cJSON_Delete(o);
-  else rc = api_json(resp, 200, o);
+  if (rc)
+    cJSON_Delete(o);
+  else
+    rc = api_json(resp, 200, o);
 out:
   server_unlock(s);
   return rc;

@@ -47,12 +47,14 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
   commit_stats(s->commit, &batches, &ops);
   commit_flush_stats(s->commit, &flushes, &flush_s);
   uint64_t pending = commit_pending(s->commit);
-  int off = snprintf(buf, cap, "# HELP ctune_trials Trials by status.\n# TYPE ctune_trials gauge\n");
+  int off =
+      snprintf(buf, cap, "# HELP ctune_trials Trials by status.\n# TYPE ctune_trials gauge\n");
   for (int j = 0; j < TS_COUNT; j++)
     off += snprintf(buf + off, cap - (size_t)off, "ctune_trials{status=\"%s\"} %lld\n",
                     trial_status_names[j], (long long)trials[j]);
-  off += snprintf(buf + off, cap - (size_t)off,
-                  "# HELP ctune_experiments Experiments by status.\n# TYPE ctune_experiments gauge\n");
+  off +=
+      snprintf(buf + off, cap - (size_t)off,
+               "# HELP ctune_experiments Experiments by status.\n# TYPE ctune_experiments gauge\n");
   for (int j = 0; j < ES_COUNT; j++)
     off += snprintf(buf + off, cap - (size_t)off, "ctune_experiments{status=\"%s\"} %lld\n",
                     exp_status_names[j], (long long)exps[j]);
@@ -107,8 +109,7 @@ static int api_serve_file(const char *root, const char *rel, const struct api_re
     close(fd);
     fd = -1;
   }
-  if (fd < 0)
-    return api_error(resp, 404, "not_found", req->path, "no file %s", req->path);
+  if (fd < 0) return api_error(resp, 404, "not_found", req->path, "no file %s", req->path);
   char etag[64];
   snprintf(etag, sizeof etag, "\"%llx-%llx\"", (unsigned long long)st.st_size,
            (unsigned long long)st.st_mtime);

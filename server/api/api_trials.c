@@ -18,7 +18,7 @@
 #include "utf8.h"
 
 static struct srv_trial *api_find_trial(struct server *s, const struct api_req *req,
-                                    struct api_resp *resp) {
+                                        struct api_resp *resp) {
   int64_t id = req->match->ids[0];
   struct srv_trial *t = state_trial_ref(s, id); /* a cold experiment's is read back */
   /* A trial of an experiment startup could not use: its tombstone keeps
@@ -26,8 +26,10 @@ static struct srv_trial *api_find_trial(struct server *s, const struct api_req *
   const char *why = NULL;
   if (!t && id >= 1 && id <= s->ntrials) {
     int64_t eid = 0;
-    if (s->trials[id - 1]) eid = s->trials[id - 1]->experiment_id;
-    else if (store_trial_experiment(s->store, id, &eid)) eid = 0; /* an empty slot */
+    if (s->trials[id - 1])
+      eid = s->trials[id - 1]->experiment_id;
+    else if (store_trial_experiment(s->store, id, &eid))
+      eid = 0; /* an empty slot */
     why = server_unusable(s, eid);
   }
   if (why)
@@ -94,10 +96,11 @@ int api_trial_results(struct server *s, const struct api_req *req, struct api_re
   commit_flush(s->commit);
   int rc = 0;
   cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "results");
-  if (!arr) rc = -ENOMEM;
+  if (!arr)
+    rc = -ENOMEM;
   else if (compact && n)
-    rc = store_trial_results(s->store, eid, id, first_seq, last_seq, (int64_t)from,
-                             (int64_t)n, api_add_plain, arr);
+    rc = store_trial_results(s->store, eid, id, first_seq, last_seq, (int64_t)from, (int64_t)n,
+                             api_add_plain, arr);
   else if (n)
     rc = store_results_by_seq(s->store, seqs, n, api_add_plain, arr);
   free(seqs);
@@ -133,8 +136,7 @@ static int api_not_leased(struct server *s, struct api_resp *resp, const char *p
                           const char *why, int with_stop) {
   cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
   if (!e || !cJSON_AddStringToObject(e, "code", "not_leased") ||
-      !cJSON_AddStringToObject(e, "message", why) ||
-      !cJSON_AddStringToObject(e, "path", path) ||
+      !cJSON_AddStringToObject(e, "message", why) || !cJSON_AddStringToObject(e, "path", path) ||
       (with_stop && !cJSON_AddStringToObject(root, "decision", "stop"))) {
     cJSON_Delete(root);
     return -ENOMEM;
@@ -148,20 +150,24 @@ static int api_not_leased(struct server *s, struct api_resp *resp, const char *p
 static int api_check_result(const cJSON *r, const char *time_attr, struct api_resp *resp,
                             double *t) {
   if (!cJSON_IsObject(r))
-    return api_error(resp, 400, "invalid_result", "", "a result is a flat JSON object of "
-                     "numbers"), -EINVAL;
+    return api_error(resp, 400, "invalid_result", "",
+                     "a result is a flat JSON object of "
+                     "numbers"),
+           -EINVAL;
   if (!r->child)
-    return api_error(resp, 400, "invalid_result", "", "a result needs at least '%s'",
-                     time_attr), -EINVAL;
+    return api_error(resp, 400, "invalid_result", "", "a result needs at least '%s'", time_attr),
+           -EINVAL;
   for (const cJSON *c = r->child; c; c = c->next) {
     if (!cJSON_IsNumber(c) && !cJSON_IsNull(c) && !cJSON_IsBool(c))
       return api_error(resp, 400, "invalid_result", c->string,
-                       "%s: a result holds only numbers (null and booleans allowed)", c->string), -EINVAL;
+                       "%s: a result holds only numbers (null and booleans allowed)", c->string),
+             -EINVAL;
   }
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(r, time_attr);
   if (!tv || !cJSON_IsNumber(tv) || !isfinite(tv->valuedouble) || tv->valuedouble < 0)
     return api_error(resp, 400, "invalid_result", time_attr,
-                     "%s: the time attribute must be a finite number >= 0", time_attr), -EINVAL;
+                     "%s: the time attribute must be a finite number >= 0", time_attr),
+           -EINVAL;
   *t = tv->valuedouble;
   return 0;
 }
@@ -218,8 +224,8 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
     if (api_check_result(r, e->spec.sched.time_attr, resp, &tvs[i])) goto out;
     rs[i] = r;
   }
-  struct trial_event_args a = {.lease = &l, .results = rs, .time_values = tvs, .nresults = n,
-                               .decisions = dec};
+  struct trial_event_args a = {
+      .lease = &l, .results = rs, .time_values = tvs, .nresults = n, .decisions = dec};
   rc = state_trial_event(s, t, TE_RESULTS, &a, &resp->ticket);
   if (rc == -ESTALE) {
     rc = api_not_leased(s, resp, req->path, a.why, 1);
@@ -261,9 +267,8 @@ static int api_trial_ended(struct server *s, const struct api_req *req, struct a
 /* The skeleton every fenced end shares (complete, fail, release): find the
  * trial, one event under the lock, the reply. args are built from the body
  * beforehand: nothing of them depends on the trial. */
-static int api_trial_end_event(struct server *s, const struct api_req *req,
-                               struct api_resp *resp, enum trial_event ev,
-                               struct trial_event_args *a) {
+static int api_trial_end_event(struct server *s, const struct api_req *req, struct api_resp *resp,
+                               enum trial_event ev, struct trial_event_args *a) {
   int rc = 0;
   server_lock(s);
   struct srv_trial *t = api_find_trial(s, req, resp);
@@ -318,7 +323,8 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
   /* snprintf may have cut a multi-byte character at the end: replies must
    * stay valid UTF-8. */
   utf8_sanitize(msg, strlen(msg));
-  struct trial_event_args a = {.lease = &l, .error = msg,
+  struct trial_event_args a = {.lease = &l,
+                               .error = msg,
                                .has_exit_code = code && cJSON_IsNumber(code),
                                .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
   rc = api_trial_end_event(s, req, resp, TE_FAIL, &a);
@@ -340,19 +346,18 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
       (!cJSON_IsNumber(wid) || !(wid->valuedouble >= 1 && wid->valuedouble < 9.2e18) ||
        wid->valuedouble != (double)(int64_t)wid->valuedouble)) {
     cJSON_Delete(body);
-    return api_error(resp, 400, "invalid_body", "worker_id",
-                     "worker_id must be an integer >= 1");
+    return api_error(resp, 400, "invalid_body", "worker_id", "worker_id must be an integer >= 1");
   }
-  if (it && !cJSON_IsNull(it) && (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
-                                  it->valuedouble < 0)) {
+  if (it && !cJSON_IsNull(it) &&
+      (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0)) {
     cJSON_Delete(body);
-    return api_error(resp, 400, "invalid_body", "iteration",
-                     "iteration must be a number >= 0");
+    return api_error(resp, 400, "invalid_body", "iteration", "iteration must be a number >= 0");
   }
-  struct trial_event_args a = {
-      .lease = &l, .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
-      .has_iteration = it && cJSON_IsNumber(it),
-      .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
+  struct trial_event_args a = {.lease = &l,
+                               .worker_id =
+                                   wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
+                               .has_iteration = it && cJSON_IsNumber(it),
+                               .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
   rc = api_trial_end_event(s, req, resp, TE_RELEASE, &a);
   cJSON_Delete(body);
   return rc;
@@ -376,8 +381,8 @@ static int blob_op_apply(struct store *st, void *arg) {
    * request holds its bytes in memory while it waits. */
   void *map = mmap(NULL, op->len, PROT_READ, MAP_SHARED, op->fd, 0);
   if (map == MAP_FAILED) {
-    log_error("checkpoint of trial %lld: cannot map its spool file: %s",
-              (long long)op->trial_id, strerror(errno));
+    log_error("checkpoint of trial %lld: cannot map its spool file: %s", (long long)op->trial_id,
+              strerror(errno));
     return -EIO;
   }
   int rc = store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, map, op->len);
@@ -433,12 +438,14 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   if (req->body_len == 0)
     return api_error(resp, 400, "empty_checkpoint", "", "the checkpoint body is empty");
   uint32_t have;
-  if (!req->body_spooled) have = (uint32_t)crc32(0L, (const Bytef *)req->body, (uInt)req->body_len);
-  else if (api_spool_crc(req->body_fd, req->body_len, &have)) return -EIO;
+  if (!req->body_spooled)
+    have = (uint32_t)crc32(0L, (const Bytef *)req->body, (uInt)req->body_len);
+  else if (api_spool_crc(req->body_fd, req->body_len, &have))
+    return -EIO;
   if (have != (uint32_t)crc)
     return api_error(resp, 400, "bad_crc", "X-Ctune-Crc32",
-                     "body crc32 is %08x but X-Ctune-Crc32 says %08x: upload corrupted",
-                     have, (uint32_t)crc);
+                     "body crc32 is %08x but X-Ctune-Crc32 says %08x: upload corrupted", have,
+                     (uint32_t)crc);
   struct blob_op *op = malloc(sizeof *op + (req->body_spooled ? 0 : req->body_len) + 1);
   if (!op) return -ENOMEM;
   op->iteration = (int64_t)it;
@@ -446,7 +453,8 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   op->len = req->body_len;
   op->is_log = 0;
   op->fd = -1;
-  if (!req->body_spooled) memcpy(op->data, req->body, req->body_len);
+  if (!req->body_spooled)
+    memcpy(op->data, req->body, req->body_len);
   else if ((op->fd = fcntl(req->body_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
     free(op);
     return -errno;
@@ -472,8 +480,8 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   }
   if (t->has_checkpoint && (int64_t)it < t->checkpoint_iteration) {
     api_error(resp, 409, "stale_checkpoint", "X-Ctune-Iteration",
-              "iteration %llu is older than the stored checkpoint's (%lld)",
-              (unsigned long long)it, (long long)t->checkpoint_iteration);
+              "iteration %llu is older than the stored checkpoint's (%lld)", (unsigned long long)it,
+              (long long)t->checkpoint_iteration);
     goto refuse;
   }
   /* The next attempt resumes from the checkpoint and from the results after
@@ -482,7 +490,8 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   if ((double)it > bound) {
     api_error(resp, 409, "checkpoint_ahead", "X-Ctune-Iteration",
               "iteration %llu is past the last stored result (%g): send it again once its "
-              "results are acknowledged", (unsigned long long)it, bound);
+              "results are acknowledged",
+              (unsigned long long)it, bound);
     goto refuse;
   }
   op->trial_id = t->id;
@@ -568,8 +577,7 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
     goto out;
   }
   op->trial_id = t->id;
-  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket)))
-    goto out;
+  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
       !cJSON_AddNumberToObject(o, "size", (double)req->body_len)) {
@@ -615,8 +623,8 @@ int api_trial_stop(struct server *s, const struct api_req *req, struct api_resp 
   if (!t) goto out;
   rc = control_stop_trial(s, t, &resp->ticket);
   if (rc == -EINVAL) {
-    rc = api_error(resp, 409, "ended", req->path, "trial %lld is already %s",
-                   (long long)t->id, trial_status_names[t->status]);
+    rc = api_error(resp, 409, "ended", req->path, "trial %lld is already %s", (long long)t->id,
+                   trial_status_names[t->status]);
     goto out;
   }
   if (!rc) {

@@ -21,8 +21,8 @@ int api_json(struct api_resp *r, int status, cJSON *body) {
   return 0;
 }
 
-int api_error(struct api_resp *r, int status, const char *code, const char *path,
-              const char *fmt, ...) {
+int api_error(struct api_resp *r, int status, const char *code, const char *path, const char *fmt,
+              ...) {
   char msg[768];
   va_list ap;
   va_start(ap, fmt);
@@ -67,8 +67,10 @@ void api_header(struct api_resp *r, const char *name, const char *fmt, ...) {
 int api_json_strict(const struct api_req *req, struct api_resp *resp) {
   struct jsonstrict_error e;
   int rc = jsonstrict_check(req->body, req->body_len, &e);
-  if (rc == -EINVAL) api_error(resp, 400, "invalid_json", e.path, "request body: %s", e.message);
-  else if (rc) api_error(resp, 500, "internal", "", "out of memory");
+  if (rc == -EINVAL)
+    api_error(resp, 400, "invalid_json", e.path, "request body: %s", e.message);
+  else if (rc)
+    api_error(resp, 500, "internal", "", "out of memory");
   return rc;
 }
 
@@ -83,8 +85,7 @@ cJSON *api_body_json(const struct api_req *req, struct api_resp *resp) {
   cJSON *o = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, 0);
   if (!o) {
     size_t at = end && end >= req->body ? (size_t)(end - req->body) : 0;
-    api_error(resp, 400, "invalid_json", "", "request body is not valid JSON (near byte %zu)",
-              at);
+    api_error(resp, 400, "invalid_json", "", "request body is not valid JSON (near byte %zu)", at);
     return NULL;
   }
   return o;
@@ -105,8 +106,8 @@ cJSON *api_body_object(const struct api_req *req, struct api_resp *resp, int emp
   return o;
 }
 
-int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key,
-                  int64_t lo, int64_t hi, int64_t dflt, int64_t *out) {
+int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key, int64_t lo,
+                  int64_t hi, int64_t dflt, int64_t *out) {
   const char *v = req->query(req->conn, key);
   if (!v) {
     *out = dflt;
@@ -116,8 +117,10 @@ int api_query_int(const struct api_req *req, struct api_resp *resp, const char *
   errno = 0;
   long long x = strtoll(v, &end, 10);
   if (!*v || *end || errno || x < lo || x > hi) {
-    api_error(resp, 400, "invalid_query", key, "query parameter %s must be an integer in "
-              "[%lld, %lld], got '%s'", key, (long long)lo, (long long)hi, v);
+    api_error(resp, 400, "invalid_query", key,
+              "query parameter %s must be an integer in "
+              "[%lld, %lld], got '%s'",
+              key, (long long)lo, (long long)hi, v);
     return -EINVAL;
   }
   *out = x;
@@ -139,8 +142,10 @@ int api_page_args(const struct api_req *req, struct api_resp *resp, int64_t dflt
   errno = 0;
   long long x = strtoll(c, &end, 10);
   if (*end || errno || x < 0 || *c == '+' || *c == '-' || *c == ' ') {
-    api_error(resp, 400, "invalid_cursor", "cursor", "cursor must be a next_cursor this "
-              "server returned, got '%s'", c);
+    api_error(resp, 400, "invalid_cursor", "cursor",
+              "cursor must be a next_cursor this "
+              "server returned, got '%s'",
+              c);
     return -EINVAL;
   }
   *after = x;

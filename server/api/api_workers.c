@@ -16,21 +16,31 @@
 static int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
                          double *gpu, int64_t *mem, int *has_mem) {
   if (!o || !cJSON_IsObject(o))
-    return api_error(resp, 400, "invalid_body", where, "%s must be an object like "
-                     "{\"cpu\": 2, \"gpu\": 0, \"memory_mb\": 4096}", where), -EINVAL;
+    return api_error(resp, 400, "invalid_body", where,
+                     "%s must be an object like "
+                     "{\"cpu\": 2, \"gpu\": 0, \"memory_mb\": 4096}",
+                     where),
+           -EINVAL;
   *has_mem = 0;
   for (const cJSON *c = o->child; c; c = c->next) {
     double *dst = NULL;
-    if (!strcmp(c->string, "cpu")) dst = cpu;
-    else if (!strcmp(c->string, "gpu")) dst = gpu;
+    if (!strcmp(c->string, "cpu"))
+      dst = cpu;
+    else if (!strcmp(c->string, "gpu"))
+      dst = gpu;
     else if (strcmp(c->string, "memory_mb"))
-      return api_error(resp, 400, "invalid_body", where, "%s.%s: unknown field (cpu, gpu, "
-                       "memory_mb)", where, c->string), -EINVAL;
+      return api_error(resp, 400, "invalid_body", where,
+                       "%s.%s: unknown field (cpu, gpu, "
+                       "memory_mb)",
+                       where, c->string),
+             -EINVAL;
     if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || c->valuedouble < 0 ||
         c->valuedouble > 1e9)
       return api_error(resp, 400, "invalid_body", where, "%s.%s must be a number >= 0", where,
-                       c->string), -EINVAL;
-    if (dst) *dst = c->valuedouble;
+                       c->string),
+             -EINVAL;
+    if (dst)
+      *dst = c->valuedouble;
     else {
       *mem = (int64_t)c->valuedouble;
       *has_mem = 1;
@@ -53,20 +63,23 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
       goto out;
     }
   if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 255) {
-    rc = api_error(resp, 400, "invalid_body", "name", "name must be a string of 1 to 255 "
+    rc = api_error(resp, 400, "invalid_body", "name",
+                   "name must be a string of 1 to 255 "
                    "characters");
     goto out;
   }
-  if (api_resources(cJSON_GetObjectItemCaseSensitive(b, "resources"), "resources", resp, &cpu,
-                    &gpu, &mem, &has_mem))
+  if (api_resources(cJSON_GetObjectItemCaseSensitive(b, "resources"), "resources", resp, &cpu, &gpu,
+                    &mem, &has_mem))
     goto out;
-  const char *over = cpu > WORKERS_MAX_CPU ? "resources.cpu"
-                     : gpu > WORKERS_MAX_GPU ? "resources.gpu"
-                     : (double)mem > WORKERS_MAX_MEMORY_MB ? "resources.memory_mb" : NULL;
+  const char *over = cpu > WORKERS_MAX_CPU                 ? "resources.cpu"
+                     : gpu > WORKERS_MAX_GPU               ? "resources.gpu"
+                     : (double)mem > WORKERS_MAX_MEMORY_MB ? "resources.memory_mb"
+                                                           : NULL;
   if (over) {
-    rc = api_error(resp, 400, "invalid_body", over, "%s is more than one machine has (limits: "
-                   "cpu %g, gpu %g, memory_mb %g)", over, WORKERS_MAX_CPU,
-                   WORKERS_MAX_GPU, WORKERS_MAX_MEMORY_MB);
+    rc = api_error(resp, 400, "invalid_body", over,
+                   "%s is more than one machine has (limits: "
+                   "cpu %g, gpu %g, memory_mb %g)",
+                   over, WORKERS_MAX_CPU, WORKERS_MAX_GPU, WORKERS_MAX_MEMORY_MB);
     goto out;
   }
   server_lock(s);
@@ -74,8 +87,8 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   rc = workers_register(s, name->valuestring, cpu, gpu, mem, &w, &resp->ticket);
   server_unlock(s);
   if (rc) goto out;
-  log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id,
-           w->name, cpu, gpu, (long long)mem);
+  log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id, w->name,
+           cpu, gpu, (long long)mem);
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "id", (double)w->id) ||
       !cJSON_AddStringToObject(o, "secret", w->secret) ||
@@ -92,11 +105,13 @@ out:
 }
 
 static struct srv_worker *api_find_worker(struct server *s, const struct api_req *req,
-                                      struct api_resp *resp) {
+                                          struct api_resp *resp) {
   struct srv_worker *w = workers_find(s, req->match->ids[0]);
   if (!w)
-    api_error(resp, 404, "unknown_worker", req->path, "worker %lld is not registered: "
-              "register again", (long long)req->match->ids[0]);
+    api_error(resp, 404, "unknown_worker", req->path,
+              "worker %lld is not registered: "
+              "register again",
+              (long long)req->match->ids[0]);
   return w;
 }
 
@@ -131,7 +146,8 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
     if (!api_is_id(id) || (cJSON_IsObject(c) && (!api_is_id(at) || at->valuedouble > INT32_MAX))) {
       char where[32];
       snprintf(where, sizeof where, "running[%d]", i);
-      rc = api_error(resp, 400, "invalid_body", where, "running must hold {\"id\": N, "
+      rc = api_error(resp, 400, "invalid_body", where,
+                     "running must hold {\"id\": N, "
                      "\"attempt\": A} (integers >= 1)");
       goto done;
     }
@@ -177,40 +193,40 @@ done:
 static cJSON *api_lease_json(struct server *s, const struct srv_trial *t) {
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
   cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
-  int ok = o && cJSON_AddNumberToObject(o, "id", (double)t->id) &&
-           cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
-           cJSON_AddStringToObject(o, "name", t->name) &&
-           cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) &&
-           cJSON_AddItemToObject(o, "trainable", cJSON_Duplicate(e->spec.trainable, 1)) &&
-           (res = cJSON_AddObjectToObject(o, "resources")) &&
-           cJSON_AddNumberToObject(res, "cpu", e->spec.resources.cpu) &&
-           cJSON_AddNumberToObject(res, "gpu", e->spec.resources.gpu) &&
-           cJSON_AddNumberToObject(res, "memory_mb", (double)e->spec.resources.memory_mb) &&
-           cJSON_AddItemToObject(o, "metric", e->spec.has_metric
-                                                  ? cJSON_CreateString(e->spec.metric)
-                                                  : cJSON_CreateNull()) &&
-           cJSON_AddItemToObject(o, "mode", e->spec.has_metric
-                                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX
-                                                                         ? "max" : "min")
-                                                : cJSON_CreateNull()) &&
-           cJSON_AddStringToObject(o, "time_attr", e->spec.sched.time_attr) &&
-           cJSON_AddItemToObject(o, "max_t", e->spec.sched.has_max_t
-                                                 ? cJSON_CreateNumber(e->spec.sched.max_t)
-                                                 : cJSON_CreateNull()) &&
-           /* Where the worker resumes: the checkpoint's iteration (after an
-            * exploit the donor's, maybe behind the trial's own results),
-            * else the last reported time value (a fresh start from 0). */
-           cJSON_AddNumberToObject(o, "start_iteration",
-                                   t->has_checkpoint ? (double)t->checkpoint_iteration
-                                   : t->nres         ? floor(t->last_t)
-                                                     : 0) &&
-           cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
-           cJSON_AddItemToObject(o, "checkpoint_iteration",
-                                 t->has_checkpoint
-                                     ? cJSON_CreateNumber((double)t->checkpoint_iteration)
-                                     : cJSON_CreateNull()) &&
-           cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(s, e, t)) &&
-           cJSON_AddNumberToObject(o, "attempt", t->attempt);
+  int ok =
+      o && cJSON_AddNumberToObject(o, "id", (double)t->id) &&
+      cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
+      cJSON_AddStringToObject(o, "name", t->name) &&
+      cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) &&
+      cJSON_AddItemToObject(o, "trainable", cJSON_Duplicate(e->spec.trainable, 1)) &&
+      (res = cJSON_AddObjectToObject(o, "resources")) &&
+      cJSON_AddNumberToObject(res, "cpu", e->spec.resources.cpu) &&
+      cJSON_AddNumberToObject(res, "gpu", e->spec.resources.gpu) &&
+      cJSON_AddNumberToObject(res, "memory_mb", (double)e->spec.resources.memory_mb) &&
+      cJSON_AddItemToObject(o, "metric",
+                            e->spec.has_metric ? cJSON_CreateString(e->spec.metric)
+                                               : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "mode",
+                            e->spec.has_metric
+                                ? cJSON_CreateString(e->spec.mode == SPEC_MODE_MAX ? "max" : "min")
+                                : cJSON_CreateNull()) &&
+      cJSON_AddStringToObject(o, "time_attr", e->spec.sched.time_attr) &&
+      cJSON_AddItemToObject(o, "max_t",
+                            e->spec.sched.has_max_t ? cJSON_CreateNumber(e->spec.sched.max_t)
+                                                    : cJSON_CreateNull()) &&
+      /* Where the worker resumes: the checkpoint's iteration (after an
+       * exploit the donor's, maybe behind the trial's own results),
+       * else the last reported time value (a fresh start from 0). */
+      cJSON_AddNumberToObject(o, "start_iteration",
+                              t->has_checkpoint ? (double)t->checkpoint_iteration
+                              : t->nres         ? floor(t->last_t)
+                                                : 0) &&
+      cJSON_AddBoolToObject(o, "has_checkpoint", t->has_checkpoint) &&
+      cJSON_AddItemToObject(o, "checkpoint_iteration",
+                            t->has_checkpoint ? cJSON_CreateNumber((double)t->checkpoint_iteration)
+                                              : cJSON_CreateNull()) &&
+      cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(s, e, t)) &&
+      cJSON_AddNumberToObject(o, "attempt", t->attempt);
   if (!ok) {
     cJSON_Delete(root);
     return NULL;
@@ -256,23 +272,24 @@ static double api_free_amount(double cap, double used) {
 
 cJSON *api_worker_json(struct server *s, const struct srv_worker *w) {
   cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
-  int ok = o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
-           cJSON_AddStringToObject(o, "name", w->name) &&
-           (res = cJSON_AddObjectToObject(o, "resources")) &&
-           cJSON_AddNumberToObject(res, "cpu", w->cpu) &&
-           cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
-           cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
-           (fr = cJSON_AddObjectToObject(o, "free")) &&
-           cJSON_AddNumberToObject(fr, "cpu", api_free_amount(w->cpu, w->used_cpu)) &&
-           cJSON_AddNumberToObject(fr, "gpu", api_free_amount(w->gpu, w->used_gpu)) &&
-           cJSON_AddNumberToObject(fr, "memory_mb",
-                                   api_free_amount((double)w->memory_mb,
-                                                   (double)w->used_memory_mb)) &&
-           (run = cJSON_AddArrayToObject(o, "running_trials")) &&
-           cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
-           cJSON_AddStringToObject(o, "status", w->gone == 2 ? "deregistered"
-                                                : w->gone ? "pruned"
-                                                : w->lost ? "lost" : "alive");
+  int ok =
+      o && cJSON_AddNumberToObject(o, "id", (double)w->id) &&
+      cJSON_AddStringToObject(o, "name", w->name) &&
+      (res = cJSON_AddObjectToObject(o, "resources")) &&
+      cJSON_AddNumberToObject(res, "cpu", w->cpu) && cJSON_AddNumberToObject(res, "gpu", w->gpu) &&
+      cJSON_AddNumberToObject(res, "memory_mb", (double)w->memory_mb) &&
+      (fr = cJSON_AddObjectToObject(o, "free")) &&
+      cJSON_AddNumberToObject(fr, "cpu", api_free_amount(w->cpu, w->used_cpu)) &&
+      cJSON_AddNumberToObject(fr, "gpu", api_free_amount(w->gpu, w->used_gpu)) &&
+      cJSON_AddNumberToObject(fr, "memory_mb",
+                              api_free_amount((double)w->memory_mb, (double)w->used_memory_mb)) &&
+      (run = cJSON_AddArrayToObject(o, "running_trials")) &&
+      cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
+      cJSON_AddStringToObject(o, "status",
+                              w->gone == 2 ? "deregistered"
+                              : w->gone    ? "pruned"
+                              : w->lost    ? "lost"
+                                           : "alive");
   /* Only a worker charged with running trials costs a scan of them. */
   for (int64_t j = 0; ok && w->nrunning > 0 && j < s->ntrials; j++) {
     const struct srv_trial *t = s->trials[j];
@@ -303,8 +320,10 @@ int api_worker_list(struct server *s, const struct api_req *req, struct api_resp
       break;
     }
     cJSON *o = api_worker_json(s, w);
-    if (!o) rc = -ENOMEM;
-    else cJSON_AddItemToArray(arr, o), n++, last = w->id;
+    if (!o)
+      rc = -ENOMEM;
+    else
+      cJSON_AddItemToArray(arr, o), n++, last = w->id;
   }
   server_unlock(s);
   if (!rc) rc = api_page_next(root, more, last);

@@ -17,7 +17,6 @@
 
 #include "secret.h"
 
-
 #define AUTH_MAX_SESSIONS 256
 
 struct auth_session {
@@ -42,8 +41,8 @@ static int auth_token_ok(const char *t) {
   return 1;
 }
 
-int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t cap,
-              char *err, size_t errlen) {
+int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t cap, char *err,
+              size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     snprintf(err, errlen, "token file %s: %s", path, strerror(errno));
@@ -57,7 +56,8 @@ int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t 
     return -EIO;
   }
   if (st.st_mode & 077) {
-    snprintf(err, errlen, "token file %s may be read or written by other users (mode %03o): "
+    snprintf(err, errlen,
+             "token file %s may be read or written by other users (mode %03o): "
              "anyone who reads it controls every worker. Run: chmod 600 %s",
              path, (unsigned)(st.st_mode & 0777), path);
     close(fd);
@@ -81,16 +81,21 @@ int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t 
     char *eq = strchr(p, '=');
     char *dst = NULL;
     size_t dcap = cap;
-    if (eq && eq - p == 5 && !strncmp(p, "admin", 5)) dst = admin;
-    else if (eq && eq - p == 6 && !strncmp(p, "worker", 6)) dst = worker;
-    else if (eq && eq - p == 6 && !strncmp(p, "viewer", 6)) dst = vbuf, dcap = sizeof vbuf;
+    if (eq && eq - p == 5 && !strncmp(p, "admin", 5))
+      dst = admin;
+    else if (eq && eq - p == 6 && !strncmp(p, "worker", 6))
+      dst = worker;
+    else if (eq && eq - p == 6 && !strncmp(p, "viewer", 6))
+      dst = vbuf, dcap = sizeof vbuf;
     if (!dst) {
       snprintf(err, errlen, "%s:%d: expected admin=TOKEN, worker=TOKEN or viewer=TOKEN", path,
                lineno);
       rc = -EINVAL;
     } else if (!auth_token_ok(eq + 1) || strlen(eq + 1) >= dcap) {
-      snprintf(err, errlen, "%s:%d: a token must be 16 to 255 characters of "
-               "[A-Za-z0-9._~+/=-]", path, lineno);
+      snprintf(err, errlen,
+               "%s:%d: a token must be 16 to 255 characters of "
+               "[A-Za-z0-9._~+/=-]",
+               path, lineno);
       rc = -EINVAL;
     } else {
       snprintf(dst, dcap, "%s", eq + 1);
@@ -112,8 +117,7 @@ int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t 
 
 /* n random bytes as URL-safe base64 without padding (43 characters for 32). */
 static int auth_random_text(size_t nbytes, char *out, size_t cap) {
-  static const char b64[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   unsigned char raw[64];
   if (nbytes > sizeof raw || cap < (nbytes * 4 + 2) / 3 + 1) return -EINVAL;
   size_t got = 0;
@@ -146,8 +150,7 @@ int auth_default_file(const char *db, char *path, size_t pathlen, char *admin, c
     snprintf(err, errlen, "--db %s: path too long", db);
     return -ENAMETOOLONG;
   }
-  if (!access(path, F_OK))
-    return auth_load(path, admin, worker, viewer, cap, err, errlen);
+  if (!access(path, F_OK)) return auth_load(path, admin, worker, viewer, cap, err, errlen);
   char a[64], w[64], v[64], tmp[4200];
   int rc;
   if ((rc = auth_random_text(32, a, sizeof a)) || (rc = auth_random_text(32, w, sizeof w)) ||
@@ -167,7 +170,8 @@ int auth_default_file(const char *db, char *path, size_t pathlen, char *admin, c
                    "# ctune tokens (created by ctune-server; keep this file 0600).\n"
                    "# admin: full control, and so a shell on every worker (command trainables).\n"
                    "# worker: for ctune-worker. viewer: read-only dashboard.\n"
-                   "admin=%s\nworker=%s\nviewer=%s\n", a, w, v);
+                   "admin=%s\nworker=%s\nviewer=%s\n",
+                   a, w, v);
   int ok = fchmod(fd, 0600) == 0 && write(fd, text, (size_t)n) == n && fsync(fd) == 0;
   int e = errno;
   close(fd);

@@ -22,8 +22,8 @@ struct auth_sessions;
  * that group or other may read or write is refused (as ssh does). viewer may
  * be NULL (the line is then checked but dropped). -EINVAL / -EIO / -EPERM
  * with err saying what is wrong where and how to fix it. */
-int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t cap,
-              char *err, size_t errlen);
+int auth_load(const char *path, char *admin, char *worker, char *viewer, size_t cap, char *err,
+              size_t errlen);
 
 /* The default token file: "<db>.tokens" is loaded when it exists, else
  * created with fresh tokens (admin, worker, viewer: 256 random bits each,
@@ -35,8 +35,7 @@ int auth_default_file(const char *db, char *path, size_t pathlen, char *admin, c
 
 /* Access granted by an Authorization header value (may be NULL): RA_ADMIN,
  * RA_WORKER, AUTH_VIEWER (viewer may be "" for none), or -1 for none. */
-int auth_role(const char *authorization, const char *admin, const char *worker,
-              const char *viewer);
+int auth_role(const char *authorization, const char *admin, const char *worker, const char *viewer);
 
 /* 1 when addr is a loopback address: "localhost", or a numeric IPv4 in
  * 127.0.0.0/8, ::1 or ::ffff:127.x (a name such as 127.example.com is not). */
@@ -65,7 +64,7 @@ void auth_cookie_name(const struct server *s, char *buf, size_t n);
  * filling resp with the refusal. */
 int auth_check_request_head(struct server *s, void *conn,
                             const char *(*header)(void *conn, const char *key),
-                            enum route_method meth, const char *url,
-                            const struct route *route, struct api_resp *resp);
+                            enum route_method meth, const char *url, const struct route *route,
+                            struct api_resp *resp);
 
 #endif

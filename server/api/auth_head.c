@@ -104,13 +104,15 @@ static int auth_is_json(const char *ct) {
 
 int auth_check_request_head(struct server *s, void *conn,
                             const char *(*header)(void *conn, const char *key),
-                            enum route_method meth, const char *url,
-                            const struct route *route, struct api_resp *resp) {
+                            enum route_method meth, const char *url, const struct route *route,
+                            struct api_resp *resp) {
   const char *hosthdr = header(conn, "Host");
   /* No Host at all is an HTTP/1.0 client, not a browser. */
   if (hosthdr && !auth_host_ok(s, hosthdr)) {
-    api_error(resp, 421, "bad_host", url, "Host '%.100s' is not a name of this server; start "
-              "it with --allowed-host NAME to serve that name", hosthdr);
+    api_error(resp, 421, "bad_host", url,
+              "Host '%.100s' is not a name of this server; start "
+              "it with --allowed-host NAME to serve that name",
+              hosthdr);
     return 1;
   }
   if (!route) return 0;
@@ -132,20 +134,23 @@ int auth_check_request_head(struct server *s, void *conn,
     int has_body = te || (cl && strtoull(cl, NULL, 10) > 0);
     if (has_body && !auth_is_json(header(conn, "Content-Type"))) {
       const char *ct = header(conn, "Content-Type");
-      api_error(resp, 415, "unsupported_media_type", url, "%s takes Content-Type: "
-                "application/json (got '%.80s')", url, ct ? ct : "(none)");
+      api_error(resp, 415, "unsupported_media_type", url,
+                "%s takes Content-Type: "
+                "application/json (got '%.80s')",
+                url, ct ? ct : "(none)");
       return 1;
     }
   }
   if (!s->auth || route->access == RA_PUBLIC) return 0;
-  int role = auth_role(header(conn, "Authorization"), s->admin_token, s->worker_token,
-                       s->viewer_token);
+  int role =
+      auth_role(header(conn, "Authorization"), s->admin_token, s->worker_token, s->viewer_token);
   if (role < 0) {
     role = auth_session_role(s, header(conn, "Cookie"));
     /* Browsers send Origin with every POST; a cookie without one is not
      * from the dashboard. */
     if (role >= 0 && changes && !origin) {
-      api_error(resp, 403, "bad_origin", url, "a state-changing request authenticated by a "
+      api_error(resp, 403, "bad_origin", url,
+                "a state-changing request authenticated by a "
                 "cookie needs an Origin header");
       return 1;
     }
@@ -159,9 +164,15 @@ int auth_check_request_head(struct server *s, void *conn,
   }
   /* The dashboard hides the controls a viewer session cannot use. */
   api_header(resp, "X-Ctune-Role", "%s",
-             role == AUTH_VIEWER ? "viewer" : role == RA_ADMIN ? "admin" : "worker");
-  const char *mname = meth == RM_GET ? "GET" : meth == RM_HEAD ? "HEAD" : meth == RM_POST
-      ? "POST" : meth == RM_PUT ? "PUT" : meth == RM_PATCH ? "PATCH" : "DELETE";
+             role == AUTH_VIEWER ? "viewer"
+             : role == RA_ADMIN  ? "admin"
+                                 : "worker");
+  const char *mname = meth == RM_GET     ? "GET"
+                      : meth == RM_HEAD  ? "HEAD"
+                      : meth == RM_POST  ? "POST"
+                      : meth == RM_PUT   ? "PUT"
+                      : meth == RM_PATCH ? "PATCH"
+                                         : "DELETE";
   if (role == AUTH_VIEWER && (route->access != RA_ADMIN || (meth != RM_GET && meth != RM_HEAD))) {
     api_error(resp, 403, "forbidden", url, "a viewer token cannot call %s %s", mname, url);
     return 1;

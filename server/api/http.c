@@ -46,7 +46,7 @@ struct http {
    * (until MHD hands them back to us) and refuse new work when stopping. */
   atomic_int suspended;
   atomic_int stopping;
-  atomic_int active; /* handlers between dispatch and suspend-or-reply */
+  atomic_int active;        /* handlers between dispatch and suspend-or-reply */
   atomic_size_t body_bytes; /* in-memory request bodies reserved (budget) */
   char spool_dir[4096];     /* checkpoint uploads are spooled here (the db's dir) */
 };
@@ -66,7 +66,7 @@ struct http_req {
   int io_error;    /* writing the spool file failed */
   size_t reserved; /* bytes of the in-memory budget this request holds */
   enum req_state state;
-  uint64_t ticket; /* what the reply waits for: the request's lock holds */
+  uint64_t ticket;         /* what the reply waits for: the request's lock holds */
   struct commit_hold hold; /* its lock holds: own groups and what it saw */
   int commit_status;
   struct api_resp resp;
@@ -95,11 +95,15 @@ static enum MHD_Result http_send(struct http_req *r) {
   int own_refused = 0;
   for (int i = 0; r->ticket && i < r->hold.nown && !failed; i++) {
     int st = commit_ticket_status(r->s->commit, r->hold.own[i]);
-    if (st == -EIO) failed = r->hold.own[i];
-    else if (st) own_refused = 1;
+    if (st == -EIO)
+      failed = r->hold.own[i];
+    else if (st)
+      own_refused = 1;
   }
-  if (failed) r->commit_status = -EIO, r->ticket = failed;
-  else if (own_refused || r->commit_status) r->commit_status = -EAGAIN;
+  if (failed)
+    r->commit_status = -EIO, r->ticket = failed;
+  else if (own_refused || r->commit_status)
+    r->commit_status = -EAGAIN;
   if (r->commit_status) {
     /* Whatever the handler answered is not true: its change is not stored. */
     char why[160];
@@ -108,11 +112,15 @@ static enum MHD_Result http_send(struct http_req *r) {
     if (p->stream_read && p->stream_free) p->stream_free(p->stream_cls);
     memset(p, 0, sizeof *p);
     int rc = r->commit_status == -EAGAIN
-        ? api_error(p, 503, "store_retry", "", "this change was not stored: it was queued "
-                    "behind a change the database refused (%s); nothing of it was kept, "
-                    "retry", why[0] ? why : "unknown error")
-        : api_error(p, 500, "store_error", "", "the database did not commit this change "
-                    "(%s); nothing of it was stored", why[0] ? why : "unknown error");
+                 ? api_error(p, 503, "store_retry", "",
+                             "this change was not stored: it was queued "
+                             "behind a change the database refused (%s); nothing of it was kept, "
+                             "retry",
+                             why[0] ? why : "unknown error")
+                 : api_error(p, 500, "store_error", "",
+                             "the database did not commit this change "
+                             "(%s); nothing of it was stored",
+                             why[0] ? why : "unknown error");
     if (rc) p->status = r->commit_status == -EAGAIN ? 503 : 500;
     if (r->commit_status == -EAGAIN) api_header(p, MHD_HTTP_HEADER_RETRY_AFTER, "1");
   }
@@ -127,8 +135,7 @@ static enum MHD_Result http_send(struct http_req *r) {
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   } else {
     m = MHD_create_response_from_buffer(p->len, p->body ? p->body : (void *)"",
-                                        p->body ? MHD_RESPMEM_MUST_FREE
-                                                : MHD_RESPMEM_PERSISTENT);
+                                        p->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!m) return MHD_NO;
     p->body = NULL; /* MHD owns it now */
   }
@@ -166,8 +173,7 @@ struct http_hdr_view {
 
 static const char *http_header_view(void *ctx, const char *key) {
   struct http_hdr_view *v = ctx;
-  if (v->authorization && !strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION))
-    return v->authorization;
+  if (v->authorization && !strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION)) return v->authorization;
   return http_header(v->conn, key);
 }
 
@@ -193,32 +199,37 @@ static int http_worker_access(struct http_req *r, const struct route_match *m,
   const char *pat = m->route->pattern;
   if (!strcmp(pat, "/api/v1/workers")) { /* registration */
     if (!wid) return 0;
-    api_error(resp, 403, "forbidden", url, "register with the worker token, not with a "
+    api_error(resp, 403, "forbidden", url,
+              "register with the worker token, not with a "
               "worker's own secret");
     return 1;
   }
   if (!wid) {
-    api_error(resp, 403, "forbidden", url, "the worker token only registers a worker: send "
+    api_error(resp, 403, "forbidden", url,
+              "the worker token only registers a worker: send "
               "the secret that registration returned (Authorization: Bearer <secret>)");
     return 1;
   }
   if (!strncmp(pat, "/api/v1/workers/{id}/", 21)) {
     if (m->ids[0] == wid) return 0;
-    api_error(resp, 403, "forbidden", url, "worker %lld cannot act as worker %lld",
-              (long long)wid, (long long)m->ids[0]);
+    api_error(resp, 403, "forbidden", url, "worker %lld cannot act as worker %lld", (long long)wid,
+              (long long)m->ids[0]);
     return 1;
   }
   if (strncmp(pat, "/api/v1/trials/{id}/", 20)) return 0;
   struct lease_token l = {0, 0};
   if (meth != RM_GET && state_parse_lease(http_header(r->conn, "X-Ctune-Lease"), &l)) {
-    api_error(resp, 400, "missing_lease", "X-Ctune-Lease", "a trial-scoped write needs the "
+    api_error(resp, 400, "missing_lease", "X-Ctune-Lease",
+              "a trial-scoped write needs the "
               "header X-Ctune-Lease: <worker_id>:<attempt> (your worker id and the attempt "
               "from the lease reply)");
     return 1;
   }
   if (meth != RM_GET && l.worker_id != wid) {
-    api_error(resp, 403, "forbidden", "X-Ctune-Lease", "worker %lld cannot write under worker "
-              "%lld's lease", (long long)wid, (long long)l.worker_id);
+    api_error(resp, 403, "forbidden", "X-Ctune-Lease",
+              "worker %lld cannot write under worker "
+              "%lld's lease",
+              (long long)wid, (long long)l.worker_id);
     return 1;
   }
   pthread_mutex_lock(&s->lock); /* read only: nothing to commit */
@@ -228,15 +239,19 @@ static int http_worker_access(struct http_req *r, const struct route_match *m,
   pthread_mutex_unlock(&s->lock);
   if (!t) return 0; /* the handler's 404 */
   if (meth == RM_GET && !running_here) {
-    api_error(resp, 403, "forbidden", url, "trial %lld is not leased to worker %lld: only its "
-              "current lessee may read its checkpoint", (long long)m->ids[0], (long long)wid);
+    api_error(resp, 403, "forbidden", url,
+              "trial %lld is not leased to worker %lld: only its "
+              "current lessee may read its checkpoint",
+              (long long)m->ids[0], (long long)wid);
     return 1;
   }
   if (meth != RM_GET && !holds) {
     /* Its own lease, but the trial went to another worker since: the same
      * answer the fence gives (the worker ends that attempt's queue). */
-    api_error(resp, 409, "not_leased", url, "trial %lld is leased to another worker; nothing "
-              "of this request was stored", (long long)m->ids[0]);
+    api_error(resp, 409, "not_leased", url,
+              "trial %lld is leased to another worker; nothing "
+              "of this request was stored",
+              (long long)m->ids[0]);
     return 1;
   }
   return 0;
@@ -275,13 +290,12 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     char allow[64] = "";
     struct route_match other;
     for (int i = 0; i < 5; i++)
-      if (!route_find(api_routes, api_nroutes, (enum route_method)i, url, &other) &&
-          !other.rest) {
+      if (!route_find(api_routes, api_nroutes, (enum route_method)i, url, &other) && !other.rest) {
         if (allow[0]) strcat(allow, ", ");
         strcat(allow, names[i]);
       }
-    api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s (allowed: %s)",
-              method, url, allow);
+    api_error(resp, 405, "method_not_allowed", url, "%s is not allowed on %s (allowed: %s)", method,
+              url, allow);
     api_header(resp, MHD_HTTP_HEADER_ALLOW, "%s", allow);
     return 1;
   }
@@ -334,7 +348,8 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
   }
   if (meth == RM_PUT && http_ends_with(url, "/checkpoint")) {
     if (!cl) {
-      api_error(resp, 411, "length_required", "Content-Length", "a checkpoint upload needs "
+      api_error(resp, 411, "length_required", "Content-Length",
+                "a checkpoint upload needs "
                 "a Content-Length");
       return 1;
     }
@@ -383,7 +398,8 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
     return;
   }
   if (r->io_error) {
-    api_error(resp, 503, "spool_error", "", "the server could not spool the upload to disk; "
+    api_error(resp, 503, "spool_error", "",
+              "the server could not spool the upload to disk; "
               "nothing was stored, retry");
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     return;
@@ -394,10 +410,16 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
     api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
     return;
   }
-  struct api_req req = {.method = meth, .path = url, .match = &m,
-                        .body = r->body ? r->body : "", .body_len = r->len, .conn = r->conn,
-                        .query = http_query, .header = http_header,
-                        .body_spooled = r->fd >= 0, .body_fd = r->fd};
+  struct api_req req = {.method = meth,
+                        .path = url,
+                        .match = &m,
+                        .body = r->body ? r->body : "",
+                        .body_len = r->len,
+                        .conn = r->conn,
+                        .query = http_query,
+                        .header = http_header,
+                        .body_spooled = r->fd >= 0,
+                        .body_fd = r->fd};
   rc = api_handlers[m.route->handler](s, &req, resp);
   if (rc || !resp->status) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
@@ -409,9 +431,8 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
 }
 
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                   const char *method, const char *version,
-                                   const char *upload_data, size_t *upload_data_size,
-                                   void **con_cls) {
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_data_size, void **con_cls) {
   (void)version;
   struct http *h = cls;
   struct http_req *r = *con_cls;
@@ -505,8 +526,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
   r->ticket = r->hold.ticket > r->resp.ticket ? r->hold.ticket : r->resp.ticket;
   if (r->ticket) {
     int status = 0;
-    int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r,
-                              &status);
+    int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r, &status);
     if (rc == 0) { /* suspended; http_committed resumes us */
       atomic_fetch_sub(&h->active, 1);
       return MHD_YES;
@@ -561,9 +581,12 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   /* Spool files live beside the database (the same disk, never in RAM). */
   snprintf(h->spool_dir, sizeof h->spool_dir, "%s", s->opt.db_path);
   char *slash = strrchr(h->spool_dir, '/');
-  if (!slash) snprintf(h->spool_dir, sizeof h->spool_dir, ".");
-  else if (slash == h->spool_dir) slash[1] = '\0';
-  else *slash = '\0';
+  if (!slash)
+    snprintf(h->spool_dir, sizeof h->spool_dir, ".");
+  else if (slash == h->spool_dir)
+    slash[1] = '\0';
+  else
+    *slash = '\0';
   unsigned idle_s = HTTP_IDLE_TIMEOUT_S;
   const char *t_env = TESTHOOK(TESTHOOK_HTTP_TIMEOUT_S);
   if (t_env && atoi(t_env) > 0) idle_s = (unsigned)atoi(t_env);
@@ -583,10 +606,9 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   /* --tls-cert/--tls-key: libmicrohttpd's own TLS (GnuTLS). The PEM text is
    * main's and outlives the daemon. Without TLS the array is just its END. */
   int tls = s->opt.tls_cert_pem != NULL;
-  struct MHD_OptionItem tls_opts[] = {
-      {MHD_OPTION_HTTPS_MEM_CERT, 0, s->opt.tls_cert_pem},
-      {MHD_OPTION_HTTPS_MEM_KEY, 0, s->opt.tls_key_pem},
-      {MHD_OPTION_END, 0, NULL}};
+  struct MHD_OptionItem tls_opts[] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, s->opt.tls_cert_pem},
+                                      {MHD_OPTION_HTTPS_MEM_KEY, 0, s->opt.tls_key_pem},
+                                      {MHD_OPTION_END, 0, NULL}};
   if (tls) {
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       snprintf(err, errlen, "--tls-cert: this libmicrohttpd was built without TLS support");
@@ -600,12 +622,11 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   /* The logger must come first; it speaks only with MHD_USE_ERROR_LOG (TLS). */
   h->d = MHD_start_daemon(
       flags, 0, NULL, NULL, http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
-      MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads, MHD_OPTION_NOTIFY_COMPLETED,
-      http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads,
+      MHD_OPTION_NOTIFY_COMPLETED, http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-      idle_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY, tls ? tls_opts : tls_opts + 2,
-      MHD_OPTION_END);
+      idle_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY,
+      tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
   freeaddrinfo(ai);
   atomic_store(&http_started, 1);
   if (!h->d && tls && http_start_msg[0]) {

@@ -104,20 +104,27 @@ static int opts_integer(const char *flag, const char *v, double lo, double hi, d
   return 0;
 }
 
-int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action *action,
-               char *err, size_t errlen) {
-  *o = (struct server_options){
-    .db_path = "ctune.db", .bind = "127.0.0.1", .port = 8470, .token_file = NULL,
-    .lease_timeout_s = 30, .heartbeat_interval_s = 5, .web_dir = CTUNE_WEB_DIR_DEFAULT,
-    .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT, .threads = 2,
-    .max_checkpoint_bytes = 256LL * 1024 * 1024, .wal_frames = 8192, .sync_full = 1,
-    .worker_retention_s = 3600};
+int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action *action, char *err,
+               size_t errlen) {
+  *o = (struct server_options){.db_path = "ctune.db",
+                               .bind = "127.0.0.1",
+                               .port = 8470,
+                               .token_file = NULL,
+                               .lease_timeout_s = 30,
+                               .heartbeat_interval_s = 5,
+                               .web_dir = CTUNE_WEB_DIR_DEFAULT,
+                               .vendor_dir = CTUNE_VENDOR_DIR_DEFAULT,
+                               .threads = 2,
+                               .max_checkpoint_bytes = 256LL * 1024 * 1024,
+                               .wal_frames = 8192,
+                               .sync_full = 1,
+                               .worker_retention_s = 3600};
   *action = OPTS_RUN;
   static char web_near[PATH_MAX], vendor_near[PATH_MAX];
   o->web_dir = opts_beside_exe(web_near, sizeof web_near, "share/ctune/web", "index.html",
                                CTUNE_WEB_DIR_DEFAULT);
-  o->vendor_dir = opts_beside_exe(vendor_near, sizeof vendor_near, "share/javascript",
-                                  "chart.js", CTUNE_VENDOR_DIR_DEFAULT);
+  o->vendor_dir = opts_beside_exe(vendor_near, sizeof vendor_near, "share/javascript", "chart.js",
+                                  CTUNE_VENDOR_DIR_DEFAULT);
   int hb_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -148,9 +155,12 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
       if (i + 1 < argc) v = argv[++i];
     }
     double x;
-    if (!strcmp(name, "--db")) o->db_path = v;
-    else if (!strcmp(name, "--bind")) o->bind = v;
-    else if (!strcmp(name, "--token-file")) o->token_file = v;
+    if (!strcmp(name, "--db"))
+      o->db_path = v;
+    else if (!strcmp(name, "--bind"))
+      o->bind = v;
+    else if (!strcmp(name, "--token-file"))
+      o->token_file = v;
     else if (!strcmp(name, "--allowed-host")) {
       if (o->nallowed_hosts == (int)(sizeof o->allowed_hosts / sizeof o->allowed_hosts[0])) {
         snprintf(err, errlen, "--allowed-host: at most %d names",
@@ -158,11 +168,14 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
         return -EINVAL;
       }
       if (v) o->allowed_hosts[o->nallowed_hosts++] = v;
-    }
-    else if (!strcmp(name, "--tls-cert")) o->tls_cert = v;
-    else if (!strcmp(name, "--tls-key")) o->tls_key = v;
-    else if (!strcmp(name, "--web-dir")) o->web_dir = v;
-    else if (!strcmp(name, "--vendor-dir")) o->vendor_dir = v;
+    } else if (!strcmp(name, "--tls-cert"))
+      o->tls_cert = v;
+    else if (!strcmp(name, "--tls-key"))
+      o->tls_key = v;
+    else if (!strcmp(name, "--web-dir"))
+      o->web_dir = v;
+    else if (!strcmp(name, "--vendor-dir"))
+      o->vendor_dir = v;
     else if (!strcmp(name, "--durability")) {
       if (!v || (strcmp(v, "full") && strcmp(v, "normal"))) {
         snprintf(err, errlen, "--durability: expected full or normal, got '%s'",
@@ -170,8 +183,7 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
         return -EINVAL;
       }
       o->sync_full = !strcmp(v, "full");
-    }
-    else if (!strcmp(name, "--port")) {
+    } else if (!strcmp(name, "--port")) {
       if (opts_integer(name, v, 0, 65535, &x, err, errlen)) return -EINVAL;
       o->port = (int)x;
     } else if (!strcmp(name, "--lease-timeout")) {

@@ -12,7 +12,7 @@ extern const char opts_usage[];
 
 /* Fills o with defaults, then argv. Returns 0 with *action set, or -EINVAL
  * with err naming the flag and what is wrong. Pointers into argv are kept. */
-int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action *action,
-               char *err, size_t errlen);
+int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action *action, char *err,
+               size_t errlen);
 
 #endif

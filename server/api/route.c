@@ -51,8 +51,8 @@ static int route_try(const struct route *r, const char *path, struct route_match
   }
 }
 
-int route_find(const struct route *table, size_t n, enum route_method method,
-               const char *path, struct route_match *out) {
+int route_find(const struct route *table, size_t n, enum route_method method, const char *path,
+               struct route_match *out) {
   int path_known = 0;
   enum route_method want = method == RM_HEAD ? RM_GET : method;
   for (size_t i = 0; i < n; i++) {

@@ -23,7 +23,7 @@ struct route {
 
 struct route_match {
   const struct route *route;
-  int64_t ids[2];   /* the {id} segments in order */
+  int64_t ids[2]; /* the {id} segments in order */
   int nids;
   const char *rest; /* what "*" matched, without a leading '/' */
 };
@@ -32,7 +32,7 @@ enum route_method route_method_parse(const char *m);
 
 /* 0 on a match (HEAD matches GET routes); -ENOENT when no pattern matches
  * the path; -EOPNOTSUPP when the path matches but not with this method. */
-int route_find(const struct route *table, size_t n, enum route_method method,
-               const char *path, struct route_match *out);
+int route_find(const struct route *table, size_t n, enum route_method method, const char *path,
+               struct route_match *out);
 
 #endif

@@ -1,13 +1,12 @@
 /* sse: GET /api/v1/events, a Server-Sent Events stream of the change feed
  * (state/events.h; docs/protocol.md#events).
  *
- * The feed is the state layer's ring of (id, kind, object id). A stream is a libmicrohttpd callback response: its reader copies
- * what is new out of the ring, renders it (taking s->lock only for that, never
- * while it waits) and, when there is nothing to send, suspends its connection;
- * the ring's wake-up (sse_wake) and the keepalive ticker resume it. So a waiting stream holds
- * neither the server's lock nor one of libmicrohttpd's threads, and is not
- * cut by the idle timeout (http.c sets its connection's timeout to none;
- * a ": keepalive" comment every 15 s finds dead clients). */
+ * The feed is the state layer's ring of (id, kind, object id). A stream is a libmicrohttpd callback
+ * response: its reader copies what is new out of the ring, renders it (taking s->lock only for
+ * that, never while it waits) and, when there is nothing to send, suspends its connection; the
+ * ring's wake-up (sse_wake) and the keepalive ticker resume it. So a waiting stream holds neither
+ * the server's lock nor one of libmicrohttpd's threads, and is not cut by the idle timeout (http.c
+ * sets its connection's timeout to none; a ": keepalive" comment every 15 s finds dead clients). */
 #include "sse.h"
 
 #include <errno.h>
@@ -129,14 +128,13 @@ void sse_stop(void) {
 
 /* Appends one SSE frame: "id:", "event:", "data:" (one line: cJSON prints
  * compact JSON without newlines). */
-static int sse_frame(char **out, size_t *len, int64_t id, const char *event,
-                        const char *data) {
+static int sse_frame(char **out, size_t *len, int64_t id, const char *event, const char *data) {
   size_t need = strlen(data) + strlen(event) + 64;
   char *b = realloc(*out, *len + need);
   if (!b) return -ENOMEM;
   *out = b;
-  *len += (size_t)snprintf(b + *len, need, "id: %lld\nevent: %s\ndata: %s\n\n",
-                           (long long)id, event, data);
+  *len += (size_t)snprintf(b + *len, need, "id: %lld\nevent: %s\ndata: %s\n\n", (long long)id,
+                           event, data);
   return 0;
 }
 
@@ -148,7 +146,6 @@ static int sse_result_cb(void *ctx, int64_t seq, int64_t trial_id, const char *d
   *json = strdup(data);
   return *json ? 0 : -ENOMEM;
 }
-
 
 static const char *const sse_names[] = {"experiment", "trial", "result", "worker"};
 
@@ -203,8 +200,10 @@ static int sse_render(struct server *s, struct stream *c, struct event *evs, int
       text = o ? jsonout_print(o) : NULL;
       cJSON_Delete(o);
     }
-    if (!text) rc = -ENOMEM;
-    else rc = sse_frame(&c->out, &c->len, e->id, sse_names[e->kind], text);
+    if (!text)
+      rc = -ENOMEM;
+    else
+      rc = sse_frame(&c->out, &c->len, e->id, sse_names[e->kind], text);
     free(text);
   }
   return rc;
@@ -264,8 +263,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
   } else if (ka) {
     static const char k[] = ": keepalive\n\n";
     char *b = realloc(c->out, sizeof k);
-    if (!b) rc = -ENOMEM;
-    else memcpy(b, k, sizeof k - 1), c->out = b, c->len = sizeof k - 1;
+    if (!b)
+      rc = -ENOMEM;
+    else
+      memcpy(b, k, sizeof k - 1), c->out = b, c->len = sizeof k - 1;
   } else {
     rc = sse_render(F.s, c, evs, n);
   }
@@ -280,8 +281,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void sse_free(void *cls) {
   struct stream *c = cls;
   pthread_mutex_lock(&F.mu);
-  if (c->prev) c->prev->next = c->next;
-  else F.streams = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    F.streams = c->next;
   if (c->next) c->next->prev = c->prev;
   F.nstreams--;
   if (c->suspended) F.nsuspended--;
@@ -299,7 +302,8 @@ int sse_events(struct server *s, const struct api_req *req, struct api_resp *res
     errno = 0;
     long long v = strtoll(last, &end, 10);
     if (errno || *end || v < 0)
-      return api_error(resp, 400, "invalid_header", "Last-Event-ID", "Last-Event-ID must be "
+      return api_error(resp, 400, "invalid_header", "Last-Event-ID",
+                       "Last-Event-ID must be "
                        "an event id (a non-negative integer)");
     since = v; /* the header wins: it is where the client's stream really is */
   }

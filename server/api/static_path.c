@@ -6,19 +6,21 @@
 #include <string.h>
 #include <strings.h>
 
-static const struct { const char *ext, *type; } static_types[] = {
-  {".html", "text/html; charset=utf-8"},
-  {".htm", "text/html; charset=utf-8"},
-  {".js", "text/javascript; charset=utf-8"},
-  {".mjs", "text/javascript; charset=utf-8"},
-  {".css", "text/css; charset=utf-8"},
-  {".svg", "image/svg+xml"},
-  {".png", "image/png"},
-  {".ico", "image/x-icon"},
-  {".json", "application/json"},
-  {".map", "application/json"},
-  {".txt", "text/plain; charset=utf-8"},
-  {".woff2", "font/woff2"},
+static const struct {
+  const char *ext, *type;
+} static_types[] = {
+    {".html", "text/html; charset=utf-8"},
+    {".htm", "text/html; charset=utf-8"},
+    {".js", "text/javascript; charset=utf-8"},
+    {".mjs", "text/javascript; charset=utf-8"},
+    {".css", "text/css; charset=utf-8"},
+    {".svg", "image/svg+xml"},
+    {".png", "image/png"},
+    {".ico", "image/x-icon"},
+    {".json", "application/json"},
+    {".map", "application/json"},
+    {".txt", "text/plain; charset=utf-8"},
+    {".woff2", "font/woff2"},
 };
 
 const char *static_content_type(const char *name) {
@@ -56,13 +58,13 @@ int static_path_join(const char *root, const char *rel, char *buf, size_t n) {
 }
 
 const struct static_header static_security_headers[] = {
-  {"Content-Security-Policy",
-   "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-   "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-   "frame-ancestors 'none'"},
-  {"X-Frame-Options", "DENY"},
-  {"X-Content-Type-Options", "nosniff"},
-  {"Referrer-Policy", "no-referrer"},
+    {"Content-Security-Policy",
+     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+     "frame-ancestors 'none'"},
+    {"X-Frame-Options", "DENY"},
+    {"X-Content-Type-Options", "nosniff"},
+    {"Referrer-Policy", "no-referrer"},
 };
 const size_t static_nsecurity_headers =
     sizeof static_security_headers / sizeof static_security_headers[0];
@@ -71,8 +73,8 @@ const size_t static_nsecurity_headers =
  * Chart.js 4 chart.umd.js). Add a file here when the dashboard starts to
  * load it. */
 static const char *const static_vendor_files[] = {
-  "chart.js/chart.min.js",
-  "chart.js/chart.umd.js",
+    "chart.js/chart.min.js",
+    "chart.js/chart.umd.js",
 };
 
 int static_vendor_allowed(const char *rel) {

@@ -29,8 +29,8 @@ static int tls_has_block(const char *text, enum tls_pem_kind kind) {
   return 0;
 }
 
-int tls_load_pem(const char *flag, const char *path, enum tls_pem_kind kind, char **out,
-                 char *err, size_t errlen) {
+int tls_load_pem(const char *flag, const char *path, enum tls_pem_kind kind, char **out, char *err,
+                 size_t errlen) {
   *out = NULL;
   char *buf = NULL;
   int rc;
@@ -62,10 +62,9 @@ int tls_load_pem(const char *flag, const char *path, enum tls_pem_kind kind, cha
   /* An embedded NUL would cut the text libmicrohttpd reads. */
   if (strlen(buf) != n || !tls_has_block(buf, kind)) {
     rc = -EINVAL;
-    snprintf(err, errlen, "%s %s: not a PEM %s (expected a block starting with %s)", flag,
-             path, kind == TLS_PEM_CERT ? "certificate" : "private key",
-             kind == TLS_PEM_CERT ? "-----BEGIN CERTIFICATE-----"
-                                  : "-----BEGIN PRIVATE KEY-----");
+    snprintf(err, errlen, "%s %s: not a PEM %s (expected a block starting with %s)", flag, path,
+             kind == TLS_PEM_CERT ? "certificate" : "private key",
+             kind == TLS_PEM_CERT ? "-----BEGIN CERTIFICATE-----" : "-----BEGIN PRIVATE KEY-----");
     goto out;
   }
   *out = buf;

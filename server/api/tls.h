@@ -12,7 +12,7 @@ enum tls_pem_kind { TLS_PEM_CERT, TLS_PEM_KEY };
  * that it holds a PEM block of the kind: "-----BEGIN CERTIFICATE-----" for a
  * certificate, "-----BEGIN ... PRIVATE KEY-----" for a key. Returns 0, or a
  * negative errno with err naming the flag, the file and what is wrong. */
-int tls_load_pem(const char *flag, const char *path, enum tls_pem_kind kind, char **out,
-                 char *err, size_t errlen);
+int tls_load_pem(const char *flag, const char *path, enum tls_pem_kind kind, char **out, char *err,
+                 size_t errlen);
 
 #endif

@@ -7,10 +7,14 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   if (c < 0x80) return 1;
   size_t len;
   unsigned cp, min;
-  if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
-  else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
-  else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
-  else return 0;
+  if (c >= 0xc2 && c <= 0xdf)
+    len = 2, cp = c & 0x1f, min = 0x80;
+  else if (c >= 0xe0 && c <= 0xef)
+    len = 3, cp = c & 0x0f, min = 0x800;
+  else if (c >= 0xf0 && c <= 0xf4)
+    len = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (n < len) return 0;
   for (size_t i = 1; i < len; i++) {
     if ((s[i] & 0xc0) != 0x80) return 0;

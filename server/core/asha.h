@@ -13,39 +13,39 @@ struct asha;
 enum asha_decision { ASHA_CONTINUE = 0, ASHA_STOP = 1 };
 
 enum asha_reason {
-	ASHA_REASON_NONE = 0,      /* continue */
-	ASHA_REASON_MAX_T,         /* t >= max_t: the trial is done (not early) */
-	ASHA_REASON_CUTOFF,        /* below the milestone's cutoff: stopped early */
-	ASHA_REASON_NONFINITE,     /* NaN/inf at a milestone: stopped early */
+  ASHA_REASON_NONE = 0,  /* continue */
+  ASHA_REASON_MAX_T,     /* t >= max_t: the trial is done (not early) */
+  ASHA_REASON_CUTOFF,    /* below the milestone's cutoff: stopped early */
+  ASHA_REASON_NONFINITE, /* NaN/inf at a milestone: stopped early */
 };
 
 /* What one result (or a trial's end) did. When recorded is 1 the store must
  * persist (trial, bracket, milestone, value, stopped_early) in the same
  * transaction as the result and later replay it with asha_restore_record. */
 struct asha_outcome {
-	enum asha_decision decision;
-	enum asha_reason reason;
-	int stopped_early;   /* reason is CUTOFF or NONFINITE (not on trial end) */
-	int recorded;        /* a value was recorded at a milestone */
-	int bracket;         /* the trial's bracket */
-	int milestone_index; /* 0 = lowest milestone of the bracket; -1 if none */
-	double milestone;    /* its t value */
-	double value;        /* what was recorded: sign-flipped (larger is better);
-				NaN when the metric was NaN/inf/null (persist as
-				NULL, restore as NAN) */
-	int has_cutoff;      /* a cutoff was computed for this decision */
-	double cutoff;       /* sign-flipped, like value */
+  enum asha_decision decision;
+  enum asha_reason reason;
+  int stopped_early;   /* reason is CUTOFF or NONFINITE (not on trial end) */
+  int recorded;        /* a value was recorded at a milestone */
+  int bracket;         /* the trial's bracket */
+  int milestone_index; /* 0 = lowest milestone of the bracket; -1 if none */
+  double milestone;    /* its t value */
+  double value;        /* what was recorded: sign-flipped (larger is better);
+                          NaN when the metric was NaN/inf/null (persist as
+                          NULL, restore as NAN) */
+  int has_cutoff;      /* a cutoff was computed for this decision */
+  double cutoff;       /* sign-flipped, like value */
 };
 
 /* Checks the "scheduler" object of type asha (both variants) at path and
  * fills sp's asha fields with Ray's defaults applied (sp->time_attr holds
  * its default already). 0, or -EINVAL with err naming the field. */
 int asha_check(const cJSON *sched, const char *path, struct sched_params *sp,
-	       struct validate_error *err);
+               struct validate_error *err);
 
 /* params must be type asha and valid (validate_experiment checks). */
-int asha_create(const struct sched_params *params, enum spec_mode mode,
-		uint64_t seed, struct asha **out);
+int asha_create(const struct sched_params *params, enum spec_mode mode, uint64_t seed,
+                struct asha **out);
 void asha_free(struct asha *a);
 /* Bytes the state holds (its struct, the planned brackets and rungs, the
  * recorded values' and trial slots' capacity, the id map), for tests and
@@ -72,23 +72,23 @@ int asha_has_trial(const struct asha *a, int64_t trial_id);
 /* One result: t is the time attribute, value the metric in its own sign
  * (NaN for JSON null). -ENOENT when the trial is not in a bracket. */
 int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
-		   struct asha_outcome *out);
+                   struct asha_outcome *out);
 
 /* The trial ended (completed, stopped or failed). When it reported
  * (has_last), its last result passes through its bracket once more (the
  * decision is ignored; out->recorded says whether something was recorded);
  * then it leaves the bracket. out may be NULL only when has_last is 0.
  * -ENOENT when the trial is not in a bracket. */
-int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t,
-		      double value, struct asha_outcome *out);
+int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t, double value,
+                      struct asha_outcome *out);
 
 /* Replays one persisted record (in the original order) into the state: the
  * value is the sign-flipped one from asha_outcome (NaN allowed), milestone
  * the t value. Works whether or not the trial is (yet) in a bracket.
  * -EINVAL when the bracket/milestone does not exist or the trial already has
  * a record there; -ENOMEM. */
-int asha_restore_record(struct asha *a, int64_t trial_id, int bracket,
-			double milestone, double value, int stopped_early);
+int asha_restore_record(struct asha *a, int64_t trial_id, int bracket, double milestone,
+                        double value, int stopped_early);
 
 /* The cutoff a new value at (bracket, milestone index) would face, in the
  * metric's own sign; -ENOENT when nothing finite is recorded there. */

@@ -19,583 +19,508 @@
 #include "sched_ops.h"
 
 struct entry {
-	int64_t trial_id;
-	double v; /* sign-flipped: larger is better; NaN for non-finite */
+  int64_t trial_id;
+  double v; /* sign-flipped: larger is better; NaN for non-finite */
 };
 
 struct prung {
-	double t;
-	struct entry *e; /* ranked */
-	size_t n, cap;
-	int64_t promoted;
+  double t;
+  struct entry *e; /* ranked */
+  size_t n, cap;
+  int64_t promoted;
 };
 
 struct pbracket {
-	int n; /* pausing rungs */
-	int draw_n; /* the stopping variant's milestone count: the draw's weight */
-	struct prung *r; /* n of them; NULL when n == 0 */
+  int n;           /* pausing rungs */
+  int draw_n;      /* the stopping variant's milestone count: the draw's weight */
+  struct prung *r; /* n of them; NULL when n == 0 */
 };
 
 struct ptrial {
-	int64_t id;
-	int added;  /* exists (sched_add_trial) */
-	int ended;
-	int paused; /* waiting at `rung` for a promotion */
-	int bracket;
-	int rung;   /* highest rung recorded, -1 none */
+  int64_t id;
+  int added; /* exists (sched_add_trial) */
+  int ended;
+  int paused; /* waiting at `rung` for a promotion */
+  int bracket;
+  int rung; /* highest rung recorded, -1 none */
 };
 
 struct apromo {
-	/* Only what the decisions read of the sched_params. */
-	double max_t, reduction_factor;
-	double sign;
-	uint64_t bracket_seed;
-	int nb;
-	struct pbracket *b; /* nb of them */
-	struct rung_slots slots; /* struct ptrial, in arrival order */
+  /* Only what the decisions read of the sched_params. */
+  double max_t, reduction_factor;
+  double sign;
+  uint64_t bracket_seed;
+  int nb;
+  struct pbracket *b;      /* nb of them */
+  struct rung_slots slots; /* struct ptrial, in arrival order */
 };
 
 /* --- trials --- */
 
-static struct ptrial *find(const struct apromo *a, int64_t id)
-{
-	return rung_slot_find(&a->slots, id);
+static struct ptrial *find(const struct apromo *a, int64_t id) {
+  return rung_slot_find(&a->slots, id);
 }
 
-static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out)
-{
-	void *p;
-	int created, rc = rung_slot_get(&a->slots, id, &p, &created);
-	if (rc)
-		return rc;
-	*out = p;
-	if (created) {
-		(*out)->id = id;
-		(*out)->bracket = bracket;
-		(*out)->rung = -1;
-	}
-	return 0;
+static int get(struct apromo *a, int64_t id, int bracket, struct ptrial **out) {
+  void *p;
+  int created, rc = rung_slot_get(&a->slots, id, &p, &created);
+  if (rc) return rc;
+  *out = p;
+  if (created) {
+    (*out)->id = id;
+    (*out)->bracket = bracket;
+    (*out)->rung = -1;
+  }
+  return 0;
 }
 
 /* --- setup --- */
 
 int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64_t seed,
-		  struct apromo **out)
-{
-	struct apromo *a;
-	int rc = -ENOMEM;
-	*out = NULL;
-	if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
-	    !(params->grace_period > 0) || !(params->reduction_factor > 1) ||
-	    params->brackets < 1 || params->brackets > SPEC_ASHA_MAX_BRACKETS)
-		return -EINVAL;
-	a = calloc(1, sizeof *a);
-	if (!a)
-		return -ENOMEM;
-	a->max_t = params->max_t;
-	a->reduction_factor = params->reduction_factor;
-	a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
-	/* The stopping variant's bracket draw: the same seed gives the same
-	 * brackets whichever variant runs. */
-	a->bracket_seed = rung_bracket_seed(seed);
-	rung_slots_init(&a->slots, sizeof(struct ptrial));
-	a->b = calloc((size_t)params->brackets, sizeof *a->b);
-	if (!a->b)
-		goto fail;
-	a->nb = params->brackets;
-	for (int b = 0; b < a->nb; b++) {
-		int n = rung_pause_count(params->max_t, params->grace_period,
-					 params->reduction_factor, b);
-		/* Counted as the stopping variant counts them, so that both
-		 * variants draw the same brackets. */
-		if (rung_ray_count(params->max_t, params->grace_period,
-				   params->reduction_factor, b, &a->b[b].draw_n)) {
-			rc = -EINVAL;
-			goto fail;
-		}
-		if (n > 0) {
-			a->b[b].r = calloc((size_t)n, sizeof *a->b[b].r);
-			if (!a->b[b].r)
-				goto fail;
-		}
-		a->b[b].n = n;
-		for (int k = 0; k < n; k++)
-			a->b[b].r[k].t = rung_t(params->grace_period, params->reduction_factor, b, k);
-	}
-	*out = a;
-	return 0;
+                  struct apromo **out) {
+  struct apromo *a;
+  int rc = -ENOMEM;
+  *out = NULL;
+  if (!params || params->type != SPEC_SCHED_ASHA || !(params->max_t > 0) ||
+      !(params->grace_period > 0) || !(params->reduction_factor > 1) || params->brackets < 1 ||
+      params->brackets > SPEC_ASHA_MAX_BRACKETS)
+    return -EINVAL;
+  a = calloc(1, sizeof *a);
+  if (!a) return -ENOMEM;
+  a->max_t = params->max_t;
+  a->reduction_factor = params->reduction_factor;
+  a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
+  /* The stopping variant's bracket draw: the same seed gives the same
+   * brackets whichever variant runs. */
+  a->bracket_seed = rung_bracket_seed(seed);
+  rung_slots_init(&a->slots, sizeof(struct ptrial));
+  a->b = calloc((size_t)params->brackets, sizeof *a->b);
+  if (!a->b) goto fail;
+  a->nb = params->brackets;
+  for (int b = 0; b < a->nb; b++) {
+    int n = rung_pause_count(params->max_t, params->grace_period, params->reduction_factor, b);
+    /* Counted as the stopping variant counts them, so that both
+     * variants draw the same brackets. */
+    if (rung_ray_count(params->max_t, params->grace_period, params->reduction_factor, b,
+                       &a->b[b].draw_n)) {
+      rc = -EINVAL;
+      goto fail;
+    }
+    if (n > 0) {
+      a->b[b].r = calloc((size_t)n, sizeof *a->b[b].r);
+      if (!a->b[b].r) goto fail;
+    }
+    a->b[b].n = n;
+    for (int k = 0; k < n; k++)
+      a->b[b].r[k].t = rung_t(params->grace_period, params->reduction_factor, b, k);
+  }
+  *out = a;
+  return 0;
 fail:
-	apromo_free(a);
-	return rc;
+  apromo_free(a);
+  return rc;
 }
 
-void apromo_free(struct apromo *a)
-{
-	if (!a)
-		return;
-	for (int b = 0; b < a->nb; b++) {
-		for (int k = 0; k < a->b[b].n; k++)
-			free(a->b[b].r[k].e);
-		free(a->b[b].r);
-	}
-	free(a->b);
-	rung_slots_free(&a->slots);
-	free(a);
+void apromo_free(struct apromo *a) {
+  if (!a) return;
+  for (int b = 0; b < a->nb; b++) {
+    for (int k = 0; k < a->b[b].n; k++) free(a->b[b].r[k].e);
+    free(a->b[b].r);
+  }
+  free(a->b);
+  rung_slots_free(&a->slots);
+  free(a);
 }
 
-size_t apromo_mem_bytes(const struct apromo *a)
-{
-	size_t n;
-	if (!a)
-		return 0;
-	n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
-	for (int b = 0; b < a->nb; b++) {
-		n += (size_t)a->b[b].n * sizeof *a->b[b].r;
-		for (int k = 0; k < a->b[b].n; k++)
-			n += a->b[b].r[k].cap * sizeof *a->b[b].r[k].e;
-	}
-	return n;
+size_t apromo_mem_bytes(const struct apromo *a) {
+  size_t n;
+  if (!a) return 0;
+  n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
+  for (int b = 0; b < a->nb; b++) {
+    n += (size_t)a->b[b].n * sizeof *a->b[b].r;
+    for (int k = 0; k < a->b[b].n; k++) n += a->b[b].r[k].cap * sizeof *a->b[b].r[k].e;
+  }
+  return n;
 }
 
-int apromo_num_brackets(const struct apromo *a)
-{
-	return a->nb;
+int apromo_num_brackets(const struct apromo *a) { return a->nb; }
+
+int apromo_num_rungs(const struct apromo *a, int bracket) {
+  return bracket < 0 || bracket >= a->nb ? -EINVAL : a->b[bracket].n;
 }
 
-int apromo_num_rungs(const struct apromo *a, int bracket)
-{
-	return bracket < 0 || bracket >= a->nb ? -EINVAL : a->b[bracket].n;
-}
-
-double apromo_rung_t(const struct apromo *a, int bracket, int k)
-{
-	if (bracket < 0 || bracket >= a->nb || k < 0 || k >= a->b[bracket].n)
-		return NAN;
-	return a->b[bracket].r[k].t;
+double apromo_rung_t(const struct apromo *a, int bracket, int k) {
+  if (bracket < 0 || bracket >= a->nb || k < 0 || k >= a->b[bracket].n) return NAN;
+  return a->b[bracket].r[k].t;
 }
 
 /* asha_bracket_for's draw: the same seed and weights, so both variants
  * agree. */
-int apromo_bracket_for(const struct apromo *a, int64_t idx)
-{
-	int n[SPEC_ASHA_MAX_BRACKETS];
-	for (int b = 0; b < a->nb; b++)
-		n[b] = a->b[b].draw_n;
-	return rung_bracket_draw(a->bracket_seed, n, a->nb, idx);
+int apromo_bracket_for(const struct apromo *a, int64_t idx) {
+  int n[SPEC_ASHA_MAX_BRACKETS];
+  for (int b = 0; b < a->nb; b++) n[b] = a->b[b].draw_n;
+  return rung_bracket_draw(a->bracket_seed, n, a->nb, idx);
 }
 
-int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket)
-{
-	struct ptrial *t;
-	if (bracket < 0 || bracket >= a->nb)
-		return -EINVAL;
-	int rc = get(a, trial_id, bracket, &t);
-	if (rc)
-		return rc;
-	if (t->bracket != bracket)
-		return -EINVAL;
-	t->added = 1;
-	return 0;
+int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket) {
+  struct ptrial *t;
+  if (bracket < 0 || bracket >= a->nb) return -EINVAL;
+  int rc = get(a, trial_id, bracket, &t);
+  if (rc) return rc;
+  if (t->bracket != bracket) return -EINVAL;
+  t->added = 1;
+  return 0;
 }
 
 /* --- rungs --- */
 
 /* Inserts after every entry at least as good (ties: arrival order);
  * non-finite values go last. Returns the 0-based rank or -ENOMEM. */
-static int64_t prung_insert(struct prung *r, int64_t id, double v)
-{
-	size_t lo = 0, hi = r->n;
-	if (r->n == r->cap) {
-		/* Doubling from 4: a rung costs what it holds. */
-		struct entry *ne = rung_grow(r->e, &r->cap, sizeof *ne, 4);
-		if (!ne)
-			return -ENOMEM;
-		r->e = ne;
-	}
-	if (isfinite(v)) {
-		/* First entry worse than v: non-finite or smaller. */
-		while (lo < hi) {
-			size_t mid = lo + (hi - lo) / 2;
-			if (isfinite(r->e[mid].v) && r->e[mid].v >= v)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-	} else {
-		lo = r->n;
-		v = NAN;
-	}
-	memmove(r->e + lo + 1, r->e + lo, (r->n - lo) * sizeof *r->e);
-	r->e[lo] = (struct entry){.trial_id = id, .v = v};
-	r->n++;
-	return (int64_t)lo;
+static int64_t prung_insert(struct prung *r, int64_t id, double v) {
+  size_t lo = 0, hi = r->n;
+  if (r->n == r->cap) {
+    /* Doubling from 4: a rung costs what it holds. */
+    struct entry *ne = rung_grow(r->e, &r->cap, sizeof *ne, 4);
+    if (!ne) return -ENOMEM;
+    r->e = ne;
+  }
+  if (isfinite(v)) {
+    /* First entry worse than v: non-finite or smaller. */
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (isfinite(r->e[mid].v) && r->e[mid].v >= v)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+  } else {
+    lo = r->n;
+    v = NAN;
+  }
+  memmove(r->e + lo + 1, r->e + lo, (r->n - lo) * sizeof *r->e);
+  r->e[lo] = (struct entry){.trial_id = id, .v = v};
+  r->n++;
+  return (int64_t)lo;
 }
 
 /* Records the value (sign-flipped) at rung k of the trial's bracket. */
-static int record_at(struct apromo *a, struct ptrial *t, int k, double v, int64_t *rank)
-{
-	struct prung *r = &a->b[t->bracket].r[k];
-	int64_t pos = prung_insert(r, t->id, v);
-	if (pos < 0)
-		return (int)pos;
-	t->rung = k;
-	t->paused = isfinite(v);
-	if (rank)
-		*rank = pos + 1;
-	return 0;
+static int record_at(struct apromo *a, struct ptrial *t, int k, double v, int64_t *rank) {
+  struct prung *r = &a->b[t->bracket].r[k];
+  int64_t pos = prung_insert(r, t->id, v);
+  if (pos < 0) return (int)pos;
+  t->rung = k;
+  t->paused = isfinite(v);
+  if (rank) *rank = pos + 1;
+  return 0;
 }
 
-static cJSON *make_record(int bracket, int k, double own_value, int paused)
-{
-	cJSON *o = cJSON_CreateObject();
-	if (!o)
-		return NULL;
-	if (!cJSON_AddNumberToObject(o, "b", bracket) || !cJSON_AddNumberToObject(o, "r", k) ||
-	    !(isfinite(own_value) ? cJSON_AddNumberToObject(o, "v", own_value)
-				  : cJSON_AddNullToObject(o, "v")) ||
-	    !cJSON_AddNumberToObject(o, "p", paused)) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	return o;
+static cJSON *make_record(int bracket, int k, double own_value, int paused) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  if (!cJSON_AddNumberToObject(o, "b", bracket) || !cJSON_AddNumberToObject(o, "r", k) ||
+      !(isfinite(own_value) ? cJSON_AddNumberToObject(o, "v", own_value)
+                            : cJSON_AddNullToObject(o, "v")) ||
+      !cJSON_AddNumberToObject(o, "p", paused)) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  return o;
 }
 
 int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
-		     struct apromo_outcome *out)
-{
-	struct ptrial *tr = find(a, trial_id);
-	memset(out, 0, sizeof *out);
-	out->rung = -1;
-	if (!tr)
-		return -ENOENT;
-	out->bracket = tr->bracket;
-	if (tr->ended || tr->paused)
-		return 0; /* a late result of a finished or paused run: nothing to decide */
-	if (t >= a->max_t) {
-		/* Done: the last rung is max_t itself, where nothing is ranked. */
-		out->action = APROMO_STOP;
-		out->why = APROMO_MAX_T;
-		return 0;
-	}
-	int k = tr->rung + 1;
-	const struct pbracket *b = &a->b[tr->bracket];
-	if (k >= b->n || t < b->r[k].t)
-		return 0;
-	double v = isfinite(value) ? a->sign * value : NAN;
-	cJSON *rec = make_record(tr->bracket, k, value, isfinite(v));
-	if (!rec)
-		return -ENOMEM;
-	int rc = record_at(a, tr, k, v, &out->rank);
-	if (rc) {
-		cJSON_Delete(rec);
-		return rc;
-	}
-	out->rung = k;
-	out->rung_t = b->r[k].t;
-	out->n = (int64_t)b->r[k].n;
-	out->record = rec;
-	if (isfinite(v)) {
-		out->action = APROMO_PAUSE;
-	} else {
-		/* It can never be promoted: end it rather than park it. */
-		out->action = APROMO_STOP;
-		out->why = APROMO_NONFINITE;
-	}
-	return 0;
+                     struct apromo_outcome *out) {
+  struct ptrial *tr = find(a, trial_id);
+  memset(out, 0, sizeof *out);
+  out->rung = -1;
+  if (!tr) return -ENOENT;
+  out->bracket = tr->bracket;
+  if (tr->ended || tr->paused)
+    return 0; /* a late result of a finished or paused run: nothing to decide */
+  if (t >= a->max_t) {
+    /* Done: the last rung is max_t itself, where nothing is ranked. */
+    out->action = APROMO_STOP;
+    out->why = APROMO_MAX_T;
+    return 0;
+  }
+  int k = tr->rung + 1;
+  const struct pbracket *b = &a->b[tr->bracket];
+  if (k >= b->n || t < b->r[k].t) return 0;
+  double v = isfinite(value) ? a->sign * value : NAN;
+  cJSON *rec = make_record(tr->bracket, k, value, isfinite(v));
+  if (!rec) return -ENOMEM;
+  int rc = record_at(a, tr, k, v, &out->rank);
+  if (rc) {
+    cJSON_Delete(rec);
+    return rc;
+  }
+  out->rung = k;
+  out->rung_t = b->r[k].t;
+  out->n = (int64_t)b->r[k].n;
+  out->record = rec;
+  if (isfinite(v)) {
+    out->action = APROMO_PAUSE;
+  } else {
+    /* It can never be promoted: end it rather than park it. */
+    out->action = APROMO_STOP;
+    out->why = APROMO_NONFINITE;
+  }
+  return 0;
 }
 
-int apromo_on_trial_end(struct apromo *a, int64_t trial_id)
-{
-	struct ptrial *tr = find(a, trial_id);
-	if (!tr)
-		return -ENOENT;
-	tr->ended = 1;
-	tr->paused = 0;
-	return 0;
+int apromo_on_trial_end(struct apromo *a, int64_t trial_id) {
+  struct ptrial *tr = find(a, trial_id);
+  if (!tr) return -ENOENT;
+  tr->ended = 1;
+  tr->paused = 0;
+  return 0;
 }
 
-static int64_t top_of(const struct apromo *a, size_t n)
-{
-	return (int64_t)floor((double)n / a->reduction_factor);
+static int64_t top_of(const struct apromo *a, size_t n) {
+  return (int64_t)floor((double)n / a->reduction_factor);
 }
 
 int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
-		  struct apromo_choice *out)
-{
-	memset(out, 0, sizeof *out);
-	for (int bi = 0; bi < a->nb; bi++) {
-		struct pbracket *b = &a->b[bi];
-		for (int k = b->n - 1; k >= 0; k--) {
-			struct prung *r = &b->r[k];
-			int64_t top = top_of(a, r->n);
-			for (int64_t i = 0; i < top; i++) {
-				const struct entry *e = &r->e[i];
-				struct ptrial *tr;
-				if (!isfinite(e->v))
-					break; /* ranked last: nothing promotable below */
-				tr = find(a, e->trial_id);
-				if (!tr || !tr->added || tr->ended || !tr->paused || tr->rung != k)
-					continue;
-				if (resumable && !resumable(ctx, tr->id))
-					continue;
-				cJSON *rec = cJSON_CreateObject();
-				if (!rec || !cJSON_AddNumberToObject(rec, "promote", k)) {
-					cJSON_Delete(rec);
-					return -ENOMEM;
-				}
-				tr->paused = 0;
-				r->promoted++;
-				out->found = 1;
-				out->trial_id = tr->id;
-				out->bracket = bi;
-				out->rung = k;
-				out->rung_t = r->t;
-				out->next_t = k + 1 < b->n ? b->r[k + 1].t : a->max_t;
-				out->top = top;
-				out->n = (int64_t)r->n;
-				out->record = rec;
-				return 0;
-			}
-		}
-	}
-	return 0;
+                  struct apromo_choice *out) {
+  memset(out, 0, sizeof *out);
+  for (int bi = 0; bi < a->nb; bi++) {
+    struct pbracket *b = &a->b[bi];
+    for (int k = b->n - 1; k >= 0; k--) {
+      struct prung *r = &b->r[k];
+      int64_t top = top_of(a, r->n);
+      for (int64_t i = 0; i < top; i++) {
+        const struct entry *e = &r->e[i];
+        struct ptrial *tr;
+        if (!isfinite(e->v)) break; /* ranked last: nothing promotable below */
+        tr = find(a, e->trial_id);
+        if (!tr || !tr->added || tr->ended || !tr->paused || tr->rung != k) continue;
+        if (resumable && !resumable(ctx, tr->id)) continue;
+        cJSON *rec = cJSON_CreateObject();
+        if (!rec || !cJSON_AddNumberToObject(rec, "promote", k)) {
+          cJSON_Delete(rec);
+          return -ENOMEM;
+        }
+        tr->paused = 0;
+        r->promoted++;
+        out->found = 1;
+        out->trial_id = tr->id;
+        out->bracket = bi;
+        out->rung = k;
+        out->rung_t = r->t;
+        out->next_t = k + 1 < b->n ? b->r[k + 1].t : a->max_t;
+        out->top = top;
+        out->n = (int64_t)r->n;
+        out->record = rec;
+        return 0;
+      }
+    }
+  }
+  return 0;
 }
 
-int apromo_restore(struct apromo *a, int64_t trial_id, const cJSON *record)
-{
-	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(record, "promote");
-	const cJSON *b = cJSON_GetObjectItemCaseSensitive(record, "b");
-	const cJSON *r = cJSON_GetObjectItemCaseSensitive(record, "r");
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(record, "v");
-	struct ptrial *tr;
-	int rc;
-	if (cJSON_IsNumber(pr)) {
-		tr = find(a, trial_id);
-		if (!tr || !tr->paused || tr->rung != pr->valueint)
-			return -EINVAL;
-		tr->paused = 0;
-		a->b[tr->bracket].r[tr->rung].promoted++;
-		return 0;
-	}
-	if (!cJSON_IsNumber(b) || !cJSON_IsNumber(r) || (!cJSON_IsNumber(v) && !cJSON_IsNull(v)) ||
-	    b->valueint < 0 || b->valueint >= a->nb || r->valueint < 0 ||
-	    r->valueint >= a->b[b->valueint].n)
-		return -EINVAL;
-	if ((rc = get(a, trial_id, b->valueint, &tr)))
-		return rc;
-	if (tr->bracket != b->valueint || r->valueint != tr->rung + 1)
-		return -EINVAL;
-	return record_at(a, tr, r->valueint,
-			 cJSON_IsNumber(v) && isfinite(v->valuedouble) ? a->sign * v->valuedouble
-								      : NAN,
-			 NULL);
+int apromo_restore(struct apromo *a, int64_t trial_id, const cJSON *record) {
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(record, "promote");
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(record, "b");
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(record, "r");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(record, "v");
+  struct ptrial *tr;
+  int rc;
+  if (cJSON_IsNumber(pr)) {
+    tr = find(a, trial_id);
+    if (!tr || !tr->paused || tr->rung != pr->valueint) return -EINVAL;
+    tr->paused = 0;
+    a->b[tr->bracket].r[tr->rung].promoted++;
+    return 0;
+  }
+  if (!cJSON_IsNumber(b) || !cJSON_IsNumber(r) || (!cJSON_IsNumber(v) && !cJSON_IsNull(v)) ||
+      b->valueint < 0 || b->valueint >= a->nb || r->valueint < 0 ||
+      r->valueint >= a->b[b->valueint].n)
+    return -EINVAL;
+  if ((rc = get(a, trial_id, b->valueint, &tr))) return rc;
+  if (tr->bracket != b->valueint || r->valueint != tr->rung + 1) return -EINVAL;
+  return record_at(a, tr, r->valueint,
+                   cJSON_IsNumber(v) && isfinite(v->valuedouble) ? a->sign * v->valuedouble : NAN,
+                   NULL);
 }
 
-int apromo_state_json(const struct apromo *a, cJSON **out)
-{
-	cJSON *arr = cJSON_CreateArray();
-	*out = NULL;
-	if (!arr)
-		return -ENOMEM;
-	for (int bi = 0; bi < a->nb; bi++) {
-		const struct pbracket *b = &a->b[bi];
-		cJSON *o = cJSON_CreateObject(), *rungs = cJSON_CreateArray();
-		if (!o || !cJSON_AddItemToArray(arr, o)) {
-			cJSON_Delete(o);
-			cJSON_Delete(rungs);
-			goto fail;
-		}
-		if (!rungs || !cJSON_AddItemToObject(o, "rungs", rungs)) {
-			cJSON_Delete(rungs);
-			goto fail;
-		}
-		if (!cJSON_AddNumberToObject(o, "index", bi))
-			goto fail;
-		for (int k = 0; k < b->n; k++) {
-			const struct prung *r = &b->r[k];
-			int64_t paused = 0;
-			for (size_t i = 0; i < r->n; i++) {
-				const struct ptrial *tr = find(a, r->e[i].trial_id);
-				paused += tr && tr->added && tr->paused && tr->rung == k && !tr->ended;
-			}
-			cJSON *x = cJSON_CreateObject();
-			if (!x || !cJSON_AddItemToArray(rungs, x)) {
-				cJSON_Delete(x);
-				goto fail;
-			}
-			if (!cJSON_AddNumberToObject(x, "t", r->t) ||
-			    !cJSON_AddNumberToObject(x, "recorded", (double)r->n) ||
-			    !cJSON_AddNumberToObject(x, "paused", (double)paused) ||
-			    !cJSON_AddNumberToObject(x, "promoted", (double)r->promoted))
-				goto fail;
-		}
-	}
-	*out = arr;
-	return 0;
+int apromo_state_json(const struct apromo *a, cJSON **out) {
+  cJSON *arr = cJSON_CreateArray();
+  *out = NULL;
+  if (!arr) return -ENOMEM;
+  for (int bi = 0; bi < a->nb; bi++) {
+    const struct pbracket *b = &a->b[bi];
+    cJSON *o = cJSON_CreateObject(), *rungs = cJSON_CreateArray();
+    if (!o || !cJSON_AddItemToArray(arr, o)) {
+      cJSON_Delete(o);
+      cJSON_Delete(rungs);
+      goto fail;
+    }
+    if (!rungs || !cJSON_AddItemToObject(o, "rungs", rungs)) {
+      cJSON_Delete(rungs);
+      goto fail;
+    }
+    if (!cJSON_AddNumberToObject(o, "index", bi)) goto fail;
+    for (int k = 0; k < b->n; k++) {
+      const struct prung *r = &b->r[k];
+      int64_t paused = 0;
+      for (size_t i = 0; i < r->n; i++) {
+        const struct ptrial *tr = find(a, r->e[i].trial_id);
+        paused += tr && tr->added && tr->paused && tr->rung == k && !tr->ended;
+      }
+      cJSON *x = cJSON_CreateObject();
+      if (!x || !cJSON_AddItemToArray(rungs, x)) {
+        cJSON_Delete(x);
+        goto fail;
+      }
+      if (!cJSON_AddNumberToObject(x, "t", r->t) ||
+          !cJSON_AddNumberToObject(x, "recorded", (double)r->n) ||
+          !cJSON_AddNumberToObject(x, "paused", (double)paused) ||
+          !cJSON_AddNumberToObject(x, "promoted", (double)r->promoted))
+        goto fail;
+    }
+  }
+  *out = arr;
+  return 0;
 fail:
-	cJSON_Delete(arr);
-	return -ENOMEM;
+  cJSON_Delete(arr);
+  return -ENOMEM;
 }
 
 /* --- behind scheduler.h (sched_ops.h) --- */
 
-static int apromo_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed)
-{
-	struct apromo *a;
-	int rc = apromo_create(params, s->mode, seed, &a);
-	if (rc == 0)
-		s->st = a;
-	return rc;
+static int apromo_sched_create(struct sched *s, const struct sched_params *params, uint64_t seed) {
+  struct apromo *a;
+  int rc = apromo_create(params, s->mode, seed, &a);
+  if (rc == 0) s->st = a;
+  return rc;
 }
 
-static void apromo_sched_free(void *st)
-{
-	apromo_free(st);
-}
+static void apromo_sched_free(void *st) { apromo_free(st); }
 
-static size_t apromo_sched_mem_bytes(const void *st)
-{
-	return apromo_mem_bytes(st);
-}
+static size_t apromo_sched_mem_bytes(const void *st) { return apromo_mem_bytes(st); }
 
-static int apromo_sched_bracket_for(const struct sched *s, int64_t idx)
-{
-	return apromo_bracket_for(s->st, idx);
+static int apromo_sched_bracket_for(const struct sched *s, int64_t idx) {
+  return apromo_bracket_for(s->st, idx);
 }
 
 static int apromo_sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx,
-				  const char *config_json)
-{
-	(void)config_json;
-	return apromo_add_trial(s->st, trial_id, apromo_bracket_for(s->st, idx));
+                                  const char *config_json) {
+  (void)config_json;
+  return apromo_add_trial(s->st, trial_id, apromo_bracket_for(s->st, idx));
 }
 
 /* Pause at a rung; stop at max_t, or on a non-finite value at a rung (it
  * could never be promoted). */
-static int apromo_sched_on_result(struct sched *s, int64_t trial_id, double t,
-				  const double *value, struct sched_outcome *out)
-{
-	struct apromo_outcome ao;
-	int rc;
-	sched_outcome_reset(out);
-	if (!value) {
-		/* Ray: a result without the metric is not the scheduler's
-		 * business (it ranks at no rung); max_t still ends the trial. */
-		sched_outcome_max_t(s, t, out);
-		return 0;
-	}
-	rc = apromo_on_result(s->st, trial_id, t, *value, &ao);
-	if (rc)
-		return rc;
-	out->record = ao.record;
-	switch (ao.action) {
-	case APROMO_PAUSE:
-		out->action = SCHED_PAUSE;
-		snprintf(out->reason, sizeof out->reason,
-			 "paused at rung %d (%s %g): rank %lld of %lld there", ao.rung,
-			 s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n);
-		break;
-	case APROMO_STOP:
-		out->action = SCHED_STOP;
-		if (ao.why == APROMO_MAX_T) {
-			snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)",
-				 s->p.max_t, s->p.time_attr, t);
-		} else {
-			out->stopped_early = 1;
-			snprintf(out->reason, sizeof out->reason,
-				 "stopped at t=%g: the metric is not a finite number at rung %d", t,
-				 ao.rung);
-		}
-		break;
-	default:
-		break;
-	}
-	return 0;
+static int apromo_sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,
+                                  struct sched_outcome *out) {
+  struct apromo_outcome ao;
+  int rc;
+  sched_outcome_reset(out);
+  if (!value) {
+    /* Ray: a result without the metric is not the scheduler's
+     * business (it ranks at no rung); max_t still ends the trial. */
+    sched_outcome_max_t(s, t, out);
+    return 0;
+  }
+  rc = apromo_on_result(s->st, trial_id, t, *value, &ao);
+  if (rc) return rc;
+  out->record = ao.record;
+  switch (ao.action) {
+  case APROMO_PAUSE:
+    out->action = SCHED_PAUSE;
+    snprintf(out->reason, sizeof out->reason, "paused at rung %d (%s %g): rank %lld of %lld there",
+             ao.rung, s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n);
+    break;
+  case APROMO_STOP:
+    out->action = SCHED_STOP;
+    if (ao.why == APROMO_MAX_T) {
+      snprintf(out->reason, sizeof out->reason, "reached max_t %g (%s %g)", s->p.max_t,
+               s->p.time_attr, t);
+    } else {
+      out->stopped_early = 1;
+      snprintf(out->reason, sizeof out->reason,
+               "stopped at t=%g: the metric is not a finite number at rung %d", t, ao.rung);
+    }
+    break;
+  default:
+    break;
+  }
+  return 0;
 }
 
 static int apromo_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
-				     const double *last_value, struct sched_outcome *out)
-{
-	int rc;
-	(void)has_last;
-	(void)t;
-	(void)last_value;
-	if (out)
-		sched_outcome_reset(out);
-	rc = apromo_on_trial_end(s->st, trial_id);
-	return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
+                                     const double *last_value, struct sched_outcome *out) {
+  int rc;
+  (void)has_last;
+  (void)t;
+  (void)last_value;
+  if (out) sched_outcome_reset(out);
+  rc = apromo_on_trial_end(s->st, trial_id);
+  return rc == -ENOENT ? 0 : rc; /* never joined: nothing to leave */
 }
 
 static int apromo_sched_choose(struct sched *s, int can_new, sched_resumable_fn resumable,
-			       void *ctx, struct sched_choice *out)
-{
-	struct apromo_choice c;
-	int rc = apromo_choose(s->st, resumable, ctx, &c);
-	if (rc)
-		return rc;
-	if (c.found) {
-		out->kind = SCHED_CHOOSE_RESUME;
-		out->trial_id = c.trial_id;
-		out->record = c.record;
-		if (apromo_num_brackets(s->st) > 1)
-			snprintf(out->reason, sizeof out->reason,
-				 "promoted from rung %d of bracket %d (top %lld of %lld at "
-				 "%s %g), runs to %g",
-				 c.rung, c.bracket, (long long)c.top, (long long)c.n,
-				 s->p.time_attr, c.rung_t, c.next_t);
-		else
-			snprintf(out->reason, sizeof out->reason,
-				 "promoted from rung %d (top %lld of %lld at %s %g), runs "
-				 "to %g",
-				 c.rung, (long long)c.top, (long long)c.n, s->p.time_attr,
-				 c.rung_t, c.next_t);
-		return 0;
-	}
-	/* Nothing to promote: a new trial while the plan allows one (the
-	 * paper draws a new configuration), else wait for running ones. */
-	out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
-	return 0;
+                               void *ctx, struct sched_choice *out) {
+  struct apromo_choice c;
+  int rc = apromo_choose(s->st, resumable, ctx, &c);
+  if (rc) return rc;
+  if (c.found) {
+    out->kind = SCHED_CHOOSE_RESUME;
+    out->trial_id = c.trial_id;
+    out->record = c.record;
+    if (apromo_num_brackets(s->st) > 1)
+      snprintf(out->reason, sizeof out->reason,
+               "promoted from rung %d of bracket %d (top %lld of %lld at "
+               "%s %g), runs to %g",
+               c.rung, c.bracket, (long long)c.top, (long long)c.n, s->p.time_attr, c.rung_t,
+               c.next_t);
+    else
+      snprintf(out->reason, sizeof out->reason,
+               "promoted from rung %d (top %lld of %lld at %s %g), runs "
+               "to %g",
+               c.rung, (long long)c.top, (long long)c.n, s->p.time_attr, c.rung_t, c.next_t);
+    return 0;
+  }
+  /* Nothing to promote: a new trial while the plan allows one (the
+   * paper draws a new configuration), else wait for running ones. */
+  out->kind = can_new ? SCHED_CHOOSE_NEW : SCHED_CHOOSE_WAIT;
+  return 0;
 }
 
-static int apromo_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record)
-{
-	return apromo_restore(s->st, trial_id, record);
+static int apromo_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record) {
+  return apromo_restore(s->st, trial_id, record);
 }
 
-static int apromo_sched_state_json(const struct sched *s, cJSON **out)
-{
-	cJSON *o = cJSON_CreateObject(), *br = NULL;
-	int ok;
-	if (!o)
-		return -ENOMEM;
-	ok = cJSON_AddStringToObject(o, "type", "asha") &&
-	     cJSON_AddTrueToObject(o, "promotion") &&
-	     cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
-	     cJSON_AddNumberToObject(o, "max_t", s->p.max_t) &&
-	     cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
-	     cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
-	     apromo_state_json(s->st, &br) == 0;
-	if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
-		cJSON_Delete(br);
-		ok = 0;
-	}
-	if (!ok) {
-		cJSON_Delete(o);
-		return -ENOMEM;
-	}
-	*out = o;
-	return 0;
+static int apromo_sched_state_json(const struct sched *s, cJSON **out) {
+  cJSON *o = cJSON_CreateObject(), *br = NULL;
+  int ok;
+  if (!o) return -ENOMEM;
+  ok = cJSON_AddStringToObject(o, "type", "asha") && cJSON_AddTrueToObject(o, "promotion") &&
+       cJSON_AddStringToObject(o, "time_attr", s->p.time_attr) &&
+       cJSON_AddNumberToObject(o, "max_t", s->p.max_t) &&
+       cJSON_AddNumberToObject(o, "grace_period", s->p.grace_period) &&
+       cJSON_AddNumberToObject(o, "reduction_factor", s->p.reduction_factor) &&
+       apromo_state_json(s->st, &br) == 0;
+  if (ok && !cJSON_AddItemToObject(o, "brackets", br)) {
+    cJSON_Delete(br);
+    ok = 0;
+  }
+  if (!ok) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  *out = o;
+  return 0;
 }
 
 const struct sched_ops apromo_sched_ops = {
-	.create = apromo_sched_create,
-	.free = apromo_sched_free,
-	.mem_bytes = apromo_sched_mem_bytes,
-	.bracket_for = apromo_sched_bracket_for,
-	.add_trial = apromo_sched_add_trial,
-	.on_result = apromo_sched_on_result,
-	.on_trial_end = apromo_sched_on_trial_end,
-	.choose = apromo_sched_choose,
-	.restore = apromo_sched_restore,
-	.state_json = apromo_sched_state_json,
+    .create = apromo_sched_create,
+    .free = apromo_sched_free,
+    .mem_bytes = apromo_sched_mem_bytes,
+    .bracket_for = apromo_sched_bracket_for,
+    .add_trial = apromo_sched_add_trial,
+    .on_result = apromo_sched_on_result,
+    .on_trial_end = apromo_sched_on_trial_end,
+    .choose = apromo_sched_choose,
+    .restore = apromo_sched_restore,
+    .state_json = apromo_sched_state_json,
 };

@@ -22,30 +22,30 @@ enum apromo_action { APROMO_CONTINUE = 0, APROMO_PAUSE = 1, APROMO_STOP = 2 };
 enum apromo_stop_why { APROMO_MAX_T = 1, APROMO_NONFINITE = 2 };
 
 struct apromo_outcome {
-	enum apromo_action action;
-	enum apromo_stop_why why; /* STOP */
-	int bracket;
-	int rung;          /* PAUSE / NONFINITE: the rung index (0 = lowest) */
-	double rung_t;     /* its t */
-	int64_t rank;      /* PAUSE: 1-based rank at the rung when recorded */
-	int64_t n;         /* values recorded at the rung (this one included) */
-	cJSON *record;     /* NULL or the change to persist (caller owns) */
+  enum apromo_action action;
+  enum apromo_stop_why why; /* STOP */
+  int bracket;
+  int rung;      /* PAUSE / NONFINITE: the rung index (0 = lowest) */
+  double rung_t; /* its t */
+  int64_t rank;  /* PAUSE: 1-based rank at the rung when recorded */
+  int64_t n;     /* values recorded at the rung (this one included) */
+  cJSON *record; /* NULL or the change to persist (caller owns) */
 };
 
 struct apromo_choice {
-	int found;         /* 1: resume trial_id */
-	int64_t trial_id;
-	int bracket, rung; /* promoted from (bracket, rung) */
-	double rung_t, next_t;
-	int64_t top, n;    /* it was in the top `top` = floor(n / eta) of n */
-	cJSON *record;     /* found: the change to persist (caller owns) */
+  int found; /* 1: resume trial_id */
+  int64_t trial_id;
+  int bracket, rung; /* promoted from (bracket, rung) */
+  double rung_t, next_t;
+  int64_t top, n; /* it was in the top `top` = floor(n / eta) of n */
+  cJSON *record;  /* found: the change to persist (caller owns) */
 };
 
 typedef int (*apromo_resumable_fn)(void *ctx, int64_t trial_id);
 
 /* params: type asha, promotion 1, valid (validate checks). */
 int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64_t seed,
-		  struct apromo **out);
+                  struct apromo **out);
 void apromo_free(struct apromo *a);
 /* Bytes the state holds (asha_mem_bytes' counterpart). 0 for NULL. */
 size_t apromo_mem_bytes(const struct apromo *a);
@@ -67,7 +67,7 @@ int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket);
  * records its value there and pauses (non-finite: stops); reaching max_t
  * stops. -ENOENT: unknown trial. */
 int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
-		     struct apromo_outcome *out);
+                     struct apromo_outcome *out);
 /* The trial ended: never promoted after this. Its values stay counted. */
 int apromo_on_trial_end(struct apromo *a, int64_t trial_id);
 
@@ -76,7 +76,7 @@ int apromo_on_trial_end(struct apromo *a, int64_t trial_id);
  * earlier record first). resumable (may be NULL) skips trials the server
  * cannot resume now. A found choice is taken: persist its record. */
 int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
-		  struct apromo_choice *out);
+                  struct apromo_choice *out);
 
 /* Replays one record (from an outcome or a choice) in the original order. */
 int apromo_restore(struct apromo *a, int64_t trial_id, const cJSON *record);

@@ -24,39 +24,39 @@ enum hb_choice_kind { HB_WAIT = 0, HB_NEW = 1, HB_RESUME = 2 };
 
 /* A paused trial a decision stopped (halved out, or its bracket finished). */
 struct hb_stopped {
-	int64_t trial_id;
-	char reason[HB_REASON_MAX];
+  int64_t trial_id;
+  char reason[HB_REASON_MAX];
 };
 
 /* What a result or a trial's end did. Free with hb_outcome_clear. */
 struct hb_outcome {
-	enum hb_action action;       /* for the reporting trial */
-	int stopped_early;           /* STOP by a halving, not at max_t */
-	char reason[HB_REASON_MAX];  /* "" for a plain continue */
-	struct hb_stopped *stopped;  /* other (paused) trials now ended */
-	size_t nstopped;
-	int64_t *ready;              /* paused trials now waiting to resume */
-	size_t nready;
-	cJSON *record;               /* NULL or the event to persist (caller owns) */
+  enum hb_action action;      /* for the reporting trial */
+  int stopped_early;          /* STOP by a halving, not at max_t */
+  char reason[HB_REASON_MAX]; /* "" for a plain continue */
+  struct hb_stopped *stopped; /* other (paused) trials now ended */
+  size_t nstopped;
+  int64_t *ready; /* paused trials now waiting to resume */
+  size_t nready;
+  cJSON *record; /* NULL or the event to persist (caller owns) */
 };
 
 struct hb_choice {
-	enum hb_choice_kind kind;
-	int64_t trial_id;            /* RESUME */
-	char reason[HB_REASON_MAX];
-	cJSON *record;               /* RESUME: the event to persist (caller owns) */
+  enum hb_choice_kind kind;
+  int64_t trial_id; /* RESUME */
+  char reason[HB_REASON_MAX];
+  cJSON *record; /* RESUME: the event to persist (caller owns) */
 };
 
 /* Checks the "scheduler" object of type hyperband at path and fills sp's
  * hyperband fields with Ray's defaults applied (sp->time_attr holds its
  * default already). 0, or -EINVAL with err naming the field. */
 int hb_check(const cJSON *sched, const char *path, struct sched_params *sp,
-	     struct validate_error *err);
+             struct validate_error *err);
 
 /* max_t >= 1, reduction_factor > 1 (validate checks); num_trials: the
  * experiment's plan (trials beyond it are never created), 1..SPEC cap. */
-int hb_create(double max_t, double reduction_factor, enum spec_mode mode,
-	      int64_t num_trials, struct hyperband **out);
+int hb_create(double max_t, double reduction_factor, enum spec_mode mode, int64_t num_trials,
+              struct hyperband **out);
 void hb_free(struct hyperband *h);
 /* Bytes the state holds: the plan's slots (one per planned trial, laid out
  * at create, as Ray's brackets need them), its brackets and the id map. */
@@ -76,7 +76,7 @@ int hb_add_trial(struct hyperband *h, int64_t trial_id, int64_t idx);
  * then ranks below every value). -ENOENT: unknown trial. A trial no longer
  * in its bracket is answered STOP and nothing changes. */
 int hb_on_result(struct hyperband *h, int64_t trial_id, double t, double value,
-		 struct hb_outcome *out);
+                 struct hb_outcome *out);
 
 /* The trial ended (completed, errored, stopped by anything). Leaves its
  * bracket; the bracket is processed (others may be stopped or readied).
@@ -90,7 +90,7 @@ int hb_on_trial_end(struct hyperband *h, int64_t trial_id, struct hb_outcome *ou
  * RESUME is taken: persist its record. */
 typedef int (*hb_resumable_fn)(void *ctx, int64_t trial_id);
 int hb_choose(struct hyperband *h, int can_new, hb_resumable_fn resumable, void *ctx,
-	      struct hb_choice *out);
+              struct hb_choice *out);
 
 /* Replays one record from an outcome or choice, in the original order. */
 int hb_restore(struct hyperband *h, int64_t trial_id, const cJSON *record);

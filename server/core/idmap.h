@@ -8,13 +8,13 @@
 #include <stdint.h>
 
 struct idmap_ent {
-	int64_t id;
-	size_t v; /* index + 1; 0: empty */
+  int64_t id;
+  size_t v; /* index + 1; 0: empty */
 };
 
 struct idmap {
-	struct idmap_ent *e;
-	size_t cap, n; /* cap: 0 or a power of two */
+  struct idmap_ent *e;
+  size_t cap, n; /* cap: 0 or a power of two */
 };
 
 /* 0 and *idx set when id is present, -ENOENT when not. */

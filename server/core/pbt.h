@@ -21,11 +21,11 @@ struct pbt;
 /* What one result did. exploit = 0: continue. The caller owns new_config and
  * record (cJSON_Delete) after the call; both may be NULL. */
 struct pbt_outcome {
-	int exploit;
-	int64_t donor_trial_id;
-	cJSON *new_config;          /* the trial's whole new config */
-	char reason[PBT_REASON_MAX]; /* "exploited trial 7 at t=6: lr 0.01 → 0.012" */
-	cJSON *record;              /* replay with pbt_restore */
+  int exploit;
+  int64_t donor_trial_id;
+  cJSON *new_config;           /* the trial's whole new config */
+  char reason[PBT_REASON_MAX]; /* "exploited trial 7 at t=6: lr 0.01 → 0.012" */
+  cJSON *record;               /* replay with pbt_restore */
 };
 
 /* Fills Ray's defaults (mutations NULL). */
@@ -37,10 +37,9 @@ void pbt_params_default(struct pbt_params *p);
  * must be in it) and, for the builtin trainable, no key that changes the
  * model's shape. Fills *p; p->mutations points into sched (not a copy). */
 int pbt_check(const cJSON *sched, const char *path, const cJSON *param_space,
-	      const cJSON *trainable, struct pbt_params *p, struct validate_error *err);
+              const cJSON *trainable, struct pbt_params *p, struct validate_error *err);
 
-int pbt_create(const struct pbt_params *p, enum spec_mode mode, uint64_t seed,
-	       struct pbt **out);
+int pbt_create(const struct pbt_params *p, enum spec_mode mode, uint64_t seed, struct pbt **out);
 void pbt_free(struct pbt *b);
 /* Bytes the state holds in its own tables (the struct and the trials);
  * the cJSON configs and mutations are not counted. */
@@ -52,8 +51,7 @@ size_t pbt_mem_bytes(const struct pbt *b);
 int pbt_add_trial(struct pbt *b, int64_t trial_id, int64_t idx, const cJSON *config);
 /* A result with the metric (value may be NaN/inf: non-finite scores as the
  * worst). -ENOENT: unknown trial. */
-int pbt_on_result(struct pbt *b, int64_t trial_id, double t, double value,
-		  struct pbt_outcome *out);
+int pbt_on_result(struct pbt *b, int64_t trial_id, double t, double value, struct pbt_outcome *out);
 /* The trial ended: it leaves the quantiles (Ray's is_finished()). */
 int pbt_on_trial_end(struct pbt *b, int64_t trial_id);
 /* The server could not carry out the exploit just decided for trial_id
@@ -74,6 +72,6 @@ int pbt_state_json(const struct pbt *b, cJSON **out);
  * config with the draws of stream r. ops may be NULL. */
 struct rng;
 cJSON *pbt_explore(const cJSON *config, const cJSON *mutations, double resample_probability,
-		   const double *factors, int nfactors, struct rng *r);
+                   const double *factors, int nfactors, struct rng *r);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 struct rng {
-	uint64_t s[4];
+  uint64_t s[4];
 };
 
 /* Seeds the generator; every seed (0 included) gives a valid state. */

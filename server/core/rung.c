@@ -9,116 +9,94 @@
 #include "rng.h"
 #include "spec.h"
 
-double rung_t(double grace, double rf, int s, int k)
-{
-	return grace * pow(rf, k + s);
+double rung_t(double grace, double rf, int s, int k) { return grace * pow(rf, k + s); }
+
+int rung_ray_count(double max_t, double grace, double rf, int s, int *n) {
+  double nd = log(max_t / grace) / log(rf) - s + 1;
+  if (!(nd < SPEC_ASHA_MAX_MILESTONES + 1)) /* also NaN and inf */
+    return -EINVAL;
+  *n = nd < 0 ? 0 : (int)nd; /* truncates toward zero, as Python's int() */
+  return 0;
 }
 
-int rung_ray_count(double max_t, double grace, double rf, int s, int *n)
-{
-	double nd = log(max_t / grace) / log(rf) - s + 1;
-	if (!(nd < SPEC_ASHA_MAX_MILESTONES + 1)) /* also NaN and inf */
-		return -EINVAL;
-	*n = nd < 0 ? 0 : (int)nd; /* truncates toward zero, as Python's int() */
-	return 0;
+int rung_pause_count(double max_t, double grace, double rf, int s) {
+  int n = 0;
+  while (n < SPEC_ASHA_MAX_MILESTONES && rung_t(grace, rf, s, n) < max_t) n++;
+  return n;
 }
 
-int rung_pause_count(double max_t, double grace, double rf, int s)
-{
-	int n = 0;
-	while (n < SPEC_ASHA_MAX_MILESTONES && rung_t(grace, rf, s, n) < max_t)
-		n++;
-	return n;
+uint64_t rung_bracket_seed(uint64_t seed) {
+  return rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
 }
 
-uint64_t rung_bracket_seed(uint64_t seed)
-{
-	return rng_mix(seed, 0x4153484142524b54ULL); /* "ASHABRKT" */
+int rung_bracket_draw(uint64_t bracket_seed, const int *n, int nb, int64_t idx) {
+  double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
+  int nmax = 0;
+  struct rng r;
+
+  if (nb <= 1) return 0;
+  /* The variants' create refuses more; this keeps w in bounds anyway. */
+  if (nb > SPEC_ASHA_MAX_BRACKETS) nb = SPEC_ASHA_MAX_BRACKETS;
+  for (int s = 0; s < nb; s++)
+    if (n[s] > nmax) nmax = n[s];
+  for (int s = 0; s < nb; s++) {
+    /* e^(n - nmax): the same proportions as e^n without overflow. */
+    w[s] = exp((double)(n[s] - nmax));
+    sum += w[s];
+  }
+  rng_seed(&r, rng_mix(bracket_seed, (uint64_t)idx));
+  u = rng_uniform(&r) * sum;
+  for (int s = 0; s < nb; s++) {
+    if (u < w[s]) return s;
+    u -= w[s];
+  }
+  return nb - 1;
 }
 
-int rung_bracket_draw(uint64_t bracket_seed, const int *n, int nb, int64_t idx)
-{
-	double w[SPEC_ASHA_MAX_BRACKETS], sum = 0, u;
-	int nmax = 0;
-	struct rng r;
-
-	if (nb <= 1)
-		return 0;
-	/* The variants' create refuses more; this keeps w in bounds anyway. */
-	if (nb > SPEC_ASHA_MAX_BRACKETS)
-		nb = SPEC_ASHA_MAX_BRACKETS;
-	for (int s = 0; s < nb; s++)
-		if (n[s] > nmax)
-			nmax = n[s];
-	for (int s = 0; s < nb; s++) {
-		/* e^(n - nmax): the same proportions as e^n without overflow. */
-		w[s] = exp((double)(n[s] - nmax));
-		sum += w[s];
-	}
-	rng_seed(&r, rng_mix(bracket_seed, (uint64_t)idx));
-	u = rng_uniform(&r) * sum;
-	for (int s = 0; s < nb; s++) {
-		if (u < w[s])
-			return s;
-		u -= w[s];
-	}
-	return nb - 1;
+void *rung_grow(void *arr, size_t *cap, size_t size, size_t first) {
+  size_t n = *cap ? *cap * 2 : first;
+  void *na;
+  if (size == 0 || n < *cap || n > SIZE_MAX / size) return NULL;
+  na = realloc(arr, n * size);
+  if (na) *cap = n;
+  return na;
 }
 
-void *rung_grow(void *arr, size_t *cap, size_t size, size_t first)
-{
-	size_t n = *cap ? *cap * 2 : first;
-	void *na;
-	if (size == 0 || n < *cap || n > SIZE_MAX / size)
-		return NULL;
-	na = realloc(arr, n * size);
-	if (na)
-		*cap = n;
-	return na;
+void rung_slots_init(struct rung_slots *t, size_t size) {
+  memset(t, 0, sizeof *t);
+  t->size = size;
 }
 
-void rung_slots_init(struct rung_slots *t, size_t size)
-{
-	memset(t, 0, sizeof *t);
-	t->size = size;
+void rung_slots_free(struct rung_slots *t) {
+  free(t->v);
+  idmap_free(&t->ids);
+  rung_slots_init(t, t->size);
 }
 
-void rung_slots_free(struct rung_slots *t)
-{
-	free(t->v);
-	idmap_free(&t->ids);
-	rung_slots_init(t, t->size);
+size_t rung_slots_mem_bytes(const struct rung_slots *t) {
+  return t->cap * t->size + t->ids.cap * sizeof *t->ids.e;
 }
 
-size_t rung_slots_mem_bytes(const struct rung_slots *t)
-{
-	return t->cap * t->size + t->ids.cap * sizeof *t->ids.e;
+void *rung_slot_find(const struct rung_slots *t, int64_t id) {
+  size_t i;
+  return idmap_get(&t->ids, id, &i) ? NULL : t->v + i * t->size;
 }
 
-void *rung_slot_find(const struct rung_slots *t, int64_t id)
-{
-	size_t i;
-	return idmap_get(&t->ids, id, &i) ? NULL : t->v + i * t->size;
-}
-
-int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created)
-{
-	void *s = rung_slot_find(t, id);
-	*created = 0;
-	if (!s) {
-		if (t->n == t->cap) {
-			/* From 8 slots, as each variant's own table grew. */
-			unsigned char *nv = rung_grow(t->v, &t->cap, t->size, 8);
-			if (!nv)
-				return -ENOMEM;
-			t->v = nv;
-		}
-		if (idmap_put(&t->ids, id, t->n))
-			return -ENOMEM;
-		s = t->v + t->n++ * t->size;
-		memset(s, 0, t->size);
-		*created = 1;
-	}
-	*out = s;
-	return 0;
+int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created) {
+  void *s = rung_slot_find(t, id);
+  *created = 0;
+  if (!s) {
+    if (t->n == t->cap) {
+      /* From 8 slots, as each variant's own table grew. */
+      unsigned char *nv = rung_grow(t->v, &t->cap, t->size, 8);
+      if (!nv) return -ENOMEM;
+      t->v = nv;
+    }
+    if (idmap_put(&t->ids, id, t->n)) return -ENOMEM;
+    s = t->v + t->n++ * t->size;
+    memset(s, 0, t->size);
+    *created = 1;
+  }
+  *out = s;
+  return 0;
 }

@@ -43,9 +43,9 @@ void *rung_grow(void *arr, size_t *cap, size_t size, size_t first);
 /* Per-trial slots of the caller's own type (size bytes each), in arrival
  * order. A zeroed table with size set is empty: rung_slots_init. */
 struct rung_slots {
-	unsigned char *v; /* n of cap slots */
-	size_t size, n, cap;
-	struct idmap ids; /* trial id -> slot index */
+  unsigned char *v; /* n of cap slots */
+  size_t size, n, cap;
+  struct idmap ids; /* trial id -> slot index */
 };
 
 void rung_slots_init(struct rung_slots *t, size_t size);

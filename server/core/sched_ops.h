@@ -14,10 +14,10 @@
 #include "scheduler.h"
 
 struct sched {
-	const struct sched_ops *ops;
-	void *st;                /* the type's own state; NULL for fifo */
-	struct sched_params p;   /* p.pbt.mutations is NULL: pbt keeps its own copy */
-	enum spec_mode mode;
+  const struct sched_ops *ops;
+  void *st;              /* the type's own state; NULL for fifo */
+  struct sched_params p; /* p.pbt.mutations is NULL: pbt keeps its own copy */
+  enum spec_mode mode;
 };
 
 /* The arguments are sched_*'s (scheduler.h says what each must do); the
@@ -29,24 +29,24 @@ struct sched {
  * when !can_new), restore and restore_record -EINVAL, exploit_refused 0,
  * raise_max_t -EOPNOTSUPP. */
 struct sched_ops {
-	/* Sets s->st from params (s->p is already params' copy). */
-	int (*create)(struct sched *s, const struct sched_params *params, uint64_t seed);
-	void (*free)(void *st);
-	size_t (*mem_bytes)(const void *st);
-	int (*bracket_for)(const struct sched *s, int64_t idx);
-	int (*add_trial)(struct sched *s, int64_t trial_id, int64_t idx, const char *config_json);
-	int (*on_result)(struct sched *s, int64_t trial_id, double t, const double *value,
-			 struct sched_outcome *out);
-	int (*on_trial_end)(struct sched *s, int64_t trial_id, int has_last, double t,
-			    const double *last_value, struct sched_outcome *out);
-	int (*choose)(struct sched *s, int can_new, sched_resumable_fn resumable, void *ctx,
-		      struct sched_choice *out);
-	int (*restore)(struct sched *s, int64_t trial_id, const cJSON *record);
-	int (*exploit_refused)(struct sched *s, int64_t trial_id, struct sched_outcome *out);
-	int (*raise_max_t)(struct sched *s, double max_t);
-	int (*restore_record)(struct sched *s, int64_t trial_id, int bracket, double milestone,
-			      double value, int stopped_early);
-	int (*state_json)(const struct sched *s, cJSON **out);
+  /* Sets s->st from params (s->p is already params' copy). */
+  int (*create)(struct sched *s, const struct sched_params *params, uint64_t seed);
+  void (*free)(void *st);
+  size_t (*mem_bytes)(const void *st);
+  int (*bracket_for)(const struct sched *s, int64_t idx);
+  int (*add_trial)(struct sched *s, int64_t trial_id, int64_t idx, const char *config_json);
+  int (*on_result)(struct sched *s, int64_t trial_id, double t, const double *value,
+                   struct sched_outcome *out);
+  int (*on_trial_end)(struct sched *s, int64_t trial_id, int has_last, double t,
+                      const double *last_value, struct sched_outcome *out);
+  int (*choose)(struct sched *s, int can_new, sched_resumable_fn resumable, void *ctx,
+                struct sched_choice *out);
+  int (*restore)(struct sched *s, int64_t trial_id, const cJSON *record);
+  int (*exploit_refused)(struct sched *s, int64_t trial_id, struct sched_outcome *out);
+  int (*raise_max_t)(struct sched *s, double max_t);
+  int (*restore_record)(struct sched *s, int64_t trial_id, int bracket, double milestone,
+                        double value, int stopped_early);
+  int (*state_json)(const struct sched *s, cJSON **out);
 };
 
 extern const struct sched_ops fifo_sched_ops;

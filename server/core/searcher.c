@@ -13,368 +13,327 @@
 #include "tpe.h"
 
 struct searcher {
-	enum searcher_type type;
-	const cJSON *param_space; /* a copy, owned */
-	cJSON *space_copy;
-	cJSON *points;            /* points_to_evaluate copy or NULL */
-	int64_t npoints;
-	int64_t num_samples, num_trials;
-	uint64_t seed;
-	/* space_generate's configs, made on first use (every index of the plan):
-	 * random/grid answer from them, tpe takes its grid values from them. */
-	cJSON *generated;
-	cJSON **by_index;
-	/* Trials are made in index order, so the configs before the last one
-	 * asked for are dropped (ARCHITECTURE.md#bounded-memory): a live
-	 * experiment holds only the part of its plan not made yet. by_index[i]
-	 * is NULL for i < dropped; asking for one of those again generates
-	 * anew. */
-	int64_t dropped;
-	int has_grid;
-	struct tpe *tpe;
-	int64_t warm_valid;       /* warm_start trials with a finite value */
+  enum searcher_type type;
+  const cJSON *param_space; /* a copy, owned */
+  cJSON *space_copy;
+  cJSON *points; /* points_to_evaluate copy or NULL */
+  int64_t npoints;
+  int64_t num_samples, num_trials;
+  uint64_t seed;
+  /* space_generate's configs, made on first use (every index of the plan):
+   * random/grid answer from them, tpe takes its grid values from them. */
+  cJSON *generated;
+  cJSON **by_index;
+  /* Trials are made in index order, so the configs before the last one
+   * asked for are dropped (ARCHITECTURE.md#bounded-memory): a live
+   * experiment holds only the part of its plan not made yet. by_index[i]
+   * is NULL for i < dropped; asking for one of those again generates
+   * anew. */
+  int64_t dropped;
+  int has_grid;
+  struct tpe *tpe;
+  int64_t warm_valid; /* warm_start trials with a finite value */
 };
 
-static int is_grid(const cJSON *v)
-{
-	return cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "grid_search");
+static int is_grid(const cJSON *v) {
+  return cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "grid_search");
 }
 
-static int is_domain(const cJSON *v)
-{
-	return cJSON_IsObject(v) && !is_grid(v) && cJSON_GetObjectItemCaseSensitive(v, "type");
+static int is_domain(const cJSON *v) {
+  return cJSON_IsObject(v) && !is_grid(v) && cJSON_GetObjectItemCaseSensitive(v, "type");
 }
 
-static int is_nested(const cJSON *v)
-{
-	return cJSON_IsObject(v) && !is_grid(v) && !is_domain(v);
+static int is_nested(const cJSON *v) { return cJSON_IsObject(v) && !is_grid(v) && !is_domain(v); }
+
+static int space_has_grid(const cJSON *obj) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, obj) {
+    if (is_grid(item) || (is_nested(item) && space_has_grid(item))) return 1;
+  }
+  return 0;
 }
 
-static int space_has_grid(const cJSON *obj)
-{
-	const cJSON *item;
-	cJSON_ArrayForEach(item, obj) {
-		if (is_grid(item) || (is_nested(item) && space_has_grid(item)))
-			return 1;
-	}
-	return 0;
-}
-
-enum searcher_type searcher_type_of(const struct experiment_spec *spec)
-{
-	const cJSON *type = cJSON_GetObjectItemCaseSensitive(spec->search_alg, "type");
-	if (cJSON_IsString(type) && !strcmp(type->valuestring, "tpe"))
-		return SEARCHER_TPE;
-	if (!spec->search_alg && spec->param_space && space_has_grid(spec->param_space))
-		return SEARCHER_GRID;
-	return SEARCHER_RANDOM;
+enum searcher_type searcher_type_of(const struct experiment_spec *spec) {
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(spec->search_alg, "type");
+  if (cJSON_IsString(type) && !strcmp(type->valuestring, "tpe")) return SEARCHER_TPE;
+  if (!spec->search_alg && spec->param_space && space_has_grid(spec->param_space))
+    return SEARCHER_GRID;
+  return SEARCHER_RANDOM;
 }
 
 enum searcher_type searcher_type(const struct searcher *s) { return s->type; }
 
-const char *searcher_type_name(const struct searcher *s)
-{
-	static const char *const names[] = {"random", "grid", "tpe"};
-	return names[s->type];
+const char *searcher_type_name(const struct searcher *s) {
+  static const char *const names[] = {"random", "grid", "tpe"};
+  return names[s->type];
 }
 
 static int check_point(const cJSON *point, const cJSON *space, const char *path,
-		       struct validate_error *err)
-{
-	const cJSON *item;
-	if (!cJSON_IsObject(point)) {
-		spec_error_set(err, path, "must be an object of parameter values (a partial "
-			       "config like {\"lr\": 0.01})");
-		return -EINVAL;
-	}
-	cJSON_ArrayForEach(item, point) {
-		char p[256];
-		const cJSON *dom = cJSON_GetObjectItemCaseSensitive(space, item->string);
-		spec_path_join(p, sizeof p, path, '.', item->string);
-		if (!dom) {
-			spec_error_set(err, p, "not a parameter of param_space");
-			return -EINVAL;
-		}
-		if (is_nested(dom)) {
-			int rc = check_point(item, dom, p, err);
-			if (rc)
-				return rc;
-		} else if (!is_grid(dom) && !is_domain(dom)) {
-			spec_error_set(err, p, "is a constant in param_space: a point cannot "
-				       "change it");
-			return -EINVAL;
-		} else if (cJSON_IsObject(item) || cJSON_IsNull(item)) {
-			spec_error_set(err, p, "must be a value of the parameter's domain "
-				       "(a number, string, boolean or array)");
-			return -EINVAL;
-		}
-	}
-	return 0;
+                       struct validate_error *err) {
+  const cJSON *item;
+  if (!cJSON_IsObject(point)) {
+    spec_error_set(err, path,
+                   "must be an object of parameter values (a partial "
+                   "config like {\"lr\": 0.01})");
+    return -EINVAL;
+  }
+  cJSON_ArrayForEach(item, point) {
+    char p[256];
+    const cJSON *dom = cJSON_GetObjectItemCaseSensitive(space, item->string);
+    spec_path_join(p, sizeof p, path, '.', item->string);
+    if (!dom) {
+      spec_error_set(err, p, "not a parameter of param_space");
+      return -EINVAL;
+    }
+    if (is_nested(dom)) {
+      int rc = check_point(item, dom, p, err);
+      if (rc) return rc;
+    } else if (!is_grid(dom) && !is_domain(dom)) {
+      spec_error_set(err, p,
+                     "is a constant in param_space: a point cannot "
+                     "change it");
+      return -EINVAL;
+    } else if (cJSON_IsObject(item) || cJSON_IsNull(item)) {
+      spec_error_set(err, p,
+                     "must be a value of the parameter's domain "
+                     "(a number, string, boolean or array)");
+      return -EINVAL;
+    }
+  }
+  return 0;
 }
 
 int searcher_check_points(const cJSON *points, const cJSON *param_space, int64_t max_points,
-			  struct validate_error *err)
-{
-	const cJSON *pt;
-	int i = 0;
-	if (!cJSON_IsArray(points)) {
-		spec_error_set(err, "points_to_evaluate", "must be an array of (partial) "
-			       "configs, like [{\"lr\": 0.01}]");
-		return -EINVAL;
-	}
-	if (cJSON_GetArraySize(points) > max_points) {
-		spec_error_set(err, "points_to_evaluate", "holds %d points but the experiment "
-			       "plans only %lld trials (grid x num_samples)",
-			       cJSON_GetArraySize(points), (long long)max_points);
-		return -EINVAL;
-	}
-	cJSON_ArrayForEach(pt, points) {
-		char p[64];
-		snprintf(p, sizeof p, "points_to_evaluate[%d]", i++);
-		int rc = check_point(pt, param_space, p, err);
-		if (rc)
-			return rc;
-	}
-	return 0;
+                          struct validate_error *err) {
+  const cJSON *pt;
+  int i = 0;
+  if (!cJSON_IsArray(points)) {
+    spec_error_set(err, "points_to_evaluate",
+                   "must be an array of (partial) "
+                   "configs, like [{\"lr\": 0.01}]");
+    return -EINVAL;
+  }
+  if (cJSON_GetArraySize(points) > max_points) {
+    spec_error_set(err, "points_to_evaluate",
+                   "holds %d points but the experiment "
+                   "plans only %lld trials (grid x num_samples)",
+                   cJSON_GetArraySize(points), (long long)max_points);
+    return -EINVAL;
+  }
+  cJSON_ArrayForEach(pt, points) {
+    char p[64];
+    snprintf(p, sizeof p, "points_to_evaluate[%d]", i++);
+    int rc = check_point(pt, param_space, p, err);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 /* config := config with point's values (nested spaces merged key by key). */
-static int overlay(cJSON *config, const cJSON *point)
-{
-	const cJSON *item;
-	cJSON_ArrayForEach(item, point) {
-		cJSON *cur = cJSON_GetObjectItemCaseSensitive(config, item->string);
-		if (cJSON_IsObject(cur) && cJSON_IsObject(item)) {
-			if (overlay(cur, item))
-				return -ENOMEM;
-			continue;
-		}
-		cJSON *v = cJSON_Duplicate(item, 1);
-		if (!v)
-			return -ENOMEM;
-		if (cur ? !cJSON_ReplaceItemInObjectCaseSensitive(config, item->string, v)
-			: !cJSON_AddItemToObject(config, item->string, v)) {
-			cJSON_Delete(v);
-			return -ENOMEM;
-		}
-	}
-	return 0;
+static int overlay(cJSON *config, const cJSON *point) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, point) {
+    cJSON *cur = cJSON_GetObjectItemCaseSensitive(config, item->string);
+    if (cJSON_IsObject(cur) && cJSON_IsObject(item)) {
+      if (overlay(cur, item)) return -ENOMEM;
+      continue;
+    }
+    cJSON *v = cJSON_Duplicate(item, 1);
+    if (!v) return -ENOMEM;
+    if (cur ? !cJSON_ReplaceItemInObjectCaseSensitive(config, item->string, v)
+            : !cJSON_AddItemToObject(config, item->string, v)) {
+      cJSON_Delete(v);
+      return -ENOMEM;
+    }
+  }
+  return 0;
 }
 
 /* The grid values of a generated config, shaped like a config. */
-static int grid_values(const cJSON *space, const cJSON *config, cJSON *out)
-{
-	const cJSON *item;
-	cJSON_ArrayForEach(item, space) {
-		const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, item->string);
-		cJSON *c = NULL;
-		if (!v)
-			continue;
-		if (is_grid(item))
-			c = cJSON_Duplicate(v, 1);
-		else if (is_nested(item) && space_has_grid(item)) {
-			c = cJSON_CreateObject();
-			if (c && grid_values(item, v, c)) {
-				cJSON_Delete(c);
-				return -ENOMEM;
-			}
-		} else
-			continue;
-		if (!c || !cJSON_AddItemToObject(out, item->string, c)) {
-			cJSON_Delete(c);
-			return -ENOMEM;
-		}
-	}
-	return 0;
+static int grid_values(const cJSON *space, const cJSON *config, cJSON *out) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, space) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, item->string);
+    cJSON *c = NULL;
+    if (!v) continue;
+    if (is_grid(item))
+      c = cJSON_Duplicate(v, 1);
+    else if (is_nested(item) && space_has_grid(item)) {
+      c = cJSON_CreateObject();
+      if (c && grid_values(item, v, c)) {
+        cJSON_Delete(c);
+        return -ENOMEM;
+      }
+    } else
+      continue;
+    if (!c || !cJSON_AddItemToObject(out, item->string, c)) {
+      cJSON_Delete(c);
+      return -ENOMEM;
+    }
+  }
+  return 0;
 }
 
 /* Drops the generated configs before idx (see struct searcher). */
-static void drop_before(struct searcher *s, int64_t idx)
-{
-	for (; s->dropped < idx; s->dropped++) {
-		cJSON *c = s->by_index[s->dropped];
-		if (c)
-			cJSON_Delete(cJSON_DetachItemViaPointer(s->generated, c));
-		s->by_index[s->dropped] = NULL;
-	}
+static void drop_before(struct searcher *s, int64_t idx) {
+  for (; s->dropped < idx; s->dropped++) {
+    cJSON *c = s->by_index[s->dropped];
+    if (c) cJSON_Delete(cJSON_DetachItemViaPointer(s->generated, c));
+    s->by_index[s->dropped] = NULL;
+  }
 }
 
-static int ensure_generated(struct searcher *s, int64_t idx)
-{
-	if (s->generated && idx < s->dropped) {
-		/* An index already dropped (a dry run going back): anew. */
-		cJSON_Delete(s->generated);
-		free(s->by_index);
-		s->generated = NULL;
-		s->by_index = NULL;
-		s->dropped = 0;
-	}
-	if (s->generated) {
-		drop_before(s, idx);
-		return 0;
-	}
-	cJSON *arr = NULL;
-	int rc = space_generate(s->param_space, s->num_samples, s->seed, &arr, NULL);
-	if (rc)
-		return rc;
-	int64_t n = cJSON_GetArraySize(arr);
-	s->by_index = calloc((size_t)(n ? n : 1), sizeof *s->by_index);
-	if (!s->by_index) {
-		cJSON_Delete(arr);
-		return -ENOMEM;
-	}
-	int64_t i = 0;
-	for (cJSON *c = arr->child; c; c = c->next)
-		s->by_index[i++] = c;
-	s->generated = arr;
-	drop_before(s, idx < n ? idx : n);
-	return 0;
+static int ensure_generated(struct searcher *s, int64_t idx) {
+  if (s->generated && idx < s->dropped) {
+    /* An index already dropped (a dry run going back): anew. */
+    cJSON_Delete(s->generated);
+    free(s->by_index);
+    s->generated = NULL;
+    s->by_index = NULL;
+    s->dropped = 0;
+  }
+  if (s->generated) {
+    drop_before(s, idx);
+    return 0;
+  }
+  cJSON *arr = NULL;
+  int rc = space_generate(s->param_space, s->num_samples, s->seed, &arr, NULL);
+  if (rc) return rc;
+  int64_t n = cJSON_GetArraySize(arr);
+  s->by_index = calloc((size_t)(n ? n : 1), sizeof *s->by_index);
+  if (!s->by_index) {
+    cJSON_Delete(arr);
+    return -ENOMEM;
+  }
+  int64_t i = 0;
+  for (cJSON *c = arr->child; c; c = c->next) s->by_index[i++] = c;
+  s->generated = arr;
+  drop_before(s, idx < n ? idx : n);
+  return 0;
 }
 
 int searcher_create(const struct experiment_spec *spec, struct searcher **out,
-		    struct validate_error *err)
-{
-	struct searcher *s = calloc(1, sizeof *s);
-	int rc = -ENOMEM;
-	*out = NULL;
-	if (!s)
-		return -ENOMEM;
-	s->type = searcher_type_of(spec);
-	s->num_samples = spec->num_samples;
-	s->num_trials = spec->num_trials;
-	s->seed = spec->seed;
-	s->space_copy = spec->param_space ? cJSON_Duplicate(spec->param_space, 1)
-					  : cJSON_CreateObject();
-	if (!s->space_copy)
-		goto fail;
-	s->param_space = s->space_copy;
-	s->has_grid = space_has_grid(s->param_space);
-	if (spec->points_to_evaluate) {
-		if (!(s->points = cJSON_Duplicate(spec->points_to_evaluate, 1)))
-			goto fail;
-		s->npoints = cJSON_GetArraySize(s->points);
-	}
-	if (s->type == SEARCHER_TPE) {
-		rc = tpe_create(s->param_space, spec->search_alg, spec->mode, spec->seed, &s->tpe,
-				err);
-		if (rc)
-			goto fail;
-		rc = -ENOMEM;
-		const cJSON *trials = cJSON_GetObjectItemCaseSensitive(spec->warm_start, "trials");
-		int64_t k = 0;
-		for (const cJSON *w = trials ? trials->child : NULL; w; w = w->next, k++) {
-			const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, "value");
-			double value = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-			/* Negative ids: never a trial of this experiment. */
-			if (tpe_observe(s->tpe, -1 - k, cJSON_GetObjectItemCaseSensitive(w, "config"),
-					value, TPE_FINISHED))
-				goto fail;
-			if (isfinite(value))
-				s->warm_valid++;
-		}
-	}
-	*out = s;
-	return 0;
+                    struct validate_error *err) {
+  struct searcher *s = calloc(1, sizeof *s);
+  int rc = -ENOMEM;
+  *out = NULL;
+  if (!s) return -ENOMEM;
+  s->type = searcher_type_of(spec);
+  s->num_samples = spec->num_samples;
+  s->num_trials = spec->num_trials;
+  s->seed = spec->seed;
+  s->space_copy = spec->param_space ? cJSON_Duplicate(spec->param_space, 1) : cJSON_CreateObject();
+  if (!s->space_copy) goto fail;
+  s->param_space = s->space_copy;
+  s->has_grid = space_has_grid(s->param_space);
+  if (spec->points_to_evaluate) {
+    if (!(s->points = cJSON_Duplicate(spec->points_to_evaluate, 1))) goto fail;
+    s->npoints = cJSON_GetArraySize(s->points);
+  }
+  if (s->type == SEARCHER_TPE) {
+    rc = tpe_create(s->param_space, spec->search_alg, spec->mode, spec->seed, &s->tpe, err);
+    if (rc) goto fail;
+    rc = -ENOMEM;
+    const cJSON *trials = cJSON_GetObjectItemCaseSensitive(spec->warm_start, "trials");
+    int64_t k = 0;
+    for (const cJSON *w = trials ? trials->child : NULL; w; w = w->next, k++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, "value");
+      double value = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+      /* Negative ids: never a trial of this experiment. */
+      if (tpe_observe(s->tpe, -1 - k, cJSON_GetObjectItemCaseSensitive(w, "config"), value,
+                      TPE_FINISHED))
+        goto fail;
+      if (isfinite(value)) s->warm_valid++;
+    }
+  }
+  *out = s;
+  return 0;
 fail:
-	if (rc == -ENOMEM)
-		spec_error_set(err, "", "out of memory");
-	searcher_free(s);
-	return rc;
+  if (rc == -ENOMEM) spec_error_set(err, "", "out of memory");
+  searcher_free(s);
+  return rc;
 }
 
-void searcher_free(struct searcher *s)
-{
-	if (!s)
-		return;
-	cJSON_Delete(s->space_copy);
-	cJSON_Delete(s->points);
-	cJSON_Delete(s->generated);
-	free(s->by_index);
-	tpe_free(s->tpe);
-	free(s);
+void searcher_free(struct searcher *s) {
+  if (!s) return;
+  cJSON_Delete(s->space_copy);
+  cJSON_Delete(s->points);
+  cJSON_Delete(s->generated);
+  free(s->by_index);
+  tpe_free(s->tpe);
+  free(s);
 }
 
 int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
-		     double value, int finished)
-{
-	(void)idx;
-	if (s->type != SEARCHER_TPE || !config)
-		return 0;
-	return tpe_observe(s->tpe, trial_id, config, value, finished ? TPE_FINISHED : TPE_RUNNING);
+                     double value, int finished) {
+  (void)idx;
+  if (s->type != SEARCHER_TPE || !config) return 0;
+  return tpe_observe(s->tpe, trial_id, config, value, finished ? TPE_FINISHED : TPE_RUNNING);
 }
 
-static const cJSON *point_at(const struct searcher *s, int64_t idx)
-{
-	return idx < s->npoints ? cJSON_GetArrayItem(s->points, (int)idx) : NULL;
+static const cJSON *point_at(const struct searcher *s, int64_t idx) {
+  return idx < s->npoints ? cJSON_GetArrayItem(s->points, (int)idx) : NULL;
 }
 
-int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config)
-{
-	int rc;
-	*config = NULL;
-	if (idx < 0 || idx >= s->num_trials)
-		return -ENOENT;
-	const cJSON *point = point_at(s, idx);
-	if (s->type != SEARCHER_TPE || s->has_grid) {
-		if ((rc = ensure_generated(s, idx)))
-			return rc;
-	}
-	if (s->type != SEARCHER_TPE) {
-		cJSON *c = cJSON_Duplicate(s->by_index[idx], 1);
-		if (!c || (point && overlay(c, point))) {
-			cJSON_Delete(c);
-			return -ENOMEM;
-		}
-		*config = c;
-		return 0;
-	}
-	/* Ray's grid x searcher: the grid values of trial idx are fixed, the
-	 * point's values over them. */
-	cJSON *fixed = NULL;
-	if (s->has_grid || point) {
-		if (!(fixed = cJSON_CreateObject()) ||
-		    (s->has_grid && grid_values(s->param_space, s->by_index[idx], fixed)) ||
-		    (point && overlay(fixed, point))) {
-			cJSON_Delete(fixed);
-			return -ENOMEM;
-		}
-	}
-	rc = tpe_suggest(s->tpe, idx, fixed, config);
-	cJSON_Delete(fixed);
-	return rc;
+int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config) {
+  int rc;
+  *config = NULL;
+  if (idx < 0 || idx >= s->num_trials) return -ENOENT;
+  const cJSON *point = point_at(s, idx);
+  if (s->type != SEARCHER_TPE || s->has_grid) {
+    if ((rc = ensure_generated(s, idx))) return rc;
+  }
+  if (s->type != SEARCHER_TPE) {
+    cJSON *c = cJSON_Duplicate(s->by_index[idx], 1);
+    if (!c || (point && overlay(c, point))) {
+      cJSON_Delete(c);
+      return -ENOMEM;
+    }
+    *config = c;
+    return 0;
+  }
+  /* Ray's grid x searcher: the grid values of trial idx are fixed, the
+   * point's values over them. */
+  cJSON *fixed = NULL;
+  if (s->has_grid || point) {
+    if (!(fixed = cJSON_CreateObject()) ||
+        (s->has_grid && grid_values(s->param_space, s->by_index[idx], fixed)) ||
+        (point && overlay(fixed, point))) {
+      cJSON_Delete(fixed);
+      return -ENOMEM;
+    }
+  }
+  rc = tpe_suggest(s->tpe, idx, fixed, config);
+  cJSON_Delete(fixed);
+  return rc;
 }
 
-int64_t searcher_configs_held(const struct searcher *s)
-{
-	return s->generated ? cJSON_GetArraySize(s->generated) : 0;
+int64_t searcher_configs_held(const struct searcher *s) {
+  return s->generated ? cJSON_GetArraySize(s->generated) : 0;
 }
 
-int searcher_known(struct searcher *s, cJSON **configs, int64_t *n_later)
-{
-	int64_t known = s->num_trials;
-	cJSON *arr = cJSON_CreateArray();
-	*configs = NULL;
-	if (!arr)
-		return -ENOMEM;
-	if (s->type == SEARCHER_TPE) {
-		/* Trial i can only have seen i finished trials of its own: the
-		 * first n_startup minus the warm ones are random for sure. */
-		int64_t startup = tpe_n_startup(s->tpe) - s->warm_valid;
-		if (startup < 0)
-			startup = 0;
-		if (startup < known)
-			known = startup;
-	}
-	for (int64_t i = 0; i < known; i++) {
-		cJSON *c = NULL;
-		int rc = searcher_suggest(s, i, &c);
-		if (rc) {
-			cJSON_Delete(arr);
-			return rc;
-		}
-		cJSON_AddItemToArray(arr, c);
-	}
-	*configs = arr;
-	*n_later = s->num_trials - known;
-	return 0;
+int searcher_known(struct searcher *s, cJSON **configs, int64_t *n_later) {
+  int64_t known = s->num_trials;
+  cJSON *arr = cJSON_CreateArray();
+  *configs = NULL;
+  if (!arr) return -ENOMEM;
+  if (s->type == SEARCHER_TPE) {
+    /* Trial i can only have seen i finished trials of its own: the
+     * first n_startup minus the warm ones are random for sure. */
+    int64_t startup = tpe_n_startup(s->tpe) - s->warm_valid;
+    if (startup < 0) startup = 0;
+    if (startup < known) known = startup;
+  }
+  for (int64_t i = 0; i < known; i++) {
+    cJSON *c = NULL;
+    int rc = searcher_suggest(s, i, &c);
+    if (rc) {
+      cJSON_Delete(arr);
+      return rc;
+    }
+    cJSON_AddItemToArray(arr, c);
+  }
+  *configs = arr;
+  *n_later = s->num_trials - known;
+  return 0;
 }

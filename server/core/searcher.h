@@ -19,7 +19,7 @@ enum searcher_type { SEARCHER_RANDOM = 0, SEARCHER_GRID = 1, SEARCHER_TPE = 2 };
  * mode, search_alg, points_to_evaluate, warm_start). 0, -EINVAL (err filled)
  * or -ENOMEM. */
 int searcher_create(const struct experiment_spec *spec, struct searcher **out,
-		    struct validate_error *err);
+                    struct validate_error *err);
 void searcher_free(struct searcher *s);
 enum searcher_type searcher_type(const struct searcher *s);
 /* "random", "grid" or "tpe". */
@@ -31,7 +31,7 @@ enum searcher_type searcher_type_of(const struct experiment_spec *spec);
  * same id replaces): value is the metric at its last result (NaN: none),
  * finished is 1 once it ended. random/grid ignore it. 0 or -ENOMEM. */
 int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
-		     double value, int finished);
+                     double value, int finished);
 
 /* The config of the idx-th trial (creation index). -ENOENT: idx is past the
  * plan (num_trials). The caller owns *config. */
@@ -51,6 +51,6 @@ int searcher_known(struct searcher *s, cJSON **configs, int64_t *n_decided_later
  * name parameters of the space. Paths like "points_to_evaluate[1].model.lr".
  * 0 or -EINVAL. */
 int searcher_check_points(const cJSON *points, const cJSON *param_space, int64_t max_points,
-			  struct validate_error *err);
+                          struct validate_error *err);
 
 #endif

@@ -12,13 +12,13 @@ struct rng;
 /* Checks a param_space object. Error paths start with path_prefix
  * (e.g. "param_space"). On success *grid_product holds the number of grid
  * combinations (1 without grids), saturated at INT64_MAX. -EINVAL / -ENOMEM. */
-int space_check(const cJSON *param_space, const char *path_prefix,
-		int64_t *grid_product, struct validate_error *err);
+int space_check(const cJSON *param_space, const char *path_prefix, int64_t *grid_product,
+                struct validate_error *err);
 
 /* Number of trials: grid product x num_samples. -EINVAL when the space is
  * wrong or the count exceeds SPEC_NUM_SAMPLES_MAX. */
 int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
-		struct validate_error *err);
+                struct validate_error *err);
 
 /* Samples every trial config: a JSON array of objects, in Ray's order (for
  * each of num_samples repeats, every grid combination, the first grid
@@ -27,7 +27,7 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
  * configs on any machine. Integer domains give integral JSON numbers.
  * The caller owns *configs_out (cJSON_Delete). err may be NULL. */
 int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
-		   cJSON **configs_out, struct validate_error *err);
+                   cJSON **configs_out, struct validate_error *err);
 
 /* One value of a domain object that space_check accepted (not a
  * grid_search), drawn from r exactly as space_generate draws it: the

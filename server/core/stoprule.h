@@ -20,7 +20,7 @@ int stoprule_validate(const cJSON *stop, struct validate_error *err);
  * Returns 1 and writes the reason ("stop rule: accuracy 0.951 >= 0.95") for
  * the first key (in the dict's order) that is reached, 0 when none is. stop
  * NULL: 0. */
-int stoprule_reached(const cJSON *stop, int has_metric, const char *metric,
-		     enum spec_mode mode, const cJSON *result, char *reason, size_t reasonlen);
+int stoprule_reached(const cJSON *stop, int has_metric, const char *metric, enum spec_mode mode,
+                     const cJSON *result, char *reason, size_t reasonlen);
 
 #endif

@@ -19,15 +19,13 @@ enum tpe_trial_state { TPE_RUNNING = 0, TPE_FINISHED = 1 };
 /* Checks a "search_alg" object of type "tpe" (fields, types, ranges;
  * unknown fields refused). Error paths start with path ("search_alg").
  * 0 or -EINVAL with err filled. err may be NULL. */
-int tpe_options_check(const cJSON *search_alg, const char *path,
-		      struct validate_error *err);
+int tpe_options_check(const cJSON *search_alg, const char *path, struct validate_error *err);
 
 /* Builds a searcher. param_space as space_check accepts it (checked again
  * here, paths under "param_space"); search_alg may be NULL (all defaults).
  * The module keeps its own copies. 0, -EINVAL (err filled) or -ENOMEM. */
-int tpe_create(const cJSON *param_space, const cJSON *search_alg,
-	       enum spec_mode mode, uint64_t seed, struct tpe **out,
-	       struct validate_error *err);
+int tpe_create(const cJSON *param_space, const cJSON *search_alg, enum spec_mode mode,
+               uint64_t seed, struct tpe **out, struct validate_error *err);
 void tpe_free(struct tpe *t);
 
 /* Records (or replaces: same trial_id) what is known of one trial: its
@@ -37,8 +35,8 @@ void tpe_free(struct tpe *t);
  * A finished trial with a NaN value (failed, no result) is not used; a
  * running trial is used only with constant_liar (as a bad result).
  * 0 or -ENOMEM (the searcher is unchanged then). */
-int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config,
-		double value, enum tpe_trial_state state);
+int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config, double value,
+                enum tpe_trial_state state);
 
 /* The config of the index-th trial (0-based, the same numbering as
  * space_generate). fixed (NULL or an object shaped like a config) holds
@@ -49,8 +47,7 @@ int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config,
  * values fixed as space_generate would). *config_out is the caller's
  * (cJSON_Delete). 0, -EINVAL (fixed names a key the space does not have)
  * or -ENOMEM. */
-int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed,
-		cJSON **config_out);
+int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **config_out);
 
 /* Whether the next suggestion is still random (fewer finished trials with
  * a value than n_startup_trials): what `ctune sample` can list ahead. */

@@ -64,8 +64,8 @@ int control_resume(struct server *s, struct srv_experiment *e, uint64_t *ticket)
 /* The config with the patch's plan fields set; checked by the validator a
  * restart uses, so an edit can never make the stored row unloadable. */
 static int control_new_config(const struct srv_experiment *e, const struct control_patch *p,
-                              char **out, int64_t *num_trials, char *field, size_t fl,
-                              char *err, size_t el) {
+                              char **out, int64_t *num_trials, char *field, size_t fl, char *err,
+                              size_t el) {
   cJSON *c = cJSON_Parse(e->config);
   struct experiment_spec spec;
   struct validate_error verr = {{0}, {0}};
@@ -79,8 +79,7 @@ static int control_new_config(const struct srv_experiment *e, const struct contr
   }
   if (p->has_max_concurrent) {
     cJSON_DeleteItemFromObjectCaseSensitive(c, "max_concurrent_trials");
-    if (!cJSON_AddNumberToObject(c, "max_concurrent_trials", (double)p->max_concurrent))
-      goto out;
+    if (!cJSON_AddNumberToObject(c, "max_concurrent_trials", (double)p->max_concurrent)) goto out;
   }
   if (p->has_max_t) {
     cJSON *sc = cJSON_GetObjectItemCaseSensitive(c, "scheduler");
@@ -128,7 +127,8 @@ int control_patch(struct server *s, struct srv_experiment *e, const struct contr
     }
     if (e->spec.sched.type == SPEC_SCHED_HYPERBAND || e->spec.sched.type == SPEC_SCHED_PBT) {
       snprintf(field, fl, "num_samples");
-      snprintf(err, el, "num_samples cannot change for a %s scheduler (its brackets or "
+      snprintf(err, el,
+               "num_samples cannot change for a %s scheduler (its brackets or "
                "population are planned for the trial count)",
                e->spec.sched.type == SPEC_SCHED_HYPERBAND ? "hyperband" : "pbt");
       return -EINVAL;
@@ -137,7 +137,8 @@ int control_patch(struct server *s, struct srv_experiment *e, const struct contr
   if (p->has_max_t) {
     if (e->spec.sched.type != SPEC_SCHED_FIFO) {
       snprintf(field, fl, "scheduler.max_t");
-      snprintf(err, el, "max_t can be raised only for the fifo scheduler (the other "
+      snprintf(err, el,
+               "max_t can be raised only for the fifo scheduler (the other "
                "schedulers' rungs and brackets are planned for the max_t they started with)");
       return -EINVAL;
     }

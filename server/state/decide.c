@@ -70,10 +70,13 @@ int decide_note(struct server *s, struct srv_trial *t, const char *kind, const c
         (data && !(op->data = jsonout_print(data))))
       goto fail;
     op->has_event = 1;
-    op->ev = (struct store_event_row){.seq = ++s->seq, .trial_id = t->id,
+    op->ev = (struct store_event_row){.seq = ++s->seq,
+                                      .trial_id = t->id,
                                       .experiment_id = t->experiment_id,
-                                      .time = clock_wall_s(), .kind = op->kind,
-                                      .reason = op->reason, .data = op->data};
+                                      .time = clock_wall_s(),
+                                      .kind = op->kind,
+                                      .reason = op->reason,
+                                      .data = op->data};
     if ((rc = decide_set_reason(t, reason))) goto fail;
   }
   if (record) {
@@ -116,8 +119,8 @@ static void decide_test_hook(struct srv_trial *t, double tv, struct sched_outcom
     out->action = SCHED_EXPLOIT;
     out->donor_trial_id = donor;
     out->new_config = c;
-    snprintf(out->reason, sizeof out->reason, "exploited trial %lld at t=%g: %s → %g", donor,
-             tv, key, v);
+    snprintf(out->reason, sizeof out->reason, "exploited trial %lld at t=%g: %s → %g", donor, tv,
+             key, v);
   }
 }
 
@@ -126,8 +129,8 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
                     const char **event_kind) {
   (void)s;
   decide_test_hook(t, tv, out);
-  *event_kind = out->action == SCHED_STOP    ? "stopped"
-                : out->action == SCHED_PAUSE ? "paused"
+  *event_kind = out->action == SCHED_STOP      ? "stopped"
+                : out->action == SCHED_PAUSE   ? "paused"
                 : out->action == SCHED_EXPLOIT ? "exploited"
                                                : NULL;
   if (out->action != SCHED_CONTINUE) return 0;
@@ -140,8 +143,8 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
     return 0;
   }
   char why[SCHED_REASON_MAX];
-  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result,
-                       why, sizeof why)) {
+  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result, why,
+                       sizeof why)) {
     out->action = SCHED_STOP;
     out->stopped_early = 0;
     snprintf(out->reason, sizeof out->reason, "%s", why);
@@ -179,8 +182,7 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
   cJSON *data = cJSON_CreateObject(), *old = cJSON_Parse(t->config);
   int rc = -ENOMEM;
   if (!cfg || !data || !old || !cJSON_AddNumberToObject(data, "donor", (double)d->id) ||
-      !cJSON_AddNumberToObject(data, "t", tv) ||
-      !cJSON_AddItemToObject(data, "old_config", old))
+      !cJSON_AddNumberToObject(data, "t", tv) || !cJSON_AddItemToObject(data, "old_config", old))
     goto out;
   old = NULL;
   if (!cJSON_AddItemToObject(data, "new_config", cJSON_Duplicate(out->new_config, 1))) goto out;
@@ -334,8 +336,10 @@ int decide_end_paused(struct server *s, struct srv_experiment *e, uint64_t *tick
   for (int64_t k = 0; !rc && e->counts[TS_PAUSED] > 0 && k < s->ntrials; k++) {
     struct srv_trial *t = s->trials[k];
     if (t && t->experiment_id == e->id && t->status == TS_PAUSED)
-      rc = decide_end_one(s, t, "stopped", "never promoted: the experiment ended while it was "
-                          "paused", ticket);
+      rc = decide_end_one(s, t, "stopped",
+                          "never promoted: the experiment ended while it was "
+                          "paused",
+                          ticket);
   }
   return rc;
 }
@@ -368,8 +372,8 @@ int decide_end_others(struct server *s, struct srv_experiment *e, const struct s
 static int decide_ending;
 
 int decide_maybe_end(struct server *s, struct srv_experiment *e, uint64_t *ticket) {
-  if (decide_ending || e->status != ES_RUNNING || !e->counts[TS_PAUSED] ||
-      e->counts[TS_RUNNING] || e->counts[TS_PENDING] || e->budget_spent)
+  if (decide_ending || e->status != ES_RUNNING || !e->counts[TS_PAUSED] || e->counts[TS_RUNNING] ||
+      e->counts[TS_PENDING] || e->budget_spent)
     return 0;
   int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
   if (can_new) return 0;
@@ -403,8 +407,7 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
       log_info("experiment %lld: %s", (long long)e->id, why);
       for (int64_t k = 0; !rc && k < s->ntrials; k++) {
         struct srv_trial *t = s->trials[k];
-        if (t && t->experiment_id == e->id &&
-            (t->status == TS_PENDING || t->status == TS_PAUSED))
+        if (t && t->experiment_id == e->id && (t->status == TS_PENDING || t->status == TS_PAUSED))
           rc = decide_end_one(s, t, "time_budget", why, ticket);
       }
       if (!rc && !e->end_reason && !(e->end_reason = strdup(why))) rc = -ENOMEM;
@@ -478,7 +481,7 @@ int decide_pause_lease(struct server *s, struct srv_trial *t, uint64_t *ticket) 
   int rc = decide_note(s, t, "paused", control_pause_reason, NULL, NULL, ticket);
   if (rc) return rc;
   t->updated_seq = ++s->seq;
-  log_info("trial %lld: %s (told at its heartbeat; pauses when its lease ends)",
-           (long long)t->id, control_pause_reason);
+  log_info("trial %lld: %s (told at its heartbeat; pauses when its lease ends)", (long long)t->id,
+           control_pause_reason);
   return state_persist_trial(s, t, ticket);
 }

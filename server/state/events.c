@@ -97,8 +97,10 @@ int events_read(struct events *ev, int64_t *pos, struct event *out, int max, int
     int64_t lo = ev->n > EVENTS_RING ? ev->n - EVENTS_RING : 0, hi = ev->n;
     while (lo < hi) {
       int64_t mid = lo + (hi - lo) / 2;
-      if (ev->ring[mid % EVENTS_RING].id <= *pos) lo = mid + 1;
-      else hi = mid;
+      if (ev->ring[mid % EVENTS_RING].id <= *pos)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     for (int64_t i = lo; i < ev->n && n < max; i++) {
       const struct event *e = &ev->ring[i % EVENTS_RING];

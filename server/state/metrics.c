@@ -4,8 +4,8 @@
 #include <errno.h>
 #include <stdio.h>
 
-const double metrics_bounds_s[METRICS_NBUCKETS] = {
-  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0};
+const double metrics_bounds_s[METRICS_NBUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                   0.01,   0.025,   0.05,   0.1,   0.5,    1.0};
 
 void metrics_observe_request(struct metrics *m, double seconds) {
   int i = 0;
@@ -18,11 +18,11 @@ void metrics_observe_request(struct metrics *m, double seconds) {
 int metrics_format(struct metrics *m, char *buf, size_t n) {
   size_t off = 0;
   int w;
-#define OUT(...)                                                   \
-  do {                                                             \
-    w = snprintf(buf + off, n - off, __VA_ARGS__);                 \
-    if (w < 0 || (size_t)w >= n - off) return -ENOSPC;             \
-    off += (size_t)w;                                              \
+#define OUT(...)                                                                                   \
+  do {                                                                                             \
+    w = snprintf(buf + off, n - off, __VA_ARGS__);                                                 \
+    if (w < 0 || (size_t)w >= n - off) return -ENOSPC;                                             \
+    off += (size_t)w;                                                                              \
   } while (0)
   OUT("# HELP ctune_results_received_total Results acknowledged (stored once each).\n"
       "# TYPE ctune_results_received_total counter\n"

@@ -100,9 +100,9 @@ struct srv_trial {
    * trial takes no final uploads. */
   int64_t lease_worker_id;
   int lease_final;
-  uint64_t lease_deadline_ms;   /* monotonic; 0: not set yet (after a load) */
-  uint64_t unlisted_since_ms;   /* first heartbeat of its worker that left it out */
-  uint64_t listed_gen;          /* the heartbeat that last listed it */
+  uint64_t lease_deadline_ms; /* monotonic; 0: not set yet (after a load) */
+  uint64_t unlisted_since_ms; /* first heartbeat of its worker that left it out */
+  uint64_t listed_gen;        /* the heartbeat that last listed it */
   /* Its experiment was deleted; the struct stays as a tombstone in s->trials
    * (ids are indexes), server_trial hides it. */
   int deleted;
@@ -147,10 +147,10 @@ struct srv_experiment {
   uint64_t run_clock_ms, run_saved_ms;
   int budget_spent;
   int64_t counts[TS_COUNT];
-  int64_t pending_cursor; /* no PENDING trial has a smaller idx */
+  int64_t pending_cursor;   /* no PENDING trial has a smaller idx */
   char *keys[EXP_MAX_KEYS]; /* result keys seen, in first-seen order */
   int nkeys;
-  int keys_overflow;        /* more keys than EXP_MAX_KEYS: best reads SQLite */
+  int keys_overflow; /* more keys than EXP_MAX_KEYS: best reads SQLite */
   /* Fair share: its weight in the lease share; <= 0 means the default 1. Read
    * only through state_experiment_priority (state_live.c). */
   double priority;
@@ -174,8 +174,8 @@ struct srv_experiment {
    * summary, the counts, the scheduler and the row. Anything that needs its
    * trials warms it first (state_experiment_warm: reads them back). */
   int cold;
-  int64_t cold_ntrials;           /* its trials (e->ntrials when warm) */
-  int has_cold_best;              /* best by its metric, scope last, its mode */
+  int64_t cold_ntrials; /* its trials (e->ntrials when warm) */
+  int has_cold_best;    /* best by its metric, scope last, its mode */
   int64_t cold_best_id;
   double cold_best_value;
   uint64_t read_ms; /* monotonic: its trials were last needed (cold 60 s later) */
@@ -185,14 +185,14 @@ struct srv_worker {
   int64_t id;
   char *name;
   double cpu, gpu;
-  int64_t memory_mb;  /* 0: not declared, not accounted */
+  int64_t memory_mb; /* 0: not declared, not accounted */
   double used_cpu, used_gpu;
   int64_t used_memory_mb;
   double registered_at;
-  double last_heartbeat;    /* wall clock, for display */
-  uint64_t last_seen_ms;    /* monotonic: "lost" (display) after a lease timeout */
+  double last_heartbeat; /* wall clock, for display */
+  uint64_t last_seen_ms; /* monotonic: "lost" (display) after a lease timeout */
   int lost;
-  int64_t nrunning;         /* RUNNING trials charged to it */
+  int64_t nrunning; /* RUNNING trials charged to it */
   /* Its own credential, "<id>.<64 hex digits>" (256 bits from getrandom),
    * returned once by registration and persisted: Authorization: Bearer of
    * every later call of this worker (http.c). "" for a worker registered
@@ -215,11 +215,11 @@ struct server_options {
   int threads;
   int64_t max_checkpoint_bytes;
   int wal_frames;
-  int sync_full; /* --durability full (1, default) | normal (0) */
-  const char *tls_cert, *tls_key; /* --tls-cert/--tls-key paths (both or neither) */
+  int sync_full;                    /* --durability full (1, default) | normal (0) */
+  const char *tls_cert, *tls_key;   /* --tls-cert/--tls-key paths (both or neither) */
   char *tls_cert_pem, *tls_key_pem; /* their contents, read by main (tls.h) */
-  int no_auth;   /* --no-auth: an open server (loopback binds only) */
-  const char *allowed_hosts[16]; /* --allowed-host NAME: more Host names served */
+  int no_auth;                      /* --no-auth: an open server (loopback binds only) */
+  const char *allowed_hosts[16];    /* --allowed-host NAME: more Host names served */
   int nallowed_hosts;
   double worker_retention_s; /* lost workers leave the list after it */
 };
@@ -227,7 +227,10 @@ struct server_options {
 /* Ids (trials or experiments) due at a time, in the order queued (each push
  * adds the same delay, so the order is the due order): state_compact.c. */
 struct due_queue {
-  struct due { int64_t id; uint64_t due_ms; } *v;
+  struct due {
+    int64_t id;
+    uint64_t due_ms;
+  } * v;
   int64_t head, len, cap;
 };
 
@@ -238,22 +241,22 @@ struct server {
   struct metrics metrics;
   struct events *events; /* the change feed (events.h) */
   char admin_token[256], worker_token[256];
-  char viewer_token[256];          /* optional viewer= line: read-only ("" none) */
+  char viewer_token[256]; /* optional viewer= line: read-only ("" none) */
   int auth;
-  struct auth_sessions *sessions;  /* dashboard logins (auth.c) */
-  char tokens_path[4096];          /* the default token file, when used */
-  int port;                        /* the port listened on, once known */
+  struct auth_sessions *sessions; /* dashboard logins (auth.c) */
+  char tokens_path[4096];         /* the default token file, when used */
+  int port;                       /* the port listened on, once known */
 
-  pthread_mutex_t lock; /* guards everything below */
+  pthread_mutex_t lock;         /* guards everything below */
   struct srv_experiment **exps; /* index id-1 */
   int64_t nexps, capexps;
-  struct srv_trial **trials;    /* index id-1 */
+  struct srv_trial **trials; /* index id-1 */
   int64_t ntrials, captrials;
-  struct srv_worker **workers;  /* index id-1 */
+  struct srv_worker **workers; /* index id-1 */
   int64_t nworkers, capworkers;
-  int64_t seq;              /* the global change counter */
-  uint64_t hb_gen;          /* counts heartbeats (listed_gen marks) */
-  uint64_t next_expiry_ms;  /* the lease scan runs at most every 100 ms */
+  int64_t seq;             /* the global change counter */
+  uint64_t hb_gen;         /* counts heartbeats (listed_gen marks) */
+  uint64_t next_expiry_ms; /* the lease scan runs at most every 100 ms */
   /* ARCHITECTURE.md#the-live-list: the RUNNING experiments, in no particular
    * order, so that a lease looks at live experiments only, not at every
    * experiment ever submitted; fair: the lease's scratch list. */
@@ -273,9 +276,12 @@ struct server {
    * trial structs a cold experiment let go, freed a while later (a request
    * may still hold a pointer it took before the lock was released). */
   struct due_queue coldq;
-  struct grave { void *p; uint64_t due_ms; } *graves;
+  struct grave {
+    void *p;
+    uint64_t due_ms;
+  } * graves;
   int64_t graves_head, graves_len, graves_cap;
-  int64_t ncold;             /* cold experiments now (ctune_experiments_cold) */
+  int64_t ncold; /* cold experiments now (ctune_experiments_cold) */
 };
 
 /* Every handler takes the model's lock through these two. A change made
@@ -293,11 +299,12 @@ static inline void server_unlock(struct server *s) {
 
 static inline struct srv_trial *server_trial(struct server *s, int64_t id) {
   return id >= 1 && id <= s->ntrials && s->trials[id - 1] && !s->trials[id - 1]->deleted
-             ? s->trials[id - 1] : NULL;
+             ? s->trials[id - 1]
+             : NULL;
 }
 static inline struct srv_experiment *server_experiment(struct server *s, int64_t id) {
-  return id >= 1 && id <= s->nexps && s->exps[id - 1] && !s->exps[id - 1]->deleted
-             ? s->exps[id - 1] : NULL;
+  return id >= 1 && id <= s->nexps && s->exps[id - 1] && !s->exps[id - 1]->deleted ? s->exps[id - 1]
+                                                                                   : NULL;
 }
 static inline struct srv_worker *server_worker(struct server *s, int64_t id) {
   return id >= 1 && id <= s->nworkers ? s->workers[id - 1] : NULL;

@@ -23,10 +23,9 @@
 #include "validate.h"
 #include "workers.h"
 
-const char *const trial_status_names[TS_COUNT] = {"PENDING", "RUNNING", "PAUSED",
-                                                  "TERMINATED", "ERROR"};
-const char *const exp_status_names[ES_COUNT] = {"RUNNING", "TERMINATED", "CANCELLED",
-                                                "PAUSED"};
+const char *const trial_status_names[TS_COUNT] = {"PENDING", "RUNNING", "PAUSED", "TERMINATED",
+                                                  "ERROR"};
+const char *const exp_status_names[ES_COUNT] = {"RUNNING", "TERMINATED", "CANCELLED", "PAUSED"};
 
 int state_status_parse(const char *const *names, int n, const char *s) {
   for (int i = 0; i < n; i++)
@@ -217,8 +216,7 @@ int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, 
     if (e->budget_spent) continue; /* time_budget_s spent: nothing more is leased */
     int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
     if (!e->counts[TS_PENDING] && !can_new && !e->counts[TS_PAUSED]) continue;
-    if (e->spec.max_concurrent_trials > 0 &&
-        e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
+    if (e->spec.max_concurrent_trials > 0 && e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
       continue;
     const struct spec_resources *r = &e->spec.resources;
     /* Every trial of an experiment needs the same: one check per experiment. */
@@ -273,10 +271,13 @@ void state_experiment_pending_reason(struct server *s, const struct srv_experime
     alive++;
     if (w->cpu > max_cpu) max_cpu = w->cpu;
     if (w->gpu > max_gpu) max_gpu = w->gpu;
-    if (w->memory_mb == 0) mem_unbounded = 1;
-    else if (w->memory_mb > max_mem) max_mem = w->memory_mb;
+    if (w->memory_mb == 0)
+      mem_unbounded = 1;
+    else if (w->memory_mb > max_mem)
+      max_mem = w->memory_mb;
   }
-  if (!alive) snprintf(buf, n, "no worker is connected");
+  if (!alive)
+    snprintf(buf, n, "no worker is connected");
   else if (!fits(r->cpu, max_cpu))
     snprintf(buf, n, "needs cpu %g but the largest worker has %g", r->cpu, max_cpu);
   else if (!fits(r->gpu, max_gpu))
@@ -334,8 +335,8 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
     if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;
     w->lost = 1;
     log_warn("worker %lld (%s) missed heartbeats for %.1f s: lost (its %lld trial lease(s) "
-             "expire on their own)", (long long)w->id, w->name, s->opt.lease_timeout_s,
-             (long long)w->nrunning);
+             "expire on their own)",
+             (long long)w->id, w->name, s->opt.lease_timeout_s, (long long)w->nrunning);
   }
   workers_prune(s, now_ms); /* lost past --worker-retention-s */
   if (now_ms < s->next_expiry_ms) return;
@@ -355,17 +356,19 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
         continue;
       }
       const char *why;
-      if (now_ms > t->lease_deadline_ms) why = "lease expired";
+      if (now_ms > t->lease_deadline_ms)
+        why = "lease expired";
       else if (t->unlisted_since_ms && now_ms - t->unlisted_since_ms >= grace)
         why = "not listed by its worker's heartbeats";
-      else continue;
+      else
+        continue;
       int64_t wid = t->worker_id;
       uint64_t ticket;
       if (state_trial_event(s, t, TE_REQUEUE, NULL, &ticket))
         log_error("lease expiry: cannot queue trial %lld", (long long)t->id);
       else
-        log_warn("trial %lld (worker %lld, attempt %d): %s, back to PENDING",
-                 (long long)t->id, (long long)wid, t->attempt, why);
+        log_warn("trial %lld (worker %lld, attempt %d): %s, back to PENDING", (long long)t->id,
+                 (long long)wid, t->attempt, why);
     }
   }
 }
@@ -394,13 +397,12 @@ enum fence state_check_fence(struct server *s, struct srv_trial *t, const struct
   /* A paused experiment's running trials still hold their leases (their next
    * result is answered stop, their lease's end pauses them). */
   if (t->status == TS_RUNNING && (e->status == ES_RUNNING || e->status == ES_PAUSED) &&
-      t->worker_id == l->worker_id &&
-      t->attempt == l->attempt) {
+      t->worker_id == l->worker_id && t->attempt == l->attempt) {
     state_renew_lease(s, t, clock_mono_ms());
     return FENCE_CURRENT;
   }
-  enum fence f = t->status != TS_RUNNING && t->lease_final &&
-                         t->lease_worker_id == l->worker_id && t->attempt == l->attempt
+  enum fence f = t->status != TS_RUNNING && t->lease_final && t->lease_worker_id == l->worker_id &&
+                         t->attempt == l->attempt
                      ? FENCE_FINAL
                      : FENCE_STALE;
   /* Said for FENCE_FINAL too: a write that needs the current lease (a new
@@ -517,8 +519,8 @@ int state_note_result(struct server *s, struct srv_trial *t, double time_value, 
     t->capres = nc;
   }
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
-  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(result, e->spec.metric)
-                                      : NULL;
+  const cJSON *m =
+      e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(result, e->spec.metric) : NULL;
   if (m && (cJSON_IsNumber(m) || cJSON_IsNull(m))) {
     if (t->nvals == t->capvals) {
       size_t nc = t->capvals ? t->capvals * 2 : 8;

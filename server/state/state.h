@@ -29,9 +29,8 @@ int state_reload(struct server *s, char *err, size_t errlen);
 void state_reload_cleanup(void);
 
 /* Stores a new experiment (no trials yet: they are made at lease time). */
-int state_add_experiment(struct server *s, const char *config_json,
-                         struct experiment_spec *spec, struct srv_experiment **out,
-                         uint64_t *ticket);
+int state_add_experiment(struct server *s, const char *config_json, struct experiment_spec *spec,
+                         struct srv_experiment **out, uint64_t *ticket);
 /* Whether every planned trial was created and has ended. */
 int state_experiment_done(const struct srv_experiment *e);
 /* Creates the experiment's next trial from its searcher (PENDING, counted,
@@ -157,21 +156,21 @@ enum trial_event {
 };
 struct trial_event_args {
   /* in */
-  struct srv_worker *worker;          /* TE_LEASE */
+  struct srv_worker *worker;       /* TE_LEASE */
   const struct lease_token *lease; /* fenced events */
-  const cJSON *const *results;    /* TE_RESULTS: checked results and their */
-  const double *time_values;      /* time values, nresults of each */
+  const cJSON *const *results;     /* TE_RESULTS: checked results and their */
+  const double *time_values;       /* time values, nresults of each */
   int nresults;
-  const char *error;              /* TE_FAIL: the message ("failed" when empty) */
+  const char *error; /* TE_FAIL: the message ("failed" when empty) */
   int has_exit_code, exit_code;
-  int64_t worker_id;              /* TE_RELEASE: the body's worker_id (0: none) */
+  int64_t worker_id; /* TE_RELEASE: the body's worker_id (0: none) */
   int has_iteration;
   double iteration;
   /* out */
-  enum fence fence;  /* fenced events: what the lease was */
-  char why[256];     /* -ESTALE: why the lease was refused */
-  char *decisions;   /* TE_RESULTS: nresults of 's' (stop) / 'c', caller's array */
-  int replayed;      /* TE_RESULTS: how many were replays of stored results */
+  enum fence fence; /* fenced events: what the lease was */
+  char why[256];    /* -ESTALE: why the lease was refused */
+  char *decisions;  /* TE_RESULTS: nresults of 's' (stop) / 'c', caller's array */
+  int replayed;     /* TE_RESULTS: how many were replays of stored results */
 };
 /* The trial's next status for event ev (args may be NULL where no field is
  * read); queues what changed into the caller's hold of the lock. -ESTALE,
@@ -287,8 +286,7 @@ int state_key_index(const struct srv_experiment *e, const char *key);
 
 /* Queues a result op: the row plus what the scheduler recorded. */
 int state_queue_result(struct server *s, struct srv_trial *t, int64_t seq, double time_value,
-                       const char *decision, const char *json,
-                       const struct asha_outcome *rec1, const struct asha_outcome *rec2,
-                       int with_trial_row, uint64_t *ticket);
+                       const char *decision, const char *json, const struct asha_outcome *rec1,
+                       const struct asha_outcome *rec2, int with_trial_row, uint64_t *ticket);
 
 #endif

@@ -91,8 +91,10 @@ void state_cold_due(struct server *s, uint64_t now_ms) {
     struct srv_experiment *e = server_experiment(s, id);
     if (!e || !cold_eligible(e)) continue;
     /* Read since it was queued: again, a delay after that read. */
-    if (e->read_ms && now_ms < e->read_ms + s->cold_delay_ms) state_cold_later(s, e, e->read_ms);
-    else cold_make(s, e, now_ms);
+    if (e->read_ms && now_ms < e->read_ms + s->cold_delay_ms)
+      state_cold_later(s, e, e->read_ms);
+    else
+      cold_make(s, e, now_ms);
   }
   while (s->graves_head < s->graves_len && s->graves[s->graves_head].due_ms <= now_ms) {
     struct srv_trial *t = s->graves[s->graves_head++].p;

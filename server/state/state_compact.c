@@ -14,8 +14,10 @@
 #include "state_internal.h"
 
 void state_trial_scores(const struct srv_trial *t, double sum[BEST_SUM_N]) {
-  if (t->compact) memcpy(sum, t->scores, sizeof t->scores);
-  else best_summarize(t->values, t->nvals, sum);
+  if (t->compact)
+    memcpy(sum, t->scores, sizeof t->scores);
+  else
+    best_summarize(t->values, t->nvals, sum);
 }
 
 void state_trial_summary_row(const struct srv_trial *t, struct store_trial_row *row) {
@@ -123,8 +125,8 @@ static int hydrate_row(void *ctx, const struct store_result_row *r) {
   struct hydrate_ctx *h = ctx;
   int rc = state_replay_result(h->s, h->t, r);
   if (rc == -EBADMSG)
-    log_warn("trial %lld: stored result %lld is not a JSON object: left out",
-             (long long)h->t->id, (long long)r->seq);
+    log_warn("trial %lld: stored result %lld is not a JSON object: left out", (long long)h->t->id,
+             (long long)r->seq);
   return rc == -EBADMSG ? 0 : rc;
 }
 
@@ -191,8 +193,8 @@ static int ck_time_row(void *ctx, const struct store_result_row *r) {
 double state_compact_ck_time_total(struct server *s, const struct srv_trial *t) {
   struct ck_time_ctx c = {(double)t->checkpoint_iteration, 0};
   if (!t->has_checkpoint || !t->nres) return 0;
-  if (store_trial_rows(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq,
-                       ck_time_row, &c))
+  if (store_trial_rows(s->store, t->experiment_id, t->id, t->first_seq, t->last_seq, ck_time_row,
+                       &c))
     return 0;
   return c.found;
 }

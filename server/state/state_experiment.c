@@ -113,9 +113,8 @@ int state_experiment_event(struct server *s, struct srv_experiment *e, enum exp_
   return -EINVAL;
 }
 
-int state_add_experiment(struct server *s, const char *config_json,
-                         struct experiment_spec *spec, struct srv_experiment **out,
-                         uint64_t *ticket) {
+int state_add_experiment(struct server *s, const char *config_json, struct experiment_spec *spec,
+                         struct srv_experiment **out, uint64_t *ticket) {
   int64_t n = spec->num_trials;
   struct srv_experiment *e = calloc(1, sizeof *e); /* RUNNING */
   struct exp_op *op = NULL;

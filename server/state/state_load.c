@@ -53,8 +53,10 @@ static int load_drop_experiment(struct load_ctx *lc, int64_t id, const char *why
   struct srv_experiment *old = id <= s->nexps ? s->exps[id - 1] : NULL;
   if (old && old->unusable) return 0;
   char msg[1536];
-  snprintf(msg, sizeof msg, "experiment %lld was not loaded: %s (its rows are kept in the "
-           "database)", (long long)id, why);
+  snprintf(msg, sizeof msg,
+           "experiment %lld was not loaded: %s (its rows are kept in the "
+           "database)",
+           (long long)id, why);
   struct srv_experiment *tomb = state_load_tombstone_experiment(id);
   if (!tomb || !(tomb->unusable = strdup(msg)) ||
       (!old && state_grow((void ***)&s->exps, &s->capexps, s->nexps + 1))) {
@@ -134,8 +136,7 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   /* Stored: the checks that only protect a new submission (placeholders)
    * must not stop an older database from loading. */
   if (validate_experiment_stored(cfg, &e->spec, &verr)) {
-    snprintf(why, sizeof why, "its config no longer validates: %s: %s", verr.path,
-             verr.message);
+    snprintf(why, sizeof why, "its config no longer validates: %s: %s", verr.path, verr.message);
     cJSON_Delete(cfg);
     validate_spec_free(&e->spec);
     memset(&e->spec, 0, sizeof e->spec);
@@ -156,7 +157,7 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   e->created_at = r->created_at;
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
-  e->run_time_s = r->run_time_s; /* time_budget_s's clock */
+  e->run_time_s = r->run_time_s;                   /* time_budget_s's clock */
   e->priority = r->priority > 0 ? r->priority : 1; /* migration 010: <= 0 is the default 1 */
   if ((r->notes && !(e->notes = strdup(r->notes))) || (r->tags && !(e->tags = strdup(r->tags))))
     goto fail;
@@ -238,8 +239,8 @@ static int load_trial_fill(struct srv_trial *t, const struct store_trial_row *r,
 /* Bounded memory (state_cold.c): a trial of an experiment that starts cold
  * is counted, and its score kept for the experiment's best, but no struct
  * is made (its slot stays NULL until the experiment is warmed). */
-static int load_cold_trial(struct server *s, struct srv_experiment *e, const struct store_trial_row *r,
-                           int st) {
+static int load_cold_trial(struct server *s, struct srv_experiment *e,
+                           const struct store_trial_row *r, int st) {
   if (state_grow((void ***)&s->trials, &s->captrials, s->ntrials + 1)) return -ENOMEM;
   s->trials[s->ntrials++] = NULL;
   e->counts[st]++;
@@ -247,8 +248,9 @@ static int load_cold_trial(struct server *s, struct srv_experiment *e, const str
   double v = r->scores[BEST_SUM_LAST];
   /* As api_best_memory picks it: the first strictly better wins. */
   if (st == TS_TERMINATED || st == TS_ERROR) {
-    if (isfinite(v) && (!e->has_cold_best || (e->spec.mode == SPEC_MODE_MAX ? v > e->cold_best_value
-                                                                         : v < e->cold_best_value))) {
+    if (isfinite(v) &&
+        (!e->has_cold_best ||
+         (e->spec.mode == SPEC_MODE_MAX ? v > e->cold_best_value : v < e->cold_best_value))) {
       e->has_cold_best = 1;
       e->cold_best_id = r->id;
       e->cold_best_value = v;
@@ -281,8 +283,8 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
     snprintf(why, sizeof why, "trial %lld has index %lld, expected %lld", (long long)r->id,
              (long long)r->idx, (long long)state_experiment_created(e));
   else if (e && decide_action_parse(r->lease_end_action, &(int){0}))
-    snprintf(why, sizeof why, "trial %lld has unknown lease_end_action '%.64s'",
-             (long long)r->id, r->lease_end_action);
+    snprintf(why, sizeof why, "trial %lld has unknown lease_end_action '%.64s'", (long long)r->id,
+             r->lease_end_action);
   else
     why[0] = 0;
   if (why[0] && load_drop_experiment(lc, r->experiment_id, why)) return -ENOMEM;
@@ -499,20 +501,20 @@ static void load_write_backfill(struct load_ctx *lc) {
       const struct srv_trial *t = server_trial(s, lc->backfill[i + k]);
       memset(&rows[k], 0, sizeof rows[k]);
       rows[k].id = lc->backfill[i + k];
-      if (t) state_trial_summary_row(t, &rows[k]);
-      else rows[k].res_known = 0;
+      if (t)
+        state_trial_summary_row(t, &rows[k]);
+      else
+        rows[k].res_known = 0;
     }
     int rc = store_put_trial_summaries(s->store, rows, n);
     if (rc) {
-      log_warn("load: writing %zu trial summaries failed (%d): computed again next start", n,
-               rc);
+      log_warn("load: writing %zu trial summaries failed (%d): computed again next start", n, rc);
       break;
     }
     done += n;
   }
   free(rows);
-  if (done)
-    log_info("load: summarized %zu ended trial(s) of an older database once", done);
+  if (done) log_info("load: summarized %zu ended trial(s) of an older database once", done);
 }
 
 int state_load(struct server *s, char *err, size_t errlen) {
@@ -521,12 +523,17 @@ int state_load(struct server *s, char *err, size_t errlen) {
   s->unusable_rows = 0;
   s->ncompact = 0;
   s->ncold = 0;
-  struct store_loader l = {.ctx = &lc, .experiment = load_experiment, .trial = load_trial,
-                           .result = load_result, .asha = load_asha, .worker = load_worker,
+  struct store_loader l = {.ctx = &lc,
+                           .experiment = load_experiment,
+                           .trial = load_trial,
+                           .result = load_result,
+                           .asha = load_asha,
+                           .worker = load_worker,
                            .checkpoint = load_checkpoint,
                            .sched_record = load_sched_record,
                            .results_since = load_results_since,
-                           .results_done = load_results_done, .seq_seen = load_seq_seen,
+                           .results_done = load_results_done,
+                           .seq_seen = load_seq_seen,
                            .not_cold = load_not_cold};
   int rc = store_load(s->store, &l);
   if (!rc) load_write_backfill(&lc);
@@ -631,7 +638,8 @@ int state_repair(struct server *s) {
         stopped++;
       }
       log_warn("repair: experiment %lld was CANCELLED with %lld unfinished trial(s): "
-               "ended them", (long long)e->id, (long long)stopped);
+               "ended them",
+               (long long)e->id, (long long)stopped);
     } else if (e->status == ES_RUNNING && e->num_trials > 0 && state_experiment_done(e)) {
       /* Every trial ended but the experiment's own end was lost. */
       e->status = ES_TERMINATED;
@@ -639,7 +647,8 @@ int state_repair(struct server *s) {
       e->updated_seq = ++s->seq;
       rc = state_persist_experiment(s, e, &ticket);
       log_warn("repair: experiment %lld was RUNNING with all %lld trial(s) ended: "
-               "TERMINATED", (long long)e->id, (long long)e->num_trials);
+               "TERMINATED",
+               (long long)e->id, (long long)e->num_trials);
     }
   }
   return rc;
@@ -709,8 +718,7 @@ int state_reload(struct server *s, char *err, size_t errlen) {
   if (seq > s->seq) s->seq = seq;
   if (state_ngraves == STATE_GRAVEYARD) {
     state_model_free(&state_graveyard[0]);
-    memmove(state_graveyard, state_graveyard + 1,
-            (STATE_GRAVEYARD - 1) * sizeof *state_graveyard);
+    memmove(state_graveyard, state_graveyard + 1, (STATE_GRAVEYARD - 1) * sizeof *state_graveyard);
     state_ngraves--;
   }
   state_graveyard[state_ngraves++] = old;

@@ -39,18 +39,30 @@ static struct trial_op *trial_op_make(const struct srv_trial *t) {
     trial_op_free(op);
     return NULL;
   }
-  op->row = (struct store_trial_row){
-    .id = t->id, .experiment_id = t->experiment_id, .idx = t->idx, .name = op->name,
-    .status = trial_status_names[t->status], .stopped_early = t->stopped_early,
-    .config = op->config, .bracket = t->bracket, .error = op->error,
-    .has_exit_code = t->has_exit_code, .exit_code = t->exit_code,
-    .num_failures = t->num_failures, .attempt = t->attempt, .worker_id = t->worker_id,
-    .created_at = t->created_at, .started_at = t->started_at, .ended_at = t->ended_at,
-    .updated_seq = t->updated_seq, .reason = op->reason,
-    .generation = t->generation, /* PBT exploits applied */
-    /* the decision due at the lease's end (migration 009) */
-    .lease_end_action = decide_action_name(t->lease_end_action),
-    .has_ck_time_total = t->has_ck_time_total, .ck_time_total_s = t->ck_time_total_s};
+  op->row = (struct store_trial_row){.id = t->id,
+                                     .experiment_id = t->experiment_id,
+                                     .idx = t->idx,
+                                     .name = op->name,
+                                     .status = trial_status_names[t->status],
+                                     .stopped_early = t->stopped_early,
+                                     .config = op->config,
+                                     .bracket = t->bracket,
+                                     .error = op->error,
+                                     .has_exit_code = t->has_exit_code,
+                                     .exit_code = t->exit_code,
+                                     .num_failures = t->num_failures,
+                                     .attempt = t->attempt,
+                                     .worker_id = t->worker_id,
+                                     .created_at = t->created_at,
+                                     .started_at = t->started_at,
+                                     .ended_at = t->ended_at,
+                                     .updated_seq = t->updated_seq,
+                                     .reason = op->reason,
+                                     .generation = t->generation, /* PBT exploits applied */
+                                     /* the decision due at the lease's end (migration 009) */
+                                     .lease_end_action = decide_action_name(t->lease_end_action),
+                                     .has_ck_time_total = t->has_ck_time_total,
+                                     .ck_time_total_s = t->ck_time_total_s};
   state_trial_summary_row(t, &op->row); /* 011: bounded memory */
   return op;
 }
@@ -102,18 +114,27 @@ static struct exp_op *exp_op_make(const struct srv_experiment *e) {
   op->end_reason = state_strdup_or_null(e->end_reason);
   op->notes = state_strdup_or_null(e->notes);
   op->tags = state_strdup_or_null(e->tags);
-  if (!op->name || !op->config || (e->end_reason && !op->end_reason) ||
-      (e->notes && !op->notes) || (e->tags && !op->tags)) {
+  if (!op->name || !op->config || (e->end_reason && !op->end_reason) || (e->notes && !op->notes) ||
+      (e->tags && !op->tags)) {
     state_exp_op_free(op);
     return NULL;
   }
   op->row = (struct store_experiment_row){
-    .id = e->id, .name = op->name, .status = exp_status_names[e->status],
-    .config = op->config, .seed = e->seed, .created_at = e->created_at,
-    .has_ended_at = e->ended_at > 0, .ended_at = e->ended_at, .updated_seq = e->updated_seq,
-    .end_reason = op->end_reason, .run_time_s = e->run_time_s,
-    /* migration 010: NULL notes/tags are stored as their defaults */
-    .priority = e->priority, .notes = op->notes, .tags = op->tags};
+      .id = e->id,
+      .name = op->name,
+      .status = exp_status_names[e->status],
+      .config = op->config,
+      .seed = e->seed,
+      .created_at = e->created_at,
+      .has_ended_at = e->ended_at > 0,
+      .ended_at = e->ended_at,
+      .updated_seq = e->updated_seq,
+      .end_reason = op->end_reason,
+      .run_time_s = e->run_time_s,
+      /* migration 010: NULL notes/tags are stored as their defaults */
+      .priority = e->priority,
+      .notes = op->notes,
+      .tags = op->tags};
   return op;
 }
 
@@ -149,10 +170,13 @@ int state_persist_worker(struct server *s, struct srv_worker *w, uint64_t *ticke
     free(op);
     return -ENOMEM;
   }
-  op->row = (struct store_worker_row){
-    .id = w->id, .name = op->name, .cpu = w->cpu, .gpu = w->gpu,
-    .memory_mb = w->memory_mb, .registered_at = w->registered_at,
-    .last_heartbeat = w->last_heartbeat};
+  op->row = (struct store_worker_row){.id = w->id,
+                                      .name = op->name,
+                                      .cpu = w->cpu,
+                                      .gpu = w->gpu,
+                                      .memory_mb = w->memory_mb,
+                                      .registered_at = w->registered_at,
+                                      .last_heartbeat = w->last_heartbeat};
   memcpy(op->row.secret, w->secret, sizeof op->row.secret);
   events_note(s, EV_WORKER, w->id, 0, NULL); /* the change feed */
   return commit_enqueue(s->commit, worker_op_apply, worker_op_free, op, ticket);
@@ -184,26 +208,31 @@ static int result_op_apply(struct store *st, void *arg) {
 
 static void asha_row_fill(struct store_asha_row *r, const struct srv_trial *t,
                           const struct asha_outcome *o, int64_t seq) {
-  *r = (struct store_asha_row){
-    .experiment_id = t->experiment_id, .trial_id = t->id, .bracket = o->bracket,
-    .milestone = o->milestone, .value = o->value, .stopped_early = o->stopped_early,
-    .seq = seq};
+  *r = (struct store_asha_row){.experiment_id = t->experiment_id,
+                               .trial_id = t->id,
+                               .bracket = o->bracket,
+                               .milestone = o->milestone,
+                               .value = o->value,
+                               .stopped_early = o->stopped_early,
+                               .seq = seq};
 }
 
 int state_queue_result(struct server *s, struct srv_trial *t, int64_t seq, double time_value,
-                       const char *decision, const char *json,
-                       const struct asha_outcome *rec1, const struct asha_outcome *rec2,
-                       int with_trial_row, uint64_t *ticket) {
+                       const char *decision, const char *json, const struct asha_outcome *rec1,
+                       const struct asha_outcome *rec2, int with_trial_row, uint64_t *ticket) {
   size_t dl = decision ? strlen(decision) + 1 : 0, jl = json ? strlen(json) + 1 : 0;
   struct result_op *op = calloc(1, sizeof *op + dl + jl);
   if (!op) return -ENOMEM;
   if (json) {
     memcpy(op->data, decision, dl);
     memcpy(op->data + dl, json, jl);
-    op->row = (struct store_result_row){.seq = seq, .trial_id = t->id,
-                                        .experiment_id = t->experiment_id, .t = time_value,
+    op->row = (struct store_result_row){.seq = seq,
+                                        .trial_id = t->id,
+                                        .experiment_id = t->experiment_id,
+                                        .t = time_value,
                                         .gen = t->generation, /* the generation it came in */
-                                        .decision = op->data, .data = op->data + dl};
+                                        .decision = op->data,
+                                        .data = op->data + dl};
   }
   if (rec1 && rec1->recorded) asha_row_fill(&op->asha[op->nasha++], t, rec1, seq);
   if (rec2 && rec2->recorded) asha_row_fill(&op->asha[op->nasha++], t, rec2, seq);
@@ -213,14 +242,13 @@ int state_queue_result(struct server *s, struct srv_trial *t, int64_t seq, doubl
   }
   int64_t covered = json ? seq : 0;
   if (op->trial && op->trial->row.updated_seq > covered) covered = op->trial->row.updated_seq;
-  const char *ev_json = json ? op->data + dl : NULL; /* op is the commit's once queued */
+  const char *ev_json = json ? op->data + dl : NULL;        /* op is the commit's once queued */
   if (json) events_note(s, EV_RESULT, t->id, seq, ev_json); /* the change feed */
   if (op->trial) events_note(s, EV_TRIAL, t->id, 0, NULL);
   int rc = commit_enqueue(s->commit, result_op_apply, result_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, covered);
   return rc;
 }
-
 
 struct exp_op *state_exp_op_make(const struct srv_experiment *e, struct srv_trial *const *trials,
                                  int64_t n) {
@@ -243,7 +271,8 @@ int state_exp_op_enqueue(struct server *s, struct exp_op *op, uint64_t *ticket) 
     if (op->trials[i]->row.updated_seq > covered) covered = op->trials[i]->row.updated_seq;
   /* The change feed (the rows are noted before the op is handed over) */
   events_note(s, EV_EXPERIMENT, op->row.id, 0, NULL);
-  for (int64_t i = 0; i < op->ntrials; i++) events_note(s, EV_TRIAL, op->trials[i]->row.id, 0, NULL);
+  for (int64_t i = 0; i < op->ntrials; i++)
+    events_note(s, EV_TRIAL, op->trials[i]->row.id, 0, NULL);
   int rc = commit_enqueue(s->commit, exp_op_apply, state_exp_op_free, op, ticket);
   if (!rc) commit_cover_seq(s->commit, covered);
   return rc;

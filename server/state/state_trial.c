@@ -26,10 +26,8 @@ _Static_assert(TS_PENDING == 0, "a trial is made PENDING by calloc (state_create
 /* Which status each status may become: the diagram in state.h as a table. */
 static const unsigned char trial_can[TS_COUNT][TS_COUNT] = {
     /*                 PENDING RUNNING PAUSED TERMINATED ERROR */
-    [TS_PENDING] = {0, 1, 0, 1, 0},
-    [TS_RUNNING] = {1, 0, 1, 1, 1},
-    [TS_PAUSED] = {1, 0, 0, 1, 0},
-    [TS_TERMINATED] = {1, 0, 0, 0, 0},
+    [TS_PENDING] = {0, 1, 0, 1, 0}, [TS_RUNNING] = {1, 0, 1, 1, 1},
+    [TS_PAUSED] = {1, 0, 0, 1, 0},  [TS_TERMINATED] = {1, 0, 0, 0, 0},
     [TS_ERROR] = {0, 0, 0, 0, 0},
 };
 
@@ -52,17 +50,17 @@ static const unsigned trial_event_from[] = {
     [TE_RESUME] = FROM(TS_RUNNING) | FROM(TS_PAUSED) | FROM(TS_TERMINATED),
 };
 static const char *const trial_event_names[] = {
-    [TE_LEASE] = "TE_LEASE",     [TE_RESULTS] = "TE_RESULTS", [TE_COMPLETE] = "TE_COMPLETE",
-    [TE_FAIL] = "TE_FAIL",       [TE_RELEASE] = "TE_RELEASE", [TE_REQUEUE] = "TE_REQUEUE",
-    [TE_STOP] = "TE_STOP",       [TE_PAUSE] = "TE_PAUSE",     [TE_EXPLOIT] = "TE_EXPLOIT",
+    [TE_LEASE] = "TE_LEASE",   [TE_RESULTS] = "TE_RESULTS", [TE_COMPLETE] = "TE_COMPLETE",
+    [TE_FAIL] = "TE_FAIL",     [TE_RELEASE] = "TE_RELEASE", [TE_REQUEUE] = "TE_REQUEUE",
+    [TE_STOP] = "TE_STOP",     [TE_PAUSE] = "TE_PAUSE",     [TE_EXPLOIT] = "TE_EXPLOIT",
     [TE_RESUME] = "TE_RESUME",
 };
 
 /* The only writer of t->status (the loader aside). */
 static int trial_set_status(struct server *s, struct srv_trial *t, enum trial_status st) {
   if (!trial_can[t->status][st]) {
-    log_error("trial %lld: no transition %s -> %s", (long long)t->id,
-              trial_status_names[t->status], trial_status_names[st]);
+    log_error("trial %lld: no transition %s -> %s", (long long)t->id, trial_status_names[t->status],
+              trial_status_names[st]);
     return -EINVAL;
   }
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
@@ -80,7 +78,8 @@ static int trial_set_status(struct server *s, struct srv_trial *t, enum trial_st
 
 /* The trial ends (TERMINATED or ERROR): scheduler end, records, fail_fast,
  * the end of the experiment when it was the last. Queues what changed. */
-static int trial_end(struct server *s, struct srv_trial *t, enum trial_status st, uint64_t *ticket) {
+static int trial_end(struct server *s, struct srv_trial *t, enum trial_status st,
+                     uint64_t *ticket) {
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
   struct sched_outcome out = {0};
   if (t->status == TS_RUNNING) state_release(s, t);
@@ -175,8 +174,7 @@ static char trial_stored_decision(struct server *s, const struct srv_trial *t, d
 static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_experiment *e,
                               const cJSON *r, double tv, char *decision, uint64_t *ticket) {
   char *json = NULL;
-  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric)
-                                      : NULL;
+  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric) : NULL;
   double mv = NAN;
   int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
   if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
@@ -218,14 +216,14 @@ static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_
     t->lease_final = 1;
     t->stopped_early = out.stopped_early;
     t->ended_at = clock_wall_s();
-    rc = sched_on_trial_end(e->sched, t->id, 1, tv, t->has_last_value ? &t->last_value : NULL,
-                            &end);
+    rc =
+        sched_on_trial_end(e->sched, t->id, 1, tv, t->has_last_value ? &t->last_value : NULL, &end);
     if (rc == -ENOENT) rc = 0;
     if (rc) goto out;
     ended = 1;
   }
-  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha,
-                          &end.asha, ended, ticket);
+  rc = state_queue_result(s, t, seq, tv, d == 's' ? "stop" : "continue", json, &out.asha, &end.asha,
+                          ended, ticket);
   if (!rc && ended && end.record) rc = decide_note(s, t, NULL, NULL, NULL, end.record, ticket);
   if (!rc && ended) rc = decide_end_others(s, e, &end, ticket); /* HyperBand's halving */
   /* The one definition of done (state_experiment_done, the searcher's end
@@ -390,8 +388,8 @@ static int trial_searcher_sync(struct srv_experiment *e) {
     struct validate_error verr = {{0}, {0}};
     int rc = searcher_create(&e->spec, &e->searcher, &verr);
     if (rc) {
-      log_error("experiment %lld: cannot make its searcher: %s: %s", (long long)e->id,
-                verr.path, verr.message);
+      log_error("experiment %lld: cannot make its searcher: %s: %s", (long long)e->id, verr.path,
+                verr.message);
       return rc;
     }
   }

@@ -30,8 +30,8 @@ static int workers_new_secret(int64_t id, char *out, size_t cap) {
   return 0;
 }
 
-int workers_register(struct server *s, const char *name, double cpu, double gpu,
-                     int64_t memory_mb, struct srv_worker **out, uint64_t *ticket) {
+int workers_register(struct server *s, const char *name, double cpu, double gpu, int64_t memory_mb,
+                     struct srv_worker **out, uint64_t *ticket) {
   if (s->nworkers == s->capworkers) {
     int64_t nc = s->capworkers ? s->capworkers * 2 : 16;
     struct srv_worker **p = realloc(s->workers, (size_t)nc * sizeof *p);
@@ -134,7 +134,7 @@ void workers_prune(struct server *s, uint64_t now_ms) {
     if ((double)(now_ms - w->last_seen_ms) < keep_ms) continue;
     w->gone = 1;
     events_note(s, EV_WORKER, w->id, 0, NULL);
-    log_info("worker %lld (%s) lost for %g s: pruned from the list", (long long)w->id,
-             w->name, s->opt.worker_retention_s);
+    log_info("worker %lld (%s) lost for %g s: pruned from the list", (long long)w->id, w->name,
+             s->opt.worker_retention_s);
   }
 }

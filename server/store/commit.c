@@ -13,11 +13,12 @@
 #include "log.h"
 
 #define COMMIT_MAX_BATCH 8192
-#define COMMIT_BUSY_TRIES 8   /* transient SQLITE_BUSY/LOCKED: retry the batch */
-#define COMMIT_MAX_FAILS 64   /* failure ranges remembered (tickets long past are not asked) */
-#define COMMIT_SLOW_S 0.02    /* a batch or a flush this slow is logged: every reply waited */
-#define COMMIT_SLOW_LOG_S 10.0 /* at most one such line per this long (a slow disk is slow
-                                 * every time: one line per flush would flood the log) */
+#define COMMIT_BUSY_TRIES 8 /* transient SQLITE_BUSY/LOCKED: retry the batch */
+#define COMMIT_MAX_FAILS 64 /* failure ranges remembered (tickets long past are not asked) */
+#define COMMIT_SLOW_S 0.02  /* a batch or a flush this slow is logged: every reply waited */
+#define COMMIT_SLOW_LOG_S                                                                          \
+  10.0 /* at most one such line per this long (a slow disk is slow                                 \
+        * every time: one line per flush would flood the log) */
 
 struct commit_op {
   struct commit_op *next;
@@ -53,13 +54,13 @@ struct commit {
   struct store *st;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t work;    /* groups were queued, or stop */
-  pthread_cond_t settled; /* a batch ended */
+  pthread_cond_t work;              /* groups were queued, or stop */
+  pthread_cond_t settled;           /* a batch ended */
   struct commit_group *head, *tail; /* closed groups, in ticket order */
   struct commit_group *open;        /* filled under the caller's model lock */
   struct commit_waiter *waiters;
-  uint64_t issued;    /* last ticket handed out */
-  uint64_t done;      /* every ticket <= done has ended */
+  uint64_t issued;      /* last ticket handed out */
+  uint64_t done;        /* every ticket <= done has ended */
   uint64_t refuse_upto; /* queued groups up to here are refused unapplied */
   int64_t seq_closed;   /* largest seq handed over */
   struct commit_fail fails[COMMIT_MAX_FAILS];
@@ -71,8 +72,8 @@ struct commit {
   /* Durable commits (store_sync_full): the writer flushes the WAL after
    * each batch and before it answers the batch's waiters. */
   int sync_full;
-  uint64_t flushes;  /* for /metrics (under mu) */
-  double flush_s;    /* seconds spent flushing, all flushes */
+  uint64_t flushes; /* for /metrics (under mu) */
+  double flush_s;   /* seconds spent flushing, all flushes */
   /* Slow batches and flushes not logged yet, and when the last line went
    * out (the writer's own: no lock). */
   uint64_t slow_unlogged;
@@ -158,7 +159,10 @@ static struct commit_group *commit_isolate(struct commit *c, struct commit_group
     return batch;
   }
   for (struct commit_group *g = batch; g; g = g->next) {
-    if ((rc = store_savepoint(c->st))) { bad = g; break; }
+    if ((rc = store_savepoint(c->st))) {
+      bad = g;
+      break;
+    }
     if ((rc = commit_apply_group(c, g))) {
       commit_reason(c, rc, reason, n);
       store_rollback_to(c->st);
@@ -166,7 +170,10 @@ static struct commit_group *commit_isolate(struct commit *c, struct commit_group
       bad = g;
       break;
     }
-    if ((rc = store_release(c->st))) { bad = g; break; }
+    if ((rc = store_release(c->st))) {
+      bad = g;
+      break;
+    }
     if (g->seq > seq) seq = g->seq;
     if (g->covered > covered) covered = g->covered;
   }
@@ -215,11 +222,15 @@ static void commit_note_slow(struct commit *c, const char *what, uint64_t nops, 
   }
   char more[128] = "";
   if (c->slow_unlogged)
-    snprintf(more, sizeof more, " (and %llu more batch(es) or flush(es) over %.0f ms since the "
-             "last such line)", (unsigned long long)c->slow_unlogged, COMMIT_SLOW_S * 1e3);
-  if (nops) log_warn("commit: %s of %llu op(s) took %.1f ms%s", what, (unsigned long long)nops,
-                     took * 1e3, more);
-  else log_warn("commit: %s took %.1f ms%s", what, took * 1e3, more);
+    snprintf(more, sizeof more,
+             " (and %llu more batch(es) or flush(es) over %.0f ms since the "
+             "last such line)",
+             (unsigned long long)c->slow_unlogged, COMMIT_SLOW_S * 1e3);
+  if (nops)
+    log_warn("commit: %s of %llu op(s) took %.1f ms%s", what, (unsigned long long)nops, took * 1e3,
+             more);
+  else
+    log_warn("commit: %s took %.1f ms%s", what, took * 1e3, more);
   c->slow_unlogged = 0;
   c->slow_logged_at = now;
 }
@@ -275,7 +286,8 @@ static void commit_finish(struct commit *c, uint64_t upto, int wrote) {
        * may have dropped the dirty pages): acknowledge nothing more. A
        * restart recovers from what the database really holds. */
       log_error("commit: flushing the WAL to disk failed (%s); exiting without answering "
-                "%llu waiting change(s)", strerror(-rc), (unsigned long long)(upto - c->done));
+                "%llu waiting change(s)",
+                strerror(-rc), (unsigned long long)(upto - c->done));
       _exit(1);
     }
     pthread_mutex_lock(&c->mu);
@@ -380,8 +392,7 @@ static void *commit_main(void *arg) {
 void commit_repair_point(struct commit *c) {
   pthread_mutex_lock(&c->mu);
   c->refuse_upto = c->issued;
-  if (c->nfails && c->fails[c->nfails - 1].hi == UINT64_MAX)
-    c->fails[c->nfails - 1].hi = c->issued;
+  if (c->nfails && c->fails[c->nfails - 1].hi == UINT64_MAX) c->fails[c->nfails - 1].hi = c->issued;
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -419,7 +430,7 @@ void commit_stop(struct commit *c) {
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->thread, NULL);
   if (c->open) commit_free_group(c->open); /* never handed over: nobody waits */
-  while (c->waiters) { /* nobody should be left; answer them anyway */
+  while (c->waiters) {                     /* nobody should be left; answer them anyway */
     struct commit_waiter *w = c->waiters;
     c->waiters = w->next;
     w->done(w->ctx, w->ticket <= c->done ? commit_status_locked(c, w->ticket) : -EAGAIN);
@@ -431,8 +442,8 @@ void commit_stop(struct commit *c) {
   free(c);
 }
 
-int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_fn,
-                   void *arg, uint64_t *ticket) {
+int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_fn, void *arg,
+                   uint64_t *ticket) {
   struct commit_op *op = malloc(sizeof *op);
   if (!op) {
     if (free_fn) free_fn(arg);
@@ -450,8 +461,10 @@ int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_
     return -ENOMEM;
   }
   struct commit_group *g = c->open;
-  if (g->tail) g->tail->next = op;
-  else g->ops = op;
+  if (g->tail)
+    g->tail->next = op;
+  else
+    g->ops = op;
   g->tail = op;
   g->nops++;
   /* Groups are closed in order under the model lock the caller holds. */
@@ -479,8 +492,10 @@ uint64_t commit_group_close(struct commit *c, int64_t seq) {
     g->ticket = ticket = ++c->issued;
     g->seq = seq;
     if (seq > c->seq_closed) c->seq_closed = seq;
-    if (c->tail) c->tail->next = g;
-    else c->head = g;
+    if (c->tail)
+      c->tail->next = g;
+    else
+      c->head = g;
     c->tail = g;
     pthread_cond_signal(&c->work);
   }

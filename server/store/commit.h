@@ -31,8 +31,8 @@ void commit_stop(struct commit *c);
  * then free(arg) (also when the group fails). Callers hold the one model lock
  * from here to commit_group_close, so queue order is commit order. *ticket
  * is the ticket the open group will get. -ENOMEM (then free(arg) was called). */
-int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_fn,
-                   void *arg, uint64_t *ticket);
+int commit_enqueue(struct commit *c, commit_apply_fn apply, commit_free_fn free_fn, void *arg,
+                   uint64_t *ticket);
 /* The open group stores a row that carries this change number (a result's
  * seq, a trial's updated_seq): loading finds it there, so a batch whose
  * numbers are all carried by rows needs no write of the counter itself (one
@@ -54,9 +54,9 @@ uint64_t commit_last_ticket(struct commit *c);
  * it, since what it answered from memory may not be durable yet. */
 #define COMMIT_HOLD_OWN 4
 struct commit_hold {
-  uint64_t ticket; /* what the reply waits for */
+  uint64_t ticket;               /* what the reply waits for */
   uint64_t own[COMMIT_HOLD_OWN]; /* groups this request handed over itself */
-  int nown;        /* more than fit: the last one replaces the last slot */
+  int nown;                      /* more than fit: the last one replaces the last slot */
   int wait_all;
 };
 void commit_hold_begin(struct commit_hold *h, int wait_all);

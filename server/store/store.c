@@ -20,73 +20,86 @@
 #include "testhook.h"
 
 enum {
-  ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_EXP, ST_PUT_TRIAL, ST_INS_RESULT,
-  ST_INS_ASHA, ST_PUT_WORKER, ST_PUT_CKPT, ST_PUT_LOG, ST_SAVEPOINT, ST_ROLLBACK_TO,
-  ST_RELEASE, ST_PUT_SEQ,
-  ST_INS_EVENT, ST_INS_SCHED_REC, ST_COPY_CKPT, /* a decision's writes */
-  ST_DEL_EXP, /* DELETE of an experiment */
+  ST_BEGIN,
+  ST_COMMIT,
+  ST_ROLLBACK,
+  ST_PUT_EXP,
+  ST_PUT_TRIAL,
+  ST_INS_RESULT,
+  ST_INS_ASHA,
+  ST_PUT_WORKER,
+  ST_PUT_CKPT,
+  ST_PUT_LOG,
+  ST_SAVEPOINT,
+  ST_ROLLBACK_TO,
+  ST_RELEASE,
+  ST_PUT_SEQ,
+  ST_INS_EVENT,
+  ST_INS_SCHED_REC,
+  ST_COPY_CKPT, /* a decision's writes */
+  ST_DEL_EXP,   /* DELETE of an experiment */
   ST_COUNT
 };
 
 static const char *const store_sql[ST_COUNT] = {
-  [ST_BEGIN] = "BEGIN IMMEDIATE",
-  [ST_COMMIT] = "COMMIT",
-  [ST_ROLLBACK] = "ROLLBACK",
-  [ST_PUT_EXP] = "INSERT OR REPLACE INTO experiments(id,name,status,config,seed,"
-                 "created_at,ended_at,updated_seq,end_reason,run_time_s,priority,notes,tags) "
-                 "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-  [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
-                   "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
-                   "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation,"
-                   "lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"
-                   "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,"
-                   "score_min,score_max) "
-                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-  [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data,gen) "
-                    "VALUES(?,?,?,?,?,?,?)",
-  [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
-                  "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
-  [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
-                    "registered_at,last_heartbeat,secret) VALUES(?,?,?,?,?,?,?,?)",
-  [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
-                  "VALUES(?,?,?,?)",
-  [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
-  [ST_SAVEPOINT] = "SAVEPOINT g",
-  [ST_ROLLBACK_TO] = "ROLLBACK TO g",
-  [ST_RELEASE] = "RELEASE g",
-  [ST_PUT_SEQ] = "UPDATE meta SET value=max(value,?) WHERE key='seq'",
-  [ST_INS_EVENT] = "INSERT INTO trial_events(seq,trial_id,experiment_id,time,kind,reason,data) "
-                   "VALUES(?,?,?,?,?,?,?)",
-  [ST_INS_SCHED_REC] = "INSERT INTO sched_records(experiment_id,seq,trial_id,record) "
-                       "VALUES(?,?,?,?)",
-  /* Exploit: the donor's stored checkpoint becomes the trial's, bytes and
-   * iteration label, inside the decision's transaction. */
-  [ST_COPY_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
-                   "SELECT ?,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
-  /* Everything of one experiment, children first (the caller's transaction
-   * makes it all or nothing). ?1 = experiment id. */
-  [ST_DEL_EXP] = "DELETE FROM checkpoints WHERE trial_id IN "
-                 "(SELECT id FROM trials WHERE experiment_id=?1)",
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_PUT_EXP] = "INSERT OR REPLACE INTO experiments(id,name,status,config,seed,"
+                   "created_at,ended_at,updated_seq,end_reason,run_time_s,priority,notes,tags) "
+                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_PUT_TRIAL] = "INSERT OR REPLACE INTO trials(id,experiment_id,idx,name,status,"
+                     "stopped_early,config,bracket,error,exit_code,num_failures,attempt,"
+                     "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation,"
+                     "lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"
+                     "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,"
+                     "score_min,score_max) "
+                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data,gen) "
+                      "VALUES(?,?,?,?,?,?,?)",
+    [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
+                    "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
+    [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
+                      "registered_at,last_heartbeat,secret) VALUES(?,?,?,?,?,?,?,?)",
+    [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
+                    "VALUES(?,?,?,?)",
+    [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
+    [ST_SAVEPOINT] = "SAVEPOINT g",
+    [ST_ROLLBACK_TO] = "ROLLBACK TO g",
+    [ST_RELEASE] = "RELEASE g",
+    [ST_PUT_SEQ] = "UPDATE meta SET value=max(value,?) WHERE key='seq'",
+    [ST_INS_EVENT] = "INSERT INTO trial_events(seq,trial_id,experiment_id,time,kind,reason,data) "
+                     "VALUES(?,?,?,?,?,?,?)",
+    [ST_INS_SCHED_REC] = "INSERT INTO sched_records(experiment_id,seq,trial_id,record) "
+                         "VALUES(?,?,?,?)",
+    /* Exploit: the donor's stored checkpoint becomes the trial's, bytes and
+     * iteration label, inside the decision's transaction. */
+    [ST_COPY_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
+                     "SELECT ?,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
+    /* Everything of one experiment, children first (the caller's transaction
+     * makes it all or nothing). ?1 = experiment id. */
+    [ST_DEL_EXP] = "DELETE FROM checkpoints WHERE trial_id IN "
+                   "(SELECT id FROM trials WHERE experiment_id=?1)",
 };
 
 /* The rest of an experiment's delete: one statement each (a prepared
  * statement holds one). */
 static const char *const store_del_sql[] = {
-  /* Ids are never handed out twice: the largest ever is kept before the
-   * rows that carry it go (the loader pads its model up to them). */
-  "INSERT OR REPLACE INTO meta(key,value) VALUES('max_experiment_id', max("
-  "COALESCE((SELECT value FROM meta WHERE key='max_experiment_id'),0),"
-  "COALESCE((SELECT max(id) FROM experiments),0)))",
-  "INSERT OR REPLACE INTO meta(key,value) VALUES('max_trial_id', max("
-  "COALESCE((SELECT value FROM meta WHERE key='max_trial_id'),0),"
-  "COALESCE((SELECT max(id) FROM trials),0)))",
-  "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id=?1)",
-  "DELETE FROM results WHERE experiment_id=?1",
-  "DELETE FROM asha_records WHERE experiment_id=?1",
-  "DELETE FROM trial_events WHERE experiment_id=?1",
-  "DELETE FROM sched_records WHERE experiment_id=?1",
-  "DELETE FROM trials WHERE experiment_id=?1",
-  "DELETE FROM experiments WHERE id=?1",
+    /* Ids are never handed out twice: the largest ever is kept before the
+     * rows that carry it go (the loader pads its model up to them). */
+    "INSERT OR REPLACE INTO meta(key,value) VALUES('max_experiment_id', max("
+    "COALESCE((SELECT value FROM meta WHERE key='max_experiment_id'),0),"
+    "COALESCE((SELECT max(id) FROM experiments),0)))",
+    "INSERT OR REPLACE INTO meta(key,value) VALUES('max_trial_id', max("
+    "COALESCE((SELECT value FROM meta WHERE key='max_trial_id'),0),"
+    "COALESCE((SELECT max(id) FROM trials),0)))",
+    "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id=?1)",
+    "DELETE FROM results WHERE experiment_id=?1",
+    "DELETE FROM asha_records WHERE experiment_id=?1",
+    "DELETE FROM trial_events WHERE experiment_id=?1",
+    "DELETE FROM sched_records WHERE experiment_id=?1",
+    "DELETE FROM trials WHERE experiment_id=?1",
+    "DELETE FROM experiments WHERE id=?1",
 };
 
 /* Test-only faults (TESTHOOK_FAULT, see store.h). */
@@ -106,12 +119,12 @@ struct store_faults {
 };
 
 struct store {
-  sqlite3 *w;                 /* writer: commit thread only */
-  sqlite3 *r;                 /* reader: guarded by rlock */
-  sqlite3 *c;                 /* checkpointer: the main loop only */
-  int ckpt_done;              /* WAL frames at the last checkpoint */
-  int wal_fd;                 /* the -wal file, for store_checkpoint's flush */
-  int sync_fd;                /* the -wal file again, for store_sync (commit side) */
+  sqlite3 *w;    /* writer: commit thread only */
+  sqlite3 *r;    /* reader: guarded by rlock */
+  sqlite3 *c;    /* checkpointer: the main loop only */
+  int ckpt_done; /* WAL frames at the last checkpoint */
+  int wal_fd;    /* the -wal file, for store_checkpoint's flush */
+  int sync_fd;   /* the -wal file again, for store_sync (commit side) */
   char wal_path[4096];
   pthread_mutex_t rlock;
   sqlite3_stmt *stmt[ST_COUNT];
@@ -128,19 +141,25 @@ static void store_faults_parse(struct store *st) {
     char *eq = strchr(kv, '=');
     long v = eq ? strtol(eq + 1, NULL, 10) : 1;
     if (eq) *eq = 0;
-    if (!strcmp(kv, "busy")) st->fault.busy = (int)v;
-    else if (!strcmp(kv, "kill_after_trial_end")) st->fault.kill_after_trial_end = v != 0;
-    else if (!strcmp(kv, "delay_ms")) st->fault.delay_ms = (int)v;
-    else if (!strcmp(kv, "kill_before_exp_commit")) st->fault.kill_before_exp_commit = v != 0;
-    else if (!strcmp(kv, "sync_fail_after_result")) st->fault.sync_fail_after_result = v != 0;
-    else if (!strcmp(kv, "blob_limit")) sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
-    else continue;
+    if (!strcmp(kv, "busy"))
+      st->fault.busy = (int)v;
+    else if (!strcmp(kv, "kill_after_trial_end"))
+      st->fault.kill_after_trial_end = v != 0;
+    else if (!strcmp(kv, "delay_ms"))
+      st->fault.delay_ms = (int)v;
+    else if (!strcmp(kv, "kill_before_exp_commit"))
+      st->fault.kill_before_exp_commit = v != 0;
+    else if (!strcmp(kv, "sync_fail_after_result"))
+      st->fault.sync_fail_after_result = v != 0;
+    else if (!strcmp(kv, "blob_limit"))
+      sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
+    else
+      continue;
     log_warn("store: test fault injection on: %s=%ld", kv, v);
   }
 }
 
-static int store_exec(sqlite3 *db, const char *sql, char *err, size_t errlen,
-                      const char *what) {
+static int store_exec(sqlite3 *db, const char *sql, char *err, size_t errlen, const char *what) {
   char *msg = NULL;
   if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
     snprintf(err, errlen, "%s: %s", what, msg ? msg : sqlite3_errmsg(db));
@@ -152,8 +171,7 @@ static int store_exec(sqlite3 *db, const char *sql, char *err, size_t errlen,
 
 static int store_user_version(sqlite3 *db, int *v) {
   sqlite3_stmt *s = NULL;
-  if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
-    return -EIO;
+  if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK) return -EIO;
   int rc = sqlite3_step(s) == SQLITE_ROW ? 0 : -EIO;
   if (!rc) *v = sqlite3_column_int(s, 0);
   sqlite3_finalize(s);
@@ -173,8 +191,7 @@ static int store_migrate(sqlite3 *db, char *err, size_t errlen) {
     snprintf(what, sizeof what, "migration %s", m->name);
     snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", m->version);
     if (store_exec(db, "BEGIN IMMEDIATE", err, errlen, what)) return -EIO;
-    if (store_exec(db, m->sql, err, errlen, what) ||
-        store_exec(db, pragma, err, errlen, what)) {
+    if (store_exec(db, m->sql, err, errlen, what) || store_exec(db, pragma, err, errlen, what)) {
       sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
       return -EIO;
     }
@@ -185,8 +202,8 @@ static int store_migrate(sqlite3 *db, char *err, size_t errlen) {
 }
 
 static int store_open_conn(const char *path, sqlite3 **db, char *err, size_t errlen) {
-  if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                      SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+  if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      NULL) != SQLITE_OK) {
     snprintf(err, errlen, "cannot open database %s: %s", path,
              *db ? sqlite3_errmsg(*db) : "out of memory");
     return -EIO;
@@ -213,8 +230,10 @@ static int store_open_sync(struct store *st, const char *path, char *err, size_t
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
-  if (slash) *(slash == dir ? slash + 1 : slash) = 0;
-  else snprintf(dir, sizeof dir, ".");
+  if (slash)
+    *(slash == dir ? slash + 1 : slash) = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     fsync(dfd);
@@ -240,7 +259,10 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
                size_t errlen) {
   struct store *st = calloc(1, sizeof *st);
   if (!st) return -ENOMEM;
-  if (pthread_mutex_init(&st->rlock, NULL)) { free(st); return -ENOMEM; }
+  if (pthread_mutex_init(&st->rlock, NULL)) {
+    free(st);
+    return -ENOMEM;
+  }
   st->wal_fd = -1;
   st->sync_fd = -1;
   snprintf(st->wal_path, sizeof st->wal_path, "%s-wal", path);
@@ -252,9 +274,12 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     struct stat sb;
     if (fd >= 0 && !fstat(fd, &sb) && (sb.st_mode & 077)) {
-      if (fchmod(fd, sb.st_mode & 0700)) log_warn("store: %s is readable by others and "
-                                                  "chmod failed: %s", path, strerror(errno));
-      else log_warn("store: %s was readable by others: mode set to 0600", path);
+      if (fchmod(fd, sb.st_mode & 0700))
+        log_warn("store: %s is readable by others and "
+                 "chmod failed: %s",
+                 path, strerror(errno));
+      else
+        log_warn("store: %s was readable by others: mode set to 0600", path);
     }
     if (fd >= 0) close(fd);
   }
@@ -282,8 +307,8 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
     goto fail;
   if (store_migrate(st->w, err, errlen)) goto fail;
   for (int i = 0; i < ST_COUNT; i++) {
-    if (sqlite3_prepare_v3(st->w, store_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                           &st->stmt[i], NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v3(st->w, store_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                           NULL) != SQLITE_OK) {
       snprintf(err, errlen, "preparing statement %d: %s", i, sqlite3_errmsg(st->w));
       goto fail;
     }
@@ -320,8 +345,9 @@ static int store_step(struct store *st, sqlite3_stmt *s) {
     snprintf(st->errmsg, sizeof st->errmsg, "%s", sqlite3_errmsg(st->w));
     log_error("store: %s", st->errmsg);
     rc &= 0xff; /* the primary code of an extended one */
-    return rc == SQLITE_CONSTRAINT ? -EEXIST
-           : rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? -EBUSY : -EIO;
+    return rc == SQLITE_CONSTRAINT                    ? -EEXIST
+           : rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? -EBUSY
+                                                      : -EIO;
   }
   return 0;
 }
@@ -338,19 +364,25 @@ static int store_bind_failed(struct store *st, sqlite3_stmt *s) {
 }
 
 static void bind_text(sqlite3_stmt *s, int i, const char *v) {
-  if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
-  else sqlite3_bind_null(s, i);
+  if (v)
+    sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(s, i);
 }
 
 static void bind_time(sqlite3_stmt *s, int i, double v) {
-  if (v > 0) sqlite3_bind_double(s, i, v);
-  else sqlite3_bind_null(s, i);
+  if (v > 0)
+    sqlite3_bind_double(s, i, v);
+  else
+    sqlite3_bind_null(s, i);
 }
 
 /* NaN and the infinities are stored as NULL (SQLite has no NaN). */
 static void bind_real_or_null(sqlite3_stmt *s, int i, double v) {
-  if (isfinite(v)) sqlite3_bind_double(s, i, v);
-  else sqlite3_bind_null(s, i);
+  if (isfinite(v))
+    sqlite3_bind_double(s, i, v);
+  else
+    sqlite3_bind_null(s, i);
 }
 
 /* 011 (ARCHITECTURE.md#bounded-memory): parameters 22..33 of ST_PUT_TRIAL. */
@@ -360,8 +392,10 @@ static void store_bind_summary(sqlite3_stmt *s, const struct store_trial_row *r)
   sqlite3_bind_int64(s, 24, r->nres);
   sqlite3_bind_int64(s, 25, r->first_seq);
   sqlite3_bind_int64(s, 26, r->last_seq);
-  if (r->nres) sqlite3_bind_double(s, 27, r->last_t);
-  else sqlite3_bind_null(s, 27);
+  if (r->nres)
+    sqlite3_bind_double(s, 27, r->last_t);
+  else
+    sqlite3_bind_null(s, 27);
   for (int k = 0; k < 6; k++) bind_real_or_null(s, 28 + k, r->scores[k]);
 }
 
@@ -409,8 +443,10 @@ int store_put_experiment(struct store *st, const struct store_experiment_row *r)
   bind_text(s, 4, r->config);
   sqlite3_bind_int64(s, 5, (int64_t)r->seed);
   sqlite3_bind_double(s, 6, r->created_at);
-  if (r->has_ended_at) sqlite3_bind_double(s, 7, r->ended_at);
-  else sqlite3_bind_null(s, 7);
+  if (r->has_ended_at)
+    sqlite3_bind_double(s, 7, r->ended_at);
+  else
+    sqlite3_bind_null(s, 7);
   sqlite3_bind_int64(s, 8, r->updated_seq);
   bind_text(s, 9, r->end_reason);
   sqlite3_bind_double(s, 10, r->run_time_s);
@@ -432,12 +468,16 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   bind_text(s, 7, r->config);
   sqlite3_bind_int(s, 8, r->bracket);
   bind_text(s, 9, r->error);
-  if (r->has_exit_code) sqlite3_bind_int(s, 10, r->exit_code);
-  else sqlite3_bind_null(s, 10);
+  if (r->has_exit_code)
+    sqlite3_bind_int(s, 10, r->exit_code);
+  else
+    sqlite3_bind_null(s, 10);
   sqlite3_bind_int(s, 11, r->num_failures);
   sqlite3_bind_int(s, 12, r->attempt);
-  if (r->worker_id) sqlite3_bind_int64(s, 13, r->worker_id);
-  else sqlite3_bind_null(s, 13);
+  if (r->worker_id)
+    sqlite3_bind_int64(s, 13, r->worker_id);
+  else
+    sqlite3_bind_null(s, 13);
   sqlite3_bind_double(s, 14, r->created_at);
   bind_time(s, 15, r->started_at);
   bind_time(s, 16, r->ended_at);
@@ -445,8 +485,10 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
   bind_text(s, 18, r->reason);
   sqlite3_bind_int64(s, 19, r->generation);
   bind_text(s, 20, r->lease_end_action); /* 009 */
-  if (r->has_ck_time_total) sqlite3_bind_double(s, 21, r->ck_time_total_s);
-  else sqlite3_bind_null(s, 21);
+  if (r->has_ck_time_total)
+    sqlite3_bind_double(s, 21, r->ck_time_total_s);
+  else
+    sqlite3_bind_null(s, 21);
   store_bind_summary(s, r); /* 011 */
   if (st->fault.kill_after_trial_end && r->status &&
       (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
@@ -473,8 +515,10 @@ int store_insert_asha(struct store *st, const struct store_asha_row *r) {
   sqlite3_bind_int64(s, 2, r->trial_id);
   sqlite3_bind_int(s, 3, r->bracket);
   sqlite3_bind_double(s, 4, r->milestone);
-  if (isfinite(r->value)) sqlite3_bind_double(s, 5, r->value);
-  else sqlite3_bind_null(s, 5);
+  if (isfinite(r->value))
+    sqlite3_bind_double(s, 5, r->value);
+  else
+    sqlite3_bind_null(s, 5);
   sqlite3_bind_int(s, 6, r->stopped_early);
   sqlite3_bind_int64(s, 7, r->seq);
   return store_step(st, s);
@@ -542,8 +586,8 @@ int store_put_worker(struct store *st, const struct store_worker_row *r) {
   return store_step(st, s);
 }
 
-int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
-                         uint32_t crc, const void *data, size_t len) {
+int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, uint32_t crc,
+                         const void *data, size_t len) {
   sqlite3_stmt *s = st->stmt[ST_PUT_CKPT];
   sqlite3_bind_int64(s, 1, trial_id);
   sqlite3_bind_int64(s, 2, iteration);
@@ -596,31 +640,43 @@ static double col_real_or_nan(sqlite3_stmt *s, int i) {
 }
 
 /* A trial row's columns, in the order store_trial_row_read takes them. */
-#define STORE_TRIAL_COLS                                                                   \
-  "id,experiment_id,idx,name,status,stopped_early,config,bracket,error,exit_code,"          \
-  "num_failures,attempt,worker_id,created_at,started_at,ended_at,updated_seq,reason,"       \
-  "generation,lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"        \
-  "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,score_min,"     \
+#define STORE_TRIAL_COLS                                                                           \
+  "id,experiment_id,idx,name,status,stopped_early,config,bracket,error,exit_code,"                 \
+  "num_failures,attempt,worker_id,created_at,started_at,ended_at,updated_seq,reason,"              \
+  "generation,lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"                \
+  "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,score_min,"             \
   "score_max"
 
 static void store_trial_row_read(sqlite3_stmt *s, struct store_trial_row *r) {
-  *r = (struct store_trial_row){
-    .id = sqlite3_column_int64(s, 0), .experiment_id = sqlite3_column_int64(s, 1),
-    .idx = sqlite3_column_int64(s, 2), .name = col_text(s, 3), .status = col_text(s, 4),
-    .stopped_early = sqlite3_column_int(s, 5), .config = col_text(s, 6),
-    .bracket = sqlite3_column_int(s, 7), .error = col_text(s, 8),
-    .has_exit_code = sqlite3_column_type(s, 9) != SQLITE_NULL,
-    .exit_code = sqlite3_column_int(s, 9), .num_failures = sqlite3_column_int(s, 10),
-    .attempt = sqlite3_column_int(s, 11), .worker_id = sqlite3_column_int64(s, 12),
-    .created_at = sqlite3_column_double(s, 13), .started_at = col_time(s, 14),
-    .ended_at = col_time(s, 15), .updated_seq = sqlite3_column_int64(s, 16),
-    .reason = col_text(s, 17), .generation = sqlite3_column_int64(s, 18),
-    .lease_end_action = col_text(s, 19),
-    .has_ck_time_total = sqlite3_column_type(s, 20) != SQLITE_NULL,
-    .ck_time_total_s = sqlite3_column_double(s, 20),
-    .created_seq = sqlite3_column_int64(s, 21), .res_known = sqlite3_column_int(s, 22),
-    .nres = sqlite3_column_int64(s, 23), .first_seq = sqlite3_column_int64(s, 24),
-    .last_seq = sqlite3_column_int64(s, 25), .last_t = col_real_or_nan(s, 26)};
+  *r = (struct store_trial_row){.id = sqlite3_column_int64(s, 0),
+                                .experiment_id = sqlite3_column_int64(s, 1),
+                                .idx = sqlite3_column_int64(s, 2),
+                                .name = col_text(s, 3),
+                                .status = col_text(s, 4),
+                                .stopped_early = sqlite3_column_int(s, 5),
+                                .config = col_text(s, 6),
+                                .bracket = sqlite3_column_int(s, 7),
+                                .error = col_text(s, 8),
+                                .has_exit_code = sqlite3_column_type(s, 9) != SQLITE_NULL,
+                                .exit_code = sqlite3_column_int(s, 9),
+                                .num_failures = sqlite3_column_int(s, 10),
+                                .attempt = sqlite3_column_int(s, 11),
+                                .worker_id = sqlite3_column_int64(s, 12),
+                                .created_at = sqlite3_column_double(s, 13),
+                                .started_at = col_time(s, 14),
+                                .ended_at = col_time(s, 15),
+                                .updated_seq = sqlite3_column_int64(s, 16),
+                                .reason = col_text(s, 17),
+                                .generation = sqlite3_column_int64(s, 18),
+                                .lease_end_action = col_text(s, 19),
+                                .has_ck_time_total = sqlite3_column_type(s, 20) != SQLITE_NULL,
+                                .ck_time_total_s = sqlite3_column_double(s, 20),
+                                .created_seq = sqlite3_column_int64(s, 21),
+                                .res_known = sqlite3_column_int(s, 22),
+                                .nres = sqlite3_column_int64(s, 23),
+                                .first_seq = sqlite3_column_int64(s, 24),
+                                .last_seq = sqlite3_column_int64(s, 25),
+                                .last_t = col_real_or_nan(s, 26)};
   for (int k = 0; k < 6; k++) r->scores[k] = col_real_or_nan(s, 27 + k);
 }
 
@@ -635,11 +691,13 @@ static int store_rprep(struct store *st, const char *sql, sqlite3_stmt **s) {
 static int store_result_rows(struct store *st, sqlite3_stmt *s, const struct store_loader *l) {
   int rc = 0, step;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-    struct store_result_row r = {
-      .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
-      .experiment_id = sqlite3_column_int64(s, 2), .t = sqlite3_column_double(s, 3),
-      .decision = col_text(s, 4), .data = col_text(s, 5),
-      .gen = sqlite3_column_int64(s, 6)};
+    struct store_result_row r = {.seq = sqlite3_column_int64(s, 0),
+                                 .trial_id = sqlite3_column_int64(s, 1),
+                                 .experiment_id = sqlite3_column_int64(s, 2),
+                                 .t = sqlite3_column_double(s, 3),
+                                 .decision = col_text(s, 4),
+                                 .data = col_text(s, 5),
+                                 .gen = sqlite3_column_int64(s, 6)};
     rc = l->result(l->ctx, &r);
   }
   if (!rc && step != SQLITE_DONE) {
@@ -651,8 +709,11 @@ static int store_result_rows(struct store *st, sqlite3_stmt *s, const struct sto
 
 static int store_load_results_all(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *s = NULL;
-  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
-                  "ORDER BY seq", &s)) return -EIO;
+  if (store_rprep(st,
+                  "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                  "ORDER BY seq",
+                  &s))
+    return -EIO;
   int rc = store_result_rows(st, s, l);
   sqlite3_finalize(s);
   return rc;
@@ -674,8 +735,7 @@ static int store_load_results_by_experiment(struct store *st, const struct store
   size_t n = 0, cap = 0, nexp = 0;
   int rc = 0, step, backfill = 0;
   if (store_rprep(st, "SELECT max(seq) FROM results", &ids)) return -EIO;
-  if (sqlite3_step(ids) == SQLITE_ROW && sqlite3_column_type(ids, 0) != SQLITE_NULL &&
-      l->seq_seen)
+  if (sqlite3_step(ids) == SQLITE_ROW && sqlite3_column_type(ids, 0) != SQLITE_NULL && l->seq_seen)
     l->seq_seen(l->ctx, sqlite3_column_int64(ids, 0));
   sqlite3_finalize(ids);
   if (store_rprep(st, "SELECT id FROM experiments ORDER BY id", &ids)) return -EIO;
@@ -688,8 +748,10 @@ static int store_load_results_by_experiment(struct store *st, const struct store
     if (n == cap) {
       size_t nc = cap ? cap * 2 : 64;
       struct store_since *g = realloc(need, nc * sizeof *g);
-      if (!g) rc = -ENOMEM;
-      else need = g, cap = nc;
+      if (!g)
+        rc = -ENOMEM;
+      else
+        need = g, cap = nc;
     }
     if (!rc) need[n++] = (struct store_since){id, since};
   }
@@ -699,9 +761,12 @@ static int store_load_results_by_experiment(struct store *st, const struct store
     /* One pass; rows of experiments not needed or before their seq are
      * skipped before anything is parsed. need[] is in id order. */
     int64_t from = need[0].since;
-    for (size_t i = 1; i < n; i++) if (need[i].since < from) from = need[i].since;
-    if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
-                    "WHERE seq>=? ORDER BY seq", &s)) {
+    for (size_t i = 1; i < n; i++)
+      if (need[i].since < from) from = need[i].since;
+    if (store_rprep(st,
+                    "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                    "WHERE seq>=? ORDER BY seq",
+                    &s)) {
       rc = -EIO;
       goto out;
     }
@@ -711,22 +776,30 @@ static int store_load_results_by_experiment(struct store *st, const struct store
       size_t lo = 0, hi = n;
       while (lo < hi) { /* binary search by id */
         size_t mid = (lo + hi) / 2;
-        if (need[mid].id < eid) lo = mid + 1;
-        else hi = mid;
+        if (need[mid].id < eid)
+          lo = mid + 1;
+        else
+          hi = mid;
       }
       if (lo == n || need[lo].id != eid || seq < need[lo].since) continue;
-      struct store_result_row r = {
-        .seq = seq, .trial_id = sqlite3_column_int64(s, 1), .experiment_id = eid,
-        .t = sqlite3_column_double(s, 3), .decision = col_text(s, 4), .data = col_text(s, 5),
-        .gen = sqlite3_column_int64(s, 6)};
+      struct store_result_row r = {.seq = seq,
+                                   .trial_id = sqlite3_column_int64(s, 1),
+                                   .experiment_id = eid,
+                                   .t = sqlite3_column_double(s, 3),
+                                   .decision = col_text(s, 4),
+                                   .data = col_text(s, 5),
+                                   .gen = sqlite3_column_int64(s, 6)};
       rc = l->result(l->ctx, &r);
     }
     if (!rc && step != SQLITE_DONE) rc = -EIO;
-    for (size_t i = 0; !rc && i < n && l->results_done; i++) rc = l->results_done(l->ctx, need[i].id);
+    for (size_t i = 0; !rc && i < n && l->results_done; i++)
+      rc = l->results_done(l->ctx, need[i].id);
     goto out;
   }
-  if (store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
-                  "WHERE experiment_id=? AND seq>=? ORDER BY seq", &s)) {
+  if (store_rprep(st,
+                  "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+                  "WHERE experiment_id=? AND seq>=? ORDER BY seq",
+                  &s)) {
     rc = -EIO;
     goto out;
   }
@@ -746,19 +819,26 @@ out:
 static int store_load_rows(struct store *st, const struct store_loader *l) {
   sqlite3_stmt *s = NULL;
   int rc = 0, step;
-  if (store_rprep(st, "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq,"
-                  "end_reason,run_time_s,priority,notes,tags FROM experiments ORDER BY id", &s))
+  if (store_rprep(st,
+                  "SELECT id,name,status,config,seed,created_at,ended_at,updated_seq,"
+                  "end_reason,run_time_s,priority,notes,tags FROM experiments ORDER BY id",
+                  &s))
     return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-    struct store_experiment_row r = {
-      .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1), .status = col_text(s, 2),
-      .config = col_text(s, 3), .seed = (uint64_t)sqlite3_column_int64(s, 4),
-      .created_at = sqlite3_column_double(s, 5),
-      .has_ended_at = sqlite3_column_type(s, 6) != SQLITE_NULL,
-      .ended_at = sqlite3_column_double(s, 6), .updated_seq = sqlite3_column_int64(s, 7),
-      .end_reason = col_text(s, 8), .run_time_s = sqlite3_column_double(s, 9),
-      .priority = sqlite3_column_double(s, 10), .notes = col_text(s, 11),
-      .tags = col_text(s, 12)};
+    struct store_experiment_row r = {.id = sqlite3_column_int64(s, 0),
+                                     .name = col_text(s, 1),
+                                     .status = col_text(s, 2),
+                                     .config = col_text(s, 3),
+                                     .seed = (uint64_t)sqlite3_column_int64(s, 4),
+                                     .created_at = sqlite3_column_double(s, 5),
+                                     .has_ended_at = sqlite3_column_type(s, 6) != SQLITE_NULL,
+                                     .ended_at = sqlite3_column_double(s, 6),
+                                     .updated_seq = sqlite3_column_int64(s, 7),
+                                     .end_reason = col_text(s, 8),
+                                     .run_time_s = sqlite3_column_double(s, 9),
+                                     .priority = sqlite3_column_double(s, 10),
+                                     .notes = col_text(s, 11),
+                                     .tags = col_text(s, 12)};
     rc = l->experiment(l->ctx, &r);
   }
   sqlite3_finalize(s);
@@ -767,8 +847,11 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
   /* Bounded memory: the experiments whose trials are not all ended with a
    * summary cannot start cold. */
   if (l->not_cold) {
-    if (store_rprep(st, "SELECT DISTINCT experiment_id FROM trials WHERE res_known=0 OR "
-                    "status NOT IN ('TERMINATED','ERROR')", &s)) return -EIO;
+    if (store_rprep(st,
+                    "SELECT DISTINCT experiment_id FROM trials WHERE res_known=0 OR "
+                    "status NOT IN ('TERMINATED','ERROR')",
+                    &s))
+      return -EIO;
     while ((step = sqlite3_step(s)) == SQLITE_ROW) l->not_cold(l->ctx, sqlite3_column_int64(s, 0));
     sqlite3_finalize(s);
     if (step != SQLITE_DONE) return -EIO;
@@ -786,14 +869,20 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
                              : store_load_results_all(st, l)))
     return rc;
 
-  if (store_rprep(st, "SELECT experiment_id,trial_id,bracket,milestone,value,stopped_early,"
-                  "seq FROM asha_records ORDER BY seq, rowid", &s)) return -EIO;
+  if (store_rprep(st,
+                  "SELECT experiment_id,trial_id,bracket,milestone,value,stopped_early,"
+                  "seq FROM asha_records ORDER BY seq, rowid",
+                  &s))
+    return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_asha_row r = {
-      .experiment_id = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
-      .bracket = sqlite3_column_int(s, 2), .milestone = sqlite3_column_double(s, 3),
-      .value = sqlite3_column_type(s, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 4),
-      .stopped_early = sqlite3_column_int(s, 5), .seq = sqlite3_column_int64(s, 6)};
+        .experiment_id = sqlite3_column_int64(s, 0),
+        .trial_id = sqlite3_column_int64(s, 1),
+        .bracket = sqlite3_column_int(s, 2),
+        .milestone = sqlite3_column_double(s, 3),
+        .value = sqlite3_column_type(s, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 4),
+        .stopped_early = sqlite3_column_int(s, 5),
+        .seq = sqlite3_column_int64(s, 6)};
     rc = l->asha(l->ctx, &r);
   }
   sqlite3_finalize(s);
@@ -801,8 +890,11 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   /* Scheduler records, replayed in seq order. */
   if (l->sched_record) {
-    if (store_rprep(st, "SELECT experiment_id,seq,trial_id,record FROM sched_records "
-                    "ORDER BY seq, rowid", &s)) return -EIO;
+    if (store_rprep(st,
+                    "SELECT experiment_id,seq,trial_id,record FROM sched_records "
+                    "ORDER BY seq, rowid",
+                    &s))
+      return -EIO;
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
       rc = l->sched_record(l->ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
                            sqlite3_column_int64(s, 2), col_text(s, 3));
@@ -810,14 +902,19 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
     if (rc) return rc;
   }
 
-  if (store_rprep(st, "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat,"
-                  "secret FROM workers ORDER BY id", &s)) return -EIO;
+  if (store_rprep(st,
+                  "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat,"
+                  "secret FROM workers ORDER BY id",
+                  &s))
+    return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-    struct store_worker_row r = {
-      .id = sqlite3_column_int64(s, 0), .name = col_text(s, 1),
-      .cpu = sqlite3_column_double(s, 2), .gpu = sqlite3_column_double(s, 3),
-      .memory_mb = sqlite3_column_int64(s, 4), .registered_at = sqlite3_column_double(s, 5),
-      .last_heartbeat = sqlite3_column_double(s, 6)};
+    struct store_worker_row r = {.id = sqlite3_column_int64(s, 0),
+                                 .name = col_text(s, 1),
+                                 .cpu = sqlite3_column_double(s, 2),
+                                 .gpu = sqlite3_column_double(s, 3),
+                                 .memory_mb = sqlite3_column_int64(s, 4),
+                                 .registered_at = sqlite3_column_double(s, 5),
+                                 .last_heartbeat = sqlite3_column_double(s, 6)};
     const char *sec = col_text(s, 7);
     snprintf(r.secret, sizeof r.secret, "%s", sec ? sec : "");
     rc = l->worker(l->ctx, &r);
@@ -840,8 +937,10 @@ int store_get_meta(struct store *st, const char *key, int64_t *value) {
   if (!rc) {
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     int step = sqlite3_step(s);
-    if (step == SQLITE_ROW) *value = sqlite3_column_int64(s, 0);
-    else if (step != SQLITE_DONE) rc = -EIO;
+    if (step == SQLITE_ROW)
+      *value = sqlite3_column_int64(s, 0);
+    else if (step != SQLITE_DONE)
+      rc = -EIO;
   }
   sqlite3_finalize(s);
   pthread_mutex_unlock(&st->rlock);
@@ -869,8 +968,7 @@ int store_load(struct store *st, const struct store_loader *l) {
   return rc;
 }
 
-static int store_each_result(struct store *st, sqlite3_stmt *s, store_result_fn fn,
-                             void *ctx) {
+static int store_each_result(struct store *st, sqlite3_stmt *s, store_result_fn fn, void *ctx) {
   int rc = 0, step;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
     rc = fn(ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), col_text(s, 2));
@@ -881,13 +979,13 @@ static int store_each_result(struct store *st, sqlite3_stmt *s, store_result_fn 
   return rc;
 }
 
-int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial_fn fn,
-                            void *ctx) {
+int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   int rc = 0, step;
   pthread_mutex_lock(&st->rlock);
   /* The checkpoint's iteration comes along (its data is never read here). */
-  if (store_rprep(st, "SELECT " STORE_TRIAL_COLS ",(SELECT iteration FROM checkpoints c "
+  if (store_rprep(st,
+                  "SELECT " STORE_TRIAL_COLS ",(SELECT iteration FROM checkpoints c "
                   "WHERE c.trial_id=trials.id) FROM trials WHERE experiment_id=? ORDER BY idx",
                   &s))
     rc = -EIO;
@@ -914,8 +1012,10 @@ int store_trial_experiment(struct store *st, int64_t trial_id, int64_t *experime
   if (!rc) {
     sqlite3_bind_int64(s, 1, trial_id);
     int step = sqlite3_step(s);
-    if (step == SQLITE_ROW) *experiment_id = sqlite3_column_int64(s, 0);
-    else rc = step == SQLITE_DONE ? -ENOENT : -EIO;
+    if (step == SQLITE_ROW)
+      *experiment_id = sqlite3_column_int64(s, 0);
+    else
+      rc = step == SQLITE_DONE ? -ENOENT : -EIO;
   }
   sqlite3_finalize(s);
   pthread_mutex_unlock(&st->rlock);
@@ -927,8 +1027,10 @@ int store_trial_results(struct store *st, int64_t experiment_id, int64_t trial_i
                         store_result_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
-  int rc = store_rprep(st, "SELECT seq,trial_id,data FROM results WHERE experiment_id=? AND "
-                       "seq BETWEEN ? AND ? AND trial_id=? ORDER BY seq LIMIT ? OFFSET ?", &s);
+  int rc = store_rprep(st,
+                       "SELECT seq,trial_id,data FROM results WHERE experiment_id=? AND "
+                       "seq BETWEEN ? AND ? AND trial_id=? ORDER BY seq LIMIT ? OFFSET ?",
+                       &s);
   if (!rc) {
     sqlite3_bind_int64(s, 1, experiment_id);
     sqlite3_bind_int64(s, 2, first_seq);
@@ -949,9 +1051,11 @@ int store_trial_decision(struct store *st, int64_t experiment_id, int64_t trial_
   sqlite3_stmt *s = NULL;
   *decision = 0;
   pthread_mutex_lock(&st->rlock);
-  int rc = store_rprep(st, "SELECT decision FROM results WHERE experiment_id=? AND "
+  int rc = store_rprep(st,
+                       "SELECT decision FROM results WHERE experiment_id=? AND "
                        "seq BETWEEN ? AND ? AND trial_id=? AND gen=? AND t=? "
-                       "ORDER BY seq DESC LIMIT 1", &s);
+                       "ORDER BY seq DESC LIMIT 1",
+                       &s);
   if (!rc) {
     sqlite3_bind_int64(s, 1, experiment_id);
     sqlite3_bind_int64(s, 2, first_seq);
@@ -973,13 +1077,15 @@ int store_trial_decision(struct store *st, int64_t experiment_id, int64_t trial_
   return rc;
 }
 
-int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id,
-                     int64_t first_seq, int64_t last_seq, store_row_fn fn, void *ctx) {
+int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id, int64_t first_seq,
+                     int64_t last_seq, store_row_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
-  int rc = store_rprep(st, "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
+  int rc = store_rprep(st,
+                       "SELECT seq,trial_id,experiment_id,t,decision,data,gen FROM results "
                        "WHERE experiment_id=? AND seq BETWEEN ? AND ? AND trial_id=? "
-                       "ORDER BY seq", &s);
+                       "ORDER BY seq",
+                       &s);
   if (!rc) {
     sqlite3_bind_int64(s, 1, experiment_id);
     sqlite3_bind_int64(s, 2, first_seq);
@@ -995,10 +1101,12 @@ int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id,
 
 int store_put_trial_summaries(struct store *st, const struct store_trial_row *rows, size_t n) {
   sqlite3_stmt *s = NULL;
-  if (sqlite3_prepare_v2(st->w, "UPDATE trials SET created_seq=?22,res_known=?23,nres=?24,"
+  if (sqlite3_prepare_v2(st->w,
+                         "UPDATE trials SET created_seq=?22,res_known=?23,nres=?24,"
                          "first_seq=?25,last_seq=?26,last_t=?27,score_last=?28,score_avg=?29,"
                          "score_last5=?30,score_last10=?31,score_min=?32,score_max=?33 "
-                         "WHERE id=?1", -1, &s, NULL) != SQLITE_OK) {
+                         "WHERE id=?1",
+                         -1, &s, NULL) != SQLITE_OK) {
     log_error("store: %s", sqlite3_errmsg(st->w));
     return -EIO;
   }
@@ -1009,8 +1117,10 @@ int store_put_trial_summaries(struct store *st, const struct store_trial_row *ro
     rc = store_step(st, s);
   }
   sqlite3_finalize(s);
-  if (!rc) rc = store_commit(st);
-  else store_rollback(st);
+  if (!rc)
+    rc = store_commit(st);
+  else
+    store_rollback(st);
   return rc;
 }
 
@@ -1035,12 +1145,14 @@ int store_results_by_seq(struct store *st, const int64_t *seqs, size_t n, store_
   return rc;
 }
 
-int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since,
-                             int64_t limit, store_result_fn fn, void *ctx) {
+int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since, int64_t limit,
+                             store_result_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
-  int rc = store_rprep(st, "SELECT seq,trial_id,data FROM results WHERE experiment_id=? "
-                       "AND seq>? ORDER BY seq LIMIT ?", &s);
+  int rc = store_rprep(st,
+                       "SELECT seq,trial_id,data FROM results WHERE experiment_id=? "
+                       "AND seq>? ORDER BY seq LIMIT ?",
+                       &s);
   if (!rc) {
     sqlite3_bind_int64(s, 1, experiment_id);
     sqlite3_bind_int64(s, 2, since);
@@ -1057,8 +1169,10 @@ int store_experiment_metric(struct store *st, int64_t experiment_id, const char 
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
   /* json_extract with a quoted key so metric names with dots stay one key. */
-  int rc = store_rprep(st, "SELECT trial_id, json_extract(data, '$.\"' || ? || '\"') "
-                       "FROM results WHERE experiment_id=? ORDER BY trial_id, seq", &s);
+  int rc = store_rprep(st,
+                       "SELECT trial_id, json_extract(data, '$.\"' || ? || '\"') "
+                       "FROM results WHERE experiment_id=? ORDER BY trial_id, seq",
+                       &s);
   if (!rc) {
     sqlite3_bind_text(s, 1, metric, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, experiment_id);
@@ -1074,8 +1188,8 @@ int store_experiment_metric(struct store *st, int64_t experiment_id, const char 
   return rc;
 }
 
-int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
-                         uint32_t *crc, void **data, size_t *len) {
+int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration, uint32_t *crc,
+                         void **data, size_t *len) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
   int rc = store_rprep(st, "SELECT iteration,crc32,data FROM checkpoints WHERE trial_id=?", &s);
@@ -1084,7 +1198,8 @@ int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
     if (sqlite3_step(s) == SQLITE_ROW) {
       size_t n = (size_t)sqlite3_column_bytes(s, 2);
       void *buf = malloc(n ? n : 1);
-      if (!buf) rc = -ENOMEM;
+      if (!buf)
+        rc = -ENOMEM;
       else {
         if (n) memcpy(buf, sqlite3_column_blob(s, 2), n);
         *iteration = sqlite3_column_int64(s, 0);
@@ -1092,7 +1207,8 @@ int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
         *data = buf;
         *len = n;
       }
-    } else rc = -ENOENT;
+    } else
+      rc = -ENOENT;
   }
   sqlite3_finalize(s);
   pthread_mutex_unlock(&st->rlock);
@@ -1108,14 +1224,16 @@ int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
     if (sqlite3_step(s) == SQLITE_ROW) {
       size_t n = (size_t)sqlite3_column_bytes(s, 0);
       char *buf = malloc(n + 1);
-      if (!buf) rc = -ENOMEM;
+      if (!buf)
+        rc = -ENOMEM;
       else {
         if (n) memcpy(buf, sqlite3_column_text(s, 0), n);
         buf[n] = 0;
         *log = buf;
         *len = n;
       }
-    } else rc = -ENOENT;
+    } else
+      rc = -ENOENT;
   }
   sqlite3_finalize(s);
   pthread_mutex_unlock(&st->rlock);
@@ -1126,15 +1244,21 @@ int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
 int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
-  int rc = store_rprep(st, "SELECT seq,trial_id,experiment_id,time,kind,reason,data "
-                       "FROM trial_events WHERE trial_id=? ORDER BY seq", &s), step;
+  int rc = store_rprep(st,
+                       "SELECT seq,trial_id,experiment_id,time,kind,reason,data "
+                       "FROM trial_events WHERE trial_id=? ORDER BY seq",
+                       &s),
+      step;
   if (!rc) {
     sqlite3_bind_int64(s, 1, trial_id);
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
-      struct store_event_row r = {
-        .seq = sqlite3_column_int64(s, 0), .trial_id = sqlite3_column_int64(s, 1),
-        .experiment_id = sqlite3_column_int64(s, 2), .time = sqlite3_column_double(s, 3),
-        .kind = col_text(s, 4), .reason = col_text(s, 5), .data = col_text(s, 6)};
+      struct store_event_row r = {.seq = sqlite3_column_int64(s, 0),
+                                  .trial_id = sqlite3_column_int64(s, 1),
+                                  .experiment_id = sqlite3_column_int64(s, 2),
+                                  .time = sqlite3_column_double(s, 3),
+                                  .kind = col_text(s, 4),
+                                  .reason = col_text(s, 5),
+                                  .data = col_text(s, 6)};
       rc = fn(ctx, &r);
     }
   }

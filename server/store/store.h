@@ -114,8 +114,8 @@ struct store_worker_row {
  * cut by a crash must leave nothing of itself), and fails the flush
  * (store_sync) of the first transaction that stores a result and every
  * flush after it, each after 300 ms. */
-int store_open(const char *path, int wal_frames, int sync_full, struct store **out,
-               char *err, size_t errlen);
+int store_open(const char *path, int wal_frames, int sync_full, struct store **out, char *err,
+               size_t errlen);
 void store_close(struct store *st);
 
 /* Writer side (commit thread only). Errors: -EBUSY (the database is locked
@@ -147,8 +147,8 @@ int store_insert_event(struct store *st, const struct store_event_row *r);
 int store_insert_sched_record(struct store *st, int64_t experiment_id, int64_t seq,
                               int64_t trial_id, const char *record);
 int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial);
-int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration,
-                         uint32_t crc, const void *data, size_t len);
+int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, uint32_t crc,
+                         const void *data, size_t len);
 int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
 /* Removes the experiment and everything of it (trials, results, records,
  * events, checkpoints, logs) inside the caller's transaction. */
@@ -199,8 +199,7 @@ typedef int (*store_result_fn)(void *ctx, int64_t seq, int64_t trial_id, const c
  * iteration when it has one (a cold experiment warmed, state_cold.c). */
 typedef int (*store_trial_fn)(void *ctx, const struct store_trial_row *r, int has_checkpoint,
                               int64_t checkpoint_iteration);
-int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial_fn fn,
-                            void *ctx);
+int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial_fn fn, void *ctx);
 /* The experiment of trial_id: -ENOENT when there is no such row. */
 int store_trial_experiment(struct store *st, int64_t trial_id, int64_t *experiment_id);
 /* One trial's results with seq in [first_seq, last_seq], in seq order,
@@ -215,8 +214,8 @@ int store_trial_decision(struct store *st, int64_t experiment_id, int64_t trial_
                          char *decision);
 /* Every result of trial_id in [first_seq, last_seq] as loader rows. */
 typedef int (*store_row_fn)(void *ctx, const struct store_result_row *r);
-int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id,
-                     int64_t first_seq, int64_t last_seq, store_row_fn fn, void *ctx);
+int store_trial_rows(struct store *st, int64_t experiment_id, int64_t trial_id, int64_t first_seq,
+                     int64_t last_seq, store_row_fn fn, void *ctx);
 /* Writer side, before the commit thread runs (startup): the summaries the
  * loader computed for older rows, n at a time in one transaction. */
 int store_put_trial_summaries(struct store *st, const struct store_trial_row *rows, size_t n);
@@ -224,16 +223,16 @@ int store_put_trial_summaries(struct store *st, const struct store_trial_row *ro
 /* Results by seq (their rowid), in the order given: a trial's results. */
 int store_results_by_seq(struct store *st, const int64_t *seqs, size_t n, store_result_fn fn,
                          void *ctx);
-int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since,
-                             int64_t limit, store_result_fn fn, void *ctx);
+int store_experiment_results(struct store *st, int64_t experiment_id, int64_t since, int64_t limit,
+                             store_result_fn fn, void *ctx);
 /* Values of `metric` for every result of the experiment, ordered by trial then
  * seq; non-numbers and missing keys arrive as has=0. */
 typedef int (*store_metric_fn)(void *ctx, int64_t trial_id, int has, double v);
 int store_experiment_metric(struct store *st, int64_t experiment_id, const char *metric,
                             store_metric_fn fn, void *ctx);
 /* Checkpoint: -ENOENT when none. *data is malloc'd, the caller frees it. */
-int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
-                         uint32_t *crc, void **data, size_t *len);
+int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration, uint32_t *crc,
+                         void **data, size_t *len);
 /* A trial's events in seq order (trial_events). */
 typedef int (*store_event_fn)(void *ctx, const struct store_event_row *r);
 int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx);

@@ -79,13 +79,14 @@ static void golden(const char *name, const char *text) {
 }
 
 static void load_asha(struct report_state *s) {
-  ck_assert_int_eq(report_state_load(s, fixture("asha_experiment.json"), fixture("asha_trials.json"),
-                                     fixture("workers.json")), 0);
+  ck_assert_int_eq(report_state_load(s, fixture("asha_experiment.json"),
+                                     fixture("asha_trials.json"), fixture("workers.json")),
+                   0);
 }
 
 static void load_grid(struct report_state *s) {
-  ck_assert_int_eq(report_state_load(s, fixture("grid_experiment.json"), fixture("grid_trials.json"),
-                                     NULL), 0);
+  ck_assert_int_eq(
+      report_state_load(s, fixture("grid_experiment.json"), fixture("grid_trials.json"), NULL), 0);
 }
 
 static int max_line_width(const char *text) {
@@ -113,10 +114,12 @@ START_TEST(report_asha_wide) {
   ck_assert_ptr_nonnull(strstr(text, "… 3 more TERMINATED"));
   ck_assert_ptr_nonnull(strstr(text, "… 2 more ERROR"));
   ck_assert_ptr_nonnull(strstr(text, "Logical resource usage: 2/2 CPUs, 0/0 GPUs (1 worker)"));
-  ck_assert_ptr_nonnull(strstr(text, "Bracket 0 (stopped 12) cutoffs: iter 1: 0.5123 (n=20) | iter 2: 0.4402 (n=9)"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Bracket 0 (stopped 12) cutoffs: iter 1: 0.5123 (n=20) | iter 2: 0.4402 (n=9)"));
   ck_assert_ptr_nonnull(strstr(text, "running for 00:01:40.00"));
   /* The trainer's JSON error line, not the first stderr line. */
-  ck_assert_ptr_nonnull(strstr(text, "Error: fmnist-asha_00004 (exit code 5): diverged: loss is NaN at iteration 2\n"));
+  ck_assert_ptr_nonnull(strstr(
+      text, "Error: fmnist-asha_00004 (exit code 5): diverged: loss is NaN at iteration 2\n"));
   ck_assert_int_le(max_line_width(text), 160);
   free(text);
   report_state_free(&s);
@@ -142,7 +145,8 @@ START_TEST(report_asha_narrow_trims_to_width) {
   ck_assert_int_le(max_line_width(text), 120);
   /* The id column (for `ctune logs ID`) costs the accuracy column here. */
   ck_assert_ptr_nonnull(strstr(text, "| id | Trial name "));
-  ck_assert_ptr_nonnull(strstr(text, "hidden to fit 120 columns: accuracy test_accuracy train_loss samples_per_s)"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "hidden to fit 120 columns: accuracy test_accuracy train_loss samples_per_s)"));
   free(text);
   ck_assert_int_eq(report_render(&s, NOW, 40, REPORT_MAX_ROWS, &text), 0);
   golden("asha_w40.txt", text);
@@ -199,7 +203,8 @@ START_TEST(report_grid_finished) {
   /* An ended experiment's running time stops at ended_at. */
   ck_assert_ptr_nonnull(strstr(text, "running for 01:02:05.50"));
   ck_assert_ptr_nonnull(strstr(text, "Scheduler: FIFO"));
-  ck_assert_ptr_nonnull(strstr(text, "Current best trial: grid_00001 with accuracy=0.91 and params={lr=0.01}"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Current best trial: grid_00001 with accuracy=0.91 and params={lr=0.01}"));
   free(text);
   report_state_free(&s);
 }
@@ -219,8 +224,10 @@ START_TEST(report_events_lines) {
     if (!strcmp(c->status, "ERROR")) p->status = "RUNNING";
     if (!strcmp(c->status, "RUNNING")) {
       p->status = "PENDING";
-      if (started++) p->iteration = 3; /* had progress: a resume */
-      else p->iteration = 0;           /* a fresh start */
+      if (started++)
+        p->iteration = 3; /* had progress: a resume */
+      else
+        p->iteration = 0; /* a fresh start */
     }
     /* Started and ended between two polls: both lines. */
     if (c->id == 3) {
@@ -232,9 +239,12 @@ START_TEST(report_events_lines) {
   ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
   golden("events.txt", text);
   ck_assert_ptr_nonnull(strstr(text, "started with config {"));
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-asha_00020 resumed at iteration 3 with config {"));
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-asha_00002 started with config {l1=128, l2=8, lr=0.00130976, batch_size=2, momentum=0.9}\n"
-                                     "Trial fmnist-asha_00002 stopped early by the scheduler at iteration 1:"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Trial fmnist-asha_00020 resumed at iteration 3 with config {"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Trial fmnist-asha_00002 started with config {l1=128, l2=8, lr=0.00130976, "
+                   "batch_size=2, momentum=0.9}\n"
+                   "Trial fmnist-asha_00002 stopped early by the scheduler at iteration 1:"));
   ck_assert_ptr_nonnull(strstr(text, "completed after 10 iterations: loss="));
   ck_assert_ptr_nonnull(strstr(text, "stopped early by the scheduler at iteration"));
   ck_assert_ptr_nonnull(strstr(text, "errored at iteration"));
@@ -256,7 +266,8 @@ END_TEST
 
 static void load_decisions(struct report_state *s) {
   ck_assert_int_eq(report_state_load(s, fixture("decisions_experiment.json"),
-                                     fixture("decisions_trials.json"), NULL), 0);
+                                     fixture("decisions_trials.json"), NULL),
+                   0);
 }
 
 /* `ctune trials` and the reporter: PAUSED rows after PENDING, the reason
@@ -335,11 +346,18 @@ START_TEST(report_events_reasons) {
   prev.trials[5].status = "RUNNING";
   ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
   golden("events_reasons.txt", text);
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00000 paused at iteration 3 — paused at rung 1 (t=3)\n"));
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00001 stopped early by the scheduler at iteration 3: loss=0.63 — stopped at t=3: 0.63 worse than the top 1 of 3 trials at rung 1 (cutoff 0.41)\n"));
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00002 resumed at iteration 5 with config {lr=0.004, momentum=0.8} — promoted from rung 1 (top 1 of 3)\n"));
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 completed after 9 iterations: loss=0.3 — stop rule: loss 0.3 <= 0.31\n"));
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00005 at iteration 6 — exploited trial 44 at t=6: lr 0.05 → 0.06\n"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Trial fmnist-hb_00000 paused at iteration 3 — paused at rung 1 (t=3)\n"));
+  ck_assert_ptr_nonnull(strstr(
+      text, "Trial fmnist-hb_00001 stopped early by the scheduler at iteration 3: loss=0.63 — "
+            "stopped at t=3: 0.63 worse than the top 1 of 3 trials at rung 1 (cutoff 0.41)\n"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Trial fmnist-hb_00002 resumed at iteration 5 with config {lr=0.004, "
+                   "momentum=0.8} — promoted from rung 1 (top 1 of 3)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 completed after 9 iterations: loss=0.3 "
+                                     "— stop rule: loss 0.3 <= 0.31\n"));
+  ck_assert_ptr_nonnull(strstr(
+      text, "Trial fmnist-hb_00005 at iteration 6 — exploited trial 44 at t=6: lr 0.05 → 0.06\n"));
   ck_assert_ptr_null(strstr(text, "fmnist-hb_00003"));
   free(text);
   report_state_free(&prev);
@@ -354,10 +372,13 @@ START_TEST(trial_detail_events) {
   char *text, line[512];
   ck_assert_int_eq(report_trial_detail(t, e, ts, &text), 0);
   golden("trial_pbt.txt", text);
-  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-pbt_00003 (id 63) of experiment 4 'fmnist-pbt': TERMINATED\n"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "Trial fmnist-pbt_00003 (id 63) of experiment 4 'fmnist-pbt': TERMINATED\n"));
   ck_assert_ptr_nonnull(strstr(text, "Reason: stop rule: training_iteration 9 >= 9\n"));
   ck_assert_ptr_nonnull(strstr(text, "Events (3, times in UTC):\n"));
-  ck_assert_ptr_nonnull(strstr(text, "  2026-11-18 11:07:42  exploited   t=6 exploited trial 61 (fmnist-pbt_00001): lr 0.0008 → 0.012, momentum 0.9 → 0.72\n"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "  2026-11-18 11:07:42  exploited   t=6 exploited trial 61 (fmnist-pbt_00001): "
+                   "lr 0.0008 → 0.012, momentum 0.9 → 0.72\n"));
   free(text);
   /* Without the trial list: the donor by id only; without data: the reason. */
   const cJSON *ev = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(t, "events"), 0);
@@ -406,11 +427,14 @@ END_TEST
 START_TEST(report_rejects_bad_shapes) {
   struct report_state s;
   ck_assert_int_eq(report_state_load(&s, cJSON_CreateArray(), cJSON_CreateArray(), NULL), -EINVAL);
-  ck_assert_int_eq(report_state_load(&s, cJSON_CreateObject(), cJSON_CreateObject(), NULL), -EINVAL);
+  ck_assert_int_eq(report_state_load(&s, cJSON_CreateObject(), cJSON_CreateObject(), NULL),
+                   -EINVAL);
   ck_assert_int_eq(report_state_load(&s, cJSON_CreateObject(), cJSON_Parse("[1]"), NULL), -EINVAL);
   /* An empty experiment renders without a table. */
-  ck_assert_int_eq(report_state_load(&s, cJSON_Parse("{\"id\":3,\"name\":\"x\",\"status\":\"RUNNING\"}"),
-                                     cJSON_Parse("{\"trials\":[]}"), NULL), 0);
+  ck_assert_int_eq(
+      report_state_load(&s, cJSON_Parse("{\"id\":3,\"name\":\"x\",\"status\":\"RUNNING\"}"),
+                        cJSON_Parse("{\"trials\":[]}"), NULL),
+      0);
   char *text;
   ck_assert_int_eq(report_render(&s, NOW, 80, 20, &text), 0);
   ck_assert_ptr_nonnull(strstr(text, "Number of trials: 0 ()"));
@@ -451,7 +475,9 @@ START_TEST(export_csv_golden) {
   golden("grid.csv", text);
   /* RFC 4180: a field with a comma or quote is quoted, quotes doubled. */
   ck_assert_ptr_nonnull(strstr(text, ",\"a,b \"\"q\"\"\","));
-  ck_assert_ptr_nonnull(strstr(text, "trial_id,name,status,stopped_early,iteration,config/lr,config/opt,config/note,training_iteration,accuracy,loss,time_total_s,error\n"));
+  ck_assert_ptr_nonnull(
+      strstr(text, "trial_id,name,status,stopped_early,iteration,config/lr,config/opt,config/"
+                   "note,training_iteration,accuracy,loss,time_total_s,error\n"));
   free(text);
   ck_assert_int_eq(export_csv(cJSON_GetObjectItem(trials, "last_seq"), &text), -EINVAL);
   cJSON_Delete(trials);
@@ -461,9 +487,11 @@ END_TEST
 START_TEST(export_json_with_results) {
   cJSON *exp = fixture("grid_experiment.json"), *trials = fixture("grid_trials.json");
   cJSON *results = cJSON_Parse(
-      "{\"results\":[{\"seq\":1,\"trial_id\":10,\"result\":{\"training_iteration\":1,\"accuracy\":0.5}},"
+      "{\"results\":[{\"seq\":1,\"trial_id\":10,\"result\":{\"training_iteration\":1,\"accuracy\":"
+      "0.5}},"
       "{\"seq\":2,\"trial_id\":11,\"result\":{\"training_iteration\":1,\"accuracy\":0.6}},"
-      "{\"seq\":3,\"trial_id\":10,\"result\":{\"training_iteration\":2,\"accuracy\":0.7}}],\"last_seq\":3}");
+      "{\"seq\":3,\"trial_id\":10,\"result\":{\"training_iteration\":2,\"accuracy\":0.7}}],\"last_"
+      "seq\":3}");
   char *text;
   ck_assert_int_eq(export_json(exp, trials, results, &text), 0);
   cJSON *doc = cJSON_Parse(text);
@@ -472,8 +500,11 @@ START_TEST(export_json_with_results) {
   cJSON *r = cJSON_GetObjectItem(t0, "results");
   ck_assert_int_eq(cJSON_GetArraySize(r), 2);
   ck_assert_double_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(r, 1), "accuracy")->valuedouble, 0.7);
-  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "trials"), 2), "results")), 0);
-  ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "experiment"), "id")->valuedouble, 2);
+  ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(
+                       cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "trials"), 2), "results")),
+                   0);
+  ck_assert_int_eq(
+      (int)cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "experiment"), "id")->valuedouble, 2);
   cJSON_Delete(doc);
   free(text);
   cJSON *arr = cJSON_CreateArray();
@@ -491,7 +522,8 @@ static int parse(struct cli_args *a, char *err, const char *line) {
   char buf[512], *argv[32];
   int argc = 0;
   snprintf(buf, sizeof(buf), "%s", line);
-  for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && argc < 31; w = strtok_r(NULL, " ", &save))
+  for (char *save = NULL, *w = strtok_r(buf, " ", &save); w && argc < 31;
+       w = strtok_r(NULL, " ", &save))
     argv[argc++] = w;
   argv[argc] = NULL;
   static char keep[512];
@@ -504,7 +536,8 @@ static int parse(struct cli_args *a, char *err, const char *line) {
 START_TEST(args_good) {
   struct cli_args a;
   char err[256];
-  ck_assert_int_eq(parse(&a, err, "ctune run ex.json --cpus 2 --gpus=0 --json --resume --db x.db"), 0);
+  ck_assert_int_eq(parse(&a, err, "ctune run ex.json --cpus 2 --gpus=0 --json --resume --db x.db"),
+                   0);
   ck_assert_int_eq(a.cmd, CMD_RUN);
   ck_assert_str_eq(a.target, "ex.json");
   ck_assert_int_eq(a.cpus, 2);
@@ -513,7 +546,10 @@ START_TEST(args_good) {
   ck_assert_str_eq(a.db, "x.db");
   ck_assert_int_eq(parse(&a, err, "ctune run ex.json"), 0);
   ck_assert_int_eq(a.gpus, -1);
-  ck_assert_int_eq(parse(&a, err, "ctune best 12 --metric acc --mode max --scope last-5-avg --server http://h:1"), 0);
+  ck_assert_int_eq(
+      parse(&a, err,
+            "ctune best 12 --metric acc --mode max --scope last-5-avg --server http://h:1"),
+      0);
   ck_assert_int_eq(a.cmd, CMD_BEST);
   ck_assert_int_eq(a.id, 12);
   ck_assert_str_eq(a.scope, "last-5-avg");
@@ -564,7 +600,8 @@ START_TEST(args_bad) {
       {"ctune export 1 --format xml", "export: --format 'xml' must be csv, json or tensorboard"},
       {"ctune status --server ftp://x", "status: --server 'ftp://x' must start with http://"},
       {"ctune logs", "logs: missing TRIAL"},
-      {"ctune logs a/b", "logs: TRIAL 'a/b' must be a trial id (a positive whole number) or a trial name"},
+      {"ctune logs a/b",
+       "logs: TRIAL 'a/b' must be a trial id (a positive whole number) or a trial name"},
       {"ctune trials quick_00003", "trials: EXP 'quick_00003' must be a positive whole number"},
       {"ctune cancel 1 --dry-run", "cancel: unknown option '--dry-run'"},
   };
@@ -582,8 +619,12 @@ END_TEST
 START_TEST(config_errors_name_the_place) {
   char err[256];
   cJSON *doc;
-  ck_assert_int_eq(config_parse("{\n  \"name\": \"x\",\n  \"num_samples\": ,\n}", "e.json", &doc, err, sizeof(err)), -EINVAL);
-  ck_assert_msg(!strncmp(err, "e.json:3:18: not valid JSON near ', '", 36) || strstr(err, "e.json:3:"), "%s", err);
+  ck_assert_int_eq(config_parse("{\n  \"name\": \"x\",\n  \"num_samples\": ,\n}", "e.json", &doc,
+                                err, sizeof(err)),
+                   -EINVAL);
+  ck_assert_msg(!strncmp(err, "e.json:3:18: not valid JSON near ', '", 36) ||
+                    strstr(err, "e.json:3:"),
+                "%s", err);
   ck_assert_int_eq(config_parse("[1, 2]", "e.json", &doc, err, sizeof(err)), -EINVAL);
   ck_assert_str_eq(err, "e.json: an experiment config must be a JSON object");
   ck_assert_int_eq(config_parse("{\"a\": 1", "e.json", &doc, err, sizeof(err)), -EINVAL);
@@ -591,7 +632,8 @@ START_TEST(config_errors_name_the_place) {
   ck_assert_int_eq(config_parse("{} x", "e.json", &doc, err, sizeof(err)), -EINVAL);
   ck_assert_int_eq(config_load("/nonexistent/cfg.json", &doc, err, sizeof(err)), -ENOENT);
   ck_assert_ptr_nonnull(strstr(err, "cannot open config /nonexistent/cfg.json"));
-  ck_assert_int_eq(config_parse("{\"name\": \"fmnist asha/1\"}", "e.json", &doc, err, sizeof(err)), 0);
+  ck_assert_int_eq(config_parse("{\"name\": \"fmnist asha/1\"}", "e.json", &doc, err, sizeof(err)),
+                   0);
   char stem[64];
   config_file_stem(config_name(doc), stem, sizeof(stem));
   ck_assert_str_eq(stem, "fmnist_asha_1");

@@ -24,8 +24,8 @@ static void expect(const char *text, enum jsonstrict_problem problem, const char
   struct jsonstrict_error e;
   int rc = scan(text, &e);
   ck_assert_msg(rc == -EINVAL, "accepted %s", text);
-  ck_assert_msg(e.problem == problem, "%s: problem %d, wanted %d (%s)", text, e.problem,
-                problem, e.message);
+  ck_assert_msg(e.problem == problem, "%s: problem %d, wanted %d (%s)", text, e.problem, problem,
+                e.message);
   if (path) ck_assert_str_eq(e.path, path);
 }
 
@@ -108,12 +108,41 @@ START_TEST(trailing_data_is_refused) {
 END_TEST
 
 START_TEST(syntax_errors_are_refused) {
-  const char *bad[] = {"", " ", "{", "[", "{\"a\"}", "{\"a\" 1}", "{\"a\": }", "{a: 1}",
-                       "[1,]", "{\"a\": 1,}", "[1 2]", "[01]", "1.", ".5", "+1", "-", "1e",
-                       "NaN", "Infinity", "tru", "nul", "\"abc", "\"\\x\"", "\"\\u12\"",
-                       "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"a\tb\"",
-                       "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf5\x80\x80\x80\"", "\"\xe2\x82\"",
-                       "['a']", "{\"a\":1]", "[}"};
+  const char *bad[] = {"",
+                       " ",
+                       "{",
+                       "[",
+                       "{\"a\"}",
+                       "{\"a\" 1}",
+                       "{\"a\": }",
+                       "{a: 1}",
+                       "[1,]",
+                       "{\"a\": 1,}",
+                       "[1 2]",
+                       "[01]",
+                       "1.",
+                       ".5",
+                       "+1",
+                       "-",
+                       "1e",
+                       "NaN",
+                       "Infinity",
+                       "tru",
+                       "nul",
+                       "\"abc",
+                       "\"\\x\"",
+                       "\"\\u12\"",
+                       "\"\\ud800\"",
+                       "\"\\udc00\"",
+                       "\"\\ud800\\u0041\"",
+                       "\"a\tb\"",
+                       "\"\xc0\xaf\"",
+                       "\"\xed\xa0\x80\"",
+                       "\"\xf5\x80\x80\x80\"",
+                       "\"\xe2\x82\"",
+                       "['a']",
+                       "{\"a\":1]",
+                       "[}"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect(bad[i], JSONSTRICT_SYNTAX, NULL);
   /* The path says where inside the document the text went wrong. */
   expect("{\"config\": {\"lr\": 01}}", JSONSTRICT_SYNTAX, "config.lr");

@@ -40,8 +40,7 @@ static void expect_varint(uint64_t v, const char *hex) {
   char got[32] = "";
   size_t n = tfev_varint(v, out);
   for (size_t i = 0; i < n; i++) sprintf(got + 2 * i, "%02x", out[i]);
-  ck_assert_msg(!strcmp(got, hex), "varint %llu: %s, wanted %s", (unsigned long long)v, got,
-                hex);
+  ck_assert_msg(!strcmp(got, hex), "varint %llu: %s, wanted %s", (unsigned long long)v, got, hex);
 }
 
 START_TEST(varints) {
@@ -62,8 +61,7 @@ static void expect_buf(const struct sbuf *b, const char *hex) {
   char got[256] = "";
   ck_assert_int_eq(b->err, 0);
   ck_assert_uint_lt(b->len, sizeof(got) / 2);
-  for (size_t i = 0; i < b->len; i++)
-    sprintf(got + 2 * i, "%02x", (unsigned char)b->buf[i]);
+  for (size_t i = 0; i < b->len; i++) sprintf(got + 2 * i, "%02x", (unsigned char)b->buf[i]);
   ck_assert_msg(!strcmp(got, hex), "encoded %s, wanted %s", got, hex);
 }
 

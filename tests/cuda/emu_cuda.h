@@ -159,8 +159,7 @@ static void syncthreads() {
   swapcontext(&ctx[current], &sched);
 }
 
-template <class F>
-static void launch(unsigned grid, unsigned block, F body) {
+template <class F> static void launch(unsigned grid, unsigned block, F body) {
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
   for (unsigned b = 0; b < grid; b++) {
@@ -172,11 +171,9 @@ static void launch(unsigned grid, unsigned block, F body) {
   }
 }
 
-template <class F>
-static void launch_sync(unsigned grid, unsigned block, F body) {
+template <class F> static void launch_sync(unsigned grid, unsigned block, F body) {
   if (block > kMaxThreads) std::abort();
-  if (!stacks && !(stacks = (char *)std::malloc(kMaxThreads * kStack)))
-    std::abort();
+  if (!stacks && !(stacks = (char *)std::malloc(kMaxThreads * kStack))) std::abort();
   const bool quick = use_fast();
   (void)quick; /* (without the switch above) */
   std::function<void()> f = body;
@@ -217,7 +214,7 @@ static void launch_sync(unsigned grid, unsigned block, F body) {
   cooperative = false;
   job = nullptr;
 }
-}  // namespace emu
+} // namespace emu
 
 namespace emu {
 static void run_queued(void *p) {
@@ -233,21 +230,17 @@ static void drop_queued(void *p) { delete static_cast<std::function<void()> *>(p
 
 /* A launch is queued on its stream like any other work (mock_cuda.c), or
  * recorded into the graph a capturing stream builds. */
-template <class F>
-static void enqueue(cudaStream_t s, F f) {
-  mock_cuda_enqueue_clone(s, run_queued, new std::function<void()>(f),
-                          clone_queued, drop_queued);
+template <class F> static void enqueue(cudaStream_t s, F f) {
+  mock_cuda_enqueue_clone(s, run_queued, new std::function<void()>(f), clone_queued, drop_queued);
 }
-}  // namespace emu
+} // namespace emu
 
 #define __syncthreads() emu::syncthreads()
-#define CUOPS_LAUNCH(kernel, grid, stream, ...)                        \
-  emu::enqueue((stream), [=]() {                                       \
-    emu::launch((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); \
-  })
-#define CUOPS_LAUNCH_SYNC(kernel, grid, stream, ...)                        \
-  emu::enqueue((stream), [=]() {                                            \
-    emu::launch_sync((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); \
-  })
+#define CUOPS_LAUNCH(kernel, grid, stream, ...)                                                    \
+  emu::enqueue((stream),                                                                           \
+               [=]() { emu::launch((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); })
+#define CUOPS_LAUNCH_SYNC(kernel, grid, stream, ...)                                               \
+  emu::enqueue((stream),                                                                           \
+               [=]() { emu::launch_sync((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); })
 
 #endif

@@ -24,10 +24,8 @@ static cudaError_t last = cudaSuccess;
 cudaError_t cudaGetDeviceCount(int *count) {
   *count = 0;
   if (!strcmp(state(), "no_device")) return last = cudaErrorNoDevice;
-  if (!strcmp(state(), "insufficient_driver"))
-    return last = cudaErrorInsufficientDriver;
-  if (!strcmp(state(), "system_not_ready"))
-    return last = cudaErrorSystemNotReady;
+  if (!strcmp(state(), "insufficient_driver")) return last = cudaErrorInsufficientDriver;
+  if (!strcmp(state(), "system_not_ready")) return last = cudaErrorSystemNotReady;
   *count = 1;
   return cudaSuccess;
 }
@@ -38,8 +36,7 @@ cudaError_t cudaSetDevice(int dev) {
 
 cudaError_t cudaFree(void *p) {
   if (p) return last = cudaErrorInvalidValue;
-  if (!strcmp(state(), "devices_unavailable"))
-    return last = cudaErrorDevicesUnavailable;
+  if (!strcmp(state(), "devices_unavailable")) return last = cudaErrorDevicesUnavailable;
   if (!strcmp(state(), "context_oom")) return last = cudaErrorMemoryAllocation;
   return cudaSuccess;
 }
@@ -53,28 +50,39 @@ cudaError_t cudaGetLastError(void) {
 /* The real runtime's names and sentences (CUDA 13). */
 const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-    case cudaErrorSystemNotReady: return "cudaErrorSystemNotReady";
-    case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    default: return "cudaErrorUnknown";
+  case cudaSuccess:
+    return "cudaSuccess";
+  case cudaErrorNoDevice:
+    return "cudaErrorNoDevice";
+  case cudaErrorInsufficientDriver:
+    return "cudaErrorInsufficientDriver";
+  case cudaErrorSystemNotReady:
+    return "cudaErrorSystemNotReady";
+  case cudaErrorDevicesUnavailable:
+    return "cudaErrorDevicesUnavailable";
+  case cudaErrorMemoryAllocation:
+    return "cudaErrorMemoryAllocation";
+  default:
+    return "cudaErrorUnknown";
   }
 }
 
 const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInsufficientDriver:
-      return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorSystemNotReady:
-      return "system not yet initialized";
-    case cudaErrorDevicesUnavailable:
-      return "CUDA-capable device(s) is/are busy or unavailable";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    default: return "unknown error";
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorNoDevice:
+    return "no CUDA-capable device is detected";
+  case cudaErrorInsufficientDriver:
+    return "CUDA driver version is insufficient for CUDA runtime version";
+  case cudaErrorSystemNotReady:
+    return "system not yet initialized";
+  case cudaErrorDevicesUnavailable:
+    return "CUDA-capable device(s) is/are busy or unavailable";
+  case cudaErrorMemoryAllocation:
+    return "out of memory";
+  default:
+    return "unknown error";
   }
 }
 
@@ -85,26 +93,23 @@ static char last_error[128];
 const char *backend_cuda_last_error(void) { return last_error; }
 int backend_cuda_device_count(void) { return 1; }
 
-static int stub_create(const struct model_spec *m, const struct optim_spec *o,
-                       int max_batch, const struct backend_opts *opts,
-                       struct backend **out) {
+static int stub_create(const struct model_spec *m, const struct optim_spec *o, int max_batch,
+                       const struct backend_opts *opts, struct backend **out) {
   (void)m, (void)o, (void)max_batch, (void)opts;
   *out = NULL;
   strcpy(last_error, "fake CUDA backend: create reached (the probe passed)");
   return -EIO;
 }
 
-const struct backend_ops backend_cuda_ops = {.name = "cuda",
-                                             .create = stub_create};
+const struct backend_ops backend_cuda_ops = {.name = "cuda", .create = stub_create};
 
 /* The fast steps (plugin ABI 2): never reached, create always fails. */
-int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix,
-                          const uint8_t *labels, int64_t n) {
+int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix, const uint8_t *labels,
+                          int64_t n) {
   (void)b, (void)which, (void)pix, (void)labels, (void)n;
   return -EIO;
 }
-int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx,
-                           int64_t n) {
+int backend_cuda_set_order(struct backend *b, int which, const int32_t *idx, int64_t n) {
   (void)b, (void)which, (void)idx, (void)n;
   return -EIO;
 }
@@ -112,13 +117,11 @@ int backend_cuda_train_next(struct backend *b, int n) {
   (void)b, (void)n;
   return -EIO;
 }
-int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows,
-                           int *nonfinite) {
+int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows, int *nonfinite) {
   (void)b, (void)loss_sum, (void)rows, (void)nonfinite;
   return -EIO;
 }
-int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum,
-                              int64_t *correct) {
+int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum, int64_t *correct) {
   (void)b, (void)which, (void)loss_sum, (void)correct;
   return -EIO;
 }

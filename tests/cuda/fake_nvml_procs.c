@@ -22,13 +22,11 @@ int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, void **dev) {
   return 0;
 }
 
-int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *count,
-                                            struct proc *out) {
+int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *count, struct proc *out) {
   const char *mb = getenv("FAKE_NVML_USED_MB");
   if (dev != &dev0 || *count < 2) return 7; /* INSUFFICIENT_SIZE */
   out[0] = (struct proc){(unsigned)getpid() + 1, 999ULL << 20, 0, 0};
-  out[1] = (struct proc){(unsigned)getpid(),
-                         (unsigned long long)(mb ? atoll(mb) : 0) << 20, 0, 0};
+  out[1] = (struct proc){(unsigned)getpid(), (unsigned long long)(mb ? atoll(mb) : 0) << 20, 0, 0};
   *count = 2;
   return 0;
 }

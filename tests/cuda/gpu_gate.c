@@ -35,10 +35,9 @@ int gpu_test_gate(int need) {
   int require = (req && !strcmp(req, "1")) || smi_lists_gpu();
   char msg[512];
   int v = gpu_skip_decide((int)e, cudaGetErrorName(e), cudaGetErrorString(e),
-                          e == cudaErrorNoDevice,
-                          e == cudaErrorInsufficientDriver,
-                          e == cudaErrorInsufficientDriver && driver_present(),
-                          count, need, require, msg, sizeof(msg));
+                          e == cudaErrorNoDevice, e == cudaErrorInsufficientDriver,
+                          e == cudaErrorInsufficientDriver && driver_present(), count, need,
+                          require, msg, sizeof(msg));
   printf("%s\n", msg);
   fflush(stdout);
   return v;

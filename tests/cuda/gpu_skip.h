@@ -19,9 +19,9 @@
  * insufficient_driver: err is cudaErrorInsufficientDriver; driver_present:
  * libcuda.so.1 loads; require: CTUNE_REQUIRE_GPU=1 or nvidia-smi lists a GPU.
  * Writes the line to print into msg. */
-int gpu_skip_decide(int err, const char *err_name, const char *err_text,
-                    int no_device, int insufficient_driver, int driver_present,
-                    int count, int need, int require, char *msg, size_t len);
+int gpu_skip_decide(int err, const char *err_name, const char *err_text, int no_device,
+                    int insufficient_driver, int driver_present, int count, int need, int require,
+                    char *msg, size_t len);
 
 /* Asks the runtime and the machine, prints the verdict's line, returns
  * GPU_RUN, GPU_SKIP (exit 77) or GPU_FAIL (exit 1). need: devices the test

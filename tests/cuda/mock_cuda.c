@@ -29,7 +29,6 @@
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-
 /* One queued piece of work; fn runs it and frees arg. */
 struct op {
   void (*fn)(void *arg);
@@ -55,8 +54,13 @@ struct CUevent_st {
 static cudaStream_t streams[MAX_STREAMS];
 static int n_streams;
 static long streams_created;
-struct cublasContext { int dev; cudaStream_t stream; };
-struct ncclComm { int rank, nranks, dev; };
+struct cublasContext {
+  int dev;
+  cudaStream_t stream;
+};
+struct ncclComm {
+  int rank, nranks, dev;
+};
 
 #define MAX_ALLOCS 4096
 struct block {
@@ -108,8 +112,7 @@ static void die(const char *fmt, const char *what, long a, long b) {
 
 static struct block *find(const void *p) {
   for (int i = 0; i < n_blocks; i++)
-    if ((const char *)p >= blocks[i].p &&
-        (const char *)p < blocks[i].p + blocks[i].size)
+    if ((const char *)p >= blocks[i].p && (const char *)p < blocks[i].p + blocks[i].size)
       return &blocks[i];
   return NULL;
 }
@@ -119,14 +122,12 @@ static struct block *find(const void *p) {
 void mock_cuda_dev_range(const void *p, size_t bytes, const char *what) {
   if (bytes == 0) return;
   struct block *b = find(p);
-  if (!b || b->dev < 0)
-    die("%s: pointer is not device memory (%ld, %ld)", what, 0, 0);
+  if (!b || b->dev < 0) die("%s: pointer is not device memory (%ld, %ld)", what, 0, 0);
   if ((const char *)p + bytes > b->p + b->size)
     die("%s: %ld bytes past the end of a %ld-byte allocation", what,
         (long)((const char *)p + bytes - (b->p + b->size)), (long)b->size);
   if (b->dev != cur_dev)
-    die("%s: memory of device %ld used while device %ld is current", what,
-        b->dev, cur_dev);
+    die("%s: memory of device %ld used while device %ld is current", what, b->dev, cur_dev);
 }
 
 /* Host side of a copy: pinned blocks are range-checked, pageable memory is
@@ -141,8 +142,7 @@ static void host_range(const void *p, size_t bytes, const char *what) {
 
 static void on_current(int dev, const char *what) {
   if (dev != cur_dev)
-    die("%s: object of device %ld used while device %ld is current", what, dev,
-        cur_dev);
+    die("%s: object of device %ld used while device %ld is current", what, dev, cur_dev);
 }
 
 /* ---- streams --------------------------------------------------------- */
@@ -198,8 +198,10 @@ static void queue_op(cudaStream_t s, void (*fn)(void *), void *arg) {
   struct op *o = malloc(sizeof(*o));
   if (!o) die("%s: out of host memory", "enqueue", 0, 0);
   *o = (struct op){fn, arg, NULL};
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   s->enqueued++;
   if (s->eager) run_all(s);
@@ -220,8 +222,7 @@ static void graph_add(struct CUgraph_st *g, void (*fn)(void *), void *arg,
   *q = (struct gnode){fn, arg, clone, destroy ? destroy : free};
   if (!clone) {
     if (arg != last_args)
-      die("%s: captured call without copyable arguments (%ld, %ld)", "graph",
-          0, 0);
+      die("%s: captured call without copyable arguments (%ld, %ld)", "graph", 0, 0);
     size_t *t = malloc(sizeof(size_t) + last_args_size);
     if (!t) die("%s: out of host memory", "graph", 0, 0);
     t[0] = last_args_size;
@@ -233,8 +234,7 @@ static void graph_add(struct CUgraph_st *g, void (*fn)(void *), void *arg,
 }
 
 void mock_cuda_enqueue_clone(cudaStream_t s, void (*fn)(void *), void *arg,
-                             void *(*clone)(const void *),
-                             void (*destroy)(void *)) {
+                             void *(*clone)(const void *), void (*destroy)(void *)) {
   if (s && s->capturing) {
     if (!clone) die("%s: no clone function (%ld, %ld)", "capture", 0, 0);
     graph_add(s->capturing, fn, arg, clone, destroy);
@@ -263,8 +263,10 @@ void mock_cuda_enqueue(cudaStream_t s, void (*fn)(void *), void *arg) {
   struct op *o = malloc(sizeof(*o));
   if (!o) die("%s: out of host memory", "enqueue", 0, 0);
   *o = (struct op){fn, arg, NULL};
-  if (s->tail) s->tail->next = o;
-  else s->head = o;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
   s->tail = o;
   s->enqueued++;
   if (s->eager) run_all(s);
@@ -285,12 +287,10 @@ static void on_stream_not_capturing(cudaStream_t s, const char *what) {
 }
 
 static void no_capture_anywhere(const char *what) {
-  for (int i = 0; i < n_streams; i++)
-    on_stream_not_capturing(streams[i], what);
+  for (int i = 0; i < n_streams; i++) on_stream_not_capturing(streams[i], what);
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t s,
-                                   enum cudaStreamCaptureMode mode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
   (void)mode;
   if (mock_cuda_failing()) return cudaErrorUnknown;
   if (!s) return cudaErrorStreamCaptureUnsupported;
@@ -311,10 +311,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamIsCapturing(cudaStream_t s,
-                                  enum cudaStreamCaptureStatus *st) {
-  *st = s && s->capturing ? cudaStreamCaptureStatusActive
-                          : cudaStreamCaptureStatusNone;
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
+  *st = s && s->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 
@@ -331,8 +329,7 @@ static void *node_clone(const struct gnode *q) {
 }
 
 /* The executable copy owns its own templates. */
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g,
-                                 unsigned long long flags) {
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
   (void)flags;
   if (mock_cuda_failing()) return cudaErrorUnknown;
   struct CUgraphExec_st *x = calloc(1, sizeof(*x));
@@ -368,8 +365,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
   on_current(s->dev, "cudaGraphLaunch");
   on_stream_not_capturing(s, "cudaGraphLaunch");
   if (e->g.dev != s->dev)
-    die("%s: graph of device %ld launched on a stream of %ld", "cudaGraphLaunch",
-        e->g.dev, s->dev);
+    die("%s: graph of device %ld launched on a stream of %ld", "cudaGraphLaunch", e->g.dev, s->dev);
   counts.graph_launches++;
   counts.submits++;
   for (int i = 0; i < e->g.n; i++) {
@@ -426,10 +422,14 @@ cudaError_t cudaGetLastError(void) {
 
 const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorMemoryAllocation: return "out of memory (mock)";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected (mock)";
-    default: return "unknown error (mock)";
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorMemoryAllocation:
+    return "out of memory (mock)";
+  case cudaErrorNoDevice:
+    return "no CUDA-capable device is detected (mock)";
+  default:
+    return "unknown error (mock)";
   }
 }
 
@@ -542,8 +542,8 @@ static void run_copy(void *arg) {
 
 /* Pinned memory is read and written when the copy runs; pageable memory is
  * staged at the call (H2D) or waited for (D2H), as CUDA does. */
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
-                            enum cudaMemcpyKind kind, cudaStream_t s) {
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
   if (mock_cuda_failing()) return cudaErrorUnknown;
   if (s) on_current(s->dev, "cudaMemcpyAsync stream");
   int pageable = 0;
@@ -559,11 +559,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
     die("%s: unexpected copy kind %ld", "cudaMemcpyAsync", (long)kind, 0);
   }
   if (pageable && s && s->capturing)
-    die("%s: pageable host memory in a captured copy (%ld, %ld)",
-        "cudaMemcpyAsync", 0, 0);
+    die("%s: pageable host memory in a captured copy (%ld, %ld)", "cudaMemcpyAsync", 0, 0);
   struct copy_args a = {dst, src, n, NULL};
-  if (pageable && kind == cudaMemcpyHostToDevice)
-    a.staged = mock_cuda_args(src, n ? n : 1);
+  if (pageable && kind == cudaMemcpyHostToDevice) a.staged = mock_cuda_args(src, n ? n : 1);
   mock_cuda_enqueue(s, run_copy, mock_cuda_args(&a, sizeof(a)));
   if (pageable && kind == cudaMemcpyDeviceToHost && s) {
     counts.syncs++; /* the host waits for a pageable download */
@@ -572,8 +570,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
-                       enum cudaMemcpyKind kind) {
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
   return cudaMemcpyAsync(dst, src, n, kind, NULL);
 }
 
@@ -598,9 +595,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void *p, int v, size_t n) {
-  return cudaMemsetAsync(p, v, n, NULL);
-}
+cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, NULL); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   (void)flags;
@@ -674,7 +669,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (mock_cuda_failing()) return cudaErrorUnknown;
   on_current(s->dev, "cudaEventRecord stream");
-  if (e->dev != s->dev) die("%s: event of device %ld, stream of %ld", "cudaEventRecord", e->dev, s->dev);
+  if (e->dev != s->dev)
+    die("%s: event of device %ld, stream of %ld", "cudaEventRecord", e->dev, s->dev);
   e->s = s;
   e->pos = s->enqueued;
   return cudaSuccess;
@@ -722,7 +718,8 @@ cublasStatus_t cublasDestroy(cublasHandle_t h) {
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
   if (mock_cuda_failing()) return CUBLAS_STATUS_INTERNAL_ERROR;
   on_current(h->dev, "cublasSetStream");
-  if (s->dev != h->dev) die("%s: stream of device %ld, handle of %ld", "cublasSetStream", s->dev, h->dev);
+  if (s->dev != h->dev)
+    die("%s: stream of device %ld, handle of %ld", "cublasSetStream", s->dev, h->dev);
   h->stream = s;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -775,9 +772,8 @@ enum { GEMM_I = 4, GEMM_J = 2 };
  * and written with the sanitizers on, in the packing and the stores. Left
  * out of ASan and UBSan, which made this loop 4x slower and it was most
  * of the double's time under them. */
-__attribute__((no_sanitize("address", "undefined")))
-static void gemm_block(const float *at, int m, const float *b0, int k,
-                       double acc[GEMM_J][GEMM_I]) {
+__attribute__((no_sanitize("address", "undefined"))) static void
+gemm_block(const float *at, int m, const float *b0, int k, double acc[GEMM_J][GEMM_I]) {
   const float *b1 = b0 + k;
   double c00 = 0, c01 = 0, c02 = 0, c03 = 0; /* (named: kept in registers) */
   double c10 = 0, c11 = 0, c12 = 0, c13 = 0;
@@ -812,10 +808,12 @@ static void run_gemm(void *arg) {
   float *at = pack, *bp = pack + (size_t)m * k;
   for (int p = 0; p < k; p++)
     for (int i = 0; i < m; i++)
-      at[(size_t)p * m + i] = g->ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+      at[(size_t)p * m + i] =
+          g->ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
   for (int j = 0; j < n; j++)
     for (int p = 0; p < k; p++)
-      bp[(size_t)j * k + p] = g->tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
+      bp[(size_t)j * k + p] =
+          g->tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
   const int mb = m - m % GEMM_I, nb = n - n % GEMM_J;
   for (int j = 0; j < nb; j += GEMM_J)
     for (int i = 0; i < mb; i += GEMM_I) {
@@ -841,18 +839,17 @@ static void run_gemm(void *arg) {
 
 /* Column-major C = alpha op(A) op(B) + beta C with cuBLAS's argument rules;
  * beta 0 never reads C (it may hold NaN). Runs on the handle's stream. */
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta,
-                           cublasOperation_t tb, int m, int n, int k,
-                           const float *alpha, const float *A, int lda,
-                           const float *B, int ldb, const float *beta,
-                           float *C, int ldc) {
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc) {
   if (mock_cuda_failing()) return CUBLAS_STATUS_EXECUTION_FAILED;
   on_current(h->dev, "cublasSgemm handle");
-  if (!h->stream || h->stream->dev != cur_dev) die("%s: no stream of device %ld", "cublasSgemm", cur_dev, 0);
+  if (!h->stream || h->stream->dev != cur_dev)
+    die("%s: no stream of device %ld", "cublasSgemm", cur_dev, 0);
   int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
   int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
-  if (m < 0 || n < 0 || k < 0 || lda < (ar > 1 ? ar : 1) ||
-      ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1))
+  if (m < 0 || n < 0 || k < 0 || lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) ||
+      ldc < (m > 1 ? m : 1))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   mock_cuda_dev_range(A, ((size_t)lda * (ac - 1) + ar) * sizeof(float), "cublasSgemm A");
@@ -963,25 +960,24 @@ ncclResult_t ncclGroupEnd(void) {
   }
   for (int r = 0; r < nranks; r++) {
     struct coll_arg a = {c, r};
-    mock_cuda_enqueue(queue[r].stream, run_collective,
-                      mock_cuda_args(&a, sizeof(a)));
+    mock_cuda_enqueue(queue[r].stream, run_collective, mock_cuda_args(&a, sizeof(a)));
   }
   n_queued = 0;
   return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
-                           ncclDataType_t type, ncclRedOp_t op, ncclComm_t c,
-                           cudaStream_t s) {
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
   if (mock_cuda_failing()) {
     if (group_depth) group_error = ncclInternalError;
     return ncclInternalError;
   }
-  if (type != ncclFloat || (op != ncclAvg && op != ncclSum))
-    return ncclInvalidArgument;
+  if (type != ncclFloat || (op != ncclAvg && op != ncclSum)) return ncclInvalidArgument;
   if (!group_depth && c->nranks > 1)
-    die("%s: %ld ranks from one thread outside a group would deadlock", "ncclAllReduce", c->nranks, 0);
-  if (s->dev != c->dev) die("%s: stream of device %ld, communicator of %ld", "ncclAllReduce", s->dev, c->dev);
+    die("%s: %ld ranks from one thread outside a group would deadlock", "ncclAllReduce", c->nranks,
+        0);
+  if (s->dev != c->dev)
+    die("%s: stream of device %ld, communicator of %ld", "ncclAllReduce", s->dev, c->dev);
   int saved = cur_dev;
   cur_dev = c->dev; /* NCCL does not need the device current; check ranges on its own */
   mock_cuda_dev_range(send, count * sizeof(float), "ncclAllReduce send");

@@ -50,8 +50,7 @@ void mock_cuda_enqueue(cudaStream_t s, void (*fn)(void *), void *arg);
  * copies them for each launch of a graph that captured the call, destroy
  * frees a copy that never ran. */
 void mock_cuda_enqueue_clone(cudaStream_t s, void (*fn)(void *), void *arg,
-                             void *(*clone)(const void *),
-                             void (*destroy)(void *));
+                             void *(*clone)(const void *), void (*destroy)(void *));
 /* A heap copy of size bytes at src, for a queued call's arguments. */
 void *mock_cuda_args(const void *src, size_t size);
 

@@ -4,10 +4,15 @@
 
 const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    default: return "cudaErrorUnknown";
+  case cudaSuccess:
+    return "cudaSuccess";
+  case cudaErrorMemoryAllocation:
+    return "cudaErrorMemoryAllocation";
+  case cudaErrorNoDevice:
+    return "cudaErrorNoDevice";
+  case cudaErrorInvalidDevice:
+    return "cudaErrorInvalidDevice";
+  default:
+    return "cudaErrorUnknown";
   }
 }

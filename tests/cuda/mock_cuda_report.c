@@ -14,7 +14,7 @@ __attribute__((destructor)) static void mock_cuda_report(void) {
   mock_cuda_get_counts(&c);
   FILE *f = fopen(path, "w");
   if (!f) return;
-  fprintf(f, "{\"submits\": %ld, \"graph_launches\": %ld, \"syncs\": %ld}\n",
-          c.submits, c.graph_launches, c.syncs);
+  fprintf(f, "{\"submits\": %ld, \"graph_launches\": %ld, \"syncs\": %ld}\n", c.submits,
+          c.graph_launches, c.syncs);
   fclose(f);
 }

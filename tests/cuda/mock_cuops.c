@@ -14,12 +14,12 @@
 #define F sizeof(float)
 
 /* Checks the launch, then queues body(args) on the stream. */
-#define LAUNCH(stream, body, args)                                      \
-  do {                                                                  \
-    if (mock_cuda_failing()) return -EIO;                               \
-    mock_cuda_on_stream((stream), "kernel stream");                     \
-    mock_cuda_enqueue((stream), body, mock_cuda_args(&(args), sizeof(args))); \
-    return 0;                                                           \
+#define LAUNCH(stream, body, args)                                                                 \
+  do {                                                                                             \
+    if (mock_cuda_failing()) return -EIO;                                                          \
+    mock_cuda_on_stream((stream), "kernel stream");                                                \
+    mock_cuda_enqueue((stream), body, mock_cuda_args(&(args), sizeof(args)));                      \
+    return 0;                                                                                      \
   } while (0)
 
 struct conv_args {
@@ -51,12 +51,12 @@ static void check_conv(const struct conv_args *a, const char *what) {
   mock_cuda_dev_range(a->col ? (const void *)a->col : (const void *)a->in,
                       (size_t)(a->c * a->k * a->k * npix) * F, what);
   const void *img = a->out ? (const void *)a->out : (const void *)a->in;
-  mock_cuda_dev_range(img, (size_t)((a->n - 1) * a->sn + (a->c - 1) * a->sc +
-                                    a->h * a->w) * F, what);
+  mock_cuda_dev_range(img, (size_t)((a->n - 1) * a->sn + (a->c - 1) * a->sc + a->h * a->w) * F,
+                      what);
 }
 
-int cuops_im2col(const float *in, float *col, int n, int c, int h, int w,
-                 int k, int64_t sn, int64_t sc, cudaStream_t s) {
+int cuops_im2col(const float *in, float *col, int n, int c, int h, int w, int k, int64_t sn,
+                 int64_t sc, cudaStream_t s) {
   struct conv_args a = {in, col, NULL, n, c, h, w, k, sn, sc};
   check_conv(&a, "im2col");
   LAUNCH(s, run_im2col, a);
@@ -82,8 +82,8 @@ static void run_col2im(void *arg) {
   free(a);
 }
 
-int cuops_col2im(const float *col, float *in, int n, int c, int h, int w,
-                 int k, int64_t sn, int64_t sc, cudaStream_t s) {
+int cuops_col2im(const float *col, float *in, int n, int c, int h, int w, int k, int64_t sn,
+                 int64_t sc, cudaStream_t s) {
   /* in: the col matrix read; out: the image written */
   struct conv_args a = {col, NULL, in, n, c, h, w, k, sn, sc};
   const int oh = h - k + 1, ow = w - k + 1;
@@ -109,8 +109,8 @@ static void run_bias_act(void *arg) {
   free(a);
 }
 
-int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols,
-                   int per_row, int relu, cudaStream_t s) {
+int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols, int per_row, int relu,
+                   cudaStream_t s) {
   struct bias_args a = {y, bias, rows, cols, per_row, relu};
   mock_cuda_dev_range(y, (size_t)(rows * cols) * F, "bias_act y");
   mock_cuda_dev_range(bias, (size_t)(per_row ? rows : cols) * F, "bias_act bias");
@@ -129,8 +129,7 @@ static void run_relu_backward(void *arg) {
   free(a);
 }
 
-int cuops_relu_backward(const float *y, float *dy, int64_t count,
-                        cudaStream_t s) {
+int cuops_relu_backward(const float *y, float *dy, int64_t count, cudaStream_t s) {
   struct relu_args a = {y, dy, count};
   mock_cuda_dev_range(y, (size_t)count * F, "relu_backward y");
   mock_cuda_dev_range(dy, (size_t)count * F, "relu_backward dy");
@@ -164,8 +163,8 @@ static void run_maxpool_forward(void *arg) {
   free(a);
 }
 
-int cuops_maxpool_forward(const float *in, float *out, int32_t *arg,
-                          int64_t planes, int h, int w, int p, cudaStream_t s) {
+int cuops_maxpool_forward(const float *in, float *out, int32_t *arg, int64_t planes, int h, int w,
+                          int p, cudaStream_t s) {
   struct pool_args a = {in, out, arg, planes, h, w, p};
   const int ph = h / p, pw = w / p;
   mock_cuda_dev_range(in, (size_t)(planes * h * w) * F, "maxpool in");
@@ -184,9 +183,8 @@ static void run_maxpool_backward(void *arg) {
   free(a);
 }
 
-int cuops_maxpool_backward(const float *dout, const int32_t *arg, float *din,
-                           int64_t planes, int h, int w, int p,
-                           cudaStream_t s) {
+int cuops_maxpool_backward(const float *dout, const int32_t *arg, float *din, int64_t planes, int h,
+                           int w, int p, cudaStream_t s) {
   struct pool_args a = {dout, din, (int32_t *)arg, planes, h, w, p};
   const int ph = h / p, pw = w / p;
   mock_cuda_dev_range(din, (size_t)(planes * h * w) * F, "maxpool_backward din");
@@ -208,14 +206,16 @@ static void run_permute(void *arg) {
       for (int q = 0; q < a->hw; q++) {
         int64_t cn = ((int64_t)ch * a->n + b) * a->hw + q;
         int64_t nc = ((int64_t)b * a->c + ch) * a->hw + q;
-        if (a->to_nchw) a->out[nc] = a->in[cn];
-        else a->out[cn] = a->in[nc];
+        if (a->to_nchw)
+          a->out[nc] = a->in[cn];
+        else
+          a->out[cn] = a->in[nc];
       }
   free(a);
 }
 
-int cuops_permute_cn(const float *in, float *out, int c, int n, int hw,
-                     int to_nchw, cudaStream_t s) {
+int cuops_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw,
+                     cudaStream_t s) {
   struct permute_args a = {in, out, c, n, hw, to_nchw};
   mock_cuda_dev_range(in, (size_t)c * n * hw * F, "permute in");
   mock_cuda_dev_range(out, (size_t)c * n * hw * F, "permute out");
@@ -233,15 +233,14 @@ static void run_sum(void *arg) {
   struct sum_args *a = arg;
   for (int o = 0; o < a->n_out; o++) {
     double acc = 0;
-    for (int64_t j = 0; j < a->n_red; j++)
-      acc += a->in[o * a->out_stride + j * a->red_stride];
+    for (int64_t j = 0; j < a->n_red; j++) acc += a->in[o * a->out_stride + j * a->red_stride];
     a->out[o] = (float)acc;
   }
   free(a);
 }
 
-int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red,
-                      int64_t out_stride, int64_t red_stride, cudaStream_t s) {
+int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
+                      int64_t red_stride, cudaStream_t s) {
   struct sum_args a = {in, out, n_out, n_red, out_stride, red_stride};
   mock_cuda_dev_range(out, (size_t)n_out * F, "sum_strided out");
   mock_cuda_dev_range(in, (size_t)((n_out - 1) * out_stride + (n_red - 1) * red_stride + 1) * F,
@@ -273,15 +272,13 @@ static void run_xent(void *arg) {
     a->row_correct[r] = best == label;
     if (a->dlogits)
       for (int j = 0; j < a->classes; j++)
-        a->dlogits[(int64_t)r * a->classes + j] =
-            ct_xent_grad(x[j], m, sum, j == label, a->scale);
+        a->dlogits[(int64_t)r * a->classes + j] = ct_xent_grad(x[j], m, sum, j == label, a->scale);
   }
   free(a);
 }
 
-int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss,
-               int32_t *row_correct, float *dlogits, int n, int classes,
-               float scale, cudaStream_t s) {
+int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss, int32_t *row_correct,
+               float *dlogits, int n, int classes, float scale, cudaStream_t s) {
   struct xent_args a = {logits, labels, row_loss, row_correct, dlogits, n, classes, scale};
   mock_cuda_dev_range(logits, (size_t)n * classes * F, "xent logits");
   mock_cuda_dev_range(labels, (size_t)n, "xent labels");
@@ -309,8 +306,8 @@ static void run_sums(void *arg) {
   free(a);
 }
 
-int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
-                    double *out_loss, int32_t *out_correct, cudaStream_t s) {
+int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n, double *out_loss,
+                    int32_t *out_correct, cudaStream_t s) {
   struct sums_args a = {row_loss, row_correct, n, out_loss, out_correct};
   mock_cuda_dev_range(row_loss, (size_t)n * F, "xent_sums row_loss");
   mock_cuda_dev_range(row_correct, (size_t)n * sizeof(int32_t), "xent_sums row_correct");
@@ -330,15 +327,14 @@ struct optim_args {
 static void run_optim(void *arg) {
   struct optim_args *a = arg;
   for (int64_t i = 0; i < a->count; i++)
-    a->p[i] = a->adam ? ct_adam_update(a->p[i], &a->m[i], &a->v[i], a->g[i], a->lr,
-                                       a->beta1, a->beta2, a->eps, a->wd, a->bc1, a->bc2)
-                      : ct_sgd_update(a->p[i], &a->v[i], a->g[i], a->lr,
-                                      a->momentum, a->wd);
+    a->p[i] = a->adam ? ct_adam_update(a->p[i], &a->m[i], &a->v[i], a->g[i], a->lr, a->beta1,
+                                       a->beta2, a->eps, a->wd, a->bc1, a->bc2)
+                      : ct_sgd_update(a->p[i], &a->v[i], a->g[i], a->lr, a->momentum, a->wd);
   free(a);
 }
 
-int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr,
-              float momentum, float weight_decay, cudaStream_t s) {
+int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr, float momentum,
+              float weight_decay, cudaStream_t s) {
   struct optim_args a = {p, NULL, v, g, count, lr, momentum, 0, 0, 0, weight_decay, 0, 0, 0};
   mock_cuda_dev_range(p, (size_t)count * F, "sgd p");
   mock_cuda_dev_range(v, (size_t)count * F, "sgd v");
@@ -346,9 +342,8 @@ int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr,
   LAUNCH(s, run_optim, a);
 }
 
-int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count,
-               float lr, float beta1, float beta2, float eps,
-               float weight_decay, float bc1, float bc2, cudaStream_t s) {
+int cuops_adam(float *p, float *m, float *v, const float *g, int64_t count, float lr, float beta1,
+               float beta2, float eps, float weight_decay, float bc1, float bc2, cudaStream_t s) {
   struct optim_args a = {p, m, v, g, count, lr, 0, beta1, beta2, eps, weight_decay, bc1, bc2, 1};
   mock_cuda_dev_range(p, (size_t)count * F, "adam p");
   mock_cuda_dev_range(m, (size_t)count * F, "adam m");
@@ -399,9 +394,9 @@ static void run_gather(void *arg) {
   free(a);
 }
 
-int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab,
-                    const int32_t *order, const int64_t *cursor, int first,
-                    int n, int64_t dim, float *x, uint8_t *y, cudaStream_t s) {
+int cuops_gather_u8(const uint8_t *pix, const uint8_t *lab, const int32_t *order,
+                    const int64_t *cursor, int first, int n, int64_t dim, float *x, uint8_t *y,
+                    cudaStream_t s) {
   struct gather_args a = {pix, lab, order, cursor, first, n, dim, x, y};
   if (n <= 0 || dim <= 0) return 0;
   mock_cuda_dev_range(cursor, sizeof(int64_t), "gather_u8 cursor");
@@ -443,17 +438,15 @@ static void run_adam_dev(void *arg) {
   a->bc[0] = (float)(1.0 - pow(a->beta1, (double)t));
   a->bc[1] = (float)(1.0 - pow(a->beta2, (double)t));
   for (int64_t i = 0; i < a->count; i++)
-    a->p[i] = ct_adam_update(a->p[i], &a->m[i], &a->v[i], a->g[i], a->lr,
-                             a->beta1, a->beta2, a->eps, a->wd, a->bc[0], a->bc[1]);
+    a->p[i] = ct_adam_update(a->p[i], &a->m[i], &a->v[i], a->g[i], a->lr, a->beta1, a->beta2,
+                             a->eps, a->wd, a->bc[0], a->bc[1]);
   free(a);
 }
 
-int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count,
-                   float lr, float beta1, float beta2, float eps,
-                   float weight_decay, int64_t *step, float *bc,
-                   cudaStream_t s) {
-  struct adam_dev_args a = {p, m, v, g, count, lr, beta1, beta2, eps,
-                            weight_decay, step, bc};
+int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int64_t *step,
+                   float *bc, cudaStream_t s) {
+  struct adam_dev_args a = {p, m, v, g, count, lr, beta1, beta2, eps, weight_decay, step, bc};
   mock_cuda_dev_range(step, sizeof(int64_t), "adam_dev step");
   mock_cuda_dev_range(bc, 2 * F, "adam_dev bc");
   mock_cuda_dev_range(p, (size_t)count * F, "adam_dev p");
@@ -479,9 +472,8 @@ static void run_acc(void *arg) {
   free(a);
 }
 
-int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct,
-                     double *acc_loss, int64_t *acc_correct,
-                     int32_t *nonfinite, cudaStream_t s) {
+int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct, double *acc_loss,
+                     int64_t *acc_correct, int32_t *nonfinite, cudaStream_t s) {
   struct acc_args a = {sum_loss, sum_correct, acc_loss, acc_correct, nonfinite};
   mock_cuda_dev_range(sum_loss, sizeof(double), "accumulate sum_loss");
   mock_cuda_dev_range(acc_loss, sizeof(double), "accumulate acc_loss");

@@ -38,10 +38,9 @@ static double rel_err(const float *a, const float *b, int64_t n) {
 
 /* Trains `steps` batches of `batch` on `gpus` devices; params, optimiser
  * state and losses out. */
-static void train(const struct model_spec *ms, const struct optim_spec *os,
-                  int gpus, int batch, int steps, const float *p0,
-                  const float *x, const uint8_t *y, float *params, float *opt,
-                  float *losses, double *eval_loss, int *eval_correct) {
+static void train(const struct model_spec *ms, const struct optim_spec *os, int gpus, int batch,
+                  int steps, const float *p0, const float *x, const uint8_t *y, float *params,
+                  float *opt, float *losses, double *eval_loss, int *eval_correct) {
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
   struct backend_opts bo = {1, gpus, 0};
@@ -50,19 +49,17 @@ static void train(const struct model_spec *ms, const struct optim_spec *os,
   ck_assert_msg(rc == 0, "create on %d GPUs: %s", gpus, backend_cuda_last_error());
   ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);
   for (int s = 0; s < steps; s++)
-    ck_assert_int_eq(backend_cuda_ops.train_step(
-                         b, x + (int64_t)s * batch * L.in_dim, y + s * batch,
-                         batch, &losses[s]), 0);
+    ck_assert_int_eq(backend_cuda_ops.train_step(b, x + (int64_t)s * batch * L.in_dim,
+                                                 y + s * batch, batch, &losses[s]),
+                     0);
   ck_assert_int_eq(backend_cuda_ops.get_state(b, params, opt, NULL), 0);
   *eval_loss = 0;
   *eval_correct = 0;
-  ck_assert_int_eq(backend_cuda_ops.evaluate(b, x, y, batch * steps, eval_loss,
-                                             eval_correct), 0);
+  ck_assert_int_eq(backend_cuda_ops.evaluate(b, x, y, batch * steps, eval_loss, eval_correct), 0);
   backend_cuda_ops.destroy(b);
 }
 
-static void check_equivalence(const struct model_spec *ms,
-                              const struct optim_spec *os, int batch) {
+static void check_equivalence(const struct model_spec *ms, const struct optim_spec *os, int batch) {
   const int steps = 5;
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
@@ -81,8 +78,8 @@ static void check_equivalence(const struct model_spec *ms,
   train(ms, os, 1, batch, steps, p0, x, y, p1, o1, l1, &e1, &c1);
   train(ms, os, 2, batch, steps, p0, x, y, p2, o2, l2, &e2, &c2);
   for (int s = 0; s < steps; s++)
-    ck_assert_msg(fabs(l2[s] - l1[s]) <= TOL * fabs(l1[s]),
-                  "step %d loss: 2 GPUs %.8g, 1 GPU %.8g", s, l2[s], l1[s]);
+    ck_assert_msg(fabs(l2[s] - l1[s]) <= TOL * fabs(l1[s]), "step %d loss: 2 GPUs %.8g, 1 GPU %.8g",
+                  s, l2[s], l1[s]);
   double ep = rel_err(p2, p1, P), eo = rel_err(o2, o1, O);
   ck_assert_msg(ep <= TOL, "weights after %d steps: rel err %.3g", steps, ep);
   ck_assert_msg(eo <= TOL_STATE, "optimiser state: rel err %.3g", eo);
@@ -115,8 +112,7 @@ int main(void) {
   const char *seed = getenv("CTUNE_TEST_SEED");
   /* fixed by default so CI runs are repeatable; set it to explore others */
   rng_state = seed && *seed ? strtoull(seed, NULL, 10) : 20261122;
-  printf("test_cuda_dp: seed %llu (CTUNE_TEST_SEED repeats it)\n",
-         (unsigned long long)rng_state);
+  printf("test_cuda_dp: seed %llu (CTUNE_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
   Suite *s = suite_create("cuda_dp");
   TCase *tc = tcase_create("dp");
   tcase_set_timeout(tc, 240);

@@ -19,8 +19,7 @@ static const struct model_spec cnn = {MODEL_CNN, 1, 16, 16, 10, 8, 6};
 
 /* create, set_state, two steps, evaluate, get_state, destroy; the first
  * error, or 0. *destroy_from: the call count when destroy began. */
-static int session(const struct model_spec *ms, int optim, int gpus,
-                   long *destroy_from) {
+static int session(const struct model_spec *ms, int optim, int gpus, long *destroy_from) {
   const struct optim_spec os = {optim, 0.01f, 0.9f, 1e-4f, 0.9f, 0.999f, 1e-8f};
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
@@ -70,16 +69,14 @@ static void inject_everywhere(const struct model_spec *ms, int optim, int gpus) 
     mock_cuda_fail_at(k);
     int rc = session(ms, optim, gpus, &destroy_from);
     mock_cuda_fail_at(0);
-    ck_assert_msg(mock_cuda_live() == 0,
-                  "call %ld of %ld failed: %ld objects left after destroy", k,
-                  total, mock_cuda_live());
+    ck_assert_msg(mock_cuda_live() == 0, "call %ld of %ld failed: %ld objects left after destroy",
+                  k, total, mock_cuda_live());
     /* destroy ignores errors (it frees what it can); everywhere else an
      * injected failure must come back as an error */
     if (target > destroy_from)
       in_destroy++;
     else
-      ck_assert_msg(rc < 0, "call %ld of %ld failed but the session got %d",
-                    k, total, rc);
+      ck_assert_msg(rc < 0, "call %ld of %ld failed but the session got %d", k, total, rc);
   }
   printf("%d GPU(s): all %ld injected failures reported (%d of them inside "
          "destroy, ignored there), nothing leaked\n",
@@ -132,8 +129,7 @@ START_TEST(oom_retry_survives_failures) {
     if (rc == -ENOMEM) {
       retried++;
       float got = step_loss(b, x, y, 2);
-      ck_assert_msg(got == want, "k %ld: loss %.9g after the retry, %.9g fresh",
-                    k, got, want);
+      ck_assert_msg(got == want, "k %ld: loss %.9g after the retry, %.9g fresh", k, got, want);
     }
     backend_cuda_ops.destroy(b);
     ck_assert_int_eq(mock_cuda_live(), 0);

@@ -23,10 +23,8 @@
 
 static const struct model_spec cnn = {MODEL_CNN, 1, 28, 28, 10, 24, 16};
 static const struct model_spec mlp = {MODEL_MLP, 1, 28, 28, 10, 32, 16};
-static const struct optim_spec sgd = {OPTIM_SGD, 0.05f, 0.9f, 1e-4f,
-                                      0.9f, 0.999f, 1e-8f};
-static const struct optim_spec adam = {OPTIM_ADAM, 0.002f, 0, 1e-4f,
-                                       0.9f, 0.999f, 1e-8f};
+static const struct optim_spec sgd = {OPTIM_SGD, 0.05f, 0.9f, 1e-4f, 0.9f, 0.999f, 1e-8f};
+static const struct optim_spec adam = {OPTIM_ADAM, 0.002f, 0, 1e-4f, 0.9f, 0.999f, 1e-8f};
 
 static uint64_t rng = 20261122;
 static uint32_t next_u32(void) {
@@ -83,8 +81,7 @@ static void order_for(int epoch, int32_t *perm, int64_t n) {
   }
 }
 
-static struct backend *make(const struct model_spec *spec,
-                            const struct optim_spec *os, int gpus,
+static struct backend *make(const struct model_spec *spec, const struct optim_spec *os, int gpus,
                             int graphs, const float *p0) {
   struct backend_opts bo = {1, gpus, 0};
   struct backend *b = NULL;
@@ -99,8 +96,7 @@ static struct backend *make(const struct model_spec *spec,
 }
 
 /* EPOCHS epochs on the device path; per-epoch mean losses into out. */
-static void train_device(struct backend *b, const struct data *d,
-                         double *out) {
+static void train_device(struct backend *b, const struct data *d, double *out) {
   int32_t perm[N_TRAIN];
   ck_assert_int_eq(backend_cuda_set_data(b, 0, d->pix, d->lab, d->n), 0);
   for (int e = 0; e < EPOCHS; e++) {
@@ -121,8 +117,8 @@ static void train_device(struct backend *b, const struct data *d,
 }
 
 /* The same epochs through any backend's train_step on host floats. */
-static void train_host(const struct backend_ops *ops, struct backend *b,
-                       const struct data *d, double *out) {
+static void train_host(const struct backend_ops *ops, struct backend *b, const struct data *d,
+                       double *out) {
   int32_t perm[N_TRAIN];
   float *x = malloc((size_t)BATCH * d->dim * sizeof(float));
   uint8_t y[BATCH];
@@ -146,8 +142,7 @@ static void train_host(const struct backend_ops *ops, struct backend *b,
   free(x);
 }
 
-static void params_of(const struct backend_ops *ops, struct backend *b,
-                      float *p) {
+static void params_of(const struct backend_ops *ops, struct backend *b, float *p) {
   int64_t step;
   ck_assert_int_eq(ops->get_state(b, p, NULL, &step), 0);
 }
@@ -168,12 +163,10 @@ START_TEST(one_launch_no_wait_per_step) {
   struct mock_cuda_counts c0, c1, c2;
   mock_cuda_get_counts(&c0);
   const int steps = N_TRAIN / BATCH - 1;
-  for (int s = 0; s < steps; s++)
-    ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
+  for (int s = 0; s < steps; s++) ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
   mock_cuda_get_counts(&c1);
   printf("%d steps: %ld graph launches, %ld submits, %ld host waits\n", steps,
-         c1.graph_launches - c0.graph_launches, c1.submits - c0.submits,
-         c1.syncs - c0.syncs);
+         c1.graph_launches - c0.graph_launches, c1.submits - c0.submits, c1.syncs - c0.syncs);
   ck_assert_int_eq(c1.graph_launches - c0.graph_launches, steps);
   ck_assert_int_eq(c1.submits - c0.submits, steps);
   ck_assert_int_eq(c1.syncs - c0.syncs, 0);
@@ -197,8 +190,7 @@ END_TEST
 /* Graph replay, eager device steps and host-fed steps train the same model:
  * the same losses over EPOCHS epochs (SGD and Adam, a last short batch that
  * is its own graph), and the CPU backend within fp32 summation drift. */
-static void same_losses(const struct model_spec *spec,
-                        const struct optim_spec *os) {
+static void same_losses(const struct model_spec *spec, const struct optim_spec *os) {
   struct data d;
   int64_t np;
   make_data(&d, N_TRAIN - 3, spec->in_c * spec->in_h * spec->in_w);
@@ -216,8 +208,8 @@ static void same_losses(const struct model_spec *spec,
   ck_assert_int_eq(backend_cpu_ops.set_state(cpu, p0, NULL, 0), 0);
   train_host(&backend_cpu_ops, cpu, &d, lc);
   for (int i = 0; i < EPOCHS; i++) {
-    printf("epoch %d: graph %.9f eager %.9f host %.9f cpu %.9f\n", i + 1, lg[i],
-           le[i], lh[i], lc[i]);
+    printf("epoch %d: graph %.9f eager %.9f host %.9f cpu %.9f\n", i + 1, lg[i], le[i], lh[i],
+           lc[i]);
     ck_assert_msg(lg[i] == le[i], "graph and eager differ at epoch %d", i + 1);
     ck_assert(fabs(lg[i] - lh[i]) <= 1e-6 * fabs(lh[i]));
     ck_assert(fabs(lg[i] - lc[i]) <= 1e-4 * fabs(lc[i]));
@@ -252,8 +244,7 @@ START_TEST(two_devices_match_the_graph) {
   struct backend *two = make(&mlp, &sgd, 2, 1, p0);
   train_device(one, &d, l1);
   train_device(two, &d, l2);
-  for (int i = 0; i < EPOCHS; i++)
-    ck_assert(fabs(l1[i] - l2[i]) <= 1e-5 * fabs(l1[i]));
+  for (int i = 0; i < EPOCHS; i++) ck_assert(fabs(l1[i] - l2[i]) <= 1e-5 * fabs(l1[i]));
   backend_cuda_ops.destroy(one);
   backend_cuda_ops.destroy(two);
   free(p0);
@@ -444,8 +435,7 @@ START_TEST(every_failure_is_reported) {
       mock_cuda_fail_at(k);
       int rc = session(&d, p0, gpus);
       mock_cuda_fail_at(0);
-      ck_assert_msg(rc < 0, "failure at call %ld of %ld (gpus %d) was lost", k,
-                    total, gpus);
+      ck_assert_msg(rc < 0, "failure at call %ld of %ld (gpus %d) was lost", k, total, gpus);
       ck_assert_msg(mock_cuda_live() == 0, "leak after failure at call %ld", k);
     }
     printf("gpus %d: %ld failure points\n", gpus, total);

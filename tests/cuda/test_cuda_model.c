@@ -56,7 +56,6 @@ static double rel_err(const float *a, const float *b, int64_t n) {
   return err / scale;
 }
 
-
 /* The CNN's max pools pick the first of their 2x2 window's largest values,
  * and its ReLUs cut at zero. Both backends agree on those rules, but their
  * convolutions sum in different orders (OpenBLAS sgemm against cuBLAS or the
@@ -71,8 +70,8 @@ static double rel_err(const float *a, const float *b, int64_t n) {
  * real routing or indexing error still moves whole windows and fails.
  * Returns the count of such windows, printing them when verbose. */
 #define TIE_GAP 2e-6
-static int cnn_near_ties(const struct model_layout *L, const float *p,
-                         const float *x, int batch, int verbose) {
+static int cnn_near_ties(const struct model_layout *L, const float *p, const float *x, int batch,
+                         int verbose) {
   int ties = 0;
   double *in = NULL, *conv = NULL;
   int in_c = L->layer[0].in_c, in_h = L->layer[0].in_h, in_w = L->layer[0].in_w;
@@ -95,13 +94,11 @@ static int cnn_near_ties(const struct model_layout *L, const float *p,
               for (int i = 0; i < k; i++)
                 for (int j = 0; j < k; j++)
                   acc += (double)w[((o * s->in_c + c) * k + i) * k + j] *
-                         in[(((int64_t)b * s->in_c + c) * s->in_h + y + i) *
-                                s->in_w + xx + j];
+                         in[(((int64_t)b * s->in_c + c) * s->in_h + y + i) * s->in_w + xx + j];
             conv[(((int64_t)b * s->out_c + o) * oh + y) * ow + xx] = acc;
             if (fabs(acc) > scale) scale = fabs(acc);
           }
-    double *next = malloc(sizeof(double) * (size_t)batch * s->out_c *
-                          s->pool_h * s->pool_w);
+    double *next = malloc(sizeof(double) * (size_t)batch * s->out_c * s->pool_h * s->pool_w);
     ck_assert_ptr_nonnull(next);
     for (int b = 0; b < batch; b++)
       for (int o = 0; o < s->out_c; o++)
@@ -109,8 +106,7 @@ static int cnn_near_ties(const struct model_layout *L, const float *p,
           for (int px = 0; px < s->pool_w; px++) {
             const double *c0 = conv + ((int64_t)b * s->out_c + o) * oh * ow;
             double v[4] = {c0[2 * py * ow + 2 * px], c0[2 * py * ow + 2 * px + 1],
-                           c0[(2 * py + 1) * ow + 2 * px],
-                           c0[(2 * py + 1) * ow + 2 * px + 1]};
+                           c0[(2 * py + 1) * ow + 2 * px], c0[(2 * py + 1) * ow + 2 * px + 1]};
             int top = 0;
             for (int i = 1; i < 4; i++)
               if (v[i] > v[top]) top = i;
@@ -123,8 +119,8 @@ static int cnn_near_ties(const struct model_layout *L, const float *p,
               ties++;
               if (verbose)
                 printf("near tie: layer %d image %d channel %d window (%d,%d) "
-                       "top %d gap %.3g%s (scale %.3g)\n", l, b, o, py, px, top,
-                       gap / scale, zero ? " relu at zero" : "", scale);
+                       "top %d gap %.3g%s (scale %.3g)\n",
+                       l, b, o, py, px, top, gap / scale, zero ? " relu at zero" : "", scale);
             }
             next[(((int64_t)b * s->out_c + o) * s->pool_h + py) * s->pool_w + px] =
                 out > 0 ? out : 0;
@@ -145,11 +141,9 @@ struct run {
 
 /* steps training steps of batch rows each from x/y, then one evaluation of
  * the first batch; everything the backend ends with lands in *out. */
-static void run_backend(const struct backend_ops *ops,
-                        const struct model_spec *ms,
-                        const struct optim_spec *os, int batch, int steps,
-                        const float *p0, const float *x, const uint8_t *y,
-                        int gpus, struct run *out) {
+static void run_backend(const struct backend_ops *ops, const struct model_spec *ms,
+                        const struct optim_spec *os, int batch, int steps, const float *p0,
+                        const float *x, const uint8_t *y, int gpus, struct run *out) {
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
   struct backend_opts bo = {1, gpus, 0};
@@ -159,8 +153,7 @@ static void run_backend(const struct backend_ops *ops,
                 ops == &backend_cuda_ops ? backend_cuda_last_error() : "");
   ck_assert_int_eq(ops->set_state(b, p0, NULL, 0), 0);
   for (int s = 0; s < steps; s++) {
-    rc = ops->train_step(b, x + (int64_t)s * batch * L.in_dim, y + s * batch,
-                         batch, &out->loss[s]);
+    rc = ops->train_step(b, x + (int64_t)s * batch * L.in_dim, y + s * batch, batch, &out->loss[s]);
     ck_assert_msg(rc == 0, "%s train_step %d: %d", ops->name, s, rc);
   }
   int64_t nopt = (int64_t)optim_state_per_param(os->kind) * L.n_params;
@@ -171,8 +164,7 @@ static void run_backend(const struct backend_ops *ops,
   ck_assert_int_eq(step, steps);
   out->eval_loss = 0;
   out->eval_correct = 0;
-  ck_assert_int_eq(ops->evaluate(b, x, y, batch, &out->eval_loss,
-                                 &out->eval_correct), 0);
+  ck_assert_int_eq(ops->evaluate(b, x, y, batch, &out->eval_loss, &out->eval_correct), 0);
   ops->destroy(b);
 }
 
@@ -217,9 +209,8 @@ static void check_gradients(const struct model_spec *ms, int batch) {
     const struct layer_shape *s = &L.layer[l];
     double ew = rel_err(gg + s->w_off, gc + s->w_off, s->w_size);
     double eb = rel_err(gg + s->b_off, gc + s->b_off, s->b_size);
-    ck_assert_msg(ew <= TOL && eb <= TOL,
-                  "layer %d gradient: weights rel err %.3g, bias %.3g", l, ew,
-                  eb);
+    ck_assert_msg(ew <= TOL && eb <= TOL, "layer %d gradient: weights rel err %.3g, bias %.3g", l,
+                  ew, eb);
   }
   free(gc), free(gg), free(p0), free(x), free(y);
   free_run(&cpu), free_run(&gpu);
@@ -262,8 +253,7 @@ END_TEST
 START_TEST(gradients_match_cpu_cnn_rgb) { check_gradients(&cnn_rgb, 5); }
 END_TEST
 
-static void check_training(const struct model_spec *ms,
-                           const struct optim_spec *os) {
+static void check_training(const struct model_spec *ms, const struct optim_spec *os) {
   const int batch = 12, steps = 4;
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
@@ -282,8 +272,7 @@ static void check_training(const struct model_spec *ms,
       free_run(&pre);
       if (!ties) break;
       ck_assert_msg(redraws < 200, "no batch %d without near-ties in 200", s);
-      for (int64_t i = 0; i < (int64_t)batch * L.in_dim; i++)
-        xs[i] = frand(-1, 1);
+      for (int64_t i = 0; i < (int64_t)batch * L.in_dim; i++) xs[i] = frand(-1, 1);
     }
   }
   struct run cpu, gpu;
@@ -291,11 +280,9 @@ static void check_training(const struct model_spec *ms,
   run_backend(&backend_cuda_ops, ms, os, batch, steps, p0, x, y, 1, &gpu);
   for (int s = 0; s < steps; s++)
     ck_assert_msg(fabs(gpu.loss[s] - cpu.loss[s]) <= TOL * fabs(cpu.loss[s]),
-                  "step %d loss cuda %.8g cpu %.8g", s, gpu.loss[s],
-                  cpu.loss[s]);
+                  "step %d loss cuda %.8g cpu %.8g", s, gpu.loss[s], cpu.loss[s]);
   double ep = rel_err(gpu.params, cpu.params, L.n_params);
-  double eo = rel_err(gpu.opt, cpu.opt,
-                      (int64_t)optim_state_per_param(os->kind) * L.n_params);
+  double eo = rel_err(gpu.opt, cpu.opt, (int64_t)optim_state_per_param(os->kind) * L.n_params);
   ck_assert_msg(ep <= TOL, "params rel err %.3g", ep);
   ck_assert_msg(eo <= TOL_STATE, "optimiser state rel err %.3g", eo);
   ck_assert_msg(fabs(gpu.eval_loss - cpu.eval_loss) <= TOL * cpu.eval_loss,
@@ -349,8 +336,7 @@ START_TEST(evaluation_allocates_no_training_buffers) {
   ck_assert_int_eq(backend_cuda_ops.evaluate(b, x, y, batch, &loss, &correct), 0);
   ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
   ck_assert_msg(fabs(mb * MIB - (double)plan.eval_bytes) < 1.0,
-                "peak %.3f MiB after evaluation, plan %.3f MiB", mb,
-                (double)plan.eval_bytes / MIB);
+                "peak %.3f MiB after evaluation, plan %.3f MiB", mb, (double)plan.eval_bytes / MIB);
   float l;
   ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, batch, &l), 0);
   ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
@@ -385,8 +371,8 @@ START_TEST(backward_buffers_follow_the_training_batch) {
   double mb;
   ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, batch, &l), 0);
   ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
-  ck_assert_msg(fabs(mb * MIB - (double)(ev.eval_bytes + tr.train_bytes)) < 1.0,
-                "peak %.3f MiB", mb);
+  ck_assert_msg(fabs(mb * MIB - (double)(ev.eval_bytes + tr.train_bytes)) < 1.0, "peak %.3f MiB",
+                mb);
   ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, batch - 3, &l), 0);
   ck_assert_int_eq(backend_cuda_ops.train_step(b, x, y, 2 * batch, &l), 0);
   ck_assert(isfinite(l));
@@ -429,7 +415,8 @@ START_TEST(memory_cap_oom_and_retry) {
   ck_assert_msg(cap_mb * MIB < full.eval_bytes + full.train_bytes &&
                     half.eval_bytes + half.train_bytes <= cap_mb * MIB,
                 "test premise: a cap of %lld MiB fits evaluation at %d and "
-                "training at %d only", (long long)cap_mb, big, big / 2);
+                "training at %d only",
+                (long long)cap_mb, big, big / 2);
   struct backend_opts capped = {1, 1, cap_mb};
   ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, big, &capped, &b), 0);
   float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
@@ -443,8 +430,7 @@ START_TEST(memory_cap_oom_and_retry) {
   ck_assert(isfinite(loss));
   double mb;
   ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
-  ck_assert_msg(mb <= (double)cap_mb, "peak %.1f MiB over the %lld MiB cap", mb,
-                (long long)cap_mb);
+  ck_assert_msg(mb <= (double)cap_mb, "peak %.1f MiB over the %lld MiB cap", mb, (long long)cap_mb);
   /* the weights survived the re-plan: one step moved them only a little */
   float *p1 = malloc((size_t)L.n_params * sizeof(float));
   ck_assert_int_eq(backend_cuda_ops.get_state(b, p1, NULL, NULL), 0);

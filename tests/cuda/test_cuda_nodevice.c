@@ -19,8 +19,7 @@ START_TEST(no_device_is_enodev_with_a_message) {
   ck_assert_int_eq(backend_cuda_ops.create(&cnn, &sgd, 64, &bo, &b), -ENODEV);
   ck_assert_ptr_null(b);
   const char *msg = backend_cuda_last_error();
-  ck_assert_msg(strstr(msg, "--device cuda: no usable CUDA device (") == msg,
-                "message: %s", msg);
+  ck_assert_msg(strstr(msg, "--device cuda: no usable CUDA device (") == msg, "message: %s", msg);
   ck_assert_msg(strstr(msg, "CUDA_VISIBLE_DEVICES="), "message: %s", msg);
   bo.gpus = 2;
   ck_assert_int_eq(backend_cuda_ops.create(&cnn, &sgd, 64, &bo, &b), -ENODEV);

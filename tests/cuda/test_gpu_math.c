@@ -14,11 +14,11 @@
 #include "gpu_plan.h"
 #include "ops_math.h"
 
-#define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), \
-  "%s = %.9g, expected %.9g", #a, (double)(a), (double)(b))
+#define NEAR(a, b, tol)                                                                            \
+  ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%s = %.9g, expected %.9g", #a,          \
+                (double)(a), (double)(b))
 
-static const float grads3[3][3] = {
-    {0.5f, -0.25f, 1.0f}, {0.1f, 0.2f, -0.3f}, {-1.0f, 0.5f, 0.05f}};
+static const float grads3[3][3] = {{0.5f, -0.25f, 1.0f}, {0.1f, 0.2f, -0.3f}, {-1.0f, 0.5f, 0.05f}};
 
 START_TEST(relu_forward_backward) {
   ck_assert_float_eq(ct_relu(-1.5f), 0.0f);
@@ -35,8 +35,7 @@ END_TEST
 START_TEST(sgd_matches_pytorch) {
   float p[3] = {1.0f, -0.5f, 0.25f}, v[3] = {0};
   for (int t = 0; t < 3; t++)
-    for (int i = 0; i < 3; i++)
-      p[i] = ct_sgd_update(p[i], &v[i], grads3[t][i], 0.1f, 0.9f, 0.01f);
+    for (int i = 0; i < 3; i++) p[i] = ct_sgd_update(p[i], &v[i], grads3[t][i], 0.1f, 0.9f, 0.01f);
   NEAR(p[0], 0.940094769, 1e-6);
   NEAR(p[1], -0.517522395, 1e-6);
   NEAR(p[2], 0.029948581, 1e-6);
@@ -47,8 +46,7 @@ END_TEST
 START_TEST(sgd_without_momentum) {
   float p[3] = {1.0f, -0.5f, 0.25f}, v[3] = {7.0f, 7.0f, 7.0f};
   for (int t = 0; t < 3; t++)
-    for (int i = 0; i < 3; i++)
-      p[i] = ct_sgd_update(p[i], &v[i], grads3[t][i], 0.1f, 0.0f, 0.0f);
+    for (int i = 0; i < 3; i++) p[i] = ct_sgd_update(p[i], &v[i], grads3[t][i], 0.1f, 0.0f, 0.0f);
   NEAR(p[0], 1.03999996, 1e-6);
   NEAR(p[1], -0.545000017, 1e-6);
   NEAR(p[2], 0.175000012, 1e-6);
@@ -61,8 +59,8 @@ START_TEST(adam_matches_pytorch) {
   for (int t = 1; t <= 3; t++) {
     float bc1 = (float)(1.0 - pow(0.9, t)), bc2 = (float)(1.0 - pow(0.999, t));
     for (int i = 0; i < 3; i++)
-      p[i] = ct_adam_update(p[i], &m[i], &v[i], grads3[t - 1][i], 0.01f, 0.9f,
-                            0.999f, 1e-8f, 0.01f, bc1, bc2);
+      p[i] = ct_adam_update(p[i], &m[i], &v[i], grads3[t - 1][i], 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f,
+                            bc1, bc2);
   }
   NEAR(p[0], 0.984611452, 1e-6);
   NEAR(p[1], -0.494228333, 1e-6);
@@ -72,8 +70,7 @@ END_TEST
 
 /* One softmax cross-entropy row through the shared pieces, as the CUDA
  * kernel and the CPU layer both assemble it. */
-static void xent_row(const float *x, int k, int label, float scale,
-                     float *loss, float *grad) {
+static void xent_row(const float *x, int k, int label, float scale, float *loss, float *grad) {
   float m = x[0];
   for (int j = 1; j < k; j++) m = x[j] > m ? x[j] : m;
   float s = 0.0f;
@@ -85,13 +82,12 @@ static void xent_row(const float *x, int k, int label, float scale,
 /* F.cross_entropy on [[2,-1,0.5,3],[1000,999,-1000,998.5]], labels [1,0]:
  * the second row would overflow exp without the max shift. */
 START_TEST(xent_matches_pytorch_and_is_stable) {
-  const float x[2][4] = {{2.0f, -1.0f, 0.5f, 3.0f},
-                         {1000.0f, 999.0f, -1000.0f, 998.5f}};
+  const float x[2][4] = {{2.0f, -1.0f, 0.5f, 3.0f}, {1000.0f, 999.0f, -1000.0f, 998.5f}};
   const int y[2] = {1, 0};
   const double want_loss[2] = {4.38409185, 0.46436879};
   const double want_grad[8] = {0.125275627, -0.493762881, 0.0279527754,
-                               0.340534478, -0.185734153, 0.115611941, 0,
-                               0.0701221898};
+                               0.340534478, -0.185734153, 0.115611941,
+                               0,           0.0701221898};
   for (int r = 0; r < 2; r++) {
     float loss, g[4];
     xent_row(x[r], 4, y[r], 0.5f, &loss, g);
@@ -145,16 +141,12 @@ END_TEST
 
 START_TEST(oom_message_names_batch_need_and_limit) {
   char buf[256];
-  gpu_mem_oom_message(buf, sizeof(buf), 512, (INT64_C(300) << 20) + 1,
-                      INT64_C(256) << 20, 0);
-  ck_assert_str_eq(buf,
-                   "out of GPU memory at batch_size 512 (needs ~301 MiB, limit "
-                   "256 MiB): try a smaller batch_size");
-  gpu_mem_oom_message(buf, sizeof(buf), 64, INT64_C(5) << 20, 0,
-                      INT64_C(3) << 20);
-  ck_assert_str_eq(buf,
-                   "out of GPU memory at batch_size 64 (needs ~5 MiB, 3 MiB "
-                   "free on the device): try a smaller batch_size");
+  gpu_mem_oom_message(buf, sizeof(buf), 512, (INT64_C(300) << 20) + 1, INT64_C(256) << 20, 0);
+  ck_assert_str_eq(buf, "out of GPU memory at batch_size 512 (needs ~301 MiB, limit "
+                        "256 MiB): try a smaller batch_size");
+  gpu_mem_oom_message(buf, sizeof(buf), 64, INT64_C(5) << 20, 0, INT64_C(3) << 20);
+  ck_assert_str_eq(buf, "out of GPU memory at batch_size 64 (needs ~5 MiB, 3 MiB "
+                        "free on the device): try a smaller batch_size");
 }
 END_TEST
 
@@ -167,11 +159,10 @@ START_TEST(plan_mlp_by_hand) {
   ck_assert_int_eq(model_layout_init(&ms, &L), 0);
   ck_assert_int_eq(L.n_params, 53);
   ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 2, &p), 0);
-  ck_assert_int_eq(p.eval_bytes,
-                   256 /* params */ + 2 * (256 + 256) /* x, y slots */ +
-                       3 * 256 /* layer outputs */ +
-                       3 * 256 /* row loss, row correct, sums */ +
-                       GPU_PLAN_BLAS_WORKSPACE);
+  ck_assert_int_eq(p.eval_bytes, 256 /* params */ + 2 * (256 + 256) /* x, y slots */ +
+                                     3 * 256 /* layer outputs */ +
+                                     3 * 256 /* row loss, row correct, sums */ +
+                                     GPU_PLAN_BLAS_WORKSPACE);
   ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */);
   ck_assert_int_eq(p.state_bytes, 256 /* grads */ + 256 /* velocity */);
   ck_assert_int_eq(p.train_bytes, p.state_bytes + p.backward_bytes);

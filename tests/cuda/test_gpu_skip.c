@@ -11,12 +11,11 @@ static char msg[512];
 
 /* the codes are only compared for zero here */
 #define NODEV 100, "cudaErrorNoDevice", "no CUDA-capable device is detected"
-#define OLDDRV 35, "cudaErrorInsufficientDriver", \
-  "CUDA driver version is insufficient for CUDA runtime version"
+#define OLDDRV                                                                                     \
+  35, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version"
 
 START_TEST(runs_with_enough_devices) {
-  ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 2, 2, 0, msg, sizeof msg),
-                   GPU_RUN);
+  ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 2, 2, 0, msg, sizeof msg), GPU_RUN);
   ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 1, 2, 1, msg, sizeof msg),
                    GPU_SKIP); /* one GPU is a smaller machine, not a broken one */
   ck_assert(strstr(msg, "needs 2"));
@@ -24,45 +23,37 @@ START_TEST(runs_with_enough_devices) {
 END_TEST
 
 START_TEST(skips_only_without_a_device) {
-  ck_assert_int_eq(gpu_skip_decide(NODEV, 1, 0, 0, 0, 1, 0, msg, sizeof msg),
-                   GPU_SKIP);
+  ck_assert_int_eq(gpu_skip_decide(NODEV, 1, 0, 0, 0, 1, 0, msg, sizeof msg), GPU_SKIP);
   ck_assert(strstr(msg, "SKIP: no CUDA device (cudaErrorNoDevice"));
-  ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 0, 1, 0, msg, sizeof msg),
-                   GPU_SKIP);
+  ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 0, 1, 0, msg, sizeof msg), GPU_SKIP);
   /* no driver installed at all: the runtime says "insufficient driver" */
-  ck_assert_int_eq(gpu_skip_decide(OLDDRV, 0, 1, 0, 0, 1, 0, msg, sizeof msg),
-                   GPU_SKIP);
+  ck_assert_int_eq(gpu_skip_decide(OLDDRV, 0, 1, 0, 0, 1, 0, msg, sizeof msg), GPU_SKIP);
 }
 END_TEST
 
 START_TEST(broken_gpu_fails_with_the_runtime_sentence) {
   /* a driver that is there but too old for the runtime (CUDA 13 on R570) */
-  ck_assert_int_eq(gpu_skip_decide(OLDDRV, 0, 1, 1, 0, 1, 0, msg, sizeof msg),
-                   GPU_FAIL);
+  ck_assert_int_eq(gpu_skip_decide(OLDDRV, 0, 1, 1, 0, 1, 0, msg, sizeof msg), GPU_FAIL);
   ck_assert(strstr(msg, "FAIL: cudaGetDeviceCount: cudaErrorInsufficientDriver: "
                         "CUDA driver version is insufficient"));
-  ck_assert_int_eq(gpu_skip_decide(802, "cudaErrorSystemNotReady",
-                                   "system not yet initialized", 0, 0, 1, 0, 1,
-                                   0, msg, sizeof msg),
+  ck_assert_int_eq(gpu_skip_decide(802, "cudaErrorSystemNotReady", "system not yet initialized", 0,
+                                   0, 1, 0, 1, 0, msg, sizeof msg),
                    GPU_FAIL);
   ck_assert(strstr(msg, "cudaErrorSystemNotReady: system not yet initialized"));
   ck_assert_int_eq(gpu_skip_decide(46, "cudaErrorDevicesUnavailable",
                                    "CUDA-capable device(s) is/are busy or "
-                                   "unavailable", 0, 0, 1, 0, 1, 0, msg,
-                                   sizeof msg),
+                                   "unavailable",
+                                   0, 0, 1, 0, 1, 0, msg, sizeof msg),
                    GPU_FAIL);
 }
 END_TEST
 
 START_TEST(required_gpu_never_skips) {
-  ck_assert_int_eq(gpu_skip_decide(NODEV, 1, 0, 0, 0, 1, 1, msg, sizeof msg),
-                   GPU_FAIL);
+  ck_assert_int_eq(gpu_skip_decide(NODEV, 1, 0, 0, 0, 1, 1, msg, sizeof msg), GPU_FAIL);
   ck_assert(strstr(msg, "a GPU is required here"));
   ck_assert(strstr(msg, "no CUDA-capable device is detected"));
-  ck_assert_int_eq(gpu_skip_decide(OLDDRV, 0, 1, 0, 0, 1, 1, msg, sizeof msg),
-                   GPU_FAIL);
-  ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 0, 1, 1, msg, sizeof msg),
-                   GPU_FAIL);
+  ck_assert_int_eq(gpu_skip_decide(OLDDRV, 0, 1, 0, 0, 1, 1, msg, sizeof msg), GPU_FAIL);
+  ck_assert_int_eq(gpu_skip_decide(0, "", "", 0, 0, 0, 0, 1, 1, msg, sizeof msg), GPU_FAIL);
 }
 END_TEST
 

@@ -13,11 +13,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = result_parse_line((const char *)data, size, "training_iteration", &out, &t);
   if (rc == 1) {
     /* A result is a flat object of numbers (or null) holding the time value. */
-    if (!cJSON_IsObject(out) || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(out, "training_iteration")))
+    if (!cJSON_IsObject(out) ||
+        !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(out, "training_iteration")))
       abort();
     const cJSON *m;
-    cJSON_ArrayForEach(m, out)
-      if (!cJSON_IsNumber(m) && !cJSON_IsNull(m)) abort();
+    cJSON_ArrayForEach(m, out) if (!cJSON_IsNumber(m) && !cJSON_IsNull(m)) abort();
   } else if (out) {
     abort(); /* nothing handed out unless it is a result */
   }

@@ -21,8 +21,7 @@ START_TEST(strict_result_lines) {
                    RESULT_MALFORMED);
   ck_assert_int_eq(parse("{\"training_iteration\": 1, \"training_iteration\": 2}"),
                    RESULT_MALFORMED);
-  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"tag\": \"a\\u0000b\"}"),
-                   RESULT_MALFORMED);
+  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"tag\": \"a\\u0000b\"}"), RESULT_MALFORMED);
   ck_assert_int_eq(parse("{\"training_iteration\": 1, \"lo\\u0000ss\": 1}"), RESULT_MALFORMED);
   ck_assert_int_eq(parse("{\"training_iteration\": 1, \"loss\": 1} x"), RESULT_MALFORMED);
   ck_assert_int_eq(parse("{\"training_iteration\": 1}{\"training_iteration\": 2}"),

@@ -68,8 +68,8 @@ START_TEST(every_flipped_byte_is_detected) {
   ck_assert_int_eq(ckpt_encode(&c, &buf, &len), 0);
   for (size_t i = 0; i < len; i++) {
     buf[i] ^= 0x10;
-    ck_assert_msg(ckpt_decode(buf, len, &d, err, sizeof(err)) == -EINVAL,
-                  "flip at %zu accepted", i);
+    ck_assert_msg(ckpt_decode(buf, len, &d, err, sizeof(err)) == -EINVAL, "flip at %zu accepted",
+                  i);
     buf[i] ^= 0x10;
   }
   for (size_t cut = 0; cut < len; cut += 13)

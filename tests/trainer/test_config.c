@@ -10,8 +10,8 @@
 
 static char err[1024];
 
-static int parse(struct train_config *c, const char *a1, const char *a2,
-                 const char *a3, const char *a4) {
+static int parse(struct train_config *c, const char *a1, const char *a2, const char *a3,
+                 const char *a4) {
   char *argv[6] = {"ctune-train", (char *)a1, (char *)a2, (char *)a3, (char *)a4, NULL};
   int argc = 1;
   while (argc < 5 && argv[argc]) argc++;
@@ -55,26 +55,28 @@ START_TEST(flags_and_json_apply_in_order) {
 }
 END_TEST
 
-#define EXPECT_BAD(a1, a2, a3, a4, needle)                                  \
-  do {                                                                      \
-    struct train_config c, before;                                          \
-    config_defaults(&c);                                                    \
-    before = c;                                                             \
-    ck_assert_int_eq(parse(&c, a1, a2, a3, a4), -EINVAL);                   \
-    ck_assert_msg(strstr(err, needle) != NULL, "'%s' lacks '%s'", err, needle); \
-    ck_assert_msg(strchr(err, '\n') == NULL, "multi-line: %s", err);        \
-    ck_assert(memcmp(&c, &before, sizeof(c)) == 0);                         \
+#define EXPECT_BAD(a1, a2, a3, a4, needle)                                                         \
+  do {                                                                                             \
+    struct train_config c, before;                                                                 \
+    config_defaults(&c);                                                                           \
+    before = c;                                                                                    \
+    ck_assert_int_eq(parse(&c, a1, a2, a3, a4), -EINVAL);                                          \
+    ck_assert_msg(strstr(err, needle) != NULL, "'%s' lacks '%s'", err, needle);                    \
+    ck_assert_msg(strchr(err, '\n') == NULL, "multi-line: %s", err);                               \
+    ck_assert(memcmp(&c, &before, sizeof(c)) == 0);                                                \
   } while (0)
 
 START_TEST(errors_name_the_key) {
   EXPECT_BAD("--config", "{\"lr\": 0.1, \"bogus\": 1}", NULL, NULL, "\"bogus\": unknown key");
   EXPECT_BAD("--config", "{\"lr\": \"fast\"}", NULL, NULL, "\"lr\": expected a number");
   EXPECT_BAD("--config", "{\"batch_size\": 0}", NULL, NULL, "\"batch_size\": 0 is out of range");
-  EXPECT_BAD("--config", "{\"batch_size\": 2.5}", NULL, NULL, "\"batch_size\": expected an integer");
+  EXPECT_BAD("--config", "{\"batch_size\": 2.5}", NULL, NULL,
+             "\"batch_size\": expected an integer");
   EXPECT_BAD("--config", "{\"momentum\": 1.0}", NULL, NULL, "\"momentum\"");
   EXPECT_BAD("--config", "{\"val_fraction\": 0}", NULL, NULL, "\"val_fraction\"");
   EXPECT_BAD("--config", "{\"drop_last\": 1}", NULL, NULL, "\"drop_last\": expected true or false");
-  EXPECT_BAD("--config", "{\"optimizer\": \"rmsprop\"}", NULL, NULL, "\"optimizer\": unknown value");
+  EXPECT_BAD("--config", "{\"optimizer\": \"rmsprop\"}", NULL, NULL,
+             "\"optimizer\": unknown value");
   EXPECT_BAD("--config", "{\"threads\": 2}", NULL, NULL, "\"threads\": unknown key");
   EXPECT_BAD("--config", "[1, 2]", NULL, NULL, "expected a JSON object");
   EXPECT_BAD("--config", "{\"lr\": ", NULL, NULL, "not valid JSON");
@@ -101,9 +103,8 @@ START_TEST(gpus_default_to_all_visible) {
   ck_assert_int_eq(c.gpus, 0);
   EXPECT_BAD("--gpus", "-1", NULL, NULL, "flag --gpus: -1 is out of range");
   EXPECT_BAD("--gpus", "65", NULL, NULL, "flag --gpus: 65 is out of range");
-  ck_assert(strstr(config_usage(),
-                   "--gpus N: CUDA devices to use, 0 (the default) = all "
-                   "that CUDA_VISIBLE_DEVICES shows") != NULL);
+  ck_assert(strstr(config_usage(), "--gpus N: CUDA devices to use, 0 (the default) = all "
+                                   "that CUDA_VISIBLE_DEVICES shows") != NULL);
 }
 END_TEST
 
@@ -113,14 +114,11 @@ START_TEST(device_is_a_config_key) {
   config_defaults(&c);
   ck_assert_int_eq(c.device, DEVICE_CPU);
   char err[256] = "";
-  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"cuda\"}", err,
-                                     sizeof(err)), 0);
+  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"cuda\"}", err, sizeof(err)), 0);
   ck_assert_int_eq(c.device, DEVICE_CUDA);
-  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"auto\"}", err,
-                                     sizeof(err)), 0);
+  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"auto\"}", err, sizeof(err)), 0);
   ck_assert_int_eq(c.device, DEVICE_AUTO);
-  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"tpu\"}", err,
-                                     sizeof(err)), -EINVAL);
+  ck_assert_int_eq(config_apply_json(&c, "{\"device\": \"tpu\"}", err, sizeof(err)), -EINVAL);
   ck_assert_msg(strstr(err, "\"device\"") != NULL, "%s", err);
   ck_assert_int_eq(c.device, DEVICE_AUTO);
 }

@@ -41,8 +41,7 @@ START_TEST(idx_gz_roundtrip_and_normalisation) {
   for (int i = 0; i < 3; i++) {
     ck_assert_int_eq(y[i], idx[i] % 10);
     for (int k = 0; k < 30; k++)
-      ck_assert(x[i * 30 + k] ==
-                ((img[16 + idx[i] * 30 + k] / 255.0f - 0.5f) / 0.5f));
+      ck_assert(x[i * 30 + k] == ((img[16 + idx[i] * 30 + k] / 255.0f - 0.5f) / 0.5f));
   }
   free(img);
   free(lab);
@@ -135,7 +134,10 @@ START_TEST(idx_count_mismatch) {
   struct dataset d;
   ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, err, sizeof(err)), -EINVAL);
   ck_assert(strstr(err, "20 images") != NULL);
-  free(img); free(lab); free(img2); free(lab2);
+  free(img);
+  free(lab);
+  free(img2);
+  free(lab2);
 }
 END_TEST
 

@@ -31,8 +31,7 @@ static int64_t ref_n;
 /* The split as the parser gives it: what every cache read must equal. */
 static void load_reference(void) {
   struct dataset d;
-  ck_assert_int_eq(data_parse_split(DATA_FASHION_MNIST, dir, 0, 0, &d, err,
-                                    sizeof(err)), 0);
+  ck_assert_int_eq(data_parse_split(DATA_FASHION_MNIST, dir, 0, 0, &d, err, sizeof(err)), 0);
   free(ref_pix);
   free(ref_y);
   ref_n = d.n;
@@ -53,8 +52,8 @@ static void setup(void) {
   datacache_test_build_delay_ms = 0;
   err[0] = 0;
   load_reference();
-  ck_assert_int_eq(datacache_path(cdir, DATA_FASHION_MNIST, dir, 0, cpath,
-                                  sizeof(cpath), err, sizeof(err)), 0);
+  ck_assert_int_eq(
+      datacache_path(cdir, DATA_FASHION_MNIST, dir, 0, cpath, sizeof(cpath), err, sizeof(err)), 0);
 }
 static void teardown(void) {
   datacache_set_dir(NULL);
@@ -67,8 +66,7 @@ static void teardown(void) {
 /* Loads through the cache; returns how many source files that read. */
 static long load(struct dataset *d, int64_t limit) {
   long before = data_source_reads();
-  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, limit, d, err,
-                             sizeof(err)), 0);
+  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, limit, d, err, sizeof(err)), 0);
   return data_source_reads() - before;
 }
 
@@ -118,12 +116,10 @@ START_TEST(built_once_then_mapped_without_parsing) {
   data_free(&d);
   /* the test split has a file of its own */
   long before = data_source_reads();
-  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 1, 0, &d, err,
-                             sizeof(err)), 0);
+  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 1, 0, &d, err, sizeof(err)), 0);
   ck_assert_int_eq(d.n, 20);
   data_free(&d);
-  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 1, 0, &d, err,
-                             sizeof(err)), 0);
+  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 1, 0, &d, err, sizeof(err)), 0);
   ck_assert_int_eq(data_source_reads() - before, 2);
   data_free(&d);
   ck_assert_int_eq(count_files(".cache"), 4); /* 2 files + 2 lock files */
@@ -212,9 +208,7 @@ static void flip_identity(int fd, off_t size) {
   (void)size;
   flip_at(fd, 100);
 }
-static void truncate_data(int fd, off_t size) {
-  ck_assert_int_eq(ftruncate(fd, size - 1), 0);
-}
+static void truncate_data(int fd, off_t size) { ck_assert_int_eq(ftruncate(fd, size - 1), 0); }
 static void truncate_header(int fd, off_t size) {
   (void)size;
   ck_assert_int_eq(ftruncate(fd, 30), 0);
@@ -231,10 +225,9 @@ static void garbage(int fd, off_t size) {
 }
 
 START_TEST(corrupt_cache_files_are_rebuilt) {
-  void (*const fs[])(int, off_t) = {flip_pixel,   flip_label,        flip_magic,
-                                    flip_version, flip_header_count, flip_identity,
-                                    truncate_data, truncate_header,  empty_file,
-                                    garbage};
+  void (*const fs[])(int, off_t) = {
+      flip_pixel,    flip_label,    flip_magic,      flip_version, flip_header_count,
+      flip_identity, truncate_data, truncate_header, empty_file,   garbage};
   for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++) {
     unlink(cpath);
     corrupt_and_check(fs[i]);
@@ -264,10 +257,8 @@ START_TEST(concurrent_builders_build_one_file) {
     if (pids[k] == 0) {
       struct dataset d;
       long before = data_source_reads();
-      int ok = data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, err,
-                         sizeof(err)) == 0 &&
-               d.map && d.n == ref_n &&
-               memcmp(d.pix, ref_pix, (size_t)(ref_n * H * W)) == 0 &&
+      int ok = data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, err, sizeof(err)) == 0 && d.map &&
+               d.n == ref_n && memcmp(d.pix, ref_pix, (size_t)(ref_n * H * W)) == 0 &&
                memcmp(d.y, ref_y, (size_t)ref_n) == 0;
       long reads = data_source_reads() - before;
       char msg[32];
@@ -334,18 +325,16 @@ START_TEST(missing_source_same_error_as_without_cache) {
   snprintf(p, sizeof(p), "%s/train-labels-idx1-ubyte.gz", dir);
   ck_assert_int_eq(unlink(p), 0);
   struct dataset d;
-  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, e1, sizeof(e1)),
-                   -ENOENT);
+  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, e1, sizeof(e1)), -ENOENT);
   datacache_set_dir(NULL);
-  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, e2, sizeof(e2)),
-                   -ENOENT);
+  ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, 0, &d, e2, sizeof(e2)), -ENOENT);
   ck_assert_str_eq(e1, e2);
 }
 END_TEST
 
 START_TEST(take_flag_removes_the_option) {
-  char *argv[] = {"ctune-train", "--epochs", "1", "--data-cache", "/x",
-                  "--data-cache=/y", "--lr", "0.1", NULL};
+  char *argv[] = {"ctune-train", "--epochs", "1", "--data-cache", "/x", "--data-cache=/y",
+                  "--lr",        "0.1",      NULL};
   int argc = 8;
   ck_assert_int_eq(datacache_take_flag(&argc, argv, err, sizeof(err)), 0);
   ck_assert_int_eq(argc, 5);
@@ -376,8 +365,7 @@ static char *train_out(const struct train_config *c) {
   fclose(f);
   ck_assert_msg(code == 0, "train_run: %d %s", code, err);
   /* drop the timing fields, which differ from run to run */
-  const char *keys[] = {"\"time_this_iter_s\"", "\"time_total_s\"",
-                        "\"samples_per_s\""};
+  const char *keys[] = {"\"time_this_iter_s\"", "\"time_total_s\"", "\"samples_per_s\""};
   for (int k = 0; k < 3; k++)
     for (char *p = strstr(buf, keys[k]); p; p = strstr(buf, keys[k])) {
       char *e = p;

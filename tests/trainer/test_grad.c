@@ -23,8 +23,7 @@
 static struct splitmix R;
 
 static void fill(float *x, int64_t n, float scale) {
-  for (int64_t i = 0; i < n; i++)
-    x[i] = (float)((2.0 * splitmix_uniform(&R) - 1.0) * scale);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)((2.0 * splitmix_uniform(&R) - 1.0) * scale);
 }
 
 static double dot(const float *a, const float *b, int64_t n) {
@@ -33,11 +32,9 @@ static double dot(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-static void expect_close(double analytic, double numeric, const char *what,
-                         int64_t i) {
+static void expect_close(double analytic, double numeric, const char *what, int64_t i) {
   ck_assert_msg(fabs(analytic - numeric) <= ATOL + RTOL * fabs(numeric),
-                "%s[%lld]: analytic %.6g vs numeric %.6g", what, (long long)i,
-                analytic, numeric);
+                "%s[%lld]: analytic %.6g vs numeric %.6g", what, (long long)i, analytic, numeric);
 }
 
 /* --- conv: L = <conv(in; w, b), r> --- */
@@ -57,9 +54,8 @@ static struct layer_shape conv_shape(int in_c, int h, int w, int out_c) {
   return s;
 }
 
-static double conv_loss(const struct layer_shape *s, int B, const float *in,
-                        const float *w, const float *b, const float *r,
-                        float *col, float *out) {
+static double conv_loss(const struct layer_shape *s, int B, const float *in, const float *w,
+                        const float *b, const float *r, float *col, float *out) {
   layers_conv_forward(s, B, in, w, b, col, out);
   return dot(out, r, (int64_t)s->out_c * B * s->out_h * s->out_w);
 }
@@ -107,8 +103,16 @@ static void check_conv(int in_c, int h, int w, int out_c, int B) {
     in[i] = keep;
     expect_close(din[i], (lp - lm) / (2 * STEP), "conv din", i);
   }
-  free(in); free(din); free(wt); free(dw); free(b); free(db);
-  free(r); free(out); free(col); free(dcol);
+  free(in);
+  free(din);
+  free(wt);
+  free(dw);
+  free(b);
+  free(db);
+  free(r);
+  free(out);
+  free(col);
+  free(dcol);
 }
 
 START_TEST(conv_one_channel) { check_conv(1, 9, 8, 3, 2); }
@@ -142,10 +146,13 @@ START_TEST(conv_matches_direct) {
                 acc += (double)wt[((m * C + c) * k + i) * k + j] *
                        in[((int64_t)(c * B + bi) * H + y + i) * W + x + j];
           float got = out[((int64_t)(m * B + bi) * s.out_h + y) * s.out_w + x];
-          ck_assert_msg(fabs(got - acc) < 1e-4 * (1 + fabs(acc)),
-                        "conv out %d,%d,%d,%d: %g vs %g", m, bi, y, x, got, acc);
+          ck_assert_msg(fabs(got - acc) < 1e-4 * (1 + fabs(acc)), "conv out %d,%d,%d,%d: %g vs %g",
+                        m, bi, y, x, got, acc);
         }
-  free(in); free(out); free(wt); free(col);
+  free(in);
+  free(out);
+  free(wt);
+  free(col);
 }
 END_TEST
 
@@ -159,15 +166,15 @@ START_TEST(linear_grad) {
   fill(r, B * O, 1);
   layers_linear_backward(B, I, O, r, in, w, dw, db, din);
 #define LIN_LOSS() (layers_linear_forward(B, I, O, in, w, b, out), dot(out, r, B * O))
-#define FD(arr, n, grad, name)                          \
-  for (int i = 0; i < (n); i++) {                       \
-    float keep = arr[i];                                \
-    arr[i] = keep + STEP;                               \
-    double lp = LIN_LOSS();                             \
-    arr[i] = keep - STEP;                               \
-    double lm = LIN_LOSS();                             \
-    arr[i] = keep;                                      \
-    expect_close(grad[i], (lp - lm) / (2 * STEP), name, i); \
+#define FD(arr, n, grad, name)                                                                     \
+  for (int i = 0; i < (n); i++) {                                                                  \
+    float keep = arr[i];                                                                           \
+    arr[i] = keep + STEP;                                                                          \
+    double lp = LIN_LOSS();                                                                        \
+    arr[i] = keep - STEP;                                                                          \
+    double lm = LIN_LOSS();                                                                        \
+    arr[i] = keep;                                                                                 \
+    expect_close(grad[i], (lp - lm) / (2 * STEP), name, i);                                        \
   }
   FD(w, O * I, dw, "linear dw");
   FD(b, O, db, "linear db");
@@ -186,10 +193,9 @@ START_TEST(maxpool_and_bias_relu_grad) {
   fill(x, C * B * H * W, 1);
   fill(b, C, 0.3f);
   fill(r, C * B * S, 1);
-#define STAGE_LOSS()                                               \
-  (layers_maxpool_forward(C * B, H, W, x, pooled, arg),            \
-   layers_bias_relu_cnhw(C, (int64_t)B * S, b, pooled),            \
-   dot(pooled, r, C * B * S))
+#define STAGE_LOSS()                                                                               \
+  (layers_maxpool_forward(C * B, H, W, x, pooled, arg),                                            \
+   layers_bias_relu_cnhw(C, (int64_t)B * S, b, pooled), dot(pooled, r, C * B * S))
   (void)STAGE_LOSS();
   memcpy(dp, r, sizeof(r));
   layers_bias_relu_backward_cnhw(C, (int64_t)B * S, pooled, dp, db);
@@ -316,8 +322,8 @@ static void check_model(const struct model_spec *spec, int B) {
         agree |= fabs(g[i] - num[h]) <= ATOL + RTOL * fabs(num[h]);
       }
       if (!agree) {
-        fprintf(stderr, "model grad[%lld]: analytic %.6g vs numeric %.6g %.6g %.6g\n",
-                (long long)i, g[i], num[0], num[1], num[2]);
+        fprintf(stderr, "model grad[%lld]: analytic %.6g vs numeric %.6g %.6g %.6g\n", (long long)i,
+                g[i], num[0], num[1], num[2]);
         mismatched++;
       }
       checked++;
@@ -327,8 +333,8 @@ static void check_model(const struct model_spec *spec, int B) {
   /* A pre-activation within 1e-3 of a ReLU kink (or two pool inputs that
    * close) makes every step straddle it; with random data that happens to a
    * few parameters in a hundred. A real bug shows on many. */
-  ck_assert_msg(mismatched * 50 <= checked, "%d of %d model gradients disagree",
-                mismatched, checked);
+  ck_assert_msg(mismatched * 50 <= checked, "%d of %d model gradients disagree", mismatched,
+                checked);
   free(p);
   free(g);
   free(x);

@@ -8,7 +8,8 @@
 #include "optim.h"
 #include "splitmix.h"
 
-#define CLOSE(a, b) ck_assert_msg(fabs((double)(a) - (double)(b)) < 1e-6, "%.9g vs %.9g", (double)(a), (double)(b))
+#define CLOSE(a, b)                                                                                \
+  ck_assert_msg(fabs((double)(a) - (double)(b)) < 1e-6, "%.9g vs %.9g", (double)(a), (double)(b))
 
 START_TEST(sgd_momentum_pytorch_form) {
   /* torch.optim.SGD(lr=0.1, momentum=0.9): v1 = g1; p1 = p0 - lr*v1;

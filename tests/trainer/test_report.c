@@ -8,9 +8,13 @@
 #include "report.h"
 
 START_TEST(keys_and_optional_keys) {
-  struct epoch_report r = {.training_iteration = 3, .loss = 0.5, .accuracy = 0.75,
-                           .train_loss = 0.6, .time_this_iter_s = 1.5,
-                           .time_total_s = 4.5, .samples_per_s = 1000};
+  struct epoch_report r = {.training_iteration = 3,
+                           .loss = 0.5,
+                           .accuracy = 0.75,
+                           .train_loss = 0.6,
+                           .time_this_iter_s = 1.5,
+                           .time_total_s = 4.5,
+                           .samples_per_s = 1000};
   char buf[1024];
   int n = report_format(&r, buf, sizeof(buf));
   ck_assert_int_gt(n, 0);
@@ -18,8 +22,8 @@ START_TEST(keys_and_optional_keys) {
   ck_assert(buf[n - 1] == '\n' && strchr(buf, '\n') == buf + n - 1);
   cJSON *j = cJSON_Parse(buf);
   ck_assert_ptr_nonnull(j);
-  const char *keys[] = {"training_iteration", "loss", "accuracy", "train_loss",
-                        "time_this_iter_s", "time_total_s", "samples_per_s"};
+  const char *keys[] = {"training_iteration", "loss",         "accuracy",     "train_loss",
+                        "time_this_iter_s",   "time_total_s", "samples_per_s"};
   for (int i = 0; i < 7; i++)
     ck_assert_msg(cJSON_IsNumber(cJSON_GetObjectItem(j, keys[i])), "%s", keys[i]);
   ck_assert_int_eq(cJSON_GetObjectItem(j, "training_iteration")->valueint, 3);

@@ -151,8 +151,7 @@ START_TEST(stop_mid_epoch_saves_and_resume_equals_uninterrupted) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   /* stop at a sixth of an uninterrupted run's time: inside the first epoch,
    * whatever the machine's speed */
-  long us = (long)((t1.tv_sec - t0.tv_sec) * 1000000L +
-                   (t1.tv_nsec - t0.tv_nsec) / 1000) / 6;
+  long us = (long)((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000) / 6;
   if (us < 1000) us = 1000;
   c.checkpoint_dir = ckdir;
   struct sigaction sa;
@@ -253,8 +252,7 @@ START_TEST(resume_under_another_split_exit_4) {
   c.seed += 1; /* same sizes, another shuffle */
   ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
   ck_assert_msg(strstr(err, "another data split (seed") != NULL, "%s", err);
-  ck_assert_msg(strstr(err, "validation images into training") != NULL, "%s",
-                err);
+  ck_assert_msg(strstr(err, "validation images into training") != NULL, "%s", err);
   c.seed -= 1;
   c.val_fraction += 0.0001; /* may leave n_train as it was */
   ck_assert_int_eq(run(&c, NULL), TRAIN_EXIT_CHECKPOINT);
@@ -370,7 +368,8 @@ START_TEST(cifar10_cnn_runs_and_learns) {
   ck_assert_int_eq(count_lines(out), 4);
   const char *last = strstr(out, "\"training_iteration\": 4");
   double tacc = 0;
-  ck_assert(last && sscanf(strstr(last, "\"test_accuracy\""), "\"test_accuracy\": %lf", &tacc) == 1);
+  ck_assert(last &&
+            sscanf(strstr(last, "\"test_accuracy\""), "\"test_accuracy\": %lf", &tacc) == 1);
   ck_assert_msg(tacc > 0.3, "cifar test accuracy %g (chance 0.1)", tacc);
   free(out);
 }

@@ -20,8 +20,7 @@ static inline char *tu_mkdtemp(void) {
   return d ? strdup(d) : NULL;
 }
 
-static int tu_rm_cb(const char *p, const struct stat *sb, int f,
-                    struct FTW *ftw) {
+static int tu_rm_cb(const char *p, const struct stat *sb, int f, struct FTW *ftw) {
   (void)sb;
   (void)f;
   (void)ftw;
@@ -35,8 +34,7 @@ static inline void tu_rmtree(char *dir) {
 }
 
 /* Writes bytes to dir/name, gzipped when gz. */
-static inline int tu_write(const char *dir, const char *name, const void *buf,
-                           size_t len, int gz) {
+static inline int tu_write(const char *dir, const char *name, const void *buf, size_t len, int gz) {
   char path[8192];
   snprintf(path, sizeof(path), "%s/%s", dir, name);
   if (gz) {
@@ -61,8 +59,8 @@ static inline void tu_be32(uint8_t *p, uint32_t v) {
 /* n images h x w whose class (i % 10) shows as a bright band at a
  * class-dependent row, plus noise: learnable in a few epochs. Returns the
  * image file bytes (caller frees) and fills labels (n bytes + 8 header). */
-static inline uint8_t *tu_idx_images(int n, int h, int w, size_t *len,
-                                     uint8_t **labels, size_t *llen) {
+static inline uint8_t *tu_idx_images(int n, int h, int w, size_t *len, uint8_t **labels,
+                                     size_t *llen) {
   *labels = NULL;
   *len = 16 + (size_t)n * h * w;
   *llen = 8 + (size_t)n;
@@ -95,20 +93,17 @@ static inline uint8_t *tu_idx_images(int n, int h, int w, size_t *len,
 }
 
 /* Writes a train and a test set (gzipped, the real file names) into dir. */
-static inline int tu_write_idx_set(const char *dir, int n_train, int n_test,
-                                   int h, int w) {
+static inline int tu_write_idx_set(const char *dir, int n_train, int n_test, int h, int w) {
   for (int t = 0; t < 2; t++) {
     size_t len, llen;
     uint8_t *lab = NULL;
     uint8_t *img = tu_idx_images(t ? n_test : n_train, h, w, &len, &lab, &llen);
     if (!img) return -1;
-    int rc = tu_write(dir, t ? "t10k-images-idx3-ubyte.gz"
-                             : "train-images-idx3-ubyte.gz",
-                      img, len, 1);
+    int rc =
+        tu_write(dir, t ? "t10k-images-idx3-ubyte.gz" : "train-images-idx3-ubyte.gz", img, len, 1);
     if (!rc)
-      rc = tu_write(dir, t ? "t10k-labels-idx1-ubyte.gz"
-                           : "train-labels-idx1-ubyte.gz",
-                    lab, llen, 1);
+      rc = tu_write(dir, t ? "t10k-labels-idx1-ubyte.gz" : "train-labels-idx1-ubyte.gz", lab, llen,
+                    1);
     free(img);
     free(lab);
     if (rc) return rc;

@@ -17,13 +17,13 @@
 #include "utf8.h"
 
 static const struct route table[] = {
-  {RM_GET, "/healthz", RA_PUBLIC, 0},
-  {RM_POST, "/api/v1/experiments", RA_ADMIN, 1},
-  {RM_GET, "/api/v1/experiments/{id}", RA_ADMIN, 2},
-  {RM_POST, "/api/v1/trials/{id}/results", RA_WORKER, 3},
-  {RM_GET, "/api/v1/trials/{id}/results", RA_ADMIN, 4},
-  {RM_GET, "/vendor/*", RA_PUBLIC, 5},
-  {RM_GET, "/*", RA_PUBLIC, 6},
+    {RM_GET, "/healthz", RA_PUBLIC, 0},
+    {RM_POST, "/api/v1/experiments", RA_ADMIN, 1},
+    {RM_GET, "/api/v1/experiments/{id}", RA_ADMIN, 2},
+    {RM_POST, "/api/v1/trials/{id}/results", RA_WORKER, 3},
+    {RM_GET, "/api/v1/trials/{id}/results", RA_ADMIN, 4},
+    {RM_GET, "/vendor/*", RA_PUBLIC, 5},
+    {RM_GET, "/*", RA_PUBLIC, 6},
 };
 #define NT (sizeof table / sizeof table[0])
 
@@ -49,8 +49,8 @@ START_TEST(route_rejects_bad_ids_and_methods) {
   ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/07/results", &m), -ENOENT);
   ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/-1/results", &m), -ENOENT);
   ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/x/results", &m), -ENOENT);
-  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/1234567890123456789/results",
-                              &m), -ENOENT);
+  ck_assert_int_eq(route_find(table, NT, RM_POST, "/api/v1/trials/1234567890123456789/results", &m),
+                   -ENOENT);
   ck_assert_int_eq(route_find(table, NT, RM_DELETE, "/api/v1/experiments", &m), -EOPNOTSUPP);
   ck_assert_int_eq(route_find(table, NT, RM_PUT, "/api/v1/experiments/3", &m), -EOPNOTSUPP);
   ck_assert_int_eq(route_find(table, NT, RM_POST, "/nothing", &m), -ENOENT);
@@ -144,7 +144,8 @@ static int write_file(char *path, const char *text) {
 
 START_TEST(auth_token_file) {
   char path[64], admin[256], worker[256], err[512];
-  ck_assert_int_eq(write_file(path, "# c\n\nadmin=aaaaaaaaaaaaaaaa1\nworker=wwwwwwwwwwwwwwww1\n"), 0);
+  ck_assert_int_eq(write_file(path, "# c\n\nadmin=aaaaaaaaaaaaaaaa1\nworker=wwwwwwwwwwwwwwww1\n"),
+                   0);
   ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), 0);
   ck_assert_str_eq(admin, "aaaaaaaaaaaaaaaa1");
   ck_assert_str_eq(worker, "wwwwwwwwwwwwwwww1");
@@ -161,8 +162,8 @@ START_TEST(auth_token_file) {
   ck_assert_int_eq(auth_load(path, admin, worker, NULL, sizeof admin, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "differ"));
   unlink(path);
-  ck_assert_int_eq(auth_load("/nonexistent/tokens", admin, worker, NULL, sizeof admin, err,
-                             sizeof err), -EIO);
+  ck_assert_int_eq(
+      auth_load("/nonexistent/tokens", admin, worker, NULL, sizeof admin, err, sizeof err), -EIO);
   /* Readable by others: refused, naming the file and the fix. */
   ck_assert_int_eq(write_file(path, "admin=aaaaaaaaaaaaaaaa1\nworker=wwwwwwwwwwwwwwww1\n"), 0);
   chmod(path, 0644);
@@ -177,15 +178,16 @@ START_TEST(auth_token_file) {
   snprintf(db, sizeof db, "%s/x.db", dir);
   int created = 0;
   ck_assert_int_eq(auth_default_file(db, tp, sizeof tp, admin, worker, v, sizeof admin, &created,
-                                     err, sizeof err), 0);
+                                     err, sizeof err),
+                   0);
   ck_assert_int_eq(created, 1);
   ck_assert_uint_eq(strlen(admin), 43);
   ck_assert_uint_eq(strlen(v), 43);
   struct stat st;
   ck_assert_int_eq(stat(tp, &st), 0);
   ck_assert_int_eq(st.st_mode & 0777, 0600);
-  ck_assert_int_eq(auth_default_file(db, tp, sizeof tp, a2, w2, v2, sizeof a2, &created, err,
-                                     sizeof err), 0);
+  ck_assert_int_eq(
+      auth_default_file(db, tp, sizeof tp, a2, w2, v2, sizeof a2, &created, err, sizeof err), 0);
   ck_assert_int_eq(created, 0);
   ck_assert_str_eq(admin, a2);
   ck_assert_str_eq(worker, w2);
@@ -260,8 +262,10 @@ START_TEST(metrics_histogram) {
   metrics_observe_request(&m, 5.0);
   char buf[4096];
   ck_assert_int_gt(metrics_format(&m, buf, sizeof buf), 0);
-  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"0.0001\"} 1\n"));
-  ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"0.005\"} 2\n"));
+  ck_assert_ptr_nonnull(
+      strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"0.0001\"} 1\n"));
+  ck_assert_ptr_nonnull(
+      strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"0.005\"} 2\n"));
   ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"1\"} 2\n"));
   ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
   ck_assert_ptr_nonnull(strstr(buf, "ctune_http_request_duration_seconds_count 3\n"));
@@ -275,9 +279,9 @@ START_TEST(utf8_checks_and_repairs) {
   ck_assert(utf8_valid("\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14, &bad));
   ck_assert(!utf8_valid("ab\xff", 3, &bad));
   ck_assert_uint_eq(bad, 2);
-  ck_assert(!utf8_valid("\xc0\xaf", 2, &bad));      /* overlong '/' */
-  ck_assert(!utf8_valid("\xed\xa0\x80", 3, &bad)); /* a surrogate */
-  ck_assert(!utf8_valid("\xe2\x82", 2, &bad));      /* cut short */
+  ck_assert(!utf8_valid("\xc0\xaf", 2, &bad));         /* overlong '/' */
+  ck_assert(!utf8_valid("\xed\xa0\x80", 3, &bad));     /* a surrogate */
+  ck_assert(!utf8_valid("\xe2\x82", 2, &bad));         /* cut short */
   ck_assert(!utf8_valid("\xf4\x90\x80\x80", 4, &bad)); /* past U+10FFFF */
   char s[] = "ok\xff\xc3\xa9\xe2\x82";
   ck_assert_uint_eq(utf8_sanitize(s, strlen(s)), 3);

@@ -55,8 +55,12 @@ static int apply_result(struct store *st, void *arg) {
 static struct result_op *make_result(int64_t seq, int64_t trial, double t) {
   struct result_op *op = calloc(1, sizeof *op);
   snprintf(op->data, sizeof op->data, "{\"training_iteration\":%g}", t);
-  op->row = (struct store_result_row){.seq = seq, .trial_id = trial, .experiment_id = 1,
-                                      .t = t, .decision = "continue", .data = op->data};
+  op->row = (struct store_result_row){.seq = seq,
+                                      .trial_id = trial,
+                                      .experiment_id = 1,
+                                      .t = t,
+                                      .decision = "continue",
+                                      .data = op->data};
   return op;
 }
 
@@ -70,9 +74,15 @@ static int count_results(void *ctx, int64_t seq, int64_t trial_id, const char *d
 
 START_TEST(migrations_and_round_trip) {
   struct store *st = open_store();
-  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0, 1, "", "[]"};
-  struct store_trial_row t = {.id = 1, .experiment_id = 1, .idx = 0, .name = "exp_00000",
-                              .status = "PENDING", .config = "{\"lr\":0.1}", .created_at = 1.5,
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0,
+                                   0, 3,     NULL,      0,    1,  "",  "[]"};
+  struct store_trial_row t = {.id = 1,
+                              .experiment_id = 1,
+                              .idx = 0,
+                              .name = "exp_00000",
+                              .status = "PENDING",
+                              .config = "{\"lr\":0.1}",
+                              .created_at = 1.5,
                               .updated_seq = 4};
   ck_assert_int_eq(store_begin(st), 0);
   ck_assert_int_eq(store_put_experiment(st, &e), 0);
@@ -109,7 +119,8 @@ START_TEST(group_commit_orders_and_waits) {
   ck_assert_int_eq(commit_start(st, &c), 0);
   uint64_t ticket = 0, prev = 0;
   for (int i = 1; i <= 500; i++) {
-    ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(i, 1 + i % 7, i), &ticket), 0);
+    ck_assert_int_eq(commit_enqueue(c, apply_result, free, make_result(i, 1 + i % 7, i), &ticket),
+                     0);
     ck_assert_uint_eq(ticket, prev + 1);
     ck_assert_uint_eq(commit_group_close(c, i), ticket); /* one group per "hold" */
     prev = ticket;
@@ -372,12 +383,37 @@ static int load_asha(void *ctx, const struct store_asha_row *r) {
   if (isnan(r->value)) nan_seen++;
   return 0;
 }
-static int load_nop_exp(void *c, const struct store_experiment_row *r) { (void)c; (void)r; return 0; }
-static int load_nop_trial(void *c, const struct store_trial_row *r) { (void)c; (void)r; return 0; }
-static int load_nop_result(void *c, const struct store_result_row *r) { (void)c; (void)r; return 0; }
-static int load_nop_asha(void *c, const struct store_asha_row *r) { (void)c; (void)r; return 0; }
-static int load_nop_worker(void *c, const struct store_worker_row *r) { (void)c; (void)r; return 0; }
-static int load_nop_ckpt(void *c, int64_t t, int64_t i) { (void)c; (void)t; (void)i; return 0; }
+static int load_nop_exp(void *c, const struct store_experiment_row *r) {
+  (void)c;
+  (void)r;
+  return 0;
+}
+static int load_nop_trial(void *c, const struct store_trial_row *r) {
+  (void)c;
+  (void)r;
+  return 0;
+}
+static int load_nop_result(void *c, const struct store_result_row *r) {
+  (void)c;
+  (void)r;
+  return 0;
+}
+static int load_nop_asha(void *c, const struct store_asha_row *r) {
+  (void)c;
+  (void)r;
+  return 0;
+}
+static int load_nop_worker(void *c, const struct store_worker_row *r) {
+  (void)c;
+  (void)r;
+  return 0;
+}
+static int load_nop_ckpt(void *c, int64_t t, int64_t i) {
+  (void)c;
+  (void)t;
+  (void)i;
+  return 0;
+}
 
 START_TEST(asha_nan_round_trips_as_null) {
   struct store *st = open_store();
@@ -387,8 +423,12 @@ START_TEST(asha_nan_round_trips_as_null) {
   r.value = 2.5;
   ck_assert_int_eq(store_insert_asha(st, &r), 0);
   ck_assert_int_eq(store_commit(st), 0);
-  struct store_loader l = {NULL, load_nop_exp, load_nop_trial, load_nop_result, load_asha,
-                           load_nop_worker, load_nop_ckpt, NULL, NULL, NULL, NULL, NULL};
+  struct store_loader l = {NULL,           load_nop_exp,
+                           load_nop_trial, load_nop_result,
+                           load_asha,      load_nop_worker,
+                           load_nop_ckpt,  NULL,
+                           NULL,           NULL,
+                           NULL,           NULL};
   ck_assert_int_eq(store_load(st, &l), 0);
   ck_assert_int_eq(nan_seen, 1);
   store_close(st);
@@ -411,9 +451,14 @@ static int load_gen_result(void *c, const struct store_result_row *r) {
 
 START_TEST(generations_round_trip) {
   struct store *st = open_store();
-  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0, 0, 3, NULL, 0, 1, "", "[]"};
-  struct store_trial_row t = {.id = 1, .experiment_id = 1, .name = "exp_00000",
-                              .status = "PENDING", .config = "{}", .generation = 2};
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0,
+                                   0, 3,     NULL,      0,    1,  "",  "[]"};
+  struct store_trial_row t = {.id = 1,
+                              .experiment_id = 1,
+                              .name = "exp_00000",
+                              .status = "PENDING",
+                              .config = "{}",
+                              .generation = 2};
   struct result_op *a = make_result(5, 1, 3.0), *b = make_result(6, 1, 3.0);
   b->row.gen = 2; /* the same time value in a later generation: a second row */
   ck_assert_int_eq(store_begin(st), 0);
@@ -426,8 +471,12 @@ START_TEST(generations_round_trip) {
   free(b);
   store_close(st);
   st = open_store();
-  struct store_loader l = {NULL, load_nop_exp, load_gen_trial, load_gen_result, load_nop_asha,
-                           load_nop_worker, load_nop_ckpt, NULL, NULL, NULL, NULL, NULL};
+  struct store_loader l = {NULL,           load_nop_exp,
+                           load_gen_trial, load_gen_result,
+                           load_nop_asha,  load_nop_worker,
+                           load_nop_ckpt,  NULL,
+                           NULL,           NULL,
+                           NULL,           NULL};
   ck_assert_int_eq(store_load(st, &l), 0);
   ck_assert_int_eq(ngens_seen, 3);
   ck_assert_int_eq(gens_seen[0], 2);  /* the trial's generation */
@@ -443,9 +492,11 @@ START_TEST(upgrade_from_version_1_keeps_results) {
   ck_assert_int_eq(sqlite3_open(db_path_for_test(), &db), SQLITE_OK);
   ck_assert_int_eq(migrations_table[0].version, 1);
   ck_assert_int_eq(sqlite3_exec(db, migrations_table[0].sql, NULL, NULL, NULL), SQLITE_OK);
-  ck_assert_int_eq(sqlite3_exec(db, "PRAGMA user_version=1; INSERT INTO results VALUES"
+  ck_assert_int_eq(sqlite3_exec(db,
+                                "PRAGMA user_version=1; INSERT INTO results VALUES"
                                 "(7, 1, 1, 3.0, 'continue', '{\"training_iteration\":3}')",
-                                NULL, NULL, NULL), SQLITE_OK);
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
   sqlite3_close(db);
   struct store *st = open_store();
   int64_t seq = 7;

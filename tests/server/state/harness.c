@@ -141,7 +141,7 @@ struct srv_experiment *h_submit(struct harness *h, const char *json) {
 }
 
 struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
-                        int64_t memory_mb) {
+                            int64_t memory_mb) {
   struct srv_worker *w = NULL;
   uint64_t ticket = 0;
   ck_assert_int_eq(workers_register(&h->s, name, cpu, gpu, memory_mb, &w, &ticket), 0);
@@ -149,7 +149,7 @@ struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, dou
 }
 
 struct srv_trial *h_lease_free(struct harness *h, struct srv_worker *w, double cpu, double gpu,
-                           int64_t memory_mb, int has_memory) {
+                               int64_t memory_mb, int has_memory) {
   uint64_t ticket = 0;
   struct srv_trial *t = NULL;
   ck_assert_int_eq(state_lease(&h->s, w, cpu, gpu, memory_mb, has_memory, &t, &ticket), 0);
@@ -199,8 +199,11 @@ int h_results(struct harness *h, struct srv_trial *t, const struct lease_token *
     rs[i] = cJSON_Parse(jsons[i]);
     ck_assert_msg(rs[i] != NULL, "not JSON: %s", jsons[i]);
   }
-  struct trial_event_args a = {.lease = l ? l : &cur, .results = (const cJSON *const *)rs,
-                               .time_values = tvs, .nresults = n, .decisions = dec};
+  struct trial_event_args a = {.lease = l ? l : &cur,
+                               .results = (const cJSON *const *)rs,
+                               .time_values = tvs,
+                               .nresults = n,
+                               .decisions = dec};
   int rc = state_trial_event(&h->s, t, TE_RESULTS, &a, &ticket);
   for (int i = 0; i < n; i++) cJSON_Delete(rs[i]);
   free(rs);
@@ -290,8 +293,8 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...) {
 char *h_snapshot(struct harness *h) {
   struct server *s = &h->s;
   struct sbuf b = {0};
-  sb_printf(&b, "exps %lld trials %lld workers %lld\n", (long long)s->nexps,
-            (long long)s->ntrials, (long long)s->nworkers);
+  sb_printf(&b, "exps %lld trials %lld workers %lld\n", (long long)s->nexps, (long long)s->ntrials,
+            (long long)s->nworkers);
   for (int64_t i = 0; i < s->nexps; i++) {
     struct srv_experiment *e = s->exps[i];
     if (!e || e->deleted) {
@@ -299,7 +302,8 @@ char *h_snapshot(struct harness *h) {
       continue;
     }
     ck_assert_int_eq(state_experiment_warm(s, e), 0);
-    sb_printf(&b, "E%lld %s %s plan %lld made %lld live %d prio %g notes '%s' tags %s "
+    sb_printf(&b,
+              "E%lld %s %s plan %lld made %lld live %d prio %g notes '%s' tags %s "
               "reason '%s' counts",
               (long long)e->id, e->name, exp_status_names[e->status], (long long)e->num_trials,
               (long long)e->ntrials, e->live_pos != 0, state_experiment_priority(e),

@@ -22,8 +22,8 @@
 /* The daemon's defaults (server/api/opts.c). */
 #define H_LEASE_TIMEOUT_S 30.0
 #define H_HEARTBEAT_S 5.0
-#define H_LEASE_MS 30000ull   /* lease_timeout_s in ms */
-#define H_GRACE_MS 10000ull   /* two heartbeat intervals */
+#define H_LEASE_MS 30000ull /* lease_timeout_s in ms */
+#define H_GRACE_MS 10000ull /* two heartbeat intervals */
 
 struct harness {
   char dir[256];
@@ -53,13 +53,13 @@ const char *h_cfg(char *buf, size_t cap, const char *name, int n, const char *ex
 struct srv_experiment *h_submit(struct harness *h, const char *json);
 /* A worker with these resources (workers_register). */
 struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, double gpu,
-                        int64_t memory_mb);
+                            int64_t memory_mb);
 /* The lease call of a worker that says it has everything free: touch,
  * state_lease, and the trial's row queued (api_worker_lease). NULL: none. */
 struct srv_trial *h_lease(struct harness *h, struct srv_worker *w);
 /* The same with what the worker says is free. */
 struct srv_trial *h_lease_free(struct harness *h, struct srv_worker *w, double cpu, double gpu,
-                           int64_t memory_mb, int has_memory);
+                               int64_t memory_mb, int has_memory);
 /* A v2 heartbeat of w listing trials[0..n) at their current attempts
  * (workers_heartbeat, as api_worker_heartbeat): each
  * listed trial leased to w has its lease renewed (a paused experiment's is
@@ -82,8 +82,7 @@ char h_result(struct harness *h, struct srv_trial *t, double time_value, const c
  * its rc; dec (n chars) gets the decisions; *out (may be NULL) the event's
  * outputs (fence, why, replayed; its in-pointers cleared). */
 int h_results(struct harness *h, struct srv_trial *t, const struct lease_token *l, int n,
-              const double *tvs, const char *const *jsons, char *dec,
-              struct trial_event_args *out);
+              const double *tvs, const char *const *jsons, char *dec, struct trial_event_args *out);
 /* A checkpoint upload of t at iteration under its current lease, as
  * api_checkpoint_put queues it after its checks (the bytes into SQLite, the
  * trial's has_checkpoint / checkpoint_iteration, its row). */

@@ -169,8 +169,8 @@ START_TEST(patch_num_samples_extends) {
   ck_assert_ptr_null(h_lease(&H, server_worker(S, 1)));
   /* Not for a scheduler planned for the trial count. */
   struct srv_experiment *hb = submit("hb", 3,
-                                 ", \"metric\": \"loss\", \"mode\": \"min\", \"scheduler\": "
-                                 "{\"type\": \"hyperband\", \"max_t\": 9}");
+                                     ", \"metric\": \"loss\", \"mode\": \"min\", \"scheduler\": "
+                                     "{\"type\": \"hyperband\", \"max_t\": 9}");
   p.num_samples = 5;
   ck_assert_int_eq(patch(hb, &p, "num_samples"), -EINVAL);
 }
@@ -183,10 +183,14 @@ START_TEST(patch_max_concurrent_priority_notes_tags) {
   struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
   ck_assert_ptr_nonnull(h_lease(&H, w));
   ck_assert_ptr_null(h_lease(&H, w));
-  struct control_patch p = {.has_max_concurrent = 1, .max_concurrent = 2,
-                            .has_priority = 1, .priority = 3,
-                            .has_notes = 1, .notes = "lr sweep",
-                            .has_tags = 1, .tags = "[\"a\",\"b\"]"};
+  struct control_patch p = {.has_max_concurrent = 1,
+                            .max_concurrent = 2,
+                            .has_priority = 1,
+                            .priority = 3,
+                            .has_notes = 1,
+                            .notes = "lr sweep",
+                            .has_tags = 1,
+                            .tags = "[\"a\",\"b\"]"};
   ck_assert_int_eq(patch(e, &p, ""), 0);
   ck_assert_int_eq(e->spec.max_concurrent_trials, 2);
   ck_assert(state_experiment_priority(e) == 3);
@@ -210,8 +214,8 @@ END_TEST
  * extend of a CANCELLED experiment is -EBUSY. */
 START_TEST(patch_max_t) {
   struct srv_experiment *e = submit("f", 1,
-                                ", \"metric\": \"loss\", \"mode\": \"min\", "
-                                "\"scheduler\": {\"type\": \"fifo\", \"max_t\": 5}");
+                                    ", \"metric\": \"loss\", \"mode\": \"min\", "
+                                    "\"scheduler\": {\"type\": \"fifo\", \"max_t\": 5}");
   struct control_patch p = {.has_max_t = 1, .max_t = 4};
   ck_assert_int_eq(patch(e, &p, "scheduler.max_t"), -EINVAL);
   ck_assert_str_eq(patch_err, "max_t can only go up (now 5)");
@@ -220,8 +224,8 @@ START_TEST(patch_max_t) {
   ck_assert_int_eq(patch(e, &p, ""), 0);
   ck_assert(e->spec.sched.max_t == 10);
   struct srv_experiment *a = submit("a", 1,
-                                ", \"metric\": \"loss\", \"mode\": \"min\", "
-                                "\"scheduler\": {\"type\": \"asha\", \"max_t\": 5}");
+                                    ", \"metric\": \"loss\", \"mode\": \"min\", "
+                                    "\"scheduler\": {\"type\": \"asha\", \"max_t\": 5}");
   ck_assert_int_eq(patch(a, &p, "scheduler.max_t"), -EINVAL);
   ck_assert(a->spec.sched.max_t == 5);
   struct srv_experiment *none = submit("n", 1, "");

@@ -63,8 +63,10 @@ static void events_are(const struct srv_trial *t, const char *want) {
  * rung's cutoff (the top 1/reduction_factor): stopped_early, with the
  * reason and a "stopped" event, in SQLite. */
 START_TEST(asha_stops_below_the_cutoff) {
-  struct srv_experiment *e = submit("a", 3, LOSS ", \"scheduler\": {\"type\": \"asha\", "
-                                "\"max_t\": 10, \"grace_period\": 4, \"reduction_factor\": 2}");
+  struct srv_experiment *e =
+      submit("a", 3,
+             LOSS ", \"scheduler\": {\"type\": \"asha\", "
+                  "\"max_t\": 10, \"grace_period\": 4, \"reduction_factor\": 2}");
   struct srv_worker *w = h_worker(&H, "w", 8, 0, 0);
   struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w);
   for (int it = 1; it < 4; it++) ck_assert_int_eq(result(c, "loss", it, 9.0), 'c'); /* grace */
@@ -91,8 +93,10 @@ END_TEST
 /* Rule: a trial that reaches max_t is stopped there, not early, with
  * "reached max_t"; the last trial's stop ends the experiment. */
 START_TEST(asha_max_t_stops_at_the_end) {
-  struct srv_experiment *e = submit("a", 1, LOSS ", \"scheduler\": {\"type\": \"asha\", "
-                                "\"max_t\": 10, \"grace_period\": 4, \"reduction_factor\": 2}");
+  struct srv_experiment *e =
+      submit("a", 1,
+             LOSS ", \"scheduler\": {\"type\": \"asha\", "
+                  "\"max_t\": 10, \"grace_period\": 4, \"reduction_factor\": 2}");
   struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(result(t, "loss", 4, 0.5), 'c');
@@ -115,9 +119,10 @@ END_TEST
  * generation, leased again); the others end with the experiment, "never
  * promoted". */
 START_TEST(promotion_pauses_and_resumes) {
-  struct srv_experiment *e = submit("p", 3, LOSS ", \"scheduler\": {\"type\": \"asha\", "
-                                "\"promotion\": true, \"max_t\": 3, \"grace_period\": 1, "
-                                "\"reduction_factor\": 3}");
+  struct srv_experiment *e = submit("p", 3,
+                                    LOSS ", \"scheduler\": {\"type\": \"asha\", "
+                                         "\"promotion\": true, \"max_t\": 3, \"grace_period\": 1, "
+                                         "\"reduction_factor\": 3}");
   struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
   struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w);
   ck_assert_int_eq(result(a, "loss", 1, 0.1), 's');
@@ -186,12 +191,12 @@ END_TEST
 
 /* ---- PBT: exploit at the lease's end ---------------------------------- */
 
-#define PBT_CFG                                                                          \
-  "{\"name\": \"pbt\", \"metric\": \"acc\", \"mode\": \"max\", \"num_samples\": 1, "     \
-  "\"seed\": 5, \"param_space\": {\"lr\": {\"grid_search\": [0.001, 0.1]}}, "             \
-  "\"scheduler\": {\"type\": \"pbt\", \"perturbation_interval\": 2, "                     \
-  "\"quantile_fraction\": 0.5, \"hyperparam_mutations\": {\"lr\": {\"type\": "            \
-  "\"loguniform\", \"lower\": 1e-5, \"upper\": 1}}}, "                                    \
+#define PBT_CFG                                                                                    \
+  "{\"name\": \"pbt\", \"metric\": \"acc\", \"mode\": \"max\", \"num_samples\": 1, "               \
+  "\"seed\": 5, \"param_space\": {\"lr\": {\"grid_search\": [0.001, 0.1]}}, "                      \
+  "\"scheduler\": {\"type\": \"pbt\", \"perturbation_interval\": 2, "                              \
+  "\"quantile_fraction\": 0.5, \"hyperparam_mutations\": {\"lr\": {\"type\": "                     \
+  "\"loguniform\", \"lower\": 1e-5, \"upper\": 1}}}, "                                             \
   "\"trainable\": {\"type\": \"command\", \"argv\": [\"true\"]}}"
 
 static char pbt_result(struct srv_trial *t, double it, double acc) {
@@ -285,8 +290,9 @@ END_TEST
  * is stopped (hard_stop), early, with the reason; only with
  * min_samples_required others; the others' records survive a restart. */
 START_TEST(median_stopping_stops) {
-  submit("med", 4, LOSS ", \"scheduler\": {\"type\": \"median_stopping\", "
-         "\"grace_period\": 1, \"min_samples_required\": 3, \"hard_stop\": true}");
+  submit("med", 4,
+         LOSS ", \"scheduler\": {\"type\": \"median_stopping\", "
+              "\"grace_period\": 1, \"min_samples_required\": 3, \"hard_stop\": true}");
   struct srv_worker *w = h_worker(&H, "w", 8, 0, 0);
   struct srv_trial *t[4];
   for (int k = 0; k < 4; k++) t[k] = h_lease(&H, w);
@@ -312,8 +318,9 @@ END_TEST
  * at the result that reaches it: TERMINATED, not early, the result kept,
  * a "stop_rule" event; its experiment ends with it. */
 START_TEST(stop_rule_ends_the_trial) {
-  struct srv_experiment *e = submit("sr", 1, ", \"metric\": \"acc\", \"mode\": \"max\", "
-                                "\"stop\": {\"training_iteration\": 20, \"acc\": 0.95}");
+  struct srv_experiment *e = submit("sr", 1,
+                                    ", \"metric\": \"acc\", \"mode\": \"max\", "
+                                    "\"stop\": {\"training_iteration\": 20, \"acc\": 0.95}");
   struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
   struct srv_trial *t = h_lease(&H, w);
   ck_assert_int_eq(result(t, "acc", 1, 0.5), 'c');

@@ -43,10 +43,11 @@ START_TEST(parse_lease_good_and_malformed) {
   ck_assert_int_eq(state_parse_lease("12:1000000000", &l), 0);
   ck_assert_int_eq(l.worker_id, 12);
   ck_assert_int_eq(l.attempt, 1000000000);
-  static const char *const bad[] = {
-      "", "3", "3:", ":2", "0:1", "1:0", "00:1", "a:1", "1:b", "1:2x", "1:-1", "-1:1",
-      " 1:2", "1:2 ", "1: 2", "1::2", "1:2:3", "+1:2", "1:2147483648", "99999999999:1",
-      "1.5:2", "0x1:2"};
+  static const char *const bad[] = {"",      "3",     "3:",   ":2",           "0:1",
+                                    "1:0",   "00:1",  "a:1",  "1:b",          "1:2x",
+                                    "1:-1",  "-1:1",  " 1:2", "1:2 ",         "1: 2",
+                                    "1::2",  "1:2:3", "+1:2", "1:2147483648", "99999999999:1",
+                                    "1.5:2", "0x1:2"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     l = (struct lease_token){77, 77};
     ck_assert_msg(state_parse_lease(bad[i], &l) == -EINVAL, "'%s' was accepted", bad[i]);
@@ -129,8 +130,8 @@ START_TEST(fence_final_for_the_lease_that_ended_it) {
   ck_assert_int_eq(done->status, TS_TERMINATED);
   char why[256], want[256];
   ck_assert_int_eq(fence(done, w->id, 1, why, sizeof why), FENCE_FINAL);
-  snprintf(want, sizeof want, "trial %lld is TERMINATED, not leased to %lld:1",
-           (long long)done->id, (long long)w->id);
+  snprintf(want, sizeof want, "trial %lld is TERMINATED, not leased to %lld:1", (long long)done->id,
+           (long long)w->id);
   ck_assert_str_eq(why, want); /* said for FINAL too: a new result needs CURRENT */
   ck_assert_int_eq(fence(done, w->id, 2, NULL, 0), FENCE_STALE);
   ck_assert_int_eq(fence(done, o->id, 1, NULL, 0), FENCE_STALE);

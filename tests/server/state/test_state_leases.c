@@ -53,8 +53,8 @@ END_TEST
  * (cpu, gpu, memory_mb when the worker declared memory), an end gives them
  * back, and nothing is leased that the worker has no room left for. */
 START_TEST(lease_charges_worker_resources) {
-  struct srv_experiment *e =
-      submit("a", 3, ", \"resources_per_trial\": {\"cpu\": 1.5, \"gpu\": 0.5, \"memory_mb\": 1000}");
+  struct srv_experiment *e = submit(
+      "a", 3, ", \"resources_per_trial\": {\"cpu\": 1.5, \"gpu\": 0.5, \"memory_mb\": 1000}");
   struct srv_worker *w = h_worker(&H, "w", 4, 1, 4000);
   struct srv_trial *t1 = h_lease(&H, w);
   ck_assert_ptr_nonnull(t1);

@@ -39,7 +39,8 @@ static struct srv_experiment *submit(const char *name, int n, const char *extra)
 static void build_mixed_model(void) {
   struct srv_worker *w = h_worker(&H, "w", 8, 1, 16000);
   struct srv_worker *gone = h_worker(&H, "gone", 2, 0, 0);
-  struct srv_experiment *a = submit("a", 5, ", \"resources_per_trial\": {\"cpu\": 1, \"memory_mb\": 500}");
+  struct srv_experiment *a =
+      submit("a", 5, ", \"resources_per_trial\": {\"cpu\": 1, \"memory_mb\": 500}");
   struct srv_trial *a0 = h_lease(&H, w);
   h_result(&H, a0, 1, "{\"training_iteration\":1,\"loss\":0.5}");
   h_complete(&H, a0);
@@ -60,8 +61,13 @@ static void build_mixed_model(void) {
   ck_assert_int_eq(control_pause(S, d, &ticket), 0);
   struct srv_experiment *e = submit("e", 3, ", \"max_concurrent_trials\": 1");
   char field[64], err[256];
-  struct control_patch p = {.has_priority = 1, .priority = 2, .has_notes = 1, .notes = "n",
-                            .has_tags = 1, .tags = "[\"x\"]", .has_max_concurrent = 1,
+  struct control_patch p = {.has_priority = 1,
+                            .priority = 2,
+                            .has_notes = 1,
+                            .notes = "n",
+                            .has_tags = 1,
+                            .tags = "[\"x\"]",
+                            .has_max_concurrent = 1,
                             .max_concurrent = 2};
   ck_assert_int_eq(control_patch(S, e, &p, field, sizeof field, err, sizeof err, &ticket), 0);
   struct srv_trial *e0 = h_lease(&H, w);
@@ -149,8 +155,10 @@ START_TEST(repair_finishes_half_done_changes) {
   /* What a crash between the writes of an older version could leave. */
   h_sql(&H, "UPDATE experiments SET status='RUNNING', ended_at=NULL WHERE id=1");
   char sql[256];
-  snprintf(sql, sizeof sql, "UPDATE trials SET status='RUNNING', worker_id=1, ended_at=NULL "
-           "WHERE id=%lld", (long long)ctid);
+  snprintf(sql, sizeof sql,
+           "UPDATE trials SET status='RUNNING', worker_id=1, ended_at=NULL "
+           "WHERE id=%lld",
+           (long long)ctid);
   h_sql(&H, sql);
   fake_clock_set_ms(T0 + 60000);
   h_start_only(&H); /* state_load, then state_repair, as main.c */

@@ -79,8 +79,8 @@ static uint64_t fail_ticket;
 static int fail_with(struct srv_trial *t, int64_t wid, int attempt, const char *err, int code,
                      struct trial_event_args *a) {
   struct lease_token l = {wid, attempt};
-  *a = (struct trial_event_args){.lease = &l, .error = err, .has_exit_code = code >= 0,
-                                 .exit_code = code >= 0 ? code : 0};
+  *a = (struct trial_event_args){
+      .lease = &l, .error = err, .has_exit_code = code >= 0, .exit_code = code >= 0 ? code : 0};
   fail_ticket = 0;
   int rc = state_trial_event(S, t, TE_FAIL, a, &fail_ticket);
   a->lease = NULL;
@@ -418,8 +418,7 @@ START_TEST(release_requeues_without_failure) {
   ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
   uint64_t ticket = 0;
   struct lease_token l = {w->id, 1};
-  struct trial_event_args a = {.lease = &l, .worker_id = w->id, .has_iteration = 1,
-                               .iteration = 1};
+  struct trial_event_args a = {.lease = &l, .worker_id = w->id, .has_iteration = 1, .iteration = 1};
   ck_assert_int_eq(state_trial_event(S, t, TE_RELEASE, &a, &ticket), 0);
   ck_assert_int_eq(a.fence, FENCE_CURRENT);
   ck_assert_int_eq(t->status, TS_PENDING);

@@ -12,8 +12,11 @@ static struct alloc_pool pool;
 static void setup_pool(int ncpu, int ngpu, long mem) {
   int cpus[ALLOC_MAX_CPUS] = {0}, gpus[ALLOC_MAX_GPUS] = {0};
   long gmem[ALLOC_MAX_GPUS] = {0};
-  for (int i = 0; i < ncpu; i++) cpus[i] = i * 2;  /* ids need not be dense */
-  for (int i = 0; i < ngpu; i++) { gpus[i] = i; gmem[i] = 16000; }
+  for (int i = 0; i < ncpu; i++) cpus[i] = i * 2; /* ids need not be dense */
+  for (int i = 0; i < ngpu; i++) {
+    gpus[i] = i;
+    gmem[i] = 16000;
+  }
   ck_assert_int_eq(alloc_init(&pool, cpus, ncpu, gpus, gmem, ngpu, mem), 0);
 }
 
@@ -50,7 +53,7 @@ START_TEST(fractional_cpu_packs_and_whole_waits) {
   ck_assert_int_eq(alloc_take(&pool, 1, &half, &a), 0);
   ck_assert_int_eq(alloc_take(&pool, 2, &half, &b), 0);
   ck_assert(a.cpu_shared && b.cpu_shared);
-  ck_assert_int_eq(a.cpus[0], b.cpus[0]);  /* packed on one CPU */
+  ck_assert_int_eq(a.cpus[0], b.cpus[0]); /* packed on one CPU */
   ck_assert_int_eq(alloc_take(&pool, 3, &one, &c), 0);
   ck_assert_int_ne(c.cpus[0], a.cpus[0]);
   ck_assert_int_eq(alloc_take(&pool, 4, &half, &d), -ENOSPC);
@@ -72,8 +75,8 @@ START_TEST(gpu_whole_and_fractional_with_memory_cap) {
   ck_assert(fabs(a.gpu_frac - 0.25) < 1e-9);
   ck_assert_int_eq(a.gpu_mem_mb, 4000);
   ck_assert_int_eq(alloc_take(&pool, 2, &q, &b), 0);
-  ck_assert_int_eq(b.gpus[0], a.gpus[0]);  /* best fit: same device */
-  ck_assert_int_eq(alloc_take(&pool, 3, &two, &c), -ENOSPC);  /* one device is shared */
+  ck_assert_int_eq(b.gpus[0], a.gpus[0]);                    /* best fit: same device */
+  ck_assert_int_eq(alloc_take(&pool, 3, &two, &c), -ENOSPC); /* one device is shared */
   ck_assert_int_eq(alloc_take(&pool, 3, &whole, &c), 0);
   ck_assert_int_ne(c.gpus[0], a.gpus[0]);
   ck_assert_int_eq(c.gpu_mem_mb, 0);
@@ -90,8 +93,7 @@ END_TEST
 START_TEST(memory_budget_and_bad_requests) {
   setup_pool(4, 0, 1000);
   struct alloc_grant a, b;
-  struct alloc_req r = {1, 0, 600}, bad_gpu = {1, 1.5, 0}, neg = {-1, 0, 0},
-                   nan_cpu = {NAN, 0, 0};
+  struct alloc_req r = {1, 0, 600}, bad_gpu = {1, 1.5, 0}, neg = {-1, 0, 0}, nan_cpu = {NAN, 0, 0};
   ck_assert_int_eq(alloc_take(&pool, 1, &r, &a), 0);
   ck_assert_int_eq(alloc_take(&pool, 2, &r, &b), -ENOSPC);
   ck_assert_int_eq(alloc_take(&pool, 2, &bad_gpu, &b), -EINVAL);

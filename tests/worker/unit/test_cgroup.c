@@ -71,7 +71,7 @@ START_TEST(delegated_tree_gets_trial_groups) {
   get("svc/cgroup.subtree_control", buf, sizeof buf);
   ck_assert_str_eq(buf, "+cpu +memory");
   get("svc/worker/cgroup.procs", buf, sizeof buf);
-  ck_assert_int_eq(atoi(buf), (int)getpid());  /* the worker left the delegated group */
+  ck_assert_int_eq(atoi(buf), (int)getpid()); /* the worker left the delegated group */
 
   ck_assert_int_eq(cgroup_trial_create(&c, 7, 0.5, 300, path, sizeof path), 0);
   snprintf(p, sizeof p, "%s/svc/trial-7", root);
@@ -118,7 +118,7 @@ START_TEST(stale_trial_groups_are_swept) {
   snprintf(p, sizeof p, "%s/svc/trial-9", root); /* another worker's */
   ck_assert_int_eq(mkdir(p, 0755), 0);
 
-  struct cgroup_ctx next;  /* the restarted worker */
+  struct cgroup_ctx next; /* the restarted worker */
   ck_assert_int_eq(cgroup_setup(&next, root, "/svc", why, sizeof why), 0);
   snprintf(next.marks, sizeof next.marks, "%s/work-cgroups", root);
   ck_assert_int_eq(cgroup_sweep(&next), 2);
@@ -148,7 +148,7 @@ START_TEST(missing_or_undelegated_cgroup_says_why) {
   char p[512];
   snprintf(p, sizeof p, "%s/svc", root);
   mkdir(p, 0755);
-  put("svc/cgroup.controllers", "pids\n");  /* nothing useful delegated */
+  put("svc/cgroup.controllers", "pids\n"); /* nothing useful delegated */
   ck_assert_int_eq(cgroup_setup(&c, root, "/svc", why, sizeof why), -ENOTSUP);
   ck_assert_msg(strstr(why, "not delegated"), "%s", why);
   rm_rf(root);

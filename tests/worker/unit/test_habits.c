@@ -53,7 +53,7 @@ static void check_env(const char *trainable, int resume) {
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_MODE"), "min");
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_START_ITERATION"), resume ? "4" : "0");
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_START_TIME_TOTAL_S"), resume ? "12.25" : "0");
-  ck_assert_str_eq(env_get(cmd.env, "PYTHONUNBUFFERED"), "1");  /* over the worker's own */
+  ck_assert_str_eq(env_get(cmd.env, "PYTHONUNBUFFERED"), "1"); /* over the worker's own */
   ck_assert_int_eq(cmd.stdout_pipe, 0);
   trainable_cmd_free(&cmd);
   cJSON_Delete(t);
@@ -82,7 +82,8 @@ START_TEST(no_metric_is_empty) {
 END_TEST
 
 START_TEST(trainable_env_may_turn_unbuffered_off) {
-  cJSON *t = lease("{\"type\": \"command\", \"argv\": [\"p\"], \"env\": {\"PYTHONUNBUFFERED\": \"\"}}");
+  cJSON *t =
+      lease("{\"type\": \"command\", \"argv\": [\"p\"], \"env\": {\"PYTHONUNBUFFERED\": \"\"}}");
   struct trainable_ctx c = {"/t", "/w/7", 0, 1, "", 0, 0, base_env, NULL};
   struct trainable_cmd cmd;
   ck_assert_int_eq(trainable_build(t, &c, &cmd, NULL, 0), 0);
@@ -156,13 +157,14 @@ static cJSON *parse(const char *line, int allow, int want_rc, double *tv) {
 
 START_TEST(results_without_time_attr) {
   double tv = 0;
-  ck_assert_ptr_null(parse("{\"loss\": 0.5}", 0, 0, &tv));        /* the old reading */
+  ck_assert_ptr_null(parse("{\"loss\": 0.5}", 0, 0, &tv)); /* the old reading */
   cJSON *r = parse("{\"loss\": 0.5}", 1, 1, &tv);
   ck_assert(isnan(tv));
   cJSON_Delete(r);
-  ck_assert_ptr_null(parse("{\"level\": \"info\", \"msg\": \"hi\"}", 1, 0, &tv));  /* a log line */
+  ck_assert_ptr_null(parse("{\"level\": \"info\", \"msg\": \"hi\"}", 1, 0, &tv)); /* a log line */
   ck_assert_ptr_null(parse("{\"loss\": 0.5} junk", 1, RESULT_MALFORMED, &tv));
-  ck_assert_ptr_null(parse("{\"training_iteration\": \"x\", \"loss\": 1}", 1, RESULT_MALFORMED, &tv));
+  ck_assert_ptr_null(
+      parse("{\"training_iteration\": \"x\", \"loss\": 1}", 1, RESULT_MALFORMED, &tv));
   r = parse("{\"loss\": NaN}", 1, 1, &tv);
   ck_assert(cJSON_IsNull(cJSON_GetObjectItem(r, "loss")));
   cJSON_Delete(r);
@@ -176,8 +178,8 @@ static double num(const cJSON *o, const char *k) {
 }
 
 START_TEST(fill_numbers_and_clocks) {
-  struct result_clock c = {.start_total = 10, .started_mono = 100, .prev_mono = 100,
-                           .prev_iter = 4};
+  struct result_clock c = {
+      .start_total = 10, .started_mono = 100, .prev_mono = 100, .prev_iter = 4};
   double tv = 0;
   cJSON *r = cJSON_Parse("{\"loss\": 1}");
   ck_assert_int_eq(result_fill(r, "training_iteration", &c, 101.5, 1700000000.7, &tv), 0);
@@ -214,7 +216,7 @@ START_TEST(missing_metric_message) {
                       "acc, training_iteration");
   free(m);
   cJSON_Delete(r);
-  r = cJSON_Parse("{\"accuracy\": null}");  /* reported, without a finite value */
+  r = cJSON_Parse("{\"accuracy\": null}"); /* reported, without a finite value */
   ck_assert_ptr_null(result_missing_metric(r, "accuracy"));
   cJSON_Delete(r);
 }

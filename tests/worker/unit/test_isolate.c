@@ -37,8 +37,7 @@ START_TEST(trainables_kinds_and_allowed_programs) {
   char *res = NULL;
   ck_assert_int_eq(isolate_parse_trainables(&iso, "builtin", err, sizeof err), 0);
   ck_assert_int_eq(isolate_check(&iso, "builtin", NULL, NULL, NULL, &res, err, sizeof err), 0);
-  ck_assert_int_eq(isolate_check(&iso, "command", NULL, NULL, NULL, &res, err, sizeof err),
-                   -EPERM);
+  ck_assert_int_eq(isolate_check(&iso, "command", NULL, NULL, NULL, &res, err, sizeof err), -EPERM);
   ck_assert_ptr_nonnull(strstr(err, "--trainables builtin"));
   ck_assert_int_eq(isolate_parse_trainables(&iso, "nope", err, sizeof err), -EINVAL);
   ck_assert_int_eq(isolate_parse_trainables(&iso, "builtin,command", err, sizeof err), 0);
@@ -50,7 +49,7 @@ START_TEST(trainables_kinds_and_allowed_programs) {
   char *ok_argv[] = {"sh", "-c", "true", NULL};
   char *env[] = {"PATH=/nonexistent:/bin", NULL};
   ck_assert_int_eq(isolate_check(&iso, "command", ok_argv, env, "/", &res, err, sizeof err), 0);
-  ck_assert_str_eq(res, "/bin/sh");  /* what runs is what was checked */
+  ck_assert_str_eq(res, "/bin/sh"); /* what runs is what was checked */
   free(res);
   char *bad_argv[] = {"/bin/cat", NULL};
   ck_assert_int_eq(isolate_check(&iso, "command", bad_argv, env, "/", &res, err, sizeof err),
@@ -84,8 +83,8 @@ START_TEST(open_file_refuses_links_fifos_and_dirs) {
   close(fd);
   ck_assert_int_eq(isolate_open_file(lnk, O_RDONLY, 0, &st), -ELOOP);
   ck_assert_int_eq(isolate_open_file(lnk, O_WRONLY | O_CREAT | O_APPEND, 0600, NULL), -ELOOP);
-  ck_assert_int_eq(isolate_open_file(fifo, O_RDONLY, 0, &st), -EINVAL);   /* never blocks */
-  ck_assert_int_eq(isolate_open_file(fifo, O_WRONLY, 0, &st), -ENXIO);    /* no reader */
+  ck_assert_int_eq(isolate_open_file(fifo, O_RDONLY, 0, &st), -EINVAL); /* never blocks */
+  ck_assert_int_eq(isolate_open_file(fifo, O_WRONLY, 0, &st), -ENXIO);  /* no reader */
   ck_assert_int_eq(isolate_open_file(sub, O_RDONLY, 0, &st), -EINVAL);
   unlink(lnk);
   unlink(reg);
@@ -96,8 +95,8 @@ START_TEST(open_file_refuses_links_fifos_and_dirs) {
 END_TEST
 
 START_TEST(trainable_env_is_clean_and_run_as_home) {
-  char *base[] = {"PATH=/usr/bin:/bin", "HOME=/root", "USER=root", "CTUNE_TOKEN=secret",
-                  "MY_KEY=k", "LANG=C.UTF-8", NULL};
+  char *base[] = {"PATH=/usr/bin:/bin", "HOME=/root",   "USER=root", "CTUNE_TOKEN=secret",
+                  "MY_KEY=k",           "LANG=C.UTF-8", NULL};
   struct isolate iso = {.trainables = ISOLATE_ALL, .run_as = 1, .uid = 65534, .gid = 65534};
   snprintf(iso.user, sizeof iso.user, "nobody");
   snprintf(iso.home, sizeof iso.home, "/nonexistent");
@@ -111,7 +110,7 @@ START_TEST(trainable_env_is_clean_and_run_as_home) {
   for (char **e = cmd.env; *e; e++) {
     ck_assert_msg(strncmp(*e, "CTUNE_TOKEN=", 12) != 0, "token leaked: %s", *e);
     if (!strcmp(*e, "HOME=/nonexistent")) saw_home = 1;
-    if (!strcmp(*e, "MY_KEY=from-config")) saw_key = 1;  /* the config's, not the worker's */
+    if (!strcmp(*e, "MY_KEY=from-config")) saw_key = 1; /* the config's, not the worker's */
     if (!strcmp(*e, "LANG=C.UTF-8")) saw_lang = 1;
     ck_assert_str_ne(*e, "USER=root");
   }

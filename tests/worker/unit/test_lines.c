@@ -17,10 +17,12 @@ START_TEST(result_lines) {
   cJSON *o;
   double t = 0;
   ck_assert_int_eq(parse("{\"training_iteration\": 3, \"loss\": 0.5, \"tag\": \"x\","
-                         " \"nested\": {\"a\": 1}, \"ok\": true}", &o, &t), 1);
+                         " \"nested\": {\"a\": 1}, \"ok\": true}",
+                         &o, &t),
+                   1);
   ck_assert(t == 3);
   ck_assert(cJSON_GetObjectItem(o, "loss")->valuedouble == 0.5);
-  ck_assert_ptr_null(cJSON_GetObjectItem(o, "tag"));     /* only numbers go to the server */
+  ck_assert_ptr_null(cJSON_GetObjectItem(o, "tag")); /* only numbers go to the server */
   ck_assert_ptr_null(cJSON_GetObjectItem(o, "nested"));
   ck_assert_ptr_null(cJSON_GetObjectItem(o, "ok"));
   cJSON_Delete(o);
@@ -28,7 +30,7 @@ START_TEST(result_lines) {
   cJSON_Delete(o);
   ck_assert_int_eq(parse("epoch 3 done", &o, &t), 0);
   ck_assert_ptr_null(o);
-  ck_assert_int_eq(parse("{\"loss\": 0.5}", &o, &t), 0);               /* no time attribute */
+  ck_assert_int_eq(parse("{\"loss\": 0.5}", &o, &t), 0); /* no time attribute */
   /* Looks like a result but is none: the caller warns, naming the trial. */
   ck_assert_int_eq(parse("{\"training_iteration\": \"3\"}", &o, &t), RESULT_MALFORMED);
   ck_assert_ptr_null(o);
@@ -68,8 +70,8 @@ START_TEST(result_nonfinite_tokens_are_null) {
   cJSON *o;
   double t;
   /* Inside a string it is text, not a number: the string is dropped. */
-  ck_assert_int_eq(parse("{\"training_iteration\": 1, \"note\": \"loss: NaN, \\\" Infinity\"}",
-                         &o, &t), 1);
+  ck_assert_int_eq(
+      parse("{\"training_iteration\": 1, \"note\": \"loss: NaN, \\\" Infinity\"}", &o, &t), 1);
   ck_assert_ptr_null(cJSON_GetObjectItem(o, "note"));
   cJSON_Delete(o);
   /* The time attribute itself non-finite: no result, and a warning. */
@@ -92,19 +94,24 @@ START_TEST(result_trailing_garbage_is_malformed) {
   ck_assert_int_eq(parse("{\"training_iteration\": 1}{\"training_iteration\": 2}", &o, &t),
                    RESULT_MALFORMED);
   ck_assert_int_eq(parse("{'training_iteration': 1}", &o, &t), RESULT_MALFORMED);
-  ck_assert_int_eq(parse("{\"training_iteration\": 1}  \t", &o, &t), 1);  /* blanks are fine */
+  ck_assert_int_eq(parse("{\"training_iteration\": 1}  \t", &o, &t), 1); /* blanks are fine */
   cJSON_Delete(o);
   ck_assert_int_eq(parse("{not json at all", &o, &t), RESULT_MALFORMED);
-  ck_assert_int_eq(parse("{\"epoch\": 1}", &o, &t), 0);  /* other JSON: plain log, no warning */
+  ck_assert_int_eq(parse("{\"epoch\": 1}", &o, &t), 0); /* other JSON: plain log, no warning */
 }
 END_TEST
 
 /* The parsed doubles are exactly what strtod makes of the printed text (the
  * printer that forwards them decides the rest). */
 START_TEST(result_numbers_exact) {
-  static const char *vals[] = {"0.1", "0.30000000000000004", "2.2250738585072014e-308",
-                               "8342818273689171", "1.7976931348623157e308", "-0.0",
-                               "0.1234567890123456789", "123456789.98765432"};
+  static const char *vals[] = {"0.1",
+                               "0.30000000000000004",
+                               "2.2250738585072014e-308",
+                               "8342818273689171",
+                               "1.7976931348623157e308",
+                               "-0.0",
+                               "0.1234567890123456789",
+                               "123456789.98765432"};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
     char line[200];
     snprintf(line, sizeof line, "{\"training_iteration\": 1, \"v\": %s}", vals[i]);
@@ -143,7 +150,7 @@ START_TEST(linebuf_splits_across_chunks) {
   ck_assert_str_eq(l.got[1], "de");
   ck_assert_str_eq(l.got[2], "");
   ck_assert_int_eq(linebuf_feed(&lb, "0123456789ABC\n", 14, on_line, &l), 0);
-  ck_assert_str_eq(l.got[3], "fg01234567");  /* cut at max */
+  ck_assert_str_eq(l.got[3], "fg01234567"); /* cut at max */
   ck_assert_str_eq(l.got[4], "89ABC");
   linebuf_feed(&lb, "tail", 4, on_line, &l);
   linebuf_flush(&lb, on_line, &l);
@@ -160,7 +167,7 @@ START_TEST(tail_keeps_latest_bytes_and_lines) {
   char *s = tail_copy(&t, &len);
   ck_assert_str_eq(s, "line1\nline2\n");
   free(s);
-  tail_append(&t, "line3\nline4\n", 12);  /* wraps */
+  tail_append(&t, "line3\nline4\n", 12); /* wraps */
   s = tail_copy(&t, &len);
   ck_assert_int_eq(len, 16);
   ck_assert_str_eq(s, "ne2\nline3\nline4\n");
@@ -168,7 +175,7 @@ START_TEST(tail_keeps_latest_bytes_and_lines) {
   s = tail_last_lines(&t, 2);
   ck_assert_str_eq(s, "line3\nline4");
   free(s);
-  tail_append(&t, "0123456789abcdefXYZ", 19);  /* larger than the ring */
+  tail_append(&t, "0123456789abcdefXYZ", 19); /* larger than the ring */
   s = tail_copy(&t, &len);
   ck_assert_str_eq(s, "3456789abcdefXYZ");
   free(s);

@@ -58,18 +58,17 @@ START_TEST(fifo_bound_and_end_reserve) {
   /* A trial's end is still accepted when results are at the bound, and so
    * are a finished trial's last results (FORCE). */
   ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 1, &L1, "/c1", "{}", 0), 0);
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/r2", "{\"b\":1}", OUTBOX_F_FORCE),
-                   0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/r2", "{\"b\":1}", OUTBOX_F_FORCE), 0);
   struct outbox_lane *l = outbox_lane(&ob, 1);
   ck_assert_str_eq(l->head->body, "{\"a\":1}");
   outbox_ack(&ob, l, 1);
   ck_assert_str_eq(l->head->body, "{\"a\":2}");
   outbox_ack(&ob, l, 1);
-  ck_assert(outbox_has_room(&ob));  /* 1 of 2 */
+  ck_assert(outbox_has_room(&ob)); /* 1 of 2 */
   ck_assert_str_eq(l->head->path, "/c1");
   outbox_ack(&ob, l, 1);
   ck_assert_ptr_null(l->head);
-  outbox_ack(&ob, l, 1);  /* harmless on empty */
+  outbox_ack(&ob, l, 1); /* harmless on empty */
   outbox_gc(&ob);
   ck_assert_ptr_null(outbox_lane(&ob, 1));
   ck_assert_str_eq(head_body(&ob, 2), "{\"b\":1}");
@@ -113,7 +112,7 @@ START_TEST(drop_lease_keeps_other_attempts) {
   ck_assert_int_eq((int)ob.n_results, 1);
   ck_assert_str_eq(l->head->body, "{\"i\":3}");
   ck_assert_ptr_eq(l->head, l->tail);
-  outbox_push(&ob, OUTBOX_RESULT, 5, &L2, "/r", "{\"i\":4}", 0);  /* tail still right */
+  outbox_push(&ob, OUTBOX_RESULT, 5, &L2, "/r", "{\"i\":4}", 0); /* tail still right */
   ck_assert_str_eq(l->head->next->body, "{\"i\":4}");
   outbox_close(&ob);
 }
@@ -137,26 +136,26 @@ START_TEST(batches_results_of_one_lease) {
   ck_assert(strstr(body, ",{\"i\":256}]") != NULL);
   free(body);
   outbox_ack(&ob, l, n);
-  body = outbox_batch(l, 256, 1 << 20, &n);  /* stops at the next lease */
+  body = outbox_batch(l, 256, 1 << 20, &n); /* stops at the next lease */
   ck_assert_int_eq((int)n, 44);
   free(body);
-  body = outbox_batch(l, 256, 40, &n);  /* byte bound */
+  body = outbox_batch(l, 256, 40, &n); /* byte bound */
   ck_assert_int_eq((int)n, 3);
   ck_assert_str_eq(body, "[{\"i\":257},{\"i\":258},{\"i\":259}]");
   free(body);
-  l->single = 1;  /* a refused batch is retried one by one */
+  l->single = 1; /* a refused batch is retried one by one */
   body = outbox_batch(l, 256, 1 << 20, &n);
   ck_assert_int_eq((int)n, 1);
   ck_assert_str_eq(body, "{\"i\":257}");
   free(body);
   outbox_ack(&ob, l, 44);
   ck_assert_int_eq(l->single, 0);
-  body = outbox_batch(l, 256, 1 << 20, &n);  /* one result: a plain object */
+  body = outbox_batch(l, 256, 1 << 20, &n); /* one result: a plain object */
   ck_assert_int_eq((int)n, 1);
   ck_assert_str_eq(body, "{\"i\":301}");
   free(body);
   outbox_ack(&ob, l, 1);
-  body = outbox_batch(l, 256, 1 << 20, &n);  /* an end is never batched */
+  body = outbox_batch(l, 256, 1 << 20, &n); /* an end is never batched */
   ck_assert_int_eq((int)n, 1);
   ck_assert_str_eq(body, "{}");
   free(body);
@@ -166,7 +165,7 @@ END_TEST
 
 START_TEST(utf8_is_cleaned) {
   size_t n;
-  char *s = outbox_utf8_clean("ok \xc3\xa9", 5, &n);  /* é kept */
+  char *s = outbox_utf8_clean("ok \xc3\xa9", 5, &n); /* é kept */
   ck_assert_str_eq(s, "ok \xc3\xa9");
   ck_assert_int_eq((int)n, 5);
   free(s);
@@ -219,16 +218,15 @@ START_TEST(persists_across_restart_exactly_once) {
   char body[64];
   for (int i = 1; i <= 5; i++) {
     snprintf(body, sizeof body, "{\"training_iteration\":%d}", i);
-    ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 3, &L2, "/api/v1/trials/3/results", body,
-                                 0), 0);
+    ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 3, &L2, "/api/v1/trials/3/results", body, 0),
+                     0);
   }
-  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 3, &L2, "/api/v1/trials/3/complete", "{}", 0),
-                   0);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 3, &L2, "/api/v1/trials/3/complete", "{}", 0), 0);
   ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 4, &L1, "/x", "{\"n\":0}", 0), 0);
   struct outbox_lane *l = outbox_lane(&ob, 3);
-  outbox_ack(&ob, l, 2);  /* iterations 1 and 2 delivered (one batch) */
+  outbox_ack(&ob, l, 2); /* iterations 1 and 2 delivered (one batch) */
   ck_assert_int_eq(count_files(), 5);
-  outbox_close(&ob);  /* the worker dies here */
+  outbox_close(&ob); /* the worker dies here */
 
   /* A half-written message from the crash must not come back. */
   char junk[512];
@@ -246,7 +244,7 @@ START_TEST(persists_across_restart_exactly_once) {
     ck_assert_str_eq(l->head->body, body);
     ck_assert_int_eq(l->head->trial_id, 3);
     ck_assert_int_eq(l->head->kind, OUTBOX_RESULT);
-    ck_assert_int_eq(l->head->lease.worker_id, 7);  /* the fence survives */
+    ck_assert_int_eq(l->head->lease.worker_id, 7); /* the fence survives */
     ck_assert_int_eq((int)l->head->lease.attempt, 2);
     outbox_ack(&ob, l, 1);
   }
@@ -281,9 +279,9 @@ START_TEST(backoff_doubles_and_caps) {
   outbox_failed(l, 1000);
   ck_assert(!outbox_ready(l, 1199));
   ck_assert(outbox_ready(l, 1200));
-  outbox_ack(&ob, l, 1);  /* delivery resets the backoff */
+  outbox_ack(&ob, l, 1); /* delivery resets the backoff */
   ck_assert_int_eq(l->attempts, 0);
-  ck_assert(!outbox_ready(l, 0));  /* empty */
+  ck_assert(!outbox_ready(l, 0)); /* empty */
   outbox_close(&ob);
 }
 END_TEST

@@ -35,7 +35,8 @@ static void setup(void) {
 static void teardown(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) { /* best effort */ }
+  if (system(cmd) != 0) { /* best effort */
+  }
 }
 
 static void nap_ms(long ms) {
@@ -63,7 +64,8 @@ static int read_pid(const char *name, int timeout_ms) {
 /* Gone: no such process (this test reaps what is reparented to it). */
 static int gone_within(int pid, int timeout_ms) {
   for (int waited = 0; waited <= timeout_ms; waited += 10) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
     nap_ms(10);
   }

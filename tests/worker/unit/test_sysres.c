@@ -85,7 +85,7 @@ START_TEST(v1_quota_and_memory_smallest_along_the_path) {
                 "%s", where);
   unsigned long long bytes = 0, total = 0;
   ck_assert_int_eq(sysres_memory_limit(&fs, &bytes, where, sizeof where), 1);
-  ck_assert_uint_eq(bytes, 314572800ULL);  /* the parent's: the step's is unlimited */
+  ck_assert_uint_eq(bytes, 314572800ULL); /* the parent's: the step's is unlimited */
   ck_assert_msg(strstr(where, "/memory/job/memory.limit_in_bytes"), "%s", where);
   ck_assert_int_eq(sysres_mem_total(&fs, &total), 0);
   ck_assert_uint_eq(total, 24684084ULL * 1024);
@@ -107,8 +107,8 @@ START_TEST(v2_cpu_max_and_memory_max) {
   ck_assert_int_eq(sysres_cpu_quota(&fs, &cpus, where, sizeof where), 1);
   ck_assert_double_eq_tol(cpus, 2.5, 1e-9);
   ck_assert_int_eq(sysres_quota_cpus(cpus), 2);
-  ck_assert_msg(strstr(where, "cgroup v2 ") && strstr(where, "c1/cpu.max=\"250000 100000\""),
-                "%s", where);
+  ck_assert_msg(strstr(where, "cgroup v2 ") && strstr(where, "c1/cpu.max=\"250000 100000\""), "%s",
+                where);
   unsigned long long bytes = 0;
   ck_assert_int_eq(sysres_memory_limit(&fs, &bytes, where, sizeof where), 1);
   ck_assert_uint_eq(bytes, 1073741824ULL);
@@ -129,12 +129,11 @@ START_TEST(no_limit_anywhere_and_subtree_mount) {
   /* A container that mounts only its own sub-tree: /proc says the full
    * path, the mount's root is that path's beginning. */
   put("proc_cgroup", "0::/system.slice/box.scope\n");
-  put("mountinfo",
-      "29 23 0:26 /system.slice/box.scope /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+  put("mountinfo", "29 23 0:26 /system.slice/box.scope /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
   put("sys/fs/cgroup/cpu.max", "50000 100000\n");
   ck_assert_int_eq(sysres_cpu_quota(&fs, &cpus, where, sizeof where), 1);
   ck_assert_double_eq_tol(cpus, 0.5, 1e-9);
-  ck_assert_int_eq(sysres_quota_cpus(cpus), 1);  /* at least 1 */
+  ck_assert_int_eq(sysres_quota_cpus(cpus), 1); /* at least 1 */
   /* Nothing readable at all: no quota, not an error. */
   struct sysres_fs none = {"/nonexistent/a", "/nonexistent/b", "/nonexistent/c", ""};
   ck_assert_int_eq(sysres_cpu_quota(&none, &cpus, where, sizeof where), 0);
@@ -186,8 +185,7 @@ START_TEST(claims_keep_two_workers_apart) {
   ck_assert_int_eq(sysres_claim_cpus(root, "wd", list, 2, 0, 1, &d), 0);
   ck_assert_int_eq(d.n, 2);
   ck_assert_int_eq(d.nshared, 2);
-  ck_assert_msg(strstr(d.holders, "worker wb") && strstr(d.holders, "worker wc"), "%s",
-                d.holders);
+  ck_assert_msg(strstr(d.holders, "worker wb") && strstr(d.holders, "worker wc"), "%s", d.holders);
   /* a gone: CPU 0 is still c's (a sharer counts), so a newcomer shares. */
   sysres_release(&a);
   ck_assert_int_eq(sysres_claim_cpus(root, "we", cand, 4, 1, 0, &a), 0);

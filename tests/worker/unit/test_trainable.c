@@ -6,11 +6,12 @@
 
 #include "trainable.h"
 
-static char *base_env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=64",
-                           "CUDA_VISIBLE_DEVICES=0,1", "HOME=/root", NULL};
+static char *base_env[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=64", "CUDA_VISIBLE_DEVICES=0,1",
+                           "HOME=/root", NULL};
 
 static struct trainable_ctx ctx(int resume) {
-  struct trainable_ctx c = {"/opt/bin/ctune-train", "/w/trials/7", resume, 2, "", 0, 0, base_env, NULL};
+  struct trainable_ctx c = {
+      "/opt/bin/ctune-train", "/w/trials/7", resume, 2, "", 0, 0, base_env, NULL};
   return c;
 }
 
@@ -23,7 +24,7 @@ static const char *env_get(char **env, const char *name) {
       found = *env + n + 1;
       count++;
     }
-  ck_assert_int_le(count, 1);  /* never two definitions of one variable */
+  ck_assert_int_le(count, 1); /* never two definitions of one variable */
   return found;
 }
 
@@ -57,13 +58,13 @@ START_TEST(builtin_argv_has_contract_flags_and_config_last) {
   ck_assert_int_lt(argv_index(cmd.argv, "--gpus"), 0);
   i = argv_index(cmd.argv, "--config");
   ck_assert_int_ge(i, 0);
-  ck_assert_ptr_null(cmd.argv[i + 2]);  /* --config is last */
+  ck_assert_ptr_null(cmd.argv[i + 2]); /* --config is last */
   cJSON *cfg = cJSON_Parse(cmd.argv[i + 1]);
   ck_assert(cJSON_GetObjectItem(cfg, "batch_size")->valuedouble == 16);
   cJSON_Delete(cfg);
   ck_assert_str_eq(env_get(cmd.env, "OMP_NUM_THREADS"), "2");
   ck_assert_str_eq(env_get(cmd.env, "OPENBLAS_NUM_THREADS"), "2");
-  ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), "");  /* CPU trial */
+  ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), ""); /* CPU trial */
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_TRIAL_ID"), "7");
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_RESUME"), "1");
   ck_assert_str_eq(env_get(cmd.env, "HOME"), "/root");
@@ -84,7 +85,7 @@ START_TEST(builtin_fractional_gpu_gets_mem_limit) {
   ck_assert_int_eq(trainable_build(t, &c, &cmd, NULL, 0), 0);
   ck_assert_str_eq(cmd.argv[argv_index(cmd.argv, "--gpu-mem-limit-mb") + 1], "4000");
   ck_assert_str_eq(cmd.argv[argv_index(cmd.argv, "--gpus") + 1], "1");
-  ck_assert_int_lt(argv_index(cmd.argv, "--epochs"), 0);  /* no max_t, no --epochs */
+  ck_assert_int_lt(argv_index(cmd.argv, "--epochs"), 0); /* no max_t, no --epochs */
   ck_assert_int_lt(argv_index(cmd.argv, "--resume"), 0);
   ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), "1");
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_GPU_MEM_LIMIT_MB"), "4000");
@@ -98,7 +99,8 @@ START_TEST(command_placeholders_env_and_cwd) {
       "{\"id\": 9, \"config\": {\"lr\": 0.001, \"layers\": 3, \"act\": \"relu\", \"big\": 1e20,"
       " \"flag\": true},"
       " \"trainable\": {\"type\": \"command\", \"argv\": [\"python3\", \"train.py\","
-      " \"--lr={lr}\", \"{layers}\", \"{act}-{flag}\", \"{big}\", \"{{literal}}\", \"a{b\", \"echo {\\\"loss\\\": {lr}}\", \"{}{ x}\"],"
+      " \"--lr={lr}\", \"{layers}\", \"{act}-{flag}\", \"{big}\", \"{{literal}}\", \"a{b\", \"echo "
+      "{\\\"loss\\\": {lr}}\", \"{}{ x}\"],"
       " \"env\": {\"MY_VAR\": \"x\", \"OMP_NUM_THREADS\": 1, \"CUDA_VISIBLE_DEVICES\": \"0\","
       " \"CTUNE_TRIAL_ID\": \"evil\"}, \"cwd\": \"/tmp/proj\"}}");
   struct trainable_ctx c = ctx(0);
@@ -112,11 +114,11 @@ START_TEST(command_placeholders_env_and_cwd) {
   ck_assert_str_eq(cmd.argv[5], "1e+20");
   ck_assert_str_eq(cmd.argv[6], "{literal}");
   ck_assert_str_eq(cmd.argv[7], "a{b");
-  ck_assert_str_eq(cmd.argv[8], "echo {\"loss\": 0.001}");  /* JSON braces stay */
+  ck_assert_str_eq(cmd.argv[8], "echo {\"loss\": 0.001}"); /* JSON braces stay */
   ck_assert_str_eq(cmd.argv[9], "{}{ x}");
   ck_assert_ptr_null(cmd.argv[10]);
   ck_assert_str_eq(env_get(cmd.env, "MY_VAR"), "x");
-  ck_assert_str_eq(env_get(cmd.env, "OMP_NUM_THREADS"), "1");   /* the user may lower it */
+  ck_assert_str_eq(env_get(cmd.env, "OMP_NUM_THREADS"), "1");     /* the user may lower it */
   ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), ""); /* but not take a GPU */
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_TRIAL_ID"), "9");
   cJSON *cfg = cJSON_Parse(env_get(cmd.env, "CTUNE_CONFIG"));
@@ -144,17 +146,21 @@ static void expect_error(const char *json, const char *needle) {
 
 START_TEST(bad_trainables_name_the_field) {
   expect_error("{\"id\": 1, \"config\": {}, \"trainable\": {\"type\": \"command\","
-               " \"argv\": [\"x\", \"{nope}\"]}}", "argv[1]: unknown placeholder {nope}");
+               " \"argv\": [\"x\", \"{nope}\"]}}",
+               "argv[1]: unknown placeholder {nope}");
   expect_error("{\"id\": 1, \"config\": {}, \"trainable\": {\"type\": \"command\", \"argv\": []}}",
                "trainable.argv");
   expect_error("{\"id\": 1, \"config\": {}, \"trainable\": {\"type\": \"command\","
-               " \"argv\": [\"x\", 3]}}", "argv[1] must be a string");
+               " \"argv\": [\"x\", 3]}}",
+               "argv[1] must be a string");
   expect_error("{\"id\": 1, \"config\": {}, \"trainable\": {\"type\": \"command\","
-               " \"argv\": [\"x\"], \"env\": {\"A\": [1]}}}", "trainable.env.A");
+               " \"argv\": [\"x\"], \"env\": {\"A\": [1]}}}",
+               "trainable.env.A");
   expect_error("{\"id\": 1, \"config\": {}, \"trainable\": {\"type\": \"rocket\"}}",
                "trainable.type");
   expect_error("{\"id\": 1, \"config\": {}, \"trainable\": {\"type\": \"builtin\","
-               " \"train_limit\": -4}}", "train_limit");
+               " \"train_limit\": -4}}",
+               "train_limit");
   expect_error("{\"id\": 1, \"config\": 3, \"trainable\": {\"type\": \"builtin\"}}",
                "trial.config");
 }

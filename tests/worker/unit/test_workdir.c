@@ -55,7 +55,7 @@ START_TEST(sweep_keeps_needed_and_newest) {
     snprintf(n, sizeof n, "%d", id);
     mk(n, 100 - id * 10); /* higher id = more recent */
   }
-  mk("notes", 1000);   /* not a trial id: never touched */
+  mk("notes", 1000); /* not a trial id: never touched */
   mk("012", 1000);
   /* Keep the 2 newest unneeded (8 and 6); 2 and 7 are needed. */
   ck_assert_int_eq(workdir_sweep_trials(work, 2, needed, NULL), 4);
