@@ -583,9 +583,25 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
     log_debug("trial %d: checkpoint uploaded (%lld bytes)", r->trial_id, r->size);
     w->ckpt_failing = 0;
   } else if (!err && st == 409 && !strcmp(code, "checkpoint_ahead")) {
-    /* Its results are not all stored yet: again once they are acknowledged. */
-    log_debug("trial %d: checkpoint ahead of the stored results: again later", r->trial_id);
-    if (t) t->ckpt_wanted = 1;
+    struct outbox_lease l = t ? trial_fence(t) : (struct outbox_lease){0, 0};
+    if (!t) {
+      /* gone: nothing to send again */
+    } else if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0 ||
+               ++t->ckpt_tries < WORKER_CKPT_PUT_TRIES) {
+      /* Its results are not all stored yet: again once they are acknowledged
+       * (the upload waits for them). None queued: stored since the server
+       * looked (so at once), or refused and dropped (a lease that ended),
+       * and then the server can never take this file: a few tries, not a
+       * loop that held the trial's complete until a drain's deadline. */
+      log_debug("trial %d: checkpoint ahead of the stored results: again later", r->trial_id);
+      t->ckpt_wanted = 1;
+    } else {
+      log_warn("trial %d: checkpoint ahead of the results the server stored, none left to "
+               "send: not uploaded",
+               r->trial_id);
+      t->ckpt_mtime_ns = r->mtime_ns; /* not this file again */
+      t->ckpt_size = r->size;
+    }
   } else if (!err && (worker_refused(st) || st == 409)) {
     log_warn("trial %d: server refused its checkpoint (HTTP %ld %s): %.200s", r->trial_id, st, code,
              resp->body ? resp->body : "");

@@ -27,6 +27,9 @@ decides which reply is late, refused or missing:
   reg_drain    SIGTERM while the registration reply is on its way: the
                worker awaits it (0.5 s at most) and deregisters (the server
                already lists it) instead of exiting unseen.
+  ahead_dropped a trial's last result is refused for good and its checkpoint
+               is always ahead (409 checkpoint_ahead): the checkpoint is
+               tried a few times, not in a loop, and the trial completes.
 
 The cases run in three streams side by side, each case with its own fake
 server, worker and work dir. Every wait is for an event (a request, a log
@@ -297,6 +300,38 @@ def read(path):
         return f.read()
 
 
+def ahead_dropped(env):
+    """Trial 1's last result is refused for good (400, dropped: as a result
+    from a lease that ended is) and the server never takes its checkpoint,
+    ahead of the results it stored (409 checkpoint_ahead): the worker tries
+    that checkpoint a few times, not in a loop, and completes the trial.
+    It used to PUT it hundreds of times a second, the complete held behind
+    it, until a drain's deadline (20 s of CPU at the end of `ctune run`)."""
+    fake = FakeServer()
+
+    def hook(req):
+        if req.what == "results" and req.trial == 1 and 5 in its([req]):
+            return 400, {"error": {"code": "invalid_body", "message": "poisoned result"}}
+        if req.what == "checkpoint" and req.method == "PUT" and req.trial == 1:
+            if int(req.headers.get("X-Ctune-Iteration")) > max(fake.stored.get(1, [0])):
+                return 409, {"error": {"code": "checkpoint_ahead", "message": "results first"}}
+        return None
+    fake.hook = hook
+    fake.leases.append(lease(1, 1, ["sh", TRAINABLE, "5", "0.05"]))
+    w = worker(env, fake, "ahead")
+    try:
+        fake.wait(lambda r: r.what == "complete" and r.trial == 1, 10, "trial 1's complete")
+        puts = fake.find(lambda r: r.what == "checkpoint" and r.trial == 1 and r.method == "PUT"
+                         and r.headers.get("X-Ctune-Iteration") == "5")
+        assert 1 <= len(puts) <= 5, "checkpoint 5 was sent %d times" % len(puts)
+        fenced_writes_ok(fake)
+        took = stop_worker(w)
+        print("checkpoint ahead of dropped results: sent %d times, then complete; SIGTERM "
+              "drained in %.2f s" % (len(puts), took))
+    finally:
+        fake.close()
+
+
 def proc_state(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -361,7 +396,7 @@ def disk_full_for_good(env):
 def body(env):
     # Three streams of cases side by side: each case has its own fake
     # server, worker and work dir, and most of its time is waiting.
-    streams = [[disk_full, stale_stop], [disk_full_for_good, fence],
+    streams = [[disk_full, stale_stop, ahead_dropped], [disk_full_for_good, fence],
                [lanes, relase_drain, reg_drain]]
     with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
         runs = [pool.submit(lambda cases: [case(env) for case in cases], cases)
