@@ -104,6 +104,19 @@ class Client:
         self.conn.close()
 
 
+def fresh(fn, tries=5):
+    """fn() again when the page redrew an element between finding it and
+    reading it (StaleElementReferenceException): a live page redraws at its
+    updates, which a loaded machine can land between two WebDriver calls."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    for i in range(tries):
+        try:
+            return fn()
+        except StaleElementReferenceException:
+            if i == tries - 1:
+                raise
+
+
 class Harness:
     def __init__(self, args, name):
         self.args = args

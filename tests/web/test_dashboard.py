@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Client, Harness, parse_args  # noqa: E402
+from harness import Client, Harness, fresh, parse_args  # noqa: E402
 
 CONFIG = {
     "name": "browser-test",
@@ -76,17 +76,21 @@ def drive_experiment(api):
 
 
 def check_list(h, d, base, eid):
+    """Returns the selector of the experiment's link (the list redraws its
+    rows at its updates: each use finds it anew)."""
     d.get(base + "/#/")
     h.wait_ready(d, "experiments")
-    link = h.wait("the experiment in the list", lambda: d.find_element(
-        "css selector", '#experiments-table a[href="#/experiments/%d"]' % eid))
-    assert link.text == "browser-test", link.text
-    row = link.find_element("xpath", "./ancestor::tr").text
+    sel = '#experiments-table a[href="#/experiments/%d"]' % eid
+    h.wait("the experiment in the list", lambda: d.find_element("css selector", sel))
+    name = fresh(lambda: d.find_element("css selector", sel).text)
+    assert name == "browser-test", name
+    row = fresh(lambda: d.find_element("css selector", sel).find_element("xpath", "./ancestor::tr").text)
     assert "RUNNING" in row and "2 / 4" in row, row  # c stopped and d failed
-    cells = [c.text for c in link.find_elements("xpath", "./ancestor::tr/td")]
+    cells = fresh(lambda: [c.text for c in d.find_element("css selector", sel).find_elements(
+        "xpath", "./ancestor::tr/td")])
     assert cells[2].startswith("0.35") and "loss (min)" in cells[2], cells  # best so far
     assert cells[3] != "—" and cells[4].endswith(" s"), cells  # started, duration
-    return link
+    return sel
 
 
 def check_experiment(h, d, api, eid, t):
@@ -95,21 +99,22 @@ def check_experiment(h, d, api, eid, t):
     rows = h.wait("four trial rows", lambda: (lambda r: r if len(r) == 4 else None)(
         d.execute_script(ROWS_JS, "#trials-table")))
     assert sorted(int(r) for r in rows) == sorted(names), (rows, names)
-    table_text = d.find_element("css selector", "#trials-table").text
+    table_text = fresh(lambda: d.find_element("css selector", "#trials-table").text)
     for name in names.values():
         assert name in table_text, name
     # Hyperparameter and metric columns.
-    head = d.find_element("css selector", "#trials-table thead").text
+    head = fresh(lambda: d.find_element("css selector", "#trials-table thead").text)
     for col in ("lr", "batch_size", "loss", "accuracy", "HYPERPARAMETERS", "LAST RESULT"):
         assert col in head, (col, head)
     # Sorted by loss ascending: b (0.35) first; the best card names b.
     assert rows[0] == str(t["b"]), rows
-    best = d.find_element("css selector", "#best-trial").text
+    best = fresh(lambda: d.find_element("css selector", "#best-trial").text)
     assert names[t["b"]] in best and "0.35" in best, best
-    assert "2 of 4 trials done" in d.find_element("css selector", "main").text
-    bar = d.find_element("id", "experiment-progress")
-    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("2", "4")
-    brief = d.find_element("css selector", "#h-config").find_element("xpath", "..").text
+    assert "2 of 4 trials done" in fresh(lambda: d.find_element("css selector", "main").text)
+    bar = fresh(lambda: (lambda b: (b.get_attribute("value"), b.get_attribute("max")))(
+        d.find_element("id", "experiment-progress")))
+    assert bar == ("2", "4"), bar
+    brief = fresh(lambda: d.find_element("css selector", "#h-config").find_element("xpath", "..").text)
     for part in ("loss (min)", "ASHA on training_iteration: max_t 8", "lr: loguniform", "command: true"):
         assert part in brief, (part, brief)
     # Charts drawn: the learning curves (Chart.js) and the parallel coordinates.
@@ -126,9 +131,9 @@ def check_experiment(h, d, api, eid, t):
                              ".options.plugins.ctuneMilestones.milestones.map(m => [m.t, m.cutoff]);")
     assert [m[0] for m in marks] == [1, 2, 4, 8] and marks[0][1] == 0.5, marks  # ASHA's milestones drawn
     # ASHA state: milestone 1 holds three values, and a cutoff.
-    asha = d.find_element("css selector", "#asha-table").text
+    asha = fresh(lambda: d.find_element("css selector", "#asha-table").text)
     assert "Milestone" in asha and "Cutoff" in asha, asha
-    first = d.find_elements("css selector", "#asha-table tbody tr")[0].text.split()
+    first = fresh(lambda: d.find_elements("css selector", "#asha-table tbody tr")[0].text.split())
     assert first[-3:-1] == ["1", "3"], first
 
 
@@ -215,13 +220,13 @@ def check_trials(h, d, base, api, t):
     d.get(base + "/#/trials/%d" % t["a"])
     h.wait_ready(d, "trial")
     h.wait("three results", lambda: len(d.find_elements("css selector", "#results-table tbody tr")) == 3)
-    res = d.find_element("css selector", "#results-table").text
+    res = fresh(lambda: d.find_element("css selector", "#results-table").text)
     assert "0.1235" in res and "training_iteration" in res, res
     h.wait("the log", lambda: "epoch 2 loss 0.40" in d.find_element("id", "trial-log").text)
     assert h.wait("ink on the trial chart", lambda: d.execute_script(INK_JS, "#trial-chart")) > 300
-    cfg = d.find_element("id", "config-table").text
+    cfg = fresh(lambda: d.find_element("id", "config-table").text)
     assert "lr" in cfg and "batch_size" in cfg, cfg
-    assert "RUNNING" in d.find_element("id", "trial-status").text
+    assert "RUNNING" in fresh(lambda: d.find_element("id", "trial-status").text)
     # Live here too: a fourth result shows up in the table and on the chart.
     t0 = time.time()
     api.post("/trials/%d/results" % t["a"], result(4, 0.111))
@@ -236,8 +241,9 @@ def check_trials(h, d, base, api, t):
     d.get(base + "/#/trials/%d" % t["d"])
     h.wait_ready(d, "trial")
     err = h.wait("the error", lambda: d.find_element("id", "trial-error").text)
-    assert ERROR_TEXT in err and "ERROR" in d.find_element("id", "trial-status").text, err
-    assert "Exit code\n5" in d.find_element("id", "trial-status").text
+    status = fresh(lambda: d.find_element("id", "trial-status").text)
+    assert ERROR_TEXT in err and "ERROR" in status, err
+    assert "Exit code\n5" in status, status
     h.screenshot(d, "trial-error.png")
 
 
@@ -248,7 +254,7 @@ def check_workers(h, d, base, t):
     h.wait_ready(d, "workers")
     row = h.wait("the worker row", lambda: d.find_element("css selector", "#workers-table tbody tr[data-id]").text)
     assert "browser-worker" in row and "4 cpu" in row and "ago" in row, row
-    links = [a.get_attribute("href") for a in d.find_elements("css selector", "#workers-table a")]
+    links = fresh(lambda: [a.get_attribute("href") for a in d.find_elements("css selector", "#workers-table a")])
     assert any(h_.endswith("#/trials/%d" % t["a"]) for h_ in links), links
     h.screenshot(d, "workers.png")
     # Keyboard: the first Tab reaches "Skip to content", which moves focus to
@@ -276,7 +282,7 @@ def check_cancel(h, d, base, api, eid):
     d.find_element("id", "confirm-yes").click()
     h.wait("CANCELLED on the page", lambda: "CANCELLED" in d.find_element("css selector", ".page-head").text)
     assert api.get("/experiments/%d" % eid)["status"] == "CANCELLED"
-    assert not d.find_element("id", "cancel-experiment").is_displayed()
+    assert not fresh(lambda: d.find_element("id", "cancel-experiment").is_displayed())
     h.screenshot(d, "experiment-cancelled.png")
 
 
@@ -374,7 +380,7 @@ def main():
         t0 = time.time()
         link = check_list(h, d, base, eid)
         h.screenshot(d, "experiments.png")
-        link.click()
+        fresh(lambda: d.find_element("css selector", link).click())
         check_experiment(h, d, api, eid, t)
         print("experiment page ready %.2f s after opening the list" % (time.time() - t0), flush=True)
         h.screenshot(d, "experiment.png")
@@ -437,14 +443,14 @@ def main():
             h.login(d, port)  # a new port: a new session cookie
         d.get(base + "/#/experiments/%d" % eid)
         h.wait_ready(d, "experiment")
-        txt = d.find_element("css selector", "main").text
+        txt = fresh(lambda: d.find_element("css selector", "main").text)
         assert "Charts are off" in txt and "libjs-chart.js" in txt, txt[:400]
         assert len(d.execute_script(ROWS_JS, "#trials-table")) == 4
         assert d.execute_script(INK_JS, "#parcoords") > 500
         h.screenshot(d, "experiment-no-chartjs.png")
         d.get(base + "/#/trials/%d" % t["a"])
         h.wait_ready(d, "trial")
-        txt = d.find_element("css selector", "main").text
+        txt = fresh(lambda: d.find_element("css selector", "main").text)
         assert "Charts are off" in txt, txt[:400]
         assert len(d.find_elements("css selector", "#results-table tbody tr")) >= 2
         h.stop_server(srv)
