@@ -20,6 +20,7 @@ enum testhook_site {
   TESTHOOK_SSE_KEEPALIVE_S,   /* the event streams' keepalive period */
   TESTHOOK_OUTBOX_FAULT_FILE, /* while this file exists, outbox writes fail -ENOSPC */
   TESTHOOK_WORKER_TICK_MS,    /* the worker's housekeeping tick every MS, not 2000 */
+  TESTHOOK_SPOOL_FAULT_FILE,  /* while this file exists, checkpoint spool files fail EACCES */
   TESTHOOK_COUNT
 };
 

@@ -354,6 +354,17 @@ static void outbox_unlinked(struct outbox *ob, struct outbox_lane *l, struct out
   outbox_item_free(it);
 }
 
+/* A new head (or none): its backoff and failure record start afresh. */
+static void outbox_lane_reset(struct outbox_lane *l) {
+  l->attempts = 0;
+  l->next_try_ms = 0;
+  l->failing_since_ms = 0;
+  l->last_status = 0;
+  l->last_code[0] = '\0';
+  l->stuck = 0;
+  l->single = 0;
+}
+
 void outbox_ack(struct outbox *ob, struct outbox_lane *l, size_t n) {
   while (n-- > 0 && l->head) {
     struct outbox_item *it = l->head;
@@ -361,9 +372,7 @@ void outbox_ack(struct outbox *ob, struct outbox_lane *l, size_t n) {
     if (!l->head) l->tail = NULL;
     outbox_unlinked(ob, l, it);
   }
-  l->attempts = 0;
-  l->next_try_ms = 0;
-  l->single = 0;
+  outbox_lane_reset(l);
 }
 
 static int outbox_same_lease(const struct outbox_lease *a, const struct outbox_lease *b) {
@@ -386,9 +395,7 @@ size_t outbox_drop_lease(struct outbox *ob, struct outbox_lane *l,
     }
   }
   l->tail = prev;
-  l->attempts = 0;
-  l->next_try_ms = 0;
-  l->single = 0;
+  outbox_lane_reset(l);
   return n;
 }
 
@@ -406,8 +413,14 @@ void outbox_gc(struct outbox *ob) {
 }
 
 void outbox_failed(struct outbox_lane *l, uint64_t now_ms) {
+  if (!l->failing_since_ms) l->failing_since_ms = now_ms ? now_ms : 1;
   l->attempts++;
   l->next_try_ms = now_ms + outbox_backoff_ms(l->attempts);
+}
+
+uint64_t outbox_failing_ms(const struct outbox_lane *l, uint64_t now_ms) {
+  if (!l->failing_since_ms || now_ms < l->failing_since_ms) return 0;
+  return now_ms - l->failing_since_ms;
 }
 
 int outbox_ready(const struct outbox_lane *l, uint64_t now_ms) {

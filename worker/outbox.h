@@ -39,11 +39,15 @@ struct outbox_lane {
   int trial_id;
   struct outbox_item *head, *tail;
   size_t n, n_results;
-  int attempts;         /* failed tries of the head */
-  uint64_t next_try_ms; /* earliest time the head may be sent again */
-  int inflight;         /* the caller's: a request for the head is out */
-  int single;           /* the caller's: send the head alone (a batch was refused) */
-  int dropped_worker;   /* the caller's: the last lease it dropped (log once) */
+  int attempts;              /* failed tries of the head */
+  uint64_t next_try_ms;      /* earliest time the head may be sent again */
+  uint64_t failing_since_ms; /* the head's first failed try (0: not failing) */
+  long last_status;          /* the caller's: the last failure's HTTP status (0: no answer) */
+  char last_code[48];        /* the caller's: its error code ("" when none) */
+  int stuck;                 /* the caller's: failing so long that it was said (once) */
+  int inflight;              /* the caller's: a request for the head is out */
+  int single;                /* the caller's: send the head alone (a batch was refused) */
+  int dropped_worker;        /* the caller's: the last lease it dropped (log once) */
   long dropped_attempt;
   struct outbox_lane *next;
 };
@@ -77,7 +81,7 @@ int outbox_push(struct outbox *ob, enum outbox_kind kind, int trial_id,
                 const struct outbox_lease *lease, const char *path, const char *body, int flags);
 struct outbox_lane *outbox_lane(struct outbox *ob, int trial_id);
 /* Removes the first n items of the lane (delivered, or refused for good)
- * from memory and disk and resets the lane's backoff. */
+ * from memory and disk and resets the lane's backoff and failure record. */
 void outbox_ack(struct outbox *ob, struct outbox_lane *lane, size_t n);
 /* Removes every item of the lane that belongs to lease (the server said that
  * lease is over: 409 not_leased). Returns how many. */
@@ -85,8 +89,12 @@ size_t outbox_drop_lease(struct outbox *ob, struct outbox_lane *lane,
                          const struct outbox_lease *lease);
 /* Frees lanes that are empty and not in flight. */
 void outbox_gc(struct outbox *ob);
-/* The lane's head failed for a transient reason. */
+/* The lane's head failed for a transient reason: it waits
+ * outbox_backoff_ms(attempts) before the next try, and failing_since_ms
+ * keeps when this run of failures began. */
 void outbox_failed(struct outbox_lane *lane, uint64_t now_ms);
+/* How long the lane's head has been failing (0: it is not). */
+uint64_t outbox_failing_ms(const struct outbox_lane *lane, uint64_t now_ms);
 int outbox_ready(const struct outbox_lane *lane, uint64_t now_ms);
 /* Results of lease still queued in the lane. */
 size_t outbox_lane_results(const struct outbox_lane *lane, const struct outbox_lease *lease);

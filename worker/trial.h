@@ -96,9 +96,18 @@ struct trial {
   char *metric;   /* the experiment's metric, or NULL */
   char *fail_msg; /* its first result lacks the metric: the fail message */
   /* Checkpoint uploads: one PUT in flight, wanted again when the file changed
-   * or the server wants its results first (checkpoint_ahead). */
-  int ckpt_inflight, ckpt_wanted, ckpt_tries;
+   * or the server wants its results first (checkpoint_ahead). A failed try
+   * waits outbox_backoff_ms(ckpt_tries) (until ckpt_next_ms) before the
+   * next; ckpt_ahead counts checkpoint_ahead answers with none of its
+   * results left to send. */
+  int ckpt_inflight, ckpt_wanted, ckpt_tries, ckpt_ahead;
+  uint64_t ckpt_next_ms;       /* monotonic ms; 0: at once */
+  uint64_t ckpt_failing_since; /* first failed try of this run of failures (0: none) */
+  long ckpt_last_status;       /* the last failure's HTTP status (0: no answer) */
+  char ckpt_last_code[48];
+  int ckpt_stuck; /* failing so long that it was said (once) */
   long long ckpt_mtime_ns, ckpt_size;
+  long dropped; /* results of this attempt that will never be stored */
   unsigned long long log_sent_total;
   int log_inflight;
   int log_dirty;     /* output arrived while a log upload was in flight */

@@ -47,8 +47,11 @@ extern char **environ;
 #define WORKER_DRAIN_REG_MS 500 /* a registration reply awaited by a drain */
 #define WORKER_MAX_CHECKPOINT (1024L * 1024 * 1024)
 #define WORKER_CKPT_GET_TRIES 6
-#define WORKER_CKPT_PUT_TRIES 5 /* a finished trial's last checkpoint */
-#define WORKER_BATCH_MAX 256    /* results per POST */
+#define WORKER_CKPT_PUT_TRIES 5 /* checkpoint_ahead with none of its results queued */
+/* A message or checkpoint failing for this many heartbeat intervals is
+ * stuck: said once in the log and, through the heartbeat, on the trial. */
+#define WORKER_STUCK_HEARTBEATS 3
+#define WORKER_BATCH_MAX 256 /* results per POST */
 #define WORKER_BATCH_BYTES (512 * 1024)
 #define WORKER_MAX_RESULT (512 * 1024) /* one result's JSON (server takes 1 MiB) */
 /* The stderr tail a `fail` carries: the server keeps "reason: error" in 4 KiB. */
@@ -331,6 +334,7 @@ static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv)
               "dropped",
               t->id, tv, strlen(body), WORKER_MAX_RESULT);
     free(body);
+    t->dropped++;
     return;
   }
   int rc = -ENOSPC;
@@ -532,7 +536,7 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
     }
     worker_queue_trial_end(w, t);
     t->ckpt_wanted = 1; /* the last one, once its results are acknowledged */
-    t->ckpt_tries = 0;
+    t->ckpt_ahead = 0;
     worker_upload_checkpoint(w, t);
     worker_upload_logs(w, t);
     trial_close(t);
@@ -565,6 +569,32 @@ static const struct trial_events worker_trial_events = {worker_on_result, worker
 
 /* ---- uploads: checkpoints and logs ---------------------------------- */
 
+/* A checkpoint upload that failed for a reason that may pass (no answer,
+ * 5xx, 401/408/429): tried again after outbox_backoff_ms, as a queued
+ * message is, for as long as its lease holds (a final one too: the trial's
+ * end waits for it; a server that ended the lease answers 409 not_leased). */
+static void worker_ckpt_failed(struct trial *t, long st, const char *code) {
+  uint64_t now = clock_mono_ms();
+  if (!t->ckpt_failing_since) t->ckpt_failing_since = now ? now : 1;
+  t->ckpt_tries++;
+  t->ckpt_next_ms = now + outbox_backoff_ms(t->ckpt_tries);
+  t->ckpt_last_status = st;
+  snprintf(t->ckpt_last_code, sizeof t->ckpt_last_code, "%s", code);
+  t->ckpt_wanted = 1;
+}
+
+/* This file is not sent again; a new one starts afresh. */
+static void worker_ckpt_settled(struct trial *t, const struct wreq *r) {
+  t->ckpt_mtime_ns = r->mtime_ns;
+  t->ckpt_size = r->size;
+  t->ckpt_tries = 0;
+  t->ckpt_next_ms = 0;
+  t->ckpt_failing_since = 0;
+  t->ckpt_last_status = 0;
+  t->ckpt_last_code[0] = '\0';
+  t->ckpt_stuck = 0;
+}
+
 static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp) {
   struct wreq *r = arg;
   struct worker *w = r->w;
@@ -576,9 +606,8 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
   if (t) t->ckpt_inflight = 0;
   if (!err && st / 100 == 2) {
     if (t) {
-      t->ckpt_mtime_ns = r->mtime_ns;
-      t->ckpt_size = r->size;
-      t->ckpt_tries = 0;
+      worker_ckpt_settled(t, r);
+      t->ckpt_ahead = 0;
     }
     log_debug("trial %d: checkpoint uploaded (%lld bytes)", r->trial_id, r->size);
     w->ckpt_failing = 0;
@@ -586,52 +615,70 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
     struct outbox_lease l = t ? trial_fence(t) : (struct outbox_lease){0, 0};
     if (!t) {
       /* gone: nothing to send again */
-    } else if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0 ||
-               ++t->ckpt_tries < WORKER_CKPT_PUT_TRIES) {
-      /* Its results are not all stored yet: again once they are acknowledged
-       * (the upload waits for them). None queued: stored since the server
-       * looked (so at once), or refused and dropped (a lease that ended),
-       * and then the server can never take this file: a few tries, not a
-       * loop that held the trial's complete until a drain's deadline. */
-      log_debug("trial %d: checkpoint ahead of the stored results: again later", r->trial_id);
+    } else if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0) {
+      /* Its results are not all stored yet: again once they are
+       * acknowledged (worker_after_ack). */
+      log_debug("trial %d: checkpoint ahead of the stored results: again once they are",
+                r->trial_id);
       t->ckpt_wanted = 1;
+    } else if (!t->dropped && ++t->ckpt_ahead < WORKER_CKPT_PUT_TRIES) {
+      /* None queued and none dropped: stored since the server looked.
+       * Again after a backoff, a few times, never in a loop. */
+      log_debug("trial %d: checkpoint ahead of the stored results, none queued: again in "
+                "%llu ms",
+                r->trial_id, (unsigned long long)outbox_backoff_ms(t->ckpt_ahead));
+      t->ckpt_wanted = 1;
+      t->ckpt_next_ms = clock_mono_ms() + outbox_backoff_ms(t->ckpt_ahead);
     } else {
-      log_warn("trial %d: checkpoint ahead of the results the server stored, none left to "
-               "send: not uploaded",
-               r->trial_id);
-      t->ckpt_mtime_ns = r->mtime_ns; /* not this file again */
-      t->ckpt_size = r->size;
+      /* Some of its results were refused for good (or never sent): the
+       * server can never take this file, and the trial's end must not wait
+       * for it. */
+      if (t->dropped)
+        log_warn("trial %d: checkpoint ahead of the results the server stored (%ld of this "
+                 "attempt's results will never be stored): not uploaded",
+                 r->trial_id, t->dropped);
+      else
+        log_warn("trial %d: checkpoint ahead of the results the server stored, none left to "
+                 "send: not uploaded",
+                 r->trial_id);
+      worker_ckpt_settled(t, r);
     }
   } else if (!err && (worker_refused(st) || st == 409)) {
     log_warn("trial %d: server refused its checkpoint (HTTP %ld %s): %.200s", r->trial_id, st, code,
              resp->body ? resp->body : "");
-    if (t) { /* not this file again */
-      t->ckpt_mtime_ns = r->mtime_ns;
-      t->ckpt_size = r->size;
-    }
+    if (t) worker_ckpt_settled(t, r); /* not this file again */
   } else {
     if (!w->ckpt_failing++) /* once per outage, not once per epoch */
-      log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying", r->trial_id,
-               err ? strerror(-err) : "server error", st, resp->body ? resp->body : "");
-    if (t && ++t->ckpt_tries < WORKER_CKPT_PUT_TRIES && !w->shut)
-      t->ckpt_wanted = 1;
-    else if (t && t->state >= TRIAL_EXITED)
-      log_warn("trial %d: giving up its last checkpoint upload after %d tries", r->trial_id,
-               t->ckpt_tries);
+      log_warn("trial %d: checkpoint upload failed (%s, HTTP %ld %.200s); retrying with backoff",
+               r->trial_id, err ? strerror(-err) : "server error", st,
+               resp->body ? resp->body : "");
+    if (t && !w->shut) {
+      worker_ckpt_failed(t, err ? 0 : st, code);
+      log_debug("trial %d: checkpoint upload failed (try %d): again in %llu ms", r->trial_id,
+                t->ckpt_tries, (unsigned long long)outbox_backoff_ms(t->ckpt_tries));
+    }
   }
   free(r);
   if (t) {
-    worker_upload_checkpoint(w, t); /* when wanted and its results are stored */
+    worker_upload_checkpoint(w, t); /* when wanted, due and its results are stored */
     worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
   }
+  worker_pump_outbox(w); /* arms the timer of a retry */
   worker_check_drained(w);
 }
 
-/* Uploads checkpoint.bin when it is wanted, no PUT is in flight, and every
- * result of this attempt is acknowledged (the server refuses a checkpoint
- * ahead of its stored results). */
+/* Uploads checkpoint.bin when it is wanted, no PUT is in flight, its
+ * backoff is over, and every result of this attempt is acknowledged (the
+ * server refuses a checkpoint ahead of its stored results). */
 static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   if (!t->ckpt_wanted || t->ckpt_inflight || w->shut) return;
+  if (t->fail_msg) {
+    /* Its results lack the metric and were never sent: the server would
+     * answer checkpoint_ahead for ever, and its fail must not wait. */
+    t->ckpt_wanted = 0;
+    return;
+  }
+  if (t->ckpt_next_ms && clock_mono_ms() < t->ckpt_next_ms) return; /* backing off */
   struct outbox_lease l = trial_fence(t);
   if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0) return;
   t->ckpt_wanted = 0;
@@ -682,6 +729,8 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   r->size = (long long)len;
   if (http_request(w->http, "PUT", up, "application/octet-stream", (const char *)data, len, hdrs,
                    WORKER_UPLOAD_TIMEOUT_MS, worker_on_ckpt_put, r) == 0) {
+    log_debug("trial %d: uploading its checkpoint (%zu bytes, iteration %lld)", t->id, len,
+              (long long)t->last_iter);
     r = NULL;
     t->ckpt_inflight = 1;
     w->uploads++;
@@ -750,13 +799,89 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
   free(clean);
 }
 
+/* "HTTP 503 spool_unavailable" or "no answer from the server". */
+static void worker_why(long st, const char *code, char *buf, size_t len) {
+  if (st)
+    snprintf(buf, len, "HTTP %ld%s%s", st, code && *code ? " " : "", code ? code : "");
+  else
+    snprintf(buf, len, "no answer from the server");
+}
+
+/* What a lane's head is: "results", "fail", "complete", "release". */
+static const char *worker_msg_what(const struct outbox_item *it) {
+  const char *slash = strrchr(it->path, '/');
+  return slash ? slash + 1 : it->path;
+}
+
+/* The note a heartbeat carries for a trial whose delivery is stuck while
+ * the server answers (docs/protocol.md#worker-protocol-v2): the server
+ * stores it as an event of the trial. An outage is left out: the server
+ * sees that by itself, and its end delivers everything. 0 and "" when the
+ * trial's delivery is not stuck. */
+static int worker_stuck_note(struct worker *w, int id, long attempt, char *buf, size_t len) {
+  uint64_t now = clock_mono_ms();
+  char why[96];
+  buf[0] = '\0';
+  for (struct trial *t = w->trials; t; t = t->next)
+    if (t->id == id && t->attempt == attempt && t->ckpt_stuck && t->ckpt_last_status) {
+      worker_why(t->ckpt_last_status, t->ckpt_last_code, why, sizeof why);
+      snprintf(buf, len,
+               "could not upload the trial's %scheckpoint for %.0f s (%s); retrying with "
+               "backoff%s",
+               t->state >= TRIAL_EXITED ? "final " : "",
+               (double)(now - t->ckpt_failing_since) / 1000, why,
+               t->state >= TRIAL_EXITED ? "; the trial's end waits for it" : "");
+      return 1;
+    }
+  const struct outbox_lane *l = outbox_lane(&w->ob, id);
+  if (l && l->head && l->stuck && l->last_status && l->head->lease.attempt == attempt) {
+    worker_why(l->last_status, l->last_code, why, sizeof why);
+    snprintf(buf, len, "could not deliver the trial's %s for %.0f s (%s); retrying with backoff",
+             worker_msg_what(l->head), (double)outbox_failing_ms(l, now) / 1000, why);
+    return 1;
+  }
+  return 0;
+}
+
+/* A message or checkpoint failing for WORKER_STUCK_HEARTBEATS heartbeat
+ * intervals is said once (not at every retry): a warning here, and a note
+ * in the heartbeats (worker_stuck_note) until it goes through. */
+static void worker_check_stuck(struct worker *w) {
+  uint64_t now = clock_mono_ms();
+  uint64_t after = (uint64_t)(WORKER_STUCK_HEARTBEATS * w->hb_interval_s * 1000);
+  char why[96];
+  for (struct outbox_lane *l = w->ob.lanes; l; l = l->next) {
+    if (!l->head || l->stuck || outbox_failing_ms(l, now) < after) continue;
+    l->stuck = 1;
+    worker_why(l->last_status, l->last_code, why, sizeof why);
+    log_warn("trial %d: its %s has not been delivered for %.0f s (%s, %d tries): %zu "
+             "message(s) held, retrying with backoff (at most %.0f s apart)",
+             l->trial_id, worker_msg_what(l->head), (double)outbox_failing_ms(l, now) / 1000, why,
+             l->attempts, l->n, (double)outbox_backoff_ms(1000) / 1000);
+  }
+  for (struct trial *t = w->trials; t; t = t->next) {
+    if (!t->ckpt_wanted || !t->ckpt_failing_since || t->ckpt_stuck ||
+        now - t->ckpt_failing_since < after)
+      continue;
+    t->ckpt_stuck = 1;
+    worker_why(t->ckpt_last_status, t->ckpt_last_code, why, sizeof why);
+    log_warn("trial %d: its %scheckpoint has not been uploaded for %.0f s (%s, %d tries): "
+             "retrying with backoff (at most %.0f s apart)%s",
+             t->id, t->state >= TRIAL_EXITED ? "final " : "",
+             (double)(now - t->ckpt_failing_since) / 1000, why, t->ckpt_tries,
+             (double)outbox_backoff_ms(1000) / 1000,
+             t->state >= TRIAL_EXITED ? "; the trial's end waits for it" : "");
+  }
+}
+
 /* Every 2 s (a test build may tick faster: worker_start): logs that
  * changed, checkpoints that wait for a retry, trials waiting for outbox
- * space. */
+ * space, deliveries stuck for long. */
 static void worker_on_log_timer(uv_timer_t *h) {
   struct worker *w = h->data;
   worker_unhold(w);
   worker_check_stalls(w);
+  worker_check_stuck(w);
   struct trial *t = w->trials;
   while (t) {
     struct trial *next = t->next; /* an upload that cannot start may end t */
@@ -1006,7 +1131,26 @@ struct obreq {
   char path[96];
 };
 
-static void worker_on_ob_timer(uv_timer_t *h) { worker_pump_outbox(h->data); }
+/* Checkpoint uploads whose backoff is over. */
+static void worker_retry_checkpoints(struct worker *w) {
+  uint64_t now = clock_mono_ms();
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next; /* an upload that cannot start may end t */
+    if (t->ckpt_wanted && !t->ckpt_inflight && t->ckpt_next_ms && now >= t->ckpt_next_ms) {
+      worker_upload_checkpoint(w, t);
+      worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
+    }
+    t = next;
+  }
+}
+
+/* The delivery timer: queued messages and checkpoint uploads whose backoff
+ * is over. */
+static void worker_on_ob_timer(uv_timer_t *h) {
+  worker_retry_checkpoints(h->data);
+  worker_pump_outbox(h->data);
+}
 
 /* A trial's end waits for its attempt's last checkpoint upload (results,
  * then checkpoint, then release/complete/fail). */
@@ -1085,6 +1229,14 @@ static void worker_on_results_reply(struct worker *w, const struct obreq *q,
                         "scheduler decided stop");
 }
 
+/* The lane's head failed for now: it backs off, and what the server
+ * answered is kept to say why if it goes on (worker_check_stuck). */
+static void worker_lane_failed(struct outbox_lane *l, long st, const char *code) {
+  outbox_failed(l, clock_mono_ms());
+  l->last_status = st;
+  snprintf(l->last_code, sizeof l->last_code, "%s", code);
+}
+
 static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) {
   struct obreq *q = arg;
   struct worker *w = q->w;
@@ -1140,7 +1292,7 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   } else if (!err && st == 401) {
     /* This identity is unknown to the server (a new database): register
      * again; the message is kept and then dropped as an old identity's. */
-    outbox_failed(l, clock_mono_ms());
+    worker_lane_failed(l, st, code);
     if (w->id && q->lease.worker_id == w->id) {
       log_warn("server refused worker %d's credentials (401): registering again", w->id);
       w->id = 0;
@@ -1155,11 +1307,16 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   } else if (!err && worker_refused(st)) {
     log_error("trial %d: server refused %s with HTTP %ld (%s): %.300s: dropping that message",
               q->trial_id, q->path, st, code, resp->body ? resp->body : "");
+    struct trial *t = worker_by_lease(w, q->trial_id, &q->lease);
+    if (t && q->kind == OUTBOX_RESULT) t->dropped++; /* its checkpoint is ahead for good */
     outbox_ack(&w->ob, l, 1);
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
   } else {
-    outbox_failed(l, clock_mono_ms());
+    worker_lane_failed(l, err ? 0 : st, code);
+    log_debug("trial %d: %s failed (%s, HTTP %ld %s, try %d): again in %llu ms", q->trial_id,
+              q->path, err ? strerror(-err) : "server error", st, code, l->attempts,
+              (unsigned long long)outbox_backoff_ms(l->attempts));
     if (!w->ob_down_logged) {
       log_warn("cannot deliver %s (%s, HTTP %ld): %zu message(s) kept in the outbox, "
                "retrying with backoff",
@@ -1218,28 +1375,35 @@ static void worker_pump_outbox(struct worker *w) {
       if (!wake || l->next_try_ms < wake) wake = l->next_try_ms;
     }
   }
+  /* Checkpoint uploads backing off wake the same timer (only those still
+   * to come: one due now is waiting for its results, not for the timer). */
+  for (struct trial *t = w->trials; t; t = t->next)
+    if (t->ckpt_wanted && !t->ckpt_inflight && t->ckpt_next_ms > now &&
+        (!wake || t->ckpt_next_ms < wake))
+      wake = t->ckpt_next_ms;
   if (wake) uv_timer_start(&w->ob_timer, worker_on_ob_timer, wake > now ? wake - now : 1, 0);
 }
 
-/* The server answered something: queued messages need not wait out their
- * backoff any longer. */
+/* The server answered something: what failed for want of an answer (an
+ * outage) need not wait out its backoff any longer. What the server itself
+ * refused for now (5xx, 429) keeps backing off: it answers, and sending it
+ * again at each answer would undo the backoff. */
 static void worker_server_alive(struct worker *w) {
   for (struct outbox_lane *l = w->ob.lanes; l; l = l->next)
-    if (l->attempts > 0 && !l->inflight) l->next_try_ms = 0;
+    if (l->attempts > 0 && !l->inflight && !l->last_status) l->next_try_ms = 0;
   worker_pump_outbox(w);
   /* A checkpoint whose upload failed during an outage goes now, not only
-   * with the next one (a no-op for checkpoints already on the server). */
-  if (w->ckpt_failing) {
-    struct trial *t = w->trials;
-    while (t) {
-      struct trial *next = t->next;
-      if (t->state != TRIAL_FETCHING) {
-        t->ckpt_wanted = 1;
-        worker_upload_checkpoint(w, t);
-        worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
-      }
-      t = next;
+   * after its backoff. */
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;
+    if (t->ckpt_wanted && t->ckpt_failing_since && !t->ckpt_last_status &&
+        t->state != TRIAL_FETCHING) {
+      t->ckpt_next_ms = 0;
+      worker_upload_checkpoint(w, t);
+      worker_trial_event(w, t, TEV_UPLOADED, 0, 0);
     }
+    t = next;
   }
 }
 
@@ -1444,6 +1608,17 @@ static void worker_on_hb_timer(uv_timer_t *h) {
     for (struct outbox_item *it = l->head; rc == 0 && it; it = it->next)
       if (it->lease.worker_id == w->id && it->lease.attempt)
         rc = worker_hb_add(run, it->trial_id, it->lease.attempt);
+  /* A delivery stuck while the server answers is said on its trial. */
+  cJSON *e;
+  cJSON_ArrayForEach(e, run) {
+    char note[320];
+    if (rc == 0 &&
+        worker_stuck_note(w, cJSON_GetObjectItemCaseSensitive(e, "id")->valueint,
+                          (long)cJSON_GetObjectItemCaseSensitive(e, "attempt")->valuedouble, note,
+                          sizeof note) &&
+        !cJSON_AddStringToObject(e, "stuck", note))
+      rc = -ENOMEM;
+  }
   char path[64];
   snprintf(path, sizeof path, "/api/v1/workers/%d/heartbeat", w->id);
   if (rc == 0 && worker_post_json(w, path, b, worker_on_heartbeat, w) == 0) w->hb_inflight = 1;

@@ -120,6 +120,8 @@ static int api_is_id(const cJSON *c) {
          c->valuedouble == (double)(int64_t)c->valuedouble;
 }
 
+#define API_STUCK_MAX 512 /* bytes of a heartbeat's "stuck" note */
+
 int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api_resp *resp) {
   cJSON *b = api_body_object(req, resp, 1), *out = NULL, *stop;
   struct workers_listed *listed = NULL;
@@ -151,8 +153,18 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
                      "\"attempt\": A} (integers >= 1)");
       goto done;
     }
+    /* The worker's note that it cannot deliver this attempt's messages. */
+    const cJSON *stuck = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "stuck") : NULL;
+    if (stuck && (!cJSON_IsString(stuck) || !stuck->valuestring[0] ||
+                  strlen(stuck->valuestring) > API_STUCK_MAX)) {
+      char where[48];
+      snprintf(where, sizeof where, "running[%d].stuck", i);
+      rc = api_error(resp, 400, "invalid_body", where,
+                     "stuck must be a non-empty string of at most %d bytes", API_STUCK_MAX);
+      goto done;
+    }
     listed[i] = (struct workers_listed){(int64_t)id->valuedouble, at ? (int)at->valuedouble : 0,
-                                        at != NULL};
+                                        at != NULL, stuck ? stuck->valuestring : NULL};
   }
   if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop")) ||
       !cJSON_AddNumberToObject(out, "lease_timeout_s", s->opt.lease_timeout_s) ||

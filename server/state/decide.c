@@ -59,8 +59,9 @@ static int decide_enqueue(struct server *s, struct decide_op *op, uint64_t *tick
   return commit_enqueue(s->commit, decide_op_apply, decide_op_free, op, ticket);
 }
 
-int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
-                const cJSON *data, const cJSON *record, uint64_t *ticket) {
+static int decide_note_as(struct server *s, struct srv_trial *t, const char *kind,
+                          const char *reason, const cJSON *data, const cJSON *record,
+                          int set_reason, uint64_t *ticket) {
   if ((!kind || !reason || !reason[0]) && !record) return 0;
   struct decide_op *op = calloc(1, sizeof *op);
   if (!op) return -ENOMEM;
@@ -77,7 +78,7 @@ int decide_note(struct server *s, struct srv_trial *t, const char *kind, const c
                                       .kind = op->kind,
                                       .reason = op->reason,
                                       .data = op->data};
-    if ((rc = decide_set_reason(t, reason))) goto fail;
+    if (set_reason && (rc = decide_set_reason(t, reason))) goto fail;
   }
   if (record) {
     if (!(op->record = jsonout_print(record))) goto fail;
@@ -89,6 +90,16 @@ int decide_note(struct server *s, struct srv_trial *t, const char *kind, const c
 fail:
   decide_op_free(op);
   return rc;
+}
+
+int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
+                const cJSON *data, const cJSON *record, uint64_t *ticket) {
+  return decide_note_as(s, t, kind, reason, data, record, 1, ticket);
+}
+
+int decide_event(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
+                 uint64_t *ticket) {
+  return decide_note_as(s, t, kind, reason, NULL, NULL, 0, ticket);
 }
 
 /* A test-build scheduler hook (TESTHOOK_DECIDE: "pause_at=T" or

@@ -25,6 +25,11 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
 int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
                 const cJSON *data, const cJSON *record, uint64_t *ticket);
 
+/* Queues a trial_events row (kind, reason) alone: the trial's reason stays
+ * (a worker's note, not a decision). */
+int decide_event(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
+                 uint64_t *ticket);
+
 /* PAUSE / EXPLOIT of a stored result (the trial stays RUNNING until its lease
  * ends; the worker was answered stop). EXPLOIT copies the donor's checkpoint
  * and replaces the config now. The trial row is queued by the caller. */

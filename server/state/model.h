@@ -103,6 +103,7 @@ struct srv_trial {
   uint64_t lease_deadline_ms; /* monotonic; 0: not set yet (after a load) */
   uint64_t unlisted_since_ms; /* first heartbeat of its worker that left it out */
   uint64_t listed_gen;        /* the heartbeat that last listed it */
+  int stuck_noted;            /* the attempt whose "undelivered" event is stored (0: none) */
   /* Its experiment was deleted; the struct stays as a tombstone in s->trials
    * (ids are indexes), server_trial hides it. */
   int deleted;

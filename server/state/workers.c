@@ -89,6 +89,17 @@ int workers_heartbeat(struct server *s, struct srv_worker *w, const struct worke
       t->listed_gen = gen;
       t->unlisted_since_ms = 0;
       state_renew_lease(s, t, now_ms);
+      /* Its worker cannot deliver what it has of this attempt (the server
+       * answers, but refuses for now): said once per attempt on the trial,
+       * where `ctune trial` and the dashboard show it. */
+      if (listed[i].stuck && t->stuck_noted != attempt) {
+        char why[600];
+        snprintf(why, sizeof why, "worker %lld (%s) %s", (long long)w->id, w->name,
+                 listed[i].stuck);
+        if ((rc = decide_event(s, t, "undelivered", why, ticket))) break;
+        t->stuck_noted = attempt;
+        log_warn("trial %lld: %s", (long long)t->id, why);
+      }
       /* Its experiment is paused: it stops now (a trial that reports
        * rarely would run on until its next result), and pauses with its
        * checkpoint when this lease ends. */

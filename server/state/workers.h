@@ -24,10 +24,14 @@ struct srv_worker *workers_find(struct server *s, int64_t id);
  * pruned. */
 void workers_touch(struct srv_worker *w);
 /* One trial a heartbeat lists: v2 names the attempt; a bare id (v1,
- * has_attempt 0) stands for "whatever attempt is leased to me". */
+ * has_attempt 0) stands for "whatever attempt is leased to me". stuck: the
+ * worker's note that it cannot deliver this attempt's messages or
+ * checkpoint (NULL: none), stored once per attempt as an "undelivered"
+ * event of the trial. */
 struct workers_listed {
   int64_t trial_id;
   int attempt, has_attempt;
+  const char *stuck;
 };
 /* What the reply tells the worker to stop, and why: "not_leased",
  * "ended", "cancelled" or "paused". */
@@ -39,7 +43,8 @@ struct workers_stop {
 /* A heartbeat of w listing listed[0..n): a sign of life; each listed trial
  * leased to w at that attempt has its lease renewed (one of a paused
  * experiment is told to stop now and pauses with its checkpoint when the
- * lease ends); every other listed one goes into stops (room for n) with why;
+ * lease ends; one the worker says is stuck gets its event); every other
+ * listed one goes into stops (room for n) with why;
  * then the trials w holds and did not list start, or go on with, their
  * unlisted time (state_reconcile_worker: two intervals and they are
  * requeued; *requeued says how many, may be NULL). Returns how many stops,

@@ -268,6 +268,51 @@ START_TEST(unlisted_trial_requeued_after_two_intervals) {
 }
 END_TEST
 
+/* Rule: a heartbeat's "stuck" note (the worker cannot deliver what it has
+ * of an attempt) is stored as one "undelivered" event of the trial per
+ * attempt, only from the attempt's lessee, and leaves the trial's reason
+ * alone. */
+static void stuck_beat(struct srv_worker *w, struct srv_trial *t, int attempt, const char *note) {
+  uint64_t ticket = 0;
+  struct workers_listed l = {t->id, attempt, 1, note};
+  struct workers_stop stop;
+  ck_assert_int_ge(workers_heartbeat(S, w, &l, 1, &stop, NULL, clock_mono_ms(), &ticket), 0);
+}
+
+static char *undelivered(void) {
+  h_sync(&H);
+  return h_query(&H, "SELECT trial_id, kind, reason FROM trial_events WHERE kind = "
+                     "'undelivered' ORDER BY seq");
+}
+
+START_TEST(heartbeat_stuck_note_is_one_event_per_attempt) {
+  submit("x", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  stuck_beat(w, t, 1, "could not upload the trial's final checkpoint for 6 s (HTTP 503)");
+  stuck_beat(w, t, 1, "could not upload the trial's final checkpoint for 8 s (HTTP 503)");
+  stuck_beat(o, t, 1, "not its lessee");
+  stuck_beat(w, t, 2, "not this attempt");
+  char *rows = undelivered();
+  ck_assert_str_eq(rows, "1|undelivered|worker 1 (w) could not upload the trial's final "
+                         "checkpoint for 6 s (HTTP 503)\n");
+  free(rows);
+  ck_assert_ptr_null(t->reason);
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  /* The next attempt may say it again. */
+  fake_clock_set_ms(T0 + 1000);
+  ck_assert_int_eq(h_heartbeat(&H, w, NULL, 0), 0);
+  fake_clock_set_ms(T0 + 1000 + H_GRACE_MS);
+  ck_assert_int_eq(h_heartbeat(&H, w, NULL, 0), 1);
+  ck_assert_ptr_eq(h_lease(&H, w), t);
+  stuck_beat(w, t, 2, "could not deliver the trial's results for 7 s (HTTP 500 internal)");
+  rows = undelivered();
+  ck_assert_ptr_nonnull(strstr(rows, "\n1|undelivered|worker 1 (w) could not deliver the "
+                                     "trial's results for 7 s (HTTP 500 internal)\n"));
+  free(rows);
+}
+END_TEST
+
 /* Rule: the unlisted requeue also happens on the server's own tick
  * between heartbeats; a later heartbeat that lists the trial again
  * clears its unlisted time. */
@@ -368,6 +413,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, fake_clock_is_what_the_state_reads);
   tcase_add_test(tc, lease_charges_worker_resources);
+  tcase_add_test(tc, heartbeat_stuck_note_is_one_event_per_attempt);
   tcase_add_test(tc, lease_queues_its_row_and_asking_revives);
   tcase_add_test(tc, lease_honours_max_concurrent_trials);
   tcase_add_test(tc, lease_skips_what_does_not_fit);

@@ -42,12 +42,12 @@ class Env:
         self.admin_token = None
 
     # -- processes ---------------------------------------------------------
-    def start_server(self, *args, port=0, db=None):
+    def start_server(self, *args, port=0, db=None, env=None):
         db = db or os.path.join(self.tmp, "ctune.db")
         proc = ctune_harness.start_server(
             self.bin, db=db, port=port, bind="127.0.0.1", args=args,
             log_path=os.path.join(self.tmp, "server-%d.log" % len(self.procs)), text=True,
-            new_session=True, wait=False, name="server")
+            new_session=True, wait=False, name="server", env=env)
         self.procs.append(proc)
         proc.await_listening()
         self.url = proc.url

@@ -286,6 +286,32 @@ START_TEST(backoff_doubles_and_caps) {
 }
 END_TEST
 
+/* How long a head has been failing is kept across its retries and starts
+ * afresh with the next head: the worker says a lane is stuck from it. */
+START_TEST(failing_since_spans_retries) {
+  struct outbox ob;
+  outbox_open(&ob, NULL, 10);
+  outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/a", "{}", 0);
+  outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/a", "{}", 0);
+  struct outbox_lane *l = outbox_lane(&ob, 1);
+  ck_assert_int_eq(outbox_failing_ms(l, 5000), 0);
+  outbox_failed(l, 1000);
+  outbox_failed(l, 3000);
+  outbox_failed(l, 9000);
+  ck_assert_int_eq(outbox_failing_ms(l, 10000), 9000);
+  ck_assert_uint_eq(l->next_try_ms, 9000 + outbox_backoff_ms(3));
+  l->stuck = 1;
+  l->last_status = 503;
+  outbox_ack(&ob, l, 1);
+  ck_assert_int_eq(outbox_failing_ms(l, 10000), 0);
+  ck_assert_int_eq(l->stuck, 0);
+  ck_assert_int_eq(l->last_status, 0);
+  outbox_failed(l, 12000);
+  ck_assert_int_eq(outbox_failing_ms(l, 12500), 500);
+  outbox_close(&ob);
+}
+END_TEST
+
 START_TEST(unwritable_dir_refuses) {
   struct outbox ob;
   ck_assert_int_lt(outbox_open(&ob, "/proc/self/nonexistent/outbox", 10), 0);
@@ -297,6 +323,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, fifo_bound_and_end_reserve);
   tcase_add_test(tc, lanes_are_independent);
+  tcase_add_test(tc, failing_since_spans_retries);
   tcase_add_test(tc, drop_lease_keeps_other_attempts);
   tcase_add_test(tc, batches_results_of_one_lease);
   tcase_add_test(tc, utf8_is_cleaned);
