@@ -29,7 +29,10 @@ decides which reply is late, refused or missing:
                already lists it) instead of exiting unseen.
   ahead_dropped a trial's last result is refused for good and its checkpoint
                is always ahead (409 checkpoint_ahead): the checkpoint is
-               tried a few times, not in a loop, and the trial completes.
+               given up at once, and the trial completes.
+  ahead_always every result stored, yet every checkpoint answered
+               checkpoint_ahead: the last one is tried 5 times with a
+               growing backoff, then the trial completes.
 
 The cases run in three streams side by side, each case with its own fake
 server, worker and work dir. Every wait is for an event (a request, a log
@@ -303,8 +306,9 @@ def read(path):
 def ahead_dropped(env):
     """Trial 1's last result is refused for good (400, dropped: as a result
     from a lease that ended is) and the server never takes its checkpoint,
-    ahead of the results it stored (409 checkpoint_ahead): the worker tries
-    that checkpoint a few times, not in a loop, and completes the trial.
+    ahead of the results it stored (409 checkpoint_ahead): the worker knows
+    a result of this attempt will never be stored, so it gives that
+    checkpoint up after one try and completes the trial.
     It used to PUT it hundreds of times a second, the complete held behind
     it, until a drain's deadline (20 s of CPU at the end of `ctune run`)."""
     fake = FakeServer()
@@ -323,11 +327,42 @@ def ahead_dropped(env):
         fake.wait(lambda r: r.what == "complete" and r.trial == 1, 10, "trial 1's complete")
         puts = fake.find(lambda r: r.what == "checkpoint" and r.trial == 1 and r.method == "PUT"
                          and r.headers.get("X-Ctune-Iteration") == "5")
-        assert 1 <= len(puts) <= 5, "checkpoint 5 was sent %d times" % len(puts)
+        assert len(puts) == 1, "checkpoint 5 was sent %d times" % len(puts)
         fenced_writes_ok(fake)
         took = stop_worker(w)
         print("checkpoint ahead of dropped results: sent %d times, then complete; SIGTERM "
               "drained in %.2f s" % (len(puts), took))
+    finally:
+        fake.close()
+
+
+def ahead_always(env):
+    """The server stores every result of trial 1 but answers each checkpoint
+    409 checkpoint_ahead (none of its results refused, none queued: as if
+    they were stored after it looked): the last checkpoint is tried 5 times
+    with a growing backoff (0.1, 0.2, 0.4, 0.8 s), never in a loop, and the
+    trial completes."""
+    fake = FakeServer()
+
+    def hook(req):
+        if req.what == "checkpoint" and req.method == "PUT" and req.trial == 1:
+            return 409, {"error": {"code": "checkpoint_ahead", "message": "results first"}}
+        return None
+    fake.hook = hook
+    fake.leases.append(lease(1, 1, trainable(5)))
+    w = worker(env, fake, "always")
+    try:
+        done = fake.wait(lambda r: r.what == "complete" and r.trial == 1, 10, "trial 1's complete")
+        puts = fake.find(lambda r: r.what == "checkpoint" and r.trial == 1 and r.method == "PUT"
+                         and r.headers.get("X-Ctune-Iteration") == "5")
+        assert 5 <= len(puts) <= 7, "checkpoint 5 was sent %d times" % len(puts)
+        span = puts[-1].t - puts[-5].t
+        assert span >= 1.3, "its last 5 tries took %.3f s" % span
+        assert done[0].t >= puts[-1].t
+        fenced_writes_ok(fake)
+        stop_worker(w)
+        print("checkpoint always ahead: tried %d times, the last 5 over %.2f s, then complete"
+              % (len(puts), span))
     finally:
         fake.close()
 
@@ -396,7 +431,7 @@ def disk_full_for_good(env):
 def body(env):
     # Three streams of cases side by side: each case has its own fake
     # server, worker and work dir, and most of its time is waiting.
-    streams = [[disk_full, stale_stop, ahead_dropped], [disk_full_for_good, fence],
+    streams = [[disk_full, stale_stop, ahead_dropped], [disk_full_for_good, fence, ahead_always],
                [lanes, relase_drain, reg_drain]]
     with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
         runs = [pool.submit(lambda cases: [case(env) for case in cases], cases)
