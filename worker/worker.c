@@ -814,7 +814,7 @@ static const char *worker_msg_what(const struct outbox_item *it) {
 }
 
 /* The note a heartbeat carries for a trial whose delivery is stuck while
- * the server answers (docs/protocol.md#worker-protocol-v2): the server
+ * the server answers (docs/protocol.md#heartbeat): the server
  * stores it as an event of the trial. An outage is left out: the server
  * sees that by itself, and its end delivers everything. 0 and "" when the
  * trial's delivery is not stuck. */
