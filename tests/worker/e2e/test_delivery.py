@@ -64,9 +64,6 @@ def cpu_s(pid):
 
 
 def metric(env, server, worker):
-    if not os.access(PY, os.X_OK) or importlib.util.find_spec("torch") is None:
-        print("SKIP: no %s with torch" % PY)
-        sys.exit(77)
     script = os.path.join(env.tmp, "train.py")
     with open(script, "w") as f:
         f.write(TORCH_SCRIPT)
@@ -183,6 +180,9 @@ def bad_note(env):
 
 
 def body(env):
+    if not os.access(PY, os.X_OK) or importlib.util.find_spec("torch") is None:
+        print("SKIP: no %s with torch" % PY)
+        sys.exit(77)
     fault = os.path.join(env.tmp, "spool-fault")
     server = env.start_server("--heartbeat-interval", "0.2", "--lease-timeout", "5",
                               env=dict(os.environ, CTUNE_TEST_SPOOL_FAULT_FILE=fault))
