@@ -63,7 +63,7 @@ struct http_req {
   int too_large;
   size_t dropped;
   int fd;          /* >= 0: the body goes to this spool file (checkpoint PUT) */
-  int io_error;    /* writing the spool file failed */
+  int io_error;    /* writing the spool file failed: its errno */
   size_t reserved; /* bytes of the in-memory budget this request holds */
   enum req_state state;
   uint64_t ticket;         /* what the reply waits for: the request's lock holds */
@@ -257,9 +257,23 @@ static int http_worker_access(struct http_req *r, const struct route_match *m,
   return 0;
 }
 
+/* A test build's spool fault (testhook.h): the errno that `what` ("open" or
+ * "write") fails with, or 0. */
+static int http_spool_fault(const char *what) {
+  const char *v = TESTHOOK(TESTHOOK_SPOOL_FAULT);
+  size_t n = strlen(what);
+  if (!v || strncmp(v, what, n) || v[n] != '=') return 0;
+  return atoi(v + n + 1);
+}
+
 /* Opens an unnamed file for a spooled body: O_TMPFILE beside the database,
- * else a named one unlinked at once. */
+ * else a named one unlinked at once. -1 with errno set. */
 static int http_spool_open(const char *dir) {
+  int fault = http_spool_fault("open");
+  if (fault > 0) {
+    errno = fault;
+    return -1;
+  }
   int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0) return fd;
   char path[4200];
@@ -355,8 +369,14 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     }
     r->fd = http_spool_open(r->h->spool_dir);
     if (r->fd < 0) {
-      log_error("http: cannot open a spool file in %s: %s", r->h->spool_dir, strerror(errno));
-      api_error(resp, 503, "spool_unavailable", "", "the server cannot take an upload now");
+      /* The cause goes to the client too: a worker's log then says what
+       * its operator must fix (a folder's permissions, a full disk). */
+      const char *why = strerror(errno);
+      log_error("http: cannot open a spool file in %s: %s", r->h->spool_dir, why);
+      api_error(resp, 503, "spool_unavailable", "",
+                "the server cannot take an upload now: it cannot create a spool file in its "
+                "database's folder %.200s: %s; nothing was stored, retry",
+                r->h->spool_dir, why);
       api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
       return 1;
     }
@@ -368,7 +388,10 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
   size_t before = atomic_fetch_add(&r->h->body_bytes, room);
   r->reserved = room;
   if (before + room > HTTP_BODY_BUDGET) {
-    api_error(resp, 503, "busy", "", "too many request bodies in flight; retry shortly");
+    api_error(resp, 503, "busy", "",
+              "too many request bodies in flight (%zu MiB held of the server's %zu MiB); "
+              "retry shortly",
+              before >> 20, HTTP_BODY_BUDGET >> 20);
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     return 1;
   }
@@ -399,8 +422,9 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   }
   if (r->io_error) {
     api_error(resp, 503, "spool_error", "",
-              "the server could not spool the upload to disk; "
-              "nothing was stored, retry");
+              "the server could not write the upload to its spool file in its database's "
+              "folder %.200s: %s; nothing was stored, retry",
+              r->h->spool_dir, r->io_error > 0 ? strerror(r->io_error) : "short write");
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     return;
   }
@@ -467,12 +491,13 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
       r->too_large = 1; /* MHD holds the client to its Content-Length: not reached */
       return MHD_YES;
     }
+    int fault = http_spool_fault("write");
     for (size_t off = 0; off < n;) {
-      ssize_t k = write(r->fd, upload_data + off, n - off);
+      ssize_t k = fault > 0 ? (errno = fault, -1) : write(r->fd, upload_data + off, n - off);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) {
         log_error("http: spooling an upload: %s", k < 0 ? strerror(errno) : "short write");
-        r->io_error = 1;
+        r->io_error = k < 0 ? errno : -1;
         break;
       }
       off += (size_t)k;
@@ -545,6 +570,10 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   struct http *h = cls;
   struct http_req *r = *con_cls;
   if (!r) return;
+  /* A held reply whose client hung up: MHD resumed the connection, found it
+   * closed and ends it here without calling http_access again. It is held
+   * no longer (http_stop waits for this count). */
+  if (r->state == REQ_WAITING || r->state == REQ_READY) atomic_fetch_sub(&h->suspended, 1);
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
   if (r->resp.stream_read && r->resp.stream_free) r->resp.stream_free(r->resp.stream_cls);
