@@ -56,7 +56,7 @@ class Server:
     def start(self, expect_fail=False):
         srv = harness.start_server(BIN_DIR, db=self.db, args=self.args,
                                    log_path=os.path.join(self.dir, "stderr.log"), log_mode="a",
-                                   env=dict(os.environ, **self.env) if self.env else None,
+                                   env=dict(os.environ, **self.env) if getattr(self, "env", None) else None,
                                    wait=False)
         self.proc = srv.p
         _servers.append(self)

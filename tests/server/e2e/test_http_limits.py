@@ -4,10 +4,17 @@
   as held for ever: SIGTERM then exits 0 at once;
 - a checkpoint upload the server cannot spool is a 503 that says why (the
   errno's text), whether creating or writing the spool file failed;
+- fair under load from one address: a request head that trickles in is cut
+  at its deadline; 256 slow sockets and 256 event-stream requests from
+  127.0.0.1 leave authenticated requests served at once; one token holds at
+  most 16 streams, and streams whose client hung up are let go within a
+  second or two (not at the next 15 s keepalive);
 """
 import errno
+import http.client
 import json
 import os
+import resource
 import signal
 import socket
 import time
@@ -71,6 +78,139 @@ def test_spool_failures_name_their_cause():
         assert hd.get("retry-after") == "5", hd
         assert s.request("GET", "/api/v1/trials/%d/checkpoint" % t["id"])[0] == 404
         s.stop()
+
+
+def fresh_get(s, path, token):
+    """GET on a new connection (the lockout refused new connections)."""
+    c = http.client.HTTPConnection(s.host, s.port, timeout=5)
+    try:
+        c.request("GET", path, headers={"Authorization": "Bearer " + token})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def slow_socket(s):
+    """A connection whose request head never ends (one byte at a time)."""
+    c = socket.create_connection((s.host, s.port), timeout=5)
+    c.sendall(("GET /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Slow: " % s.port)
+              .encode())
+    c.setblocking(False)
+    return c
+
+
+def closed_by_server(c):
+    """Sends one more byte; True once the server has closed the socket."""
+    try:
+        if c.recv(1) == b"":
+            return True
+    except BlockingIOError:
+        pass
+    except OSError:
+        return True
+    try:
+        c.send(b"a")
+    except OSError:
+        return True
+    return False
+
+
+def open_stream(s, token):
+    """GET /api/v1/events; returns (status, socket) once the head is read."""
+    c = socket.create_connection((s.host, s.port), timeout=10)
+    c.sendall(raw_request(s, "GET", "/api/v1/events", token=token))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0
+    return status, head, c
+
+
+def need_fds(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        if hard != resource.RLIM_INFINITY and hard < n:
+            raise AssertionError("this test needs %d open files (ulimit -Hn is %d)" % (n, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
+
+
+def test_request_head_deadline():
+    # A 2 s idle timeout and head deadline (test build); each socket sends a
+    # byte every 0.3 s, so only the deadline can end it.
+    s = Server(env={"CTUNE_TEST_HTTP_TIMEOUT_S": "2"})
+    slow = [slow_socket(s) for _ in range(20)]
+    t0 = time.time()
+    open_ = list(slow)
+
+    def all_closed():
+        open_[:] = [c for c in open_ if not closed_by_server(c)]
+        return not open_
+    wait_for("the slow request heads to be cut", all_closed, 6, step=0.3)
+    took = time.time() - t0
+    assert 1.5 < took < 5, took
+    for c in slow:
+        c.close()
+    assert fresh_get(s, "/api/v1/experiments", s.token)[0] == 200
+    s.stop()
+
+
+def test_one_address_cannot_lock_out_authenticated_clients():
+    need_fds(2048)
+    s = Server()
+    viewer, admin = s.tokens["viewer"], s.token
+    held = []
+    try:
+        held += [slow_socket(s) for _ in range(256)]
+        t0 = time.time()
+        st, _ = fresh_get(s, "/api/v1/experiments", admin)
+        assert st == 200 and time.time() - t0 < 2, (st, time.time() - t0)
+        codes = {}
+        streams = []
+        for _ in range(256):
+            st, head, c = open_stream(s, viewer)
+            codes[st] = codes.get(st, 0) + 1
+            held.append(c)
+            if st == 200:
+                streams.append(c)
+            else:
+                assert st == 503 and b"too_many_streams" in head, head
+        assert codes == {200: 16, 503: 240}, codes
+        # Held meanwhile: at most 64 of the slow sockets (the oldest went).
+        still = sum(1 for c in held[:256] if not closed_by_server(c))
+        assert still <= 64, still
+        for path in ("/api/v1/experiments", "/api/v1/workers", "/metrics"):
+            t0 = time.time()
+            st, _ = fresh_get(s, path, admin)
+            assert st == 200 and time.time() - t0 < 2, (path, st, time.time() - t0)
+        # The admin token has streams of its own.
+        st, head, c = open_stream(s, admin)
+        held.append(c)
+        assert st == 200, head
+        # Streams whose clients hung up are let go at once, not at the next
+        # keepalive (15 s): the viewer opens its 16 again.
+        for c in streams:
+            c.close()
+        again = []
+
+        def reopened():
+            while len(again) < 16:
+                st, head, c = open_stream(s, viewer)
+                held.append(c)
+                if st != 200:
+                    return False
+                again.append(c)
+            return True
+        t0 = time.time()
+        wait_for("the viewer's 16 streams to be let go", reopened, 4, step=0.2)
+        print("    streams let go after %.1f s" % (time.time() - t0))
+    finally:
+        for c in held:
+            c.close()
+    s.stop()
 
 
 if __name__ == "__main__":
