@@ -216,6 +216,25 @@ int auth_is_loopback(const char *addr) {
   return 0;
 }
 
+int auth_rate_take(struct auth_rate *r, double burst, double per_s, double now, double *wait_s) {
+  if (!r->started) {
+    r->started = 1;
+    r->tokens = burst;
+    r->last = now;
+  }
+  if (now > r->last) {
+    r->tokens += (now - r->last) * per_s;
+    if (r->tokens > burst) r->tokens = burst;
+    r->last = now;
+  }
+  if (r->tokens >= 1) {
+    r->tokens -= 1;
+    return 0;
+  }
+  *wait_s = (1 - r->tokens) / per_s;
+  return -EAGAIN;
+}
+
 int auth_sessions_new(struct auth_sessions **out) {
   struct auth_sessions *ss = calloc(1, sizeof *ss);
   if (!ss) return -ENOMEM;

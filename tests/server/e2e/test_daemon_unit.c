@@ -304,6 +304,26 @@ START_TEST(auth_host_names_and_ports) {
 }
 END_TEST
 
+START_TEST(auth_rate_bucket) {
+  struct auth_rate r;
+  memset(&r, 0, sizeof r);
+  double wait = -1;
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.0, &wait), 0);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.0, &wait), -EAGAIN);
+  ck_assert(wait > 0.49 && wait < 0.51); /* 2 a second: the next in 0.5 s */
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.25, &wait), -EAGAIN);
+  ck_assert(wait > 0.24 && wait < 0.26);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.5, &wait), 0);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.5, &wait), -EAGAIN);
+  /* A long quiet spell refills to the burst, not beyond. */
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(auth_rate_take(&r, 3, 2, 1000.0, &wait), 0);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 1000.0, &wait), -EAGAIN);
+  /* A clock that steps back takes nothing from the bucket. */
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 999.0, &wait), -EAGAIN);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 1000.5, &wait), 0);
+}
+END_TEST
+
 START_TEST(opts_durability) {
   struct server_options o;
   enum opts_action act;
@@ -372,6 +392,7 @@ int main(void) {
   tcase_add_test(tc, opts_defaults_and_errors);
   tcase_add_test(tc, opts_durability);
   tcase_add_test(tc, auth_host_names_and_ports);
+  tcase_add_test(tc, auth_rate_bucket);
   tcase_add_test(tc, metrics_histogram);
   tcase_add_test(tc, utf8_checks_and_repairs);
   suite_add_tcase(s, tc);

@@ -9,6 +9,9 @@
   127.0.0.1 leave authenticated requests served at once; one token holds at
   most 16 streams, and streams whose client hung up are let go within a
   second or two (not at the next 15 s keepalive);
+- worker credentials: the admin revokes every registered worker at once
+  (POST /api/v1/workers/revoke), and registrations are rate-limited (200 at
+  once, then 20 a second; 429 with Retry-After).
 """
 import errno
 import http.client
@@ -210,6 +213,60 @@ def test_one_address_cannot_lock_out_authenticated_clients():
     finally:
         for c in held:
             c.close()
+    s.stop()
+
+
+def test_revoke_every_worker():
+    s = Server()
+    s.ok("POST", "/api/v1/experiments", experiment(n=1), status=201)
+    wtok = s.tokens["worker"]
+    ids, secrets = [], []
+    for i in range(3):
+        b = s.ok("POST", "/api/v1/workers", {"name": "w%d" % i, "resources": {"cpu": 2}},
+                 token=wtok)
+        ids.append(b["id"])
+        secrets.append(b["secret"])
+    st, b, _ = s.post("/api/v1/workers/%d/lease" % ids[0], {}, token=secrets[0])
+    assert st == 200, (st, b)
+    tid = b["trial"]["id"]
+    for tok in (wtok, s.tokens["viewer"], secrets[1]):
+        st, b, _ = s.post("/api/v1/workers/revoke", {}, token=tok)
+        assert st == 403, (st, b)
+    assert s.ok("POST", "/api/v1/workers/revoke", {}) == {"revoked": 3}
+    assert s.ok("GET", "/api/v1/workers")["workers"] == []
+    assert s.ok("GET", "/api/v1/trials/%d" % tid)["status"] == "PENDING"
+    for wid, sec in zip(ids, secrets):
+        st, b, _ = s.post("/api/v1/workers/%d/heartbeat" % wid, {"running": []}, token=sec)
+        assert st == 401, (st, b)
+    assert s.ok("POST", "/api/v1/workers/revoke", {}) == {"revoked": 0}
+    # Revoked for good: a restart does not bring them back.
+    s.restart()
+    st, b, _ = s.post("/api/v1/workers/%d/heartbeat" % ids[1], {"running": []}, token=secrets[1])
+    assert st == 401, (st, b)
+    s.stop()
+
+
+def test_registrations_are_rate_limited():
+    s = Server()
+    wtok = s.tokens["worker"]
+    body = {"name": "w", "resources": {"cpu": 1}}
+    codes = []
+    t0 = time.time()
+    for _ in range(1000):
+        st, b, h = s.post("/api/v1/workers", body, token=wtok)
+        codes.append(st)
+        if st == 429:
+            break
+    took = time.time() - t0
+    # 200 at once, and 20 a second more while these were sent.
+    assert codes[-1] == 429 and 200 <= codes.count(201) <= 201 + 20 * took, \
+        (took, codes.count(201), codes[-1])
+    assert b["error"]["code"] == "too_many_registrations", b
+    assert "retry in" in b["error"]["message"] and h.get("retry-after") == "1", (b, h)
+    t0 = time.time()
+    wait_for("a registration to be taken again",
+             lambda: s.post("/api/v1/workers", body, token=wtok)[0] == 201, 2, step=0.02)
+    assert time.time() - t0 < 0.5, time.time() - t0  # 20 a second
     s.stop()
 
 
