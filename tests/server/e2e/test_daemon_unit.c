@@ -324,6 +324,25 @@ START_TEST(auth_rate_bucket) {
 }
 END_TEST
 
+START_TEST(auth_sessions_viewer_cannot_evict_admin) {
+  struct auth_sessions *ss = NULL;
+  ck_assert_int_eq(auth_sessions_new(&ss), 0);
+  char admin[64], id[64];
+  ck_assert_int_eq(auth_session_create(ss, RA_ADMIN, admin, sizeof admin), 0);
+  /* A viewer logs in far more often than there are slots. */
+  for (int i = 0; i < 1000; i++)
+    ck_assert_int_eq(auth_session_create(ss, AUTH_VIEWER, id, sizeof id), 0);
+  ck_assert_int_eq(auth_session_lookup(ss, admin), RA_ADMIN);
+  ck_assert_int_eq(auth_session_lookup(ss, id), AUTH_VIEWER);
+  /* Admin logins (all slots taken) push out the oldest viewer session. */
+  char admin2[64];
+  ck_assert_int_eq(auth_session_create(ss, RA_ADMIN, admin2, sizeof admin2), 0);
+  ck_assert_int_eq(auth_session_lookup(ss, admin), RA_ADMIN);
+  ck_assert_int_eq(auth_session_lookup(ss, admin2), RA_ADMIN);
+  auth_sessions_free(ss);
+}
+END_TEST
+
 START_TEST(opts_durability) {
   struct server_options o;
   enum opts_action act;
@@ -393,6 +412,7 @@ int main(void) {
   tcase_add_test(tc, opts_durability);
   tcase_add_test(tc, auth_host_names_and_ports);
   tcase_add_test(tc, auth_rate_bucket);
+  tcase_add_test(tc, auth_sessions_viewer_cannot_evict_admin);
   tcase_add_test(tc, metrics_histogram);
   tcase_add_test(tc, utf8_checks_and_repairs);
   suite_add_tcase(s, tc);
