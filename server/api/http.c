@@ -88,7 +88,6 @@ struct http {
   double head_deadline; /* HTTP_HEAD_DEADLINE_S, or the test build's idle timeout */
   pthread_t reaper;
   int reaper_started, reaper_stop;
-  uint64_t evicted_total;
 };
 
 enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
@@ -138,7 +137,6 @@ static void http_conn_evict(struct http *h, struct http_conn *c, const char *why
   if (c->evicted) return;
   c->evicted = 1;
   if (!c->authed) h->nanon--;
-  h->evicted_total++;
   if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
   log_debug("http: closed a connection %s", why);
 }
