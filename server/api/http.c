@@ -47,12 +47,11 @@
  * socket, a new one (whose head takes milliseconds) is served. */
 #define HTTP_ANON_PER_IP 64
 #define HTTP_ANON_TOTAL 1024
-/* A first request head must be complete this long after the connection was
- * accepted (slowloris: one header byte every few seconds is never idle). */
-#define HTTP_HEAD_DEADLINE_S 10.0
 /* A connection idle this long (a request head or body that stopped coming,
- * an idle keep-alive) is closed. A test build may shorten it (testhook.h),
- * and the head deadline with it. */
+ * an idle keep-alive) is closed. A test build may shorten it (testhook.h).
+ * A first request head must be complete a third of it (10 s) after the
+ * connection was accepted (slowloris: one header byte every few seconds is
+ * never idle). */
 #define HTTP_IDLE_TIMEOUT_S 30u
 
 /* One accepted connection (MHD's socket context), for the budgets above. */
@@ -85,7 +84,7 @@ struct http {
   pthread_cond_t conns_cv;
   struct http_conn *conns;
   int nanon;            /* listed, not authed, not evicted */
-  double head_deadline; /* HTTP_HEAD_DEADLINE_S, or the test build's idle timeout */
+  double head_deadline; /* a third of the idle timeout */
   pthread_t reaper;
   int reaper_started, reaper_stop;
 };
@@ -234,7 +233,7 @@ static void http_conn_end(struct http *h, struct http_conn *c) {
 /* Ends connections whose first request head is late (slowloris). */
 static void *http_reaper(void *arg) {
   struct http *h = arg;
-  double tick = h->head_deadline / 4 < 1 ? h->head_deadline / 4 : 1;
+  double tick = h->head_deadline / 4 < 1 ? h->head_deadline / 4 : 1, last = clock_mono_s();
   pthread_mutex_lock(&h->conns_mu);
   while (!h->reaper_stop) {
     struct timespec ts;
@@ -244,6 +243,11 @@ static void *http_reaper(void *arg) {
     ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
     pthread_cond_timedwait(&h->conns_cv, &h->conns_mu, &ts);
     double now = clock_mono_s();
+    /* The whole process stood still (SIGSTOP, a paused VM): that time was
+     * not the clients'. Their heads may be in the socket, unread. */
+    if (now - last > tick + 1)
+      for (struct http_conn *c = h->conns; c; c = c->next) c->t0 += now - last - tick;
+    last = now;
     for (struct http_conn *c = h->conns; c; c = c->next)
       if (!c->heads && !c->busy && now - c->t0 > h->head_deadline)
         http_conn_evict(h, c, "whose request head did not arrive in time");
@@ -825,7 +829,7 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   unsigned idle_s = HTTP_IDLE_TIMEOUT_S;
   const char *t_env = TESTHOOK(TESTHOOK_HTTP_TIMEOUT_S);
   if (t_env && atoi(t_env) > 0) idle_s = (unsigned)atoi(t_env);
-  h->head_deadline = idle_s < HTTP_HEAD_DEADLINE_S ? (double)idle_s : HTTP_HEAD_DEADLINE_S;
+  h->head_deadline = idle_s / 3.0;
   if (pthread_mutex_init(&h->conns_mu, NULL)) {
     free(h);
     return -ENOMEM;

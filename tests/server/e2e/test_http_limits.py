@@ -142,9 +142,9 @@ def need_fds(n):
 
 
 def test_request_head_deadline():
-    # A 2 s idle timeout and head deadline (test build); each socket sends a
-    # byte every 0.3 s, so only the deadline can end it.
-    s = Server(env={"CTUNE_TEST_HTTP_TIMEOUT_S": "2"})
+    # A 6 s idle timeout and so a 2 s head deadline (test build); each socket
+    # sends a byte every 0.3 s, so only the deadline can end it.
+    s = Server(env={"CTUNE_TEST_HTTP_TIMEOUT_S": "6"})
     slow = [slow_socket(s) for _ in range(20)]
     t0 = time.time()
     open_ = list(slow)
@@ -158,6 +158,30 @@ def test_request_head_deadline():
     for c in slow:
         c.close()
     assert fresh_get(s, "/api/v1/experiments", s.token)[0] == 200
+    s.stop()
+
+
+def test_a_stalled_server_does_not_cut_heads_it_did_not_read():
+    # The server stands still past the 2 s head deadline (not its 6 s idle
+    # timeout; SIGSTOP, a paused VM) while a client's head waits in the
+    # socket: it is served when it wakes.
+    s = Server(env={"CTUNE_TEST_HTTP_TIMEOUT_S": "6"})
+    c = socket.create_connection((s.host, s.port), timeout=10)
+    c.sendall(b"GET /api/v1/experiments HTTP/1.1\r\n")
+    assert fresh_get(s, "/healthz", s.token)[0] == 200  # it was accepted meanwhile
+    s.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(3)  # the stall itself: nothing to wait for
+    finally:
+        s.proc.send_signal(signal.SIGCONT)
+    # The client goes on at its pace: the rest of its head comes after the
+    # server's first look (every 0.5 s) at late heads, still within the 2 s
+    # that the deadline gives it when the stall is not counted.
+    time.sleep(0.7)
+    c.sendall(raw_request(s, "GET", "/api/v1/experiments").split(b"\r\n", 1)[1])
+    reply = c.recv(4096)
+    c.close()
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
     s.stop()
 
 
