@@ -18,9 +18,9 @@ enum testhook_site {
   TESTHOOK_COLD_DELAY_MS,     /* a finished experiment goes cold after MS */
   TESTHOOK_HTTP_TIMEOUT_S,    /* the idle connection timeout */
   TESTHOOK_SSE_KEEPALIVE_S,   /* the event streams' keepalive period */
+  TESTHOOK_SPOOL_FAULT,       /* upload spool files fail: "open=ERRNO" | "write=ERRNO" [@FILE] */
   TESTHOOK_OUTBOX_FAULT_FILE, /* while this file exists, outbox writes fail -ENOSPC */
   TESTHOOK_WORKER_TICK_MS,    /* the worker's housekeeping tick every MS, not 2000 */
-  TESTHOOK_SPOOL_FAULT_FILE,  /* while this file exists, checkpoint spool files fail EACCES */
   TESTHOOK_COUNT
 };
 

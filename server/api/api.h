@@ -37,7 +37,7 @@ struct api_resp {
   const char *content_type;
   struct {
     const char *name;
-    char value[96];
+    char value[128]; /* a session cookie with its attributes fits */
   } headers[API_MAX_HEADERS];
   int nheaders;
   /* When nonzero the reply waits until this commit ticket is durable; a

@@ -171,7 +171,10 @@ static int api_login(struct server *s, const struct api_req *req, struct api_res
   resp->len = 0;
   resp->status = 303;
   api_header(resp, "Location", "%s", req->path);
-  api_header(resp, "Set-Cookie", "%s=%s; HttpOnly; SameSite=Strict; Path=/", name, id);
+  /* Under TLS the browser must never send it over plain HTTP: cookies ignore
+   * ports and schemes, so another service on this host name would get it. */
+  api_header(resp, "Set-Cookie", "%s=%s; HttpOnly; SameSite=Strict; Path=/%s", name, id,
+             s->opt.tls_cert_pem ? "; Secure" : "");
   api_header(resp, "Cache-Control", "no-store");
   return 0;
 }

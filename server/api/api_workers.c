@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "auth.h"
 #include "clock.h"
 #include "workers.h"
 #include "log.h"
@@ -49,6 +50,14 @@ static int api_resources(const cJSON *o, const char *where, struct api_resp *res
   return 0;
 }
 
+/* Registrations: a burst of this many at once (a cluster starting), then
+ * this many a second. Anyone with the worker token may register, and every
+ * registration may take trials: without a bound one token could add
+ * thousands of fake workers in a second. */
+#define API_REG_BURST 200.0
+#define API_REG_PER_S 20.0
+static struct auth_rate api_reg_rate; /* under the server's lock */
+
 int api_worker_register(struct server *s, const struct api_req *req, struct api_resp *resp) {
   cJSON *b = api_body_object(req, resp, 0);
   if (!b) return 0;
@@ -83,6 +92,16 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
     goto out;
   }
   server_lock(s);
+  double wait_s = 0;
+  if (auth_rate_take(&api_reg_rate, API_REG_BURST, API_REG_PER_S, clock_mono_s(), &wait_s)) {
+    server_unlock(s);
+    rc = api_error(resp, 429, "too_many_registrations", req->path,
+                   "more than %g workers registered at once (then %g a second are taken); "
+                   "retry in %.1f s",
+                   API_REG_BURST, API_REG_PER_S, wait_s);
+    api_header(resp, "Retry-After", "%d", (int)wait_s + 1);
+    goto out;
+  }
   struct srv_worker *w = NULL;
   rc = workers_register(s, name->valuestring, cpu, gpu, mem, &w, &resp->ticket);
   server_unlock(s);
@@ -360,6 +379,31 @@ int api_worker_deregister(struct server *s, const struct api_req *req, struct ap
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "id", (double)req->match->ids[0]) ||
       !cJSON_AddStringToObject(o, "status", "deregistered")) {
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
+  return api_json(resp, 200, o);
+}
+
+/* Every registered worker loses its secret at once, as a deregistration
+ * does (its RUNNING trials go back to PENDING). With a new token file this
+ * rotates the worker credentials: a worker that has only the old worker
+ * token cannot register again (docs/server.md#security). */
+int api_worker_revoke_all(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  (void)req;
+  int rc = 0, n = 0;
+  server_lock(s);
+  for (int64_t i = 0; !rc && i < s->nworkers; i++) {
+    struct srv_worker *w = s->workers[i];
+    if (!w || !w->secret[0]) continue;
+    rc = workers_deregister(s, w, &resp->ticket);
+    n += !rc;
+  }
+  server_unlock(s);
+  if (rc) return rc;
+  log_info("revoked the secrets of %d worker(s)", n);
+  cJSON *o = cJSON_CreateObject();
+  if (!o || !cJSON_AddNumberToObject(o, "revoked", n)) {
     cJSON_Delete(o);
     return -ENOMEM;
   }

@@ -216,6 +216,25 @@ int auth_is_loopback(const char *addr) {
   return 0;
 }
 
+int auth_rate_take(struct auth_rate *r, double burst, double per_s, double now, double *wait_s) {
+  if (!r->started) {
+    r->started = 1;
+    r->tokens = burst;
+    r->last = now;
+  }
+  if (now > r->last) {
+    r->tokens += (now - r->last) * per_s;
+    if (r->tokens > burst) r->tokens = burst;
+    r->last = now;
+  }
+  if (r->tokens >= 1) {
+    r->tokens -= 1;
+    return 0;
+  }
+  *wait_s = (1 - r->tokens) / per_s;
+  return -EAGAIN;
+}
+
 int auth_sessions_new(struct auth_sessions **out) {
   struct auth_sessions *ss = calloc(1, sizeof *ss);
   if (!ss) return -ENOMEM;
@@ -240,15 +259,20 @@ int auth_session_create(struct auth_sessions *ss, int role, char *id, size_t cap
   if (rc) return rc;
   if (cap < sizeof v) return -EINVAL;
   pthread_mutex_lock(&ss->mu);
-  /* A free slot, else the least recently used one (its browser logs in again). */
-  struct auth_session *slot = &ss->s[0];
-  for (int i = 0; i < AUTH_MAX_SESSIONS; i++) {
-    if (!ss->s[i].id[0]) {
-      slot = &ss->s[i];
-      break;
+  /* A free slot, else the least recently used session (its browser logs in
+   * again); for a viewer, the least recently used viewer session: a viewer
+   * logging in over and over pushes out viewer sessions, never the admin's. */
+  struct auth_session *slot = NULL, *same = NULL, *any = NULL;
+  for (int i = 0; i < AUTH_MAX_SESSIONS && !slot; i++) {
+    struct auth_session *x = &ss->s[i];
+    if (!x->id[0])
+      slot = x;
+    else {
+      if (!any || x->used < any->used) any = x;
+      if (x->role == AUTH_VIEWER && (!same || x->used < same->used)) same = x;
     }
-    if (ss->s[i].used < slot->used) slot = &ss->s[i];
   }
+  if (!slot) slot = role == AUTH_VIEWER && same ? same : any;
   snprintf(slot->id, sizeof slot->id, "%s", v);
   slot->role = role;
   slot->used = ++ss->clock;

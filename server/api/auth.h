@@ -41,6 +41,15 @@ int auth_role(const char *authorization, const char *admin, const char *worker, 
  * 127.0.0.0/8, ::1 or ::ffff:127.x (a name such as 127.example.com is not). */
 int auth_is_loopback(const char *addr);
 
+/* A token bucket: at most `burst` at once, then `per_s` a second. */
+struct auth_rate {
+  double tokens, last; /* tokens left at `last` (seconds, any monotonic clock) */
+  int started;
+};
+/* Takes one token at time now: 0, or -EAGAIN with *wait_s the seconds until
+ * the next one. */
+int auth_rate_take(struct auth_rate *r, double burst, double per_s, double now, double *wait_s);
+
 /* Dashboard sessions: random ids kept in memory, each mapped to a role. */
 int auth_sessions_new(struct auth_sessions **out);
 void auth_sessions_free(struct auth_sessions *ss);

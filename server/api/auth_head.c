@@ -63,23 +63,42 @@ static int auth_split_hostport(const char *hp, char *host, size_t hcap, long *po
   return host[0] ? 0 : -1;
 }
 
-/* A Host this server answers to. An IP literal cannot be rebound (DNS
- * rebinding needs a name the attacker controls), so any address is accepted
- * (a server bound to 0.0.0.0 is reached by whatever address routes to it);
- * names: localhost, the --bind name and --allowed-host names. The port, when
- * given and known, must be ours. */
-static int auth_host_ok(const struct server *s, const char *hosthdr) {
-  char host[256];
-  long port;
-  if (auth_split_hostport(hosthdr, host, sizeof host, &port)) return 0;
-  if (port >= 0 && s->port > 0 && port != s->port) return 0;
+/* Whether a Host header names this server: AUTH_HOST_OK, or why not.
+ *
+ * An IP literal is served on any port: DNS rebinding needs a name the
+ * attacker controls, and a page that sends Host: 127.0.0.1:9000 reached
+ * that address and port itself, as any cross-site request may; what stops it
+ * then is the token and the Origin check, not the port. A forwarder that
+ * changes the port (ssh -L 9000:127.0.0.1:8470, docker -p 18470:8470) keeps
+ * working through the IP address.
+ *
+ * Names: localhost, the --bind name and --allowed-host names, on this
+ * server's port (or with no port in Host), and --allowed-host NAME:PORT on
+ * PORT: the port a forwarder listens on, named once by its operator. */
+enum { AUTH_HOST_OK = 0, AUTH_HOST_NAME, AUTH_HOST_PORT };
+
+static int auth_host_check(const struct server *s, const char *hosthdr, char *host, size_t hcap,
+                           long *port) {
+  if (auth_split_hostport(hosthdr, host, hcap, port)) {
+    host[0] = '\0';
+    return AUTH_HOST_NAME;
+  }
   struct in_addr a4;
   struct in6_addr a6;
-  if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1) return 1;
-  if (!strcasecmp(host, "localhost") || !strcasecmp(host, s->opt.bind)) return 1;
-  for (int i = 0; i < s->opt.nallowed_hosts; i++)
-    if (!strcasecmp(host, s->opt.allowed_hosts[i])) return 1;
-  return 0;
+  if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1)
+    return AUTH_HOST_OK;
+  int ours = *port < 0 || s->port <= 0 || *port == s->port, named = 0;
+  if (!strcasecmp(host, "localhost") || !strcasecmp(host, s->opt.bind)) named = 1;
+  for (int i = 0; i < s->opt.nallowed_hosts; i++) {
+    char ah[256];
+    long ap;
+    if (auth_split_hostport(s->opt.allowed_hosts[i], ah, sizeof ah, &ap) || strcasecmp(host, ah))
+      continue;
+    named = 1;
+    if (ap >= 0 && *port == ap) return AUTH_HOST_OK; /* NAME:PORT, a forwarded port */
+  }
+  if (!named) return AUTH_HOST_NAME;
+  return ours ? AUTH_HOST_OK : AUTH_HOST_PORT;
 }
 
 /* Origin "scheme://host[:port]" names the same host and port as the Host
@@ -108,11 +127,26 @@ int auth_check_request_head(struct server *s, void *conn,
                             struct api_resp *resp) {
   const char *hosthdr = header(conn, "Host");
   /* No Host at all is an HTTP/1.0 client, not a browser. */
-  if (hosthdr && !auth_host_ok(s, hosthdr)) {
+  char host[256] = "";
+  long port = -1;
+  int why = hosthdr ? auth_host_check(s, hosthdr, host, sizeof host, &port) : AUTH_HOST_OK;
+  if (why == AUTH_HOST_PORT) {
     api_error(resp, 421, "bad_host", url,
-              "Host '%.100s' is not a name of this server; start "
-              "it with --allowed-host NAME to serve that name",
-              hosthdr);
+              "Host '%.100s' reaches this server (port %d) through port %ld, as a port "
+              "forwarder does (ssh -L, docker -p): start the server with --allowed-host "
+              "%.100s:%ld, or use its IP address (such as 127.0.0.1:%ld)",
+              hosthdr, s->port, port, host, port, port);
+    return 1;
+  }
+  if (why != AUTH_HOST_OK) {
+    if (host[0])
+      api_error(resp, 421, "bad_host", url,
+                "Host '%.100s' is not a name of this server; start it with --allowed-host "
+                "%.100s to serve that name (NAME:PORT when a forwarder changes the port)",
+                hosthdr, host);
+    else
+      api_error(resp, 421, "bad_host", url,
+                "Host '%.100s' is not a host name with an optional :PORT", hosthdr);
     return 1;
   }
   if (!route) return 0;

@@ -13,6 +13,9 @@
 #include <string.h>
 #include <strings.h>
 #include <stdatomic.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,11 +36,36 @@
  * body is answered 503 before it is read. Checkpoints go to a spool file on
  * disk and are not counted. */
 #define HTTP_BODY_BUDGET ((size_t)256 * 1024 * 1024)
-/* Connections one client address may hold (slowloris, one host's flood). */
-#define HTTP_PER_IP_CONNECTIONS 256u
+/* Connections one client address may hold, of every kind (one host's
+ * flood). Those without a credential have their own, smaller budgets below,
+ * so that they never use this one up. */
+#define HTTP_PER_IP_CONNECTIONS 1024u
+/* Connections that have not (yet) sent a request with a valid credential:
+ * one address may hold this many, all addresses together HTTP_ANON_TOTAL
+ * (loopback has 2^24 addresses). A new connection past either closes the
+ * oldest idle one of them: a slow or idle anonymous client loses its
+ * socket, a new one (whose head takes milliseconds) is served. */
+#define HTTP_ANON_PER_IP 64
+#define HTTP_ANON_TOTAL 1024
 /* A connection idle this long (a request head or body that stopped coming,
- * an idle keep-alive) is closed. A test build may shorten it (testhook.h). */
+ * an idle keep-alive) is closed. A test build may shorten it (testhook.h).
+ * A first request head must be complete a third of it (10 s) after the
+ * connection was accepted (slowloris: one header byte every few seconds is
+ * never idle). */
 #define HTTP_IDLE_TIMEOUT_S 30u
+
+/* One accepted connection (MHD's socket context), for the budgets above. */
+struct http_conn {
+  struct http_conn *prev, *next;
+  unsigned char addr[16]; /* the client's address (IPv4 in the first 4 bytes) */
+  int family;
+  int fd;
+  double t0;   /* accepted (clock_mono_s) */
+  int heads;   /* request heads that arrived */
+  int authed;  /* a request on it carried a valid credential */
+  int busy;    /* inside a request: never closed from outside */
+  int evicted; /* shut down by us; MHD closes it */
+};
 
 struct http {
   struct server *s;
@@ -49,6 +77,16 @@ struct http {
   atomic_int active;        /* handlers between dispatch and suspend-or-reply */
   atomic_size_t body_bytes; /* in-memory request bodies reserved (budget) */
   char spool_dir[4096];     /* checkpoint uploads are spooled here (the db's dir) */
+  /* The open connections (conns_mu). A connection is shut down from
+   * another thread only under conns_mu and while it is listed: MHD's
+   * NOTIFY_CLOSED unlists it (taking conns_mu) before it closes the fd. */
+  pthread_mutex_t conns_mu;
+  pthread_cond_t conns_cv;
+  struct http_conn *conns;
+  int nanon;            /* listed, not authed, not evicted */
+  double head_deadline; /* a third of the idle timeout */
+  pthread_t reaper;
+  int reaper_started, reaper_stop;
 };
 
 enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
@@ -57,13 +95,14 @@ struct http_req {
   struct http *h;
   struct server *s;
   struct MHD_Connection *conn;
+  struct http_conn *hc; /* its connection's budget entry (NULL: none) */
   double t0;
   char *body;
   size_t len, cap, limit;
   int too_large;
   size_t dropped;
   int fd;          /* >= 0: the body goes to this spool file (checkpoint PUT) */
-  int io_error;    /* writing the spool file failed */
+  int io_error;    /* writing the spool file failed: its errno */
   size_t reserved; /* bytes of the in-memory budget this request holds */
   enum req_state state;
   uint64_t ticket;         /* what the reply waits for: the request's lock holds */
@@ -83,6 +122,138 @@ static const char *http_header(void *conn, const char *key) {
 static int http_ends_with(const char *s, const char *suffix) {
   size_t a = strlen(s), b = strlen(suffix);
   return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* -- connection budgets ------------------------------------------------ */
+
+static int http_same_addr(const struct http_conn *a, const struct http_conn *b) {
+  return a->family == b->family && !memcmp(a->addr, b->addr, sizeof a->addr);
+}
+
+/* Shuts down c's socket: MHD sees the end, closes it and calls
+ * http_conn_notify(CLOSED). Under conns_mu. */
+static void http_conn_evict(struct http *h, struct http_conn *c, const char *why) {
+  if (c->evicted) return;
+  c->evicted = 1;
+  if (!c->authed) h->nanon--;
+  if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+  log_debug("http: closed a connection %s", why);
+}
+
+/* The oldest idle connection without a credential: of c's address, or
+ * (same == NULL) of any. Under conns_mu. */
+static struct http_conn *http_conn_oldest_anon(struct http *h, const struct http_conn *same,
+                                               int *count) {
+  struct http_conn *oldest = NULL;
+  int n = 0;
+  for (struct http_conn *x = h->conns; x; x = x->next) {
+    if (x->authed || x->evicted || (same && !http_same_addr(x, same))) continue;
+    n++;
+    if (!x->busy && (!oldest || x->t0 < oldest->t0)) oldest = x;
+  }
+  if (count) *count = n;
+  return oldest;
+}
+
+static void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe) {
+  struct http *h = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+    struct http_conn *c = *socket_context;
+    if (!c) return;
+    pthread_mutex_lock(&h->conns_mu);
+    if (!c->authed && !c->evicted) h->nanon--;
+    if (c->prev)
+      c->prev->next = c->next;
+    else
+      h->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    pthread_mutex_unlock(&h->conns_mu);
+    free(c);
+    *socket_context = NULL;
+    return;
+  }
+  struct http_conn *c = calloc(1, sizeof *c);
+  if (!c) return; /* not counted: it is served like any other */
+  c->t0 = clock_mono_s();
+  c->fd = -1;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci) c->fd = ci->connect_fd;
+  ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+  if (sa && sa->sa_family == AF_INET) {
+    c->family = AF_INET;
+    memcpy(c->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+  } else if (sa && sa->sa_family == AF_INET6) {
+    c->family = AF_INET6;
+    memcpy(c->addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+  }
+  pthread_mutex_lock(&h->conns_mu);
+  int mine = 0;
+  struct http_conn *old = http_conn_oldest_anon(h, c, &mine);
+  if (mine >= HTTP_ANON_PER_IP && old)
+    http_conn_evict(h, old, "without a credential: its address holds too many");
+  else if (h->nanon >= HTTP_ANON_TOTAL && (old = http_conn_oldest_anon(h, NULL, NULL)))
+    http_conn_evict(h, old, "without a credential: the server holds too many");
+  c->next = h->conns;
+  if (h->conns) h->conns->prev = c;
+  h->conns = c;
+  h->nanon++;
+  pthread_mutex_unlock(&h->conns_mu);
+  *socket_context = c;
+}
+
+/* A request's head arrived on c (busy until http_completed). */
+static void http_conn_begin(struct http *h, struct http_conn *c) {
+  if (!c) return;
+  pthread_mutex_lock(&h->conns_mu);
+  c->heads++;
+  c->busy = 1;
+  pthread_mutex_unlock(&h->conns_mu);
+}
+
+/* The request on c carried a valid credential: c leaves the anonymous
+ * budgets for good (keep-alive requests on it are the same client's). */
+static void http_conn_authed(struct http *h, struct http_conn *c) {
+  if (!c) return;
+  pthread_mutex_lock(&h->conns_mu);
+  if (!c->authed && !c->evicted) h->nanon--;
+  c->authed = 1;
+  pthread_mutex_unlock(&h->conns_mu);
+}
+
+static void http_conn_end(struct http *h, struct http_conn *c) {
+  if (!c) return;
+  pthread_mutex_lock(&h->conns_mu);
+  c->busy = 0;
+  pthread_mutex_unlock(&h->conns_mu);
+}
+
+/* Ends connections whose first request head is late (slowloris). */
+static void *http_reaper(void *arg) {
+  struct http *h = arg;
+  double tick = h->head_deadline / 4 < 1 ? h->head_deadline / 4 : 1, last = clock_mono_s();
+  pthread_mutex_lock(&h->conns_mu);
+  while (!h->reaper_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double when = (double)ts.tv_sec + ts.tv_nsec / 1e9 + tick;
+    ts.tv_sec = (time_t)when;
+    ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&h->conns_cv, &h->conns_mu, &ts);
+    double now = clock_mono_s();
+    /* The whole process stood still (SIGSTOP, a paused VM): that time was
+     * not the clients'. Their heads may be in the socket, unread. */
+    if (now - last > tick + 1)
+      for (struct http_conn *c = h->conns; c; c = c->next) c->t0 += now - last - tick;
+    last = now;
+    for (struct http_conn *c = h->conns; c; c = c->next)
+      if (!c->heads && !c->busy && now - c->t0 > h->head_deadline)
+        http_conn_evict(h, c, "whose request head did not arrive in time");
+  }
+  pthread_mutex_unlock(&h->conns_mu);
+  return NULL;
 }
 
 static enum MHD_Result http_send(struct http_req *r) {
@@ -257,14 +428,25 @@ static int http_worker_access(struct http_req *r, const struct route_match *m,
   return 0;
 }
 
+/* A test build's spool fault (testhook.h): the errno that `what` ("open" or
+ * "write") fails with, or 0. "WHAT=ERRNO@FILE" holds only while FILE exists,
+ * so a test can end the fault of a running server (tests run as root, whom
+ * chmod does not stop). */
+static int http_spool_fault(const char *what) {
+  const char *v = TESTHOOK(TESTHOOK_SPOOL_FAULT);
+  size_t n = strlen(what);
+  if (!v || strncmp(v, what, n) || v[n] != '=') return 0;
+  const char *at = strchr(v + n + 1, '@');
+  if (at && access(at + 1, F_OK) != 0) return 0;
+  return atoi(v + n + 1);
+}
+
 /* Opens an unnamed file for a spooled body: O_TMPFILE beside the database,
- * else a named one unlinked at once. A test build fails it (EACCES, as an
- * unwritable folder does) while the file TESTHOOK_SPOOL_FAULT_FILE names
- * exists: tests run as root, whom chmod does not stop. */
+ * else a named one unlinked at once. -1 with errno set. */
 static int http_spool_open(const char *dir) {
-  const char *fault = TESTHOOK(TESTHOOK_SPOOL_FAULT_FILE);
-  if (fault && access(fault, F_OK) == 0) {
-    errno = EACCES;
+  int fault = http_spool_fault("open");
+  if (fault > 0) {
+    errno = fault;
     return -1;
   }
   int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -327,6 +509,9 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
    * call of the access handler, so its 401/403/415/421 go out before any of
    * the body is read. Add head checks inside it, not after this line. */
   if (auth_check_request_head(s, &view, http_header_view, meth, url, m.route, resp)) return 1;
+  /* A credential this server gave (or no tokens at all): the connection
+   * leaves the anonymous budgets. A public route proves nothing. */
+  if (m.route->access != RA_PUBLIC) http_conn_authed(r->h, r->hc);
   if (s->auth && m.route->access == RA_WORKER && http_worker_access(r, &m, meth, url, wid))
     return 1;
 
@@ -362,8 +547,14 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     }
     r->fd = http_spool_open(r->h->spool_dir);
     if (r->fd < 0) {
-      log_error("http: cannot open a spool file in %s: %s", r->h->spool_dir, strerror(errno));
-      api_error(resp, 503, "spool_unavailable", "", "the server cannot take an upload now");
+      /* The cause goes to the client too: a worker's log then says what
+       * its operator must fix (a folder's permissions, a full disk). */
+      const char *why = strerror(errno);
+      log_error("http: cannot open a spool file in %s: %s", r->h->spool_dir, why);
+      api_error(resp, 503, "spool_unavailable", "",
+                "the server cannot take an upload now: it cannot create a spool file in its "
+                "database's folder %.200s: %s; nothing was stored, retry",
+                r->h->spool_dir, why);
       api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
       return 1;
     }
@@ -375,7 +566,10 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
   size_t before = atomic_fetch_add(&r->h->body_bytes, room);
   r->reserved = room;
   if (before + room > HTTP_BODY_BUDGET) {
-    api_error(resp, 503, "busy", "", "too many request bodies in flight; retry shortly");
+    api_error(resp, 503, "busy", "",
+              "too many request bodies in flight (%zu MiB held of the server's %zu MiB); "
+              "retry shortly",
+              before >> 20, HTTP_BODY_BUDGET >> 20);
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     return 1;
   }
@@ -406,8 +600,9 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
   }
   if (r->io_error) {
     api_error(resp, 503, "spool_error", "",
-              "the server could not spool the upload to disk; "
-              "nothing was stored, retry");
+              "the server could not write the upload to its spool file in its database's "
+              "folder %.200s: %s; nothing was stored, retry",
+              r->h->spool_dir, r->io_error > 0 ? strerror(r->io_error) : "short write");
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     return;
   }
@@ -456,6 +651,10 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     else if (!strcmp(method, "PUT") && http_ends_with(url, "/logs"))
       r->limit = HTTP_MAX_LOG;
     r->fd = -1;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    r->hc = ci ? ci->socket_context : NULL;
+    http_conn_begin(h, r->hc);
     *con_cls = r;
     /* Everything the head decides is answered before any of the body is
      * read (MHD then closes the connection: a client that writes its whole
@@ -474,12 +673,13 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
       r->too_large = 1; /* MHD holds the client to its Content-Length: not reached */
       return MHD_YES;
     }
+    int fault = http_spool_fault("write");
     for (size_t off = 0; off < n;) {
-      ssize_t k = write(r->fd, upload_data + off, n - off);
+      ssize_t k = fault > 0 ? (errno = fault, -1) : write(r->fd, upload_data + off, n - off);
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0) {
         log_error("http: spooling an upload: %s", k < 0 ? strerror(errno) : "short write");
-        r->io_error = 1;
+        r->io_error = k < 0 ? errno : -1;
         break;
       }
       off += (size_t)k;
@@ -552,6 +752,11 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   struct http *h = cls;
   struct http_req *r = *con_cls;
   if (!r) return;
+  /* A held reply whose client hung up: MHD resumed the connection, found it
+   * closed and ends it here without calling http_access again. It is held
+   * no longer (http_stop waits for this count). */
+  if (r->state == REQ_WAITING || r->state == REQ_READY) atomic_fetch_sub(&h->suspended, 1);
+  http_conn_end(h, r->hc);
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
   if (r->resp.stream_read && r->resp.stream_free) r->resp.stream_free(r->resp.stream_cls);
@@ -581,6 +786,37 @@ static void http_mhd_log(void *cls, const char *fmt, va_list ap) {
   }
 }
 
+/* Connections at once, all addresses together. */
+#define HTTP_CONNECTIONS 4000u
+
+/* Every connection is a file descriptor: lift the soft limit (often 1024)
+ * to the hard one, so that HTTP_CONNECTIONS, not EMFILE, is the bound. */
+static void http_raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= HTTP_CONNECTIONS + 256) return;
+  rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > HTTP_CONNECTIONS + 256
+                    ? HTTP_CONNECTIONS + 256
+                    : rl.rlim_max;
+  if (want <= rl.rlim_cur) return;
+  rl.rlim_cur = want;
+  if (setrlimit(RLIMIT_NOFILE, &rl))
+    log_warn("http: cannot raise the open-file limit: %s", strerror(errno));
+}
+
+/* What http_start made, before or without the daemon. */
+static void http_free(struct http *h) {
+  if (h->reaper_started) {
+    pthread_mutex_lock(&h->conns_mu);
+    h->reaper_stop = 1;
+    pthread_cond_broadcast(&h->conns_cv);
+    pthread_mutex_unlock(&h->conns_mu);
+    pthread_join(h->reaper, NULL);
+  }
+  pthread_cond_destroy(&h->conns_cv);
+  pthread_mutex_destroy(&h->conns_mu);
+  free(h);
+}
+
 int http_start(struct server *s, struct http **out, int *port_out, char *err, size_t errlen) {
   struct http *h = calloc(1, sizeof *h);
   if (!h) return -ENOMEM;
@@ -597,6 +833,17 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   unsigned idle_s = HTTP_IDLE_TIMEOUT_S;
   const char *t_env = TESTHOOK(TESTHOOK_HTTP_TIMEOUT_S);
   if (t_env && atoi(t_env) > 0) idle_s = (unsigned)atoi(t_env);
+  h->head_deadline = idle_s / 3.0;
+  if (pthread_mutex_init(&h->conns_mu, NULL)) {
+    free(h);
+    return -ENOMEM;
+  }
+  if (pthread_cond_init(&h->conns_cv, NULL)) {
+    pthread_mutex_destroy(&h->conns_mu);
+    free(h);
+    return -ENOMEM;
+  }
+  http_raise_fd_limit();
   struct addrinfo hints = {.ai_flags = AI_NUMERICSERV | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
   struct addrinfo *ai = NULL;
   char port[16];
@@ -604,7 +851,7 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   int gai = getaddrinfo(s->opt.bind, port, &hints, &ai);
   if (gai) {
     snprintf(err, errlen, "--bind %s: %s", s->opt.bind, gai_strerror(gai));
-    free(h);
+    http_free(h);
     return -EINVAL;
   }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY |
@@ -620,7 +867,7 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
       snprintf(err, errlen, "--tls-cert: this libmicrohttpd was built without TLS support");
       freeaddrinfo(ai);
-      free(h);
+      http_free(h);
       return -ENOTSUP;
     }
     flags |= MHD_USE_TLS | MHD_USE_ERROR_LOG;
@@ -630,7 +877,8 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   h->d = MHD_start_daemon(
       flags, 0, NULL, NULL, http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
       MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads,
-      MHD_OPTION_NOTIFY_COMPLETED, http_completed, h, MHD_OPTION_CONNECTION_LIMIT, 4000u,
+      MHD_OPTION_NOTIFY_COMPLETED, http_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+      http_conn_notify, h, MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTIONS,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
       idle_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY,
       tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
@@ -640,15 +888,19 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     /* libmicrohttpd's words say which: the certificate and key, or the bind. */
     snprintf(err, errlen, "cannot serve HTTPS on %s port %d with --tls-cert %s --tls-key %s: %s",
              s->opt.bind, s->opt.port, s->opt.tls_cert, s->opt.tls_key, http_start_msg);
-    free(h);
+    http_free(h);
     return -EINVAL;
   }
   if (!h->d) {
     snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here?)",
              s->opt.bind, s->opt.port);
-    free(h);
+    http_free(h);
     return -EADDRINUSE;
   }
+  if (pthread_create(&h->reaper, NULL, http_reaper, h))
+    log_warn("http: no thread for the request-head deadline");
+  else
+    h->reaper_started = 1;
   if (sse_start(s)) log_warn("http: no keepalive thread for event streams");
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   *port_out = info ? info->port : s->opt.port;
@@ -671,6 +923,6 @@ void http_stop(struct http *h) {
               atomic_load(&h->suspended));
     _exit(1); /* MHD would abort; everything acknowledged is committed */
   }
-  MHD_stop_daemon(h->d);
-  free(h);
+  MHD_stop_daemon(h->d); /* every connection is closed (and unlisted) */
+  http_free(h);
 }

@@ -11,7 +11,7 @@
 
 const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
-    "                    [--no-auth] [--allowed-host NAME]...\n"
+    "                    [--no-auth] [--allowed-host NAME[:PORT]]...\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
     "                    [--worker-retention-s S]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
@@ -27,9 +27,11 @@ const char opts_usage[] =
     "                          PATH.tokens beside --db, created (mode 0600) when missing\n"
     "  --no-auth               no tokens: anyone who reaches the port controls every\n"
     "                          worker; refused unless --bind is a loopback address\n"
-    "  --allowed-host NAME     also serve requests whose Host is NAME (a DNS name of this\n"
-    "                          machine, or of a reverse proxy); repeatable. Served without\n"
-    "                          it: IP addresses, localhost, the --bind name\n"
+    "  --allowed-host NAME[:PORT]  also serve requests whose Host is NAME (a DNS name of\n"
+    "                          this machine, or of a reverse proxy) on this port, or\n"
+    "                          NAME:PORT on PORT (a port forwarder's: ssh -L, docker -p);\n"
+    "                          repeatable. Served without it: IP addresses on any port,\n"
+    "                          localhost and the --bind name on this port\n"
     "  --lease-timeout S       seconds without heartbeat before a worker's trials go\n"
     "                          back to PENDING (default 30)\n"
     "  --heartbeat-interval S  interval told to workers (default 5)\n"
@@ -166,6 +168,19 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
         snprintf(err, errlen, "--allowed-host: at most %d names",
                  (int)(sizeof o->allowed_hosts / sizeof o->allowed_hosts[0]));
         return -EINVAL;
+      }
+      /* NAME or NAME:PORT (the port a forwarder serves this server on). */
+      const char *colon = v ? strchr(v, ':') : NULL;
+      if (colon) {
+        char *end = NULL;
+        errno = 0;
+        long p = strtol(colon + 1, &end, 10);
+        if (colon == v || strchr(colon + 1, ':') || end == colon + 1 || *end || errno || p < 1 ||
+            p > 65535) {
+          snprintf(err, errlen,
+                   "--allowed-host: expected NAME or NAME:PORT (a port 1-65535), got '%s'", v);
+          return -EINVAL;
+        }
       }
       if (v) o->allowed_hosts[o->nallowed_hosts++] = v;
     } else if (!strcmp(name, "--tls-cert"))

@@ -6,11 +6,15 @@
  * that, never while it waits) and, when there is nothing to send, suspends its connection; the
  * ring's wake-up (sse_wake) and the keepalive ticker resume it. So a waiting stream holds neither
  * the server's lock nor one of libmicrohttpd's threads, and is not cut by the idle timeout (http.c
- * sets its connection's timeout to none; a ": keepalive" comment every 15 s finds dead clients). */
+ * sets its connection's timeout to none). A parked connection is not watched by libmicrohttpd, so
+ * the ticker looks at the parked sockets every second itself: one whose client hung up (POLLRDHUP)
+ * is resumed and ended at once, rather than at the next ": keepalive" comment 15 s later. */
 #include "sse.h"
 
 #include <errno.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,14 +22,19 @@
 #include <time.h>
 
 #include "api.h"
+#include "auth.h"
 #include "commit.h"
 #include "events.h"
 #include "log.h"
 #include "store.h"
 #include "testhook.h"
 
-/* Streams at once (each is one connection of its client's per-IP cap). */
+/* Streams at once, and per credential (a token, a dashboard session, or
+ * without tokens a client address): one viewer cannot take them all. */
 #define SSE_MAX_STREAMS 256
+#define SSE_MAX_PER_CREDENTIAL 16
+/* How often parked sockets are checked for a client that hung up (s). */
+#define SSE_GONE_CHECK_S 1.0
 /* Events rendered per reader call: a burst bigger than this goes out over
  * several calls, each continuing after the last id it sent. */
 #define SSE_BATCH 64
@@ -36,6 +45,9 @@ struct stream {
   int64_t pos;   /* the last id sent (or asked to resume after) */
   int suspended; /* 1 parked by its reader, -1 resumed and not yet read (F.mu) */
   int ka_due;    /* the ticker asks for a keepalive */
+  int gone;      /* the ticker saw its client hang up */
+  int fd;        /* its socket (read by the ticker while parked) */
+  uint64_t cred; /* which credential opened it (sse_credential) */
   char *out;     /* rendered, not yet handed to libmicrohttpd */
   size_t len, off;
 };
@@ -70,18 +82,53 @@ static void sse_wake(void *arg) {
   pthread_mutex_unlock(&F.mu);
 }
 
+/* Parked streams whose client hung up are resumed to end. A parked
+ * connection stays open (libmicrohttpd closes none while suspended), so its
+ * fd is safe to poll under F.mu. */
+static void sse_find_gone_locked(void) {
+  struct pollfd pf[64];
+  struct stream *who[64];
+  struct stream *c = F.streams;
+  while (c) {
+    int n = 0;
+    for (; c && n < 64; c = c->next)
+      if (c->suspended == 1 && c->fd >= 0) {
+        pf[n] = (struct pollfd){.fd = c->fd, .events = POLLRDHUP};
+        who[n++] = c;
+      }
+    if (n && poll(pf, (nfds_t)n, 0) > 0)
+      for (int i = 0; i < n; i++)
+        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+          who[i]->gone = 1;
+          who[i]->suspended = -1; /* still counted until its reader runs again */
+          MHD_resume_connection(who[i]->conn);
+        }
+  }
+}
+
+static double sse_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static void *sse_ticker(void *arg) {
   (void)arg;
   pthread_mutex_lock(&F.mu);
+  double tick = F.keepalive_s < SSE_GONE_CHECK_S ? F.keepalive_s : SSE_GONE_CHECK_S;
+  double next_ka = sse_now() + F.keepalive_s;
   while (!F.stopping) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double when = (double)ts.tv_sec + ts.tv_nsec / 1e9 + F.keepalive_s;
+    double when = (double)ts.tv_sec + ts.tv_nsec / 1e9 + tick;
     ts.tv_sec = (time_t)when;
     ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
     int rc = pthread_cond_timedwait(&F.cv, &F.mu, &ts);
     if (F.stopping) break;
     if (rc != ETIMEDOUT) continue;
+    sse_find_gone_locked();
+    if (sse_now() < next_ka) continue;
+    next_ka = sse_now() + F.keepalive_s;
     for (struct stream *c = F.streams; c; c = c->next) c->ka_due = 1;
     sse_wake_locked();
   }
@@ -231,6 +278,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     pthread_mutex_unlock(&F.mu);
     return MHD_CONTENT_READER_END_OF_STREAM;
   }
+  if (c->gone) { /* nobody reads it: close the connection, no final chunk */
+    pthread_mutex_unlock(&F.mu);
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
   n = events_read(F.s->events, &c->pos, evs, SSE_BATCH, &reset);
   if (n < 0) {
     pthread_mutex_unlock(&F.mu);
@@ -293,6 +344,40 @@ static void sse_free(void *cls) {
   free(c);
 }
 
+static uint64_t sse_hash(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull; /* FNV-1a */
+  return h;
+}
+
+/* Which credential a request stands for: its bearer token, else its
+ * dashboard session's id, else (a server without tokens) its address. */
+static uint64_t sse_credential(struct server *s, const struct api_req *req) {
+  uint64_t h = 14695981039346656037ull;
+  const char *auth = req->header(req->conn, "Authorization");
+  if (auth && *auth) return sse_hash(sse_hash(h, "A", 1), auth, strlen(auth));
+  const char *cookie = req->header(req->conn, "Cookie");
+  char name[32];
+  auth_cookie_name(s, name, sizeof name);
+  size_t nl = strlen(name);
+  for (const char *p = cookie; p && *p;) {
+    while (*p == ' ' || *p == ';') p++;
+    size_t len = strcspn(p, ";");
+    if (len > nl && !strncmp(p, name, nl) && p[nl] == '=')
+      return sse_hash(sse_hash(h, "C", 1), p + nl + 1, len - nl - 1);
+    p += len;
+  }
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+  h = sse_hash(h, "I", 1);
+  if (sa && sa->sa_family == AF_INET)
+    return sse_hash(h, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+  if (sa && sa->sa_family == AF_INET6)
+    return sse_hash(h, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+  return h;
+}
+
 int sse_events(struct server *s, const struct api_req *req, struct api_resp *resp) {
   int64_t since = -1;
   if (api_query_int(req, resp, "since", 0, INT64_MAX, -1, &since)) return 0;
@@ -310,13 +395,28 @@ int sse_events(struct server *s, const struct api_req *req, struct api_resp *res
   struct stream *c = calloc(1, sizeof *c);
   if (!c) return -ENOMEM;
   c->conn = req->conn;
+  c->fd = -1;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci) c->fd = ci->connect_fd;
+  c->cred = sse_credential(s, req);
   pthread_mutex_lock(&F.mu);
-  if (F.nstreams >= SSE_MAX_STREAMS || !F.started) {
-    int busy = F.started;
+  int mine = 0;
+  for (struct stream *x = F.streams; x; x = x->next) mine += x->cred == c->cred && !x->gone;
+  if (F.nstreams >= SSE_MAX_STREAMS || mine >= SSE_MAX_PER_CREDENTIAL || !F.started) {
+    int started = F.started, all = F.nstreams;
     pthread_mutex_unlock(&F.mu);
     free(c);
-    api_error(resp, 503, busy ? "busy" : "stopping", req->path,
-              busy ? "too many event streams open; retry later" : "the server is stopping");
+    if (!started)
+      api_error(resp, 503, "stopping", req->path, "the server is stopping");
+    else if (mine >= SSE_MAX_PER_CREDENTIAL)
+      api_error(resp, 503, "too_many_streams", req->path,
+                "this token or session holds %d event streams already, the most one may hold; "
+                "close one (or poll) and retry",
+                mine);
+    else
+      api_error(resp, 503, "busy", req->path,
+                "%d event streams are open, the most this server holds; retry later", all);
     api_header(resp, "Retry-After", "5");
     return 0;
   }

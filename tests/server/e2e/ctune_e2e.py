@@ -41,8 +41,9 @@ def tmpdir():
 
 
 class Server:
-    def __init__(self, db=None, args=(), token=None):
+    def __init__(self, db=None, args=(), token=None, env=None):
         self.dir = tmpdir()
+        self.env = env  # extra environment (test hooks: CTUNE_TEST_*)
         self.db = db or os.path.join(self.dir, "ctune.db")
         self.args = list(args)
         self.token = token
@@ -55,6 +56,7 @@ class Server:
     def start(self, expect_fail=False):
         srv = harness.start_server(BIN_DIR, db=self.db, args=self.args,
                                    log_path=os.path.join(self.dir, "stderr.log"), log_mode="a",
+                                   env=dict(os.environ, **self.env) if getattr(self, "env", None) else None,
                                    wait=False)
         self.proc = srv.p
         _servers.append(self)

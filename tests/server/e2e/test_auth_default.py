@@ -115,6 +115,15 @@ def test_foreign_host_refused():
     for host in ("127.0.0.1:%d" % s.port, "localhost:%d" % s.port, "[::1]:%d" % s.port,
                  "ctune.example:%d" % s.port, "CTUNE.example"):
         assert s.request("GET", "/api/v1/experiments", headers={"Host": host})[0] == 200, host
+    # A port forwarder (ssh -L 9000:..., docker -p) changes the port: an IP
+    # literal is served on any port; a name's refusal names the flag that fixes it.
+    assert s.request("GET", "/api/v1/experiments", headers={"Host": "127.0.0.1:1"})[0] == 200
+    st, b, _ = s.request("GET", "/api/v1/experiments", headers={"Host": "localhost:1"})
+    assert st == 421 and "--allowed-host localhost:1" in b["error"]["message"], (st, b)
+    s.stop()
+    s = Server(args=["--allowed-host", "localhost:1"])
+    assert s.request("GET", "/api/v1/experiments", headers={"Host": "localhost:1"})[0] == 200
+    assert s.request("GET", "/api/v1/experiments", headers={"Host": "localhost:2"})[0] == 421
     s.stop()
 
 

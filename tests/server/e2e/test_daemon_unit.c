@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "auth.h"
 #include "secret.h"
 #include "metrics.h"
@@ -231,7 +233,113 @@ START_TEST(opts_defaults_and_errors) {
     ck_assert_str_eq(o.allowed_hosts[1], "h2");
     char *a8[] = {"x", "--no-auth", "--token-file", "t", NULL};
     ck_assert_int_eq(opts_parse(4, a8, &o, &act, err, sizeof err), -EINVAL);
+    char *a9[] = {"x", "--allowed-host", "fwd.lan:9000", NULL};
+    ck_assert_int_eq(opts_parse(3, a9, &o, &act, err, sizeof err), 0);
+    ck_assert_str_eq(o.allowed_hosts[0], "fwd.lan:9000");
+    const char *bad[] = {"fwd.lan:0", "fwd.lan:70000", "fwd.lan:", ":9000", "a:1:2", "b:x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      char *a10[] = {"x", "--allowed-host", (char *)bad[i], NULL};
+      ck_assert_int_eq(opts_parse(3, a10, &o, &act, err, sizeof err), -EINVAL);
+      ck_assert_ptr_nonnull(strstr(err, "NAME:PORT"));
+    }
   }
+}
+END_TEST
+
+/* A header lookup over a NULL-terminated list of name, value pairs. */
+static const char *hdr_list(void *conn, const char *key) {
+  const char *const *h = conn;
+  for (; h[0]; h += 2)
+    if (!strcasecmp(h[0], key)) return h[1];
+  return NULL;
+}
+
+/* The Host check alone (no route): 0 served, else the 421's message. */
+static int host_refused(struct server *s, const char *host, char *msg, size_t cap) {
+  const char *h[] = {"Host", host, NULL};
+  struct api_resp r;
+  memset(&r, 0, sizeof r);
+  int rc = auth_check_request_head(s, (void *)h, hdr_list, RM_GET, "/", NULL, &r);
+  if (rc) ck_assert_int_eq(r.status, 421);
+  snprintf(msg, cap, "%.*s", (int)r.len, r.body ? r.body : "");
+  free(r.body);
+  return rc;
+}
+
+START_TEST(auth_host_names_and_ports) {
+  static struct server s;
+  char msg[1024];
+  memset(&s, 0, sizeof s);
+  s.port = 8470;
+  s.opt.bind = "127.0.0.1";
+  s.opt.allowed_hosts[0] = "box.lan";
+  s.opt.allowed_hosts[1] = "fwd.lan:9000";
+  s.opt.nallowed_hosts = 2;
+  /* IP literals on any port: a forwarder through the address just works. */
+  ck_assert_int_eq(host_refused(&s, "127.0.0.1:8470", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "127.0.0.1:9000", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "[::1]:18470", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "10.1.2.3", msg, sizeof msg), 0);
+  /* Names on our port, or NAME:PORT as given. */
+  ck_assert_int_eq(host_refused(&s, "localhost:8470", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "LOCALHOST", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "box.lan:8470", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "fwd.lan:9000", msg, sizeof msg), 0);
+  ck_assert_int_eq(host_refused(&s, "fwd.lan:8470", msg, sizeof msg), 0);
+  /* A name on another port: the hint names the flag that serves it. */
+  ck_assert_int_eq(host_refused(&s, "localhost:9000", msg, sizeof msg), 1);
+  ck_assert_ptr_nonnull(strstr(msg, "--allowed-host localhost:9000"));
+  ck_assert_ptr_nonnull(strstr(msg, "127.0.0.1:9000"));
+  ck_assert_int_eq(host_refused(&s, "box.lan:9000", msg, sizeof msg), 1);
+  ck_assert_int_eq(host_refused(&s, "fwd.lan:9001", msg, sizeof msg), 1);
+  /* DNS rebinding: a foreign name, on any port. */
+  ck_assert_int_eq(host_refused(&s, "evil.example:8470", msg, sizeof msg), 1);
+  ck_assert_ptr_nonnull(strstr(msg, "--allowed-host evil.example"));
+  ck_assert_int_eq(host_refused(&s, "127.0.0.1.nip.io:8470", msg, sizeof msg), 1);
+  ck_assert_int_eq(host_refused(&s, "localhost.", msg, sizeof msg), 1);
+  ck_assert_int_eq(host_refused(&s, "0x7f000001", msg, sizeof msg), 1);
+  ck_assert_int_eq(host_refused(&s, "a, b", msg, sizeof msg), 1);
+  ck_assert_int_eq(host_refused(&s, "evil:x", msg, sizeof msg), 1);
+  ck_assert_ptr_null(strstr(msg, "--allowed-host evil"));
+}
+END_TEST
+
+START_TEST(auth_rate_bucket) {
+  struct auth_rate r;
+  memset(&r, 0, sizeof r);
+  double wait = -1;
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.0, &wait), 0);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.0, &wait), -EAGAIN);
+  ck_assert(wait > 0.49 && wait < 0.51); /* 2 a second: the next in 0.5 s */
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.25, &wait), -EAGAIN);
+  ck_assert(wait > 0.24 && wait < 0.26);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.5, &wait), 0);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 100.5, &wait), -EAGAIN);
+  /* A long quiet spell refills to the burst, not beyond. */
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(auth_rate_take(&r, 3, 2, 1000.0, &wait), 0);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 1000.0, &wait), -EAGAIN);
+  /* A clock that steps back takes nothing from the bucket. */
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 999.0, &wait), -EAGAIN);
+  ck_assert_int_eq(auth_rate_take(&r, 3, 2, 1000.5, &wait), 0);
+}
+END_TEST
+
+START_TEST(auth_sessions_viewer_cannot_evict_admin) {
+  struct auth_sessions *ss = NULL;
+  ck_assert_int_eq(auth_sessions_new(&ss), 0);
+  char admin[64], id[64];
+  ck_assert_int_eq(auth_session_create(ss, RA_ADMIN, admin, sizeof admin), 0);
+  /* A viewer logs in far more often than there are slots. */
+  for (int i = 0; i < 1000; i++)
+    ck_assert_int_eq(auth_session_create(ss, AUTH_VIEWER, id, sizeof id), 0);
+  ck_assert_int_eq(auth_session_lookup(ss, admin), RA_ADMIN);
+  ck_assert_int_eq(auth_session_lookup(ss, id), AUTH_VIEWER);
+  /* Admin logins (all slots taken) push out the oldest viewer session. */
+  char admin2[64];
+  ck_assert_int_eq(auth_session_create(ss, RA_ADMIN, admin2, sizeof admin2), 0);
+  ck_assert_int_eq(auth_session_lookup(ss, admin), RA_ADMIN);
+  ck_assert_int_eq(auth_session_lookup(ss, admin2), RA_ADMIN);
+  auth_sessions_free(ss);
 }
 END_TEST
 
@@ -302,6 +410,9 @@ int main(void) {
   tcase_add_test(tc, auth_token_file);
   tcase_add_test(tc, opts_defaults_and_errors);
   tcase_add_test(tc, opts_durability);
+  tcase_add_test(tc, auth_host_names_and_ports);
+  tcase_add_test(tc, auth_rate_bucket);
+  tcase_add_test(tc, auth_sessions_viewer_cannot_evict_admin);
   tcase_add_test(tc, metrics_histogram);
   tcase_add_test(tc, utf8_checks_and_repairs);
   suite_add_tcase(s, tc);

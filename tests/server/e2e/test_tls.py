@@ -175,6 +175,21 @@ def main():
         c.close()
         print("ok  plain http on the TLS port gets no answer")
 
+        # The dashboard's session cookie is Secure under TLS: a browser never
+        # sends it to a plain-http service on the same host name.
+        import ssl
+        tls_ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+        c = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=tls_ctx)
+        c.request("GET", "/?token=" + TOKENS["admin"])
+        r = c.getresponse()
+        r.read()
+        cookie = r.getheader("Set-Cookie") or ""
+        c.close()
+        assert r.status == 303, r.status
+        attrs = [a.strip() for a in cookie.split(";")]
+        assert "Secure" in attrs and "HttpOnly" in attrs, cookie
+        print("ok  the session cookie is Secure under TLS")
+
         # A worker without the CA (system store only) or with another CA never
         # registers, and says why: the certificate.
         for name, wca in (("w-noca", None), ("w-otherca", os.path.join(d, "other.pem"))):

@@ -185,7 +185,7 @@ def body(env):
         sys.exit(77)
     fault = os.path.join(env.tmp, "spool-fault")
     server = env.start_server("--heartbeat-interval", "0.2", "--lease-timeout", "5",
-                              env=dict(os.environ, CTUNE_TEST_SPOOL_FAULT_FILE=fault))
+                              env=dict(os.environ, CTUNE_TEST_SPOOL_FAULT="open=13@" + fault))
     worker = env.start_worker("w", "--cpus", "2",
                               env=dict(os.environ, CTUNE_LOG_LEVEL="debug",
                                        CTUNE_TEST_WORKER_TICK_MS="100"))
