@@ -264,7 +264,8 @@ int cmd_run(const struct cli_args *a) {
   snprintf(url, sizeof(url), "http://%s", rest);
   /* The server made (or reused) DB.tokens: this client is the admin, the
    * worker reads its line, and the dashboard URL logs a browser in. */
-  snprintf(tokens, sizeof(tokens), "%s.tokens", db);
+  char real_db[PATH_MAX]; /* the server names its files after the database file itself */
+  snprintf(tokens, sizeof(tokens), "%s.tokens", realpath(db, real_db) ? real_db : db);
   if (http_read_token_file(tokens, &token, msg, sizeof(msg))) {
     fprintf(stderr, "ctune: %s\n", msg);
     goto out;

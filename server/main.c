@@ -1,6 +1,7 @@
 /* ctune-server: parses flags, opens the store, rebuilds the model, serves
  * HTTP until SIGTERM/SIGINT, and expires leases of silent workers. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,18 +23,81 @@
 #include "decide.h"
 #include "tls.h"
 
+/* The database by what it is, not by how --db names it: a symlink, a
+ * relative path or another mount of its folder must not give a second
+ * server a lock, a token file and a -wal of its own for the same file (two
+ * servers on one database overwrite each other's acknowledged writes, and
+ * --durability full would flush a -wal that SQLite never writes). The file
+ * is created here, as SQLite would create it, so that it can be resolved;
+ * everything beside it is named after the result. */
+static int main_resolve_db(const char *db, char *real, size_t cap, char *err, size_t errlen) {
+  if (!strcmp(db, ":memory:") || !strncmp(db, "file:", 5)) {
+    if (snprintf(real, cap, "%s", db) >= (int)cap) goto toolong;
+    return 0;
+  }
+  int fd = open(db, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, errlen, "--db %s: cannot open or create it: %s", db, strerror(e));
+    return -e;
+  }
+  close(fd);
+  char buf[PATH_MAX];
+  if (!realpath(db, buf)) {
+    int e = errno;
+    snprintf(err, errlen, "--db %s: cannot resolve its path: %s", db, strerror(e));
+    return -e;
+  }
+  if (snprintf(real, cap, "%s", buf) >= (int)cap) goto toolong;
+  return 0;
+toolong:
+  snprintf(err, errlen, "--db %s: path too long", db);
+  return -ENAMETOOLONG;
+}
+
 /* Two servers on one database would both think they own every trial: hold
- * an exclusive lock on DB.lock for the process's lifetime. */
-static int main_lock_db(const char *db, int *fd_out) {
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s.lock", db) >= (int)sizeof path) return -ENAMETOOLONG;
+ * an exclusive lock on <real db>.lock for the process's lifetime (the
+ * kernel drops it when the process dies, kill -9 included). A bind mount
+ * of the folder names the same lock file by another path, so the file
+ * holds the holder's pid and the path it resolved, for the message. */
+static int main_lock_db(const char *db, const char *given, int *fd_out, char *err, size_t errlen) {
+  char path[PATH_MAX + 8];
+  if (snprintf(path, sizeof path, "%s.lock", db) >= (int)sizeof path) {
+    snprintf(err, errlen, "--db %s: path too long", given);
+    return -ENAMETOOLONG;
+  }
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return -errno;
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open the database's lock file: %s", path, strerror(e));
+    return -e;
+  }
   if (flock(fd, LOCK_EX | LOCK_NB)) {
     int e = errno;
+    char who[PATH_MAX + 64] = "";
+    ssize_t n = e == EWOULDBLOCK ? pread(fd, who, sizeof who - 1, 0) : 0;
     close(fd);
-    return e == EWOULDBLOCK ? -EBUSY : -e;
+    if (e != EWOULDBLOCK) {
+      snprintf(err, errlen, "%s: cannot lock the database's lock file: %s", path, strerror(e));
+      return -e;
+    }
+    who[n > 0 ? n : 0] = '\0';
+    char *other = strchr(who, '\n');
+    if (other) *other++ = '\0';
+    if (other) other[strcspn(other, "\n")] = '\0';
+    int named = strcmp(db, given) != 0;
+    snprintf(err, errlen,
+             "database %s%s%s%s is in use by another ctune-server (pid %s%s%s); one database "
+             "takes one server: stop that one first or pass another --db",
+             db, named ? " (--db " : "", named ? given : "", named ? ")" : "",
+             who[0] ? who : "unknown", other && *other && strcmp(other, db) ? ", opened as " : "",
+             other && *other && strcmp(other, db) ? other : "");
+    return -EBUSY;
   }
+  char me[PATH_MAX + 32];
+  int n = snprintf(me, sizeof me, "%d\n%s\n", (int)getpid(), db);
+  if (ftruncate(fd, 0) || pwrite(fd, me, (size_t)n, 0) != n)
+    log_warn("%s: cannot write this server's pid into it: %s", path, strerror(errno));
   *fd_out = fd;
   return 0;
 }
@@ -103,7 +168,7 @@ static int main_tokens(struct server *s, char *err, size_t errlen) {
 int main(int argc, char **argv) {
   struct server s;
   enum opts_action action;
-  char err[1024];
+  char err[4 * PATH_MAX + 512]; /* messages name paths: --db, the real one, the holder's */
   struct http *http = NULL;
   int rc = 2, port = 0, state_ready = 0;
 
@@ -121,6 +186,14 @@ int main(int argc, char **argv) {
     printf("ctune-server %s\n", CTUNE_VERSION);
     return 0;
   }
+  /* From here on s.opt.db_path is the database file's own path. */
+  char db_real[PATH_MAX];
+  const char *db_given = s.opt.db_path;
+  if (main_resolve_db(db_given, db_real, sizeof db_real, err, sizeof err)) {
+    fprintf(stderr, "ctune-server: %s\n", err);
+    return 2;
+  }
+  s.opt.db_path = db_real;
   if (main_tokens(&s, err, sizeof err)) {
     fprintf(stderr, "ctune-server: %s\n", err);
     auth_sessions_free(s.sessions);
@@ -149,12 +222,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   rc = 1;
-  int lock_fd = -1, lrc = main_lock_db(s.opt.db_path, &lock_fd);
-  if (lrc) {
-    log_error("%s.lock: %s", s.opt.db_path,
-              lrc == -EBUSY ? "another ctune-server is using "
-                              "this database; stop it first or pass another --db"
-                            : strerror(-lrc));
+  int lock_fd = -1;
+  if (main_lock_db(s.opt.db_path, db_given, &lock_fd, err, sizeof err)) {
+    log_error("%s", err);
     goto out;
   }
   if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err, sizeof err)) {

@@ -221,14 +221,14 @@ static int store_wal_autocheckpoint(sqlite3 *db, int frames, char *err, size_t e
 /* The -wal file (SQLite keeps using the same one while it has the database
  * open) and, once, its directory entry: after this, fdatasync of the fd makes
  * every committed frame durable. */
-static int store_open_sync(struct store *st, const char *path, char *err, size_t errlen) {
+static int store_open_sync(struct store *st, char *err, size_t errlen) {
   st->sync_fd = open(st->wal_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (st->sync_fd < 0 || fdatasync(st->sync_fd)) {
     snprintf(err, errlen, "%s: %s", st->wal_path, strerror(errno));
     return -EIO;
   }
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
+  snprintf(dir, sizeof dir, "%s", st->wal_path);
   char *slash = strrchr(dir, '/');
   if (slash)
     *(slash == dir ? slash + 1 : slash) = 0;
@@ -265,7 +265,6 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
   }
   st->wal_fd = -1;
   st->sync_fd = -1;
-  snprintf(st->wal_path, sizeof st->wal_path, "%s-wal", path);
   int rc = -EIO;
   /* The database holds every worker's secret and every config (env values
    * included): created 0600 (SQLite gives its -wal and -shm files the same
@@ -284,6 +283,16 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
     if (fd >= 0) close(fd);
   }
   if (store_open_conn(path, &st->w, err, errlen)) goto fail;
+  /* The -wal file SQLite itself writes (it resolves symlinks in the path),
+   * never one named after the path as given: flushing another file would
+   * acknowledge writes that are not on the disk. */
+  sqlite3_filename fn = sqlite3_db_filename(st->w, "main");
+  const char *wal = fn && *fn ? sqlite3_filename_wal(fn) : NULL; /* NULL: in memory */
+  if (snprintf(st->wal_path, sizeof st->wal_path, "%s", wal ? wal : "") >=
+      (int)sizeof st->wal_path) {
+    snprintf(err, errlen, "database %s: path too long", path);
+    goto fail;
+  }
   /* WAL + synchronous=NORMAL: a commit is in the WAL file (the OS has it)
    * before COMMIT returns, so kill -9 of the server loses nothing committed,
    * and SQLite syncs around every checkpoint, so the file is never corrupt.
@@ -316,7 +325,7 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
   if (store_open_conn(path, &st->r, err, errlen)) goto fail;
   if (store_open_conn(path, &st->c, err, errlen)) goto fail;
   store_faults_parse(st);
-  if (sync_full && store_open_sync(st, path, err, errlen)) goto fail;
+  if (sync_full && st->wal_path[0] && store_open_sync(st, err, errlen)) goto fail;
   *out = st;
   return 0;
 fail:
@@ -613,7 +622,7 @@ int store_checkpoint(struct store *st, int *copied) {
    * commit path, leaves that checkpoint almost nothing to sync. An fd of our
    * own flushes the same file; it stays open until store_close. */
   if (st->sync_fd < 0) { /* durable commits flush the WAL themselves */
-    if (st->wal_fd < 0) st->wal_fd = open(st->wal_path, O_RDONLY | O_CLOEXEC);
+    if (st->wal_fd < 0 && st->wal_path[0]) st->wal_fd = open(st->wal_path, O_RDONLY | O_CLOEXEC);
     if (st->wal_fd >= 0) fdatasync(st->wal_fd);
   }
   int rc = sqlite3_wal_checkpoint_v2(st->c, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);

@@ -250,6 +250,12 @@ def case_remote(tmp):
     check(code == 4 and "401" in err, f"default tokens, none given: {code} {err}")
     code, out, err = ctune("status", "--server", url2, "--db", db2)
     check(code == 0 and "no experiments" in out, f"--db finds the token: {code} {out} {err}")
+    # The server names its token file after the database file itself, and
+    # so does `--db` given a symlink to it.
+    link2 = os.path.join(tmp, "link.db")
+    os.symlink(db2, link2)
+    code, out, err = ctune("status", "--server", url2, "--db", link2)
+    check(code == 0 and "no experiments" in out, f"--db through a symlink: {code} {out} {err}")
     p2.terminate()
     p2.wait(timeout=10)
 
