@@ -165,6 +165,65 @@ static int main_tokens(struct server *s, char *err, size_t errlen) {
   return 0;
 }
 
+/* The dashboard's URL; with_token: Jupyter's way in, a URL that logs a
+ * browser in (a session cookie) and drops the token from the address bar.
+ * A wildcard bind is opened on loopback. */
+static void main_dashboard_url(const struct server *s, int port, int with_token, char *buf,
+                               size_t n) {
+  const char *h = s->opt.bind;
+  if (!strcmp(h, "0.0.0.0"))
+    h = "127.0.0.1";
+  else if (!strcmp(h, "::"))
+    h = "::1";
+  int v6 = strchr(h, ':') != NULL; /* an IPv6 address goes in brackets */
+  snprintf(buf, n, "%s://%s%s%s:%d/%s%s", s->opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "", h,
+           v6 ? "]" : "", port, with_token ? "?token=" : "", with_token ? s->admin_token : "");
+}
+
+/* The login URL carries the admin token, a shell on every worker: it goes
+ * to <db>.login-url (0600, beside the database, rewritten at each start:
+ * the port may change) and to stdout only when stdout is a terminal. A
+ * journal, a log file or a pipe gets the URL without the token and the
+ * file's path. path stays "" when there is no file (a database in memory,
+ * or the write failed: logged). */
+static void main_write_login_url(const struct server *s, int port, char *path, size_t n) {
+  const char *db = s->opt.db_path;
+  char tmp[PATH_MAX + 64], text[sizeof s->admin_token + 300];
+  if (!strcmp(db, ":memory:") || !strncmp(db, "file:", 5)) return;
+  if (snprintf(path, n, "%s.login-url", db) >= (int)n ||
+      snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+    path[0] = '\0';
+    return;
+  }
+  main_dashboard_url(s, port, 1, text, sizeof text - 1);
+  strcat(text, "\n");
+  unlink(tmp); /* a leftover of a crashed start with our pid */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  size_t len = strlen(text);
+  int ok = fd >= 0 && fchmod(fd, 0600) == 0 && write(fd, text, len) == (ssize_t)len;
+  int e = errno;
+  if (fd >= 0) close(fd);
+  if (ok && rename(tmp, path)) ok = 0, e = errno;
+  if (!ok) {
+    log_warn("%s: cannot write the dashboard's login URL: %s", path, strerror(e));
+    if (fd >= 0) unlink(tmp);
+    path[0] = '\0';
+  }
+}
+
+static void main_print_dashboard(const struct server *s, int port, const char *login_file) {
+  char url[sizeof s->admin_token + 300];
+  int tty = isatty(STDOUT_FILENO);
+  main_dashboard_url(s, port, tty, url, sizeof url);
+  if (tty)
+    printf("dashboard: %s\n", url);
+  else if (login_file[0])
+    printf("dashboard: %s (log in with the URL in %s)\n", url, login_file);
+  else
+    printf("dashboard: %s (log in with ?token= and the admin token of %s)\n", url,
+           s->opt.token_file ? s->opt.token_file : s->tokens_path);
+}
+
 int main(int argc, char **argv) {
   struct server s;
   enum opts_action action;
@@ -255,24 +314,15 @@ int main(int argc, char **argv) {
     log_error("%s", err);
     goto out;
   }
+  /* Written before "listening on", so whoever waits for that line finds it. */
+  char login_file[PATH_MAX + 32] = "";
+  if (s.auth) main_write_login_url(&s, port, login_file, sizeof login_file);
   /* An IPv6 address goes in brackets in a URL. */
   int v6 = strchr(s.opt.bind, ':') != NULL;
   printf("listening on %s://%s%s%s:%d\n", s.opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "",
          s.opt.bind, v6 ? "]" : "", port);
   s.port = port;
-  if (s.auth) {
-    /* Jupyter's way in: this URL logs a browser in (a session cookie) and
-     * drops the token from the address bar. A wildcard bind is opened on
-     * loopback. */
-    const char *h = s.opt.bind;
-    if (!strcmp(h, "0.0.0.0"))
-      h = "127.0.0.1";
-    else if (!strcmp(h, "::"))
-      h = "::1";
-    int hv6 = strchr(h, ':') != NULL;
-    printf("dashboard: %s://%s%s%s:%d/?token=%s\n", s.opt.tls_cert_pem ? "https" : "http",
-           hv6 ? "[" : "", h, hv6 ? "]" : "", port, s.admin_token);
-  }
+  if (s.auth) main_print_dashboard(&s, port, login_file);
   fflush(stdout);
   sdnotify("READY=1"); /* systemd Type=notify: listening now */
   if (!s.opt.tls_cert_pem && !auth_is_loopback(s.opt.bind))

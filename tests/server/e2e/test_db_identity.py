@@ -36,7 +36,7 @@ def test_second_server_through_symlink_or_relative_path():
     rc, err = refused(link)
     assert_refused(rc, err, s, real, link)
     # It made nothing of its own beside the link.
-    for suffix in (".lock", ".tokens", "-wal", "-shm"):
+    for suffix in (".lock", ".tokens", "-wal", "-shm", ".login-url"):
         assert not os.path.exists(link + suffix), (suffix, os.listdir(d))
     # A relative path from another folder.
     sub = os.path.join(d, "sub")
@@ -91,7 +91,7 @@ def test_durable_flush_of_the_real_wal():
     wals = {p for p in opened if p.endswith("-wal")}
     assert wals == {real + "-wal"}, opened
     assert os.path.getsize(real + "-wal") > 0
-    for suffix in (".lock", ".tokens", "-wal", "-shm"):
+    for suffix in (".lock", ".tokens", "-wal", "-shm", ".login-url"):
         assert not os.path.exists(link + suffix), (suffix, os.listdir(d))
         assert os.path.exists(real + suffix), (suffix, os.listdir(d))
     s.stop()
