@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -224,6 +225,37 @@ static void main_print_dashboard(const struct server *s, int port, const char *l
            s->opt.token_file ? s->opt.token_file : s->tokens_path);
 }
 
+/* A store error at start, and a full disk behind it? SQLite says
+ * "database or disk is full", or "disk I/O error" when it cannot even grow
+ * its -shm file: the space left on the database's filesystem tells. */
+static void main_space_hint(const char *db, const char *why, char *buf, size_t n) {
+  char dir[PATH_MAX];
+  struct statvfs vfs;
+  buf[0] = '\0';
+  snprintf(dir, sizeof dir, "%s", db);
+  char *slash = strrchr(dir, '/');
+  if (!slash) return; /* a database in memory */
+  *(slash == dir ? slash + 1 : slash) = '\0';
+  if (statvfs(dir, &vfs)) return;
+  unsigned long long kib = (unsigned long long)vfs.f_bavail * vfs.f_frsize / 1024;
+  if (kib < 1024 || strstr(why, "full"))
+    snprintf(buf, n, " (%s has %llu KiB free: is the disk full? free some space there)", dir, kib);
+}
+
+/* The repair at start (state_repair) could not be stored: say why, in
+ * SQLite's words, and where. Nothing was changed, so a start once the
+ * cause is gone finds the same database. */
+static void main_repair_failed(struct server *s, int rep, uint64_t ticket) {
+  char why[200] = "", space[PATH_MAX + 160];
+  if (!rep) commit_failure_reason(s->commit, ticket, why, sizeof why);
+  if (!why[0]) snprintf(why, sizeof why, "%s", strerror(rep ? -rep : EIO));
+  main_space_hint(s->opt.db_path, why, space, sizeof space);
+  log_error("cannot start: the database %s needs a write at start to finish what a crash left "
+            "half done, and it was refused: %s%s. Nothing was changed; start again once the "
+            "database can be written",
+            s->opt.db_path, why, space);
+}
+
 int main(int argc, char **argv) {
   struct server s;
   enum opts_action action;
@@ -287,7 +319,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err, sizeof err)) {
-    log_error("%s", err);
+    char space[PATH_MAX + 160];
+    main_space_hint(s.opt.db_path, err, space, sizeof space);
+    log_error("cannot open the database %s: %s%s", s.opt.db_path, err, space);
     goto out;
   }
   if (state_init(&s)) goto out;
@@ -300,16 +334,19 @@ int main(int argc, char **argv) {
            (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
            s.opt.lease_timeout_s);
   if (commit_start(s.store, &s.commit)) goto out;
-  commit_set_repair(s.commit, main_repair, &s);
   /* What a crash between the writes of an older version left half done is
-   * finished before anyone sees it. */
+   * finished before anyone sees it. Without a repair callback yet: a
+   * refused write here ends the start (a rebuild would repair, and fail,
+   * again and again on a full disk). */
   server_lock(&s);
   int rep = state_repair(&s);
   server_unlock(&s);
-  if (rep || commit_wait(s.commit, commit_last_ticket(s.commit))) {
-    log_error("repairing the loaded state failed (%d)", rep);
+  uint64_t last = commit_last_ticket(s.commit);
+  if (rep || commit_wait(s.commit, last)) {
+    main_repair_failed(&s, rep, last);
     goto out;
   }
+  commit_set_repair(s.commit, main_repair, &s);
   if (http_start(&s, &http, &port, err, sizeof err)) {
     log_error("%s", err);
     goto out;

@@ -116,6 +116,8 @@ struct store_faults {
    * (-EIO, after 300 ms), as fdatasync does when the disk refuses the
    * write-back. */
   int sync_fail_after_result, armed_sync;
+  /* Every COMMIT fails as on a full disk (SQLITE_FULL). */
+  int disk_full;
 };
 
 struct store {
@@ -151,6 +153,8 @@ static void store_faults_parse(struct store *st) {
       st->fault.kill_before_exp_commit = v != 0;
     else if (!strcmp(kv, "sync_fail_after_result"))
       st->fault.sync_fail_after_result = v != 0;
+    else if (!strcmp(kv, "disk_full"))
+      st->fault.disk_full = v != 0;
     else if (!strcmp(kv, "blob_limit"))
       sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
     else
@@ -356,6 +360,7 @@ static int store_step(struct store *st, sqlite3_stmt *s) {
     rc &= 0xff; /* the primary code of an extended one */
     return rc == SQLITE_CONSTRAINT                    ? -EEXIST
            : rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? -EBUSY
+           : rc == SQLITE_FULL                        ? -ENOSPC
                                                       : -EIO;
   }
   return 0;
@@ -424,6 +429,11 @@ int store_begin(struct store *st) {
 
 int store_commit(struct store *st) {
   if (st->fault.armed_before) raise(SIGKILL); /* test: crash before this commit */
+  if (st->fault.disk_full) {                  /* test: what SQLite says when the WAL cannot grow */
+    snprintf(st->errmsg, sizeof st->errmsg, "database or disk is full (injected)");
+    log_error("store: %s", st->errmsg);
+    return -ENOSPC;
+  }
   int rc = store_step(st, st->stmt[ST_COMMIT]);
   if (!rc && st->fault.armed) raise(SIGKILL); /* test: crash right after this commit */
   return rc;
