@@ -256,6 +256,12 @@ def case_remote(tmp):
     os.symlink(db2, link2)
     code, out, err = ctune("status", "--server", url2, "--db", link2)
     check(code == 0 and "no experiments" in out, f"--db through a symlink: {code} {out} {err}")
+    # ... and so does a loopback server's default, ./ctune.db, a symlink here.
+    here = os.path.join(tmp, "here")
+    os.mkdir(here)
+    os.symlink(db2, os.path.join(here, "ctune.db"))
+    code, out, err = ctune("status", "--server", url2, cwd=here)
+    check(code == 0 and "no experiments" in out, f"./ctune.db a symlink: {code} {out} {err}")
     p2.terminate()
     p2.wait(timeout=10)
 
