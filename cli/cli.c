@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,10 +84,13 @@ int cli_connect(const struct cli_args *a, struct http_client *c) {
     const char *host = strstr(server, "://") + 3;
     int loopback =
         !strncmp(host, "127.", 4) || !strncmp(host, "localhost", 9) || !strncmp(host, "[::1]", 5);
-    if (a->db)
-      snprintf(path, sizeof(path), "%s.tokens", a->db);
-    else if (loopback && !access("ctune.db.tokens", R_OK))
-      snprintf(path, sizeof(path), "ctune.db.tokens");
+    char real[PATH_MAX];
+    if (a->db) { /* beside the database file itself, as the server names it */
+      snprintf(path, sizeof(path), "%s.tokens", realpath(a->db, real) ? real : a->db);
+    } else if (loopback) {
+      snprintf(path, sizeof(path), "%s.tokens", realpath("ctune.db", real) ? real : "ctune.db");
+      if (access(path, R_OK)) path[0] = '\0';
+    }
     if (path[0] && http_read_token_file(path, &token, err, sizeof(err))) {
       fprintf(stderr, "ctune: %s (the token file of the server's --db)\n", err);
       return CLI_EXIT_USAGE;

@@ -264,15 +264,35 @@ int cmd_run(const struct cli_args *a) {
   snprintf(url, sizeof(url), "http://%s", rest);
   /* The server made (or reused) DB.tokens: this client is the admin, the
    * worker reads its line, and the dashboard URL logs a browser in. */
-  snprintf(tokens, sizeof(tokens), "%s.tokens", db);
+  char real_db[PATH_MAX]; /* the server names its files after the database file itself */
+  snprintf(tokens, sizeof(tokens), "%s.tokens", realpath(db, real_db) ? real_db : db);
   if (http_read_token_file(tokens, &token, msg, sizeof(msg))) {
     fprintf(stderr, "ctune: %s\n", msg);
     goto out;
   }
+  /* The login URL carries the admin token, a shell on every worker: it is
+   * printed on a terminal only. --json, a pipe or a log get the dashboard's
+   * address and the 0600 file the server wrote the login URL to. */
+  char login[PATH_MAX + 16];
+  snprintf(login, sizeof(login), "%s.login-url", realpath(db, real_db) ? real_db : db);
   if (a->json) {
-    printf("{\"dashboard\": \"%s/?token=%s\"}\n", url, token);
+    cJSON *line = cJSON_CreateObject();
+    char dash[sizeof(url) + 1], *text = NULL;
+    snprintf(dash, sizeof(dash), "%s/", url);
+    if (!line || !cJSON_AddStringToObject(line, "dashboard", dash) ||
+        !cJSON_AddStringToObject(line, "login_url_file", login) || !(text = jsonout_print(line))) {
+      cJSON_Delete(line);
+      fprintf(stderr, "ctune: out of memory\n");
+      goto out;
+    }
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(line);
   } else {
-    printf("Dashboard: %s/?token=%s\n", url, token);
+    if (isatty(STDOUT_FILENO))
+      printf("Dashboard: %s/?token=%s\n", url, token);
+    else
+      printf("Dashboard: %s/ (log in with the URL in %s)\n", url, login);
     printf("Database:  %s (logs: %s, %s)\n", db, r.server_log, r.worker_log);
   }
   fflush(stdout);

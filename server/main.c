@@ -1,6 +1,7 @@
 /* ctune-server: parses flags, opens the store, rebuilds the model, serves
  * HTTP until SIGTERM/SIGINT, and expires leases of silent workers. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,18 +24,81 @@
 #include "decide.h"
 #include "tls.h"
 
+/* The database by what it is, not by how --db names it: a symlink, a
+ * relative path or another mount of its folder must not give a second
+ * server a lock, a token file and a -wal of its own for the same file (two
+ * servers on one database overwrite each other's acknowledged writes, and
+ * --durability full would flush a -wal that SQLite never writes). The file
+ * is created here, as SQLite would create it, so that it can be resolved;
+ * everything beside it is named after the result. */
+static int main_resolve_db(const char *db, char *real, size_t cap, char *err, size_t errlen) {
+  if (!strcmp(db, ":memory:") || !strncmp(db, "file:", 5)) {
+    if (snprintf(real, cap, "%s", db) >= (int)cap) goto toolong;
+    return 0;
+  }
+  int fd = open(db, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, errlen, "--db %s: cannot open or create it: %s", db, strerror(e));
+    return -e;
+  }
+  close(fd);
+  char buf[PATH_MAX];
+  if (!realpath(db, buf)) {
+    int e = errno;
+    snprintf(err, errlen, "--db %s: cannot resolve its path: %s", db, strerror(e));
+    return -e;
+  }
+  if (snprintf(real, cap, "%s", buf) >= (int)cap) goto toolong;
+  return 0;
+toolong:
+  snprintf(err, errlen, "--db %s: path too long", db);
+  return -ENAMETOOLONG;
+}
+
 /* Two servers on one database would both think they own every trial: hold
- * an exclusive lock on DB.lock for the process's lifetime. */
-static int main_lock_db(const char *db, int *fd_out) {
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s.lock", db) >= (int)sizeof path) return -ENAMETOOLONG;
+ * an exclusive lock on <real db>.lock for the process's lifetime (the
+ * kernel drops it when the process dies, kill -9 included). A bind mount
+ * of the folder names the same lock file by another path, so the file
+ * holds the holder's pid and the path it resolved, for the message. */
+static int main_lock_db(const char *db, const char *given, int *fd_out, char *err, size_t errlen) {
+  char path[PATH_MAX + 8];
+  if (snprintf(path, sizeof path, "%s.lock", db) >= (int)sizeof path) {
+    snprintf(err, errlen, "--db %s: path too long", given);
+    return -ENAMETOOLONG;
+  }
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return -errno;
+  if (fd < 0) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open the database's lock file: %s", path, strerror(e));
+    return -e;
+  }
   if (flock(fd, LOCK_EX | LOCK_NB)) {
     int e = errno;
+    char who[PATH_MAX + 64] = "";
+    ssize_t n = e == EWOULDBLOCK ? pread(fd, who, sizeof who - 1, 0) : 0;
     close(fd);
-    return e == EWOULDBLOCK ? -EBUSY : -e;
+    if (e != EWOULDBLOCK) {
+      snprintf(err, errlen, "%s: cannot lock the database's lock file: %s", path, strerror(e));
+      return -e;
+    }
+    who[n > 0 ? n : 0] = '\0';
+    char *other = strchr(who, '\n');
+    if (other) *other++ = '\0';
+    if (other) other[strcspn(other, "\n")] = '\0';
+    int named = strcmp(db, given) != 0;
+    snprintf(err, errlen,
+             "database %s%s%s%s is in use by another ctune-server (pid %s%s%s); one database "
+             "takes one server: stop that one first or pass another --db",
+             db, named ? " (--db " : "", named ? given : "", named ? ")" : "",
+             who[0] ? who : "unknown", other && *other && strcmp(other, db) ? ", opened as " : "",
+             other && *other && strcmp(other, db) ? other : "");
+    return -EBUSY;
   }
+  char me[PATH_MAX + 32];
+  int n = snprintf(me, sizeof me, "%d\n%s\n", (int)getpid(), db);
+  if (ftruncate(fd, 0) || pwrite(fd, me, (size_t)n, 0) != n)
+    log_warn("%s: cannot write this server's pid into it: %s", path, strerror(errno));
   *fd_out = fd;
   return 0;
 }
@@ -100,10 +166,100 @@ static int main_tokens(struct server *s, char *err, size_t errlen) {
   return 0;
 }
 
+/* The dashboard's URL; with_token: Jupyter's way in, a URL that logs a
+ * browser in (a session cookie) and drops the token from the address bar.
+ * A wildcard bind is opened on loopback. */
+static void main_dashboard_url(const struct server *s, int port, int with_token, char *buf,
+                               size_t n) {
+  const char *h = s->opt.bind;
+  if (!strcmp(h, "0.0.0.0"))
+    h = "127.0.0.1";
+  else if (!strcmp(h, "::"))
+    h = "::1";
+  int v6 = strchr(h, ':') != NULL; /* an IPv6 address goes in brackets */
+  snprintf(buf, n, "%s://%s%s%s:%d/%s%s", s->opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "", h,
+           v6 ? "]" : "", port, with_token ? "?token=" : "", with_token ? s->admin_token : "");
+}
+
+/* The login URL carries the admin token, a shell on every worker: it goes
+ * to <db>.login-url (0600, beside the database, rewritten at each start:
+ * the port may change) and to stdout only when stdout is a terminal. A
+ * journal, a log file or a pipe gets the URL without the token and the
+ * file's path. path stays "" when there is no file (a database in memory,
+ * or the write failed: logged). */
+static void main_write_login_url(const struct server *s, int port, char *path, size_t n) {
+  const char *db = s->opt.db_path;
+  char tmp[PATH_MAX + 64], text[sizeof s->admin_token + 300];
+  if (!strcmp(db, ":memory:") || !strncmp(db, "file:", 5)) return;
+  if (snprintf(path, n, "%s.login-url", db) >= (int)n ||
+      snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+    path[0] = '\0';
+    return;
+  }
+  main_dashboard_url(s, port, 1, text, sizeof text - 1);
+  strcat(text, "\n");
+  unlink(tmp); /* a leftover of a crashed start with our pid */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  size_t len = strlen(text);
+  int ok = fd >= 0 && fchmod(fd, 0600) == 0 && write(fd, text, len) == (ssize_t)len;
+  int e = errno;
+  if (fd >= 0) close(fd);
+  if (ok && rename(tmp, path)) ok = 0, e = errno;
+  if (!ok) {
+    log_warn("%s: cannot write the dashboard's login URL: %s", path, strerror(e));
+    if (fd >= 0) unlink(tmp);
+    path[0] = '\0';
+  }
+}
+
+static void main_print_dashboard(const struct server *s, int port, const char *login_file) {
+  char url[sizeof s->admin_token + 300];
+  int tty = isatty(STDOUT_FILENO);
+  main_dashboard_url(s, port, tty, url, sizeof url);
+  if (tty)
+    printf("dashboard: %s\n", url);
+  else if (login_file[0])
+    printf("dashboard: %s (log in with the URL in %s)\n", url, login_file);
+  else
+    printf("dashboard: %s (log in with ?token= and the admin token of %s)\n", url,
+           s->opt.token_file ? s->opt.token_file : s->tokens_path);
+}
+
+/* A store error at start, and a full disk behind it? SQLite says
+ * "database or disk is full", or "disk I/O error" when it cannot even grow
+ * its -shm file: the space left on the database's filesystem tells. */
+static void main_space_hint(const char *db, const char *why, char *buf, size_t n) {
+  char dir[PATH_MAX];
+  struct statvfs vfs;
+  buf[0] = '\0';
+  snprintf(dir, sizeof dir, "%s", db);
+  char *slash = strrchr(dir, '/');
+  if (!slash) return; /* a database in memory */
+  *(slash == dir ? slash + 1 : slash) = '\0';
+  if (statvfs(dir, &vfs)) return;
+  unsigned long long kib = (unsigned long long)vfs.f_bavail * vfs.f_frsize / 1024;
+  if (kib < 1024 || strstr(why, "full"))
+    snprintf(buf, n, " (%s has %llu KiB free: is the disk full? free some space there)", dir, kib);
+}
+
+/* The repair at start (state_repair) could not be stored: say why, in
+ * SQLite's words, and where. Nothing was changed, so a start once the
+ * cause is gone finds the same database. */
+static void main_repair_failed(struct server *s, int rep, uint64_t ticket) {
+  char why[200] = "", space[PATH_MAX + 160];
+  if (!rep) commit_failure_reason(s->commit, ticket, why, sizeof why);
+  if (!why[0]) snprintf(why, sizeof why, "%s", strerror(rep ? -rep : EIO));
+  main_space_hint(s->opt.db_path, why, space, sizeof space);
+  log_error("cannot start: the database %s needs a write at start to finish what a crash left "
+            "half done, and it was refused: %s%s. Nothing was changed; start again once the "
+            "database can be written",
+            s->opt.db_path, why, space);
+}
+
 int main(int argc, char **argv) {
   struct server s;
   enum opts_action action;
-  char err[1024];
+  char err[4 * PATH_MAX + 512]; /* messages name paths: --db, the real one, the holder's */
   struct http *http = NULL;
   int rc = 2, port = 0, state_ready = 0;
 
@@ -121,6 +277,14 @@ int main(int argc, char **argv) {
     printf("ctune-server %s\n", CTUNE_VERSION);
     return 0;
   }
+  /* From here on s.opt.db_path is the database file's own path. */
+  char db_real[PATH_MAX];
+  const char *db_given = s.opt.db_path;
+  if (main_resolve_db(db_given, db_real, sizeof db_real, err, sizeof err)) {
+    fprintf(stderr, "ctune-server: %s\n", err);
+    return 2;
+  }
+  s.opt.db_path = db_real;
   if (main_tokens(&s, err, sizeof err)) {
     fprintf(stderr, "ctune-server: %s\n", err);
     auth_sessions_free(s.sessions);
@@ -149,16 +313,15 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   rc = 1;
-  int lock_fd = -1, lrc = main_lock_db(s.opt.db_path, &lock_fd);
-  if (lrc) {
-    log_error("%s.lock: %s", s.opt.db_path,
-              lrc == -EBUSY ? "another ctune-server is using "
-                              "this database; stop it first or pass another --db"
-                            : strerror(-lrc));
+  int lock_fd = -1;
+  if (main_lock_db(s.opt.db_path, db_given, &lock_fd, err, sizeof err)) {
+    log_error("%s", err);
     goto out;
   }
   if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err, sizeof err)) {
-    log_error("%s", err);
+    char space[PATH_MAX + 160];
+    main_space_hint(s.opt.db_path, err, space, sizeof space);
+    log_error("cannot open the database %s: %s%s", s.opt.db_path, err, space);
     goto out;
   }
   if (state_init(&s)) goto out;
@@ -171,38 +334,32 @@ int main(int argc, char **argv) {
            (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
            s.opt.lease_timeout_s);
   if (commit_start(s.store, &s.commit)) goto out;
-  commit_set_repair(s.commit, main_repair, &s);
   /* What a crash between the writes of an older version left half done is
-   * finished before anyone sees it. */
+   * finished before anyone sees it. Without a repair callback yet: a
+   * refused write here ends the start (a rebuild would repair, and fail,
+   * again and again on a full disk). */
   server_lock(&s);
   int rep = state_repair(&s);
   server_unlock(&s);
-  if (rep || commit_wait(s.commit, commit_last_ticket(s.commit))) {
-    log_error("repairing the loaded state failed (%d)", rep);
+  uint64_t last = commit_last_ticket(s.commit);
+  if (rep || commit_wait(s.commit, last)) {
+    main_repair_failed(&s, rep, last);
     goto out;
   }
+  commit_set_repair(s.commit, main_repair, &s);
   if (http_start(&s, &http, &port, err, sizeof err)) {
     log_error("%s", err);
     goto out;
   }
+  /* Written before "listening on", so whoever waits for that line finds it. */
+  char login_file[PATH_MAX + 32] = "";
+  if (s.auth) main_write_login_url(&s, port, login_file, sizeof login_file);
   /* An IPv6 address goes in brackets in a URL. */
   int v6 = strchr(s.opt.bind, ':') != NULL;
   printf("listening on %s://%s%s%s:%d\n", s.opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "",
          s.opt.bind, v6 ? "]" : "", port);
   s.port = port;
-  if (s.auth) {
-    /* Jupyter's way in: this URL logs a browser in (a session cookie) and
-     * drops the token from the address bar. A wildcard bind is opened on
-     * loopback. */
-    const char *h = s.opt.bind;
-    if (!strcmp(h, "0.0.0.0"))
-      h = "127.0.0.1";
-    else if (!strcmp(h, "::"))
-      h = "::1";
-    int hv6 = strchr(h, ':') != NULL;
-    printf("dashboard: %s://%s%s%s:%d/?token=%s\n", s.opt.tls_cert_pem ? "https" : "http",
-           hv6 ? "[" : "", h, hv6 ? "]" : "", port, s.admin_token);
-  }
+  if (s.auth) main_print_dashboard(&s, port, login_file);
   fflush(stdout);
   sdnotify("READY=1"); /* systemd Type=notify: listening now */
   if (!s.opt.tls_cert_pem && !auth_is_loopback(s.opt.bind))

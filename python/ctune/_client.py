@@ -70,8 +70,11 @@ class Client:
             token = read_token_file(token_file)
         if token is None:
             token = os.environ.get("CTUNE_TOKEN") or None
-        if token is None and _is_loopback(self.url) and os.access("ctune.db.tokens", os.R_OK):
-            token = read_token_file("ctune.db.tokens")
+        # The server's default --db here; its token file is named after the
+        # database file itself (a symlinked ctune.db: beside the real one).
+        local = os.path.realpath("ctune.db") + ".tokens"
+        if token is None and _is_loopback(self.url) and os.access(local, os.R_OK):
+            token = read_token_file(local)
         self.token = token
         self.timeout = timeout
         ca_file = ca_file or os.environ.get("CTUNE_CA_FILE") or None

@@ -123,6 +123,15 @@ class ClientE2E(unittest.TestCase):
                 self.assertIsInstance(ctune.Client().experiments(), list)
             finally:
                 os.chdir(old)
+        # ctune.db here a symlink: the token file is beside the real database.
+        with tempfile.TemporaryDirectory() as d:
+            os.symlink(self.c.db, os.path.join(d, "ctune.db"))
+            old = os.getcwd()
+            os.chdir(d)
+            try:
+                self.assertIsInstance(ctune.Client().experiments(), list)
+            finally:
+                os.chdir(old)
         with self.assertRaises(ctune.CtuneError) as cm:
             ctune.Client("ftp://x")
         self.assertEqual(cm.exception.code, "bad_url")

@@ -258,6 +258,7 @@ struct server {
   int64_t seq;             /* the global change counter */
   uint64_t hb_gen;         /* counts heartbeats (listed_gen marks) */
   uint64_t next_expiry_ms; /* the lease scan runs at most every 100 ms */
+  uint64_t last_tick_ms;   /* the previous state_expire_leases (or state_load) */
   /* ARCHITECTURE.md#the-live-list: the RUNNING experiments, in no particular
    * order, so that a lease looks at live experiments only, not at every
    * experiment ever submitted; fair: the lease's scratch list. */

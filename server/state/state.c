@@ -328,8 +328,41 @@ int state_reconcile_worker(struct server *s, struct srv_worker *w, uint64_t gen,
   return n;
 }
 
+/* The daemon ticks a few times a second. A longer gap means the server
+ * itself stood still (SIGSTOP, a VM pause, swapping, a debugger) and could
+ * not hear anyone: its workers' silence over that gap is its own, so every
+ * deadline moves by the gap instead of expiring healthy leases at once. A
+ * worker heartbeats more often than the lease timeout L, every H, so a gap
+ * under L - H cannot make a live worker miss its lease by itself; from
+ * min(L / 2, L - H) on the gap is forgiven, with a margin. A worker that
+ * is really gone expires that much later. */
+static void state_forgive_stall(struct server *s, uint64_t now_ms) {
+  uint64_t last = s->last_tick_ms;
+  s->last_tick_ms = now_ms;
+  double l = s->opt.lease_timeout_s * 1000, h = s->opt.heartbeat_interval_s * 1000;
+  double stall = l / 2 < l - h ? l / 2 : l - h;
+  if (now_ms <= last || (double)(now_ms - last) <= stall) return;
+  /* A stamp made after the last tick (a heartbeat just before the stall)
+   * moves to now at most: never into the future. */
+  uint64_t gap = now_ms - last, renewed = now_ms + (uint64_t)l;
+#define STATE_PUSH(x, cap) ((x) = (x) + gap < (cap) ? (x) + gap : (cap))
+  for (int64_t i = 0; i < s->nworkers; i++)
+    if (s->workers[i]) STATE_PUSH(s->workers[i]->last_seen_ms, now_ms);
+  for (int64_t i = 0; i < s->ntrials; i++) {
+    struct srv_trial *t = s->trials[i];
+    if (!t || t->status != TS_RUNNING) continue;
+    if (t->lease_deadline_ms) STATE_PUSH(t->lease_deadline_ms, renewed);
+    if (t->unlisted_since_ms) STATE_PUSH(t->unlisted_since_ms, now_ms);
+  }
+#undef STATE_PUSH
+  log_warn("the server stood still for %.1f s (more than %.1f s between its ticks): leases and "
+           "heartbeats are counted from now, not expired for the time it could not hear them",
+           (double)gap / 1000, stall / 1000);
+}
+
 void state_expire_leases(struct server *s, uint64_t now_ms) {
   uint64_t limit = (uint64_t)(s->opt.lease_timeout_s * 1000);
+  state_forgive_stall(s, now_ms);
   for (int64_t i = 0; i < s->nworkers; i++) {
     struct srv_worker *w = s->workers[i];
     if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;

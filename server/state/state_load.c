@@ -542,6 +542,9 @@ int state_load(struct server *s, char *err, size_t errlen) {
     if (!err[0]) snprintf(err, errlen, "loading the database failed (%d)", rc);
     return rc;
   }
+  /* The timer's gaps count from here: a first tick after the model was
+   * (re)loaded compares with now, not with a server that never ticked. */
+  s->last_tick_ms = clock_mono_ms();
   /* Leases survive a restart: charge each worker for its RUNNING trials. */
   for (int64_t i = 0; i < s->ntrials; i++) {
     struct srv_trial *t = s->trials[i];

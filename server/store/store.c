@@ -116,6 +116,8 @@ struct store_faults {
    * (-EIO, after 300 ms), as fdatasync does when the disk refuses the
    * write-back. */
   int sync_fail_after_result, armed_sync;
+  /* Every COMMIT fails as on a full disk (SQLITE_FULL). */
+  int disk_full;
 };
 
 struct store {
@@ -151,6 +153,8 @@ static void store_faults_parse(struct store *st) {
       st->fault.kill_before_exp_commit = v != 0;
     else if (!strcmp(kv, "sync_fail_after_result"))
       st->fault.sync_fail_after_result = v != 0;
+    else if (!strcmp(kv, "disk_full"))
+      st->fault.disk_full = v != 0;
     else if (!strcmp(kv, "blob_limit"))
       sqlite3_limit(st->w, SQLITE_LIMIT_LENGTH, (int)v);
     else
@@ -221,14 +225,14 @@ static int store_wal_autocheckpoint(sqlite3 *db, int frames, char *err, size_t e
 /* The -wal file (SQLite keeps using the same one while it has the database
  * open) and, once, its directory entry: after this, fdatasync of the fd makes
  * every committed frame durable. */
-static int store_open_sync(struct store *st, const char *path, char *err, size_t errlen) {
+static int store_open_sync(struct store *st, char *err, size_t errlen) {
   st->sync_fd = open(st->wal_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (st->sync_fd < 0 || fdatasync(st->sync_fd)) {
     snprintf(err, errlen, "%s: %s", st->wal_path, strerror(errno));
     return -EIO;
   }
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
+  snprintf(dir, sizeof dir, "%s", st->wal_path);
   char *slash = strrchr(dir, '/');
   if (slash)
     *(slash == dir ? slash + 1 : slash) = 0;
@@ -265,7 +269,6 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
   }
   st->wal_fd = -1;
   st->sync_fd = -1;
-  snprintf(st->wal_path, sizeof st->wal_path, "%s-wal", path);
   int rc = -EIO;
   /* The database holds every worker's secret and every config (env values
    * included): created 0600 (SQLite gives its -wal and -shm files the same
@@ -284,6 +287,16 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
     if (fd >= 0) close(fd);
   }
   if (store_open_conn(path, &st->w, err, errlen)) goto fail;
+  /* The -wal file SQLite itself writes (it resolves symlinks in the path),
+   * never one named after the path as given: flushing another file would
+   * acknowledge writes that are not on the disk. */
+  sqlite3_filename fn = sqlite3_db_filename(st->w, "main");
+  const char *wal = fn && *fn ? sqlite3_filename_wal(fn) : NULL; /* NULL: in memory */
+  if (snprintf(st->wal_path, sizeof st->wal_path, "%s", wal ? wal : "") >=
+      (int)sizeof st->wal_path) {
+    snprintf(err, errlen, "database %s: path too long", path);
+    goto fail;
+  }
   /* WAL + synchronous=NORMAL: a commit is in the WAL file (the OS has it)
    * before COMMIT returns, so kill -9 of the server loses nothing committed,
    * and SQLite syncs around every checkpoint, so the file is never corrupt.
@@ -316,7 +329,7 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
   if (store_open_conn(path, &st->r, err, errlen)) goto fail;
   if (store_open_conn(path, &st->c, err, errlen)) goto fail;
   store_faults_parse(st);
-  if (sync_full && store_open_sync(st, path, err, errlen)) goto fail;
+  if (sync_full && st->wal_path[0] && store_open_sync(st, err, errlen)) goto fail;
   *out = st;
   return 0;
 fail:
@@ -347,6 +360,7 @@ static int store_step(struct store *st, sqlite3_stmt *s) {
     rc &= 0xff; /* the primary code of an extended one */
     return rc == SQLITE_CONSTRAINT                    ? -EEXIST
            : rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? -EBUSY
+           : rc == SQLITE_FULL                        ? -ENOSPC
                                                       : -EIO;
   }
   return 0;
@@ -415,6 +429,11 @@ int store_begin(struct store *st) {
 
 int store_commit(struct store *st) {
   if (st->fault.armed_before) raise(SIGKILL); /* test: crash before this commit */
+  if (st->fault.disk_full) {                  /* test: what SQLite says when the WAL cannot grow */
+    snprintf(st->errmsg, sizeof st->errmsg, "database or disk is full (injected)");
+    log_error("store: %s", st->errmsg);
+    return -ENOSPC;
+  }
   int rc = store_step(st, st->stmt[ST_COMMIT]);
   if (!rc && st->fault.armed) raise(SIGKILL); /* test: crash right after this commit */
   return rc;
@@ -613,7 +632,7 @@ int store_checkpoint(struct store *st, int *copied) {
    * commit path, leaves that checkpoint almost nothing to sync. An fd of our
    * own flushes the same file; it stays open until store_close. */
   if (st->sync_fd < 0) { /* durable commits flush the WAL themselves */
-    if (st->wal_fd < 0) st->wal_fd = open(st->wal_path, O_RDONLY | O_CLOEXEC);
+    if (st->wal_fd < 0 && st->wal_path[0]) st->wal_fd = open(st->wal_path, O_RDONLY | O_CLOEXEC);
     if (st->wal_fd >= 0) fdatasync(st->wal_fd);
   }
   int rc = sqlite3_wal_checkpoint_v2(st->c, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);

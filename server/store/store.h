@@ -104,7 +104,7 @@ struct store_worker_row {
  *
  * Fault injection in test builds only (testhook.h): the site TESTHOOK_FAULT
  * ("busy=N,blob_limit=BYTES,kill_after_trial_end=1,delay_ms=MS,kill_before_exp_commit=1,
- * sync_fail_after_result=1") makes the
+ * sync_fail_after_result=1,disk_full=1") makes the
  * next N transactions find the database busy, refuses values over BYTES the
  * way SQLite refuses values over its length limit, kill -9s the process
  * right after the first commit that ends a trial, and makes every
@@ -113,13 +113,15 @@ struct store_worker_row {
  * that writes or deletes an experiment row (a pause, an extend or a delete
  * cut by a crash must leave nothing of itself), and fails the flush
  * (store_sync) of the first transaction that stores a result and every
- * flush after it, each after 300 ms. */
+ * flush after it, each after 300 ms, and fails every COMMIT with SQLite's
+ * "database or disk is full" (-ENOSPC). */
 int store_open(const char *path, int wal_frames, int sync_full, struct store **out, char *err,
                size_t errlen);
 void store_close(struct store *st);
 
 /* Writer side (commit thread only). Errors: -EBUSY (the database is locked
- * by another connection: try again), -EEXIST (constraint), -EIO. */
+ * by another connection: try again), -EEXIST (constraint), -ENOSPC (the disk
+ * is full), -EIO. */
 int store_begin(struct store *st);
 int store_commit(struct store *st);
 int store_rollback(struct store *st);

@@ -250,6 +250,18 @@ def case_remote(tmp):
     check(code == 4 and "401" in err, f"default tokens, none given: {code} {err}")
     code, out, err = ctune("status", "--server", url2, "--db", db2)
     check(code == 0 and "no experiments" in out, f"--db finds the token: {code} {out} {err}")
+    # The server names its token file after the database file itself, and
+    # so does `--db` given a symlink to it.
+    link2 = os.path.join(tmp, "link.db")
+    os.symlink(db2, link2)
+    code, out, err = ctune("status", "--server", url2, "--db", link2)
+    check(code == 0 and "no experiments" in out, f"--db through a symlink: {code} {out} {err}")
+    # ... and so does a loopback server's default, ./ctune.db, a symlink here.
+    here = os.path.join(tmp, "here")
+    os.mkdir(here)
+    os.symlink(db2, os.path.join(here, "ctune.db"))
+    code, out, err = ctune("status", "--server", url2, cwd=here)
+    check(code == 0 and "no experiments" in out, f"./ctune.db a symlink: {code} {out} {err}")
     p2.terminate()
     p2.wait(timeout=10)
 
@@ -403,12 +415,19 @@ def case_run(tmp):
     check(code == 0, f"run: {code} {err}")
     lines = run_json_lines(out)
     check(lines[0]["dashboard"].startswith("http://127.0.0.1:"), "dashboard url")
-    # The printed URL logs a browser in: it carries the admin token of the
-    # token file the server created beside the database (mode 0600).
+    # The login URL carries the admin token of the token file the server
+    # created beside the database (mode 0600): --json never prints it, it
+    # names the 0600 file that holds it.
     run_tokens = os.path.join(tmp, "ctune-results", "quick.db.tokens")
     check(os.stat(run_tokens).st_mode & 0o777 == 0o600, "quick.db.tokens is 0600")
-    check(lines[0]["dashboard"].endswith("/?token=" + read_tokens(run_tokens)["admin"]),
-          f"dashboard url has the admin token: {lines[0]}")
+    admin_token = read_tokens(run_tokens)["admin"]
+    check(admin_token not in out, "--json output without the admin token")
+    login_file = os.path.join(os.path.realpath(tmp), "ctune-results", "quick.db.login-url")
+    check(lines[0] == {"dashboard": lines[0]["dashboard"], "login_url_file": login_file},
+          f"dashboard line: {lines[0]}")
+    check(os.stat(login_file).st_mode & 0o777 == 0o600, "quick.db.login-url is 0600")
+    check(open(login_file).read() == lines[0]["dashboard"] + "?token=" + admin_token + "\n",
+          f"login URL file: {open(login_file).read()}")
     states = [l for l in lines if "experiment" in l]
     check(states and states[-1]["experiment"]["status"] == "TERMINATED", "final state")
     check(states[-1]["resources"].get("cpu_total") == 2, f"resources: {states[-1]['resources']}")
@@ -421,6 +440,17 @@ def case_run(tmp):
     out, err = human.communicate(timeout=120)
     code = human.returncode
     check(code == 0 and out.startswith("Dashboard: http://127.0.0.1:"), f"human run: {code} {out[:300]} {err}")
+    # Not a terminal: the address and the file, never the token.
+    second_login = os.path.join(os.path.realpath(tmp), "second.db.login-url")
+    check(out.split("\n")[0].endswith("/ (log in with the URL in %s)" % second_login)
+          and "?token=" not in out, f"human run, not a terminal: {out[:300]}")
+    # On a terminal the login URL itself (then Ctrl-C: nothing to wait for).
+    tty_out, tty_code = watch_in_pty(["run", small, "--db", os.path.join(tmp, "third.db")],
+                                     lambda o: "Database:" in o)
+    third_admin = read_tokens(os.path.join(tmp, "third.db.tokens"))["admin"]
+    check(tty_code == 130 and re.search(r"Dashboard: http://127\.0\.0\.1:\d+/\?token=" + third_admin,
+                                        tty_out), f"run on a terminal: {tty_code} {tty_out[:300]}")
+    check(not descendants(), f"processes left: {descendants()}")
     check("== Status ==" in out and "started with config" in out and "test accuracy: " in out,
           f"human output: {out}")
     check(not descendants(), f"processes left: {descendants()}")

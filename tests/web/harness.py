@@ -124,7 +124,7 @@ class Harness:
         self.tmp = tempfile.mkdtemp(prefix="ctune-web-%s-" % name)
         self.procs = []
         self.drivers = []
-        self.login_urls = {}  # port -> the "dashboard: ...?token=" URL it printed
+        self.login_urls = {}  # port -> the login URL (?token=) it wrote
         self.artifacts = args.artifacts
         os.makedirs(self.artifacts, exist_ok=True)
         # ctest's timeout sends SIGTERM: unwind through close() all the same.
@@ -162,7 +162,11 @@ class Harness:
         if not self.args.fake and "--no-auth" not in extra:
             nxt = srv.readline()
             if nxt.startswith("dashboard: "):
-                self.login_urls[port] = nxt[len("dashboard: "):].strip()
+                # Not a terminal: the address, and the 0600 file that holds
+                # the login URL (the token stays out of logs and pipes).
+                m = re.search(r"\(log in with the URL in (.+)\)$", nxt.strip())
+                self.login_urls[port] = (open(m.group(1)).read() if m else
+                                         nxt[len("dashboard: "):]).strip()
             ADMIN_TOKENS[port] = read_tokens(srv.token_file).get("admin")
         return srv.p, port
 

@@ -7,6 +7,7 @@ dashboard login by URL (cookie, redirect, login page)."""
 import os
 import re
 import stat
+import time
 
 from ctune_e2e import Server, Runner, experiment, tmpdir
 import ctune_e2e
@@ -30,9 +31,15 @@ def test_fresh_server_401_everywhere_and_token_file_0600():
     assert set(toks) == {"admin", "worker", "viewer"} and len(set(toks.values())) == 3
     for t in toks.values():
         assert len(t) == 43 and re.fullmatch(r"[A-Za-z0-9_-]+", t), t
+    # stdout is a pipe here (a journal, a log file): the login URL is not
+    # printed, only the dashboard's address and the 0600 file that holds it.
     line = s.proc.stdout.readline().decode()
-    assert line == "dashboard: http://127.0.0.1:%d/?token=%s\n" % (s.port, toks["admin"]), line
-    assert s.db + ".tokens" in s.stderr()
+    login = s.db + ".login-url"
+    assert line == "dashboard: http://127.0.0.1:%d/ (log in with the URL in %s)\n" % (
+        s.port, login), line
+    assert stat.S_IMODE(os.stat(login).st_mode) == 0o600, oct(os.stat(login).st_mode)
+    assert open(login).read() == "http://127.0.0.1:%d/?token=%s\n" % (s.port, toks["admin"])
+    assert s.db + ".tokens" in s.stderr() and toks["admin"] not in s.stderr()
     for method, path in api_routes():
         body = {} if method in ("POST", "PUT") else None
         st_, b, h = s.request(method, path, body, token="")
@@ -170,6 +177,38 @@ def test_login_flow():
     s.restart()
     assert s.request("GET", "/api/v1/experiments", token="", headers={"Cookie": jar})[0] == 401
     s.stop()
+
+
+def test_login_url_on_a_terminal_only():
+    """The admin token reaches stdout only when it is a terminal: on a pty
+    the server prints the login URL itself; through a pipe (above) and in
+    its log never."""
+    import pty
+    import select
+    import subprocess
+    d = tmpdir()
+    db = os.path.join(d, "ctune.db")
+    master, slave = pty.openpty()
+    with open(os.path.join(d, "stderr.log"), "wb") as log:
+        p = subprocess.Popen([os.path.join(ctune_e2e.BIN_DIR, "ctune-server"), "--db", db,
+                              "--port", "0"], stdin=subprocess.DEVNULL, stdout=slave, stderr=log)
+    os.close(slave)
+    out, deadline = b"", time.time() + 30
+    try:
+        while b"dashboard: " not in out or not out.endswith(b"\n"):
+            assert time.time() < deadline and p.poll() is None, out
+            if select.select([master], [], [], 0.5)[0]:
+                out += os.read(master, 4096)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        os.close(master)
+    admin = ctune_e2e.read_tokens(db + ".tokens")["admin"]
+    port = int(re.search(rb"listening on http://127.0.0.1:(\d+)", out).group(1))
+    want = "dashboard: http://127.0.0.1:%d/?token=%s" % (port, admin)
+    assert want in out.decode(), out
+    assert p.returncode == 0, p.returncode
+    assert admin not in open(os.path.join(d, "stderr.log")).read()
 
 
 if __name__ == "__main__":

@@ -96,6 +96,37 @@ def test_repair_running_experiment_whose_trials_all_ended():
     s.stop()
 
 
+def test_start_on_a_full_disk_names_the_cause():
+    """A restart whose self-repair must write, on a disk that refuses the
+    write (full): exit 1 with SQLite's reason, the database and the free
+    space named, nothing changed; once writable, it starts and repairs."""
+    s = start()
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, sched={"type": "fifo"}), status=201)
+    w = register(s)
+    t = lease(s, w)
+    result(s, w, t, 1)
+    complete(s, w, t)
+    s.kill()
+    edit(s.db, "UPDATE experiments SET status='RUNNING', ended_at=NULL WHERE id=1")
+    os.environ["CTUNE_TEST_FAULT"] = "disk_full=1"
+    try:
+        rc = s.start(expect_fail=True)
+    finally:
+        os.environ.pop("CTUNE_TEST_FAULT", None)
+    err = s.stderr()
+    assert rc == 1, (rc, err)
+    want = ("cannot start: the database %s needs a write at start to finish what a crash "
+            "left half done, and it was refused: database or disk is full (injected) (%s has "
+            % (os.path.realpath(s.db), os.path.dirname(os.path.realpath(s.db))))
+    tail = ("KiB free: is the disk full? free some space there). Nothing was changed; start "
+            "again once the database can be written")
+    assert want in err and tail in err, err
+    s.kill()
+    s.start()
+    assert exp_status(s)["status"] == "TERMINATED"
+    s.stop()
+
+
 def test_repair_half_cancelled_experiment():
     s = start()
     s.ok("POST", "/api/v1/experiments", experiment(n=3, sched={"type": "fifo"}), status=201)

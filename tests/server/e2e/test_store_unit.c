@@ -33,6 +33,10 @@ static void teardown(void) {
   unlink(cmd);
   snprintf(cmd, sizeof cmd, "%s/t.db-shm", dir);
   unlink(cmd);
+  snprintf(cmd, sizeof cmd, "%s/link.db", dir);
+  unlink(cmd);
+  snprintf(cmd, sizeof cmd, "%s/link.db-wal", dir);
+  unlink(cmd);
   rmdir(dir);
 }
 
@@ -71,6 +75,27 @@ static int count_results(void *ctx, int64_t seq, int64_t trial_id, const char *d
   (*(int *)ctx)++;
   return 0;
 }
+
+/* Rule: the WAL the store flushes (--durability full) is the one SQLite
+ * writes, the real database file's, even when the path given is a symlink:
+ * flushing a -wal named after the link would flush an empty file. */
+START_TEST(durable_flush_follows_a_symlinked_path) {
+  char link[160], link_wal[170], real_wal[170];
+  snprintf(link, sizeof link, "%s/link.db", dir);
+  snprintf(link_wal, sizeof link_wal, "%s-wal", link);
+  snprintf(real_wal, sizeof real_wal, "%s-wal", db);
+  ck_assert_int_eq(symlink("t.db", link), 0);
+  struct store *st = NULL;
+  char err[256];
+  ck_assert_msg(store_open(link, 8192, 1, &st, err, sizeof err) == 0, "%s", err);
+  ck_assert(store_sync_full(st));
+  ck_assert_int_eq(store_put_seq(st, 5), 0);
+  ck_assert_int_eq(store_sync(st), 0);
+  ck_assert_int_eq(access(link_wal, F_OK), -1); /* nothing named after the link */
+  ck_assert_int_eq(access(real_wal, F_OK), 0);
+  store_close(st);
+}
+END_TEST
 
 START_TEST(migrations_and_round_trip) {
   struct store *st = open_store();
@@ -528,6 +553,7 @@ int main(void) {
   tcase_add_test(tc, upgrade_from_version_1_keeps_results);
   tcase_add_test(tc, generations_round_trip);
   tcase_add_test(tc, asha_nan_round_trips_as_null);
+  tcase_add_test(tc, durable_flush_follows_a_symlinked_path);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

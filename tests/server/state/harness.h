@@ -90,6 +90,10 @@ void h_checkpoint(struct harness *h, struct srv_trial *t, int64_t iteration, con
 /* The daemon's timer tick at now (state_expire_leases), with the clock
  * moved there first. */
 void h_tick(struct harness *h, uint64_t now_ms);
+/* The first tick after the daemon stood still since its previous tick (a
+ * SIGSTOP, a VM pause): the clock jumps to now_ms and the timer runs, with
+ * nothing in between. */
+void h_stall(struct harness *h, uint64_t now_ms);
 
 /* The model as text (experiments, trials, workers, live list): what a
  * reload or a restart must give back. Cold experiments are warmed first.

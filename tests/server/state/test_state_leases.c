@@ -196,6 +196,107 @@ START_TEST(heartbeat_renews_lease) {
 }
 END_TEST
 
+/* Rule: a server that stood still (SIGSTOP, a VM pause) past the lease
+ * timeout does not blame its healthy worker when it wakes: the gap since its
+ * previous tick is forgiven, so the leases and the worker's last sign of
+ * life move by it; a worker that stays silent afterwards expires a lease
+ * timeout after its last heartbeat, stall left out. */
+START_TEST(server_stall_keeps_healthy_leases) {
+  struct srv_experiment *e = submit("x", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t[2] = {h_lease(&H, w), h_lease(&H, w)};
+  ck_assert(t[0] && t[1]);
+  fake_clock_set_ms(T0 + 5000);
+  ck_assert_int_eq(h_heartbeat(&H, w, t, 2), 0);
+  h_tick(&H, T0 + 5100);
+  h_stall(&H, T0 + 5100 + 40000); /* 40 s of nothing; the lease timeout is 30 s */
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(t[i]->status, TS_RUNNING);
+    ck_assert_int_eq(t[i]->attempt, 1);
+    ck_assert_uint_eq(t[i]->lease_deadline_ms, T0 + 5000 + 40000 + H_LEASE_MS);
+  }
+  ck_assert_int_eq(w->lost, 0);
+  ck_assert_int_eq(w->nrunning, 2);
+  ck_assert_int_eq(e->counts[TS_RUNNING], 2);
+  ck_assert_uint_eq(w->last_seen_ms, T0 + 5000 + 40000);
+  /* Silent from then on: 30 s after its last heartbeat, the stall not
+   * counted, it is lost (not at that time, 1 ms after) and its leases
+   * expire (at the lease scan's next turn, 100 ms on). */
+  h_tick(&H, T0 + 45000 + H_LEASE_MS);
+  ck_assert_int_eq(t[0]->status, TS_RUNNING);
+  ck_assert_int_eq(w->lost, 0);
+  h_tick(&H, T0 + 45000 + H_LEASE_MS + 1);
+  ck_assert_int_eq(w->lost, 1);
+  h_tick(&H, T0 + 45000 + H_LEASE_MS + 100);
+  ck_assert_int_eq(t[0]->status, TS_PENDING);
+  ck_assert_int_eq(t[1]->status, TS_PENDING);
+}
+END_TEST
+
+/* Rule: the gaps count from the model's load: a server stopped before its
+ * timer ever ticked (stopped right after its first requests) forgives the
+ * stall all the same, and a first tick soon after the load is no stall. */
+START_TEST(stall_before_the_first_tick) {
+  submit("x", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  h_stall(&H, T0 + 40000); /* the first tick since h_open's load at T0 */
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  ck_assert_uint_eq(t->lease_deadline_ms, T0 + 40000 + H_LEASE_MS);
+  ck_assert_int_eq(w->lost, 0);
+  int64_t wid = w->id;
+  h_restart(&H); /* loaded at T0 + 40 s; t's lease is renewed at the first tick */
+  w = server_worker(S, wid);
+  fake_clock_set_ms(T0 + 41000);
+  struct srv_trial *u = h_lease(&H, w);
+  ck_assert_ptr_nonnull(u);
+  h_stall(&H, T0 + 40000 + 15000); /* 15 s after the load: no stall */
+  ck_assert_uint_eq(u->lease_deadline_ms, T0 + 41000 + H_LEASE_MS);
+}
+END_TEST
+
+/* Rule: what was stamped between the last tick and the stall (a heartbeat
+ * just before it) moves to now at most: the worker is not pushed into the
+ * future (it would count as silent for ever, as lost) and its lease ends a
+ * lease timeout from now, like a fresh renewal. */
+START_TEST(stall_right_after_a_heartbeat) {
+  submit("x", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  h_tick(&H, T0 + 1000);
+  fake_clock_set_ms(T0 + 1100);
+  ck_assert_int_eq(h_heartbeat(&H, w, &t, 1), 0);
+  h_stall(&H, T0 + 1000 + 20000); /* the gap, 20 s, is more than now - 1.1 s */
+  ck_assert_uint_eq(w->last_seen_ms, T0 + 21000);
+  ck_assert_uint_eq(t->lease_deadline_ms, T0 + 21000 + H_LEASE_MS);
+  h_tick(&H, T0 + 21200);
+  ck_assert_int_eq(w->lost, 0);
+  ck_assert_int_eq(t->status, TS_RUNNING);
+}
+END_TEST
+
+/* Rule: a gap between ticks counts as a stall from half the lease timeout
+ * on (with the default heartbeat interval): at 15 s exactly it does not, and
+ * a lease past its deadline expires; 1 ms more and it is forgiven. */
+START_TEST(stall_starts_at_half_the_lease_timeout) {
+  submit("x", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 4, 0, 0);
+  struct srv_trial *a = h_lease(&H, w);
+  h_tick(&H, T0 + 16001);
+  h_stall(&H, T0 + 16001 + 15000); /* past a's deadline (T0 + 30 s) */
+  ck_assert_int_eq(a->status, TS_PENDING);
+  ck_assert_int_eq(w->lost, 1);
+  fake_clock_set_ms(T0 + 40000);
+  struct srv_trial *b = h_lease(&H, w); /* w is back; its lease ends at T0 + 70 s */
+  ck_assert_ptr_nonnull(b);
+  h_tick(&H, T0 + 56000);
+  h_stall(&H, T0 + 56000 + 15001);
+  ck_assert_int_eq(b->status, TS_RUNNING);
+  ck_assert_uint_eq(b->lease_deadline_ms, T0 + 40000 + H_LEASE_MS + 15001);
+  ck_assert_int_eq(w->lost, 0);
+}
+END_TEST
+
 /* Rule: a worker silent for lease_timeout_s is "lost" (not at it, after
  * it); any sign of life (heartbeat, lease) makes it alive again. */
 START_TEST(silent_worker_is_lost) {
@@ -420,6 +521,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, lease_expiry_requeues_without_failure);
   tcase_add_test(tc, heartbeat_renews_lease);
   tcase_add_test(tc, silent_worker_is_lost);
+  tcase_add_test(tc, server_stall_keeps_healthy_leases);
+  tcase_add_test(tc, stall_starts_at_half_the_lease_timeout);
+  tcase_add_test(tc, stall_before_the_first_tick);
+  tcase_add_test(tc, stall_right_after_a_heartbeat);
   tcase_add_test(tc, unlisted_trial_requeued_after_two_intervals);
   tcase_add_test(tc, unlisted_trial_requeued_by_the_tick);
   tcase_add_test(tc, lost_worker_pruned_after_retention);
