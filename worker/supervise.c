@@ -219,7 +219,9 @@ static int supervise_map_self(uid_t uid, gid_t gid, char *err, size_t len) {
   return 0;
 }
 
-/* mkdir -p: the components that are missing (on a tmpfs just mounted). */
+/* mkdir -p: the components that are missing (on a tmpfs just mounted),
+ * 0711 whatever the umask (the worker's is 077): made as root, they must
+ * let the --run-as user through to the dirs shown in them. */
 static int supervise_mkdirs(const char *path) {
   char buf[PATH_MAX];
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
@@ -227,7 +229,11 @@ static int supervise_mkdirs(const char *path) {
     if (*p != '/' && *p) continue;
     char c = *p;
     *p = '\0';
-    if (mkdir(buf, 0711) != 0 && errno != EEXIST) return -errno;
+    if (mkdir(buf, 0711) == 0) {
+      if (chmod(buf, 0711) != 0) return -errno;
+    } else if (errno != EEXIST) {
+      return -errno;
+    }
     if (!c) return 0;
     *p = c;
   }
@@ -276,6 +282,10 @@ int supervise_private_view(const struct supervise_view *v, char *err, size_t len
         /* What a hidden file is covered with. */
         snprintf(empty, sizeof empty, "%s/.hidden", v->hide[i]);
         int fd = open(empty, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+        if (fd >= 0 && fchmod(fd, 0444) != 0) { /* whatever the umask */
+          close(fd);
+          fd = -1;
+        }
         if (fd < 0) {
           rc = supervise_err(err, len, -errno, "cannot create %s: %s", empty, strerror(errno));
           break;

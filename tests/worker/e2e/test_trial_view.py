@@ -4,11 +4,17 @@ the worker's identity (id + secret), token file, outbox or lock, nor another
 trial's dir, neither by path nor through /proc/<pid>/root of the worker or
 its supervisors; so a forged final checkpoint for another experiment's
 ended trial cannot even be tried, and the victim's stored checkpoint stays
-as it was. Twice (needs root to set up; skips otherwise):
+as it was. The worker says at start how trials are kept apart. Four ways
+(needs root to set up; skips otherwise):
 1. the worker as an unprivileged user, trials as that same user (the
    systemd unit's DynamicUser, `ctune run`): a user namespace per trial;
-2. a root worker with --run-as nobody: the same, made after the drop.
-The worker says at start how trials are kept apart."""
+2. a root worker with --run-as nobody: the same, made after the drop;
+3. a root worker with --run-as nobody where no user namespace can be made
+   (no_userns.py): a mount namespace made as root, the same refusals;
+4. an unprivileged worker where no user namespace can be made: the worker
+   says loudly at start that trials can act as it, and they can (the
+   trial reads the identity and its forged upload is taken): what
+   docs/worker.md says of that case."""
 import json
 import os
 import pwd
@@ -20,11 +26,27 @@ from isolation_lib import PY, api, start_authed_server, submit, wait_ended
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRIAL = os.path.join(HERE, "view_trial.py")
+NO_USERNS = os.path.join(HERE, "no_userns.py")
 
 
-def scenario(env, name, worker_args, as_user, tokens):
+def scenario(env, name, worker_args, as_user, tokens, wrap=None, says="user"):
     wd = env.work_dir(name)
-    if as_user:
+    if wrap:
+        cmd = ["/usr/bin/python3", NO_USERNS] + wrap + [
+            os.path.join(env.bin, "ctune-worker"), "--server", env.url, "--name", name,
+            "--work-dir", wd, "--poll-ms", "200", "--stop-grace-s", "3"] + worker_args
+        if as_user:
+            os.makedirs(wd)
+            os.chown(wd, as_user.pw_uid, as_user.pw_gid)
+            own = os.path.join(env.tmp, "tokens-" + name)
+            shutil.copy(tokens, own)
+            os.chown(own, as_user.pw_uid, as_user.pw_gid)
+            tokens = own
+        cmd += ["--token-file", tokens]
+        w = ctune_harness.spawn(cmd, os.path.join(env.tmp, "worker-%s.log" % name),
+                                "worker " + name, output="log", new_session=True)
+        env.procs.append(w)
+    elif as_user:
         # The worker's own user runs it, with a token file of its own.
         os.makedirs(wd)
         os.chown(wd, as_user.pw_uid, as_user.pw_gid)
@@ -43,7 +65,10 @@ def scenario(env, name, worker_args, as_user, tokens):
         w = env.start_worker(name, "--token-file", tokens, *worker_args)
     wait_for(lambda: "trials see only their own dir" in w.log() or "TRIALS CAN ACT" in w.log(),
              10, "the worker to say how trials are kept apart")
-    assert "trials see only their own dir" in w.log(), w.log()[-3000:]
+    want = {"user": "(a user and mount namespace each)",
+            "mount": "(a mount namespace each, made as root; no user namespace: ",
+            "none": "error TRIALS CAN ACT AS THIS WORKER: no private view"}[says]
+    assert want in w.log(), w.log()[-3000:]
 
     victim = wait_ended(env, submit(env, command_config("victim", [PY, TRIAL, "victim"])))
     assert victim["status"] == "TERMINATED", victim
@@ -58,12 +83,19 @@ def scenario(env, name, worker_args, as_user, tokens):
         seen = json.load(f)
     print("%s: trial uid %d refused %s" % (name, seen["uid"], sorted(seen["refused"])))
     got = seen["got"]
-    # The victim's stored checkpoint is the one its own trial saved.
     st, data = api(env, "GET", path, ok=None, raw=True)
+    if says == "none":  # as the worker said: the trial acts as the worker
+        assert "identity" in got and got["forged upload"] == 200, seen
+        assert data == b"POISONED-CHECKPOINT", data[:100]
+        env.finish_workers()
+        return
+    # The victim's stored checkpoint is the one its own trial saved.
     assert (st, data) == (200, b"VICTIM-CHECKPOINT"), (st, data[:100], got.get("forged upload"))
     # It sees its own dir under trials/, and nothing else of the work dir;
     # the token file reads empty (an empty file covers it).
-    assert got.pop("trials") == [str(evil["id"])], seen
+    # (a mount namespace made as root: trials/ is the cover's 0711 dir)
+    assert got.pop("trials", None) == [str(evil["id"])] or (
+        says == "mount" and "trials" in seen["refused"]), seen
     if "token file" in got:
         assert got.pop("token file") == "", seen
     else:
@@ -92,6 +124,9 @@ def body(env):
     tokens = start_authed_server(env)
     scenario(env, "unprivileged", [], nobody, tokens)
     scenario(env, "run-as", ["--run-as", "nobody"], None, tokens)
+    scenario(env, "mount-only", ["--run-as", "nobody"], None, tokens, wrap=["root", "--mount"],
+             says="mount")
+    scenario(env, "no-userns", [], nobody, tokens, wrap=["nobody"], says="none")
 
 
 main("trial-view", body)

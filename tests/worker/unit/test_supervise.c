@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,11 @@ static void mk(const char *rel) {
   char p[256];
   snprintf(p, sizeof p, "%s/%s", dir, rel);
   ck_assert_int_eq(mkdir(p, 0700), 0);
+  ck_assert_int_eq(chmod(p, 0711), 0); /* as the worker makes them for --run-as */
+}
+
+static int drop_to_nobody(void) {
+  return setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0 ? -1 : 0;
 }
 
 /* In a child (whose namespaces go with it), as a trial: the view of ns,
@@ -217,14 +223,20 @@ static int view_child(int ns) {
   snprintf(token, sizeof token, "%s/token", dir);
   snprintf(own, sizeof own, "%s/trials/1", work);
   snprintf(cache, sizeof cache, "%s/cache", work);
+  umask(077); /* the worker's */
   if (chdir(own) != 0) return 1;
   struct supervise_view v = {
       .ns = ns, .hide = {work, token}, .nhide = 2, .show = {own, cache}, .nshow = 2};
   char err[600];
+  /* As the supervisor does for --run-as nobody (when root): a user
+   * namespace after the drop, a mount namespace before it. */
+  int root = geteuid() == 0;
+  if (root && ns == SUPERVISE_NS_USER && drop_to_nobody() != 0) return 1;
   if (supervise_private_view(&v, err, sizeof err) < 0) {
     fprintf(stderr, "view: %s\n", err);
     return 1;
   }
+  if (root && ns == SUPERVISE_NS_MOUNT && drop_to_nobody() != 0) return 1;
   snprintf(p, sizeof p, "%s/identity", work);
   if (access(p, F_OK) == 0 || errno != ENOENT) return 2; /* the identity: gone */
   int fd = open(token, O_RDONLY);
@@ -234,18 +246,21 @@ static int view_child(int ns) {
   snprintf(p, sizeof p, "%s/trials/2/secret", work);
   if (access(p, F_OK) == 0) return 5; /* a sibling by path */
   snprintf(p, sizeof p, "%s/trials", work);
-  DIR *d = opendir(p);
+  DIR *d = opendir(p); /* trials/ lists its own dir alone (or nothing, 0711) */
   int others = 0;
   for (struct dirent *e; d && (e = readdir(d));)
     others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "1");
-  if (!d || others) return 6; /* trials/ lists its own dir alone */
-  closedir(d);
+  if (d) closedir(d);
+  if ((!d && errno != EACCES) || others) return 6;
   snprintf(p, sizeof p, "%s/junk", work);
   if (open(p, O_WRONLY | O_CREAT, 0600) >= 0 || errno != EROFS) return 7; /* cover read-only */
   fd = open("ckpt", O_RDONLY); /* its own dir, through the cwd */
   if (fd < 0 || read(fd, buf, sizeof buf) != 4 || memcmp(buf, "mine", 4)) return 8;
   close(fd);
   if ((fd = open("new", O_WRONLY | O_CREAT, 0600)) < 0) return 9; /* and writable */
+  close(fd);
+  snprintf(p, sizeof p, "%s/ckpt", own); /* and by its path (CTUNE_CHECKPOINT_DIR) */
+  if ((fd = open(p, O_RDONLY)) < 0) return 11;
   close(fd);
   snprintf(p, sizeof p, "%s/entry", cache);
   if ((fd = open(p, O_WRONLY | O_CREAT, 0600)) < 0) return 10; /* the cache, writable */
@@ -275,7 +290,8 @@ static void check_view(int ns) {
  * (identity, other trials' dirs, also through its cwd) and the token file
  * (read empty), read-only, and shows its own dir and the cache, writable,
  * without changing anything the worker sees. Both ways it is made: a user
- * namespace (any user), and a mount namespace as root. */
+ * namespace (any user), and a mount namespace as root (checked as the
+ * --run-as user it is for: the dirs made in the cover let it through). */
 START_TEST(private_view_hides_the_worker) {
   mk("work");
   put("work/identity", "{\"id\":1,\"secret\":\"s\"}");
@@ -286,6 +302,15 @@ START_TEST(private_view_hides_the_worker) {
   put("work/trials/2/secret", "theirs");
   mk("work/cache");
   put("token", "worker=tok");
+  if (geteuid() == 0) { /* the run-as user's, as the worker makes them */
+    static const char *const own[] = {"work/trials/1", "work/trials/1/ckpt", "work/cache"};
+    char p[256];
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+      snprintf(p, sizeof p, "%s/%s", dir, own[i]);
+      ck_assert_int_eq(chown(p, 65534, 65534), 0);
+    }
+    ck_assert_int_eq(chmod(dir, 0711), 0); /* mkdtemp's 0700: let nobody through */
+  }
   if (access("/proc/self/ns/user", F_OK) == 0) check_view(SUPERVISE_NS_USER);
   if (geteuid() == 0) check_view(SUPERVISE_NS_MOUNT);
 }
