@@ -132,7 +132,13 @@ int isolate_add_view(struct isolate *iso, int show, const char *path) {
   /* The mounts name real paths: a symlink on the way would be followed at
    * mount time anyway, but the dirs to show must be found under the covers
    * by the same names. */
-  char *p = realpath(path, NULL);
+  char *p = realpath(path, NULL), cwd[PATH_MAX];
+  if (!p && path[0] != '/' && getcwd(cwd, sizeof cwd)) {
+    /* Not there yet (a database's -wal): absolute all the same, since the
+     * supervisor resolves it from the trial's cwd. */
+    if (asprintf(&p, "%s/%s", cwd, path) < 0) p = NULL;
+    if (!p) return -ENOMEM;
+  }
   if (!p && !(p = strdup(path))) return -ENOMEM;
   list[(*n)++] = p;
   return 0;

@@ -66,7 +66,8 @@ int isolate_parse_pass_env(struct isolate *iso, const char *list, char *err, siz
 int isolate_set_user(struct isolate *iso, const char *user, char *err, size_t len);
 void isolate_free(struct isolate *iso);
 /* Adds a path to hide from trials (show 0) or to show them (show 1): kept
- * as its real path when it exists, else as given. -E2BIG, -ENOMEM. */
+ * as its real path when it exists, else made absolute against the cwd.
+ * -E2BIG, -ENOMEM. */
 int isolate_add_view(struct isolate *iso, int show, const char *path);
 
 void isolate_install(const struct isolate *iso);
