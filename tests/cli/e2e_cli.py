@@ -469,11 +469,15 @@ def case_hide(tmp):
         "resources_per_trial": {"cpu": 1, "gpu": 0},
         "trainable": {"type": "command", "argv": ["/usr/bin/python3", script]}})
     cmd = [os.path.join(BIN, "ctune"), "run", cfg, "--db", base + ".db", "--json"]
+    run = os.path.join(tmp, "run")  # the worker's CPU claims, not /tmp/ctune-<uid>
+    os.mkdir(run)
     if os.geteuid() == 0:
         os.chmod(tmp, 0o755)
         os.chown(res, 65534, 65534)
+        os.chown(run, 65534, 65534)
         cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
     e = {k: v for k, v in os.environ.items() if not k.startswith("CTUNE_")}
+    e["CTUNE_RUN_DIR"] = run
     r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=tmp, timeout=120)
     check(r.returncode == 0, f"run: {r.returncode} {r.stderr}")
     best = run_json_lines(r.stdout)[-1]["best_trial"]

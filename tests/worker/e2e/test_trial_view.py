@@ -31,6 +31,12 @@ NO_USERNS = os.path.join(HERE, "no_userns.py")
 
 def scenario(env, name, worker_args, as_user, tokens, wrap=None, says="user"):
     wd = env.work_dir(name)
+    # CPU claims in a run dir of the test's own, not /tmp/ctune-<uid>.
+    run = os.path.join(env.tmp, "run-" + name)
+    os.makedirs(run)
+    if as_user:
+        os.chown(run, as_user.pw_uid, as_user.pw_gid)
+    wenv = dict(os.environ, CTUNE_RUN_DIR=run)
     if wrap:
         cmd = ["/usr/bin/python3", NO_USERNS] + wrap + [
             os.path.join(env.bin, "ctune-worker"), "--server", env.url, "--name", name,
@@ -44,7 +50,7 @@ def scenario(env, name, worker_args, as_user, tokens, wrap=None, says="user"):
             tokens = own
         cmd += ["--token-file", tokens]
         w = ctune_harness.spawn(cmd, os.path.join(env.tmp, "worker-%s.log" % name),
-                                "worker " + name, output="log", new_session=True)
+                                "worker " + name, output="log", new_session=True, env=wenv)
         env.procs.append(w)
     elif as_user:
         # The worker's own user runs it, with a token file of its own.
@@ -59,10 +65,10 @@ def scenario(env, name, worker_args, as_user, tokens, wrap=None, says="user"):
                "--name", name, "--work-dir", wd, "--poll-ms", "200", "--stop-grace-s", "3",
                "--token-file", tokens] + worker_args
         w = ctune_harness.spawn(cmd, os.path.join(env.tmp, "worker-%s.log" % name),
-                                "worker " + name, output="log", new_session=True)
+                                "worker " + name, output="log", new_session=True, env=wenv)
         env.procs.append(w)
     else:
-        w = env.start_worker(name, "--token-file", tokens, *worker_args)
+        w = env.start_worker(name, "--token-file", tokens, *worker_args, env=wenv)
     wait_for(lambda: "trials see only their own dir" in w.log() or "TRIALS CAN ACT" in w.log(),
              10, "the worker to say how trials are kept apart")
     want = {"user": "(a user and mount namespace each)",
