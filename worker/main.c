@@ -381,7 +381,10 @@ static int probe_view(const struct isolate *iso, int ns, char *why, size_t len) 
   if (pid == 0) {
     char err[600] = "";
     int rc = 0;
-    if (ns == SUPERVISE_NS_USER && iso->run_as &&
+    /* Not the worker's own cwd, which the --run-as user may not enter: a
+     * trial runs in its own dir (the probe, where any user may be). */
+    if (chdir("/") != 0) rc = -errno, snprintf(err, sizeof err, "chdir /: %s", strerror(errno));
+    if (rc == 0 && ns == SUPERVISE_NS_USER && iso->run_as &&
         (setgroups((size_t)iso->ngroups, iso->groups) != 0 || setgid(iso->gid) != 0 ||
          setuid(iso->uid) != 0))
       rc = -errno, snprintf(err, sizeof err, "cannot become %s: %s", iso->user, strerror(errno));

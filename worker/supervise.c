@@ -319,8 +319,9 @@ int supervise_private_view(const struct supervise_view *v, char *err, size_t len
    * whose ".." leads past the cover. */
   if (rc == 0 && cwd[0] && chdir(cwd) != 0)
     rc = supervise_err(err, len, -errno,
-                       "its cwd %s is hidden from trials (under the worker's work dir): %s", cwd,
-                       strerror(errno));
+                       "cannot return to its cwd %s in its view (a cwd under the worker's work "
+                       "dir is hidden from trials): %s",
+                       cwd, strerror(errno));
   return rc;
 }
 

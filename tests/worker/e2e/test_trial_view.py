@@ -30,45 +30,39 @@ NO_USERNS = os.path.join(HERE, "no_userns.py")
 
 
 def scenario(env, name, worker_args, as_user, tokens, wrap=None, says="user"):
+    """One worker (as_user: started as that user; wrap: no_userns.py's
+    arguments), started from a cwd that only root may enter (as a root
+    worker often is: the trials' user could not make its view there)."""
     wd = env.work_dir(name)
     # CPU claims in a run dir of the test's own, not /tmp/ctune-<uid>.
     run = os.path.join(env.tmp, "run-" + name)
     os.makedirs(run)
+    cwd = os.path.join(env.tmp, "cwd-" + name)
+    os.makedirs(cwd)
+    os.chmod(cwd, 0o700 if not as_user else 0o755)
     if as_user:
-        os.chown(run, as_user.pw_uid, as_user.pw_gid)
-    wenv = dict(os.environ, CTUNE_RUN_DIR=run)
-    if wrap:
-        cmd = ["/usr/bin/python3", NO_USERNS] + wrap + [
-            os.path.join(env.bin, "ctune-worker"), "--server", env.url, "--name", name,
-            "--work-dir", wd, "--poll-ms", "200", "--stop-grace-s", "3"] + worker_args
-        if as_user:
-            os.makedirs(wd)
-            os.chown(wd, as_user.pw_uid, as_user.pw_gid)
-            own = os.path.join(env.tmp, "tokens-" + name)
-            shutil.copy(tokens, own)
-            os.chown(own, as_user.pw_uid, as_user.pw_gid)
-            tokens = own
-        cmd += ["--token-file", tokens]
-        w = ctune_harness.spawn(cmd, os.path.join(env.tmp, "worker-%s.log" % name),
-                                "worker " + name, output="log", new_session=True, env=wenv)
-        env.procs.append(w)
-    elif as_user:
         # The worker's own user runs it, with a token file of its own.
+        for d in (run, cwd):
+            os.chown(d, as_user.pw_uid, as_user.pw_gid)
         os.makedirs(wd)
         os.chown(wd, as_user.pw_uid, as_user.pw_gid)
         own = os.path.join(env.tmp, "tokens-" + name)
         shutil.copy(tokens, own)
         os.chown(own, as_user.pw_uid, as_user.pw_gid)
         tokens = own
-        cmd = ["setpriv", "--reuid=%d" % as_user.pw_uid, "--regid=%d" % as_user.pw_gid,
-               "--clear-groups", os.path.join(env.bin, "ctune-worker"), "--server", env.url,
-               "--name", name, "--work-dir", wd, "--poll-ms", "200", "--stop-grace-s", "3",
-               "--token-file", tokens] + worker_args
-        w = ctune_harness.spawn(cmd, os.path.join(env.tmp, "worker-%s.log" % name),
-                                "worker " + name, output="log", new_session=True, env=wenv)
-        env.procs.append(w)
-    else:
-        w = env.start_worker(name, "--token-file", tokens, *worker_args, env=wenv)
+    prefix = ["env", "-C", cwd]
+    if wrap:
+        prefix += ["/usr/bin/python3", NO_USERNS] + wrap
+    elif as_user:
+        prefix += ["setpriv", "--reuid=%d" % as_user.pw_uid, "--regid=%d" % as_user.pw_gid,
+                   "--clear-groups"]
+    cmd = prefix + [os.path.abspath(os.path.join(env.bin, "ctune-worker")), "--server", env.url, "--name", name,
+                    "--work-dir", wd, "--poll-ms", "200", "--stop-grace-s", "3",
+                    "--token-file", tokens] + worker_args
+    w = ctune_harness.spawn(cmd, os.path.join(env.tmp, "worker-%s.log" % name),
+                            "worker " + name, output="log", new_session=True,
+                            env=dict(os.environ, CTUNE_RUN_DIR=run))
+    env.procs.append(w)
     wait_for(lambda: "trials see only their own dir" in w.log() or "TRIALS CAN ACT" in w.log(),
              10, "the worker to say how trials are kept apart")
     want = {"user": "(a user and mount namespace each)",
