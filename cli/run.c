@@ -305,7 +305,7 @@ int cmd_run(const struct cli_args *a) {
    * the quota). */
   snprintf(cpus, sizeof(cpus), "%d", a->cpus);
   snprintf(gpus, sizeof(gpus), "%d", a->gpus);
-  char *wargv[14];
+  char *wargv[22], wal[PATH_MAX + 8], shm[PATH_MAX + 8];
   int wn = 0;
   wargv[wn++] = worker_bin;
   wargv[wn++] = "--server";
@@ -314,6 +314,15 @@ int cmd_run(const struct cli_args *a) {
   wargv[wn++] = abs_work;
   wargv[wn++] = "--token-file";
   wargv[wn++] = tokens;
+  /* Trials never read the database (every worker's secret), nor the server
+   * log (the dashboard URL with the admin token): ctune-worker --hide. */
+  snprintf(wal, sizeof(wal), "%s-wal", db);
+  snprintf(shm, sizeof(shm), "%s-shm", db);
+  char *hide[] = {db, wal, shm, r.server_log};
+  for (size_t i = 0; i < sizeof(hide) / sizeof(hide[0]); i++) {
+    wargv[wn++] = "--hide";
+    wargv[wn++] = hide[i];
+  }
   if (a->cpus > 0) {
     wargv[wn++] = "--cpus";
     wargv[wn++] = cpus;

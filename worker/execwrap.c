@@ -37,7 +37,18 @@ int execwrap_main(int argc, char **argv) {
       o.cgroup = argv[++i];
     else if (!strcmp(argv[i], "--parent"))
       o.parent = (pid_t)atol(argv[++i]);
-    else if (!strcmp(argv[i], "--report-fd"))
+    else if (!strcmp(argv[i], "--ns")) {
+      const char *m = argv[++i];
+      o.view.ns = !strcmp(m, "user")    ? SUPERVISE_NS_USER
+                  : !strcmp(m, "mount") ? SUPERVISE_NS_MOUNT
+                                        : -1;
+      if (o.view.ns < 0) return execwrap_fail("--exec-trial: bad --ns", m);
+    } else if (!strcmp(argv[i], "--hide") || !strcmp(argv[i], "--show")) {
+      int show = argv[i][2] == 's';
+      int *n = show ? &o.view.nshow : &o.view.nhide;
+      if (*n >= SUPERVISE_MAX_VIEW) return execwrap_fail("--exec-trial: too many", argv[i]);
+      (show ? o.view.show : o.view.hide)[(*n)++] = argv[++i];
+    } else if (!strcmp(argv[i], "--report-fd"))
       o.report_fd = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--uid")) {
       o.run_as = 1;

@@ -120,7 +120,28 @@ int isolate_set_user(struct isolate *iso, const char *user, char *err, size_t le
 void isolate_free(struct isolate *iso) {
   for (int i = 0; i < iso->nallow; i++) free(iso->allow[i]);
   for (int i = 0; i < iso->npass; i++) free(iso->pass[i]);
-  iso->nallow = iso->npass = 0;
+  for (int i = 0; i < iso->nhide; i++) free(iso->hide[i]);
+  for (int i = 0; i < iso->nshow; i++) free(iso->show[i]);
+  iso->nallow = iso->npass = iso->nhide = iso->nshow = 0;
+}
+
+int isolate_add_view(struct isolate *iso, int show, const char *path) {
+  char **list = show ? iso->show : iso->hide;
+  int *n = show ? &iso->nshow : &iso->nhide;
+  if (*n >= ISOLATE_MAX_VIEW) return -E2BIG;
+  /* The mounts name real paths: a symlink on the way would be followed at
+   * mount time anyway, but the dirs to show must be found under the covers
+   * by the same names. */
+  char *p = realpath(path, NULL), cwd[PATH_MAX];
+  if (!p && path[0] != '/' && getcwd(cwd, sizeof cwd)) {
+    /* Not there yet (a database's -wal): absolute all the same, since the
+     * supervisor resolves it from the trial's cwd. */
+    if (asprintf(&p, "%s/%s", cwd, path) < 0) p = NULL;
+    if (!p) return -ENOMEM;
+  }
+  if (!p && !(p = strdup(path))) return -ENOMEM;
+  list[(*n)++] = p;
+  return 0;
 }
 
 /* The worker's variables a trial sees: locale, time zone, PATH and TMPDIR,

@@ -5,7 +5,11 @@
  *  - which variables of its own environment a trial sees (a short fixed list
  *    plus --pass-env; never CTUNE_TOKEN or anything else);
  *  - the user trials run as (--run-as): the supervisor drops to it before
- *    exec, and the trial dir and logs are owned by it.
+ *    exec, and the trial dir and logs are owned by it;
+ *  - what a trial cannot see (supervise.h, supervise_view): the work dir
+ *    (identity, outbox, lock, other trials' dirs), the token file and the
+ *    --hide paths, all but its own dir and the shared dirs it needs; how
+ *    (ns) is found once at start.
  *
  * The policy is process-wide and fixed before the loop starts: main.c fills
  * one and installs it (isolate_install); the trial runtime reads it with
@@ -25,6 +29,9 @@
 #define ISOLATE_MAX_ALLOW 32
 #define ISOLATE_MAX_PASS 32
 #define ISOLATE_MAX_GROUPS 64
+/* Paths hidden from or shown to a trial (SUPERVISE_MAX_VIEW leaves room for
+ * its own dir). */
+#define ISOLATE_MAX_VIEW 16
 /* PATH of a trial when the worker has none. */
 #define ISOLATE_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
 
@@ -41,6 +48,11 @@ struct isolate {
   int ngroups;
   char user[256];
   char home[PATH_MAX];
+  int ns;                       /* SUPERVISE_NS_* (supervise.h) */
+  char *hide[ISOLATE_MAX_VIEW]; /* covered in a trial's view */
+  int nhide;
+  char *show[ISOLATE_MAX_VIEW]; /* shown again under them (besides its own dir) */
+  int nshow;
 };
 
 /* All of these return 0 or a negative errno with a message in err. */
@@ -53,6 +65,10 @@ int isolate_parse_pass_env(struct isolate *iso, const char *list, char *err, siz
 /* A user name (or numeric uid) from the passwd database; never root. */
 int isolate_set_user(struct isolate *iso, const char *user, char *err, size_t len);
 void isolate_free(struct isolate *iso);
+/* Adds a path to hide from trials (show 0) or to show them (show 1): kept
+ * as its real path when it exists, else made absolute against the cwd.
+ * -E2BIG, -ENOMEM. */
+int isolate_add_view(struct isolate *iso, int show, const char *path);
 
 void isolate_install(const struct isolate *iso);
 /* The installed policy, or NULL (no restriction, no run-as). */

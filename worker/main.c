@@ -23,8 +23,9 @@
 #include "gpu.h"
 #include "isolate.h"
 #include "log.h"
-#include "sysres.h"
 #include "sdnotify.h"
+#include "supervise.h"
+#include "sysres.h"
 #include "workdir.h"
 #include "worker.h"
 
@@ -52,6 +53,8 @@ static const char usage[] =
     "  --memory-mb N        host memory to offer (default: MemTotal, capped by the\n"
     "                       cgroup memory limit)\n"
     "  --work-dir D         trial dirs and the outbox (default ./ctune-worker.<name>)\n"
+    "  --hide PATH          also hide this file or dir from trials (repeatable; the\n"
+    "                       work dir and the --token-file are always hidden)\n"
     "  --name NAME          worker name (default: host name)\n"
     "  --train-bin PATH     ctune-train (default: next to ctune-worker)\n"
     "  --poll-ms N          lease poll interval when idle (default 1000)\n"
@@ -359,6 +362,94 @@ static char *read_token(const char *file) {
   return found;
 }
 
+/* --hide paths, besides the work dir and the token file (isolate.h). */
+#define MAIN_MAX_HIDE (ISOLATE_MAX_VIEW - 2)
+
+/* Whether a trial's private view (supervise_private_view) can be made here,
+ * made as a trial makes it: in a child, as the --run-as user for a user
+ * namespace. 0, or -1 with why. */
+static int probe_view(const struct isolate *iso, int ns, char *why, size_t len) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return snprintf(why, len, "pipe: %s", strerror(errno)), -1;
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(why, len, "fork: %s", strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    char err[600] = "";
+    int rc = 0;
+    /* Not the worker's own cwd, which the --run-as user may not enter: a
+     * trial runs in its own dir (the probe, where any user may be). */
+    if (chdir("/") != 0) rc = -errno, snprintf(err, sizeof err, "chdir /: %s", strerror(errno));
+    if (rc == 0 && ns == SUPERVISE_NS_USER && iso->run_as &&
+        (setgroups((size_t)iso->ngroups, iso->groups) != 0 || setgid(iso->gid) != 0 ||
+         setuid(iso->uid) != 0))
+      rc = -errno, snprintf(err, sizeof err, "cannot become %s: %s", iso->user, strerror(errno));
+    struct supervise_view v = {.ns = ns, .nhide = iso->nhide, .nshow = iso->nshow};
+    for (int i = 0; i < iso->nhide; i++) v.hide[i] = iso->hide[i];
+    for (int i = 0; i < iso->nshow; i++) v.show[i] = iso->show[i];
+    if (rc == 0) rc = supervise_private_view(&v, err, sizeof err);
+    if (rc < 0 && write(fds[1], err, strlen(err)) < 0) _exit(1);
+    _exit(rc < 0 ? 1 : 0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t k;
+  while (n + 1 < len && ((k = read(fds[0], why + n, len - 1 - n)) > 0 || (k < 0 && errno == EINTR)))
+    if (k > 0) n += (size_t)k;
+  if (len) why[n] = '\0';
+  close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  if (!n) snprintf(why, len, "the probe failed (wait status %d)", st);
+  return -1;
+}
+
+/* What a trial must not read, what it needs under that, and how its view is
+ * made here (isolate.h, supervise.h); said once, loudly when it cannot be. */
+static int setup_trial_view(struct isolate *iso, const char *work_dir, const char *token_file,
+                            const char *const *hides, int nhides) {
+  char cache[PATH_MAX + 16];
+  int rc = isolate_add_view(iso, 0, work_dir);
+  if (rc == 0 && token_file) rc = isolate_add_view(iso, 0, token_file);
+  for (int i = 0; i < nhides && rc == 0; i++) rc = isolate_add_view(iso, 0, hides[i]);
+  /* ctune-train's data cache is shared by the trials (trainer/datacache.h):
+   * made now, so that it can be shown to them. */
+  snprintf(cache, sizeof cache, "%s/cache", work_dir);
+  if (mkdir(cache, 0700) == 0) isolate_chown(iso, -1, cache);
+  if (rc == 0) rc = isolate_add_view(iso, 1, cache);
+  if (rc < 0) return rc;
+  char why[700] = "", why2[700] = "";
+  iso->ns = SUPERVISE_NS_NONE;
+  if ((geteuid() != 0 || iso->run_as) && probe_view(iso, SUPERVISE_NS_USER, why, sizeof why) == 0)
+    iso->ns = SUPERVISE_NS_USER;
+  else if (geteuid() == 0 && probe_view(iso, SUPERVISE_NS_MOUNT, why2, sizeof why2) == 0)
+    iso->ns = SUPERVISE_NS_MOUNT;
+  if (iso->ns == SUPERVISE_NS_USER)
+    log_info("trials see only their own dir of %s (a user and mount namespace each): not this "
+             "worker's identity, outbox, lock or token file, nor other trials' dirs",
+             work_dir);
+  else if (iso->ns == SUPERVISE_NS_MOUNT)
+    log_info("trials see only their own dir of %s (a mount namespace each, made as root%s%s)",
+             work_dir, why[0] ? "; no user namespace: " : "", why);
+  else
+    log_error("TRIALS CAN ACT AS THIS WORKER: no private view of the files can be made for "
+              "them (%s%s%s): every trial can read this worker's identity (its secret) in %s, "
+              "its outbox and token file and other trials' dirs, and with the secret send "
+              "results, checkpoints and ends for every trial this worker runs. Allow "
+              "unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and "
+              "kernel.unprivileged_userns_clone=1 or the AppArmor userns rule where the "
+              "distribution has them), or run the worker as root with --run-as USER",
+              why[0] ? why : why2, why[0] && why2[0] ? "; as root: " : "", why[0] ? why2 : "",
+              work_dir);
+  return 0;
+}
+
 /* --run-as: the user must reach <work dir>/trials/<id> (every parent of the
  * work dir searchable by it). Checked once at start, as that user, so a
  * misconfigured worker says so instead of failing every trial. */
@@ -427,9 +518,12 @@ int main(int argc, char **argv) {
     O_CAFILE,
     O_MPS,
     O_CPULIST,
-    O_EXCLCPUS
+    O_EXCLCPUS,
+    O_HIDE
   };
   int use_mps = 0;
+  const char *hides[MAIN_MAX_HIDE];
+  int nhides = 0;
   static const struct option longopts[] = {{"server", required_argument, 0, O_SERVER},
                                            {"token-file", required_argument, 0, O_TOKEN},
                                            {"cpus", required_argument, 0, O_CPUS},
@@ -453,6 +547,7 @@ int main(int argc, char **argv) {
                                            {"mps", no_argument, 0, O_MPS},
                                            {"cpu-list", required_argument, 0, O_CPULIST},
                                            {"exclusive-cpus", no_argument, 0, O_EXCLCPUS},
+                                           {"hide", required_argument, 0, O_HIDE},
                                            {"version", no_argument, 0, O_VERSION},
                                            {"help", no_argument, 0, O_HELP},
                                            {0, 0, 0, 0}};
@@ -541,6 +636,13 @@ int main(int argc, char **argv) {
       return 0;
     case O_MPS:
       use_mps = 1;
+      break;
+    case O_HIDE:
+      if (nhides == MAIN_MAX_HIDE) {
+        fprintf(stderr, "ctune-worker: --hide: at most %d paths\n", MAIN_MAX_HIDE);
+        return 2;
+      }
+      hides[nhides++] = optarg;
       break;
     case O_HELP:
       fputs(usage, stdout);
@@ -647,6 +749,14 @@ int main(int argc, char **argv) {
     isolate_free(&iso);
     return 1;
   }
+  if (setup_trial_view(&iso, o.work_dir, token_file, hides, nhides) < 0) {
+    fprintf(stderr, "ctune-worker: too many paths to hide from trials (at most %d)\n",
+            ISOLATE_MAX_VIEW);
+    free(token);
+    isolate_free(&iso);
+    close(lock_fd);
+    return 2;
+  }
   /* What this worker may really use, and where each figure came from. */
   if ((o.ncpus = claim_cpus(&cpu_plan, o.name, exclusive_cpus, &cpu_claim, o.cpu_ids)) < 0) {
     free(token);
@@ -669,6 +779,10 @@ int main(int argc, char **argv) {
     isolate_free(&iso);
     return 2;
   }
+  /* The MPS pipes are in the work dir: GPU trials reach them. */
+  if ((gpu_mps_pipe_dir() && isolate_add_view(&iso, 1, gpu_mps_pipe_dir()) < 0) ||
+      (gpu_mps_log_dir() && isolate_add_view(&iso, 1, gpu_mps_log_dir()) < 0))
+    log_warn("cannot show the MPS dirs to trials: too many paths");
   {
     /* The outbox holds argv and results of trials: the worker's alone. */
     char ob[PATH_MAX + 16];

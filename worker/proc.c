@@ -15,6 +15,7 @@
 #include "execwrap.h"
 #include "isolate.h"
 #include "log.h"
+#include "supervise.h"
 
 /* A child that exited may leave a grandchild holding its pipes; after the
  * group is killed, stop waiting for end of file after this long. */
@@ -178,8 +179,8 @@ static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
 }
 
 int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *const *argv,
-               char *const *env, const char *cwd, const struct proc_limits *lim,
-               const struct proc_cbs *cbs, void *arg) {
+               char *const *env, const char *cwd, const char *trial_dir,
+               const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg) {
   memset(p, 0, sizeof *p);
   p->loop = loop;
   p->cbs = *cbs;
@@ -188,7 +189,7 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
   while (argv[n]) n++;
   char rl[32], parent[32], rfd[16], uid[24], gid[24];
   char groups[ISOLATE_MAX_GROUPS * 12 + 2] = "-";
-  const char **args = calloc(n + 20, sizeof *args);
+  const char **args = calloc(n + 24 + 4 * ISOLATE_MAX_VIEW, sizeof *args);
   if (!args) return -ENOMEM;
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
@@ -233,6 +234,24 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
     args[k++] = gid;
     args[k++] = "--groups";
     args[k++] = groups;
+  }
+  if (iso && iso->ns != SUPERVISE_NS_NONE) {
+    /* The trial's private view: its own dir and the shared ones shown,
+     * the worker's files hidden (supervise_private_view). */
+    args[k++] = "--ns";
+    args[k++] = iso->ns == SUPERVISE_NS_USER ? "user" : "mount";
+    for (int i = 0; i < iso->nhide; i++) {
+      args[k++] = "--hide";
+      args[k++] = iso->hide[i];
+    }
+    if (trial_dir) {
+      args[k++] = "--show";
+      args[k++] = trial_dir;
+    }
+    for (int i = 0; i < iso->nshow; i++) {
+      args[k++] = "--show";
+      args[k++] = iso->show[i];
+    }
   }
   args[k++] = "--";
   for (size_t i = 0; i < n; i++) args[k++] = argv[i];

@@ -55,10 +55,12 @@ struct proc {
  * result the snapshot holds is in the pipe by then.) */
 int proc_drain_stdout(struct proc *p);
 
-/* argv/env/cwd of the trial itself; self_exe is ctune-worker's own path. */
+/* argv/env/cwd of the trial itself; self_exe is ctune-worker's own path;
+ * trial_dir (or NULL) is the dir the trial's private view shows it (the
+ * installed isolate policy says what else it shows and hides). */
 int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *const *argv,
-               char *const *env, const char *cwd, const struct proc_limits *lim,
-               const struct proc_cbs *cbs, void *arg);
+               char *const *env, const char *cwd, const char *trial_dir,
+               const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg);
 /* SIGTERM to the group now, SIGKILL to the group after grace_ms. */
 void proc_stop(struct proc *p, unsigned grace_ms);
 /* Closes the handles (after on_exit, or to abandon a process: it is then

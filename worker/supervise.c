@@ -10,8 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -177,6 +181,150 @@ int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch,
   return rc;
 }
 
+static int supervise_err(char *err, size_t len, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int supervise_err(char *err, size_t len, int rc, const char *fmt, ...) {
+  if (err && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+static int supervise_write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  size_t n = strlen(text);
+  ssize_t w = write(fd, text, n);
+  int rc = w == (ssize_t)n ? 0 : w < 0 ? -errno : -EIO;
+  close(fd);
+  return rc;
+}
+
+/* The new user namespace's only ids: the caller's own uid and gid, mapped to
+ * themselves (what an unprivileged process may map), and no setgroups. */
+static int supervise_map_self(uid_t uid, gid_t gid, char *err, size_t len) {
+  char map[64];
+  int rc = supervise_write_file("/proc/self/setgroups", "deny");
+  if (rc < 0 && rc != -ENOENT) /* kernels before 3.19 have no such file */
+    return supervise_err(err, len, rc, "cannot write /proc/self/setgroups: %s", strerror(-rc));
+  snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+  if ((rc = supervise_write_file("/proc/self/uid_map", map)) < 0)
+    return supervise_err(err, len, rc, "cannot write /proc/self/uid_map: %s", strerror(-rc));
+  snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+  if ((rc = supervise_write_file("/proc/self/gid_map", map)) < 0)
+    return supervise_err(err, len, rc, "cannot write /proc/self/gid_map: %s", strerror(-rc));
+  return 0;
+}
+
+/* mkdir -p: the components that are missing (on a tmpfs just mounted),
+ * 0711 whatever the umask (the worker's is 077): made as root, they must
+ * let the --run-as user through to the dirs shown in them. */
+static int supervise_mkdirs(const char *path) {
+  char buf[PATH_MAX];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
+  for (char *p = buf + 1;; p++) {
+    if (*p != '/' && *p) continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(buf, 0711) == 0) {
+      if (chmod(buf, 0711) != 0) return -errno;
+    } else if (errno != EEXIST) {
+      return -errno;
+    }
+    if (!c) return 0;
+    *p = c;
+  }
+}
+
+#define SUPERVISE_RO (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+int supervise_private_view(const struct supervise_view *v, char *err, size_t len) {
+  if (v->ns == SUPERVISE_NS_NONE) return 0;
+  if (v->nhide < 1 || v->nhide > SUPERVISE_MAX_VIEW || v->nshow > SUPERVISE_MAX_VIEW)
+    return supervise_err(err, len, -EINVAL, "bad list of paths to hide");
+  uid_t uid = geteuid();
+  gid_t gid = getegid();
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+  int rc = 0, shown[SUPERVISE_MAX_VIEW], cover[SUPERVISE_MAX_VIEW], ncover = 0;
+  for (int i = 0; i < v->nshow; i++) shown[i] = -1;
+  if (v->ns == SUPERVISE_NS_USER) {
+    /* The process writes its own maps: its /proc/self files must be its
+     * own, which they are not once a change of user made it non-dumpable. */
+    prctl(PR_SET_DUMPABLE, 1);
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return supervise_err(err, len, -errno, "cannot make a user namespace: %s", strerror(errno));
+    if ((rc = supervise_map_self(uid, gid, err, len)) < 0) return rc;
+  } else if (unshare(CLONE_NEWNS) != 0) {
+    return supervise_err(err, len, -errno, "cannot make a mount namespace: %s", strerror(errno));
+  }
+  /* Nothing done here reaches the worker's namespace, nor the other way. */
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+    return supervise_err(err, len, -errno, "cannot make / private: %s", strerror(errno));
+  /* What is shown again is opened before it is covered (in this namespace:
+   * a mount is bound only from its own namespace). */
+  for (int i = 0; i < v->nshow; i++) shown[i] = open(v->show[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+  char empty[PATH_MAX] = "";
+  for (int i = 0; i < v->nhide && rc == 0; i++) {
+    struct stat st;
+    if (stat(v->hide[i], &st) != 0) continue; /* not there, or covered already */
+    if (S_ISDIR(st.st_mode)) {
+      if (mount("ctune-hidden", v->hide[i], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=0711,size=64k,nr_inodes=256") != 0) {
+        rc = supervise_err(err, len, -errno, "cannot cover %s: %s", v->hide[i], strerror(errno));
+        break;
+      }
+      cover[ncover++] = i;
+      if (!empty[0]) {
+        /* What a hidden file is covered with. */
+        snprintf(empty, sizeof empty, "%s/.hidden", v->hide[i]);
+        int fd = open(empty, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+        if (fd >= 0 && fchmod(fd, 0444) != 0) { /* whatever the umask */
+          close(fd);
+          fd = -1;
+        }
+        if (fd < 0) {
+          rc = supervise_err(err, len, -errno, "cannot create %s: %s", empty, strerror(errno));
+          break;
+        }
+        close(fd);
+      }
+    } else if (!empty[0]) {
+      rc = supervise_err(err, len, -EINVAL, "%s: the first path to hide must be a directory",
+                         v->hide[i]);
+    } else if (mount(empty, v->hide[i], NULL, MS_BIND, NULL) != 0 ||
+               mount(NULL, v->hide[i], NULL, MS_REMOUNT | MS_BIND | SUPERVISE_RO, NULL) != 0) {
+      rc = supervise_err(err, len, -errno, "cannot cover %s: %s", v->hide[i], strerror(errno));
+    }
+  }
+  for (int i = 0; i < v->nshow && rc == 0; i++) {
+    if (shown[i] < 0) continue;
+    char src[64];
+    snprintf(src, sizeof src, "/proc/self/fd/%d", shown[i]);
+    if ((rc = supervise_mkdirs(v->show[i])) < 0 ||
+        (mount(src, v->show[i], NULL, MS_BIND, NULL) != 0 && (rc = -errno)))
+      rc = supervise_err(err, len, rc, "cannot show %s: %s", v->show[i], strerror(-rc));
+  }
+  /* The covers read-only last: the dirs to show are made in them first. */
+  for (int k = 0; k < ncover && rc == 0; k++)
+    if (mount(NULL, v->hide[cover[k]], NULL, MS_REMOUNT | MS_BIND | SUPERVISE_RO, NULL) != 0)
+      rc = supervise_err(err, len, -errno, "cannot make the cover of %s read-only: %s",
+                         v->hide[cover[k]], strerror(errno));
+  for (int i = 0; i < v->nshow; i++)
+    if (shown[i] >= 0) close(shown[i]);
+  /* Back to the cwd by its path: the old one is the covered directory,
+   * whose ".." leads past the cover. */
+  if (rc == 0 && cwd[0] && chdir(cwd) != 0)
+    rc = supervise_err(err, len, -errno,
+                       "cannot return to its cwd %s in its view (a cwd under the worker's work "
+                       "dir is hidden from trials): %s",
+                       cwd, strerror(errno));
+  return rc;
+}
+
 static void supervise_child_fail(const char *what, const char *detail) {
   /* One JSON line like the trainer's, so the worker's failure report and the
    * trial log both say exactly what went wrong. */
@@ -234,8 +382,20 @@ static void supervise_child(const struct supervise_opts *o, char **argv, const s
     if (setrlimit(RLIMIT_AS, &rl) != 0)
       supervise_child_fail("setrlimit(RLIMIT_AS) failed", strerror(errno));
   }
-  /* Last: joining the cgroup and setting limits may need the worker's user. */
+  /* Last: joining the cgroup and setting limits may need the worker's user;
+   * a mount namespace made as root comes before the drop, a user namespace
+   * (made as the trial's user) after it. */
+  char verr[600];
+  if (o->view.ns == SUPERVISE_NS_MOUNT && supervise_private_view(&o->view, verr, sizeof verr) < 0)
+    supervise_child_fail("cannot hide the worker's files from the trial", verr);
   if (o->run_as) supervise_drop_user(o, supervisor);
+  if (o->view.ns == SUPERVISE_NS_USER) {
+    if (supervise_private_view(&o->view, verr, sizeof verr) < 0)
+      supervise_child_fail("cannot hide the worker's files from the trial", verr);
+    /* A new user namespace is a change of credentials. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != supervisor) _exit(127);
+  }
   /* The supervisor's blocked signals must not stay blocked in the trial. */
   sigprocmask(SIG_SETMASK, oldmask, NULL);
   execvp(argv[0], argv);

@@ -41,6 +41,42 @@ int supervise_kill_cgroup(const char *cg, int check_fs);
 int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch, int *watch_status,
                         int *watch_reaped);
 
+/* A trial's private view of the file system: what it must not read (the
+ * worker's work dir with its identity, outbox and other trials' dirs; its
+ * token file) is covered by an empty read-only mount in a mount namespace
+ * of the trial's own, and what it needs under those (its own dir, the data
+ * cache, the MPS pipes) is bound back on top. Made in the trial's process
+ * just before exec:
+ *  - SUPERVISE_NS_USER: as the trial's own (unprivileged) user, a user
+ *    namespace with a mount namespace (the trial's uid and gid map to
+ *    themselves). The trial keeps no capability after exec, the mounts it
+ *    inherits cannot be undone (the kernel locks them), and no process
+ *    outside its user namespace (the worker, its supervisor, other trials)
+ *    can be read through /proc (ptrace rules).
+ *  - SUPERVISE_NS_MOUNT: a mount namespace made as root, before the trial
+ *    drops to its --run-as user (where user namespaces are off).
+ *  - SUPERVISE_NS_NONE: no private view (said loudly at the worker's start).
+ */
+enum { SUPERVISE_NS_NONE = 0, SUPERVISE_NS_MOUNT = 1, SUPERVISE_NS_USER = 2 };
+#define SUPERVISE_MAX_VIEW 24
+
+struct supervise_view {
+  int ns; /* SUPERVISE_NS_* */
+  /* Absolute paths. A dir is covered by an empty read-only tmpfs, a file by
+   * an empty read-only file; one that does not exist (or is covered
+   * already) is skipped. The first must be a directory. */
+  const char *hide[SUPERVISE_MAX_VIEW];
+  int nhide;
+  /* Directories under hidden ones bound back in place (missing: skipped). */
+  const char *show[SUPERVISE_MAX_VIEW];
+  int nshow;
+};
+
+/* Makes the calling process's private view (v->ns not NONE), then returns
+ * to the cwd it had (by path, so through the new mounts). 0, or a negative
+ * errno with what failed in err. */
+int supervise_private_view(const struct supervise_view *v, char *err, size_t len);
+
 struct supervise_opts {
   pid_t parent;       /* the worker; 0 = do not watch for its death */
   const char *cgroup; /* the trial's cgroup to join and to kill; or NULL */
@@ -56,6 +92,9 @@ struct supervise_opts {
   gid_t gid;
   const gid_t *groups;
   int ngroups;
+  /* The trial's view: SUPERVISE_NS_MOUNT is made before the drop to the
+   * run-as user, SUPERVISE_NS_USER after it. */
+  struct supervise_view view;
 };
 
 /* Becomes the supervisor of argv[0..] (execvp'ed in a forked child in its own

@@ -274,7 +274,7 @@ int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe, char *co
   /* The attempt's clock starts with its process (result_fill). */
   t->clock.started_mono = t->clock.prev_mono = clock_mono_s();
   t->clock.nresults = 0;
-  rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, lim, &cbs, t);
+  rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, t->dir, lim, &cbs, t);
   if (rc < 0) {
     /* proc_spawn closes its own handles; on_closed follows all three. */
     uv_close((uv_handle_t *)&t->watch, trial_uv_closed);

@@ -97,9 +97,13 @@ struct srv_trial {
    * that the lease that ended the trial itself (lease_final: its complete,
    * fail or a stop decision) may still send its final uploads, and so that a
    * stale attempt is told apart. In memory only: after a restart an ended
-   * trial takes no final uploads. */
+   * trial takes no final uploads. lease_ended_ms (monotonic) is when that
+   * lease ended the trial (it left RUNNING): the final uploads are taken only
+   * for STATE_FINAL_WINDOW_MS after it, so a worker's secret that leaks later
+   * cannot rewrite an ended trial's checkpoint or logs. */
   int64_t lease_worker_id;
   int lease_final;
+  uint64_t lease_ended_ms;
   uint64_t lease_deadline_ms; /* monotonic; 0: not set yet (after a load) */
   uint64_t unlisted_since_ms; /* first heartbeat of its worker that left it out */
   uint64_t listed_gen;        /* the heartbeat that last listed it */

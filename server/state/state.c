@@ -435,7 +435,8 @@ enum fence state_check_fence(struct server *s, struct srv_trial *t, const struct
     return FENCE_CURRENT;
   }
   enum fence f = t->status != TS_RUNNING && t->lease_final && t->lease_worker_id == l->worker_id &&
-                         t->attempt == l->attempt
+                         t->attempt == l->attempt &&
+                         clock_mono_ms() - t->lease_ended_ms <= STATE_FINAL_WINDOW_MS
                      ? FENCE_FINAL
                      : FENCE_STALE;
   /* Said for FENCE_FINAL too: a write that needs the current lease (a new
@@ -444,6 +445,13 @@ enum fence state_check_fence(struct server *s, struct srv_trial *t, const struct
     if (t->status == TS_RUNNING)
       snprintf(why, whylen, "trial %lld is leased to %lld:%d, not %lld:%d", (long long)t->id,
                (long long)t->worker_id, t->attempt, (long long)l->worker_id, l->attempt);
+    else if (f == FENCE_STALE && t->lease_final && t->lease_worker_id == l->worker_id &&
+             t->attempt == l->attempt)
+      snprintf(why, whylen,
+               "trial %lld is %s: the final uploads of lease %lld:%d were taken for %llu s "
+               "after its end",
+               (long long)t->id, trial_status_names[t->status], (long long)l->worker_id, l->attempt,
+               STATE_FINAL_WINDOW_MS / 1000);
     else
       snprintf(why, whylen, "trial %lld is %s, not leased to %lld:%d", (long long)t->id,
                trial_status_names[t->status], (long long)l->worker_id, l->attempt);

@@ -111,9 +111,15 @@ struct lease_token {
 };
 /* Parses "W:A" (decimal, W >= 1, A >= 1). -EINVAL when missing or malformed. */
 int state_parse_lease(const char *header, struct lease_token *out);
+/* How long after its end a trial still takes the final uploads (checkpoint,
+ * logs, a repeated complete) of the lease that ended it: the worker sends
+ * them at once, so a minute covers a slow link and a retry or two. Later,
+ * that lease is as stale as any other. */
+#define STATE_FINAL_WINDOW_MS 60000ull
 enum fence {
   FENCE_CURRENT = 0, /* the trial's current lease (RUNNING) */
-  FENCE_FINAL = 1,   /* the lease that ended the trial itself: final uploads */
+  FENCE_FINAL = 1,   /* the lease that ended the trial itself, within
+                        STATE_FINAL_WINDOW_MS of the end: final uploads */
   FENCE_STALE = 2    /* anything else: 409 not_leased, nothing stored */
 };
 /* Checks l against t's lease; FENCE_CURRENT renews the trial's lease (a

@@ -66,6 +66,8 @@ static int trial_set_status(struct server *s, struct srv_trial *t, enum trial_st
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
   e->counts[t->status]--;
   e->counts[st]++;
+  /* Its lease ends here: the window of its final uploads starts. */
+  if (t->status == TS_RUNNING && st != TS_RUNNING) t->lease_ended_ms = clock_mono_ms();
   t->status = st;
   t->updated_seq = ++s->seq;
   if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of the ctune CLI against the real ctune-server, ctune-worker
 and ctune-train (docs/protocol.md contracts). Usage: e2e_cli.py BIN_DIR CASE, CASE one
-of remote, run, sigint, resume. Every process started here, and any process
+of remote, run, sigint, resume, hide. Every process started here, and any process
 they leave behind, is stopped before the test returns (this process becomes a
 child subreaper, so orphans become our children and are visible in /proc)."""
 import ctypes
@@ -461,6 +461,67 @@ def case_run(tmp):
     check(not descendants(), f"processes left: {descendants()}")
 
 
+HIDE_TRIAL = r"""
+import json, os
+cfg = json.loads(os.environ["CTUNE_CONFIG"])
+got = {}
+for p in cfg["paths"].split(","):
+    try:
+        with open(p, "rb") as f:
+            got[p] = len(f.read())
+    except OSError as e:
+        got[p] = e.strerror
+with open(os.path.join(os.environ["CTUNE_CHECKPOINT_DIR"], "seen.json"), "w") as f:
+    json.dump(got, f)
+leaks = sum(1 for v in got.values() if isinstance(v, int) and v > 0)
+print(json.dumps({"training_iteration": 1, "loss": 0.0, "leaks": leaks}), flush=True)
+"""
+
+
+def case_hide(tmp):
+    """`ctune run`: its trial (run as the invoking user, as the worker) reads
+    none of the database (every worker's secret), its -wal and -shm, the
+    token file, the server log (the dashboard URL with the admin token) and
+    the worker's identity: hidden (ctune-worker --hide), read empty or not
+    there. As user nobody when the test runs as root (a user namespace per
+    trial), as the test's user otherwise."""
+    res = os.path.join(tmp, "r")
+    os.mkdir(res)
+    base = os.path.join(res, "hide")
+    paths = [base + ".db", base + ".db-wal", base + ".db-shm", base + ".db.tokens",
+             base + ".server.log", base + ".work/identity"]
+    script = os.path.join(tmp, "hide_trial.py")
+    with open(script, "w") as f:
+        f.write(HIDE_TRIAL)
+    cfg = write_config(tmp, "hide.json", {
+        "name": "hide", "metric": "loss", "mode": "min", "num_samples": 1,
+        "param_space": {"paths": ",".join(paths)}, "scheduler": {"type": "fifo"},
+        "resources_per_trial": {"cpu": 1, "gpu": 0},
+        "trainable": {"type": "command", "argv": ["/usr/bin/python3", script]}})
+    cmd = [os.path.join(BIN, "ctune"), "run", cfg, "--db", base + ".db", "--json"]
+    run = os.path.join(tmp, "run")  # the worker's CPU claims, not /tmp/ctune-<uid>
+    os.mkdir(run)
+    if os.geteuid() == 0:
+        os.chmod(tmp, 0o755)
+        os.chown(res, 65534, 65534)
+        os.chown(run, 65534, 65534)
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CTUNE_")}
+    e["CTUNE_RUN_DIR"] = run
+    r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=tmp, timeout=120)
+    check(r.returncode == 0, f"run: {r.returncode} {r.stderr}")
+    best = run_json_lines(r.stdout)[-1]["best_trial"]
+    with open(os.path.join(base + ".work", "trials", str(best["id"]), "seen.json")) as f:
+        seen = json.load(f)
+    print("the trial saw:", seen)
+    check(best["last_result"]["leaks"] == 0, f"the trial read: {seen}")
+    # They were there to read (the test means something).
+    for p in (base + ".db", base + ".db.tokens", base + ".server.log"):
+        check(os.path.getsize(p) > 0, f"{p} is empty")
+    check("token=" in open(base + ".server.log").read(), "the server log has the dashboard URL")
+    check(not descendants(), f"processes left: {descendants()}")
+
+
 def start_run(tmp, cfg, *extra):
     p = subprocess.Popen([os.path.join(BIN, "ctune"), "run", cfg, "--json", "--interval", "0.5", *extra],
                          cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -556,7 +617,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix=f"ctune-cli-{CASE}-")
     ok = False
     try:
-        {"remote": case_remote, "run": case_run, "sigint": case_sigint, "resume": case_resume}[CASE](tmp)
+        {"remote": case_remote, "run": case_run, "sigint": case_sigint, "resume": case_resume,
+         "hide": case_hide}[CASE](tmp)
         ok = True
     finally:
         cleanup()

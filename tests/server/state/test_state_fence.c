@@ -151,6 +151,39 @@ START_TEST(fence_final_for_the_lease_that_ended_it) {
 }
 END_TEST
 
+/* Rule: the final uploads of the lease that ended a trial are taken for
+ * STATE_FINAL_WINDOW_MS after the end, not later: then that lease is STALE,
+ * and why says so. (A worker's secret that leaks later cannot rewrite an
+ * ended trial's checkpoint.) The window starts when the trial leaves
+ * RUNNING, not when its lease was granted or last renewed. */
+START_TEST(fence_final_only_within_its_window) {
+  submit("f", 2);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *done = h_lease(&H, w), *stopped = h_lease(&H, w);
+  fake_clock_advance_ms(H_LEASE_MS / 2); /* the end comes well after the grant */
+  h_complete(&H, done);
+  uint64_t end = fake_clock_now_ms();
+  fake_clock_set_ms(end + STATE_FINAL_WINDOW_MS);
+  ck_assert_int_eq(fence(done, w->id, 1, NULL, 0), FENCE_FINAL);
+  fake_clock_set_ms(end + STATE_FINAL_WINDOW_MS + 1);
+  char why[256], want[256];
+  ck_assert_int_eq(fence(done, w->id, 1, why, sizeof why), FENCE_STALE);
+  snprintf(want, sizeof want,
+           "trial %lld is TERMINATED: the final uploads of lease %lld:1 were taken for %llu s "
+           "after its end",
+           (long long)done->id, (long long)w->id, STATE_FINAL_WINDOW_MS / 1000);
+  ck_assert_str_eq(why, want);
+  /* A user's stop ends the other one now: its own window, from now. */
+  uint64_t ticket = 0;
+  ck_assert_int_eq(control_stop_trial(S, stopped, &ticket), 0);
+  ck_assert_int_eq(stopped->status, TS_TERMINATED);
+  fake_clock_advance_ms(STATE_FINAL_WINDOW_MS);
+  ck_assert_int_eq(fence(stopped, w->id, 1, NULL, 0), FENCE_FINAL);
+  fake_clock_advance_ms(1);
+  ck_assert_int_eq(fence(stopped, w->id, 1, NULL, 0), FENCE_STALE);
+}
+END_TEST
+
 /* Rule: a paused experiment's RUNNING trials keep their leases (CURRENT)
  * until the lease ends; a restart keeps the lease of a RUNNING trial. */
 START_TEST(fence_survives_pause_and_restart) {
@@ -218,6 +251,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, fence_other_worker_is_stale);
   tcase_add_test(tc, fence_stale_attempt_after_requeue);
   tcase_add_test(tc, fence_final_for_the_lease_that_ended_it);
+  tcase_add_test(tc, fence_final_only_within_its_window);
   tcase_add_test(tc, fence_survives_pause_and_restart);
   tcase_add_test(tc, worker_by_secret);
   suite_add_tcase(s, tc);

@@ -94,6 +94,39 @@ START_TEST(open_file_refuses_links_fifos_and_dirs) {
 }
 END_TEST
 
+/* Rule: a path to hide from trials or show them is kept absolute: its real
+ * path when it exists (a symlink resolved), else joined to the cwd (a
+ * database's -wal may not exist yet; the supervisor resolves paths from the
+ * trial's cwd). More than ISOLATE_MAX_VIEW: -E2BIG. */
+START_TEST(view_paths_are_absolute) {
+  char dir[] = "/tmp/ctune-isolate-view.XXXXXX", link[64], real[PATH_MAX], want[PATH_MAX + 16];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_ptr_nonnull(realpath(dir, real));
+  snprintf(link, sizeof link, "%s/link", dir);
+  ck_assert_int_eq(symlink(dir, link), 0);
+  char *old = getcwd(NULL, 0);
+  ck_assert_int_eq(chdir(dir), 0);
+  struct isolate iso = {0};
+  ck_assert_int_eq(isolate_add_view(&iso, 0, link), 0);
+  ck_assert_int_eq(isolate_add_view(&iso, 0, "db-wal"), 0);
+  ck_assert_int_eq(isolate_add_view(&iso, 1, "/not/there"), 0);
+  ck_assert_str_eq(iso.hide[0], real);
+  snprintf(want, sizeof want, "%s/db-wal", real);
+  ck_assert_str_eq(iso.hide[1], want);
+  ck_assert_str_eq(iso.show[0], "/not/there");
+  ck_assert_int_eq(iso.nhide, 2);
+  ck_assert_int_eq(iso.nshow, 1);
+  while (iso.nhide < ISOLATE_MAX_VIEW) ck_assert_int_eq(isolate_add_view(&iso, 0, "x"), 0);
+  ck_assert_int_eq(isolate_add_view(&iso, 0, "x"), -E2BIG);
+  isolate_free(&iso);
+  ck_assert_int_eq(iso.nhide, 0);
+  ck_assert_int_eq(chdir(old), 0);
+  free(old);
+  unlink(link);
+  rmdir(dir);
+}
+END_TEST
+
 START_TEST(trainable_env_is_clean_and_run_as_home) {
   char *base[] = {"PATH=/usr/bin:/bin", "HOME=/root",   "USER=root", "CTUNE_TOKEN=secret",
                   "MY_KEY=k",           "LANG=C.UTF-8", NULL};
@@ -140,6 +173,7 @@ int main(void) {
   tcase_add_test(tc, trainables_kinds_and_allowed_programs);
   tcase_add_test(tc, open_file_refuses_links_fifos_and_dirs);
   tcase_add_test(tc, trainable_env_is_clean_and_run_as_home);
+  tcase_add_test(tc, view_paths_are_absolute);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

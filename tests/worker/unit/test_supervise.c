@@ -1,15 +1,20 @@
 /* The trial supervisor with real processes: its tree kill reaches a shell's
  * background child and a setsid'd double fork; it kills the whole tree when
  * its parent (the worker) dies by SIGKILL; it reports the trial's process
- * group and exits with the trial's own status. (Child processes: registered
- * with the e2e label.) */
+ * group and exits with the trial's own status; a trial's private view hides
+ * the work dir and the token file but shows its own dir and the cache.
+ * (Child processes: registered with the e2e label.) */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -189,6 +194,128 @@ static int run_supervised(const char *cmd, int *trial_pid, int stop_after_ms) {
   return st;
 }
 
+static void put(const char *rel, const char *text) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void mk(const char *rel) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  ck_assert_int_eq(chmod(p, 0711), 0); /* as the worker makes them for --run-as */
+}
+
+static int drop_to_nobody(void) {
+  return setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0 ? -1 : 0;
+}
+
+/* In a child (whose namespaces go with it), as a trial: the view of ns,
+ * then each check; exits with the number of the first that failed (0: all
+ * held, 1: the view could not be made). */
+static int view_child(int ns) {
+  char work[128], token[128], own[160], cache[160], p[256], buf[64];
+  snprintf(work, sizeof work, "%s/work", dir);
+  snprintf(token, sizeof token, "%s/token", dir);
+  snprintf(own, sizeof own, "%s/trials/1", work);
+  snprintf(cache, sizeof cache, "%s/cache", work);
+  umask(077); /* the worker's */
+  if (chdir(own) != 0) return 1;
+  struct supervise_view v = {
+      .ns = ns, .hide = {work, token}, .nhide = 2, .show = {own, cache}, .nshow = 2};
+  char err[600];
+  /* As the supervisor does for --run-as nobody (when root): a user
+   * namespace after the drop, a mount namespace before it. */
+  int root = geteuid() == 0;
+  if (root && ns == SUPERVISE_NS_USER && drop_to_nobody() != 0) return 1;
+  if (supervise_private_view(&v, err, sizeof err) < 0) {
+    fprintf(stderr, "view: %s\n", err);
+    return 1;
+  }
+  if (root && ns == SUPERVISE_NS_MOUNT && drop_to_nobody() != 0) return 1;
+  snprintf(p, sizeof p, "%s/identity", work);
+  if (access(p, F_OK) == 0 || errno != ENOENT) return 2; /* the identity: gone */
+  int fd = open(token, O_RDONLY);
+  if (fd < 0 || read(fd, buf, sizeof buf) != 0) return 3; /* the token: empty */
+  close(fd);
+  if (access("../2/secret", F_OK) == 0) return 4; /* a sibling through the cwd */
+  snprintf(p, sizeof p, "%s/trials/2/secret", work);
+  if (access(p, F_OK) == 0) return 5; /* a sibling by path */
+  snprintf(p, sizeof p, "%s/trials", work);
+  DIR *d = opendir(p); /* trials/ lists its own dir alone (or nothing, 0711) */
+  int others = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "1");
+  if (d) closedir(d);
+  if ((!d && errno != EACCES) || others) return 6;
+  snprintf(p, sizeof p, "%s/junk", work);
+  if (open(p, O_WRONLY | O_CREAT, 0600) >= 0 || errno != EROFS) return 7; /* cover read-only */
+  fd = open("ckpt", O_RDONLY); /* its own dir, through the cwd */
+  if (fd < 0 || read(fd, buf, sizeof buf) != 4 || memcmp(buf, "mine", 4)) return 8;
+  close(fd);
+  if ((fd = open("new", O_WRONLY | O_CREAT, 0600)) < 0) return 9; /* and writable */
+  close(fd);
+  snprintf(p, sizeof p, "%s/ckpt", own); /* and by its path (CTUNE_CHECKPOINT_DIR) */
+  if ((fd = open(p, O_RDONLY)) < 0) return 11;
+  close(fd);
+  snprintf(p, sizeof p, "%s/entry", cache);
+  if ((fd = open(p, O_WRONLY | O_CREAT, 0600)) < 0) return 10; /* the cache, writable */
+  close(fd);
+  return 0;
+}
+
+static void check_view(int ns) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(view_child(ns));
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ns %d: check %d failed", ns,
+                WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  /* The worker's side: everything still there, the trial's writes too. */
+  char p[256];
+  static const char *const there[] = {"work/identity", "token", "work/trials/2/secret",
+                                      "work/trials/1/new", "work/cache/entry"};
+  for (size_t i = 0; i < sizeof there / sizeof *there; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, there[i]);
+    ck_assert_msg(access(p, F_OK) == 0, "%s is gone", there[i]);
+  }
+}
+
+/* Rule: a trial's private view (supervise_private_view) hides the work dir
+ * (identity, other trials' dirs, also through its cwd) and the token file
+ * (read empty), read-only, and shows its own dir and the cache, writable,
+ * without changing anything the worker sees. Both ways it is made: a user
+ * namespace (any user), and a mount namespace as root (checked as the
+ * --run-as user it is for: the dirs made in the cover let it through). */
+START_TEST(private_view_hides_the_worker) {
+  mk("work");
+  put("work/identity", "{\"id\":1,\"secret\":\"s\"}");
+  mk("work/trials");
+  mk("work/trials/1");
+  put("work/trials/1/ckpt", "mine");
+  mk("work/trials/2");
+  put("work/trials/2/secret", "theirs");
+  mk("work/cache");
+  put("token", "worker=tok");
+  if (geteuid() == 0) { /* the run-as user's, as the worker makes them */
+    static const char *const own[] = {"work/trials/1", "work/trials/1/ckpt", "work/cache"};
+    char p[256];
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+      snprintf(p, sizeof p, "%s/%s", dir, own[i]);
+      ck_assert_int_eq(chown(p, 65534, 65534), 0);
+    }
+    ck_assert_int_eq(chmod(dir, 0711), 0); /* mkdtemp's 0700: let nobody through */
+  }
+  if (access("/proc/self/ns/user", F_OK) == 0) check_view(SUPERVISE_NS_USER);
+  if (geteuid() == 0) check_view(SUPERVISE_NS_MOUNT);
+}
+END_TEST
+
 START_TEST(exit_status_is_the_trials) {
   int t, st;
   st = run_supervised("exit 7", &t, -1);
@@ -217,6 +344,7 @@ int main(void) {
   tcase_add_test(tc, worker_kill9_kills_whole_tree);
   tcase_add_test(tc, exit_status_is_the_trials);
   tcase_add_test(tc, cgroup_procs_are_killed);
+  tcase_add_test(tc, private_view_hides_the_worker);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
