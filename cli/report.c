@@ -238,9 +238,10 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   snprintf(line, sizeof(line), "Current time: %s UTC (running for %s)", t1, t2);
   put_line(sb, line, width);
 
-  const char *status = get_str(e, "status");
-  snprintf(line, sizeof(line), "Experiment %lld '%s': %s", (long long)get_num(e, "id", 0),
-           get_str(e, "name") ? get_str(e, "name") : "?", status ? status : "?");
+  const char *status = report_exp_status(e);
+  snprintf(line, sizeof(line), "Experiment %lld '%s': %s%s", (long long)get_num(e, "id", 0),
+           get_str(e, "name") ? get_str(e, "name") : "?", status ? status : "?",
+           report_exp_all_error(e) ? " (every trial ended in ERROR)" : "");
   const char *metric = get_str(e, "metric"), *mode = get_str(e, "mode");
   if (metric) {
     size_t u = strlen(line);
@@ -944,22 +945,53 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON
     error_line(get_str(trial, "error"), line, sizeof(line));
     sbuf_printf(&sb, "Error: %s\n", line);
   }
-  const cJSON *events = get(trial, "events");
-  int n = cJSON_IsArray(events) ? cJSON_GetArraySize(events) : 0;
-  if (!cJSON_IsArray(events)) {
+  /* Its decisions ("events") and its attempts ("attempts": leases, lost
+   * workers, releases, failures) as one history, in seq order. */
+  const cJSON *events = get(trial, "events"), *attempts = get(trial, "attempts");
+  int ne = cJSON_IsArray(events) ? cJSON_GetArraySize(events) : 0;
+  int na = cJSON_IsArray(attempts) ? cJSON_GetArraySize(attempts) : 0;
+  if (!cJSON_IsArray(events) && !cJSON_IsArray(attempts)) {
     /* An older server sends no history (no "events" key). */
-  } else if (!n) {
-    sbuf_puts(&sb, "Events: none (no scheduler decision about this trial yet)\n");
+  } else if (!ne && !na) {
+    sbuf_puts(&sb, "Events: none\n");
   } else {
-    sbuf_printf(&sb, "Events (%d, times in UTC):\n", n);
-    const cJSON *ev;
-    cJSON_ArrayForEach(ev, events) {
+    sbuf_printf(&sb, "Events (%d, times in UTC):\n", ne + na);
+    const cJSON *ev = ne ? events->child : NULL, *at = na ? attempts->child : NULL;
+    while (ev || at) {
+      const cJSON *x;
+      if (!at || (ev && get_num(ev, "seq", 0) <= get_num(at, "seq", 0))) {
+        x = ev;
+        ev = ev->next;
+      } else {
+        x = at;
+        at = at->next;
+      }
       char when[32] = "", what[1024];
-      if (cJSON_IsNumber(get(ev, "time"))) fmt_utc(get_num(ev, "time", 0), when, sizeof(when));
-      report_fmt_event(ev, trials, what, sizeof(what));
-      const char *kind = get_str(ev, "kind");
+      if (cJSON_IsNumber(get(x, "time"))) fmt_utc(get_num(x, "time", 0), when, sizeof(when));
+      report_fmt_event(x, trials, what, sizeof(what));
+      const char *kind = get_str(x, "kind");
       sbuf_printf(&sb, "  %-19s  %-11s %s\n", when, kind ? kind : "?", what);
     }
   }
   return sbuf_take(&sb, out);
+}
+
+int report_exp_all_error(const cJSON *e) {
+  const char *status = get_str(e, "status");
+  const cJSON *counts = get(e, "counts");
+  if (!status || strcmp(status, "TERMINATED") || !cJSON_IsObject(counts)) return 0;
+  double errors = 0, others = 0;
+  const cJSON *c;
+  cJSON_ArrayForEach(c, counts) {
+    if (!cJSON_IsNumber(c) || !c->string) continue;
+    if (!strcmp(c->string, "ERROR"))
+      errors += c->valuedouble;
+    else
+      others += c->valuedouble;
+  }
+  return errors > 0 && others == 0;
+}
+
+const char *report_exp_status(const cJSON *e) {
+  return report_exp_all_error(e) ? "FAILED" : get_str(e, "status");
 }

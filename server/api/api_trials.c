@@ -47,11 +47,13 @@ int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *
   server_unlock(s);
   if (!t) return 0;
   if (!o) return -ENOMEM;
-  /* The decisions on this trial, oldest first (PBT history). */
-  cJSON *ev = NULL;
-  int rc = decide_events_json(s, id, &ev);
-  if (rc || !cJSON_AddItemToObject(o, "events", ev)) {
-    cJSON_Delete(ev);
+  /* The decisions on this trial and its attempts, oldest first. */
+  cJSON *ev = NULL, *att = NULL;
+  int rc = decide_events_json(s, id, &ev, &att);
+  int in = !rc && cJSON_AddItemToObject(o, "events", ev);
+  if (!in) cJSON_Delete(ev);
+  if (rc || !in || !cJSON_AddItemToObject(o, "attempts", att)) {
+    cJSON_Delete(att);
     cJSON_Delete(o);
     return rc ? rc : -ENOMEM;
   }

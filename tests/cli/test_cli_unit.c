@@ -194,6 +194,41 @@ START_TEST(report_end_reason_and_ids) {
 }
 END_TEST
 
+/* An experiment that ended with every trial in ERROR is not shown as a
+ * plain TERMINATED; one with a single good trial is. */
+START_TEST(report_all_error_is_failed) {
+  cJSON *e = cJSON_Parse("{\"id\":1,\"name\":\"x\",\"status\":\"TERMINATED\",\"counts\":{"
+                         "\"PENDING\":0,\"RUNNING\":0,\"PAUSED\":0,\"TERMINATED\":0,\"ERROR\":3}}");
+  ck_assert_ptr_nonnull(e);
+  ck_assert_int_eq(report_exp_all_error(e), 1);
+  ck_assert_str_eq(report_exp_status(e), "FAILED");
+  cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItem(e, "counts"), "TERMINATED",
+                                         cJSON_CreateNumber(1));
+  ck_assert_int_eq(report_exp_all_error(e), 0);
+  ck_assert_str_eq(report_exp_status(e), "TERMINATED");
+  cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItem(e, "counts"), "TERMINATED",
+                                         cJSON_CreateNumber(0));
+  cJSON_ReplaceItemInObjectCaseSensitive(e, "status", cJSON_CreateString("RUNNING"));
+  ck_assert_str_eq(report_exp_status(e), "RUNNING"); /* not over yet */
+  cJSON_ReplaceItemInObjectCaseSensitive(e, "status", cJSON_CreateString("CANCELLED"));
+  ck_assert_str_eq(report_exp_status(e), "CANCELLED");
+  cJSON_Delete(e);
+  /* The status block says it. */
+  struct report_state s;
+  char *text;
+  cJSON *exp = fixture("grid_experiment.json");
+  cJSON *counts = cJSON_GetObjectItem(exp, "counts");
+  cJSON *c;
+  cJSON_ArrayForEach(c, counts) cJSON_SetNumberValue(c, strcmp(c->string, "ERROR") ? 0 : 4);
+  ck_assert_int_eq(report_state_load(&s, exp, fixture("grid_trials.json"), NULL), 0);
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_nonnull(
+      strstr(text, "'grid': FAILED (every trial ended in ERROR) (maximize accuracy)\n"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
 START_TEST(report_grid_finished) {
   struct report_state s;
   char *text;
@@ -365,6 +400,34 @@ START_TEST(report_events_reasons) {
 }
 END_TEST
 
+/* ctune trial: a trial's attempts (a lost worker, the lease that resumed
+ * it) are in its history with its decisions, in seq order. */
+START_TEST(trial_detail_attempts) {
+  cJSON *t = cJSON_Parse(
+      "{\"id\":15,\"experiment_id\":1,\"name\":\"x_00014\",\"status\":\"RUNNING\",\"events\":["
+      "{\"seq\":40,\"time\":1795000000,\"kind\":\"paused\",\"reason\":\"paused at rung 1 (t=3)\"}],"
+      "\"attempts\":[{\"seq\":5,\"time\":1795000000,\"kind\":\"leased\",\"reason\":\"attempt 1 "
+      "leased to worker 1 (w1), from the start\"},{\"seq\":30,\"time\":1795000030,\"kind\":"
+      "\"lease_lost\",\"reason\":\"attempt 1 on worker 1 (w1) ended at iteration 3: lease expired: "
+      "its worker was lost (no heartbeat for 30 s)\"},{\"seq\":50,\"time\":1795000031,\"kind\":"
+      "\"leased\",\"reason\":\"attempt 2 leased to worker 2 (w2), resuming from its checkpoint at "
+      "iteration 3\"}]}");
+  ck_assert_ptr_nonnull(t);
+  char *text;
+  ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(
+      text, "Events (4, times in UTC):\n"
+            "  2026-11-18 11:06:40  leased      attempt 1 leased to worker 1 (w1), from the start\n"
+            "  2026-11-18 11:07:10  lease_lost  attempt 1 on worker 1 (w1) ended at iteration 3: "
+            "lease expired: its worker was lost (no heartbeat for 30 s)\n"
+            "  2026-11-18 11:06:40  paused      paused at rung 1 (t=3)\n"
+            "  2026-11-18 11:07:11  leased      attempt 2 leased to worker 2 (w2), resuming from "
+            "its checkpoint at iteration 3\n"));
+  free(text);
+  cJSON_Delete(t);
+}
+END_TEST
+
 /* ctune trial: the detail and its events, exploits from their data. */
 START_TEST(trial_detail_events) {
   cJSON *t = fixture("pbt_trial.json"), *e = fixture("pbt_experiment.json");
@@ -466,6 +529,21 @@ START_TEST(fmt_values) {
 }
 END_TEST
 
+/* `ctune logs` prints a trial's output, not the terminal commands in it. */
+START_TEST(text_strips_terminal_controls) {
+  char s[] = "a\x1b[31mred\x1b[0m\x1b]0;title\x07"
+             "b\x1b]8;;http://x\x1b\\c\x1b"
+             "7d\x07\x08"
+             "e\x7f\tf\r\ng\rh\xc2\x9b"
+             "2Ji\xc3\xa9\xc2\xa0\n";
+  text_strip_controls(s);
+  ck_assert_str_eq(s, "aredbcde\tf\ng\nh2Ji\xc3\xa9\xc2\xa0\n");
+  char cut[] = "x\x1b[3";
+  text_strip_controls(cut);
+  ck_assert_str_eq(cut, "x");
+}
+END_TEST
+
 /* ---- export ---- */
 
 START_TEST(export_csv_golden) {
@@ -480,6 +558,25 @@ START_TEST(export_csv_golden) {
                    "note,training_iteration,accuracy,loss,time_total_s,error\n"));
   free(text);
   ck_assert_int_eq(export_csv(cJSON_GetObjectItem(trials, "last_seq"), &text), -EINVAL);
+  cJSON_Delete(trials);
+}
+END_TEST
+
+/* Trial output and config strings that a spreadsheet would run as formulas
+ * are neutralised with a leading '; numbers (a negative loss) are not. */
+START_TEST(export_csv_neutralises_formulas) {
+  cJSON *trials =
+      cJSON_Parse("{\"trials\":[{\"id\":1,\"name\":\"@x\",\"status\":\"ERROR\",\"config\":{\"a\":"
+                  "\"=HYPERLINK(1)\",\"b\":\"+1\",\"c\":\"\\tz\",\"d\":\"-2,3\"},\"last_result\":{"
+                  "\"loss\":-0.5},\"error\":\"=cmd|' /C calc'!A0\"}]}");
+  ck_assert_ptr_nonnull(trials);
+  char *text;
+  ck_assert_int_eq(export_csv(trials, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, ",'@x,"));
+  ck_assert_ptr_nonnull(strstr(text, ",'=HYPERLINK(1),'+1,'\tz,\"'-2,3\","));
+  ck_assert_ptr_nonnull(strstr(text, ",-0.5,"));
+  ck_assert_ptr_nonnull(strstr(text, ",'=cmd|' /C calc'!A0\n"));
+  free(text);
   cJSON_Delete(trials);
 }
 END_TEST
@@ -689,14 +786,18 @@ int main(void) {
   tcase_add_test(tc, report_asha_narrow_trims_to_width);
   tcase_add_test(tc, report_all_rows);
   tcase_add_test(tc, report_grid_finished);
+  tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
   tcase_add_test(tc, trial_detail_events);
+  tcase_add_test(tc, trial_detail_attempts);
   tcase_add_test(tc, report_json_state);
   tcase_add_test(tc, report_rejects_bad_shapes);
   tcase_add_test(tc, fmt_values);
+  tcase_add_test(tc, text_strips_terminal_controls);
   tcase_add_test(tc, export_csv_golden);
+  tcase_add_test(tc, export_csv_neutralises_formulas);
   tcase_add_test(tc, report_end_reason_and_ids);
   tcase_add_test(tc, export_json_with_results);
   tcase_add_test(tc, args_good);
