@@ -750,7 +750,10 @@ int report_events(const struct report_state *prev, const struct report_state *cu
     int ended = !strcmp(t->status, "TERMINATED") || !strcmp(t->status, "ERROR");
     int was_waiting = !strcmp(was, "PENDING") || !strcmp(was, "PAUSED");
     int said = 0;
-    if (!strcmp(t->status, "RUNNING") || (ended && was_waiting && t->last_result)) {
+    /* It ran between the polls only if it got further: a PAUSED trial that
+     * its scheduler stopped (HyperBand's halving) never ran again. */
+    int ran = !p || t->iteration > p->iteration;
+    if (!strcmp(t->status, "RUNNING") || (ended && was_waiting && t->last_result && ran)) {
       report_fmt_params(t->config, cfg, sizeof(cfg));
       /* Resumed: it had made progress before it went back to waiting. The
        * decision that resumed it (a promotion) goes on this line unless the

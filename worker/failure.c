@@ -28,8 +28,8 @@ int failure_oom_kills(const char *ev) {
 /* What a process says when an allocation fails under RLIMIT_AS (Python,
  * C++, C's perror, PyTorch/NumPy). */
 static int failure_says_memory(const char *lines) {
-  static const char *const words[] = {"MemoryError", "std::bad_alloc", "Cannot allocate memory",
-                                      "out of memory", "Out of memory", "OutOfMemoryError"};
+  static const char *const words[] = {"MemoryError",   "std::bad_alloc", "Cannot allocate memory",
+                                      "out of memory", "Out of memory",  "OutOfMemoryError"};
   for (size_t i = 0; lines && i < sizeof words / sizeof words[0]; i++)
     if (strstr(lines, words[i])) return 1;
   return 0;

@@ -357,6 +357,38 @@ START_TEST(report_reason_column) {
 }
 END_TEST
 
+/* A PAUSED trial that its scheduler then stopped (HyperBand's halving)
+ * never ran again: no "resumed" line, only the stop; a trial that started
+ * and ended between two polls still gets both lines. */
+START_TEST(report_events_paused_then_stopped) {
+  struct report_state prev, cur;
+  char *text;
+  load_decisions(&prev);
+  load_decisions(&cur);
+  for (size_t i = 0; i < prev.ntrials; i++) {
+    struct report_trial *p = &prev.trials[i];
+    if (p->id == 41) {
+      p->status = "PAUSED";
+      p->reason = "paused at rung 1 (t=3)";
+    }
+    if (p->id == 44) {
+      p->status = "PENDING";
+      p->iteration = 0;
+    }
+  }
+  ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
+  ck_assert_ptr_null(strstr(text, "fmnist-hb_00001 resumed"));
+  ck_assert_ptr_nonnull(strstr(
+      text, "Trial fmnist-hb_00001 stopped early by the scheduler at iteration 3: loss=0.63 — "
+            "stopped at t=3: 0.63 worse than the top 1 of 3 trials at rung 1 (cutoff 0.41)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 started with config {"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 completed after 9 iterations"));
+  free(text);
+  report_state_free(&prev);
+  report_state_free(&cur);
+}
+END_TEST
+
 /* The end-of-trial lines of run/watch say why: stop, pause, promotion,
  * stop rule, and an exploit that changed no status between two polls. */
 START_TEST(report_events_reasons) {
@@ -790,6 +822,7 @@ int main(void) {
   tcase_add_test(tc, report_events_lines);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
+  tcase_add_test(tc, report_events_paused_then_stopped);
   tcase_add_test(tc, trial_detail_events);
   tcase_add_test(tc, trial_detail_attempts);
   tcase_add_test(tc, report_json_state);

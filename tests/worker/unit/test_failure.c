@@ -25,7 +25,8 @@ START_TEST(user_exit_codes_are_the_users) {
   described(&in, "trial_exit", "your program exited with status 1\nRuntimeError: boom at epoch 2");
   in.exit_code = 2;
   in.lines = "python3: can't open file 'trian.py'";
-  described(&in, "trial_exit", "your program exited with status 2\npython3: can't open file 'trian.py'");
+  described(&in, "trial_exit",
+            "your program exited with status 2\npython3: can't open file 'trian.py'");
   in.lines = NULL;
   described(&in, "trial_exit", "your program exited with status 2");
   in.exit_code = 127; /* the exec wrapper's: it could not be started */
@@ -52,19 +53,27 @@ END_TEST
 
 START_TEST(out_of_memory_names_the_limit) {
   /* RLIMIT_AS: the allocation fails and the program says so. */
-  struct failure_in in = {.command = 1, .exit_code = 1, .lines = "Traceback ...\nMemoryError",
-                          .memory_mb = 1500, .memory_how = "RLIMIT_AS"};
+  struct failure_in in = {.command = 1,
+                          .exit_code = 1,
+                          .lines = "Traceback ...\nMemoryError",
+                          .memory_mb = 1500,
+                          .memory_how = "RLIMIT_AS"};
   described(&in, "out_of_memory",
             "out of memory: the trial is limited to memory_mb 1500 (RLIMIT_AS); give it more "
             "(resources_per_trial.memory_mb) or use less\nTraceback ...\nMemoryError");
   /* The cgroup's OOM killer: SIGKILL, and memory.events counts it. */
-  struct failure_in k = {.command = 1, .term_signal = SIGKILL, .memory_mb = 512,
-                         .memory_how = "cgroup memory.max", .oom_kills = 1};
+  struct failure_in k = {.command = 1,
+                         .term_signal = SIGKILL,
+                         .memory_mb = 512,
+                         .memory_how = "cgroup memory.max",
+                         .oom_kills = 1};
   described(&k, "out_of_memory",
             "out of memory: the trial is limited to memory_mb 512 (cgroup memory.max); give it "
             "more (resources_per_trial.memory_mb) or use less");
   /* ctune-train's own out-of-memory exit. */
-  struct failure_in b = {.exit_code = 6, .lines = "cannot allocate 4 GiB", .memory_mb = 100,
+  struct failure_in b = {.exit_code = 6,
+                         .lines = "cannot allocate 4 GiB",
+                         .memory_mb = 100,
                          .memory_how = "RLIMIT_AS"};
   described(&b, "out_of_memory",
             "out of memory: the trial is limited to memory_mb 100 (RLIMIT_AS); give it more "
@@ -78,7 +87,8 @@ START_TEST(out_of_memory_names_the_limit) {
 END_TEST
 
 START_TEST(helpers) {
-  ck_assert_int_eq(failure_oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\noom_group_kill 0\n"), 2);
+  ck_assert_int_eq(failure_oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\noom_group_kill 0\n"),
+                   2);
   ck_assert_int_eq(failure_oom_kills("low 0\n"), 0);
   ck_assert_int_eq(failure_oom_kills(NULL), 0);
   cJSON *c = cJSON_Parse("{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"]}}");
