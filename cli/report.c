@@ -177,6 +177,26 @@ static const struct report_trial *find_trial(const struct report_state *s, long 
   return NULL;
 }
 
+/* The trial that is not ERROR with the best finite last value of metric. */
+static const struct report_trial *best_not_failed(const struct report_state *s, const char *metric,
+                                                  const char *mode) {
+  const struct report_trial *b = NULL;
+  double bv = 0;
+  int max = mode && !strcmp(mode, "max");
+  for (size_t i = 0; metric && i < s->ntrials; i++) {
+    const struct report_trial *t = &s->trials[i];
+    const cJSON *v = get(t->last_result, metric);
+    if ((t->status && !strcmp(t->status, "ERROR")) || !cJSON_IsNumber(v) ||
+        !isfinite(v->valuedouble))
+      continue;
+    if (!b || (max ? v->valuedouble > bv : v->valuedouble < bv)) {
+      b = t;
+      bv = v->valuedouble;
+    }
+  }
+  return b;
+}
+
 static const char *trial_label(const struct report_trial *t, char *buf, size_t len) {
   if (t->name) return t->name;
   snprintf(buf, len, "trial_%lld", t->id);
@@ -331,11 +351,18 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   }
 
   const cJSON *best = get(e, "best");
-  if (cJSON_IsObject(best) && metric) {
-    long long bid = (long long)get_num(best, "trial_id", 0);
-    const struct report_trial *bt = find_trial(s, bid);
+  long long bid = (long long)get_num(best, "trial_id", 0);
+  const struct report_trial *bt = find_trial(s, bid);
+  const cJSON *bval = get(best, "value");
+  if (bt && bt->status && !strcmp(bt->status, "ERROR")) {
+    /* The server's pick counts every trial's results: the best is never an
+     * ERROR trial here, but the best of the others by their last result. */
+    bt = best_not_failed(s, metric, mode);
+    bval = bt ? get(bt->last_result, metric) : NULL;
+  }
+  if (cJSON_IsObject(best) && metric && bval) {
     char val[64], params[1024] = "", lbl[48];
-    report_fmt_value(get(best, "value"), val, sizeof(val));
+    report_fmt_value(bval, val, sizeof(val));
     if (bt) {
       const char *keys[64];
       int nk;

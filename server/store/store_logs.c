@@ -33,7 +33,8 @@ static size_t store_logs_split(const char *row, size_t len, struct section *out,
     struct section s = {0, 0, nl + 1, 0};
     char head[64];
     size_t hl = (size_t)(nl - (row + i + 1));
-    snprintf(head, sizeof head, "%.*s", (int)(hl < sizeof head ? hl : sizeof head - 1), row + i + 1);
+    snprintf(head, sizeof head, "%.*s", (int)(hl < sizeof head ? hl : sizeof head - 1),
+             row + i + 1);
     if (sscanf(head, "%d %" SCNd64, &s.attempt, &s.worker) != 2) s.attempt = s.worker = 0;
     const char *end = memchr(s.body, MARK, len - (size_t)(s.body - row));
     s.len = end ? (size_t)(end - s.body) : len - (size_t)(s.body - row);

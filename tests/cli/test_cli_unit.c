@@ -226,6 +226,19 @@ START_TEST(report_all_error_is_failed) {
       strstr(text, "'grid': FAILED (every trial ended in ERROR) (maximize accuracy)\n"));
   free(text);
   report_state_free(&s);
+  /* The server's best (trial 11, accuracy 0.91) ended in ERROR: the status
+   * block names the best of the others (trial 10, 0.85); none: no line. */
+  load_grid(&s);
+  for (size_t i = 0; i < s.ntrials; i++)
+    if (s.trials[i].id == 11) s.trials[i].status = "ERROR";
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Current best trial: grid_00000 with accuracy=0.85 "));
+  free(text);
+  for (size_t i = 0; i < s.ntrials; i++) s.trials[i].status = "ERROR";
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_null(strstr(text, "Current best trial"));
+  free(text);
+  report_state_free(&s);
 }
 END_TEST
 
