@@ -41,6 +41,8 @@ def check_list(h, d, base, r):
     assert "every one of its 2 trials ended in ERROR" == failed.get_attribute("title"), failed.get_attribute("title")
     assert mixed.text == "TERMINATED", mixed.text
     assert d.execute_script(COLOR_JS, failed) != d.execute_script(COLOR_JS, mixed)
+    best = d.find_element("css selector", '#experiments-table tr[data-id="%d"] td.num' % r["all_error_exp"])
+    assert best.text.startswith("—"), best.text  # no best value from a failed trial
     h.screenshot(d, "outcomes-list.png")
 
 

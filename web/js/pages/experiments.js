@@ -1,7 +1,7 @@
 // The experiments list: name (and notes), tags, status, progress, best metric,
 // started, duration; a search box over name, notes and tags (?q=, ?tag=).
 import { api } from '../api.js';
-import { h, note, expStatusBadge } from '../dom.js';
+import { h, note, expStatusBadge, allTrialsFailed } from '../dom.js';
 import { fmtNum, fmtTime, fmtDuration } from '../format.js';
 import { poller } from '../poll.js';
 import { getAll } from '../lists.js';
@@ -26,7 +26,8 @@ function row(e, onTag) {
     h('td', { class: 'progress-cell' },
       h('progress', { max: total || 1, value: done, 'aria-label': `${done} of ${total} trials done` }),
       h('span', null, ` ${done} / ${total}`), h('span', { class: 'muted' }, ` (${pct}%)`)),
-    h('td', { class: 'num' }, e.best ? fmtNum(e.best.value) : '—',
+    // An all-ERROR experiment has no best: its "best" value is a failed trial's.
+    h('td', { class: 'num' }, e.best && !allTrialsFailed(e) ? fmtNum(e.best.value) : '—',
       h('span', { class: 'muted' }, ` ${e.metric || ''} ${e.mode ? '(' + e.mode + ')' : ''}`)),
     h('td', null, fmtTime(e.created_at)),
     h('td', null, end ? fmtDuration(end - e.created_at) : '—'),
