@@ -108,7 +108,7 @@ static int trial_attempt_note(struct server *s, struct srv_trial *t, const char 
  * trial (kind lease_lost or released); why says how. */
 static int trial_note_lease_end(struct server *s, struct srv_trial *t, const char *kind,
                                 const char *why, uint64_t *ticket) {
-  char who[160], line[512];
+  char who[300], line[640];
   trial_worker_label(s, t->worker_id, who, sizeof who);
   snprintf(line, sizeof line, "attempt %d on %s ended at iteration %g: %s", t->attempt, who,
            t->nres ? t->last_t : 0.0, why && why[0] ? why : "its lease ended");
@@ -190,7 +190,7 @@ static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker 
   state_renew_lease(s, t, clock_mono_ms());
   rc = state_persist_trial(s, t, ticket);
   if (rc) return rc;
-  char who[160], line[512];
+  char who[300], line[640];
   trial_worker_label(s, w->id, who, sizeof who);
   if (t->has_checkpoint)
     snprintf(line, sizeof line,
@@ -348,10 +348,15 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
  * whole error is the trial's "error") and whether it is tried again. */
 static int trial_note_failure(struct server *s, struct srv_trial *t, int64_t max_failures,
                               uint64_t *ticket) {
-  char who[160], first[200], line[512];
+  char who[300], first[200], line[640];
   trial_worker_label(s, t->worker_id, who, sizeof who);
   size_t n = strcspn(t->error, "\n");
-  snprintf(first, sizeof first, "%.*s", (int)(n < sizeof first ? n : sizeof first - 1), t->error);
+  if (n >= sizeof first) {
+    n = sizeof first - 1;
+    /* Never inside a character: the sentence goes out as JSON text. */
+    while (n > 0 && ((unsigned char)t->error[n] & 0xC0) == 0x80) n--;
+  }
+  snprintf(first, sizeof first, "%.*s", (int)n, t->error);
   if (t->num_failures <= max_failures)
     snprintf(line, sizeof line, "attempt %d on %s failed: %s; tried again (%d of %lld)", t->attempt,
              who, first, t->num_failures, (long long)max_failures);

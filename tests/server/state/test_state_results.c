@@ -502,6 +502,28 @@ START_TEST(attempts_are_trial_events) {
 }
 END_TEST
 
+/* Rule: a failed attempt's sentence holds the error's first line cut at a
+ * character, never inside one (it goes out as JSON text). */
+START_TEST(failed_attempt_sentence_cut_at_a_character) {
+  submit("u", 1, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  char err[700] = "";
+  for (int i = 0; i < 300; i++) strcat(err, "\xc3\xa9"); /* é: 2 bytes; byte 199 is a 2nd */
+  struct trial_event_args a;
+  ck_assert_int_eq(fail_with(t, w->id, 1, err, 1, &a), 0);
+  h_sync(&H);
+  char sql[160];
+  snprintf(sql, sizeof sql, "SELECT reason FROM trial_events WHERE trial_id=%lld AND kind='failed'",
+           (long long)t->id);
+  char *got = h_query(&H, sql);
+  size_t n = strlen(got);
+  ck_assert_uint_gt(n, 150);
+  ck_assert_str_eq(got + n - 3, "\xc3\xa9\n"); /* ends on a whole é, then the row's newline */
+  free(got);
+}
+END_TEST
+
 /* Rule: a release whose body names another worker than the lease's is
  * -ESTALE (why names both) and changes nothing. */
 START_TEST(release_naming_another_worker_is_stale) {
@@ -616,6 +638,7 @@ static Suite *suite(void) {
   tcase_add_test(end, release_requeues_without_failure);
   tcase_add_test(end, release_naming_another_worker_is_stale);
   tcase_add_test(end, attempts_are_trial_events);
+  tcase_add_test(end, failed_attempt_sentence_cut_at_a_character);
   suite_add_tcase(s, end);
   TCase *table = tcase_create("table");
   tcase_add_checked_fixture(table, setup, teardown);
