@@ -68,7 +68,7 @@ export function mount(main, [idStr], ctx) {
     section('Results over time', 'h-chart', h('div', { class: 'table-tools' },
       h('label', { for: 'trial-metric' }, 'Metric'), metricSel), chartBox),
     section('Results', 'h-results', resultsBox),
-    section('Log', 'h-log', h('p', { class: 'muted small' }, 'The latest tail of the trial\'s stdout and stderr, as its worker sent it.'), logBox));
+    section('Log', 'h-log', h('p', { class: 'muted small' }, 'The latest tail of the trial\'s stdout and stderr, as its worker sent it; with more than one attempt, each attempt\'s after a line naming it.'), logBox));
 
   const timeAttr = () => (st.exp && st.exp.scheduler && st.exp.scheduler.time_attr) || 'training_iteration';
 
