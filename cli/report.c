@@ -646,7 +646,10 @@ static void error_line(const char *err, char *buf, size_t len) {
       if (msg) snprintf(buf, len, "%s%s%s", code ? code : "", code ? ": " : "", msg);
       cJSON_Delete(doc);
       free(copy);
-      if (msg) return;
+      if (msg) {
+        text_strip_controls(buf);
+        return;
+      }
     }
     if (n > 0) {
       last = p;
@@ -656,6 +659,9 @@ static void error_line(const char *err, char *buf, size_t len) {
     if (*p == '\n') p++;
   }
   if (last) snprintf(buf, len, "%.*s", (int)last_n, last);
+  /* A trial's stderr: printed, never obeyed by the terminal; one line. */
+  text_strip_controls(buf);
+  for (char *p = buf; (p = strchr(p, '\n'));) *p = ' ';
 }
 
 /* Why trials wait and why they failed: the first few, one line each. */

@@ -459,7 +459,10 @@ START_TEST(trial_detail_attempts) {
       "iteration 3\"}]}");
   ck_assert_ptr_nonnull(t);
   char *text;
+  /* Its error is a trial's stderr: the terminal gets text, not commands. */
+  cJSON_AddStringToObject(t, "error", "trial_exit: status 1\n\x1b]0;pwned\x07\x1b[2JBoom\rBang");
   ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Error: Boom Bang\n"));
   ck_assert_ptr_nonnull(strstr(
       text, "Events (4, times in UTC):\n"
             "  2026-11-18 11:06:40  leased      attempt 1 leased to worker 1 (w1), from the start\n"
