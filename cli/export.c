@@ -16,12 +16,20 @@ static const cJSON *trial_array(const cJSON *trials) {
   return cJSON_IsArray(a) ? a : NULL;
 }
 
+/* A text cell that a spreadsheet would read as a formula (leading = + - @,
+ * or a tab or CR before one) starts with a ' instead: trial output and
+ * config strings are not the user's formulas. Numbers never come here. */
+static int csv_formula_like(const char *s) { return *s && strchr("=+-@\t\r", *s) != NULL; }
+
 static void csv_field(struct sbuf *sb, const char *s) {
+  int guard = csv_formula_like(s);
   if (!strpbrk(s, ",\"\r\n")) {
+    if (guard) sbuf_putc(sb, '\'');
     sbuf_puts(sb, s);
     return;
   }
   sbuf_putc(sb, '"');
+  if (guard) sbuf_putc(sb, '\'');
   for (; *s; s++) {
     if (*s == '"') sbuf_putc(sb, '"');
     sbuf_putc(sb, *s);

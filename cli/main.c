@@ -21,7 +21,8 @@ static const char *const HELP =
     "      Fails at once (exit 2) when its worker can never fit a trial's\n"
     "      resources_per_trial (e.g. \"gpu\": 0.5 on a machine without a GPU).\n"
     "      Exits 1 when the experiment ends CANCELLED (\"fail_fast\": true and a\n"
-    "      trial failed for good, or `ctune cancel`), saying why.\n"
+    "      trial failed for good, or `ctune cancel`), saying why, and 6 when it\n"
+    "      ended with every trial in ERROR (no best trial is printed then).\n"
     "  sample CONFIG [--json]\n"
     "      validate CONFIG and list the trials it would create, here (no server\n"
     "      needed; the same output and errors as submit --dry-run). With\n"
@@ -81,6 +82,7 @@ static const char *const HELP =
     "  3    server unreachable\n"
     "  4    authentication: missing or wrong token (401/403)\n"
     "  5    not found: unknown experiment, trial id or trial name (404)\n"
+    "  6    run: every trial of the experiment ended in ERROR\n"
     "  130  interrupted (Ctrl-C)\n";
 
 int main(int argc, char **argv) {

@@ -17,6 +17,7 @@
 #include "space.h"
 #include "validate.h"
 #include "tbexport.h"
+#include "text.h"
 
 static const cJSON *get(const cJSON *o, const char *k) {
   return cJSON_GetObjectItemCaseSensitive(o, k);
@@ -238,11 +239,13 @@ int cmd_status(const struct cli_args *a) {
                cJSON_IsString(metric) ? metric->valuestring : "value", v,
                (long long)cJSON_GetNumberValue(get(best, "trial_id")));
     }
-    const cJSON *name = get(e, "name"), *status = get(e, "status");
+    const cJSON *name = get(e, "name");
+    const char *status = report_exp_status(e);
+    /* An all-ERROR experiment names no best trial: its best is an ERROR one. */
+    if (report_exp_all_error(e)) snprintf(bestbuf, sizeof(bestbuf), "- (every trial ERROR)");
     printf("%-5lld %-24.24s %-10s %7lld %7lld %7lld %10lld %5lld  %s\n",
            (long long)cJSON_GetNumberValue(get(e, "id")),
-           cJSON_IsString(name) ? name->valuestring : "?",
-           cJSON_IsString(status) ? status->valuestring : "?",
+           cJSON_IsString(name) ? name->valuestring : "?", status ? status : "?",
            (long long)cJSON_GetNumberValue(get(e, "num_trials")),
            (long long)cJSON_GetNumberValue(get(counts, "RUNNING")),
            (long long)cJSON_GetNumberValue(get(counts, "PENDING")),
@@ -312,6 +315,7 @@ int cmd_logs(const struct cli_args *a) {
     goto done;
   }
   const cJSON *log = get(resp, "log");
+  if (cJSON_IsString(log)) text_strip_controls(log->valuestring);
   if (cJSON_IsString(log) && log->valuestring[0]) {
     fputs(log->valuestring, stdout);
     if (log->valuestring[strlen(log->valuestring) - 1] != '\n') putchar('\n');

@@ -177,6 +177,26 @@ static const struct report_trial *find_trial(const struct report_state *s, long 
   return NULL;
 }
 
+/* The trial that is not ERROR with the best finite last value of metric. */
+static const struct report_trial *best_not_failed(const struct report_state *s, const char *metric,
+                                                  const char *mode) {
+  const struct report_trial *b = NULL;
+  double bv = 0;
+  int max = mode && !strcmp(mode, "max");
+  for (size_t i = 0; metric && i < s->ntrials; i++) {
+    const struct report_trial *t = &s->trials[i];
+    const cJSON *v = get(t->last_result, metric);
+    if ((t->status && !strcmp(t->status, "ERROR")) || !cJSON_IsNumber(v) ||
+        !isfinite(v->valuedouble))
+      continue;
+    if (!b || (max ? v->valuedouble > bv : v->valuedouble < bv)) {
+      b = t;
+      bv = v->valuedouble;
+    }
+  }
+  return b;
+}
+
 static const char *trial_label(const struct report_trial *t, char *buf, size_t len) {
   if (t->name) return t->name;
   snprintf(buf, len, "trial_%lld", t->id);
@@ -238,9 +258,10 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   snprintf(line, sizeof(line), "Current time: %s UTC (running for %s)", t1, t2);
   put_line(sb, line, width);
 
-  const char *status = get_str(e, "status");
-  snprintf(line, sizeof(line), "Experiment %lld '%s': %s", (long long)get_num(e, "id", 0),
-           get_str(e, "name") ? get_str(e, "name") : "?", status ? status : "?");
+  const char *status = report_exp_status(e);
+  snprintf(line, sizeof(line), "Experiment %lld '%s': %s%s", (long long)get_num(e, "id", 0),
+           get_str(e, "name") ? get_str(e, "name") : "?", status ? status : "?",
+           report_exp_all_error(e) ? " (every trial ended in ERROR)" : "");
   const char *metric = get_str(e, "metric"), *mode = get_str(e, "mode");
   if (metric) {
     size_t u = strlen(line);
@@ -330,11 +351,18 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   }
 
   const cJSON *best = get(e, "best");
-  if (cJSON_IsObject(best) && metric) {
-    long long bid = (long long)get_num(best, "trial_id", 0);
-    const struct report_trial *bt = find_trial(s, bid);
+  long long bid = (long long)get_num(best, "trial_id", 0);
+  const struct report_trial *bt = find_trial(s, bid);
+  const cJSON *bval = get(best, "value");
+  if (bt && bt->status && !strcmp(bt->status, "ERROR")) {
+    /* The server's pick counts every trial's results: the best is never an
+     * ERROR trial here, but the best of the others by their last result. */
+    bt = best_not_failed(s, metric, mode);
+    bval = bt ? get(bt->last_result, metric) : NULL;
+  }
+  if (cJSON_IsObject(best) && metric && bval) {
     char val[64], params[1024] = "", lbl[48];
-    report_fmt_value(get(best, "value"), val, sizeof(val));
+    report_fmt_value(bval, val, sizeof(val));
     if (bt) {
       const char *keys[64];
       int nk;
@@ -618,7 +646,10 @@ static void error_line(const char *err, char *buf, size_t len) {
       if (msg) snprintf(buf, len, "%s%s%s", code ? code : "", code ? ": " : "", msg);
       cJSON_Delete(doc);
       free(copy);
-      if (msg) return;
+      if (msg) {
+        text_strip_controls(buf);
+        return;
+      }
     }
     if (n > 0) {
       last = p;
@@ -628,6 +659,9 @@ static void error_line(const char *err, char *buf, size_t len) {
     if (*p == '\n') p++;
   }
   if (last) snprintf(buf, len, "%.*s", (int)last_n, last);
+  /* A trial's stderr: printed, never obeyed by the terminal; one line. */
+  text_strip_controls(buf);
+  for (char *p = buf; (p = strchr(p, '\n'));) *p = ' ';
 }
 
 /* Why trials wait and why they failed: the first few, one line each. */
@@ -749,7 +783,10 @@ int report_events(const struct report_state *prev, const struct report_state *cu
     int ended = !strcmp(t->status, "TERMINATED") || !strcmp(t->status, "ERROR");
     int was_waiting = !strcmp(was, "PENDING") || !strcmp(was, "PAUSED");
     int said = 0;
-    if (!strcmp(t->status, "RUNNING") || (ended && was_waiting && t->last_result)) {
+    /* It ran between the polls only if it got further: a PAUSED trial that
+     * its scheduler stopped (HyperBand's halving) never ran again. */
+    int ran = !p || t->iteration > p->iteration;
+    if (!strcmp(t->status, "RUNNING") || (ended && was_waiting && t->last_result && ran)) {
       report_fmt_params(t->config, cfg, sizeof(cfg));
       /* Resumed: it had made progress before it went back to waiting. The
        * decision that resumed it (a promotion) goes on this line unless the
@@ -944,22 +981,53 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON
     error_line(get_str(trial, "error"), line, sizeof(line));
     sbuf_printf(&sb, "Error: %s\n", line);
   }
-  const cJSON *events = get(trial, "events");
-  int n = cJSON_IsArray(events) ? cJSON_GetArraySize(events) : 0;
-  if (!cJSON_IsArray(events)) {
+  /* Its decisions ("events") and its attempts ("attempts": leases, lost
+   * workers, releases, failures) as one history, in seq order. */
+  const cJSON *events = get(trial, "events"), *attempts = get(trial, "attempts");
+  int ne = cJSON_IsArray(events) ? cJSON_GetArraySize(events) : 0;
+  int na = cJSON_IsArray(attempts) ? cJSON_GetArraySize(attempts) : 0;
+  if (!cJSON_IsArray(events) && !cJSON_IsArray(attempts)) {
     /* An older server sends no history (no "events" key). */
-  } else if (!n) {
-    sbuf_puts(&sb, "Events: none (no scheduler decision about this trial yet)\n");
+  } else if (!ne && !na) {
+    sbuf_puts(&sb, "Events: none\n");
   } else {
-    sbuf_printf(&sb, "Events (%d, times in UTC):\n", n);
-    const cJSON *ev;
-    cJSON_ArrayForEach(ev, events) {
+    sbuf_printf(&sb, "Events (%d, times in UTC):\n", ne + na);
+    const cJSON *ev = ne ? events->child : NULL, *at = na ? attempts->child : NULL;
+    while (ev || at) {
+      const cJSON *x;
+      if (!at || (ev && get_num(ev, "seq", 0) <= get_num(at, "seq", 0))) {
+        x = ev;
+        ev = ev->next;
+      } else {
+        x = at;
+        at = at->next;
+      }
       char when[32] = "", what[1024];
-      if (cJSON_IsNumber(get(ev, "time"))) fmt_utc(get_num(ev, "time", 0), when, sizeof(when));
-      report_fmt_event(ev, trials, what, sizeof(what));
-      const char *kind = get_str(ev, "kind");
+      if (cJSON_IsNumber(get(x, "time"))) fmt_utc(get_num(x, "time", 0), when, sizeof(when));
+      report_fmt_event(x, trials, what, sizeof(what));
+      const char *kind = get_str(x, "kind");
       sbuf_printf(&sb, "  %-19s  %-11s %s\n", when, kind ? kind : "?", what);
     }
   }
   return sbuf_take(&sb, out);
+}
+
+int report_exp_all_error(const cJSON *e) {
+  const char *status = get_str(e, "status");
+  const cJSON *counts = get(e, "counts");
+  if (!status || strcmp(status, "TERMINATED") || !cJSON_IsObject(counts)) return 0;
+  double errors = 0, others = 0;
+  const cJSON *c;
+  cJSON_ArrayForEach(c, counts) {
+    if (!cJSON_IsNumber(c) || !c->string) continue;
+    if (!strcmp(c->string, "ERROR"))
+      errors += c->valuedouble;
+    else
+      others += c->valuedouble;
+  }
+  return errors > 0 && others == 0;
+}
+
+const char *report_exp_status(const cJSON *e) {
+  return report_exp_all_error(e) ? "FAILED" : get_str(e, "status");
 }

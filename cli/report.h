@@ -63,6 +63,14 @@ cJSON *report_to_json(const struct report_state *s, double now);
  * ones without a point), strings bare, everything else as compact JSON. */
 void report_fmt_value(const cJSON *v, char *buf, size_t len);
 
+/* The status to show for an experiment: its "status", except that one
+ * that ended TERMINATED with every trial in ERROR shows "FAILED" (as Ray's
+ * tune.run raises then). NULL when the object has no status. */
+const char *report_exp_status(const cJSON *experiment);
+/* Whether the experiment ended with every one of its trials in ERROR (at
+ * least one): `ctune run` exits CLI_EXIT_TRIALS_FAILED then. */
+int report_exp_all_error(const cJSON *experiment);
+
 /* A decision's reason on one line, at most cols display columns ("…" at the
  * cut; cols 0: whole). */
 void report_fmt_reason(const char *reason, size_t cols, char *buf, size_t len);

@@ -423,11 +423,23 @@ int cmd_run(const struct cli_args *a) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(final.experiment, "status");
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(final.experiment, "end_reason");
     int cancelled = cJSON_IsString(st) && !strcmp(st->valuestring, "CANCELLED");
+    /* Every trial ERROR: a failure, as Ray's tune.run raises, whatever the
+     * experiment's own status says; its "best" would be an ERROR trial. */
+    int all_error = report_exp_all_error(final.experiment);
+    const char *shown = report_exp_status(final.experiment);
     if (!a->json)
-      printf("\nExperiment %lld %s%s%s.\n", id, cJSON_IsString(st) ? st->valuestring : "ended",
+      printf("\nExperiment %lld %s%s%s.\n", id, shown ? shown : "ended",
              cJSON_IsString(why) ? ": " : "", cJSON_IsString(why) ? why->valuestring : "");
-    rc = cli_print_best(&c, id, NULL, NULL, NULL, a->json, &err);
-    if (cancelled) {
+    rc = all_error ? 0 : cli_print_best(&c, id, NULL, NULL, NULL, a->json, &err);
+    if (all_error) {
+      long long n = (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+          cJSON_GetObjectItemCaseSensitive(final.experiment, "counts"), "ERROR"));
+      fprintf(stderr,
+              "ctune: experiment %lld failed: all %lld of its trials ended in ERROR (see "
+              "`ctune trials %lld`, `ctune trial ID` and `ctune logs ID`)\n",
+              id, n, id);
+      ex = CLI_EXIT_TRIALS_FAILED;
+    } else if (cancelled) {
       /* fail_fast, or a `ctune cancel` from elsewhere: not a success. */
       fprintf(stderr, "ctune: experiment %lld was cancelled: %s\n", id,
               cJSON_IsString(why) ? why->valuestring : "no reason given");

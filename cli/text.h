@@ -8,5 +8,10 @@
 size_t text_width(const char *str);
 /* Bytes of str that fit in `cols` display columns. */
 size_t text_prefix_bytes(const char *str, size_t cols);
+/* Removes in place what a terminal would obey rather than print: escape
+ * sequences (CSI, OSC, DCS ...), C0 controls but newline and tab, DEL and
+ * C1 controls; a lone carriage return becomes a newline. Trial output goes
+ * through it before `ctune logs` prints it. */
+void text_strip_controls(char *str);
 
 #endif

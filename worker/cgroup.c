@@ -1,5 +1,6 @@
 /* cgroup v2 per-trial limits (see cgroup.h). */
 #include "cgroup.h"
+#include "failure.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -209,4 +210,15 @@ void cgroup_trial_remove(const char *path) {
     rmdir(path);
   }
   cgroup_unmark(path);
+}
+
+int cgroup_trial_oom_kills(const char *path) {
+  char f[4200], buf[512];
+  snprintf(f, sizeof f, "%s/memory.events", path);
+  FILE *fp = fopen(f, "re");
+  if (!fp) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, fp);
+  fclose(fp);
+  buf[n] = 0;
+  return failure_oom_kills(buf);
 }

@@ -29,6 +29,9 @@ int cgroup_cpu_max(double cpus, char *buf, size_t len);
  * path receives the directory for the exec wrapper to join. */
 int cgroup_trial_create(const struct cgroup_ctx *c, int trial_id, double cpus, long memory_mb,
                         char *path, size_t len);
+/* How many times the kernel's OOM killer acted in the trial group (its
+ * memory.events oom_kill), 0 when none or unreadable. */
+int cgroup_trial_oom_kills(const char *path);
 /* Removes it (and its record), killing any process still in it first. */
 void cgroup_trial_remove(const char *path);
 /* At start: kills the processes of every trial group recorded in c->marks

@@ -28,6 +28,7 @@
 #include "cpuset.h"
 #include "exit_codes.h"
 #include "execwrap.h"
+#include "failure.h"
 #include "http.h"
 #include "jsonout.h"
 #include "log.h"
@@ -363,13 +364,6 @@ static void worker_on_checkpoint(void *arg, struct trial *t) {
   worker_upload_checkpoint(w, t);
 }
 
-static const char *worker_exit_reason(int code, int sig) {
-  if (sig) return "signal";
-  if (code == EXECWRAP_EXIT_EXEC) return "exec_failed";
-  const char *n = train_exit_name(code);
-  return n ? n : "exit_code";
-}
-
 static void worker_release_grant(struct worker *w, struct trial *t) {
   if (!t->has_grant) return;
   alloc_release(&w->pool, &t->grant);
@@ -420,10 +414,19 @@ static void worker_queue_trial_end(struct worker *w, struct trial *t) {
   }
   char *lines = tail_last_lines(&t->err, TRIAL_FAIL_LINES);
   char *msg = NULL;
-  if (sig && asprintf(&msg, "killed by signal %d (%s)%s%s", sig, strsignal(sig),
-                      lines && *lines ? "\n" : "", lines ? lines : "") < 0)
-    msg = NULL;
-  const char *reason = worker_exit_reason(code, sig);
+  const char *reason = "internal";
+  /* How its memory was limited (worker_spawn_trial), for an out-of-memory end. */
+  int rlimit = !(w->o.cgroup && w->o.cgroup->enabled) && t->grant.ngpus == 0;
+  struct failure_in fi = {.command = failure_is_command(t->lease),
+                          .exit_code = code,
+                          .term_signal = sig,
+                          .lines = lines,
+                          .memory_mb = t->grant.memory_mb,
+                          .memory_how = t->cgroup ? "cgroup memory.max"
+                                        : rlimit  ? "RLIMIT_AS"
+                                                  : NULL,
+                          .oom_kills = t->cgroup ? cgroup_trial_oom_kills(t->cgroup) : 0};
+  if (failure_describe(&fi, &reason, &msg)) msg = NULL;
   log_warn("trial %d failed: %s (exit %d, signal %d)", t->id, reason, code, sig);
   worker_queue_fail(w, t, msg ? msg : lines, sig ? -1 : code, reason);
   free(msg);

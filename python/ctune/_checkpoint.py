@@ -173,6 +173,15 @@ def _safe_members(tar, path):
     return out
 
 
+def _plain_file_name(name, members):
+    """name is one path component, not '.' or '..', and data/<name> is a
+    regular file of the archive."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name \
+            or "\\" in name or "\x00" in name:
+        return False
+    return any(m.name == "data/" + name and m.isfile() for m in members)
+
+
 def _extract(tar, members, into):
     for m in members:
         rel = m.name[len("data"):].lstrip("/")
@@ -219,6 +228,14 @@ def load_checkpoint(into=None, file=None):
         if kind not in ("dir", "file"):
             raise CtuneError(f"checkpoint kind {kind!r} is unknown (written by a newer ctune?)",
                              code="bad_checkpoint", path=file)
+        name = manifest.get("name")
+        if kind == "file" and not _plain_file_name(name, members):
+            # The path returned must be the file extracted into `into`, never
+            # one the manifest points at elsewhere (a checkpoint may come
+            # from another machine).
+            raise CtuneError(f"checkpoint manifest name {name!r} is not the name of the file "
+                             f"it holds (one plain file name under data/)",
+                             code="bad_checkpoint", path=file)
         if into is None:
             into = os.path.join(os.path.dirname(os.path.abspath(file)), "restored")
             if os.path.isdir(into) and not os.path.islink(into):
@@ -226,5 +243,5 @@ def load_checkpoint(into=None, file=None):
         os.makedirs(into, exist_ok=True)
         _extract(tar, members, into)
     if kind == "file":
-        return os.path.join(into, manifest["name"])
+        return os.path.join(into, name)
     return into

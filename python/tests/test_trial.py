@@ -345,6 +345,30 @@ class TestCheckpoint(Base):
         with self.assertRaises(ctune.CtuneError):
             ctune.load_checkpoint()
 
+    def test_file_checkpoint_returns_a_path_inside_its_folder(self):
+        os.makedirs(self.ck)
+        path = os.path.join(self.ck, "checkpoint.bin")
+        into = os.path.join(self.tmp, "into")
+        for name in ("/etc/passwd", "../outside", "..", "", "sub/x", None, "missing"):
+            with tarfile.open(path, "w") as tar:
+                for n, data in (("ctune-checkpoint.json",
+                                 json.dumps({"format": 1, "kind": "file", "name": name}).encode()),
+                                ("data/ok.pt", b"w")):
+                    info = tarfile.TarInfo(n)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+            with self.assertRaises(ctune.CtuneError, msg=repr(name)) as cm:
+                ctune.load_checkpoint(into)
+            self.assertEqual(cm.exception.code, "bad_checkpoint")
+        src = os.path.join(self.tmp, "ok.pt")
+        with open(src, "wb") as f:
+            f.write(b"w")
+        ctune.save_checkpoint(src)
+        got = ctune.load_checkpoint(into)
+        self.assertEqual(got, os.path.join(into, "ok.pt"))
+        with open(got, "rb") as f:
+            self.assertEqual(f.read(), b"w")
+
     def test_outside_a_trial_a_temporary_folder(self):
         del os.environ["CTUNE_CHECKPOINT_DIR"], os.environ["CTUNE_RESUME"]
         r = self.child("import ctune\nprint(ctune.checkpoint_dir())\n"

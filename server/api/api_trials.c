@@ -47,11 +47,13 @@ int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *
   server_unlock(s);
   if (!t) return 0;
   if (!o) return -ENOMEM;
-  /* The decisions on this trial, oldest first (PBT history). */
-  cJSON *ev = NULL;
-  int rc = decide_events_json(s, id, &ev);
-  if (rc || !cJSON_AddItemToObject(o, "events", ev)) {
-    cJSON_Delete(ev);
+  /* The decisions on this trial and its attempts, oldest first. */
+  cJSON *ev = NULL, *att = NULL;
+  int rc = decide_events_json(s, id, &ev, &att);
+  int in = !rc && cJSON_AddItemToObject(o, "events", ev);
+  if (!in) cJSON_Delete(ev);
+  if (rc || !in || !cJSON_AddItemToObject(o, "attempts", att)) {
+    cJSON_Delete(att);
     cJSON_Delete(o);
     return rc ? rc : -ENOMEM;
   }
@@ -365,6 +367,8 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
 
 struct blob_op {
   int64_t trial_id, iteration;
+  int64_t worker_id; /* logs: the lease that uploaded them */
+  int attempt;
   uint32_t crc;
   size_t len;
   int is_log;
@@ -374,7 +378,8 @@ struct blob_op {
 
 static int blob_op_apply(struct store *st, void *arg) {
   struct blob_op *op = arg;
-  if (op->is_log) return store_put_log(st, op->trial_id, op->data, op->len);
+  if (op->is_log)
+    return store_put_log(st, op->trial_id, op->attempt, op->worker_id, op->data, op->len);
   if (op->fd < 0)
     return store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, op->data, op->len);
   /* A spooled upload is mapped only while the commit thread writes it: no
@@ -577,6 +582,8 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
     goto out;
   }
   op->trial_id = t->id;
+  op->worker_id = l.worker_id;
+  op->attempt = l.attempt;
   if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||

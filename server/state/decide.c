@@ -59,9 +59,9 @@ static int decide_enqueue(struct server *s, struct decide_op *op, uint64_t *tick
   return commit_enqueue(s->commit, decide_op_apply, decide_op_free, op, ticket);
 }
 
-static int decide_note_as(struct server *s, struct srv_trial *t, const char *kind,
-                          const char *reason, const cJSON *data, const cJSON *record,
-                          int set_reason, uint64_t *ticket) {
+static int decide_note_row(struct server *s, struct srv_trial *t, const char *kind,
+                           const char *reason, const cJSON *data, const cJSON *record,
+                           int set_reason, uint64_t *ticket) {
   if ((!kind || !reason || !reason[0]) && !record) return 0;
   struct decide_op *op = calloc(1, sizeof *op);
   if (!op) return -ENOMEM;
@@ -94,12 +94,12 @@ fail:
 
 int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
                 const cJSON *data, const cJSON *record, uint64_t *ticket) {
-  return decide_note_as(s, t, kind, reason, data, record, 1, ticket);
+  return decide_note_row(s, t, kind, reason, data, record, 1, ticket);
 }
 
 int decide_event(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
-                 uint64_t *ticket) {
-  return decide_note_as(s, t, kind, reason, NULL, NULL, 0, ticket);
+                 const cJSON *data, uint64_t *ticket) {
+  return decide_note_row(s, t, kind, reason, data, NULL, 0, ticket);
 }
 
 /* A test-build scheduler hook (TESTHOOK_DECIDE: "pause_at=T" or
@@ -440,13 +440,21 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket) {
 }
 
 struct decide_events_ctx {
-  cJSON *arr;
+  cJSON *arr, *attempts;
 };
+
+int decide_is_attempt_kind(const char *kind) {
+  static const char *const kinds[] = {"leased", "lease_lost", "released", "failed"};
+  for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++)
+    if (!strcmp(kind, kinds[i])) return 1;
+  return 0;
+}
 
 static int decide_event_row(void *ctx, const struct store_event_row *r) {
   struct decide_events_ctx *c = ctx;
   cJSON *o = cJSON_CreateObject();
-  if (!o || !cJSON_AddItemToArray(c->arr, o)) {
+  cJSON *into = decide_is_attempt_kind(r->kind) ? c->attempts : c->arr;
+  if (!o || !cJSON_AddItemToArray(into, o)) {
     cJSON_Delete(o);
     return -ENOMEM;
   }
@@ -460,18 +468,20 @@ static int decide_event_row(void *ctx, const struct store_event_row *r) {
   return 0;
 }
 
-int decide_events_json(struct server *s, int64_t trial_id, cJSON **out) {
-  struct decide_events_ctx c = {cJSON_CreateArray()};
-  *out = NULL;
-  if (!c.arr) return -ENOMEM;
+int decide_events_json(struct server *s, int64_t trial_id, cJSON **events, cJSON **attempts) {
+  struct decide_events_ctx c = {cJSON_CreateArray(), cJSON_CreateArray()};
+  *events = *attempts = NULL;
+  int rc = c.arr && c.attempts ? 0 : -ENOMEM;
   /* The rows exist once everything queued before this read is committed. */
-  commit_flush(s->commit);
-  int rc = store_trial_events(s->store, trial_id, decide_event_row, &c);
+  if (!rc) commit_flush(s->commit);
+  if (!rc) rc = store_trial_events(s->store, trial_id, decide_event_row, &c);
   if (rc) {
     cJSON_Delete(c.arr);
+    cJSON_Delete(c.attempts);
     return rc;
   }
-  *out = c.arr;
+  *events = c.arr;
+  *attempts = c.attempts;
   return 0;
 }
 

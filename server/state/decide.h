@@ -25,10 +25,12 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
 int decide_note(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
                 const cJSON *data, const cJSON *record, uint64_t *ticket);
 
-/* Queues a trial_events row (kind, reason) alone: the trial's reason stays
- * (a worker's note, not a decision). */
+/* Queues a trial_events row (kind, reason, data) into the caller's open
+ * group without touching t->reason, the scheduler's last decision: the
+ * trial's attempts (leased, lease_lost, released, failed) and a worker's
+ * notes (undelivered). */
 int decide_event(struct server *s, struct srv_trial *t, const char *kind, const char *reason,
-                 uint64_t *ticket);
+                 const cJSON *data, uint64_t *ticket);
 
 /* PAUSE / EXPLOIT of a stored result (the trial stays RUNNING until its lease
  * ends; the worker was answered stop). EXPLOIT copies the donor's checkpoint
@@ -84,8 +86,12 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket);
 const char *decide_action_name(int action);
 int decide_action_parse(const char *name, int *action);
 
-/* GET /trials/{id}: its events, oldest first, as a JSON array. */
-int decide_events_json(struct server *s, int64_t trial_id, cJSON **out);
+/* GET /trials/{id}: its decisions ("events") and its attempts (leased,
+ * lease_lost, released, failed: decide_attempt_event), each oldest first,
+ * as two JSON arrays of the same row shape. */
+int decide_events_json(struct server *s, int64_t trial_id, cJSON **events, cJSON **attempts);
+/* Whether a trial_events kind is one of an attempt's (not a decision). */
+int decide_is_attempt_kind(const char *kind);
 
 /* sched_records replay (loader callback shape). */
 int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id,

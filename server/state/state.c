@@ -320,7 +320,11 @@ int state_reconcile_worker(struct server *s, struct srv_worker *w, uint64_t gen,
       log_warn("trial %lld (attempt %d) not listed by worker %lld for %.1f s: back to PENDING",
                (long long)t->id, t->attempt, (long long)w->id,
                (double)(now_ms - t->unlisted_since_ms) / 1000);
-      int rc = state_trial_event(s, t, TE_REQUEUE, NULL, ticket);
+      char why[160];
+      snprintf(why, sizeof why, "its worker's heartbeats did not list it for %.1f s",
+               (double)(now_ms - t->unlisted_since_ms) / 1000);
+      struct trial_event_args a = {.why_in = why};
+      int rc = state_trial_event(s, t, TE_REQUEUE, &a, ticket);
       if (rc) return rc;
       n++;
     }
@@ -397,7 +401,17 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
         continue;
       int64_t wid = t->worker_id;
       uint64_t ticket;
-      if (state_trial_event(s, t, TE_REQUEUE, NULL, &ticket))
+      /* The trial's history says whether its worker was lost (silent for a
+       * lease timeout) or only this lease went unrenewed. */
+      const struct srv_worker *lw = server_worker(s, wid);
+      char line[200];
+      if (now_ms > t->lease_deadline_ms && lw && lw->lost)
+        snprintf(line, sizeof line, "lease expired: its worker was lost (no heartbeat for %.0f s)",
+                 (double)(now_ms - lw->last_seen_ms) / 1000);
+      else
+        snprintf(line, sizeof line, "%s", why);
+      struct trial_event_args a = {.why_in = line};
+      if (state_trial_event(s, t, TE_REQUEUE, &a, &ticket))
         log_error("lease expiry: cannot queue trial %lld", (long long)t->id);
       else
         log_warn("trial %lld (worker %lld, attempt %d): %s, back to PENDING", (long long)t->id,

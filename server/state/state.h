@@ -172,6 +172,7 @@ struct trial_event_args {
   int64_t worker_id; /* TE_RELEASE: the body's worker_id (0: none) */
   int has_iteration;
   double iteration;
+  const char *why_in; /* TE_REQUEUE: why the lease ended (the trial's history) */
   /* out */
   enum fence fence; /* fenced events: what the lease was */
   char why[256];    /* -ESTALE: why the lease was refused */

@@ -76,6 +76,47 @@ static int trial_set_status(struct server *s, struct srv_trial *t, enum trial_st
   return 0;
 }
 
+/* ---- the history of attempts */
+
+/* "worker 2 (w2)", or "worker 2" when it is not known any more. */
+static void trial_worker_label(struct server *s, int64_t wid, char *buf, size_t len) {
+  const struct srv_worker *w = server_worker(s, wid);
+  if (w && w->name && w->name[0])
+    snprintf(buf, len, "worker %lld (%s)", (long long)wid, w->name);
+  else
+    snprintf(buf, len, "worker %lld", (long long)wid);
+}
+
+/* One row of the trial's history for the current attempt (leased,
+ * lease_lost, released, failed): the sentence, and as data the attempt,
+ * the worker and, when known, the iteration it had reached or resumes from. */
+static int trial_attempt_note(struct server *s, struct srv_trial *t, const char *kind,
+                              const char *sentence, int has_iteration, double iteration,
+                              uint64_t *ticket) {
+  cJSON *d = cJSON_CreateObject();
+  if (!d || !cJSON_AddNumberToObject(d, "attempt", t->attempt) ||
+      !cJSON_AddNumberToObject(d, "worker_id", (double)t->worker_id) ||
+      !cJSON_AddItemToObject(d, "iteration",
+                             has_iteration ? cJSON_CreateNumber(iteration) : cJSON_CreateNull())) {
+    cJSON_Delete(d);
+    return -ENOMEM;
+  }
+  int rc = decide_event(s, t, kind, sentence, d, ticket);
+  cJSON_Delete(d);
+  return rc;
+}
+
+/* The lease of the current attempt ended without its holder ending the
+ * trial (kind lease_lost or released); why says how. */
+static int trial_note_lease_end(struct server *s, struct srv_trial *t, const char *kind,
+                                const char *why, uint64_t *ticket) {
+  char who[300], line[640];
+  trial_worker_label(s, t->worker_id, who, sizeof who);
+  snprintf(line, sizeof line, "attempt %d on %s ended at iteration %g: %s", t->attempt, who,
+           t->nres ? t->last_t : 0.0, why && why[0] ? why : "its lease ended");
+  return trial_attempt_note(s, t, kind, line, t->nres > 0, t->nres ? t->last_t : 0, ticket);
+}
+
 /* ---- ending: TE_STOP, and the end of complete, fail and a stop decision */
 
 /* The trial ends (TERMINATED or ERROR): scheduler end, records, fail_fast,
@@ -118,8 +159,11 @@ static int trial_end(struct server *s, struct srv_trial *t, enum trial_status st
 /* RUNNING -> PENDING without counting a failure (lease expiry, unlisted,
  * release, a worker's clean stop): a pause or exploit due at the lease's end
  * is carried out instead. The next lease resumes it from its checkpoint. */
-static int trial_requeue(struct server *s, struct srv_trial *t, uint64_t *ticket) {
-  int due = decide_lease_end(s, t, ticket);
+static int trial_requeue(struct server *s, struct srv_trial *t, const char *kind, const char *why,
+                         uint64_t *ticket) {
+  int due = trial_note_lease_end(s, t, kind, why, ticket);
+  if (due) return due;
+  due = decide_lease_end(s, t, ticket);
   if (due) return due < 0 ? due : 0;
   state_release(s, t);
   /* The lease is over without its holder ending the trial: anything it
@@ -146,7 +190,18 @@ static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker 
   t->unlisted_since_ms = 0;
   t->listed_gen = 0;
   state_renew_lease(s, t, clock_mono_ms());
-  return state_persist_trial(s, t, ticket);
+  rc = state_persist_trial(s, t, ticket);
+  if (rc) return rc;
+  char who[300], line[640];
+  trial_worker_label(s, w->id, who, sizeof who);
+  if (t->has_checkpoint)
+    snprintf(line, sizeof line,
+             "attempt %d leased to %s, resuming from its checkpoint at iteration %lld", t->attempt,
+             who, (long long)t->checkpoint_iteration);
+  else
+    snprintf(line, sizeof line, "attempt %d leased to %s, from the start", t->attempt, who);
+  return trial_attempt_note(s, t, "leased", line, t->has_checkpoint,
+                            (double)t->checkpoint_iteration, ticket);
 }
 
 /* ---- TE_RESULTS */
@@ -291,6 +346,27 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
   return rc;
 }
 
+/* A failed attempt in the trial's history: the error's first line (the
+ * whole error is the trial's "error") and whether it is tried again. */
+static int trial_note_failure(struct server *s, struct srv_trial *t, int64_t max_failures,
+                              uint64_t *ticket) {
+  char who[300], first[200], line[640];
+  trial_worker_label(s, t->worker_id, who, sizeof who);
+  size_t n = strcspn(t->error, "\n");
+  if (n >= sizeof first) {
+    n = sizeof first - 1;
+    /* Never inside a character: the sentence goes out as JSON text. */
+    while (n > 0 && ((unsigned char)t->error[n] & 0xC0) == 0x80) n--;
+  }
+  snprintf(first, sizeof first, "%.*s", (int)n, t->error);
+  if (t->num_failures <= max_failures)
+    snprintf(line, sizeof line, "attempt %d on %s failed: %s; tried again (%d of %lld)", t->attempt,
+             who, first, t->num_failures, (long long)max_failures);
+  else
+    snprintf(line, sizeof line, "attempt %d on %s failed: %s", t->attempt, who, first);
+  return trial_attempt_note(s, t, "failed", line, t->nres > 0, t->nres ? t->last_t : 0, ticket);
+}
+
 static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_args *a,
                       uint64_t *ticket) {
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
@@ -305,7 +381,9 @@ static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_
   t->exit_code = a->has_exit_code ? a->exit_code : 0;
   t->num_failures++;
   t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
-  int due = 0, rc = 0;
+  int rc = trial_note_failure(s, t, e->spec.max_failures, ticket);
+  if (rc) return rc;
+  int due = 0;
   if (t->num_failures <= e->spec.max_failures && (due = decide_lease_end(s, t, ticket)) != 0) {
     /* A pause or exploit was due: it is carried out instead. */
     rc = due < 0 ? due : 0;
@@ -336,7 +414,8 @@ static int trial_release(struct server *s, struct srv_trial *t, struct trial_eve
     return -ESTALE;
   }
   int64_t from = t->worker_id;
-  int rc = trial_requeue(s, t, ticket);
+  int rc = trial_requeue(s, t, "released",
+                         "released by its worker (a drain, a preemption or self-fencing)", ticket);
   if (!rc)
     log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
              (long long)t->id, (long long)from,
@@ -367,7 +446,7 @@ int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev
   case TE_RELEASE:
     return trial_release(s, t, a, ticket);
   case TE_REQUEUE:
-    return trial_requeue(s, t, ticket);
+    return trial_requeue(s, t, "lease_lost", a ? a->why_in : NULL, ticket);
   case TE_STOP:
     return trial_end(s, t, TS_TERMINATED, ticket);
   case TE_PAUSE:

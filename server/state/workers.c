@@ -96,7 +96,7 @@ int workers_heartbeat(struct server *s, struct srv_worker *w, const struct worke
         char why[600];
         snprintf(why, sizeof why, "worker %lld (%s) %s", (long long)w->id, w->name,
                  listed[i].stuck);
-        if ((rc = decide_event(s, t, "undelivered", why, ticket))) break;
+        if ((rc = decide_event(s, t, "undelivered", why, NULL, ticket))) break;
         t->stuck_noted = attempt;
         log_warn("trial %lld: %s", (long long)t->id, why);
       }
@@ -125,8 +125,10 @@ int workers_deregister(struct server *s, struct srv_worker *w, uint64_t *ticket)
   int rc = 0;
   for (int64_t j = 0; !rc && w->nrunning > 0 && j < s->ntrials; j++) {
     struct srv_trial *t = s->trials[j];
-    if (t && t->status == TS_RUNNING && t->worker_id == w->id)
-      rc = state_trial_event(s, t, TE_REQUEUE, NULL, ticket);
+    if (t && t->status == TS_RUNNING && t->worker_id == w->id) {
+      struct trial_event_args a = {.why_in = "its worker stopped (deregistered)"};
+      rc = state_trial_event(s, t, TE_REQUEUE, &a, ticket);
+    }
   }
   if (rc) return rc;
   w->gone = 2;

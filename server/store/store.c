@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "migrations.h"
+#include "store_logs.h"
 #include "testhook.h"
 
 enum {
@@ -30,6 +31,7 @@ enum {
   ST_PUT_WORKER,
   ST_PUT_CKPT,
   ST_PUT_LOG,
+  ST_GET_LOG, /* the row store_put_log merges into */
   ST_SAVEPOINT,
   ST_ROLLBACK_TO,
   ST_RELEASE,
@@ -64,6 +66,7 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                     "VALUES(?,?,?,?)",
     [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
+    [ST_GET_LOG] = "SELECT log FROM logs WHERE trial_id=?",
     [ST_SAVEPOINT] = "SAVEPOINT g",
     [ST_ROLLBACK_TO] = "ROLLBACK TO g",
     [ST_RELEASE] = "RELEASE g",
@@ -616,11 +619,35 @@ int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, 
   return store_step(st, s);
 }
 
-int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len) {
+int store_put_log(struct store *st, int64_t trial_id, int attempt, int64_t worker_id,
+                  const char *log, size_t len) {
+  /* Read in the writer's own transaction: the row it replaces. */
+  sqlite3_stmt *g = st->stmt[ST_GET_LOG];
+  sqlite3_bind_int64(g, 1, trial_id);
+  int rc = sqlite3_step(g);
+  char *row = NULL;
+  size_t rowlen = 0;
+  if (rc == SQLITE_ROW)
+    rc = store_logs_merge((const char *)sqlite3_column_text(g, 0),
+                          (size_t)sqlite3_column_bytes(g, 0), attempt, worker_id, log, len, &row,
+                          &rowlen);
+  else if (rc == SQLITE_DONE)
+    rc = store_logs_merge(NULL, 0, attempt, worker_id, log, len, &row, &rowlen);
+  else
+    rc = -EIO;
+  sqlite3_reset(g);
+  sqlite3_clear_bindings(g);
+  if (rc) {
+    if (rc == -EIO) log_error("store: %s", sqlite3_errmsg(st->w));
+    return rc;
+  }
   sqlite3_stmt *s = st->stmt[ST_PUT_LOG];
   sqlite3_bind_int64(s, 1, trial_id);
-  if (sqlite3_bind_text64(s, 2, log, len, SQLITE_STATIC, SQLITE_UTF8) != SQLITE_OK)
+  if (sqlite3_bind_text64(s, 2, row, rowlen, SQLITE_TRANSIENT, SQLITE_UTF8) != SQLITE_OK) {
+    free(row);
     return store_bind_failed(st, s);
+  }
+  free(row);
   return store_step(st, s);
 }
 
@@ -1240,18 +1267,10 @@ int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
   int rc = store_rprep(st, "SELECT log FROM logs WHERE trial_id=?", &s);
   if (!rc) {
     sqlite3_bind_int64(s, 1, trial_id);
-    if (sqlite3_step(s) == SQLITE_ROW) {
-      size_t n = (size_t)sqlite3_column_bytes(s, 0);
-      char *buf = malloc(n + 1);
-      if (!buf)
-        rc = -ENOMEM;
-      else {
-        if (n) memcpy(buf, sqlite3_column_text(s, 0), n);
-        buf[n] = 0;
-        *log = buf;
-        *len = n;
-      }
-    } else
+    if (sqlite3_step(s) == SQLITE_ROW)
+      rc = store_logs_render((const char *)sqlite3_column_text(s, 0),
+                             (size_t)sqlite3_column_bytes(s, 0), log, len);
+    else
       rc = -ENOENT;
   }
   sqlite3_finalize(s);

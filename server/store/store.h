@@ -151,7 +151,10 @@ int store_insert_sched_record(struct store *st, int64_t experiment_id, int64_t s
 int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial);
 int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, uint32_t crc,
                          const void *data, size_t len);
-int store_put_log(struct store *st, int64_t trial_id, const char *log, size_t len);
+/* The tail attempt's worker uploaded: replaces that attempt's output and
+ * keeps the earlier attempts' (store_logs.h). */
+int store_put_log(struct store *st, int64_t trial_id, int attempt, int64_t worker_id,
+                  const char *log, size_t len);
 /* Removes the experiment and everything of it (trials, results, records,
  * events, checkpoints, logs) inside the caller's transaction. */
 int store_delete_experiment(struct store *st, int64_t experiment_id);
@@ -238,7 +241,9 @@ int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
 /* A trial's events in seq order (trial_events). */
 typedef int (*store_event_fn)(void *ctx, const struct store_event_row *r);
 int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx);
-/* Log tail: -ENOENT when none. *log is malloc'd (NUL-terminated). */
+/* Log tails of every attempt, each after a line naming it when there is
+ * more than one (store_logs_render): -ENOENT when none. *log is malloc'd
+ * (NUL-terminated). */
 int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len);
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CLI catches mistakes early. End to end against the
 real ctune, ctune-server, ctune-worker. Usage: e2e_early.py BIN_DIR CASE, CASE
-one of sample, remote, fit, failfast, sigint2. Reuses e2e_cli.py's process
+one of sample, remote, fit, failfast, allerror, sigint2. Reuses e2e_cli.py's process
 bookkeeping (a child subreaper; every leftover process is killed)."""
 import ctypes
 import json
@@ -157,6 +157,20 @@ def case_failfast(tmp):
     check(st == ["ERROR", "TERMINATED"], f"trials: {st}")
 
 
+def case_allerror(tmp):
+    """Every trial ERROR: `ctune run` exits 6 and says so, shows the
+    experiment FAILED and names no best trial, neither at the end nor in
+    its status block."""
+    cfg = trial_config(tmp, "ae", [2.0], params={"fail_at": 2.0})
+    code, out, err = ctune("run", cfg, "--cpus", "1", cwd=tmp, timeout=90)
+    check(code == 6, f"exit {code}: {err}")
+    check("experiment 1 failed: all 1 of its trials ended in ERROR" in err, f"stderr: {err}")
+    check("Experiment 1 FAILED." in out and "Best trial" not in out, f"stdout: {out[-800:]}")
+    check("'ae': FAILED (every trial ended in ERROR)" in out, "the reporter shows FAILED")
+    check("Current best trial" not in out, f"an ERROR trial named best: {out[-800:]}")
+    check(not descendants(), f"processes left: {descendants()}")
+
+
 def case_sigint2(tmp):
     """A second Ctrl-C stops `ctune run` at once, even while a trial ignores
     SIGTERM (the graceful stop would wait for the worker's 10 s grace)."""
@@ -216,7 +230,7 @@ def main():
     ok = False
     try:
         {"sample": case_sample, "remote": case_remote, "fit": case_fit, "failfast": case_failfast,
-         "sigint2": case_sigint2}[CASE](tmp)
+         "allerror": case_allerror, "sigint2": case_sigint2}[CASE](tmp)
         ok = True
     finally:
         base.cleanup()

@@ -194,6 +194,54 @@ START_TEST(report_end_reason_and_ids) {
 }
 END_TEST
 
+/* An experiment that ended with every trial in ERROR is not shown as a
+ * plain TERMINATED; one with a single good trial is. */
+START_TEST(report_all_error_is_failed) {
+  cJSON *e = cJSON_Parse("{\"id\":1,\"name\":\"x\",\"status\":\"TERMINATED\",\"counts\":{"
+                         "\"PENDING\":0,\"RUNNING\":0,\"PAUSED\":0,\"TERMINATED\":0,\"ERROR\":3}}");
+  ck_assert_ptr_nonnull(e);
+  ck_assert_int_eq(report_exp_all_error(e), 1);
+  ck_assert_str_eq(report_exp_status(e), "FAILED");
+  cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItem(e, "counts"), "TERMINATED",
+                                         cJSON_CreateNumber(1));
+  ck_assert_int_eq(report_exp_all_error(e), 0);
+  ck_assert_str_eq(report_exp_status(e), "TERMINATED");
+  cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItem(e, "counts"), "TERMINATED",
+                                         cJSON_CreateNumber(0));
+  cJSON_ReplaceItemInObjectCaseSensitive(e, "status", cJSON_CreateString("RUNNING"));
+  ck_assert_str_eq(report_exp_status(e), "RUNNING"); /* not over yet */
+  cJSON_ReplaceItemInObjectCaseSensitive(e, "status", cJSON_CreateString("CANCELLED"));
+  ck_assert_str_eq(report_exp_status(e), "CANCELLED");
+  cJSON_Delete(e);
+  /* The status block says it. */
+  struct report_state s;
+  char *text;
+  cJSON *exp = fixture("grid_experiment.json");
+  cJSON *counts = cJSON_GetObjectItem(exp, "counts");
+  cJSON *c;
+  cJSON_ArrayForEach(c, counts) cJSON_SetNumberValue(c, strcmp(c->string, "ERROR") ? 0 : 4);
+  ck_assert_int_eq(report_state_load(&s, exp, fixture("grid_trials.json"), NULL), 0);
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_nonnull(
+      strstr(text, "'grid': FAILED (every trial ended in ERROR) (maximize accuracy)\n"));
+  free(text);
+  report_state_free(&s);
+  /* The server's best (trial 11, accuracy 0.91) ended in ERROR: the status
+   * block names the best of the others (trial 10, 0.85); none: no line. */
+  load_grid(&s);
+  for (size_t i = 0; i < s.ntrials; i++)
+    if (s.trials[i].id == 11) s.trials[i].status = "ERROR";
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Current best trial: grid_00000 with accuracy=0.85 "));
+  free(text);
+  for (size_t i = 0; i < s.ntrials; i++) s.trials[i].status = "ERROR";
+  ck_assert_int_eq(report_render(&s, NOW, 120, REPORT_MAX_ROWS, &text), 0);
+  ck_assert_ptr_null(strstr(text, "Current best trial"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
 START_TEST(report_grid_finished) {
   struct report_state s;
   char *text;
@@ -322,6 +370,38 @@ START_TEST(report_reason_column) {
 }
 END_TEST
 
+/* A PAUSED trial that its scheduler then stopped (HyperBand's halving)
+ * never ran again: no "resumed" line, only the stop; a trial that started
+ * and ended between two polls still gets both lines. */
+START_TEST(report_events_paused_then_stopped) {
+  struct report_state prev, cur;
+  char *text;
+  load_decisions(&prev);
+  load_decisions(&cur);
+  for (size_t i = 0; i < prev.ntrials; i++) {
+    struct report_trial *p = &prev.trials[i];
+    if (p->id == 41) {
+      p->status = "PAUSED";
+      p->reason = "paused at rung 1 (t=3)";
+    }
+    if (p->id == 44) {
+      p->status = "PENDING";
+      p->iteration = 0;
+    }
+  }
+  ck_assert_int_eq(report_events(&prev, &cur, &text), 0);
+  ck_assert_ptr_null(strstr(text, "fmnist-hb_00001 resumed"));
+  ck_assert_ptr_nonnull(strstr(
+      text, "Trial fmnist-hb_00001 stopped early by the scheduler at iteration 3: loss=0.63 — "
+            "stopped at t=3: 0.63 worse than the top 1 of 3 trials at rung 1 (cutoff 0.41)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 started with config {"));
+  ck_assert_ptr_nonnull(strstr(text, "Trial fmnist-hb_00004 completed after 9 iterations"));
+  free(text);
+  report_state_free(&prev);
+  report_state_free(&cur);
+}
+END_TEST
+
 /* The end-of-trial lines of run/watch say why: stop, pause, promotion,
  * stop rule, and an exploit that changed no status between two polls. */
 START_TEST(report_events_reasons) {
@@ -362,6 +442,37 @@ START_TEST(report_events_reasons) {
   free(text);
   report_state_free(&prev);
   report_state_free(&cur);
+}
+END_TEST
+
+/* ctune trial: a trial's attempts (a lost worker, the lease that resumed
+ * it) are in its history with its decisions, in seq order. */
+START_TEST(trial_detail_attempts) {
+  cJSON *t = cJSON_Parse(
+      "{\"id\":15,\"experiment_id\":1,\"name\":\"x_00014\",\"status\":\"RUNNING\",\"events\":["
+      "{\"seq\":40,\"time\":1795000000,\"kind\":\"paused\",\"reason\":\"paused at rung 1 (t=3)\"}],"
+      "\"attempts\":[{\"seq\":5,\"time\":1795000000,\"kind\":\"leased\",\"reason\":\"attempt 1 "
+      "leased to worker 1 (w1), from the start\"},{\"seq\":30,\"time\":1795000030,\"kind\":"
+      "\"lease_lost\",\"reason\":\"attempt 1 on worker 1 (w1) ended at iteration 3: lease expired: "
+      "its worker was lost (no heartbeat for 30 s)\"},{\"seq\":50,\"time\":1795000031,\"kind\":"
+      "\"leased\",\"reason\":\"attempt 2 leased to worker 2 (w2), resuming from its checkpoint at "
+      "iteration 3\"}]}");
+  ck_assert_ptr_nonnull(t);
+  char *text;
+  /* Its error is a trial's stderr: the terminal gets text, not commands. */
+  cJSON_AddStringToObject(t, "error", "trial_exit: status 1\n\x1b]0;pwned\x07\x1b[2JBoom\rBang");
+  ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Error: Boom Bang\n"));
+  ck_assert_ptr_nonnull(strstr(
+      text, "Events (4, times in UTC):\n"
+            "  2026-11-18 11:06:40  leased      attempt 1 leased to worker 1 (w1), from the start\n"
+            "  2026-11-18 11:07:10  lease_lost  attempt 1 on worker 1 (w1) ended at iteration 3: "
+            "lease expired: its worker was lost (no heartbeat for 30 s)\n"
+            "  2026-11-18 11:06:40  paused      paused at rung 1 (t=3)\n"
+            "  2026-11-18 11:07:11  leased      attempt 2 leased to worker 2 (w2), resuming from "
+            "its checkpoint at iteration 3\n"));
+  free(text);
+  cJSON_Delete(t);
 }
 END_TEST
 
@@ -466,6 +577,21 @@ START_TEST(fmt_values) {
 }
 END_TEST
 
+/* `ctune logs` prints a trial's output, not the terminal commands in it. */
+START_TEST(text_strips_terminal_controls) {
+  char s[] = "a\x1b[31mred\x1b[0m\x1b]0;title\x07"
+             "b\x1b]8;;http://x\x1b\\c\x1b"
+             "7d\x07\x08"
+             "e\x7f\tf\r\ng\rh\xc2\x9b"
+             "2Ji\xc3\xa9\xc2\xa0\n";
+  text_strip_controls(s);
+  ck_assert_str_eq(s, "aredbcde\tf\ng\nh2Ji\xc3\xa9\xc2\xa0\n");
+  char cut[] = "x\x1b[3";
+  text_strip_controls(cut);
+  ck_assert_str_eq(cut, "x");
+}
+END_TEST
+
 /* ---- export ---- */
 
 START_TEST(export_csv_golden) {
@@ -480,6 +606,25 @@ START_TEST(export_csv_golden) {
                    "note,training_iteration,accuracy,loss,time_total_s,error\n"));
   free(text);
   ck_assert_int_eq(export_csv(cJSON_GetObjectItem(trials, "last_seq"), &text), -EINVAL);
+  cJSON_Delete(trials);
+}
+END_TEST
+
+/* Trial output and config strings that a spreadsheet would run as formulas
+ * are neutralised with a leading '; numbers (a negative loss) are not. */
+START_TEST(export_csv_neutralises_formulas) {
+  cJSON *trials =
+      cJSON_Parse("{\"trials\":[{\"id\":1,\"name\":\"@x\",\"status\":\"ERROR\",\"config\":{\"a\":"
+                  "\"=HYPERLINK(1)\",\"b\":\"+1\",\"c\":\"\\tz\",\"d\":\"-2,3\"},\"last_result\":{"
+                  "\"loss\":-0.5},\"error\":\"=cmd|' /C calc'!A0\"}]}");
+  ck_assert_ptr_nonnull(trials);
+  char *text;
+  ck_assert_int_eq(export_csv(trials, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, ",'@x,"));
+  ck_assert_ptr_nonnull(strstr(text, ",'=HYPERLINK(1),'+1,'\tz,\"'-2,3\","));
+  ck_assert_ptr_nonnull(strstr(text, ",-0.5,"));
+  ck_assert_ptr_nonnull(strstr(text, ",'=cmd|' /C calc'!A0\n"));
+  free(text);
   cJSON_Delete(trials);
 }
 END_TEST
@@ -689,14 +834,19 @@ int main(void) {
   tcase_add_test(tc, report_asha_narrow_trims_to_width);
   tcase_add_test(tc, report_all_rows);
   tcase_add_test(tc, report_grid_finished);
+  tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
+  tcase_add_test(tc, report_events_paused_then_stopped);
   tcase_add_test(tc, trial_detail_events);
+  tcase_add_test(tc, trial_detail_attempts);
   tcase_add_test(tc, report_json_state);
   tcase_add_test(tc, report_rejects_bad_shapes);
   tcase_add_test(tc, fmt_values);
+  tcase_add_test(tc, text_strips_terminal_controls);
   tcase_add_test(tc, export_csv_golden);
+  tcase_add_test(tc, export_csv_neutralises_formulas);
   tcase_add_test(tc, report_end_reason_and_ids);
   tcase_add_test(tc, export_json_with_results);
   tcase_add_test(tc, args_good);

@@ -33,6 +33,7 @@ class State:
         self.workers = {}
         self.logs = {}
         self.events = {}           # trial id -> [event] (GET /trials/{id} "events")
+        self.attempts = {}         # trial id -> [event] (GET /trials/{id} "attempts")
 
     def bump(self):
         self.seq += 1
@@ -393,7 +394,8 @@ class Handler(BaseHTTPRequestHandler):
                 if not t:
                     return self.err(404, "not_found", "no trial " + p[1])
                 if len(p) == 2:
-                    return self.send_json(200, dict(t, events=st.events.get(t["id"], [])))
+                    return self.send_json(200, dict(t, events=st.events.get(t["id"], []),
+                                                    attempts=st.attempts.get(t["id"], [])))
                 if p[2] == "stop" and method == "POST":
                     code, out = st.stop_trial(t)
                     if code != 200:
@@ -611,6 +613,50 @@ def decisions(st):
     return roles
 
 
+def outcomes(st):
+    """Outcomes: an experiment whose every trial ended in ERROR, and one
+    whose lowest loss is an ERROR trial's beside a good trial, that trial's
+    history of attempts (a lost worker, a resume) mixed with a decision.
+    Returns {role: id}."""
+    rng = random.Random(9)
+    cfg = {"metric": "loss", "mode": "min", "num_samples": 2,
+           "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1}},
+           "scheduler": {"type": "fifo"}, "trainable": {"type": "command", "argv": ["python3", "train.py"]}}
+    roles = {}
+    with st.lock:
+        ea = st.create(dict(cfg, name="all-crash"), rng)
+        for tid in [t["id"] for t in st.trials.values() if t["experiment_id"] == ea]:
+            st.trials[tid].update(status="RUNNING", started_at=time.time())
+            st.report(tid, {"training_iteration": 1, "loss": 0.3})
+            st.trials[tid].update(status="ERROR", ended_at=time.time(), exit_code=1, num_failures=1,
+                                  error="trial_exit: your program exited with status 1\nRuntimeError: boom")
+        st.finish_check(ea)
+        eb = st.create(dict(cfg, name="mixed"), rng)
+        bad, good = [t["id"] for t in st.trials.values() if t["experiment_id"] == eb]
+        for tid, loss in ((bad, 0.1), (good, 0.5)):
+            st.trials[tid].update(status="RUNNING", started_at=time.time())
+            st.report(tid, {"training_iteration": 1, "loss": loss})
+        st.trials[bad].update(status="ERROR", ended_at=time.time(), exit_code=1,
+                              error="trial_exit: your program exited with status 1")
+        st.trials[good].update(status="TERMINATED", ended_at=time.time())
+        st.finish_check(eb)
+        now = time.time()
+
+        def att(seq, kind, reason, attempt, wid, it):
+            return {"seq": seq, "trial_id": good, "experiment_id": eb, "time": now, "kind": kind,
+                    "reason": reason, "data": {"attempt": attempt, "worker_id": wid, "iteration": it}}
+        st.attempts[good] = [
+            att(st.bump(), "leased", "attempt 1 leased to worker 1 (w1), from the start", 1, 1, None),
+            att(st.bump(), "lease_lost", "attempt 1 on worker 1 (w1) ended at iteration 3: lease expired: "
+                "its worker was lost (no heartbeat for 30 s)", 1, 1, 3)]
+        st.events[good] = [{"seq": st.bump(), "trial_id": good, "experiment_id": eb, "time": now,
+                            "kind": "stop_rule", "reason": "stop rule: loss 0.5 <= 0.5", "data": None}]
+        st.attempts[good].append(att(st.bump(), "leased", "attempt 2 leased to worker 2 (w2), resuming "
+                                     "from its checkpoint at iteration 3", 2, 2, 3))
+        roles.update(all_error_exp=ea, mixed_exp=eb, error_trial=bad, good_trial=good)
+    return roles
+
+
 def control(st):
     """The controls: a running ASHA experiment (two trials running,
     one done, one pending; tagged, with notes) and a finished one.
@@ -661,6 +707,8 @@ def main():
                     help="fill it with scheduler decisions: a HyperBand and a PBT experiment")
     ap.add_argument("--control", action="store_true",
                     help="fill it for the controls: a running and a finished experiment")
+    ap.add_argument("--outcomes", action="store_true",
+                    help="fill it with outcomes: an all-ERROR experiment, a mixed one, attempts")
     ap.add_argument("--viewer-token", help="a read-only token (GETs only; the server's viewer=)")
     ap.add_argument("--no-role-header", action="store_true",
                     help="send no X-Ctune-Role (as a server that predates it)")
@@ -674,10 +722,13 @@ def main():
     roles = decisions(Handler.state) if a.decisions else None
     if a.control:
         roles = control(Handler.state)
+    if a.outcomes:
+        roles = outcomes(Handler.state)
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
     if roles:
-        print(("control: " if a.control else "decisions: ") + json.dumps(roles), flush=True)
+        print(("control: " if a.control else "outcomes: " if a.outcomes else "decisions: ")
+              + json.dumps(roles), flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

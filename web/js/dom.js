@@ -21,6 +21,23 @@ export function statusBadge(status, why) {
   return h('span', { class: 'badge s-' + String(status).toLowerCase(), title: why || null }, status);
 }
 
+// An experiment that ended TERMINATED with every trial in ERROR (at least
+// one) failed, as Ray's tune.run raises: `ctune run` exits 6 and shows FAILED.
+export function allTrialsFailed(e) {
+  const c = (e && e.counts) || {};
+  if (!e || e.status !== 'TERMINATED' || !(c.ERROR > 0)) return false;
+  return Object.entries(c).every(([k, v]) => k === 'ERROR' || !v);
+}
+
+// The experiment's badge: its status, or FAILED (red) for an all-ERROR end.
+export function expStatusBadge(e) {
+  if (allTrialsFailed(e)) {
+    return h('span', { class: 'badge s-failed', title: `every one of its ${e.counts.ERROR} trials ended in ERROR` },
+      'FAILED');
+  }
+  return statusBadge(e.status);
+}
+
 export function note(text, kind) {
   return h('p', { class: 'note ' + (kind || ''), role: kind === 'error' ? 'alert' : null }, text);
 }

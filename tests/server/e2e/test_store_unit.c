@@ -14,6 +14,7 @@
 #include "commit.h"
 #include "migrations.h"
 #include "store.h"
+#include "store_logs.h"
 
 static char dir[64], db[128];
 
@@ -113,7 +114,7 @@ START_TEST(migrations_and_round_trip) {
   ck_assert_int_eq(store_put_experiment(st, &e), 0);
   ck_assert_int_eq(store_put_trial(st, &t), 0);
   ck_assert_int_eq(store_put_checkpoint(st, 1, 3, 0xdeadbeef, "abc", 3), 0);
-  ck_assert_int_eq(store_put_log(st, 1, "tail", 4), 0);
+  ck_assert_int_eq(store_put_log(st, 1, 1, 1, "tail", 4), 0);
   ck_assert_int_eq(store_commit(st), 0);
   store_close(st);
   /* reopening applies no migration twice (002 rebuilt results with its rows)
@@ -135,6 +136,72 @@ START_TEST(migrations_and_round_trip) {
   ck_assert_str_eq(log, "tail");
   free(log);
   store_close(st);
+}
+END_TEST
+
+/* Every attempt's log is kept, each marked, the newest upload of an
+ * attempt replacing its earlier one; one attempt's log reads as it is; a
+ * trial's output cannot forge a section; older attempts are bounded. */
+START_TEST(logs_of_every_attempt) {
+  struct store *st = open_store();
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0,
+                                   0, 3,     NULL,      0,    1,  "",  "[]"};
+  struct store_trial_row t = {.id = 1,
+                              .experiment_id = 1,
+                              .name = "exp_00000",
+                              .status = "RUNNING",
+                              .config = "{}",
+                              .updated_seq = 4};
+  char *log;
+  size_t len;
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_put_experiment(st, &e), 0);
+  ck_assert_int_eq(store_put_trial(st, &t), 0);
+  ck_assert_int_eq(store_put_log(st, 1, 1, 1, "epoch 1\n", 8), 0);
+  ck_assert_int_eq(store_put_log(st, 1, 1, 1,
+                                 "epoch 1\nepoch 2\nfake \x1e"
+                                 "9 9\n",
+                                 26),
+                   0);
+  ck_assert_int_eq(store_commit(st), 0);
+  ck_assert_int_eq(store_get_log(st, 1, &log, &len), 0);
+  ck_assert_str_eq(log, "epoch 1\nepoch 2\nfake ?9 9\n"); /* one attempt: as it is */
+  free(log);
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_put_log(st, 1, 2, 3, "resumed at 2", 12), 0);
+  ck_assert_int_eq(store_commit(st), 0);
+  ck_assert_int_eq(store_get_log(st, 1, &log, &len), 0);
+  ck_assert_str_eq(log, "--- attempt 1 (worker 1) ---\nepoch 1\nepoch 2\nfake ?9 9\n"
+                        "--- attempt 2 (worker 3) ---\nresumed at 2");
+  ck_assert_uint_eq(len, strlen(log));
+  free(log);
+  /* Older attempts beyond the bound go first. */
+  ck_assert_int_eq(store_begin(st), 0);
+  for (int a = 3; a <= STORE_LOGS_MAX_ATTEMPTS + 4; a++) {
+    char line[32];
+    int n = snprintf(line, sizeof line, "attempt %d\n", a);
+    ck_assert_int_eq(store_put_log(st, 1, a, 1, line, (size_t)n), 0);
+  }
+  ck_assert_int_eq(store_commit(st), 0);
+  ck_assert_int_eq(store_get_log(st, 1, &log, &len), 0);
+  ck_assert_ptr_null(strstr(log, "(worker 3)"));
+  ck_assert_ptr_nonnull(strstr(log, "--- attempt 4 (worker 1) ---\nattempt 4\n"));
+  ck_assert_ptr_nonnull(strstr(log, "--- attempt 20 (worker 1) ---\nattempt 20\n"));
+  ck_assert_ptr_null(strstr(log, "--- attempt 3 "));
+  free(log);
+  store_close(st);
+  /* A row written before attempts were kept reads as it is, and is kept
+   * as an earlier attempt's when a later one uploads. */
+  char *row, *out;
+  size_t rl, ol;
+  ck_assert_int_eq(store_logs_merge("old text\n", 9, 2, 5, "new", 3, &row, &rl), 0);
+  ck_assert_int_eq(store_logs_render(row, rl, &out, &ol), 0);
+  ck_assert_str_eq(out, "--- an earlier attempt ---\nold text\n--- attempt 2 (worker 5) ---\nnew");
+  free(out);
+  free(row);
+  ck_assert_int_eq(store_logs_render("legacy", 6, &out, &ol), 0);
+  ck_assert_str_eq(out, "legacy");
+  free(out);
 }
 END_TEST
 
@@ -543,6 +610,7 @@ int main(void) {
   TCase *tc = tcase_create("store");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, migrations_and_round_trip);
+  tcase_add_test(tc, logs_of_every_attempt);
   tcase_add_test(tc, group_commit_orders_and_waits);
   tcase_add_test(tc, failed_group_fails_alone);
   tcase_add_test(tc, failure_in_a_batch_keeps_earlier_groups);

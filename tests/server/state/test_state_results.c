@@ -438,6 +438,92 @@ START_TEST(release_requeues_without_failure) {
 }
 END_TEST
 
+/* The trial's history rows in SQLite, "kind|reason" a line each. */
+static void db_events_are(const struct srv_trial *t, const char *want) {
+  char sql[160];
+  h_sync(&H);
+  snprintf(sql, sizeof sql,
+           "SELECT kind, reason FROM trial_events WHERE trial_id=%lld ORDER BY seq",
+           (long long)t->id);
+  char *got = h_query(&H, sql);
+  ck_assert_str_eq(got, want);
+  free(got);
+}
+
+/* Rule: every attempt is in the trial's history (trial_events), the
+ * scheduler's reason untouched: its lease (worker, where it resumes), a lost
+ * worker's expired lease, a release, a failed attempt and its retry. */
+START_TEST(attempts_are_trial_events) {
+  submit("at", 1, METRIC ", \"max_failures\": 1");
+  struct srv_worker *w1 = h_worker(&H, "w1", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w1);
+  ck_assert_int_eq(h_result(&H, t, 1, R(1, 1)), 'c');
+  ck_assert_int_eq(h_result(&H, t, 2, R(2, 0.9)), 'c');
+  h_checkpoint(&H, t, 2, "ck");
+  /* w1 goes silent: lost, then its lease expires. */
+  struct srv_worker *w2 = h_worker(&H, "w2", 1, 0, 0);
+  h_tick(&H, T0 + H_LEASE_MS + 100);
+  ck_assert_int_eq(t->status, TS_PENDING);
+  ck_assert_ptr_eq(h_lease(&H, w2), t);
+  ck_assert_int_eq(h_result(&H, t, 3, R(3, 0.8)), 'c');
+  uint64_t ticket = 0;
+  struct lease_token l = {w2->id, 2};
+  struct trial_event_args a = {
+      .lease = &l, .worker_id = w2->id, .has_iteration = 1, .iteration = 3};
+  ck_assert_int_eq(state_trial_event(S, t, TE_RELEASE, &a, &ticket), 0);
+  ck_assert_ptr_eq(h_lease(&H, w2), t);
+  ck_assert_int_eq(
+      fail_with(t, w2->id, 3, "trial_exit: your program exited with status 1\nboom", 1, &a), 0);
+  ck_assert_int_eq(t->status, TS_PENDING);
+  ck_assert_ptr_eq(h_lease(&H, w2), t);
+  ck_assert_int_eq(fail_with(t, w2->id, 4, "signal: killed by signal 9 (Killed)", -1, &a), 0);
+  ck_assert_int_eq(t->status, TS_ERROR);
+  ck_assert_ptr_null(t->reason); /* no scheduler decision: the history is not one */
+  db_events_are(
+      t, "leased|attempt 1 leased to worker 1 (w1), from the start\n"
+         "lease_lost|attempt 1 on worker 1 (w1) ended at iteration 2: lease expired: its worker "
+         "was lost (no heartbeat for 30 s)\n"
+         "leased|attempt 2 leased to worker 2 (w2), resuming from its checkpoint at iteration 2\n"
+         "released|attempt 2 on worker 2 (w2) ended at iteration 3: released by its worker (a "
+         "drain, a preemption or self-fencing)\n"
+         "leased|attempt 3 leased to worker 2 (w2), resuming from its checkpoint at iteration 2\n"
+         "failed|attempt 3 on worker 2 (w2) failed: trial_exit: your program exited with status 1; "
+         "tried again (1 of 1)\n"
+         "leased|attempt 4 leased to worker 2 (w2), resuming from its checkpoint at iteration 2\n"
+         "failed|attempt 4 on worker 2 (w2) failed: signal: killed by signal 9 (Killed)\n");
+  char sql[160];
+  snprintf(sql, sizeof sql,
+           "SELECT data FROM trial_events WHERE trial_id=%lld AND kind='leased' ORDER BY seq "
+           "DESC LIMIT 1",
+           (long long)t->id);
+  char *got = h_query(&H, sql);
+  ck_assert_str_eq(got, "{\"attempt\":4,\"worker_id\":2,\"iteration\":2}\n");
+  free(got);
+}
+END_TEST
+
+/* Rule: a failed attempt's sentence holds the error's first line cut at a
+ * character, never inside one (it goes out as JSON text). */
+START_TEST(failed_attempt_sentence_cut_at_a_character) {
+  submit("u", 1, METRIC);
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  char err[700] = "";
+  for (int i = 0; i < 300; i++) strcat(err, "\xc3\xa9"); /* é: 2 bytes; byte 199 is a 2nd */
+  struct trial_event_args a;
+  ck_assert_int_eq(fail_with(t, w->id, 1, err, 1, &a), 0);
+  h_sync(&H);
+  char sql[160];
+  snprintf(sql, sizeof sql, "SELECT reason FROM trial_events WHERE trial_id=%lld AND kind='failed'",
+           (long long)t->id);
+  char *got = h_query(&H, sql);
+  size_t n = strlen(got);
+  ck_assert_uint_gt(n, 150);
+  ck_assert_str_eq(got + n - 3, "\xc3\xa9\n"); /* ends on a whole é, then the row's newline */
+  free(got);
+}
+END_TEST
+
 /* Rule: a release whose body names another worker than the lease's is
  * -ESTALE (why names both) and changes nothing. */
 START_TEST(release_naming_another_worker_is_stale) {
@@ -551,6 +637,8 @@ static Suite *suite(void) {
   tcase_add_test(end, fail_fast_cancels_the_experiment);
   tcase_add_test(end, release_requeues_without_failure);
   tcase_add_test(end, release_naming_another_worker_is_stale);
+  tcase_add_test(end, attempts_are_trial_events);
+  tcase_add_test(end, failed_attempt_sentence_cut_at_a_character);
   suite_add_tcase(s, end);
   TCase *table = tcase_create("table");
   tcase_add_checked_fixture(table, setup, teardown);

@@ -27,7 +27,8 @@ import urllib.parse
 from harness import command_config, main, wait_for
 
 SLEEPER = r"""
-import json, sys, time
+import json, os, sys, time
+print("sleeping in pid %d" % os.getpid(), flush=True)
 time.sleep(float(sys.argv[1]))
 print(json.dumps({"training_iteration": 1, "loss": 1.0}), flush=True)
 """
@@ -135,6 +136,20 @@ def body(env):
     assert not env.results(tid)
     assert "released by worker" in env.server_proc.log(), env.server_proc.log()[-3000:]
     wait_for(lambda: not env.trial_processes(), 5, "the trial's process to be gone")
+    # Attempt 2 on another worker: the trial's history has both attempts and
+    # the release between them, and its log keeps attempt 1's output, each
+    # attempt's lines under a line naming it.
+    w3 = env.start_worker("c", "--cpus", "1")
+    log = wait_for(lambda: (lambda x: "--- attempt 2 " in x and x)(
+        env.api("GET", "/api/v1/trials/%d/logs" % tid)["log"]), 10, "attempt 2's log")
+    print("log of both attempts:", repr(log))
+    a1 = log.index("--- attempt 1 (worker 1) ---\nsleeping in pid ")
+    assert a1 == 0 and log.index("--- attempt 2 (worker 2) ---\nsleeping in pid ") > a1, log
+    hist = [(a["kind"], a["data"]["attempt"]) for a in env.trial(tid)["attempts"]]
+    assert hist == [("leased", 1), ("released", 1), ("leased", 2)], env.trial(tid)
+    os.kill(w3.pid, signal.SIGTERM)
+    check_exit(env, w3, "attempt 2")
+    wait_for(lambda: not env.trial_processes(), 5, "attempt 2's process to be gone")
 
     # 2. A lease the server granted whose reply the worker has not read yet.
     # (a server of its own: nothing else is there to lease)

@@ -67,6 +67,9 @@ def body(env):
     print("memory trial:", t["status"], t["exit_code"], "limit", limit and limit.group(1))
     assert limit and int(limit.group(1)) == 300 << 20, log
     assert t["status"] == "ERROR" and "MemoryError" in t["error"], t
+    # The error names the limit that was hit, and how it was enforced.
+    assert t["error"].startswith("out_of_memory: out of memory: the trial is limited to "
+                                 "memory_mb 300 (RLIMIT_AS)"), t
     assert w.alive()
 
 

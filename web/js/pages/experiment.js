@@ -1,7 +1,7 @@
 // One experiment: config brief, progress, best trial, learning curves, ASHA
 // state, parallel coordinates and the trial table, kept live by ?since= polling.
 import { api } from '../api.js';
-import { h, note, statusBadge, section } from '../dom.js';
+import { h, note, statusBadge, section, expStatusBadge, allTrialsFailed } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration, bestFirst } from '../format.js';
 import { PagedTable } from '../table.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
@@ -149,11 +149,16 @@ export function mount(main, [idStr], ctx) {
   const timeAttr = () => (st.exp.scheduler && st.exp.scheduler.time_attr) ||
     (st.exp.config && st.exp.config.scheduler && st.exp.config.scheduler.time_attr) || 'training_iteration';
 
+  // The best trial never is an ERROR one (the server's pick counts every
+  // trial's results): then the best of the others that are loaded.
   function bestId() {
-    if (st.exp.best && st.exp.best.trial_id !== undefined) return st.exp.best.trial_id;
+    if (allTrialsFailed(st.exp)) return null;
+    const sb = st.exp.best && st.exp.best.trial_id !== undefined ? st.exp.best.trial_id : null;
+    if (sb !== null && (!st.trials.has(sb) || st.trials.get(sb).status !== 'ERROR')) return sb;
     let b = null;
     const c = bestFirst(st.exp.mode);
     for (const t of st.trials.values()) {
+      if (t.status === 'ERROR') continue;
       const v = metricOf(t);
       if (Number.isFinite(v) && (b === null || c(v, metricOf(b)) < 0)) b = t;
     }
@@ -223,7 +228,7 @@ export function mount(main, [idStr], ctx) {
     const e = st.exp;
     title.textContent = e.name || `Experiment ${id}`;
     document.title = `${e.name} · ctune`;
-    badge.replaceChildren(statusBadge(e.status));
+    badge.replaceChildren(expStatusBadge(e));
     cancelBtn.hidden = !canControl() || (e.status !== 'RUNNING' && e.status !== 'PAUSED');
     controls.update(e);
     meta.replaceChildren(
@@ -261,6 +266,8 @@ export function mount(main, [idStr], ctx) {
       // Its page has not come yet: read it alone, once.
       best.replaceChildren(note(`Trial ${bid} (loading…)`));
       fetchBest(bid);
+    } else if (allTrialsFailed(e)) {
+      best.replaceChildren(note('Every trial ended in ERROR: there is no best trial. Their errors are on their trial pages.', 'error'));
     } else if (!b) {
       best.replaceChildren(note(`No trial has reported ${e.metric} yet.`));
     } else {

@@ -1,7 +1,7 @@
 // The experiments list: name (and notes), tags, status, progress, best metric,
 // started, duration; a search box over name, notes and tags (?q=, ?tag=).
 import { api } from '../api.js';
-import { h, note, statusBadge } from '../dom.js';
+import { h, note, expStatusBadge, allTrialsFailed } from '../dom.js';
 import { fmtNum, fmtTime, fmtDuration } from '../format.js';
 import { poller } from '../poll.js';
 import { getAll } from '../lists.js';
@@ -22,11 +22,12 @@ function row(e, onTag) {
   return h('tr', { dataset: { id: e.id } },
     h('th', { scope: 'row' }, h('a', { href: `#/experiments/${e.id}` }, e.name || `experiment ${e.id}`),
       e.notes ? h('div', { class: 'exp-notes-cell muted small', title: e.notes }, e.notes) : null),
-    h('td', null, statusBadge(e.status)),
+    h('td', null, expStatusBadge(e)),
     h('td', { class: 'progress-cell' },
       h('progress', { max: total || 1, value: done, 'aria-label': `${done} of ${total} trials done` }),
       h('span', null, ` ${done} / ${total}`), h('span', { class: 'muted' }, ` (${pct}%)`)),
-    h('td', { class: 'num' }, e.best ? fmtNum(e.best.value) : '—',
+    // An all-ERROR experiment has no best: its "best" value is a failed trial's.
+    h('td', { class: 'num' }, e.best && !allTrialsFailed(e) ? fmtNum(e.best.value) : '—',
       h('span', { class: 'muted' }, ` ${e.metric || ''} ${e.mode ? '(' + e.mode + ')' : ''}`)),
     h('td', null, fmtTime(e.created_at)),
     h('td', null, end ? fmtDuration(end - e.created_at) : '—'),
@@ -59,7 +60,8 @@ export function mount(main, _params, ctx) {
   h('button', { type: 'button', id: 'experiments-clear',
     onclick: () => { qIn.value = ''; tagIn.value = ''; clearTimeout(typing); load(); } }, 'Clear'));
   const onTag = (t) => { tagIn.value = t; clearTimeout(typing); load(); };
-  main.append(h('h1', null, 'Experiments'), flash ? note(flash, 'ok') : null, msg,
+  // Element.append writes a null as the text "null": leave the flash out instead.
+  main.append(h('h1', null, 'Experiments'), ...(flash ? [note(flash, 'ok')] : []), msg,
     h('section', { class: 'card', 'aria-label': 'Experiments' }, form, h('div', { class: 'scroll' }, table)));
 
   let firstLoad = true;

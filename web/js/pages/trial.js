@@ -63,12 +63,12 @@ export function mount(main, [idStr], ctx) {
     msg,
     h('div', { class: 'grid2' }, section('Status', 'h-status', status), section('Config', 'h-config', config)),
     errorBox,
-    section('Decisions', 'h-events', h('p', { class: 'muted small' },
-      'What the scheduler decided about this trial, oldest first: stops, pauses, promotions, PBT exploits (donor and config change), stop rules, the time budget.'), eventsBox),
+    section('History', 'h-events', h('p', { class: 'muted small' },
+      'This trial\'s attempts and what the scheduler decided about it, oldest first: each lease (which worker, where it resumed), lost workers and expired leases, releases, failed attempts; stops, pauses, promotions, PBT exploits (donor and config change), stop rules, the time budget.'), eventsBox),
     section('Results over time', 'h-chart', h('div', { class: 'table-tools' },
       h('label', { for: 'trial-metric' }, 'Metric'), metricSel), chartBox),
     section('Results', 'h-results', resultsBox),
-    section('Log', 'h-log', h('p', { class: 'muted small' }, 'The latest tail of the trial\'s stdout and stderr, as its worker sent it.'), logBox));
+    section('Log', 'h-log', h('p', { class: 'muted small' }, 'The latest tail of the trial\'s stdout and stderr, as its worker sent it; with more than one attempt, each attempt\'s after a line naming it.'), logBox));
 
   const timeAttr = () => (st.exp && st.exp.scheduler && st.exp.scheduler.time_attr) || 'training_iteration';
 
@@ -115,11 +115,15 @@ export function mount(main, [idStr], ctx) {
       eventsBox.replaceChildren(note('This server does not record decisions (it predates them).'));
       return;
     }
-    if (!t.events.length) {
+    // Decisions and attempts (a server that predates attempts sends none) as
+    // one history, in the order they happened.
+    const all = t.events.concat(Array.isArray(t.attempts) ? t.attempts : [])
+      .sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
+    if (!all.length) {
       eventsBox.replaceChildren(note('No decision about this trial yet.'));
       return;
     }
-    eventsBox.replaceChildren(h('ol', { class: 'events', id: 'events-list' }, t.events.map((ev) =>
+    eventsBox.replaceChildren(h('ol', { class: 'events', id: 'events-list' }, all.map((ev) =>
       h('li', { dataset: { kind: ev.kind } },
         h('span', { class: 'when' }, fmtTime(ev.time)),
         h('span', { class: 'kind k-' + ev.kind }, String(ev.kind || '?').replace('_', ' ')),
