@@ -314,11 +314,13 @@ int cmd_run(const struct cli_args *a) {
   wargv[wn++] = abs_work;
   wargv[wn++] = "--token-file";
   wargv[wn++] = tokens;
-  /* Trials never read the database (every worker's secret), nor the server
-   * log (the dashboard URL with the admin token): ctune-worker --hide. */
-  snprintf(wal, sizeof(wal), "%s-wal", db);
-  snprintf(shm, sizeof(shm), "%s-shm", db);
-  char *hide[] = {db, wal, shm, r.server_log};
+  /* Trials never read the database (every worker's secret), the login URL
+   * (the admin token) nor the server log: ctune-worker --hide. The files
+   * are named after the database file itself, as the server names them. */
+  char *db_file = realpath(db, real_db) ? real_db : db;
+  snprintf(wal, sizeof(wal), "%s-wal", db_file);
+  snprintf(shm, sizeof(shm), "%s-shm", db_file);
+  char *hide[] = {db_file, wal, shm, login, r.server_log};
   for (size_t i = 0; i < sizeof(hide) / sizeof(hide[0]); i++) {
     wargv[wn++] = "--hide";
     wargv[wn++] = hide[i];

@@ -481,7 +481,7 @@ print(json.dumps({"training_iteration": 1, "loss": 0.0, "leaks": leaks}), flush=
 def case_hide(tmp):
     """`ctune run`: its trial (run as the invoking user, as the worker) reads
     none of the database (every worker's secret), its -wal and -shm, the
-    token file, the server log (the dashboard URL with the admin token) and
+    token file, the login URL file (the admin token), the server log and
     the worker's identity: hidden (ctune-worker --hide), read empty or not
     there. As user nobody when the test runs as root (a user namespace per
     trial), as the test's user otherwise."""
@@ -489,7 +489,7 @@ def case_hide(tmp):
     os.mkdir(res)
     base = os.path.join(res, "hide")
     paths = [base + ".db", base + ".db-wal", base + ".db-shm", base + ".db.tokens",
-             base + ".server.log", base + ".work/identity"]
+             base + ".db.login-url", base + ".server.log", base + ".work/identity"]
     script = os.path.join(tmp, "hide_trial.py")
     with open(script, "w") as f:
         f.write(HIDE_TRIAL)
@@ -516,9 +516,9 @@ def case_hide(tmp):
     print("the trial saw:", seen)
     check(best["last_result"]["leaks"] == 0, f"the trial read: {seen}")
     # They were there to read (the test means something).
-    for p in (base + ".db", base + ".db.tokens", base + ".server.log"):
+    for p in (base + ".db", base + ".db.tokens", base + ".db.login-url", base + ".server.log"):
         check(os.path.getsize(p) > 0, f"{p} is empty")
-    check("token=" in open(base + ".server.log").read(), "the server log has the dashboard URL")
+    check("token=" in open(base + ".db.login-url").read(), "the login URL file has the admin token")
     check(not descendants(), f"processes left: {descendants()}")
 
 
