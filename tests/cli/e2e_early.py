@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CLI catches mistakes early. End to end against the
 real ctune, ctune-server, ctune-worker. Usage: e2e_early.py BIN_DIR CASE, CASE
-one of sample, remote, fit, failfast, allerror, sigint2. Reuses e2e_cli.py's process
+one of sample, remote, fit, failfast, allerror, sigint2, torch_metric. Reuses e2e_cli.py's process
 bookkeeping (a child subreaper; every leftover process is killed)."""
 import ctypes
 import json
@@ -171,6 +171,54 @@ def case_allerror(tmp):
     check(not descendants(), f"processes left: {descendants()}")
 
 
+TORCH_TRIAL = r'''
+import pathlib, tempfile, time
+import torch, torch.nn as nn
+import ctune
+ctune.on_stop()
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+d = pathlib.Path(tempfile.mkdtemp())
+for epoch in range(100):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    torch.save(model.state_dict(), d / "model.pt")
+    ctune.report(val_loss=float(loss), checkpoint=d)
+    time.sleep(0.05)
+'''
+
+
+def case_torch_metric(tmp):
+    """The user trial's hang, through `ctune run`: a PyTorch script that
+    checkpoints with `ctune.report(val_loss=..., checkpoint=d)` while the
+    experiment's metric is val_accuracy. The trial ends ERROR
+    missing_metric and `ctune run` exits 6 within seconds (it used to run
+    for ever, its worker PUTting a checkpoint the server refused)."""
+    py = "/usr/bin/python3"
+    if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode:
+        print("SKIP: no torch for " + py)
+        sys.exit(77)
+    script = os.path.join(tmp, "train.py")
+    with open(script, "w") as f:
+        f.write(TORCH_TRIAL)
+    repo = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    cfg = write_config(tmp, "tm.json", {
+        "name": "tm", "metric": "val_accuracy", "mode": "max", "num_samples": 1,
+        "param_space": {}, "scheduler": {"type": "fifo"},
+        "resources_per_trial": {"cpu": 1, "gpu": 0},
+        "trainable": {"type": "command", "argv": [py, script],
+                      "env": {"PYTHONPATH": os.path.join(repo, "python")}}})
+    t0 = time.monotonic()
+    code, out, err = ctune("run", cfg, "--cpus", "1", cwd=tmp, timeout=60)
+    took = time.monotonic() - t0
+    print("ctune run: exit %d in %.1f s" % (code, took))
+    check(code == 6, f"exit {code}: {err[-1500:]}")
+    check("missing_metric: result has no metric 'val_accuracy'" in out, f"stdout: {out[-1500:]}")
+    check(took < 45, f"ctune run took {took:.1f} s")
+    check(not descendants(), f"processes left: {descendants()}")
+
+
 def case_sigint2(tmp):
     """A second Ctrl-C stops `ctune run` at once, even while a trial ignores
     SIGTERM (the graceful stop would wait for the worker's 10 s grace)."""
@@ -230,7 +278,8 @@ def main():
     ok = False
     try:
         {"sample": case_sample, "remote": case_remote, "fit": case_fit, "failfast": case_failfast,
-         "allerror": case_allerror, "sigint2": case_sigint2}[CASE](tmp)
+         "allerror": case_allerror, "sigint2": case_sigint2,
+         "torch_metric": case_torch_metric}[CASE](tmp)
         ok = True
     finally:
         base.cleanup()
