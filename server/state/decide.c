@@ -124,10 +124,32 @@ static void decide_test_hook(struct srv_trial *t, double tv, struct sched_outcom
   }
 }
 
+int decide_stopper(const struct srv_experiment *e, const cJSON *result, struct sched_outcome *out,
+                   const char **event_kind) {
+  char why[SCHED_REASON_MAX];
+  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result, why,
+                       sizeof why)) {
+    out->action = SCHED_STOP;
+    out->stopped_early = 0;
+    snprintf(out->reason, sizeof out->reason, "%s", why);
+    *event_kind = "stop_rule";
+    return 1;
+  }
+  if (e->budget_spent) {
+    out->action = SCHED_STOP;
+    out->stopped_early = 0;
+    snprintf(out->reason, sizeof out->reason, "time_budget_s %g spent", e->spec.time_budget_s);
+    *event_kind = "time_budget";
+    return 1;
+  }
+  return 0;
+}
+
 int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind) {
   (void)s;
+  (void)result;
   decide_test_hook(t, tv, out);
   *event_kind = out->action == SCHED_STOP      ? "stopped"
                 : out->action == SCHED_PAUSE   ? "paused"
@@ -140,20 +162,6 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
     out->action = SCHED_PAUSE;
     snprintf(out->reason, sizeof out->reason, "%s", control_pause_reason);
     *event_kind = "paused";
-    return 0;
-  }
-  char why[SCHED_REASON_MAX];
-  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result, why,
-                       sizeof why)) {
-    out->action = SCHED_STOP;
-    out->stopped_early = 0;
-    snprintf(out->reason, sizeof out->reason, "%s", why);
-    *event_kind = "stop_rule";
-  } else if (e->budget_spent) {
-    out->action = SCHED_STOP;
-    out->stopped_early = 0;
-    snprintf(out->reason, sizeof out->reason, "time_budget_s %g spent", e->spec.time_budget_s);
-    *event_kind = "time_budget";
   }
   return 0;
 }

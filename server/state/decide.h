@@ -12,9 +12,18 @@
 /* The reason of a trial paused by its experiment's pause (control.c). */
 extern const char *const control_pause_reason;
 
+/* Before the scheduler sees a new result of a RUNNING trial: the stop rules
+ * and the time budget, as Ray's controller asks its stopper first. Returns 1
+ * when they stop the trial (out is STOP with the reason, *event_kind
+ * "stop_rule" or "time_budget"): the scheduler is not asked about this
+ * result, so a trial that reached `stop` is never exploited or paused. 0:
+ * the scheduler decides. */
+int decide_stopper(const struct srv_experiment *e, const cJSON *result, struct sched_outcome *out,
+                   const char **event_kind);
+
 /* After the scheduler answered a new result of RUNNING trial t (tv: its time
- * value): applies the stop rules and the time budget when the scheduler said
- * continue (their reason then replaces the outcome's). Returns 0. */
+ * value): a paused experiment pauses a trial the scheduler let continue
+ * (and, in a test build, the decision hook). Returns 0. */
 int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind);

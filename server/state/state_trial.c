@@ -179,7 +179,12 @@ static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_
   int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
   if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
   struct sched_outcome out = {0}, end = {0};
-  int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
+  const char *kind = NULL;
+  /* Stop rules and the time budget first, as Ray's controller asks its
+   * stopper before the scheduler: a trial they stop is not ranked, paused or
+   * exploited at that result. */
+  int rc = 0, stopped = decide_stopper(e, r, &out, &kind);
+  if (!stopped) rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
   if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
     sched_outcome_clear(&out);
     rc = 0;
@@ -189,11 +194,9 @@ static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_
     rc = -ENOMEM;
     goto out;
   }
-  /* Stop rules and the time budget after the scheduler; pause and exploit
-   * are carried out (exploit's checkpoint copy and config change are queued
-   * in this hold: the decision's transaction). */
-  const char *kind = NULL;
-  if ((rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
+  /* Pause and exploit are carried out (exploit's checkpoint copy and config
+   * change are queued in this hold: the decision's transaction). */
+  if (!stopped && (rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
   if ((rc = decide_apply(s, e, t, tv, &out, ticket))) goto out;
   int64_t seq = ++s->seq;
   char d = out.action != SCHED_CONTINUE ? 's' : 'c';
