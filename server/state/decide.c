@@ -145,6 +145,17 @@ int decide_stopper(const struct srv_experiment *e, const cJSON *result, struct s
   return 0;
 }
 
+int decide_note_rank(const struct srv_experiment *e, struct srv_trial *t, const cJSON *result,
+                     double tv, struct sched_outcome *out) {
+  if (!out->record || sched_type(e->sched) != SPEC_SCHED_PBT) return 0;
+  /* The checkpoint label the worker uses: training_iteration, else the time
+   * value. A donor's checkpoint must reach it (decide_apply). */
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(result, "training_iteration");
+  t->rank_iter = cJSON_IsNumber(it) ? it->valuedouble : tv;
+  cJSON_DeleteItemFromObjectCaseSensitive(out->record, "iter");
+  return cJSON_AddNumberToObject(out->record, "iter", t->rank_iter) ? 0 : -ENOMEM;
+}
+
 int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind) {
@@ -166,6 +177,27 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
   return 0;
 }
 
+/* The exploit's checkpoint copy, queued in the caller's group, and in
+ * memory what it does in the store; the donor's time_total_s at that
+ * checkpoint goes with it (start_time_total_s of the next lease: the
+ * trial's own results do not know it), persisted with the trial row. */
+static int decide_copy_donor(struct server *s, struct srv_experiment *e, struct srv_trial *t,
+                             struct srv_trial *d, uint64_t *ticket) {
+  struct decide_op *op = calloc(1, sizeof *op);
+  if (!op) return -ENOMEM;
+  op->copy_from = d->id;
+  op->copy_to = t->id;
+  op->rec_seq = s->seq;
+  int rc = decide_enqueue(s, op, ticket);
+  if (rc) return rc;
+  t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
+  t->has_ck_time_total = 1;
+  t->has_checkpoint = 1;
+  t->checkpoint_iteration = d->checkpoint_iteration;
+  if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
+  return 0;
+}
+
 int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t, double tv,
                  struct sched_outcome *out, uint64_t *ticket) {
   int erc = decide_end_others(s, e, out, ticket);
@@ -177,7 +209,14 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
   }
   if (out->action != SCHED_EXPLOIT) return 0;
   struct srv_trial *d = server_trial(s, out->donor_trial_id);
-  if (!d || d->experiment_id != e->id || d == t || !d->has_checkpoint || !out->new_config) {
+  /* Ray waits for the donor's checkpoint of the result it ranked (its
+   * pending save): here the donor's upload, which the worker sends after
+   * that result's acknowledgement. A running donor is waited for; an ended
+   * one gives what it stored. */
+  int ready = d && d->has_checkpoint && (double)d->checkpoint_iteration >= d->rank_iter;
+  int wait = d && !ready && d->status == TS_RUNNING;
+  if (!d || d->experiment_id != e->id || d == t || !out->new_config ||
+      (!ready && !wait && !d->has_checkpoint)) {
     /* Nothing to exploit from: the trial goes on (the worker was not told
      * anything else yet). */
     int rc = sched_exploit_refused(e->sched, t->id, out); /* pbt forgets it too */
@@ -190,30 +229,34 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
   cJSON *data = cJSON_CreateObject(), *old = cJSON_Parse(t->config);
   int rc = -ENOMEM;
   if (!cfg || !data || !old || !cJSON_AddNumberToObject(data, "donor", (double)d->id) ||
-      !cJSON_AddNumberToObject(data, "t", tv) || !cJSON_AddItemToObject(data, "old_config", old))
+      !cJSON_AddNumberToObject(data, "t", tv) ||
+      !cJSON_AddNumberToObject(data, "donor_iteration", d->rank_iter) ||
+      !cJSON_AddItemToObject(data, "old_config", old))
     goto out;
   old = NULL;
   if (!cJSON_AddItemToObject(data, "new_config", cJSON_Duplicate(out->new_config, 1))) goto out;
-  struct decide_op *op = calloc(1, sizeof *op);
-  if (!op) goto out;
-  op->copy_from = d->id;
-  op->copy_to = t->id;
-  op->rec_seq = s->seq;
-  if ((rc = decide_enqueue(s, op, ticket))) goto out;
-  /* In memory what the copy does in the store; the donor's time_total_s at
-   * that checkpoint goes with it (start_time_total_s of the next lease: the
-   * trial's own results do not know it), persisted with the trial row. */
-  t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
-  t->has_ck_time_total = 1;
-  t->has_checkpoint = 1;
-  t->checkpoint_iteration = d->checkpoint_iteration;
-  if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
+  if (wait) {
+    /* Carried out when the donor's checkpoint of that result is stored
+     * (decide_checkpoint_stored) or its lease ends (decide_donor_done);
+     * the trial's own lease ends into PAUSED meanwhile. */
+    char *keep = strdup(t->config);
+    if (!keep) goto out;
+    free(t->exploit_old_config);
+    t->exploit_old_config = keep;
+    t->exploit_donor = d->id;
+    t->exploit_iter = d->rank_iter;
+    e->exploit_waits++;
+    log_info("trial %lld: %s (waits for trial %lld's checkpoint of iteration %g)", (long long)t->id,
+             out->reason, (long long)d->id, d->rank_iter);
+  } else {
+    if ((rc = decide_copy_donor(s, e, t, d, ticket))) goto out;
+    log_info("trial %lld: %s", (long long)t->id, out->reason);
+  }
   free(t->config);
   t->config = cfg;
   cfg = NULL;
   t->lease_end_action = SCHED_EXPLOIT;
   rc = 0;
-  log_info("trial %lld: %s", (long long)t->id, out->reason);
   /* The event carries the data; decide_note is called by the caller with
    * it: keep it on the outcome. */
   cJSON_Delete(out->new_config);
@@ -233,8 +276,29 @@ const char *decide_action_name(int action) {
                                    : NULL;
 }
 
+const char *decide_action_text(const struct srv_trial *t, char *buf, size_t size) {
+  if (t->lease_end_action != SCHED_EXPLOIT || !t->exploit_donor)
+    return decide_action_name(t->lease_end_action);
+  snprintf(buf, size, "exploit:%lld:%.17g", (long long)t->exploit_donor, t->exploit_iter);
+  return buf;
+}
+
+/* "exploit:D:I": the donor and the iteration its checkpoint must reach. */
+static int decide_parse_wait(const char *text, int64_t *donor, double *iter) {
+  long long d;
+  double it;
+  int n = 0;
+  if (sscanf(text, "exploit:%lld:%lf%n", &d, &it, &n) != 2 || text[n] || d <= 0 || !isfinite(it))
+    return -EINVAL;
+  *donor = d;
+  *iter = it;
+  return 0;
+}
+
 int decide_action_parse(const char *name, int *action) {
   static const int all[] = {SCHED_PAUSE, SCHED_EXPLOIT, SCHED_STOP};
+  int64_t d;
+  double it;
   *action = 0;
   if (!name) return 0;
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -242,7 +306,109 @@ int decide_action_parse(const char *name, int *action) {
       *action = all[i];
       return 0;
     }
+  if (!decide_parse_wait(name, &d, &it)) {
+    *action = SCHED_EXPLOIT;
+    return 0;
+  }
   return -EINVAL;
+}
+
+void decide_load_wait(struct srv_trial *t, const char *text) {
+  t->exploit_donor = 0;
+  if (text && decide_parse_wait(text, &t->exploit_donor, &t->exploit_iter)) t->exploit_donor = 0;
+}
+
+/* ---- PBT: exploits waiting for their donor's checkpoint ---- */
+
+/* A waiting exploit the server cannot carry out (its donor stored no
+ * checkpoint): the trial keeps its config and resumes from its own
+ * checkpoint, and the scheduler forgets the exploit (a revert record, so a
+ * replay agrees). */
+static int decide_skip_exploit(struct server *s, struct srv_experiment *e, struct srv_trial *t,
+                               uint64_t *ticket) {
+  struct sched_outcome o = {0};
+  char why[SCHED_REASON_MAX];
+  o.action = SCHED_EXPLOIT;
+  int rc = sched_exploit_refused(e->sched, t->id, &o);
+  if (rc == -ENOENT) rc = 0;
+  if (rc) return rc;
+  if (t->exploit_old_config) {
+    free(t->config);
+    t->config = t->exploit_old_config;
+    t->exploit_old_config = NULL;
+  }
+  snprintf(why, sizeof why, "exploit of trial %lld skipped: it stored no checkpoint",
+           (long long)t->exploit_donor);
+  log_warn("trial %lld: %s", (long long)t->id, why);
+  t->exploit_donor = 0;
+  rc = decide_note(s, t, "resumed", why, NULL, o.record, ticket);
+  sched_outcome_clear(&o);
+  return rc;
+}
+
+/* Carries out (or skips) the waiting exploits of e's trials whose donor is
+ * d (NULL: every donor): those whose donor stored a checkpoint of the
+ * result it was ranked at; with final (the donor's lease ended: nothing
+ * more comes), every one with what the donor stored. A trial PAUSED while
+ * it waited becomes PENDING in its next generation; a running one becomes
+ * PENDING when its lease ends, as any exploit. */
+static int decide_resolve_waits(struct server *s, struct srv_experiment *e,
+                                const struct srv_trial *d, int final, uint64_t *ticket) {
+  int64_t left = 0;
+  int rc = 0;
+  for (int64_t k = 0; !rc && k < e->ntrials; k++) {
+    struct srv_trial *t = e->trials[k];
+    if (!t || !t->exploit_donor) continue;
+    if (t->lease_end_action != SCHED_EXPLOIT ||
+        (t->status != TS_RUNNING && t->status != TS_PAUSED)) {
+      t->exploit_donor = 0; /* ended or stopped meanwhile: nothing due */
+      continue;
+    }
+    if (d && t->exploit_donor != d->id) {
+      left++;
+      continue;
+    }
+    struct srv_trial *dn = server_trial(s, t->exploit_donor);
+    int ready = dn && dn->has_checkpoint && (double)dn->checkpoint_iteration >= t->exploit_iter;
+    if (!ready && !final) {
+      left++;
+      continue;
+    }
+    if (dn && dn->has_checkpoint) {
+      rc = decide_copy_donor(s, e, t, dn, ticket);
+      if (!rc)
+        log_info("trial %lld: trial %lld's checkpoint of iteration %lld copied", (long long)t->id,
+                 (long long)dn->id, (long long)dn->checkpoint_iteration);
+      free(t->exploit_old_config);
+      t->exploit_old_config = NULL;
+      t->exploit_donor = 0;
+    } else {
+      rc = decide_skip_exploit(s, e, t, ticket);
+    }
+    if (rc) break;
+    if (t->status == TS_PAUSED) {
+      t->lease_end_action = 0;
+      state_trial_next_generation(t);
+      rc = state_trial_event(s, t, TE_RESUME, NULL, ticket);
+    } else {
+      t->updated_seq = ++s->seq;
+      rc = state_persist_trial(s, t, ticket);
+    }
+  }
+  e->exploit_waits = rc ? e->exploit_waits : left;
+  return rc;
+}
+
+int decide_checkpoint_stored(struct server *s, struct srv_trial *d, uint64_t *ticket) {
+  struct srv_experiment *e = server_experiment(s, d->experiment_id);
+  if (!e || e->exploit_waits <= 0) return 0;
+  return decide_resolve_waits(s, e, d, 0, ticket);
+}
+
+int decide_donor_done(struct server *s, struct srv_trial *d, uint64_t *ticket) {
+  struct srv_experiment *e = server_experiment(s, d->experiment_id);
+  if (!e || e->exploit_waits <= 0) return 0;
+  return decide_resolve_waits(s, e, d, 1, ticket);
 }
 
 int decide_refuses_checkpoint(const struct srv_trial *t) {
@@ -277,6 +443,16 @@ int decide_lease_end(struct server *s, struct srv_trial *t, uint64_t *ticket) {
     t->lease_final = 1;
     rc = state_trial_event(s, t, TE_PAUSE, NULL, ticket);
     if (!rc) log_info("trial %lld PAUSED", (long long)t->id);
+  } else if (t->exploit_donor) {
+    /* Its donor's checkpoint is not stored yet: PAUSED until it is
+     * (decide_resolve_waits), the exploit still due; its own uploads stay
+     * refused. */
+    t->lease_end_action = SCHED_EXPLOIT;
+    t->lease_final = 0;
+    rc = state_trial_event(s, t, TE_PAUSE, NULL, ticket);
+    if (!rc)
+      log_info("trial %lld PAUSED: waits for trial %lld's checkpoint", (long long)t->id,
+               (long long)t->exploit_donor);
   } else {
     /* The old lease wrote its last: its checkpoint was replaced. Its next
      * results are a new generation (persisted with the row); the old
@@ -385,6 +561,11 @@ int decide_maybe_end(struct server *s, struct srv_experiment *e, uint64_t *ticke
     return 0;
   int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
   if (can_new) return 0;
+  if (e->exploit_waits > 0) {
+    /* Nothing runs: no donor's checkpoint is on its way any more. */
+    int rc = decide_resolve_waits(s, e, NULL, 1, ticket);
+    if (rc || e->counts[TS_PENDING]) return rc;
+  }
   enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
   struct srv_trial *resumed = NULL;
   int rc = decide_choose(s, e, 0, &kind, &resumed, ticket);
@@ -477,6 +658,10 @@ int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id
   struct srv_experiment *e = server_experiment(s, experiment_id);
   cJSON *r = record ? cJSON_Parse(record) : NULL;
   int rc = e && r ? sched_restore(e->sched, trial_id, r) : -EINVAL;
+  /* PBT's ranked result's iteration (decide_note_rank). */
+  const cJSON *it = r ? cJSON_GetObjectItemCaseSensitive(r, "iter") : NULL;
+  struct srv_trial *t = cJSON_IsNumber(it) ? server_trial(s, trial_id) : NULL;
+  if (!rc && t) t->rank_iter = it->valuedouble;
   cJSON_Delete(r);
   return rc;
 }

@@ -215,6 +215,7 @@ static int load_trial_fill(struct srv_trial *t, const struct store_trial_row *r,
   /* Migration 009: a pause or exploit due when the lease ends, decided before
    * the restart (checked above); a donor's checkpoint time. */
   decide_action_parse(r->lease_end_action, &t->lease_end_action);
+  decide_load_wait(t, r->lease_end_action); /* a PBT exploit waiting for its donor */
   t->has_ck_time_total = r->has_ck_time_total;
   t->ck_time_total_s = r->ck_time_total_s;
   /* Bounded memory (011): an ended trial with a summary is compact from
@@ -308,6 +309,7 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   s->ncompact += t->compact;
   e->trials[e->ntrials++] = t;
   e->counts[st]++;
+  if (t->exploit_donor) e->exploit_waits++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
     int rc = sched_add_trial(e->sched, t->id, t->idx, t->config);
     if (rc == -ENOMEM) return rc;

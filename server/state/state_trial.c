@@ -117,6 +117,9 @@ static int trial_end(struct server *s, struct srv_trial *t, enum trial_status st
  * release, a worker's clean stop): a pause or exploit due at the lease's end
  * is carried out instead. The next lease resumes it from its checkpoint. */
 static int trial_requeue(struct server *s, struct srv_trial *t, uint64_t *ticket) {
+  /* PBT exploits waiting for this trial's checkpoint get what it stored. */
+  int rc0 = decide_donor_done(s, t, ticket);
+  if (rc0) return rc0;
   int due = decide_lease_end(s, t, ticket);
   if (due) return due < 0 ? due : 0;
   state_release(s, t);
@@ -189,6 +192,7 @@ static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_
     sched_outcome_clear(&out);
     rc = 0;
   }
+  if (!rc) rc = decide_note_rank(e, t, r, tv, &out);
   if (rc) goto out;
   if (!(json = jsonout_print(r))) {
     rc = -ENOMEM;
@@ -282,9 +286,13 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
                           uint64_t *ticket) {
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence == FENCE_STALE) return -ESTALE;
+  /* Its uploads are over: PBT exploits waiting for its checkpoint get what
+   * it stored. */
+  int rc = decide_donor_done(s, t, ticket);
+  if (rc) return rc;
   if (a->fence == FENCE_FINAL) return 0; /* ended by this lease: the same answer */
   /* A pause or exploit due at the lease's end: PAUSED / PENDING, not ended. */
-  int rc = decide_lease_end(s, t, ticket);
+  rc = decide_lease_end(s, t, ticket);
   if (rc) return rc < 0 ? rc : 0;
   t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
   rc = trial_end(s, t, TS_TERMINATED, ticket);
@@ -297,6 +305,8 @@ static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence == FENCE_STALE) return -ESTALE;
+  int rc0 = decide_donor_done(s, t, ticket); /* PBT exploits waiting for it */
+  if (rc0) return rc0;
   if (a->fence == FENCE_FINAL) return 0; /* this lease's end again: counted once */
   char *copy = strdup(a->error && a->error[0] ? a->error : "failed");
   if (!copy) return -ENOMEM;
