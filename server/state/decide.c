@@ -23,6 +23,8 @@ struct decide_op {
   int64_t rec_exp, rec_seq, rec_trial;
   char *record, *kind, *reason, *data;
   int64_t copy_from, copy_to; /* exploit: checkpoint copy (0: none) */
+  int copy_snap;              /* from copy_from's snapshot (pbt_checkpoints) */
+  int64_t snap_of;            /* keep this trial's checkpoint as its snapshot (0: none) */
 };
 
 static void decide_op_free(void *arg) {
@@ -37,7 +39,10 @@ static void decide_op_free(void *arg) {
 static int decide_op_apply(struct store *st, void *arg) {
   struct decide_op *op = arg;
   int rc = 0;
-  if (op->copy_from) rc = store_copy_checkpoint(st, op->copy_from, op->copy_to);
+  if (op->snap_of) rc = store_snapshot_checkpoint(st, op->snap_of);
+  if (!rc && op->copy_from)
+    rc = op->copy_snap ? store_copy_snapshot(st, op->copy_from, op->copy_to)
+                       : store_copy_checkpoint(st, op->copy_from, op->copy_to);
   if (!rc && op->has_event) rc = store_insert_event(st, &op->ev);
   if (!rc && op->record)
     rc = store_insert_sched_record(st, op->rec_exp, op->rec_seq, op->rec_trial, op->record);
@@ -152,6 +157,7 @@ int decide_note_rank(const struct srv_experiment *e, struct srv_trial *t, const 
    * value. A donor's checkpoint must reach it (decide_apply). */
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(result, "training_iteration");
   t->rank_iter = cJSON_IsNumber(it) ? it->valuedouble : tv;
+  t->rank_top = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out->record, "ckpt"));
   cJSON_DeleteItemFromObjectCaseSensitive(out->record, "iter");
   return cJSON_AddNumberToObject(out->record, "iter", t->rank_iter) ? 0 : -ENOMEM;
 }
@@ -177,23 +183,47 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
   return 0;
 }
 
+/* Which stored checkpoint of donor d holds the result of iteration need:
+ * DONOR_SNAP its snapshot (the first upload that covered the result it was
+ * ranked top at: the one Ray would clone), DONOR_LIVE its checkpoint (it
+ * covers need without a snapshot, or, with any, whatever an ended donor
+ * stored), DONOR_NONE not stored yet. */
+enum { DONOR_NONE, DONOR_LIVE, DONOR_SNAP };
+
+static int decide_donor_source(const struct srv_trial *d, double need, int any) {
+  if (d->has_snap && (double)d->snap_iter >= need) return DONOR_SNAP;
+  if (d->has_checkpoint && ((double)d->checkpoint_iteration >= need || any)) return DONOR_LIVE;
+  return DONOR_NONE;
+}
+
 /* The exploit's checkpoint copy, queued in the caller's group, and in
  * memory what it does in the store; the donor's time_total_s at that
  * checkpoint goes with it (start_time_total_s of the next lease: the
  * trial's own results do not know it), persisted with the trial row. */
 static int decide_copy_donor(struct server *s, struct srv_experiment *e, struct srv_trial *t,
-                             struct srv_trial *d, uint64_t *ticket) {
+                             struct srv_trial *d, int src, uint64_t *ticket) {
   struct decide_op *op = calloc(1, sizeof *op);
   if (!op) return -ENOMEM;
   op->copy_from = d->id;
   op->copy_to = t->id;
+  op->copy_snap = src == DONOR_SNAP;
   op->rec_seq = s->seq;
   int rc = decide_enqueue(s, op, ticket);
   if (rc) return rc;
-  t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
+  if (src == DONOR_SNAP) {
+    /* The snapshot is one of d's own uploads: its results know the time. */
+    struct srv_trial at = *d;
+    at.checkpoint_iteration = d->snap_iter;
+    at.has_checkpoint = 1;
+    at.has_ck_time_total = 0;
+    t->ck_time_total_s = state_checkpoint_time_total(s, e, &at);
+    t->checkpoint_iteration = d->snap_iter;
+  } else {
+    t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
+    t->checkpoint_iteration = d->checkpoint_iteration;
+  }
   t->has_ck_time_total = 1;
   t->has_checkpoint = 1;
-  t->checkpoint_iteration = d->checkpoint_iteration;
   if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
   return 0;
 }
@@ -213,10 +243,9 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
    * pending save): here the donor's upload, which the worker sends after
    * that result's acknowledgement. A running donor is waited for; an ended
    * one gives what it stored. */
-  int ready = d && d->has_checkpoint && (double)d->checkpoint_iteration >= d->rank_iter;
-  int wait = d && !ready && d->status == TS_RUNNING;
-  if (!d || d->experiment_id != e->id || d == t || !out->new_config ||
-      (!ready && !wait && !d->has_checkpoint)) {
+  int src = d ? decide_donor_source(d, d->rank_iter, d->status != TS_RUNNING) : DONOR_NONE;
+  int wait = d && src == DONOR_NONE && d->status == TS_RUNNING;
+  if (!d || d->experiment_id != e->id || d == t || !out->new_config || (!src && !wait)) {
     /* Nothing to exploit from: the trial goes on (the worker was not told
      * anything else yet). */
     int rc = sched_exploit_refused(e->sched, t->id, out); /* pbt forgets it too */
@@ -249,7 +278,7 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
     log_info("trial %lld: %s (waits for trial %lld's checkpoint of iteration %g)", (long long)t->id,
              out->reason, (long long)d->id, d->rank_iter);
   } else {
-    if ((rc = decide_copy_donor(s, e, t, d, ticket))) goto out;
+    if ((rc = decide_copy_donor(s, e, t, d, src, ticket))) goto out;
     log_info("trial %lld: %s", (long long)t->id, out->reason);
   }
   free(t->config);
@@ -369,16 +398,16 @@ static int decide_resolve_waits(struct server *s, struct srv_experiment *e,
       continue;
     }
     struct srv_trial *dn = server_trial(s, t->exploit_donor);
-    int ready = dn && dn->has_checkpoint && (double)dn->checkpoint_iteration >= t->exploit_iter;
-    if (!ready && !final) {
+    int src = dn ? decide_donor_source(dn, t->exploit_iter, final) : DONOR_NONE;
+    if (!src && !final) {
       left++;
       continue;
     }
-    if (dn && dn->has_checkpoint) {
-      rc = decide_copy_donor(s, e, t, dn, ticket);
+    if (src) {
+      rc = decide_copy_donor(s, e, t, dn, src, ticket);
       if (!rc)
         log_info("trial %lld: trial %lld's checkpoint of iteration %lld copied", (long long)t->id,
-                 (long long)dn->id, (long long)dn->checkpoint_iteration);
+                 (long long)dn->id, (long long)t->checkpoint_iteration);
       free(t->exploit_old_config);
       t->exploit_old_config = NULL;
       t->exploit_donor = 0;
@@ -401,7 +430,21 @@ static int decide_resolve_waits(struct server *s, struct srv_experiment *e,
 
 int decide_checkpoint_stored(struct server *s, struct srv_trial *d, uint64_t *ticket) {
   struct srv_experiment *e = server_experiment(s, d->experiment_id);
-  if (!e || e->exploit_waits <= 0) return 0;
+  if (!e) return 0;
+  if (d->rank_top && (double)d->checkpoint_iteration >= d->rank_iter &&
+      !(d->has_snap && (double)d->snap_iter >= d->rank_iter)) {
+    /* The first upload that covers the result it was ranked top at: kept
+     * for the trials that clone it, while it goes on uploading. */
+    struct decide_op *op = calloc(1, sizeof *op);
+    if (!op) return -ENOMEM;
+    op->snap_of = d->id;
+    op->rec_seq = s->seq;
+    int rc = decide_enqueue(s, op, ticket);
+    if (rc) return rc;
+    d->has_snap = 1;
+    d->snap_iter = d->checkpoint_iteration;
+  }
+  if (e->exploit_waits <= 0) return 0;
   return decide_resolve_waits(s, e, d, 0, ticket);
 }
 
@@ -661,7 +704,10 @@ int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id
   /* PBT's ranked result's iteration (decide_note_rank). */
   const cJSON *it = r ? cJSON_GetObjectItemCaseSensitive(r, "iter") : NULL;
   struct srv_trial *t = cJSON_IsNumber(it) ? server_trial(s, trial_id) : NULL;
-  if (!rc && t) t->rank_iter = it->valuedouble;
+  if (!rc && t) {
+    t->rank_iter = it->valuedouble;
+    t->rank_top = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ckpt"));
+  }
   cJSON_Delete(r);
   return rc;
 }

@@ -57,11 +57,18 @@ struct srv_trial {
    * exploit_iter, persisted inside lease_end_action ("exploit:D:I"). The
    * trial's lease ends into PAUSED while it waits. exploit_old_config: its
    * config before the exploit, in memory, for a skipped exploit. rank_iter:
-   * the iteration of the last result PBT ranked (from the record's "iter"). */
+   * the iteration of the last result PBT ranked (from the record's "iter"),
+   * rank_top: it was in the top quantile there (the record's "ckpt"); its
+   * first upload that covers that result is kept as its snapshot
+   * (pbt_checkpoints, migration 012: has_snap, snap_iter), the checkpoint
+   * the trials that clone it get. */
   int64_t exploit_donor;
   double exploit_iter;
   char *exploit_old_config;
   double rank_iter;
+  int rank_top;
+  int has_snap;
+  int64_t snap_iter;
   int has_exit_code, exit_code;
   int num_failures, attempt;
   int64_t worker_id;

@@ -414,6 +414,16 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   return 0;
 }
 
+static int load_pbt_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
+  struct load_ctx *lc = ctx;
+  struct srv_trial *t = server_trial(lc->s, trial_id);
+  if (t) {
+    t->has_snap = 1;
+    t->snap_iter = iteration;
+  }
+  return 0;
+}
+
 static int load_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
   struct load_ctx *lc = ctx;
   struct srv_trial *t = server_trial(lc->s, trial_id);
@@ -538,6 +548,8 @@ int state_load(struct server *s, char *err, size_t errlen) {
                            .seq_seen = load_seq_seen,
                            .not_cold = load_not_cold};
   int rc = store_load(s->store, &l);
+  /* PBT donors' kept checkpoints (migration 012). */
+  if (!rc) rc = store_load_snapshots(s->store, load_pbt_checkpoint, &lc);
   if (!rc) load_write_backfill(&lc);
   free(lc.backfill);
   if (rc) {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Runs test_state_pbt's population with lagging checkpoint uploads
-(results reach the server before the checkpoints taken at them) and replays
-what the server saw, in its order, through the transcription of Ray Tune's
+"""Runs test_state_pbt's population, with checkpoint uploads two results
+behind (results reach the server before the checkpoints taken at them) and
+in time, and replays what the server saw, in its order, through the
+transcription of Ray Tune's
 pbt.py (tests/server/unit/gen_pbt_vectors.py: on_trial_result, _quantiles,
 _checkpoint_or_exploit, where Ray waits for a top trial's pending save).
 Every exploit must be the same: which trial, at which time value, from
@@ -21,17 +22,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from gen_pbt_vectors import PBT  # noqa: E402
 
 
-def main():
-    binary = sys.argv[1]
-    with tempfile.TemporaryDirectory(prefix="ctune-pbt-") as d:
-        path = os.path.join(d, "stream.jsonl")
-        env = dict(os.environ, CTUNE_PBT_STREAM=path, CK_RUN_CASE="population", CK_FORK="no")
-        r = subprocess.run([binary], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=120)
-        if r.returncode != 0:
-            sys.exit("test_state_pbt failed:\n" + r.stdout.decode(errors="replace"))
-        with open(path) as f:
-            lines = [json.loads(x) for x in f if x.strip()]
+def replay(path):
+    """Replays one run's stream; returns (results, perturbation points, exploits)."""
+    with open(path) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
     head, events = lines[0], lines[1:]
     pbt = PBT(head["seed"], head["mode"], head["perturbation_interval"], head["burn_in_period"],
               head["hyperparam_mutations"], head["quantile_fraction"],
@@ -49,16 +43,31 @@ def main():
         ray = out["donor"] if out and out["exploit"] else None
         got = ev.get("exploit")
         if ray != got:
-            sys.exit("event %d (trial %d, t=%g): the server exploited %s, Ray's PBT %s"
-                     % (k, ev["trial"], ev["t"], got, ray))
+            sys.exit("%s, event %d (trial %d, t=%g): the server exploited %s, Ray's PBT %s"
+                     % (os.path.basename(path), k, ev["trial"], ev["t"], got, ray))
         if got is not None:
             exploits += 1
             # mutations aside: the trial goes on with the server's config
             pbt._trial_state[ev["trial"]].config = ev["config"]
     if exploits < 5:
-        sys.exit("only %d exploits: the population should exploit" % exploits)
-    print("%d results, %d perturbation points, %d exploits: the same as Ray's PBT"
-          % (sum(1 for e in events if "trial" in e), points, exploits))
+        sys.exit("%s: only %d exploits: the population should exploit"
+                 % (os.path.basename(path), exploits))
+    return sum(1 for e in events if "trial" in e), points, exploits
+
+
+def main():
+    binary = sys.argv[1]
+    with tempfile.TemporaryDirectory(prefix="ctune-pbt-") as d:
+        path = os.path.join(d, "stream")
+        env = dict(os.environ, CTUNE_PBT_STREAM=path, CK_RUN_CASE="population", CK_FORK="no")
+        r = subprocess.run([binary], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=120)
+        if r.returncode != 0:
+            sys.exit("test_state_pbt failed:\n" + r.stdout.decode(errors="replace"))
+        for lag in (2, 0):
+            n, points, exploits = replay("%s.lag%d" % (path, lag))
+            print("uploads %d results behind: %d results, %d perturbation points, %d exploits: "
+                  "the same as Ray's PBT" % (lag, n, points, exploits))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
  * was ranked at is still on its way waits for that upload (Ray waits for
  * its pending save), instead of being dropped.
  *
- * With CTUNE_PBT_STREAM=FILE the test writes what the server saw and
- * decided (trials, results in arrival order, ends, exploits) as JSON lines;
+ * With CTUNE_PBT_STREAM=FILE each population run writes what the server saw
+ * and decided (trials, results in arrival order, ends, exploits) as JSON
+ * lines into FILE.lag2 / FILE.lag0;
  * check_pbt_ray.py replays them through the transcription of Ray's pbt.py
  * (tests/server/unit/gen_pbt_vectors.py) and compares every decision. */
 #include <check.h>
@@ -58,7 +59,6 @@ struct sim {
 };
 
 static FILE *stream;
-static int lagging; /* run_population's lag > 0 */
 
 static double config_lr(const struct srv_trial *t) {
   cJSON *c = cJSON_Parse(t->config);
@@ -94,11 +94,10 @@ static void resume(struct sim *x) {
   free(data);
   ck_assert_int_eq(sscanf(buf, "%d %lf", &x->it, &x->w), 2);
   ck_assert_int_eq(x->it, (int)it);
-  /* It covers the ranked result; with lagging uploads it is the one taken
-   * at it (the first upload that covers it). With timely ones the donor may
-   * have uploaded newer checkpoints meanwhile: the server keeps one per
-   * trial (docs/scheduling.md#pbt). */
-  ck_assert_msg(lagging ? x->it == (int)x->want_iter : x->it >= (int)x->want_iter,
+  /* The one taken at it, whether the donor's upload came after the
+   * decision (lagging) or the donor uploaded newer ones since (in time):
+   * the server kept it for its clones (pbt_checkpoints). */
+  ck_assert_msg(x->it == (int)x->want_iter,
                 "trial %lld resumed at iteration %d, its donor was ranked at %g",
                 (long long)x->t->id, x->it, x->want_iter);
   x->lr = config_lr(x->t);
@@ -118,7 +117,6 @@ static int run_population(int lag) {
   struct sim sim[NT];
   int exploits = 0;
   memset(sim, 0, sizeof sim);
-  lagging = lag > 0;
   if (stream)
     fprintf(stream,
             "{\"seed\": 11, \"mode\": \"max\", \"perturbation_interval\": 3, \"burn_in_period\": "
@@ -196,13 +194,26 @@ static int run_population(int lag) {
  * Every exploit the scheduler decides is carried out (none dropped because
  * the donor's upload had not come yet), from the donor's checkpoint of the
  * iteration it was ranked at (resume() checks it). */
-START_TEST(pbt_waits_for_the_donor_checkpoint) {
+/* CTUNE_PBT_STREAM's file for this run (NAME.lagN), or none. */
+static void stream_open(int lag) {
   const char *path = getenv("CTUNE_PBT_STREAM");
-  stream = path ? fopen(path, "w") : NULL;
-  ck_assert(!path || stream);
-  int n = run_population(2);
+  char name[512];
+  stream = NULL;
+  if (!path) return;
+  snprintf(name, sizeof name, "%s.lag%d", path, lag);
+  stream = fopen(name, "w");
+  ck_assert_ptr_nonnull(stream);
+}
+
+static void stream_close(void) {
   if (stream) fclose(stream);
   stream = NULL;
+}
+
+START_TEST(pbt_waits_for_the_donor_checkpoint) {
+  stream_open(2);
+  int n = run_population(2);
+  stream_close();
   cJSON *st = NULL;
   ck_assert_int_eq(sched_state_json(server_experiment(S, 1)->sched, &st), 0);
   /* The scheduler counts the exploits it decided and kept. */
@@ -212,9 +223,15 @@ START_TEST(pbt_waits_for_the_donor_checkpoint) {
 }
 END_TEST
 
-/* The same population with every upload in time (no lag): the same kind of
- * run, exploits copied at once. */
-START_TEST(pbt_exploits_with_uploads_in_time) { ck_assert_int_ge(run_population(0), 5); }
+/* The same population with every upload in time (no lag): the donors have
+ * uploaded newer checkpoints by the time they are cloned; each clone still
+ * resumes at the donor's ranked iteration (resume() checks it). */
+START_TEST(pbt_exploits_with_uploads_in_time) {
+  stream_open(0);
+  int n = run_population(0);
+  stream_close();
+  ck_assert_int_ge(n, 5);
+}
 END_TEST
 
 /* ---- one exploit waiting for its donor ---- */
@@ -352,6 +369,58 @@ START_TEST(pbt_exploit_skipped_without_a_donor_checkpoint) {
 }
 END_TEST
 
+/* Rule (docs/scheduling.md#pbt): the donor's checkpoint of the result it
+ * was ranked top at is kept (pbt_checkpoints) while it uploads newer ones;
+ * a restart keeps it; an exploit after the restart copies it; deleting the
+ * experiment deletes it. */
+START_TEST(pbt_donor_snapshot_survives_a_restart) {
+  struct srv_experiment *e = h_submit(&H, PAIR_CFG);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  ck_assert_int_eq(pair_result(a, 1, 0.5), 'c');
+  ck_assert_int_eq(pair_result(a, 2, 0.9), 'c');
+  ck_assert_int_eq(pair_result(b, 1, 0.1), 'c');
+  ck_assert_int_eq(pair_result(b, 2, 0.1), 'c');
+  ck_assert_int_eq(pair_result(a, 3, 0.92), 'c');
+  ck_assert_int_eq(pair_result(a, 4, 0.95), 'c'); /* ranked top at 4 */
+  h_checkpoint(&H, a, 4, "a-at-4");
+  ck_assert_int_eq(pair_result(a, 5, 0.96), 'c');
+  h_checkpoint(&H, a, 5, "a-at-5");
+  ck_assert_int_eq(a->has_snap, 1);
+  ck_assert_int_eq(a->snap_iter, 4);
+  int64_t aid = a->id, bid = b->id, eid = e->id;
+  h_restart(&H);
+  a = server_trial(S, aid);
+  b = server_trial(S, bid);
+  ck_assert_int_eq(a->has_snap, 1);
+  ck_assert_int_eq(a->snap_iter, 4);
+  ck_assert_int_eq(a->checkpoint_iteration, 5);
+  ck_assert_int_eq(pair_result(b, 3, 0.15), 'c');
+  ck_assert_int_eq(pair_result(b, 4, 0.2), 's');
+  ck_assert_int_eq(b->exploit_donor, 0); /* nothing to wait for */
+  ck_assert_int_eq(b->checkpoint_iteration, 4);
+  ck_assert(b->ck_time_total_s == 40);
+  h_sync(&H);
+  int64_t it = 0;
+  uint32_t crc = 0;
+  void *data = NULL;
+  size_t len = 0;
+  ck_assert_int_eq(store_get_checkpoint(S->store, bid, &it, &crc, &data, &len), 0);
+  ck_assert_int_eq(it, 4);
+  ck_assert_int_eq(len, 6);
+  ck_assert_int_eq(memcmp(data, "a-at-4", 6), 0);
+  free(data);
+  h_complete(&H, b);
+  h_complete(&H, a);
+  uint64_t ticket = 0;
+  ck_assert_int_eq(control_delete(S, server_experiment(S, eid), 1, &ticket), 0);
+  h_sync(&H);
+  char *rows = h_query(&H, "SELECT count(*) FROM pbt_checkpoints");
+  ck_assert_str_eq(rows, "0\n");
+  free(rows);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("state_pbt");
   TCase *tc = tcase_create("population");
@@ -364,6 +433,7 @@ int main(void) {
   tcase_add_checked_fixture(wt, setup, teardown);
   tcase_add_test(wt, pbt_exploit_waits_across_a_restart);
   tcase_add_test(wt, pbt_exploit_skipped_without_a_donor_checkpoint);
+  tcase_add_test(wt, pbt_donor_snapshot_survives_a_restart);
   suite_add_tcase(su, wt);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
