@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """examples/pytorch under PBT, end to end: `ctune run` (the real ctune,
 ctune-server, ctune-worker; binaries from CTUNE_BIN_DIR) runs the PyTorch
-Fashion-MNIST script with examples/pytorch/pbt.json, cut small (500 images,
-4 trials, 5 epochs, a perturbation every epoch). An exploited trial restores
+Fashion-MNIST script with examples/pytorch/pbt.json, cut small (1000 images,
+4 trials, 6 epochs, a perturbation every epoch). An exploited trial restores
 its donor's checkpoint, optimizer state included, which carries the donor's
 lr; the trial's config holds the explored lr. The script must train with the
 config's (ctune.apply_config). Read back through ctune.Client:
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(REPO, "python", "tests"))
 import ctune  # noqa: E402
 import ctune_procs  # noqa: E402
 
-EPOCHS = 5
+EPOCHS = 6
 
 
 def check(cond, msg):
@@ -71,7 +71,7 @@ def main():
         with open(os.path.join(REPO, "examples", "pytorch", "pbt.json")) as f:
             cfg = json.load(f)
         # The example's PBT config as it is, cut small.
-        cfg["param_space"].update(train_limit=500, epochs=EPOCHS)
+        cfg["param_space"].update(train_limit=1000, epochs=EPOCHS)
         cfg["scheduler"].update(perturbation_interval=1, quantile_fraction=0.5)
         cfg["resources_per_trial"] = {"cpu": 0.5}
         cfg_path = os.path.join(tmp, "pbt.json")
@@ -98,11 +98,13 @@ def main():
             res = c.results(t["id"])
             evs = [e for e in tr["events"] if e["kind"] == "exploited"]
             exploits += len(evs)
-            # The log is the last attempt's. After an exploit it resumed from
-            # the donor's checkpoint: every epoch it trained names the
+            # The log's last attempt: after an exploit it resumed from the
+            # donor's checkpoint, and every epoch it trained names the
             # config's (explored) lr, not the donor's restored one.
             log = c.logs(t["id"])
-            epochs = [float(m.group(1)) for m in re.finditer(r"^epoch \d+: lr (\S+)$", log, re.M)]
+            last = log[log.rfind("resumed after epoch"):]  # the last attempt's epochs
+            epochs = [float(m.group(1))
+                      for m in re.finditer(r"^epoch \d+: lr (\S+)$", last, re.M)]
             if evs and "resumed after epoch" in log and epochs:
                 want = evs[-1]["data"]["new_config"]["lr"]
                 check(all(x == want for x in epochs),
