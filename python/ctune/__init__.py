@@ -31,7 +31,6 @@ from ._client import Client
 
 __all__ = [
     "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "apply_config", "checkpoint_dir",
-    "get_config",
-    "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
+    "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
     "save_checkpoint", "stop_requested", "__version__",
 ]
