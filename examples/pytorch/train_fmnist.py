@@ -7,7 +7,9 @@ train_cifar, ported. Differences from the Ray version are marked "ctune:".
 
 Config keys: l1, l2 (hidden widths), lr, momentum, batch_size, epochs,
 train_limit (the first N training images: the small-subset knob; 20% of them
-are held out for validation), data_dir, seed."""
+are held out for validation), data_dir, seed. Each epoch logs the lr it
+trains with and reports it as "lr"; with PBT (pbt.json) a restored optimizer
+gets the config's lr back (ctune.apply_config)."""
 import gzip
 import os
 import struct
@@ -98,6 +100,11 @@ def train_fmnist(config):
         state = torch.load(os.path.join(checkpoint, "checkpoint.pt"))
         net.load_state_dict(state["net"])
         optimizer.load_state_dict(state["optimizer"])
+        # The restored optimizer state holds the lr it was saved with: after a
+        # PBT exploit that is the donor's, while config["lr"] is the explored
+        # one. Put the config's values back (Ray's PBT guide resets the
+        # param_groups the same way); it says so in the log when they differ.
+        ctune.apply_config(optimizer, config, keys=("lr", "momentum"))
         start_epoch = state["epoch"]
         print(f"resumed after epoch {start_epoch}", flush=True)
 
@@ -108,6 +115,8 @@ def train_fmnist(config):
     gen = torch.Generator().manual_seed(int(config["seed"]))
     batch = int(config["batch_size"])
     for epoch in range(start_epoch, int(config["epochs"])):
+        lr = optimizer.param_groups[0]["lr"]
+        print(f"epoch {epoch + 1}: lr {lr!r}", flush=True)  # the lr this epoch trains with
         order = torch.randperm(len(x_train), generator=gen)
         running = 0.0
         for i in range(0, len(order), batch):
@@ -126,7 +135,7 @@ def train_fmnist(config):
             # checkpoint=Checkpoint.from_directory(d)); training_iteration,
             # time_this_iter_s and time_total_s are added, the line flushed.
             ctune.report({"loss": val_loss, "mean_accuracy": val_acc,
-                          "train_loss": running / len(order)}, checkpoint=d)
+                          "train_loss": running / len(order), "lr": lr}, checkpoint=d)
 
 
 if __name__ == "__main__":

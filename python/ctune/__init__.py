@@ -5,6 +5,7 @@ In a trainable (a command the ctune-worker runs)::
     import ctune
     config = ctune.get_config({"lr": 0.01})        # the trial's config
     state = ctune.load_checkpoint()                 # None unless resumed
+    ctune.apply_config(optimizer, config)           # after optimizer.load_state_dict
     for epoch in range(...):
         ...
         ctune.report(loss=loss, mean_accuracy=acc)  # one JSON line, flushed
@@ -24,12 +25,12 @@ __version__ = "0.1.0"
 
 from ._errors import CtuneError
 from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECKPOINT_FILE
-from ._trial import (TrialContext, get_config, get_context, in_trial, is_resumed, on_stop,
-                     report, stop_requested)
+from ._trial import (TrialContext, apply_config, get_config, get_context, in_trial, is_resumed,
+                     on_stop, report, stop_requested)
 from ._client import Client
 
 __all__ = [
-    "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "checkpoint_dir", "get_config",
-    "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
+    "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "apply_config", "checkpoint_dir",
+    "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
     "save_checkpoint", "stop_requested", "__version__",
 ]

@@ -68,7 +68,10 @@ def in_trial():
 def get_config(defaults=None):
     """The trial's config (CTUNE_CONFIG), a new dict each call. defaults:
     values for keys the config lacks; outside a trial (no CTUNE_CONFIG) the
-    config is just the defaults, so a script runs by hand as it is."""
+    config is just the defaults, so a script runs by hand as it is. After
+    restoring an optimizer from a checkpoint, apply_config(optimizer, config)
+    puts the config's lr (and the like) back: the restored state carries the
+    values it was saved with, a PBT donor's after an exploit."""
     cfg = copy.deepcopy(dict(defaults or {}))
     raw = os.environ.get("CTUNE_CONFIG")
     if raw is None:
@@ -86,6 +89,68 @@ def get_config(defaults=None):
         raise CtuneError("CTUNE_CONFIG must be a JSON object", code="bad_config")
     cfg.update(trial)
     return cfg
+
+
+def _same(a, b):
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def apply_config(optimizer, config=None, keys=None):
+    """Puts the config's hyperparameters into an optimizer, after
+    optimizer.load_state_dict(...) restored one from a checkpoint.
+
+    A restored optimizer state carries the hyperparameters it was saved
+    with: after a PBT exploit that is the donor's lr (its checkpoint), while
+    the trial's config holds the explored one. Ray's PBT guide resets the
+    param_groups after restoring; this does it: for each param group, every
+    key of keys (default: each hyperparameter the group and the config both
+    have: lr, momentum, weight_decay, betas, ...) is set from config
+    (default: get_config()). When a restored value differs, one line on
+    stderr (the trial's log) says so. Returns {key: (restored, config)} for
+    the values it changed."""
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, (list, tuple)):
+        raise TypeError("apply_config(optimizer): the optimizer has no param_groups list "
+                        "(a torch.optim optimizer is expected)")
+    if config is None:
+        config = get_config()
+    if keys is not None:
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        missing = [k for k in keys if k not in config]
+        if missing:
+            raise CtuneError(f"apply_config: the config has no {', '.join(map(repr, missing))} "
+                             f"(it has {', '.join(sorted(map(str, config)))})", code="bad_config")
+    changed = {}
+    for g in groups:
+        names = keys if keys is not None else [k for k in g if k != "params" and k in config]
+        for k in names:
+            if k not in g:
+                raise CtuneError(f"apply_config: the optimizer has no hyperparameter {k!r} (it "
+                                 f"has {', '.join(sorted(x for x in g if x != 'params'))})",
+                                 code="bad_config")
+            old, new = g[k], config[k]
+            if isinstance(old, tuple) and isinstance(new, list):
+                new = tuple(new)  # JSON has no tuples (Adam's betas)
+            if isinstance(new, bool) or not isinstance(new, (int, float, tuple)):
+                if keys is None:
+                    continue  # not a hyperparameter value (a name, a nested dict)
+                raise CtuneError(f"apply_config: config[{k!r}] = {new!r} is not a number",
+                                 code="bad_config")
+            if isinstance(new, tuple) and isinstance(old, tuple) and len(new) == len(old):
+                same = all(_same(a, b) for a, b in zip(old, new))
+            else:
+                same = _same(old, new)
+            if not same:
+                changed.setdefault(k, (old, new))
+                g[k] = new
+    for k, (old, new) in changed.items():
+        print(f"ctune: the restored optimizer state had {k}={old!r} but the trial's config says "
+              f"{k}={new!r} (a PBT exploit explores the config, not the checkpoint): training "
+              f"goes on with {k}={new!r}", file=sys.stderr, flush=True)
+    return changed
 
 
 def is_resumed():

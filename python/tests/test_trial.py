@@ -458,6 +458,61 @@ print("not reached", flush=True)
         self.assertEqual(r.returncode, -signal.SIGTERM)
 
 
+class TestApplyConfig(Base):
+    """apply_config: a restored optimizer state carries the lr it was saved
+    with (a PBT donor's after an exploit); the config's must win."""
+
+    class FakeOptimizer:
+        def __init__(self, **hp):
+            self.param_groups = [dict(params=[], **hp), dict(params=[], **hp)]
+
+    def test_config_values_replace_restored_ones_with_a_warning(self):
+        opt = self.FakeOptimizer(lr=0.00531876, momentum=0.9, nesterov=False)
+        err = io.StringIO()
+        with mock.patch("sys.stderr", err):
+            got = ctune.apply_config(opt, {"lr": 0.00638251, "momentum": 0.9, "nesterov": True,
+                                           "epochs": 3})
+        self.assertEqual(got, {"lr": (0.00531876, 0.00638251)})
+        self.assertEqual([g["lr"] for g in opt.param_groups], [0.00638251, 0.00638251])
+        self.assertEqual([g["nesterov"] for g in opt.param_groups], [False, False])  # not a number
+        self.assertEqual(err.getvalue().count("\n"), 1, err.getvalue())
+        self.assertIn("had lr=0.00531876 but the trial's config says lr=0.00638251",
+                      err.getvalue())
+
+    def test_nothing_to_say_when_they_agree(self):
+        opt = self.FakeOptimizer(lr=0.01)
+        os.environ["CTUNE_CONFIG"] = json.dumps({"lr": 0.01})
+        err = io.StringIO()
+        with mock.patch("sys.stderr", err):
+            self.assertEqual(ctune.apply_config(opt), {})
+        self.assertEqual(err.getvalue(), "")
+
+    def test_named_keys_must_exist(self):
+        opt = self.FakeOptimizer(lr=0.01)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            ctune.apply_config(opt, {"momentum": 0.9}, keys=["lr"])
+        self.assertEqual(cm.exception.code, "bad_config")
+        self.assertIn("no 'lr'", cm.exception.message)
+        with self.assertRaises(ctune.CtuneError) as cm:
+            ctune.apply_config(opt, {"momentum": 0.9}, keys="momentum")
+        self.assertIn("no hyperparameter 'momentum'", cm.exception.message)
+        with self.assertRaises(TypeError):
+            ctune.apply_config(object(), {"lr": 1})
+
+    @unittest.skipIf(torch is None, "no torch")
+    def test_torch_optimizer_restored_then_applied(self):
+        net = torch.nn.Linear(2, 1)
+        donor = torch.optim.Adam(net.parameters(), lr=0.005, betas=(0.9, 0.99))
+        opt = torch.optim.Adam(net.parameters(), lr=0.006, betas=(0.8, 0.99))
+        opt.load_state_dict(donor.state_dict())
+        self.assertEqual(opt.param_groups[0]["lr"], 0.005)  # what a restore does
+        with mock.patch("sys.stderr", io.StringIO()):
+            got = ctune.apply_config(opt, {"lr": 0.006, "betas": [0.8, 0.99]})
+        self.assertEqual(set(got), {"lr", "betas"})
+        self.assertEqual(opt.param_groups[0]["lr"], 0.006)
+        self.assertEqual(opt.param_groups[0]["betas"], (0.8, 0.99))
+
+
 class TestErrors(unittest.TestCase):
     def test_ctune_error_carries_the_servers_fields(self):
         e = ctune.CtuneError("no such trial", status=404, code="not_found", path="/x")

@@ -508,6 +508,8 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   /* The trial row carries updated_seq: the change counter it took is saved
    * with the checkpoint, so it never goes backwards after a restart. */
   if ((rc = state_persist_trial(s, t, &resp->ticket))) goto out;
+  /* PBT exploits waiting for this checkpoint, in the same transaction. */
+  if ((rc = decide_checkpoint_stored(s, t, &resp->ticket))) goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
       !cJSON_AddNumberToObject(o, "iteration", (double)it) ||

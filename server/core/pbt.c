@@ -620,6 +620,32 @@ int pbt_exploit_refused(struct pbt *b, int64_t trial_id, cJSON *record) {
   return 0;
 }
 
+int pbt_exploit_undo(struct pbt *b, int64_t trial_id, cJSON **record) {
+  struct pbt_trial *tr = find(b, trial_id);
+  cJSON *rec, *cfg;
+  *record = NULL;
+  if (!tr || !tr->undo_config) return -ENOENT;
+  rec = cJSON_CreateObject();
+  cfg = cJSON_Duplicate(tr->undo_config, 1);
+  if (!rec || !cfg || !cJSON_AddItemToObject(rec, "config", cfg)) {
+    cJSON_Delete(cfg);
+    cJSON_Delete(rec);
+    return -ENOMEM;
+  }
+  if (!add_num(rec, "idx", (double)tr->idx) || !add_num(rec, "t", tr->undo_t) ||
+      !cJSON_AddItemToObject(rec, "score", score_json(tr->score)) ||
+      !cJSON_AddBoolToObject(rec, "ckpt", tr->has_ckpt) ||
+      !cJSON_AddBoolToObject(rec, "revert", 1) ||
+      !add_num(rec, "last_perturbation_time", tr->undo_t) ||
+      !add_num(rec, "last_train_time", tr->undo_t)) {
+    cJSON_Delete(rec);
+    return -ENOMEM;
+  }
+  pbt_exploit_refused(b, trial_id, NULL);
+  *record = rec;
+  return 0;
+}
+
 int pbt_restore(struct pbt *b, int64_t trial_id, const cJSON *rec) {
   const cJSON *idx = cJSON_GetObjectItemCaseSensitive(rec, "idx");
   const cJSON *lpt = cJSON_GetObjectItemCaseSensitive(rec, "last_perturbation_time");
@@ -638,12 +664,15 @@ int pbt_restore(struct pbt *b, int64_t trial_id, const cJSON *rec) {
   t->last_perturbation_time = lpt->valuedouble;
   t->last_train_time = ltt->valuedouble;
   if (cJSON_IsObject(cfg)) {
+    /* An exploit's new config, or (revert) the config an exploit the server
+     * skipped gave back: pbt_exploit_undo. */
+    int revert = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "revert"));
     cJSON *c = cJSON_Duplicate(cfg, 1);
     if (!c) return -ENOMEM;
     cJSON_Delete(t->config);
     t->config = c;
-    t->perturbations++;
-    b->perturbations++;
+    t->perturbations += revert ? -1 : 1;
+    b->perturbations += revert ? -1 : 1;
   }
   return 0;
 }
@@ -749,7 +778,10 @@ static int pbt_sched_restore(struct sched *s, int64_t trial_id, const cJSON *rec
 static int pbt_sched_exploit_refused(struct sched *s, int64_t trial_id, struct sched_outcome *out) {
   int rc;
   if (!out || out->action != SCHED_EXPLOIT) return 0;
-  rc = pbt_exploit_refused(s->st, trial_id, out->record);
+  /* No record: the decision's own was stored already; a revert record is
+   * made for it. */
+  rc = out->record ? pbt_exploit_refused(s->st, trial_id, out->record)
+                   : pbt_exploit_undo(s->st, trial_id, &out->record);
   return rc == -ENOENT ? 0 : rc;
 }
 

@@ -60,6 +60,12 @@ int pbt_on_trial_end(struct pbt *b, int64_t trial_id);
  * a perturbation point without exploit, so a replay agrees. -ENOENT: no
  * exploit pending for it. */
 int pbt_exploit_refused(struct pbt *b, int64_t trial_id, cJSON *record);
+/* The same for an exploit whose record was stored already (the server
+ * waited for the donor's checkpoint, which never came): reverts it and
+ * returns in *record a new record (owned by the caller) whose replay
+ * reverts it too. -ENOENT: no exploit of trial_id to undo (a result came
+ * since, or a restart lost it). */
+int pbt_exploit_undo(struct pbt *b, int64_t trial_id, cJSON **record);
 /* Replays one record (in the original order), before or after add_trial. */
 int pbt_restore(struct pbt *b, int64_t trial_id, const cJSON *record);
 void pbt_outcome_clear(struct pbt_outcome *o);

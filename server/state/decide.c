@@ -23,6 +23,8 @@ struct decide_op {
   int64_t rec_exp, rec_seq, rec_trial;
   char *record, *kind, *reason, *data;
   int64_t copy_from, copy_to; /* exploit: checkpoint copy (0: none) */
+  int copy_snap;              /* from copy_from's snapshot (pbt_checkpoints) */
+  int64_t snap_of;            /* keep this trial's checkpoint as its snapshot (0: none) */
 };
 
 static void decide_op_free(void *arg) {
@@ -37,7 +39,10 @@ static void decide_op_free(void *arg) {
 static int decide_op_apply(struct store *st, void *arg) {
   struct decide_op *op = arg;
   int rc = 0;
-  if (op->copy_from) rc = store_copy_checkpoint(st, op->copy_from, op->copy_to);
+  if (op->snap_of) rc = store_snapshot_checkpoint(st, op->snap_of);
+  if (!rc && op->copy_from)
+    rc = op->copy_snap ? store_copy_snapshot(st, op->copy_from, op->copy_to)
+                       : store_copy_checkpoint(st, op->copy_from, op->copy_to);
   if (!rc && op->has_event) rc = store_insert_event(st, &op->ev);
   if (!rc && op->record)
     rc = store_insert_sched_record(st, op->rec_exp, op->rec_seq, op->rec_trial, op->record);
@@ -135,10 +140,44 @@ static void decide_test_hook(struct srv_trial *t, double tv, struct sched_outcom
   }
 }
 
+int decide_stopper(const struct srv_experiment *e, const cJSON *result, struct sched_outcome *out,
+                   const char **event_kind) {
+  char why[SCHED_REASON_MAX];
+  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result, why,
+                       sizeof why)) {
+    out->action = SCHED_STOP;
+    out->stopped_early = 0;
+    snprintf(out->reason, sizeof out->reason, "%s", why);
+    *event_kind = "stop_rule";
+    return 1;
+  }
+  if (e->budget_spent) {
+    out->action = SCHED_STOP;
+    out->stopped_early = 0;
+    snprintf(out->reason, sizeof out->reason, "time_budget_s %g spent", e->spec.time_budget_s);
+    *event_kind = "time_budget";
+    return 1;
+  }
+  return 0;
+}
+
+int decide_note_rank(const struct srv_experiment *e, struct srv_trial *t, const cJSON *result,
+                     double tv, struct sched_outcome *out) {
+  if (!out->record || sched_type(e->sched) != SPEC_SCHED_PBT) return 0;
+  /* The checkpoint label the worker uses: training_iteration, else the time
+   * value. A donor's checkpoint must reach it (decide_apply). */
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(result, "training_iteration");
+  t->rank_iter = cJSON_IsNumber(it) ? it->valuedouble : tv;
+  t->rank_top = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out->record, "ckpt"));
+  cJSON_DeleteItemFromObjectCaseSensitive(out->record, "iter");
+  return cJSON_AddNumberToObject(out->record, "iter", t->rank_iter) ? 0 : -ENOMEM;
+}
+
 int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind) {
   (void)s;
+  (void)result;
   decide_test_hook(t, tv, out);
   *event_kind = out->action == SCHED_STOP      ? "stopped"
                 : out->action == SCHED_PAUSE   ? "paused"
@@ -151,21 +190,52 @@ int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial
     out->action = SCHED_PAUSE;
     snprintf(out->reason, sizeof out->reason, "%s", control_pause_reason);
     *event_kind = "paused";
-    return 0;
   }
-  char why[SCHED_REASON_MAX];
-  if (stoprule_reached(e->spec.stop, e->spec.has_metric, e->spec.metric, e->spec.mode, result, why,
-                       sizeof why)) {
-    out->action = SCHED_STOP;
-    out->stopped_early = 0;
-    snprintf(out->reason, sizeof out->reason, "%s", why);
-    *event_kind = "stop_rule";
-  } else if (e->budget_spent) {
-    out->action = SCHED_STOP;
-    out->stopped_early = 0;
-    snprintf(out->reason, sizeof out->reason, "time_budget_s %g spent", e->spec.time_budget_s);
-    *event_kind = "time_budget";
+  return 0;
+}
+
+/* Which stored checkpoint of donor d holds the result of iteration need:
+ * DONOR_SNAP its snapshot (the first upload that covered the result it was
+ * ranked top at: the one Ray would clone), DONOR_LIVE its checkpoint (it
+ * covers need without a snapshot, or, with any, whatever an ended donor
+ * stored), DONOR_NONE not stored yet. */
+enum { DONOR_NONE, DONOR_LIVE, DONOR_SNAP };
+
+static int decide_donor_source(const struct srv_trial *d, double need, int any) {
+  if (d->has_snap && (double)d->snap_iter >= need) return DONOR_SNAP;
+  if (d->has_checkpoint && ((double)d->checkpoint_iteration >= need || any)) return DONOR_LIVE;
+  return DONOR_NONE;
+}
+
+/* The exploit's checkpoint copy, queued in the caller's group, and in
+ * memory what it does in the store; the donor's time_total_s at that
+ * checkpoint goes with it (start_time_total_s of the next lease: the
+ * trial's own results do not know it), persisted with the trial row. */
+static int decide_copy_donor(struct server *s, struct srv_experiment *e, struct srv_trial *t,
+                             struct srv_trial *d, int src, uint64_t *ticket) {
+  struct decide_op *op = calloc(1, sizeof *op);
+  if (!op) return -ENOMEM;
+  op->copy_from = d->id;
+  op->copy_to = t->id;
+  op->copy_snap = src == DONOR_SNAP;
+  op->rec_seq = s->seq;
+  int rc = decide_enqueue(s, op, ticket);
+  if (rc) return rc;
+  if (src == DONOR_SNAP) {
+    /* The snapshot is one of d's own uploads: its results know the time. */
+    struct srv_trial at = *d;
+    at.checkpoint_iteration = d->snap_iter;
+    at.has_checkpoint = 1;
+    at.has_ck_time_total = 0;
+    t->ck_time_total_s = state_checkpoint_time_total(s, e, &at);
+    t->checkpoint_iteration = d->snap_iter;
+  } else {
+    t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
+    t->checkpoint_iteration = d->checkpoint_iteration;
   }
+  t->has_ck_time_total = 1;
+  t->has_checkpoint = 1;
+  if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
   return 0;
 }
 
@@ -180,7 +250,13 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
   }
   if (out->action != SCHED_EXPLOIT) return 0;
   struct srv_trial *d = server_trial(s, out->donor_trial_id);
-  if (!d || d->experiment_id != e->id || d == t || !d->has_checkpoint || !out->new_config) {
+  /* Ray waits for the donor's checkpoint of the result it ranked (its
+   * pending save): here the donor's upload, which the worker sends after
+   * that result's acknowledgement. A running donor is waited for; an ended
+   * one gives what it stored. */
+  int src = d ? decide_donor_source(d, d->rank_iter, d->status != TS_RUNNING) : DONOR_NONE;
+  int wait = d && src == DONOR_NONE && d->status == TS_RUNNING;
+  if (!d || d->experiment_id != e->id || d == t || !out->new_config || (!src && !wait)) {
     /* Nothing to exploit from: the trial goes on (the worker was not told
      * anything else yet). */
     int rc = sched_exploit_refused(e->sched, t->id, out); /* pbt forgets it too */
@@ -193,30 +269,34 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
   cJSON *data = cJSON_CreateObject(), *old = cJSON_Parse(t->config);
   int rc = -ENOMEM;
   if (!cfg || !data || !old || !cJSON_AddNumberToObject(data, "donor", (double)d->id) ||
-      !cJSON_AddNumberToObject(data, "t", tv) || !cJSON_AddItemToObject(data, "old_config", old))
+      !cJSON_AddNumberToObject(data, "t", tv) ||
+      !cJSON_AddNumberToObject(data, "donor_iteration", d->rank_iter) ||
+      !cJSON_AddItemToObject(data, "old_config", old))
     goto out;
   old = NULL;
   if (!cJSON_AddItemToObject(data, "new_config", cJSON_Duplicate(out->new_config, 1))) goto out;
-  struct decide_op *op = calloc(1, sizeof *op);
-  if (!op) goto out;
-  op->copy_from = d->id;
-  op->copy_to = t->id;
-  op->rec_seq = s->seq;
-  if ((rc = decide_enqueue(s, op, ticket))) goto out;
-  /* In memory what the copy does in the store; the donor's time_total_s at
-   * that checkpoint goes with it (start_time_total_s of the next lease: the
-   * trial's own results do not know it), persisted with the trial row. */
-  t->ck_time_total_s = state_checkpoint_time_total(s, e, d);
-  t->has_ck_time_total = 1;
-  t->has_checkpoint = 1;
-  t->checkpoint_iteration = d->checkpoint_iteration;
-  if (d->max_iter_seen > t->max_iter_seen) t->max_iter_seen = d->max_iter_seen;
+  if (wait) {
+    /* Carried out when the donor's checkpoint of that result is stored
+     * (decide_checkpoint_stored) or its lease ends (decide_donor_done);
+     * the trial's own lease ends into PAUSED meanwhile. */
+    char *keep = strdup(t->config);
+    if (!keep) goto out;
+    free(t->exploit_old_config);
+    t->exploit_old_config = keep;
+    t->exploit_donor = d->id;
+    t->exploit_iter = d->rank_iter;
+    e->exploit_waits++;
+    log_info("trial %lld: %s (waits for trial %lld's checkpoint of iteration %g)", (long long)t->id,
+             out->reason, (long long)d->id, d->rank_iter);
+  } else {
+    if ((rc = decide_copy_donor(s, e, t, d, src, ticket))) goto out;
+    log_info("trial %lld: %s", (long long)t->id, out->reason);
+  }
   free(t->config);
   t->config = cfg;
   cfg = NULL;
   t->lease_end_action = SCHED_EXPLOIT;
   rc = 0;
-  log_info("trial %lld: %s", (long long)t->id, out->reason);
   /* The event carries the data; decide_note is called by the caller with
    * it: keep it on the outcome. */
   cJSON_Delete(out->new_config);
@@ -236,8 +316,29 @@ const char *decide_action_name(int action) {
                                    : NULL;
 }
 
+const char *decide_action_text(const struct srv_trial *t, char *buf, size_t size) {
+  if (t->lease_end_action != SCHED_EXPLOIT || !t->exploit_donor)
+    return decide_action_name(t->lease_end_action);
+  snprintf(buf, size, "exploit:%lld:%.17g", (long long)t->exploit_donor, t->exploit_iter);
+  return buf;
+}
+
+/* "exploit:D:I": the donor and the iteration its checkpoint must reach. */
+static int decide_parse_wait(const char *text, int64_t *donor, double *iter) {
+  long long d;
+  double it;
+  int n = 0;
+  if (sscanf(text, "exploit:%lld:%lf%n", &d, &it, &n) != 2 || text[n] || d <= 0 || !isfinite(it))
+    return -EINVAL;
+  *donor = d;
+  *iter = it;
+  return 0;
+}
+
 int decide_action_parse(const char *name, int *action) {
   static const int all[] = {SCHED_PAUSE, SCHED_EXPLOIT, SCHED_STOP};
+  int64_t d;
+  double it;
   *action = 0;
   if (!name) return 0;
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -245,7 +346,123 @@ int decide_action_parse(const char *name, int *action) {
       *action = all[i];
       return 0;
     }
+  if (!decide_parse_wait(name, &d, &it)) {
+    *action = SCHED_EXPLOIT;
+    return 0;
+  }
   return -EINVAL;
+}
+
+void decide_load_wait(struct srv_trial *t, const char *text) {
+  t->exploit_donor = 0;
+  if (text && decide_parse_wait(text, &t->exploit_donor, &t->exploit_iter)) t->exploit_donor = 0;
+}
+
+/* ---- PBT: exploits waiting for their donor's checkpoint ---- */
+
+/* A waiting exploit the server cannot carry out (its donor stored no
+ * checkpoint): the trial keeps its config and resumes from its own
+ * checkpoint, and the scheduler forgets the exploit (a revert record, so a
+ * replay agrees). */
+static int decide_skip_exploit(struct server *s, struct srv_experiment *e, struct srv_trial *t,
+                               uint64_t *ticket) {
+  struct sched_outcome o = {0};
+  char why[SCHED_REASON_MAX];
+  o.action = SCHED_EXPLOIT;
+  int rc = sched_exploit_refused(e->sched, t->id, &o);
+  if (rc == -ENOENT) rc = 0;
+  if (rc) return rc;
+  if (t->exploit_old_config) {
+    free(t->config);
+    t->config = t->exploit_old_config;
+    t->exploit_old_config = NULL;
+  }
+  snprintf(why, sizeof why, "exploit of trial %lld skipped: it stored no checkpoint",
+           (long long)t->exploit_donor);
+  log_warn("trial %lld: %s", (long long)t->id, why);
+  t->exploit_donor = 0;
+  rc = decide_note(s, t, "resumed", why, NULL, o.record, ticket);
+  sched_outcome_clear(&o);
+  return rc;
+}
+
+/* Carries out (or skips) the waiting exploits of e's trials whose donor is
+ * d (NULL: every donor): those whose donor stored a checkpoint of the
+ * result it was ranked at; with final (the donor's lease ended: nothing
+ * more comes), every one with what the donor stored. A trial PAUSED while
+ * it waited becomes PENDING in its next generation; a running one becomes
+ * PENDING when its lease ends, as any exploit. */
+static int decide_resolve_waits(struct server *s, struct srv_experiment *e,
+                                const struct srv_trial *d, int final, uint64_t *ticket) {
+  int64_t left = 0;
+  int rc = 0;
+  for (int64_t k = 0; !rc && k < e->ntrials; k++) {
+    struct srv_trial *t = e->trials[k];
+    if (!t || !t->exploit_donor) continue;
+    if (t->lease_end_action != SCHED_EXPLOIT ||
+        (t->status != TS_RUNNING && t->status != TS_PAUSED)) {
+      t->exploit_donor = 0; /* ended or stopped meanwhile: nothing due */
+      continue;
+    }
+    if (d && t->exploit_donor != d->id) {
+      left++;
+      continue;
+    }
+    struct srv_trial *dn = server_trial(s, t->exploit_donor);
+    int src = dn ? decide_donor_source(dn, t->exploit_iter, final) : DONOR_NONE;
+    if (!src && !final) {
+      left++;
+      continue;
+    }
+    if (src) {
+      rc = decide_copy_donor(s, e, t, dn, src, ticket);
+      if (!rc)
+        log_info("trial %lld: trial %lld's checkpoint of iteration %lld copied", (long long)t->id,
+                 (long long)dn->id, (long long)t->checkpoint_iteration);
+      free(t->exploit_old_config);
+      t->exploit_old_config = NULL;
+      t->exploit_donor = 0;
+    } else {
+      rc = decide_skip_exploit(s, e, t, ticket);
+    }
+    if (rc) break;
+    if (t->status == TS_PAUSED) {
+      t->lease_end_action = 0;
+      state_trial_next_generation(t);
+      rc = state_trial_event(s, t, TE_RESUME, NULL, ticket);
+    } else {
+      t->updated_seq = ++s->seq;
+      rc = state_persist_trial(s, t, ticket);
+    }
+  }
+  e->exploit_waits = rc ? e->exploit_waits : left;
+  return rc;
+}
+
+int decide_checkpoint_stored(struct server *s, struct srv_trial *d, uint64_t *ticket) {
+  struct srv_experiment *e = server_experiment(s, d->experiment_id);
+  if (!e) return 0;
+  if (d->rank_top && (double)d->checkpoint_iteration >= d->rank_iter &&
+      !(d->has_snap && (double)d->snap_iter >= d->rank_iter)) {
+    /* The first upload that covers the result it was ranked top at: kept
+     * for the trials that clone it, while it goes on uploading. */
+    struct decide_op *op = calloc(1, sizeof *op);
+    if (!op) return -ENOMEM;
+    op->snap_of = d->id;
+    op->rec_seq = s->seq;
+    int rc = decide_enqueue(s, op, ticket);
+    if (rc) return rc;
+    d->has_snap = 1;
+    d->snap_iter = d->checkpoint_iteration;
+  }
+  if (e->exploit_waits <= 0) return 0;
+  return decide_resolve_waits(s, e, d, 0, ticket);
+}
+
+int decide_donor_done(struct server *s, struct srv_trial *d, uint64_t *ticket) {
+  struct srv_experiment *e = server_experiment(s, d->experiment_id);
+  if (!e || e->exploit_waits <= 0) return 0;
+  return decide_resolve_waits(s, e, d, 1, ticket);
 }
 
 int decide_refuses_checkpoint(const struct srv_trial *t) {
@@ -280,6 +497,16 @@ int decide_lease_end(struct server *s, struct srv_trial *t, uint64_t *ticket) {
     t->lease_final = 1;
     rc = state_trial_event(s, t, TE_PAUSE, NULL, ticket);
     if (!rc) log_info("trial %lld PAUSED", (long long)t->id);
+  } else if (t->exploit_donor) {
+    /* Its donor's checkpoint is not stored yet: PAUSED until it is
+     * (decide_resolve_waits), the exploit still due; its own uploads stay
+     * refused. */
+    t->lease_end_action = SCHED_EXPLOIT;
+    t->lease_final = 0;
+    rc = state_trial_event(s, t, TE_PAUSE, NULL, ticket);
+    if (!rc)
+      log_info("trial %lld PAUSED: waits for trial %lld's checkpoint", (long long)t->id,
+               (long long)t->exploit_donor);
   } else {
     /* The old lease wrote its last: its checkpoint was replaced. Its next
      * results are a new generation (persisted with the row); the old
@@ -388,6 +615,11 @@ int decide_maybe_end(struct server *s, struct srv_experiment *e, uint64_t *ticke
     return 0;
   int can_new = !e->searcher_exhausted && e->ntrials < e->num_trials;
   if (can_new) return 0;
+  if (e->exploit_waits > 0) {
+    /* Nothing runs: no donor's checkpoint is on its way any more. */
+    int rc = decide_resolve_waits(s, e, NULL, 1, ticket);
+    if (rc || e->counts[TS_PENDING]) return rc;
+  }
   enum sched_choice_kind kind = SCHED_CHOOSE_WAIT;
   struct srv_trial *resumed = NULL;
   int rc = decide_choose(s, e, 0, &kind, &resumed, ticket);
@@ -490,6 +722,13 @@ int decide_load_record(struct server *s, int64_t experiment_id, int64_t trial_id
   struct srv_experiment *e = server_experiment(s, experiment_id);
   cJSON *r = record ? cJSON_Parse(record) : NULL;
   int rc = e && r ? sched_restore(e->sched, trial_id, r) : -EINVAL;
+  /* PBT's ranked result's iteration (decide_note_rank). */
+  const cJSON *it = r ? cJSON_GetObjectItemCaseSensitive(r, "iter") : NULL;
+  struct srv_trial *t = cJSON_IsNumber(it) ? server_trial(s, trial_id) : NULL;
+  if (!rc && t) {
+    t->rank_iter = it->valuedouble;
+    t->rank_top = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "ckpt"));
+  }
   cJSON_Delete(r);
   return rc;
 }

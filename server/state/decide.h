@@ -12,9 +12,25 @@
 /* The reason of a trial paused by its experiment's pause (control.c). */
 extern const char *const control_pause_reason;
 
+/* Before the scheduler sees a new result of a RUNNING trial: the stop rules
+ * and the time budget, as Ray's controller asks its stopper first. Returns 1
+ * when they stop the trial (out is STOP with the reason, *event_kind
+ * "stop_rule" or "time_budget"): the scheduler is not asked about this
+ * result, so a trial that reached `stop` is never exploited or paused. 0:
+ * the scheduler decides. */
+int decide_stopper(const struct srv_experiment *e, const cJSON *result, struct sched_outcome *out,
+                   const char **event_kind);
+
+/* PBT ranked this result (the outcome has a record): notes its iteration
+ * (training_iteration, else tv) as t->rank_iter and in the record ("iter",
+ * read back by decide_load_record), the checkpoint a bottom trial that
+ * clones t must get. 0 or -ENOMEM. */
+int decide_note_rank(const struct srv_experiment *e, struct srv_trial *t, const cJSON *result,
+                     double tv, struct sched_outcome *out);
+
 /* After the scheduler answered a new result of RUNNING trial t (tv: its time
- * value): applies the stop rules and the time budget when the scheduler said
- * continue (their reason then replaces the outcome's). Returns 0. */
+ * value): a paused experiment pauses a trial the scheduler let continue
+ * (and, in a test build, the decision hook). Returns 0. */
 int decide_override(struct server *s, struct srv_experiment *e, struct srv_trial *t,
                     const cJSON *result, double tv, struct sched_outcome *out,
                     const char **event_kind);
@@ -43,6 +59,17 @@ int decide_apply(struct server *s, struct srv_experiment *e, struct srv_trial *t
  * checkpoint kept) or PENDING from the donor's checkpoint — and 1 is
  * returned (the row is queued); 0 when nothing was due. */
 int decide_lease_end(struct server *s, struct srv_trial *t, uint64_t *ticket);
+
+/* PBT: trial d's checkpoint was stored (an upload): the exploits that wait
+ * for it (decided while the donor's checkpoint of the result it was ranked
+ * at was not stored yet) are carried out: the copy, and a trial PAUSED while
+ * it waited goes PENDING. Queued into the caller's group. */
+int decide_checkpoint_stored(struct server *s, struct srv_trial *d, uint64_t *ticket);
+/* d's lease ended (complete, fail, release, expiry): nothing more comes from
+ * it, so the exploits waiting for it get what it stored, or are skipped
+ * (the trial keeps its config and resumes from its own checkpoint) when it
+ * stored none. */
+int decide_donor_done(struct server *s, struct srv_trial *d, uint64_t *ticket);
 
 /* Whether a checkpoint upload from the trial's current lease is refused: an
  * exploit replaced its checkpoint (409 not_leased). */
@@ -85,6 +112,12 @@ int decide_tick(struct server *s, uint64_t now_ms, uint64_t *ticket);
  * name. */
 const char *decide_action_name(int action);
 int decide_action_parse(const char *name, int *action);
+/* The trial's lease_end_action as stored: decide_action_name, or
+ * "exploit:D:I" for an exploit waiting for donor D's checkpoint of
+ * iteration I (written into buf). decide_load_wait reads that back into
+ * t->exploit_donor / exploit_iter (0 when text is anything else). */
+const char *decide_action_text(const struct srv_trial *t, char *buf, size_t size);
+void decide_load_wait(struct srv_trial *t, const char *text);
 
 /* GET /trials/{id}: its decisions ("events") and its attempts (leased,
  * lease_lost, released, failed: decide_attempt_event), each oldest first,

@@ -51,6 +51,24 @@ struct srv_trial {
    * between keeps it. */
   char *reason;
   int lease_end_action;
+  /* PBT (decide.c, docs/scheduling.md#pbt): an exploit decided while the
+   * donor's checkpoint of the result it was ranked at (donor's rank_iter)
+   * was not stored yet waits for it: exploit_donor (0: none) and
+   * exploit_iter, persisted inside lease_end_action ("exploit:D:I"). The
+   * trial's lease ends into PAUSED while it waits. exploit_old_config: its
+   * config before the exploit, in memory, for a skipped exploit. rank_iter:
+   * the iteration of the last result PBT ranked (from the record's "iter"),
+   * rank_top: it was in the top quantile there (the record's "ckpt"); its
+   * first upload that covers that result is kept as its snapshot
+   * (pbt_checkpoints, migration 012: has_snap, snap_iter), the checkpoint
+   * the trials that clone it get. */
+  int64_t exploit_donor;
+  double exploit_iter;
+  char *exploit_old_config;
+  double rank_iter;
+  int rank_top;
+  int has_snap;
+  int64_t snap_iter;
   int has_exit_code, exit_code;
   int num_failures, attempt;
   int64_t worker_id;
@@ -152,6 +170,7 @@ struct srv_experiment {
   uint64_t run_clock_ms, run_saved_ms;
   int budget_spent;
   int64_t counts[TS_COUNT];
+  int64_t exploit_waits;    /* trials maybe waiting for a PBT donor's checkpoint (an upper bound) */
   int64_t pending_cursor;   /* no PENDING trial has a smaller idx */
   char *keys[EXP_MAX_KEYS]; /* result keys seen, in first-seen order */
   int nkeys;

@@ -69,6 +69,7 @@ void state_trial_free(struct srv_trial *t) {
   free(t->config);
   free(t->error);
   free(t->reason);
+  free(t->exploit_old_config);
   state_trial_history_free(t);
   free(t);
 }

@@ -215,6 +215,7 @@ static int load_trial_fill(struct srv_trial *t, const struct store_trial_row *r,
   /* Migration 009: a pause or exploit due when the lease ends, decided before
    * the restart (checked above); a donor's checkpoint time. */
   decide_action_parse(r->lease_end_action, &t->lease_end_action);
+  decide_load_wait(t, r->lease_end_action); /* a PBT exploit waiting for its donor */
   t->has_ck_time_total = r->has_ck_time_total;
   t->ck_time_total_s = r->ck_time_total_s;
   /* Bounded memory (011): an ended trial with a summary is compact from
@@ -308,6 +309,7 @@ static int load_trial(void *ctx, const struct store_trial_row *r) {
   s->ncompact += t->compact;
   e->trials[e->ntrials++] = t;
   e->counts[st]++;
+  if (t->exploit_donor) e->exploit_waits++;
   if (st != TS_TERMINATED && st != TS_ERROR) {
     int rc = sched_add_trial(e->sched, t->id, t->idx, t->config);
     if (rc == -ENOMEM) return rc;
@@ -409,6 +411,16 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   w->last_seen_ms = clock_mono_ms();
   w->gone = r->secret[0] ? 0 : 2; /* deregistered (secret revoked) */
   s->workers[s->nworkers++] = w;
+  return 0;
+}
+
+static int load_pbt_checkpoint(void *ctx, int64_t trial_id, int64_t iteration) {
+  struct load_ctx *lc = ctx;
+  struct srv_trial *t = server_trial(lc->s, trial_id);
+  if (t) {
+    t->has_snap = 1;
+    t->snap_iter = iteration;
+  }
   return 0;
 }
 
@@ -536,6 +548,8 @@ int state_load(struct server *s, char *err, size_t errlen) {
                            .seq_seen = load_seq_seen,
                            .not_cold = load_not_cold};
   int rc = store_load(s->store, &l);
+  /* PBT donors' kept checkpoints (migration 012). */
+  if (!rc) rc = store_load_snapshots(s->store, load_pbt_checkpoint, &lc);
   if (!rc) load_write_backfill(&lc);
   free(lc.backfill);
   if (rc) {

@@ -13,6 +13,7 @@
 struct trial_op {
   struct store_trial_row row;
   char *name, *config, *error, *reason;
+  char lease_end[64]; /* decide_action_text */
 };
 
 static void trial_op_free(void *arg) {
@@ -60,7 +61,8 @@ static struct trial_op *trial_op_make(const struct srv_trial *t) {
                                      .reason = op->reason,
                                      .generation = t->generation, /* PBT exploits applied */
                                      /* the decision due at the lease's end (migration 009) */
-                                     .lease_end_action = decide_action_name(t->lease_end_action),
+                                     .lease_end_action =
+                                         decide_action_text(t, op->lease_end, sizeof op->lease_end),
                                      .has_ck_time_total = t->has_ck_time_total,
                                      .ck_time_total_s = t->ck_time_total_s};
   state_trial_summary_row(t, &op->row); /* 011: bounded memory */

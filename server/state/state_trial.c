@@ -163,6 +163,8 @@ static int trial_requeue(struct server *s, struct srv_trial *t, const char *kind
                          uint64_t *ticket) {
   int due = trial_note_lease_end(s, t, kind, why, ticket);
   if (due) return due;
+  /* PBT exploits waiting for this trial's checkpoint get what it stored. */
+  if ((due = decide_donor_done(s, t, ticket))) return due;
   due = decide_lease_end(s, t, ticket);
   if (due) return due < 0 ? due : 0;
   state_release(s, t);
@@ -236,21 +238,25 @@ static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_
   int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
   if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
   struct sched_outcome out = {0}, end = {0};
-  int rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
+  const char *kind = NULL;
+  /* Stop rules and the time budget first, as Ray's controller asks its
+   * stopper before the scheduler: a trial they stop is not ranked, paused or
+   * exploited at that result. */
+  int rc = 0, stopped = decide_stopper(e, r, &out, &kind);
+  if (!stopped) rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
   if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
     sched_outcome_clear(&out);
     rc = 0;
   }
+  if (!rc) rc = decide_note_rank(e, t, r, tv, &out);
   if (rc) goto out;
   if (!(json = jsonout_print(r))) {
     rc = -ENOMEM;
     goto out;
   }
-  /* Stop rules and the time budget after the scheduler; pause and exploit
-   * are carried out (exploit's checkpoint copy and config change are queued
-   * in this hold: the decision's transaction). */
-  const char *kind = NULL;
-  if ((rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
+  /* Pause and exploit are carried out (exploit's checkpoint copy and config
+   * change are queued in this hold: the decision's transaction). */
+  if (!stopped && (rc = decide_override(s, e, t, r, tv, &out, &kind))) goto out;
   if ((rc = decide_apply(s, e, t, tv, &out, ticket))) goto out;
   int64_t seq = ++s->seq;
   char d = out.action != SCHED_CONTINUE ? 's' : 'c';
@@ -336,9 +342,13 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
                           uint64_t *ticket) {
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence == FENCE_STALE) return -ESTALE;
+  /* Its uploads are over: PBT exploits waiting for its checkpoint get what
+   * it stored. */
+  int rc = decide_donor_done(s, t, ticket);
+  if (rc) return rc;
   if (a->fence == FENCE_FINAL) return 0; /* ended by this lease: the same answer */
   /* A pause or exploit due at the lease's end: PAUSED / PENDING, not ended. */
-  int rc = decide_lease_end(s, t, ticket);
+  rc = decide_lease_end(s, t, ticket);
   if (rc) return rc < 0 ? rc : 0;
   t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
   rc = trial_end(s, t, TS_TERMINATED, ticket);
@@ -372,6 +382,8 @@ static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
   if (a->fence == FENCE_STALE) return -ESTALE;
+  int rc0 = decide_donor_done(s, t, ticket); /* PBT exploits waiting for it */
+  if (rc0) return rc0;
   if (a->fence == FENCE_FINAL) return 0; /* this lease's end again: counted once */
   char *copy = strdup(a->error && a->error[0] ? a->error : "failed");
   if (!copy) return -ENOMEM;

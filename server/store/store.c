@@ -39,7 +39,9 @@ enum {
   ST_INS_EVENT,
   ST_INS_SCHED_REC,
   ST_COPY_CKPT, /* a decision's writes */
-  ST_DEL_EXP,   /* DELETE of an experiment */
+  ST_SNAP_CKPT,
+  ST_COPY_SNAP,
+  ST_DEL_EXP, /* DELETE of an experiment */
   ST_COUNT
 };
 
@@ -79,6 +81,12 @@ static const char *const store_sql[ST_COUNT] = {
      * iteration label, inside the decision's transaction. */
     [ST_COPY_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                      "SELECT ?,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
+    /* PBT (migration 012): a top trial's checkpoint of its ranked result is
+     * kept for the trials that clone it later. */
+    [ST_SNAP_CKPT] = "INSERT OR REPLACE INTO pbt_checkpoints(trial_id,iteration,crc32,data) "
+                     "SELECT trial_id,iteration,crc32,data FROM checkpoints WHERE trial_id=?",
+    [ST_COPY_SNAP] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
+                     "SELECT ?,iteration,crc32,data FROM pbt_checkpoints WHERE trial_id=?",
     /* Everything of one experiment, children first (the caller's transaction
      * makes it all or nothing). ?1 = experiment id. */
     [ST_DEL_EXP] = "DELETE FROM checkpoints WHERE trial_id IN "
@@ -97,6 +105,8 @@ static const char *const store_del_sql[] = {
     "COALESCE((SELECT value FROM meta WHERE key='max_trial_id'),0),"
     "COALESCE((SELECT max(id) FROM trials),0)))",
     "DELETE FROM logs WHERE trial_id IN (SELECT id FROM trials WHERE experiment_id=?1)",
+    "DELETE FROM pbt_checkpoints WHERE trial_id IN "
+    "(SELECT id FROM trials WHERE experiment_id=?1)",
     "DELETE FROM results WHERE experiment_id=?1",
     "DELETE FROM asha_records WHERE experiment_id=?1",
     "DELETE FROM trial_events WHERE experiment_id=?1",
@@ -575,6 +585,19 @@ int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial
   return store_step(st, s);
 }
 
+int store_snapshot_checkpoint(struct store *st, int64_t trial_id) {
+  sqlite3_stmt *s = st->stmt[ST_SNAP_CKPT];
+  sqlite3_bind_int64(s, 1, trial_id);
+  return store_step(st, s);
+}
+
+int store_copy_snapshot(struct store *st, int64_t from_trial, int64_t to_trial) {
+  sqlite3_stmt *s = st->stmt[ST_COPY_SNAP];
+  sqlite3_bind_int64(s, 1, to_trial);
+  sqlite3_bind_int64(s, 2, from_trial);
+  return store_step(st, s);
+}
+
 int store_delete_experiment(struct store *st, int64_t experiment_id) {
   sqlite3_stmt *s = st->stmt[ST_DEL_EXP];
   sqlite3_bind_int64(s, 1, experiment_id);
@@ -973,6 +996,22 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
     rc = l->checkpoint(l->ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
   sqlite3_finalize(s);
   return rc;
+}
+
+int store_load_snapshots(struct store *st, int (*fn)(void *ctx, int64_t trial_id, int64_t it),
+                         void *ctx) {
+  sqlite3_stmt *s = NULL;
+  int rc = 0, step = SQLITE_DONE;
+  pthread_mutex_lock(&st->rlock);
+  if (store_rprep(st, "SELECT trial_id,iteration FROM pbt_checkpoints", &s)) {
+    pthread_mutex_unlock(&st->rlock);
+    return -EIO;
+  }
+  while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW)
+    rc = fn(ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1));
+  sqlite3_finalize(s);
+  pthread_mutex_unlock(&st->rlock);
+  return rc ? rc : step == SQLITE_DONE ? 0 : -EIO;
 }
 
 int store_get_meta(struct store *st, const char *key, int64_t *value) {

@@ -149,6 +149,15 @@ int store_insert_event(struct store *st, const struct store_event_row *r);
 int store_insert_sched_record(struct store *st, int64_t experiment_id, int64_t seq,
                               int64_t trial_id, const char *record);
 int store_copy_checkpoint(struct store *st, int64_t from_trial, int64_t to_trial);
+/* PBT (migration 012): keeps trial_id's stored checkpoint in
+ * pbt_checkpoints (the one of the result it was ranked top at), and copies
+ * that one to to_trial's checkpoint (an exploit). */
+int store_snapshot_checkpoint(struct store *st, int64_t trial_id);
+int store_copy_snapshot(struct store *st, int64_t from_trial, int64_t to_trial);
+/* The loader's pass over pbt_checkpoints: fn(ctx, trial_id, iteration) for
+ * each (0, or fn's error). */
+int store_load_snapshots(struct store *st, int (*fn)(void *ctx, int64_t trial_id, int64_t it),
+                         void *ctx);
 int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, uint32_t crc,
                          const void *data, size_t len);
 /* The tail attempt's worker uploaded: replaces that attempt's output and

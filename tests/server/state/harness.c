@@ -237,7 +237,7 @@ void h_checkpoint(struct harness *h, struct srv_trial *t, int64_t iteration, con
   struct server *s = &h->s;
   uint64_t ticket = 0;
   struct lease_token l = {t->worker_id, t->attempt};
-  ck_assert_int_eq(state_check_fence(s, t, &l, NULL, 0), FENCE_CURRENT);
+  ck_assert_int_ne(state_check_fence(s, t, &l, NULL, 0), FENCE_STALE);
   size_t len = strlen(data);
   struct h_ckpt_op *op = malloc(sizeof *op + len + 1);
   ck_assert_ptr_nonnull(op);
@@ -252,6 +252,7 @@ void h_checkpoint(struct harness *h, struct srv_trial *t, int64_t iteration, con
   t->has_ck_time_total = 0;
   t->updated_seq = ++s->seq;
   ck_assert_int_eq(state_persist_trial(s, t, &ticket), 0);
+  ck_assert_int_eq(decide_checkpoint_stored(s, t, &ticket), 0);
 }
 
 void h_tick(struct harness *h, uint64_t now_ms) {

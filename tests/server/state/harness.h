@@ -85,7 +85,8 @@ int h_results(struct harness *h, struct srv_trial *t, const struct lease_token *
               const double *tvs, const char *const *jsons, char *dec, struct trial_event_args *out);
 /* A checkpoint upload of t at iteration under its current lease, as
  * api_checkpoint_put queues it after its checks (the bytes into SQLite, the
- * trial's has_checkpoint / checkpoint_iteration, its row). */
+ * trial's has_checkpoint / checkpoint_iteration, its row, the PBT exploits
+ * waiting for it: decide_checkpoint_stored). */
 void h_checkpoint(struct harness *h, struct srv_trial *t, int64_t iteration, const char *data);
 /* The daemon's timer tick at now (state_expire_leases), with the clock
  * moved there first. */

@@ -286,6 +286,49 @@ START_TEST(pbt_exploits_at_the_lease_end) {
 }
 END_TEST
 
+/* Rule (docs/scheduling.md#stop-rules): the stop rules come before the
+ * scheduler, as Ray's controller asks its stopper first. The result where
+ * trial b reaches `stop` is one where PBT would exploit it (bottom quantile,
+ * the donor has its checkpoint): b ends TERMINATED by the stop rule, its
+ * config and checkpoint its own, and the scheduler never ranked that result
+ * (no exploit, no record, no perturbation). */
+START_TEST(pbt_stop_rule_before_the_scheduler) {
+  char cfg[1024];
+  snprintf(cfg, sizeof cfg, "%.*s, \"stop\": {\"epochs_done\": 1}}", (int)strlen(PBT_CFG) - 1,
+           PBT_CFG);
+  struct srv_experiment *e = h_submit(&H, cfg);
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w);
+  char *old_config = strdup(b->config);
+  ck_assert_int_eq(pbt_result(a, 1, 0.5), 'c');
+  ck_assert_int_eq(pbt_result(a, 2, 0.9), 'c');
+  ck_assert_int_eq(pbt_result(b, 1, 0.1), 'c');
+  ck_assert_int_eq(pbt_result(b, 2, 0.1), 'c');
+  ck_assert_int_eq(pbt_result(a, 3, 0.92), 'c');
+  ck_assert_int_eq(pbt_result(a, 4, 0.95), 'c');
+  h_checkpoint(&H, a, 4, "donor-bytes");
+  h_checkpoint(&H, b, 2, "own-bytes");
+  ck_assert_int_eq(pbt_result(b, 3, 0.15), 'c');
+  ck_assert_int_eq(
+      h_result(&H, b, 4,
+               "{\"training_iteration\":4,\"acc\":0.2,\"time_total_s\":40,\"epochs_done\":1}"),
+      's');
+  ck_assert_int_eq(b->status, TS_TERMINATED);
+  ck_assert_int_eq(b->lease_end_action, 0);
+  ck_assert_int_eq(b->stopped_early, 0);
+  ck_assert_str_eq(b->reason, "stop rule: epochs_done 1 >= 1");
+  ck_assert_str_eq(b->config, old_config);
+  ck_assert_int_eq(b->checkpoint_iteration, 2);
+  ck_assert_int_eq(b->generation, 0);
+  free(old_config);
+  events_are(b, "stop_rule|stop rule: epochs_done 1 >= 1\n");
+  cJSON *st = NULL;
+  ck_assert_int_eq(sched_state_json(e->sched, &st), 0);
+  ck_assert_int_eq(cJSON_GetObjectItem(st, "perturbations")->valueint, 0);
+  cJSON_Delete(st);
+}
+END_TEST
+
 /* ---- median stopping --------------------------------------------------- */
 
 /* Rule (test_pbt.py test_median_stopping): a trial whose best result is
@@ -452,6 +495,7 @@ static Suite *suite(void) {
   tcase_add_test(sched, asha_max_t_stops_at_the_end);
   tcase_add_test(sched, promotion_pauses_and_resumes);
   tcase_add_test(sched, pbt_exploits_at_the_lease_end);
+  tcase_add_test(sched, pbt_stop_rule_before_the_scheduler);
   tcase_add_test(sched, median_stopping_stops);
   suite_add_tcase(s, sched);
   TCase *rules = tcase_create("rules");

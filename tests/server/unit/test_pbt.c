@@ -416,6 +416,61 @@ START_TEST(refused_exploit_is_forgotten) {
 }
 END_TEST
 
+/* An exploit whose record was stored already (the server waited for the
+ * donor's checkpoint, which never came) is undone by a revert record: the
+ * trial has its old config and time again, and a replay of both records
+ * gives the live scheduler's state. */
+START_TEST(undone_exploit_is_reverted_by_a_record) {
+  cJSON *m;
+  struct pbt *b =
+      four(6, "{\"lr\": {\"type\": \"loguniform\", \"lower\": 1e-4, \"upper\": 1}}", &m);
+  struct pbt_outcome o;
+  cJSON *recs = cJSON_CreateArray(), *pair, *s1, *s2, *rev = NULL;
+  struct pbt *b2;
+  const int ids[4] = {8, 9, 7, 10};
+  const double vals[4] = {0.5, 0.6, 0.9, 0.1};
+  for (int k = 0; k < 4; k++) {
+    result(b, ids[k], 6, vals[k], &o);
+    pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, cJSON_CreateNumber(ids[k]));
+    cJSON_AddItemToArray(pair, o.record);
+    o.record = NULL;
+    cJSON_AddItemToArray(recs, pair);
+    pbt_outcome_clear(&o);
+  }
+  ck_assert_int_eq(pbt_exploit_undo(b, 10, &rev), 0);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(rev, "revert")));
+  ck_assert_double_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(rev, "config"), "lr")->valuedouble,
+                      0.04);
+  ck_assert_double_eq(cJSON_GetObjectItem(rev, "last_perturbation_time")->valuedouble, 6);
+  ck_assert_int_eq(pbt_exploit_undo(b, 10, &s1), -ENOENT);
+  pair = cJSON_CreateArray();
+  cJSON_AddItemToArray(pair, cJSON_CreateNumber(10));
+  cJSON_AddItemToArray(pair, rev);
+  cJSON_AddItemToArray(recs, pair);
+  /* Its own time again: its next point is at 12, not the donor's 6 + 6. */
+  result(b, 10, 11, 0.1, &o);
+  ck_assert_ptr_null(o.record);
+  cJSON_Delete(m);
+  b2 = four(6, "{\"lr\": {\"type\": \"loguniform\", \"lower\": 1e-4, \"upper\": 1}}", &m);
+  cJSON_ArrayForEach(pair, recs)
+      ck_assert_int_eq(pbt_restore(b2, (int64_t)cJSON_GetArrayItem(pair, 0)->valuedouble,
+                                   cJSON_GetArrayItem(pair, 1)),
+                       0);
+  ck_assert_int_eq(pbt_state_json(b, &s1), 0);
+  ck_assert_int_eq(pbt_state_json(b2, &s2), 0);
+  ck_assert_int_eq(cJSON_GetObjectItem(s1, "perturbations")->valueint, 0);
+  ck_assert_int_eq(cJSON_GetObjectItem(s2, "perturbations")->valueint, 0);
+  ck_assert(cJSON_Compare(cJSON_GetObjectItem(s1, "trials"), cJSON_GetObjectItem(s2, "trials"), 1));
+  cJSON_Delete(s1);
+  cJSON_Delete(s2);
+  cJSON_Delete(recs);
+  cJSON_Delete(m);
+  pbt_free(b);
+  pbt_free(b2);
+}
+END_TEST
+
 #define TRAIN_BUILTIN                                                                              \
   "\"trainable\": {\"type\": \"builtin\", \"model\": \"mlp\", \"dataset\": \"mnist\"}"
 
@@ -536,6 +591,7 @@ int main(void) {
   tcase_add_test(tc, check_accepts_and_fills_defaults);
   tcase_add_test(tc, validate_pbt_experiment);
   tcase_add_test(tc, refused_exploit_is_forgotten);
+  tcase_add_test(tc, undone_exploit_is_reverted_by_a_record);
   tcase_add_test(tc, dispatch_through_scheduler);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
