@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +472,15 @@ static int check_run_as_reach(const struct isolate *iso, const char *dir) {
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], EXECWRAP_FLAG)) return execwrap_main(argc, argv);
   log_set_program("ctune-worker");
+  /* A SIGTERM or SIGINT before the loop's handlers exist (while the worker
+   * claims CPUs, probes the trial view, sweeps cgroups) waits, blocked, for
+   * them instead of killing a worker that owns a claim and a work dir: the
+   * drain that follows is the one any SIGTERM gets. */
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigprocmask(SIG_BLOCK, &stop_signals, NULL);
 
   static struct worker_opts o;
   const char *cpus_arg = NULL, *cpu_list_arg = NULL, *gpus_arg = NULL, *token_file = NULL;
@@ -854,6 +864,7 @@ int main(int argc, char **argv) {
   uv_signal_init(loop, &sint);
   uv_signal_start(&sterm, on_signal, SIGTERM);
   uv_signal_start(&sint, on_signal, SIGINT);
+  sigprocmask(SIG_UNBLOCK, &stop_signals, NULL);
   /* Signals must not keep the loop alive once the worker has closed. */
   uv_unref((uv_handle_t *)&sterm);
   uv_unref((uv_handle_t *)&sint);

@@ -15,6 +15,9 @@ expiry or by the unlisted-trial rule would come far later than 2 s.
    SIGTERMed. The worker must wait for that reply (within its drain
    deadline) and give the trial back, not exit at once and leave it to the
    lease timeout (the bug seen as a 30 s wait in server_e2e_promo_workers).
+3. starting: a worker SIGTERMed as soon as it has claimed its CPUs, before
+   its event loop runs, still exits 0 (the signal waits, blocked, for the
+   loop's handler); it used to die of the signal, 10 times in 10.
 """
 import http.client
 import http.server
@@ -172,6 +175,13 @@ def body(env):
         assert not env.trial_processes(), "a trial process ran after the drain"
     finally:
         proxy.close()
+
+    # 3. A SIGTERM while the worker starts (on the second server).
+    for i in range(3):
+        w0 = env.start_worker("s%d" % i, "--cpus", "1")
+        wait_for(lambda: "claimed CPU(s)" in w0.log(), 10, "the worker to claim its CPU", step=0.002)
+        os.kill(w0.pid, signal.SIGTERM)
+        check_exit(env, w0, "starting")
 
 
 main("drain_release", body)
