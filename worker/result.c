@@ -79,7 +79,38 @@ int result_parse_line(const char *line, size_t len, const char *time_attr, cJSON
 
 int result_parse_line_opt(const char *line, size_t len, const char *time_attr, int allow_missing,
                           cJSON **out, double *t) {
+  struct result_ckpt ck;
+  return result_parse_line_ckpt(line, len, time_attr, allow_missing, out, t, &ck);
+}
+
+static int result_whole(const cJSON *v, double max) {
+  return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0 &&
+         v->valuedouble <= max && v->valuedouble == floor(v->valuedouble);
+}
+
+/* The RESULT_CKPT_KEY member of obj, checked. */
+static void result_read_ckpt(const cJSON *obj, struct result_ckpt *ck) {
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(obj, RESULT_CKPT_KEY);
+  if (!c) return;
+  ck->state = RESULT_CKPT_BAD;
+  if (!cJSON_IsObject(c)) return;
+  const cJSON *ino = cJSON_GetObjectItemCaseSensitive(c, "ino");
+  const cJSON *size = cJSON_GetObjectItemCaseSensitive(c, "size");
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(c, "training_iteration");
+  /* 2^53: what a double holds exactly. */
+  if (!result_whole(ino, 9007199254740992.0) || !result_whole(size, 9007199254740992.0)) return;
+  if (it && !cJSON_IsNull(it) && !(cJSON_IsNumber(it) && isfinite(it->valuedouble))) return;
+  ck->ino = (unsigned long long)ino->valuedouble;
+  ck->size = (long long)size->valuedouble;
+  ck->has_iter = it && cJSON_IsNumber(it);
+  ck->iter = ck->has_iter ? it->valuedouble : 0;
+  ck->state = RESULT_CKPT_OK;
+}
+
+int result_parse_line_ckpt(const char *line, size_t len, const char *time_attr, int allow_missing,
+                           cJSON **out, double *t, struct result_ckpt *ck) {
   *out = NULL;
+  memset(ck, 0, sizeof *ck);
   /* Cheap reject before parsing: log lines rarely start with '{'. */
   size_t i = 0;
   while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
@@ -96,6 +127,7 @@ int result_parse_line_opt(const char *line, size_t len, const char *time_attr, i
   for (const char *p = end; p && p < fixed + fl; p++)
     if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\0') goto done;
   if (!cJSON_IsObject(obj)) goto done;
+  result_read_ckpt(obj, ck);
   const cJSON *tv = cJSON_GetObjectItemCaseSensitive(obj, time_attr);
   if (!tv && !allow_missing) {
     rc = 0;
@@ -106,7 +138,8 @@ int result_parse_line_opt(const char *line, size_t len, const char *time_attr, i
      * without a single number (a structured log line) is still log output. */
     const cJSON *c;
     int numbers = 0;
-    cJSON_ArrayForEach(c, obj) numbers += cJSON_IsNumber(c) || cJSON_IsNull(c);
+    cJSON_ArrayForEach(c, obj) numbers +=
+        (cJSON_IsNumber(c) || cJSON_IsNull(c)) && strcmp(c->string, RESULT_CKPT_KEY) != 0;
     if (!cJSON_IsObject(obj) || !numbers) {
       rc = 0;
       goto done;
@@ -128,6 +161,7 @@ int result_parse_line_opt(const char *line, size_t len, const char *time_attr, i
   const cJSON *m;
   cJSON_ArrayForEach(m, obj) {
     if ((!cJSON_IsNumber(m) && !cJSON_IsNull(m)) || !m->string) continue;
+    if (!strcmp(m->string, RESULT_CKPT_KEY)) continue; /* the worker's, not a metric */
     if (cJSON_GetObjectItemCaseSensitive(flat, m->string)) continue; /* first wins */
     cJSON *v = cJSON_IsNull(m) ? cJSON_AddNullToObject(flat, m->string)
                                : cJSON_AddNumberToObject(flat, m->string, m->valuedouble);
@@ -141,6 +175,7 @@ int result_parse_line_opt(const char *line, size_t len, const char *time_attr, i
   *out = flat;
   rc = 1;
 done:
+  if (rc < 0) memset(ck, 0, sizeof *ck); /* not a line to act on */
   cJSON_Delete(obj);
   free(fixed);
   return rc;

@@ -29,6 +29,32 @@ int result_parse_line(const char *line, size_t len, const char *time_attr, cJSON
 int result_parse_line_opt(const char *line, size_t len, const char *time_attr, int allow_missing,
                           cJSON **out, double *t);
 
+/* The reserved member RESULT_CKPT_KEY names the checkpoint file saved at a
+ * line (docs/protocol.md#checkpoints-in-band): {"ino": N, "size": S} from
+ * the stat of the checkpoint.bin the trial renamed into place before it
+ * printed the line, and optionally "training_iteration" (a line without a
+ * result: a checkpoint of the last result printed). The worker never
+ * forwards it: it is not a metric. */
+#define RESULT_CKPT_KEY "_checkpoint"
+enum result_ckpt_state {
+  RESULT_CKPT_NONE = 0, /* no such member */
+  RESULT_CKPT_OK,
+  RESULT_CKPT_BAD, /* present but not {"ino": N, "size": S, ...} of whole numbers */
+};
+struct result_ckpt {
+  enum result_ckpt_state state;
+  unsigned long long ino;
+  long long size;
+  int has_iter; /* "training_iteration" given as a finite number */
+  double iter;
+};
+
+/* As result_parse_line_opt, and *ck says whether the line (a result or
+ * not: a JSON object printed alone) carries RESULT_CKPT_KEY; *out never
+ * holds it. ck is left RESULT_CKPT_NONE for a RESULT_MALFORMED line. */
+int result_parse_line_ckpt(const char *line, size_t len, const char *time_attr, int allow_missing,
+                           cJSON **out, double *t, struct result_ckpt *ck);
+
 /* One attempt's clock and numbering
  * (docs/protocol.md#results-the-worker-fills-in). Set start_iter, start_total and started_mono when
  * the trial starts. */

@@ -68,7 +68,7 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
   if (!cJSON_IsNumber(id) || id->valuedouble < 1) return -EINVAL;
   struct trial *t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
-  t->out_fd = t->err_fd = -1;
+  t->out_fd = t->err_fd = t->ckpt_held_fd = -1;
   t->id = id->valueint;
   const cJSON *att = cJSON_GetObjectItemCaseSensitive(lease, "attempt");
   t->attempt = cJSON_IsNumber(att) ? (long)att->valuedouble : 0;
@@ -98,11 +98,85 @@ fail:
   return rc;
 }
 
+void trial_drop_held_checkpoint(struct trial *t) {
+  if (t->ckpt_held_fd >= 0) close(t->ckpt_held_fd);
+  t->ckpt_held_fd = -1;
+}
+
+int trial_hold_named_checkpoint(struct trial *t) {
+  if (t->ckpt_held_fd >= 0) return 1;
+  if (!t->ckpt_named.valid) return 0;
+  t->ckpt_named.valid = 0;
+  struct stat st;
+  int fd = trial_open_checkpoint(t, &st);
+  if (fd < 0) {
+    if (fd != -ENOENT)
+      log_warn("trial %d: cannot open the checkpoint of iteration %g: %s", t->id,
+               t->ckpt_named.iter, strerror(-fd));
+    return 0;
+  }
+  if ((unsigned long long)st.st_ino != t->ckpt_named.ino ||
+      (long long)st.st_size != t->ckpt_named.size) {
+    log_debug("trial %d: the checkpoint of iteration %g was replaced before it could be "
+              "taken: the next one goes instead",
+              t->id, t->ckpt_named.iter);
+    close(fd);
+    return 0;
+  }
+  t->ckpt_held_fd = fd;
+  t->ckpt_held_iter = t->ckpt_named.iter;
+  t->ckpt_held_upto = t->ckpt_named.upto;
+  t->ckpt_held_seq++;
+  return 1;
+}
+
+/* A line named the checkpoint file saved at it, labelled `label`: the
+ * newest named one (worker.c takes it when no other is held). */
+static void trial_note_checkpoint(struct trial *t, const struct result_ckpt *ck, double label) {
+  if (!t->ckpt_keyed) {
+    /* From now on the lines say which file is which: a rename alone (and
+     * the debounce timer it started) uploads nothing. */
+    t->ckpt_keyed = 1;
+    uv_timer_stop(&t->ckpt_timer);
+  }
+  t->ckpt_named.valid = 1;
+  t->ckpt_named.ino = ck->ino;
+  t->ckpt_named.size = ck->size;
+  t->ckpt_named.iter = label;
+  t->ckpt_named.upto = UINT64_MAX;
+}
+
+/* A line that is not a result but names a checkpoint (save_checkpoint
+ * after report): it belongs to the last result read, or to the earlier
+ * iteration it names. */
+static void trial_on_ckpt_line(struct trial *t, const struct result_ckpt *ck) {
+  double label = t->last_iter;
+  if (ck->has_iter) {
+    if (ck->iter > t->last_iter) {
+      log_warn("trial %d: ignoring its checkpoint of iteration %g: past its last result (%g)",
+               t->id, ck->iter, t->last_iter);
+      return;
+    }
+    label = ck->iter;
+  }
+  trial_note_checkpoint(t, ck, label);
+  t->ev->on_checkpoint(t->arg, t);
+}
+
 static void trial_on_line(void *arg, const char *line, size_t len) {
   struct trial *t = arg;
   cJSON *flat = NULL;
   double tv = 0;
-  int r = result_parse_line_opt(line, len, t->time_attr, t->auto_iter, &flat, &tv);
+  struct result_ckpt ck;
+  int r = result_parse_line_ckpt(line, len, t->time_attr, t->auto_iter, &flat, &tv, &ck);
+  if (ck.state == RESULT_CKPT_BAD)
+    log_warn("trial %d: ignoring the \"" RESULT_CKPT_KEY "\" of a stdout line: not "
+             "{\"ino\": N, \"size\": S} of whole numbers: %.*s",
+             t->id, (int)(len < 200 ? len : 200), line);
+  if (r == 0 && ck.state == RESULT_CKPT_OK) {
+    trial_on_ckpt_line(t, &ck);
+    return;
+  }
   if (r == RESULT_MALFORMED) {
     /* It looks like a result: say so instead of letting it vanish as log. */
     log_warn("trial %d: ignoring a stdout line that looks like a result but is not one "
@@ -129,7 +203,11 @@ static void trial_on_line(void *arg, const char *line, size_t len) {
   t->nresults++;
   const cJSON *it = cJSON_GetObjectItemCaseSensitive(flat, "training_iteration");
   t->last_iter = cJSON_IsNumber(it) ? it->valuedouble : tv;
+  /* Noted before the result is queued, uploaded after it is stored. */
+  int named = ck.state == RESULT_CKPT_OK;
+  if (named) trial_note_checkpoint(t, &ck, t->last_iter);
   t->ev->on_result(t->arg, t, flat, tv);
+  if (named) t->ev->on_checkpoint(t->arg, t);
 }
 
 static void trial_on_output(void *arg, int is_stderr, const char *data, size_t n) {
@@ -171,7 +249,7 @@ static void trial_on_ckpt_timer(uv_timer_t *h) {
 static void trial_on_dir_event(uv_fs_event_t *h, const char *name, int events, int status) {
   (void)events;
   struct trial *t = h->data;
-  if (status < 0 || !name || strcmp(name, "checkpoint.bin") != 0) return;
+  if (status < 0 || !name || strcmp(name, "checkpoint.bin") != 0 || t->ckpt_keyed) return;
   uv_timer_start(&t->ckpt_timer, trial_on_ckpt_timer, 100, 0);
 }
 
@@ -298,6 +376,7 @@ void trial_free(struct trial *t) {
   if (!t) return;
   if (t->out_fd >= 0) close(t->out_fd);
   if (t->err_fd >= 0) close(t->err_fd);
+  trial_drop_held_checkpoint(t);
   linebuf_free(&t->out_lb);
   tail_free(&t->log);
   tail_free(&t->err);

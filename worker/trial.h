@@ -63,7 +63,8 @@ struct trial_events {
   void (*on_result)(void *arg, struct trial *t, cJSON *flat, double tv);
   void (*on_exit)(void *arg, struct trial *t, int exit_code, int term_signal);
   void (*on_closed)(void *arg, struct trial *t);
-  /* checkpoint.bin in the trial dir was replaced (debounced). */
+  /* checkpoint.bin in the trial dir was replaced (debounced), or a line
+   * named the checkpoint file saved at it (now t->ckpt_held_fd). */
   void (*on_checkpoint)(void *arg, struct trial *t);
 };
 
@@ -107,6 +108,30 @@ struct trial {
   char ckpt_last_code[48];
   int ckpt_stuck; /* failing so long that it was said (once) */
   long long ckpt_mtime_ns, ckpt_size;
+  /* In-band checkpoints (docs/worker.md#checkpoints): once a line names
+   * its checkpoint file (RESULT_CKPT_KEY), the trial is keyed: the dir
+   * watch is ignored and only a file a line named is uploaded, labelled
+   * with that line's iteration. ckpt_held_fd: one such file, opened when it
+   * was taken, so the trial's next rename cannot change what it holds; it
+   * is kept until its upload is settled (-1: none). ckpt_named: the newest
+   * line's file, not held; taken (if it is still the one in place) when
+   * the slot is free. Each hold takes a new ckpt_held_seq, so an upload's
+   * answer releases only its own. */
+  int ckpt_keyed;
+  int ckpt_held_fd;
+  double ckpt_held_iter;
+  uint64_t ckpt_held_seq;
+  /* worker.c's: the held file goes once the outbox holds no result of this
+   * lease queued before this sequence number (the results up to its line);
+   * UINT64_MAX: once none at all is queued. */
+  uint64_t ckpt_held_upto;
+  struct {
+    int valid;
+    unsigned long long ino;
+    long long size;
+    double iter;
+    uint64_t upto; /* worker.c's, as ckpt_held_upto */
+  } ckpt_named;
   long dropped; /* results of this attempt that will never be stored */
   unsigned long long log_sent_total;
   int log_inflight;
@@ -138,6 +163,12 @@ double trial_start_time_total(const cJSON *lease, int resume);
  * ev->on_closed follows, after which trial_free is allowed. Call once. */
 void trial_close(struct trial *t);
 void trial_free(struct trial *t);
+/* Closes the held in-band checkpoint, if any. */
+void trial_drop_held_checkpoint(struct trial *t);
+/* When no checkpoint is held, takes the newest named one: opens
+ * checkpoint.bin and keeps it if it is still that file (same inode and
+ * size). 1 when one is held now (taken or already), else 0. */
+int trial_hold_named_checkpoint(struct trial *t);
 /* Path of a file in the trial dir, malloc'ed. */
 char *trial_path(const struct trial *t, const char *name);
 /* Opens <dir>/checkpoint.bin to read it: never through a symlink, only a

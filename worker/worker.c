@@ -96,6 +96,7 @@ struct wreq {
   int trial_id;
   uint64_t key;
   long long mtime_ns, size;
+  uint64_t held_seq; /* the in-band checkpoint it carries (trial.ckpt_held_seq), 0: none */
   unsigned long long log_total;
   int resume_attempt;
 };
@@ -360,6 +361,18 @@ static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv)
 
 static void worker_on_checkpoint(void *arg, struct trial *t) {
   struct worker *w = arg;
+  /* A named file waits only for the results queued so far (its own line's
+   * among them), not for those printed after it: a trial that reports
+   * faster than the server acknowledges would else never have one uploaded
+   * before it ends. Results held back from a full outbox are not queued
+   * yet: then it waits for all. The held file stays until its upload is
+   * settled (a newer one would wait for its own, newer, results: with
+   * results always in flight, none would go); the newest named is taken
+   * then (worker_upload_checkpoint). */
+  if (t->ckpt_keyed) {
+    t->ckpt_named.upto = t->held ? UINT64_MAX : w->ob.next_seq;
+    trial_hold_named_checkpoint(t); /* now, before the trial replaces it */
+  }
   t->ckpt_wanted = 1;
   worker_upload_checkpoint(w, t);
 }
@@ -572,6 +585,18 @@ static const struct trial_events worker_trial_events = {worker_on_result, worker
 
 /* ---- uploads: checkpoints and logs ---------------------------------- */
 
+/* Results of t's lease still queued that its checkpoint waits for. */
+static size_t worker_ckpt_waits_for(struct worker *w, const struct trial *t,
+                                    const struct outbox_lease *l) {
+  const struct outbox_lane *lane = outbox_lane(&w->ob, t->id);
+  if (!t->ckpt_keyed || t->ckpt_held_upto == UINT64_MAX) return outbox_lane_results(lane, l);
+  size_t n = 0;
+  for (const struct outbox_item *it = lane ? lane->head : NULL; it; it = it->next)
+    n += it->kind == OUTBOX_RESULT && it->seq < t->ckpt_held_upto &&
+         it->lease.worker_id == l->worker_id && it->lease.attempt == l->attempt;
+  return n;
+}
+
 /* A checkpoint upload that failed for a reason that may pass (no answer,
  * 5xx, 401/408/429): tried again after outbox_backoff_ms, as a queued
  * message is, for as long as its lease holds (a final one too: the trial's
@@ -588,8 +613,14 @@ static void worker_ckpt_failed(struct trial *t, long st, const char *code) {
 
 /* This file is not sent again; a new one starts afresh. */
 static void worker_ckpt_settled(struct trial *t, const struct wreq *r) {
-  t->ckpt_mtime_ns = r->mtime_ns;
-  t->ckpt_size = r->size;
+  if (r->held_seq) {
+    /* Its held file is done with; a newer named one goes next. */
+    if (r->held_seq == t->ckpt_held_seq) trial_drop_held_checkpoint(t);
+    if (t->ckpt_named.valid) t->ckpt_wanted = 1;
+  } else {
+    t->ckpt_mtime_ns = r->mtime_ns;
+    t->ckpt_size = r->size;
+  }
   t->ckpt_tries = 0;
   t->ckpt_next_ms = 0;
   t->ckpt_failing_since = 0;
@@ -618,7 +649,7 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
     struct outbox_lease l = t ? trial_fence(t) : (struct outbox_lease){0, 0};
     if (!t) {
       /* gone: nothing to send again */
-    } else if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0) {
+    } else if (worker_ckpt_waits_for(w, t, &l) > 0) {
       /* Its results are not all stored yet: again once they are
        * acknowledged (worker_after_ack). */
       log_debug("trial %d: checkpoint ahead of the stored results: again once they are",
@@ -670,9 +701,13 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
   worker_check_drained(w);
 }
 
-/* Uploads checkpoint.bin when it is wanted, no PUT is in flight, its
+/* Uploads a checkpoint when it is wanted, no PUT is in flight, its
  * backoff is over, and every result of this attempt is acknowledged (the
- * server refuses a checkpoint ahead of its stored results). */
+ * server refuses a checkpoint ahead of its stored results; a keyed trial's
+ * held file waits only for the results up to its line). A keyed trial
+ * (docs/worker.md#checkpoints) sends its held file, labelled with its
+ * line's iteration; any other sends checkpoint.bin as it is now, labelled
+ * with the last result read. */
 static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   if (!t->ckpt_wanted || t->ckpt_inflight || w->shut) return;
   if (t->fail_msg) {
@@ -682,47 +717,71 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
     return;
   }
   if (t->ckpt_next_ms && clock_mono_ms() < t->ckpt_next_ms) return; /* backing off */
+  if (t->ckpt_keyed) trial_hold_named_checkpoint(t);                /* when none is held */
   struct outbox_lease l = trial_fence(t);
-  if (outbox_lane_results(outbox_lane(&w->ob, t->id), &l) > 0) return;
+  if (worker_ckpt_waits_for(w, t, &l) > 0) return;
+  if (t->held && (!t->ckpt_keyed || t->ckpt_held_upto == UINT64_MAX))
+    return; /* results not queued yet: after them (worker_after_ack) */
   t->ckpt_wanted = 0;
   struct stat st;
   unsigned char *data = NULL;
   struct wreq *r = NULL;
-  /* Never through a symlink the trial planted (it would upload any file the
-   * worker can read): trial_open_checkpoint refuses and logs it. */
-  int fd = trial_open_checkpoint(t, &st);
-  if (fd < 0) goto done;
-  long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-  if (mt == t->ckpt_mtime_ns && (long long)st.st_size == t->ckpt_size) goto done;
+  int fd = -1, rfd;
+  double label = t->last_iter;
+  long long mt = 0;
+  if (t->ckpt_keyed) {
+    /* The held file (none: the last one named is uploaded already). */
+    if ((rfd = t->ckpt_held_fd) < 0 || fstat(rfd, &st) != 0) goto done;
+    label = t->ckpt_held_iter;
+  } else {
+    /* Never through a symlink the trial planted (it would upload any file
+     * the worker can read): trial_open_checkpoint refuses and logs it. */
+    if ((rfd = fd = trial_open_checkpoint(t, &st)) < 0) goto done;
+    mt = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    if (mt == t->ckpt_mtime_ns && (long long)st.st_size == t->ckpt_size) goto done;
+  }
   if (st.st_size > WORKER_MAX_CHECKPOINT || st.st_size == 0) {
     log_warn("trial %d: checkpoint of %lld bytes is not uploaded", t->id, (long long)st.st_size);
+    if (t->ckpt_keyed) {
+      trial_drop_held_checkpoint(t);
+      t->ckpt_wanted = t->ckpt_named.valid; /* the next named one */
+    }
     goto done;
   }
   size_t len = (size_t)st.st_size, got = 0;
   data = malloc(len);
   if (!data) goto done;
   while (got < len) {
-    ssize_t n = read(fd, data + got, len - got);
+    /* pread: a held file is read again from its start after a failed try. */
+    ssize_t n = pread(rfd, data + got, len - got, (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += (size_t)n;
   }
   if (got != len) {
     log_warn("trial %d: checkpoint changed while reading it; next result retries", t->id);
+    if (t->ckpt_keyed) {
+      trial_drop_held_checkpoint(t);
+      t->ckpt_wanted = t->ckpt_named.valid;
+    }
     goto done;
   }
-  /* The label is the last result seen, so first read the results the trial
-   * printed before it saved this snapshot (they may still sit in the pipe:
-   * a checkpoint labelled 2 held iteration 3 in a chaos run). New results go
-   * first; the upload follows once they are acknowledged. */
-  long seen = t->nresults;
-  proc_drain_stdout(&t->proc);
-  if (t->nresults != seen) {
-    t->ckpt_wanted = 1;
-    goto done;
+  if (!t->ckpt_keyed) {
+    /* The label is the last result seen, so first read the results the
+     * trial printed before it saved this snapshot (they may still sit in
+     * the pipe: a checkpoint labelled 2 held iteration 3 in a chaos run).
+     * New results go first; the upload follows once they are acknowledged.
+     * A line read now may make the trial keyed: then its held file goes. */
+    long seen = t->nresults;
+    proc_drain_stdout(&t->proc);
+    if (t->nresults != seen || t->ckpt_keyed) {
+      t->ckpt_wanted = 1;
+      goto done;
+    }
   }
   uLong crc = crc32(0L, data, (uInt)len);
   char h_iter[64], h_crc[64], h_lease[64], up[96];
-  snprintf(h_iter, sizeof h_iter, "X-Ctune-Iteration: %lld", (long long)t->last_iter);
+  snprintf(h_iter, sizeof h_iter, "X-Ctune-Iteration: %lld", (long long)label);
   snprintf(h_crc, sizeof h_crc, "X-Ctune-Crc32: %08lx", (unsigned long)crc);
   fence_header(&l, h_lease, sizeof h_lease);
   snprintf(up, sizeof up, "/api/v1/trials/%d/checkpoint", t->id);
@@ -730,10 +789,11 @@ static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   if (!(r = wreq_new(w, t, 0))) goto done;
   r->mtime_ns = mt;
   r->size = (long long)len;
+  r->held_seq = t->ckpt_keyed ? t->ckpt_held_seq : 0;
   if (http_request(w->http, "PUT", up, "application/octet-stream", (const char *)data, len, hdrs,
                    WORKER_UPLOAD_TIMEOUT_MS, worker_on_ckpt_put, r) == 0) {
     log_debug("trial %d: uploading its checkpoint (%zu bytes, iteration %lld)", t->id, len,
-              (long long)t->last_iter);
+              (long long)label);
     r = NULL;
     t->ckpt_inflight = 1;
     w->uploads++;

@@ -1,7 +1,10 @@
 """Checkpoints of a trial: <checkpoint dir>/checkpoint.bin, one file.
 
-The worker uploads checkpoint.bin whenever it is replaced by a rename and
-puts it back before a resumed attempt (docs/protocol.md#builtin-and-command), so
+The worker puts checkpoint.bin back before a resumed attempt
+(docs/protocol.md#builtin-and-command) and uploads the file a stdout line
+names: after renaming it into place, save_checkpoint (and report) print which
+file it is ({"_checkpoint": {"ino", "size"}}, docs/protocol.md#checkpoints-in-band),
+so the worker labels it with that exact result whatever the timing. So
 save_checkpoint packs what it is given (a directory, a file, bytes or any
 picklable object) into one uncompressed tar written to a temporary file and
 renamed. A manifest member records what was packed and the last reported
@@ -30,6 +33,16 @@ _local_dir = None
 _lock = threading.Lock()
 # The last result report() wrote: the manifest records it (set by _trial).
 last_reported = {"training_iteration": None, "time_total_s": None}
+# The reserved result key naming the checkpoint file saved at a line: the
+# worker reads it and never stores it.
+CKPT_KEY = "_checkpoint"
+
+
+def file_ref(path):
+    """{"ino", "size"} of the checkpoint file just renamed into place: what a
+    line tells the worker so that it takes exactly this file."""
+    st = os.stat(path)
+    return {"ino": st.st_ino, "size": st.st_size}
 
 
 def _note(msg):
@@ -86,13 +99,22 @@ def save_checkpoint(obj, iteration=None):
     picklable object (a dict of torch state_dicts works). iteration: the
     training_iteration it belongs to (default: the last one reported).
 
-    Call it after report() of the iteration the state belongs to: the worker
-    labels an upload with the last result it read."""
-    with _stopping.deferred():  # a SIGTERM meanwhile exits once it is saved
-        return _save(obj, iteration)
+    Call it after report() of the iteration the state belongs to (or pass
+    checkpoint= to report). In a trial it then prints one line naming the
+    file ({"_checkpoint": {...}}), which tells the worker to upload exactly
+    it, labelled with that iteration."""
+    from ._trial import _emit_locked, in_trial  # circular at import time only
+    with _stopping.deferred():  # a SIGTERM meanwhile exits once it is saved and named
+        path, it = _save(obj, iteration)
+        if in_trial():  # only a worker reads the line
+            ref = file_ref(path)
+            ref["training_iteration"] = it
+            _emit_locked(json.dumps({CKPT_KEY: ref}))
+        return path
 
 
 def _save(obj, iteration):
+    """Writes the checkpoint file; (its path, the iteration it records)."""
     if iteration is None:
         iteration = last_reported["training_iteration"]
     manifest = {"format": FORMAT, "training_iteration": iteration,
@@ -141,7 +163,7 @@ def _save(obj, iteration):
         except OSError:
             pass
         raise
-    return final
+    return final, iteration
 
 
 def read_manifest(path):

@@ -213,6 +213,11 @@ def _emit(line):
     out.flush()  # a result printed is a result delivered: ASHA acts on it now
 
 
+def _emit_locked(line):
+    with _lock:
+        _emit(line)
+
+
 def report(metrics=None, /, *, checkpoint=None, **kwargs):
     """Report one result: report(loss=0.3, mean_accuracy=0.9), or
     report({"loss": 0.3}) as Ray's train.report takes it.
@@ -222,13 +227,16 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
     time_total_s (continuing across resumes) and timestamp unless given.
     NaN and infinities become null; numpy and torch scalars become numbers;
     nested dicts become "a/b" keys. checkpoint: saved with save_checkpoint
-    right after the line (a folder, a file, bytes or an object). Returns the
-    result as written."""
+    (a folder, a file, bytes or an object) before the line is written, and
+    the line names the file ("_checkpoint", which the worker takes out), so
+    the worker uploads exactly this checkpoint labelled with this result.
+    Returns the result as written (without "_checkpoint")."""
     if metrics is not None and not hasattr(metrics, "items"):
         raise TypeError("report() takes a dict of metrics and/or keyword metrics")
     merged = dict(metrics or {})
     merged.update(kwargs)
     result = flatten(merged)
+    result.pop(_checkpoint.CKPT_KEY, None)  # reserved: the worker's, never a metric
     now = time.monotonic()
     with _stopping.deferred(), _lock:
         if _state["next"] is None:
@@ -250,11 +258,22 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
             print(f"ctune: this result has no metric {metric!r} (the experiment's metric); it "
                   f"reported: {', '.join(sorted(result))}. The worker fails the trial.",
                   file=sys.stderr, flush=True)
-        _emit(json.dumps(result, allow_nan=False))
+        line = json.dumps(result, allow_nan=False)  # refuses what cannot go, before saving
         _checkpoint.last_reported.update(training_iteration=result["training_iteration"],
                                          time_total_s=result["time_total_s"])
         if checkpoint is not None:
-            _checkpoint.save_checkpoint(checkpoint)
+            # Saved first, then the line that names it: the result and its
+            # checkpoint reach the worker as one line, in order.
+            try:
+                path, _ = _checkpoint._save(checkpoint, None)
+            except BaseException:
+                _emit(line)  # the result still counts; the save's error is raised
+                raise
+            if in_trial():  # only a worker reads it: a script run by hand prints its result
+                ref = json.dumps(_checkpoint.file_ref(path))
+                line = line[:-1] + (", " if result else "") + \
+                    '"%s": %s}' % (_checkpoint.CKPT_KEY, ref)
+        _emit(line)
     return result
 
 

@@ -300,6 +300,60 @@ class TestCheckpoint(Base):
         self.assertEqual(m["training_iteration"], r["training_iteration"])
         self.assertEqual(m["time_total_s"], r["time_total_s"])
 
+    def record_writes(self):
+        """Output that notes, as each line is written, which checkpoint.bin
+        (and manifest) is in place: what the worker would find then."""
+        ck = os.path.join(self.ck, "checkpoint.bin")
+        seen = []
+
+        class Out(io.StringIO):
+            def write(self, text):
+                try:
+                    st = os.stat(ck)
+                    from ctune import _checkpoint
+                    now = (st.st_ino, st.st_size, _checkpoint.read_manifest(ck))
+                except FileNotFoundError:
+                    now = None
+                seen.append((json.loads(text), now))
+                return super().write(text)
+        _trial._reset(Out())
+        return seen
+
+    def test_report_in_a_trial_saves_first_and_names_the_file_in_its_line(self):
+        os.environ["CTUNE_TRIAL_ID"] = "3"
+        seen = self.record_writes()
+        ctune.report(loss=1)
+        for i in range(3):
+            r = ctune.report(loss=0.5, checkpoint={"w": i})
+            self.assertNotIn("_checkpoint", r)  # the caller sees its result only
+        self.assertNotIn("_checkpoint", seen[0][0])  # no checkpoint, no key
+        for line, now in seen[1:]:
+            # When the line is written, the file it names is the one in
+            # place, and its manifest says this line's iteration.
+            self.assertIsNotNone(now, line)
+            self.assertEqual(line["_checkpoint"], {"ino": now[0], "size": now[1]}, line)
+            self.assertEqual(now[2]["training_iteration"], line["training_iteration"])
+            self.assertEqual(now[2]["time_total_s"], line["time_total_s"])
+        self.assertEqual([l["training_iteration"] for l, _ in seen], [1, 2, 3, 4])
+
+    def test_save_checkpoint_in_a_trial_prints_a_line_naming_it(self):
+        os.environ["CTUNE_TRIAL_ID"] = "3"
+        seen = self.record_writes()
+        ctune.report(loss=1)
+        ctune.save_checkpoint({"w": 1})
+        ctune.save_checkpoint({"w": 0}, iteration=0)
+        (_, _), (l1, now1), (l2, now2) = seen
+        self.assertEqual(l1, {"_checkpoint": {"ino": now1[0], "size": now1[1],
+                                              "training_iteration": 1}})
+        self.assertEqual(l2["_checkpoint"]["training_iteration"], 0)
+        self.assertEqual(now2[2]["training_iteration"], 0)
+
+    def test_outside_a_trial_no_checkpoint_key_is_printed(self):
+        ctune.report(loss=1, checkpoint={"w": 1}, _checkpoint=5)  # reserved: dropped
+        ctune.save_checkpoint({"w": 2})
+        self.assertEqual(len(self.lines()), 1)
+        self.assertNotIn("_checkpoint", self.lines()[0])
+
     def test_missing_path_and_unpicklable_are_errors(self):
         with self.assertRaises(ctune.CtuneError) as cm:
             ctune.save_checkpoint(os.path.join(self.tmp, "nope"))

@@ -1,6 +1,7 @@
 /* Result lines, line splitting and output tails. */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,81 @@ START_TEST(linebuf_splits_across_chunks) {
 }
 END_TEST
 
+static int parse_ck(const char *line, int allow, cJSON **out, double *t, struct result_ckpt *ck) {
+  return result_parse_line_ckpt(line, strlen(line), "training_iteration", allow, out, t, ck);
+}
+
+/* The checkpoint a line names (docs/protocol.md#checkpoints-in-band): read,
+ * and never part of the result the worker sends. */
+START_TEST(result_checkpoint_key_is_read_and_stripped) {
+  cJSON *o;
+  double t = 0;
+  struct result_ckpt ck;
+  for (int allow = 0; allow <= 1; allow++) {
+    ck_assert_int_eq(parse_ck("{\"training_iteration\": 4, \"loss\": 0.5, "
+                              "\"_checkpoint\": {\"ino\": 9007199254740991, \"size\": 10240}}",
+                              allow, &o, &t, &ck),
+                     1);
+    ck_assert(t == 4);
+    ck_assert_int_eq(ck.state, RESULT_CKPT_OK);
+    ck_assert(ck.ino == 9007199254740991ULL);
+    ck_assert_int_eq(ck.size, 10240);
+    ck_assert_int_eq(ck.has_iter, 0);
+    ck_assert_int_eq(cJSON_GetArraySize(o), 2); /* training_iteration, loss */
+    ck_assert_ptr_null(cJSON_GetObjectItem(o, "_checkpoint"));
+    cJSON_Delete(o);
+  }
+  /* Numbered by the worker: the key alone is no metric. */
+  ck_assert_int_eq(
+      parse_ck("{\"loss\": 1, \"_checkpoint\": {\"ino\": 7, \"size\": 3}}", 1, &o, &t, &ck), 1);
+  ck_assert(isnan(t));
+  ck_assert_int_eq(cJSON_GetArraySize(o), 1);
+  cJSON_Delete(o);
+  /* A number given under the reserved name is dropped too (and BAD). */
+  ck_assert_int_eq(parse_ck("{\"training_iteration\": 1, \"_checkpoint\": 5}", 0, &o, &t, &ck), 1);
+  ck_assert_int_eq(ck.state, RESULT_CKPT_BAD);
+  ck_assert_ptr_null(cJSON_GetObjectItem(o, "_checkpoint"));
+  cJSON_Delete(o);
+  /* save_checkpoint's own line: no result, a checkpoint of an iteration. */
+  ck_assert_int_eq(parse_ck("{\"_checkpoint\": {\"ino\": 7, \"size\": 3, "
+                            "\"training_iteration\": 6}}",
+                            1, &o, &t, &ck),
+                   0);
+  ck_assert_ptr_null(o);
+  ck_assert_int_eq(ck.state, RESULT_CKPT_OK);
+  ck_assert_int_eq(ck.has_iter, 1);
+  ck_assert(ck.iter == 6);
+  ck_assert_int_eq(parse_ck("{\"_checkpoint\": {\"ino\": 7, \"size\": 3, "
+                            "\"training_iteration\": null}}",
+                            0, &o, &t, &ck),
+                   0);
+  ck_assert_int_eq(ck.state, RESULT_CKPT_OK);
+  ck_assert_int_eq(ck.has_iter, 0);
+  /* Not {"ino": N, "size": S} of whole numbers: BAD, the caller warns. */
+  const char *bad[] = {
+      "{\"_checkpoint\": {\"ino\": 7}}",
+      "{\"_checkpoint\": {\"ino\": -1, \"size\": 3}}",
+      "{\"_checkpoint\": {\"ino\": 7.5, \"size\": 3}}",
+      "{\"_checkpoint\": {\"ino\": \"7\", \"size\": 3}}",
+      "{\"_checkpoint\": {\"ino\": 7, \"size\": 3, \"training_iteration\": \"x\"}}",
+      "{\"_checkpoint\": [7, 3]}",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(parse_ck(bad[i], 1, &o, &t, &ck), 0);
+    ck_assert_msg(ck.state == RESULT_CKPT_BAD, "%s", bad[i]);
+  }
+  /* A malformed line names nothing; a line without the key neither. */
+  ck_assert_int_eq(parse_ck("{\"training_iteration\": \"x\", \"_checkpoint\": {\"ino\": 7, "
+                            "\"size\": 3}}",
+                            0, &o, &t, &ck),
+                   RESULT_MALFORMED);
+  ck_assert_int_eq(ck.state, RESULT_CKPT_NONE);
+  ck_assert_int_eq(parse_ck("{\"training_iteration\": 2}", 0, &o, &t, &ck), 1);
+  ck_assert_int_eq(ck.state, RESULT_CKPT_NONE);
+  cJSON_Delete(o);
+}
+END_TEST
+
 START_TEST(tail_keeps_latest_bytes_and_lines) {
   struct tail t;
   ck_assert_int_eq(tail_init(&t, 16), 0);
@@ -191,6 +267,7 @@ int main(void) {
   tcase_add_test(tc, result_nonfinite_tokens_are_null);
   tcase_add_test(tc, result_trailing_garbage_is_malformed);
   tcase_add_test(tc, result_numbers_exact);
+  tcase_add_test(tc, result_checkpoint_key_is_read_and_stripped);
   tcase_add_test(tc, linebuf_splits_across_chunks);
   tcase_add_test(tc, tail_keeps_latest_bytes_and_lines);
   suite_add_tcase(s, tc);
