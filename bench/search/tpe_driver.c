@@ -3,6 +3,7 @@
  * to Optuna's. Commands:
  *   {"cmd": "create", "param_space": {...}, "search_alg": {...},
  *    "mode": "min"|"max", "seed": N}              -> {"ok": true} | {"error": ...}
+ *   (search_alg gets today's defaults, as a new experiment's does)
  *   {"cmd": "observe", "id": N, "config": {...}, "value": X|null,
  *    "state": "finished"|"running"}               -> {"ok": true}
  *   {"cmd": "suggest", "index": N, "fixed": {...}} -> {"config": {...}, "us": T}
@@ -66,10 +67,16 @@ int main(void) {
       cJSON *seed = cJSON_GetObjectItem(c, "seed");
       tpe_free(t);
       t = NULL;
-      int rc =
-          tpe_create(cJSON_GetObjectItem(c, "param_space"), cJSON_GetObjectItem(c, "search_alg"),
-                     mode && strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN,
-                     cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 0, &t, &err);
+      cJSON *sa = cJSON_GetObjectItem(c, "search_alg");
+      /* As the server treats a new experiment: today's defaults written in
+       * (an absent field would mean the original default to tpe_create). */
+      int rc = cJSON_IsObject(sa) && !tpe_options_check(sa, "search_alg", NULL)
+                   ? tpe_options_fill(sa)
+                   : 0;
+      if (!rc)
+        rc = tpe_create(cJSON_GetObjectItem(c, "param_space"), sa,
+                        mode && strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN,
+                        cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 0, &t, &err);
       if (rc)
         fail(err.path, err.message);
       else

@@ -115,6 +115,10 @@ static const char *const tpe_fields[] = {
     NULL,
 };
 
+/* What an absent field means: the original defaults, kept so that a
+ * stored config written before the defaults changed (it lacks the field)
+ * replays exactly. A new submission gets today's defaults written in by
+ * tpe_options_fill (validate_experiment), so it never relies on these. */
 static void opts_default(struct tpe_opts *o) {
   o->n_startup = 10;
   o->n_candidates = 24;
@@ -127,6 +131,41 @@ static void opts_default(struct tpe_opts *o) {
   o->gamma = 0.1;
   o->gamma_max = 25;
   o->flat_weights = 0;
+}
+
+/* Today's defaults: Optuna 5.0's TPESampler() for one objective, which
+ * models the parameters jointly (multivariate) and counts running trials as
+ * bad results (constant_liar); the rest as in opts_default. */
+static void opts_current(struct tpe_opts *o) {
+  opts_default(o);
+  o->multivariate = 1;
+  o->constant_liar = 1;
+}
+
+int tpe_options_fill(cJSON *search_alg) {
+  struct tpe_opts d;
+  int ok = 1;
+  if (!cJSON_IsObject(search_alg)) return -EINVAL;
+  opts_current(&d);
+#define TPE_FILL(key, make)                                                                        \
+  if (ok && !cJSON_GetObjectItemCaseSensitive(search_alg, key)) {                                  \
+    cJSON *v_ = make;                                                                              \
+    ok = v_ && cJSON_AddItemToObject(search_alg, key, v_);                                         \
+    if (!ok) cJSON_Delete(v_);                                                                     \
+  }
+  TPE_FILL("n_startup_trials", cJSON_CreateNumber((double)d.n_startup));
+  TPE_FILL("n_ei_candidates", cJSON_CreateNumber(d.n_candidates));
+  TPE_FILL("prior_weight", cJSON_CreateNumber(d.prior_weight));
+  TPE_FILL("consider_prior", cJSON_CreateBool(d.consider_prior));
+  TPE_FILL("consider_magic_clip", cJSON_CreateBool(d.magic_clip));
+  TPE_FILL("consider_endpoints", cJSON_CreateBool(d.endpoints));
+  TPE_FILL("multivariate", cJSON_CreateBool(d.multivariate));
+  TPE_FILL("constant_liar", cJSON_CreateBool(d.constant_liar));
+  TPE_FILL("gamma", cJSON_CreateNumber(d.gamma));
+  TPE_FILL("gamma_max", cJSON_CreateNumber((double)d.gamma_max));
+  TPE_FILL("weights", cJSON_CreateString(d.flat_weights ? "flat" : "ramp"));
+#undef TPE_FILL
+  return ok ? 0 : -ENOMEM;
 }
 
 static int opt_int(const cJSON *v, const char *p, double lo, double hi, int64_t *out,

@@ -21,8 +21,18 @@ enum tpe_trial_state { TPE_RUNNING = 0, TPE_FINISHED = 1 };
  * 0 or -EINVAL with err filled. err may be NULL. */
 int tpe_options_check(const cJSON *search_alg, const char *path, struct validate_error *err);
 
+/* Writes today's default of every option search_alg (a checked "tpe"
+ * object) lacks into it, so the config stored for a new experiment says
+ * what runs: tpe_create reads an absent field as the ORIGINAL default
+ * (multivariate and constant_liar false), which a config stored before the
+ * defaults followed Optuna 5.0 (multivariate and constant_liar true) relies
+ * on to replay as it ran. 0, -EINVAL (not an object) or -ENOMEM (search_alg
+ * may then hold some of the fields). */
+int tpe_options_fill(cJSON *search_alg);
+
 /* Builds a searcher. param_space as space_check accepts it (checked again
- * here, paths under "param_space"); search_alg may be NULL (all defaults).
+ * here, paths under "param_space"); search_alg may be NULL. An absent
+ * option takes its original default (see tpe_options_fill).
  * The module keeps its own copies. 0, -EINVAL (err filled) or -ENOMEM. */
 int tpe_create(const cJSON *param_space, const cJSON *search_alg, enum spec_mode mode,
                uint64_t seed, struct tpe **out, struct validate_error *err);

@@ -608,6 +608,16 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
     spec_error_set(err, "", "out of memory");
     return -ENOMEM;
   }
+  /* A new tpe experiment carries today's defaults explicitly (what the store
+   * keeps, so it replays as it ran); a stored config is read as it is: a
+   * field it lacks means the default of the time it was written. */
+  const cJSON *sat = cJSON_GetObjectItemCaseSensitive(sa, "type");
+  if (!stored && cJSON_IsString(sat) && strcmp(sat->valuestring, "tpe") == 0 &&
+      tpe_options_fill(out->search_alg)) {
+    validate_spec_free(out);
+    spec_error_set(err, "", "out of memory");
+    return -ENOMEM;
+  }
   if (out->sched.type == SPEC_SCHED_PBT) {
     pbt_p.mutations = cJSON_Duplicate(pbt_p.mutations, 1);
     if (!pbt_p.mutations) {

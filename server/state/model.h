@@ -144,7 +144,7 @@ struct srv_trial {
 struct srv_experiment {
   int64_t id;
   char *name;
-  char *config; /* the submitted config, JSON text */
+  char *config; /* the submitted config with the searcher options in force, JSON text */
   uint64_t seed;
   enum exp_status status;
   double created_at, ended_at;

@@ -28,7 +28,9 @@ int state_reload(struct server *s, char *err, size_t errlen);
 /* Frees the models state_reload replaced (at exit, after state_free). */
 void state_reload_cleanup(void);
 
-/* Stores a new experiment (no trials yet: they are made at lease time). */
+/* Stores a new experiment (no trials yet: they are made at lease time).
+ * The stored config is config_json with spec->search_alg in place of its
+ * own: the searcher options in force, defaults written in. */
 int state_add_experiment(struct server *s, const char *config_json, struct experiment_spec *spec,
                          struct srv_experiment **out, uint64_t *ticket);
 /* Whether every planned trial was created and has ended. */

@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "decide.h"
+#include "jsonout.h"
 #include "log.h"
 #include "state_internal.h"
 
@@ -113,6 +114,33 @@ int state_experiment_event(struct server *s, struct srv_experiment *e, enum exp_
   return -EINVAL;
 }
 
+/* The config to store: the submitted one with the searcher options in force
+ * (spec->search_alg, where validate_experiment wrote today's defaults), so
+ * that a reload replays what ran even after a default changes. *out is the
+ * caller's. 0, -EINVAL (config_json is not a JSON object) or -ENOMEM. */
+static int config_in_force(const char *config_json, const struct experiment_spec *spec,
+                           char **out) {
+  *out = NULL;
+  if (!spec->search_alg) return (*out = strdup(config_json)) ? 0 : -ENOMEM;
+  cJSON *cfg = cJSON_Parse(config_json), *sa = NULL;
+  int rc = -ENOMEM;
+  if (!cJSON_IsObject(cfg)) {
+    rc = -EINVAL; /* validate_experiment parsed it: not out of memory either */
+    goto out;
+  }
+  if (!(sa = cJSON_Duplicate(spec->search_alg, 1))) goto out;
+  if (cJSON_GetObjectItemCaseSensitive(cfg, "search_alg")
+          ? !cJSON_ReplaceItemInObjectCaseSensitive(cfg, "search_alg", sa)
+          : !cJSON_AddItemToObject(cfg, "search_alg", sa)) {
+    cJSON_Delete(sa);
+    goto out;
+  }
+  rc = (*out = jsonout_print(cfg)) ? 0 : -ENOMEM;
+out:
+  cJSON_Delete(cfg);
+  return rc;
+}
+
 int state_add_experiment(struct server *s, const char *config_json, struct experiment_spec *spec,
                          struct srv_experiment **out, uint64_t *ticket) {
   int64_t n = spec->num_trials;
@@ -120,7 +148,9 @@ int state_add_experiment(struct server *s, const char *config_json, struct exper
   struct exp_op *op = NULL;
   if (!e) return -ENOMEM;
   int rc = -ENOMEM;
-  if (!(e->name = strdup(spec->name)) || !(e->config = strdup(config_json))) goto fail;
+  if (!(e->name = strdup(spec->name))) goto fail;
+  if ((rc = config_in_force(config_json, spec, &e->config))) goto fail;
+  rc = -ENOMEM;
   rc = sched_create(&spec->sched, spec->mode, spec->seed, &e->sched);
   if (rc) goto fail;
   rc = -ENOMEM;

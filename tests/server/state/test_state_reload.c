@@ -135,6 +135,59 @@ START_TEST(restart_gives_the_same_model) {
 }
 END_TEST
 
+static int sa_has(const cJSON *sa, const char *key, int want) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(sa, key);
+  return want ? cJSON_IsTrue(v) : v == NULL;
+}
+
+/* The searcher options of experiment id: in its stored config text (what
+ * GET /experiments/{id} shows) and in its spec (what its searcher runs). */
+static void check_tpe_options(int64_t id, int written) {
+  struct srv_experiment *e = server_experiment(S, id);
+  ck_assert_ptr_nonnull(e);
+  cJSON *cfg = cJSON_Parse(e->config);
+  ck_assert_ptr_nonnull(cfg);
+  const cJSON *sa = cJSON_GetObjectItemCaseSensitive(cfg, "search_alg");
+  ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(sa, "type")->valuestring, "tpe");
+  ck_assert_msg(sa_has(sa, "multivariate", written) && sa_has(sa, "constant_liar", written),
+                "experiment %lld stored %s", (long long)id, e->config);
+  ck_assert(cJSON_Compare(sa, e->spec.search_alg, 1));
+  cJSON_Delete(cfg);
+}
+
+/* Rule: a new tpe experiment is stored with the searcher defaults in force
+ * written into its config (multivariate, constant_liar: true), and keeps
+ * them across a restart; a config stored before (without those fields) is
+ * loaded as it is, so its searcher runs the old defaults (absent: false,
+ * tests/server/unit test_tpe.c and test_searcher.c show the replay). */
+START_TEST(tpe_defaults_are_stored_old_configs_keep_theirs) {
+  char buf[1024];
+  const char *tpe =
+      ", \"metric\": \"loss\", \"mode\": \"min\", \"search_alg\": {\"type\": \"tpe\"}";
+  int64_t a = h_submit(&H, h_cfg(buf, sizeof buf, "new", 4, tpe))->id;
+  int64_t b = h_submit(&H, h_cfg(buf, sizeof buf, "old", 4, tpe))->id;
+  check_tpe_options(a, 1);
+  check_tpe_options(b, 1);
+  /* Given explicitly, a value stays. */
+  const char *off = ", \"metric\": \"loss\", \"mode\": \"min\","
+                    " \"search_alg\": {\"type\": \"tpe\", \"multivariate\": false}";
+  struct srv_experiment *c = h_submit(&H, h_cfg(buf, sizeof buf, "off", 4, off));
+  ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c->spec.search_alg, "multivariate")));
+  h_sync(&H);
+  /* b as an older server stored it. */
+  h_stop_only(&H);
+  char sql[1024];
+  snprintf(sql, sizeof sql, "UPDATE experiments SET config='%s' WHERE id=%lld",
+           h_cfg(buf, sizeof buf, "old", 4, tpe), (long long)b);
+  h_sql(&H, sql);
+  h_start_only(&H);
+  check_tpe_options(a, 1);
+  check_tpe_options(b, 0);
+  h_restart(&H);
+  check_tpe_options(b, 0);
+}
+END_TEST
+
 /* Rule: state_repair ends TERMINATED an experiment left RUNNING whose
  * trials all ended (its end lost in a crash), at its last trial's end, and
  * persists it; it finishes a cancel whose trials' ends were lost. */
@@ -342,6 +395,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, reload_gives_the_same_model);
   tcase_add_test(tc, restart_gives_the_same_model);
+  tcase_add_test(tc, tpe_defaults_are_stored_old_configs_keep_theirs);
   tcase_add_test(tc, repair_finishes_half_done_changes);
   tcase_add_test(tc, repair_in_memory);
   suite_add_tcase(s, tc);

@@ -4,8 +4,10 @@
  * startup is the random list and its later suggestions are not, grid x tpe
  * keeps the grid, points_to_evaluate (partial, completed by sampling) come
  * first and are checked against the space with paths, warm_start trials are
- * observed, and a searcher rebuilt from the same observations in another
- * order suggests the same config (what a restart relies on). */
+ * observed, a searcher rebuilt from the same observations in another
+ * order suggests the same config (what a restart relies on), and a tpe
+ * config stored before today's defaults replays with the old ones
+ * (searcher_pinned.json entry 3, made by the code of af4cfeb). */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -169,6 +171,60 @@ START_TEST(tpe_rebuilt_in_any_order_suggests_the_same) {
 }
 END_TEST
 
+/* The trials of a searcher made from spec, one trial in flight at each
+ * suggestion (trial i-1 still running when i is asked, the objective above
+ * once it ends): 1 when all num_trials equal want's. */
+static int tpe_in_flight_matches(const struct experiment_spec *spec, const cJSON *want) {
+  struct validate_error err = {{0}, {0}};
+  struct searcher *s = NULL;
+  cJSON *prev = NULL;
+  int same = 1;
+  ck_assert_int_eq(searcher_create(spec, &s, &err), 0);
+  for (int i = 0; i < spec->num_trials; i++) {
+    cJSON *c = NULL;
+    ck_assert_int_eq(searcher_suggest(s, i, &c), 0);
+    same = same && cJSON_Compare(c, cJSON_GetArrayItem(want, i), 1);
+    ck_assert_int_eq(searcher_observe(s, 100 + i, i, c, NAN, 0), 0);
+    if (prev) ck_assert_int_eq(searcher_observe(s, 99 + i, i - 1, prev, objective(prev), 1), 0);
+    cJSON_Delete(prev);
+    prev = c;
+  }
+  cJSON_Delete(prev);
+  searcher_free(s);
+  return same;
+}
+
+/* A tpe config stored before the defaults followed Optuna 5.0 (no
+ * "multivariate", no "constant_liar") replays exactly as it ran: pinned
+ * entry 3 was made by the code of af4cfeb (independent model, running
+ * trials ignored). The same config submitted today gets the defaults in
+ * force written into its search_alg, and so suggests differently. */
+START_TEST(tpe_stored_config_replays_old_defaults) {
+  const cJSON *cfg = pin(3, "config"), *want = pin(3, "trials");
+  struct experiment_spec spec;
+  struct validate_error err = {{0}, {0}};
+  ck_assert(!cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cfg, "search_alg"),
+                                              "multivariate"));
+  spec_of(cfg, &spec);
+  ck_assert(!cJSON_GetObjectItemCaseSensitive(spec.search_alg, "multivariate"));
+  ck_assert(tpe_in_flight_matches(&spec, want));
+  validate_spec_free(&spec);
+
+  ck_assert_int_eq(validate_experiment(cfg, &spec, &err), 0);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec.search_alg, "multivariate")));
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec.search_alg, "constant_liar")));
+  ck_assert(!tpe_in_flight_matches(&spec, want));
+  validate_spec_free(&spec);
+  /* random is left as submitted. */
+  cJSON *rnd = cJSON_Duplicate(pin(0, "config"), 1);
+  cJSON_AddItemToObject(rnd, "search_alg", parse("{\"type\": \"random\"}"));
+  ck_assert_int_eq(validate_experiment(rnd, &spec, &err), 0);
+  ck_assert_int_eq(cJSON_GetArraySize(spec.search_alg), 1);
+  validate_spec_free(&spec);
+  cJSON_Delete(rnd);
+}
+END_TEST
+
 START_TEST(grid_times_tpe_keeps_the_grid) {
   cJSON *cfg = parse("{\"num_samples\": 5, \"seed\": 1, \"metric\": \"m\", \"mode\": \"min\","
                      "\"search_alg\": {\"type\": \"tpe\", \"n_startup_trials\": 2},"
@@ -307,6 +363,7 @@ int main(void) {
   tcase_add_test(tc, made_configs_are_dropped_any_order_same_configs);
   tcase_add_test(tc, tpe_startup_is_random_then_learns);
   tcase_add_test(tc, tpe_rebuilt_in_any_order_suggests_the_same);
+  tcase_add_test(tc, tpe_stored_config_replays_old_defaults);
   tcase_add_test(tc, grid_times_tpe_keeps_the_grid);
   tcase_add_test(tc, points_first_completed_by_sampling);
   tcase_add_test(tc, validation_has_paths);

@@ -2,7 +2,8 @@
  * paths, startup configs identical to space_generate, and statistical
  * behaviour with fixed seeds (it concentrates near optima far more than
  * random search, finds the good choice, keeps log and integer domains in
- * bounds and on their grids), determinism, constant_liar. */
+ * bounds and on their grids), determinism, constant_liar, and the defaults
+ * (written into a new config; absent in an old one: the original ones). */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -392,6 +393,72 @@ START_TEST(running_and_failed_trials) {
 }
 END_TEST
 
+static int is_bool(const cJSON *sa, const char *k, int want) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(sa, k);
+  return cJSON_IsBool(v) && cJSON_IsTrue(v) == want;
+}
+
+static int is_num(const cJSON *sa, const char *k, double want) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(sa, k);
+  return cJSON_IsNumber(v) && v->valuedouble == want;
+}
+
+/* 20 sequential trials, then three running ones on the last config and one
+ * more suggestion: what multivariate and constant_liar both change. */
+static cJSON *trace(const char *alg) {
+  const char *space = "{\"x\": {\"type\": \"uniform\", \"lower\": -5, \"upper\": 5},"
+                      " \"y\": {\"type\": \"loguniform\", \"lower\": 1e-5, \"upper\": 1}}";
+  struct tpe *t = make(space, alg, SPEC_MODE_MIN, 11);
+  double v[20];
+  cJSON *all = run(t, bowl, 20, v), *c = NULL;
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(tpe_observe(t, 9000 + i, cJSON_GetArrayItem(all, 19), NAN, TPE_RUNNING), 0);
+  ck_assert_int_eq(tpe_suggest(t, 20, NULL, &c), 0);
+  cJSON_AddItemToArray(all, c);
+  tpe_free(t);
+  return all;
+}
+
+/* tpe_options_fill writes today's defaults (Optuna 5.0's TPESampler():
+ * multivariate and constant_liar on) for every absent option and keeps the
+ * given ones; tpe_create reads an absent option as its original default,
+ * so a config stored before the change (no such field) replays as it ran. */
+START_TEST(defaults_written_absent_is_original) {
+  cJSON *sa = parse("{\"type\": \"tpe\"}");
+  ck_assert_int_eq(tpe_options_fill(sa), 0);
+  ck_assert(is_bool(sa, "multivariate", 1) && is_bool(sa, "constant_liar", 1));
+  ck_assert(is_num(sa, "n_startup_trials", 10) && is_num(sa, "n_ei_candidates", 24));
+  ck_assert(is_num(sa, "prior_weight", 1) && is_bool(sa, "consider_prior", 1));
+  ck_assert(is_bool(sa, "consider_magic_clip", 1) && is_bool(sa, "consider_endpoints", 0));
+  ck_assert(is_num(sa, "gamma", 0.1) && is_num(sa, "gamma_max", 25));
+  ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(sa, "weights")->valuestring, "ramp");
+  ck_assert_int_eq(cJSON_GetArraySize(sa), 12); /* type and the eleven options */
+  ck_assert_int_eq(tpe_options_check(sa, "search_alg", NULL), 0);
+  char *filled = cJSON_PrintUnformatted(sa);
+  cJSON_Delete(sa);
+
+  sa = parse("{\"type\": \"tpe\", \"multivariate\": false, \"n_startup_trials\": 3}");
+  ck_assert_int_eq(tpe_options_fill(sa), 0);
+  ck_assert(is_bool(sa, "multivariate", 0) && is_num(sa, "n_startup_trials", 3));
+  ck_assert(is_bool(sa, "constant_liar", 1));
+  cJSON_Delete(sa);
+  sa = parse("[1]");
+  ck_assert_int_eq(tpe_options_fill(sa), -EINVAL);
+  cJSON_Delete(sa);
+
+  /* Absent: the original defaults, exactly; filled: another trace. */
+  cJSON *absent = trace("{\"type\": \"tpe\"}");
+  cJSON *original = trace("{\"type\": \"tpe\", \"multivariate\": false, \"constant_liar\": false}");
+  cJSON *liar_only = trace("{\"type\": \"tpe\", \"constant_liar\": true}");
+  cJSON *today = trace(filled);
+  ck_assert(cJSON_Compare(absent, original, 1));
+  ck_assert(!cJSON_Compare(absent, liar_only, 1));
+  ck_assert(!cJSON_Compare(absent, today, 1));
+  cJSON_Delete(absent), cJSON_Delete(original), cJSON_Delete(liar_only), cJSON_Delete(today);
+  free(filled);
+}
+END_TEST
+
 /* Fixed keys are copied; the rest is sampled; unknown keys are refused. */
 START_TEST(fixed_partial_config) {
   struct tpe *t = make(every_domain, "{\"n_startup_trials\": 2}", SPEC_MODE_MIN, 4);
@@ -428,6 +495,7 @@ static Suite *tpe_suite(void) {
   tcase_add_test(tc, deterministic);
   tcase_add_test(tc, running_and_failed_trials);
   tcase_add_test(tc, fixed_partial_config);
+  tcase_add_test(tc, defaults_written_absent_is_original);
   suite_add_tcase(s, tc);
   return s;
 }
