@@ -1,5 +1,6 @@
 /* ctune-server: parses flags, opens the store, rebuilds the model, serves
  * HTTP until SIGTERM/SIGINT, and expires leases of silent workers. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,36 +58,107 @@ toolong:
   return -ENAMETOOLONG;
 }
 
+/* Who holds the flock on the file open as fd: the pid in /proc/locks whose
+ * entry names the file's device and inode (the kernel's own record, which a
+ * hard link cannot hide). 0 when none is found or /proc is not there. */
+static long main_lock_holder(int fd) {
+  struct stat sb;
+  FILE *f = fstat(fd, &sb) ? NULL : fopen("/proc/locks", "re");
+  if (!f) return 0;
+  char line[256];
+  long found = 0;
+  while (!found && fgets(line, sizeof line, f)) {
+    char kind[16], mode[16];
+    long pid;
+    unsigned maj, min;
+    unsigned long long ino;
+    /* "1: FLOCK  ADVISORY  WRITE 1234 fe:00:10954883 0 EOF"; a waiter's
+     * line has "->" where the kind is, and fails the match. */
+    if (sscanf(line, "%*d: %15s %*s %15s %ld %x:%x:%llu", kind, mode, &pid, &maj, &min, &ino) ==
+            6 &&
+        !strcmp(kind, "FLOCK") && !strcmp(mode, "WRITE") && pid > 0 && ino == sb.st_ino &&
+        maj == major(sb.st_dev) && min == minor(sb.st_dev))
+      found = pid;
+  }
+  fclose(f);
+  return found;
+}
+
+/* The name under which process pid has the file open as fd open, from its
+ * /proc/PID/fd links (readable for a process of the same user). */
+static void main_lock_holder_path(long pid, int fd, char *out, size_t cap) {
+  struct stat me, sb;
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%ld/fd", pid);
+  DIR *d = fstat(fd, &me) ? NULL : opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char link[sizeof dir + 300];
+    if (e->d_name[0] == '.' ||
+        snprintf(link, sizeof link, "%s/%s", dir, e->d_name) >= (int)sizeof link)
+      continue;
+    if (stat(link, &sb) || sb.st_dev != me.st_dev || sb.st_ino != me.st_ino) continue;
+    ssize_t n = readlink(link, out, cap - 1);
+    if (n > 0) {
+      out[n] = '\0';
+      break;
+    }
+  }
+  closedir(d);
+}
+
 /* Two servers on one database would both think they own every trial: hold
- * an exclusive lock on <real db>.lock for the process's lifetime (the
- * kernel drops it when the process dies, kill -9 included). A bind mount
- * of the folder names the same lock file by another path, so the file
- * holds the holder's pid and the path it resolved, for the message. */
+ * an exclusive flock on the database file itself for the process's
+ * lifetime (the kernel drops it when the process dies, kill -9 included).
+ * The lock is the file's, not a name's: a symlink, a bind mount of the
+ * folder and a hard link all find it. flock and SQLite's fcntl locks do
+ * not interact on Linux, and SQLite never closes this descriptor. A
+ * private ":memory:" database takes no lock; a "file:" name, which is no
+ * path of its own, locks <db>.lock instead. <db>.lock holds the holder's pid and path, for the
+ * message; the refused server asks the kernel (/proc/locks) who holds the
+ * lock, since a hard link's lock file has another name. */
 static int main_lock_db(const char *db, const char *given, int *fd_out, char *err, size_t errlen) {
-  char path[PATH_MAX + 8];
-  if (snprintf(path, sizeof path, "%s.lock", db) >= (int)sizeof path) {
+  *fd_out = -1;
+  if (!strcmp(db, ":memory:")) return 0;
+  char note[PATH_MAX + 8];
+  if (snprintf(note, sizeof note, "%s.lock", db) >= (int)sizeof note) {
     snprintf(err, errlen, "--db %s: path too long", given);
     return -ENAMETOOLONG;
   }
+  int plain = strncmp(db, "file:", 5) != 0;
+  const char *path = plain ? db : note;
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     int e = errno;
-    snprintf(err, errlen, "%s: cannot open the database's lock file: %s", path, strerror(e));
+    snprintf(err, errlen, "%s: cannot open it to lock the database: %s", path, strerror(e));
     return -e;
   }
   if (flock(fd, LOCK_EX | LOCK_NB)) {
     int e = errno;
-    char who[PATH_MAX + 64] = "";
-    ssize_t n = e == EWOULDBLOCK ? pread(fd, who, sizeof who - 1, 0) : 0;
-    close(fd);
     if (e != EWOULDBLOCK) {
-      snprintf(err, errlen, "%s: cannot lock the database's lock file: %s", path, strerror(e));
+      close(fd);
+      snprintf(err, errlen, "%s: cannot lock the database: %s", path, strerror(e));
       return -e;
     }
+    char who[PATH_MAX + 64] = "";
+    int nfd = open(note, O_RDONLY | O_CLOEXEC);
+    ssize_t n = nfd >= 0 ? pread(nfd, who, sizeof who - 1, 0) : 0;
+    if (nfd >= 0) close(nfd);
     who[n > 0 ? n : 0] = '\0';
     char *other = strchr(who, '\n');
     if (other) *other++ = '\0';
     if (other) other[strcspn(other, "\n")] = '\0';
+    /* The kernel's holder wins over a note that a hard link's name left
+     * behind (or that is not there); its path is then read from its fds. */
+    char opened[PATH_MAX] = "";
+    long holder = main_lock_holder(fd);
+    if (holder > 0 && holder != strtol(who, NULL, 10)) {
+      snprintf(who, sizeof who, "%ld", holder);
+      main_lock_holder_path(holder, fd, opened, sizeof opened);
+      other = opened;
+    }
+    close(fd);
     int named = strcmp(db, given) != 0;
     snprintf(err, errlen,
              "database %s%s%s%s is in use by another ctune-server (pid %s%s%s); one database "
@@ -97,8 +170,10 @@ static int main_lock_db(const char *db, const char *given, int *fd_out, char *er
   }
   char me[PATH_MAX + 32];
   int n = snprintf(me, sizeof me, "%d\n%s\n", (int)getpid(), db);
-  if (ftruncate(fd, 0) || pwrite(fd, me, (size_t)n, 0) != n)
-    log_warn("%s: cannot write this server's pid into it: %s", path, strerror(errno));
+  int nfd = plain ? open(note, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : fd;
+  if (nfd < 0 || ftruncate(nfd, 0) || pwrite(nfd, me, (size_t)n, 0) != n)
+    log_warn("%s: cannot write this server's pid into it: %s", note, strerror(errno));
+  if (plain && nfd >= 0) close(nfd);
   *fd_out = fd;
   return 0;
 }
@@ -285,9 +360,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   s.opt.db_path = db_real;
+  /* Locked first: a refused server makes nothing (no token file beside a
+   * hard link's name). */
+  int lock_fd = -1;
+  if (main_lock_db(s.opt.db_path, db_given, &lock_fd, err, sizeof err)) {
+    log_error("%s", err);
+    auth_sessions_free(s.sessions);
+    return 1;
+  }
   if (main_tokens(&s, err, sizeof err)) {
     fprintf(stderr, "ctune-server: %s\n", err);
     auth_sessions_free(s.sessions);
+    if (lock_fd >= 0) close(lock_fd);
     return 2;
   }
 
@@ -300,6 +384,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ctune-server: %s\n", err);
     free(s.opt.tls_cert_pem);
     auth_sessions_free(s.sessions);
+    if (lock_fd >= 0) close(lock_fd);
     return 2;
   }
 
@@ -313,11 +398,6 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   rc = 1;
-  int lock_fd = -1;
-  if (main_lock_db(s.opt.db_path, db_given, &lock_fd, err, sizeof err)) {
-    log_error("%s", err);
-    goto out;
-  }
   if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err, sizeof err)) {
     char space[PATH_MAX + 160];
     main_space_hint(s.opt.db_path, err, space, sizeof space);

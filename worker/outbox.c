@@ -27,6 +27,18 @@ uint64_t outbox_backoff_ms(int attempts) {
   return d > 10000 ? 10000 : d;
 }
 
+uint64_t outbox_retry_after_ms(long status, const char *value) {
+  if ((status != 429 && status != 503) || !value) return 0;
+  while (*value == ' ' || *value == '\t') value++;
+  if (*value < '0' || *value > '9') return 0;
+  uint64_t s = 0;
+  for (; *value >= '0' && *value <= '9'; value++)
+    if (s < OUTBOX_RETRY_AFTER_MAX_MS / 1000) s = s * 10 + (uint64_t)(*value - '0');
+  while (*value == ' ' || *value == '\t') value++;
+  if (*value) return 0; /* "5s", "1.5", a date: not delta-seconds */
+  return s * 1000 > OUTBOX_RETRY_AFTER_MAX_MS ? OUTBOX_RETRY_AFTER_MAX_MS : s * 1000;
+}
+
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid or cut
  * short (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
 static size_t outbox_utf8_seq(const unsigned char *s, size_t len) {
@@ -412,10 +424,11 @@ void outbox_gc(struct outbox *ob) {
   }
 }
 
-void outbox_failed(struct outbox_lane *l, uint64_t now_ms) {
+void outbox_failed(struct outbox_lane *l, uint64_t now_ms, uint64_t at_least_ms) {
   if (!l->failing_since_ms) l->failing_since_ms = now_ms ? now_ms : 1;
   l->attempts++;
-  l->next_try_ms = now_ms + outbox_backoff_ms(l->attempts);
+  uint64_t d = outbox_backoff_ms(l->attempts);
+  l->next_try_ms = now_ms + (d > at_least_ms ? d : at_least_ms);
 }
 
 uint64_t outbox_failing_ms(const struct outbox_lane *l, uint64_t now_ms) {

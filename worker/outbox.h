@@ -90,9 +90,10 @@ size_t outbox_drop_lease(struct outbox *ob, struct outbox_lane *lane,
 /* Frees lanes that are empty and not in flight. */
 void outbox_gc(struct outbox *ob);
 /* The lane's head failed for a transient reason: it waits
- * outbox_backoff_ms(attempts) before the next try, and failing_since_ms
- * keeps when this run of failures began. */
-void outbox_failed(struct outbox_lane *lane, uint64_t now_ms);
+ * outbox_backoff_ms(attempts), and at least at_least_ms (the server's
+ * Retry-After, outbox_retry_after_ms), before the next try, and
+ * failing_since_ms keeps when this run of failures began. */
+void outbox_failed(struct outbox_lane *lane, uint64_t now_ms, uint64_t at_least_ms);
 /* How long the lane's head has been failing (0: it is not). */
 uint64_t outbox_failing_ms(const struct outbox_lane *lane, uint64_t now_ms);
 int outbox_ready(const struct outbox_lane *lane, uint64_t now_ms);
@@ -105,6 +106,15 @@ size_t outbox_lane_results(const struct outbox_lane *lane, const struct outbox_l
 char *outbox_batch(const struct outbox_lane *lane, size_t max_items, size_t max_bytes, size_t *n);
 /* Delay after `attempts` consecutive failures: 100 ms doubling to 10 s. */
 uint64_t outbox_backoff_ms(int attempts);
+/* Longest wait a Retry-After imposes: a server that asks for more is
+ * asked again after this. */
+#define OUTBOX_RETRY_AFTER_MAX_MS 60000
+/* The wait a reply's Retry-After value asks for, in ms: only on 429 and
+ * 503 (what the header means there), delta-seconds only (an HTTP-date, as
+ * ctune-server never sends, is not followed), at most
+ * OUTBOX_RETRY_AFTER_MAX_MS. 0 when value is NULL or none applies. A
+ * retry waits the larger of this and its own backoff. */
+uint64_t outbox_retry_after_ms(long status, const char *value);
 int outbox_has_room(const struct outbox *ob);
 /* Copy of s[0..len) as valid UTF-8: each byte of an invalid or truncated
  * sequence becomes U+FFFD; NUL bytes are dropped. malloc'ed, NUL-terminated,

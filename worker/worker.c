@@ -197,6 +197,16 @@ static int worker_lease_over(const struct http_resp *resp) {
   return !strcmp(code, "not_leased") || !strcmp(code, "not_running");
 }
 
+/* The wait the server asked for with Retry-After (429 too_many_registrations,
+ * 503 spool_unavailable ...): a floor under the retry's own backoff, so a
+ * worker that backs off 100 ms does not knock again before the server said
+ * it could answer (outbox_retry_after_ms). 0 when no answer came. */
+static uint64_t worker_retry_after_ms(int err, const struct http_resp *resp) {
+  char v[32];
+  if (err || !resp) return 0;
+  return outbox_retry_after_ms(resp->status, http_resp_header(resp, "Retry-After", v, sizeof v));
+}
+
 /* A 4xx that retrying cannot cure (the message itself is refused). 401
  * (this identity is unknown: registering again, see worker_on_ob_done), 408
  * and 429 are the server's state, not the message's: retried. 403 (not this
@@ -601,11 +611,12 @@ static size_t worker_ckpt_waits_for(struct worker *w, const struct trial *t,
  * 5xx, 401/408/429): tried again after outbox_backoff_ms, as a queued
  * message is, for as long as its lease holds (a final one too: the trial's
  * end waits for it; a server that ended the lease answers 409 not_leased). */
-static void worker_ckpt_failed(struct trial *t, long st, const char *code) {
+static void worker_ckpt_failed(struct trial *t, long st, const char *code, uint64_t at_least_ms) {
   uint64_t now = clock_mono_ms();
   if (!t->ckpt_failing_since) t->ckpt_failing_since = now ? now : 1;
   t->ckpt_tries++;
-  t->ckpt_next_ms = now + outbox_backoff_ms(t->ckpt_tries);
+  uint64_t d = outbox_backoff_ms(t->ckpt_tries);
+  t->ckpt_next_ms = now + (d > at_least_ms ? d : at_least_ms);
   t->ckpt_last_status = st;
   snprintf(t->ckpt_last_code, sizeof t->ckpt_last_code, "%s", code);
   t->ckpt_wanted = 1;
@@ -687,9 +698,9 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
                r->trial_id, err ? strerror(-err) : "server error", st,
                resp->body ? resp->body : "");
     if (t && !w->shut) {
-      worker_ckpt_failed(t, err ? 0 : st, code);
+      worker_ckpt_failed(t, err ? 0 : st, code, worker_retry_after_ms(err, resp));
       log_debug("trial %d: checkpoint upload failed (try %d): again in %llu ms", r->trial_id,
-                t->ckpt_tries, (unsigned long long)outbox_backoff_ms(t->ckpt_tries));
+                t->ckpt_tries, (unsigned long long)(t->ckpt_next_ms - clock_mono_ms()));
     }
   }
   free(r);
@@ -918,7 +929,7 @@ static void worker_check_stuck(struct worker *w) {
     l->stuck = 1;
     worker_why(l->last_status, l->last_code, why, sizeof why);
     log_warn("trial %d: its %s has not been delivered for %.0f s (%s, %d tries): %zu "
-             "message(s) held, retrying with backoff (at most %.0f s apart)",
+             "message(s) held, retrying with backoff (at most %.0f s apart, or as the server asks)",
              l->trial_id, worker_msg_what(l->head), (double)outbox_failing_ms(l, now) / 1000, why,
              l->attempts, l->n, (double)outbox_backoff_ms(1000) / 1000);
   }
@@ -929,7 +940,7 @@ static void worker_check_stuck(struct worker *w) {
     t->ckpt_stuck = 1;
     worker_why(t->ckpt_last_status, t->ckpt_last_code, why, sizeof why);
     log_warn("trial %d: its %scheckpoint has not been uploaded for %.0f s (%s, %d tries): "
-             "retrying with backoff (at most %.0f s apart)%s",
+             "retrying with backoff (at most %.0f s apart, or as the server asks)%s",
              t->id, t->state >= TRIAL_EXITED ? "final " : "",
              (double)(now - t->ckpt_failing_since) / 1000, why, t->ckpt_tries,
              (double)outbox_backoff_ms(1000) / 1000,
@@ -1294,8 +1305,9 @@ static void worker_on_results_reply(struct worker *w, const struct obreq *q,
 
 /* The lane's head failed for now: it backs off, and what the server
  * answered is kept to say why if it goes on (worker_check_stuck). */
-static void worker_lane_failed(struct outbox_lane *l, long st, const char *code) {
-  outbox_failed(l, clock_mono_ms());
+static void worker_lane_failed(struct outbox_lane *l, long st, const char *code,
+                               uint64_t at_least_ms) {
+  outbox_failed(l, clock_mono_ms(), at_least_ms);
   l->last_status = st;
   snprintf(l->last_code, sizeof l->last_code, "%s", code);
 }
@@ -1355,7 +1367,7 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   } else if (!err && st == 401) {
     /* This identity is unknown to the server (a new database): register
      * again; the message is kept and then dropped as an old identity's. */
-    worker_lane_failed(l, st, code);
+    worker_lane_failed(l, st, code, 0);
     if (w->id && q->lease.worker_id == w->id) {
       log_warn("server refused worker %d's credentials (401): registering again", w->id);
       w->id = 0;
@@ -1376,10 +1388,10 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
   } else {
-    worker_lane_failed(l, err ? 0 : st, code);
+    worker_lane_failed(l, err ? 0 : st, code, worker_retry_after_ms(err, resp));
     log_debug("trial %d: %s failed (%s, HTTP %ld %s, try %d): again in %llu ms", q->trial_id,
               q->path, err ? strerror(-err) : "server error", st, code, l->attempts,
-              (unsigned long long)outbox_backoff_ms(l->attempts));
+              (unsigned long long)(l->next_try_ms - clock_mono_ms()));
     if (!w->ob_down_logged) {
       log_warn("cannot deliver %s (%s, HTTP %ld): %zu message(s) kept in the outbox, "
                "retrying with backoff",
@@ -1434,7 +1446,7 @@ static void worker_pump_outbox(struct worker *w) {
       continue;
     }
     if (worker_send_lane(w, l) < 0) {
-      outbox_failed(l, now);
+      outbox_failed(l, now, 0);
       if (!wake || l->next_try_ms < wake) wake = l->next_try_ms;
     }
   }
@@ -1804,13 +1816,16 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   }
   if (!cJSON_IsNumber(id)) {
     unsigned d = 250u << (w->reg_attempts < 5 ? w->reg_attempts : 5);
+    if (d > 5000) d = 5000;
+    uint64_t ra = worker_retry_after_ms(err, resp); /* 429 too_many_registrations */
+    if (ra > d) d = (unsigned)ra;
     if (w->reg_attempts++ == 0 || w->reg_attempts % 20 == 0)
       log_warn("cannot register with %s (%s, HTTP %ld %.200s): retrying%s", w->o.server,
                err ? strerror(-err) : "bad answer", resp->status, resp->body ? resp->body : "",
                resp->status == 401 || resp->status == 403
                    ? "; the server wants its worker token: --token-file"
                    : "");
-    uv_timer_start(&w->reg_timer, worker_on_reg_timer, d > 5000 ? 5000 : d, 0);
+    uv_timer_start(&w->reg_timer, worker_on_reg_timer, d, 0);
     cJSON_Delete(b);
     return;
   }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One database, one server, whatever path names it: a second ctune-server on
-the same database file through a symlink, a relative path or a bind mount of
-its folder is refused, naming the running server's pid and the database's
-real path; a server started through a symlink keeps its lock, its token file
+the same database file through a symlink, a relative path, a hard link or a
+bind mount of its folder is refused, naming the running server's pid and the
+database's real path; a server started through a symlink keeps its lock, its token file
 and the -wal it flushes (--durability full) beside the real file, never
 beside the link."""
 import os
@@ -11,12 +11,12 @@ import subprocess
 from ctune_e2e import BIN_DIR, Runner, Server, experiment, read_tokens, tmpdir
 
 
-def refused(db_arg, cwd=None, wrap=()):
+def refused(db_arg, cwd=None, wrap=(), timeout=30):
     """Starts a second server with --db db_arg; returns (exit code, stderr)."""
     cmd = list(wrap) + [os.path.join(os.path.abspath(BIN_DIR), "ctune-server"), "--db", db_arg,
                         "--port", "0"]
     p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=30)
+                       timeout=timeout)
     return p.returncode, p.stderr.decode()
 
 
@@ -49,6 +49,26 @@ def test_second_server_through_symlink_or_relative_path():
     s2 = Server(db=link, token=s.token)  # the database through the link, alone: it starts
     assert s2.ok("GET", "/api/v1/experiments")["experiments"][0]["name"] == "e"
     s2.stop()
+
+
+def test_second_server_through_hard_link():
+    """A hard link is the same file under another name that no path
+    resolution finds: the lock is the file's own, so it is refused too, and
+    the message says where the first server opened it."""
+    s = Server()
+    real = os.path.realpath(s.db)
+    d = tmpdir()  # another folder: nothing beside the link is the first server's
+    link = os.path.join(d, "hard.db")
+    os.link(real, link)
+    rc, err = refused(link, timeout=10)  # not refused: it serves until killed
+    want = "database %s is in use by another ctune-server (pid %d, opened as %s)" % (
+        link, s.proc.pid, real)
+    assert rc == 1 and want in err, (rc, want, err)
+    for suffix in (".lock", ".tokens", "-wal", "-shm", ".login-url"):  # it made nothing
+        assert not os.path.exists(link + suffix), (suffix, os.listdir(d))
+    # The first server went on alone.
+    s.ok("POST", "/api/v1/experiments", experiment(n=1), status=201)
+    s.stop()
 
 
 def test_bind_mount_of_the_folder():
@@ -100,6 +120,7 @@ def test_durable_flush_of_the_real_wal():
 if __name__ == "__main__":
     r = Runner()
     r.run(test_second_server_through_symlink_or_relative_path)
+    r.run(test_second_server_through_hard_link)
     r.run(test_bind_mount_of_the_folder)
     r.run(test_durable_flush_of_the_real_wal)
     r.done()

@@ -43,7 +43,7 @@ class FakeServer:
         self.hb_stop = []         # entries for the next heartbeat replies
         self.lease_timeout_s = lease_timeout_s
         self.heartbeat_interval_s = heartbeat_interval_s
-        self.hook = None          # f(req) -> None | (status, body_dict) | "hang"
+        self.hook = None          # f(req) -> None | (status, body_dict[, headers]) | "hang"
         self.errors = []
         self.worker_id = 0
         self.stored = {}          # trial id -> [training_iteration] accepted
@@ -82,18 +82,21 @@ class FakeServer:
                 out = fake.hook(req) if fake.hook else None
                 if out is None:
                     out = fake.default(req)
-                status, body = out
+                status, body = out[:2]
+                headers = out[2] if len(out) > 2 else {}
                 if isinstance(body, (bytes, bytearray)):
                     self.send_response(status)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
                     return
-                self._reply(status, body)
+                self._reply(status, body, headers)
 
-            def _reply(self, status, body):
+            def _reply(self, status, body, headers=None):
                 data = b"" if body is None else json.dumps(body).encode()
                 self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 if data:
                     self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

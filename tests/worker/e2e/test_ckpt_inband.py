@@ -10,7 +10,9 @@ server that records every upload:
     payload say, and never past the results stored before it (the server's
     checkpoint_ahead rule);
   - the last upload is iteration 30, and no stored result carries the
-    worker's "_checkpoint" key."""
+    worker's "_checkpoint" key;
+  - the trial's stdout log keeps each line as printed, "_checkpoint" member
+    included (the log is the trial's output byte for byte)."""
 import io
 import os
 import json
@@ -86,6 +88,10 @@ def body(env):
         assert len(during) >= 2, ("uploads only at the end", labels)
         assert labels == sorted(labels) and labels[-1] == ITERS, labels
         assert not fake.errors, fake.errors
+        with open(os.path.join(env.trial_dir("w", 1), "stdout.log"), "rb") as f:
+            lines = [json.loads(ln) for ln in f.read().decode().splitlines()]
+        named = [ln for ln in lines if set(ln.get("_checkpoint", {})) == {"ino", "size"}]
+        assert len(named) == len(lines) == ITERS, lines[:3]
         os.kill(w.pid, signal.SIGTERM)  # drains against this fake server, exits 0
         rc = w.p.wait(20)
         assert rc == 0, "worker exited %d after SIGTERM:\n%s" % (rc, w.log()[-3000:])

@@ -33,6 +33,10 @@ decides which reply is late, refused or missing:
   ahead_always every result stored, yet every checkpoint answered
                checkpoint_ahead: the last one is tried 5 times with a
                growing backoff, then the trial completes.
+  retry_after  the first registration (429 too_many_registrations), the
+               first results POST and the first checkpoint PUT (503) are
+               answered with Retry-After: 1: each is tried again no sooner
+               than that (its own backoff would be 0.25 s or 0.1 s).
 
 The cases run in three streams side by side, each case with its own fake
 server, worker and work dir. Every wait is for an event (a request, a log
@@ -305,6 +309,41 @@ def reg_drain(env):
         fake.close()
 
 
+def retry_after(env):
+    fake = FakeServer()
+    first = set()
+
+    def hook(req):
+        what = "register" if req.path == "/api/v1/workers" else req.what
+        if what in ("register", "results", "checkpoint") and req.method in ("POST", "PUT") and \
+                what not in first:
+            first.add(what)
+            st, code = (429, "too_many_registrations") if what == "register" else \
+                (503, "spool_unavailable")
+            return st, {"error": {"code": code, "message": "later"}}, {"Retry-After": "1"}
+        return None
+    fake.hook = hook
+    fake.leases.append(lease(1, 1, trainable(2)))
+    w = worker(env, fake, "retry")
+    try:
+        fake.wait(lambda r: r.what == "complete" and r.trial == 1, 30, "trial 1's complete")
+        gaps = {}
+        for what, pred in (("register", lambda r: r.path == "/api/v1/workers"),
+                           ("results", lambda r: r.what == "results"),
+                           ("checkpoint", lambda r: r.what == "checkpoint" and r.method == "PUT")):
+            ts = [r.t for r in fake.find(pred)]
+            assert len(ts) >= 2, (what, ts)
+            gaps[what] = ts[1] - ts[0]
+        assert all(g >= 0.95 for g in gaps.values()), gaps
+        assert fake.stored[1] == [1, 2] and fake.checkpoints.get(1, b"").strip() == b"2", \
+            (fake.stored, fake.checkpoints)
+        print("retry_after: tried again %s s after a Retry-After: 1" %
+              ", ".join("%s %.2f" % kv for kv in sorted(gaps.items())))
+        stop_worker(w)
+    finally:
+        fake.close()
+
+
 def read(path):
     with open(path) as f:
         return f.read()
@@ -439,7 +478,7 @@ def body(env):
     # Three streams of cases side by side: each case has its own fake
     # server, worker and work dir, and most of its time is waiting.
     streams = [[disk_full, stale_stop, ahead_dropped], [disk_full_for_good, fence, ahead_always],
-               [lanes, relase_drain, reg_drain]]
+               [lanes, relase_drain, reg_drain, retry_after]]
     with concurrent.futures.ThreadPoolExecutor(len(streams)) as pool:
         runs = [pool.submit(lambda cases: [case(env) for case in cases], cases)
                 for cases in streams]

@@ -83,8 +83,8 @@ START_TEST(lanes_are_independent) {
   ck_assert_int_eq(outbox_push(&ob, OUTBOX_RESULT, 2, &L1, "/t2/r", "{\"i\":1}", 0), 0);
   struct outbox_lane *l1 = outbox_lane(&ob, 1), *l2 = outbox_lane(&ob, 2);
   /* Trial 1's head failing (backoff) does not hold back trial 2's. */
-  outbox_failed(l1, 1000);
-  outbox_failed(l1, 1000);
+  outbox_failed(l1, 1000, 0);
+  outbox_failed(l1, 1000, 0);
   ck_assert(!outbox_ready(l1, 1100));
   ck_assert(outbox_ready(l2, 1100));
   l2->inflight = 1;
@@ -275,13 +275,43 @@ START_TEST(backoff_doubles_and_caps) {
   outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/a", "{}", 0);
   struct outbox_lane *l = outbox_lane(&ob, 1);
   ck_assert(outbox_ready(l, 1000));
-  outbox_failed(l, 1000);
-  outbox_failed(l, 1000);
+  outbox_failed(l, 1000, 0);
+  outbox_failed(l, 1000, 0);
   ck_assert(!outbox_ready(l, 1199));
   ck_assert(outbox_ready(l, 1200));
   outbox_ack(&ob, l, 1); /* delivery resets the backoff */
   ck_assert_int_eq(l->attempts, 0);
   ck_assert(!outbox_ready(l, 0)); /* empty */
+  outbox_close(&ob);
+}
+END_TEST
+
+/* The server's Retry-After on a 429 or 503 is a floor under the backoff,
+ * capped; on another status, or not delta-seconds, it is not followed. */
+START_TEST(retry_after_is_a_floor) {
+  ck_assert_uint_eq(outbox_retry_after_ms(503, "5"), 5000);
+  ck_assert_uint_eq(outbox_retry_after_ms(429, " 2 "), 2000);
+  ck_assert_uint_eq(outbox_retry_after_ms(429, "0"), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, "3600"), OUTBOX_RETRY_AFTER_MAX_MS);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, "99999999999999999999999"),
+                    OUTBOX_RETRY_AFTER_MAX_MS);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, NULL), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, ""), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, "-5"), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, "1.5"), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(503, "Fri, 27 Nov 2026 16:00:00 GMT"), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(500, "5"), 0);
+  ck_assert_uint_eq(outbox_retry_after_ms(408, "5"), 0);
+  struct outbox ob;
+  outbox_open(&ob, NULL, 10);
+  outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/a", "{}", 0);
+  struct outbox_lane *l = outbox_lane(&ob, 1);
+  outbox_failed(l, 1000, outbox_retry_after_ms(503, "5")); /* backoff 100 ms: 5 s wins */
+  ck_assert(!outbox_ready(l, 5999));
+  ck_assert(outbox_ready(l, 6000));
+  for (int i = 0; i < 8; i++) outbox_failed(l, 10000, 0); /* backoff 10 s */
+  outbox_failed(l, 20000, 2000); /* a shorter Retry-After leaves the backoff */
+  ck_assert_uint_eq(l->next_try_ms, 30000);
   outbox_close(&ob);
 }
 END_TEST
@@ -295,9 +325,9 @@ START_TEST(failing_since_spans_retries) {
   outbox_push(&ob, OUTBOX_RESULT, 1, &L1, "/a", "{}", 0);
   struct outbox_lane *l = outbox_lane(&ob, 1);
   ck_assert_int_eq(outbox_failing_ms(l, 5000), 0);
-  outbox_failed(l, 1000);
-  outbox_failed(l, 3000);
-  outbox_failed(l, 9000);
+  outbox_failed(l, 1000, 0);
+  outbox_failed(l, 3000, 0);
+  outbox_failed(l, 9000, 0);
   ck_assert_int_eq(outbox_failing_ms(l, 10000), 9000);
   ck_assert_uint_eq(l->next_try_ms, 9000 + outbox_backoff_ms(3));
   l->stuck = 1;
@@ -306,7 +336,7 @@ START_TEST(failing_since_spans_retries) {
   ck_assert_int_eq(outbox_failing_ms(l, 10000), 0);
   ck_assert_int_eq(l->stuck, 0);
   ck_assert_int_eq(l->last_status, 0);
-  outbox_failed(l, 12000);
+  outbox_failed(l, 12000, 0);
   ck_assert_int_eq(outbox_failing_ms(l, 12500), 500);
   outbox_close(&ob);
 }
@@ -330,6 +360,7 @@ int main(void) {
   tcase_add_test(tc, disk_full_is_reported_and_survivable);
   tcase_add_test(tc, persists_across_restart_exactly_once);
   tcase_add_test(tc, backoff_doubles_and_caps);
+  tcase_add_test(tc, retry_after_is_a_floor);
   tcase_add_test(tc, unwritable_dir_refuses);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
