@@ -15,27 +15,34 @@ Nothing in the daemons is changed; the timestamps come from:
 - the worker's debug log (ms): the trial's exit seen (RUNNING -> EXITED),
   its log flushed (-> FLUSHING -> DONE), the next trial's lease reply
   handled ("leased") and its process spawned ("running ... dispatch");
-- the server's log (ms): the lease granted ("leased to worker");
+- the server's log (ms): the trial's `complete` recorded ("completed"), the
+  lease granted ("leased to worker"), and the run's phases (experiment
+  created and ended, server stopped; with the worker's registration and
+  SIGTERM: the fixed costs at the start and the end of `ctune run`);
 - with --strace: `strace -f -tt -e trace=process,network` on the worker
   (it slows the worker and its children, so its run's totals are not the
   plain run's): each request's send and its reply on the socket (result
-  POST, log upload, complete, lease), the fork of the next trial's
-  supervisor and its exec of the trial.
+  POST, log upload, complete, lease) and the trial process's exec;
+- with --strace-worker-only: `strace -T` on the worker alone (children
+  untraced): inside each spawn, the pty, uv_spawn's wait for the exec and
+  the wait for the supervisor's report of the trial's pid.
 
 A slot is a place among the --concurrent running trials: once the first
 CONCURRENT trials have started, each later trial can start only because an
 earlier one ended, so the k-th trial to end is paired with trial number
 CONCURRENT + k to start (both in time order). For each pair it prints the
-median, p90 and max of each step, and overall the wall time of the run
-against the ideal (trials / concurrent * sleep), the CPU seconds per trial
-of ctune-server, ctune-worker, its trial processes (their supervisors, bash
-and sleep: the worker's cutime+cstime) and the `ctune` CLI (utime+stime in
-/proc/<pid>/stat, sampled until each exits) and the load average.
+median, p90 and max of each step; and overall the wall time of the run
+against the ideal (trials / concurrent * sleep), the phases, the time the
+worker's event loop spent inside lease-reply-to-spawn callbacks, the CPU
+seconds per trial of ctune-server, ctune-worker, its trial processes (their
+supervisors, bash and sleep: the worker's cutime+cstime) and the `ctune` CLI
+(utime+stime in /proc/<pid>/stat, sampled until each exits), the same
+trial command's CPU when run directly, and the load average.
 
-usage: bench_gap.py BIN_DIR [--trials 960] [--concurrent 32] [--sleep 1]
-                    [--strace] [--keep DIR] [--json FILE]
-e.g.   bench/worker/bench_gap.py build-test/bin
+e.g.   bench/worker/bench_gap.py build-test/bin          # the target's shape, ~40 s
        bench/worker/bench_gap.py build-test/bin --trials 192 --strace
+       bench/worker/bench_gap.py build-test/bin --trials 192 --strace-worker-only
+Figures and what they say: bench/RESULTS.md.
 """
 import argparse
 import json
@@ -230,9 +237,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("bin", help="dir with ctune, ctune-server, ctune-worker (build-test/bin)")
-    ap.add_argument("--trials", type=int, default=960)
-    ap.add_argument("--concurrent", type=int, default=32)
-    ap.add_argument("--sleep", default="1")
+    ap.add_argument("--trials", type=int, default=960, help="trials (default 960)")
+    ap.add_argument("--concurrent", type=int, default=32,
+                    help="max_concurrent_trials (default 32)")
+    ap.add_argument("--sleep", default="1", help="seconds each trial sleeps (default 1)")
     ap.add_argument("--strace", action="store_true",
                     help="strace -f -tt -e trace=process,network the worker (slows it)")
     ap.add_argument("--strace-trace", default="process,network",
@@ -371,10 +379,10 @@ def main():
                 r = by.get((tid, kind))
                 if r:
                     e["sent_" + kind], e["ack_" + kind] = r["sent"], r["reply"]
-            # the supervisor is the spawned pid; it forks/execs the trial
+            # the pid the worker logs is the trial's (its supervisor forked it
+            # and reported it): its execve is the trial's command
             pid = e.get("pid")
             if pid and pid in execs:
-                e["exec_sup"] = execs[pid][0][0]
                 e["exec_trial"] = execs[pid][-1][0]
         # a lease reply that carries no trial (204) while trials wait
         e204 = [r for r in reqs if r["path"].endswith("/lease") and r["status"] == 204]
@@ -415,8 +423,8 @@ def main():
                    "w_leased")]
     steps += [("B: leased -> supervisor forked (spawned)", "B", "w_leased", "B", "w_spawned")]
     if a.strace:
-        steps += [("B: spawned -> supervisor execs the trial", "B", "w_spawned", "B",
-                   "exec_trial"),
+        steps += [("B: spawned -> B's process execs (its private view made)", "B",
+                   "w_spawned", "B", "exec_trial"),
                   ("B: trial exec -> its first instruction", "B", "exec_trial", "B", "first")]
     else:
         steps += [("B: spawned -> its first instruction", "B", "w_spawned", "B", "first")]
