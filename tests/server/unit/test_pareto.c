@@ -12,8 +12,7 @@
 #include "pareto.h"
 #include "rng.h"
 
-static int brute_on_front(const double *v, size_t n, int k, const enum spec_mode *modes,
-                          size_t i) {
+static int brute_on_front(const double *v, size_t n, int k, const enum spec_mode *modes, size_t i) {
   for (int j = 0; j < k; j++)
     if (isnan(v[i * k + j]) || isinf(v[i * k + j])) return 0;
   for (size_t o = 0; o < n; o++) {
@@ -72,8 +71,10 @@ START_TEST(random_sets_match_brute_force) {
     for (int j = 0; j < k; j++) modes[j] = rng_uniform(&g) < 0.5 ? SPEC_MODE_MIN : SPEC_MODE_MAX;
     for (size_t i = 0; i < n * (size_t)k; i++) {
       double u = rng_uniform(&g);
-      v[i] = u < 0.04 ? NAN : u < 0.06 ? INFINITY : u < 0.07 ? -INFINITY
-                                                  : (double)rng_int_range(&g, 0, grid);
+      v[i] = u < 0.04   ? NAN
+             : u < 0.06 ? INFINITY
+             : u < 0.07 ? -INFINITY
+                        : (double)rng_int_range(&g, 0, grid);
     }
     /* Exact duplicates of earlier points. */
     for (size_t i = 1; i < n; i++)
