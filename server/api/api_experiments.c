@@ -816,6 +816,12 @@ static int api_cmp_id(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A result without a number for the objective counts as NaN (as null does
+ * in memory): the trial has no score where it falls in the scope's window. */
+static int api_collect_objective(void *ctx, int64_t trial_id, int has, double v) {
+  return api_collect_metric(ctx, trial_id, 1, has ? v : NAN);
+}
+
 /* Scores of objective j for the trials ids[0..n) (sorted) into
  * scores[i * k + j], from SQLite (results of compact trials are there only;
  * the same reading as /best by another metric). */
@@ -823,7 +829,7 @@ static int api_pareto_scores(struct server *s, int64_t exp_id, const char *metri
                              enum spec_mode mode, enum best_scope scope, const int64_t *ids,
                              size_t n, int k, int j, double *scores) {
   struct metric_ctx mc = {s, NULL, NULL, 0, 0, NULL};
-  int rc = store_experiment_metric(s->store, exp_id, metric, api_collect_metric, &mc);
+  int rc = store_experiment_metric(s->store, exp_id, metric, api_collect_objective, &mc);
   for (size_t a = 0; !rc && a < mc.n;) {
     size_t b = a;
     while (b < mc.n && mc.trial_of[b] == mc.trial_of[a]) b++;

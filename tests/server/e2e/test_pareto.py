@@ -1,8 +1,8 @@
 """Several objectives through the real server: metric/mode lists are
 accepted (and refused with asha or tpe, or with lists of different
 lengths), the lease carries every objective, /pareto answers the front under
-each scope (ties kept, a trial without a finite value of one objective left
-out), the same after a restart (the stored config read back), and /best
+each scope (ties kept, a trial whose window holds a null for one objective
+left out), the same after a restart (the stored config read back), and /best
 points to /pareto unless ?metric= picks one objective, whose own mode it
 then uses."""
 from ctune_e2e import Server, Runner, experiment, register, lease, report
@@ -49,13 +49,17 @@ def test_front_and_best():
     report(s, c, training_iteration=1, loss=0.05, acc=0.95)  # best ever, then worse
     report(s, c, training_iteration=2, loss=0.5, acc=0.8)  # b dominates it
     report(s, d, training_iteration=1, loss=0.1, acc=0.6)  # a's twin: both kept
-    report(s, x, training_iteration=1, loss=0.01, acc=None)  # no finite acc: out
+    report(s, x, training_iteration=1, loss=0.01, acc=0.99)  # best of all, then
+    report(s, x, training_iteration=2, loss=0.01, acc=None)  # no finite acc: out
     want = {a: {"loss": 0.1, "acc": 0.6}, b: {"loss": 0.5, "acc": 0.9},
             d: {"loss": 0.1, "acc": 0.6}}
     assert front(s, eid) == want, front(s, eid)
     assert front(s, eid, "last") == want
-    assert front(s, eid, "all") == {c: {"loss": 0.05, "acc": 0.95}}, front(s, eid, "all")
-    assert front(s, eid, "avg")[c] == {"loss": 0.275, "acc": 0.875}, front(s, eid, "avg")
+    # all: each objective's best ever (x's null ignored); avg: x's null
+    # is inside the window.
+    assert front(s, eid, "all") == {x: {"loss": 0.01, "acc": 0.99}}, front(s, eid, "all")
+    avg = front(s, eid, "avg")
+    assert x not in avg and avg[c] == {"loss": 0.275, "acc": 0.875}, avg
     st, body, _ = s.get("/api/v1/experiments/%d/pareto?scope=best" % eid)
     assert st == 400 and body["error"]["path"] == "scope", (st, body)
     assert s.ok("GET", "/api/v1/experiments/%d" % eid)["best"] is None
