@@ -1,5 +1,6 @@
 /* best: `ctune best` and the end of `ctune run` — the best trial by the
- * server's scopes, with its config, last result and test accuracy. */
+ * server's scopes, with its config, last result and test accuracy; with
+ * several objectives the Pareto front. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,65 @@ static void add_query(char *buf, size_t len, const char *key, const char *val) {
   buf[u < len ? u : len - 1] = '\0';
 }
 
+/* The experiment's objectives when it has several ("metrics"), else NULL;
+ * *exp is the experiment (free it). */
+static const cJSON *several_objectives(struct http_client *c, long long id, cJSON **exp) {
+  char path[96];
+  struct http_error e;
+  *exp = NULL;
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld", id);
+  if (http_json(c, "GET", path, NULL, exp, &e)) return NULL;
+  const cJSON *m = get(*exp, "metrics");
+  return cJSON_IsArray(m) ? m : NULL;
+}
+
+/* Several objectives have no single best trial: the Pareto front as a
+ * table (one column per objective), or with json the server's answer. */
+static int print_pareto(struct http_client *c, long long id, const char *scope, int json,
+                        struct http_error *err) {
+  char path[512];
+  cJSON *resp = NULL;
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld/pareto", id);
+  add_query(path, sizeof(path), "scope", scope);
+  int rc = http_json(c, "GET", path, NULL, &resp, err);
+  if (rc) return rc;
+  const cJSON *metrics = get(resp, "metrics"), *modes = get(resp, "modes"), *t, *m;
+  const cJSON *trials = get(resp, "trials");
+  if (json) {
+    char *text = jsonout_print(resp);
+    if (!text)
+      rc = -ENOMEM;
+    else
+      printf("%s\n", text);
+    free(text);
+  } else {
+    int i = 0;
+    printf("Pareto front of experiment %lld (scope %s): %d trial%s, by", id, scope ? scope : "last",
+           cJSON_GetArraySize(trials), cJSON_GetArraySize(trials) == 1 ? "" : "s");
+    cJSON_ArrayForEach(m, metrics) {
+      const cJSON *md = cJSON_GetArrayItem(modes, i++);
+      printf("%s %s (%s)", i > 1 ? "," : "", m->valuestring,
+             cJSON_IsString(md) ? md->valuestring : "?");
+    }
+    printf("\n  %-8s", "trial");
+    cJSON_ArrayForEach(m, metrics) printf(" %-14.14s", m->valuestring);
+    printf(" config\n");
+    cJSON_ArrayForEach(t, trials) {
+      char params[2048], v[64];
+      printf("  %-8lld", (long long)cJSON_GetNumberValue(get(t, "trial_id")));
+      cJSON_ArrayForEach(m, metrics) {
+        report_fmt_value(get(get(t, "values"), m->valuestring), v, sizeof(v));
+        printf(" %-14s", v);
+      }
+      report_fmt_params(get(t, "config"), params, sizeof(params));
+      printf(" %s\n", params);
+    }
+  }
+  fflush(stdout);
+  cJSON_Delete(resp);
+  return rc;
+}
+
 int cli_print_best(struct http_client *c, long long id, const char *metric, const char *mode,
                    const char *scope, int json, struct http_error *err) {
   char path[512];
@@ -37,6 +97,12 @@ int cli_print_best(struct http_client *c, long long id, const char *metric, cons
   add_query(path, sizeof(path), "mode", mode);
   add_query(path, sizeof(path), "scope", scope);
   int rc = http_json(c, "GET", path, NULL, &resp, err);
+  if (rc == HTTP_ERR_REJECTED && !metric) {
+    cJSON *exp = NULL;
+    int several = several_objectives(c, id, &exp) != NULL;
+    cJSON_Delete(exp);
+    if (several) return print_pareto(c, id, scope, json, err);
+  }
   if (rc) return rc;
   /* The answer is the trial itself or {"trial": {...}, "value": ...}. */
   const cJSON *trial = cJSON_IsObject(get(resp, "trial")) ? get(resp, "trial") : resp;
@@ -109,8 +175,11 @@ static int check_mode(struct http_client *c, const struct cli_args *a) {
                c->base);
     return cli_fail_http(rc, &err);
   }
-  const cJSON *m = get(exp, "metric"), *mode = get(exp, "mode");
+  const cJSON *m = get(exp, "metric"), *mode = get(exp, "mode"), *o;
   int same = cJSON_IsString(m) && !strcmp(m->valuestring, a->metric);
+  /* Several objectives: each one has its own mode. */
+  cJSON_ArrayForEach(o, get(exp, "metrics")) same |=
+      cJSON_IsString(o) && !strcmp(o->valuestring, a->metric);
   if (!same) {
     if (cJSON_IsString(m))
       fprintf(stderr,

@@ -211,12 +211,31 @@ int result_fill(cJSON *flat, const char *time_attr, struct result_clock *c, doub
 }
 
 char *result_missing_metric(const cJSON *flat, const char *metric) {
-  if (!metric || !*metric || cJSON_GetObjectItemCaseSensitive(flat, metric)) return NULL;
+  if (!metric || !*metric) return NULL;
+  const char *name = metric, *comma = NULL;
+  int several = strchr(metric, ',') != NULL, len = 0;
+  for (;;) {
+    comma = strchr(name, ',');
+    len = comma ? (int)(comma - name) : (int)strlen(name);
+    const cJSON *c;
+    int found = 0;
+    cJSON_ArrayForEach(c, flat) if ((int)strlen(c->string) == len &&
+                                    !strncmp(c->string, name, (size_t)len)) found = 1;
+    if (!found) break;
+    if (!comma) return NULL;
+    name = comma + 1;
+  }
   char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
+  size_t blen = 0;
+  FILE *f = open_memstream(&buf, &blen);
   if (!f) return NULL;
-  fprintf(f, "result has no metric '%s' (the experiment's metric); it reported: ", metric);
+  if (several) {
+    fprintf(f, "result has no metric '%.*s' (one of the experiment's metrics ", len, name);
+    for (const char *p = metric; *p; p++) *p == ',' ? fputs(", ", f) : fputc(*p, f);
+    fputs("); it reported: ", f);
+  } else {
+    fprintf(f, "result has no metric '%s' (the experiment's metric); it reported: ", metric);
+  }
   const cJSON *c;
   int n = 0;
   cJSON_ArrayForEach(c, flat) fprintf(f, "%s%s", n++ ? ", " : "", c->string);
@@ -226,4 +245,27 @@ char *result_missing_metric(const cJSON *flat, const char *metric) {
     return NULL;
   }
   return buf;
+}
+
+int result_join_names(const cJSON *arr, char **out) {
+  const cJSON *c;
+  size_t len = 0;
+  *out = NULL;
+  if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1) return 0;
+  cJSON_ArrayForEach(c, arr) {
+    if (!cJSON_IsString(c)) return 0;
+    len += strlen(c->valuestring) + 1;
+  }
+  char *s = malloc(len + 1), *w = s;
+  int i = 0;
+  if (!s) return -ENOMEM;
+  cJSON_ArrayForEach(c, arr) {
+    size_t l = strlen(c->valuestring);
+    if (i++) *w++ = ',';
+    memcpy(w, c->valuestring, l);
+    w += l;
+  }
+  *w = '\0';
+  *out = s;
+  return 0;
 }

@@ -76,8 +76,16 @@ int result_fill(cJSON *flat, const char *time_attr, struct result_clock *c, doub
 
 /* NULL when flat has `metric` (or metric is NULL/empty); else the contract's
  * error text, malloc'ed: "result has no metric 'M' (the experiment's metric);
- * it reported: k1, k2". NULL on OOM too (the caller checks metric itself). */
+ * it reported: k1, k2". metric may list several objectives separated by
+ * commas (CTUNE_METRICS): the first one missing is named, "(one of the
+ * experiment's metrics a, b)". NULL on OOM too (the caller checks metric
+ * itself). */
 char *result_missing_metric(const cJSON *flat, const char *metric);
+
+/* The strings of a JSON array joined by commas, malloc'ed into *out (NULL
+ * when arr is not a non-empty array of strings). 0 or -ENOMEM. Metric names
+ * hold no comma (server/core/spec.c), so the list reads back unambiguously. */
+int result_join_names(const cJSON *arr, char **out);
 
 /* line[0..len) with every non-finite token standing as a value outside a
  * string replaced by null. malloc'ed, NUL-terminated, *out_len its length;

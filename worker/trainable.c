@@ -2,6 +2,7 @@
 #include "trainable.h"
 #include "gpu.h"
 #include "jsonout.h"
+#include "result.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -336,6 +337,20 @@ static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume)
           0 ||
       (rc = env_set_str(env, "CTUNE_MODE", cJSON_GetObjectItemCaseSensitive(trial, "mode"))) < 0)
     goto done;
+  /* Several objectives: CTUNE_METRIC/CTUNE_MODE stay the first,
+   * CTUNE_METRICS/CTUNE_MODES list all (comma-separated). */
+  char *list = NULL;
+  if ((rc = result_join_names(cJSON_GetObjectItemCaseSensitive(trial, "metrics"), &list)) < 0)
+    goto done;
+  rc = list ? env_set(env, "CTUNE_METRICS", list) : 0;
+  free(list);
+  list = NULL;
+  if (rc < 0) goto done;
+  if ((rc = result_join_names(cJSON_GetObjectItemCaseSensitive(trial, "modes"), &list)) < 0)
+    goto done;
+  rc = list ? env_set(env, "CTUNE_MODES", list) : 0;
+  free(list);
+  if (rc < 0) goto done;
   const cJSON *ta = cJSON_GetObjectItemCaseSensitive(trial, "time_attr");
   if ((rc = env_set(env, "CTUNE_TIME_ATTR",
                     cJSON_IsString(ta) ? ta->valuestring : "training_iteration")) < 0)

@@ -216,13 +216,27 @@ class Client:
             raise CtuneError(f"mode {mode!r} is not min or max", code="bad_mode", path="mode")
         eid = self.experiment_id(experiment)
         if metric is not None and mode is None:
-            own = self.experiment(eid).get("metric")
-            if metric != own:
+            exp = self.experiment(eid)
+            own = exp.get("metric")
+            # Several objectives: each one has its own mode.
+            if metric not in (exp.get("metrics") or [own]):
                 raise CtuneError(f"metric {metric!r} is not the experiment's metric ({own!r}): "
                                  f"say mode='min' or mode='max'", code="mode_required",
                                  path="mode")
         return self._request("GET", f"/api/v1/experiments/{eid}/best",
                              query={"metric": metric, "mode": mode, "scope": scope})
+
+    def pareto(self, experiment, scope="last"):
+        """The Pareto front of an experiment with several objectives:
+        {"experiment_id", "metrics", "modes", "scope", "trials": [{"trial_id",
+        "status", "config", "values": {metric: value}}]}, the trials no other
+        dominates (best() refuses such an experiment unless given a metric).
+        scope as for best()."""
+        if scope not in SCOPES:
+            raise CtuneError(f"scope {scope!r} is not one of {', '.join(SCOPES)}",
+                             code="bad_scope", path="scope")
+        eid = self.experiment_id(experiment)
+        return self._request("GET", f"/api/v1/experiments/{eid}/pareto", query={"scope": scope})
 
     def cancel(self, experiment):
         """Cancel an experiment (its unfinished trials end); returns it."""

@@ -253,9 +253,14 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
         result.setdefault("timestamp", int(time.time()))
         _state["last_mono"] = now
         metric = os.environ.get("CTUNE_METRIC")
-        if metric and metric not in result and not _state["warned_metric"]:
+        # Several objectives: CTUNE_METRICS lists them all, each one needed.
+        several = [m for m in os.environ.get("CTUNE_METRICS", "").split(",") if m]
+        missing = [m for m in several or ([metric] if metric else []) if m not in result]
+        if missing and not _state["warned_metric"]:
             _state["warned_metric"] = True
-            print(f"ctune: this result has no metric {metric!r} (the experiment's metric); it "
+            which = ("one of the experiment's metrics " + ", ".join(several) if several
+                     else "the experiment's metric")
+            print(f"ctune: this result has no metric {missing[0]!r} ({which}); it "
                   f"reported: {', '.join(sorted(result))}. The worker fails the trial.",
                   file=sys.stderr, flush=True)
         line = json.dumps(result, allow_nan=False)  # refuses what cannot go, before saving

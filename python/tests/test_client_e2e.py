@@ -149,6 +149,27 @@ class ClientE2E(unittest.TestCase):
         self.assertEqual(cm.exception.code, "bad_config")
         self.assertIn("sample.json:2:", cm.exception.message)
 
+    def test_pareto_front(self):
+        # loss = lr/it and score = -loss, both minimised: a trade-off where
+        # every trial is on the front; best() needs one of them named.
+        eid, exp = self.run_experiment("py-pareto", "w-pareto", metric=["loss", "score"],
+                                       mode=["min", "min"])
+        self.assertEqual(exp["status"], "TERMINATED", exp)
+        front = self.client.pareto(eid)
+        self.assertEqual(front["metrics"], ["loss", "score"])
+        got = {t["config"]["lr"]: t["values"] for t in front["trials"]}
+        self.assertEqual(sorted(got), [0.1, 0.2, 0.4], front)
+        self.assertAlmostEqual(got[0.4]["score"], -0.4 / 3)
+        self.assertEqual(self.client.pareto("py-pareto", scope="all")["scope"], "all")
+        with self.assertRaises(ctune.CtuneError) as cm:
+            self.client.best(eid)
+        self.assertEqual((cm.exception.status, cm.exception.path), (400, "metric"))
+        self.assertIn("/pareto", cm.exception.message)
+        by_score = self.client.best(eid, metric="score")  # its own mode, min
+        self.assertEqual(by_score["trial"]["config"]["lr"], 0.4)
+        with self.assertRaises(ctune.CtuneError):
+            self.client.pareto(eid, scope="median")
+
     def test_experiment_end_to_end(self):
         eid, exp = self.run_experiment("py-e2e", "w-e2e")
         self.assertEqual(exp["status"], "TERMINATED", exp)

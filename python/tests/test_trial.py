@@ -159,6 +159,15 @@ class TestReport(Base):
         self.assertEqual(r.stderr.count("has no metric 'loss'"), 1, r.stderr)
         self.assertIn("accuracy, time_this_iter_s", r.stderr)
 
+    def test_warns_about_each_of_several_metrics(self):
+        env = clean_env(CTUNE_METRIC="loss", CTUNE_METRICS="loss,lat", CTUNE_TRIAL_ID="3")
+        r = self.child("import ctune\nctune.report(loss=1)\nctune.report(loss=2, lat=1)\n", env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count(
+            "has no metric 'lat' (one of the experiment's metrics loss, lat)"), 1, r.stderr)
+        r = self.child("import ctune\nctune.report(loss=1, lat=2)\n", env)
+        self.assertNotIn("has no metric", r.stderr)
+
     def test_each_result_is_flushed_at_once(self):
         # stdout is a pipe here, block-buffered: the line must arrive while
         # the script still runs, not at its exit.

@@ -99,6 +99,9 @@ void api_trial_view_drop(struct api_trial_view *v);
 cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_config);
 /* Wall-clock time as JSON: a number, or null when 0. */
 cJSON *api_time(double t);
+/* Several objectives: adds "metrics" and "modes" (every objective, in
+ * order) to o; nothing for one metric or none. 0 or -ENOMEM. */
+int api_add_objectives(cJSON *o, const struct experiment_spec *spec);
 
 /* docs/protocol.md#pages: `limit` (1..API_PAGE_MAX, default dflt_limit) and
  * `cursor` (the previous page's next_cursor; absent: from the start) of a

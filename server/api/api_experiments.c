@@ -12,6 +12,7 @@
 #include "best.h"
 #include "clock.h"
 #include "log.h"
+#include "pareto.h"
 #include "searcher.h"
 #include "space.h"
 #include "validate.h"
@@ -232,7 +233,8 @@ cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_
       cJSON_AddItemToObject(o, "tags",
                             e->tags ? api_parsed_or_null(e->tags) : cJSON_CreateArray()) &&
       cJSON_AddNumberToObject(o, "max_concurrent_trials", (double)e->spec.max_concurrent_trials) &&
-      cJSON_AddNumberToObject(o, "num_samples", (double)e->spec.num_samples);
+      cJSON_AddNumberToObject(o, "num_samples", (double)e->spec.num_samples) &&
+      !api_add_objectives(o, &e->spec);
   for (int i = 0; ok && i < TS_COUNT; i++)
     ok = cJSON_AddNumberToObject(counts, trial_status_names[i], (double)e->counts[i]) != NULL;
   if (ok && with_config) ok = cJSON_AddItemToObject(o, "config", api_parsed_or_null(e->config));
@@ -247,6 +249,8 @@ cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_
   } else if (e->spec.has_metric) {
     have_best = !api_best_memory(s, e, -1, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v);
   }
+  /* Several objectives: no single best (GET .../pareto). */
+  if (e->spec.nobjectives > 1) have_best = 0;
   if (ok && e->spec.has_metric && have_best) {
     ok = (best = cJSON_AddObjectToObject(o, "best")) &&
          cJSON_AddNumberToObject(best, "trial_id", (double)best_id) &&
@@ -748,9 +752,20 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
                      "pass ?metric=NAME&mode=min|max",
                      (long long)e->id);
   }
+  if (!metric && e->spec.nobjectives > 1) {
+    server_unlock(s);
+    return api_error(resp, 400, "invalid_query", "metric",
+                     "experiment %lld has %d objectives, so no single best trial: "
+                     "GET /api/v1/experiments/%lld/pareto for the Pareto front, or pass "
+                     "?metric=NAME for the best by one of them",
+                     (long long)e->id, e->spec.nobjectives, (long long)e->id);
+  }
   mode = mode_s               ? (!strcmp(mode_s, "max") ? SPEC_MODE_MAX : SPEC_MODE_MIN)
          : e->spec.has_metric ? e->spec.mode
                               : SPEC_MODE_MIN;
+  /* Several objectives: the mode of the one named. */
+  for (int i = 1; !mode_s && metric && i < e->spec.nobjectives; i++)
+    if (!strcmp(metric, e->spec.objectives[i])) mode = e->spec.modes[i];
   int own = !metric || (e->spec.has_metric && !strcmp(metric, e->spec.metric));
   char name[SPEC_NAME_MAX + 1];
   snprintf(name, sizeof name, "%s", own ? e->spec.metric : metric);
@@ -793,6 +808,121 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
     return -ENOMEM;
   }
   cJSON_AddItemToObject(o, "trial", t);
+  return api_json(resp, 200, o);
+}
+
+static int api_cmp_id(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A result without a number for the objective counts as NaN (as null does
+ * in memory): the trial has no score where it falls in the scope's window. */
+static int api_collect_objective(void *ctx, int64_t trial_id, int has, double v) {
+  return api_collect_metric(ctx, trial_id, 1, has ? v : NAN);
+}
+
+/* Scores of objective j for the trials ids[0..n) (sorted) into
+ * scores[i * k + j], from SQLite (results of compact trials are there only;
+ * the same reading as /best by another metric). */
+static int api_pareto_scores(struct server *s, int64_t exp_id, const char *metric,
+                             enum spec_mode mode, enum best_scope scope, const int64_t *ids,
+                             size_t n, int k, int j, double *scores) {
+  struct metric_ctx mc = {s, NULL, NULL, 0, 0, NULL};
+  int rc = store_experiment_metric(s->store, exp_id, metric, api_collect_objective, &mc);
+  for (size_t a = 0; !rc && a < mc.n;) {
+    size_t b = a;
+    while (b < mc.n && mc.trial_of[b] == mc.trial_of[a]) b++;
+    const int64_t *at = bsearch(&mc.trial_of[a], ids, n, sizeof *ids, api_cmp_id);
+    double v;
+    if (at && !best_score(&mc.vals[a], b - a, scope, mode, &v)) scores[(at - ids) * k + j] = v;
+    a = b;
+  }
+  free(mc.vals);
+  free(mc.trial_of);
+  return rc;
+}
+
+int api_experiment_pareto(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  const char *scope_s = req->query(req->conn, "scope");
+  enum best_scope scope;
+  if (best_scope_parse(scope_s, &scope))
+    return api_error(resp, 400, "invalid_query", "scope",
+                     "scope must be one of last, avg, "
+                     "last-5-avg, last-10-avg, all; got '%s'",
+                     scope_s);
+  server_lock(s);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
+  if (!e) {
+    server_unlock(s);
+    return 0;
+  }
+  if (!e->spec.has_metric) {
+    server_unlock(s);
+    return api_error(resp, 400, "invalid_query", req->path,
+                     "experiment %lld has no metric: a Pareto front needs its objectives "
+                     "(metric and mode as lists)",
+                     (long long)e->id);
+  }
+  int64_t exp_id = e->id;
+  int k = e->spec.nobjectives;
+  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  memcpy(names, e->spec.objectives, sizeof names);
+  memcpy(modes, e->spec.modes, sizeof modes);
+  size_t n = (size_t)e->ntrials;
+  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
+  unsigned char *on = malloc(n ? n : 1);
+  int rc = ids && scores && on ? 0 : -ENOMEM;
+  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  server_unlock(s);
+  cJSON *o = NULL, *arr = NULL, *m = NULL, *d = NULL;
+  size_t nf = 0;
+  if (rc) goto out;
+  qsort(ids, n, sizeof *ids, api_cmp_id);
+  for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
+  commit_flush(s->commit);
+  for (int j = 0; !rc && j < k; j++)
+    rc = api_pareto_scores(s, exp_id, names[j], modes[j], scope, ids, n, k, j, scores);
+  if (!rc) rc = pareto_front(scores, n, k, modes, on, &nf);
+  if (rc) goto out;
+  rc = -ENOMEM;
+  if (!(o = cJSON_CreateObject()) || !cJSON_AddNumberToObject(o, "experiment_id", (double)exp_id) ||
+      !(m = cJSON_AddArrayToObject(o, "metrics")) || !(d = cJSON_AddArrayToObject(o, "modes")) ||
+      !cJSON_AddStringToObject(o, "scope", best_scope_name(scope)) ||
+      !(arr = cJSON_AddArrayToObject(o, "trials")))
+    goto out;
+  for (int j = 0; j < k; j++)
+    if (!cJSON_AddItemToArray(m, cJSON_CreateString(names[j])) ||
+        !cJSON_AddItemToArray(d, cJSON_CreateString(modes[j] == SPEC_MODE_MAX ? "max" : "min")))
+      goto out;
+  server_lock(s);
+  rc = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (!on[i]) continue;
+    /* The lock was let go meanwhile: a deleted trial is left out. */
+    struct srv_trial *t = state_trial_ref(s, ids[i]);
+    if (!t) continue;
+    cJSON *row = cJSON_CreateObject(), *vals = NULL;
+    int ok = row && cJSON_AddItemToArray(arr, row) &&
+             cJSON_AddNumberToObject(row, "trial_id", (double)t->id) &&
+             cJSON_AddStringToObject(row, "status", trial_status_names[t->status]) &&
+             cJSON_AddItemToObject(row, "config", api_parsed_or_null(t->config)) &&
+             (vals = cJSON_AddObjectToObject(row, "values"));
+    for (int j = 0; ok && j < k; j++)
+      ok = cJSON_AddNumberToObject(vals, names[j], scores[i * (size_t)k + (size_t)j]) != NULL;
+    if (!ok) rc = -ENOMEM; /* row, once made, is arr's */
+  }
+  server_unlock(s);
+out:
+  free(ids);
+  free(scores);
+  free(on);
+  if (rc) {
+    cJSON_Delete(o);
+    return rc;
+  }
   return api_json(resp, 200, o);
 }
 

@@ -129,6 +129,25 @@ int api_query_int(const struct api_req *req, struct api_resp *resp, const char *
 
 cJSON *api_time(double t) { return t > 0 ? cJSON_CreateNumber(t) : cJSON_CreateNull(); }
 
+int api_add_objectives(cJSON *o, const struct experiment_spec *spec) {
+  if (spec->nobjectives < 2) return 0;
+  cJSON *m = cJSON_AddArrayToObject(o, "metrics"), *d = cJSON_AddArrayToObject(o, "modes");
+  if (!m || !d) return -ENOMEM;
+  for (int i = 0; i < spec->nobjectives; i++) {
+    cJSON *a = cJSON_CreateString(spec->objectives[i]);
+    if (!a || !cJSON_AddItemToArray(m, a)) {
+      cJSON_Delete(a);
+      return -ENOMEM;
+    }
+    cJSON *b = cJSON_CreateString(spec->modes[i] == SPEC_MODE_MAX ? "max" : "min");
+    if (!b || !cJSON_AddItemToArray(d, b)) {
+      cJSON_Delete(b);
+      return -ENOMEM;
+    }
+  }
+  return 0;
+}
+
 /* docs/protocol.md#pages: the cursor is the position after the last item of
  * the previous page (an id, or a result's index), as a decimal string;
  * clients treat it as opaque. */

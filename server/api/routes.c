@@ -11,6 +11,7 @@ enum {
   H_EXP_TRIALS,
   H_EXP_RESULTS,
   H_EXP_BEST,
+  H_EXP_PARETO,
   H_EXP_CANCEL,
   H_TRIAL_GET,
   H_TRIAL_RESULTS,
@@ -47,6 +48,7 @@ int api_experiment_get(struct server *, const struct api_req *, struct api_resp 
 int api_experiment_trials(struct server *, const struct api_req *, struct api_resp *);
 int api_experiment_results(struct server *, const struct api_req *, struct api_resp *);
 int api_experiment_best(struct server *, const struct api_req *, struct api_resp *);
+int api_experiment_pareto(struct server *, const struct api_req *, struct api_resp *);
 int api_experiment_cancel(struct server *, const struct api_req *, struct api_resp *);
 int api_trial_get(struct server *, const struct api_req *, struct api_resp *);
 int api_trial_results(struct server *, const struct api_req *, struct api_resp *);
@@ -82,6 +84,7 @@ const struct route api_routes[] = {
     {RM_GET, "/api/v1/experiments/{id}/trials", RA_ADMIN, H_EXP_TRIALS},
     {RM_GET, "/api/v1/experiments/{id}/results", RA_ADMIN, H_EXP_RESULTS},
     {RM_GET, "/api/v1/experiments/{id}/best", RA_ADMIN, H_EXP_BEST},
+    {RM_GET, "/api/v1/experiments/{id}/pareto", RA_ADMIN, H_EXP_PARETO},
     {RM_POST, "/api/v1/experiments/{id}/cancel", RA_ADMIN, H_EXP_CANCEL},
     /* docs/protocol.md#experiment-control: a user's changes, admin only */
     {RM_POST, "/api/v1/experiments/{id}/pause", RA_ADMIN, H_EXP_PAUSE},
@@ -122,6 +125,7 @@ const api_handler api_handlers[H_COUNT] = {
     [H_EXP_TRIALS] = api_experiment_trials,
     [H_EXP_RESULTS] = api_experiment_results,
     [H_EXP_BEST] = api_experiment_best,
+    [H_EXP_PARETO] = api_experiment_pareto,
     [H_EXP_CANCEL] = api_experiment_cancel,
     [H_TRIAL_GET] = api_trial_get,
     [H_TRIAL_RESULTS] = api_trial_results,

@@ -46,7 +46,7 @@ int spec_check_keys(const cJSON *obj, const char *path, const char *what,
   return 0;
 }
 
-static int name_ok(const char *s, int allow_slash) {
+int spec_name_ok(const char *s, int allow_slash) {
   size_t n = strlen(s);
   if (n < 1 || n > SPEC_NAME_MAX) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -65,7 +65,7 @@ int spec_get_name(const cJSON *obj, const char *path, const char *key, int allow
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
   if (!v) return 0;
   spec_path_join(p, sizeof p, path, '.', key);
-  if (!cJSON_IsString(v) || !name_ok(v->valuestring, allow_slash)) {
+  if (!cJSON_IsString(v) || !spec_name_ok(v->valuestring, allow_slash)) {
     spec_error_set(err, p, "must be a string of 1-%d characters from A-Z a-z 0-9 _ . -%s",
                    SPEC_NAME_MAX, allow_slash ? " /" : "");
     return -EINVAL;

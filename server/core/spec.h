@@ -12,6 +12,7 @@
 #define SPEC_NUM_SAMPLES_MAX 100000 /* also the cap on grid product x num_samples */
 #define SPEC_ASHA_MAX_MILESTONES 64 /* per bracket */
 #define SPEC_ASHA_MAX_BRACKETS 16
+#define SPEC_MAX_OBJECTIVES 4 /* metric/mode as lists: 1..4 entries */
 
 enum spec_mode { SPEC_MODE_MIN = 0, SPEC_MODE_MAX = 1 };
 enum spec_sched_type {
@@ -66,10 +67,16 @@ struct spec_resources {
 };
 
 struct experiment_spec {
-  char name[SPEC_NAME_MAX + 1]; /* default "experiment" */
-  int has_metric;               /* metric and mode are given together */
-  char metric[SPEC_NAME_MAX + 1];
+  char name[SPEC_NAME_MAX + 1];   /* default "experiment" */
+  int has_metric;                 /* metric and mode are given together */
+  char metric[SPEC_NAME_MAX + 1]; /* the first objective (the only one for most uses) */
   enum spec_mode mode;
+  /* Every objective, metric/mode included as [0]: 1 for a string metric,
+   * the list's length for a list (0 without a metric). Only fifo and
+   * random/grid take more than one (docs/scheduling.md#several-objectives). */
+  int nobjectives;
+  char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
   int64_t num_samples;           /* default 1 */
   int64_t num_trials;            /* grid product x num_samples */
   int64_t max_concurrent_trials; /* 0 = unlimited */
@@ -117,6 +124,8 @@ void spec_path_join(char *dst, size_t size, const char *base, char sep, const ch
  * -EINVAL with err filled when it is wrong. */
 /* A name-like string (1..SPEC_NAME_MAX of A-Z a-z 0-9 _ . -, and / when
  * allow_slash), copied into dst (SPEC_NAME_MAX + 1 bytes). */
+/* 1 when s is such a name, else 0. */
+int spec_name_ok(const char *s, int allow_slash);
 int spec_get_name(const cJSON *obj, const char *path, const char *key, int allow_slash, char *dst,
                   struct validate_error *err);
 /* An integer in [lo, hi]. */

@@ -431,6 +431,10 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
     if (tpe ? tpe_options_check(sa, "search_alg", err)
             : spec_check_keys(sa, "search_alg", "random", random_keys, err))
       return -EINVAL;
+    if (tpe && out->nobjectives > 1)
+      return spec_fail_at(err, "search_alg", "type",
+                          "tpe learns from a single metric: with several objectives only "
+                          "random and grid search run");
     if (tpe && !out->has_metric)
       return spec_fail_at(err, "", "metric",
                           "required with search_alg tpe (and mode): "
@@ -488,6 +492,86 @@ int validate_experiment_stored(const cJSON *config, struct experiment_spec *out,
   return validate_config(config, out, err, 1);
 }
 
+/* metric and mode: two strings, or two lists of the same length (one entry
+ * per objective, at most SPEC_MAX_OBJECTIVES, no metric twice). 1 when
+ * given, 0 when neither is, -EINVAL naming the wrong field. */
+static int check_objectives(const cJSON *config, struct experiment_spec *out,
+                            struct validate_error *err) {
+  const cJSON *metric = cJSON_GetObjectItemCaseSensitive(config, "metric");
+  const cJSON *mode = cJSON_GetObjectItemCaseSensitive(config, "mode");
+  if (!cJSON_IsArray(metric) && !cJSON_IsArray(mode)) { /* one objective, as always */
+    int has = spec_get_name(config, "", "metric", 1, out->objectives[0], err);
+    if (has < 0) return -EINVAL;
+    if (mode) {
+      if (!cJSON_IsString(mode) ||
+          (strcmp(mode->valuestring, "min") && strcmp(mode->valuestring, "max")))
+        return spec_fail_at(err, "", "mode", "must be \"min\" or \"max\"");
+      out->modes[0] = strcmp(mode->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+    }
+    if (has && !mode)
+      return spec_fail_at(err, "", "mode", "required with metric (\"min\" or \"max\")");
+    if (mode && !has)
+      return spec_fail_at(err, "", "metric", "required with mode (the result key to optimise)");
+    if (!has) return 0;
+    out->nobjectives = 1;
+  } else {
+    int n = cJSON_GetArraySize(metric), i = 0;
+    const cJSON *item;
+    char p[64];
+    if (!cJSON_IsArray(metric))
+      return spec_fail_at(err, "", "metric",
+                          metric ? "must be a list of metric names when mode is a list (one "
+                                   "per mode)"
+                                 : "required with mode (the result keys to optimise)");
+    if (n < 1 || n > SPEC_MAX_OBJECTIVES) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "must be a metric name or a list of 1 to %d metric names",
+               SPEC_MAX_OBJECTIVES);
+      return spec_fail_at(err, "", "metric", msg);
+    }
+    if (!cJSON_IsArray(mode))
+      return spec_fail_at(err, "", "mode",
+                          "must be a list of \"min\"/\"max\" when metric is a list (one "
+                          "per metric)");
+    if (cJSON_GetArraySize(mode) != n) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "has %d entries but metric has %d: one mode per metric",
+               cJSON_GetArraySize(mode), n);
+      return spec_fail_at(err, "", "mode", msg);
+    }
+    cJSON_ArrayForEach(item, metric) {
+      snprintf(p, sizeof p, "metric[%d]", i);
+      if (!cJSON_IsString(item) || !spec_name_ok(item->valuestring, 1)) {
+        spec_error_set(err, p, "must be a string of 1-%d characters from A-Z a-z 0-9 _ . - /",
+                       SPEC_NAME_MAX);
+        return -EINVAL;
+      }
+      for (int j = 0; j < i; j++)
+        if (!strcmp(out->objectives[j], item->valuestring)) {
+          spec_error_set(err, p, "'%s' is already metric[%d]: each objective once",
+                         item->valuestring, j);
+          return -EINVAL;
+        }
+      snprintf(out->objectives[i], sizeof out->objectives[i], "%s", item->valuestring);
+      i++;
+    }
+    i = 0;
+    cJSON_ArrayForEach(item, mode) {
+      snprintf(p, sizeof p, "mode[%d]", i);
+      if (!cJSON_IsString(item) ||
+          (strcmp(item->valuestring, "min") && strcmp(item->valuestring, "max"))) {
+        spec_error_set(err, p, "must be \"min\" or \"max\"");
+        return -EINVAL;
+      }
+      out->modes[i++] = strcmp(item->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+    }
+    out->nobjectives = n;
+  }
+  snprintf(out->metric, sizeof out->metric, "%s", out->objectives[0]);
+  out->mode = out->modes[0];
+  return 1;
+}
+
 static int validate_config(const cJSON *config, struct experiment_spec *out,
                            struct validate_error *err, int stored) {
   static const char *const top_keys[] = {"name",
@@ -508,7 +592,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                                          "stop",
                                          "time_budget_s",
                                          NULL};
-  const cJSON *ps, *mode;
+  const cJSON *ps;
   int64_t seed = 0;
   int rc, has_metric;
 
@@ -523,19 +607,8 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
 
   snprintf(out->name, sizeof out->name, "experiment");
   if (spec_get_name(config, "", "name", 0, out->name, err) < 0) return -EINVAL;
-  has_metric = spec_get_name(config, "", "metric", 1, out->metric, err);
+  has_metric = check_objectives(config, out, err);
   if (has_metric < 0) return -EINVAL;
-  mode = cJSON_GetObjectItemCaseSensitive(config, "mode");
-  if (mode) {
-    if (!cJSON_IsString(mode) ||
-        (strcmp(mode->valuestring, "min") && strcmp(mode->valuestring, "max")))
-      return spec_fail_at(err, "", "mode", "must be \"min\" or \"max\"");
-    out->mode = strcmp(mode->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
-  }
-  if (has_metric && !mode)
-    return spec_fail_at(err, "", "mode", "required with metric (\"min\" or \"max\")");
-  if (mode && !has_metric)
-    return spec_fail_at(err, "", "metric", "required with mode (the result key to optimise)");
   out->has_metric = has_metric;
 
   out->num_samples = 1;
@@ -570,6 +643,11 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                         out->sched.type == SPEC_SCHED_PBT
                             ? "required with the pbt scheduler (and mode)"
                             : "required with the median_stopping scheduler (and mode)");
+  if (out->nobjectives > 1 && out->sched.type != SPEC_SCHED_FIFO)
+    return spec_fail_at(err, "scheduler", "type",
+                        "takes a single metric: with several objectives only the fifo "
+                        "scheduler runs (asha, hyperband, median_stopping and pbt stop or "
+                        "exploit trials by one metric)");
   out->sched.num_trials = out->num_trials;
   if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
                       &out->resources, err) ||

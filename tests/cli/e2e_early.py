@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CLI catches mistakes early. End to end against the
 real ctune, ctune-server, ctune-worker. Usage: e2e_early.py BIN_DIR CASE, CASE
-one of sample, remote, fit, failfast, allerror, sigint2, torch_metric. Reuses e2e_cli.py's process
+one of sample, remote, fit, failfast, allerror, sigint2, torch_metric, pareto. Reuses e2e_cli.py's process
 bookkeeping (a child subreaper; every leftover process is killed)."""
 import ctypes
 import json
@@ -27,7 +27,10 @@ if cfg.get("ignore_term"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 for i in range(1, int(cfg["iters"]) + 1):
     time.sleep(float(cfg["sleep"]))
-    print(json.dumps({"training_iteration": i, "loss": cfg["x"] / i}), flush=True)
+    r = {"training_iteration": i, "loss": cfg["x"] / i}
+    if cfg.get("cost"):  # a second objective against the first
+        r["cost"] = 1 / cfg["x"]
+    print(json.dumps(r), flush=True)
     if cfg["x"] == cfg.get("fail_at", -1):
         print("exploding on purpose", file=sys.stderr, flush=True)
         sys.exit(3)
@@ -171,6 +174,31 @@ def case_allerror(tmp):
     check(not descendants(), f"processes left: {descendants()}")
 
 
+def case_pareto(tmp):
+    """Several objectives: `ctune run` ends with the Pareto front as a table
+    (no single best), `ctune best` prints it (--json: the server's answer),
+    and `ctune best --metric cost` takes cost's own mode."""
+    cfg = trial_config(tmp, "po", [1.0, 2.0, 4.0], metric=["loss", "cost"], mode=["min", "min"],
+                       params={"cost": 1})
+    code, out, err = ctune("run", cfg, "--cpus", "2", cwd=tmp, timeout=90)
+    check(code == 0, f"exit {code}: {err} {out[-800:]}")
+    head = "Pareto front of experiment 1 (scope last): 3 trials, by loss (min), cost (min)"
+    check(head in out and "Best trial" not in out, f"stdout: {out[-1200:]}")
+    db = os.path.join(tmp, "ctune-results", "po.db")
+    _, url = start_server(tmp, db)
+    A = ["--server", url, "--db", db]
+    code, out, err = ctune("best", "1", *A)
+    rows = [ln.split() for ln in out.splitlines()[2:]]
+    check(code == 0 and out.startswith(head), f"best: {code} {out} {err}")
+    check(sorted(r[1] for r in rows) == ["0.333333", "0.666667", "1.33333"] and
+          sorted(r[2] for r in rows) == ["0.25", "0.5", "1"], f"rows: {rows}")
+    code, out, err = ctune("best", "1", "--json", "--scope", "all", *A)
+    front = json.loads(out)
+    check(code == 0 and front["scope"] == "all" and len(front["trials"]) == 3, f"json: {out}")
+    code, out, err = ctune("best", "1", "--metric", "cost", *A)
+    check(code == 0 and "with cost=0.25" in out, f"best --metric cost: {code} {out} {err}")
+
+
 TORCH_TRIAL = r'''
 import pathlib, tempfile, time
 import torch, torch.nn as nn
@@ -279,7 +307,7 @@ def main():
     try:
         {"sample": case_sample, "remote": case_remote, "fit": case_fit, "failfast": case_failfast,
          "allerror": case_allerror, "sigint2": case_sigint2,
-         "torch_metric": case_torch_metric}[CASE](tmp)
+         "torch_metric": case_torch_metric, "pareto": case_pareto}[CASE](tmp)
         ok = True
     finally:
         base.cleanup()

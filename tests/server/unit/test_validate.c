@@ -333,6 +333,55 @@ static const struct bad bad_configs[] = {
     {"{\"fail_fast\": 1, " TRAIN "}", "fail_fast", "must be true or false"},
     {"{\"trainable\": {\"type\": \"command\", \"argv\": [\"x\"], \"stdout\": \"file\"}}",
      "trainable.stdout", "must be \"pty\" or \"pipe\""},
+    /* Several objectives: metric and mode as lists of the same length. */
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\"], " TRAIN "}", "mode",
+     "has 1 entries but metric has 2: one mode per metric"},
+    {"{\"metric\": [\"a\", \"a\"], \"mode\": [\"min\", \"max\"], " TRAIN "}", "metric[1]",
+     "'a' is already metric[0]: each objective once"},
+    {"{\"metric\": [], \"mode\": [], " TRAIN "}", "metric",
+     "must be a metric name or a list of 1 to 4 metric names"},
+    {"{\"metric\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"mode\": [\"min\", \"min\", \"min\", "
+     "\"min\", \"min\"], " TRAIN "}",
+     "metric", "must be a metric name or a list of 1 to 4 metric names"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"up\"], " TRAIN "}", "mode[1]",
+     "must be \"min\" or \"max\""},
+    {"{\"metric\": [\"a\", 3], \"mode\": [\"min\", \"min\"], " TRAIN "}", "metric[1]",
+     "must be a string of 1-128 characters from A-Z a-z 0-9 _ . - /"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": \"min\", " TRAIN "}", "mode",
+     "must be a list of \"min\"/\"max\" when metric is a list (one per metric)"},
+    {"{\"metric\": \"a\", \"mode\": [\"min\"], " TRAIN "}", "metric",
+     "must be a list of metric names when mode is a list (one per mode)"},
+    {"{\"mode\": [\"min\"], " TRAIN "}", "metric",
+     "required with mode (the result keys to optimise)"},
+    /* Until several-objective early stopping exists, only fifo and
+     * random/grid take several objectives. */
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
+     "\"asha\"}, " TRAIN "}",
+     "scheduler.type",
+     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
+     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
+     "\"hyperband\"}, " TRAIN "}",
+     "scheduler.type",
+     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
+     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
+     "\"median_stopping\"}, " TRAIN "}",
+     "scheduler.type",
+     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
+     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+    {"{\"metric\": [\"lr_out\", \"b\"], \"mode\": [\"min\", \"max\"], \"param_space\": {\"lr\": "
+     "{\"type\": \"uniform\", \"lower\": 0.1, \"upper\": 0.2}}, \"scheduler\": {\"type\": "
+     "\"pbt\", \"hyperparam_mutations\": {\"lr\": {\"type\": \"uniform\", \"lower\": 0.1, "
+     "\"upper\": 0.2}}}, " TRAIN "}",
+     "scheduler.type",
+     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
+     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"search_alg\": {\"type\": "
+     "\"tpe\"}, " TRAIN "}",
+     "search_alg.type",
+     "tpe learns from a single metric: with several objectives only random and grid search "
+     "run"},
 };
 
 START_TEST(bad_config) {
@@ -530,6 +579,48 @@ START_TEST(random_configs_never_crash) {
 }
 END_TEST
 
+/* metric and mode as lists: every objective kept in order, [0] also as
+ * metric/mode; a list of one is one objective; a string stays one. */
+START_TEST(several_objectives) {
+  struct experiment_spec s;
+  struct validate_error err;
+  cJSON *c = cJSON_Parse("{\"metric\": [\"val_loss\", \"latency_ms\", \"acc\"], \"mode\": "
+                         "[\"min\", \"min\", \"max\"], \"search_alg\": {\"type\": \"random\"}, "
+                         "\"scheduler\": {\"type\": \"fifo\"}, " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.has_metric, 1);
+  ck_assert_int_eq(s.nobjectives, 3);
+  ck_assert_str_eq(s.metric, "val_loss");
+  ck_assert_int_eq(s.mode, SPEC_MODE_MIN);
+  ck_assert_str_eq(s.objectives[1], "latency_ms");
+  ck_assert_str_eq(s.objectives[2], "acc");
+  ck_assert_int_eq(s.modes[1], SPEC_MODE_MIN);
+  ck_assert_int_eq(s.modes[2], SPEC_MODE_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": [\"acc\"], \"mode\": [\"max\"], " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.nobjectives, 1);
+  ck_assert_str_eq(s.metric, "acc");
+  ck_assert_int_eq(s.mode, SPEC_MODE_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": \"acc\", \"mode\": \"max\", " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.nobjectives, 1);
+  ck_assert_str_eq(s.objectives[0], "acc");
+  ck_assert_int_eq(s.modes[0], SPEC_MODE_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{" TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.nobjectives, 0);
+  ck_assert_int_eq(s.has_metric, 0);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("core");
@@ -537,6 +628,7 @@ int main(void) {
   tcase_add_test(tc, minimal_config_defaults);
   tcase_add_loop_test(tc, bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
   tcase_add_test(tc, limits_on_strings_and_depth);
+  tcase_add_test(tc, several_objectives);
   tcase_add_test(tc, random_configs_never_crash);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -4,7 +4,8 @@ script reports "acc". As Ray does, the trial's first result fails it at once:
 status ERROR, reason missing_metric, an error naming the metric and the keys
 the script reported; that result is not stored, the process is stopped
 early, and `ctune watch` (what `ctune run` prints) shows the error line. A trial that reports the
-metric runs on."""
+metric runs on. With several objectives the first result must carry every
+one: the one missing is named."""
 import os
 import subprocess
 import sys
@@ -56,6 +57,17 @@ def body(env):
                              env=dict(os.environ, CTUNE_TOKEN=env.admin_token))
         print(out.stdout[-1500:], out.stderr[-500:])
         assert "result has no metric 'accuracy'" in out.stdout, (out.stdout, out.stderr)
+
+    # Several objectives: "lat" never reported fails the trial, naming it.
+    multi = env.submit(command_config(
+        "multi", [PY, TRIAL, "metric", outdir, "3", "0.05", "acc"],
+        metric=["acc", "lat"], mode=["max", "min"]))
+    env.wait_experiment(multi, 30)
+    t3 = env.trials(multi)[0]
+    want = ("missing_metric: result has no metric 'lat' (one of the experiment's metrics "
+            "acc, lat); it reported: acc")
+    assert t3["status"] == "ERROR" and t3["error"] == want, t3
+    assert env.results(t3["id"]) == [], env.results(t3["id"])
 
     # The metric reported: no error.
     ok = env.submit(command_config(

@@ -222,6 +222,54 @@ START_TEST(missing_metric_message) {
 }
 END_TEST
 
+/* Several objectives: the lease's metrics become CTUNE_METRICS/CTUNE_MODES
+ * (comma-separated; CTUNE_METRIC/CTUNE_MODE stay the first), and the first
+ * result must carry every one: the first missing is named. */
+START_TEST(several_metrics) {
+  cJSON *t = cJSON_Parse("{\"id\": 1, \"config\": {}, \"metric\": \"loss\", \"mode\": \"min\","
+                         " \"metrics\": [\"loss\", \"lat\"], \"modes\": [\"min\", \"max\"],"
+                         " \"trainable\": {\"type\": \"command\", \"argv\": [\"p\"]}}");
+  struct trainable_ctx c = {"/t", "/w/1", 0, 1, "", 0, 0, base_env, NULL};
+  struct trainable_cmd cmd;
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, NULL, 0), 0);
+  ck_assert_str_eq(env_get(cmd.env, "CTUNE_METRIC"), "loss");
+  ck_assert_str_eq(env_get(cmd.env, "CTUNE_MODE"), "min");
+  ck_assert_str_eq(env_get(cmd.env, "CTUNE_METRICS"), "loss,lat");
+  ck_assert_str_eq(env_get(cmd.env, "CTUNE_MODES"), "min,max");
+  trainable_cmd_free(&cmd);
+  cJSON_Delete(t);
+  /* One metric: neither list is set (as before several objectives). */
+  t = cJSON_Parse("{\"id\": 1, \"config\": {}, \"metric\": \"loss\", \"mode\": \"min\","
+                  " \"trainable\": {\"type\": \"command\", \"argv\": [\"p\"]}}");
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, NULL, 0), 0);
+  ck_assert_ptr_null(env_get(cmd.env, "CTUNE_METRICS"));
+  ck_assert_ptr_null(env_get(cmd.env, "CTUNE_MODES"));
+  trainable_cmd_free(&cmd);
+  cJSON_Delete(t);
+
+  char *list = NULL;
+  cJSON *a = cJSON_Parse("[\"loss\", \"lat\", \"acc\"]");
+  ck_assert_int_eq(result_join_names(a, &list), 0);
+  ck_assert_str_eq(list, "loss,lat,acc");
+  cJSON *r = cJSON_Parse("{\"loss\": 0.5, \"acc\": 1}");
+  char *m = result_missing_metric(r, list);
+  ck_assert_str_eq(m, "result has no metric 'lat' (one of the experiment's metrics loss, lat, "
+                      "acc); it reported: loss, acc");
+  free(m);
+  cJSON_AddNumberToObject(r, "lat", 3);
+  ck_assert_ptr_null(result_missing_metric(r, list));
+  /* A name that is a prefix of a key is not that key. */
+  cJSON *r2 = cJSON_Parse("{\"loss\": 0.5, \"latency\": 1, \"acc\": 1}");
+  m = result_missing_metric(r2, list);
+  ck_assert_ptr_nonnull(m);
+  free(m);
+  free(list);
+  cJSON_Delete(r);
+  cJSON_Delete(r2);
+  cJSON_Delete(a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("habits");
   TCase *tc = tcase_create("core");
@@ -233,6 +281,7 @@ int main(void) {
   tcase_add_test(tc, results_without_time_attr);
   tcase_add_test(tc, fill_numbers_and_clocks);
   tcase_add_test(tc, missing_metric_message);
+  tcase_add_test(tc, several_metrics);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

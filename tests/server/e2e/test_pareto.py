@@ -1,0 +1,101 @@
+"""Several objectives through the real server: metric/mode lists are
+accepted (and refused with asha or tpe, or with lists of different
+lengths), the lease carries every objective, /pareto answers the front under
+each scope (ties kept, a trial whose window holds a null for one objective
+left out), the same after a restart (the stored config read back), and /best
+points to /pareto unless ?metric= picks one objective, whose own mode it
+then uses."""
+from ctune_e2e import Server, Runner, experiment, register, lease, report
+
+
+def multi(**extra):
+    return experiment(n=5, metric=["loss", "acc"], mode=["min", "max"], **extra)
+
+
+def test_submission_checks():
+    s = Server()
+    for cfg, path in ((multi(sched={"type": "asha"}), "scheduler.type"),
+                      (multi(search_alg={"type": "tpe"}), "search_alg.type"),
+                      (experiment(metric=["loss", "acc"], mode=["min"]), "mode"),
+                      (experiment(metric=["loss", "loss"], mode=["min", "min"]), "metric[1]")):
+        st, b, _ = s.post("/api/v1/experiments", cfg)
+        assert st == 400 and b["error"]["code"] == "invalid_config", (st, b)
+        assert b["error"]["path"] == path, b
+    st, b, _ = s.post("/api/v1/experiments", multi(sched={"type": "asha"}))
+    assert "only the fifo scheduler" in b["error"]["message"], b
+    s.stop()
+
+
+def front(s, eid, scope=None):
+    q = "?scope=" + scope if scope else ""
+    b = s.ok("GET", "/api/v1/experiments/%d/pareto%s" % (eid, q))
+    assert b["metrics"] == ["loss", "acc"] and b["modes"] == ["min", "max"], b
+    return {t["trial_id"]: t["values"] for t in b["trials"]}
+
+
+def test_front_and_best():
+    s = Server()
+    eid = s.ok("POST", "/api/v1/experiments", multi(), status=201)["id"]
+    e = s.ok("GET", "/api/v1/experiments/%d" % eid)
+    assert e["metric"] == "loss" and e["mode"] == "min", e
+    assert e["metrics"] == ["loss", "acc"] and e["modes"] == ["min", "max"], e
+    w = register(s, cpu=8)
+    ts = [lease(s, w) for _ in range(5)]
+    assert ts[0]["metrics"] == ["loss", "acc"] and ts[0]["modes"] == ["min", "max"], ts[0]
+    assert ts[0]["metric"] == "loss" and ts[0]["mode"] == "min", ts[0]
+    a, b, c, d, x = (t["id"] for t in ts)
+    report(s, a, training_iteration=1, loss=0.1, acc=0.6)
+    report(s, b, training_iteration=1, loss=0.5, acc=0.9)
+    report(s, c, training_iteration=1, loss=0.05, acc=0.95)  # best ever, then worse
+    report(s, c, training_iteration=2, loss=0.5, acc=0.8)  # b dominates it
+    report(s, d, training_iteration=1, loss=0.1, acc=0.6)  # a's twin: both kept
+    report(s, x, training_iteration=1, loss=0.01, acc=0.99)  # best of all, then
+    report(s, x, training_iteration=2, loss=0.01, acc=None)  # no finite acc: out
+    want = {a: {"loss": 0.1, "acc": 0.6}, b: {"loss": 0.5, "acc": 0.9},
+            d: {"loss": 0.1, "acc": 0.6}}
+    assert front(s, eid) == want, front(s, eid)
+    assert front(s, eid, "last") == want
+    # all: each objective's best ever (x's null ignored); avg: x's null
+    # is inside the window.
+    assert front(s, eid, "all") == {x: {"loss": 0.01, "acc": 0.99}}, front(s, eid, "all")
+    avg = front(s, eid, "avg")
+    assert x not in avg and avg[c] == {"loss": 0.275, "acc": 0.875}, avg
+    st, body, _ = s.get("/api/v1/experiments/%d/pareto?scope=best" % eid)
+    assert st == 400 and body["error"]["path"] == "scope", (st, body)
+    assert s.ok("GET", "/api/v1/experiments/%d" % eid)["best"] is None
+    # /best: no single best; ?metric= picks one objective and its mode.
+    st, body, _ = s.get("/api/v1/experiments/%d/best" % eid)
+    assert st == 400 and body["error"]["path"] == "metric", (st, body)
+    assert "/api/v1/experiments/%d/pareto" % eid in body["error"]["message"], body
+    best = s.ok("GET", "/api/v1/experiments/%d/best?metric=acc" % eid)
+    assert best["trial_id"] == b and best["mode"] == "max" and best["value"] == 0.9, best
+    best = s.ok("GET", "/api/v1/experiments/%d/best?metric=loss" % eid)
+    assert best["trial_id"] == x and best["mode"] == "min", best
+    # The stored config is read back the same after a restart.
+    s.restart()
+    assert front(s, eid) == want
+    e = s.ok("GET", "/api/v1/experiments/%d" % eid)
+    assert e["config"]["metric"] == ["loss", "acc"] and e["metrics"] == ["loss", "acc"], e
+    s.stop()
+
+
+def test_single_metric_unchanged():
+    s = Server()
+    eid = s.ok("POST", "/api/v1/experiments", experiment(n=2), status=201)["id"]
+    e = s.ok("GET", "/api/v1/experiments/%d" % eid)
+    assert "metrics" not in e and e["config"]["metric"] == "loss", e
+    w = register(s)
+    t = lease(s, w)
+    assert "metrics" not in t and t["metric"] == "loss", t
+    report(s, t["id"], training_iteration=1, loss=0.3)
+    b = s.ok("GET", "/api/v1/experiments/%d/pareto" % eid)
+    assert b["metrics"] == ["loss"] and [r["trial_id"] for r in b["trials"]] == [t["id"]], b
+    assert s.ok("GET", "/api/v1/experiments/%d/best" % eid)["trial_id"] == t["id"]
+    s.stop()
+
+
+if __name__ == "__main__":
+    r = Runner()
+    for fn in (test_submission_checks, test_front_and_best, test_single_metric_unchanged):
+        r.run(fn)
+    r.done()
