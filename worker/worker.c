@@ -1770,11 +1770,14 @@ static void worker_load_identity(struct worker *w) {
 
 /* After registering anew: messages of an earlier identity can never be
  * delivered (the server refuses them: 401/403); drop them now, logged.
- * Lanes with a request out are left to its reply. */
+ * Every fenced message queued so far is such a one, whatever its worker
+ * id: a server on a fresh database numbers workers from 1 again, so the
+ * new identity can carry the old one's id. Lanes with a request out are
+ * left to its reply. */
 static void worker_drop_old_identity(struct worker *w) {
   size_t total = 0;
   for (struct outbox_lane *l = w->ob.lanes; l; l = l->next) {
-    while (!l->inflight && l->head && l->head->lease.attempt && l->head->lease.worker_id != w->id) {
+    while (!l->inflight && l->head && l->head->lease.attempt) {
       struct outbox_lease old = l->head->lease;
       size_t n = outbox_drop_lease(&w->ob, l, &old);
       if (!n) break;
