@@ -80,6 +80,64 @@ OBJECTIVES = [("branin", BRANIN_SPACE, branin, 0.397887),
               ("hartmann6", HART_SPACE, hartmann6, -3.32237),
               ("mixed", MIXED_SPACE, mixed, 0.0)]
 
+# ---------- several objectives (both minimised) ----------
+
+ZDT1_N = 5
+ZDT1_SPACE = {f"x{i}": {"type": "uniform", "lower": 0, "upper": 1} for i in range(ZDT1_N)}
+
+
+def zdt1(c):
+    x = [c[f"x{i}"] for i in range(ZDT1_N)]
+    g = 1 + 9 * sum(x[1:]) / (ZDT1_N - 1)
+    return [x[0], g * (1 - math.sqrt(x[0] / g))]
+
+
+# DTLZ2 with 3 objectives and k = 10 distance variables (Deb et al.'s
+# choice): 12 variables in [0, 1]; the front is the unit sphere's octant.
+DTLZ2_M, DTLZ2_N = 3, 12
+DTLZ2_SPACE = {f"x{i}": {"type": "uniform", "lower": 0, "upper": 1} for i in range(DTLZ2_N)}
+
+
+def dtlz2(c):
+    x = [c[f"x{i}"] for i in range(DTLZ2_N)]
+    g = sum((xi - 0.5) ** 2 for xi in x[DTLZ2_M - 1:])
+    f = []
+    for m in range(DTLZ2_M):
+        v = 1 + g
+        for xi in x[:DTLZ2_M - 1 - m]:
+            v *= math.cos(xi * math.pi / 2)
+        if m:
+            v *= math.sin(x[DTLZ2_M - 1 - m] * math.pi / 2)
+        f.append(v)
+    return f
+
+
+MO_OBJECTIVES = [("zdt1", ZDT1_SPACE, zdt1, [1.1, 11.0]),
+                 ("dtlz2", DTLZ2_SPACE, dtlz2, [1.1, 1.1, 1.1])]
+
+
+def hypervolume(points, ref):
+    """Exact hypervolume of minimised points up to ref (2 or 3 objectives),
+    written here independently of ctune's C code: a sweep in 2-D, slices
+    along the last objective in 3-D."""
+    pts = [p for p in points if all(a < r for a, r in zip(p, ref))]
+    if not pts:
+        return 0.0
+    if len(ref) == 2:
+        vol, ybest = 0.0, ref[1]
+        for x, y in sorted(pts):
+            if y < ybest:
+                vol += (ref[0] - x) * (ybest - y)
+                ybest = y
+        return vol
+    pts.sort(key=lambda p: p[2])
+    vol = 0.0
+    for i, p in enumerate(pts):
+        top = pts[i + 1][2] if i + 1 < len(pts) else ref[2]
+        if top > p[2]:
+            vol += hypervolume([q[:2] for q in pts[:i + 1]], ref[:2]) * (top - p[2])
+    return vol
+
 # ---------- ctune through tpe_driver ----------
 
 
@@ -110,6 +168,17 @@ def run_ctune(drv, space, f, seed, trials, alg):
         best = min(best, v)
         drv.call(cmd="observe", id=i, config=cfg, value=v, state="finished")
     return best
+
+
+def run_ctune_mo(drv, space, f, ref, seed, trials, alg):
+    drv.call(cmd="create", param_space=space, search_alg=alg, modes=["min"] * len(ref), seed=seed)
+    pts = []
+    for i in range(trials):
+        cfg = drv.call(cmd="suggest", index=i)["config"]
+        v = f(cfg)
+        pts.append(v)
+        drv.call(cmd="observe", id=i, config=cfg, values=v, state="finished")
+    return hypervolume(pts, ref)
 
 
 def ctune_timing(drv, space, f, n, repeats):
@@ -144,6 +213,23 @@ def optuna_worker(args):
                 "lr": trial.suggest_float("lr", 1e-5, 1, log=True),
                 "layers": trial.suggest_int("layers", 1, 8),
                 "width": 2 ** trial.suggest_int("width_exp", 3, 10)}
+
+    if args.suite == "mo":
+        result = {"version": optuna.__version__, "hv": {}}
+        for label, make in (("motpe", lambda s: optuna.samplers.TPESampler(seed=s)),
+                            ("nsga2", lambda s: optuna.samplers.NSGAIISampler(seed=s))):
+            result["hv"][label] = {}
+            for name, space, f, ref in MO_OBJECTIVES:
+                hvs = []
+                for seed in range(args.seeds):
+                    study = optuna.create_study(directions=["minimize"] * len(ref),
+                                                sampler=make(seed))
+                    study.optimize(lambda t: f({k: t.suggest_float(k, 0, 1) for k in space}),
+                                   n_trials=args.trials)
+                    hvs.append(hypervolume([t.values for t in study.trials], ref))
+                result["hv"][label][name] = hvs
+        json.dump(result, sys.stdout)
+        return
 
     fns = {name: f for name, _, f, _ in OBJECTIVES}
     # TPESampler() as users create it (Optuna 5.0: multivariate, constant
@@ -201,6 +287,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="skip the timing part")
+    ap.add_argument("--suite", choices=["so", "mo"], default="so",
+                    help="so: Branin, Hartmann6, mixed (best value); mo: ZDT1 and DTLZ2 "
+                         "(final hypervolume; use --trials 100)")
     ap.add_argument("--optuna-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.optuna_worker:
@@ -213,10 +302,12 @@ def main():
         sys.exit(f"bench_search: {driver} not found (build the tree first)")
     t0 = time.time()
     wargs = [VENV_PY, os.path.abspath(__file__), "--optuna-worker", "--seeds", str(args.seeds),
-             "--trials", str(args.trials)] + (["--quick"] if args.quick else [])
+             "--trials", str(args.trials), "--suite", args.suite] + (["--quick"] if args.quick else [])
     opt = subprocess.Popen(wargs, stdout=subprocess.PIPE, text=True)
 
     drv = Driver(driver)
+    if args.suite == "mo":
+        return main_mo(args, drv, opt, t0)
     methods = [("ctune TPE default", {"type": "tpe"}),
                ("ctune multivariate=false", {"type": "tpe", "multivariate": False}),
                ("random", {"type": "tpe", "n_startup_trials": 10 ** 5})]
@@ -283,6 +374,46 @@ def main():
             print(f"Optuna {o['version']} TPESampler (multivariate default), hartmann6, "
                   f"1000 finished: {o['timing_ms']:.0f} ms per trial (median of 5)")
     print()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f} at the end; took {time.time() - t0:.0f} s")
+    return 0
+
+
+def main_mo(args, drv, opt, t0):
+    methods = [("ctune TPE default", {"type": "tpe"}),
+               ("ctune multivariate", {"type": "tpe", "multivariate": True}),
+               ("random", {"type": "tpe", "n_startup_trials": 10 ** 5})]
+    hv = {}
+    for name, space, f, ref in MO_OBJECTIVES:
+        for label, alg in methods:
+            hv[(name, label)] = [run_ctune_mo(drv, space, f, ref, s, args.trials, dict(alg))
+                                 for s in range(args.seeds)]
+    drv.close()
+    out, _ = opt.communicate()
+    if opt.returncode:
+        sys.exit("bench_search: the Optuna run failed")
+    o = json.loads(out)
+    mv, ns = f"Optuna {o['version']} TPESampler()", "Optuna NSGAIISampler()"
+    for name, _, _, _ in MO_OBJECTIVES:
+        hv[(name, mv)] = o["hv"]["motpe"][name]
+        hv[(name, ns)] = o["hv"]["nsga2"][name]
+    print(f"{args.trials} trials x {args.seeds} seeds; final hypervolume (higher is better): "
+          "median [25th-75th percentile]")
+    labels = ["ctune TPE default", mv, ns, "ctune multivariate", "random"]
+    print("| problem (reference point) | " + " | ".join(labels) + " |")
+    print("|---" * (len(labels) + 1) + "|")
+    ok = True
+    for name, _, _, ref in MO_OBJECTIVES:
+        cells = []
+        for lab in labels:
+            lo, med, hi = quartiles(hv[(name, lab)])
+            cells.append(f"{med:.3f} [{lo:.3f}, {hi:.3f}]")
+        print(f"| {name} ({', '.join(f'{r:g}' for r in ref)}) | " + " | ".join(cells) + " |")
+        ours = statistics.median(hv[(name, labels[0])])
+        for lab in (mv, ns):
+            ok = ok and ours >= statistics.median(hv[(name, lab)])
+    print()
+    print("ctune's default median >= Optuna's MOTPE and NSGA-II on both: " + ("yes" if ok else "NO"))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f} at the end; took {time.time() - t0:.0f} s")
     return 0

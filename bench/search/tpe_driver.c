@@ -2,10 +2,12 @@
  * JSON reply per line on stdout, so bench_search.py can run ctune's TPE next
  * to Optuna's. Commands:
  *   {"cmd": "create", "param_space": {...}, "search_alg": {...},
- *    "mode": "min"|"max", "seed": N}              -> {"ok": true} | {"error": ...}
+ *    "mode": "min"|"max" or "modes": ["min", ...], "seed": N}
+ *                                                 -> {"ok": true} | {"error": ...}
  *   (search_alg gets today's defaults, as a new experiment's does)
- *   {"cmd": "observe", "id": N, "config": {...}, "value": X|null,
- *    "state": "finished"|"running"}               -> {"ok": true}
+ *   {"cmd": "observe", "id": N, "config": {...}, "value": X|null
+ *    or "values": [X|null, ...] (one per mode), "state": "finished"|"running"}
+ *                                                 -> {"ok": true}
  *   {"cmd": "suggest", "index": N, "fixed": {...}} -> {"config": {...}, "us": T}
  * "us" is the time tpe_suggest took (CLOCK_MONOTONIC, microseconds). */
 #include <errno.h>
@@ -52,6 +54,7 @@ static double now_us(void) {
 
 int main(void) {
   struct tpe *t = NULL;
+  int nobj = 1;
   size_t cap = 1 << 20;
   char *line = malloc(cap);
 
@@ -64,19 +67,26 @@ int main(void) {
     } else if (strcmp(cmd, "create") == 0) {
       struct validate_error err = {{0}, {0}};
       const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(c, "mode"));
+      cJSON *ms = cJSON_GetObjectItem(c, "modes");
       cJSON *seed = cJSON_GetObjectItem(c, "seed");
+      enum spec_mode modes[SPEC_MAX_OBJECTIVES];
       tpe_free(t);
       t = NULL;
+      nobj = cJSON_IsArray(ms) ? cJSON_GetArraySize(ms) : 1;
+      if (nobj < 1 || nobj > SPEC_MAX_OBJECTIVES) nobj = 1;
+      for (int j = 0; j < nobj; j++) {
+        const char *m = cJSON_IsArray(ms) ? cJSON_GetStringValue(cJSON_GetArrayItem(ms, j)) : mode;
+        modes[j] = m && strcmp(m, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+      }
       cJSON *sa = cJSON_GetObjectItem(c, "search_alg");
       /* As the server treats a new experiment: today's defaults written in
        * (an absent field would mean the original default to tpe_create). */
       int rc = cJSON_IsObject(sa) && !tpe_options_check(sa, "search_alg", NULL)
-                   ? tpe_options_fill(sa)
+                   ? tpe_options_fill(sa, nobj)
                    : 0;
       if (!rc)
-        rc = tpe_create(cJSON_GetObjectItem(c, "param_space"), sa,
-                        mode && strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN,
-                        cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 0, &t, &err);
+        rc = tpe_create_mo(cJSON_GetObjectItem(c, "param_space"), sa, modes, nobj,
+                           cJSON_IsNumber(seed) ? (uint64_t)seed->valuedouble : 0, &t, &err);
       if (rc)
         fail(err.path, err.message);
       else
@@ -84,12 +94,16 @@ int main(void) {
     } else if (!t) {
       fail("", "create first");
     } else if (strcmp(cmd, "observe") == 0) {
-      cJSON *v = cJSON_GetObjectItem(c, "value");
+      cJSON *v = cJSON_GetObjectItem(c, "value"), *vs = cJSON_GetObjectItem(c, "values");
       const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(c, "state"));
-      int rc =
-          tpe_observe(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id")),
-                      cJSON_GetObjectItem(c, "config"), cJSON_IsNumber(v) ? v->valuedouble : NAN,
-                      st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
+      double vals[SPEC_MAX_OBJECTIVES];
+      for (int j = 0; j < nobj; j++) {
+        cJSON *x = cJSON_IsArray(vs) ? cJSON_GetArrayItem(vs, j) : v;
+        vals[j] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+      }
+      int rc = tpe_observe_mo(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id")),
+                              cJSON_GetObjectItem(c, "config"), vals,
+                              st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
       if (rc)
         fail("", strerror(-rc));
       else

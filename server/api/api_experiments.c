@@ -273,6 +273,31 @@ static int api_dry_run(const struct api_req *req) {
   return -EINVAL;
 }
 
+/* The value of metric at t's last result (t an ended trial of src; NaN:
+ * none, or t failed). 0 or -ENOMEM. */
+static int api_warm_value(struct server *s, const struct srv_experiment *src,
+                          const struct srv_trial *t, const char *metric, double *out) {
+  int key =
+      src->spec.has_metric && !strcmp(src->spec.metric, metric) ? -1 : state_key_index(src, metric);
+  double v = NAN;
+  if (t->status == TS_TERMINATED && key < 0 && src->spec.has_metric && t->has_last_value)
+    v = t->last_value;
+  else if (t->status == TS_TERMINATED && key >= 0 && key < t->nseries && t->series[key].n)
+    v = t->series[key].v[t->series[key].n - 1];
+  else if (t->status == TS_TERMINATED && t->compact && !(key < 0 && src->spec.has_metric)) {
+    /* Bounded memory: an ended trial's other keys are in its last result. */
+    char *last = NULL;
+    if (state_trial_last_result(s, t, &last)) return -ENOMEM;
+    cJSON *lr = last ? cJSON_Parse(last) : NULL;
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(lr, metric);
+    if (cJSON_IsNumber(x)) v = x->valuedouble;
+    cJSON_Delete(lr);
+    free(last);
+  }
+  *out = v;
+  return 0;
+}
+
 /* warm_start {"experiment": ID}: that experiment's ended trials, with their
  * value of this experiment's metric at their last result, are written into
  * the config (warm_start.trials) and the spec before it is stored, so a
@@ -294,35 +319,23 @@ static int api_warm_start(struct server *s, cJSON *cfg, struct experiment_spec *
   }
   cJSON *arr = cJSON_CreateArray();
   if (!arr) return -ENOMEM;
-  int key = src->spec.has_metric && !strcmp(src->spec.metric, spec->metric)
-                ? -1
-                : state_key_index(src, spec->metric);
+  int nobj = spec->nobjectives > 1 ? spec->nobjectives : 1;
   for (int64_t i = 0; i < src->ntrials; i++) {
     const struct srv_trial *t = src->trials[i];
     if (t->status != TS_TERMINATED && t->status != TS_ERROR) continue;
-    double v = NAN;
-    if (t->status == TS_TERMINATED && key < 0 && src->spec.has_metric && t->has_last_value)
-      v = t->last_value;
-    else if (t->status == TS_TERMINATED && key >= 0 && key < t->nseries && t->series[key].n)
-      v = t->series[key].v[t->series[key].n - 1];
-    else if (t->status == TS_TERMINATED && t->compact && !(key < 0 && src->spec.has_metric)) {
-      /* Bounded memory: an ended trial's other keys are in its last result. */
-      char *last = NULL;
-      if (state_trial_last_result(s, t, &last)) {
-        cJSON_Delete(arr);
-        return -ENOMEM;
-      }
-      cJSON *lr = last ? cJSON_Parse(last) : NULL;
-      const cJSON *x = cJSON_GetObjectItemCaseSensitive(lr, spec->metric);
-      if (cJSON_IsNumber(x)) v = x->valuedouble;
-      cJSON_Delete(lr);
-      free(last);
-    }
-    cJSON *o = cJSON_CreateObject();
-    if (!o || !cJSON_AddItemToArray(arr, o) ||
-        !cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) ||
-        !cJSON_AddItemToObject(o, "value",
-                               isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull())) {
+    double v[SPEC_MAX_OBJECTIVES];
+    cJSON *o = cJSON_CreateObject(), *vs = NULL;
+    int ok = o && cJSON_AddItemToArray(arr, o);
+    for (int j = 0; ok && j < nobj; j++)
+      ok = !api_warm_value(s, src, t, nobj > 1 ? spec->objectives[j] : spec->metric, &v[j]);
+    ok = ok && cJSON_AddItemToObject(o, "config", cJSON_Parse(t->config)) &&
+         cJSON_AddItemToObject(o, "value",
+                               isfinite(v[0]) ? cJSON_CreateNumber(v[0]) : cJSON_CreateNull());
+    /* Several objectives: every one, in this experiment's metric order. */
+    if (ok && nobj > 1) ok = (vs = cJSON_AddArrayToObject(o, "values")) != NULL;
+    for (int j = 0; ok && vs && j < nobj; j++)
+      ok = cJSON_AddItemToArray(vs, isfinite(v[j]) ? cJSON_CreateNumber(v[j]) : cJSON_CreateNull());
+    if (!ok) {
       if (o && !o->prev) cJSON_Delete(o);
       cJSON_Delete(arr);
       return -ENOMEM;

@@ -33,6 +33,7 @@ struct searcher {
   int has_grid;
   struct tpe *tpe;
   int64_t warm_valid; /* warm_start trials with a finite value */
+  int nobj;           /* tpe: objectives it learns from */
 };
 
 static int is_grid(const cJSON *v) {
@@ -212,6 +213,21 @@ static int ensure_generated(struct searcher *s, int64_t idx) {
   return 0;
 }
 
+/* A stored warm_start trial's objective values: "value" (one objective)
+ * or "values" (one per objective, in the experiment's order; null or
+ * absent: NaN). 1 when every one is a number. */
+static int searcher_warm_values(const cJSON *w, int nobj, double *values) {
+  const cJSON *vs = cJSON_GetObjectItemCaseSensitive(w, "values");
+  int valid = 1;
+  for (int j = 0; j < nobj; j++) {
+    const cJSON *v =
+        nobj == 1 ? cJSON_GetObjectItemCaseSensitive(w, "value") : cJSON_GetArrayItem(vs, j);
+    values[j] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    valid &= isfinite(values[j]) != 0;
+  }
+  return valid;
+}
+
 int searcher_create(const struct experiment_spec *spec, struct searcher **out,
                     struct validate_error *err) {
   struct searcher *s = calloc(1, sizeof *s);
@@ -231,19 +247,21 @@ int searcher_create(const struct experiment_spec *spec, struct searcher **out,
     s->npoints = cJSON_GetArraySize(s->points);
   }
   if (s->type == SEARCHER_TPE) {
-    rc = tpe_create(s->param_space, spec->search_alg, spec->mode, spec->seed, &s->tpe, err);
+    s->nobj = spec->nobjectives > 1 ? spec->nobjectives : 1;
+    rc = tpe_create_mo(s->param_space, spec->search_alg, s->nobj > 1 ? spec->modes : &spec->mode,
+                       s->nobj, spec->seed, &s->tpe, err);
     if (rc) goto fail;
     rc = -ENOMEM;
     const cJSON *trials = cJSON_GetObjectItemCaseSensitive(spec->warm_start, "trials");
     int64_t k = 0;
     for (const cJSON *w = trials ? trials->child : NULL; w; w = w->next, k++) {
-      const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, "value");
-      double value = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+      double values[SPEC_MAX_OBJECTIVES];
+      int valid = searcher_warm_values(w, s->nobj, values);
       /* Negative ids: never a trial of this experiment. */
-      if (tpe_observe(s->tpe, -1 - k, cJSON_GetObjectItemCaseSensitive(w, "config"), value,
-                      TPE_FINISHED))
+      if (tpe_observe_mo(s->tpe, -1 - k, cJSON_GetObjectItemCaseSensitive(w, "config"), values,
+                         TPE_FINISHED))
         goto fail;
-      if (isfinite(value)) s->warm_valid++;
+      s->warm_valid += valid;
     }
   }
   *out = s;
@@ -270,6 +288,15 @@ int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJ
   if (s->type != SEARCHER_TPE || !config) return 0;
   return tpe_observe(s->tpe, trial_id, config, value, finished ? TPE_FINISHED : TPE_RUNNING);
 }
+
+int searcher_observe_mo(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
+                        const double *values, int finished) {
+  (void)idx;
+  if (s->type != SEARCHER_TPE || !config) return 0;
+  return tpe_observe_mo(s->tpe, trial_id, config, values, finished ? TPE_FINISHED : TPE_RUNNING);
+}
+
+int searcher_objectives(const struct searcher *s) { return s->nobj ? s->nobj : 1; }
 
 static const cJSON *point_at(const struct searcher *s, int64_t idx) {
   return idx < s->npoints ? cJSON_GetArrayItem(s->points, (int)idx) : NULL;

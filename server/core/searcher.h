@@ -32,6 +32,13 @@ enum searcher_type searcher_type_of(const struct experiment_spec *spec);
  * finished is 1 once it ended. random/grid ignore it. 0 or -ENOMEM. */
 int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
                      double value, int finished);
+/* searcher_observe with one value per objective (searcher_objectives of
+ * them, in the spec's order): what tpe learns from with several. */
+int searcher_observe_mo(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
+                        const double *values, int finished);
+/* How many objective values searcher_observe_mo takes (1 but for tpe with
+ * several objectives). */
+int searcher_objectives(const struct searcher *s);
 
 /* The config of the idx-th trial (creation index). -ENOENT: idx is past the
  * plan (num_trials). The caller owns *config. */

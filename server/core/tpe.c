@@ -30,6 +30,7 @@
 #include "idmap.h"
 #include "rng.h"
 #include "space.h"
+#include "tpe_mo.h"
 
 #define TPE_MAX_DEPTH 17 /* param_space nests at most 16 objects */
 #define TPE_MAX_STARTUP 100000
@@ -77,17 +78,22 @@ struct tpe_opts {
   double gamma;
   int64_t gamma_max;
   int flat_weights;
+  int hv_weights; /* several objectives: below weighted by hypervolume share */
 };
 
 struct tpe {
   cJSON *space;
   enum spec_mode mode;
+  /* Objectives: modes[0] == mode; val holds nobj values per slot. */
+  int nobj;
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
   uint64_t seed;
   struct tpe_opts o;
   struct tpe_param *p;
   int np;
   /* observations: slot i holds trial ids[i]; x[i * np + j] is parameter
-   * j in internal space, NaN when the config lacks a usable value. */
+   * j in internal space, NaN when the config lacks a usable value;
+   * val[i * nobj + k] is objective k. */
   int64_t *ids;
   double *val;
   unsigned char *state;
@@ -112,14 +118,29 @@ static const char *const tpe_fields[] = {
     "gamma",
     "gamma_max",
     "weights",
+    "below_weights",
     NULL,
 };
+
+/* Several objectives came after the defaults followed Optuna 5.0, so an
+ * absent field means those of its TPESampler() for several objectives:
+ * gamma(n) = ceil(0.1 n) with no cap, constant liar; but the parameters
+ * are modelled jointly (Optuna 5.0 models them one by one here) and the
+ * below group is weighted by each trial's share of its hypervolume (Optuna
+ * 4's MOTPE; 5.0 weighs them all 1, "below_weights": "flat"): on ZDT1 and
+ * DTLZ2 both find the larger hypervolume (bench/RESULTS.md). */
+static void opts_default_mo(struct tpe_opts *o) {
+  o->gamma_max = SPEC_NUM_SAMPLES_MAX;
+  o->multivariate = 1;
+  o->constant_liar = 1;
+  o->hv_weights = 1;
+}
 
 /* What an absent field means: the original defaults, kept so that a
  * stored config written before the defaults changed (it lacks the field)
  * replays exactly. A new submission gets today's defaults written in by
  * tpe_options_fill (validate_experiment), so it never relies on these. */
-static void opts_default(struct tpe_opts *o) {
+static void opts_default(struct tpe_opts *o, int nobj) {
   o->n_startup = 10;
   o->n_candidates = 24;
   o->prior_weight = 1.0;
@@ -131,22 +152,24 @@ static void opts_default(struct tpe_opts *o) {
   o->gamma = 0.1;
   o->gamma_max = 25;
   o->flat_weights = 0;
+  if (nobj > 1) opts_default_mo(o);
 }
 
 /* Today's defaults: Optuna 5.0's TPESampler() for one objective, which
  * models the parameters jointly (multivariate) and counts running trials as
  * bad results (constant_liar); the rest as in opts_default. */
-static void opts_current(struct tpe_opts *o) {
-  opts_default(o);
+static void opts_current(struct tpe_opts *o, int nobj) {
+  opts_default(o, nobj);
+  if (nobj > 1) return;
   o->multivariate = 1;
   o->constant_liar = 1;
 }
 
-int tpe_options_fill(cJSON *search_alg) {
+int tpe_options_fill(cJSON *search_alg, int nobj) {
   struct tpe_opts d;
   int ok = 1;
   if (!cJSON_IsObject(search_alg)) return -EINVAL;
-  opts_current(&d);
+  opts_current(&d, nobj);
 #define TPE_FILL(key, make)                                                                        \
   if (ok && !cJSON_GetObjectItemCaseSensitive(search_alg, key)) {                                  \
     cJSON *v_ = make;                                                                              \
@@ -164,6 +187,8 @@ int tpe_options_fill(cJSON *search_alg) {
   TPE_FILL("gamma", cJSON_CreateNumber(d.gamma));
   TPE_FILL("gamma_max", cJSON_CreateNumber((double)d.gamma_max));
   TPE_FILL("weights", cJSON_CreateString(d.flat_weights ? "flat" : "ramp"));
+  if (nobj > 1)
+    TPE_FILL("below_weights", cJSON_CreateString(d.hv_weights ? "hypervolume" : "flat"));
 #undef TPE_FILL
   return ok ? 0 : -ENOMEM;
 }
@@ -188,12 +213,12 @@ static int opt_bool(const cJSON *v, const char *p, int *out, struct validate_err
   return 0;
 }
 
-static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
+static int opts_parse(const cJSON *sa, const char *path, int nobj, struct tpe_opts *o,
                       struct validate_error *err) {
   const cJSON *item;
   char p[256];
 
-  opts_default(o);
+  opts_default(o, nobj);
   if (!sa) return 0;
   if (!cJSON_IsObject(sa)) {
     spec_error_set(err, path, "must be an object like {\"type\": \"tpe\"}");
@@ -260,6 +285,15 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
         return -EINVAL;
       }
       o->flat_weights = strcmp(item->valuestring, "flat") == 0;
+    } else if (strcmp(k, "below_weights") == 0) {
+      if (!cJSON_IsString(item) || (strcmp(item->valuestring, "hypervolume") != 0 &&
+                                    strcmp(item->valuestring, "flat") != 0)) {
+        spec_error_set(err, p,
+                       "must be \"hypervolume\" (several objectives: a good trial "
+                       "weighs its share of their front's hypervolume) or \"flat\"");
+        return -EINVAL;
+      }
+      o->hv_weights = strcmp(item->valuestring, "hypervolume") == 0;
     }
   }
   return 0;
@@ -267,7 +301,7 @@ static int opts_parse(const cJSON *sa, const char *path, struct tpe_opts *o,
 
 int tpe_options_check(const cJSON *search_alg, const char *path, struct validate_error *err) {
   struct tpe_opts o;
-  return opts_parse(search_alg, path ? path : "search_alg", &o, err);
+  return opts_parse(search_alg, path ? path : "search_alg", 1, &o, err);
 }
 
 /* ---------- the normal distribution ---------- */
@@ -567,7 +601,7 @@ static int grow(struct tpe *t) {
   int64_t *ids = realloc(t->ids, cap * sizeof *ids);
   if (!ids) return -ENOMEM;
   t->ids = ids;
-  double *val = realloc(t->val, cap * sizeof *val);
+  double *val = realloc(t->val, cap * (size_t)t->nobj * sizeof *val);
   if (!val) return -ENOMEM;
   t->val = val;
   unsigned char *st = realloc(t->state, cap);
@@ -581,11 +615,20 @@ static int grow(struct tpe *t) {
 }
 
 static int finished_with_value(const struct tpe *t, size_t i) {
-  return t->state[i] == TPE_FINISHED && isfinite(t->val[i]);
+  if (t->state[i] != TPE_FINISHED) return 0;
+  for (int k = 0; k < t->nobj; k++)
+    if (!isfinite(t->val[i * (size_t)t->nobj + (size_t)k])) return 0;
+  return 1;
 }
 
 int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config, double value,
                 enum tpe_trial_state state) {
+  if (t->nobj != 1) return -EINVAL;
+  return tpe_observe_mo(t, trial_id, config, &value, state);
+}
+
+int tpe_observe_mo(struct tpe *t, int64_t trial_id, const cJSON *config, const double *values,
+                   enum tpe_trial_state state) {
   size_t i;
 
   if (t->n == t->cap && grow(t)) return -ENOMEM;
@@ -596,7 +639,7 @@ int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config, double val
     i = t->n++;
     t->ids[i] = trial_id;
   }
-  t->val[i] = value;
+  memcpy(t->val + i * (size_t)t->nobj, values, (size_t)t->nobj * sizeof *values);
   t->state[i] = state == TPE_FINISHED ? TPE_FINISHED : TPE_RUNNING;
   for (int j = 0; j < t->np; j++)
     t->x[i * (size_t)t->np + (size_t)j] = to_internal(&t->p[j], lookup(config, &t->p[j]));
@@ -699,9 +742,10 @@ static void bandwidths(const struct tpe_opts *o, const double *mus, int m, doubl
 }
 
 /* Builds the mixture of the observations in rows[0..m_obs) (slots, in
- * trial-id order) over parameters dims[0..nd). */
+ * trial-id order) over parameters dims[0..nd); flat: every observation
+ * weighs the same (Optuna's below group with several objectives). */
 static int mix_build(const struct tpe *t, const size_t *rows, int m_obs, const int *dims, int nd,
-                     struct mix *x) {
+                     const double *slot_w, struct mix *x) {
   const struct tpe_opts *o = &t->o;
   int prior = m_obs == 0 || o->consider_prior;
   int m = m_obs + prior, rc = -ENOMEM;
@@ -722,7 +766,9 @@ static int mix_build(const struct tpe *t, const size_t *rows, int m_obs, const i
   /* Optuna's default_weights: flat up to 25, then a ramp from 1/n for the
    * oldest to 1 with the newest 25 flat. */
   for (int k = 0; k < m_obs; k++) {
-    if (o->flat_weights || m_obs < 25)
+    if (slot_w)
+      w[k] = slot_w[rows[k]];
+    else if (o->flat_weights || m_obs < 25)
       w[k] = 1;
     else if (k < m_obs - 25)
       w[k] = m_obs - 25 == 1 ? 1.0 / m_obs : 1.0 / m_obs + (1.0 - 1.0 / m_obs) * k / (m_obs - 26);
@@ -984,8 +1030,9 @@ static void sort_by_id(const struct tpe *t, size_t *slots, size_t n, struct rkey
 
 /* Chooses values for dims[0..nd) from the below/above groups (slots in id
  * order), writing them to best[dims[jj]]. */
-static int tpe_pick(const struct tpe *t, const size_t *below, size_t nb, const size_t *above,
-                    size_t na, const int *dims, int nd, struct rng *r, double *best) {
+static int tpe_pick(const struct tpe *t, const size_t *below, size_t nb, const double *below_w,
+                    const size_t *above, size_t na, const int *dims, int nd, struct rng *r,
+                    double *best) {
   struct mix lo = {0}, hi = {0};
   size_t *rb = NULL, *ra = NULL;
   double *cand = NULL, *ll = NULL, *lg = NULL, *acc = NULL;
@@ -1005,7 +1052,8 @@ static int tpe_pick(const struct tpe *t, const size_t *below, size_t nb, const s
     else
       ra[ma++] = s;
   }
-  if (mix_build(t, rb, mb, dims, nd, &lo) || mix_build(t, ra, ma, dims, nd, &hi)) goto out;
+  if (mix_build(t, rb, mb, dims, nd, below_w, &lo) || mix_build(t, ra, ma, dims, nd, NULL, &hi))
+    goto out;
   cand = calloc((size_t)nc * (size_t)nd, sizeof *cand);
   ll = malloc((size_t)nc * sizeof *ll);
   lg = malloc((size_t)nc * sizeof *lg);
@@ -1105,6 +1153,67 @@ static cJSON *assemble(const struct tpe *t, const cJSON *obj, const cJSON *fixed
   return out;
 }
 
+/* How many of nf finished trials are "below": gamma(n) = ceil(gamma n),
+ * at most gamma_max (Optuna: 25 for one objective, no cap for several). */
+static size_t n_below(const struct tpe *t, size_t nf) {
+  size_t nb = (size_t)ceil(t->o.gamma * (double)nf);
+  if (nb > (size_t)t->o.gamma_max) nb = (size_t)t->o.gamma_max;
+  return nb > nf ? nf : nb;
+}
+
+/* One objective: the best nb of the finished slots fin[0..nf) (in id
+ * order) stay in fin[0..nb), the rest go to above[*na..); equal values in
+ * trial-id order. rk holds 2 nf entries. */
+static int split_single(const struct tpe *t, size_t *fin, size_t nf, size_t nb, struct rkey *rk,
+                        size_t *above, size_t *na) {
+  for (size_t i = 0; i < nf; i++) {
+    size_t sl = fin[i];
+    rk[i] = (struct rkey){key_of_double(t->mode == SPEC_MODE_MAX ? -t->val[sl] : t->val[sl]), sl};
+  }
+  radix_sort(rk, nf, rk + nf);
+  for (size_t i = 0; i < nf; i++) {
+    if (i < nb)
+      fin[i] = rk[i].v;
+    else
+      above[(*na)++] = rk[i].v;
+  }
+  return 0;
+}
+
+/* Several objectives (Optuna's MOTPE): tpe_mo_split picks the nb below
+ * by non-dominated rank and hypervolume; fin[0..nb) keeps them (id
+ * order), the rest go to above[*na..); slot_w[slot] gets each below
+ * trial's weight (1, or its hypervolume share: below_weights). 0 or
+ * -ENOMEM. */
+static int split_multi(const struct tpe *t, size_t *fin, size_t nf, size_t nb, size_t *above,
+                       size_t *na, double *slot_w) {
+  int d = t->nobj, rc = -ENOMEM;
+  double *loss = malloc((nf ? nf : 1) * (size_t)d * sizeof *loss);
+  double *bw = malloc((nf ? nf : 1) * sizeof *bw);
+  unsigned char *below = malloc(nf ? nf : 1);
+  size_t kept = 0;
+  if (!loss || !below || !bw) goto out;
+  for (size_t i = 0; i < nf; i++)
+    for (int k = 0; k < d; k++) {
+      double v = t->val[fin[i] * (size_t)d + (size_t)k];
+      loss[i * (size_t)d + (size_t)k] = t->modes[k] == SPEC_MODE_MAX ? -v : v;
+    }
+  if ((rc = tpe_mo_split(loss, nf, d, nb, below))) goto out;
+  for (size_t i = 0; i < nf; i++) {
+    if (below[i]) {
+      memmove(loss + kept * (size_t)d, loss + i * (size_t)d, (size_t)d * sizeof *loss);
+      fin[kept++] = fin[i];
+    } else {
+      above[(*na)++] = fin[i];
+    }
+  }
+  if (t->o.hv_weights && (rc = tpe_mo_weights(loss, kept, d, bw))) goto out;
+  for (size_t i = 0; i < kept; i++) slot_w[fin[i]] = t->o.hv_weights ? bw[i] : 1;
+out:
+  free(loss), free(below), free(bw);
+  return rc;
+}
+
 int tpe_in_startup(const struct tpe *t) { return (int64_t)t->n_finished < t->o.n_startup; }
 
 int64_t tpe_n_startup(const struct tpe *t) { return t->o.n_startup; }
@@ -1112,6 +1221,7 @@ int64_t tpe_n_startup(const struct tpe *t) { return t->o.n_startup; }
 int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **config_out) {
   struct rng r, rg;
   size_t *below = NULL, *above = NULL, nf = 0, nb, na = 0;
+  double *slot_w = NULL;
   struct rkey *rk = NULL;
   double *chosen = NULL;
   int *dims = NULL, nd = 0, pi = 0, rc = -ENOMEM;
@@ -1138,25 +1248,14 @@ int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **
     if (!fixed_value(fixed, &t->p[j])) dims[nd++] = j;
   }
 
-  /* Split: the best gamma(n) finished trials are "below"; equal values
-   * in trial-id order. */
   for (size_t i = 0; i < t->n; i++)
     if (finished_with_value(t, i)) below[nf++] = i;
   sort_by_id(t, below, nf, rk);
-  for (size_t i = 0; i < nf; i++) {
-    size_t sl = below[i];
-    rk[i] = (struct rkey){key_of_double(t->mode == SPEC_MODE_MAX ? -t->val[sl] : t->val[sl]), sl};
-  }
-  radix_sort(rk, nf, rk + nf);
-  nb = (size_t)ceil(t->o.gamma * (double)nf);
-  if (nb > (size_t)t->o.gamma_max) nb = (size_t)t->o.gamma_max;
-  if (nb > nf) nb = nf;
-  for (size_t i = 0; i < nf; i++) {
-    if (i < nb)
-      below[i] = rk[i].v;
-    else
-      above[na++] = rk[i].v;
-  }
+  nb = n_below(t, nf);
+  if (t->nobj > 1 && !(slot_w = malloc((t->n ? t->n : 1) * sizeof *slot_w))) goto out;
+  if (t->nobj > 1 ? split_multi(t, below, nf, nb, above, &na, slot_w)
+                  : split_single(t, below, nf, nb, rk, above, &na))
+    goto out;
   /* constant_liar: running trials count as bad results. */
   if (t->o.constant_liar)
     for (size_t i = 0; i < t->n; i++)
@@ -1165,15 +1264,15 @@ int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **
   sort_by_id(t, above, na, rk);
 
   if (t->o.multivariate) {
-    if (nd && tpe_pick(t, below, nb, above, na, dims, nd, &r, chosen)) goto out;
+    if (nd && tpe_pick(t, below, nb, slot_w, above, na, dims, nd, &r, chosen)) goto out;
   } else {
     for (int jj = 0; jj < nd; jj++)
-      if (tpe_pick(t, below, nb, above, na, &dims[jj], 1, &r, chosen)) goto out;
+      if (tpe_pick(t, below, nb, slot_w, above, na, &dims[jj], 1, &r, chosen)) goto out;
   }
   *config_out = assemble(t, t->space, fixed, chosen, &pi, NULL, &rg);
   rc = *config_out ? 0 : -ENOMEM;
 out:
-  free(chosen), free(dims), free(rk), free(below), free(above);
+  free(chosen), free(dims), free(rk), free(below), free(above), free(slot_w);
   return rc;
 }
 
@@ -1181,21 +1280,32 @@ out:
 
 int tpe_create(const cJSON *param_space, const cJSON *search_alg, enum spec_mode mode,
                uint64_t seed, struct tpe **out, struct validate_error *err) {
+  return tpe_create_mo(param_space, search_alg, &mode, 1, seed, out, err);
+}
+
+int tpe_create_mo(const cJSON *param_space, const cJSON *search_alg, const enum spec_mode *modes,
+                  int nobj, uint64_t seed, struct tpe **out, struct validate_error *err) {
   const char *seg[TPE_MAX_DEPTH];
   struct tpe *t;
   int rc;
 
   *out = NULL;
+  if (nobj < 1 || nobj > SPEC_MAX_OBJECTIVES) {
+    spec_error_set(err, "metric", "tpe takes 1 to %d objectives", SPEC_MAX_OBJECTIVES);
+    return -EINVAL;
+  }
   t = calloc(1, sizeof *t);
   if (!t) return -ENOMEM;
-  rc = opts_parse(search_alg, "search_alg", &t->o, err);
+  t->nobj = nobj;
+  memcpy(t->modes, modes, (size_t)nobj * sizeof *modes);
+  rc = opts_parse(search_alg, "search_alg", nobj, &t->o, err);
   if (rc) goto fail;
   rc = space_check(param_space, "param_space", NULL, err);
   if (rc) goto fail;
   rc = -ENOMEM;
   t->space = cJSON_Duplicate(param_space, 1);
   if (!t->space) goto fail;
-  t->mode = mode;
+  t->mode = modes[0];
   t->seed = seed;
   rc = collect(t, t->space, seg, 0);
   if (rc) {

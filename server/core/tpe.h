@@ -22,13 +22,16 @@ enum tpe_trial_state { TPE_RUNNING = 0, TPE_FINISHED = 1 };
 int tpe_options_check(const cJSON *search_alg, const char *path, struct validate_error *err);
 
 /* Writes today's default of every option search_alg (a checked "tpe"
- * object) lacks into it, so the config stored for a new experiment says
- * what runs: tpe_create reads an absent field as the ORIGINAL default
- * (multivariate and constant_liar false), which a config stored before the
- * defaults followed Optuna 5.0 (multivariate and constant_liar true) relies
- * on to replay as it ran. 0, -EINVAL (not an object) or -ENOMEM (search_alg
- * may then hold some of the fields). */
-int tpe_options_fill(cJSON *search_alg);
+ * object) lacks into it, for an experiment of nobj objectives, so the
+ * config stored for a new experiment says what runs: tpe_create reads an
+ * absent field as the ORIGINAL default (one objective: multivariate and
+ * constant_liar false), which a config stored before the defaults followed
+ * Optuna 5.0 (multivariate and constant_liar true) relies on to replay as
+ * it ran. Several objectives: gamma_max uncapped, multivariate and
+ * constant_liar true, absent or written.
+ * 0, -EINVAL (not an object) or -ENOMEM (search_alg may then hold some of
+ * the fields). */
+int tpe_options_fill(cJSON *search_alg, int nobj);
 
 /* Builds a searcher. param_space as space_check accepts it (checked again
  * here, paths under "param_space"); search_alg may be NULL. An absent
@@ -36,6 +39,11 @@ int tpe_options_fill(cJSON *search_alg);
  * The module keeps its own copies. 0, -EINVAL (err filled) or -ENOMEM. */
 int tpe_create(const cJSON *param_space, const cJSON *search_alg, enum spec_mode mode,
                uint64_t seed, struct tpe **out, struct validate_error *err);
+/* The same for nobj objectives (1..SPEC_MAX_OBJECTIVES), modes[k] the
+ * direction of objective k: finished trials split as Optuna's MOTPE does
+ * (non-dominated rank, then hypervolume; docs/scheduling.md#tpe). */
+int tpe_create_mo(const cJSON *param_space, const cJSON *search_alg, const enum spec_mode *modes,
+                  int nobj, uint64_t seed, struct tpe **out, struct validate_error *err);
 void tpe_free(struct tpe *t);
 
 /* Records (or replaces: same trial_id) what is known of one trial: its
@@ -47,6 +55,11 @@ void tpe_free(struct tpe *t);
  * 0 or -ENOMEM (the searcher is unchanged then). */
 int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config, double value,
                 enum tpe_trial_state state);
+/* tpe_observe for any number of objectives: values holds one per objective
+ * (NaN: unknown; a finished trial is used only when all are finite).
+ * tpe_observe answers -EINVAL on a searcher of several objectives. */
+int tpe_observe_mo(struct tpe *t, int64_t trial_id, const cJSON *config, const double *values,
+                   enum tpe_trial_state state);
 
 /* The config of the index-th trial (0-based, the same numbering as
  * space_generate). fixed (NULL or an object shaped like a config) holds

@@ -411,7 +411,7 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
   static const char *const random_keys[] = {"type", NULL};
   static const char *const ws_keys[] = {"experiment", NULL};
   static const char *const ws_stored_keys[] = {"experiment", "trials", NULL};
-  static const char *const wt_keys[] = {"config", "value", NULL};
+  static const char *const wt_keys[] = {"config", "value", "values", NULL};
   const cJSON *sa = cJSON_GetObjectItemCaseSensitive(config, "search_alg");
   const cJSON *pte = cJSON_GetObjectItemCaseSensitive(config, "points_to_evaluate");
   const cJSON *ws = cJSON_GetObjectItemCaseSensitive(config, "warm_start");
@@ -431,10 +431,6 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
     if (tpe ? tpe_options_check(sa, "search_alg", err)
             : spec_check_keys(sa, "search_alg", "random", random_keys, err))
       return -EINVAL;
-    if (tpe && out->nobjectives > 1)
-      return spec_fail_at(err, "search_alg", "type",
-                          "tpe learns from a single metric: with several objectives only "
-                          "random and grid search run");
     if (tpe && !out->has_metric)
       return spec_fail_at(err, "", "metric",
                           "required with search_alg tpe (and mode): "
@@ -474,9 +470,20 @@ static int check_search(const cJSON *config, const cJSON *ps, const struct exper
         return cJSON_IsObject(t) ? -EINVAL : (spec_error_set(err, p, "must be an object"), -EINVAL);
       const cJSON *c = cJSON_GetObjectItemCaseSensitive(t, "config");
       const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "value");
+      const cJSON *vs = cJSON_GetObjectItemCaseSensitive(t, "values"), *x;
       if (!cJSON_IsObject(c)) return spec_fail_at(err, p, "config", "must be an object");
       if (!cJSON_IsNumber(v) && !cJSON_IsNull(v))
         return spec_fail_at(err, p, "value", "must be a number or null");
+      /* Several objectives: every one's value, in metric's order. */
+      int bad = vs && (!cJSON_IsArray(vs) || cJSON_GetArraySize(vs) != out->nobjectives);
+      cJSON_ArrayForEach(x, vs) bad |= !cJSON_IsNumber(x) && !cJSON_IsNull(x);
+      if (bad) {
+        char q[80];
+        snprintf(q, sizeof q, "%s.values", p);
+        spec_error_set(err, q, "must be a list of %d numbers or nulls (one per metric)",
+                       out->nobjectives);
+        return -EINVAL;
+      }
     }
   }
   return 0;
@@ -691,7 +698,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
    * field it lacks means the default of the time it was written. */
   const cJSON *sat = cJSON_GetObjectItemCaseSensitive(sa, "type");
   if (!stored && cJSON_IsString(sat) && strcmp(sat->valuestring, "tpe") == 0 &&
-      tpe_options_fill(out->search_alg)) {
+      tpe_options_fill(out->search_alg, out->nobjectives)) {
     validate_spec_free(out);
     spec_error_set(err, "", "out of memory");
     return -ENOMEM;

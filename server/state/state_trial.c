@@ -474,9 +474,29 @@ int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev
 
 /* ---- creation */
 
+/* Objective j > 0 of t at its last result (NaN: none): from its series in
+ * memory, else from the stored last result (a compact trial). */
+static int trial_objective(struct server *s, const struct srv_experiment *e,
+                           const struct srv_trial *t, int j, double *v) {
+  int key = state_key_index(e, e->spec.objectives[j]);
+  char *last = NULL;
+  *v = NAN;
+  if (!t->compact && key >= 0 && key < t->nseries && t->series[key].n) {
+    *v = t->series[key].v[t->series[key].n - 1];
+    return 0;
+  }
+  if (state_trial_last_result(s, t, &last)) return -ENOMEM;
+  cJSON *lr = last ? cJSON_Parse(last) : NULL;
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(lr, e->spec.objectives[j]);
+  if (cJSON_IsNumber(x)) *v = x->valuedouble;
+  cJSON_Delete(lr);
+  free(last);
+  return 0;
+}
+
 /* Feeds the searcher every trial that changed since it last saw it (made
  * on first use, so a restart rebuilds it from the loaded trials). */
-static int trial_searcher_sync(struct srv_experiment *e) {
+static int trial_searcher_sync(struct server *s, struct srv_experiment *e) {
   if (!e->searcher) {
     struct validate_error verr = {{0}, {0}};
     int rc = searcher_create(&e->spec, &e->searcher, &verr);
@@ -494,8 +514,15 @@ static int trial_searcher_sync(struct srv_experiment *e) {
     if (!c) return -ENOMEM;
     int finished = t->status == TS_TERMINATED || t->status == TS_ERROR;
     /* A failed trial is finished with no value: the model ignores it. */
-    double v = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
-    int rc = searcher_observe(e->searcher, t->id, t->idx, c, v, finished);
+    double v[SPEC_MAX_OBJECTIVES];
+    int rc = 0;
+    v[0] = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
+    for (int j = 1; j < searcher_objectives(e->searcher) && !rc; j++)
+      if (t->status == TS_ERROR || !t->has_last_value)
+        v[j] = NAN;
+      else
+        rc = trial_objective(s, e, t, j, &v[j]);
+    if (!rc) rc = searcher_observe_mo(e->searcher, t->id, t->idx, c, v, finished);
     cJSON_Delete(c);
     if (rc) return rc;
     t->searcher_seq = t->updated_seq;
@@ -508,7 +535,7 @@ int state_create_trial(struct server *s, struct srv_experiment *e, struct srv_tr
   struct srv_trial *t = NULL;
   *out = NULL;
   if (e->searcher_exhausted || e->ntrials >= e->num_trials) return -ENOENT;
-  int rc = trial_searcher_sync(e);
+  int rc = trial_searcher_sync(s, e);
   if (!rc) rc = searcher_suggest(e->searcher, e->ntrials, &cfg);
   if (rc == -ENOENT) e->searcher_exhausted = 1;
   if (rc) return rc;

@@ -212,6 +212,36 @@ def test_points_to_evaluate_and_warm_start():
     s.stop()
 
 
+def test_several_objectives_tpe():
+    """tpe with two objectives: accepted with the defaults for several
+    written in, a point to evaluate first, the model's configs after the
+    startup, and a warm start that stores every objective's value."""
+    s = Server()
+    cfg = dict(TPE_CFG, metric=["loss", "lat"], mode=["min", "max"], num_samples=6,
+               points_to_evaluate=[{"x": 1.5, "k": "b"}])
+    eid = s.ok("POST", "/api/v1/experiments", cfg, status=201)["id"]
+    sa = s.ok("GET", "/api/v1/experiments/%d" % eid)["config"]["search_alg"]
+    assert sa["gamma_max"] == 100000 and sa["below_weights"] == "hypervolume", sa
+    w = register(s)
+    got = []
+    for _ in range(5):
+        t = lease(s, w)
+        report(s, t["id"], training_iteration=1, loss=loss_of(t["config"]), lat=t["config"]["x"])
+        complete(s, t["id"])
+        got.append(t["config"])
+    rnd = s.ok("POST", "/api/v1/experiments?dry_run=true",
+               dict(cfg, search_alg={"type": "random"}))["trials"]
+    assert got[0] == dict(rnd[0], x=1.5, k="b") and got[1:4] == rnd[1:4]
+    assert got[4] != rnd[4]  # four finished with both objectives: the model's
+    s.ok("POST", "/api/v1/experiments/%d/cancel" % eid)
+    warm = s.ok("POST", "/api/v1/experiments",
+                dict(cfg, points_to_evaluate=[], warm_start={"experiment": eid}), status=201)["id"]
+    stored = s.ok("GET", "/api/v1/experiments/%d" % warm)["config"]["warm_start"]["trials"]
+    assert [x["values"] for x in stored] == [[loss_of(c), c["x"]] for c in got], stored
+    assert lease(s, w)["config"] != rnd[0]
+    s.stop()
+
+
 def test_cli_sample_says_what_is_decided_later():
     """ctune sample (the server's own code, no server) lists the random
     startup of a tpe search and says how many trials come later."""
@@ -237,7 +267,7 @@ if __name__ == "__main__":
     r = Runner()
     for fn in (test_interleaved_ids_and_every_read, test_old_database_with_trials_made_at_submission,
                test_tpe_restart_suggests_what_an_uninterrupted_server_does,
-               test_points_to_evaluate_and_warm_start,
+               test_points_to_evaluate_and_warm_start, test_several_objectives_tpe,
                test_cli_sample_says_what_is_decided_later):
         r.run(fn)
     r.done()

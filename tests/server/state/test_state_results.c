@@ -326,6 +326,46 @@ START_TEST(complete_then_repeat_is_final) {
 }
 END_TEST
 
+/* The config of trial 1 of a two-objective tpe experiment (seed 7) whose
+ * trial 0 ended with both objectives in its last result; restart: the
+ * server restarts between the two (the searcher is rebuilt from the
+ * stored trials). */
+static char *mo_second_config(const char *name, int n_startup, int restart) {
+  char extra[512];
+  snprintf(extra, sizeof extra,
+           ", \"metric\": [\"loss\", \"lat\"], \"mode\": [\"min\", \"max\"],"
+           " \"search_alg\": {\"type\": \"tpe\", \"n_startup_trials\": %d}",
+           n_startup);
+  int64_t id = submit(name, 2, extra)->id;
+  struct srv_worker *w = h_worker(&H, name, 1, 0, 0);
+  struct srv_trial *t = h_lease(&H, w);
+  ck_assert_int_eq(h_result(&H, t, 1, "{\"training_iteration\": 1, \"loss\": 2, \"lat\": 5}"), 'c');
+  h_complete(&H, t);
+  if (restart) {
+    h_restart(&H);
+    w = h_worker(&H, "again", 1, 0, 0);
+  }
+  t = h_lease(&H, w);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_int_eq(t->experiment_id, id);
+  ck_assert_int_eq(t->idx, 1);
+  return strdup(t->config);
+}
+
+/* Rule: tpe with several objectives learns from every one: a trial that
+ * ended with all of them in its last result counts as finished (past one
+ * startup trial, the next config is no longer the random one), from memory
+ * and, after a restart, from the stored results. */
+START_TEST(tpe_learns_every_objective) {
+  char *random = mo_second_config("random", 100, 0);
+  char *learnt = mo_second_config("learnt", 1, 0);
+  char *restarted = mo_second_config("restarted", 1, 1);
+  ck_assert_str_ne(learnt, random);
+  ck_assert_str_eq(restarted, learnt);
+  free(random), free(learnt), free(restarted);
+}
+END_TEST
+
 /* Rule: TE_FAIL with a retry left makes the trial PENDING (resources back,
  * num_failures counted once even if the same lease fails again, the error
  * text and exit code kept) and the next lease resumes it; past
@@ -633,6 +673,7 @@ static Suite *suite(void) {
   TCase *end = tcase_create("end");
   tcase_add_checked_fixture(end, setup, teardown);
   tcase_add_test(end, complete_then_repeat_is_final);
+  tcase_add_test(end, tpe_learns_every_objective);
   tcase_add_test(end, fail_retries_then_error);
   tcase_add_test(end, fail_fast_cancels_the_experiment);
   tcase_add_test(end, release_requeues_without_failure);

@@ -425,7 +425,7 @@ static cJSON *trace(const char *alg) {
  * so a config stored before the change (no such field) replays as it ran. */
 START_TEST(defaults_written_absent_is_original) {
   cJSON *sa = parse("{\"type\": \"tpe\"}");
-  ck_assert_int_eq(tpe_options_fill(sa), 0);
+  ck_assert_int_eq(tpe_options_fill(sa, 1), 0);
   ck_assert(is_bool(sa, "multivariate", 1) && is_bool(sa, "constant_liar", 1));
   ck_assert(is_num(sa, "n_startup_trials", 10) && is_num(sa, "n_ei_candidates", 24));
   ck_assert(is_num(sa, "prior_weight", 1) && is_bool(sa, "consider_prior", 1));
@@ -438,12 +438,12 @@ START_TEST(defaults_written_absent_is_original) {
   cJSON_Delete(sa);
 
   sa = parse("{\"type\": \"tpe\", \"multivariate\": false, \"n_startup_trials\": 3}");
-  ck_assert_int_eq(tpe_options_fill(sa), 0);
+  ck_assert_int_eq(tpe_options_fill(sa, 1), 0);
   ck_assert(is_bool(sa, "multivariate", 0) && is_num(sa, "n_startup_trials", 3));
   ck_assert(is_bool(sa, "constant_liar", 1));
   cJSON_Delete(sa);
   sa = parse("[1]");
-  ck_assert_int_eq(tpe_options_fill(sa), -EINVAL);
+  ck_assert_int_eq(tpe_options_fill(sa, 1), -EINVAL);
   cJSON_Delete(sa);
 
   /* Absent: the original defaults, exactly; filled: another trace. */

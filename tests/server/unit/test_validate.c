@@ -377,11 +377,6 @@ static const struct bad bad_configs[] = {
      "scheduler.type",
      "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
      "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"search_alg\": {\"type\": "
-     "\"tpe\"}, " TRAIN "}",
-     "search_alg.type",
-     "tpe learns from a single metric: with several objectives only random and grid search "
-     "run"},
 };
 
 START_TEST(bad_config) {
@@ -598,6 +593,30 @@ START_TEST(several_objectives) {
   ck_assert_int_eq(s.modes[2], SPEC_MODE_MAX);
   validate_spec_free(&s);
   cJSON_Delete(c);
+  /* tpe learns from every objective: the defaults for several written in. */
+  c = cJSON_Parse("{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"search_alg\": "
+                  "{\"type\": \"tpe\"}, " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  const cJSON *gm = cJSON_GetObjectItemCaseSensitive(s.search_alg, "gamma_max");
+  ck_assert(cJSON_IsNumber(gm) && gm->valuedouble == SPEC_NUM_SAMPLES_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  /* A stored warm_start trial's values: one per objective. */
+  static const char *const bad_values[] = {"[1]", "[1, \"x\"]", "{\"a\": 1}"};
+  for (int i = 0; i < 3; i++) {
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"search_alg\": "
+             "{\"type\": \"tpe\"}, \"warm_start\": {\"experiment\": 1, \"trials\": [{\"config\": "
+             "{}, \"value\": 1, \"values\": [1, null]}, {\"config\": {}, \"value\": 1, "
+             "\"values\": %s}]}, " TRAIN "}",
+             bad_values[i]);
+    c = cJSON_Parse(buf);
+    ck_assert_int_eq(validate_experiment_stored(c, &s, &err), -EINVAL);
+    ck_assert_str_eq(err.path, "warm_start.trials[1].values");
+    ck_assert_str_eq(err.message, "must be a list of 2 numbers or nulls (one per metric)");
+    cJSON_Delete(c);
+  }
   c = cJSON_Parse("{\"metric\": [\"acc\"], \"mode\": [\"max\"], " TRAIN "}");
   ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
   ck_assert_int_eq(s.nobjectives, 1);

@@ -1,0 +1,268 @@
+/* tpe_mo: hypervolume and the multi-objective split of the TPE searcher
+ * (see tpe_mo.h). */
+#include "tpe_mo.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TPE_MO_EPS 1e-12 /* Optuna's EPS: a reference coordinate of 0 becomes this */
+
+struct tpe_mo_key {
+  const double *p; /* the point's coordinates */
+  int d;           /* compared from coordinate `from` on, then by index */
+  int from;
+  size_t i;
+};
+
+static int mo_cmp(const void *a, const void *b) {
+  const struct tpe_mo_key *x = a, *y = b;
+  for (int j = x->from; j < x->d; j++) {
+    if (x->p[j] < y->p[j]) return -1;
+    if (x->p[j] > y->p[j]) return 1;
+  }
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* pts: n points strictly below ref in every coordinate. */
+static int mo_hv(const double *pts, size_t n, int d, const double *ref, double *out) {
+  struct tpe_mo_key *k;
+  double *sub = NULL, vol = 0;
+  int rc = 0;
+
+  *out = 0;
+  if (!n) return 0;
+  if (d == 1) {
+    double mn = pts[0];
+    for (size_t i = 1; i < n; i++) mn = fmin(mn, pts[i]);
+    *out = ref[0] - mn;
+    return 0;
+  }
+  k = malloc(n * sizeof *k);
+  if (!k) return -ENOMEM;
+  /* Two: by x, then y (the sweep keeps the lowest y so far). More: by the
+   * last coordinate, each slab the (d-1)-volume of the points below it. */
+  for (size_t i = 0; i < n; i++)
+    k[i] = (struct tpe_mo_key){pts + i * (size_t)d, d, d == 2 ? 0 : d - 1, i};
+  qsort(k, n, sizeof *k, mo_cmp);
+  if (d == 2) {
+    double ybest = ref[1];
+    for (size_t i = 0; i < n; i++)
+      if (k[i].p[1] < ybest) {
+        vol += (ref[0] - k[i].p[0]) * (ybest - k[i].p[1]);
+        ybest = k[i].p[1];
+      }
+    *out = vol;
+    free(k);
+    return 0;
+  }
+  sub = malloc(n * (size_t)(d - 1) * sizeof *sub);
+  if (!sub) {
+    free(k);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < n && !rc; i++) {
+    double z = k[i].p[d - 1], next = i + 1 < n ? k[i + 1].p[d - 1] : ref[d - 1], a;
+    memcpy(sub + i * (size_t)(d - 1), k[i].p, (size_t)(d - 1) * sizeof *sub);
+    if (next > z && !(rc = mo_hv(sub, i + 1, d - 1, ref, &a))) vol += a * (next - z);
+  }
+  free(sub);
+  free(k);
+  *out = vol;
+  return rc;
+}
+
+int tpe_mo_hypervolume(const double *pts, size_t n, int d, const double *ref, double *out) {
+  double *in;
+  size_t m = 0;
+  int rc;
+
+  *out = 0;
+  if (d < 1) return -EINVAL;
+  in = malloc((n ? n : 1) * (size_t)d * sizeof *in);
+  if (!in) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    int inside = 1;
+    for (int j = 0; j < d && inside; j++) inside = pts[i * (size_t)d + j] < ref[j];
+    if (inside) memcpy(in + m++ * (size_t)d, pts + i * (size_t)d, (size_t)d * sizeof *in);
+  }
+  rc = mo_hv(in, m, d, ref, out);
+  free(in);
+  return rc;
+}
+
+/* a dominates b: no worse anywhere, better somewhere. */
+static int mo_dominates(const double *a, const double *b, int d) {
+  int better = 0;
+  for (int j = 0; j < d; j++) {
+    if (a[j] > b[j]) return 0;
+    better |= a[j] < b[j];
+  }
+  return better;
+}
+
+/* Greedy hypervolume subset selection (Optuna's _solve_hssp): marks
+ * `subset` of the m points mem[] (indexes into loss) in below[]. */
+static int mo_hssp(const double *loss, int d, const size_t *mem, size_t m, size_t subset,
+                   unsigned char *below) {
+  struct tpe_mo_key *k = malloc(m * sizeof *k);
+  double *contrib = malloc(m * sizeof *contrib),
+         *sel = malloc((subset + 1) * (size_t)d * sizeof *sel);
+  size_t *stamp = malloc(m * sizeof *stamp), nu = 0;
+  unsigned char *uniq = malloc(m), *taken = calloc(m, 1);
+  double ref[64], hv_sel = 0;
+  int rc = -ENOMEM, finite = 1;
+
+  if (!k || !contrib || !sel || !stamp || !uniq || !taken) goto out;
+  for (size_t i = 0; i < m; i++)
+    k[i] = (struct tpe_mo_key){loss + mem[i] * (size_t)d, d, 0, mem[i]};
+  qsort(k, m, sizeof *k, mo_cmp);
+  for (size_t i = 0; i < m; i++) {
+    uniq[i] = i == 0 || memcmp(k[i].p, k[i - 1].p, (size_t)d * sizeof *k[i].p) != 0;
+    nu += uniq[i];
+  }
+  if (nu < subset) {
+    /* Every distinct point, then later copies in index order (mem[] is). */
+    size_t left = subset - nu;
+    for (size_t i = 0; i < m; i++)
+      if (uniq[i]) below[k[i].i] = 1;
+    for (size_t i = 0; i < m && left; i++)
+      if (!below[mem[i]]) below[mem[i]] = 1, left--;
+    rc = 0;
+    goto out;
+  }
+  for (int j = 0; j < d; j++) {
+    double w = -INFINITY;
+    for (size_t i = 0; i < m; i++) w = fmax(w, k[i].p[j]);
+    ref[j] = fmax(1.1 * w, 0.9 * w);
+    if (ref[j] == 0) ref[j] = TPE_MO_EPS;
+    finite &= isfinite(ref[j]);
+  }
+  /* Contributions only shrink as the selection grows (submodularity): a
+   * stale one is an upper bound, recomputed only when it leads. */
+  for (size_t i = 0; i < m; i++) {
+    contrib[i] = 1;
+    for (int j = 0; j < d; j++) contrib[i] *= ref[j] - k[i].p[j];
+    stamp[i] = 0;
+  }
+  for (size_t s = 0; s < subset;) {
+    size_t best = m;
+    for (size_t i = 0; i < m; i++)
+      if (uniq[i] && !taken[i] && (best == m || contrib[i] > contrib[best])) best = i;
+    if (finite && stamp[best] != s) {
+      double hv;
+      memcpy(sel + s * (size_t)d, k[best].p, (size_t)d * sizeof *sel);
+      if ((rc = tpe_mo_hypervolume(sel, s + 1, d, ref, &hv))) goto out;
+      rc = -ENOMEM;
+      contrib[best] = hv - hv_sel;
+      stamp[best] = s;
+      continue;
+    }
+    taken[best] = 1;
+    below[k[best].i] = 1;
+    memcpy(sel + s * (size_t)d, k[best].p, (size_t)d * sizeof *sel);
+    hv_sel += contrib[best];
+    s++;
+  }
+  rc = 0;
+out:
+  free(k), free(contrib), free(sel), free(stamp), free(uniq), free(taken);
+  return rc;
+}
+
+int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned char *below) {
+  int *rank = NULL;
+  unsigned char *front = NULL;
+  size_t *mem = NULL, assigned = 0, kept = 0, m = 0;
+  int r = 0, rc = -ENOMEM;
+
+  if (d < 1 || d > 64) return -EINVAL;
+  memset(below, 0, n);
+  if (n_below > n) n_below = n;
+  if (n_below == 0) return 0;
+  if (n_below == n) {
+    memset(below, 1, n);
+    return 0;
+  }
+  rank = malloc(n * sizeof *rank);
+  front = malloc(n);
+  mem = malloc(n * sizeof *mem);
+  if (!rank || !front || !mem) goto out;
+  for (size_t i = 0; i < n; i++) rank[i] = -1;
+  /* Peel fronts until they hold n_below points. */
+  for (; assigned < n_below; r++) {
+    for (size_t i = 0; i < n; i++) {
+      front[i] = rank[i] < 0;
+      for (size_t j = 0; j < n && front[i]; j++)
+        if (rank[j] < 0 && mo_dominates(loss + j * (size_t)d, loss + i * (size_t)d, d))
+          front[i] = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (front[i]) rank[i] = r, assigned++;
+  }
+  /* Whole ranks while they fit. */
+  for (int q = 0; q < r; q++) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += rank[i] == q;
+    if (kept + c > n_below) {
+      for (size_t i = 0; i < n; i++)
+        if (rank[i] == q) mem[m++] = i;
+      rc = mo_hssp(loss, d, mem, m, n_below - kept, below);
+      goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (rank[i] == q) below[i] = 1;
+    kept += c;
+  }
+  rc = 0;
+out:
+  free(rank), free(front), free(mem);
+  return rc;
+}
+
+int tpe_mo_weights(const double *loss, size_t n, int d, double *w) {
+  double *front = NULL, *ref = NULL, hv_all, hv_loo, mx = 0;
+  size_t *idx = NULL, m = 0;
+  int rc = -ENOMEM;
+
+  for (size_t i = 0; i < n; i++) w[i] = 1;
+  if (n <= 1) return 0;
+  front = malloc(n * (size_t)d * sizeof *front);
+  ref = malloc((size_t)d * sizeof *ref);
+  idx = malloc(n * sizeof *idx);
+  if (!front || !ref || !idx) goto out;
+  for (int j = 0; j < d; j++) {
+    double v = -INFINITY;
+    for (size_t i = 0; i < n; i++) v = fmax(v, loss[i * (size_t)d + j]);
+    ref[j] = fmax(1.1 * v, 0.9 * v);
+    if (ref[j] == 0) ref[j] = TPE_MO_EPS;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int on = 1;
+    for (size_t k = 0; k < n && on; k++)
+      if (mo_dominates(loss + k * (size_t)d, loss + i * (size_t)d, d)) on = 0;
+    w[i] = TPE_MO_EPS;
+    if (on) {
+      memcpy(front + m * (size_t)d, loss + i * (size_t)d, (size_t)d * sizeof *front);
+      idx[m++] = i;
+    }
+  }
+  if ((rc = tpe_mo_hypervolume(front, m, d, ref, &hv_all))) goto out;
+  for (size_t a = 0; a < m; a++) {
+    /* Leave a out: swap it to the end, measure the rest, swap back. */
+    double tmp[64];
+    memcpy(tmp, front + a * (size_t)d, (size_t)d * sizeof *tmp);
+    memcpy(front + a * (size_t)d, front + (m - 1) * (size_t)d, (size_t)d * sizeof *tmp);
+    if ((rc = tpe_mo_hypervolume(front, m - 1, d, ref, &hv_loo))) goto out;
+    memcpy(front + (m - 1) * (size_t)d, front + a * (size_t)d, (size_t)d * sizeof *tmp);
+    memcpy(front + a * (size_t)d, tmp, (size_t)d * sizeof *tmp);
+    w[idx[a]] = hv_all - hv_loo;
+    mx = fmax(mx, w[idx[a]]);
+  }
+  for (size_t a = 0; a < m; a++) w[idx[a]] = fmax(w[idx[a]] / fmax(mx, TPE_MO_EPS), TPE_MO_EPS);
+  rc = 0;
+out:
+  free(front), free(ref), free(idx);
+  return rc;
+}
