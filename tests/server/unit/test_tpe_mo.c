@@ -324,6 +324,37 @@ START_TEST(below_weights_flat_or_hypervolume) {
 }
 END_TEST
 
+/* The same observations in any order give the same suggestion (what a
+ * restart relies on), equal points included. */
+START_TEST(order_of_observations_does_not_matter) {
+  const char *space = "{\"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1},"
+                      " \"y\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}";
+  struct tpe *a = make_mo(space, "{\"n_startup_trials\": 3}", SPEC_MODE_MIN, SPEC_MODE_MAX, 9);
+  struct tpe *b = make_mo(space, "{\"n_startup_trials\": 3}", SPEC_MODE_MIN, SPEC_MODE_MAX, 9);
+  cJSON *cfg[40];
+  double v[40][2];
+  for (int i = 0; i < 40; i++) {
+    ck_assert_int_eq(tpe_suggest(a, i, NULL, &cfg[i]), 0);
+    double x = cJSON_GetObjectItem(cfg[i], "x")->valuedouble;
+    double y = cJSON_GetObjectItem(cfg[i], "y")->valuedouble;
+    v[i][0] = i % 7 == 3 ? v[i - 1][0] : x + y;
+    v[i][1] = i % 7 == 3 ? v[i - 1][1] : x * y;
+    ck_assert_int_eq(tpe_observe_mo(a, i, cfg[i], v[i], TPE_FINISHED), 0);
+  }
+  for (int i = 39; i >= 0; i--)
+    ck_assert_int_eq(tpe_observe_mo(b, i, cfg[i], v[i], TPE_FINISHED), 0);
+  for (int k = 40; k < 45; k++) {
+    cJSON *p = NULL, *q = NULL;
+    ck_assert_int_eq(tpe_suggest(a, k, NULL, &p), 0);
+    ck_assert_int_eq(tpe_suggest(b, k, NULL, &q), 0);
+    ck_assert(cJSON_Compare(p, q, 1));
+    cJSON_Delete(p), cJSON_Delete(q);
+  }
+  for (int i = 0; i < 40; i++) cJSON_Delete(cfg[i]);
+  tpe_free(a), tpe_free(b);
+}
+END_TEST
+
 static int is_num(const cJSON *o, const char *k, double v) {
   const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
   return cJSON_IsNumber(x) && x->valuedouble == v;
@@ -365,6 +396,7 @@ static Suite *tpe_mo_suite(void) {
   tcase_add_test(tc, weights_are_hypervolume_shares);
   tcase_add_test(tc, directions_pick_the_below_group);
   tcase_add_test(tc, observe_and_create_errors);
+  tcase_add_test(tc, order_of_observations_does_not_matter);
   tcase_add_test(tc, below_weights_flat_or_hypervolume);
   tcase_add_test(tc, defaults_for_several_objectives);
   suite_add_tcase(s, tc);
