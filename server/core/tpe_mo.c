@@ -173,6 +173,7 @@ out:
 
 int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned char *below) {
   int *rank = NULL;
+  size_t *cnt = NULL;
   unsigned char *front = NULL;
   size_t *mem = NULL, assigned = 0, kept = 0, m = 0;
   int r = 0, rc = -ENOMEM;
@@ -188,18 +189,29 @@ int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned c
   rank = malloc(n * sizeof *rank);
   front = malloc(n);
   mem = malloc(n * sizeof *mem);
-  if (!rank || !front || !mem) goto out;
+  cnt = malloc(n * sizeof *cnt);
+  if (!rank || !front || !mem || !cnt) goto out;
   for (size_t i = 0; i < n; i++) rank[i] = -1;
-  /* Peel fronts until they hold n_below points. */
+  /* Peel fronts until they hold n_below points: cnt[i] counts the
+   * unranked points dominating i (each pair compared once to count, once
+   * more when the dominating one is ranked): O(n^2 d) in all. */
+  for (size_t i = 0; i < n; i++) {
+    cnt[i] = 0;
+    for (size_t j = 0; j < n; j++)
+      cnt[i] += mo_dominates(loss + j * (size_t)d, loss + i * (size_t)d, d);
+  }
   for (; assigned < n_below; r++) {
+    size_t found = 0;
+    for (size_t i = 0; i < n; i++) found += front[i] = rank[i] < 0 && cnt[i] == 0;
+    if (!found) /* cannot happen (dominance is a strict order): no endless loop */
+      for (size_t i = 0; i < n; i++) front[i] = rank[i] < 0;
     for (size_t i = 0; i < n; i++) {
-      front[i] = rank[i] < 0;
-      for (size_t j = 0; j < n && front[i]; j++)
-        if (rank[j] < 0 && mo_dominates(loss + j * (size_t)d, loss + i * (size_t)d, d))
-          front[i] = 0;
+      if (!front[i]) continue;
+      rank[i] = r, assigned++;
+      for (size_t j = 0; j < n; j++)
+        if (rank[j] < 0 && !front[j] && mo_dominates(loss + i * (size_t)d, loss + j * (size_t)d, d))
+          cnt[j]--;
     }
-    for (size_t i = 0; i < n; i++)
-      if (front[i]) rank[i] = r, assigned++;
   }
   /* Whole ranks while they fit. */
   for (int q = 0; q < r; q++) {
@@ -217,7 +229,7 @@ int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned c
   }
   rc = 0;
 out:
-  free(rank), free(front), free(mem);
+  free(rank), free(front), free(mem), free(cnt);
   return rc;
 }
 

@@ -92,6 +92,16 @@ START_TEST(split_hand_made) {
                       k, nb, loss[2 * i], loss[2 * i + 1]);
     }
   }
+  /* With (3,7) and (6,3) the third front is {(3,7), (6,3)} and (6,6) moves
+   * to the fourth: n_below 7 takes the first two whole and (6,3) (reference
+   * (6.6, 7.7): it adds 2.82, (3,7) 2.52) from the third alone. */
+  double more[18];
+  memcpy(more, base, sizeof base);
+  more[14] = 3, more[15] = 7, more[16] = 6, more[17] = 3;
+  unsigned char b9[9];
+  split(more, 9, 2, 7, b9);
+  static const unsigned char want9[9] = {1, 1, 0, 1, 1, 1, 1, 0, 1};
+  for (int i = 0; i < 9; i++) ck_assert_msg(b9[i] == want9[i], "n_below 7 of 9: point %d", i);
   /* Too few distinct points in the last front: all of them, then copies
    * first come first served. */
   double dup[] = {1, 4, 2, 3, 2, 3, 3, 2, 2, 3};
