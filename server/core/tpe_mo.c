@@ -62,6 +62,30 @@ static int mo_hv(const double *pts, size_t n, int d, const double *ref, double *
     free(k);
     return -ENOMEM;
   }
+  if (d == 3) {
+    /* The slabs' 2-D sets grow by one point each: kept sorted by (x, y)
+     * by insertion, swept without sorting again: O(n^2) in all. */
+    for (size_t i = 0; i < n; i++) {
+      double z = k[i].p[2], next = i + 1 < n ? k[i + 1].p[2] : ref[2], area = 0, ybest = ref[1];
+      size_t at = i;
+      while (at > 0 && (sub[2 * (at - 1)] > k[i].p[0] ||
+                        (sub[2 * (at - 1)] == k[i].p[0] && sub[2 * (at - 1) + 1] > k[i].p[1])))
+        at--;
+      memmove(sub + 2 * (at + 1), sub + 2 * at, 2 * (i - at) * sizeof *sub);
+      sub[2 * at] = k[i].p[0], sub[2 * at + 1] = k[i].p[1];
+      if (!(next > z)) continue;
+      for (size_t q = 0; q <= i; q++)
+        if (sub[2 * q + 1] < ybest) {
+          area += (ref[0] - sub[2 * q]) * (ybest - sub[2 * q + 1]);
+          ybest = sub[2 * q + 1];
+        }
+      vol += area * (next - z);
+    }
+    free(sub);
+    free(k);
+    *out = vol;
+    return 0;
+  }
   for (size_t i = 0; i < n && !rc; i++) {
     double z = k[i].p[d - 1], next = i + 1 < n ? k[i + 1].p[d - 1] : ref[d - 1], a;
     memcpy(sub + i * (size_t)(d - 1), k[i].p, (size_t)(d - 1) * sizeof *sub);
@@ -173,9 +197,8 @@ out:
 
 int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned char *below) {
   int *rank = NULL;
-  size_t *cnt = NULL;
-  unsigned char *front = NULL;
-  size_t *mem = NULL, assigned = 0, kept = 0, m = 0;
+  struct tpe_mo_key *k = NULL;
+  size_t *rest = NULL, *fr = NULL, *mem = NULL, nrest = n, assigned = 0, kept = 0, m = 0;
   int r = 0, rc = -ENOMEM;
 
   if (d < 1 || d > 64) return -EINVAL;
@@ -187,31 +210,32 @@ int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned c
     return 0;
   }
   rank = malloc(n * sizeof *rank);
-  front = malloc(n);
+  k = malloc(n * sizeof *k);
+  rest = malloc(n * sizeof *rest);
+  fr = malloc(n * sizeof *fr);
   mem = malloc(n * sizeof *mem);
-  cnt = malloc(n * sizeof *cnt);
-  if (!rank || !front || !mem || !cnt) goto out;
-  for (size_t i = 0; i < n; i++) rank[i] = -1;
-  /* Peel fronts until they hold n_below points: cnt[i] counts the
-   * unranked points dominating i (each pair compared once to count, once
-   * more when the dominating one is ranked): O(n^2 d) in all. */
-  for (size_t i = 0; i < n; i++) {
-    cnt[i] = 0;
-    for (size_t j = 0; j < n; j++)
-      cnt[i] += mo_dominates(loss + j * (size_t)d, loss + i * (size_t)d, d);
-  }
+  if (!rank || !k || !rest || !fr || !mem) goto out;
+  /* Peel fronts until they hold n_below points. In lexicographic order a
+   * point is dominated only by earlier ones, and if by any remaining one
+   * then by one of the current front found before it (dominance is
+   * transitive): each pass costs O(remaining x front x d). */
+  for (size_t i = 0; i < n; i++) k[i] = (struct tpe_mo_key){loss + i * (size_t)d, d, 0, i};
+  qsort(k, n, sizeof *k, mo_cmp);
+  for (size_t i = 0; i < n; i++) rest[i] = k[i].i, rank[i] = -1;
   for (; assigned < n_below; r++) {
-    size_t found = 0;
-    for (size_t i = 0; i < n; i++) found += front[i] = rank[i] < 0 && cnt[i] == 0;
-    if (!found) /* cannot happen (dominance is a strict order): no endless loop */
-      for (size_t i = 0; i < n; i++) front[i] = rank[i] < 0;
-    for (size_t i = 0; i < n; i++) {
-      if (!front[i]) continue;
-      rank[i] = r, assigned++;
-      for (size_t j = 0; j < n; j++)
-        if (rank[j] < 0 && !front[j] && mo_dominates(loss + i * (size_t)d, loss + j * (size_t)d, d))
-          cnt[j]--;
+    size_t nfr = 0, left = 0;
+    for (size_t a = 0; a < nrest; a++) {
+      const double *p = loss + rest[a] * (size_t)d;
+      int dominated = 0;
+      for (size_t b = 0; b < nfr && !dominated; b++)
+        dominated = mo_dominates(loss + fr[b] * (size_t)d, p, d);
+      if (dominated)
+        rest[left++] = rest[a];
+      else
+        fr[nfr++] = rest[a], rank[rest[a]] = r;
     }
+    assigned += nfr;
+    nrest = left;
   }
   /* Whole ranks while they fit. */
   for (int q = 0; q < r; q++) {
@@ -229,7 +253,7 @@ int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned c
   }
   rc = 0;
 out:
-  free(rank), free(front), free(mem), free(cnt);
+  free(rank), free(k), free(rest), free(fr), free(mem);
   return rc;
 }
 
