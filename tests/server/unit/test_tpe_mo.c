@@ -150,6 +150,19 @@ START_TEST(split_hssp_matches_brute_greedy) {
 }
 END_TEST
 
+/* Whether some point of loss (n x d) dominates point i. */
+static int dominated_in(const double *loss, int n, int d, int i) {
+  for (int k = 0; k < n; k++) {
+    int le = 1, lt = 0;
+    for (int j = 0; j < d; j++) {
+      le &= loss[k * d + j] <= loss[i * d + j];
+      lt |= loss[k * d + j] < loss[i * d + j];
+    }
+    if (le && lt) return 1;
+  }
+  return 0;
+}
+
 /* Each front point weighs what the front's hypervolume loses without it
  * (inclusion-exclusion), over the largest; dominated points 1e-12. */
 START_TEST(weights_are_hypervolume_shares) {
@@ -167,28 +180,11 @@ START_TEST(weights_are_hypervolume_shares) {
       if (ref[j] == 0) ref[j] = 1e-12;
     }
     for (int i = 0; i < n; i++) {
-      int dominated = 0;
-      for (int k = 0; k < n && !dominated; k++) {
-        int le = 1, lt = 0;
-        for (int j = 0; j < d; j++) {
-          le &= loss[k * d + j] <= loss[i * d + j];
-          lt |= loss[k * d + j] < loss[i * d + j];
-        }
-        dominated = le && lt;
-      }
+      int dominated = dominated_in(loss, n, d, i);
       double front[10 * 3], rest[10 * 3];
       int nf = 0, nr = 0;
       for (int k = 0; k < n; k++) {
-        int dom = 0;
-        for (int q = 0; q < n && !dom; q++) {
-          int le = 1, lt = 0;
-          for (int j = 0; j < d; j++) {
-            le &= loss[q * d + j] <= loss[k * d + j];
-            lt |= loss[q * d + j] < loss[k * d + j];
-          }
-          dom = le && lt;
-        }
-        if (dom) continue;
+        if (dominated_in(loss, n, d, k)) continue;
         memcpy(front + nf++ * d, loss + k * d, (size_t)d * sizeof *loss);
         if (k != i) memcpy(rest + nr++ * d, loss + k * d, (size_t)d * sizeof *loss);
       }
