@@ -73,7 +73,7 @@ struct experiment_spec {
   enum spec_mode mode;
   /* Every objective, metric/mode included as [0]: 1 for a string metric,
    * the list's length for a list (0 without a metric). Only fifo and
-   * random/grid take more than one (docs/scheduling.md#several-objectives). */
+   * random/grid/tpe take more than one (docs/scheduling.md#several-objectives). */
   int nobjectives;
   char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];
