@@ -207,9 +207,9 @@ static void proc_report_settle(struct proc *p, int err) {
     uv_close((uv_handle_t *)&p->report, proc_report_closed);
   if (err < 0) {
     /* Without a report the trial cannot be signalled reliably: a start
-     * that failed. A supervisor still there is killed (its trial follows
-     * it: parent-death signal); one that ended said why on stderr, or
-     * not, so say it here too. Its own group is the only one known. */
+     * that failed. A supervisor still there is told to end; one that
+     * ended said why on stderr, or not, so say it here too. Its own group
+     * is the only one known. */
     char line[400];
     int n = snprintf(line, sizeof line,
                      "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: the "
@@ -221,7 +221,9 @@ static void proc_report_settle(struct proc *p, int err) {
                                            "killed");
     p->pid = p->super_pid;
     p->report_fault = 1;
-    if (err != -ECHILD && !p->exited) kill(p->super_pid, SIGKILL);
+    /* SIGUSR2 is its parent-death signal: it kills the whole tree and
+     * exits. One that did not report in time may not listen: SIGKILL. */
+    if (err != -ECHILD && !p->exited) kill(p->super_pid, err == -ETIMEDOUT ? SIGKILL : SIGUSR2);
     if (p->cbs.on_output && n > 0) p->cbs.on_output(p->arg, 1, line, (size_t)n);
   }
   if (p->cbs.on_spawned) p->cbs.on_spawned(p->arg, err);
@@ -465,9 +467,9 @@ void proc_stop(struct proc *p, unsigned grace_ms) {
 void proc_close(struct proc *p) {
   if (p->closing) return;
   p->closing = 1;
-  /* Before the report only the supervisor is known: its trial follows it
-   * (parent-death signal). */
-  if (p->running) kill(p->reported ? -p->pid : p->super_pid, SIGKILL);
+  /* Before the report only the supervisor is known: its parent-death
+   * signal makes it kill the whole tree and exit. */
+  if (p->running) kill(p->reported ? -p->pid : p->super_pid, p->reported ? SIGKILL : SIGUSR2);
   uv_timer_stop(&p->timer);
   if (!p->reported) {
     p->reported = 1;
