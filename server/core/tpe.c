@@ -988,8 +988,6 @@ static void mix_logpdf(const struct mix *x, const double *cand, int nc, double *
 
 /* ---------- suggestions ---------- */
 
-/* Sorts slots by trial id: kernel weights follow trial age, as Optuna's
- * follow trial numbers. tmp holds 2n entries. */
 /* The finished trials slots[0..nf) (in id order) ranked into rk[0..nf)
  * (rk[nf..2nf) is scratch), best first: Optuna's _split_trials with
  * constraints: the feasible ones by value, then the infeasible ones by total
@@ -1010,6 +1008,8 @@ static void tpe_rank(const struct tpe *t, const size_t *slots, size_t nf, struct
   radix_sort(rk + k, nf - k, rk + nf);
 }
 
+/* Sorts slots by trial id: kernel weights follow trial age, as Optuna's
+ * follow trial numbers. tmp holds 2n entries. */
 static void sort_by_id(const struct tpe *t, size_t *slots, size_t n, struct rkey *tmp) {
   for (size_t i = 0; i < n; i++) tmp[i] = (struct rkey){key_of_int(t->ids[slots[i]]), slots[i]};
   radix_sort(tmp, n, tmp + n);
