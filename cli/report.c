@@ -142,6 +142,7 @@ int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, 
     r->pending_reason = get_str(t, "pending_reason");
     r->reason = get_str(t, "reason");
     r->exit_code = (long long)get_num(t, "exit_code", -1);
+    r->infeasible = cJSON_IsFalse(get(t, "feasible"));
   }
   const cJSON *warr = cJSON_IsArray(workers) ? workers : get(workers, "workers");
   if (cJSON_IsArray(warr)) {
@@ -518,7 +519,8 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
       } else if (c == 1) {
         snprintf(buf, sizeof(buf), "%s", trial_label(t, lbl, sizeof(lbl)));
       } else if (c == 2) {
-        snprintf(buf, sizeof(buf), "%s", t->status);
+        /* Outcome constraints: a trial that violates one is never the best. */
+        snprintf(buf, sizeof(buf), "%s%s", t->status, t->infeasible ? " infeasible" : "");
       } else if (c < nit) {
         report_fmt_value(get(t->config, pkeys[c - np0]), buf, sizeof(buf));
       } else if (c == nit) {
@@ -976,6 +978,16 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON
   if (cJSON_IsObject(last)) {
     report_fmt_params(last, line, sizeof(line));
     sbuf_printf(&sb, "Last result: {%s}\n", line);
+  }
+  /* Outcome constraints, at its last result (an older server: no key). */
+  const cJSON *feas = get(trial, "feasible"), *viol = get(trial, "violation");
+  if (cJSON_IsTrue(feas)) {
+    sbuf_puts(&sb, "Feasible: yes (meets every constraint)\n");
+  } else if (cJSON_IsFalse(feas)) {
+    if (cJSON_IsNumber(viol))
+      sbuf_printf(&sb, "Feasible: no (total violation %.6g)\n", viol->valuedouble);
+    else
+      sbuf_puts(&sb, "Feasible: no (a constrained metric is missing or not a number)\n");
   }
   if (get_str(trial, "error")) {
     error_line(get_str(trial, "error"), line, sizeof(line));

@@ -24,6 +24,7 @@ struct report_trial {
   const char *pending_reason; /* may be NULL */
   const char *reason;         /* the scheduler's last decision, may be NULL */
   long long exit_code;        /* -1 when none */
+  int infeasible;             /* outcome constraints: "feasible" is false */
 };
 
 struct report_state {

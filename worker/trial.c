@@ -79,14 +79,10 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
   t->time_attr = strdup(cJSON_IsString(ta) ? ta->valuestring : "training_iteration");
   if (!t->time_attr) goto fail;
   t->auto_iter = !strcmp(t->time_attr, "training_iteration");
-  const cJSON *me = cJSON_GetObjectItemCaseSensitive(lease, "metric");
-  /* Several objectives: every one must be in the first result. */
-  if ((rc = result_join_names(cJSON_GetObjectItemCaseSensitive(lease, "metrics"), &t->metric)) < 0)
-    goto fail;
+  /* Every objective, and every constrained metric, must be in the first
+   * result. */
+  if ((rc = result_required_metrics(lease, &t->metric)) < 0) goto fail;
   rc = -ENOMEM;
-  if (!t->metric && cJSON_IsString(me) && me->valuestring[0] &&
-      !(t->metric = strdup(me->valuestring)))
-    goto fail;
   if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) {
     t->dir = NULL;
     goto fail;

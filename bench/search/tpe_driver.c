@@ -5,7 +5,9 @@
  *    "mode": "min"|"max", "seed": N}              -> {"ok": true} | {"error": ...}
  *   (search_alg gets today's defaults, as a new experiment's does)
  *   {"cmd": "observe", "id": N, "config": {...}, "value": X|null,
- *    "state": "finished"|"running"}               -> {"ok": true}
+ *    "state": "finished"|"running", "violation": V} -> {"ok": true}
+ *   (violation, optional: the trial's total constraint violation, 0 when
+ *   feasible: tpe_set_violation)
  *   {"cmd": "suggest", "index": N, "fixed": {...}} -> {"config": {...}, "us": T}
  * "us" is the time tpe_suggest took (CLOCK_MONOTONIC, microseconds). */
 #include <errno.h>
@@ -86,10 +88,12 @@ int main(void) {
     } else if (strcmp(cmd, "observe") == 0) {
       cJSON *v = cJSON_GetObjectItem(c, "value");
       const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(c, "state"));
-      int rc =
-          tpe_observe(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id")),
-                      cJSON_GetObjectItem(c, "config"), cJSON_IsNumber(v) ? v->valuedouble : NAN,
-                      st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
+      int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id"));
+      cJSON *viol = cJSON_GetObjectItem(c, "violation");
+      int rc = tpe_observe(t, id, cJSON_GetObjectItem(c, "config"),
+                           cJSON_IsNumber(v) ? v->valuedouble : NAN,
+                           st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
+      if (!rc && cJSON_IsNumber(viol)) rc = tpe_set_violation(t, id, viol->valuedouble);
       if (rc)
         fail("", strerror(-rc));
       else

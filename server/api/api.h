@@ -89,6 +89,7 @@ struct api_trial_view {
   struct srv_trial t; /* scalars, plus owned copies of the four strings */
   struct spec_resources res;
   char reason[256];
+  int constrained; /* its experiment has outcome constraints */
 };
 int api_trial_view_take(struct server *s, const struct srv_trial *t, struct api_trial_view *v);
 cJSON *api_trial_view_json(const struct api_trial_view *v);
@@ -102,6 +103,10 @@ cJSON *api_time(double t);
 /* Several objectives: adds "metrics" and "modes" (every objective, in
  * order) to o; nothing for one metric or none. 0 or -ENOMEM. */
 int api_add_objectives(cJSON *o, const struct experiment_spec *spec);
+/* Outcome constraints: adds "constraint_metrics" (each constrained metric
+ * once, in order: what every result must carry besides the objectives) to
+ * o; nothing without constraints. 0 or -ENOMEM. */
+int api_add_constraint_metrics(cJSON *o, const struct experiment_spec *spec);
 
 /* docs/protocol.md#pages: `limit` (1..API_PAGE_MAX, default dflt_limit) and
  * `cursor` (the previous page's next_cursor; absent: from the start) of a

@@ -271,6 +271,12 @@ int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJ
   return tpe_observe(s->tpe, trial_id, config, value, finished ? TPE_FINISHED : TPE_RUNNING);
 }
 
+int searcher_observe_violation(struct searcher *s, int64_t trial_id, double violation) {
+  if (s->type != SEARCHER_TPE) return 0;
+  int rc = tpe_set_violation(s->tpe, trial_id, violation);
+  return rc == -ENOENT ? 0 : rc;
+}
+
 static const cJSON *point_at(const struct searcher *s, int64_t idx) {
   return idx < s->npoints ? cJSON_GetArrayItem(s->points, (int)idx) : NULL;
 }

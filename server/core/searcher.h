@@ -33,6 +33,11 @@ enum searcher_type searcher_type_of(const struct experiment_spec *spec);
 int searcher_observe(struct searcher *s, int64_t trial_id, int64_t idx, const cJSON *config,
                      double value, int finished);
 
+/* The total constraint violation of an observed trial at its last result
+ * (constraint.h; after searcher_observe, which forgets it): tpe ranks
+ * infeasible trials after the feasible ones; random/grid ignore it. 0. */
+int searcher_observe_violation(struct searcher *s, int64_t trial_id, double violation);
+
 /* The config of the idx-th trial (creation index). -ENOENT: idx is past the
  * plan (num_trials). The caller owns *config. */
 int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config);

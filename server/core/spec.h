@@ -12,7 +12,8 @@
 #define SPEC_NUM_SAMPLES_MAX 100000 /* also the cap on grid product x num_samples */
 #define SPEC_ASHA_MAX_MILESTONES 64 /* per bracket */
 #define SPEC_ASHA_MAX_BRACKETS 16
-#define SPEC_MAX_OBJECTIVES 4 /* metric/mode as lists: 1..4 entries */
+#define SPEC_MAX_OBJECTIVES 4  /* metric/mode as lists: 1..4 entries */
+#define SPEC_MAX_CONSTRAINTS 8 /* "constraints": 1..8 entries */
 
 enum spec_mode { SPEC_MODE_MIN = 0, SPEC_MODE_MAX = 1 };
 enum spec_sched_type {
@@ -60,6 +61,16 @@ struct sched_params {
   struct median_params median;       /* type median_stopping */
 };
 
+/* One outcome constraint (docs/scheduling.md#outcome-constraints): a
+ * trial is feasible when its value of metric is <= (SPEC_CON_LE) or >=
+ * (SPEC_CON_GE) value. */
+enum spec_con_op { SPEC_CON_LE = 0, SPEC_CON_GE = 1 };
+struct spec_constraint {
+  char metric[SPEC_NAME_MAX + 1];
+  enum spec_con_op op;
+  double value; /* finite */
+};
+
 struct spec_resources {
   double cpu;        /* default 1; fractional allowed */
   double gpu;        /* default 0; fractional allowed */
@@ -77,6 +88,9 @@ struct experiment_spec {
   int nobjectives;
   char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  /* "constraints" (0 when absent): server/core/constraint.h. */
+  int nconstraints;
+  struct spec_constraint constraints[SPEC_MAX_CONSTRAINTS];
   int64_t num_samples;           /* default 1 */
   int64_t num_trials;            /* grid product x num_samples */
   int64_t max_concurrent_trials; /* 0 = unlimited */

@@ -92,6 +92,9 @@ struct tpe {
   double *val;
   unsigned char *state;
   double *x;
+  /* viol[i]: trial ids[i]'s total constraint violation (0: feasible;
+   * tpe_set_violation), ranked as Optuna's constrained TPE does (tpe_rank). */
+  double *viol;
   size_t n, cap;
   struct idmap byid; /* trial id -> slot */
   size_t n_finished; /* finished with a finite value */
@@ -576,6 +579,9 @@ static int grow(struct tpe *t) {
   double *x = realloc(t->x, cap * (size_t)(t->np ? t->np : 1) * sizeof *x);
   if (!x) return -ENOMEM;
   t->x = x;
+  double *viol = realloc(t->viol, cap * sizeof *viol);
+  if (!viol) return -ENOMEM;
+  t->viol = viol;
   t->cap = cap;
   return 0;
 }
@@ -597,10 +603,18 @@ int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config, double val
     t->ids[i] = trial_id;
   }
   t->val[i] = value;
+  t->viol[i] = 0;
   t->state[i] = state == TPE_FINISHED ? TPE_FINISHED : TPE_RUNNING;
   for (int j = 0; j < t->np; j++)
     t->x[i * (size_t)t->np + (size_t)j] = to_internal(&t->p[j], lookup(config, &t->p[j]));
   if (finished_with_value(t, i)) t->n_finished++;
+  return 0;
+}
+
+int tpe_set_violation(struct tpe *t, int64_t trial_id, double violation) {
+  size_t i;
+  if (idmap_get(&t->byid, trial_id, &i)) return -ENOENT;
+  t->viol[i] = violation > 0 ? violation : 0;
   return 0;
 }
 
@@ -974,6 +988,26 @@ static void mix_logpdf(const struct mix *x, const double *cand, int nc, double *
 
 /* ---------- suggestions ---------- */
 
+/* The finished trials slots[0..nf) (in id order) ranked into rk[0..nf)
+ * (rk[nf..2nf) is scratch), best first: Optuna's _split_trials with
+ * constraints: the feasible ones by value, then the infeasible ones by total
+ * violation (radix_sort is stable: ties stay in id order). Without
+ * constraints every trial is feasible: the ranking by value alone. */
+static void tpe_rank(const struct tpe *t, const size_t *slots, size_t nf, struct rkey *rk) {
+  size_t k = 0, m;
+  for (size_t i = 0; i < nf; i++) {
+    size_t sl = slots[i];
+    if (!(t->viol[sl] > 0))
+      rk[k++] =
+          (struct rkey){key_of_double(t->mode == SPEC_MODE_MAX ? -t->val[sl] : t->val[sl]), sl};
+  }
+  m = k;
+  for (size_t i = 0; i < nf; i++)
+    if (t->viol[slots[i]] > 0) rk[m++] = (struct rkey){key_of_double(t->viol[slots[i]]), slots[i]};
+  radix_sort(rk, k, rk + nf);
+  radix_sort(rk + k, nf - k, rk + nf);
+}
+
 /* Sorts slots by trial id: kernel weights follow trial age, as Optuna's
  * follow trial numbers. tmp holds 2n entries. */
 static void sort_by_id(const struct tpe *t, size_t *slots, size_t n, struct rkey *tmp) {
@@ -1143,11 +1177,7 @@ int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **
   for (size_t i = 0; i < t->n; i++)
     if (finished_with_value(t, i)) below[nf++] = i;
   sort_by_id(t, below, nf, rk);
-  for (size_t i = 0; i < nf; i++) {
-    size_t sl = below[i];
-    rk[i] = (struct rkey){key_of_double(t->mode == SPEC_MODE_MAX ? -t->val[sl] : t->val[sl]), sl};
-  }
-  radix_sort(rk, nf, rk + nf);
+  tpe_rank(t, below, nf, rk);
   nb = (size_t)ceil(t->o.gamma * (double)nf);
   if (nb > (size_t)t->o.gamma_max) nb = (size_t)t->o.gamma_max;
   if (nb > nf) nb = nf;
@@ -1215,7 +1245,7 @@ fail:
 void tpe_free(struct tpe *t) {
   if (!t) return;
   cJSON_Delete(t->space);
-  free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x);
+  free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x), free(t->viol);
   idmap_free(&t->byid);
   free(t);
 }

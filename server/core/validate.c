@@ -572,6 +572,58 @@ static int check_objectives(const cJSON *config, struct experiment_spec *out,
   return 1;
 }
 
+/* constraints: a list of 1..SPEC_MAX_CONSTRAINTS {"metric", "op", "value"}
+ * (docs/scheduling.md#outcome-constraints). op is "<=" or ">=" only: "<"
+ * and ">" differ from them only at the bound itself, which a measured
+ * float meets by chance, and "==" is met by none; Optuna's constraints
+ * (c <= 0) and Ax's outcome constraints take just these two. 0, or -EINVAL
+ * naming constraints[i].field. */
+static int check_constraints(const cJSON *config, struct experiment_spec *out,
+                             struct validate_error *err) {
+  static const char *const keys[] = {"metric", "op", "value", NULL};
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(config, "constraints"), *item;
+  char p[64];
+  int i = 0;
+  if (!list) return 0;
+  if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
+      cJSON_GetArraySize(list) > SPEC_MAX_CONSTRAINTS) {
+    spec_error_set(err, "constraints",
+                   "must be a list of 1 to %d objects {\"metric\": NAME, \"op\": \"<=\" or "
+                   "\">=\", \"value\": NUMBER}",
+                   SPEC_MAX_CONSTRAINTS);
+    return -EINVAL;
+  }
+  if (!out->has_metric)
+    return spec_fail_at(err, "", "metric",
+                        "required with constraints (and mode): the feasible trials are ranked "
+                        "by it");
+  cJSON_ArrayForEach(item, list) {
+    struct spec_constraint *c = &out->constraints[i];
+    snprintf(p, sizeof p, "constraints[%d]", i);
+    if (!cJSON_IsObject(item)) {
+      spec_error_set(err, p, "must be an object {\"metric\", \"op\", \"value\"}");
+      return -EINVAL;
+    }
+    if (spec_check_keys(item, p, "a constraint", keys, err)) return -EINVAL;
+    int has = spec_get_name(item, p, "metric", 1, c->metric, err);
+    if (has < 0) return -EINVAL;
+    if (!has) return spec_fail_at(err, p, "metric", "required: the result key constrained");
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(item, "op");
+    if (!op) return spec_fail_at(err, p, "op", "required: \"<=\" or \">=\"");
+    if (!cJSON_IsString(op) || (strcmp(op->valuestring, "<=") && strcmp(op->valuestring, ">=")))
+      return spec_fail_at(err, p, "op",
+                          "must be \"<=\" or \">=\" (\"<\" and \">\" differ from them only "
+                          "at the bound, \"==\" is never met by a measured value)");
+    c->op = op->valuestring[0] == '<' ? SPEC_CON_LE : SPEC_CON_GE;
+    has = spec_get_number(item, p, "value", &c->value, err);
+    if (has < 0) return -EINVAL;
+    if (!has) return spec_fail_at(err, p, "value", "required: the bound, a finite number");
+    i++;
+  }
+  out->nconstraints = i;
+  return 0;
+}
+
 static int validate_config(const cJSON *config, struct experiment_spec *out,
                            struct validate_error *err, int stored) {
   static const char *const top_keys[] = {"name",
@@ -591,6 +643,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                                          "warm_start",
                                          "stop",
                                          "time_budget_s",
+                                         "constraints",
                                          NULL};
   const cJSON *ps;
   int64_t seed = 0;
@@ -610,6 +663,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
   has_metric = check_objectives(config, out, err);
   if (has_metric < 0) return -EINVAL;
   out->has_metric = has_metric;
+  if (check_constraints(config, out, err)) return -EINVAL;
 
   out->num_samples = 1;
   if (spec_get_int(config, "", "num_samples", 1, SPEC_NUM_SAMPLES_MAX, &out->num_samples, err) <

@@ -496,6 +496,8 @@ static int trial_searcher_sync(struct srv_experiment *e) {
     /* A failed trial is finished with no value: the model ignores it. */
     double v = t->status != TS_ERROR && t->has_last_value ? t->last_value : NAN;
     int rc = searcher_observe(e->searcher, t->id, t->idx, c, v, finished);
+    /* Outcome constraints: tpe ranks the infeasible after the feasible. */
+    if (!rc && t->nres) rc = searcher_observe_violation(e->searcher, t->id, t->violation);
     cJSON_Delete(c);
     if (rc) return rc;
     t->searcher_seq = t->updated_seq;

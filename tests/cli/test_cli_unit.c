@@ -170,6 +170,40 @@ START_TEST(report_all_rows) {
 }
 END_TEST
 
+/* Outcome constraints: an infeasible trial says so in the status column
+ * and in ctune trial, with its violation; a feasible one in ctune trial. */
+START_TEST(report_infeasible) {
+  struct report_state s;
+  char *text;
+  cJSON *e = cJSON_Parse("{\"id\":1,\"name\":\"con\",\"status\":\"TERMINATED\","
+                         "\"metric\":\"loss\",\"mode\":\"min\",\"num_trials\":2,"
+                         "\"counts\":{\"TERMINATED\":2}}");
+  cJSON *ts =
+      cJSON_Parse("{\"trials\":[{\"id\":1,\"name\":\"con_00000\",\"status\":\"TERMINATED\","
+                  "\"iteration\":1,\"last_result\":{\"loss\":0.1,\"mem\":500},\"feasible\":false,"
+                  "\"violation\":400},{\"id\":2,\"name\":\"con_00001\",\"status\":\"TERMINATED\","
+                  "\"iteration\":1,\"last_result\":{\"loss\":0.3,\"mem\":50},\"feasible\":true,"
+                  "\"violation\":0}]}");
+  ck_assert_int_eq(report_state_load(&s, e, ts, NULL), 0);
+  ck_assert_int_eq(report_render_table(&s, 160, 0, &text), 0);
+  char *row0 = strstr(text, "con_00000"), *row1 = strstr(text, "con_00001");
+  ck_assert_ptr_nonnull(row0);
+  ck_assert_ptr_nonnull(row1);
+  char *bad = strstr(text, "TERMINATED infeasible");
+  ck_assert_msg(bad && bad > row0 && bad < row1, "%s", text);
+  ck_assert_ptr_null(strstr(row1, "infeasible"));
+  free(text);
+  const cJSON *arr = cJSON_GetObjectItem(ts, "trials");
+  ck_assert_int_eq(report_trial_detail(cJSON_GetArrayItem(arr, 0), NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Feasible: no (total violation 400)\n"));
+  free(text);
+  ck_assert_int_eq(report_trial_detail(cJSON_GetArrayItem(arr, 1), NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Feasible: yes (meets every constraint)\n"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
 /* Why an experiment ended early is shown under its status line;
  * the table's first column is the trial's numeric id. */
 START_TEST(report_end_reason_and_ids) {
@@ -833,6 +867,7 @@ int main(void) {
   tcase_add_test(tc, report_asha_wide);
   tcase_add_test(tc, report_asha_narrow_trims_to_width);
   tcase_add_test(tc, report_all_rows);
+  tcase_add_test(tc, report_infeasible);
   tcase_add_test(tc, report_grid_finished);
   tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);

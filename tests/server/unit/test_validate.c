@@ -112,7 +112,8 @@ static const struct bad bad_configs[] = {
     {"{\"nmae\": \"x\", " TRAIN "}", "nmae",
      "unknown field (an experiment takes name, metric, mode, num_samples, max_concurrent_trials, "
      "seed, max_failures, fail_fast, param_space, scheduler, resources_per_trial, trainable, "
-     "search_alg, points_to_evaluate, warm_start, stop, time_budget_s)"},
+     "search_alg, points_to_evaluate, warm_start, stop, time_budget_s, "
+     "constraints)"},
     {"{\"name\": \"\", " TRAIN "}", "name",
      "must be a string of 1-128 characters from A-Z a-z 0-9 _ . -"},
     {"{\"name\": \"a b\", " TRAIN "}", "name",
@@ -382,6 +383,49 @@ static const struct bad bad_configs[] = {
      "search_alg.type",
      "tpe learns from a single metric: with several objectives only random and grid search "
      "run"},
+/* constraints (outcome constraints) */
+#define CON(X) "{" ASHA "\"constraints\": " X ", " TRAIN "}"
+    {CON("{}"), "constraints",
+     "must be a list of 1 to 8 objects {\"metric\": NAME, \"op\": \"<=\" or \">=\", \"value\": "
+     "NUMBER}"},
+    {CON("[]"), "constraints",
+     "must be a list of 1 to 8 objects {\"metric\": NAME, \"op\": \"<=\" or \">=\", \"value\": "
+     "NUMBER}"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", "
+         "\"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", "
+         "\"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, "
+         "{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", "
+         "\"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", "
+         "\"op\": \"<=\", \"value\": 1}]"),
+     "constraints",
+     "must be a list of 1 to 8 objects {\"metric\": NAME, \"op\": \"<=\" or \">=\", \"value\": "
+     "NUMBER}"},
+    {"{\"constraints\": [{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}], " TRAIN "}", "metric",
+     "required with constraints (and mode): the feasible trials are ranked by it"},
+    {CON("[5]"), "constraints[0]", "must be an object {\"metric\", \"op\", \"value\"}"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", "
+         "\"value\": 1, \"strict\": true}]"),
+     "constraints[1].strict", "unknown field (a constraint takes metric, op, value)"},
+    {CON("[{\"op\": \"<=\", \"value\": 1}]"), "constraints[0].metric",
+     "required: the result key constrained"},
+    {CON("[{\"metric\": \"gpu mem\", \"op\": \"<=\", \"value\": 1}]"), "constraints[0].metric",
+     "must be a string of 1-128 characters from A-Z a-z 0-9 _ . - /"},
+    {CON("[{\"metric\": \"m\", \"value\": 1}]"), "constraints[0].op", "required: \"<=\" or \">=\""},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<\", "
+         "\"value\": 1}]"),
+     "constraints[1].op",
+     "must be \"<=\" or \">=\" (\"<\" and \">\" differ from them only at the bound, \"==\" is "
+     "never met by a measured value)"},
+    {CON("[{\"metric\": \"m\", \"op\": \"==\", \"value\": 1}]"), "constraints[0].op",
+     "must be \"<=\" or \">=\" (\"<\" and \">\" differ from them only at the bound, \"==\" is "
+     "never met by a measured value)"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\"}]"), "constraints[0].value",
+     "required: the bound, a finite number"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": \"2000\"}]"), "constraints[0].value",
+     "must be a finite number"},
+    {CON("[{\"metric\": \"m\", \"op\": \">=\", \"value\": 1e999}]"), "constraints[0].value",
+     "must be a finite number"},
+#undef CON
 };
 
 START_TEST(bad_config) {
@@ -621,6 +665,34 @@ START_TEST(several_objectives) {
 }
 END_TEST
 
+START_TEST(constraints_parsed) {
+  struct experiment_spec s;
+  struct validate_error err;
+  cJSON *c = cJSON_Parse("{\"metric\": \"loss\", \"mode\": \"min\", \"constraints\": "
+                         "[{\"metric\": \"gpu_mem_mb\", \"op\": \"<=\", \"value\": 2000}, "
+                         "{\"metric\": \"acc\", \"op\": \">=\", \"value\": -0.5}], " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.nconstraints, 2);
+  ck_assert_str_eq(s.constraints[0].metric, "gpu_mem_mb");
+  ck_assert_int_eq(s.constraints[0].op, SPEC_CON_LE);
+  ck_assert(s.constraints[0].value == 2000);
+  ck_assert_str_eq(s.constraints[1].metric, "acc");
+  ck_assert_int_eq(s.constraints[1].op, SPEC_CON_GE);
+  ck_assert(s.constraints[1].value == -0.5);
+  validate_spec_free(&s);
+  /* The stored config reads back the same; one without constraints has none. */
+  ck_assert_int_eq(validate_experiment_stored(c, &s, &err), 0);
+  ck_assert_int_eq(s.nconstraints, 2);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": \"loss\", \"mode\": \"min\", " TRAIN "}");
+  ck_assert_int_eq(validate_experiment_stored(c, &s, &err), 0);
+  ck_assert_int_eq(s.nconstraints, 0);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("core");
@@ -629,6 +701,7 @@ int main(void) {
   tcase_add_loop_test(tc, bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
   tcase_add_test(tc, limits_on_strings_and_depth);
   tcase_add_test(tc, several_objectives);
+  tcase_add_test(tc, constraints_parsed);
   tcase_add_test(tc, random_configs_never_crash);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -1,7 +1,7 @@
 // One experiment: config brief, progress, best trial, learning curves, ASHA
 // state, parallel coordinates and the trial table, kept live by ?since= polling.
 import { api } from '../api.js';
-import { h, note, statusBadge, section, expStatusBadge, allTrialsFailed } from '../dom.js';
+import { h, note, statusBadge, section, expStatusBadge, allTrialsFailed, infeasibleTag } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration, bestFirst } from '../format.js';
 import { PagedTable } from '../table.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
@@ -204,7 +204,8 @@ export function mount(main, [idStr], ctx) {
         render: (t) => [h('a', { href: `#/trials/${t.id}` }, t.name || `trial ${t.id}`),
           t.id === bid() ? h('span', { class: 'tag best' }, 'best') : null] },
       { key: 'status', label: 'Status', get: (t) => t.status,
-        render: (t) => [statusBadge(t.status, t.pending_reason || t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
+        render: (t) => [statusBadge(t.status, t.pending_reason || t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null,
+          infeasibleTag(t)] },
       // The scheduler's last decision: only once a trial has one.
       ...(st.reasonShown ? [{ key: 'reason', label: 'Reason', get: (t) => t.reason || null, render: reasonCell }] : []),
       { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,

@@ -1,6 +1,6 @@
 // One trial: status, config, error, results as a chart and a table, and its log.
 import { api } from '../api.js';
-import { h, note, statusBadge, section } from '../dom.js';
+import { h, note, statusBadge, section, infeasibleTag } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration } from '../format.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
 import { poller } from '../poll.js';
@@ -78,7 +78,8 @@ export function mount(main, [idStr], ctx) {
     document.title = `${t.name || 'Trial ' + id} · ctune`;
     crumbs.replaceChildren(h('a', { href: '#/' }, 'Experiments'), ' / ',
       h('a', { href: `#/experiments/${t.experiment_id}` }, st.exp ? st.exp.name : `experiment ${t.experiment_id}`), ' / ');
-    badge.replaceChildren(statusBadge(t.status, t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by the scheduler') : '');
+    badge.replaceChildren(statusBadge(t.status, t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by the scheduler') : '',
+      infeasibleTag(t) || '');
     stopBox.replaceChildren(stopControl(t, () => tick().catch(ctx.lostLive), { id: 'stop-trial' }) || '');
     const end = t.ended_at || (t.status === 'RUNNING' ? Date.now() / 1000 : null);
     const r = t.resources || {};
