@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pareto.h"
 #include "rng.h"
 #include "spec.h"
 
@@ -99,4 +100,85 @@ int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created) {
   }
   *out = s;
   return 0;
+}
+
+/* The Euclidean distance as numpy's linalg.norm sums it: the squares in
+ * order, then the square root, so that equal distances tie as they do in
+ * Syne Tune. */
+static double rung_mo_dist(const double *a, const double *b, int k) {
+  double s = 0;
+  for (int j = 0; j < k; j++) s += (a[j] - b[j]) * (a[j] - b[j]);
+  return sqrt(s);
+}
+
+/* Places the front's m points (indices f[0..m-1], ascending) in epsilon-net
+ * order from position *next on; gap is m doubles of scratch. */
+static void rung_mo_spread(const double *x, int k, const size_t *f, size_t m, double *gap,
+                           size_t *pos, size_t *next) {
+  size_t first = 0, last;
+  for (size_t j = 1; j < m; j++)
+    if (x[f[j] * (size_t)k] < x[f[first] * (size_t)k]) first = j;
+  for (size_t j = 0; j < m; j++) gap[j] = INFINITY;
+  pos[f[first]] = (*next)++;
+  gap[first] = -1; /* placed */
+  last = first;
+  for (size_t placed = 1; placed < m; placed++) {
+    size_t pick = m;
+    for (size_t j = 0; j < m; j++) {
+      if (gap[j] < 0) continue;
+      double d = rung_mo_dist(x + f[j] * (size_t)k, x + f[last] * (size_t)k, k);
+      if (d < gap[j]) gap[j] = d;
+      if (pick == m || gap[j] > gap[pick]) pick = j;
+    }
+    pos[f[pick]] = (*next)++;
+    gap[pick] = -1;
+    last = pick;
+  }
+}
+
+int rung_mo_order(const double *x, size_t n, int k, size_t *pos, int *front, int *nfronts) {
+  static const enum spec_mode mins[SPEC_MAX_OBJECTIVES] = {SPEC_MODE_MIN};
+  size_t nrem = n, next = 0, nf;
+  int f = 0, rc = 0;
+  if (k < 1 || k > SPEC_MAX_OBJECTIVES) return -EINVAL;
+  size_t cap = n ? n : 1;
+  size_t *rem = malloc(cap * sizeof *rem), *fr = malloc(cap * sizeof *fr);
+  double *sub = malloc(cap * (size_t)k * sizeof *sub), *gap = malloc(cap * sizeof *gap);
+  unsigned char *on = malloc(cap);
+  if (!rem || !fr || !sub || !gap || !on) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) rem[i] = i;
+  while (nrem > 0) {
+    size_t m = 0, keep = 0;
+    for (size_t j = 0; j < nrem; j++)
+      memcpy(sub + j * (size_t)k, x + rem[j] * (size_t)k, (size_t)k * sizeof *sub);
+    if ((rc = pareto_front(sub, nrem, k, mins, on, &nf))) goto out;
+    for (size_t j = 0; j < nrem; j++) {
+      if (on[j]) {
+        fr[m++] = rem[j];
+        front[rem[j]] = f;
+      } else {
+        rem[keep++] = rem[j];
+      }
+    }
+    rung_mo_spread(x, k, fr, m, gap, pos, &next);
+    nrem = keep;
+    f++;
+  }
+  *nfronts = f;
+out:
+  free(rem);
+  free(fr);
+  free(sub);
+  free(gap);
+  free(on);
+  return rc;
+}
+
+size_t rung_mo_keep(size_t n, double rf) {
+  size_t keep = 0;
+  while (keep < n && !((double)keep / (double)n > 1.0 / rf)) keep++;
+  return keep;
 }

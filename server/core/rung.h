@@ -58,4 +58,21 @@ void *rung_slot_find(const struct rung_slots *t, int64_t id);
  * fills it). 0 or -ENOMEM (table unchanged). */
 int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created);
 
+/* Several objectives at one rung (MOASHA, as Syne Tune's NonDominatedPriority
+ * ranks them): n points of k finite objectives, row-major, each already
+ * flipped so that smaller is better. The order is the non-dominated sort's
+ * (pareto_front(), peeled front by front); inside a front an epsilon-net:
+ * first the point with the least first objective, then each time the point
+ * whose least Euclidean distance to those already placed is the largest.
+ * Ties go to the earlier point (the lower index: arrival order at the rung).
+ * Sets pos[i] to point i's 0-based position in that order and front[i] to
+ * its 0-based front; *nfronts to how many fronts there are. 0, -EINVAL (k
+ * outside 1..SPEC_MAX_OBJECTIVES) or -ENOMEM. */
+int rung_mo_order(const double *x, size_t n, int k, size_t *pos, int *front, int *nfronts);
+
+/* How many of n ranked points continue when position p stops if
+ * p / n > 1 / rf (Syne Tune's and Ray's "top 1/rf" test, in the same float
+ * steps). */
+size_t rung_mo_keep(size_t n, double rf);
+
 #endif
