@@ -60,9 +60,12 @@ int main(void) {
         if (sscanf(line + off, "%lf%n", &v[j], &n) != 1) return driver_fail("values");
         off += n;
       }
-      if (sched_on_result(s, id, t, v, &out)) rc = driver_fail("result");
-      else if (out.action == SCHED_CONTINUE) puts("continue");
-      else printf("stop %s\n", out.reason);
+      if (sched_on_result(s, id, t, v, &out))
+        rc = driver_fail("result");
+      else if (out.action == SCHED_CONTINUE)
+        puts("continue");
+      else
+        printf("stop %s\n", out.reason);
     } else if (sscanf(line, "end %lld %lf", &id, &t) == 2) {
       rc = sched_on_trial_end(s, id, 1, t, v, &out) ? driver_fail("end") : 0;
       if (!rc) puts("ok");

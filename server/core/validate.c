@@ -650,10 +650,6 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                         "takes a single metric: with several objectives use fifo or asha "
                         "(asha ranks each rung by non-dominated sorting; hyperband, "
                         "median_stopping and pbt stop or exploit trials by one metric)");
-  if (out->nobjectives > 1 && out->sched.type == SPEC_SCHED_ASHA && out->sched.promotion)
-    return spec_fail_at(err, "scheduler", "promotion",
-                        "asha's promotion variant takes a single metric: with several "
-                        "objectives use the stopping variant (promotion false)");
   out->sched.num_trials = out->num_trials;
   out->sched.nobjectives = out->nobjectives > 1 ? out->nobjectives : 1;
   for (int j = 0; j < out->nobjectives; j++) out->sched.modes[j] = out->modes[j];

@@ -13,8 +13,9 @@ A scripted fake worker speaks REST.
   complete): after the restart the complete makes the trial PAUSED, and the
   whole run (every decision, event, status) equals an uninterrupted one.
 - kill -9 right after a stop of ASHA with two objectives (MOASHA: each rung
-  ranked by non-dominated sorting, the order replayed from sched_records):
-  the whole run equals an uninterrupted one.
+  ranked by non-dominated sorting, the order replayed from sched_records),
+  and after a pause of its promotion variant: the whole run equals an
+  uninterrupted one.
 - kill -9 right after a PBT exploit's reply (test hook CTUNE_TEST_DECIDE):
   the old lease's checkpoint is still refused, its complete makes the trial
   PENDING with the new config, and the next lease resumes at the donor's
@@ -174,6 +175,12 @@ def test_moasha_kill9_gives_identical_decisions():
         b = drive(MOASHA, 8, 3, kill_after_stop=k, objectives=True)
         assert (b["log"], b["events"], b["trials"]) == (a["log"], a["events"], a["trials"]), \
             (k, a, b)
+    a = drive(PROMO, 6, 2, objectives=True)
+    check_resumes(a, 4)
+    assert any("non-dominated order" in r for ev in a["events"] for _, r in ev if r), a["events"]
+    b = drive(PROMO, 6, 2, kill_after_stop=3, objectives=True)
+    assert (b["log"], b["events"], b["trials"], b["gens"]) == \
+        (a["log"], a["events"], a["trials"], a["gens"]), (a, b)
 
 
 def exploit_run(kill):

@@ -196,8 +196,16 @@ static void run_case(const cJSON *cs, int every) {
                 cJSON_GetObjectItem(cs, "reduction_factor")->valuedouble,
                 cJSON_GetObjectItem(cs, "max_t")->valuedouble,
                 cJSON_GetObjectItem(cs, "brackets")->valueint);
-  r->mode =
-      strcmp(cJSON_GetObjectItem(cs, "mode")->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+  const cJSON *mode = cJSON_GetObjectItem(cs, "mode"), *m;
+  if (cJSON_IsArray(mode)) { /* several objectives */
+    cJSON_ArrayForEach(m, mode) {
+      r->p.modes[r->p.nobjectives++] =
+          strcmp(m->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+    }
+    r->mode = r->p.modes[0];
+  } else {
+    r->mode = strcmp(mode->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+  }
   ck_assert_int_eq(apromo_create(&r->p, r->mode, 42, &r->a), 0);
   cJSON_ArrayForEach(ev, cJSON_GetObjectItem(cs, "events")) {
     const char *k = cJSON_GetArrayItem(ev, 0)->valuestring;
@@ -217,15 +225,27 @@ static void run_case(const cJSON *cs, int every) {
       const cJSON *v = cJSON_GetArrayItem(ev, 3);
       struct apromo_outcome o;
       const char *want = cJSON_GetArrayItem(ev, 4)->valuestring;
-      ck_assert_int_eq(apromo_on_result(r->a, id, cJSON_GetArrayItem(ev, 2)->valuedouble,
-                                        cJSON_IsNumber(v) ? v->valuedouble : NAN, &o),
-                       0);
+      double t = cJSON_GetArrayItem(ev, 2)->valuedouble, vs[SPEC_MAX_OBJECTIVES];
+      if (cJSON_IsArray(v)) {
+        for (int j = 0; j < r->p.nobjectives; j++) {
+          const cJSON *x = cJSON_GetArrayItem(v, j);
+          vs[j] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        }
+        ck_assert_int_eq(apromo_on_result_mo(r->a, id, t, vs, &o), 0);
+      } else {
+        ck_assert_int_eq(
+            apromo_on_result(r->a, id, t, cJSON_IsNumber(v) ? v->valuedouble : NAN, &o), 0);
+      }
       ck_assert_str_eq(o.action == APROMO_PAUSE  ? "pause"
                        : o.action == APROMO_STOP ? "stop"
                                                  : "continue",
                        want);
       ck_assert_int_eq(o.rung, cJSON_GetArrayItem(ev, 5)->valueint);
       if (o.action == APROMO_PAUSE) ck_assert_int_eq(o.rank, cJSON_GetArrayItem(ev, 6)->valueint);
+      if (o.action == APROMO_PAUSE && cJSON_IsArray(v)) { /* front, fronts */
+        ck_assert_int_eq(o.front, cJSON_GetArrayItem(ev, 8)->valueint);
+        ck_assert_int_eq(o.nfronts, cJSON_GetArrayItem(ev, 9)->valueint);
+      }
       if (o.rung >= 0) ck_assert_int_eq(o.n, cJSON_GetArrayItem(ev, 7)->valueint);
       keep(r, id, o.record);
     } else {
@@ -257,7 +277,7 @@ static void run_vectors(int every) {
     run_case(cs, every);
     n++;
   }
-  ck_assert_int_eq(n, 8);
+  ck_assert_int_eq(n, 10);
   cJSON_Delete(doc);
 }
 
