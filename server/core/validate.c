@@ -644,12 +644,11 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                             ? "required with the pbt scheduler (and mode)"
                             : "required with the median_stopping scheduler (and mode)");
   if (out->nobjectives > 1 &&
-      (out->sched.type == SPEC_SCHED_PBT || out->sched.type == SPEC_SCHED_MEDIAN ||
-       out->sched.type == SPEC_SCHED_HYPERBAND))
+      (out->sched.type == SPEC_SCHED_PBT || out->sched.type == SPEC_SCHED_MEDIAN))
     return spec_fail_at(err, "scheduler", "type",
-                        "takes a single metric: with several objectives use fifo or asha "
-                        "(asha ranks each rung by non-dominated sorting; hyperband, "
-                        "median_stopping and pbt stop or exploit trials by one metric)");
+                        "takes a single metric: with several objectives use fifo, asha or "
+                        "hyperband (they rank by non-dominated sorting; median_stopping and "
+                        "pbt stop or exploit trials by one metric)");
   out->sched.num_trials = out->num_trials;
   out->sched.nobjectives = out->nobjectives > 1 ? out->nobjectives : 1;
   for (int j = 0; j < out->nobjectives; j++) out->sched.modes[j] = out->modes[j];

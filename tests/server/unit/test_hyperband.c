@@ -302,11 +302,29 @@ static void log_free(struct log *l) {
 
 /* A restarted server: a fresh scheduler, the trials it loads (in any
  * order: here newest first), then every record in order. */
+/* The case's objectives: 1 for a string mode, else the list's length,
+ * each mode into modes. */
+static int case_modes(const cJSON *c, enum spec_mode *modes) {
+  const cJSON *mode = cJSON_GetObjectItem(c, "mode"), *m;
+  int k = 0;
+  if (!cJSON_IsArray(mode)) {
+    modes[0] = strcmp(mode->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+    return 1;
+  }
+  cJSON_ArrayForEach(m, mode) {
+    modes[k++] = strcmp(m->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+  }
+  return k;
+}
+
 static struct hyperband *restart(const cJSON *c, enum spec_mode mode, int64_t created,
                                  const struct log *l) {
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  int k = case_modes(c, modes);
   struct hyperband *h = make(cJSON_GetObjectItem(c, "max_t")->valuedouble,
                              cJSON_GetObjectItem(c, "reduction_factor")->valuedouble, mode,
                              (int64_t)cJSON_GetObjectItem(c, "num_trials")->valuedouble);
+  if (k > 1) ck_assert_int_eq(hb_objectives(h, k, modes), 0);
   for (int64_t i = created - 1; i >= 0; i--) add(h, i);
   for (size_t i = 0; i < l->n; i++) {
     cJSON *r = cJSON_Parse(l->r[i].json);
@@ -335,10 +353,12 @@ static void check_outcome(const struct hb_outcome *o, const cJSON *stopped, cons
 
 START_TEST(agrees_with_ray_reference) {
   cJSON *doc = vectors_load(HYPERBAND_RAY_VECTORS), *c;
-  int results = 0, pauses = 0, resumes = 0, restarts = 0, others = 0;
+  int results = 0, pauses = 0, resumes = 0, restarts = 0, others = 0, mo_results = 0, mo_stops = 0;
   cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
-    const char *mode = cJSON_GetObjectItem(c, "mode")->valuestring;
-    enum spec_mode m = strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+    enum spec_mode modes[SPEC_MAX_OBJECTIVES] = {SPEC_MODE_MIN}, m;
+    int nobj = case_modes(c, modes);
+    const char *mode = nobj > 1 ? "several objectives" : modes[0] == SPEC_MODE_MAX ? "max" : "min";
+    m = modes[0];
     struct hyperband *h = restart(c, m, 0, &(struct log){0});
     struct log l = {0};
     int64_t created = 0;
@@ -382,9 +402,19 @@ START_TEST(agrees_with_ray_reference) {
       } else {
         int64_t idx = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
         double t = cJSON_GetArrayItem(e, 2)->valuedouble;
-        double v = num_or_special(cJSON_GetArrayItem(e, 3));
+        const cJSON *jv = cJSON_GetArrayItem(e, 3);
         const char *want = cJSON_GetArrayItem(e, 4)->valuestring;
-        enum hb_action a = result(h, idx, t, v, &o);
+        enum hb_action a;
+        if (nobj > 1) {
+          double vs[SPEC_MAX_OBJECTIVES];
+          for (int j = 0; j < nobj; j++) vs[j] = num_or_special(cJSON_GetArrayItem(jv, j));
+          ck_assert_int_eq(hb_on_result_mo(h, id_of(idx), t, vs, &o), 0);
+          a = o.action;
+          mo_results++;
+          mo_stops += (int)o.nstopped + (a == HB_STOP && o.stopped_early);
+        } else {
+          a = result(h, idx, t, num_or_special(jv), &o);
+        }
         enum hb_action w = strcmp(want, "stop") == 0    ? HB_STOP
                            : strcmp(want, "pause") == 0 ? HB_PAUSE
                                                         : HB_CONTINUE;
@@ -406,6 +436,9 @@ START_TEST(agrees_with_ray_reference) {
   ck_assert_int_gt(resumes, 100);
   ck_assert_int_gt(others, 300);
   ck_assert_int_gt(restarts, 50);
+  /* MO-HyperBand: three cases of two and three objectives. */
+  ck_assert_int_gt(mo_results, 1500);
+  ck_assert_int_gt(mo_stops, 100);
   cJSON_Delete(doc);
 }
 END_TEST
