@@ -193,10 +193,7 @@ int asha_create(const struct sched_params *params, enum spec_mode mode, uint64_t
   a->reduction_factor = params->reduction_factor;
   a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
   a->bracket_seed = rung_bracket_seed(seed);
-  a->k = params->nobjectives > 1 ? params->nobjectives : 1;
-  if (a->k > SPEC_MAX_OBJECTIVES) a->k = SPEC_MAX_OBJECTIVES;
-  for (int j = 0; j < a->k; j++)
-    a->flip[j] = (a->k > 1 ? params->modes[j] : mode) == SPEC_MODE_MAX ? -1.0 : 1.0;
+  a->k = rung_mo_flips(params, mode, a->flip);
   rung_slots_init(&a->slots,
                   sizeof(struct trial_slot) + (a->k > 1 ? sizeof(struct trial_last) : 0));
   a->b = calloc((size_t)params->brackets, sizeof *a->b);

@@ -97,10 +97,7 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
   a->max_t = params->max_t;
   a->reduction_factor = params->reduction_factor;
   a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
-  a->k = params->nobjectives > 1 ? params->nobjectives : 1;
-  if (a->k > SPEC_MAX_OBJECTIVES) a->k = SPEC_MAX_OBJECTIVES;
-  for (int j = 0; j < a->k; j++)
-    a->flip[j] = (a->k > 1 ? params->modes[j] : mode) == SPEC_MODE_MAX ? -1.0 : 1.0;
+  a->k = rung_mo_flips(params, mode, a->flip);
   /* The stopping variant's bracket draw: the same seed gives the same
    * brackets whichever variant runs. */
   a->bracket_seed = rung_bracket_seed(seed);

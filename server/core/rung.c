@@ -182,3 +182,11 @@ size_t rung_mo_keep(size_t n, double rf) {
   while (keep < n && !((double)keep / (double)n > 1.0 / rf)) keep++;
   return keep;
 }
+
+int rung_mo_flips(const struct sched_params *params, enum spec_mode mode, double *flip) {
+  int k = params->nobjectives > 1 ? params->nobjectives : 1;
+  if (k > SPEC_MAX_OBJECTIVES) k = SPEC_MAX_OBJECTIVES;
+  for (int j = 0; j < k; j++)
+    flip[j] = (k > 1 ? params->modes[j] : mode) == SPEC_MODE_MAX ? -1.0 : 1.0;
+  return k;
+}

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "idmap.h"
+#include "spec.h"
 
 /* Milestone k of bracket s: grace * rf^(k+s). */
 double rung_t(double grace, double rf, int s, int k);
@@ -69,6 +70,12 @@ int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created);
  * its 0-based front; *nfronts to how many fronts there are. 0, -EINVAL (k
  * outside 1..SPEC_MAX_OBJECTIVES) or -ENOMEM. */
 int rung_mo_order(const double *x, size_t n, int k, size_t *pos, int *front, int *nfronts);
+
+/* The objectives of params (1, or its nobjectives up to
+ * SPEC_MAX_OBJECTIVES) and, for each, flip[j]: +1 when it is minimised, -1
+ * when maximised (mode is the single metric's), so that flipped values are
+ * "smaller is better" as rung_mo_order() takes them. */
+int rung_mo_flips(const struct sched_params *params, enum spec_mode mode, double *flip);
 
 /* How many of n ranked points continue when position p stops if
  * p / n > 1 / rf (Syne Tune's and Ray's "top 1/rf" test, in the same float
