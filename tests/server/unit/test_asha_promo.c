@@ -343,6 +343,43 @@ START_TEST(sched_reasons) {
 END_TEST
 
 /* HyperBand's halving lists the paused trials it stopped in out.ended. */
+/* Several objectives through the sched layer: the pause says its rank and
+ * front in the non-dominated order, a result without every objective
+ * counts for no rung, and the promotion takes the order's top. */
+START_TEST(sched_reasons_several_objectives) {
+  struct sched_params p = params(1, 3, 9, 1);
+  struct sched *s;
+  struct sched_outcome o;
+  struct sched_choice c;
+  /* (loss min, size min): (0.5, 2) and (0.2, 4) are one front; (0.6, 5)
+   * is dominated; the epsilon-net starts at the least loss. */
+  const double v[3][2] = {{0.5, 2}, {0.6, 5}, {0.2, 4}};
+  const char *why[3] = {
+      "paused at rung 0 (training_iteration 1): rank 1 of 1 there in non-dominated order (front "
+      "1 of 1)",
+      "paused at rung 0 (training_iteration 1): rank 2 of 2 there in non-dominated order (front "
+      "2 of 2)",
+      "paused at rung 0 (training_iteration 1): rank 1 of 3 there in non-dominated order (front "
+      "1 of 2)"};
+  p.nobjectives = 2;
+  ck_assert_int_eq(sched_create(&p, SPEC_MODE_MIN, 7, &s), 0);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(sched_add_trial(s, 10 + i, i, "{}"), 0);
+    ck_assert_int_eq(sched_on_result(s, 10 + i, 1, v[i], &o), 0);
+    ck_assert_int_eq(o.action, SCHED_PAUSE);
+    ck_assert_str_eq(o.reason, why[i]);
+    sched_outcome_clear(&o);
+  }
+  ck_assert_int_eq(sched_on_result(s, 12, 1, NULL, &o), 0); /* an objective missing */
+  ck_assert_int_eq(o.action, SCHED_CONTINUE);
+  ck_assert_int_eq(sched_choose(s, 0, NULL, NULL, &c), 0);
+  ck_assert_int_eq(c.kind, SCHED_CHOOSE_RESUME);
+  ck_assert_int_eq(c.trial_id, 12);
+  sched_choice_clear(&c);
+  sched_free(s);
+}
+END_TEST
+
 START_TEST(hyperband_ended_list) {
   struct sched_params p;
   struct sched *s;
@@ -388,6 +425,7 @@ int main(void) {
   tcase_add_test(tc, agrees_with_paper_transcription);
   tcase_add_test(tc, restart_from_records_decides_the_same);
   tcase_add_test(tc, sched_reasons);
+  tcase_add_test(tc, sched_reasons_several_objectives);
   tcase_add_test(tc, hyperband_ended_list);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

@@ -351,6 +351,47 @@ static void check_outcome(const struct hb_outcome *o, const cJSON *stopped, cons
   check_ids(ready, o->ready, o->nready, "ready", k);
 }
 
+/* Several objectives through the sched layer (max_t 3, eta 3: bracket 1
+ * holds idx 2-4 from t=1): the halving keeps the top of the non-dominated
+ * order and says where each stopped trial ranked. */
+START_TEST(sched_several_objectives) {
+  struct sched_params p;
+  struct sched *s;
+  struct sched_outcome o;
+  const double v[3][2] = {{0.5, 2}, {0.6, 5}, {0.2, 4}}; /* (loss, size), both min */
+  memset(&p, 0, sizeof p);
+  p.type = SPEC_SCHED_HYPERBAND;
+  p.has_max_t = 1;
+  p.max_t = 3;
+  p.reduction_factor = 3;
+  p.num_trials = 5;
+  p.nobjectives = 2;
+  snprintf(p.time_attr, sizeof p.time_attr, "training_iteration");
+  ck_assert_int_eq(sched_create(&p, SPEC_MODE_MIN, 1, &s), 0);
+  for (int i = 2; i < 5; i++) {
+    ck_assert_int_eq(sched_add_trial(s, 10 + i, i, NULL), 0);
+    ck_assert_int_eq(sched_on_result(s, 10 + i, 1, v[i - 2], &o), 0);
+    if (i < 4) {
+      ck_assert_int_eq(o.action, SCHED_PAUSE);
+      sched_outcome_clear(&o);
+    }
+  }
+  /* (0.2, 4) first (least loss), (0.5, 2) on its front, (0.6, 5) behind. */
+  ck_assert_int_eq(o.action, SCHED_CONTINUE);
+  ck_assert_uint_eq(o.nended, 2);
+  ck_assert_int_eq(o.ended[0].trial_id, 13);
+  ck_assert_str_eq(o.ended[0].reason,
+                   "stopped at t=1: rank 3 of 3 in bracket 1 at t=1 in "
+                   "non-dominated order (front 2 of 2), only the top 1 continue");
+  ck_assert_int_eq(o.ended[1].trial_id, 12);
+  ck_assert_str_eq(o.ended[1].reason,
+                   "stopped at t=1: rank 2 of 3 in bracket 1 at t=1 in "
+                   "non-dominated order (front 1 of 2), only the top 1 continue");
+  sched_outcome_clear(&o);
+  sched_free(s);
+}
+END_TEST
+
 START_TEST(agrees_with_ray_reference) {
   cJSON *doc = vectors_load(HYPERBAND_RAY_VECTORS), *c;
   int results = 0, pauses = 0, resumes = 0, restarts = 0, others = 0, mo_results = 0, mo_stops = 0;
@@ -452,6 +493,7 @@ int main(void) {
   tcase_add_test(tc, error_completes_rung);
   tcase_add_test(tc, errors);
   tcase_add_test(tc, validation_and_dispatch);
+  tcase_add_test(tc, sched_several_objectives);
   tcase_add_test(tc, agrees_with_ray_reference);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
