@@ -135,22 +135,18 @@ static int milestone_insert_mo(struct milestone *r, int k, const double *v) {
  * it is past the top 1/rf: Syne Tune's ranks[-1] > 1 / rf. */
 static int milestone_rank_last(const struct milestone *r, int k, double rf,
                                struct asha_outcome *out) {
-  size_t *pos = malloc(r->n * sizeof *pos);
-  int *front = malloc(r->n * sizeof *front), rc = -ENOMEM;
-  if (pos && front) rc = rung_mo_order(r->vals, r->n, k, pos, front, &out->mo_nfronts);
+  size_t pos;
+  int rc = rung_mo_rank(r->vals, r->n, k, r->n - 1, &pos, &out->mo_front, &out->mo_nfronts);
   if (!rc) {
     out->mo_ranked = 1;
-    out->mo_pos = (int64_t)pos[r->n - 1];
+    out->mo_pos = (int64_t)pos;
     out->mo_n = (int64_t)r->n;
     out->mo_keep = (int64_t)rung_mo_keep(r->n, rf);
-    out->mo_front = front[r->n - 1];
-    if ((double)pos[r->n - 1] / (double)r->n > 1.0 / rf) {
+    if ((double)pos / (double)r->n > 1.0 / rf) {
       out->decision = ASHA_STOP;
       out->reason = ASHA_REASON_MO_RANK;
     }
   }
-  free(pos);
-  free(front);
   return rc;
 }
 

@@ -66,10 +66,17 @@ int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created);
  * first the point with the least first objective, then each time the point
  * whose least Euclidean distance to those already placed is the largest.
  * Ties go to the earlier point (the lower index: arrival order at the rung).
+ * The fronts take O(n log n) for two objectives (sorted), a peel for more.
  * Sets pos[i] to point i's 0-based position in that order and front[i] to
  * its 0-based front; *nfronts to how many fronts there are. 0, -EINVAL (k
  * outside 1..SPEC_MAX_OBJECTIVES) or -ENOMEM. */
 int rung_mo_order(const double *x, size_t n, int k, size_t *pos, int *front, int *nfronts);
+
+/* Only point of's place in rung_mo_order()'s order (*pos, 0-based) and
+ * front (*front), and *nfronts: the epsilon-net runs in of's front alone.
+ * For a new point's decision; -EINVAL when of >= n, -ENOMEM. */
+int rung_mo_rank(const double *x, size_t n, int k, size_t of, size_t *pos, int *front,
+                 int *nfronts);
 
 /* The objectives of params (1, or its nobjectives up to
  * SPEC_MAX_OBJECTIVES) and, for each, flip[j]: +1 when it is minimised, -1

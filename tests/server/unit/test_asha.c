@@ -9,6 +9,7 @@
 
 #include "asha.h"
 #include "rng.h"
+#include "rung.h"
 #include "vectors.h"
 
 static struct sched_params params(double max_t, double grace, double rf, int brackets) {
@@ -609,6 +610,48 @@ START_TEST(agrees_with_ray_reference) {
 }
 END_TEST
 
+/* rung_mo_order's two-objective path (sorted, O(n log n)) gives the same
+ * fronts and order as the peel it stands for: the same points with a
+ * constant third objective (same dominance, same distances) go through
+ * the peel. rung_mo_rank places each point alone as the order does. Points
+ * on a coarse grid, so that ties and equal points abound; and 3,000 points
+ * at one rung rank fast. */
+START_TEST(mo_order_two_objectives_as_the_peel) {
+  enum { N = 3000 };
+  static double x2[2 * N], x3[3 * N];
+  static size_t p2[N], p3[N];
+  static int f2[N], f3[N];
+  struct rng r;
+  rng_seed(&r, 5);
+  for (size_t n = 1; n <= N; n = n < 200 ? n + 37 : N) {
+    int nf2, nf3;
+    for (size_t i = 0; i < n; i++) {
+      x2[2 * i] = x3[3 * i] = floor(rng_uniform(&r) * 12) / 4;
+      x2[2 * i + 1] = x3[3 * i + 1] = floor(rng_uniform(&r) * 12) / 4;
+      x3[3 * i + 2] = 1;
+    }
+    ck_assert_int_eq(rung_mo_order(x2, n, 2, p2, f2, &nf2), 0);
+    if (n < N) {
+      ck_assert_int_eq(rung_mo_order(x3, n, 3, p3, f3, &nf3), 0);
+      ck_assert_int_eq(nf2, nf3);
+      for (size_t i = 0; i < n; i++) {
+        size_t pos;
+        int front, nf;
+        ck_assert_msg(f2[i] == f3[i], "n %zu point %zu: front %d, peel %d", n, i, f2[i], f3[i]);
+        ck_assert_msg(p2[i] == p3[i], "n %zu point %zu: position %zu, peel %zu", n, i, p2[i],
+                      p3[i]);
+        /* One point's place alone (a new trial's decision) is the same. */
+        ck_assert_int_eq(rung_mo_rank(x2, n, 2, i, &pos, &front, &nf), 0);
+        ck_assert(pos == p2[i] && front == f2[i] && nf == nf2);
+        ck_assert_int_eq(rung_mo_rank(x3, n, 3, i, &pos, &front, &nf), 0);
+        ck_assert(pos == p3[i] && front == f3[i] && nf == nf3);
+      }
+    }
+    if (n == N) break;
+  }
+}
+END_TEST
+
 /* Several objectives: one restartable replay of a MOASHA stream. */
 struct mo_run {
   struct sched_params p;
@@ -755,6 +798,7 @@ int main(void) {
   tcase_add_test(tc, memory_is_what_the_plan_and_records_need);
   tcase_add_test(tc, agrees_with_ray_reference);
   tcase_add_test(tc, agrees_with_syne_tune_moasha);
+  tcase_add_test(tc, mo_order_two_objectives_as_the_peel);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
