@@ -184,32 +184,20 @@ def fmnist_table(path, train_bin, n, max_t, seed, jobs, train_limit):
     return table
 
 
-def fmnist_main(args, exe):
-    table = fmnist_table(args.fmnist, os.path.join(args.build, "bin", "ctune-train"),
-                         args.trials, args.max_t, 20261127, args.jobs, args.train_limit)
-    pmax = max(x["params"] for x in table)
-    ref = (0.5, 1.1)  # (error, params / the largest model's)
-
-    def score(v):
-        return (1 - v[0], v[1] / pmax)
-    print(f"Fashion-MNIST cnn, {len(table)} configs (train_limit {args.train_limit}), "
-          f"{args.workers} workers, max_t {args.max_t}, grace {args.grace}, rf {args.rf}; "
-          f"hypervolume of (1 - accuracy, params / {pmax}) to {ref}")
+def compare(args, exe, ref, n, setup):
+    """Per seed: random search without stopping, MO-ASHA, and random search
+    given MO-ASHA's iterations ("same budget": its first iters / max_t
+    configs run to the end, the control that shows the hypervolume tells a
+    smaller budget apart). setup(seed) -> run()'s step/objectives/score.
+    Returns the three ratio lists."""
     print("seed | random HV | MO-ASHA HV | HV ratio | same-budget random HV | random iters | "
           "MO-ASHA iters | iter ratio | stopped early")
     ratios, iratios, sratios = [], [], []
-    objectives = (("accuracy", "max"), ("params", "min"))
     for seed in range(1, args.seeds + 1):
-        order = list(range(len(table)))
-        random.Random(seed).shuffle(order)  # another arrival order per seed
-
-        def step(i, t, order=order):
-            x = table[order[i]]
-            return (x["curve"][t - 1][0], x["params"]), x["curve"][t - 1][1]
-        kw = dict(step=step, objectives=objectives, score=score)
-        n = len(table)
+        kw = setup(seed)
         a = run(seed, n, args.workers, args.max_t, args.rf, None, ref, **kw)
-        b = run(seed, n, args.workers, args.max_t, args.rf, exe, ref, args.grace, 1, **kw)
+        b = run(seed, n, args.workers, args.max_t, args.rf, exe, ref, args.grace, args.brackets,
+                **kw)
         c = run(seed, max(1, math.ceil(b["iters"] / args.max_t)), args.workers, args.max_t,
                 args.rf, None, ref, **kw)
         ratios.append(b["hv"] / a["hv"])
@@ -221,6 +209,29 @@ def fmnist_main(args, exe):
     return ratios, iratios, sratios
 
 
+def fmnist_main(args, exe):
+    table = fmnist_table(args.fmnist, os.path.join(args.build, "bin", "ctune-train"),
+                         args.trials, args.max_t, 20261127, args.jobs, args.train_limit)
+    pmax = max(x["params"] for x in table)
+    ref = (0.5, 1.1)  # (error, params / the largest model's)
+
+    def score(v):
+        return (1 - v[0], v[1] / pmax)
+
+    def setup(seed):
+        order = list(range(len(table)))
+        random.Random(seed).shuffle(order)  # another arrival order per seed
+
+        def step(i, t):
+            x = table[order[i]]
+            return (x["curve"][t - 1][0], x["params"]), x["curve"][t - 1][1]
+        return dict(step=step, objectives=(("accuracy", "max"), ("params", "min")), score=score)
+    print(f"Fashion-MNIST cnn, {len(table)} configs (train_limit {args.train_limit}), "
+          f"{args.workers} workers, max_t {args.max_t}, grace {args.grace}, rf {args.rf}; "
+          f"hypervolume of (1 - accuracy, params / {pmax}) to {ref}")
+    return compare(args, exe, ref, len(table), setup)
+
+
 def synthetic_main(args, exe, ref):
     # The true front's hypervolume (x1 = 0: err = 1 - sqrt(size)), numerically.
     front = [(s / 10000, 1 - math.sqrt(s / 10000)) for s in range(10001)]
@@ -228,25 +239,7 @@ def synthetic_main(args, exe, ref):
     print(f"{args.trials} trials, {args.workers} workers, max_t {args.max_t}, "
           f"grace {args.grace}, brackets {args.brackets}, rf {args.rf}, slow {args.slow}, "
           f"{args.seeds} seeds")
-    # "same budget": random search without stopping given MO-ASHA's
-    # iterations (its first iters / max_t configs run to the end): the
-    # control that shows the hypervolume tells the two apart.
-    print("seed | random HV | MO-ASHA HV | HV ratio | same-budget random HV | random iters | "
-          "MO-ASHA iters | iter ratio | stopped early")
-    ratios, iratios, sratios = [], [], []
-    for seed in range(1, args.seeds + 1):
-        a = run(seed, args.trials, args.workers, args.max_t, args.rf, None, ref)
-        b = run(seed, args.trials, args.workers, args.max_t, args.rf, exe, ref, args.grace,
-                args.brackets)
-        c = run(seed, max(1, math.ceil(b["iters"] / args.max_t)), args.workers, args.max_t,
-                args.rf, None, ref)
-        ratios.append(b["hv"] / a["hv"])
-        iratios.append(b["iters"] / a["iters"])
-        sratios.append(c["hv"] / a["hv"])
-        print(f"{seed} | {a['hv']:.4f} | {b['hv']:.4f} | {ratios[-1]:.3f} | {c['hv']:.4f} "
-              f"({sratios[-1]:.3f}) | {a['iters']} | {b['iters']} | {iratios[-1]:.3f} | "
-              f"{b['stopped']}")
-    return ratios, iratios, sratios
+    return compare(args, exe, ref, args.trials, lambda seed: {})
 
 
 def main():
