@@ -57,8 +57,14 @@ struct sched_params {
   int brackets;                      /* asha default 1 */
   int promotion;                     /* asha: the promotion variant (asha_promo.c) */
   int64_t num_trials;                /* hyperband: the experiment's plan (validate copies it) */
-  struct pbt_params pbt;             /* type pbt */
-  struct median_params median;       /* type median_stopping */
+  /* The experiment's objectives (validate copies them): 1 for a single
+   * metric (or none); with several, asha and hyperband rank by them
+   * (docs/scheduling.md#several-objectives) and a result's value is an
+   * array of nobjectives values in modes[j]'s sign. */
+  int nobjectives;
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  struct pbt_params pbt;       /* type pbt */
+  struct median_params median; /* type median_stopping */
 };
 
 /* One outcome constraint (docs/scheduling.md#outcome-constraints): a
@@ -83,8 +89,9 @@ struct experiment_spec {
   char metric[SPEC_NAME_MAX + 1]; /* the first objective (the only one for most uses) */
   enum spec_mode mode;
   /* Every objective, metric/mode included as [0]: 1 for a string metric,
-   * the list's length for a list (0 without a metric). Only fifo and
-   * random/grid take more than one (docs/scheduling.md#several-objectives). */
+   * the list's length for a list (0 without a metric). fifo, asha and
+   * hyperband take more than one, with random/grid search
+   * (docs/scheduling.md#several-objectives). */
   int nobjectives;
   char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];

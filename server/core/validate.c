@@ -697,12 +697,15 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                         out->sched.type == SPEC_SCHED_PBT
                             ? "required with the pbt scheduler (and mode)"
                             : "required with the median_stopping scheduler (and mode)");
-  if (out->nobjectives > 1 && out->sched.type != SPEC_SCHED_FIFO)
+  if (out->nobjectives > 1 &&
+      (out->sched.type == SPEC_SCHED_PBT || out->sched.type == SPEC_SCHED_MEDIAN))
     return spec_fail_at(err, "scheduler", "type",
-                        "takes a single metric: with several objectives only the fifo "
-                        "scheduler runs (asha, hyperband, median_stopping and pbt stop or "
-                        "exploit trials by one metric)");
+                        "takes a single metric: with several objectives use fifo, asha or "
+                        "hyperband (they rank by non-dominated sorting; median_stopping and "
+                        "pbt stop or exploit trials by one metric)");
   out->sched.num_trials = out->num_trials;
+  out->sched.nobjectives = out->nobjectives > 1 ? out->nobjectives : 1;
+  for (int j = 0; j < out->nobjectives; j++) out->sched.modes[j] = out->modes[j];
   if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
                       &out->resources, err) ||
       check_trainable(cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))

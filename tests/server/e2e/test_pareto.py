@@ -1,6 +1,6 @@
 """Several objectives through the real server: metric/mode lists are
-accepted (and refused with asha or tpe, or with lists of different
-lengths), the lease carries every objective, /pareto answers the front under
+accepted (and refused with median_stopping or tpe, or with lists of
+different lengths; asha takes them), the lease carries every objective, /pareto answers the front under
 each scope (ties kept, a trial whose window holds a null for one objective
 left out), the same after a restart (the stored config read back), and /best
 points to /pareto unless ?metric= picks one objective, whose own mode it
@@ -15,15 +15,17 @@ def multi(**extra):
 
 def test_submission_checks():
     s = Server()
-    for cfg, path in ((multi(sched={"type": "asha"}), "scheduler.type"),
+    for cfg, path in ((multi(sched={"type": "median_stopping"}), "scheduler.type"),
                       (multi(search_alg={"type": "tpe"}), "search_alg.type"),
                       (experiment(metric=["loss", "acc"], mode=["min"]), "mode"),
                       (experiment(metric=["loss", "loss"], mode=["min", "min"]), "metric[1]")):
         st, b, _ = s.post("/api/v1/experiments", cfg)
         assert st == 400 and b["error"]["code"] == "invalid_config", (st, b)
         assert b["error"]["path"] == path, b
-    st, b, _ = s.post("/api/v1/experiments", multi(sched={"type": "asha"}))
-    assert "only the fifo scheduler" in b["error"]["message"], b
+    st, b, _ = s.post("/api/v1/experiments", multi(sched={"type": "median_stopping"}))
+    assert "median_stopping and pbt stop or exploit trials by one metric" in \
+        b["error"]["message"], b
+    s.ok("POST", "/api/v1/experiments", multi(sched={"type": "asha"}), status=201)
     s.stop()
 
 

@@ -354,30 +354,21 @@ static const struct bad bad_configs[] = {
      "must be a list of metric names when mode is a list (one per mode)"},
     {"{\"mode\": [\"min\"], " TRAIN "}", "metric",
      "required with mode (the result keys to optimise)"},
-    /* Until several-objective early stopping exists, only fifo and
-     * random/grid take several objectives. */
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
-     "\"asha\"}, " TRAIN "}",
-     "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
-     "\"hyperband\"}, " TRAIN "}",
-     "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+    /* Several objectives: fifo, asha and hyperband, not the others. */
     {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
      "\"median_stopping\"}, " TRAIN "}",
      "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+     "takes a single metric: with several objectives use fifo, asha or hyperband (they rank "
+     "by non-dominated sorting; median_stopping and pbt stop or exploit trials by one "
+     "metric)"},
     {"{\"metric\": [\"lr_out\", \"b\"], \"mode\": [\"min\", \"max\"], \"param_space\": {\"lr\": "
      "{\"type\": \"uniform\", \"lower\": 0.1, \"upper\": 0.2}}, \"scheduler\": {\"type\": "
      "\"pbt\", \"hyperparam_mutations\": {\"lr\": {\"type\": \"uniform\", \"lower\": 0.1, "
      "\"upper\": 0.2}}}, " TRAIN "}",
      "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+     "takes a single metric: with several objectives use fifo, asha or hyperband (they rank "
+     "by non-dominated sorting; median_stopping and pbt stop or exploit trials by one "
+     "metric)"},
     {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"search_alg\": {\"type\": "
      "\"tpe\"}, " TRAIN "}",
      "search_alg.type",
@@ -640,6 +631,21 @@ START_TEST(several_objectives) {
   ck_assert_str_eq(s.objectives[2], "acc");
   ck_assert_int_eq(s.modes[1], SPEC_MODE_MIN);
   ck_assert_int_eq(s.modes[2], SPEC_MODE_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  /* asha (stopping) ranks by every objective: the scheduler gets them. */
+  c = cJSON_Parse("{\"metric\": [\"loss\", \"acc\"], \"mode\": [\"min\", \"max\"], "
+                  "\"scheduler\": {\"type\": \"asha\", \"promotion\": true}, " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.sched.nobjectives, 2);
+  ck_assert_int_eq(s.sched.modes[0], SPEC_MODE_MIN);
+  ck_assert_int_eq(s.sched.modes[1], SPEC_MODE_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": [\"loss\", \"acc\", \"ms\"], \"mode\": [\"min\", \"max\", "
+                  "\"min\"], \"scheduler\": {\"type\": \"hyperband\"}, " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.sched.nobjectives, 3);
   validate_spec_free(&s);
   cJSON_Delete(c);
   c = cJSON_Parse("{\"metric\": [\"acc\"], \"mode\": [\"max\"], " TRAIN "}");
