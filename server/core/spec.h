@@ -77,6 +77,10 @@ struct experiment_spec {
   int nobjectives;
   char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  /* "reference_point": the hypervolume's corner, one value per objective in
+   * its own units (hypervolume.h); derived from the trials when absent. */
+  int has_reference_point;
+  double reference_point[SPEC_MAX_OBJECTIVES];
   int64_t num_samples;           /* default 1 */
   int64_t num_trials;            /* grid product x num_samples */
   int64_t max_concurrent_trials; /* 0 = unlimited */
