@@ -173,6 +173,38 @@ int hypervolume_reference(const double *values, size_t n, int k, const enum spec
   return 0;
 }
 
+/* Two objectives: the front kept sorted by x (so y falls along it); a new
+ * point adds the strip between it and the staircase above it, from its x to
+ * the first front point below it, and replaces the points it dominates. O(f)
+ * a point for a front of f. 1 when p changed the front. */
+static int hv_series_2d(const double **front, size_t *nf, const double *p, const double *r,
+                        double *cur) {
+  size_t lo = 0, hi = *nf;
+  while (lo < hi) { /* the first point with x > p's */
+    size_t mid = lo + (hi - lo) / 2;
+    if (front[mid][0] <= p[0])
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo > 0 && front[lo - 1][1] <= p[1]) return 0; /* weakly dominated */
+  size_t i = lo;
+  while (i > 0 && front[i - 1][0] == p[0]) i--; /* same x, higher y: p dominates them */
+  double ytop = i > 0 ? front[i - 1][1] : r[1], x = p[0], add = 0;
+  size_t j = i;
+  for (; j < *nf && front[j][1] >= p[1]; j++) {
+    add += (front[j][0] - x) * (ytop - p[1]);
+    x = front[j][0];
+    ytop = front[j][1];
+  }
+  add += ((j < *nf ? front[j][0] : r[0]) - x) * (ytop - p[1]);
+  memmove(front + i + 1, front + j, (*nf - j) * sizeof *front);
+  front[i] = p;
+  *nf = *nf - (j - i) + 1;
+  *cur += add;
+  return 1;
+}
+
 int hypervolume_series(const double *values, const size_t *order, size_t n, int k,
                        const enum spec_mode *modes, const double *ref, double *hv) {
   double r[SPEC_MAX_OBJECTIVES];
@@ -185,19 +217,25 @@ int hypervolume_series(const double *values, const size_t *order, size_t n, int 
   const double **work = malloc((n ? n : 1) * sizeof *work);
   rc = mins && front && work ? 0 : -ENOMEM;
   size_t nf = 0;
-  double cur = 0;
+  double cur = 0, spent = 0;
   for (size_t i = 0; !rc && i < n; i++) {
     double *p = mins + i * (size_t)k;
     int counts = hv_row(values, order[i], k, modes, r, p);
-    for (size_t f = 0; counts && f < nf; f++)
-      if (hv_weakly_dominates(front[f], p, k)) counts = 0;
-    if (counts) {
+    if (counts && k == 2) {
+      hv_series_2d(front, &nf, p, r, &cur);
+    } else if (counts) {
+      for (size_t f = 0; counts && f < nf; f++)
+        if (hv_weakly_dominates(front[f], p, k)) counts = 0;
+    }
+    if (counts && k != 2) {
       size_t keep = 0;
       for (size_t f = 0; f < nf; f++)
         if (!hv_weakly_dominates(p, front[f], k)) front[keep++] = front[f];
       nf = keep;
       front[nf++] = p;
-      if (k == SPEC_MAX_OBJECTIVES && nf > HYPERVOLUME_MAX_4D) rc = -E2BIG;
+      /* Each volume costs about nf^(k-1): a bounded total. */
+      spent += pow((double)nf, k - 1);
+      if (spent > HYPERVOLUME_SERIES_WORK) rc = -E2BIG;
       memcpy(work, front, nf * sizeof *work);
       if (!rc) rc = hv_min(work, nf, k, r, &cur);
     }
@@ -209,41 +247,69 @@ int hypervolume_series(const double *values, const size_t *order, size_t n, int 
   return rc;
 }
 
+/* One front of the non-dominated sort: its rows, in the order they came. */
+struct hv_layer {
+  const double **rows;
+  size_t n, cap;
+};
+
+/* Some row of the layer dominates p (the latest first: the likeliest). */
+static int hv_layer_dominates(const struct hv_layer *l, const double *p, int k) {
+  for (size_t i = l->n; i-- > 0;)
+    if (hv_dominates(l->rows[i], p, k)) return 1;
+  return 0;
+}
+
 int hypervolume_ranks(const double *values, size_t n, int k, const enum spec_mode *modes,
                       int *rank) {
   if (k < 1 || k > SPEC_MAX_OBJECTIVES) return -EINVAL;
-  /* In lexicographic order (minimised form) a point's dominators all come
-   * before it, and its rank is one more than the highest of theirs (the
-   * longest chain of dominators ending at it). O(n^2 k). */
+  /* Efficient non-dominated sort (ENS-BS, Zhang et al. 2015): in
+   * lexicographic order (minimised form) a point's dominators all come
+   * before it; it joins the first front none of whose points dominates it,
+   * found by binary search (a front with a dominator of it has every front
+   * before it holding one too). */
   double *mins = malloc((n ? n : 1) * (size_t)k * sizeof *mins);
   const double **rows = malloc((n ? n : 1) * sizeof *rows);
-  int *rk = malloc((n ? n : 1) * sizeof *rk);
-  if (!mins || !rows || !rk) {
-    free(mins);
-    free(rows);
-    free(rk);
-    return -ENOMEM;
-  }
+  struct hv_layer *layers = calloc(n ? n : 1, sizeof *layers);
+  int rc = mins && rows && layers ? 0 : -ENOMEM;
   double inf[SPEC_MAX_OBJECTIVES];
   for (int j = 0; j < k; j++) inf[j] = INFINITY;
-  size_t m = 0;
-  for (size_t i = 0; i < n; i++) {
+  size_t m = 0, nl = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
     rank[i] = 0;
     /* hv_row with an infinite reference: all finite is all it asks. */
     if (hv_row(values, i, k, modes, inf, mins + i * (size_t)k)) rows[m++] = mins + i * (size_t)k;
   }
-  qsort(rows, m, sizeof *rows, hv_cmp[k - 1]);
-  for (size_t a = 0; a < m; a++) {
-    int best = 0;
-    for (size_t b = 0; b < a; b++)
-      if (rk[b] > best && hv_dominates(rows[b], rows[a], k)) best = rk[b];
-    rk[a] = best + 1;
-    rank[(size_t)(rows[a] - mins) / (size_t)k] = rk[a];
+  if (!rc) qsort(rows, m, sizeof *rows, hv_cmp[k - 1]);
+  for (size_t a = 0; !rc && a < m; a++) {
+    size_t lo = 0, hi = nl;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (hv_layer_dominates(&layers[mid], rows[a], k))
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    struct hv_layer *l = &layers[lo];
+    if (l->n == l->cap) {
+      size_t cap = l->cap ? l->cap * 2 : 8;
+      const double **nr = realloc(l->rows, cap * sizeof *nr);
+      if (!nr) {
+        rc = -ENOMEM;
+        break;
+      }
+      l->rows = nr;
+      l->cap = cap;
+    }
+    l->rows[l->n++] = rows[a];
+    if (lo == nl) nl++;
+    rank[(size_t)(rows[a] - mins) / (size_t)k] = (int)lo + 1;
   }
+  for (size_t i = 0; layers && i < nl; i++) free(layers[i].rows);
+  free(layers);
   free(mins);
   free(rows);
-  free(rk);
-  return 0;
+  return rc;
 }
 
 int hypervolume_rank_of(const double *values, size_t n, int k, const enum spec_mode *modes,

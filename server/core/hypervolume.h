@@ -12,6 +12,10 @@
 /* Above this many points on a 4-objective front the exact volume (slicing,
  * O(n^3)) is not computed: -E2BIG. */
 #define HYPERVOLUME_MAX_4D 400
+/* hypervolume_series with 3 or 4 objectives recomputes the volume each time
+ * the front changes, about f^(k-1) for a front of f: past this much in all
+ * it stops with -E2BIG (a 3-objective front of about 500 trials). */
+#define HYPERVOLUME_SERIES_WORK 5e7
 
 /* values: n points of k objectives, row-major, in the objectives' own
  * directions (modes); ref: k values in the same units. *hv = the volume of
@@ -33,8 +37,9 @@ int hypervolume_reference(const double *values, size_t n, int k, const enum spec
 
 /* The hypervolume after each point of the sequence values[order[0]],
  * values[order[1]], ... : hv[i] is the volume of the first i + 1 of them
- * (points that are not all finite add nothing). Errors as
- * hypervolume_compute. */
+ * (points that are not all finite add nothing). Two objectives: O(n f) for
+ * a front of f. Errors as hypervolume_compute, and -E2BIG past
+ * HYPERVOLUME_SERIES_WORK. */
 int hypervolume_series(const double *values, const size_t *order, size_t n, int k,
                        const enum spec_mode *modes, const double *ref, double *hv);
 
