@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "best.h"
 #include "jsonout.h"
 #include "route.h"
 #include "state.h"
@@ -104,34 +103,17 @@ cJSON *api_time(double t);
  * order) to o; nothing for one metric or none. 0 or -ENOMEM. */
 int api_add_objectives(cJSON *o, const struct experiment_spec *spec);
 
-/* The Pareto view of an experiment (api_pareto.c): its objectives and each
- * trial's score on each under a best-trial scope (docs/protocol.md#pareto-front). */
-struct api_pareto_set {
-  int64_t exp_id;
-  int k;
-  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
-  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
-  int has_ref; /* the config's reference_point */
-  double ref[SPEC_MAX_OBJECTIVES];
-  size_t n;
-  int64_t *ids;   /* ascending */
-  int64_t *seqs;  /* each trial's updated_seq: the order of the history */
-  double *scores; /* n x k; NaN: no score */
-};
-/* Lock held: copies e's objectives and trial ids. 0 or -ENOMEM (then
- * nothing is left to drop). */
-int api_pareto_take(const struct srv_experiment *e, struct api_pareto_set *ps);
-/* No lock: the scores, read from SQLite after flushing the commit queue. */
-int api_pareto_read(struct server *s, enum best_scope scope, struct api_pareto_set *ps);
-void api_pareto_drop(struct api_pareto_set *ps);
-/* Scores of objective j of ps's trials from SQLite into ps->scores
- * (api_experiments.c, beside /best by another metric). */
-int api_pareto_scores(struct server *s, struct api_pareto_set *ps, enum best_scope scope, int j);
-/* Adds reference_point (and its source), hypervolume and
- * hypervolume_history to o; on marks ps's front. 0 or -ENOMEM. */
-int api_pareto_summary(cJSON *o, const struct api_pareto_set *ps, const unsigned char *on);
+/* GET .../pareto (docs/protocol.md#pareto-front), api_pareto.c: adds
+ * reference_point (and its source), hypervolume and hypervolume_history to
+ * o, from the scores of the trials ids[0..n) (sorted; n x k, NaN: none) and
+ * their front (on). Takes the lock itself (the reference point of
+ * experiment exp_id, the order of the trials' last changes). 0 or -ENOMEM. */
+int api_pareto_summary(struct server *s, cJSON *o, int64_t exp_id, const int64_t *ids,
+                       const double *scores, const unsigned char *on, size_t n, int k,
+                       const enum spec_mode *modes);
 /* GET /trials/{id} of an experiment with several objectives: adds
- * "pareto_rank" (scope last) to o. Takes the lock itself. */
+ * "pareto_rank" (by the trials' last results) to o (api_experiments.c).
+ * Takes the lock itself. */
 int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o);
 
 /* docs/protocol.md#pages: `limit` (1..API_PAGE_MAX, default dflt_limit) and

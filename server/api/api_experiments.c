@@ -11,6 +11,7 @@
 #include "api.h"
 #include "best.h"
 #include "clock.h"
+#include "hypervolume.h"
 #include "log.h"
 #include "pareto.h"
 #include "searcher.h"
@@ -822,19 +823,20 @@ static int api_collect_objective(void *ctx, int64_t trial_id, int has, double v)
   return api_collect_metric(ctx, trial_id, 1, has ? v : NAN);
 }
 
-/* Scores of objective j for ps's trials (ids sorted) into scores[i * k + j],
- * from SQLite (results of compact trials are there only; the same reading
- * as /best by another metric). */
-int api_pareto_scores(struct server *s, struct api_pareto_set *ps, enum best_scope scope, int j) {
+/* Scores of objective j for the trials ids[0..n) (sorted) into
+ * scores[i * k + j], from SQLite (results of compact trials are there only;
+ * the same reading as /best by another metric). */
+static int api_pareto_scores(struct server *s, int64_t exp_id, const char *metric,
+                             enum spec_mode mode, enum best_scope scope, const int64_t *ids,
+                             size_t n, int k, int j, double *scores) {
   struct metric_ctx mc = {s, NULL, NULL, 0, 0, NULL};
-  int rc = store_experiment_metric(s->store, ps->exp_id, ps->names[j], api_collect_objective, &mc);
+  int rc = store_experiment_metric(s->store, exp_id, metric, api_collect_objective, &mc);
   for (size_t a = 0; !rc && a < mc.n;) {
     size_t b = a;
     while (b < mc.n && mc.trial_of[b] == mc.trial_of[a]) b++;
-    const int64_t *at = bsearch(&mc.trial_of[a], ps->ids, ps->n, sizeof *ps->ids, api_cmp_id);
+    const int64_t *at = bsearch(&mc.trial_of[a], ids, n, sizeof *ids, api_cmp_id);
     double v;
-    if (at && !best_score(&mc.vals[a], b - a, scope, ps->modes[j], &v))
-      ps->scores[(size_t)(at - ps->ids) * (size_t)ps->k + (size_t)j] = v;
+    if (at && !best_score(&mc.vals[a], b - a, scope, mode, &v)) scores[(at - ids) * k + j] = v;
     a = b;
   }
   free(mc.vals);
@@ -863,36 +865,46 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
                      "(metric and mode as lists)",
                      (long long)e->id);
   }
-  struct api_pareto_set ps;
-  int rc = api_pareto_take(e, &ps);
-  server_unlock(s);
-  if (rc) return rc;
-  size_t n = ps.n;
-  int k = ps.k;
+  int64_t exp_id = e->id;
+  int k = e->spec.nobjectives;
+  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  memcpy(names, e->spec.objectives, sizeof names);
+  memcpy(modes, e->spec.modes, sizeof modes);
+  size_t n = (size_t)e->ntrials;
+  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
   unsigned char *on = malloc(n ? n : 1);
+  int rc = ids && scores && on ? 0 : -ENOMEM;
+  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  server_unlock(s);
   cJSON *o = NULL, *arr = NULL, *m = NULL, *d = NULL;
   size_t nf = 0;
-  rc = on ? api_pareto_read(s, scope, &ps) : -ENOMEM;
-  if (!rc) rc = pareto_front(ps.scores, n, k, ps.modes, on, &nf);
+  if (rc) goto out;
+  qsort(ids, n, sizeof *ids, api_cmp_id);
+  for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
+  commit_flush(s->commit);
+  for (int j = 0; !rc && j < k; j++)
+    rc = api_pareto_scores(s, exp_id, names[j], modes[j], scope, ids, n, k, j, scores);
+  if (!rc) rc = pareto_front(scores, n, k, modes, on, &nf);
   if (rc) goto out;
   rc = -ENOMEM;
-  if (!(o = cJSON_CreateObject()) ||
-      !cJSON_AddNumberToObject(o, "experiment_id", (double)ps.exp_id) ||
+  if (!(o = cJSON_CreateObject()) || !cJSON_AddNumberToObject(o, "experiment_id", (double)exp_id) ||
       !(m = cJSON_AddArrayToObject(o, "metrics")) || !(d = cJSON_AddArrayToObject(o, "modes")) ||
       !cJSON_AddStringToObject(o, "scope", best_scope_name(scope)) ||
       !(arr = cJSON_AddArrayToObject(o, "trials")))
     goto out;
   for (int j = 0; j < k; j++)
-    if (!cJSON_AddItemToArray(m, cJSON_CreateString(ps.names[j])) ||
-        !cJSON_AddItemToArray(d, cJSON_CreateString(ps.modes[j] == SPEC_MODE_MAX ? "max" : "min")))
+    if (!cJSON_AddItemToArray(m, cJSON_CreateString(names[j])) ||
+        !cJSON_AddItemToArray(d, cJSON_CreateString(modes[j] == SPEC_MODE_MAX ? "max" : "min")))
       goto out;
-  if (api_pareto_summary(o, &ps, on)) goto out;
+  if (api_pareto_summary(s, o, exp_id, ids, scores, on, n, k, modes)) goto out;
   server_lock(s);
   rc = 0;
   for (size_t i = 0; !rc && i < n; i++) {
     if (!on[i]) continue;
     /* The lock was let go meanwhile: a deleted trial is left out. */
-    struct srv_trial *t = state_trial_ref(s, ps.ids[i]);
+    struct srv_trial *t = state_trial_ref(s, ids[i]);
     if (!t) continue;
     cJSON *row = cJSON_CreateObject(), *vals = NULL;
     int ok = row && cJSON_AddItemToArray(arr, row) &&
@@ -901,18 +913,59 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
              cJSON_AddItemToObject(row, "config", api_parsed_or_null(t->config)) &&
              (vals = cJSON_AddObjectToObject(row, "values"));
     for (int j = 0; ok && j < k; j++)
-      ok = cJSON_AddNumberToObject(vals, ps.names[j], ps.scores[i * (size_t)k + (size_t)j]) != NULL;
+      ok = cJSON_AddNumberToObject(vals, names[j], scores[i * (size_t)k + (size_t)j]) != NULL;
     if (!ok) rc = -ENOMEM; /* row, once made, is arr's */
   }
   server_unlock(s);
 out:
-  api_pareto_drop(&ps);
+  free(ids);
+  free(scores);
   free(on);
   if (rc) {
     cJSON_Delete(o);
     return rc;
   }
   return api_json(resp, 200, o);
+}
+
+int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o) {
+  server_lock(s);
+  struct srv_trial *t = state_trial_ref(s, trial_id);
+  struct srv_experiment *e = t ? server_experiment(s, t->experiment_id) : NULL;
+  if (!e || e->spec.nobjectives < 2) {
+    server_unlock(s);
+    return 0;
+  }
+  int rc = state_experiment_warm(s, e);
+  int64_t exp_id = e->id;
+  int k = e->spec.nobjectives;
+  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  memcpy(names, e->spec.objectives, sizeof names);
+  memcpy(modes, e->spec.modes, sizeof modes);
+  size_t n = rc ? 0 : (size_t)e->ntrials;
+  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
+  if (!rc && (!ids || !scores)) rc = -ENOMEM;
+  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  server_unlock(s);
+  /* Its rank among its experiment's trials by their last results. */
+  int rank = 0;
+  if (!rc) {
+    qsort(ids, n, sizeof *ids, api_cmp_id);
+    for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
+    commit_flush(s->commit);
+  }
+  for (int j = 0; !rc && j < k; j++)
+    rc = api_pareto_scores(s, exp_id, names[j], modes[j], BEST_SCOPE_LAST, ids, n, k, j, scores);
+  const int64_t *at = rc ? NULL : bsearch(&trial_id, ids, n, sizeof *ids, api_cmp_id);
+  if (at) rc = hypervolume_rank_of(scores, n, k, modes, (size_t)(at - ids), &rank);
+  free(ids);
+  free(scores);
+  if (rc) return rc;
+  cJSON *v = rank ? cJSON_AddNumberToObject(o, "pareto_rank", rank)
+                  : cJSON_AddNullToObject(o, "pareto_rank");
+  return v ? 0 : -ENOMEM;
 }
 
 int api_experiment_cancel(struct server *s, const struct api_req *req, struct api_resp *resp) {
