@@ -11,12 +11,12 @@
 #include "api.h"
 #include "best.h"
 #include "clock.h"
-#include "hypervolume.h"
 #include "log.h"
 #include "pareto.h"
 #include "searcher.h"
 #include "space.h"
 #include "validate.h"
+#include "hypervolume.h"
 
 static cJSON *api_parsed_or_null(const char *json) {
   cJSON *v = json ? cJSON_Parse(json) : NULL;

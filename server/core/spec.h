@@ -77,15 +77,15 @@ struct experiment_spec {
   int nobjectives;
   char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];
-  /* "reference_point": the hypervolume's corner, one value per objective in
-   * its own units (hypervolume.h); derived from the trials when absent. */
-  int has_reference_point;
-  double reference_point[SPEC_MAX_OBJECTIVES];
   int64_t num_samples;           /* default 1 */
   int64_t num_trials;            /* grid product x num_samples */
   int64_t max_concurrent_trials; /* 0 = unlimited */
   int has_seed;                  /* no seed: the daemon picks one and stores it */
   uint64_t seed;
+  /* "reference_point": the hypervolume's corner, one value per objective in
+   * its own units (hypervolume.h); derived from the trials when absent. */
+  int has_reference_point;
+  double reference_point[SPEC_MAX_OBJECTIVES];
   int64_t max_failures; /* default 0 */
   int fail_fast;        /* the first trial ERROR for good cancels the experiment */
   struct sched_params sched;

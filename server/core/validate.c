@@ -648,7 +648,6 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
   has_metric = check_objectives(config, out, err);
   if (has_metric < 0) return -EINVAL;
   out->has_metric = has_metric;
-  if (check_reference_point(config, out, err)) return -EINVAL;
 
   out->num_samples = 1;
   if (spec_get_int(config, "", "num_samples", 1, SPEC_NUM_SAMPLES_MAX, &out->num_samples, err) <
@@ -664,6 +663,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
   if (rc < 0) return rc;
   out->has_seed = rc;
   out->seed = (uint64_t)seed;
+  if (check_reference_point(config, out, err)) return -EINVAL;
 
   ps = cJSON_GetObjectItemCaseSensitive(config, "param_space");
   if (ps && !cJSON_IsObject(ps))

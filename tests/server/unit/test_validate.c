@@ -124,6 +124,19 @@ static const struct bad bad_configs[] = {
     {"{\"mode\": \"min\", " TRAIN "}", "metric", "required with mode (the result key to optimise)"},
     {"{\"metric\": \"loss\", \"mode\": \"minimize\", " TRAIN "}", "mode",
      "must be \"min\" or \"max\""},
+    {"{\"reference_point\": [1], " TRAIN "}", "reference_point",
+     "needs metric and mode (one reference value per objective)"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": 1, " TRAIN
+     "}",
+     "reference_point", "must be a list of 2 number(s), one per metric"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, 2, "
+     "3], " TRAIN "}",
+     "reference_point", "has 3 entries but metric has 2: one reference value per metric"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, "
+     "\"x\"], " TRAIN "}",
+     "reference_point[1]", "must be a finite number (the reference value of 'b')"},
+    {"{\"metric\": \"a\", \"mode\": \"min\", \"reference_point\": [1e999], " TRAIN "}",
+     "reference_point[0]", "must be a finite number (the reference value of 'a')"},
     {"{\"metric\": \"lo ss\", \"mode\": \"min\", " TRAIN "}", "metric",
      "must be a string of 1-128 characters from A-Z a-z 0-9 _ . - /"},
     {"{\"num_samples\": 0, " TRAIN "}", "num_samples", "must be an integer from 1 to 100000"},
@@ -383,19 +396,6 @@ static const struct bad bad_configs[] = {
      "search_alg.type",
      "tpe learns from a single metric: with several objectives only random and grid search "
      "run"},
-    {"{\"reference_point\": [1], " TRAIN "}", "reference_point",
-     "needs metric and mode (one reference value per objective)"},
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": 1, " TRAIN
-     "}",
-     "reference_point", "must be a list of 2 number(s), one per metric"},
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, 2, "
-     "3], " TRAIN "}",
-     "reference_point", "has 3 entries but metric has 2: one reference value per metric"},
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, "
-     "\"x\"], " TRAIN "}",
-     "reference_point[1]", "must be a finite number (the reference value of 'b')"},
-    {"{\"metric\": \"a\", \"mode\": \"min\", \"reference_point\": [1e999], " TRAIN "}",
-     "reference_point[0]", "must be a finite number (the reference value of 'a')"},
 };
 
 START_TEST(bad_config) {
