@@ -118,7 +118,8 @@ def test_derived_reference():
     cfg = experiment(n=8, metric=METRICS, mode=MODES)
     results = [(0, (0.2, 0.8, 10)), (1, (0.1, 0.7, 20)), (2, (0.3, 0.9, 5)),
                (3, (0.25, 0.75, 15)),   # a dominates it: rank 2
-               (4, (0.3, 0.6, 30)),     # d dominates it: rank 3
+               (4, (0.01, 0.99, 1)),    # the best ever, then
+               (4, (0.3, 0.6, 30)),     # d dominates it: rank 3 by its last result
                (5, (0.05, None, 1)),    # a null objective: no rank, off the front
                (6, (0.2, 0.8, 10)),     # a's twin: both on it
                (1, (0.12, 0.7, 20))]    # b changes last (and gets worse)
