@@ -9,13 +9,12 @@ that moves the front shows without a reload; the hypervolume shown equals an
 inclusion-exclusion computation from the derived reference point; each
 trial's page shows its non-dominated rank. Screenshots land in the
 artifacts folder."""
-import itertools
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Client, Harness, fresh, parse_args  # noqa: E402
+import pareto_oracle as po  # noqa: E402  (tests/lib, on the path harness sets)
 
 METRICS = ["loss", "acc", "latency"]
 MODES = ["min", "max", "min"]
@@ -38,71 +37,20 @@ return [...document.querySelectorAll('#pareto-scatter circle.' + arguments[0])]
 """
 
 
-def finite(v):
-    return isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def minimised(p):
-    return [-x if m == "max" else x for x, m in zip(p, MODES)]
-
-
-def dominates(a, b):
-    a, b = minimised(a), minimised(b)
-    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
-
-
 def vectors(last):
-    """{trial: [loss, acc, latency]} of the trials with every objective finite."""
-    return {t: [r.get(m) for m in METRICS] for t, r in last.items()
-            if all(finite(r.get(m)) for m in METRICS)}
+    """{trial: [loss, acc, latency]} (None where a value is missing)."""
+    return {t: [r.get(m) for m in METRICS] for t, r in last.items()}
 
 
 def front_of(last):
-    v = vectors(last)
-    return {t: p for t, p in v.items() if not any(dominates(q, p) for q in v.values())}
+    return po.front_of(vectors(last), MODES)
 
 
-def ranks(last):
-    left, out, r = vectors(last), {}, 1
-    while left:
-        layer = [t for t, p in left.items() if not any(dominates(q, p) for q in left.values())]
-        for t in layer:
-            out[t] = r
-            del left[t]
-        r += 1
-    return out
-
-
-def reference(front):
-    """The derived reference point (minimised): the nadir plus 10% of the range."""
-    pts = [minimised(p) for p in front.values()]
-    return [max(c) + 0.1 * (max(c) - min(c) if max(c) > min(c) else max(abs(max(c)), 1.0))
-            for c in zip(*pts)]
-
-
-def hypervolume(points, ref):
-    pts = [minimised(p) for p in points.values()]
-    pts = [p for p in pts if all(x < r for x, r in zip(p, ref))]
-    total = 0.0
-    for size in range(1, len(pts) + 1):
-        for sub in itertools.combinations(pts, size):
-            vol = 1.0
-            for j in range(len(ref)):
-                vol *= ref[j] - max(p[j] for p in sub)
-            total += vol if size % 2 else -vol
-    return total
-
-
-def history(last, order, ref):
-    """[(trials counted, hypervolume)] each time the volume grew, the trials
-    taken in order."""
-    out, prev = [], 0.0
-    for i in range(len(order)):
-        v = hypervolume(vectors({t: last[t] for t in order[:i + 1] if t in last}), ref)
-        if v > prev + 1e-12:
-            out.append((i + 1, v))
-        prev = v
-    return out
+def hypervolume(last):
+    """The front's volume from the derived reference point, and that point."""
+    front = front_of(last)
+    ref = po.derived_ref(front, MODES)
+    return po.hypervolume(front.values(), ref, MODES), ref
 
 
 HISTORY_JS = """
@@ -119,7 +67,7 @@ def close(a, b):
 def expected(last, xi, yi):
     """(every plotted point, the ringed front points) on axes xi, yi."""
     pts = {(t, r[METRICS[xi]], r[METRICS[yi]]) for t, r in last.items()
-           if finite(r.get(METRICS[xi])) and finite(r.get(METRICS[yi]))}
+           if po.finite([r.get(METRICS[xi]), r.get(METRICS[yi])])}
     fr = {(t, p[xi], p[yi]) for t, p in front_of(last).items()}
     return pts, fr
 
@@ -161,14 +109,13 @@ def main():
         choose(d, "pareto-x", 2)
         want = expected(last, 2, 1)
         h.wait("the scatter of latency and acc", lambda: plotted(d) == want)
-        ref = reference(front_of(last))
-        hv = hypervolume(front_of(last), ref)
+        hv, ref = hypervolume(last)
         shown = h.wait("the hypervolume", lambda: float(d.find_element("id", "pareto-hv").get_attribute("data-hv")))
         assert abs(shown - hv) <= 1e-9 * max(1, abs(hv)), (shown, hv)
         # Its history, the trials in the order they last changed: the one
         # never reported (leased last), then the reports in order.
         order = [ids[6]] + [ids[i] for i, _ in RESULTS]
-        want_hist = history(last, order, ref)
+        want_hist = po.history(vectors(last), order, ref, MODES)
         got = fresh(lambda: d.execute_script(HISTORY_JS))
         assert len(want_hist) >= 2 and close(got, want_hist), (got, want_hist)
 
@@ -178,18 +125,18 @@ def main():
         want = expected(last, 2, 1)
         assert len(want[1]) == 1, want
         h.wait("the live front", lambda: plotted(d) == want, timeout=15)
-        hv = hypervolume(front_of(last), reference(front_of(last)))
+        hv, _ = hypervolume(last)
         h.wait("the live hypervolume", lambda: abs(float(d.find_element("id", "pareto-hv")
                                                          .get_attribute("data-hv")) - hv) <= 1e-9)
 
         # Each trial's page: its rank, a dash for the null objective.
-        rk = ranks(last)
+        rk = po.ranks(vectors(last), MODES)
         for t in (ids[0], ids[LIVE[0]], ids[4]):
             d.get(base + "/#/trials/%d" % t)
             h.wait_ready(d, "trial")
-            el = h.wait("trial %d's rank" % t, lambda: d.find_element("id", "pareto-rank"))
+            h.wait("trial %d's rank" % t, lambda: d.find_element("id", "pareto-rank"))
             got = fresh(lambda: d.find_element("id", "pareto-rank").get_attribute("data-rank"))
-            assert got == str(rk.get(t, "")), (t, got, rk)
+            assert got == ("" if rk[t] is None else str(rk[t])), (t, got, rk)
         errors = h.browser_errors(d)
         assert not errors, errors
         api.close()

@@ -5,67 +5,19 @@ reference point (the config's, or the derived one), the hypervolume and its
 history in the order the trials last changed; GET /trials/{id} answers each
 trial's rank (null for a trial with a null objective); a config's bad
 reference_point is refused naming it."""
-import itertools
-import math
-
 from ctune_e2e import Server, Runner, experiment, register, lease, report
+import pareto_oracle as po  # tests/lib, on the path ctune_e2e sets
 
 METRICS = ["loss", "acc", "latency"]
 MODES = ["min", "max", "min"]
 
 
-def minimised(p):
-    return [-x if m == "max" else x for x, m in zip(p, MODES)]
-
-
-def finite(p):
-    return all(x is not None and math.isfinite(x) for x in p)
-
-
-def dominates(a, b):
-    a, b = minimised(a), minimised(b)
-    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
-
-
 def front_of(points):
-    ok = {t: p for t, p in points.items() if finite(p)}
-    return {t: p for t, p in ok.items() if not any(dominates(q, p) for q in ok.values())}
+    return po.front_of(points, MODES)
 
 
 def derived_ref(front):
-    ref = []
-    for j, m in enumerate(MODES):
-        xs = [minimised(p)[j] for p in front.values()]
-        worst, best = max(xs), min(xs)
-        r = worst + 0.1 * (worst - best if worst > best else max(abs(worst), 1.0))
-        ref.append(-r if m == "max" else r)
-    return ref
-
-
-def hv(points, ref):
-    r = minimised(ref)
-    pts = [minimised(p) for p in points if finite(p)]
-    pts = [p for p in pts if all(x < y for x, y in zip(p, r))]
-    total = 0.0
-    for size in range(1, len(pts) + 1):
-        for sub in itertools.combinations(pts, size):
-            vol = 1.0
-            for j in range(len(r)):
-                vol *= r[j] - max(p[j] for p in sub)
-            total += vol if size % 2 else -vol
-    return total
-
-
-def ranks(points):
-    left = {t: p for t, p in points.items() if finite(p)}
-    out, r = {t: None for t in points}, 1
-    while left:
-        layer = [t for t, p in left.items() if not any(dominates(q, p) for q in left.values())]
-        for t in layer:
-            out[t] = r
-            del left[t]
-        r += 1
-    return out
+    return po.derived_ref(front, MODES)
 
 
 def run(s, cfg, results):
@@ -92,17 +44,13 @@ def check(s, eid, points, order, ref):
     want = front_of(points)
     assert {t["trial_id"]: [t["values"][m] for m in METRICS] for t in b["trials"]} == want, b
     assert all(a == pytest_approx(x) for a, x in zip(b["reference_point"], ref)), (b, ref)
-    assert b["hypervolume"] == pytest_approx(hv(want.values(), ref)), (b, hv(want.values(), ref))
-    hist, prev = [], 0.0
-    for i in range(len(order)):
-        v = hv([points[t] for t in order[:i + 1] if t in points], ref)
-        if abs(v - prev) > 1e-12:
-            hist.append((i + 1, order[i], v))
-        prev = v
+    want_hv = po.hypervolume(want.values(), ref, MODES)
+    assert b["hypervolume"] == pytest_approx(want_hv), (b, want_hv)
+    hist = [(n, order[n - 1], v) for n, v in po.history(points, order, ref, MODES)]
     got = [(h["trials"], h["trial_id"], h["hypervolume"]) for h in b["hypervolume_history"]]
     assert [g[:2] for g in got] == [h[:2] for h in hist], (got, hist)
     assert all(g[2] == pytest_approx(h[2]) for g, h in zip(got, hist)), (got, hist)
-    rk = ranks({t: points.get(t, [None] * 3) for t in order})
+    rk = po.ranks({t: points.get(t, [None] * 3) for t in order}, MODES)
     for t in order:
         assert s.ok("GET", "/api/v1/trials/%d" % t)["pareto_rank"] == rk[t], (t, rk)
     return b
