@@ -17,7 +17,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 
 VENV_PY = os.path.expanduser("~/.cache/ctune/optuna-5.0.0/bin/python")
 
