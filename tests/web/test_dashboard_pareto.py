@@ -104,6 +104,11 @@ def main():
         want = expected(last, 0, 1)
         h.wait("the scatter of loss and acc with the front", lambda: plotted(d) == want)
         assert len(want[1]) == 3 and len(want[0]) == 5, want  # the null acc and no-result trials out
+        # No single best trial: the card says why and names none.
+        best = d.find_element("id", "best-trial")
+        assert "3 objectives: no single best trial" in best.text and not best.find_elements(
+            "css selector", "a"), best.get_attribute("innerHTML")
+        assert not d.find_elements("css selector", "#trials-table .tag.best")
         h.screenshot(d, "pareto.png")
         # Other axes: latency across, acc up (the result without latency out).
         choose(d, "pareto-x", 2)

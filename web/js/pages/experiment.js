@@ -160,7 +160,7 @@ export function mount(main, [idStr], ctx) {
   // The best trial never is an ERROR one (the server's pick counts every
   // trial's results): then the best of the others that are loaded.
   function bestId() {
-    if (allTrialsFailed(st.exp)) return null;
+    if (allTrialsFailed(st.exp) || several()) return null;
     const sb = st.exp.best && st.exp.best.trial_id !== undefined ? st.exp.best.trial_id : null;
     if (sb !== null && (!st.trials.has(sb) || st.trials.get(sb).status !== 'ERROR')) return sb;
     let b = null;
@@ -276,6 +276,8 @@ export function mount(main, [idStr], ctx) {
       fetchBest(bid);
     } else if (allTrialsFailed(e)) {
       best.replaceChildren(note('Every trial ended in ERROR: there is no best trial. Their errors are on their trial pages.', 'error'));
+    } else if (several()) {
+      best.replaceChildren(note(`${e.metrics.length} objectives: no single best trial. The Pareto front below holds the trials no other beats on all of them.`));
     } else if (!b) {
       best.replaceChildren(note(`No trial has reported ${e.metric} yet.`));
     } else {
