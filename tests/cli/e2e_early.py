@@ -190,8 +190,13 @@ def case_pareto(tmp):
     _, url = start_server(tmp, db)
     A = ["--server", url, "--db", db]
     code, out, err = ctune("best", "1", *A)
-    rows = [ln.split() for ln in out.splitlines()[2:]]
+    rows = [ln.split() for ln in out.splitlines()[2:5]]
     check(code == 0 and out.startswith(head), f"best: {code} {out} {err}")
+    # Then the hypervolume, as /pareto answers it (printed like the values).
+    last = json.loads(ctune("best", "1", "--json", *A)[1])
+    hv_line = out.splitlines()[5]
+    check(hv_line.startswith("hypervolume %.6g from the reference point (" % last["hypervolume"])
+          and hv_line.endswith("derived: the front's nadir plus 10% of its range"), f"hv: {hv_line}")
     check(sorted(r[1] for r in rows) == ["0.333333", "0.666667", "1.33333"] and
           sorted(r[2] for r in rows) == ["0.25", "0.5", "1"], f"rows: {rows}")
     code, out, err = ctune("best", "1", "--json", "--scope", "all", *A)
