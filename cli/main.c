@@ -69,6 +69,8 @@ static const char *const HELP =
     "  delete EXP [--force]                 remove it with its results, checkpoints\n"
     "                                       and logs; --force: even while trials run\n"
     "  export EXP [--format csv|json] [--output FILE]\n"
+    "  export EXP --pareto [--scope S]      the Pareto front (several objectives) as\n"
+    "                                       csv or json, with its hypervolume (json)\n"
     "  export EXP --format tensorboard --output DIR   scalars + HParams for\n"
     "      TensorBoard, one run per trial: tensorboard --logdir DIR\n"
     "\n"

@@ -231,11 +231,12 @@ class Client:
     def pareto(self, experiment, scope="last"):
         """The Pareto front of an experiment with several objectives:
         {"experiment_id", "metrics", "modes", "scope", "trials": [{"trial_id",
-        "status", "config", "values": {metric: value}}]}, the trials no other
-        dominates (best() refuses such an experiment unless given a metric).
-        With outcome constraints only feasible trials are on it (each row has
-        "feasible": true) and "infeasible" counts the scored trials left out.
-        scope as for best()."""
+        "status", "config", "values": {metric: value}}], "reference_point",
+        "hypervolume", "hypervolume_history", ...}, the trials no other
+        dominates (best() refuses such an experiment unless given a metric)
+        and the hypervolume they cover. With outcome constraints only feasible
+        trials are on it (each row has "feasible": true) and "infeasible"
+        counts the scored trials left out. scope as for best()."""
         if scope not in SCOPES:
             raise CtuneError(f"scope {scope!r} is not one of {', '.join(SCOPES)}",
                              code="bad_scope", path="scope")

@@ -108,6 +108,19 @@ int api_add_objectives(cJSON *o, const struct experiment_spec *spec);
  * o; nothing without constraints. 0 or -ENOMEM. */
 int api_add_constraint_metrics(cJSON *o, const struct experiment_spec *spec);
 
+/* GET .../pareto (docs/protocol.md#pareto-front), api_pareto.c: adds
+ * reference_point (and its source), hypervolume and hypervolume_history to
+ * o, from the scores of the trials ids[0..n) (sorted; n x k, NaN: none) and
+ * their front (on). Takes the lock itself (the reference point of
+ * experiment exp_id, the order of the trials' last changes). 0 or -ENOMEM. */
+int api_pareto_summary(struct server *s, cJSON *o, int64_t exp_id, const int64_t *ids,
+                       const double *scores, const unsigned char *on, size_t n, int k,
+                       const enum spec_mode *modes);
+/* GET /trials/{id} of an experiment with several objectives: adds
+ * "pareto_rank" (by the trials' last results) to o (api_experiments.c).
+ * Takes the lock itself. */
+int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o);
+
 /* docs/protocol.md#pages: `limit` (1..API_PAGE_MAX, default dflt_limit) and
  * `cursor` (the previous page's next_cursor; absent: from the start) of a
  * list request; *after is the position the page starts after. -EINVAL after

@@ -17,6 +17,7 @@
 #include "searcher.h"
 #include "space.h"
 #include "validate.h"
+#include "hypervolume.h"
 
 static cJSON *api_parsed_or_null(const char *json) {
   cJSON *v = json ? cJSON_Parse(json) : NULL;
@@ -1033,6 +1034,7 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
     if (!cJSON_AddItemToArray(m, cJSON_CreateString(names[j])) ||
         !cJSON_AddItemToArray(d, cJSON_CreateString(modes[j] == SPEC_MODE_MAX ? "max" : "min")))
       goto out;
+  if (api_pareto_summary(s, o, exp_id, ids, scores, on, n, k, modes)) goto out;
   server_lock(s);
   rc = 0;
   for (size_t i = 0; !rc && i < n; i++) {
@@ -1062,6 +1064,57 @@ out:
     return rc;
   }
   return api_json(resp, 200, o);
+}
+
+int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o) {
+  server_lock(s);
+  struct srv_trial *t = state_trial_ref(s, trial_id);
+  struct srv_experiment *e = t ? server_experiment(s, t->experiment_id) : NULL;
+  if (!e || e->spec.nobjectives < 2) {
+    server_unlock(s);
+    return 0;
+  }
+  int rc = state_experiment_warm(s, e);
+  int64_t exp_id = e->id;
+  int k = e->spec.nobjectives;
+  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  memcpy(names, e->spec.objectives, sizeof names);
+  memcpy(modes, e->spec.modes, sizeof modes);
+  struct experiment_spec cons; /* its constraints only */
+  memset(&cons, 0, sizeof cons);
+  cons.nconstraints = e->spec.nconstraints;
+  memcpy(cons.constraints, e->spec.constraints, sizeof cons.constraints);
+  size_t n = rc ? 0 : (size_t)e->ntrials;
+  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
+  double *viol = malloc((n ? n : 1) * sizeof *viol);
+  if (!rc && (!ids || !scores || !viol)) rc = -ENOMEM;
+  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  server_unlock(s);
+  /* Its rank among its experiment's trials by their last results. */
+  int rank = 0;
+  if (!rc) {
+    qsort(ids, n, sizeof *ids, api_cmp_id);
+    for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
+    commit_flush(s->commit);
+  }
+  for (int j = 0; !rc && j < k; j++)
+    rc = api_pareto_scores(s, exp_id, names[j], modes[j], BEST_SCOPE_LAST, ids, n, k, j, scores);
+  /* Outcome constraints: an infeasible trial has no rank, as it is on no front. */
+  if (!rc && cons.nconstraints) {
+    rc = api_violations(s, exp_id, &cons, BEST_SCOPE_LAST, ids, n, viol);
+    if (!rc) constraint_drop_points(scores, n, k, viol);
+  }
+  const int64_t *at = rc ? NULL : bsearch(&trial_id, ids, n, sizeof *ids, api_cmp_id);
+  if (at) rc = hypervolume_rank_of(scores, n, k, modes, (size_t)(at - ids), &rank);
+  free(ids);
+  free(scores);
+  free(viol);
+  if (rc) return rc;
+  cJSON *v = rank ? cJSON_AddNumberToObject(o, "pareto_rank", rank)
+                  : cJSON_AddNullToObject(o, "pareto_rank");
+  return v ? 0 : -ENOMEM;
 }
 
 int api_experiment_cancel(struct server *s, const struct api_req *req, struct api_resp *resp) {

@@ -103,6 +103,10 @@ struct experiment_spec {
   int64_t max_concurrent_trials; /* 0 = unlimited */
   int has_seed;                  /* no seed: the daemon picks one and stores it */
   uint64_t seed;
+  /* "reference_point": the hypervolume's corner, one value per objective in
+   * its own units (hypervolume.h); derived from the trials when absent. */
+  int has_reference_point;
+  double reference_point[SPEC_MAX_OBJECTIVES];
   int64_t max_failures; /* default 0 */
   int fail_fast;        /* the first trial ERROR for good cancels the experiment */
   struct sched_params sched;

@@ -492,6 +492,43 @@ int validate_experiment_stored(const cJSON *config, struct experiment_spec *out,
   return validate_config(config, out, err, 1);
 }
 
+/* reference_point: one finite number per objective, in its own units
+ * (worse than any value that counts: above for min, below for max), the
+ * corner the hypervolume is measured from (hypervolume.h). */
+static int check_reference_point(const cJSON *config, struct experiment_spec *out,
+                                 struct validate_error *err) {
+  const cJSON *rp = cJSON_GetObjectItemCaseSensitive(config, "reference_point");
+  if (!rp) return 0;
+  if (!out->has_metric)
+    return spec_fail_at(err, "", "reference_point",
+                        "needs metric and mode (one reference value per objective)");
+  if (!cJSON_IsArray(rp)) {
+    spec_error_set(err, "reference_point", "must be a list of %d number(s), one per metric",
+                   out->nobjectives);
+    return -EINVAL;
+  }
+  if (cJSON_GetArraySize(rp) != out->nobjectives) {
+    spec_error_set(err, "reference_point",
+                   "has %d entries but metric has %d: one reference value per metric",
+                   cJSON_GetArraySize(rp), out->nobjectives);
+    return -EINVAL;
+  }
+  int i = 0;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, rp) {
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble)) {
+      char p[64];
+      snprintf(p, sizeof p, "reference_point[%d]", i);
+      spec_error_set(err, p, "must be a finite number (the reference value of '%s')",
+                     out->objectives[i]);
+      return -EINVAL;
+    }
+    out->reference_point[i++] = item->valuedouble;
+  }
+  out->has_reference_point = 1;
+  return 0;
+}
+
 /* metric and mode: two strings, or two lists of the same length (one entry
  * per objective, at most SPEC_MAX_OBJECTIVES, no metric twice). 1 when
  * given, 0 when neither is, -EINVAL naming the wrong field. */
@@ -635,6 +672,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                                          "max_failures",
                                          "fail_fast",
                                          "param_space",
+                                         "reference_point",
                                          "scheduler",
                                          "resources_per_trial",
                                          "trainable",
@@ -679,6 +717,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
   if (rc < 0) return rc;
   out->has_seed = rc;
   out->seed = (uint64_t)seed;
+  if (check_reference_point(config, out, err)) return -EINVAL;
 
   ps = cJSON_GetObjectItemCaseSensitive(config, "param_space");
   if (ps && !cJSON_IsObject(ps))

@@ -663,6 +663,30 @@ START_TEST(export_csv_neutralises_formulas) {
 }
 END_TEST
 
+/* export --pareto's CSV: one column per objective in the server's order,
+ * exact numbers, an empty cell for null, config columns neutralised as
+ * export_csv's are (a metric name cannot start a formula: names are
+ * [A-Za-z0-9_./-], and '-' is guarded too). */
+START_TEST(export_pareto_csv_rows) {
+  cJSON *p = cJSON_Parse(
+      "{\"metrics\":[\"loss\",\"acc\"],\"modes\":[\"min\",\"max\"],\"trials\":["
+      "{\"trial_id\":3,\"status\":\"TERMINATED\",\"config\":{\"lr\":0.1,\"opt\":\"=SUM(1)\"},"
+      "\"values\":{\"loss\":0.30000000000000004,\"acc\":-2}},"
+      "{\"trial_id\":5,\"status\":\"RUNNING\",\"config\":{\"lr\":1e-5,\"wd\":\"a,b\"},"
+      "\"values\":{\"loss\":1,\"acc\":null}}],\"hypervolume\":1}");
+  ck_assert_ptr_nonnull(p);
+  char *text;
+  ck_assert_int_eq(export_pareto_csv(p, &text), 0);
+  ck_assert_str_eq(text, "trial_id,status,loss,acc,config/lr,config/opt,config/wd\n"
+                         "3,TERMINATED,0.30000000000000004,-2,0.1,'=SUM(1),\n"
+                         "5,RUNNING,1,,1e-05,,\"a,b\"\n");
+  free(text);
+  ck_assert_int_eq(export_pareto_csv(cJSON_GetObjectItem(p, "trials"), &text), -EINVAL);
+  ck_assert_ptr_null(text);
+  cJSON_Delete(p);
+}
+END_TEST
+
 START_TEST(export_json_with_results) {
   cJSON *exp = fixture("grid_experiment.json"), *trials = fixture("grid_trials.json");
   cJSON *results = cJSON_Parse(
@@ -882,6 +906,7 @@ int main(void) {
   tcase_add_test(tc, text_strips_terminal_controls);
   tcase_add_test(tc, export_csv_golden);
   tcase_add_test(tc, export_csv_neutralises_formulas);
+  tcase_add_test(tc, export_pareto_csv_rows);
   tcase_add_test(tc, report_end_reason_and_ids);
   tcase_add_test(tc, export_json_with_results);
   tcase_add_test(tc, args_good);

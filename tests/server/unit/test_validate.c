@@ -111,8 +111,8 @@ static const struct bad bad_configs[] = {
     {"[]", "", "the experiment config must be a JSON object"},
     {"{\"nmae\": \"x\", " TRAIN "}", "nmae",
      "unknown field (an experiment takes name, metric, mode, num_samples, max_concurrent_trials, "
-     "seed, max_failures, fail_fast, param_space, scheduler, resources_per_trial, trainable, "
-     "search_alg, points_to_evaluate, warm_start, stop, time_budget_s, "
+     "seed, max_failures, fail_fast, param_space, reference_point, scheduler, resources_per_trial, "
+     "trainable, search_alg, points_to_evaluate, warm_start, stop, time_budget_s, "
      "constraints)"},
     {"{\"name\": \"\", " TRAIN "}", "name",
      "must be a string of 1-128 characters from A-Z a-z 0-9 _ . -"},
@@ -124,6 +124,19 @@ static const struct bad bad_configs[] = {
     {"{\"mode\": \"min\", " TRAIN "}", "metric", "required with mode (the result key to optimise)"},
     {"{\"metric\": \"loss\", \"mode\": \"minimize\", " TRAIN "}", "mode",
      "must be \"min\" or \"max\""},
+    {"{\"reference_point\": [1], " TRAIN "}", "reference_point",
+     "needs metric and mode (one reference value per objective)"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": 1, " TRAIN
+     "}",
+     "reference_point", "must be a list of 2 number(s), one per metric"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, 2, "
+     "3], " TRAIN "}",
+     "reference_point", "has 3 entries but metric has 2: one reference value per metric"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, "
+     "\"x\"], " TRAIN "}",
+     "reference_point[1]", "must be a finite number (the reference value of 'b')"},
+    {"{\"metric\": \"a\", \"mode\": \"min\", \"reference_point\": [1e999], " TRAIN "}",
+     "reference_point[0]", "must be a finite number (the reference value of 'a')"},
     {"{\"metric\": \"lo ss\", \"mode\": \"min\", " TRAIN "}", "metric",
      "must be a string of 1-128 characters from A-Z a-z 0-9 _ . - /"},
     {"{\"num_samples\": 0, " TRAIN "}", "num_samples", "must be an integer from 1 to 100000"},
@@ -631,6 +644,15 @@ START_TEST(several_objectives) {
   ck_assert_str_eq(s.objectives[2], "acc");
   ck_assert_int_eq(s.modes[1], SPEC_MODE_MIN);
   ck_assert_int_eq(s.modes[2], SPEC_MODE_MAX);
+  ck_assert_int_eq(s.has_reference_point, 0);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": [\"loss\", \"acc\"], \"mode\": [\"min\", \"max\"], "
+                  "\"reference_point\": [1.1, -0.5], " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.has_reference_point, 1);
+  ck_assert_double_eq(s.reference_point[0], 1.1);
+  ck_assert_double_eq(s.reference_point[1], -0.5);
   validate_spec_free(&s);
   cJSON_Delete(c);
   /* asha (stopping) ranks by every objective: the scheduler gets them. */

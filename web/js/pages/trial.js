@@ -95,6 +95,10 @@ export function mount(main, [idStr], ctx) {
       ['Ended', fmtTime(t.ended_at)],
       ['Run time', t.started_at && end ? fmtDuration(end - t.started_at) : '—'],
       ['Failures', fmtNum(t.num_failures ?? 0)],
+      // Several objectives: its non-dominated sorting rank (1: on the front).
+      'pareto_rank' in t ? ['Pareto rank', h('span', { id: 'pareto-rank', dataset: { rank: t.pareto_rank ?? '' } },
+        t.pareto_rank === null ? '— (an objective has no value)'
+          : t.pareto_rank === 1 ? '1 (on the Pareto front)' : String(t.pareto_rank))] : null,
       t.exit_code !== null && t.exit_code !== undefined ? ['Exit code', String(t.exit_code)] : null,
     ]));
     const cfg = t.config || {};
