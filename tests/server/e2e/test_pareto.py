@@ -111,6 +111,10 @@ def test_constraints():
     assert ta["feasible"] is False and ta["violation"] == 400, ta
     tb = s.ok("GET", "/api/v1/trials/%d" % b)
     assert tb["feasible"] is True and tb["violation"] == 0, tb
+    # An infeasible trial is on no front, so it has no rank and does not push
+    # the feasible trials it dominates off the first front.
+    assert ta["pareto_rank"] is None and tb["pareto_rank"] == 1, (ta, tb)
+    assert s.ok("GET", "/api/v1/trials/%d" % c)["pareto_rank"] == 2
 
     def check():
         last = s.ok("GET", "/api/v1/experiments/%d/pareto" % eid)
