@@ -501,7 +501,10 @@ static double to_internal(const struct tpe_param *p, const cJSON *v) {
 
   if (!v) return NAN;
   if (p->opts) {
-    int k = space_option_index(p->opts, v, 0);
+    /* Partial: a config lacking some of its option's parameters (a warm
+     * start from an older space) still says which option it took; a key
+     * the option lacks leaves the option unknown. */
+    int k = space_option_index(p->opts, v, 1);
     return k < 0 ? NAN : k;
   }
   if (p->ncat) {

@@ -140,15 +140,22 @@ END_TEST
 /* An option without parameters (a constant object) stays a constant: the
  * documented way to pass an object with a "type" key. */
 START_TEST(constant_options_unchanged) {
-  cJSON *space = parse("{\"o\": {\"type\": \"choice\", \"values\": [{\"type\": \"adam\", \"b\": 0.9},"
-                       " {\"x\": {\"y\": 1}}]}}"),
+  cJSON *space =
+            parse("{\"o\": {\"type\": \"choice\", \"values\": [{\"type\": \"adam\", \"b\": 0.9},"
+                  " {\"x\": {\"y\": 1}}]}}"),
         *a = NULL, *c;
   ck_assert_ptr_null(space_options(cJSON_GetObjectItem(space, "o")));
   ck_assert_int_eq(space_generate(space, 20, 3, &a, NULL), 0);
   cJSON_ArrayForEach(c, a) {
     const cJSON *o = cJSON_GetObjectItem(c, "o");
-    ck_assert(cJSON_Compare(o, cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(space, "o"), "values"), 0), 1) ||
-              cJSON_Compare(o, cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(space, "o"), "values"), 1), 1));
+    ck_assert(cJSON_Compare(o,
+                            cJSON_GetArrayItem(
+                                cJSON_GetObjectItem(cJSON_GetObjectItem(space, "o"), "values"), 0),
+                            1) ||
+              cJSON_Compare(o,
+                            cJSON_GetArrayItem(
+                                cJSON_GetObjectItem(cJSON_GetObjectItem(space, "o"), "values"), 1),
+                            1));
   }
   cJSON_Delete(a);
   cJSON_Delete(space);
@@ -227,15 +234,18 @@ static void refused(const char *space, const char *extra, const char *path, cons
 }
 
 START_TEST(validator_names_the_path) {
-  refused("{\"optimizer\": {\"type\": \"choice\", \"values\": [{\"name\": \"sgd\"},"
-          " {\"name\": \"adam\", \"beta1\": {\"type\": \"uniform\", \"lower\": 1, \"upper\": 0}}]}}",
-          NULL, "param_space.optimizer.values[1].beta1.lower", "uniform needs lower < upper");
-  refused("{\"o\": {\"grid_search\": [{\"x\": {\"type\": \"randint\", \"lower\": 3, \"upper\": 1}}]}}",
-          NULL, "param_space.o.grid_search[0].x.lower", "randint needs lower < upper");
-  refused("{\"o\": {\"type\": \"choice\", \"values\": [1, {\"n\": {\"m\": {\"type\": \"unifrom\"}}}]}}",
-          NULL, "param_space.o.values[1].n.m.type", "unknown domain type 'unifrom'");
-  refused("{\"o\": {\"type\": \"choice\", \"values\": [{\"bad key\": {\"type\": \"randn\"}}]}}", NULL,
-          "param_space.o.values[0].bad key", "parameter names");
+  refused(
+      "{\"optimizer\": {\"type\": \"choice\", \"values\": [{\"name\": \"sgd\"},"
+      " {\"name\": \"adam\", \"beta1\": {\"type\": \"uniform\", \"lower\": 1, \"upper\": 0}}]}}",
+      NULL, "param_space.optimizer.values[1].beta1.lower", "uniform needs lower < upper");
+  refused(
+      "{\"o\": {\"grid_search\": [{\"x\": {\"type\": \"randint\", \"lower\": 3, \"upper\": 1}}]}}",
+      NULL, "param_space.o.grid_search[0].x.lower", "randint needs lower < upper");
+  refused(
+      "{\"o\": {\"type\": \"choice\", \"values\": [1, {\"n\": {\"m\": {\"type\": \"unifrom\"}}}]}}",
+      NULL, "param_space.o.values[1].n.m.type", "unknown domain type 'unifrom'");
+  refused("{\"o\": {\"type\": \"choice\", \"values\": [{\"bad key\": {\"type\": \"randn\"}}]}}",
+          NULL, "param_space.o.values[0].bad key", "parameter names");
   refused("{\"o\": {\"type\": \"choice\", \"values\": [{\"m\": {\"grid_search\": [1, 2]}}]}}", NULL,
           "param_space.o.values[0].m", "grid_search inside an option of a choice");
   /* Four levels of options are allowed, a fifth is not. */
@@ -348,9 +358,10 @@ END_TEST
  * near 0.5): a's x is learnt from a's trials alone, so it does not follow
  * b's good x (trials lacking a parameter are not used for it). */
 START_TEST(tpe_learns_an_option_from_its_trials_only) {
-  cJSON *sp = parse("{\"o\": {\"type\": \"choice\", \"values\": ["
-                    " {\"k\": \"a\", \"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}},"
-                    " {\"k\": \"b\", \"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}]}}");
+  cJSON *sp =
+      parse("{\"o\": {\"type\": \"choice\", \"values\": ["
+            " {\"k\": \"a\", \"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}},"
+            " {\"k\": \"b\", \"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}]}}");
   cJSON *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 5}");
   cJSON *fixed = parse("{\"o\": {\"k\": \"a\"}}");
   struct tpe *t = NULL;
@@ -383,8 +394,41 @@ START_TEST(tpe_learns_an_option_from_its_trials_only) {
 }
 END_TEST
 
+/* Observed configs (a warm start from an older space) that lack an
+ * option's parameter still count for the option they took. */
+START_TEST(tpe_reads_partial_observations) {
+  cJSON *sp =
+      parse("{\"o\": {\"type\": \"choice\", \"values\": ["
+            " {\"k\": \"sgd\", \"m\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}},"
+            " {\"k\": \"adam\", \"b\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}]}}");
+  cJSON *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 5}");
+  cJSON *cfg = parse("{\"o\": {\"k\": \"adam\"}}");
+  struct tpe *t = NULL;
+  ck_assert_int_eq(tpe_create(sp, sa, SPEC_MODE_MIN, 4, &t, NULL), 0);
+  /* Every trial took adam (without b): "above" is nearly all adam, so
+   * TPE tries the option never seen, sgd (0 of 40 adam here); were the
+   * configs not read, both groups would be the prior alone (16 of 40). */
+  for (int i = 0; i < 30; i++) ck_assert_int_eq(tpe_observe(t, i, cfg, i, TPE_FINISHED), 0);
+  int adam = 0;
+  for (int i = 0; i < 40; i++) {
+    cJSON *c = NULL;
+    ck_assert_int_eq(tpe_suggest(t, 100 + i, NULL, &c), 0);
+    const cJSON *o = cJSON_GetObjectItem(c, "o");
+    ck_assert_int_eq(nkeys(o), 2);
+    adam += !strcmp(cJSON_GetObjectItem(o, "k")->valuestring, "adam");
+    cJSON_Delete(c);
+  }
+  ck_assert_msg(adam <= 8, "adam in %d of 40", adam);
+  cJSON_Delete(cfg);
+  tpe_free(t);
+  cJSON_Delete(sp);
+  cJSON_Delete(sa);
+}
+END_TEST
+
 START_TEST(tpe_startup_random_and_replays) {
-  cJSON *sp = parse(SPACE), *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 8}"), *gen = NULL;
+  cJSON *sp = parse(SPACE), *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 8}"),
+        *gen = NULL;
   struct tpe *t = NULL, *u = NULL;
   ck_assert_int_eq(tpe_create(sp, sa, SPEC_MODE_MIN, 21, &t, NULL), 0);
   ck_assert_int_eq(tpe_create(sp, sa, SPEC_MODE_MIN, 21, &u, NULL), 0);
@@ -400,7 +444,8 @@ START_TEST(tpe_startup_random_and_replays) {
   }
   /* Rebuilt from the same observations in reverse order (a restart):
    * the same next suggestion. */
-  for (int i = 29; i >= 0; i--) ck_assert_int_eq(tpe_observe(u, i, cfgs[i], vals[i], TPE_FINISHED), 0);
+  for (int i = 29; i >= 0; i--)
+    ck_assert_int_eq(tpe_observe(u, i, cfgs[i], vals[i], TPE_FINISHED), 0);
   cJSON *x = NULL, *y = NULL;
   ck_assert_int_eq(tpe_suggest(t, 30, NULL, &x), 0);
   ck_assert_int_eq(tpe_suggest(u, 30, NULL, &y), 0);
@@ -438,8 +483,7 @@ START_TEST(tpe_keeps_the_grid_options) {
       if (cJSON_GetObjectItem(go, "m")) {
         ck_assert(numat(o, "m") == numat(go, "m"));
         tpe_lr += i >= 4 && numat(o, "lr") != numat(go, "lr");
-      }
-      else
+      } else
         ck_assert(cJSON_Compare(cJSON_GetObjectItem(o, "in"), cJSON_GetObjectItem(go, "in"), 1));
     } else {
       ck_assert(cJSON_Compare(o, go, 1));
@@ -466,6 +510,7 @@ int main(void) {
   tcase_add_test(tc, points_pick_an_option);
   tcase_add_test(tc, tpe_only_active_and_learns_the_option);
   tcase_add_test(tc, tpe_learns_an_option_from_its_trials_only);
+  tcase_add_test(tc, tpe_reads_partial_observations);
   tcase_add_test(tc, tpe_startup_random_and_replays);
   tcase_add_test(tc, tpe_keeps_the_grid_options);
   suite_add_tcase(s, tc);
