@@ -461,6 +461,37 @@ START_TEST(tpe_startup_random_and_replays) {
 }
 END_TEST
 
+/* A restart: a searcher rebuilt from the stored config, observing the
+ * stored trials in another order, suggests what the first one would. */
+START_TEST(searcher_replays_after_restart) {
+  cJSON *cfg = experiment(SPACE, 40,
+                          "\"search_alg\": {\"type\": \"tpe\"},"
+                          " \"points_to_evaluate\": [{\"optimizer\": \"none\"}]");
+  struct searcher *a = make_searcher(cfg), *b = make_searcher(cfg);
+  cJSON *cfgs[30];
+  for (int i = 0; i < 30; i++) {
+    ck_assert_int_eq(searcher_suggest(a, i, &cfgs[i]), 0);
+    check_active(cfgs[i]);
+    ck_assert_int_eq(searcher_observe(a, 500 + i, i, cfgs[i], objective(cfgs[i]), 1), 0);
+  }
+  for (int i = 29; i >= 0; i--)
+    ck_assert_int_eq(searcher_observe(b, 500 + i, i, cfgs[i], objective(cfgs[i]), 1), 0);
+  for (int i = 30; i < 40; i++) {
+    cJSON *x = NULL, *y = NULL;
+    ck_assert_int_eq(searcher_suggest(a, i, &x), 0);
+    ck_assert_int_eq(searcher_suggest(b, i, &y), 0);
+    check_active(x);
+    ck_assert(cJSON_Compare(x, y, 1));
+    cJSON_Delete(x);
+    cJSON_Delete(y);
+  }
+  for (int i = 0; i < 30; i++) cJSON_Delete(cfgs[i]);
+  searcher_free(a);
+  searcher_free(b);
+  cJSON_Delete(cfg);
+}
+END_TEST
+
 /* grid x tpe: the grid fixes each trial's option (and the option's own grid
  * values); tpe chooses the option's random domains. */
 START_TEST(tpe_keeps_the_grid_options) {
@@ -512,6 +543,7 @@ int main(void) {
   tcase_add_test(tc, tpe_learns_an_option_from_its_trials_only);
   tcase_add_test(tc, tpe_reads_partial_observations);
   tcase_add_test(tc, tpe_startup_random_and_replays);
+  tcase_add_test(tc, searcher_replays_after_restart);
   tcase_add_test(tc, tpe_keeps_the_grid_options);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
