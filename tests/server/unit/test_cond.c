@@ -354,18 +354,30 @@ START_TEST(tpe_only_active_and_learns_the_option) {
 }
 END_TEST
 
+/* A tpe over {"o": choice of two options {"k": k1, p1: uniform(0, 1)} and
+ * {"k": k2, p2: uniform(0, 1)}}, 5 random startup trials. */
+static struct tpe *two_options(const char *k1, const char *p1, const char *k2, const char *p2,
+                               uint64_t seed) {
+  char buf[512];
+  snprintf(buf, sizeof buf,
+           "{\"o\": {\"type\": \"choice\", \"values\": ["
+           " {\"k\": \"%s\", \"%s\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}},"
+           " {\"k\": \"%s\", \"%s\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}]}}",
+           k1, p1, k2, p2);
+  cJSON *sp = parse(buf), *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 5}");
+  struct tpe *t = NULL;
+  ck_assert_int_eq(tpe_create(sp, sa, SPEC_MODE_MIN, seed, &t, NULL), 0);
+  cJSON_Delete(sp);
+  cJSON_Delete(sa);
+  return t;
+}
+
 /* Two options share the name x, and only b's trials are good (all with x
  * near 0.5): a's x is learnt from a's trials alone, so it does not follow
  * b's good x (trials lacking a parameter are not used for it). */
 START_TEST(tpe_learns_an_option_from_its_trials_only) {
-  cJSON *sp =
-      parse("{\"o\": {\"type\": \"choice\", \"values\": ["
-            " {\"k\": \"a\", \"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}},"
-            " {\"k\": \"b\", \"x\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}]}}");
-  cJSON *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 5}");
   cJSON *fixed = parse("{\"o\": {\"k\": \"a\"}}");
-  struct tpe *t = NULL;
-  ck_assert_int_eq(tpe_create(sp, sa, SPEC_MODE_MIN, 9, &t, NULL), 0);
+  struct tpe *t = two_options("a", "x", "b", "x", 9);
   for (int i = 0; i < 60; i++) {
     char buf[128];
     int a = i % 6 != 0;
@@ -389,22 +401,14 @@ START_TEST(tpe_learns_an_option_from_its_trials_only) {
   ck_assert_msg(mid <= 18, "x within 0.1 of b's best in %d of 40", mid);
   tpe_free(t);
   cJSON_Delete(fixed);
-  cJSON_Delete(sp);
-  cJSON_Delete(sa);
 }
 END_TEST
 
 /* Observed configs (a warm start from an older space) that lack an
  * option's parameter still count for the option they took. */
 START_TEST(tpe_reads_partial_observations) {
-  cJSON *sp =
-      parse("{\"o\": {\"type\": \"choice\", \"values\": ["
-            " {\"k\": \"sgd\", \"m\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}},"
-            " {\"k\": \"adam\", \"b\": {\"type\": \"uniform\", \"lower\": 0, \"upper\": 1}}]}}");
-  cJSON *sa = parse("{\"type\": \"tpe\", \"n_startup_trials\": 5}");
   cJSON *cfg = parse("{\"o\": {\"k\": \"adam\"}}");
-  struct tpe *t = NULL;
-  ck_assert_int_eq(tpe_create(sp, sa, SPEC_MODE_MIN, 4, &t, NULL), 0);
+  struct tpe *t = two_options("sgd", "m", "adam", "b", 4);
   /* Every trial took adam (without b): "above" is nearly all adam, so
    * TPE tries the option never seen, sgd (0 of 40 adam here); were the
    * configs not read, both groups would be the prior alone (16 of 40). */
@@ -421,8 +425,6 @@ START_TEST(tpe_reads_partial_observations) {
   ck_assert_msg(adam <= 8, "adam in %d of 40", adam);
   cJSON_Delete(cfg);
   tpe_free(t);
-  cJSON_Delete(sp);
-  cJSON_Delete(sa);
 }
 END_TEST
 
