@@ -323,8 +323,10 @@ static double objective(const cJSON *cfg) {
   return base + 40 * d * d;
 }
 
-/* Sequential TPE trials; counts the branches of the last half. */
+/* Sequential TPE trials; counts the branches of the last half, and checks
+ * that every branch was reached. */
 static void tpe_run(const char *alg, int n, int *late) {
+  int all[NBRANCH] = {0};
   cJSON *sp = parse(SPACE), *sa = parse(alg);
   struct tpe *t = NULL;
   struct validate_error err = {{0}, {0}};
@@ -334,10 +336,12 @@ static void tpe_run(const char *alg, int n, int *late) {
     cJSON *cfg = NULL;
     ck_assert_int_eq(tpe_suggest(t, i, NULL, &cfg), 0);
     int b = check_active(cfg);
+    all[b]++;
     if (i >= n / 2) late[b]++;
     ck_assert_int_eq(tpe_observe(t, i, cfg, objective(cfg), TPE_FINISHED), 0);
     cJSON_Delete(cfg);
   }
+  for (int b = 0; b < NBRANCH; b++) ck_assert_msg(all[b] > 0, "branch %d never reached", b);
   tpe_free(t);
   cJSON_Delete(sp);
   cJSON_Delete(sa);
