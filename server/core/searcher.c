@@ -81,15 +81,11 @@ static int check_point(const cJSON *point, const cJSON *space, const char *path,
 static int check_point_option(const cJSON *v, const cJSON *opts, const char *path,
                               struct validate_error *err) {
   const cJSON *o, *item;
-  int i = 0, k;
-  if (space_option_index(opts, v, 1) >= 0) {
-    /* Partial configs of the option; its points' own rules inside. */
-    cJSON_ArrayForEach(o, opts) {
-      if (space_option_is_space(o) && cJSON_IsObject(v) && space_option_index(opts, v, 1) == i)
-        return check_point(v, o, path, err);
-      i++;
-    }
-    return 0;
+  int k = space_option_index(opts, v, 1);
+  if (k >= 0) {
+    /* A partial config of that option: a point's own rules inside it. */
+    o = cJSON_GetArrayItem(opts, k);
+    return space_option_is_space(o) ? check_point(v, o, path, err) : 0;
   }
   if (!cJSON_IsObject(v)) {
     spec_error_set(err, path, "is none of the options of the parameter");
@@ -199,8 +195,8 @@ static int overlay_option(cJSON *config, const char *key, const cJSON *pv, const
                           struct rng *r) {
   cJSON *cur = cJSON_GetObjectItemCaseSensitive(config, key);
   int k = space_option_index(opts, pv, 1);
-  const cJSON *o = cJSON_GetArrayItem(opts, k);
   if (k < 0) return -EINVAL; /* searcher_check_points refused it */
+  const cJSON *o = cJSON_GetArrayItem(opts, k);
   if (!cur || space_option_index(opts, cur, 0) != k) {
     /* Without r (tpe's fixed values) the point's value alone. */
     cJSON *fresh = r ? space_build_option(o, r) : cJSON_Duplicate(pv, 1);
@@ -229,7 +225,8 @@ static int overlay(cJSON *config, const cJSON *point, const cJSON *space, struct
       continue;
     }
     if (cJSON_IsObject(cur) && cJSON_IsObject(item)) {
-      if (overlay(cur, item, node, r)) return -ENOMEM;
+      int rc = overlay(cur, item, node, r);
+      if (rc) return rc;
       continue;
     }
     cJSON *v = cJSON_Duplicate(item, 1);

@@ -529,6 +529,7 @@ struct grid_var {
   char path[256];    /* sort key: keys joined by '\x01' (below any key byte) */
   int64_t size;      /* combinations: an option holding grids counts its own */
   int64_t index;     /* current combination for the trial being built */
+  int cond;          /* some option holds its own parameters */
 };
 
 struct grid_list {
@@ -593,7 +594,11 @@ static int collect_grids(const cJSON *obj, const char *path, struct grid_list *g
       }
       g->v[g->n].node = item;
       memcpy(g->v[g->n].path, p, sizeof p);
-      g->v[g->n].size = options_size(cJSON_GetObjectItemCaseSensitive(item, "grid_search"));
+      g->v[g->n].cond = space_options(item) != NULL;
+      g->v[g->n].size =
+          g->v[g->n].cond
+              ? options_size(cJSON_GetObjectItemCaseSensitive(item, "grid_search"))
+              : cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(item, "grid_search"));
       g->v[g->n].index = 0;
       g->n++;
     } else if (cJSON_IsObject(item) && !is_domain(item)) {
@@ -702,10 +707,14 @@ static cJSON *build(const cJSON *obj, struct grid_list *g, struct rng *r) {
     cJSON *v;
     if (is_grid(item)) {
       const struct grid_var *gv = grid_lookup(g, item);
+      const cJSON *arr = cJSON_GetObjectItemCaseSensitive(item, "grid_search");
       int64_t rest;
-      const cJSON *o =
-          option_at(cJSON_GetObjectItemCaseSensitive(item, "grid_search"), gv->index, &rest);
-      v = space_option_is_space(o) ? build_space(o, rest, r) : cJSON_Duplicate(o, 1);
+      if (!gv->cond) {
+        v = cJSON_Duplicate(cJSON_GetArrayItem(arr, (int)gv->index), 1);
+      } else {
+        const cJSON *o = option_at(arr, gv->index, &rest);
+        v = space_option_is_space(o) ? build_space(o, rest, r) : cJSON_Duplicate(o, 1);
+      }
     } else if (is_domain(item)) {
       v = space_sample(item, r);
     } else if (cJSON_IsObject(item)) {
@@ -724,17 +733,25 @@ static cJSON *build(const cJSON *obj, struct grid_list *g, struct rng *r) {
 
 /* One config of a (sub-)space at grid combination combo (Ray's order: the
  * first grid by sorted path varies fastest). NULL when out of memory. */
+/* The grids of a (sub-)space in Ray's order (sorted by path). */
+static int grids_of(const cJSON *obj, struct grid_list *g) {
+  int rc = collect_grids(obj, "", g);
+  if (!rc && g->n > 1) qsort(g->v, (size_t)g->n, sizeof *g->v, grid_cmp);
+  return rc;
+}
+
+/* One config at grid combination combo: the first grid varies fastest. */
+static cJSON *build_at(const cJSON *obj, struct grid_list *g, int64_t combo, struct rng *r) {
+  for (int k = 0; k < g->n; k++) {
+    g->v[k].index = combo % g->v[k].size;
+    combo /= g->v[k].size;
+  }
+  return build(obj, g, r);
+}
+
 static cJSON *build_space(const cJSON *obj, int64_t combo, struct rng *r) {
   struct grid_list g = {0};
-  cJSON *out = NULL;
-  if (collect_grids(obj, "", &g) == 0) {
-    if (g.n > 1) qsort(g.v, (size_t)g.n, sizeof *g.v, grid_cmp);
-    for (int k = 0; k < g.n; k++) {
-      g.v[k].index = combo % g.v[k].size;
-      combo /= g.v[k].size;
-    }
-    out = build(obj, &g, r);
-  }
+  cJSON *out = grids_of(obj, &g) ? NULL : build_at(obj, &g, combo, r);
   free(g.v);
   return out;
 }
@@ -746,6 +763,7 @@ cJSON *space_build_option(const cJSON *option, struct rng *r) {
 
 int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
                    cJSON **configs_out, struct validate_error *err) {
+  struct grid_list g = {0};
   int64_t count, combos;
   cJSON *arr = NULL;
   int rc;
@@ -755,22 +773,26 @@ int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
   if (rc) return rc;
   rc = -ENOMEM;
   combos = grid_product(param_space);
+  /* The top level's grids once; an option's own grids per trial. */
+  if (grids_of(param_space, &g)) goto fail;
   arr = cJSON_CreateArray();
   if (!arr) goto fail;
   for (int64_t i = 0; i < count; i++) {
     struct rng r;
     cJSON *cfg;
     rng_seed(&r, rng_mix(seed, (uint64_t)i));
-    cfg = build_space(param_space, i % combos, &r);
+    cfg = build_at(param_space, &g, i % combos, &r);
     if (!cfg || !cJSON_AddItemToArray(arr, cfg)) {
       cJSON_Delete(cfg);
       goto fail;
     }
   }
+  free(g.v);
   *configs_out = arr;
   return 0;
 fail:
   spec_error_set(err, "param_space", "out of memory while sampling");
+  free(g.v);
   cJSON_Delete(arr);
   return rc;
 }
