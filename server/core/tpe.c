@@ -1383,8 +1383,8 @@ fail:
 
 void tpe_free(struct tpe *t) {
   if (!t) return;
+  for (int j = 0; t->p && j < t->np; j++) free(t->p[j].ostart); /* cond_collect's */
   cJSON_Delete(t->space);
-  for (int j = 0; t->p && j < t->np; j++) free(t->p[j].ostart);
   free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x);
   idmap_free(&t->byid);
   free(t);
