@@ -62,22 +62,37 @@ void report_fmt_value(const cJSON *v, char *buf, size_t len) {
   }
 }
 
+/* The entries of obj after prefix (a nested object's keys as
+ * "prefix.key", as a conditional space's option reads); -1 once one does
+ * not fit. */
+static int fmt_params_at(const cJSON *obj, const char *prefix, char *buf, size_t len,
+                         size_t *used) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, obj) {
+    char key[512], val[256];
+    snprintf(key, sizeof key, "%s%s", prefix, it->string ? it->string : "?");
+    if (cJSON_IsObject(it) && it->child) {
+      char sub[sizeof key + 1];
+      snprintf(sub, sizeof sub, "%s.", key);
+      if (fmt_params_at(it, sub, buf, len, used)) return -1;
+      continue;
+    }
+    report_fmt_value(it, val, sizeof(val));
+    int n = snprintf(buf + *used, len - *used, "%s%s=%s", *used ? ", " : "", key, val);
+    if (n < 0 || (size_t)n >= len - *used) {
+      buf[*used] = '\0';
+      return -1;
+    }
+    *used += (size_t)n;
+  }
+  return 0;
+}
+
 void report_fmt_params(const cJSON *obj, char *buf, size_t len) {
   size_t used = 0;
   if (!len) return;
   buf[0] = '\0';
-  const cJSON *it;
-  cJSON_ArrayForEach(it, obj) {
-    char val[256];
-    report_fmt_value(it, val, sizeof(val));
-    int n = snprintf(buf + used, len - used, "%s%s=%s", used ? ", " : "",
-                     it->string ? it->string : "?", val);
-    if (n < 0 || (size_t)n >= len - used) {
-      buf[used] = '\0';
-      return;
-    }
-    used += (size_t)n;
-  }
+  fmt_params_at(obj, "", buf, len, &used);
 }
 
 void report_fmt_reason(const char *reason, size_t cols, char *buf, size_t len) {

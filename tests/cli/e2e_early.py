@@ -80,6 +80,15 @@ def case_sample(tmp):
     c, o, e = ctune("sample", noseed, "--json")
     doc = json.loads(o)
     check(c == 0 and doc["num_trials"] == 3 and len(doc["trials"]) == 3 and doc["seed"] >= 0, o)
+    # The conditional example of `ctune sample --help`: each trial holds only
+    # its chosen option's parameters, as the space nests them.
+    c, o, e = ctune("sample", os.path.join(base.EXAMPLES, "conditional.json"), "--json")
+    trials = json.loads(o)["trials"] if c == 0 else []
+    keys = {"sgd": {"name", "momentum", "nesterov"}, "adam": {"name", "beta1", "beta2"}}
+    check(len(trials) == 6 and all(set(t) == {"lr", "optimizer"} and
+                                   set(t["optimizer"]) == keys[t["optimizer"]["name"]]
+                                   for t in trials) and
+          {t["optimizer"]["name"] for t in trials} == {"sgd", "adam"}, f"conditional: {c} {o} {e}")
 
 
 def case_remote(tmp):

@@ -606,6 +606,12 @@ START_TEST(fmt_values) {
   report_fmt_params(v, buf, 7);
   ck_assert_str_eq(buf, "");
   cJSON_Delete(v);
+  /* A conditional space's option: its keys under the parameter's name. */
+  v = cJSON_Parse("{\"lr\":0.01,\"optimizer\":{\"name\":\"adam\",\"beta1\":0.8046608490301683},"
+                  "\"e\":{}}");
+  report_fmt_params(v, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "lr=0.01, optimizer.name=adam, optimizer.beta1=0.804661, e={}");
+  cJSON_Delete(v);
   ck_assert_uint_eq(text_width("… 3"), 3);
   ck_assert_uint_eq(text_prefix_bytes("…abc", 2), 4);
 }
