@@ -29,7 +29,7 @@ static const struct cmd_info CMDS[] = {
     {"logs", CMD_LOGS, "TRIAL", 2, ""},
     {"trial", CMD_TRIAL, "TRIAL", 2, "--json"},
     {"cancel", CMD_CANCEL, "EXP", 1, "--json"},
-    {"export", CMD_EXPORT, "EXP", 1, "--format --output"},
+    {"export", CMD_EXPORT, "EXP", 1, "--format --output --pareto --scope"},
     /* a user's control of a live experiment (cli/control.c) */
     {"pause", CMD_PAUSE, "EXP", 1, "--json"},
     {"resume", CMD_RESUME, "EXP", 1, "--json"},
@@ -130,7 +130,8 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err, size_t 
     if (!known) FAIL("%s: unknown option '%s' (see ctune --help)", ci->name, name);
 
     int is_flag = !strcmp(name, "--json") || !strcmp(name, "--resume") ||
-                  !strcmp(name, "--dry-run") || !strcmp(name, "--force");
+                  !strcmp(name, "--dry-run") || !strcmp(name, "--force") ||
+                  !strcmp(name, "--pareto");
     if (is_flag) {
       if (val) FAIL("%s: option %s takes no value", ci->name, name);
       if (!strcmp(name, "--json"))
@@ -139,6 +140,8 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err, size_t 
         a->resume = 1;
       else if (!strcmp(name, "--force"))
         a->force = 1;
+      else if (!strcmp(name, "--pareto"))
+        a->pareto = 1;
       else
         a->dry_run = 1;
       continue;
@@ -239,6 +242,10 @@ int cli_args_parse(int argc, char **argv, struct cli_args *a, char *err, size_t 
     FAIL("%s: %s '%s' must be a positive whole number", ci->name, ci->arg, a->target);
   }
   if (a->cmd == CMD_EXPORT && !a->format) a->format = "csv";
+  if (a->cmd == CMD_EXPORT && a->pareto && !strcmp(a->format, "tensorboard"))
+    FAIL("export: --pareto writes csv or json, not tensorboard");
+  if (a->cmd == CMD_EXPORT && a->scope && !a->pareto)
+    FAIL("export: --scope goes with --pareto (the front under that scope)");
   if (a->cmd == CMD_EXTEND && !a->num_samples && !(a->max_t > 0))
     FAIL("extend: give --num-samples N and/or --max-t T");
   if (a->cmd == CMD_EDIT && a->max_concurrent < 0 && !(a->priority > 0) && !a->notes && !a->ntags)

@@ -47,6 +47,7 @@ struct cli_args {
   const char *metric, *mode, *scope; /* best */
   const char *format;                /* export: "csv" or "json" */
   const char *output;                /* export --output FILE; NULL = stdout */
+  int pareto;                        /* export --pareto: the Pareto front */
   double interval_s;                 /* seconds between tables when not a terminal */
   int width;                         /* --width N; 0 = the terminal's */
   /* control: extend / edit / delete */

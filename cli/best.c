@@ -82,6 +82,24 @@ static int print_pareto(struct http_client *c, long long id, const char *scope, 
       report_fmt_params(get(t, "config"), params, sizeof(params));
       printf(" %s\n", params);
     }
+    /* The volume the front covers, and from where (docs/protocol.md#pareto-front). */
+    const cJSON *ref = get(resp, "reference_point"), *src = get(resp, "reference_point_source");
+    if (cJSON_IsArray(ref)) {
+      char v[64];
+      if (cJSON_IsNumber(get(resp, "hypervolume")))
+        report_fmt_value(get(resp, "hypervolume"), v, sizeof(v));
+      else
+        snprintf(v, sizeof(v), "not computed");
+      printf("hypervolume %s from the reference point (", v);
+      i = 0;
+      cJSON_ArrayForEach(m, ref) {
+        report_fmt_value(m, v, sizeof(v));
+        printf("%s%s", i++ ? ", " : "", v);
+      }
+      printf(")%s\n", cJSON_IsString(src) && !strcmp(src->valuestring, "config")
+                          ? ", the config's"
+                          : ", derived: the front's nadir plus 10% of its range");
+    }
   }
   fflush(stdout);
   cJSON_Delete(resp);

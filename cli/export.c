@@ -90,6 +90,24 @@ static int keys_add(struct keys *ks, const char *k) {
   return 0;
 }
 
+/* ",config/<key>" for each config key. */
+static void csv_config_columns(struct sbuf *sb, const struct keys *ck) {
+  for (size_t i = 0; i < ck->n; i++) {
+    char col[300];
+    snprintf(col, sizeof(col), "config/%s", ck->k[i]);
+    sbuf_putc(sb, ',');
+    csv_field(sb, col);
+  }
+}
+
+/* ",<value>" of each config key in cfg (empty where it has none). */
+static void csv_config_cells(struct sbuf *sb, const struct keys *ck, const cJSON *cfg) {
+  for (size_t i = 0; i < ck->n; i++) {
+    sbuf_putc(sb, ',');
+    csv_value(sb, cJSON_GetObjectItemCaseSensitive(cfg, ck->k[i]));
+  }
+}
+
 int export_csv(const cJSON *trials, char **out) {
   const cJSON *arr = trial_array(trials);
   struct keys ck = {0}, rk = {0};
@@ -107,12 +125,7 @@ int export_csv(const cJSON *trials, char **out) {
                                t, "last_result")) if ((rc = keys_add(&rk, it->string))) goto done;
   }
   sbuf_puts(&sb, "trial_id,name,status,stopped_early,iteration");
-  for (size_t i = 0; i < ck.n; i++) {
-    sbuf_putc(&sb, ',');
-    char col[300];
-    snprintf(col, sizeof(col), "config/%s", ck.k[i]);
-    csv_field(&sb, col);
-  }
+  csv_config_columns(&sb, &ck);
   for (size_t i = 0; i < rk.n; i++) {
     sbuf_putc(&sb, ',');
     csv_field(&sb, rk.k[i]);
@@ -131,10 +144,7 @@ int export_csv(const cJSON *trials, char **out) {
                                                                                       : "false");
     sbuf_putc(&sb, ',');
     csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "iteration"));
-    for (size_t i = 0; i < ck.n; i++) {
-      sbuf_putc(&sb, ',');
-      csv_value(&sb, cJSON_GetObjectItemCaseSensitive(cfg, ck.k[i]));
-    }
+    csv_config_cells(&sb, &ck, cfg);
     for (size_t i = 0; i < rk.n; i++) {
       sbuf_putc(&sb, ',');
       csv_value(&sb, cJSON_GetObjectItemCaseSensitive(res, rk.k[i]));
@@ -225,4 +235,47 @@ nomem:
   cJSON_Delete(exp);
   cJSON_Delete(tarr);
   return -ENOMEM;
+}
+
+int export_pareto_csv(const cJSON *pareto, char **out) {
+  const cJSON *metrics = cJSON_GetObjectItemCaseSensitive(pareto, "metrics");
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(pareto, "trials"), *t, *it;
+  struct keys ck = {0};
+  struct sbuf sb;
+  int rc = 0;
+  *out = NULL;
+  if (!cJSON_IsArray(metrics) || !cJSON_IsArray(arr)) return -EINVAL;
+  sbuf_init(&sb);
+  cJSON_ArrayForEach(t, arr) {
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(t, "config")) {
+      if ((rc = keys_add(&ck, it->string))) goto done;
+    }
+  }
+  /* One column per objective (its score under the scope), then the config. */
+  sbuf_puts(&sb, "trial_id,status");
+  cJSON_ArrayForEach(it, metrics) {
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, it);
+  }
+  csv_config_columns(&sb, &ck);
+  sbuf_putc(&sb, '\n');
+  cJSON_ArrayForEach(t, arr) {
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(t, "config");
+    const cJSON *vals = cJSON_GetObjectItemCaseSensitive(t, "values");
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "trial_id"));
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "status"));
+    cJSON_ArrayForEach(it, metrics) {
+      sbuf_putc(&sb, ',');
+      csv_value(&sb, cJSON_IsString(it) ? cJSON_GetObjectItemCaseSensitive(vals, it->valuestring)
+                                        : NULL);
+    }
+    csv_config_cells(&sb, &ck, cfg);
+    sbuf_putc(&sb, '\n');
+  }
+  rc = sbuf_take(&sb, out);
+done:
+  sbuf_free(&sb);
+  free(ck.k);
+  return rc;
 }

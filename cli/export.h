@@ -15,4 +15,9 @@ int export_csv(const cJSON *trials, char **out);
  * *out is malloc'd, pretty-printed. 0, -EINVAL, -ENOMEM. */
 int export_json(const cJSON *experiment, const cJSON *trials, const cJSON *results, char **out);
 
+/* pareto: GET .../pareto's answer. Header: trial_id, status, one column per
+ * objective (its score), config/<key>...; one row per trial on the front,
+ * cells neutralised as export_csv's are. 0, -EINVAL, -ENOMEM. */
+int export_pareto_csv(const cJSON *pareto, char **out);
+
 #endif

@@ -385,6 +385,48 @@ static int fetch_results(struct http_client *c, long long id, cJSON **out, struc
   return 0;
 }
 
+/* The export's text to --output (or stdout); JSON ends with a newline. */
+static int write_export(const struct cli_args *a, const char *text) {
+  int ex = 0;
+  FILE *f = a->output ? fopen(a->output, "w") : stdout;
+  if (!f) {
+    fprintf(stderr, "ctune: cannot write %s: %s\n", a->output, strerror(errno));
+    return CLI_EXIT_ERROR;
+  }
+  fputs(text, f);
+  if (!strcmp(a->format, "json")) fputc('\n', f);
+  if (a->output && fclose(f)) {
+    fprintf(stderr, "ctune: cannot write %s: %s\n", a->output, strerror(errno));
+    ex = CLI_EXIT_ERROR;
+  }
+  return ex;
+}
+
+/* export --pareto: the front under --scope as GET .../pareto answers it
+ * (json), or one row per trial on it (csv, export_pareto_csv). */
+static int export_pareto(struct http_client *c, const struct cli_args *a) {
+  struct http_error err;
+  char path[160];
+  cJSON *resp = NULL;
+  char *text = NULL;
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld/pareto?scope=%s", a->id,
+           a->scope ? a->scope : "last");
+  int rc = http_json(c, "GET", path, NULL, &resp, &err);
+  if (rc) return fail_exp(rc, &err, c, a->id);
+  rc = !strcmp(a->format, "json") ? ((text = jsonout_print_pretty(resp)) ? 0 : -ENOMEM)
+                                  : export_pareto_csv(resp, &text);
+  cJSON_Delete(resp);
+  int ex = 0;
+  if (rc) {
+    fprintf(stderr, "ctune: cannot format the export (%s)\n", strerror(-rc));
+    ex = CLI_EXIT_ERROR;
+  } else {
+    ex = write_export(a, text);
+  }
+  free(text);
+  return ex;
+}
+
 int cmd_export(const struct cli_args *a) {
   struct http_client c;
   struct http_error err;
@@ -393,6 +435,11 @@ int cmd_export(const struct cli_args *a) {
   char *text = NULL;
   int ex = cli_connect(a, &c);
   if (ex) return ex;
+  if (a->pareto) {
+    ex = export_pareto(&c, a);
+    http_client_free(&c);
+    return ex;
+  }
   int rc = cli_fetch_state(&c, a->id, &s, &err);
   if (rc) {
     ex = fail_exp(rc, &err, &c, a->id);
@@ -417,18 +464,7 @@ int cmd_export(const struct cli_args *a) {
     ex = CLI_EXIT_ERROR;
     goto free_state;
   }
-  FILE *f = a->output ? fopen(a->output, "w") : stdout;
-  if (!f) {
-    fprintf(stderr, "ctune: cannot write %s: %s\n", a->output, strerror(errno));
-    ex = CLI_EXIT_ERROR;
-    goto free_state;
-  }
-  fputs(text, f);
-  if (!strcmp(a->format, "json")) fputc('\n', f);
-  if (a->output && fclose(f)) {
-    fprintf(stderr, "ctune: cannot write %s: %s\n", a->output, strerror(errno));
-    ex = CLI_EXIT_ERROR;
-  }
+  ex = write_export(a, text);
 free_state:
   report_state_free(&s);
 done:

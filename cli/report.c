@@ -62,22 +62,37 @@ void report_fmt_value(const cJSON *v, char *buf, size_t len) {
   }
 }
 
+/* The entries of obj after prefix (a nested object's keys as
+ * "prefix.key", as a conditional space's option reads); -1 once one does
+ * not fit. */
+static int fmt_params_at(const cJSON *obj, const char *prefix, char *buf, size_t len,
+                         size_t *used) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, obj) {
+    char key[512], val[256];
+    snprintf(key, sizeof key, "%s%s", prefix, it->string ? it->string : "?");
+    if (cJSON_IsObject(it) && it->child) {
+      char sub[sizeof key + 1];
+      snprintf(sub, sizeof sub, "%s.", key);
+      if (fmt_params_at(it, sub, buf, len, used)) return -1;
+      continue;
+    }
+    report_fmt_value(it, val, sizeof(val));
+    int n = snprintf(buf + *used, len - *used, "%s%s=%s", *used ? ", " : "", key, val);
+    if (n < 0 || (size_t)n >= len - *used) {
+      buf[*used] = '\0';
+      return -1;
+    }
+    *used += (size_t)n;
+  }
+  return 0;
+}
+
 void report_fmt_params(const cJSON *obj, char *buf, size_t len) {
   size_t used = 0;
   if (!len) return;
   buf[0] = '\0';
-  const cJSON *it;
-  cJSON_ArrayForEach(it, obj) {
-    char val[256];
-    report_fmt_value(it, val, sizeof(val));
-    int n = snprintf(buf + used, len - used, "%s%s=%s", used ? ", " : "",
-                     it->string ? it->string : "?", val);
-    if (n < 0 || (size_t)n >= len - used) {
-      buf[used] = '\0';
-      return;
-    }
-    used += (size_t)n;
-  }
+  fmt_params_at(obj, "", buf, len, &used);
 }
 
 void report_fmt_reason(const char *reason, size_t cols, char *buf, size_t len) {
@@ -142,6 +157,7 @@ int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, 
     r->pending_reason = get_str(t, "pending_reason");
     r->reason = get_str(t, "reason");
     r->exit_code = (long long)get_num(t, "exit_code", -1);
+    r->infeasible = cJSON_IsFalse(get(t, "feasible"));
   }
   const cJSON *warr = cJSON_IsArray(workers) ? workers : get(workers, "workers");
   if (cJSON_IsArray(warr)) {
@@ -518,7 +534,8 @@ static void table(struct sbuf *sb, const struct report_state *s, int width, int 
       } else if (c == 1) {
         snprintf(buf, sizeof(buf), "%s", trial_label(t, lbl, sizeof(lbl)));
       } else if (c == 2) {
-        snprintf(buf, sizeof(buf), "%s", t->status);
+        /* Outcome constraints: a trial that violates one is never the best. */
+        snprintf(buf, sizeof(buf), "%s%s", t->status, t->infeasible ? " infeasible" : "");
       } else if (c < nit) {
         report_fmt_value(get(t->config, pkeys[c - np0]), buf, sizeof(buf));
       } else if (c == nit) {
@@ -976,6 +993,16 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON
   if (cJSON_IsObject(last)) {
     report_fmt_params(last, line, sizeof(line));
     sbuf_printf(&sb, "Last result: {%s}\n", line);
+  }
+  /* Outcome constraints, at its last result (an older server: no key). */
+  const cJSON *feas = get(trial, "feasible"), *viol = get(trial, "violation");
+  if (cJSON_IsTrue(feas)) {
+    sbuf_puts(&sb, "Feasible: yes (meets every constraint)\n");
+  } else if (cJSON_IsFalse(feas)) {
+    if (cJSON_IsNumber(viol))
+      sbuf_printf(&sb, "Feasible: no (total violation %.6g)\n", viol->valuedouble);
+    else
+      sbuf_puts(&sb, "Feasible: no (a constrained metric is missing or not a number)\n");
   }
   if (get_str(trial, "error")) {
     error_line(get_str(trial, "error"), line, sizeof(line));

@@ -24,6 +24,7 @@ struct report_trial {
   const char *pending_reason; /* may be NULL */
   const char *reason;         /* the scheduler's last decision, may be NULL */
   long long exit_code;        /* -1 when none */
+  int infeasible;             /* outcome constraints: "feasible" is false */
 };
 
 struct report_state {
@@ -88,7 +89,8 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON
  * event's reason, else its kind. trials as above (may be NULL). */
 void report_fmt_event(const cJSON *event, const cJSON *trials, char *buf, size_t len);
 
-/* "l1=64, lr=0.001" for the keys of obj (NULL keys: all), at most len bytes. */
+/* "l1=64, lr=0.001" for the keys of obj (NULL keys: all), at most len bytes;
+ * a nested object's keys as "optimizer.beta1=0.9". */
 void report_fmt_params(const cJSON *obj, char *buf, size_t len);
 
 #endif

@@ -19,10 +19,10 @@ static int execwrap_fail(const char *what, const char *detail) {
   return EXECWRAP_EXIT_EXEC;
 }
 
-int execwrap_main(int argc, char **argv) {
+int execwrap_main(int argc, char **argv, int first) {
   struct supervise_opts o = {.report_fd = -1};
   static gid_t groups[ISOLATE_MAX_GROUPS];
-  int i = 2;
+  int i = first;
   for (; i < argc; i++) {
     if (!strcmp(argv[i], "--")) {
       i++;
@@ -68,7 +68,12 @@ int execwrap_main(int argc, char **argv) {
         p = *end == ',' ? end + 1 : end;
       }
       o.groups = groups;
-    } else
+    }
+#ifdef CTUNE_TESTHOOKS
+    else if (!strcmp(argv[i], "--test-report"))
+      o.test_report = argv[++i];
+#endif
+    else
       return execwrap_fail("--exec-trial: unknown option", argv[i]);
   }
   if (i >= argc) return execwrap_fail("--exec-trial: no program given", NULL);

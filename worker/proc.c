@@ -3,7 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,39 +16,16 @@
 #include "isolate.h"
 #include "log.h"
 #include "supervise.h"
+#include "testhook.h"
 
 /* A child that exited may leave a grandchild holding its pipes; after the
  * group is killed, stop waiting for end of file after this long. */
 #define PROC_EOF_WAIT_MS 2000
-/* How long proc_spawn waits for the supervisor to report the trial's pid
- * (a fork and a write: milliseconds, unless the machine is very loaded). */
+/* How long the supervisor may take to report the trial's pid (a fork and a
+ * write: milliseconds, unless the machine is very loaded). */
 #define PROC_REPORT_WAIT_MS 10000
 /* The fd the supervisor reports the trial's pid on. */
 #define PROC_REPORT_FD 3
-
-/* Reads "<pid>\n" from the supervisor. 0 when it never came (the supervisor
- * failed before forking the trial, or took too long). */
-static int proc_read_report(int fd) {
-  char buf[32];
-  size_t len = 0;
-  uint64_t deadline = uv_hrtime() / 1000000 + PROC_REPORT_WAIT_MS;
-  while (len < sizeof buf - 1) {
-    uint64_t now = uv_hrtime() / 1000000;
-    if (now >= deadline) return 0;
-    struct pollfd pf = {fd, POLLIN, 0};
-    int r = poll(&pf, 1, (int)(deadline - now));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return 0;
-    ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    len += (size_t)k;
-    if (memchr(buf, '\n', len)) break;
-  }
-  buf[len] = '\0';
-  int pid = atoi(buf);
-  return pid > 1 ? pid : 0;
-}
 
 /* A pseudo-terminal for the trial's stdout, in raw mode: no echo, no
  * "\n" -> "\r\n", no signals from bytes. The master is close-on-exec (only
@@ -132,7 +109,7 @@ static void proc_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 }
 
 int proc_drain_stdout(struct proc *p) {
-  if (!p->out_open) return 0;
+  if (!p->out_open || !p->reported) return 0;
   uv_os_fd_t fd;
   if (uv_fileno((uv_handle_t *)&p->out, &fd) < 0) return 0;
   char buf[16384];
@@ -165,12 +142,14 @@ static void proc_eof_timeout(uv_timer_t *t) {
   proc_maybe_report(p);
 }
 
-static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
-  struct proc *p = h->data;
-  p->running = 0;
-  p->exited = 1;
-  p->exit_code = sig ? -1 : (int)status;
-  p->term_signal = sig;
+static void proc_report_settle(struct proc *p, int err);
+
+/* The supervisor ended and its report is settled. */
+static void proc_ended(struct proc *p) {
+  if (p->report_fault) { /* no report: a start that failed, however it ended */
+    p->exit_code = EXECWRAP_EXIT_EXEC;
+    p->term_signal = 0;
+  }
   /* Whatever the trial left behind in its group goes with it: no orphans. */
   kill(-p->pid, SIGKILL);
   uv_timer_stop(&p->timer);
@@ -178,28 +157,130 @@ static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
   proc_maybe_report(p);
 }
 
-int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *const *argv,
-               char *const *env, const char *cwd, const char *trial_dir,
+/* Reads what the supervisor has written of its report, without blocking.
+ * final: it has exited, so what is there is all there will be. */
+static void proc_report_read(struct proc *p, int final) {
+  while (!p->reported) {
+    ssize_t k = read(p->report_fd, p->rbuf + p->rlen, sizeof p->rbuf - 1 - p->rlen);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final) return;
+    if (k <= 0) { /* end of file (or an error): it ended before reporting */
+      proc_report_settle(p, p->rlen ? -EPROTO : -ECHILD);
+      return;
+    }
+    p->rlen += (size_t)k;
+    p->rbuf[p->rlen] = '\0';
+    if (memchr(p->rbuf, '\n', p->rlen)) {
+      char *end;
+      long pid = strtol(p->rbuf, &end, 10);
+      int ok = end != p->rbuf && *end == '\n' && pid > 1 && pid <= INT_MAX;
+      if (ok) p->pid = (int)pid;
+      proc_report_settle(p, ok ? 0 : -EPROTO);
+    } else if (p->rlen == sizeof p->rbuf - 1) {
+      proc_report_settle(p, -EPROTO);
+    }
+  }
+}
+
+static void proc_on_report(uv_poll_t *h, int status, int events) {
+  (void)events;
+  struct proc *p = h->data;
+  proc_report_read(p, status < 0);
+}
+
+static void proc_report_timeout(uv_timer_t *t) { proc_report_settle(t->data, -ETIMEDOUT); }
+
+static void proc_report_closed(uv_handle_t *h) {
+  struct proc *p = h->data;
+  if (p->report_fd >= 0) close(p->report_fd);
+  p->report_fd = -1;
+  proc_handle_closed(h);
+}
+
+/* The report is in (err 0, p->pid set) or given up: from now on signals go
+ * to the trial's group, its output is read and its end is reported. */
+static void proc_report_settle(struct proc *p, int err) {
+  if (p->reported) return;
+  p->reported = 1;
+  uv_timer_stop(&p->timer);
+  if (!uv_is_closing((uv_handle_t *)&p->report))
+    uv_close((uv_handle_t *)&p->report, proc_report_closed);
+  if (err < 0) {
+    /* Without a report the trial cannot be signalled reliably: a start
+     * that failed. A supervisor still there is told to end; one that
+     * ended said why on stderr, or not, so say it here too. Its own group
+     * is the only one known. */
+    char line[400];
+    int n = snprintf(line, sizeof line,
+                     "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: the "
+                     "trial's supervisor (pid %d) %s\"}}\n",
+                     p->super_pid,
+                     err == -ECHILD      ? "ended before reporting the trial's pid"
+                     : err == -ETIMEDOUT ? "did not report the trial's pid in time: killed"
+                                         : "reported something other than the trial's pid: "
+                                           "killed");
+    p->pid = p->super_pid;
+    p->report_fault = 1;
+    /* SIGUSR2 is its parent-death signal: it kills the whole tree and
+     * exits. One that did not report in time may not listen: SIGKILL. */
+    if (err != -ECHILD && !p->exited) kill(p->super_pid, err == -ETIMEDOUT ? SIGKILL : SIGUSR2);
+    if (p->cbs.on_output && n > 0) p->cbs.on_output(p->arg, 1, line, (size_t)n);
+  }
+  if (p->cbs.on_spawned) p->cbs.on_spawned(p->arg, err);
+  if (p->closing) return;
+  if (p->out_open) uv_read_start((uv_stream_t *)&p->out, proc_alloc, proc_on_read);
+  if (p->err_open) uv_read_start((uv_stream_t *)&p->err, proc_alloc, proc_on_read);
+  if (p->exited)
+    proc_ended(p); /* it ended before its report was read */
+  else if (p->stop_deferred) {
+    proc_stop(p, p->stop_grace_ms);
+  }
+}
+
+static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
+  struct proc *p = h->data;
+  p->running = 0;
+  p->exited = 1;
+  p->exit_code = sig ? -1 : (int)status;
+  p->term_signal = sig;
+  /* Its report, if any, is all in the pipe now. (Settling it starts the
+   * reads and the clean-up below.) */
+  if (!p->reported) {
+    proc_report_read(p, 1);
+    return;
+  }
+  proc_ended(p);
+}
+
+int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *sup,
+               char *const *argv, char *const *env, const char *cwd, const char *trial_dir,
                const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg) {
   memset(p, 0, sizeof *p);
+  p->report_fd = -1;
   p->loop = loop;
   p->cbs = *cbs;
   p->arg = arg;
   size_t n = 0;
   while (argv[n]) n++;
-  char rl[32], parent[32], rfd[16], uid[24], gid[24];
+  char rl[32], parent[32], rfd[16], uid[24], gid[24], hook[PATH_MAX];
   char groups[ISOLATE_MAX_GROUPS * 12 + 2] = "-";
-  const char **args = calloc(n + 24 + 4 * ISOLATE_MAX_VIEW, sizeof *args);
+  const char **args = calloc(n + 26 + 4 * ISOLATE_MAX_VIEW, sizeof *args);
   if (!args) return -ENOMEM;
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) {
+  int report[2] = {-1, -1};
+  /* The read end alone non-blocking: the supervisor's write end stays as
+   * it was (O_NONBLOCK belongs to each end's open file). */
+  if (pipe2(report, O_CLOEXEC) != 0 || fcntl(report[0], F_SETFL, O_NONBLOCK) != 0) {
     int e = -errno;
+    if (report[0] >= 0) {
+      close(report[0]);
+      close(report[1]);
+    }
     free(args);
     return e;
   }
   size_t k = 0;
-  args[k++] = self_exe;
-  args[k++] = EXECWRAP_FLAG;
+  args[k++] = sup->exe;
+  if (sup->flag) args[k++] = sup->flag;
   if (lim && lim->cpus && *lim->cpus) {
     args[k++] = "--cpus";
     args[k++] = lim->cpus;
@@ -253,6 +334,14 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
       args[k++] = iso->show[i];
     }
   }
+  /* Test builds: the supervisor of trial <id> misbehaves as the file
+   * <dir>/<id> says (execwrap.h), <dir> being this site's value. */
+  const char *hdir = TESTHOOK(TESTHOOK_SUPERVISE_REPORT);
+  const char *tid = trial_dir ? strrchr(trial_dir, '/') : NULL;
+  if (hdir && tid && snprintf(hook, sizeof hook, "%s%s", hdir, tid) < (int)sizeof hook) {
+    args[k++] = "--test-report";
+    args[k++] = hook;
+  }
   args[k++] = "--";
   for (size_t i = 0; i < n; i++) args[k++] = argv[i];
   args[k] = NULL;
@@ -269,7 +358,7 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
   uv_pipe_init(loop, &p->out, 0);
   uv_pipe_init(loop, &p->err, 0);
   uv_timer_init(loop, &p->timer);
-  p->out.data = p->err.data = p->timer.data = p->process.data = p;
+  p->out.data = p->err.data = p->timer.data = p->process.data = p->report.data = p;
   p->handles = 3;
   if (pty_m >= 0) {
     int orc = uv_pipe_open(&p->out, pty_m);
@@ -299,7 +388,7 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
   stdio[3].data.fd = report[1];
   uv_process_options_t opt;
   memset(&opt, 0, sizeof opt);
-  opt.file = self_exe;
+  opt.file = sup->exe;
   opt.args = (char **)args;
   opt.env = (char **)env;
   opt.cwd = cwd;
@@ -313,6 +402,21 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
   free(args);
   close(report[1]);
   if (pty_s >= 0) close(pty_s); /* the child's now: EIO follows its last close */
+  if (rc == 0) {
+    p->report_fd = report[0];
+    rc = uv_poll_init(loop, &p->report, report[0]);
+    if (rc < 0) {
+      /* The supervisor runs: it is killed and its end reported as usual. */
+      close(report[0]);
+      p->report_fd = -1;
+      p->handles = 4;
+      p->super_pid = p->pid = p->process.pid;
+      p->running = p->reported = 1;
+      log_error("cannot watch a trial's supervisor for its report: %s", uv_strerror(rc));
+      proc_close(p);
+      return rc;
+    }
+  }
   if (rc < 0) {
     close(report[0]);
     /* libuv wants the process handle closed even after a failed spawn. */
@@ -324,19 +428,16 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *cons
     proc_close_handle(p, (uv_handle_t *)&p->timer);
     return rc;
   }
-  p->handles = 4;
+  p->handles = 5;
   p->super_pid = p->process.pid;
-  /* Signals go to the trial's own process group, never to the supervisor:
-   * a SIGSTOP (outbox full) must pause the trial, and a SIGKILL must leave
-   * the supervisor alive to clean up what escaped the group. Without a
-   * report (the supervisor failed early) its own pid is the best we have. */
-  int tpid = proc_read_report(report[0]);
-  close(report[0]);
-  p->pid = tpid ? tpid : p->super_pid;
   p->running = 1;
   p->out_open = p->err_open = 1;
-  uv_read_start((uv_stream_t *)&p->out, proc_alloc, proc_on_read);
-  uv_read_start((uv_stream_t *)&p->err, proc_alloc, proc_on_read);
+  /* Signals go to the trial's own process group, never to the supervisor:
+   * a SIGSTOP (outbox full) must pause the trial, and a SIGKILL must leave
+   * the supervisor alive to clean up what escaped the group. Its output is
+   * read once the group is known (proc_report_settle). */
+  uv_poll_start(&p->report, UV_READABLE, proc_on_report);
+  uv_timer_start(&p->timer, proc_report_timeout, PROC_REPORT_WAIT_MS, 0);
   return 0;
 }
 
@@ -348,6 +449,11 @@ static void proc_kill_timeout(uv_timer_t *t) {
 }
 
 void proc_stop(struct proc *p, unsigned grace_ms) {
+  if (!p->reported) { /* its group is not known yet: once it is */
+    if (!p->stop_deferred || grace_ms < p->stop_grace_ms) p->stop_grace_ms = grace_ms;
+    p->stop_deferred = 1;
+    return;
+  }
   /* A second stop must not push the SIGKILL deadline back (a trial that
    * ignores SIGTERM but keeps reporting gets "stop" for every result). */
   if (!p->running || (p->stopping && grace_ms > 0)) return;
@@ -361,8 +467,14 @@ void proc_stop(struct proc *p, unsigned grace_ms) {
 void proc_close(struct proc *p) {
   if (p->closing) return;
   p->closing = 1;
-  if (p->running) kill(-p->pid, SIGKILL);
+  /* Before the report only the supervisor is known: its parent-death
+   * signal makes it kill the whole tree and exit. */
+  if (p->running) kill(p->reported ? -p->pid : p->super_pid, p->reported ? SIGKILL : SIGUSR2);
   uv_timer_stop(&p->timer);
+  if (!p->reported) {
+    p->reported = 1;
+    uv_close((uv_handle_t *)&p->report, proc_report_closed);
+  }
   proc_close_handle(p, (uv_handle_t *)&p->out);
   proc_close_handle(p, (uv_handle_t *)&p->err);
   proc_close_handle(p, (uv_handle_t *)&p->timer);

@@ -12,12 +12,25 @@
 struct proc;
 
 struct proc_cbs {
+  /* The supervisor reported the trial's pid (err 0), or could not: it ended
+   * first (-ECHILD), reported something else (-EPROTO) or nothing in time
+   * (-ETIMEDOUT); then it is killed (unless it ended) and its end is
+   * reported as a failed start (exit code EXECWRAP_EXIT_EXEC), with a line
+   * on stderr saying why. Called once, before any output and the exit. */
+  void (*on_spawned)(void *arg, int err);
   void (*on_output)(void *arg, int is_stderr, const char *data, size_t n);
   /* The process exited and its output was fully read. exit_code is -1 when a
    * signal killed it. */
   void (*on_exit)(void *arg, int exit_code, int term_signal);
   /* All handles closed after proc_close: the proc may be freed now. */
   void (*on_closed)(void *arg);
+};
+
+/* The supervisor to run (execwrap.h): its path, and its first argument
+ * (NULL; EXECWRAP_FLAG when it is ctune-worker itself). */
+struct proc_supervisor {
+  const char *exe;
+  const char *flag;
 };
 
 struct proc_limits {
@@ -33,9 +46,17 @@ struct proc {
   uv_loop_t *loop;
   uv_process_t process;
   uv_pipe_t out, err;
-  uv_timer_t timer; /* SIGKILL after grace; then EOF wait after exit */
-  int pid;          /* the trial's first process = its process group */
-  int super_pid;    /* its supervisor, the worker's child */
+  uv_poll_t report; /* the supervisor's pid report, read as an event */
+  uv_timer_t timer; /* report deadline; SIGKILL after grace; EOF wait after exit */
+  int report_fd;    /* its read end (-1 once closed) */
+  char rbuf[32];    /* the report so far */
+  size_t rlen;
+  int reported;      /* the report was read (or given up): pid is set */
+  int report_fault;  /* given up and the supervisor killed: a failed start */
+  int stop_deferred; /* proc_stop before the report: applied once it is read */
+  unsigned stop_grace_ms;
+  int pid;       /* the trial's first process = its process group */
+  int super_pid; /* its supervisor, the worker's child */
   int running;
   int out_open, err_open;
   int out_pty; /* out reads a pty master: EIO is its end of file */
@@ -55,13 +76,15 @@ struct proc {
  * result the snapshot holds is in the pipe by then.) */
 int proc_drain_stdout(struct proc *p);
 
-/* argv/env/cwd of the trial itself; self_exe is ctune-worker's own path;
- * trial_dir (or NULL) is the dir the trial's private view shows it (the
- * installed isolate policy says what else it shows and hides). */
-int proc_spawn(struct proc *p, uv_loop_t *loop, const char *self_exe, char *const *argv,
-               char *const *env, const char *cwd, const char *trial_dir,
+/* argv/env/cwd of the trial itself, run under sup; trial_dir (or NULL) is the dir the trial's
+ * private view shows it (the installed isolate policy says what else it shows and hides). Returns
+ * at once: the supervisor's report of the trial's pid is read as a loop event (on_spawned), so
+ * spawns overlap and the loop serves meanwhile. */
+int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *sup,
+               char *const *argv, char *const *env, const char *cwd, const char *trial_dir,
                const struct proc_limits *lim, const struct proc_cbs *cbs, void *arg);
-/* SIGTERM to the group now, SIGKILL to the group after grace_ms. */
+/* SIGTERM to the group now, SIGKILL to the group after grace_ms (before the
+ * report: once it is read). */
 void proc_stop(struct proc *p, unsigned grace_ms);
 /* Closes the handles (after on_exit, or to abandon a process: it is then
  * SIGKILLed). on_closed follows. */

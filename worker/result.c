@@ -247,6 +247,36 @@ char *result_missing_metric(const cJSON *flat, const char *metric) {
   return buf;
 }
 
+int result_required_metrics(const cJSON *lease, char **out) {
+  const cJSON *me = cJSON_GetObjectItemCaseSensitive(lease, "metric"), *c;
+  char *list = NULL;
+  int rc = result_join_names(cJSON_GetObjectItemCaseSensitive(lease, "metrics"), &list);
+  *out = NULL;
+  if (rc < 0) return rc;
+  if (!list && cJSON_IsString(me) && me->valuestring[0] && !(list = strdup(me->valuestring)))
+    return -ENOMEM;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(lease, "constraint_metrics")) {
+    if (!cJSON_IsString(c) || !c->valuestring[0]) continue;
+    size_t n = strlen(c->valuestring), have = 0;
+    for (const char *p = list; p && *p;) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      have |= len == n && !strncmp(p, c->valuestring, n);
+      p = comma ? comma + 1 : p + len;
+    }
+    if (have) continue;
+    char *joined = NULL;
+    if (asprintf(&joined, "%s%s%s", list ? list : "", list ? "," : "", c->valuestring) < 0) {
+      free(list);
+      return -ENOMEM;
+    }
+    free(list);
+    list = joined;
+  }
+  *out = list;
+  return 0;
+}
+
 int result_join_names(const cJSON *arr, char **out) {
   const cJSON *c;
   size_t len = 0;

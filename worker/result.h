@@ -87,6 +87,12 @@ char *result_missing_metric(const cJSON *flat, const char *metric);
  * hold no comma (server/core/spec.c), so the list reads back unambiguously. */
 int result_join_names(const cJSON *arr, char **out);
 
+/* The metrics the first result of a lease must carry, comma-separated and
+ * malloc'ed into *out (NULL: none): every objective ("metrics", else
+ * "metric"), then each metric of "constraint_metrics" (outcome
+ * constraints) not listed yet. 0 or -ENOMEM. */
+int result_required_metrics(const cJSON *lease, char **out);
+
 /* line[0..len) with every non-finite token standing as a value outside a
  * string replaced by null. malloc'ed, NUL-terminated, *out_len its length;
  * NULL on OOM. */

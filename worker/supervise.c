@@ -149,14 +149,46 @@ static void supervise_reap(pid_t watch, int *watch_status, int *watch_reaped) {
     }
 }
 
+/* 1 when this process has no child left, zombie or not (waitid tells it
+ * without reaping one behind supervise_reap's back). */
+static int supervise_no_child(void) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
+/* Waits up to ms for a child to change state: at once when SIGCHLD is
+ * blocked here (the supervisor's case) and one comes, else the whole ms. */
+static void supervise_wait_child(long ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  sigset_t blocked, chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, NULL, &blocked) == 0 && sigismember(&blocked, SIGCHLD)) {
+    siginfo_t si;
+    sigtimedwait(&chld, &si, &ts);
+  } else {
+    nanosleep(&ts, NULL);
+  }
+}
+
 int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch, int *watch_status,
                         int *watch_reaped) {
-  pid_t *kids = malloc(SUPERVISE_MAX_CHILDREN * sizeof *kids);
+  pid_t *kids = NULL;
   long deadline = supervise_now_ms() + timeout_ms;
   int rc = -ETIMEDOUT;
   for (;;) {
     if (pgid > 0) kill(-pgid, SIGKILL);
     if (cg) supervise_kill_cgroup(cg, 1);
+    supervise_reap(watch, watch_status, watch_reaped);
+    /* A subreaper with no child has no descendant left: every orphan of
+     * the tree would have become its child. The common end of a trial
+     * (nothing left behind) stops here, without reading /proc. */
+    if (supervise_no_child()) {
+      rc = 0;
+      break;
+    }
+    if (!kids) kids = malloc(SUPERVISE_MAX_CHILDREN * sizeof *kids);
     int n = kids ? supervise_children(kids, SUPERVISE_MAX_CHILDREN) : 0;
     for (int i = 0; i < n; i++) {
       /* The child's own group too: a child that called setsid() leads a
@@ -165,17 +197,12 @@ int supervise_kill_tree(pid_t pgid, const char *cg, int timeout_ms, pid_t watch,
       kill(kids[i], SIGKILL);
     }
     supervise_reap(watch, watch_status, watch_reaped);
-    /* waitid tells exactly whether any child (zombie or not) is left,
-     * without reaping one behind supervise_reap's back. */
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) {
+    if (supervise_no_child()) {
       rc = 0;
       break;
     }
     if (supervise_now_ms() >= deadline) break;
-    struct timespec ts = {0, 5 * 1000000L};
-    nanosleep(&ts, NULL);
+    supervise_wait_child(5);
   }
   free(kids);
   return rc;
@@ -404,6 +431,30 @@ static void supervise_child(const struct supervise_opts *o, char **argv, const s
   supervise_child_fail(what, strerror(errno));
 }
 
+/* Test builds: what the file o->test_report says to do before the report
+ * ("hold", "garbage", "die"; else nothing). */
+static const char *supervise_test_report(const struct supervise_opts *o) {
+  if (!o->test_report) return "";
+  char word[16] = "";
+  int fd = open(o->test_report, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  ssize_t k = read(fd, word, sizeof word - 1);
+  close(fd);
+  word[k > 0 ? k : 0] = '\0';
+  if (!strncmp(word, "hold", 4)) return "hold";
+  if (!strncmp(word, "garbage", 7)) return "garbage";
+  if (!strncmp(word, "die", 3)) return "die";
+  return "";
+}
+
+/* Test builds: holds the report while the file exists (at most 30 s). */
+static void supervise_test_hold(const char *path) {
+  for (int i = 0; i < 30000 / 5 && access(path, F_OK) == 0; i++) {
+    struct timespec ts = {0, 5 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 int supervise_run(const struct supervise_opts *o, char **argv) {
   /* Orphaned descendants (double forks, daemons, children of a dead shell)
    * become our children instead of init's: we can find and kill them. */
@@ -422,6 +473,8 @@ int supervise_run(const struct supervise_opts *o, char **argv) {
       return -ESRCH;
     }
   }
+  const char *test = supervise_test_report(o);
+  if (!strcmp(test, "die")) raise(SIGKILL);
   pid_t t = fork();
   if (t < 0) {
     int e = errno;
@@ -430,10 +483,12 @@ int supervise_run(const struct supervise_opts *o, char **argv) {
   }
   if (t == 0) supervise_child(o, argv, &old);
   setpgid(t, t); /* also here: the group exists before its id is reported */
+  if (!strcmp(test, "hold")) supervise_test_hold(o->test_report);
   if (o->report_fd >= 0) {
     char buf[32];
-    int n = snprintf(buf, sizeof buf, "%d\n", (int)t);
-    if (write(o->report_fd, buf, (size_t)n) != n) { /* the worker falls back to our pid */
+    int n = !strcmp(test, "garbage") ? snprintf(buf, sizeof buf, "garbage\n")
+                                     : snprintf(buf, sizeof buf, "%d\n", (int)t);
+    if (write(o->report_fd, buf, (size_t)n) != n) { /* the worker kills us: a failed start */
     }
     close(o->report_fd);
   }

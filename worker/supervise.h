@@ -95,6 +95,9 @@ struct supervise_opts {
   /* The trial's view: SUPERVISE_NS_MOUNT is made before the drop to the
    * run-as user, SUPERVISE_NS_USER after it. */
   struct supervise_view view;
+  /* Test builds only (testhook.h, TESTHOOK_SUPERVISE_REPORT): a file whose
+   * word (hold, garbage, die) bends the report; NULL = none. */
+  const char *test_report;
 };
 
 /* Becomes the supervisor of argv[0..] (execvp'ed in a forked child in its own

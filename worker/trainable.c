@@ -350,6 +350,14 @@ static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume)
     goto done;
   rc = list ? env_set(env, "CTUNE_MODES", list) : 0;
   free(list);
+  list = NULL;
+  if (rc < 0) goto done;
+  /* Outcome constraints: the metrics each result must carry too. */
+  if ((rc = result_join_names(cJSON_GetObjectItemCaseSensitive(trial, "constraint_metrics"),
+                              &list)) < 0)
+    goto done;
+  rc = list ? env_set(env, "CTUNE_CONSTRAINT_METRICS", list) : 0;
+  free(list);
   if (rc < 0) goto done;
   const cJSON *ta = cJSON_GetObjectItemCaseSensitive(trial, "time_attr");
   if ((rc = env_set(env, "CTUNE_TIME_ATTR",

@@ -79,14 +79,10 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
   t->time_attr = strdup(cJSON_IsString(ta) ? ta->valuestring : "training_iteration");
   if (!t->time_attr) goto fail;
   t->auto_iter = !strcmp(t->time_attr, "training_iteration");
-  const cJSON *me = cJSON_GetObjectItemCaseSensitive(lease, "metric");
-  /* Several objectives: every one must be in the first result. */
-  if ((rc = result_join_names(cJSON_GetObjectItemCaseSensitive(lease, "metrics"), &t->metric)) < 0)
-    goto fail;
+  /* Every objective, and every constrained metric, must be in the first
+   * result. */
+  if ((rc = result_required_metrics(lease, &t->metric)) < 0) goto fail;
   rc = -ENOMEM;
-  if (!t->metric && cJSON_IsString(me) && me->valuestring[0] &&
-      !(t->metric = strdup(me->valuestring)))
-    goto fail;
   if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) {
     t->dir = NULL;
     goto fail;
@@ -230,6 +226,11 @@ static void trial_on_output(void *arg, int is_stderr, const char *data, size_t n
     log_error("trial %d: out of memory splitting output lines", t->id);
 }
 
+static void trial_on_spawned(void *arg, int err) {
+  struct trial *t = arg;
+  t->ev->on_spawned(t->arg, t, err);
+}
+
 static void trial_on_exit(void *arg, int exit_code, int term_signal) {
   struct trial *t = arg;
   linebuf_flush(&t->out_lb, trial_on_line, t);
@@ -327,10 +328,11 @@ double trial_start_time_total(const cJSON *lease, int resume) {
              : 0;
 }
 
-int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe, char *const *argv,
-                char *const *env, const char *cwd, const struct proc_limits *lim,
+int trial_start(struct trial *t, uv_loop_t *loop, const struct proc_supervisor *sup,
+                char *const *argv, char *const *env, const char *cwd, const struct proc_limits *lim,
                 const struct trial_events *ev, void *arg) {
-  static const struct proc_cbs cbs = {trial_on_output, trial_on_exit, trial_on_closed};
+  static const struct proc_cbs cbs = {trial_on_spawned, trial_on_output, trial_on_exit,
+                                      trial_on_closed};
   t->ev = ev;
   t->arg = arg;
   char *op = trial_path(t, "stdout.log"), *ep = trial_path(t, "stderr.log");
@@ -358,7 +360,7 @@ int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe, char *co
   /* The attempt's clock starts with its process (result_fill). */
   t->clock.started_mono = t->clock.prev_mono = clock_mono_s();
   t->clock.nresults = 0;
-  rc = proc_spawn(&t->proc, loop, self_exe, argv, env, cwd, t->dir, lim, &cbs, t);
+  rc = proc_spawn(&t->proc, loop, sup, argv, env, cwd, t->dir, lim, &cbs, t);
   if (rc < 0) {
     /* proc_spawn closes its own handles; on_closed follows all three. */
     uv_close((uv_handle_t *)&t->watch, trial_uv_closed);

@@ -23,20 +23,22 @@
  * these states in one transition function (worker_trial_event); nothing else
  * assigns t->state.
  *
- *   FETCHING --spawned--> RUNNING <--pause/resume--> PAUSED
- *      |                     | stop            stop |
- *      | stop / cannot start  v                      v
- *      |                   STOPPING <----------------'
- *      |                     | exit (also from RUNNING/PAUSED)
- *      |                     v
- *      |                   EXITED  (end message queued; handles closing)
- *      |                     | closed
- *      '------------------>  FLUSHING (last checkpoint and log uploads)
- *                            | uploads over
- *                            v
- *                           DONE (unlinked and freed) */
+ *   FETCHING --spawn--> SPAWNING --spawned--> RUNNING <--pause/resume--> PAUSED
+ *      |                   | stop                | stop             stop |
+ *      | stop / cannot     '-------------------> STOPPING <---------------'
+ *      | start                                   | exit (also from SPAWNING,
+ *      |                                         v       RUNNING, PAUSED)
+ *      |                                       EXITED  (end message queued;
+ *      |                                         |      handles closing)
+ *      |                                         | closed
+ *      '-------------------------------------> FLUSHING (last checkpoint and
+ *                                                |       log uploads)
+ *                                                | uploads over
+ *                                                v
+ *                                             DONE (unlinked and freed) */
 enum trial_state {
   TRIAL_FETCHING = 0, /* leased; its checkpoint is downloading */
+  TRIAL_SPAWNING,     /* its supervisor runs; the trial's pid is not reported yet */
   TRIAL_RUNNING,
   TRIAL_PAUSED,   /* SIGSTOPped: its results cannot be queued */
   TRIAL_STOPPING, /* SIGTERM sent (SIGKILL after the grace) */
@@ -59,6 +61,9 @@ enum trial_stop {
 struct trial;
 
 struct trial_events {
+  /* Its supervisor reported the trial's pid (err 0) or failed to (proc.h:
+   * its end follows, as a failed start). */
+  void (*on_spawned)(void *arg, struct trial *t, int err);
   /* flat is the caller's to keep or delete. */
   void (*on_result)(void *arg, struct trial *t, cJSON *flat, double tv);
   void (*on_exit)(void *arg, struct trial *t, int exit_code, int term_signal);
@@ -148,11 +153,12 @@ struct trial {
 
 /* Takes ownership of lease on success. Creates the trial directory. */
 int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
-/* Returns 0 with the process running, or a negative errno; then t->handles
+/* Returns 0 with its supervisor running (the trial's pid follows:
+ * ev->on_spawned), or a negative errno; then t->handles
  * says how many close callbacks are still to come (ev->on_closed after the
  * last; none when 0). */
-int trial_start(struct trial *t, uv_loop_t *loop, const char *self_exe, char *const *argv,
-                char *const *env, const char *cwd, const struct proc_limits *lim,
+int trial_start(struct trial *t, uv_loop_t *loop, const struct proc_supervisor *sup,
+                char *const *argv, char *const *env, const char *cwd, const struct proc_limits *lim,
                 const struct trial_events *ev, void *arg);
 /* Where this attempt's numbering and clock start: the lease's
  * checkpoint_iteration and start_time_total_s when it resumes from the

@@ -103,7 +103,8 @@ struct wreq {
 
 /* Events of the trial life cycle (worker_trial_event). */
 enum trial_event {
-  TEV_SPAWNED,      /* its process started */
+  TEV_SPAWNED,      /* its supervisor started */
+  TEV_REPORTED,     /* its supervisor reported the trial's pid (a = 0) or failed to (a < 0) */
   TEV_START_FAILED, /* it could not start; a = 1 when close callbacks follow */
   TEV_STOP,         /* a = enum trial_stop */
   TEV_KILL,         /* second drain signal: SIGKILL now */
@@ -465,8 +466,8 @@ static void worker_trial_done(struct worker *w, struct trial *t) {
   worker_check_drained(w);
 }
 
-static const char *const trial_state_names[] = {"FETCHING", "RUNNING",  "PAUSED", "STOPPING",
-                                                "EXITED",   "FLUSHING", "DONE"};
+static const char *const trial_state_names[] = {"FETCHING", "SPAWNING", "RUNNING",  "PAUSED",
+                                                "STOPPING", "EXITED",   "FLUSHING", "DONE"};
 
 static void worker_trial_set(struct trial *t, enum trial_state s) {
   log_debug("trial %d attempt %ld: %s -> %s", t->id, t->attempt, trial_state_names[t->state],
@@ -489,7 +490,12 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
                                int b) {
   switch (ev) {
   case TEV_SPAWNED:
-    if (t->state == TRIAL_FETCHING) worker_trial_set(t, TRIAL_RUNNING);
+    if (t->state == TRIAL_FETCHING) worker_trial_set(t, TRIAL_SPAWNING);
+    return;
+  case TEV_REPORTED:
+    /* A failed report ends it as a failed start (proc.h): its exit comes. A
+     * stop that came first stays (proc applies it now). */
+    if (t->state == TRIAL_SPAWNING) worker_trial_set(t, TRIAL_RUNNING);
     return;
   case TEV_START_FAILED:
     /* The caller queued the fail. */
@@ -512,6 +518,7 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
       worker_trial_set(t, TRIAL_FLUSHING);
       worker_trial_flushed(w, t);
       return;
+    case TRIAL_SPAWNING: /* proc stops it once its pid is reported */
     case TRIAL_RUNNING:
     case TRIAL_PAUSED:
       t->stop_why = (enum trial_stop)a;
@@ -522,7 +529,7 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
       return; /* already stopping: the first reason decides its end message */
     }
   case TEV_KILL:
-    if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) {
+    if (t->state == TRIAL_SPAWNING || t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) {
       t->stop_why = TRIAL_STOP_DRAIN;
       worker_trial_set(t, TRIAL_STOPPING);
     }
@@ -544,7 +551,9 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
     worker_trial_set(t, TRIAL_RUNNING);
     return;
   case TEV_EXIT:
-    if (t->state != TRIAL_RUNNING && t->state != TRIAL_PAUSED && t->state != TRIAL_STOPPING) return;
+    if (t->state != TRIAL_SPAWNING && t->state != TRIAL_RUNNING && t->state != TRIAL_PAUSED &&
+        t->state != TRIAL_STOPPING)
+      return;
     t->exit_code = a;
     t->term_signal = b;
     worker_trial_set(t, TRIAL_EXITED);
@@ -580,6 +589,20 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
   }
 }
 
+static void worker_on_spawned(void *arg, struct trial *t, int err) {
+  char cpus[ALLOC_MAX_CPUS * 5], gpus[ALLOC_MAX_GPUS * 5];
+  cpuset_format(t->grant.cpus, t->grant.ncpus, cpus, sizeof cpus);
+  cpuset_format(t->grant.gpus, t->grant.ngpus, gpus, sizeof gpus);
+  if (err < 0)
+    log_error("trial %d: its supervisor (pid %d) did not report the trial's pid (%s): a failed "
+              "start",
+              t->id, t->proc.super_pid, strerror(-err));
+  else
+    log_info("trial %d running: pid %d, cpus %s, gpus [%s], dispatch %.2f ms", t->id, t->proc.pid,
+             cpus, gpus, (clock_mono_s() - t->leased_at) * 1e3);
+  worker_trial_event(arg, t, TEV_REPORTED, err, 0);
+}
+
 static void worker_on_exit(void *arg, struct trial *t, int code, int sig) {
   worker_trial_event(arg, t, TEV_EXIT, code, sig);
 }
@@ -590,8 +613,8 @@ static void worker_on_closed(void *arg, struct trial *t) {
   worker_check_drained(w);
 }
 
-static const struct trial_events worker_trial_events = {worker_on_result, worker_on_exit,
-                                                        worker_on_closed, worker_on_checkpoint};
+static const struct trial_events worker_trial_events = {
+    worker_on_spawned, worker_on_result, worker_on_exit, worker_on_closed, worker_on_checkpoint};
 
 /* ---- uploads: checkpoints and logs ---------------------------------- */
 
@@ -1021,8 +1044,8 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   } else if (t->grant.memory_mb > 0 && t->grant.ngpus == 0) {
     lim.rlimit_as_mb = t->grant.memory_mb;
   }
-  rc = trial_start(t, w->loop, w->o.self_exe, cmd.argv, cmd.env, cmd.cwd, &lim,
-                   &worker_trial_events, w);
+  rc =
+      trial_start(t, w->loop, &w->o.sup, cmd.argv, cmd.env, cmd.cwd, &lim, &worker_trial_events, w);
   trainable_cmd_free(&cmd);
   if (rc < 0) {
     char msg[600];
@@ -1033,10 +1056,9 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
     worker_pump_outbox(w);
     return;
   }
+  /* Its supervisor reports the trial's pid later (worker_on_spawned). */
   worker_trial_event(w, t, TEV_SPAWNED, 0, 0);
-  log_info("trial %d running: pid %d, cpus %s, gpus [%s]%s, dispatch %.2f ms", t->id, t->proc.pid,
-           cpus, gpus, resume ? ", resumed from checkpoint" : "",
-           (clock_mono_s() - t->leased_at) * 1e3);
+  if (resume) log_info("trial %d resumes from its checkpoint", t->id);
 }
 
 /* A checkpoint download to try again shortly: a restarting server should not
@@ -2007,7 +2029,7 @@ void worker_drain(struct worker *w) {
   struct trial *t = w->trials;
   while (t) {
     struct trial *next = t->next;
-    if (t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) n++;
+    if (t->state >= TRIAL_SPAWNING && t->state <= TRIAL_PAUSED) n++;
     /* A trial still fetching its checkpoint gives its lease back at once. */
     if (t->state < TRIAL_STOPPING) worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_DRAIN, 0);
     t = next;

@@ -11,14 +11,15 @@
 
 #include "alloc.h"
 #include "cgroup.h"
+#include "proc.h"
 
 struct worker_opts {
   const char *server; /* base URL */
   const char *token;  /* bearer token or NULL */
   const char *name;
   const char *work_dir;
-  const char *train_bin; /* ctune-train */
-  const char *self_exe;  /* ctune-worker, for the exec wrapper */
+  const char *train_bin;      /* ctune-train */
+  struct proc_supervisor sup; /* every trial's supervisor (execwrap.h) */
   int cpu_ids[ALLOC_MAX_CPUS];
   int ncpus;
   int gpu_ids[ALLOC_MAX_GPUS];

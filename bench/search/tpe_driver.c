@@ -6,8 +6,10 @@
  *                                                 -> {"ok": true} | {"error": ...}
  *   (search_alg gets today's defaults, as a new experiment's does)
  *   {"cmd": "observe", "id": N, "config": {...}, "value": X|null
- *    or "values": [X|null, ...] (one per mode), "state": "finished"|"running"}
- *                                                 -> {"ok": true}
+ *    or "values": [X|null, ...] (one per mode), "state": "finished"|"running",
+ *    "violation": V}                              -> {"ok": true}
+ *   (violation, optional: the trial's total constraint violation, 0 when
+ *   feasible: tpe_set_violation)
  *   {"cmd": "suggest", "index": N, "fixed": {...}} -> {"config": {...}, "us": T}
  * "us" is the time tpe_suggest took (CLOCK_MONOTONIC, microseconds). */
 #include <errno.h>
@@ -96,14 +98,16 @@ int main(void) {
     } else if (strcmp(cmd, "observe") == 0) {
       cJSON *v = cJSON_GetObjectItem(c, "value"), *vs = cJSON_GetObjectItem(c, "values");
       const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(c, "state"));
+      int64_t id = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id"));
+      cJSON *viol = cJSON_GetObjectItem(c, "violation");
       double vals[SPEC_MAX_OBJECTIVES];
       for (int j = 0; j < nobj; j++) {
         cJSON *x = cJSON_IsArray(vs) ? cJSON_GetArrayItem(vs, j) : v;
         vals[j] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
       }
-      int rc = tpe_observe_mo(t, (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "id")),
-                              cJSON_GetObjectItem(c, "config"), vals,
+      int rc = tpe_observe_mo(t, id, cJSON_GetObjectItem(c, "config"), vals,
                               st && strcmp(st, "running") == 0 ? TPE_RUNNING : TPE_FINISHED);
+      if (!rc && cJSON_IsNumber(viol)) rc = tpe_set_violation(t, id, viol->valuedouble);
       if (rc)
         fail("", strerror(-rc));
       else

@@ -206,7 +206,9 @@ class Client:
 
     def best(self, experiment, metric=None, mode=None, scope="last"):
         """The best trial, {"trial_id", "metric", "mode", "scope", "value",
-        "trial"}. scope: last (default), avg, last-5-avg, last-10-avg, all.
+        "trial"} ("feasible": true too when the experiment has outcome
+        constraints: only feasible trials are picked, under the same scope).
+        scope: last (default), avg, last-5-avg, last-10-avg, all.
         A metric other than the experiment's needs its mode (as `ctune best`
         refuses to guess: the experiment's mode may be the wrong way round)."""
         if scope not in SCOPES:
@@ -229,9 +231,12 @@ class Client:
     def pareto(self, experiment, scope="last"):
         """The Pareto front of an experiment with several objectives:
         {"experiment_id", "metrics", "modes", "scope", "trials": [{"trial_id",
-        "status", "config", "values": {metric: value}}]}, the trials no other
-        dominates (best() refuses such an experiment unless given a metric).
-        scope as for best()."""
+        "status", "config", "values": {metric: value}}], "reference_point",
+        "hypervolume", "hypervolume_history", ...}, the trials no other
+        dominates (best() refuses such an experiment unless given a metric)
+        and the hypervolume they cover. With outcome constraints only feasible
+        trials are on it (each row has "feasible": true) and "infeasible"
+        counts the scored trials left out. scope as for best()."""
         if scope not in SCOPES:
             raise CtuneError(f"scope {scope!r} is not one of {', '.join(SCOPES)}",
                              code="bad_scope", path="scope")

@@ -255,10 +255,14 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
         metric = os.environ.get("CTUNE_METRIC")
         # Several objectives: CTUNE_METRICS lists them all, each one needed.
         several = [m for m in os.environ.get("CTUNE_METRICS", "").split(",") if m]
-        missing = [m for m in several or ([metric] if metric else []) if m not in result]
+        # Outcome constraints: their metrics are needed as well.
+        cons = [m for m in os.environ.get("CTUNE_CONSTRAINT_METRICS", "").split(",") if m]
+        needed = several or ([metric] if metric else [])
+        needed += [m for m in cons if m not in needed]
+        missing = [m for m in needed if m not in result]
         if missing and not _state["warned_metric"]:
             _state["warned_metric"] = True
-            which = ("one of the experiment's metrics " + ", ".join(several) if several
+            which = ("one of the experiment's metrics " + ", ".join(needed) if len(needed) > 1
                      else "the experiment's metric")
             print(f"ctune: this result has no metric {missing[0]!r} ({which}); it "
                   f"reported: {', '.join(sorted(result))}. The worker fails the trial.",

@@ -1,7 +1,8 @@
 """ctune.Client and the trainable helpers against a REAL ctune-server and
 ctune-worker (binaries from CTUNE_BIN_DIR; label e2e): tokens, errors as
 CtuneError with the server's status/code/message/path, submit, experiments,
-trials, results numbered by ctune.report, best with scopes, logs, checkpoint
+trials, results numbered by ctune.report, best with scopes (and with an
+outcome constraint: feasible only, as pareto), logs, checkpoint
 download, cancel, names for ids, and a resume on another worker that goes on
 counting training_iteration and time_total_s."""
 import json
@@ -169,6 +170,24 @@ class ClientE2E(unittest.TestCase):
         self.assertEqual(by_score["trial"]["config"]["lr"], 0.4)
         with self.assertRaises(ctune.CtuneError):
             self.client.pareto(eid, scope="median")
+
+    def test_pareto_and_best_with_a_constraint(self):
+        # score = -lr/3 at the end must stay >= -0.1: lr 0.4 (-0.133) is
+        # infeasible, so it is off the front and never the best by score.
+        eid, exp = self.run_experiment("py-con", "w-con", metric=["loss", "score"],
+                                       mode=["min", "min"],
+                                       constraints=[{"metric": "score", "op": ">=", "value": -0.1}])
+        self.assertEqual(exp["status"], "TERMINATED", exp)
+        front = self.client.pareto(eid)
+        self.assertEqual(sorted(t["config"]["lr"] for t in front["trials"]), [0.1, 0.2], front)
+        self.assertTrue(all(t["feasible"] for t in front["trials"]), front)
+        self.assertEqual(front["infeasible"], 1, front)
+        best = self.client.best(eid, metric="score")
+        self.assertEqual(best["trial"]["config"]["lr"], 0.2, best)
+        self.assertIs(best["feasible"], True)
+        by_lr = {t["config"]["lr"]: t for t in self.client.trials(eid)}
+        self.assertIs(by_lr[0.4]["feasible"], False)
+        self.assertAlmostEqual(by_lr[0.4]["violation"], 0.4 / 3 - 0.1)
 
     def test_experiment_end_to_end(self):
         eid, exp = self.run_experiment("py-e2e", "w-e2e")

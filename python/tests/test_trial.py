@@ -168,6 +168,14 @@ class TestReport(Base):
         r = self.child("import ctune\nctune.report(loss=1, lat=2)\n", env)
         self.assertNotIn("has no metric", r.stderr)
 
+    def test_warns_about_a_constrained_metric(self):
+        env = clean_env(CTUNE_METRIC="loss", CTUNE_CONSTRAINT_METRICS="mem", CTUNE_TRIAL_ID="3")
+        r = self.child("import ctune\nctune.report(loss=1)\n", env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("has no metric 'mem' (one of the experiment's metrics loss, mem)", r.stderr)
+        r = self.child("import ctune\nctune.report(loss=1, mem=2)\n", env)
+        self.assertNotIn("has no metric", r.stderr)
+
     def test_each_result_is_flushed_at_once(self):
         # stdout is a pipe here, block-buffered: the line must arrive while
         # the script still runs, not at its exit.

@@ -89,6 +89,7 @@ struct api_trial_view {
   struct srv_trial t; /* scalars, plus owned copies of the four strings */
   struct spec_resources res;
   char reason[256];
+  int constrained; /* its experiment has outcome constraints */
 };
 int api_trial_view_take(struct server *s, const struct srv_trial *t, struct api_trial_view *v);
 cJSON *api_trial_view_json(const struct api_trial_view *v);
@@ -102,6 +103,23 @@ cJSON *api_time(double t);
 /* Several objectives: adds "metrics" and "modes" (every objective, in
  * order) to o; nothing for one metric or none. 0 or -ENOMEM. */
 int api_add_objectives(cJSON *o, const struct experiment_spec *spec);
+/* Outcome constraints: adds "constraint_metrics" (each constrained metric
+ * once, in order: what every result must carry besides the objectives) to
+ * o; nothing without constraints. 0 or -ENOMEM. */
+int api_add_constraint_metrics(cJSON *o, const struct experiment_spec *spec);
+
+/* GET .../pareto (docs/protocol.md#pareto-front), api_pareto.c: adds
+ * reference_point (and its source), hypervolume and hypervolume_history to
+ * o, from the scores of the trials ids[0..n) (sorted; n x k, NaN: none) and
+ * their front (on). Takes the lock itself (the reference point of
+ * experiment exp_id, the order of the trials' last changes). 0 or -ENOMEM. */
+int api_pareto_summary(struct server *s, cJSON *o, int64_t exp_id, const int64_t *ids,
+                       const double *scores, const unsigned char *on, size_t n, int k,
+                       const enum spec_mode *modes);
+/* GET /trials/{id} of an experiment with several objectives: adds
+ * "pareto_rank" (by the trials' last results) to o (api_experiments.c).
+ * Takes the lock itself. */
+int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o);
 
 /* docs/protocol.md#pages: `limit` (1..API_PAGE_MAX, default dflt_limit) and
  * `cursor` (the previous page's next_cursor; absent: from the start) of a

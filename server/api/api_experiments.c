@@ -11,11 +11,13 @@
 #include "api.h"
 #include "best.h"
 #include "clock.h"
+#include "constraint.h"
 #include "log.h"
 #include "pareto.h"
 #include "searcher.h"
 #include "space.h"
 #include "validate.h"
+#include "hypervolume.h"
 
 static cJSON *api_parsed_or_null(const char *json) {
   cJSON *v = json ? cJSON_Parse(json) : NULL;
@@ -40,6 +42,7 @@ int api_trial_view_take(struct server *s, const struct srv_trial *t, struct api_
   v->t.error = t->error ? strdup(t->error) : NULL;
   v->t.reason = t->reason ? strdup(t->reason) : NULL; /* the last decision's */
   v->res = e->spec.resources;
+  v->constrained = e->spec.nconstraints > 0;
   state_pending_reason(s, t, v->reason, sizeof v->reason);
   if (!v->t.name || !v->t.config || (t->last_result && !v->t.last_result) ||
       (t->error && !v->t.error) || (t->reason && !v->t.reason)) {
@@ -98,6 +101,14 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
       cJSON_AddItemToObject(o, "started_at", api_time(t->started_at)) &&
       cJSON_AddItemToObject(o, "ended_at", api_time(t->ended_at)) &&
       cJSON_AddNumberToObject(o, "updated_seq", (double)t->updated_seq);
+  /* Outcome constraints: feasibility at its last result (null before one);
+   * the violation is null when a constrained value is missing. */
+  if (ok && v->constrained)
+    ok = cJSON_AddItemToObject(
+             o, "feasible", t->nres ? cJSON_CreateBool(t->violation == 0) : cJSON_CreateNull()) &&
+         cJSON_AddItemToObject(o, "violation",
+                               t->nres && isfinite(t->violation) ? cJSON_CreateNumber(t->violation)
+                                                                 : cJSON_CreateNull());
   if (!ok) {
     cJSON_Delete(o);
     return NULL;
@@ -154,11 +165,32 @@ cJSON *api_trial_json(struct server *s, const struct srv_trial *t) {
   return o;
 }
 
+static int api_cmp_id(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Outcome constraints under a scope: each trial's total violation
+ * (constraint.h), v[i] for ids[i] (sorted). */
+struct api_viol {
+  int64_t *ids;
+  double *v;
+  size_t n;
+};
+
+/* Trial id's violation in viol (+inf when it is not there: a trial made
+ * after viol was read). */
+static double api_viol_of(const struct api_viol *viol, int64_t id) {
+  const int64_t *at = bsearch(&id, viol->ids, viol->n, sizeof *viol->ids, api_cmp_id);
+  return at ? viol->v[at - viol->ids] : INFINITY;
+}
+
 /* Best from memory: key < 0 is the experiment's own metric, else a result
- * key index (e->keys). */
+ * key index (e->keys). With outcome constraints only feasible trials count:
+ * at their last result, or by viol (non-NULL) under the scope asked. */
 static int api_best_memory(struct server *s, struct srv_experiment *e, int key,
                            enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
-                           double *value) {
+                           double *value, const struct api_viol *viol) {
   (void)s;
   struct best_series *ser = malloc((size_t)(e->ntrials ? e->ntrials : 1) * sizeof *ser);
   if (!ser) return -ENOMEM;
@@ -173,6 +205,10 @@ static int api_best_memory(struct server *s, struct srv_experiment *e, int key,
       ser[i] = (struct best_series){t->id, t->series[key].v, t->series[key].n, NULL};
     else
       ser[i] = (struct best_series){t->id, NULL, 0, NULL};
+    /* Outcome constraints: infeasible at its last result, or (viol given:
+     * sorted by trial id) under the scope asked. */
+    double v = viol && viol->ids ? api_viol_of(viol, t->id) : t->violation;
+    if (e->spec.nconstraints) constraint_drop_series(&ser[i], 1, &v);
   }
   size_t idx;
   int rc = best_pick(ser, (size_t)e->ntrials, scope, mode, &idx, value);
@@ -247,7 +283,7 @@ cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_
     best_id = e->cold_best_id;
     best_v = e->cold_best_value;
   } else if (e->spec.has_metric) {
-    have_best = !api_best_memory(s, e, -1, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v);
+    have_best = !api_best_memory(s, e, -1, BEST_SCOPE_LAST, e->spec.mode, &best_id, &best_v, NULL);
   }
   /* Several objectives: no single best (GET .../pareto). */
   if (e->spec.nobjectives > 1) have_best = 0;
@@ -710,7 +746,7 @@ static int api_collect_metric(void *ctx, int64_t trial_id, int has, double v) {
 /* Best by another metric than the experiment's: read from SQLite. */
 static int api_best_other(struct server *s, struct srv_experiment *e, const char *metric,
                           enum best_scope scope, enum spec_mode mode, int64_t *trial_id,
-                          double *value) {
+                          double *value, const struct api_viol *viol) {
   struct metric_ctx mc = {s, e, NULL, 0, 0, NULL};
   struct best_series *ser = NULL;
   int rc = store_experiment_metric(s->store, e->id, metric, api_collect_metric, &mc);
@@ -725,6 +761,11 @@ static int api_best_other(struct server *s, struct srv_experiment *e, const char
       ser[k++] = (struct best_series){mc.trial_of[i], &mc.vals[i], 0, NULL};
     ser[k - 1].n++;
   }
+  /* Outcome constraints: the infeasible under the scope are left out. */
+  for (size_t i = 0; viol && viol->ids && i < k; i++) {
+    double v = api_viol_of(viol, ser[i].trial_id);
+    constraint_drop_series(&ser[i], 1, &v);
+  }
   size_t idx;
   rc = best_pick(ser, k, scope, mode, &idx, value);
   if (!rc) *trial_id = ser[idx].trial_id;
@@ -735,12 +776,17 @@ out:
   return rc;
 }
 
+static int api_best_locked(struct server *s, const struct api_req *req, struct api_resp *resp,
+                           const char *metric, const char *mode_s, enum best_scope scope,
+                           const struct api_viol *viol);
+static int api_viol_take(struct server *s, const struct api_req *req, struct api_resp *resp,
+                         enum best_scope scope, struct api_viol *out);
+
 int api_experiment_best(struct server *s, const struct api_req *req, struct api_resp *resp) {
   const char *metric = req->query(req->conn, "metric");
   const char *mode_s = req->query(req->conn, "mode");
   const char *scope_s = req->query(req->conn, "scope");
   enum best_scope scope;
-  enum spec_mode mode;
   if (best_scope_parse(scope_s, &scope))
     return api_error(resp, 400, "invalid_query", "scope",
                      "scope must be one of last, avg, "
@@ -752,12 +798,29 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   if (metric && (!*metric || strlen(metric) > SPEC_NAME_MAX))
     return api_error(resp, 400, "invalid_query", "metric", "metric must be 1 to %d characters",
                      SPEC_NAME_MAX);
+  /* Outcome constraints: which trials are feasible under the scope, read
+   * first (SQLite, without the lock). */
+  struct api_viol viol;
+  int vrc = api_viol_take(s, req, resp, scope, &viol);
+  if (vrc) return vrc == -ENOENT ? 0 : vrc;
+  int rc = api_best_locked(s, req, resp, metric, mode_s, scope, &viol);
+  free(viol.ids);
+  free(viol.v);
+  return rc;
+}
+
+/* api_experiment_best once its query is checked and the violations read. */
+static int api_best_locked(struct server *s, const struct api_req *req, struct api_resp *resp,
+                           const char *metric, const char *mode_s, enum best_scope scope,
+                           const struct api_viol *viol) {
+  enum spec_mode mode;
   server_lock(s);
   struct srv_experiment *e = api_find_experiment(s, req, resp);
   if (!e) {
     server_unlock(s);
     return 0;
   }
+  int constrained = e->spec.nconstraints > 0;
   if (!metric && !e->spec.has_metric) {
     server_unlock(s);
     return api_error(resp, 400, "invalid_query", "metric",
@@ -790,17 +853,18 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
   int from_store = !own && (e->keys_overflow || api_any_compact(e));
   int rc = from_store          ? 0
            : (!own && key < 0) ? -ENOENT
-                               : api_best_memory(s, e, key, scope, mode, &trial_id, &value);
+                               : api_best_memory(s, e, key, scope, mode, &trial_id, &value, viol);
   server_unlock(s);
   if (from_store) {
     commit_flush(s->commit);
-    rc = api_best_other(s, e, name, scope, mode, &trial_id, &value);
+    rc = api_best_other(s, e, name, scope, mode, &trial_id, &value, viol);
   }
   if (rc == -ENOENT)
     return api_error(resp, 404, "no_result", "metric",
-                     "no trial of experiment %lld has a "
+                     "no %strial of experiment %lld has a "
                      "finite '%s' (scope %s)",
-                     (long long)e->id, name, best_scope_name(scope));
+                     constrained ? "feasible " : "", (long long)e->id, name,
+                     best_scope_name(scope));
   if (rc) return rc;
   server_lock(s);
   /* The lock was let go meanwhile: the trial may have been deleted (or its
@@ -815,18 +879,14 @@ int api_experiment_best(struct server *s, const struct api_req *req, struct api_
       !cJSON_AddStringToObject(o, "metric", name) ||
       !cJSON_AddStringToObject(o, "mode", mode == SPEC_MODE_MAX ? "max" : "min") ||
       !cJSON_AddStringToObject(o, "scope", best_scope_name(scope)) ||
-      !cJSON_AddNumberToObject(o, "value", value)) {
+      !cJSON_AddNumberToObject(o, "value", value) ||
+      (constrained && !cJSON_AddBoolToObject(o, "feasible", 1))) {
     cJSON_Delete(o);
     cJSON_Delete(t);
     return -ENOMEM;
   }
   cJSON_AddItemToObject(o, "trial", t);
   return api_json(resp, 200, o);
-}
-
-static int api_cmp_id(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 /* A result without a number for the objective counts as NaN (as null does
@@ -853,6 +913,66 @@ static int api_pareto_scores(struct server *s, int64_t exp_id, const char *metri
   }
   free(mc.vals);
   free(mc.trial_of);
+  return rc;
+}
+
+/* Outcome constraints: the total violation of each of the trials ids[0..n)
+ * (sorted) under scope, from SQLite as /pareto scores its objectives (a
+ * trial without a constrained value in the scope's window: +inf). spec:
+ * only its constraints are read. */
+static int api_violations(struct server *s, int64_t exp_id, const struct experiment_spec *spec,
+                          enum best_scope scope, const int64_t *ids, size_t n, double *viol) {
+  int k = spec->nconstraints;
+  double *cs = malloc((n ? n : 1) * (size_t)(k ? k : 1) * sizeof *cs);
+  if (!cs) return -ENOMEM;
+  for (size_t i = 0; i < n * (size_t)k; i++) cs[i] = NAN;
+  int rc = 0;
+  for (int j = 0; !rc && j < k; j++)
+    rc = api_pareto_scores(s, exp_id, spec->constraints[j].metric,
+                           constraint_mode(&spec->constraints[j]), scope, ids, n, k, j, cs);
+  for (size_t i = 0; !rc && i < n; i++) viol[i] = constraint_total(spec, &cs[i * (size_t)k]);
+  free(cs);
+  return rc;
+}
+
+/* The experiment's trial ids (sorted) and their violations under scope
+ * (api_violations) into *out, the caller's to free; 0 (nothing) without
+ * constraints. Takes the lock; -ENOENT (resp filled) when the experiment is
+ * not found. */
+static int api_viol_take(struct server *s, const struct api_req *req, struct api_resp *resp,
+                         enum best_scope scope, struct api_viol *out) {
+  struct experiment_spec cons;
+  memset(out, 0, sizeof *out);
+  memset(&cons, 0, sizeof cons);
+  server_lock(s);
+  struct srv_experiment *e = api_find_experiment(s, req, resp);
+  if (!e) {
+    server_unlock(s);
+    return -ENOENT;
+  }
+  int64_t exp_id = e->id;
+  size_t n = (size_t)e->ntrials;
+  cons.nconstraints = e->spec.nconstraints;
+  memcpy(cons.constraints, e->spec.constraints, sizeof cons.constraints);
+  int rc = 0;
+  if (cons.nconstraints) {
+    out->ids = malloc((n ? n : 1) * sizeof *out->ids);
+    out->v = malloc((n ? n : 1) * sizeof *out->v);
+    rc = out->ids && out->v ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) out->ids[i] = e->trials[i]->id;
+  }
+  server_unlock(s);
+  if (!rc && cons.nconstraints) {
+    out->n = n;
+    qsort(out->ids, n, sizeof *out->ids, api_cmp_id);
+    commit_flush(s->commit);
+    rc = api_violations(s, exp_id, &cons, scope, out->ids, n, out->v);
+  }
+  if (rc) {
+    free(out->ids);
+    free(out->v);
+    memset(out, 0, sizeof *out);
+  }
   return rc;
 }
 
@@ -883,11 +1003,16 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];
   memcpy(names, e->spec.objectives, sizeof names);
   memcpy(modes, e->spec.modes, sizeof modes);
-  size_t n = (size_t)e->ntrials;
+  struct experiment_spec cons; /* its constraints only */
+  memset(&cons, 0, sizeof cons);
+  cons.nconstraints = e->spec.nconstraints;
+  memcpy(cons.constraints, e->spec.constraints, sizeof cons.constraints);
+  size_t n = (size_t)e->ntrials, ninfeasible = 0;
   int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
   double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
+  double *viol = malloc((n ? n : 1) * sizeof *viol);
   unsigned char *on = malloc(n ? n : 1);
-  int rc = ids && scores && on ? 0 : -ENOMEM;
+  int rc = ids && scores && viol && on ? 0 : -ENOMEM;
   for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
   server_unlock(s);
   cJSON *o = NULL, *arr = NULL, *m = NULL, *d = NULL;
@@ -898,18 +1023,31 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
   commit_flush(s->commit);
   for (int j = 0; !rc && j < k; j++)
     rc = api_pareto_scores(s, exp_id, names[j], modes[j], scope, ids, n, k, j, scores);
+  /* Outcome constraints: an infeasible trial (under the same scope) is not
+   * on the front; how many scored ones that leaves out is said. */
+  if (!rc && cons.nconstraints) {
+    rc = api_violations(s, exp_id, &cons, scope, ids, n, viol);
+    for (size_t i = 0; !rc && i < n; i++) {
+      int scored = 1;
+      for (int j = 0; j < k; j++) scored &= isfinite(scores[i * (size_t)k + (size_t)j]);
+      ninfeasible += scored && viol[i] != 0;
+    }
+    if (!rc) constraint_drop_points(scores, n, k, viol);
+  }
   if (!rc) rc = pareto_front(scores, n, k, modes, on, &nf);
   if (rc) goto out;
   rc = -ENOMEM;
   if (!(o = cJSON_CreateObject()) || !cJSON_AddNumberToObject(o, "experiment_id", (double)exp_id) ||
       !(m = cJSON_AddArrayToObject(o, "metrics")) || !(d = cJSON_AddArrayToObject(o, "modes")) ||
       !cJSON_AddStringToObject(o, "scope", best_scope_name(scope)) ||
+      (cons.nconstraints && !cJSON_AddNumberToObject(o, "infeasible", (double)ninfeasible)) ||
       !(arr = cJSON_AddArrayToObject(o, "trials")))
     goto out;
   for (int j = 0; j < k; j++)
     if (!cJSON_AddItemToArray(m, cJSON_CreateString(names[j])) ||
         !cJSON_AddItemToArray(d, cJSON_CreateString(modes[j] == SPEC_MODE_MAX ? "max" : "min")))
       goto out;
+  if (api_pareto_summary(s, o, exp_id, ids, scores, on, n, k, modes)) goto out;
   server_lock(s);
   rc = 0;
   for (size_t i = 0; !rc && i < n; i++) {
@@ -922,7 +1060,8 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
              cJSON_AddNumberToObject(row, "trial_id", (double)t->id) &&
              cJSON_AddStringToObject(row, "status", trial_status_names[t->status]) &&
              cJSON_AddItemToObject(row, "config", api_parsed_or_null(t->config)) &&
-             (vals = cJSON_AddObjectToObject(row, "values"));
+             (vals = cJSON_AddObjectToObject(row, "values")) &&
+             (!cons.nconstraints || cJSON_AddBoolToObject(row, "feasible", 1));
     for (int j = 0; ok && j < k; j++)
       ok = cJSON_AddNumberToObject(vals, names[j], scores[i * (size_t)k + (size_t)j]) != NULL;
     if (!ok) rc = -ENOMEM; /* row, once made, is arr's */
@@ -931,12 +1070,64 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
 out:
   free(ids);
   free(scores);
+  free(viol);
   free(on);
   if (rc) {
     cJSON_Delete(o);
     return rc;
   }
   return api_json(resp, 200, o);
+}
+
+int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o) {
+  server_lock(s);
+  struct srv_trial *t = state_trial_ref(s, trial_id);
+  struct srv_experiment *e = t ? server_experiment(s, t->experiment_id) : NULL;
+  if (!e || e->spec.nobjectives < 2) {
+    server_unlock(s);
+    return 0;
+  }
+  int rc = state_experiment_warm(s, e);
+  int64_t exp_id = e->id;
+  int k = e->spec.nobjectives;
+  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  memcpy(names, e->spec.objectives, sizeof names);
+  memcpy(modes, e->spec.modes, sizeof modes);
+  struct experiment_spec cons; /* its constraints only */
+  memset(&cons, 0, sizeof cons);
+  cons.nconstraints = e->spec.nconstraints;
+  memcpy(cons.constraints, e->spec.constraints, sizeof cons.constraints);
+  size_t n = rc ? 0 : (size_t)e->ntrials;
+  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
+  double *viol = malloc((n ? n : 1) * sizeof *viol);
+  if (!rc && (!ids || !scores || !viol)) rc = -ENOMEM;
+  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  server_unlock(s);
+  /* Its rank among its experiment's trials by their last results. */
+  int rank = 0;
+  if (!rc) {
+    qsort(ids, n, sizeof *ids, api_cmp_id);
+    for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
+    commit_flush(s->commit);
+  }
+  for (int j = 0; !rc && j < k; j++)
+    rc = api_pareto_scores(s, exp_id, names[j], modes[j], BEST_SCOPE_LAST, ids, n, k, j, scores);
+  /* Outcome constraints: an infeasible trial has no rank, as it is on no front. */
+  if (!rc && cons.nconstraints) {
+    rc = api_violations(s, exp_id, &cons, BEST_SCOPE_LAST, ids, n, viol);
+    if (!rc) constraint_drop_points(scores, n, k, viol);
+  }
+  const int64_t *at = rc ? NULL : bsearch(&trial_id, ids, n, sizeof *ids, api_cmp_id);
+  if (at) rc = hypervolume_rank_of(scores, n, k, modes, (size_t)(at - ids), &rank);
+  free(ids);
+  free(scores);
+  free(viol);
+  if (rc) return rc;
+  cJSON *v = rank ? cJSON_AddNumberToObject(o, "pareto_rank", rank)
+                  : cJSON_AddNullToObject(o, "pareto_rank");
+  return v ? 0 : -ENOMEM;
 }
 
 int api_experiment_cancel(struct server *s, const struct api_req *req, struct api_resp *resp) {

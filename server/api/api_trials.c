@@ -49,7 +49,8 @@ int api_trial_get(struct server *s, const struct api_req *req, struct api_resp *
   if (!o) return -ENOMEM;
   /* The decisions on this trial and its attempts, oldest first. */
   cJSON *ev = NULL, *att = NULL;
-  int rc = decide_events_json(s, id, &ev, &att);
+  int rc = api_pareto_rank_add(s, id, o);
+  if (!rc) rc = decide_events_json(s, id, &ev, &att);
   int in = !rc && cJSON_AddItemToObject(o, "events", ev);
   if (!in) cJSON_Delete(ev);
   if (rc || !in || !cJSON_AddItemToObject(o, "attempts", att)) {

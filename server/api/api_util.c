@@ -148,6 +148,24 @@ int api_add_objectives(cJSON *o, const struct experiment_spec *spec) {
   return 0;
 }
 
+int api_add_constraint_metrics(cJSON *o, const struct experiment_spec *spec) {
+  if (!spec->nconstraints) return 0;
+  cJSON *m = cJSON_AddArrayToObject(o, "constraint_metrics");
+  if (!m) return -ENOMEM;
+  for (int i = 0; i < spec->nconstraints; i++) {
+    int seen = 0;
+    for (int j = 0; j < i; j++)
+      seen |= !strcmp(spec->constraints[j].metric, spec->constraints[i].metric);
+    if (seen) continue;
+    cJSON *a = cJSON_CreateString(spec->constraints[i].metric);
+    if (!a || !cJSON_AddItemToArray(m, a)) {
+      cJSON_Delete(a);
+      return -ENOMEM;
+    }
+  }
+  return 0;
+}
+
 /* docs/protocol.md#pages: the cursor is the position after the last item of
  * the previous page (an id, or a result's index), as a decimal string;
  * clients treat it as opaque. */

@@ -257,7 +257,8 @@ static cJSON *api_lease_json(struct server *s, const struct srv_trial *t) {
                             t->has_checkpoint ? cJSON_CreateNumber((double)t->checkpoint_iteration)
                                               : cJSON_CreateNull()) &&
       cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(s, e, t)) &&
-      cJSON_AddNumberToObject(o, "attempt", t->attempt) && !api_add_objectives(o, &e->spec);
+      cJSON_AddNumberToObject(o, "attempt", t->attempt) && !api_add_objectives(o, &e->spec) &&
+      !api_add_constraint_metrics(o, &e->spec);
   if (!ok) {
     cJSON_Delete(root);
     return NULL;

@@ -22,8 +22,11 @@
 #include "sched_ops.h"
 
 struct milestone {
-  double t;     /* the milestone */
-  double *vals; /* finite recorded values, ascending */
+  double t; /* the milestone */
+  /* One objective: finite recorded values, ascending. Several (k): the
+   * finite recorded vectors, k doubles each (flipped: smaller is better),
+   * in arrival order, which breaks ranking ties. n and cap count entries. */
+  double *vals;
   size_t n, cap;
   size_t nan_count; /* records that were NaN/inf/null: count, never cut */
 };
@@ -41,11 +44,23 @@ struct trial_slot {
   uint64_t recorded; /* bit k: has a value at milestone k */
 };
 
+/* With several objectives each slot is followed by the trial's last vector
+ * (its end passes through the bracket with it). */
+struct trial_last {
+  int has;
+  double t;
+  double v[SPEC_MAX_OBJECTIVES]; /* in each objective's own sign */
+};
+
 struct asha {
   /* Only what the decisions read of the sched_params (about 400 B with
    * its time_attr and pbt/median parts). */
   double max_t, reduction_factor;
   double sign; /* +1 for max, -1 for min: larger is better inside */
+  /* Objectives; with several, flip[j] is +1 for min and -1 for max:
+   * smaller is better inside, as Syne Tune's MOASHA keeps them. */
+  int k;
+  double flip[SPEC_MAX_OBJECTIVES];
   uint64_t bracket_seed;
   int nb;
   struct bracket *b;       /* nb of them */
@@ -63,6 +78,11 @@ static int slot_get(struct asha *a, int64_t id, int bracket, struct trial_slot *
     (*out)->bracket = bracket;
   }
   return 0;
+}
+
+static struct trial_last *slot_last(const struct asha *a, struct trial_slot *s) {
+  (void)a;
+  return (struct trial_last *)(s + 1);
 }
 
 /* --- milestones --- */
@@ -91,6 +111,43 @@ static int milestone_insert(struct milestone *r, double v) {
   r->vals[lo] = v;
   r->n++;
   return 0;
+}
+
+/* Appends a flipped vector (arrival order); a non-finite one is counted
+ * beside the rung and never ranked. */
+static int milestone_insert_mo(struct milestone *r, int k, const double *v) {
+  for (int j = 0; j < k; j++)
+    if (!isfinite(v[j])) {
+      r->nan_count++;
+      return 0;
+    }
+  if (r->n == r->cap) {
+    double *nv = rung_grow(r->vals, &r->cap, (size_t)k * sizeof *nv, 4);
+    if (!nv) return -ENOMEM;
+    r->vals = nv;
+  }
+  memcpy(r->vals + r->n * (size_t)k, v, (size_t)k * sizeof *v);
+  r->n++;
+  return 0;
+}
+
+/* Where the rung's last vector ranks among all (rung_mo_order), and whether
+ * it is past the top 1/rf: Syne Tune's ranks[-1] > 1 / rf. */
+static int milestone_rank_last(const struct milestone *r, int k, double rf,
+                               struct asha_outcome *out) {
+  size_t pos;
+  int rc = rung_mo_rank(r->vals, r->n, k, r->n - 1, &pos, &out->mo_front, &out->mo_nfronts);
+  if (!rc) {
+    out->mo_ranked = 1;
+    out->mo_pos = (int64_t)pos;
+    out->mo_n = (int64_t)r->n;
+    out->mo_keep = (int64_t)rung_mo_keep(r->n, rf);
+    if ((double)pos / (double)r->n > 1.0 / rf) {
+      out->decision = ASHA_STOP;
+      out->reason = ASHA_REASON_MO_RANK;
+    }
+  }
+  return rc;
 }
 
 /* numpy.nanpercentile(values, q) with linear interpolation, including
@@ -132,7 +189,9 @@ int asha_create(const struct sched_params *params, enum spec_mode mode, uint64_t
   a->reduction_factor = params->reduction_factor;
   a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
   a->bracket_seed = rung_bracket_seed(seed);
-  rung_slots_init(&a->slots, sizeof(struct trial_slot));
+  a->k = rung_mo_flips(params, mode, a->flip);
+  rung_slots_init(&a->slots,
+                  sizeof(struct trial_slot) + (a->k > 1 ? sizeof(struct trial_last) : 0));
   a->b = calloc((size_t)params->brackets, sizeof *a->b);
   if (!a->b) goto fail;
   a->nb = params->brackets;
@@ -174,7 +233,8 @@ size_t asha_mem_bytes(const struct asha *a) {
   n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
   for (int s = 0; s < a->nb; s++) {
     n += (size_t)a->b[s].n * sizeof *a->b[s].rungs;
-    for (int k = 0; k < a->b[s].n; k++) n += a->b[s].rungs[k].cap * sizeof *a->b[s].rungs[k].vals;
+    for (int k = 0; k < a->b[s].n; k++)
+      n += a->b[s].rungs[k].cap * (size_t)a->k * sizeof *a->b[s].rungs[k].vals;
   }
   return n;
 }
@@ -225,18 +285,46 @@ static void outcome_init(struct asha_outcome *out, int bracket) {
   out->cutoff = NAN;
 }
 
-/* Ray's _Bracket.on_result: from the highest milestone down, the first one
- * reached and not yet recorded decides and records; one per result. */
-static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double value,
+/* Syne Tune's MOASHA Bracket.on_result for one milestone r (index k):
+ * records the flipped vector and ranks the rung. */
+static int milestone_walk_mo(struct asha *a, struct milestone *r, const double *values,
+                             struct asha_outcome *out) {
+  int finite = 1;
+  for (int j = 0; j < a->k; j++) {
+    out->mo_values[j] = a->flip[j] * values[j];
+    finite = finite && isfinite(out->mo_values[j]);
+  }
+  if (!finite) {
+    /* As with one metric: a diverged trial stops, recorded beside the rung. */
+    for (int j = 0; j < a->k; j++) out->mo_values[j] = NAN;
+    out->decision = ASHA_STOP;
+    out->reason = ASHA_REASON_NONFINITE;
+  }
+  int rc = milestone_insert_mo(r, a->k, out->mo_values);
+  if (!rc && finite) rc = milestone_rank_last(r, a->k, a->reduction_factor, out);
+  out->mo_recorded = !rc;
+  return rc;
+}
+
+/* Ray's _Bracket.on_result (Syne Tune's for several objectives): from the
+ * highest milestone down, the first one reached and not yet recorded
+ * decides and records; one per result. values: a->k of them. */
+static int bracket_walk(struct asha *a, struct trial_slot *s, double t, const double *values,
                         struct asha_outcome *out) {
   struct bracket *b = &a->b[s->bracket];
-  double v = a->sign * value;
+  double v = a->sign * values[0];
   for (int k = b->n - 1; k >= 0; k--) {
     struct milestone *r = &b->rungs[k];
     double cutoff;
     if (t < r->t || (s->recorded >> k & 1)) continue;
     out->milestone_index = k;
     out->milestone = r->t;
+    if (a->k > 1) {
+      int rc = milestone_walk_mo(a, r, values, out);
+      if (rc) return rc;
+      s->recorded |= 1ULL << k;
+      return 0;
+    }
     if (milestone_cutoff(r, a->reduction_factor, &cutoff) == 0) {
       out->has_cutoff = 1;
       out->cutoff = cutoff;
@@ -259,8 +347,8 @@ static int bracket_walk(struct asha *a, struct trial_slot *s, double t, double v
   return 0;
 }
 
-int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
-                   struct asha_outcome *out) {
+static int asha_result(struct asha *a, int64_t trial_id, double t, const double *values,
+                       struct asha_outcome *out) {
   struct trial_slot *s = rung_slot_find(&a->slots, trial_id);
   int rc;
   if (!s || !s->active) return -ENOENT;
@@ -271,13 +359,31 @@ int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
     out->reason = ASHA_REASON_MAX_T;
     return 0;
   }
-  rc = bracket_walk(a, s, t, value, out);
+  rc = bracket_walk(a, s, t, values, out);
   if (rc) return rc;
   if (out->decision == ASHA_STOP) {
     out->stopped_early = 1;
     a->b[s->bracket].stopped++;
   }
   return 0;
+}
+
+int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
+                   struct asha_outcome *out) {
+  if (a->k > 1) return -EINVAL;
+  return asha_result(a, trial_id, t, &value, out);
+}
+
+int asha_on_result_mo(struct asha *a, int64_t trial_id, double t, const double *values,
+                      struct asha_outcome *out) {
+  struct trial_slot *s = rung_slot_find(&a->slots, trial_id);
+  if (a->k > 1 && s && s->active && !isnan(t)) {
+    struct trial_last *l = slot_last(a, s);
+    l->has = 1;
+    l->t = t;
+    memcpy(l->v, values, (size_t)a->k * sizeof *values);
+  }
+  return asha_result(a, trial_id, t, values, out);
 }
 
 int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t, double value,
@@ -290,36 +396,62 @@ int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t, 
     if (!out || isnan(t)) return -EINVAL;
     /* Ray's on_trial_complete: the decision is ignored and counts
      * as no stop. */
-    rc = bracket_walk(a, s, t, value, out);
+    if (a->k == 1) {
+      rc = bracket_walk(a, s, t, &value, out);
+    } else {
+      struct trial_last *l = slot_last(a, s);
+      if (l->has && l->t == t) rc = bracket_walk(a, s, t, l->v, out);
+    }
     out->stopped_early = 0;
   }
   if (rc == 0) s->active = 0;
   return rc;
 }
 
+/* The slot and milestone index a replayed record lands in: -EINVAL when
+ * the bracket or milestone does not exist or the trial has a record there. */
+static int restore_slot(struct asha *a, int64_t trial_id, int bracket, double milestone,
+                        struct trial_slot **s, int *k) {
+  struct bracket *b;
+  int rc;
+  if (bracket < 0 || bracket >= a->nb) return -EINVAL;
+  b = &a->b[bracket];
+  for (*k = 0; *k < b->n; (*k)++)
+    if (fabs(b->rungs[*k].t - milestone) <= 1e-9 * fmax(1.0, fabs(milestone))) break;
+  if (*k == b->n) return -EINVAL;
+  rc = slot_get(a, trial_id, bracket, s);
+  if (rc) return rc;
+  if ((*s)->bracket != bracket || ((*s)->recorded >> *k & 1)) return -EINVAL;
+  return 0;
+}
+
 int asha_restore_record(struct asha *a, int64_t trial_id, int bracket, double milestone,
                         double value, int stopped_early) {
   struct trial_slot *s;
-  struct bracket *b;
-  int k, rc;
-  if (bracket < 0 || bracket >= a->nb) return -EINVAL;
-  b = &a->b[bracket];
-  for (k = 0; k < b->n; k++)
-    if (fabs(b->rungs[k].t - milestone) <= 1e-9 * fmax(1.0, fabs(milestone))) break;
-  if (k == b->n) return -EINVAL;
-  rc = slot_get(a, trial_id, bracket, &s);
-  if (rc) return rc;
-  if (s->bracket != bracket || (s->recorded >> k & 1)) return -EINVAL;
-  rc = milestone_insert(&b->rungs[k], value);
+  int k, rc = a->k > 1 ? -EINVAL : restore_slot(a, trial_id, bracket, milestone, &s, &k);
+  if (!rc) rc = milestone_insert(&a->b[bracket].rungs[k], value);
   if (rc) return rc;
   s->recorded |= 1ULL << k;
-  if (stopped_early) b->stopped++;
+  if (stopped_early) a->b[bracket].stopped++;
+  return 0;
+}
+
+int asha_restore_record_mo(struct asha *a, int64_t trial_id, int bracket, double milestone,
+                           const double *values, int stopped_early) {
+  static const double nan[SPEC_MAX_OBJECTIVES] = {NAN, NAN, NAN, NAN};
+  struct trial_slot *s;
+  int k, rc = a->k < 2 ? -EINVAL : restore_slot(a, trial_id, bracket, milestone, &s, &k);
+  if (!rc) rc = milestone_insert_mo(&a->b[bracket].rungs[k], a->k, values ? values : nan);
+  if (rc) return rc;
+  s->recorded |= 1ULL << k;
+  if (stopped_early) a->b[bracket].stopped++;
   return 0;
 }
 
 int asha_cutoff(const struct asha *a, int bracket, int index, double *cutoff) {
   double c;
   if (bracket < 0 || bracket >= a->nb || index < 0 || index >= a->b[bracket].n) return -EINVAL;
+  if (a->k > 1) return -ENOENT; /* several objectives rank, no cutoff */
   if (milestone_cutoff(&a->b[bracket].rungs[index], a->reduction_factor, &c)) return -ENOENT;
   *cutoff = a->sign * c;
   return 0;
@@ -468,9 +600,64 @@ static void asha_sched_outcome(const struct sched *s, double t, struct sched_out
              st->sign * a->value, st->sign * a->cutoff, (int)(m->n + m->nan_count), a->milestone);
     break;
   }
+  case ASHA_REASON_MO_RANK:
+    /* 1-based in the sentence: "front 3 of 5", "7th of 9". */
+    snprintf(out->reason, sizeof out->reason,
+             "stopped at t=%g: front %d of %d at rung %g, %lld of %lld trials in "
+             "non-dominated order (epsilon-net within a front); only the first %lld continue",
+             t, a->mo_front + 1, a->mo_nfronts, a->milestone, (long long)a->mo_pos + 1,
+             (long long)a->mo_n, (long long)a->mo_keep);
+    break;
   default:
     snprintf(out->reason, sizeof out->reason, "stopped at t=%g", t);
   }
+}
+
+/* With several objectives the scheduler's record (sched_records, replayed
+ * by asha_sched_restore in order): {"asha_mo": {"bracket", "milestone",
+ * "values": [flipped] or null, "stopped"}}. */
+static int asha_sched_record_mo(struct sched_outcome *out, int k) {
+  const struct asha_outcome *a = &out->asha;
+  cJSON *r = cJSON_CreateObject(), *m = r ? cJSON_AddObjectToObject(r, "asha_mo") : NULL, *v;
+  int ok = m && cJSON_AddNumberToObject(m, "bracket", a->bracket) &&
+           cJSON_AddNumberToObject(m, "milestone", a->milestone) &&
+           cJSON_AddBoolToObject(m, "stopped", a->stopped_early);
+  if (ok && isnan(a->mo_values[0])) {
+    ok = cJSON_AddNullToObject(m, "values") != NULL;
+  } else if (ok) {
+    ok = (v = cJSON_AddArrayToObject(m, "values")) != NULL;
+    for (int j = 0; ok && j < k; j++) {
+      cJSON *x = cJSON_CreateNumber(a->mo_values[j]);
+      ok = x && cJSON_AddItemToArray(v, x);
+      if (!ok) cJSON_Delete(x);
+    }
+  }
+  if (!ok) {
+    cJSON_Delete(r);
+    return -ENOMEM;
+  }
+  out->record = r;
+  return 0;
+}
+
+static int asha_sched_restore(struct sched *s, int64_t trial_id, const cJSON *record) {
+  const struct asha *st = s->st;
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(record, "asha_mo");
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "bracket");
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(m, "milestone");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "values");
+  double vals[SPEC_MAX_OBJECTIVES];
+  if (!cJSON_IsNumber(b) || !cJSON_IsNumber(t) ||
+      !(cJSON_IsNull(v) || (cJSON_IsArray(v) && cJSON_GetArraySize(v) == st->k)))
+    return -EINVAL;
+  for (int j = 0; cJSON_IsArray(v) && j < st->k; j++) {
+    const cJSON *x = cJSON_GetArrayItem(v, j);
+    if (!cJSON_IsNumber(x)) return -EINVAL;
+    vals[j] = x->valuedouble;
+  }
+  return asha_restore_record_mo(s->st, trial_id, b->valueint, t->valuedouble,
+                                cJSON_IsArray(v) ? vals : NULL,
+                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "stopped")));
 }
 
 static int asha_sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,
@@ -483,10 +670,10 @@ static int asha_sched_on_result(struct sched *s, int64_t trial_id, double t, con
     return 0;
   }
   sched_outcome_reset(out);
-  rc = asha_on_result(s->st, trial_id, t, *value, &out->asha);
+  rc = asha_on_result_mo(s->st, trial_id, t, value, &out->asha);
   if (rc) return rc;
   asha_sched_outcome(s, t, out);
-  return 0;
+  return out->asha.mo_recorded ? asha_sched_record_mo(out, ((struct asha *)s->st)->k) : 0;
 }
 
 static int asha_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_last, double t,
@@ -496,6 +683,7 @@ static int asha_sched_on_trial_end(struct sched *s, int64_t trial_id, int has_la
     int rc = asha_on_trial_end(s->st, trial_id, 1, t, *last_value, &out->asha);
     /* The decision of the last pass is not the server's business. */
     out->action = SCHED_CONTINUE;
+    if (!rc && out->asha.mo_recorded) rc = asha_sched_record_mo(out, ((struct asha *)s->st)->k);
     return rc;
   }
   return asha_on_trial_end(s->st, trial_id, 0, 0, 0, NULL);
@@ -537,6 +725,7 @@ const struct sched_ops asha_sched_ops = {
     .add_trial = asha_sched_add_trial,
     .on_result = asha_sched_on_result,
     .on_trial_end = asha_sched_on_trial_end,
+    .restore = asha_sched_restore,
     .restore_record = asha_sched_restore_record,
     .state_json = asha_sched_state_json,
 };

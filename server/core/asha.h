@@ -17,6 +17,7 @@ enum asha_reason {
   ASHA_REASON_MAX_T,     /* t >= max_t: the trial is done (not early) */
   ASHA_REASON_CUTOFF,    /* below the milestone's cutoff: stopped early */
   ASHA_REASON_NONFINITE, /* NaN/inf at a milestone: stopped early */
+  ASHA_REASON_MO_RANK,   /* several objectives: ranked past the top 1/rf */
 };
 
 /* What one result (or a trial's end) did. When recorded is 1 the store must
@@ -35,6 +36,14 @@ struct asha_outcome {
                           NULL, restore as NAN) */
   int has_cutoff;      /* a cutoff was computed for this decision */
   double cutoff;       /* sign-flipped, like value */
+  /* Several objectives (MOASHA; value, cutoff and recorded stay NaN/0: the
+   * scheduler stores its own record, asha_restore_record_mo replays it). */
+  int mo_recorded;                       /* a vector was recorded */
+  double mo_values[SPEC_MAX_OBJECTIVES]; /* flipped: smaller is better;
+                                            all NaN when one was not finite */
+  int mo_ranked;                         /* the rung was ranked (finite) */
+  int64_t mo_pos, mo_n, mo_keep;         /* 0-based position of n; keep continue */
+  int mo_front, mo_nfronts;              /* 0-based front of nfronts */
 };
 
 /* Checks the "scheduler" object of type asha (both variants) at path and
@@ -74,10 +83,20 @@ int asha_has_trial(const struct asha *a, int64_t trial_id);
 int asha_on_result(struct asha *a, int64_t trial_id, double t, double value,
                    struct asha_outcome *out);
 
+/* asha_on_result for several objectives (params' nobjectives values, each
+ * in its own sign; NaN for JSON null): the rung ranks the finite vectors
+ * recorded there by rung_mo_order() and stops a trial placed past the top
+ * 1/rf (ASHA_REASON_MO_RANK). With one objective it is asha_on_result. */
+int asha_on_result_mo(struct asha *a, int64_t trial_id, double t, const double *values,
+                      struct asha_outcome *out);
+
 /* The trial ended (completed, stopped or failed). When it reported
  * (has_last), its last result passes through its bracket once more (the
  * decision is ignored; out->recorded says whether something was recorded);
  * then it leaves the bracket. out may be NULL only when has_last is 0.
+ * With several objectives value is not read: the last pass takes the vector
+ * of the trial's last asha_on_result_mo when it was at t (none after a
+ * restart that saw no result of the trial since: nothing is recorded then).
  * -ENOENT when the trial is not in a bracket. */
 int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t, double value,
                       struct asha_outcome *out);
@@ -89,6 +108,12 @@ int asha_on_trial_end(struct asha *a, int64_t trial_id, int has_last, double t, 
  * a record there; -ENOMEM. */
 int asha_restore_record(struct asha *a, int64_t trial_id, int bracket, double milestone,
                         double value, int stopped_early);
+
+/* asha_restore_record for several objectives: values as in
+ * asha_outcome.mo_values (NULL or NaN for a non-finite record), replayed in
+ * the original order (ties rank by arrival). */
+int asha_restore_record_mo(struct asha *a, int64_t trial_id, int bracket, double milestone,
+                           const double *values, int stopped_early);
 
 /* The cutoff a new value at (bracket, milestone index) would face, in the
  * metric's own sign; -ENOENT when nothing finite is recorded there. */

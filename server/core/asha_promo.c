@@ -25,8 +25,13 @@ struct entry {
 
 struct prung {
   double t;
-  struct entry *e; /* ranked */
+  /* One objective: ranked. Several (k): in arrival order (v 0, or NaN for a
+   * non-finite vector), the vectors in mv (k each, flipped: smaller is
+   * better), ranked when needed (prung_mo_ranked). */
+  struct entry *e;
   size_t n, cap;
+  double *mv;
+  size_t mcap;
   int64_t promoted;
 };
 
@@ -49,6 +54,8 @@ struct apromo {
   /* Only what the decisions read of the sched_params. */
   double max_t, reduction_factor;
   double sign;
+  int k;                            /* objectives */
+  double flip[SPEC_MAX_OBJECTIVES]; /* several: +1 min, -1 max */
   uint64_t bracket_seed;
   int nb;
   struct pbracket *b;      /* nb of them */
@@ -90,6 +97,7 @@ int apromo_create(const struct sched_params *params, enum spec_mode mode, uint64
   a->max_t = params->max_t;
   a->reduction_factor = params->reduction_factor;
   a->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
+  a->k = rung_mo_flips(params, mode, a->flip);
   /* The stopping variant's bracket draw: the same seed gives the same
    * brackets whichever variant runs. */
   a->bracket_seed = rung_bracket_seed(seed);
@@ -124,7 +132,10 @@ fail:
 void apromo_free(struct apromo *a) {
   if (!a) return;
   for (int b = 0; b < a->nb; b++) {
-    for (int k = 0; k < a->b[b].n; k++) free(a->b[b].r[k].e);
+    for (int k = 0; k < a->b[b].n; k++) {
+      free(a->b[b].r[k].e);
+      free(a->b[b].r[k].mv);
+    }
     free(a->b[b].r);
   }
   free(a->b);
@@ -138,7 +149,8 @@ size_t apromo_mem_bytes(const struct apromo *a) {
   n = sizeof *a + (size_t)a->nb * sizeof *a->b + rung_slots_mem_bytes(&a->slots);
   for (int b = 0; b < a->nb; b++) {
     n += (size_t)a->b[b].n * sizeof *a->b[b].r;
-    for (int k = 0; k < a->b[b].n; k++) n += a->b[b].r[k].cap * sizeof *a->b[b].r[k].e;
+    for (int k = 0; k < a->b[b].n; k++)
+      n += a->b[b].r[k].cap * sizeof *a->b[b].r[k].e + a->b[b].r[k].mcap * sizeof(double);
   }
   return n;
 }
@@ -203,23 +215,114 @@ static int64_t prung_insert(struct prung *r, int64_t id, double v) {
   return (int64_t)lo;
 }
 
-/* Records the value (sign-flipped) at rung k of the trial's bracket. */
-static int record_at(struct apromo *a, struct ptrial *t, int k, double v, int64_t *rank) {
-  struct prung *r = &a->b[t->bracket].r[k];
-  int64_t pos = prung_insert(r, t->id, v);
-  if (pos < 0) return (int)pos;
-  t->rung = k;
-  t->paused = isfinite(v);
-  if (rank) *rank = pos + 1;
+/* Several objectives: appends the flipped vector (arrival order); an entry
+ * with a non-finite value gets v NaN. 0 or -ENOMEM (rung unchanged). */
+static int prung_append_mo(struct prung *r, int k, int64_t id, const double *v) {
+  int finite = 1;
+  if (r->n == r->cap) {
+    struct entry *ne = rung_grow(r->e, &r->cap, sizeof *ne, 4);
+    if (!ne) return -ENOMEM;
+    r->e = ne;
+  }
+  if ((r->n + 1) * (size_t)k > r->mcap) {
+    size_t want = r->cap * (size_t)k;
+    double *nv = realloc(r->mv, want * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    r->mv = nv;
+    r->mcap = want;
+  }
+  for (int j = 0; j < k; j++) finite = finite && isfinite(v[j]);
+  memcpy(r->mv + r->n * (size_t)k, v, (size_t)k * sizeof *v);
+  r->e[r->n++] = (struct entry){.trial_id = id, .v = finite ? 0 : NAN};
   return 0;
 }
 
-static cJSON *make_record(int bracket, int k, double own_value, int paused) {
-  cJSON *o = cJSON_CreateObject();
-  if (!o) return NULL;
+/* Several objectives: the rung's entry indices best first (the finite
+ * vectors in rung_mo_order()'s order, then the others by arrival) into
+ * order (r->n of them); front/nfronts of entry `of` (or -1). */
+static int prung_mo_ranked(const struct prung *r, int k, size_t *order, size_t of, int *front,
+                           int *nfronts) {
+  size_t nf = 0, m = 0;
+  for (size_t i = 0; i < r->n; i++) nf += isfinite(r->e[i].v);
+  double *x = malloc((nf ? nf : 1) * (size_t)k * sizeof *x);
+  size_t *idx = malloc((nf ? nf : 1) * sizeof *idx), *pos = malloc((nf ? nf : 1) * sizeof *pos);
+  int *fr = malloc((nf ? nf : 1) * sizeof *fr), rc = -ENOMEM;
+  if (x && idx && pos && fr) {
+    for (size_t i = 0; i < r->n; i++)
+      if (isfinite(r->e[i].v)) {
+        memcpy(x + m * (size_t)k, r->mv + i * (size_t)k, (size_t)k * sizeof *x);
+        idx[m++] = i;
+      }
+    *nfronts = 0;
+    rc = rung_mo_order(x, nf, k, pos, fr, nfronts);
+  }
+  if (!rc) {
+    *front = -1;
+    for (size_t j = 0; j < nf; j++) {
+      order[pos[j]] = idx[j];
+      if (idx[j] == of) *front = fr[j];
+    }
+    for (size_t i = 0; i < r->n; i++)
+      if (!isfinite(r->e[i].v)) order[m++] = i;
+  }
+  free(x);
+  free(idx);
+  free(pos);
+  free(fr);
+  return rc;
+}
+
+/* Records the value (sign-flipped; with several objectives the flipped
+ * vector vs) at rung k of the trial's bracket. out (may be NULL) gets the
+ * rank (and front) there. */
+static int record_at(struct apromo *a, struct ptrial *t, int k, double v, const double *vs,
+                     struct apromo_outcome *out) {
+  struct prung *r = &a->b[t->bracket].r[k];
+  int64_t pos;
+  if (a->k == 1) {
+    if ((pos = prung_insert(r, t->id, v)) < 0) return (int)pos;
+  } else {
+    int rc = prung_append_mo(r, a->k, t->id, vs);
+    if (rc) return rc;
+    v = r->e[r->n - 1].v;
+    pos = (int64_t)r->n - 1;
+    if (out && isfinite(v)) {
+      size_t *order = malloc(r->n * sizeof *order);
+      if (!order || prung_mo_ranked(r, a->k, order, r->n - 1, &out->front, &out->nfronts)) {
+        free(order);
+        r->n--; /* not recorded after all */
+        return -ENOMEM;
+      }
+      for (size_t i = 0; i < r->n; i++)
+        if (order[i] == r->n - 1) pos = (int64_t)i;
+      free(order);
+    }
+  }
+  t->rung = k;
+  t->paused = isfinite(v);
+  if (out) out->rank = pos + 1;
+  return 0;
+}
+
+/* {"b", "r", "v", "p"}: v the value in its own sign, null when not finite;
+ * with several objectives (nv > 1) the list of them, null when one is not
+ * finite. */
+static cJSON *make_record(int bracket, int k, const double *own, int nv, int paused) {
+  cJSON *o = cJSON_CreateObject(), *v = NULL;
+  int finite = 1;
+  for (int j = 0; j < nv; j++) finite = finite && isfinite(own[j]);
+  if (!finite)
+    v = cJSON_CreateNull();
+  else if (nv == 1)
+    v = cJSON_CreateNumber(own[0]);
+  else
+    v = cJSON_CreateDoubleArray(own, nv);
+  if (!o || !v || !cJSON_AddItemToObject(o, "v", v)) {
+    cJSON_Delete(v);
+    cJSON_Delete(o);
+    return NULL;
+  }
   if (!cJSON_AddNumberToObject(o, "b", bracket) || !cJSON_AddNumberToObject(o, "r", k) ||
-      !(isfinite(own_value) ? cJSON_AddNumberToObject(o, "v", own_value)
-                            : cJSON_AddNullToObject(o, "v")) ||
       !cJSON_AddNumberToObject(o, "p", paused)) {
     cJSON_Delete(o);
     return NULL;
@@ -227,8 +330,8 @@ static cJSON *make_record(int bracket, int k, double own_value, int paused) {
   return o;
 }
 
-int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
-                     struct apromo_outcome *out) {
+static int apromo_result(struct apromo *a, int64_t trial_id, double t, const double *values,
+                         struct apromo_outcome *out) {
   struct ptrial *tr = find(a, trial_id);
   memset(out, 0, sizeof *out);
   out->rung = -1;
@@ -245,10 +348,14 @@ int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
   int k = tr->rung + 1;
   const struct pbracket *b = &a->b[tr->bracket];
   if (k >= b->n || t < b->r[k].t) return 0;
-  double v = isfinite(value) ? a->sign * value : NAN;
-  cJSON *rec = make_record(tr->bracket, k, value, isfinite(v));
+  double v = isfinite(values[0]) ? a->sign * values[0] : NAN, vs[SPEC_MAX_OBJECTIVES];
+  for (int j = 0; a->k > 1 && j < a->k; j++) {
+    vs[j] = a->flip[j] * values[j];
+    if (!isfinite(vs[j])) v = NAN;
+  }
+  cJSON *rec = make_record(tr->bracket, k, values, a->k, isfinite(v));
   if (!rec) return -ENOMEM;
-  int rc = record_at(a, tr, k, v, &out->rank);
+  int rc = record_at(a, tr, k, v, vs, out);
   if (rc) {
     cJSON_Delete(rec);
     return rc;
@@ -265,6 +372,17 @@ int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
     out->why = APROMO_NONFINITE;
   }
   return 0;
+}
+
+int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
+                     struct apromo_outcome *out) {
+  if (a->k > 1) return -EINVAL;
+  return apromo_result(a, trial_id, t, &value, out);
+}
+
+int apromo_on_result_mo(struct apromo *a, int64_t trial_id, double t, const double *values,
+                        struct apromo_outcome *out) {
+  return apromo_result(a, trial_id, t, values, out);
 }
 
 int apromo_on_trial_end(struct apromo *a, int64_t trial_id) {
@@ -287,14 +405,25 @@ int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
     for (int k = b->n - 1; k >= 0; k--) {
       struct prung *r = &b->r[k];
       int64_t top = top_of(a, r->n);
+      size_t *order = NULL;
+      int front, nfronts;
+      if (a->k > 1 && top > 0) {
+        /* Several objectives: the rung's order, computed now. */
+        if (!(order = malloc(r->n * sizeof *order)) ||
+            prung_mo_ranked(r, a->k, order, r->n, &front, &nfronts)) {
+          free(order);
+          return -ENOMEM;
+        }
+      }
       for (int64_t i = 0; i < top; i++) {
-        const struct entry *e = &r->e[i];
+        const struct entry *e = &r->e[order ? order[i] : (size_t)i];
         struct ptrial *tr;
         if (!isfinite(e->v)) break; /* ranked last: nothing promotable below */
         tr = find(a, e->trial_id);
         if (!tr || !tr->added || tr->ended || !tr->paused || tr->rung != k) continue;
         if (resumable && !resumable(ctx, tr->id)) continue;
         cJSON *rec = cJSON_CreateObject();
+        free(order);
         if (!rec || !cJSON_AddNumberToObject(rec, "promote", k)) {
           cJSON_Delete(rec);
           return -ENOMEM;
@@ -312,6 +441,7 @@ int apromo_choose(struct apromo *a, apromo_resumable_fn resumable, void *ctx,
         out->record = rec;
         return 0;
       }
+      free(order);
     }
   }
   return 0;
@@ -331,15 +461,24 @@ int apromo_restore(struct apromo *a, int64_t trial_id, const cJSON *record) {
     a->b[tr->bracket].r[tr->rung].promoted++;
     return 0;
   }
-  if (!cJSON_IsNumber(b) || !cJSON_IsNumber(r) || (!cJSON_IsNumber(v) && !cJSON_IsNull(v)) ||
-      b->valueint < 0 || b->valueint >= a->nb || r->valueint < 0 ||
-      r->valueint >= a->b[b->valueint].n)
+  if (!cJSON_IsNumber(b) || !cJSON_IsNumber(r) ||
+      (!cJSON_IsNumber(v) && !cJSON_IsNull(v) && !cJSON_IsArray(v)) || b->valueint < 0 ||
+      b->valueint >= a->nb || r->valueint < 0 || r->valueint >= a->b[b->valueint].n)
     return -EINVAL;
+  double vs[SPEC_MAX_OBJECTIVES], one = NAN;
+  if (a->k > 1) {
+    if (!cJSON_IsNull(v) && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != a->k)) return -EINVAL;
+    for (int j = 0; j < a->k; j++) {
+      const cJSON *x = cJSON_GetArrayItem(v, j);
+      if (x && !cJSON_IsNumber(x)) return -EINVAL;
+      vs[j] = x ? a->flip[j] * x->valuedouble : NAN;
+    }
+  } else if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) {
+    one = a->sign * v->valuedouble;
+  }
   if ((rc = get(a, trial_id, b->valueint, &tr))) return rc;
   if (tr->bracket != b->valueint || r->valueint != tr->rung + 1) return -EINVAL;
-  return record_at(a, tr, r->valueint,
-                   cJSON_IsNumber(v) && isfinite(v->valuedouble) ? a->sign * v->valuedouble : NAN,
-                   NULL);
+  return record_at(a, tr, r->valueint, one, vs, NULL);
 }
 
 int apromo_state_json(const struct apromo *a, cJSON **out) {
@@ -421,14 +560,22 @@ static int apromo_sched_on_result(struct sched *s, int64_t trial_id, double t, c
     sched_outcome_max_t(s, t, out);
     return 0;
   }
-  rc = apromo_on_result(s->st, trial_id, t, *value, &ao);
+  rc = apromo_on_result_mo(s->st, trial_id, t, value, &ao);
   if (rc) return rc;
   out->record = ao.record;
   switch (ao.action) {
   case APROMO_PAUSE:
     out->action = SCHED_PAUSE;
-    snprintf(out->reason, sizeof out->reason, "paused at rung %d (%s %g): rank %lld of %lld there",
-             ao.rung, s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n);
+    if (ao.nfronts > 0)
+      snprintf(out->reason, sizeof out->reason,
+               "paused at rung %d (%s %g): rank %lld of %lld there in non-dominated order "
+               "(front %d of %d)",
+               ao.rung, s->p.time_attr, ao.rung_t, (long long)ao.rank, (long long)ao.n,
+               ao.front + 1, ao.nfronts);
+    else
+      snprintf(out->reason, sizeof out->reason,
+               "paused at rung %d (%s %g): rank %lld of %lld there", ao.rung, s->p.time_attr,
+               ao.rung_t, (long long)ao.rank, (long long)ao.n);
     break;
   case APROMO_STOP:
     out->action = SCHED_STOP;

@@ -30,6 +30,9 @@ struct apromo_outcome {
   int64_t rank;  /* PAUSE: 1-based rank at the rung when recorded */
   int64_t n;     /* values recorded at the rung (this one included) */
   cJSON *record; /* NULL or the change to persist (caller owns) */
+  /* PAUSE with several objectives: the 0-based front of how many (the
+   * rank is the position in the non-dominated order, rung_mo_order()). */
+  int front, nfronts;
 };
 
 struct apromo_choice {
@@ -68,6 +71,13 @@ int apromo_add_trial(struct apromo *a, int64_t trial_id, int bracket);
  * stops. -ENOENT: unknown trial. */
 int apromo_on_result(struct apromo *a, int64_t trial_id, double t, double value,
                      struct apromo_outcome *out);
+/* apromo_on_result with several objectives (params' nobjectives values in
+ * their own signs, NaN for null): a rung ranks its finite vectors by
+ * rung_mo_order() (non-dominated sort, epsilon-net within a front, ties by
+ * arrival), non-finite ones last; choose promotes from that order's top
+ * floor(n/eta). With one objective it is apromo_on_result. */
+int apromo_on_result_mo(struct apromo *a, int64_t trial_id, double t, const double *values,
+                        struct apromo_outcome *out);
 /* The trial ended: never promoted after this. Its values stay counted. */
 int apromo_on_trial_end(struct apromo *a, int64_t trial_id);
 

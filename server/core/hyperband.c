@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "idmap.h"
+#include "rung.h"
 #include "sched_ops.h"
 
 struct hb_slot {
@@ -37,6 +38,12 @@ struct hb_bracket {
 
 struct hyperband {
   double max_t, eta, sign;
+  /* Several objectives: k, flip[j] +1 for min and -1 for max, and each
+   * slot's last vector flipped (smaller is better) in mv[idx * k...]; a
+   * slot's v is then 0, or NaN when the vector is not all finite. */
+  int k;
+  double flip[SPEC_MAX_OBJECTIVES];
+  double *mv;
   int s_max_1;
   int64_t num_trials;
   struct hb_slot *slots; /* num_trials, by idx */
@@ -95,6 +102,7 @@ int hb_create(double max_t, double reduction_factor, enum spec_mode mode, int64_
   h->max_t = max_t;
   h->eta = reduction_factor;
   h->sign = mode == SPEC_MODE_MAX ? 1.0 : -1.0;
+  h->k = 1;
   h->s_max_1 = (int)nearbyint(log(max_t) / log(reduction_factor)) + 1;
   h->num_trials = num_trials;
   h->slots = calloc((size_t)num_trials, sizeof *h->slots);
@@ -149,8 +157,18 @@ fail:
   return -ENOMEM;
 }
 
+int hb_objectives(struct hyperband *h, int k, const enum spec_mode *modes) {
+  if (k < 2 || k > SPEC_MAX_OBJECTIVES || h->k > 1) return -EINVAL;
+  h->mv = calloc((size_t)h->num_trials * (size_t)k, sizeof *h->mv);
+  if (!h->mv) return -ENOMEM;
+  h->k = k;
+  for (int j = 0; j < k; j++) h->flip[j] = modes[j] == SPEC_MODE_MAX ? -1.0 : 1.0;
+  return 0;
+}
+
 void hb_free(struct hyperband *h) {
   if (!h) return;
+  free(h->mv);
   free(h->slots);
   free(h->br);
   idmap_free(&h->ids);
@@ -160,7 +178,8 @@ void hb_free(struct hyperband *h) {
 size_t hb_mem_bytes(const struct hyperband *h) {
   if (!h) return 0;
   return sizeof *h + (size_t)h->num_trials * sizeof *h->slots + (size_t)h->nbr * sizeof *h->br +
-         h->ids.cap * sizeof *h->ids.e;
+         h->ids.cap * sizeof *h->ids.e +
+         (h->mv ? (size_t)h->num_trials * (size_t)h->k * sizeof *h->mv : 0);
 }
 
 void hb_outcome_clear(struct hb_outcome *out) {
@@ -215,6 +234,7 @@ struct ranked {
   int64_t idx;
   int finite;
   double key;
+  int front; /* several objectives: the 0-based front */
 };
 
 static int ranked_cmp(const void *pa, const void *pb) {
@@ -222,6 +242,39 @@ static int ranked_cmp(const void *pa, const void *pb) {
   if (a->finite != b->finite) return a->finite - b->finite;
   if (a->finite && a->key != b->key) return a->key < b->key ? -1 : 1;
   return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+/* Several objectives: the m live trials of rk (idx order) ranked worst
+ * first: the non-finite ones in idx order, then the finite ones from the
+ * last position of rung_mo_order() to the first. *nfronts of the finite. */
+static int rank_mo(const struct hyperband *h, struct ranked *rk, int64_t m, int *nfronts) {
+  size_t nf = 0, at = 0;
+  int k = h->k, rc = -ENOMEM;
+  double *x = malloc(((size_t)m ? (size_t)m : 1) * (size_t)k * sizeof *x);
+  size_t *pos = malloc(((size_t)m ? (size_t)m : 1) * sizeof *pos);
+  int *fr = malloc(((size_t)m ? (size_t)m : 1) * sizeof *fr);
+  struct ranked *fin = malloc(((size_t)m ? (size_t)m : 1) * sizeof *fin);
+  if (x && pos && fr && fin) {
+    for (int64_t i = 0; i < m; i++)
+      if (rk[i].finite) {
+        memcpy(x + nf * (size_t)k, h->mv + rk[i].idx * k, (size_t)k * sizeof *x);
+        fin[nf++] = rk[i];
+      } else {
+        rk[at++] = rk[i]; /* in place: at <= i */
+      }
+    *nfronts = 0;
+    rc = rung_mo_order(x, nf, k, pos, fr, nfronts);
+  }
+  if (!rc)
+    for (size_t j = 0; j < nf; j++) {
+      fin[j].front = fr[j];
+      rk[at + nf - 1 - pos[j]] = fin[j];
+    }
+  free(x);
+  free(pos);
+  free(fr);
+  free(fin);
+  return rc;
 }
 
 /* Ray's _process_bracket with the current trial cur (-1 on a trial's end),
@@ -271,15 +324,26 @@ static int process(struct hyperband *h, int bi, int64_t cur, struct hb_outcome *
       rk[m].key = rk[m].finite ? h->sign * x->v : 0;
       m++;
     }
-    qsort(rk, (size_t)m, sizeof *rk, ranked_cmp);
+    int nfronts = 0;
+    if (h->k == 1)
+      qsort(rk, (size_t)m, sizeof *rk, ranked_cmp);
+    else if ((rc = rank_mo(h, rk, m, &nfronts)))
+      goto done;
     ngood = b->n < m ? b->n : m;
     for (int64_t k = 0; k < m - ngood; k++) {
       struct hb_slot *x = &h->slots[rk[k].idx];
-      snprintf(why, sizeof why,
-               "stopped at t=%g: rank %lld of %lld in bracket %d at t=%lld, "
-               "only the top %lld continue",
-               slot_time(x), (long long)(m - k), (long long)m, bi, (long long)rung,
-               (long long)ngood);
+      if (h->k > 1 && rk[k].finite)
+        snprintf(why, sizeof why,
+                 "stopped at t=%g: rank %lld of %lld in bracket %d at t=%lld in "
+                 "non-dominated order (front %d of %d), only the top %lld continue",
+                 slot_time(x), (long long)(m - k), (long long)m, bi, (long long)rung,
+                 rk[k].front + 1, nfronts, (long long)ngood);
+      else
+        snprintf(why, sizeof why,
+                 "stopped at t=%g: rank %lld of %lld in bracket %d at t=%lld, "
+                 "only the top %lld continue",
+                 slot_time(x), (long long)(m - k), (long long)m, bi, (long long)rung,
+                 (long long)ngood);
       x->live = 0;
       h->num_stopped++;
       if (rk[k].idx == cur) {
@@ -340,7 +404,7 @@ static cJSON *make_record(const char *ev, int64_t idx) {
   return r;
 }
 
-static int do_result(struct hyperband *h, int64_t idx, double t, double value,
+static int do_result(struct hyperband *h, int64_t idx, double t, const double *values,
                      struct hb_outcome *out) {
   struct hb_slot *x = &h->slots[idx];
   struct hb_bracket *b = &h->br[x->bracket];
@@ -356,7 +420,15 @@ static int do_result(struct hyperband *h, int64_t idx, double t, double value,
   /* update_trial_stats */
   b->progress += t - slot_time(x);
   x->t = t;
-  x->v = isfinite(value) ? value : NAN;
+  x->v = isfinite(values[0]) ? values[0] : NAN;
+  if (h->k > 1) {
+    int finite = 1;
+    for (int j = 0; j < h->k; j++) {
+      h->mv[idx * h->k + j] = h->flip[j] * values[j];
+      finite = finite && isfinite(values[j]);
+    }
+    x->v = finite ? 0 : NAN;
+  }
   x->has_result = 1;
   x->paused = 0;
   x->ready = 0;
@@ -397,24 +469,45 @@ static int lookup(const struct hyperband *h, int64_t trial_id, int64_t *idx) {
   return 0;
 }
 
-int hb_on_result(struct hyperband *h, int64_t trial_id, double t, double value,
-                 struct hb_outcome *out) {
+/* "v": the value, or with several objectives the list of them (in their
+ * own signs); null when one is not finite. */
+static cJSON *value_json(const double *values, int k) {
+  for (int j = 0; j < k; j++)
+    if (!isfinite(values[j])) return cJSON_CreateNull();
+  return k == 1 ? cJSON_CreateNumber(values[0]) : cJSON_CreateDoubleArray(values, k);
+}
+
+static int hb_result(struct hyperband *h, int64_t trial_id, double t, const double *values,
+                     struct hb_outcome *out) {
   int64_t idx;
   int rc, live;
   memset(out, 0, sizeof *out);
   if (isnan(t)) return -EINVAL;
   if ((rc = lookup(h, trial_id, &idx))) return rc;
   live = h->slots[idx].live;
-  rc = do_result(h, idx, t, value, out);
+  rc = do_result(h, idx, t, values, out);
   if (rc == 0 && live) {
+    cJSON *v = value_json(values, h->k);
     out->record = make_record("result", idx);
-    if (!out->record || !cJSON_AddNumberToObject(out->record, "t", t) ||
-        !(isfinite(value) ? cJSON_AddNumberToObject(out->record, "v", value)
-                          : cJSON_AddNullToObject(out->record, "v")))
+    if (!out->record || !v || !cJSON_AddNumberToObject(out->record, "t", t) ||
+        !cJSON_AddItemToObject(out->record, "v", v)) {
+      cJSON_Delete(v); /* not added: "v" is the last step */
       rc = -ENOMEM;
+    }
   }
   if (rc) hb_outcome_clear(out);
   return rc;
+}
+
+int hb_on_result(struct hyperband *h, int64_t trial_id, double t, double value,
+                 struct hb_outcome *out) {
+  if (h->k > 1) return -EINVAL;
+  return hb_result(h, trial_id, t, &value, out);
+}
+
+int hb_on_result_mo(struct hyperband *h, int64_t trial_id, double t, const double *values,
+                    struct hb_outcome *out) {
+  return hb_result(h, trial_id, t, values, out);
 }
 
 int hb_on_trial_end(struct hyperband *h, int64_t trial_id, struct hb_outcome *out) {
@@ -493,9 +586,17 @@ int hb_restore(struct hyperband *h, int64_t trial_id, const cJSON *record) {
   if (!strcmp(e->valuestring, "result")) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(record, "t");
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(record, "v");
-    if (!cJSON_IsNumber(t) || !(cJSON_IsNumber(v) || cJSON_IsNull(v)) || !h->slots[idx].live)
+    double vs[SPEC_MAX_OBJECTIVES];
+    if (!cJSON_IsNumber(t) || !h->slots[idx].live ||
+        !(cJSON_IsNull(v) ||
+          (h->k == 1 ? cJSON_IsNumber(v) : cJSON_IsArray(v) && cJSON_GetArraySize(v) == h->k)))
       return -EINVAL;
-    rc = do_result(h, idx, t->valuedouble, cJSON_IsNumber(v) ? v->valuedouble : NAN, &out);
+    for (int j = 0; j < h->k; j++) {
+      const cJSON *x = h->k == 1 ? v : cJSON_GetArrayItem(v, j);
+      if (x && !cJSON_IsNumber(x) && !cJSON_IsNull(x)) return -EINVAL;
+      vs[j] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+    }
+    rc = do_result(h, idx, t->valuedouble, vs, &out);
   } else if (!strcmp(e->valuestring, "end")) {
     if (!h->slots[idx].live) return -EINVAL;
     rc = do_end(h, idx, &out);
@@ -579,7 +680,11 @@ static int hb_sched_create(struct sched *s, const struct sched_params *params, u
   int rc;
   (void)seed;
   rc = hb_create(params->max_t, params->reduction_factor, s->mode, params->num_trials, &h);
-  if (rc == 0) s->st = h;
+  if (rc == 0 && params->nobjectives > 1) rc = hb_objectives(h, params->nobjectives, params->modes);
+  if (rc == 0)
+    s->st = h;
+  else
+    hb_free(h);
   return rc;
 }
 
@@ -627,9 +732,10 @@ static int hb_sched_outcome(int rc, struct hb_outcome *hb, struct sched_outcome 
 
 static int hb_sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,
                               struct sched_outcome *out) {
+  static const double none[SPEC_MAX_OBJECTIVES] = {NAN, NAN, NAN, NAN};
   struct hb_outcome hb;
   /* A result without the metric ranks below every value. */
-  int rc = hb_on_result(s->st, trial_id, t, value ? *value : NAN, &hb);
+  int rc = hb_on_result_mo(s->st, trial_id, t, value ? value : none, &hb);
   return hb_sched_outcome(rc, &hb, out);
 }
 

@@ -57,6 +57,12 @@ int hb_check(const cJSON *sched, const char *path, struct sched_params *sp,
  * experiment's plan (trials beyond it are never created), 1..SPEC cap. */
 int hb_create(double max_t, double reduction_factor, enum spec_mode mode, int64_t num_trials,
               struct hyperband **out);
+/* Several objectives (k of them, 2..SPEC_MAX_OBJECTIVES, right after
+ * hb_create): a halving ranks the bracket's live trials by rung_mo_order()
+ * (non-dominated sort, epsilon-net within a front, ties to the lower
+ * index), non-finite vectors last, and results take hb_on_result_mo. 0,
+ * -EINVAL or -ENOMEM. */
+int hb_objectives(struct hyperband *h, int k, const enum spec_mode *modes);
 void hb_free(struct hyperband *h);
 /* Bytes the state holds: the plan's slots (one per planned trial, laid out
  * at create, as Ray's brackets need them), its brackets and the id map. */
@@ -77,6 +83,12 @@ int hb_add_trial(struct hyperband *h, int64_t trial_id, int64_t idx);
  * in its bracket is answered STOP and nothing changes. */
 int hb_on_result(struct hyperband *h, int64_t trial_id, double t, double value,
                  struct hb_outcome *out);
+
+/* hb_on_result with several objectives: values holds one per objective in
+ * its own sign (NaN: missing, null or not finite; then the vector ranks
+ * below every finite one). */
+int hb_on_result_mo(struct hyperband *h, int64_t trial_id, double t, const double *values,
+                    struct hb_outcome *out);
 
 /* The trial ended (completed, errored, stopped by anything). Leaves its
  * bracket; the bracket is processed (others may be stopped or readied).

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "idmap.h"
+#include "spec.h"
 
 /* Milestone k of bracket s: grace * rf^(k+s). */
 double rung_t(double grace, double rf, int s, int k);
@@ -57,5 +58,35 @@ void *rung_slot_find(const struct rung_slots *t, int64_t id);
 /* Finds the trial's slot or appends a zeroed one (*created = 1; the caller
  * fills it). 0 or -ENOMEM (table unchanged). */
 int rung_slot_get(struct rung_slots *t, int64_t id, void **out, int *created);
+
+/* Several objectives at one rung (MOASHA, as Syne Tune's NonDominatedPriority
+ * ranks them): n points of k finite objectives, row-major, each already
+ * flipped so that smaller is better. The order is the non-dominated sort's
+ * (pareto_front(), peeled front by front); inside a front an epsilon-net:
+ * first the point with the least first objective, then each time the point
+ * whose least Euclidean distance to those already placed is the largest.
+ * Ties go to the earlier point (the lower index: arrival order at the rung).
+ * The fronts take O(n log n) for two objectives (sorted), a peel for more.
+ * Sets pos[i] to point i's 0-based position in that order and front[i] to
+ * its 0-based front; *nfronts to how many fronts there are. 0, -EINVAL (k
+ * outside 1..SPEC_MAX_OBJECTIVES) or -ENOMEM. */
+int rung_mo_order(const double *x, size_t n, int k, size_t *pos, int *front, int *nfronts);
+
+/* Only point of's place in rung_mo_order()'s order (*pos, 0-based) and
+ * front (*front), and *nfronts: the epsilon-net runs in of's front alone.
+ * For a new point's decision; -EINVAL when of >= n, -ENOMEM. */
+int rung_mo_rank(const double *x, size_t n, int k, size_t of, size_t *pos, int *front,
+                 int *nfronts);
+
+/* The objectives of params (1, or its nobjectives up to
+ * SPEC_MAX_OBJECTIVES) and, for each, flip[j]: +1 when it is minimised, -1
+ * when maximised (mode is the single metric's), so that flipped values are
+ * "smaller is better" as rung_mo_order() takes them. */
+int rung_mo_flips(const struct sched_params *params, enum spec_mode mode, double *flip);
+
+/* How many of n ranked points continue when position p stops if
+ * p / n > 1 / rf (Syne Tune's and Ray's "top 1/rf" test, in the same float
+ * steps). */
+size_t rung_mo_keep(size_t n, double rf);
 
 #endif

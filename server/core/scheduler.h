@@ -93,6 +93,10 @@ int sched_add_trial(struct sched *s, int64_t trial_id, int64_t idx, const char *
 
 /* One result. value NULL: the result lacks the metric (asha answers continue
  * and records nothing, as Ray does); a JSON null metric is a pointer to NAN.
+ * With several objectives (params' nobjectives > 1) value points to one
+ * value per objective, in order, and is NULL when the result lacks one;
+ * last_value of sched_on_trial_end is then only a flag (asha keeps each
+ * trial's last vector itself).
  * fifo: stop when max_t is set and t >= max_t, else continue. -ENOENT when
  * the trial is not in the scheduler. */
 int sched_on_result(struct sched *s, int64_t trial_id, double t, const double *value,

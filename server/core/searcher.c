@@ -9,8 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "space.h"
 #include "tpe.h"
+
+#define SEARCHER_SALT_POINT 0x706f696e745f6f70ULL /* "point_op": a point's option */
 
 struct searcher {
   enum searcher_type type;
@@ -70,6 +73,55 @@ const char *searcher_type_name(const struct searcher *s) {
 }
 
 static int check_point(const cJSON *point, const cJSON *space, const char *path,
+                       struct validate_error *err);
+
+/* A point's value v (at path) for a choice or grid whose options hold their
+ * own parameters: a scalar naming a constant option, or an object that
+ * picks one option by its constants and gives only parameters active there
+ * (a constant of the option may be repeated, not changed). */
+static int check_point_option(const cJSON *v, const cJSON *opts, const char *path,
+                              struct validate_error *err) {
+  const cJSON *o, *item;
+  int k = space_option_index(opts, v, 1);
+  if (k >= 0) {
+    /* A partial config of that option: a point's own rules inside it. */
+    o = cJSON_GetArrayItem(opts, k);
+    return space_option_is_space(o) ? check_point(v, o, path, err) : 0;
+  }
+  if (!cJSON_IsObject(v)) {
+    spec_error_set(err, path, "is none of the options of the parameter");
+    return -EINVAL;
+  }
+  /* Name the first key that no option with the point's constants has. */
+  k = 0;
+  cJSON_ArrayForEach(o, opts) {
+    int consts_ok = cJSON_IsObject(o);
+    cJSON_ArrayForEach(item, v) {
+      const cJSON *n = consts_ok ? cJSON_GetObjectItemCaseSensitive(o, item->string) : NULL;
+      if (n && !cJSON_IsObject(n) && !cJSON_Compare(n, item, 1)) consts_ok = 0;
+    }
+    if (consts_ok) {
+      cJSON_ArrayForEach(item, v) if (!cJSON_GetObjectItemCaseSensitive(o, item->string)) {
+        char p[256];
+        spec_path_join(p, sizeof p, path, '.', item->string);
+        spec_error_set(err, p,
+                       "is not active in the option the point picks (values[%d]): only that "
+                       "option's parameters may be given",
+                       k);
+        return -EINVAL;
+      }
+      /* The keys fit: what is wrong lies deeper, in a nested option. */
+      if (check_point(v, o, path, err)) return -EINVAL;
+    }
+    k++;
+  }
+  spec_error_set(err, path,
+                 "matches none of the parameter's options (an option is picked by its "
+                 "constants, like \"name\", and gives only its own parameters)");
+  return -EINVAL;
+}
+
+static int check_point(const cJSON *point, const cJSON *space, const char *path,
                        struct validate_error *err) {
   const cJSON *item;
   if (!cJSON_IsObject(point)) {
@@ -86,10 +138,14 @@ static int check_point(const cJSON *point, const cJSON *space, const char *path,
       spec_error_set(err, p, "not a parameter of param_space");
       return -EINVAL;
     }
-    if (is_nested(dom)) {
+    if (space_options(dom)) {
+      int rc = check_point_option(item, space_options(dom), p, err);
+      if (rc) return rc;
+    } else if (is_nested(dom)) {
       int rc = check_point(item, dom, p, err);
       if (rc) return rc;
     } else if (!is_grid(dom) && !is_domain(dom)) {
+      if (cJSON_Compare(dom, item, 1)) continue; /* repeated as it is */
       spec_error_set(err, p,
                      "is a constant in param_space: a point cannot "
                      "change it");
@@ -130,13 +186,48 @@ int searcher_check_points(const cJSON *points, const cJSON *param_space, int64_t
   return 0;
 }
 
-/* config := config with point's values (nested spaces merged key by key). */
-static int overlay(cJSON *config, const cJSON *point) {
+static int overlay(cJSON *config, const cJSON *point, const cJSON *space, struct rng *r);
+
+/* config[key] := the point's value pv for a parameter whose options hold
+ * their own parameters: when the config drew another option than the one
+ * pv picks, that option is drawn anew from r first, so the config never
+ * mixes two options' parameters. r NULL: the point's value replaces it. */
+static int overlay_option(cJSON *config, const char *key, const cJSON *pv, const cJSON *opts,
+                          struct rng *r) {
+  cJSON *cur = cJSON_GetObjectItemCaseSensitive(config, key);
+  int k = space_option_index(opts, pv, 1);
+  if (k < 0) return -EINVAL; /* searcher_check_points refused it */
+  const cJSON *o = cJSON_GetArrayItem(opts, k);
+  if (!cur || space_option_index(opts, cur, 0) != k) {
+    /* Without r (tpe's fixed values) the point's value alone. */
+    cJSON *fresh = r ? space_build_option(o, r) : cJSON_Duplicate(pv, 1);
+    if (!fresh || (cur ? !cJSON_ReplaceItemInObjectCaseSensitive(config, key, fresh)
+                       : !cJSON_AddItemToObject(config, key, fresh))) {
+      cJSON_Delete(fresh);
+      return -ENOMEM;
+    }
+    cur = fresh;
+  }
+  if (space_option_is_space(o)) return overlay(cur, pv, o, r);
+  return 0;
+}
+
+/* config := config with point's values (nested spaces merged key by key;
+ * space: the (sub-)space config and point come from). */
+static int overlay(cJSON *config, const cJSON *point, const cJSON *space, struct rng *r) {
   const cJSON *item;
   cJSON_ArrayForEach(item, point) {
     cJSON *cur = cJSON_GetObjectItemCaseSensitive(config, item->string);
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(space, item->string);
+    const cJSON *opts = space_options(node);
+    if (opts) {
+      int rc = overlay_option(config, item->string, item, opts, r);
+      if (rc) return rc;
+      continue;
+    }
     if (cJSON_IsObject(cur) && cJSON_IsObject(item)) {
-      if (overlay(cur, item)) return -ENOMEM;
+      int rc = overlay(cur, item, node, r);
+      if (rc) return rc;
       continue;
     }
     cJSON *v = cJSON_Duplicate(item, 1);
@@ -150,6 +241,30 @@ static int overlay(cJSON *config, const cJSON *point) {
   return 0;
 }
 
+static int grid_values(const cJSON *space, const cJSON *config, cJSON *out);
+
+/* What a grid option fixes in a config value v: its constants and its own
+ * grids' values; the random domains inside are left to the searcher. */
+static int grid_option_fixed(const cJSON *opts, const cJSON *v, cJSON **out) {
+  int k = space_option_index(opts, v, 0);
+  const cJSON *o = cJSON_GetArrayItem(opts, k), *item;
+  *out = NULL;
+  if (k < 0 || !space_option_is_space(o)) {
+    *out = cJSON_Duplicate(v, 1);
+    return *out ? 0 : -ENOMEM;
+  }
+  if (!(*out = cJSON_CreateObject())) return -ENOMEM;
+  cJSON_ArrayForEach(item, o) {
+    cJSON *c;
+    if (cJSON_IsObject(item)) continue;
+    if (!(c = cJSON_Duplicate(item, 1)) || !cJSON_AddItemToObject(*out, item->string, c)) {
+      cJSON_Delete(c);
+      return -ENOMEM;
+    }
+  }
+  return grid_values(o, v, *out);
+}
+
 /* The grid values of a generated config, shaped like a config. */
 static int grid_values(const cJSON *space, const cJSON *config, cJSON *out) {
   const cJSON *item;
@@ -157,7 +272,12 @@ static int grid_values(const cJSON *space, const cJSON *config, cJSON *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, item->string);
     cJSON *c = NULL;
     if (!v) continue;
-    if (is_grid(item))
+    if (is_grid(item) && space_options(item)) {
+      if (grid_option_fixed(space_options(item), v, &c)) {
+        cJSON_Delete(c);
+        return -ENOMEM;
+      }
+    } else if (is_grid(item))
       c = cJSON_Duplicate(v, 1);
     else if (is_nested(item) && space_has_grid(item)) {
       c = cJSON_CreateObject();
@@ -298,6 +418,12 @@ int searcher_observe_mo(struct searcher *s, int64_t trial_id, int64_t idx, const
 
 int searcher_objectives(const struct searcher *s) { return s->nobj ? s->nobj : 1; }
 
+int searcher_observe_violation(struct searcher *s, int64_t trial_id, double violation) {
+  if (s->type != SEARCHER_TPE) return 0;
+  int rc = tpe_set_violation(s->tpe, trial_id, violation);
+  return rc == -ENOENT ? 0 : rc;
+}
+
 static const cJSON *point_at(const struct searcher *s, int64_t idx) {
   return idx < s->npoints ? cJSON_GetArrayItem(s->points, (int)idx) : NULL;
 }
@@ -312,9 +438,13 @@ int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config) {
   }
   if (s->type != SEARCHER_TPE) {
     cJSON *c = cJSON_Duplicate(s->by_index[idx], 1);
-    if (!c || (point && overlay(c, point))) {
+    struct rng r;
+    /* A point picking another option than the one drawn: that option's
+     * parameters come from their own stream. */
+    rng_seed(&r, rng_mix(s->seed ^ SEARCHER_SALT_POINT, (uint64_t)idx));
+    if (!c || (point && (rc = overlay(c, point, s->param_space, &r)))) {
       cJSON_Delete(c);
-      return -ENOMEM;
+      return c ? rc : -ENOMEM;
     }
     *config = c;
     return 0;
@@ -325,7 +455,7 @@ int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config) {
   if (s->has_grid || point) {
     if (!(fixed = cJSON_CreateObject()) ||
         (s->has_grid && grid_values(s->param_space, s->by_index[idx], fixed)) ||
-        (point && overlay(fixed, point))) {
+        (point && overlay(fixed, point, s->param_space, NULL))) {
       cJSON_Delete(fixed);
       return -ENOMEM;
     }

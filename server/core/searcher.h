@@ -40,6 +40,11 @@ int searcher_observe_mo(struct searcher *s, int64_t trial_id, int64_t idx, const
  * several objectives). */
 int searcher_objectives(const struct searcher *s);
 
+/* The total constraint violation of an observed trial at its last result
+ * (constraint.h; after searcher_observe, which forgets it): tpe ranks
+ * infeasible trials after the feasible ones; random/grid ignore it. 0. */
+int searcher_observe_violation(struct searcher *s, int64_t trial_id, double violation);
+
 /* The config of the idx-th trial (creation index). -ENOENT: idx is past the
  * plan (num_trials). The caller owns *config. */
 int searcher_suggest(struct searcher *s, int64_t idx, cJSON **config);

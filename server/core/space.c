@@ -11,6 +11,7 @@
 #include "rng.h"
 
 #define SPACE_MAX_DEPTH 16
+#define SPACE_MAX_COND_DEPTH 4           /* options holding sub-spaces, nested */
 #define SPACE_MAX_VALUES 10000           /* entries of one choice or grid_search */
 #define SPACE_MAX_TOTAL_NODES 5000000    /* JSON values over all trial configs */
 #define SPACE_INT_MAX 9007199254740992.0 /* 2^53: integers JSON keeps exact */
@@ -69,6 +70,41 @@ static int is_domain(const cJSON *v) {
 
 static void path_join(char *dst, size_t size, const char *base, const char *key) {
   spec_path_join(dst, size, base, '.', key);
+}
+
+/* base + "[i]": the path of an array entry. */
+static void path_index(char *dst, size_t size, const char *base, int i) {
+  char idx[16];
+  snprintf(idx, sizeof idx, "[%d]", i);
+  spec_path_join(dst, size, base, 0, idx);
+}
+
+/* Whether obj holds a domain or a grid, directly or in nested objects. */
+static int holds_param(const cJSON *obj) {
+  const cJSON *item;
+  cJSON_ArrayForEach(item, obj) {
+    if (is_grid(item) || is_domain(item) || (cJSON_IsObject(item) && holds_param(item))) return 1;
+  }
+  return 0;
+}
+
+int space_option_is_space(const cJSON *option) {
+  return cJSON_IsObject(option) && holds_param(option);
+}
+
+/* The options of a choice or grid (their values array); NULL otherwise. */
+static const cJSON *options_of(const cJSON *node) {
+  if (is_grid(node)) return cJSON_GetObjectItemCaseSensitive(node, "grid_search");
+  if (!is_domain(node)) return NULL;
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(node, "type");
+  if (!cJSON_IsString(t) || strcmp(t->valuestring, "choice") != 0) return NULL;
+  return cJSON_GetObjectItemCaseSensitive(node, "values");
+}
+
+const cJSON *space_options(const cJSON *node) {
+  const cJSON *opts = options_of(node), *o;
+  cJSON_ArrayForEach(o, opts) if (space_option_is_space(o)) return opts;
+  return NULL;
 }
 
 static int key_ok(const char *k) {
@@ -285,8 +321,73 @@ static int64_t mul_sat(int64_t a, int64_t b) {
   return a * b;
 }
 
-static int check_object(const cJSON *obj, const char *path, int depth, int64_t *product,
-                        struct validate_error *err) {
+static int value_fits(const cJSON *node, const cJSON *v, int partial);
+
+/* Whether v is a config (partial: part of one) of the sub-space obj: no key
+ * obj lacks, every constant equal, every parameter's value of its kind. */
+static int object_fits(const cJSON *obj, const cJSON *v, int partial) {
+  const cJSON *item;
+  if (!cJSON_IsObject(v)) return 0;
+  cJSON_ArrayForEach(item, v) if (!cJSON_GetObjectItemCaseSensitive(obj, item->string)) return 0;
+  cJSON_ArrayForEach(item, obj) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, item->string);
+    if (x ? !value_fits(item, x, partial) : !partial) return 0;
+  }
+  return 1;
+}
+
+static int value_fits(const cJSON *node, const cJSON *v, int partial) {
+  const cJSON *opts = options_of(node);
+  if (opts) return space_option_index(opts, v, partial) >= 0;
+  if (is_grid(node) || is_domain(node)) return cJSON_IsNumber(v);
+  if (cJSON_IsObject(node)) return object_fits(node, v, partial);
+  return cJSON_Compare(node, v, 1);
+}
+
+int space_option_index(const cJSON *opts, const cJSON *v, int partial) {
+  const cJSON *o;
+  int i = 0;
+  cJSON_ArrayForEach(o, opts) {
+    if (space_option_is_space(o) ? object_fits(o, v, partial) : cJSON_Compare(o, v, 1)) return i;
+    i++;
+  }
+  return -1;
+}
+
+static int64_t add_sat(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+
+static int check_object(const cJSON *obj, const char *path, int depth, int cond, int in_choice,
+                        int64_t *product, struct validate_error *err);
+
+/* The options of a choice (in_choice) or a grid_search at path (the values
+ * array's path): an option holding domains or grids is a sub-space, checked
+ * like a nested space one conditional level deeper. *size: how many grid
+ * combinations the options make (each sub-space option its own product). */
+static int check_options(const cJSON *opts, const char *path, int depth, int cond, int in_choice,
+                         int64_t *size, struct validate_error *err) {
+  const cJSON *o;
+  int i = 0;
+  *size = 0;
+  cJSON_ArrayForEach(o, opts) {
+    int64_t sub = 1;
+    if (space_option_is_space(o)) {
+      char p[256];
+      path_index(p, sizeof p, path, i);
+      if (cond >= SPACE_MAX_COND_DEPTH) {
+        spec_error_set(err, p, "options holding their own parameters nest at most %d levels deep",
+                       SPACE_MAX_COND_DEPTH);
+        return -EINVAL;
+      }
+      if (check_object(o, p, depth + 1, cond + 1, in_choice, &sub, err)) return -EINVAL;
+    }
+    *size = add_sat(*size, sub);
+    i++;
+  }
+  return 0;
+}
+
+static int check_object(const cJSON *obj, const char *path, int depth, int cond, int in_choice,
+                        int64_t *product, struct validate_error *err) {
   const cJSON *item;
   char p[256];
 
@@ -303,23 +404,38 @@ static int check_object(const cJSON *obj, const char *path, int depth, int64_t *
     }
     if (is_grid(item)) {
       const cJSON *g = cJSON_GetObjectItemCaseSensitive(item, "grid_search");
+      char gp[256];
+      int64_t size;
       int n;
       if (cJSON_GetArraySize(item) != 1) {
         spec_error_set(err, p, "a grid_search object takes no other fields");
         return -EINVAL;
       }
       n = cJSON_IsArray(g) ? cJSON_GetArraySize(g) : 0;
+      path_join(gp, sizeof gp, p, "grid_search");
       if (n < 1 || n > SPACE_MAX_VALUES) {
-        char gp[256];
-        path_join(gp, sizeof gp, p, "grid_search");
         spec_error_set(err, gp, "grid_search needs an array of 1 to %d values", SPACE_MAX_VALUES);
         return -EINVAL;
       }
-      *product = mul_sat(*product, n);
+      if (in_choice) {
+        spec_error_set(err, p,
+                       "a grid_search inside an option of a choice would make the number of "
+                       "trials depend on a draw; make the outer parameter a grid_search");
+        return -EINVAL;
+      }
+      if (check_options(g, gp, depth, cond, 0, &size, err)) return -EINVAL;
+      *product = mul_sat(*product, size);
     } else if (is_domain(item)) {
+      const cJSON *opts;
+      int64_t size;
       if (check_domain(item, p, err)) return -EINVAL;
+      if ((opts = options_of(item))) {
+        char vp[256];
+        path_join(vp, sizeof vp, p, "values");
+        if (check_options(opts, vp, depth, cond, 1, &size, err)) return -EINVAL;
+      }
     } else if (cJSON_IsObject(item)) {
-      if (check_object(item, p, depth + 1, product, err)) return -EINVAL;
+      if (check_object(item, p, depth + 1, cond, in_choice, product, err)) return -EINVAL;
     }
     /* Anything else is a constant. */
   }
@@ -335,7 +451,7 @@ int space_check(const cJSON *param_space, const char *path_prefix, int64_t *grid
     spec_error_set(err, path, "must be an object of parameters");
     return -EINVAL;
   }
-  if (check_object(param_space, path, 1, &product, err)) return -EINVAL;
+  if (check_object(param_space, path, 1, 0, 0, &product, err)) return -EINVAL;
   if (grid_product) *grid_product = product;
   return 0;
 }
@@ -411,14 +527,57 @@ int space_count(const cJSON *param_space, int64_t num_samples, int64_t *count,
 struct grid_var {
   const cJSON *node; /* the {"grid_search": [...]} object */
   char path[256];    /* sort key: keys joined by '\x01' (below any key byte) */
-  int size;
-  int index; /* current value for the trial being built */
+  int64_t size;      /* combinations: an option holding grids counts its own */
+  int64_t index;     /* current combination for the trial being built */
+  int cond;          /* some option holds its own parameters */
 };
 
 struct grid_list {
   struct grid_var *v;
   int n, cap;
 };
+
+static int64_t grid_product(const cJSON *obj);
+
+/* The combinations the options of a grid make: one per constant option,
+ * the grid product of each option holding its own parameters. */
+static int64_t options_size(const cJSON *opts) {
+  const cJSON *o;
+  int64_t n = 0;
+  cJSON_ArrayForEach(o, opts) n = add_sat(n, space_option_is_space(o) ? grid_product(o) : 1);
+  return n;
+}
+
+/* The grid combinations of a (sub-)space: the product of its grids' sizes
+ * (a choice's options hold no grids). */
+static int64_t grid_product(const cJSON *obj) {
+  const cJSON *item;
+  int64_t n = 1;
+  cJSON_ArrayForEach(item, obj) {
+    if (is_grid(item))
+      n = mul_sat(n, options_size(cJSON_GetObjectItemCaseSensitive(item, "grid_search")));
+    else if (cJSON_IsObject(item) && !is_domain(item))
+      n = mul_sat(n, grid_product(item));
+  }
+  return n;
+}
+
+/* The option of opts that grid combination c falls in (options in order,
+ * each as many combinations as options_size counts), and the combination
+ * inside it in *rest. */
+static const cJSON *option_at(const cJSON *opts, int64_t c, int64_t *rest) {
+  const cJSON *o;
+  cJSON_ArrayForEach(o, opts) {
+    int64_t w = space_option_is_space(o) ? grid_product(o) : 1;
+    if (c < w) {
+      *rest = c;
+      return o;
+    }
+    c -= w;
+  }
+  *rest = 0;
+  return cJSON_GetArrayItem(opts, 0);
+}
 
 static int collect_grids(const cJSON *obj, const char *path, struct grid_list *g) {
   const cJSON *item;
@@ -435,7 +594,11 @@ static int collect_grids(const cJSON *obj, const char *path, struct grid_list *g
       }
       g->v[g->n].node = item;
       memcpy(g->v[g->n].path, p, sizeof p);
-      g->v[g->n].size = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(item, "grid_search"));
+      g->v[g->n].cond = space_options(item) != NULL;
+      g->v[g->n].size =
+          g->v[g->n].cond
+              ? options_size(cJSON_GetObjectItemCaseSensitive(item, "grid_search"))
+              : cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(item, "grid_search"));
       g->v[g->n].index = 0;
       g->n++;
     } else if (cJSON_IsObject(item) && !is_domain(item)) {
@@ -472,6 +635,8 @@ static double log_uniform(struct rng *r, double lo, double hi) {
   return v;
 }
 
+static cJSON *build_space(const cJSON *obj, int64_t combo, struct rng *r);
+
 cJSON *space_sample(const cJSON *dom, struct rng *r) {
   const struct domain_def *d =
       domain_find(cJSON_GetObjectItemCaseSensitive(dom, "type")->valuestring);
@@ -482,7 +647,10 @@ cJSON *space_sample(const cJSON *dom, struct rng *r) {
   case DOM_CHOICE: {
     const cJSON *vals = cJSON_GetObjectItemCaseSensitive(dom, "values");
     int64_t i = rng_int_range(r, 0, cJSON_GetArraySize(vals));
-    return cJSON_Duplicate(cJSON_GetArrayItem(vals, (int)i), 1);
+    const cJSON *o = cJSON_GetArrayItem(vals, (int)i);
+    /* A chosen sub-space draws its own domains next, from the same
+     * stream, in its key order: only the active branch is drawn. */
+    return space_option_is_space(o) ? build_space(o, 0, r) : cJSON_Duplicate(o, 1);
   }
   case DOM_UNIFORM:
     v = rng_uniform_range(r, lo, hi);
@@ -540,7 +708,13 @@ static cJSON *build(const cJSON *obj, struct grid_list *g, struct rng *r) {
     if (is_grid(item)) {
       const struct grid_var *gv = grid_lookup(g, item);
       const cJSON *arr = cJSON_GetObjectItemCaseSensitive(item, "grid_search");
-      v = cJSON_Duplicate(cJSON_GetArrayItem(arr, gv->index), 1);
+      int64_t rest;
+      if (!gv->cond) {
+        v = cJSON_Duplicate(cJSON_GetArrayItem(arr, (int)gv->index), 1);
+      } else {
+        const cJSON *o = option_at(arr, gv->index, &rest);
+        v = space_option_is_space(o) ? build_space(o, rest, r) : cJSON_Duplicate(o, 1);
+      }
     } else if (is_domain(item)) {
       v = space_sample(item, r);
     } else if (cJSON_IsObject(item)) {
@@ -557,10 +731,40 @@ static cJSON *build(const cJSON *obj, struct grid_list *g, struct rng *r) {
   return out;
 }
 
+/* One config of a (sub-)space at grid combination combo (Ray's order: the
+ * first grid by sorted path varies fastest). NULL when out of memory. */
+/* The grids of a (sub-)space in Ray's order (sorted by path). */
+static int grids_of(const cJSON *obj, struct grid_list *g) {
+  int rc = collect_grids(obj, "", g);
+  if (!rc && g->n > 1) qsort(g->v, (size_t)g->n, sizeof *g->v, grid_cmp);
+  return rc;
+}
+
+/* One config at grid combination combo: the first grid varies fastest. */
+static cJSON *build_at(const cJSON *obj, struct grid_list *g, int64_t combo, struct rng *r) {
+  for (int k = 0; k < g->n; k++) {
+    g->v[k].index = combo % g->v[k].size;
+    combo /= g->v[k].size;
+  }
+  return build(obj, g, r);
+}
+
+static cJSON *build_space(const cJSON *obj, int64_t combo, struct rng *r) {
+  struct grid_list g = {0};
+  cJSON *out = grids_of(obj, &g) ? NULL : build_at(obj, &g, combo, r);
+  free(g.v);
+  return out;
+}
+
+cJSON *space_build_option(const cJSON *option, struct rng *r) {
+  if (!space_option_is_space(option)) return cJSON_Duplicate(option, 1);
+  return build_space(option, rng_int_range(r, 0, grid_product(option)), r);
+}
+
 int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
                    cJSON **configs_out, struct validate_error *err) {
   struct grid_list g = {0};
-  int64_t count, combos = 1;
+  int64_t count, combos;
   cJSON *arr = NULL;
   int rc;
 
@@ -568,22 +772,16 @@ int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
   rc = space_count(param_space, num_samples, &count, err);
   if (rc) return rc;
   rc = -ENOMEM;
-  if (collect_grids(param_space, "", &g)) goto fail;
-  if (g.n > 1) qsort(g.v, (size_t)g.n, sizeof *g.v, grid_cmp);
-  for (int i = 0; i < g.n; i++) combos *= g.v[i].size;
+  combos = grid_product(param_space);
+  /* The top level's grids once; an option's own grids per trial. */
+  if (grids_of(param_space, &g)) goto fail;
   arr = cJSON_CreateArray();
   if (!arr) goto fail;
   for (int64_t i = 0; i < count; i++) {
     struct rng r;
-    int64_t c = i % combos;
     cJSON *cfg;
-    /* Ray's order: the first grid variable varies fastest. */
-    for (int k = 0; k < g.n; k++) {
-      g.v[k].index = (int)(c % g.v[k].size);
-      c /= g.v[k].size;
-    }
     rng_seed(&r, rng_mix(seed, (uint64_t)i));
-    cfg = build(param_space, &g, &r);
+    cfg = build_at(param_space, &g, i % combos, &r);
     if (!cfg || !cJSON_AddItemToArray(arr, cfg)) {
       cJSON_Delete(cfg);
       goto fail;

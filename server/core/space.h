@@ -35,6 +35,24 @@ int space_generate(const cJSON *param_space, int64_t num_samples, uint64_t seed,
  * from space_generate's. NULL when out of memory. */
 cJSON *space_sample(const cJSON *dom, struct rng *r);
 
+/* Conditional spaces. An option of a choice or a grid_search that is an
+ * object holding domains or grids (directly or in nested objects) is a
+ * sub-space: only the chosen option's parameters are drawn, and the config
+ * holds them in the option's shape (docs/scheduling.md#conditional-spaces).
+ * Any other option is a constant. */
+int space_option_is_space(const cJSON *option);
+/* The values array of a choice or grid node that has a sub-space option;
+ * NULL for any other node. */
+const cJSON *space_options(const cJSON *node);
+/* The index of the first option of opts that config value v comes from
+ * (partial: v may lack parameters, as a point does), or -1. An option that
+ * is a sub-space matches an object with no key it lacks and its constants
+ * equal; a constant option matches an equal value. */
+int space_option_index(const cJSON *opts, const cJSON *v, int partial);
+/* A config of one option (a sub-space: drawn from r, its grids at a
+ * combination drawn from r too; a constant: a copy). NULL: out of memory. */
+cJSON *space_build_option(const cJSON *option, struct rng *r);
+
 /* Index range [*klo, *khi] of the multiples of q inside [lower, upper]:
  * the values a q-domain (quniform, qloguniform, qrandint) can take. */
 void space_q_range(double lower, double upper, double q, double *klo, double *khi);

@@ -12,7 +12,8 @@
 #define SPEC_NUM_SAMPLES_MAX 100000 /* also the cap on grid product x num_samples */
 #define SPEC_ASHA_MAX_MILESTONES 64 /* per bracket */
 #define SPEC_ASHA_MAX_BRACKETS 16
-#define SPEC_MAX_OBJECTIVES 4 /* metric/mode as lists: 1..4 entries */
+#define SPEC_MAX_OBJECTIVES 4  /* metric/mode as lists: 1..4 entries */
+#define SPEC_MAX_CONSTRAINTS 8 /* "constraints": 1..8 entries */
 
 enum spec_mode { SPEC_MODE_MIN = 0, SPEC_MODE_MAX = 1 };
 enum spec_sched_type {
@@ -56,8 +57,24 @@ struct sched_params {
   int brackets;                      /* asha default 1 */
   int promotion;                     /* asha: the promotion variant (asha_promo.c) */
   int64_t num_trials;                /* hyperband: the experiment's plan (validate copies it) */
-  struct pbt_params pbt;             /* type pbt */
-  struct median_params median;       /* type median_stopping */
+  /* The experiment's objectives (validate copies them): 1 for a single
+   * metric (or none); with several, asha and hyperband rank by them
+   * (docs/scheduling.md#several-objectives) and a result's value is an
+   * array of nobjectives values in modes[j]'s sign. */
+  int nobjectives;
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  struct pbt_params pbt;       /* type pbt */
+  struct median_params median; /* type median_stopping */
+};
+
+/* One outcome constraint (docs/scheduling.md#outcome-constraints): a
+ * trial is feasible when its value of metric is <= (SPEC_CON_LE) or >=
+ * (SPEC_CON_GE) value. */
+enum spec_con_op { SPEC_CON_LE = 0, SPEC_CON_GE = 1 };
+struct spec_constraint {
+  char metric[SPEC_NAME_MAX + 1];
+  enum spec_con_op op;
+  double value; /* finite */
 };
 
 struct spec_resources {
@@ -72,16 +89,24 @@ struct experiment_spec {
   char metric[SPEC_NAME_MAX + 1]; /* the first objective (the only one for most uses) */
   enum spec_mode mode;
   /* Every objective, metric/mode included as [0]: 1 for a string metric,
-   * the list's length for a list (0 without a metric). Only fifo and
-   * random/grid/tpe take more than one (docs/scheduling.md#several-objectives). */
+   * the list's length for a list (0 without a metric). fifo, asha and
+   * hyperband take more than one, with random/grid/tpe search
+   * (docs/scheduling.md#several-objectives). */
   int nobjectives;
   char objectives[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
   enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  /* "constraints" (0 when absent): server/core/constraint.h. */
+  int nconstraints;
+  struct spec_constraint constraints[SPEC_MAX_CONSTRAINTS];
   int64_t num_samples;           /* default 1 */
   int64_t num_trials;            /* grid product x num_samples */
   int64_t max_concurrent_trials; /* 0 = unlimited */
   int has_seed;                  /* no seed: the daemon picks one and stores it */
   uint64_t seed;
+  /* "reference_point": the hypervolume's corner, one value per objective in
+   * its own units (hypervolume.h); derived from the trials when absent. */
+  int has_reference_point;
+  double reference_point[SPEC_MAX_OBJECTIVES];
   int64_t max_failures; /* default 0 */
   int fail_fast;        /* the first trial ERROR for good cancels the experiment */
   struct sched_params sched;

@@ -68,6 +68,13 @@ struct tpe_param {
   int discrete;     /* internal values are integers, step 1 */
   int log;          /* modelled in log space */
   double low, high; /* internal bounds, inclusive */
+  /* Conditional spaces (see cond_collect): active only while parameter
+   * `parent` (-1: always) takes option `opt`. A choice or grid whose options
+   * hold their own parameters has opts (its values) and ostart[k], the
+   * first of option k's parameters, which follow it up to `end`. */
+  int parent, opt, end, group;
+  const cJSON *opts;
+  int *ostart;
 };
 
 struct tpe_opts {
@@ -91,6 +98,7 @@ struct tpe {
   struct tpe_opts o;
   struct tpe_param *p;
   int np;
+  int ngroups; /* parameters active together: 1 without conditional options */
   /* observations: slot i holds trial ids[i]; x[i * np + j] is parameter
    * j in internal space, NaN when the config lacks a usable value;
    * val[i * nobj + k] is objective k. */
@@ -98,6 +106,9 @@ struct tpe {
   double *val;
   unsigned char *state;
   double *x;
+  /* viol[i]: trial ids[i]'s total constraint violation (0: feasible;
+   * tpe_set_violation), split as Optuna's constrained TPE does (tpe_split). */
+  double *viol;
   size_t n, cap;
   struct idmap byid; /* trial id -> slot */
   size_t n_finished; /* finished with a finite value */
@@ -478,7 +489,13 @@ static int param_setup(struct tpe_param *p, const cJSON *node) {
   return 0;
 }
 
-static int collect(struct tpe *t, const cJSON *obj, const char **seg, int depth) {
+static int cond_collect(struct tpe *t, const cJSON *node, const char **seg, int depth, int j);
+
+/* The parameters of obj (a space, or an option of parameter parent's), in
+ * the space's key order; each conditional parameter's options' own follow
+ * it. */
+static int collect(struct tpe *t, const cJSON *obj, const char **seg, int depth, int parent,
+                   int opt) {
   const cJSON *item;
   cJSON_ArrayForEach(item, obj) {
     seg[depth] = item->string;
@@ -490,10 +507,14 @@ static int collect(struct tpe *t, const cJSON *obj, const char **seg, int depth)
       memcpy(np[t->np].seg, seg, (size_t)(depth + 1) * sizeof *seg);
       np[t->np].nseg = depth + 1;
       if (param_setup(&np[t->np], item)) return -EINVAL;
+      np[t->np].parent = parent;
+      np[t->np].opt = opt;
       t->np++;
+      int rc = cond_collect(t, item, seg, depth, t->np - 1);
+      if (rc) return rc;
     } else if (cJSON_IsObject(item)) {
       if (depth + 1 >= TPE_MAX_DEPTH) return -EINVAL;
-      int rc = collect(t, item, seg, depth + 1);
+      int rc = collect(t, item, seg, depth + 1, parent, opt);
       if (rc) return rc;
     }
   }
@@ -516,6 +537,13 @@ static double to_internal(const struct tpe_param *p, const cJSON *v) {
   const cJSON *c;
 
   if (!v) return NAN;
+  if (p->opts) {
+    /* Partial: a config lacking some of its option's parameters (a warm
+     * start from an older space) still says which option it took; a key
+     * the option lacks leaves the option unknown. */
+    int k = space_option_index(p->opts, v, 1);
+    return k < 0 ? NAN : k;
+  }
   if (p->ncat) {
     cJSON_ArrayForEach(c, p->values) {
       if (cJSON_Compare(c, v, 1)) return i;
@@ -610,6 +638,9 @@ static int grow(struct tpe *t) {
   double *x = realloc(t->x, cap * (size_t)(t->np ? t->np : 1) * sizeof *x);
   if (!x) return -ENOMEM;
   t->x = x;
+  double *viol = realloc(t->viol, cap * sizeof *viol);
+  if (!viol) return -ENOMEM;
+  t->viol = viol;
   t->cap = cap;
   return 0;
 }
@@ -640,10 +671,24 @@ int tpe_observe_mo(struct tpe *t, int64_t trial_id, const cJSON *config, const d
     t->ids[i] = trial_id;
   }
   memcpy(t->val + i * (size_t)t->nobj, values, (size_t)t->nobj * sizeof *values);
+  t->viol[i] = 0;
   t->state[i] = state == TPE_FINISHED ? TPE_FINISHED : TPE_RUNNING;
-  for (int j = 0; j < t->np; j++)
-    t->x[i * (size_t)t->np + (size_t)j] = to_internal(&t->p[j], lookup(config, &t->p[j]));
+  double *row = &t->x[i * (size_t)t->np];
+  for (int j = 0; j < t->np; j++) {
+    const struct tpe_param *p = &t->p[j];
+    /* An inactive parameter (its option not taken) is absent, whatever
+     * the config holds under its name. Parents come first. */
+    row[j] =
+        p->parent >= 0 && !(row[p->parent] == p->opt) ? NAN : to_internal(p, lookup(config, p));
+  }
   if (finished_with_value(t, i)) t->n_finished++;
+  return 0;
+}
+
+int tpe_set_violation(struct tpe *t, int64_t trial_id, double violation) {
+  size_t i;
+  if (idmap_get(&t->byid, trial_id, &i)) return -ENOENT;
+  t->viol[i] = violation > 0 ? violation : 0;
   return 0;
 }
 
@@ -1107,6 +1152,9 @@ static int fixed_ok(const cJSON *fixed, const cJSON *space) {
  * for parameters without NaN there) or a random draw from r, then
  * constants. The random draws happen for every domain in space order
  * whether used or not, as space.c draws them. */
+static cJSON *cond_assemble(const struct tpe *t, int j, const cJSON *fx, const double *chosen,
+                            int *pi, struct rng *r, struct rng *rg);
+
 static cJSON *assemble(const struct tpe *t, const cJSON *obj, const cJSON *fixed,
                        const double *chosen, int *pi, struct rng *r, struct rng *rg) {
   const cJSON *item;
@@ -1117,7 +1165,9 @@ static cJSON *assemble(const struct tpe *t, const cJSON *obj, const cJSON *fixed
                           ? cJSON_GetObjectItemCaseSensitive(fixed, item->string)
                           : NULL;
     cJSON *v = NULL;
-    if (is_grid(item) || is_domain(item)) {
+    if ((is_grid(item) || is_domain(item)) && t->p[*pi].opts) {
+      v = cond_assemble(t, *pi, fx, chosen, pi, r, rg);
+    } else if (is_grid(item) || is_domain(item)) {
       const struct tpe_param *p = &t->p[*pi];
       double c = chosen ? chosen[*pi] : NAN;
       (*pi)++;
@@ -1161,7 +1211,7 @@ static size_t n_below(const struct tpe *t, size_t nf) {
   return nb > nf ? nf : nb;
 }
 
-/* One objective: the best nb of the finished slots fin[0..nf) (in id
+/* One objective: the best nb of the feasible finished slots fin[0..nf) (in id
  * order) stay in fin[0..nb), the rest go to above[*na..); equal values in
  * trial-id order. rk holds 2 nf entries. */
 static int split_single(const struct tpe *t, size_t *fin, size_t nf, size_t nb, struct rkey *rk,
@@ -1180,8 +1230,9 @@ static int split_single(const struct tpe *t, size_t *fin, size_t nf, size_t nb, 
   return 0;
 }
 
-/* Several objectives (Optuna's MOTPE): tpe_mo_split picks the nb below
- * by non-dominated rank and hypervolume; fin[0..nb) keeps them (id
+/* Several objectives (Optuna's MOTPE): of the feasible finished slots
+ * fin[0..nf) (in id order), tpe_mo_split picks the nb below by
+ * non-dominated rank and hypervolume; fin[0..nb) keeps them (id
  * order), the rest go to above[*na..); slot_w[slot] gets each below
  * trial's weight (1, or its hypervolume share: below_weights). 0 or
  * -ENOMEM. */
@@ -1213,6 +1264,52 @@ out:
   free(loss), free(below), free(bw);
   return rc;
 }
+
+/* Optuna 4 weighed an infeasible below trial EPS beside the feasible ones'
+ * hypervolume shares. */
+#define TPE_INFEASIBLE_W 1e-12
+
+/* Optuna 5's _split_trials with constraints: of the finished slots
+ * fin[0..nf) (in id order), the feasible ones split first (by value, or by
+ * fronts and hypervolume with several objectives), taking up to nb of the
+ * below places; the infeasible ones (tpe_set_violation) fill the places
+ * left, least total violation first (radix_sort is stable: ties stay in id
+ * order), and the rest go above. fin[0..*nbo) gets the below slots,
+ * above[*na..) the others; slot_w (several objectives) each below slot's
+ * weight. Without constraints every trial is feasible. rk holds 2 nf
+ * entries. 0 or split_multi's error. */
+static int tpe_split(const struct tpe *t, size_t *fin, size_t nf, size_t nb, struct rkey *rk,
+                     size_t *above, size_t *na, double *slot_w, size_t *nbo) {
+  size_t nfeas = 0, ninf = 0, nbf;
+  for (size_t i = 0; i < nf; i++) {
+    size_t sl = fin[i];
+    if (t->viol[sl] > 0)
+      rk[ninf++] = (struct rkey){key_of_double(t->viol[sl]), sl};
+    else
+      fin[nfeas++] = sl;
+  }
+  radix_sort(rk, ninf, rk + nf);
+  for (size_t i = 0; i < ninf; i++) fin[nfeas + i] = rk[i].v;
+  nbf = nb < nfeas ? nb : nfeas;
+  int rc = t->nobj > 1 ? split_multi(t, fin, nfeas, nbf, above, na, slot_w)
+                       : split_single(t, fin, nfeas, nbf, rk, above, na);
+  if (rc) return rc;
+  *nbo = nbf;
+  for (size_t i = 0; i < ninf; i++) {
+    size_t sl = fin[nfeas + i];
+    if (*nbo < nb) {
+      fin[(*nbo)++] = sl;
+      if (slot_w) slot_w[sl] = t->o.hv_weights ? TPE_INFEASIBLE_W : 1;
+    } else {
+      above[(*na)++] = sl;
+    }
+  }
+  return 0;
+}
+
+static int cond_pick(const struct tpe *t, const size_t *below, size_t nb, const double *below_w,
+                     const size_t *above, size_t na, const cJSON *fixed, const int *dims, int nd,
+                     struct rng *r, double *chosen);
 
 int tpe_in_startup(const struct tpe *t) { return (int64_t)t->n_finished < t->o.n_startup; }
 
@@ -1251,11 +1348,8 @@ int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **
   for (size_t i = 0; i < t->n; i++)
     if (finished_with_value(t, i)) below[nf++] = i;
   sort_by_id(t, below, nf, rk);
-  nb = n_below(t, nf);
   if (t->nobj > 1 && !(slot_w = malloc((t->n ? t->n : 1) * sizeof *slot_w))) goto out;
-  if (t->nobj > 1 ? split_multi(t, below, nf, nb, above, &na, slot_w)
-                  : split_single(t, below, nf, nb, rk, above, &na))
-    goto out;
+  if (tpe_split(t, below, nf, n_below(t, nf), rk, above, &na, slot_w, &nb)) goto out;
   /* constant_liar: running trials count as bad results. */
   if (t->o.constant_liar)
     for (size_t i = 0; i < t->n; i++)
@@ -1263,7 +1357,9 @@ int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **
   sort_by_id(t, below, nb, rk);
   sort_by_id(t, above, na, rk);
 
-  if (t->o.multivariate) {
+  if (t->ngroups > 1) {
+    if (cond_pick(t, below, nb, slot_w, above, na, fixed, dims, nd, &r, chosen)) goto out;
+  } else if (t->o.multivariate) {
     if (nd && tpe_pick(t, below, nb, slot_w, above, na, dims, nd, &r, chosen)) goto out;
   } else {
     for (int jj = 0; jj < nd; jj++)
@@ -1274,6 +1370,132 @@ int tpe_suggest(const struct tpe *t, int64_t index, const cJSON *fixed, cJSON **
 out:
   free(chosen), free(dims), free(rk), free(below), free(above), free(slot_w);
   return rc;
+}
+
+/* ---------- conditional spaces ---------- */
+
+/* Parameter j's options that hold their own parameters: those follow j,
+ * option by option (ostart), and are active only with that option. */
+static int cond_collect(struct tpe *t, const cJSON *node, const char **seg, int depth, int j) {
+  const cJSON *opts = space_options(node), *o;
+  int k = 0, *os;
+  if (!opts) {
+    t->p[j].end = t->np;
+    return 0;
+  }
+  if (depth + 1 >= TPE_MAX_DEPTH) return -EINVAL;
+  os = malloc((size_t)(t->p[j].ncat + 1) * sizeof *os);
+  if (!os) return -ENOMEM;
+  t->p[j].opts = opts;
+  t->p[j].ostart = os;
+  cJSON_ArrayForEach(o, opts) {
+    os[k] = t->np;
+    if (space_option_is_space(o)) {
+      int rc = collect(t, o, seg, depth + 1, j, k);
+      if (rc) return rc;
+    }
+    k++;
+  }
+  /* t->p may have moved; os is the parameter's own array. */
+  os[k] = t->np;
+  t->p[j].end = t->np;
+  return 0;
+}
+
+/* Optuna's group decomposition (TPESampler(group=True)), taken from the
+ * space: the parameters active under the same option form one group,
+ * modelled jointly from the trials that have them; the unconditional ones
+ * are group 0. Groups are numbered in parameter order, so a parent's group
+ * comes before its options' groups. */
+static void cond_groups(struct tpe *t) {
+  t->ngroups = t->np ? 1 : 0;
+  for (int i = 0; i < t->np; i++) {
+    struct tpe_param *p = &t->p[i];
+    if (p->parent < 0)
+      p->group = 0;
+    else if (t->p[p->parent].ostart[p->opt] == i)
+      p->group = t->ngroups++;
+    else
+      p->group = t->p[t->p[p->parent].ostart[p->opt]].group;
+  }
+}
+
+/* The option index a fixed value fx picks for parameter j (partial: a point
+ * may give part of an option), or its internal value; NaN when none. */
+static double cond_fixed(const struct tpe_param *p, const cJSON *fx) {
+  if (!p->opts) return to_internal(p, fx);
+  int k = space_option_index(p->opts, fx, 1);
+  return k < 0 ? NAN : k;
+}
+
+/* Whether parameter j is active with the values cur (internal; NaN: none). */
+static int cond_active(const struct tpe *t, int j, const double *cur) {
+  for (const struct tpe_param *p = &t->p[j]; p->parent >= 0; p = &t->p[p->parent])
+    if (!(cur[p->parent] == p->opt)) return 0;
+  return 1;
+}
+
+/* Chooses the unfixed active parameters dims[0..nd) group by group (each
+ * group jointly when multivariate, else one by one), parents first: a
+ * group is sampled only when the option it belongs to was chosen or fixed,
+ * from the trials that took that option (tpe_pick keeps only observations
+ * that have every parameter it models). */
+static int cond_pick(const struct tpe *t, const size_t *below, size_t nb, const double *below_w,
+                     const size_t *above, size_t na, const cJSON *fixed, const int *dims, int nd,
+                     struct rng *r, double *chosen) {
+  double *cur = malloc((size_t)t->np * sizeof *cur);
+  int *sub = malloc((size_t)(nd ? nd : 1) * sizeof *sub), rc = -ENOMEM;
+  if (!cur || !sub) goto out;
+  for (int j = 0; j < t->np; j++) {
+    const cJSON *fx = fixed_value(fixed, &t->p[j]);
+    cur[j] = fx ? cond_fixed(&t->p[j], fx) : NAN;
+  }
+  if (t->o.multivariate) {
+    for (int g = 0; g < t->ngroups; g++) {
+      int ns = 0;
+      for (int jj = 0; jj < nd; jj++)
+        if (t->p[dims[jj]].group == g && cond_active(t, dims[jj], cur)) sub[ns++] = dims[jj];
+      if (ns && tpe_pick(t, below, nb, below_w, above, na, sub, ns, r, chosen)) goto out;
+      for (int jj = 0; jj < ns; jj++) cur[sub[jj]] = chosen[sub[jj]];
+    }
+  } else {
+    for (int jj = 0; jj < nd; jj++) {
+      if (!cond_active(t, dims[jj], cur)) continue;
+      if (tpe_pick(t, below, nb, below_w, above, na, &dims[jj], 1, r, chosen)) goto out;
+      cur[dims[jj]] = chosen[dims[jj]];
+    }
+  }
+  rc = 0;
+out:
+  free(cur), free(sub);
+  return rc;
+}
+
+/* The value of conditional parameter j: the option fixed by fx, chosen, or
+ * drawn (the random phase draws the option's index from r exactly as
+ * space.c does, then the option's own domains from r in key order), built
+ * with only that option's parameters. *pi moves past all of j's options. */
+static cJSON *cond_assemble(const struct tpe *t, int j, const cJSON *fx, const double *chosen,
+                            int *pi, struct rng *r, struct rng *rg) {
+  const struct tpe_param *p = &t->p[j];
+  /* The random phase draws a choice's index even when fx fixes it, as
+   * assemble draws every domain whether it is used or not. */
+  int drawn = r && p->dom == TD_CHOICE ? (int)rng_int_range(r, 0, p->ncat) : -1, k, sub;
+  const cJSON *o;
+  *pi = p->end;
+  if (fx)
+    k = space_option_index(p->opts, fx, 1);
+  else if (chosen && !isnan(chosen[j]))
+    k = (int)chosen[j];
+  else if (drawn >= 0)
+    k = drawn;
+  else /* an unfixed grid, drawn as random_value draws it */
+    k = (int)rng_int_range(rg, 0, p->ncat);
+  if (k < 0) return cJSON_Duplicate(fx, 1); /* fx fits no option: kept as it is */
+  o = cJSON_GetArrayItem(p->opts, k);
+  if (!space_option_is_space(o)) return cJSON_Duplicate(o, 1);
+  sub = p->ostart[k];
+  return assemble(t, o, fx, chosen, &sub, r, rg);
 }
 
 /* ---------- lifetime ---------- */
@@ -1307,7 +1529,8 @@ int tpe_create_mo(const cJSON *param_space, const cJSON *search_alg, const enum 
   if (!t->space) goto fail;
   t->mode = modes[0];
   t->seed = seed;
-  rc = collect(t, t->space, seg, 0);
+  rc = collect(t, t->space, seg, 0, -1, 0);
+  if (!rc) cond_groups(t);
   if (rc) {
     spec_error_set(err, "param_space",
                    rc == -ENOMEM ? "out of memory"
@@ -1324,8 +1547,9 @@ fail:
 
 void tpe_free(struct tpe *t) {
   if (!t) return;
+  for (int j = 0; t->p && j < t->np; j++) free(t->p[j].ostart); /* cond_collect's */
   cJSON_Delete(t->space);
-  free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x);
+  free(t->p), free(t->ids), free(t->val), free(t->state), free(t->x), free(t->viol);
   idmap_free(&t->byid);
   free(t);
 }

@@ -61,6 +61,12 @@ int tpe_observe(struct tpe *t, int64_t trial_id, const cJSON *config, double val
 int tpe_observe_mo(struct tpe *t, int64_t trial_id, const cJSON *config, const double *values,
                    enum tpe_trial_state state);
 
+/* Sets the total constraint violation (constraint.h; 0 or less: feasible)
+ * of an observed trial; tpe_observe resets it to 0. The split ranks the
+ * feasible finished trials first by value, then the infeasible ones by
+ * violation (Optuna's constrained TPE). 0, or -ENOENT for an unknown id. */
+int tpe_set_violation(struct tpe *t, int64_t trial_id, double violation);
+
 /* The config of the index-th trial (0-based, the same numbering as
  * space_generate). fixed (NULL or an object shaped like a config) holds
  * values decided by the caller: grid_search values, points_to_evaluate;

@@ -1,6 +1,7 @@
-/* tpe_mo: hypervolume and the multi-objective split of the TPE searcher
- * (see tpe_mo.h). */
+/* tpe_mo: the multi-objective split of the TPE searcher (see tpe_mo.h). */
 #include "tpe_mo.h"
+
+#include "hypervolume.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,107 +26,6 @@ static int mo_cmp(const void *a, const void *b) {
   return x->i < y->i ? -1 : x->i > y->i;
 }
 
-/* pts: n points strictly below ref in every coordinate. */
-static int mo_hv(const double *pts, size_t n, int d, const double *ref, double *out) {
-  struct tpe_mo_key *k;
-  double *sub = NULL, vol = 0;
-  int rc = 0;
-
-  *out = 0;
-  if (!n) return 0;
-  if (d == 1) {
-    double mn = pts[0];
-    for (size_t i = 1; i < n; i++) mn = fmin(mn, pts[i]);
-    *out = ref[0] - mn;
-    return 0;
-  }
-  k = malloc(n * sizeof *k);
-  if (!k) return -ENOMEM;
-  /* Two: by x, then y (the sweep keeps the lowest y so far). More: by the
-   * last coordinate, each slab the (d-1)-volume of the points below it. */
-  for (size_t i = 0; i < n; i++)
-    k[i] = (struct tpe_mo_key){pts + i * (size_t)d, d, d == 2 ? 0 : d - 1, i};
-  qsort(k, n, sizeof *k, mo_cmp);
-  if (d == 2) {
-    double ybest = ref[1];
-    for (size_t i = 0; i < n; i++)
-      if (k[i].p[1] < ybest) {
-        vol += (ref[0] - k[i].p[0]) * (ybest - k[i].p[1]);
-        ybest = k[i].p[1];
-      }
-    *out = vol;
-    free(k);
-    return 0;
-  }
-  sub = malloc(n * (size_t)(d - 1) * sizeof *sub);
-  if (!sub) {
-    free(k);
-    return -ENOMEM;
-  }
-  if (d == 3) {
-    /* The slabs' 2-D sets grow by one point each: kept sorted by (x, y)
-     * by insertion, swept without sorting again: O(n^2) in all. */
-    for (size_t i = 0; i < n; i++) {
-      double z = k[i].p[2], next = i + 1 < n ? k[i + 1].p[2] : ref[2], area = 0, ybest = ref[1];
-      size_t at = i;
-      while (at > 0 && (sub[2 * (at - 1)] > k[i].p[0] ||
-                        (sub[2 * (at - 1)] == k[i].p[0] && sub[2 * (at - 1) + 1] > k[i].p[1])))
-        at--;
-      memmove(sub + 2 * (at + 1), sub + 2 * at, 2 * (i - at) * sizeof *sub);
-      sub[2 * at] = k[i].p[0], sub[2 * at + 1] = k[i].p[1];
-      if (!(next > z)) continue;
-      for (size_t q = 0; q <= i; q++)
-        if (sub[2 * q + 1] < ybest) {
-          area += (ref[0] - sub[2 * q]) * (ybest - sub[2 * q + 1]);
-          ybest = sub[2 * q + 1];
-        }
-      vol += area * (next - z);
-    }
-    free(sub);
-    free(k);
-    *out = vol;
-    return 0;
-  }
-  for (size_t i = 0; i < n && !rc; i++) {
-    double z = k[i].p[d - 1], next = i + 1 < n ? k[i + 1].p[d - 1] : ref[d - 1], a;
-    memcpy(sub + i * (size_t)(d - 1), k[i].p, (size_t)(d - 1) * sizeof *sub);
-    if (next > z && !(rc = mo_hv(sub, i + 1, d - 1, ref, &a))) vol += a * (next - z);
-  }
-  free(sub);
-  free(k);
-  *out = vol;
-  return rc;
-}
-
-int tpe_mo_hypervolume(const double *pts, size_t n, int d, const double *ref, double *out) {
-  double *in;
-  size_t m = 0;
-  int rc;
-
-  *out = 0;
-  if (d < 1) return -EINVAL;
-  in = malloc((n ? n : 1) * (size_t)d * sizeof *in);
-  if (!in) return -ENOMEM;
-  for (size_t i = 0; i < n; i++) {
-    int inside = 1;
-    for (int j = 0; j < d && inside; j++) inside = pts[i * (size_t)d + j] < ref[j];
-    if (inside) memcpy(in + m++ * (size_t)d, pts + i * (size_t)d, (size_t)d * sizeof *in);
-  }
-  rc = mo_hv(in, m, d, ref, out);
-  free(in);
-  return rc;
-}
-
-/* a dominates b: no worse anywhere, better somewhere. */
-static int mo_dominates(const double *a, const double *b, int d) {
-  int better = 0;
-  for (int j = 0; j < d; j++) {
-    if (a[j] > b[j]) return 0;
-    better |= a[j] < b[j];
-  }
-  return better;
-}
-
 /* Greedy hypervolume subset selection (Optuna's _solve_hssp): marks
  * `subset` of the m points mem[] (indexes into loss) in below[]. */
 static int mo_hssp(const double *loss, int d, const size_t *mem, size_t m, size_t subset,
@@ -135,7 +35,7 @@ static int mo_hssp(const double *loss, int d, const size_t *mem, size_t m, size_
          *sel = malloc((subset + 1) * (size_t)d * sizeof *sel);
   size_t *stamp = malloc(m * sizeof *stamp), nu = 0;
   unsigned char *uniq = malloc(m), *taken = calloc(m, 1);
-  double ref[64], hv_sel = 0;
+  double ref[SPEC_MAX_OBJECTIVES], hv_sel = 0;
   int rc = -ENOMEM, finite = 1;
 
   if (!k || !contrib || !sel || !stamp || !uniq || !taken) goto out;
@@ -177,7 +77,7 @@ static int mo_hssp(const double *loss, int d, const size_t *mem, size_t m, size_
     if (finite && stamp[best] != s) {
       double hv;
       memcpy(sel + s * (size_t)d, k[best].p, (size_t)d * sizeof *sel);
-      if ((rc = tpe_mo_hypervolume(sel, s + 1, d, ref, &hv))) goto out;
+      if ((rc = hypervolume_min(sel, s + 1, d, ref, &hv))) goto out;
       rc = -ENOMEM;
       contrib[best] = hv - hv_sel;
       stamp[best] = s;
@@ -201,7 +101,7 @@ int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned c
   size_t *rest = NULL, *fr = NULL, *mem = NULL, nrest = n, assigned = 0, kept = 0, m = 0;
   int r = 0, rc = -ENOMEM;
 
-  if (d < 1 || d > 64) return -EINVAL;
+  if (d < 1 || d > SPEC_MAX_OBJECTIVES) return -EINVAL;
   memset(below, 0, n);
   if (n_below > n) n_below = n;
   if (n_below == 0) return 0;
@@ -228,7 +128,7 @@ int tpe_mo_split(const double *loss, size_t n, int d, size_t n_below, unsigned c
       const double *p = loss + rest[a] * (size_t)d;
       int dominated = 0;
       for (size_t b = 0; b < nfr && !dominated; b++)
-        dominated = mo_dominates(loss + fr[b] * (size_t)d, p, d);
+        dominated = hypervolume_dominates(loss + fr[b] * (size_t)d, p, d);
       if (dominated)
         rest[left++] = rest[a];
       else
@@ -273,24 +173,28 @@ int tpe_mo_weights(const double *loss, size_t n, int d, double *w) {
     for (size_t i = 0; i < n; i++) v = fmax(v, loss[i * (size_t)d + j]);
     ref[j] = fmax(1.1 * v, 0.9 * v);
     if (ref[j] == 0) ref[j] = TPE_MO_EPS;
+    if (!isfinite(ref[j])) { /* past DBL_MAX / 1.1: no volume to share, all weigh 1 */
+      rc = 0;
+      goto out;
+    }
   }
   for (size_t i = 0; i < n; i++) {
     int on = 1;
     for (size_t k = 0; k < n && on; k++)
-      if (mo_dominates(loss + k * (size_t)d, loss + i * (size_t)d, d)) on = 0;
+      if (hypervolume_dominates(loss + k * (size_t)d, loss + i * (size_t)d, d)) on = 0;
     w[i] = TPE_MO_EPS;
     if (on) {
       memcpy(front + m * (size_t)d, loss + i * (size_t)d, (size_t)d * sizeof *front);
       idx[m++] = i;
     }
   }
-  if ((rc = tpe_mo_hypervolume(front, m, d, ref, &hv_all))) goto out;
+  if ((rc = hypervolume_min(front, m, d, ref, &hv_all))) goto out;
   for (size_t a = 0; a < m; a++) {
     /* Leave a out: swap it to the end, measure the rest, swap back. */
-    double tmp[64];
+    double tmp[SPEC_MAX_OBJECTIVES];
     memcpy(tmp, front + a * (size_t)d, (size_t)d * sizeof *tmp);
     memcpy(front + a * (size_t)d, front + (m - 1) * (size_t)d, (size_t)d * sizeof *tmp);
-    if ((rc = tpe_mo_hypervolume(front, m - 1, d, ref, &hv_loo))) goto out;
+    if ((rc = hypervolume_min(front, m - 1, d, ref, &hv_loo))) goto out;
     memcpy(front + (m - 1) * (size_t)d, front + a * (size_t)d, (size_t)d * sizeof *tmp);
     memcpy(front + a * (size_t)d, tmp, (size_t)d * sizeof *tmp);
     w[idx[a]] = hv_all - hv_loo;

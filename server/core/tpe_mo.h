@@ -1,21 +1,12 @@
 /* tpe_mo: what the TPE searcher needs for several objectives (Optuna's
- * MOTPE, optuna/samplers/_tpe/sampler.py, v5.0): the exact hypervolume of a
- * point set and the split of finished trials into the "below" (good) and
- * "above" groups by non-dominated rank, the last rank that does not fit
- * whole cut by greedy hypervolume subset selection. Every value here is a
- * loss: minimised (the caller negates maximised objectives). Pure: no I/O,
- * no global state. */
+ * MOTPE, optuna/samplers/_tpe/sampler.py, v5.0): the split of finished trials into the "below"
+ * (good) and "above" groups by non-dominated rank, the last rank that does not fit whole cut by
+ * greedy hypervolume subset selection. Every value here is a loss: minimised (the caller negates
+ * maximised objectives). Pure: no I/O, no global state. */
 #ifndef CTUNE_TPE_MO_H
 #define CTUNE_TPE_MO_H
 
 #include <stddef.h>
-
-/* The volume dominated by pts (n points of d finite coordinates,
- * row-major) and bounded by ref: the union of the boxes [p, ref]. A point
- * not below ref in every coordinate adds nothing. Exact: slicing along the
- * last coordinate, a sweep for two (O(n^(d-1) log n)). 0 with *out set,
- * -EINVAL (d < 1) or -ENOMEM. */
-int tpe_mo_hypervolume(const double *pts, size_t n, int d, const double *ref, double *out);
 
 /* Optuna 5.0's _split_complete_trials_multi_objective: marks below[i] = 1
  * for the n_below (clipped to n) points of loss (n x d, finite) it keeps:

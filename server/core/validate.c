@@ -499,6 +499,43 @@ int validate_experiment_stored(const cJSON *config, struct experiment_spec *out,
   return validate_config(config, out, err, 1);
 }
 
+/* reference_point: one finite number per objective, in its own units
+ * (worse than any value that counts: above for min, below for max), the
+ * corner the hypervolume is measured from (hypervolume.h). */
+static int check_reference_point(const cJSON *config, struct experiment_spec *out,
+                                 struct validate_error *err) {
+  const cJSON *rp = cJSON_GetObjectItemCaseSensitive(config, "reference_point");
+  if (!rp) return 0;
+  if (!out->has_metric)
+    return spec_fail_at(err, "", "reference_point",
+                        "needs metric and mode (one reference value per objective)");
+  if (!cJSON_IsArray(rp)) {
+    spec_error_set(err, "reference_point", "must be a list of %d number(s), one per metric",
+                   out->nobjectives);
+    return -EINVAL;
+  }
+  if (cJSON_GetArraySize(rp) != out->nobjectives) {
+    spec_error_set(err, "reference_point",
+                   "has %d entries but metric has %d: one reference value per metric",
+                   cJSON_GetArraySize(rp), out->nobjectives);
+    return -EINVAL;
+  }
+  int i = 0;
+  const cJSON *item;
+  cJSON_ArrayForEach(item, rp) {
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble)) {
+      char p[64];
+      snprintf(p, sizeof p, "reference_point[%d]", i);
+      spec_error_set(err, p, "must be a finite number (the reference value of '%s')",
+                     out->objectives[i]);
+      return -EINVAL;
+    }
+    out->reference_point[i++] = item->valuedouble;
+  }
+  out->has_reference_point = 1;
+  return 0;
+}
+
 /* metric and mode: two strings, or two lists of the same length (one entry
  * per objective, at most SPEC_MAX_OBJECTIVES, no metric twice). 1 when
  * given, 0 when neither is, -EINVAL naming the wrong field. */
@@ -579,6 +616,58 @@ static int check_objectives(const cJSON *config, struct experiment_spec *out,
   return 1;
 }
 
+/* constraints: a list of 1..SPEC_MAX_CONSTRAINTS {"metric", "op", "value"}
+ * (docs/scheduling.md#outcome-constraints). op is "<=" or ">=" only: "<"
+ * and ">" differ from them only at the bound itself, which a measured
+ * float meets by chance, and "==" is met by none; Optuna's constraints
+ * (c <= 0) and Ax's outcome constraints take just these two. 0, or -EINVAL
+ * naming constraints[i].field. */
+static int check_constraints(const cJSON *config, struct experiment_spec *out,
+                             struct validate_error *err) {
+  static const char *const keys[] = {"metric", "op", "value", NULL};
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(config, "constraints"), *item;
+  char p[64];
+  int i = 0;
+  if (!list) return 0;
+  if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
+      cJSON_GetArraySize(list) > SPEC_MAX_CONSTRAINTS) {
+    spec_error_set(err, "constraints",
+                   "must be a list of 1 to %d objects {\"metric\": NAME, \"op\": \"<=\" or "
+                   "\">=\", \"value\": NUMBER}",
+                   SPEC_MAX_CONSTRAINTS);
+    return -EINVAL;
+  }
+  if (!out->has_metric)
+    return spec_fail_at(err, "", "metric",
+                        "required with constraints (and mode): the feasible trials are ranked "
+                        "by it");
+  cJSON_ArrayForEach(item, list) {
+    struct spec_constraint *c = &out->constraints[i];
+    snprintf(p, sizeof p, "constraints[%d]", i);
+    if (!cJSON_IsObject(item)) {
+      spec_error_set(err, p, "must be an object {\"metric\", \"op\", \"value\"}");
+      return -EINVAL;
+    }
+    if (spec_check_keys(item, p, "a constraint", keys, err)) return -EINVAL;
+    int has = spec_get_name(item, p, "metric", 1, c->metric, err);
+    if (has < 0) return -EINVAL;
+    if (!has) return spec_fail_at(err, p, "metric", "required: the result key constrained");
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(item, "op");
+    if (!op) return spec_fail_at(err, p, "op", "required: \"<=\" or \">=\"");
+    if (!cJSON_IsString(op) || (strcmp(op->valuestring, "<=") && strcmp(op->valuestring, ">=")))
+      return spec_fail_at(err, p, "op",
+                          "must be \"<=\" or \">=\" (\"<\" and \">\" differ from them only "
+                          "at the bound, \"==\" is never met by a measured value)");
+    c->op = op->valuestring[0] == '<' ? SPEC_CON_LE : SPEC_CON_GE;
+    has = spec_get_number(item, p, "value", &c->value, err);
+    if (has < 0) return -EINVAL;
+    if (!has) return spec_fail_at(err, p, "value", "required: the bound, a finite number");
+    i++;
+  }
+  out->nconstraints = i;
+  return 0;
+}
+
 static int validate_config(const cJSON *config, struct experiment_spec *out,
                            struct validate_error *err, int stored) {
   static const char *const top_keys[] = {"name",
@@ -590,6 +679,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                                          "max_failures",
                                          "fail_fast",
                                          "param_space",
+                                         "reference_point",
                                          "scheduler",
                                          "resources_per_trial",
                                          "trainable",
@@ -598,6 +688,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                                          "warm_start",
                                          "stop",
                                          "time_budget_s",
+                                         "constraints",
                                          NULL};
   const cJSON *ps;
   int64_t seed = 0;
@@ -617,6 +708,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
   has_metric = check_objectives(config, out, err);
   if (has_metric < 0) return -EINVAL;
   out->has_metric = has_metric;
+  if (check_constraints(config, out, err)) return -EINVAL;
 
   out->num_samples = 1;
   if (spec_get_int(config, "", "num_samples", 1, SPEC_NUM_SAMPLES_MAX, &out->num_samples, err) <
@@ -632,6 +724,7 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
   if (rc < 0) return rc;
   out->has_seed = rc;
   out->seed = (uint64_t)seed;
+  if (check_reference_point(config, out, err)) return -EINVAL;
 
   ps = cJSON_GetObjectItemCaseSensitive(config, "param_space");
   if (ps && !cJSON_IsObject(ps))
@@ -650,12 +743,15 @@ static int validate_config(const cJSON *config, struct experiment_spec *out,
                         out->sched.type == SPEC_SCHED_PBT
                             ? "required with the pbt scheduler (and mode)"
                             : "required with the median_stopping scheduler (and mode)");
-  if (out->nobjectives > 1 && out->sched.type != SPEC_SCHED_FIFO)
+  if (out->nobjectives > 1 &&
+      (out->sched.type == SPEC_SCHED_PBT || out->sched.type == SPEC_SCHED_MEDIAN))
     return spec_fail_at(err, "scheduler", "type",
-                        "takes a single metric: with several objectives only the fifo "
-                        "scheduler runs (asha, hyperband, median_stopping and pbt stop or "
-                        "exploit trials by one metric)");
+                        "takes a single metric: with several objectives use fifo, asha or "
+                        "hyperband (they rank by non-dominated sorting; median_stopping and "
+                        "pbt stop or exploit trials by one metric)");
   out->sched.num_trials = out->num_trials;
+  out->sched.nobjectives = out->nobjectives > 1 ? out->nobjectives : 1;
+  for (int j = 0; j < out->nobjectives; j++) out->sched.modes[j] = out->modes[j];
   if (check_resources(cJSON_GetObjectItemCaseSensitive(config, "resources_per_trial"),
                       &out->resources, err) ||
       check_trainable(cJSON_GetObjectItemCaseSensitive(config, "trainable"), err))

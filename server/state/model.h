@@ -139,6 +139,12 @@ struct srv_trial {
   int compact;
   int64_t created_seq, first_seq, last_seq;
   double scores[BEST_SUM_N];
+  /* Outcome constraints (docs/scheduling.md#outcome-constraints): the total
+   * violation of the experiment's constraints at its last result
+   * (constraint_of_result; 0: feasible, +inf: a constrained value missing);
+   * meaningful once nres > 0. Kept by state_note_result; a compact trial's
+   * is read back from its last result at load (state_violations_restore). */
+  double violation;
 };
 
 struct srv_experiment {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "constraint.h"
 #include "events.h"
 #include "jsonout.h"
 #include "log.h"
@@ -591,6 +592,7 @@ int state_note_result(struct server *s, struct srv_trial *t, double time_value, 
     t->last_value = v;
   }
   if (state_note_series(e, t, result)) return -ENOMEM;
+  t->violation = constraint_of_result(&e->spec, result);
   char *copy = strdup(json);
   if (!copy) return -ENOMEM;
   /* The checkpoint label the worker uses: training_iteration, else the

@@ -275,6 +275,11 @@ int state_trial_hydrate(struct server *s, struct srv_trial *t);
  * from memory, or SQLite when compact. Lock held. */
 int state_trial_last_result(struct server *s, const struct srv_trial *t, char **out);
 void state_compact_free(struct server *s);
+/* An experiment with outcome constraints: every compact trial of e that has
+ * results gets its violation back from its last result (one read of
+ * SQLite for them all). 0 without constraints or such trials; -ENOMEM,
+ * a store error. Lock held. */
+int state_violations_restore(struct server *s, struct srv_experiment *e);
 /* Cold experiments (state_cold.c). How many trials e has made. */
 static inline int64_t state_experiment_created(const struct srv_experiment *e) {
   return e->cold ? e->cold_ntrials : e->ntrials;

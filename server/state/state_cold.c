@@ -62,7 +62,8 @@ static void cold_make(struct server *s, struct srv_experiment *e, uint64_t now_m
     struct srv_trial *t = e->trials[i];
     state_trial_compact(s, t);
     double v = t->scores[BEST_SUM_LAST];
-    if (e->spec.has_metric && isfinite(v) &&
+    /* Outcome constraints: the best among the feasible (api_best_memory). */
+    if (e->spec.has_metric && isfinite(v) && t->violation == 0 &&
         (!e->has_cold_best ||
          (e->spec.mode == SPEC_MODE_MAX ? v > e->cold_best_value : v < e->cold_best_value))) {
       e->has_cold_best = 1;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cJSON.h"
+#include "constraint.h"
 #include "log.h"
 #include "state.h"
 #include "state_internal.h"
@@ -28,6 +29,50 @@ void state_trial_summary_row(const struct srv_trial *t, struct store_trial_row *
   row->last_seq = t->last_seq;
   row->last_t = t->nres ? t->last_t : NAN;
   state_trial_scores(t, row->scores);
+}
+
+struct restore_ctx {
+  struct srv_experiment *e;
+  struct srv_trial **t; /* by position in the seqs read */
+  const int64_t *seqs;
+  size_t i, n;
+};
+
+static int restore_one(void *ctx, int64_t seq, int64_t trial_id, const char *data) {
+  (void)trial_id;
+  struct restore_ctx *r = ctx;
+  while (r->i < r->n && r->seqs[r->i] != seq) r->i++;
+  if (r->i == r->n || !data) return 0;
+  cJSON *res = cJSON_Parse(data);
+  /* Not an object (state_replay_result leaves such a row out): unknown. */
+  r->t[r->i++]->violation = cJSON_IsObject(res) ? constraint_of_result(&r->e->spec, res) : INFINITY;
+  cJSON_Delete(res);
+  return 0;
+}
+
+int state_violations_restore(struct server *s, struct srv_experiment *e) {
+  size_t k = 0;
+  if (!e->spec.nconstraints) return 0;
+  for (int64_t i = 0; i < e->ntrials; i++)
+    k += e->trials[i]->compact && e->trials[i]->nres && e->trials[i]->last_seq;
+  if (!k) return 0;
+  int64_t *seqs = malloc(k * sizeof *seqs);
+  struct srv_trial **ts = malloc(k * sizeof *ts);
+  int rc = seqs && ts ? 0 : -ENOMEM;
+  k = 0;
+  for (int64_t i = 0; !rc && i < e->ntrials; i++) {
+    struct srv_trial *t = e->trials[i];
+    if (!t->compact || !t->nres || !t->last_seq) continue;
+    t->violation = INFINITY; /* unless its last result says otherwise */
+    seqs[k] = t->last_seq;
+    ts[k++] = t;
+  }
+  if (!rc)
+    rc = store_results_by_seq(s->store, seqs, k, restore_one,
+                              &(struct restore_ctx){e, ts, seqs, 0, k});
+  free(seqs);
+  free(ts);
+  return rc;
 }
 
 void state_trial_history_free(struct srv_trial *t) {

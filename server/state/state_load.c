@@ -152,8 +152,11 @@ static int load_experiment(void *ctx, const struct store_experiment_row *r) {
   if (!e->name || !e->config) goto fail;
   e->status = st;
   /* Bounded memory: a finished experiment starts cold unless one of its
-   * trials says otherwise (load_not_cold, before the trials). */
-  e->cold = st == ES_TERMINATED || st == ES_CANCELLED;
+   * trials says otherwise (load_not_cold, before the trials). One with
+   * outcome constraints starts warm: its best is among the feasible trials,
+   * which its rows do not say (state_violations_restore reads them back;
+   * it goes cold a while later, state_cold_later). */
+  e->cold = (st == ES_TERMINATED || st == ES_CANCELLED) && !e->spec.nconstraints;
   e->created_at = r->created_at;
   e->ended_at = r->has_ended_at ? r->ended_at : 0;
   if (r->end_reason && !(e->end_reason = strdup(r->end_reason))) goto fail;
@@ -615,6 +618,11 @@ int state_load(struct server *s, char *err, size_t errlen) {
     }
   for (int64_t i = 0; i < s->nexps; i++) {
     struct srv_experiment *e = s->exps[i];
+    if (!e->cold && !e->deleted && (rc = state_violations_restore(s, e))) {
+      snprintf(err, errlen, "experiment %lld: reading its trials' last results failed (%d)",
+               (long long)e->id, rc);
+      return rc;
+    }
     s->ncold += e->cold && !e->deleted;
     /* Finished but warm (its trials were summarized at this load): later. */
     if (!e->cold && !e->deleted && (e->status == ES_TERMINATED || e->status == ES_CANCELLED))
@@ -801,5 +809,10 @@ int state_experiment_warm(struct server *s, struct srv_experiment *e) {
   s->ncold--;
   s->ncompact += n;
   state_cold_later(s, e, clock_mono_ms());
+  /* Outcome constraints: on a failed read its trials count as infeasible
+   * (state_violations_restore marks them before it reads). */
+  if ((rc = state_violations_restore(s, e)))
+    log_error("experiment %lld: its trials' last results could not be read back (%d)",
+              (long long)e->id, rc);
   return 0;
 }

@@ -233,17 +233,22 @@ static char trial_stored_decision(struct server *s, const struct srv_trial *t, d
 static int trial_store_result(struct server *s, struct srv_trial *t, struct srv_experiment *e,
                               const cJSON *r, double tv, char *decision, uint64_t *ticket) {
   char *json = NULL;
-  const cJSON *m = e->spec.has_metric ? cJSON_GetObjectItemCaseSensitive(r, e->spec.metric) : NULL;
-  double mv = NAN;
-  int has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
-  if (has_m && cJSON_IsNumber(m)) mv = m->valuedouble;
+  /* Every objective (the one metric, or each of several: the scheduler
+   * takes them all or none). */
+  double mv[SPEC_MAX_OBJECTIVES];
+  int has_m = e->spec.has_metric;
+  for (int j = 0; has_m && j < (e->spec.nobjectives > 1 ? e->spec.nobjectives : 1); j++) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, e->spec.objectives[j]);
+    has_m = m && (cJSON_IsNumber(m) || cJSON_IsNull(m));
+    mv[j] = has_m && cJSON_IsNumber(m) ? m->valuedouble : NAN;
+  }
   struct sched_outcome out = {0}, end = {0};
   const char *kind = NULL;
   /* Stop rules and the time budget first, as Ray's controller asks its
    * stopper before the scheduler: a trial they stop is not ranked, paused or
    * exploited at that result. */
   int rc = 0, stopped = decide_stopper(e, r, &out, &kind);
-  if (!stopped) rc = sched_on_result(e->sched, t->id, tv, has_m ? &mv : NULL, &out);
+  if (!stopped) rc = sched_on_result(e->sched, t->id, tv, has_m ? mv : NULL, &out);
   if (rc == -ENOENT) { /* not in a bracket (should not happen while RUNNING) */
     sched_outcome_clear(&out);
     rc = 0;
@@ -523,6 +528,8 @@ static int trial_searcher_sync(struct server *s, struct srv_experiment *e) {
       else
         rc = trial_objective(s, e, t, j, &v[j]);
     if (!rc) rc = searcher_observe_mo(e->searcher, t->id, t->idx, c, v, finished);
+    /* Outcome constraints: tpe ranks the infeasible after the feasible. */
+    if (!rc && t->nres) rc = searcher_observe_violation(e->searcher, t->id, t->violation);
     cJSON_Delete(c);
     if (rc) return rc;
     t->searcher_seq = t->updated_seq;

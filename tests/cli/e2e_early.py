@@ -4,6 +4,8 @@ real ctune, ctune-server, ctune-worker. Usage: e2e_early.py BIN_DIR CASE, CASE
 one of sample, remote, fit, failfast, allerror, sigint2, torch_metric, pareto. Reuses e2e_cli.py's process
 bookkeeping (a child subreaper; every leftover process is killed)."""
 import ctypes
+import csv
+import io
 import json
 import os
 import re
@@ -78,6 +80,15 @@ def case_sample(tmp):
     c, o, e = ctune("sample", noseed, "--json")
     doc = json.loads(o)
     check(c == 0 and doc["num_trials"] == 3 and len(doc["trials"]) == 3 and doc["seed"] >= 0, o)
+    # The conditional example of `ctune sample --help`: each trial holds only
+    # its chosen option's parameters, as the space nests them.
+    c, o, e = ctune("sample", os.path.join(base.EXAMPLES, "conditional.json"), "--json")
+    trials = json.loads(o)["trials"] if c == 0 else []
+    keys = {"sgd": {"name", "momentum", "nesterov"}, "adam": {"name", "beta1", "beta2"}}
+    check(len(trials) == 6 and all(set(t) == {"lr", "optimizer"} and
+                                   set(t["optimizer"]) == keys[t["optimizer"]["name"]]
+                                   for t in trials) and
+          {t["optimizer"]["name"] for t in trials} == {"sgd", "adam"}, f"conditional: {c} {o} {e}")
 
 
 def case_remote(tmp):
@@ -188,8 +199,13 @@ def case_pareto(tmp):
     _, url = start_server(tmp, db)
     A = ["--server", url, "--db", db]
     code, out, err = ctune("best", "1", *A)
-    rows = [ln.split() for ln in out.splitlines()[2:]]
+    rows = [ln.split() for ln in out.splitlines()[2:5]]
     check(code == 0 and out.startswith(head), f"best: {code} {out} {err}")
+    # Then the hypervolume, as /pareto answers it (printed like the values).
+    last = json.loads(ctune("best", "1", "--json", *A)[1])
+    hv_line = out.splitlines()[5]
+    check(hv_line.startswith("hypervolume %.6g from the reference point (" % last["hypervolume"])
+          and hv_line.endswith("derived: the front's nadir plus 10% of its range"), f"hv: {hv_line}")
     check(sorted(r[1] for r in rows) == ["0.333333", "0.666667", "1.33333"] and
           sorted(r[2] for r in rows) == ["0.25", "0.5", "1"], f"rows: {rows}")
     code, out, err = ctune("best", "1", "--json", "--scope", "all", *A)
@@ -197,6 +213,19 @@ def case_pareto(tmp):
     check(code == 0 and front["scope"] == "all" and len(front["trials"]) == 3, f"json: {out}")
     code, out, err = ctune("best", "1", "--metric", "cost", *A)
     check(code == 0 and "with cost=0.25" in out, f"best --metric cost: {code} {out} {err}")
+    # export --pareto: the same front as CSV rows and as the server's JSON.
+    code, out, err = ctune("export", "1", "--pareto", "--scope", "all", *A)
+    rows = list(csv.reader(io.StringIO(out)))
+    check(code == 0 and rows[0][:4] == ["trial_id", "status", "loss", "cost"], f"csv: {out} {err}")
+    want = {t["trial_id"]: (t["values"]["loss"], t["values"]["cost"]) for t in front["trials"]}
+    check({int(r[0]): (float(r[2]), float(r[3])) for r in rows[1:]} == want, f"csv rows: {rows}")
+    out_json = os.path.join(tmp, "front.json")
+    code, out, err = ctune("export", "1", "--pareto", "--scope", "all", "--format", "json",
+                           "--output", out_json, *A)
+    with open(out_json) as f:
+        check(code == 0 and json.load(f) == front, f"export json: {code} {err}")
+    code, out, err = ctune("export", "1", "--scope", "all", *A)
+    check(code != 0 and "--scope goes with --pareto" in err, f"--scope alone: {code} {err}")
 
 
 TORCH_TRIAL = r'''

@@ -170,6 +170,40 @@ START_TEST(report_all_rows) {
 }
 END_TEST
 
+/* Outcome constraints: an infeasible trial says so in the status column
+ * and in ctune trial, with its violation; a feasible one in ctune trial. */
+START_TEST(report_infeasible) {
+  struct report_state s;
+  char *text;
+  cJSON *e = cJSON_Parse("{\"id\":1,\"name\":\"con\",\"status\":\"TERMINATED\","
+                         "\"metric\":\"loss\",\"mode\":\"min\",\"num_trials\":2,"
+                         "\"counts\":{\"TERMINATED\":2}}");
+  cJSON *ts =
+      cJSON_Parse("{\"trials\":[{\"id\":1,\"name\":\"con_00000\",\"status\":\"TERMINATED\","
+                  "\"iteration\":1,\"last_result\":{\"loss\":0.1,\"mem\":500},\"feasible\":false,"
+                  "\"violation\":400},{\"id\":2,\"name\":\"con_00001\",\"status\":\"TERMINATED\","
+                  "\"iteration\":1,\"last_result\":{\"loss\":0.3,\"mem\":50},\"feasible\":true,"
+                  "\"violation\":0}]}");
+  ck_assert_int_eq(report_state_load(&s, e, ts, NULL), 0);
+  ck_assert_int_eq(report_render_table(&s, 160, 0, &text), 0);
+  char *row0 = strstr(text, "con_00000"), *row1 = strstr(text, "con_00001");
+  ck_assert_ptr_nonnull(row0);
+  ck_assert_ptr_nonnull(row1);
+  char *bad = strstr(text, "TERMINATED infeasible");
+  ck_assert_msg(bad && bad > row0 && bad < row1, "%s", text);
+  ck_assert_ptr_null(strstr(row1, "infeasible"));
+  free(text);
+  const cJSON *arr = cJSON_GetObjectItem(ts, "trials");
+  ck_assert_int_eq(report_trial_detail(cJSON_GetArrayItem(arr, 0), NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Feasible: no (total violation 400)\n"));
+  free(text);
+  ck_assert_int_eq(report_trial_detail(cJSON_GetArrayItem(arr, 1), NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Feasible: yes (meets every constraint)\n"));
+  free(text);
+  report_state_free(&s);
+}
+END_TEST
+
 /* Why an experiment ended early is shown under its status line;
  * the table's first column is the trial's numeric id. */
 START_TEST(report_end_reason_and_ids) {
@@ -572,6 +606,12 @@ START_TEST(fmt_values) {
   report_fmt_params(v, buf, 7);
   ck_assert_str_eq(buf, "");
   cJSON_Delete(v);
+  /* A conditional space's option: its keys under the parameter's name. */
+  v = cJSON_Parse("{\"lr\":0.01,\"optimizer\":{\"name\":\"adam\",\"beta1\":0.8046608490301683},"
+                  "\"e\":{}}");
+  report_fmt_params(v, buf, sizeof(buf));
+  ck_assert_str_eq(buf, "lr=0.01, optimizer.name=adam, optimizer.beta1=0.804661, e={}");
+  cJSON_Delete(v);
   ck_assert_uint_eq(text_width("… 3"), 3);
   ck_assert_uint_eq(text_prefix_bytes("…abc", 2), 4);
 }
@@ -626,6 +666,30 @@ START_TEST(export_csv_neutralises_formulas) {
   ck_assert_ptr_nonnull(strstr(text, ",'=cmd|' /C calc'!A0\n"));
   free(text);
   cJSON_Delete(trials);
+}
+END_TEST
+
+/* export --pareto's CSV: one column per objective in the server's order,
+ * exact numbers, an empty cell for null, config columns neutralised as
+ * export_csv's are (a metric name cannot start a formula: names are
+ * [A-Za-z0-9_./-], and '-' is guarded too). */
+START_TEST(export_pareto_csv_rows) {
+  cJSON *p = cJSON_Parse(
+      "{\"metrics\":[\"loss\",\"acc\"],\"modes\":[\"min\",\"max\"],\"trials\":["
+      "{\"trial_id\":3,\"status\":\"TERMINATED\",\"config\":{\"lr\":0.1,\"opt\":\"=SUM(1)\"},"
+      "\"values\":{\"loss\":0.30000000000000004,\"acc\":-2}},"
+      "{\"trial_id\":5,\"status\":\"RUNNING\",\"config\":{\"lr\":1e-5,\"wd\":\"a,b\"},"
+      "\"values\":{\"loss\":1,\"acc\":null}}],\"hypervolume\":1}");
+  ck_assert_ptr_nonnull(p);
+  char *text;
+  ck_assert_int_eq(export_pareto_csv(p, &text), 0);
+  ck_assert_str_eq(text, "trial_id,status,loss,acc,config/lr,config/opt,config/wd\n"
+                         "3,TERMINATED,0.30000000000000004,-2,0.1,'=SUM(1),\n"
+                         "5,RUNNING,1,,1e-05,,\"a,b\"\n");
+  free(text);
+  ck_assert_int_eq(export_pareto_csv(cJSON_GetObjectItem(p, "trials"), &text), -EINVAL);
+  ck_assert_ptr_null(text);
+  cJSON_Delete(p);
 }
 END_TEST
 
@@ -833,6 +897,7 @@ int main(void) {
   tcase_add_test(tc, report_asha_wide);
   tcase_add_test(tc, report_asha_narrow_trims_to_width);
   tcase_add_test(tc, report_all_rows);
+  tcase_add_test(tc, report_infeasible);
   tcase_add_test(tc, report_grid_finished);
   tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);
@@ -847,6 +912,7 @@ int main(void) {
   tcase_add_test(tc, text_strips_terminal_controls);
   tcase_add_test(tc, export_csv_golden);
   tcase_add_test(tc, export_csv_neutralises_formulas);
+  tcase_add_test(tc, export_pareto_csv_rows);
   tcase_add_test(tc, report_end_reason_and_ids);
   tcase_add_test(tc, export_json_with_results);
   tcase_add_test(tc, args_good);

@@ -22,7 +22,8 @@ BUILD = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else os.path.join(sys.a
 # the Debian runtime libraries the programs link, by package
 WANT_DEPENDS = ["libmicrohttpd12", "libcjson1", "libuv1", "libsqlite3-0", "libcurl4", "zlib1g",
                 "libopenblas0", "libc6"]
-PATHS = ["usr/bin/ctune", "usr/bin/ctune-server", "usr/bin/ctune-worker", "usr/bin/ctune-train",
+PATHS = ["usr/bin/ctune", "usr/bin/ctune-server", "usr/bin/ctune-worker", "usr/bin/ctune-supervise",
+         "usr/bin/ctune-train",
          "usr/share/ctune/web/index.html", "usr/share/ctune/web/js/app.js",
          "usr/share/ctune/examples/quick.json", "usr/share/ctune/examples/command/train.sh",
          "usr/share/doc/ctune/README.md", "usr/share/doc/ctune/deploy.md",

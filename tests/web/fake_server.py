@@ -639,6 +639,9 @@ def outcomes(st):
         st.trials[bad].update(status="ERROR", ended_at=time.time(), exit_code=1,
                               error="trial_exit: your program exited with status 1")
         st.trials[good].update(status="TERMINATED", ended_at=time.time())
+        # Outcome constraints: the failed one also violated one, by 400.
+        st.trials[bad].update(feasible=False, violation=400)
+        st.trials[good].update(feasible=True, violation=0)
         st.finish_check(eb)
         now = time.time()
 

@@ -6,7 +6,9 @@ shows a red FAILED badge (list and page), not a green TERMINATED, and its
 "Best trial" card names no trial; where the lowest loss is an ERROR
 trial's, the card names the best trial that did not fail; a trial's page
 shows its attempts (a lost worker, the lease that resumed it) with its
-decisions, in order. Screenshots land in the artifacts folder.
+decisions, in order; a trial that violates an outcome constraint has a red
+"infeasible" tag in the trial table and on its page. Screenshots land in
+the artifacts folder.
 """
 import json
 import os
@@ -66,6 +68,18 @@ def check_mixed(h, d, base, r):
            .get_attribute("href").endswith("#/trials/%d" % r["good_trial"]))
     badge = d.find_element("css selector", ".page-head .badge")
     assert badge.text == "TERMINATED", badge.text
+    # Outcome constraints: the infeasible trial's row has the red tag, the
+    # feasible one's none.
+    tag = h.wait("the infeasible tag", lambda: d.find_element(
+        "css selector", '#trials-table tr[data-id="%d"] .tag.infeasible' % r["error_trial"]))
+    assert tag.text == "infeasible" and "total violation 400" in tag.get_attribute("title"), \
+        tag.get_attribute("outerHTML")
+    assert not d.find_elements("css selector", '#trials-table tr[data-id="%d"] .tag.infeasible'
+                               % r["good_trial"])
+    d.get(base + "/#/trials/%d" % r["error_trial"])
+    h.wait_ready(d, "trial")
+    h.wait("the infeasible tag on the trial page",
+           lambda: d.find_element("css selector", ".page-head .tag.infeasible"))
 
 
 def check_attempts(h, d, base, r):

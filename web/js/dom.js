@@ -21,6 +21,16 @@ export function statusBadge(status, why) {
   return h('span', { class: 'badge s-' + String(status).toLowerCase(), title: why || null }, status);
 }
 
+// Outcome constraints: a trial whose last result violates one (feasible
+// false) gets this tag; it is never the best nor on the Pareto front.
+export function infeasibleTag(t) {
+  if (!t || t.feasible !== false) return null;
+  const why = typeof t.violation === 'number'
+    ? `violates the experiment's constraints (total violation ${t.violation})`
+    : 'a constrained metric is missing or not a number';
+  return h('span', { class: 'tag infeasible', title: why }, 'infeasible');
+}
+
 // An experiment that ended TERMINATED with every trial in ERROR (at least
 // one) failed, as Ray's tune.run raises: `ctune run` exits 6 and shows FAILED.
 export function allTrialsFailed(e) {

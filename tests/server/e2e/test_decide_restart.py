@@ -12,6 +12,11 @@ A scripted fake worker speaks REST.
 - kill -9 right after a pause decision's reply (before the lease's
   complete): after the restart the complete makes the trial PAUSED, and the
   whole run (every decision, event, status) equals an uninterrupted one.
+- kill -9 right after a stop of ASHA with two objectives (MOASHA: each rung
+  ranked by non-dominated sorting, the order replayed from sched_records),
+  and after a pause of its promotion variant: the whole run equals an
+  uninterrupted one (HyperBand's vectors replay as the promotion
+  variant's: core_hyperband restarts from them).
 - kill -9 right after a PBT exploit's reply (test hook CTUNE_TEST_DECIDE):
   the old lease's checkpoint is still refused, its complete makes the trial
   PENDING with the new config, and the next lease resumes at the donor's
@@ -27,8 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ctune_e2e import Runner, Server, experiment, lease, register, report  # noqa: E402
 
 
-def cfg(sched, n):
-    return {"name": "lag", "metric": "loss", "mode": "min", "num_samples": n, "seed": 11,
+def cfg(sched, n, objectives=False):
+    metric = {"metric": ["loss", "size"], "mode": ["min", "max"]} if objectives else \
+        {"metric": "loss", "mode": "min"}
+    return {"name": "lag", **metric, "num_samples": n, "seed": 11,
             "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1}},
             "scheduler": sched, "resources_per_trial": {"cpu": 1},
             "trainable": {"type": "command", "argv": ["true"]}}
@@ -46,12 +53,16 @@ def loss_of(idx, it):
     return round(((idx * 5) % 11 + 1) / (1.0 + it) + 0.001 * idx, 9)
 
 
-def drive(sched, n, slots, kill_after_stop=None):
+def size_of(idx, it):
+    return round((idx * 7) % 5 + 0.1 * it, 9)
+
+
+def drive(sched, n, slots, kill_after_stop=None, objectives=False):
     """Runs the experiment to its end; the checkpoint after result `it` is
     iteration it-1. kill_after_stop=k: kill -9 and restart right after the
     k-th "stop" reply, before that lease's complete."""
     s = Server()
-    eid = s.ok("POST", "/api/v1/experiments", cfg(sched, n), status=201)["id"]
+    eid = s.ok("POST", "/api/v1/experiments", cfg(sched, n, objectives), status=201)["id"]
     w = register(s, cpu=slots)
     live, log, resumed, stops, seen = {}, [], [], 0, set()
 
@@ -78,7 +89,8 @@ def drive(sched, n, slots, kill_after_stop=None):
         tid = min(live)
         st = live[tid]
         st["it"] += 1
-        d = report(s, tid, training_iteration=st["it"], loss=loss_of(st["idx"], st["it"]))
+        more = {"size": size_of(st["idx"], st["it"])} if objectives else {}
+        d = report(s, tid, training_iteration=st["it"], loss=loss_of(st["idx"], st["it"]), **more)
         log.append(("result", tid, st["it"], d))
         if st["it"] > 1:
             code, body = put_ckpt(s, tid, st["it"] - 1)
@@ -152,6 +164,24 @@ def test_hyperband_resumes_from_older_checkpoint():
     assert (b["log"], b["events"], b["trials"]) == (a["log"], a["events"], a["trials"]), (a, b)
 
 
+MOASHA = {"type": "asha", "max_t": 4, "grace_period": 1, "reduction_factor": 2}
+
+
+def test_moasha_kill9_gives_identical_decisions():
+    a = drive(MOASHA, 7, 3, objectives=True)
+    assert a["status"] == "TERMINATED", a["status"]
+    ranked = [t for t in a["trials"] if t[3] and "non-dominated order" in t[2]]
+    assert ranked, a["trials"]
+    b = drive(MOASHA, 7, 3, kill_after_stop=3, objectives=True)
+    assert (b["log"], b["events"], b["trials"]) == (a["log"], a["events"], a["trials"]), (a, b)
+    a = drive(PROMO, 6, 2, objectives=True)
+    check_resumes(a, 4)
+    assert any("non-dominated order" in r for ev in a["events"] for _, r in ev if r), a["events"]
+    b = drive(PROMO, 6, 2, kill_after_stop=3, objectives=True)
+    assert (b["log"], b["events"], b["trials"], b["gens"]) == \
+        (a["log"], a["events"], a["trials"], a["gens"]), (a, b)
+
+
 def exploit_run(kill):
     s = Server()
     s.ok("POST", "/api/v1/experiments", experiment(n=2), status=201)
@@ -215,4 +245,5 @@ if __name__ == "__main__":
     r.run(test_promotion_resumes_from_older_checkpoint_and_pause_survives_kill9)
     r.run(test_hyperband_resumes_from_older_checkpoint)
     r.run(test_exploit_survives_kill9_and_lease_resumes_at_donor)
+    r.run(test_moasha_kill9_gives_identical_decisions)
     r.done()

@@ -112,6 +112,56 @@ START_TEST(asha_max_t_stops_at_the_end) {
 }
 END_TEST
 
+/* Rule (docs/scheduling.md#several-objectives): with several objectives
+ * ASHA ranks a rung by non-dominated sorting and stops a trial placed past
+ * the top 1/reduction_factor, saying where it ranked; the rung's vectors
+ * are sched_records rows, so a restart ranks the next trial among them; a
+ * result without every objective is not ranked. */
+START_TEST(moasha_ranks_by_fronts_and_replays) {
+  struct srv_experiment *e =
+      submit("mo", 4,
+             ", \"metric\": [\"loss\", \"size\"], \"mode\": [\"min\", \"min\"], "
+             "\"scheduler\": {\"type\": \"asha\", \"max_t\": 10, \"grace_period\": 4, "
+             "\"reduction_factor\": 2}");
+  struct srv_worker *w = h_worker(&H, "w", 8, 0, 0);
+  struct srv_trial *a = h_lease(&H, w), *b = h_lease(&H, w), *c = h_lease(&H, w),
+                   *d = h_lease(&H, w);
+  ck_assert_int_eq(h_result(&H, a, 4, "{\"training_iteration\":4,\"loss\":0.3,\"size\":3}"), 'c');
+  ck_assert_int_eq(h_result(&H, b, 4, "{\"training_iteration\":4,\"loss\":0.5,\"size\":1}"), 'c');
+  int64_t eid = e->id, cid = c->id, did = d->id;
+  h_restart(&H);
+  e = server_experiment(S, eid);
+  c = server_trial(S, cid);
+  d = server_trial(S, did);
+  /* Dominated by b: the second front, third of three; the top half is 2. */
+  ck_assert_int_eq(h_result(&H, c, 4, "{\"training_iteration\":4,\"loss\":0.6,\"size\":4}"), 's');
+  const char *why = "stopped at t=4: front 2 of 2 at rung 4, 3 of 3 trials in non-dominated "
+                    "order (epsilon-net within a front); only the first 2 continue";
+  ck_assert_str_eq(c->reason, why);
+  ck_assert_int_eq(c->stopped_early, 1);
+  char want[300];
+  snprintf(want, sizeof want, "stopped|%s\n", why);
+  events_are(c, want);
+  /* Without size: not ranked (nothing recorded); then first of four. */
+  ck_assert_int_eq(h_result(&H, d, 4, "{\"training_iteration\":4,\"loss\":0.1}"), 'c');
+  ck_assert_int_eq(h_result(&H, d, 5, "{\"training_iteration\":5,\"loss\":0.1,\"size\":0.5}"), 'c');
+  h_sync(&H);
+  char *rec = h_query(&H, "SELECT trial_id, record FROM sched_records ORDER BY seq");
+  ck_assert_str_eq(rec, "1|{\"asha_mo\":{\"bracket\":0,\"milestone\":4,\"stopped\":false,"
+                        "\"values\":[0.3,3]}}\n"
+                        "2|{\"asha_mo\":{\"bracket\":0,\"milestone\":4,\"stopped\":false,"
+                        "\"values\":[0.5,1]}}\n"
+                        "3|{\"asha_mo\":{\"bracket\":0,\"milestone\":4,\"stopped\":true,"
+                        "\"values\":[0.6,4]}}\n"
+                        "4|{\"asha_mo\":{\"bracket\":0,\"milestone\":4,\"stopped\":false,"
+                        "\"values\":[0.1,0.5]}}\n");
+  free(rec);
+  rec = h_query(&H, "SELECT count(*) FROM asha_records");
+  ck_assert_str_eq(rec, "0\n");
+  free(rec);
+}
+END_TEST
+
 /* ---- ASHA with promotion: pause, promote, resume ---------------------- */
 
 /* Rule (test_promo.py): a trial reaching a rung is answered stop and pauses
@@ -493,6 +543,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(sched, setup, teardown);
   tcase_add_test(sched, asha_stops_below_the_cutoff);
   tcase_add_test(sched, asha_max_t_stops_at_the_end);
+  tcase_add_test(sched, moasha_ranks_by_fronts_and_replays);
   tcase_add_test(sched, promotion_pauses_and_resumes);
   tcase_add_test(sched, pbt_exploits_at_the_lease_end);
   tcase_add_test(sched, pbt_stop_rule_before_the_scheduler);

@@ -253,11 +253,68 @@ START_TEST(cold_only_when_finished_and_after_restart) {
 }
 END_TEST
 
+/* Rule (outcome constraints): a trial's violation is its last result's,
+ * kept through compaction, going cold and warm again, and a restart (which
+ * reads the compact trials' last results back and loads the experiment
+ * warm); the cold best is the best feasible trial. */
+START_TEST(constraint_violations_kept) {
+  S->cold_delay_ms = 1000;
+  S->compact_delay_ms = 0;
+  struct srv_experiment *e =
+      submit("con", 3,
+             METRIC ", \"constraints\": [{\"metric\": \"mem\", \"op\": \"<=\", "
+                    "\"value\": 100}]");
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *t[3];
+  /* loss 0.1 at mem 500 (the best loss, infeasible by 400); 0.3 at 50
+   * (feasible); 0.2 at 100 then 150 (infeasible by 50 at its last). */
+  const char *res[3][2] = {{"{\"training_iteration\":1,\"loss\":0.1,\"mem\":500}", NULL},
+                           {"{\"training_iteration\":1,\"loss\":0.3,\"mem\":50}", NULL},
+                           {"{\"training_iteration\":1,\"loss\":0.2,\"mem\":100}",
+                            "{\"training_iteration\":2,\"loss\":0.2,\"mem\":150}"}};
+  const double want[3] = {400, 0, 50};
+  for (int i = 0; i < 3; i++) t[i] = h_lease(&H, w);
+  for (int i = 0; i < 3; i++) {
+    h_result(&H, t[i], 1, res[i][0]);
+    if (i == 2) ck_assert(t[i]->violation == 0); /* feasible at its first */
+    if (res[i][1]) h_result(&H, t[i], 2, res[i][1]);
+    ck_assert(t[i]->violation == want[i]);
+  }
+  int64_t ids[3] = {t[0]->id, t[1]->id, t[2]->id}, eid = e->id;
+  fake_clock_set_ms(T0 + 100);
+  for (int i = 0; i < 3; i++) h_complete(&H, t[i]);
+  ck_assert_int_eq(e->status, ES_TERMINATED);
+  h_sync(&H);
+  state_cold_due(S, T0 + 100 + 1000);
+  ck_assert_int_eq(e->cold, 1);
+  ck_assert_int_eq(e->has_cold_best, 1);
+  ck_assert_int_eq(e->cold_best_id, ids[1]);
+  ck_assert(e->cold_best_value == 0.3);
+  ck_assert_int_eq(state_experiment_warm(S, e), 0);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(e->trials[i]->compact, 1);
+    ck_assert(e->trials[i]->violation == want[i]);
+  }
+  h_restart(&H);
+  e = server_experiment(S, eid);
+  ck_assert_int_eq(e->cold, 0); /* its rows do not say which trials are feasible */
+  for (int i = 0; i < 3; i++) {
+    struct srv_trial *u = server_trial(S, ids[i]);
+    ck_assert_int_eq(u->compact, 1);
+    ck_assert(u->violation == want[i]);
+  }
+  state_cold_due(S, fake_clock_now_ms() + S->cold_delay_ms); /* the delay as the load set it */
+  ck_assert_int_eq(e->cold, 1);
+  ck_assert_int_eq(e->cold_best_id, ids[1]);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("state_memory");
   TCase *tc = tcase_create("compact");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, compact_after_delay_and_hydrate);
+  tcase_add_test(tc, constraint_violations_kept);
   tcase_add_test(tc, compact_on_the_tick_only_ended);
   tcase_add_test(tc, restart_loads_ended_trials_compact);
   suite_add_tcase(s, tc);

@@ -7,6 +7,11 @@ adaptations ctune makes (docs/scheduling.md, "HyperBand"), each marked
 server/core/hyperband.c and must agree on every decision, every trial a
 halving stopped or readied, and every choice.
 
+With several objectives (mode a list; ctune's MO-HyperBand) a halving
+ranks the live trials by the non-dominated order of gen_moasha_vectors.py
+(Syne Tune's MOASHA priority: fronts, an epsilon-net within each, ties to
+the earlier trial), vectors with a non-finite value below all.
+
 Run with Debian's python (numpy): /usr/bin/python3 gen_hyperband_vectors.py
 """
 import json
@@ -14,6 +19,8 @@ import math
 import random
 
 import numpy as np
+
+from gen_moasha_vectors import nondominated_order
 
 RUNNING, PAUSED = "running", "paused"
 
@@ -88,7 +95,16 @@ class Bracket:
             v = x.result[1]
             return (0, 0.0) if not math.isfinite(v) else (1, sign * v)
 
-        ordered = sorted(self.live, key=key)
+        if isinstance(sign, list):
+            # several objectives: flipped so that smaller is better; worst
+            # first = the non-finite ones, then the order from its end
+            fin = [x for x in self.live if all(math.isfinite(v) for v in x.result[1])]
+            bad = [x for x in self.live if x not in fin]
+            order = nondominated_order(np.array(
+                [[f * v for f, v in zip(sign, x.result[1])] for x in fin]))[0] if fin else []
+            ordered = bad + [fin[i] for i in reversed(order)]
+        else:
+            ordered = sorted(self.live, key=key)
         good, bad = ordered[-self.n:], ordered[:-self.n]
         return good, bad
 
@@ -101,7 +117,10 @@ class HyperBand:
     def __init__(self, max_t, eta, mode, num_trials):
         self.eta = eta
         self.max_t = max_t
-        self.sign = 1.0 if mode == "max" else -1.0
+        if isinstance(mode, list):
+            self.sign = [1.0 if m == "min" else -1.0 for m in mode]
+        else:
+            self.sign = 1.0 if mode == "max" else -1.0
         self.s_max_1 = int(np.round(np.log(max_t) / np.log(eta))) + 1
         self.bands = [[]]
         self.cur = None
@@ -262,6 +281,9 @@ def case(rng, mode, max_t, eta, num_trials, slots, err_p, frac):
         t = running[idx] + step
         r = rng.random()
         value = float("nan") if r < 0.02 else round(rng.gauss(t * 0.05, 1), 6)
+        if isinstance(mode, list):
+            # a second objective on a coarse grid (ties), more as noise
+            value = [value] + [round(rng.gauss(-t * 0.03, 1) * 2) / 2 for _ in mode[1:]]
         action, out = hb.on_result(idx, t, value)
         events.append(["result", idx, t, value, action, out["stopped"], out["unpause"]])
         last_t[idx] = t
@@ -293,9 +315,14 @@ def main():
         case(rng, "min", 100, 4, 70, 3, 0.005, False),
         case(rng, "max", 5, 3, 30, 8, 0.03, False),
         case(rng, "min", 3.7, 1.6, 25, 2, 0.02, True),
+        # several objectives (MO-HyperBand)
+        case(rng, ["max", "min"], 27, 3, 60, 3, 0.01, False),
+        case(rng, ["min", "max", "min"], 16, 2, 50, 4, 0.02, False),
+        case(rng, ["max", "max"], 81, 3, 80, 5, 0.005, False),
     ]
     for c in cases:
-        c["events"] = [[encode(x) for x in e] for e in c["events"]]
+        c["events"] = [[[encode(v) for v in x] if isinstance(x, list) and x and
+                        isinstance(x[0], float) else encode(x) for x in e] for e in c["events"]]
     with open("hyperband_ray_vectors.json", "w") as f:
         json.dump({"generator": "gen_hyperband_vectors.py", "cases": cases}, f,
                   separators=(",", ":"))

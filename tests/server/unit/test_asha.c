@@ -9,6 +9,7 @@
 
 #include "asha.h"
 #include "rng.h"
+#include "rung.h"
 #include "vectors.h"
 
 static struct sched_params params(double max_t, double grace, double rf, int brackets) {
@@ -609,6 +610,172 @@ START_TEST(agrees_with_ray_reference) {
 }
 END_TEST
 
+/* rung_mo_order's two-objective path (sorted, O(n log n)) gives the same
+ * fronts and order as the peel it stands for: the same points with a
+ * constant third objective (same dominance, same distances) go through
+ * the peel. rung_mo_rank places each point alone as the order does. Points
+ * on a coarse grid, so that ties and equal points abound; and 3,000 points
+ * at one rung rank fast. */
+START_TEST(mo_order_two_objectives_as_the_peel) {
+  enum { N = 3000 };
+  static double x2[2 * N], x3[3 * N];
+  static size_t p2[N], p3[N];
+  static int f2[N], f3[N];
+  struct rng r;
+  rng_seed(&r, 5);
+  for (size_t n = 1; n <= N; n = n < 200 ? n + 37 : N) {
+    int nf2, nf3;
+    for (size_t i = 0; i < n; i++) {
+      x2[2 * i] = x3[3 * i] = floor(rng_uniform(&r) * 12) / 4;
+      x2[2 * i + 1] = x3[3 * i + 1] = floor(rng_uniform(&r) * 12) / 4;
+      x3[3 * i + 2] = 1;
+    }
+    ck_assert_int_eq(rung_mo_order(x2, n, 2, p2, f2, &nf2), 0);
+    if (n < N) {
+      ck_assert_int_eq(rung_mo_order(x3, n, 3, p3, f3, &nf3), 0);
+      ck_assert_int_eq(nf2, nf3);
+      for (size_t i = 0; i < n; i++) {
+        size_t pos;
+        int front, nf;
+        ck_assert_msg(f2[i] == f3[i], "n %zu point %zu: front %d, peel %d", n, i, f2[i], f3[i]);
+        ck_assert_msg(p2[i] == p3[i], "n %zu point %zu: position %zu, peel %zu", n, i, p2[i],
+                      p3[i]);
+        /* One point's place alone (a new trial's decision) is the same. */
+        ck_assert_int_eq(rung_mo_rank(x2, n, 2, i, &pos, &front, &nf), 0);
+        ck_assert(pos == p2[i] && front == f2[i] && nf == nf2);
+        ck_assert_int_eq(rung_mo_rank(x3, n, 3, i, &pos, &front, &nf), 0);
+        ck_assert(pos == p3[i] && front == f3[i] && nf == nf3);
+      }
+    }
+    if (n == N) break;
+  }
+}
+END_TEST
+
+/* Several objectives: one restartable replay of a MOASHA stream. */
+struct mo_run {
+  struct sched_params p;
+  enum spec_mode mode;
+  struct asha *a;
+  /* Every record so far, in order, to restart from. */
+  struct mo_rec {
+    int64_t id;
+    int bracket;
+    double milestone, v[SPEC_MAX_OBJECTIVES];
+    int finite, stopped;
+  } * recs;
+  size_t nrecs, cap;
+  int64_t active[64];
+  int bracket_of[64];
+};
+
+static void mo_keep_record(struct mo_run *r, int64_t id, const struct asha_outcome *o) {
+  if (!o->mo_recorded) return;
+  if (r->nrecs == r->cap) {
+    r->cap = r->cap ? 2 * r->cap : 64;
+    r->recs = realloc(r->recs, r->cap * sizeof *r->recs);
+    ck_assert_ptr_nonnull(r->recs);
+  }
+  struct mo_rec *x = &r->recs[r->nrecs++];
+  x->id = id;
+  x->bracket = o->bracket;
+  x->milestone = o->milestone;
+  memcpy(x->v, o->mo_values, sizeof x->v);
+  x->finite = !isnan(o->mo_values[0]);
+  x->stopped = o->stopped_early;
+}
+
+/* A server restart: a new state from the records, in order, and the trials
+ * still active added back to their brackets. */
+static void mo_restart(struct mo_run *r) {
+  asha_free(r->a);
+  ck_assert_int_eq(asha_create(&r->p, r->mode, 0, &r->a), 0);
+  for (size_t i = 0; i < r->nrecs; i++) {
+    const struct mo_rec *x = &r->recs[i];
+    ck_assert_int_eq(asha_restore_record_mo(r->a, x->id, x->bracket, x->milestone,
+                                            x->finite ? x->v : NULL, x->stopped),
+                     0);
+  }
+  for (int i = 0; i < 64; i++)
+    if (r->active[i]) ck_assert_int_eq(asha_add_trial(r->a, i, r->bracket_of[i]), 0);
+}
+
+/* Streams decided by a Python transcription of Syne Tune's MOASHA
+ * (gen_moasha_vectors.py: non-dominated sort, epsilon-net inside a front):
+ * every decision and where each new trial ranks must agree, once straight
+ * through and once restarted from the records every 37 results. */
+START_TEST(agrees_with_syne_tune_moasha) {
+  cJSON *doc = vectors_load(MOASHA_VECTORS), *c;
+  int results = 0, stops = 0, ranked = 0;
+  for (int restarts = 0; restarts < 2; restarts++) {
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+      struct mo_run r;
+      memset(&r, 0, sizeof r);
+      r.p = params(cJSON_GetObjectItem(c, "max_t")->valuedouble,
+                   cJSON_GetObjectItem(c, "grace_period")->valuedouble,
+                   cJSON_GetObjectItem(c, "reduction_factor")->valuedouble,
+                   cJSON_GetObjectItem(c, "brackets")->valueint);
+      cJSON *m, *e;
+      cJSON_ArrayForEach(m, cJSON_GetObjectItem(c, "modes")) {
+        r.p.modes[r.p.nobjectives++] =
+            strcmp(m->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+      }
+      r.mode = r.p.modes[0];
+      ck_assert_int_eq(asha_create(&r.p, r.mode, 0, &r.a), 0);
+      int k = 0;
+      cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "events")) {
+        const char *op = cJSON_GetArrayItem(e, 0)->valuestring;
+        int64_t id = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
+        double t = cJSON_GetArrayItem(e, 2)->valuedouble, v[SPEC_MAX_OBJECTIVES];
+        struct asha_outcome o;
+        ck_assert(id >= 0 && id < 64);
+        if (strcmp(op, "add") == 0) {
+          r.active[id] = 1;
+          r.bracket_of[id] = (int)t;
+          ck_assert_int_eq(asha_add_trial(r.a, id, (int)t), 0);
+          k++;
+          continue;
+        }
+        for (int j = 0; j < r.p.nobjectives; j++)
+          v[j] = num_or_special(cJSON_GetArrayItem(cJSON_GetArrayItem(e, 3), j));
+        if (strcmp(op, "end") == 0) {
+          ck_assert_int_eq(asha_on_trial_end(r.a, id, 1, t, 0, &o), 0);
+          mo_keep_record(&r, id, &o);
+          r.active[id] = 0;
+          k++;
+          continue;
+        }
+        if (restarts && results % 37 == 0) mo_restart(&r);
+        const char *want = cJSON_GetArrayItem(e, 4)->valuestring;
+        cJSON *rank = cJSON_GetArrayItem(e, 5);
+        ck_assert_int_eq(asha_on_result_mo(r.a, id, t, v, &o), 0);
+        mo_keep_record(&r, id, &o);
+        ck_assert_msg(o.decision == (strcmp(want, "stop") == 0 ? ASHA_STOP : ASHA_CONTINUE),
+                      "event %d: decision %d, Syne Tune says %s", k, o.decision, want);
+        ck_assert_int_eq(o.mo_ranked, !cJSON_IsNull(rank));
+        if (!cJSON_IsNull(rank)) {
+          int64_t got[5] = {o.mo_pos, o.mo_n, o.mo_front, o.mo_nfronts, o.mo_keep};
+          for (int j = 0; j < 5; j++)
+            ck_assert_msg(got[j] == (int64_t)cJSON_GetArrayItem(rank, j)->valuedouble,
+                          "event %d: rank field %d is %lld, Syne Tune %g", k, j, (long long)got[j],
+                          cJSON_GetArrayItem(rank, j)->valuedouble);
+          ranked++;
+        }
+        results++;
+        stops += o.decision == ASHA_STOP;
+        k++;
+      }
+      asha_free(r.a);
+      free(r.recs);
+    }
+  }
+  ck_assert_int_ge(results, 2 * 2000);
+  ck_assert_int_gt(stops, 2 * 250);
+  ck_assert_int_gt(ranked, 2 * 450);
+  cJSON_Delete(doc);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("asha");
   TCase *tc = tcase_create("core");
@@ -630,6 +797,8 @@ int main(void) {
   tcase_add_test(tc, many_trials_fast);
   tcase_add_test(tc, memory_is_what_the_plan_and_records_need);
   tcase_add_test(tc, agrees_with_ray_reference);
+  tcase_add_test(tc, agrees_with_syne_tune_moasha);
+  tcase_add_test(tc, mo_order_two_objectives_as_the_peel);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

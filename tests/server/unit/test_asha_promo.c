@@ -196,8 +196,16 @@ static void run_case(const cJSON *cs, int every) {
                 cJSON_GetObjectItem(cs, "reduction_factor")->valuedouble,
                 cJSON_GetObjectItem(cs, "max_t")->valuedouble,
                 cJSON_GetObjectItem(cs, "brackets")->valueint);
-  r->mode =
-      strcmp(cJSON_GetObjectItem(cs, "mode")->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+  const cJSON *mode = cJSON_GetObjectItem(cs, "mode"), *m;
+  if (cJSON_IsArray(mode)) { /* several objectives */
+    cJSON_ArrayForEach(m, mode) {
+      r->p.modes[r->p.nobjectives++] =
+          strcmp(m->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+    }
+    r->mode = r->p.modes[0];
+  } else {
+    r->mode = strcmp(mode->valuestring, "max") ? SPEC_MODE_MIN : SPEC_MODE_MAX;
+  }
   ck_assert_int_eq(apromo_create(&r->p, r->mode, 42, &r->a), 0);
   cJSON_ArrayForEach(ev, cJSON_GetObjectItem(cs, "events")) {
     const char *k = cJSON_GetArrayItem(ev, 0)->valuestring;
@@ -217,15 +225,27 @@ static void run_case(const cJSON *cs, int every) {
       const cJSON *v = cJSON_GetArrayItem(ev, 3);
       struct apromo_outcome o;
       const char *want = cJSON_GetArrayItem(ev, 4)->valuestring;
-      ck_assert_int_eq(apromo_on_result(r->a, id, cJSON_GetArrayItem(ev, 2)->valuedouble,
-                                        cJSON_IsNumber(v) ? v->valuedouble : NAN, &o),
-                       0);
+      double t = cJSON_GetArrayItem(ev, 2)->valuedouble, vs[SPEC_MAX_OBJECTIVES];
+      if (cJSON_IsArray(v)) {
+        for (int j = 0; j < r->p.nobjectives; j++) {
+          const cJSON *x = cJSON_GetArrayItem(v, j);
+          vs[j] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        }
+        ck_assert_int_eq(apromo_on_result_mo(r->a, id, t, vs, &o), 0);
+      } else {
+        ck_assert_int_eq(
+            apromo_on_result(r->a, id, t, cJSON_IsNumber(v) ? v->valuedouble : NAN, &o), 0);
+      }
       ck_assert_str_eq(o.action == APROMO_PAUSE  ? "pause"
                        : o.action == APROMO_STOP ? "stop"
                                                  : "continue",
                        want);
       ck_assert_int_eq(o.rung, cJSON_GetArrayItem(ev, 5)->valueint);
       if (o.action == APROMO_PAUSE) ck_assert_int_eq(o.rank, cJSON_GetArrayItem(ev, 6)->valueint);
+      if (o.action == APROMO_PAUSE && cJSON_IsArray(v)) { /* front, fronts */
+        ck_assert_int_eq(o.front, cJSON_GetArrayItem(ev, 8)->valueint);
+        ck_assert_int_eq(o.nfronts, cJSON_GetArrayItem(ev, 9)->valueint);
+      }
       if (o.rung >= 0) ck_assert_int_eq(o.n, cJSON_GetArrayItem(ev, 7)->valueint);
       keep(r, id, o.record);
     } else {
@@ -257,7 +277,7 @@ static void run_vectors(int every) {
     run_case(cs, every);
     n++;
   }
-  ck_assert_int_eq(n, 8);
+  ck_assert_int_eq(n, 10);
   cJSON_Delete(doc);
 }
 
@@ -323,6 +343,43 @@ START_TEST(sched_reasons) {
 END_TEST
 
 /* HyperBand's halving lists the paused trials it stopped in out.ended. */
+/* Several objectives through the sched layer: the pause says its rank and
+ * front in the non-dominated order, a result without every objective
+ * counts for no rung, and the promotion takes the order's top. */
+START_TEST(sched_reasons_several_objectives) {
+  struct sched_params p = params(1, 3, 9, 1);
+  struct sched *s;
+  struct sched_outcome o;
+  struct sched_choice c;
+  /* (loss min, size min): (0.5, 2) and (0.2, 4) are one front; (0.6, 5)
+   * is dominated; the epsilon-net starts at the least loss. */
+  const double v[3][2] = {{0.5, 2}, {0.6, 5}, {0.2, 4}};
+  const char *why[3] = {
+      "paused at rung 0 (training_iteration 1): rank 1 of 1 there in non-dominated order (front "
+      "1 of 1)",
+      "paused at rung 0 (training_iteration 1): rank 2 of 2 there in non-dominated order (front "
+      "2 of 2)",
+      "paused at rung 0 (training_iteration 1): rank 1 of 3 there in non-dominated order (front "
+      "1 of 2)"};
+  p.nobjectives = 2;
+  ck_assert_int_eq(sched_create(&p, SPEC_MODE_MIN, 7, &s), 0);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(sched_add_trial(s, 10 + i, i, "{}"), 0);
+    ck_assert_int_eq(sched_on_result(s, 10 + i, 1, v[i], &o), 0);
+    ck_assert_int_eq(o.action, SCHED_PAUSE);
+    ck_assert_str_eq(o.reason, why[i]);
+    sched_outcome_clear(&o);
+  }
+  ck_assert_int_eq(sched_on_result(s, 12, 1, NULL, &o), 0); /* an objective missing */
+  ck_assert_int_eq(o.action, SCHED_CONTINUE);
+  ck_assert_int_eq(sched_choose(s, 0, NULL, NULL, &c), 0);
+  ck_assert_int_eq(c.kind, SCHED_CHOOSE_RESUME);
+  ck_assert_int_eq(c.trial_id, 12);
+  sched_choice_clear(&c);
+  sched_free(s);
+}
+END_TEST
+
 START_TEST(hyperband_ended_list) {
   struct sched_params p;
   struct sched *s;
@@ -368,6 +425,7 @@ int main(void) {
   tcase_add_test(tc, agrees_with_paper_transcription);
   tcase_add_test(tc, restart_from_records_decides_the_same);
   tcase_add_test(tc, sched_reasons);
+  tcase_add_test(tc, sched_reasons_several_objectives);
   tcase_add_test(tc, hyperband_ended_list);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);

@@ -302,11 +302,29 @@ static void log_free(struct log *l) {
 
 /* A restarted server: a fresh scheduler, the trials it loads (in any
  * order: here newest first), then every record in order. */
+/* The case's objectives: 1 for a string mode, else the list's length,
+ * each mode into modes. */
+static int case_modes(const cJSON *c, enum spec_mode *modes) {
+  const cJSON *mode = cJSON_GetObjectItem(c, "mode"), *m;
+  int k = 0;
+  if (!cJSON_IsArray(mode)) {
+    modes[0] = strcmp(mode->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+    return 1;
+  }
+  cJSON_ArrayForEach(m, mode) {
+    modes[k++] = strcmp(m->valuestring, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+  }
+  return k;
+}
+
 static struct hyperband *restart(const cJSON *c, enum spec_mode mode, int64_t created,
                                  const struct log *l) {
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  int k = case_modes(c, modes);
   struct hyperband *h = make(cJSON_GetObjectItem(c, "max_t")->valuedouble,
                              cJSON_GetObjectItem(c, "reduction_factor")->valuedouble, mode,
                              (int64_t)cJSON_GetObjectItem(c, "num_trials")->valuedouble);
+  if (k > 1) ck_assert_int_eq(hb_objectives(h, k, modes), 0);
   for (int64_t i = created - 1; i >= 0; i--) add(h, i);
   for (size_t i = 0; i < l->n; i++) {
     cJSON *r = cJSON_Parse(l->r[i].json);
@@ -333,12 +351,55 @@ static void check_outcome(const struct hb_outcome *o, const cJSON *stopped, cons
   check_ids(ready, o->ready, o->nready, "ready", k);
 }
 
+/* Several objectives through the sched layer (max_t 3, eta 3: bracket 1
+ * holds idx 2-4 from t=1): the halving keeps the top of the non-dominated
+ * order and says where each stopped trial ranked. */
+START_TEST(sched_several_objectives) {
+  struct sched_params p;
+  struct sched *s;
+  struct sched_outcome o;
+  const double v[3][2] = {{0.5, 2}, {0.6, 5}, {0.2, 4}}; /* (loss, size), both min */
+  memset(&p, 0, sizeof p);
+  p.type = SPEC_SCHED_HYPERBAND;
+  p.has_max_t = 1;
+  p.max_t = 3;
+  p.reduction_factor = 3;
+  p.num_trials = 5;
+  p.nobjectives = 2;
+  snprintf(p.time_attr, sizeof p.time_attr, "training_iteration");
+  ck_assert_int_eq(sched_create(&p, SPEC_MODE_MIN, 1, &s), 0);
+  for (int i = 2; i < 5; i++) {
+    ck_assert_int_eq(sched_add_trial(s, 10 + i, i, NULL), 0);
+    ck_assert_int_eq(sched_on_result(s, 10 + i, 1, v[i - 2], &o), 0);
+    if (i < 4) {
+      ck_assert_int_eq(o.action, SCHED_PAUSE);
+      sched_outcome_clear(&o);
+    }
+  }
+  /* (0.2, 4) first (least loss), (0.5, 2) on its front, (0.6, 5) behind. */
+  ck_assert_int_eq(o.action, SCHED_CONTINUE);
+  ck_assert_uint_eq(o.nended, 2);
+  ck_assert_int_eq(o.ended[0].trial_id, 13);
+  ck_assert_str_eq(o.ended[0].reason,
+                   "stopped at t=1: rank 3 of 3 in bracket 1 at t=1 in "
+                   "non-dominated order (front 2 of 2), only the top 1 continue");
+  ck_assert_int_eq(o.ended[1].trial_id, 12);
+  ck_assert_str_eq(o.ended[1].reason,
+                   "stopped at t=1: rank 2 of 3 in bracket 1 at t=1 in "
+                   "non-dominated order (front 1 of 2), only the top 1 continue");
+  sched_outcome_clear(&o);
+  sched_free(s);
+}
+END_TEST
+
 START_TEST(agrees_with_ray_reference) {
   cJSON *doc = vectors_load(HYPERBAND_RAY_VECTORS), *c;
-  int results = 0, pauses = 0, resumes = 0, restarts = 0, others = 0;
+  int results = 0, pauses = 0, resumes = 0, restarts = 0, others = 0, mo_results = 0, mo_stops = 0;
   cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
-    const char *mode = cJSON_GetObjectItem(c, "mode")->valuestring;
-    enum spec_mode m = strcmp(mode, "max") == 0 ? SPEC_MODE_MAX : SPEC_MODE_MIN;
+    enum spec_mode modes[SPEC_MAX_OBJECTIVES] = {SPEC_MODE_MIN}, m;
+    int nobj = case_modes(c, modes);
+    const char *mode = nobj > 1 ? "several objectives" : modes[0] == SPEC_MODE_MAX ? "max" : "min";
+    m = modes[0];
     struct hyperband *h = restart(c, m, 0, &(struct log){0});
     struct log l = {0};
     int64_t created = 0;
@@ -382,9 +443,19 @@ START_TEST(agrees_with_ray_reference) {
       } else {
         int64_t idx = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
         double t = cJSON_GetArrayItem(e, 2)->valuedouble;
-        double v = num_or_special(cJSON_GetArrayItem(e, 3));
+        const cJSON *jv = cJSON_GetArrayItem(e, 3);
         const char *want = cJSON_GetArrayItem(e, 4)->valuestring;
-        enum hb_action a = result(h, idx, t, v, &o);
+        enum hb_action a;
+        if (nobj > 1) {
+          double vs[SPEC_MAX_OBJECTIVES];
+          for (int j = 0; j < nobj; j++) vs[j] = num_or_special(cJSON_GetArrayItem(jv, j));
+          ck_assert_int_eq(hb_on_result_mo(h, id_of(idx), t, vs, &o), 0);
+          a = o.action;
+          mo_results++;
+          mo_stops += (int)o.nstopped + (a == HB_STOP && o.stopped_early);
+        } else {
+          a = result(h, idx, t, num_or_special(jv), &o);
+        }
         enum hb_action w = strcmp(want, "stop") == 0    ? HB_STOP
                            : strcmp(want, "pause") == 0 ? HB_PAUSE
                                                         : HB_CONTINUE;
@@ -406,6 +477,9 @@ START_TEST(agrees_with_ray_reference) {
   ck_assert_int_gt(resumes, 100);
   ck_assert_int_gt(others, 300);
   ck_assert_int_gt(restarts, 50);
+  /* MO-HyperBand: three cases of two and three objectives. */
+  ck_assert_int_gt(mo_results, 1500);
+  ck_assert_int_gt(mo_stops, 100);
   cJSON_Delete(doc);
 }
 END_TEST
@@ -419,6 +493,7 @@ int main(void) {
   tcase_add_test(tc, error_completes_rung);
   tcase_add_test(tc, errors);
   tcase_add_test(tc, validation_and_dispatch);
+  tcase_add_test(tc, sched_several_objectives);
   tcase_add_test(tc, agrees_with_ray_reference);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

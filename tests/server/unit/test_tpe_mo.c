@@ -12,6 +12,7 @@
 
 #include "rng.h"
 #include "tpe.h"
+#include "hypervolume.h"
 #include "tpe_mo.h"
 
 /* The volume of the union of the boxes [p_i, ref] by inclusion-exclusion
@@ -35,7 +36,7 @@ static double hv_brute(const double *pts, int n, int d, const double *ref) {
 
 static double hv(const double *pts, int n, int d, const double *ref) {
   double v = -1;
-  ck_assert_int_eq(tpe_mo_hypervolume(pts, (size_t)n, d, ref, &v), 0);
+  ck_assert_int_eq(hypervolume_min(pts, (size_t)n, d, ref, &v), 0);
   return v;
 }
 
@@ -60,7 +61,7 @@ START_TEST(hypervolume_matches_inclusion_exclusion) {
   ck_assert(hv(none, 1, 2, (double[]){1, 1}) == 0);
   ck_assert(hv(none, 0, 2, (double[]){1, 1}) == 0);
   double v;
-  ck_assert_int_eq(tpe_mo_hypervolume(none, 1, 0, none, &v), -EINVAL);
+  ck_assert_int_eq(hypervolume_min(none, 1, 0, none, &v), -EINVAL);
 }
 END_TEST
 
@@ -255,6 +256,57 @@ START_TEST(directions_pick_the_below_group) {
 }
 END_TEST
 
+/* Suggestions 30..59 after 30 finished trials on x in [0, 1], spread
+ * over it, with objectives (x, 1 - x) (one front) and total violations
+ * viol(i, x); how many suggestions have x in [lo, hi]. */
+static int constrained_mo(double (*viol)(int, double), double lo, double hi) {
+  struct tpe *t = make_mo(space1, NULL, SPEC_MODE_MIN, SPEC_MODE_MIN, 5);
+  int in = 0;
+  for (int i = 0; i < 30; i++) {
+    double x = i / 29.0, v[2] = {x, 1 - x};
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddNumberToObject(cfg, "x", x);
+    ck_assert_int_eq(tpe_observe_mo(t, i, cfg, v, TPE_FINISHED), 0);
+    ck_assert_int_eq(tpe_set_violation(t, i, viol(i, x)), 0);
+    cJSON_Delete(cfg);
+  }
+  for (int i = 30; i < 60; i++) {
+    cJSON *cfg = NULL;
+    ck_assert_int_eq(tpe_suggest(t, i, NULL, &cfg), 0);
+    double x = cJSON_GetObjectItem(cfg, "x")->valuedouble;
+    in += x >= lo && x <= hi;
+    cJSON_Delete(cfg);
+  }
+  tpe_free(t);
+  return in;
+}
+
+/* Feasible: x in [0.69, 0.76] only (trials 20..22). */
+static double viol_band(int i, double x) {
+  (void)x;
+  return i >= 20 && i <= 22 ? 0 : 0.01;
+}
+/* None feasible; the least violating near x = 0.5. */
+static double viol_mid(int i, double x) {
+  (void)i;
+  return 0.01 + fabs(x - 0.5);
+}
+
+/* As Optuna 5's _split_trials: the feasible trials take the below places
+ * first (here all 3 of ceil(0.1 * 30)), split among themselves by the
+ * front; the infeasible ones only fill what is left, least violation
+ * first, whatever the front. */
+START_TEST(constraints_feasible_first_then_violation) {
+  /* Seen: 30 of 30; 2 with every trial feasible, 0 with the infeasible
+   * ones first. */
+  int near = constrained_mo(viol_band, 0.6, 0.85);
+  ck_assert_msg(near >= 20, "%d of 30 near the feasible trials", near);
+  /* Seen: 30 of 30; 0 with the infeasible ones in id order. */
+  int mid = constrained_mo(viol_mid, 0.35, 0.65);
+  ck_assert_msg(mid >= 20, "%d of 30 near the least violating trials", mid);
+}
+END_TEST
+
 START_TEST(observe_and_create_errors) {
   struct tpe *t = make_mo(space1, NULL, SPEC_MODE_MIN, SPEC_MODE_MIN, 1);
   cJSON *cfg = parse("{\"x\": 0.5}");
@@ -402,6 +454,7 @@ static Suite *tpe_mo_suite(void) {
   tcase_add_test(tc, weights_are_hypervolume_shares);
   tcase_add_test(tc, directions_pick_the_below_group);
   tcase_add_test(tc, observe_and_create_errors);
+  tcase_add_test(tc, constraints_feasible_first_then_violation);
   tcase_add_test(tc, order_of_observations_does_not_matter);
   tcase_add_test(tc, below_weights_flat_or_hypervolume);
   tcase_add_test(tc, defaults_for_several_objectives);

@@ -111,8 +111,9 @@ static const struct bad bad_configs[] = {
     {"[]", "", "the experiment config must be a JSON object"},
     {"{\"nmae\": \"x\", " TRAIN "}", "nmae",
      "unknown field (an experiment takes name, metric, mode, num_samples, max_concurrent_trials, "
-     "seed, max_failures, fail_fast, param_space, scheduler, resources_per_trial, trainable, "
-     "search_alg, points_to_evaluate, warm_start, stop, time_budget_s)"},
+     "seed, max_failures, fail_fast, param_space, reference_point, scheduler, resources_per_trial, "
+     "trainable, search_alg, points_to_evaluate, warm_start, stop, time_budget_s, "
+     "constraints)"},
     {"{\"name\": \"\", " TRAIN "}", "name",
      "must be a string of 1-128 characters from A-Z a-z 0-9 _ . -"},
     {"{\"name\": \"a b\", " TRAIN "}", "name",
@@ -123,6 +124,19 @@ static const struct bad bad_configs[] = {
     {"{\"mode\": \"min\", " TRAIN "}", "metric", "required with mode (the result key to optimise)"},
     {"{\"metric\": \"loss\", \"mode\": \"minimize\", " TRAIN "}", "mode",
      "must be \"min\" or \"max\""},
+    {"{\"reference_point\": [1], " TRAIN "}", "reference_point",
+     "needs metric and mode (one reference value per objective)"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": 1, " TRAIN
+     "}",
+     "reference_point", "must be a list of 2 number(s), one per metric"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, 2, "
+     "3], " TRAIN "}",
+     "reference_point", "has 3 entries but metric has 2: one reference value per metric"},
+    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"reference_point\": [1, "
+     "\"x\"], " TRAIN "}",
+     "reference_point[1]", "must be a finite number (the reference value of 'b')"},
+    {"{\"metric\": \"a\", \"mode\": \"min\", \"reference_point\": [1e999], " TRAIN "}",
+     "reference_point[0]", "must be a finite number (the reference value of 'a')"},
     {"{\"metric\": \"lo ss\", \"mode\": \"min\", " TRAIN "}", "metric",
      "must be a string of 1-128 characters from A-Z a-z 0-9 _ . - /"},
     {"{\"num_samples\": 0, " TRAIN "}", "num_samples", "must be an integer from 1 to 100000"},
@@ -353,30 +367,64 @@ static const struct bad bad_configs[] = {
      "must be a list of metric names when mode is a list (one per mode)"},
     {"{\"mode\": [\"min\"], " TRAIN "}", "metric",
      "required with mode (the result keys to optimise)"},
-    /* Until several-objective early stopping exists, only fifo and
-     * random/grid take several objectives. */
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
-     "\"asha\"}, " TRAIN "}",
-     "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
-    {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
-     "\"hyperband\"}, " TRAIN "}",
-     "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+    /* Several objectives: fifo, asha and hyperband, not the others. */
     {"{\"metric\": [\"a\", \"b\"], \"mode\": [\"min\", \"max\"], \"scheduler\": {\"type\": "
      "\"median_stopping\"}, " TRAIN "}",
      "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+     "takes a single metric: with several objectives use fifo, asha or hyperband (they rank "
+     "by non-dominated sorting; median_stopping and pbt stop or exploit trials by one "
+     "metric)"},
     {"{\"metric\": [\"lr_out\", \"b\"], \"mode\": [\"min\", \"max\"], \"param_space\": {\"lr\": "
      "{\"type\": \"uniform\", \"lower\": 0.1, \"upper\": 0.2}}, \"scheduler\": {\"type\": "
      "\"pbt\", \"hyperparam_mutations\": {\"lr\": {\"type\": \"uniform\", \"lower\": 0.1, "
      "\"upper\": 0.2}}}, " TRAIN "}",
      "scheduler.type",
-     "takes a single metric: with several objectives only the fifo scheduler runs (asha, "
-     "hyperband, median_stopping and pbt stop or exploit trials by one metric)"},
+     "takes a single metric: with several objectives use fifo, asha or hyperband (they rank "
+     "by non-dominated sorting; median_stopping and pbt stop or exploit trials by one "
+     "metric)"},
+/* constraints (outcome constraints) */
+#define CON(X) "{" ASHA "\"constraints\": " X ", " TRAIN "}"
+    {CON("{}"), "constraints",
+     "must be a list of 1 to 8 objects {\"metric\": NAME, \"op\": \"<=\" or \">=\", \"value\": "
+     "NUMBER}"},
+    {CON("[]"), "constraints",
+     "must be a list of 1 to 8 objects {\"metric\": NAME, \"op\": \"<=\" or \">=\", \"value\": "
+     "NUMBER}"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", "
+         "\"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", "
+         "\"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, "
+         "{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", "
+         "\"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", "
+         "\"op\": \"<=\", \"value\": 1}]"),
+     "constraints",
+     "must be a list of 1 to 8 objects {\"metric\": NAME, \"op\": \"<=\" or \">=\", \"value\": "
+     "NUMBER}"},
+    {"{\"constraints\": [{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}], " TRAIN "}", "metric",
+     "required with constraints (and mode): the feasible trials are ranked by it"},
+    {CON("[5]"), "constraints[0]", "must be an object {\"metric\", \"op\", \"value\"}"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<=\", "
+         "\"value\": 1, \"strict\": true}]"),
+     "constraints[1].strict", "unknown field (a constraint takes metric, op, value)"},
+    {CON("[{\"op\": \"<=\", \"value\": 1}]"), "constraints[0].metric",
+     "required: the result key constrained"},
+    {CON("[{\"metric\": \"gpu mem\", \"op\": \"<=\", \"value\": 1}]"), "constraints[0].metric",
+     "must be a string of 1-128 characters from A-Z a-z 0-9 _ . - /"},
+    {CON("[{\"metric\": \"m\", \"value\": 1}]"), "constraints[0].op", "required: \"<=\" or \">=\""},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": 1}, {\"metric\": \"m\", \"op\": \"<\", "
+         "\"value\": 1}]"),
+     "constraints[1].op",
+     "must be \"<=\" or \">=\" (\"<\" and \">\" differ from them only at the bound, \"==\" is "
+     "never met by a measured value)"},
+    {CON("[{\"metric\": \"m\", \"op\": \"==\", \"value\": 1}]"), "constraints[0].op",
+     "must be \"<=\" or \">=\" (\"<\" and \">\" differ from them only at the bound, \"==\" is "
+     "never met by a measured value)"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\"}]"), "constraints[0].value",
+     "required: the bound, a finite number"},
+    {CON("[{\"metric\": \"m\", \"op\": \"<=\", \"value\": \"2000\"}]"), "constraints[0].value",
+     "must be a finite number"},
+    {CON("[{\"metric\": \"m\", \"op\": \">=\", \"value\": 1e999}]"), "constraints[0].value",
+     "must be a finite number"},
+#undef CON
 };
 
 START_TEST(bad_config) {
@@ -591,6 +639,30 @@ START_TEST(several_objectives) {
   ck_assert_str_eq(s.objectives[2], "acc");
   ck_assert_int_eq(s.modes[1], SPEC_MODE_MIN);
   ck_assert_int_eq(s.modes[2], SPEC_MODE_MAX);
+  ck_assert_int_eq(s.has_reference_point, 0);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": [\"loss\", \"acc\"], \"mode\": [\"min\", \"max\"], "
+                  "\"reference_point\": [1.1, -0.5], " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.has_reference_point, 1);
+  ck_assert_double_eq(s.reference_point[0], 1.1);
+  ck_assert_double_eq(s.reference_point[1], -0.5);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  /* asha (stopping) ranks by every objective: the scheduler gets them. */
+  c = cJSON_Parse("{\"metric\": [\"loss\", \"acc\"], \"mode\": [\"min\", \"max\"], "
+                  "\"scheduler\": {\"type\": \"asha\", \"promotion\": true}, " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.sched.nobjectives, 2);
+  ck_assert_int_eq(s.sched.modes[0], SPEC_MODE_MIN);
+  ck_assert_int_eq(s.sched.modes[1], SPEC_MODE_MAX);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": [\"loss\", \"acc\", \"ms\"], \"mode\": [\"min\", \"max\", "
+                  "\"min\"], \"scheduler\": {\"type\": \"hyperband\"}, " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.sched.nobjectives, 3);
   validate_spec_free(&s);
   cJSON_Delete(c);
   /* tpe learns from every objective: the defaults for several written in. */
@@ -640,6 +712,34 @@ START_TEST(several_objectives) {
 }
 END_TEST
 
+START_TEST(constraints_parsed) {
+  struct experiment_spec s;
+  struct validate_error err;
+  cJSON *c = cJSON_Parse("{\"metric\": \"loss\", \"mode\": \"min\", \"constraints\": "
+                         "[{\"metric\": \"gpu_mem_mb\", \"op\": \"<=\", \"value\": 2000}, "
+                         "{\"metric\": \"acc\", \"op\": \">=\", \"value\": -0.5}], " TRAIN "}");
+  ck_assert_int_eq(validate_experiment(c, &s, &err), 0);
+  ck_assert_int_eq(s.nconstraints, 2);
+  ck_assert_str_eq(s.constraints[0].metric, "gpu_mem_mb");
+  ck_assert_int_eq(s.constraints[0].op, SPEC_CON_LE);
+  ck_assert(s.constraints[0].value == 2000);
+  ck_assert_str_eq(s.constraints[1].metric, "acc");
+  ck_assert_int_eq(s.constraints[1].op, SPEC_CON_GE);
+  ck_assert(s.constraints[1].value == -0.5);
+  validate_spec_free(&s);
+  /* The stored config reads back the same; one without constraints has none. */
+  ck_assert_int_eq(validate_experiment_stored(c, &s, &err), 0);
+  ck_assert_int_eq(s.nconstraints, 2);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+  c = cJSON_Parse("{\"metric\": \"loss\", \"mode\": \"min\", " TRAIN "}");
+  ck_assert_int_eq(validate_experiment_stored(c, &s, &err), 0);
+  ck_assert_int_eq(s.nconstraints, 0);
+  validate_spec_free(&s);
+  cJSON_Delete(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("core");
@@ -648,6 +748,7 @@ int main(void) {
   tcase_add_loop_test(tc, bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
   tcase_add_test(tc, limits_on_strings_and_depth);
   tcase_add_test(tc, several_objectives);
+  tcase_add_test(tc, constraints_parsed);
   tcase_add_test(tc, random_configs_never_crash);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -4,8 +4,8 @@ script reports "acc". As Ray does, the trial's first result fails it at once:
 status ERROR, reason missing_metric, an error naming the metric and the keys
 the script reported; that result is not stored, the process is stopped
 early, and `ctune watch` (what `ctune run` prints) shows the error line. A trial that reports the
-metric runs on. With several objectives the first result must carry every
-one: the one missing is named."""
+metric runs on. With several objectives (or an outcome constraint) the first result must
+carry every objective (and constrained metric): the one missing is named."""
 import os
 import subprocess
 import sys
@@ -68,6 +68,16 @@ def body(env):
             "acc, lat); it reported: acc")
     assert t3["status"] == "ERROR" and t3["error"] == want, t3
     assert env.results(t3["id"]) == [], env.results(t3["id"])
+
+    # An outcome constraint's metric must be reported too.
+    con = env.submit(command_config(
+        "con", [PY, TRIAL, "metric", outdir, "3", "0.05", "acc"],
+        metric="acc", mode="max", constraints=[{"metric": "mem", "op": "<=", "value": 1}]))
+    env.wait_experiment(con, 30)
+    t4 = env.trials(con)[0]
+    want = ("missing_metric: result has no metric 'mem' (one of the experiment's metrics "
+            "acc, mem); it reported: acc")
+    assert t4["status"] == "ERROR" and t4["error"] == want, t4
 
     # The metric reported: no error.
     ok = env.submit(command_config(

@@ -270,6 +270,45 @@ START_TEST(several_metrics) {
 }
 END_TEST
 
+/* Outcome constraints: the lease's constraint_metrics must be in the first
+ * result too (after the objectives, each once), and reach the trainable. */
+START_TEST(constraint_metrics_required) {
+  const char *leases[][2] = {
+      {"{\"metric\": \"loss\", \"constraint_metrics\": [\"mem\", \"loss\", \"lat\"]}",
+       "loss,mem,lat"},
+      {"{\"metric\": \"a\", \"metrics\": [\"a\", \"b\"], \"constraint_metrics\": "
+       "[\"b\", \"c\"]}",
+       "a,b,c"},
+      {"{\"metric\": \"loss\"}", "loss"},
+      {"{\"constraint_metrics\": [\"mem\"]}", "mem"},
+  };
+  for (size_t i = 0; i < sizeof leases / sizeof *leases; i++) {
+    cJSON *l = cJSON_Parse(leases[i][0]);
+    char *list = NULL;
+    ck_assert_int_eq(result_required_metrics(l, &list), 0);
+    ck_assert_str_eq(list, leases[i][1]);
+    free(list);
+    cJSON_Delete(l);
+  }
+  cJSON *r = cJSON_Parse("{\"loss\": 0.5, \"lat\": 3}");
+  char *m = result_missing_metric(r, "loss,mem,lat");
+  ck_assert_str_eq(m, "result has no metric 'mem' (one of the experiment's metrics loss, mem, "
+                      "lat); it reported: loss, lat");
+  free(m);
+  cJSON_Delete(r);
+  cJSON *t = cJSON_Parse("{\"id\": 1, \"config\": {}, \"metric\": \"loss\", \"mode\": \"min\","
+                         " \"constraint_metrics\": [\"mem\", \"lat\"],"
+                         " \"trainable\": {\"type\": \"command\", \"argv\": [\"p\"]}}");
+  struct trainable_ctx c = {"/t", "/w/1", 0, 1, "", 0, 0, base_env, NULL};
+  struct trainable_cmd cmd;
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, NULL, 0), 0);
+  ck_assert_str_eq(env_get(cmd.env, "CTUNE_CONSTRAINT_METRICS"), "mem,lat");
+  ck_assert_ptr_null(env_get(cmd.env, "CTUNE_METRICS"));
+  trainable_cmd_free(&cmd);
+  cJSON_Delete(t);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("habits");
   TCase *tc = tcase_create("core");
@@ -282,6 +321,7 @@ int main(void) {
   tcase_add_test(tc, fill_numbers_and_clocks);
   tcase_add_test(tc, missing_metric_message);
   tcase_add_test(tc, several_metrics);
+  tcase_add_test(tc, constraint_metrics_required);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,7 @@
 // One experiment: config brief, progress, best trial, learning curves, ASHA
 // state, parallel coordinates and the trial table, kept live by ?since= polling.
 import { api } from '../api.js';
-import { h, note, statusBadge, section, expStatusBadge, allTrialsFailed } from '../dom.js';
+import { h, note, statusBadge, section, expStatusBadge, allTrialsFailed, infeasibleTag } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration, bestFirst } from '../format.js';
 import { PagedTable } from '../table.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
@@ -9,6 +9,7 @@ import { drawParcoords } from '../parcoords.js';
 import { poller } from '../poll.js';
 import { getAll } from '../lists.js';
 import { ExperimentControls, stopControl, tagChips, canControl } from '../controls.js';
+import { ParetoView } from '../pareto.js';
 
 export const NAME = 'experiment';
 const MAX_CURVES = 40;       // curves drawn: the best, the running ones, then the top by metric
@@ -102,6 +103,9 @@ export function mount(main, [idStr], ctx) {
     // once all are in), the server's count of them, the best trial fetched
     // on its own while its page has not come yet.
     cursor: null, listTotal: 0, loadError: null, bestAsked: new Set(),
+    // Several objectives: the Pareto view, and whether the front is to be
+    // read again (trials changed since the last read) or is being read.
+    pareto: null, paretoDirty: true, paretoBusy: false,
   };
 
   const title = h('h1', null, `Experiment ${id}`);
@@ -125,6 +129,9 @@ export function mount(main, [idStr], ctx) {
     'aria-label': 'Parallel coordinates of hyperparameters against the metric' });
   const pcNote = h('p', { class: 'muted small' });
   const table = new PagedTable({ caption: 'Trials', columns: [], statuses: STATUSES, idPrefix: 'trials' });
+  const paretoBox = h('div', { id: 'pareto' });
+  const paretoSection = section('Pareto front', 'h-pareto', paretoBox);
+  paretoSection.hidden = true;
 
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Experiments'), ' / '),
@@ -136,6 +143,7 @@ export function mount(main, [idStr], ctx) {
       section('Configuration', 'h-config', brief),
       section('Progress', 'h-progress', progress),
       section('Best trial', 'h-best', best)),
+    paretoSection,
     section('Learning curves', 'h-curves', curvesNote, curvesBox),
     h('div', { class: 'grid2' },
       section('Scheduler state', 'h-asha', asha),
@@ -152,7 +160,7 @@ export function mount(main, [idStr], ctx) {
   // The best trial never is an ERROR one (the server's pick counts every
   // trial's results): then the best of the others that are loaded.
   function bestId() {
-    if (allTrialsFailed(st.exp)) return null;
+    if (allTrialsFailed(st.exp) || several()) return null;
     const sb = st.exp.best && st.exp.best.trial_id !== undefined ? st.exp.best.trial_id : null;
     if (sb !== null && (!st.trials.has(sb) || st.trials.get(sb).status !== 'ERROR')) return sb;
     let b = null;
@@ -204,7 +212,8 @@ export function mount(main, [idStr], ctx) {
         render: (t) => [h('a', { href: `#/trials/${t.id}` }, t.name || `trial ${t.id}`),
           t.id === bid() ? h('span', { class: 'tag best' }, 'best') : null] },
       { key: 'status', label: 'Status', get: (t) => t.status,
-        render: (t) => [statusBadge(t.status, t.pending_reason || t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null] },
+        render: (t) => [statusBadge(t.status, t.pending_reason || t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped') : null,
+          infeasibleTag(t)] },
       // The scheduler's last decision: only once a trial has one.
       ...(st.reasonShown ? [{ key: 'reason', label: 'Reason', get: (t) => t.reason || null, render: reasonCell }] : []),
       { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,
@@ -268,6 +277,8 @@ export function mount(main, [idStr], ctx) {
       fetchBest(bid);
     } else if (allTrialsFailed(e)) {
       best.replaceChildren(note('Every trial ended in ERROR: there is no best trial. Their errors are on their trial pages.', 'error'));
+    } else if (several()) {
+      best.replaceChildren(note(`${e.metrics.length} objectives: no single best trial. The Pareto front below holds the trials no other beats on all of them.`));
     } else if (!b) {
       best.replaceChildren(note(`No trial has reported ${e.metric} yet.`));
     } else {
@@ -277,6 +288,35 @@ export function mount(main, [idStr], ctx) {
         dl(Object.entries(b.config || {}).map(([k, v]) => [k, fmtValue(v)])));
     }
     renderAsha();
+  }
+
+  // Several objectives: the scatter follows the trials at each update, the
+  // front (and its hypervolume) is read again when trials changed, one read
+  // at a time.
+  const several = () => Array.isArray(st.exp.metrics) && st.exp.metrics.length > 1;
+  function renderPareto() {
+    if (!several()) return;
+    if (!st.pareto) {
+      st.pareto = new ParetoView(st.exp.metrics, st.exp.modes);
+      paretoBox.replaceChildren(st.pareto.el);
+      paretoSection.hidden = false;
+    }
+    st.pareto.setTrials([...st.trials.values()]);
+    if (st.paretoDirty && !st.paretoBusy) readFront();
+  }
+
+  async function readFront() {
+    st.paretoDirty = false;
+    st.paretoBusy = true;
+    try {
+      const doc = await api.get(`/experiments/${id}/pareto`);
+      if (!st.disposed) st.pareto.setFront(doc);
+    } catch (e) {
+      console.warn('ctune: pareto front', e);
+      st.paretoDirty = true;
+    } finally {
+      st.paretoBusy = false;
+    }
   }
 
   function renderAsha() {
@@ -422,6 +462,7 @@ export function mount(main, [idStr], ctx) {
     }
     if (list.length) {
       st.trialsChanged = true;
+      st.paretoDirty = true;
       st.ranked = null;
       table.setRows([...st.trials.values()]);
     }
@@ -590,6 +631,7 @@ export function mount(main, [idStr], ctx) {
     table.render();
     renderLoadState();
     renderCurves();
+    renderPareto();
     // Thousands of lines barely move with one more result: redraw them at
     // most every 5 s there (a later tick catches up, changed or not).
     if (st.trialsChanged && (st.trials.size <= 2000 || performance.now() - st.pcAt >= 5000)) {
@@ -626,6 +668,7 @@ export function mount(main, [idStr], ctx) {
       table.render();
       renderLoadState();
       renderParcoords();
+      renderPareto();
       performance.mark('ctune:tables-drawn');
       ro.observe(pcCanvas);
       const Chart = await chartPromise;

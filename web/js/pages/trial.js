@@ -1,6 +1,6 @@
 // One trial: status, config, error, results as a chart and a table, and its log.
 import { api } from '../api.js';
-import { h, note, statusBadge, section } from '../dom.js';
+import { h, note, statusBadge, section, infeasibleTag } from '../dom.js';
 import { fmtNum, fmtValue, fmtTime, fmtDuration } from '../format.js';
 import { loadChartJs, CurveChart, NO_CHART_NOTE } from '../charts.js';
 import { poller } from '../poll.js';
@@ -78,7 +78,8 @@ export function mount(main, [idStr], ctx) {
     document.title = `${t.name || 'Trial ' + id} · ctune`;
     crumbs.replaceChildren(h('a', { href: '#/' }, 'Experiments'), ' / ',
       h('a', { href: `#/experiments/${t.experiment_id}` }, st.exp ? st.exp.name : `experiment ${t.experiment_id}`), ' / ');
-    badge.replaceChildren(statusBadge(t.status, t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by the scheduler') : '');
+    badge.replaceChildren(statusBadge(t.status, t.reason), t.stopped_early ? h('span', { class: 'tag' }, 'stopped early by the scheduler') : '',
+      infeasibleTag(t) || '');
     stopBox.replaceChildren(stopControl(t, () => tick().catch(ctx.lostLive), { id: 'stop-trial' }) || '');
     const end = t.ended_at || (t.status === 'RUNNING' ? Date.now() / 1000 : null);
     const r = t.resources || {};
@@ -94,6 +95,10 @@ export function mount(main, [idStr], ctx) {
       ['Ended', fmtTime(t.ended_at)],
       ['Run time', t.started_at && end ? fmtDuration(end - t.started_at) : '—'],
       ['Failures', fmtNum(t.num_failures ?? 0)],
+      // Several objectives: its non-dominated sorting rank (1: on the front).
+      'pareto_rank' in t ? ['Pareto rank', h('span', { id: 'pareto-rank', dataset: { rank: t.pareto_rank ?? '' } },
+        t.pareto_rank === null ? '— (an objective has no value)'
+          : t.pareto_rank === 1 ? '1 (on the Pareto front)' : String(t.pareto_rank))] : null,
       t.exit_code !== null && t.exit_code !== undefined ? ['Exit code', String(t.exit_code)] : null,
     ]));
     const cfg = t.config || {};
