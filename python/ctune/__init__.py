@@ -34,6 +34,7 @@ from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECK
 from ._trial import (TrialContext, apply_config, get_config, get_context, in_trial, is_resumed,
                      on_stop, report, stop_requested)
 from ._client import Client
+from ._results import Result, ResultGrid
 from ._search import (ASHA, FIFO, PBT, TPE, ASHAScheduler, AsyncHyperBandScheduler,
                       BasicVariantGenerator, Domain, FIFOScheduler, Grid, GridSearch, HyperBand,
                       HyperBandScheduler, MedianStopping, MedianStoppingRule,
@@ -52,4 +53,6 @@ __all__ = [
     "TPE", "TuneConfig", "choice", "experiment", "grid_search", "lograndint", "loguniform",
     "pow2", "qloguniform", "qrandint", "quniform", "randint", "randn", "script_trainable",
     "uniform",
+    # results
+    "Result", "ResultGrid",
 ]
