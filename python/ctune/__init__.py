@@ -35,6 +35,7 @@ from ._trial import (TrialContext, apply_config, get_config, get_context, in_tri
                      on_stop, report, stop_requested)
 from ._client import Client
 from ._results import Result, ResultGrid
+from ._open import open_db as open  # noqa: A001 (ctune.open, shadowing nothing here)
 from ._search import (ASHA, FIFO, PBT, TPE, ASHAScheduler, AsyncHyperBandScheduler,
                       BasicVariantGenerator, Domain, FIFOScheduler, Grid, GridSearch, HyperBand,
                       HyperBandScheduler, MedianStopping, MedianStoppingRule,
@@ -54,5 +55,5 @@ __all__ = [
     "pow2", "qloguniform", "qrandint", "quniform", "randint", "randn", "script_trainable",
     "uniform",
     # results
-    "Result", "ResultGrid",
+    "Result", "ResultGrid", "open",
 ]
