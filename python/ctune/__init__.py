@@ -13,9 +13,13 @@ In a trainable (a command the ctune-worker runs)::
 
 Experiments in Python, as in Ray Tune::
 
-    cfg = ctune.experiment("train.py", param_space={"lr": ctune.loguniform(1e-4, 1e-1)},
-                           tune_config=ctune.TuneConfig(metric="loss", mode="min",
-                                                        scheduler=ctune.ASHA(max_t=8)))
+    tuner = ctune.Tuner("train.py", param_space={"lr": ctune.loguniform(1e-4, 1e-1)},
+                        tune_config=ctune.TuneConfig(metric="loss", mode="min",
+                                                     scheduler=ctune.ASHA(max_t=8)))
+    with tuner.fit() as grid:                       # `ctune run` here, a ResultGrid
+        print(grid.get_best_result().config)
+    with ctune.open("ctune-results/train.db") as grid:   # read back later
+        print(grid.get_dataframe())
 
 For people and notebooks::
 
@@ -36,6 +40,7 @@ from ._trial import (TrialContext, apply_config, get_config, get_context, in_tri
 from ._client import Client
 from ._results import Result, ResultGrid
 from ._open import open_db as open  # noqa: A001 (ctune.open, shadowing nothing here)
+from ._tuner import RunConfig, Tuner, run
 from ._search import (ASHA, FIFO, PBT, TPE, ASHAScheduler, AsyncHyperBandScheduler,
                       BasicVariantGenerator, Domain, FIFOScheduler, Grid, GridSearch, HyperBand,
                       HyperBandScheduler, MedianStopping, MedianStoppingRule,
@@ -56,4 +61,6 @@ __all__ = [
     "uniform",
     # results
     "Result", "ResultGrid", "open",
+    # running an experiment here
+    "RunConfig", "Tuner", "run",
 ]
