@@ -36,23 +36,13 @@ def port_open(url):
 class OpenE2E(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        ctune_procs.need_bins("ctune", "ctune-server", "ctune-worker")
-        cls.c = ctune_procs.Cluster().start_server()
-        script = os.path.join(cls.c.tmp, "train.py")
-        with open(script, "w") as f:
-            f.write(TRAINABLE)
+        cls.c, tr = ctune_procs.script_cluster(TRAINABLE, "ctune")
         client = ctune.Client(cls.c.url, token=cls.c.tokens["admin"])
-        tr = ctune_procs.command_trainable(script)
         cls.first = client.submit(ctune.experiment(
             tr, {"x": ctune.grid_search([3, 1, 2])}, name="first", metric="loss", mode="min"))
         cls.second = client.submit(ctune.experiment(
             tr, {"x": ctune.grid_search([5, 4])}, name="second", metric="loss", mode="max"))
-        w = cls.c.start_worker("w1", cpus=2)
-        try:
-            for e in (cls.first, cls.second):
-                client.wait(e, timeout=60, poll_s=0.2)
-        finally:
-            cls.c.stop(w)
+        ctune_procs.run_to_end(cls.c, client, (cls.first, cls.second))
         cls.before = {e: [(t["name"], t["last_result"]["loss"]) for t in client.trials(e)]
                       for e in (cls.first, cls.second)}
 

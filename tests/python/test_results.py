@@ -38,24 +38,14 @@ for it in range(1, 4):
 class ResultGridE2E(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        ctune_procs.need_bins("ctune", "ctune-server", "ctune-worker")
-        cls.c = ctune_procs.Cluster().start_server()
-        script = os.path.join(cls.c.tmp, "train.py")
-        with open(script, "w") as f:
-            f.write(TRAINABLE)
+        cls.c, trainable = ctune_procs.script_cluster(TRAINABLE, "ctune")
         cls.client = ctune.Client(cls.c.url, token=cls.c.tokens["admin"])
-        trainable = ctune_procs.command_trainable(script)
         space = {"x": ctune.grid_search([1, 2, 3])}
         cls.one = cls.client.submit(ctune.experiment(
             trainable, space, ctune.TuneConfig(metric="loss", mode="min"), name="rg"))
         cls.two = cls.client.submit(ctune.experiment(
             trainable, space, name="rg-mo", metric=["loss", "score"], mode=["min", "max"]))
-        w = cls.c.start_worker("w1", cpus=2)
-        try:
-            for e in (cls.one, cls.two):
-                cls.client.wait(e, timeout=60, poll_s=0.2)
-        finally:
-            cls.c.stop(w)
+        ctune_procs.run_to_end(cls.c, cls.client, (cls.one, cls.two))
 
     @classmethod
     def tearDownClass(cls):
