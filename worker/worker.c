@@ -42,6 +42,11 @@
 extern char **environ;
 
 #define WORKER_REQ_TIMEOUT_MS 10000L
+/* How long a lease request asks the server to hold it when nothing is free
+ * for it (capped by the server's lease_wait_max_ms), and how many may be out
+ * at once: one per trial that ends while others wait. */
+#define WORKER_LEASE_WAIT_MS 5000u
+#define WORKER_LEASES_OUT 4
 #define WORKER_UPLOAD_TIMEOUT_MS 60000L
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
@@ -74,7 +79,15 @@ struct worker {
   int reg_inflight, hb_inflight, lease_inflight;
   int ob_inflight; /* lanes with a request out */
   int reg_attempts, lease_failures;
-  int lease_again;  /* something freed up while a lease request was out */
+  int lease_again; /* something freed up while a lease request was out */
+  /* A server that holds lease requests (its registration's
+   * lease_wait_max_ms): each asks to wait this long (0: the server answers
+   * at once, and the worker polls every poll_ms). Then several may be out,
+   * each claiming part of what is free here (claim_*: their sum), so that
+   * what they may be granted together always fits. */
+  unsigned lease_wait_ms;
+  double claim_cpu, claim_gpu;
+  long claim_mem;
   int ckpt_failing; /* checkpoint uploads failing since the last success */
   int ob_down_logged;
   int fenced; /* no heartbeat for lease_timeout_s: trials stopped, no leasing */
@@ -1484,13 +1497,41 @@ static void worker_server_alive(struct worker *w) {
 
 /* ---- lease ------------------------------------------------------------ */
 
+/* One lease request out: what it claimed of this worker's free resources,
+ * for which registration, and when it went. */
+struct lease_req {
+  struct worker *w;
+  int worker_id;
+  double cpu, gpu;
+  long mem;
+  uint64_t sent_ms;
+};
+
 static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
-  struct worker *w = arg;
-  w->lease_inflight = 0;
+  struct lease_req *q = arg;
+  struct worker *w = q->w;
+  int for_id = q->worker_id;
+  uint64_t took_ms = clock_mono_ms() - q->sent_ms;
+  w->lease_inflight--;
+  w->claim_cpu -= q->cpu;
+  w->claim_gpu -= q->gpu;
+  w->claim_mem -= q->mem;
+  if (!w->lease_inflight) w->claim_cpu = w->claim_gpu = 0, w->claim_mem = 0; /* no dust */
+  free(q);
   if (w->shut) return;
   if (!err && resp->status / 100 < 5) worker_server_alive(w);
   if (w->draining && (err || resp->status != 200)) {
     worker_check_drained(w); /* nothing was leased: the drain may end now */
+    return;
+  }
+  if (for_id != w->id) {
+    /* Asked for an earlier registration: a trial leased to it is not this
+     * one's to run (its fence names the old id); the server takes it back
+     * when that registration's leases expire. */
+    if (!err && resp->status == 200)
+      log_warn("lease: a trial leased to worker %d (an earlier registration) is left to expire",
+               for_id);
+    worker_kick_lease(w, 0);
     return;
   }
   if (!err && resp->status == 200) {
@@ -1508,7 +1549,11 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
     worker_kick_lease(w, 0);
   } else if (!err && resp->status == 204) {
     w->lease_failures = 0;
-    worker_kick_lease(w, w->lease_again ? 0 : w->o.poll_ms);
+    /* A held request that waited its time out asks again at once; one the
+     * server answered early (it stops, or does not hold requests) waits a
+     * poll interval unless something freed up meanwhile. */
+    int held = w->lease_wait_ms && took_ms >= w->lease_wait_ms / 2;
+    worker_kick_lease(w, w->lease_again || held ? 0 : w->o.poll_ms);
     w->lease_again = 0;
   } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
     log_warn("server does not know worker %d (HTTP %ld): registering again", w->id, resp->status);
@@ -1525,30 +1570,56 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
 
 static void worker_on_lease_timer(uv_timer_t *h) {
   struct worker *w = h->data;
-  if (w->lease_inflight) {
+  /* Without held requests one is out at a time, as a poll; with them one
+   * more goes for what freed up since the others were sent. */
+  int most = w->lease_wait_ms ? WORKER_LEASES_OUT : 1;
+  if (w->lease_inflight >= most) {
     w->lease_again = 1;
     return;
   }
   if (!w->id || w->draining || w->shut || w->fenced) return;
   struct alloc_free f;
   alloc_free_amounts(&w->pool, &f);
-  if (f.cpu <= 0 && f.gpu <= 0) return; /* a trial's end kicks us again */
+  /* What the requests out have not claimed: never granted twice. */
+  f.cpu -= w->claim_cpu;
+  f.gpu -= w->claim_gpu;
+  f.memory_mb -= w->claim_mem;
+  if (f.cpu < 1e-9) f.cpu = 0;
+  if (f.gpu < 1e-9) f.gpu = 0;
+  if (f.memory_mb < 0) f.memory_mb = 0;
+  if (f.cpu <= 0 && f.gpu <= 0) { /* a trial's end kicks us again */
+    if (w->lease_inflight) w->lease_again = 1;
+    return;
+  }
+  struct lease_req *q = calloc(1, sizeof *q);
   cJSON *b = cJSON_CreateObject();
   cJSON *fr = cJSON_AddObjectToObject(b, "free");
-  if (!fr || !cJSON_AddNumberToObject(fr, "cpu", f.cpu) ||
+  if (!q || !fr || !cJSON_AddNumberToObject(fr, "cpu", f.cpu) ||
       !cJSON_AddNumberToObject(fr, "gpu", f.gpu) ||
-      !cJSON_AddNumberToObject(fr, "memory_mb", (double)f.memory_mb)) {
+      !cJSON_AddNumberToObject(fr, "memory_mb", (double)f.memory_mb) ||
+      (w->lease_wait_ms && !cJSON_AddNumberToObject(b, "wait_ms", w->lease_wait_ms))) {
+    free(q);
     cJSON_Delete(b);
     worker_kick_lease(w, w->o.poll_ms);
     return;
   }
-  char path[64];
+  *q = (struct lease_req){w, w->id, f.cpu, f.gpu, f.memory_mb, clock_mono_ms()};
+  char path[64], *text = jsonout_print(b);
   snprintf(path, sizeof path, "/api/v1/workers/%d/lease", w->id);
-  if (worker_post_json(w, path, b, worker_on_lease, w) == 0)
-    w->lease_inflight = 1;
-  else
-    worker_kick_lease(w, w->o.poll_ms);
   cJSON_Delete(b);
+  int rc = text ? http_request(w->http, "POST", path, "application/json", text, strlen(text), NULL,
+                               WORKER_REQ_TIMEOUT_MS + (long)w->lease_wait_ms, worker_on_lease, q)
+                : -ENOMEM;
+  free(text);
+  if (rc == 0) {
+    w->lease_inflight++;
+    w->claim_cpu += q->cpu;
+    w->claim_gpu += q->gpu;
+    w->claim_mem += q->mem;
+  } else {
+    free(q);
+    worker_kick_lease(w, w->o.poll_ms);
+  }
 }
 
 static void worker_kick_lease(struct worker *w, unsigned delay_ms) {
@@ -1848,6 +1919,10 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   w->hb_interval_s = 5;
   w->lease_timeout_s = 30;
   worker_read_timing(w, b);
+  const cJSON *lw = cJSON_GetObjectItemCaseSensitive(b, "lease_wait_max_ms");
+  w->lease_wait_ms = !cJSON_IsNumber(lw) || lw->valuedouble < 1 ? 0
+                     : lw->valuedouble < WORKER_LEASE_WAIT_MS   ? (unsigned)lw->valuedouble
+                                                                : WORKER_LEASE_WAIT_MS;
   cJSON_Delete(b);
   if (w->secret[0]) worker_save_identity(w);
   worker_drop_old_identity(w);
@@ -1978,9 +2053,11 @@ static void worker_check_drained(struct worker *w) {
   /* A lease request still in flight may have been granted: the server has
    * that trial RUNNING here. Its reply starts nothing while draining but
    * gives the trial back (worker_spawn_trial); exiting before it would leave
-   * the trial to the lease timeout. */
-  if (now < w->drain_deadline_ms &&
-      (w->trials || w->uploads > 0 || worker_ob_busy(w) || w->lease_inflight))
+   * the trial to the lease timeout. A request the server holds is not waited
+   * for: the deregistration requeues what it may have been granted and ends
+   * the wait (unknown worker). */
+  if (now < w->drain_deadline_ms && (w->trials || w->uploads > 0 || worker_ob_busy(w) ||
+                                     (w->lease_inflight && !w->lease_wait_ms)))
     return;
   /* A registration still in flight may have made this worker known to
    * the server: wait a moment for its reply (worker_on_registered) to

@@ -263,7 +263,8 @@ struct server {
   struct store *store;
   struct commit *commit;
   struct metrics metrics;
-  struct events *events; /* the change feed (events.h) */
+  struct events *events;           /* the change feed (events.h) */
+  struct lease_waits *lease_waits; /* held lease requests (lease_wait.h) */
   char admin_token[256], worker_token[256];
   char viewer_token[256]; /* optional viewer= line: read-only ("" none) */
   int auth;

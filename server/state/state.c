@@ -55,7 +55,9 @@ int state_init(struct server *s) {
   s->cold_delay_ms = d ? strtoull(d, NULL, 10) : STATE_COLD_DELAY_MS;
   int rc = events_new(&s->events);
   if (rc) return rc;
-  if (pthread_mutex_init(&s->lock, NULL)) {
+  if ((rc = lease_wait_new(&s->lease_waits)) || pthread_mutex_init(&s->lock, NULL)) {
+    lease_wait_free(s->lease_waits);
+    s->lease_waits = NULL;
     events_free(s->events);
     s->events = NULL;
     return -ENOMEM;
@@ -105,6 +107,8 @@ void state_free(struct server *s) {
   state_cold_free(s);
   events_free(s->events);
   s->events = NULL;
+  lease_wait_free(s->lease_waits);
+  s->lease_waits = NULL;
   pthread_mutex_destroy(&s->lock);
 }
 
@@ -368,6 +372,7 @@ static void state_forgive_stall(struct server *s, uint64_t now_ms) {
 void state_expire_leases(struct server *s, uint64_t now_ms) {
   uint64_t limit = (uint64_t)(s->opt.lease_timeout_s * 1000);
   state_forgive_stall(s, now_ms);
+  lease_wait_expire(s, now_ms); /* held lease requests whose wait is over */
   for (int64_t i = 0; i < s->nworkers; i++) {
     struct srv_worker *w = s->workers[i];
     if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lease_wait.h"
 #include "model.h"
 
 /* state.c — all callers hold s->lock unless the comment says otherwise. */

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""ctune-worker's held lease requests against the real ctune-server (a
+server whose registration reply has lease_wait_max_ms):
+
+  first    a worker that polls only every 60 s (--poll-ms 60000) starts the
+           first trial of an experiment submitted after it registered at
+           once: its lease request was held on the server, not answered 204.
+  claims   a trial's end while a request is held sends another, claiming
+           only what freed up: the server holds two for a worker with two
+           free CPUs in two steps; an experiment of three 1-CPU trials then
+           runs two at a time on the worker's 2 CPUs, and none is refused
+           for want of room (what the requests claimed together never
+           exceeds what is free).
+  drain    SIGTERM with a request held: the worker exits at once (its
+           deregistration ends the wait), exit status 0.
+A server without held requests (the fake server of test_protocol_v2) gets
+the old poll."""
+import os
+import signal
+import time
+
+from harness import TRAINABLE, command_config, main, wait_for
+
+FIFO = {"type": "fifo", "time_attr": "training_iteration"}
+
+
+def held(env):
+    """ctune_leases_held from the server's /metrics."""
+    import ctune_harness
+    c = ctune_harness.JsonClient.for_url(env.url, token=env.admin_token, timeout=10,
+                                         keep_alive=False)
+    st, text, _ = c.request("GET", "/metrics")
+    for line in text.decode().splitlines():
+        if line.startswith("ctune_leases_held "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no ctune_leases_held in /metrics")
+
+
+def body(env):
+    env.start_server("--heartbeat-interval", "0.5")
+    w = env.start_worker("w", "--cpus", "2", "--poll-ms", "60000")
+    wait_for(lambda: "registered with" in w.log(), 20, "the worker to register")
+    wait_for(lambda: held(env) == 1, 10, "the worker's lease request to be held")
+
+    # first
+    t0 = time.time()
+    exp = env.submit(command_config("first", ["sh", TRAINABLE, "1", "0"], scheduler=FIFO))
+    env.wait_experiment(exp, 20)
+    first = time.time() - t0
+    assert first < 10, "the first trial waited for the worker's next poll (%.1f s)" % first
+    print("first: experiment submitted after registration ended in %.2f s (poll 60 s)" % first)
+
+    # claims: one trial of 1 CPU runs 1 s; its end frees a CPU while the other
+    # CPU's request is held -> two held, each claiming 1 CPU.
+    exp = env.submit(command_config("one", ["sh", TRAINABLE, "2", "0.5"], scheduler=FIFO))
+    env.wait_experiment(exp, 20)
+    wait_for(lambda: held(env) == 2, 10, "two lease requests held (one per freed CPU)")
+    exp = env.submit(command_config("three", ["sh", TRAINABLE, "4", "0.25"], scheduler=FIFO,
+                                    num_samples=3))
+    most = 0
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        e = env.experiment(exp)
+        most = max(most, e["counts"].get("RUNNING", 0))
+        if e["status"] != "RUNNING":
+            break
+        time.sleep(0.05)
+    trials = env.trials(exp)
+    assert all(t["status"] == "TERMINATED" for t in trials), trials
+    assert most == 2, "at most %d of the three ran at once on 2 CPUs" % most
+    assert "no_resources" not in w.log() and "cannot fit" not in w.log(), w.log()[-2000:]
+    print("claims: two requests held; three 1-CPU trials ran two at a time, none refused")
+
+    # drain
+    wait_for(lambda: held(env) >= 1, 10, "a held lease request")
+    t0 = time.time()
+    os.kill(w.pid, signal.SIGTERM)
+    rc = w.p.wait(20)
+    took = time.time() - t0
+    assert rc == 0, w.log()[-3000:]
+    assert took < 4, "the drain waited %.1f s for a held lease request" % took
+    wait_for(lambda: held(env) == 0, 5, "the held requests to end")
+    print("drain: exited %.2f s after SIGTERM with a request held" % took)
+
+
+main("lease-wait", body)
