@@ -1138,7 +1138,9 @@ static int worker_get_checkpoint(struct worker *w, struct trial *t, int attempt)
   return rc;
 }
 
-static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
+/* Takes a granted lease: 1 when it was given back for want of room now
+ * (the next lease request waits a poll interval), else 0. */
+static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(lease_trial, "id");
   int tid = cJSON_IsNumber(id) ? id->valueint : 0;
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(lease_trial, "resources");
@@ -1161,7 +1163,7 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
       worker_queue_fail(w, &fake, "worker cannot create the trial directory", -1, "internal");
     }
     cJSON_Delete(lease_trial);
-    return;
+    return 0;
   }
   t->lease_worker = w->id;
   /* An older attempt of this trial still here is stale by definition: the
@@ -1174,27 +1176,38 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   w->trials = t;
   log_info("trial %d: leased (attempt %ld)", t->id, t->attempt);
   rc = alloc_take(&w->pool, t->id, &req, &t->grant);
+  if (rc == -ENOSPC && alloc_could_ever_fit(&w->pool, &req)) {
+    /* No room now (the lease was asked for with more free than is left):
+     * not the trial's failure. Given back at once (PENDING on the server,
+     * its failures unchanged), never held here waiting for room. */
+    log_warn("trial %d: no room for cpu %g, gpu %g, memory_mb %ld now: lease given back", t->id,
+             req.cpu, req.gpu, req.memory_mb);
+    worker_queue_release(w, t);
+    worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_SERVER, 0);
+    worker_pump_outbox(w);
+    return 1;
+  }
   if (rc < 0) {
     char msg[256];
     snprintf(msg, sizeof msg, "worker %d cannot fit cpu %g, gpu %g, memory_mb %ld%s", w->id,
              req.cpu, req.gpu, req.memory_mb,
-             rc == -EINVAL ? " (invalid request)" : " (taken since the lease)");
+             rc == -EINVAL ? " (invalid request)" : " (more than it has)");
     worker_abort_trial(w, t, msg, "no_resources");
-    return;
+    return 0;
   }
   t->has_grant = 1;
   if (w->draining || w->fenced) {
     /* A lease granted as the drain (or fence) began: give it back at once,
      * without fetching a checkpoint it will not run from. */
     worker_spawn_trial(w, t, 0);
-    return;
+    return 0;
   }
   const cJSON *hc = cJSON_GetObjectItemCaseSensitive(lease_trial, "has_checkpoint");
   char *ck = trial_path(t, "checkpoint.bin");
   if (cJSON_IsTrue(hc)) {
     if (worker_get_checkpoint(w, t, 1) == 0) {
       free(ck);
-      return;
+      return 0;
     }
     log_warn("trial %d: cannot request its checkpoint: starting from scratch", t->id);
   }
@@ -1203,6 +1216,7 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   if (ck) unlink(ck);
   free(ck);
   worker_spawn_trial(w, t, 0);
+  return 0;
 }
 
 /* ---- outbox delivery: one lane per trial ------------------------------ */
@@ -1545,8 +1559,8 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
       worker_kick_lease(w, w->o.poll_ms);
       return;
     }
-    worker_take_trial(w, tr);
-    worker_kick_lease(w, 0);
+    int gave_back = worker_take_trial(w, tr);
+    worker_kick_lease(w, gave_back ? w->o.poll_ms : 0);
   } else if (!err && resp->status == 204) {
     w->lease_failures = 0;
     /* A held request that waited its time out asks again at once; one the

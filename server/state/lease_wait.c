@@ -34,7 +34,9 @@ void lease_wait_free(struct lease_waits *lw) {
   free(lw);
 }
 
-uint64_t lease_wait_gen(struct server *s) { return s->lease_waits ? atomic_load(&s->lease_waits->gen) : 0; }
+uint64_t lease_wait_gen(struct server *s) {
+  return s->lease_waits ? atomic_load(&s->lease_waits->gen) : 0;
+}
 
 static void lease_wait_unlist(struct lease_waits *lw, struct lease_waiter *wt) {
   if (wt->prev)

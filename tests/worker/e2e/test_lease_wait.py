@@ -13,12 +13,16 @@ server whose registration reply has lease_wait_max_ms):
            exceeds what is free).
   drain    SIGTERM with a request held: the worker exits at once (its
            deregistration ends the wait), exit status 0.
+  noroom   (a fake server) a lease granted for more than is free here now
+           is given back at once (release, fenced with its lease), not
+           failed and not held.
 A server without held requests (the fake server of test_protocol_v2) gets
 the old poll."""
 import os
 import signal
 import time
 
+from fakeserver import FakeServer, lease
 from harness import TRAINABLE, command_config, main, wait_for
 
 FIFO = {"type": "fifo", "time_attr": "training_iteration"}
@@ -81,6 +85,29 @@ def body(env):
     assert took < 4, "the drain waited %.1f s for a held lease request" % took
     wait_for(lambda: held(env) == 0, 5, "the held requests to end")
     print("drain: exited %.2f s after SIGTERM with a request held" % took)
+    noroom(env)
+
+
+def noroom(env):
+    fake = FakeServer()
+    try:
+        a = lease(1, 1, ["sh", TRAINABLE, "200", "0.05"])
+        b = lease(2, 1, ["sh", TRAINABLE, "1", "0"])
+        b["resources"]["cpu"] = 2  # fits the worker's 2 CPUs, not the 1 left
+        fake.leases = [a, b]
+        env.url = fake.url
+        w = env.start_worker("n", "--cpus", "2", "--poll-ms", "50")
+        rel = fake.wait(lambda r: r.trial == 2 and r.what in ("release", "fail"), 20,
+                        "trial 2 given back")[0]
+        assert rel.what == "release" and rel.lease == "1:1", (rel.what, rel.lease, rel.body)
+        assert not fake.find(lambda r: r.trial == 1 and r.what in ("release", "fail")), \
+            "trial 1 was disturbed"
+        os.kill(w.pid, signal.SIGTERM)
+        assert w.p.wait(20) == 0, w.log()[-3000:]
+        assert not fake.errors, fake.errors
+    finally:
+        fake.close()
+    print("noroom: a lease for more than was free was released at once (fence %s)" % rel.lease)
 
 
 main("lease-wait", body)
