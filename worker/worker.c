@@ -43,10 +43,8 @@ extern char **environ;
 
 #define WORKER_REQ_TIMEOUT_MS 10000L
 /* How long a lease request asks the server to hold it when nothing is free
- * for it (capped by the server's lease_wait_max_ms), and how many may be out
- * at once: one per trial that ends while others wait. */
+ * for it (capped by the server's lease_wait_max_ms). */
 #define WORKER_LEASE_WAIT_MS 5000u
-#define WORKER_LEASES_OUT 4
 #define WORKER_UPLOAD_TIMEOUT_MS 60000L
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
@@ -82,12 +80,10 @@ struct worker {
   int lease_again; /* something freed up while a lease request was out */
   /* A server that holds lease requests (its registration's
    * lease_wait_max_ms): each asks to wait this long (0: the server answers
-   * at once, and the worker polls every poll_ms). Then several may be out,
-   * each claiming part of what is free here (claim_*: their sum), so that
-   * what they may be granted together always fits. */
+   * at once, and the worker polls every poll_ms). One is out at a time: its
+   * `free` is what was free when it went, and only grows meanwhile, so what
+   * it is granted always fits. */
   unsigned lease_wait_ms;
-  double claim_cpu, claim_gpu;
-  long claim_mem;
   int ckpt_failing; /* checkpoint uploads failing since the last success */
   int ob_down_logged;
   int fenced; /* no heartbeat for lease_timeout_s: trials stopped, no leasing */
@@ -1511,26 +1507,17 @@ static void worker_server_alive(struct worker *w) {
 
 /* ---- lease ------------------------------------------------------------ */
 
-/* One lease request out: what it claimed of this worker's free resources,
- * for which registration, and when it went. */
+/* The lease request out: for which registration. */
 struct lease_req {
   struct worker *w;
   int worker_id;
-  double cpu, gpu;
-  long mem;
-  uint64_t sent_ms;
 };
 
 static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
   struct lease_req *q = arg;
   struct worker *w = q->w;
   int for_id = q->worker_id;
-  uint64_t took_ms = clock_mono_ms() - q->sent_ms;
-  w->lease_inflight--;
-  w->claim_cpu -= q->cpu;
-  w->claim_gpu -= q->gpu;
-  w->claim_mem -= q->mem;
-  if (!w->lease_inflight) w->claim_cpu = w->claim_gpu = 0, w->claim_mem = 0; /* no dust */
+  w->lease_inflight = 0;
   free(q);
   if (w->shut) return;
   if (!err && resp->status / 100 < 5) worker_server_alive(w);
@@ -1563,11 +1550,12 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
     worker_kick_lease(w, gave_back ? w->o.poll_ms : 0);
   } else if (!err && resp->status == 204) {
     w->lease_failures = 0;
-    /* A held request that waited its time out asks again at once; one the
-     * server answered early (it stops, or does not hold requests) waits a
-     * poll interval unless something freed up meanwhile. */
-    int held = w->lease_wait_ms && took_ms >= w->lease_wait_ms / 2;
-    worker_kick_lease(w, w->lease_again || held ? 0 : w->o.poll_ms);
+    /* A server that holds requests answers 204 when the wait is over, or
+     * early when a lease of this worker ended meanwhile (it has more free
+     * than it asked with): either way the next request goes at once, and is
+     * held in turn. Without held requests: the poll interval, unless
+     * something freed up while the request was out. */
+    worker_kick_lease(w, w->lease_again || w->lease_wait_ms ? 0 : w->o.poll_ms);
     w->lease_again = 0;
   } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
     log_warn("server does not know worker %d (HTTP %ld): registering again", w->id, resp->status);
@@ -1584,27 +1572,19 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
 
 static void worker_on_lease_timer(uv_timer_t *h) {
   struct worker *w = h->data;
-  /* Without held requests one is out at a time, as a poll; with them one
-   * more goes for what freed up since the others were sent. */
-  int most = w->lease_wait_ms ? WORKER_LEASES_OUT : 1;
-  if (w->lease_inflight >= most) {
+  /* One out at a time. A second one, sent for what freed up while the
+   * first is held, would split what is free into parts that may each be too
+   * small for a trial that the whole fits (fractional CPUs): the held one
+   * is woken by the same end on the server (its `complete`) instead, and
+   * the worker asks again with everything at once after its reply. */
+  if (w->lease_inflight) {
     w->lease_again = 1;
     return;
   }
   if (!w->id || w->draining || w->shut || w->fenced) return;
   struct alloc_free f;
   alloc_free_amounts(&w->pool, &f);
-  /* What the requests out have not claimed: never granted twice. */
-  f.cpu -= w->claim_cpu;
-  f.gpu -= w->claim_gpu;
-  f.memory_mb -= w->claim_mem;
-  if (f.cpu < 1e-9) f.cpu = 0;
-  if (f.gpu < 1e-9) f.gpu = 0;
-  if (f.memory_mb < 0) f.memory_mb = 0;
-  if (f.cpu <= 0 && f.gpu <= 0) { /* a trial's end kicks us again */
-    if (w->lease_inflight) w->lease_again = 1;
-    return;
-  }
+  if (f.cpu <= 0 && f.gpu <= 0) return; /* a trial's end kicks us again */
   struct lease_req *q = calloc(1, sizeof *q);
   cJSON *b = cJSON_CreateObject();
   cJSON *fr = cJSON_AddObjectToObject(b, "free");
@@ -1617,7 +1597,7 @@ static void worker_on_lease_timer(uv_timer_t *h) {
     worker_kick_lease(w, w->o.poll_ms);
     return;
   }
-  *q = (struct lease_req){w, w->id, f.cpu, f.gpu, f.memory_mb, clock_mono_ms()};
+  *q = (struct lease_req){w, w->id};
   char path[64], *text = jsonout_print(b);
   snprintf(path, sizeof path, "/api/v1/workers/%d/lease", w->id);
   cJSON_Delete(b);
@@ -1626,10 +1606,7 @@ static void worker_on_lease_timer(uv_timer_t *h) {
                 : -ENOMEM;
   free(text);
   if (rc == 0) {
-    w->lease_inflight++;
-    w->claim_cpu += q->cpu;
-    w->claim_gpu += q->gpu;
-    w->claim_mem += q->mem;
+    w->lease_inflight = 1;
   } else {
     free(q);
     worker_kick_lease(w, w->o.poll_ms);

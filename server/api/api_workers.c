@@ -292,7 +292,7 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
                    : wait             ? now + (uint64_t)wait->valuedouble
                                       : 0;
   server_lock(s);
-  uint64_t gen = lease_wait_gen(s);
+  uint64_t gen = lease_wait_gen(s), mark = 0;
   struct srv_worker *w = api_find_worker(s, req, resp);
   struct srv_trial *t = NULL;
   cJSON *o = NULL;
@@ -301,6 +301,12 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   if (w && req->held_until_ms && w->lost) {
     until = 0;
   } else if (w) {
+    /* A lease of this worker ended since the request was first held: the
+     * worker has more free than the request says. Granted what its free
+     * fits, or answered now (204), so that the worker asks again with all
+     * it has rather than wait out the hold with a part of it. */
+    if (req->held_until_ms && w->releases != req->held_mark) until = 0;
+    mark = req->held_until_ms ? req->held_mark : w->releases;
     rc = state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
     if (!rc && t) {
       if (!(o = api_lease_json(s, t))) rc = -ENOMEM;
@@ -313,6 +319,7 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   if (w && !rc && !o && until > now) {
     resp->hold_until_ms = until;
     resp->hold_gen = gen;
+    resp->hold_mark = mark;
   } else if (w && !rc) {
     rc = o ? api_json(resp, 200, o) : api_no_content(resp);
   }

@@ -115,6 +115,7 @@ struct http_req {
   struct api_resp resp;
   struct lease_waiter wait; /* REQ_PARKED: its place among the held leases */
   uint64_t held_until_ms;   /* a held request's deadline (0: not held yet) */
+  uint64_t held_mark;       /* what its handler noted when it first held it */
 };
 
 static const char *http_query(void *conn, const char *key) {
@@ -651,7 +652,8 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
                         .header = http_header,
                         .body_spooled = r->fd >= 0,
                         .body_fd = r->fd,
-                        .held_until_ms = r->held_until_ms};
+                        .held_until_ms = r->held_until_ms,
+                        .held_mark = r->held_mark};
   rc = api_handlers[m.route->handler](s, &req, resp);
   if (rc || (!resp->status && !resp->hold_until_ms)) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
@@ -777,6 +779,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     /* The handler asks to hold the request (a lease that found nothing):
      * parked until the state may have work for it, or its deadline. */
     r->held_until_ms = r->resp.hold_until_ms;
+    r->held_mark = r->resp.hold_mark;
     int prc = lease_wait_park(h->s, &r->wait, r->resp.hold_gen, r->held_until_ms, http_park,
                               http_unpark, r);
     if (prc == 0) {

@@ -217,6 +217,9 @@ struct srv_worker {
   uint64_t last_seen_ms; /* monotonic: "lost" (display) after a lease timeout */
   int lost;
   int64_t nrunning; /* RUNNING trials charged to it */
+  /* Leases of it that ended (state_release): a lease request held since
+   * an earlier count asked with less free than the worker has now. */
+  uint64_t releases;
   /* Its own credential, "<id>.<64 hex digits>" (256 bits from getrandom),
    * returned once by registration and persisted: Authorization: Bearer of
    * every later call of this worker (http.c). "" for a worker registered

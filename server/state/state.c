@@ -142,6 +142,7 @@ void state_release(struct server *s, struct srv_trial *t) {
   /* worker_id is cleared below, so a second release of the same lease (an
    * end after a requeue, say) frees nothing twice. */
   if (w && e) {
+    w->releases++;
     if (w->nrunning > 0) w->nrunning--;
     if (w->nrunning == 0) {
       /* Nothing left on it: exact zeros, whatever the sums of fractions

@@ -75,6 +75,24 @@ def test_held_until_a_trial_ends_then_204_at_its_deadline():
     s.stop()
 
 
+def test_answered_when_its_worker_frees_more_than_it_asked():
+    # The request asked with half a CPU; a lease of its worker ends (1 CPU
+    # more free there than it said): 204 at once, not a 20 s hold, so the
+    # worker asks again with all it has.
+    s = Server()
+    s.ok("POST", "/api/v1/experiments", experiment(n=3, resources_per_trial={"cpu": 1}), status=201)
+    w = register(s, cpu=2)
+    a, b = lease(s, w), lease(s, w)
+    th, out = held_lease(s, w, {"free": {"cpu": 0.5}, "wait_ms": 20000})
+    parked(s)
+    s.ok("POST", "/api/v1/trials/%d/complete" % a["id"], {})
+    th.join(25)
+    assert out and out[0] == 204 and out[2] < 10, out
+    t = lease(s, w, free={"cpu": 1})
+    assert t is not None and t["id"] not in (a["id"], b["id"]), t
+    s.stop()
+
+
 def test_wait_ms_checked():
     s = Server()
     w = register(s)

@@ -5,12 +5,12 @@ server whose registration reply has lease_wait_max_ms):
   first    a worker that polls only every 60 s (--poll-ms 60000) starts the
            first trial of an experiment submitted after it registered at
            once: its lease request was held on the server, not answered 204.
-  claims   a trial's end while a request is held sends another, claiming
-           only what freed up: the server holds two for a worker with two
-           free CPUs in two steps; an experiment of three 1-CPU trials then
-           runs two at a time on the worker's 2 CPUs, and none is refused
-           for want of room (what the requests claimed together never
-           exceeds what is free).
+  split    halves of a CPU end one by one while a request is held (it asked
+           with half a CPU): a trial that needs the whole CPU starts within
+           seconds (the held request is answered when the server records an
+           end of this worker's, and the worker asks again with all that is
+           free), not after the held request's whole wait; three 1-CPU
+           trials then run two at a time on 2 CPUs, none refused.
   drain    SIGTERM with a request held: the worker exits at once (its
            deregistration ends the wait), exit status 0.
   noroom   (a fake server) a lease granted for more than is free here now
@@ -54,11 +54,21 @@ def body(env):
     assert first < 10, "the first trial waited for the worker's next poll (%.1f s)" % first
     print("first: experiment submitted after registration ended in %.2f s (poll 60 s)" % first)
 
-    # claims: one trial of 1 CPU runs 1 s; its end frees a CPU while the other
-    # CPU's request is held -> two held, each claiming 1 CPU.
-    exp = env.submit(command_config("one", ["sh", TRAINABLE, "2", "0.5"], scheduler=FIFO))
+    # split: four half-CPU trials fill the 2 CPUs; they end 0.3 s apart,
+    # the first end's request asks with half a CPU and is held 5 s.
+    exp = env.submit(command_config("halves",
+                                    ["sh", "-c", "sleep 0.$((CTUNE_TRIAL_ID % 4 * 3))"],
+                                    scheduler=FIFO, num_samples=4,
+                                    resources_per_trial={"cpu": 0.5}))
+    wait_for(lambda: env.experiment(exp)["counts"].get("RUNNING", 0) == 4, 10, "4 halves running")
     env.wait_experiment(exp, 20)
-    wait_for(lambda: held(env) == 2, 10, "two lease requests held (one per freed CPU)")
+    t0 = time.time()
+    exp = env.submit(command_config("whole", ["sh", TRAINABLE, "1", "0"], scheduler=FIFO,
+                                    resources_per_trial={"cpu": 2}))
+    env.wait_experiment(exp, 20)
+    took = time.time() - t0
+    assert env.trials(exp)[0]["status"] == "TERMINATED", env.trials(exp)
+    assert took < 2, "the 2-CPU trial waited %.1f s for a held half-CPU request" % took
     exp = env.submit(command_config("three", ["sh", TRAINABLE, "4", "0.25"], scheduler=FIFO,
                                     num_samples=3))
     most = 0
@@ -71,9 +81,10 @@ def body(env):
         time.sleep(0.05)
     trials = env.trials(exp)
     assert all(t["status"] == "TERMINATED" for t in trials), trials
-    assert most == 2, "at most %d of the three ran at once on 2 CPUs" % most
+    assert most == 2, "at most %d of the three ran at once on 2 CPUs: %r" % (most, e)
     assert "no_resources" not in w.log() and "cannot fit" not in w.log(), w.log()[-2000:]
-    print("claims: two requests held; three 1-CPU trials ran two at a time, none refused")
+    print("split: a 2-CPU trial after four halves ended in %.2f s; three 1-CPU trials ran two at "
+          "a time, none refused" % took)
 
     # drain
     wait_for(lambda: held(env) >= 1, 10, "a held lease request")
