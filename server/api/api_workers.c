@@ -297,7 +297,7 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   struct srv_trial *t = NULL;
   cJSON *o = NULL;
   /* A held request is no sign of life: a worker lost meanwhile (no
-   * heartbeat) gets nothing from it. */
+   * heartbeat) gets nothing from it (state_lease_again). */
   if (w && req->held_until_ms && w->lost) {
     until = 0;
   } else if (w) {
@@ -307,7 +307,8 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
      * it has rather than wait out the hold with a part of it. */
     if (req->held_until_ms && w->releases != req->held_mark) until = 0;
     mark = req->held_until_ms ? req->held_mark : w->releases;
-    rc = state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
+    rc = req->held_until_ms ? state_lease_again(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket)
+                            : state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
     if (!rc && t) {
       if (!(o = api_lease_json(s, t))) rc = -ENOMEM;
       if (!rc)

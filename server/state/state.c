@@ -194,8 +194,14 @@ static int state_lease_choose(struct server *s, struct srv_experiment *e, int ca
 
 int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, int64_t memory_mb,
                 int has_memory, struct srv_trial **out, uint64_t *ticket) {
-  *out = NULL;
   workers_touch(w);
+  return state_lease_again(s, w, cpu, gpu, memory_mb, has_memory, out, ticket);
+}
+
+int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double gpu,
+                      int64_t memory_mb, int has_memory, struct srv_trial **out, uint64_t *ticket) {
+  *out = NULL;
+  if (w->lost) return 0;
   /* The server's own accounting caps what the worker says is free. */
   double fc = w->cpu - w->used_cpu, fg = w->gpu - w->used_gpu;
   if (cpu < fc) fc = cpu;

@@ -551,6 +551,30 @@ START_TEST(held_lease_ends_at_its_deadline_and_at_close) {
 }
 END_TEST
 
+/* Rule: a held request tried again is no sign of life: it does not touch
+ * its worker (whose heartbeats may have stopped), and a worker found lost
+ * meanwhile gets nothing from it; a new request (state_lease) touches and
+ * leases as ever. */
+START_TEST(held_lease_tried_again_is_no_sign_of_life) {
+  submit("x", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  fake_clock_set_ms(T0 + 1000);
+  struct srv_trial *t = NULL;
+  uint64_t ticket = 0;
+  ck_assert_int_eq(state_lease_again(S, w, 1, 0, 0, 0, &t, &ticket), 0);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_uint_eq(w->last_seen_ms, T0); /* not touched */
+  h_complete(&H, t);
+  h_tick(&H, T0 + H_LEASE_MS + 1); /* no heartbeat for the lease timeout */
+  ck_assert_int_eq(w->lost, 1);
+  ck_assert_int_eq(state_lease_again(S, w, 1, 0, 0, 0, &t, &ticket), 0);
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(w->lost, 1);
+  ck_assert_ptr_nonnull(h_lease(&H, w)); /* a new request: alive, leased */
+  ck_assert_int_eq(w->lost, 0);
+}
+END_TEST
+
 /* Rule: a deregistration ends the worker's held requests (tried again,
  * they find the worker unknown), though it ran nothing. */
 START_TEST(held_lease_woken_by_deregister) {
@@ -628,6 +652,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, held_lease_not_parked_after_a_change);
   tcase_add_test(tc, held_lease_ends_at_its_deadline_and_at_close);
   tcase_add_test(tc, held_lease_woken_by_deregister);
+  tcase_add_test(tc, held_lease_tried_again_is_no_sign_of_life);
   suite_add_tcase(s, tc);
   return s;
 }
