@@ -1,11 +1,17 @@
-/* CPU layers: im2col + OpenBLAS sgemm convolution over the whole batch, max
- * pool, ReLU, linear layers on sgemm, softmax cross-entropy. */
+/* CPU layers: convolution by the direct AVX2 kernels (conv_avx2.c) or, as
+ * the reference and on other CPUs, im2col + OpenBLAS sgemm over the whole
+ * batch; max pool, ReLU, linear layers on sgemm, softmax cross-entropy. */
 #include "layers.h"
 
 #include <cblas.h>
 #include <string.h>
 
+#include "conv_avx2.h"
 #include "ops_math.h"
+
+static int kernels_mode = LAYERS_KERNELS_AUTO;
+
+void layers_set_kernels(int mode) { kernels_mode = mode; }
 
 /* Images per im2col chunk: the chunk's column matrix stays within about
  * 256 KiB so it is still in L2 when sgemm (and, backward, col2im) reads it.
@@ -102,8 +108,34 @@ static void col2im(const struct layer_shape *s, int B, int b0, int nb, const flo
       }
 }
 
+static void add_bias_cnhw(int M, int64_t N, const float *b, float *out) {
+  for (int m = 0; m < M; m++) {
+    float *o = out + (int64_t)m * N;
+    const float bm = b[m];
+    for (int64_t n = 0; n < N; n++) o[n] += bm;
+  }
+}
+
+static void sum_cnhw(int M, int64_t N, const float *d, float *db) {
+  for (int m = 0; m < M; m++) {
+    const float *dm = d + (int64_t)m * N;
+    float acc = 0.0f;
+    for (int64_t n = 0; n < N; n++) acc += dm[n];
+    db[m] = acc;
+  }
+}
+
 void layers_conv_forward(const struct layer_shape *s, int B, const float *in, const float *w,
                          const float *b, float *col, float *out) {
+  if (kernels_mode == LAYERS_KERNELS_AUTO && conv_avx2_forward(s, B, in, w, out) == 0) {
+    if (b) add_bias_cnhw(s->out_c, (int64_t)B * s->out_h * s->out_w, b, out);
+    return;
+  }
+  layers_conv_forward_ref(s, B, in, w, b, col, out);
+}
+
+void layers_conv_forward_ref(const struct layer_shape *s, int B, const float *in, const float *w,
+                             const float *b, float *col, float *out) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;
   const int P = s->out_h * s->out_w, N = B * P;
   const int chunk = layers_conv_chunk(s, B);
@@ -113,12 +145,7 @@ void layers_conv_forward(const struct layer_shape *s, int B, const float *in, co
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, nb * P, K, 1.0f, w, K, col, nb * P,
                 0.0f, out + (int64_t)b0 * P, N);
   }
-  if (!b) return;
-  for (int m = 0; m < M; m++) {
-    float *o = out + (int64_t)m * N;
-    const float bm = b[m];
-    for (int n = 0; n < N; n++) o[n] += bm;
-  }
+  if (b) add_bias_cnhw(M, N, b, out);
 }
 
 void layers_bias_relu_cnhw(int C, int64_t per_c, const float *b, float *x) {
@@ -145,15 +172,20 @@ void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y, float 
 void layers_conv_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                           const float *w, float *dw, float *db, float *col, float *dcol,
                           float *din) {
+  if (kernels_mode == LAYERS_KERNELS_AUTO && conv_avx2_backward(s, B, in, dout, w, dw, din) == 0) {
+    if (db) sum_cnhw(s->out_c, (int64_t)B * s->out_h * s->out_w, dout, db);
+    return;
+  }
+  layers_conv_backward_ref(s, B, in, dout, w, dw, db, col, dcol, din);
+}
+
+void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *in,
+                              const float *dout, const float *w, float *dw, float *db, float *col,
+                              float *dcol, float *din) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;
   const int P = s->out_h * s->out_w, N = B * P;
   const int chunk = layers_conv_chunk(s, B);
-  for (int m = 0; db && m < M; m++) {
-    const float *d = dout + (int64_t)m * N;
-    float acc = 0.0f;
-    for (int n = 0; n < N; n++) acc += d[n];
-    db[m] = acc;
-  }
+  if (db) sum_cnhw(M, N, dout, db);
   if (din) memset(din, 0, sizeof(float) * (size_t)s->in_c * B * s->in_h * s->in_w);
   for (int b0 = 0; b0 < B; b0 += chunk) {
     const int nb = B - b0 < chunk ? B - b0 : chunk;

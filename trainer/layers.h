@@ -14,6 +14,13 @@
 int layers_conv_chunk(const struct layer_shape *s, int B);
 int64_t layers_conv_col_size(const struct layer_shape *s, int B);
 
+/* Which convolution kernels layers_conv_forward/backward run, process-wide:
+ * AUTO (the default) takes the direct AVX2 kernels (conv_avx2.h) where the
+ * CPU and the shape allow and the reference elsewhere; REFERENCE always
+ * takes im2col + sgemm, the path the fast one is tested against. */
+enum layers_kernels { LAYERS_KERNELS_AUTO = 0, LAYERS_KERNELS_REFERENCE = 1 };
+void layers_set_kernels(int mode);
+
 /* in: [in_c][B][in_h][in_w]; out: [out_c][B][out_h][out_w] = conv + bias
  * (no bias when b is NULL). col is scratch of layers_conv_col_size floats. */
 void layers_conv_forward(const struct layer_shape *s, int B, const float *in, const float *w,
@@ -26,6 +33,12 @@ void layers_conv_forward(const struct layer_shape *s, int B, const float *in, co
 void layers_conv_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                           const float *w, float *dw, float *db, float *col, float *dcol,
                           float *din);
+/* The reference (im2col + sgemm) whatever the mode, same contracts. */
+void layers_conv_forward_ref(const struct layer_shape *s, int B, const float *in, const float *w,
+                             const float *b, float *col, float *out);
+void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *in,
+                              const float *dout, const float *w, float *dw, float *db, float *col,
+                              float *dcol, float *din);
 
 /* Per-channel bias then ReLU, in place, over CNHW data of C channels with
  * per_c values each; and its backward from the output y: dy masked in place,
