@@ -209,6 +209,21 @@ void layers_relu_backward(const float *y, float *dy, int64_t n) {
   for (int64_t i = 0; i < n; i++) dy[i] = ct_relu_grad(y[i], dy[i]);
 }
 
+/* The window's winner among (2y, 2x), (2y, 2x+1), (2y+1, 2x), (2y+1, 2x+1):
+ * the first maximum wins on ties, as in PyTorch. */
+static inline int pool_argmax(const float *src, int w, int y, int x, float *bv_out) {
+  int best = (2 * y) * w + 2 * x;
+  float bv = src[best];
+  const int cand[3] = {best + 1, best + w, best + w + 1};
+  for (int i = 0; i < 3; i++)
+    if (src[cand[i]] > bv) {
+      bv = src[cand[i]];
+      best = cand[i];
+    }
+  *bv_out = bv;
+  return best;
+}
+
 void layers_maxpool_forward(int planes, int h, int w, const float *in, float *out, int32_t *arg) {
   const int ph = h / 2, pw = w / 2;
   for (int p = 0; p < planes; p++) {
@@ -217,17 +232,9 @@ void layers_maxpool_forward(int planes, int h, int w, const float *in, float *ou
     int32_t *a = arg + (int64_t)p * ph * pw;
     for (int y = 0; y < ph; y++)
       for (int x = 0; x < pw; x++) {
-        /* first maximum wins on ties, as in PyTorch */
-        int best = (2 * y) * w + 2 * x;
-        float bv = src[best];
-        const int cand[3] = {best + 1, best + w, best + w + 1};
-        for (int i = 0; i < 3; i++)
-          if (src[cand[i]] > bv) {
-            bv = src[cand[i]];
-            best = cand[i];
-          }
+        float bv;
+        a[y * pw + x] = pool_argmax(src, w, y, x, &bv);
         dst[y * pw + x] = bv;
-        a[y * pw + x] = best;
       }
   }
 }
@@ -241,6 +248,45 @@ void layers_maxpool_backward(int planes, int h, int w, const float *dout, const 
     const float *g = dout + p * po;
     const int32_t *a = arg + p * po;
     for (int64_t i = 0; i < po; i++) d[a[i]] += g[i];
+  }
+}
+
+void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, const float *b,
+                                   float *out, int32_t *arg) {
+  const int ph = h / 2, pw = w / 2;
+  for (int c = 0; c < C; c++) {
+    const float bc = b[c];
+    for (int64_t p = (int64_t)c * B; p < (int64_t)(c + 1) * B; p++) {
+      const float *src = in + p * h * w;
+      float *dst = out + p * ph * pw;
+      int32_t *a = arg + p * ph * pw;
+      for (int y = 0; y < ph; y++)
+        for (int x = 0; x < pw; x++) {
+          float bv;
+          a[y * pw + x] = pool_argmax(src, w, y, x, &bv);
+          dst[y * pw + x] = ct_relu(bv + bc);
+        }
+    }
+  }
+}
+
+void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
+                                    const int32_t *arg, float *din, float *db) {
+  const int64_t po = (int64_t)(h / 2) * (w / 2), plane = (int64_t)h * w;
+  memset(din, 0, sizeof(float) * (size_t)(C * (int64_t)B * plane));
+  for (int c = 0; c < C; c++) {
+    float acc = 0.0f;
+    for (int64_t p = (int64_t)c * B; p < (int64_t)(c + 1) * B; p++) {
+      const float *yp = y + p * po, *dp = dy + p * po;
+      const int32_t *a = arg + p * po;
+      float *d = din + p * plane;
+      for (int64_t i = 0; i < po; i++) {
+        const float g = ct_relu_grad(yp[i], dp[i]);
+        acc += g;
+        d[a[i]] += g;
+      }
+    }
+    db[c] = acc;
   }
 }
 

@@ -59,6 +59,20 @@ void layers_maxpool_forward(int planes, int h, int w, const float *in, float *ou
 void layers_maxpool_backward(int planes, int h, int w, const float *dout, const int32_t *arg,
                              float *din);
 
+/* Max pool then bias then ReLU over CNHW conv output in ([C][B][h][w]):
+ * out ([C][B][h/2][w/2]) = relu(max of the window + b[c]), arg as for
+ * layers_maxpool_forward. The same values as layers_maxpool_forward followed
+ * by layers_bias_relu_cnhw, in one pass. */
+void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, const float *b,
+                                   float *out, int32_t *arg);
+/* Its backward from the output y and its gradient dy: din ([C][B][h][w],
+ * overwritten: the masked gradient at each window's winner, zero elsewhere)
+ * and db (per-channel sum). The same values as
+ * layers_bias_relu_backward_cnhw then layers_maxpool_backward, in one pass
+ * over the pooled map and without writing dy. */
+void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
+                                    const int32_t *arg, float *din, float *db);
+
 /* in [B][n_in], w [n_out][n_in], b [n_out] -> out [B][n_out]. */
 void layers_linear_forward(int B, int n_in, int n_out, const float *in, const float *w,
                            const float *b, float *out);

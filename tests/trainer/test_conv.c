@@ -2,7 +2,9 @@
  * (im2col + sgemm, layers_conv_*_ref), op by op: forward, weight gradient and
  * input gradient on the cnn's shapes and on odd ones (row widths that are
  * not a multiple of 8, odd channel counts, batch 1, 2 and odd), plus the
- * dispatch: which path layers_conv_* takes on which CPU and shape.
+ * dispatch: which path layers_conv_* takes on which CPU and shape. And the
+ * fused pool + bias + ReLU against the separate layers, bit for bit (the
+ * same arithmetic in the same order).
  *
  * Tolerance: the two paths add the same products in different orders, so
  * each output element may differ by float rounding of its sum; the test
@@ -207,6 +209,49 @@ START_TEST(dispatch) {
 }
 END_TEST
 
+/* values on a coarse grid (ties in the pool windows, exact zeros after
+ * bias + ReLU) with signed zeros among them */
+static float *fill_coarse(int64_t n) {
+  float *x = fill(n);
+  for (int64_t i = 0; i < n; i++) x[i] = i % 7 == 3 ? -0.0f : roundf(x[i] * 3.0f) / 3.0f;
+  return x;
+}
+
+static void check_pool(int C, int B, int h, int w) {
+  const int64_t n_in = (int64_t)C * B * h * w, n_out = (int64_t)C * B * (h / 2) * (w / 2);
+  float *in = fill_coarse(n_in), *bias = fill_coarse(C), *dy = fill_coarse(n_out);
+  float *out_f = fill(n_out), *out_r = fill(n_out), *din_f = fill(n_in), *din_r = fill(n_in);
+  float *db_f = fill(C), *db_r = fill(C), *dy_r = zeros(n_out);
+  int32_t *arg_f = calloc((size_t)n_out, sizeof(int32_t)), *arg_r = calloc((size_t)n_out, 4);
+  ck_assert(arg_f && arg_r);
+
+  layers_pool_bias_relu_forward(C, B, h, w, in, bias, out_f, arg_f);
+  layers_maxpool_forward(C * B, h, w, in, out_r, arg_r);
+  layers_bias_relu_cnhw(C, (int64_t)B * (h / 2) * (w / 2), bias, out_r);
+  ck_assert_mem_eq(out_f, out_r, sizeof(float) * (size_t)n_out);
+  ck_assert_mem_eq(arg_f, arg_r, sizeof(int32_t) * (size_t)n_out);
+
+  memcpy(dy_r, dy, sizeof(float) * (size_t)n_out);
+  layers_pool_bias_relu_backward(C, B, h, w, out_f, dy, arg_f, din_f, db_f);
+  layers_bias_relu_backward_cnhw(C, (int64_t)B * (h / 2) * (w / 2), out_r, dy_r, db_r);
+  layers_maxpool_backward(C * B, h, w, dy_r, arg_r, din_r);
+  ck_assert_mem_eq(din_f, din_r, sizeof(float) * (size_t)n_in);
+  ck_assert_mem_eq(db_f, db_r, sizeof(float) * (size_t)C);
+
+  float *bufs[] = {in, bias, dy, out_f, out_r, din_f, din_r, db_f, db_r, dy_r};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+  free(arg_f);
+  free(arg_r);
+}
+
+START_TEST(pool_bias_relu_fused) {
+  check_pool(6, 3, 24, 24); /* the cnn's conv1 output */
+  check_pool(16, 2, 8, 8);  /* conv2 */
+  check_pool(2, 1, 7, 9);   /* odd height and width: the last row and column */
+  check_pool(3, 5, 10, 5);
+}
+END_TEST
+
 int main(void) {
   splitmix_seed(&R, 7);
   Suite *s = suite_create("conv");
@@ -216,6 +261,7 @@ int main(void) {
   tcase_add_test(tc, odd_shapes);
   tcase_add_test(tc, large_batch);
   tcase_add_test(tc, dispatch);
+  tcase_add_test(tc, pool_bias_relu_fused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
