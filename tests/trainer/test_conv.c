@@ -22,26 +22,11 @@
 #include "conv_avx2.h"
 #include "layers.h"
 #include "splitmix.h"
+#include "test_shapes.h"
 
 #define RTOL 1e-5
 
 static struct splitmix R;
-
-static struct layer_shape shape(int in_c, int h, int w, int out_c) {
-  struct layer_shape s = {0};
-  s.kind = LAYER_CONV;
-  s.in_c = in_c;
-  s.in_h = h;
-  s.in_w = w;
-  s.out_c = out_c;
-  s.out_h = h - MODEL_CNN_K + 1;
-  s.out_w = w - MODEL_CNN_K + 1;
-  s.pool_h = s.out_h / 2;
-  s.pool_w = s.out_w / 2;
-  s.w_size = (int64_t)out_c * in_c * MODEL_CNN_K * MODEL_CNN_K;
-  s.b_size = out_c;
-  return s;
-}
 
 static float *fill(int64_t n) {
   float *x = malloc(sizeof(float) * (size_t)n);
@@ -74,7 +59,7 @@ static void expect_close(const char *what, const struct layer_shape *s, int B, c
 }
 
 static void check_shape(int in_c, int h, int w, int out_c, int B) {
-  const struct layer_shape s = shape(in_c, h, w, out_c);
+  const struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
   const int64_t n_in = (int64_t)in_c * B * h * w;
   const int64_t n_out = (int64_t)out_c * B * s.out_h * s.out_w;
   const int64_t n_w = s.w_size, n_col = layers_conv_col_size(&s, B);
@@ -184,7 +169,8 @@ static int forward_is(const struct layer_shape *s, int B, int want_fast) {
 }
 
 START_TEST(dispatch) {
-  const struct layer_shape cnn = shape(6, 12, 12, 16), narrow = shape(2, 10, 11, 3); /* out w 7 */
+  const struct layer_shape cnn = ts_conv_shape(6, 12, 12, 16),
+                           narrow = ts_conv_shape(2, 10, 11, 3); /* out w 7 */
   const int fast = conv_avx2_cpu_ok();
   ck_assert_int_eq(conv_avx2_supports(&cnn), fast ? 0 : -ENOTSUP);
   ck_assert_int_eq(conv_avx2_supports(&narrow), -ENOTSUP);
