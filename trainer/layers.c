@@ -273,13 +273,14 @@ void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, 
 void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
                                     const int32_t *arg, float *din, float *db) {
   const int64_t po = (int64_t)(h / 2) * (w / 2), plane = (int64_t)h * w;
-  memset(din, 0, sizeof(float) * (size_t)(C * (int64_t)B * plane));
   for (int c = 0; c < C; c++) {
     float acc = 0.0f;
     for (int64_t p = (int64_t)c * B; p < (int64_t)(c + 1) * B; p++) {
       const float *yp = y + p * po, *dp = dy + p * po;
       const int32_t *a = arg + p * po;
       float *d = din + p * plane;
+      /* zeroed plane by plane, so the scatter finds it in L1 at any batch */
+      memset(d, 0, sizeof(float) * (size_t)plane);
       for (int64_t i = 0; i < po; i++) {
         const float g = ct_relu_grad(yp[i], dp[i]);
         acc += g;
