@@ -18,7 +18,9 @@ void conv_avx2_hide_cpu(int hide);
 
 /* 0 when the kernels cover shape s on this CPU, else -ENOTSUP: they need
  * out_w >= 8 (a row is whole 8-float vectors, the last one overlapping),
- * out_w <= 64, out_h * (out_w + 7) / 8 <= 512 and in_c <= 16. */
+ * out_w <= 64, out_h * (out_w + 7) / 8 <= 512, in_c <= 16 and one image's
+ * input and output (in_c * in_h * in_w, out_c * out_h * out_w) within
+ * 16,384 floats each (the stack buffers of the input gradient). */
 int conv_avx2_supports(const struct layer_shape *s);
 
 /* The same contracts as layers_conv_forward (without bias) and

@@ -174,6 +174,20 @@ START_TEST(dispatch) {
   const int fast = conv_avx2_cpu_ok();
   ck_assert_int_eq(conv_avx2_supports(&cnn), fast ? 0 : -ENOTSUP);
   ck_assert_int_eq(conv_avx2_supports(&narrow), -ENOTSUP);
+  /* past the limits of the position table, row offsets and stack buffers */
+  const struct layer_shape deep = ts_conv_shape(17, 12, 12, 4), tall = ts_conv_shape(1, 600, 12, 2);
+  const struct layer_shape big = ts_conv_shape(16, 33, 33, 1);
+  ck_assert_int_eq(conv_avx2_supports(&deep), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_supports(&tall), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_supports(&big), -ENOTSUP);
+  if (fast) {
+    const struct layer_shape edge = ts_conv_shape(16, 12, 12, 4),
+                             edge_big = ts_conv_shape(16, 32, 32, 1);
+    ck_assert_int_eq(conv_avx2_supports(&edge), 0);
+    ck_assert_int_eq(conv_avx2_supports(&edge_big), 0);
+    const struct layer_shape edge_tall = ts_conv_shape(1, 516, 12, 2); /* 512 positions */
+    ck_assert_int_eq(conv_avx2_supports(&edge_tall), 0);
+  }
   float x = 0.0f;
   ck_assert_int_eq(conv_avx2_forward(&narrow, 1, &x, &x, &x), -ENOTSUP);
   ck_assert_int_eq(conv_avx2_backward(&narrow, 1, &x, &x, &x, &x, &x), -ENOTSUP);
