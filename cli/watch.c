@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +41,11 @@ struct watch_feed {
   char event[32]; /* the frame's event: */
   int frame_relevant;
   int frame_urgent;
+  /* The stream's socket while curl has it open, so that feed_stop can shut
+   * it down: curl looks at the stop flag only in its progress callback,
+   * about once a second on an idle stream, and `ctune run` would wait that
+   * long after its experiment ended. -1 when none. */
+  curl_socket_t sock;
 };
 
 static int feed_has_trial(struct watch_feed *f, long long id) {
@@ -152,6 +158,25 @@ static int feed_on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c,
   return stop;
 }
 
+static int feed_on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose) {
+  struct watch_feed *f = arg;
+  (void)purpose;
+  pthread_mutex_lock(&f->mu);
+  f->sock = fd;
+  pthread_mutex_unlock(&f->mu);
+  return CURL_SOCKOPT_OK;
+}
+
+/* Forgotten before it is closed, so feed_stop never shuts down a number
+ * that has meanwhile been reused. */
+static int feed_on_close(void *arg, curl_socket_t fd) {
+  struct watch_feed *f = arg;
+  pthread_mutex_lock(&f->mu);
+  if (f->sock == fd) f->sock = CURL_SOCKET_BAD;
+  pthread_mutex_unlock(&f->mu);
+  return close(fd);
+}
+
 static void *feed_main(void *arg) {
   struct watch_feed *f = arg;
   CURL *h = curl_easy_init();
@@ -169,6 +194,10 @@ static void *feed_main(void *arg) {
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, feed_on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, f);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, feed_on_sockopt);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, f);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, feed_on_close);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, f);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     /* keepalives come every 15 s: silence for 40 s is a dead connection */
@@ -206,6 +235,7 @@ static void feed_start(struct watch_feed *f, struct http_client *c, long long id
   memset(f, 0, sizeof(*f));
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
+  f->sock = CURL_SOCKET_BAD;
   f->exp_id = id;
   size_t n = strlen(c->base) + 32;
   if (!(f->url = malloc(n))) return;
@@ -219,6 +249,8 @@ static void feed_start(struct watch_feed *f, struct http_client *c, long long id
 static void feed_stop(struct watch_feed *f) {
   pthread_mutex_lock(&f->mu);
   f->stop = 1;
+  /* The read in flight ends at once (EOF), not at curl's next progress call. */
+  if (f->sock != CURL_SOCKET_BAD) shutdown(f->sock, SHUT_RDWR);
   pthread_mutex_unlock(&f->mu);
   if (f->started) pthread_join(f->th, NULL);
   pthread_cond_destroy(&f->cv);
