@@ -418,12 +418,16 @@ static void *commit_main(void *arg) {
                 (unsigned long long)(c->issued - bad_ticket));
       commit_record_failure(c, bad_ticket, reason);
     }
-    commit_finish(c, upto, wrote);
+    /* The repair before the answers: a client told its write failed must
+     * not then read the refused change from memory (the model is rebuilt
+     * from the database first). Waiters are callbacks, so none of them holds
+     * the model lock the repair takes. */
     if (bad_ticket && c->repair) {
       pthread_mutex_unlock(&c->mu);
       c->repair(c->repair_ctx); /* takes the model lock, calls commit_repair_point */
       pthread_mutex_lock(&c->mu);
     }
+    commit_finish(c, upto, wrote);
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
