@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "cli.h"
 #include "jsonout.h"
 #include "clock.h"
+#include "testhook.h"
 
 /* The watch follows GET /api/v1/events on a second connection (a
  * thread) and fetches the experiment again only when something of it (or a
@@ -24,10 +26,12 @@
  * refused token) it fetches every second as before: the output is the same. */
 struct watch_feed {
   pthread_mutex_t mu;
+  pthread_cond_t cv; /* urgent: the experiment itself changed (its end) */
   pthread_t th;
   int started, stop;
-  int live;  /* the stream answered 200 and is open */
-  int dirty; /* a change since the last fetch (or the stream (re)opened) */
+  int live;   /* the stream answered 200 and is open */
+  int dirty;  /* a change since the last fetch (or the stream (re)opened) */
+  int urgent; /* the experiment's own row changed: fetch now, not at the next second */
   long long exp_id;
   long long *trial_ids; /* the experiment's trials as of the last fetch, sorted */
   size_t ntrial_ids;
@@ -36,6 +40,12 @@ struct watch_feed {
   size_t nline;
   char event[32]; /* the frame's event: */
   int frame_relevant;
+  int frame_urgent;
+  /* The stream's socket while curl has it open, so that feed_stop can shut
+   * it down: curl looks at the stop flag only in its progress callback,
+   * about once a second on an idle stream, and `ctune run` would wait that
+   * long after its experiment ended. -1 when none. */
+  curl_socket_t sock;
 };
 
 static int feed_has_trial(struct watch_feed *f, long long id) {
@@ -69,6 +79,12 @@ static int feed_data_relevant(struct watch_feed *f, const char *data) {
       pthread_mutex_unlock(&f->mu);
     } else if (!strcmp(f->event, "trial") || !strcmp(f->event, "experiment")) {
       rel = x == f->exp_id;
+      /* Its end (or its deletion): the watch is over, now. */
+      const cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "status");
+      if (rel && !strcmp(f->event, "experiment") &&
+          (!cJSON_IsString(st) ||
+           (strcmp(st->valuestring, "RUNNING") && strcmp(st->valuestring, "PAUSED"))))
+        f->frame_urgent = 1;
     }
   }
   cJSON_Delete(d);
@@ -80,9 +96,14 @@ static void feed_line(struct watch_feed *f, const char *line) {
     if (f->frame_relevant) {
       pthread_mutex_lock(&f->mu);
       f->dirty = 1;
+      if (f->frame_urgent) {
+        f->urgent = 1;
+        pthread_cond_signal(&f->cv);
+      }
       pthread_mutex_unlock(&f->mu);
     }
     f->frame_relevant = 0;
+    f->frame_urgent = 0;
     f->event[0] = 0;
   } else if (!strncmp(line, "event:", 6)) {
     snprintf(f->event, sizeof(f->event), "%s", line + 6 + (line[6] == ' '));
@@ -121,6 +142,8 @@ static size_t feed_on_header(char *p, size_t sz, size_t n, void *arg) {
     pthread_mutex_lock(&f->mu);
     f->live = ok;
     f->dirty = 1; /* anything may have changed before the stream opened */
+    f->urgent = 1;
+    pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->mu);
   }
   return len;
@@ -133,6 +156,25 @@ static int feed_on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c,
   int stop = f->stop;
   pthread_mutex_unlock(&f->mu);
   return stop;
+}
+
+static int feed_on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose) {
+  struct watch_feed *f = arg;
+  (void)purpose;
+  pthread_mutex_lock(&f->mu);
+  f->sock = fd;
+  pthread_mutex_unlock(&f->mu);
+  return CURL_SOCKOPT_OK;
+}
+
+/* Forgotten before it is closed, so feed_stop never shuts down a number
+ * that has meanwhile been reused. */
+static int feed_on_close(void *arg, curl_socket_t fd) {
+  struct watch_feed *f = arg;
+  pthread_mutex_lock(&f->mu);
+  if (f->sock == fd) f->sock = CURL_SOCKET_BAD;
+  pthread_mutex_unlock(&f->mu);
+  return close(fd);
 }
 
 static void *feed_main(void *arg) {
@@ -152,6 +194,10 @@ static void *feed_main(void *arg) {
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, feed_on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, f);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, feed_on_sockopt);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, f);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, feed_on_close);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, f);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     /* keepalives come every 15 s: silence for 40 s is a dead connection */
@@ -188,6 +234,8 @@ static void *feed_main(void *arg) {
 static void feed_start(struct watch_feed *f, struct http_client *c, long long id) {
   memset(f, 0, sizeof(*f));
   pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  f->sock = CURL_SOCKET_BAD;
   f->exp_id = id;
   size_t n = strlen(c->base) + 32;
   if (!(f->url = malloc(n))) return;
@@ -201,8 +249,11 @@ static void feed_start(struct watch_feed *f, struct http_client *c, long long id
 static void feed_stop(struct watch_feed *f) {
   pthread_mutex_lock(&f->mu);
   f->stop = 1;
+  /* The read in flight ends at once (EOF), not at curl's next progress call. */
+  if (f->sock != CURL_SOCKET_BAD) shutdown(f->sock, SHUT_RDWR);
   pthread_mutex_unlock(&f->mu);
   if (f->started) pthread_join(f->th, NULL);
+  pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f->url);
   free(f->auth);
@@ -242,9 +293,28 @@ static void feed_set_trials(struct watch_feed *f, const struct report_state *s) 
   pthread_mutex_unlock(&f->mu);
 }
 
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-  nanosleep(&ts, NULL); /* a signal ends it early, which is what we want */
+/* The pause between two looks: s seconds, ended early when the event
+ * stream says the experiment itself changed (its end: the run is over at
+ * once, not at the next second) or when a signal came. The wait is cut in
+ * slices of WATCH_SIGNAL_SLICE_S to see cli_signal, which a condition
+ * variable does not. Without a stream: the whole pause. */
+#define WATCH_SIGNAL_SLICE_S 0.1
+static void feed_wait(struct watch_feed *f, double s) {
+  double end = clock_mono_s() + s;
+  pthread_mutex_lock(&f->mu);
+  while (!f->urgent && !cli_signal) {
+    double left = end - clock_mono_s();
+    if (left <= 0) break;
+    if (left > WATCH_SIGNAL_SLICE_S) left = WATCH_SIGNAL_SLICE_S;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double at = (double)ts.tv_sec + ts.tv_nsec / 1e9 + left;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - floor(at)) * 1e9);
+    pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+  }
+  f->urgent = 0;
+  pthread_mutex_unlock(&f->mu);
 }
 
 static int count_lines(const char *t) {
@@ -281,6 +351,8 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
   memset(&cur, 0, sizeof(cur));
   struct watch_feed feed;
   feed_start(&feed, c, id);
+  const char *hook = TESTHOOK(TESTHOOK_WATCH_PAUSE_S);
+  double pause_s = hook ? atof(hook) : 1.0;
   for (;;) {
     if (cli_signal) {
       rc = -EINTR;
@@ -352,7 +424,7 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
     }
     memset(&cur, 0, sizeof(cur));
     if (!running) break;
-    sleep_s(1.0);
+    feed_wait(&feed, pause_s);
   }
   feed_stop(&feed);
   /* A break while cur borrowed prev: prev is the one to free. */

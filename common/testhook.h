@@ -22,6 +22,7 @@ enum testhook_site {
   TESTHOOK_OUTBOX_FAULT_FILE, /* while this file exists, outbox writes fail -ENOSPC */
   TESTHOOK_WORKER_TICK_MS,    /* the worker's housekeeping tick every MS, not 2000 */
   TESTHOOK_SUPERVISE_REPORT,  /* DIR: trial N's supervisor misbehaves as DIR/N says (execwrap.h) */
+  TESTHOOK_WATCH_PAUSE_S,     /* the watch's pause between looks, not 1 s */
   TESTHOOK_COUNT
 };
 

@@ -24,6 +24,7 @@
 #include "sdnotify.h"
 #include "state.h"
 #include "decide.h"
+#include "testhook.h"
 #include "tls.h"
 
 /* The database by what it is, not by how --db names it: a symlink, a
@@ -184,6 +185,14 @@ static void main_repair(void *ctx) {
   struct server *s = ctx;
   char err[512];
   double t0 = clock_mono_s();
+  /* Test builds: a slow repair ("repair_delay_ms=MS" in the store's fault
+   * spec), so that a test can read the model between a refused write and
+   * its rebuild, were the refusal answered before it. */
+  const char *slow = TESTHOOK(TESTHOOK_FAULT);
+  if (slow && (slow = strstr(slow, "repair_delay_ms="))) {
+    struct timespec ts = {0, atol(slow + 16) % 1000 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
   server_lock(s);
   commit_repair_point(s->commit);
   int rc = state_reload(s, err, sizeof err);

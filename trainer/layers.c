@@ -1,11 +1,17 @@
-/* CPU layers: im2col + OpenBLAS sgemm convolution over the whole batch, max
- * pool, ReLU, linear layers on sgemm, softmax cross-entropy. */
+/* CPU layers: convolution by the direct AVX2 kernels (conv_avx2.c) or, as
+ * the reference and on other CPUs, im2col + OpenBLAS sgemm over the whole
+ * batch; max pool, ReLU, linear layers on sgemm, softmax cross-entropy. */
 #include "layers.h"
 
 #include <cblas.h>
 #include <string.h>
 
+#include "conv_avx2.h"
 #include "ops_math.h"
+
+static int kernels_mode = LAYERS_KERNELS_AUTO;
+
+void layers_set_kernels(int mode) { kernels_mode = mode; }
 
 /* Images per im2col chunk: the chunk's column matrix stays within about
  * 256 KiB so it is still in L2 when sgemm (and, backward, col2im) reads it.
@@ -102,8 +108,34 @@ static void col2im(const struct layer_shape *s, int B, int b0, int nb, const flo
       }
 }
 
+static void add_bias_cnhw(int M, int64_t N, const float *b, float *out) {
+  for (int m = 0; m < M; m++) {
+    float *o = out + (int64_t)m * N;
+    const float bm = b[m];
+    for (int64_t n = 0; n < N; n++) o[n] += bm;
+  }
+}
+
+static void sum_cnhw(int M, int64_t N, const float *d, float *db) {
+  for (int m = 0; m < M; m++) {
+    const float *dm = d + (int64_t)m * N;
+    float acc = 0.0f;
+    for (int64_t n = 0; n < N; n++) acc += dm[n];
+    db[m] = acc;
+  }
+}
+
 void layers_conv_forward(const struct layer_shape *s, int B, const float *in, const float *w,
                          const float *b, float *col, float *out) {
+  if (kernels_mode == LAYERS_KERNELS_AUTO && conv_avx2_forward(s, B, in, w, out) == 0) {
+    if (b) add_bias_cnhw(s->out_c, (int64_t)B * s->out_h * s->out_w, b, out);
+    return;
+  }
+  layers_conv_forward_ref(s, B, in, w, b, col, out);
+}
+
+void layers_conv_forward_ref(const struct layer_shape *s, int B, const float *in, const float *w,
+                             const float *b, float *col, float *out) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;
   const int P = s->out_h * s->out_w, N = B * P;
   const int chunk = layers_conv_chunk(s, B);
@@ -113,12 +145,7 @@ void layers_conv_forward(const struct layer_shape *s, int B, const float *in, co
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, nb * P, K, 1.0f, w, K, col, nb * P,
                 0.0f, out + (int64_t)b0 * P, N);
   }
-  if (!b) return;
-  for (int m = 0; m < M; m++) {
-    float *o = out + (int64_t)m * N;
-    const float bm = b[m];
-    for (int n = 0; n < N; n++) o[n] += bm;
-  }
+  if (b) add_bias_cnhw(M, N, b, out);
 }
 
 void layers_bias_relu_cnhw(int C, int64_t per_c, const float *b, float *x) {
@@ -145,15 +172,20 @@ void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y, float 
 void layers_conv_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                           const float *w, float *dw, float *db, float *col, float *dcol,
                           float *din) {
+  if (kernels_mode == LAYERS_KERNELS_AUTO && conv_avx2_backward(s, B, in, dout, w, dw, din) == 0) {
+    if (db) sum_cnhw(s->out_c, (int64_t)B * s->out_h * s->out_w, dout, db);
+    return;
+  }
+  layers_conv_backward_ref(s, B, in, dout, w, dw, db, col, dcol, din);
+}
+
+void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *in,
+                              const float *dout, const float *w, float *dw, float *db, float *col,
+                              float *dcol, float *din) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;
   const int P = s->out_h * s->out_w, N = B * P;
   const int chunk = layers_conv_chunk(s, B);
-  for (int m = 0; db && m < M; m++) {
-    const float *d = dout + (int64_t)m * N;
-    float acc = 0.0f;
-    for (int n = 0; n < N; n++) acc += d[n];
-    db[m] = acc;
-  }
+  if (db) sum_cnhw(M, N, dout, db);
   if (din) memset(din, 0, sizeof(float) * (size_t)s->in_c * B * s->in_h * s->in_w);
   for (int b0 = 0; b0 < B; b0 += chunk) {
     const int nb = B - b0 < chunk ? B - b0 : chunk;
@@ -177,6 +209,21 @@ void layers_relu_backward(const float *y, float *dy, int64_t n) {
   for (int64_t i = 0; i < n; i++) dy[i] = ct_relu_grad(y[i], dy[i]);
 }
 
+/* The window's winner among (2y, 2x), (2y, 2x+1), (2y+1, 2x), (2y+1, 2x+1):
+ * the first maximum wins on ties, as in PyTorch. */
+static inline int pool_argmax(const float *src, int w, int y, int x, float *bv_out) {
+  int best = (2 * y) * w + 2 * x;
+  float bv = src[best];
+  const int cand[3] = {best + 1, best + w, best + w + 1};
+  for (int i = 0; i < 3; i++)
+    if (src[cand[i]] > bv) {
+      bv = src[cand[i]];
+      best = cand[i];
+    }
+  *bv_out = bv;
+  return best;
+}
+
 void layers_maxpool_forward(int planes, int h, int w, const float *in, float *out, int32_t *arg) {
   const int ph = h / 2, pw = w / 2;
   for (int p = 0; p < planes; p++) {
@@ -185,17 +232,9 @@ void layers_maxpool_forward(int planes, int h, int w, const float *in, float *ou
     int32_t *a = arg + (int64_t)p * ph * pw;
     for (int y = 0; y < ph; y++)
       for (int x = 0; x < pw; x++) {
-        /* first maximum wins on ties, as in PyTorch */
-        int best = (2 * y) * w + 2 * x;
-        float bv = src[best];
-        const int cand[3] = {best + 1, best + w, best + w + 1};
-        for (int i = 0; i < 3; i++)
-          if (src[cand[i]] > bv) {
-            bv = src[cand[i]];
-            best = cand[i];
-          }
+        float bv;
+        a[y * pw + x] = pool_argmax(src, w, y, x, &bv);
         dst[y * pw + x] = bv;
-        a[y * pw + x] = best;
       }
   }
 }
@@ -209,6 +248,46 @@ void layers_maxpool_backward(int planes, int h, int w, const float *dout, const 
     const float *g = dout + p * po;
     const int32_t *a = arg + p * po;
     for (int64_t i = 0; i < po; i++) d[a[i]] += g[i];
+  }
+}
+
+void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, const float *b,
+                                   float *out, int32_t *arg) {
+  const int ph = h / 2, pw = w / 2;
+  for (int c = 0; c < C; c++) {
+    const float bc = b[c];
+    for (int64_t p = (int64_t)c * B; p < (int64_t)(c + 1) * B; p++) {
+      const float *src = in + p * h * w;
+      float *dst = out + p * ph * pw;
+      int32_t *a = arg + p * ph * pw;
+      for (int y = 0; y < ph; y++)
+        for (int x = 0; x < pw; x++) {
+          float bv;
+          a[y * pw + x] = pool_argmax(src, w, y, x, &bv);
+          dst[y * pw + x] = ct_relu(bv + bc);
+        }
+    }
+  }
+}
+
+void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
+                                    const int32_t *arg, float *din, float *db) {
+  const int64_t po = (int64_t)(h / 2) * (w / 2), plane = (int64_t)h * w;
+  for (int c = 0; c < C; c++) {
+    float acc = 0.0f;
+    for (int64_t p = (int64_t)c * B; p < (int64_t)(c + 1) * B; p++) {
+      const float *yp = y + p * po, *dp = dy + p * po;
+      const int32_t *a = arg + p * po;
+      float *d = din + p * plane;
+      /* zeroed plane by plane, so the scatter finds it in L1 at any batch */
+      memset(d, 0, sizeof(float) * (size_t)plane);
+      for (int64_t i = 0; i < po; i++) {
+        const float g = ct_relu_grad(yp[i], dp[i]);
+        acc += g;
+        d[a[i]] += g;
+      }
+    }
+    db[c] = acc;
   }
 }
 

@@ -14,6 +14,13 @@
 int layers_conv_chunk(const struct layer_shape *s, int B);
 int64_t layers_conv_col_size(const struct layer_shape *s, int B);
 
+/* Which convolution kernels layers_conv_forward/backward run, process-wide:
+ * AUTO (the default) takes the direct AVX2 kernels (conv_avx2.h) where the
+ * CPU and the shape allow and the reference elsewhere; REFERENCE always
+ * takes im2col + sgemm, the path the fast one is tested against. */
+enum layers_kernels { LAYERS_KERNELS_AUTO = 0, LAYERS_KERNELS_REFERENCE = 1 };
+void layers_set_kernels(int mode);
+
 /* in: [in_c][B][in_h][in_w]; out: [out_c][B][out_h][out_w] = conv + bias
  * (no bias when b is NULL). col is scratch of layers_conv_col_size floats. */
 void layers_conv_forward(const struct layer_shape *s, int B, const float *in, const float *w,
@@ -26,6 +33,12 @@ void layers_conv_forward(const struct layer_shape *s, int B, const float *in, co
 void layers_conv_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                           const float *w, float *dw, float *db, float *col, float *dcol,
                           float *din);
+/* The reference (im2col + sgemm) whatever the mode, same contracts. */
+void layers_conv_forward_ref(const struct layer_shape *s, int B, const float *in, const float *w,
+                             const float *b, float *col, float *out);
+void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *in,
+                              const float *dout, const float *w, float *dw, float *db, float *col,
+                              float *dcol, float *din);
 
 /* Per-channel bias then ReLU, in place, over CNHW data of C channels with
  * per_c values each; and its backward from the output y: dy masked in place,
@@ -45,6 +58,20 @@ void layers_maxpool_forward(int planes, int h, int w, const float *in, float *ou
 /* din ([planes][h][w]) is overwritten: zero except at the winners. */
 void layers_maxpool_backward(int planes, int h, int w, const float *dout, const int32_t *arg,
                              float *din);
+
+/* Max pool then bias then ReLU over CNHW conv output in ([C][B][h][w]):
+ * out ([C][B][h/2][w/2]) = relu(max of the window + b[c]), arg as for
+ * layers_maxpool_forward. The same values as layers_maxpool_forward followed
+ * by layers_bias_relu_cnhw, in one pass. */
+void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, const float *b,
+                                   float *out, int32_t *arg);
+/* Its backward from the output y and its gradient dy: din ([C][B][h][w],
+ * overwritten: the masked gradient at each window's winner, zero elsewhere)
+ * and db (per-channel sum). The same values as
+ * layers_bias_relu_backward_cnhw then layers_maxpool_backward, in one pass
+ * over the pooled map and without writing dy. */
+void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
+                                    const int32_t *arg, float *din, float *db);
 
 /* in [B][n_in], w [n_out][n_in], b [n_out] -> out [B][n_out]. */
 void layers_linear_forward(int B, int n_in, int n_out, const float *in, const float *w,

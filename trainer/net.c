@@ -128,9 +128,8 @@ const float *net_forward(struct net *n, const float *params, const float *x, int
       n->conv_in[i] = in;
       /* conv, pool, then bias + ReLU on the 4x smaller pooled map */
       layers_conv_forward(s, B, in, params + s->w_off, NULL, c->col, c->act);
-      layers_maxpool_forward(s->out_c * B, s->out_h, s->out_w, c->act, c->pool, c->arg);
-      layers_bias_relu_cnhw(s->out_c, (int64_t)B * s->pool_h * s->pool_w, params + s->b_off,
-                            c->pool);
+      layers_pool_bias_relu_forward(s->out_c, B, s->out_h, s->out_w, c->act, params + s->b_off,
+                                    c->pool, c->arg);
       in = c->pool;
     }
     const struct layer_shape *sl = &L->layer[n->n_conv - 1];
@@ -171,9 +170,8 @@ void net_backward(struct net *n, const float *params, const uint8_t *y, int B, f
   for (int i = n->n_conv - 1; i >= 0; i--) {
     const struct layer_shape *s = &L->layer[i];
     struct conv_bufs *c = &n->conv[i];
-    layers_bias_relu_backward_cnhw(s->out_c, (int64_t)B * s->pool_h * s->pool_w, c->pool,
-                                   n->dconv_a, grads + s->b_off);
-    layers_maxpool_backward(s->out_c * B, s->out_h, s->out_w, n->dconv_a, c->arg, n->dconv_b);
+    layers_pool_bias_relu_backward(s->out_c, B, s->out_h, s->out_w, c->pool, n->dconv_a, c->arg,
+                                   n->dconv_b, grads + s->b_off);
     float *din = i > 0 ? n->dconv_a : NULL;
     layers_conv_backward(s, B, n->conv_in[i], n->dconv_b, params + s->w_off, grads + s->w_off, NULL,
                          c->col, n->dcol, din);

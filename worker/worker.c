@@ -42,6 +42,9 @@
 extern char **environ;
 
 #define WORKER_REQ_TIMEOUT_MS 10000L
+/* How long a lease request asks the server to hold it when nothing is free
+ * for it (capped by the server's lease_wait_max_ms). */
+#define WORKER_LEASE_WAIT_MS 5000u
 #define WORKER_UPLOAD_TIMEOUT_MS 60000L
 #define WORKER_LOG_PERIOD_MS 2000
 #define WORKER_DRAIN_EXTRA_MS 10000
@@ -74,7 +77,13 @@ struct worker {
   int reg_inflight, hb_inflight, lease_inflight;
   int ob_inflight; /* lanes with a request out */
   int reg_attempts, lease_failures;
-  int lease_again;  /* something freed up while a lease request was out */
+  int lease_again; /* something freed up while a lease request was out */
+  /* A server that holds lease requests (its registration's
+   * lease_wait_max_ms): each asks to wait this long (0: the server answers
+   * at once, and the worker polls every poll_ms). One is out at a time: its
+   * `free` is what was free when it went, and only grows meanwhile, so what
+   * it is granted always fits. */
+  unsigned lease_wait_ms;
   int ckpt_failing; /* checkpoint uploads failing since the last success */
   int ob_down_logged;
   int fenced; /* no heartbeat for lease_timeout_s: trials stopped, no leasing */
@@ -1147,7 +1156,9 @@ static int worker_get_checkpoint(struct worker *w, struct trial *t, int attempt)
   return rc;
 }
 
-static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
+/* Takes a granted lease: 1 when it was given back for want of room now
+ * (the next lease request waits a poll interval), else 0. */
+static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(lease_trial, "id");
   int tid = cJSON_IsNumber(id) ? id->valueint : 0;
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(lease_trial, "resources");
@@ -1170,7 +1181,7 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
       worker_queue_fail(w, &fake, "worker cannot create the trial directory", -1, "internal");
     }
     cJSON_Delete(lease_trial);
-    return;
+    return 0;
   }
   t->lease_worker = w->id;
   /* An older attempt of this trial still here is stale by definition: the
@@ -1183,27 +1194,38 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   w->trials = t;
   log_info("trial %d: leased (attempt %ld)", t->id, t->attempt);
   rc = alloc_take(&w->pool, t->id, &req, &t->grant);
+  if (rc == -ENOSPC && alloc_could_ever_fit(&w->pool, &req)) {
+    /* No room now (the lease was asked for with more free than is left):
+     * not the trial's failure. Given back at once (PENDING on the server,
+     * its failures unchanged), never held here waiting for room. */
+    log_warn("trial %d: no room for cpu %g, gpu %g, memory_mb %ld now: lease given back", t->id,
+             req.cpu, req.gpu, req.memory_mb);
+    worker_queue_release(w, t);
+    worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_SERVER, 0);
+    worker_pump_outbox(w);
+    return 1;
+  }
   if (rc < 0) {
     char msg[256];
     snprintf(msg, sizeof msg, "worker %d cannot fit cpu %g, gpu %g, memory_mb %ld%s", w->id,
              req.cpu, req.gpu, req.memory_mb,
-             rc == -EINVAL ? " (invalid request)" : " (taken since the lease)");
+             rc == -EINVAL ? " (invalid request)" : " (more than it has)");
     worker_abort_trial(w, t, msg, "no_resources");
-    return;
+    return 0;
   }
   t->has_grant = 1;
   if (w->draining || w->fenced) {
     /* A lease granted as the drain (or fence) began: give it back at once,
      * without fetching a checkpoint it will not run from. */
     worker_spawn_trial(w, t, 0);
-    return;
+    return 0;
   }
   const cJSON *hc = cJSON_GetObjectItemCaseSensitive(lease_trial, "has_checkpoint");
   char *ck = trial_path(t, "checkpoint.bin");
   if (cJSON_IsTrue(hc)) {
     if (worker_get_checkpoint(w, t, 1) == 0) {
       free(ck);
-      return;
+      return 0;
     }
     log_warn("trial %d: cannot request its checkpoint: starting from scratch", t->id);
   }
@@ -1212,6 +1234,7 @@ static void worker_take_trial(struct worker *w, cJSON *lease_trial) {
   if (ck) unlink(ck);
   free(ck);
   worker_spawn_trial(w, t, 0);
+  return 0;
 }
 
 /* ---- outbox delivery: one lane per trial ------------------------------ */
@@ -1506,13 +1529,32 @@ static void worker_server_alive(struct worker *w) {
 
 /* ---- lease ------------------------------------------------------------ */
 
+/* The lease request out: for which registration. */
+struct lease_req {
+  struct worker *w;
+  int worker_id;
+};
+
 static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
-  struct worker *w = arg;
+  struct lease_req *q = arg;
+  struct worker *w = q->w;
+  int for_id = q->worker_id;
   w->lease_inflight = 0;
+  free(q);
   if (w->shut) return;
   if (!err && resp->status / 100 < 5) worker_server_alive(w);
   if (w->draining && (err || resp->status != 200)) {
     worker_check_drained(w); /* nothing was leased: the drain may end now */
+    return;
+  }
+  if (for_id != w->id) {
+    /* Asked for an earlier registration: a trial leased to it is not this
+     * one's to run (its fence names the old id); the server takes it back
+     * when that registration's leases expire. */
+    if (!err && resp->status == 200)
+      log_warn("lease: a trial leased to worker %d (an earlier registration) is left to expire",
+               for_id);
+    worker_kick_lease(w, 0);
     return;
   }
   if (!err && resp->status == 200) {
@@ -1526,11 +1568,16 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
       worker_kick_lease(w, w->o.poll_ms);
       return;
     }
-    worker_take_trial(w, tr);
-    worker_kick_lease(w, 0);
+    int gave_back = worker_take_trial(w, tr);
+    worker_kick_lease(w, gave_back ? w->o.poll_ms : 0);
   } else if (!err && resp->status == 204) {
     w->lease_failures = 0;
-    worker_kick_lease(w, w->lease_again ? 0 : w->o.poll_ms);
+    /* A server that holds requests answers 204 when the wait is over, or
+     * early when a lease of this worker ended meanwhile (it has more free
+     * than it asked with): either way the next request goes at once, and is
+     * held in turn. Without held requests: the poll interval, unless
+     * something freed up while the request was out. */
+    worker_kick_lease(w, w->lease_again || w->lease_wait_ms ? 0 : w->o.poll_ms);
     w->lease_again = 0;
   } else if (!err && (worker_is_unknown(resp) || resp->status == 401) && w->id) {
     log_warn("server does not know worker %d (HTTP %ld): registering again", w->id, resp->status);
@@ -1547,6 +1594,11 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
 
 static void worker_on_lease_timer(uv_timer_t *h) {
   struct worker *w = h->data;
+  /* One out at a time. A second one, sent for what freed up while the
+   * first is held, would split what is free into parts that may each be too
+   * small for a trial that the whole fits (fractional CPUs): the held one
+   * is woken by the same end on the server (its `complete`) instead, and
+   * the worker asks again with everything at once after its reply. */
   if (w->lease_inflight) {
     w->lease_again = 1;
     return;
@@ -1555,22 +1607,32 @@ static void worker_on_lease_timer(uv_timer_t *h) {
   struct alloc_free f;
   alloc_free_amounts(&w->pool, &f);
   if (f.cpu <= 0 && f.gpu <= 0) return; /* a trial's end kicks us again */
+  struct lease_req *q = calloc(1, sizeof *q);
   cJSON *b = cJSON_CreateObject();
   cJSON *fr = cJSON_AddObjectToObject(b, "free");
-  if (!fr || !cJSON_AddNumberToObject(fr, "cpu", f.cpu) ||
+  if (!q || !fr || !cJSON_AddNumberToObject(fr, "cpu", f.cpu) ||
       !cJSON_AddNumberToObject(fr, "gpu", f.gpu) ||
-      !cJSON_AddNumberToObject(fr, "memory_mb", (double)f.memory_mb)) {
+      !cJSON_AddNumberToObject(fr, "memory_mb", (double)f.memory_mb) ||
+      (w->lease_wait_ms && !cJSON_AddNumberToObject(b, "wait_ms", w->lease_wait_ms))) {
+    free(q);
     cJSON_Delete(b);
     worker_kick_lease(w, w->o.poll_ms);
     return;
   }
-  char path[64];
+  *q = (struct lease_req){w, w->id};
+  char path[64], *text = jsonout_print(b);
   snprintf(path, sizeof path, "/api/v1/workers/%d/lease", w->id);
-  if (worker_post_json(w, path, b, worker_on_lease, w) == 0)
-    w->lease_inflight = 1;
-  else
-    worker_kick_lease(w, w->o.poll_ms);
   cJSON_Delete(b);
+  int rc = text ? http_request(w->http, "POST", path, "application/json", text, strlen(text), NULL,
+                               WORKER_REQ_TIMEOUT_MS + (long)w->lease_wait_ms, worker_on_lease, q)
+                : -ENOMEM;
+  free(text);
+  if (rc == 0) {
+    w->lease_inflight = 1;
+  } else {
+    free(q);
+    worker_kick_lease(w, w->o.poll_ms);
+  }
 }
 
 static void worker_kick_lease(struct worker *w, unsigned delay_ms) {
@@ -1870,6 +1932,10 @@ static void worker_on_registered(void *arg, int err, const struct http_resp *res
   w->hb_interval_s = 5;
   w->lease_timeout_s = 30;
   worker_read_timing(w, b);
+  const cJSON *lw = cJSON_GetObjectItemCaseSensitive(b, "lease_wait_max_ms");
+  w->lease_wait_ms = !cJSON_IsNumber(lw) || lw->valuedouble < 1 ? 0
+                     : lw->valuedouble < WORKER_LEASE_WAIT_MS   ? (unsigned)lw->valuedouble
+                                                                : WORKER_LEASE_WAIT_MS;
   cJSON_Delete(b);
   if (w->secret[0]) worker_save_identity(w);
   worker_drop_old_identity(w);
@@ -2000,9 +2066,11 @@ static void worker_check_drained(struct worker *w) {
   /* A lease request still in flight may have been granted: the server has
    * that trial RUNNING here. Its reply starts nothing while draining but
    * gives the trial back (worker_spawn_trial); exiting before it would leave
-   * the trial to the lease timeout. */
-  if (now < w->drain_deadline_ms &&
-      (w->trials || w->uploads > 0 || worker_ob_busy(w) || w->lease_inflight))
+   * the trial to the lease timeout. A request the server holds is not waited
+   * for: the deregistration requeues what it may have been granted and ends
+   * the wait (unknown worker). */
+  if (now < w->drain_deadline_ms && (w->trials || w->uploads > 0 || worker_ob_busy(w) ||
+                                     (w->lease_inflight && !w->lease_wait_ms)))
     return;
   /* A registration still in flight may have made this worker known to
    * the server: wait a moment for its reply (worker_on_registered) to

@@ -11,10 +11,15 @@ only after its commit).
 usage: bench_results.py BIN_DIR [--trials 2000] [--connections 16]
                         [--threads 2] [--duration 10] [--server-threads 2]
                         [--repeat 1] [--durability full|normal] [--compare]
+                        [--baseline OLD_BIN_DIR] [--fsync-probe N]
 
 --compare measures --durability full (fsync per commit) and normal side by
 side: two servers, their wrk runs alternating, one table at the end;
---baseline BIN_DIR adds an older build to the same alternation.
+--baseline BIN_DIR adds an older build to the same alternation (without
+--compare: that build and this one, both with --durability, alternating).
+--fsync-probe N times N fdatasyncs of a 4 KiB write in the databases'
+directory before each round and prints p50/p99/max beside it: this host's
+virtual disk has slow phases that move every durable figure.
 
 Credentials (bench_auth.py): the admin token from <db>.tokens for the
 experiment and /metrics, the worker token to register, and the per-worker
@@ -49,7 +54,7 @@ class Bench:
         self.a = a
         self.durability = durability
         self.label = label or durability or "default"
-        self.tmp = tempfile.mkdtemp(prefix="ctune-bench-")
+        self.tmp = tempfile.mkdtemp(prefix="ctune-bench-", dir=a.tmpdir)
         self.db = os.path.join(self.tmp, "bench.db")
         self.runs = []
         # The benchmark plays a worker that never heartbeats: a long lease
@@ -101,6 +106,7 @@ class Bench:
                    CTUNE_WRK_THREADS=str(a.threads), CTUNE_T_OFFSET=str(k * 10 ** 7),
                    CTUNE_LEASE=self.lease)
         env.pop("CTUNE_TOKEN", None)
+        cpu0 = self.cpu_s()
         if self.secret:
             env["CTUNE_TOKEN"] = self.secret  # results.lua: Authorization: Bearer
         out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
@@ -112,11 +118,20 @@ class Bench:
         m = re.search(r"ctune: requests=(\d+) bad=(\d+) p50_ms=([\d.]+) p90_ms=([\d.]+) "
                       r"p99_ms=([\d.]+) max_ms=([\d.]+)", out)
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+        # server CPU per request: a figure the other processes' load moves less
+        cpu_us = (self.cpu_s() - cpu0) / max(int(m.group(1)), 1) * 1e6
         load = open("/proc/loadavg").read().split()[0]
-        self.runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) + (load,))
-        print("%-7s run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (load avg %s)"
+        self.runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) +
+                         (load, cpu_us))
+        print("%-7s run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms, "
+              "server CPU %.0f us/result (load avg %s)"
               % (self.label, k + 1, rps, m.group(3), m.group(4), m.group(5),
-                 m.group(6), load), flush=True)
+                 m.group(6), cpu_us, load), flush=True)
+
+    def cpu_s(self):
+        """The server's user + system CPU seconds so far."""
+        f = open("/proc/%d/stat" % self.srv.pid).read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
     def finish(self):
         """Stops the server and checks every acknowledged result is stored."""
@@ -125,6 +140,9 @@ class Bench:
         requests = sum(r[1] for r in runs)
         bad = sum(r[2] for r in runs)
         self.med = med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        # each column's own median as well: one stalled flush moves one run's p99
+        self.med_p99 = sorted(float(r[5]) for r in runs)[len(runs) // 2]
+        self.med_cpu = sorted(r[8] for r in runs)[len(runs) // 2]
         # A fresh connection: the setup one sat idle through the other
         # servers' runs, past the server's idle timeout (30 s).
         self.c.close()
@@ -156,6 +174,25 @@ class Bench:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def fsync_probe(directory, n):
+    """n x (4 KiB pwrite + fdatasync) in directory: p50, p99, max in ms."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        block = b"x" * 4096
+        times = []
+        for i in range(n):
+            os.pwrite(fd, block, (i % 16) * 4096)
+            t0 = time.perf_counter()
+            os.fdatasync(fd)
+            times.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    times.sort()
+    return times[len(times) // 2], times[min(len(times) - 1, len(times) * 99 // 100)], times[-1]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin_dir")
@@ -173,8 +210,13 @@ def main():
                     help="durability full and normal side by side: two servers, their wrk "
                          "runs alternating (full, normal, full, ...) so both see the same load")
     ap.add_argument("--baseline", metavar="BIN_DIR",
-                    help="with --compare: also an older ctune-server (run without "
-                         "--durability), labelled 'before', in the same alternation")
+                    help="an older ctune-server, labelled 'before', in the same alternation "
+                         "(with --compare run without --durability; otherwise with it)")
+    ap.add_argument("--fsync-probe", type=int, default=0, metavar="N",
+                    help="before each round: N fdatasyncs of a 4 KiB write beside the "
+                         "databases, p50/p99/max printed")
+    ap.add_argument("--tmpdir", default=None,
+                    help="where the databases go (default: the system's temporary directory)")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         print("wrk is not installed", file=sys.stderr)
@@ -182,19 +224,34 @@ def main():
     modes = ["full", "normal"] if a.compare else [a.durability]
     benches = []
     try:
-        if a.compare and a.baseline:
-            benches.append(Bench(a, None, bin_dir=a.baseline, label="before"))
+        if a.baseline:
+            benches.append(Bench(a, None if a.compare else a.durability, bin_dir=a.baseline,
+                                 label="before"))
         for mode in modes:
-            benches.append(Bench(a, mode))
+            benches.append(Bench(a, mode, label=None if a.compare or not a.baseline else "new"))
+        probes = []
         for k in range(a.repeat):
-            for b in benches:
+            if a.fsync_probe:
+                probes.append(fsync_probe(benches[0].tmp, a.fsync_probe))
+                print("round %d: fsync probe (%d x 4 KiB fdatasync) p50 %.2f ms, p99 %.2f ms, "
+                      "max %.2f ms" % ((k + 1, a.fsync_probe) + probes[-1]), flush=True)
+            # alternate which server goes first, so neither always follows the other
+            order = benches if k % 2 == 0 else benches[::-1]
+            for b in order:
                 b.wrk(k)
         ok = all([b.finish() for b in benches])
-        if a.compare:
+        if a.compare or a.baseline:
             print("side by side (median of %d x %d s runs, alternating):" % (a.repeat, a.duration))
-            print("  %-8s %16s %10s %10s" % ("mode", "results/s", "p50 ms", "p99 ms"))
+            print("  %-8s %10s %8s %8s %14s %18s" % ("mode", "results/s", "p50 ms", "p99 ms",
+                                                      "median p99 ms", "CPU us/result"))
             for b in benches:
-                print("  %-8s %16.0f %10s %10s" % (b.label, b.med[0], b.med[3], b.med[5]))
+                print("  %-8s %10.0f %8s %8s %14.3f %18.0f" % (
+                    b.label, b.med[0], b.med[3], b.med[5], b.med_p99, b.med_cpu))
+            print("  (results/s, p50 and p99 of the median run by results/s; median p99 and "
+                  "CPU: each column's median)")
+            if probes:
+                print("  fsync probe, per round (p50/p99/max ms): " +
+                      ", ".join("%.2f/%.2f/%.1f" % p for p in probes))
         return 0 if ok else 1
     finally:
         for b in benches:

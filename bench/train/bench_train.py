@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
 """Side-by-side training throughput: ctune-train vs PyTorch, one thread each.
 
-Trains the tutorial cnn and an mlp 784-256-128-10 on Fashion-MNIST for one
-epoch (48,000 images: the 80% training split) at batch sizes 4, 16 and 64 and
-prints samples/s of each and the ratio. Both sides time only the training
-steps (forward, backward, optimiser), not data loading or evaluation; PyTorch
-gets its data as ready-made in-memory tensors (no DataLoader), which favours
-it. Run with Debian's python (/usr/bin/python3), which has torch and numpy:
+Trains the tutorial cnn (and, with --models cnn,mlp, an mlp 784-256-128-10)
+on Fashion-MNIST for one epoch (48,000 images) at batch sizes 2 to 1024 and
+prints, per cell, interleaved in one run: one core's fp32 peak measured just
+before by fma_peak.c (a VM's nominal clock is not the clock it runs at),
+ctune-train's samples/s, its GFLOP/s (the multiply-adds of the convolutions
+and linear layers, forward and backward) and their fraction of the peak,
+PyTorch's samples/s and the ratio. Both sides time only the training steps
+(forward, backward, optimiser), not data loading or evaluation; PyTorch gets
+its data as ready-made in-memory tensors (no DataLoader), which favours it.
+
+Rates are per second of CPU time by default (the trainer's CPU time of the
+whole run, which is ~99% training steps with --val-fraction 0.01 and the
+data cache; PyTorch's process time of its loop): on a shared machine wall
+time counts the other processes' turns on the core. --clock wall uses the
+trainer's own samples_per_s and PyTorch's wall time. Run with Debian's python
+(/usr/bin/python3), which has torch and numpy:
 
   /usr/bin/python3 bench/train/bench_train.py --build build
   /usr/bin/python3 bench/train/bench_train.py --build build --limit 6000  # quick
@@ -16,24 +26,69 @@ import argparse
 import gzip
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VAL_FRACTION = 0.01
+
+
+def flop_per_sample(model):
+    """Multiply-adds x 2 of one training step per image: forward, weight
+    gradients, input gradients (none for the first layer's input)."""
+    if model == "cnn":  # conv 1->6 5x5 on 28x28, pool, conv 6->16, pool, fc
+        convs = [(1 * 25, 6, 24 * 24), (6 * 25, 16, 8 * 8)]
+        fcs = [(16 * 4 * 4, 120), (120, 84), (84, 10)]
+    else:
+        convs, fcs = [], [(784, 256), (256, 128), (128, 10)]
+    macs = []  # (macs, first layer)
+    for i, (k, m, p) in enumerate(convs):
+        macs.append((k * m * p, i == 0))
+    for i, (a, b) in enumerate(fcs):
+        macs.append((a * b, not convs and i == 0))
+    return sum(2 * mac * (2 if first else 3) for mac, first in macs)
+
+
+def build_peak(cc="cc"):
+    d = tempfile.mkdtemp(prefix="ctune-fma-peak-")
+    exe = os.path.join(d, "fma_peak")
+    subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "fma_peak.c")],
+                   check=True)
+    return exe, d
+
+
+def peak_gflops(exe):
+    out = subprocess.run([exe, "0.3"], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)["gflops"]
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def ctune(bin_dir, model, batch, limit, data_dir):
-    # --train-limit keeps limit/0.8 images so the training split holds `limit`
+def ctune(bin_dir, model, batch, limit, data_dir, cache_dir, clock):
+    # --train-limit keeps limit/(1 - val fraction) images so that the
+    # training split holds `limit`; the small validation split keeps the
+    # evaluation out of the CPU time
+    n = limit or 48000
     argv = [os.path.join(bin_dir, "ctune-train"), "--model", model,
             "--l1", "256" if model == "mlp" else "120",
             "--l2", "128" if model == "mlp" else "84",
             "--batch-size", str(batch), "--epochs", "1", "--threads", "1",
-            "--data-dir", data_dir, "--lr", "0.01", "--momentum", "0.9"]
-    if limit:
-        argv += ["--train-limit", str(int(limit / 0.8))]
+            "--data-dir", data_dir, "--lr", "0.01", "--momentum", "0.9",
+            "--val-fraction", str(VAL_FRACTION), "--data-cache", cache_dir,
+            "--train-limit", str(round(n / (1 - VAL_FRACTION)))]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rep = json.loads(out.strip().splitlines()[-1])
+    if clock == "wall":
+        return rep["samples_per_s"]
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return n / cpu
 
 
 def load_fmnist(data_dir):
@@ -46,7 +101,7 @@ def load_fmnist(data_dir):
     return x, y.astype(np.int64)
 
 
-def torch_rate(model, batch, limit, data):
+def torch_rate(model, batch, limit, data, clock):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -89,14 +144,15 @@ def torch_rate(model, batch, limit, data):
     ys = torch.from_numpy(y[:n].copy())
     perm = torch.randperm(n)
     xs, ys = xs[perm], ys[perm]
-    t0 = time.perf_counter()
+    now = time.perf_counter if clock == "wall" else time.process_time
+    t0 = now()
     for i in range(0, n, batch):
         xb, yb = xs[i:i + batch], ys[i:i + batch]
         opt.zero_grad()
         loss = crit(net(xb), yb)
         loss.backward()
         opt.step()
-    return n / (time.perf_counter() - t0)
+    return n / (now() - t0)
 
 
 def main():
@@ -105,35 +161,57 @@ def main():
     ap.add_argument("--data-dir", default=DATA)
     ap.add_argument("--limit", type=int, default=0,
                     help="training images per run (0: the full 48,000)")
-    ap.add_argument("--batches", default="4,16,64")
-    ap.add_argument("--models", default="cnn,mlp")
+    ap.add_argument("--batches", default="2,4,16,64,256,1024")
+    ap.add_argument("--models", default="cnn")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="ctune-train and the peak only")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per cell, best kept (a shared machine's noise "
                          "only ever slows a run down)")
     a = ap.parse_args()
     bin_dir = os.path.join(a.build, "bin")
+    have_torch = not a.no_torch
+    if have_torch:
+        try:
+            import torch  # noqa: F401
+            data = load_fmnist(a.data_dir)
+        except ImportError as e:
+            print(f"# PyTorch not available ({e}): ctune-train only",
+                  file=sys.stderr)
+            have_torch = False
+    peak_exe, tmp = build_peak()
     try:
-        import torch  # noqa: F401
-        data = load_fmnist(a.data_dir)
-        have_torch = True
-    except ImportError as e:
-        print(f"# PyTorch not available ({e}): ctune-train only", file=sys.stderr)
-        have_torch = False
-    print(f"# one thread each, {a.limit or 48000} training images per run, "
-          f"samples/s of the training steps, best of {a.repeat}")
-    print(f"{'model':6} {'batch':>5} {'ctune-train':>12} {'pytorch':>10} {'ratio':>6}")
-    for model in a.models.split(","):
-        for b in [int(s) for s in a.batches.split(",")]:
-            c = max(ctune(bin_dir, model, b, a.limit, a.data_dir)
-                    for _ in range(a.repeat))
-            if have_torch:
-                t = max(torch_rate(model, b, a.limit, data)
-                        for _ in range(a.repeat))
-                print(f"{model:6} {b:5d} {c:12.0f} {t:10.0f} {c / t:6.2f}",
-                      flush=True)
-            else:
-                print(f"{model:6} {b:5d} {c:12.0f} {'-':>10} {'-':>6}",
-                      flush=True)
+        # the first run builds the decoded data cache, outside the timing
+        ctune(bin_dir, "mlp", 64, 64, a.data_dir, tmp, a.clock)
+        load = os.getloadavg()
+        print(f"# one thread each, {a.limit or 48000} training images per run, "
+              f"samples/s per {a.clock} second of the training steps, best of "
+              f"{a.repeat}; load average {load[0]:.2f} {load[1]:.2f} "
+              f"{load[2]:.2f}")
+        print(f"{'model':6} {'batch':>5} {'peak GF/s':>9} {'ctune-train':>12} "
+              f"{'GF/s':>6} {'of peak':>7} {'pytorch':>8} {'ratio':>6}",
+              flush=True)
+        for model in a.models.split(","):
+            for b in [int(s) for s in a.batches.split(",")]:
+                peak = c = t = 0.0
+                for _ in range(a.repeat):
+                    peak = max(peak, peak_gflops(peak_exe))
+                    c = max(c, ctune(bin_dir, model, b, a.limit, a.data_dir,
+                                     tmp, a.clock))
+                    if have_torch:
+                        t = max(t, torch_rate(model, b, a.limit, data,
+                                              a.clock))
+                gf = c * flop_per_sample(model) / 1e9
+                tcol = f"{t:8.0f} {c / t:6.2f}" if have_torch else \
+                    f"{'-':>8} {'-':>6}"
+                print(f"{model:6} {b:5d} {peak:9.1f} {c:12.0f} {gf:6.1f} "
+                      f"{gf / peak:7.0%} {tcol}", flush=True)
+        load = os.getloadavg()
+        print(f"# load average at the end {load[0]:.2f} {load[1]:.2f} "
+              f"{load[2]:.2f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,16 @@ In a trainable (a command the ctune-worker runs)::
         ctune.report(loss=loss, mean_accuracy=acc)  # one JSON line, flushed
         ctune.save_checkpoint(some_dir_or_file_or_object)
 
+Experiments in Python, as in Ray Tune::
+
+    tuner = ctune.Tuner("train.py", param_space={"lr": ctune.loguniform(1e-4, 1e-1)},
+                        tune_config=ctune.TuneConfig(metric="loss", mode="min",
+                                                     scheduler=ctune.ASHA(max_t=8)))
+    with tuner.fit() as grid:                       # `ctune run` here, a ResultGrid
+        print(grid.get_best_result().config)
+    with ctune.open("ctune-results/train.db") as grid:   # read back later
+        print(grid.get_dataframe())
+
 For people and notebooks::
 
     c = ctune.Client()                              # CTUNE_SERVER, CTUNE_TOKEN
@@ -28,9 +38,29 @@ from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECK
 from ._trial import (TrialContext, apply_config, get_config, get_context, in_trial, is_resumed,
                      on_stop, report, stop_requested)
 from ._client import Client
+from ._results import Result, ResultGrid
+from ._open import open_db as open  # noqa: A001 (ctune.open, shadowing nothing here)
+from ._tuner import RunConfig, Tuner, run
+from ._search import (ASHA, FIFO, PBT, TPE, ASHAScheduler, AsyncHyperBandScheduler,
+                      BasicVariantGenerator, Domain, FIFOScheduler, Grid, GridSearch, HyperBand,
+                      HyperBandScheduler, MedianStopping, MedianStoppingRule,
+                      PopulationBasedTraining, Random, Scheduler, Searcher, TuneConfig, choice,
+                      experiment, grid_search, lograndint, loguniform, pow2, qloguniform,
+                      qrandint, quniform, randint, randn, script_trainable, uniform)
 
 __all__ = [
     "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "apply_config", "checkpoint_dir",
     "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
     "save_checkpoint", "stop_requested", "__version__",
+    # search spaces, schedulers, searchers (Ray Tune's names too)
+    "ASHA", "ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "Domain", "FIFO",
+    "FIFOScheduler", "Grid", "GridSearch", "HyperBand", "HyperBandScheduler", "MedianStopping",
+    "MedianStoppingRule", "PBT", "PopulationBasedTraining", "Random", "Scheduler", "Searcher",
+    "TPE", "TuneConfig", "choice", "experiment", "grid_search", "lograndint", "loguniform",
+    "pow2", "qloguniform", "qrandint", "quniform", "randint", "randn", "script_trainable",
+    "uniform",
+    # results
+    "Result", "ResultGrid", "open",
+    # running an experiment here
+    "RunConfig", "Tuner", "run",
 ]

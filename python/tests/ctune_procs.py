@@ -113,3 +113,24 @@ def command_trainable(script, *args):
     PYTHONPATH (the worker builds a trial's environment from nothing)."""
     return {"type": "command", "argv": [sys.executable, script, *args],
             "env": {"PYTHONPATH": PKG}}
+
+
+def script_cluster(source, *bins):
+    """A started server (need_bins first) and a command trainable running
+    source, written to train.py in the cluster's folder."""
+    need_bins("ctune-server", "ctune-worker", *bins)
+    c = Cluster().start_server()
+    script = os.path.join(c.tmp, "train.py")
+    with open(script, "w") as f:
+        f.write(source)
+    return c, command_trainable(script)
+
+
+def run_to_end(cluster, client, experiments, cpus=2, timeout=60):
+    """One worker until every experiment (ids) has finished, then stopped."""
+    w = cluster.start_worker("w1", cpus=cpus)
+    try:
+        for e in experiments:
+            client.wait(e, timeout=timeout, poll_s=0.2)
+    finally:
+        cluster.stop(w)

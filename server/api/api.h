@@ -24,6 +24,9 @@ struct api_req {
   int body_spooled;
   int body_fd;
   void *conn;
+  /* A held request tried again (lease_wait.h): the deadline its first try
+   * set; 0 on a first try. */
+  uint64_t held_until_ms, held_mark;
   const char *(*query)(void *conn, const char *key);
   const char *(*header)(void *conn, const char *key);
 };
@@ -50,6 +53,11 @@ struct api_resp {
   ssize_t (*stream_read)(void *cls, uint64_t pos, char *buf, size_t max);
   void (*stream_free)(void *cls);
   void *stream_cls;
+  /* No reply yet (status 0): hold the request until the lease state's
+   * generation moves past hold_gen or until hold_until_ms (clock_mono_ms),
+   * then call the handler again (api_worker_lease's long-poll); hold_mark
+   * comes back to it as held_mark. */
+  uint64_t hold_until_ms, hold_gen, hold_mark;
 };
 
 typedef int (*api_handler)(struct server *s, const struct api_req *req, struct api_resp *resp);

@@ -79,11 +79,13 @@ int api_metrics(struct server *s, const struct api_req *req, struct api_resp *re
                   "# HELP ctune_trials_compact Ended trials kept as a summary (bounded memory).\n"
                   "# TYPE ctune_trials_compact gauge\nctune_trials_compact %lld\n"
                   "# HELP ctune_experiments_cold Finished experiments whose trials are not in "
-                  "memory.\n# TYPE ctune_experiments_cold gauge\nctune_experiments_cold %lld\n",
+                  "memory.\n# TYPE ctune_experiments_cold gauge\nctune_experiments_cold %lld\n"
+                  "# HELP ctune_leases_held Lease requests held until work comes (wait_ms).\n"
+                  "# TYPE ctune_leases_held gauge\nctune_leases_held %d\n",
                   (long long)workers[0], (long long)workers[1], (unsigned long long)batches,
                   (unsigned long long)ops, (unsigned long long)flushes, flush_s,
                   (unsigned long long)pending, (long long)unusable, (long long)compact,
-                  (long long)cold);
+                  (long long)cold, lease_wait_count(s));
   int m = off < (int)cap ? metrics_format(&s->metrics, buf + off, cap - (size_t)off) : -ENOSPC;
   if (m < 0) {
     free(buf);

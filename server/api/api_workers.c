@@ -112,7 +112,10 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   if (!o || !cJSON_AddNumberToObject(o, "id", (double)w->id) ||
       !cJSON_AddStringToObject(o, "secret", w->secret) ||
       !cJSON_AddNumberToObject(o, "heartbeat_interval_s", s->opt.heartbeat_interval_s) ||
-      !cJSON_AddNumberToObject(o, "lease_timeout_s", s->opt.lease_timeout_s)) {
+      !cJSON_AddNumberToObject(o, "lease_timeout_s", s->opt.lease_timeout_s) ||
+      /* This server holds a lease request that sends wait_ms (a long-poll):
+       * a worker that reads no such field polls. */
+      !cJSON_AddNumberToObject(o, "lease_wait_max_ms", LEASE_WAIT_MAX_MS)) {
     cJSON_Delete(o);
     rc = -ENOMEM;
     goto out;
@@ -275,12 +278,38 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
   int has_mem = 0;
   const cJSON *free_o = cJSON_GetObjectItemCaseSensitive(b, "free");
   if (free_o && api_resources(free_o, "free", resp, &cpu, &gpu, &mem, &has_mem)) goto done;
+  /* wait_ms: with nothing to lease now, hold the reply up to this long
+   * until a trial may be leasable (lease_wait.h); the first try sets the
+   * deadline, a held request tried again keeps it. */
+  const cJSON *wait = cJSON_GetObjectItemCaseSensitive(b, "wait_ms");
+  if (wait && (!cJSON_IsNumber(wait) || !(wait->valuedouble >= 0) ||
+               wait->valuedouble > LEASE_WAIT_MAX_MS)) {
+    api_error(resp, 400, "invalid_body", "wait_ms",
+              "wait_ms must be a number of milliseconds from 0 to %d", LEASE_WAIT_MAX_MS);
+    goto done;
+  }
+  uint64_t now = clock_mono_ms();
+  uint64_t until = req->held_until_ms ? req->held_until_ms
+                   : wait             ? now + (uint64_t)wait->valuedouble
+                                      : 0;
   server_lock(s);
+  uint64_t gen = lease_wait_gen(s), mark = 0;
   struct srv_worker *w = api_find_worker(s, req, resp);
   struct srv_trial *t = NULL;
   cJSON *o = NULL;
-  if (w) {
-    rc = state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
+  /* A held request is no sign of life: a worker lost meanwhile (no
+   * heartbeat) gets nothing from it (state_lease_again). */
+  if (w && req->held_until_ms && w->lost) {
+    until = 0;
+  } else if (w) {
+    /* A lease of this worker ended since the request was first held: the
+     * worker has more free than the request says. Granted what its free
+     * fits, or answered now (204), so that the worker asks again with all
+     * it has rather than wait out the hold with a part of it. */
+    if (req->held_until_ms && w->releases != req->held_mark) until = 0;
+    mark = req->held_until_ms ? req->held_mark : w->releases;
+    rc = req->held_until_ms ? state_lease_again(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket)
+                            : state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
     if (!rc && t) {
       if (!(o = api_lease_json(s, t))) rc = -ENOMEM;
       if (!rc)
@@ -289,7 +318,13 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
     }
   }
   server_unlock(s);
-  if (w && !rc) rc = o ? api_json(resp, 200, o) : api_no_content(resp);
+  if (w && !rc && !o && until > now) {
+    resp->hold_until_ms = until;
+    resp->hold_gen = gen;
+    resp->hold_mark = mark;
+  } else if (w && !rc) {
+    rc = o ? api_json(resp, 200, o) : api_no_content(resp);
+  }
 done:
   cJSON_Delete(b);
   return rc;

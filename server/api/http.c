@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <stdatomic.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -23,6 +24,7 @@
 #include "api.h"
 #include "auth.h"
 #include "clock.h"
+#include "lease_wait.h"
 #include "secret.h"
 #include "sse.h"
 #include "log.h"
@@ -89,7 +91,9 @@ struct http {
   int reaper_started, reaper_stop;
 };
 
-enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_SENT };
+/* REQ_PARKED: a lease request held until a trial may be leasable for it
+ * (lease_wait.h); resumed, it is dispatched again. */
+enum req_state { REQ_READING = 0, REQ_WAITING, REQ_READY, REQ_PARKED, REQ_SENT };
 
 struct http_req {
   struct http *h;
@@ -109,6 +113,9 @@ struct http_req {
   struct commit_hold hold; /* its lock holds: own groups and what it saw */
   int commit_status;
   struct api_resp resp;
+  struct lease_waiter wait; /* REQ_PARKED: its place among the held leases */
+  uint64_t held_until_ms;   /* a held request's deadline (0: not held yet) */
+  uint64_t held_mark;       /* what its handler noted when it first held it */
 };
 
 static const char *http_query(void *conn, const char *key) {
@@ -325,6 +332,29 @@ static void http_suspend(void *ctx) {
   r->state = REQ_WAITING;
   atomic_fetch_add(&r->h->suspended, 1);
   MHD_suspend_connection(r->conn);
+}
+
+static void http_park(void *ctx) {
+  struct http_req *r = ctx;
+  r->state = REQ_PARKED;
+  atomic_fetch_add(&r->h->suspended, 1);
+  MHD_suspend_connection(r->conn);
+}
+
+static void http_unpark(void *ctx) {
+  struct http_req *r = ctx;
+  MHD_resume_connection(r->conn);
+}
+
+/* A held request whose client hung up meanwhile: a parked connection is not
+ * watched by libmicrohttpd, so its socket is looked at before the request is
+ * tried again (a lease granted to it would be a lost reply). */
+static int http_client_gone(struct http_req *r) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!ci) return 0;
+  struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 static void http_committed(void *ctx, int status) {
@@ -621,9 +651,11 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
                         .query = http_query,
                         .header = http_header,
                         .body_spooled = r->fd >= 0,
-                        .body_fd = r->fd};
+                        .body_fd = r->fd,
+                        .held_until_ms = r->held_until_ms,
+                        .held_mark = r->held_mark};
   rc = api_handlers[m.route->handler](s, &req, resp);
-  if (rc || !resp->status) {
+  if (rc || (!resp->status && !resp->hold_until_ms)) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
     free(resp->body);
     if (resp->stream_read && resp->stream_free) resp->stream_free(resp->stream_cls);
@@ -714,6 +746,13 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     r->state = REQ_SENT;
     return http_send(r);
   }
+  if (r->state == REQ_PARKED) { /* a held lease: woken, its wait over, or the server stops */
+    atomic_fetch_sub(&h->suspended, 1);
+    r->state = REQ_SENT;
+    if (http_client_gone(r)) return MHD_NO;
+    r->state = REQ_READING; /* dispatched again below, with the same body */
+    *upload_data_size = 0;
+  }
   if (r->state != REQ_READING) { /* waiting, or answered already (early 413) */
     *upload_data_size = 0;
     return MHD_YES;
@@ -727,10 +766,33 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
    * handed to the commit thread (and, for a write, everything before its
    * holds) is recorded here by server_unlock, so the reply cannot go out
    * before it, whatever the handler or an error helper did with resp. */
-  commit_hold_begin(&r->hold, strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0);
-  http_dispatch(r, url, method);
-  commit_hold_end();
-  r->ticket = r->hold.ticket > r->resp.ticket ? r->hold.ticket : r->resp.ticket;
+  for (;;) {
+    r->resp.hold_until_ms = 0;
+    commit_hold_begin(&r->hold, strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0);
+    http_dispatch(r, url, method);
+    commit_hold_end();
+    /* A held request keeps what its earlier tries queued (an experiment
+     * the lease found over, say): its reply waits for the newest. */
+    if (r->hold.ticket > r->ticket) r->ticket = r->hold.ticket;
+    if (r->resp.ticket > r->ticket) r->ticket = r->resp.ticket;
+    if (r->resp.status || !r->resp.hold_until_ms) break;
+    /* The handler asks to hold the request (a lease that found nothing):
+     * parked until the state may have work for it, or its deadline. */
+    r->held_until_ms = r->resp.hold_until_ms;
+    r->held_mark = r->resp.hold_mark;
+    int prc = lease_wait_park(h->s, &r->wait, r->resp.hold_gen, r->held_until_ms, http_park,
+                              http_unpark, r);
+    if (prc == 0) {
+      atomic_fetch_sub(&h->active, 1);
+      return MHD_YES;
+    }
+    r->resp.hold_until_ms = 0;
+    if (prc < 0) { /* the server stops: nothing now */
+      api_no_content(&r->resp);
+      break;
+    }
+    /* prc == 1: something changed since the handler looked: try again now */
+  }
   if (r->ticket) {
     int status = 0;
     int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r, &status);
@@ -755,7 +817,8 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   /* A held reply whose client hung up: MHD resumed the connection, found it
    * closed and ends it here without calling http_access again. It is held
    * no longer (http_stop waits for this count). */
-  if (r->state == REQ_WAITING || r->state == REQ_READY) atomic_fetch_sub(&h->suspended, 1);
+  if (r->state == REQ_WAITING || r->state == REQ_READY || r->state == REQ_PARKED)
+    atomic_fetch_sub(&h->suspended, 1);
   http_conn_end(h, r->hc);
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
@@ -911,7 +974,8 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
 void http_stop(struct http *h) {
   if (!h) return;
   atomic_store(&h->stopping, 1);
-  sse_stop(); /* open event streams end (none stays suspended) */
+  sse_stop();             /* open event streams end (none stays suspended) */
+  lease_wait_close(h->s); /* held lease requests are answered now */
   /* Held replies are released by the commit thread, which still runs. */
   for (int i = 0; i < 1000 && (atomic_load(&h->suspended) > 0 || atomic_load(&h->active) > 0);
        i++) {

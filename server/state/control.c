@@ -181,6 +181,7 @@ int control_patch(struct server *s, struct srv_experiment *e, const struct contr
   }
   if (p->has_priority) e->priority = p->priority;
   if (p->has_max_concurrent) e->spec.max_concurrent_trials = p->max_concurrent;
+  if (p->has_priority || p->has_max_concurrent) lease_wait_changed(s);
   int again = 0;
   if (p->has_num_samples && num_trials > e->num_trials) {
     e->spec.num_samples = p->num_samples;

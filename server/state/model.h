@@ -223,6 +223,9 @@ struct srv_worker {
   uint64_t last_seen_ms; /* monotonic: "lost" (display) after a lease timeout */
   int lost;
   int64_t nrunning; /* RUNNING trials charged to it */
+  /* Leases of it that ended (state_release): a lease request held since
+   * an earlier count asked with less free than the worker has now. */
+  uint64_t releases;
   /* Its own credential, "<id>.<64 hex digits>" (256 bits from getrandom),
    * returned once by registration and persisted: Authorization: Bearer of
    * every later call of this worker (http.c). "" for a worker registered
@@ -269,7 +272,8 @@ struct server {
   struct store *store;
   struct commit *commit;
   struct metrics metrics;
-  struct events *events; /* the change feed (events.h) */
+  struct events *events;           /* the change feed (events.h) */
+  struct lease_waits *lease_waits; /* held lease requests (lease_wait.h) */
   char admin_token[256], worker_token[256];
   char viewer_token[256]; /* optional viewer= line: read-only ("" none) */
   int auth;

@@ -56,7 +56,9 @@ int state_init(struct server *s) {
   s->cold_delay_ms = d ? strtoull(d, NULL, 10) : STATE_COLD_DELAY_MS;
   int rc = events_new(&s->events);
   if (rc) return rc;
-  if (pthread_mutex_init(&s->lock, NULL)) {
+  if ((rc = lease_wait_new(&s->lease_waits)) || pthread_mutex_init(&s->lock, NULL)) {
+    lease_wait_free(s->lease_waits);
+    s->lease_waits = NULL;
     events_free(s->events);
     s->events = NULL;
     return -ENOMEM;
@@ -106,6 +108,8 @@ void state_free(struct server *s) {
   state_cold_free(s);
   events_free(s->events);
   s->events = NULL;
+  lease_wait_free(s->lease_waits);
+  s->lease_waits = NULL;
   pthread_mutex_destroy(&s->lock);
 }
 
@@ -139,6 +143,7 @@ void state_release(struct server *s, struct srv_trial *t) {
   /* worker_id is cleared below, so a second release of the same lease (an
    * end after a requeue, say) frees nothing twice. */
   if (w && e) {
+    w->releases++;
     if (w->nrunning > 0) w->nrunning--;
     if (w->nrunning == 0) {
       /* Nothing left on it: exact zeros, whatever the sums of fractions
@@ -190,8 +195,14 @@ static int state_lease_choose(struct server *s, struct srv_experiment *e, int ca
 
 int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, int64_t memory_mb,
                 int has_memory, struct srv_trial **out, uint64_t *ticket) {
-  *out = NULL;
   workers_touch(w);
+  return state_lease_again(s, w, cpu, gpu, memory_mb, has_memory, out, ticket);
+}
+
+int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double gpu,
+                      int64_t memory_mb, int has_memory, struct srv_trial **out, uint64_t *ticket) {
+  *out = NULL;
+  if (w->lost) return 0;
   /* The server's own accounting caps what the worker says is free. */
   double fc = w->cpu - w->used_cpu, fg = w->gpu - w->used_gpu;
   if (cpu < fc) fc = cpu;
@@ -369,6 +380,7 @@ static void state_forgive_stall(struct server *s, uint64_t now_ms) {
 void state_expire_leases(struct server *s, uint64_t now_ms) {
   uint64_t limit = (uint64_t)(s->opt.lease_timeout_s * 1000);
   state_forgive_stall(s, now_ms);
+  lease_wait_expire(s, now_ms); /* held lease requests whose wait is over */
   for (int64_t i = 0; i < s->nworkers; i++) {
     struct srv_worker *w = s->workers[i];
     if (!w || w->lost || now_ms - w->last_seen_ms <= limit) continue;

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lease_wait.h"
 #include "model.h"
 
 /* state.c — all callers hold s->lock unless the comment says otherwise. */
@@ -94,6 +95,11 @@ void state_fair_pick(struct srv_experiment **c, int64_t n, int64_t k);
  * (TE_LEASE), or NULL when none; 0 or a negative error. */
 int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, int64_t memory_mb,
                 int has_memory, struct srv_trial **out, uint64_t *ticket);
+/* The same for a held lease request tried again (lease_wait.h): no sign of
+ * life (w is not touched: a worker whose heartbeats stopped is found lost
+ * on time), and nothing for a worker that is lost. */
+int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double gpu,
+                      int64_t memory_mb, int has_memory, struct srv_trial **out, uint64_t *ticket);
 /* Why a PENDING trial is not running; writes "" when nothing blocks it. */
 void state_pending_reason(struct server *s, const struct srv_trial *t, char *buf, size_t n);
 /* Why an experiment's next trial does not run (or is not made) now: the same

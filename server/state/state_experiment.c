@@ -37,6 +37,7 @@ static int experiment_set_status(struct server *s, struct srv_experiment *e, enu
   e->status = st;
   e->ended_at = st == ES_TERMINATED || st == ES_CANCELLED ? clock_wall_s() : 0;
   e->updated_seq = ++s->seq;
+  lease_wait_changed(s);
   return 0;
 }
 
@@ -172,6 +173,7 @@ int state_add_experiment(struct server *s, const char *config_json, struct exper
   s->exps[s->nexps++] = e;
   state_live_sync(s, e); /* RUNNING ones are live (fair share) */
   *out = e;
+  lease_wait_changed(s); /* held lease requests may take its first trials */
   return state_exp_op_enqueue(s, op, ticket);
 fail:
   state_experiment_free(e);

@@ -747,7 +747,9 @@ int state_reload(struct server *s, char *err, size_t errlen) {
     state_ngraves--;
   }
   state_graveyard[state_ngraves++] = old;
-  return state_repair(s);
+  rc = state_repair(s);
+  lease_wait_changed(s); /* held leases try the model as it is now */
+  return rc;
 }
 
 void state_reload_cleanup(void) {

@@ -73,6 +73,9 @@ static int trial_set_status(struct server *s, struct srv_trial *t, enum trial_st
   if (st == TS_PENDING && t->idx < e->pending_cursor) e->pending_cursor = t->idx;
   /* Bounded memory: an ended trial's history leaves memory a little later. */
   if (st == TS_TERMINATED || st == TS_ERROR) state_compact_later(s, t, clock_mono_ms());
+  /* An end, a requeue or a pause may give a held lease its trial (a lease
+   * itself gives none). */
+  if (st != TS_RUNNING) lease_wait_changed(s);
   return 0;
 }
 

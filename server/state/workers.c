@@ -133,6 +133,7 @@ int workers_deregister(struct server *s, struct srv_worker *w, uint64_t *ticket)
   if (rc) return rc;
   w->gone = 2;
   w->secret[0] = '\0';
+  lease_wait_changed(s); /* its held lease requests end (unknown worker) */
   rc = state_persist_worker(s, w, ticket);
   if (!rc) events_note(s, EV_WORKER, w->id, 0, NULL);
   if (!rc) log_info("worker %lld (%s) deregistered", (long long)w->id, w->name);

@@ -13,9 +13,10 @@
 #include "log.h"
 
 #define COMMIT_MAX_BATCH 8192
-#define COMMIT_BUSY_TRIES 8 /* transient SQLITE_BUSY/LOCKED: retry the batch */
-#define COMMIT_MAX_FAILS 64 /* failure ranges remembered (tickets long past are not asked) */
-#define COMMIT_SLOW_S 0.02  /* a batch or a flush this slow is logged: every reply waited */
+#define COMMIT_BUSY_TRIES 8       /* transient SQLITE_BUSY/LOCKED: retry the batch */
+#define COMMIT_MAX_FAILS 64       /* failure ranges remembered (tickets long past are not asked) */
+#define COMMIT_GATHER_MAX_S 0.002 /* the longest a small durable batch waits for more */
+#define COMMIT_SLOW_S 0.02        /* a batch or a flush this slow is logged: every reply waited */
 #define COMMIT_SLOW_LOG_S                                                                          \
   10.0 /* at most one such line per this long (a slow disk is slow                                 \
         * every time: one line per flush would flood the log) */
@@ -74,6 +75,10 @@ struct commit {
   int sync_full;
   uint64_t flushes; /* for /metrics (under mu) */
   double flush_s;   /* seconds spent flushing, all flushes */
+  double flush_avg; /* recent flushes' duration (moving average) */
+  uint64_t queued;  /* groups in head..tail */
+  uint64_t expect;  /* groups a batch holds when every client is back (decaying peak) */
+  int gathering;    /* the writer waits in commit_gather */
   /* Slow batches and flushes not logged yet, and when the last line went
    * out (the writer's own: no lock). */
   uint64_t slow_unlogged;
@@ -293,8 +298,38 @@ static void commit_finish(struct commit *c, uint64_t upto, int wrote) {
     pthread_mutex_lock(&c->mu);
     c->flushes++;
     c->flush_s += took;
+    c->flush_avg = c->flush_avg > 0 ? c->flush_avg + (took - c->flush_avg) / 8 : took;
   }
   commit_settle(c, upto);
+}
+
+uint64_t commit_expect_next(uint64_t expect, uint64_t ngroups) {
+  uint64_t decayed = expect - (expect + 15) / 16;
+  return ngroups > decayed ? ngroups : decayed;
+}
+
+double commit_gather_s(uint64_t queued, uint64_t expect, double flush_avg) {
+  if (queued * 4 >= expect * 3) return 0;
+  double w = flush_avg / 2;
+  return w < COMMIT_GATHER_MAX_S ? w : COMMIT_GATHER_MAX_S;
+}
+
+/* Durable commits: the replies a batch released come back as new requests
+ * while the next batch could start. Taking the first one or two of them
+ * alone makes the rest wait for that batch's flush and then their own; a
+ * short wait (half a flush at most) lets them share one. */
+static void commit_gather(struct commit *c) {
+  double w = c->sync_full ? commit_gather_s(c->queued, c->expect, c->flush_avg) : 0;
+  if (w <= 0) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  long ns = ts.tv_nsec + (long)(w * 1e9);
+  ts.tv_sec += ns / 1000000000L;
+  ts.tv_nsec = ns % 1000000000L;
+  c->gathering = 1;
+  while (!c->stopping && commit_gather_s(c->queued, c->expect, c->flush_avg) > 0)
+    if (pthread_cond_timedwait(&c->work, &c->mu, &ts)) break;
+  c->gathering = 0;
 }
 
 static void commit_record_failure(struct commit *c, uint64_t lo, const char *reason) {
@@ -323,6 +358,7 @@ static void *commit_main(void *arg) {
     while (c->head && c->head->ticket <= c->refuse_upto) {
       struct commit_group *g = c->head;
       c->head = g->next;
+      c->queued--;
       g->next = NULL;
       *rp = g;
       rp = &g->next;
@@ -341,13 +377,17 @@ static void *commit_main(void *arg) {
       commit_finish(c, upto, 0);
       continue;
     }
+    commit_gather(c);
     /* Take whole groups, up to COMMIT_MAX_BATCH ops (at least one group). */
     struct commit_group *batch = c->head, *last = batch;
-    uint64_t n = batch->nops;
+    uint64_t n = batch->nops, ngroups = 1;
     while (last->next && n + last->next->nops <= COMMIT_MAX_BATCH) {
       last = last->next;
       n += last->nops;
+      ngroups++;
     }
+    c->queued -= ngroups;
+    c->expect = commit_expect_next(c->expect, ngroups);
     c->head = last->next;
     if (!c->head) c->tail = NULL;
     last->next = NULL;
@@ -378,12 +418,16 @@ static void *commit_main(void *arg) {
                 (unsigned long long)(c->issued - bad_ticket));
       commit_record_failure(c, bad_ticket, reason);
     }
-    commit_finish(c, upto, wrote);
+    /* The repair before the answers: a client told its write failed must
+     * not then read the refused change from memory (the model is rebuilt
+     * from the database first). Waiters are callbacks, so none of them holds
+     * the model lock the repair takes. */
     if (bad_ticket && c->repair) {
       pthread_mutex_unlock(&c->mu);
       c->repair(c->repair_ctx); /* takes the model lock, calls commit_repair_point */
       pthread_mutex_lock(&c->mu);
     }
+    commit_finish(c, upto, wrote);
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
@@ -408,7 +452,11 @@ int commit_start(struct store *st, struct commit **out) {
   if (!c) return -ENOMEM;
   c->st = st;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->work, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->work, &ca);
+  pthread_condattr_destroy(&ca);
   pthread_cond_init(&c->settled, NULL);
   c->sync_full = store_sync_full(st);
   if (pthread_create(&c->thread, NULL, commit_main, c)) {
@@ -497,7 +545,11 @@ uint64_t commit_group_close(struct commit *c, int64_t seq) {
     else
       c->head = g;
     c->tail = g;
-    pthread_cond_signal(&c->work);
+    c->queued++;
+    /* A gathering writer wakes once, when enough is queued (or at its
+     * deadline), not at every request. */
+    if (!c->gathering || !commit_gather_s(c->queued, c->expect, c->flush_avg))
+      pthread_cond_signal(&c->work);
   }
   if (h) {
     if (ticket) h->own[h->nown < COMMIT_HOLD_OWN ? h->nown++ : COMMIT_HOLD_OWN - 1] = ticket;

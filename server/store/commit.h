@@ -87,6 +87,17 @@ void commit_failure_reason(struct commit *c, uint64_t ticket, char *buf, size_t 
 void commit_set_repair(struct commit *c, void (*repair)(void *ctx), void *ctx);
 void commit_repair_point(struct commit *c);
 
+/* With durable commits, how long the writer waits for more groups before
+ * it takes a batch: none once 3/4 of the groups expected in a full batch are
+ * queued (the replies of the last batches come back as new requests), else
+ * half the recent flush time, at most 2 ms. A batch taken earlier would make
+ * the rest wait for its flush and then their own. */
+double commit_gather_s(uint64_t queued, uint64_t expect, double flush_avg);
+/* The groups expected in a full batch after one of ngroups: the peak so far,
+ * down by a sixteenth (at least one) per batch, so that after a burst a lone
+ * client soon commits without waiting again. */
+uint64_t commit_expect_next(uint64_t expect, uint64_t ngroups);
+
 /* Commits and batches so far (for /metrics); failed groups so far. */
 void commit_stats(struct commit *c, uint64_t *batches, uint64_t *ops);
 uint64_t commit_failures(struct commit *c);

@@ -28,8 +28,9 @@ def requests_served(s):
 
 
 class Watch:
-    def __init__(self, s, eid, polling):
-        env = dict(os.environ, CTUNE_SERVER="http://%s:%d" % (s.host, s.port), CTUNE_TOKEN=s.token)
+    def __init__(self, s, eid, polling, **extra_env):
+        env = dict(os.environ, CTUNE_SERVER="http://%s:%d" % (s.host, s.port), CTUNE_TOKEN=s.token,
+                   **extra_env)
         if polling:
             env["CTUNE_WATCH_NO_EVENTS"] = "1"
         self.p = subprocess.Popen([os.path.join(BIN_DIR, "ctune"), "watch", str(eid), "--interval",
@@ -103,7 +104,28 @@ def test_watch_follows_events():
     assert lines_ev == lines_poll, (lines_ev, lines_poll)
 
 
+def test_watch_ends_with_the_experiment():
+    # The pause between looks made 30 s (a test hook): the experiment's end,
+    # told by the stream, ends the watch at once all the same (`ctune run`
+    # exits milliseconds after its experiment, not at the next look).
+    s = Server(args=["--durability", "normal"])
+    eid = s.ok("POST", "/api/v1/experiments", experiment(n=2), status=201)["id"]
+    w = Watch(s, eid, False, CTUNE_TEST_WATCH_PAUSE_S="30")
+    w.wait_for(r"^== Status ==", 5)
+    # Whether the stream is open yet or not: it looks again when it opens.
+    t0 = time.time()
+    s.ok("POST", "/api/v1/experiments/%d/cancel" % eid, {})
+    w.p.wait(timeout=20)
+    took = time.time() - t0
+    w.t.join(timeout=5)
+    s.kill()
+    print("watch exited %.2fs after the experiment ended (pause 30 s)" % took)
+    assert took < 5, took
+    assert any("CANCELLED" in x for x in w.lines), w.lines[-5:]
+
+
 if __name__ == "__main__":
     r = Runner()
     r.run(test_watch_follows_events)
+    r.run(test_watch_ends_with_the_experiment)
     r.done()

@@ -15,6 +15,7 @@
 #include "net.h"
 #include "optim.h"
 #include "splitmix.h"
+#include "test_shapes.h"
 
 #define STEP 1e-2f
 #define ATOL 2e-3
@@ -38,21 +39,6 @@ static void expect_close(double analytic, double numeric, const char *what, int6
 }
 
 /* --- conv: L = <conv(in; w, b), r> --- */
-static struct layer_shape conv_shape(int in_c, int h, int w, int out_c) {
-  struct layer_shape s = {0};
-  s.kind = LAYER_CONV;
-  s.in_c = in_c;
-  s.in_h = h;
-  s.in_w = w;
-  s.out_c = out_c;
-  s.out_h = h - MODEL_CNN_K + 1;
-  s.out_w = w - MODEL_CNN_K + 1;
-  s.pool_h = s.out_h / 2;
-  s.pool_w = s.out_w / 2;
-  s.w_size = (int64_t)out_c * in_c * MODEL_CNN_K * MODEL_CNN_K;
-  s.b_size = out_c;
-  return s;
-}
 
 static double conv_loss(const struct layer_shape *s, int B, const float *in, const float *w,
                         const float *b, const float *r, float *col, float *out) {
@@ -61,7 +47,7 @@ static double conv_loss(const struct layer_shape *s, int B, const float *in, con
 }
 
 static void check_conv(int in_c, int h, int w, int out_c, int B) {
-  struct layer_shape s = conv_shape(in_c, h, w, out_c);
+  struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
   int64_t n_in = (int64_t)in_c * B * h * w;
   int64_t n_out = (int64_t)out_c * B * s.out_h * s.out_w;
   int64_t n_col = layers_conv_col_size(&s, B);
@@ -125,7 +111,7 @@ END_TEST
 /* A direct (naive) convolution agrees with im2col + sgemm. */
 START_TEST(conv_matches_direct) {
   const int B = 5, C = 2, H = 10, W = 11, M = 3, k = MODEL_CNN_K;
-  struct layer_shape s = conv_shape(C, H, W, M);
+  struct layer_shape s = ts_conv_shape(C, H, W, M);
   int64_t n_in = (int64_t)C * B * H * W, n_out = (int64_t)M * B * s.out_h * s.out_w;
   float *in = malloc(sizeof(float) * n_in), *out = malloc(sizeof(float) * n_out);
   float *wt = malloc(sizeof(float) * s.w_size), b[3];

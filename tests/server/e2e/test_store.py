@@ -201,8 +201,10 @@ def test_since_never_goes_backwards_across_restart():
 def test_refused_write_fails_alone_and_server_stays_writable():
     """A checkpoint over the database's length limit (set low by the test
     hook: a real SQLITE_TOOBIG): that upload errors, the requests after it
-    succeed without a restart, and memory matches the database."""
-    s = start(fault="blob_limit=200000")
+    succeed without a restart, and memory matches the database. The model's
+    rebuild is slowed (300 ms): the refusal is answered only after it, so the
+    next read never sees the refused checkpoint."""
+    s = start(fault="blob_limit=200000,repair_delay_ms=300")
     s.ok("POST", "/api/v1/experiments", experiment(n=2, sched={"type": "fifo"}), status=201)
     w = register(s)
     t = lease(s, w)

@@ -278,6 +278,25 @@ static int nresults(struct store *st) {
   return n;
 }
 
+/* A durable batch waits for the clients its replies released, bounded by
+ * half a flush and 2 ms; a full enough queue, or a lone client, goes at once. */
+START_TEST(gather_waits_for_clients_still_out) {
+  ck_assert(commit_gather_s(48, 64, 0.004) == 0); /* 3/4 back: commit now */
+  ck_assert(commit_gather_s(1, 1, 0.004) == 0);   /* a lone client never waits */
+  ck_assert(commit_gather_s(0, 0, 0.004) == 0);
+  ck_assert(commit_gather_s(2, 64, 0.001) == 0.0005); /* half a flush */
+  ck_assert(commit_gather_s(2, 64, 0.300) == 0.002);  /* a stalled disk: 2 ms at most */
+  /* The expectation follows the largest batch and decays to a lone client. */
+  ck_assert_uint_eq(commit_expect_next(10, 64), 64);
+  uint64_t e = 64;
+  int n = 0;
+  while (e > 1 && n < 100) e = commit_expect_next(e, 1), n++;
+  ck_assert_uint_eq(e, 1);
+  ck_assert_int_le(n, 64);
+  ck_assert_uint_eq(commit_expect_next(1, 1), 1);
+}
+END_TEST
+
 START_TEST(failed_group_fails_alone) {
   struct store *st = open_store();
   struct commit *c;
@@ -612,6 +631,7 @@ int main(void) {
   tcase_add_test(tc, migrations_and_round_trip);
   tcase_add_test(tc, logs_of_every_attempt);
   tcase_add_test(tc, group_commit_orders_and_waits);
+  tcase_add_test(tc, gather_waits_for_clients_still_out);
   tcase_add_test(tc, failed_group_fails_alone);
   tcase_add_test(tc, failure_in_a_batch_keeps_earlier_groups);
   tcase_add_test(tc, busy_is_retried);

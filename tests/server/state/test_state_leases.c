@@ -6,6 +6,7 @@
  * the millisecond on both sides. The e2e counterparts start daemons and
  * sleep (tests/server/e2e/test_lease*.py, test_fencing.py). */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +472,124 @@ START_TEST(lost_worker_pruned_after_retention) {
 }
 END_TEST
 
+/* ---- held lease requests (lease_wait.h) ---- */
+
+static int resumed;
+static void count_resume(void *ctx) { (*(int *)ctx)++; }
+static int suspended;
+static void count_suspend(void *ctx) {
+  (void)ctx;
+  suspended++;
+}
+
+/* Parks a held request as http.c does after a lease that found nothing. */
+static int park(struct lease_waiter *wt, uint64_t gen, uint64_t deadline_ms) {
+  return lease_wait_park(S, wt, gen, deadline_ms, count_suspend, count_resume, &resumed);
+}
+
+/* Rule: a held lease is woken when work may have appeared for it: a trial
+ * ended (its resources and its experiment's slot free), and a new
+ * experiment; a lease itself (another worker's) wakes nobody. */
+START_TEST(held_lease_woken_by_an_end_and_a_submission) {
+  struct srv_experiment *e = submit("x", 3, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0), *o = h_worker(&H, "o", 1, 0, 0);
+  struct srv_trial *a = h_lease(&H, w);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_null(h_lease(&H, w)); /* full: it would be held */
+  struct lease_waiter wt = {0};
+  resumed = suspended = 0;
+  ck_assert_int_eq(park(&wt, lease_wait_gen(S), T0 + 5000), 0);
+  ck_assert_int_eq(suspended, 1);
+  ck_assert_int_eq(lease_wait_count(S), 1);
+  ck_assert_ptr_nonnull(h_lease(&H, o)); /* another worker's lease: no wake */
+  ck_assert_int_eq(resumed, 0);
+  h_complete(&H, a);
+  ck_assert_int_eq(resumed, 1);
+  ck_assert_int_eq(lease_wait_count(S), 0); /* unlisted before its resume */
+  ck_assert_ptr_nonnull(h_lease(&H, w));    /* what the woken request finds */
+  ck_assert_int_eq(park(&wt, lease_wait_gen(S), T0 + 5000), 0);
+  submit("y", 1, "");
+  ck_assert_int_eq(resumed, 2);
+  ck_assert_int_eq(e->counts[TS_RUNNING], 2);
+}
+END_TEST
+
+/* Rule: no lost wake-up: a change between the lease that found nothing and
+ * the park (the lock let go between them) makes the park refuse, and the
+ * request tries again at once. */
+START_TEST(held_lease_not_parked_after_a_change) {
+  submit("x", 1, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  struct srv_trial *a = h_lease(&H, w);
+  uint64_t gen = lease_wait_gen(S);
+  h_complete(&H, a);
+  struct lease_waiter wt = {0};
+  resumed = suspended = 0;
+  ck_assert_int_eq(park(&wt, gen, T0 + 5000), 1);
+  ck_assert_int_eq(suspended, 0);
+  ck_assert_int_eq(lease_wait_count(S), 0);
+}
+END_TEST
+
+/* Rule: a held request's wait ends at its deadline, by the timer tick, at
+ * the millisecond; at a stop every held request is answered and no new one
+ * is held. */
+START_TEST(held_lease_ends_at_its_deadline_and_at_close) {
+  struct lease_waiter a = {0}, b = {0}, c = {0};
+  resumed = suspended = 0;
+  ck_assert_int_eq(park(&a, lease_wait_gen(S), T0 + 5000), 0);
+  ck_assert_int_eq(park(&b, lease_wait_gen(S), T0 + 9000), 0);
+  h_tick(&H, T0 + 4999);
+  ck_assert_int_eq(resumed, 0);
+  h_tick(&H, T0 + 5000);
+  ck_assert_int_eq(resumed, 1);
+  ck_assert_int_eq(lease_wait_count(S), 1);
+  lease_wait_close(S);
+  ck_assert_int_eq(resumed, 2);
+  ck_assert_int_eq(park(&c, lease_wait_gen(S), T0 + 9000), -ESHUTDOWN);
+  ck_assert_int_eq(lease_wait_count(S), 0);
+}
+END_TEST
+
+/* Rule: a held request tried again is no sign of life: it does not touch
+ * its worker (whose heartbeats may have stopped), and a worker found lost
+ * meanwhile gets nothing from it; a new request (state_lease) touches and
+ * leases as ever. */
+START_TEST(held_lease_tried_again_is_no_sign_of_life) {
+  submit("x", 2, "");
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  fake_clock_set_ms(T0 + 1000);
+  struct srv_trial *t = NULL;
+  uint64_t ticket = 0;
+  ck_assert_int_eq(state_lease_again(S, w, 1, 0, 0, 0, &t, &ticket), 0);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_uint_eq(w->last_seen_ms, T0); /* not touched */
+  h_complete(&H, t);
+  h_tick(&H, T0 + H_LEASE_MS + 1); /* no heartbeat for the lease timeout */
+  ck_assert_int_eq(w->lost, 1);
+  ck_assert_int_eq(state_lease_again(S, w, 1, 0, 0, 0, &t, &ticket), 0);
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(w->lost, 1);
+  ck_assert_ptr_nonnull(h_lease(&H, w)); /* a new request: alive, leased */
+  ck_assert_int_eq(w->lost, 0);
+}
+END_TEST
+
+/* Rule: a deregistration ends the worker's held requests (tried again,
+ * they find the worker unknown), though it ran nothing. */
+START_TEST(held_lease_woken_by_deregister) {
+  struct srv_worker *w = h_worker(&H, "w", 1, 0, 0);
+  ck_assert_ptr_null(h_lease(&H, w));
+  struct lease_waiter wt = {0};
+  resumed = suspended = 0;
+  ck_assert_int_eq(park(&wt, lease_wait_gen(S), T0 + 5000), 0);
+  uint64_t ticket = 0;
+  ck_assert_int_eq(workers_deregister(S, w, &ticket), 0);
+  ck_assert_int_eq(resumed, 1);
+  ck_assert_int_eq(lease_wait_count(S), 0);
+}
+END_TEST
+
 /* Rule: a deregistered worker's RUNNING trials go back to PENDING at once
  * (no failure), its secret is revoked (persisted), and it is unknown from
  * then on, after a restart too. */
@@ -529,6 +648,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, unlisted_trial_requeued_by_the_tick);
   tcase_add_test(tc, lost_worker_pruned_after_retention);
   tcase_add_test(tc, deregister_requeues_its_trials);
+  tcase_add_test(tc, held_lease_woken_by_an_end_and_a_submission);
+  tcase_add_test(tc, held_lease_not_parked_after_a_change);
+  tcase_add_test(tc, held_lease_ends_at_its_deadline_and_at_close);
+  tcase_add_test(tc, held_lease_woken_by_deregister);
+  tcase_add_test(tc, held_lease_tried_again_is_no_sign_of_life);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A trial's start does not block the worker: its supervisor's report of the
-trial's pid is a loop event (docs/worker.md#process-hygiene). With the test
+trial's pid is a loop event (docs/worker.md#faults). With the test
 hook TESTHOOK_SUPERVISE_REPORT (HACKING.md) the supervisor of a chosen trial
 holds its report, dies before it, or reports garbage.
 

@@ -1,0 +1,271 @@
+/* The fast convolution kernels (trainer/conv_avx2.c) against the reference
+ * (im2col + sgemm, layers_conv_*_ref), op by op: forward, weight gradient and
+ * input gradient on the cnn's shapes and on odd ones (row widths that are
+ * not a multiple of 8, odd channel counts, batch 1, 2 and odd), plus the
+ * dispatch: which path layers_conv_* takes on which CPU and shape. And the
+ * fused pool + bias + ReLU against the separate layers, bit for bit (the
+ * same arithmetic in the same order).
+ *
+ * Tolerance: the two paths add the same products in different orders, so
+ * each output element may differ by float rounding of its sum; the test
+ * allows 1e-5 of the sum of the absolute values of that element's terms
+ * (computed by the reference on |inputs|); measured: under 1e-6. A wrong
+ * offset, tap, mask or missing term moves an element by a whole term. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "conv_avx2.h"
+#include "layers.h"
+#include "splitmix.h"
+#include "test_shapes.h"
+
+#define RTOL 1e-5
+
+static struct splitmix R;
+
+static float *fill(int64_t n) {
+  float *x = malloc(sizeof(float) * (size_t)n);
+  ck_assert_ptr_nonnull(x);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(2.0 * splitmix_uniform(&R) - 1.0);
+  return x;
+}
+
+static float *zeros(int64_t n) {
+  float *x = calloc((size_t)n, sizeof(float));
+  ck_assert_ptr_nonnull(x);
+  return x;
+}
+
+static float *absolute(const float *x, int64_t n) {
+  float *a = zeros(n);
+  for (int64_t i = 0; i < n; i++) a[i] = fabsf(x[i]);
+  return a;
+}
+
+/* fast vs ref element by element, mag the per-element sum of |terms| */
+static void expect_close(const char *what, const struct layer_shape *s, int B, const float *fast,
+                         const float *ref, const float *mag, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_msg(fabsf(fast[i] - ref[i]) <= RTOL * mag[i] + 1e-30f,
+                  "%s (in_c %d, %dx%d, out_c %d, batch %d) [%lld]: fast %.8g, reference %.8g "
+                  "(terms' |sum| %.4g)",
+                  what, s->in_c, s->in_h, s->in_w, s->out_c, B, (long long)i, fast[i], ref[i],
+                  mag[i]);
+}
+
+static void check_shape(int in_c, int h, int w, int out_c, int B) {
+  const struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
+  const int64_t n_in = (int64_t)in_c * B * h * w;
+  const int64_t n_out = (int64_t)out_c * B * s.out_h * s.out_w;
+  const int64_t n_w = s.w_size, n_col = layers_conv_col_size(&s, B);
+  float *in = fill(n_in), *wt = fill(n_w), *dout = fill(n_out);
+  float *col = zeros(n_col), *dcol = zeros(n_col);
+  float *out_f = fill(n_out), *out_r = zeros(n_out), *out_m = zeros(n_out);
+  float *dw_f = fill(n_w), *dw_r = zeros(n_w), *dw_m = zeros(n_w);
+  float *din_f = fill(n_in), *din_r = zeros(n_in), *din_m = zeros(n_in);
+  float *a_in = absolute(in, n_in), *a_w = absolute(wt, n_w), *a_dout = absolute(dout, n_out);
+
+  ck_assert_int_eq(conv_avx2_forward(&s, B, in, wt, out_f), 0);
+  layers_conv_forward_ref(&s, B, in, wt, NULL, col, out_r);
+  layers_conv_forward_ref(&s, B, a_in, a_w, NULL, col, out_m);
+  expect_close("forward", &s, B, out_f, out_r, out_m, n_out);
+
+  ck_assert_int_eq(conv_avx2_backward(&s, B, in, dout, wt, dw_f, din_f), 0);
+  layers_conv_backward_ref(&s, B, in, dout, wt, dw_r, NULL, col, dcol, din_r);
+  layers_conv_backward_ref(&s, B, a_in, a_dout, a_w, dw_m, NULL, col, dcol, din_m);
+  expect_close("weight gradient", &s, B, dw_f, dw_r, dw_m, n_w);
+  expect_close("input gradient", &s, B, din_f, din_r, din_m, n_in);
+
+  /* without din only dw is written */
+  float *dw_2 = fill(n_w);
+  ck_assert_int_eq(conv_avx2_backward(&s, B, in, dout, wt, dw_2, NULL), 0);
+  ck_assert_mem_eq(dw_2, dw_f, sizeof(float) * (size_t)n_w);
+
+  float *bufs[] = {in,   wt,   dout,  col,   dcol,  out_f, out_r, out_m,  dw_f,
+                   dw_r, dw_m, din_f, din_r, din_m, a_in,  a_w,   a_dout, dw_2};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+}
+
+static int have_avx2(void) {
+  if (conv_avx2_cpu_ok()) return 1;
+  fprintf(stderr, "test_conv: this CPU has no AVX2/FMA: only the fallback is checked\n");
+  return 0;
+}
+
+/* The cnn on 28x28x1 (Fashion-MNIST, MNIST) and 32x32x3 (CIFAR-10). */
+START_TEST(cnn_shapes) {
+  if (!have_avx2()) return;
+  const int batches[] = {1, 2, 5};
+  for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
+    check_shape(1, 28, 28, 6, batches[i]);
+    check_shape(6, 12, 12, 16, batches[i]);
+    check_shape(3, 32, 32, 6, batches[i]);
+    check_shape(6, 14, 14, 16, batches[i]);
+  }
+}
+END_TEST
+
+/* Row widths 8 + 1..7 (the overlapping last vector), channel counts that
+ * leave partial register tiles, a long row. */
+START_TEST(odd_shapes) {
+  if (!have_avx2()) return;
+  check_shape(1, 12, 12, 1, 1);  /* out 8x8 */
+  check_shape(2, 13, 17, 5, 3);  /* out 9x13 */
+  check_shape(5, 9, 13, 7, 2);   /* out 5x9 */
+  check_shape(3, 6, 19, 3, 1);   /* out 2x15 */
+  check_shape(4, 11, 27, 10, 3); /* out 7x23 */
+  check_shape(1, 7, 60, 9, 2);   /* out 3x56 */
+  check_shape(16, 8, 12, 2, 1);  /* the widest input the kernels take */
+}
+END_TEST
+
+/* The weight gradient folds its sums per chunk of images: a batch over
+ * several chunks with a partial last one. */
+START_TEST(large_batch) {
+  if (!have_avx2()) return;
+  check_shape(6, 12, 12, 16, 2 * 8 + 3); /* conv2: chunks of 8 images */
+  check_shape(1, 28, 28, 6, 3);          /* conv1: one image per chunk */
+}
+END_TEST
+
+/* layers_conv_* take the fast path in AUTO mode on a supported shape, the
+ * reference in REFERENCE mode, on a shape the kernels do not cover, and on
+ * a CPU without AVX2; results are bit-identical to the path taken. */
+static int forward_is(const struct layer_shape *s, int B, int want_fast) {
+  const int64_t n_in = (int64_t)s->in_c * B * s->in_h * s->in_w;
+  const int64_t n_out = (int64_t)s->out_c * B * s->out_h * s->out_w;
+  float *in = fill(n_in), *wt = fill(s->w_size), *bias = fill(s->out_c);
+  float *col = zeros(layers_conv_col_size(s, B)), *dcol = zeros(layers_conv_col_size(s, B));
+  float *dout = fill(n_out), *out = zeros(n_out), *want = zeros(n_out);
+  float *dw = zeros(s->w_size), *dw_want = zeros(s->w_size), *db = zeros(s->out_c);
+  float *db_want = zeros(s->out_c), *din = zeros(n_in), *din_want = zeros(n_in);
+  layers_conv_forward(s, B, in, wt, bias, col, out);
+  layers_conv_backward(s, B, in, dout, wt, dw, db, col, dcol, din);
+  float *dw_scratch = zeros(s->w_size);
+  /* db is the same per-channel sum on both paths */
+  layers_conv_backward_ref(s, B, in, dout, wt, dw_scratch, db_want, col, dcol, NULL);
+  if (want_fast) {
+    ck_assert_int_eq(conv_avx2_forward(s, B, in, wt, want), 0);
+    for (int m = 0; m < s->out_c; m++)
+      for (int64_t i = 0; i < n_out / s->out_c; i++) want[m * (n_out / s->out_c) + i] += bias[m];
+    ck_assert_int_eq(conv_avx2_backward(s, B, in, dout, wt, dw_want, din_want), 0);
+  } else {
+    layers_conv_forward_ref(s, B, in, wt, bias, col, want);
+    layers_conv_backward_ref(s, B, in, dout, wt, dw_want, NULL, col, dcol, din_want);
+  }
+  const int same = !memcmp(out, want, sizeof(float) * (size_t)n_out) &&
+                   !memcmp(dw, dw_want, sizeof(float) * (size_t)s->w_size) &&
+                   !memcmp(db, db_want, sizeof(float) * (size_t)s->out_c) &&
+                   !memcmp(din, din_want, sizeof(float) * (size_t)n_in);
+  float *bufs[] = {in, wt,      bias, col,     dcol, dout,     out,       want,
+                   dw, dw_want, db,   db_want, din,  din_want, dw_scratch};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+  return same;
+}
+
+START_TEST(dispatch) {
+  const struct layer_shape cnn = ts_conv_shape(6, 12, 12, 16),
+                           narrow = ts_conv_shape(2, 10, 11, 3); /* out w 7 */
+  const int fast = conv_avx2_cpu_ok();
+  ck_assert_int_eq(conv_avx2_supports(&cnn), fast ? 0 : -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_supports(&narrow), -ENOTSUP);
+  /* past the limits of the position table, row offsets and stack buffers */
+  const struct layer_shape deep = ts_conv_shape(17, 12, 12, 4), tall = ts_conv_shape(1, 600, 12, 2);
+  const struct layer_shape big = ts_conv_shape(16, 33, 33, 1);
+  ck_assert_int_eq(conv_avx2_supports(&deep), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_supports(&tall), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_supports(&big), -ENOTSUP);
+  if (fast) {
+    const struct layer_shape edge = ts_conv_shape(16, 12, 12, 4),
+                             edge_big = ts_conv_shape(16, 32, 32, 1);
+    ck_assert_int_eq(conv_avx2_supports(&edge), 0);
+    ck_assert_int_eq(conv_avx2_supports(&edge_big), 0);
+    const struct layer_shape edge_tall = ts_conv_shape(1, 516, 12, 2); /* 512 positions */
+    ck_assert_int_eq(conv_avx2_supports(&edge_tall), 0);
+  }
+  float x = 0.0f;
+  ck_assert_int_eq(conv_avx2_forward(&narrow, 1, &x, &x, &x), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_backward(&narrow, 1, &x, &x, &x, &x, &x), -ENOTSUP);
+
+  ck_assert(forward_is(&cnn, 3, fast));
+  ck_assert(forward_is(&narrow, 3, 0));
+  layers_set_kernels(LAYERS_KERNELS_REFERENCE);
+  ck_assert(forward_is(&cnn, 3, 0));
+  layers_set_kernels(LAYERS_KERNELS_AUTO);
+
+  /* a CPU without AVX2: every shape on the reference */
+  conv_avx2_hide_cpu(1);
+  ck_assert_int_eq(conv_avx2_cpu_ok(), 0);
+  ck_assert_int_eq(conv_avx2_supports(&cnn), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_forward(&cnn, 1, &x, &x, &x), -ENOTSUP);
+  ck_assert(forward_is(&cnn, 3, 0));
+  conv_avx2_hide_cpu(0);
+  ck_assert_int_eq(conv_avx2_cpu_ok(), fast);
+}
+END_TEST
+
+/* values on a coarse grid (ties in the pool windows, exact zeros after
+ * bias + ReLU) with signed zeros among them */
+static float *fill_coarse(int64_t n) {
+  float *x = fill(n);
+  for (int64_t i = 0; i < n; i++) x[i] = i % 7 == 3 ? -0.0f : roundf(x[i] * 3.0f) / 3.0f;
+  return x;
+}
+
+static void check_pool(int C, int B, int h, int w) {
+  const int64_t n_in = (int64_t)C * B * h * w, n_out = (int64_t)C * B * (h / 2) * (w / 2);
+  float *in = fill_coarse(n_in), *bias = fill_coarse(C), *dy = fill_coarse(n_out);
+  float *out_f = fill(n_out), *out_r = fill(n_out), *din_f = fill(n_in), *din_r = fill(n_in);
+  float *db_f = fill(C), *db_r = fill(C), *dy_r = zeros(n_out);
+  int32_t *arg_f = calloc((size_t)n_out, sizeof(int32_t)), *arg_r = calloc((size_t)n_out, 4);
+  ck_assert(arg_f && arg_r);
+
+  layers_pool_bias_relu_forward(C, B, h, w, in, bias, out_f, arg_f);
+  layers_maxpool_forward(C * B, h, w, in, out_r, arg_r);
+  layers_bias_relu_cnhw(C, (int64_t)B * (h / 2) * (w / 2), bias, out_r);
+  ck_assert_mem_eq(out_f, out_r, sizeof(float) * (size_t)n_out);
+  ck_assert_mem_eq(arg_f, arg_r, sizeof(int32_t) * (size_t)n_out);
+
+  memcpy(dy_r, dy, sizeof(float) * (size_t)n_out);
+  layers_pool_bias_relu_backward(C, B, h, w, out_f, dy, arg_f, din_f, db_f);
+  layers_bias_relu_backward_cnhw(C, (int64_t)B * (h / 2) * (w / 2), out_r, dy_r, db_r);
+  layers_maxpool_backward(C * B, h, w, dy_r, arg_r, din_r);
+  ck_assert_mem_eq(din_f, din_r, sizeof(float) * (size_t)n_in);
+  ck_assert_mem_eq(db_f, db_r, sizeof(float) * (size_t)C);
+
+  float *bufs[] = {in, bias, dy, out_f, out_r, din_f, din_r, db_f, db_r, dy_r};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+  free(arg_f);
+  free(arg_r);
+}
+
+START_TEST(pool_bias_relu_fused) {
+  check_pool(6, 3, 24, 24); /* the cnn's conv1 output */
+  check_pool(16, 2, 8, 8);  /* conv2 */
+  check_pool(2, 1, 7, 9);   /* odd height and width: the last row and column */
+  check_pool(3, 5, 10, 5);
+}
+END_TEST
+
+int main(void) {
+  splitmix_seed(&R, 7);
+  Suite *s = suite_create("conv");
+  TCase *tc = tcase_create("conv");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, cnn_shapes);
+  tcase_add_test(tc, odd_shapes);
+  tcase_add_test(tc, large_batch);
+  tcase_add_test(tc, dispatch);
+  tcase_add_test(tc, pool_bias_relu_fused);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,381 @@
+/* Direct AVX2/FMA convolution kernels (see conv_avx2.h). Each kernel keeps
+ * a register tile of accumulators and reads its operands straight from the
+ * activations. A "position" is 8 consecutive outputs of one row; a row of
+ * out_w outputs is covered by vectors at x = 0, 8, ... and, when out_w is not
+ * a multiple of 8, one more at out_w - 8 whose first 8 - out_w % 8 lanes
+ * repeat outputs already covered: the forward pass writes them twice with
+ * the same value, the backward passes zero those lanes of the gradient so
+ * nothing is counted twice. Every load then stays inside its row.
+ *
+ * The input gradient works on one image at a time copied into contiguous
+ * buffers on the stack ([C][H][W]): in the CNHW activations the planes of
+ * one image lie B planes apart, a multiple of 4 KiB at the usual batch
+ * sizes, so the 16 gradient channels its tile reads would all map to the
+ * same L1 sets (measured: a quarter slower). */
+#include "conv_avx2.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CONV_AVX2_BUILT 1
+#include <immintrin.h>
+#else
+#define CONV_AVX2_BUILT 0
+#endif
+
+#define KS MODEL_CNN_K
+#define MAX_POS 512
+#define MAX_IN_C 16
+#define MAX_ROWS (MAX_IN_C * KS * KS)
+/* floats of each stack buffer (64 KiB): one image's input or gradient */
+#define PACK 16384
+/* Weight-gradient tiles run over at least this many positions (whole images)
+ * before their sums are folded into dw, so the fold's cost stays small while
+ * the chunk's activations stay near L1. */
+#define DW_MIN_POS 64
+
+static int cpu_hidden;
+
+void conv_avx2_hide_cpu(int hide) { cpu_hidden = hide; }
+
+int conv_avx2_supports(const struct layer_shape *s) {
+  if (!conv_avx2_cpu_ok()) return -ENOTSUP;
+  if (s->kind != LAYER_CONV || s->out_w < 8 || s->out_w > 64 || s->in_c < 1 || s->in_c > MAX_IN_C ||
+      s->out_c < 1 || s->out_h < 1)
+    return -ENOTSUP;
+  if ((int64_t)s->out_h * ((s->out_w + 7) / 8) > MAX_POS) return -ENOTSUP;
+  if ((int64_t)s->in_c * s->in_h * s->in_w > PACK || (int64_t)s->out_c * s->out_h * s->out_w > PACK)
+    return -ENOTSUP;
+  return 0;
+}
+
+#if CONV_AVX2_BUILT
+
+int conv_avx2_cpu_ok(void) {
+  static int ok = -1;
+  if (cpu_hidden) return 0;
+  if (ok < 0) {
+    __builtin_cpu_init();
+    ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }
+  return ok;
+}
+
+#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* One image's positions: offsets of the vector's first element in the input
+ * plane ([in_h][in_w]) and in the output plane, and its lane mask. */
+struct pos {
+  int32_t in_off, out_off, masked;
+};
+
+struct geo {
+  int B, C, M, K, H, W, OH, OW, npos;
+  int64_t hw, ohw;       /* plane sizes */
+  int64_t in_cs, out_cs; /* channel strides in CNHW: B * plane */
+  int64_t in_img;        /* one packed input image: C * hw */
+  int masked;            /* out_w % 8 != 0: some positions repeat lanes */
+  float mask[2][8];      /* [pos.masked]: all ones on the lanes a position owns */
+  struct pos pos[MAX_POS];
+  /* row r = (c, ki, kj): offset c * in_cs + ki * W + kj in CNHW (roff) and
+   * c * hw + ki * W + kj in a packed image (roff_pk) */
+  int64_t roff[MAX_ROWS], roff_pk[MAX_ROWS];
+};
+
+static void geo_init(struct geo *g, const struct layer_shape *s, int B) {
+  g->B = B;
+  g->C = s->in_c;
+  g->M = s->out_c;
+  g->K = s->in_c * KS * KS;
+  g->H = s->in_h;
+  g->W = s->in_w;
+  g->OH = s->out_h;
+  g->OW = s->out_w;
+  g->hw = (int64_t)g->H * g->W;
+  g->ohw = (int64_t)g->OH * g->OW;
+  g->in_cs = (int64_t)B * g->hw;
+  g->out_cs = (int64_t)B * g->ohw;
+  g->in_img = g->C * g->hw;
+  int n = 0;
+  for (int oy = 0; oy < g->OH; oy++) {
+    for (int x = 0; x + 8 <= g->OW; x += 8)
+      g->pos[n++] = (struct pos){oy * g->W + x, oy * g->OW + x, 0};
+    if (g->OW % 8) g->pos[n++] = (struct pos){oy * g->W + g->OW - 8, oy * g->OW + g->OW - 8, 1};
+  }
+  g->npos = n;
+  g->masked = g->OW % 8 != 0;
+  const int rep = 8 - g->OW % 8; /* lanes a masked position repeats */
+  for (int i = 0; i < 8; i++) {
+    uint32_t on = 0xffffffffu;
+    g->mask[0][i] = 0.0f;
+    g->mask[1][i] = 0.0f;
+    memcpy(&g->mask[0][i], &on, sizeof on);
+    if (i >= rep) memcpy(&g->mask[1][i], &on, sizeof on);
+  }
+  for (int c = 0; c < g->C; c++)
+    for (int ki = 0; ki < KS; ki++)
+      for (int kj = 0; kj < KS; kj++) {
+        g->roff[(c * KS + ki) * KS + kj] = c * g->in_cs + ki * g->W + kj;
+        g->roff_pk[(c * KS + ki) * KS + kj] = c * g->hw + ki * g->W + kj;
+      }
+}
+
+/* Image b of CNHW x (n channels of plane floats, channel stride cs) into
+ * dst as [n][plane], and back. */
+static void pack(const float *x, int n, int64_t plane, int64_t cs, int b, float *dst) {
+  for (int c = 0; c < n; c++, dst += plane)
+    memcpy(dst, x + c * cs + b * plane, sizeof(float) * (size_t)plane);
+}
+
+static void unpack(const float *src, int n, int64_t plane, int64_t cs, int b, float *x) {
+  for (int c = 0; c < n; c++, src += plane)
+    memcpy(x + c * cs + b * plane, src, sizeof(float) * (size_t)plane);
+}
+
+/* A position's gradient vector with the lanes it repeats zeroed; MASKED is
+ * a compile-time 0 when no position of the layer repeats any. */
+AVX2_INLINE __m256 owned(const int MASKED, const struct geo *g, const struct pos *ps, __m256 v) {
+  return MASKED ? _mm256_and_ps(_mm256_loadu_ps(g->mask[ps->masked]), v) : v;
+}
+
+AVX2_INLINE float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+/* --- forward: out[m][pos] = sum_r w[m][r] * in[pos + roff[r]] ---
+ * A tile is MB output channels x PT positions of one image. */
+AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const float *inb,
+                          const float *w, const struct pos *ps, float *outb) {
+  __m256 acc[6][3];
+#pragma GCC unroll 6
+  for (int m = 0; m < MB; m++)
+#pragma GCC unroll 3
+    for (int p = 0; p < PT; p++) acc[m][p] = _mm256_setzero_ps();
+  const float *ip[3];
+#pragma GCC unroll 3
+  for (int p = 0; p < PT; p++) ip[p] = inb + ps[p].in_off;
+  const int K = g->K;
+  for (int r = 0; r < K; r++) {
+    const int64_t o = g->roff[r];
+    __m256 x[3];
+#pragma GCC unroll 3
+    for (int p = 0; p < PT; p++) x[p] = _mm256_loadu_ps(ip[p] + o);
+#pragma GCC unroll 6
+    for (int m = 0; m < MB; m++) {
+      const __m256 wv = _mm256_broadcast_ss(w + (int64_t)m * K + r);
+#pragma GCC unroll 3
+      for (int p = 0; p < PT; p++) acc[m][p] = _mm256_fmadd_ps(wv, x[p], acc[m][p]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int m = 0; m < MB; m++)
+#pragma GCC unroll 3
+    for (int p = 0; p < PT; p++) _mm256_storeu_ps(outb + m * g->out_cs + ps[p].out_off, acc[m][p]);
+}
+/* (inb is one packed image; outb points into the CNHW output) */
+
+#define FWD_FN(MB, PT)                                                                             \
+  static AVX2 void fwd_##MB##_##PT(const struct geo *g, const float *inb, const float *w,          \
+                                   const struct pos *ps, float *outb) {                            \
+    fwd_tile(MB, PT, g, inb, w, ps, outb);                                                         \
+  }
+#define FWD_FNS(MB) FWD_FN(MB, 1) FWD_FN(MB, 2) FWD_FN(MB, 3)
+FWD_FNS(1)
+FWD_FNS(2)
+FWD_FNS(3)
+FWD_FNS(4)
+FWD_FNS(6)
+
+typedef void (*fwd_fn)(const struct geo *, const float *, const float *, const struct pos *,
+                       float *);
+static const fwd_fn fwd_table[7][4] = {
+    [1] = {NULL, fwd_1_1, fwd_1_2, fwd_1_3}, [2] = {NULL, fwd_2_1, fwd_2_2, fwd_2_3},
+    [3] = {NULL, fwd_3_1, fwd_3_2, fwd_3_3}, [4] = {NULL, fwd_4_1, fwd_4_2, fwd_4_3},
+    [6] = {NULL, fwd_6_1, fwd_6_2, fwd_6_3},
+};
+
+static AVX2 void forward(const struct geo *g, const float *in, const float *w, float *out) {
+  /* 6 channels x 2 positions (the cnn's conv1) or 4 x 3 (conv2): 12
+   * accumulators, with registers left for the operands */
+  const int MB = g->M % 6 == 0 ? 6 : 4, PT = MB == 6 ? 2 : 3;
+  for (int b = 0; b < g->B; b++) {
+    const float *inb = in + b * g->hw;
+    for (int m0 = 0; m0 < g->M; m0 += MB) {
+      const int mb = g->M - m0 < MB ? g->M - m0 : MB;
+      float *outb = out + m0 * g->out_cs + b * g->ohw;
+      for (int p0 = 0; p0 < g->npos; p0 += PT) {
+        const int pt = g->npos - p0 < PT ? g->npos - p0 : PT;
+        fwd_table[mb][pt](g, inb, w + (int64_t)m0 * g->K, g->pos + p0, outb);
+      }
+    }
+  }
+}
+
+/* --- weight gradient: dw[m][r] = sum_pos dout[m][pos] * in[pos + roff[r]] ---
+ * A tile is MB channels x the 5 rows (c, ki, kj = 0..4), over the nb packed
+ * images of a chunk; its sums are added to dw. */
+AVX2_INLINE void dw_tile(const int MB, const int MASKED, const struct geo *g, int nb,
+                         const float *in, const float *dout, int r0, float *dw) {
+  __m256 acc[2][KS];
+#pragma GCC unroll 2
+  for (int m = 0; m < MB; m++)
+#pragma GCC unroll 5
+    for (int j = 0; j < KS; j++) acc[m][j] = _mm256_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    const float *ib = in + b * g->hw + g->roff[r0];
+    const float *db = dout + b * g->ohw;
+    for (int p = 0; p < g->npos; p++) {
+      const struct pos *ps = &g->pos[p];
+      __m256 d[2];
+#pragma GCC unroll 2
+      for (int m = 0; m < MB; m++)
+        d[m] = owned(MASKED, g, ps, _mm256_loadu_ps(db + m * g->out_cs + ps->out_off));
+#pragma GCC unroll 5
+      for (int j = 0; j < KS; j++) {
+        const __m256 x = _mm256_loadu_ps(ib + ps->in_off + j);
+#pragma GCC unroll 2
+        for (int m = 0; m < MB; m++) acc[m][j] = _mm256_fmadd_ps(d[m], x, acc[m][j]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int m = 0; m < MB; m++)
+#pragma GCC unroll 5
+    for (int j = 0; j < KS; j++) dw[(int64_t)m * g->K + r0 + j] += hsum8(acc[m][j]);
+}
+
+#define DW_FN(MB, MASKED)                                                                          \
+  static AVX2 void dw_##MB##_##MASKED(const struct geo *g, int nb, const float *in,                \
+                                      const float *dout, int r0, float *dw) {                      \
+    dw_tile(MB, MASKED, g, nb, in, dout, r0, dw);                                                  \
+  }
+DW_FN(1, 0)
+DW_FN(1, 1)
+DW_FN(2, 0)
+DW_FN(2, 1)
+
+typedef void (*dw_fn)(const struct geo *, int, const float *, const float *, int, float *);
+static const dw_fn dw_table[3][2] = {{NULL, NULL}, {dw_1_0, dw_1_1}, {dw_2_0, dw_2_1}};
+
+static AVX2 void backward_w(const struct geo *g, const float *in, const float *dout, float *dw) {
+  memset(dw, 0, sizeof(float) * (size_t)g->M * g->K);
+  int nb = DW_MIN_POS / g->npos;
+  if (nb < 1) nb = 1;
+  for (int b0 = 0; b0 < g->B; b0 += nb) {
+    const int n = g->B - b0 < nb ? g->B - b0 : nb;
+    for (int m0 = 0; m0 < g->M; m0 += 2)
+      for (int r0 = 0; r0 < g->K; r0 += KS)
+        dw_table[g->M - m0 >= 2 ? 2 : 1][g->masked](g, n, in + b0 * g->hw,
+                                                    dout + m0 * g->out_cs + b0 * g->ohw, r0,
+                                                    dw + (int64_t)m0 * g->K);
+  }
+}
+
+/* --- input gradient: din[pos + roff[r]] += sum_m w[m][r] * dout[m][pos] ---
+ * A tile is the 5 rows (c, ki = 0..4, kj) x PT positions of one image: the
+ * rows of one tile write different input rows, so its read-modify-writes
+ * never partly overlap each other (a partial overlap stalls store
+ * forwarding). */
+AVX2_INLINE void dx_tile(const int PT, const int MASKED, const struct geo *g, const float *doutb,
+                         const float *w, const struct pos *ps, int c, int kj, float *dinb) {
+  __m256 acc[KS][2];
+#pragma GCC unroll 5
+  for (int j = 0; j < KS; j++)
+#pragma GCC unroll 2
+    for (int p = 0; p < PT; p++) acc[j][p] = _mm256_setzero_ps();
+  const int rbase = c * KS * KS + kj;
+  const float *dp[2];
+#pragma GCC unroll 2
+  for (int p = 0; p < PT; p++) dp[p] = doutb + ps[p].out_off;
+  const float *wm = w + rbase;
+  for (int m = 0; m < g->M; m++, wm += g->K) {
+    __m256 d[2];
+#pragma GCC unroll 2
+    for (int p = 0; p < PT; p++)
+      d[p] = owned(MASKED, g, &ps[p], _mm256_loadu_ps(dp[p] + m * g->ohw));
+#pragma GCC unroll 5
+    for (int j = 0; j < KS; j++) {
+      const __m256 wv = _mm256_broadcast_ss(wm + j * KS);
+#pragma GCC unroll 2
+      for (int p = 0; p < PT; p++) acc[j][p] = _mm256_fmadd_ps(wv, d[p], acc[j][p]);
+    }
+  }
+  const int64_t o = g->roff_pk[rbase];
+#pragma GCC unroll 2
+  for (int p = 0; p < PT; p++)
+#pragma GCC unroll 5
+    for (int j = 0; j < KS; j++) {
+      float *dst = dinb + ps[p].in_off + o + j * g->W;
+      _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), acc[j][p]));
+    }
+}
+
+#define DX_FN(PT, MASKED)                                                                          \
+  static AVX2 void dx_##PT##_##MASKED(const struct geo *g, const float *doutb, const float *w,     \
+                                      const struct pos *ps, int c, int kj, float *dinb) {          \
+    dx_tile(PT, MASKED, g, doutb, w, ps, c, kj, dinb);                                             \
+  }
+DX_FN(1, 0)
+DX_FN(1, 1)
+DX_FN(2, 0)
+DX_FN(2, 1)
+
+typedef void (*dx_fn)(const struct geo *, const float *, const float *, const struct pos *, int,
+                      int, float *);
+static const dx_fn dx_table[3][2] = {{NULL, NULL}, {dx_1_0, dx_1_1}, {dx_2_0, dx_2_1}};
+
+static AVX2 void backward_x(const struct geo *g, const float *dout, const float *w, float *din) {
+  float dpk[PACK], dinb[PACK];
+  for (int b = 0; b < g->B; b++) {
+    pack(dout, g->M, g->ohw, g->out_cs, b, dpk);
+    memset(dinb, 0, sizeof(float) * (size_t)g->in_img);
+    for (int p0 = 0; p0 < g->npos; p0 += 2)
+      for (int c = 0; c < g->C; c++)
+        for (int kj = 0; kj < KS; kj++)
+          dx_table[g->npos - p0 >= 2 ? 2 : 1][g->masked](g, dpk, w, g->pos + p0, c, kj, dinb);
+    unpack(dinb, g->C, g->hw, g->in_cs, b, din);
+  }
+}
+
+int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const float *w,
+                      float *out) {
+  if (conv_avx2_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  forward(&g, in, w, out);
+  return 0;
+}
+
+int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
+                       const float *w, float *dw, float *din) {
+  if (conv_avx2_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  backward_w(&g, in, dout, dw);
+  if (din) backward_x(&g, dout, w, din);
+  return 0;
+}
+
+#else /* not x86-64 with GCC or clang */
+
+int conv_avx2_cpu_ok(void) { return 0; }
+
+int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const float *w,
+                      float *out) {
+  (void)s, (void)B, (void)in, (void)w, (void)out;
+  return -ENOTSUP;
+}
+
+int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
+                       const float *w, float *dw, float *din) {
+  (void)s, (void)B, (void)in, (void)dout, (void)w, (void)dw, (void)din;
+  return -ENOTSUP;
+}
+
+#endif

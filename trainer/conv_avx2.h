@@ -1,0 +1,34 @@
+/* Direct convolution kernels for AVX2 + FMA: the cnn's 5x5 convolutions
+ * (forward, weight gradient, input gradient) computed straight from the CNHW
+ * activations, with no im2col buffer and no sgemm call. They are the fast
+ * path of layers_conv_forward/backward; layers.c keeps the im2col + sgemm
+ * path as the reference they are tested against op by op. Built for any
+ * x86-64 (the AVX2 code is compiled per function and chosen at run time);
+ * elsewhere, or on a CPU without AVX2 and FMA, every call answers -ENOTSUP. */
+#ifndef CTUNE_TRAINER_CONV_AVX2_H
+#define CTUNE_TRAINER_CONV_AVX2_H
+
+#include "backend.h"
+
+/* 1 when this CPU runs the kernels (AVX2 and FMA), else 0. */
+int conv_avx2_cpu_ok(void);
+/* hide = 1 makes conv_avx2_cpu_ok answer 0 from now on, as on a CPU without
+ * AVX2 (for the test of the fallback); hide = 0 asks the CPU again. */
+void conv_avx2_hide_cpu(int hide);
+
+/* 0 when the kernels cover shape s on this CPU, else -ENOTSUP: they need
+ * out_w >= 8 (a row is whole 8-float vectors, the last one overlapping),
+ * out_w <= 64, out_h * (out_w + 7) / 8 <= 512, in_c <= 16 and one image's
+ * input and output (in_c * in_h * in_w, out_c * out_h * out_w) within
+ * 16,384 floats each (the stack buffers of the input gradient). */
+int conv_avx2_supports(const struct layer_shape *s);
+
+/* The same contracts as layers_conv_forward (without bias) and
+ * layers_conv_backward (without db), minus the scratch buffers; -ENOTSUP
+ * (nothing written) when conv_avx2_supports says no. */
+int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const float *w,
+                      float *out);
+int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
+                       const float *w, float *dw, float *din);
+
+#endif
