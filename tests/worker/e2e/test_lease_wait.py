@@ -54,10 +54,11 @@ def body(env):
     assert first < 10, "the first trial waited for the worker's next poll (%.1f s)" % first
     print("first: experiment submitted after registration ended in %.2f s (poll 60 s)" % first)
 
-    # split: four half-CPU trials fill the 2 CPUs; they end 0.3 s apart,
+    # split: four half-CPU trials fill the 2 CPUs; they end 0.2 s apart
+    # (the first after 0.3 s, so that all four are seen running together),
     # the first end's request asks with half a CPU and is held 5 s.
     exp = env.submit(command_config("halves",
-                                    ["sh", "-c", "sleep 0.$((CTUNE_TRIAL_ID % 4 * 3))"],
+                                    ["sh", "-c", "sleep 0.$((CTUNE_TRIAL_ID % 4 * 2 + 3))"],
                                     scheduler=FIFO, num_samples=4,
                                     resources_per_trial={"cpu": 0.5}))
     wait_for(lambda: env.experiment(exp)["counts"].get("RUNNING", 0) == 4, 10, "4 halves running")
