@@ -976,6 +976,69 @@ static int api_viol_take(struct server *s, const struct api_req *req, struct api
   return rc;
 }
 
+/* An experiment's trials scored by every objective under a scope, the
+ * infeasible ones blanked: what the front (/pareto) and a trial's rank
+ * (GET /trials/{id}) are computed from. Taken under the model lock (the
+ * spec and the trial ids), read without it (SQLite). */
+struct api_scored {
+  int64_t exp_id;
+  int k;
+  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
+  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
+  struct experiment_spec cons; /* its constraints only */
+  size_t n, ninfeasible;       /* infeasible: scored for every objective, yet blanked */
+  int64_t *ids;                /* sorted */
+  double *scores;              /* n x k, NaN where unscored or infeasible */
+};
+
+/* Lock held. */
+static int api_scored_take(const struct srv_experiment *e, struct api_scored *sc) {
+  memset(sc, 0, sizeof *sc);
+  sc->exp_id = e->id;
+  sc->k = e->spec.nobjectives;
+  memcpy(sc->names, e->spec.objectives, sizeof sc->names);
+  memcpy(sc->modes, e->spec.modes, sizeof sc->modes);
+  sc->cons.nconstraints = e->spec.nconstraints;
+  memcpy(sc->cons.constraints, e->spec.constraints, sizeof sc->cons.constraints);
+  sc->n = (size_t)e->ntrials;
+  sc->ids = malloc((sc->n ? sc->n : 1) * sizeof *sc->ids);
+  sc->scores = malloc((sc->n ? sc->n : 1) * (size_t)sc->k * sizeof *sc->scores);
+  if (!sc->ids || !sc->scores) return -ENOMEM;
+  for (size_t i = 0; i < sc->n; i++) sc->ids[i] = e->trials[i]->id;
+  return 0;
+}
+
+/* Lock not held. */
+static int api_scored_read(struct server *s, struct api_scored *sc, enum best_scope scope) {
+  size_t n = sc->n, k = (size_t)sc->k;
+  qsort(sc->ids, n, sizeof *sc->ids, api_cmp_id);
+  for (size_t i = 0; i < n * k; i++) sc->scores[i] = NAN;
+  commit_flush(s->commit);
+  int rc = 0;
+  for (int j = 0; !rc && j < sc->k; j++)
+    rc = api_pareto_scores(s, sc->exp_id, sc->names[j], sc->modes[j], scope, sc->ids, n, sc->k, j,
+                           sc->scores);
+  if (rc || !sc->cons.nconstraints) return rc;
+  /* Outcome constraints: an infeasible trial (under the same scope) is on
+   * no front and has no rank. */
+  double *viol = malloc((n ? n : 1) * sizeof *viol);
+  if (!viol) return -ENOMEM;
+  rc = api_violations(s, sc->exp_id, &sc->cons, scope, sc->ids, n, viol);
+  for (size_t i = 0; !rc && i < n; i++) {
+    int scored = 1;
+    for (size_t j = 0; j < k; j++) scored &= isfinite(sc->scores[i * k + j]);
+    sc->ninfeasible += scored && viol[i] != 0;
+  }
+  if (!rc) constraint_drop_points(sc->scores, n, sc->k, viol);
+  free(viol);
+  return rc;
+}
+
+static void api_scored_free(struct api_scored *sc) {
+  free(sc->ids);
+  free(sc->scores);
+}
+
 int api_experiment_pareto(struct server *s, const struct api_req *req, struct api_resp *resp) {
   const char *scope_s = req->query(req->conn, "scope");
   enum best_scope scope;
@@ -997,63 +1060,38 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
                      "(metric and mode as lists)",
                      (long long)e->id);
   }
-  int64_t exp_id = e->id;
-  int k = e->spec.nobjectives;
-  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
-  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
-  memcpy(names, e->spec.objectives, sizeof names);
-  memcpy(modes, e->spec.modes, sizeof modes);
-  struct experiment_spec cons; /* its constraints only */
-  memset(&cons, 0, sizeof cons);
-  cons.nconstraints = e->spec.nconstraints;
-  memcpy(cons.constraints, e->spec.constraints, sizeof cons.constraints);
-  size_t n = (size_t)e->ntrials, ninfeasible = 0;
-  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
-  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
-  double *viol = malloc((n ? n : 1) * sizeof *viol);
+  struct api_scored sc;
+  int rc = api_scored_take(e, &sc);
+  size_t n = sc.n;
+  int k = sc.k;
   unsigned char *on = malloc(n ? n : 1);
-  int rc = ids && scores && viol && on ? 0 : -ENOMEM;
-  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  if (!rc && !on) rc = -ENOMEM;
   server_unlock(s);
   cJSON *o = NULL, *arr = NULL, *m = NULL, *d = NULL;
   size_t nf = 0;
   if (rc) goto out;
-  qsort(ids, n, sizeof *ids, api_cmp_id);
-  for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
-  commit_flush(s->commit);
-  for (int j = 0; !rc && j < k; j++)
-    rc = api_pareto_scores(s, exp_id, names[j], modes[j], scope, ids, n, k, j, scores);
-  /* Outcome constraints: an infeasible trial (under the same scope) is not
-   * on the front; how many scored ones that leaves out is said. */
-  if (!rc && cons.nconstraints) {
-    rc = api_violations(s, exp_id, &cons, scope, ids, n, viol);
-    for (size_t i = 0; !rc && i < n; i++) {
-      int scored = 1;
-      for (int j = 0; j < k; j++) scored &= isfinite(scores[i * (size_t)k + (size_t)j]);
-      ninfeasible += scored && viol[i] != 0;
-    }
-    if (!rc) constraint_drop_points(scores, n, k, viol);
-  }
-  if (!rc) rc = pareto_front(scores, n, k, modes, on, &nf);
+  rc = api_scored_read(s, &sc, scope);
+  if (!rc) rc = pareto_front(sc.scores, n, k, sc.modes, on, &nf);
   if (rc) goto out;
   rc = -ENOMEM;
-  if (!(o = cJSON_CreateObject()) || !cJSON_AddNumberToObject(o, "experiment_id", (double)exp_id) ||
+  if (!(o = cJSON_CreateObject()) ||
+      !cJSON_AddNumberToObject(o, "experiment_id", (double)sc.exp_id) ||
       !(m = cJSON_AddArrayToObject(o, "metrics")) || !(d = cJSON_AddArrayToObject(o, "modes")) ||
       !cJSON_AddStringToObject(o, "scope", best_scope_name(scope)) ||
-      (cons.nconstraints && !cJSON_AddNumberToObject(o, "infeasible", (double)ninfeasible)) ||
+      (sc.cons.nconstraints && !cJSON_AddNumberToObject(o, "infeasible", (double)sc.ninfeasible)) ||
       !(arr = cJSON_AddArrayToObject(o, "trials")))
     goto out;
   for (int j = 0; j < k; j++)
-    if (!cJSON_AddItemToArray(m, cJSON_CreateString(names[j])) ||
-        !cJSON_AddItemToArray(d, cJSON_CreateString(modes[j] == SPEC_MODE_MAX ? "max" : "min")))
+    if (!cJSON_AddItemToArray(m, cJSON_CreateString(sc.names[j])) ||
+        !cJSON_AddItemToArray(d, cJSON_CreateString(sc.modes[j] == SPEC_MODE_MAX ? "max" : "min")))
       goto out;
-  if (api_pareto_summary(s, o, exp_id, ids, scores, on, n, k, modes)) goto out;
+  if (api_pareto_summary(s, o, sc.exp_id, sc.ids, sc.scores, on, n, k, sc.modes)) goto out;
   server_lock(s);
   rc = 0;
   for (size_t i = 0; !rc && i < n; i++) {
     if (!on[i]) continue;
     /* The lock was let go meanwhile: a deleted trial is left out. */
-    struct srv_trial *t = state_trial_ref(s, ids[i]);
+    struct srv_trial *t = state_trial_ref(s, sc.ids[i]);
     if (!t) continue;
     cJSON *row = cJSON_CreateObject(), *vals = NULL;
     int ok = row && cJSON_AddItemToArray(arr, row) &&
@@ -1061,16 +1099,14 @@ int api_experiment_pareto(struct server *s, const struct api_req *req, struct ap
              cJSON_AddStringToObject(row, "status", trial_status_names[t->status]) &&
              cJSON_AddItemToObject(row, "config", api_parsed_or_null(t->config)) &&
              (vals = cJSON_AddObjectToObject(row, "values")) &&
-             (!cons.nconstraints || cJSON_AddBoolToObject(row, "feasible", 1));
+             (!sc.cons.nconstraints || cJSON_AddBoolToObject(row, "feasible", 1));
     for (int j = 0; ok && j < k; j++)
-      ok = cJSON_AddNumberToObject(vals, names[j], scores[i * (size_t)k + (size_t)j]) != NULL;
+      ok = cJSON_AddNumberToObject(vals, sc.names[j], sc.scores[i * (size_t)k + (size_t)j]) != NULL;
     if (!ok) rc = -ENOMEM; /* row, once made, is arr's */
   }
   server_unlock(s);
 out:
-  free(ids);
-  free(scores);
-  free(viol);
+  api_scored_free(&sc);
   free(on);
   if (rc) {
     cJSON_Delete(o);
@@ -1087,43 +1123,19 @@ int api_pareto_rank_add(struct server *s, int64_t trial_id, cJSON *o) {
     server_unlock(s);
     return 0;
   }
+  struct api_scored sc;
   int rc = state_experiment_warm(s, e);
-  int64_t exp_id = e->id;
-  int k = e->spec.nobjectives;
-  char names[SPEC_MAX_OBJECTIVES][SPEC_NAME_MAX + 1];
-  enum spec_mode modes[SPEC_MAX_OBJECTIVES];
-  memcpy(names, e->spec.objectives, sizeof names);
-  memcpy(modes, e->spec.modes, sizeof modes);
-  struct experiment_spec cons; /* its constraints only */
-  memset(&cons, 0, sizeof cons);
-  cons.nconstraints = e->spec.nconstraints;
-  memcpy(cons.constraints, e->spec.constraints, sizeof cons.constraints);
-  size_t n = rc ? 0 : (size_t)e->ntrials;
-  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
-  double *scores = malloc((n ? n : 1) * (size_t)k * sizeof *scores);
-  double *viol = malloc((n ? n : 1) * sizeof *viol);
-  if (!rc && (!ids || !scores || !viol)) rc = -ENOMEM;
-  for (size_t i = 0; !rc && i < n; i++) ids[i] = e->trials[i]->id;
+  if (!rc)
+    rc = api_scored_take(e, &sc);
+  else
+    memset(&sc, 0, sizeof sc);
   server_unlock(s);
   /* Its rank among its experiment's trials by their last results. */
   int rank = 0;
-  if (!rc) {
-    qsort(ids, n, sizeof *ids, api_cmp_id);
-    for (size_t i = 0; i < n * (size_t)k; i++) scores[i] = NAN;
-    commit_flush(s->commit);
-  }
-  for (int j = 0; !rc && j < k; j++)
-    rc = api_pareto_scores(s, exp_id, names[j], modes[j], BEST_SCOPE_LAST, ids, n, k, j, scores);
-  /* Outcome constraints: an infeasible trial has no rank, as it is on no front. */
-  if (!rc && cons.nconstraints) {
-    rc = api_violations(s, exp_id, &cons, BEST_SCOPE_LAST, ids, n, viol);
-    if (!rc) constraint_drop_points(scores, n, k, viol);
-  }
-  const int64_t *at = rc ? NULL : bsearch(&trial_id, ids, n, sizeof *ids, api_cmp_id);
-  if (at) rc = hypervolume_rank_of(scores, n, k, modes, (size_t)(at - ids), &rank);
-  free(ids);
-  free(scores);
-  free(viol);
+  if (!rc) rc = api_scored_read(s, &sc, BEST_SCOPE_LAST);
+  const int64_t *at = rc ? NULL : bsearch(&trial_id, sc.ids, sc.n, sizeof *sc.ids, api_cmp_id);
+  if (at) rc = hypervolume_rank_of(sc.scores, sc.n, sc.k, sc.modes, (size_t)(at - sc.ids), &rank);
+  api_scored_free(&sc);
   if (rc) return rc;
   cJSON *v = rank ? cJSON_AddNumberToObject(o, "pareto_rank", rank)
                   : cJSON_AddNullToObject(o, "pareto_rank");
