@@ -144,7 +144,7 @@ def body(env):
     # attempt's lines under a line naming it.
     w3 = env.start_worker("c", "--cpus", "1")
     log = wait_for(lambda: (lambda x: "--- attempt 2 " in x and x)(
-        env.api("GET", "/api/v1/trials/%d/logs" % tid)["log"]), 10, "attempt 2's log")
+        env.api("GET", "/api/v1/trials/%d/logs" % tid)["log"]), 30, "attempt 2's log")
     print("log of both attempts:", repr(log))
     a1 = log.index("--- attempt 1 (worker 1) ---\nsleeping in pid ")
     assert a1 == 0 and log.index("--- attempt 2 (worker 2) ---\nsleeping in pid ") > a1, log
