@@ -707,7 +707,7 @@ def failures(st):
                          "quarantine_reason": "failed 3 trials in a row (the last: trial_exit: RuntimeError: "
                                               "CUDA error: an illegal memory access (device 0xN)) while "
                                               "worker 1 (good-box) succeeded"}
-    return {"exp": eid, "config_trials": ids[-4:], "machine_trials": ids[:3], "bad_worker": 2}
+    return {"failures_exp": eid, "config_trials": ids[-4:], "machine_trials": ids[:3], "bad_worker": 2}
 
 
 def control(st):
@@ -761,9 +761,8 @@ def main():
     ap.add_argument("--control", action="store_true",
                     help="fill it for the controls: a running and a finished experiment")
     ap.add_argument("--outcomes", action="store_true",
-                    help="fill it with outcomes: an all-ERROR experiment, a mixed one, attempts")
-    ap.add_argument("--failures", action="store_true",
-                    help="fill it with failures told apart and a quarantined worker")
+                    help="fill it with outcomes: an all-ERROR experiment, a mixed one, attempts, "
+                         "failures told apart and a quarantined worker")
     ap.add_argument("--viewer-token", help="a read-only token (GETs only; the server's viewer=)")
     ap.add_argument("--no-role-header", action="store_true",
                     help="send no X-Ctune-Role (as a server that predates it)")
@@ -779,13 +778,11 @@ def main():
         roles = control(Handler.state)
     if a.outcomes:
         roles = outcomes(Handler.state)
-    if a.failures:
-        roles = failures(Handler.state)
+        roles.update(failures(Handler.state))
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
     if roles:
-        print(("control: " if a.control else "outcomes: " if a.outcomes
-               else "failures: " if a.failures else "decisions: ")
+        print(("control: " if a.control else "outcomes: " if a.outcomes else "decisions: ")
               + json.dumps(roles), flush=True)
     try:
         srv.serve_forever()
