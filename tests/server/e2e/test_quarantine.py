@@ -37,11 +37,11 @@ def wait(what, pred, timeout=30):
     raise AssertionError("timed out waiting for " + what)
 
 
-def worker(s, d, name, env=None, args=()):
+def worker(s, d, name, env=None, args=(), cpus=1):
     log = open(os.path.join(d, name + ".log"), "wb")
     return subprocess.Popen(
         [os.path.join(BIN_DIR, "ctune-worker"), "--server", "http://%s:%d" % (s.host, s.port),
-         "--cpus", "1", "--token-file", s.db + ".tokens", "--name", name,
+         "--cpus", str(cpus), "--token-file", s.db + ".tokens", "--name", name,
          "--work-dir", os.path.join(d, name), "--poll-ms", "50", "--no-cgroup"] + list(args),
         stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ, **(env or {})))
 
