@@ -144,6 +144,11 @@ def check_failure_view(h, d, base, r):
     ids = sorted(int(x.get_attribute("data-id")) for x in shown)
     assert ids == sorted(r["config_trials"]), (ids, r["config_trials"])
     assert all(x.find_element("css selector", ".tag.attr").text == "config" for x in shown)
+    # The trial's page says it too, beside its error.
+    d.get(base + "/#/trials/%d" % r["config_trials"][0])
+    h.wait_ready(d, "trial")
+    h.wait("the attribution on the trial page", lambda: d.find_element("id", "trial-attribution").text
+           == "Attribution: config")
 
 
 def check_workers(h, d, base, r):
