@@ -358,10 +358,10 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
   int rc = decide_donor_done(s, t, ticket);
   if (rc) return rc;
   if (a->fence == FENCE_FINAL) return 0; /* ended by this lease: the same answer */
-  /* A pause or exploit due at the lease's end: PAUSED / PENDING, not ended. */
   /* A success for its worker, and for the failures of it elsewhere. */
   rc = quarantine_on_success(s, t, server_worker(s, t->worker_id), ticket);
   if (rc) return rc;
+  /* A pause or exploit due at the lease's end: PAUSED / PENDING, not ended. */
   rc = decide_lease_end(s, t, ticket);
   if (rc) return rc < 0 ? rc : 0;
   t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
