@@ -37,6 +37,7 @@ static const struct cmd_info CMDS[] = {
     {"edit", CMD_EDIT, "EXP", 1, "--max-concurrent --priority --notes --tag --json"},
     {"stop", CMD_STOP, "TRIAL", 2, "--json"},
     {"delete", CMD_DELETE, "EXP", 1, "--force --json"},
+    {"release-worker", CMD_RELEASE_WORKER, "WORKER", 1, "--json"},
     {"help", CMD_HELP, NULL, 0, ""},
     {"version", CMD_VERSION, NULL, 0, ""},
 };

@@ -26,6 +26,7 @@ enum cli_cmd {
   CMD_EDIT,
   CMD_STOP,
   CMD_DELETE,
+  CMD_RELEASE_WORKER, /* an admin puts a quarantined worker back (cli/control.c) */
 };
 
 #define CLI_MAX_TAGS 32

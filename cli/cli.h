@@ -73,6 +73,7 @@ int cmd_trials(const struct cli_args *a);
 int cmd_best(const struct cli_args *a);
 int cmd_logs(const struct cli_args *a);
 int cmd_trial(const struct cli_args *a);
+int cmd_release_worker(const struct cli_args *a);
 int cmd_cancel(const struct cli_args *a);
 /* a user's control of a live experiment (cli/control.c) */
 int cmd_pause(const struct cli_args *a);

@@ -130,3 +130,10 @@ int cmd_delete(const struct cli_args *a) {
   snprintf(path, sizeof(path), "/api/v1/experiments/%lld%s", a->id, a->force ? "?force=1" : "");
   return control_call(a, "DELETE", path, NULL, "experiment", a->id, "deleted");
 }
+
+int cmd_release_worker(const struct cli_args *a) {
+  char path[128];
+  snprintf(path, sizeof(path), "/api/v1/workers/%lld/release-quarantine", a->id);
+  return control_call(a, "POST", path, "{}", "worker", a->id,
+                      "released from quarantine: it gets leases again");
+}

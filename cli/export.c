@@ -130,7 +130,7 @@ int export_csv(const cJSON *trials, char **out) {
     sbuf_putc(&sb, ',');
     csv_field(&sb, rk.k[i]);
   }
-  sbuf_puts(&sb, ",error\n");
+  sbuf_puts(&sb, ",error,attribution\n");
   cJSON_ArrayForEach(t, arr) {
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(t, "config");
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(t, "last_result");
@@ -151,6 +151,8 @@ int export_csv(const cJSON *trials, char **out) {
     }
     sbuf_putc(&sb, ',');
     csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "error"));
+    sbuf_putc(&sb, ',');
+    csv_value(&sb, cJSON_GetObjectItemCaseSensitive(t, "attribution"));
     sbuf_putc(&sb, '\n');
   }
   rc = sbuf_take(&sb, out);

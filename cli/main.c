@@ -71,6 +71,8 @@ static const char *const HELP =
     "                                       kept); TRIAL is an id or a name\n"
     "  delete EXP [--force]                 remove it with its results, checkpoints\n"
     "                                       and logs; --force: even while trials run\n"
+    "  release-worker WORKER                put a quarantined worker back in service\n"
+    "                                       (admin; the list: GET /api/v1/workers)\n"
     "  export EXP [--format csv|json] [--output FILE]\n"
     "  export EXP --pareto [--scope S]      the Pareto front (several objectives) as\n"
     "                                       csv or json, with its hypervolume (json)\n"
@@ -137,6 +139,8 @@ int main(int argc, char **argv) {
     return cmd_export(&a);
   case CMD_TRIAL:
     return cmd_trial(&a);
+  case CMD_RELEASE_WORKER:
+    return cmd_release_worker(&a);
   }
   return CLI_EXIT_USAGE;
 }

@@ -1008,6 +1008,10 @@ int report_trial_detail(const cJSON *trial, const cJSON *experiment, const cJSON
     error_line(get_str(trial, "error"), line, sizeof(line));
     sbuf_printf(&sb, "Error: %s\n", line);
   }
+  /* docs/scheduling.md#failures-told-apart: who its last failure is on. */
+  const char *attr = get_str(trial, "attribution");
+  if (attr && attr[0] && strspn(attr, "abcdefghijklmnopqrstuvwxyz_") == strlen(attr))
+    sbuf_printf(&sb, "Attribution: %s\n", attr);
   /* Its decisions ("events") and its attempts ("attempts": leases, lost
    * workers, releases, failures) as one history, in seq order. */
   const cJSON *events = get(trial, "events"), *attempts = get(trial, "attempts");

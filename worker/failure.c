@@ -48,6 +48,7 @@ int failure_describe(const struct failure_in *in, const char **reason, char **ms
   int sig = in->term_signal, code = in->exit_code;
   *msg = NULL;
   if (failure_out_of_memory(in)) {
+    /* server/core/attribution.c knows this head (resource): change both. */
     *reason = "out_of_memory";
     snprintf(head, sizeof head,
              "out of memory: the trial is limited to memory_mb %ld (%s); give it more "

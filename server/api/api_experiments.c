@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "api.h"
+#include "attribution.h"
 #include "best.h"
 #include "clock.h"
 #include "constraint.h"
@@ -66,6 +67,8 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
   cJSON *res = NULL;
+  char sig[256];
+  attribution_signature(t->error, sig, sizeof sig);
   int ok =
       cJSON_AddNumberToObject(o, "id", (double)t->id) &&
       cJSON_AddNumberToObject(o, "experiment_id", (double)t->experiment_id) &&
@@ -89,6 +92,12 @@ cJSON *api_trial_view_json(const struct api_trial_view *v) {
       cJSON_AddItemToObject(o, "exit_code",
                             t->has_exit_code ? cJSON_CreateNumber(t->exit_code)
                                              : cJSON_CreateNull()) &&
+      /* docs/scheduling.md#failures-told-apart: its last failure's, or null */
+      cJSON_AddItemToObject(o, "attribution",
+                            t->attribution ? cJSON_CreateString(attribution_name(t->attribution))
+                                           : cJSON_CreateNull()) &&
+      cJSON_AddItemToObject(o, "error_signature",
+                            t->error ? cJSON_CreateString(sig) : cJSON_CreateNull()) &&
       cJSON_AddNumberToObject(o, "num_failures", t->num_failures) &&
       cJSON_AddNumberToObject(o, "attempt", t->attempt) &&
       cJSON_AddItemToObject(o, "worker_id",

@@ -9,6 +9,7 @@
 #include "api.h"
 #include "auth.h"
 #include "clock.h"
+#include "quarantine.h"
 #include "workers.h"
 #include "log.h"
 #include "decide.h"
@@ -353,10 +354,15 @@ cJSON *api_worker_json(struct server *s, const struct srv_worker *w) {
       (run = cJSON_AddArrayToObject(o, "running_trials")) &&
       cJSON_AddNumberToObject(o, "last_heartbeat", w->last_heartbeat) &&
       cJSON_AddStringToObject(o, "status",
-                              w->gone == 2 ? "deregistered"
-                              : w->gone    ? "pruned"
-                              : w->lost    ? "lost"
-                                           : "alive");
+                              w->gone == 2       ? "deregistered"
+                              : w->gone          ? "pruned"
+                              : w->quarantine[0] ? "quarantined"
+                              : w->lost          ? "lost"
+                                                 : "alive") &&
+      /* docs/server.md#quarantine: why it gets no lease, or null */
+      cJSON_AddItemToObject(o, "quarantine_reason",
+                            w->quarantine[0] ? cJSON_CreateString(w->quarantine)
+                                             : cJSON_CreateNull());
   /* Only a worker charged with running trials costs a scan of them. */
   for (int64_t j = 0; ok && w->nrunning > 0 && j < s->ntrials; j++) {
     const struct srv_trial *t = s->trials[j];
@@ -418,6 +424,24 @@ int api_worker_deregister(struct server *s, const struct api_req *req, struct ap
     cJSON_Delete(o);
     return -ENOMEM;
   }
+  return api_json(resp, 200, o);
+}
+
+/* An admin puts a quarantined worker back in service
+ * (docs/server.md#quarantine); 409 not_quarantined when it is not. */
+int api_worker_release_quarantine(struct server *s, const struct api_req *req,
+                                  struct api_resp *resp) {
+  int rc = 0;
+  cJSON *o = NULL;
+  server_lock(s);
+  struct srv_worker *w = api_find_worker(s, req, resp);
+  if (w) rc = quarantine_release(s, w, &resp->ticket);
+  if (w && !rc && !(o = api_worker_json(s, w))) rc = -ENOMEM;
+  server_unlock(s);
+  if (rc == -EALREADY)
+    return api_error(resp, 409, "not_quarantined", req->path, "worker %lld is not quarantined",
+                     (long long)req->match->ids[0]);
+  if (!w || rc) return rc;
   return api_json(resp, 200, o);
 }
 

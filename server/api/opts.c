@@ -9,11 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "quarantine.h"
+
 const char opts_usage[] =
     "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
     "                    [--no-auth] [--allowed-host NAME[:PORT]]...\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
-    "                    [--worker-retention-s S]\n"
+    "                    [--worker-retention-s S] [--quarantine-after K]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
     "                    [--durability full|normal] [--tls-cert FILE --tls-key FILE]\n"
     "                    [--web-dir DIR] [--vendor-dir DIR]\n"
@@ -38,6 +40,9 @@ const char opts_usage[] =
     "  --worker-retention-s S  a lost worker leaves GET /api/v1/workers after S seconds\n"
     "                          of silence (default 3600); it is listed again if it comes\n"
     "                          back. A worker that stops cleanly deregisters at once\n"
+    "  --quarantine-after K    a worker that fails K trials in a row while other workers\n"
+    "                          succeed gets no more leases until an admin releases it\n"
+    "                          (default 3; 0: never)\n"
     "  --threads N             HTTP threads (default 2)\n"
     "  --max-checkpoint-mb N   largest checkpoint accepted (default 256)\n"
     "  --wal-checkpoint-frames N  WAL pages after which the writer completes a\n"
@@ -120,7 +125,8 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
                                .max_checkpoint_bytes = 256LL * 1024 * 1024,
                                .wal_frames = 8192,
                                .sync_full = 1,
-                               .worker_retention_s = 3600};
+                               .worker_retention_s = 3600,
+                               .quarantine_after = QUARANTINE_AFTER_DEFAULT};
   *action = OPTS_RUN;
   static char web_near[PATH_MAX], vendor_near[PATH_MAX];
   o->web_dir = opts_beside_exe(web_near, sizeof web_near, "share/ctune/web", "index.html",
@@ -211,6 +217,9 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     } else if (!strcmp(name, "--worker-retention-s")) {
       if (opts_number(name, v, 0.1, 1e9, &x, err, errlen)) return -EINVAL;
       o->worker_retention_s = x;
+    } else if (!strcmp(name, "--quarantine-after")) {
+      if (opts_integer(name, v, 0, QUARANTINE_RECENT, &x, err, errlen)) return -EINVAL;
+      o->quarantine_after = (int)x;
     } else if (!strcmp(name, "--threads")) {
       if (opts_integer(name, v, 1, 64, &x, err, errlen)) return -EINVAL;
       o->threads = (int)x;

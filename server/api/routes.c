@@ -30,6 +30,7 @@ enum {
   H_EVENTS,
   H_WORKER_DEREGISTER,
   H_WORKER_REVOKE,
+  H_WORKER_RELEASE_QUARANTINE,
   H_VENDOR,
   H_STATIC,
   H_EXP_PAUSE,
@@ -67,6 +68,7 @@ int api_worker_lease(struct server *, const struct api_req *, struct api_resp *)
 int sse_events(struct server *, const struct api_req *, struct api_resp *);
 int api_worker_deregister(struct server *, const struct api_req *, struct api_resp *);
 int api_worker_revoke_all(struct server *, const struct api_req *, struct api_resp *);
+int api_worker_release_quarantine(struct server *, const struct api_req *, struct api_resp *);
 int api_static_vendor(struct server *, const struct api_req *, struct api_resp *);
 int api_static_web(struct server *, const struct api_req *, struct api_resp *);
 int api_experiment_pause(struct server *, const struct api_req *, struct api_resp *);
@@ -108,6 +110,7 @@ const struct route api_routes[] = {
     {RM_POST, "/api/v1/workers/{id}/lease", RA_WORKER, H_LEASE},
     {RM_POST, "/api/v1/workers/{id}/deregister", RA_WORKER, H_WORKER_DEREGISTER},
     {RM_POST, "/api/v1/workers/revoke", RA_ADMIN, H_WORKER_REVOKE},
+    {RM_POST, "/api/v1/workers/{id}/release-quarantine", RA_ADMIN, H_WORKER_RELEASE_QUARANTINE},
     {RM_GET, "/api/v1/events", RA_ADMIN, H_EVENTS},
     /* Static files carry no data: the dashboard page loads without a token
      * and then calls the API with one. */
@@ -144,6 +147,7 @@ const api_handler api_handlers[H_COUNT] = {
     [H_EVENTS] = sse_events,
     [H_WORKER_DEREGISTER] = api_worker_deregister,
     [H_WORKER_REVOKE] = api_worker_revoke_all,
+    [H_WORKER_RELEASE_QUARANTINE] = api_worker_release_quarantine,
     [H_VENDOR] = api_static_vendor,
     [H_STATIC] = api_static_web,
     [H_EXP_PAUSE] = api_experiment_pause,

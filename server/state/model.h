@@ -125,7 +125,19 @@ struct srv_trial {
   uint64_t lease_deadline_ms; /* monotonic; 0: not set yet (after a load) */
   uint64_t unlisted_since_ms; /* first heartbeat of its worker that left it out */
   uint64_t listed_gen;        /* the heartbeat that last listed it */
-  int stuck_noted;            /* the attempt whose "undelivered" event is stored (0: none) */
+  /* Failures told apart (quarantine.c, docs/scheduling.md#failures-told-apart):
+   * the attribution of its last failed attempt (enum attribution; persisted,
+   * migration 016), and in memory the worker and signature hash of that
+   * failure, whether it was retried elsewhere once already (then the worker
+   * that failed it is avoided until avoid_until_ms), and its result count
+   * when the current lease began (a result before the failure). */
+  int attribution;
+  int64_t fail_worker_id;
+  uint32_t fail_sig;
+  int retried_elsewhere;
+  uint64_t avoid_until_ms;
+  size_t lease_nres;
+  int stuck_noted; /* the attempt whose "undelivered" event is stored (0: none) */
   /* Its experiment was deleted; the struct stays as a tombstone in s->trials
    * (ids are indexes), server_trial hides it. */
   int deleted;
@@ -211,6 +223,9 @@ struct srv_experiment {
   uint64_t read_ms; /* monotonic: its trials were last needed (cold 60 s later) */
 };
 
+/* Failed attempts a worker remembers (the rest of a longer streak is a count). */
+#define QUARANTINE_RECENT 16
+
 struct srv_worker {
   int64_t id;
   char *name;
@@ -234,6 +249,17 @@ struct srv_worker {
   /* 1 pruned (lost past --worker-retention-s; listed again when it comes
    * back), 2 deregistered (a clean stop: unknown from then on). */
   int gone;
+  /* Quarantine (quarantine.c): why it gets no lease ("": in service;
+   * persisted, migration 016), its successes, and the failures of its
+   * current streak (the last QUARANTINE_RECENT of them: bounded memory);
+   * confirmed: that trial then ended well on another worker. */
+  char quarantine[256];
+  int64_t nok;
+  int fail_streak, nrecent;
+  struct worker_failure {
+    int64_t trial_id;
+    int counted, confirmed;
+  } recent[QUARANTINE_RECENT];
 };
 
 struct server_options {
@@ -255,6 +281,9 @@ struct server_options {
   const char *allowed_hosts[16];    /* --allowed-host NAME: more Host names served */
   int nallowed_hosts;
   double worker_retention_s; /* lost workers leave the list after it */
+  /* --quarantine-after K: K failures in a row while other workers succeed
+   * take a worker out of service (0: never; docs/server.md#quarantine). */
+  int quarantine_after;
 };
 
 /* Ids (trials or experiments) due at a time, in the order queued (each push

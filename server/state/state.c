@@ -17,6 +17,7 @@
 #include "events.h"
 #include "jsonout.h"
 #include "log.h"
+#include "quarantine.h"
 #include "decide.h"
 #include "secret.h"
 #include "testhook.h"
@@ -202,7 +203,7 @@ int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, 
 int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double gpu,
                       int64_t memory_mb, int has_memory, struct srv_trial **out, uint64_t *ticket) {
   *out = NULL;
-  if (w->lost) return 0;
+  if (w->lost || w->quarantine[0]) return 0; /* quarantine.h: out of service */
   /* The server's own accounting caps what the worker says is free. */
   double fc = w->cpu - w->used_cpu, fg = w->gpu - w->used_gpu;
   if (cpu < fc) fc = cpu;
@@ -223,6 +224,7 @@ int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double
     s->capfair = s->nlive;
   }
   int64_t nc = 0;
+  uint64_t now_ms = clock_mono_ms();
   for (int64_t i = 0; i < s->nlive; i++) {
     struct srv_experiment *e = s->live[i];
     if (e->status != ES_RUNNING) continue;
@@ -248,6 +250,13 @@ int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double
         t = NULL;
         e->pending_cursor++;
       }
+    }
+    /* A trial being retried elsewhere passes its failed worker by: the next
+     * PENDING one, or a new one, goes to it instead. */
+    for (int64_t c = e->pending_cursor + 1; t && quarantine_avoid(s, t, w, now_ms);) {
+      t = NULL;
+      while (!t && c < e->ntrials)
+        if ((t = e->trials[c++])->status != TS_PENDING) t = NULL;
     }
     /* A scheduler that waits (HyperBand's halving) passes to the next. */
     if (!t && state_lease_choose(s, e, can_new, &t, ticket)) continue;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution.h"
 #include "clock.h"
 #include "log.h"
 #include "state.h"
@@ -208,6 +209,8 @@ static int load_trial_fill(struct srv_trial *t, const struct store_trial_row *r,
   t->has_exit_code = r->has_exit_code;
   t->exit_code = r->exit_code;
   t->num_failures = r->num_failures;
+  int attr = attribution_parse(r->attribution ? r->attribution : ""); /* 016 */
+  t->attribution = attr > 0 ? attr : 0;
   t->attempt = r->attempt;
   t->worker_id = r->worker_id;
   t->created_at = r->created_at;
@@ -408,6 +411,7 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   w->memory_mb = r->memory_mb;
   w->registered_at = r->registered_at;
   memcpy(w->secret, r->secret, sizeof w->secret);
+  memcpy(w->quarantine, r->quarantine, sizeof w->quarantine); /* 016: still out */
   /* A restart counts as a heartbeat from everyone
    * (docs/protocol.md#a-restart-counts-as-a-heartbeat). */
   w->last_heartbeat = clock_wall_s();

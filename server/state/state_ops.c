@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution.h"
 #include "clock.h"
 #include "events.h"
 #include "state.h"
@@ -40,31 +41,33 @@ static struct trial_op *trial_op_make(const struct srv_trial *t) {
     trial_op_free(op);
     return NULL;
   }
-  op->row = (struct store_trial_row){.id = t->id,
-                                     .experiment_id = t->experiment_id,
-                                     .idx = t->idx,
-                                     .name = op->name,
-                                     .status = trial_status_names[t->status],
-                                     .stopped_early = t->stopped_early,
-                                     .config = op->config,
-                                     .bracket = t->bracket,
-                                     .error = op->error,
-                                     .has_exit_code = t->has_exit_code,
-                                     .exit_code = t->exit_code,
-                                     .num_failures = t->num_failures,
-                                     .attempt = t->attempt,
-                                     .worker_id = t->worker_id,
-                                     .created_at = t->created_at,
-                                     .started_at = t->started_at,
-                                     .ended_at = t->ended_at,
-                                     .updated_seq = t->updated_seq,
-                                     .reason = op->reason,
-                                     .generation = t->generation, /* PBT exploits applied */
-                                     /* the decision due at the lease's end (migration 009) */
-                                     .lease_end_action =
-                                         decide_action_text(t, op->lease_end, sizeof op->lease_end),
-                                     .has_ck_time_total = t->has_ck_time_total,
-                                     .ck_time_total_s = t->ck_time_total_s};
+  op->row = (struct store_trial_row){
+      .id = t->id,
+      .experiment_id = t->experiment_id,
+      .idx = t->idx,
+      .name = op->name,
+      .status = trial_status_names[t->status],
+      .stopped_early = t->stopped_early,
+      .config = op->config,
+      .bracket = t->bracket,
+      .error = op->error,
+      .has_exit_code = t->has_exit_code,
+      .exit_code = t->exit_code,
+      .num_failures = t->num_failures,
+      .attempt = t->attempt,
+      .worker_id = t->worker_id,
+      .created_at = t->created_at,
+      .started_at = t->started_at,
+      .ended_at = t->ended_at,
+      .updated_seq = t->updated_seq,
+      .reason = op->reason,
+      .generation = t->generation, /* PBT exploits applied */
+      /* the decision due at the lease's end (migration 009) */
+      .lease_end_action = decide_action_text(t, op->lease_end, sizeof op->lease_end),
+      .has_ck_time_total = t->has_ck_time_total,
+      .ck_time_total_s = t->ck_time_total_s,
+      /* 016: NULL when it never failed */
+      .attribution = t->attribution ? attribution_name(t->attribution) : NULL};
   state_trial_summary_row(t, &op->row); /* 011: bounded memory */
   return op;
 }
@@ -180,7 +183,8 @@ int state_persist_worker(struct server *s, struct srv_worker *w, uint64_t *ticke
                                       .registered_at = w->registered_at,
                                       .last_heartbeat = w->last_heartbeat};
   memcpy(op->row.secret, w->secret, sizeof op->row.secret);
-  events_note(s, EV_WORKER, w->id, 0, NULL); /* the change feed */
+  memcpy(op->row.quarantine, w->quarantine, sizeof op->row.quarantine); /* 016 */
+  events_note(s, EV_WORKER, w->id, 0, NULL);                            /* the change feed */
   return commit_enqueue(s->commit, worker_op_apply, worker_op_free, op, ticket);
 }
 

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution.h"
 #include "clock.h"
 #include "decide.h"
 #include "jsonout.h"
 #include "log.h"
+#include "quarantine.h"
 #include "state_internal.h"
 
 _Static_assert(TS_PENDING == 0, "a trial is made PENDING by calloc (state_create_trial)");
@@ -189,6 +191,7 @@ static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker 
   int rc = trial_set_status(s, t, TS_RUNNING);
   if (rc) return rc;
   t->attempt++;
+  t->lease_nres = t->nres; /* a failure with more had a result first */
   t->started_at = clock_wall_s();
   state_charge(s, w, t);
   t->lease_final = 0;
@@ -355,6 +358,9 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
   int rc = decide_donor_done(s, t, ticket);
   if (rc) return rc;
   if (a->fence == FENCE_FINAL) return 0; /* ended by this lease: the same answer */
+  /* A success for its worker, and for the failures of it elsewhere. */
+  rc = quarantine_on_success(s, t, server_worker(s, t->worker_id), ticket);
+  if (rc) return rc;
   /* A pause or exploit due at the lease's end: PAUSED / PENDING, not ended. */
   rc = decide_lease_end(s, t, ticket);
   if (rc) return rc < 0 ? rc : 0;
@@ -367,7 +373,7 @@ static int trial_complete(struct server *s, struct srv_trial *t, struct trial_ev
 /* A failed attempt in the trial's history: the error's first line (the
  * whole error is the trial's "error") and whether it is tried again. */
 static int trial_note_failure(struct server *s, struct srv_trial *t, int64_t max_failures,
-                              uint64_t *ticket) {
+                              int counts, uint64_t *ticket) {
   char who[300], first[200], line[640];
   trial_worker_label(s, t->worker_id, who, sizeof who);
   size_t n = strcspn(t->error, "\n");
@@ -377,11 +383,19 @@ static int trial_note_failure(struct server *s, struct srv_trial *t, int64_t max
     while (n > 0 && ((unsigned char)t->error[n] & 0xC0) == 0x80) n--;
   }
   snprintf(first, sizeof first, "%.*s", (int)n, t->error);
-  if (t->num_failures <= max_failures)
-    snprintf(line, sizeof line, "attempt %d on %s failed: %s; tried again (%d of %lld)", t->attempt,
-             who, first, t->num_failures, (long long)max_failures);
+  const char *attr = attribution_name(t->attribution);
+  if (!counts)
+    snprintf(line, sizeof line,
+             "attempt %d on %s failed: %s; attribution %s; tried again on another worker, "
+             "not counted",
+             t->attempt, who, first, attr);
+  else if (t->num_failures <= max_failures)
+    snprintf(line, sizeof line,
+             "attempt %d on %s failed: %s; attribution %s; tried again (%d of %lld)", t->attempt,
+             who, first, attr, t->num_failures, (long long)max_failures);
   else
-    snprintf(line, sizeof line, "attempt %d on %s failed: %s", t->attempt, who, first);
+    snprintf(line, sizeof line, "attempt %d on %s failed: %s; attribution %s", t->attempt, who,
+             first, attr);
   return trial_attempt_note(s, t, "failed", line, t->nres > 0, t->nres ? t->last_t : 0, ticket);
 }
 
@@ -399,22 +413,31 @@ static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_
   t->error = copy;
   t->has_exit_code = a->has_exit_code;
   t->exit_code = a->has_exit_code ? a->exit_code : 0;
-  t->num_failures++;
-  t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
-  int rc = trial_note_failure(s, t, e->spec.max_failures, ticket);
+  /* docs/scheduling.md#failures-told-apart: a machine's failure, and the
+   * one retry elsewhere, do not count against the trial. */
+  int counts = 1;
+  int rc = quarantine_on_fail(s, t, clock_mono_ms(), &counts, ticket);
   if (rc) return rc;
-  int due = 0;
-  if (t->num_failures <= e->spec.max_failures && (due = decide_lease_end(s, t, ticket)) != 0) {
+  t->num_failures += counts;
+  t->lease_final = 1; /* its final checkpoint and log uploads are still taken */
+  rc = trial_note_failure(s, t, e->spec.max_failures, counts, ticket);
+  if (rc) return rc;
+  int due = 0, again = !counts || t->num_failures <= e->spec.max_failures;
+  if (again && (due = decide_lease_end(s, t, ticket)) != 0) {
     /* A pause or exploit was due: it is carried out instead. */
     rc = due < 0 ? due : 0;
-  } else if (t->num_failures <= e->spec.max_failures) {
+  } else if (again) {
     /* Retry: back to PENDING; the next lease resumes from the checkpoint. */
     state_release(s, t);
     t->unlisted_since_ms = 0;
     rc = trial_set_status(s, t, TS_PENDING);
     if (!rc) rc = state_persist_trial(s, t, ticket);
-    log_warn("trial %lld failed (%s), retry %d of %lld", (long long)t->id, t->error,
-             t->num_failures, (long long)e->spec.max_failures);
+    if (counts)
+      log_warn("trial %lld failed (%s), retry %d of %lld", (long long)t->id, t->error,
+               t->num_failures, (long long)e->spec.max_failures);
+    else
+      log_warn("trial %lld failed (%s), attribution %s: tried again, not counted", (long long)t->id,
+               t->error, attribution_name(t->attribution));
   } else {
     rc = trial_end(s, t, TS_ERROR, ticket);
     log_warn("trial %lld failed (%s): ERROR", (long long)t->id, t->error);

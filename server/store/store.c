@@ -57,14 +57,14 @@ static const char *const store_sql[ST_COUNT] = {
                      "worker_id,created_at,started_at,ended_at,updated_seq,reason,generation,"
                      "lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"
                      "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,"
-                     "score_min,score_max) "
-                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     "score_min,score_max,attribution) "
+                     "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [ST_INS_RESULT] = "INSERT INTO results(seq,trial_id,experiment_id,t,decision,data,gen) "
                       "VALUES(?,?,?,?,?,?,?)",
     [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
                     "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
     [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
-                      "registered_at,last_heartbeat,secret) VALUES(?,?,?,?,?,?,?,?)",
+                      "registered_at,last_heartbeat,secret,quarantine) VALUES(?,?,?,?,?,?,?,?,?)",
     [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                     "VALUES(?,?,?,?)",
     [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
@@ -521,7 +521,8 @@ int store_put_trial(struct store *st, const struct store_trial_row *r) {
     sqlite3_bind_double(s, 21, r->ck_time_total_s);
   else
     sqlite3_bind_null(s, 21);
-  store_bind_summary(s, r); /* 011 */
+  store_bind_summary(s, r);         /* 011 */
+  bind_text(s, 34, r->attribution); /* 016 */
   if (st->fault.kill_after_trial_end && r->status &&
       (!strcmp(r->status, "TERMINATED") || !strcmp(r->status, "ERROR")))
     st->fault.armed = 1;
@@ -628,6 +629,7 @@ int store_put_worker(struct store *st, const struct store_worker_row *r) {
   sqlite3_bind_double(s, 6, r->registered_at);
   sqlite3_bind_double(s, 7, r->last_heartbeat);
   bind_text(s, 8, r->secret);
+  bind_text(s, 9, r->quarantine[0] ? r->quarantine : NULL); /* 016 */
   return store_step(st, s);
 }
 
@@ -714,7 +716,8 @@ static double col_real_or_nan(sqlite3_stmt *s, int i) {
   "num_failures,attempt,worker_id,created_at,started_at,ended_at,updated_seq,reason,"              \
   "generation,lease_end_action,checkpoint_time_total_s,created_seq,res_known,nres,"                \
   "first_seq,last_seq,last_t,score_last,score_avg,score_last5,score_last10,score_min,"             \
-  "score_max"
+  "score_max,attribution"
+#define STORE_TRIAL_NCOLS 34
 
 static void store_trial_row_read(sqlite3_stmt *s, struct store_trial_row *r) {
   *r = (struct store_trial_row){.id = sqlite3_column_int64(s, 0),
@@ -747,6 +750,7 @@ static void store_trial_row_read(sqlite3_stmt *s, struct store_trial_row *r) {
                                 .last_seq = sqlite3_column_int64(s, 25),
                                 .last_t = col_real_or_nan(s, 26)};
   for (int k = 0; k < 6; k++) r->scores[k] = col_real_or_nan(s, 27 + k);
+  r->attribution = col_text(s, 33); /* 016 */
 }
 
 static int store_rprep(struct store *st, const char *sql, sqlite3_stmt **s) {
@@ -973,7 +977,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   if (store_rprep(st,
                   "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat,"
-                  "secret FROM workers ORDER BY id",
+                  "secret,quarantine FROM workers ORDER BY id",
                   &s))
     return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
@@ -986,6 +990,8 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
                                  .last_heartbeat = sqlite3_column_double(s, 6)};
     const char *sec = col_text(s, 7);
     snprintf(r.secret, sizeof r.secret, "%s", sec ? sec : "");
+    const char *q = col_text(s, 8); /* 016 */
+    snprintf(r.quarantine, sizeof r.quarantine, "%s", q ? q : "");
     rc = l->worker(l->ctx, &r);
   }
   sqlite3_finalize(s);
@@ -1078,8 +1084,8 @@ int store_experiment_trials(struct store *st, int64_t experiment_id, store_trial
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
     struct store_trial_row r;
     store_trial_row_read(s, &r);
-    int has_ck = sqlite3_column_type(s, 33) != SQLITE_NULL;
-    rc = fn(ctx, &r, has_ck, has_ck ? sqlite3_column_int64(s, 33) : 0);
+    int has_ck = sqlite3_column_type(s, STORE_TRIAL_NCOLS) != SQLITE_NULL;
+    rc = fn(ctx, &r, has_ck, has_ck ? sqlite3_column_int64(s, STORE_TRIAL_NCOLS) : 0);
   }
   if (!rc && step != SQLITE_DONE) {
     log_error("store: %s", sqlite3_errmsg(st->r));

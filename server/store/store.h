@@ -56,7 +56,8 @@ struct store_trial_row {
   int res_known;
   int64_t nres, first_seq, last_seq;
   double last_t;
-  double scores[6]; /* best.h BEST_SUM_*: last, avg, last5, last10, min, max */
+  double scores[6];        /* best.h BEST_SUM_*: last, avg, last5, last10, min, max */
+  const char *attribution; /* 016: its last failure's ("config", ...); NULL = none */
 };
 
 /* One trial_events row (migration 007). */
@@ -90,7 +91,8 @@ struct store_worker_row {
   double cpu, gpu;
   int64_t memory_mb;
   double registered_at, last_heartbeat;
-  char secret[72]; /* the worker's own credential ("" for rows from before 004) */
+  char secret[72];      /* the worker's own credential ("" for rows from before 004) */
+  char quarantine[256]; /* 016: why it gets no lease; "" = in service */
 };
 
 /* Opens (creating) the database in WAL mode and applies the migrations of

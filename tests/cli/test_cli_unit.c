@@ -497,6 +497,11 @@ START_TEST(trial_detail_attempts) {
   cJSON_AddStringToObject(t, "error", "trial_exit: status 1\n\x1b]0;pwned\x07\x1b[2JBoom\rBang");
   ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
   ck_assert_ptr_nonnull(strstr(text, "Error: Boom Bang\n"));
+  ck_assert_ptr_null(strstr(text, "Attribution:")); /* it never failed: no line */
+  free(text);
+  cJSON_AddStringToObject(t, "attribution", "machine");
+  ck_assert_int_eq(report_trial_detail(t, NULL, NULL, &text), 0);
+  ck_assert_ptr_nonnull(strstr(text, "Error: Boom Bang\nAttribution: machine\n"));
   ck_assert_ptr_nonnull(strstr(
       text, "Events (4, times in UTC):\n"
             "  2026-11-18 11:06:40  leased      attempt 1 leased to worker 1 (w1), from the start\n"
@@ -643,7 +648,7 @@ START_TEST(export_csv_golden) {
   ck_assert_ptr_nonnull(strstr(text, ",\"a,b \"\"q\"\"\","));
   ck_assert_ptr_nonnull(
       strstr(text, "trial_id,name,status,stopped_early,iteration,config/lr,config/opt,config/"
-                   "note,training_iteration,accuracy,loss,time_total_s,error\n"));
+                   "note,training_iteration,accuracy,loss,time_total_s,error,attribution\n"));
   free(text);
   ck_assert_int_eq(export_csv(cJSON_GetObjectItem(trials, "last_seq"), &text), -EINVAL);
   cJSON_Delete(trials);
@@ -663,7 +668,7 @@ START_TEST(export_csv_neutralises_formulas) {
   ck_assert_ptr_nonnull(strstr(text, ",'@x,"));
   ck_assert_ptr_nonnull(strstr(text, ",'=HYPERLINK(1),'+1,'\tz,\"'-2,3\","));
   ck_assert_ptr_nonnull(strstr(text, ",-0.5,"));
-  ck_assert_ptr_nonnull(strstr(text, ",'=cmd|' /C calc'!A0\n"));
+  ck_assert_ptr_nonnull(strstr(text, ",'=cmd|' /C calc'!A0,\n"));
   free(text);
   cJSON_Delete(trials);
 }

@@ -438,6 +438,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if len(p) == 3 and p[0] == "workers" and p[2] == "release-quarantine" and method == "POST":
+                w = st.workers.get(int(p[1]))
+                if not w:
+                    return self.err(404, "unknown_worker", "worker %s is not registered" % p[1])
+                if w["status"] != "quarantined":
+                    return self.err(409, "not_quarantined", "worker %s is not quarantined" % p[1])
+                w.update(status="alive", quarantine_reason=None)
+                return self.send_json(200, w)
             if len(p) == 3 and p[0] == "workers" and p[2] == "heartbeat":
                 st.workers[int(p[1])]["last_heartbeat"] = time.time()
                 return self.send_json(200, {"stop": []})
@@ -660,6 +668,48 @@ def outcomes(st):
     return roles
 
 
+def failures(st):
+    """Failures told apart: an experiment of 12 trials over lr and batch
+    where the 4 with the highest lr end in ERROR with one error (config),
+    3 others failed once with a CUDA error on a worker now quarantined
+    (machine) and ended well elsewhere, the rest ended well; that worker.
+    Returns {role: id}."""
+    rng = random.Random(4)
+    cfg = {"name": "flaky", "metric": "loss", "mode": "min", "num_samples": 12,
+           "param_space": {"lr": {"type": "loguniform", "lower": 1e-4, "upper": 1e-1},
+                           "batch": {"type": "choice", "values": [16, 64]}},
+           "scheduler": {"type": "fifo"}, "trainable": {"type": "command", "argv": ["python3", "train.py"]}}
+    with st.lock:
+        eid = st.create(cfg, rng)
+        ids = sorted((t["id"] for t in st.trials.values() if t["experiment_id"] == eid),
+                     key=lambda i: st.trials[i]["config"]["lr"])
+        for tid in ids:
+            st.trials[tid].update(status="RUNNING", started_at=time.time())
+            st.report(tid, {"training_iteration": 1, "loss": 0.5})
+            st.trials[tid].update(status="TERMINATED", ended_at=time.time())
+        for k, tid in enumerate(ids[-4:]):
+            st.trials[tid].update(status="ERROR", attribution="config", num_failures=1,
+                                  error="internal: loss exploded at step %d" % (10 + k),
+                                  error_signature="internal: loss exploded at step N")
+        for tid in ids[:3]:
+            st.trials[tid].update(attribution="machine",
+                                  error="trial_exit: your program exited with status 1\n"
+                                        "RuntimeError: CUDA error: an illegal memory access (device 0x%x)" % tid,
+                                  error_signature="trial_exit: RuntimeError: CUDA error: an illegal "
+                                                  "memory access (device 0xN)")
+        st.finish_check(eid)
+        st.workers[1] = {"id": 1, "name": "good-box", "resources": {"cpu": 8, "gpu": 1, "memory_mb": 8000},
+                         "free": {"cpu": 8, "gpu": 1, "memory_mb": 8000}, "running_trials": [],
+                         "last_heartbeat": time.time(), "status": "alive", "quarantine_reason": None}
+        st.workers[2] = {"id": 2, "name": "bad-gpu", "resources": {"cpu": 8, "gpu": 1, "memory_mb": 8000},
+                         "free": {"cpu": 8, "gpu": 1, "memory_mb": 8000}, "running_trials": [],
+                         "last_heartbeat": time.time(), "status": "quarantined",
+                         "quarantine_reason": "failed 3 trials in a row (the last: trial_exit: RuntimeError: "
+                                              "CUDA error: an illegal memory access (device 0xN)) while "
+                                              "worker 1 (good-box) succeeded"}
+    return {"failures_exp": eid, "config_trials": ids[-4:], "machine_trials": ids[:3], "bad_worker": 2}
+
+
 def control(st):
     """The controls: a running ASHA experiment (two trials running,
     one done, one pending; tagged, with notes) and a finished one.
@@ -711,7 +761,8 @@ def main():
     ap.add_argument("--control", action="store_true",
                     help="fill it for the controls: a running and a finished experiment")
     ap.add_argument("--outcomes", action="store_true",
-                    help="fill it with outcomes: an all-ERROR experiment, a mixed one, attempts")
+                    help="fill it with outcomes: an all-ERROR experiment, a mixed one, attempts, "
+                         "failures told apart and a quarantined worker")
     ap.add_argument("--viewer-token", help="a read-only token (GETs only; the server's viewer=)")
     ap.add_argument("--no-role-header", action="store_true",
                     help="send no X-Ctune-Role (as a server that predates it)")
@@ -727,6 +778,7 @@ def main():
         roles = control(Handler.state)
     if a.outcomes:
         roles = outcomes(Handler.state)
+        roles.update(failures(Handler.state))
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print("listening on http://127.0.0.1:%d" % srv.server_address[1], flush=True)
     if roles:

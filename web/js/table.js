@@ -1,4 +1,4 @@
-// A sortable, status-filterable, paged table: only the visible page is in the
+// A sortable, status- (and attribution-) filterable, paged table: only the visible page is in the
 // DOM, so 10,000 rows cost one sort, not 10,000 <tr>s.
 import { h } from './dom.js';
 import { fmtValue } from './format.js';
@@ -13,13 +13,14 @@ function cmp(a, b) {
 
 // columns: [{key, label, get(row), render?(row) -> Node, numeric, group}]
 export class PagedTable {
-  constructor({ caption, columns, pageSize = 50, statuses, idPrefix = 't' }) {
+  constructor({ caption, columns, pageSize = 50, statuses, attributions, idPrefix = 't' }) {
     this.columns = columns;
     this.pageSize = pageSize;
     this.page = 0;
     this.sortKey = null;
     this.sortDir = 1;
     this.status = '';
+    this.attribution = '';
     this.rows = [];
     this.view = [];
     this.dirty = true;
@@ -28,6 +29,9 @@ export class PagedTable {
     const statusSel = h('select', { id: idPrefix + '-status', onchange: (e) => {
       this.status = e.target.value; this.page = 0; this.dirty = true; this.render();
     } }, h('option', { value: '' }, 'all'), (statuses || []).map((s) => h('option', { value: s }, s)));
+    const attrSel = h('select', { id: idPrefix + '-attribution', onchange: (e) => {
+      this.attribution = e.target.value; this.page = 0; this.dirty = true; this.render();
+    } }, h('option', { value: '' }, 'all'), (attributions || []).map((s) => h('option', { value: s }, s)));
     const sizeSel = h('select', { id: idPrefix + '-size', onchange: (e) => {
       this.pageSize = Number(e.target.value); this.page = 0; this.render();
     } }, [25, 50, 100, 250].map((n) => h('option', { value: n, selected: n === pageSize }, n)));
@@ -39,6 +43,7 @@ export class PagedTable {
     this.next = h('button', { type: 'button', onclick: () => { this.page++; this.render(); } }, 'Next ›');
     this.tools = h('div', { class: 'table-tools' },
       statuses ? [h('label', { for: idPrefix + '-status' }, 'Status'), statusSel] : null,
+      attributions ? [h('label', { for: idPrefix + '-attribution' }, 'Failure'), attrSel] : null,
       h('label', { for: idPrefix + '-size' }, 'Rows per page'), sizeSel,
       h('span', { class: 'spacer' }), this.info, this.scope, this.prev, this.next);
     this.thead = h('thead');
@@ -108,6 +113,7 @@ export class PagedTable {
 
   computeView() {
     let v = this.status ? this.rows.filter((r) => r.status === this.status) : this.rows.slice();
+    if (this.attribution) v = v.filter((r) => r.attribution === this.attribution);
     const col = this.columns.find((c) => c.key === this.sortKey);
     if (col) {
       const keyed = v.map((r) => [col.get(r), r]);
@@ -138,7 +144,7 @@ export class PagedTable {
     })));
     if (!trs.length) {
       trs.push(h('tr', null, h('td', { colspan: this.columns.length, class: 'muted' },
-        this.rows.length ? 'No trials with this status.' : 'No rows yet.')));
+        this.rows.length ? 'No trials with this status or failure.' : 'No rows yet.')));
     }
     this.tbody.replaceChildren(...trs);
     this.info.textContent = this.view.length

@@ -209,6 +209,15 @@ START_TEST(opts_defaults_and_errors) {
   ck_assert_int_eq(o.port, 8470);
   ck_assert_str_eq(o.bind, "127.0.0.1");
   ck_assert(o.lease_timeout_s == 30);
+  ck_assert_int_eq(o.quarantine_after, 3); /* docs/server.md#quarantine */
+  {
+    char *q0[] = {"x", "--quarantine-after", "0", NULL};
+    ck_assert_int_eq(opts_parse(3, q0, &o, &act, err, sizeof err), 0);
+    ck_assert_int_eq(o.quarantine_after, 0);
+    char *q17[] = {"x", "--quarantine-after", "17", NULL};
+    ck_assert_int_eq(opts_parse(3, q17, &o, &act, err, sizeof err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--quarantine-after"));
+  }
   char *a2[] = {"ctune-server", "--port", "0", "--db=/tmp/x.db", "--lease-timeout", "1.5", NULL};
   ck_assert_int_eq(opts_parse(6, a2, &o, &act, err, sizeof err), 0);
   ck_assert_int_eq(o.port, 0);

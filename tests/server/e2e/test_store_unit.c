@@ -597,6 +597,71 @@ START_TEST(generations_round_trip) {
 }
 END_TEST
 
+/* Migration 016: a trial's attribution and a worker's quarantine reason
+ * round-trip; NULL / "" read back as none. */
+static char attr_seen[1024];
+static int load_attr_trial(void *c, const struct store_trial_row *r) {
+  (void)c;
+  size_t n = strlen(attr_seen);
+  snprintf(attr_seen + n, sizeof attr_seen - n, "t%lld:%s;", (long long)r->id,
+           r->attribution ? r->attribution : "-");
+  return 0;
+}
+static int load_attr_worker(void *c, const struct store_worker_row *r) {
+  (void)c;
+  size_t n = strlen(attr_seen);
+  snprintf(attr_seen + n, sizeof attr_seen - n, "w%lld:%.200s;", (long long)r->id,
+           r->quarantine[0] ? r->quarantine : "-");
+  return 0;
+}
+
+START_TEST(attribution_and_quarantine_round_trip) {
+  struct store *st = open_store();
+  struct store_experiment_row e = {1, "exp", "RUNNING", "{}", 42, 1.5, 0,
+                                   0, 3,     NULL,      0,    1,  "",  "[]"};
+  struct store_trial_row t1 = {.id = 1,
+                               .experiment_id = 1,
+                               .name = "exp_00000",
+                               .status = "PENDING",
+                               .config = "{}",
+                               .attribution = "machine"};
+  struct store_trial_row t2 = {.id = 2,
+                               .experiment_id = 1,
+                               .idx = 1,
+                               .name = "exp_00001",
+                               .status = "PENDING",
+                               .config = "{}"};
+  struct store_worker_row w1 = {
+      .id = 1, .name = "bad", .cpu = 1, .secret = "1.x", .quarantine = "failed 3 trials in a row"};
+  struct store_worker_row w2 = {.id = 2, .name = "good", .cpu = 1, .secret = "2.x"};
+  ck_assert_int_eq(store_begin(st), 0);
+  ck_assert_int_eq(store_put_experiment(st, &e), 0);
+  ck_assert_int_eq(store_put_trial(st, &t1), 0);
+  ck_assert_int_eq(store_put_trial(st, &t2), 0);
+  ck_assert_int_eq(store_put_worker(st, &w1), 0);
+  ck_assert_int_eq(store_put_worker(st, &w2), 0);
+  ck_assert_int_eq(store_commit(st), 0);
+  store_close(st);
+  st = open_store();
+  struct store_loader l = {NULL,
+                           load_nop_exp,
+                           load_attr_trial,
+                           load_gen_result,
+                           load_nop_asha,
+                           load_attr_worker,
+                           load_nop_ckpt,
+                           NULL,
+                           NULL,
+                           NULL,
+                           NULL,
+                           NULL};
+  attr_seen[0] = 0;
+  ck_assert_int_eq(store_load(st, &l), 0);
+  ck_assert_str_eq(attr_seen, "t1:machine;t2:-;w1:failed 3 trials in a row;w2:-;");
+  store_close(st);
+}
+END_TEST
+
 START_TEST(upgrade_from_version_1_keeps_results) {
   /* A database made by the first schema, with a result in it. */
   sqlite3 *db = NULL;
@@ -640,6 +705,7 @@ int main(void) {
   tcase_add_test(tc, results_read_back_by_seq);
   tcase_add_test(tc, upgrade_from_version_1_keeps_results);
   tcase_add_test(tc, generations_round_trip);
+  tcase_add_test(tc, attribution_and_quarantine_round_trip);
   tcase_add_test(tc, asha_nan_round_trips_as_null);
   tcase_add_test(tc, durable_flush_follows_a_symlinked_path);
   suite_add_tcase(s, tc);

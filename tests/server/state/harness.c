@@ -16,6 +16,7 @@
 #include "decide.h"
 #include "events.h"
 #include "log.h"
+#include "quarantine.h"
 #include "store.h"
 #include "validate.h"
 #include "workers.h"
@@ -29,6 +30,7 @@ void h_start_only(struct harness *h) {
   s->opt.lease_timeout_s = H_LEASE_TIMEOUT_S;
   s->opt.heartbeat_interval_s = H_HEARTBEAT_S;
   s->opt.worker_retention_s = 3600;
+  s->opt.quarantine_after = QUARANTINE_AFTER_DEFAULT;
   s->opt.wal_frames = 8192;
   s->opt.sync_full = 0; /* no fdatasync: a test's durability is the process's */
   /* main.c's order. */

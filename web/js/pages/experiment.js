@@ -10,11 +10,14 @@ import { poller } from '../poll.js';
 import { getAll } from '../lists.js';
 import { ExperimentControls, stopControl, tagChips, canControl } from '../controls.js';
 import { ParetoView } from '../pareto.js';
+import { renderFailures } from '../failures.js';
 
 export const NAME = 'experiment';
 const MAX_CURVES = 40;       // curves drawn: the best, the running ones, then the top by metric
 const RESULTS_LIMIT = 5000;  // results per incremental poll; more pending → poll again at once
 const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'TERMINATED', 'ERROR'];
+// docs/scheduling.md#failures-told-apart: who a trial's last failure is blamed on.
+const ATTRIBUTIONS = ['config', 'machine', 'user_code', 'resource', 'unknown'];
 // A running experiment changes all the time; a paused one still does while
 // its trials' leases end (each then turns PAUSED): both follow the changes
 // at once. A finished one only gets the slow poll.
@@ -128,7 +131,12 @@ export function mount(main, [idStr], ctx) {
   const pcCanvas = h('canvas', { id: 'parcoords', role: 'img',
     'aria-label': 'Parallel coordinates of hyperparameters against the metric' });
   const pcNote = h('p', { class: 'muted small' });
-  const table = new PagedTable({ caption: 'Trials', columns: [], statuses: STATUSES, idPrefix: 'trials' });
+  const table = new PagedTable({ caption: 'Trials', columns: [], statuses: STATUSES, attributions: ATTRIBUTIONS, idPrefix: 'trials' });
+  // The failure view: shown once a trial failed.
+  const failBox = h('div', { id: 'failures' });
+  const failSection = section('Failures by error signature', 'h-failures', failBox);
+  failSection.hidden = true;
+  const failState = { chosen: null, key: '' };
   const paretoBox = h('div', { id: 'pareto' });
   const paretoSection = section('Pareto front', 'h-pareto', paretoBox);
   paretoSection.hidden = true;
@@ -148,6 +156,7 @@ export function mount(main, [idStr], ctx) {
     h('div', { class: 'grid2' },
       section('Scheduler state', 'h-asha', asha),
       section('Hyperparameters against the metric', 'h-pc', pcNote, h('div', { class: 'pc-box' }, pcCanvas))),
+    failSection,
     section('Trials', 'h-trials', table.el));
 
   const metricOf = (t) => {
@@ -200,9 +209,11 @@ export function mount(main, [idStr], ctx) {
     const metrics = [...mset].sort((a, b) => (a === metric ? -1 : b === metric ? 1 : a.localeCompare(b)));
     if (!mset.has(metric)) metrics.unshift(metric);
     const same = hp.join('\u0000') === st.hp.join('\u0000') && metrics.join('\u0000') === st.metrics.join('\u0000') &&
-      Boolean(st.hasReason) === Boolean(st.reasonShown) && canControl() === st.stopShown;
+      Boolean(st.hasReason) === Boolean(st.reasonShown) && canControl() === st.stopShown &&
+      failState.any === st.attrShown;
     if (same && table.columns.length) return;
     st.reasonShown = Boolean(st.hasReason);
+    st.attrShown = failState.any;
     st.stopShown = canControl();
     st.hp = hp;
     st.metrics = metrics;
@@ -216,6 +227,10 @@ export function mount(main, [idStr], ctx) {
           infeasibleTag(t)] },
       // The scheduler's last decision: only once a trial has one.
       ...(st.reasonShown ? [{ key: 'reason', label: 'Reason', get: (t) => t.reason || null, render: reasonCell }] : []),
+      // Who its last failure is on: only once a trial failed.
+      ...(st.attrShown ? [{ key: 'attribution', label: 'Failure', get: (t) => t.attribution || null,
+        render: (t) => (t.attribution ? h('span', { class: `tag attr attr-${t.attribution}`, title: t.error_signature || null },
+          t.attribution) : null) }] : []),
       { key: 'iteration', label: timeAttr() === 'training_iteration' ? 'Iter' : timeAttr(), numeric: true,
         get: (t) => t.iteration ?? (t.last_result ? t.last_result[timeAttr()] : null) },
       ...hp.map((k) => ({ key: 'c:' + k, label: k, group: 'Hyperparameters', numeric: true,
@@ -624,7 +639,20 @@ export function mount(main, [idStr], ctx) {
     return more;
   }
 
+  // The failure view, redrawn when the failed trials or the count change.
+  function renderFailuresView() {
+    const all = [...st.trials.values()];
+    let nfail = 0, seqs = 0;
+    for (const t of all) if (t.error_signature) { nfail++; seqs += t.updated_seq || 0; }
+    failState.any = nfail > 0;
+    const key = `${all.length}:${nfail}:${seqs}`;
+    if (key === failState.key) return;
+    failState.key = key;
+    failSection.hidden = !renderFailures(failBox, all, st.hpList, failState);
+  }
+
   function render() {
+    renderFailuresView();
     updateColumns();
     renderHead();
     table.invalidate();
@@ -663,6 +691,7 @@ export function mount(main, [idStr], ctx) {
       st.resultSeq = st.trialSeq;
       st.cursor = typeof tr.next_cursor === 'string' ? tr.next_cursor : null;
       st.listTotal = Number.isFinite(tr.total) ? tr.total : st.trials.size;
+      renderFailuresView();
       updateColumns();
       renderHead();
       table.render();

@@ -111,7 +111,11 @@ export function mount(main, [idStr], ctx) {
     renderEvents(t);
     errorBox.replaceChildren(t.error
       ? h('section', { class: 'card error-card', 'aria-labelledby': 'h-error' },
-        h('h2', { id: 'h-error' }, 'Error'), h('pre', { class: 'log', role: 'alert' }, String(t.error)))
+        h('h2', { id: 'h-error' }, 'Error'),
+        // docs/scheduling.md#failures-told-apart: who its last failure is on.
+        t.attribution ? h('p', { id: 'trial-attribution' }, 'Attribution: ',
+          h('span', { class: `tag attr attr-${t.attribution}` }, t.attribution)) : null,
+        h('pre', { class: 'log', role: 'alert' }, String(t.error)))
       : '');
   }
 

@@ -1,4 +1,5 @@
-// Workers: resources, free resources, running trials and the last heartbeat.
+// Workers: resources, free resources, running trials, the last heartbeat, and
+// for a quarantined worker why, with the admin's button that releases it.
 import { api } from '../api.js';
 import { h, note, statusBadge } from '../dom.js';
 import { ago } from '../format.js';
@@ -14,11 +15,32 @@ function res(r) {
   return parts.join(' · ');
 }
 
-function row(w) {
+// docs/server.md#quarantine: why it gets no lease, and (admin) the release.
+function quarantineCell(w, reload, msg) {
+  if (w.status !== 'quarantined') return null;
+  const btn = h('button', { type: 'button', class: 'release-quarantine', dataset: { id: w.id } },
+    'Release');
+  btn.hidden = api.role() === 'viewer';
+  btn.addEventListener('click', async () => {
+    btn.disabled = true;
+    try {
+      await api.post(`/workers/${w.id}/release-quarantine`);
+      msg.replaceChildren(note(`Worker ${w.id} released: it gets leases again.`));
+      await reload();
+    } catch (e) {
+      msg.replaceChildren(note(`Could not release worker ${w.id}: ${e.message}`, 'error'));
+      btn.disabled = false;
+    }
+  });
+  return h('div', { class: 'quarantine' },
+    h('span', { class: 'quarantine-reason' }, w.quarantine_reason || 'quarantined'), ' ', btn);
+}
+
+function row(w, reload, msg) {
   const running = w.running_trials || [];
   return h('tr', { dataset: { id: w.id } },
     h('th', { scope: 'row' }, w.name || `worker ${w.id}`, h('span', { class: 'muted' }, ` #${w.id}`)),
-    h('td', null, statusBadge(w.status || 'alive')),
+    h('td', null, statusBadge(w.status || 'alive'), quarantineCell(w, reload, msg)),
     h('td', null, res(w.resources)),
     h('td', null, res(w.free)),
     h('td', null, running.length
@@ -43,8 +65,9 @@ export function mount(main, _params, ctx) {
     try {
       const data = await getAll('/workers', 'workers');
       const list = data.workers || [];
-      tbody.replaceChildren(...list.map(row));
-      msg.replaceChildren(list.length ? '' : note('No workers have registered. Start one with `ctune-worker --server URL`.'));
+      tbody.replaceChildren(...list.map((w) => row(w, load, msg)));
+      if (!list.length) msg.replaceChildren(note('No workers have registered. Start one with `ctune-worker --server URL`.'));
+      else if (msg.querySelector('.error')) msg.replaceChildren();
       ctx.setLive('updated ' + new Date().toLocaleTimeString());
     } catch (e) {
       ctx.lostLive(e);
