@@ -14,10 +14,13 @@ member run on the CPU and bad variables are refused with a sentence.
 usage: test_train_members.py PATH/TO/ctune-train-cudadouble"""
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python", "tests"))
+from ctune_procs import check_procs, free_port  # noqa: E402 (shared with tests/python)
 
 EXE = os.path.abspath(sys.argv[1])
 DATA = os.environ.get("CTUNE_DATA_DIR", "/usr/share/datasets/fashion-mnist")
@@ -29,19 +32,7 @@ ARGS = ["--model", "mlp", "--l1", "64", "--l2", "32", "--dataset", "fashion-mnis
 
 
 def check(cond, what, *procs):
-    if not cond:
-        print("FAIL: " + what)
-        for p in procs:
-            print("exit %s\nstdout:\n%s\nstderr:\n%s" % (p.returncode, p.stdout,
-                                                         p.stderr[-3000:]))
-        sys.exit(1)
-    print("ok: " + what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    check_procs(cond, what, procs)
 
 
 def env(gpus, **members):

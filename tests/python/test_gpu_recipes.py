@@ -16,7 +16,6 @@ No ctune binary runs (the gang branch of the worker is what starts members
 for real). Needs /usr/bin/python3 with Debian's torch; exits 77 without."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 GPU = os.path.join(REPO, "examples", "gpu")
 SCRIPT = os.path.join(GPU, "train_gpu.py")
 PY = "/usr/bin/python3"
+sys.path.insert(0, os.path.join(REPO, "python", "tests"))
+from ctune_procs import check_procs as check, free_port  # noqa: E402
 CONFIG = {"epochs": 2, "samples": 256, "batch_size": 64}
 
 OOM_CHECK = r'''
@@ -48,22 +49,6 @@ except torch.cuda.OutOfMemoryError:
 print("oom pattern ok", file=sys.stderr)
 train_gpu.main()
 '''
-
-
-def check(cond, what, procs=()):
-    if not cond:
-        print("FAIL: " + what)
-        for p in procs:
-            print("exit %s\nstdout:\n%s\nstderr:\n%s" % (p.returncode, p.stdout,
-                                                         p.stderr[-3000:]))
-        sys.exit(1)
-    print("ok: " + what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trial_env(tmp, name, **extra):

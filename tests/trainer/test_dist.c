@@ -89,7 +89,7 @@ END_TEST
 /* world ranks: rank 0 here, the others forked first (they must wait for
  * rank 0 to listen); each child exits 0 when it got the bytes. */
 static void share_among(int world) {
-  char port[8];
+  char port[16];
   snprintf(port, sizeof(port), "%d", free_port());
   pid_t kids[8];
   const char blob[128] = "the NCCL id of rank 0";
@@ -98,7 +98,7 @@ static void share_among(int world) {
     ck_assert_int_ge(kids[r], 0);
     if (kids[r] == 0) {
       struct dist d;
-      char got[128] = {0}, rs[8], ws[8];
+      char got[128] = {0}, rs[16], ws[16];
       snprintf(rs, sizeof(rs), "%d", r);
       snprintf(ws, sizeof(ws), "%d", world);
       members(ws, rs, "127.0.0.1", port);
@@ -109,7 +109,7 @@ static void share_among(int world) {
     }
   }
   struct dist d;
-  char ws[8];
+  char ws[16];
   snprintf(ws, sizeof(ws), "%d", world);
   members(ws, "0", "127.0.0.1", port);
   ck_assert_int_eq(dist_from_env(&d, err, sizeof(err)), 0);
@@ -130,7 +130,7 @@ END_TEST
 
 START_TEST(a_member_that_never_comes_is_a_bounded_wait) {
   struct dist d;
-  char port[8], blob[16] = "x";
+  char port[16], blob[16] = "x";
   snprintf(port, sizeof(port), "%d", free_port());
   members("2", "0", "127.0.0.1", port);
   ck_assert_int_eq(dist_from_env(&d, err, sizeof(err)), 0);
@@ -143,7 +143,7 @@ END_TEST
 
 START_TEST(rank_0_that_never_listens_is_a_bounded_wait) {
   struct dist d;
-  char port[8], blob[16];
+  char port[16], blob[16];
   snprintf(port, sizeof(port), "%d", free_port());
   members("2", "1", "127.0.0.1", port);
   ck_assert_int_eq(dist_from_env(&d, err, sizeof(err)), 0);
