@@ -2,7 +2,8 @@
 """The GPU recipes' example (examples/gpu/train_gpu.py, docs/recipes.md) on
 the CPU with gloo, started as a gang's members are: torchrun's variables
 (WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
-MASTER_PORT) and the trial's own (CTUNE_*), one process per member.
+MASTER_PORT) and the trial's own (CTUNE_*), one process per member (forked
+from one that imported torch once: the import is most of the cost).
 
 - 2 and 4 members: DDP's allreduce keeps every member's weights equal while
   each trains on its own shard, only rank 0's results reach stdout (the
@@ -16,6 +17,7 @@ No ctune binary runs (the gang branch of the worker is what starts members
 for real). Needs /usr/bin/python3 with Debian's torch; exits 77 without."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,32 +25,75 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 GPU = os.path.join(REPO, "examples", "gpu")
-SCRIPT = os.path.join(GPU, "train_gpu.py")
 PY = "/usr/bin/python3"
 sys.path.insert(0, os.path.join(REPO, "python", "tests"))
 from ctune_procs import check_procs as check, free_port  # noqa: E402
 CONFIG = {"epochs": 2, "samples": 256, "batch_size": 64}
 
-OOM_CHECK = r'''
-import sys, torch
+# One /usr/bin/python3 imports torch and the example once, then forks a
+# process per trial or member (torch's import is most of a run's cost),
+# each with its own environment, stdout and stderr, that runs the example's
+# main() as its own process would. Prints each one's exit status as JSON.
+LAUNCHER = r"""
+import json, os, sys, traceback
+try:
+    import torch, torch.distributed as dist
+    assert dist.is_gloo_available()
+except Exception as e:
+    print("SKIP: %s has no torch with gloo (Debian's python3-torch): %r" % (sys.executable, e))
+    sys.exit(77)
 sys.path.insert(0, sys.argv[1])
 import train_gpu
-tried = []
-def step(bs):
-    tried.append(bs)
-    if bs > 16:
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-    return bs * 10
-assert train_gpu.oom_retry(step, 64) == (160, 16), tried
-assert tried == [64, 32, 16], tried
-try:
-    train_gpu.oom_retry(step, 64, min_batch_size=32)
-    raise SystemExit("no batch fits but oom_retry returned")
-except torch.cuda.OutOfMemoryError:
-    pass
-print("oom pattern ok", file=sys.stderr)
-train_gpu.main()
-'''
+
+
+def oom_check():
+    tried = []
+    def step(bs):
+        tried.append(bs)
+        if bs > 16:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return bs * 10
+    assert train_gpu.oom_retry(step, 64) == (160, 16), tried
+    assert tried == [64, 32, 16], tried
+    try:
+        train_gpu.oom_retry(step, 64, min_batch_size=32)
+        raise SystemExit("no batch fits but oom_retry returned")
+    except torch.cuda.OutOfMemoryError:
+        pass
+    print("oom pattern ok", file=sys.stderr)
+
+
+with open(sys.argv[2]) as f:
+    jobs = json.load(f)
+index = {}
+for i, job in enumerate(jobs):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.clear()
+            os.environ.update(job["env"])
+            for fd, path in ((1, job["out"]), (2, job["err"])):
+                out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.dup2(out, fd)
+                os.close(out)
+            if job["oom"]:
+                oom_check()
+            train_gpu.main()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    index[pid] = i
+status = [None] * len(jobs)
+for _ in jobs:
+    pid, st = os.wait()
+    status[index[pid]] = os.waitstatus_to_exitcode(st)
+print(json.dumps(status))
+"""
 
 
 def trial_env(tmp, name, **extra):
@@ -61,28 +106,43 @@ def trial_env(tmp, name, **extra):
                CTUNE_CHECKPOINT_DIR=ck, CTUNE_RESUME="0", CTUNE_METRIC="loss",
                CUDA_VISIBLE_DEVICES="")
     env.update({k: str(v) for k, v in extra.items()})
-    return env, ck
+    return {"env": env, "ck": ck, "oom": False, "out": ck + ".out", "err": ck + ".err"}
 
 
-def start_members(tmp, world, nodes):
+def members(tmp, world, nodes):
     """world members on `nodes` pretend hosts (NODE_RANK, LOCAL_RANK)."""
-    port, per_node, procs = free_port(), world // nodes, []
-    for rank in range(world):
-        env, ck = trial_env(tmp, "w%d-r%d" % (world, rank), WORLD_SIZE=world, RANK=rank,
-                            LOCAL_RANK=rank % per_node, LOCAL_WORLD_SIZE=per_node,
-                            NODE_RANK=rank // per_node, MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT=port)
-        procs.append((ck, subprocess.Popen([PY, SCRIPT], env=env, cwd=tmp, text=True,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
-    return procs
+    port, per_node = free_port(), world // nodes
+    return [trial_env(tmp, "w%d-r%d" % (world, rank), WORLD_SIZE=world, RANK=rank,
+                      LOCAL_RANK=rank % per_node, LOCAL_WORLD_SIZE=per_node,
+                      NODE_RANK=rank // per_node, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            for rank in range(world)]
 
 
-def finish(procs):
-    out = []
-    for ck, p in procs:
-        so, se = p.communicate(timeout=100)  # main() kills them all on a timeout
-        out.append((ck, subprocess.CompletedProcess(p.args, p.returncode, so, se)))
-    return out
+def launch(tmp, jobs):
+    """Runs the jobs at once; a CompletedProcess per job (None: skipped)."""
+    spec = os.path.join(tmp, "jobs.json")
+    with open(spec, "w") as f:
+        json.dump(jobs, f)
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), OMP_NUM_THREADS="1")
+    p = subprocess.Popen([PY, "-c", LAUNCHER, GPU, spec], cwd=tmp, text=True, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        so, se = p.communicate(timeout=100)
+    finally:  # a hung member (or launcher) leaves no process behind
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    if p.returncode == 77:
+        print(so.strip())
+        return None
+    check(p.returncode == 0, "the launcher ran every job",
+          [subprocess.CompletedProcess(p.args, p.returncode, so, se)])
+    done = []
+    for job, rc in zip(jobs, json.loads(so)):
+        with open(job["out"]) as f, open(job["err"]) as g:
+            done.append((job["ck"], subprocess.CompletedProcess(job["env"].get("RANK"), rc,
+                                                                f.read(), g.read())))
+    return done
 
 
 def lines(text):
@@ -128,33 +188,24 @@ def check_configs():
 
 
 def main():
-    if subprocess.run([PY, "-c", "import torch.distributed as d; assert d.is_gloo_available()"],
-                      capture_output=True).returncode:
-        print("SKIP: %s has no torch with gloo (Debian's python3-torch)" % PY)
-        return 77
     check_configs()
     with tempfile.TemporaryDirectory(prefix="ctune-gpu-recipes-") as tmp:
-        env, ck = trial_env(tmp, "share", CTUNE_GPU_MEM_LIMIT_MB=2048)
-        single = subprocess.Popen([PY, "-c", OOM_CHECK, GPU], env=env, cwd=tmp, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        two = start_members(tmp, 2, 1)   # 2 GPUs of one machine
-        four = start_members(tmp, 4, 2)  # 2 machines of 2 GPUs
-        try:
-            so, se = single.communicate(timeout=100)
-            one = subprocess.CompletedProcess(single.args, single.returncode, so, se)
-            check(one.returncode == 0 and "oom pattern ok" in one.stderr,
-                  "the out-of-memory pattern halves the batch, then gives up", [one])
-            res = [r for r in lines(one.stdout) if "loss" in r]
-            check(len(res) == CONFIG["epochs"] and res[-1]["loss"] < res[0]["loss"],
-                  "one process on a memory share trains (loss %s)" % [r["loss"] for r in res],
-                  [one])
-            check_members(2, finish(two))
-            check_members(4, finish(four))
-        finally:  # a failed check or a timeout leaves no process behind
-            for p in [single] + [q for _, q in two + four]:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        share = trial_env(tmp, "share", CTUNE_GPU_MEM_LIMIT_MB=2048)
+        share["oom"] = True
+        two = members(tmp, 2, 1)   # 2 GPUs of one machine
+        four = members(tmp, 4, 2)  # 2 machines of 2 GPUs
+        done = launch(tmp, [share] + two + four)
+        if done is None:
+            return 77
+        one = done[0][1]
+        check(one.returncode == 0 and "oom pattern ok" in one.stderr,
+              "the out-of-memory pattern halves the batch, then gives up", [one])
+        res = [r for r in lines(one.stdout) if "loss" in r]
+        check(len(res) == CONFIG["epochs"] and res[-1]["loss"] < res[0]["loss"],
+              "one process on a memory share trains (loss %s)" % [r["loss"] for r in res],
+              [one])
+        check_members(2, done[1:3])
+        check_members(4, done[3:])
     return 0
 
 
