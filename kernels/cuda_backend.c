@@ -129,7 +129,7 @@ fail:
 /* Stages x/y in pinned slot `slot` and starts each device's shard copy on its
  * copy stream; the compute stream waits for it. The slot's previous copies
  * (two batches ago) must be done before the host overwrites it. */
-static int stage(struct backend *b, int slot, const float *x, const uint8_t *y, int n) {
+static int stage(struct backend *b, int slot, const float *x, const uint8_t *y, int n, int across) {
   const int64_t dim = b->L.in_dim;
   int rc = 0;
   for (int i = 0; i < b->ndev; i++) {
@@ -141,7 +141,12 @@ static int stage(struct backend *b, int slot, const float *x, const uint8_t *y, 
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     int first, count;
-    gpu_plan_shard(n, b->ndev, i, &first, &count);
+    /* across: a training batch, split over every member's devices (this
+     * process's are global ranks rank*ndev ..); else this process's only */
+    if (across)
+      gpu_plan_shard(n, b->world * b->ndev, b->rank * b->ndev + i, &first, &count);
+    else
+      gpu_plan_shard(n, b->ndev, i, &first, &count);
     d->rows = count;
     CU(cudaSetDevice(d->id));
     if (count == 0) continue;
@@ -260,11 +265,13 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, 
   b->slot = (b->slot + 1) % GPU_PLAN_SLOTS;
   const struct model_layout *L = &b->L;
   const int last = L->n_layers - 1;
-  /* Each device's loss gradient is scaled by ndev/n, so ncclAvg's division
-   * by ndev leaves the gradient of the global batch's mean loss, exactly as
-   * one GPU with the whole batch computes it, even for uneven shards. */
-  const float scale = (float)b->ndev / (float)n;
-  rc = stage(b, slot, x, y, n);
+  /* Each device's loss gradient is scaled by ranks/n, so ncclAvg's division
+   * by the ranks (every member's devices) leaves the gradient of the global
+   * batch's mean loss, exactly as one GPU with the whole batch computes it,
+   * even for uneven shards. */
+  const int ranks = b->world * b->ndev;
+  const float scale = (float)ranks / (float)n;
+  rc = stage(b, slot, x, y, n, 1);
   if (rc) return rc;
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
@@ -291,7 +298,7 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, 
     if (rc) goto fail;
     CU(cudaEventRecord(d->input_free[slot], d->compute));
   }
-  if (b->ndev > 1) {
+  if (ranks > 1) {
     NCCL(ncclGroupStart());
     for (int i = 0; i < b->ndev; i++) {
       ncclResult_t r = ncclAllReduce(b->dev[i].grads, b->dev[i].grads, (size_t)b->plan.n_params,
@@ -317,12 +324,15 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, 
    * keep running while the caller prepares (and stages) the next batch. */
   if (!loss_out) return 0;
   double total = 0.0;
+  int rows = 0;
   for (int i = 0; i < b->ndev; i++) {
     CU(cudaSetDevice(b->dev[i].id));
     CU(cudaEventSynchronize(b->dev[i].loss_ready));
     total += b->h_loss[i];
+    rows += b->dev[i].rows;
   }
-  *loss_out = (float)(total / n);
+  /* with several members: the mean over this member's rows */
+  *loss_out = rows ? (float)(total / rows) : 0.0f;
   return 0;
 fail:
   return rc;
@@ -350,7 +360,7 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y, in
     if (rc) return rc;
     const int slot = b->slot;
     b->slot = (b->slot + 1) % GPU_PLAN_SLOTS;
-    rc = stage(b, slot, cx, y + off, m);
+    rc = stage(b, slot, cx, y + off, m, 0);
     if (rc) return rc;
     for (int i = 0; i < b->ndev; i++) {
       struct cuda_dev *d = &b->dev[i];
@@ -519,6 +529,16 @@ fail:
   return rc;
 }
 
+int backend_cuda_nccl_id(void *out, size_t len) {
+  ncclUniqueId id;
+  if (!out || len != sizeof(id)) return -EINVAL;
+  last_error[0] = '\0';
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) return cuda_nccl_fail("ncclGetUniqueId", r, __FILE__, __LINE__);
+  memcpy(out, &id, sizeof(id));
+  return 0;
+}
+
 static int cuda_create(const struct model_spec *spec, const struct optim_spec *optim, int max_batch,
                        const struct backend_opts *opts, struct backend **out) {
   int rc = 0, count = 0;
@@ -548,6 +568,13 @@ static int cuda_create(const struct model_spec *spec, const struct optim_spec *o
   b = calloc(1, sizeof(*b));
   if (!b) return -ENOMEM;
   b->ndev = want;
+  b->world = opts && opts->world_size > 1 ? opts->world_size : 1;
+  b->rank = b->world > 1 ? opts->rank : 0;
+  if (b->world > 1 && (b->rank < 0 || b->rank >= b->world || !opts->nccl_id)) {
+    cuda_set_error("create: rank %d of %d members, or no NCCL id", b->rank, b->world);
+    rc = -EINVAL;
+    goto fail;
+  }
   b->max_batch = max_batch;
   b->opt = *optim;
   b->limit_bytes = opts && opts->gpu_mem_limit_mb > 0 ? opts->gpu_mem_limit_mb * MIB : 0;
@@ -578,7 +605,7 @@ static int cuda_create(const struct model_spec *spec, const struct optim_spec *o
   }
   b->eval_rows = per_dev * want;
   const char *graphs = getenv("CTUNE_CUDA_GRAPHS");
-  b->use_graphs = want == 1 && !(graphs && !strcmp(graphs, "0"));
+  b->use_graphs = want == 1 && b->world == 1 && !(graphs && !strcmp(graphs, "0"));
   /* Refuse before touching a device when even evaluation cannot fit. The
    * training buffers come at the first step, so that an out-of-memory there
    * can be retried with a smaller batch (--oom-retry) on this backend. */
@@ -595,7 +622,24 @@ static int cuda_create(const struct model_spec *spec, const struct optim_spec *o
     rc = dev_init(b, &b->dev[i], need);
     if (rc) goto fail;
   }
-  if (want > 1) {
+  if (b->world > 1) {
+    /* several member processes (one rendezvous): each device is global rank
+     * rank*ndev + i of one communicator, joined in one group as NCCL asks
+     * when a process holds several ranks */
+    ncclUniqueId id;
+    memcpy(&id, opts->nccl_id, sizeof(id));
+    NCCL(ncclGroupStart());
+    for (int i = 0; i < want; i++) {
+      CU(cudaSetDevice(b->dev[i].id));
+      ncclResult_t r = ncclCommInitRank(&b->dev[i].comm, b->world * want, id, b->rank * want + i);
+      if (r != ncclSuccess) {
+        ncclGroupEnd();
+        rc = cuda_nccl_fail("ncclCommInitRank", r, __FILE__, __LINE__);
+        goto fail;
+      }
+    }
+    NCCL(ncclGroupEnd());
+  } else if (want > 1) {
     ncclComm_t comms[CUDA_MAX_DEVICES];
     int ids[CUDA_MAX_DEVICES];
     for (int i = 0; i < want; i++) ids[i] = b->dev[i].id;
@@ -638,6 +682,10 @@ int backend_cuda_set_data(struct backend *b, int which, const uint8_t *pix, cons
                           int64_t n) {
   int rc = 0;
   if (!b || which < 0 || which > 1 || !pix || !labels || n < 1 || n > INT32_MAX) return -EINVAL;
+  if (b->world > 1) { /* each member's shard of a step comes from the host */
+    cuda_set_error("set_data: fast steps are for one process (%d members here)", b->world);
+    return -EINVAL;
+  }
   if (b->broken) return b->broken;
   for (int64_t i = 0; i < n; i++)
     if (labels[i] >= b->L.n_classes) {

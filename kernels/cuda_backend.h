@@ -3,6 +3,8 @@
 #ifndef CTUNE_CUDA_BACKEND_H
 #define CTUNE_CUDA_BACKEND_H
 
+#include <stddef.h>
+
 #include "backend.h"
 
 #ifdef __cplusplus
@@ -21,6 +23,12 @@ const char *backend_cuda_last_error(void);
 /* Number of CUDA devices this process can use (CUDA_VISIBLE_DEVICES
  * applied); 0 when there is no device or no driver. */
 int backend_cuda_device_count(void);
+
+/* A new NCCL unique id (ncclGetUniqueId) in out, len bytes
+ * (NCCL_UNIQUE_ID_BYTES): rank 0 of a trial's member processes makes it and
+ * the rendezvous hands it to the others (backend_opts.nccl_id). 0, or -EIO
+ * with the sentence in backend_cuda_last_error(); -EINVAL for a wrong len. */
+int backend_cuda_nccl_id(void *out, size_t len);
 
 /* ---- fast steps: data on the device, captured steps, deferred loss ----
  * Sets: 0 = training, 1 = evaluation. A trainer that uses these uploads

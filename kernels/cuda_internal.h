@@ -133,6 +133,7 @@ struct backend {
   struct gpu_plan plan;  /* eval arena: max_batch rows */
   struct gpu_plan bplan; /* backward arena: train_rows rows */
   int max_batch, ndev, first_linear, last_conv;
+  int world, rank; /* member processes of the trial and this one's index */
   int state_ready; /* gradients and optimiser state allocated */
   int train_rows;  /* global batch the backward arena holds; 0: none */
   int slot;

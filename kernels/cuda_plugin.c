@@ -81,4 +81,5 @@ __attribute__((visibility("default"))) const struct cuda_plugin ctune_cuda_plugi
     .train_next = backend_cuda_train_next,
     .take_loss = backend_cuda_take_loss,
     .evaluate_set = backend_cuda_evaluate_set,
+    .nccl_id = backend_cuda_nccl_id,
 };

@@ -8,6 +8,14 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
   (void)devlist;
   return ncclInvalidUsage;
 }
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
+  (void)uniqueId;
+  return ncclInvalidUsage;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+  (void)comm, (void)nranks, (void)commId, (void)rank;
+  return ncclInvalidUsage;
+}
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   (void)comm;
   return ncclSuccess;
@@ -23,5 +31,6 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 const char *ncclGetErrorString(ncclResult_t result) {
   return result == ncclSuccess ? "no error"
                                : "this CUDA backend was built without NCCL: one GPU only "
-                                 "(data parallel over several GPUs needs NCCL; use --gpus 1)";
+                                 "(data parallel over several GPUs or member processes needs NCCL; "
+                                 "use --gpus 1 and one process)";
 }

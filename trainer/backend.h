@@ -71,6 +71,11 @@ struct backend_opts {
   int threads;              /* caps every thread pool, BLAS included */
   int gpus;                 /* CUDA: devices to use (data parallel) */
   int64_t gpu_mem_limit_mb; /* CUDA: 0 = no cap */
+  /* CUDA across processes (0 or 1: this process alone): the member
+   * processes of one trial, this one's rank, and the NCCL id rank 0 made
+   * (cuda_plugin's nccl_id) that every member got through the rendezvous */
+  int world_size, rank;
+  const void *nccl_id;
 };
 
 struct backend; /* opaque; each backend defines its own */

@@ -62,7 +62,7 @@ int cuda_plugin_load(const struct cuda_plugin **out, char *err, size_t errlen) {
   const struct cuda_plugin *p = dlsym(h, CUDA_PLUGIN_SYMBOL);
   if (!p || p->abi != CUDA_PLUGIN_ABI || !p->ops || !p->last_error || !p->device_count ||
       !p->probe || p->loss_every < 1 || !p->set_data || !p->set_order || !p->train_next ||
-      !p->take_loss || !p->evaluate_set) {
+      !p->take_loss || !p->evaluate_set || !p->nccl_id) {
     snprintf(err, errlen,
              "cannot load the CUDA backend: %s is not a ctune CUDA backend of "
              "ABI %d (%s)",

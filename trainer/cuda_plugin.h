@@ -16,8 +16,9 @@
 extern "C" {
 #endif
 
-/* 2: the fast steps (set_data .. evaluate_set) joined the table. */
-#define CUDA_PLUGIN_ABI 2
+/* 2: the fast steps (set_data .. evaluate_set) joined the table.
+ * 3: nccl_id, for trials of several member processes. */
+#define CUDA_PLUGIN_ABI 3
 #define CUDA_PLUGIN_SYMBOL "ctune_cuda_plugin"
 /* The file ctune-train looks for in <exe dir>/../lib and <exe dir>. */
 #ifndef CUDA_PLUGIN_FILE
@@ -49,6 +50,9 @@ struct cuda_plugin {
   int (*train_next)(struct backend *, int n);
   int (*take_loss)(struct backend *, double *loss_sum, int64_t *rows, int *nonfinite);
   int (*evaluate_set)(struct backend *, int which, double *loss_sum, int64_t *correct);
+  /* A new NCCL unique id (len: NCCL_UNIQUE_ID_BYTES, 128) for the member
+   * processes of one trial: rank 0 makes it, the rendezvous shares it. */
+  int (*nccl_id)(void *out, size_t len);
 };
 
 /* Loader (trainer/cuda_load.c). The file name defaults to CUDA_PLUGIN_FILE;

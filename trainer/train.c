@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "clock.h"
 #include "data.h"
+#include "dist.h"
 #include "exit_codes.h"
 #include "log.h"
 #include "optim.h"
@@ -82,13 +83,46 @@ static int open_cuda(const struct train_config *cfg, char *why, size_t whylen) {
   return rc;
 }
 
+/* How long the members of a trial wait for each other at the rendezvous:
+ * they start on different machines, each after its own data load. */
+#define DIST_TIMEOUT_MS 120000
+
+/* A trial of several member processes: what the CPU backend cannot do. */
+static int refuse_cpu_members(const struct dist *d, const char *why, char *err, size_t errlen) {
+  snprintf(err, errlen,
+           "WORLD_SIZE=%d: a builtin trial of %d member processes needs the CUDA backend "
+           "(NCCL averages the gradients across them); %s. Use \"device\": \"cuda\" or "
+           "num_workers 1",
+           d->world_size, d->world_size, why);
+  return TRAIN_EXIT_USAGE;
+}
+
+/* Several members: rank 0 makes the NCCL id, the rendezvous shares it. */
+static int join_members(const struct dist *d, unsigned char *id, size_t len,
+                        struct backend_opts *bo, char *err, size_t errlen) {
+  int rc = d->rank == 0 ? cuda->nccl_id(id, len) : 0;
+  if (rc) {
+    snprintf(err, errlen, "--device cuda: cannot make the NCCL id: %s", cuda->last_error());
+    return TRAIN_EXIT_NO_DEVICE;
+  }
+  rc = dist_share(d, id, len, DIST_TIMEOUT_MS, err, errlen);
+  if (rc) return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_INTERNAL;
+  bo->world_size = d->world_size;
+  bo->rank = d->rank;
+  bo->nccl_id = id;
+  log_info("member %d of %d joined the rendezvous at %s:%s", d->rank, d->world_size, d->addr,
+           d->port);
+  return 0;
+}
+
 /* Picks and creates the backend for cfg->device at batch *bs, which
  * --oom-retry may lower (*reduced is then set). */
-static int open_backend(const struct train_config *cfg, const struct model_spec *ms,
-                        const struct optim_spec *os, int *bs, int *reduced,
-                        const struct backend_ops **ops_out, struct backend **b_out, char *err,
-                        size_t errlen) {
-  struct backend_opts bo = {cfg->threads, cfg->gpus, cfg->gpu_mem_limit_mb};
+static int open_backend(const struct train_config *cfg, const struct dist *d,
+                        const struct model_spec *ms, const struct optim_spec *os, int *bs,
+                        int *reduced, const struct backend_ops **ops_out, struct backend **b_out,
+                        char *err, size_t errlen) {
+  struct backend_opts bo = {cfg->threads, cfg->gpus, cfg->gpu_mem_limit_mb, 0, 0, NULL};
+  unsigned char nccl_id[128];
   int rc;
   if ((cfg->device == DEVICE_CUDA || cfg->device == DEVICE_AUTO) && !cuda_plugin_built()) {
     if (cfg->device == DEVICE_CUDA) {
@@ -111,6 +145,10 @@ static int open_backend(const struct train_config *cfg, const struct model_spec 
     if (rc) {
       log_info("device: cpu (auto: %s)", first_why);
       goto cpu;
+    }
+    if (d->world_size > 1) {
+      rc = join_members(d, nccl_id, sizeof(nccl_id), &bo, err, errlen);
+      if (rc) return rc;
     }
     rc = create_cuda(cfg, ms, os, &bo, bs, b_out, &halved_from, first_why, sizeof(first_why));
     if (rc == 0) {
@@ -148,6 +186,7 @@ static int open_backend(const struct train_config *cfg, const struct model_spec 
   }
 cpu:
   (void)reduced;
+  if (d->world_size > 1) return refuse_cpu_members(d, "no usable CUDA device here", err, errlen);
   rc = backend_cpu_ops.create(ms, os, *bs, &bo, b_out);
   if (rc) {
     snprintf(err, errlen, "cannot create the cpu backend: %s", strerror(-rc));
@@ -435,6 +474,27 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop, FILE 
   int ret = TRAIN_EXIT_INTERNAL, rc;
   const char *dir = cfg->data_dir ? cfg->data_dir : data_default_dir(cfg->dataset);
 
+  struct dist members;
+  if (dist_from_env(&members, err, errlen) != 0) {
+    ret = TRAIN_EXIT_USAGE;
+    goto out;
+  }
+  if (members.world_size > 1 && cfg->oom_retry) {
+    /* one member halving its batch alone would leave the others' shards */
+    snprintf(err, errlen,
+             "--oom-retry with WORLD_SIZE=%d: the members of a trial must keep "
+             "one batch_size; drop --oom-retry or choose a batch that fits",
+             members.world_size);
+    ret = TRAIN_EXIT_USAGE;
+    goto out;
+  }
+  if (members.world_size > 1 && cfg->device == DEVICE_CPU) { /* before loading data */
+    ret = refuse_cpu_members(&members, "this run asks for --device cpu", err, errlen);
+    goto out;
+  }
+  /* Only rank 0 reports and saves checkpoints; the others' results go to
+   * stderr (the trial's log), labelled with their rank. */
+  const int lead = members.rank == 0;
   if (cfg->checkpoint_dir && ckpt_prepare_dir(cfg->checkpoint_dir, err, errlen) != 0) {
     ret = TRAIN_EXIT_CHECKPOINT;
     goto out;
@@ -507,7 +567,7 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop, FILE 
   }
 
   int bs_reduced = 0;
-  ret = open_backend(cfg, &ms, &os, &bs, &bs_reduced, &r.ops, &r.be, err, errlen);
+  ret = open_backend(cfg, &members, &ms, &os, &bs, &bs_reduced, &r.ops, &r.be, err, errlen);
   if (ret) goto out;
   optim_init_params(&L, &init_rng, r.params);
   rc = r.ops->set_state(r.be, r.params, NULL, 0);
@@ -520,7 +580,8 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop, FILE 
     ret = resume(cfg, &r, &ms, n_total, n_train, L.n_params, n_state, &s, err, errlen);
     if (ret) goto out;
   }
-  r.fast_tried = !(cuda && r.ops == cuda->ops);
+  /* fast steps run the whole batch on this process's devices: one member */
+  r.fast_tried = !(cuda && r.ops == cuda->ops) || members.world_size > 1;
   log_info("%s on %s: %lld train, %lld val%s, %lld params, batch %d, %s backend",
            model_name[cfg->model], dir, (long long)n_train, (long long)n_val,
            cfg->test ? ", test" : "", (long long)L.n_params, bs, r.ops->name);
@@ -672,18 +733,21 @@ int train_run(const struct train_config *cfg, volatile sig_atomic_t *stop, FILE 
       rep.has_gpu_mem = 1;
     char line[1024];
     int n = report_format(&rep, line, sizeof(line));
-    if (n > 0) {
+    if (n > 0 && lead) {
       fwrite(line, 1, (size_t)n, out);
       fflush(out);
+    } else if (n > 0) {
+      fprintf(stderr, "rank %d result: %.*s", members.rank, n, line);
+      fflush(stderr);
     }
     report_notify(&rep, &L, r.ops, r.be, r.params, r.state); /* --tensorboard-dir */
-    if (cfg->checkpoint_dir) {
+    if (cfg->checkpoint_dir && lead) {
       ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err, errlen);
       if (ret) goto out;
     }
   }
   if (*stop) {
-    if (cfg->checkpoint_dir) {
+    if (cfg->checkpoint_dir && lead) {
       ret = save_ckpt(cfg, &r, &ms, &s, n_train, L.n_params, n_state, err, errlen);
       if (ret) goto out;
       log_info("stopped by signal: checkpoint saved at epoch %lld, sample %lld", (long long)s.epoch,

@@ -32,7 +32,7 @@ enum { MODE_GRAPH, MODE_EAGER, MODE_HOST };
 /* Samples/s of the second epoch over n images at batch b; < 0 on error. */
 static double rate(int mode, int b, int64_t n, const uint8_t *pix, const uint8_t *lab,
                    const float *xf, const float *p0) {
-  struct backend_opts bo = {1, 1, 0};
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *be = NULL;
   double r = -1.0;
   int32_t *perm = malloc((size_t)n * sizeof(int32_t));

@@ -11,6 +11,11 @@ In a trainable (a command the ctune-worker runs)::
         ctune.report(loss=loss, mean_accuracy=acc)  # one JSON line, flushed
         ctune.save_checkpoint(some_dir_or_file_or_object)
 
+A trial of several processes (torchrun's variables): ctune.get_context()
+has world_size, rank, local_rank, master_addr/port and gpu_ids; only rank 0's
+report() and save_checkpoint() count. ctune.torch_memory_fraction() holds
+PyTorch to a fractional gpu's memory share.
+
 Experiments in Python, as in Ray Tune::
 
     tuner = ctune.Tuner("train.py", param_space={"lr": ctune.loguniform(1e-4, 1e-1)},
@@ -35,8 +40,8 @@ __version__ = "0.1.0"
 
 from ._errors import CtuneError
 from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECKPOINT_FILE
-from ._trial import (TrialContext, apply_config, get_config, get_context, in_trial, is_resumed,
-                     on_stop, report, stop_requested)
+from ._trial import (TrialContext, apply_config, get_config, get_context, gpu_memory_fraction,
+                     in_trial, is_resumed, on_stop, report, stop_requested, torch_memory_fraction)
 from ._client import Client
 from ._results import Result, ResultGrid
 from ._open import open_db as open  # noqa: A001 (ctune.open, shadowing nothing here)
@@ -52,6 +57,8 @@ __all__ = [
     "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "apply_config", "checkpoint_dir",
     "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
     "save_checkpoint", "stop_requested", "__version__",
+    # GPUs: the trial's memory share
+    "gpu_memory_fraction", "torch_memory_fraction",
     # search spaces, schedulers, searchers (Ray Tune's names too)
     "ASHA", "ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "Domain", "FIFO",
     "FIFOScheduler", "Grid", "GridSearch", "HyperBand", "HyperBandScheduler", "MedianStopping",

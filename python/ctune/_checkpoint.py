@@ -102,8 +102,14 @@ def save_checkpoint(obj, iteration=None):
     Call it after report() of the iteration the state belongs to (or pass
     checkpoint= to report). In a trial it then prints one line naming the
     file ({"_checkpoint": {...}}), which tells the worker to upload exactly
-    it, labelled with that iteration."""
-    from ._trial import _emit_locked, in_trial  # circular at import time only
+    it, labelled with that iteration.
+
+    On a member of rank other than 0 (RANK) it saves nothing and returns
+    None: rank 0 saves the trial's checkpoint, and the worker restores it
+    to every member."""
+    from ._trial import _emit_locked, _rank, in_trial  # circular at import time only
+    if _rank() != 0:
+        return None
     with _stopping.deferred():  # a SIGTERM meanwhile exits once it is saved and named
         path, it = _save(obj, iteration)
         if in_trial():  # only a worker reads the line

@@ -164,11 +164,44 @@ def is_resumed():
     return bool(d) and os.path.isfile(os.path.join(d, _checkpoint.CHECKPOINT_FILE))
 
 
+def _gpu_ids(visible):
+    """CUDA_VISIBLE_DEVICES as a list: ints for indices, strings for UUIDs
+    (GPU-...); [] when unset or empty (a CPU trial)."""
+    ids = []
+    for part in (visible or "").split(","):
+        part = part.strip()
+        if part:
+            ids.append(int(part) if part.isdigit() else part)
+    return ids
+
+
+def _rank():
+    """This process's rank among the trial's members (torchrun's RANK; 0
+    when unset: a trial of one process)."""
+    return _env_number("RANK", int) or 0
+
+
 class TrialContext:
-    """Who and where this trial is (a snapshot of the environment)."""
+    """Who and where this trial is (a snapshot of the environment).
+
+    A trial of several member processes (num_workers, or torchrun inside a
+    trial) carries torchrun's variables: world_size, rank, local_rank,
+    local_world_size, node_rank, master_addr, master_port (1, 0, 0, 1, 0,
+    None, None for one process). gpu_ids: this process's GPUs
+    (CUDA_VISIBLE_DEVICES); gpu_mem_limit_mb: its share of each for a
+    fractional gpu (CTUNE_GPU_MEM_LIMIT_MB), else None."""
 
     def __init__(self):
         env = os.environ
+        self.world_size = _env_number("WORLD_SIZE", int) or 1
+        self.rank = _rank()
+        self.local_rank = _env_number("LOCAL_RANK", int) or 0
+        self.local_world_size = _env_number("LOCAL_WORLD_SIZE", int) or 1
+        self.node_rank = _env_number("NODE_RANK", int) or 0
+        self.master_addr = env.get("MASTER_ADDR") or None
+        self.master_port = _env_number("MASTER_PORT", int)
+        self.gpu_ids = _gpu_ids(env.get("CUDA_VISIBLE_DEVICES"))
+        self.gpu_mem_limit_mb = _env_number("CTUNE_GPU_MEM_LIMIT_MB", int)
         self.in_trial = in_trial()
         tid = env.get("CTUNE_TRIAL_ID")
         eid = env.get("CTUNE_EXPERIMENT_ID")
@@ -182,14 +215,63 @@ class TrialContext:
         self.start_iteration, self.start_time_total_s = _resume_point()
         self.checkpoint_dir = env.get("CTUNE_CHECKPOINT_DIR")
 
+    # Ray Train's names for the same numbers
+    def get_world_size(self):
+        return self.world_size
+
+    def get_world_rank(self):
+        return self.rank
+
+    def get_local_rank(self):
+        return self.local_rank
+
+    def get_local_world_size(self):
+        return self.local_world_size
+
+    def get_node_rank(self):
+        return self.node_rank
+
     def __repr__(self):
         return "TrialContext(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")"
 
 
 def get_context():
     """A TrialContext: trial_id, trial_name, experiment_id, metric, mode,
-    time_attr, resumed, start_iteration, start_time_total_s, checkpoint_dir."""
+    time_attr, resumed, start_iteration, start_time_total_s, checkpoint_dir,
+    and the members' world_size, rank, local_rank, local_world_size,
+    node_rank, master_addr, master_port, gpu_ids, gpu_mem_limit_mb."""
     return TrialContext()
+
+
+def gpu_memory_fraction(total_bytes):
+    """The share of a GPU of total_bytes that this trial may hold: its
+    CTUNE_GPU_MEM_LIMIT_MB (set by the worker for a fractional gpu) over
+    the device's memory, at most 1.0; None when the variable is unset."""
+    limit = _env_number("CTUNE_GPU_MEM_LIMIT_MB", int)
+    if limit is None:
+        return None
+    if limit <= 0 or not total_bytes or total_bytes <= 0:
+        raise CtuneError(f"CTUNE_GPU_MEM_LIMIT_MB={limit} with a device of {total_bytes} bytes:"
+                         " no memory share can be computed", code="bad_environment")
+    return min(1.0, limit * 1024 * 1024 / float(total_bytes))
+
+
+def torch_memory_fraction(device=None):
+    """Holds this process's PyTorch caching allocator to the trial's memory
+    share of its GPU: torch.cuda.set_per_process_memory_fraction(share,
+    device), share = gpu_memory_fraction(the device's total_memory). Past
+    it, PyTorch raises torch.cuda.OutOfMemoryError as if the GPU were full.
+    device: default the current CUDA device. Returns the fraction applied,
+    or None (nothing done) when the trial has a whole GPU (no
+    CTUNE_GPU_MEM_LIMIT_MB) or no CUDA device."""
+    import torch  # only here: the package itself needs no torch
+    if os.environ.get("CTUNE_GPU_MEM_LIMIT_MB", "") == "" or not torch.cuda.is_available():
+        return None
+    if device is None:
+        device = torch.cuda.current_device()
+    share = gpu_memory_fraction(torch.cuda.get_device_properties(device).total_memory)
+    torch.cuda.set_per_process_memory_fraction(share, device)
+    return share
 
 
 def _resume_point():
@@ -230,9 +312,14 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
     (a folder, a file, bytes or an object) before the line is written, and
     the line names the file ("_checkpoint", which the worker takes out), so
     the worker uploads exactly this checkpoint labelled with this result.
-    Returns the result as written (without "_checkpoint")."""
+    Returns the result as written (without "_checkpoint").
+
+    In a trial of several members only rank 0 (RANK unset or 0) reports:
+    on any other rank the line goes to stderr (the trial's log) as
+    "ctune: rank N result: {...}" and checkpoint= is not saved."""
     if metrics is not None and not hasattr(metrics, "items"):
         raise TypeError("report() takes a dict of metrics and/or keyword metrics")
+    rank = _rank()
     merged = dict(metrics or {})
     merged.update(kwargs)
     result = flatten(merged)
@@ -270,6 +357,11 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
         line = json.dumps(result, allow_nan=False)  # refuses what cannot go, before saving
         _checkpoint.last_reported.update(training_iteration=result["training_iteration"],
                                          time_total_s=result["time_total_s"])
+        if rank != 0:
+            # rank 0 reports for the trial: the others' results go to the
+            # log only, and their checkpoints are not saved
+            print(f"ctune: rank {rank} result: {line}", file=sys.stderr, flush=True)
+            return result
         if checkpoint is not None:
             # Saved first, then the line that names it: the result and its
             # checkpoint reach the worker as one line, in order.

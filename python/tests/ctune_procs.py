@@ -15,6 +15,26 @@ PKG = os.path.dirname(HERE)
 BIN = os.environ.get("CTUNE_BIN_DIR", "")
 
 
+def free_port():
+    """A TCP port nothing listens on now (the kernel's pick, then closed)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_procs(cond, what, procs=()):
+    """Prints "ok: what", or "FAIL: what" with each finished process's
+    exit status, stdout and the tail of its stderr, and exits 1."""
+    if not cond:
+        print("FAIL: " + what)
+        for p in procs:
+            print("exit %s\nstdout:\n%s\nstderr:\n%s" % (p.returncode, p.stdout,
+                                                         p.stderr[-3000:]))
+        sys.exit(1)
+    print("ok: " + what)
+
+
 def need_bins(*names):
     """Exit 77 (skip) when the binaries are not there to test against."""
     missing = [n for n in names if not os.access(os.path.join(BIN, n), os.X_OK)]

@@ -250,6 +250,79 @@ class TestConfigAndContext(Base):
             ctune.report(x=1)
 
 
+class TestMembers(Base):
+    """A trial of several member processes (torchrun's variables) and a
+    fractional GPU's memory share."""
+
+    def test_context_has_the_members_and_the_gpus(self):
+        os.environ.update(WORLD_SIZE="4", RANK="3", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                          NODE_RANK="1", MASTER_ADDR="10.0.0.5", MASTER_PORT="29511",
+                          CUDA_VISIBLE_DEVICES="2,3", CTUNE_GPU_MEM_LIMIT_MB="4096")
+        ctx = ctune.get_context()
+        self.assertEqual((ctx.world_size, ctx.rank, ctx.local_rank, ctx.local_world_size,
+                          ctx.node_rank, ctx.master_addr, ctx.master_port, ctx.gpu_ids,
+                          ctx.gpu_mem_limit_mb),
+                         (4, 3, 1, 2, 1, "10.0.0.5", 29511, [2, 3], 4096))
+        self.assertEqual((ctx.get_world_size(), ctx.get_world_rank(), ctx.get_local_rank(),
+                          ctx.get_local_world_size(), ctx.get_node_rank()), (4, 3, 1, 2, 1))
+
+    def test_one_process_and_uuids(self):
+        os.environ["CUDA_VISIBLE_DEVICES"] = "GPU-8f2a,MIG-1c"
+        ctx = ctune.get_context()
+        self.assertEqual((ctx.world_size, ctx.rank, ctx.master_addr, ctx.master_port,
+                          ctx.gpu_ids, ctx.gpu_mem_limit_mb),
+                         (1, 0, None, None, ["GPU-8f2a", "MIG-1c"], None))
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        self.assertEqual(ctune.get_context().gpu_ids, [])
+
+    def test_a_bad_rank_is_a_ctune_error(self):
+        os.environ["RANK"] = "one"
+        with self.assertRaisesRegex(ctune.CtuneError, "RANK='one' is not a number"):
+            ctune.get_context()
+
+    def test_only_rank_0_reports(self):
+        os.environ.update(CTUNE_TRIAL_ID="5", CTUNE_CHECKPOINT_DIR=self.tmp, WORLD_SIZE="2",
+                          RANK="1")
+        err = io.StringIO()
+        with mock.patch("sys.stderr", err):
+            r = ctune.report(loss=0.5, checkpoint={"w": 1})
+            self.assertIsNone(ctune.save_checkpoint({"w": 2}))
+        self.assertEqual(self.out.getvalue(), "")  # nothing the worker would take
+        self.assertEqual(r["loss"], 0.5)
+        self.assertIn('ctune: rank 1 result: {"loss": 0.5', err.getvalue())
+        self.assertEqual(os.listdir(self.tmp), [])  # no checkpoint saved
+        os.environ["RANK"] = "0"
+        ctune.report(loss=0.25, checkpoint={"w": 3})
+        first = self.lines()[0]
+        self.assertEqual((first["loss"], first["training_iteration"]), (0.25, 2))
+        self.assertIn("_checkpoint", first)
+
+    def test_memory_fraction_of_the_share(self):
+        self.assertIsNone(ctune.gpu_memory_fraction(16 << 30))  # a whole GPU: no share
+        os.environ["CTUNE_GPU_MEM_LIMIT_MB"] = "4096"
+        self.assertEqual(ctune.gpu_memory_fraction(16 << 30), 0.25)
+        self.assertEqual(ctune.gpu_memory_fraction(2 << 30), 1.0)
+        with self.assertRaises(ctune.CtuneError):
+            ctune.gpu_memory_fraction(0)
+
+    def test_torch_memory_fraction_applies_it(self):
+        calls = []
+        cuda = mock.Mock()
+        cuda.is_available.return_value = True
+        cuda.current_device.return_value = 1
+        cuda.get_device_properties.return_value = mock.Mock(total_memory=8 << 30)
+        cuda.set_per_process_memory_fraction.side_effect = lambda f, d: calls.append((f, d))
+        fake = mock.Mock(cuda=cuda)
+        with mock.patch.dict(sys.modules, {"torch": fake}):
+            self.assertIsNone(ctune.torch_memory_fraction())  # no share: nothing done
+            os.environ["CTUNE_GPU_MEM_LIMIT_MB"] = "2048"
+            self.assertEqual(ctune.torch_memory_fraction(), 0.25)
+            cuda.is_available.return_value = False
+            self.assertIsNone(ctune.torch_memory_fraction())
+        self.assertEqual(calls, [(0.25, 1)])
+        cuda.get_device_properties.assert_called_with(1)
+
+
 class TestCheckpoint(Base):
     def setUp(self):
         super().setUp()

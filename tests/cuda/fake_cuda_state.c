@@ -125,3 +125,7 @@ int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum, in
   (void)b, (void)which, (void)loss_sum, (void)correct;
   return -EIO;
 }
+int backend_cuda_nccl_id(void *out, size_t len) {
+  (void)out, (void)len;
+  return -EIO;
+}

@@ -9,9 +9,15 @@
 #include <errno.h>
 #include <math.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MOCK_ASAN 1
@@ -60,6 +66,7 @@ struct cublasContext {
 };
 struct ncclComm {
   int rank, nranks, dev;
+  int remote, fd; /* ncclCommInitRank: the socket to the hub (below) */
 };
 
 #define MAX_ALLOCS 4096
@@ -911,13 +918,153 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devlist) {
   for (int i = 0; i < n; i++) {
     comms[i] = malloc(sizeof(*comms[i]));
     if (!comms[i]) return ncclSystemError; /* test double: leaks are fine here */
-    *comms[i] = (struct ncclComm){i, n, devlist[i]};
+    *comms[i] = (struct ncclComm){i, n, devlist[i], 0, -1};
     live_objects++;
   }
   return ncclSuccess;
 }
 
+/* ---- ranks in several processes --------------------------------------
+ * ncclGetUniqueId starts a hub thread listening on an abstract Unix socket
+ * whose name is the id; each ncclCommInitRank connects and says (nranks,
+ * rank). An all-reduce over such communicators runs at ncclGroupEnd: each
+ * rank's stream is run up to it, its buffer goes to the hub, which sums
+ * (then averages) in rank order in double, exactly as run_collective does
+ * for ranks of one process, and sends every rank the same floats. A process
+ * sends for all its ranks before it reads any answer, so the hub, which
+ * reads ranks in order and then answers in order, never waits on a reader. */
+#define HUB_MAX_RANKS 64
+struct hub_hello {
+  int32_t nranks, rank;
+};
+struct hub_msg {
+  uint64_t count;
+  int32_t op;
+};
+
+static int full_io(int fd, void *buf, size_t n, int writing) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t k = writing ? write(fd, p, n) : read(fd, p, n);
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static void *hub_main(void *arg) {
+  int lfd = (int)(intptr_t)arg, fds[HUB_MAX_RANKS], nranks = 0, joined = 0;
+  float *buf[HUB_MAX_RANKS] = {0};
+  do {
+    struct hub_hello h;
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0 || full_io(fd, &h, sizeof(h), 0) || h.nranks < 1 || h.nranks > HUB_MAX_RANKS ||
+        h.rank < 0 || h.rank >= h.nranks || (nranks && h.nranks != nranks))
+      die("%s: bad hello (rank %ld of %ld)", "mock nccl hub", fd < 0 ? -1 : h.rank, h.nranks);
+    nranks = h.nranks;
+    fds[h.rank] = fd;
+    joined++;
+  } while (joined < nranks);
+  close(lfd);
+  for (;;) {
+    struct hub_msg m[HUB_MAX_RANKS];
+    int r;
+    for (r = 0; r < nranks; r++) {
+      if (full_io(fds[r], &m[r], sizeof(m[r]), 0)) break; /* a rank hung up: done */
+      if (m[r].count != m[0].count || m[r].op != m[0].op)
+        die("%s: rank %ld sent %ld floats, rank 0 another count or op", "mock nccl hub", r,
+            (long)m[r].count);
+      free(buf[r]);
+      buf[r] = malloc(m[r].count * sizeof(float) + 1);
+      if (!buf[r] || full_io(fds[r], buf[r], m[r].count * sizeof(float), 0))
+        die("%s: rank %ld: cannot read its %ld floats", "mock nccl hub", r, (long)m[r].count);
+    }
+    if (r < nranks) break;
+    for (size_t i = 0; i < m[0].count; i++) {
+      double acc = 0;
+      for (r = 0; r < nranks; r++) acc += buf[r][i];
+      if (m[0].op == ncclAvg) acc /= nranks;
+      buf[0][i] = (float)acc;
+    }
+    for (r = 0; r < nranks; r++)
+      if (full_io(fds[r], buf[0], m[0].count * sizeof(float), 1)) break;
+  }
+  for (int r = 0; r < nranks; r++) {
+    close(fds[r]);
+    free(buf[r]);
+  }
+  return NULL;
+}
+
+static socklen_t hub_addr(const ncclUniqueId *id, struct sockaddr_un *a) {
+  memset(a, 0, sizeof(*a));
+  a->sun_family = AF_UNIX;
+  size_t n = strnlen(id->internal + 1, sizeof(a->sun_path) - 2);
+  memcpy(a->sun_path + 1, id->internal + 1, n); /* sun_path[0] = 0: abstract */
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  static int made;
+  if (mock_cuda_failing()) return ncclSystemError;
+  memset(id, 0, sizeof(*id));
+  snprintf(id->internal + 1, sizeof(id->internal) - 1, "ctune-mock-nccl-%ld-%d", (long)getpid(),
+           made++);
+  struct sockaddr_un a;
+  socklen_t len = hub_addr(id, &a);
+  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  pthread_t t;
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, len) || listen(lfd, HUB_MAX_RANKS) ||
+      pthread_create(&t, NULL, hub_main, (void *)(intptr_t)lfd)) {
+    if (lfd >= 0) close(lfd);
+    return ncclSystemError;
+  }
+  pthread_detach(t);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  if (mock_cuda_failing()) return ncclUnhandledCudaError;
+  if (nranks < 1 || nranks > HUB_MAX_RANKS || rank < 0 || rank >= nranks)
+    return ncclInvalidArgument;
+  struct sockaddr_un a;
+  socklen_t len = hub_addr(&id, &a);
+  struct hub_hello h = {nranks, rank};
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, len) || full_io(fd, &h, sizeof(h), 1)) {
+    if (fd >= 0) close(fd);
+    return ncclSystemError;
+  }
+  *comm = malloc(sizeof(**comm));
+  if (!*comm) {
+    close(fd);
+    return ncclSystemError;
+  }
+  **comm = (struct ncclComm){rank, nranks, cur_dev, 1, fd};
+  live_objects++;
+  return ncclSuccess;
+}
+
+/* The queued all-reduce of this process's ranks of a communicator that
+ * spans processes: now, through the hub. */
+static ncclResult_t remote_collective(void) {
+  for (int q = 0; q < n_queued; q++) {
+    struct queued *o = &queue[q];
+    struct hub_msg m = {o->count, o->op};
+    run_all(o->stream); /* the rank's work up to the all-reduce */
+    if (full_io(o->comm->fd, &m, sizeof(m), 1) ||
+        full_io(o->comm->fd, (void *)o->send, o->count * sizeof(float), 1))
+      return ncclSystemError;
+  }
+  for (int q = 0; q < n_queued; q++)
+    if (full_io(queue[q].comm->fd, queue[q].recv, queue[q].count * sizeof(float), 0))
+      return ncclSystemError;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
+  if (c && c->remote) close(c->fd);
   free(c);
   live_dec();
   return ncclSuccess;
@@ -945,6 +1092,11 @@ ncclResult_t ncclGroupEnd(void) {
     return e;
   }
   if (n_queued == 0) return ncclSuccess;
+  if (queue[0].comm->remote) {
+    ncclResult_t e = remote_collective();
+    n_queued = 0;
+    return e;
+  }
   int nranks = queue[0].comm->nranks;
   if (n_queued != nranks) die("%s: %ld ranks joined of %ld", "ncclGroupEnd", n_queued, nranks);
   struct collective *c = calloc(1, sizeof(*c));

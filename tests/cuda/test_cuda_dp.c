@@ -43,7 +43,7 @@ static void train(const struct model_spec *ms, const struct optim_spec *os, int 
                   float *opt, float *losses, double *eval_loss, int *eval_correct) {
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
-  struct backend_opts bo = {1, gpus, 0};
+  struct backend_opts bo = {1, gpus, 0, 0, 0, NULL};
   struct backend *b = NULL;
   int rc = backend_cuda_ops.create(ms, os, batch, &bo, &b);
   ck_assert_msg(rc == 0, "create on %d GPUs: %s", gpus, backend_cuda_last_error());

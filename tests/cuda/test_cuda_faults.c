@@ -31,7 +31,7 @@ static int session(const struct model_spec *ms, int optim, int gpus, long *destr
   ck_assert(p && opt && x);
   for (int i = 0; i < batch * L.in_dim; i++) x[i] = (float)(i % 7) / 7.0f;
   for (int64_t i = 0; i < L.n_params; i++) p[i] = (float)(i % 5) * 0.01f;
-  struct backend_opts bo = {1, gpus, 0};
+  struct backend_opts bo = {1, gpus, 0, 0, 0, NULL};
   struct backend *b = NULL;
   float loss;
   double lsum = 0, mb = 0;
@@ -108,7 +108,7 @@ START_TEST(oom_retry_survives_failures) {
   ck_assert(p0 && x);
   for (int64_t i = 0; i < L.n_params; i++) p0[i] = (float)((i * 37) % 11 - 5) * 0.02f;
   for (int64_t i = 0; i < 8 * L.in_dim; i++) x[i] = (float)((i * 13) % 7) / 7.0f;
-  struct backend_opts bo = {1, 2, 0};
+  struct backend_opts bo = {1, 2, 0, 0, 0, NULL};
   struct backend *b = NULL;
   ck_assert_int_eq(backend_cuda_ops.create(&cnn, &os, 2, &bo, &b), 0);
   ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);

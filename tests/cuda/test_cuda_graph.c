@@ -83,7 +83,7 @@ static void order_for(int epoch, int32_t *perm, int64_t n) {
 
 static struct backend *make(const struct model_spec *spec, const struct optim_spec *os, int gpus,
                             int graphs, const float *p0) {
-  struct backend_opts bo = {1, gpus, 0};
+  struct backend_opts bo = {1, gpus, 0, 0, 0, NULL};
   struct backend *b = NULL;
   setenv("CTUNE_CUDA_GRAPHS", graphs ? "1" : "0", 1);
   ck_assert_int_eq(backend_cuda_ops.create(spec, os, BATCH, &bo, &b), 0);
@@ -202,7 +202,7 @@ static void same_losses(const struct model_spec *spec, const struct optim_spec *
   train_device(g, &d, lg);
   train_device(e, &d, le);
   train_host(&backend_cuda_ops, h, &d, lh);
-  struct backend_opts bo = {1, 0, 0};
+  struct backend_opts bo = {1, 0, 0, 0, 0, NULL};
   struct backend *cpu = NULL;
   ck_assert_int_eq(backend_cpu_ops.create(spec, os, BATCH, &bo, &cpu), 0);
   ck_assert_int_eq(backend_cpu_ops.set_state(cpu, p0, NULL, 0), 0);
@@ -395,7 +395,7 @@ static const struct model_spec mlp_small = {MODEL_MLP, 1, 8, 8, 10, 32, 16};
 
 /* One session of the fast path; the first failure's code, 0 if none. */
 static int session(const struct data *d, const float *p0, int gpus) {
-  struct backend_opts bo = {1, gpus, 0};
+  struct backend_opts bo = {1, gpus, 0, 0, 0, NULL};
   struct backend *b = NULL;
   int32_t perm[N_TRAIN];
   double sum = 0;

@@ -146,7 +146,7 @@ static void run_backend(const struct backend_ops *ops, const struct model_spec *
                         const float *x, const uint8_t *y, int gpus, struct run *out) {
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(ms, &L), 0);
-  struct backend_opts bo = {1, gpus, 0};
+  struct backend_opts bo = {1, gpus, 0, 0, 0, NULL};
   struct backend *b = NULL;
   int rc = ops->create(ms, os, batch, &bo, &b);
   ck_assert_msg(rc == 0, "%s create: %d %s", ops->name, rc,
@@ -324,7 +324,7 @@ START_TEST(evaluation_allocates_no_training_buffers) {
   ck_assert_int_eq(model_layout_init(&cnn_gray, &L), 0);
   /* the evaluation arena holds chunks of at least 256 rows */
   ck_assert_int_eq(gpu_plan_init(&L, os.kind, 256, &plan), 0);
-  struct backend_opts bo = {1, 1, 0};
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *b = NULL;
   ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, batch, &bo, &b), 0);
   float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
@@ -360,7 +360,7 @@ START_TEST(backward_buffers_follow_the_training_batch) {
   ck_assert_int_eq(gpu_plan_init(&L, os.kind, chunk, &ev), 0);
   ck_assert_int_eq(gpu_plan_init(&L, os.kind, batch, &tr), 0);
   ck_assert_int_eq(gpu_plan_init(&L, os.kind, 2 * batch, &tr2), 0);
-  struct backend_opts bo = {1, 1, 0};
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *b = NULL;
   ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, chunk, &bo, &b), 0);
   float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
@@ -399,7 +399,7 @@ START_TEST(memory_cap_oom_and_retry) {
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(&cnn_gray, &L), 0);
   struct backend *b = NULL;
-  struct backend_opts tiny = {1, 1, 1};
+  struct backend_opts tiny = {1, 1, 1, 0, 0, NULL};
   ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, 512, &tiny, &b), -ENOMEM);
   ck_assert_ptr_null(b);
   const char *msg = backend_cuda_last_error();
@@ -417,7 +417,7 @@ START_TEST(memory_cap_oom_and_retry) {
                 "test premise: a cap of %lld MiB fits evaluation at %d and "
                 "training at %d only",
                 (long long)cap_mb, big, big / 2);
-  struct backend_opts capped = {1, 1, cap_mb};
+  struct backend_opts capped = {1, 1, cap_mb, 0, 0, NULL};
   ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, big, &capped, &b), 0);
   float *p0 = rand_vec(L.n_params, -0.2f, 0.2f);
   float *x = rand_vec((int64_t)big * L.in_dim, -1, 1);
@@ -444,7 +444,7 @@ START_TEST(state_round_trip_and_bad_labels) {
   const struct optim_spec os = {OPTIM_ADAM, 1e-3f, 0, 0, 0.9f, 0.999f, 1e-8f};
   struct model_layout L;
   ck_assert_int_eq(model_layout_init(&mlp, &L), 0);
-  struct backend_opts bo = {1, 1, 0};
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *b = NULL;
   ck_assert_int_eq(backend_cuda_ops.create(&mlp, &os, 8, &bo, &b), 0);
   float *p = rand_vec(L.n_params, -1, 1), *o = rand_vec(2 * L.n_params, 0, 1);

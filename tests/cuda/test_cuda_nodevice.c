@@ -13,7 +13,7 @@ static const struct model_spec cnn = {MODEL_CNN, 1, 28, 28, 10, 120, 84};
 static const struct optim_spec sgd = {OPTIM_SGD, 0.01f, 0.9f, 0, 0.9f, 0.999f, 1e-8f};
 
 START_TEST(no_device_is_enodev_with_a_message) {
-  struct backend_opts bo = {1, 0, 0};
+  struct backend_opts bo = {1, 0, 0, 0, 0, NULL};
   struct backend *b = (struct backend *)&bo; /* must be reset to NULL */
   ck_assert_int_eq(backend_cuda_device_count(), 0);
   ck_assert_int_eq(backend_cuda_ops.create(&cnn, &sgd, 64, &bo, &b), -ENODEV);
@@ -27,7 +27,7 @@ START_TEST(no_device_is_enodev_with_a_message) {
 END_TEST
 
 START_TEST(bad_arguments_are_einval) {
-  struct backend_opts bo = {1, 0, 0};
+  struct backend_opts bo = {1, 0, 0, 0, 0, NULL};
   struct backend *b = NULL;
   struct optim_spec bad = sgd;
   bad.kind = 7;

@@ -24,7 +24,7 @@ static void make_data(float *x, uint8_t *y, int n, struct splitmix *r) {
 
 START_TEST(state_roundtrip_and_training) {
   struct optim_spec os = {OPTIM_SGD, 0.05f, 0.9f, 0.0f, 0.9f, 0.999f, 1e-8f};
-  struct backend_opts bo = {1, 1, 0};
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *b = NULL;
   ck_assert_int_eq(backend_cpu_ops.create(&spec, &os, 8, &bo, &b), 0);
   struct model_layout L;
@@ -77,7 +77,7 @@ END_TEST
 START_TEST(threads_cap_openblas) {
   struct optim_spec os = {OPTIM_ADAM, 0.001f, 0, 0, 0.9f, 0.999f, 1e-8f};
   struct backend *b = NULL;
-  struct backend_opts two = {2, 1, 0}, one = {1, 1, 0};
+  struct backend_opts two = {2, 1, 0, 0, 0, NULL}, one = {1, 1, 0, 0, 0, NULL};
   ck_assert_int_eq(backend_cpu_ops.create(&spec, &os, 4, &two, &b), 0);
   ck_assert_int_eq(openblas_get_num_threads(), 2);
   backend_cpu_ops.destroy(b);
@@ -89,7 +89,7 @@ END_TEST
 
 START_TEST(bad_spec_refused) {
   struct optim_spec os = {OPTIM_SGD, 0.01f, 0, 0, 0, 0, 0};
-  struct backend_opts bo = {1, 1, 0};
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *b = NULL;
   struct model_spec tiny = {MODEL_CNN, 1, 8, 8, 10, 4, 4};
   ck_assert_int_eq(backend_cpu_ops.create(&tiny, &os, 4, &bo, &b), -EINVAL);
