@@ -104,8 +104,10 @@ def save_checkpoint(obj, iteration=None):
     file ({"_checkpoint": {...}}), which tells the worker to upload exactly
     it, labelled with that iteration."""
     from ._trial import _emit_locked, in_trial  # circular at import time only
+    from . import _preempt
     with _stopping.deferred():  # a SIGTERM meanwhile exits once it is saved and named
         path, it = _save(obj, iteration)
+        _preempt.satisfied()
         if in_trial():  # only a worker reads the line
             ref = file_ref(path)
             ref["training_iteration"] = it
