@@ -18,7 +18,7 @@
 #define PREEMPT_DEFAULT_POLL_MS 5000u
 
 struct preempt_plan {
-  unsigned ask_ms;  /* after the notice: a trial asked to checkpoint is stopped then at the latest */
+  unsigned ask_ms; /* after the notice: a trial asked to checkpoint is stopped then at the latest */
   unsigned term_ms; /* SIGTERM -> SIGKILL for a preempted trial */
 };
 /* A third of the grace to checkpoint when asked, a third (at most

@@ -22,11 +22,11 @@ struct preempt_watch {
   uv_timer_t timer;
   uv_process_t proc;
   uv_pipe_t out;
-  int handles;          /* open: timer, and proc + out while a command runs */
-  int running;          /* a command is out: proc and out are open */
-  int exited, eof;      /* what of it has ended */
-  int64_t exit_status;  /* its status (-1: a signal) */
-  uint64_t started_ms;  /* when it was spawned */
+  int handles;         /* open: timer, and proc + out while a command runs */
+  int running;         /* a command is out: proc and out are open */
+  int exited, eof;     /* what of it has ended */
+  int64_t exit_status; /* its status (-1: a signal) */
+  uint64_t started_ms; /* when it was spawned */
   int fired, closing;
   char buf[PREEMPT_OUT_MAX + 1];
   size_t len;
@@ -93,11 +93,8 @@ static void pw_spawn(struct preempt_watch *pw) {
       {.flags = UV_IGNORE},
       {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&pw->out},
       {.flags = UV_INHERIT_FD, .data.fd = 2}};
-  uv_process_options_t o = {.exit_cb = pw_on_exit,
-                            .file = args[0],
-                            .args = args,
-                            .stdio = stdio,
-                            .stdio_count = 3};
+  uv_process_options_t o = {
+      .exit_cb = pw_on_exit, .file = args[0], .args = args, .stdio = stdio, .stdio_count = 3};
   int rc = uv_pipe_init(pw->loop, &pw->out, 0);
   if (rc) {
     log_warn("--preemption-notice: cannot make a pipe: %s", uv_strerror(rc));

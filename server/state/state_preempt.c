@@ -87,8 +87,8 @@ int state_preempt_defer(struct server *s, const struct srv_worker *w,
   int nonspot_free = 0;
   for (int64_t i = 0; i < s->nworkers && !nonspot_free; i++) {
     const struct srv_worker *o = s->workers[i];
-    nonspot_free = o && o != w && !o->spot && !o->lost && !o->gone &&
-                   preempt_has_room(o, &e->spec.resources);
+    nonspot_free =
+        o && o != w && !o->spot && !o->lost && !o->gone && preempt_has_room(o, &e->spec.resources);
   }
   return state_preempt_rule(w->spot, 1, nonspot_free);
 }

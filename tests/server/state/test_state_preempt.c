@@ -161,9 +161,9 @@ START_TEST(spot_worker_leaves_a_promoted_trial) {
   ck_assert_int_eq(state_trial_event(S, t, TE_STOP, NULL, &ticket), 0); /* ended; extend: */
   ck_assert_int_eq(state_trial_event(S, t, TE_RESUME, NULL, &ticket), 0);
   ck_assert_int_eq(t->promoted, 0); /* from TERMINATED: not a promotion */
-  ck_assert_int_eq(state_trial_event(S, t, TE_LEASE, &(struct trial_event_args){.worker = ondemand},
-                                     &ticket),
-                   0);
+  ck_assert_int_eq(
+      state_trial_event(S, t, TE_LEASE, &(struct trial_event_args){.worker = ondemand}, &ticket),
+      0);
   ck_assert_int_eq(state_trial_event(S, t, TE_PAUSE, NULL, &ticket), 0);
   ck_assert_int_eq(state_trial_event(S, t, TE_RESUME, NULL, &ticket), 0);
   ck_assert_int_eq(t->promoted, 1);

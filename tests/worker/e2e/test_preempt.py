@@ -11,8 +11,10 @@ with 0 failures counted, its "preempted" attempt event says how much work
 was lost (0 for the two that checkpointed at the notice, the iterations
 past its last periodic checkpoint for the third), and the experiments count
 the preemptions (the API and `ctune status`). A second worker resumes each from that checkpoint and
-finishes it. The old drain (SIGTERM without the flag) is
-worker_e2e_drain_release."""
+finishes it, while its --preemption-notice command answers FALSE. Then
+that command says TRUE, and a third worker's notice file appears: each
+releases the trial it runs as preempted. The old drain (SIGTERM without the
+flag) is worker_e2e_drain_release."""
 import os
 import signal
 import subprocess
@@ -34,8 +36,9 @@ cfg = ctune.get_config({"how": "request"})
 state = ctune.load_checkpoint() or {"i": 0}
 if cfg["how"] == "request":
     ctune.on_checkpoint_request(lambda: dict(state))
+pause = 0.005 if ctune.is_resumed() else 0.05  # a resumed attempt just finishes
 while state["i"] < %d:
-    time.sleep(0.05)
+    time.sleep(pause)
     state["i"] += 1
     periodic = cfg["how"] == "periodic" and state["i"] == 7
     ctune.report({"loss": 1.0 / state["i"], "training_iteration": state["i"]},
@@ -59,10 +62,10 @@ def body(env):
     builtin = env.submit({
         "name": "builtin", "metric": "loss", "mode": "min", "num_samples": 1, "seed": 3,
         "param_space": {"lr": 0.05, "batch_size": 64, "l1": 32, "l2": 16},
-        "scheduler": {"type": "fifo", "time_attr": "training_iteration", "max_t": 2},
+        "scheduler": {"type": "fifo", "time_attr": "training_iteration", "max_t": 3},
         "resources_per_trial": {"cpu": 0.5},
         "trainable": {"type": "builtin", "model": "mlp", "dataset": "fashion-mnist",
-                      "data_dir": DATA, "train_limit": 500}})
+                      "data_dir": DATA, "train_limit": 200}})
     cfg = command_config("python", ["/usr/bin/python3", script],
                          param_space={"how": {"grid_search": ["request", "periodic"]}})
     cfg["resources_per_trial"] = {"cpu": 0.5}  # three on two CPUs
@@ -117,7 +120,12 @@ def body(env):
         env.experiment(py)["preemptions"]["lost_iterations"]) in out, out
 
     # Each resumes on a second worker from the checkpoint taken at the notice.
-    env.start_worker("w2", "--cpus", "2")
+    # Its --preemption-notice command says FALSE meanwhile: no notice.
+    flag = os.path.join(env.tmp, "notice")
+    with open(flag, "w") as f:
+        f.write("FALSE\n")
+    w2 = env.start_worker("w2", "--cpus", "2", "--preemption-notice", "cat " + flag,
+                          "--preemption-poll-ms", "100", "--preemption-grace-s", str(GRACE_S))
     for e in (builtin, py):
         x = env.wait_experiment(e, 60)
         assert x["status"] == "TERMINATED" and x["counts"]["TERMINATED"] == x["num_created"], x
@@ -125,6 +133,9 @@ def body(env):
         t = env.trial(tid)
         assert t["status"] == "TERMINATED" and t["num_failures"] == 0, t
         leased = [a for a in attempts(env, tid, "leased") if a["data"]["worker_id"] == 2]
+        # w2's FALSE was no notice: it ended every trial it leased.
+        assert [a["kind"] for a in t["attempts"] if a["data"]["worker_id"] == 2] == ["leased"], \
+            t["attempts"]
         ck = leased[0]["data"]["iteration"]
         print("%s (trial %d): last result %s at the notice, resumed from %s, lost %s" %
               (how[tid], tid, last, ck, d))
@@ -137,7 +148,30 @@ def body(env):
             # pass between its checkpoint's line and the SIGTERM is lost.
             assert d["lost_iterations"] <= 1 and ck >= last - 1, (how[tid], d, ck, last)
         its = result_values(env.results(tid))
-        assert its[-1] == (2 if how[tid] == "builtin" else PY_ITERS), (tid, its)
+        assert its[-1] == (3 if how[tid] == "builtin" else PY_ITERS), (tid, its)
+
+    # The polled notices: w2's command says TRUE, then a third worker's
+    # file:PATH appears; each releases the running trial as preempted.
+    cfg["param_space"] = {"how": "request"}
+    exp = env.submit(dict(cfg, name="polled"))
+    for n, (w, notice) in enumerate(((w2, lambda: open(flag, "w").write("TRUE\n")), (None, None))):
+        if w is None:
+            path = os.path.join(env.tmp, "notice-file")
+            w = env.start_worker("w3", "--cpus", "2", "--preemption-notice", "file:" + path,
+                                 "--preemption-poll-ms", "100", "--preemption-grace-s",
+                                 str(GRACE_S))
+            notice = (lambda p=path: open(p, "w").close())
+        t = wait_for(lambda: (lambda x: x[0]["status"] == "RUNNING" and
+                              len(env.results(x[0]["id"])) >= 3 * (n + 1) and x[0])(
+            env.trials(exp)), 30, "the polled trial running (%d)" % n, step=0.02)
+        t0 = time.time()
+        notice()
+        assert w.p.wait(GRACE_S + 1) == 0, w.log()[-3000:]
+        print("notice %d: worker exited %.2f s after it" % (n, time.time() - t0))
+        ev = attempts(env, t["id"], "preempted")
+        assert len(ev) == n + 1 and env.trial(t["id"])["num_failures"] == 0, ev
+        assert env.trial(t["id"])["status"] == "PENDING"
+        assert "--preemption-notice" in w.log() or "notice file" in w.log(), w.log()[-2000:]
 
 
 if __name__ == "__main__":
