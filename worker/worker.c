@@ -2181,9 +2181,10 @@ void worker_preempt(struct worker *w, const char *what) {
   while (t) {
     struct trial *next = t->next;
     if (t->state >= TRIAL_SPAWNING && t->state <= TRIAL_PAUSED) {
-      if (t->dir && preempt_request_file(t->dir) < 0)
+      int frc = t->dir ? preempt_request_file(t->dir) : 0;
+      if (frc < 0)
         log_warn("trial %d: cannot create %s/%s: %s", t->id, t->dir, PREEMPT_REQUEST_FILE,
-                 strerror(errno));
+                 strerror(-frc));
       /* SIGUSR1's default action kills: sent only to a process that
        * catches it (the Python helpers do); the others save on SIGTERM. */
       if (t->state == TRIAL_RUNNING && t->proc.pid > 0 && preempt_catches(t->proc.pid, SIGUSR1) &&
