@@ -62,7 +62,7 @@ format:
 test-fast: test-build
 	cd $(TEST_BUILD) && ctest --output-on-failure -j 2 -L unit
 
-# The chaos test's long run: 32 faults instead of make test's 8 (about 2 min,
+# The chaos test's long run: 32 faults instead of make test's 10 (about 2 min,
 # under ASan; tests/chaos/test_chaos.py says what each fault does).
 .PHONY: chaos-long
 chaos-long: asan

@@ -254,6 +254,8 @@ int cmd_status(const struct cli_args *a) {
     /* Why it ended early (fail_fast, a cancel), under its line. */
     const cJSON *why = get(e, "end_reason");
     if (cJSON_IsString(why)) printf("      ended: %s\n", why->valuestring);
+    char pre[256];
+    if (report_fmt_preemptions(e, pre, sizeof(pre))) printf("      %s\n", pre);
   }
 done:
   cJSON_Delete(resp);

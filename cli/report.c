@@ -260,6 +260,16 @@ static void add_key(const char **keys, int *n, int cap, const char *k) {
   if (*n < cap) keys[(*n)++] = k;
 }
 
+int report_fmt_preemptions(const cJSON *e, char *buf, size_t n) {
+  const cJSON *p = get(e, "preemptions");
+  double count = get_num(p, "count", 0);
+  if (!(count > 0)) return 0;
+  snprintf(buf, n, "preempted: %g time%s, %g iteration%s and %.1f s of work lost", count,
+           count == 1 ? "" : "s", get_num(p, "lost_iterations", 0),
+           get_num(p, "lost_iterations", 0) == 1 ? "" : "s", get_num(p, "lost_seconds", 0));
+  return 1;
+}
+
 static void status_block(struct sbuf *sb, const struct report_state *s, double now, int width) {
   const cJSON *e = s->experiment;
   char line[2048], t1[64], t2[64];
@@ -288,6 +298,12 @@ static void status_block(struct sbuf *sb, const struct report_state *s, double n
   /* Why it ended early (fail_fast, a cancel): docs/protocol.md#fail-fast. */
   if (get_str(e, "end_reason")) {
     snprintf(line, sizeof(line), "Ended: %s", get_str(e, "end_reason"));
+    put_line(sb, line, width);
+  }
+  /* Preemptions are not failures: their count and the work they lost. */
+  char pre[256];
+  if (report_fmt_preemptions(e, pre, sizeof(pre))) {
+    snprintf(line, sizeof(line), "Trials %s", pre);
     put_line(sb, line, width);
   }
 

@@ -63,6 +63,9 @@ cJSON *report_to_json(const struct report_state *s, double now);
 /* A config or result value as the table shows it: numbers %.6g (integral
  * ones without a point), strings bare, everything else as compact JSON. */
 void report_fmt_value(const cJSON *v, char *buf, size_t len);
+/* "preempted: N times, I iterations and S s of work lost" from an
+ * experiment's "preemptions"; 0 (buf untouched) when it has none. */
+int report_fmt_preemptions(const cJSON *e, char *buf, size_t n);
 
 /* The status to show for an experiment: its "status", except that one
  * that ended TERMINATED with every trial in ERROR shows "FAILED" (as Ray's

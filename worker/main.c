@@ -27,6 +27,8 @@
 #include "sdnotify.h"
 #include "supervise.h"
 #include "sysres.h"
+#include "preempt.h"
+#include "preempt_watch.h"
 #include "workdir.h"
 #include "worker.h"
 
@@ -60,6 +62,16 @@ static const char usage[] =
     "  --train-bin PATH     ctune-train (default: next to ctune-worker)\n"
     "  --poll-ms N          lease poll interval when idle (default 1000)\n"
     "  --stop-grace-s N     SIGTERM to SIGKILL grace for trials (default 10)\n"
+    "  --preemption-grace-s N  SIGTERM is a preemption notice: the machine goes in N s;\n"
+    "                       trials checkpoint and every lease is released as\n"
+    "                       preempted within N s (without it SIGTERM is a clean drain)\n"
+    "  --preemption-notice CMD  poll CMD (run by /bin/sh -c; exit 0 with an output\n"
+    "                       other than empty, FALSE or 0 is a notice), or\n"
+    "                       file:PATH (a notice once PATH exists); grace as above,\n"
+    "                       default 30 s\n"
+    "  --preemption-poll-ms N  how often the notice is polled (default 5000)\n"
+    "  --spot               register as a spot worker (labels {\"spot\": true}): trials\n"
+    "                       at a promotion rung go to other workers first\n"
     "  --max-queued N       results kept while the server is away (default 100000)\n"
     "  --outbox-stall-s N   fail a trial whose results cannot be written (disk full)\n"
     "                       for N s (default 300; 0: wait for ever)\n"
@@ -83,12 +95,22 @@ static const char usage[] =
     "  --version, --help\n";
 
 static struct worker *g_worker;
+static int g_sigterm_preempts; /* --preemption-grace-s: SIGTERM is a preemption notice */
 
 static void on_signal(uv_signal_t *h, int sig) {
   (void)h;
   log_info("got %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   sdnotify("STOPPING=1");
-  if (g_worker) worker_drain(g_worker);
+  if (g_worker && sig == SIGTERM && g_sigterm_preempts)
+    worker_preempt(g_worker, "SIGTERM");
+  else if (g_worker)
+    worker_drain(g_worker);
+}
+
+static void on_preempt_notice(void *arg, const char *what) {
+  (void)arg;
+  sdnotify("STOPPING=1");
+  if (g_worker) worker_preempt(g_worker, what);
 }
 
 /* Two workers on one work dir would share its outbox and trial dirs and lose
@@ -529,8 +551,14 @@ int main(int argc, char **argv) {
     O_MPS,
     O_CPULIST,
     O_EXCLCPUS,
-    O_HIDE
+    O_HIDE,
+    O_PGRACE,
+    O_PNOTICE,
+    O_PPOLL,
+    O_SPOT
   };
+  const char *notice_spec = NULL;
+  long notice_poll_ms = PREEMPT_DEFAULT_POLL_MS;
   int use_mps = 0;
   const char *hides[MAIN_MAX_HIDE];
   int nhides = 0;
@@ -558,6 +586,10 @@ int main(int argc, char **argv) {
                                            {"cpu-list", required_argument, 0, O_CPULIST},
                                            {"exclusive-cpus", no_argument, 0, O_EXCLCPUS},
                                            {"hide", required_argument, 0, O_HIDE},
+                                           {"preemption-grace-s", required_argument, 0, O_PGRACE},
+                                           {"preemption-notice", required_argument, 0, O_PNOTICE},
+                                           {"preemption-poll-ms", required_argument, 0, O_PPOLL},
+                                           {"spot", no_argument, 0, O_SPOT},
                                            {"version", no_argument, 0, O_VERSION},
                                            {"help", no_argument, 0, O_HELP},
                                            {0, 0, 0, 0}};
@@ -653,6 +685,24 @@ int main(int argc, char **argv) {
         return 2;
       }
       hides[nhides++] = optarg;
+      break;
+    case O_PGRACE:
+      if (parse_long("--preemption-grace-s", optarg, 1, 3600, &v)) return 2;
+      o.preempt_grace_ms = (unsigned)v * 1000;
+      g_sigterm_preempts = 1;
+      break;
+    case O_PNOTICE:
+      if (!optarg[0] || !strcmp(optarg, "file:")) {
+        fprintf(stderr, "ctune-worker: --preemption-notice: give a command or file:PATH\n");
+        return 2;
+      }
+      notice_spec = optarg;
+      break;
+    case O_PPOLL:
+      if (parse_long("--preemption-poll-ms", optarg, 10, 3600000, &notice_poll_ms)) return 2;
+      break;
+    case O_SPOT:
+      o.spot = 1;
       break;
     case O_HELP:
       fputs(usage, stdout);
@@ -884,12 +934,25 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   log_info("ctune-worker %s: server %s, %d cpu(s), %d gpu(s), memory_mb %ld, work dir %s", o.name,
            o.server, o.ncpus, o.ngpus, o.memory_mb, o.work_dir);
+  struct preempt_watch *watch = NULL;
+  if (notice_spec) {
+    rc = preempt_watch_start(loop, notice_spec, (unsigned)notice_poll_ms, on_preempt_notice, NULL,
+                             &watch);
+    if (rc < 0) {
+      fprintf(stderr, "ctune-worker: --preemption-notice: %s\n", strerror(-rc));
+      worker_free(w);
+      free(token);
+      return 1;
+    }
+  }
   worker_start(w);
   uv_run(loop, UV_RUN_DEFAULT);
   g_worker = NULL;
+  preempt_watch_close(watch);
   uv_close((uv_handle_t *)&sterm, NULL);
   uv_close((uv_handle_t *)&sint, NULL);
   uv_run(loop, UV_RUN_DEFAULT);
+  preempt_watch_free(watch);
   worker_free(w);
   uv_loop_close(loop);
   free(token);

@@ -56,6 +56,7 @@ enum trial_stop {
   TRIAL_STOP_FENCE,    /* no heartbeat for lease_timeout_s: release */
   TRIAL_STOP_OUTBOX,   /* its results could not be queued for too long: fail */
   TRIAL_STOP_METRIC,   /* its first result lacks the experiment's metric: fail */
+  TRIAL_STOP_PREEMPT,  /* a preemption notice: release with reason preempted */
 };
 
 struct trial;
@@ -80,6 +81,7 @@ struct trial {
   uint64_t key;     /* unique per trial object: replies find it by this */
   enum trial_state state;
   enum trial_stop stop_why;
+  int preempt_asked; /* sent SIGUSR1 at a preemption notice: stopped once it checkpoints */
   char *time_attr;
   char *dir;    /* <work dir>/trials/<id> */
   char *cgroup; /* its cgroup v2 dir, removed when it ends; or NULL */

@@ -34,6 +34,7 @@
 #include "log.h"
 #include "sdnotify.h"
 #include "outbox.h"
+#include "preempt.h"
 #include "testhook.h"
 #include "trainable.h"
 #include "trial.h"
@@ -95,6 +96,12 @@ struct worker {
   int deregistering; /* the clean stop's deregistration is out */
   uint64_t drain_deadline_ms;
   uint64_t drain_reg_deadline_ms; /* until then a drain awaits a registration reply */
+  /* A preemption notice (worker_preempt): the drain releases with reason
+   * preempted; notice_at is its wall-clock time (s), sent with each release. */
+  int preempting;
+  double notice_at;
+  struct preempt_plan preempt;
+  uint64_t preempt_ask_until_ms; /* trials asked to checkpoint are stopped then */
 };
 
 /* What a response callback needs; never a pointer to a trial, which may be
@@ -273,8 +280,11 @@ static void worker_queue_fail(struct worker *w, const struct trial *t, const cha
 
 static void worker_queue_release(struct worker *w, const struct trial *t) {
   cJSON *b = cJSON_CreateObject();
+  int pre = t->stop_why == TRIAL_STOP_PREEMPT;
   if (!b || !cJSON_AddNumberToObject(b, "worker_id", t->lease_worker) ||
-      !cJSON_AddNumberToObject(b, "iteration", t->last_iter)) {
+      !cJSON_AddNumberToObject(b, "iteration", t->last_iter) ||
+      (pre && (!cJSON_AddStringToObject(b, "reason", "preempted") ||
+               !cJSON_AddNumberToObject(b, "notice_at", w->notice_at)))) {
     log_error("trial %d: cannot build its release: its lease will expire", t->id);
   } else {
     worker_queue_end(w, t, "release", b);
@@ -395,6 +405,8 @@ static void worker_on_checkpoint(void *arg, struct trial *t) {
   }
   t->ckpt_wanted = 1;
   worker_upload_checkpoint(w, t);
+  /* Asked to checkpoint at a preemption notice, and it did: stop it now. */
+  if (t->preempt_asked) worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_PREEMPT, 0);
 }
 
 static void worker_release_grant(struct worker *w, struct trial *t) {
@@ -415,10 +427,14 @@ static void worker_queue_trial_end(struct worker *w, struct trial *t) {
     return;
   case TRIAL_STOP_DRAIN:
   case TRIAL_STOP_FENCE:
+  case TRIAL_STOP_PREEMPT:
     log_info("trial %d (attempt %ld) stopped by the %s at iteration %g (exit %d); its lease "
              "is released once its checkpoint and results are delivered, and it resumes "
              "from its checkpoint",
-             t->id, t->attempt, t->stop_why == TRIAL_STOP_DRAIN ? "drain" : "self-fencing",
+             t->id, t->attempt,
+             t->stop_why == TRIAL_STOP_DRAIN   ? "drain"
+             : t->stop_why == TRIAL_STOP_FENCE ? "self-fencing"
+                                               : "preemption notice",
              t->last_iter, code);
     if (t->lease_worker) worker_queue_release(w, t);
     return;
@@ -523,7 +539,8 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
       /* Leased but not started: drain and fence give the lease back. */
       t->stop_why = (enum trial_stop)a;
       worker_release_grant(w, t);
-      if (a == TRIAL_STOP_DRAIN || a == TRIAL_STOP_FENCE) worker_queue_release(w, t);
+      if (a == TRIAL_STOP_DRAIN || a == TRIAL_STOP_FENCE || a == TRIAL_STOP_PREEMPT)
+        worker_queue_release(w, t);
       worker_trial_set(t, TRIAL_FLUSHING);
       worker_trial_flushed(w, t);
       return;
@@ -532,14 +549,16 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
     case TRIAL_PAUSED:
       t->stop_why = (enum trial_stop)a;
       worker_trial_set(t, TRIAL_STOPPING);
-      proc_stop(&t->proc, w->o.stop_grace_ms); /* SIGCONT too when paused */
+      proc_stop(&t->proc, a == TRIAL_STOP_PREEMPT
+                              ? w->preempt.term_ms
+                              : w->o.stop_grace_ms); /* SIGCONT too when paused */
       return;
     default:
       return; /* already stopping: the first reason decides its end message */
     }
   case TEV_KILL:
     if (t->state == TRIAL_SPAWNING || t->state == TRIAL_RUNNING || t->state == TRIAL_PAUSED) {
-      t->stop_why = TRIAL_STOP_DRAIN;
+      t->stop_why = w->preempting ? TRIAL_STOP_PREEMPT : TRIAL_STOP_DRAIN;
       worker_trial_set(t, TRIAL_STOPPING);
     }
     if (t->state == TRIAL_STOPPING) proc_stop(&t->proc, 0);
@@ -1968,6 +1987,10 @@ static void worker_register(struct worker *w) {
     return;
   }
   cJSON_AddItemToObject(b, "resources", r);
+  /* A spot worker may go away at short notice: the server keeps the trials
+   * it would lose most by for the others (docs/scheduling.md#spot-workers). */
+  cJSON *labels = w->o.spot ? cJSON_AddObjectToObject(b, "labels") : NULL;
+  if (labels) cJSON_AddTrueToObject(labels, "spot");
   /* Registration alone goes with the shared worker token (--token-file). */
   char *auth = NULL, *text = jsonout_print(b);
   int rc = -ENOMEM;
@@ -2081,20 +2104,50 @@ static void worker_check_drained(struct worker *w) {
   worker_deregister_and_exit(w);
 }
 
-static void worker_on_drain_timer(uv_timer_t *h) { worker_check_drained(h->data); }
+/* A trial asked to checkpoint at a preemption notice that has not done so
+ * by the end of its window is stopped (SIGTERM: it may still save). */
+static void worker_preempt_tick(struct worker *w) {
+  if (!w->preempting || clock_mono_ms() < w->preempt_ask_until_ms) return;
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;
+    if (t->preempt_asked && t->state < TRIAL_STOPPING)
+      worker_trial_event(w, t, TEV_STOP, TRIAL_STOP_PREEMPT, 0);
+    t = next;
+  }
+}
+
+static void worker_on_drain_timer(uv_timer_t *h) {
+  worker_preempt_tick(h->data);
+  worker_check_drained(h->data);
+}
+
+static void worker_drain_kill(struct worker *w) {
+  log_warn("second stop signal: killing trials now");
+  for (struct trial *t = w->trials; t; t = t->next) worker_trial_event(w, t, TEV_KILL, 0, 0);
+  w->drain_deadline_ms = w->drain_reg_deadline_ms = clock_mono_ms();
+  worker_check_drained(w);
+}
+
+/* No new leases; the drain ends by deadline_ms at the latest. */
+static void worker_drain_begin(struct worker *w, uint64_t deadline_ms) {
+  w->draining = 1;
+  uv_timer_stop(&w->lease_timer);
+  uv_timer_stop(&w->reg_timer);
+  w->drain_deadline_ms = deadline_ms;
+  w->drain_reg_deadline_ms = clock_mono_ms() + WORKER_DRAIN_REG_MS;
+  uv_timer_start(&w->drain_timer, worker_on_drain_timer, 200, 200);
+}
 
 void worker_drain(struct worker *w) {
   if (w->shut) return;
   if (w->draining) {
-    log_warn("second stop signal: killing trials now");
-    for (struct trial *t = w->trials; t; t = t->next) worker_trial_event(w, t, TEV_KILL, 0, 0);
-    w->drain_deadline_ms = w->drain_reg_deadline_ms = clock_mono_ms();
-    worker_check_drained(w);
+    worker_drain_kill(w);
     return;
   }
-  w->draining = 1;
   int n = 0;
   struct trial *t = w->trials;
+  w->draining = 1;
   while (t) {
     struct trial *next = t->next;
     if (t->state >= TRIAL_SPAWNING && t->state <= TRIAL_PAUSED) n++;
@@ -2105,11 +2158,56 @@ void worker_drain(struct worker *w) {
   log_info("draining: no new leases, stopping %d trial(s) (they checkpoint), delivering "
            "%zu queued message(s)",
            n, w->ob.n);
-  uv_timer_stop(&w->lease_timer);
-  uv_timer_stop(&w->reg_timer);
-  w->drain_deadline_ms = clock_mono_ms() + w->o.stop_grace_ms + WORKER_DRAIN_EXTRA_MS;
-  w->drain_reg_deadline_ms = clock_mono_ms() + WORKER_DRAIN_REG_MS;
-  uv_timer_start(&w->drain_timer, worker_on_drain_timer, 200, 200);
+  worker_drain_begin(w, clock_mono_ms() + w->o.stop_grace_ms + WORKER_DRAIN_EXTRA_MS);
+  worker_pump_outbox(w);
+  worker_check_drained(w);
+}
+
+void worker_preempt(struct worker *w, const char *what) {
+  if (w->shut) return;
+  if (w->draining) {
+    worker_drain_kill(w);
+    return;
+  }
+  unsigned grace = w->o.preempt_grace_ms ? w->o.preempt_grace_ms : PREEMPT_DEFAULT_GRACE_MS;
+  uint64_t now = clock_mono_ms();
+  w->preempting = 1;
+  w->notice_at = clock_wall_s();
+  w->preempt = preempt_plan(grace, w->o.stop_grace_ms);
+  w->preempt_ask_until_ms = now + w->preempt.ask_ms;
+  w->draining = 1; /* a lease granted meanwhile is given back (worker_spawn_trial) */
+  int asked = 0, stopped = 0;
+  struct trial *t = w->trials;
+  while (t) {
+    struct trial *next = t->next;
+    if (t->state >= TRIAL_SPAWNING && t->state <= TRIAL_PAUSED) {
+      int frc = t->dir ? preempt_request_file(t->dir) : 0;
+      if (frc < 0)
+        log_warn("trial %d: cannot create %s/%s: %s", t->id, t->dir, PREEMPT_REQUEST_FILE,
+                 strerror(-frc));
+      /* SIGUSR1's default action kills: sent only to a process that
+       * catches it (the Python helpers do); the others save on SIGTERM. */
+      if (t->state == TRIAL_RUNNING && t->proc.pid > 0 && preempt_catches(t->proc.pid, SIGUSR1) &&
+          kill(t->proc.pid, SIGUSR1) == 0) {
+        t->preempt_asked = 1;
+        asked++;
+        t = next;
+        continue;
+      }
+      stopped++;
+    }
+    /* One that never ran here (fetching its checkpoint) lost nothing: a
+     * plain release, as for a lease granted from now on. */
+    if (t->state < TRIAL_STOPPING)
+      worker_trial_event(w, t, TEV_STOP,
+                         t->state == TRIAL_FETCHING ? TRIAL_STOP_DRAIN : TRIAL_STOP_PREEMPT, 0);
+    t = next;
+  }
+  log_warn("preemption notice (%s): no new leases; %d trial(s) asked to checkpoint (SIGUSR1), "
+           "%d stopped (SIGTERM: they checkpoint); every lease is released as preempted "
+           "within %u ms",
+           what, asked, stopped, grace);
+  worker_drain_begin(w, now + grace);
   worker_pump_outbox(w);
   worker_check_drained(w);
 }

@@ -32,6 +32,8 @@ struct worker_opts {
   int keep_trial_dirs;      /* ended trials whose dirs (logs) are kept */
   unsigned outbox_stall_ms; /* results unwritable (disk full) this long: fail the trial; 0 never */
   const struct cgroup_ctx *cgroup; /* enabled: cpu.max/memory.max per trial */
+  unsigned preempt_grace_ms;       /* a preemption notice's deadline (worker_preempt) */
+  int spot;                        /* registered with "labels": {"spot": true} */
 };
 
 struct worker;
@@ -43,6 +45,14 @@ int worker_start(struct worker *w);
  * checkpoints and logs, deliver the outbox, then close everything so the
  * loop ends. A second call kills the trials at once. */
 void worker_drain(struct worker *w);
+/* A preemption notice (SIGTERM with --preemption-grace-s, or the
+ * --preemption-notice watch): stop leasing, ask each running trial to
+ * checkpoint (SIGUSR1 when it catches it, and <checkpoint dir>/CHECKPOINT_NOW),
+ * stop it once its checkpoint came (or a third of the grace passed), deliver
+ * within the grace, and release every lease with reason "preempted"
+ * (docs/worker.md#preemption). what: the notice, for the log. A call while
+ * preempting (or draining) is worker_drain()'s second call: kill now. */
+void worker_preempt(struct worker *w, const char *what);
 /* After the loop has ended. */
 void worker_free(struct worker *w);
 

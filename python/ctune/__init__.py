@@ -40,8 +40,9 @@ __version__ = "0.1.0"
 
 from ._errors import CtuneError
 from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECKPOINT_FILE
-from ._trial import (TrialContext, apply_config, get_config, get_context, gpu_memory_fraction,
-                     in_trial, is_resumed, on_stop, report, stop_requested, torch_memory_fraction)
+from ._trial import (TrialContext, apply_config, checkpoint_requested, get_config, get_context,
+                     gpu_memory_fraction, in_trial, is_resumed, on_checkpoint_request, on_stop,
+                     report, stop_requested, torch_memory_fraction)
 from ._client import Client
 from ._results import Result, ResultGrid
 from ._open import open_db as open  # noqa: A001 (ctune.open, shadowing nothing here)
@@ -55,8 +56,9 @@ from ._search import (ASHA, FIFO, PBT, TPE, ASHAScheduler, AsyncHyperBandSchedul
 
 __all__ = [
     "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "apply_config", "checkpoint_dir",
-    "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint", "on_stop", "report",
-    "save_checkpoint", "stop_requested", "__version__",
+    "checkpoint_requested", "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint",
+    "on_checkpoint_request", "on_stop", "report", "save_checkpoint", "stop_requested",
+    "__version__",
     # GPUs: the trial's memory share
     "gpu_memory_fraction", "torch_memory_fraction",
     # search spaces, schedulers, searchers (Ray Tune's names too)

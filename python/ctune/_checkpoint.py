@@ -108,10 +108,12 @@ def save_checkpoint(obj, iteration=None):
     None: rank 0 saves the trial's checkpoint, and the worker restores it
     to every member."""
     from ._trial import _emit_locked, _rank, in_trial  # circular at import time only
+    from . import _preempt
     if _rank() != 0:
         return None
     with _stopping.deferred():  # a SIGTERM meanwhile exits once it is saved and named
         path, it = _save(obj, iteration)
+        _preempt.satisfied()
         if in_trial():  # only a worker reads the line
             ref = file_ref(path)
             ref["training_iteration"] = it

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from . import _checkpoint, _stopping
+from . import _checkpoint, _preempt, _stopping
 from ._errors import CtuneError
 from ._values import flatten
 
@@ -320,6 +320,9 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
     if metrics is not None and not hasattr(metrics, "items"):
         raise TypeError("report() takes a dict of metrics and/or keyword metrics")
     rank = _rank()
+    if checkpoint is None:
+        # A preemption notice asked for a checkpoint: on_checkpoint_request's.
+        checkpoint = _preempt.pending_state()
     merged = dict(metrics or {})
     merged.update(kwargs)
     result = flatten(merged)
@@ -370,6 +373,7 @@ def report(metrics=None, /, *, checkpoint=None, **kwargs):
             except BaseException:
                 _emit(line)  # the result still counts; the save's error is raised
                 raise
+            _preempt.satisfied()
             if in_trial():  # only a worker reads it: a script run by hand prints its result
                 ref = json.dumps(_checkpoint.file_ref(path))
                 line = line[:-1] + (", " if result else "") + \
@@ -401,3 +405,23 @@ def on_stop(fn=None, exit=True):
 def stop_requested():
     """True once SIGTERM arrived (after on_stop installed the handler)."""
     return _stopping.state["requested"]
+
+
+def on_checkpoint_request(fn):
+    """Save fn()'s return value (anything save_checkpoint takes) with the
+    next report() after a checkpoint request: a worker given a preemption
+    notice sends SIGUSR1 (handled from now on) and creates CHECKPOINT_NOW in
+    the checkpoint dir (docs/worker.md#preemption). Call it from the main
+    thread. Returns fn, so it works as a decorator."""
+    if not callable(fn):
+        raise TypeError("on_checkpoint_request(fn): fn must be callable")
+    _preempt.set_saver(fn)
+    return fn
+
+
+def checkpoint_requested():
+    """True once a checkpoint was requested (SIGUSR1, or CHECKPOINT_NOW in the
+    checkpoint dir) and not saved since: pass checkpoint= to the next report()
+    then. The first call installs the SIGUSR1 handler (from the main thread)."""
+    _preempt.install()
+    return _preempt.requested()

@@ -602,6 +602,64 @@ print("not reached", flush=True)
         self.assertEqual(r.returncode, -signal.SIGTERM)
 
 
+class TestCheckpointRequest(Base):
+    """A preemption notice's checkpoint request (docs/worker.md#preemption):
+    SIGUSR1, or CHECKPOINT_NOW in the checkpoint dir, makes the next report
+    save on_checkpoint_request's state with its line, once."""
+    SCRIPT = r"""
+import sys, ctune
+state = {"i": 0}
+ctune.on_checkpoint_request(lambda: dict(state))
+for line in sys.stdin:
+    state["i"] += 1
+    ctune.report(loss=1.0 / state["i"])
+"""
+
+    def test_sigusr1_and_the_file_each_save_at_the_next_report(self):
+        ck = os.path.join(self.tmp, "ck")
+        os.mkdir(ck)
+        p = subprocess.Popen([sys.executable, "-c", self.SCRIPT],
+                             env=dict(clean_env(CTUNE_TRIAL_ID=1, CTUNE_CHECKPOINT_DIR=ck),
+                                      PYTHONPATH=PKG),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(p.stdout.close)
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+
+        def step():
+            p.stdin.write("x\n")
+            p.stdin.flush()
+            return json.loads(p.stdout.readline())
+        self.assertNotIn("_checkpoint", step())
+        os.kill(p.pid, signal.SIGUSR1)
+        r = step()
+        self.assertIn("_checkpoint", r)
+        self.assertEqual(r["training_iteration"], 2)
+        self.assertNotIn("_checkpoint", step())  # answered: once
+        request = os.path.join(ck, "CHECKPOINT_NOW")
+        open(request, "w").close()
+        r = step()
+        self.assertIn("_checkpoint", r)
+        self.assertEqual(r["training_iteration"], 4)
+        self.assertFalse(os.path.exists(request))  # the save answers it
+        self.assertNotIn("_checkpoint", step())
+        from ctune import _checkpoint
+        m = _checkpoint.read_manifest(os.path.join(ck, "checkpoint.bin"))
+        self.assertEqual(m["training_iteration"], 4)
+        p.stdin.close()
+        self.assertEqual(p.wait(10), 0)
+
+    def test_checkpoint_requested_without_a_saver(self):
+        os.environ["CTUNE_CHECKPOINT_DIR"] = self.tmp
+        self.assertFalse(ctune.checkpoint_requested())
+        open(os.path.join(self.tmp, "CHECKPOINT_NOW"), "w").close()
+        self.assertTrue(ctune.checkpoint_requested())
+        ctune.report(loss=1, checkpoint={"w": 1})
+        self.assertFalse(ctune.checkpoint_requested())
+        with self.assertRaises(TypeError):
+            ctune.on_checkpoint_request(3)
+
+
 class TestApplyConfig(Base):
     """apply_config: a restored optimizer state carries the lr it was saved
     with (a PBT donor's after an exploit); the config's must win."""

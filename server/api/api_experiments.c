@@ -282,6 +282,12 @@ cJSON *api_experiment_json(struct server *s, struct srv_experiment *e, int with_
       !api_add_objectives(o, &e->spec);
   for (int i = 0; ok && i < TS_COUNT; i++)
     ok = cJSON_AddNumberToObject(counts, trial_status_names[i], (double)e->counts[i]) != NULL;
+  /* Preemptions of its trials and the work they lost (state_preempt.h). */
+  cJSON *pre = ok ? cJSON_AddObjectToObject(o, "preemptions") : NULL;
+  if (ok)
+    ok = pre && cJSON_AddNumberToObject(pre, "count", (double)e->preemptions) &&
+         cJSON_AddNumberToObject(pre, "lost_iterations", e->lost_iterations) &&
+         cJSON_AddNumberToObject(pre, "lost_seconds", e->lost_seconds);
   if (ok && with_config) ok = cJSON_AddItemToObject(o, "config", api_parsed_or_null(e->config));
   if (ok) ok = !sched_state_json(e->sched, &sched) && cJSON_AddItemToObject(o, "scheduler", sched);
   int64_t best_id;

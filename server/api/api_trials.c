@@ -335,8 +335,8 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
   return rc;
 }
 
-/* A worker gives a lease back (drain): the trial is PENDING again at once,
- * exactly as after a lease expiry, and no failure is counted. */
+/* A worker gives a lease back (drain, preemption): the trial is PENDING
+ * again at once, exactly as after a lease expiry, and no failure is counted. */
 int api_trial_release(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct lease_token l;
   if (api_lease(req, resp, &l)) return 0;
@@ -356,11 +356,30 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
     cJSON_Delete(body);
     return api_error(resp, 400, "invalid_body", "iteration", "iteration must be a number >= 0");
   }
-  struct trial_event_args a = {.lease = &l,
-                               .worker_id =
-                                   wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
-                               .has_iteration = it && cJSON_IsNumber(it),
-                               .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
+  /* reason: absent (a drain or self-fencing) or "preempted" with the
+   * notice's time (docs/protocol.md#stop-drain-and-release). */
+  const cJSON *why = cJSON_GetObjectItemCaseSensitive(body, "reason");
+  const cJSON *notice = cJSON_GetObjectItemCaseSensitive(body, "notice_at");
+  if (why && !cJSON_IsNull(why) &&
+      (!cJSON_IsString(why) ||
+       (strcmp(why->valuestring, "preempted") && strcmp(why->valuestring, "drain")))) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "reason",
+                     "reason must be \"preempted\" or \"drain\"");
+  }
+  if (notice && !cJSON_IsNull(notice) &&
+      (!cJSON_IsNumber(notice) || !isfinite(notice->valuedouble) || notice->valuedouble < 0)) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body", "notice_at",
+                     "notice_at must be a time in seconds since the epoch");
+  }
+  struct trial_event_args a = {
+      .lease = &l,
+      .preempted = cJSON_IsString(why) && !strcmp(why->valuestring, "preempted"),
+      .notice_at = cJSON_IsNumber(notice) ? notice->valuedouble : 0,
+      .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
+      .has_iteration = it && cJSON_IsNumber(it),
+      .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
   rc = api_trial_end_event(s, req, resp, TE_RELEASE, &a);
   cJSON_Delete(body);
   return rc;

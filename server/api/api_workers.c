@@ -67,9 +67,23 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   int64_t mem = 0;
   int has_mem, rc = 0;
   for (const cJSON *c = b->child; c; c = c->next)
-    if (strcmp(c->string, "name") && strcmp(c->string, "resources")) {
-      rc = api_error(resp, 400, "invalid_body", c->string, "%s: unknown field (name, resources)",
-                     c->string);
+    if (strcmp(c->string, "name") && strcmp(c->string, "resources") &&
+        strcmp(c->string, "labels")) {
+      rc = api_error(resp, 400, "invalid_body", c->string,
+                     "%s: unknown field (name, resources, labels)", c->string);
+      goto out;
+    }
+  /* labels: {"spot": bool} (docs/scheduling.md#spot-workers). */
+  const cJSON *labels = cJSON_GetObjectItemCaseSensitive(b, "labels");
+  const cJSON *spot = cJSON_GetObjectItemCaseSensitive(labels, "spot");
+  if (labels && !cJSON_IsObject(labels)) {
+    rc = api_error(resp, 400, "invalid_body", "labels", "labels must be an object");
+    goto out;
+  }
+  for (const cJSON *c = labels ? labels->child : NULL; c; c = c->next)
+    if (strcmp(c->string, "spot") || !cJSON_IsBool(c)) {
+      rc = api_error(resp, 400, "invalid_body", "labels", "labels.%s: %s", c->string,
+                     strcmp(c->string, "spot") ? "unknown label (spot)" : "must be true or false");
       goto out;
     }
   if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 255) {
@@ -105,6 +119,7 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
   }
   struct srv_worker *w = NULL;
   rc = workers_register(s, name->valuestring, cpu, gpu, mem, &w, &resp->ticket);
+  if (!rc) w->spot = cJSON_IsTrue(spot);
   server_unlock(s);
   if (rc) goto out;
   log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id, w->name,
@@ -369,6 +384,8 @@ cJSON *api_worker_json(struct server *s, const struct srv_worker *w) {
     if (t && t->status == TS_RUNNING && t->worker_id == w->id)
       ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
   }
+  cJSON *labels = ok ? cJSON_AddObjectToObject(o, "labels") : NULL;
+  if (ok) ok = labels && cJSON_AddBoolToObject(labels, "spot", w->spot);
   if (!ok) {
     cJSON_Delete(o);
     return NULL;

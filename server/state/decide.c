@@ -676,7 +676,7 @@ struct decide_events_ctx {
 };
 
 int decide_is_attempt_kind(const char *kind) {
-  static const char *const kinds[] = {"leased", "lease_lost", "released", "failed"};
+  static const char *const kinds[] = {"leased", "lease_lost", "released", "preempted", "failed"};
   for (size_t i = 0; kind && i < sizeof kinds / sizeof kinds[0]; i++)
     if (!strcmp(kind, kinds[i])) return 1;
   return 0;

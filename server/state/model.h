@@ -101,6 +101,9 @@ struct srv_trial {
   double last_value;
   int has_checkpoint;
   int64_t checkpoint_iteration;
+  /* Resumed from PAUSED (a promotion) and not leased since: a spot worker
+   * leaves it to a free non-spot one (state_preempt_defer). In memory. */
+  int promoted;
   /* The time_total_s at a checkpoint copied from a PBT donor (the trial's own
    * results do not know it); has_ck_time_total 0 once the trial uploads a
    * checkpoint of its own (then its results are looked up). Persisted with
@@ -187,6 +190,11 @@ struct srv_experiment {
   double run_time_s;
   uint64_t run_clock_ms, run_saved_ms;
   int budget_spent;
+  /* Preempted releases of its trials and the work they lost (each since the
+   * checkpoint its trial resumes from: state_preempt.c), rebuilt at load
+   * from the "preempted" trial_events. */
+  int64_t preemptions;
+  double lost_iterations, lost_seconds;
   int64_t counts[TS_COUNT];
   int64_t exploit_waits;    /* trials maybe waiting for a PBT donor's checkpoint (an upper bound) */
   int64_t pending_cursor;   /* no PENDING trial has a smaller idx */
@@ -238,6 +246,7 @@ struct srv_worker {
   uint64_t last_seen_ms; /* monotonic: "lost" (display) after a lease timeout */
   int lost;
   int64_t nrunning; /* RUNNING trials charged to it */
+  int spot;         /* registered with "labels": {"spot": true} (in memory) */
   /* Leases of it that ended (state_release): a lease request held since
    * an earlier count asked with less free than the worker has now. */
   uint64_t releases;

@@ -22,6 +22,7 @@
 #include "secret.h"
 #include "testhook.h"
 #include "state_internal.h"
+#include "state_preempt.h"
 #include "validate.h"
 #include "workers.h"
 
@@ -260,6 +261,21 @@ int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double
     }
     /* A scheduler that waits (HyperBand's halving) passes to the next. */
     if (!t && state_lease_choose(s, e, can_new, &t, ticket)) continue;
+    if (!t) continue;
+    /* A spot worker leaves a precious trial to a free non-spot one: it
+     * takes the next PENDING trial that is not, else a new one. */
+    for (int64_t j = t->idx + 1; t && state_preempt_defer(s, w, e, t); j++) {
+      t = NULL;
+      while (!t && j < e->ntrials)
+        if (e->trials[j]->status == TS_PENDING)
+          t = e->trials[j];
+        else
+          j++;
+      if (!t && can_new) {
+        can_new = 0; /* once */
+        if (state_lease_choose(s, e, 1, &t, ticket)) t = NULL;
+      }
+    }
     if (!t) continue;
     struct trial_event_args a = {.worker = w};
     int rc = state_trial_event(s, t, TE_LEASE, &a, ticket);

@@ -180,6 +180,8 @@ struct trial_event_args {
   int64_t worker_id; /* TE_RELEASE: the body's worker_id (0: none) */
   int has_iteration;
   double iteration;
+  int preempted;      /* TE_RELEASE: reason "preempted" (state_preempt.h) */
+  double notice_at;   /* TE_RELEASE: when its worker got the notice (wall s; 0: unknown) */
   const char *why_in; /* TE_REQUEUE: why the lease ended (the trial's history) */
   /* out */
   enum fence fence; /* fenced events: what the lease was */

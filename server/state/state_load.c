@@ -11,6 +11,7 @@
 #include "log.h"
 #include "state.h"
 #include "state_internal.h"
+#include "state_preempt.h"
 #include "decide.h"
 #include "validate.h"
 
@@ -557,6 +558,8 @@ int state_load(struct server *s, char *err, size_t errlen) {
   int rc = store_load(s->store, &l);
   /* PBT donors' kept checkpoints (migration 012). */
   if (!rc) rc = store_load_snapshots(s->store, load_pbt_checkpoint, &lc);
+  /* Each experiment's preemptions and the work they lost. */
+  if (!rc) rc = store_events_of_kind(s->store, "preempted", state_preempt_load_row, s);
   if (!rc) load_write_backfill(&lc);
   free(lc.backfill);
   if (rc) {

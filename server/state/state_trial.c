@@ -22,6 +22,7 @@
 #include "log.h"
 #include "quarantine.h"
 #include "state_internal.h"
+#include "state_preempt.h"
 
 _Static_assert(TS_PENDING == 0, "a trial is made PENDING by calloc (state_create_trial)");
 
@@ -95,10 +96,9 @@ static void trial_worker_label(struct server *s, int64_t wid, char *buf, size_t 
 /* One row of the trial's history for the current attempt (leased,
  * lease_lost, released, failed): the sentence, and as data the attempt,
  * the worker and, when known, the iteration it had reached or resumes from. */
-static int trial_attempt_note(struct server *s, struct srv_trial *t, const char *kind,
-                              const char *sentence, int has_iteration, double iteration,
-                              uint64_t *ticket) {
-  cJSON *d = cJSON_CreateObject();
+static int trial_attempt_note_data(struct server *s, struct srv_trial *t, const char *kind,
+                                   const char *sentence, int has_iteration, double iteration,
+                                   cJSON *d, uint64_t *ticket) {
   if (!d || !cJSON_AddNumberToObject(d, "attempt", t->attempt) ||
       !cJSON_AddNumberToObject(d, "worker_id", (double)t->worker_id) ||
       !cJSON_AddItemToObject(d, "iteration",
@@ -111,15 +111,23 @@ static int trial_attempt_note(struct server *s, struct srv_trial *t, const char 
   return rc;
 }
 
+static int trial_attempt_note(struct server *s, struct srv_trial *t, const char *kind,
+                              const char *sentence, int has_iteration, double iteration,
+                              uint64_t *ticket) {
+  return trial_attempt_note_data(s, t, kind, sentence, has_iteration, iteration,
+                                 cJSON_CreateObject(), ticket);
+}
+
 /* The lease of the current attempt ended without its holder ending the
  * trial (kind lease_lost or released); why says how. */
 static int trial_note_lease_end(struct server *s, struct srv_trial *t, const char *kind,
-                                const char *why, uint64_t *ticket) {
+                                const char *why, cJSON *data, uint64_t *ticket) {
   char who[300], line[640];
   trial_worker_label(s, t->worker_id, who, sizeof who);
   snprintf(line, sizeof line, "attempt %d on %s ended at iteration %g: %s", t->attempt, who,
            t->nres ? t->last_t : 0.0, why && why[0] ? why : "its lease ended");
-  return trial_attempt_note(s, t, kind, line, t->nres > 0, t->nres ? t->last_t : 0, ticket);
+  return trial_attempt_note_data(s, t, kind, line, t->nres > 0, t->nres ? t->last_t : 0,
+                                 data ? data : cJSON_CreateObject(), ticket);
 }
 
 /* ---- ending: TE_STOP, and the end of complete, fail and a stop decision */
@@ -165,8 +173,8 @@ static int trial_end(struct server *s, struct srv_trial *t, enum trial_status st
  * release, a worker's clean stop): a pause or exploit due at the lease's end
  * is carried out instead. The next lease resumes it from its checkpoint. */
 static int trial_requeue(struct server *s, struct srv_trial *t, const char *kind, const char *why,
-                         uint64_t *ticket) {
-  int due = trial_note_lease_end(s, t, kind, why, ticket);
+                         cJSON *data, uint64_t *ticket) {
+  int due = trial_note_lease_end(s, t, kind, why, data, ticket);
   if (due) return due;
   /* PBT exploits waiting for this trial's checkpoint get what it stored. */
   if ((due = decide_donor_done(s, t, ticket))) return due;
@@ -192,6 +200,7 @@ static int trial_lease(struct server *s, struct srv_trial *t, struct srv_worker 
   if (rc) return rc;
   t->attempt++;
   t->lease_nres = t->nres; /* a failure with more had a result first */
+  t->promoted = 0;
   t->started_at = clock_wall_s();
   state_charge(s, w, t);
   t->lease_final = 0;
@@ -445,6 +454,36 @@ static int trial_fail(struct server *s, struct srv_trial *t, struct trial_event_
   return rc;
 }
 
+/* A release at a preemption notice: requeued as any release (no failure is
+ * counted), its event says what was lost (state_preempt.h). */
+static int trial_preempted(struct server *s, struct srv_trial *t, struct trial_event_args *a,
+                           uint64_t *ticket) {
+  struct srv_experiment *e = server_experiment(s, t->experiment_id);
+  struct preempt_loss l = state_preempt_loss(s, e, t);
+  char why[320];
+  snprintf(why, sizeof why,
+           "preempted: its worker's machine is going away; %g iteration(s) and %.1f s of work "
+           "past its checkpoint (at iteration %lld) are lost",
+           l.iterations, l.seconds, t->has_checkpoint ? (long long)t->checkpoint_iteration : 0LL);
+  cJSON *d = cJSON_CreateObject();
+  if (!d || !cJSON_AddNumberToObject(d, "lost_iterations", l.iterations) ||
+      !cJSON_AddNumberToObject(d, "lost_seconds", l.seconds) ||
+      !cJSON_AddItemToObject(d, "notice_at",
+                             a->notice_at > 0 ? cJSON_CreateNumber(a->notice_at)
+                                              : cJSON_CreateNull())) {
+    cJSON_Delete(d);
+    return -ENOMEM;
+  }
+  int64_t from = t->worker_id;
+  int rc = trial_requeue(s, t, "preempted", why, d, ticket);
+  if (rc) return rc;
+  state_preempt_count(e, &l);
+  e->updated_seq = ++s->seq;
+  log_info("trial %lld preempted on worker %lld: back to PENDING, %g iteration(s) and %.1f s lost",
+           (long long)t->id, (long long)from, l.iterations, l.seconds);
+  return state_persist_experiment(s, e, ticket);
+}
+
 static int trial_release(struct server *s, struct srv_trial *t, struct trial_event_args *a,
                          uint64_t *ticket) {
   a->fence = state_check_fence(s, t, a->lease, a->why, sizeof a->why);
@@ -457,8 +496,10 @@ static int trial_release(struct server *s, struct srv_trial *t, struct trial_eve
     return -ESTALE;
   }
   int64_t from = t->worker_id;
-  int rc = trial_requeue(s, t, "released",
-                         "released by its worker (a drain, a preemption or self-fencing)", ticket);
+  if (a->preempted) return trial_preempted(s, t, a, ticket);
+  int rc =
+      trial_requeue(s, t, "released",
+                    "released by its worker (a drain, a preemption or self-fencing)", NULL, ticket);
   if (!rc)
     log_info("trial %lld released by worker %lld at iteration %g: back to PENDING",
              (long long)t->id, (long long)from,
@@ -489,7 +530,7 @@ int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev
   case TE_RELEASE:
     return trial_release(s, t, a, ticket);
   case TE_REQUEUE:
-    return trial_requeue(s, t, "lease_lost", a ? a->why_in : NULL, ticket);
+    return trial_requeue(s, t, "lease_lost", a ? a->why_in : NULL, NULL, ticket);
   case TE_STOP:
     return trial_end(s, t, TS_TERMINATED, ticket);
   case TE_PAUSE:
@@ -497,6 +538,7 @@ int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev
     return rc ? rc : state_persist_trial(s, t, ticket);
   case TE_EXPLOIT:
   case TE_RESUME:
+    t->promoted = ev == TE_RESUME && t->status == TS_PAUSED;
     rc = trial_set_status(s, t, TS_PENDING);
     return rc ? rc : state_persist_trial(s, t, ticket);
   }

@@ -1324,16 +1324,23 @@ int store_get_log(struct store *st, int64_t trial_id, char **log, size_t *len) {
 }
 
 /* GET /trials/{id} events (docs/protocol.md#decisions-and-trial-events). */
-int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx) {
+/* Trial events, of one trial (kind NULL) or of one kind (trial_id 0), in order. */
+static int store_events_where(struct store *st, int64_t trial_id, const char *kind,
+                              store_event_fn fn, void *ctx) {
   sqlite3_stmt *s = NULL;
   pthread_mutex_lock(&st->rlock);
   int rc = store_rprep(st,
-                       "SELECT seq,trial_id,experiment_id,time,kind,reason,data "
-                       "FROM trial_events WHERE trial_id=? ORDER BY seq",
+                       kind ? "SELECT seq,trial_id,experiment_id,time,kind,reason,data "
+                              "FROM trial_events WHERE kind=? ORDER BY seq"
+                            : "SELECT seq,trial_id,experiment_id,time,kind,reason,data "
+                              "FROM trial_events WHERE trial_id=? ORDER BY seq",
                        &s),
       step;
   if (!rc) {
-    sqlite3_bind_int64(s, 1, trial_id);
+    if (kind)
+      sqlite3_bind_text(s, 1, kind, -1, SQLITE_TRANSIENT);
+    else
+      sqlite3_bind_int64(s, 1, trial_id);
     while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
       struct store_event_row r = {.seq = sqlite3_column_int64(s, 0),
                                   .trial_id = sqlite3_column_int64(s, 1),
@@ -1348,4 +1355,12 @@ int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, vo
   sqlite3_finalize(s);
   pthread_mutex_unlock(&st->rlock);
   return rc;
+}
+
+int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx) {
+  return store_events_where(st, trial_id, NULL, fn, ctx);
+}
+
+int store_events_of_kind(struct store *st, const char *kind, store_event_fn fn, void *ctx) {
+  return store_events_where(st, 0, kind, fn, ctx);
 }

@@ -252,6 +252,8 @@ int store_get_checkpoint(struct store *st, int64_t trial_id, int64_t *iteration,
 /* A trial's events in seq order (trial_events). */
 typedef int (*store_event_fn)(void *ctx, const struct store_event_row *r);
 int store_trial_events(struct store *st, int64_t trial_id, store_event_fn fn, void *ctx);
+/* Every trial event of this kind, in order (a scan: startup only). */
+int store_events_of_kind(struct store *st, const char *kind, store_event_fn fn, void *ctx);
 /* Log tails of every attempt, each after a line naming it when there is
  * more than one (store_logs_render): -ENOENT when none. *log is malloc'd
  * (NUL-terminated). */

@@ -126,6 +126,8 @@ class Cluster:
             self.bin, self.url,
             ["--name", name, "--work-dir", self.work_dir(name), "--cpus", str(cpus),
              "--memory-mb", "2000", "--poll-ms", "200", "--stop-grace-s", "2",
+             # SIGTERM is a preemption notice (test_chaos.py's preempt faults)
+             "--preemption-grace-s", "3",
              "--token-file", self.db + ".tokens"]  # the server made it (tokens by default)
             # trials get a clean environment: name what they may see
             + (["--pass-env", ",".join(sorted(env_extra))] if env_extra else []),

@@ -8,6 +8,9 @@ trainable (trainable.py) while a seeded RNG injects faults of every kind:
   freeze   SIGSTOP of a worker (every other time with its trials: a host
            freeze) past the lease timeout, then SIGCONT
   trial    kill -9 of a trial process (found through /proc)
+  preempt  a preemption notice (SIGTERM; workers run with
+           --preemption-grace-s 3): the worker must release its trials as
+           preempted and exit 0 within the grace; it is started again
 
 Then, with no help, every experiment must end, and the stored results must
 be exactly what the trials' attempts produced: time values 1..n with no
@@ -24,14 +27,15 @@ stale write would splice a history. A freeze picks a worker running a
 trial early in its run (its old attempt then has results to send past the
 new one's).
 
-`make test` runs 8 faults (2 of each kind, about 30 s under ASan): each
+`make test` runs 10 faults (2 of each kind, about 35 s under ASan): each
 kind meets the cluster more than once, but the run stays short. The long
-run of the same test, 32 faults (6 of each kind, 8 more at random, about
-100 s under ASan): CTUNE_CHAOS_FAULTS=32, or `make chaos-long`.
+run of the same test, 32 faults (6 of each kind, 2 more at random, about
+100 s under ASan): CTUNE_CHAOS_FAULTS=32, or `make chaos-long`. A
+preempted trial counts no failure: none may end ERROR for it.
 
 usage: test_chaos.py BIN_DIR   (or CTUNE_BIN_DIR)
 environment: CTUNE_CHAOS_SEED (default 20240610), CTUNE_CHAOS_FAULTS
-(default 8, at least 8: min(6, N/4) of each kind, the rest drawn at random),
+(default 10, at least 10: min(6, N/5) of each kind, the rest drawn at random),
 CTUNE_CHAOS_KEEP=1 keeps the temp dir even when the run passes (it is always
 kept when it fails).
 """
@@ -48,8 +52,9 @@ from chaos_lib import (PYTHON, TRAINABLE, Cluster, Report, check_experiment,  # 
                        log, wait_for)
 
 SEED = int(os.environ.get("CTUNE_CHAOS_SEED", "20240610"))
-NFAULTS = max(int(os.environ.get("CTUNE_CHAOS_FAULTS", "8")), 8)
-KINDS = ("server", "worker", "freeze", "trial")
+NFAULTS = max(int(os.environ.get("CTUNE_CHAOS_FAULTS", "10")), 10)
+KINDS = ("server", "worker", "freeze", "trial", "preempt")
+PREEMPT_GRACE = 3.0  # chaos_lib starts workers with --preemption-grace-s 3
 MIN_EACH = min(6, NFAULTS // len(KINDS))
 LEASE_TIMEOUT = 3.0
 HEARTBEAT = 0.5
@@ -187,6 +192,23 @@ def inject(c, rng, kind, counts, rep):
         busy = [n for n in WORKERS if c.trial_processes(n)]
     name = rng.choice(busy or WORKERS)
     w = c.workers[name]
+    if kind == "preempt":
+        t0 = time.time()
+        w.signal(signal.SIGTERM)
+        try:
+            rc = w.p.wait(PREEMPT_GRACE + 2)
+        except Exception:
+            rc = None
+            rep.bad("preempt", "worker %s (pid %d) still running %.0f s after its preemption "
+                    "notice (grace %.0f s)" % (name, w.pid, time.time() - t0, PREEMPT_GRACE))
+            w.kill9()
+        took = time.time() - t0
+        if rc not in (0, None):
+            rep.bad("preempt", "worker %s (pid %d) exited %d after its preemption notice"
+                    % (name, w.pid, rc))
+        c.start_worker(name)
+        return "preemption notice to worker %s pid %d: exited %s after %.1f s, restarted pid %d" % (
+            name, w.pid, rc, took, c.workers[name].pid)
     if kind == "worker":
         w.kill9()
         down = rng.uniform(0.1, 1.0)
@@ -304,6 +326,11 @@ def main():
                     % (e, END_WAIT_S, ex.get("counts")))
         for e in exps:
             check_experiment(c, e, rep, MAX_T)
+        # A notice to a busy worker is a preempted release the server counts.
+        pre = sum(c.experiment(e).get("preemptions", {}).get("count", 0) for e in exps)
+        if counts["preempt"] and not pre:
+            rep.bad("preempt", "%d preemption notices, yet no experiment counts a preempted "
+                    "release" % counts["preempt"])
 
         # Every worker drains and exits on SIGTERM; no trial process survives.
         for name, w in c.workers.items():
@@ -347,10 +374,11 @@ def main():
         dup = c.metric_total("ctune_results_duplicate_total")
         print("\n==== chaos summary (seed %d) ====" % SEED)
         print("faults: %d in all: server kill -9 %d, worker kill -9 %d, freeze %d (host %d, "
-              "worker only %d), trial kill -9 %d"
+              "worker only %d), trial kill -9 %d, preemption notice %d"
               % (sum(counts[k] for k in KINDS), counts["server"], counts["worker"],
                  counts["freeze"], counts["freeze_host"], counts["freeze_worker_only"],
-                 counts["trial"]))
+                 counts["trial"], counts["preempt"]))
+        print("preempted releases counted by the server: %d" % pre)
         print("experiments: %d (%d still running at the end); trials %d, trainable processes "
               "started %d (%d of them resumed from a checkpoint)"
               % (len(exps), len(left), f["trials"], f["attempts"], f["resumes"]))

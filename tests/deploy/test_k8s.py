@@ -5,7 +5,8 @@ pinned venv scripts/install-deps --test makes; a missing venv FAILS this test (i
 is not optional). Also: the validator refuses an unknown field (so --strict
 is really on), and the manifests hold what docs/deploy.md promises (a
 StatefulSet with volumeClaimTemplates, a Service, the tokens Secret, GPU
-workers with nvidia.com/gpu requests and limits and both probes).
+workers with nvidia.com/gpu requests and limits, both probes and a preStop
+hook that gives the worker a preemption notice within the pod's grace).
 usage: test_k8s.py [BIN_DIR]"""
 import glob
 import json
@@ -76,7 +77,14 @@ def main():
         assert wrk["resources"][part]["nvidia.com/gpu"] == 1, wrk["resources"]
     assert "readinessProbe" in wrk and "livenessProbe" in wrk, wrk
     assert "--server=http://ctune-server:8470" in wrk["command"], wrk["command"]
-    print("manifests: StatefulSet+PVC, Service, Secret, GPU worker Deployment with probes")
+    # preStop: a preemption notice the worker polls, within the pod's grace.
+    pre = " ".join(wrk["lifecycle"]["preStop"]["exec"]["command"])
+    flags = dict(a.split("=", 1) for a in wrk["command"] if a.startswith("--preemption"))
+    notice = flags["--preemption-notice"]
+    assert notice.startswith("file:") and "touch %s" % notice[5:] in pre, (pre, flags)
+    assert int(flags["--preemption-grace-s"]) < dep["terminationGracePeriodSeconds"], flags
+    print("manifests: StatefulSet+PVC, Service, Secret, GPU worker Deployment with probes "
+          "and a preStop preemption notice")
     print("PASS")
 
 

@@ -5,7 +5,7 @@ its own munged, slurmctld -D and slurmd -D in a temp dir): sbatch
 registers with the CPUs Slurm bound its task to (cpu 1, on distinct CPUs
 that make up the job's allocation); an experiment of a command trainable
 runs to the end on them (every trial TERMINATED); scancel makes the workers
-drain and exit; everything is torn down. Skips (77) when not root or when
+drain and exit, taking its SIGTERM as a preemption notice; everything is torn down. Skips (77) when not root or when
 slurm-wlm/munge are missing (deploy/slurm/README.md says what it needs)."""
 import os
 import re
@@ -136,6 +136,8 @@ def body(env):
              "the job to leave the queue")
     out = job_out()
     assert out.count("drained: exiting") == 2, out
+    # The script's workers take Slurm's SIGTERM as a preemption notice.
+    assert out.count("preemption notice (SIGTERM)") == 2, out
     for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
         assert bad not in out, out
 

@@ -664,6 +664,8 @@ def outcomes(st):
                             "kind": "stop_rule", "reason": "stop rule: loss 0.5 <= 0.5", "data": None}]
         st.attempts[good].append(att(st.bump(), "leased", "attempt 2 leased to worker 2 (w2), resuming "
                                      "from its checkpoint at iteration 3", 2, 2, 3))
+        # Preemptions (not failures) and the work they lost.
+        st.experiments[eb]["preemptions"] = {"count": 2, "lost_iterations": 3, "lost_seconds": 4.5}
         roles.update(all_error_exp=ea, mixed_exp=eb, error_trial=bad, good_trial=good)
     return roles
 

@@ -6,7 +6,8 @@ shows a red FAILED badge (list and page), not a green TERMINATED, and its
 "Best trial" card names no trial; where the lowest loss is an ERROR
 trial's, the card names the best trial that did not fail; a trial's page
 shows its attempts (a lost worker, the lease that resumed it) with its
-decisions, in order; a trial that violates an outcome constraint has a red
+decisions, in order; an experiment's preemptions and the work they lost
+show under its counts; a trial that violates an outcome constraint has a red
 "infeasible" tag in the trial table and on its page. Failures told apart
 (docs/scheduling.md#failures-told-apart): the failure view groups the
 failed trials by error signature (the largest group first, with its
@@ -69,6 +70,7 @@ def check_all_error(h, d, base, r):
     best = h.wait("the best card's note", lambda: (lambda el: el if "ERROR" in el.text else None)(
         d.find_element("id", "best-trial")))
     assert "Every trial ended in ERROR" in best.text, best.text
+    assert not d.find_elements("id", "preemptions")
     assert not best.find_elements("css selector", "a"), best.get_attribute("innerHTML")
     h.screenshot(d, "outcomes-all-error.png")
 
@@ -81,6 +83,10 @@ def check_mixed(h, d, base, r):
            .get_attribute("href").endswith("#/trials/%d" % r["good_trial"]))
     badge = d.find_element("css selector", ".page-head .badge")
     assert badge.text == "TERMINATED", badge.text
+    pre = h.wait("the preemptions note", lambda: d.find_element("id", "preemptions"))
+    assert pre.text == "Preempted 2 times (not failures): 3 iterations and 4.5 s of work lost", \
+        pre.text
+    # The experiment with none shows no such note (checked on its page above).
     # Outcome constraints: the infeasible trial's row has the red tag, the
     # feasible one's none.
     tag = h.wait("the infeasible tag", lambda: d.find_element(

@@ -283,7 +283,8 @@ export function mount(main, [idStr], ctx) {
       // Trials are created on demand: how many exist so far.
       Number.isFinite(e.num_created) && e.num_created < total
         ? h('p', { class: 'muted small', id: 'created-count' }, `${e.num_created} of ${total} created so far`) : '',
-      h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))));
+      h('ul', { class: 'counts' }, STATUSES.map((s) => h('li', null, statusBadge(s), ` ${c[s] || 0}`))),
+      preemptionsNote(e.preemptions));
     const bid = bestId();
     const b = st.trials.get(bid);
     if (!b && bid !== null && bid !== undefined) {
@@ -303,6 +304,16 @@ export function mount(main, [idStr], ctx) {
         dl(Object.entries(b.config || {}).map(([k, v]) => [k, fmtValue(v)])));
     }
     renderAsha();
+  }
+
+  // Preemptions are not failures: how often its trials' machines went away
+  // and the work lost (docs/scheduling.md#preemption).
+  function preemptionsNote(p) {
+    if (!p || !(p.count > 0)) return '';
+    return h('p', { class: 'muted small', id: 'preemptions' },
+      `Preempted ${p.count} time${p.count === 1 ? '' : 's'} (not failures): ` +
+      `${fmtNum(p.lost_iterations)} iteration${p.lost_iterations === 1 ? '' : 's'} and ` +
+      `${fmtNum(p.lost_seconds)} s of work lost`);
   }
 
   // Several objectives: the scatter follows the trials at each update, the
