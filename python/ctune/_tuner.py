@@ -1,4 +1,5 @@
-"""ctune.run(...) and ctune.Tuner(...).fit() for a script trainable: write
+"""ctune.run(...) and ctune.Tuner(...).fit() for a function, script or
+command trainable: write
 the experiment JSON, run `ctune run` on it (the embedded server and a
 local worker, ./ctune-results/<name>.db, its Ctrl-C and --resume), and
 return the experiment's ResultGrid read back with ctune.open."""
@@ -11,6 +12,7 @@ import sys
 
 from . import _bin
 from ._errors import CtuneError
+from ._function import describe
 from ._open import open_db
 from ._search import experiment
 
@@ -38,6 +40,9 @@ def _default_name(trainable):
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:128]
         if stem:
             return stem
+    fn_name = getattr(trainable, "__name__", "")
+    if callable(trainable) and re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", fn_name):
+        return fn_name
     return "experiment"
 
 
@@ -62,8 +67,10 @@ def run(trainable, param_space=None, tune_config=None, *, name=None, metric=None
         max_failures=None, points_to_evaluate=None, resume=False, cpus=None, gpus=None):
     """Run an experiment here, as `ctune run` does, and return its ResultGrid.
 
-    trainable: the path of a Python script (ctune.get_config / ctune.report
-    inside), or a `trainable` dict. The other arguments as
+    trainable: a function train_fn(config) that calls ctune.report (it runs
+    in the trial process: resources, limits, checkpoints and resume as for
+    any command; a lambda is refused), the path of a Python script
+    (ctune.get_config / ctune.report inside), or a `trainable` dict. The other arguments as
     ctune.experiment takes them. name (default the script's name) names
     the database ./ctune-results/<name>.db; the config is written beside it
     (<name>.experiment.json), so `ctune run` of that file does the same.
@@ -127,11 +134,15 @@ def run(trainable, param_space=None, tune_config=None, *, name=None, metric=None
 class Tuner:
     """Ray's Tuner: ctune.Tuner(trainable, param_space=..., tune_config=
     ctune.TuneConfig(...), run_config=ctune.RunConfig(...)).fit() runs it
-    here (ctune.run) and returns the ResultGrid. A Python function as the
-    trainable is not supported yet: give the path of a script."""
+    here (ctune.run) and returns the ResultGrid. The trainable: a function
+    train_fn(config), a script path or a trainable dict, as for ctune.run.
+    A function that cannot be shipped (a lambda, ...) is refused here, at
+    once, not at fit()."""
 
     def __init__(self, trainable, param_space=None, tune_config=None, run_config=None,
                  **run_options):
+        if callable(trainable) and not isinstance(trainable, (str, os.PathLike)):
+            describe(trainable)  # raises now, with what to do instead
         self.trainable = trainable
         self.param_space = param_space
         self.tune_config = tune_config

@@ -2,7 +2,8 @@
 experiment JSON written beside the database, `ctune run` on it (binaries
 from CTUNE_BIN_DIR), the ResultGrid read back; every trial failing still
 gives a grid; Ctrl-C stops the run (KeyboardInterrupt, the experiment
-stays unfinished) and resume=True completes it; a function is refused."""
+stays unfinished) and resume=True completes it. Function trainables:
+test_function.py."""
 import json
 import os
 import signal
@@ -72,11 +73,6 @@ class TunerE2E(unittest.TestCase):
             self.assertEqual((grid.num_errors, len(grid)), (2, 2))
             self.assertIn("RuntimeError: broken on purpose", grid.errors[0])  # the traceback
             self.assertEqual(grid.experiment["name"], "train")
-
-    def test_a_function_is_refused_for_now(self):
-        with self.assertRaises(TypeError) as cm:
-            ctune.Tuner(lambda config: None, param_space={}).fit()
-        self.assertIn("Python functions are not supported yet", str(cm.exception))
 
     def test_ctrl_c_then_resume(self):
         marker = os.path.join(self.tmp, "started")
