@@ -24,6 +24,7 @@ import dis
 import importlib
 import inspect
 import json
+import linecache
 import os
 import pickle
 import pickletools
@@ -120,16 +121,41 @@ def _class_names(src):
     return names
 
 
+def _class_source(cls, fn):
+    """(source, first line, file) of a class of __main__. inspect finds a
+    script's; a notebook cell's class has no file it can name (before
+    Python 3.13), so its methods' code says which cell (linecache holds the
+    cells) and where: the class statement around that line."""
+    try:
+        lines, first = inspect.getsourcelines(cls)
+        return textwrap.dedent("".join(lines)), first, inspect.getsourcefile(cls) or "<class>"
+    except (OSError, TypeError) as e:
+        why = e
+    for attr in vars(cls).values():
+        attr = getattr(attr, "__func__", None) or getattr(attr, "fget", None) or attr
+        code = getattr(attr, "__code__", None)
+        if code is None:
+            continue
+        lines = linecache.getlines(code.co_filename)
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.ClassDef) and node.name == cls.__name__
+                    and node.lineno <= code.co_firstlineno <= node.end_lineno):
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                src = textwrap.dedent("".join(lines[start - 1:node.end_lineno]))
+                return src, start, code.co_filename
+    _refuse(fn, f"it uses the class {cls.__name__}, whose source cannot be read ({why})")
+
+
 def _ship_source(obj, out, seen, fn):
     """Adds obj (a function or class of __main__), after the globals it
     loads, to out: a class statement needs its bases defined first."""
     seen.add(obj.__name__)
     if isinstance(obj, type):
-        try:
-            lines, first = inspect.getsourcelines(obj)
-        except (OSError, TypeError) as e:
-            _refuse(fn, f"it uses the class {obj.__name__}, whose source cannot be read ({e})")
-        src, filename = textwrap.dedent("".join(lines)), inspect.getsourcefile(obj) or "<class>"
+        src, first, filename = _class_source(obj, fn)
         names = _class_names(src)
         glb = vars(sys.modules.get(obj.__module__)) if obj.__module__ in sys.modules else {}
     else:

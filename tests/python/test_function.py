@@ -14,6 +14,7 @@ memory_mb ends ERROR naming memory_mb (the limit of any command trainable);
 the trial that was running resumes from its checkpoint and finishes."""
 import contextlib
 import json
+import linecache
 import os
 import shutil
 import signal
@@ -122,6 +123,22 @@ class Shipping(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = [json.loads(ln) for ln in p.stdout.splitlines()]
         self.assertEqual([r["loss"] for r in lines], [60, 30, 20])
+
+    def test_a_notebook_cells_class_is_found_through_linecache(self):
+        # As IPython runs a cell: its own file name, the text in linecache
+        # only; inspect cannot read such a class, its methods' code can.
+        cell = ("class CellNet:\n    def width(self):\n        return 7\n\n"
+                "def cell_train(config):\n    ctune.report(loss=CellNet().width())\n")
+        name = os.path.join(self.tmp, "ipykernel_1", "cell.py")  # no such file
+        linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)
+        self.addCleanup(linecache.cache.pop, name, None)
+        exec(compile(cell, name, "exec"), globals())  # noqa: S102
+        self.addCleanup(globals().pop, "CellNet")
+        self.addCleanup(globals().pop, "cell_train")
+        spec = describe(cell_train)  # noqa: F821 (defined by the cell)
+        self.assertEqual([d["name"] for d in spec["source"]["defs"]], ["CellNet", "cell_train"])
+        p = run_trial(function_trainable(cell_train), {})  # noqa: F821
+        self.assertEqual((p.returncode, json.loads(p.stdout)["loss"]), (0, 7), p.stderr)
 
     def test_an_exception_exits_1_with_the_traceback(self):
         p = run_trial(function_trainable(train_main), {"case": "raise", "x": 1, "marker": "",
