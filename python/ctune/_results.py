@@ -5,7 +5,7 @@ import shutil
 import tempfile
 import weakref
 
-from ._checkpoint import load_checkpoint, read_manifest
+from ._checkpoint import Checkpoint, load_checkpoint, read_manifest
 from ._client import Client
 from ._errors import CtuneError
 
@@ -74,6 +74,8 @@ class Result:
             if manifest is not None and manifest.get("kind") in ("dir", "file"):
                 self._checkpoint = load_checkpoint(file=got["path"],
                                                    into=os.path.join(d, "checkpoint"))
+                if manifest["kind"] == "dir":  # Ray's Checkpoint: as_directory() works
+                    self._checkpoint = Checkpoint(self._checkpoint)
             else:
                 self._checkpoint = got["path"]
         return self._checkpoint
