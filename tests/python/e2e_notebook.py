@@ -13,7 +13,6 @@ venv fails (install-deps --test makes it; offline once made)."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -113,7 +112,7 @@ def main():
         skip(f"no Fashion-MNIST in {DATA}")
     try:
         import nbclient
-        import nbformat
+        import nbformat  # noqa: F401 (new_notebook below)
     except ImportError:
         in_venv()
     try:

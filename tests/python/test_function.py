@@ -17,7 +17,6 @@ import json
 import linecache
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -199,14 +198,7 @@ class FunctionRun(unittest.TestCase):
                                "hog_mb": 400, "marker": marker, "pause": 0.1},
                   name="fn", metric="loss", mode="min", cpus=2,
                   resources_per_trial={"cpu": 1, "memory_mb": 200})
-
-        def interrupt():
-            deadline = time.monotonic() + 60
-            while not os.path.exists(marker) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGINT)
-        t = threading.Thread(target=interrupt, daemon=True)
-        t.start()
+        t = ctune_procs.interrupt_when(marker)
         with self.assertRaises(KeyboardInterrupt):
             ctune.run(train_main, **kw)
         t.join(5)

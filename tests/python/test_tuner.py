@@ -8,12 +8,9 @@ to its end. Function trainables:
 test_function.py."""
 import json
 import os
-import signal
 import sys
 import tempfile
 import shutil
-import threading
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,14 +76,7 @@ class TunerE2E(unittest.TestCase):
     def test_ctrl_c_then_resume(self):
         marker = os.path.join(self.tmp, "started")
         space = {"x": 1, "marker": marker, "pause": 0.3}
-
-        def interrupt():
-            deadline = time.monotonic() + 60
-            while not os.path.exists(marker) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGINT)
-        t = threading.Thread(target=interrupt, daemon=True)
-        t.start()
+        t = ctune_procs.interrupt_when(marker)
         with self.assertRaises(KeyboardInterrupt):
             ctune.run("train.py", space, name="cc", metric="loss", mode="min", cpus=1)
         t.join(5)
