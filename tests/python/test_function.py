@@ -10,7 +10,8 @@ global that cannot be shipped are refused at once with what to do.
 
 With `ctune run` (one experiment, interrupted by Ctrl-C and resumed): a
 trial whose function raises ends ERROR with the traceback; a trial over its
-memory_mb ends ERROR naming memory_mb (the limit of any command trainable);
+memory_mb ends ERROR naming memory_mb and a trial runs pinned to its one
+CPU (the resources and limits of any command trainable);
 the trial that was running resumes from its checkpoint and finishes."""
 import contextlib
 import json
@@ -63,7 +64,7 @@ def train_main(config):
         ctune.report(loss=len(hog))
     for it in range(state["it"] + 1, 4):
         ctune.report(loss=Model(config["x"]).loss(it), resumed_from=state["it"],
-                     checkpoint={"it": it})
+                     cpus=len(os.sched_getaffinity(0)), checkpoint={"it": it})
         if config["marker"]:
             open(config["marker"], "a").close()  # a checkpoint is out: interrupt now
         time.sleep(config["pause"])
@@ -114,7 +115,7 @@ class Shipping(unittest.TestCase):
         self.assertNotIn("import", spec)
         shipped = spec["source"]
         self.assertEqual([d["name"] for d in shipped["defs"]], ["double", "Model", "train_main"])
-        self.assertEqual(shipped["modules"], {"ctune": "ctune", "time": "time"})
+        self.assertEqual(shipped["modules"], {"ctune": "ctune", "os": "os", "time": "time"})
         self.assertEqual(list(shipped["values"]), ["SCALE"])
         t = function_trainable(train_main)
         self.assertNotIn("{", json.dumps(t["argv"]) + t["env"]["CTUNE_FUNCTION"])  # no placeholder
@@ -213,6 +214,7 @@ class FunctionRun(unittest.TestCase):
             self.assertIsNone(ok.error)
             self.assertEqual(ok.metrics["training_iteration"], 3)
             self.assertGreaterEqual(ok.metrics["resumed_from"], 1)  # went on from a checkpoint
+            self.assertEqual(ok.metrics["cpus"], 1)  # pinned to its resources_per_trial
             self.assertEqual(ctune.load_checkpoint(file=ok.checkpoint), {"it": 3})
             with open("ctune-results/fn.experiment.json") as f:
                 argv = json.load(f)["trainable"]["argv"]
