@@ -4,6 +4,7 @@ the trial's config, and report a dict it returns as its last result. An
 exception propagates: Python prints the traceback on stderr (the trial's
 log, whose tail becomes the trial's error) and exits 1, so the trial ends
 ERROR. SIGTERM (a stop, a drain) exits 0 as ctune.on_stop() does."""
+import __future__
 import base64
 import importlib
 import json
@@ -11,6 +12,7 @@ import linecache
 import os
 import pickle
 import sys
+import types
 
 
 def _load():
@@ -30,7 +32,12 @@ def _load():
     if "cloudpickle" in spec:
         return pickle.loads(base64.b64decode(spec["cloudpickle"]))
     shipped = spec["source"]
-    glb = {"__name__": "__ctune_function__", "__builtins__": __builtins__}
+    # The shipped code's module is __main__, as where it came from: objects
+    # of its classes pickle as __main__.Name (a checkpoint) and load back
+    # here on resume, and in the notebook or script that ran the Tuner.
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
+    glb = vars(main_module)
     for name, module in shipped["modules"].items():
         glb[name] = importlib.import_module(module)
     for name, (module, qualname) in shipped["imports"].items():
@@ -47,7 +54,10 @@ def _load():
         filename = d["file"]
         if not os.path.isfile(filename):
             linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-        exec(compile(text, filename, "exec"), glb)  # noqa: S102 (the user's own function)
+        # Annotations stay unevaluated: they may name what was not shipped.
+        code = compile(text, filename, "exec", flags=__future__.annotations.compiler_flag,
+                       dont_inherit=True)
+        exec(code, glb)  # noqa: S102 (the user's own function)
     return glb[spec["name"]]
 
 

@@ -84,6 +84,20 @@ def _global_names(code):
     return names
 
 
+def _def_line_names(src):
+    """The names a def statement loads when it runs (decorators, default
+    values), which its code object does not hold; annotations are left
+    unevaluated in the trial."""
+    node = ast.parse(src).body[0]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    args = node.args
+    names = set()
+    for expr in list(node.decorator_list) + args.defaults + [d for d in args.kw_defaults if d]:
+        names |= {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    return names
+
+
 def _pickles_by_value(value):
     """pickle bytes of value when it needs nothing of __main__ to load,
     else None."""
@@ -160,7 +174,7 @@ def _ship_source(obj, out, seen, fn):
         glb = vars(sys.modules.get(obj.__module__)) if obj.__module__ in sys.modules else {}
     else:
         src, first, filename = _source_of(obj)
-        names = _global_names(obj.__code__)
+        names = _global_names(obj.__code__) | _def_line_names(src)
         glb = obj.__globals__
     if not src.lstrip().startswith(("def ", "async def ", "class ", "@")):
         _refuse(fn, f"the source of {obj.__name__} is not a `def` or `class` statement")

@@ -13,10 +13,13 @@ trial whose function raises ends ERROR with the traceback; a trial over its
 memory_mb ends ERROR naming memory_mb and a trial runs pinned to its one
 CPU (the resources and limits of any command trainable);
 the trial that was running resumes from its checkpoint and finishes."""
+from __future__ import annotations  # train_pickles' annotation names nothing
+
 import contextlib
 import json
 import linecache
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -68,6 +71,14 @@ def train_main(config):
         if config["marker"]:
             open(config["marker"], "a").close()  # a checkpoint is out: interrupt now
         time.sleep(config["pause"])
+
+
+STEPS = 4  # a default value's global
+
+
+def train_pickles(config: Config, steps=STEPS):  # an annotation naming nothing shipped
+    model = pickle.loads(pickle.dumps(Model(config["x"])))  # a checkpoint of a __main__ class
+    ctune.report(loss=model.loss(1), steps=steps)
 
 
 def run_trial(trainable, config):
@@ -139,6 +150,11 @@ class Shipping(unittest.TestCase):
         self.assertEqual([d["name"] for d in spec["source"]["defs"]], ["CellNet", "cell_train"])
         p = run_trial(function_trainable(cell_train), {})  # noqa: F821
         self.assertEqual((p.returncode, json.loads(p.stdout)["loss"]), (0, 7), p.stderr)
+
+    def test_objects_of_shipped_classes_pickle_and_defaults_come_along(self):
+        p = run_trial(function_trainable(train_pickles), {"x": 2})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((json.loads(p.stdout)["loss"], json.loads(p.stdout)["steps"]), (40, 4))
 
     def test_an_exception_exits_1_with_the_traceback(self):
         p = run_trial(function_trainable(train_main), {"case": "raise", "x": 1, "marker": "",
