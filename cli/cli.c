@@ -130,9 +130,31 @@ static int cli_own_server_start(const char *db, char *url, size_t cap) {
   return 0;
 }
 
+/* The server on DB as its <DB>.login-url says ("URL/?token=TOKEN", 0600,
+ * written at each start): 0 with url and *token (malloc'd), else -ENOENT
+ * (no such file, or not that form) or -ENOMEM. */
+static int cli_login_url(const char *db, char *url, size_t cap, char **token) {
+  char path[PATH_MAX + 16], real[PATH_MAX], line[1024];
+  snprintf(path, sizeof(path), "%s.login-url", realpath(db, real) ? real : db);
+  FILE *f = fopen(path, "re");
+  if (!f) return -ENOENT;
+  char *got = fgets(line, sizeof(line), f);
+  fclose(f);
+  char *q = got ? strstr(line, "/?token=") : NULL;
+  if (!q || (strncmp(line, "http://", 7) && strncmp(line, "https://", 8)) ||
+      (size_t)(q - line) >= cap)
+    return -ENOENT;
+  q[strcspn(q, "\r\n")] = '\0';
+  if (!q[8]) return -ENOENT;
+  snprintf(url, cap, "%.*s", (int)(q - line), line);
+  *token = strdup(q + 8);
+  return *token ? 0 : -ENOMEM;
+}
+
 int cli_connect(const struct cli_args *a, struct http_client *c) {
   const char *server = a->server ? a->server : getenv("CTUNE_SERVER");
   char own_url[256];
+  char *token = NULL;
   if (a->db && !a->server && cli_reads_only(a->cmd)) {
     int served = cli_db_served(a->db);
     if (served < 0) {
@@ -143,15 +165,21 @@ int cli_connect(const struct cli_args *a, struct http_client *c) {
       int ex = cli_own_server_start(a->db, own_url, sizeof(own_url));
       if (ex) return ex;
       server = own_url;
+    } else if (!server && !a->token_file) {
+      /* A server holds DB (a `ctune run` going on): the address it wrote. */
+      int rc = cli_login_url(a->db, own_url, sizeof(own_url), &token);
+      if (rc == -ENOMEM) return CLI_EXIT_ERROR;
+      if (!rc) server = own_url;
     }
   }
   if (!server || !*server) server = "http://127.0.0.1:8470";
   if (strncmp(server, "http://", 7) && strncmp(server, "https://", 8)) {
     fprintf(stderr, "ctune: CTUNE_SERVER '%s' must start with http:// or https://\n", server);
+    free(token);
     return CLI_EXIT_USAGE;
   }
-  char *token = NULL;
-  if (a->token_file) {
+  if (token) { /* the login URL's, above */
+  } else if (a->token_file) {
     char err[512];
     if (http_read_token_file(a->token_file, &token, err, sizeof(err))) {
       fprintf(stderr, "ctune: %s\n", err);

@@ -39,7 +39,8 @@ static const char *const HELP =
     "certificate, instead of the system store; https is always verified;\n"
     "--db DB: the server's token from DB.tokens, and for status, trials, trial,\n"
     "best, logs and export, when no server runs on DB, one started on it for\n"
-    "the command: ctune status --db ctune-results/quick.db):\n"
+    "the command, else the one on DB at the URL of DB.login-url:\n"
+    "ctune status --db ctune-results/quick.db):\n"
     "  submit CONFIG [--dry-run] [--json]   store it (dry run: list its trials)\n"
 
     "  watch EXP [--json]                   progress until it ends (Ctrl-C:\n"

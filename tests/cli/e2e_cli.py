@@ -620,6 +620,8 @@ def case_resume(tmp):
     srv, url = start_server(tmp, db)
     code, out, err = ctune("trials", "1", "--db", db, "--json", cwd=tmp, env={"CTUNE_SERVER": url})
     check(code == 0 and len(json.loads(out)) == 2, f"trials --db, served: {code} {out} {err}")
+    code, out, err = ctune("status", "--db", db, cwd=tmp)  # its address: DB.login-url
+    check(code == 0 and "resumable" in out, f"status --db, served, no URL given: {code} {err}")
     check(descendants() == [srv.pid], f"only the test's server runs: {descendants()}")
 
 
