@@ -10,7 +10,6 @@ picklable object) into one uncompressed tar written to a temporary file and
 renamed. A manifest member records what was packed and the last reported
 training_iteration/time_total_s, so a resumed attempt continues counting even
 where the worker does not pass CTUNE_START_ITERATION."""
-import contextlib
 import io
 import json
 import os
@@ -268,33 +267,3 @@ def load_checkpoint(into=None, file=None):
     if kind == "file":
         return os.path.join(into, name)
     return into
-
-
-class Checkpoint(str):
-    """Ray's Checkpoint of a folder: the folder's path."""
-
-    @classmethod
-    def from_directory(cls, path):
-        path = os.fspath(path)
-        if not os.path.isdir(path):
-            raise ValueError(f"Checkpoint.from_directory({path!r}): not a folder")
-        return cls(path)
-
-    @property
-    def path(self):
-        return str(self)
-
-    @contextlib.contextmanager
-    def as_directory(self):
-        """The folder itself (local already)."""
-        yield str(self)
-
-    def to_directory(self, path=None):
-        """A copy of the folder at path (default: a new temporary folder)."""
-        if path is None:
-            path = tempfile.mkdtemp(prefix="ctune-checkpoint-")
-        shutil.copytree(self, path, dirs_exist_ok=True)
-        return os.fspath(path)
-
-    def __repr__(self):
-        return f"Checkpoint(path={str(self)!r})"

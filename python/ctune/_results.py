@@ -5,7 +5,7 @@ import shutil
 import tempfile
 import weakref
 
-from ._checkpoint import Checkpoint, load_checkpoint, read_manifest
+from ._checkpoint import load_checkpoint, read_manifest
 from ._client import Client
 from ._errors import CtuneError
 
@@ -75,6 +75,7 @@ class Result:
                 self._checkpoint = load_checkpoint(file=got["path"],
                                                    into=os.path.join(d, "checkpoint"))
                 if manifest["kind"] == "dir":  # Ray's Checkpoint: as_directory() works
+                    from .train import Checkpoint  # train imports this module's users
                     self._checkpoint = Checkpoint(self._checkpoint)
             else:
                 self._checkpoint = got["path"]
