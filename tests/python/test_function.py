@@ -63,7 +63,7 @@ def train_main(config):
     if config["case"] == "raise":
         raise ValueError("bad case " + config["case"])
     if config["case"] == "hog":
-        hog = bytearray(config["hog_mb"] << 20)  # over memory_mb: MemoryError
+        hog = b"\x01" * (config["hog_mb"] << 20)  # over memory_mb, touched: RLIMIT_AS or OOM
         ctune.report(loss=len(hog))
     for it in range(state["it"] + 1, 4):
         ctune.report(loss=Model(config["x"]).loss(it), resumed_from=state["it"],
