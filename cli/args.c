@@ -15,7 +15,8 @@ struct cmd_info {
   const char *opts; /* options this command accepts, space-separated */
 };
 
-/* --db DB: the server runs here on DB; its admin token is read from DB.tokens. */
+/* --db DB: the server runs here on DB; its admin token is read from DB.tokens
+ * (the reading commands start one on DB when none runs: cli_connect). */
 static const char *const REMOTE = "--server --token-file --ca-file --db ";
 
 static const struct cmd_info CMDS[] = {

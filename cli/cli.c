@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -58,15 +60,126 @@ int cli_width(const struct cli_args *a) {
   return 120;
 }
 
+/* --db DB with no server on it: a reading command starts a ctune-server of
+ * its own on DB (a free loopback port, its log in a temporary file), as
+ * ctune.open does, and stops it when ctune exits (atexit). */
+static struct proc own_server;
+static char own_log[PATH_MAX];
+
+static void cli_own_server_stop(void) {
+  proc_stop(&own_server, 10000);
+  if (own_log[0]) unlink(own_log);
+}
+
+static int cli_reads_only(enum cli_cmd cmd) {
+  return cmd == CMD_STATUS || cmd == CMD_TRIALS || cmd == CMD_TRIAL || cmd == CMD_BEST ||
+         cmd == CMD_LOGS || cmd == CMD_EXPORT;
+}
+
+/* 1 when a process holds the flock a ctune-server takes on its database
+ * file, 0 when none does, or a negative errno (no such file). */
+static int cli_db_served(const char *db) {
+  int fd = open(db, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int held = flock(fd, LOCK_SH | LOCK_NB) ? errno == EWOULDBLOCK : 0;
+  close(fd); /* closing drops the shared lock, if taken */
+  return held;
+}
+
+static int cli_own_server_start(const char *db, char *url, size_t cap) {
+  char bin[PATH_MAX], msg[512], rest[200];
+  if (proc_find("ctune-server", bin, sizeof(bin), msg, sizeof(msg))) {
+    fprintf(stderr, "ctune: --db %s: %s\n", db, msg);
+    return CLI_EXIT_ERROR;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(own_log, sizeof(own_log), "%s/ctune-db-server-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(own_log);
+  if (fd < 0) {
+    fprintf(stderr, "ctune: cannot create %s: %s\n", own_log, strerror(errno));
+    own_log[0] = '\0';
+    return CLI_EXIT_ERROR;
+  }
+  close(fd);
+  if (atexit(cli_own_server_stop)) {
+    unlink(own_log);
+    own_log[0] = '\0';
+    return CLI_EXIT_ERROR;
+  }
+  char *argv[] = {bin, "--db", (char *)db, "--bind", "127.0.0.1", "--port", "0", NULL};
+  int rc = proc_spawn(&own_server, "ctune-server", argv, own_log);
+  if (rc) {
+    fprintf(stderr, "ctune: cannot start %s: %s\n", bin, strerror(-rc));
+    return CLI_EXIT_ERROR;
+  }
+  rc = proc_wait_log_line(&own_server, own_log, 0, "listening on http://", 30000, &cli_signal, rest,
+                          sizeof(rest));
+  if (rc == -EINTR) return CLI_EXIT_INTERRUPTED;
+  if (rc) {
+    char last[512] = "";
+    FILE *f = fopen(own_log, "re");
+    while (f && fgets(msg, sizeof(msg), f))
+      if (strstr(msg, " error ")) snprintf(last, sizeof(last), "%s", msg);
+    if (f) fclose(f);
+    fprintf(stderr, "ctune: --db %s: ctune-server %s%s%s", db,
+            rc == -ECHILD ? "did not start" : "did not listen within 30 s", last[0] ? ": " : "\n",
+            last);
+    return CLI_EXIT_ERROR;
+  }
+  snprintf(url, cap, "http://%s", rest);
+  return 0;
+}
+
+/* The server on DB as its <DB>.login-url says ("URL/?token=TOKEN", 0600,
+ * written at each start): 0 with url and *token (malloc'd), else -ENOENT
+ * (no such file, or not that form) or -ENOMEM. */
+static int cli_login_url(const char *db, char *url, size_t cap, char **token) {
+  char path[PATH_MAX + 16], real[PATH_MAX], line[1024];
+  snprintf(path, sizeof(path), "%s.login-url", realpath(db, real) ? real : db);
+  FILE *f = fopen(path, "re");
+  if (!f) return -ENOENT;
+  char *got = fgets(line, sizeof(line), f);
+  fclose(f);
+  char *q = got ? strstr(line, "/?token=") : NULL;
+  if (!q || (strncmp(line, "http://", 7) && strncmp(line, "https://", 8)) ||
+      (size_t)(q - line) >= cap)
+    return -ENOENT;
+  q[strcspn(q, "\r\n")] = '\0';
+  if (!q[8]) return -ENOENT;
+  snprintf(url, cap, "%.*s", (int)(q - line), line);
+  *token = strdup(q + 8);
+  return *token ? 0 : -ENOMEM;
+}
+
 int cli_connect(const struct cli_args *a, struct http_client *c) {
   const char *server = a->server ? a->server : getenv("CTUNE_SERVER");
+  char own_url[256];
+  char *token = NULL;
+  if (a->db && !a->server && cli_reads_only(a->cmd)) {
+    int served = cli_db_served(a->db);
+    if (served < 0) {
+      fprintf(stderr, "ctune: --db %s: %s\n", a->db, strerror(-served));
+      return CLI_EXIT_USAGE;
+    }
+    if (!served) {
+      int ex = cli_own_server_start(a->db, own_url, sizeof(own_url));
+      if (ex) return ex;
+      server = own_url;
+    } else if (!server && !a->token_file) {
+      /* A server holds DB (a `ctune run` going on): the address it wrote. */
+      int rc = cli_login_url(a->db, own_url, sizeof(own_url), &token);
+      if (rc == -ENOMEM) return CLI_EXIT_ERROR;
+      if (!rc) server = own_url;
+    }
+  }
   if (!server || !*server) server = "http://127.0.0.1:8470";
   if (strncmp(server, "http://", 7) && strncmp(server, "https://", 8)) {
     fprintf(stderr, "ctune: CTUNE_SERVER '%s' must start with http:// or https://\n", server);
+    free(token);
     return CLI_EXIT_USAGE;
   }
-  char *token = NULL;
-  if (a->token_file) {
+  if (token) { /* the login URL's, above */
+  } else if (a->token_file) {
     char err[512];
     if (http_read_token_file(a->token_file, &token, err, sizeof(err))) {
       fprintf(stderr, "ctune: %s\n", err);

@@ -36,7 +36,11 @@ static const char *const HELP =
     "Against a running server (--server URL or CTUNE_SERVER, default\n"
     "http://127.0.0.1:8470; --token-file F or CTUNE_TOKEN when it needs one;\n"
     "--ca-file F or CTUNE_CA_FILE: the PEM CA that signed an https:// server's\n"
-    "certificate, instead of the system store; https is always verified):\n"
+    "certificate, instead of the system store; https is always verified;\n"
+    "--db DB: the server's token from DB.tokens, and for status, trials, trial,\n"
+    "best, logs and export, when no server runs on DB, one started on it for\n"
+    "the command, else the one on DB at the URL of DB.login-url:\n"
+    "ctune status --db ctune-results/quick.db):\n"
     "  submit CONFIG [--dry-run] [--json]   store it (dry run: list its trials)\n"
 
     "  watch EXP [--json]                   progress until it ends (Ctrl-C:\n"

@@ -56,6 +56,8 @@ def _write_wheel(wheel_directory, files):
         (f"{dist}/WHEEL", b"Wheel-Version: 1.0\nGenerator: ctune_build\n"
                           b"Root-Is-Purelib: true\nTag: py3-none-any\n"),
         (f"{dist}/top_level.txt", f"{NAME}\n".encode()),
+        # pip makes bin/ctune from it: the C command line, found by _bin.find.
+        (f"{dist}/entry_points.txt", b"[console_scripts]\nctune = ctune._cli:main\n"),
     ]
     record = "\n".join(_record_line(n, d) for n, d in files) + f"\n{dist}/RECORD,,\n"
     files.append((f"{dist}/RECORD", record.encode()))

@@ -18,10 +18,11 @@ PyTorch to a fractional gpu's memory share.
 
 Experiments in Python, as in Ray Tune::
 
-    tuner = ctune.Tuner("train.py", param_space={"lr": ctune.loguniform(1e-4, 1e-1)},
+    tuner = ctune.Tuner(train_fn, param_space={"lr": ctune.loguniform(1e-4, 1e-1)},
                         tune_config=ctune.TuneConfig(metric="loss", mode="min",
                                                      scheduler=ctune.ASHA(max_t=8)))
     with tuner.fit() as grid:                       # `ctune run` here, a ResultGrid
+                                                    # (train_fn: a function or "train.py")
         print(grid.get_best_result().config)
     with ctune.open("ctune-results/train.db") as grid:   # read back later
         print(grid.get_dataframe())
@@ -39,6 +40,7 @@ docs/python.md documents the whole API."""
 __version__ = "0.1.0"
 
 from ._errors import CtuneError
+from ._function import FunctionNotShippable
 from ._checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint, CHECKPOINT_FILE
 from ._trial import (TrialContext, apply_config, checkpoint_requested, get_config, get_context,
                      gpu_memory_fraction, in_trial, is_resumed, on_checkpoint_request, on_stop,
@@ -55,9 +57,9 @@ from ._search import (ASHA, FIFO, PBT, TPE, ASHAScheduler, AsyncHyperBandSchedul
                       qrandint, quniform, randint, randn, script_trainable, uniform)
 
 __all__ = [
-    "CHECKPOINT_FILE", "Client", "CtuneError", "TrialContext", "apply_config", "checkpoint_dir",
-    "checkpoint_requested", "get_config", "get_context", "in_trial", "is_resumed", "load_checkpoint",
-    "on_checkpoint_request", "on_stop", "report", "save_checkpoint", "stop_requested",
+    "CHECKPOINT_FILE", "Client", "CtuneError", "FunctionNotShippable", "TrialContext", "apply_config",
+    "checkpoint_dir", "checkpoint_requested", "get_config", "get_context", "in_trial", "is_resumed",
+    "load_checkpoint", "on_checkpoint_request", "on_stop", "report", "save_checkpoint", "stop_requested",
     "__version__",
     # GPUs: the trial's memory share
     "gpu_memory_fraction", "torch_memory_fraction",

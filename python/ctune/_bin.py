@@ -6,27 +6,49 @@ config so that a bad argument raises at once, with the server's own path
 and message."""
 import json
 import os
-import shutil
 import subprocess
 
 from ._errors import CtuneError
 
 _NOT_FOUND = object()
 _found = {}
+# Where an install that ships the C programs with the package puts them.
+PACKAGE_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin")
+
+
+def _is_program(path):
+    """An executable file that is not a script: the C programs are never
+    scripts, while pip's `ctune` console entry (this package) is one, so
+    the lookup can never find the entry point itself."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) != b"#!"
+    except OSError:
+        return False
 
 
 def find(name):
-    """The path of the C program `name`: $CTUNE_BIN_DIR/name, else PATH;
-    None when neither has it."""
+    """The path of the C program `name`: in $CTUNE_BIN_DIR, else in the
+    package's own bin/ folder (an install that ships the programs with the
+    package), else on PATH; a script of that name (pip's `ctune` entry
+    point) is passed over. None when none has it."""
     d = os.environ.get("CTUNE_BIN_DIR")
-    if d:
-        p = os.path.join(d, name)
-        if os.access(p, os.X_OK) and os.path.isfile(p):
-            return p
+    if d and _is_program(os.path.join(d, name)):
+        return os.path.join(d, name)
+    beside = os.path.join(PACKAGE_BIN, name)
+    if _is_program(beside):
+        return beside
     key = (name, os.environ.get("PATH"))
     hit = _found.get(key)
     if hit is None:
-        hit = shutil.which(name) or _NOT_FOUND
+        hit = _NOT_FOUND
+        for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+            p = os.path.join(folder or os.curdir, name)
+            if _is_program(p):
+                hit = os.path.abspath(p)
+                break
         _found[key] = hit
     return None if hit is _NOT_FOUND else hit
 
@@ -35,9 +57,9 @@ def need(name):
     """find(name), or CtuneError code "no_binary" saying where it looked."""
     p = find(name)
     if p is None:
-        raise CtuneError(f"cannot find the {name} program: set CTUNE_BIN_DIR to the folder "
-                         f"holding it (e.g. build/bin) or put it on PATH", code="no_binary",
-                         path=name)
+        raise CtuneError(f"cannot find the {name} program (ctune's C programs): set "
+                         f"CTUNE_BIN_DIR to the folder holding it (e.g. build/bin), or put it "
+                         f"on PATH", code="no_binary", path=name)
     return p
 
 

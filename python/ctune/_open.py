@@ -90,7 +90,8 @@ class LocalServer:
         code = "server_failed"
         if "in use by another ctune-server" in why:
             code = "db_in_use"
-            why += " (or read it from that server: ctune.ResultGrid(experiment, client=...))"
+            why += (" and it wrote no login URL beside it (read it from that server: "
+                    "ctune.ResultGrid(experiment, client=ctune.Client(URL, token=...)))")
         raise CtuneError(f"cannot open {self.db}: ctune-server did not start: {why}",
                          code=code, path=self.db)
 
@@ -115,6 +116,27 @@ class OpenResultGrid(ResultGrid):
         self.server.stop()
 
 
+def _served_by(db):
+    """A Client of the ctune-server that holds db, from the login URL it
+    wrote beside it (<db>.login-url, 0600: its address and admin token),
+    or None when there is none to read."""
+    path = os.path.realpath(os.fspath(db)) + ".login-url"
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline().strip()
+    except OSError:
+        return None
+    m = re.match(r"(https?://[^/?#\s]+)/?\?token=(\S+)$", line)
+    return Client(m.group(1), token=m.group(2)) if m else None
+
+
+def _newest(client, db):
+    exps = client.experiments()
+    if not exps:
+        raise CtuneError(f"{db} holds no experiment", code="not_found", path=os.fspath(db))
+    return max(e["id"] for e in exps)
+
+
 def open_db(db, experiment=None, storage_path=None):
     """ctune.open: the ResultGrid of an experiment in the database file db: experiment
     is an id or a name (default: the newest). Starts a private ctune-server
@@ -124,15 +146,21 @@ def open_db(db, experiment=None, storage_path=None):
         with ctune.open("ctune-results/fmnist.db") as grid:
             print(grid.get_best_result().config)
 
-    A database another ctune-server holds is refused (CtuneError code
-    "db_in_use", naming that server's pid): ask that server instead."""
-    server = LocalServer(db)
+    A database another ctune-server holds (a run still going) is read
+    through that server, found by the login URL it wrote beside the
+    database; closing the grid leaves it running. Without that file:
+    CtuneError code "db_in_use", naming that server's pid."""
+    try:
+        server = LocalServer(db)
+    except CtuneError as e:
+        client = _served_by(db) if e.code == "db_in_use" else None
+        if client is None:
+            raise
+        return ResultGrid(experiment if experiment is not None else _newest(client, db),
+                          client=client, storage_path=storage_path)
     try:
         if experiment is None:
-            exps = server.client.experiments()
-            if not exps:
-                raise CtuneError(f"{db} holds no experiment", code="not_found", path=os.fspath(db))
-            experiment = max(e["id"] for e in exps)
+            experiment = _newest(server.client, db)
         return OpenResultGrid(server, experiment, storage_path=storage_path)
     except BaseException:
         server.stop()

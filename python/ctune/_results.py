@@ -74,6 +74,9 @@ class Result:
             if manifest is not None and manifest.get("kind") in ("dir", "file"):
                 self._checkpoint = load_checkpoint(file=got["path"],
                                                    into=os.path.join(d, "checkpoint"))
+                if manifest["kind"] == "dir":  # Ray's Checkpoint: as_directory() works
+                    from .train import Checkpoint  # train imports this module's users
+                    self._checkpoint = Checkpoint(self._checkpoint)
             else:
                 self._checkpoint = got["path"]
         return self._checkpoint

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from . import _bin
 from ._errors import CtuneError
+from ._function import function_trainable
 
 # A trainable for the probe experiments: any command will do, none runs.
 _PROBE_TRAINABLE = {"type": "command", "argv": ["true"]}
@@ -371,8 +372,10 @@ def experiment(trainable, param_space=None, tune_config=None, *, name=None, metr
                check=True):
     """The experiment JSON (a dict) for these Ray-style arguments.
 
-    trainable: a dict (the `trainable` JSON as it is), or the path of a
-    Python script (run by this interpreter, see script_trainable).
+    trainable: a dict (the `trainable` JSON as it is), the path of a
+    Python script (run by this interpreter, see script_trainable), or a
+    function train_fn(config) that calls ctune.report (run in the trial
+    process, see _function.py; a lambda is refused).
     Arguments given both directly and in tune_config (or a scheduler's
     metric/mode) must agree. check: run the whole config through the C
     validator now (`ctune sample`; skipped when no `ctune` program is found)."""
@@ -416,10 +419,12 @@ def experiment(trainable, param_space=None, tune_config=None, *, name=None, metr
         out["resources_per_trial"] = to_json(resources_per_trial, "resources_per_trial")
     if isinstance(trainable, (str, os.PathLike)):
         trainable = script_trainable(trainable)
+    elif callable(trainable):
+        trainable = function_trainable(trainable)
     elif not isinstance(trainable, Mapping):
-        raise TypeError("trainable: the path of a Python script, or a `trainable` dict "
-                        "({'type': 'command', 'argv': [...]} or {'type': 'builtin', ...}); "
-                        "Python functions are not supported yet")
+        raise TypeError("trainable: a function train_fn(config), the path of a Python script, "
+                        "or a `trainable` dict ({'type': 'command', 'argv': [...]} or "
+                        "{'type': 'builtin', ...})")
     out["trainable"] = to_json(trainable, "trainable")
     if check:
         _bin.sample(out, required=False)

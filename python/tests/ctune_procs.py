@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +43,29 @@ def need_bins(*names):
         print(f"SKIP: set CTUNE_BIN_DIR to the folder of {', '.join(names)} "
               f"(missing: {', '.join(missing) or 'CTUNE_BIN_DIR'})", file=sys.stderr)
         sys.exit(77)
+
+
+def need_torch_and_fmnist():
+    """Exit 77 (skip) without Debian's torch or the Fashion-MNIST files."""
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode:
+        print("SKIP: /usr/bin/python3 has no torch (Debian's python3-torch)", file=sys.stderr)
+        sys.exit(77)
+    if not os.path.isfile("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
+        print("SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist", file=sys.stderr)
+        sys.exit(77)
+
+
+def interrupt_when(path, timeout=60):
+    """A thread that sends this process SIGINT (a Ctrl-C) once path exists
+    (the trial made it), or after timeout seconds; join it afterwards."""
+    def interrupt():
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    return t
 
 
 def read_tokens(path):

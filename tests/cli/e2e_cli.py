@@ -603,6 +603,27 @@ def case_resume(tmp):
     check(nres == 60, f"every iteration stored once: {nres} results")
     check(not descendants(), f"processes left: {descendants()}")
 
+    # --db with no server on it: each reading command starts one of its own
+    # on the database and stops it on the way out (its log in TMPDIR, removed).
+    own = {"TMPDIR": tmp}
+    code, out, err = ctune("status", "--db", db, cwd=tmp, env=own)
+    check(code == 0 and "resumable" in out and "TERMINATED" in out, f"status --db: {code} {out} {err}")
+    code, out, err = ctune("best", "1", "--db", db, cwd=tmp, env=own)
+    check(code == 0 and "Best trial: resumable_0000" in out, f"best --db: {code} {out} {err}")
+    code, out, err = ctune("export", "1", "--db", db, "--format", "csv", cwd=tmp, env=own)
+    check(code == 0 and len(out.splitlines()) == 3, f"export --db: {code} {out} {err}")
+    check(not descendants(), f"--db left its server: {descendants()}")
+    check(not [f for f in os.listdir(tmp) if f.startswith("ctune-db-server-")], "its log is removed")
+    code, out, err = ctune("trials", "1", "--db", os.path.join(tmp, "none.db"), cwd=tmp)
+    check(code == 2 and "none.db: No such file" in err, f"--db missing: {code} {err}")
+    # A server on it: that one answers (a second could not lock the file).
+    srv, url = start_server(tmp, db)
+    code, out, err = ctune("trials", "1", "--db", db, "--json", cwd=tmp, env={"CTUNE_SERVER": url})
+    check(code == 0 and len(json.loads(out)) == 2, f"trials --db, served: {code} {out} {err}")
+    code, out, err = ctune("status", "--db", db, cwd=tmp)  # its address: DB.login-url
+    check(code == 0 and "resumable" in out, f"status --db, served, no URL given: {code} {err}")
+    check(descendants() == [srv.pid], f"only the test's server runs: {descendants()}")
+
 
 def main():
     if not BIN or not all(os.access(os.path.join(BIN, b), os.X_OK)

@@ -59,12 +59,7 @@ def serve(db):
 
 def main():
     ctune_procs.need_bins("ctune", "ctune-server", "ctune-worker")
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode:
-        print("SKIP: /usr/bin/python3 has no torch (Debian's python3-torch)", file=sys.stderr)
-        return 77
-    if not os.path.isfile("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
-        print("SKIP: no Fashion-MNIST in /usr/share/datasets/fashion-mnist", file=sys.stderr)
-        return 77
+    ctune_procs.need_torch_and_fmnist()
     tmp = tempfile.mkdtemp(prefix="ctune-pytorch-pbt-")
     server = None
     try:

@@ -50,9 +50,20 @@ class OpenE2E(unittest.TestCase):
     def tearDownClass(cls):
         cls.c.close()
 
-    def test_a_database_another_server_holds_is_refused(self):
-        with self.assertRaises(ctune.CtuneError) as cm:
-            ctune.open(self.c.db)
+    def test_a_database_another_server_holds_is_read_through_it(self):
+        with ctune.open(self.c.db) as grid:  # through the login URL it wrote
+            self.assertEqual(grid.client.url, self.c.url)
+            self.assertEqual(grid.experiment_id, self.second)
+            self.assertEqual([(r.trial_name, r.metrics["loss"]) for r in grid],
+                             self.before[self.second])
+        self.assertIsNone(self.c.server.poll())  # closing left that server running
+        login = os.path.realpath(self.c.db) + ".login-url"
+        os.rename(login, login + ".away")
+        try:
+            with self.assertRaises(ctune.CtuneError) as cm:
+                ctune.open(self.c.db)
+        finally:
+            os.rename(login + ".away", login)
         e = cm.exception
         self.assertEqual(e.code, "db_in_use", e)
         self.assertIn(f"in use by another ctune-server (pid {self.c.server.pid})", e.message)

@@ -12,6 +12,7 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 import ctune  # noqa: E402
@@ -116,6 +117,33 @@ class RoundTrip(unittest.TestCase):
                 got, want = json.loads(out_py), json.loads(out_js)
                 self.assertEqual(want["num_trials"], 6)  # 2 grid values x 3 samples
                 self.assertEqual(got["trials"], want["trials"])
+
+    def test_a_conditional_space_is_examples_conditional_json(self):
+        # A choice whose options hold their own domains: the example's space,
+        # built in Python, samples the example's trials.
+        with open(os.path.join(REPO, "examples", "conditional.json")) as f:
+            js = json.load(f)
+        space = {"lr": ctune.loguniform(1e-4, 0.1),
+                 "optimizer": ctune.choice([
+                     {"name": "sgd", "momentum": ctune.uniform(0.0, 0.99),
+                      "nesterov": ctune.choice([True, False])},
+                     {"name": "adam", "beta1": ctune.uniform(0.8, 0.999),
+                      "beta2": ctune.loguniform(0.9, 0.9999)}])}
+        py = ctune.experiment(js["trainable"], space, name=js["name"], metric="loss",
+                              mode="min", num_samples=12, max_concurrent_trials=2, seed=1,
+                              search_alg=ctune.TPE(n_startup_trials=6),
+                              resources_per_trial={"cpu": 1})
+        self.assertEqual(py, js)
+        rc_py, out_py, err_py = sample_json(py)
+        rc_js, out_js, err_js = sample_json(js)
+        self.assertEqual((rc_py, rc_js), (0, 0), err_py + err_js)
+        trials = json.loads(out_py)["trials"]
+        self.assertEqual(trials, json.loads(out_js)["trials"])
+        self.assertEqual({t["optimizer"]["name"] for t in trials}, {"sgd", "adam"})
+        with self.assertRaises(ctune.CtuneError) as cm:  # a bad domain inside an option
+            ctune.choice([{"name": "sgd", "momentum": {"type": "uniform", "lower": 1,
+                                                      "upper": 0}}])
+        self.assertIn("values[0].momentum", cm.exception.path)
 
     def test_ray_arguments_and_names(self):
         # Ray's call, metric and mode in the scheduler: they become the experiment's.

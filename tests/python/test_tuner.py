@@ -2,15 +2,15 @@
 experiment JSON written beside the database, `ctune run` on it (binaries
 from CTUNE_BIN_DIR), the ResultGrid read back; every trial failing still
 gives a grid; Ctrl-C stops the run (KeyboardInterrupt, the experiment
-stays unfinished) and resume=True completes it; a function is refused."""
+stays unfinished) and resume=True completes it; with CTUNE_SERVER set the
+experiment goes to that server (its token variable used) and is followed
+to its end. Function trainables:
+test_function.py."""
 import json
 import os
-import signal
 import sys
 import tempfile
 import shutil
-import threading
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,22 +73,10 @@ class TunerE2E(unittest.TestCase):
             self.assertIn("RuntimeError: broken on purpose", grid.errors[0])  # the traceback
             self.assertEqual(grid.experiment["name"], "train")
 
-    def test_a_function_is_refused_for_now(self):
-        with self.assertRaises(TypeError) as cm:
-            ctune.Tuner(lambda config: None, param_space={}).fit()
-        self.assertIn("Python functions are not supported yet", str(cm.exception))
-
     def test_ctrl_c_then_resume(self):
         marker = os.path.join(self.tmp, "started")
         space = {"x": 1, "marker": marker, "pause": 0.3}
-
-        def interrupt():
-            deadline = time.monotonic() + 60
-            while not os.path.exists(marker) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGINT)
-        t = threading.Thread(target=interrupt, daemon=True)
-        t.start()
+        t = ctune_procs.interrupt_when(marker)
         with self.assertRaises(KeyboardInterrupt):
             ctune.run("train.py", space, name="cc", metric="loss", mode="min", cpus=1)
         t.join(5)
@@ -100,6 +88,31 @@ class TunerE2E(unittest.TestCase):
             self.assertEqual(grid.experiment["status"], "TERMINATED")
             self.assertEqual((grid.experiment_id, len(grid)), (first, 1))  # not resubmitted
             self.assertEqual(grid[0].metrics["training_iteration"], 3)
+
+
+    def test_ctune_server_set_submits_there(self):
+        c = ctune_procs.Cluster().start_server()
+        self.addCleanup(c.close)
+        c.start_worker("w1", cpus=2)
+        env = {"CTUNE_SERVER": c.url, "CTUNE_TOKEN": "wrong"}
+        self.addCleanup(lambda: [os.environ.pop(k, None) for k in env])
+        os.environ.update(env)
+        space = {"x": ctune.grid_search([2, 1])}
+        with self.assertRaises(ctune.CtuneError) as cm:  # the token variable is used
+            ctune.run("train.py", space, name="rm", metric="loss", mode="min")
+        self.assertEqual(cm.exception.status, 401)
+        os.environ["CTUNE_TOKEN"] = c.tokens["admin"]
+        with self.assertRaises(ValueError):  # the server's workers run it, not a local one
+            ctune.run("train.py", space, name="rm", metric="loss", mode="min", cpus=2)
+        with ctune.Tuner("train.py", param_space=space,
+                         tune_config=ctune.TuneConfig(metric="loss", mode="min"),
+                         run_config=ctune.RunConfig(name="rm")).fit() as grid:
+            self.assertEqual(grid.experiment["status"], "TERMINATED")  # followed to the end
+            self.assertEqual(grid.num_terminated, 2)
+            self.assertEqual(grid.get_best_result().config["x"], 1)
+            self.assertEqual(grid.client.url, c.url)
+        self.assertFalse(os.path.exists("ctune-results/rm.db"))  # no embedded server
+        self.assertEqual([e["name"] for e in ctune.Client().experiments()], ["rm"])
 
 
 if __name__ == "__main__":
