@@ -153,7 +153,7 @@ static void proc_ended(struct proc *p) {
     p->term_signal = 0;
   }
   /* Whatever the trial left behind in its group goes with it: no orphans. */
-  kill(-p->pid, SIGKILL);
+  if (p->pid > 0) kill(-p->pid, SIGKILL);
   uv_timer_stop(&p->timer);
   uv_timer_start(&p->timer, proc_eof_timeout, PROC_EOF_WAIT_MS, 0);
   proc_maybe_report(p);
@@ -162,7 +162,7 @@ static void proc_ended(struct proc *p) {
 /* Reads what the supervisor has written of its report, without blocking.
  * final: it has exited, so what is there is all there will be. */
 static void proc_report_read(struct proc *p, int final) {
-  while (!p->reported) {
+  while (!p->reported && !p->settle_deferred) {
     ssize_t k = read(p->report_fd, p->rbuf + p->rlen, sizeof p->rbuf - 1 - p->rlen);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final) return;
@@ -203,6 +203,15 @@ static void proc_report_closed(uv_handle_t *h) {
  * to the trial's group, its output is read and its end is reported. */
 static void proc_report_settle(struct proc *p, int err) {
   if (p->reported) return;
+  if (p->super_pid <= 0 && p->child) {
+    /* The spawner has not answered yet: the report (or its failure)
+     * counts once the supervisor is known (proc_on_child_pid). */
+    p->settle_deferred = 1;
+    p->settle_err = err;
+    uv_poll_stop(&p->report);
+    uv_timer_stop(&p->timer);
+    return;
+  }
   p->reported = 1;
   uv_timer_stop(&p->timer);
   if (!uv_is_closing((uv_handle_t *)&p->report))
@@ -257,6 +266,39 @@ static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
   proc_exited(h->data, status, sig);
 }
 
+/* The spawner answered: the supervisor's pid, or it could not be started
+ * (then a failed start, ended here: its pipes' other ends went with the
+ * request). */
+static void proc_on_child_pid(void *arg, int pid) {
+  struct proc *p = arg;
+  if (pid > 0) {
+    p->super_pid = pid;
+    if (p->settle_deferred) {
+      p->settle_deferred = 0;
+      proc_report_settle(p, p->settle_err);
+    }
+    return;
+  }
+  p->child = NULL;
+  p->running = 0;
+  p->exited = 1;
+  p->reported = p->report_fault = 1;
+  p->exit_code = EXECWRAP_EXIT_EXEC;
+  uv_timer_stop(&p->timer);
+  if (!uv_is_closing((uv_handle_t *)&p->report))
+    uv_close((uv_handle_t *)&p->report, proc_report_closed);
+  char line[300];
+  int n = snprintf(line, sizeof line,
+                   "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: "
+                   "cannot start the trial's supervisor: %s\"}}\n",
+                   strerror(-pid));
+  if (p->cbs.on_output && n > 0) p->cbs.on_output(p->arg, 1, line, (size_t)n);
+  if (p->cbs.on_spawned) p->cbs.on_spawned(p->arg, pid);
+  if (p->closing) return;
+  p->out_open = p->err_open = 0; /* never read: nothing wrote them */
+  proc_maybe_report(p);
+}
+
 static void proc_on_child_exit(void *arg, int status) {
   struct proc *p = arg;
   p->child = NULL; /* the spawner freed its record */
@@ -265,7 +307,8 @@ static void proc_on_child_exit(void *arg, int status) {
 }
 
 /* The supervisor started by the spawner, off this loop: its stdout (unless
- * the pty) and stderr are pipes of ours. Its pid or a negative errno. */
+ * the pty) and stderr are pipes of ours. 0 (its pid comes as an event) or a
+ * negative errno. */
 static int proc_spawn_child(struct proc *p, const struct proc_supervisor *sup, const char **args,
                             char *const *env, const char *cwd, int pty_s, int report_w) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, rc = 0;
@@ -275,7 +318,7 @@ static int proc_spawn_child(struct proc *p, const struct proc_supervisor *sup, c
   if (rc == 0) {
     struct spawner_req r = {
         sup->exe, (char *const *)args, env, cwd, {pty_s >= 0 ? pty_s : out[1], err[1], report_w}};
-    rc = spawner_spawn(sup->spawner, &r, proc_on_child_exit, p, &p->child);
+    rc = spawner_spawn(sup->spawner, &r, proc_on_child_pid, proc_on_child_exit, p, &p->child);
   }
   for (int i = 0; i < 2; i++) { /* the read ends the handles did not take, the write ends */
     if (out[i] >= 0) close(out[i]);
@@ -440,8 +483,7 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *su
   int rc, spid = 0, nproc = sup->spawner ? 0 : 1; /* the uv_process handle, if any */
   p->via_spawner = !nproc;
   if (sup->spawner) {
-    rc = spid = proc_spawn_child(p, sup, args, env, cwd, pty_s, report[1]);
-    if (rc > 0) rc = 0;
+    rc = proc_spawn_child(p, sup, args, env, cwd, pty_s, report[1]);
   } else if ((rc = proc_uv_spawn(p, loop, sup, args, env, cwd, pty_s, report[1])) == 0) {
     spid = p->process.pid;
   }
@@ -515,7 +557,10 @@ void proc_close(struct proc *p) {
   p->closing = 1;
   /* Before the report only the supervisor is known: its parent-death
    * signal makes it kill the whole tree and exit. */
-  if (p->running) kill(p->reported ? -p->pid : p->super_pid, p->reported ? SIGKILL : SIGUSR2);
+  if (p->running && p->reported && p->pid > 0)
+    kill(-p->pid, SIGKILL);
+  else if (p->running && !p->reported && p->super_pid > 0)
+    kill(p->super_pid, SIGUSR2);
   uv_timer_stop(&p->timer);
   if (!p->reported) {
     p->reported = 1;
@@ -524,8 +569,8 @@ void proc_close(struct proc *p) {
   proc_close_handle(p, (uv_handle_t *)&p->out);
   proc_close_handle(p, (uv_handle_t *)&p->err);
   proc_close_handle(p, (uv_handle_t *)&p->timer);
-  if (p->child) { /* started by the spawner: reaped there, no callback */
-    spawner_forget(p->child);
+  if (p->child) {                      /* started by the spawner: reaped there, no callback */
+    spawner_forget(p->child, SIGUSR2); /* its pid may not be known yet */
     p->child = NULL;
   } else if (!p->via_spawner) {
     proc_close_handle(p, (uv_handle_t *)&p->process);

@@ -55,9 +55,11 @@ struct proc {
   int report_fd;    /* its read end (-1 once closed) */
   char rbuf[32];    /* the report so far */
   size_t rlen;
-  int reported;      /* the report was read (or given up): pid is set */
-  int report_fault;  /* given up and the supervisor killed: a failed start */
-  int stop_deferred; /* proc_stop before the report: applied once it is read */
+  int reported;        /* the report was read (or given up): pid is set */
+  int report_fault;    /* given up and the supervisor killed: a failed start */
+  int stop_deferred;   /* proc_stop before the report: applied once it is read */
+  int settle_deferred; /* the report came before the spawner's answer: */
+  int settle_err;      /* settled with this once the supervisor's pid is known */
   unsigned stop_grace_ms;
   int pid;                     /* the trial's first process = its process group */
   int super_pid;               /* its supervisor, the worker's child */

@@ -2,7 +2,8 @@
  * (its exit reaped here), in a session of its own, with the stdio it was
  * given; an exec that fails says so on the child's stderr and exits 127; a
  * spawner killed by SIGKILL is replaced at the next spawn and the children
- * it started run on. (Child processes: registered with the e2e label.) */
+ * it started run on; one lost between its clone and its answer leaves no
+ * stray running. (Child processes: registered with the e2e label.) */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,9 +18,15 @@
 #include "spawner.h"
 
 struct ended {
+  int pid; /* or a negative errno */
   int n;
   int status;
 };
+
+static void on_pid_cb(void *arg, int pid) {
+  struct ended *e = arg;
+  e->pid = pid;
+}
 
 static void on_exit_cb(void *arg, int status) {
   struct ended *e = arg;
@@ -36,6 +43,12 @@ static void read_all(int fd, char *buf, size_t cap) {
     if (k <= 0 || (n += (size_t)k) == cap - 1) break;
   }
   buf[n] = '\0';
+}
+
+/* Runs the loop until the spawner's answer for e has come. */
+static void await_pid(uv_loop_t *loop, struct ended *e) {
+  while (e->pid == 0 && uv_run(loop, UV_RUN_ONCE)) {
+  }
 }
 
 /* Runs the loop until e has seen its child's exit (the SIGCHLD handle keeps
@@ -61,9 +74,12 @@ START_TEST(child_is_ours_in_its_own_session) {
                   NULL};
   char *env[] = {"X=from the request", "PATH=/usr/bin:/bin", NULL};
   struct spawner_req r = {"/bin/sh", argv, env, "/tmp", {out[1], err[1], rep[1]}};
-  struct ended e = {0, 0};
+  struct ended e = {0, 0, 0};
   struct spawner_child *c = NULL;
-  int pid = spawner_spawn(s, &r, on_exit_cb, &e, &c);
+  ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e, &c), 0);
+  ck_assert_int_eq(e.pid, 0); /* an event, never inside the call */
+  await_pid(&loop, &e);
+  int pid = e.pid;
   ck_assert_int_gt(pid, 0);
   close(out[1]);
   close(err[1]);
@@ -102,10 +118,11 @@ START_TEST(failed_exec_says_why_and_exits_127) {
   char *argv[] = {"nothing-here", NULL};
   char *env[] = {NULL};
   struct spawner_req r = {"/nonexistent/ctune-supervise", argv, env, NULL, {-1, err[1], -1}};
-  struct ended e = {0, 0};
+  struct ended e = {0, 0, 0};
   struct spawner_child *c = NULL;
-  ck_assert_int_gt(spawner_spawn(s, &r, on_exit_cb, &e, &c), 0);
+  ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e, &c), 0);
   close(err[1]);
+  await_pid(&loop, &e); /* the spawner's copies of the fds are closed by then */
   char er[256];
   read_all(err[0], er, sizeof er);
   close(err[0]);
@@ -133,18 +150,22 @@ START_TEST(killed_spawner_is_replaced_and_children_run_on) {
   char *argv[] = {"sh", "-c", "read x <&3; exit 5", NULL};
   char *env[] = {NULL};
   struct spawner_req r = {"/bin/sh", argv, env, NULL, {-1, -1, gate[0]}};
-  struct ended e1 = {0, 0}, e2 = {0, 0};
+  struct ended e1 = {0, 0, 0}, e2 = {0, 0, 0};
   struct spawner_child *c = NULL;
-  ck_assert_int_gt(spawner_spawn(s, &r, on_exit_cb, &e1, &c), 0);
+  ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e1, &c), 0);
   close(gate[0]);
+  await_pid(&loop, &e1);
+  ck_assert_int_gt(e1.pid, 0);
   pid_t first = spawner_pid(s);
   ck_assert_int_gt(first, 0);
   ck_assert_int_eq(kill(first, SIGKILL), 0);
-  /* Whether its death is seen first (SIGCHLD) or at the next request
-   * (end of file), the next spawn gets a new spawner. */
+  /* Whether its death is seen at the request (a broken pipe) or after it
+   * (end of file, SIGCHLD), the request goes to a new spawner. */
   char *argv2[] = {"sh", "-c", "exit 7", NULL};
   struct spawner_req r2 = {"/bin/sh", argv2, env, NULL, {-1, -1, -1}};
-  ck_assert_int_gt(spawner_spawn(s, &r2, on_exit_cb, &e2, &c), 0);
+  ck_assert_int_eq(spawner_spawn(s, &r2, on_pid_cb, on_exit_cb, &e2, &c), 0);
+  await_pid(&loop, &e2);
+  ck_assert_int_gt(e2.pid, 0);
   ck_assert_int_gt(spawner_pid(s), 0);
   ck_assert_int_ne(spawner_pid(s), first);
   await_exit(&loop, &e2);
@@ -163,6 +184,72 @@ START_TEST(killed_spawner_is_replaced_and_children_run_on) {
 }
 END_TEST
 
+/* A spawner that dies after its clone but before its answer: the request
+ * is retried on a new spawner and the stray clone is ended, so the program
+ * runs once. */
+START_TEST(stray_of_a_lost_spawner_is_ended) {
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  struct spawner *s = NULL;
+  ck_assert_int_eq(spawner_new(&s), 0);
+  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  int out[2], gate[2];
+  ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+  ck_assert_int_eq(pipe2(gate, O_CLOEXEC), 0);
+  char *argv[] = {"sh", "-c", "read x <&3; echo ran; exit 4", NULL};
+  char *env[] = {NULL};
+  struct spawner_req r = {"/bin/sh", argv, env, NULL, {out[1], -1, gate[0]}};
+  struct ended e = {0, 0, 0};
+  struct spawner_child *c = NULL;
+  pid_t first = spawner_pid(s);
+  spawner_test_die_next(s);
+  ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e, &c), 0);
+  await_pid(&loop, &e);
+  ck_assert_int_gt(e.pid, 0);
+  ck_assert_int_ne(spawner_pid(s), first);
+  close(out[1]);
+  close(gate[0]);
+  /* Enough for two: a stray left running would print too. */
+  ck_assert_int_eq(write(gate[1], "go\ngo\n", 6), 6);
+  close(gate[1]);
+  char o[64];
+  read_all(out[0], o, sizeof o);
+  close(out[0]);
+  ck_assert_str_eq(o, "ran\n");
+  await_exit(&loop, &e);
+  ck_assert_int_eq(e.n, 1);
+  ck_assert_int_eq(WEXITSTATUS(e.status), 4);
+  spawner_detach(s);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  spawner_free(s);
+  uv_loop_close(&loop);
+}
+END_TEST
+
+/* A request the spawner refuses (no argv) comes back as an error, from
+ * the loop, and no exit follows. */
+START_TEST(refused_request_is_an_error_event) {
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  struct spawner *s = NULL;
+  ck_assert_int_eq(spawner_new(&s), 0);
+  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  char *argv[] = {NULL};
+  struct spawner_req r = {"/bin/sh", argv, argv, NULL, {-1, -1, -1}};
+  struct ended e = {0, 0, 0};
+  struct spawner_child *c = NULL;
+  ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e, &c), 0);
+  await_pid(&loop, &e);
+  ck_assert_int_eq(e.pid, -E2BIG);
+  /* Nothing is awaited any more: the loop ends. */
+  spawner_detach(s);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ck_assert_int_eq(e.n, 0);
+  spawner_free(s);
+  uv_loop_close(&loop);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("spawner");
   TCase *tc = tcase_create("core");
@@ -170,6 +257,8 @@ int main(void) {
   tcase_add_test(tc, child_is_ours_in_its_own_session);
   tcase_add_test(tc, failed_exec_says_why_and_exits_127);
   tcase_add_test(tc, killed_spawner_is_replaced_and_children_run_on);
+  tcase_add_test(tc, stray_of_a_lost_spawner_is_ended);
+  tcase_add_test(tc, refused_request_is_an_error_event);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
