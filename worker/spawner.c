@@ -98,9 +98,10 @@ static void spawner_say(int fd, const char *a, const char *b, int err) {
     if (write(fd, parts[i], strlen(parts[i])) < 0) return;
 }
 
-static int spawner_read_full(int fd, char *p, size_t n) {
+/* Reads (or, out, writes) all n bytes: 0, or -1 at end of file or error. */
+static int spawner_full(int fd, char *p, size_t n, int out) {
   while (n > 0) {
-    ssize_t k = read(fd, p, n);
+    ssize_t k = out ? write(fd, p, n) : read(fd, p, n);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return -1;
     p += k;
@@ -177,7 +178,7 @@ static int spawner_serve(int sock) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
       for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < 3; i++)
         memcpy(&got[ngot++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-  if ((size_t)n < sizeof h && spawner_read_full(sock, (char *)&h + n, sizeof h - (size_t)n) < 0)
+  if ((size_t)n < sizeof h && spawner_full(sock, (char *)&h + n, sizeof h - (size_t)n, 0) < 0)
     return -1;
   int fds[3] = {-1, -1, -1}, k = 0;
   for (int i = 0; i < 3; i++)
@@ -188,10 +189,10 @@ static int spawner_serve(int sock) {
     r.err = E2BIG;
     for (uint32_t left = h.len; left > 0;) { /* skip it, stay in step */
       uint32_t c = left < sizeof spawner_buf ? left : (uint32_t)sizeof spawner_buf;
-      if (spawner_read_full(sock, spawner_buf, c) < 0) return -1;
+      if (spawner_full(sock, spawner_buf, c, 0) < 0) return -1;
       left -= c;
     }
-  } else if (spawner_read_full(sock, spawner_buf, h.len) < 0) {
+  } else if (spawner_full(sock, spawner_buf, h.len, 0) < 0) {
     return -1;
   } else {
     char *p = spawner_buf, *end = spawner_buf + h.len;
@@ -215,15 +216,7 @@ static int spawner_serve(int sock) {
     }
   }
   for (int i = 0; i < ngot; i++) close(got[i]);
-  const char *w = (const char *)&r;
-  for (size_t left = sizeof r; left > 0;) {
-    ssize_t k2 = write(sock, w, left);
-    if (k2 < 0 && errno == EINTR) continue;
-    if (k2 <= 0) return -1;
-    w += k2;
-    left -= (size_t)k2;
-  }
-  return 0;
+  return spawner_full(sock, (char *)&r, sizeof r, 1);
 }
 
 static void spawner_main(int sock, pid_t worker) {

@@ -45,6 +45,22 @@ static void read_all(int fd, char *buf, size_t cap) {
   buf[n] = '\0';
 }
 
+static struct spawner *start(uv_loop_t *loop) {
+  ck_assert_int_eq(uv_loop_init(loop), 0);
+  struct spawner *s = NULL;
+  ck_assert_int_eq(spawner_new(&s), 0);
+  ck_assert_int_eq(spawner_attach(s, loop), 0);
+  return s;
+}
+
+/* Nothing awaited any more: the loop ends, and the spawner with it. */
+static void finish(uv_loop_t *loop, struct spawner *s) {
+  spawner_detach(s);
+  uv_run(loop, UV_RUN_DEFAULT);
+  spawner_free(s);
+  ck_assert_int_eq(uv_loop_close(loop), 0);
+}
+
 /* Runs the loop until the spawner's answer for e has come. */
 static void await_pid(uv_loop_t *loop, struct ended *e) {
   while (e->pid == 0 && uv_run(loop, UV_RUN_ONCE)) {
@@ -60,10 +76,7 @@ static void await_exit(uv_loop_t *loop, struct ended *e) {
 
 START_TEST(child_is_ours_in_its_own_session) {
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
-  struct spawner *s = NULL;
-  ck_assert_int_eq(spawner_new(&s), 0);
-  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  struct spawner *s = start(&loop);
   int out[2], err[2], rep[2];
   ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
   ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
@@ -100,19 +113,13 @@ START_TEST(child_is_ours_in_its_own_session) {
   close(out[0]);
   close(err[0]);
   close(rep[0]);
-  spawner_detach(s);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  spawner_free(s);
-  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  finish(&loop, s);
 }
 END_TEST
 
 START_TEST(failed_exec_says_why_and_exits_127) {
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
-  struct spawner *s = NULL;
-  ck_assert_int_eq(spawner_new(&s), 0);
-  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  struct spawner *s = start(&loop);
   int err[2];
   ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
   char *argv[] = {"nothing-here", NULL};
@@ -131,19 +138,13 @@ START_TEST(failed_exec_says_why_and_exits_127) {
   await_exit(&loop, &e);
   ck_assert(WIFEXITED(e.status));
   ck_assert_int_eq(WEXITSTATUS(e.status), 127);
-  spawner_detach(s);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  spawner_free(s);
-  uv_loop_close(&loop);
+  finish(&loop, s);
 }
 END_TEST
 
 START_TEST(killed_spawner_is_replaced_and_children_run_on) {
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
-  struct spawner *s = NULL;
-  ck_assert_int_eq(spawner_new(&s), 0);
-  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  struct spawner *s = start(&loop);
   /* The first child waits for a line on its fd 3, which this test holds. */
   int gate[2];
   ck_assert_int_eq(pipe2(gate, O_CLOEXEC), 0);
@@ -177,10 +178,7 @@ START_TEST(killed_spawner_is_replaced_and_children_run_on) {
   ck_assert(WIFEXITED(e1.status));
   ck_assert_int_eq(WEXITSTATUS(e1.status), 5);
   close(gate[1]);
-  spawner_detach(s);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  spawner_free(s);
-  uv_loop_close(&loop);
+  finish(&loop, s);
 }
 END_TEST
 
@@ -189,10 +187,7 @@ END_TEST
  * runs once. */
 START_TEST(stray_of_a_lost_spawner_is_ended) {
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
-  struct spawner *s = NULL;
-  ck_assert_int_eq(spawner_new(&s), 0);
-  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  struct spawner *s = start(&loop);
   int out[2], gate[2];
   ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
   ck_assert_int_eq(pipe2(gate, O_CLOEXEC), 0);
@@ -219,10 +214,7 @@ START_TEST(stray_of_a_lost_spawner_is_ended) {
   await_exit(&loop, &e);
   ck_assert_int_eq(e.n, 1);
   ck_assert_int_eq(WEXITSTATUS(e.status), 4);
-  spawner_detach(s);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  spawner_free(s);
-  uv_loop_close(&loop);
+  finish(&loop, s);
 }
 END_TEST
 
@@ -230,10 +222,7 @@ END_TEST
  * the loop, and no exit follows. */
 START_TEST(refused_request_is_an_error_event) {
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
-  struct spawner *s = NULL;
-  ck_assert_int_eq(spawner_new(&s), 0);
-  ck_assert_int_eq(spawner_attach(s, &loop), 0);
+  struct spawner *s = start(&loop);
   char *argv[] = {NULL};
   struct spawner_req r = {"/bin/sh", argv, argv, NULL, {-1, -1, -1}};
   struct ended e = {0, 0, 0};
@@ -241,12 +230,8 @@ START_TEST(refused_request_is_an_error_event) {
   ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e, &c), 0);
   await_pid(&loop, &e);
   ck_assert_int_eq(e.pid, -E2BIG);
-  /* Nothing is awaited any more: the loop ends. */
-  spawner_detach(s);
-  uv_run(&loop, UV_RUN_DEFAULT);
+  finish(&loop, s); /* returns: nothing is awaited any more */
   ck_assert_int_eq(e.n, 0);
-  spawner_free(s);
-  uv_loop_close(&loop);
 }
 END_TEST
 
