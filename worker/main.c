@@ -25,6 +25,7 @@
 #include "isolate.h"
 #include "log.h"
 #include "sdnotify.h"
+#include "spawner.h"
 #include "supervise.h"
 #include "sysres.h"
 #include "preempt.h"
@@ -913,7 +914,22 @@ int main(int argc, char **argv) {
   if (!cg.enabled) cg.marks[0] = '\0';
   o.cgroup = &cg;
 
+  /* Forked now, while the worker is small and has one thread: every
+   * trial's supervisor is started by it, so the loop never forks. */
+  struct spawner *spawner = NULL;
+  int src = spawner_new(&spawner);
+  if (src < 0)
+    log_warn("cannot start the spawner (%s): the worker forks each trial's supervisor itself",
+             strerror(-src));
   uv_loop_t *loop = uv_default_loop();
+  if (spawner && (src = spawner_attach(spawner, loop)) < 0) {
+    log_warn("cannot watch the spawner's children (%s): the worker forks each trial's "
+             "supervisor itself",
+             uv_strerror(src));
+    spawner_free(spawner);
+    spawner = NULL;
+  }
+  o.sup.spawner = spawner;
   struct worker *w = NULL;
   int rc = worker_new(loop, &o, &w);
   if (rc < 0) {
@@ -951,9 +967,11 @@ int main(int argc, char **argv) {
   preempt_watch_close(watch);
   uv_close((uv_handle_t *)&sterm, NULL);
   uv_close((uv_handle_t *)&sint, NULL);
+  spawner_detach(spawner);
   uv_run(loop, UV_RUN_DEFAULT);
   preempt_watch_free(watch);
   worker_free(w);
+  spawner_free(spawner);
   uv_loop_close(loop);
   free(token);
   isolate_free(&iso);

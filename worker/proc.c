@@ -9,12 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include "execwrap.h"
 #include "isolate.h"
 #include "log.h"
+#include "spawner.h"
 #include "supervise.h"
 #include "testhook.h"
 
@@ -151,7 +153,7 @@ static void proc_ended(struct proc *p) {
     p->term_signal = 0;
   }
   /* Whatever the trial left behind in its group goes with it: no orphans. */
-  kill(-p->pid, SIGKILL);
+  if (p->pid > 0) kill(-p->pid, SIGKILL);
   uv_timer_stop(&p->timer);
   uv_timer_start(&p->timer, proc_eof_timeout, PROC_EOF_WAIT_MS, 0);
   proc_maybe_report(p);
@@ -160,7 +162,7 @@ static void proc_ended(struct proc *p) {
 /* Reads what the supervisor has written of its report, without blocking.
  * final: it has exited, so what is there is all there will be. */
 static void proc_report_read(struct proc *p, int final) {
-  while (!p->reported) {
+  while (!p->reported && !p->settle_deferred) {
     ssize_t k = read(p->report_fd, p->rbuf + p->rlen, sizeof p->rbuf - 1 - p->rlen);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final) return;
@@ -201,6 +203,15 @@ static void proc_report_closed(uv_handle_t *h) {
  * to the trial's group, its output is read and its end is reported. */
 static void proc_report_settle(struct proc *p, int err) {
   if (p->reported) return;
+  if (p->super_pid <= 0 && p->child) {
+    /* The spawner has not answered yet: the report (or its failure)
+     * counts once the supervisor is known (proc_on_child_pid). */
+    p->settle_deferred = 1;
+    p->settle_err = err;
+    uv_poll_stop(&p->report);
+    uv_timer_stop(&p->timer);
+    return;
+  }
   p->reported = 1;
   uv_timer_stop(&p->timer);
   if (!uv_is_closing((uv_handle_t *)&p->report))
@@ -237,8 +248,7 @@ static void proc_report_settle(struct proc *p, int err) {
   }
 }
 
-static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
-  struct proc *p = h->data;
+static void proc_exited(struct proc *p, int64_t status, int sig) {
   p->running = 0;
   p->exited = 1;
   p->exit_code = sig ? -1 : (int)status;
@@ -250,6 +260,103 @@ static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
     return;
   }
   proc_ended(p);
+}
+
+static void proc_on_exit(uv_process_t *h, int64_t status, int sig) {
+  proc_exited(h->data, status, sig);
+}
+
+/* The spawner answered: the supervisor's pid, or it could not be started
+ * (then a failed start, ended here: its pipes' other ends went with the
+ * request). */
+static void proc_on_child_pid(void *arg, int pid) {
+  struct proc *p = arg;
+  if (pid > 0) {
+    p->super_pid = pid;
+    if (p->settle_deferred) {
+      p->settle_deferred = 0;
+      proc_report_settle(p, p->settle_err);
+    }
+    return;
+  }
+  p->child = NULL;
+  p->running = 0;
+  p->exited = 1;
+  p->reported = p->report_fault = 1;
+  p->exit_code = EXECWRAP_EXIT_EXEC;
+  uv_timer_stop(&p->timer);
+  if (!uv_is_closing((uv_handle_t *)&p->report))
+    uv_close((uv_handle_t *)&p->report, proc_report_closed);
+  char line[300];
+  int n = snprintf(line, sizeof line,
+                   "{\"error\": {\"code\": \"exec_failed\", \"message\": \"ctune-worker: "
+                   "cannot start the trial's supervisor: %s\"}}\n",
+                   strerror(-pid));
+  if (p->cbs.on_output && n > 0) p->cbs.on_output(p->arg, 1, line, (size_t)n);
+  if (p->cbs.on_spawned) p->cbs.on_spawned(p->arg, pid);
+  if (p->closing) return;
+  p->out_open = p->err_open = 0; /* never read: nothing wrote them */
+  proc_maybe_report(p);
+}
+
+static void proc_on_child_exit(void *arg, int status) {
+  struct proc *p = arg;
+  p->child = NULL; /* the spawner freed its record */
+  proc_exited(p, WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+              WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* The supervisor started by the spawner, off this loop: its stdout (unless
+ * the pty) and stderr are pipes of ours. 0 (its pid comes as an event) or a
+ * negative errno. */
+static int proc_spawn_child(struct proc *p, const struct proc_supervisor *sup, const char **args,
+                            char *const *env, const char *cwd, int pty_s, int report_w) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, rc = 0;
+  if ((pty_s < 0 && pipe2(out, O_CLOEXEC) != 0) || pipe2(err, O_CLOEXEC) != 0) rc = -errno;
+  if (rc == 0 && pty_s < 0 && (rc = uv_pipe_open(&p->out, out[0])) == 0) out[0] = -1;
+  if (rc == 0 && (rc = uv_pipe_open(&p->err, err[0])) == 0) err[0] = -1;
+  if (rc == 0) {
+    struct spawner_req r = {
+        sup->exe, (char *const *)args, env, cwd, {pty_s >= 0 ? pty_s : out[1], err[1], report_w}};
+    rc = spawner_spawn(sup->spawner, &r, proc_on_child_pid, proc_on_child_exit, p, &p->child);
+  }
+  for (int i = 0; i < 2; i++) { /* the read ends the handles did not take, the write ends */
+    if (out[i] >= 0) close(out[i]);
+    if (err[i] >= 0) close(err[i]);
+  }
+  return rc;
+}
+
+/* The supervisor forked from the worker itself, by libuv. */
+static int proc_uv_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *sup,
+                         const char **args, char *const *env, const char *cwd, int pty_s,
+                         int report_w) {
+  uv_stdio_container_t stdio[4];
+  stdio[0].flags = UV_IGNORE;
+  if (pty_s >= 0) {
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = pty_s;
+  } else {
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&p->out;
+  }
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&p->err;
+  stdio[3].flags = UV_INHERIT_FD;
+  stdio[3].data.fd = report_w;
+  uv_process_options_t opt;
+  memset(&opt, 0, sizeof opt);
+  opt.file = sup->exe;
+  opt.args = (char **)args;
+  opt.env = (char **)env;
+  opt.cwd = cwd;
+  opt.exit_cb = proc_on_exit;
+  /* DETACHED = setsid(): a session and process group of its own, so one
+   * kill(-pgid) reaches the trial and everything it started. */
+  opt.flags = UV_PROCESS_DETACHED;
+  opt.stdio_count = 4;
+  opt.stdio = stdio;
+  return uv_spawn(loop, &p->process, &opt);
 }
 
 int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *sup,
@@ -373,32 +480,13 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *su
     }
   }
 
-  uv_stdio_container_t stdio[4];
-  stdio[0].flags = UV_IGNORE;
-  if (pty_s >= 0) {
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = pty_s;
-  } else {
-    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-    stdio[1].data.stream = (uv_stream_t *)&p->out;
+  int rc, spid = 0, nproc = sup->spawner ? 0 : 1; /* the uv_process handle, if any */
+  p->via_spawner = !nproc;
+  if (sup->spawner) {
+    rc = proc_spawn_child(p, sup, args, env, cwd, pty_s, report[1]);
+  } else if ((rc = proc_uv_spawn(p, loop, sup, args, env, cwd, pty_s, report[1])) == 0) {
+    spid = p->process.pid;
   }
-  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[2].data.stream = (uv_stream_t *)&p->err;
-  stdio[3].flags = UV_INHERIT_FD;
-  stdio[3].data.fd = report[1];
-  uv_process_options_t opt;
-  memset(&opt, 0, sizeof opt);
-  opt.file = sup->exe;
-  opt.args = (char **)args;
-  opt.env = (char **)env;
-  opt.cwd = cwd;
-  opt.exit_cb = proc_on_exit;
-  /* DETACHED = setsid(): a session and process group of its own, so one
-   * kill(-pgid) reaches the trial and everything it started. */
-  opt.flags = UV_PROCESS_DETACHED;
-  opt.stdio_count = 4;
-  opt.stdio = stdio;
-  int rc = uv_spawn(loop, &p->process, &opt);
   free(args);
   close(report[1]);
   if (pty_s >= 0) close(pty_s); /* the child's now: EIO follows its last close */
@@ -409,8 +497,8 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *su
       /* The supervisor runs: it is killed and its end reported as usual. */
       close(report[0]);
       p->report_fd = -1;
-      p->handles = 4;
-      p->super_pid = p->pid = p->process.pid;
+      p->handles = 3 + nproc;
+      p->super_pid = p->pid = spid;
       p->running = p->reported = 1;
       log_error("cannot watch a trial's supervisor for its report: %s", uv_strerror(rc));
       proc_close(p);
@@ -420,16 +508,16 @@ int proc_spawn(struct proc *p, uv_loop_t *loop, const struct proc_supervisor *su
   if (rc < 0) {
     close(report[0]);
     /* libuv wants the process handle closed even after a failed spawn. */
-    p->handles = 4;
+    p->handles = 3 + nproc;
     p->closing = 1;
-    proc_close_handle(p, (uv_handle_t *)&p->process);
+    if (nproc) proc_close_handle(p, (uv_handle_t *)&p->process);
     proc_close_handle(p, (uv_handle_t *)&p->out);
     proc_close_handle(p, (uv_handle_t *)&p->err);
     proc_close_handle(p, (uv_handle_t *)&p->timer);
     return rc;
   }
-  p->handles = 5;
-  p->super_pid = p->process.pid;
+  p->handles = 4 + nproc;
+  p->super_pid = spid;
   p->running = 1;
   p->out_open = p->err_open = 1;
   /* Signals go to the trial's own process group, never to the supervisor:
@@ -469,7 +557,10 @@ void proc_close(struct proc *p) {
   p->closing = 1;
   /* Before the report only the supervisor is known: its parent-death
    * signal makes it kill the whole tree and exit. */
-  if (p->running) kill(p->reported ? -p->pid : p->super_pid, p->reported ? SIGKILL : SIGUSR2);
+  if (p->running && p->reported && p->pid > 0)
+    kill(-p->pid, SIGKILL);
+  else if (p->running && !p->reported && p->super_pid > 0)
+    kill(p->super_pid, SIGUSR2);
   uv_timer_stop(&p->timer);
   if (!p->reported) {
     p->reported = 1;
@@ -478,5 +569,10 @@ void proc_close(struct proc *p) {
   proc_close_handle(p, (uv_handle_t *)&p->out);
   proc_close_handle(p, (uv_handle_t *)&p->err);
   proc_close_handle(p, (uv_handle_t *)&p->timer);
-  proc_close_handle(p, (uv_handle_t *)&p->process);
+  if (p->child) {                      /* started by the spawner: reaped there, no callback */
+    spawner_forget(p->child, SIGUSR2); /* its pid may not be known yet */
+    p->child = NULL;
+  } else if (!p->via_spawner) {
+    proc_close_handle(p, (uv_handle_t *)&p->process);
+  }
 }

@@ -9,6 +9,9 @@
 
 #include <uv.h>
 
+struct spawner;
+struct spawner_child;
+
 struct proc;
 
 struct proc_cbs {
@@ -31,6 +34,7 @@ struct proc_cbs {
 struct proc_supervisor {
   const char *exe;
   const char *flag;
+  struct spawner *spawner; /* starts it (spawner.h); NULL: uv_spawn, a fork of the worker */
 };
 
 struct proc_limits {
@@ -51,12 +55,16 @@ struct proc {
   int report_fd;    /* its read end (-1 once closed) */
   char rbuf[32];    /* the report so far */
   size_t rlen;
-  int reported;      /* the report was read (or given up): pid is set */
-  int report_fault;  /* given up and the supervisor killed: a failed start */
-  int stop_deferred; /* proc_stop before the report: applied once it is read */
+  int reported;        /* the report was read (or given up): pid is set */
+  int report_fault;    /* given up and the supervisor killed: a failed start */
+  int stop_deferred;   /* proc_stop before the report: applied once it is read */
+  int settle_deferred; /* the report came before the spawner's answer: */
+  int settle_err;      /* settled with this once the supervisor's pid is known */
   unsigned stop_grace_ms;
-  int pid;       /* the trial's first process = its process group */
-  int super_pid; /* its supervisor, the worker's child */
+  int pid;                     /* the trial's first process = its process group */
+  int super_pid;               /* its supervisor, the worker's child */
+  int via_spawner;             /* started by the spawner: no uv_process handle */
+  struct spawner_child *child; /* the spawner's record of it until it exits */
   int running;
   int out_open, err_open;
   int out_pty; /* out reads a pty master: EIO is its end of file */

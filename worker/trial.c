@@ -87,7 +87,10 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
     t->dir = NULL;
     goto fail;
   }
+  double made = clock_mono_s();
   if ((rc = trial_mkdirs(t->dir)) < 0) goto fail;
+  /* What the loop spends on a trial's start, for bench/worker/bench_gap.py. */
+  log_debug("trial %d: dir made, %.3f ms on the loop", t->id, (clock_mono_s() - made) * 1e3);
   if ((rc = tail_init(&t->log, TRIAL_LOG_TAIL)) < 0) goto fail;
   if ((rc = tail_init(&t->err, TRIAL_ERR_TAIL)) < 0) goto fail;
   linebuf_init(&t->out_lb, TRIAL_MAX_LINE);
@@ -360,7 +363,10 @@ int trial_start(struct trial *t, uv_loop_t *loop, const struct proc_supervisor *
   /* The attempt's clock starts with its process (result_fill). */
   t->clock.started_mono = t->clock.prev_mono = clock_mono_s();
   t->clock.nresults = 0;
+  double asked = clock_mono_s();
   rc = proc_spawn(&t->proc, loop, sup, argv, env, cwd, t->dir, lim, &cbs, t);
+  log_debug("trial %d: supervisor started, %.3f ms on the loop (%.3f ms since its lease)", t->id,
+            (clock_mono_s() - asked) * 1e3, (clock_mono_s() - t->leased_at) * 1e3);
   if (rc < 0) {
     /* proc_spawn closes its own handles; on_closed follows all three. */
     uv_close((uv_handle_t *)&t->watch, trial_uv_closed);

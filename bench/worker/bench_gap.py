@@ -32,8 +32,10 @@ CONCURRENT trials have started, each later trial can start only because an
 earlier one ended, so the k-th trial to end is paired with trial number
 CONCURRENT + k to start (both in time order). For each pair it prints the
 median, p90 and max of each step; and overall the wall time of the run
-against the ideal (trials / concurrent * sleep), the phases, the time the
-worker's event loop spent inside lease-reply-to-spawn callbacks, the CPU
+against the ideal (trials / concurrent * sleep), the phases, the time from
+each lease reply to its supervisor's pid report, the worker's event loop's
+own time on each start (its debug lines: trial dir, proc_spawn, lease
+handled -> spawn asked), the CPU
 seconds per trial of ctune-server, ctune-worker, its trial processes (their
 supervisors, bash and sleep: the worker's cutime+cstime) and the `ctune` CLI
 (utime+stime in /proc/<pid>/stat, sampled until each exits), the same
@@ -332,6 +334,17 @@ def main():
         if m:
             put(m.group(1), "w_leased", t)
             continue
+        m = re.match(r"trial (\d+): dir made, ([0-9.]+) ms on the loop", msg)
+        if m:
+            ev.setdefault(int(m.group(1)), {})["loop_dir"] = float(m.group(2)) / 1e3
+            continue
+        m = re.match(r"trial (\d+): supervisor started, ([0-9.]+) ms on the loop \(([0-9.]+) ms",
+                     msg)
+        if m:
+            e = ev.setdefault(int(m.group(1)), {})
+            e["loop_spawn"] = float(m.group(2)) / 1e3
+            e["loop_lease"] = float(m.group(3)) / 1e3
+            continue
         m = re.match(r"trial (\d+) running: pid (\d+).*dispatch ([0-9.]+) ms", msg)
         if m:
             put(m.group(1), "w_spawned", t)
@@ -476,14 +489,28 @@ def main():
         else:
             print("  %-58s n=%-4d median %8.2f ms  p90 %8.2f ms  max %8.2f ms"
                   % (name, n, med, p90, mx))
-    # From the lease reply to the spawn, the worker runs one callback:
-    # trial dir, pty, uv_spawn (which waits for the supervisor's exec) and
-    # the wait for the supervisor's report of the trial's pid. Its event
-    # loop serves nothing else meanwhile.
+    # From the lease reply to the supervisor's report of the trial's pid:
+    # the loop's callback (trial dir, pty, the spawn request) and then the
+    # wait for the report, during which the loop is free (its own time is
+    # the "event loop, ..." lines below).
     blocked = sum(e["w_spawned"] - e["w_leased"] for e in ev.values()
                   if "w_spawned" in e and "w_leased" in e)
-    print("worker's event loop inside lease-reply -> spawn callbacks: %.2f s in all, "
+    print("lease reply -> supervisor's pid report (the loop free meanwhile): %.2f s in all, "
           "%.1f%% of the trials' span" % (blocked, blocked / span * 100 if span else 0))
+    # The loop's own time on each start, timed inside the worker (debug
+    # lines): the trial dir, and the lease's handling up to the spawn
+    # request (logs, watch, pty, the fork or the spawner's answer).
+    loop_s = {}
+    for key, what in (("loop_dir", "trial dir creation"),
+                      ("loop_spawn", "proc_spawn (pty, pipes, fork or spawner request)"),
+                      ("loop_lease", "lease handled -> spawn requested, in all")):
+        vals = sorted(e[key] for e in ev.values() if key in e)
+        loop_s[key] = sum(vals)
+        if vals:
+            print("worker's event loop, %-50s %6.2f s in all (%.1f%% of the span), "
+                  "median %.2f ms, p90 %.2f ms, n=%d"
+                  % (what + ":", sum(vals), sum(vals) / span * 100 if span else 0,
+                     vals[len(vals) // 2] * 1e3, vals[int(len(vals) * 0.9)] * 1e3, len(vals)))
     cpu_rows = []
     for name in ("ctune-server", "ctune-worker", "ctune"):
         if name in cpu:
@@ -519,7 +546,7 @@ def main():
                        "steps": [{"step": n, "n": c, "median_ms": m, "p90_ms": q, "max_ms": x}
                                  for n, c, m, q, x in summ],
                        "cpu_s": dict(cpu_rows), "phases_s": phases,
-                       "worker_in_spawn_s": blocked}, f, indent=1)
+                       "worker_in_spawn_s": blocked, "worker_loop_s": loop_s}, f, indent=1)
     if not a.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     if a.check:

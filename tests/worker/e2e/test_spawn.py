@@ -11,11 +11,15 @@ holds its report, dies before it, or reports garbage.
 2. faults: trial 4's supervisor dies (SIGKILL) before its report, trial 5's
    reports garbage: each fails as a failed start (exec_failed) with a
    message naming its supervisor; trial 6 then runs normally.
-3. drain while spawning: trial 7's supervisor holds its report when the
+3. the spawner (docs/worker.md, "The spawner") killed by SIGKILL while
+   trial 7 runs: the worker logs it, trial 7 completes, trial 8 starts
+   through a new spawner.
+4. drain while spawning: trial 9's supervisor holds its report when the
    worker is SIGTERMed; once the report comes the trial is stopped and
    released (PENDING again), the worker exits 0, and no process is left.
 """
 import os
+import re
 import signal
 import time
 
@@ -88,23 +92,43 @@ def body(env):
     assert trials[6]["status"] == "TERMINATED" and len(env.results(6)) == 1, trials[6]
     assert not started(4), "trial 4 ran without a supervisor"
 
-    # 3. SIGTERM while trial 7's report is held: stopped once it comes.
-    os.mkfifo(os.path.join(marks, "go-7"))  # never written: only a stop ends it
-    hook(7, "hold")
+    # 3. The spawner killed (SIGKILL) while trial 7 runs: trial 7 runs on
+    #    and completes, and trial 8 starts through a new spawner.
+    first = re.findall(r"spawner: pid (\d+) starts", w.log())
+    assert len(first) == 1, w.log()[-3000:]
+    os.mkfifo(os.path.join(marks, "go-7"))
+    exp = env.submit(command_config("spawner", ["sh", script, marks], num_samples=2,
+                                    max_concurrent_trials=1))
+    wait_for(lambda: started(7), 20, "trial 7 to start")
+    os.kill(int(first[0]), signal.SIGKILL)
+    # Seen as the end of its socket or as its exit, whichever comes first.
+    wait_for(lambda: "error spawner (pid %s) " % first[0] in w.log(), 10,
+             "the worker to see its spawner's death")
+    with open(os.path.join(marks, "go-7"), "w") as f:
+        f.write("go\n")
+    env.wait_experiment(exp, 20)
+    sts = {t["id"]: t["status"] for t in env.trials(exp)}
+    assert sts == {7: "TERMINATED", 8: "TERMINATED"}, sts
+    assert len(env.results(7)) == 1 and len(env.results(8)) == 1
+    assert len(re.findall(r"spawner: pid (\d+) starts", w.log())) == 2, w.log()[-3000:]
+
+    # 4. SIGTERM while trial 9's report is held: stopped once it comes.
+    os.mkfifo(os.path.join(marks, "go-9"))  # never written: only a stop ends it
+    hook(9, "hold")
     exp = env.submit(command_config("drain", ["sh", script, marks]))
-    wait_for(lambda: started(7), 20, "trial 7 to be forked")
+    wait_for(lambda: started(9), 20, "trial 9 to be forked")
     os.kill(w.pid, signal.SIGTERM)
     wait_for(lambda: "draining" in w.log(), 10, "the worker to drain")
-    assert "trial 7 running" not in w.log(), w.log()[-3000:]
-    os.unlink(os.path.join(hooks, "7"))
+    assert "trial 9 running" not in w.log(), w.log()[-3000:]
+    os.unlink(os.path.join(hooks, "9"))
     rc = w.p.wait(20)
     assert rc == 0, "worker exited %d:\n%s" % (rc, w.log()[-3000:])
     log = w.log()
-    assert "trial 7 running" in log and "trial 7 (attempt 1) stopped by the drain" in log, \
+    assert "trial 9 running" in log and "trial 9 (attempt 1) stopped by the drain" in log, \
         log[-3000:]
-    t = env.trial(wait_for(lambda: env.trials(exp), 5, "trial 7")[0]["id"])
+    t = env.trial(wait_for(lambda: env.trials(exp), 5, "trial 9")[0]["id"])
     assert t["status"] == "PENDING", t
-    wait_for(lambda: not env.trial_processes(), 5, "trial 7's processes to be gone")
+    wait_for(lambda: not env.trial_processes(), 5, "trial 9's processes to be gone")
 
 
 main("spawn", body)
