@@ -277,6 +277,108 @@ static AVX2 void backward_w(const struct geo *g, const float *in, const float *d
   }
 }
 
+/* --- weight gradient with the output channels in the vector (M = 8 or 16):
+ * dwt[r][m] = sum_pos in[pos + roff[r]] * doutT[pos][m], where doutT is a
+ * chunk of images' gradient transposed to [image][y][x][m]. Every position
+ * is one scalar input broadcast against MV aligned gradient vectors: no
+ * load splits a cache line, no lane is masked and no horizontal sum is
+ * needed, where the tile above loads 5 unaligned input vectors per 10
+ * FMAs. A tile is RT rows x MV vectors (12 accumulators). */
+#define DWT_MAX_M 16
+
+AVX2_INLINE void dwt_tile(const int MV, const int RT, const struct geo *g, int nb, const float *in,
+                          const float *dt, int r0, float *dwt) {
+  __m256 acc[12][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < RT; i++)
+#pragma GCC unroll 2
+    for (int v = 0; v < MV; v++) acc[i][v] = _mm256_setzero_ps();
+  const float *ip[12];
+#pragma GCC unroll 12
+  for (int i = 0; i < RT; i++) ip[i] = in + g->roff[r0 + i];
+  for (int b = 0; b < nb; b++) {
+    for (int oy = 0; oy < g->OH; oy++) {
+      const int64_t row = b * g->hw + oy * g->W;
+      for (int ox = 0; ox < g->OW; ox++, dt += MV * 8) {
+        __m256 d[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < MV; v++) d[v] = _mm256_load_ps(dt + v * 8);
+#pragma GCC unroll 12
+        for (int i = 0; i < RT; i++) {
+          const __m256 x = _mm256_broadcast_ss(ip[i] + row + ox);
+#pragma GCC unroll 2
+          for (int v = 0; v < MV; v++) acc[i][v] = _mm256_fmadd_ps(x, d[v], acc[i][v]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < RT; i++)
+#pragma GCC unroll 2
+    for (int v = 0; v < MV; v++) {
+      float *dst = dwt + (int64_t)(r0 + i) * MV * 8 + v * 8;
+      _mm256_store_ps(dst, _mm256_add_ps(_mm256_load_ps(dst), acc[i][v]));
+    }
+}
+
+#define DWT_FN(MV, RT)                                                                             \
+  static AVX2 void dwt_##MV##_##RT(const struct geo *g, int nb, const float *in, const float *dt,  \
+                                   int r0, float *dwt) {                                           \
+    dwt_tile(MV, RT, g, nb, in, dt, r0, dwt);                                                      \
+  }
+DWT_FN(1, 1)
+DWT_FN(1, 2)
+DWT_FN(1, 3)
+DWT_FN(1, 4)
+DWT_FN(1, 5)
+DWT_FN(1, 6)
+DWT_FN(1, 7)
+DWT_FN(1, 8)
+DWT_FN(1, 9)
+DWT_FN(1, 10)
+DWT_FN(1, 11)
+DWT_FN(1, 12)
+DWT_FN(2, 1)
+DWT_FN(2, 2)
+DWT_FN(2, 3)
+DWT_FN(2, 4)
+DWT_FN(2, 5)
+DWT_FN(2, 6)
+
+typedef void (*dwt_fn)(const struct geo *, int, const float *, const float *, int, float *);
+static const dwt_fn dwt_table[3][13] = {
+    [1] = {NULL, dwt_1_1, dwt_1_2, dwt_1_3, dwt_1_4, dwt_1_5, dwt_1_6, dwt_1_7, dwt_1_8, dwt_1_9,
+           dwt_1_10, dwt_1_11, dwt_1_12},
+    [2] = {NULL, dwt_2_1, dwt_2_2, dwt_2_3, dwt_2_4, dwt_2_5, dwt_2_6},
+};
+
+/* 1 when backward_w_t takes the layer: whole vectors of output channels */
+static int dwt_fits(const struct geo *g) { return g->M % 8 == 0 && g->M <= DWT_MAX_M; }
+
+static AVX2 void backward_w_t(const struct geo *g, const float *in, const float *dout, float *dw) {
+  _Alignas(32) float dt[PACK];
+  _Alignas(32) float dwt[MAX_ROWS * DWT_MAX_M];
+  const int M = g->M, MV = M / 8, RT = 12 / MV;
+  memset(dwt, 0, sizeof(float) * (size_t)g->K * M);
+  /* images per chunk: the transposed gradient fills at most dt */
+  int nb = (int)(PACK / (g->ohw * M));
+  for (int b0 = 0; b0 < g->B; b0 += nb) {
+    const int n = g->B - b0 < nb ? g->B - b0 : nb;
+    for (int b = 0; b < n; b++)
+      for (int m = 0; m < M; m++) {
+        const float *src = dout + m * g->out_cs + (int64_t)(b0 + b) * g->ohw;
+        float *dst = dt + (int64_t)b * g->ohw * M + m;
+        for (int64_t q = 0; q < g->ohw; q++) dst[q * M] = src[q];
+      }
+    for (int r0 = 0; r0 < g->K; r0 += RT) {
+      const int rt = g->K - r0 < RT ? g->K - r0 : RT;
+      dwt_table[MV][rt](g, n, in + b0 * g->hw, dt, r0, dwt);
+    }
+  }
+  for (int m = 0; m < M; m++)
+    for (int r = 0; r < g->K; r++) dw[(int64_t)m * g->K + r] = dwt[(int64_t)r * M + m];
+}
+
 /* --- input gradient: din[pos + roff[r]] += sum_m w[m][r] * dout[m][pos] ---
  * A tile is the 5 rows (c, ki = 0..4, kj) x PT positions of one image: the
  * rows of one tile write different input rows, so its read-modify-writes
@@ -357,7 +459,10 @@ int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, cons
   if (conv_avx2_supports(s)) return -ENOTSUP;
   struct geo g;
   geo_init(&g, s, B);
-  backward_w(&g, in, dout, dw);
+  if (dwt_fits(&g))
+    backward_w_t(&g, in, dout, dw);
+  else
+    backward_w(&g, in, dout, dw);
   if (din) backward_x(&g, dout, w, din);
   return 0;
 }

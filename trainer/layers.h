@@ -67,9 +67,10 @@ void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, 
                                    float *out, int32_t *arg);
 /* Its backward from the output y and its gradient dy: din ([C][B][h][w],
  * overwritten: the masked gradient at each window's winner, zero elsewhere)
- * and db (per-channel sum). The same values as
- * layers_bias_relu_backward_cnhw then layers_maxpool_backward, in one pass
- * over the pooled map and without writing dy. */
+ * and db (per-channel sum). din is bit for bit that of
+ * layers_bias_relu_backward_cnhw then layers_maxpool_backward, and db the
+ * same sum added in another order (four lanes), in one pass over the
+ * pooled map, without writing dy or clearing din first. */
 void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
                                     const int32_t *arg, float *din, float *db);
 
