@@ -355,6 +355,35 @@ static const dwt_fn dwt_table[3][13] = {
 /* 1 when backward_w_t takes the layer: whole vectors of output channels */
 static int dwt_fits(const struct geo *g) { return g->M % 8 == 0 && g->M <= DWT_MAX_M; }
 
+/* dst[q][i] = src[i][q] for 8 rows i of src (row stride ss) and q < n;
+ * dst's rows are ds floats apart, 32-byte aligned. 8 x 8 blocks in
+ * registers, then the n % 8 last columns one by one. */
+static AVX2 void transpose_8(const float *src, int64_t ss, int64_t n, float *dst, int ds) {
+  int64_t q = 0;
+  for (; q + 8 <= n; q += 8) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ss + q);
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+      r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* r[0..3]: columns 0, 1, 2, 3 (low half) and 4, 5, 6, 7 (high half)
+     * of rows 0-3; r[4..7]: the same of rows 4-7 */
+    for (int i = 0; i < 4; i++) {
+      _mm256_store_ps(dst + (q + i) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+      _mm256_store_ps(dst + (q + i + 4) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+  }
+  for (; q < n; q++)
+    for (int i = 0; i < 8; i++) dst[q * ds + i] = src[i * ss + q];
+}
+
 static AVX2 void backward_w_t(const struct geo *g, const float *in, const float *dout, float *dw) {
   _Alignas(32) float dt[PACK];
   _Alignas(32) float dwt[MAX_ROWS * DWT_MAX_M];
@@ -365,11 +394,9 @@ static AVX2 void backward_w_t(const struct geo *g, const float *in, const float 
   for (int b0 = 0; b0 < g->B; b0 += nb) {
     const int n = g->B - b0 < nb ? g->B - b0 : nb;
     for (int b = 0; b < n; b++)
-      for (int m = 0; m < M; m++) {
-        const float *src = dout + m * g->out_cs + (int64_t)(b0 + b) * g->ohw;
-        float *dst = dt + (int64_t)b * g->ohw * M + m;
-        for (int64_t q = 0; q < g->ohw; q++) dst[q * M] = src[q];
-      }
+      for (int m = 0; m < M; m += 8)
+        transpose_8(dout + m * g->out_cs + (int64_t)(b0 + b) * g->ohw, g->out_cs, g->ohw,
+                    dt + (int64_t)b * g->ohw * M + m, M);
     for (int r0 = 0; r0 < g->K; r0 += RT) {
       const int rt = g->K - r0 < RT ? g->K - r0 : RT;
       dwt_table[MV][rt](g, n, in + b0 * g->hw, dt, r0, dwt);

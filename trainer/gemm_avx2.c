@@ -76,8 +76,7 @@ COLS_FNS(2)
 COLS_FNS(3)
 COLS_FNS(4)
 
-typedef void (*cols_fn)(int, const float *, int64_t, int64_t, const float *, int, float *,
-                        __m256i);
+typedef void (*cols_fn)(int, const float *, int64_t, int64_t, const float *, int, float *, __m256i);
 /* [MI][NJ], NJ 0 = the masked one-vector tile */
 static const cols_fn cols_table[5][4] = {
     [1] = {cols_1_1_1, cols_1_1_0, cols_1_2_0, cols_1_3_0},
@@ -103,8 +102,8 @@ static AVX2 void gemm_cols(int M, int N, int K, const float *A, int64_t ai, int6
 }
 
 /* --- nt: C[i][j] = sum_k A[i][k] * B[j][k] --- */
-AVX2_INLINE void dots_tile(const int MI, const int NJ, int K, const float *A, const float *B,
-                           int N, float *C, __m256i mask) {
+AVX2_INLINE void dots_tile(const int MI, const int NJ, int K, const float *A, const float *B, int N,
+                           float *C, __m256i mask) {
   __m256 acc[4][3];
 #pragma GCC unroll 4
   for (int i = 0; i < MI; i++)
@@ -164,8 +163,8 @@ static AVX2 void gemm_dots(int M, int N, int K, const float *A, const float *B, 
     const int mi = M - i0 < 4 ? M - i0 : 4;
     for (int j0 = 0; j0 < N; j0 += 3) {
       const int nj = N - j0 < 3 ? N - j0 : 3;
-      dots_table[mi][nj](K, A + (int64_t)i0 * K, B + (int64_t)j0 * K, N,
-                         C + (int64_t)i0 * N + j0, mask);
+      dots_table[mi][nj](K, A + (int64_t)i0 * K, B + (int64_t)j0 * K, N, C + (int64_t)i0 * N + j0,
+                         mask);
     }
   }
 }
