@@ -20,7 +20,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CONV_AVX2_BUILT 1
-#include <immintrin.h>
+#include "avx2_util.h"
 #else
 #define CONV_AVX2_BUILT 0
 #endif
@@ -62,9 +62,6 @@ int conv_avx2_cpu_ok(void) {
   }
   return ok;
 }
-
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
 
 /* One image's positions: offsets of the vector's first element in the input
  * plane ([in_h][in_w]) and in the output plane, and its lane mask. */
@@ -139,13 +136,6 @@ static void unpack(const float *src, int n, int64_t plane, int64_t cs, int b, fl
  * a compile-time 0 when no position of the layer repeats any. */
 AVX2_INLINE __m256 owned(const int MASKED, const struct geo *g, const struct pos *ps, __m256 v) {
   return MASKED ? _mm256_and_ps(_mm256_loadu_ps(g->mask[ps->masked]), v) : v;
-}
-
-AVX2_INLINE float hsum8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
 }
 
 /* --- forward: out[m][pos] = sum_r w[m][r] * in[pos + roff[r]] ---
@@ -247,7 +237,7 @@ AVX2_INLINE void dw_tile(const int MB, const int MASKED, const struct geo *g, in
 #pragma GCC unroll 2
   for (int m = 0; m < MB; m++)
 #pragma GCC unroll 5
-    for (int j = 0; j < KS; j++) dw[(int64_t)m * g->K + r0 + j] += hsum8(acc[m][j]);
+    for (int j = 0; j < KS; j++) dw[(int64_t)m * g->K + r0 + j] += avx2_hsum8(acc[m][j]);
 }
 
 #define DW_FN(MB, MASKED)                                                                          \

@@ -16,21 +16,11 @@
 #include "conv_avx2.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+#include "avx2_util.h"
 
 /* lanes 0..n-1 on (n in 1..8) */
 AVX2_INLINE __m256i lane_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-AVX2_INLINE float hsum8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
 }
 
 /* --- nn / tn: C[i][j..] = sum_k A(i, k) * B[k][j..], A(i, k) = A[i * ai + k * ak]
@@ -135,7 +125,7 @@ AVX2_INLINE void dots_tile(const int MI, const int NJ, int K, const float *A, co
 #pragma GCC unroll 4
   for (int i = 0; i < MI; i++)
 #pragma GCC unroll 3
-    for (int j = 0; j < NJ; j++) C[(int64_t)i * N + j] = hsum8(acc[i][j]);
+    for (int j = 0; j < NJ; j++) C[(int64_t)i * N + j] = avx2_hsum8(acc[i][j]);
 }
 
 #define DOTS_FN(MI, NJ)                                                                            \
