@@ -403,9 +403,11 @@ static void sum_rows(int B, int n, const float *d, float *db) {
 
 /* The AVX2 GEMMs up to this batch, sgemm above. Measured on the cnn's and
  * mlp's widths (one thread, best of 300): at batch 2 the GEMMs run 3-4x
- * faster than sgemm, at 64 1.0-1.7x, at 256 sgemm is 5-10% ahead (and 2x
- * on the mlp's 784 x 256 weight gradient, which it blocks for the cache). */
-#define LINEAR_AVX2_MAX_BATCH 128
+ * faster than sgemm, at 64 1.0-1.7x (but 0.9x on the mlp's 784 x 256
+ * weight gradient), at 256 sgemm is 5-10% ahead (2x on that gradient,
+ * which it blocks for the cache); the whole mlp trained 13% slower at
+ * batch 128 on the GEMMs, 16% faster at 64. */
+#define LINEAR_AVX2_MAX_BATCH 64
 
 static int linear_fast(int B) {
   return kernels_mode == LAYERS_KERNELS_AUTO && B <= LINEAR_AVX2_MAX_BATCH;

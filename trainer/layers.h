@@ -16,7 +16,7 @@ int64_t layers_conv_col_size(const struct layer_shape *s, int B);
 
 /* Which kernels layers_conv_* and layers_linear_* run, process-wide: AUTO
  * (the default) takes the AVX2 kernels (conv_avx2.h, gemm_avx2.h) where the
- * CPU and the shape allow (the GEMMs up to batch 128, where they beat
+ * CPU and the shape allow (the GEMMs up to batch 64, where they beat
  * sgemm) and the reference elsewhere; REFERENCE always
  * takes im2col + sgemm and sgemm, the paths the fast ones are tested
  * against. */

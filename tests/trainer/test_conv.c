@@ -325,7 +325,7 @@ START_TEST(linear) {
 }
 END_TEST
 
-/* AUTO takes the AVX2 GEMMs where the CPU has them up to batch 128,
+/* AUTO takes the AVX2 GEMMs where the CPU has them up to batch 64,
  * sgemm above it; REFERENCE and a CPU without AVX2 take sgemm: results
  * bit-identical to the path taken. */
 static int linear_is(int B, int n_in, int n_out, int want_fast) {
@@ -361,8 +361,8 @@ static int linear_is(int B, int n_in, int n_out, int want_fast) {
 START_TEST(linear_dispatch) {
   const int fast = conv_avx2_cpu_ok();
   ck_assert(linear_is(5, 84, 10, fast));
-  ck_assert(linear_is(128, 84, 10, fast));
-  ck_assert(linear_is(129, 84, 10, 0)); /* sgemm above batch 128 */
+  ck_assert(linear_is(64, 84, 10, fast));
+  ck_assert(linear_is(65, 84, 10, 0)); /* sgemm above batch 64 */
   layers_set_kernels(LAYERS_KERNELS_REFERENCE);
   ck_assert(linear_is(5, 84, 10, 0));
   layers_set_kernels(LAYERS_KERNELS_AUTO);
