@@ -142,7 +142,7 @@ START_TEST(large_batch) {
   if (!have_avx2()) return;
   check_shape(6, 12, 12, 16, 2 * 8 + 3); /* conv2: chunks of 16 images */
   check_shape(4, 13, 13, 8, 2 * 32 + 5); /* chunks of 25 */
-  check_shape(1, 28, 28, 6, 3);          /* conv1: one image per chunk */
+  check_shape(1, 28, 28, 6, 2 * 3 + 1);  /* conv1: chunks of 3 images */
 }
 END_TEST
 
