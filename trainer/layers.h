@@ -14,10 +14,12 @@
 int layers_conv_chunk(const struct layer_shape *s, int B);
 int64_t layers_conv_col_size(const struct layer_shape *s, int B);
 
-/* Which convolution kernels layers_conv_forward/backward run, process-wide:
- * AUTO (the default) takes the direct AVX2 kernels (conv_avx2.h) where the
- * CPU and the shape allow and the reference elsewhere; REFERENCE always
- * takes im2col + sgemm, the path the fast one is tested against. */
+/* Which kernels layers_conv_* and layers_linear_* run, process-wide: AUTO
+ * (the default) takes the AVX2 kernels (conv_avx2.h, gemm_avx2.h) where the
+ * CPU and the shape allow (the GEMMs up to batch 64, where they beat
+ * sgemm) and the reference elsewhere; REFERENCE always
+ * takes im2col + sgemm and sgemm, the paths the fast ones are tested
+ * against. */
 enum layers_kernels { LAYERS_KERNELS_AUTO = 0, LAYERS_KERNELS_REFERENCE = 1 };
 void layers_set_kernels(int mode);
 
@@ -67,9 +69,10 @@ void layers_pool_bias_relu_forward(int C, int B, int h, int w, const float *in, 
                                    float *out, int32_t *arg);
 /* Its backward from the output y and its gradient dy: din ([C][B][h][w],
  * overwritten: the masked gradient at each window's winner, zero elsewhere)
- * and db (per-channel sum). The same values as
- * layers_bias_relu_backward_cnhw then layers_maxpool_backward, in one pass
- * over the pooled map and without writing dy. */
+ * and db (per-channel sum). din is bit for bit that of
+ * layers_bias_relu_backward_cnhw then layers_maxpool_backward, and db the
+ * same sum added in another order (four lanes), in one pass over the
+ * pooled map, without writing dy or clearing din first. */
 void layers_pool_bias_relu_backward(int C, int B, int h, int w, const float *y, const float *dy,
                                     const int32_t *arg, float *din, float *db);
 
@@ -79,6 +82,11 @@ void layers_linear_forward(int B, int n_in, int n_out, const float *in, const fl
 /* dw, db overwritten; din ([B][n_in]) written when not NULL. */
 void layers_linear_backward(int B, int n_in, int n_out, const float *dout, const float *in,
                             const float *w, float *dw, float *db, float *din);
+/* The reference (OpenBLAS sgemm) whatever the mode, same contracts. */
+void layers_linear_forward_ref(int B, int n_in, int n_out, const float *in, const float *w,
+                               const float *b, float *out);
+void layers_linear_backward_ref(int B, int n_in, int n_out, const float *dout, const float *in,
+                                const float *w, float *dw, float *db, float *din);
 
 /* Softmax cross-entropy over logits [B][k] with labels y. Adds the summed
  * loss to *loss_sum and the count of argmax == y to *correct. When dlogits is
