@@ -32,6 +32,7 @@ struct worker_opts {
   int keep_trial_dirs;      /* ended trials whose dirs (logs) are kept */
   unsigned outbox_stall_ms; /* results unwritable (disk full) this long: fail the trial; 0 never */
   const struct cgroup_ctx *cgroup; /* enabled: cpu.max/memory.max per trial */
+  const char *advertise_addr;      /* gang trials' MASTER_ADDR; NULL: the server link's */
 };
 
 struct worker;

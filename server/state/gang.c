@@ -224,6 +224,13 @@ int gang_rendezvous(struct server *s, struct srv_trial *t, const struct lease_to
   return 0;
 }
 
+int gang_has_worker(const struct srv_trial *t, int64_t worker_id, int current) {
+  const struct srv_gang *g = current ? gang_current(t) : t->gang;
+  for (int r = 0; g && r < g->world; r++)
+    if (g->m[r].worker_id == worker_id) return 1;
+  return 0;
+}
+
 enum fence gang_check_member(struct server *s, struct srv_trial *t, const struct lease_token *l,
                              int rank, char *why, size_t whylen) {
   if (rank == 0) return state_check_fence(s, t, l, why, whylen);
@@ -245,16 +252,26 @@ enum fence gang_check_member(struct server *s, struct srv_trial *t, const struct
   return FENCE_STALE;
 }
 
+/* How long a running member's worker may stay silent: two heartbeat
+ * intervals (the unlisted grace), not a whole lease timeout. Every other
+ * member waits in its collectives for a lost one, so the gang is requeued
+ * as soon as a member's worker misses its heartbeats. */
+static uint64_t gang_member_grace_ms(const struct server *s) {
+  double g = 2 * s->opt.heartbeat_interval_s;
+  if (g > s->opt.lease_timeout_s) g = s->opt.lease_timeout_s;
+  return (uint64_t)(g * 1000);
+}
+
 int gang_heartbeat_member(struct server *s, struct srv_worker *w, struct srv_trial *t, int attempt,
                           int rank, uint64_t gen, uint64_t now_ms) {
   struct srv_gang *g = gang_current(t);
-  if (!g || g->attempt != attempt || rank < 1 || rank >= g->world || g->m[rank].worker_id != w->id)
+  if (!g || g->attempt != attempt || rank < 0 || rank >= g->world || g->m[rank].worker_id != w->id)
     return 0;
   struct gang_member *m = &g->m[rank];
   m->delivered = 1; /* a lost lease reply that its worker got after all */
   m->listed_gen = gen;
   m->unlisted_since_ms = 0;
-  m->deadline_ms = now_ms + (uint64_t)(s->opt.lease_timeout_s * 1000);
+  m->deadline_ms = now_ms + gang_member_grace_ms(s);
   return 1;
 }
 
@@ -325,7 +342,7 @@ void gang_expire(struct server *s, uint64_t now_ms) {
       struct srv_gang *g = gang_current(t);
       char why[200] = "";
       if (!g) snprintf(why, sizeof why, "its gang's placement was not kept (a server restart)");
-      for (int r = 1; g && !why[0] && r < g->world; r++)
+      for (int r = 0; g && !why[0] && r < g->world; r++)
         if (now_ms > g->m[r].deadline_ms)
           snprintf(why, sizeof why, "the lease of member rank %d on worker %lld expired (%s)", r,
                    (long long)g->m[r].worker_id,

@@ -77,13 +77,18 @@ void gang_deliver(struct server *s, struct srv_worker *w, struct srv_trial **out
 int gang_rendezvous(struct server *s, struct srv_trial *t, const struct lease_token *l,
                     const char *addr, int port, char *why, size_t whylen);
 
+/* Whether worker_id runs a member of t's placement (current: of its
+ * running attempt; else of its latest, for final uploads). */
+int gang_has_worker(const struct srv_trial *t, int64_t worker_id, int current);
+
 /* The fence of member rank of t (rank 0: state_check_fence). */
 enum fence gang_check_member(struct server *s, struct srv_trial *t, const struct lease_token *l,
                              int rank, char *why, size_t whylen);
 
-/* A heartbeat of w listed member rank (>= 1) of t at attempt (gen: that
- * heartbeat): 1 when it is a current member (its lease is renewed), 0 when
- * its worker must stop it. */
+/* A heartbeat of w listed member rank of t at attempt (gen: that
+ * heartbeat): 1 when it is a current member (its lease is renewed for two
+ * heartbeat intervals), 0 when its worker must stop it. Rank 0's is also
+ * the trial's lease, renewed as any trial's. */
 int gang_heartbeat_member(struct server *s, struct srv_worker *w, struct srv_trial *t, int attempt,
                           int rank, uint64_t gen, uint64_t now_ms);
 
@@ -100,7 +105,8 @@ int gang_member_fail(struct server *s, struct srv_trial *t, const struct lease_t
                      const char *error, char *why, size_t whylen, uint64_t *ticket);
 
 /* The timer's part (state_expire_leases): a member whose lease ran out (its
- * worker lost, its lease never fetched) ends its trial's attempt; so does a
+ * worker silent for two heartbeat intervals, its lease never fetched within
+ * a lease timeout) ends its trial's attempt; so does a
  * RUNNING gang trial without a placement (a restart does not keep them). */
 void gang_expire(struct server *s, uint64_t now_ms);
 

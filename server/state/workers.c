@@ -92,6 +92,7 @@ int workers_heartbeat(struct server *s, struct srv_worker *w, const struct worke
     } else if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
       /* Listed by its lessee: the lease is renewed. */
       t->listed_gen = gen;
+      if (t->gang) gang_heartbeat_member(s, w, t, attempt, 0, gen, now_ms); /* rank 0 */
       t->unlisted_since_ms = 0;
       state_renew_lease(s, t, now_ms);
       /* Its worker cannot deliver what it has of this attempt (the server

@@ -251,9 +251,10 @@ START_TEST(waiting_gang_is_not_starved) {
 }
 END_TEST
 
-/* Rule: a lost member's worker ends the attempt of every member once: one
- * lease_lost, no failure counted, every worker's resources back, and the
- * other members' workers told to stop. */
+/* Rule: a member's worker silent for two heartbeat intervals (not a whole
+ * lease timeout: the others wait for it in their collectives) ends the
+ * attempt of every member once: one lease_lost, no failure counted, every
+ * worker's resources back, and the other members' workers told to stop. */
 START_TEST(lost_member_one_requeue) {
   submit("g", 1, 4, 1);
   struct srv_worker *a = h_worker(&H, "a", 2, 0, 0), *b = h_worker(&H, "b", 2, 0, 0);
@@ -266,13 +267,11 @@ START_TEST(lost_member_one_requeue) {
   ck_assert_int_eq(beat(a, t, 1, ra, 2), 0);
   ck_assert_int_eq(beat(b, t, 1, rb, 2), 0);
   /* b goes silent; a heartbeats on. */
-  for (uint64_t ms = 6000; ms <= 1000 + H_LEASE_MS; ms += 5000) {
-    fake_clock_set_ms(T0 + ms);
-    ck_assert_int_eq(beat(a, t, 1, ra, 2), 0);
-    h_tick(&H, T0 + ms);
-    ck_assert_int_eq(t->status, TS_RUNNING);
-  }
-  h_tick(&H, T0 + 1100 + H_LEASE_MS);
+  fake_clock_set_ms(T0 + 6000);
+  ck_assert_int_eq(beat(a, t, 1, ra, 2), 0);
+  h_tick(&H, T0 + 1000 + H_GRACE_MS);
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  h_tick(&H, T0 + 1100 + H_GRACE_MS);
   ck_assert_int_eq(t->status, TS_PENDING);
   h_tick(&H, T0 + 2 * H_LEASE_MS);
   ck_assert_int_eq(events_of(t, "lease_lost"), 1);
@@ -280,6 +279,29 @@ START_TEST(lost_member_one_requeue) {
   ck_assert(a->used_cpu == 0 && b->used_cpu == 0);
   ck_assert_int_eq(a->nrunning + b->nrunning, 0);
   ck_assert_int_eq(beat(a, t, 1, ra, 2), 2);
+}
+END_TEST
+
+/* Rule: rank 0's worker silent for two heartbeat intervals ends the
+ * attempt too, long before the trial's own lease would expire. */
+START_TEST(silent_rank0_worker_requeues) {
+  submit("g", 1, 2, 2);
+  struct srv_worker *a = h_worker(&H, "a", 2, 0, 0), *b = h_worker(&H, "b", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, a), *got;
+  rendezvous(t, 29500);
+  ck_assert_int_eq(deliver(a, &got), 0);
+  ck_assert_int_eq(deliver(b, &got), 1);
+  int r0[] = {0}, r1[] = {1};
+  fake_clock_set_ms(T0 + 1000);
+  beat(a, t, 1, r0, 1);
+  beat(b, t, 1, r1, 1);
+  fake_clock_set_ms(T0 + 6000);
+  beat(b, t, 1, r1, 1);
+  h_tick(&H, T0 + 1000 + H_GRACE_MS);
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  h_tick(&H, T0 + 1100 + H_GRACE_MS);
+  ck_assert_int_eq(t->status, TS_PENDING);
+  ck_assert_int_eq(beat(b, t, 1, r1, 1), 1);
 }
 END_TEST
 
@@ -412,6 +434,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, waiting_gang_is_not_starved);
   tcase_add_test(tc, lost_member_one_requeue);
   tcase_add_test(tc, unlisted_member_requeued);
+  tcase_add_test(tc, silent_rank0_worker_requeues);
   tcase_add_test(tc, member_failures_count_once);
   tcase_add_test(tc, stale_member_refused);
   tcase_add_test(tc, rendezvous_once_per_attempt);
