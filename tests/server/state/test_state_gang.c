@@ -68,6 +68,19 @@ static int64_t events_of(const struct srv_trial *t, const char *kind) {
   return n;
 }
 
+/* A gang of 2 members of 2 CPUs on workers a and b of 2 CPUs each, its
+ * rendezvous reported and both members delivered: rank 0 on a. */
+static struct srv_trial *pair_running(struct srv_worker **a, struct srv_worker **b) {
+  submit("g", 1, 2, 2);
+  *a = h_worker(&H, "a", 2, 0, 0);
+  *b = h_worker(&H, "b", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, *a), *got;
+  rendezvous(t, 29500);
+  ck_assert_int_eq(deliver(*a, &got), 0);
+  ck_assert_int_eq(deliver(*b, &got), 1);
+  return t;
+}
+
 /* Rule: the fewest workers (largest capacity first), rank 0 on the first,
  * ties to the earlier slot (the asking worker); short of room: -ENOSPC. */
 START_TEST(place_fewest_largest_first) {
@@ -285,12 +298,8 @@ END_TEST
 /* Rule: rank 0's worker silent for two heartbeat intervals ends the
  * attempt too, long before the trial's own lease would expire. */
 START_TEST(silent_rank0_worker_requeues) {
-  submit("g", 1, 2, 2);
-  struct srv_worker *a = h_worker(&H, "a", 2, 0, 0), *b = h_worker(&H, "b", 2, 0, 0);
-  struct srv_trial *t = h_lease(&H, a), *got;
-  rendezvous(t, 29500);
-  ck_assert_int_eq(deliver(a, &got), 0);
-  ck_assert_int_eq(deliver(b, &got), 1);
+  struct srv_worker *a, *b;
+  struct srv_trial *t = pair_running(&a, &b);
   int r0[] = {0}, r1[] = {1};
   fake_clock_set_ms(T0 + 1000);
   beat(a, t, 1, r0, 1);
@@ -308,12 +317,8 @@ END_TEST
 /* Rule: a member its worker stops listing for two heartbeat intervals ends
  * the attempt (once). */
 START_TEST(unlisted_member_requeued) {
-  submit("g", 1, 2, 2);
-  struct srv_worker *a = h_worker(&H, "a", 2, 0, 0), *b = h_worker(&H, "b", 2, 0, 0);
-  struct srv_trial *t = h_lease(&H, a), *got;
-  rendezvous(t, 29500);
-  ck_assert_int_eq(deliver(a, &got), 0);
-  ck_assert_int_eq(deliver(b, &got), 1);
+  struct srv_worker *a, *b;
+  struct srv_trial *t = pair_running(&a, &b);
   int r0[] = {0}, r1[] = {1};
   beat(a, t, 1, r0, 1);
   beat(b, t, 1, r1, 1);
@@ -357,12 +362,8 @@ END_TEST
  * rank on another worker, a rank out of range are stale, and heartbeats
  * listing them are told to stop. */
 START_TEST(stale_member_refused) {
-  submit("g", 1, 2, 2);
-  struct srv_worker *a = h_worker(&H, "a", 2, 0, 0), *b = h_worker(&H, "b", 2, 0, 0);
-  struct srv_trial *t = h_lease(&H, a), *got;
-  rendezvous(t, 29500);
-  deliver(a, &got);
-  deliver(b, &got);
+  struct srv_worker *a, *b;
+  struct srv_trial *t = pair_running(&a, &b);
   char why[256];
   struct lease_token la = {a->id, 1}, lb = {b->id, 1};
   ck_assert_int_eq(gang_check_member(S, t, &lb, 1, why, sizeof why), FENCE_CURRENT);
