@@ -295,6 +295,38 @@ START_TEST(lost_member_one_requeue) {
 }
 END_TEST
 
+/* Rule: a user's stop ends every member at its worker's next heartbeat;
+ * a pause reaches rank 0 (its lease ends into PAUSED with its checkpoint)
+ * and then every other member. */
+START_TEST(stop_and_pause_reach_every_member) {
+  struct srv_worker *a, *b;
+  struct srv_trial *t = pair_running(&a, &b);
+  int r0[] = {0}, r1[] = {1};
+  uint64_t ticket = 0;
+  ck_assert_int_eq(control_stop_trial(S, t, &ticket), 0);
+  ck_assert_int_eq(beat(a, t, 1, r0, 1), 1);
+  ck_assert_int_eq(beat(b, t, 1, r1, 1), 1);
+  ck_assert(a->used_cpu == 0 && b->used_cpu == 0);
+  struct srv_experiment *e = server_experiment(S, t->experiment_id);
+  char cfg[1024];
+  struct srv_experiment *e2 =
+      h_submit(&H, h_cfg(cfg, sizeof cfg, "g2", 1,
+                         ", \"resources_per_trial\": {\"cpu\": 2, \"num_workers\": 2}"));
+  ck_assert_int_eq(e->status, ES_TERMINATED);
+  struct srv_trial *t2 = h_lease(&H, a), *got;
+  rendezvous(t2, 29501);
+  ck_assert_int_eq(deliver(a, &got), 0);
+  ck_assert_int_eq(deliver(b, &got), 1);
+  ck_assert_int_eq(control_pause(S, e2, &ticket), 0);
+  ck_assert_int_eq(beat(a, t2, 1, r0, 1), 1); /* "paused": rank 0 checkpoints and ends */
+  ck_assert_int_eq(beat(b, t2, 1, r1, 1), 0); /* the others run until it has */
+  h_complete(&H, t2);
+  ck_assert_int_eq(t2->status, TS_PAUSED);
+  ck_assert_int_eq(beat(b, t2, 1, r1, 1), 1);
+  ck_assert(a->used_cpu == 0 && b->used_cpu == 0);
+}
+END_TEST
+
 /* Rule: rank 0's worker silent for two heartbeat intervals ends the
  * attempt too, long before the trial's own lease would expire. */
 START_TEST(silent_rank0_worker_requeues) {
@@ -436,6 +468,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, lost_member_one_requeue);
   tcase_add_test(tc, unlisted_member_requeued);
   tcase_add_test(tc, silent_rank0_worker_requeues);
+  tcase_add_test(tc, stop_and_pause_reach_every_member);
   tcase_add_test(tc, member_failures_count_once);
   tcase_add_test(tc, stale_member_refused);
   tcase_add_test(tc, rendezvous_once_per_attempt);
