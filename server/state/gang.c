@@ -170,8 +170,10 @@ static struct srv_gang *gang_current(const struct srv_trial *t) {
 void gang_deliver(struct server *s, struct srv_worker *w, struct srv_trial **out, int *rank) {
   *out = NULL;
   *rank = 0;
-  for (int64_t i = 0; i < s->nexps; i++) {
-    struct srv_experiment *e = s->exps[i];
+  /* Every lease request asks: the live experiments only (a paused one's
+   * members wait; an undelivered member's lease runs out). */
+  for (int64_t i = 0; i < s->nlive; i++) {
+    struct srv_experiment *e = s->live[i];
     if (!e || e->spec.resources.num_workers < 2 || !e->counts[TS_RUNNING]) continue;
     for (int64_t k = 0; k < e->ntrials; k++) {
       struct srv_trial *t = e->trials[k];
