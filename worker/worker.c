@@ -35,6 +35,7 @@
 #include "sdnotify.h"
 #include "outbox.h"
 #include "rdzv.h"
+#include "sysres.h"
 #include "testhook.h"
 #include "trainable.h"
 #include "trial.h"
@@ -2248,6 +2249,10 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   free(obdir);
   if (rc < 0) goto fail;
   worker_sweep_dirs(w); /* what an earlier run left: kept only while needed */
+  /* Rendezvous ports are claimed machine-wide where the CPU claims are. */
+  char run_dir[4096];
+  if (sysres_run_dir(run_dir, sizeof run_dir) < 0 || rdzv_ports_init(&w->rdzv, run_dir) < 0)
+    log_warn("rendezvous ports: no claim dir: only this worker's gang trials are kept apart");
   rc = http_client_new(loop, opts->server, opts->token, &w->http);
   if (rc < 0) goto fail_ob;
   uv_timer_t *timers[] = WORKER_TIMERS(w);
