@@ -158,6 +158,7 @@ def body(env):
     four = env.submit(gang_config("four", 4, 1, 4, hold))
     tid = wait_for(lambda: env.trials(four)[0]["id"], 60, "the 4-member trial")
     wait_for(lambda: env.results(tid), 120, "its first result")
+    wait_for(lambda: env.trial(tid)["has_checkpoint"], 30, "its first checkpoint stored")
     on_b = set(member_pids(env, tid)) - set(p for p in member_pids(env, tid)
                                             if b"/work-wa/" in open("/proc/%d/environ" % p, "rb").read())
     assert len(member_pids(env, tid)) == 4 and len(on_b) == 2
