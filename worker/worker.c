@@ -1872,6 +1872,15 @@ static int worker_hb_add(cJSON *run, int id, long attempt, int rank) {
  * does not requeue a trial whose end is on its way. */
 static void worker_on_hb_timer(uv_timer_t *h) {
   struct worker *w = h->data;
+  /* While a gang's member runs here, four heartbeats per interval: the
+   * server ends a gang's attempt one interval after a member's worker went
+   * silent, so that the other members stop within two
+   * (docs/worker.md#gang-members). */
+  int gang = 0;
+  for (struct trial *t = w->trials; t && !gang; t = t->next)
+    gang = t->world > 1 && t->state < TRIAL_EXITED;
+  uint64_t period = (uint64_t)(w->hb_interval_s * 1000) / (gang ? 4 : 1);
+  if (period && uv_timer_get_repeat(h) != period) uv_timer_set_repeat(h, period);
   if (w->hb_inflight || !w->id || w->shut) return;
   cJSON *b = cJSON_CreateObject();
   cJSON *run = cJSON_AddArrayToObject(b, "running");

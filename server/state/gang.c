@@ -254,12 +254,13 @@ enum fence gang_check_member(struct server *s, struct srv_trial *t, const struct
   return FENCE_STALE;
 }
 
-/* How long a running member's worker may stay silent: two heartbeat
- * intervals (the unlisted grace), not a whole lease timeout. Every other
- * member waits in its collectives for a lost one, so the gang is requeued
- * as soon as a member's worker misses its heartbeats. */
+/* How long a running member's worker may stay silent: one heartbeat
+ * interval, in which it sends four (docs/worker.md#gang-members), not a
+ * whole lease timeout. Every other member waits in its collectives for a
+ * lost one, so the gang is requeued as soon as a member's worker misses
+ * its heartbeats, and the others hear it at their next. */
 static uint64_t gang_member_grace_ms(const struct server *s) {
-  double g = 2 * s->opt.heartbeat_interval_s;
+  double g = s->opt.heartbeat_interval_s;
   if (g > s->opt.lease_timeout_s) g = s->opt.lease_timeout_s;
   return (uint64_t)(g * 1000);
 }

@@ -17,6 +17,7 @@
 static struct harness H;
 static struct server *S;
 static const uint64_t T0 = FAKE_CLOCK_START_MS;
+#define H_BEAT_MS 5000ull /* one heartbeat interval: a gang member's worker's grace */
 
 static void setup(void) {
   h_open(&H);
@@ -282,9 +283,9 @@ START_TEST(lost_member_one_requeue) {
   /* b goes silent; a heartbeats on. */
   fake_clock_set_ms(T0 + 6000);
   ck_assert_int_eq(beat(a, t, 1, ra, 2), 0);
-  h_tick(&H, T0 + 1000 + H_GRACE_MS);
+  h_tick(&H, T0 + 1000 + H_BEAT_MS);
   ck_assert_int_eq(t->status, TS_RUNNING);
-  h_tick(&H, T0 + 1100 + H_GRACE_MS);
+  h_tick(&H, T0 + 1100 + H_BEAT_MS);
   ck_assert_int_eq(t->status, TS_PENDING);
   h_tick(&H, T0 + 2 * H_LEASE_MS);
   ck_assert_int_eq(events_of(t, "lease_lost"), 1);
@@ -338,9 +339,9 @@ START_TEST(silent_rank0_worker_requeues) {
   beat(b, t, 1, r1, 1);
   fake_clock_set_ms(T0 + 6000);
   beat(b, t, 1, r1, 1);
-  h_tick(&H, T0 + 1000 + H_GRACE_MS);
+  h_tick(&H, T0 + 1000 + H_BEAT_MS);
   ck_assert_int_eq(t->status, TS_RUNNING);
-  h_tick(&H, T0 + 1100 + H_GRACE_MS);
+  h_tick(&H, T0 + 1100 + H_BEAT_MS);
   ck_assert_int_eq(t->status, TS_PENDING);
   ck_assert_int_eq(beat(b, t, 1, r1, 1), 1);
 }

@@ -171,7 +171,7 @@ def body(env):
     wait_for(lambda: not member_pids(env, tid), 20, "every member gone")
     gone = time.monotonic() - t0
     print("after the kill: worker b's members gone in %.2f s, all in %.2f s" % (gone_b, gone))
-    assert gone <= 4 * HB, gone
+    assert gone <= 2 * HB, gone
     env.start_host("b", 2)
     env.wait_experiment(four, 180)
     t, res = check_results(env, four, 4, 4)
