@@ -58,6 +58,9 @@ static void http_check_done(struct http_client *c) {
     int err = 0;
     if (res == CURLE_OK && !r->oom) {
       curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->resp.status);
+      char *ip = NULL;
+      if (curl_easy_getinfo(r->easy, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip)
+        snprintf(r->resp.local_ip, sizeof r->resp.local_ip, "%s", ip);
       c->tls_warned = 0;
     } else {
       /* A server whose certificate is not trusted looks like any network
@@ -355,7 +358,7 @@ void http_client_close(struct http_client *c) {
     /* Callbacks own their arguments: let them free them (new requests are
      * refused from here on). */
     char empty[1] = "";
-    struct http_resp none = {0, empty, 0, NULL, 0};
+    struct http_resp none = {0, empty, 0, NULL, 0, ""};
     r->cb(r->arg, -ECANCELED, &none);
     curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->hdrs);

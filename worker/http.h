@@ -14,6 +14,7 @@ struct http_resp {
   size_t len;
   char *headers; /* raw response header lines */
   size_t hlen;
+  char local_ip[64]; /* this end of the connection ("" unknown) */
 };
 
 /* err is 0 when a response arrived (any status), else -EIO/-ETIMEDOUT/

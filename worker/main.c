@@ -80,6 +80,9 @@ static const char usage[] =
     "                       dir, the most recent first (default 20); older ones are\n"
     "                       removed once their messages are delivered\n"
     "  --no-cgroup          do not use cgroup v2 even when it is delegated\n"
+    "  --advertise-addr A   where other workers reach this one's gang trials\n"
+    "                       (MASTER_ADDR; default: the address it reaches the\n"
+    "                       server from)\n"
     "  --run-as USER        run trials as this unprivileged user (the worker must be\n"
     "                       root; it keeps its own user); trial dirs and logs are\n"
     "                       then that user's. A root worker without it warns\n"
@@ -541,6 +544,7 @@ int main(int argc, char **argv) {
     O_QUEUE,
     O_STALL,
     O_KEEP,
+    O_ADVERTISE,
     O_NOCG,
     O_VERSION,
     O_HELP,
@@ -578,6 +582,7 @@ int main(int argc, char **argv) {
                                            {"outbox-stall-s", required_argument, 0, O_STALL},
                                            {"no-cgroup", no_argument, 0, O_NOCG},
                                            {"keep-trial-dirs", required_argument, 0, O_KEEP},
+                                           {"advertise-addr", required_argument, 0, O_ADVERTISE},
                                            {"run-as", required_argument, 0, O_RUNAS},
                                            {"trainables", required_argument, 0, O_TRAINABLES},
                                            {"allow-command", required_argument, 0, O_ALLOWCMD},
@@ -646,6 +651,9 @@ int main(int argc, char **argv) {
     case O_STALL:
       if (parse_long("--outbox-stall-s", optarg, 0, 86400, &v)) return 2;
       o.outbox_stall_ms = (unsigned)v * 1000;
+      break;
+    case O_ADVERTISE:
+      o.advertise_addr = optarg;
       break;
     case O_KEEP:
       if (parse_long("--keep-trial-dirs", optarg, 0, 1000000, &v)) return 2;

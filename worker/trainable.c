@@ -321,6 +321,32 @@ static int env_set_str(struct strv *env, const char *name, const cJSON *v) {
   return env_set(env, name, cJSON_IsString(v) ? v->valuestring : "");
 }
 
+/* A gang trial's member (docs/protocol.md#gang-trials): torchrun's
+ * variables, so that an unmodified init_process_group() joins the others.
+ * MASTER_ADDR and MASTER_PORT are set once the rendezvous is known (rank 0's
+ * worker fills them into its lease before the start). */
+static int trainable_env_gang(struct strv *env, const cJSON *trial) {
+  static const char *const keys[][2] = {
+      {"rank", "RANK"},
+      {"world_size", "WORLD_SIZE"},
+      {"local_rank", "LOCAL_RANK"},
+      {"local_world_size", "LOCAL_WORLD_SIZE"},
+      {"node_rank", "NODE_RANK"},
+      {"master_port", "MASTER_PORT"},
+  };
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(trial, "gang");
+  if (!cJSON_IsObject(g)) return 0;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < sizeof keys / sizeof keys[0]; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(g, keys[i][0]);
+    if (cJSON_IsNumber(v)) rc = env_set_num(env, keys[i][1], v) < 0 ? -ENOMEM : 0;
+  }
+  const cJSON *addr = cJSON_GetObjectItemCaseSensitive(g, "master_addr");
+  if (!rc && cJSON_IsString(addr))
+    rc = env_set(env, "MASTER_ADDR", addr->valuestring) < 0 ? -ENOMEM : 0;
+  return rc;
+}
+
 /* The trial's identity and where its numbering and clock start
  * (docs/protocol.md#trial-environment): what ctune.report() and Ray-style scripts read. */
 static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume) {
@@ -369,6 +395,7 @@ static int trainable_env_trial(struct strv *env, const cJSON *trial, int resume)
       (rc = env_set_num(env, "CTUNE_START_TIME_TOTAL_S",
                         resume && cJSON_IsNumber(tt) ? tt : zero)) < 0)
     goto done;
+  rc = trainable_env_gang(env, trial);
 done:
   cJSON_Delete(zero);
   return rc;

@@ -83,7 +83,14 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
    * result. */
   if ((rc = result_required_metrics(lease, &t->metric)) < 0) goto fail;
   rc = -ENOMEM;
-  if (asprintf(&t->dir, "%s/trials/%d", work_dir, t->id) < 0) {
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(lease, "gang");
+  const cJSON *rank = cJSON_GetObjectItemCaseSensitive(g, "rank");
+  const cJSON *world = cJSON_GetObjectItemCaseSensitive(g, "world_size");
+  t->rank = cJSON_IsNumber(rank) ? rank->valueint : 0;
+  t->world = cJSON_IsNumber(world) ? world->valueint : 1;
+  /* A gang's other members here have dirs of their own inside rank 0's. */
+  if ((t->rank > 0 ? asprintf(&t->dir, "%s/trials/%d/rank%d", work_dir, t->id, t->rank)
+                   : asprintf(&t->dir, "%s/trials/%d", work_dir, t->id)) < 0) {
     t->dir = NULL;
     goto fail;
   }

@@ -76,7 +76,11 @@ struct trial_events {
 
 struct trial {
   int id;
-  long attempt;     /* from the lease: the fence is (worker id, attempt) */
+  long attempt; /* from the lease: the fence is (worker id, attempt) */
+  /* A gang trial's member (docs/worker.md#gang-members): its rank of world;
+   * world 1: a trial of one process. rdzv_port: the rendezvous port rank 0
+   * took here (0: none). */
+  int rank, world, rdzv_port;
   int lease_worker; /* worker id the lease was granted to */
   uint64_t key;     /* unique per trial object: replies find it by this */
   enum trial_state state;

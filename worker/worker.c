@@ -35,6 +35,8 @@
 #include "sdnotify.h"
 #include "outbox.h"
 #include "preempt.h"
+#include "rdzv.h"
+#include "sysres.h"
 #include "testhook.h"
 #include "trainable.h"
 #include "trial.h"
@@ -66,6 +68,11 @@ struct worker {
   uv_loop_t *loop;
   struct worker_opts o;
   struct http_client *http;
+  /* Gang trials (docs/worker.md#gang-members): the rendezvous ports its
+   * rank-0 members hold, and the address this worker reaches the server
+   * from (MASTER_ADDR without --advertise-addr). */
+  struct rdzv_ports rdzv;
+  char local_ip[64];
   struct alloc_pool pool;
   struct outbox ob;
   int id;
@@ -149,6 +156,13 @@ static struct trial *worker_by_key(struct worker *w, uint64_t key) {
   return NULL;
 }
 
+/* What the allocator and the cgroups know a trial's process by: its id, or
+ * for a gang's member of rank >= 1 (another process of the same trial here)
+ * a number no trial id is. */
+static int worker_slot_id(const struct trial *t) {
+  return t->rank > 0 ? (1 << 30) + (t->id % (1 << 23)) * 64 + t->rank : t->id;
+}
+
 /* The trial's current attempt here: the one whose process may run. */
 static struct trial *worker_current(struct worker *w, int id) {
   for (struct trial *t = w->trials; t; t = t->next)
@@ -156,9 +170,12 @@ static struct trial *worker_current(struct worker *w, int id) {
   return NULL;
 }
 
+/* The outbox carries rank 0's messages only (a gang's other members send
+ * none), so its replies are rank 0's. */
 static struct trial *worker_by_lease(struct worker *w, int id, const struct outbox_lease *l) {
   for (struct trial *t = w->trials; t; t = t->next)
-    if (t->id == id && t->attempt == l->attempt && t->lease_worker == l->worker_id) return t;
+    if (t->id == id && t->attempt == l->attempt && t->lease_worker == l->worker_id && !t->rank)
+      return t;
   return NULL;
 }
 
@@ -259,6 +276,11 @@ static char *worker_fail_text(const char *s) {
   return outbox_utf8_clean(s, len, NULL);
 }
 
+static void worker_gang_post(struct worker *w, const struct trial *t, const char *route,
+                             cJSON *body);
+
+/* A gang's member other than rank 0 sends its fail at once (no outbox):
+ * docs/worker.md#gang-members. */
 static void worker_queue_fail(struct worker *w, const struct trial *t, const char *error,
                               int exit_code, const char *reason) {
   cJSON *b = cJSON_CreateObject();
@@ -270,7 +292,10 @@ static void worker_queue_fail(struct worker *w, const struct trial *t, const cha
     else
       cJSON_AddNullToObject(b, "exit_code");
     cJSON_AddStringToObject(b, "reason", reason);
-    worker_queue_end(w, t, "fail", b);
+    if (t->rank > 0)
+      worker_gang_post(w, t, "fail", b);
+    else
+      worker_queue_end(w, t, "fail", b);
   } else {
     log_error("trial %d: out of memory building its fail message", t->id);
   }
@@ -343,6 +368,11 @@ static void worker_check_stalls(struct worker *w) {
 
 static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv) {
   struct worker *w = arg;
+  /* Results come from rank 0 only: another member's lines are its log. */
+  if (t->rank > 0) {
+    cJSON_Delete(flat);
+    return;
+  }
   /* As Ray does: an attempt whose first result lacks the experiment's metric
    * fails at once, naming the metric and what it did report, instead of
    * running unscheduled (ASHA would never see a value). That result and any
@@ -391,6 +421,7 @@ static void worker_on_result(void *arg, struct trial *t, cJSON *flat, double tv)
 
 static void worker_on_checkpoint(void *arg, struct trial *t) {
   struct worker *w = arg;
+  if (t->rank > 0) return; /* checkpoints come from rank 0 */
   /* A named file waits only for the results queued so far (its own line's
    * among them), not for those printed after it: a trial that reports
    * faster than the server acknowledges would else never have one uploaded
@@ -421,6 +452,19 @@ static void worker_release_grant(struct worker *w, struct trial *t) {
 static void worker_queue_trial_end(struct worker *w, struct trial *t) {
   int code = t->exit_code, sig = t->term_signal;
   double ran = clock_mono_s() - t->leased_at;
+  if (t->rank > 0) {
+    /* A gang's other member: rank 0 ends the trial; a member that failed
+     * on its own ends the attempt of all (one failure). */
+    int own = t->stop_why == TRIAL_STOP_NONE || t->stop_why == TRIAL_STOP_OUTBOX;
+    log_info("trial %d rank %d ended (exit %d, signal %d) after %.1f s", t->id, t->rank, code, sig,
+             ran);
+    if (own && (code != 0 || sig)) {
+      char *lines = tail_last_lines(&t->err, TRIAL_FAIL_LINES);
+      worker_queue_fail(w, t, lines ? lines : "", sig ? -1 : code, "member_failed");
+      free(lines);
+    }
+    return;
+  }
   switch (t->stop_why) {
   case TRIAL_STOP_SERVER:
     log_info("trial %d stopped at the server's request after %.1f s", t->id, ran);
@@ -483,6 +527,7 @@ static void worker_queue_trial_end(struct worker *w, struct trial *t) {
 }
 
 static void worker_trial_done(struct worker *w, struct trial *t) {
+  if (t->rdzv_port) rdzv_port_put(&w->rdzv, t->rdzv_port);
   struct trial **pp = &w->trials;
   while (*pp && *pp != t) pp = &(*pp)->next;
   if (*pp) *pp = t->next;
@@ -772,9 +817,10 @@ static void worker_on_ckpt_put(void *arg, int err, const struct http_resp *resp)
  * with the last result read. */
 static void worker_upload_checkpoint(struct worker *w, struct trial *t) {
   if (!t->ckpt_wanted || t->ckpt_inflight || w->shut) return;
-  if (t->fail_msg) {
+  if (t->fail_msg || t->rank > 0) {
     /* Its results lack the metric and were never sent: the server would
-     * answer checkpoint_ahead for ever, and its fail must not wait. */
+     * answer checkpoint_ahead for ever, and its fail must not wait. A
+     * gang's member other than rank 0 uploads none. */
     t->ckpt_wanted = 0;
     return;
   }
@@ -902,7 +948,9 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
   snprintf(path, sizeof path, "/api/v1/trials/%d/logs", t->id);
   struct outbox_lease l = trial_fence(t);
   fence_header(&l, h_lease, sizeof h_lease);
-  const char *hdrs[] = {h_lease, NULL};
+  char h_rank[32];
+  snprintf(h_rank, sizeof h_rank, "X-Ctune-Rank: %d", t->rank);
+  const char *hdrs[] = {h_lease, t->rank > 0 ? h_rank : NULL, NULL};
   /* Replacement characters may grow it: keep the end within the limit. */
   const char *send = clean;
   if (clean && clen > TRIAL_LOG_TAIL) {
@@ -1028,6 +1076,60 @@ static void worker_abort_trial(struct worker *w, struct trial *t, const char *ms
   worker_pump_outbox(w);
 }
 
+/* A member's end and rank 0's rendezvous go straight to the server, not
+ * through the outbox: a worker that dies takes its members with it, and the
+ * server ends that attempt on its own (docs/worker.md#gang-members). */
+static void worker_on_gang_reply(void *arg, int err, const struct http_resp *resp) {
+  char *what = arg;
+  if (err || resp->status / 100 != 2)
+    log_warn("%s: %s (HTTP %ld %.200s)", what, err ? strerror(-err) : "refused", resp->status,
+             resp->body ? resp->body : "");
+  free(what);
+}
+
+static void worker_gang_post(struct worker *w, const struct trial *t, const char *route,
+                             cJSON *body) {
+  char path[96], h_lease[64], h_rank[32], *what = NULL;
+  snprintf(path, sizeof path, "/api/v1/trials/%d/%s", t->id, route);
+  struct outbox_lease l = trial_fence(t);
+  fence_header(&l, h_lease, sizeof h_lease);
+  snprintf(h_rank, sizeof h_rank, "X-Ctune-Rank: %d", t->rank);
+  const char *hdrs[] = {h_lease, h_rank, NULL};
+  char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+  if (text && asprintf(&what, "trial %d rank %d: %s", t->id, t->rank, route) < 0) what = NULL;
+  if (!text || !what ||
+      http_request(w->http, "POST", path, "application/json", text, strlen(text), hdrs,
+                   WORKER_UPLOAD_TIMEOUT_MS, worker_on_gang_reply, what) < 0) {
+    log_warn("trial %d rank %d: cannot send %s", t->id, t->rank, route);
+    free(what);
+  }
+  free(text);
+}
+
+/* Rank 0 of a gang: a port free here that no other trial of this worker
+ * holds, written into its lease (the members' MASTER_PORT) and reported. */
+static int worker_gang_rendezvous(struct worker *w, struct trial *t) {
+  cJSON *g = cJSON_GetObjectItemCaseSensitive(t->lease, "gang");
+  if (t->world < 2 || t->rank != 0 || !cJSON_IsObject(g) || t->rdzv_port) return 0;
+  const char *addr = w->o.advertise_addr ? w->o.advertise_addr : w->local_ip;
+  if (!addr[0]) return -EADDRNOTAVAIL;
+  int port = rdzv_port_take(&w->rdzv, rdzv_probe_free_port, NULL);
+  if (port < 0) return port;
+  t->rdzv_port = port;
+  cJSON *b = cJSON_CreateObject();
+  if (!b || !cJSON_AddStringToObject(b, "master_addr", addr) ||
+      !cJSON_AddNumberToObject(b, "master_port", port)) {
+    cJSON_Delete(b);
+    return -ENOMEM;
+  }
+  cJSON_ReplaceItemInObjectCaseSensitive(g, "master_addr", cJSON_CreateString(addr));
+  cJSON_ReplaceItemInObjectCaseSensitive(g, "master_port", cJSON_CreateNumber(port));
+  log_info("trial %d: rank 0 of %d meets its members at %s:%d", t->id, t->world, addr, port);
+  worker_gang_post(w, t, "rendezvous", b);
+  cJSON_Delete(b);
+  return 0;
+}
+
 static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   char cpus[ALLOC_MAX_CPUS * 5], gpus[ALLOC_MAX_GPUS * 5], err[512] = "";
   cpuset_format(t->grant.cpus, t->grant.ncpus, cpus, sizeof cpus);
@@ -1049,9 +1151,14 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
       .iso = isolate_current(),
   };
   struct trainable_cmd cmd;
+  int rc = worker_gang_rendezvous(w, t);
+  if (rc < 0) {
+    worker_abort_trial(w, t, "cannot choose a rendezvous port or address for the gang", "internal");
+    return;
+  }
   t->clock.prev_iter = trial_start_iteration(t->lease, resume);
   t->clock.start_total = trial_start_time_total(t->lease, resume);
-  int rc = trainable_build(t->lease, &ctx, &cmd, err, sizeof err);
+  rc = trainable_build(t->lease, &ctx, &cmd, err, sizeof err);
   if (rc < 0) {
     worker_abort_trial(w, t, rc == -EINVAL ? err : strerror(-rc),
                        rc == -EINVAL ? "bad_config" : "internal");
@@ -1062,8 +1169,8 @@ static void worker_spawn_trial(struct worker *w, struct trial *t, int resume) {
   struct proc_limits lim = {cpus, 0, NULL, !cmd.stdout_pipe};
   char cg[4300];
   if (w->o.cgroup && w->o.cgroup->enabled) {
-    rc = cgroup_trial_create(w->o.cgroup, t->id, t->grant.cpu_quota, t->grant.memory_mb, cg,
-                             sizeof cg);
+    rc = cgroup_trial_create(w->o.cgroup, worker_slot_id(t), t->grant.cpu_quota, t->grant.memory_mb,
+                             cg, sizeof cg);
     if (rc == 0 && (t->cgroup = strdup(cg)))
       lim.cgroup = t->cgroup;
     else
@@ -1212,7 +1319,7 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
   t->next = w->trials;
   w->trials = t;
   log_info("trial %d: leased (attempt %ld)", t->id, t->attempt);
-  rc = alloc_take(&w->pool, t->id, &req, &t->grant);
+  rc = alloc_take(&w->pool, worker_slot_id(t), &req, &t->grant);
   if (rc == -ENOSPC && alloc_could_ever_fit(&w->pool, &req)) {
     /* No room now (the lease was asked for with more free than is left):
      * not the trial's failure. Given back at once (PENDING on the server,
@@ -1349,9 +1456,14 @@ static void worker_stop_attempt(struct worker *w, int id, long attempt, enum tri
              t->attempt);
     return;
   }
-  if (t->state == TRIAL_STOPPING) return;
-  log_info("trial %d: %s (attempt %ld)", id, what, attempt);
-  worker_trial_event(w, t, TEV_STOP, why, 0);
+  /* Every member of a gang's attempt here: the attempt ends for all. */
+  struct trial *next;
+  for (t = w->trials; t; t = next) {
+    next = t->next; /* a stop may end and free it at once */
+    if (t->id != id || t->attempt != attempt || t->state >= TRIAL_STOPPING) continue;
+    log_info("trial %d: %s (attempt %ld, rank %d)", id, what, attempt, t->rank);
+    worker_trial_event(w, t, TEV_STOP, why, 0);
+  }
 }
 
 static void worker_on_results_reply(struct worker *w, const struct obreq *q,
@@ -1578,6 +1690,7 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
   }
   if (!err && resp->status == 200) {
     w->lease_failures = 0;
+    if (resp->local_ip[0]) snprintf(w->local_ip, sizeof w->local_ip, "%s", resp->local_ip);
     cJSON *b = cJSON_Parse(resp->body);
     cJSON *tr = cJSON_DetachItemFromObjectCaseSensitive(b, "trial");
     cJSON_Delete(b);
@@ -1753,16 +1866,19 @@ static void worker_on_heartbeat(void *arg, int err, const struct http_resp *resp
   }
 }
 
-static int worker_hb_add(cJSON *run, int id, long attempt) {
+static int worker_hb_add(cJSON *run, int id, long attempt, int rank) {
   const cJSON *e;
   cJSON_ArrayForEach(e, run) {
     const cJSON *i = cJSON_GetObjectItemCaseSensitive(e, "id");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "attempt");
-    if (i->valueint == id && (long)a->valuedouble == attempt) return 0;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(e, "rank");
+    if (i->valueint == id && (long)a->valuedouble == attempt && (r ? r->valueint : 0) == rank)
+      return 0;
   }
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "id", id) ||
-      !cJSON_AddNumberToObject(o, "attempt", (double)attempt) || !cJSON_AddItemToArray(run, o)) {
+      !cJSON_AddNumberToObject(o, "attempt", (double)attempt) ||
+      (rank > 0 && !cJSON_AddNumberToObject(o, "rank", rank)) || !cJSON_AddItemToArray(run, o)) {
     cJSON_Delete(o);
     return -ENOMEM;
   }
@@ -1775,17 +1891,26 @@ static int worker_hb_add(cJSON *run, int id, long attempt) {
  * does not requeue a trial whose end is on its way. */
 static void worker_on_hb_timer(uv_timer_t *h) {
   struct worker *w = h->data;
+  /* While a gang's member runs here, four heartbeats per interval: the
+   * server ends a gang's attempt one interval after a member's worker went
+   * silent, so that the other members stop within two
+   * (docs/worker.md#gang-members). */
+  int gang = 0;
+  for (struct trial *t = w->trials; t && !gang; t = t->next)
+    gang = t->world > 1 && t->state < TRIAL_EXITED;
+  uint64_t period = (uint64_t)(w->hb_interval_s * 1000) / (gang ? 4 : 1);
+  if (period && uv_timer_get_repeat(h) != period) uv_timer_set_repeat(h, period);
   if (w->hb_inflight || !w->id || w->shut) return;
   cJSON *b = cJSON_CreateObject();
   cJSON *run = cJSON_AddArrayToObject(b, "running");
   int rc = run ? 0 : -ENOMEM;
   for (struct trial *t = w->trials; rc == 0 && t; t = t->next)
     if (t->state < TRIAL_EXITED && t->lease_worker == w->id)
-      rc = worker_hb_add(run, t->id, t->attempt);
+      rc = worker_hb_add(run, t->id, t->attempt, t->rank);
   for (struct outbox_lane *l = w->ob.lanes; rc == 0 && l; l = l->next)
     for (struct outbox_item *it = l->head; rc == 0 && it; it = it->next)
       if (it->lease.worker_id == w->id && it->lease.attempt)
-        rc = worker_hb_add(run, it->trial_id, it->lease.attempt);
+        rc = worker_hb_add(run, it->trial_id, it->lease.attempt, 0);
   /* A delivery stuck while the server answers is said on its trial. */
   cJSON *e;
   cJSON_ArrayForEach(e, run) {
@@ -2231,6 +2356,10 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   free(obdir);
   if (rc < 0) goto fail;
   worker_sweep_dirs(w); /* what an earlier run left: kept only while needed */
+  /* Rendezvous ports are claimed machine-wide where the CPU claims are. */
+  char run_dir[4096];
+  if (sysres_run_dir(run_dir, sizeof run_dir) < 0 || rdzv_ports_init(&w->rdzv, run_dir) < 0)
+    log_warn("rendezvous ports: no claim dir: only this worker's gang trials are kept apart");
   rc = http_client_new(loop, opts->server, opts->token, &w->http);
   if (rc < 0) goto fail_ob;
   uv_timer_t *timers[] = WORKER_TIMERS(w);
@@ -2272,5 +2401,6 @@ void worker_free(struct worker *w) {
     trial_free(t);
   }
   outbox_close(&w->ob);
+  rdzv_ports_free(&w->rdzv);
   free(w);
 }

@@ -34,6 +34,7 @@ struct worker_opts {
   const struct cgroup_ctx *cgroup; /* enabled: cpu.max/memory.max per trial */
   unsigned preempt_grace_ms;       /* a preemption notice's deadline (worker_preempt) */
   int spot;                        /* registered with "labels": {"spot": true} */
+  const char *advertise_addr;      /* gang trials' MASTER_ADDR; NULL: the server link's */
 };
 
 struct worker;

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "api.h"
+#include "gang.h"
 #include "clock.h"
 #include "log.h"
 #include "decide.h"
@@ -129,6 +130,20 @@ static int api_lease(const struct api_req *req, struct api_resp *resp, struct le
   api_error(resp, 400, "missing_lease", "X-Ctune-Lease",
             "trial writes need the header X-Ctune-Lease: <worker_id>:<attempt> (the "
             "attempt from the lease reply)");
+  return -EINVAL;
+}
+
+/* A gang member's rank (X-Ctune-Rank: R, docs/protocol.md#gang-trials);
+ * absent: 0 (rank 0, or a trial of one process). A 400 when malformed. */
+static int api_rank(const struct api_req *req, struct api_resp *resp, int *rank) {
+  const char *h = req->header(req->conn, "X-Ctune-Rank");
+  char *end = NULL;
+  long v = h ? strtol(h, &end, 10) : 0;
+  *rank = (int)v;
+  if (!h || (end != h && !*end && v >= 0 && v < SPEC_GANG_MAX && h[0] >= '0' && h[0] <= '9'))
+    return 0;
+  api_error(resp, 400, "invalid_rank", "X-Ctune-Rank",
+            "X-Ctune-Rank must be an integer from 0 to %d", SPEC_GANG_MAX - 1);
   return -EINVAL;
 }
 
@@ -297,7 +312,8 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
 
 int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct lease_token l;
-  if (api_lease(req, resp, &l)) return 0;
+  int rank;
+  if (api_lease(req, resp, &l) || api_rank(req, resp, &rank)) return 0;
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
@@ -330,6 +346,19 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
                                .error = msg,
                                .has_exit_code = code && cJSON_IsNumber(code),
                                .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
+  if (rank > 0) {
+    /* A gang's member: one failure of the trial, under rank 0's lease. */
+    server_lock(s);
+    struct srv_trial *t = api_find_trial(s, req, resp);
+    if (t) {
+      rc = gang_member_fail(s, t, &l, rank, msg, a.why, sizeof a.why, &resp->ticket);
+      a.fence = FENCE_FINAL; /* the reply waits for the end it caused, or an earlier one */
+      rc = api_trial_ended(s, req, resp, t, &a, rc);
+    }
+    server_unlock(s);
+    cJSON_Delete(body);
+    return rc;
+  }
   rc = api_trial_end_event(s, req, resp, TE_FAIL, &a);
   cJSON_Delete(body);
   return rc;
@@ -392,14 +421,16 @@ struct blob_op {
   uint32_t crc;
   size_t len;
   int is_log;
-  int fd; /* >= 0: the bytes are in this spool file, not in data */
+  int rank; /* logs: a gang's member */
+  int fd;   /* >= 0: the bytes are in this spool file, not in data */
   char data[];
 };
 
 static int blob_op_apply(struct store *st, void *arg) {
   struct blob_op *op = arg;
   if (op->is_log)
-    return store_put_log(st, op->trial_id, op->attempt, op->worker_id, op->data, op->len);
+    return store_put_member_log(st, op->trial_id, op->attempt, op->worker_id, op->rank, op->data,
+                                op->len);
   if (op->fd < 0)
     return store_put_checkpoint(st, op->trial_id, op->iteration, op->crc, op->data, op->len);
   /* A spooled upload is mapped only while the commit thread writes it: no
@@ -477,6 +508,7 @@ int api_checkpoint_put(struct server *s, const struct api_req *req, struct api_r
   op->crc = (uint32_t)crc;
   op->len = req->body_len;
   op->is_log = 0;
+  op->rank = 0;
   op->fd = -1;
   if (!req->body_spooled)
     memcpy(op->data, req->body, req->body_len);
@@ -574,9 +606,54 @@ int api_checkpoint_get(struct server *s, const struct api_req *req, struct api_r
   return 0;
 }
 
-int api_log_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+/* Rank 0's worker says where the other members of a gang meet it
+ * (docs/protocol.md#gang-trials); their leases go out after it. */
+int api_trial_rendezvous(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct lease_token l;
   if (api_lease(req, resp, &l)) return 0;
+  cJSON *body = api_body_object(req, resp, 0);
+  if (!body) return 0;
+  const cJSON *addr = cJSON_GetObjectItemCaseSensitive(body, "master_addr");
+  const cJSON *port = cJSON_GetObjectItemCaseSensitive(body, "master_port");
+  int rc = 0;
+  if (!cJSON_IsString(addr) || !cJSON_IsNumber(port) ||
+      port->valuedouble != (int)port->valuedouble) {
+    cJSON_Delete(body);
+    return api_error(resp, 400, "invalid_body",
+                     !cJSON_IsString(addr) ? "master_addr" : "master_port",
+                     "the body is {\"master_addr\": \"HOST\", \"master_port\": 1..65535}");
+  }
+  char why[256] = "";
+  server_lock(s);
+  struct srv_trial *t = api_find_trial(s, req, resp);
+  if (t) {
+    rc = gang_rendezvous(s, t, &l, addr->valuestring, port->valueint, why, sizeof why);
+    if (rc == -ESTALE)
+      rc = api_not_leased(s, resp, req->path, why, 0);
+    else if (rc == -EINVAL)
+      rc = api_error(resp, 400, "invalid_body", "master_port", "%s", why);
+    else if (rc == -EEXIST)
+      rc = api_error(resp, 409, "rendezvous_taken", "master_port", "%s", why);
+    else if (!rc) {
+      cJSON *o = cJSON_CreateObject();
+      if (!o || !cJSON_AddStringToObject(o, "master_addr", addr->valuestring) ||
+          !cJSON_AddNumberToObject(o, "master_port", port->valueint)) {
+        cJSON_Delete(o);
+        rc = -ENOMEM;
+      } else {
+        rc = api_json(resp, 200, o);
+      }
+    }
+  }
+  server_unlock(s);
+  cJSON_Delete(body);
+  return rc;
+}
+
+int api_log_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  int rank;
+  if (api_lease(req, resp, &l) || api_rank(req, resp, &rank)) return 0;
   struct blob_op *op = malloc(sizeof *op + req->body_len + 1);
   if (!op) return -ENOMEM;
   op->len = req->body_len;
@@ -598,7 +675,8 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
     goto out;
   }
   char why[256];
-  if (state_check_fence(s, t, &l, why, sizeof why) == FENCE_STALE) {
+  /* A gang's member sends its own output, fenced by its attempt and rank. */
+  if (gang_check_member(s, t, &l, rank, why, sizeof why) == FENCE_STALE) {
     free(op);
     rc = api_not_leased(s, resp, req->path, why, 0);
     goto out;
@@ -606,6 +684,7 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
   op->trial_id = t->id;
   op->worker_id = l.worker_id;
   op->attempt = l.attempt;
+  op->rank = rank;
   if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||

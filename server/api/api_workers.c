@@ -9,6 +9,7 @@
 #include "api.h"
 #include "auth.h"
 #include "clock.h"
+#include "gang.h"
 #include "quarantine.h"
 #include "workers.h"
 #include "log.h"
@@ -201,8 +202,20 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
                      "stuck must be a non-empty string of at most %d bytes", API_STUCK_MAX);
       goto done;
     }
-    listed[i] = (struct workers_listed){(int64_t)id->valuedouble, at ? (int)at->valuedouble : 0,
-                                        at != NULL, stuck ? stuck->valuestring : NULL};
+    /* A gang trial's member other than rank 0 (gang.h). */
+    const cJSON *rank = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "rank") : NULL;
+    if (rank &&
+        (!cJSON_IsNumber(rank) || !(rank->valuedouble >= 0) || rank->valuedouble >= SPEC_GANG_MAX ||
+         rank->valuedouble != (int)rank->valuedouble)) {
+      char where[48];
+      snprintf(where, sizeof where, "running[%d].rank", i);
+      rc = api_error(resp, 400, "invalid_body", where, "rank must be an integer from 0 to %d",
+                     SPEC_GANG_MAX - 1);
+      goto done;
+    }
+    listed[i] =
+        (struct workers_listed){(int64_t)id->valuedouble, at ? (int)at->valuedouble : 0, at != NULL,
+                                stuck ? stuck->valuestring : NULL, rank ? rank->valueint : 0};
   }
   if (!(out = cJSON_CreateObject()) || !(stop = cJSON_AddArrayToObject(out, "stop")) ||
       !cJSON_AddNumberToObject(out, "lease_timeout_s", s->opt.lease_timeout_s) ||
@@ -220,7 +233,8 @@ int api_worker_heartbeat(struct server *s, const struct api_req *req, struct api
     if (!o || !cJSON_AddItemToArray(stop, o) ||
         !cJSON_AddNumberToObject(o, "id", (double)stops[k].trial_id) ||
         !cJSON_AddNumberToObject(o, "attempt", stops[k].attempt) ||
-        !cJSON_AddStringToObject(o, "reason", stops[k].reason)) {
+        !cJSON_AddStringToObject(o, "reason", stops[k].reason) ||
+        (stops[k].rank > 0 && !cJSON_AddNumberToObject(o, "rank", stops[k].rank))) {
       if (o && !o->prev) cJSON_Delete(o); /* not in the array yet */
       rc = -ENOMEM;
     }
@@ -240,7 +254,29 @@ done:
   return rc;
 }
 
-static cJSON *api_lease_json(struct server *s, const struct srv_trial *t) {
+/* A gang member's place (docs/protocol.md#gang-trials): torchrun's
+ * variables, and where rank 0 listens (null for rank 0 itself, which
+ * chooses the port and reports it). */
+static int api_add_gang(cJSON *o, const struct srv_trial *t, int rank) {
+  const struct srv_gang *g = t->gang;
+  if (!g) return 1;
+  const struct gang_member *m = &g->m[rank];
+  cJSON *j = cJSON_AddObjectToObject(o, "gang");
+  return j && cJSON_AddNumberToObject(j, "rank", rank) &&
+         cJSON_AddNumberToObject(j, "world_size", g->world) &&
+         cJSON_AddNumberToObject(j, "node_rank", m->node_rank) &&
+         cJSON_AddNumberToObject(j, "num_nodes", g->nnodes) &&
+         cJSON_AddNumberToObject(j, "local_rank", m->local_rank) &&
+         cJSON_AddNumberToObject(j, "local_world_size", m->local_world) &&
+         cJSON_AddItemToObject(j, "master_addr",
+                               g->master_port ? cJSON_CreateString(g->master_addr)
+                                              : cJSON_CreateNull()) &&
+         cJSON_AddItemToObject(j, "master_port",
+                               g->master_port ? cJSON_CreateNumber(g->master_port)
+                                              : cJSON_CreateNull());
+}
+
+static cJSON *api_lease_json(struct server *s, const struct srv_trial *t, int rank) {
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
   cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "trial"), *res;
   int ok =
@@ -277,7 +313,7 @@ static cJSON *api_lease_json(struct server *s, const struct srv_trial *t) {
                                               : cJSON_CreateNull()) &&
       cJSON_AddNumberToObject(o, "start_time_total_s", state_checkpoint_time_total(s, e, t)) &&
       cJSON_AddNumberToObject(o, "attempt", t->attempt) && !api_add_objectives(o, &e->spec) &&
-      !api_add_constraint_metrics(o, &e->spec);
+      !api_add_constraint_metrics(o, &e->spec) && api_add_gang(o, t, rank);
   if (!ok) {
     cJSON_Delete(root);
     return NULL;
@@ -324,11 +360,21 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
      * it has rather than wait out the hold with a part of it. */
     if (req->held_until_ms && w->releases != req->held_mark) until = 0;
     mark = req->held_until_ms ? req->held_mark : w->releases;
-    rc = req->held_until_ms ? state_lease_again(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket)
-                            : state_lease(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
+    /* A gang member placed here earlier goes first: it is charged already. */
+    int rank = 0;
+    if (!req->held_until_ms) workers_touch(w); /* asking is a sign of life (state_lease) */
+    gang_deliver(s, w, &t, &rank);
+    if (!t) {
+      rc = state_lease_again(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
+      /* A gang just placed: this worker's member, if it holds one. */
+      if (!rc && t && t->gang) gang_deliver(s, w, &t, &rank);
+    }
     if (!rc && t) {
-      if (!(o = api_lease_json(s, t))) rc = -ENOMEM;
-      if (!rc)
+      if (!(o = api_lease_json(s, t, rank))) rc = -ENOMEM;
+      if (!rc && t->gang)
+        log_info("trial %lld member rank %d leased to worker %lld (attempt %d)", (long long)t->id,
+                 rank, (long long)w->id, t->attempt);
+      else if (!rc)
         log_info("trial %lld leased to worker %lld (attempt %d, from iteration %g)",
                  (long long)t->id, (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);
     }

@@ -1,6 +1,7 @@
 /* http: one libmicrohttpd daemon (epoll, a small thread pool). A write's reply
  * is held (the connection suspended) until the commit thread made it durable. */
 #include "http.h"
+#include "gang.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -435,8 +436,11 @@ static int http_worker_access(struct http_req *r, const struct route_match *m,
   }
   pthread_mutex_lock(&s->lock); /* read only: nothing to commit */
   struct srv_trial *t = server_trial(s, m->ids[0]);
-  int holds = t && t->lease_worker_id == wid;
-  int running_here = t && t->status == TS_RUNNING && t->worker_id == wid;
+  /* A gang's member on another worker holds the trial's lease with rank 0
+   * (its writes are fenced by rank too: gang_check_member). */
+  int holds = t && (t->lease_worker_id == wid || gang_has_worker(t, wid, 0));
+  int running_here =
+      t && t->status == TS_RUNNING && (t->worker_id == wid || gang_has_worker(t, wid, 1));
   pthread_mutex_unlock(&s->lock);
   if (!t) return 0; /* the handler's 404 */
   if (meth == RM_GET && !running_here) {

@@ -38,6 +38,7 @@ enum {
   H_EXP_PATCH,
   H_EXP_DELETE,
   H_TRIAL_STOP, /* a user's control */
+  H_TRIAL_RENDEZVOUS,
   H_COUNT
 };
 
@@ -76,6 +77,7 @@ int api_experiment_resume(struct server *, const struct api_req *, struct api_re
 int api_experiment_patch(struct server *, const struct api_req *, struct api_resp *);
 int api_experiment_delete(struct server *, const struct api_req *, struct api_resp *);
 int api_trial_stop(struct server *, const struct api_req *, struct api_resp *);
+int api_trial_rendezvous(struct server *, const struct api_req *, struct api_resp *);
 
 const struct route api_routes[] = {
     {RM_GET, "/healthz", RA_PUBLIC, H_HEALTHZ},
@@ -100,6 +102,7 @@ const struct route api_routes[] = {
     {RM_POST, "/api/v1/trials/{id}/complete", RA_WORKER, H_TRIAL_COMPLETE},
     {RM_POST, "/api/v1/trials/{id}/fail", RA_WORKER, H_TRIAL_FAIL},
     {RM_POST, "/api/v1/trials/{id}/release", RA_WORKER, H_TRIAL_RELEASE},
+    {RM_POST, "/api/v1/trials/{id}/rendezvous", RA_WORKER, H_TRIAL_RENDEZVOUS},
     {RM_PUT, "/api/v1/trials/{id}/checkpoint", RA_WORKER, H_CKPT_PUT},
     {RM_GET, "/api/v1/trials/{id}/checkpoint", RA_WORKER, H_CKPT_GET},
     {RM_PUT, "/api/v1/trials/{id}/logs", RA_WORKER, H_LOG_PUT},
@@ -155,4 +158,5 @@ const api_handler api_handlers[H_COUNT] = {
     [H_EXP_PATCH] = api_experiment_patch,
     [H_EXP_DELETE] = api_experiment_delete,
     [H_TRIAL_STOP] = api_trial_stop,
+    [H_TRIAL_RENDEZVOUS] = api_trial_rendezvous,
 };

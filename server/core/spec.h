@@ -81,7 +81,12 @@ struct spec_resources {
   double cpu;        /* default 1; fractional allowed */
   double gpu;        /* default 0; fractional allowed */
   int64_t memory_mb; /* default 0 = no limit */
+  /* Member processes of one trial (a gang), each with the three above;
+   * default 1: a trial is one process. */
+  int64_t num_workers;
 };
+
+#define SPEC_GANG_MAX 64 /* the most members a gang trial may have */
 
 struct experiment_spec {
   char name[SPEC_NAME_MAX + 1];   /* default "experiment" */

@@ -155,10 +155,11 @@ static int check_scheduler(const cJSON *s, struct sched_params *sp, struct valid
 }
 
 static int check_resources(const cJSON *r, struct spec_resources *res, struct validate_error *err) {
-  static const char *const keys[] = {"cpu", "gpu", "memory_mb", NULL};
+  static const char *const keys[] = {"cpu", "gpu", "memory_mb", "num_workers", NULL};
   res->cpu = 1;
   res->gpu = 0;
   res->memory_mb = 0;
+  res->num_workers = 1;
   if (!r) return 0;
   if (!cJSON_IsObject(r)) return spec_fail_at(err, "", "resources_per_trial", "must be an object");
   if (spec_check_keys(r, "resources_per_trial", "resources_per_trial", keys, err)) return -EINVAL;
@@ -170,6 +171,11 @@ static int check_resources(const cJSON *r, struct spec_resources *res, struct va
   if (!(res->gpu >= 0 && res->gpu <= 64))
     return spec_fail_at(err, "resources_per_trial", "gpu", "must be from 0 to 64");
   if (spec_get_int(r, "resources_per_trial", "memory_mb", 0, 1 << 30, &res->memory_mb, err) < 0)
+    return -EINVAL;
+  /* A gang: that many member processes, each with the cpu, gpu and
+   * memory_mb above, leased together (docs/scheduling.md#gang-trials). */
+  if (spec_get_int(r, "resources_per_trial", "num_workers", 1, SPEC_GANG_MAX, &res->num_workers,
+                   err) < 0)
     return -EINVAL;
   return 0;
 }

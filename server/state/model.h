@@ -18,6 +18,7 @@
 #include "store.h"
 
 struct events;
+struct srv_gang; /* gang.h */
 
 enum trial_status { TS_PENDING = 0, TS_RUNNING, TS_PAUSED, TS_TERMINATED, TS_ERROR, TS_COUNT };
 /* ES_PAUSED: a user's pause; no trial starts, running ones pause at their
@@ -160,6 +161,8 @@ struct srv_trial {
    * meaningful once nres > 0. Kept by state_note_result; a compact trial's
    * is read back from its last result at load (state_violations_restore). */
   double violation;
+  /* A gang trial's placement (gang.h; NULL for a trial of one process). */
+  struct srv_gang *gang;
 };
 
 struct srv_experiment {
@@ -229,6 +232,9 @@ struct srv_experiment {
   int64_t cold_best_id;
   double cold_best_value;
   uint64_t read_ms; /* monotonic: its trials were last needed (cold 60 s later) */
+  /* A gang experiment: when its trial first found no room (monotonic; 0:
+   * not waiting), for the starvation rule (gang_holds_back). */
+  uint64_t gang_waiting_ms;
 };
 
 /* Failed attempts a worker remembers (the rest of a longer streak is a count). */

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "constraint.h"
 #include "events.h"
+#include "gang.h"
 #include "jsonout.h"
 #include "log.h"
 #include "quarantine.h"
@@ -75,6 +76,7 @@ void state_trial_free(struct srv_trial *t) {
   free(t->error);
   free(t->reason);
   free(t->exploit_old_config);
+  free(t->gang);
   state_trial_history_free(t);
   free(t);
 }
@@ -127,40 +129,46 @@ struct srv_worker *state_worker_by_secret(struct server *s, const char *tok) {
   return w;
 }
 
-void state_charge(struct server *s, struct srv_worker *w, struct srv_trial *t) {
-  const struct spec_resources *r = &server_experiment(s, t->experiment_id)->spec.resources;
+void state_charge_worker(struct srv_worker *w, const struct spec_resources *r) {
   w->used_cpu += r->cpu;
   w->used_gpu += r->gpu;
   /* A worker that declared no memory is not accounted for it: charging it
    * would only show a negative free amount. */
   if (w->memory_mb > 0) w->used_memory_mb += r->memory_mb;
   w->nrunning++;
+}
+
+void state_charge(struct server *s, struct srv_worker *w, struct srv_trial *t) {
+  state_charge_worker(w, &server_experiment(s, t->experiment_id)->spec.resources);
   t->worker_id = w->id;
   t->lease_worker_id = w->id;
+}
+
+void state_uncharge_worker(struct srv_worker *w, const struct spec_resources *r) {
+  w->releases++;
+  if (w->nrunning > 0) w->nrunning--;
+  if (w->nrunning == 0) {
+    /* Nothing left on it: exact zeros, whatever the sums of fractions
+     * left behind in rounding. */
+    w->used_cpu = w->used_gpu = 0;
+    w->used_memory_mb = 0;
+  } else {
+    w->used_cpu -= r->cpu;
+    w->used_gpu -= r->gpu;
+    if (w->memory_mb > 0) w->used_memory_mb -= r->memory_mb;
+    if (w->used_cpu < 1e-9) w->used_cpu = 0;
+    if (w->used_gpu < 1e-9) w->used_gpu = 0;
+    if (w->used_memory_mb < 0) w->used_memory_mb = 0;
+  }
 }
 
 void state_release(struct server *s, struct srv_trial *t) {
   struct srv_worker *w = server_worker(s, t->worker_id);
   struct srv_experiment *e = server_experiment(s, t->experiment_id);
+  gang_release(s, t); /* the other members of a gang end with rank 0's lease */
   /* worker_id is cleared below, so a second release of the same lease (an
    * end after a requeue, say) frees nothing twice. */
-  if (w && e) {
-    w->releases++;
-    if (w->nrunning > 0) w->nrunning--;
-    if (w->nrunning == 0) {
-      /* Nothing left on it: exact zeros, whatever the sums of fractions
-       * left behind in rounding. */
-      w->used_cpu = w->used_gpu = 0;
-      w->used_memory_mb = 0;
-    } else {
-      w->used_cpu -= e->spec.resources.cpu;
-      w->used_gpu -= e->spec.resources.gpu;
-      if (w->memory_mb > 0) w->used_memory_mb -= e->spec.resources.memory_mb;
-      if (w->used_cpu < 1e-9) w->used_cpu = 0;
-      if (w->used_gpu < 1e-9) w->used_gpu = 0;
-      if (w->used_memory_mb < 0) w->used_memory_mb = 0;
-    }
-  }
+  if (w && e) state_uncharge_worker(w, &e->spec.resources);
   t->worker_id = 0;
 }
 
@@ -235,6 +243,11 @@ int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double
     if (e->spec.max_concurrent_trials > 0 && e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
       continue;
     const struct spec_resources *r = &e->spec.resources;
+    /* A gang's members may go to other workers: gang_lease decides. */
+    if (r->num_workers > 1) {
+      s->fair[nc++] = e;
+      continue;
+    }
     /* Every trial of an experiment needs the same: one check per experiment. */
     if (!fits(r->cpu, fc) || !fits(r->gpu, fg) || r->memory_mb > fm) continue;
     s->fair[nc++] = e;
@@ -262,6 +275,17 @@ int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double
     /* A scheduler that waits (HyperBand's halving) passes to the next. */
     if (!t && state_lease_choose(s, e, can_new, &t, ticket)) continue;
     if (!t) continue;
+    if (e->spec.resources.num_workers > 1) {
+      /* All members or none; t stays PENDING when they do not fit. */
+      int rc = gang_lease(s, t, w, fc, fg, fm, ticket);
+      if (!rc) {
+        *out = t;
+        return 0;
+      }
+      if (rc == -ENOSPC && gang_holds_back(s, e, w, clock_mono_ms())) return 0;
+      if (rc == -ENOSPC || rc == -E2BIG) continue;
+      return rc;
+    }
     /* A spot worker leaves a precious trial to a free non-spot one: it
      * takes the next PENDING trial that is not, else a new one. */
     for (int64_t j = t->idx + 1; t && state_preempt_defer(s, w, e, t); j++) {
@@ -327,7 +351,7 @@ void state_experiment_pending_reason(struct server *s, const struct srv_experime
            e->counts[TS_RUNNING] >= e->spec.max_concurrent_trials)
     snprintf(buf, n, "max_concurrent_trials (%lld) reached",
              (long long)e->spec.max_concurrent_trials);
-  else
+  else if (!gang_pending_reason(s, e, buf, n))
     snprintf(buf, n, "waiting for free resources");
 }
 
@@ -457,6 +481,7 @@ void state_expire_leases(struct server *s, uint64_t now_ms) {
                  (long long)wid, t->attempt, why);
     }
   }
+  gang_expire(s, now_ms); /* a gang's members other than rank 0 */
 }
 
 int state_parse_lease(const char *h, struct lease_token *out) {

@@ -226,6 +226,9 @@ void state_renew_lease(struct server *s, struct srv_trial *t, uint64_t now_ms);
 struct srv_worker *state_worker_by_secret(struct server *s, const char *tok);
 /* Charges a RUNNING trial's resources to its worker (lease, load). */
 void state_charge(struct server *s, struct srv_worker *w, struct srv_trial *t);
+/* One process's resources r on w, and back (a gang's members: gang.c). */
+void state_charge_worker(struct srv_worker *w, const struct spec_resources *r);
+void state_uncharge_worker(struct srv_worker *w, const struct spec_resources *r);
 /* Heartbeat v2 reconciliation for worker w: after the listed trials were
  * marked (listed_gen == gen), every trial RUNNING on w that was not listed
  * starts (or continues) its unlisted time; two heartbeat intervals of it and

@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "decide.h"
 #include "events.h"
+#include "gang.h"
 #include "log.h"
 #include "state.h"
 
@@ -84,9 +85,14 @@ int workers_heartbeat(struct server *s, struct srv_worker *w, const struct worke
     struct srv_trial *t = server_trial(s, listed[i].trial_id);
     int attempt = listed[i].has_attempt ? listed[i].attempt : t ? t->attempt : 0;
     const char *why = "not_leased";
-    if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
+    if (listed[i].rank > 0) {
+      /* A gang's other member: renewed while its attempt runs. */
+      if (t && gang_heartbeat_member(s, w, t, attempt, listed[i].rank, gen, now_ms)) continue;
+      if (t && (t->status == TS_TERMINATED || t->status == TS_ERROR)) why = "ended";
+    } else if (t && t->status == TS_RUNNING && t->worker_id == w->id && t->attempt == attempt) {
       /* Listed by its lessee: the lease is renewed. */
       t->listed_gen = gen;
+      if (t->gang) gang_heartbeat_member(s, w, t, attempt, 0, gen, now_ms); /* rank 0 */
       t->unlisted_since_ms = 0;
       state_renew_lease(s, t, now_ms);
       /* Its worker cannot deliver what it has of this attempt (the server
@@ -110,13 +116,16 @@ int workers_heartbeat(struct server *s, struct srv_worker *w, const struct worke
       struct srv_experiment *e = server_experiment(s, t->experiment_id);
       why = e->status == ES_CANCELLED ? "cancelled" : "ended";
     }
-    stops[nstops++] = (struct workers_stop){listed[i].trial_id, attempt, why};
+    stops[nstops++] = (struct workers_stop){listed[i].trial_id, attempt, why, listed[i].rank};
   }
   if (rc) return rc;
   /* The other direction: what the server has RUNNING here and the worker
    * does not run (a lost lease reply) goes back to PENDING. */
   int back = state_reconcile_worker(s, w, gen, now_ms, ticket);
   if (back < 0) return back;
+  int members = gang_reconcile_worker(s, w, gen, now_ms, ticket);
+  if (members < 0) return members;
+  back += members;
   if (requeued) *requeued = back;
   return nstops;
 }

@@ -32,6 +32,7 @@ struct workers_listed {
   int64_t trial_id;
   int attempt, has_attempt;
   const char *stuck;
+  int rank; /* a gang trial's member (gang.h); 0: rank 0 or a trial of one process */
 };
 /* What the reply tells the worker to stop, and why: "not_leased",
  * "ended", "cancelled" or "paused". */
@@ -39,6 +40,7 @@ struct workers_stop {
   int64_t trial_id;
   int attempt;
   const char *reason;
+  int rank;
 };
 /* A heartbeat of w listing listed[0..n): a sign of life; each listed trial
  * leased to w at that attempt has its lease renewed (one of a paused

@@ -646,6 +646,11 @@ int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, 
 
 int store_put_log(struct store *st, int64_t trial_id, int attempt, int64_t worker_id,
                   const char *log, size_t len) {
+  return store_put_member_log(st, trial_id, attempt, worker_id, 0, log, len);
+}
+
+int store_put_member_log(struct store *st, int64_t trial_id, int attempt, int64_t worker_id,
+                         int rank, const char *log, size_t len) {
   /* Read in the writer's own transaction: the row it replaces. */
   sqlite3_stmt *g = st->stmt[ST_GET_LOG];
   sqlite3_bind_int64(g, 1, trial_id);
@@ -654,10 +659,10 @@ int store_put_log(struct store *st, int64_t trial_id, int attempt, int64_t worke
   size_t rowlen = 0;
   if (rc == SQLITE_ROW)
     rc = store_logs_merge((const char *)sqlite3_column_text(g, 0),
-                          (size_t)sqlite3_column_bytes(g, 0), attempt, worker_id, log, len, &row,
-                          &rowlen);
+                          (size_t)sqlite3_column_bytes(g, 0), attempt, worker_id, rank, log, len,
+                          &row, &rowlen);
   else if (rc == SQLITE_DONE)
-    rc = store_logs_merge(NULL, 0, attempt, worker_id, log, len, &row, &rowlen);
+    rc = store_logs_merge(NULL, 0, attempt, worker_id, rank, log, len, &row, &rowlen);
   else
     rc = -EIO;
   sqlite3_reset(g);

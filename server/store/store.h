@@ -166,6 +166,10 @@ int store_put_checkpoint(struct store *st, int64_t trial_id, int64_t iteration, 
  * keeps the earlier attempts' (store_logs.h). */
 int store_put_log(struct store *st, int64_t trial_id, int attempt, int64_t worker_id,
                   const char *log, size_t len);
+/* The same for member rank of a gang trial (rank 0: store_put_log): each
+ * member's output is a section of its own. */
+int store_put_member_log(struct store *st, int64_t trial_id, int attempt, int64_t worker_id,
+                         int rank, const char *log, size_t len);
 /* Removes the experiment and everything of it (trials, results, records,
  * events, checkpoints, logs) inside the caller's transaction. */
 int store_delete_experiment(struct store *st, int64_t experiment_id);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Chaos test: a real ctune-server and two real
 ctune-workers run ASHA and FIFO experiments of a deterministic command
-trainable (trainable.py) while a seeded RNG injects faults of every kind:
+trainable (trainable.py), and a gang experiment of it (two members, one on
+each worker), while a seeded RNG injects faults of every kind:
 
   server   kill -9 of the server, restart on the same database and port
   worker   kill -9 of a worker, restart on its work dir
@@ -80,7 +81,12 @@ def experiment_pair(c, round_no):
     fifo = dict(common, name="chaos-fifo-%d" % round_no, num_samples=6,
                 max_concurrent_trials=3, seed=SEED * 10 + 5 + round_no,
                 scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": MAX_T})
-    return [c.api("POST", "/api/v1/experiments", x)["id"] for x in (asha, fifo)]
+    # A gang of two members, one on each worker (1.5 CPUs each of their 2).
+    gang = dict(common, name="chaos-gang-%d" % round_no, num_samples=1,
+                max_concurrent_trials=1, seed=SEED * 10 + 7 + round_no,
+                resources_per_trial={"cpu": 1.5, "num_workers": 2},
+                scheduler={"type": "fifo", "time_attr": "training_iteration", "max_t": MAX_T})
+    return [c.api("POST", "/api/v1/experiments", x)["id"] for x in (asha, fifo, gang)]
 
 
 def running(c, exps):
@@ -297,7 +303,7 @@ def main():
                 round_no += 1
                 exps += experiment_pair(c, round_no)
                 log("all experiments ended: submitted round %d (experiments %s)"
-                    % (round_no, exps[-2:]))
+                    % (round_no, exps[-3:]))
                 # The next fault meets the new round's trials running.
                 wait_for("the trials of round %d to start" % round_no,
                          lambda: c.trial_processes(), 20, step=0.05)

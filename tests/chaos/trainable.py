@@ -35,7 +35,8 @@ def score_of(config, i):
 
 def ledger(line):
     d = os.environ.get("CHAOS_LEDGER")
-    if not d:
+    # A gang trial's other members (RANK >= 1) produce nothing of the trial's.
+    if not d or os.environ.get("RANK", "0") != "0":
         return
     path = os.path.join(d, "%s.log" % os.environ.get("CTUNE_TRIAL_ID", "0"))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

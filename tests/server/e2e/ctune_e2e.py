@@ -17,7 +17,7 @@ from ctune_harness import read_tokens  # noqa: E402,F401  (the suite's tests imp
 BIN_DIR = os.environ.get("CTUNE_BIN_DIR") or (sys.argv[1] if len(sys.argv) > 1 else "")
 # Trial-scoped writes carry the lease they belong to
 # (docs/protocol.md#leases-and-fencing): X-Ctune-Lease: <worker_id>:<attempt>.
-FENCED = re.compile(r"^/api/v1/trials/(\d+)/(results|complete|fail|release|checkpoint|logs)$")
+FENCED = re.compile(r"^/api/v1/trials/(\d+)/(results|complete|fail|release|checkpoint|logs|rendezvous)$")
 LEASE_PATH = re.compile(r"^/api/v1/workers/(\d+)/lease$")
 _servers = []
 _tmpdirs = []

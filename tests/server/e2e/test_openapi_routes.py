@@ -25,7 +25,7 @@ def table():
     return set(roles())
 
 
-FENCED = {("post", "/api/v1/trials/{id}/" + w) for w in ("results", "complete", "fail", "release")}
+FENCED = {("post", "/api/v1/trials/{id}/" + w) for w in ("results", "complete", "fail", "release", "rendezvous")}
 FENCED |= {("put", "/api/v1/trials/{id}/checkpoint"), ("put", "/api/v1/trials/{id}/logs")}
 
 

@@ -194,7 +194,7 @@ START_TEST(logs_of_every_attempt) {
    * as an earlier attempt's when a later one uploads. */
   char *row, *out;
   size_t rl, ol;
-  ck_assert_int_eq(store_logs_merge("old text\n", 9, 2, 5, "new", 3, &row, &rl), 0);
+  ck_assert_int_eq(store_logs_merge("old text\n", 9, 2, 5, 0, "new", 3, &row, &rl), 0);
   ck_assert_int_eq(store_logs_render(row, rl, &out, &ol), 0);
   ck_assert_str_eq(out, "--- an earlier attempt ---\nold text\n--- attempt 2 (worker 5) ---\nnew");
   free(out);
@@ -689,12 +689,41 @@ START_TEST(upgrade_from_version_1_keeps_results) {
 }
 END_TEST
 
+/* Rule: a gang trial's members each keep a section of their own in an
+ * attempt (rank 0's is the plain one); an upload replaces its own rank's
+ * only; a later attempt keeps the earlier one's members as one attempt. */
+START_TEST(logs_of_gang_members) {
+  char *row = NULL, *next = NULL, *out = NULL;
+  size_t rl, nl, ol;
+  ck_assert_int_eq(store_logs_merge(NULL, 0, 1, 1, 0, "r0 a", 4, &row, &rl), 0);
+  ck_assert_int_eq(store_logs_merge(row, rl, 1, 2, 2, "r2 a", 4, &next, &nl), 0);
+  free(row);
+  ck_assert_int_eq(store_logs_merge(next, nl, 1, 2, 2, "r2 b", 4, &row, &rl), 0);
+  free(next);
+  ck_assert_int_eq(store_logs_merge(row, rl, 1, 1, 0, "r0 b", 4, &next, &nl), 0);
+  free(row);
+  ck_assert_int_eq(store_logs_render(next, nl, &out, &ol), 0);
+  ck_assert_str_eq(out,
+                   "--- attempt 1 rank 2 (worker 2) ---\nr2 b\n--- attempt 1 (worker 1) ---\nr0 b");
+  free(out);
+  ck_assert_int_eq(store_logs_merge(next, nl, 2, 3, 1, "r1 c", 4, &row, &rl), 0);
+  free(next);
+  ck_assert_int_eq(store_logs_render(row, rl, &out, &ol), 0);
+  ck_assert_str_eq(out,
+                   "--- attempt 1 rank 2 (worker 2) ---\nr2 b\n--- attempt 1 (worker 1) ---\nr0 b\n"
+                   "--- attempt 2 rank 1 (worker 3) ---\nr1 c");
+  free(out);
+  free(row);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("server_store");
   TCase *tc = tcase_create("store");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, migrations_and_round_trip);
   tcase_add_test(tc, logs_of_every_attempt);
+  tcase_add_test(tc, logs_of_gang_members);
   tcase_add_test(tc, group_commit_orders_and_waits);
   tcase_add_test(tc, gather_waits_for_clients_still_out);
   tcase_add_test(tc, failed_group_fails_alone);

@@ -169,7 +169,7 @@ int h_heartbeat(struct harness *h, struct srv_worker *w, struct srv_trial *const
   struct workers_stop stops[64];
   ck_assert_int_le(n, 64);
   for (int i = 0; i < n; i++)
-    listed[i] = (struct workers_listed){trials[i]->id, trials[i]->attempt, 1, NULL};
+    listed[i] = (struct workers_listed){trials[i]->id, trials[i]->attempt, 1, NULL, 0};
   int back = -1;
   ck_assert_int_ge(workers_heartbeat(s, w, listed, n, stops, &back, clock_mono_ms(), &ticket), 0);
   return back;

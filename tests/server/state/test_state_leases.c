@@ -376,7 +376,7 @@ END_TEST
  * alone. */
 static void stuck_beat(struct srv_worker *w, struct srv_trial *t, int attempt, const char *note) {
   uint64_t ticket = 0;
-  struct workers_listed l = {t->id, attempt, 1, note};
+  struct workers_listed l = {t->id, attempt, 1, note, 0};
   struct workers_stop stop;
   ck_assert_int_ge(workers_heartbeat(S, w, &l, 1, &stop, NULL, clock_mono_ms(), &ticket), 0);
 }

@@ -45,6 +45,7 @@ START_TEST(design_example_and_defaults) {
   ck_assert(s.sched.max_t == 10 && s.sched.grace_period == 1 && s.sched.reduction_factor == 2 &&
             s.sched.brackets == 1);
   ck_assert(s.resources.cpu == 1 && s.resources.gpu == 0 && s.resources.memory_mb == 0);
+  ck_assert_int_eq(s.resources.num_workers, 1);
   ck_assert_int_eq(cJSON_GetArraySize(s.param_space), 4);
   ck_assert_str_eq(cJSON_GetObjectItem(s.trainable, "model")->valuestring, "cnn");
   /* The spec owns copies: the config can go first. */
@@ -77,7 +78,8 @@ START_TEST(minimal_config_defaults) {
   c = cJSON_Parse(
       "{\"metric\": \"acc\", \"mode\": \"max\", \"scheduler\": {\"type\": \"asha\"},"
       " \"param_space\": {\"g\": {\"grid_search\": [1, 2, 3]}}, \"num_samples\": 2,"
-      " \"resources_per_trial\": {\"cpu\": 0.5, \"gpu\": 0.25, \"memory_mb\": 512},"
+      " \"resources_per_trial\": {\"cpu\": 0.5, \"gpu\": 0.25, \"memory_mb\": 512,"
+      " \"num_workers\": 4},"
       " \"trainable\": {\"type\": \"command\", \"argv\": [\"python3\", \"train.py\", \"{g}\"],"
       "   \"env\": {\"OMP_NUM_THREADS\": \"1\"}, \"cwd\": \"/tmp\"}}");
   ck_assert_int_eq(validate_experiment(c, &s, NULL), 0);
@@ -86,6 +88,7 @@ START_TEST(minimal_config_defaults) {
   ck_assert_int_eq(s.mode, SPEC_MODE_MAX);
   ck_assert_int_eq(s.num_trials, 6);
   ck_assert(s.resources.cpu == 0.5 && s.resources.gpu == 0.25 && s.resources.memory_mb == 512);
+  ck_assert_int_eq(s.resources.num_workers, 4);
   validate_spec_free(&s);
   cJSON_Delete(c);
 
@@ -284,7 +287,13 @@ static const struct bad bad_configs[] = {
     {"{\"resources_per_trial\": {\"memory_mb\": 1.5}, " TRAIN "}", "resources_per_trial.memory_mb",
      "must be an integer from 0 to 1073741824"},
     {"{\"resources_per_trial\": {\"CPU\": 1}, " TRAIN "}", "resources_per_trial.CPU",
-     "unknown field (resources_per_trial takes cpu, gpu, memory_mb)"},
+     "unknown field (resources_per_trial takes cpu, gpu, memory_mb, num_workers)"},
+    {"{\"resources_per_trial\": {\"num_workers\": 0}, " TRAIN "}",
+     "resources_per_trial.num_workers", "must be an integer from 1 to 64"},
+    {"{\"resources_per_trial\": {\"num_workers\": 65}, " TRAIN "}",
+     "resources_per_trial.num_workers", "must be an integer from 1 to 64"},
+    {"{\"resources_per_trial\": {\"num_workers\": 2.5}, " TRAIN "}",
+     "resources_per_trial.num_workers", "must be an integer from 1 to 64"},
     {"{\"resources_per_trial\": 4, " TRAIN "}", "resources_per_trial", "must be an object"},
     {"{}", "trainable", "required (builtin or command trainable)"},
     {"{\"trainable\": \"train.py\"}", "trainable", "must be an object"},

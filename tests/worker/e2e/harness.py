@@ -208,8 +208,8 @@ def command_config(name, argv, **kw):
     return cfg
 
 
-def main(name, body):
-    env = Env(name)
+def main(name, body, env_class=Env):
+    env = env_class(name)
     rc = 1
     try:
         body(env)

@@ -131,6 +131,36 @@ START_TEST(command_placeholders_env_and_cwd) {
 }
 END_TEST
 
+/* Rule: a gang member gets torchrun's variables from its lease (the user's
+ * own MASTER_PORT gives way); a trial of one process gets none. */
+START_TEST(gang_member_env) {
+  cJSON *t = cJSON_Parse(
+      "{\"id\": 9, \"config\": {}, \"trainable\": {\"type\": \"command\", \"argv\": [\"x\"],"
+      " \"env\": {\"MASTER_PORT\": \"1\"}}, \"gang\": {\"rank\": 3, \"world_size\": 4,"
+      " \"node_rank\": 1, \"num_nodes\": 2, \"local_rank\": 1, \"local_world_size\": 2,"
+      " \"master_addr\": \"10.0.0.1\", \"master_port\": 29500}}");
+  struct trainable_ctx c = ctx(0);
+  struct trainable_cmd cmd;
+  char err[256] = "";
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, err, sizeof err), 0);
+  ck_assert_str_eq(env_get(cmd.env, "RANK"), "3");
+  ck_assert_str_eq(env_get(cmd.env, "WORLD_SIZE"), "4");
+  ck_assert_str_eq(env_get(cmd.env, "LOCAL_RANK"), "1");
+  ck_assert_str_eq(env_get(cmd.env, "LOCAL_WORLD_SIZE"), "2");
+  ck_assert_str_eq(env_get(cmd.env, "NODE_RANK"), "1");
+  ck_assert_str_eq(env_get(cmd.env, "MASTER_ADDR"), "10.0.0.1");
+  ck_assert_str_eq(env_get(cmd.env, "MASTER_PORT"), "29500");
+  trainable_cmd_free(&cmd);
+  cJSON_DeleteItemFromObject(t, "gang");
+  ck_assert_int_eq(trainable_build(t, &c, &cmd, err, sizeof err), 0);
+  ck_assert_ptr_null(env_get(cmd.env, "RANK"));
+  ck_assert_ptr_null(env_get(cmd.env, "MASTER_ADDR"));
+  ck_assert_str_eq(env_get(cmd.env, "MASTER_PORT"), "1");
+  trainable_cmd_free(&cmd);
+  cJSON_Delete(t);
+}
+END_TEST
+
 static void expect_error(const char *json, const char *needle) {
   cJSON *t = cJSON_Parse(json);
   ck_assert_ptr_nonnull(t);
@@ -172,6 +202,7 @@ int main(void) {
   tcase_add_test(tc, builtin_argv_has_contract_flags_and_config_last);
   tcase_add_test(tc, builtin_fractional_gpu_gets_mem_limit);
   tcase_add_test(tc, command_placeholders_env_and_cwd);
+  tcase_add_test(tc, gang_member_env);
   tcase_add_test(tc, bad_trainables_name_the_field);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
