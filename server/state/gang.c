@@ -58,7 +58,10 @@ int64_t gang_capacity(const struct spec_resources *r, double cpu, double gpu, in
   return cap > 0 ? cap : 0;
 }
 
-static int gang_worker_usable(const struct srv_worker *w) { return w && !w->lost && !w->gone; }
+/* Lost, gone or quarantined (quarantine.c: out of service): no member. */
+static int gang_worker_usable(const struct srv_worker *w) {
+  return w && !w->lost && !w->gone && !w->quarantine[0];
+}
 
 static int64_t gang_free_memory(const struct srv_worker *w) {
   return w->memory_mb > 0 ? w->memory_mb - w->used_memory_mb : INT64_MAX;

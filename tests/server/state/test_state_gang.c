@@ -455,6 +455,21 @@ START_TEST(restart_requeues_running_gang) {
 }
 END_TEST
 
+/* Rule: a quarantined worker (quarantine.c: out of service) holds no member
+ * of a gang either; the members go to the workers in service or wait. */
+START_TEST(quarantined_worker_gets_no_member) {
+  submit("g", 1, 2, 2);
+  struct srv_worker *a = h_worker(&H, "a", 2, 0, 0), *b = h_worker(&H, "b", 2, 0, 0);
+  snprintf(b->quarantine, sizeof b->quarantine, "planted by the test");
+  ck_assert_ptr_null(h_lease(&H, a));
+  ck_assert(a->used_cpu == 0 && b->used_cpu == 0);
+  struct srv_worker *c = h_worker(&H, "c", 2, 0, 0);
+  struct srv_trial *t = h_lease(&H, a);
+  ck_assert_ptr_nonnull(t);
+  ck_assert(b->used_cpu == 0 && c->used_cpu == 2.0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("state_gang");
   TCase *tc = tcase_create("gang");
@@ -474,6 +489,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, stale_member_refused);
   tcase_add_test(tc, rendezvous_once_per_attempt);
   tcase_add_test(tc, restart_requeues_running_gang);
+  tcase_add_test(tc, quarantined_worker_gets_no_member);
   suite_add_tcase(s, tc);
   return s;
 }
