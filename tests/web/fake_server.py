@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import re
 import select
 import socket
 import sys
@@ -17,6 +18,22 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse, parse_qs
+
+
+def server_csp():
+    """The real server's Content-Security-Policy, read from its one source
+    (server/api/static_path.c), so the fake serves the dashboard under the
+    same rules: a page the real server's browser would refuse fails here."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "server", "api",
+                       "static_path.c")
+    with open(src) as f:
+        text = f.read()
+    head = text.index('{"Content-Security-Policy",') + len('{"Content-Security-Policy",')
+    body = text[head:text.index("}", head)]
+    return "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body))
+
+
+CSP = server_csp()
 
 TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8",
          ".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
@@ -290,6 +307,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", TYPES.get(os.path.splitext(path)[1], "application/octet-stream"))
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Security-Policy", CSP)
         self.end_headers()
         self.wfile.write(data)
 

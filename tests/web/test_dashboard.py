@@ -408,7 +408,15 @@ def main():
         h.wait_ready(phone, "experiment")
         inner, wide = phone.execute_script(
             "return [window.innerWidth, document.documentElement.scrollWidth]")
-        assert inner == 390 and wide <= inner, "the phone layout scrolls sideways (%d px in %d)" % (wide, inner)
+        if inner != 390 or wide > inner:
+            # Name what sticks out: the deepest elements wider than the phone.
+            culprits = phone.execute_script(
+                "return [...document.querySelectorAll('body *')].filter(e => "
+                "e.getBoundingClientRect().right > 391 && ![...e.children].some(c => "
+                "c.getBoundingClientRect().right > 391)).slice(0, 5).map(e => "
+                "e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))")
+            raise AssertionError("the phone layout scrolls sideways (%d px in %d): %s"
+                                 % (wide, inner, culprits))
         hgt = phone.execute_script("return document.documentElement.scrollHeight")
         phone.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                               {"width": 390, "height": min(hgt, 6000), "deviceScaleFactor": 1, "mobile": True})

@@ -7,6 +7,9 @@ export function h(tag, attrs, ...children) {
     else if (k === 'text') el.textContent = v;
     else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'dataset') Object.assign(el.dataset, v);
+    // An object, set through the CSSOM: the CSP (style-src 'self') refuses
+    // a style attribute, not el.style's properties.
+    else if (k === 'style') Object.assign(el.style, v);
     else el.setAttribute(k, v === true ? '' : v);
   }
   for (const c of children.flat(Infinity)) {

@@ -75,8 +75,8 @@ function histogram(key, bins) {
         class: 'bin', title: `${b.label}: ${b.failed} failed of ${b.all}`,
         dataset: { label: b.label, failed: b.failed, all: b.all },
       },
-      h('div', { class: 'bar all', style: `height: ${(100 * b.all) / most}%` },
-        h('div', { class: 'bar failed', style: `height: ${b.all ? (100 * b.failed) / b.all : 0}%` }))))),
+      h('div', { class: 'bar all', style: { height: `${(100 * b.all) / most}%` } },
+        h('div', { class: 'bar failed', style: { height: `${b.all ? (100 * b.failed) / b.all : 0}%` } }))))),
     h('div', { class: 'bin-range muted small' }, bins.length ? `${bins[0].label.split(' – ')[0]} … ${bins[bins.length - 1].label.split(' – ').pop()}` : ''));
 }
 
@@ -98,10 +98,11 @@ export function renderFailures(box, trials, params, state) {
       h('span', { class: `tag attr attr-${a}`, dataset: { attr: a } }, `${a} ${n}`)))));
   const chosen = groups.find((g) => g.sig === state.chosen);
   box.replaceChildren(
-    h('table', { class: 'data', id: 'failure-groups' },
+    // Long signatures scroll inside the box, never the page (a phone's width).
+    h('div', { class: 'scroll' }, h('table', { class: 'data', id: 'failure-groups' },
       h('caption', { class: 'sr-only' }, 'Failed trials by error signature'),
       h('thead', null, h('tr', null, ['Error signature', 'Trials', 'Attribution'].map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', null, rows)),
+      h('tbody', null, rows))),
     h('p', { class: 'muted small' }, `Where the ${chosen.trials.length} trial(s) with “${chosen.sig}” come from: `
       + 'each bar is every trial in that range, its red part those that failed so.'),
     h('div', { id: 'failure-hists', class: 'hists' }, params.map((k) => histogram(k, paramBins(k, trials, chosen.trials)))));
