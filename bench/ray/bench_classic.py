@@ -88,54 +88,24 @@ def load_split(data_dir, train_limit, seed):
     return ((norm(x[tr]), lab(y[tr])), (norm(x[va]), lab(y[va])), (norm(xt), lab(yt)))
 
 
-def make_net(l1, l2):
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    class Net(nn.Module):
-        """The Ray Tune tutorial's CNN on 1x28x28 inputs (ctune-train's cnn)."""
-
-        def __init__(self):
-            super().__init__()
-            self.conv1 = nn.Conv2d(1, 6, 5)
-            self.pool = nn.MaxPool2d(2, 2)
-            self.conv2 = nn.Conv2d(6, 16, 5)
-            self.fc1 = nn.Linear(16 * 4 * 4, l1)
-            self.fc2 = nn.Linear(l1, l2)
-            self.fc3 = nn.Linear(l2, 10)
-
-        def forward(self, x):
-            x = self.pool(F.relu(self.conv1(x)))
-            x = self.pool(F.relu(self.conv2(x)))
-            x = x.flatten(1)
-            return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
-
-    return Net()
-
-
-def evaluate(net, x, y, batch=1000):
-    import torch
-    import torch.nn.functional as F
-    loss, correct = 0.0, 0
-    net.eval()
-    with torch.no_grad():
-        for i in range(0, len(x), batch):
-            out = net(x[i:i + batch])
-            loss += F.cross_entropy(out, y[i:i + batch], reduction="sum").item()
-            correct += (out.argmax(1) == y[i:i + batch]).sum().item()
-    net.train()
-    return loss / len(x), correct / len(x)
+def example():
+    """examples/pytorch/train_fmnist.py, whose Net (the tutorial's cnn on
+    1x28x28, ctune-train's cnn) and evaluate() this trainer uses."""
+    sys.path[:0] = [os.path.join(ROOT, "examples", "pytorch"), os.path.join(ROOT, "python")]
+    import train_fmnist as ex
+    return ex
 
 
 def train_fmnist(config):
     import torch
     import torch.nn.functional as F
     from ray import tune
+    ex = example()
     torch.set_num_threads(1)
     torch.manual_seed(config["trial_seed"])
     (x, y), (xv, yv), (xt, yt) = load_split(config["data_dir"], config["train_limit"],
                                             config["split_seed"])
-    net = make_net(config["l1"], config["l2"])
+    net = ex.Net(config["l1"], config["l2"])
     opt = torch.optim.SGD(net.parameters(), lr=config["lr"], momentum=config["momentum"])
     gen = torch.Generator().manual_seed(config["trial_seed"])
     batch = config["batch_size"]
@@ -149,8 +119,8 @@ def train_fmnist(config):
             loss.backward()
             opt.step()
             running += loss.item() * len(idx)
-        val_loss, val_acc = evaluate(net, xv, yv)
-        _, test_acc = evaluate(net, xt, yt)
+        val_loss, val_acc = ex.evaluate(net, xv, yv)
+        _, test_acc = ex.evaluate(net, xt, yt)
         with tempfile.TemporaryDirectory() as d:
             torch.save({"net": net.state_dict(), "optimizer": opt.state_dict(),
                         "epoch": epoch + 1}, os.path.join(d, "checkpoint.pt"))
@@ -183,8 +153,18 @@ def ray_worker(args):
              "train_limit": args.train_limit, "data_dir": DATA_DIR, "split_seed": 0,
              "trial_seed": 0}
     sched = demo["scheduler"]
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    # Ray waits a fixed 30 s for its raylet to register; on a loaded machine
+    # that can run out: try again (the time counts as Ray's start-up).
+    for attempt in range(1, 4):
+        try:
+            ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            break
+        except Exception as e:  # noqa: BLE001 (Ray raises a bare Exception)
+            print(f"ray.init attempt {attempt} failed: {e}", file=sys.stderr, flush=True)
+            ray.shutdown()
+            if attempt == 3:
+                raise
     storage = tempfile.mkdtemp(prefix="ray-classic-")
     try:
         tuner = tune.Tuner(
@@ -204,7 +184,7 @@ def ray_worker(args):
         cfg = {k: best.config[k] for k in ("l1", "l2", "lr", "batch_size")}
         print(json.dumps({"accuracy": m["accuracy"], "test_accuracy": m["test_accuracy"],
                           "loss": m["loss"], "iterations": m["training_iteration"],
-                          "config": cfg, "trials": len(results),
+                          "config": cfg, "trials": len(results), "init_attempts": attempt,
                           "errors": sum(1 for r in results if r.error)}), flush=True)
     finally:
         ray.shutdown()
@@ -266,6 +246,9 @@ def run_ray(args, work):
     best = json.loads(lines[-1])
     if best.get("errors"):
         sys.exit(f"bench_classic: {best['errors']} Ray trials failed:\n{p.stderr[-3000:]}")
+    if best.get("init_attempts", 1) > 1:
+        print(f"Ray needed {best['init_attempts']} ray.init attempts (raylet start-up "
+              "timed out under load)", file=sys.stderr, flush=True)
     return wall, best
 
 
@@ -361,7 +344,10 @@ def main():
     for i, (_, res) in enumerate(rows):
         print(f"Run {i + 1} best trials: ctune {fmt_cfg(res['ctune'][1]['config'])} "
               f"({res['ctune'][1]['iterations']} epochs); Ray {fmt_cfg(res['ray'][1]['config'])} "
-              f"({res['ray'][1]['iterations']} epochs).")
+              f"({res['ray'][1]['iterations']} epochs)."
+              + (f" Ray's ray.init succeeded at attempt {res['ray'][1]['init_attempts']} "
+                 "(its raylet's 30 s start-up wait ran out under load)."
+                 if res['ray'][1].get("init_attempts", 1) > 1 else ""))
     return 0
 
 
