@@ -18,8 +18,19 @@ Python) of ctune's {"type": "tpe"} against Optuna's TPESampler() and
 NSGAIISampler(), ctune set up as Optuna 5.0's MOTPE, and random search; it
 passes when ctune's default median is no lower than both of Optuna's.
 
+Each single-objective run also prints the defaults paired seed by seed
+(the same seed for both; the metric is the best value in N trials): the
+median and mean of ctune - Optuna, wins/losses, an exact two-sided sign test
+and the Wilcoxon signed-rank test (normal approximation, ties and zeros as
+dropped) - the medians alone move with a few seeds.
+
 Usage: bench_search.py [--build build] [--seeds 20] [--trials 40] [--quick]
-                       [--suite so|mo] [--seed-start 0]
+                       [--suite so|mo] [--seed-start 0] [--save F]
+                       [--optuna-from F] [--only-default]
+--save F writes every per-seed value as JSON; --optuna-from F takes
+Optuna's values from such a file (or from the worker's own JSON) instead of
+running Optuna again (its runs are deterministic for a seed);
+--only-default runs ctune's default alone (not random, not independent).
 Optuna runs in ~/.cache/ctune/optuna-5.0.0 (scripts/install-deps with
 CTUNE_BENCH_DEPS=1 installs it; this script runs that when it is missing).
 """
@@ -242,7 +253,8 @@ def optuna_worker(args):
     fns = {name: f for name, _, f, _ in OBJECTIVES}
     # TPESampler() as users create it (Optuna 5.0: multivariate, constant
     # liar), and with multivariate=False (the independent model).
-    result = {"version": optuna.__version__, "best": {}, "best_ind": {}, "timing_ms": None}
+    result = {"version": optuna.__version__, "best": {}, "best_ind": {}, "timing_ms": None,
+              "seeds": [args.seed_start, args.seeds], "trials": args.trials}
     for key, kw in (("best", {}), ("best_ind", {"multivariate": False})):
         for name, _, f, _ in OBJECTIVES:
             bests = []
@@ -292,9 +304,92 @@ def seed_text(args):
     return f"seeds {args.seed_start}-{args.seed_start + args.seeds - 1}"
 
 
+class OptunaFromFile:
+    """Stands for the Optuna worker's process: its JSON from a file."""
+
+    def __init__(self, args):
+        with open(args.optuna_from) as f:
+            o = json.load(f)
+        o = o.get("optuna", o)
+        lists = o["hv"]["motpe"] if args.suite == "mo" else o["best"]
+        if any(len(v) != args.seeds for v in lists.values()):
+            sys.exit(f"bench_search: {args.optuna_from} holds other seeds than {seed_text(args)}")
+        if o.get("seeds", [args.seed_start])[0] != args.seed_start:
+            sys.exit(f"bench_search: {args.optuna_from} starts at seed {o['seeds'][0]}, "
+                     f"not {args.seed_start}")
+        self.text, self.returncode = json.dumps(o), 0
+
+    def communicate(self):
+        return self.text, None
+
+
+def save(args, data, o):
+    """--save: every per-seed value, ctune's by method and Optuna's as its
+    worker gave them."""
+    if not args.save:
+        return
+    ours = {}
+    for (name, label), vals in data.items():
+        ours.setdefault(label, {})[name] = vals
+    with open(args.save, "w") as f:
+        json.dump({"suite": args.suite, "seeds": [args.seed_start, args.seeds],
+                   "trials": args.trials, "by_method": ours, "optuna": o}, f)
+
+
 def quartiles(xs):
     q = statistics.quantiles(xs, n=4, method="inclusive")
     return q[0], statistics.median(xs), q[2]
+
+
+def sign_test(diffs):
+    """Exact two-sided sign test of the nonzero differences: p-value."""
+    pos = sum(d > 0 for d in diffs)
+    neg = sum(d < 0 for d in diffs)
+    n, k = pos + neg, min(pos, neg)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def wilcoxon(diffs):
+    """Wilcoxon signed-rank test, zeros dropped, ties given their mean
+    rank, normal approximation with the tie correction: (W+, z, two-sided
+    p). Negative z: the differences lean negative."""
+    d = sorted((abs(x), x > 0) for x in diffs if x != 0)
+    n = len(d)
+    if n == 0:
+        return 0.0, 0.0, 1.0
+    wplus, tie, i = 0.0, 0.0, 0
+    while i < n:
+        j = i
+        while j + 1 < n and d[j + 1][0] == d[i][0]:
+            j += 1
+        rank, t = (i + j) / 2 + 1, j - i + 1
+        tie += t ** 3 - t
+        wplus += rank * sum(1 for k in range(i, j + 1) if d[k][1])
+        i = j + 1
+    mean = n * (n + 1) / 4
+    var = n * (n + 1) * (2 * n + 1) / 24 - tie / 48
+    z = (wplus - mean) / math.sqrt(var) if var > 0 else 0.0
+    return wplus, z, math.erfc(abs(z) / math.sqrt(2))
+
+
+def print_paired(head, names, ours, theirs, data, better):
+    """Per-seed pairs data[(name, ours)][i] against data[(name, theirs)][i]
+    (the same seed): the difference ours - theirs, where better is "lower"
+    or "higher"."""
+    print(f"| {head} | median diff | mean diff | ctune better / worse / tie | "
+          "sign test p | Wilcoxon z, p |")
+    print("|---|---|---|---|---|---|")
+    for title, key in names:
+        a, b = data[(key, ours)], data[(key, theirs)]
+        diffs = [x - y for x, y in zip(a, b)]
+        good = sum((x < 0) if better == "lower" else (x > 0) for x in diffs)
+        bad = sum((x > 0) if better == "lower" else (x < 0) for x in diffs)
+        _, z, p = wilcoxon(diffs)
+        print(f"| {title} | {statistics.median(diffs):+.3f} | {statistics.mean(diffs):+.3f} | "
+              f"{good} / {bad} / {len(diffs) - good - bad} | {sign_test(diffs):.3f} | "
+              f"{z:+.2f}, {p:.3f} |")
 
 
 def print_table(head, labels, rows, data):
@@ -320,21 +415,29 @@ def main():
     ap.add_argument("--suite", choices=["so", "mo"], default="so",
                     help="so: Branin, Hartmann6, mixed (best value); mo: ZDT1 and DTLZ2 "
                          "(final hypervolume; use --trials 100)")
+    ap.add_argument("--save", help="write every per-seed value to this JSON file")
+    ap.add_argument("--optuna-from", help="Optuna's per-seed values from this JSON file "
+                    "(a --save file or the Optuna worker's output) instead of running it")
+    ap.add_argument("--only-default", action="store_true",
+                    help="ctune's default alone (so: no independent or random runs)")
     ap.add_argument("--optuna-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.optuna_worker:
         optuna_worker(args)
         return 0
 
-    ensure_optuna()
     driver = os.path.join(args.build, "bin", "tpe_driver")
     if not os.access(driver, os.X_OK):
         sys.exit(f"bench_search: {driver} not found (build the tree first)")
     t0 = time.time()
-    wargs = [VENV_PY, os.path.abspath(__file__), "--optuna-worker", "--seeds", str(args.seeds),
-             "--seed-start", str(args.seed_start),
-             "--trials", str(args.trials), "--suite", args.suite] + (["--quick"] if args.quick else [])
-    opt = subprocess.Popen(wargs, stdout=subprocess.PIPE, text=True)
+    if args.optuna_from:
+        opt = OptunaFromFile(args)
+    else:
+        ensure_optuna()
+        wargs = [VENV_PY, os.path.abspath(__file__), "--optuna-worker", "--seeds",
+                 str(args.seeds), "--seed-start", str(args.seed_start), "--trials",
+                 str(args.trials), "--suite", args.suite] + (["--quick"] if args.quick else [])
+        opt = subprocess.Popen(wargs, stdout=subprocess.PIPE, text=True)
 
     drv = Driver(driver)
     if args.suite == "mo":
@@ -342,6 +445,8 @@ def main():
     methods = [("ctune TPE default", {"type": "tpe"}),
                ("ctune multivariate=false", {"type": "tpe", "multivariate": False}),
                ("random", {"type": "tpe", "n_startup_trials": 10 ** 5})]
+    if args.only_default:
+        methods = methods[:1]
     best = {}
     for name, space, f, _ in OBJECTIVES:
         for label, alg in methods:
@@ -363,27 +468,35 @@ def main():
         best[(name, optuna_mv)] = o["best"][name]
         best[(name, optuna_ind)] = o["best_ind"][name]
 
+    save(args, best, o)
     print(f"{args.trials} trials x {args.seeds} seeds ({seed_text(args)}); best value found (lower is better): "
           "median [25th-75th percentile]")
     labels = ["ctune TPE default", optuna_mv, "ctune multivariate=false", optuna_ind, "random"]
-    print_table("objective (optimum)", labels,
-                [(f"{name} ({opt_v:g})", name) for name, _, _, opt_v in OBJECTIVES], best)
+    if args.only_default:
+        labels = labels[:2]
+    rows = [(f"{name} ({opt_v:g})", name) for name, _, _, opt_v in OBJECTIVES]
+    print_table("objective (optimum)", labels, rows, best)
+    print()
+    print(f"Paired by seed, ctune TPE default - {optuna_mv} (best value; negative: ctune better):")
+    print_paired("objective", rows, "ctune TPE default", optuna_mv, best, "lower")
     verdict, defaults_ok = [], True
+    pairs = (("ctune TPE default", optuna_mv), ("ctune multivariate=false", optuna_ind))
     for name, _, _, opt_v in OBJECTIVES:
-        rd = quartiles(best[(name, "random")])
+        rd = quartiles(best[(name, "random")]) if not args.only_default else None
         # The defaults: ctune's median no worse than Optuna's median. The
         # independent pair, for information: within Optuna's 75th percentile.
-        for ours, theirs in (("ctune TPE default", optuna_mv),
-                             ("ctune multivariate=false", optuna_ind)):
+        for ours, theirs in pairs[:1] if args.only_default else pairs:
             ct, op = quartiles(best[(name, ours)]), quartiles(best[(name, theirs)])
             default = ours == "ctune TPE default"
             ok = ct[1] <= op[1 if default else 2]
             defaults_ok = defaults_ok and (ok or not default)
-            verdict.append(f"{name}: {ours} median {ct[1]:.3f} vs {theirs} "
-                           f"{'median' if default else '75th percentile'} "
-                           f"{op[1 if default else 2]:.3f}: {'ok' if ok else 'WORSE'}; beats random "
-                           f"(median {rd[1]:.3f}): ctune {'yes' if ct[1] < rd[1] else 'NO'}, "
-                           f"Optuna {'yes' if op[1] < rd[1] else 'NO'}")
+            line = (f"{name}: {ours} median {ct[1]:.3f} vs {theirs} "
+                    f"{'median' if default else '75th percentile'} "
+                    f"{op[1 if default else 2]:.3f}: {'ok' if ok else 'WORSE'}")
+            if rd:
+                line += (f"; beats random (median {rd[1]:.3f}): ctune "
+                         f"{'yes' if ct[1] < rd[1] else 'NO'}, Optuna {'yes' if op[1] < rd[1] else 'NO'}")
+            verdict.append(line)
     print()
     for v in verdict:
         print(v)
@@ -412,6 +525,8 @@ def main_mo(args, drv, opt, t0):
                ("ctune as Optuna 5.0", {"type": "tpe", "multivariate": False,
                                         "below_weights": "flat"}),
                ("random", {"type": "tpe", "n_startup_trials": 10 ** 5})]
+    if args.only_default:
+        methods = methods[:1]
     hv = {}
     for name, space, f, ref in MO_OBJECTIVES:
         for label, alg in methods:
@@ -426,12 +541,19 @@ def main_mo(args, drv, opt, t0):
     for name, _, _, _ in MO_OBJECTIVES:
         hv[(name, mv)] = o["hv"]["motpe"][name]
         hv[(name, ns)] = o["hv"]["nsga2"][name]
+    save(args, hv, o)
     print(f"{args.trials} trials x {args.seeds} seeds ({seed_text(args)}); final hypervolume (higher is better): "
           "median [25th-75th percentile]")
     labels = ["ctune TPE default", mv, ns, "ctune as Optuna 5.0", "random"]
-    print_table("problem (reference point)", labels,
-                [(f"{name} ({', '.join(f'{r:g}' for r in ref)})", name)
-                 for name, _, _, ref in MO_OBJECTIVES], hv)
+    if args.only_default:
+        labels = [labels[0], mv, ns]
+    rows = [(f"{name} ({', '.join(f'{r:g}' for r in ref)})", name)
+            for name, _, _, ref in MO_OBJECTIVES]
+    print_table("problem (reference point)", labels, rows, hv)
+    for lab in (mv, ns):
+        print()
+        print(f"Paired by seed, ctune TPE default - {lab} (hypervolume; positive: ctune better):")
+        print_paired("problem", rows, labels[0], lab, hv, "higher")
     ok = True
     for name, _, _, ref in MO_OBJECTIVES:
         ours = statistics.median(hv[(name, labels[0])])
