@@ -82,7 +82,15 @@ def test_lease_release():
     t2 = lease(s, w1)
     assert t2["id"] == t["id"] and t2["start_iteration"] == 2 and t2["has_checkpoint"], t2
     assert t2["checkpoint_iteration"] == 2 and t2["attempt"] == 2
-    # the release counts no failure: max_failures=1 still allows one retry
+    # the release counts no failure: max_failures=1 still allows one retry.
+    # The first failure, with another worker in service, is tried again
+    # there before it is counted (docs/scheduling.md#failures-told-apart);
+    # the second, on w2, is the one max_failures sees.
+    s.ok("POST", "/api/v1/trials/%d/fail" % t["id"], {"error": "x", "reason": "exit_code"})
+    tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
+    assert tr["status"] == "PENDING" and tr["num_failures"] == 0, tr
+    t2 = lease(s, w2)
+    assert t2["id"] == t["id"] and t2["attempt"] == 3 and t2["start_iteration"] == 2, t2
     s.ok("POST", "/api/v1/trials/%d/fail" % t["id"], {"error": "x", "reason": "exit_code"})
     tr = s.ok("GET", "/api/v1/trials/%d" % t["id"])
     assert tr["status"] == "PENDING" and tr["num_failures"] == 1, tr
