@@ -11,12 +11,11 @@ import fcntl
 import glob
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ctune_e2e import BIN_DIR, Runner, Server, tmpdir  # noqa: E402
+from ctune_e2e import BIN_DIR, Runner, Server, harness, tmpdir  # noqa: E402
 
 GANGS = 12
 TRAINABLE = r"""
@@ -87,18 +86,15 @@ def test_concurrent_gangs_get_distinct_ports():
     workers = []
     try:
         for i in range(3):
-            workers.append(subprocess.Popen(
-                [os.path.join(BIN_DIR, "ctune-worker"), "--server",
-                 "http://%s:%d" % (s.host, s.port), "--cpus", "2", "--memory-mb", "512",
-                 "--token-file", s.db + ".tokens", "--name", "w%d" % i,
-                 "--advertise-addr", "127.0.0.1",
+            workers.append(harness.start_worker(
+                BIN_DIR, "http://%s:%d" % (s.host, s.port),
+                ["--cpus", "2", "--memory-mb", "512", "--token-file", s.db + ".tokens",
+                 "--name", "w%d" % i, "--advertise-addr", "127.0.0.1",
                  "--work-dir", os.path.join(d, "w%d" % i), "--poll-ms", "100", "--no-cgroup"],
-                env=env, stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(d, "w%d.log" % i), "wb")))
+                log_path=os.path.join(d, "w%d.log" % i), env=env))
 
         def logs():
-            return "".join(open(os.path.join(d, "w%d.log" % i), errors="replace").read()[-1500:]
-                           for i in range(3))
+            return "".join(w.log(tail=1500) for w in workers)
 
         deadline = time.time() + 40
         while len(glob.glob(os.path.join(out, "r0-*.json"))) < GANGS and time.time() < deadline:
@@ -132,13 +128,7 @@ def test_concurrent_gangs_get_distinct_ports():
         assert not any(locked(os.path.join(run, "port", str(p))) for p in ports), logs()
     finally:
         for w in workers:
-            w.terminate()
-        for w in workers:
-            try:
-                w.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                w.kill()
-                w.wait()
+            w.stop()
     s.stop()
 
 
