@@ -311,6 +311,10 @@ static void worker_queue_release(struct worker *w, const struct trial *t) {
       (pre && (!cJSON_AddStringToObject(b, "reason", "preempted") ||
                !cJSON_AddNumberToObject(b, "notice_at", w->notice_at)))) {
     log_error("trial %d: cannot build its release: its lease will expire", t->id);
+  } else if (t->rank > 0) {
+    /* A gang's member gives its lease back (no room here) at once, fenced
+     * by its attempt and rank: the server ends the attempt of all. */
+    worker_gang_post(w, t, "release", b);
   } else {
     worker_queue_end(w, t, "release", b);
   }

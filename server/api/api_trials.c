@@ -298,6 +298,24 @@ static int api_trial_end_event(struct server *s, const struct api_req *req, stru
   return rc;
 }
 
+/* A gang member's (rank >= 1) fail (error) or release (error NULL): the
+ * one end of its trial's attempt (gang_member_fail, gang_member_release). */
+static int api_trial_member_end(struct server *s, const struct api_req *req, struct api_resp *resp,
+                                const struct lease_token *l, int rank, const char *error) {
+  struct trial_event_args a = {.lease = l};
+  int rc = 0;
+  server_lock(s);
+  struct srv_trial *t = api_find_trial(s, req, resp);
+  if (t) {
+    rc = error ? gang_member_fail(s, t, l, rank, error, a.why, sizeof a.why, &resp->ticket)
+               : gang_member_release(s, t, l, rank, a.why, sizeof a.why, &resp->ticket);
+    a.fence = FENCE_FINAL; /* the reply waits for the end it caused, or an earlier one */
+    rc = api_trial_ended(s, req, resp, t, &a, rc);
+  }
+  server_unlock(s);
+  return rc;
+}
+
 int api_trial_complete(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct lease_token l;
   if (api_lease(req, resp, &l)) return 0;
@@ -346,20 +364,9 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
                                .error = msg,
                                .has_exit_code = code && cJSON_IsNumber(code),
                                .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
-  if (rank > 0) {
-    /* A gang's member: one failure of the trial, under rank 0's lease. */
-    server_lock(s);
-    struct srv_trial *t = api_find_trial(s, req, resp);
-    if (t) {
-      rc = gang_member_fail(s, t, &l, rank, msg, a.why, sizeof a.why, &resp->ticket);
-      a.fence = FENCE_FINAL; /* the reply waits for the end it caused, or an earlier one */
-      rc = api_trial_ended(s, req, resp, t, &a, rc);
-    }
-    server_unlock(s);
-    cJSON_Delete(body);
-    return rc;
-  }
-  rc = api_trial_end_event(s, req, resp, TE_FAIL, &a);
+  /* A gang's member: one failure of the trial, under rank 0's lease. */
+  rc = rank > 0 ? api_trial_member_end(s, req, resp, &l, rank, msg)
+                : api_trial_end_event(s, req, resp, TE_FAIL, &a);
   cJSON_Delete(body);
   return rc;
 }
@@ -368,7 +375,8 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
  * again at once, exactly as after a lease expiry, and no failure is counted. */
 int api_trial_release(struct server *s, const struct api_req *req, struct api_resp *resp) {
   struct lease_token l;
-  if (api_lease(req, resp, &l)) return 0;
+  int rank;
+  if (api_lease(req, resp, &l) || api_rank(req, resp, &rank)) return 0;
   cJSON *body = api_body_object(req, resp, 1);
   int rc = 0;
   if (!body) return 0;
@@ -409,7 +417,9 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
       .worker_id = wid && cJSON_IsNumber(wid) ? (int64_t)wid->valuedouble : 0,
       .has_iteration = it && cJSON_IsNumber(it),
       .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
-  rc = api_trial_end_event(s, req, resp, TE_RELEASE, &a);
+  /* A gang's member that cannot start: the attempt of all ends. */
+  rc = rank > 0 ? api_trial_member_end(s, req, resp, &l, rank, NULL)
+                : api_trial_end_event(s, req, resp, TE_RELEASE, &a);
   cJSON_Delete(body);
   return rc;
 }

@@ -399,6 +399,31 @@ static double api_free_amount(double cap, double used) {
   return f < 1e-9 ? 0 : f;
 }
 
+/* The members of gang trial t on worker wid, each with its rank and what
+ * it is charged (resources_per_trial, per member); none when t's placement
+ * is not its running attempt's. Returns 0 when out of memory. */
+static int api_worker_gang_members(struct server *s, const struct srv_trial *t, int64_t wid,
+                                   cJSON *arr) {
+  const struct srv_gang *g = t->gang;
+  const struct srv_experiment *e = server_experiment(s, t->experiment_id);
+  if (!e || !gang_has_worker(t, wid, 1)) return 1;
+  const struct spec_resources *r = &e->spec.resources;
+  for (int k = 0; k < g->world; k++) {
+    if (g->m[k].worker_id != wid) continue;
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddItemToArray(arr, m)) {
+      cJSON_Delete(m);
+      return 0;
+    }
+    if (!cJSON_AddNumberToObject(m, "trial_id", (double)t->id) ||
+        !cJSON_AddNumberToObject(m, "rank", k) || !cJSON_AddNumberToObject(m, "cpu", r->cpu) ||
+        !cJSON_AddNumberToObject(m, "gpu", r->gpu) ||
+        !cJSON_AddNumberToObject(m, "memory_mb", (double)r->memory_mb))
+      return 0;
+  }
+  return 1;
+}
+
 cJSON *api_worker_json(struct server *s, const struct srv_worker *w) {
   cJSON *o = cJSON_CreateObject(), *res, *fr, *run;
   int ok =
@@ -424,11 +449,16 @@ cJSON *api_worker_json(struct server *s, const struct srv_worker *w) {
       cJSON_AddItemToObject(o, "quarantine_reason",
                             w->quarantine[0] ? cJSON_CreateString(w->quarantine)
                                              : cJSON_CreateNull());
-  /* Only a worker charged with running trials costs a scan of them. */
+  cJSON *gm = ok ? cJSON_AddArrayToObject(o, "gang_members") : NULL;
+  ok = ok && gm;
+  /* Only a worker charged with running trials costs a scan of them. A gang
+   * trial is listed under every worker that holds one of its members. */
   for (int64_t j = 0; ok && w->nrunning > 0 && j < s->ntrials; j++) {
     const struct srv_trial *t = s->trials[j];
-    if (t && t->status == TS_RUNNING && t->worker_id == w->id)
+    if (!t || t->status != TS_RUNNING) continue;
+    if (t->worker_id == w->id || (t->gang && gang_has_worker(t, w->id, 1)))
       ok = cJSON_AddItemToArray(run, cJSON_CreateNumber((double)t->id));
+    if (ok && t->gang) ok = api_worker_gang_members(s, t, w->id, gm);
   }
   cJSON *labels = ok ? cJSON_AddObjectToObject(o, "labels") : NULL;
   if (ok) ok = labels && cJSON_AddBoolToObject(labels, "spot", w->spot);

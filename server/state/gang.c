@@ -338,6 +338,17 @@ int gang_member_fail(struct server *s, struct srv_trial *t, const struct lease_t
   return rc;
 }
 
+int gang_member_release(struct server *s, struct srv_trial *t, const struct lease_token *l,
+                        int rank, char *why, size_t whylen, uint64_t *ticket) {
+  enum fence f = gang_check_member(s, t, l, rank, why, whylen);
+  if (f == FENCE_STALE) return -ESTALE;
+  if (f == FENCE_FINAL) return 0; /* the attempt already ended */
+  char msg[200];
+  snprintf(msg, sizeof msg, "member rank %d on worker %lld gave its lease back (no room there)",
+           rank, (long long)l->worker_id);
+  return gang_end_attempt(s, t, msg, ticket);
+}
+
 void gang_expire(struct server *s, uint64_t now_ms) {
   for (int64_t i = 0; i < s->nexps; i++) {
     struct srv_experiment *e = s->exps[i];

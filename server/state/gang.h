@@ -104,6 +104,13 @@ int gang_reconcile_worker(struct server *s, struct srv_worker *w, uint64_t gen, 
 int gang_member_fail(struct server *s, struct srv_trial *t, const struct lease_token *l, int rank,
                      const char *error, char *why, size_t whylen, uint64_t *ticket);
 
+/* A member (rank >= 1) under lease l gave its lease back before it started
+ * (no room on its worker): the attempt of all ends at once, back to PENDING
+ * with no failure counted (as a lost member's). -ESTALE with why for a
+ * stale member; 0 when that attempt had already ended. */
+int gang_member_release(struct server *s, struct srv_trial *t, const struct lease_token *l,
+                        int rank, char *why, size_t whylen, uint64_t *ticket);
+
 /* The timer's part (state_expire_leases): a member whose lease ran out (its
  * worker silent for two heartbeat intervals, its lease never fetched within
  * a lease timeout) ends its trial's attempt; so does a

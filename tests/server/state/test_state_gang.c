@@ -391,6 +391,34 @@ START_TEST(member_failures_count_once) {
 }
 END_TEST
 
+/* Rule: a member that cannot start on its worker (no room there) gives its
+ * lease back fenced by its attempt and rank: the attempt of all ends at
+ * once (PENDING, no failure counted, every worker uncharged); a retry is
+ * answered as done, and a stale member's release is refused. */
+START_TEST(member_release_ends_attempt) {
+  struct srv_worker *a, *b;
+  struct srv_trial *t = pair_running(&a, &b);
+  uint64_t ticket = 0;
+  char why[256] = "";
+  struct lease_token la = {a->id, 1}, lb = {b->id, 1};
+  ck_assert_int_eq(gang_member_release(S, t, &la, 1, why, sizeof why, &ticket), -ESTALE);
+  ck_assert_str_eq(why, "trial 1 has no member rank 1 under lease 1:1");
+  ck_assert_int_eq(t->status, TS_RUNNING);
+  ck_assert_int_eq(gang_member_release(S, t, &lb, 1, why, sizeof why, &ticket), 0);
+  ck_assert_int_eq(t->status, TS_PENDING);
+  ck_assert_int_eq(t->num_failures, 0);
+  ck_assert(a->used_cpu == 0 && b->used_cpu == 0);
+  ck_assert_int_eq(a->nrunning + b->nrunning, 0);
+  ck_assert_int_eq(events_of(t, "lease_lost"), 1);
+  /* The same release again: stale now, nothing more counted. */
+  ck_assert_int_eq(gang_member_release(S, t, &lb, 1, why, sizeof why, &ticket), -ESTALE);
+  ck_assert_int_eq(events_of(t, "lease_lost"), 1);
+  /* The next placement is attempt 2, on the same two workers. */
+  ck_assert_ptr_nonnull(h_lease(&H, a));
+  ck_assert_int_eq(t->attempt, 2);
+}
+END_TEST
+
 /* Rule: a member's writes name its attempt and rank; another attempt's, a
  * rank on another worker, a rank out of range are stale, and heartbeats
  * listing them are told to stop. */
@@ -486,6 +514,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, silent_rank0_worker_requeues);
   tcase_add_test(tc, stop_and_pause_reach_every_member);
   tcase_add_test(tc, member_failures_count_once);
+  tcase_add_test(tc, member_release_ends_attempt);
   tcase_add_test(tc, stale_member_refused);
   tcase_add_test(tc, rendezvous_once_per_attempt);
   tcase_add_test(tc, restart_requeues_running_gang);

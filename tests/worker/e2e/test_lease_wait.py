@@ -15,7 +15,7 @@ server whose registration reply has lease_wait_max_ms):
            deregistration ends the wait), exit status 0.
   noroom   (a fake server) a lease granted for more than is free here now
            is given back at once (release, fenced with its lease), not
-           failed and not held.
+           failed and not held; a gang member's release carries its rank.
 A server without held requests (the fake server of test_protocol_v2) gets
 the old poll."""
 import os
@@ -106,12 +106,24 @@ def noroom(env):
         a = lease(1, 1, ["sh", TRAINABLE, "200", "0.05"])
         b = lease(2, 1, ["sh", TRAINABLE, "1", "0"])
         b["resources"]["cpu"] = 2  # fits the worker's 2 CPUs, not the 1 left
-        fake.leases = [a, b]
+        # A gang's member (rank 1) with no room here either.
+        m = lease(3, 4, ["sh", TRAINABLE, "1", "0"])
+        m["resources"]["cpu"] = 2
+        m["gang"] = {"rank": 1, "world_size": 2, "node_rank": 1, "num_nodes": 2,
+                     "local_rank": 0, "local_world_size": 1, "master_addr": "127.0.0.1",
+                     "master_port": 29500}
+        fake.leases = [a, b, m]
         env.url = fake.url
         w = env.start_worker("n", "--cpus", "2", "--poll-ms", "50")
         rel = fake.wait(lambda r: r.trial == 2 and r.what in ("release", "fail"), 20,
                         "trial 2 given back")[0]
         assert rel.what == "release" and rel.lease == "1:1", (rel.what, rel.lease, rel.body)
+        # The member's release goes at once, fenced by its attempt and rank
+        # (the server ends the gang's attempt on it).
+        rel3 = fake.wait(lambda r: r.trial == 3 and r.what in ("release", "fail"), 20,
+                         "member of trial 3 given back")[0]
+        assert (rel3.what, rel3.lease, rel3.headers.get("X-Ctune-Rank")) == (
+            "release", "1:4", "1"), (rel3.what, rel3.lease, rel3.headers, rel3.body)
         assert not fake.find(lambda r: r.trial == 1 and r.what in ("release", "fail")), \
             "trial 1 was disturbed"
         os.kill(w.pid, signal.SIGTERM)
