@@ -60,9 +60,10 @@ int cli_width(const struct cli_args *a) {
   return 120;
 }
 
-/* --db DB with no server on it: a reading command starts a ctune-server of
- * its own on DB (a free loopback port, its log in a temporary file), as
- * ctune.open does, and stops it when ctune exits (atexit). */
+/* --db DB with no server on it: a reading command starts a read-only
+ * ctune-server of its own on DB (--read-only: it changes nothing in DB and
+ * writes no login URL; a free loopback port, its log in a temporary file),
+ * as ctune.open does, and stops it when ctune exits (atexit). */
 static struct proc own_server;
 static char own_log[PATH_MAX];
 
@@ -106,7 +107,8 @@ static int cli_own_server_start(const char *db, char *url, size_t cap) {
     own_log[0] = '\0';
     return CLI_EXIT_ERROR;
   }
-  char *argv[] = {bin, "--db", (char *)db, "--bind", "127.0.0.1", "--port", "0", NULL};
+  char *argv[] = {bin,         "--db",   (char *)db, "--read-only", "--bind",
+                  "127.0.0.1", "--port", "0",        NULL};
   int rc = proc_spawn(&own_server, "ctune-server", argv, own_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", bin, strerror(-rc));

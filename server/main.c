@@ -34,15 +34,19 @@
  * --durability full would flush a -wal that SQLite never writes). The file
  * is created here, as SQLite would create it, so that it can be resolved;
  * everything beside it is named after the result. */
-static int main_resolve_db(const char *db, char *real, size_t cap, char *err, size_t errlen) {
+static int main_resolve_db(const char *db, int read_only, char *real, size_t cap, char *err,
+                           size_t errlen) {
   if (!strcmp(db, ":memory:") || !strncmp(db, "file:", 5)) {
     if (snprintf(real, cap, "%s", db) >= (int)cap) goto toolong;
     return 0;
   }
-  int fd = open(db, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  /* --read-only creates nothing: the file must be there. */
+  int fd =
+      read_only ? open(db, O_RDONLY | O_CLOEXEC) : open(db, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     int e = errno;
-    snprintf(err, errlen, "--db %s: cannot open or create it: %s", db, strerror(e));
+    snprintf(err, errlen, "--db %s: cannot %s: %s", db,
+             read_only ? "open it (--read-only)" : "open or create it", strerror(e));
     return -e;
   }
   close(fd);
@@ -364,15 +368,16 @@ int main(int argc, char **argv) {
   /* From here on s.opt.db_path is the database file's own path. */
   char db_real[PATH_MAX];
   const char *db_given = s.opt.db_path;
-  if (main_resolve_db(db_given, db_real, sizeof db_real, err, sizeof err)) {
+  if (main_resolve_db(db_given, s.opt.read_only, db_real, sizeof db_real, err, sizeof err)) {
     fprintf(stderr, "ctune-server: %s\n", err);
     return 2;
   }
   s.opt.db_path = db_real;
   /* Locked first: a refused server makes nothing (no token file beside a
-   * hard link's name). */
+   * hard link's name). A read-only server takes no lock: it writes
+   * nothing, so it may read beside the one server that writes. */
   int lock_fd = -1;
-  if (main_lock_db(s.opt.db_path, db_given, &lock_fd, err, sizeof err)) {
+  if (!s.opt.read_only && main_lock_db(s.opt.db_path, db_given, &lock_fd, err, sizeof err)) {
     log_error("%s", err);
     auth_sessions_free(s.sessions);
     return 1;
@@ -407,7 +412,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   rc = 1;
-  if (store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err, sizeof err)) {
+  if (s.opt.read_only ? store_open_read_only(s.opt.db_path, &s.store, err, sizeof err)
+                      : store_open(s.opt.db_path, s.opt.wal_frames, s.opt.sync_full, &s.store, err,
+                                   sizeof err)) {
     char space[PATH_MAX + 160];
     main_space_hint(s.opt.db_path, err, space, sizeof space);
     log_error("cannot open the database %s: %s%s", s.opt.db_path, err, space);
@@ -423,12 +430,15 @@ int main(int argc, char **argv) {
            (long long)s.nexps, (long long)s.ntrials, (long long)s.nworkers, s.opt.db_path,
            s.opt.lease_timeout_s);
   if (commit_start(s.store, &s.commit)) goto out;
+  /* Read-only: the commit thread stays idle (no write route reaches a
+   * handler), and the loaded counter is no change to store. */
+  if (s.opt.read_only) commit_seq_stored(s.commit, s.seq);
   /* What a crash between the writes of an older version left half done is
    * finished before anyone sees it. Without a repair callback yet: a
    * refused write here ends the start (a rebuild would repair, and fail,
    * again and again on a full disk). */
   server_lock(&s);
-  int rep = state_repair(&s);
+  int rep = s.opt.read_only ? 0 : state_repair(&s); /* read-only: shown as stored */
   server_unlock(&s);
   uint64_t last = commit_last_ticket(s.commit);
   if (rep || commit_wait(s.commit, last)) {
@@ -440,9 +450,13 @@ int main(int argc, char **argv) {
     log_error("%s", err);
     goto out;
   }
-  /* Written before "listening on", so whoever waits for that line finds it. */
+  /* Written before "listening on", so whoever waits for that line finds it.
+   * A read-only server writes none: <db>.login-url names the server that
+   * writes the database, for those who look for it there. */
   char login_file[PATH_MAX + 32] = "";
-  if (s.auth) main_write_login_url(&s, port, login_file, sizeof login_file);
+  if (s.auth && !s.opt.read_only) main_write_login_url(&s, port, login_file, sizeof login_file);
+  if (s.opt.read_only)
+    log_info("read-only: %s is served as loaded; writes are refused", s.opt.db_path);
   /* An IPv6 address goes in brackets in a URL. */
   int v6 = strchr(s.opt.bind, ':') != NULL;
   printf("listening on %s://%s%s%s:%d\n", s.opt.tls_cert_pem ? "https" : "http", v6 ? "[" : "",
@@ -469,7 +483,8 @@ int main(int argc, char **argv) {
       sdnotify("STOPPING=1");
       break;
     }
-    server_lock(&s); /* the unlock hands what expiry changed to the commit thread */
+    if (s.opt.read_only) continue; /* no expiry, no timer, nothing to checkpoint */
+    server_lock(&s);               /* the unlock hands what expiry changed to the commit thread */
     state_expire_leases(&s, clock_mono_ms());
     if (decide_tick(&s, clock_mono_ms(), &(uint64_t){0})) /* time_budget_s runs on the clock */
       log_error("time budget: cannot queue the experiments' run time");

@@ -1,7 +1,9 @@
 """ctune.open(db): the results in a database file (what `ctune run` leaves
-in ctune-results/), read through a private ctune-server that lives as long
-as the ResultGrid. SQL stays in the server's store layer; Python only
-speaks its REST API."""
+in ctune-results/), read through a private read-only ctune-server
+(--read-only: it changes nothing in the file) that lives as long as the
+ResultGrid. SQL stays in the server's store layer; Python only speaks its
+REST API."""
+import fcntl
 import os
 import re
 import secrets
@@ -39,9 +41,9 @@ def _stop(proc, tmp):
 
 
 class LocalServer:
-    """A ctune-server on db, on a free loopback port, with tokens of its own
-    (a fresh token file in a private folder, not <db>.tokens). stop()
-    ends it; so does the end of the program."""
+    """A read-only ctune-server on db, on a free loopback port, with tokens
+    of its own (a fresh token file in a private folder, not <db>.tokens).
+    stop() ends it; so does the end of the program."""
 
     def __init__(self, db):
         db = os.fspath(db)
@@ -59,7 +61,8 @@ class LocalServer:
         log_path = os.path.join(self.tmp, "server.log")
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [prog, "--db", db, "--bind", "127.0.0.1", "--port", "0", "--token-file", tokens],
+                [prog, "--db", db, "--read-only", "--bind", "127.0.0.1", "--port", "0",
+                 "--token-file", tokens],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         self._finalizer = weakref.finalize(self, _stop, self.proc, self.tmp)
@@ -87,13 +90,8 @@ class LocalServer:
         errors = [re.sub(r"^\S+ ctune-server error ", "", ln) for ln in log.splitlines()
                   if " error " in ln]
         why = (errors[-1] if errors else log.strip()[-500:]) or "it printed nothing"
-        code = "server_failed"
-        if "in use by another ctune-server" in why:
-            code = "db_in_use"
-            why += (" and it wrote no login URL beside it (read it from that server: "
-                    "ctune.ResultGrid(experiment, client=ctune.Client(URL, token=...)))")
         raise CtuneError(f"cannot open {self.db}: ctune-server did not start: {why}",
-                         code=code, path=self.db)
+                         code="server_failed", path=self.db)
 
     def stop(self):
         self._finalizer()
@@ -114,6 +112,22 @@ class OpenResultGrid(ResultGrid):
     def close(self):
         super().close()
         self.server.stop()
+
+
+def _held(db):
+    """Whether a (writing) ctune-server holds db: the flock it takes on the
+    database file, probed with a shared lock that is dropped at once."""
+    try:
+        fd = os.open(os.fspath(db), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # LocalServer names what is wrong with the file
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
 
 
 def _served_by(db):
@@ -139,25 +153,23 @@ def _newest(client, db):
 
 def open_db(db, experiment=None, storage_path=None):
     """ctune.open: the ResultGrid of an experiment in the database file db: experiment
-    is an id or a name (default: the newest). Starts a private ctune-server
-    on db (a free loopback port, fresh tokens) that close() or the end of
-    the `with` block stops:
+    is an id or a name (default: the newest). Starts a private read-only
+    ctune-server on db (--read-only, a free loopback port, fresh tokens)
+    that close() or the end of the `with` block stops:
 
         with ctune.open("ctune-results/fmnist.db") as grid:
             print(grid.get_best_result().config)
 
     A database another ctune-server holds (a run still going) is read
     through that server, found by the login URL it wrote beside the
-    database; closing the grid leaves it running. Without that file:
-    CtuneError code "db_in_use", naming that server's pid."""
-    try:
-        server = LocalServer(db)
-    except CtuneError as e:
-        client = _served_by(db) if e.code == "db_in_use" else None
-        if client is None:
-            raise
+    database (live results); closing the grid leaves it running. Without
+    that file, a private read-only server reads it beside the writer (the
+    results as they were when it started)."""
+    client = _served_by(db) if _held(db) else None
+    if client is not None:
         return ResultGrid(experiment if experiment is not None else _newest(client, db),
                           client=client, storage_path=storage_path)
+    server = LocalServer(db)
     try:
         if experiment is None:
             experiment = _newest(server.client, db)

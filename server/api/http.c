@@ -526,6 +526,16 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
     return 1;
   }
+  /* The one check of --read-only: every route that is not a read changes
+   * something, so none of them reaches a handler. */
+  if (s->opt.read_only && meth != RM_GET && meth != RM_HEAD) {
+    api_error(resp, 405, "read_only", url,
+              "%s %s: this ctune-server serves %s read-only (--read-only): it changes "
+              "nothing; send writes to the server that runs the experiments",
+              method, url, s->opt.db_path);
+    api_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    return 1;
+  }
   /* A worker's own secret: which worker (0: none). */
   int64_t wid = 0;
   const char *tok = s->auth && m.route->access != RA_PUBLIC ? http_bearer(r->conn) : NULL;

@@ -18,10 +18,13 @@ const char opts_usage[] =
     "                    [--worker-retention-s S] [--quarantine-after K]\n"
     "                    [--max-checkpoint-mb N] [--wal-checkpoint-frames N]\n"
     "                    [--durability full|normal] [--tls-cert FILE --tls-key FILE]\n"
-    "                    [--web-dir DIR] [--vendor-dir DIR]\n"
+    "                    [--web-dir DIR] [--vendor-dir DIR] [--read-only]\n"
     "                    [--help] [--version]\n"
     "\n"
     "  --db PATH               SQLite database (created when missing; default ctune.db)\n"
+    "  --read-only             serve the database as it is, changing nothing: every\n"
+    "                          write is refused (405 read_only), no lock is taken, so it\n"
+    "                          runs beside the server that writes it; no login URL file\n"
     "  --bind ADDR             address to listen on (default 127.0.0.1)\n"
     "  --port N                TCP port (default 8470; 0 picks a free one)\n"
     "  --token-file FILE       lines admin=TOKEN, worker=TOKEN (and viewer=TOKEN); every\n"
@@ -144,8 +147,12 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
       *action = OPTS_VERSION;
       return 0;
     }
-    if (!strcmp(a, "--no-auth")) { /* the one flag without a value */
+    if (!strcmp(a, "--no-auth")) { /* the flags without a value */
       o->no_auth = 1;
+      continue;
+    }
+    if (!strcmp(a, "--read-only")) {
+      o->read_only = 1;
       continue;
     }
     /* Every other flag takes a value, as "--flag VALUE" or "--flag=VALUE". */

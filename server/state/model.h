@@ -299,6 +299,8 @@ struct server_options {
   /* --quarantine-after K: K failures in a row while other workers succeed
    * take a worker out of service (0: never; docs/server.md#quarantine). */
   int quarantine_after;
+  /* --read-only: the database is read, never written (docs/server.md#read-only) */
+  int read_only;
 };
 
 /* Ids (trials or experiments) due at a time, in the order queued (each push

@@ -511,7 +511,7 @@ static void load_seq_seen(void *ctx, int64_t seq) {
 static void load_write_backfill(struct load_ctx *lc) {
   struct server *s = lc->s;
   enum { BATCH = 10000 };
-  if (!lc->nbackfill || s->commit) return;
+  if (!lc->nbackfill || s->commit || s->opt.read_only) return;
   struct store_trial_row *rows = calloc(BATCH, sizeof *rows);
   if (!rows) return;
   size_t done = 0;
@@ -581,8 +581,9 @@ int state_load(struct server *s, char *err, size_t errlen) {
     struct srv_worker *w = server_worker(s, t->worker_id);
     if (t->status == TS_RUNNING && w) {
       state_charge(s, w, t);
-    } else if (t->status == TS_RUNNING) {
-      /* Leased to no known worker: nobody would ever heartbeat for it. */
+    } else if (t->status == TS_RUNNING && !s->opt.read_only) {
+      /* Leased to no known worker: nobody would ever heartbeat for it. A
+       * read-only server shows the trial as stored: it requeues nothing. */
       e->counts[TS_RUNNING]--;
       e->counts[TS_PENDING]++;
       t->status = TS_PENDING;

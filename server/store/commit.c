@@ -527,6 +527,12 @@ void commit_cover_seq(struct commit *c, int64_t seq) {
   pthread_mutex_unlock(&c->mu);
 }
 
+void commit_seq_stored(struct commit *c, int64_t seq) {
+  pthread_mutex_lock(&c->mu);
+  if (seq > c->seq_closed) c->seq_closed = seq;
+  pthread_mutex_unlock(&c->mu);
+}
+
 uint64_t commit_group_close(struct commit *c, int64_t seq) {
   struct commit_hold *h = commit_cur_hold;
   uint64_t ticket = 0;

@@ -26,6 +26,9 @@ typedef void (*commit_done_fn)(void *ctx, int status);
 int commit_start(struct store *st, struct commit **out);
 /* Applies what is queued, then stops the thread and frees everything. */
 void commit_stop(struct commit *c);
+/* The change counter the store holds already (a read-only server's, which
+ * stores nothing): a hold that leaves it at or below seq queues no group. */
+void commit_seq_stored(struct commit *c, int64_t seq);
 
 /* Queues one op into the open group; apply runs later on the commit thread,
  * then free(arg) (also when the group fails). Callers hold the one model lock

@@ -218,9 +218,10 @@ static int store_migrate(sqlite3 *db, char *err, size_t errlen) {
   return 0;
 }
 
-static int store_open_conn(const char *path, sqlite3 **db, char *err, size_t errlen) {
-  if (sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      NULL) != SQLITE_OK) {
+static int store_open_conn(const char *path, int read_only, sqlite3 **db, char *err,
+                           size_t errlen) {
+  int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (sqlite3_open_v2(path, db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     snprintf(err, errlen, "cannot open database %s: %s", path,
              *db ? sqlite3_errmsg(*db) : "out of memory");
     return -EIO;
@@ -272,16 +273,23 @@ int store_sync(struct store *st) {
 
 int store_sync_full(const struct store *st) { return st->sync_fd >= 0; }
 
-int store_open(const char *path, int wal_frames, int sync_full, struct store **out, char *err,
-               size_t errlen) {
+/* An empty store, no connection open yet (NULL: out of memory). */
+static struct store *store_new(void) {
   struct store *st = calloc(1, sizeof *st);
-  if (!st) return -ENOMEM;
+  if (!st) return NULL;
   if (pthread_mutex_init(&st->rlock, NULL)) {
     free(st);
-    return -ENOMEM;
+    return NULL;
   }
   st->wal_fd = -1;
   st->sync_fd = -1;
+  return st;
+}
+
+int store_open(const char *path, int wal_frames, int sync_full, struct store **out, char *err,
+               size_t errlen) {
+  struct store *st = store_new();
+  if (!st) return -ENOMEM;
   int rc = -EIO;
   /* The database holds every worker's secret and every config (env values
    * included): created 0600 (SQLite gives its -wal and -shm files the same
@@ -299,7 +307,7 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
     }
     if (fd >= 0) close(fd);
   }
-  if (store_open_conn(path, &st->w, err, errlen)) goto fail;
+  if (store_open_conn(path, 0, &st->w, err, errlen)) goto fail;
   /* The -wal file SQLite itself writes (it resolves symlinks in the path),
    * never one named after the path as given: flushing another file would
    * acknowledge writes that are not on the disk. */
@@ -339,10 +347,55 @@ int store_open(const char *path, int wal_frames, int sync_full, struct store **o
       goto fail;
     }
   }
-  if (store_open_conn(path, &st->r, err, errlen)) goto fail;
-  if (store_open_conn(path, &st->c, err, errlen)) goto fail;
+  if (store_open_conn(path, 0, &st->r, err, errlen)) goto fail;
+  if (store_open_conn(path, 0, &st->c, err, errlen)) goto fail;
   store_faults_parse(st);
   if (sync_full && st->wal_path[0] && store_open_sync(st, err, errlen)) goto fail;
+  *out = st;
+  return 0;
+fail:
+  store_close(st);
+  return rc;
+}
+
+/* The schema must be this version's own: no migration runs here. */
+static int store_check_version(sqlite3 *db, const char *path, char *err, size_t errlen) {
+  int have = 0, want = 0;
+  for (int i = 0; i < migrations_count; i++)
+    if (migrations_table[i].version > want) want = migrations_table[i].version;
+  if (store_user_version(db, &have)) {
+    snprintf(err, errlen, "reading user_version of %s: %s", path, sqlite3_errmsg(db));
+    return -EIO;
+  }
+  if (have == want) return 0;
+  snprintf(err, errlen,
+           have < want ? "%s has schema version %d, older than this server's %d: --read-only "
+                         "does not migrate it; start ctune-server on it without --read-only once"
+                       : "%s has schema version %d, newer than this server's %d: read it with "
+                         "the ctune-server that wrote it",
+           path, have, want);
+  return -EPROTO;
+}
+
+int store_open_read_only(const char *path, struct store **out, char *err, size_t errlen) {
+  struct store *st = store_new();
+  if (!st) return -ENOMEM;
+  int rc = -EIO;
+  if (store_open_conn(path, 1, &st->w, err, errlen)) goto fail;
+  /* Belt and braces over the open flags: SQLite refuses any write. */
+  if (store_exec(st->w, "PRAGMA query_only=1", err, errlen, "pragma")) goto fail;
+  if ((rc = store_check_version(st->w, path, err, errlen))) goto fail;
+  rc = -EIO;
+  for (int i = 0; i < ST_COUNT; i++) {
+    if (sqlite3_prepare_v3(st->w, store_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                           NULL) != SQLITE_OK) {
+      snprintf(err, errlen, "preparing statement %d: %s", i, sqlite3_errmsg(st->w));
+      goto fail;
+    }
+  }
+  if (store_open_conn(path, 1, &st->r, err, errlen) ||
+      store_exec(st->r, "PRAGMA query_only=1", err, errlen, "pragma"))
+    goto fail;
   *out = st;
   return 0;
 fail:
@@ -683,6 +736,8 @@ int store_put_member_log(struct store *st, int64_t trial_id, int attempt, int64_
 
 int store_checkpoint(struct store *st, int *copied) {
   int log = 0, done = 0;
+  *copied = 0;
+  if (!st->c) return 0; /* a read-only store copies nothing back */
   /* With synchronous=NORMAL the WAL is only synced by checkpoints, so the
    * writer's checkpoint would flush everything written since the last one
    * (tens of ms, every reply waiting). Flushing it here, often and off the

@@ -119,6 +119,13 @@ struct store_worker_row {
  * "database or disk is full" (-ENOSPC). */
 int store_open(const char *path, int wal_frames, int sync_full, struct store **out, char *err,
                size_t errlen);
+/* The database at path, read only (ctune-server --read-only): opened with
+ * SQLITE_OPEN_READONLY, so nothing (no migration, no checkpoint, no mode
+ * change of the file) is ever written; safe beside a server that writes
+ * it (a WAL reader). A schema other than this version's is refused, naming
+ * both versions: an older one needs the migrations a writing server
+ * applies. Every write through it fails. */
+int store_open_read_only(const char *path, struct store **out, char *err, size_t errlen);
 void store_close(struct store *st);
 
 /* Writer side (commit thread only). Errors: -EBUSY (the database is locked

@@ -604,8 +604,11 @@ def case_resume(tmp):
     check(not descendants(), f"processes left: {descendants()}")
 
     # --db with no server on it: each reading command starts one of its own
-    # on the database and stops it on the way out (its log in TMPDIR, removed).
+    # on the database and stops it on the way out (its log in TMPDIR, removed),
+    # read-only: the database file and the login URL `run` left stay as they are.
     own = {"TMPDIR": tmp}
+    login = os.path.realpath(db) + ".login-url"
+    kept = [open(p, "rb").read() for p in (db, login)]
     code, out, err = ctune("status", "--db", db, cwd=tmp, env=own)
     check(code == 0 and "resumable" in out and "TERMINATED" in out, f"status --db: {code} {out} {err}")
     code, out, err = ctune("best", "1", "--db", db, cwd=tmp, env=own)
@@ -613,6 +616,7 @@ def case_resume(tmp):
     code, out, err = ctune("export", "1", "--db", db, "--format", "csv", cwd=tmp, env=own)
     check(code == 0 and len(out.splitlines()) == 3, f"export --db: {code} {out} {err}")
     check(not descendants(), f"--db left its server: {descendants()}")
+    check([open(p, "rb").read() for p in (db, login)] == kept, "--db changed the database or its login URL")
     check(not [f for f in os.listdir(tmp) if f.startswith("ctune-db-server-")], "its log is removed")
     code, out, err = ctune("trials", "1", "--db", os.path.join(tmp, "none.db"), cwd=tmp)
     check(code == 2 and "none.db: No such file" in err, f"--db missing: {code} {err}")

@@ -1,7 +1,9 @@
 """ctune.open(db): a finished database read back through a private
-ctune-server (binaries from CTUNE_BIN_DIR) that the ResultGrid stops when
-closed; a database another server holds is refused with that server's
-message, and a missing file without starting anything."""
+read-only ctune-server (binaries from CTUNE_BIN_DIR) that the ResultGrid
+stops when closed and that leaves the writer's login URL as it was; a
+database another server holds is read through it, or, without its login
+URL, by a read-only server beside it; a missing file is refused without
+starting anything."""
 import os
 import socket
 import sys
@@ -59,14 +61,15 @@ class OpenE2E(unittest.TestCase):
         self.assertIsNone(self.c.server.poll())  # closing left that server running
         login = os.path.realpath(self.c.db) + ".login-url"
         os.rename(login, login + ".away")
-        try:
-            with self.assertRaises(ctune.CtuneError) as cm:
-                ctune.open(self.c.db)
+        try:  # no login URL: a read-only server beside the writer
+            with ctune.open(self.c.db) as grid:
+                self.assertNotEqual(grid.client.url, self.c.url)
+                self.assertEqual([(r.trial_name, r.metrics["loss"]) for r in grid],
+                                 self.before[self.second])
+            self.assertFalse(os.path.exists(login))  # it wrote none
         finally:
             os.rename(login + ".away", login)
-        e = cm.exception
-        self.assertEqual(e.code, "db_in_use", e)
-        self.assertIn(f"in use by another ctune-server (pid {self.c.server.pid})", e.message)
+        self.assertIsNone(self.c.server.poll())
         with self.assertRaises(ctune.CtuneError) as cm:
             ctune.open(os.path.join(self.c.tmp, "nope.db"))
         self.assertEqual(cm.exception.code, "not_found")
@@ -74,6 +77,9 @@ class OpenE2E(unittest.TestCase):
 
     def test_z_read_back_after_the_server_is_gone(self):
         self.c.stop(self.c.server)  # named _z_: runs last, the server is gone
+        login = os.path.realpath(self.c.db) + ".login-url"
+        with open(login, "rb") as f:
+            login_text = f.read()
         with ctune.open(self.c.db) as grid:  # the newest experiment
             url = grid.client.url
             self.assertTrue(port_open(url))
@@ -93,6 +99,8 @@ class OpenE2E(unittest.TestCase):
         finally:
             grid.close()
         self.assertIsNotNone(grid.server.proc.poll())
+        with open(login, "rb") as f:  # read-only: the writer's login URL kept
+            self.assertEqual(f.read(), login_text)
 
 
 if __name__ == "__main__":

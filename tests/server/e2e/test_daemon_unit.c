@@ -238,8 +238,13 @@ START_TEST(opts_defaults_and_errors) {
     char *a7[] = {"x", "--no-auth", "--allowed-host", "box.lan", "--allowed-host=h2", NULL};
     ck_assert_int_eq(opts_parse(5, a7, &o, &act, err, sizeof err), 0);
     ck_assert_int_eq(o.no_auth, 1);
+    ck_assert_int_eq(o.read_only, 0);
     ck_assert_int_eq(o.nallowed_hosts, 2);
     ck_assert_str_eq(o.allowed_hosts[1], "h2");
+    char *ro[] = {"x", "--read-only", "--port", "0", NULL}; /* a flag without a value */
+    ck_assert_int_eq(opts_parse(4, ro, &o, &act, err, sizeof err), 0);
+    ck_assert_int_eq(o.read_only, 1);
+    ck_assert_int_eq(o.port, 0);
     char *a8[] = {"x", "--no-auth", "--token-file", "t", NULL};
     ck_assert_int_eq(opts_parse(4, a8, &o, &act, err, sizeof err), -EINVAL);
     char *a9[] = {"x", "--allowed-host", "fwd.lan:9000", NULL};
