@@ -23,6 +23,13 @@ if [ -n "$FAKE_BAD_GPU" ]; then
   printf 'RuntimeError: CUDA error: an illegal memory access was encountered\n' >&2
   exit 1
 fi
+# The good worker's trials after the first wait for the test's gate (made
+# once the bad worker is quarantined), so the good worker cannot finish
+# the experiment before the bad one has failed its share.
+if [ "$CTUNE_TRIAL_ID" != 1 ]; then
+  n=0
+  while [ ! -e "@GATE@" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+fi
 echo '{"training_iteration": 1, "loss": 1.0}'
 echo '{"training_iteration": 2, "loss": 0.5}'
 """
@@ -60,7 +67,7 @@ def test_bad_gpu_quarantined():
     d = tmpdir()
     script = os.path.join(d, "train.sh")
     with open(script, "w") as f:
-        f.write(TRAINABLE)
+        f.write(TRAINABLE.replace("@GATE@", os.path.join(d, "gate")))
     cfg = experiment("q", n=8, trainable={"type": "command", "argv": ["/bin/sh", script]},
                      resources_per_trial={"cpu": 1}, max_failures=0)
     eid = s.ok("POST", "/api/v1/experiments", cfg, status=201)["id"]
@@ -77,6 +84,7 @@ def test_bad_gpu_quarantined():
                    lambda: (lambda w: w if w["status"] == "quarantined" else None)(worker_row(s, bad)))
         # Either rule may come first: its streak while the good one succeeds,
         # or two of its failed trials ended well on the good one.
+        open(os.path.join(d, "gate"), "w").close()
         why = row["quarantine_reason"]
         assert ("failed " in why and "CUDA error" in why) or "ended well on other workers" in why, row
         wait("the experiment done", lambda: s.ok("GET", "/api/v1/experiments/%d" % eid)["status"] != "RUNNING")
