@@ -126,6 +126,23 @@ def torch_rate(args, batch, data):
     return rate
 
 
+def torch_only(args):
+    """PyTorch's samples/s per batch in this one process (one import, one
+    CUDA context): a JSON line each, or exit 77 when torch sees no GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        print("SKIP: torch %s sees no CUDA device" % torch.__version__)
+        return 77
+    batches = [int(b) for b in args.batches.split(",")]
+    limits = ([int(n) for n in args.limits.split(",")] if args.limits
+              else [args.limit] * len(batches))
+    for b, n in zip(batches, limits):
+        rate = torch_rate(args, b, load_fmnist(args.data_dir, int(n * 0.9)))
+        print(json.dumps({"batch": b, "images": int(n * 0.9), "samples_per_s": rate,
+                          "torch": torch.__version__}), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build", help="build dir holding bin/ctune-train")
@@ -137,7 +154,13 @@ def main():
                     help="training images (before the 10%% validation split)")
     ap.add_argument("--torch", action="store_true", help="add PyTorch on 1 GPU")
     ap.add_argument("--json", action="store_true", help="also print JSON lines")
+    ap.add_argument("--torch-only", action="store_true",
+                    help="PyTorch alone, one JSON line per batch (bench/gpu/device-step)")
+    ap.add_argument("--limits", help="with --torch-only: images per batch size, a comma "
+                    "list beside --batches (default --limit for each)")
     args = ap.parse_args()
+    if args.torch_only:
+        return torch_only(args)
 
     n = visible_gpus()
     if n < 1:

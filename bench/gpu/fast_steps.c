@@ -7,13 +7,16 @@
  *
  *   build/bin/bench_fast_steps [images] [batch ...]     (default 20000; 2 4 16 64 256 1024)
  *
- * Prints one markdown table. Exits 77 without a CUDA device. */
+ * Prints one markdown table. Exits 77 without a CUDA device, saying the CUDA
+ * runtime's reason. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cuda_runtime_api.h>
 
 #include "backend.h"
 #include "cuda_backend.h"
@@ -85,8 +88,11 @@ int main(int argc, char **argv) {
     nb = 0;
     for (int i = 2; i < argc && nb < 32; i++) batches[nb++] = atoi(argv[i]);
   }
-  if (backend_cuda_device_count() < 1) {
-    printf("SKIP: no CUDA device\n");
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count < 1) {
+    /* the runtime's own sentence: first contact must say why, not just "no" */
+    printf("SKIP: no CUDA device: %s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
     return 77;
   }
   struct model_layout L;
