@@ -446,12 +446,19 @@ fail:
   return rc;
 }
 
-static int cuda_peak_mem_mb(struct backend *b, double *out) {
+int backend_cuda_arena_peak_mb(struct backend *b, double *out) {
   if (!b || !out) return -EINVAL;
   int64_t peak = 0;
   for (int i = 0; i < b->ndev; i++)
     if (b->dev[i].mem.peak > peak) peak = b->dev[i].mem.peak;
-  double mib = (double)peak / (double)MIB;
+  *out = (double)peak / (double)MIB;
+  return 0;
+}
+
+static int cuda_peak_mem_mb(struct backend *b, double *out) {
+  double mib = 0;
+  int rc = backend_cuda_arena_peak_mb(b, &mib);
+  if (rc) return rc;
   /* The driver's figure for this process (context, cuBLAS, NCCL and the
    * arenas) when NVML gives one: what a fraction of a GPU must hold. */
   for (int i = 0; i < b->ndev; i++) {
