@@ -45,14 +45,16 @@ static const char *base(const char *file) {
 /* Out of memory stays distinct so the trainer can exit 6; a missing device
  * or driver gives -ENODEV (exit 7). */
 int cuda_fail(const char *call, cudaError_t e, const char *file, int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, cudaGetErrorString(e));
+  cuda_set_error("%s failed at %s:%d: %s: %s", call, base(file), line, cudaGetErrorName(e),
+                 cudaGetErrorString(e));
   if (e == cudaErrorMemoryAllocation) return -ENOMEM;
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return -ENODEV;
   return -EIO;
 }
 
 int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file, int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, cublasGetStatusString(st));
+  cuda_set_error("%s failed at %s:%d: %s: %s", call, base(file), line, cublasGetStatusName(st),
+                 cublasGetStatusString(st));
   return st == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
 }
 
