@@ -801,6 +801,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
                      cudaGraphExec_t *out) {
   int rc = 0, slot = -1;
   cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
   for (int i = 0; i < d->n_graphs; i++)
     if (d->graph[i].phase == phase && d->graph[i].rows == rows) {
       if (d->graph[i].gen == b->mem_gen) {
@@ -812,7 +813,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
   if (slot < 0) {
     /* a full cache drops its oldest entry: shapes rarely change */
     if (d->n_graphs == CUDA_MAX_GRAPHS) {
-      CU(cudaGraphExecDestroy(d->graph[0].exec));
+      if (d->graph[0].exec) CU(cudaGraphExecDestroy(d->graph[0].exec));
       memmove(&d->graph[0], &d->graph[1], (CUDA_MAX_GRAPHS - 1) * sizeof(d->graph[0]));
       d->n_graphs--;
     }
@@ -835,11 +836,18 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
     }
     if (rc) goto fail;
   }
-  CU(cudaGraphInstantiate(&d->graph[slot].exec, g, 0));
+  CU(cudaGraphInstantiate(&exec, g, 0));
+  d->graph[slot].exec = exec;
   d->graph[slot].gen = b->mem_gen;
-  *out = d->graph[slot].exec;
+  *out = exec;
 fail:
   if (g) cudaGraphDestroy(g);
+  if (rc && slot >= 0 && !d->graph[slot].exec) {
+    /* no graph came of it: drop the entry, the next step captures again */
+    memmove(&d->graph[slot], &d->graph[slot + 1],
+            (size_t)(d->n_graphs - slot - 1) * sizeof(d->graph[0]));
+    d->n_graphs--;
+  }
   if (rc) cudaGetLastError();
   return rc;
 }

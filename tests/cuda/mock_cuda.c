@@ -391,8 +391,8 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
-  if (!e) return cudaSuccess;
-  run_everything(); /* a launched graph's work finishes first */
+  if (!e) return cudaErrorInvalidValue; /* as the runtime: there is no graph */
+  run_everything();                     /* a launched graph's work finishes first */
   graph_free_nodes(&e->g);
   free(e);
   live_dec();
@@ -435,6 +435,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     return "out of memory (mock)";
   case cudaErrorNoDevice:
     return "no CUDA-capable device is detected (mock)";
+  case cudaErrorInvalidValue:
+    return "invalid argument (mock)";
   default:
     return "unknown error (mock)";
   }

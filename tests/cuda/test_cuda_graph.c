@@ -418,6 +418,43 @@ static int session(const struct data *d, const float *p0, int gpus) {
   return rc;
 }
 
+/* A capture that fails leaves no entry without a graph behind: the cache
+ * (8 shapes) later evicts its oldest entries, and the failed shape can
+ * still be captured again. */
+START_TEST(failed_capture_leaves_no_empty_entry) {
+  struct data d;
+  int64_t np;
+  make_data(&d, N_TRAIN, 8 * 8);
+  float *p0 = init_params(&mlp_small, &np);
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
+  struct backend *b = NULL;
+  int32_t perm[N_TRAIN];
+  order_for(0, perm, N_TRAIN);
+  ck_assert_int_eq(backend_cuda_ops.create(&mlp_small, &sgd, 16, &bo, &b), 0);
+  ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);
+  ck_assert_int_eq(backend_cuda_set_data(b, 0, d.pix, d.lab, N_TRAIN), 0);
+  ck_assert_int_eq(backend_cuda_set_order(b, 0, perm, N_TRAIN), 0);
+  ck_assert_int_eq(backend_cuda_train_next(b, 8), 0); /* training buffers exist now */
+  mock_cuda_fail_at(1);                               /* cudaStreamBeginCapture of the 1-row step */
+  ck_assert_int_lt(backend_cuda_train_next(b, 1), 0);
+  mock_cuda_fail_at(0);
+  /* shapes 2..7 fill the cache; 9 and 10 evict its two oldest entries */
+  const int rows[] = {2, 3, 4, 5, 6, 7, 9, 10, 1};
+  for (int i = 0; i < 9; i++)
+    ck_assert_msg(backend_cuda_train_next(b, rows[i]) == 0, "step of %d rows: %s", rows[i],
+                  backend_cuda_last_error());
+  double sum;
+  int64_t n;
+  int bad;
+  ck_assert_int_eq(backend_cuda_take_loss(b, &sum, &n, &bad), 0);
+  ck_assert_int_eq(n, 8 + 2 + 3 + 4 + 5 + 6 + 7 + 9 + 10 + 1);
+  backend_cuda_ops.destroy(b);
+  ck_assert_int_eq(mock_cuda_live(), 0);
+  free(p0);
+  free_data(&d);
+}
+END_TEST
+
 /* Every call of the fast path that can fail is made to fail once (capture,
  * instantiation, graph launch, each kernel and copy): the failure comes back
  * as an error and destroy leaves nothing behind. */
@@ -457,6 +494,7 @@ int main(void) {
   tcase_add_test(tc, new_data_set_new_graphs);
   tcase_add_test(tc, evaluation_chunks_one_wait);
   tcase_add_test(tc, divergence_is_reported);
+  tcase_add_test(tc, failed_capture_leaves_no_empty_entry);
 #ifdef FAKE_NVML_PATH
   tcase_add_test(tc, gpu_mem_from_the_driver);
 #endif
