@@ -855,7 +855,10 @@ fail:
 /* One step of `rows` rows of set `which` on every device. */
 static int run_step(struct backend *b, int phase, int n) {
   int rc = 0;
-  if (b->use_graphs) {
+  /* The first step of a phase runs eagerly even with graphs: under lazy
+   * module loading (CUDA 12.2+'s default) its kernels and cuBLAS's are then
+   * loaded outside a capture, which older drivers cannot do inside one. */
+  if (b->use_graphs && b->ran_eager[phase]) {
     struct cuda_dev *d = &b->dev[0];
     cudaGraphExec_t exec = NULL;
     CU(cudaSetDevice(d->id));
@@ -896,6 +899,7 @@ static int run_step(struct backend *b, int phase, int n) {
     rc = step_tail(b, d, phase, n);
     if (rc) goto fail;
   }
+  b->ran_eager[phase] = 1;
 fail:
   return rc;
 }

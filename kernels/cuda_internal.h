@@ -142,9 +142,10 @@ struct backend {
   float *kept_params; /* the weights on the host while a re-plan is unfinished */
   int64_t step;
   int64_t limit_bytes;
-  int eval_rows;                           /* evaluation chunk: max(max_batch, 256) unless capped */
-  int64_t mem_gen;                         /* bumped whenever a buffer moves: graphs are rebuilt */
-  int use_graphs;                          /* one device and CTUNE_CUDA_GRAPHS is not 0 */
+  int eval_rows;    /* evaluation chunk: max(max_batch, 256) unless capped */
+  int64_t mem_gen;  /* bumped whenever a buffer moves: graphs are rebuilt */
+  int use_graphs;   /* one device and CTUNE_CUDA_GRAPHS is not 0 */
+  int ran_eager[2]; /* a phase's kernels ran once outside a capture (loaded) */
   int64_t set_n[2], order_n[2], cursor[2]; /* host mirrors */
   int64_t acc_rows;                        /* training rows since the last backend_cuda_take_loss */
   int64_t acc_steps;
