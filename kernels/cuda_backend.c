@@ -464,7 +464,7 @@ static int cuda_peak_mem_mb(struct backend *b, double *out) {
   /* The driver's figure for this process (context, cuBLAS, NCCL and the
    * arenas) when NVML gives one: what a fraction of a GPU must hold. */
   for (int i = 0; i < b->ndev; i++) {
-    double d = cuda_mem_driver_mib(b->dev[i].id);
+    double d = cuda_mem_driver_mib(b, b->dev[i].id);
     if (d > b->driver_mib) b->driver_mib = d;
   }
   *out = b->driver_mib > mib ? b->driver_mib : mib;
@@ -505,6 +505,7 @@ static void cuda_destroy(struct backend *b) {
   if (b->h_correct) cudaFreeHost(b->h_correct);
   if (b->h_ctl) cudaFreeHost(b->h_ctl);
   free(b->kept_params);
+  cuda_mem_nvml_close(b);
   cudaGetLastError();
   free(b);
 }

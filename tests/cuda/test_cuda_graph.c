@@ -5,6 +5,7 @@
  * at least 256 rows with one wait. The double counts what the host asks of
  * the "GPU", so launches and waits per step are checked here without one. */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -396,6 +397,39 @@ START_TEST(gpu_mem_from_the_driver) {
   free(p0);
 }
 END_TEST
+
+/* NVML is opened and initialised once per backend, not at every report, and
+ * shut down at destroy; its "not available" figure (ULLONG_MAX) is no
+ * figure: gpu_mem_mb stays the arenas', never 1.7e13 MiB. */
+START_TEST(nvml_once_per_backend_and_not_available) {
+  /* held open here so that the counters outlive the backend's dlclose */
+  void *fake = dlopen(FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(fake);
+  int *inits = dlsym(fake, "fake_nvml_inits"), *shuts = dlsym(fake, "fake_nvml_shutdowns");
+  ck_assert(inits && shuts);
+  int64_t np;
+  float *p0 = init_params(&mlp, &np);
+  setenv("CTUNE_NVML_LIB", FAKE_NVML_PATH, 1);
+  setenv("FAKE_NVML_USED_MB", "na", 1);
+  struct backend *b = make(&mlp, &sgd, 1, 1, p0);
+  double arenas = -1, mb = -1;
+  const int i0 = *inits, s0 = *shuts;
+  ck_assert_int_eq(backend_cuda_arena_peak_mb(b, &arenas), 0);
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+    ck_assert_msg(mb == arenas, "gpu_mem_mb %g with NVML's \"not available\", arenas %g", mb,
+                  arenas);
+  }
+  ck_assert_int_eq(*inits - i0, 1);
+  ck_assert_int_eq(*shuts - s0, 0);
+  backend_cuda_ops.destroy(b);
+  ck_assert_int_eq(*shuts - s0, 1);
+  unsetenv("CTUNE_NVML_LIB");
+  unsetenv("FAKE_NVML_USED_MB");
+  dlclose(fake);
+  free(p0);
+}
+END_TEST
 #endif
 
 static long session_calls;
@@ -509,6 +543,7 @@ int main(void) {
   tcase_add_test(tc, failed_capture_leaves_no_empty_entry);
 #ifdef FAKE_NVML_PATH
   tcase_add_test(tc, gpu_mem_from_the_driver);
+  tcase_add_test(tc, nvml_once_per_backend_and_not_available);
 #endif
   /* orchestration only: the kernel loops are enough (and quick) */
   if (!getenv("CTUNE_TEST_SMALL")) tcase_add_test(tc, every_failure_is_reported);
