@@ -45,14 +45,16 @@ static const char *base(const char *file) {
 /* Out of memory stays distinct so the trainer can exit 6; a missing device
  * or driver gives -ENODEV (exit 7). */
 int cuda_fail(const char *call, cudaError_t e, const char *file, int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, cudaGetErrorString(e));
+  cuda_set_error("%s failed at %s:%d: %s: %s", call, base(file), line, cudaGetErrorName(e),
+                 cudaGetErrorString(e));
   if (e == cudaErrorMemoryAllocation) return -ENOMEM;
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return -ENODEV;
   return -EIO;
 }
 
 int cuda_blas_fail(const char *call, cublasStatus_t st, const char *file, int line) {
-  cuda_set_error("%s failed at %s:%d: %s", call, base(file), line, cublasGetStatusString(st));
+  cuda_set_error("%s failed at %s:%d: %s: %s", call, base(file), line, cublasGetStatusName(st),
+                 cublasGetStatusString(st));
   return st == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
 }
 
@@ -446,16 +448,23 @@ fail:
   return rc;
 }
 
-static int cuda_peak_mem_mb(struct backend *b, double *out) {
+int backend_cuda_arena_peak_mb(struct backend *b, double *out) {
   if (!b || !out) return -EINVAL;
   int64_t peak = 0;
   for (int i = 0; i < b->ndev; i++)
     if (b->dev[i].mem.peak > peak) peak = b->dev[i].mem.peak;
-  double mib = (double)peak / (double)MIB;
+  *out = (double)peak / (double)MIB;
+  return 0;
+}
+
+static int cuda_peak_mem_mb(struct backend *b, double *out) {
+  double mib = 0;
+  int rc = backend_cuda_arena_peak_mb(b, &mib);
+  if (rc) return rc;
   /* The driver's figure for this process (context, cuBLAS, NCCL and the
    * arenas) when NVML gives one: what a fraction of a GPU must hold. */
   for (int i = 0; i < b->ndev; i++) {
-    double d = cuda_mem_driver_mib(b->dev[i].id);
+    double d = cuda_mem_driver_mib(b, b->dev[i].id);
     if (d > b->driver_mib) b->driver_mib = d;
   }
   *out = b->driver_mib > mib ? b->driver_mib : mib;
@@ -496,6 +505,7 @@ static void cuda_destroy(struct backend *b) {
   if (b->h_correct) cudaFreeHost(b->h_correct);
   if (b->h_ctl) cudaFreeHost(b->h_ctl);
   free(b->kept_params);
+  cuda_mem_nvml_close(b);
   cudaGetLastError();
   free(b);
 }
@@ -792,6 +802,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
                      cudaGraphExec_t *out) {
   int rc = 0, slot = -1;
   cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
   for (int i = 0; i < d->n_graphs; i++)
     if (d->graph[i].phase == phase && d->graph[i].rows == rows) {
       if (d->graph[i].gen == b->mem_gen) {
@@ -803,7 +814,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
   if (slot < 0) {
     /* a full cache drops its oldest entry: shapes rarely change */
     if (d->n_graphs == CUDA_MAX_GRAPHS) {
-      CU(cudaGraphExecDestroy(d->graph[0].exec));
+      if (d->graph[0].exec) CU(cudaGraphExecDestroy(d->graph[0].exec));
       memmove(&d->graph[0], &d->graph[1], (CUDA_MAX_GRAPHS - 1) * sizeof(d->graph[0]));
       d->n_graphs--;
     }
@@ -826,11 +837,18 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
     }
     if (rc) goto fail;
   }
-  CU(cudaGraphInstantiate(&d->graph[slot].exec, g, 0));
+  CU(cudaGraphInstantiate(&exec, g, 0));
+  d->graph[slot].exec = exec;
   d->graph[slot].gen = b->mem_gen;
-  *out = d->graph[slot].exec;
+  *out = exec;
 fail:
   if (g) cudaGraphDestroy(g);
+  if (rc && slot >= 0 && !d->graph[slot].exec) {
+    /* no graph came of it: drop the entry, the next step captures again */
+    memmove(&d->graph[slot], &d->graph[slot + 1],
+            (size_t)(d->n_graphs - slot - 1) * sizeof(d->graph[0]));
+    d->n_graphs--;
+  }
   if (rc) cudaGetLastError();
   return rc;
 }
@@ -838,7 +856,10 @@ fail:
 /* One step of `rows` rows of set `which` on every device. */
 static int run_step(struct backend *b, int phase, int n) {
   int rc = 0;
-  if (b->use_graphs) {
+  /* The first step of a phase runs eagerly even with graphs: under lazy
+   * module loading (CUDA 12.2+'s default) its kernels and cuBLAS's are then
+   * loaded outside a capture, which older drivers cannot do inside one. */
+  if (b->use_graphs && b->ran_eager[phase]) {
     struct cuda_dev *d = &b->dev[0];
     cudaGraphExec_t exec = NULL;
     CU(cudaSetDevice(d->id));
@@ -879,6 +900,7 @@ static int run_step(struct backend *b, int phase, int n) {
     rc = step_tail(b, d, phase, n);
     if (rc) goto fail;
   }
+  b->ran_eager[phase] = 1;
 fail:
   return rc;
 }

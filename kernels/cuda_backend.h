@@ -56,6 +56,11 @@ int backend_cuda_take_loss(struct backend *b, double *loss_sum, int64_t *rows, i
  * (at least 256 unless a cap forbids it); adds the summed loss and the
  * number correct. One wait per device per evaluation. */
 int backend_cuda_evaluate_set(struct backend *b, int which, double *loss_sum, int64_t *correct);
+/* The arenas' peak alone in MiB (the most of any device): what the memory
+ * plan and --gpu-mem-limit-mb promise. peak_mem_mb reports the larger of this
+ * and what NVML says the process holds (context, cuBLAS and NCCL included),
+ * which on a real GPU is hundreds of MiB more. */
+int backend_cuda_arena_peak_mb(struct backend *b, double *out);
 /* For tests and logs: the evaluation chunk and whether steps are graphs. */
 int backend_cuda_counters(struct backend *b, int64_t *eval_rows, int *graphs);
 

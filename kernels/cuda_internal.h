@@ -127,6 +127,15 @@ struct cuda_dev {
   float *dflat;
 };
 
+/* NVML, dlopen'ed and initialised at the first peak_mem_mb that finds it,
+ * kept until the backend is destroyed (cuda_mem_nvml_close). */
+struct cuda_nvml {
+  void *lib; /* NULL: not open (yet) */
+  int (*shutdown)(void);
+  int (*by_bus)(const char *bus, void **dev);
+  int (*procs)(void *dev, unsigned *count, void *list);
+};
+
 struct backend {
   struct model_layout L;
   struct optim_spec opt;
@@ -142,13 +151,15 @@ struct backend {
   float *kept_params; /* the weights on the host while a re-plan is unfinished */
   int64_t step;
   int64_t limit_bytes;
-  int eval_rows;                           /* evaluation chunk: max(max_batch, 256) unless capped */
-  int64_t mem_gen;                         /* bumped whenever a buffer moves: graphs are rebuilt */
-  int use_graphs;                          /* one device and CTUNE_CUDA_GRAPHS is not 0 */
+  int eval_rows;    /* evaluation chunk: max(max_batch, 256) unless capped */
+  int64_t mem_gen;  /* bumped whenever a buffer moves: graphs are rebuilt */
+  int use_graphs;   /* one device and CTUNE_CUDA_GRAPHS is not 0 */
+  int ran_eager[2]; /* a phase's kernels ran once outside a capture (loaded) */
   int64_t set_n[2], order_n[2], cursor[2]; /* host mirrors */
   int64_t acc_rows;                        /* training rows since the last backend_cuda_take_loss */
   int64_t acc_steps;
-  double driver_mib;      /* largest per-process figure NVML gave, MiB */
+  double driver_mib; /* largest per-process figure NVML gave, MiB */
+  struct cuda_nvml nvml;
   struct cuda_ctl *h_ctl; /* pinned, one per device */
   struct cuda_dev dev[CUDA_MAX_DEVICES];
   float *h_x[GPU_PLAN_SLOTS]; /* pinned staging of the global batch */
@@ -170,9 +181,12 @@ int cuda_mem_ensure_train(struct backend *b, int n);
 void cuda_graphs_drop(struct backend *b);
 
 /* MiB this process holds on CUDA device dev as the driver (NVML) counts
- * it, context included; -1 when NVML is missing or does not list us (under
- * MPS the server process holds the memory). */
-double cuda_mem_driver_mib(int dev);
+ * it, context included; -1 when NVML is missing, does not list us (under
+ * MPS the server process holds the memory) or has no figure for us. Opens
+ * b->nvml on first use. */
+double cuda_mem_driver_mib(struct backend *b, int dev);
+/* Shuts NVML down and unloads it if b opened it. */
+void cuda_mem_nvml_close(struct backend *b);
 
 /* cuda_net.c: the model's passes on one device's compute stream. */
 int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n);

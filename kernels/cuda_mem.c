@@ -211,39 +211,62 @@ int cuda_mem_ensure_train(struct backend *b, int n) {
 /* ---- what the driver says we hold ------------------------------------
  * NVML (dlopen'ed: no link dependency) lists each process's device memory:
  * the CUDA context, cuBLAS's and NCCL's own allocations and our arenas
- * together. CTUNE_NVML_LIB names another library (tests: a fake). */
+ * together. CTUNE_NVML_LIB names another library (tests: a fake). It is
+ * opened and initialised once per backend, not at every report: a dlopen,
+ * nvmlInit and nvmlShutdown cost tens of milliseconds. */
 struct nvml_proc_v3 {
   unsigned pid;
   unsigned long long used;
   unsigned gpu_instance, compute_instance;
 };
 
-double cuda_mem_driver_mib(int dev) {
-  const char *lib = getenv("CTUNE_NVML_LIB");
-  void *h = dlopen(lib && *lib ? lib : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) return -1.0;
+/* nvmlProcessInfo_t.usedGpuMemory when the driver has no figure (under
+ * some virtualisation and Windows' WDDM): NVML_VALUE_NOT_AVAILABLE. */
+#define NVML_NOT_AVAILABLE (~0ULL)
+
+static int nvml_open(struct cuda_nvml *n) {
+  if (n->lib) return 0;
+  const char *path = getenv("CTUNE_NVML_LIB");
+  void *h = dlopen(path && *path ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return -ENOENT; /* tried again at the next report: a missing file is cheap */
   int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
-  int (*shut)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");
-  int (*by_bus)(const char *, void **) =
-      (int (*)(const char *, void **))dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
-  int (*procs)(void *, unsigned *, struct nvml_proc_v3 *) =
-      (int (*)(void *, unsigned *, struct nvml_proc_v3 *))dlsym(
-          h, "nvmlDeviceGetComputeRunningProcesses_v3");
-  double mib = -1.0;
-  char bus[32];
-  if (init && shut && by_bus && procs &&
-      cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess && init() == 0) {
-    void *nd = NULL;
-    struct nvml_proc_v3 list[64];
-    unsigned n = 64;
-    if (by_bus(bus, &nd) == 0 && procs(nd, &n, list) == 0) {
-      const unsigned me = (unsigned)getpid();
-      for (unsigned i = 0; i < n && i < 64; i++)
-        if (list[i].pid == me) mib = (double)list[i].used / (double)MIB;
-    }
-    shut();
+  n->shutdown = (int (*)(void))dlsym(h, "nvmlShutdown");
+  n->by_bus = (int (*)(const char *, void **))dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+  n->procs =
+      (int (*)(void *, unsigned *, void *))dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (!init || !n->shutdown || !n->by_bus || !n->procs || init() != 0) {
+    dlclose(h);
+    *n = (struct cuda_nvml){0};
+    return -ENOENT;
   }
-  cudaGetLastError();
-  dlclose(h);
+  n->lib = h;
+  return 0;
+}
+
+void cuda_mem_nvml_close(struct backend *b) {
+  struct cuda_nvml *n = &b->nvml;
+  if (!n->lib) return;
+  n->shutdown();
+  dlclose(n->lib);
+  *n = (struct cuda_nvml){0};
+}
+
+double cuda_mem_driver_mib(struct backend *b, int dev) {
+  char bus[32];
+  if (nvml_open(&b->nvml)) return -1.0;
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1.0;
+  }
+  void *nd = NULL;
+  struct nvml_proc_v3 list[64];
+  unsigned n = 64;
+  double mib = -1.0;
+  if (b->nvml.by_bus(bus, &nd) == 0 && b->nvml.procs(nd, &n, list) == 0) {
+    const unsigned me = (unsigned)getpid();
+    for (unsigned i = 0; i < n && i < 64; i++)
+      if (list[i].pid == me && list[i].used != NVML_NOT_AVAILABLE)
+        mib = (double)list[i].used / (double)MIB;
+  }
   return mib;
 }

@@ -103,7 +103,7 @@ static int join_members(const struct dist *d, unsigned char *id, size_t len,
   int rc = d->rank == 0 ? cuda->nccl_id(id, len) : 0;
   if (rc) {
     snprintf(err, errlen, "--device cuda: cannot make the NCCL id: %s", cuda->last_error());
-    return TRAIN_EXIT_NO_DEVICE;
+    return exit_for_errno(rc);
   }
   rc = dist_share(d, id, len, DIST_TIMEOUT_MS, err, errlen);
   if (rc) return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_INTERNAL;
@@ -140,7 +140,7 @@ static int open_backend(const struct train_config *cfg, const struct dist *d,
     rc = open_cuda(cfg, first_why, sizeof(first_why));
     if (rc && cfg->device == DEVICE_CUDA) {
       snprintf(err, errlen, "%s", first_why);
-      return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
+      return exit_for_errno(rc);
     }
     if (rc) {
       log_info("device: cpu (auto: %s)", first_why);
@@ -179,7 +179,9 @@ static int open_backend(const struct train_config *cfg, const struct dist *d,
       else
         snprintf(err, errlen, "--device cuda: cannot start the CUDA backend: %s%s", strerror(-rc),
                  retried);
-      return rc == -ENOMEM ? TRAIN_EXIT_OOM : TRAIN_EXIT_NO_DEVICE;
+      /* only a missing or unusable device is no_device: a failed cuBLAS or
+       * NCCL start on a working GPU is ours to look at, not "no GPU" */
+      return exit_for_errno(rc);
     }
     log_info("device: cpu (auto: CUDA backend unavailable: %s)", backend_why(cuda->ops, rc));
     *bs = asked; /* the CPU takes the batch that was asked for */

@@ -10,10 +10,16 @@
 int gpu_detect(int *ids, long *mem_mb, int cap);
 
 /* --mps: starts the CUDA MPS control daemon (nvidia-cuda-mps-control -d)
- * with CUDA_MPS_PIPE_DIRECTORY=<work_dir>/mps/pipe and
+ * with CUDA_MPS_PIPE_DIRECTORY (gpu_mps_pipe_path) and
  * CUDA_MPS_LOG_DIRECTORY=<work_dir>/mps/log, or joins the one already
  * answering there. -ENOENT (err says so) when the program is not on PATH. */
 int gpu_mps_start(const char *work_dir, char *err, size_t errlen);
+/* The MPS pipe directory for work_dir: <work_dir>/mps/pipe when it is at
+ * most GPU_MPS_PIPE_MAX bytes (the daemon's sockets inside must fit the
+ * 108-byte sun_path), else /tmp/ctune-mps-<hash of work_dir and uid>. 0, or
+ * -ENAMETOOLONG. */
+#define GPU_MPS_PIPE_MAX 64
+int gpu_mps_pipe_path(const char *work_dir, unsigned uid, char *out, size_t len);
 /* The directories a GPU trial must be given; NULL without --mps. */
 const char *gpu_mps_pipe_dir(void);
 const char *gpu_mps_log_dir(void);

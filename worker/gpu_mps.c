@@ -19,7 +19,9 @@
  * time-slices between their contexts (one context at a time, each switch
  * flushing the SMs); with MPS their kernels share the SMs at once through
  * one server. The worker starts the control daemon with its pipe and log
- * directories under the work dir, or joins one already listening there. */
+ * directories under the work dir (the pipes under /tmp when the work dir is
+ * deep: sockets have a 108-byte path limit), or joins one already listening
+ * there. */
 static char mps_pipe[PATH_MAX], mps_log[PATH_MAX];
 
 const char *gpu_mps_pipe_dir(void) { return mps_pipe[0] ? mps_pipe : NULL; }
@@ -77,6 +79,35 @@ static int run_control(const char *bin, const char *arg, const char *text, const
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+int gpu_mps_pipe_path(const char *work_dir, unsigned uid, char *out, size_t len) {
+  size_t n = (size_t)snprintf(out, len, "%s/mps/pipe", work_dir);
+  if (n < len && n <= GPU_MPS_PIPE_MAX) return 0;
+  /* FNV-1a over the work dir and the uid: the same worker finds its daemon
+   * again, another user or work dir gets its own */
+  unsigned long long h = 1469598103934665603ULL;
+  for (const char *p = work_dir; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  for (int i = 0; i < 4; i++) h = (h ^ ((uid >> (8 * i)) & 0xff)) * 1099511628211ULL;
+  return (size_t)snprintf(out, len, "/tmp/ctune-mps-%016llx", h) < len ? 0 : -ENAMETOOLONG;
+}
+
+/* A pipe directory outside the work dir lives in a shared /tmp: it must be
+ * a real directory of ours, not one (or a link) someone else put there. */
+static int pipe_dir_ours(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    return -EIO;
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    snprintf(err, errlen,
+             "MPS pipe directory %s exists but is not a directory owned by uid %u; remove it "
+             "or use a shorter work dir",
+             path, (unsigned)geteuid());
+    return -EEXIST;
+  }
+  return 0;
+}
+
 int gpu_mps_start(const char *work_dir, char *err, size_t errlen) {
   char bin[PATH_MAX], dir[PATH_MAX], ctl_log[PATH_MAX], control[PATH_MAX];
   if (find_on_path("nvidia-cuda-mps-control", bin, sizeof bin) < 0) {
@@ -87,7 +118,7 @@ int gpu_mps_start(const char *work_dir, char *err, size_t errlen) {
     return -ENOENT;
   }
   if ((size_t)snprintf(dir, sizeof dir, "%s/mps", work_dir) >= sizeof dir ||
-      (size_t)snprintf(mps_pipe, sizeof mps_pipe, "%s/pipe", dir) >= sizeof mps_pipe ||
+      gpu_mps_pipe_path(work_dir, (unsigned)geteuid(), mps_pipe, sizeof mps_pipe) < 0 ||
       (size_t)snprintf(mps_log, sizeof mps_log, "%s/log", dir) >= sizeof mps_log ||
       (size_t)snprintf(ctl_log, sizeof ctl_log, "%s/worker-control.log", mps_log) >=
           sizeof ctl_log ||
@@ -98,12 +129,19 @@ int gpu_mps_start(const char *work_dir, char *err, size_t errlen) {
   }
   /* Trials (another user under --run-as too) connect to the pipes: 0755. */
   const char *dirs[] = {dir, mps_pipe, mps_log};
-  for (int i = 0; i < 3; i++)
-    if ((mkdir(dirs[i], 0755) != 0 && errno != EEXIST) || chmod(dirs[i], 0755) != 0) {
+  for (int i = 0; i < 3; i++) {
+    int rc = mkdir(dirs[i], 0755) != 0 && errno != EEXIST ? -EIO : 0;
+    if (rc) snprintf(err, errlen, "cannot create %s: %s", dirs[i], strerror(errno));
+    if (!rc && dirs[i] == mps_pipe) rc = pipe_dir_ours(mps_pipe, err, errlen);
+    if (!rc && chmod(dirs[i], 0755) != 0) {
       snprintf(err, errlen, "cannot create %s: %s", dirs[i], strerror(errno));
-      mps_pipe[0] = mps_log[0] = '\0';
-      return -EIO;
+      rc = -EIO;
     }
+    if (rc) {
+      mps_pipe[0] = mps_log[0] = '\0';
+      return rc;
+    }
+  }
   /* The daemon and every client find each other through these. */
   setenv("CUDA_MPS_PIPE_DIRECTORY", mps_pipe, 1);
   setenv("CUDA_MPS_LOG_DIRECTORY", mps_log, 1);

@@ -495,6 +495,11 @@ int trainable_build(const cJSON *trial, const struct trainable_ctx *ctx, struct 
       (rc = env_set(&env, "CTUNE_RESUME", ctx->resume ? "1" : "0")) < 0 ||
       (rc = trainable_env_trial(&env, trial, ctx->resume)) < 0)
     goto fail;
+  /* The worker numbers GPUs as NVML does, in PCI bus order; CUDA's own
+   * default (fastest first) differs on a host with mixed GPUs. */
+  if (ctx->cuda_visible && *ctx->cuda_visible &&
+      (rc = env_set(&env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID")) < 0)
+    goto fail;
   if (ctx->gpu_mem_limit_mb > 0) {
     free(num);
     if (asprintf(&num, "%ld", ctx->gpu_mem_limit_mb) < 0) {

@@ -391,8 +391,8 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
-  if (!e) return cudaSuccess;
-  run_everything(); /* a launched graph's work finishes first */
+  if (!e) return cudaErrorInvalidValue; /* as the runtime: there is no graph */
+  run_everything();                     /* a launched graph's work finishes first */
   graph_free_nodes(&e->g);
   free(e);
   live_dec();
@@ -435,6 +435,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     return "out of memory (mock)";
   case cudaErrorNoDevice:
     return "no CUDA-capable device is detected (mock)";
+  case cudaErrorInvalidValue:
+    return "invalid argument (mock)";
   default:
     return "unknown error (mock)";
   }
@@ -706,7 +708,16 @@ cudaError_t cudaDeviceSynchronize(void) {
 
 /* ---- cuBLAS ---------------------------------------------------------- */
 
+/* CTUNE_MOCK_FAIL=<call>: that call fails every time with what a GPU whose
+ * library cannot start returns (end-to-end tests of ctune-train, where the
+ * counting fault injection cannot reach). */
+static int named_fault(const char *call) {
+  const char *f = getenv("CTUNE_MOCK_FAIL");
+  return f && !strcmp(f, call);
+}
+
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
+  if (named_fault("cublasCreate")) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (mock_cuda_failing()) return CUBLAS_STATUS_ALLOC_FAILED;
   *h = calloc(1, sizeof(**h));
   if (!*h) return CUBLAS_STATUS_ALLOC_FAILED;
@@ -748,6 +759,21 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
 
 const char *cublasGetStatusString(cublasStatus_t st) {
   return st == CUBLAS_STATUS_SUCCESS ? "success" : "failure (mock)";
+}
+
+const char *cublasGetStatusName(cublasStatus_t st) {
+  switch (st) {
+  case CUBLAS_STATUS_SUCCESS:
+    return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED:
+    return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED:
+    return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR:
+    return "CUBLAS_STATUS_INTERNAL_ERROR";
+  default:
+    return "CUBLAS_STATUS_EXECUTION_FAILED";
+  }
 }
 
 struct gemm_args {

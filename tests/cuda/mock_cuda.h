@@ -22,6 +22,8 @@ void mock_cuda_set_devices(int n);
 /* The k-th call from now that can fail does fail (k >= 1); 0 turns failures
  * off. Frees, destroys, cudaSetDevice and ncclGroupEnd never fail here. */
 void mock_cuda_fail_at(long k);
+/* CTUNE_MOCK_FAIL=cublasCreate: cublasCreate always fails with
+ * CUBLAS_STATUS_NOT_INITIALIZED (for ctune-train run as a process). */
 /* Calls so far that could have failed (to size a fault-injection loop). */
 long mock_cuda_calls(void);
 /* Allocations, pinned blocks, streams, events, handles and communicators

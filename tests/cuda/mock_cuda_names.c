@@ -12,6 +12,8 @@ const char *cudaGetErrorName(cudaError_t e) {
     return "cudaErrorNoDevice";
   case cudaErrorInvalidDevice:
     return "cudaErrorInvalidDevice";
+  case cudaErrorInvalidValue:
+    return "cudaErrorInvalidValue";
   default:
     return "cudaErrorUnknown";
   }

@@ -5,6 +5,7 @@
  * at least 256 rows with one wait. The double counts what the host asks of
  * the "GPU", so launches and waits per step are checked here without one. */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -159,10 +160,18 @@ START_TEST(one_launch_no_wait_per_step) {
   order_for(0, perm, d.n);
   ck_assert_int_eq(backend_cuda_set_data(b, 0, d.pix, d.lab, d.n), 0);
   ck_assert_int_eq(backend_cuda_set_order(b, 0, perm, d.n), 0);
+  /* the first step runs eagerly: under lazy module loading its kernels are
+   * loaded there, not inside the first capture */
+  struct mock_cuda_counts w0, w1, c0, c1, c2;
+  mock_cuda_get_counts(&w0);
+  ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
+  mock_cuda_get_counts(&w1);
+  ck_assert_int_eq(w1.graph_launches - w0.graph_launches, 0);
+  ck_assert_int_gt(w1.submits - w0.submits, 1);
   ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0); /* captures */
-  struct mock_cuda_counts c0, c1, c2;
   mock_cuda_get_counts(&c0);
-  const int steps = N_TRAIN / BATCH - 1;
+  ck_assert_int_eq(c0.graph_launches - w1.graph_launches, 1);
+  const int steps = N_TRAIN / BATCH - 2;
   for (int s = 0; s < steps; s++) ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
   mock_cuda_get_counts(&c1);
   printf("%d steps: %ld graph launches, %ld submits, %ld host waits\n", steps,
@@ -305,9 +314,13 @@ START_TEST(evaluation_chunks_one_wait) {
   double loss = 0, hl = 0;
   int64_t right = 0;
   int hr = 0;
-  ck_assert_int_eq(backend_cuda_evaluate_set(b, 1, &loss, &right), 0); /* captures */
-  struct mock_cuda_counts c0, c1;
+  struct mock_cuda_counts w0, c0, c1;
+  mock_cuda_get_counts(&w0);
+  /* the first chunk runs eagerly (kernels loaded outside a capture), the
+   * rest are captured */
+  ck_assert_int_eq(backend_cuda_evaluate_set(b, 1, &loss, &right), 0);
   mock_cuda_get_counts(&c0);
+  ck_assert_int_eq(c0.graph_launches - w0.graph_launches, (N_EVAL + rows - 1) / rows - 1);
   loss = 0, right = 0;
   ck_assert_int_eq(backend_cuda_evaluate_set(b, 1, &loss, &right), 0);
   mock_cuda_get_counts(&c1);
@@ -384,6 +397,39 @@ START_TEST(gpu_mem_from_the_driver) {
   free(p0);
 }
 END_TEST
+
+/* NVML is opened and initialised once per backend, not at every report, and
+ * shut down at destroy; its "not available" figure (ULLONG_MAX) is no
+ * figure: gpu_mem_mb stays the arenas', never 1.7e13 MiB. */
+START_TEST(nvml_once_per_backend_and_not_available) {
+  /* held open here so that the counters outlive the backend's dlclose */
+  void *fake = dlopen(FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_ptr_nonnull(fake);
+  int *inits = dlsym(fake, "fake_nvml_inits"), *shuts = dlsym(fake, "fake_nvml_shutdowns");
+  ck_assert(inits && shuts);
+  int64_t np;
+  float *p0 = init_params(&mlp, &np);
+  setenv("CTUNE_NVML_LIB", FAKE_NVML_PATH, 1);
+  setenv("FAKE_NVML_USED_MB", "na", 1);
+  struct backend *b = make(&mlp, &sgd, 1, 1, p0);
+  double arenas = -1, mb = -1;
+  const int i0 = *inits, s0 = *shuts;
+  ck_assert_int_eq(backend_cuda_arena_peak_mb(b, &arenas), 0);
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(backend_cuda_ops.peak_mem_mb(b, &mb), 0);
+    ck_assert_msg(mb == arenas, "gpu_mem_mb %g with NVML's \"not available\", arenas %g", mb,
+                  arenas);
+  }
+  ck_assert_int_eq(*inits - i0, 1);
+  ck_assert_int_eq(*shuts - s0, 0);
+  backend_cuda_ops.destroy(b);
+  ck_assert_int_eq(*shuts - s0, 1);
+  unsetenv("CTUNE_NVML_LIB");
+  unsetenv("FAKE_NVML_USED_MB");
+  dlclose(fake);
+  free(p0);
+}
+END_TEST
 #endif
 
 static long session_calls;
@@ -417,6 +463,43 @@ static int session(const struct data *d, const float *p0, int gpus) {
   backend_cuda_ops.destroy(b);
   return rc;
 }
+
+/* A capture that fails leaves no entry without a graph behind: the cache
+ * (8 shapes) later evicts its oldest entries, and the failed shape can
+ * still be captured again. */
+START_TEST(failed_capture_leaves_no_empty_entry) {
+  struct data d;
+  int64_t np;
+  make_data(&d, N_TRAIN, 8 * 8);
+  float *p0 = init_params(&mlp_small, &np);
+  struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
+  struct backend *b = NULL;
+  int32_t perm[N_TRAIN];
+  order_for(0, perm, N_TRAIN);
+  ck_assert_int_eq(backend_cuda_ops.create(&mlp_small, &sgd, 16, &bo, &b), 0);
+  ck_assert_int_eq(backend_cuda_ops.set_state(b, p0, NULL, 0), 0);
+  ck_assert_int_eq(backend_cuda_set_data(b, 0, d.pix, d.lab, N_TRAIN), 0);
+  ck_assert_int_eq(backend_cuda_set_order(b, 0, perm, N_TRAIN), 0);
+  ck_assert_int_eq(backend_cuda_train_next(b, 8), 0); /* training buffers exist now */
+  mock_cuda_fail_at(1);                               /* cudaStreamBeginCapture of the 1-row step */
+  ck_assert_int_lt(backend_cuda_train_next(b, 1), 0);
+  mock_cuda_fail_at(0);
+  /* shapes 2..7 fill the cache; 9 and 10 evict its two oldest entries */
+  const int rows[] = {2, 3, 4, 5, 6, 7, 9, 10, 1};
+  for (int i = 0; i < 9; i++)
+    ck_assert_msg(backend_cuda_train_next(b, rows[i]) == 0, "step of %d rows: %s", rows[i],
+                  backend_cuda_last_error());
+  double sum;
+  int64_t n;
+  int bad;
+  ck_assert_int_eq(backend_cuda_take_loss(b, &sum, &n, &bad), 0);
+  ck_assert_int_eq(n, 8 + 2 + 3 + 4 + 5 + 6 + 7 + 9 + 10 + 1);
+  backend_cuda_ops.destroy(b);
+  ck_assert_int_eq(mock_cuda_live(), 0);
+  free(p0);
+  free_data(&d);
+}
+END_TEST
 
 /* Every call of the fast path that can fail is made to fail once (capture,
  * instantiation, graph launch, each kernel and copy): the failure comes back
@@ -457,8 +540,10 @@ int main(void) {
   tcase_add_test(tc, new_data_set_new_graphs);
   tcase_add_test(tc, evaluation_chunks_one_wait);
   tcase_add_test(tc, divergence_is_reported);
+  tcase_add_test(tc, failed_capture_leaves_no_empty_entry);
 #ifdef FAKE_NVML_PATH
   tcase_add_test(tc, gpu_mem_from_the_driver);
+  tcase_add_test(tc, nvml_once_per_backend_and_not_available);
 #endif
   /* orchestration only: the kernel loops are enough (and quick) */
   if (!getenv("CTUNE_TEST_SMALL")) tcase_add_test(tc, every_failure_is_reported);

@@ -3,10 +3,12 @@
 
 `cli` mode (label e2e, runs everywhere): --version names the cuda backend;
 with every GPU hidden (CUDA_VISIBLE_DEVICES=""), --device cuda exits 7 at once
-with a no_device JSON error, and --device auto trains on the CPU.
+with a no_device JSON error, and --device auto trains on the CPU; `gpu` mode
+itself fails on exit 7 under CTUNE_REQUIRE_GPU=1.
 `gpu` mode (label gpu): one real epoch on the GPU reports gpu_mem_mb; a 1 MiB
 cap exits 6 (out_of_memory). Prints "SKIP: no CUDA device" and exits 77
-without a device.
+without a device, unless CTUNE_REQUIRE_GPU=1 or nvidia-smi lists a GPU: then
+exit 7 (no device, or a plugin that does not load) fails with the reason.
 
 usage: test_train_cli.py BIN_DIR [cli|gpu]"""
 import json
@@ -76,6 +78,14 @@ def cli():
     check(p.stdout.strip() == "", "no result lines on stdout", p)
     check(secs < 10, "fails at once (%.2f s)" % secs, p)
 
+    # gpu mode's skip rule: with a GPU required, exit 7 fails, never skips
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", CTUNE_REQUIRE_GPU="1")
+    g = subprocess.run([sys.executable, os.path.abspath(__file__), BIN, "gpu"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    check(g.returncode == 1 and "FAIL: a GPU is required here (CTUNE_REQUIRE_GPU=1)"
+          in g.stdout and "no usable CUDA device" in g.stdout,
+          "gpu mode under CTUNE_REQUIRE_GPU=1 fails on exit 7: " + g.stdout.strip(), g)
+
     if not os.path.isdir(DATA):
         print("note: %s missing, --device auto part not run" % DATA)
         return
@@ -85,10 +95,33 @@ def cli():
     check(len(results(p.stdout)) == 1, "one epoch result", p)
 
 
+def gpu_required():
+    """As tests/cuda/gpu_skip.c: CTUNE_REQUIRE_GPU=1, or nvidia-smi lists a
+    GPU, turns "no device" into a failure."""
+    if os.environ.get("CTUNE_REQUIRE_GPU") == "1":
+        return "CTUNE_REQUIRE_GPU=1"
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return "nvidia-smi -L lists a GPU" if any(
+        l.startswith("GPU ") for l in out.splitlines()) else None
+
+
 def gpu():
     p, _ = run(["--device", "cuda"] + SMALL)
     if p.returncode == 7:
-        print("SKIP: no CUDA device")
+        # exit 7 also covers a plugin that does not load (a missing
+        # libcudart or libnccl): with a GPU required it is a failure
+        err = error_line(p.stderr) or {}
+        why = err.get("message", p.stderr.strip()[-500:])
+        required = gpu_required()
+        if required:
+            print("FAIL: a GPU is required here (%s) but ctune-train exited 7: %s"
+                  % (required, why))
+            sys.exit(1)
+        print("SKIP: no CUDA device (%s)" % why)
         sys.exit(77)
     check(p.returncode == 0, "--device cuda trains one epoch", p)
     res = results(p.stdout)

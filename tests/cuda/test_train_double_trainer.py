@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctune-train's own handling of the CUDA backend, on the CUDA test double.
 
-The trainer's side of three backend failures and defaults (the binary is
+The trainer's side of four backend failures and defaults (the binary is
 ctune-train-cudadouble: trainer/main.c and the trainer's loop linked against
 tests/cuda/mock_cuda.c; CTUNE_MOCK_GPUS sets how many GPUs it shows):
 - resume: out of memory while the checkpoint's optimiser state is loaded
@@ -10,6 +10,8 @@ tests/cuda/mock_cuda.c; CTUNE_MOCK_GPUS sets how many GPUs it shows):
 - --oom-retry also covers the backend's create refusing the batch: the
   batch is halved until create fits, the result says "batch_size" and
   "oom_retry", one log line says so; down to batch 1 and still no fit exits 6;
+- a create failure on a device that answers (cuBLAS cannot start) exits 1
+  internal with the failed call's name and status, not 7 no_device;
 - --gpus defaults to every visible device.
 
 usage: test_train_double_trainer.py PATH/TO/ctune-train-cudadouble"""
@@ -31,8 +33,9 @@ MLP = ["--device", "cuda", "--model", "mlp", "--l1", "256", "--l2", "128",
        "--momentum", "0.9", "--threads", "1"]
 
 
-def run(args, gpus=1, cwd=None):
+def run(args, gpus=1, cwd=None, env_extra=None):
     env = dict(os.environ, CTUNE_MOCK_GPUS=str(gpus))
+    env.update(env_extra or {})
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if "--dataset" in args and cwd:
         # one data cache for all runs, as under a worker: otherwise each run
@@ -124,6 +127,20 @@ def create_oom_retry(tmp):
           "the message names the last batch tried and the retries", p)
 
 
+def create_failure_is_not_no_device(tmp):
+    # a device that answers but whose cuBLAS cannot start: ours to look at
+    # (exit 1 with the failed call and its status), not "no GPU" (exit 7)
+    p = run(MLP + ["--train-limit", "300", "--epochs", "1", "--batch-size", "64"],
+            cwd=tmp, env_extra={"CTUNE_MOCK_FAIL": "cublasCreate"})
+    err = error(p)
+    check(p.returncode == 1 and err and err["code"] == "internal"
+          and err["exit_code"] == 1,
+          "a cuBLAS start failure exits 1 internal: %s" % err, p)
+    check("cublasCreate" in err["message"]
+          and "CUBLAS_STATUS_NOT_INITIALIZED" in err["message"],
+          "the message names the call and its status: " + err["message"], p)
+
+
 def gpus_default_all_visible(tmp):
     small = MLP + ["--train-limit", "300", "--epochs", "1", "--batch-size", "64"]
     p = run(small, gpus=2, cwd=tmp)
@@ -147,6 +164,7 @@ def main():
     try:
         resume_out_of_memory(tmp)
         create_oom_retry(tmp)
+        create_failure_is_not_no_device(tmp)
         gpus_default_all_visible(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -48,7 +48,8 @@ def body(env):
                 "import json, os, sys\n"
                 "with open(%r, 'a') as f:\n"
                 "    f.write(json.dumps({'argv': sys.argv[1:], 'cuda': "
-                "os.environ.get('CUDA_VISIBLE_DEVICES')}) + '\\n')\n"
+                "os.environ.get('CUDA_VISIBLE_DEVICES'), 'order': "
+                "os.environ.get('CUDA_DEVICE_ORDER')}) + '\\n')\n"
                 "os.execv(%r, [%r] + sys.argv[1:])\n" % (record, double, double))
     os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR | stat.S_IRUSR)
     os.chmod(env.tmp, 0o755)
@@ -77,6 +78,7 @@ def body(env):
     argv = calls[0]["argv"]
     assert argv[argv.index("--device") + 1] == "cuda", argv
     assert calls[0]["cuda"] == "0", calls[0]  # the device the worker assigned
+    assert calls[0]["order"] == "PCI_BUS_ID", calls[0]  # numbered as NVML does
     results = env.results(t["id"])
     res = [r.get("result", r) for r in results]
     assert res and all(r.get("gpu_mem_mb", 0) > 0 for r in res), res

@@ -88,6 +88,8 @@ START_TEST(builtin_fractional_gpu_gets_mem_limit) {
   ck_assert_int_lt(argv_index(cmd.argv, "--epochs"), 0); /* no max_t, no --epochs */
   ck_assert_int_lt(argv_index(cmd.argv, "--resume"), 0);
   ck_assert_str_eq(env_get(cmd.env, "CUDA_VISIBLE_DEVICES"), "1");
+  /* "1" is NVML's index, in PCI bus order: CUDA must number alike */
+  ck_assert_str_eq(env_get(cmd.env, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
   ck_assert_str_eq(env_get(cmd.env, "CTUNE_GPU_MEM_LIMIT_MB"), "4000");
   trainable_cmd_free(&cmd);
   cJSON_Delete(t);
