@@ -2,8 +2,9 @@
  * batch size: graph (data on the device, one captured graph per step, loss
  * read every BACKEND_CUDA_LOSS_EVERY steps), eager (the same device steps
  * launched one by one: CTUNE_CUDA_GRAPHS=0) and host (train_step with float
- * batches from the host and the loss read every step, what ctune-train does
- * today). Synthetic uint8 images (the speed does not depend on the pixels).
+ * batches from the host and the loss read every step, what gang members of
+ * several processes still do). Synthetic uint8 images (the speed does not
+ * depend on the pixels).
  *
  *   build/bin/bench_fast_steps [images] [batch ...]     (default 20000; 2 4 16 64 256 1024)
  *
