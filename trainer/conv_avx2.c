@@ -450,7 +450,103 @@ typedef void (*dx_fn)(const struct geo *, const float *, const float *, const st
                       int, float *);
 static const dx_fn dx_table[3][2] = {{NULL, NULL}, {dx_1_0, dx_1_1}, {dx_2_0, dx_2_1}};
 
+/* --- input gradient by rows, for layers of at most DXR_MAX_OH output rows:
+ * a tile is one input channel c, one column offset kj and one 8-wide column
+ * x of the gradient, with all OH + 4 input rows y as accumulators:
+ *   din[c][y][x + kj] += sum_m sum_ki w[m][c][ki][kj] * dout[m][y - ki][x]
+ * Each weight is broadcast once for OH multiply-adds, each taking its
+ * gradient row straight from memory, and a tile's sums are added to din once
+ * after M * 5 * OH of them (the tile above: 5 broadcasts and 2 loads per 10,
+ * and 10 read-modify-writes per 160). The image's gradient is packed with
+ * rows padded to whole vectors (ows floats, zero beyond out_w), its input
+ * gradient with rows of ows + 4 (ws) floats, so no lane is masked: the
+ * zero lanes add zeros to columns past in_w, which are never copied out. */
+#define DXR_MAX_OH 10
+
+AVX2_INLINE void dxr_tile(const int OH, const struct geo *g, const float *dpk, int ows,
+                          const float *w, int c, int kj, int x, float *dinb, int ws) {
+  __m256 acc[DXR_MAX_OH + KS - 1];
+#pragma GCC unroll 14
+  for (int y = 0; y < OH + KS - 1; y++) acc[y] = _mm256_setzero_ps();
+  const float *wm = w + c * KS * KS + kj, *d = dpk + x;
+  for (int m = 0; m < g->M; m++, wm += g->K, d += OH * ows) {
+#pragma GCC unroll 5
+    for (int ki = 0; ki < KS; ki++) {
+      const __m256 wv = _mm256_broadcast_ss(wm + ki * KS);
+#pragma GCC unroll 10
+      for (int oy = 0; oy < OH; oy++)
+        acc[oy + ki] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(d + oy * ows), acc[oy + ki]);
+    }
+  }
+  float *dst = dinb + (int64_t)c * (OH + KS - 1) * ws + x + kj;
+#pragma GCC unroll 14
+  for (int y = 0; y < OH + KS - 1; y++, dst += ws)
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), acc[y]));
+}
+
+#define DXR_FN(OH)                                                                                 \
+  static AVX2 void dxr_##OH(const struct geo *g, const float *dpk, int ows, const float *w, int c, \
+                            int kj, int x, float *dinb, int ws) {                                  \
+    dxr_tile(OH, g, dpk, ows, w, c, kj, x, dinb, ws);                                              \
+  }
+DXR_FN(1)
+DXR_FN(2)
+DXR_FN(3)
+DXR_FN(4)
+DXR_FN(5)
+DXR_FN(6)
+DXR_FN(7)
+DXR_FN(8)
+DXR_FN(9)
+DXR_FN(10)
+
+typedef void (*dxr_fn)(const struct geo *, const float *, int, const float *, int, int, int,
+                       float *, int);
+static const dxr_fn dxr_table[DXR_MAX_OH + 1] = {NULL,  dxr_1, dxr_2, dxr_3, dxr_4, dxr_5,
+                                                 dxr_6, dxr_7, dxr_8, dxr_9, dxr_10};
+
+/* row widths of the padded buffers, or 0 when backward_x_rows does not take
+ * the layer */
+static int dxr_ows(const struct geo *g) {
+  const int ows = (g->OW + 7) / 8 * 8;
+  if (g->OH > DXR_MAX_OH || (int64_t)g->M * g->OH * ows > PACK ||
+      (int64_t)g->C * g->H * (ows + KS - 1) > PACK)
+    return 0;
+  return ows;
+}
+
+static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const float *w, float *din,
+                                 int ows) {
+  _Alignas(32) float dpk[PACK];
+  _Alignas(32) float dinb[PACK];
+  const int ws = ows + KS - 1;
+  const size_t tail = sizeof(float) * (size_t)(ows - g->OW);
+  for (int b = 0; b < g->B; b++) {
+    float *d = dpk;
+    for (int m = 0; m < g->M; m++) {
+      const float *src = dout + m * g->out_cs + b * g->ohw;
+      for (int oy = 0; oy < g->OH; oy++, d += ows, src += g->OW) {
+        memcpy(d, src, sizeof(float) * (size_t)g->OW);
+        memset(d + g->OW, 0, tail);
+      }
+    }
+    memset(dinb, 0, sizeof(float) * (size_t)g->C * g->H * ws);
+    for (int c = 0; c < g->C; c++)
+      for (int kj = 0; kj < KS; kj++)
+        for (int x = 0; x < ows; x += 8) dxr_table[g->OH](g, dpk, ows, w, c, kj, x, dinb, ws);
+    for (int c = 0; c < g->C; c++)
+      for (int y = 0; y < g->H; y++)
+        memcpy(din + c * g->in_cs + b * g->hw + y * g->W, dinb + ((int64_t)c * g->H + y) * ws,
+               sizeof(float) * (size_t)g->W);
+  }
+}
+
 static AVX2 void backward_x(const struct geo *g, const float *dout, const float *w, float *din) {
+  const int ows = dxr_ows(g);
+  if (ows) {
+    backward_x_rows(g, dout, w, din, ows);
+    return;
+  }
   float dpk[PACK], dinb[PACK];
   for (int b = 0; b < g->B; b++) {
     pack(dout, g->M, g->ohw, g->out_cs, b, dpk);
