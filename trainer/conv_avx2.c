@@ -522,22 +522,29 @@ static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const f
   const int ws = ows + KS - 1;
   const size_t tail = sizeof(float) * (size_t)(ows - g->OW);
   for (int b = 0; b < g->B; b++) {
-    float *d = dpk;
-    for (int m = 0; m < g->M; m++) {
-      const float *src = dout + m * g->out_cs + b * g->ohw;
-      for (int oy = 0; oy < g->OH; oy++, d += ows, src += g->OW) {
-        memcpy(d, src, sizeof(float) * (size_t)g->OW);
-        memset(d + g->OW, 0, tail);
+    /* whole planes when the rows need no padding (the cnn's conv2) */
+    if (ows == g->OW)
+      pack(dout, g->M, g->ohw, g->out_cs, b, dpk);
+    else
+      for (int m = 0; m < g->M; m++) {
+        const float *src = dout + m * g->out_cs + b * g->ohw;
+        float *d = dpk + (int64_t)m * g->OH * ows;
+        for (int oy = 0; oy < g->OH; oy++, d += ows, src += g->OW) {
+          memcpy(d, src, sizeof(float) * (size_t)g->OW);
+          memset(d + g->OW, 0, tail);
+        }
       }
-    }
     memset(dinb, 0, sizeof(float) * (size_t)g->C * g->H * ws);
     for (int c = 0; c < g->C; c++)
       for (int kj = 0; kj < KS; kj++)
         for (int x = 0; x < ows; x += 8) dxr_table[g->OH](g, dpk, ows, w, c, kj, x, dinb, ws);
-    for (int c = 0; c < g->C; c++)
-      for (int y = 0; y < g->H; y++)
-        memcpy(din + c * g->in_cs + b * g->hw + y * g->W, dinb + ((int64_t)c * g->H + y) * ws,
-               sizeof(float) * (size_t)g->W);
+    if (ws == g->W)
+      unpack(dinb, g->C, g->hw, g->in_cs, b, din);
+    else
+      for (int c = 0; c < g->C; c++)
+        for (int y = 0; y < g->H; y++)
+          memcpy(din + c * g->in_cs + b * g->hw + y * g->W, dinb + ((int64_t)c * g->H + y) * ws,
+                 sizeof(float) * (size_t)g->W);
   }
 }
 
