@@ -141,9 +141,8 @@ AVX2_INLINE __m256 owned(const int MASKED, const struct geo *g, const struct pos
 
 /* --- forward: out[m][pos] = sum_r w[m][r] * in[pos + roff[r]] ---
  * A tile is MB output channels x PT positions of one image. */
-AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const float *inb,
-                          const float *w, const struct pos *ps, float *outb) {
-  __m256 acc[6][3];
+AVX2_INLINE void fwd_acc(const int MB, const int PT, const struct geo *g, const float *inb,
+                         const float *w, const struct pos *ps, __m256 acc[6][3]) {
 #pragma GCC unroll 6
   for (int m = 0; m < MB; m++)
 #pragma GCC unroll 3
@@ -164,6 +163,12 @@ AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const
       for (int p = 0; p < PT; p++) acc[m][p] = _mm256_fmadd_ps(wv, x[p], acc[m][p]);
     }
   }
+}
+
+AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const float *inb,
+                          const float *w, const struct pos *ps, float *outb) {
+  __m256 acc[6][3];
+  fwd_acc(MB, PT, g, inb, w, ps, acc);
 #pragma GCC unroll 6
   for (int m = 0; m < MB; m++)
 #pragma GCC unroll 3
@@ -204,6 +209,80 @@ static AVX2 void forward(const struct geo *g, const float *in, const float *w, f
         const int pt = g->npos - p0 < PT ? g->npos - p0 : PT;
         fwd_table[mb][pt](g, inb, w + (int64_t)m0 * g->K, g->pos + p0, outb);
       }
+    }
+  }
+}
+
+/* --- forward fused with the 2x2 max pool, bias and ReLU: a tile is MB
+ * channels x the two rows (oy, oy + 1) of one 8-wide column, the same sums
+ * in the same order as the forward tile; its epilogue takes each window's
+ * maximum and winner (the four candidates in layers_maxpool_forward's
+ * order, strict >, the first maximum wins) and writes relu(max + bias) and
+ * the winner's index in the plane, as layers_pool_bias_relu_forward does,
+ * so nothing of the conv output is stored. Rows of whole vectors (out_w a
+ * multiple of 8) and an even number of rows only. */
+AVX2_INLINE void fwdpool_tile(const int MB, const struct geo *g, const float *inb, const float *w,
+                              const float *bias, int oy, int x, float *outp, int32_t *argp) {
+  const struct pos ps[2] = {{oy * g->W + x, 0, 0}, {(oy + 1) * g->W + x, 0, 0}};
+  __m256 acc[6][3];
+  fwd_acc(MB, 2, g, inb, w, ps, acc);
+  const __m256i deint = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m128i base = _mm_add_epi32(_mm_set1_epi32(oy * g->OW + x), _mm_setr_epi32(0, 2, 4, 6));
+  const __m128i idx[3] = {_mm_add_epi32(base, _mm_set1_epi32(1)),
+                          _mm_add_epi32(base, _mm_set1_epi32(g->OW)),
+                          _mm_add_epi32(base, _mm_set1_epi32(g->OW + 1))};
+  const __m128 zero = _mm_setzero_ps();
+#pragma GCC unroll 6
+  for (int m = 0; m < MB; m++) {
+    /* evens of each row in the low half, odds in the high half */
+    const __m256 r0 = _mm256_permutevar8x32_ps(acc[m][0], deint);
+    const __m256 r1 = _mm256_permutevar8x32_ps(acc[m][1], deint);
+    const __m128 cand[3] = {_mm256_extractf128_ps(r0, 1), _mm256_castps256_ps128(r1),
+                            _mm256_extractf128_ps(r1, 1)};
+    __m128 bv = _mm256_castps256_ps128(r0);
+    __m128i bi = base;
+    for (int i = 0; i < 3; i++) {
+      const __m128 gt = _mm_cmpgt_ps(cand[i], bv);
+      bv = _mm_blendv_ps(bv, cand[i], gt);
+      bi = _mm_castps_si128(_mm_blendv_ps(_mm_castsi128_ps(bi), _mm_castsi128_ps(idx[i]), gt));
+    }
+    const int64_t o = (int64_t)m * g->B * (g->ohw / 4);
+    _mm_storeu_ps(outp + o, _mm_max_ps(_mm_add_ps(bv, _mm_set1_ps(bias[m])), zero));
+    _mm_storeu_si128((__m128i *)(argp + o), bi);
+  }
+}
+
+#define FWDPOOL_FN(MB)                                                                             \
+  static AVX2 void fwdpool_##MB(const struct geo *g, const float *inb, const float *w,             \
+                                const float *bias, int oy, int x, float *outp, int32_t *argp) {    \
+    fwdpool_tile(MB, g, inb, w, bias, oy, x, outp, argp);                                          \
+  }
+FWDPOOL_FN(1)
+FWDPOOL_FN(2)
+FWDPOOL_FN(3)
+FWDPOOL_FN(4)
+FWDPOOL_FN(5)
+FWDPOOL_FN(6)
+
+typedef void (*fwdpool_fn)(const struct geo *, const float *, const float *, const float *, int,
+                           int, float *, int32_t *);
+static const fwdpool_fn fwdpool_table[7] = {NULL,      fwdpool_1, fwdpool_2, fwdpool_3,
+                                            fwdpool_4, fwdpool_5, fwdpool_6};
+
+static AVX2 void forward_pool(const struct geo *g, const float *in, const float *w,
+                              const float *bias, float *out, int32_t *arg) {
+  const int pw = g->OW / 2;
+  const int64_t po = g->ohw / 4; /* one pooled plane */
+  for (int b = 0; b < g->B; b++) {
+    const float *inb = in + b * g->hw;
+    for (int m0 = 0; m0 < g->M; m0 += 6) {
+      const int mb = g->M - m0 < 6 ? g->M - m0 : 6;
+      const int64_t plane = ((int64_t)m0 * g->B + b) * po;
+      for (int oy = 0; oy < g->OH; oy += 2)
+        for (int x = 0; x < g->OW; x += 8) {
+          const int64_t o = plane + (oy / 2) * pw + x / 2;
+          fwdpool_table[mb](g, inb, w + (int64_t)m0 * g->K, bias + m0, oy, x, out + o, arg + o);
+        }
     }
   }
 }
@@ -575,6 +654,22 @@ int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const
   return 0;
 }
 
+int conv_avx2_pool_supports(const struct layer_shape *s) {
+  if (conv_avx2_supports(s)) return -ENOTSUP;
+  if (s->out_w % 8 || s->out_h % 2 || s->pool_h != s->out_h / 2 || s->pool_w != s->out_w / 2)
+    return -ENOTSUP;
+  return 0;
+}
+
+int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, const float *w,
+                           const float *bias, float *out, int32_t *arg) {
+  if (conv_avx2_pool_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  forward_pool(&g, in, w, bias, out, arg);
+  return 0;
+}
+
 int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                        const float *w, float *dw, float *din) {
   if (conv_avx2_supports(s)) return -ENOTSUP;
@@ -591,6 +686,17 @@ int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, cons
 #else /* not x86-64 with GCC or clang */
 
 int conv_avx2_cpu_ok(void) { return 0; }
+
+int conv_avx2_pool_supports(const struct layer_shape *s) {
+  (void)s;
+  return -ENOTSUP;
+}
+
+int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, const float *w,
+                           const float *bias, float *out, int32_t *arg) {
+  (void)s, (void)B, (void)in, (void)w, (void)bias, (void)out, (void)arg;
+  return -ENOTSUP;
+}
 
 int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const float *w,
                       float *out) {
