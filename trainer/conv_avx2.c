@@ -141,9 +141,8 @@ AVX2_INLINE __m256 owned(const int MASKED, const struct geo *g, const struct pos
 
 /* --- forward: out[m][pos] = sum_r w[m][r] * in[pos + roff[r]] ---
  * A tile is MB output channels x PT positions of one image. */
-AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const float *inb,
-                          const float *w, const struct pos *ps, float *outb) {
-  __m256 acc[6][3];
+AVX2_INLINE void fwd_acc(const int MB, const int PT, const struct geo *g, const float *inb,
+                         const float *w, const struct pos *ps, __m256 acc[6][3]) {
 #pragma GCC unroll 6
   for (int m = 0; m < MB; m++)
 #pragma GCC unroll 3
@@ -164,6 +163,12 @@ AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const
       for (int p = 0; p < PT; p++) acc[m][p] = _mm256_fmadd_ps(wv, x[p], acc[m][p]);
     }
   }
+}
+
+AVX2_INLINE void fwd_tile(const int MB, const int PT, const struct geo *g, const float *inb,
+                          const float *w, const struct pos *ps, float *outb) {
+  __m256 acc[6][3];
+  fwd_acc(MB, PT, g, inb, w, ps, acc);
 #pragma GCC unroll 6
   for (int m = 0; m < MB; m++)
 #pragma GCC unroll 3
@@ -204,6 +209,80 @@ static AVX2 void forward(const struct geo *g, const float *in, const float *w, f
         const int pt = g->npos - p0 < PT ? g->npos - p0 : PT;
         fwd_table[mb][pt](g, inb, w + (int64_t)m0 * g->K, g->pos + p0, outb);
       }
+    }
+  }
+}
+
+/* --- forward fused with the 2x2 max pool, bias and ReLU: a tile is MB
+ * channels x the two rows (oy, oy + 1) of one 8-wide column, the same sums
+ * in the same order as the forward tile; its epilogue takes each window's
+ * maximum and winner (the four candidates in layers_maxpool_forward's
+ * order, strict >, the first maximum wins) and writes relu(max + bias) and
+ * the winner's index in the plane, as layers_pool_bias_relu_forward does,
+ * so nothing of the conv output is stored. Rows of whole vectors (out_w a
+ * multiple of 8) and an even number of rows only. */
+AVX2_INLINE void fwdpool_tile(const int MB, const struct geo *g, const float *inb, const float *w,
+                              const float *bias, int oy, int x, float *outp, int32_t *argp) {
+  const struct pos ps[2] = {{oy * g->W + x, 0, 0}, {(oy + 1) * g->W + x, 0, 0}};
+  __m256 acc[6][3];
+  fwd_acc(MB, 2, g, inb, w, ps, acc);
+  const __m256i deint = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m128i base = _mm_add_epi32(_mm_set1_epi32(oy * g->OW + x), _mm_setr_epi32(0, 2, 4, 6));
+  const __m128i idx[3] = {_mm_add_epi32(base, _mm_set1_epi32(1)),
+                          _mm_add_epi32(base, _mm_set1_epi32(g->OW)),
+                          _mm_add_epi32(base, _mm_set1_epi32(g->OW + 1))};
+  const __m128 zero = _mm_setzero_ps();
+#pragma GCC unroll 6
+  for (int m = 0; m < MB; m++) {
+    /* evens of each row in the low half, odds in the high half */
+    const __m256 r0 = _mm256_permutevar8x32_ps(acc[m][0], deint);
+    const __m256 r1 = _mm256_permutevar8x32_ps(acc[m][1], deint);
+    const __m128 cand[3] = {_mm256_extractf128_ps(r0, 1), _mm256_castps256_ps128(r1),
+                            _mm256_extractf128_ps(r1, 1)};
+    __m128 bv = _mm256_castps256_ps128(r0);
+    __m128i bi = base;
+    for (int i = 0; i < 3; i++) {
+      const __m128 gt = _mm_cmpgt_ps(cand[i], bv);
+      bv = _mm_blendv_ps(bv, cand[i], gt);
+      bi = _mm_castps_si128(_mm_blendv_ps(_mm_castsi128_ps(bi), _mm_castsi128_ps(idx[i]), gt));
+    }
+    const int64_t o = (int64_t)m * g->B * (g->ohw / 4);
+    _mm_storeu_ps(outp + o, _mm_max_ps(_mm_add_ps(bv, _mm_set1_ps(bias[m])), zero));
+    _mm_storeu_si128((__m128i *)(argp + o), bi);
+  }
+}
+
+#define FWDPOOL_FN(MB)                                                                             \
+  static AVX2 void fwdpool_##MB(const struct geo *g, const float *inb, const float *w,             \
+                                const float *bias, int oy, int x, float *outp, int32_t *argp) {    \
+    fwdpool_tile(MB, g, inb, w, bias, oy, x, outp, argp);                                          \
+  }
+FWDPOOL_FN(1)
+FWDPOOL_FN(2)
+FWDPOOL_FN(3)
+FWDPOOL_FN(4)
+FWDPOOL_FN(5)
+FWDPOOL_FN(6)
+
+typedef void (*fwdpool_fn)(const struct geo *, const float *, const float *, const float *, int,
+                           int, float *, int32_t *);
+static const fwdpool_fn fwdpool_table[7] = {NULL,      fwdpool_1, fwdpool_2, fwdpool_3,
+                                            fwdpool_4, fwdpool_5, fwdpool_6};
+
+static AVX2 void forward_pool(const struct geo *g, const float *in, const float *w,
+                              const float *bias, float *out, int32_t *arg) {
+  const int pw = g->OW / 2;
+  const int64_t po = g->ohw / 4; /* one pooled plane */
+  for (int b = 0; b < g->B; b++) {
+    const float *inb = in + b * g->hw;
+    for (int m0 = 0; m0 < g->M; m0 += 6) {
+      const int mb = g->M - m0 < 6 ? g->M - m0 : 6;
+      const int64_t plane = ((int64_t)m0 * g->B + b) * po;
+      for (int oy = 0; oy < g->OH; oy += 2)
+        for (int x = 0; x < g->OW; x += 8) {
+          const int64_t o = plane + (oy / 2) * pw + x / 2;
+          fwdpool_table[mb](g, inb, w + (int64_t)m0 * g->K, bias + m0, oy, x, out + o, arg + o);
+        }
     }
   }
 }
@@ -450,7 +529,110 @@ typedef void (*dx_fn)(const struct geo *, const float *, const float *, const st
                       int, float *);
 static const dx_fn dx_table[3][2] = {{NULL, NULL}, {dx_1_0, dx_1_1}, {dx_2_0, dx_2_1}};
 
+/* --- input gradient by rows, for layers of at most DXR_MAX_OH output rows:
+ * a tile is one input channel c, one column offset kj and one 8-wide column
+ * x of the gradient, with all OH + 4 input rows y as accumulators:
+ *   din[c][y][x + kj] += sum_m sum_ki w[m][c][ki][kj] * dout[m][y - ki][x]
+ * Each weight is broadcast once for OH multiply-adds, each taking its
+ * gradient row straight from memory, and a tile's sums are added to din once
+ * after M * 5 * OH of them (the tile above: 5 broadcasts and 2 loads per 10,
+ * and 10 read-modify-writes per 160). The image's gradient is packed with
+ * rows padded to whole vectors (ows floats, zero beyond out_w), its input
+ * gradient with rows of ows + 4 (ws) floats, so no lane is masked: the
+ * zero lanes add zeros to columns past in_w, which are never copied out. */
+#define DXR_MAX_OH 10
+
+AVX2_INLINE void dxr_tile(const int OH, const struct geo *g, const float *dpk, int ows,
+                          const float *w, int c, int kj, int x, float *dinb, int ws) {
+  __m256 acc[DXR_MAX_OH + KS - 1];
+#pragma GCC unroll 14
+  for (int y = 0; y < OH + KS - 1; y++) acc[y] = _mm256_setzero_ps();
+  const float *wm = w + c * KS * KS + kj, *d = dpk + x;
+  for (int m = 0; m < g->M; m++, wm += g->K, d += OH * ows) {
+#pragma GCC unroll 5
+    for (int ki = 0; ki < KS; ki++) {
+      const __m256 wv = _mm256_broadcast_ss(wm + ki * KS);
+#pragma GCC unroll 10
+      for (int oy = 0; oy < OH; oy++)
+        acc[oy + ki] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(d + oy * ows), acc[oy + ki]);
+    }
+  }
+  float *dst = dinb + (int64_t)c * (OH + KS - 1) * ws + x + kj;
+#pragma GCC unroll 14
+  for (int y = 0; y < OH + KS - 1; y++, dst += ws)
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), acc[y]));
+}
+
+#define DXR_FN(OH)                                                                                 \
+  static AVX2 void dxr_##OH(const struct geo *g, const float *dpk, int ows, const float *w, int c, \
+                            int kj, int x, float *dinb, int ws) {                                  \
+    dxr_tile(OH, g, dpk, ows, w, c, kj, x, dinb, ws);                                              \
+  }
+DXR_FN(1)
+DXR_FN(2)
+DXR_FN(3)
+DXR_FN(4)
+DXR_FN(5)
+DXR_FN(6)
+DXR_FN(7)
+DXR_FN(8)
+DXR_FN(9)
+DXR_FN(10)
+
+typedef void (*dxr_fn)(const struct geo *, const float *, int, const float *, int, int, int,
+                       float *, int);
+static const dxr_fn dxr_table[DXR_MAX_OH + 1] = {NULL,  dxr_1, dxr_2, dxr_3, dxr_4, dxr_5,
+                                                 dxr_6, dxr_7, dxr_8, dxr_9, dxr_10};
+
+/* row widths of the padded buffers, or 0 when backward_x_rows does not take
+ * the layer */
+static int dxr_ows(const struct geo *g) {
+  const int ows = (g->OW + 7) / 8 * 8;
+  if (g->OH > DXR_MAX_OH || (int64_t)g->M * g->OH * ows > PACK ||
+      (int64_t)g->C * g->H * (ows + KS - 1) > PACK)
+    return 0;
+  return ows;
+}
+
+static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const float *w, float *din,
+                                 int ows) {
+  _Alignas(32) float dpk[PACK];
+  _Alignas(32) float dinb[PACK];
+  const int ws = ows + KS - 1;
+  const size_t tail = sizeof(float) * (size_t)(ows - g->OW);
+  for (int b = 0; b < g->B; b++) {
+    /* whole planes when the rows need no padding (the cnn's conv2) */
+    if (ows == g->OW)
+      pack(dout, g->M, g->ohw, g->out_cs, b, dpk);
+    else
+      for (int m = 0; m < g->M; m++) {
+        const float *src = dout + m * g->out_cs + b * g->ohw;
+        float *d = dpk + (int64_t)m * g->OH * ows;
+        for (int oy = 0; oy < g->OH; oy++, d += ows, src += g->OW) {
+          memcpy(d, src, sizeof(float) * (size_t)g->OW);
+          memset(d + g->OW, 0, tail);
+        }
+      }
+    memset(dinb, 0, sizeof(float) * (size_t)g->C * g->H * ws);
+    for (int c = 0; c < g->C; c++)
+      for (int kj = 0; kj < KS; kj++)
+        for (int x = 0; x < ows; x += 8) dxr_table[g->OH](g, dpk, ows, w, c, kj, x, dinb, ws);
+    if (ws == g->W)
+      unpack(dinb, g->C, g->hw, g->in_cs, b, din);
+    else
+      for (int c = 0; c < g->C; c++)
+        for (int y = 0; y < g->H; y++)
+          memcpy(din + c * g->in_cs + b * g->hw + y * g->W, dinb + ((int64_t)c * g->H + y) * ws,
+                 sizeof(float) * (size_t)g->W);
+  }
+}
+
 static AVX2 void backward_x(const struct geo *g, const float *dout, const float *w, float *din) {
+  const int ows = dxr_ows(g);
+  if (ows) {
+    backward_x_rows(g, dout, w, din, ows);
+    return;
+  }
   float dpk[PACK], dinb[PACK];
   for (int b = 0; b < g->B; b++) {
     pack(dout, g->M, g->ohw, g->out_cs, b, dpk);
@@ -472,6 +654,22 @@ int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const
   return 0;
 }
 
+int conv_avx2_pool_supports(const struct layer_shape *s) {
+  if (conv_avx2_supports(s)) return -ENOTSUP;
+  if (s->out_w % 8 || s->out_h % 2 || s->pool_h != s->out_h / 2 || s->pool_w != s->out_w / 2)
+    return -ENOTSUP;
+  return 0;
+}
+
+int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, const float *w,
+                           const float *bias, float *out, int32_t *arg) {
+  if (conv_avx2_pool_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  forward_pool(&g, in, w, bias, out, arg);
+  return 0;
+}
+
 int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                        const float *w, float *dw, float *din) {
   if (conv_avx2_supports(s)) return -ENOTSUP;
@@ -488,6 +686,17 @@ int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, cons
 #else /* not x86-64 with GCC or clang */
 
 int conv_avx2_cpu_ok(void) { return 0; }
+
+int conv_avx2_pool_supports(const struct layer_shape *s) {
+  (void)s;
+  return -ENOTSUP;
+}
+
+int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, const float *w,
+                           const float *bias, float *out, int32_t *arg) {
+  (void)s, (void)B, (void)in, (void)w, (void)bias, (void)out, (void)arg;
+  return -ENOTSUP;
+}
 
 int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const float *w,
                       float *out) {

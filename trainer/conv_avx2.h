@@ -8,6 +8,8 @@
 #ifndef CTUNE_TRAINER_CONV_AVX2_H
 #define CTUNE_TRAINER_CONV_AVX2_H
 
+#include <stdint.h>
+
 #include "backend.h"
 
 /* 1 when this CPU runs the kernels (AVX2 and FMA), else 0. */
@@ -28,6 +30,14 @@ int conv_avx2_supports(const struct layer_shape *s);
  * (nothing written) when conv_avx2_supports says no. */
 int conv_avx2_forward(const struct layer_shape *s, int B, const float *in, const float *w,
                       float *out);
+/* The forward fused with layers_pool_bias_relu_forward: out and arg as
+ * that function writes them from conv_avx2_forward's output, bit for bit,
+ * without the conv output. 0 from conv_avx2_pool_supports when the kernel
+ * covers s: conv_avx2_supports, out_w a multiple of 8, out_h even and the
+ * 2x2 pool's shape; else -ENOTSUP (nothing written). */
+int conv_avx2_pool_supports(const struct layer_shape *s);
+int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, const float *w,
+                           const float *bias, float *out, int32_t *arg);
 int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                        const float *w, float *dw, float *din);
 

@@ -136,6 +136,14 @@ void layers_conv_forward(const struct layer_shape *s, int B, const float *in, co
   layers_conv_forward_ref(s, B, in, w, b, col, out);
 }
 
+void layers_conv_pool_forward(const struct layer_shape *s, int B, const float *in, const float *w,
+                              const float *b, float *col, float *act, float *out, int32_t *arg) {
+  if (kernels_mode == LAYERS_KERNELS_AUTO && conv_avx2_forward_pool(s, B, in, w, b, out, arg) == 0)
+    return;
+  layers_conv_forward(s, B, in, w, NULL, col, act);
+  layers_pool_bias_relu_forward(s->out_c, B, s->out_h, s->out_w, act, b, out, arg);
+}
+
 void layers_conv_forward_ref(const struct layer_shape *s, int B, const float *in, const float *w,
                              const float *b, float *col, float *out) {
   const int K = s->in_c * MODEL_CNN_K * MODEL_CNN_K, M = s->out_c;

@@ -50,6 +50,13 @@ void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *i
 void layers_bias_relu_cnhw(int C, int64_t per_c, const float *b, float *x);
 void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y, float *dy, float *db);
 
+/* layers_conv_forward (no bias) into act, then
+ * layers_pool_bias_relu_forward into out and arg; in AUTO mode, where the
+ * CPU and shape allow, the fused AVX2 kernel (conv_avx2_forward_pool) writes
+ * the same out and arg without act. */
+void layers_conv_pool_forward(const struct layer_shape *s, int B, const float *in, const float *w,
+                              const float *b, float *col, float *act, float *out, int32_t *arg);
+
 /* In-place ReLU and its backward from the ReLU's output. */
 void layers_relu_forward(float *x, int64_t n);
 void layers_relu_backward(const float *y, float *dy, int64_t n);

@@ -127,9 +127,8 @@ const float *net_forward(struct net *n, const float *params, const float *x, int
       struct conv_bufs *c = &n->conv[i];
       n->conv_in[i] = in;
       /* conv, pool, then bias + ReLU on the 4x smaller pooled map */
-      layers_conv_forward(s, B, in, params + s->w_off, NULL, c->col, c->act);
-      layers_pool_bias_relu_forward(s->out_c, B, s->out_h, s->out_w, c->act, params + s->b_off,
-                                    c->pool, c->arg);
+      layers_conv_pool_forward(s, B, in, params + s->w_off, params + s->b_off, c->col, c->act,
+                               c->pool, c->arg);
       in = c->pool;
     }
     const struct layer_shape *sl = &L->layer[n->n_conv - 1];

@@ -127,6 +127,7 @@ START_TEST(odd_shapes) {
   check_shape(4, 11, 27, 10, 3); /* out 7x23 */
   check_shape(1, 7, 60, 9, 2);   /* out 3x56 */
   check_shape(16, 8, 12, 2, 1);  /* the widest input the kernels take */
+  check_shape(2, 5, 12, 3, 2);   /* one output row */
   /* whole vectors of output channels (the transposed weight gradient):
    * one vector and rows left over from a 12-row tile, two vectors and rows
    * left over from a 6-row tile, a row width off the vector */
@@ -277,6 +278,64 @@ START_TEST(pool_bias_relu_fused) {
 }
 END_TEST
 
+/* The forward fused with pool + bias + ReLU against conv_avx2_forward then
+ * layers_pool_bias_relu_forward, bit for bit (the same sums in the same
+ * order, the same candidates in the same order): pooled values and winners,
+ * with ties planted (inputs on a coarse grid) and channels past a 6-channel
+ * tile; and layers_conv_pool_forward, which takes it or the two steps. */
+static void check_conv_pool(int in_c, int h, int w, int out_c, int B) {
+  const struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
+  const int64_t n_in = (int64_t)in_c * B * h * w;
+  const int64_t n_act = (int64_t)out_c * B * s.out_h * s.out_w;
+  const int64_t n_out = (int64_t)out_c * B * s.pool_h * s.pool_w;
+  float *in = fill_coarse(n_in), *wt = fill_coarse(s.w_size), *bias = fill_coarse(out_c);
+  float *act = zeros(n_act), *col = zeros(layers_conv_col_size(&s, B));
+  float *out_f = fill(n_out), *out_r = fill(n_out), *out_l = fill(n_out);
+  int32_t *arg_f = calloc((size_t)n_out, sizeof(int32_t)), *arg_r = calloc((size_t)n_out, 4);
+  int32_t *arg_l = calloc((size_t)n_out, sizeof(int32_t));
+  ck_assert(arg_f && arg_r && arg_l);
+  ck_assert_int_eq(conv_avx2_pool_supports(&s), 0);
+  ck_assert_int_eq(conv_avx2_forward_pool(&s, B, in, wt, bias, out_f, arg_f), 0);
+  ck_assert_int_eq(conv_avx2_forward(&s, B, in, wt, act), 0);
+  layers_pool_bias_relu_forward(out_c, B, s.out_h, s.out_w, act, bias, out_r, arg_r);
+  ck_assert_mem_eq(out_f, out_r, sizeof(float) * (size_t)n_out);
+  ck_assert_mem_eq(arg_f, arg_r, sizeof(int32_t) * (size_t)n_out);
+  /* the fused path leaves act alone */
+  for (int64_t i = 0; i < n_act; i++) act[i] = 7.0f;
+  layers_conv_pool_forward(&s, B, in, wt, bias, col, act, out_l, arg_l);
+  ck_assert_mem_eq(out_l, out_r, sizeof(float) * (size_t)n_out);
+  ck_assert_mem_eq(arg_l, arg_r, sizeof(int32_t) * (size_t)n_out);
+  ck_assert(act[0] == 7.0f && act[n_act - 1] == 7.0f);
+  /* in REFERENCE mode: im2col + sgemm, then the pool */
+  layers_set_kernels(LAYERS_KERNELS_REFERENCE);
+  layers_conv_pool_forward(&s, B, in, wt, bias, col, act, out_l, arg_l);
+  layers_set_kernels(LAYERS_KERNELS_AUTO);
+  layers_conv_forward_ref(&s, B, in, wt, NULL, col, act);
+  layers_pool_bias_relu_forward(out_c, B, s.out_h, s.out_w, act, bias, out_r, arg_r);
+  ck_assert_mem_eq(out_l, out_r, sizeof(float) * (size_t)n_out);
+  ck_assert_mem_eq(arg_l, arg_r, sizeof(int32_t) * (size_t)n_out);
+  float *bufs[] = {in, wt, bias, act, col, out_f, out_r, out_l};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+  free(arg_f);
+  free(arg_r);
+  free(arg_l);
+}
+
+START_TEST(conv_pool_fused) {
+  if (!have_avx2()) return;
+  check_conv_pool(1, 28, 28, 6, 3);  /* the cnn's conv1 */
+  check_conv_pool(6, 12, 12, 16, 2); /* conv2: tiles of 6, 6 and 4 channels */
+  check_conv_pool(3, 10, 20, 13, 2); /* out 6x16: two vectors a row, 1 channel left */
+  /* what it does not take: rows off the vector, an odd number of rows */
+  const struct layer_shape w10 = ts_conv_shape(6, 14, 14, 16), odd = ts_conv_shape(2, 9, 20, 7);
+  ck_assert_int_eq(conv_avx2_pool_supports(&w10), -ENOTSUP);
+  ck_assert_int_eq(conv_avx2_pool_supports(&odd), -ENOTSUP);
+  float x = 0.0f;
+  int32_t a = 0;
+  ck_assert_int_eq(conv_avx2_forward_pool(&w10, 1, &x, &x, &x, &x, &a), -ENOTSUP);
+}
+END_TEST
+
 /* The linear layers' AVX2 GEMMs (trainer/gemm_avx2.c) against the sgemm
  * reference, with the same tolerance as the convolutions: forward, weight,
  * bias and input gradients; widths off the 8-wide vector and the 4 x 3
@@ -386,6 +445,7 @@ int main(void) {
   tcase_add_test(tc, large_batch);
   tcase_add_test(tc, dispatch);
   tcase_add_test(tc, pool_bias_relu_fused);
+  tcase_add_test(tc, conv_pool_fused);
   tcase_add_test(tc, linear);
   tcase_add_test(tc, linear_dispatch);
   suite_add_tcase(s, tc);
