@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "cuda_ops.h"
 #include "gpu_mem.h"
 #include "gpu_plan.h"
 
@@ -125,6 +126,7 @@ struct cuda_dev {
   float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS], *dcol[MODEL_MAX_LAYERS];
   float *dout[MODEL_MAX_LAYERS];
   float *dflat;
+  struct cuops_scratch red; /* the bias gradients' reductions */
 };
 
 /* NVML, dlopen'ed and initialised at the first peak_mem_mb that finds it,

@@ -125,6 +125,10 @@ static int carve_backward(struct backend *b, struct cuda_dev *d) {
     }
   }
   if (p->flat) TAKE(&a, d->dflat, p->flat * F);
+  _Static_assert(GPU_PLAN_RED_PARTS == CUOPS_RED_PARTS, "the plan sizes the kernels' scratch");
+  TAKE(&a, d->red.ticket, p->red_outputs * (int64_t)sizeof(unsigned));
+  TAKE(&a, d->red.partial, p->red_outputs * (int64_t)GPU_PLAN_RED_PARTS * F);
+  d->red.outputs = p->red_outputs;
   return 0;
 }
 
@@ -188,6 +192,8 @@ static int ensure_backward(struct backend *b, int n) {
     if (rc) goto fail;
     rc = carve_backward(b, d);
     if (rc) goto fail;
+    /* the reductions' tickets start at zero, and each leaves them so */
+    CU(cudaMemsetAsync(d->red.ticket, 0, (size_t)bp.red_outputs * sizeof(unsigned), d->compute));
   }
   b->train_rows = n;
   return 0;

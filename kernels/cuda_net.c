@@ -85,7 +85,7 @@ int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
     rc = gemm(d, 0, 1, s->in_c, s->out_c, n, in, s->in_c, dy, s->out_c, d->grads + s->w_off,
               s->in_c);
     if (rc) goto fail;
-    OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c, d->compute));
+    OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c, d->red, d->compute));
     float *din = l > b->first_linear ? d->dout[l - 1] : b->last_conv >= 0 ? d->dflat : NULL;
     if (din) {
       /* din[n][I] = dy[n][O] W[O][I] */
@@ -108,7 +108,8 @@ int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
     /* dW[OC][CKK] = dconv[OC][nP] col[CKK][nP]^T */
     rc = gemm(d, 1, 0, ckk, s->out_c, np, d->col[l], np, d->dconv[l], np, d->grads + s->w_off, ckk);
     if (rc) goto fail;
-    OPS(cuops_sum_strided(d->dconv[l], d->grads + s->b_off, s->out_c, np, np, 1, d->compute));
+    OPS(cuops_sum_strided(d->dconv[l], d->grads + s->b_off, s->out_c, np, np, 1, d->red,
+                          d->compute));
     if (l > 0) {
       int64_t sn, sc;
       conv_strides(s, l, n, &sn, &sc);

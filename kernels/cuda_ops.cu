@@ -151,19 +151,67 @@ __global__ void k_permute_cn(const float *in, float *out, int c, int n, int hw, 
   }
 }
 
-__global__ void k_sum_strided(const float *in, float *out, int64_t n_red, int64_t out_stride,
-                              int64_t red_stride) {
+static_assert(CUOPS_RED_PARTS <= CUOPS_THREADS, "the last block adds one partial per thread");
+
+// Per-output sums over many blocks, deterministic: block b of a reduction
+// with `parts` blocks per output sums output b / parts's slice b % parts of
+// j (a fixed stride and tree), writes it to partial[b], and the block that
+// finishes its output last (an integer ticket: which block that is may vary,
+// the order it adds the partials in does not) adds them up with the same
+// tree, in slice order, and leaves the ticket at 0 again. With one part the block writes out[o]
+// itself. Elem: elem(o, j), the j-th value of output o (it may write it back too).
+template <class Elem>
+__device__ void reduce_outputs(const Elem &elem, float *out, int64_t n_red, int parts,
+                               unsigned *ticket, float *partial) {
   __shared__ float part[CUOPS_THREADS];
-  const float *src = in + (int64_t)blockIdx.x * out_stride;
+  __shared__ int last;
+  const int o = (int)(blockIdx.x / parts), p = (int)(blockIdx.x - (unsigned)o * parts);
+  const int64_t chunk = (n_red + parts - 1) / parts, lo = (int64_t)p * chunk;
+  const int64_t hi = lo + chunk < n_red ? lo + chunk : n_red;
   float acc = 0.0f;
-  for (int64_t j = threadIdx.x; j < n_red; j += CUOPS_THREADS) acc += src[j * red_stride];
+  for (int64_t j = lo + threadIdx.x; j < hi; j += CUOPS_THREADS) acc += elem(o, j);
   part[threadIdx.x] = acc;
   __syncthreads();
   for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
     if ((int)threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+  if (parts == 1) {
+    if (threadIdx.x == 0) out[o] = part[0];
+    return;
+  }
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = part[0];
+    __threadfence(); // the partial is visible before the ticket counts it
+    last = atomicAdd(&ticket[o], 1u) == (unsigned)parts - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // the last block: the partials in slice order, one per thread, same tree
+  const volatile float *mine = partial + (int64_t)o * parts;
+  part[threadIdx.x] = (int)threadIdx.x < parts ? mine[threadIdx.x] : 0.0f;
+  __syncthreads();
+  for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[o] = part[0];
+    ticket[o] = 0;
+  }
+}
+
+struct strided_elem {
+  const float *in;
+  int64_t out_stride, red_stride;
+  __device__ float operator()(int o, int64_t j) const {
+    return in[o * out_stride + j * red_stride];
+  }
+};
+
+__global__ void k_sum_strided(const float *in, float *out, int64_t n_red, int64_t out_stride,
+                              int64_t red_stride, int parts, unsigned *ticket, float *partial) {
+  reduce_outputs(strided_elem{in, out_stride, red_stride}, out, n_red, parts, ticket, partial);
 }
 
 __global__ void k_xent(const float *logits, const uint8_t *labels, float *row_loss,
@@ -327,10 +375,18 @@ int cuops_permute_cn(const float *in, float *out, int c, int n, int hw, int to_n
   return launched("permute_cn");
 }
 
+int cuops_red_parts(int64_t n_red) {
+  int64_t p = n_red / CUOPS_RED_MIN;
+  return p < 1 ? 1 : p > CUOPS_RED_PARTS ? CUOPS_RED_PARTS : (int)p;
+}
+
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
-                      int64_t red_stride, cudaStream_t s) {
+                      int64_t red_stride, struct cuops_scratch red, cudaStream_t s) {
   if (n_out <= 0) return 0;
-  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out, s, in, out, n_red, out_stride, red_stride);
+  const int parts = cuops_red_parts(n_red);
+  if (parts > 1 && n_out > red.outputs) return -EINVAL;
+  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out * parts, s, in, out, n_red, out_stride,
+                    red_stride, parts, red.ticket, red.partial);
   return launched("sum_strided");
 }
 

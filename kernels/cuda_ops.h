@@ -43,10 +43,26 @@ int cuops_maxpool_backward(const float *dout, const int32_t *argmax, float *din,
 int cuops_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw,
                      cudaStream_t s);
 
+/* Scratch of the per-output reductions below: a reduction of n_red values
+ * per output runs on cuops_red_parts(n_red) blocks per output (one block per
+ * CUOPS_RED_MIN values, at most CUOPS_RED_PARTS); with more than one it needs
+ * `outputs` >= its outputs, ticket[outputs] (zero when allocated; every
+ * reduction leaves it zero) and partial[outputs * CUOPS_RED_PARTS]. */
+#define CUOPS_RED_MIN 1024
+#define CUOPS_RED_PARTS 128
+struct cuops_scratch {
+  unsigned *ticket;
+  float *partial;
+  int outputs;
+};
+int cuops_red_parts(int64_t n_red);
+
 /* out[o] = sum_j in[o*out_stride + j*red_stride] for o < n_out, j < n_red
- * (bias gradients): one block per output, a fixed-order tree reduction. */
+ * (bias gradients): a fixed-order reduction over cuops_red_parts(n_red)
+ * blocks per output, the same bits at every run; -EINVAL when red has too
+ * few outputs for it. */
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
-                      int64_t red_stride, cudaStream_t s);
+                      int64_t red_stride, struct cuops_scratch red, cudaStream_t s);
 
 /* Softmax cross-entropy over n rows of `classes` logits: row_loss[i],
  * row_correct[i] (argmax == label, first max wins) and, when dlogits is not

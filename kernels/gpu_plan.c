@@ -26,6 +26,7 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struc
   for (int l = 0; l < L->n_layers; l++) {
     const struct layer_shape *s = &L->layer[l];
     struct gpu_plan_layer *q = &p.layer[l];
+    if (s->out_c > p.red_outputs) p.red_outputs = s->out_c;
     if (s->kind == LAYER_CONV) {
       int64_t k = MODEL_CNN_K, pix = (int64_t)s->out_h * s->out_w;
       q->col = (int64_t)s->in_c * k * k * n * pix;
@@ -55,6 +56,8 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struc
   /* per-row loss and correct flags, then the reduced sums (double + int) */
   ev += gpu_mem_round(n * F) + gpu_mem_round(n * (int64_t)sizeof(int)) + gpu_mem_round(16);
   ev += GPU_PLAN_BLAS_WORKSPACE;
+  tr += gpu_mem_round(p.red_outputs * (int64_t)sizeof(unsigned)) +
+        gpu_mem_round(p.red_outputs * (int64_t)GPU_PLAN_RED_PARTS * F);
   p.state_bytes = gpu_mem_round(p.n_params * F) /* gradients */ + gpu_mem_round(p.opt_floats * F);
   p.eval_bytes = ev;
   p.backward_bytes = tr;

@@ -17,6 +17,9 @@ extern "C" {
 #define GPU_PLAN_BLAS_WORKSPACE (4 << 20)
 /* The input is double-buffered: batch k+1 is copied while batch k computes. */
 #define GPU_PLAN_SLOTS 2
+/* Blocks per output of a bias gradient's reduction at most (CUOPS_RED_PARTS,
+ * kernels/cuda_ops.h): each output gets one partial sum per block. */
+#define GPU_PLAN_RED_PARTS 128
 
 /* Element counts per layer (index as in struct model_layout). Conv layers use
  * col, conv, pool; linear layers use out. Activations of the conv part are
@@ -35,11 +38,14 @@ struct gpu_plan {
   int64_t x_floats; /* one input slot: batch * in_dim */
   int64_t flat;     /* cnn: conv part flattened to [n][c*h*w]; mlp: 0 */
   struct gpu_plan_layer layer[MODEL_MAX_LAYERS];
+  int red_outputs; /* the widest layer: its bias gradient's outputs */
   /* Bytes, each buffer rounded to GPU_MEM_ALIGN, in three arenas:
    * eval: parameters, inputs, forward activations, per-row loss/correct,
    *   cuBLAS workspace (allocated by create);
    * state: gradients and optimiser state, independent of the batch;
-   * backward: the backward pass's buffers for `batch` rows.
+   * backward: the backward pass's buffers for `batch` rows, and the bias
+   *   reductions' scratch (a ticket and GPU_PLAN_RED_PARTS partial sums per
+   *   output of the widest layer).
    * state and backward come with the first training step (state also with a
    * restored optimiser state), never for evaluation alone.
    * train_bytes = state_bytes + backward_bytes. */

@@ -239,9 +239,24 @@ static void run_sum(void *arg) {
   free(a);
 }
 
+int cuops_red_parts(int64_t n_red) {
+  int64_t p = n_red / CUOPS_RED_MIN;
+  return p < 1 ? 1 : p > CUOPS_RED_PARTS ? CUOPS_RED_PARTS : (int)p;
+}
+
+/* The scratch a multi-block reduction of n_out outputs would use. */
+static int check_scratch(struct cuops_scratch red, int n_out, int64_t n_red, const char *what) {
+  if (cuops_red_parts(n_red) == 1) return 0;
+  if (n_out > red.outputs) return -EINVAL;
+  mock_cuda_dev_range(red.ticket, (size_t)n_out * sizeof(unsigned), what);
+  mock_cuda_dev_range(red.partial, (size_t)n_out * CUOPS_RED_PARTS * F, what);
+  return 0;
+}
+
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
-                      int64_t red_stride, cudaStream_t s) {
+                      int64_t red_stride, struct cuops_scratch red, cudaStream_t s) {
   struct sum_args a = {in, out, n_out, n_red, out_stride, red_stride};
+  if (check_scratch(red, n_out, n_red, "sum_strided scratch")) return -EINVAL;
   mock_cuda_dev_range(out, (size_t)n_out * F, "sum_strided out");
   mock_cuda_dev_range(in, (size_t)((n_out - 1) * out_stride + (n_red - 1) * red_stride + 1) * F,
                       "sum_strided in");

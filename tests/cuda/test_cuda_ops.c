@@ -4,6 +4,7 @@
  * Normwise relative error must stay within 1e-4 (fp32). Skips without a GPU. */
 #include <check.h>
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -222,20 +223,33 @@ START_TEST(permute_both_ways) {
 }
 END_TEST
 
+/* Reduction scratch for up to `outputs` outputs, tickets zeroed. */
+static struct cuops_scratch scratch_for(int outputs) {
+  struct cuops_scratch red = {dev_alloc((size_t)outputs * sizeof(unsigned)),
+                              dev_alloc((size_t)outputs * CUOPS_RED_PARTS * sizeof(float)),
+                              outputs};
+  ck_assert_int_eq(cudaMemset(red.ticket, 0, (size_t)outputs * sizeof(unsigned)), cudaSuccess);
+  return red;
+}
+
+static void free_scratch(struct cuops_scratch red) { cudaFree(red.ticket), cudaFree(red.partial); }
+
 START_TEST(sum_strided_rows_and_columns) {
   const int rows = 13;
-  const int64_t cols = 5003; /* more than one pass of the block */
+  const int64_t cols = 5003; /* more than one pass of the block, four blocks a row */
   float *h = rand_host(rows * cols, -1, 1);
   float *d = dev_from(h, rows * cols);
+  struct cuops_scratch red = scratch_for(97);
+  ck_assert_int_eq(cuops_red_parts(cols), 4);
   for (int by_row = 0; by_row < 2; by_row++) {
     /* by_row: out[r] = sum_c h[r][c] (conv bias); else out[c] = sum_r h[r][c]
      * (linear bias), over a column subset so the strides differ. */
     int n_out = by_row ? rows : 97;
     float *dout = dev_poisoned(n_out);
     if (by_row)
-      ck_assert_int_eq(cuops_sum_strided(d, dout, rows, cols, cols, 1, 0), 0);
+      ck_assert_int_eq(cuops_sum_strided(d, dout, rows, cols, cols, 1, red, 0), 0);
     else
-      ck_assert_int_eq(cuops_sum_strided(d, dout, n_out, rows, 1, cols, 0), 0);
+      ck_assert_int_eq(cuops_sum_strided(d, dout, n_out, rows, 1, cols, red, 0), 0);
     float *got = to_host(dout, n_out);
     double *want = dvec(n_out);
     for (int o = 0; o < n_out; o++) {
@@ -250,6 +264,37 @@ START_TEST(sum_strided_rows_and_columns) {
   }
   free(h);
   cudaFree(d);
+  free_scratch(red);
+}
+END_TEST
+
+/* A long reduction (batch 1024's conv1 bias: 589,824 values a channel) runs
+ * on CUOPS_RED_PARTS blocks per output, uneven slices included; run twice,
+ * it gives the same bits (the tickets were left at zero), and too small a
+ * scratch is refused. */
+START_TEST(sum_strided_many_blocks) {
+  const int rows = 3;
+  const int64_t cols = 40 * CUOPS_RED_MIN * 4 + 77;
+  ck_assert_int_eq(cuops_red_parts(cols), CUOPS_RED_PARTS);
+  float *h = rand_host(rows * cols, -1, 1);
+  float *d = dev_from(h, rows * cols), *dout = dev_poisoned(rows);
+  struct cuops_scratch red = scratch_for(rows);
+  ck_assert_int_eq(cuops_sum_strided(d, dout, rows, cols, cols, 1, red, 0), 0);
+  float *got = to_host(dout, rows);
+  double want[3] = {0, 0, 0};
+  for (int o = 0; o < rows; o++)
+    for (int64_t c = 0; c < cols; c++) want[o] += h[o * cols + c];
+  assert_close("sum_strided many blocks", got, want, rows);
+  ck_assert_int_eq(cuops_fill(dout, rows, NAN, 0), 0);
+  ck_assert_int_eq(cuops_sum_strided(d, dout, rows, cols, cols, 1, red, 0), 0);
+  float *again = to_host(dout, rows);
+  ck_assert(memcmp(got, again, rows * sizeof(float)) == 0);
+  struct cuops_scratch small = red;
+  small.outputs = rows - 1;
+  ck_assert_int_eq(cuops_sum_strided(d, dout, rows, cols, cols, 1, small, 0), -EINVAL);
+  free(h), free(got), free(again);
+  cudaFree(d), cudaFree(dout);
+  free_scratch(red);
 }
 END_TEST
 
@@ -350,6 +395,7 @@ int main(void) {
   tcase_add_test(tc, maxpool_forward_backward);
   tcase_add_test(tc, permute_both_ways);
   tcase_add_test(tc, sum_strided_rows_and_columns);
+  tcase_add_test(tc, sum_strided_many_blocks);
   tcase_add_test(tc, xent_loss_grad_and_sums);
   tcase_add_test(tc, sgd_and_adam_updates);
   suite_add_tcase(s, tc);

@@ -163,7 +163,9 @@ START_TEST(plan_mlp_by_hand) {
                                      3 * 256 /* layer outputs */ +
                                      3 * 256 /* row loss, row correct, sums */ +
                                      GPU_PLAN_BLAS_WORKSPACE);
-  ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */);
+  ck_assert_int_eq(p.red_outputs, 10);
+  ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */ + 256 /* 10 tickets */ +
+                                         10 * GPU_PLAN_RED_PARTS * 4 /* partial sums */);
   ck_assert_int_eq(p.state_bytes, 256 /* grads */ + 256 /* velocity */);
   ck_assert_int_eq(p.train_bytes, p.state_bytes + p.backward_bytes);
   ck_assert_int_eq(p.flat, 0);
