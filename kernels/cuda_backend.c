@@ -235,6 +235,20 @@ fail:
   return rc;
 }
 
+/* Where d's loss kernel adds a batch's sums: the running sums of `which`
+ * (0 training, 1 evaluation) and, for a fast step of `cursor_add` rows in
+ * all, that set's cursor. */
+static struct cuops_loss_out loss_out_of(struct cuda_dev *d, int which, int64_t cursor_add) {
+  struct cuops_loss_out o = {d->sum_loss,
+                             d->sum_correct,
+                             &d->ctl->acc_loss[which],
+                             &d->ctl->acc_correct[which],
+                             &d->ctl->nonfinite[which],
+                             cursor_add ? &d->ctl->cursor[which] : NULL,
+                             cursor_add};
+  return o;
+}
+
 /* One optimiser step on d. Adam's step count and bias corrections live on
  * the device (struct cuda_ctl), so a captured step replays correctly. */
 static int optim_step(struct backend *b, struct cuda_dev *d) {
@@ -286,12 +300,8 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, 
     }
     rc = cuda_net_forward(b, d, slot, d->rows);
     if (rc) goto fail;
-    OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct, d->dout[last], d->rows,
-                   L->n_classes, scale, d->compute));
-    OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss, d->sum_correct,
-                        d->compute));
-    OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[0], &d->ctl->acc_correct[0],
-                         &d->ctl->nonfinite[0], d->compute));
+    OPS(cuops_xent_step(d->out[last], d->y[slot], d->dout[last], d->rows, L->n_classes, scale,
+                        loss_out_of(d, 0, 0), d->compute));
     if (loss_out)
       CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double), cudaMemcpyDeviceToHost,
                          d->compute));
@@ -370,13 +380,9 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y, in
       if (d->rows == 0) continue;
       rc = cuda_net_forward(b, d, slot, d->rows);
       if (rc) goto fail;
-      OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct, NULL, d->rows,
-                     b->L.n_classes, 1.0f, d->compute));
-      OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss, d->sum_correct,
-                          d->compute));
+      OPS(cuops_xent_step(d->out[last], d->y[slot], NULL, d->rows, b->L.n_classes, 1.0f,
+                          loss_out_of(d, 1, 0), d->compute));
       CU(cudaEventRecord(d->input_free[slot], d->compute));
-      OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[1],
-                           &d->ctl->acc_correct[1], &d->ctl->nonfinite[1], d->compute));
     }
   }
   double loss = 0.0;
@@ -773,27 +779,17 @@ static int step_body(struct backend *b, struct cuda_dev *d, int phase, int first
                       first, rows, L->in_dim, d->x[0], d->y[0], d->compute));
   rc = cuda_net_forward(b, d, 0, rows);
   if (rc) goto fail;
-  OPS(cuops_xent(d->out[last], d->y[0], d->row_loss, d->row_correct,
-                 phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows, L->n_classes, scale,
-                 d->compute));
-  OPS(cuops_xent_sums(d->row_loss, d->row_correct, rows, d->sum_loss, d->sum_correct, d->compute));
-  OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[which],
-                       &d->ctl->acc_correct[which], &d->ctl->nonfinite[which], d->compute));
+  /* the loss kernel also moves the cursor: nothing after the gather reads it */
+  OPS(cuops_xent_step(d->out[last], d->y[0], phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows,
+                      L->n_classes, scale, loss_out_of(d, which, global), d->compute));
   if (phase == CUDA_PHASE_TRAIN) rc = cuda_net_backward(b, d, 0, rows);
 fail:
   return rc;
 }
 
-/* The rest of a step after the all-reduce: the update and the cursor. */
-static int step_tail(struct backend *b, struct cuda_dev *d, int phase, int global) {
-  int rc = 0;
-  if (phase == CUDA_PHASE_TRAIN) {
-    rc = optim_step(b, d);
-    if (rc) goto fail;
-  }
-  OPS(cuops_tick(&d->ctl->cursor[phase], global, d->compute));
-fail:
-  return rc;
+/* The rest of a step after the all-reduce: the update. */
+static int step_tail(struct backend *b, struct cuda_dev *d, int phase) {
+  return phase == CUDA_PHASE_TRAIN ? optim_step(b, d) : 0;
 }
 
 /* The instantiated graph of (phase, rows) on device d, captured now if it
@@ -827,7 +823,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
   }
   CU(cudaStreamBeginCapture(d->compute, cudaStreamCaptureModeThreadLocal));
   rc = step_body(b, d, phase, 0, rows, rows);
-  if (!rc) rc = step_tail(b, d, phase, rows);
+  if (!rc) rc = step_tail(b, d, phase);
   {
     /* capture always ends, also after a failed call inside it */
     cudaError_t e = cudaStreamEndCapture(d->compute, &g);
@@ -873,9 +869,10 @@ static int run_step(struct backend *b, int phase, int n) {
     int first, count;
     gpu_plan_shard(n, b->ndev, i, &first, &count);
     CU(cudaSetDevice(d->id));
-    if (count == 0) {
+    if (count == 0) { /* no rows here: only the cursor moves */
       if (phase == CUDA_PHASE_TRAIN)
         CU(cudaMemsetAsync(d->grads, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
+      OPS(cuops_tick(&d->ctl->cursor[phase], n, d->compute));
       continue;
     }
     rc = step_body(b, d, phase, first, count, n);
@@ -897,7 +894,7 @@ static int run_step(struct backend *b, int phase, int n) {
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    rc = step_tail(b, d, phase, n);
+    rc = step_tail(b, d, phase);
     if (rc) goto fail;
   }
   b->ran_eager[phase] = 1;

@@ -108,8 +108,6 @@ struct cuda_dev {
   int32_t *arg[MODEL_MAX_LAYERS];
   float *out[MODEL_MAX_LAYERS];
   float *flat;
-  float *row_loss;
-  int32_t *row_correct;
   double *sum_loss;
   int32_t *sum_correct;
   void *workspace;

@@ -80,15 +80,14 @@ int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
     if (b->L.layer[l].kind == LAYER_CONV) {
       TAKE(&a, d->col[l], q->col * F);
       TAKE(&a, d->conv[l], q->conv * F);
-      TAKE(&a, d->pool[l], q->pool * F);
+      d->pool[l] = NULL; /* the last conv layer pools into flat */
+      if (l != b->last_conv) TAKE(&a, d->pool[l], q->pool * F);
       TAKE(&a, d->arg[l], q->pool * F);
     } else {
       TAKE(&a, d->out[l], q->out * F);
     }
   }
   if (p->flat) TAKE(&a, d->flat, p->flat * F);
-  TAKE(&a, d->row_loss, n * F);
-  TAKE(&a, d->row_correct, n * (int64_t)sizeof(int32_t));
   /* a double, the int32 count after it, then the step's counters: the plan
    * gives this slot 16 bytes rounded up to GPU_MEM_ALIGN, room for both */
   _Static_assert(16 + sizeof(struct cuda_ctl) <= GPU_MEM_ALIGN,
@@ -118,7 +117,8 @@ static int carve_backward(struct backend *b, struct cuda_dev *d) {
     const struct gpu_plan_layer *q = &p->layer[l];
     if (b->L.layer[l].kind == LAYER_CONV) {
       TAKE(&a, d->dconv[l], q->conv * F);
-      TAKE(&a, d->dpool[l], q->pool * F);
+      d->dpool[l] = NULL; /* the last conv layer's comes from dflat */
+      if (l != b->last_conv) TAKE(&a, d->dpool[l], q->pool * F);
       if (l > 0) TAKE(&a, d->dcol[l], q->col * F);
     } else {
       TAKE(&a, d->dout[l], q->out * F);

@@ -27,7 +27,8 @@ extern "C" {
 struct gpu_plan_layer {
   int64_t col;  /* im2col matrix [in_c*k*k][n*out_h*out_w] */
   int64_t conv; /* conv output after bias and ReLU [out_c][n][out_h*out_w] */
-  int64_t pool; /* pooled output [out_c][n][pool_h*pool_w]; argmax same count */
+  int64_t pool; /* pooled output [out_c][n][pool_h*pool_w] (the last conv
+                 * layer's is flat), argmax the same count */
   int64_t out;  /* linear output [n][out_c] */
 };
 
@@ -40,7 +41,7 @@ struct gpu_plan {
   struct gpu_plan_layer layer[MODEL_MAX_LAYERS];
   int red_outputs; /* the widest layer: its bias gradient's outputs */
   /* Bytes, each buffer rounded to GPU_MEM_ALIGN, in three arenas:
-   * eval: parameters, inputs, forward activations, per-row loss/correct,
+   * eval: parameters, inputs, forward activations, the loss sums,
    *   cuBLAS workspace (allocated by create);
    * state: gradients and optimiser state, independent of the batch;
    * backward: the backward pass's buffers for `batch` rows, and the bias

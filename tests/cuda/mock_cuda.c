@@ -375,6 +375,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     die("%s: graph of device %ld launched on a stream of %ld", "cudaGraphLaunch", e->g.dev, s->dev);
   counts.graph_launches++;
   counts.submits++;
+  counts.graph_nodes += e->g.n;
   for (int i = 0; i < e->g.n; i++) {
     struct gnode *q = &e->g.node[i];
     queue_op(s, q->fn, node_clone(q));

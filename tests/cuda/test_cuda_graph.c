@@ -174,8 +174,17 @@ START_TEST(one_launch_no_wait_per_step) {
   const int steps = N_TRAIN / BATCH - 2;
   for (int s = 0; s < steps; s++) ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
   mock_cuda_get_counts(&c1);
-  printf("%d steps: %ld graph launches, %ld submits, %ld host waits\n", steps,
-         c1.graph_launches - c0.graph_launches, c1.submits - c0.submits, c1.syncs - c0.syncs);
+  printf("%d steps: %ld graph launches, %ld submits, %ld host waits, %ld nodes a step\n", steps,
+         c1.graph_launches - c0.graph_launches, c1.submits - c0.submits, c1.syncs - c0.syncs,
+         (c1.graph_nodes - c0.graph_nodes) / steps);
+  /* the cnn's step with SGD: gather 1; forward 12 (a conv layer: im2col,
+   * GEMM, bias + ReLU + pooling; a linear one: GEMM, bias + ReLU); the loss
+   * and its sums 1; backward 15 (a hidden linear layer: ReLU backward with
+   * its bias gradient, two GEMMs; the last: two GEMMs and its bias
+   * gradient; a conv layer: pooling + ReLU backward with its bias gradient,
+   * the weight GEMM, and but for the first the input GEMM and col2im); the
+   * update 1 */
+  ck_assert_int_eq((c1.graph_nodes - c0.graph_nodes) / steps, 30);
   ck_assert_int_eq(c1.graph_launches - c0.graph_launches, steps);
   ck_assert_int_eq(c1.submits - c0.submits, steps);
   ck_assert_int_eq(c1.syncs - c0.syncs, 0);
@@ -256,6 +265,35 @@ START_TEST(two_devices_match_the_graph) {
   for (int i = 0; i < EPOCHS; i++) ck_assert(fabs(l1[i] - l2[i]) <= 1e-5 * fabs(l1[i]));
   backend_cuda_ops.destroy(one);
   backend_cuda_ops.destroy(two);
+  free(p0);
+  free_data(&d);
+}
+END_TEST
+
+/* A step with fewer rows than devices leaves one without rows: its cursor
+ * still moves, so the next steps read the same rows as on one device. */
+START_TEST(a_device_without_rows_keeps_its_cursor) {
+  struct data d;
+  int64_t np;
+  make_data(&d, N_TRAIN, 784);
+  float *p0 = init_params(&mlp, &np);
+  double sum[2];
+  for (int gpus = 1; gpus <= 2; gpus++) {
+    struct backend *b = make(&mlp, &sgd, gpus, 1, p0);
+    int32_t perm[N_TRAIN];
+    order_for(0, perm, N_TRAIN);
+    ck_assert_int_eq(backend_cuda_set_data(b, 0, d.pix, d.lab, N_TRAIN), 0);
+    ck_assert_int_eq(backend_cuda_set_order(b, 0, perm, N_TRAIN), 0);
+    const int rows[] = {BATCH, 1, BATCH, BATCH};
+    for (int s = 0; s < 4; s++) ck_assert_int_eq(backend_cuda_train_next(b, rows[s]), 0);
+    int64_t n;
+    int bad;
+    ck_assert_int_eq(backend_cuda_take_loss(b, &sum[gpus - 1], &n, &bad), 0);
+    ck_assert_int_eq(n, 3 * BATCH + 1);
+    backend_cuda_ops.destroy(b);
+  }
+  ck_assert_msg(fabs(sum[0] - sum[1]) <= 1e-5 * fabs(sum[0]), "one device %.9f, two %.9f", sum[0],
+                sum[1]);
   free(p0);
   free_data(&d);
 }
@@ -537,6 +575,7 @@ int main(void) {
   tcase_add_test(tc, graph_equals_eager_sgd);
   tcase_add_test(tc, graph_equals_eager_adam);
   tcase_add_test(tc, two_devices_match_the_graph);
+  tcase_add_test(tc, a_device_without_rows_keeps_its_cursor);
   tcase_add_test(tc, new_data_set_new_graphs);
   tcase_add_test(tc, evaluation_chunks_one_wait);
   tcase_add_test(tc, divergence_is_reported);

@@ -161,8 +161,7 @@ START_TEST(plan_mlp_by_hand) {
   ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 2, &p), 0);
   ck_assert_int_eq(p.eval_bytes, 256 /* params */ + 2 * (256 + 256) /* x, y slots */ +
                                      3 * 256 /* layer outputs */ +
-                                     3 * 256 /* row loss, row correct, sums */ +
-                                     GPU_PLAN_BLAS_WORKSPACE);
+                                     256 /* loss sums and counters */ + GPU_PLAN_BLAS_WORKSPACE);
   ck_assert_int_eq(p.red_outputs, 10);
   ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */ + 256 /* 10 tickets */ +
                                          10 * GPU_PLAN_RED_PARTS * 4 /* partial sums */);
