@@ -301,8 +301,8 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, 
     }
     rc = cuda_net_forward(b, d, slot, d->rows);
     if (rc) goto fail;
-    OPS(cuops_xent_step(d->out[last], d->y[slot], d->dout[last], d->rows, L->n_classes, scale,
-                        loss_out_of(d, 0, 0), d->compute));
+    OPS(cuops_xent_step(d->out[last], d->y[slot], d->dout[last], cuda_net_loss_bias(b, d), d->rows,
+                        L->n_classes, scale, loss_out_of(d, 0, 0), d->compute));
     if (loss_out)
       CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double), cudaMemcpyDeviceToHost,
                          d->compute));
@@ -381,7 +381,7 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y, in
       if (d->rows == 0) continue;
       rc = cuda_net_forward(b, d, slot, d->rows);
       if (rc) goto fail;
-      OPS(cuops_xent_step(d->out[last], d->y[slot], NULL, d->rows, b->L.n_classes, 1.0f,
+      OPS(cuops_xent_step(d->out[last], d->y[slot], NULL, NULL, d->rows, b->L.n_classes, 1.0f,
                           loss_out_of(d, 1, 0), d->compute));
       CU(cudaEventRecord(d->input_free[slot], d->compute));
     }
@@ -791,9 +791,11 @@ static int step_body(struct backend *b, struct cuda_dev *d, int phase, int first
   rc = cuda_net_forward(b, d, 0, rows);
   if (rc) goto fail;
   /* the loss kernel also moves the cursor: nothing after the gather reads it */
-  OPS(cuops_xent_step(d->out[last], d->y[0], phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows,
-                      L->n_classes, scale, loss_out_of(d, which, global), d->compute));
-  if (phase == CUDA_PHASE_TRAIN) rc = cuda_net_backward(b, d, 0, rows);
+  const int train = phase == CUDA_PHASE_TRAIN;
+  OPS(cuops_xent_step(d->out[last], d->y[0], train ? d->dout[last] : NULL,
+                      train ? cuda_net_loss_bias(b, d) : NULL, rows, L->n_classes, scale,
+                      loss_out_of(d, which, global), d->compute));
+  if (train) rc = cuda_net_backward(b, d, 0, rows);
 fail:
   return rc;
 }

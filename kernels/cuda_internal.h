@@ -192,5 +192,8 @@ void cuda_mem_nvml_close(struct backend *b);
 /* cuda_net.c: the model's passes on one device's compute stream. */
 int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n);
 int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n);
+/* Where the loss kernel writes the last layer's bias gradient (d's
+ * gradients), or NULL when the backward pass must (too many classes). */
+float *cuda_net_loss_bias(struct backend *b, struct cuda_dev *d);
 
 #endif

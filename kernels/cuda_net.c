@@ -66,8 +66,14 @@ fail:
   return rc;
 }
 
+float *cuda_net_loss_bias(struct backend *b, struct cuda_dev *d) {
+  const struct layer_shape *s = &b->L.layer[b->L.n_layers - 1];
+  return s->out_c <= CUOPS_XENT_MAX_CLASSES ? d->grads + s->b_off : NULL;
+}
+
 /* Gradients of the mean loss into d->grads, from dout[last] = dloss/dlogits
- * (already written by the cross-entropy kernel). */
+ * (already written by the cross-entropy kernel, and the last layer's bias
+ * gradient too where cuda_net_loss_bias says so). */
 int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
   const struct model_layout *L = &b->L;
   const int K = MODEL_CNN_K, last = L->n_layers - 1;
@@ -87,7 +93,7 @@ int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
     rc = gemm(d, 0, 1, s->in_c, s->out_c, n, in, s->in_c, dy, s->out_c, d->grads + s->w_off,
               s->in_c);
     if (rc) goto fail;
-    if (l == last)
+    if (l == last && !cuda_net_loss_bias(b, d))
       OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c, d->red, d->compute));
     float *din = l > b->first_linear ? d->dout[l - 1] : b->last_conv >= 0 ? d->dflat : NULL;
     if (din) {

@@ -237,10 +237,13 @@ __global__ void k_relu_backward_sum(relu_col_elem e, float *dbias, int64_t rows,
 // Cross-entropy and its sums in one block: each thread takes rows t, t+256,
 // ... and adds their losses in double, then one tree; thread 0 updates the
 // running sums and the counters.
-__global__ void k_xent_step(const float *logits, const uint8_t *labels, float *dlogits, int n,
-                            int classes, float scale, cuops_loss_out out) {
+static_assert(CUOPS_XENT_MAX_CLASSES <= CUOPS_THREADS, "one thread per class at least");
+
+__global__ void k_xent_step(const float *logits, const uint8_t *labels, float *dlogits,
+                            float *dbias, int n, int classes, float scale, cuops_loss_out out) {
   __shared__ double lsum[CUOPS_THREADS];
   __shared__ int csum[CUOPS_THREADS];
+  __shared__ float colsum[CUOPS_THREADS];
   double l = 0.0;
   int right = 0;
   for (int r = threadIdx.x; r < n; r += CUOPS_THREADS) {
@@ -269,6 +272,24 @@ __global__ void k_xent_step(const float *logits, const uint8_t *labels, float *d
       csum[threadIdx.x] += csum[threadIdx.x + half];
     }
     __syncthreads();
+  }
+  if (dbias) {
+    // the bias gradient: groups of `classes` threads, thread j of group g
+    // adds column j of rows g, g + groups, ...; then thread j adds the
+    // groups' sums in order (dlogits came from this block: the barriers
+    // above made them visible)
+    const int groups = CUOPS_THREADS / classes, j = threadIdx.x % classes;
+    const int g = threadIdx.x / classes;
+    float acc = 0.0f;
+    if (g < groups)
+      for (int r = g; r < n; r += groups) acc += dlogits[(int64_t)r * classes + j];
+    colsum[threadIdx.x] = acc;
+    __syncthreads();
+    if ((int)threadIdx.x < classes) {
+      float sum = 0.0f;
+      for (int q = 0; q < groups; q++) sum += colsum[q * classes + threadIdx.x];
+      dbias[threadIdx.x] = sum;
+    }
   }
   if (threadIdx.x == 0) {
     double sum = lsum[0];
@@ -402,10 +423,11 @@ int cuops_relu_backward_sum(const float *y, float *dy, float *dbias, int rows, i
   return launched("relu_backward_sum");
 }
 
-int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, int n, int classes,
-                    float scale, struct cuops_loss_out out, cudaStream_t s) {
+int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, float *dbias, int n,
+                    int classes, float scale, struct cuops_loss_out out, cudaStream_t s) {
   if (classes < 1 || n < 0) return -EINVAL;
-  CUOPS_LAUNCH_SYNC(k_xent_step, 1, s, logits, labels, dlogits, n, classes, scale, out);
+  if (dbias && (!dlogits || classes > CUOPS_XENT_MAX_CLASSES)) return -EINVAL;
+  CUOPS_LAUNCH_SYNC(k_xent_step, 1, s, logits, labels, dlogits, dbias, n, classes, scale, out);
   return launched("xent_step");
 }
 

@@ -86,10 +86,13 @@ struct cuops_loss_out {
 /* Softmax cross-entropy over n rows of `classes` logits and its sums, one
  * block: each row's loss and correct flag (argmax == label, first max wins)
  * summed in a fixed order (the losses in double), dlogits = (softmax -
- * onehot) * scale when dlogits is not NULL, then the running sums and the
- * cursor of `out`. */
-int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, int n, int classes,
-                    float scale, struct cuops_loss_out out, cudaStream_t s);
+ * onehot) * scale when dlogits is not NULL, dbias[j] = the sum over rows of
+ * dlogits[r][j] (the last layer's bias gradient) when dbias is not NULL
+ * (then dlogits must not be, and classes <= CUOPS_XENT_MAX_CLASSES), then
+ * the running sums and the cursor of `out`. */
+#define CUOPS_XENT_MAX_CLASSES 256
+int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, float *dbias, int n,
+                    int classes, float scale, struct cuops_loss_out out, cudaStream_t s);
 
 /* One optimiser step over count parameters with ct_sgd_update /
  * ct_adam_update from ops_math.h. */

@@ -418,7 +418,7 @@ int cuops_relu_backward_sum(const float *y, float *dy, float *dbias, int rows, i
 struct xent_args {
   const float *logits;
   const uint8_t *labels;
-  float *dlogits;
+  float *dlogits, *dbias;
   int n, classes;
   float scale;
   struct cuops_loss_out out;
@@ -442,6 +442,11 @@ static void run_xent_step(void *arg) {
       for (int j = 0; j < a->classes; j++)
         a->dlogits[(int64_t)r * a->classes + j] = ct_xent_grad(x[j], m, sum, j == label, a->scale);
   }
+  for (int j = 0; a->dbias && j < a->classes; j++) {
+    double acc = 0;
+    for (int r = 0; r < a->n; r++) acc += a->dlogits[(int64_t)r * a->classes + j];
+    a->dbias[j] = (float)acc;
+  }
   struct cuops_loss_out *o = &a->out;
   *o->sum_loss = l;
   *o->sum_correct = right;
@@ -452,10 +457,12 @@ static void run_xent_step(void *arg) {
   free(a);
 }
 
-int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, int n, int classes,
-                    float scale, struct cuops_loss_out out, cudaStream_t s) {
-  struct xent_args a = {logits, labels, dlogits, n, classes, scale, out};
+int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, float *dbias, int n,
+                    int classes, float scale, struct cuops_loss_out out, cudaStream_t s) {
+  struct xent_args a = {logits, labels, dlogits, dbias, n, classes, scale, out};
   if (classes < 1 || n < 0) return -EINVAL;
+  if (dbias && (!dlogits || classes > CUOPS_XENT_MAX_CLASSES)) return -EINVAL;
+  if (dbias) mock_cuda_dev_range(dbias, (size_t)classes * F, "xent_step dbias");
   mock_cuda_dev_range(logits, (size_t)n * classes * F, "xent_step logits");
   mock_cuda_dev_range(labels, (size_t)n, "xent_step labels");
   if (dlogits) mock_cuda_dev_range(dlogits, (size_t)n * classes * F, "xent_step dlogits");

@@ -178,13 +178,13 @@ START_TEST(one_launch_no_wait_per_step) {
          c1.graph_launches - c0.graph_launches, c1.submits - c0.submits, c1.syncs - c0.syncs,
          (c1.graph_nodes - c0.graph_nodes) / steps);
   /* the cnn's step with SGD: gather 1; forward 12 (a conv layer: im2col,
-   * GEMM, bias + ReLU + pooling; a linear one: GEMM, bias + ReLU); the loss
-   * and its sums 1; backward 15 (a hidden linear layer: ReLU backward with
-   * its bias gradient, two GEMMs; the last: two GEMMs and its bias
-   * gradient; a conv layer: pooling + ReLU backward with its bias gradient,
-   * the weight GEMM, and but for the first the input GEMM and col2im); the
-   * update 1 */
-  ck_assert_int_eq((c1.graph_nodes - c0.graph_nodes) / steps, 30);
+   * GEMM, bias + ReLU + pooling; a linear one: GEMM, bias + ReLU); the loss,
+   * its sums and the last layer's bias gradient 1; backward 14 (a hidden
+   * linear layer: ReLU backward with its bias gradient, two GEMMs; the last:
+   * two GEMMs; a conv layer: pooling + ReLU backward with its bias
+   * gradient, the weight GEMM, and but for the first the input GEMM and
+   * col2im); the update 1 */
+  ck_assert_int_eq((c1.graph_nodes - c0.graph_nodes) / steps, 29);
   ck_assert_int_eq(c1.graph_launches - c0.graph_launches, steps);
   ck_assert_int_eq(c1.submits - c0.submits, steps);
   ck_assert_int_eq(c1.syncs - c0.syncs, 0);

@@ -323,6 +323,7 @@ START_TEST(xent_step_loss_grad_and_sums) {
   uint8_t *hy = malloc(n);
   for (int i = 0; i < n; i++) hy[i] = (uint8_t)frand(0, 9.99f);
   float *dx = dev_from(hx, (int64_t)n * k), *dgrad = dev_poisoned((int64_t)n * k);
+  float *dbias = dev_poisoned(k);
   uint8_t *dy = dev_alloc(n);
   /* sum_loss, acc_loss (doubles), cursor, acc_correct (int64), sum_correct,
    * nonfinite (int32) */
@@ -341,10 +342,10 @@ START_TEST(xent_step_loss_grad_and_sums) {
                                &ds->nonfinite,
                                &ds->cursor,
                                n};
-  ck_assert_int_eq(cuops_xent_step(dx, dy, dgrad, n, k, scale, out, 0), 0);
-  float *grad = to_host(dgrad, (int64_t)n * k);
+  ck_assert_int_eq(cuops_xent_step(dx, dy, dgrad, dbias, n, k, scale, out, 0), 0);
+  float *grad = to_host(dgrad, (int64_t)n * k), *gbias = to_host(dbias, k);
   ck_assert_int_eq(cudaMemcpy(&got, ds, sizeof(got), cudaMemcpyDeviceToHost), cudaSuccess);
-  double *wg = dvec((int64_t)n * k), wsum = 0;
+  double *wg = dvec((int64_t)n * k), *wbias = dvec(k), wsum = 0;
   int wc = 0;
   for (int r = 0; r < n; r++) {
     const float *x = hx + r * k;
@@ -355,9 +356,16 @@ START_TEST(xent_step_loss_grad_and_sums) {
     for (int j = 0; j < k; j++) s += exp(x[j] - m);
     wsum += -(x[hy[r]] - m - log(s));
     wc += arg == hy[r];
-    for (int j = 0; j < k; j++) wg[r * k + j] = (exp(x[j] - m) / s - (j == hy[r])) * scale;
+    for (int j = 0; j < k; j++) {
+      wg[r * k + j] = (exp(x[j] - m) / s - (j == hy[r])) * scale;
+      wbias[j] += wg[r * k + j];
+    }
   }
   assert_close("xent grad", grad, wg, (int64_t)n * k);
+  /* the bias gradient sums to 0 over classes: compare against the gradient's scale */
+  double bias_err = 0;
+  for (int j = 0; j < k; j++) bias_err = fmax(bias_err, fabs(gbias[j] - wbias[j]));
+  ck_assert_msg(bias_err <= 1e-5, "xent bias gradient off by %g", bias_err);
   ck_assert_msg(fabs(got.sum_loss - wsum) <= TOL * fabs(wsum), "loss sum %g vs %g", got.sum_loss,
                 wsum);
   ck_assert(got.acc_loss == 1.5 + got.sum_loss);
@@ -370,13 +378,14 @@ START_TEST(xent_step_loss_grad_and_sums) {
   cudaFree(dx);
   dx = dev_from(hx, (int64_t)n * k);
   out.cursor = NULL;
-  ck_assert_int_eq(cuops_xent_step(dx, dy, NULL, n, k, 1.0f, out, 0), 0);
+  ck_assert_int_eq(cuops_xent_step(dx, dy, NULL, dbias, n, k, 1.0f, out, 0), -EINVAL);
+  ck_assert_int_eq(cuops_xent_step(dx, dy, NULL, NULL, n, k, 1.0f, out, 0), 0);
   ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
   ck_assert_int_eq(cudaMemcpy(&got, ds, sizeof(got), cudaMemcpyDeviceToHost), cudaSuccess);
   ck_assert_int_eq(got.nonfinite, 1);
   ck_assert_int_eq(got.cursor, 100 + n);
-  free(hx), free(hy), free(grad), free(wg);
-  cudaFree(dx), cudaFree(dgrad), cudaFree(dy), cudaFree(ds);
+  free(hx), free(hy), free(grad), free(gbias), free(wg), free(wbias);
+  cudaFree(dx), cudaFree(dgrad), cudaFree(dbias), cudaFree(dy), cudaFree(ds);
 }
 END_TEST
 
