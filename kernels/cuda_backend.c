@@ -205,6 +205,7 @@ static int replan(struct backend *b, int max_batch) {
   int per_dev = (max_batch + b->ndev - 1) / b->ndev;
   rc = gpu_plan_init(&b->L, b->opt.kind, per_dev, &plan);
   if (rc) goto fail;
+  gpu_plan_set_workspace(&plan, b->blas_workspace);
   b->plan = plan;
   b->max_batch = max_batch;
   b->eval_rows = per_dev * b->ndev;
@@ -216,7 +217,7 @@ static int replan(struct backend *b, int max_batch) {
     if (rc) goto fail;
     rc = cuda_mem_carve_eval(b, d);
     if (rc) goto fail;
-    BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
+    BLAS(cublasSetWorkspace(d->blas, d->workspace, (size_t)b->plan.blas_workspace));
     CU(cudaMemcpyAsync(d->ctl, &b->h_ctl[i], sizeof(struct cuda_ctl), cudaMemcpyHostToDevice,
                        d->compute));
     CU(cudaMemcpyAsync(d->params, b->kept_params, (size_t)plan.n_params * sizeof(float),
@@ -233,6 +234,20 @@ fail:
   if (b->broken) b->broken = rc ? rc : -EIO;
   if (rc == -ENOMEM) b->oom_pending = 1;
   return rc;
+}
+
+/* Where d's loss kernel adds a batch's sums: the running sums of `which`
+ * (0 training, 1 evaluation) and, for a fast step of `cursor_add` rows in
+ * all, that set's cursor. */
+static struct cuops_loss_out loss_out_of(struct cuda_dev *d, int which, int64_t cursor_add) {
+  struct cuops_loss_out o = {d->sum_loss,
+                             d->sum_correct,
+                             &d->ctl->acc_loss[which],
+                             &d->ctl->acc_correct[which],
+                             &d->ctl->nonfinite[which],
+                             cursor_add ? &d->ctl->cursor[which] : NULL,
+                             cursor_add};
+  return o;
 }
 
 /* One optimiser step on d. Adam's step count and bias corrections live on
@@ -286,12 +301,8 @@ static int cuda_train_step(struct backend *b, const float *x, const uint8_t *y, 
     }
     rc = cuda_net_forward(b, d, slot, d->rows);
     if (rc) goto fail;
-    OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct, d->dout[last], d->rows,
-                   L->n_classes, scale, d->compute));
-    OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss, d->sum_correct,
-                        d->compute));
-    OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[0], &d->ctl->acc_correct[0],
-                         &d->ctl->nonfinite[0], d->compute));
+    OPS(cuops_xent_step(d->out[last], d->y[slot], d->dout[last], cuda_net_loss_bias(b, d), d->rows,
+                        L->n_classes, scale, loss_out_of(d, 0, 0), d->compute));
     if (loss_out)
       CU(cudaMemcpyAsync(&b->h_loss[i], d->sum_loss, sizeof(double), cudaMemcpyDeviceToHost,
                          d->compute));
@@ -370,13 +381,9 @@ static int cuda_evaluate(struct backend *b, const float *x, const uint8_t *y, in
       if (d->rows == 0) continue;
       rc = cuda_net_forward(b, d, slot, d->rows);
       if (rc) goto fail;
-      OPS(cuops_xent(d->out[last], d->y[slot], d->row_loss, d->row_correct, NULL, d->rows,
-                     b->L.n_classes, 1.0f, d->compute));
-      OPS(cuops_xent_sums(d->row_loss, d->row_correct, d->rows, d->sum_loss, d->sum_correct,
-                          d->compute));
+      OPS(cuops_xent_step(d->out[last], d->y[slot], NULL, NULL, d->rows, b->L.n_classes, 1.0f,
+                          loss_out_of(d, 1, 0), d->compute));
       CU(cudaEventRecord(d->input_free[slot], d->compute));
-      OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[1],
-                           &d->ctl->acc_correct[1], &d->ctl->nonfinite[1], d->compute));
     }
   }
   double loss = 0.0;
@@ -531,7 +538,7 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
   CU(cudaMemsetAsync(d->ctl, 0, sizeof(struct cuda_ctl), d->compute));
   BLAS(cublasCreate(&d->blas));
   BLAS(cublasSetStream(d->blas, d->compute));
-  BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
+  BLAS(cublasSetWorkspace(d->blas, d->workspace, (size_t)b->plan.blas_workspace));
   /* full fp32: no TF32 tensor-core shortcut, so CPU and GPU agree to 1e-4 */
   BLAS(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH));
   CU(cudaMemsetAsync(d->params, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
@@ -604,14 +611,24 @@ static int cuda_create(const struct model_spec *spec, const struct optim_spec *o
    * then max_batch rows, as before. */
   int eval_rows = max_batch > CUDA_EVAL_ROWS ? max_batch : CUDA_EVAL_ROWS;
   int per_dev = (eval_rows + want - 1) / want;
+  /* cuBLAS's workspace: what the oldest device wants (the plan is one for all) */
+  int cc_major = 99;
+  for (int i = 0; i < want; i++) {
+    int major = 0;
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i));
+    if (major < cc_major) cc_major = major;
+  }
+  b->blas_workspace = gpu_plan_blas_workspace(cc_major);
   rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
   if (rc) goto fail;
+  gpu_plan_set_workspace(&b->plan, b->blas_workspace);
   if (b->limit_bytes && eval_rows > max_batch &&
       b->plan.eval_bytes + b->plan.train_bytes > b->limit_bytes) {
     eval_rows = max_batch;
     per_dev = (eval_rows + want - 1) / want;
     rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
     if (rc) goto fail;
+    gpu_plan_set_workspace(&b->plan, b->blas_workspace);
   }
   b->eval_rows = per_dev * want;
   const char *graphs = getenv("CTUNE_CUDA_GRAPHS");
@@ -773,27 +790,19 @@ static int step_body(struct backend *b, struct cuda_dev *d, int phase, int first
                       first, rows, L->in_dim, d->x[0], d->y[0], d->compute));
   rc = cuda_net_forward(b, d, 0, rows);
   if (rc) goto fail;
-  OPS(cuops_xent(d->out[last], d->y[0], d->row_loss, d->row_correct,
-                 phase == CUDA_PHASE_TRAIN ? d->dout[last] : NULL, rows, L->n_classes, scale,
-                 d->compute));
-  OPS(cuops_xent_sums(d->row_loss, d->row_correct, rows, d->sum_loss, d->sum_correct, d->compute));
-  OPS(cuops_accumulate(d->sum_loss, d->sum_correct, &d->ctl->acc_loss[which],
-                       &d->ctl->acc_correct[which], &d->ctl->nonfinite[which], d->compute));
-  if (phase == CUDA_PHASE_TRAIN) rc = cuda_net_backward(b, d, 0, rows);
+  /* the loss kernel also moves the cursor: nothing after the gather reads it */
+  const int train = phase == CUDA_PHASE_TRAIN;
+  OPS(cuops_xent_step(d->out[last], d->y[0], train ? d->dout[last] : NULL,
+                      train ? cuda_net_loss_bias(b, d) : NULL, rows, L->n_classes, scale,
+                      loss_out_of(d, which, global), d->compute));
+  if (train) rc = cuda_net_backward(b, d, 0, rows);
 fail:
   return rc;
 }
 
-/* The rest of a step after the all-reduce: the update and the cursor. */
-static int step_tail(struct backend *b, struct cuda_dev *d, int phase, int global) {
-  int rc = 0;
-  if (phase == CUDA_PHASE_TRAIN) {
-    rc = optim_step(b, d);
-    if (rc) goto fail;
-  }
-  OPS(cuops_tick(&d->ctl->cursor[phase], global, d->compute));
-fail:
-  return rc;
+/* The rest of a step after the all-reduce: the update. */
+static int step_tail(struct backend *b, struct cuda_dev *d, int phase) {
+  return phase == CUDA_PHASE_TRAIN ? optim_step(b, d) : 0;
 }
 
 /* The instantiated graph of (phase, rows) on device d, captured now if it
@@ -827,7 +836,7 @@ static int graph_for(struct backend *b, struct cuda_dev *d, int phase, int rows,
   }
   CU(cudaStreamBeginCapture(d->compute, cudaStreamCaptureModeThreadLocal));
   rc = step_body(b, d, phase, 0, rows, rows);
-  if (!rc) rc = step_tail(b, d, phase, rows);
+  if (!rc) rc = step_tail(b, d, phase);
   {
     /* capture always ends, also after a failed call inside it */
     cudaError_t e = cudaStreamEndCapture(d->compute, &g);
@@ -873,9 +882,10 @@ static int run_step(struct backend *b, int phase, int n) {
     int first, count;
     gpu_plan_shard(n, b->ndev, i, &first, &count);
     CU(cudaSetDevice(d->id));
-    if (count == 0) {
+    if (count == 0) { /* no rows here: only the cursor moves */
       if (phase == CUDA_PHASE_TRAIN)
         CU(cudaMemsetAsync(d->grads, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
+      OPS(cuops_tick(&d->ctl->cursor[phase], n, d->compute));
       continue;
     }
     rc = step_body(b, d, phase, first, count, n);
@@ -897,7 +907,7 @@ static int run_step(struct backend *b, int phase, int n) {
   for (int i = 0; i < b->ndev; i++) {
     struct cuda_dev *d = &b->dev[i];
     CU(cudaSetDevice(d->id));
-    rc = step_tail(b, d, phase, n);
+    rc = step_tail(b, d, phase);
     if (rc) goto fail;
   }
   b->ran_eager[phase] = 1;

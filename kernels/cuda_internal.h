@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "cuda_ops.h"
 #include "gpu_mem.h"
 #include "gpu_plan.h"
 
@@ -107,8 +108,6 @@ struct cuda_dev {
   int32_t *arg[MODEL_MAX_LAYERS];
   float *out[MODEL_MAX_LAYERS];
   float *flat;
-  float *row_loss;
-  int32_t *row_correct;
   double *sum_loss;
   int32_t *sum_correct;
   void *workspace;
@@ -125,6 +124,7 @@ struct cuda_dev {
   float *dconv[MODEL_MAX_LAYERS], *dpool[MODEL_MAX_LAYERS], *dcol[MODEL_MAX_LAYERS];
   float *dout[MODEL_MAX_LAYERS];
   float *dflat;
+  struct cuops_scratch red; /* the bias gradients' reductions */
 };
 
 /* NVML, dlopen'ed and initialised at the first peak_mem_mb that finds it,
@@ -142,9 +142,10 @@ struct backend {
   struct gpu_plan plan;  /* eval arena: max_batch rows */
   struct gpu_plan bplan; /* backward arena: train_rows rows */
   int max_batch, ndev, first_linear, last_conv;
-  int world, rank; /* member processes of the trial and this one's index */
-  int state_ready; /* gradients and optimiser state allocated */
-  int train_rows;  /* global batch the backward arena holds; 0: none */
+  int64_t blas_workspace; /* bytes per device (gpu_plan_blas_workspace) */
+  int world, rank;        /* member processes of the trial and this one's index */
+  int state_ready;        /* gradients and optimiser state allocated */
+  int train_rows;         /* global batch the backward arena holds; 0: none */
   int slot;
   int oom_pending;    /* training buffers did not fit: a smaller batch re-plans */
   int broken;         /* a failed re-plan left no buffers: every call fails so */
@@ -191,5 +192,8 @@ void cuda_mem_nvml_close(struct backend *b);
 /* cuda_net.c: the model's passes on one device's compute stream. */
 int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n);
 int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n);
+/* Where the loss kernel writes the last layer's bias gradient (d's
+ * gradients), or NULL when the backward pass must (too many classes). */
+float *cuda_net_loss_bias(struct backend *b, struct cuda_dev *d);
 
 #endif

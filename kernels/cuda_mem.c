@@ -80,15 +80,14 @@ int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
     if (b->L.layer[l].kind == LAYER_CONV) {
       TAKE(&a, d->col[l], q->col * F);
       TAKE(&a, d->conv[l], q->conv * F);
-      TAKE(&a, d->pool[l], q->pool * F);
+      d->pool[l] = NULL; /* the last conv layer pools into flat */
+      if (l != b->last_conv) TAKE(&a, d->pool[l], q->pool * F);
       TAKE(&a, d->arg[l], q->pool * F);
     } else {
       TAKE(&a, d->out[l], q->out * F);
     }
   }
   if (p->flat) TAKE(&a, d->flat, p->flat * F);
-  TAKE(&a, d->row_loss, n * F);
-  TAKE(&a, d->row_correct, n * (int64_t)sizeof(int32_t));
   /* a double, the int32 count after it, then the step's counters: the plan
    * gives this slot 16 bytes rounded up to GPU_MEM_ALIGN, room for both */
   _Static_assert(16 + sizeof(struct cuda_ctl) <= GPU_MEM_ALIGN,
@@ -96,7 +95,7 @@ int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
   TAKE(&a, d->sum_loss, 16 + (int64_t)sizeof(struct cuda_ctl));
   d->sum_correct = (int32_t *)(d->sum_loss + 1);
   d->ctl = (struct cuda_ctl *)((char *)d->sum_loss + 16);
-  TAKE(&a, d->workspace, GPU_PLAN_BLAS_WORKSPACE);
+  TAKE(&a, d->workspace, p->blas_workspace);
   return 0;
 }
 
@@ -118,13 +117,18 @@ static int carve_backward(struct backend *b, struct cuda_dev *d) {
     const struct gpu_plan_layer *q = &p->layer[l];
     if (b->L.layer[l].kind == LAYER_CONV) {
       TAKE(&a, d->dconv[l], q->conv * F);
-      TAKE(&a, d->dpool[l], q->pool * F);
+      d->dpool[l] = NULL; /* the last conv layer's comes from dflat */
+      if (l != b->last_conv) TAKE(&a, d->dpool[l], q->pool * F);
       if (l > 0) TAKE(&a, d->dcol[l], q->col * F);
     } else {
       TAKE(&a, d->dout[l], q->out * F);
     }
   }
   if (p->flat) TAKE(&a, d->dflat, p->flat * F);
+  _Static_assert(GPU_PLAN_RED_PARTS == CUOPS_RED_PARTS, "the plan sizes the kernels' scratch");
+  TAKE(&a, d->red.ticket, p->red_outputs * (int64_t)sizeof(unsigned));
+  TAKE(&a, d->red.partial, p->red_outputs * (int64_t)GPU_PLAN_RED_PARTS * F);
+  d->red.outputs = p->red_outputs;
   return 0;
 }
 
@@ -188,6 +192,8 @@ static int ensure_backward(struct backend *b, int n) {
     if (rc) goto fail;
     rc = carve_backward(b, d);
     if (rc) goto fail;
+    /* the reductions' tickets start at zero, and each leaves them so */
+    CU(cudaMemsetAsync(d->red.ticket, 0, (size_t)bp.red_outputs * sizeof(unsigned), d->compute));
   }
   b->train_rows = n;
   return 0;

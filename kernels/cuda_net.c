@@ -47,14 +47,13 @@ int cuda_net_forward(struct backend *b, struct cuda_dev *d, int slot, int n) {
       /* conv[OC][nP] = W[OC][CKK] col[CKK][nP] */
       rc = gemm(d, 0, 0, np, s->out_c, ckk, d->col[l], np, W, ckk, d->conv[l], np);
       if (rc) goto fail;
-      OPS(cuops_bias_act(d->conv[l], bias, s->out_c, np, 1, 1, d->compute));
-      OPS(cuops_maxpool_forward(d->conv[l], d->pool[l], d->arg[l], (int64_t)s->out_c * n, s->out_h,
-                                s->out_w, MODEL_CNN_POOL, d->compute));
-      in = d->pool[l];
-      if (l == b->last_conv) {
-        OPS(cuops_permute_cn(in, d->flat, s->out_c, n, s->pool_h * s->pool_w, 1, d->compute));
-        in = d->flat;
-      }
+      /* bias, ReLU and pooling in one kernel; the last conv layer's pooled
+       * output goes straight to the flat [n][c*h*w] input of the linear part */
+      const int flat = l == b->last_conv;
+      float *pooled = flat ? d->flat : d->pool[l];
+      OPS(cuops_conv_pool_forward(d->conv[l], bias, pooled, d->arg[l], s->out_c, n, s->out_h,
+                                  s->out_w, MODEL_CNN_POOL, flat, d->compute));
+      in = pooled;
     } else {
       /* out[n][O] = in[n][I] W[O][I]^T */
       rc = gemm(d, 1, 0, s->out_c, n, s->in_c, W, s->in_c, in, s->in_c, d->out[l], s->out_c);
@@ -67,8 +66,14 @@ fail:
   return rc;
 }
 
+float *cuda_net_loss_bias(struct backend *b, struct cuda_dev *d) {
+  const struct layer_shape *s = &b->L.layer[b->L.n_layers - 1];
+  return s->out_c <= CUOPS_XENT_MAX_CLASSES ? d->grads + s->b_off : NULL;
+}
+
 /* Gradients of the mean loss into d->grads, from dout[last] = dloss/dlogits
- * (already written by the cross-entropy kernel). */
+ * (already written by the cross-entropy kernel, and the last layer's bias
+ * gradient too where cuda_net_loss_bias says so). */
 int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
   const struct model_layout *L = &b->L;
   const int K = MODEL_CNN_K, last = L->n_layers - 1;
@@ -80,12 +85,16 @@ int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
                       : b->last_conv >= 0 ? d->flat
                                           : d->x[slot];
     float *dy = d->dout[l];
-    if (l != last) OPS(cuops_relu_backward(d->out[l], dy, (int64_t)n * s->out_c, d->compute));
+    /* dy through the ReLU, and the bias gradient, in one kernel */
+    if (l != last)
+      OPS(cuops_relu_backward_sum(d->out[l], dy, d->grads + s->b_off, n, s->out_c, d->red,
+                                  d->compute));
     /* dW[O][I] = dy[n][O]^T in[n][I] */
     rc = gemm(d, 0, 1, s->in_c, s->out_c, n, in, s->in_c, dy, s->out_c, d->grads + s->w_off,
               s->in_c);
     if (rc) goto fail;
-    OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c, d->compute));
+    if (l == last && !cuda_net_loss_bias(b, d))
+      OPS(cuops_sum_strided(dy, d->grads + s->b_off, s->out_c, n, 1, s->out_c, d->red, d->compute));
     float *din = l > b->first_linear ? d->dout[l - 1] : b->last_conv >= 0 ? d->dflat : NULL;
     if (din) {
       /* din[n][I] = dy[n][O] W[O][I] */
@@ -93,22 +102,18 @@ int cuda_net_backward(struct backend *b, struct cuda_dev *d, int slot, int n) {
       if (rc) goto fail;
     }
   }
-  if (b->last_conv >= 0) {
-    const struct layer_shape *s = &L->layer[b->last_conv];
-    OPS(cuops_permute_cn(d->dflat, d->dpool[b->last_conv], s->out_c, n, s->pool_h * s->pool_w, 0,
-                         d->compute));
-  }
   for (int l = b->last_conv; l >= 0; l--) {
     const struct layer_shape *s = &L->layer[l];
     const float *W = d->params + s->w_off;
     int ckk = s->in_c * K * K, np = n * s->out_h * s->out_w;
-    OPS(cuops_maxpool_backward(d->dpool[l], d->arg[l], d->dconv[l], (int64_t)s->out_c * n, s->out_h,
-                               s->out_w, MODEL_CNN_POOL, d->compute));
-    OPS(cuops_relu_backward(d->conv[l], d->dconv[l], (int64_t)s->out_c * np, d->compute));
+    const int flat = l == b->last_conv;
+    /* pooling, ReLU and the bias gradient backward in one kernel */
+    OPS(cuops_conv_pool_backward(flat ? d->dflat : d->dpool[l], d->arg[l], d->conv[l], d->dconv[l],
+                                 d->grads + s->b_off, s->out_c, n, s->out_h, s->out_w,
+                                 MODEL_CNN_POOL, flat, d->red, d->compute));
     /* dW[OC][CKK] = dconv[OC][nP] col[CKK][nP]^T */
     rc = gemm(d, 1, 0, ckk, s->out_c, np, d->col[l], np, d->dconv[l], np, d->grads + s->w_off, ckk);
     if (rc) goto fail;
-    OPS(cuops_sum_strided(d->dconv[l], d->grads + s->b_off, s->out_c, np, np, 1, d->compute));
     if (l > 0) {
       int64_t sn, sc;
       conv_strides(s, l, n, &sn, &sc);

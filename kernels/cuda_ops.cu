@@ -92,84 +92,162 @@ __global__ void k_bias_act(float *y, const float *bias, int64_t rows, int64_t co
   }
 }
 
-__global__ void k_relu_backward(const float *y, float *dy, int64_t count) {
-  FOR_EACH(i, count) dy[i] = ct_relu_grad(y[i], dy[i]);
-}
+static_assert(CUOPS_RED_PARTS <= CUOPS_THREADS, "the last block adds one partial per thread");
 
-__global__ void k_maxpool_forward(const float *in, float *out, int32_t *arg, int64_t planes, int h,
-                                  int w, int p) {
-  const int ph = h / p, pw = w / p;
-  const int64_t per = (int64_t)ph * pw;
-  FOR_EACH(o, planes * per) {
-    int64_t plane = o / per;
-    int q = (int)(o - plane * per), py = q / pw, px = q - py * pw;
-    const float *src = in + plane * h * w;
-    int best_off = py * p * w + px * p;
-    float best = src[best_off];
-    for (int dy = 0; dy < p; dy++)
-      for (int dx = 0; dx < p; dx++) {
-        int off = (py * p + dy) * w + px * p + dx;
-        if (src[off] > best) {
-          best = src[off];
-          best_off = off;
-        }
-      }
-    out[o] = best;
-    arg[o] = best_off;
-  }
-}
-
-__global__ void k_maxpool_backward(const float *dout, const int32_t *arg, float *din,
-                                   int64_t planes, int h, int w, int p) {
-  const int ph = h / p, pw = w / p;
-  const int64_t plane_sz = (int64_t)h * w;
-  FOR_EACH(i, planes * plane_sz) {
-    int64_t plane = i / plane_sz;
-    int off = (int)(i - plane * plane_sz), yy = off / w, xx = off - yy * w;
-    int py = yy / p, px = xx / p;
-    float v = 0.0f;
-    if (py < ph && px < pw) {
-      int64_t o = plane * ph * pw + (int64_t)py * pw + px;
-      if (arg[o] == off) v = dout[o];
-    }
-    din[i] = v;
-  }
-}
-
-__global__ void k_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw) {
-  const int64_t total = (int64_t)c * n * hw;
-  FOR_EACH(i, total) {
-    if (to_nchw) { // out [n][c][hw] from in [c][n][hw]
-      int64_t b = i / ((int64_t)c * hw), rest = i - b * c * hw;
-      int64_t ch = rest / hw, q = rest - ch * hw;
-      out[i] = in[(ch * n + b) * hw + q];
-    } else { // out [c][n][hw] from in [n][c][hw]
-      int64_t ch = i / ((int64_t)n * hw), rest = i - ch * n * hw;
-      int64_t b = rest / hw, q = rest - b * hw;
-      out[i] = in[(b * c + ch) * hw + q];
-    }
-  }
-}
-
-__global__ void k_sum_strided(const float *in, float *out, int64_t n_red, int64_t out_stride,
-                              int64_t red_stride) {
+// Per-output sums over many blocks, deterministic: block b of a reduction
+// with `parts` blocks per output sums output b / parts's slice b % parts of
+// j (a fixed stride and tree), writes it to partial[b], and the block that
+// finishes its output last (an integer ticket: which block that is may vary,
+// the order it adds the partials in does not) adds them up with the same
+// tree, in slice order, and leaves the ticket at 0 again. With one part the block writes out[o]
+// itself. Elem: elem(o, j), the j-th value of output o (it may write it back too).
+template <class Elem>
+__device__ void reduce_outputs(const Elem &elem, float *out, int64_t n_red, int parts,
+                               unsigned *ticket, float *partial) {
   __shared__ float part[CUOPS_THREADS];
-  const float *src = in + (int64_t)blockIdx.x * out_stride;
+  __shared__ int last;
+  const int o = (int)(blockIdx.x / parts), p = (int)(blockIdx.x - (unsigned)o * parts);
+  const int64_t chunk = (n_red + parts - 1) / parts, lo = (int64_t)p * chunk;
+  const int64_t hi = lo + chunk < n_red ? lo + chunk : n_red;
   float acc = 0.0f;
-  for (int64_t j = threadIdx.x; j < n_red; j += CUOPS_THREADS) acc += src[j * red_stride];
+  for (int64_t j = lo + threadIdx.x; j < hi; j += CUOPS_THREADS) acc += elem(o, j);
   part[threadIdx.x] = acc;
   __syncthreads();
   for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
     if ((int)threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+  if (parts == 1) {
+    if (threadIdx.x == 0) out[o] = part[0];
+    return;
+  }
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = part[0];
+    __threadfence(); // the partial is visible before the ticket counts it
+    last = atomicAdd(&ticket[o], 1u) == (unsigned)parts - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // the last block: the partials in slice order, one per thread, same tree
+  const volatile float *mine = partial + (int64_t)o * parts;
+  part[threadIdx.x] = (int)threadIdx.x < parts ? mine[threadIdx.x] : 0.0f;
+  __syncthreads();
+  for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
+    if ((int)threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[o] = part[0];
+    ticket[o] = 0;
+  }
 }
 
-__global__ void k_xent(const float *logits, const uint8_t *labels, float *row_loss,
-                       int32_t *row_correct, float *dlogits, int n, int classes, float scale) {
-  FOR_EACH(r, (int64_t)n) {
-    const float *x = logits + r * classes;
+struct strided_elem {
+  const float *in;
+  int64_t out_stride, red_stride;
+  __device__ float operator()(int o, int64_t j) const {
+    return in[o * out_stride + j * red_stride];
+  }
+};
+
+__global__ void k_sum_strided(const float *in, float *out, int64_t n_red, int64_t out_stride,
+                              int64_t red_stride, int parts, unsigned *ticket, float *partial) {
+  reduce_outputs(strided_elem{in, out_stride, red_stride}, out, n_red, parts, ticket, partial);
+}
+
+// The conv layers' bias, ReLU and pooling (cuops_conv_pool_forward): one
+// thread per pooled output activates its window in place and keeps the max.
+__global__ void k_conv_pool_forward(float *conv, const float *bias, float *out, int32_t *arg, int c,
+                                    int n, int h, int w, int p, int nchw) {
+  const int ph = h / p, pw = w / p;
+  const int64_t per = (int64_t)ph * pw;
+  FOR_EACH(o, (int64_t)c * n * per) {
+    int64_t plane = o / per;
+    int q = (int)(o - plane * per), py = q / pw, px = q - py * pw;
+    int ch = (int)(plane / n);
+    int64_t row = plane - (int64_t)ch * n;
+    float *src = conv + plane * h * w;
+    const float b = bias[ch];
+    int best_off = py * p * w + px * p;
+    float best = 0.0f;
+    for (int dy = 0; dy < p; dy++)
+      for (int dx = 0; dx < p; dx++) {
+        int off = (py * p + dy) * w + px * p + dx;
+        float v = ct_relu(src[off] + b);
+        src[off] = v;
+        if ((dy == 0 && dx == 0) || v > best) { // the first maximum wins
+          best = v;
+          best_off = off;
+        }
+      }
+    out[nchw ? (row * c + ch) * per + q : o] = best;
+    arg[o] = best_off;
+  }
+}
+
+// Element j of channel ch of the pool's and ReLU's backward: the pooled
+// gradient if this element won its window, through the ReLU; written to din.
+struct pool_elem {
+  const float *dout;
+  const int32_t *arg;
+  const float *y;
+  float *din;
+  int c, n, h, w, p, nchw;
+  __device__ float operator()(int ch, int64_t j) const {
+    const int64_t plane_sz = (int64_t)h * w, i = (int64_t)ch * n * plane_sz + j;
+    const int ph = h / p, pw = w / p;
+    int64_t row = j / plane_sz;
+    int off = (int)(j - row * plane_sz), yy = off / w, xx = off - yy * w;
+    int py = yy / p, px = xx / p;
+    float v = 0.0f;
+    if (py < ph && px < pw) {
+      int64_t per = (int64_t)ph * pw, q = (int64_t)py * pw + px;
+      int64_t o = ((int64_t)ch * n + row) * per + q;
+      if (arg[o] == off) v = dout[nchw ? (row * c + ch) * per + q : o];
+    }
+    v = ct_relu_grad(y[i], v);
+    din[i] = v;
+    return v;
+  }
+};
+
+__global__ void k_conv_pool_backward(pool_elem e, float *dbias, int parts, unsigned *ticket,
+                                     float *partial) {
+  reduce_outputs(e, dbias, (int64_t)e.n * e.h * e.w, parts, ticket, partial);
+}
+
+// Element j (the row) of column o of a linear layer's ReLU backward.
+struct relu_col_elem {
+  const float *y;
+  float *dy;
+  int cols;
+  __device__ float operator()(int o, int64_t j) const {
+    int64_t i = j * cols + o;
+    float v = ct_relu_grad(y[i], dy[i]);
+    dy[i] = v;
+    return v;
+  }
+};
+
+__global__ void k_relu_backward_sum(relu_col_elem e, float *dbias, int64_t rows, int parts,
+                                    unsigned *ticket, float *partial) {
+  reduce_outputs(e, dbias, rows, parts, ticket, partial);
+}
+
+// Cross-entropy and its sums in one block: each thread takes rows t, t+256,
+// ... and adds their losses in double, then one tree; thread 0 updates the
+// running sums and the counters.
+static_assert(CUOPS_XENT_MAX_CLASSES <= CUOPS_THREADS, "one thread per class at least");
+
+__global__ void k_xent_step(const float *logits, const uint8_t *labels, float *dlogits,
+                            float *dbias, int n, int classes, float scale, cuops_loss_out out) {
+  __shared__ double lsum[CUOPS_THREADS];
+  __shared__ int csum[CUOPS_THREADS];
+  __shared__ float colsum[CUOPS_THREADS];
+  double l = 0.0;
+  int right = 0;
+  for (int r = threadIdx.x; r < n; r += CUOPS_THREADS) {
+    const float *x = logits + (int64_t)r * classes;
     int label = labels[r], arg = 0;
     float m = x[0];
     for (int j = 1; j < classes; j++)
@@ -179,26 +257,14 @@ __global__ void k_xent(const float *logits, const uint8_t *labels, float *row_lo
       }
     float s = 0.0f;
     for (int j = 0; j < classes; j++) s += ct_exp_shifted(x[j], m);
-    row_loss[r] = ct_xent_loss(x[label], m, s);
-    row_correct[r] = arg == label;
+    l += ct_xent_loss(x[label], m, s);
+    right += arg == label;
     if (dlogits)
       for (int j = 0; j < classes; j++)
-        dlogits[r * classes + j] = ct_xent_grad(x[j], m, s, j == label, scale);
-  }
-}
-
-__global__ void k_xent_sums(const float *row_loss, const int32_t *row_correct, int n,
-                            double *out_loss, int32_t *out_correct) {
-  __shared__ double lsum[CUOPS_THREADS];
-  __shared__ int csum[CUOPS_THREADS];
-  double l = 0.0;
-  int c = 0;
-  for (int j = threadIdx.x; j < n; j += CUOPS_THREADS) {
-    l += row_loss[j];
-    c += row_correct[j];
+        dlogits[(int64_t)r * classes + j] = ct_xent_grad(x[j], m, s, j == label, scale);
   }
   lsum[threadIdx.x] = l;
-  csum[threadIdx.x] = c;
+  csum[threadIdx.x] = right;
   __syncthreads();
   for (int half = CUOPS_THREADS / 2; half > 0; half /= 2) {
     if ((int)threadIdx.x < half) {
@@ -207,9 +273,32 @@ __global__ void k_xent_sums(const float *row_loss, const int32_t *row_correct, i
     }
     __syncthreads();
   }
+  if (dbias) {
+    // the bias gradient: groups of `classes` threads, thread j of group g
+    // adds column j of rows g, g + groups, ...; then thread j adds the
+    // groups' sums in order (dlogits came from this block: the barriers
+    // above made them visible)
+    const int groups = CUOPS_THREADS / classes, j = threadIdx.x % classes;
+    const int g = threadIdx.x / classes;
+    float acc = 0.0f;
+    if (g < groups)
+      for (int r = g; r < n; r += groups) acc += dlogits[(int64_t)r * classes + j];
+    colsum[threadIdx.x] = acc;
+    __syncthreads();
+    if ((int)threadIdx.x < classes) {
+      float sum = 0.0f;
+      for (int q = 0; q < groups; q++) sum += colsum[q * classes + threadIdx.x];
+      dbias[threadIdx.x] = sum;
+    }
+  }
   if (threadIdx.x == 0) {
-    *out_loss = lsum[0];
-    *out_correct = csum[0];
+    double sum = lsum[0];
+    *out.sum_loss = sum;
+    *out.sum_correct = csum[0];
+    out.acc_loss[0] += sum;
+    out.acc_correct[0] += csum[0];
+    if (!isfinite(sum)) out.nonfinite[0] = 1;
+    if (out.cursor) out.cursor[0] += out.cursor_add;
   }
 }
 
@@ -260,16 +349,6 @@ __global__ void k_adam_dev(float *p, float *m, float *v, const float *g, int64_t
   }
 }
 
-__global__ void k_accumulate(const double *sum_loss, const int32_t *sum_correct, double *acc_loss,
-                             int64_t *acc_correct, int32_t *nonfinite) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    double l = *sum_loss;
-    acc_loss[0] += l;
-    acc_correct[0] += *sum_correct;
-    if (!isfinite(l)) nonfinite[0] = 1;
-  }
-}
-
 extern "C" {
 
 int cuops_im2col(const float *in, float *col, int n, int c, int h, int w, int k, int64_t sn,
@@ -295,58 +374,61 @@ int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols, int 
   return launched("bias_act");
 }
 
-int cuops_relu_backward(const float *y, float *dy, int64_t count, cudaStream_t s) {
-  if (count <= 0) return 0;
-  CUOPS_LAUNCH(k_relu_backward, grid_for(count), s, y, dy, count);
-  return launched("relu_backward");
-}
-
-int cuops_maxpool_forward(const float *in, float *out, int32_t *argmax, int64_t planes, int h,
-                          int w, int p, cudaStream_t s) {
-  if (p < 1 || h < p || w < p) return -EINVAL;
-  int64_t total = planes * (h / p) * (w / p);
-  if (total <= 0) return 0;
-  CUOPS_LAUNCH(k_maxpool_forward, grid_for(total), s, in, out, argmax, planes, h, w, p);
-  return launched("maxpool_forward");
-}
-
-int cuops_maxpool_backward(const float *dout, const int32_t *argmax, float *din, int64_t planes,
-                           int h, int w, int p, cudaStream_t s) {
-  if (p < 1 || h < p || w < p) return -EINVAL;
-  int64_t total = planes * h * w;
-  if (total <= 0) return 0;
-  CUOPS_LAUNCH(k_maxpool_backward, grid_for(total), s, dout, argmax, din, planes, h, w, p);
-  return launched("maxpool_backward");
-}
-
-int cuops_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw,
-                     cudaStream_t s) {
-  int64_t total = (int64_t)c * n * hw;
-  if (total <= 0) return 0;
-  CUOPS_LAUNCH(k_permute_cn, grid_for(total), s, in, out, c, n, hw, to_nchw);
-  return launched("permute_cn");
+int cuops_red_parts(int64_t n_red) {
+  int64_t p = n_red / CUOPS_RED_MIN;
+  return p < 1 ? 1 : p > CUOPS_RED_PARTS ? CUOPS_RED_PARTS : (int)p;
 }
 
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
-                      int64_t red_stride, cudaStream_t s) {
+                      int64_t red_stride, struct cuops_scratch red, cudaStream_t s) {
   if (n_out <= 0) return 0;
-  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out, s, in, out, n_red, out_stride, red_stride);
+  const int parts = cuops_red_parts(n_red);
+  if (parts > 1 && n_out > red.outputs) return -EINVAL;
+  CUOPS_LAUNCH_SYNC(k_sum_strided, (unsigned)n_out * parts, s, in, out, n_red, out_stride,
+                    red_stride, parts, red.ticket, red.partial);
   return launched("sum_strided");
 }
 
-int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss, int32_t *row_correct,
-               float *dlogits, int n, int classes, float scale, cudaStream_t s) {
-  if (classes < 1) return -EINVAL;
-  if (n <= 0) return 0;
-  CUOPS_LAUNCH(k_xent, grid_for(n), s, logits, labels, row_loss, row_correct, dlogits, n, classes,
-               scale);
-  return launched("xent");
+int cuops_conv_pool_forward(float *conv, const float *bias, float *out, int32_t *argmax, int c,
+                            int n, int h, int w, int p, int nchw, cudaStream_t s) {
+  if (p < 1 || h < p || w < p) return -EINVAL;
+  int64_t total = (int64_t)c * n * (h / p) * (w / p);
+  if (total <= 0) return 0;
+  CUOPS_LAUNCH(k_conv_pool_forward, grid_for(total), s, conv, bias, out, argmax, c, n, h, w, p,
+               nchw);
+  return launched("conv_pool_forward");
 }
 
-int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n, double *out_loss,
-                    int32_t *out_correct, cudaStream_t s) {
-  CUOPS_LAUNCH_SYNC(k_xent_sums, 1, s, row_loss, row_correct, n, out_loss, out_correct);
-  return launched("xent_sums");
+int cuops_conv_pool_backward(const float *dout, const int32_t *argmax, const float *y, float *din,
+                             float *dbias, int c, int n, int h, int w, int p, int nchw,
+                             struct cuops_scratch red, cudaStream_t s) {
+  if (p < 1 || h < p || w < p) return -EINVAL;
+  if (c <= 0 || n <= 0) return 0;
+  const int parts = cuops_red_parts((int64_t)n * h * w);
+  if (parts > 1 && c > red.outputs) return -EINVAL;
+  pool_elem e = {dout, argmax, y, din, c, n, h, w, p, nchw};
+  CUOPS_LAUNCH_SYNC(k_conv_pool_backward, (unsigned)c * parts, s, e, dbias, parts, red.ticket,
+                    red.partial);
+  return launched("conv_pool_backward");
+}
+
+int cuops_relu_backward_sum(const float *y, float *dy, float *dbias, int rows, int cols,
+                            struct cuops_scratch red, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return 0;
+  const int parts = cuops_red_parts(rows);
+  if (parts > 1 && cols > red.outputs) return -EINVAL;
+  relu_col_elem e = {y, dy, cols};
+  CUOPS_LAUNCH_SYNC(k_relu_backward_sum, (unsigned)cols * parts, s, e, dbias, (int64_t)rows, parts,
+                    red.ticket, red.partial);
+  return launched("relu_backward_sum");
+}
+
+int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, float *dbias, int n,
+                    int classes, float scale, struct cuops_loss_out out, cudaStream_t s) {
+  if (classes < 1 || n < 0) return -EINVAL;
+  if (dbias && (!dlogits || classes > CUOPS_XENT_MAX_CLASSES)) return -EINVAL;
+  CUOPS_LAUNCH_SYNC(k_xent_step, 1, s, logits, labels, dlogits, dbias, n, classes, scale, out);
+  return launched("xent_step");
 }
 
 int cuops_sgd(float *p, float *v, const float *g, int64_t count, float lr, float momentum,
@@ -387,12 +469,6 @@ int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count, 
   CUOPS_LAUNCH(k_adam_dev, grid_for(count), s, p, m, v, g, count, lr, beta1, beta2, eps,
                weight_decay, bc);
   return launched("adam_dev");
-}
-
-int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct, double *acc_loss,
-                     int64_t *acc_correct, int32_t *nonfinite, cudaStream_t s) {
-  CUOPS_LAUNCH(k_accumulate, 1, s, sum_loss, sum_correct, acc_loss, acc_correct, nonfinite);
-  return launched("accumulate");
 }
 
 int cuops_fill(float *p, int64_t count, float value, cudaStream_t s) {

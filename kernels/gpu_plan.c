@@ -23,21 +23,26 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struc
   ev += gpu_mem_round(p.n_params * F);
   ev += GPU_PLAN_SLOTS * (gpu_mem_round(p.x_floats * F) + gpu_mem_round(n));
   int last_conv = -1;
+  for (int l = 0; l < L->n_layers; l++)
+    if (L->layer[l].kind == LAYER_CONV) last_conv = l;
   for (int l = 0; l < L->n_layers; l++) {
     const struct layer_shape *s = &L->layer[l];
     struct gpu_plan_layer *q = &p.layer[l];
+    if (s->out_c > p.red_outputs) p.red_outputs = s->out_c;
     if (s->kind == LAYER_CONV) {
       int64_t k = MODEL_CNN_K, pix = (int64_t)s->out_h * s->out_w;
       q->col = (int64_t)s->in_c * k * k * n * pix;
       q->conv = (int64_t)s->out_c * n * pix;
       q->pool = (int64_t)s->out_c * n * s->pool_h * s->pool_w;
+      /* pool + argmax (int32); the last conv layer pools straight into
+       * flat (and its gradient comes from d flat) */
+      const int pooled = l == last_conv ? 1 : 2;
       ev += gpu_mem_round(q->col * F) + gpu_mem_round(q->conv * F) +
-            2 * gpu_mem_round(q->pool * F); /* pool + argmax (int32) */
+            pooled * gpu_mem_round(q->pool * F);
       /* backward: d conv, d pool, and d col for every conv but the first
        * (the input needs no gradient) */
-      tr += gpu_mem_round(q->conv * F) + gpu_mem_round(q->pool * F);
+      tr += gpu_mem_round(q->conv * F) + (pooled - 1) * gpu_mem_round(q->pool * F);
       if (l > 0) tr += gpu_mem_round(q->col * F);
-      last_conv = l;
     } else if (s->kind == LAYER_LINEAR) {
       q->out = n * s->out_c;
       ev += gpu_mem_round(q->out * F);
@@ -52,15 +57,27 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struc
     ev += gpu_mem_round(p.flat * F);
     tr += gpu_mem_round(p.flat * F);
   }
-  /* per-row loss and correct flags, then the reduced sums (double + int) */
-  ev += gpu_mem_round(n * F) + gpu_mem_round(n * (int64_t)sizeof(int)) + gpu_mem_round(16);
-  ev += GPU_PLAN_BLAS_WORKSPACE;
+  /* the batch's loss sums (double + int) and the device counters */
+  ev += gpu_mem_round(16);
+  p.blas_workspace = GPU_PLAN_BLAS_WORKSPACE;
+  ev += p.blas_workspace;
+  tr += gpu_mem_round(p.red_outputs * (int64_t)sizeof(unsigned)) +
+        gpu_mem_round(p.red_outputs * (int64_t)GPU_PLAN_RED_PARTS * F);
   p.state_bytes = gpu_mem_round(p.n_params * F) /* gradients */ + gpu_mem_round(p.opt_floats * F);
   p.eval_bytes = ev;
   p.backward_bytes = tr;
   p.train_bytes = p.state_bytes + p.backward_bytes;
   *out = p;
   return 0;
+}
+
+int64_t gpu_plan_blas_workspace(int cc_major) {
+  return cc_major >= 9 ? GPU_PLAN_BLAS_WORKSPACE_SM90 : GPU_PLAN_BLAS_WORKSPACE;
+}
+
+void gpu_plan_set_workspace(struct gpu_plan *p, int64_t bytes) {
+  p->eval_bytes += gpu_mem_round(bytes) - gpu_mem_round(p->blas_workspace);
+  p->blas_workspace = bytes;
 }
 
 void gpu_plan_shard(int n, int g, int d, int *first, int *count) {

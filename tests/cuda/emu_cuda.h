@@ -236,6 +236,14 @@ template <class F> static void enqueue(cudaStream_t s, F f) {
 } // namespace emu
 
 #define __syncthreads() emu::syncthreads()
+/* Blocks run one after another here: memory is always coherent and an
+ * atomic is a plain read-modify-write. */
+#define __threadfence() ((void)0)
+static unsigned atomicAdd(unsigned *p, unsigned v) {
+  unsigned old = *p;
+  *p = old + v;
+  return old;
+}
 #define CUOPS_LAUNCH(kernel, grid, stream, ...)                                                    \
   emu::enqueue((stream),                                                                           \
                [=]() { emu::launch((grid), CUOPS_THREADS, [&]() { kernel(__VA_ARGS__); }); })

@@ -375,6 +375,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     die("%s: graph of device %ld launched on a stream of %ld", "cudaGraphLaunch", e->g.dev, s->dev);
   counts.graph_launches++;
   counts.submits++;
+  counts.graph_nodes += e->g.n;
   for (int i = 0; i < e->g.n; i++) {
     struct gnode *q = &e->g.node[i];
     queue_op(s, q->fn, node_clone(q));
@@ -405,6 +406,20 @@ cudaError_t cudaGetDeviceCount(int *count) {
   if (mock_cuda_failing()) return cudaErrorUnknown;
   *count = devices();
   return *count ? cudaSuccess : cudaErrorNoDevice;
+}
+
+/* Compute capability CTUNE_MOCK_CC.0 (default 8.0, an A100); nothing else. */
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
+  if (mock_cuda_failing()) return cudaErrorUnknown;
+  if (dev < 0 || dev >= devices()) return cudaErrorInvalidDevice;
+  const char *cc = getenv("CTUNE_MOCK_CC");
+  if (attr == cudaDevAttrComputeCapabilityMajor)
+    *value = cc && *cc ? atoi(cc) : 8;
+  else if (attr == cudaDevAttrComputeCapabilityMinor)
+    *value = 0;
+  else
+    die("%s: attribute %ld not modelled", "cudaDeviceGetAttribute", (long)attr, 0);
+  return cudaSuccess;
 }
 
 /* Not a failure point: selecting a valid device fails only when the device

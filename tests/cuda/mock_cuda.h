@@ -33,9 +33,10 @@ long mock_cuda_live(void);
  * handed to a stream from the host (a kernel launch, a cuBLAS call, a copy,
  * a memset, a wait; a graph launch counts once, not its calls), syncs every
  * host wait (stream, event or device synchronisation, a pageable download).
- * Calls recorded into a graph by stream capture count nothing. */
+ * Calls recorded into a graph by stream capture count nothing; graph_nodes
+ * counts the calls (kernels, cuBLAS calls, copies) that graph launches ran. */
 struct mock_cuda_counts {
-  long submits, graph_launches, syncs;
+  long submits, graph_launches, syncs, graph_nodes;
 };
 void mock_cuda_get_counts(struct mock_cuda_counts *out);
 /* A violated rule (out-of-range pointer, wrong device, a lone rank's

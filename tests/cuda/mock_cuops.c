@@ -117,111 +117,6 @@ int cuops_bias_act(float *y, const float *bias, int64_t rows, int64_t cols, int 
   LAUNCH(s, run_bias_act, a);
 }
 
-struct relu_args {
-  const float *y;
-  float *dy;
-  int64_t count;
-};
-
-static void run_relu_backward(void *arg) {
-  struct relu_args *a = arg;
-  for (int64_t i = 0; i < a->count; i++) a->dy[i] = ct_relu_grad(a->y[i], a->dy[i]);
-  free(a);
-}
-
-int cuops_relu_backward(const float *y, float *dy, int64_t count, cudaStream_t s) {
-  struct relu_args a = {y, dy, count};
-  mock_cuda_dev_range(y, (size_t)count * F, "relu_backward y");
-  mock_cuda_dev_range(dy, (size_t)count * F, "relu_backward dy");
-  LAUNCH(s, run_relu_backward, a);
-}
-
-struct pool_args {
-  const float *in; /* forward: input; backward: dout */
-  float *out;      /* forward: output; backward: din */
-  int32_t *arg;
-  int64_t planes;
-  int h, w, p;
-};
-
-static void run_maxpool_forward(void *arg) {
-  struct pool_args *a = arg;
-  const int h = a->h, w = a->w, p = a->p, ph = h / p, pw = w / p;
-  for (int64_t q = 0; q < a->planes; q++)
-    for (int y = 0; y < ph; y++)
-      for (int x = 0; x < pw; x++) {
-        const float *src = a->in + q * h * w;
-        int best = y * p * w + x * p;
-        for (int i = 0; i < p; i++)
-          for (int j = 0; j < p; j++) {
-            int off = (y * p + i) * w + x * p + j;
-            if (src[off] > src[best]) best = off;
-          }
-        a->out[q * ph * pw + y * pw + x] = src[best];
-        a->arg[q * ph * pw + y * pw + x] = best;
-      }
-  free(a);
-}
-
-int cuops_maxpool_forward(const float *in, float *out, int32_t *arg, int64_t planes, int h, int w,
-                          int p, cudaStream_t s) {
-  struct pool_args a = {in, out, arg, planes, h, w, p};
-  const int ph = h / p, pw = w / p;
-  mock_cuda_dev_range(in, (size_t)(planes * h * w) * F, "maxpool in");
-  mock_cuda_dev_range(out, (size_t)(planes * ph * pw) * F, "maxpool out");
-  mock_cuda_dev_range(arg, (size_t)(planes * ph * pw) * sizeof(int32_t), "maxpool arg");
-  LAUNCH(s, run_maxpool_forward, a);
-}
-
-static void run_maxpool_backward(void *arg) {
-  struct pool_args *a = arg;
-  const int h = a->h, w = a->w, ph = h / a->p, pw = w / a->p;
-  memset(a->out, 0, (size_t)(a->planes * h * w) * F);
-  for (int64_t q = 0; q < a->planes; q++)
-    for (int o = 0; o < ph * pw; o++)
-      a->out[q * h * w + a->arg[q * ph * pw + o]] = a->in[q * ph * pw + o];
-  free(a);
-}
-
-int cuops_maxpool_backward(const float *dout, const int32_t *arg, float *din, int64_t planes, int h,
-                           int w, int p, cudaStream_t s) {
-  struct pool_args a = {dout, din, (int32_t *)arg, planes, h, w, p};
-  const int ph = h / p, pw = w / p;
-  mock_cuda_dev_range(din, (size_t)(planes * h * w) * F, "maxpool_backward din");
-  mock_cuda_dev_range(dout, (size_t)(planes * ph * pw) * F, "maxpool_backward dout");
-  mock_cuda_dev_range(arg, (size_t)(planes * ph * pw) * sizeof(int32_t), "maxpool_backward arg");
-  LAUNCH(s, run_maxpool_backward, a);
-}
-
-struct permute_args {
-  const float *in;
-  float *out;
-  int c, n, hw, to_nchw;
-};
-
-static void run_permute(void *arg) {
-  struct permute_args *a = arg;
-  for (int ch = 0; ch < a->c; ch++)
-    for (int b = 0; b < a->n; b++)
-      for (int q = 0; q < a->hw; q++) {
-        int64_t cn = ((int64_t)ch * a->n + b) * a->hw + q;
-        int64_t nc = ((int64_t)b * a->c + ch) * a->hw + q;
-        if (a->to_nchw)
-          a->out[nc] = a->in[cn];
-        else
-          a->out[cn] = a->in[nc];
-      }
-  free(a);
-}
-
-int cuops_permute_cn(const float *in, float *out, int c, int n, int hw, int to_nchw,
-                     cudaStream_t s) {
-  struct permute_args a = {in, out, c, n, hw, to_nchw};
-  mock_cuda_dev_range(in, (size_t)c * n * hw * F, "permute in");
-  mock_cuda_dev_range(out, (size_t)c * n * hw * F, "permute out");
-  LAUNCH(s, run_permute, a);
-}
-
 struct sum_args {
   const float *in;
   float *out;
@@ -239,81 +134,28 @@ static void run_sum(void *arg) {
   free(a);
 }
 
+int cuops_red_parts(int64_t n_red) {
+  int64_t p = n_red / CUOPS_RED_MIN;
+  return p < 1 ? 1 : p > CUOPS_RED_PARTS ? CUOPS_RED_PARTS : (int)p;
+}
+
+/* The scratch a multi-block reduction of n_out outputs would use. */
+static int check_scratch(struct cuops_scratch red, int n_out, int64_t n_red, const char *what) {
+  if (cuops_red_parts(n_red) == 1) return 0;
+  if (n_out > red.outputs) return -EINVAL;
+  mock_cuda_dev_range(red.ticket, (size_t)n_out * sizeof(unsigned), what);
+  mock_cuda_dev_range(red.partial, (size_t)n_out * CUOPS_RED_PARTS * F, what);
+  return 0;
+}
+
 int cuops_sum_strided(const float *in, float *out, int n_out, int64_t n_red, int64_t out_stride,
-                      int64_t red_stride, cudaStream_t s) {
+                      int64_t red_stride, struct cuops_scratch red, cudaStream_t s) {
   struct sum_args a = {in, out, n_out, n_red, out_stride, red_stride};
+  if (check_scratch(red, n_out, n_red, "sum_strided scratch")) return -EINVAL;
   mock_cuda_dev_range(out, (size_t)n_out * F, "sum_strided out");
   mock_cuda_dev_range(in, (size_t)((n_out - 1) * out_stride + (n_red - 1) * red_stride + 1) * F,
                       "sum_strided in");
   LAUNCH(s, run_sum, a);
-}
-
-struct xent_args {
-  const float *logits;
-  const uint8_t *labels;
-  float *row_loss;
-  int32_t *row_correct;
-  float *dlogits;
-  int n, classes;
-  float scale;
-};
-
-static void run_xent(void *arg) {
-  struct xent_args *a = arg;
-  for (int r = 0; r < a->n; r++) {
-    const float *x = a->logits + (int64_t)r * a->classes;
-    int best = 0, label = a->labels[r];
-    float m = x[0];
-    for (int j = 1; j < a->classes; j++)
-      if (x[j] > m) m = x[j], best = j;
-    float sum = 0;
-    for (int j = 0; j < a->classes; j++) sum += ct_exp_shifted(x[j], m);
-    a->row_loss[r] = ct_xent_loss(x[label], m, sum);
-    a->row_correct[r] = best == label;
-    if (a->dlogits)
-      for (int j = 0; j < a->classes; j++)
-        a->dlogits[(int64_t)r * a->classes + j] = ct_xent_grad(x[j], m, sum, j == label, a->scale);
-  }
-  free(a);
-}
-
-int cuops_xent(const float *logits, const uint8_t *labels, float *row_loss, int32_t *row_correct,
-               float *dlogits, int n, int classes, float scale, cudaStream_t s) {
-  struct xent_args a = {logits, labels, row_loss, row_correct, dlogits, n, classes, scale};
-  mock_cuda_dev_range(logits, (size_t)n * classes * F, "xent logits");
-  mock_cuda_dev_range(labels, (size_t)n, "xent labels");
-  mock_cuda_dev_range(row_loss, (size_t)n * F, "xent row_loss");
-  mock_cuda_dev_range(row_correct, (size_t)n * sizeof(int32_t), "xent row_correct");
-  if (dlogits) mock_cuda_dev_range(dlogits, (size_t)n * classes * F, "xent dlogits");
-  LAUNCH(s, run_xent, a);
-}
-
-struct sums_args {
-  const float *row_loss;
-  const int32_t *row_correct;
-  int n;
-  double *out_loss;
-  int32_t *out_correct;
-};
-
-static void run_sums(void *arg) {
-  struct sums_args *a = arg;
-  double l = 0;
-  int32_t c = 0;
-  for (int i = 0; i < a->n; i++) l += a->row_loss[i], c += a->row_correct[i];
-  *a->out_loss = l;
-  *a->out_correct = c;
-  free(a);
-}
-
-int cuops_xent_sums(const float *row_loss, const int32_t *row_correct, int n, double *out_loss,
-                    int32_t *out_correct, cudaStream_t s) {
-  struct sums_args a = {row_loss, row_correct, n, out_loss, out_correct};
-  mock_cuda_dev_range(row_loss, (size_t)n * F, "xent_sums row_loss");
-  mock_cuda_dev_range(row_correct, (size_t)n * sizeof(int32_t), "xent_sums row_correct");
-  mock_cuda_dev_range(out_loss, sizeof(double), "xent_sums out_loss");
-  mock_cuda_dev_range(out_correct, sizeof(int32_t), "xent_sums out_correct");
-  LAUNCH(s, run_sums, a);
 }
 
 struct optim_args {
@@ -456,28 +298,179 @@ int cuops_adam_dev(float *p, float *m, float *v, const float *g, int64_t count, 
   LAUNCH(s, run_adam_dev, a);
 }
 
-struct acc_args {
-  const double *sum_loss;
-  const int32_t *sum_correct;
-  double *acc_loss;
-  int64_t *acc_correct;
-  int32_t *nonfinite;
+/* ---- the fused layer kernels ---------------------------------------- */
+
+struct pool_args {
+  const float *dout, *y;
+  float *conv, *out, *din, *dbias;
+  const float *bias;
+  int32_t *arg;
+  int c, n, h, w, p, nchw;
 };
 
-static void run_acc(void *arg) {
-  struct acc_args *a = arg;
-  a->acc_loss[0] += a->sum_loss[0];
-  a->acc_correct[0] += a->sum_correct[0];
-  if (!isfinite(a->sum_loss[0])) a->nonfinite[0] = 1;
+/* The index of pooled element (ch, row, q) in the layout `nchw` names. */
+static int64_t pooled_at(const struct pool_args *a, int ch, int row, int q) {
+  const int64_t per = (int64_t)(a->h / a->p) * (a->w / a->p);
+  return a->nchw ? ((int64_t)row * a->c + ch) * per + q : ((int64_t)ch * a->n + row) * per + q;
+}
+
+static void run_conv_pool_forward(void *arg) {
+  struct pool_args *a = arg;
+  const int h = a->h, w = a->w, p = a->p, ph = h / p, pw = w / p;
+  for (int ch = 0; ch < a->c; ch++)
+    for (int r = 0; r < a->n; r++) {
+      float *src = a->conv + ((int64_t)ch * a->n + r) * h * w;
+      for (int y = 0; y < ph; y++)
+        for (int x = 0; x < pw; x++) {
+          int best = y * p * w + x * p;
+          for (int i = 0; i < p; i++)
+            for (int j = 0; j < p; j++) {
+              int off = (y * p + i) * w + x * p + j;
+              src[off] = ct_relu(src[off] + a->bias[ch]);
+              if (src[off] > src[best]) best = off;
+            }
+          a->out[pooled_at(a, ch, r, y * pw + x)] = src[best];
+          a->arg[((int64_t)ch * a->n + r) * ph * pw + y * pw + x] = best;
+        }
+    }
   free(a);
 }
 
-int cuops_accumulate(const double *sum_loss, const int32_t *sum_correct, double *acc_loss,
-                     int64_t *acc_correct, int32_t *nonfinite, cudaStream_t s) {
-  struct acc_args a = {sum_loss, sum_correct, acc_loss, acc_correct, nonfinite};
-  mock_cuda_dev_range(sum_loss, sizeof(double), "accumulate sum_loss");
-  mock_cuda_dev_range(acc_loss, sizeof(double), "accumulate acc_loss");
-  mock_cuda_dev_range(acc_correct, sizeof(int64_t), "accumulate acc_correct");
-  mock_cuda_dev_range(nonfinite, sizeof(int32_t), "accumulate nonfinite");
-  LAUNCH(s, run_acc, a);
+int cuops_conv_pool_forward(float *conv, const float *bias, float *out, int32_t *argmax, int c,
+                            int n, int h, int w, int p, int nchw, cudaStream_t s) {
+  struct pool_args a = {NULL, NULL, conv, out, NULL, NULL, bias, argmax, c, n, h, w, p, nchw};
+  if (p < 1 || h < p || w < p) return -EINVAL;
+  const int64_t pooled = (int64_t)c * n * (h / p) * (w / p);
+  mock_cuda_dev_range(conv, (size_t)((int64_t)c * n * h * w) * F, "conv_pool_forward conv");
+  mock_cuda_dev_range(bias, (size_t)c * F, "conv_pool_forward bias");
+  mock_cuda_dev_range(out, (size_t)pooled * F, "conv_pool_forward out");
+  mock_cuda_dev_range(argmax, (size_t)pooled * sizeof(int32_t), "conv_pool_forward argmax");
+  LAUNCH(s, run_conv_pool_forward, a);
+}
+
+static void run_conv_pool_backward(void *arg) {
+  struct pool_args *a = arg;
+  const int h = a->h, w = a->w, ph = h / a->p, pw = w / a->p;
+  const int64_t plane = (int64_t)h * w;
+  memset(a->din, 0, (size_t)((int64_t)a->c * a->n * plane) * F);
+  for (int ch = 0; ch < a->c; ch++) {
+    for (int r = 0; r < a->n; r++) {
+      int64_t pl = (int64_t)ch * a->n + r;
+      for (int q = 0; q < ph * pw; q++)
+        a->din[pl * plane + a->arg[pl * ph * pw + q]] = a->dout[pooled_at(a, ch, r, q)];
+    }
+    double acc = 0;
+    for (int64_t i = (int64_t)ch * a->n * plane; i < (int64_t)(ch + 1) * a->n * plane; i++) {
+      a->din[i] = ct_relu_grad(a->y[i], a->din[i]);
+      acc += a->din[i];
+    }
+    a->dbias[ch] = (float)acc;
+  }
+  free(a);
+}
+
+int cuops_conv_pool_backward(const float *dout, const int32_t *argmax, const float *y, float *din,
+                             float *dbias, int c, int n, int h, int w, int p, int nchw,
+                             struct cuops_scratch red, cudaStream_t s) {
+  struct pool_args a = {dout, y, NULL, NULL, din, dbias, NULL, (int32_t *)argmax,
+                        c,    n, h,    w,    p,   nchw};
+  if (p < 1 || h < p || w < p) return -EINVAL;
+  if (check_scratch(red, c, (int64_t)n * h * w, "conv_pool_backward scratch")) return -EINVAL;
+  const int64_t pooled = (int64_t)c * n * (h / p) * (w / p), full = (int64_t)c * n * h * w;
+  mock_cuda_dev_range(dout, (size_t)pooled * F, "conv_pool_backward dout");
+  mock_cuda_dev_range(argmax, (size_t)pooled * sizeof(int32_t), "conv_pool_backward argmax");
+  mock_cuda_dev_range(y, (size_t)full * F, "conv_pool_backward y");
+  mock_cuda_dev_range(din, (size_t)full * F, "conv_pool_backward din");
+  mock_cuda_dev_range(dbias, (size_t)c * F, "conv_pool_backward dbias");
+  LAUNCH(s, run_conv_pool_backward, a);
+}
+
+struct relu_sum_args {
+  const float *y;
+  float *dy, *dbias;
+  int rows, cols;
+};
+
+static void run_relu_backward_sum(void *arg) {
+  struct relu_sum_args *a = arg;
+  for (int j = 0; j < a->cols; j++) {
+    double acc = 0;
+    for (int r = 0; r < a->rows; r++) {
+      int64_t i = (int64_t)r * a->cols + j;
+      a->dy[i] = ct_relu_grad(a->y[i], a->dy[i]);
+      acc += a->dy[i];
+    }
+    a->dbias[j] = (float)acc;
+  }
+  free(a);
+}
+
+int cuops_relu_backward_sum(const float *y, float *dy, float *dbias, int rows, int cols,
+                            struct cuops_scratch red, cudaStream_t s) {
+  struct relu_sum_args a = {y, dy, dbias, rows, cols};
+  if (check_scratch(red, cols, rows, "relu_backward_sum scratch")) return -EINVAL;
+  mock_cuda_dev_range(y, (size_t)rows * cols * F, "relu_backward_sum y");
+  mock_cuda_dev_range(dy, (size_t)rows * cols * F, "relu_backward_sum dy");
+  mock_cuda_dev_range(dbias, (size_t)cols * F, "relu_backward_sum dbias");
+  LAUNCH(s, run_relu_backward_sum, a);
+}
+
+struct xent_args {
+  const float *logits;
+  const uint8_t *labels;
+  float *dlogits, *dbias;
+  int n, classes;
+  float scale;
+  struct cuops_loss_out out;
+};
+
+static void run_xent_step(void *arg) {
+  struct xent_args *a = arg;
+  double l = 0;
+  int32_t right = 0;
+  for (int r = 0; r < a->n; r++) {
+    const float *x = a->logits + (int64_t)r * a->classes;
+    int best = 0, label = a->labels[r];
+    float m = x[0];
+    for (int j = 1; j < a->classes; j++)
+      if (x[j] > m) m = x[j], best = j;
+    float sum = 0;
+    for (int j = 0; j < a->classes; j++) sum += ct_exp_shifted(x[j], m);
+    l += ct_xent_loss(x[label], m, sum);
+    right += best == label;
+    if (a->dlogits)
+      for (int j = 0; j < a->classes; j++)
+        a->dlogits[(int64_t)r * a->classes + j] = ct_xent_grad(x[j], m, sum, j == label, a->scale);
+  }
+  for (int j = 0; a->dbias && j < a->classes; j++) {
+    double acc = 0;
+    for (int r = 0; r < a->n; r++) acc += a->dlogits[(int64_t)r * a->classes + j];
+    a->dbias[j] = (float)acc;
+  }
+  struct cuops_loss_out *o = &a->out;
+  *o->sum_loss = l;
+  *o->sum_correct = right;
+  o->acc_loss[0] += l;
+  o->acc_correct[0] += right;
+  if (!isfinite(l)) o->nonfinite[0] = 1;
+  if (o->cursor) o->cursor[0] += o->cursor_add;
+  free(a);
+}
+
+int cuops_xent_step(const float *logits, const uint8_t *labels, float *dlogits, float *dbias, int n,
+                    int classes, float scale, struct cuops_loss_out out, cudaStream_t s) {
+  struct xent_args a = {logits, labels, dlogits, dbias, n, classes, scale, out};
+  if (classes < 1 || n < 0) return -EINVAL;
+  if (dbias && (!dlogits || classes > CUOPS_XENT_MAX_CLASSES)) return -EINVAL;
+  if (dbias) mock_cuda_dev_range(dbias, (size_t)classes * F, "xent_step dbias");
+  mock_cuda_dev_range(logits, (size_t)n * classes * F, "xent_step logits");
+  mock_cuda_dev_range(labels, (size_t)n, "xent_step labels");
+  if (dlogits) mock_cuda_dev_range(dlogits, (size_t)n * classes * F, "xent_step dlogits");
+  mock_cuda_dev_range(out.sum_loss, sizeof(double), "xent_step sum_loss");
+  mock_cuda_dev_range(out.sum_correct, sizeof(int32_t), "xent_step sum_correct");
+  mock_cuda_dev_range(out.acc_loss, sizeof(double), "xent_step acc_loss");
+  mock_cuda_dev_range(out.acc_correct, sizeof(int64_t), "xent_step acc_correct");
+  mock_cuda_dev_range(out.nonfinite, sizeof(int32_t), "xent_step nonfinite");
+  if (out.cursor) mock_cuda_dev_range(out.cursor, sizeof(int64_t), "xent_step cursor");
+  LAUNCH(s, run_xent_step, a);
 }

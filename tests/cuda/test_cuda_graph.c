@@ -174,8 +174,17 @@ START_TEST(one_launch_no_wait_per_step) {
   const int steps = N_TRAIN / BATCH - 2;
   for (int s = 0; s < steps; s++) ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
   mock_cuda_get_counts(&c1);
-  printf("%d steps: %ld graph launches, %ld submits, %ld host waits\n", steps,
-         c1.graph_launches - c0.graph_launches, c1.submits - c0.submits, c1.syncs - c0.syncs);
+  printf("%d steps: %ld graph launches, %ld submits, %ld host waits, %ld nodes a step\n", steps,
+         c1.graph_launches - c0.graph_launches, c1.submits - c0.submits, c1.syncs - c0.syncs,
+         (c1.graph_nodes - c0.graph_nodes) / steps);
+  /* the cnn's step with SGD: gather 1; forward 12 (a conv layer: im2col,
+   * GEMM, bias + ReLU + pooling; a linear one: GEMM, bias + ReLU); the loss,
+   * its sums and the last layer's bias gradient 1; backward 14 (a hidden
+   * linear layer: ReLU backward with its bias gradient, two GEMMs; the last:
+   * two GEMMs; a conv layer: pooling + ReLU backward with its bias
+   * gradient, the weight GEMM, and but for the first the input GEMM and
+   * col2im); the update 1 */
+  ck_assert_int_eq((c1.graph_nodes - c0.graph_nodes) / steps, 29);
   ck_assert_int_eq(c1.graph_launches - c0.graph_launches, steps);
   ck_assert_int_eq(c1.submits - c0.submits, steps);
   ck_assert_int_eq(c1.syncs - c0.syncs, 0);
@@ -256,6 +265,35 @@ START_TEST(two_devices_match_the_graph) {
   for (int i = 0; i < EPOCHS; i++) ck_assert(fabs(l1[i] - l2[i]) <= 1e-5 * fabs(l1[i]));
   backend_cuda_ops.destroy(one);
   backend_cuda_ops.destroy(two);
+  free(p0);
+  free_data(&d);
+}
+END_TEST
+
+/* A step with fewer rows than devices leaves one without rows: its cursor
+ * still moves, so the next steps read the same rows as on one device. */
+START_TEST(a_device_without_rows_keeps_its_cursor) {
+  struct data d;
+  int64_t np;
+  make_data(&d, N_TRAIN, 784);
+  float *p0 = init_params(&mlp, &np);
+  double sum[2];
+  for (int gpus = 1; gpus <= 2; gpus++) {
+    struct backend *b = make(&mlp, &sgd, gpus, 1, p0);
+    int32_t perm[N_TRAIN];
+    order_for(0, perm, N_TRAIN);
+    ck_assert_int_eq(backend_cuda_set_data(b, 0, d.pix, d.lab, N_TRAIN), 0);
+    ck_assert_int_eq(backend_cuda_set_order(b, 0, perm, N_TRAIN), 0);
+    const int rows[] = {BATCH, 1, BATCH, BATCH};
+    for (int s = 0; s < 4; s++) ck_assert_int_eq(backend_cuda_train_next(b, rows[s]), 0);
+    int64_t n;
+    int bad;
+    ck_assert_int_eq(backend_cuda_take_loss(b, &sum[gpus - 1], &n, &bad), 0);
+    ck_assert_int_eq(n, 3 * BATCH + 1);
+    backend_cuda_ops.destroy(b);
+  }
+  ck_assert_msg(fabs(sum[0] - sum[1]) <= 1e-5 * fabs(sum[0]), "one device %.9f, two %.9f", sum[0],
+                sum[1]);
   free(p0);
   free_data(&d);
 }
@@ -432,6 +470,33 @@ START_TEST(nvml_once_per_backend_and_not_available) {
 END_TEST
 #endif
 
+/* On a Hopper GPU the evaluation arena holds cuBLAS's 32 MiB workspace (28
+ * more than before Hopper), and cuBLAS is handed all of it: the double
+ * checks the range lies inside the allocation. */
+START_TEST(hopper_gets_a_32_mib_workspace) {
+  int64_t np;
+  struct data d;
+  make_data(&d, N_TRAIN, 784);
+  float *p0 = init_params(&mlp, &np);
+  double mib[2];
+  for (int k = 0; k < 2; k++) {
+    setenv("CTUNE_MOCK_CC", k ? "9" : "8", 1);
+    struct backend *b = make(&mlp, &sgd, 1, 1, p0);
+    ck_assert_int_eq(backend_cuda_arena_peak_mb(b, &mib[k]), 0);
+    int32_t perm[N_TRAIN];
+    order_for(0, perm, N_TRAIN);
+    ck_assert_int_eq(backend_cuda_set_data(b, 0, d.pix, d.lab, N_TRAIN), 0);
+    ck_assert_int_eq(backend_cuda_set_order(b, 0, perm, N_TRAIN), 0);
+    for (int s = 0; s < 3; s++) ck_assert_int_eq(backend_cuda_train_next(b, BATCH), 0);
+    backend_cuda_ops.destroy(b);
+  }
+  unsetenv("CTUNE_MOCK_CC");
+  ck_assert_msg(mib[1] - mib[0] == 28.0, "arenas %.3f MiB on 9.0, %.3f MiB on 8.0", mib[1], mib[0]);
+  free(p0);
+  free_data(&d);
+}
+END_TEST
+
 static long session_calls;
 
 /* The failure sessions' model: which calls the fast path makes does not
@@ -546,7 +611,11 @@ int main(void) {
   tcase_add_test(tc, nvml_once_per_backend_and_not_available);
 #endif
   /* orchestration only: the kernel loops are enough (and quick) */
-  if (!getenv("CTUNE_TEST_SMALL")) tcase_add_test(tc, every_failure_is_reported);
+  if (!getenv("CTUNE_TEST_SMALL")) {
+    tcase_add_test(tc, a_device_without_rows_keeps_its_cursor);
+    tcase_add_test(tc, hopper_gets_a_32_mib_workspace);
+    tcase_add_test(tc, every_failure_is_reported);
+  }
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -161,9 +161,10 @@ START_TEST(plan_mlp_by_hand) {
   ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 2, &p), 0);
   ck_assert_int_eq(p.eval_bytes, 256 /* params */ + 2 * (256 + 256) /* x, y slots */ +
                                      3 * 256 /* layer outputs */ +
-                                     3 * 256 /* row loss, row correct, sums */ +
-                                     GPU_PLAN_BLAS_WORKSPACE);
-  ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */);
+                                     256 /* loss sums and counters */ + GPU_PLAN_BLAS_WORKSPACE);
+  ck_assert_int_eq(p.red_outputs, 10);
+  ck_assert_int_eq(p.backward_bytes, 3 * 256 /* d outputs */ + 256 /* 10 tickets */ +
+                                         10 * GPU_PLAN_RED_PARTS * 4 /* partial sums */);
   ck_assert_int_eq(p.state_bytes, 256 /* grads */ + 256 /* velocity */);
   ck_assert_int_eq(p.train_bytes, p.state_bytes + p.backward_bytes);
   ck_assert_int_eq(p.flat, 0);
@@ -172,6 +173,16 @@ START_TEST(plan_mlp_by_hand) {
   ck_assert_int_eq(pa.opt_floats, 2 * 53);
   ck_assert_int_eq(pa.train_bytes, p.train_bytes + 256); /* m and v: 424 B */
   ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 0, &p), -EINVAL);
+  /* cuBLAS's workspace: 4 MiB before Hopper, 32 MiB from compute capability 9 */
+  ck_assert_int_eq(gpu_plan_blas_workspace(8), 4 << 20);
+  ck_assert_int_eq(gpu_plan_blas_workspace(9), 32 << 20);
+  ck_assert_int_eq(gpu_plan_blas_workspace(10), 32 << 20);
+  ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 2, &p), 0);
+  struct gpu_plan ph = p;
+  gpu_plan_set_workspace(&ph, gpu_plan_blas_workspace(9));
+  ck_assert_int_eq(ph.blas_workspace, 32 << 20);
+  ck_assert_int_eq(ph.eval_bytes, p.eval_bytes + (28 << 20));
+  ck_assert_int_eq(ph.train_bytes, p.train_bytes);
 }
 END_TEST
 
