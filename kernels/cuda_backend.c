@@ -205,7 +205,6 @@ static int replan(struct backend *b, int max_batch) {
   int per_dev = (max_batch + b->ndev - 1) / b->ndev;
   rc = gpu_plan_init(&b->L, b->opt.kind, per_dev, &plan);
   if (rc) goto fail;
-  gpu_plan_set_workspace(&plan, b->blas_workspace);
   b->plan = plan;
   b->max_batch = max_batch;
   b->eval_rows = per_dev * b->ndev;
@@ -217,7 +216,7 @@ static int replan(struct backend *b, int max_batch) {
     if (rc) goto fail;
     rc = cuda_mem_carve_eval(b, d);
     if (rc) goto fail;
-    BLAS(cublasSetWorkspace(d->blas, d->workspace, (size_t)b->plan.blas_workspace));
+    BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
     CU(cudaMemcpyAsync(d->ctl, &b->h_ctl[i], sizeof(struct cuda_ctl), cudaMemcpyHostToDevice,
                        d->compute));
     CU(cudaMemcpyAsync(d->params, b->kept_params, (size_t)plan.n_params * sizeof(float),
@@ -538,7 +537,7 @@ static int dev_init(struct backend *b, struct cuda_dev *d, int64_t need) {
   CU(cudaMemsetAsync(d->ctl, 0, sizeof(struct cuda_ctl), d->compute));
   BLAS(cublasCreate(&d->blas));
   BLAS(cublasSetStream(d->blas, d->compute));
-  BLAS(cublasSetWorkspace(d->blas, d->workspace, (size_t)b->plan.blas_workspace));
+  BLAS(cublasSetWorkspace(d->blas, d->workspace, GPU_PLAN_BLAS_WORKSPACE));
   /* full fp32: no TF32 tensor-core shortcut, so CPU and GPU agree to 1e-4 */
   BLAS(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH));
   CU(cudaMemsetAsync(d->params, 0, (size_t)b->plan.n_params * sizeof(float), d->compute));
@@ -611,24 +610,14 @@ static int cuda_create(const struct model_spec *spec, const struct optim_spec *o
    * then max_batch rows, as before. */
   int eval_rows = max_batch > CUDA_EVAL_ROWS ? max_batch : CUDA_EVAL_ROWS;
   int per_dev = (eval_rows + want - 1) / want;
-  /* cuBLAS's workspace: what the oldest device wants (the plan is one for all) */
-  int cc_major = 99;
-  for (int i = 0; i < want; i++) {
-    int major = 0;
-    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i));
-    if (major < cc_major) cc_major = major;
-  }
-  b->blas_workspace = gpu_plan_blas_workspace(cc_major);
   rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
   if (rc) goto fail;
-  gpu_plan_set_workspace(&b->plan, b->blas_workspace);
   if (b->limit_bytes && eval_rows > max_batch &&
       b->plan.eval_bytes + b->plan.train_bytes > b->limit_bytes) {
     eval_rows = max_batch;
     per_dev = (eval_rows + want - 1) / want;
     rc = gpu_plan_init(&b->L, optim->kind, per_dev, &b->plan);
     if (rc) goto fail;
-    gpu_plan_set_workspace(&b->plan, b->blas_workspace);
   }
   b->eval_rows = per_dev * want;
   const char *graphs = getenv("CTUNE_CUDA_GRAPHS");

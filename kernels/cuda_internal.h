@@ -142,10 +142,9 @@ struct backend {
   struct gpu_plan plan;  /* eval arena: max_batch rows */
   struct gpu_plan bplan; /* backward arena: train_rows rows */
   int max_batch, ndev, first_linear, last_conv;
-  int64_t blas_workspace; /* bytes per device (gpu_plan_blas_workspace) */
-  int world, rank;        /* member processes of the trial and this one's index */
-  int state_ready;        /* gradients and optimiser state allocated */
-  int train_rows;         /* global batch the backward arena holds; 0: none */
+  int world, rank; /* member processes of the trial and this one's index */
+  int state_ready; /* gradients and optimiser state allocated */
+  int train_rows;  /* global batch the backward arena holds; 0: none */
   int slot;
   int oom_pending;    /* training buffers did not fit: a smaller batch re-plans */
   int broken;         /* a failed re-plan left no buffers: every call fails so */

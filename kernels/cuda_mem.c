@@ -95,7 +95,7 @@ int cuda_mem_carve_eval(struct backend *b, struct cuda_dev *d) {
   TAKE(&a, d->sum_loss, 16 + (int64_t)sizeof(struct cuda_ctl));
   d->sum_correct = (int32_t *)(d->sum_loss + 1);
   d->ctl = (struct cuda_ctl *)((char *)d->sum_loss + 16);
-  TAKE(&a, d->workspace, p->blas_workspace);
+  TAKE(&a, d->workspace, GPU_PLAN_BLAS_WORKSPACE);
   return 0;
 }
 

@@ -59,8 +59,7 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struc
   }
   /* the batch's loss sums (double + int) and the device counters */
   ev += gpu_mem_round(16);
-  p.blas_workspace = GPU_PLAN_BLAS_WORKSPACE;
-  ev += p.blas_workspace;
+  ev += GPU_PLAN_BLAS_WORKSPACE;
   tr += gpu_mem_round(p.red_outputs * (int64_t)sizeof(unsigned)) +
         gpu_mem_round(p.red_outputs * (int64_t)GPU_PLAN_RED_PARTS * F);
   p.state_bytes = gpu_mem_round(p.n_params * F) /* gradients */ + gpu_mem_round(p.opt_floats * F);
@@ -69,15 +68,6 @@ int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struc
   p.train_bytes = p.state_bytes + p.backward_bytes;
   *out = p;
   return 0;
-}
-
-int64_t gpu_plan_blas_workspace(int cc_major) {
-  return cc_major >= 9 ? GPU_PLAN_BLAS_WORKSPACE_SM90 : GPU_PLAN_BLAS_WORKSPACE;
-}
-
-void gpu_plan_set_workspace(struct gpu_plan *p, int64_t bytes) {
-  p->eval_bytes += gpu_mem_round(bytes) - gpu_mem_round(p->blas_workspace);
-  p->blas_workspace = bytes;
 }
 
 void gpu_plan_shard(int n, int g, int d, int *first, int *count) {

@@ -12,12 +12,9 @@
 extern "C" {
 #endif
 
-/* cuBLAS gets its workspace from our allocator (cublasSetWorkspace), so it
- * never allocates behind the cap: the size cuBLAS advises, 32 MiB on Hopper
- * (compute capability 9.0) and later, 4 MiB before (gpu_plan_init plans
- * the smaller, gpu_plan_set_workspace the device's). */
+/* cuBLAS gets this much workspace from our allocator (cublasSetWorkspace), so
+ * it never allocates behind the cap. */
 #define GPU_PLAN_BLAS_WORKSPACE (4 << 20)
-#define GPU_PLAN_BLAS_WORKSPACE_SM90 (32 << 20)
 /* The input is double-buffered: batch k+1 is copied while batch k computes. */
 #define GPU_PLAN_SLOTS 2
 /* Blocks per output of a bias gradient's reduction at most (CUOPS_RED_PARTS,
@@ -42,8 +39,7 @@ struct gpu_plan {
   int64_t x_floats; /* one input slot: batch * in_dim */
   int64_t flat;     /* cnn: conv part flattened to [n][c*h*w]; mlp: 0 */
   struct gpu_plan_layer layer[MODEL_MAX_LAYERS];
-  int red_outputs;        /* the widest layer: its bias gradient's outputs */
-  int64_t blas_workspace; /* bytes, in the evaluation arena */
+  int red_outputs; /* the widest layer: its bias gradient's outputs */
   /* Bytes, each buffer rounded to GPU_MEM_ALIGN, in three arenas:
    * eval: parameters, inputs, forward activations, the loss sums,
    *   cuBLAS workspace (allocated by create);
@@ -59,11 +55,6 @@ struct gpu_plan {
 
 /* Fills *out; -EINVAL for batch < 1 or a layout it does not know. */
 int gpu_plan_init(const struct model_layout *L, int optim_kind, int batch, struct gpu_plan *out);
-
-/* The cuBLAS workspace for a device of compute capability cc_major.x. */
-int64_t gpu_plan_blas_workspace(int cc_major);
-/* Gives the plan a cuBLAS workspace of `bytes` (eval_bytes follows). */
-void gpu_plan_set_workspace(struct gpu_plan *p, int64_t bytes);
 
 /* Rows per device when a global batch of n is split over g devices: the
  * first n % g devices get one more. Device d's rows start at *first. */

@@ -408,20 +408,6 @@ cudaError_t cudaGetDeviceCount(int *count) {
   return *count ? cudaSuccess : cudaErrorNoDevice;
 }
 
-/* Compute capability CTUNE_MOCK_CC.0 (default 8.0, an A100); nothing else. */
-cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
-  if (mock_cuda_failing()) return cudaErrorUnknown;
-  if (dev < 0 || dev >= devices()) return cudaErrorInvalidDevice;
-  const char *cc = getenv("CTUNE_MOCK_CC");
-  if (attr == cudaDevAttrComputeCapabilityMajor)
-    *value = cc && *cc ? atoi(cc) : 8;
-  else if (attr == cudaDevAttrComputeCapabilityMinor)
-    *value = 0;
-  else
-    die("%s: attribute %ld not modelled", "cudaDeviceGetAttribute", (long)attr, 0);
-  return cudaSuccess;
-}
-
 /* Not a failure point: selecting a valid device fails only when the device
  * is lost, which this double does not model. */
 cudaError_t cudaSetDevice(int dev) {

@@ -4,7 +4,6 @@
  * behaviour (evaluation allocates no training buffers, the cap, out-of-memory
  * and the smaller-batch retry) and state round trips. Skips without a GPU. */
 #include <check.h>
-#include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -333,16 +332,6 @@ static double check_peak(struct backend *b, int64_t plan_bytes) {
   return arena;
 }
 
-/* The plan the backend makes on this device: its cuBLAS workspace follows
- * the compute capability (32 MiB on Hopper). */
-static void device_plan(const struct model_layout *L, int kind, int batch, struct gpu_plan *p) {
-  int major = 0;
-  ck_assert_int_eq(gpu_plan_init(L, kind, batch, p), 0);
-  ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
-                   cudaSuccess);
-  gpu_plan_set_workspace(p, gpu_plan_blas_workspace(major));
-}
-
 /* Evaluation needs no gradients: peak memory after evaluating is exactly the
  * plan's evaluation part; the first training step adds the training part. */
 START_TEST(evaluation_allocates_no_training_buffers) {
@@ -352,7 +341,7 @@ START_TEST(evaluation_allocates_no_training_buffers) {
   struct gpu_plan plan;
   ck_assert_int_eq(model_layout_init(&cnn_gray, &L), 0);
   /* the evaluation arena holds chunks of at least 256 rows */
-  device_plan(&L, os.kind, 256, &plan);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, 256, &plan), 0);
   struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
   struct backend *b = NULL;
   ck_assert_int_eq(backend_cuda_ops.create(&cnn_gray, &os, batch, &bo, &b), 0);
@@ -383,7 +372,7 @@ START_TEST(backward_buffers_follow_the_training_batch) {
   struct model_layout L;
   struct gpu_plan ev, tr, tr2;
   ck_assert_int_eq(model_layout_init(&cnn_gray, &L), 0);
-  device_plan(&L, os.kind, chunk, &ev);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, chunk, &ev), 0);
   ck_assert_int_eq(gpu_plan_init(&L, os.kind, batch, &tr), 0);
   ck_assert_int_eq(gpu_plan_init(&L, os.kind, 2 * batch, &tr2), 0);
   struct backend_opts bo = {1, 1, 0, 0, 0, NULL};
@@ -431,8 +420,8 @@ START_TEST(memory_cap_oom_and_retry) {
 
   const int big = 1024;
   struct gpu_plan full, half;
-  device_plan(&L, os.kind, big, &full);
-  device_plan(&L, os.kind, big / 2, &half);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, big, &full), 0);
+  ck_assert_int_eq(gpu_plan_init(&L, os.kind, big / 2, &half), 0);
   int64_t cap_mb = (full.eval_bytes + MIB - 1) / MIB;
   ck_assert_msg(cap_mb * MIB < full.eval_bytes + full.train_bytes &&
                     half.eval_bytes + half.train_bytes <= cap_mb * MIB,

@@ -173,16 +173,6 @@ START_TEST(plan_mlp_by_hand) {
   ck_assert_int_eq(pa.opt_floats, 2 * 53);
   ck_assert_int_eq(pa.train_bytes, p.train_bytes + 256); /* m and v: 424 B */
   ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 0, &p), -EINVAL);
-  /* cuBLAS's workspace: 4 MiB before Hopper, 32 MiB from compute capability 9 */
-  ck_assert_int_eq(gpu_plan_blas_workspace(8), 4 << 20);
-  ck_assert_int_eq(gpu_plan_blas_workspace(9), 32 << 20);
-  ck_assert_int_eq(gpu_plan_blas_workspace(10), 32 << 20);
-  ck_assert_int_eq(gpu_plan_init(&L, OPTIM_SGD, 2, &p), 0);
-  struct gpu_plan ph = p;
-  gpu_plan_set_workspace(&ph, gpu_plan_blas_workspace(9));
-  ck_assert_int_eq(ph.blas_workspace, 32 << 20);
-  ck_assert_int_eq(ph.eval_bytes, p.eval_bytes + (28 << 20));
-  ck_assert_int_eq(ph.train_bytes, p.train_bytes);
 }
 END_TEST
 
