@@ -1436,7 +1436,7 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
 /* The lease a complete's reply carries ("lease": {"trial"}), if any: taken
  * as a lease reply's (worker_take_trial) when it was asked for this
  * registration. 1 when it was given back for want of room now. */
-static int worker_take_next(struct worker *w, const struct outbox_lease *asked_as,
+static int worker_take_next(struct worker *w, int ended, const struct outbox_lease *asked_as,
                             const struct http_resp *resp) {
   cJSON *b = cJSON_Parse(resp->body);
   cJSON *tr = cJSON_DetachItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "lease"),
@@ -1453,6 +1453,7 @@ static int worker_take_next(struct worker *w, const struct outbox_lease *asked_a
     cJSON_Delete(tr);
     return 0;
   }
+  log_debug("lease: a trial leased with the complete of trial %d", ended);
   return worker_take_trial(w, tr);
 }
 
@@ -1611,7 +1612,7 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
     /* The next lease granted with the complete starts now; a trial's end
      * frees a slot in the server's max_concurrent_trials count too: ask for
      * work now rather than after the poll interval. */
-    int gave_back = q->asked_lease && worker_take_next(w, &q->lease, resp);
+    int gave_back = q->asked_lease && worker_take_next(w, q->trial_id, &q->lease, resp);
     if (q->kind == OUTBOX_END) worker_kick_lease(w, gave_back ? w->o.poll_ms : 0);
   } else if (!err && st == 409 && worker_lease_over(resp)) {
     /* The lease is over: nothing more of it will be taken. The next attempt
