@@ -1607,12 +1607,13 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
       l->end_log = NULL;
     }
     outbox_ack(&w->ob, l, q->n);
+    /* The next lease granted with the complete starts first, before the
+     * ended trial's clean-up (its dir's sweep); a trial's end frees a slot in
+     * the server's max_concurrent_trials count too: ask for work now rather
+     * than after the poll interval. */
+    int gave_back = q->asked_lease && worker_take_next(w, q->trial_id, &q->lease, resp);
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
-    /* The next lease granted with the complete starts now; a trial's end
-     * frees a slot in the server's max_concurrent_trials count too: ask for
-     * work now rather than after the poll interval. */
-    int gave_back = q->asked_lease && worker_take_next(w, q->trial_id, &q->lease, resp);
     if (q->kind == OUTBOX_END) worker_kick_lease(w, gave_back ? w->o.poll_ms : 0);
   } else if (!err && st == 409 && worker_lease_over(resp)) {
     /* The lease is over: nothing more of it will be taken. The next attempt
