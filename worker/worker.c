@@ -85,7 +85,8 @@ struct worker {
   int reg_inflight, hb_inflight, lease_inflight;
   int ob_inflight; /* lanes with a request out */
   int reg_attempts, lease_failures;
-  int lease_again; /* something freed up while a lease request was out */
+  int lease_again;   /* something freed up while a lease request was out */
+  int asks_inflight; /* completes out that ask for the next lease (worker_end_body) */
   /* A server that holds lease requests (its registration's
    * lease_wait_max_ms): each asks to wait this long (0: the server answers
    * at once, and the worker polls every poll_ms). One is out at a time: its
@@ -279,7 +280,7 @@ static const char *worker_msg_what(const struct outbox_item *it) {
   return slash ? slash + 1 : it->path;
 }
 
-static int worker_end_takes_log(struct worker *w, const struct trial *t);
+static const char *worker_end_queued(struct worker *w, const struct trial *t);
 static void worker_keep_end_log(struct worker *w, struct trial *t);
 
 static void worker_queue_end(struct worker *w, const struct trial *t, const char *what,
@@ -681,7 +682,12 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
     t->ckpt_wanted = 1; /* the last one, once its results are acknowledged */
     t->ckpt_ahead = 0;
     worker_upload_checkpoint(w, t);
-    t->log_in_end = worker_end_takes_log(w, t);
+    const char *end = worker_end_queued(w, t);
+    t->log_in_end = end && (!strcmp(end, "complete") || !strcmp(end, "fail"));
+    /* Its complete will ask for the next lease: no lease request of its own
+     * meanwhile (worker_complete_will_ask). */
+    t->end_asks = end && !strcmp(end, "complete") && t->lease_worker == w->id;
+    t->exited_at = clock_mono_s();
     worker_upload_logs(w, t);
     trial_close(t);
     worker_pump_outbox(w);
@@ -1020,16 +1026,16 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
   free(clean);
 }
 
-/* Whether t's end message, just queued, is a complete or fail of its lease:
- * then it carries the final log tail (docs/worker.md#logs), one request
- * fewer between a trial's end and the next. */
-static int worker_end_takes_log(struct worker *w, const struct trial *t) {
+/* The end message just queued for t's lease ("complete", "fail",
+ * "release"), or NULL. A complete or fail carries the final log tail
+ * (docs/worker.md#logs), one request fewer between a trial's end and the
+ * next. */
+static const char *worker_end_queued(struct worker *w, const struct trial *t) {
   const struct outbox_lane *l = outbox_lane(&w->ob, t->id);
   const struct outbox_item *it = l ? l->tail : NULL;
   struct outbox_lease f = trial_fence(t);
-  if (t->rank > 0 || !it || it->kind != OUTBOX_END || !lease_same(&it->lease, &f)) return 0;
-  const char *what = worker_msg_what(it);
-  return !strcmp(what, "complete") || !strcmp(what, "fail");
+  if (t->rank > 0 || !it || it->kind != OUTBOX_END || !lease_same(&it->lease, &f)) return NULL;
+  return worker_msg_what(it);
 }
 
 /* At the pty's end (the output is whole): the final tail, kept for the
@@ -1587,6 +1593,13 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   struct obreq *q = arg;
   struct worker *w = q->w;
   w->ob_inflight--;
+  w->asks_inflight -= q->asked_lease;
+  /* A trial's end frees a slot in the server's max_concurrent_trials count
+   * too, and a complete that asked for the next lease held back the lease
+   * request: ask for work now rather than after the poll interval, whatever
+   * the end's fate (a delivered complete's own lease first). */
+  unsigned end_kick_ms = 0;
+  int end_kick = q->kind == OUTBOX_END;
   struct outbox_lane *l = outbox_lane(&w->ob, q->trial_id);
   if (l) l->inflight = 0;
   if (!l || !l->head || w->shut) {
@@ -1608,13 +1621,11 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
     }
     outbox_ack(&w->ob, l, q->n);
     /* The next lease granted with the complete starts first, before the
-     * ended trial's clean-up (its dir's sweep); a trial's end frees a slot in
-     * the server's max_concurrent_trials count too: ask for work now rather
-     * than after the poll interval. */
-    int gave_back = q->asked_lease && worker_take_next(w, q->trial_id, &q->lease, resp);
+     * ended trial's clean-up (its dir's sweep). */
+    if (q->asked_lease && worker_take_next(w, q->trial_id, &q->lease, resp))
+      end_kick_ms = w->o.poll_ms; /* given back for want of room now */
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
-    if (q->kind == OUTBOX_END) worker_kick_lease(w, gave_back ? w->o.poll_ms : 0);
   } else if (!err && st == 409 && worker_lease_over(resp)) {
     /* The lease is over: nothing more of it will be taken. The next attempt
      * redoes this work from the stored checkpoint. */
@@ -1680,6 +1691,7 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   free(q);
   outbox_gc(&w->ob);
   worker_pump_outbox(w);
+  if (end_kick) worker_kick_lease(w, end_kick_ms);
   worker_check_drained(w);
 }
 
@@ -1727,10 +1739,12 @@ static int worker_send_lane(struct worker *w, struct outbox_lane *l) {
     fence_header(&h->lease, fence, sizeof fence);
     /* attempt 0: a message from before protocol v2, sent as it was. */
     const char *hdrs[] = {h->lease.attempt ? fence : NULL, NULL};
+    int asked = q->asked_lease;
     rc = http_request(w->http, "POST", h->path, "application/json", body, strlen(body), hdrs,
                       WORKER_REQ_TIMEOUT_MS, worker_on_ob_done, q);
     if (rc == 0) {
       q = NULL;
+      w->asks_inflight += asked;
       l->inflight = 1;
       w->ob_inflight++;
       if (n > 1) log_debug("trial %d: sending %zu results in one batch", l->trial_id, n);
@@ -1853,6 +1867,23 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
   }
 }
 
+/* A trial's exit frees what its complete asks a lease for (worker_end_body):
+ * a lease request sent meanwhile could not be granted that slot before the
+ * complete is recorded, and would be answered 204 after it. So none goes
+ * while such a complete is out (its delivery, whatever its fate, asks again:
+ * worker_on_ob_done) or its trial is closing, for at most
+ * WORKER_ASK_HOLD_S after the exit. The ms to hold back, or 0. */
+#define WORKER_ASK_HOLD_S 2.0
+static uint64_t worker_complete_will_ask(struct worker *w) {
+  if (w->asks_inflight > 0) return (uint64_t)(WORKER_ASK_HOLD_S * 1000);
+  double now = clock_mono_s(), left = 0;
+  for (const struct trial *t = w->trials; t; t = t->next) {
+    double l = t->exited_at + WORKER_ASK_HOLD_S - now;
+    if (t->end_asks && t->state >= TRIAL_EXITED && l > left) left = l;
+  }
+  return left > 0 ? (uint64_t)(left * 1000) + 1 : 0;
+}
+
 static void worker_on_lease_timer(uv_timer_t *h) {
   struct worker *w = h->data;
   /* One out at a time. A second one, sent for what freed up while the
@@ -1865,6 +1896,11 @@ static void worker_on_lease_timer(uv_timer_t *h) {
     return;
   }
   if (!w->id || w->draining || w->shut || w->fenced) return;
+  uint64_t hold_ms = worker_complete_will_ask(w);
+  if (hold_ms) {
+    uv_timer_start(&w->lease_timer, worker_on_lease_timer, hold_ms, 0);
+    return;
+  }
   if (!worker_has_free(w)) return; /* a trial's end kicks us again */
   struct lease_req *q = calloc(1, sizeof *q);
   cJSON *b = cJSON_CreateObject();

@@ -17,9 +17,10 @@ server whose registration reply has lease_wait_max_ms):
            is given back at once (release, fenced with its lease), not
            failed and not held; a gang member's release carries its rank.
   next     (a fake server) a trial's complete carries its final log tail (no
-           log PUT of its own at the end) and asks for the next lease; the
-           lease in the complete's reply starts at once (the worker polls
-           only every 60 s).
+           log PUT of its own at the end) and asks for the next lease, and
+           no lease request goes between the trial's exit and its complete;
+           the lease in the complete's reply starts at once (the worker
+           polls only every 60 s).
 A server without held requests (the fake server of test_protocol_v2) gets
 the old poll."""
 import os
@@ -161,6 +162,11 @@ def nextlease(env):
         c2 = fake.wait(lambda r: r.trial == 2 and r.what == "complete", 20,
                        "trial 2 (leased in trial 1's complete reply) to complete")
         assert c2[0].lease == "1:1", c2[0].lease
+        # Only the first lease request (trial 1's) found both CPUs free: one
+        # sent at trial 1's exit, before the complete that asks, would too.
+        two = fake.find(lambda r: r.path.endswith("/lease") and r.t < c2[0].t and
+                        r.body["free"]["cpu"] == 2)
+        assert len(two) == 1, "%d lease requests found both CPUs free" % len(two)
         leases = fake.find(lambda r: r.path.endswith("/lease"))
         assert len(fake.find(lambda r: r.trial == 2 and r.what == "complete")) == 1
         os.kill(w.pid, signal.SIGTERM)
