@@ -305,6 +305,7 @@ void outbox_close(struct outbox *ob) {
       outbox_item_free(it);
       it = next;
     }
+    free(l->end_log);
     free(l);
     l = ln;
   }
@@ -417,6 +418,7 @@ void outbox_gc(struct outbox *ob) {
     struct outbox_lane *l = *pp;
     if (!l->head && !l->inflight) {
       *pp = l->next;
+      free(l->end_log);
       free(l);
     } else {
       pp = &l->next;

@@ -49,6 +49,10 @@ struct outbox_lane {
   int single;                /* the caller's: send the head alone (a batch was refused) */
   int dropped_worker;        /* the caller's: the last lease it dropped (log once) */
   long dropped_attempt;
+  /* the caller's: the final log tail that the END of end_log_lease carries
+   * (malloc'd, freed with the lane; memory only) */
+  char *end_log;
+  struct outbox_lease end_log_lease;
   struct outbox_lane *next;
 };
 

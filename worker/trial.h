@@ -147,6 +147,9 @@ struct trial {
   unsigned long long log_sent_total;
   int log_inflight;
   int log_dirty;     /* output arrived while a log upload was in flight */
+  int log_in_end;    /* its complete/fail carries the final log tail (worker_end_queued) */
+  int end_asks;      /* its complete asks for the next lease (worker_complete_will_ask) */
+  double exited_at;  /* monotonic seconds when its exit was seen */
   cJSON *held;       /* result bodies waiting for outbox room (trial paused) */
   int held_err;      /* why: -ENOSPC from the bound, or the write's error */
   double held_since; /* monotonic seconds */

@@ -85,7 +85,8 @@ struct worker {
   int reg_inflight, hb_inflight, lease_inflight;
   int ob_inflight; /* lanes with a request out */
   int reg_attempts, lease_failures;
-  int lease_again; /* something freed up while a lease request was out */
+  int lease_again;   /* something freed up while a lease request was out */
+  int asks_inflight; /* completes out that ask for the next lease (worker_end_body) */
   /* A server that holds lease requests (its registration's
    * lease_wait_max_ms): each asks to wait this long (0: the server answers
    * at once, and the worker polls every poll_ms). One is out at a time: its
@@ -184,6 +185,10 @@ static struct outbox_lease trial_fence(const struct trial *t) {
   return l;
 }
 
+static int lease_same(const struct outbox_lease *a, const struct outbox_lease *b) {
+  return a->worker_id == b->worker_id && a->attempt == b->attempt;
+}
+
 static void fence_header(const struct outbox_lease *l, char *buf, size_t len) {
   snprintf(buf, len, "X-Ctune-Lease: %d:%ld", l->worker_id, l->attempt);
 }
@@ -224,6 +229,24 @@ static const char *worker_err_code(const struct http_resp *resp, char *buf, size
 }
 
 /* 409 that means "this lease is over": everything of it is refused. */
+/* Whether any CPU or GPU is free here: a lease may be asked for. */
+static int worker_has_free(struct worker *w) {
+  struct alloc_free f;
+  alloc_free_amounts(&w->pool, &f);
+  return f.cpu > 0 || f.gpu > 0;
+}
+
+/* Adds "free": what is free here now, as a lease request sends it, to o
+ * (NULL: out of memory); 1 when done. */
+static int worker_add_free(struct worker *w, cJSON *o) {
+  struct alloc_free f;
+  alloc_free_amounts(&w->pool, &f);
+  cJSON *fr = o ? cJSON_AddObjectToObject(o, "free") : NULL;
+  return fr && cJSON_AddNumberToObject(fr, "cpu", f.cpu) &&
+         cJSON_AddNumberToObject(fr, "gpu", f.gpu) &&
+         cJSON_AddNumberToObject(fr, "memory_mb", (double)f.memory_mb);
+}
+
 static int worker_lease_over(const struct http_resp *resp) {
   char code[64];
   if (resp->status != 409) return 0;
@@ -250,6 +273,15 @@ static int worker_refused(long st) {
 }
 
 /* ---- queuing messages --------------------------------------------------- */
+
+/* What a queued message is: "results", "fail", "complete", "release". */
+static const char *worker_msg_what(const struct outbox_item *it) {
+  const char *slash = strrchr(it->path, '/');
+  return slash ? slash + 1 : it->path;
+}
+
+static const char *worker_end_queued(struct worker *w, const struct trial *t);
+static void worker_keep_end_log(struct worker *w, struct trial *t);
 
 static void worker_queue_end(struct worker *w, const struct trial *t, const char *what,
                              cJSON *body) {
@@ -650,12 +682,19 @@ static void worker_trial_event(struct worker *w, struct trial *t, enum trial_eve
     t->ckpt_wanted = 1; /* the last one, once its results are acknowledged */
     t->ckpt_ahead = 0;
     worker_upload_checkpoint(w, t);
+    const char *end = worker_end_queued(w, t);
+    t->log_in_end = end && (!strcmp(end, "complete") || !strcmp(end, "fail"));
+    /* Its complete will ask for the next lease: no lease request of its own
+     * meanwhile (worker_complete_will_ask). */
+    t->end_asks = end && !strcmp(end, "complete") && t->lease_worker == w->id;
+    t->exited_at = clock_mono_s();
     worker_upload_logs(w, t);
     trial_close(t);
     worker_pump_outbox(w);
     return;
   case TEV_CLOSED:
     if (t->state != TRIAL_EXITED) return;
+    if (t->log_in_end) worker_keep_end_log(w, t);
     if (t->cgroup) cgroup_trial_remove(t->cgroup);
     worker_trial_set(t, TRIAL_FLUSHING);
     worker_trial_flushed(w, t);
@@ -937,16 +976,35 @@ static void worker_on_log_put(void *arg, int err, const struct http_resp *resp) 
   worker_check_drained(w);
 }
 
+/* The log tail as it goes to the server (at most TRIAL_LOG_TAIL bytes of
+ * the end, valid UTF-8, cut at a character); *len its length. NULL when out
+ * of memory. */
+static char *worker_log_text(struct trial *t, size_t *len) {
+  size_t n = 0, clen = 0;
+  char *text = tail_copy(&t->log, &n);
+  /* The tail may start inside a character, and a trial may print anything. */
+  char *clean = text ? outbox_utf8_clean(text, n, &clen) : NULL;
+  free(text);
+  if (clean && clen > TRIAL_LOG_TAIL) {
+    /* Replacement characters may grow it: keep the end within the limit. */
+    const char *send = clean + (clen - TRIAL_LOG_TAIL);
+    while ((*send & 0xC0) == 0x80) send++;
+    clen = strlen(send);
+    memmove(clean, send, clen + 1);
+  }
+  *len = clen;
+  return clean;
+}
+
 static void worker_upload_logs(struct worker *w, struct trial *t) {
-  if (t->log.total == t->log_sent_total || w->shut) return;
+  /* A trial whose complete/fail carries its final tail sends none alone. */
+  if (t->log_in_end || t->log.total == t->log_sent_total || w->shut) return;
   if (t->log_inflight) {
     t->log_dirty = 1;
     return;
   }
-  size_t len = 0, clen = 0;
-  char *text = tail_copy(&t->log, &len);
-  /* The tail may start inside a character, and a trial may print anything. */
-  char *clean = text ? outbox_utf8_clean(text, len, &clen) : NULL;
+  size_t clen = 0;
+  char *clean = worker_log_text(t, &clen);
   struct wreq *r = wreq_new(w, t, 0);
   char path[96], h_lease[64];
   snprintf(path, sizeof path, "/api/v1/trials/%d/logs", t->id);
@@ -955,16 +1013,9 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
   char h_rank[32];
   snprintf(h_rank, sizeof h_rank, "X-Ctune-Rank: %d", t->rank);
   const char *hdrs[] = {h_lease, t->rank > 0 ? h_rank : NULL, NULL};
-  /* Replacement characters may grow it: keep the end within the limit. */
-  const char *send = clean;
-  if (clean && clen > TRIAL_LOG_TAIL) {
-    send = clean + (clen - TRIAL_LOG_TAIL);
-    while ((*send & 0xC0) == 0x80) send++;
-    clen = strlen(send);
-  }
   if (clean && r) {
     r->log_total = t->log.total;
-    if (http_request(w->http, "PUT", path, "text/plain; charset=utf-8", send, clen, hdrs,
+    if (http_request(w->http, "PUT", path, "text/plain; charset=utf-8", clean, clen, hdrs,
                      WORKER_UPLOAD_TIMEOUT_MS, worker_on_log_put, r) == 0) {
       r = NULL;
       t->log_inflight = 1;
@@ -972,8 +1023,35 @@ static void worker_upload_logs(struct worker *w, struct trial *t) {
     }
   }
   free(r);
-  free(text);
   free(clean);
+}
+
+/* The end message just queued for t's lease ("complete", "fail",
+ * "release"), or NULL. A complete or fail carries the final log tail
+ * (docs/worker.md#logs), one request fewer between a trial's end and the
+ * next. */
+static const char *worker_end_queued(struct worker *w, const struct trial *t) {
+  const struct outbox_lane *l = outbox_lane(&w->ob, t->id);
+  const struct outbox_item *it = l ? l->tail : NULL;
+  struct outbox_lease f = trial_fence(t);
+  if (t->rank > 0 || !it || it->kind != OUTBOX_END || !lease_same(&it->lease, &f)) return NULL;
+  return worker_msg_what(it);
+}
+
+/* At the pty's end (the output is whole): the final tail, kept for the
+ * end message (worker_end_body). */
+static void worker_keep_end_log(struct worker *w, struct trial *t) {
+  struct outbox_lane *l = outbox_lane(&w->ob, t->id);
+  if (!l || t->log.total == t->log_sent_total) return;
+  size_t len = 0;
+  char *text = worker_log_text(t, &len);
+  if (!text) {
+    log_warn("trial %d: no memory for its final log tail: it is not sent", t->id);
+    return;
+  }
+  free(l->end_log);
+  l->end_log = text;
+  l->end_log_lease = trial_fence(t);
 }
 
 /* "HTTP 503 spool_unavailable" or "no answer from the server". */
@@ -982,12 +1060,6 @@ static void worker_why(long st, const char *code, char *buf, size_t len) {
     snprintf(buf, len, "HTTP %ld%s%s", st, code && *code ? " " : "", code ? code : "");
   else
     snprintf(buf, len, "no answer from the server");
-}
-
-/* What a lane's head is: "results", "fail", "complete", "release". */
-static const char *worker_msg_what(const struct outbox_item *it) {
-  const char *slash = strrchr(it->path, '/');
-  return slash ? slash + 1 : it->path;
 }
 
 /* The note a heartbeat carries for a trial whose delivery is stuck while
@@ -1367,6 +1439,30 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
   return 0;
 }
 
+/* The lease a complete's reply carries ("lease": {"trial"}), if any: taken
+ * as a lease reply's (worker_take_trial) when it was asked for this
+ * registration. 1 when it was given back for want of room now. */
+static int worker_take_next(struct worker *w, int ended, const struct outbox_lease *asked_as,
+                            const struct http_resp *resp) {
+  cJSON *b = cJSON_Parse(resp->body);
+  cJSON *tr = cJSON_DetachItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "lease"),
+                                                      "trial");
+  cJSON_Delete(b);
+  if (!cJSON_IsObject(tr)) {
+    cJSON_Delete(tr);
+    return 0;
+  }
+  if (asked_as->worker_id != w->id) {
+    /* As for a lease reply of an earlier registration: not this one's. */
+    log_warn("lease: a trial leased to worker %d (an earlier registration) is left to expire",
+             asked_as->worker_id);
+    cJSON_Delete(tr);
+    return 0;
+  }
+  log_debug("lease: a trial leased with the complete of trial %d", ended);
+  return worker_take_trial(w, tr);
+}
+
 /* ---- outbox delivery: one lane per trial ------------------------------ */
 
 /* What a delivery callback needs: the lane is found again by trial id (a
@@ -1374,7 +1470,8 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
 struct obreq {
   struct worker *w;
   int trial_id;
-  size_t n; /* items in the request */
+  int asked_lease; /* a complete that asked for the next lease */
+  size_t n;        /* items in the request */
   enum outbox_kind kind;
   struct outbox_lease lease;
   char path[96];
@@ -1496,6 +1593,13 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   struct obreq *q = arg;
   struct worker *w = q->w;
   w->ob_inflight--;
+  w->asks_inflight -= q->asked_lease;
+  /* A trial's end frees a slot in the server's max_concurrent_trials count
+   * too, and a complete that asked for the next lease held back the lease
+   * request: ask for work now rather than after the poll interval, whatever
+   * the end's fate (a delivered complete's own lease first). */
+  unsigned end_kick_ms = 0;
+  int end_kick = q->kind == OUTBOX_END;
   struct outbox_lane *l = outbox_lane(&w->ob, q->trial_id);
   if (l) l->inflight = 0;
   if (!l || !l->head || w->shut) {
@@ -1511,12 +1615,17 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
       w->ob_down_logged = 0;
     }
     if (q->kind == OUTBOX_RESULT) worker_on_results_reply(w, q, resp);
+    if (q->kind == OUTBOX_END && l->end_log && lease_same(&l->end_log_lease, &q->lease)) {
+      free(l->end_log);
+      l->end_log = NULL;
+    }
     outbox_ack(&w->ob, l, q->n);
+    /* The next lease granted with the complete starts first, before the
+     * ended trial's clean-up (its dir's sweep). */
+    if (q->asked_lease && worker_take_next(w, q->trial_id, &q->lease, resp))
+      end_kick_ms = w->o.poll_ms; /* given back for want of room now */
     worker_unhold(w);
     worker_after_ack(w, q->trial_id);
-    /* A trial's end frees a slot in the server's max_concurrent_trials
-     * count too: ask for work now rather than after the poll interval. */
-    if (q->kind == OUTBOX_END) worker_kick_lease(w, 0);
   } else if (!err && st == 409 && worker_lease_over(resp)) {
     /* The lease is over: nothing more of it will be taken. The next attempt
      * redoes this work from the stored checkpoint. */
@@ -1582,7 +1691,32 @@ static void worker_on_ob_done(void *arg, int err, const struct http_resp *resp) 
   free(q);
   outbox_gc(&w->ob);
   worker_pump_outbox(w);
+  if (end_kick) worker_kick_lease(w, end_kick_ms);
   worker_check_drained(w);
+}
+
+/* An end message as it goes: with the final log tail kept for it
+ * (worker_keep_end_log), and a complete of this registration asks for the
+ * next lease with what is free (docs/protocol.md#worker-routes): neither is
+ * in the outbox, so a delivery after a restart goes without them. *body is
+ * replaced; -ENOMEM leaves it as it was. */
+static int worker_end_body(struct worker *w, const struct outbox_lane *l, char **body, int *asked) {
+  const struct outbox_item *h = l->head;
+  int log = l->end_log && lease_same(&l->end_log_lease, &h->lease);
+  int ask = !strcmp(worker_msg_what(h), "complete") && w->id && h->lease.worker_id == w->id &&
+            !w->draining && !w->fenced && worker_has_free(w);
+  if (!log && !ask) return 0;
+  cJSON *b = cJSON_Parse(*body);
+  char *text = NULL;
+  if (b && (!log || cJSON_AddStringToObject(b, "log", l->end_log)) &&
+      (!ask || worker_add_free(w, cJSON_AddObjectToObject(b, "lease"))))
+    text = jsonout_print(b);
+  cJSON_Delete(b);
+  if (!text) return -ENOMEM;
+  free(*body);
+  *body = text;
+  *asked = ask;
+  return 0;
 }
 
 static int worker_send_lane(struct worker *w, struct outbox_lane *l) {
@@ -1591,6 +1725,9 @@ static int worker_send_lane(struct worker *w, struct outbox_lane *l) {
   char *body = outbox_batch(l, WORKER_BATCH_MAX, WORKER_BATCH_BYTES, &n);
   struct obreq *q = calloc(1, sizeof *q);
   int rc = -ENOMEM;
+  if (body && q && h->kind == OUTBOX_END && worker_end_body(w, l, &body, &q->asked_lease) < 0)
+    log_warn("trial %d: no memory to add its log tail or next lease to its end: sent without",
+             l->trial_id);
   if (body && q) {
     q->w = w;
     q->trial_id = l->trial_id;
@@ -1602,10 +1739,12 @@ static int worker_send_lane(struct worker *w, struct outbox_lane *l) {
     fence_header(&h->lease, fence, sizeof fence);
     /* attempt 0: a message from before protocol v2, sent as it was. */
     const char *hdrs[] = {h->lease.attempt ? fence : NULL, NULL};
+    int asked = q->asked_lease;
     rc = http_request(w->http, "POST", h->path, "application/json", body, strlen(body), hdrs,
                       WORKER_REQ_TIMEOUT_MS, worker_on_ob_done, q);
     if (rc == 0) {
       q = NULL;
+      w->asks_inflight += asked;
       l->inflight = 1;
       w->ob_inflight++;
       if (n > 1) log_debug("trial %d: sending %zu results in one batch", l->trial_id, n);
@@ -1728,6 +1867,23 @@ static void worker_on_lease(void *arg, int err, const struct http_resp *resp) {
   }
 }
 
+/* A trial's exit frees what its complete asks a lease for (worker_end_body):
+ * a lease request sent meanwhile could not be granted that slot before the
+ * complete is recorded, and would be answered 204 after it. So none goes
+ * while such a complete is out (its delivery, whatever its fate, asks again:
+ * worker_on_ob_done) or its trial is closing, for at most
+ * WORKER_ASK_HOLD_S after the exit. The ms to hold back, or 0. */
+#define WORKER_ASK_HOLD_S 2.0
+static uint64_t worker_complete_will_ask(struct worker *w) {
+  if (w->asks_inflight > 0) return (uint64_t)(WORKER_ASK_HOLD_S * 1000);
+  double now = clock_mono_s(), left = 0;
+  for (const struct trial *t = w->trials; t; t = t->next) {
+    double l = t->exited_at + WORKER_ASK_HOLD_S - now;
+    if (t->end_asks && t->state >= TRIAL_EXITED && l > left) left = l;
+  }
+  return left > 0 ? (uint64_t)(left * 1000) + 1 : 0;
+}
+
 static void worker_on_lease_timer(uv_timer_t *h) {
   struct worker *w = h->data;
   /* One out at a time. A second one, sent for what freed up while the
@@ -1740,15 +1896,15 @@ static void worker_on_lease_timer(uv_timer_t *h) {
     return;
   }
   if (!w->id || w->draining || w->shut || w->fenced) return;
-  struct alloc_free f;
-  alloc_free_amounts(&w->pool, &f);
-  if (f.cpu <= 0 && f.gpu <= 0) return; /* a trial's end kicks us again */
+  uint64_t hold_ms = worker_complete_will_ask(w);
+  if (hold_ms) {
+    uv_timer_start(&w->lease_timer, worker_on_lease_timer, hold_ms, 0);
+    return;
+  }
+  if (!worker_has_free(w)) return; /* a trial's end kicks us again */
   struct lease_req *q = calloc(1, sizeof *q);
   cJSON *b = cJSON_CreateObject();
-  cJSON *fr = cJSON_AddObjectToObject(b, "free");
-  if (!q || !fr || !cJSON_AddNumberToObject(fr, "cpu", f.cpu) ||
-      !cJSON_AddNumberToObject(fr, "gpu", f.gpu) ||
-      !cJSON_AddNumberToObject(fr, "memory_mb", (double)f.memory_mb) ||
+  if (!q || !worker_add_free(w, b) ||
       (w->lease_wait_ms && !cJSON_AddNumberToObject(b, "wait_ms", w->lease_wait_ms))) {
     free(q);
     cJSON_Delete(b);

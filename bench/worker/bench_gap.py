@@ -13,8 +13,10 @@ Nothing in the daemons is changed; the timestamps come from:
   the moment just before it prints its one result, and its last instruction
   after that (it exits right after), written to a file per trial;
 - the worker's debug log (ms): the trial's exit seen (RUNNING -> EXITED),
-  its log flushed (-> FLUSHING -> DONE), the next trial's lease reply
-  handled ("leased") and its process spawned ("running ... dispatch");
+  its output closed and last uploads done (-> FLUSHING -> DONE; the final
+  log tail goes in the `complete`), the next trial's lease (a lease reply
+  or the `complete`'s reply) handled ("leased") and its process spawned
+  ("running ... dispatch");
 - the server's log (ms): the trial's `complete` recorded ("completed"), the
   lease granted ("leased to worker"), and the run's phases (experiment
   created and ended, server stopped; with the worker's registration and
@@ -427,8 +429,8 @@ def main():
                   ("B: lease reply -> worker handled it (leased)", "B", "ack_lease", "B",
                    "w_leased")]
     else:
-        steps += [("worker sees exit -> A DONE (log flushed; complete goes)", "A", "w_EXITED", "A",
-                   "w_DONE"),
+        steps += [("worker sees exit -> A DONE (output closed, uploads done; complete goes)", "A",
+                   "w_EXITED", "A", "w_DONE"),
                   ("A DONE -> server logs A completed", "A", "w_DONE", "A", "s_completed"),
                   ("server: A completed -> B's lease granted", "A", "s_completed", "B",
                    "s_leased"),

@@ -89,8 +89,17 @@ int api_json_strict(const struct api_req *req, struct api_resp *resp);
 int api_query_int(const struct api_req *req, struct api_resp *resp, const char *key, int64_t lo,
                   int64_t hi, int64_t dflt, int64_t *out);
 
+/* Reads a resources object {"cpu", "gpu", "memory_mb"} (each optional, a
+ * number >= 0) named `where` in a 400 when it is not one. */
+int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
+                  double *gpu, int64_t *mem, int *has_mem);
+
 /* JSON views of the model (the caller holds s->lock). */
 cJSON *api_trial_json(struct server *s, const struct srv_trial *t);
+/* The lease reply {"trial": {...}} of t (a gang member's with its rank) just
+ * leased to w, logged as leased; NULL when out of memory. */
+cJSON *api_lease_reply(struct server *s, const struct srv_worker *w, const struct srv_trial *t,
+                       int rank);
 /* The same in two steps, so that a long list is copied under the lock and
  * turned into JSON after it: take (lock held), json and drop (no lock). */
 struct api_trial_view {

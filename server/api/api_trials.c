@@ -17,6 +17,7 @@
 #include "log.h"
 #include "decide.h"
 #include "utf8.h"
+#include "workers.h"
 
 static struct srv_trial *api_find_trial(struct server *s, const struct api_req *req,
                                         struct api_resp *resp) {
@@ -270,31 +271,82 @@ out_unlocked:
   return rc;
 }
 
+struct blob_op;
+static struct blob_op *api_log_blob(const char *text, size_t len);
+static int api_log_enqueue(struct server *s, struct blob_op *op, const struct srv_trial *t,
+                           const struct lease_token *l, int rank, uint64_t *ticket);
+static void blob_op_free(void *arg);
+
+/* The log tail an end carries ("log": the trial's latest output, what PUT
+ * .../logs would send): *out NULL when absent, a 400 naming "log" when it
+ * is not a string. */
+static int api_end_log(const cJSON *body, struct api_resp *resp, struct blob_op **out) {
+  const cJSON *log = cJSON_GetObjectItemCaseSensitive(body, "log");
+  *out = NULL;
+  if (!log) return 0;
+  if (!cJSON_IsString(log)) {
+    api_error(resp, 400, "invalid_body", "log",
+              "log must be a string: the trial's output (its tail of at most 256 KiB)");
+    return -EINVAL;
+  }
+  if (!(*out = api_log_blob(log->valuestring, strlen(log->valuestring)))) return -ENOMEM;
+  return 0;
+}
+
 /* The reply to a fenced end (complete, fail, release): the trial as it is
- * now; a stale lease's 409 names why. FENCE_FINAL (this lease's end again, a
- * retried delivery) answers as before and waits for what ended it. */
+ * now, with the next lease granted with it (lease: NULL or the lease
+ * reply, taken); a stale lease's 409 names why. FENCE_FINAL (this lease's
+ * end again, a retried delivery) answers as before and waits for what ended
+ * it. */
 static int api_trial_ended(struct server *s, const struct api_req *req, struct api_resp *resp,
-                           struct srv_trial *t, const struct trial_event_args *a, int rc) {
+                           struct srv_trial *t, const struct trial_event_args *a, int rc,
+                           cJSON *lease) {
   if (rc == -ESTALE) return api_not_leased(s, resp, req->path, a->why, 0);
   if (rc) return rc;
   if (a->fence == FENCE_FINAL) resp->ticket = commit_last_ticket(s->commit);
   cJSON *o = api_trial_json(s, t);
+  if (lease && (!o || !cJSON_AddItemToObject(o, "lease", lease))) {
+    cJSON_Delete(lease);
+    cJSON_Delete(o);
+    return -ENOMEM;
+  }
   return o ? api_json(resp, 200, o) : -ENOMEM;
 }
 
+/* What a complete asks for its worker's next lease ("lease": {"free"}). */
+struct api_lease_ask {
+  double cpu, gpu;
+  int64_t mem;
+  int has_mem;
+};
+
 /* The skeleton every fenced end shares (complete, fail, release): find the
- * trial, one event under the lock, the reply. args are built from the body
- * beforehand: nothing of them depends on the trial. */
+ * trial, one event under the lock (a complete that asks for the next lease:
+ * state_complete_and_lease), the log tail the end carries (log: NULL or
+ * taken) in the same hold once the lease is found good, the reply. args are
+ * built from the body beforehand: nothing of them depends on the trial. */
 static int api_trial_end_event(struct server *s, const struct api_req *req, struct api_resp *resp,
-                               enum trial_event ev, struct trial_event_args *a) {
+                               enum trial_event ev, struct trial_event_args *a, struct blob_op *log,
+                               const struct api_lease_ask *ask) {
   int rc = 0;
+  cJSON *lease = NULL;
   server_lock(s);
-  struct srv_trial *t = api_find_trial(s, req, resp);
+  struct srv_trial *t = api_find_trial(s, req, resp), *next = NULL;
   if (t) {
-    rc = state_trial_event(s, t, ev, a, &resp->ticket);
-    rc = api_trial_ended(s, req, resp, t, a, rc);
+    int rank = 0;
+    rc = ask ? state_complete_and_lease(s, t, a, ask->cpu, ask->gpu, ask->mem, ask->has_mem, &next,
+                                        &rank, &resp->ticket)
+             : state_trial_event(s, t, ev, a, &resp->ticket);
+    if (!rc && log) {
+      rc = api_log_enqueue(s, log, t, a->lease, 0, &resp->ticket);
+      log = NULL;
+    }
+    if (!rc && next && !(lease = api_lease_reply(s, workers_find(s, next->worker_id), next, rank)))
+      rc = -ENOMEM;
+    rc = api_trial_ended(s, req, resp, t, a, rc, lease);
   }
   server_unlock(s);
+  if (log) blob_op_free(log);
   return rc;
 }
 
@@ -310,7 +362,7 @@ static int api_trial_member_end(struct server *s, const struct api_req *req, str
     rc = error ? gang_member_fail(s, t, l, rank, error, a.why, sizeof a.why, &resp->ticket)
                : gang_member_release(s, t, l, rank, a.why, sizeof a.why, &resp->ticket);
     a.fence = FENCE_FINAL; /* the reply waits for the end it caused, or an earlier one */
-    rc = api_trial_ended(s, req, resp, t, &a, rc);
+    rc = api_trial_ended(s, req, resp, t, &a, rc, NULL);
   }
   server_unlock(s);
   return rc;
@@ -323,7 +375,28 @@ int api_trial_complete(struct server *s, const struct api_req *req, struct api_r
   int rc = 0;
   if (!body) return 0;
   struct trial_event_args a = {.lease = &l};
-  rc = api_trial_end_event(s, req, resp, TE_COMPLETE, &a);
+  struct blob_op *log = NULL;
+  /* "lease": the worker's next lease granted with the complete
+   * (docs/protocol.md#worker-routes); "free" as a lease request's. */
+  const cJSON *ask_o = cJSON_GetObjectItemCaseSensitive(body, "lease");
+  struct api_lease_ask ask = {1e9, 1e9, 0, 0};
+  if (ask_o) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(ask_o, "free");
+    if (!cJSON_IsObject(ask_o) || (ask_o->child && (!f || ask_o->child->next))) {
+      api_error(resp, 400, "invalid_body", "lease",
+                "lease must be an object like {\"free\": {\"cpu\": 1, \"gpu\": 0, "
+                "\"memory_mb\": 1000}}: what the worker has free for its next lease");
+      goto done;
+    }
+    if (f && api_resources(f, "lease.free", resp, &ask.cpu, &ask.gpu, &ask.mem, &ask.has_mem))
+      goto done;
+  }
+  if ((rc = api_end_log(body, resp, &log))) {
+    rc = rc == -EINVAL ? 0 : rc;
+    goto done;
+  }
+  rc = api_trial_end_event(s, req, resp, TE_COMPLETE, &a, log, ask_o ? &ask : NULL);
+done:
   cJSON_Delete(body);
   return rc;
 }
@@ -365,8 +438,13 @@ int api_trial_fail(struct server *s, const struct api_req *req, struct api_resp 
                                .has_exit_code = code && cJSON_IsNumber(code),
                                .exit_code = code && cJSON_IsNumber(code) ? code->valueint : 0};
   /* A gang's member: one failure of the trial, under rank 0's lease. */
+  struct blob_op *log = NULL;
+  if (rank == 0 && (rc = api_end_log(body, resp, &log))) {
+    cJSON_Delete(body);
+    return rc == -EINVAL ? 0 : rc;
+  }
   rc = rank > 0 ? api_trial_member_end(s, req, resp, &l, rank, msg)
-                : api_trial_end_event(s, req, resp, TE_FAIL, &a);
+                : api_trial_end_event(s, req, resp, TE_FAIL, &a, log, NULL);
   cJSON_Delete(body);
   return rc;
 }
@@ -419,7 +497,7 @@ int api_trial_release(struct server *s, const struct api_req *req, struct api_re
       .iteration = it && cJSON_IsNumber(it) ? it->valuedouble : 0};
   /* A gang's member that cannot start: the attempt of all ends. */
   rc = rank > 0 ? api_trial_member_end(s, req, resp, &l, rank, NULL)
-                : api_trial_end_event(s, req, resp, TE_RELEASE, &a);
+                : api_trial_end_event(s, req, resp, TE_RELEASE, &a, NULL, NULL);
   cJSON_Delete(body);
   return rc;
 }
@@ -660,23 +738,41 @@ int api_trial_rendezvous(struct server *s, const struct api_req *req, struct api
   return rc;
 }
 
-int api_log_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
-  struct lease_token l;
-  int rank;
-  if (api_lease(req, resp, &l) || api_rank(req, resp, &rank)) return 0;
-  struct blob_op *op = malloc(sizeof *op + req->body_len + 1);
-  if (!op) return -ENOMEM;
-  op->len = req->body_len;
+/* A log tail as the store keeps it (text: a tail is cut anywhere and may
+ * hold binary noise); NULL when out of memory. */
+static struct blob_op *api_log_blob(const char *text, size_t len) {
+  struct blob_op *op = malloc(sizeof *op + len + 1);
+  if (!op) return NULL;
+  op->len = len;
   op->is_log = 1;
   op->fd = -1;
   op->iteration = 0;
   op->crc = 0;
-  memcpy(op->data, req->body, req->body_len);
-  op->data[req->body_len] = 0;
-  /* A log tail is cut anywhere and may hold binary noise: store it as text. */
+  memcpy(op->data, text, len);
+  op->data[len] = 0;
   utf8_sanitize(op->data, op->len);
   for (size_t i = 0; i < op->len; i++)
     if (!op->data[i]) op->data[i] = '?';
+  return op;
+}
+
+/* Queues t's log tail op (taken) as the upload of lease l's rank, into the
+ * caller's hold. */
+static int api_log_enqueue(struct server *s, struct blob_op *op, const struct srv_trial *t,
+                           const struct lease_token *l, int rank, uint64_t *ticket) {
+  op->trial_id = t->id;
+  op->worker_id = l->worker_id;
+  op->attempt = l->attempt;
+  op->rank = rank;
+  return commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, ticket);
+}
+
+int api_log_put(struct server *s, const struct api_req *req, struct api_resp *resp) {
+  struct lease_token l;
+  int rank;
+  if (api_lease(req, resp, &l) || api_rank(req, resp, &rank)) return 0;
+  struct blob_op *op = api_log_blob(req->body, req->body_len);
+  if (!op) return -ENOMEM;
   int rc = 0;
   server_lock(s);
   struct srv_trial *t = api_find_trial(s, req, resp);
@@ -691,11 +787,7 @@ int api_log_put(struct server *s, const struct api_req *req, struct api_resp *re
     rc = api_not_leased(s, resp, req->path, why, 0);
     goto out;
   }
-  op->trial_id = t->id;
-  op->worker_id = l.worker_id;
-  op->attempt = l.attempt;
-  op->rank = rank;
-  if ((rc = commit_enqueue(s->commit, blob_op_apply, blob_op_free, op, &resp->ticket))) goto out;
+  if ((rc = api_log_enqueue(s, op, t, &l, rank, &resp->ticket))) goto out;
   cJSON *o = cJSON_CreateObject();
   if (!o || !cJSON_AddNumberToObject(o, "trial_id", (double)t->id) ||
       !cJSON_AddNumberToObject(o, "size", (double)req->body_len)) {

@@ -16,8 +16,8 @@
 #include "decide.h"
 
 /* Reads {"cpu", "gpu", "memory_mb"}; each optional, numbers >= 0. */
-static int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
-                         double *gpu, int64_t *mem, int *has_mem) {
+int api_resources(const cJSON *o, const char *where, struct api_resp *resp, double *cpu,
+                  double *gpu, int64_t *mem, int *has_mem) {
   if (!o || !cJSON_IsObject(o))
     return api_error(resp, 400, "invalid_body", where,
                      "%s must be an object like "
@@ -321,6 +321,18 @@ static cJSON *api_lease_json(struct server *s, const struct srv_trial *t, int ra
   return root;
 }
 
+cJSON *api_lease_reply(struct server *s, const struct srv_worker *w, const struct srv_trial *t,
+                       int rank) {
+  cJSON *o = api_lease_json(s, t, rank);
+  if (o && t->gang)
+    log_info("trial %lld member rank %d leased to worker %lld (attempt %d)", (long long)t->id, rank,
+             (long long)w->id, t->attempt);
+  else if (o)
+    log_info("trial %lld leased to worker %lld (attempt %d, from iteration %g)", (long long)t->id,
+             (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);
+  return o;
+}
+
 int api_worker_lease(struct server *s, const struct api_req *req, struct api_resp *resp) {
   cJSON *b = api_body_object(req, resp, 1);
   int rc = 0;
@@ -360,24 +372,10 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
      * it has rather than wait out the hold with a part of it. */
     if (req->held_until_ms && w->releases != req->held_mark) until = 0;
     mark = req->held_until_ms ? req->held_mark : w->releases;
-    /* A gang member placed here earlier goes first: it is charged already. */
     int rank = 0;
     if (!req->held_until_ms) workers_touch(w); /* asking is a sign of life (state_lease) */
-    gang_deliver(s, w, &t, &rank);
-    if (!t) {
-      rc = state_lease_again(s, w, cpu, gpu, mem, has_mem, &t, &resp->ticket);
-      /* A gang just placed: this worker's member, if it holds one. */
-      if (!rc && t && t->gang) gang_deliver(s, w, &t, &rank);
-    }
-    if (!rc && t) {
-      if (!(o = api_lease_json(s, t, rank))) rc = -ENOMEM;
-      if (!rc && t->gang)
-        log_info("trial %lld member rank %d leased to worker %lld (attempt %d)", (long long)t->id,
-                 rank, (long long)w->id, t->attempt);
-      else if (!rc)
-        log_info("trial %lld leased to worker %lld (attempt %d, from iteration %g)",
-                 (long long)t->id, (long long)w->id, t->attempt, t->nres ? t->last_t : 0.0);
-    }
+    rc = state_lease_pick(s, w, cpu, gpu, mem, has_mem, &t, &rank, &resp->ticket);
+    if (!rc && t && !(o = api_lease_reply(s, w, t, rank))) rc = -ENOMEM;
   }
   server_unlock(s);
   if (w && !rc && !o && until > now) {

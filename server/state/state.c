@@ -209,6 +209,29 @@ int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, 
   return state_lease_again(s, w, cpu, gpu, memory_mb, has_memory, out, ticket);
 }
 
+int state_lease_pick(struct server *s, struct srv_worker *w, double cpu, double gpu,
+                     int64_t memory_mb, int has_memory, struct srv_trial **out, int *rank,
+                     uint64_t *ticket) {
+  *rank = 0;
+  gang_deliver(s, w, out, rank);
+  if (*out) return 0;
+  int rc = state_lease_again(s, w, cpu, gpu, memory_mb, has_memory, out, ticket);
+  if (!rc && *out && (*out)->gang) gang_deliver(s, w, out, rank);
+  return rc;
+}
+
+int state_complete_and_lease(struct server *s, struct srv_trial *t, struct trial_event_args *args,
+                             double cpu, double gpu, int64_t memory_mb, int has_memory,
+                             struct srv_trial **next, int *rank, uint64_t *ticket) {
+  *next = NULL;
+  *rank = 0;
+  int rc = state_trial_event(s, t, TE_COMPLETE, args, ticket);
+  if (rc || args->fence != FENCE_CURRENT) return rc;
+  struct srv_worker *w = workers_find(s, args->lease->worker_id);
+  if (!w) return 0;
+  return state_lease_pick(s, w, cpu, gpu, memory_mb, has_memory, next, rank, ticket);
+}
+
 int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double gpu,
                       int64_t memory_mb, int has_memory, struct srv_trial **out, uint64_t *ticket) {
   *out = NULL;

@@ -100,6 +100,13 @@ int state_lease(struct server *s, struct srv_worker *w, double cpu, double gpu, 
  * on time), and nothing for a worker that is lost. */
 int state_lease_again(struct server *s, struct srv_worker *w, double cpu, double gpu,
                       int64_t memory_mb, int has_memory, struct srv_trial **out, uint64_t *ticket);
+/* What a lease request of w with this free gets (api_worker_lease): a gang
+ * member placed on w earlier first (it is charged already), else
+ * state_lease_again's pick, and when that placed a gang, w's own member of
+ * it. *rank is the member's rank (0 for a trial of one process). */
+int state_lease_pick(struct server *s, struct srv_worker *w, double cpu, double gpu,
+                     int64_t memory_mb, int has_memory, struct srv_trial **out, int *rank,
+                     uint64_t *ticket);
 /* Why a PENDING trial is not running; writes "" when nothing blocks it. */
 void state_pending_reason(struct server *s, const struct srv_trial *t, char *buf, size_t n);
 /* Why an experiment's next trial does not run (or is not made) now: the same
@@ -194,6 +201,16 @@ struct trial_event_args {
  * -EINVAL (no such transition: nothing changed), -ENOMEM. */
 int state_trial_event(struct server *s, struct srv_trial *t, enum trial_event ev,
                       struct trial_event_args *args, uint64_t *ticket);
+/* A `complete` that asks for its worker's next lease
+ * (docs/protocol.md#worker-routes): TE_COMPLETE with args, then, only when
+ * this request ended the trial (its lease was the current one: a retried
+ * complete or a stale lease gets none), what a lease request of the lease's
+ * worker with this free gets (state_lease_pick: the same fences, quarantine,
+ * gang and spot rules, the server's own account). Both under the caller's
+ * hold, so one commit carries both. *next NULL: nothing leased. */
+int state_complete_and_lease(struct server *s, struct srv_trial *t, struct trial_event_args *args,
+                             double cpu, double gpu, int64_t memory_mb, int has_memory,
+                             struct srv_trial **next, int *rank, uint64_t *ticket);
 
 /* An experiment (state_experiment.c):
  *

@@ -357,6 +357,41 @@ def test_long_fail_text_stays_utf8():
     s.stop()
 
 
+def test_complete_carries_log_and_next_lease():
+    # a complete (or fail) may carry the trial's final log tail, stored with
+    # it; a complete may ask for its worker's next lease, granted in the
+    # reply only to the complete that ended the trial
+    s = Server()
+    s.ok("POST", "/api/v1/experiments", experiment(n=3), status=201)
+    w = register(s, cpu=1)
+    t = lease(s, w)
+    tid, mine = t["id"], "%d:%d" % (w, t["attempt"])
+    ask = {"free": {"cpu": 1, "gpu": 0, "memory_mb": 0}}
+    for body, path in (({"log": 5}, "log"), ({"lease": {"cpu": 1}}, "lease"),
+                       ({"lease": 1}, "lease"), ({"lease": {"free": {"cpu": -1}}}, "lease.free")):
+        st, b, _ = post(s, tid, "complete", body, mine)
+        assert st == 400 and b["error"]["path"] == path, (body, st, b)
+    not_leased(*post(s, tid, "complete", {"log": "stale", "lease": ask}, "%d:2" % w)[:2])
+    assert trial(s, tid)["status"] == "RUNNING"
+    assert s.ok("GET", "/api/v1/trials/%d/logs" % tid)["log"] == ""
+    st, b, _ = post(s, tid, "complete", {"log": "last lines\n", "lease": ask}, mine)
+    assert st == 200 and b["status"] == "TERMINATED", (st, b)
+    nxt = b["lease"]["trial"]
+    assert nxt["id"] != tid and nxt["attempt"] == 1 and set(nxt) == set(t), nxt
+    assert s.ok("GET", "/api/v1/trials/%d/logs" % tid)["log"] == "last lines\n"
+    tr = trial(s, nxt["id"])
+    assert tr["status"] == "RUNNING" and tr["worker_id"] == w, tr
+    # a retried delivery: answered as before, no second lease
+    st, b, _ = post(s, tid, "complete", {"lease": ask}, mine)
+    assert st == 200 and "lease" not in b, (st, b)
+    assert lease(s, w, free={"cpu": 1}) is None  # the worker's one CPU is the next trial's
+    st, b, _ = post(s, nxt["id"], "fail", {"error": "boom", "reason": "internal",
+                                            "log": "its own output"}, "%d:1" % w)
+    assert st == 200, (st, b)
+    assert s.ok("GET", "/api/v1/trials/%d/logs" % nxt["id"])["log"] == "its own output"
+    s.stop()
+
+
 if __name__ == "__main__":
     r = Runner()
     for name, fn in list(globals().items()):

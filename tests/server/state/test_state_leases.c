@@ -627,6 +627,87 @@ START_TEST(deregister_requeues_its_trials) {
 }
 END_TEST
 
+/* A complete that asks for the lease's worker's next lease, with what it
+ * says is free (state_complete_and_lease). */
+static int complete_lease(struct srv_trial *t, const struct lease_token *l, double cpu,
+                          struct srv_trial **next, struct trial_event_args *a) {
+  uint64_t ticket = 0;
+  int rank = -1;
+  *a = (struct trial_event_args){.lease = l};
+  int rc = state_complete_and_lease(S, t, a, cpu, 1e9, 0, 0, next, &rank, &ticket);
+  ck_assert_int_eq(rank, 0);
+  return rc;
+}
+
+/* Rule: a complete that asks for its worker's next lease is granted what a
+ * lease request with the same free would get, in the same hold: the ended
+ * trial's resources are free again, the next trial is charged and RUNNING
+ * on the same worker; a free too small for a trial gets none. */
+START_TEST(complete_grants_the_next_lease) {
+  struct srv_experiment *e = submit("cl", 4, ", \"resources_per_trial\": {\"cpu\": 1}");
+  struct srv_worker *w = h_worker(&H, "w", 2, 0, 0);
+  struct srv_trial *t1 = h_lease(&H, w), *t2 = h_lease(&H, w), *next = NULL;
+  ck_assert_ptr_nonnull(t2);
+  ck_assert_ptr_null(h_lease(&H, w)); /* full */
+  struct trial_event_args a;
+  struct lease_token l1 = {t1->worker_id, t1->attempt}, l2 = {t2->worker_id, t2->attempt};
+  ck_assert_int_eq(complete_lease(t1, &l1, 1, &next, &a), 0);
+  ck_assert_int_eq(t1->status, TS_TERMINATED);
+  ck_assert_ptr_nonnull(next);
+  ck_assert_ptr_ne(next, t1);
+  ck_assert_int_eq(next->status, TS_RUNNING);
+  ck_assert_int_eq(next->worker_id, w->id);
+  ck_assert_int_eq(next->attempt, 1);
+  ck_assert_uint_eq(next->lease_deadline_ms, T0 + H_LEASE_MS);
+  ck_assert(w->used_cpu == 2.0);
+  ck_assert_int_eq(w->nrunning, 2);
+  ck_assert_int_eq(e->counts[TS_RUNNING], 2);
+  /* Half a CPU said free: nothing of this experiment fits it. */
+  ck_assert_int_eq(complete_lease(t2, &l2, 0.5, &next, &a), 0);
+  ck_assert_int_eq(t2->status, TS_TERMINATED);
+  ck_assert_ptr_null(next);
+  ck_assert(w->used_cpu == 1.0);
+  ck_assert_int_eq(e->counts[TS_RUNNING], 1);
+  ck_assert_int_eq(e->counts[TS_PENDING] + (e->num_trials - e->ntrials), 1);
+}
+END_TEST
+
+/* Rule: only the complete that ended the trial gets a lease: a stale
+ * lease's complete changes nothing (-ESTALE), a retried one (the lease that
+ * ended it, FENCE_FINAL) gets none, and a quarantined worker gets none. */
+START_TEST(complete_lease_only_from_the_end_it_made) {
+  struct srv_experiment *e = submit("cs", 6, ", \"resources_per_trial\": {\"cpu\": 1}");
+  /* Room for one more all along: what is not leased is the rule's doing. */
+  struct srv_worker *w = h_worker(&H, "w", 3, 0, 0);
+  struct srv_trial *t1 = h_lease(&H, w), *t2 = h_lease(&H, w), *next = NULL;
+  struct trial_event_args a;
+  struct lease_token stale = {t1->worker_id, t1->attempt + 1};
+  ck_assert_int_eq(complete_lease(t1, &stale, 1, &next, &a), -ESTALE);
+  ck_assert_ptr_null(next);
+  ck_assert_int_eq(t1->status, TS_RUNNING);
+  ck_assert(w->used_cpu == 2.0);
+  ck_assert_int_eq(e->ntrials, 2);
+  /* The first delivery ended it (and leased the next), the retry gets none. */
+  struct lease_token l1 = {t1->worker_id, t1->attempt};
+  ck_assert_int_eq(complete_lease(t1, &l1, 1, &next, &a), 0);
+  ck_assert_ptr_nonnull(next);
+  ck_assert_int_eq(e->ntrials, 3);
+  ck_assert_int_eq(complete_lease(t1, &l1, 1, &next, &a), 0);
+  ck_assert_int_eq(a.fence, FENCE_FINAL);
+  ck_assert_ptr_null(next);
+  ck_assert_int_eq(e->ntrials, 3);
+  ck_assert(w->used_cpu == 2.0);
+  /* Out of service: the complete is stored, nothing is leased. */
+  snprintf(w->quarantine, sizeof w->quarantine, "failed 3 attempts of 3 experiments");
+  struct lease_token l2 = {t2->worker_id, t2->attempt};
+  ck_assert_int_eq(complete_lease(t2, &l2, 1, &next, &a), 0);
+  ck_assert_int_eq(t2->status, TS_TERMINATED);
+  ck_assert_ptr_null(next);
+  ck_assert(w->used_cpu == 1.0);
+  ck_assert_int_eq(e->ntrials, 3);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("state_leases");
   TCase *tc = tcase_create("leases");
@@ -653,6 +734,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, held_lease_ends_at_its_deadline_and_at_close);
   tcase_add_test(tc, held_lease_woken_by_deregister);
   tcase_add_test(tc, held_lease_tried_again_is_no_sign_of_life);
+  tcase_add_test(tc, complete_grants_the_next_lease);
+  tcase_add_test(tc, complete_lease_only_from_the_end_it_made);
   suite_add_tcase(s, tc);
   return s;
 }

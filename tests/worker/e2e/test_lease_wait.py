@@ -16,6 +16,11 @@ server whose registration reply has lease_wait_max_ms):
   noroom   (a fake server) a lease granted for more than is free here now
            is given back at once (release, fenced with its lease), not
            failed and not held; a gang member's release carries its rank.
+  next     (a fake server) a trial's complete carries its final log tail (no
+           log PUT of its own at the end) and asks for the next lease, and
+           no lease request goes between the trial's exit and its complete;
+           the lease in the complete's reply starts at once (the worker
+           polls only every 60 s).
 A server without held requests (the fake server of test_protocol_v2) gets
 the old poll."""
 import os
@@ -98,6 +103,7 @@ def body(env):
     wait_for(lambda: held(env) == 0, 5, "the held requests to end")
     print("drain: exited %.2f s after SIGTERM with a request held" % took)
     noroom(env)
+    nextlease(env)
 
 
 def noroom(env):
@@ -132,6 +138,44 @@ def noroom(env):
     finally:
         fake.close()
     print("noroom: a lease for more than was free was released at once (fence %s)" % rel.lease)
+
+
+def nextlease(env):
+    fake = FakeServer()
+    try:
+        fake.leases = [lease(1, 1, ["sh", "-c", "echo first; sleep 0.3; echo A done"])]
+        b = lease(2, 1, ["sh", TRAINABLE, "1", "0"])
+
+        def hook(req):
+            if req.what == "complete" and req.trial == 1:
+                return 200, {"id": 1, "status": "TERMINATED", "lease": {"trial": b}}
+            return None
+        fake.hook = hook
+        env.url = fake.url
+        w = env.start_worker("x", "--cpus", "2", "--poll-ms", "60000")
+        c1 = fake.wait(lambda r: r.trial == 1 and r.what == "complete", 20, "trial 1's complete")
+        body = c1[0].body
+        assert "A done" in body.get("log", ""), body
+        assert body["lease"]["free"]["cpu"] > 0, body
+        puts = fake.find(lambda r: r.trial == 1 and r.what == "logs")
+        assert not any(b"A done" in r.raw for r in puts), "the final tail went in a PUT too"
+        c2 = fake.wait(lambda r: r.trial == 2 and r.what == "complete", 20,
+                       "trial 2 (leased in trial 1's complete reply) to complete")
+        assert c2[0].lease == "1:1", c2[0].lease
+        # Only the first lease request (trial 1's) found both CPUs free: one
+        # sent at trial 1's exit, before the complete that asks, would too.
+        two = fake.find(lambda r: r.path.endswith("/lease") and r.t < c2[0].t and
+                        r.body["free"]["cpu"] == 2)
+        assert len(two) == 1, "%d lease requests found both CPUs free" % len(two)
+        leases = fake.find(lambda r: r.path.endswith("/lease"))
+        assert len(fake.find(lambda r: r.trial == 2 and r.what == "complete")) == 1
+        os.kill(w.pid, signal.SIGTERM)
+        assert w.p.wait(20) == 0, w.log()[-3000:]
+        assert not fake.errors, fake.errors
+    finally:
+        fake.close()
+    print("next: the complete carried the log tail; trial 2 ran from its reply (%d lease "
+          "requests in all, poll 60 s)" % len(leases))
 
 
 main("lease-wait", body)
