@@ -313,7 +313,13 @@ def case_sigint2(tmp):
     base.procs.append(w)
     check(w.stdout.readline() == "== Status ==\n", "watch started")
     srv.send_signal(signal.SIGSTOP)
-    time.sleep(1.5)
+    # the watch's next poll now hangs: wait until its request sits unread in
+    # the stopped server's socket (a fixed sleep lost that race under load)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    deadline = time.time() + 10
+    while not request_pending(port) and time.time() < deadline:
+        time.sleep(0.05)
+    check(request_pending(port), "the watch sent no request to the stopped server in 10 s")
     w.send_signal(signal.SIGINT)
     time.sleep(0.3)
     t0 = time.time()
@@ -322,6 +328,22 @@ def case_sigint2(tmp):
     took = time.time() - t0
     srv.send_signal(signal.SIGCONT)
     check(w.returncode == 130 and took < 2 and "stopped at once" in err, f"watch: {w.returncode} {took:.1f} {err}")
+
+
+def request_pending(port):
+    """True when a connection to 127.0.0.1:port holds bytes the server has
+    not read (/proc/net/tcp: state 01 ESTABLISHED, rx_queue > 0)."""
+    want = "0100007F:%04X" % port
+    try:
+        with open("/proc/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        cells = row.split()
+        if cells[1] == want and cells[3] == "01" and int(cells[4].split(":")[1], 16) > 0:
+            return True
+    return False
 
 
 def main():
