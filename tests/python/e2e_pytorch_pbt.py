@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(REPO, "python", "tests"))
 import ctune  # noqa: E402
 import ctune_procs  # noqa: E402
 
-EPOCHS = 6
+EPOCHS = 4
 
 
 def check(cond, msg):
