@@ -2,7 +2,7 @@
 """examples/pytorch under PBT, end to end: `ctune run` (the real ctune,
 ctune-server, ctune-worker; binaries from CTUNE_BIN_DIR) runs the PyTorch
 Fashion-MNIST script with examples/pytorch/pbt.json, cut small (1000 images,
-4 trials, 6 epochs, a perturbation every epoch). An exploited trial restores
+4 trials, 4 epochs, a perturbation every epoch). An exploited trial restores
 its donor's checkpoint, optimizer state included, which carries the donor's
 lr; the trial's config holds the explored lr. The script must train with the
 config's (ctune.apply_config). Read back through ctune.Client:
