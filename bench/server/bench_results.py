@@ -19,7 +19,9 @@ side: two servers, their wrk runs alternating, one table at the end;
 --compare: that build and this one, both with --durability, alternating).
 --fsync-probe N times N fdatasyncs of a 4 KiB write in the databases'
 directory before each round and prints p50/p99/max beside it: this host's
-virtual disk has slow phases that move every durable figure.
+virtual disk has slow phases that move every durable figure. Each run also
+prints the server's own WAL flushes in it (count and mean time, from
+/metrics) and its CPU per result.
 
 Credentials (bench_auth.py): the admin token from <db>.tokens for the
 experiment and /metrics, the worker token to register, and the per-worker
@@ -107,6 +109,7 @@ class Bench:
                    CTUNE_LEASE=self.lease)
         env.pop("CTUNE_TOKEN", None)
         cpu0 = self.cpu_s()
+        fl0 = self.flush_stats()
         if self.secret:
             env["CTUNE_TOKEN"] = self.secret  # results.lua: Authorization: Bearer
         out = subprocess.run(["wrk", "-t%d" % a.threads, "-c%d" % a.connections,
@@ -120,13 +123,30 @@ class Bench:
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
         # server CPU per request: a figure the other processes' load moves less
         cpu_us = (self.cpu_s() - cpu0) / max(int(m.group(1)), 1) * 1e6
+        # the server's own WAL flushes in this run, beside the probe's
+        fl1 = self.flush_stats()
+        flushes = fl1[0] - fl0[0]
+        flush_ms = (fl1[1] - fl0[1]) / flushes * 1e3 if flushes else 0.0
         load = open("/proc/loadavg").read().split()[0]
         self.runs.append((rps, int(m.group(1)), int(m.group(2))) + tuple(m.group(3, 4, 5, 6)) +
                          (load, cpu_us))
         print("%-7s run %d: %.0f results/s, p50 %s ms, p90 %s ms, p99 %s ms, max %s ms, "
-              "server CPU %.0f us/result (load avg %s)"
+              "server CPU %.0f us/result, %d WAL flushes of %.2f ms mean (load avg %s)"
               % (self.label, k + 1, rps, m.group(3), m.group(4), m.group(5),
-                 m.group(6), cpu_us, load), flush=True)
+                 m.group(6), cpu_us, flushes, flush_ms, load), flush=True)
+
+    def flush_stats(self):
+        """The server's WAL flushes so far and their seconds (durable commits), from
+        /metrics; (0, 0) from a build without them."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port)
+        try:
+            c.request("GET", "/metrics", headers=bearer(self.tokens.get("admin")))
+            m = c.getresponse().read().decode()
+        finally:
+            c.close()
+        n = re.search(r"ctune_commit_flushes_total (\d+)", m)
+        t = re.search(r"ctune_commit_flush_seconds_total ([\d.eE+-]+)", m)
+        return (int(n.group(1)), float(t.group(1))) if n and t else (0, 0.0)
 
     def cpu_s(self):
         """The server's user + system CPU seconds so far."""

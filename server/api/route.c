@@ -53,20 +53,22 @@ static int route_try(const struct route *r, const char *path, struct route_match
 
 int route_find(const struct route *table, size_t n, enum route_method method, const char *path,
                struct route_match *out) {
-  int path_known = 0;
   enum route_method want = method == RM_HEAD ? RM_GET : method;
+  /* The request's own method first (a few of the table's routes): every
+   * request is routed twice (head and body), so the scan is kept short. */
   for (size_t i = 0; i < n; i++) {
     struct route_match m;
-    if (route_try(&table[i], path, &m)) continue;
-    /* A catch-all only answers its own method; it must not turn a wrong
-     * method on an API path into 405 for the whole tree. */
-    if (table[i].method != want) {
-      if (!m.rest) path_known = 1;
-      continue;
-    }
+    if (table[i].method != want || route_try(&table[i], path, &m)) continue;
     m.route = &table[i];
     *out = m;
     return 0;
   }
-  return path_known ? -EOPNOTSUPP : -ENOENT;
+  /* None: a path another method's route knows is a wrong method. A
+   * catch-all only answers its own method; it must not turn a wrong method
+   * on an API path into 405 for the whole tree. */
+  for (size_t i = 0; i < n; i++) {
+    struct route_match m;
+    if (table[i].method != want && !route_try(&table[i], path, &m) && !m.rest) return -EOPNOTSUPP;
+  }
+  return -ENOENT;
 }
