@@ -234,6 +234,7 @@ AVX2_INLINE void fwdpool_acc(const int MB, const struct geo *g, const float *inb
   const int W = g->W;
   for (int c = 0; c < g->C; c++) {
     const float *rp = inb + c * g->in_cs + i0;
+#pragma GCC unroll 5
     for (int ki = 0; ki < KS; ki++, rp += W, wt += KS * MB) {
 #pragma GCC unroll 5
       for (int kj = 0; kj < KS; kj++) {
