@@ -221,41 +221,125 @@ static AVX2 void forward(const struct geo *g, const float *in, const float *w, f
  * the winner's index in the plane, as layers_pool_bias_relu_forward does,
  * so nothing of the conv output is stored. Rows of whole vectors (out_w a
  * multiple of 8) and an even number of rows only. */
-AVX2_INLINE void fwdpool_tile(const int MB, const struct geo *g, const float *inb, const float *w,
-                              const float *bias, int oy, int x, float *outp, int32_t *argp) {
-  const struct pos ps[2] = {{oy * g->W + x, 0, 0}, {(oy + 1) * g->W + x, 0, 0}};
-  __m256 acc[6][3];
-  fwd_acc(MB, 2, g, inb, w, ps, acc);
-  const __m256i deint = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  const __m128i base = _mm_add_epi32(_mm_set1_epi32(oy * g->OW + x), _mm_setr_epi32(0, 2, 4, 6));
-  const __m128i idx[3] = {_mm_add_epi32(base, _mm_set1_epi32(1)),
-                          _mm_add_epi32(base, _mm_set1_epi32(g->OW)),
-                          _mm_add_epi32(base, _mm_set1_epi32(g->OW + 1))};
-  const __m128 zero = _mm_setzero_ps();
+/* The fused tile's sums, with the weights transposed for it: wt holds
+ * w[m][r] at r * MB + m, so the MB weights of a step are one pointer's
+ * constant offsets; the rows r = (c, ki, kj) run in the same order as
+ * fwd_acc's (the same sums, bit for bit), kj unrolled, so no row offset is
+ * loaded: the two output rows read input rows ki and ki + 1 of each
+ * channel plane. */
+AVX2_INLINE void fwdpool_acc(const int MB, const struct geo *g, const float *inb, const float *wt,
+                             int i0, __m256 acc[6][2]) {
 #pragma GCC unroll 6
-  for (int m = 0; m < MB; m++) {
-    /* evens of each row in the low half, odds in the high half */
-    const __m256 r0 = _mm256_permutevar8x32_ps(acc[m][0], deint);
-    const __m256 r1 = _mm256_permutevar8x32_ps(acc[m][1], deint);
-    const __m128 cand[3] = {_mm256_extractf128_ps(r0, 1), _mm256_castps256_ps128(r1),
-                            _mm256_extractf128_ps(r1, 1)};
-    __m128 bv = _mm256_castps256_ps128(r0);
-    __m128i bi = base;
-    for (int i = 0; i < 3; i++) {
-      const __m128 gt = _mm_cmpgt_ps(cand[i], bv);
-      bv = _mm_blendv_ps(bv, cand[i], gt);
-      bi = _mm_castps_si128(_mm_blendv_ps(_mm_castsi128_ps(bi), _mm_castsi128_ps(idx[i]), gt));
+  for (int m = 0; m < MB; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+  const int W = g->W;
+  for (int c = 0; c < g->C; c++) {
+    const float *rp = inb + c * g->in_cs + i0;
+#pragma GCC unroll 5
+    for (int ki = 0; ki < KS; ki++, rp += W, wt += KS * MB) {
+#pragma GCC unroll 5
+      for (int kj = 0; kj < KS; kj++) {
+        const __m256 x0 = _mm256_loadu_ps(rp + kj), x1 = _mm256_loadu_ps(rp + W + kj);
+#pragma GCC unroll 6
+        for (int m = 0; m < MB; m++) {
+          const __m256 wv = _mm256_broadcast_ss(wt + kj * MB + m);
+          acc[m][0] = _mm256_fmadd_ps(wv, x0, acc[m][0]);
+          acc[m][1] = _mm256_fmadd_ps(wv, x1, acc[m][1]);
+        }
+      }
     }
-    const int64_t o = (int64_t)m * g->B * (g->ohw / 4);
-    _mm_storeu_ps(outp + o, _mm_max_ps(_mm_add_ps(bv, _mm_set1_ps(bias[m])), zero));
-    _mm_storeu_si128((__m128i *)(argp + o), bi);
   }
 }
 
+/* The epilogue for two channels at once: the rows' even and odd columns of
+ * channel a in lanes 0-1 and 4-5, of channel b in 2-3 and 6-7 (what
+ * shufps gives), the candidates compared in that layout and the lanes put
+ * back in order for the stores. */
+AVX2_INLINE void pool_pair(__m256 a0, __m256 a1, __m256 b0, __m256 b1, __m256i base, int ow,
+                           __m256 bias, float *out_a, float *out_b, int32_t *arg_a,
+                           int32_t *arg_b) {
+  const __m256 cand[3] = {_mm256_shuffle_ps(a0, b0, 0xdd), _mm256_shuffle_ps(a1, b1, 0x88),
+                          _mm256_shuffle_ps(a1, b1, 0xdd)};
+  const __m256i idx[3] = {_mm256_add_epi32(base, _mm256_set1_epi32(1)),
+                          _mm256_add_epi32(base, _mm256_set1_epi32(ow)),
+                          _mm256_add_epi32(base, _mm256_set1_epi32(ow + 1))};
+  __m256 bv = _mm256_shuffle_ps(a0, b0, 0x88);
+  __m256 bi = _mm256_castsi256_ps(base);
+#pragma GCC unroll 3
+  for (int i = 0; i < 3; i++) {
+    const __m256 gt = _mm256_cmp_ps(cand[i], bv, _CMP_GT_OQ);
+    bv = _mm256_blendv_ps(bv, cand[i], gt);
+    bi = _mm256_blendv_ps(bi, _mm256_castsi256_ps(idx[i]), gt);
+  }
+  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  const __m256 v =
+      _mm256_permutevar8x32_ps(_mm256_max_ps(_mm256_add_ps(bv, bias), _mm256_setzero_ps()), order);
+  const __m256i w = _mm256_permutevar8x32_epi32(_mm256_castps_si256(bi), order);
+  _mm_storeu_ps(out_a, _mm256_castps256_ps128(v));
+  _mm_storeu_ps(out_b, _mm256_extractf128_ps(v, 1));
+  _mm_storeu_si128((__m128i *)arg_a, _mm256_castsi256_si128(w));
+  _mm_storeu_si128((__m128i *)arg_b, _mm256_extracti128_si256(w, 1));
+}
+
+/* The epilogue for one channel (the last of an odd tile). */
+AVX2_INLINE void pool_one(__m256 r0, __m256 r1, __m128i base, int ow, float bias, float *out,
+                          int32_t *arg) {
+  const __m256i deint = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  /* evens of each row in the low half, odds in the high half */
+  r0 = _mm256_permutevar8x32_ps(r0, deint);
+  r1 = _mm256_permutevar8x32_ps(r1, deint);
+  const __m128 cand[3] = {_mm256_extractf128_ps(r0, 1), _mm256_castps256_ps128(r1),
+                          _mm256_extractf128_ps(r1, 1)};
+  const __m128i idx[3] = {_mm_add_epi32(base, _mm_set1_epi32(1)),
+                          _mm_add_epi32(base, _mm_set1_epi32(ow)),
+                          _mm_add_epi32(base, _mm_set1_epi32(ow + 1))};
+  __m128 bv = _mm256_castps256_ps128(r0);
+  __m128 bi = _mm_castsi128_ps(base);
+#pragma GCC unroll 3
+  for (int i = 0; i < 3; i++) {
+    const __m128 gt = _mm_cmpgt_ps(cand[i], bv);
+    bv = _mm_blendv_ps(bv, cand[i], gt);
+    bi = _mm_blendv_ps(bi, _mm_castsi128_ps(idx[i]), gt);
+  }
+  _mm_storeu_ps(out, _mm_max_ps(_mm_add_ps(bv, _mm_set1_ps(bias)), _mm_setzero_ps()));
+  _mm_storeu_si128((__m128i *)arg, _mm_castps_si128(bi));
+}
+
+/* --- forward fused with the 2x2 max pool, bias and ReLU: a tile is MB
+ * channels x the two rows (oy, oy + 1) of one 8-wide column, the same sums
+ * in the same order as the forward tile; its epilogue takes each window's
+ * maximum and winner (the four candidates in layers_maxpool_forward's
+ * order, strict >, the first maximum wins) and writes relu(max + bias) and
+ * the winner's index in the plane, as layers_pool_bias_relu_forward does,
+ * so nothing of the conv output is stored. Rows of whole vectors (out_w a
+ * multiple of 8) and an even number of rows only. cs: the pooled output's
+ * channel stride. */
+AVX2_INLINE void fwdpool_tile(const int MB, const struct geo *g, const float *inb, const float *wt,
+                              const float *bias, int oy, int x, int64_t cs, float *outp,
+                              int32_t *argp) {
+  const int ow = g->OW;
+  __m256 acc[6][2];
+  fwdpool_acc(MB, g, inb, wt, oy * g->W + x, acc);
+  const int i0 = oy * ow + x;
+  const __m256i base2 =
+      _mm256_add_epi32(_mm256_set1_epi32(i0), _mm256_setr_epi32(0, 2, 0, 2, 4, 6, 4, 6));
+#pragma GCC unroll 3
+  for (int m = 0; m + 1 < MB; m += 2) {
+    const __m256 bias2 = _mm256_setr_ps(bias[m], bias[m], bias[m + 1], bias[m + 1], bias[m],
+                                        bias[m], bias[m + 1], bias[m + 1]);
+    pool_pair(acc[m][0], acc[m][1], acc[m + 1][0], acc[m + 1][1], base2, ow, bias2, outp + m * cs,
+              outp + (m + 1) * cs, argp + m * cs, argp + (m + 1) * cs);
+  }
+  if (MB % 2)
+    pool_one(acc[MB - 1][0], acc[MB - 1][1],
+             _mm_add_epi32(_mm_set1_epi32(i0), _mm_setr_epi32(0, 2, 4, 6)), ow, bias[MB - 1],
+             outp + (MB - 1) * cs, argp + (MB - 1) * cs);
+}
+
 #define FWDPOOL_FN(MB)                                                                             \
-  static AVX2 void fwdpool_##MB(const struct geo *g, const float *inb, const float *w,             \
-                                const float *bias, int oy, int x, float *outp, int32_t *argp) {    \
-    fwdpool_tile(MB, g, inb, w, bias, oy, x, outp, argp);                                          \
+  static AVX2 void fwdpool_##MB(const struct geo *g, const float *inb, const float *wt,            \
+                                const float *bias, int oy, int x, int64_t cs, float *outp,         \
+                                int32_t *argp) {                                                   \
+    fwdpool_tile(MB, g, inb, wt, bias, oy, x, cs, outp, argp);                                     \
   }
 FWDPOOL_FN(1)
 FWDPOOL_FN(2)
@@ -265,23 +349,26 @@ FWDPOOL_FN(5)
 FWDPOOL_FN(6)
 
 typedef void (*fwdpool_fn)(const struct geo *, const float *, const float *, const float *, int,
-                           int, float *, int32_t *);
+                           int, int64_t, float *, int32_t *);
 static const fwdpool_fn fwdpool_table[7] = {NULL,      fwdpool_1, fwdpool_2, fwdpool_3,
                                             fwdpool_4, fwdpool_5, fwdpool_6};
 
 static AVX2 void forward_pool(const struct geo *g, const float *in, const float *w,
                               const float *bias, float *out, int32_t *arg) {
+  _Alignas(32) float wt[MAX_ROWS * 6];
   const int pw = g->OW / 2;
   const int64_t po = g->ohw / 4; /* one pooled plane */
-  for (int b = 0; b < g->B; b++) {
-    const float *inb = in + b * g->hw;
-    for (int m0 = 0; m0 < g->M; m0 += 6) {
-      const int mb = g->M - m0 < 6 ? g->M - m0 : 6;
+  for (int m0 = 0; m0 < g->M; m0 += 6) {
+    const int mb = g->M - m0 < 6 ? g->M - m0 : 6;
+    for (int r = 0; r < g->K; r++)
+      for (int m = 0; m < mb; m++) wt[r * mb + m] = w[(int64_t)(m0 + m) * g->K + r];
+    for (int b = 0; b < g->B; b++) {
+      const float *inb = in + b * g->hw;
       const int64_t plane = ((int64_t)m0 * g->B + b) * po;
       for (int oy = 0; oy < g->OH; oy += 2)
         for (int x = 0; x < g->OW; x += 8) {
           const int64_t o = plane + (oy / 2) * pw + x / 2;
-          fwdpool_table[mb](g, inb, w + (int64_t)m0 * g->K, bias + m0, oy, x, out + o, arg + o);
+          fwdpool_table[mb](g, inb, wt, bias + m0, oy, x, g->B * po, out + o, arg + o);
         }
     }
   }
@@ -474,6 +561,106 @@ static AVX2 void backward_w_t(const struct geo *g, const float *in, const float 
   }
   for (int m = 0; m < M; m++)
     for (int r = 0; r < g->K; r++) dw[(int64_t)m * g->K + r] = dwt[(int64_t)r * M + m];
+}
+
+/* --- the weight gradient straight from the pooled gradient, for a layer
+ * whose input gradient is not needed (the first): after the 2x2 max pool
+ * the conv output's gradient is zero except at each window's winner, so
+ *   dw[m][c][ki][kj] = sum over windows of g * in[c][winner + (ki, kj)],
+ *   g = relu'(y) * dy (y, dy: the pooled output and its gradient),
+ * the dense sum's nonzero terms, a quarter of them, in another order; db[m]
+ * is the sum of g. A window adds its 5 input rows, each loaded as 8 floats
+ * whose last 3 lanes are ignored, into 5 accumulators, two sets taken in
+ * turn so the multiply-adds of consecutive windows overlap. Rows that would
+ * read past the end of the input are loaded masked. */
+AVX2_INLINE void dwp_window(const int MASKED, const float *src, int W, __m256 gv, __m256i m5,
+                            __m256 acc[KS]) {
+#pragma GCC unroll 5
+  for (int ki = 0; ki < KS; ki++)
+    acc[ki] = _mm256_fmadd_ps(
+        gv, MASKED ? _mm256_maskload_ps(src + ki * W, m5) : _mm256_loadu_ps(src + ki * W), acc[ki]);
+}
+
+/* One pooled plane's windows into sums[2][KS] (and, when DB, g's sum into
+ * *dbv); MASKED: every load masked, for the plane at the end of the input. */
+AVX2_INLINE void dwp_plane(const int MASKED, const int DB, const float *ib, int W,
+                           const int32_t *off, const float *yp, const float *dp, const int32_t *ap,
+                           int64_t po, __m256 *sums, __m256 *dbv) {
+  const __m256i m5 = _mm256_setr_epi32(-1, -1, -1, -1, -1, 0, 0, 0);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 acc[2][KS];
+#pragma GCC unroll 5
+  for (int ki = 0; ki < KS; ki++) {
+    acc[0][ki] = sums[ki];
+    acc[1][ki] = sums[KS + ki];
+  }
+  int64_t i = 0;
+  for (; i + 8 <= po; i += 8) {
+    const __m256 gv = _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(yp + i), zero, _CMP_GT_OQ),
+                                    _mm256_loadu_ps(dp + i));
+    if (DB) *dbv = _mm256_add_ps(*dbv, gv);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+      dwp_window(MASKED, ib + off[ap[i + j]], W, _mm256_permutevar8x32_ps(gv, _mm256_set1_epi32(j)),
+                 m5, acc[j & 1]);
+  }
+  for (; i < po; i++) {
+    /* the sum of g in lane 0 of *dbv */
+    const __m256 gv = _mm256_and_ps(_mm256_cmp_ps(_mm256_set1_ps(yp[i]), zero, _CMP_GT_OQ),
+                                    _mm256_set1_ps(dp[i]));
+    if (DB) *dbv = _mm256_add_ps(*dbv, _mm256_blend_ps(zero, gv, 1));
+    dwp_window(MASKED, ib + off[ap[i]], W, gv, m5, acc[0]);
+  }
+#pragma GCC unroll 5
+  for (int ki = 0; ki < KS; ki++) {
+    sums[ki] = acc[0][ki];
+    sums[KS + ki] = acc[1][ki];
+  }
+}
+
+#define DWP_FN(MASKED, DB)                                                                         \
+  static AVX2 void dwp_##MASKED##_##DB(const float *ib, int W, const int32_t *off,                 \
+                                       const float *yp, const float *dp, const int32_t *ap,        \
+                                       int64_t po, __m256 *sums, __m256 *dbv) {                    \
+    dwp_plane(MASKED, DB, ib, W, off, yp, dp, ap, po, sums, dbv);                                  \
+  }
+DWP_FN(0, 0)
+DWP_FN(0, 1)
+DWP_FN(1, 0)
+DWP_FN(1, 1)
+
+typedef void (*dwp_fn)(const float *, int, const int32_t *, const float *, const float *,
+                       const int32_t *, int64_t, __m256 *, __m256 *);
+static const dwp_fn dwp_table[2][2] = {{dwp_0_0, dwp_0_1}, {dwp_1_0, dwp_1_1}};
+
+static AVX2 void backward_w_pooled(const struct geo *g, const float *in, const float *y,
+                                   const float *dy, const int32_t *arg, int ph, int pw, float *dw,
+                                   float *db) {
+  int32_t off[PACK]; /* conv output index -> offset of its window in the input plane */
+  for (int oy = 0; oy < g->OH; oy++)
+    for (int ox = 0; ox < g->OW; ox++) off[oy * g->OW + ox] = oy * g->W + ox;
+  const int64_t po = (int64_t)ph * pw;
+  const float *end = in + g->C * g->in_cs;
+  for (int m = 0; m < g->M; m++) {
+    __m256 dbv = _mm256_setzero_ps();
+    for (int c = 0; c < g->C; c++) {
+      __m256 sums[2 * KS];
+      for (int k = 0; k < 2 * KS; k++) sums[k] = _mm256_setzero_ps();
+      for (int b = 0; b < g->B; b++) {
+        const float *ib = in + c * g->in_cs + b * g->hw;
+        const int64_t p = ((int64_t)m * g->B + b) * po;
+        /* the plane's last window reads at most to its last row + 8 */
+        const int masked = ib + g->hw + 8 > end;
+        dwp_table[masked][c == 0](ib, g->W, off, y + p, dy + p, arg + p, po, sums, &dbv);
+      }
+      for (int ki = 0; ki < KS; ki++) {
+        float lanes[8];
+        _mm256_storeu_ps(lanes, _mm256_add_ps(sums[ki], sums[KS + ki]));
+        memcpy(dw + (int64_t)m * g->K + (c * KS + ki) * KS, lanes, sizeof(float) * KS);
+      }
+    }
+    db[m] = avx2_hsum8(dbv);
+  }
 }
 
 /* --- input gradient: din[pos + roff[r]] += sum_m w[m][r] * dout[m][pos] ---
@@ -683,6 +870,22 @@ int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, cons
   return 0;
 }
 
+int conv_avx2_pooled_supports(const struct layer_shape *s) {
+  if (conv_avx2_supports(s)) return -ENOTSUP;
+  if (s->pool_h != s->out_h / 2 || s->pool_w != s->out_w / 2 || s->pool_h < 1 || s->pool_w < 1)
+    return -ENOTSUP;
+  return 0;
+}
+
+int conv_avx2_backward_pooled(const struct layer_shape *s, int B, const float *in, const float *y,
+                              const float *dy, const int32_t *arg, float *dw, float *db) {
+  if (conv_avx2_pooled_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  backward_w_pooled(&g, in, y, dy, arg, s->pool_h, s->pool_w, dw, db);
+  return 0;
+}
+
 #else /* not x86-64 with GCC or clang */
 
 int conv_avx2_cpu_ok(void) { return 0; }
@@ -695,6 +898,17 @@ int conv_avx2_pool_supports(const struct layer_shape *s) {
 int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, const float *w,
                            const float *bias, float *out, int32_t *arg) {
   (void)s, (void)B, (void)in, (void)w, (void)bias, (void)out, (void)arg;
+  return -ENOTSUP;
+}
+
+int conv_avx2_pooled_supports(const struct layer_shape *s) {
+  (void)s;
+  return -ENOTSUP;
+}
+
+int conv_avx2_backward_pooled(const struct layer_shape *s, int B, const float *in, const float *y,
+                              const float *dy, const int32_t *arg, float *dw, float *db) {
+  (void)s, (void)B, (void)in, (void)y, (void)dy, (void)arg, (void)dw, (void)db;
   return -ENOTSUP;
 }
 

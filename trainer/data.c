@@ -218,14 +218,43 @@ static void norm_table_init(void) {
   for (int p = 0; p < 256; p++) norm_table[p] = norm_pixel((uint8_t)p);
 }
 
+/* norm_pixel 8 pixels at a time on CPUs with AVX2: the same three IEEE
+ * operations (x / 0.5 as x * 2, which is exact), so the same bits as the
+ * table; the last count % 8 pixels take the table. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "avx2_util.h"
+#include "conv_avx2.h"
+
+static AVX2 int64_t normalise_avx2(const uint8_t *pix, int64_t count, float *out) {
+  const __m256 k255 = _mm256_set1_ps(255.0f), half = _mm256_set1_ps(0.5f),
+               two = _mm256_set1_ps(2.0f);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i p8 = _mm_loadl_epi64((const __m128i *)(pix + i));
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p8));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_sub_ps(_mm256_div_ps(f, k255), half), two));
+  }
+  return i;
+}
+#define NORMALISE_AVX2(pix, count, out) (conv_avx2_cpu_ok() ? normalise_avx2(pix, count, out) : 0)
+#else
+#define NORMALISE_AVX2(pix, count, out) 0
+#endif
+
 void data_normalise(const uint8_t *pix, int64_t count, float *out) {
   pthread_once(&norm_once, norm_table_init);
-  for (int64_t i = 0; i < count; i++) out[i] = norm_table[pix[i]];
+  for (int64_t i = NORMALISE_AVX2(pix, count, out); i < count; i++) out[i] = norm_table[pix[i]];
 }
 
 void data_gather(const struct dataset *d, const int32_t *idx, int64_t n, float *x, uint8_t *y) {
   const int64_t dim = (int64_t)d->c * d->h * d->w;
   for (int64_t i = 0; i < n; i++) {
+    /* the images are read in a random order: fetch the next one's lines
+     * while this one is converted */
+    if (i + 1 < n) {
+      const uint8_t *next = d->pix + (int64_t)idx[i + 1] * dim;
+      for (int64_t k = 0; k < dim; k += 64) __builtin_prefetch(next + k);
+    }
     data_normalise(d->pix + (int64_t)idx[i] * dim, dim, x + i * dim);
     y[i] = d->y[idx[i]];
   }

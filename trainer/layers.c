@@ -189,6 +189,16 @@ void layers_conv_backward(const struct layer_shape *s, int B, const float *in, c
   layers_conv_backward_ref(s, B, in, dout, w, dw, db, col, dcol, din);
 }
 
+void layers_conv_pool_backward(const struct layer_shape *s, int B, const float *in, const float *y,
+                               const float *dy, const int32_t *arg, const float *w, float *dw,
+                               float *db, float *col, float *dcol, float *dact, float *din) {
+  if (!din && kernels_mode == LAYERS_KERNELS_AUTO &&
+      conv_avx2_backward_pooled(s, B, in, y, dy, arg, dw, db) == 0)
+    return;
+  layers_pool_bias_relu_backward(s->out_c, B, s->out_h, s->out_w, y, dy, arg, dact, db);
+  layers_conv_backward(s, B, in, dact, w, dw, NULL, col, dcol, din);
+}
+
 void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *in,
                               const float *dout, const float *w, float *dw, float *db, float *col,
                               float *dcol, float *din) {

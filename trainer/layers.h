@@ -57,6 +57,17 @@ void layers_bias_relu_backward_cnhw(int C, int64_t per_c, const float *y, float 
 void layers_conv_pool_forward(const struct layer_shape *s, int B, const float *in, const float *w,
                               const float *b, float *col, float *act, float *out, int32_t *arg);
 
+/* The backward of layers_conv_pool_forward from its pooled output y, the
+ * gradient dy and the winners arg: layers_pool_bias_relu_backward into dact
+ * (db), then layers_conv_backward (dw, and din when not NULL). When din is
+ * NULL (the first layer), in AUTO mode, where the CPU and shape allow,
+ * conv_avx2_backward_pooled writes dw and db from the pooled gradient's
+ * nonzero terms alone, without dact. din may be dy's buffer: dy is read
+ * before din is written. */
+void layers_conv_pool_backward(const struct layer_shape *s, int B, const float *in, const float *y,
+                               const float *dy, const int32_t *arg, const float *w, float *dw,
+                               float *db, float *col, float *dcol, float *dact, float *din);
+
 /* In-place ReLU and its backward from the ReLU's output. */
 void layers_relu_forward(float *x, int64_t n);
 void layers_relu_backward(const float *y, float *dy, int64_t n);

@@ -169,10 +169,8 @@ void net_backward(struct net *n, const float *params, const uint8_t *y, int B, f
   for (int i = n->n_conv - 1; i >= 0; i--) {
     const struct layer_shape *s = &L->layer[i];
     struct conv_bufs *c = &n->conv[i];
-    layers_pool_bias_relu_backward(s->out_c, B, s->out_h, s->out_w, c->pool, n->dconv_a, c->arg,
-                                   n->dconv_b, grads + s->b_off);
     float *din = i > 0 ? n->dconv_a : NULL;
-    layers_conv_backward(s, B, n->conv_in[i], n->dconv_b, params + s->w_off, grads + s->w_off, NULL,
-                         c->col, n->dcol, din);
+    layers_conv_pool_backward(s, B, n->conv_in[i], c->pool, n->dconv_a, c->arg, params + s->w_off,
+                              grads + s->w_off, grads + s->b_off, c->col, n->dcol, n->dconv_b, din);
   }
 }

@@ -21,6 +21,8 @@ trainer's own samples_per_s and PyTorch's wall time. Run with Debian's python
   /usr/bin/python3 bench/train/bench_train.py --build build
   /usr/bin/python3 bench/train/bench_train.py --build build --limit 6000  # quick
   /usr/bin/python3 bench/train/bench_train.py --build build --repeat 3   # busy machine
+  # against an earlier build, alternately in each cell (its own column)
+  /usr/bin/python3 bench/train/bench_train.py --build build --baseline /tmp/old-build
 """
 import argparse
 import gzip
@@ -166,6 +168,10 @@ def main():
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--no-torch", action="store_true",
                     help="ctune-train and the peak only")
+    ap.add_argument("--baseline", default="",
+                    help="another build dir (holding bin/ctune-train) run "
+                         "alternately with --build in every cell: its "
+                         "samples/s and the speed-up over it")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per cell, best kept (a shared machine's noise "
                          "only ever slows a run down)")
@@ -189,24 +195,30 @@ def main():
               f"samples/s per {a.clock} second of the training steps, best of "
               f"{a.repeat}; load average {load[0]:.2f} {load[1]:.2f} "
               f"{load[2]:.2f}")
+        base_dir = os.path.join(a.baseline, "bin") if a.baseline else ""
+        bcol = f" {'baseline':>9} {'speed-up':>8}" if base_dir else ""
         print(f"{'model':6} {'batch':>5} {'peak GF/s':>9} {'ctune-train':>12} "
-              f"{'GF/s':>6} {'of peak':>7} {'pytorch':>8} {'ratio':>6}",
+              f"{'GF/s':>6} {'of peak':>7} {'pytorch':>8} {'ratio':>6}{bcol}",
               flush=True)
         for model in a.models.split(","):
             for b in [int(s) for s in a.batches.split(",")]:
-                peak = c = t = 0.0
+                peak = c = t = base = 0.0
                 for _ in range(a.repeat):
                     peak = max(peak, peak_gflops(peak_exe))
                     c = max(c, ctune(bin_dir, model, b, a.limit, a.data_dir,
                                      tmp, a.clock))
+                    if base_dir:
+                        base = max(base, ctune(base_dir, model, b, a.limit,
+                                               a.data_dir, tmp, a.clock))
                     if have_torch:
                         t = max(t, torch_rate(model, b, a.limit, data,
                                               a.clock))
                 gf = c * flop_per_sample(model) / 1e9
                 tcol = f"{t:8.0f} {c / t:6.2f}" if have_torch else \
                     f"{'-':>8} {'-':>6}"
+                bval = f" {base:9.0f} {c / base:8.2f}" if base_dir else ""
                 print(f"{model:6} {b:5d} {peak:9.1f} {c:12.0f} {gf:6.1f} "
-                      f"{gf / peak:7.0%} {tcol}", flush=True)
+                      f"{gf / peak:7.0%} {tcol}{bval}", flush=True)
         load = os.getloadavg()
         print(f"# load average at the end {load[0]:.2f} {load[1]:.2f} "
               f"{load[2]:.2f}")

@@ -336,6 +336,77 @@ START_TEST(conv_pool_fused) {
 }
 END_TEST
 
+/* The first layer's weight and bias gradients straight from the pooled
+ * gradient (conv_avx2_backward_pooled) against the pool backward then the
+ * reference convolution backward, within the convolutions' tolerance (the
+ * same nonzero terms in another order); and layers_conv_pool_backward,
+ * which takes it only without din and in AUTO mode: bit for bit the path
+ * taken. */
+static void check_pooled(int in_c, int h, int w, int out_c, int B) {
+  const struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
+  const int64_t n_in = (int64_t)in_c * B * h * w;
+  const int64_t n_act = (int64_t)out_c * B * s.out_h * s.out_w;
+  const int64_t n_y = (int64_t)out_c * B * s.pool_h * s.pool_w, n_w = s.w_size;
+  const int64_t n_col = layers_conv_col_size(&s, B);
+  float *in = fill(n_in), *wt = fill(n_w), *bias = fill(out_c), *dy = fill(n_y);
+  float *col = zeros(n_col), *dcol = zeros(n_col), *act = zeros(n_act), *y = zeros(n_y);
+  float *dact = zeros(n_act), *a_in = absolute(in, n_in), *din = zeros(n_in);
+  float *dw_f = fill(n_w), *dw_r = zeros(n_w), *dw_m = zeros(n_w), *dw_l = fill(n_w);
+  float *db_f = fill(out_c), *db_r = zeros(out_c), *db_m = zeros(out_c), *db_l = fill(out_c);
+  int32_t *arg = calloc((size_t)n_y, sizeof(int32_t));
+  ck_assert_ptr_nonnull(arg);
+  layers_conv_pool_forward(&s, B, in, wt, bias, col, act, y, arg);
+
+  layers_pool_bias_relu_backward(out_c, B, s.out_h, s.out_w, y, dy, arg, dact, db_r);
+  layers_conv_backward_ref(&s, B, in, dact, wt, dw_r, NULL, col, dcol, NULL);
+  float *a_dact = absolute(dact, n_act);
+  layers_conv_backward_ref(&s, B, a_in, a_dact, wt, dw_m, db_m, col, dcol, NULL);
+  ck_assert_int_eq(conv_avx2_pooled_supports(&s), 0);
+  ck_assert_int_eq(conv_avx2_backward_pooled(&s, B, in, y, dy, arg, dw_f, db_f), 0);
+  expect_close("pooled weight gradient", &s, B, dw_f, dw_r, dw_m, n_w);
+  expect_close("pooled bias gradient", &s, B, db_f, db_r, db_m, out_c);
+
+  /* without din: the pooled kernel, dact untouched */
+  for (int64_t i = 0; i < n_act; i++) dact[i] = 7.0f;
+  layers_conv_pool_backward(&s, B, in, y, dy, arg, wt, dw_l, db_l, col, dcol, dact, NULL);
+  ck_assert_mem_eq(dw_l, dw_f, sizeof(float) * (size_t)n_w);
+  ck_assert_mem_eq(db_l, db_f, sizeof(float) * (size_t)out_c);
+  ck_assert(dact[0] == 7.0f && dact[n_act - 1] == 7.0f);
+  /* with din, or in REFERENCE mode: the pool backward, then the convolution's */
+  float *dw_2 = zeros(n_w), *db_2 = zeros(out_c), *din_2 = zeros(n_in);
+  layers_conv_pool_backward(&s, B, in, y, dy, arg, wt, dw_l, db_l, col, dcol, dact, din);
+  layers_pool_bias_relu_backward(out_c, B, s.out_h, s.out_w, y, dy, arg, act, db_2);
+  layers_conv_backward(&s, B, in, act, wt, dw_2, NULL, col, dcol, din_2);
+  ck_assert_mem_eq(dw_l, dw_2, sizeof(float) * (size_t)n_w);
+  ck_assert_mem_eq(db_l, db_2, sizeof(float) * (size_t)out_c);
+  ck_assert_mem_eq(din, din_2, sizeof(float) * (size_t)n_in);
+  layers_set_kernels(LAYERS_KERNELS_REFERENCE);
+  layers_conv_pool_backward(&s, B, in, y, dy, arg, wt, dw_l, db_l, col, dcol, dact, NULL);
+  layers_set_kernels(LAYERS_KERNELS_AUTO);
+  ck_assert_mem_eq(dw_l, dw_r, sizeof(float) * (size_t)n_w);
+  ck_assert_mem_eq(db_l, db_2, sizeof(float) * (size_t)out_c);
+
+  float *bufs[] = {in,   wt,   bias, dy,   col,  dcol, act,  y,    dact, a_in,  din,   dw_f,
+                   dw_r, dw_m, dw_l, db_f, db_r, db_m, db_l, dw_2, db_2, din_2, a_dact};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+  free(arg);
+}
+
+START_TEST(conv_pool_backward_pooled) {
+  if (!have_avx2()) return;
+  check_pooled(1, 28, 28, 6, 3); /* the cnn's conv1 */
+  check_pooled(1, 28, 28, 6, 1); /* its one plane read to the end of the input */
+  check_pooled(3, 32, 32, 6, 2); /* CIFAR-10's: 196 windows a plane, 8 at a time and 4 */
+  check_pooled(2, 9, 14, 5, 2);  /* out 5x10: the pool drops a row; 10 windows a plane */
+  /* what it does not take: rows narrower than a vector */
+  const struct layer_shape narrow = ts_conv_shape(1, 9, 9, 3);
+  ck_assert_int_eq(conv_avx2_pooled_supports(&narrow), -ENOTSUP);
+  float x = 0.0f;
+  int32_t a = 0;
+  ck_assert_int_eq(conv_avx2_backward_pooled(&narrow, 1, &x, &x, &x, &a, &x, &x), -ENOTSUP);
+}
+END_TEST
+
 /* The linear layers' AVX2 GEMMs (trainer/gemm_avx2.c) against the sgemm
  * reference, with the same tolerance as the convolutions: forward, weight,
  * bias and input gradients; widths off the 8-wide vector and the 4 x 3
@@ -446,6 +517,7 @@ int main(void) {
   tcase_add_test(tc, dispatch);
   tcase_add_test(tc, pool_bias_relu_fused);
   tcase_add_test(tc, conv_pool_fused);
+  tcase_add_test(tc, conv_pool_backward_pooled);
   tcase_add_test(tc, linear);
   tcase_add_test(tc, linear_dispatch);
   suite_add_tcase(s, tc);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 
+#include "conv_avx2.h"
 #include "data.h"
 #include "test_util.h"
 
@@ -53,6 +54,27 @@ START_TEST(idx_gz_roundtrip_and_normalisation) {
   ck_assert_int_eq(data_load(DATA_FASHION_MNIST, dir, 0, 7, &d, err, sizeof(err)), 0);
   ck_assert_int_eq(d.n, 7);
   data_free(&d);
+}
+END_TEST
+
+/* Every pixel value, 8 at a time on AVX2 CPUs and the last ones by the
+ * table, and on a CPU without AVX2: the bits of (p / 255 - 0.5) / 0.5. */
+START_TEST(normalise_every_pixel_value) {
+  enum { N = 256 + 7 };
+  uint8_t pix[N];
+  float x[N];
+  for (int i = 0; i < N; i++) pix[i] = (uint8_t)(i * 37 + 11);
+  for (int hide = 0; hide < 2; hide++) {
+    conv_avx2_hide_cpu(hide);
+    memset(x, 0xff, sizeof(x));
+    data_normalise(pix, N, x);
+    for (int i = 0; i < N; i++) {
+      const float want = (pix[i] / 255.0f - 0.5f) / 0.5f;
+      ck_assert_msg(memcmp(&x[i], &want, sizeof(float)) == 0, "pixel %d (%d): %.9g, want %.9g", i,
+                    pix[i], x[i], want);
+    }
+  }
+  conv_avx2_hide_cpu(0);
 }
 END_TEST
 
@@ -207,6 +229,7 @@ int main(void) {
   TCase *tc = tcase_create("data");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, idx_gz_roundtrip_and_normalisation);
+  tcase_add_test(tc, normalise_every_pixel_value);
   tcase_add_test(tc, idx_plain_files_accepted);
   tcase_add_test(tc, idx_missing_file);
   tcase_add_test(tc, idx_parser_rejects_bad_buffers);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "conv_avx2.h"
 #include "ops_math.h"
 #include "optim.h"
 #include "splitmix.h"
@@ -51,6 +52,39 @@ START_TEST(adam_bias_corrected) {
   g[1] = 0.0f;
   optim_step(&o, p, st, g, 2, 2);
   ck_assert_msg(fabs(p[0] - want) < 1e-6, "%.9g vs %.9g", p[0], want);
+}
+END_TEST
+
+/* The AVX2 copy of the loops (8 parameters a step) and the baseline one
+ * (on a CPU without AVX2, or with it hidden) give the same bits, SGD and
+ * Adam, over a length that leaves a tail. */
+START_TEST(step_same_bits_with_and_without_avx2) {
+  enum { N = 8 * 5 + 3 };
+  const struct optim_spec specs[2] = {
+      {.kind = OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f},
+      {.kind = OPTIM_ADAM,
+       .lr = 0.01f,
+       .beta1 = 0.9f,
+       .beta2 = 0.999f,
+       .eps = 1e-8f,
+       .weight_decay = 1e-3f}};
+  struct splitmix r;
+  splitmix_seed(&r, 3);
+  for (int k = 0; k < 2; k++) {
+    float p[2][N], st[2][2 * N], g[N];
+    for (int i = 0; i < N; i++) {
+      p[0][i] = p[1][i] = (float)(2.0 * splitmix_uniform(&r) - 1.0);
+      g[i] = (float)(2.0 * splitmix_uniform(&r) - 1.0);
+    }
+    for (int i = 0; i < 2 * N; i++) st[0][i] = st[1][i] = (float)splitmix_uniform(&r);
+    for (int hide = 0; hide < 2; hide++) {
+      conv_avx2_hide_cpu(hide);
+      for (int step = 1; step <= 3; step++) optim_step(&specs[k], p[hide], st[hide], g, N, step);
+    }
+    conv_avx2_hide_cpu(0);
+    ck_assert_mem_eq(p[0], p[1], sizeof(p[0]));
+    ck_assert_mem_eq(st[0], st[1], sizeof(st[0]));
+  }
 }
 END_TEST
 
@@ -112,6 +146,7 @@ int main(void) {
   tcase_add_test(tc, sgd_momentum_pytorch_form);
   tcase_add_test(tc, sgd_weight_decay);
   tcase_add_test(tc, adam_bias_corrected);
+  tcase_add_test(tc, step_same_bits_with_and_without_avx2);
   tcase_add_test(tc, ops_math_pieces);
   tcase_add_test(tc, init_bounds_pytorch_default);
   tcase_add_test(tc, rng_deterministic_and_shuffle_is_permutation);
