@@ -29,7 +29,8 @@ int proc_exited(struct proc *p);
 extern volatile sig_atomic_t proc_hurry;
 
 /* SIGTERM, up to grace_ms for it to exit (less once proc_hurry is set),
- * then SIGKILL to its process group; always reaps. */
+ * then SIGKILL to its process group; always reaps. Its exit is awaited as
+ * an event (a pidfd), so this returns as soon as it has exited. */
 void proc_stop(struct proc *p, int grace_ms);
 
 /* Waits up to timeout_ms for a line starting with prefix to appear in the log
@@ -38,5 +39,11 @@ void proc_stop(struct proc *p, int grace_ms);
  * 0, -ETIMEDOUT, -ECHILD, -EINTR. */
 int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
                        int timeout_ms, const volatile sig_atomic_t *stop, char *out, size_t outlen);
+
+/* The same for a line holding text anywhere (after a log line's time and
+ * level); nothing is copied. Both wake when the log changes (inotify), not
+ * at the next look of a poll loop. */
+int proc_wait_log_text(struct proc *p, const char *log_path, long offset, const char *text,
+                       int timeout_ms, const volatile sig_atomic_t *stop);
 
 #endif

@@ -25,6 +25,7 @@
 struct run_ctx {
   struct proc server, worker;
   char server_log[PATH_MAX], worker_log[PATH_MAX];
+  long worker_log_off; /* the worker log's size when this run started it */
 };
 
 static long file_size(const char *path) {
@@ -79,6 +80,7 @@ static long long max_worker_id(struct http_client *c) {
  * nothing is checked); -ECHILD (a child died, said); -EINTR. */
 static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long known, double *cpu,
                            double *gpu, double *mem) {
+  int logged = 0;
   for (int i = 0; i < 300; i++) {
     struct http_error err;
     cJSON *resp = NULL;
@@ -101,8 +103,18 @@ static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long k
       }
       cJSON_Delete(resp);
     }
-    struct timespec ts = {0, 100 * 1000000L};
-    nanosleep(&ts, NULL);
+    /* Its registration is awaited as its log line (the log is watched),
+     * not found at the next look of a 100 ms poll; once that line is there
+     * (the server may list the worker a moment later), looks 100 ms apart. */
+    if (!logged) {
+      int w = proc_wait_log_text(&r->worker, r->worker_log, r->worker_log_off, "registered with ",
+                                 100, &cli_signal);
+      logged = w == 0;
+      if (w == -ECHILD || w == -EINTR) continue; /* said at the top of the loop */
+    } else {
+      struct timespec ts = {0, 100 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
   }
   return -ETIMEDOUT;
 }
@@ -334,6 +346,7 @@ int cmd_run(const struct cli_args *a) {
     wargv[wn++] = gpus;
   }
   wargv[wn] = NULL;
+  r.worker_log_off = file_size(r.worker_log);
   rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
