@@ -110,6 +110,7 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
   p->pid = pid;
   p->status = 0;
   p->name = name;
+  p->termed = 0;
   return 0;
 }
 
@@ -160,9 +161,15 @@ static int proc_left_ms(uint64_t deadline) {
   return now >= deadline ? 0 : deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now);
 }
 
+void proc_term(struct proc *p) {
+  if (p->pid <= 0 || p->termed) return;
+  kill(p->pid, SIGTERM);
+  p->termed = 1;
+}
+
 void proc_stop(struct proc *p, int grace_ms) {
   if (p->pid <= 0) return;
-  kill(p->pid, SIGTERM);
+  proc_term(p);
   uint64_t deadline = clock_mono_ms() + (uint64_t)grace_ms;
   while (!proc_hurry && clock_mono_ms() < deadline) {
     if (proc_exited(p)) return;

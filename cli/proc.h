@@ -11,6 +11,7 @@ struct proc {
   pid_t pid;        /* 0 when not running */
   int status;       /* wait status once reaped */
   const char *name; /* for messages */
+  int termed;       /* SIGTERM sent (proc_term): never a second one */
 };
 
 /* Path of program `name`: next to this executable first, then on PATH.
@@ -28,7 +29,12 @@ int proc_exited(struct proc *p);
  * the child's process group at once. */
 extern volatile sig_atomic_t proc_hurry;
 
-/* SIGTERM, up to grace_ms for it to exit (less once proc_hurry is set),
+/* SIGTERM, once: a second one would mean "at once" to ctune-worker (its
+ * trials killed without their checkpoints), so proc_stop sends none after
+ * it. */
+void proc_term(struct proc *p);
+
+/* SIGTERM (unless proc_term sent it), up to grace_ms for it to exit (less once proc_hurry is set),
  * then SIGKILL to its process group; always reaps. Its exit is awaited as
  * an event (a pidfd), so this returns as soon as it has exited. */
 void proc_stop(struct proc *p, int grace_ms);

@@ -47,14 +47,22 @@ static void print_log_tail(const char *path) {
 /* Polled by the watch loop: a child that died ends the run. */
 static int children_alive(void *arg) {
   struct run_ctx *r = arg;
-  struct proc *dead = proc_exited(&r->server)   ? &r->server
-                      : proc_exited(&r->worker) ? &r->worker
-                                                : NULL;
+  /* A worker told to stop (the experiment ended) is expected to exit. */
+  struct proc *dead = proc_exited(&r->server)                        ? &r->server
+                      : proc_exited(&r->worker) && !r->worker.termed ? &r->worker
+                                                                     : NULL;
   if (!dead) return 0;
   fprintf(stderr, "ctune: %s exited unexpectedly (wait status %d); last lines of %s:\n", dead->name,
           dead->status, dead == &r->server ? r->server_log : r->worker_log);
   print_log_tail(dead == &r->server ? r->server_log : r->worker_log);
   return -ECHILD;
+}
+
+/* The experiment ended (its event stream says so): the worker drains while
+ * the final table is fetched and printed, not after. */
+static void stop_worker_early(void *arg) {
+  struct run_ctx *r = arg;
+  proc_term(&r->worker);
 }
 
 /* The largest worker id the server knows (a resumed database remembers the
@@ -413,7 +421,8 @@ int cmd_run(const struct cli_args *a) {
                          .fixed_width = a->width > 0,
                          .interval_s = a->interval_s,
                          .check = children_alive,
-                         .check_ctx = &r};
+                         .check_ctx = &r,
+                         .on_ended = stop_worker_early};
   if (a->json) o.interval_s = a->interval_s < 10.0 ? a->interval_s : 2.0;
   struct report_state final;
   memset(&final, 0, sizeof(final));

@@ -51,7 +51,8 @@ END_TEST
 START_TEST(log_line_wakes_the_wait) {
   struct proc p;
   char log[64];
-  start(&p, log, sizeof log, "sleep 0.3; echo '2026 ctune-worker info registered with x'; sleep 30");
+  start(&p, log, sizeof log,
+        "sleep 0.3; echo '2026 ctune-worker info registered with x'; sleep 30");
   long before = voluntary_switches();
   ck_assert_int_eq(proc_wait_log_text(&p, log, 0, "registered with ", 10000, NULL), 0);
   long woke = voluntary_switches() - before;
@@ -73,6 +74,31 @@ START_TEST(log_wait_ends_when_the_child_exits) {
 }
 END_TEST
 
+/* ctune run tells its worker to drain as soon as the experiment ends, and
+ * stops it later as usual: one SIGTERM in all, since a second one makes
+ * ctune-worker kill its trials without their checkpoints. */
+START_TEST(term_then_stop_sends_one_sigterm) {
+  struct proc p;
+  char log[64];
+  start(&p, log, sizeof log,
+        "trap 'echo term' TERM; echo ready; i=0; "
+        "while [ $i -lt 15 ]; do sleep 0.02; i=$((i+1)); done; exit 4");
+  ck_assert_int_eq(proc_wait_log_text(&p, log, 0, "ready", 10000, NULL), 0);
+  proc_term(&p);
+  ck_assert_int_eq(proc_wait_log_text(&p, log, 0, "term", 10000, NULL), 0);
+  proc_stop(&p, 10000);
+  ck_assert_int_eq(WEXITSTATUS(p.status), 4);
+  FILE *f = fopen(log, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[64];
+  int terms = 0;
+  while (fgets(line, sizeof line, f)) terms += !strcmp(line, "term\n");
+  fclose(f);
+  ck_assert_int_eq(terms, 1);
+  unlink(log);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli_proc");
   TCase *tc = tcase_create("core");
@@ -80,6 +106,7 @@ int main(void) {
   tcase_add_test(tc, stop_returns_when_the_child_exits);
   tcase_add_test(tc, log_line_wakes_the_wait);
   tcase_add_test(tc, log_wait_ends_when_the_child_exits);
+  tcase_add_test(tc, term_then_stop_sends_one_sigterm);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
