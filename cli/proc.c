@@ -56,6 +56,17 @@ int proc_find(const char *name, char *out, size_t outlen, char *err, size_t errl
   return -ENOENT;
 }
 
+/* Blocks ctune's stop signals (SIGINT, SIGTERM, SIGHUP); *old gets the
+ * mask to restore. */
+static void proc_block_stops(sigset_t *old) {
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGHUP);
+  sigprocmask(SIG_BLOCK, &stops, old);
+}
+
 int proc_spawn(struct proc *p, const char *name, char *const argv[], const char *log_path) {
   int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return -errno;
@@ -71,12 +82,8 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
    * sent right after the start (a config the server rejects), left the
    * child running to the 30 s grace. Blocked across the fork, it stays
    * pending in the child until the default action is back. */
-  sigset_t stops, old;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGINT);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGHUP);
-  sigprocmask(SIG_BLOCK, &stops, &old);
+  sigset_t old;
+  proc_block_stops(&old);
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
@@ -140,12 +147,8 @@ volatile sig_atomic_t proc_hurry;
  * in. The exit is p's pidfd; where there is none (Linux < 5.3), the wait
  * is 20 ms at most and the caller looks again. */
 static void proc_await(struct proc *p, int fd, int ms, const volatile sig_atomic_t *quit) {
-  sigset_t stops, old;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGINT);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGHUP);
-  sigprocmask(SIG_BLOCK, &stops, &old);
+  sigset_t old;
+  proc_block_stops(&old);
   int pidfd = p->pid > 0 ? (int)syscall(SYS_pidfd_open, p->pid, 0) : -1;
   struct pollfd pf[2] = {{pidfd, POLLIN, 0}, {fd, POLLIN, 0}};
   if (pidfd < 0 && ms > 20) ms = 20;

@@ -44,7 +44,7 @@ supervisors, bash and sleep: the worker's cutime+cstime) and the `ctune` CLI
 trial command's CPU when run directly, and the load average.
 
 With --baseline OLD_BIN it runs itself --runs times on each build,
-alternating (OLD first, then BIN, in each round), and prints each run's
+alternating (OLD first in odd rounds, BIN first in even ones), and prints each run's
 figures and their medians side by side: the one command for a before and
 after under the same load.
 
@@ -259,7 +259,12 @@ def compare(a):
     tmp = tempfile.mkdtemp(prefix="ctune-bench-gap-cmp-")
     runs = {"baseline": [], "this": []}
     for r in range(a.runs):
-        for name, bindir in (("baseline", a.baseline), ("this", a.bin)):
+        # ABBA: the run that goes second finds the disk with more files
+        # freshly deleted (ext4 without a journal then scans past them at
+        # each create), and the load may be rising: neither build always
+        # goes first.
+        order = (("baseline", a.baseline), ("this", a.bin))
+        for name, bindir in (order if r % 2 == 0 else order[::-1]):
             out = os.path.join(tmp, "%s-%d.json" % (name, r))
             p = subprocess.run([sys.executable, os.path.abspath(__file__), bindir, "--json", out]
                                + fwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
