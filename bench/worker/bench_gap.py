@@ -306,7 +306,8 @@ def compare(a):
             ("first instruction -> last exit (s)", lambda j: j["span_s"]),
             ("ctune started -> first trial (s)", phase("ctune started",
                                                        "first trial's first instruction")),
-            ("last exit -> ctune exited (s)", phase("last trial's exit", "ctune exited"))]
+            ("last exit -> ctune exited (s)", phase("last trial's exit", "ctune exited")),
+            ("a trial's own time beyond its sleep, median (ms)", lambda j: j.get("own_ms"))]
     rows += [("step median (ms): " + x["step"], step(x["step"])) for x in runs["this"][0]["steps"]]
     rows += [("CPU per trial (ms): " + k, cpu(k)) for k in runs["this"][0]["cpu_s"]]
     print("medians of %d runs each (baseline %s, this %s):" % (a.runs, a.baseline, a.bin))
@@ -567,6 +568,14 @@ def main():
             print("  %-40s %7.3f  +%.3f" % (k, phase[k] - t0, phase[k] - prev))
             phases.append((k, phase[k] - t0))
             prev = phase[k]
+    # A trial's own time beyond its sleep: bash's fork and exec of sleep,
+    # its echo: the trial's, not the bookkeeping's (compare the baseline
+    # line of the CPU table: the same command run directly).
+    own = sorted((e["exit"] - e["first"] - float(a.sleep)) * 1e3 for e in ev.values()
+                 if "exit" in e and "first" in e)
+    if own:
+        print("a trial's own time beyond its sleep: median %.2f ms, mean %.2f ms, p90 %.2f ms"
+              % (statistics.median(own), statistics.mean(own), pct(own, 0.9)))
     print("per-slot gap, %d pairs (trial A ends -> the trial B that takes its place):"
           % len(pairs))
     summ = summarise(rows)
@@ -629,6 +638,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"trials": a.trials, "concurrent": a.concurrent, "sleep": a.sleep,
                        "strace": a.strace, "wall_s": wall, "span_s": span, "ideal_s": ideal,
+                       "own_ms": statistics.median(own) if own else None,
                        "load": [load0, load1, s.load],
                        "steps": [{"step": n, "n": c, "median_ms": m, "p90_ms": q, "max_ms": x}
                                  for n, c, m, q, x in summ],
