@@ -53,6 +53,9 @@ struct watch_opts {
   /* Called every poll; non-zero ends the watch with that value. */
   int (*check)(void *ctx);
   void *check_ctx;
+  /* Called once (with check_ctx) when the event stream says the experiment
+   * ended, before the watch's last fetch of it; may be NULL. */
+  void (*on_ended)(void *ctx);
 };
 
 /* Shows the reporter until the experiment leaves RUNNING (0), cli_signal is

@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +56,17 @@ int proc_find(const char *name, char *out, size_t outlen, char *err, size_t errl
   return -ENOENT;
 }
 
+/* Blocks ctune's stop signals (SIGINT, SIGTERM, SIGHUP); *old gets the
+ * mask to restore. */
+static void proc_block_stops(sigset_t *old) {
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGHUP);
+  sigprocmask(SIG_BLOCK, &stops, old);
+}
+
 int proc_spawn(struct proc *p, const char *name, char *const argv[], const char *log_path) {
   int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return -errno;
@@ -68,12 +82,8 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
    * sent right after the start (a config the server rejects), left the
    * child running to the 30 s grace. Blocked across the fork, it stays
    * pending in the child until the default action is back. */
-  sigset_t stops, old;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGINT);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGHUP);
-  sigprocmask(SIG_BLOCK, &stops, &old);
+  sigset_t old;
+  proc_block_stops(&old);
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
@@ -107,6 +117,7 @@ int proc_spawn(struct proc *p, const char *name, char *const argv[], const char 
   p->pid = pid;
   p->status = 0;
   p->name = name;
+  p->termed = 0;
   return 0;
 }
 
@@ -129,13 +140,45 @@ static void sleep_ms(int ms) {
 
 volatile sig_atomic_t proc_hurry;
 
+/* Waits up to ms for an event on fd (-1: none) or the exit of p, whichever
+ * comes first, or for one of ctune's stop signals, with no window between
+ * the caller's last look at its flags and the wait: the signals are blocked
+ * while `quit` (the flag their handler sets) is read, and ppoll lets them
+ * in. The exit is p's pidfd; where there is none (Linux < 5.3), the wait
+ * is 20 ms at most and the caller looks again. */
+static void proc_await(struct proc *p, int fd, int ms, const volatile sig_atomic_t *quit) {
+  sigset_t old;
+  proc_block_stops(&old);
+  int pidfd = p->pid > 0 ? (int)syscall(SYS_pidfd_open, p->pid, 0) : -1;
+  struct pollfd pf[2] = {{pidfd, POLLIN, 0}, {fd, POLLIN, 0}};
+  if (pidfd < 0 && ms > 20) ms = 20;
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  if (!(quit && *quit) && !proc_hurry) ppoll(pf, 2, &ts, &old);
+  if (pidfd >= 0) close(pidfd);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Milliseconds left until deadline (at least 1 while it is ahead). */
+static int proc_left_ms(uint64_t deadline) {
+  uint64_t now = clock_mono_ms();
+  return now >= deadline ? 0 : deadline - now > INT_MAX ? INT_MAX : (int)(deadline - now);
+}
+
+void proc_term(struct proc *p) {
+  if (p->pid <= 0 || p->termed) return;
+  kill(p->pid, SIGTERM);
+  p->termed = 1;
+}
+
 void proc_stop(struct proc *p, int grace_ms) {
   if (p->pid <= 0) return;
-  kill(p->pid, SIGTERM);
+  proc_term(p);
   uint64_t deadline = clock_mono_ms() + (uint64_t)grace_ms;
   while (!proc_hurry && clock_mono_ms() < deadline) {
     if (proc_exited(p)) return;
-    sleep_ms(20);
+    /* Its exit is awaited, not polled for: ctune run's end is not held up
+     * by a sleep. */
+    proc_await(p, -1, proc_left_ms(deadline), NULL);
   }
   /* The whole group: whatever it left behind goes too. */
   kill(-p->pid, SIGKILL);
@@ -145,32 +188,80 @@ void proc_stop(struct proc *p, int grace_ms) {
   p->pid = 0;
 }
 
+/* Looks once for a whole line holding `text` (at its start when at_start)
+ * from byte offset on; copies what follows it. */
+static int proc_find_line(const char *log_path, long offset, const char *text, int at_start,
+                          char *out, size_t outlen) {
+  FILE *f = fopen(log_path, "r");
+  if (!f) return 0;
+  char line[1024];
+  int found = 0;
+  if (fseek(f, offset, SEEK_SET) == 0) {
+    while (!found && fgets(line, sizeof(line), f)) {
+      char *hit = strstr(line, text);
+      if (hit && (!at_start || hit == line) && strchr(line, '\n')) {
+        char *rest = hit + strlen(text);
+        rest[strcspn(rest, "\r\n")] = '\0';
+        if (out) snprintf(out, outlen, "%s", rest);
+        found = 1;
+      }
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* Every change to the log is an event (inotify): the line is read the
+ * moment it is written, not at the next look of a poll loop. Without
+ * inotify, a look every 25 ms. */
+static int proc_wait_log(struct proc *p, const char *log_path, long offset, const char *text,
+                         int at_start, int timeout_ms, const volatile sig_atomic_t *stop, char *out,
+                         size_t outlen) {
+  uint64_t deadline = clock_mono_ms() + (uint64_t)timeout_ms;
+  int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (ino >= 0 && inotify_add_watch(ino, log_path, IN_MODIFY) < 0) {
+    close(ino);
+    ino = -1;
+  }
+  int rc;
+  for (;;) {
+    if (proc_find_line(log_path, offset, text, at_start, out, outlen)) {
+      rc = 0;
+      break;
+    }
+    if (proc_exited(p)) {
+      rc = -ECHILD;
+      break;
+    }
+    if (stop && *stop) {
+      rc = -EINTR;
+      break;
+    }
+    int left = proc_left_ms(deadline);
+    if (left == 0) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+    if (ino < 0) {
+      sleep_ms(left < 25 ? left : 25);
+      continue;
+    }
+    proc_await(p, ino, left, stop);
+    char ev[4096];
+    while (read(ino, ev, sizeof ev) > 0) {
+    }
+  }
+  if (ino >= 0) close(ino);
+  return rc;
+}
+
 int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
                        int timeout_ms, const volatile sig_atomic_t *stop, char *out,
                        size_t outlen) {
-  uint64_t deadline = clock_mono_ms() + (uint64_t)timeout_ms;
-  size_t plen = strlen(prefix);
-  for (;;) {
-    FILE *f = fopen(log_path, "r");
-    if (f) {
-      char line[1024];
-      if (fseek(f, offset, SEEK_SET) == 0) {
-        while (fgets(line, sizeof(line), f)) {
-          char *hit = strstr(line, prefix);
-          if (hit && hit == line && strchr(line, '\n')) {
-            char *rest = hit + plen;
-            rest[strcspn(rest, "\r\n")] = '\0';
-            snprintf(out, outlen, "%s", rest);
-            fclose(f);
-            return 0;
-          }
-        }
-      }
-      fclose(f);
-    }
-    if (proc_exited(p)) return -ECHILD;
-    if (stop && *stop) return -EINTR;
-    if (clock_mono_ms() >= deadline) return -ETIMEDOUT;
-    sleep_ms(25);
-  }
+  return proc_wait_log(p, log_path, offset, prefix, 1, timeout_ms, stop, out, outlen);
+}
+
+int proc_wait_log_text(struct proc *p, const char *log_path, long offset, const char *text,
+                       int timeout_ms, const volatile sig_atomic_t *stop) {
+  return proc_wait_log(p, log_path, offset, text, 0, timeout_ms, stop, NULL, 0);
 }

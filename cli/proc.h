@@ -11,6 +11,7 @@ struct proc {
   pid_t pid;        /* 0 when not running */
   int status;       /* wait status once reaped */
   const char *name; /* for messages */
+  int termed;       /* SIGTERM sent (proc_term): never a second one */
 };
 
 /* Path of program `name`: next to this executable first, then on PATH.
@@ -28,8 +29,14 @@ int proc_exited(struct proc *p);
  * the child's process group at once. */
 extern volatile sig_atomic_t proc_hurry;
 
-/* SIGTERM, up to grace_ms for it to exit (less once proc_hurry is set),
- * then SIGKILL to its process group; always reaps. */
+/* SIGTERM, once: a second one would mean "at once" to ctune-worker (its
+ * trials killed without their checkpoints), so proc_stop sends none after
+ * it. */
+void proc_term(struct proc *p);
+
+/* SIGTERM (unless proc_term sent it), up to grace_ms for it to exit (less once proc_hurry is set),
+ * then SIGKILL to its process group; always reaps. Its exit is awaited as
+ * an event (a pidfd), so this returns as soon as it has exited. */
 void proc_stop(struct proc *p, int grace_ms);
 
 /* Waits up to timeout_ms for a line starting with prefix to appear in the log
@@ -38,5 +45,11 @@ void proc_stop(struct proc *p, int grace_ms);
  * 0, -ETIMEDOUT, -ECHILD, -EINTR. */
 int proc_wait_log_line(struct proc *p, const char *log_path, long offset, const char *prefix,
                        int timeout_ms, const volatile sig_atomic_t *stop, char *out, size_t outlen);
+
+/* The same for a line holding text anywhere (after a log line's time and
+ * level); nothing is copied. Both wake when the log changes (inotify), not
+ * at the next look of a poll loop. */
+int proc_wait_log_text(struct proc *p, const char *log_path, long offset, const char *text,
+                       int timeout_ms, const volatile sig_atomic_t *stop);
 
 #endif

@@ -25,6 +25,7 @@
 struct run_ctx {
   struct proc server, worker;
   char server_log[PATH_MAX], worker_log[PATH_MAX];
+  long worker_log_off; /* the worker log's size when this run started it */
 };
 
 static long file_size(const char *path) {
@@ -46,14 +47,22 @@ static void print_log_tail(const char *path) {
 /* Polled by the watch loop: a child that died ends the run. */
 static int children_alive(void *arg) {
   struct run_ctx *r = arg;
-  struct proc *dead = proc_exited(&r->server)   ? &r->server
-                      : proc_exited(&r->worker) ? &r->worker
-                                                : NULL;
+  /* A worker told to stop (the experiment ended) is expected to exit. */
+  struct proc *dead = proc_exited(&r->server)                        ? &r->server
+                      : proc_exited(&r->worker) && !r->worker.termed ? &r->worker
+                                                                     : NULL;
   if (!dead) return 0;
   fprintf(stderr, "ctune: %s exited unexpectedly (wait status %d); last lines of %s:\n", dead->name,
           dead->status, dead == &r->server ? r->server_log : r->worker_log);
   print_log_tail(dead == &r->server ? r->server_log : r->worker_log);
   return -ECHILD;
+}
+
+/* The experiment ended (its event stream says so): the worker drains while
+ * the final table is fetched and printed, not after. */
+static void stop_worker_early(void *arg) {
+  struct run_ctx *r = arg;
+  proc_term(&r->worker);
 }
 
 /* The largest worker id the server knows (a resumed database remembers the
@@ -79,6 +88,7 @@ static long long max_worker_id(struct http_client *c) {
  * nothing is checked); -ECHILD (a child died, said); -EINTR. */
 static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long known, double *cpu,
                            double *gpu, double *mem) {
+  int logged = 0;
   for (int i = 0; i < 300; i++) {
     struct http_error err;
     cJSON *resp = NULL;
@@ -101,8 +111,18 @@ static int wait_own_worker(struct http_client *c, struct run_ctx *r, long long k
       }
       cJSON_Delete(resp);
     }
-    struct timespec ts = {0, 100 * 1000000L};
-    nanosleep(&ts, NULL);
+    /* Its registration is awaited as its log line (the log is watched),
+     * not found at the next look of a 100 ms poll; once that line is there
+     * (the server may list the worker a moment later), looks 100 ms apart. */
+    if (!logged) {
+      int w = proc_wait_log_text(&r->worker, r->worker_log, r->worker_log_off, "registered with ",
+                                 100, &cli_signal);
+      logged = w == 0;
+      if (w == -ECHILD || w == -EINTR) continue; /* said at the top of the loop */
+    } else {
+      struct timespec ts = {0, 100 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
   }
   return -ETIMEDOUT;
 }
@@ -334,6 +354,7 @@ int cmd_run(const struct cli_args *a) {
     wargv[wn++] = gpus;
   }
   wargv[wn] = NULL;
+  r.worker_log_off = file_size(r.worker_log);
   rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
@@ -400,7 +421,8 @@ int cmd_run(const struct cli_args *a) {
                          .fixed_width = a->width > 0,
                          .interval_s = a->interval_s,
                          .check = children_alive,
-                         .check_ctx = &r};
+                         .check_ctx = &r,
+                         .on_ended = stop_worker_early};
   if (a->json) o.interval_s = a->interval_s < 10.0 ? a->interval_s : 2.0;
   struct report_state final;
   memset(&final, 0, sizeof(final));

@@ -32,6 +32,7 @@ struct watch_feed {
   int live;   /* the stream answered 200 and is open */
   int dirty;  /* a change since the last fetch (or the stream (re)opened) */
   int urgent; /* the experiment's own row changed: fetch now, not at the next second */
+  int ended;  /* the stream said the experiment ended (or is gone) */
   long long exp_id;
   long long *trial_ids; /* the experiment's trials as of the last fetch, sorted */
   size_t ntrial_ids;
@@ -98,6 +99,7 @@ static void feed_line(struct watch_feed *f, const char *line) {
       f->dirty = 1;
       if (f->frame_urgent) {
         f->urgent = 1;
+        f->ended = 1;
         pthread_cond_signal(&f->cv);
       }
       pthread_mutex_unlock(&f->mu);
@@ -317,6 +319,13 @@ static void feed_wait(struct watch_feed *f, double s) {
   pthread_mutex_unlock(&f->mu);
 }
 
+static int feed_ended(struct watch_feed *f) {
+  pthread_mutex_lock(&f->mu);
+  int e = f->ended;
+  pthread_mutex_unlock(&f->mu);
+  return e;
+}
+
 static int count_lines(const char *t) {
   int n = 0;
   for (; *t; t++) n += *t == '\n';
@@ -344,7 +353,7 @@ static int exp_running(const struct report_state *s) {
 int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
               struct report_state *final, struct http_error *err) {
   struct report_state prev, cur;
-  int have_prev = 0, drawn_lines = 0, rc = 0;
+  int have_prev = 0, drawn_lines = 0, rc = 0, told_ended = 0;
   double last_table = -1e9, last_json = -1e9;
   long long last_json_seq = -2;
   memset(&prev, 0, sizeof(prev));
@@ -359,6 +368,12 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
       break;
     }
     if (o->check && (rc = o->check(o->check_ctx))) break;
+    /* The stream says it ended: told before the last fetch, which can take
+     * a while (every trial), so the caller's clean-up starts meanwhile. */
+    if (o->on_ended && !told_ended && feed_ended(&feed)) {
+      told_ended = 1;
+      o->on_ended(o->check_ctx);
+    }
     /* Nothing changed since the last fetch (the event stream says so): the
      * same state again, drawn at the new time. */
     int fetch = !have_prev || feed_take(&feed);

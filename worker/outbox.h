@@ -62,6 +62,7 @@ struct outbox {
   size_t n_results, n;
   struct outbox_lane *lanes;
   uint64_t next_seq;
+  unsigned nspare; /* files spare.0 .. spare.<nspare-1>, reused (outbox.c) */
 };
 
 /* Trial ends are accepted beyond max_results (up to this many more), so a

@@ -4,13 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,7 +90,12 @@ struct spawner {
 static char spawner_buf[SPAWNER_MAX_REQ];
 static char *spawner_strs[SPAWNER_MAX_STRINGS + 2];
 
-static void spawner_say(int fd, const char *a, const char *b, int err) {
+/* What the cloned child runs is on spawner_stack, which AddressSanitizer
+ * does not know as a stack (it would warn on the child's stderr at _exit):
+ * these few functions, libc calls only, go uninstrumented. */
+#define SPAWNER_CHILD_CODE __attribute__((no_sanitize_address))
+
+SPAWNER_CHILD_CODE static void spawner_say(int fd, const char *a, const char *b, int err) {
   const char *name = err ? strerrorname_np(err) : NULL;
   const char *parts[] = {"ctune-worker: ", a,   b ? " " : "", b ? b : "", name ? ": " : "",
                          name ? name : "", "\n"};
@@ -121,9 +126,13 @@ static void spawner_default_signals(void) {
   sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* In the cloned child: its own session, its stdio, default signals, exec. */
-static void spawner_exec(const char *file, char **argv, char **env, const char *cwd,
-                         const int *fds) {
+/* In the cloned child: its own session, its stdio, exec. Its signals are
+ * the spawner's own, already default (spawner_main), and no handler is ever
+ * installed in the spawner: nothing to reset here. It shares the spawner's
+ * memory until the exec (spawner_clone): it writes only its own stack and
+ * its copy of the fd table. */
+SPAWNER_CHILD_CODE static void spawner_exec(const char *file, char **argv, char **env,
+                                            const char *cwd, const int *fds) {
   int tmp[3];
   for (int i = 0; i < 3; i++) tmp[i] = fds[i] >= 0 ? fcntl(fds[i], F_DUPFD_CLOEXEC, 10) : -1;
   setsid();
@@ -135,7 +144,6 @@ static void spawner_exec(const char *file, char **argv, char **env, const char *
     else
       close(i + 1);
   }
-  spawner_default_signals();
   int out = fds[1] >= 0 ? 2 : -1;
   if (cwd && chdir(cwd) != 0) {
     if (out >= 0) spawner_say(out, "cannot enter the trial's dir", cwd, errno);
@@ -144,6 +152,33 @@ static void spawner_exec(const char *file, char **argv, char **env, const char *
   execve(file, argv, env);
   if (out >= 0) spawner_say(out, "cannot run the trial's supervisor", file, errno);
   _exit(127);
+}
+
+/* What the cloned child runs, on its own stack. */
+struct spawner_job {
+  const char *file, *cwd;
+  char **argv, **env;
+  const int *fds;
+};
+
+SPAWNER_CHILD_CODE static int spawner_child_main(void *arg) {
+  const struct spawner_job *j = arg;
+  spawner_exec(j->file, j->argv, j->env, j->cwd, j->fds);
+  return 127;
+}
+
+/* The child's stack: the spawner is single-threaded and, with CLONE_VFORK,
+ * waits for the child's exec before it clones the next. */
+static char spawner_stack[64 * 1024] __attribute__((aligned(64)));
+
+/* The worker's child, not ours (CLONE_PARENT): its parent-death signal,
+ * getppid() and exit status belong to the worker. CLONE_VM | CLONE_VFORK,
+ * as posix_spawn does: no copy of this process's page tables (a fork of
+ * the worker's, libcurl and all) to make and to tear down again at the
+ * child's exec. The pid, or -1 with errno. */
+static long spawner_clone(struct spawner_job *j) {
+  return clone(spawner_child_main, spawner_stack + sizeof spawner_stack,
+               CLONE_PARENT | CLONE_VM | CLONE_VFORK | SIGCHLD, j);
 }
 
 /* Splits n NUL-terminated strings off *p (within end) into out. */
@@ -202,10 +237,8 @@ static int spawner_serve(int sock) {
         spawner_split(&p, end, h.nargv, argv) < 0 || spawner_split(&p, end, h.nenv, env) < 0) {
       r.err = EINVAL;
     } else {
-      /* The worker's child, not ours: its parent-death signal, getppid()
-       * and exit status belong to the worker. */
-      long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, NULL);
-      if (pid == 0) spawner_exec(head[0], argv, env, h.has_cwd ? head[1] : NULL, fds);
+      struct spawner_job j = {head[0], h.has_cwd ? head[1] : NULL, argv, env, fds};
+      long pid = spawner_clone(&j);
 #ifdef CTUNE_TESTHOOKS
       if (pid > 0 && h.flags & SPAWNER_F_TEST_DIE) raise(SIGKILL);
 #endif

@@ -43,7 +43,13 @@ supervisors, bash and sleep: the worker's cutime+cstime) and the `ctune` CLI
 (utime+stime in /proc/<pid>/stat, sampled until each exits), the same
 trial command's CPU when run directly, and the load average.
 
+With --baseline OLD_BIN it runs itself --runs times on each build,
+alternating (OLD first in odd rounds, BIN first in even ones), and prints each run's
+figures and their medians side by side: the one command for a before and
+after under the same load.
+
 e.g.   bench/worker/bench_gap.py build-test/bin          # the target's shape, ~40 s
+       bench/worker/bench_gap.py build-test/bin --baseline ../main/build-test/bin --runs 3
        bench/worker/bench_gap.py build-test/bin --trials 192 --strace
        bench/worker/bench_gap.py build-test/bin --trials 192 --strace-worker-only
 Figures and what they say: bench/RESULTS.md.
@@ -132,7 +138,7 @@ class Sampler(threading.Thread):
     def run(self):
         n = 0
         while not self.stop.is_set():
-            if len(self.pids) < 2:
+            if len(self.pids) < 2 or "ctune-spawner" not in self.pids:
                 for pid, name in children(self.cli_pid):
                     if name in ("ctune-server", "ctune-worker", "strace"):
                         self.pids.setdefault(name, pid)
@@ -141,6 +147,16 @@ class Sampler(threading.Thread):
                     for pid, name in children(self.pids["strace"]):
                         if name == "ctune-worker":
                             self.pids["ctune-worker"] = pid
+            if "ctune-worker" in self.pids and "ctune-spawner" not in self.pids:
+                # the worker's spawner (a fork of it that starts every
+                # supervisor): its CPU is in no cutime until it is reaped
+                for pid, name in children(self.pids["ctune-worker"]):
+                    try:
+                        with open("/proc/%d/comm" % pid) as f:
+                            if f.read().strip() == "ctune-spawner":
+                                self.pids["ctune-spawner"] = pid
+                    except OSError:
+                        pass
             for name, pid in list(self.pids.items()) + [("ctune", self.cli_pid)]:
                 v = proc_stat(pid)
                 if v:
@@ -236,6 +252,70 @@ def summarise(rows):
     return out
 
 
+def compare(a):
+    """Alternating runs of the baseline build and this one (each a run of
+    this script with --json), then the medians of their figures."""
+    fwd = ["--trials", str(a.trials), "--concurrent", str(a.concurrent), "--sleep", a.sleep]
+    tmp = tempfile.mkdtemp(prefix="ctune-bench-gap-cmp-")
+    runs = {"baseline": [], "this": []}
+    for r in range(a.runs):
+        # ABBA: the run that goes second finds the disk with more files
+        # freshly deleted (ext4 without a journal then scans past them at
+        # each create), and the load may be rising: neither build always
+        # goes first.
+        order = (("baseline", a.baseline), ("this", a.bin))
+        for name, bindir in (order if r % 2 == 0 else order[::-1]):
+            out = os.path.join(tmp, "%s-%d.json" % (name, r))
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), bindir, "--json", out]
+                               + fwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if p.returncode != 0:
+                print(p.stdout.decode(errors="replace")[-3000:])
+                sys.exit("bench_gap: the %s run %d failed" % (name, r + 1))
+            with open(out) as f:
+                j = json.load(f)
+            runs[name].append(j)
+            ph = dict(j["phases_s"])
+            steps = {x["step"]: x for x in j["steps"]}
+            tot = steps.get("TOTAL: A exits -> B's first instruction", {})
+            load = j["load"][2]
+            print("round %d %-8s wall %6.2f s (+%.1f%%)  span %6.2f s  start->first trial %.3f s  "
+                  "last exit->exited %.3f s  gap median %.1f p90 %.1f ms  load %.1f-%.1f"
+                  % (r + 1, name, j["wall_s"], (j["wall_s"] / j["ideal_s"] - 1) * 100, j["span_s"],
+                     ph.get("first trial's first instruction", 0),
+                     ph.get("ctune exited", 0) - ph.get("last trial's exit", 0),
+                     tot.get("median_ms") or 0, tot.get("p90_ms") or 0,
+                     min(load) if load else 0, max(load) if load else 0), flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(name, f):
+        vals = [f(j) for j in runs[name]]
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else float("nan")
+
+    def step(k):
+        return lambda j: {x["step"]: x for x in j["steps"]}.get(k, {}).get("median_ms")
+
+    def phase(k1, k2):
+        return lambda j: dict(j["phases_s"]).get(k2, 0) - dict(j["phases_s"]).get(k1, 0)
+
+    def cpu(k):
+        return lambda j: j["cpu_s"].get(k, float("nan")) / j["trials"] * 1e3
+
+    rows = [("ctune run wall (s)", lambda j: j["wall_s"]),
+            ("over the ideal (%)", lambda j: (j["wall_s"] / j["ideal_s"] - 1) * 100),
+            ("first instruction -> last exit (s)", lambda j: j["span_s"]),
+            ("ctune started -> first trial (s)", phase("ctune started",
+                                                       "first trial's first instruction")),
+            ("last exit -> ctune exited (s)", phase("last trial's exit", "ctune exited")),
+            ("a trial's own time beyond its sleep, median (ms)", lambda j: j.get("own_ms"))]
+    rows += [("step median (ms): " + x["step"], step(x["step"])) for x in runs["this"][0]["steps"]]
+    rows += [("CPU per trial (ms): " + k, cpu(k)) for k in runs["this"][0]["cpu_s"]]
+    print("medians of %d runs each (baseline %s, this %s):" % (a.runs, a.baseline, a.bin))
+    print("  %-78s %10s %10s" % ("", "baseline", "this"))
+    for name, f in rows:
+        print("  %-78s %10.3f %10.3f" % (name[:78], med("baseline", f), med("this", f)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -259,7 +339,13 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless every step and phase was found in the logs (the "
                     "smoke test's use: a changed log line must not silently give n=0)")
+    ap.add_argument("--baseline", help="another build's bin dir: run both, alternating, "
+                    "--runs times each, and compare (medians)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds with --baseline (default 3)")
     a = ap.parse_args()
+    if a.baseline:
+        compare(a)
+        return
 
     bindir = os.path.abspath(a.bin)
     tmp = os.path.abspath(a.keep) if a.keep else tempfile.mkdtemp(prefix="ctune-bench-gap-")
@@ -482,6 +568,14 @@ def main():
             print("  %-40s %7.3f  +%.3f" % (k, phase[k] - t0, phase[k] - prev))
             phases.append((k, phase[k] - t0))
             prev = phase[k]
+    # A trial's own time beyond its sleep: bash's fork and exec of sleep,
+    # its echo: the trial's, not the bookkeeping's (compare the baseline
+    # line of the CPU table: the same command run directly).
+    own = sorted((e["exit"] - e["first"] - float(a.sleep)) * 1e3 for e in ev.values()
+                 if "exit" in e and "first" in e)
+    if own:
+        print("a trial's own time beyond its sleep: median %.2f ms, mean %.2f ms, p90 %.2f ms"
+              % (statistics.median(own), statistics.mean(own), pct(own, 0.9)))
     print("per-slot gap, %d pairs (trial A ends -> the trial B that takes its place):"
           % len(pairs))
     summ = summarise(rows)
@@ -514,7 +608,7 @@ def main():
                   % (what + ":", sum(vals), sum(vals) / span * 100 if span else 0,
                      vals[len(vals) // 2] * 1e3, vals[int(len(vals) * 0.9)] * 1e3, len(vals)))
     cpu_rows = []
-    for name in ("ctune-server", "ctune-worker", "ctune"):
+    for name in ("ctune-server", "ctune-worker", "ctune-spawner", "ctune"):
         if name in cpu:
             cpu_rows.append((name, cpu[name][0]))
     if "ctune-worker" in cpu:
@@ -544,6 +638,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"trials": a.trials, "concurrent": a.concurrent, "sleep": a.sleep,
                        "strace": a.strace, "wall_s": wall, "span_s": span, "ideal_s": ideal,
+                       "own_ms": statistics.median(own) if own else None,
                        "load": [load0, load1, s.load],
                        "steps": [{"step": n, "n": c, "median_ms": m, "p90_ms": q, "max_ms": x}
                                  for n, c, m, q, x in summ],

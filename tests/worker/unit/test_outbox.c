@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "outbox.h"
@@ -18,14 +19,32 @@ static void mk(void) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
+/* The messages on disk (a delivered one's file kept as a spare is none). */
 static int count_files(void) {
   DIR *d = opendir(dir);
   int n = 0;
   struct dirent *e;
   while ((e = readdir(d)))
-    if (e->d_name[0] != '.') n++;
+    if (e->d_name[0] != '.' && strncmp(e->d_name, "spare.", 6)) n++;
   closedir(d);
   return n;
+}
+
+static int count_spares(void) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += !strncmp(e->d_name, "spare.", 6);
+  closedir(d);
+  return n;
+}
+
+static ino_t inode_of(uint64_t seq) {
+  char p[512];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%016llu.json", dir, (unsigned long long)seq);
+  ck_assert_int_eq(stat(p, &st), 0);
+  return st.st_ino;
 }
 
 static void rm(void) {
@@ -263,6 +282,53 @@ START_TEST(persists_across_restart_exactly_once) {
 }
 END_TEST
 
+/* A delivered message's file is the next message's (renamed, written over,
+ * cut to its length): no inode made or freed per message. A restart finds
+ * the messages alone; spares a crash left are removed, never loaded. */
+START_TEST(delivered_files_are_reused) {
+  mk();
+  struct outbox ob;
+  ck_assert_int_eq(outbox_open(&ob, dir, 100), 0);
+  const char *long_body = "{\"training_iteration\":1,\"loss\":0.123456789,\"a_long_name\":42}";
+  ck_assert_int_eq(
+      outbox_push(&ob, OUTBOX_RESULT, 5, &L1, "/api/v1/trials/5/results", long_body, 0), 0);
+  ino_t first = inode_of(1);
+  outbox_ack(&ob, outbox_lane(&ob, 5), 1);
+  ck_assert_int_eq(count_files(), 0);
+  ck_assert_int_eq(count_spares(), 1);
+  ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 5, &L1, "/c", "{}", 0), 0);
+  ck_assert_int_eq(count_spares(), 0);
+  ck_assert(inode_of(2) == first);
+  /* Nothing of the longer message it replaced trails it. */
+  char p[512], text[512] = "";
+  snprintf(p, sizeof p, "%s/%016llu.json", dir, 2ULL);
+  FILE *m = fopen(p, "r");
+  ck_assert_ptr_nonnull(m);
+  size_t got = fread(text, 1, sizeof text - 1, m);
+  fclose(m);
+  text[got] = '\0';
+  ck_assert_ptr_null(strstr(text, "a_long_name"));
+  ck_assert_int_eq(text[got - 1], '}');
+  outbox_close(&ob); /* the message stays */
+  char junk[512];
+  snprintf(junk, sizeof junk, "%s/spare.7", dir); /* as a crash would leave one */
+  FILE *f = fopen(junk, "w");
+  fputs("{\"trial_id\":9,\"kind\":\"result\",\"path\":\"/x\",\"body\":\"{}\"}", f);
+  fclose(f);
+  ck_assert_int_eq(outbox_open(&ob, dir, 100), 0);
+  ck_assert_int_eq(count_spares(), 0);
+  ck_assert_int_eq((int)ob.n, 1); /* the short message read back whole: no bytes of the long one */
+  struct outbox_lane *l = outbox_lane(&ob, 5);
+  ck_assert_str_eq(l->head->path, "/c");
+  ck_assert_str_eq(l->head->body, "{}");
+  ck_assert_int_eq(l->head->kind, OUTBOX_END);
+  outbox_ack(&ob, l, 1);
+  outbox_close(&ob); /* its spare goes with the outbox */
+  ck_assert_int_eq(count_spares(), 0);
+  rm();
+}
+END_TEST
+
 START_TEST(backoff_doubles_and_caps) {
   ck_assert_int_eq(outbox_backoff_ms(0), 0);
   ck_assert_int_eq(outbox_backoff_ms(1), 100);
@@ -359,6 +425,7 @@ int main(void) {
   tcase_add_test(tc, utf8_is_cleaned);
   tcase_add_test(tc, disk_full_is_reported_and_survivable);
   tcase_add_test(tc, persists_across_restart_exactly_once);
+  tcase_add_test(tc, delivered_files_are_reused);
   tcase_add_test(tc, backoff_doubles_and_caps);
   tcase_add_test(tc, retry_after_is_a_floor);
   tcase_add_test(tc, unwritable_dir_refuses);

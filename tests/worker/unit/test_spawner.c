@@ -142,6 +142,37 @@ START_TEST(failed_exec_says_why_and_exits_127) {
 }
 END_TEST
 
+/* What the worker ignores or blocks (libcurl, libuv) is not the trial's:
+ * its program starts with every signal default and none blocked. */
+START_TEST(child_starts_with_default_signals) {
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &block, NULL);
+  uv_loop_t loop;
+  struct spawner *s = start(&loop);
+  int out[2];
+  ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+  char *argv[] = {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status", NULL};
+  char *env[] = {NULL};
+  struct spawner_req r = {"/bin/grep", argv, env, NULL, {out[1], -1, -1}};
+  struct ended e = {0, 0, 0};
+  struct spawner_child *c = NULL;
+  ck_assert_int_eq(spawner_spawn(s, &r, on_pid_cb, on_exit_cb, &e, &c), 0);
+  close(out[1]);
+  await_pid(&loop, &e);
+  char o[256];
+  read_all(out[0], o, sizeof o);
+  close(out[0]);
+  ck_assert_str_eq(o, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+  await_exit(&loop, &e);
+  ck_assert_int_eq(WEXITSTATUS(e.status), 0);
+  finish(&loop, s);
+}
+END_TEST
+
 START_TEST(killed_spawner_is_replaced_and_children_run_on) {
   uv_loop_t loop;
   struct spawner *s = start(&loop);
@@ -241,6 +272,7 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, child_is_ours_in_its_own_session);
   tcase_add_test(tc, failed_exec_says_why_and_exits_127);
+  tcase_add_test(tc, child_starts_with_default_signals);
   tcase_add_test(tc, killed_spawner_is_replaced_and_children_run_on);
   tcase_add_test(tc, stray_of_a_lost_spawner_is_ended);
   tcase_add_test(tc, refused_request_is_an_error_event);
