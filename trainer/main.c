@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "config.h"
 #include "datacache.h"
 #include "tb.h"
@@ -43,6 +44,9 @@ static void print_error(int code, const char *msg) {
 }
 
 int main(int argc, char **argv) {
+  /* before anything else, so that OpenBLAS's idle workers stop spinning
+   * while the data loads; --threads N > 1 starts them again when used */
+  backend_cpu_blas_idle();
   log_set_program("ctune-train");
 #ifdef CTUNE_TRAIN_CUDA_PLUGIN_FILE
   /* a test build of ctune-train with its own CUDA double */
