@@ -44,9 +44,6 @@ static void print_error(int code, const char *msg) {
 }
 
 int main(int argc, char **argv) {
-  /* before anything else, so that OpenBLAS's idle workers stop spinning
-   * while the data loads; --threads N > 1 starts them again when used */
-  backend_cpu_blas_idle();
   log_set_program("ctune-train");
 #ifdef CTUNE_TRAIN_CUDA_PLUGIN_FILE
   /* a test build of ctune-train with its own CUDA double */
@@ -71,6 +68,10 @@ int main(int argc, char **argv) {
     print_error(TRAIN_EXIT_USAGE, err);
     return TRAIN_EXIT_USAGE;
   }
+  /* at one thread, before the data loads: OpenBLAS's idle workers would
+   * spin on sched_yield meanwhile (the CPU backend shuts them down too,
+   * later; with --threads N > 1 they are left as OpenBLAS keeps them) */
+  if (cfg.threads == 1) backend_cpu_blas_idle();
   if (cfg.show_help) {
     fputs(config_usage(), stdout);
     fputs(datacache_usage(), stdout);
