@@ -102,6 +102,13 @@ struct backend_ops {
 };
 
 extern const struct backend_ops backend_cpu_ops;
+/* Shuts down the worker threads that OpenBLAS starts when it loads, which
+ * spin on sched_yield for ~0.1 s of another core's CPU before they sleep;
+ * a later call that wants threads starts them again. ctune-train calls it
+ * at one thread before it loads data, the CPU backend when created at one
+ * thread. 0, or -ENOTSUP when the BLAS
+ * library has no such pool. */
+int backend_cpu_blas_idle(void);
 /* backend_cuda_ops lives in the CUDA plugin (kernels/cuda_backend.h,
  * loaded through trainer/cuda_plugin.h). */
 

@@ -771,6 +771,71 @@ typedef void (*dxr_fn)(const struct geo *, const float *, int, const float *, in
 static const dxr_fn dxr_table[DXR_MAX_OH + 1] = {NULL,  dxr_1, dxr_2, dxr_3, dxr_4, dxr_5,
                                                  dxr_6, dxr_7, dxr_8, dxr_9, dxr_10};
 
+/* --- the same sums for two input channels c, c + 1 at once, for layers of
+ * 8 output rows (the cnn's conv2 on 28x28): each gradient vector loaded
+ * feeds both channels' multiply-adds (the tile above loads one per
+ * multiply-add, and is load-bound). Two channels' 12 input rows do not fit
+ * the registers, so a tile takes 6 rows of each: the rows y0..y0+n0-1 and
+ * y1..y1+n1-1. The 12 rows are split where each accumulator's chain of
+ * dependent multiply-adds stays shorter than the tile's throughput allows
+ * (a tile whose rows all take 5 multiply-adds per channel m of the
+ * gradient would wait on the 4-cycle latency): the middle rows 3..8 (4 or
+ * 5 each) and the outer 0..2 and 9..11 (1 to 3 each). */
+#define DXP_OH 8
+
+AVX2_INLINE void dxp_tile(const int Y0, const int N0, const int Y1, const int N1,
+                          const struct geo *g, const float *dpk, int ows, const float *w, int c,
+                          int kj, int x, float *dinb, int ws) {
+  __m256 acc[2][6];
+#pragma GCC unroll 6
+  for (int r = 0; r < N0 + N1; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  const float *wm = w + c * KS * KS + kj, *d = dpk + x;
+  for (int m = 0; m < g->M; m++, wm += g->K, d += DXP_OH * ows) {
+#pragma GCC unroll 5
+    for (int ki = 0; ki < KS; ki++) {
+      const __m256 w0 = _mm256_broadcast_ss(wm + ki * KS);
+      const __m256 w1 = _mm256_broadcast_ss(wm + KS * KS + ki * KS);
+      /* a pointer the compiler cannot follow: it would otherwise keep the
+       * rows loaded for one ki in registers for the next and spill the
+       * accumulators */
+      const float *dk = d;
+      __asm__ volatile("" : "+r"(dk));
+#pragma GCC unroll 8
+      for (int oy = 0; oy < DXP_OH; oy++) {
+        const int y = oy + ki;
+        const int r = y >= Y0 && y < Y0 + N0 ? y - Y0 : y >= Y1 && y < Y1 + N1 ? N0 + y - Y1 : -1;
+        if (r < 0) continue;
+        __m256 dv = _mm256_loadu_ps(dk + oy * ows);
+        __asm__("" : "+x"(dv)); /* one load for both multiply-adds */
+        acc[0][r] = _mm256_fmadd_ps(w0, dv, acc[0][r]);
+        acc[1][r] = _mm256_fmadd_ps(w1, dv, acc[1][r]);
+      }
+    }
+  }
+  const int64_t plane = (int64_t)(DXP_OH + KS - 1) * ws;
+#pragma GCC unroll 6
+  for (int r = 0; r < N0 + N1; r++) {
+    const int y = r < N0 ? Y0 + r : Y1 + r - N0;
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+      float *dst = dinb + (c + i) * plane + (int64_t)y * ws + x + kj;
+      _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), acc[i][r]));
+    }
+  }
+}
+
+static AVX2 __attribute__((noinline)) void dxp_mid(const struct geo *g, const float *dpk, int ows,
+                                                   const float *w, int c, int kj, int x,
+                                                   float *dinb, int ws) {
+  dxp_tile(3, 6, 9, 0, g, dpk, ows, w, c, kj, x, dinb, ws);
+}
+
+static AVX2 __attribute__((noinline)) void dxp_outer(const struct geo *g, const float *dpk, int ows,
+                                                     const float *w, int c, int kj, int x,
+                                                     float *dinb, int ws) {
+  dxp_tile(0, 3, 9, 3, g, dpk, ows, w, c, kj, x, dinb, ws);
+}
+
 /* row widths of the padded buffers, or 0 when backward_x_rows does not take
  * the layer */
 static int dxr_ows(const struct geo *g) {
@@ -801,7 +866,15 @@ static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const f
         }
       }
     memset(dinb, 0, sizeof(float) * (size_t)g->C * g->H * ws);
-    for (int c = 0; c < g->C; c++)
+    int c = 0;
+    if (g->OH == DXP_OH)
+      for (; c + 2 <= g->C; c += 2)
+        for (int kj = 0; kj < KS; kj++)
+          for (int x = 0; x < ows; x += 8) {
+            dxp_mid(g, dpk, ows, w, c, kj, x, dinb, ws);
+            dxp_outer(g, dpk, ows, w, c, kj, x, dinb, ws);
+          }
+    for (; c < g->C; c++)
       for (int kj = 0; kj < KS; kj++)
         for (int x = 0; x < ows; x += 8) dxr_table[g->OH](g, dpk, ows, w, c, kj, x, dinb, ws);
     if (ws == g->W)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "config.h"
 #include "datacache.h"
 #include "tb.h"
@@ -67,6 +68,10 @@ int main(int argc, char **argv) {
     print_error(TRAIN_EXIT_USAGE, err);
     return TRAIN_EXIT_USAGE;
   }
+  /* at one thread, before the data loads: OpenBLAS's idle workers would
+   * spin on sched_yield meanwhile (the CPU backend shuts them down too,
+   * later; with --threads N > 1 they are left as OpenBLAS keeps them) */
+  if (cfg.threads == 1) backend_cpu_blas_idle();
   if (cfg.show_help) {
     fputs(config_usage(), stdout);
     fputs(datacache_usage(), stdout);

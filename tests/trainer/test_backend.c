@@ -1,8 +1,11 @@
 /* The CPU backend through backend_ops, the interface the loop (and the CUDA
  * backend) share: state round trip, training lowers the loss, evaluation in
- * chunks equals one pass, argument checks, and --threads capping OpenBLAS. */
+ * chunks equals one pass, argument checks, and --threads capping OpenBLAS
+ * (at one thread, with OpenBLAS's idle worker threads shut down, and
+ * backend_cpu_blas_idle doing that alone). */
 #include <cblas.h>
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -74,15 +77,56 @@ START_TEST(state_roundtrip_and_training) {
 }
 END_TEST
 
+/* the threads of this process: /proc/self/task's entries */
+static int count_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+/* a product large enough for OpenBLAS to split across threads, checked */
+static void sgemm_works(void) {
+  enum { N = 256 };
+  float *x = calloc(N * N, sizeof(float)), *y = calloc(N * N, sizeof(float));
+  ck_assert(x && y);
+  for (int i = 0; i < N * N; i++) x[i] = (float)(i % 7) - 3.0f;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, x, N, x, N, 0.0f, y, N);
+  double want = 0.0;
+  for (int k = 0; k < N; k++) want += (double)x[k] * x[(int64_t)k * N + 1];
+  ck_assert_float_eq_tol(y[1], (float)want, 1e-3f);
+  free(x);
+  free(y);
+}
+
+/* OpenBLAS started a worker per further core when it loaded (none on one
+ * core): backend_cpu_blas_idle leaves none to spin beside the trainer,
+ * and sgemm at two threads afterwards still computes (it starts them
+ * again). First in the suite, before any backend shut them down. */
+START_TEST(blas_pool_idle) {
+  ck_assert_int_eq(backend_cpu_blas_idle(), 0);
+  ck_assert_int_eq(count_threads(), 1);
+  openblas_set_num_threads(2);
+  sgemm_works();
+  openblas_set_num_threads(1);
+}
+END_TEST
+
 START_TEST(threads_cap_openblas) {
   struct optim_spec os = {OPTIM_ADAM, 0.001f, 0, 0, 0.9f, 0.999f, 1e-8f};
   struct backend *b = NULL;
   struct backend_opts two = {2, 1, 0, 0, 0, NULL}, one = {1, 1, 0, 0, 0, NULL};
   ck_assert_int_eq(backend_cpu_ops.create(&spec, &os, 4, &two, &b), 0);
   ck_assert_int_eq(openblas_get_num_threads(), 2);
+  sgemm_works();
   backend_cpu_ops.destroy(b);
   ck_assert_int_eq(backend_cpu_ops.create(&spec, &os, 4, &one, &b), 0);
   ck_assert_int_eq(openblas_get_num_threads(), 1);
+  /* at one thread the backend shuts the pool down itself */
+  ck_assert_int_eq(count_threads(), 1);
   backend_cpu_ops.destroy(b);
 }
 END_TEST
@@ -102,6 +146,7 @@ int main(void) {
   Suite *s = suite_create("backend");
   TCase *tc = tcase_create("backend");
   tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, blas_pool_idle);
   tcase_add_test(tc, state_roundtrip_and_training);
   tcase_add_test(tc, threads_cap_openblas);
   tcase_add_test(tc, bad_spec_refused);

@@ -121,6 +121,7 @@ END_TEST
 START_TEST(odd_shapes) {
   if (!have_avx2()) return;
   check_shape(1, 12, 12, 1, 1);  /* out 8x8 */
+  check_shape(3, 12, 12, 5, 2);  /* out 8x8, a channel pair and one left */
   check_shape(2, 13, 17, 5, 3);  /* out 9x13 */
   check_shape(5, 9, 13, 7, 2);   /* out 5x9 */
   check_shape(3, 6, 19, 3, 1);   /* out 2x15 */
