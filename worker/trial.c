@@ -62,7 +62,8 @@ char *trial_path(const struct trial *t, const char *name) {
   return p;
 }
 
-int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
+int trial_new(cJSON *lease, const char *work_dir, struct workdir_spares *spares,
+              struct trial **out) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(lease, "id");
   const cJSON *ta = cJSON_GetObjectItemCaseSensitive(lease, "time_attr");
   if (!cJSON_IsNumber(id) || id->valuedouble < 1) return -EINVAL;
@@ -95,9 +96,12 @@ int trial_new(cJSON *lease, const char *work_dir, struct trial **out) {
     goto fail;
   }
   double made = clock_mono_s();
+  /* A spare needs only trial_mkdirs' mode and owner (an existing dir's). */
+  int spare = spares && workdir_spare_take(spares, t->dir) == 0;
   if ((rc = trial_mkdirs(t->dir)) < 0) goto fail;
   /* What the loop spends on a trial's start, for bench/worker/bench_gap.py. */
-  log_debug("trial %d: dir made, %.3f ms on the loop", t->id, (clock_mono_s() - made) * 1e3);
+  log_debug("trial %d: dir made, %.3f ms on the loop%s", t->id, (clock_mono_s() - made) * 1e3,
+            spare ? " (a spare)" : "");
   if ((rc = tail_init(&t->log, TRIAL_LOG_TAIL)) < 0) goto fail;
   if ((rc = tail_init(&t->err, TRIAL_ERR_TAIL)) < 0) goto fail;
   linebuf_init(&t->out_lb, TRIAL_MAX_LINE);

@@ -14,6 +14,7 @@
 #include "proc.h"
 #include "result.h"
 #include "tail.h"
+#include "workdir.h"
 
 #define TRIAL_LOG_TAIL (256 * 1024) /* what PUT /logs carries at most */
 #define TRIAL_ERR_TAIL (16 * 1024)
@@ -160,8 +161,10 @@ struct trial {
   void *arg;
 };
 
-/* Takes ownership of lease on success. Creates the trial directory. */
-int trial_new(cJSON *lease, const char *work_dir, struct trial **out);
+/* Takes ownership of lease on success. Creates the trial directory, by
+ * renaming a spare of spares into place when there is one (NULL: none). */
+int trial_new(cJSON *lease, const char *work_dir, struct workdir_spares *spares,
+              struct trial **out);
 /* Returns 0 with its supervisor running (the trial's pid follows:
  * ev->on_spawned), or a negative errno; then t->handles
  * says how many close callbacks are still to come (ev->on_closed after the

@@ -99,6 +99,17 @@ struct worker {
   uv_timer_t reg_timer, hb_timer, lease_timer, ob_timer, log_timer, drain_timer, fence_timer;
   int handles;
   struct trial *trials;
+  /* Fresh trial dirs made ahead of their leases, off the loop (workdir.h);
+   * spare_job: the batch being made, NULL when none. */
+  struct workdir_spares spares;
+  struct worker_spare_job *spare_job;
+  /* Housekeeping of trial dirs, batched once the burst of starts and ends
+   * that asked for it has passed: ended trials' dirs swept (sweep_wanted),
+   * the swept ones removed and spares made on the thread pool. */
+  uv_timer_t house_timer;
+  int sweep_wanted, gone_pending, house_again;
+  unsigned spare_peak; /* the most trials this worker has run at once */
+  unsigned gone_seq;
   int uploads; /* checkpoint/log requests in flight */
   int draining, drain_kill, shut;
   int deregistering; /* the clean stop's deregistration is out */
@@ -1358,6 +1369,108 @@ static int worker_get_checkpoint(struct worker *w, struct trial *t, int attempt)
   return rc;
 }
 
+/* ---- trial dir housekeeping ------------------------------------------ */
+
+#define WORKER_SPARES_MAX 64
+/* How long housekeeping waits after the start or end that asked for it:
+ * trials started together end together, and their starts need the CPU. */
+#define WORKER_HOUSE_DELAY_MS 200
+
+/* A batch made on libuv's thread pool, so that the inode allocations and
+ * frees (the worker's largest CPU cost on ext4 without a journal) never
+ * hold up the loop: spares first + 0..n-1, then the swept dirs removed. */
+struct worker_spare_job {
+  uv_work_t req;
+  struct worker *w;
+  unsigned first, n;
+  int remove_gone;
+  uint64_t made; /* bit i: spare first + i was made */
+};
+
+static void worker_house_work(uv_work_t *req) {
+  struct worker_spare_job *j = req->data;
+  for (unsigned i = 0; i < j->n; i++)
+    if (workdir_spare_make(j->w->spares.trials, j->first + i) == 0) j->made |= 1ull << i;
+  if (j->remove_gone) workdir_remove_gone(j->w->o.work_dir);
+}
+
+static void worker_house_job(struct worker *w);
+static int worker_dir_needed(void *arg, int trial_id);
+
+static void worker_house_done(uv_work_t *req, int status) {
+  struct worker_spare_job *j = req->data;
+  struct worker *w = j->w;
+  (void)status;
+  w->spare_job = NULL;
+  unsigned made = 0;
+  for (unsigned i = 0; i < j->n; i++)
+    if (((j->made >> i) & 1) && workdir_spares_add(&w->spares, j->first + i) == 0) made++;
+  if (made < j->n)
+    log_debug("spare trial dirs: %u of %u made", made, j->n); /* made at the lease instead */
+  free(j);
+  if (w->house_again) {
+    w->house_again = 0;
+    worker_house_job(w);
+  }
+}
+
+/* Queues the batch: spares up to one per trial running here, and the
+ * removal of the swept dirs. */
+static void worker_house_job(struct worker *w) {
+  if (w->spare_job) {
+    w->house_again = 1;
+    return;
+  }
+  size_t want = w->draining || w->shut || w->spares.off || !w->spares.trials ? 0 : w->spare_peak;
+  unsigned n = want > w->spares.n ? (unsigned)(want - w->spares.n) : 0;
+  if (!n && !w->gone_pending) return;
+  struct worker_spare_job *j = calloc(1, sizeof *j);
+  if (!j) return;
+  j->req.data = j;
+  j->w = w;
+  j->n = n;
+  j->first = w->spares.next;
+  j->remove_gone = w->gone_pending;
+  if (uv_queue_work(w->loop, &j->req, worker_house_work, worker_house_done) != 0) {
+    free(j);
+    return;
+  }
+  w->spares.next += n;
+  w->gone_pending = 0;
+  w->spare_job = j;
+}
+
+static void worker_log_swept(int n, int keep) {
+  if (n > 0) log_info("removed %d trial dir(s) of ended trials (the last %d are kept)", n, keep);
+}
+
+/* Removes the dirs of ended trials beyond the most recent few: out of the
+ * way now, deleted on the thread pool. */
+static void worker_on_house_timer(uv_timer_t *h) {
+  struct worker *w = h->data;
+  if (w->sweep_wanted) {
+    w->sweep_wanted = 0;
+    int n = workdir_sweep_trials(w->o.work_dir, w->o.keep_trial_dirs, worker_dir_needed, w,
+                                 &w->gone_seq);
+    worker_log_swept(n, w->o.keep_trial_dirs);
+    if (n > 0) w->gone_pending = 1;
+  }
+  worker_house_job(w);
+}
+
+/* A spare for each of the most trials run here at once (up to
+ * WORKER_SPARES_MAX): what a round of trials ending together takes. */
+static void worker_want_spares(struct worker *w) {
+  unsigned n = 0;
+  for (struct trial *t = w->trials; t && n < WORKER_SPARES_MAX; t = t->next) n++;
+  if (n > w->spare_peak) w->spare_peak = n;
+}
+
+static void worker_house_arm(struct worker *w) {
+  if (!w->shut && !uv_is_active((uv_handle_t *)&w->house_timer))
+    uv_timer_start(&w->house_timer, worker_on_house_timer, WORKER_HOUSE_DELAY_MS, 0);
+}
+
 /* Takes a granted lease: 1 when it was given back for want of room now
  * (the next lease request waits a poll interval), else 0. */
 static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
@@ -1371,7 +1484,7 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
                           cJSON_IsNumber(gpu) ? gpu->valuedouble : 0,
                           cJSON_IsNumber(mem) ? (long)mem->valuedouble : 0};
   struct trial *t = NULL;
-  int rc = trial_new(lease_trial, w->o.work_dir, &t);
+  int rc = trial_new(lease_trial, w->o.work_dir, &w->spares, &t);
   if (rc < 0) {
     log_error("lease: cannot set up trial %d in %s: %s", tid, w->o.work_dir, strerror(-rc));
     if (tid > 0) {
@@ -1436,6 +1549,8 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
   if (ck) unlink(ck);
   free(ck);
   worker_spawn_trial(w, t, 0);
+  worker_want_spares(w);
+  worker_house_arm(w); /* a spare for the next start */
   return 0;
 }
 
@@ -1515,20 +1630,15 @@ static int worker_dir_needed(void *arg, int trial_id) {
   return l && l->n > 0;
 }
 
-/* Removes the dirs of ended trials beyond the most recent few. */
-static void worker_sweep_dirs(struct worker *w) {
-  int n = workdir_sweep_trials(w->o.work_dir, w->o.keep_trial_dirs, worker_dir_needed, w);
-  if (n > 0)
-    log_info("removed %d trial dir(s) of ended trials (the last %d are kept)", n,
-             w->o.keep_trial_dirs);
-}
-
 /* Once an ended trial's last message is delivered its dir may go. */
 static void worker_sweep_after_ack(struct worker *w, int trial_id) {
   for (struct trial *t = w->trials; t; t = t->next)
     if (t->id == trial_id) return;
   const struct outbox_lane *l = outbox_lane(&w->ob, trial_id);
-  if (!l || l->n == 0) worker_sweep_dirs(w);
+  if (!l || l->n == 0) {
+    w->sweep_wanted = 1;
+    worker_house_arm(w);
+  }
 }
 
 /* Messages of this trial were acknowledged: its dir may go, and its
@@ -2304,7 +2414,7 @@ static void worker_handle_closed(uv_handle_t *h) {
 #define WORKER_TIMERS(w)                                                                           \
   {                                                                                                \
     &(w)->reg_timer, &(w)->hb_timer, &(w)->lease_timer, &(w)->ob_timer, &(w)->log_timer,           \
-        &(w)->drain_timer, &(w)->fence_timer                                                       \
+        &(w)->drain_timer, &(w)->fence_timer, &(w)->house_timer                                    \
   }
 
 static void worker_shutdown(struct worker *w) {
@@ -2515,7 +2625,14 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   rc = outbox_open(&w->ob, obdir, opts->max_queued);
   free(obdir);
   if (rc < 0) goto fail;
-  worker_sweep_dirs(w); /* what an earlier run left: kept only while needed */
+  /* What an earlier run left: kept only while needed. */
+  workdir_remove_gone(opts->work_dir);
+  int swept =
+      workdir_sweep_trials(opts->work_dir, opts->keep_trial_dirs, worker_dir_needed, w, NULL);
+  worker_log_swept(swept, opts->keep_trial_dirs);
+  if (workdir_spares_open(&w->spares, opts->work_dir) < 0)
+    log_warn("spare trial dirs: cannot read %s/trials: trial dirs are made at their lease",
+             opts->work_dir);
   /* Rendezvous ports are claimed machine-wide where the CPU claims are. */
   char run_dir[4096];
   if (sysres_run_dir(run_dir, sizeof run_dir) < 0 || rdzv_ports_init(&w->rdzv, run_dir) < 0)
@@ -2531,6 +2648,7 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   *out = w;
   return 0;
 fail_ob:
+  workdir_spares_close(&w->spares);
   outbox_close(&w->ob);
 fail:
   free(w);
@@ -2561,6 +2679,7 @@ void worker_free(struct worker *w) {
     trial_free(t);
   }
   outbox_close(&w->ob);
+  workdir_spares_close(&w->spares);
   rdzv_ports_free(&w->rdzv);
   free(w);
 }

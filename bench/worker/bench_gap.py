@@ -310,6 +310,10 @@ def compare(a):
             ("a trial's own time beyond its sleep, median (ms)", lambda j: j.get("own_ms"))]
     rows += [("step median (ms): " + x["step"], step(x["step"])) for x in runs["this"][0]["steps"]]
     rows += [("CPU per trial (ms): " + k, cpu(k)) for k in runs["this"][0]["cpu_s"]]
+    rows += [("worker's loop per start (ms): " + what,
+              lambda j, k=k: j.get("worker_loop_s", {}).get(k, float("nan")) / j["trials"] * 1e3)
+             for k, what in (("loop_dir", "the trial dir"),
+                             ("loop_lease", "lease handled -> spawn requested"))]
     print("medians of %d runs each (baseline %s, this %s):" % (a.runs, a.baseline, a.bin))
     print("  %-78s %10s %10s" % ("", "baseline", "this"))
     for name, f in rows:

@@ -95,6 +95,10 @@ def body(env):
              "the ended trial's dir to be removed")
     wait_for(lambda: not os.path.exists(env.trial_dir("w1", 1)), 10,
              "the killed worker's trial dir to be removed")
+    # Swept dirs are renamed out of the way, then deleted on a thread.
+    trials_dir = os.path.dirname(env.trial_dir("w1", 1))
+    wait_for(lambda: not [n for n in os.listdir(trials_dir) if n.startswith(".gone.")], 10,
+             "the swept dirs to be deleted")
     assert os.path.exists(os.path.join(env.work_dir("w1"), "worker.lock"))
     assert os.path.isdir(os.path.join(env.work_dir("w1"), "outbox"))
     print("trial dirs of ended trials removed")
