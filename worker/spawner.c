@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,12 +116,21 @@ static int spawner_full(int fd, char *p, size_t n, int out) {
   return 0;
 }
 
+/* Every signal default and none blocked, as the trials are to start. glibc
+ * refuses sigaction() on the two real-time signals it keeps for itself (32
+ * and 33), yet an ignored disposition of theirs is inherited across exec
+ * like any other (a worker started by a runtime that ignores them would
+ * pass that on): those are reset by the kernel's call, whose all-zero
+ * action is SIG_DFL with no flags and an empty mask in every layout. */
 static void spawner_default_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; sig++)
-    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &sa, NULL);
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, &sa, NULL) == 0) continue;
+    unsigned long dfl[4] = {0, 0, 0, 0};
+    syscall(SYS_rt_sigaction, sig, dfl, NULL, sizeof dfl[0]);
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
