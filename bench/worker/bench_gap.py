@@ -41,7 +41,9 @@ handled -> spawn asked), the CPU
 seconds per trial of ctune-server, ctune-worker, its trial processes (their
 supervisors, bash and sleep: the worker's cutime+cstime) and the `ctune` CLI
 (utime+stime in /proc/<pid>/stat, sampled until each exits), the same
-trial command's CPU when run directly, and the load average.
+trial command's CPU when run directly, the trial processes' minor page
+faults per trial against the command's own (a count that load does not
+move: the supervisor's exec and loading), and the load average.
 
 With --baseline OLD_BIN it runs itself --runs times on each build,
 alternating (OLD first in odd rounds, BIN first in even ones), and prints each run's
@@ -96,14 +98,16 @@ def pct(values, q):
 
 
 def proc_stat(pid):
-    """(utime+stime, cutime+cstime) of pid in seconds, None once it is gone."""
+    """(utime+stime, cutime+cstime) of pid in seconds and its reaped
+    children's minor page faults (cminflt), None once it is gone."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
     tck = os.sysconf("SC_CLK_TCK")
-    return ((int(fields[11]) + int(fields[12])) / tck, (int(fields[13]) + int(fields[14])) / tck)
+    return ((int(fields[11]) + int(fields[12])) / tck, (int(fields[13]) + int(fields[14])) / tck,
+            int(fields[8]))
 
 
 def children(pid):
@@ -131,7 +135,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.cli_pid = cli_pid
         self.pids = {}  # name -> pid
-        self.last = {}  # name -> (self cpu, children cpu)
+        self.last = {}  # name -> (self cpu, children cpu, children minor faults)
         self.load = []
         self.stop = threading.Event()
 
@@ -310,6 +314,9 @@ def compare(a):
             ("a trial's own time beyond its sleep, median (ms)", lambda j: j.get("own_ms"))]
     rows += [("step median (ms): " + x["step"], step(x["step"])) for x in runs["this"][0]["steps"]]
     rows += [("CPU per trial (ms): " + k, cpu(k)) for k in runs["this"][0]["cpu_s"]]
+    rows += [("minor page faults per trial: " + k,
+              lambda j, k=k: j.get("minflt", {}).get(k, float("nan")))
+             for k in runs["this"][0].get("minflt", {})]
     rows += [("worker's loop per start (ms): " + what,
               lambda j, k=k: j.get("worker_loop_s", {}).get(k, float("nan")) / j["trials"] * 1e3)
              for k, what in (("loop_dir", "the trial dir"),
@@ -633,6 +640,15 @@ def main():
     print("CPU seconds (utime+stime), total and per trial:")
     for name, v in cpu_rows:
         print("  %-40s %7.2f s  %6.2f ms/trial" % (name, v, v / a.trials * 1e3))
+    # Minor page faults a trial: a count that load does not move (the
+    # supervisor's exec and loading, against the command's own).
+    faults = {}
+    if "ctune-worker" in cpu:
+        faults["trial processes (worker's children)"] = cpu["ctune-worker"][2] / a.trials
+    faults["baseline: the trial command run directly"] = (r1.ru_minflt - r0.ru_minflt) / nb
+    print("minor page faults per trial:")
+    for name, v in faults.items():
+        print("  %-40s %7.1f" % (name, v))
     if a.strace:
         print("lease requests answered 204 (nothing to lease): %d of %d"
               % (len(e204), sum(1 for r in reqs if r["path"].endswith("/lease"))))
@@ -646,7 +662,7 @@ def main():
                        "load": [load0, load1, s.load],
                        "steps": [{"step": n, "n": c, "median_ms": m, "p90_ms": q, "max_ms": x}
                                  for n, c, m, q, x in summ],
-                       "cpu_s": dict(cpu_rows), "phases_s": phases,
+                       "cpu_s": dict(cpu_rows), "minflt": faults, "phases_s": phases,
                        "worker_in_spawn_s": blocked, "worker_loop_s": loop_s}, f, indent=1)
     if not a.keep:
         shutil.rmtree(tmp, ignore_errors=True)
