@@ -34,7 +34,11 @@ CONCURRENT trials have started, each later trial can start only because an
 earlier one ended, so the k-th trial to end is paired with trial number
 CONCURRENT + k to start (both in time order). For each pair it prints the
 median, p90 and max of each step; and overall the wall time of the run
-against the ideal (trials / concurrent * sleep), the phases, the time from
+against the ideal (trials / concurrent * sleep), the phases (among them
+the time until every slot's first trial has started: the first CONCURRENT
+trials start one lease after another, and the slot that starts last
+carries that to the end),
+the time from
 each lease reply to its supervisor's pid report, the worker's event loop's
 own time on each start (its debug lines: trial dir, proc_spawn, lease
 handled -> spawn asked), the CPU
@@ -310,6 +314,8 @@ def compare(a):
             ("first instruction -> last exit (s)", lambda j: j["span_s"]),
             ("ctune started -> first trial (s)", phase("ctune started",
                                                        "first trial's first instruction")),
+            ("first trial -> every slot's first trial started (s)",
+             phase("first trial's first instruction", "every slot's first trial started")),
             ("last exit -> ctune exited (s)", phase("last trial's exit", "ctune exited")),
             ("a trial's own time beyond its sleep, median (ms)", lambda j: j.get("own_ms"))]
     rows += [("step median (ms): " + x["step"], step(x["step"])) for x in runs["this"][0]["steps"]]
@@ -565,10 +571,14 @@ def main():
           % ("/".join(load0), "/".join(load1), " ".join("%.2f" % x for x in s.load)))
     if firsts:
         phase["first trial's first instruction"] = min(firsts)
+        # The first CONCURRENT trials start one lease after another: the
+        # slot that starts last carries its delay to the end of the run.
+        phase["every slot's first trial started"] = sorted(firsts)[:a.concurrent][-1]
         phase["last trial's exit"] = max(exits)
     order = ["ctune started", "server's first log line", "worker registered",
              "experiment submitted (created)", "first lease granted",
-             "first trial's first instruction", "last trial's exit",
+             "first trial's first instruction", "every slot's first trial started",
+             "last trial's exit",
              "experiment ended (server)", "worker told to stop (SIGTERM)", "worker exits",
              "server stopped", "ctune exited"]
     print("phases of the run (s after ctune started; step):")
