@@ -31,6 +31,7 @@
 #include "log.h"
 #include "static_path.h"
 #include "testhook.h"
+#include "trace.h"
 
 /* Past this much of an oversized chunked body (no Content-Length) the
  * connection is closed unanswered. */
@@ -63,11 +64,12 @@ struct http_conn {
   unsigned char addr[16]; /* the client's address (IPv4 in the first 4 bytes) */
   int family;
   int fd;
-  double t0;   /* accepted (clock_mono_s) */
-  int heads;   /* request heads that arrived */
-  int authed;  /* a request on it carried a valid credential */
-  int busy;    /* inside a request: never closed from outside */
-  int evicted; /* shut down by us; MHD closes it */
+  double t0;           /* accepted (clock_mono_s) */
+  int heads;           /* request heads that arrived */
+  int authed;          /* a request on it carried a valid credential */
+  int busy;            /* inside a request: never closed from outside */
+  int evicted;         /* shut down by us; MHD closes it */
+  uint64_t trace_done; /* its last reply went out (trace builds) */
 };
 
 struct http {
@@ -117,6 +119,7 @@ struct http_req {
   struct lease_waiter wait; /* REQ_PARKED: its place among the held leases */
   uint64_t held_until_ms;   /* a held request's deadline (0: not held yet) */
   uint64_t held_mark;       /* what its handler noted when it first held it */
+  uint64_t tr[5];           /* trace builds: head, dispatch, handled, committed, resumed */
 };
 
 static const char *http_query(void *conn, const char *key) {
@@ -360,6 +363,7 @@ static int http_client_gone(struct http_req *r) {
 
 static void http_committed(void *ctx, int status) {
   struct http_req *r = ctx;
+  r->tr[3] = trace_ns();
   r->commit_status = status;
   r->state = REQ_READY;
   MHD_resume_connection(r->conn);
@@ -691,6 +695,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     r->s = h->s;
     r->conn = conn;
     r->t0 = clock_mono_s();
+    r->tr[0] = trace_ns();
     r->limit = HTTP_MAX_BODY;
     if (!strcmp(method, "PUT") && http_ends_with(url, "/checkpoint"))
       r->limit = (size_t)h->s->opt.max_checkpoint_bytes;
@@ -756,6 +761,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     return MHD_YES;
   }
   if (r->state == REQ_READY) {
+    r->tr[4] = trace_ns();
     atomic_fetch_sub(&h->suspended, 1); /* MHD resumed it and called us */
     r->state = REQ_SENT;
     return http_send(r);
@@ -776,6 +782,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
    * which sets `stopping` first and then waits for this count to drop, can
    * never miss a handler about to suspend its connection. */
   atomic_fetch_add(&h->active, 1);
+  r->tr[1] = trace_ns();
   /* Reply-after-commit is structural: every group the handler's lock holds
    * handed to the commit thread (and, for a write, everything before its
    * holds) is recorded here by server_unlock, so the reply cannot go out
@@ -807,6 +814,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     }
     /* prc == 1: something changed since the handler looked: try again now */
   }
+  r->tr[2] = trace_ns();
   if (r->ticket) {
     int status = 0;
     int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r, &status);
@@ -819,6 +827,21 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
   atomic_fetch_sub(&h->active, 1);
   r->state = REQ_SENT;
   return http_send(r);
+}
+
+/* Trace builds: a request that waited for a commit, its times (trace.h). */
+static void http_trace(struct http_req *r) {
+#ifdef CTUNE_TRACE
+  if (!r->ticket || !r->hc) return;
+  uint64_t now = trace_ns();
+  uint64_t v[] = {
+      r->ticket, (uint64_t)r->hc->fd, r->tr[0],          r->tr[1], r->tr[2], r->tr[3], r->tr[4],
+      now,       r->hc->trace_done,   (uint64_t)gettid()};
+  r->hc->trace_done = now;
+  trace_put(TRACE_REQ, v, (int)(sizeof v / sizeof v[0]));
+#else
+  (void)r;
+#endif
 }
 
 static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -834,6 +857,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   if (r->state == REQ_WAITING || r->state == REQ_READY || r->state == REQ_PARKED)
     atomic_fetch_sub(&h->suspended, 1);
   http_conn_end(h, r->hc);
+  http_trace(r);
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
   if (r->resp.stream_read && r->resp.stream_free) r->resp.stream_free(r->resp.stream_cls);
