@@ -67,6 +67,10 @@ extern const struct route api_routes[];
 extern const size_t api_nroutes;
 extern const api_handler api_handlers[];
 
+/* The header that names the caller's role (auth_head.c) on every reply to an
+ * authenticated request. */
+#define API_ROLE_HEADER "X-Ctune-Role"
+
 /* Replies. Each returns 0 (the handler's own return value) or -ENOMEM. */
 int api_json(struct api_resp *r, int status, cJSON *body); /* takes body */
 int api_error(struct api_resp *r, int status, const char *code, const char *path, const char *fmt,
