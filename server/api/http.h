@@ -17,6 +17,10 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
 /* Stops accepting, answers what is in flight, stops. */
 void http_stop(struct http *h);
 
+/* The open connections: over how many HTTP threads, and the most that one
+ * of them serves. */
+void http_conn_spread(struct http *h, int *threads, int *most);
+
 /* The replies most requests get (a result's decision, for each
  * X-Ctune-Role a result can carry), built once. */
 #define HTTP_NSHARED 6
