@@ -45,6 +45,21 @@ int api_error(struct api_resp *r, int status, const char *code, const char *path
   return api_json(r, status, root);
 }
 
+int api_json_text(struct api_resp *r, int status, const char *text) {
+  char *copy = strdup(text);
+  if (!copy) return -ENOMEM;
+  free(r->body);
+  r->status = status;
+  r->body = copy;
+  r->len = strlen(copy);
+  r->content_type = "application/json";
+  return 0;
+}
+
+const char *api_decision_json(int stop) {
+  return stop ? "{\"decision\":\"stop\"}" : "{\"decision\":\"continue\"}";
+}
+
 int api_no_content(struct api_resp *r) {
   free(r->body);
   r->body = NULL;

@@ -294,17 +294,15 @@ struct MHD_Response *http_response_new(struct api_resp *p) {
   return m;
 }
 
-/* What api_trial_report answers a single result with (jsonout's bytes), and
- * the X-Ctune-Role header the head check adds (none without tokens). */
-static const char *const http_shared_bodies[] = {"{\"decision\":\"continue\"}",
-                                                 "{\"decision\":\"stop\"}"};
+/* api_trial_report's replies to one result (api_decision_json), and the
+ * X-Ctune-Role header the head check adds (none without tokens). */
 static const char *const http_shared_roles[] = {NULL, "worker", "admin"};
 #define HTTP_NROLES (sizeof http_shared_roles / sizeof http_shared_roles[0])
 _Static_assert(HTTP_NSHARED == 2 * HTTP_NROLES, "one shared reply per body and role");
 
 int http_shared_new(struct MHD_Response *shared[HTTP_NSHARED]) {
   for (int i = 0; i < HTTP_NSHARED; i++) {
-    const char *body = http_shared_bodies[i / HTTP_NROLES],
+    const char *body = api_decision_json((int)(i / HTTP_NROLES)),
                *role = http_shared_roles[i % HTTP_NROLES];
     struct api_resp p = {.status = 200, .len = strlen(body), .content_type = "application/json"};
     if (role) api_header(&p, API_ROLE_HEADER, "%s", role);
@@ -338,9 +336,11 @@ struct MHD_Response *http_shared_find(struct MHD_Response *const shared[HTTP_NSH
       role++;
     if (role == HTTP_NROLES) return NULL;
   }
-  for (size_t b = 0; b < sizeof http_shared_bodies / sizeof http_shared_bodies[0]; b++)
-    if (p->len == strlen(http_shared_bodies[b]) && !memcmp(p->body, http_shared_bodies[b], p->len))
-      return shared[b * HTTP_NROLES + role];
+  for (int stop = 0; stop < 2; stop++) {
+    const char *body = api_decision_json(stop);
+    if (p->len == strlen(body) && !memcmp(p->body, body, p->len))
+      return shared[(size_t)stop * HTTP_NROLES + role];
+  }
   return NULL;
 }
 
