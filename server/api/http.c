@@ -127,6 +127,7 @@ struct http_req {
   uint64_t held_until_ms;   /* a held request's deadline (0: not held yet) */
   uint64_t held_mark;       /* what its handler noted when it first held it */
   uint64_t tr[5];           /* trace builds: head, dispatch, handled, committed, resumed */
+  struct route_match m;     /* the route http_head found (m.route NULL: none) */
 };
 
 static const char *http_query(void *conn, const char *key) {
@@ -587,6 +588,7 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     return 1;
   }
   int rc = route_find(api_routes, api_nroutes, meth, url, &m);
+  if (!rc) r->m = m; /* the handler's, when the head passes */
   if (rc == -EOPNOTSUPP) {
     static const char *const names[] = {"GET", "POST", "PUT", "DELETE", "PATCH"};
     char allow[64] = "";
@@ -709,7 +711,6 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
 static void http_dispatch(struct http_req *r, const char *url, const char *method) {
   struct server *s = r->s;
   struct api_resp *resp = &r->resp;
-  struct route_match m;
   enum route_method meth = route_method_parse(method);
   if (atomic_load(&r->h->stopping)) {
     api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
@@ -729,15 +730,15 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     return;
   }
-  /* Routed and authorised on the head (http_head): found again here. */
-  int rc = route_find(api_routes, api_nroutes, meth, url, &m);
-  if (rc) {
+  /* Routed and authorised on the head (http_head), which kept the match
+   * (its rest points into the URL, which lives as long as the request). */
+  if (!r->m.route) {
     api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
     return;
   }
   struct api_req req = {.method = meth,
                         .path = url,
-                        .match = &m,
+                        .match = &r->m,
                         .body = r->body ? r->body : "",
                         .body_len = r->len,
                         .conn = r->conn,
@@ -747,7 +748,7 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
                         .body_fd = r->fd,
                         .held_until_ms = r->held_until_ms,
                         .held_mark = r->held_mark};
-  rc = api_handlers[m.route->handler](s, &req, resp);
+  int rc = api_handlers[r->m.route->handler](s, &req, resp);
   if (rc || (!resp->status && !resp->hold_until_ms)) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
     free(resp->body);
