@@ -989,6 +989,7 @@ static void http_raise_fd_limit(void) {
  * other in that one thread (p50 5.1 ms against 2.2 ms on the other). */
 static void *http_acceptor(void *arg) {
   struct http *h = arg;
+  int short_of = 0; /* accepts failed for want of descriptors or memory, in a row */
   for (;;) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
@@ -999,13 +1000,15 @@ static void *http_acceptor(void *arg) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors or memory: nothing to wait for but time (the
          * client waits in the backlog meanwhile). */
-        log_warn("http: cannot accept a connection: %s", strerror(errno));
+        if (!short_of++) log_warn("http: cannot accept a connection: %s", strerror(errno));
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
         continue;
       }
       log_error("http: accepting connections failed: %s", strerror(errno));
       break;
     }
+    if (short_of) log_info("http: accepting again after %d failed tries", short_of);
+    short_of = 0;
     /* Refused (the limits): libmicrohttpd has closed it. */
     MHD_add_connection(h->d, fd, (struct sockaddr *)&ss, sl);
   }
