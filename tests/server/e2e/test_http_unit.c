@@ -36,20 +36,26 @@ static int get_healthz(int fd, int port) {
   return strstr(buf, " 200 ") ? 0 : -1;
 }
 
+/* The harness's server behind http_start on a loopback port, 2 threads. */
+static struct http *start_http(struct harness *h, int *port) {
+  h_open(h);
+  h->s.opt.bind = "127.0.0.1";
+  h->s.opt.port = 0;
+  h->s.opt.threads = 2;
+  struct http *http = NULL;
+  char err[256] = "";
+  ck_assert_msg(http_start(&h->s, &http, port, err, sizeof err) == 0, "%s", err);
+  return http;
+}
+
 /* Rule: the server's connections are spread evenly over its HTTP threads
  * (accepted by one thread, handed to libmicrohttpd, which gives each to a
  * thread by its socket number), not to whichever thread wins the race for
  * the listening socket. */
 START_TEST(connections_spread_over_the_threads) {
   struct harness h;
-  h_open(&h);
-  h.s.opt.bind = "127.0.0.1";
-  h.s.opt.port = 0;
-  h.s.opt.threads = 2;
-  struct http *http = NULL;
   int port = 0;
-  char err[256] = "";
-  ck_assert_msg(http_start(&h.s, &http, &port, err, sizeof err) == 0, "%s", err);
+  struct http *http = start_http(&h, &port);
   /* The client's sockets first: the server's then get numbers of their own
    * in a row, as a server's connections from other processes do. */
   int fds[NCONN];
@@ -84,14 +90,8 @@ static int wait_log(int fd, char *buf, size_t cap, size_t *len, const char *want
  * the shortage is logged once, not at every retry. */
 START_TEST(accepting_survives_running_out_of_descriptors) {
   struct harness h;
-  h_open(&h);
-  h.s.opt.bind = "127.0.0.1";
-  h.s.opt.port = 0;
-  h.s.opt.threads = 2;
-  struct http *http = NULL;
   int port = 0;
-  char err[256] = "";
-  ck_assert_msg(http_start(&h.s, &http, &port, err, sizeof err) == 0, "%s", err);
+  struct http *http = start_http(&h, &port);
   log_set_level(LOG_INFO); /* the harness keeps tests quiet: the lines are the test */
   int pfd[2], saved = dup(2);
   ck_assert_int_eq(pipe(pfd), 0);
