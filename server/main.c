@@ -18,6 +18,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "trace.h"
 #include "http.h"
 #include "log.h"
 #include "opts.h"
@@ -484,12 +485,18 @@ int main(int argc, char **argv) {
       break;
     }
     if (s.opt.read_only) continue; /* no expiry, no timer, nothing to checkpoint */
+    uint64_t tr[5] = {trace_ns()}; /* trace builds: the pass's times (trace.h) */
     server_lock(&s);               /* the unlock hands what expiry changed to the commit thread */
+    tr[1] = trace_ns();
     state_expire_leases(&s, clock_mono_ms());
     if (decide_tick(&s, clock_mono_ms(), &(uint64_t){0})) /* time_budget_s runs on the clock */
       log_error("time budget: cannot queue the experiments' run time");
     server_unlock(&s);
+    tr[2] = trace_ns();
     if (store_checkpoint(s.store, &copied)) log_warn("store: WAL checkpoint failed");
+    tr[3] = trace_ns();
+    tr[4] = (uint64_t)copied;
+    trace_put(TRACE_CKPT, tr, 5);
   }
   rc = 0;
 out:

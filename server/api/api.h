@@ -67,11 +67,20 @@ extern const struct route api_routes[];
 extern const size_t api_nroutes;
 extern const api_handler api_handlers[];
 
+/* The header that names the caller's role (auth_head.c) on every reply to an
+ * authenticated request. */
+#define API_ROLE_HEADER "X-Ctune-Role"
+
 /* Replies. Each returns 0 (the handler's own return value) or -ENOMEM. */
 int api_json(struct api_resp *r, int status, cJSON *body); /* takes body */
 int api_error(struct api_resp *r, int status, const char *code, const char *path, const char *fmt,
               ...) __attribute__((format(printf, 5, 6)));
 int api_no_content(struct api_resp *r);
+/* A JSON reply of constant text (copied). */
+int api_json_text(struct api_resp *r, int status, const char *text);
+/* The reply to one result: {"decision":"continue"} or {"decision":"stop"},
+ * as jsonout prints them (http.c answers them with shared responses). */
+const char *api_decision_json(int stop);
 void api_header(struct api_resp *r, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -224,9 +224,13 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   cJSON *body = api_results_body(req, resp);
   if (!body) return 0;
   int batch = cJSON_IsArray(body), n = batch ? cJSON_GetArraySize(body) : 1, rc = 0;
-  double *tvs = malloc((size_t)n * sizeof *tvs);
-  char *dec = malloc((size_t)n);
-  const cJSON **rs = malloc((size_t)n * sizeof *rs);
+  /* One result (nearly every report): no allocation for its arrays. */
+  double tv1;
+  char dec1;
+  const cJSON *rs1;
+  double *tvs = n == 1 ? &tv1 : malloc((size_t)n * sizeof *tvs);
+  char *dec = n == 1 ? &dec1 : malloc((size_t)n);
+  const cJSON **rs = n == 1 ? &rs1 : malloc((size_t)n * sizeof *rs);
   cJSON *o = NULL;
   if (!tvs || !dec || !rs) {
     rc = -ENOMEM;
@@ -253,6 +257,10 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
   if (rc) goto out;
   /* A replayed decision must be durable before it is repeated. */
   if (a.replayed) resp->ticket = commit_last_ticket(s->commit);
+  if (!batch) {
+    rc = api_json_text(resp, 200, api_decision_json(dec[0] == 's'));
+    goto out;
+  }
   o = cJSON_CreateObject();
   cJSON *arr = o && batch ? cJSON_AddArrayToObject(o, "decisions") : NULL;
   int ok = o && (!batch || arr);
@@ -264,9 +272,11 @@ int api_trial_report(struct server *s, const struct api_req *req, struct api_res
 out:
   server_unlock(s);
 out_unlocked:
-  free(tvs);
-  free(dec);
-  free(rs);
+  if (n != 1) {
+    free(tvs);
+    free(dec);
+    free(rs);
+  }
   cJSON_Delete(body);
   return rc;
 }

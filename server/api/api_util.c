@@ -9,9 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int api_json(struct api_resp *r, int status, cJSON *body) {
-  char *text = body ? jsonout_print(body) : NULL; /* exact numbers */
-  cJSON_Delete(body);
+/* The reply's JSON body: text (malloc'd, taken; NULL: out of memory). */
+static int api_json_body(struct api_resp *r, int status, char *text) {
   if (!text) return -ENOMEM;
   free(r->body);
   r->status = status;
@@ -19,6 +18,12 @@ int api_json(struct api_resp *r, int status, cJSON *body) {
   r->len = strlen(text);
   r->content_type = "application/json";
   return 0;
+}
+
+int api_json(struct api_resp *r, int status, cJSON *body) {
+  char *text = body ? jsonout_print(body) : NULL; /* exact numbers */
+  cJSON_Delete(body);
+  return api_json_body(r, status, text);
 }
 
 int api_error(struct api_resp *r, int status, const char *code, const char *path, const char *fmt,
@@ -43,6 +48,14 @@ int api_error(struct api_resp *r, int status, const char *code, const char *path
   }
   r->ticket = 0; /* a rejected request changed nothing: no need to wait */
   return api_json(r, status, root);
+}
+
+int api_json_text(struct api_resp *r, int status, const char *text) {
+  return api_json_body(r, status, strdup(text));
+}
+
+const char *api_decision_json(int stop) {
+  return stop ? "{\"decision\":\"stop\"}" : "{\"decision\":\"continue\"}";
 }
 
 int api_no_content(struct api_resp *r) {

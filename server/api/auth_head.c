@@ -197,7 +197,7 @@ int auth_check_request_head(struct server *s, void *conn,
     return 1;
   }
   /* The dashboard hides the controls a viewer session cannot use. */
-  api_header(resp, "X-Ctune-Role", "%s",
+  api_header(resp, API_ROLE_HEADER, "%s",
              role == AUTH_VIEWER ? "viewer"
              : role == RA_ADMIN  ? "admin"
                                  : "worker");

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "static_path.h"
 #include "testhook.h"
+#include "trace.h"
 
 /* Past this much of an oversized chunked body (no Content-Length) the
  * connection is closed unanswered. */
@@ -63,11 +64,13 @@ struct http_conn {
   unsigned char addr[16]; /* the client's address (IPv4 in the first 4 bytes) */
   int family;
   int fd;
-  double t0;   /* accepted (clock_mono_s) */
-  int heads;   /* request heads that arrived */
-  int authed;  /* a request on it carried a valid credential */
-  int busy;    /* inside a request: never closed from outside */
-  int evicted; /* shut down by us; MHD closes it */
+  double t0;           /* accepted (clock_mono_s) */
+  int heads;           /* request heads that arrived */
+  int authed;          /* a request on it carried a valid credential */
+  int busy;            /* inside a request: never closed from outside */
+  int evicted;         /* shut down by us; MHD closes it */
+  uint64_t trace_done; /* its last reply went out (trace builds) */
+  const void *thread;  /* the libmicrohttpd thread (worker daemon) serving it */
 };
 
 struct http {
@@ -90,6 +93,12 @@ struct http {
   double head_deadline; /* a third of the idle timeout */
   pthread_t reaper;
   int reaper_started, reaper_stop;
+  struct MHD_Response *shared[HTTP_NSHARED]; /* http_shared_new */
+  /* The listening socket and the thread that accepts on it (http_acceptor). */
+  int listen_fd;
+  pthread_t acceptor;
+  int acceptor_started;
+  atomic_int accept_stop;
 };
 
 /* REQ_PARKED: a lease request held until a trial may be leasable for it
@@ -117,6 +126,8 @@ struct http_req {
   struct lease_waiter wait; /* REQ_PARKED: its place among the held leases */
   uint64_t held_until_ms;   /* a held request's deadline (0: not held yet) */
   uint64_t held_mark;       /* what its handler noted when it first held it */
+  uint64_t tr[5];           /* trace builds: head, dispatch, handled, committed, resumed */
+  struct route_match m;     /* the route http_head found (m.route NULL: none) */
 };
 
 static const char *http_query(void *conn, const char *key) {
@@ -188,6 +199,8 @@ static void http_conn_notify(void *cls, struct MHD_Connection *conn, void **sock
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) c->fd = ci->connect_fd;
+  ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+  c->thread = ci ? ci->daemon : NULL;
   ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   const struct sockaddr *sa = ci ? ci->client_addr : NULL;
   if (sa && sa->sa_family == AF_INET) {
@@ -264,6 +277,74 @@ static void *http_reaper(void *arg) {
   return NULL;
 }
 
+static void http_response_headers(struct MHD_Response *m, const struct api_resp *p) {
+  if (p->content_type) MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, p->content_type);
+  for (int i = 0; i < p->nheaders; i++)
+    MHD_add_response_header(m, p->headers[i].name, p->headers[i].value);
+  for (size_t i = 0; i < static_nsecurity_headers; i++) /* CSP, framing, nosniff */
+    MHD_add_response_header(m, static_security_headers[i].name, static_security_headers[i].value);
+}
+
+struct MHD_Response *http_response_new(struct api_resp *p) {
+  struct MHD_Response *m =
+      MHD_create_response_from_buffer(p->len, p->body ? p->body : (void *)"",
+                                      p->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!m) return NULL;
+  p->body = NULL; /* MHD owns it now */
+  http_response_headers(m, p);
+  return m;
+}
+
+/* api_trial_report's replies to one result (api_decision_json), and the
+ * X-Ctune-Role header the head check adds (none without tokens). */
+static const char *const http_shared_roles[] = {NULL, "worker", "admin"};
+#define HTTP_NROLES (sizeof http_shared_roles / sizeof http_shared_roles[0])
+_Static_assert(HTTP_NSHARED == 2 * HTTP_NROLES, "one shared reply per body and role");
+
+int http_shared_new(struct MHD_Response *shared[HTTP_NSHARED]) {
+  for (int i = 0; i < HTTP_NSHARED; i++) {
+    const char *body = api_decision_json((int)(i / HTTP_NROLES)),
+               *role = http_shared_roles[i % HTTP_NROLES];
+    struct api_resp p = {.status = 200, .len = strlen(body), .content_type = "application/json"};
+    if (role) api_header(&p, API_ROLE_HEADER, "%s", role);
+    /* a constant body: MHD must not free it */
+    shared[i] = MHD_create_response_from_buffer(p.len, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!shared[i]) {
+      http_shared_free(shared);
+      return -ENOMEM;
+    }
+    http_response_headers(shared[i], &p);
+  }
+  return 0;
+}
+
+void http_shared_free(struct MHD_Response *shared[HTTP_NSHARED]) {
+  for (int i = 0; i < HTTP_NSHARED; i++) {
+    if (shared[i]) MHD_destroy_response(shared[i]);
+    shared[i] = NULL;
+  }
+}
+
+struct MHD_Response *http_shared_find(struct MHD_Response *const shared[HTTP_NSHARED],
+                                      const struct api_resp *p) {
+  if (p->nheaders > 1 || p->stream_read || !p->body || !p->content_type ||
+      strcmp(p->content_type, "application/json"))
+    return NULL;
+  size_t role = 0; /* no header */
+  if (p->nheaders) {
+    if (strcmp(p->headers[0].name, API_ROLE_HEADER)) return NULL;
+    for (role = 1; role < HTTP_NROLES && strcmp(p->headers[0].value, http_shared_roles[role]);)
+      role++;
+    if (role == HTTP_NROLES) return NULL;
+  }
+  for (int stop = 0; stop < 2; stop++) {
+    const char *body = api_decision_json(stop);
+    if (p->len == strlen(body) && !memcmp(p->body, body, p->len))
+      return shared[(size_t)stop * HTTP_NROLES + role];
+  }
+  return NULL;
+}
+
 static enum MHD_Result http_send(struct http_req *r) {
   struct api_resp *p = &r->resp;
   /* Every group is done once the ticket is (tickets end in order). One of
@@ -312,17 +393,15 @@ static enum MHD_Result http_send(struct http_req *r) {
     if (!m) return MHD_NO;
     p->stream_read = NULL; /* MHD owns stream_cls now */
     MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  } else {
-    m = MHD_create_response_from_buffer(p->len, p->body ? p->body : (void *)"",
-                                        p->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (!m) return MHD_NO;
-    p->body = NULL; /* MHD owns it now */
+    http_response_headers(m, p);
+  } else if (!r->commit_status && (m = http_shared_find(r->h->shared, p))) {
+    /* the same bytes as a response of its own: queued again (MHD counts) */
+    free(p->body);
+    p->body = NULL;
+    return MHD_queue_response(r->conn, (unsigned)p->status, m);
+  } else if (!(m = http_response_new(p))) {
+    return MHD_NO;
   }
-  if (p->content_type) MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE, p->content_type);
-  for (int i = 0; i < p->nheaders; i++)
-    MHD_add_response_header(m, p->headers[i].name, p->headers[i].value);
-  for (size_t i = 0; i < static_nsecurity_headers; i++) /* CSP, framing, nosniff */
-    MHD_add_response_header(m, static_security_headers[i].name, static_security_headers[i].value);
   enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)p->status, m);
   MHD_destroy_response(m);
   return ret;
@@ -360,6 +439,7 @@ static int http_client_gone(struct http_req *r) {
 
 static void http_committed(void *ctx, int status) {
   struct http_req *r = ctx;
+  r->tr[3] = trace_ns();
   r->commit_status = status;
   r->state = REQ_READY;
   MHD_resume_connection(r->conn);
@@ -508,6 +588,7 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
     return 1;
   }
   int rc = route_find(api_routes, api_nroutes, meth, url, &m);
+  if (!rc) r->m = m; /* the handler's, when the head passes */
   if (rc == -EOPNOTSUPP) {
     static const char *const names[] = {"GET", "POST", "PUT", "DELETE", "PATCH"};
     char allow[64] = "";
@@ -630,7 +711,6 @@ static int http_head(struct http_req *r, const char *url, const char *method) {
 static void http_dispatch(struct http_req *r, const char *url, const char *method) {
   struct server *s = r->s;
   struct api_resp *resp = &r->resp;
-  struct route_match m;
   enum route_method meth = route_method_parse(method);
   if (atomic_load(&r->h->stopping)) {
     api_error(resp, 503, "stopping", url, "the server is shutting down; retry shortly");
@@ -650,15 +730,15 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
     api_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
     return;
   }
-  /* Routed and authorised on the head (http_head): found again here. */
-  int rc = route_find(api_routes, api_nroutes, meth, url, &m);
-  if (rc) {
+  /* Routed and authorised on the head (http_head), which kept the match
+   * (its rest points into the URL, which lives as long as the request). */
+  if (!r->m.route) {
     api_error(resp, 404, "not_found", url, "no route for %s %s", method, url);
     return;
   }
   struct api_req req = {.method = meth,
                         .path = url,
-                        .match = &m,
+                        .match = &r->m,
                         .body = r->body ? r->body : "",
                         .body_len = r->len,
                         .conn = r->conn,
@@ -668,7 +748,7 @@ static void http_dispatch(struct http_req *r, const char *url, const char *metho
                         .body_fd = r->fd,
                         .held_until_ms = r->held_until_ms,
                         .held_mark = r->held_mark};
-  rc = api_handlers[m.route->handler](s, &req, resp);
+  int rc = api_handlers[r->m.route->handler](s, &req, resp);
   if (rc || (!resp->status && !resp->hold_until_ms)) {
     log_error("%s %s: handler failed (%d)", method, url, rc);
     free(resp->body);
@@ -691,6 +771,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     r->s = h->s;
     r->conn = conn;
     r->t0 = clock_mono_s();
+    r->tr[0] = trace_ns();
     r->limit = HTTP_MAX_BODY;
     if (!strcmp(method, "PUT") && http_ends_with(url, "/checkpoint"))
       r->limit = (size_t)h->s->opt.max_checkpoint_bytes;
@@ -756,6 +837,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     return MHD_YES;
   }
   if (r->state == REQ_READY) {
+    r->tr[4] = trace_ns();
     atomic_fetch_sub(&h->suspended, 1); /* MHD resumed it and called us */
     r->state = REQ_SENT;
     return http_send(r);
@@ -776,6 +858,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
    * which sets `stopping` first and then waits for this count to drop, can
    * never miss a handler about to suspend its connection. */
   atomic_fetch_add(&h->active, 1);
+  r->tr[1] = trace_ns();
   /* Reply-after-commit is structural: every group the handler's lock holds
    * handed to the commit thread (and, for a write, everything before its
    * holds) is recorded here by server_unlock, so the reply cannot go out
@@ -807,6 +890,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     }
     /* prc == 1: something changed since the handler looked: try again now */
   }
+  r->tr[2] = trace_ns();
   if (r->ticket) {
     int status = 0;
     int rc = commit_when_done(h->s->commit, r->ticket, http_suspend, http_committed, r, &status);
@@ -819,6 +903,21 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
   atomic_fetch_sub(&h->active, 1);
   r->state = REQ_SENT;
   return http_send(r);
+}
+
+/* Trace builds: a request that waited for a commit, its times (trace.h). */
+static void http_trace(struct http_req *r) {
+#ifdef CTUNE_TRACE
+  if (!r->ticket || !r->hc) return;
+  uint64_t now = trace_ns();
+  uint64_t v[] = {
+      r->ticket, (uint64_t)r->hc->fd, r->tr[0],          r->tr[1], r->tr[2], r->tr[3], r->tr[4],
+      now,       r->hc->trace_done,   (uint64_t)gettid()};
+  r->hc->trace_done = now;
+  trace_put(TRACE_REQ, v, (int)(sizeof v / sizeof v[0]));
+#else
+  (void)r;
+#endif
 }
 
 static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -834,6 +933,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
   if (r->state == REQ_WAITING || r->state == REQ_READY || r->state == REQ_PARKED)
     atomic_fetch_sub(&h->suspended, 1);
   http_conn_end(h, r->hc);
+  http_trace(r);
   metrics_observe_request(&h->s->metrics, clock_mono_s() - r->t0);
   free(r->resp.body);
   if (r->resp.stream_read && r->resp.stream_free) r->resp.stream_free(r->resp.stream_cls);
@@ -880,6 +980,86 @@ static void http_raise_fd_limit(void) {
     log_warn("http: cannot raise the open-file limit: %s", strerror(errno));
 }
 
+/* Connections are accepted here and handed to libmicrohttpd
+ * (MHD_add_connection), which gives each to one of its --threads HTTP threads
+ * by the socket's number modulo the threads: connections accepted one after
+ * another get consecutive numbers and so equal shares. With libmicrohttpd's
+ * own accept every thread races for the listening socket and one took up to
+ * 53 of 64 benchmark connections, whose replies then queued behind each
+ * other in that one thread (p50 5.1 ms against 2.2 ms on the other). */
+static void *http_acceptor(void *arg) {
+  struct http *h = arg;
+  int short_of = 0; /* accepts failed for want of descriptors or memory, in a row */
+  for (;;) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(h->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (atomic_load(&h->accept_stop)) break;
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors or memory: nothing to wait for but time (the
+         * client waits in the backlog meanwhile). */
+        if (!short_of++) log_warn("http: cannot accept a connection: %s", strerror(errno));
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+        continue;
+      }
+      log_error("http: accepting connections failed: %s", strerror(errno));
+      break;
+    }
+    if (short_of) log_info("http: accepting again after %d failed tries", short_of);
+    short_of = 0;
+    /* Refused (the limits): libmicrohttpd has closed it. */
+    MHD_add_connection(h->d, fd, (struct sockaddr *)&ss, sl);
+  }
+  return NULL;
+}
+
+/* Ends the acceptor (a shut-down socket wakes its accept) and closes the
+ * listening socket: no new connection after this. */
+static void http_accept_stop(struct http *h) {
+  if (h->acceptor_started) {
+    atomic_store(&h->accept_stop, 1);
+    shutdown(h->listen_fd, SHUT_RDWR);
+    pthread_join(h->acceptor, NULL);
+    h->acceptor_started = 0;
+  }
+  if (h->listen_fd >= 0) close(h->listen_fd);
+  h->listen_fd = -1;
+}
+
+/* The listening socket, as libmicrohttpd made its own: address reuse, IPv6
+ * only on an IPv6 address. -errno. */
+static int http_listen(const struct addrinfo *ai) {
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+  if (fd < 0) return -errno;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) ||
+      (ai->ai_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on)) ||
+      bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1024)) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+void http_conn_spread(struct http *h, int *threads, int *most) {
+  const void *seen[64];
+  int count[64], n = 0;
+  pthread_mutex_lock(&h->conns_mu);
+  for (struct http_conn *c = h->conns; c; c = c->next) {
+    int i = 0;
+    while (i < n && seen[i] != c->thread) i++;
+    if (i == n && n < 64) seen[n] = c->thread, count[n++] = 0;
+    if (i < n) count[i]++;
+  }
+  pthread_mutex_unlock(&h->conns_mu);
+  *threads = n;
+  *most = 0;
+  for (int i = 0; i < n; i++)
+    if (count[i] > *most) *most = count[i];
+}
+
 /* What http_start made, before or without the daemon. */
 static void http_free(struct http *h) {
   if (h->reaper_started) {
@@ -889,6 +1069,8 @@ static void http_free(struct http *h) {
     pthread_mutex_unlock(&h->conns_mu);
     pthread_join(h->reaper, NULL);
   }
+  http_accept_stop(h);
+  http_shared_free(h->shared);
   pthread_cond_destroy(&h->conns_cv);
   pthread_mutex_destroy(&h->conns_mu);
   free(h);
@@ -898,6 +1080,7 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   struct http *h = calloc(1, sizeof *h);
   if (!h) return -ENOMEM;
   h->s = s;
+  h->listen_fd = -1;
   /* Spool files live beside the database (the same disk, never in RAM). */
   snprintf(h->spool_dir, sizeof h->spool_dir, "%s", s->opt.db_path);
   char *slash = strrchr(h->spool_dir, '/');
@@ -920,6 +1103,10 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     free(h);
     return -ENOMEM;
   }
+  if (http_shared_new(h->shared)) {
+    http_free(h);
+    return -ENOMEM;
+  }
   http_raise_fd_limit();
   struct addrinfo hints = {.ai_flags = AI_NUMERICSERV | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
   struct addrinfo *ai = NULL;
@@ -931,8 +1118,18 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     http_free(h);
     return -EINVAL;
   }
+  h->listen_fd = http_listen(ai);
+  if (h->listen_fd < 0) {
+    snprintf(err, errlen, "cannot listen on %s port %d (%s)", s->opt.bind, s->opt.port,
+             strerror(-h->listen_fd));
+    freeaddrinfo(ai);
+    http_free(h);
+    return -EADDRINUSE;
+  }
+  /* No listening socket of its own: http_acceptor hands it the connections. */
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY |
-                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET |
+                   MHD_USE_ITC;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   /* --tls-cert/--tls-key: libmicrohttpd's own TLS (GnuTLS). The PEM text is
    * main's and outlives the daemon. Without TLS the array is just its END. */
@@ -953,11 +1150,10 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
   /* The logger must come first; it speaks only with MHD_USE_ERROR_LOG (TLS). */
   h->d = MHD_start_daemon(
       flags, 0, NULL, NULL, http_access, h, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,
-      MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads,
-      MHD_OPTION_NOTIFY_COMPLETED, http_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
-      http_conn_notify, h, MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTIONS,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-      idle_s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_ARRAY,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->opt.threads, MHD_OPTION_NOTIFY_COMPLETED,
+      http_completed, h, MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, h,
+      MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_ARRAY,
       tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
   freeaddrinfo(ai);
   atomic_store(&http_started, 1);
@@ -969,18 +1165,31 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     return -EINVAL;
   }
   if (!h->d) {
-    snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address here?)",
+    snprintf(err, errlen, "cannot serve HTTP on %s port %d: libmicrohttpd did not start",
              s->opt.bind, s->opt.port);
     http_free(h);
-    return -EADDRINUSE;
+    return -EIO;
   }
+  struct sockaddr_storage bound;
+  socklen_t blen = sizeof bound;
+  int bound_port = s->opt.port;
+  if (!getsockname(h->listen_fd, (struct sockaddr *)&bound, &blen))
+    bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                   : ((struct sockaddr_in *)&bound)->sin_port);
+  if (pthread_create(&h->acceptor, NULL, http_acceptor, h)) {
+    snprintf(err, errlen, "cannot serve HTTP on %s port %d: no thread to accept connections",
+             s->opt.bind, s->opt.port);
+    MHD_stop_daemon(h->d);
+    http_free(h);
+    return -EAGAIN;
+  }
+  h->acceptor_started = 1;
   if (pthread_create(&h->reaper, NULL, http_reaper, h))
     log_warn("http: no thread for the request-head deadline");
   else
     h->reaper_started = 1;
   if (sse_start(s)) log_warn("http: no keepalive thread for event streams");
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-  *port_out = info ? info->port : s->opt.port;
+  *port_out = bound_port;
   *out = h;
   return 0;
 }
@@ -1001,6 +1210,7 @@ void http_stop(struct http *h) {
               atomic_load(&h->suspended));
     _exit(1); /* MHD would abort; everything acknowledged is committed */
   }
+  http_accept_stop(h);   /* no connection is handed over to a stopped daemon */
   MHD_stop_daemon(h->d); /* every connection is closed (and unlisted) */
   http_free(h);
 }

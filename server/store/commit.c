@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "trace.h"
 
 #define COMMIT_MAX_BATCH 8192
 #define COMMIT_BUSY_TRIES 8       /* transient SQLITE_BUSY/LOCKED: retry the batch */
@@ -83,6 +84,7 @@ struct commit {
    * out (the writer's own: no lock). */
   uint64_t slow_unlogged;
   double slow_logged_at;
+  uint64_t tr_flushed; /* trace builds: the last flush ended */
 };
 
 static _Thread_local struct commit_hold *commit_cur_hold;
@@ -295,6 +297,7 @@ static void commit_finish(struct commit *c, uint64_t upto, int wrote) {
                 strerror(-rc), (unsigned long long)(upto - c->done));
       _exit(1);
     }
+    c->tr_flushed = trace_ns();
     pthread_mutex_lock(&c->mu);
     c->flushes++;
     c->flush_s += took;
@@ -352,6 +355,7 @@ static void *commit_main(void *arg) {
   for (;;) {
     while (!c->head && !c->stopping) pthread_cond_wait(&c->work, &c->mu);
     if (!c->head && c->stopping) break;
+    uint64_t tr_wake = trace_ns();
     /* Groups already refused (behind a failure, before its repair) go first,
      * unapplied. */
     struct commit_group *refused = NULL, **rp = &refused;
@@ -378,6 +382,7 @@ static void *commit_main(void *arg) {
       continue;
     }
     commit_gather(c);
+    uint64_t tr_start = trace_ns(), tr_first = c->head->ticket;
     /* Take whole groups, up to COMMIT_MAX_BATCH ops (at least one group). */
     struct commit_group *batch = c->head, *last = batch;
     uint64_t n = batch->nops, ngroups = 1;
@@ -398,6 +403,7 @@ static void *commit_main(void *arg) {
     double t0 = clock_mono_s();
     struct commit_group *bad = commit_apply_batch(c, batch, reason, sizeof reason);
     commit_note_slow(c, "a batch", n, clock_mono_s() - t0);
+    uint64_t tr_commit = trace_ns();
     uint64_t bad_ticket = bad ? bad->ticket : 0, nbad = 0;
     int wrote = bad != batch; /* a failed batch may have committed a prefix */
     for (struct commit_group *g = bad; g; g = g->next) nbad++;
@@ -428,6 +434,9 @@ static void *commit_main(void *arg) {
       pthread_mutex_lock(&c->mu);
     }
     commit_finish(c, upto, wrote);
+    uint64_t tr[] = {tr_first,  upto,          ngroups,    tr_wake, tr_start,
+                     tr_commit, c->tr_flushed, trace_ns(), n};
+    trace_put(TRACE_BATCH, tr, (int)(sizeof tr / sizeof tr[0]));
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;

@@ -1,6 +1,7 @@
 /* Unit tests (Check) for ctune-server's pure helpers: the routing table
  * matcher, static path safety and content types, tokens, flags, metrics. */
 #include <check.h>
+#include <microhttpd.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "http.h"
 #include "secret.h"
 #include "metrics.h"
 #include "opts.h"
@@ -395,6 +397,67 @@ START_TEST(metrics_histogram) {
 }
 END_TEST
 
+/* Rule: a reply is answered with a shared, prebuilt response only when that
+ * response is the reply byte for byte: the body a result's decision renders
+ * to, application/json, no header but the caller's role; the shared one
+ * carries the same headers as a response built for the reply. */
+START_TEST(shared_reply_only_when_identical) {
+  struct MHD_Response *shared[HTTP_NSHARED] = {NULL};
+  ck_assert_int_eq(http_shared_new(shared), 0);
+  const char *roles[] = {NULL, "worker", "admin"};
+  for (int k = 0; k < 6; k++) {
+    struct api_resp p = {0};
+    cJSON *o = cJSON_CreateObject();
+    ck_assert_ptr_nonnull(cJSON_AddStringToObject(o, "decision", k % 2 ? "stop" : "continue"));
+    ck_assert_int_eq(api_json(&p, 200, o), 0);
+    if (roles[k / 2]) api_header(&p, API_ROLE_HEADER, "%s", roles[k / 2]);
+    struct MHD_Response *m = http_shared_find(shared, &p);
+    ck_assert_ptr_nonnull(m);
+    struct MHD_Response *own = http_response_new(&p); /* takes p.body */
+    ck_assert_ptr_nonnull(own);
+    const char *names[] = {MHD_HTTP_HEADER_CONTENT_TYPE, API_ROLE_HEADER,
+                           "Content-Security-Policy",    "X-Frame-Options",
+                           "X-Content-Type-Options",     "Referrer-Policy"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      const char *a = MHD_get_response_header(m, names[i]);
+      const char *b = MHD_get_response_header(own, names[i]);
+      ck_assert_msg(a == b || (a && b && !strcmp(a, b)), "%s: %s against %s", names[i],
+                    a ? a : "none", b ? b : "none");
+    }
+    /* no header more: the same count (Content-Length is MHD's own) */
+    int n_shared = MHD_get_response_headers(m, NULL, NULL);
+    ck_assert_int_eq(n_shared, MHD_get_response_headers(own, NULL, NULL));
+    MHD_destroy_response(own);
+  }
+  /* anything else is built for itself */
+  struct api_resp p = {.status = 200, .content_type = "application/json"};
+  p.body = strdup("{\"decision\":\"continue\"}");
+  p.len = strlen(p.body);
+  api_header(&p, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  ck_assert_ptr_null(http_shared_find(shared, &p)); /* a header of its own */
+  p.nheaders = 0;
+  api_header(&p, "X-Other", "worker");
+  ck_assert_ptr_null(http_shared_find(shared, &p)); /* a role's value, another name */
+  p.nheaders = 0;
+  api_header(&p, API_ROLE_HEADER, "viewer");
+  ck_assert_ptr_null(http_shared_find(shared, &p)); /* a role without a shared reply */
+  p.nheaders = 0;
+  api_header(&p, API_ROLE_HEADER, "worker");
+  api_header(&p, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  ck_assert_ptr_null(http_shared_find(shared, &p)); /* the role and one more */
+  p.nheaders = 0;
+  p.content_type = "text/plain";
+  ck_assert_ptr_null(http_shared_find(shared, &p)); /* another type */
+  p.content_type = "application/json";
+  p.len--;
+  ck_assert_ptr_null(http_shared_find(shared, &p)); /* another body */
+  p.len++;
+  ck_assert_ptr_nonnull(http_shared_find(shared, &p));
+  free(p.body);
+  http_shared_free(shared);
+}
+END_TEST
+
 START_TEST(utf8_checks_and_repairs) {
   size_t bad = 99;
   ck_assert(utf8_valid("plain", 5, &bad));
@@ -428,6 +491,7 @@ int main(void) {
   tcase_add_test(tc, auth_rate_bucket);
   tcase_add_test(tc, auth_sessions_viewer_cannot_evict_admin);
   tcase_add_test(tc, metrics_histogram);
+  tcase_add_test(tc, shared_reply_only_when_identical);
   tcase_add_test(tc, utf8_checks_and_repairs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

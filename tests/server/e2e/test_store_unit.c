@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -470,6 +471,31 @@ static int collect_t(void *ctx, int64_t seq, int64_t trial_id, const char *data)
   return 0;
 }
 
+/* Rule: the main loop's checkpoint (store_checkpoint) copies committed WAL
+ * frames back into the database file. Its own connection opens the WAL only
+ * at its first read; before one it copied nothing, and the writer's
+ * checkpoint at --wal-checkpoint-frames did it all inside a commit. */
+START_TEST(passive_checkpoint_copies_the_wal_back) {
+  struct store *st = open_store();
+  ck_assert_int_eq(store_begin(st), 0);
+  for (int i = 1; i <= 400; i++) {
+    struct result_op *op = make_result(i, 1 + i % 7, i);
+    ck_assert_int_eq(store_insert_result(st, &op->row), 0);
+    free(op);
+  }
+  ck_assert_int_eq(store_commit(st), 0);
+  struct stat before, after;
+  ck_assert_int_eq(stat(db, &before), 0);
+  int copied = 0;
+  ck_assert_int_eq(store_checkpoint(st, &copied), 0);
+  ck_assert_int_eq(stat(db, &after), 0);
+  ck_assert_msg(after.st_size > before.st_size,
+                "the database file stayed at %lld bytes: nothing was copied back",
+                (long long)after.st_size);
+  store_close(st);
+}
+END_TEST
+
 START_TEST(results_read_back_by_seq) {
   struct store *st = open_store();
   ck_assert_int_eq(store_begin(st), 0);
@@ -732,6 +758,7 @@ int main(void) {
   tcase_add_test(tc, change_counter_is_saved_and_never_lowered);
   tcase_add_test(tc, oversized_value_is_refused);
   tcase_add_test(tc, results_read_back_by_seq);
+  tcase_add_test(tc, passive_checkpoint_copies_the_wal_back);
   tcase_add_test(tc, upgrade_from_version_1_keeps_results);
   tcase_add_test(tc, generations_round_trip);
   tcase_add_test(tc, attribution_and_quarantine_round_trip);
