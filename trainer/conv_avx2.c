@@ -969,15 +969,43 @@ static int dxr_ows(const struct geo *g) {
   return ows;
 }
 
-static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const float *w, float *din,
-                                 int ows) {
+/* The pooled gradient's planes of image b as backward_x_rows packs the
+ * conv output's gradient (pool->y, dy, arg as layers_pool_bias_relu_backward
+ * reads them): 0 + relu'(y) * dy at each window's winner, +0 elsewhere, the
+ * values that function writes, so the sums that follow are the same bit for
+ * bit; without the dense gradient written and read back. */
+struct pooled {
+  const float *y, *dy;
+  const int32_t *arg;
+  int64_t po; /* one pooled plane */
+};
+
+static void pack_pooled(const struct geo *g, const struct pooled *pl, int b, int ows, float *dpk) {
+  memset(dpk, 0, sizeof(float) * (size_t)g->M * g->OH * ows);
+  for (int m = 0; m < g->M; m++) {
+    const int64_t p = ((int64_t)m * g->B + b) * pl->po;
+    const float *yp = pl->y + p, *dp = pl->dy + p;
+    const int32_t *ap = pl->arg + p;
+    float *d = dpk + (int64_t)m * g->OH * ows;
+    for (int64_t i = 0; i < pl->po; i++) {
+      const int32_t a = ap[i];
+      d[ows == g->OW ? a : a / g->OW * ows + a % g->OW] = 0.0f + (yp[i] > 0.0f ? dp[i] : 0.0f);
+    }
+  }
+}
+
+/* dout: the conv output's gradient, or NULL with pl: the pooled one */
+static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const struct pooled *pl,
+                                 const float *w, float *din, int ows) {
   _Alignas(32) float dpk[PACK];
   _Alignas(32) float dinb[PACK];
   const int ws = ows + KS - 1;
   const size_t tail = sizeof(float) * (size_t)(ows - g->OW);
   for (int b = 0; b < g->B; b++) {
     /* whole planes when the rows need no padding (the cnn's conv2) */
-    if (ows == g->OW)
+    if (!dout)
+      pack_pooled(g, pl, b, ows, dpk);
+    else if (ows == g->OW)
       pack(dout, g->M, g->ohw, g->out_cs, b, dpk);
     else
       for (int m = 0; m < g->M; m++) {
@@ -1013,7 +1041,7 @@ static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const f
 static AVX2 void backward_x(const struct geo *g, const float *dout, const float *w, float *din) {
   const int ows = dxr_ows(g);
   if (ows) {
-    backward_x_rows(g, dout, w, din, ows);
+    backward_x_rows(g, dout, NULL, w, din, ows);
     return;
   }
   float dpk[PACK], dinb[PACK];
@@ -1068,6 +1096,23 @@ int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, cons
   return 0;
 }
 
+int conv_avx2_x_pooled_supports(const struct layer_shape *s) {
+  if (conv_avx2_pooled_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, 1);
+  return dxr_ows(&g) ? 0 : -ENOTSUP;
+}
+
+int conv_avx2_backward_x_pooled(const struct layer_shape *s, int B, const float *y, const float *dy,
+                                const int32_t *arg, const float *w, float *din) {
+  if (conv_avx2_x_pooled_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  const struct pooled pl = {y, dy, arg, (int64_t)s->pool_h * s->pool_w};
+  backward_x_rows(&g, NULL, &pl, w, din, dxr_ows(&g));
+  return 0;
+}
+
 int conv_avx2_pooled_supports(const struct layer_shape *s) {
   if (conv_avx2_supports(s)) return -ENOTSUP;
   if (s->pool_h != s->out_h / 2 || s->pool_w != s->out_w / 2 || s->pool_h < 1 || s->pool_w < 1)
@@ -1102,8 +1147,36 @@ int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, 
   return -ENOTSUP;
 }
 
+int conv_avx2_x_pooled_supports(const struct layer_shape *s) {
+  if (conv_avx2_pooled_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, 1);
+  return dxr_ows(&g) ? 0 : -ENOTSUP;
+}
+
+int conv_avx2_backward_x_pooled(const struct layer_shape *s, int B, const float *y, const float *dy,
+                                const int32_t *arg, const float *w, float *din) {
+  if (conv_avx2_x_pooled_supports(s)) return -ENOTSUP;
+  struct geo g;
+  geo_init(&g, s, B);
+  const struct pooled pl = {y, dy, arg, (int64_t)s->pool_h * s->pool_w};
+  backward_x_rows(&g, NULL, &pl, w, din, dxr_ows(&g));
+  return 0;
+}
+
 int conv_avx2_pooled_supports(const struct layer_shape *s) {
   (void)s;
+  return -ENOTSUP;
+}
+
+int conv_avx2_x_pooled_supports(const struct layer_shape *s) {
+  (void)s;
+  return -ENOTSUP;
+}
+
+int conv_avx2_backward_x_pooled(const struct layer_shape *s, int B, const float *y, const float *dy,
+                                const int32_t *arg, const float *w, float *din) {
+  (void)s, (void)B, (void)y, (void)dy, (void)arg, (void)w, (void)din;
   return -ENOTSUP;
 }
 

@@ -49,6 +49,15 @@ int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, 
 int conv_avx2_pooled_supports(const struct layer_shape *s);
 int conv_avx2_backward_pooled(const struct layer_shape *s, int B, const float *in, const float *y,
                               const float *dy, const int32_t *arg, float *dw, float *db);
+/* The input gradient of such a layer straight from y, dy and arg: the din
+ * of layers_pool_bias_relu_backward then conv_avx2_backward, bit for bit,
+ * without the dense gradient. din must not overlap dy. 0 from
+ * conv_avx2_x_pooled_supports when it covers s: conv_avx2_pooled_supports,
+ * out_h <= 10 and one image's padded rows within the stack buffers; else
+ * -ENOTSUP (nothing written). */
+int conv_avx2_x_pooled_supports(const struct layer_shape *s);
+int conv_avx2_backward_x_pooled(const struct layer_shape *s, int B, const float *y, const float *dy,
+                                const int32_t *arg, const float *w, float *din);
 /* dw may be NULL (din alone), din may be NULL (dw alone). */
 int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                        const float *w, float *dw, float *din);

@@ -346,8 +346,9 @@ END_TEST
  * a list of the nonzero windows from three) against the pool backward then
  * the reference convolution backward, within the convolutions' tolerance
  * (the same nonzero terms in another order); and layers_conv_pool_backward,
- * which takes it in AUTO mode, with din from the pool backward and the fast
- * input gradient: bit for bit the path taken. */
+ * which takes it in AUTO mode, with din straight from the pooled gradient
+ * (conv_avx2_backward_x_pooled, out_h <= 10) or from the pool backward and
+ * the fast input gradient: either bit for bit the latter. */
 static void check_pooled(int in_c, int h, int w, int out_c, int B) {
   const struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
   const int64_t n_in = (int64_t)in_c * B * h * w;
@@ -378,7 +379,7 @@ static void check_pooled(int in_c, int h, int w, int out_c, int B) {
   ck_assert_mem_eq(dw_l, dw_f, sizeof(float) * (size_t)n_w);
   ck_assert_mem_eq(db_l, db_f, sizeof(float) * (size_t)out_c);
   ck_assert(dact[0] == 7.0f && dact[n_act - 1] == 7.0f);
-  /* with din: the same dw and db; din from the pool backward's dact, then
+  /* with din: the same dw and db; din as from the pool backward's dact and
    * the fast input gradient without dw */
   float *db_2 = zeros(out_c), *din_2 = zeros(n_in), *din_r = zeros(n_in);
   layers_conv_pool_backward(&s, B, in, y, dy, arg, wt, dw_l, db_l, col, dcol, dact, din);
