@@ -953,6 +953,50 @@ static AVX2 __attribute__((noinline)) void dxp_mid(const struct geo *g, const fl
   dxp_tile(3, 6, 9, 0, g, dpk, ows, w, c, kj, x, dinb, ws);
 }
 
+/* dxp_mid for rows of one vector (ows 8: the cnn's conv2), its steps in
+ * assembly with every accumulator in a register: the compiler's version
+ * spills two of the 12 (12 accumulators, two weights and the gradient
+ * vector leave one register free) and reloads them each channel m, on the
+ * chains of dependent multiply-adds. XW: step ki's two weights; XR: the
+ * gradient row oy times both, into input row 3 + r. */
+#define XW(KI)                                                                                     \
+  "vbroadcastss " #KI "*20(%[wm]), %[w0]\n\t"                                                      \
+  "vbroadcastss 100+" #KI "*20(%[wm]), %[w1]\n\t"
+#define XR(OY, R)                                                                                  \
+  "vmovups " #OY "*32(%[d]), %[dv]\n\t"                                                            \
+  "vfmadd231ps %[dv], %[w0], %[a" #R "]\n\t"                                                       \
+  "vfmadd231ps %[dv], %[w1], %[b" #R "]\n\t"
+
+static AVX2 __attribute__((noinline)) void dxp_mid8(const struct geo *g, const float *dpk,
+                                                    const float *w, int c, int kj, int x,
+                                                    float *dinb, int ws) {
+  _Static_assert(KS == 5 && DXP_OH == 8, "the steps below are written for 5x5 and 8 rows");
+  /* separate variables, not arrays: the memory clobber would keep an
+   * array in memory */
+  __m256 a0, a1, a2, a3, a4, a5, b0, b1, b2, b3, b4, b5, t0, t1, t2;
+  a0 = a1 = a2 = a3 = a4 = a5 = b0 = b1 = b2 = b3 = b4 = b5 = _mm256_setzero_ps();
+  const float *wm = w + c * KS * KS + kj, *d = dpk + x;
+  for (int m = 0; m < g->M; m++, wm += g->K, d += DXP_OH * 8)
+    __asm__(XW(0) XR(3, 0) XR(4, 1) XR(5, 2) XR(6, 3) XR(7, 4) XW(1) XR(2, 0) XR(3, 1) XR(4, 2)
+                XR(5, 3) XR(6, 4) XR(7, 5) XW(2) XR(1, 0) XR(2, 1) XR(3, 2) XR(4, 3) XR(5, 4)
+                    XR(6, 5) XW(3) XR(0, 0) XR(1, 1) XR(2, 2) XR(3, 3) XR(4, 4) XR(5, 5) XW(4)
+                        XR(0, 1) XR(1, 2) XR(2, 3) XR(3, 4) XR(4, 5)
+            : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4),
+              [a5] "+x"(a5), [b0] "+x"(b0), [b1] "+x"(b1), [b2] "+x"(b2), [b3] "+x"(b3),
+              [b4] "+x"(b4), [b5] "+x"(b5), [w0] "=&x"(t0), [w1] "=&x"(t1), [dv] "=&x"(t2)
+            : [wm] "r"(wm), [d] "r"(d)
+            : "memory");
+  const __m256 a[6] = {a0, a1, a2, a3, a4, a5}, b[6] = {b0, b1, b2, b3, b4, b5};
+  const int64_t plane = (int64_t)(DXP_OH + KS - 1) * ws;
+  for (int r = 0; r < 6; r++) {
+    float *dst = dinb + c * plane + (int64_t)(3 + r) * ws + x + kj;
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), a[r]));
+    _mm256_storeu_ps(dst + plane, _mm256_add_ps(_mm256_loadu_ps(dst + plane), b[r]));
+  }
+}
+#undef XW
+#undef XR
+
 static AVX2 __attribute__((noinline)) void dxp_outer(const struct geo *g, const float *dpk, int ows,
                                                      const float *w, int c, int kj, int x,
                                                      float *dinb, int ws) {
@@ -1022,7 +1066,10 @@ static AVX2 void backward_x_rows(const struct geo *g, const float *dout, const s
       for (; c + 2 <= g->C; c += 2)
         for (int kj = 0; kj < KS; kj++)
           for (int x = 0; x < ows; x += 8) {
-            dxp_mid(g, dpk, ows, w, c, kj, x, dinb, ws);
+            if (ows == 8)
+              dxp_mid8(g, dpk, w, c, kj, x, dinb, ws);
+            else
+              dxp_mid(g, dpk, ows, w, c, kj, x, dinb, ws);
             dxp_outer(g, dpk, ows, w, c, kj, x, dinb, ws);
           }
     for (; c < g->C; c++)

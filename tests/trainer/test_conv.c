@@ -133,6 +133,7 @@ START_TEST(odd_shapes) {
   check_shape(1, 7, 60, 9, 2);   /* out 3x56 */
   check_shape(16, 8, 12, 2, 1);  /* the widest input the kernels take */
   check_shape(2, 5, 12, 3, 2);   /* one output row */
+  check_shape(2, 12, 17, 3, 2);  /* out 8x13: 8 rows of two vectors, a channel pair */
   /* whole vectors of output channels (the transposed weight gradient):
    * one vector and rows left over from a 12-row tile, two vectors and rows
    * left over from a 6-row tile, a row width off the vector */
