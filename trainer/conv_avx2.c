@@ -1194,23 +1194,6 @@ int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, 
   return -ENOTSUP;
 }
 
-int conv_avx2_x_pooled_supports(const struct layer_shape *s) {
-  if (conv_avx2_pooled_supports(s)) return -ENOTSUP;
-  struct geo g;
-  geo_init(&g, s, 1);
-  return dxr_ows(&g) ? 0 : -ENOTSUP;
-}
-
-int conv_avx2_backward_x_pooled(const struct layer_shape *s, int B, const float *y, const float *dy,
-                                const int32_t *arg, const float *w, float *din) {
-  if (conv_avx2_x_pooled_supports(s)) return -ENOTSUP;
-  struct geo g;
-  geo_init(&g, s, B);
-  const struct pooled pl = {y, dy, arg, (int64_t)s->pool_h * s->pool_w};
-  backward_x_rows(&g, NULL, &pl, w, din, dxr_ows(&g));
-  return 0;
-}
-
 int conv_avx2_pooled_supports(const struct layer_shape *s) {
   (void)s;
   return -ENOTSUP;
