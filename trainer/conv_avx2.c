@@ -581,6 +581,23 @@ AVX2_INLINE void dwp_window(const int MASKED, const float *src, int W, __m256 gv
         gv, MASKED ? _mm256_maskload_ps(src + ki * W, m5) : _mm256_loadu_ps(src + ki * W), acc[ki]);
 }
 
+/* The two accumulator sets of a window loop from and back to sums[2 * KS]. */
+AVX2_INLINE void dwp_sums_get(const __m256 *sums, __m256 acc[2][KS]) {
+#pragma GCC unroll 5
+  for (int ki = 0; ki < KS; ki++) {
+    acc[0][ki] = sums[ki];
+    acc[1][ki] = sums[KS + ki];
+  }
+}
+
+AVX2_INLINE void dwp_sums_put(__m256 acc[2][KS], __m256 *sums) {
+#pragma GCC unroll 5
+  for (int ki = 0; ki < KS; ki++) {
+    sums[ki] = acc[0][ki];
+    sums[KS + ki] = acc[1][ki];
+  }
+}
+
 /* One pooled plane's windows into sums[2][KS] (and, when DB, g's sum into
  * *dbv); MASKED: every load masked, for the plane at the end of the input. */
 AVX2_INLINE void dwp_plane(const int MASKED, const int DB, const float *ib, int W,
@@ -589,11 +606,7 @@ AVX2_INLINE void dwp_plane(const int MASKED, const int DB, const float *ib, int 
   const __m256i m5 = _mm256_setr_epi32(-1, -1, -1, -1, -1, 0, 0, 0);
   const __m256 zero = _mm256_setzero_ps();
   __m256 acc[2][KS];
-#pragma GCC unroll 5
-  for (int ki = 0; ki < KS; ki++) {
-    acc[0][ki] = sums[ki];
-    acc[1][ki] = sums[KS + ki];
-  }
+  dwp_sums_get(sums, acc);
   int64_t i = 0;
   for (; i + 8 <= po; i += 8) {
     const __m256 gv = _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(yp + i), zero, _CMP_GT_OQ),
@@ -611,11 +624,7 @@ AVX2_INLINE void dwp_plane(const int MASKED, const int DB, const float *ib, int 
     if (DB) *dbv = _mm256_add_ps(*dbv, _mm256_blend_ps(zero, gv, 1));
     dwp_window(MASKED, ib + off[ap[i]], W, gv, m5, acc[0]);
   }
-#pragma GCC unroll 5
-  for (int ki = 0; ki < KS; ki++) {
-    sums[ki] = acc[0][ki];
-    sums[KS + ki] = acc[1][ki];
-  }
+  dwp_sums_put(acc, sums);
 }
 
 #define DWP_FN(MASKED, DB)                                                                         \
@@ -681,22 +690,14 @@ AVX2_INLINE void dws_run(const int MASKED, const float *inc, int W, const float 
                          const int32_t *ol, int n, __m256 *sums) {
   const __m256i m5 = _mm256_setr_epi32(-1, -1, -1, -1, -1, 0, 0, 0);
   __m256 acc[2][KS];
-#pragma GCC unroll 5
-  for (int ki = 0; ki < KS; ki++) {
-    acc[0][ki] = sums[ki];
-    acc[1][ki] = sums[KS + ki];
-  }
+  dwp_sums_get(sums, acc);
   int i = 0;
   for (; i + 2 <= n; i += 2) {
     dwp_window(MASKED, inc + ol[i], W, _mm256_broadcast_ss(gl + i), m5, acc[0]);
     dwp_window(MASKED, inc + ol[i + 1], W, _mm256_broadcast_ss(gl + i + 1), m5, acc[1]);
   }
   if (i < n) dwp_window(MASKED, inc + ol[i], W, _mm256_broadcast_ss(gl + i), m5, acc[0]);
-#pragma GCC unroll 5
-  for (int ki = 0; ki < KS; ki++) {
-    sums[ki] = acc[0][ki];
-    sums[KS + ki] = acc[1][ki];
-  }
+  dwp_sums_put(acc, sums);
 }
 
 #define DWS_FN(MASKED)                                                                             \
