@@ -40,15 +40,25 @@ int conv_avx2_forward_pool(const struct layer_shape *s, int B, const float *in, 
                            const float *bias, float *out, int32_t *arg);
 /* The weight and bias gradients of a conv layer followed by the 2x2 pool,
  * bias and ReLU, straight from the pooled output y, its gradient dy and the
- * winners arg (as layers_conv_pool_forward wrote them), for a layer whose
- * input gradient is not needed: the dw and db of
+ * winners arg (as layers_conv_pool_forward wrote them): the dw and db of
  * layers_pool_bias_relu_backward then conv_avx2_backward, from the nonzero
- * terms only (a quarter of them), added in another order. 0 from
+ * terms only (a quarter of them, fewer after the ReLU), added in another
+ * order. 0 from
  * conv_avx2_pooled_supports when it covers s: conv_avx2_supports and the
  * floor 2x2 pool's shape; else -ENOTSUP (nothing written). */
 int conv_avx2_pooled_supports(const struct layer_shape *s);
 int conv_avx2_backward_pooled(const struct layer_shape *s, int B, const float *in, const float *y,
                               const float *dy, const int32_t *arg, float *dw, float *db);
+/* The input gradient of such a layer straight from y, dy and arg: the din
+ * of layers_pool_bias_relu_backward then conv_avx2_backward, bit for bit,
+ * without the dense gradient. din must not overlap dy. 0 from
+ * conv_avx2_x_pooled_supports when it covers s: conv_avx2_pooled_supports,
+ * out_h <= 10 and one image's padded rows within the stack buffers; else
+ * -ENOTSUP (nothing written). */
+int conv_avx2_x_pooled_supports(const struct layer_shape *s);
+int conv_avx2_backward_x_pooled(const struct layer_shape *s, int B, const float *y, const float *dy,
+                                const int32_t *arg, const float *w, float *din);
+/* dw may be NULL (din alone), din may be NULL (dw alone). */
 int conv_avx2_backward(const struct layer_shape *s, int B, const float *in, const float *dout,
                        const float *w, float *dw, float *din);
 

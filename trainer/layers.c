@@ -192,9 +192,24 @@ void layers_conv_backward(const struct layer_shape *s, int B, const float *in, c
 void layers_conv_pool_backward(const struct layer_shape *s, int B, const float *in, const float *y,
                                const float *dy, const int32_t *arg, const float *w, float *dw,
                                float *db, float *col, float *dcol, float *dact, float *din) {
-  if (!din && kernels_mode == LAYERS_KERNELS_AUTO &&
-      conv_avx2_backward_pooled(s, B, in, y, dy, arg, dw, db) == 0)
+  /* dw and db from the pooled gradient's nonzero terms; din, when wanted,
+   * straight from the pooled gradient too, read from a copy in dact (4x
+   * the size) since din may be dy; or else from the dense gradient the pool
+   * backward spreads, written last */
+  if (kernels_mode == LAYERS_KERNELS_AUTO && conv_avx2_pooled_supports(s) == 0) {
+    const int64_t n_y = (int64_t)s->out_c * B * s->pool_h * s->pool_w;
+    const int x_pooled = din && conv_avx2_x_pooled_supports(s) == 0;
+    if (x_pooled)
+      memcpy(dact, dy, sizeof(float) * (size_t)n_y);
+    else if (din)
+      layers_pool_bias_relu_backward(s->out_c, B, s->out_h, s->out_w, y, dy, arg, dact, db);
+    conv_avx2_backward_pooled(s, B, in, y, dy, arg, dw, db);
+    if (x_pooled)
+      conv_avx2_backward_x_pooled(s, B, y, dact, arg, w, din);
+    else if (din)
+      conv_avx2_backward(s, B, in, dact, w, NULL, din);
     return;
+  }
   layers_pool_bias_relu_backward(s->out_c, B, s->out_h, s->out_w, y, dy, arg, dact, db);
   layers_conv_backward(s, B, in, dact, w, dw, NULL, col, dcol, din);
 }

@@ -59,11 +59,12 @@ void layers_conv_pool_forward(const struct layer_shape *s, int B, const float *i
 
 /* The backward of layers_conv_pool_forward from its pooled output y, the
  * gradient dy and the winners arg: layers_pool_bias_relu_backward into dact
- * (db), then layers_conv_backward (dw, and din when not NULL). When din is
- * NULL (the first layer), in AUTO mode, where the CPU and shape allow,
- * conv_avx2_backward_pooled writes dw and db from the pooled gradient's
- * nonzero terms alone, without dact. din may be dy's buffer: dy is read
- * before din is written. */
+ * (db), then layers_conv_backward (dw, and din when not NULL). In AUTO mode,
+ * where the CPU and shape allow, conv_avx2_backward_pooled writes dw and db
+ * from the pooled gradient's nonzero terms alone, and din (when not NULL)
+ * by conv_avx2_backward_x_pooled from a copy of dy in dact, or else from
+ * dact by conv_avx2_backward; without din dact is not written. din may be
+ * dy's buffer: dy is read before din is written. */
 void layers_conv_pool_backward(const struct layer_shape *s, int B, const float *in, const float *y,
                                const float *dy, const int32_t *arg, const float *w, float *dw,
                                float *db, float *col, float *dcol, float *dact, float *din);

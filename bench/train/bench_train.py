@@ -7,14 +7,17 @@ prints, per cell, interleaved in one run: one core's fp32 peak measured just
 before by fma_peak.c (a VM's nominal clock is not the clock it runs at),
 ctune-train's samples/s, its GFLOP/s (the multiply-adds of the convolutions
 and linear layers, forward and backward) and their fraction of the peak,
-PyTorch's samples/s and the ratio. Both sides time only the training steps
-(forward, backward, optimiser), not data loading or evaluation; PyTorch gets
-its data as ready-made in-memory tensors (no DataLoader), which favours it.
+PyTorch's samples/s and the ratio. PyTorch times only its training steps
+(forward, backward, optimiser), not data loading or evaluation, on
+ready-made in-memory tensors (no DataLoader), which favours it;
+ctune-train's time is its whole process (below).
 
 Rates are per second of CPU time by default (the trainer's CPU time of the
-whole run, which is ~99% training steps with --val-fraction 0.01 and the
-data cache; PyTorch's process time of its loop): on a shared machine wall
-time counts the other processes' turns on the core. --clock wall uses the
+whole process, training steps and its fixed cost: ~25 ms a process on the
+2-vCPU EPYC, mostly checksumming and mapping the 47 MB data cache and the
+dynamic linker, ~5% of a 19,200-image run, ~10% of a 9,600-image one;
+PyTorch's process time of its loop): on a shared machine wall time counts
+the other processes' turns on the core. --clock wall uses the
 trainer's own samples_per_s and PyTorch's wall time. Run with Debian's python
 (/usr/bin/python3), which has torch and numpy:
 
@@ -192,7 +195,7 @@ def main():
         ctune(bin_dir, "mlp", 64, 64, a.data_dir, tmp, a.clock)
         load = os.getloadavg()
         print(f"# one thread each, {a.limit or 48000} training images per run, "
-              f"samples/s per {a.clock} second of the training steps, best of "
+              f"samples/s per {a.clock} second of the trainer's run, best of "
               f"{a.repeat}; load average {load[0]:.2f} {load[1]:.2f} "
               f"{load[2]:.2f}")
         base_dir = os.path.join(a.baseline, "bin") if a.baseline else ""

@@ -91,9 +91,13 @@ static void check_shape(int in_c, int h, int w, int out_c, int B) {
   float *dw_2 = fill(n_w);
   ck_assert_int_eq(conv_avx2_backward(&s, B, in, dout, wt, dw_2, NULL), 0);
   ck_assert_mem_eq(dw_2, dw_f, sizeof(float) * (size_t)n_w);
+  /* without dw only din is */
+  float *din_2 = fill(n_in);
+  ck_assert_int_eq(conv_avx2_backward(&s, B, in, dout, wt, NULL, din_2), 0);
+  ck_assert_mem_eq(din_2, din_f, sizeof(float) * (size_t)n_in);
 
-  float *bufs[] = {in,   wt,   dout,  col,   dcol,  out_f, out_r, out_m,  dw_f,
-                   dw_r, dw_m, din_f, din_r, din_m, a_in,  a_w,   a_dout, dw_2};
+  float *bufs[] = {in,   wt,    dout,  col,   dcol, out_f, out_r,  out_m, dw_f, dw_r,
+                   dw_m, din_f, din_r, din_m, a_in, a_w,   a_dout, dw_2,  din_2};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
 }
 
@@ -106,7 +110,7 @@ static int have_avx2(void) {
 /* The cnn on 28x28x1 (Fashion-MNIST, MNIST) and 32x32x3 (CIFAR-10). */
 START_TEST(cnn_shapes) {
   if (!have_avx2()) return;
-  const int batches[] = {1, 2, 5};
+  const int batches[] = {1, 2, 3};
   for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
     check_shape(1, 28, 28, 6, batches[i]);
     check_shape(6, 12, 12, 16, batches[i]);
@@ -129,6 +133,7 @@ START_TEST(odd_shapes) {
   check_shape(1, 7, 60, 9, 2);   /* out 3x56 */
   check_shape(16, 8, 12, 2, 1);  /* the widest input the kernels take */
   check_shape(2, 5, 12, 3, 2);   /* one output row */
+  check_shape(2, 12, 17, 3, 2);  /* out 8x13: 8 rows of two vectors, a channel pair */
   /* whole vectors of output channels (the transposed weight gradient):
    * one vector and rows left over from a 12-row tile, two vectors and rows
    * left over from a 6-row tile, a row width off the vector */
@@ -337,12 +342,14 @@ START_TEST(conv_pool_fused) {
 }
 END_TEST
 
-/* The first layer's weight and bias gradients straight from the pooled
- * gradient (conv_avx2_backward_pooled) against the pool backward then the
- * reference convolution backward, within the convolutions' tolerance (the
- * same nonzero terms in another order); and layers_conv_pool_backward,
- * which takes it only without din and in AUTO mode: bit for bit the path
- * taken. */
+/* The weight and bias gradients straight from the pooled gradient
+ * (conv_avx2_backward_pooled: by windows for one or two input channels, by
+ * a list of the nonzero windows from three) against the pool backward then
+ * the reference convolution backward, within the convolutions' tolerance
+ * (the same nonzero terms in another order); and layers_conv_pool_backward,
+ * which takes it in AUTO mode, with din straight from the pooled gradient
+ * (conv_avx2_backward_x_pooled, out_h <= 10) or from the pool backward and
+ * the fast input gradient: either bit for bit the latter. */
 static void check_pooled(int in_c, int h, int w, int out_c, int B) {
   const struct layer_shape s = ts_conv_shape(in_c, h, w, out_c);
   const int64_t n_in = (int64_t)in_c * B * h * w;
@@ -373,22 +380,38 @@ static void check_pooled(int in_c, int h, int w, int out_c, int B) {
   ck_assert_mem_eq(dw_l, dw_f, sizeof(float) * (size_t)n_w);
   ck_assert_mem_eq(db_l, db_f, sizeof(float) * (size_t)out_c);
   ck_assert(dact[0] == 7.0f && dact[n_act - 1] == 7.0f);
-  /* with din, or in REFERENCE mode: the pool backward, then the convolution's */
-  float *dw_2 = zeros(n_w), *db_2 = zeros(out_c), *din_2 = zeros(n_in);
+  /* with din: the same dw and db; din as from the pool backward's dact and
+   * the fast input gradient without dw */
+  float *db_2 = zeros(out_c), *din_2 = zeros(n_in), *din_r = zeros(n_in);
   layers_conv_pool_backward(&s, B, in, y, dy, arg, wt, dw_l, db_l, col, dcol, dact, din);
+  ck_assert_mem_eq(dw_l, dw_f, sizeof(float) * (size_t)n_w);
+  ck_assert_mem_eq(db_l, db_f, sizeof(float) * (size_t)out_c);
   layers_pool_bias_relu_backward(out_c, B, s.out_h, s.out_w, y, dy, arg, act, db_2);
-  layers_conv_backward(&s, B, in, act, wt, dw_2, NULL, col, dcol, din_2);
-  ck_assert_mem_eq(dw_l, dw_2, sizeof(float) * (size_t)n_w);
-  ck_assert_mem_eq(db_l, db_2, sizeof(float) * (size_t)out_c);
+  float *dw_3 = zeros(n_w);
+  ck_assert_int_eq(conv_avx2_backward(&s, B, in, act, wt, NULL, din_2), 0);
   ck_assert_mem_eq(din, din_2, sizeof(float) * (size_t)n_in);
+  layers_conv_backward_ref(&s, B, in, act, wt, dw_3, NULL, col, dcol, din_r);
+  float *a_w = absolute(wt, n_w), *din_m = zeros(n_in);
+  layers_conv_backward_ref(&s, B, a_in, a_dact, a_w, dw_3, NULL, col, dcol, din_m);
+  expect_close("input gradient after the pool", &s, B, din, din_r, din_m, n_in);
+  /* din in dy's buffer (the net's second layer): the same results */
+  float *dyd = zeros(n_in > n_y ? n_in : n_y);
+  memcpy(dyd, dy, sizeof(float) * (size_t)n_y);
+  layers_conv_pool_backward(&s, B, in, y, dyd, arg, wt, dw_3, db_l, col, dcol, dact, dyd);
+  ck_assert_mem_eq(dw_3, dw_f, sizeof(float) * (size_t)n_w);
+  ck_assert_mem_eq(db_l, db_f, sizeof(float) * (size_t)out_c);
+  ck_assert_mem_eq(dyd, din, sizeof(float) * (size_t)n_in);
+  free(dyd);
+  /* in REFERENCE mode: the pool backward, then the reference convolution's */
   layers_set_kernels(LAYERS_KERNELS_REFERENCE);
   layers_conv_pool_backward(&s, B, in, y, dy, arg, wt, dw_l, db_l, col, dcol, dact, NULL);
   layers_set_kernels(LAYERS_KERNELS_AUTO);
   ck_assert_mem_eq(dw_l, dw_r, sizeof(float) * (size_t)n_w);
   ck_assert_mem_eq(db_l, db_2, sizeof(float) * (size_t)out_c);
 
-  float *bufs[] = {in,   wt,   bias, dy,   col,  dcol, act,  y,    dact, a_in,  din,   dw_f,
-                   dw_r, dw_m, dw_l, db_f, db_r, db_m, db_l, dw_2, db_2, din_2, a_dact};
+  float *bufs[] = {in,   wt,   bias,  dy,     col,  dcol,  act,  y,    dact,
+                   a_in, din,  dw_f,  dw_r,   dw_m, dw_l,  db_f, db_r, db_m,
+                   db_l, db_2, din_2, a_dact, dw_3, din_r, a_w,  din_m};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
   free(arg);
 }
@@ -399,6 +422,13 @@ START_TEST(conv_pool_backward_pooled) {
   check_pooled(1, 28, 28, 6, 1); /* its one plane read to the end of the input */
   check_pooled(3, 32, 32, 6, 2); /* CIFAR-10's: 196 windows a plane, 8 at a time and 4 */
   check_pooled(2, 9, 14, 5, 2);  /* out 5x10: the pool drops a row; 10 windows a plane */
+  /* the list of nonzero windows: the cnn's conv2, its one image read to the
+   * end of the input, CIFAR-10's conv2 (25 windows a plane), and a batch
+   * over two lists of 7 images (576 windows a plane), the last partial */
+  check_pooled(6, 12, 12, 16, 3);
+  check_pooled(6, 12, 12, 16, 1);
+  check_pooled(6, 14, 14, 16, 2);
+  check_pooled(3, 52, 52, 3, 8);
   /* what it does not take: rows narrower than a vector */
   const struct layer_shape narrow = ts_conv_shape(1, 9, 9, 3);
   ck_assert_int_eq(conv_avx2_pooled_supports(&narrow), -ENOTSUP);
