@@ -956,6 +956,10 @@ int main(int argc, char **argv) {
   uv_unref((uv_handle_t *)&sterm);
   uv_unref((uv_handle_t *)&sint);
   signal(SIGPIPE, SIG_IGN);
+  /* An open of a log while the worker holds its lease (workdir_spare_reuse)
+   * breaks the lease with a SIGIO: it must not end the worker. Trials get
+   * every signal's default back (the spawner resets them). */
+  signal(SIGIO, SIG_IGN);
   log_info("ctune-worker %s: server %s, %d cpu(s), %d gpu(s), memory_mb %ld, work dir %s", o.name,
            o.server, o.ncpus, o.ngpus, o.memory_mb, o.work_dir);
   struct preempt_watch *watch = NULL;

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 struct workdir_entry {
@@ -100,26 +103,120 @@ done:
   return rc;
 }
 
-int workdir_remove_gone(const char *work_dir) {
+/* ---- ended trials' dirs reused as spares ---- */
+
+static const char *const workdir_spare_logs[2] = {"stdout.log", "stderr.log"};
+
+/* The group a new spare's files get: the trials dir's when it is setgid. */
+static gid_t workdir_spare_gid(int trials_fd) {
+  struct stat st;
+  if (fstat(trials_fd, &st) == 0 && (st.st_mode & S_ISGID)) return st.st_gid;
+  return getegid();
+}
+
+/* 1 when fd has no extended attribute (ACLs are ones too) and none of the
+ * inode flags its owner may set that outlive a truncation (chattr's
+ * S, a, A, d, c, s, u, D, C, ...; a file system without flags has none),
+ * else 0. */
+static int workdir_plain(int fd) {
+  char buf[1];
+  if (flistxattr(fd, buf, 0) != 0) return 0;
+  int flags = 0;
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) != 0) return errno == ENOTTY || errno == EOPNOTSUPP;
+  return !(flags & (FS_SECRM_FL | FS_UNRM_FL | FS_COMPR_FL | FS_SYNC_FL | FS_IMMUTABLE_FL |
+                    FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL | FS_JOURNAL_DATA_FL |
+                    FS_NOTAIL_FL | FS_DIRSYNC_FL | FS_NOCOW_FL | FS_PROJINHERIT_FL));
+}
+
+/* Strips one log of a let-go dir (dfd) back to a fresh spare's: only a
+ * regular file of ours with one link, no xattr or flag, open nowhere else (a
+ * write lease is granted only then: not for writing nor reading), so that
+ * nothing can still write into, or read, the next trial's log through it.
+ * Truncated to 0, mode 0600. 0 or a negative errno. */
+static int workdir_log_strip(int dfd, const char *name, gid_t gid) {
+  struct stat st, fst;
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -errno;
+  if (!S_ISREG(st.st_mode)) return -EINVAL; /* before open: no FIFO or device is opened */
+  int fd = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int rc = 0;
+  if (fstat(fd, &fst) != 0)
+    rc = -errno;
+  else if (!S_ISREG(fst.st_mode) || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev ||
+           fst.st_nlink != 1 || fst.st_uid != geteuid() || fst.st_gid != gid || !workdir_plain(fd))
+    rc = -EPERM;
+  else if (fcntl(fd, F_SETLEASE, F_WRLCK) != 0)
+    rc = -errno; /* EAGAIN: open elsewhere; EINVAL: leases are off here */
+  else {
+    if (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0) rc = -errno;
+    fcntl(fd, F_SETLEASE, F_UNLCK);
+  }
+  close(fd);
+  return rc;
+}
+
+int workdir_spare_reuse(int trials_fd, const char *name, gid_t gid, unsigned seq) {
+  int dfd = openat(trials_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return -errno;
+  struct stat st;
+  int rc = 0;
+  if (fstat(dfd, &st) != 0)
+    rc = -errno;
+  else if (st.st_uid != geteuid() || st.st_gid != gid || !workdir_plain(dfd))
+    rc = -EPERM;
+  DIR *d = rc == 0 ? fdopendir(dfd) : NULL;
+  if (!d) {
+    if (rc == 0) rc = -errno;
+    close(dfd);
+    return rc;
+  }
+  int seen = 0;
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    int which = !strcmp(e->d_name, workdir_spare_logs[0])   ? 1
+                : !strcmp(e->d_name, workdir_spare_logs[1]) ? 2
+                                                            : 0;
+    rc = which ? workdir_log_strip(dfd, e->d_name, gid) : -ENOTEMPTY;
+    seen |= which;
+  }
+  if (rc == 0 && seen != 3) rc = -ENOENT;
+  if (rc == 0 && fchmod(dfd, 0700) != 0) rc = -errno;
+  if (rc == 0) {
+    char to[32];
+    snprintf(to, sizeof to, ".spare.%u", seq);
+    if (renameat2(trials_fd, name, trials_fd, to, RENAME_NOREPLACE) != 0) rc = -errno;
+  }
+  closedir(d);
+  return rc;
+}
+
+int workdir_remove_gone(const char *work_dir, unsigned first, unsigned n, uint64_t *reused) {
   char dir[4200];
   if (snprintf(dir, sizeof dir, "%s/trials", work_dir) >= (int)sizeof dir) return -ENAMETOOLONG;
   DIR *d = opendir(dir);
   if (!d) return errno == ENOENT ? 0 : -errno;
-  int n = 0;
+  if (n > 64) n = 64;
+  gid_t gid = workdir_spare_gid(dirfd(d));
+  unsigned i = 0;
+  int removed = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     if (strncmp(e->d_name, ".gone.", 6)) continue;
+    /* Up to n become spares (the bound the caller keeps); the rest go. */
+    if (i < n && workdir_spare_reuse(dirfd(d), e->d_name, gid, first + i) == 0) {
+      *reused |= 1ull << i++;
+      continue;
+    }
     char path[4500];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (workdir_rm_rf(path) == 0) n++;
+    if (workdir_rm_rf(path) == 0) removed++;
   }
   closedir(d);
-  return n;
+  return removed;
 }
 
 /* ---- spare trial dirs ---- */
-
-static const char *const workdir_spare_logs[2] = {"stdout.log", "stderr.log"};
 
 /* The number of a ".spare.<n>" name; -1 for any other name. */
 static long workdir_spare_seq(const char *name) {

@@ -5,6 +5,8 @@
 #define CTUNE_WORKER_WORKDIR_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 /* Ended trials whose directories (logs, last checkpoint) are kept. */
 #define WORKDIR_KEEP_ENDED 20
@@ -23,9 +25,26 @@ int workdir_sweep_trials(const char *work_dir, int keep, workdir_needed_fn neede
                          unsigned *gone);
 /* With gone (not NULL), workdir_sweep_trials renames each dir it removes to
  * <work dir>/trials/.gone.<(*gone)++> instead, for this to remove later
- * (another thread may: it touches no shared state). Removes every .gone.*
- * entry; returns how many, or a negative errno. */
-int workdir_remove_gone(const char *work_dir);
+ * (another thread may: it touches no shared state). Up to n of them
+ * (at most 64) become spares first + i instead (workdir_spare_reuse; bit i
+ * of *reused set for each, reused may be NULL when n is 0); every other
+ * .gone.* entry is removed. Returns how many were removed, or a negative
+ * errno. */
+int workdir_remove_gone(const char *work_dir, unsigned first, unsigned n, uint64_t *reused);
+
+/* Makes an ended trial's dir, <trials_fd>/name, spare number seq, when it
+ * is as clean as a fresh spare once stripped: the caller's dir (group gid)
+ * holding exactly stdout.log and stderr.log, each a regular file of the
+ * caller's with one link and open nowhere (a write lease is granted), and
+ * no extended attribute (nor ACL) nor inode flag its owner may set
+ * (chattr) on any of the three. Then both logs are truncated, the modes
+ * reset to a spare's (0700, 0600) and the dir renamed (never over an
+ * existing name). No symlink is followed, no FIFO or device opened. The
+ * caller guarantees that no process of the trial is left. 0; else a
+ * negative errno (-EPERM, -ENOTEMPTY, -EAGAIN: not clean) and the dir is
+ * the caller's to delete, its logs perhaps truncated. gid: the group of a
+ * fresh spare's files. */
+int workdir_spare_reuse(int trials_fd, const char *name, gid_t gid, unsigned seq);
 
 /* Removes a directory tree (no symlink is followed). 0 or negative errno. */
 int workdir_rm_rf(const char *path);
@@ -34,8 +53,9 @@ int workdir_rm_rf(const char *path);
  * holding an empty stdout.log and stderr.log (0600), made ahead of the
  * lease that needs them so that a trial's start renames one into place
  * instead of making three files then (on an ext4 without a journal each new
- * inode scans past every inode freed in the last seconds). A spare was never
- * any trial's: nothing of an ended trial is reused. */
+ * inode scans past every inode freed in the last seconds). A spare is
+ * either made fresh or an ended trial's dir proven clean and stripped
+ * (workdir_spare_reuse): nothing of an ended trial's output is left. */
 struct workdir_spares {
   char *trials;  /* <work dir>/trials */
   unsigned *seq; /* the ready spares' numbers (a stack) */

@@ -1389,9 +1389,17 @@ struct worker_spare_job {
 
 static void worker_house_work(uv_work_t *req) {
   struct worker_spare_job *j = req->data;
+  /* The swept dirs first, each a spare if it is clean (no inode made or
+   * freed), then fresh spares for the rest. A swept dir's trial is fully
+   * ended: the worker sweeps only trials off its list, which leave it once
+   * their supervisor has exited, and the supervisor exits once its trial's
+   * process group, cgroup and every descendant (it is their subreaper)
+   * are killed and reaped (supervise_kill_tree). Should one outlive that
+   * (its bounded wait ran out), the logs are reused only when open nowhere. */
+  if (j->remove_gone) workdir_remove_gone(j->w->o.work_dir, j->first, j->n, &j->made);
   for (unsigned i = 0; i < j->n; i++)
-    if (workdir_spare_make(j->w->spares.trials, j->first + i) == 0) j->made |= 1ull << i;
-  if (j->remove_gone) workdir_remove_gone(j->w->o.work_dir);
+    if (!((j->made >> i) & 1) && workdir_spare_make(j->w->spares.trials, j->first + i) == 0)
+      j->made |= 1ull << i;
 }
 
 static void worker_house_job(struct worker *w);
@@ -2626,7 +2634,7 @@ int worker_new(uv_loop_t *loop, const struct worker_opts *opts, struct worker **
   free(obdir);
   if (rc < 0) goto fail;
   /* What an earlier run left: kept only while needed. */
-  workdir_remove_gone(opts->work_dir);
+  workdir_remove_gone(opts->work_dir, 0, 0, NULL);
   int swept =
       workdir_sweep_trials(opts->work_dir, opts->keep_trial_dirs, worker_dir_needed, w, NULL);
   worker_log_swept(swept, opts->keep_trial_dirs);

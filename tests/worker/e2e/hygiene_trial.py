@@ -3,7 +3,7 @@ kill of its process group and writes their pids into its checkpoint dir:
   bg   a shell's background sleep (the shell stays, waiting for it)
   sh   that shell
   dbl  a sleep behind a setsid() + double fork (its own session, parent gone)
-then prints ITERS results (forever with 0), one every 0.2 s."""
+then prints ITERS results (forever with 0), one every 0.1 s."""
 import json
 import os
 import subprocess
@@ -36,4 +36,4 @@ i = 0
 while iters == 0 or i < iters:
     i += 1
     print(json.dumps({"training_iteration": i, "loss": 1.0 / i}), flush=True)
-    time.sleep(0.2)
+    time.sleep(0.1)

@@ -83,7 +83,7 @@ def body(env):
                  10, "a pending_reason")
     print("pending_reason:", t)
     assert "cpu" in t, t
-    time.sleep(0.6)  # a dozen lease polls of the worker
+    time.sleep(0.3)  # half a dozen lease polls of the worker
     e = env.api("GET", "/api/v1/experiments/%d" % big)
     assert e["num_created"] == 0 and e["status"] == "RUNNING", e
     env.api("POST", "/api/v1/experiments/%d/cancel" % big, {})

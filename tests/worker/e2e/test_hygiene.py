@@ -6,7 +6,8 @@
 3. a second worker on the same --work-dir refuses to start, naming the dir
    and the running worker's pid; after a kill -9 the lock is free again;
 4. trial dirs of ended trials are removed once their messages are delivered
-   (--keep-trial-dirs 0), at start as well as when a trial ends."""
+   (--keep-trial-dirs 0), at start as well as when a trial ends; a clean
+   one (nothing but its two logs) becomes a spare instead, its logs empty."""
 import os
 import sys
 import time
@@ -16,6 +17,12 @@ from harness import command_config, main, wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRIAL = os.path.join(HERE, "hygiene_trial.py")
 PY = "/usr/bin/python3"
+# One result carrying the inode of the trial's own dir and the time; the
+# first of two (the one that makes the dir $0) after the spare for the next
+# start is made (0.2 s after a start).
+CLEAN = ('mkdir "$0" 2>/dev/null && sleep 0.3; '
+         'echo "{\\"training_iteration\\": 1, \\"loss\\": 1, '
+         '\\"ino\\": $(stat -c %i "$CTUNE_CHECKPOINT_DIR"), \\"at\\": $(date +%s.%N)}"')
 
 
 def state(pid):
@@ -79,7 +86,7 @@ def body(env):
 
     # 2. A trial that ends normally takes its setsid'd descendants along.
     env.api("POST", "/api/v1/experiments/%d/cancel" % exp)
-    done = env.submit(command_config("escapee", [PY, TRIAL, "3"]))
+    done = env.submit(command_config("escapee", [PY, TRIAL, "2"]))
     t = wait_for(lambda: (lambda t: t["status"] == "RUNNING" and t)(env.trials(done)[0]), 20,
                  "the second trial to run")
     pids = pids_of(env, "w1", t["id"], ["pid", "sh", "bg", "dbl"])
@@ -90,18 +97,36 @@ def body(env):
              % {n: state(p) for n, p in pids.items()})
     print("a trial that ended left nothing behind")
 
+    # Two clean trials one after the other (run while the dirs above go):
+    # the second's start takes the spare, and the first's dir, let go then,
+    # becomes the next spare.
+    clean = env.submit(command_config("clean", ["sh", "-c", CLEAN, os.path.join(env.tmp, "first")],
+                                      num_samples=2))
+
     # 4. Both trial dirs go once nothing needs them; the rest stays.
     wait_for(lambda: not os.path.exists(env.trial_dir("w1", t["id"])), 10,
              "the ended trial's dir to be removed")
     wait_for(lambda: not os.path.exists(env.trial_dir("w1", 1)), 10,
              "the killed worker's trial dir to be removed")
-    # Swept dirs are renamed out of the way, then deleted on a thread.
+    env.wait_experiment(clean, 30)
+    ran = {r["ino"]: r["at"] for r in (env.results(t["id"])[0] for t in env.trials(clean))}
     trials_dir = os.path.dirname(env.trial_dir("w1", 1))
+
+    def spare():
+        """A spare that is a clean trial's dir: its inode, and made before
+        the trial ran (a fresh spare made since could reuse the number)."""
+        sts = {n: os.lstat(os.path.join(trials_dir, n)) for n in os.listdir(trials_dir)
+               if n.startswith(".spare.")}
+        return [n for n, st in sts.items() if st.st_mtime < ran.get(st.st_ino, 0)]
+    wait_for(spare, 10, "a clean trial's dir to become a spare")
+    for log in ("stdout.log", "stderr.log"):
+        assert os.path.getsize(os.path.join(trials_dir, spare()[0], log)) == 0, log
+    # Swept dirs are renamed out of the way, then deleted on a thread.
     wait_for(lambda: not [n for n in os.listdir(trials_dir) if n.startswith(".gone.")], 10,
              "the swept dirs to be deleted")
     assert os.path.exists(os.path.join(env.work_dir("w1"), "worker.lock"))
     assert os.path.isdir(os.path.join(env.work_dir("w1"), "outbox"))
-    print("trial dirs of ended trials removed")
+    print("trial dirs of ended trials removed, a clean one reused")
 
 
 if __name__ == "__main__":
