@@ -24,8 +24,12 @@
 
 #include "log.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define DC_MAGIC "CTDCACHE"
-#define DC_VERSION 1u
+#define DC_VERSION 2u
 #define DC_BYTE_ORDER 0x01020304u
 #define DC_ALIGN 4096u
 #define DC_MAX_SOURCES 8
@@ -118,9 +122,139 @@ uint64_t datacache_sum(uint64_t seed, const uint8_t *p, size_t len) {
   return h;
 }
 
+/* The wide checksum (the data's): XXH3's accumulator shape, which SSE2
+ * runs at the memory's speed where datacache_sum's 64-bit multiplies stop
+ * at about two thirds of it (it is paid by every process that maps the
+ * cache). 8 lanes of 64 bits; per 64-byte stripe each lane adds its word to
+ * raw[] and lo32 * hi32 of the word xor a key to acc[]; the key depends on
+ * the stripe's place in its 1 KB block, and every block ends in a scramble,
+ * so moved data changes the sum as well as changed data. The tail under a
+ * block and the lanes go through datacache_sum. */
+#define DC_LANES 8
+#define DC_STRIPES 16
+#define DC_BLOCK (DC_LANES * DC_STRIPES * 8)
+/* splitmix64 from 0x243F6A8885A308D3: DC_STRIPES * DC_LANES stripe keys,
+ * then DC_LANES scramble keys */
+static const uint64_t dc_keys[DC_STRIPES * DC_LANES + DC_LANES] = {
+    0x2cb0f69f4abea221ull, 0x9417034723148989ull, 0xdd555950609dfe03ull, 0xdbafb150deb12800ull,
+    0x7e789b2e6c442cb6ull, 0xf41e5636c7e4f8c4ull, 0x0959d150f8fba7e4ull, 0xa97316f13cdb9eeaull,
+    0x74cd8258f9520068ull, 0x55c74a62e116868bull, 0xd2f4c799a2023cbdull, 0xdf98cb79a37b51b9ull,
+    0x396f5885524f3905ull, 0xaf1d56386ca3b276ull, 0xa9ffbe6b5104e85aull, 0x6bd0c51b9fd533b3ull,
+    0x980ce91c50ab4b56ull, 0x28ac395780fe62c5ull, 0x768912e3a6bcedc7ull, 0x50b3e8c9332c7c88ull,
+    0xce3bbfe520bd47daull, 0xcba6c8e8e0bb7c4full, 0xbf194db8434a346dull, 0x7d8f2a7b60416d7full,
+    0x0849d1f6e0e10a5eull, 0x7654b590d064e22full, 0x16d1da9507df3af2ull, 0xf63aef1089ea30e4ull,
+    0x9ade6673cc6c522bull, 0x4c75bc274e37087cull, 0xd35e12b49f51f27bull, 0x22ddf2ffcee481eaull,
+    0x06007fb13c59a1f1ull, 0x8966a38c651ea4daull, 0x25242f018fc01ac6ull, 0xa73ec74fa31b717cull,
+    0x7ee0abdd9797d3a2ull, 0x5c06ff7dc4ac1880ull, 0x8434e41042c28a7dull, 0x770a372d64327351ull,
+    0xeed940dad9e9c06dull, 0x8977e93646524825ull, 0xa9897f0a62a51616ull, 0xa35d4250c53f2b3aull,
+    0x4072542a94b9c33eull, 0x3154a7a62447e8abull, 0x686865712a1a245eull, 0x0fba67727d7b3b98ull,
+    0x0634e2024536912full, 0xd9ff52a26cf9881aull, 0x9435dc0399f932daull, 0x18d39fc1af93e7f0ull,
+    0x12f7147c1e7f46abull, 0xdedf66783eddb4a0ull, 0x6f75480614554798ull, 0xe40e95e8ef84bde2ull,
+    0xbb41fe601fefb566ull, 0x5c3702e4c7bf19f1ull, 0x8c7d1d0d3d4a8ec5ull, 0xee779996ba62dccbull,
+    0x80ccb15bf530844bull, 0xdf56e7dc4d57959cull, 0x9eb86a81fe90b68eull, 0x6a25741fa696fbd3ull,
+    0x7009346385a45644ull, 0x8f4acc8c1520dd73ull, 0x75a59d61ae0f8464ull, 0xd9600a5f4b8b735cull,
+    0x90ee70d4c2774058ull, 0x8a5f6c4b9a613341ull, 0xbae94e097390fd42ull, 0x653727708a8cae7cull,
+    0x54a64593163b976full, 0x551fb9261926a565ull, 0x903b2aad4c38672aull, 0x83731d929aa1ff24ull,
+    0x48311d2ec01f36edull, 0x53a5db5b92e313efull, 0xd3b8cb608aab8b70ull, 0x0f022cd022ea0cbfull,
+    0xba7e97a12f21baa6ull, 0xb895acc1e36f3046ull, 0x88cb4b1adbf0f0c0ull, 0xa08f47edd89b430bull,
+    0x4060ccb36efd6c18ull, 0x0dcf835fb6b9345eull, 0x38df4ac46ee5762bull, 0x986360357932dcbdull,
+    0xbdeb8d63741fe7d9ull, 0x5d23cb0aedffc430ull, 0x6a5efe3a842100a4ull, 0x0d4cc01bf4e09a16ull,
+    0x03dbef4217c97212ull, 0x3d8ded6c69c8b3acull, 0x53d290fa4dcee280ull, 0x00ce706478000997ull,
+    0xbdf7b12c56756763ull, 0x06c99071719dc103ull, 0xd5897678e0df3feeull, 0x74429d9ac72f7146ull,
+    0x9730ae769149cbbaull, 0x10ec1a636fd6612dull, 0x5dc5d9ea650fa766ull, 0xb360e068cac3adc2ull,
+    0xf8df11cb5ce17a0cull, 0xa9292bbae2191df9ull, 0x3f3d169157da4aefull, 0x41d2dab33367f9dfull,
+    0x95e671eefbd33caeull, 0xd5bedcacb64a8fa9ull, 0xe494760f1ba45656ull, 0x21b556b8b6ee2c5full,
+    0xa1ed31d3d69b05ccull, 0x025819f971a39e83ull, 0xb9b3379a4081919aull, 0x550758640bf14a28ull,
+    0x151feebb4e040f10ull, 0x423490df7adfc8b3ull, 0x8bae8d6e276c88e4ull, 0x526dd4f720811612ull,
+    0xffd5fb93b0b2d28cull, 0xa9abb68f830215a8ull, 0x1751110c78d039feull, 0x103f09c76e08c0b5ull,
+    0x2862583ce905324full, 0x939829751e945862ull, 0xfd2baf95439547eeull, 0x3f96e3e88a7e3ef0ull,
+    0x3db34783d40d6e72ull, 0xb2fd49e41fa25861ull, 0x18d2c928bf0bc4a3ull, 0x2806ff0a63ce82b4ull,
+    0x86748de3e14404e4ull, 0xa22ae3b5ff1a68ceull, 0x316214df224e0d71ull, 0xd8fb60f9bcdde6b5ull,
+};
+#define DC_P_ACC 0x9E3779B1u
+#define DC_P_RAW 0x85EBCA77u
+
+static void wide_blocks_ref(uint64_t *acc, uint64_t *raw, const uint8_t *p, size_t nblk) {
+  for (size_t b = 0; b < nblk; b++, p += DC_BLOCK) {
+    for (int s = 0; s < DC_STRIPES; s++) {
+      uint64_t w[DC_LANES];
+      memcpy(w, p + s * DC_LANES * 8, sizeof(w));
+      for (int l = 0; l < DC_LANES; l++) {
+        const uint64_t x = w[l] ^ dc_keys[s * DC_LANES + l];
+        raw[l] += w[l];
+        acc[l] += (x & 0xffffffffu) * (x >> 32);
+      }
+    }
+    for (int l = 0; l < DC_LANES; l++) {
+      acc[l] = (acc[l] ^ (acc[l] >> 47) ^ dc_keys[DC_STRIPES * DC_LANES + l]) * DC_P_ACC;
+      raw[l] = (raw[l] ^ (raw[l] >> 29)) * DC_P_RAW;
+    }
+  }
+}
+
+#if defined(__SSE2__)
+/* a 64-bit lane times a 32-bit constant, as the reference's uint64_t * */
+static inline __m128i mul64_32(__m128i t, __m128i k) {
+  return _mm_add_epi64(_mm_mul_epu32(t, k),
+                       _mm_slli_epi64(_mm_mul_epu32(_mm_srli_epi64(t, 32), k), 32));
+}
+
+/* wide_blocks_ref with two lanes a register (SSE2 is x86-64's baseline) */
+static void wide_blocks(uint64_t *acc, uint64_t *raw, const uint8_t *p, size_t nblk) {
+  __m128i a[DC_LANES / 2], r[DC_LANES / 2];
+  for (int j = 0; j < DC_LANES / 2; j++) {
+    a[j] = _mm_loadu_si128((const __m128i *)(acc + 2 * j));
+    r[j] = _mm_loadu_si128((const __m128i *)(raw + 2 * j));
+  }
+  const __m128i pa = _mm_set1_epi64x(DC_P_ACC), pr = _mm_set1_epi64x(DC_P_RAW);
+  for (size_t b = 0; b < nblk; b++, p += DC_BLOCK) {
+    for (int s = 0; s < DC_STRIPES; s++)
+      for (int j = 0; j < DC_LANES / 2; j++) {
+        const __m128i w = _mm_loadu_si128((const __m128i *)(p + s * DC_LANES * 8 + 16 * j));
+        const __m128i x =
+            _mm_xor_si128(w, _mm_loadu_si128((const __m128i *)(dc_keys + s * DC_LANES + 2 * j)));
+        r[j] = _mm_add_epi64(r[j], w);
+        a[j] = _mm_add_epi64(a[j], _mm_mul_epu32(x, _mm_srli_epi64(x, 32)));
+      }
+    for (int j = 0; j < DC_LANES / 2; j++) {
+      const __m128i k = _mm_loadu_si128((const __m128i *)(dc_keys + DC_STRIPES * DC_LANES + 2 * j));
+      a[j] = mul64_32(_mm_xor_si128(_mm_xor_si128(a[j], _mm_srli_epi64(a[j], 47)), k), pa);
+      r[j] = mul64_32(_mm_xor_si128(r[j], _mm_srli_epi64(r[j], 29)), pr);
+    }
+  }
+  for (int j = 0; j < DC_LANES / 2; j++) {
+    _mm_storeu_si128((__m128i *)(acc + 2 * j), a[j]);
+    _mm_storeu_si128((__m128i *)(raw + 2 * j), r[j]);
+  }
+}
+#else
+#define wide_blocks wide_blocks_ref
+#endif
+
+static uint64_t wide_sum(uint64_t seed, const uint8_t *p, size_t len,
+                         void (*blocks)(uint64_t *, uint64_t *, const uint8_t *, size_t)) {
+  uint64_t lanes[2 * DC_LANES]; /* acc, then raw */
+  for (int l = 0; l < DC_LANES; l++) {
+    lanes[l] = seed + dc_keys[l];
+    lanes[DC_LANES + l] = seed;
+  }
+  const size_t nblk = len / DC_BLOCK;
+  blocks(lanes, lanes + DC_LANES, p, nblk);
+  const uint64_t h = datacache_sum(seed, p + nblk * DC_BLOCK, len - nblk * DC_BLOCK);
+  return datacache_sum(h, (const uint8_t *)lanes, sizeof(lanes));
+}
+
+uint64_t datacache_wide_sum(uint64_t seed, const uint8_t *p, size_t len) {
+  return wide_sum(seed, p, len, wide_blocks);
+}
+
+uint64_t datacache_wide_sum_ref(uint64_t seed, const uint8_t *p, size_t len) {
+  return wide_sum(seed, p, len, wide_blocks_ref);
+}
+
 /* The data checksum: the pixels', then the labels' seeded with it. */
 static uint64_t data_sum(const uint8_t *pix, size_t pix_len, const uint8_t *y, size_t n) {
-  return datacache_sum(datacache_sum(0, pix, pix_len), y, n);
+  return datacache_wide_sum(datacache_wide_sum(0, pix, pix_len), y, n);
 }
 
 /* The identity of a split's source files: one line per file with its real
@@ -307,7 +441,9 @@ static int dc_open(const char *path, int kind, int test, const char *ident, size
     goto out;
   }
   map_len = (size_t)h.file_size;
-  map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+  /* MAP_POPULATE: the checksum below reads every page anyway; mapping them
+   * in one call saves a fault per 16 pages */
+  map = mmap(NULL, map_len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (map == MAP_FAILED) {
     snprintf(why, whylen, "cannot map it: %s", strerror(errno));
     rc = -errno;

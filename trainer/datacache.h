@@ -45,8 +45,15 @@ int datacache_load(const char *cache_dir, int kind, const char *dir, int test, i
 int datacache_path(const char *cache_dir, int kind, const char *dir, int test, char *path,
                    size_t cap, char *err, size_t errlen);
 
-/* Checksum of the cache format (64-bit, 4 lanes): exposed for tests. */
+/* Checksum of the cache's header and identity (64-bit, 4 lanes): exposed
+ * for tests. */
 uint64_t datacache_sum(uint64_t seed, const uint8_t *p, size_t len);
+/* Checksum of the cache's pixels and labels, built as XXH3's accumulator
+ * (see datacache.c): with SSE2 it runs at the memory's speed, as every
+ * trial process checks the whole file; _ref is the plain-C reference the
+ * SSE2 path must equal. */
+uint64_t datacache_wide_sum(uint64_t seed, const uint8_t *p, size_t len);
+uint64_t datacache_wide_sum_ref(uint64_t seed, const uint8_t *p, size_t len);
 
 /* Tests only: milliseconds a builder waits while holding the lock, so that
  * concurrent trials really overlap. */

@@ -419,6 +419,58 @@ START_TEST(checksum_sees_every_byte) {
 }
 END_TEST
 
+/* The data's checksum: the SSE2 path equals the plain-C reference at every
+ * length around the 1 KB block and its 64-byte stripes. */
+START_TEST(wide_checksum_matches_reference) {
+  enum { LEN = 5 * 1024 + 100 };
+  uint8_t *b = malloc(LEN);
+  ck_assert_ptr_nonnull(b);
+  uint64_t x = 1;
+  for (int i = 0; i < LEN; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    b[i] = (uint8_t)(x >> 56);
+  }
+  const size_t lens[] = {0, 1, 63, 64, 1023, 1024, 1025, 2048, 3000, LEN};
+  for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+    for (uint64_t seed = 0; seed < 3; seed++)
+      ck_assert_uint_eq(datacache_wide_sum(seed, b, lens[i]),
+                        datacache_wide_sum_ref(seed, b, lens[i]));
+  free(b);
+}
+END_TEST
+
+/* ... and it sees every byte, the length, the seed, and data moved within
+ * a block or between blocks (sums of words alone would not). */
+START_TEST(wide_checksum_sees_every_byte_and_order) {
+  enum { LEN = 3 * 1024 + 50 };
+  uint8_t *b = malloc(LEN), tmp[1024];
+  ck_assert_ptr_nonnull(b);
+  for (int i = 0; i < LEN; i++) b[i] = (uint8_t)(i * 7 + (i >> 8));
+  const uint64_t s = datacache_wide_sum(0, b, LEN);
+  for (int i = 0; i < LEN; i++) {
+    b[i] ^= 1;
+    ck_assert(datacache_wide_sum(0, b, LEN) != s);
+    b[i] ^= 1;
+  }
+  ck_assert(datacache_wide_sum(0, b, LEN - 1) != s);
+  ck_assert(datacache_wide_sum(1, b, LEN) != s);
+  /* swap stripes 0 and 1 of block 0 (64 bytes each) */
+  memcpy(tmp, b, 64);
+  memcpy(b, b + 64, 64);
+  memcpy(b + 64, tmp, 64);
+  ck_assert(datacache_wide_sum(0, b, LEN) != s);
+  memcpy(b + 64, b, 64);
+  memcpy(b, tmp, 64);
+  ck_assert_uint_eq(datacache_wide_sum(0, b, LEN), s);
+  /* swap blocks 0 and 1 */
+  memcpy(tmp, b, 1024);
+  memcpy(b, b + 1024, 1024);
+  memcpy(b + 1024, tmp, 1024);
+  ck_assert(datacache_wide_sum(0, b, LEN) != s);
+  free(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("datacache");
   TCase *tc = tcase_create("core");
@@ -435,6 +487,8 @@ int main(void) {
   tcase_add_test(tc, take_flag_removes_the_option);
   tcase_add_test(tc, same_losses_with_and_without_cache);
   tcase_add_test(tc, checksum_sees_every_byte);
+  tcase_add_test(tc, wide_checksum_matches_reference);
+  tcase_add_test(tc, wide_checksum_sees_every_byte_and_order);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
