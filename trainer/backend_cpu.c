@@ -1,12 +1,12 @@
 /* The CPU backend: the net's forward/backward on OpenBLAS plus the optimiser
  * step, behind backend_ops. Single-threaded except inside OpenBLAS, which is
  * capped at opts->threads. */
-#include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "blas_load.h"
 #include "layers.h"
 #include "net.h"
 #include "optim.h"
@@ -31,25 +31,14 @@ static void flush_subnormals(void) {
 /* OpenBLAS (the pthreads build) starts its worker threads when the library
  * loads, and an idle worker spins on sched_yield for about 2^28 cycles
  * before it sleeps: measured, 70-100 ms of a second core's CPU per
- * ctune-train process, 13 % of the CPU time of a 19,200-image epoch. The
- * function that shuts them down is the one OpenBLAS runs before fork; a
- * later call that wants threads starts them again. Weak: other BLAS
- * libraries do not have it. */
-extern int blas_thread_shutdown_(void) __attribute__((weak));
+ * ctune-train process, 13 % of the CPU time of a 19,200-image epoch. It is
+ * loaded only when a reference path needs it (blas_load.h), which shuts
+ * the pool down as it loads at one thread. */
+int backend_cpu_blas_idle(void) { return blas_load_idle(); }
 
-int backend_cpu_blas_idle(void) {
-  if (!blas_thread_shutdown_) return -ENOTSUP;
-  blas_thread_shutdown_();
-  return 0;
-}
-
-static void cpu_blas_threads(int threads) {
-  openblas_set_num_threads(threads);
-  /* at one thread nothing will ever run on the pool */
-  if (threads == 1) backend_cpu_blas_idle();
-}
-
-#define EVAL_ROWS 256
+/* Evaluation's rows per pass: the AVX2 GEMMs' limit (layers.c), so that a
+ * trial at batch <= 64 evaluates without OpenBLAS too and never loads it. */
+#define EVAL_ROWS 64
 
 struct backend {
   struct net *net;
@@ -74,7 +63,7 @@ static int cpu_create(const struct model_spec *spec, const struct optim_spec *op
                       const struct backend_opts *opts, struct backend **out) {
   if (!spec || !optim || !out || max_batch < 1) return -EINVAL;
   int threads = opts && opts->threads > 0 ? opts->threads : 1;
-  cpu_blas_threads(threads);
+  blas_load_threads(threads);
   flush_subnormals();
   struct backend *b = calloc(1, sizeof(*b));
   if (!b) return -ENOMEM;

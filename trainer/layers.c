@@ -4,9 +4,9 @@
  * (gemm_avx2.c) or, as the reference, sgemm; softmax cross-entropy. */
 #include "layers.h"
 
-#include <cblas.h>
 #include <string.h>
 
+#include "blas_load.h"
 #include "conv_avx2.h"
 #include "gemm_avx2.h"
 #include "ops_math.h"
@@ -152,8 +152,8 @@ void layers_conv_forward_ref(const struct layer_shape *s, int B, const float *in
   for (int b0 = 0; b0 < B; b0 += chunk) {
     const int nb = B - b0 < chunk ? B - b0 : chunk;
     im2col(s, B, b0, nb, in, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, nb * P, K, 1.0f, w, K, col, nb * P,
-                0.0f, out + (int64_t)b0 * P, N);
+    blas_load_sgemm(CblasNoTrans, CblasNoTrans, M, nb * P, K, 1.0f, w, K, col, nb * P, 0.0f,
+                    out + (int64_t)b0 * P, N);
   }
   if (b) add_bias_cnhw(M, N, b, out);
 }
@@ -226,11 +226,11 @@ void layers_conv_backward_ref(const struct layer_shape *s, int B, const float *i
     const int nb = B - b0 < chunk ? B - b0 : chunk;
     const float *dchunk = dout + (int64_t)b0 * P;
     im2col(s, B, b0, nb, in, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, nb * P, 1.0f, dchunk, N, col, nb * P,
-                b0 ? 1.0f : 0.0f, dw, K);
+    blas_load_sgemm(CblasNoTrans, CblasTrans, M, K, nb * P, 1.0f, dchunk, N, col, nb * P,
+                    b0 ? 1.0f : 0.0f, dw, K);
     if (din) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, nb * P, M, 1.0f, w, K, dchunk, N,
-                  0.0f, dcol, nb * P);
+      blas_load_sgemm(CblasTrans, CblasNoTrans, K, nb * P, M, 1.0f, w, K, dchunk, N, 0.0f, dcol,
+                      nb * P);
       col2im(s, B, b0, nb, dcol, din);
     }
   }
@@ -457,8 +457,8 @@ void layers_linear_forward(int B, int n_in, int n_out, const float *in, const fl
 
 void layers_linear_forward_ref(int B, int n_in, int n_out, const float *in, const float *w,
                                const float *b, float *out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n_out, n_in, 1.0f, in, n_in, w, n_in,
-              0.0f, out, n_out);
+  blas_load_sgemm(CblasNoTrans, CblasTrans, B, n_out, n_in, 1.0f, in, n_in, w, n_in, 0.0f, out,
+                  n_out);
   add_bias_rows(B, n_out, b, out);
 }
 
@@ -474,12 +474,12 @@ void layers_linear_backward(int B, int n_in, int n_out, const float *dout, const
 
 void layers_linear_backward_ref(int B, int n_in, int n_out, const float *dout, const float *in,
                                 const float *w, float *dw, float *db, float *din) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, B, 1.0f, dout, n_out, in, n_in,
-              0.0f, dw, n_in);
+  blas_load_sgemm(CblasTrans, CblasNoTrans, n_out, n_in, B, 1.0f, dout, n_out, in, n_in, 0.0f, dw,
+                  n_in);
   sum_rows(B, n_out, dout, db);
   if (din)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, n_in, n_out, 1.0f, dout, n_out, w,
-                n_in, 0.0f, din, n_in);
+    blas_load_sgemm(CblasNoTrans, CblasNoTrans, B, n_in, n_out, 1.0f, dout, n_out, w, n_in, 0.0f,
+                    din, n_in);
 }
 
 void layers_xent(int B, int k, const float *logits, const uint8_t *y, float *dlogits,
