@@ -234,7 +234,12 @@ def test_listen_fd_serves_the_inherited_socket_bound_to_bind():
     for fd, want in ((other.fileno(), "the socket is not bound to --bind 127.0.0.1"),
                      (rd, "not a listening TCP socket")):
         p = start(fd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, err = p.communicate(timeout=10)
+        try:
+            _, err = p.communicate(timeout=10)
+        finally:  # a server that started anyway is not left behind
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         assert p.returncode != 0 and "--listen-fd %d: %s" % (fd, want) in err, (p.returncode, err)
     other.close()
     os.close(rd)
