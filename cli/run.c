@@ -1,13 +1,17 @@
 /* run: `ctune run CONFIG` — a private ctune-server and ctune-worker on this
  * machine, the experiment submitted (or resumed), the reporter until it ends,
  * the best trial, and the children stopped in order whatever happens. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,12 +195,76 @@ static int find_unfinished(struct http_client *c, const char *name, long long *i
   return *id ? 0 : -ENOENT;
 }
 
+/* A listening socket on 127.0.0.1, any free port, for the server to inherit
+ * (ctune-server --listen-fd): its URL is known before the server is ready.
+ * The fd (3 or above, not close-on-exec) or -1, then the server binds its own. */
+static int run_listen_socket(int *port) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd >= 0 && fd < 3) { /* a closed stdio slot: the child's dup2 would take it */
+    int high = fcntl(fd, F_DUPFD, 3);
+    close(fd);
+    fd = high;
+  }
+  if (fd < 0) return -1;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024) ||
+      getsockname(fd, (struct sockaddr *)&sa, &len)) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+/* Starts ctune-worker for the server at url, reading its token from tokens.
+ * Trials never read the database (every worker's secret), the login URL (the
+ * admin token) nor the server log: ctune-worker --hide. The files are named
+ * after the database file itself, as the server names them. 0 or -errno. */
+static int run_start_worker(struct run_ctx *r, const struct cli_args *a, char *worker_bin,
+                            char *url, char *abs_work, char *tokens, char *db_file, char *login) {
+  char *wargv[22], wal[PATH_MAX + 8], shm[PATH_MAX + 8], cpus[16], gpus[16];
+  int wn = 0;
+  /* Without --cpus the worker finds what it may use itself: its affinity
+   * mask capped by its cgroup's CPU quota (a count from here would skip
+   * the quota). */
+  snprintf(cpus, sizeof(cpus), "%d", a->cpus);
+  snprintf(gpus, sizeof(gpus), "%d", a->gpus);
+  wargv[wn++] = worker_bin;
+  wargv[wn++] = "--server";
+  wargv[wn++] = url;
+  wargv[wn++] = "--work-dir";
+  wargv[wn++] = abs_work;
+  wargv[wn++] = "--token-file";
+  wargv[wn++] = tokens;
+  snprintf(wal, sizeof(wal), "%s-wal", db_file);
+  snprintf(shm, sizeof(shm), "%s-shm", db_file);
+  char *hide[] = {db_file, wal, shm, login, r->server_log};
+  for (size_t i = 0; i < sizeof(hide) / sizeof(hide[0]); i++) {
+    wargv[wn++] = "--hide";
+    wargv[wn++] = hide[i];
+  }
+  if (a->cpus > 0) {
+    wargv[wn++] = "--cpus";
+    wargv[wn++] = cpus;
+  }
+  if (a->gpus >= 0) {
+    wargv[wn++] = "--gpus";
+    wargv[wn++] = gpus;
+  }
+  wargv[wn] = NULL;
+  r->worker_log_off = file_size(r->worker_log);
+  int rc = proc_spawn(&r->worker, "ctune-worker", wargv, r->worker_log);
+  if (rc) fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
+  return rc;
+}
+
 int cmd_run(const struct cli_args *a) {
   struct run_ctx r;
   struct http_client c;
   struct http_error err;
   char msg[1024], stem[160], db[PATH_MAX], work[PATH_MAX], base[PATH_MAX];
-  char abs_work[PATH_MAX], server_bin[PATH_MAX], worker_bin[PATH_MAX], url[256], cpus[16], gpus[16];
+  char abs_work[PATH_MAX], server_bin[PATH_MAX], worker_bin[PATH_MAX], url[256];
   cJSON *cfg = NULL, *resp = NULL;
   char *body = NULL, *token = NULL, tokens[PATH_MAX + 8];
   int ex = CLI_EXIT_ERROR, have_client = 0;
@@ -248,6 +316,16 @@ int cmd_run(const struct cli_args *a) {
   }
   cli_signals_install(0);
 
+  /* A database this run creates: the server inherits a socket made here, so
+   * the worker starts as soon as the server has its tokens (the line that
+   * says where), while it still creates the database, not after. A resumed
+   * or reused database keeps the order (its load can take long): the server
+   * first, the workers it already knows counted, then this run's worker. */
+  struct stat sb;
+  char lfd_arg[16];
+  int lport = 0, lfd = -1;
+  if (!a->resume && lstat(db, &sb) && errno == ENOENT) lfd = run_listen_socket(&lport);
+  snprintf(lfd_arg, sizeof(lfd_arg), "%d", lfd);
   long off = file_size(r.server_log);
   char *sargv[] = {server_bin,
                    "--db",
@@ -260,11 +338,30 @@ int cmd_run(const struct cli_args *a) {
                    RUN_LEASE_TIMEOUT_S,
                    "--heartbeat-interval",
                    "2",
+                   lfd >= 0 ? "--listen-fd" : NULL,
+                   lfd_arg,
                    NULL};
   int rc = proc_spawn(&r.server, "ctune-server", sargv, r.server_log);
+  if (lfd >= 0) close(lfd);
   if (rc) {
     fprintf(stderr, "ctune: cannot start %s: %s\n", server_bin, strerror(-rc));
     goto out;
+  }
+  char real_db[PATH_MAX]; /* the server names its files after the database file itself */
+  char login[PATH_MAX + 16];
+  if (lfd >= 0) {
+    rc = proc_wait_log_text(&r.server, r.server_log, off, " tokens in ", 60000, &cli_signal);
+    if (rc == -EINTR) {
+      ex = CLI_EXIT_INTERRUPTED;
+      goto out;
+    }
+    if (!rc) { /* else said below, where the listening line is awaited */
+      char *db_file = realpath(db, real_db) ? real_db : db;
+      snprintf(tokens, sizeof(tokens), "%s.tokens", db_file);
+      snprintf(login, sizeof(login), "%s.login-url", db_file);
+      snprintf(url, sizeof(url), "http://127.0.0.1:%d", lport);
+      if (run_start_worker(&r, a, worker_bin, url, abs_work, tokens, db_file, login)) goto out;
+    }
   }
   char rest[200];
   rc = proc_wait_log_line(&r.server, r.server_log, off, "listening on http://", 60000, &cli_signal,
@@ -284,7 +381,6 @@ int cmd_run(const struct cli_args *a) {
   snprintf(url, sizeof(url), "http://%s", rest);
   /* The server made (or reused) DB.tokens: this client is the admin, the
    * worker reads its line, and the dashboard URL logs a browser in. */
-  char real_db[PATH_MAX]; /* the server names its files after the database file itself */
   snprintf(tokens, sizeof(tokens), "%s.tokens", realpath(db, real_db) ? real_db : db);
   if (http_read_token_file(tokens, &token, msg, sizeof(msg))) {
     fprintf(stderr, "ctune: %s\n", msg);
@@ -293,7 +389,6 @@ int cmd_run(const struct cli_args *a) {
   /* The login URL carries the admin token, a shell on every worker: it is
    * printed on a terminal only. --json, a pipe or a log get the dashboard's
    * address and the 0600 file the server wrote the login URL to. */
-  char login[PATH_MAX + 16];
   snprintf(login, sizeof(login), "%s.login-url", realpath(db, real_db) ? real_db : db);
   if (a->json) {
     cJSON *line = cJSON_CreateObject();
@@ -319,46 +414,13 @@ int cmd_run(const struct cli_args *a) {
   if (http_client_init(&c, url, token)) goto out;
   have_client = 1;
 
-  long long known_workers = max_worker_id(&c);
-  /* Without --cpus the worker finds what it may use itself: its affinity
-   * mask capped by its cgroup's CPU quota (a count from here would skip
-   * the quota). */
-  snprintf(cpus, sizeof(cpus), "%d", a->cpus);
-  snprintf(gpus, sizeof(gpus), "%d", a->gpus);
-  char *wargv[22], wal[PATH_MAX + 8], shm[PATH_MAX + 8];
-  int wn = 0;
-  wargv[wn++] = worker_bin;
-  wargv[wn++] = "--server";
-  wargv[wn++] = url;
-  wargv[wn++] = "--work-dir";
-  wargv[wn++] = abs_work;
-  wargv[wn++] = "--token-file";
-  wargv[wn++] = tokens;
-  /* Trials never read the database (every worker's secret), the login URL
-   * (the admin token) nor the server log: ctune-worker --hide. The files
-   * are named after the database file itself, as the server names them. */
-  char *db_file = realpath(db, real_db) ? real_db : db;
-  snprintf(wal, sizeof(wal), "%s-wal", db_file);
-  snprintf(shm, sizeof(shm), "%s-shm", db_file);
-  char *hide[] = {db_file, wal, shm, login, r.server_log};
-  for (size_t i = 0; i < sizeof(hide) / sizeof(hide[0]); i++) {
-    wargv[wn++] = "--hide";
-    wargv[wn++] = hide[i];
-  }
-  if (a->cpus > 0) {
-    wargv[wn++] = "--cpus";
-    wargv[wn++] = cpus;
-  }
-  if (a->gpus >= 0) {
-    wargv[wn++] = "--gpus";
-    wargv[wn++] = gpus;
-  }
-  wargv[wn] = NULL;
-  r.worker_log_off = file_size(r.worker_log);
-  rc = proc_spawn(&r.worker, "ctune-worker", wargv, r.worker_log);
-  if (rc) {
-    fprintf(stderr, "ctune: cannot start %s: %s\n", worker_bin, strerror(-rc));
-    goto out;
+  /* Workers an earlier run left in the database are not this run's. */
+  long long known_workers = 0;
+  if (!r.worker.pid) {
+    known_workers = max_worker_id(&c);
+    if (run_start_worker(&r, a, worker_bin, url, abs_work, tokens,
+                         realpath(db, real_db) ? real_db : db, login))
+      goto out;
   }
 
   /* Before anything is submitted: can the worker ever run a trial? A config

@@ -1043,6 +1043,44 @@ static int http_listen(const struct addrinfo *ai) {
   return fd;
 }
 
+/* --listen-fd: a listening TCP socket inherited from whoever started this
+ * server (ctune run makes it, so that its worker, given the URL at once,
+ * starts while this server opens its database). It must be bound to the
+ * --bind address, which names this server everywhere else (login URL, Host
+ * checks, the loopback rule). The fd, or a negative error said in err. */
+static int http_adopt(int fd, const struct addrinfo *ai, const char *bind, char *err,
+                      size_t errlen) {
+  int on = 0, type = 0;
+  socklen_t ol = sizeof on, tl = sizeof type;
+  struct sockaddr_storage a;
+  socklen_t al = sizeof a;
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) ||
+      getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || !on || type != SOCK_STREAM ||
+      getsockname(fd, (struct sockaddr *)&a, &al) ||
+      (a.ss_family != AF_INET && a.ss_family != AF_INET6)) {
+    snprintf(err, errlen, "--listen-fd %d: not a listening TCP socket", fd);
+    return -ENOTSOCK;
+  }
+  int same =
+      a.ss_family == ai->ai_family &&
+      (a.ss_family == AF_INET
+           ? !memcmp(&((struct sockaddr_in *)&a)->sin_addr,
+                     &((const struct sockaddr_in *)ai->ai_addr)->sin_addr, sizeof(struct in_addr))
+           : !memcmp(&((struct sockaddr_in6 *)&a)->sin6_addr,
+                     &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr,
+                     sizeof(struct in6_addr)));
+  if (!same) {
+    snprintf(err, errlen, "--listen-fd %d: the socket is not bound to --bind %s", fd, bind);
+    return -EINVAL;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) || fcntl(fd, F_SETFD, FD_CLOEXEC)) {
+    snprintf(err, errlen, "--listen-fd %d: %s", fd, strerror(errno));
+    return -EINVAL;
+  }
+  return fd;
+}
+
 void http_conn_spread(struct http *h, int *threads, int *most) {
   const void *seen[64];
   int count[64], n = 0;
@@ -1118,7 +1156,18 @@ int http_start(struct server *s, struct http **out, int *port_out, char *err, si
     http_free(h);
     return -EINVAL;
   }
-  h->listen_fd = http_listen(ai);
+  if (s->opt.listen_fd >= 0) {
+    h->listen_fd = http_adopt(s->opt.listen_fd, ai, s->opt.bind, err, errlen);
+    if (h->listen_fd < 0) {
+      int rc = h->listen_fd;
+      freeaddrinfo(ai);
+      http_free(h);
+      return rc;
+    }
+    log_info("serving on the listening socket of --listen-fd %d", h->listen_fd);
+  } else {
+    h->listen_fd = http_listen(ai);
+  }
   if (h->listen_fd < 0) {
     snprintf(err, errlen, "cannot listen on %s port %d (%s)", s->opt.bind, s->opt.port,
              strerror(-h->listen_fd));

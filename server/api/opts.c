@@ -12,7 +12,8 @@
 #include "quarantine.h"
 
 const char opts_usage[] =
-    "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--token-file FILE]\n"
+    "usage: ctune-server [--db PATH] [--bind ADDR] [--port N] [--listen-fd FD]\n"
+    "                    [--token-file FILE]\n"
     "                    [--no-auth] [--allowed-host NAME[:PORT]]...\n"
     "                    [--lease-timeout S] [--heartbeat-interval S] [--threads N]\n"
     "                    [--worker-retention-s S] [--quarantine-after K]\n"
@@ -27,6 +28,9 @@ const char opts_usage[] =
     "                          runs beside the server that writes it; no login URL file\n"
     "  --bind ADDR             address to listen on (default 127.0.0.1)\n"
     "  --port N                TCP port (default 8470; 0 picks a free one)\n"
+    "  --listen-fd FD          serve on this inherited listening TCP socket, bound to\n"
+    "                          the --bind address (its port wins over --port): whoever\n"
+    "                          starts the server knows its URL before it is ready\n"
     "  --token-file FILE       lines admin=TOKEN, worker=TOKEN (and viewer=TOKEN); every\n"
     "                          API request needs Authorization: Bearer TOKEN. Default:\n"
     "                          PATH.tokens beside --db, created (mode 0600) when missing\n"
@@ -119,6 +123,7 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
   *o = (struct server_options){.db_path = "ctune.db",
                                .bind = "127.0.0.1",
                                .port = 8470,
+                               .listen_fd = -1,
                                .token_file = NULL,
                                .lease_timeout_s = 30,
                                .heartbeat_interval_s = 5,
@@ -214,6 +219,9 @@ int opts_parse(int argc, char **argv, struct server_options *o, enum opts_action
     } else if (!strcmp(name, "--port")) {
       if (opts_integer(name, v, 0, 65535, &x, err, errlen)) return -EINVAL;
       o->port = (int)x;
+    } else if (!strcmp(name, "--listen-fd")) {
+      if (opts_integer(name, v, 3, INT_MAX, &x, err, errlen)) return -EINVAL;
+      o->listen_fd = (int)x;
     } else if (!strcmp(name, "--lease-timeout")) {
       if (opts_number(name, v, 0.1, 86400, &x, err, errlen)) return -EINVAL;
       o->lease_timeout_s = x;

@@ -281,6 +281,7 @@ struct server_options {
   const char *db_path;
   const char *bind;
   int port;
+  int listen_fd; /* --listen-fd: an inherited listening socket (-1: none) */
   const char *token_file;
   double lease_timeout_s;
   double heartbeat_interval_s;

@@ -587,6 +587,11 @@ def case_resume(tmp):
     check("--resume" in err, f"message: {err}")
     check(not descendants(), f"processes left: {descendants()}")
     db = os.path.join(tmp, "ctune-results", "resumable.db")
+    # A new database: the server served the socket ctune made (the worker
+    # started meanwhile); a resumed one binds its own, after its load.
+    slog = os.path.join(tmp, "ctune-results", "resumable.server.log")
+    adopted = "serving on the listening socket of --listen-fd"
+    check(open(slog).read().count(adopted) == 1, "a new database: the socket ctune made")
     exps, trials, nres_before = db_check(db)
     check(exps == [(1, "resumable", "RUNNING")], f"unfinished: {exps}")
     check(0 < nres_before < 60, f"results before: {nres_before}")
@@ -601,6 +606,7 @@ def case_resume(tmp):
     check(exps == [(1, "resumable", "TERMINATED")], f"not resubmitted, finished: {exps}")
     check(len(trials) == 2 and all(t[1] == "TERMINATED" for t in trials), f"trials: {trials}")
     check(nres == 60, f"every iteration stored once: {nres} results")
+    check(open(slog).read().count(adopted) == 1, "resumed: the server bound its own socket")
     check(not descendants(), f"processes left: {descendants()}")
 
     # --db with no server on it: each reading command starts one of its own

@@ -211,6 +211,55 @@ def test_login_url_on_a_terminal_only():
     assert admin not in open(os.path.join(d, "stderr.log")).read()
 
 
+def test_listen_fd_serves_the_inherited_socket_bound_to_bind():
+    """--listen-fd: the server serves on a listening socket its parent made
+    (ctune run, to know the URL before the server is ready); one bound to
+    another address than --bind, or an fd that is no listening socket, is
+    refused by name."""
+    import socket
+    import subprocess
+    import urllib.request
+    exe = os.path.join(ctune_e2e.BIN_DIR, "ctune-server")
+    d = tmpdir()
+
+    def start(fd, **kw):
+        return subprocess.Popen([exe, "--db", os.path.join(d, "l.db"), "--port", "0",
+                                 "--listen-fd", str(fd)], pass_fds=(fd,), text=True,
+                                stdin=subprocess.DEVNULL, **kw)
+
+    other = socket.socket()
+    other.bind(("127.0.0.2", 0))
+    other.listen(1)
+    rd, wr = os.pipe()
+    for fd, want in ((other.fileno(), "the socket is not bound to --bind 127.0.0.1"),
+                     (rd, "not a listening TCP socket")):
+        p = start(fd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = p.communicate(timeout=10)
+        finally:  # a server that started anyway is not left behind
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert p.returncode != 0 and "--listen-fd %d: %s" % (fd, want) in err, (p.returncode, err)
+    other.close()
+    os.close(rd)
+    os.close(wr)
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    port = ls.getsockname()[1]
+    p = start(ls.fileno(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    ls.close()  # the server's now
+    try:
+        line = p.stdout.readline()
+        assert line.strip() == "listening on http://127.0.0.1:%d" % port, line
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=10) as r:
+            assert r.status == 200
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
 if __name__ == "__main__":
     r = Runner()
     for name, fn in list(globals().items()):

@@ -225,6 +225,13 @@ START_TEST(opts_defaults_and_errors) {
   ck_assert_int_eq(o.port, 0);
   ck_assert_str_eq(o.db_path, "/tmp/x.db");
   ck_assert(o.lease_timeout_s == 1.5 && o.heartbeat_interval_s == 0.5);
+  ck_assert_int_eq(o.listen_fd, -1);
+  char *lf[] = {"ctune-server", "--listen-fd", "5", NULL};
+  ck_assert_int_eq(opts_parse(3, lf, &o, &act, err, sizeof err), 0);
+  ck_assert_int_eq(o.listen_fd, 5);
+  char *lf2[] = {"ctune-server", "--listen-fd", "2", NULL}; /* stderr is no socket of ours */
+  ck_assert_int_eq(opts_parse(3, lf2, &o, &act, err, sizeof err), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "--listen-fd"));
   char *a3[] = {"ctune-server", "--port", "70000", NULL};
   ck_assert_int_eq(opts_parse(3, a3, &o, &act, err, sizeof err), -EINVAL);
   ck_assert_ptr_nonnull(strstr(err, "--port"));
