@@ -32,7 +32,8 @@ void h_start_only(struct harness *h) {
   s->opt.worker_retention_s = 3600;
   s->opt.quarantine_after = QUARANTINE_AFTER_DEFAULT;
   s->opt.wal_frames = 8192;
-  s->opt.sync_full = 0; /* no fdatasync: a test's durability is the process's */
+  s->opt.listen_fd = -1; /* none inherited: http_start binds its own (0 is stdin) */
+  s->opt.sync_full = 0;  /* no fdatasync: a test's durability is the process's */
   /* main.c's order. */
   int rc = store_open(h->db, s->opt.wal_frames, s->opt.sync_full, &s->store, err, sizeof err);
   ck_assert_msg(!rc, "store_open: %s", err);
