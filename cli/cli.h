@@ -56,6 +56,11 @@ struct watch_opts {
   /* Called once (with check_ctx) when the event stream says the experiment
    * ended, before the watch's last fetch of it; may be NULL. */
   void (*on_ended)(void *ctx);
+  /* The experiment was submitted by this process: the first fetch tells
+   * every trial that already started (a fast worker's first trials start
+   * before the first fetch), as a later one tells those that started since.
+   * 0: attaching to an experiment under way, whose past is not retold. */
+  int from_start;
 };
 
 /* Shows the reporter until the experiment leaves RUNNING (0), cli_signal is

@@ -857,6 +857,11 @@ int report_events(const struct report_state *prev, const struct report_state *cu
   return sbuf_take(&sb, out);
 }
 
+const struct report_state *report_events_base(int from_start) {
+  static const struct report_state nothing_seen;
+  return from_start ? &nothing_seen : NULL;
+}
+
 static cJSON *dup_or_null(const cJSON *v) { return v ? cJSON_Duplicate(v, 1) : cJSON_CreateNull(); }
 
 cJSON *report_to_json(const struct report_state *s, double now) {

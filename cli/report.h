@@ -56,6 +56,12 @@ int report_render_table(const struct report_state *s, int width, int max_rows, c
  * between prev and cur (prev NULL: nothing). *out is malloc'd ("" if none). */
 int report_events(const struct report_state *prev, const struct report_state *cur, char **out);
 
+/* What a watch's first fetch is told against: from_start (the watcher
+ * submitted the experiment, so every trial was PENDING then) an empty
+ * state, so trials that started before that fetch are told too; otherwise
+ * NULL (attaching to an experiment under way: its past is not retold). */
+const struct report_state *report_events_base(int from_start);
+
 /* The same state as one JSON object (the --json reporter's line); NULL on
  * out of memory. */
 cJSON *report_to_json(const struct report_state *s, double now);

@@ -484,7 +484,8 @@ int cmd_run(const struct cli_args *a) {
                          .interval_s = a->interval_s,
                          .check = children_alive,
                          .check_ctx = &r,
-                         .on_ended = stop_worker_early};
+                         .on_ended = stop_worker_early,
+                         .from_start = !a->resume};
   if (a->json) o.interval_s = a->interval_s < 10.0 ? a->interval_s : 2.0;
   struct report_state final;
   memset(&final, 0, sizeof(final));

@@ -419,7 +419,8 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
     } else {
       char *ev;
       if (fetch) { /* unchanged: no trial event to tell */
-        if ((rc = report_events(have_prev ? &prev : NULL, &cur, &ev))) break;
+        const struct report_state *before = have_prev ? &prev : report_events_base(o->from_start);
+        if ((rc = report_events(before, &cur, &ev))) break;
         fputs(ev, stdout);
         free(ev);
       }

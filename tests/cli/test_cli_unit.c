@@ -407,6 +407,28 @@ END_TEST
 /* A PAUSED trial that its scheduler then stopped (HyperBand's halving)
  * never ran again: no "resumed" line, only the stop; a trial that started
  * and ended between two polls still gets both lines. */
+/* Rule: `ctune run` (it submitted the experiment) tells the trials that
+ * started before its first fetch; a watch that attaches retells nothing. */
+START_TEST(report_events_first_fetch) {
+  struct report_state cur;
+  char *text;
+  load_asha(&cur);
+  ck_assert_int_eq(report_events(report_events_base(1), &cur, &text), 0);
+  size_t running = 0;
+  for (size_t i = 0; i < cur.ntrials; i++) running += !strcmp(cur.trials[i].status, "RUNNING");
+  ck_assert_uint_gt(running, 0);
+  size_t told = 0;
+  for (const char *q = text; (q = strstr(q, " started with config {")); q++) told++;
+  ck_assert_uint_ge(told, running);
+  ck_assert_ptr_null(strstr(text, "pending again"));
+  free(text);
+  ck_assert_int_eq(report_events(report_events_base(0), &cur, &text), 0);
+  ck_assert_str_eq(text, "");
+  free(text);
+  report_state_free(&cur);
+}
+END_TEST
+
 START_TEST(report_events_paused_then_stopped) {
   struct report_state prev, cur;
   char *text;
@@ -908,6 +930,7 @@ int main(void) {
   tcase_add_test(tc, report_events_lines);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
+  tcase_add_test(tc, report_events_first_fetch);
   tcase_add_test(tc, report_events_paused_then_stopped);
   tcase_add_test(tc, trial_detail_events);
   tcase_add_test(tc, trial_detail_attempts);
