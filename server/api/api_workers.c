@@ -321,6 +321,24 @@ static cJSON *api_lease_json(struct server *s, const struct srv_trial *t, int ra
   return root;
 }
 
+/* What is left of a resource: never below zero, and no rounding dust from
+ * sums of fractions (0.1 + 0.2 - 0.3). */
+static double api_free_amount(double cap, double used) {
+  double f = cap - used;
+  return f < 1e-9 ? 0 : f;
+}
+
+/* Whether worker w has more of a resource free, by the leases this server
+ * counts, than a lease request said (cpu, gpu; mem when has_mem). */
+static int api_worker_has_more(const struct srv_worker *w, double cpu, double gpu, int64_t mem,
+                               int has_mem) {
+  const double eps = 1e-6;
+  return api_free_amount(w->cpu, w->used_cpu) > cpu + eps ||
+         api_free_amount(w->gpu, w->used_gpu) > gpu + eps ||
+         (has_mem &&
+          api_free_amount((double)w->memory_mb, (double)w->used_memory_mb) > (double)mem + eps);
+}
+
 cJSON *api_lease_reply(struct server *s, const struct srv_worker *w, const struct srv_trial *t,
                        int rank) {
   cJSON *o = api_lease_json(s, t, rank);
@@ -376,6 +394,15 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
     if (!req->held_until_ms) workers_touch(w); /* asking is a sign of life (state_lease) */
     rc = state_lease_pick(s, w, cpu, gpu, mem, has_mem, &t, &rank, &resp->ticket);
     if (!rc && t && !(o = api_lease_reply(s, w, t, rank))) rc = -ENOMEM;
+    /* Woken (a held request is tried again only when a trial may be
+     * leasable) and nothing fits what it asked with, while its worker has
+     * more free than that by this server's count: its leases ended before
+     * it asked (a cancel, an expiry), as it still saw them running. 204 now,
+     * so that the worker asks again with all it has, rather than wait out
+     * the hold beside a trial it could run. Once a wake: a worker whose
+     * own count is still behind asks with the same and is held again. */
+    if (!rc && !t && req->held_until_ms && api_worker_has_more(w, cpu, gpu, mem, has_mem))
+      until = 0;
   }
   server_unlock(s);
   if (w && !rc && !o && until > now) {
@@ -388,13 +415,6 @@ int api_worker_lease(struct server *s, const struct api_req *req, struct api_res
 done:
   cJSON_Delete(b);
   return rc;
-}
-
-/* What is left of a resource: never below zero, and no rounding dust from
- * sums of fractions (0.1 + 0.2 - 0.3). */
-static double api_free_amount(double cap, double used) {
-  double f = cap - used;
-  return f < 1e-9 ? 0 : f;
 }
 
 /* The members of gang trial t on worker wid, each with its rank and what

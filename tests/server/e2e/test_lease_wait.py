@@ -93,6 +93,29 @@ def test_answered_when_its_worker_frees_more_than_it_asked():
     s.stop()
 
 
+def test_answered_when_its_worker_had_freed_more_before_it_asked():
+    # Both leases of a 2-CPU worker end on the server (a cancel) while the
+    # worker still sees one running: it asks with 1 CPU and is held. An
+    # experiment of 2-CPU trials comes: that wake answers 204 at once (the
+    # worker has 2 free by the server's count), not after a 20 s hold.
+    s = Server()
+    first = s.ok("POST", "/api/v1/experiments",
+                 experiment(n=2, resources_per_trial={"cpu": 1}), status=201)
+    w = register(s, cpu=2)
+    a, b = lease(s, w), lease(s, w)
+    assert a and b, (a, b)
+    s.ok("POST", "/api/v1/experiments/%d/cancel" % first["id"], {})
+    th, out = held_lease(s, w, {"free": {"cpu": 1}, "wait_ms": 20000})
+    parked(s)
+    s.ok("POST", "/api/v1/experiments", experiment(n=1, resources_per_trial={"cpu": 2}),
+         status=201)
+    th.join(25)
+    assert out and out[0] == 204 and out[2] < 10, out
+    t = lease(s, w, free={"cpu": 2})
+    assert t is not None and t["id"] not in (a["id"], b["id"]), t
+    s.stop()
+
+
 def test_wait_ms_checked():
     s = Server()
     w = register(s)
