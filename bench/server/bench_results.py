@@ -12,6 +12,7 @@ usage: bench_results.py BIN_DIR [--trials 2000] [--connections 16]
                         [--threads 2] [--duration 10] [--server-threads 2]
                         [--repeat 1] [--durability full|normal] [--compare]
                         [--baseline OLD_BIN_DIR] [--fsync-probe N]
+                        [--floor mhd,mhd-durable,mhd-tpc-durable,epoll,epoll-durable]
 
 --compare measures --durability full (fsync per commit) and normal side by
 side: two servers, their wrk runs alternating, one table at the end;
@@ -27,6 +28,15 @@ Credentials (bench_auth.py): the admin token from <db>.tokens for the
 experiment and /metrics, the worker token to register, and the per-worker
 secret of the registration reply for leases and results (wrk sends it with
 X-Ctune-Lease). An older build makes no token file: nothing is sent.
+
+--floor MODE[,MODE...] adds bench/server/http_floor.c's servers to the same
+alternation (built here with cc): HTTP servers that answer a result without
+SQLite, routing or authentication (mhd: libmicrohttpd set up as ctune-server
+sets it up, answering at once; mhd-durable: each batch of bodies appended and
+fdatasynced before its replies, suspended and resumed as ctune-server does;
+mhd-tpc-durable: a thread per connection waiting instead; epoll and
+epoll-durable: the same without libmicrohttpd). They show what this machine, wrk and the HTTP layer leave for
+everything else.
 
 With --repeat N the wrk run is repeated N times on the same server (each run
 continues the time values) and the median run is reported as well, because
@@ -194,6 +204,42 @@ class Bench:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+class FloorBench(Bench):
+    """One http_floor server (bench/server/http_floor.c) in the same alternation."""
+
+    def __init__(self, a, mode, exe):
+        self.a = a
+        self.label = mode
+        self.tmp = tempfile.mkdtemp(prefix="ctune-floor-", dir=a.tmpdir)
+        self.runs = []
+        self.srv = subprocess.Popen([exe, mode, self.tmp], stdout=subprocess.PIPE)
+        line = self.srv.stdout.readline().decode().strip()
+        self.port = int(line.rsplit(":", 1)[1])
+        self.lease, self.secret = "1:1", None
+
+    def flush_stats(self):
+        return (0, 0.0)
+
+    def finish(self):
+        runs = self.runs
+        self.med = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        self.med_p99 = sorted(float(r[5]) for r in runs)[len(runs) // 2]
+        self.med_cpu = sorted(r[8] for r in runs)[len(runs) // 2]
+        self.srv.terminate()
+        tail = self.srv.communicate(timeout=30)[0].decode().strip()
+        print("[%s] results/s: %.0f (median run); latency ms p50 %s  p90 %s  p99 %s  max %s; %s"
+              % ((self.label, self.med[0]) + self.med[3:7] + (tail,)))
+        return sum(r[2] for r in runs) == 0
+
+
+def build_floor(tmpdir):
+    """Compiles http_floor.c into tmpdir: its path."""
+    exe = os.path.join(tmpdir, "http_floor")
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-o", exe,
+                    os.path.join(HERE, "http_floor.c"), "-lmicrohttpd", "-lpthread"], check=True)
+    return exe
+
+
 def fsync_probe(directory, n):
     """n x (4 KiB pwrite + fdatasync) in directory: p50, p99, max in ms."""
     path = os.path.join(directory, "fsync-probe")
@@ -235,6 +281,9 @@ def main():
     ap.add_argument("--fsync-probe", type=int, default=0, metavar="N",
                     help="before each round: N fdatasyncs of a 4 KiB write beside the "
                          "databases, p50/p99/max printed")
+    ap.add_argument("--floor", default="", metavar="MODES",
+                    help="comma list of http_floor.c modes (mhd, mhd-durable, mhd-tpc-durable, epoll, "
+                         "epoll-durable) to run in the same alternation")
     ap.add_argument("--tmpdir", default=None,
                     help="where the databases go (default: the system's temporary directory)")
     a = ap.parse_args()
@@ -243,12 +292,17 @@ def main():
         return 77
     modes = ["full", "normal"] if a.compare else [a.durability]
     benches = []
+    floor_dir = tempfile.mkdtemp(prefix="ctune-floor-build-", dir=a.tmpdir)
     try:
         if a.baseline:
             benches.append(Bench(a, None if a.compare else a.durability, bin_dir=a.baseline,
                                  label="before"))
         for mode in modes:
             benches.append(Bench(a, mode, label=None if a.compare or not a.baseline else "new"))
+        floors = [m for m in a.floor.split(",") if m]
+        if floors:
+            exe = build_floor(floor_dir)
+            benches += [FloorBench(a, m, exe) for m in floors]
         probes = []
         for k in range(a.repeat):
             if a.fsync_probe:
@@ -260,12 +314,12 @@ def main():
             for b in order:
                 b.wrk(k)
         ok = all([b.finish() for b in benches])
-        if a.compare or a.baseline:
+        if a.compare or a.baseline or floors:
             print("side by side (median of %d x %d s runs, alternating):" % (a.repeat, a.duration))
-            print("  %-8s %10s %8s %8s %14s %18s" % ("mode", "results/s", "p50 ms", "p99 ms",
+            print("  %-13s %10s %8s %8s %14s %18s" % ("mode", "results/s", "p50 ms", "p99 ms",
                                                       "median p99 ms", "CPU us/result"))
             for b in benches:
-                print("  %-8s %10.0f %8s %8s %14.3f %18.0f" % (
+                print("  %-13s %10.0f %8s %8s %14.3f %18.0f" % (
                     b.label, b.med[0], b.med[3], b.med[5], b.med_p99, b.med_cpu))
             print("  (results/s, p50 and p99 of the median run by results/s; median p99 and "
                   "CPU: each column's median)")
@@ -276,6 +330,7 @@ def main():
     finally:
         for b in benches:
             b.close()
+        shutil.rmtree(floor_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,12 @@ trial command's CPU when run directly, the trial processes' minor page
 faults per trial against the command's own (a count that load does not
 move: the supervisor's exec and loading), and the load average.
 
+With --floor it also runs the machine's floor for the same shape: the same
+trial command, --trials of them in --concurrent plain bash chains (each chain
+starts its next trial the moment the last one exits; no server, worker,
+supervisor or results), timed the same way: what this machine costs the
+shape before any bookkeeping, so that ctune's own share is the difference.
+
 With --baseline OLD_BIN it runs itself --runs times on each build,
 alternating (OLD first in odd rounds, BIN first in even ones), and prints each run's
 figures and their medians side by side: the one command for a before and
@@ -64,6 +70,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -260,13 +267,37 @@ def summarise(rows):
     return out
 
 
+def run_floor(a):
+    """The machine's floor for this shape (--floor): the trial command in
+    --concurrent plain bash chains that share out --trials, each starting its
+    next trial when the last exits. Its wall in seconds."""
+    tmp = tempfile.mkdtemp(prefix="ctune-bench-gap-floor-")
+    trial = TRIAL % (a.sleep, tmp)
+    chains = []
+    for c in range(a.concurrent):
+        n = a.trials // a.concurrent + (1 if c < a.trials % a.concurrent else 0)
+        chains.append("(for i in $(seq %d); do CTUNE_TRIAL_ID=%d-$i bash -c %s >/dev/null; done) &"
+                      % (n, c, shlex.quote(trial)))
+    t0 = time.time()
+    subprocess.run(["bash", "-c", "\n".join(chains) + "\nwait"], check=True)
+    wall = time.time() - t0
+    shutil.rmtree(tmp, ignore_errors=True)
+    return wall
+
+
 def compare(a):
     """Alternating runs of the baseline build and this one (each a run of
     this script with --json), then the medians of their figures."""
     fwd = ["--trials", str(a.trials), "--concurrent", str(a.concurrent), "--sleep", a.sleep]
     tmp = tempfile.mkdtemp(prefix="ctune-bench-gap-cmp-")
     runs = {"baseline": [], "this": []}
+    floors = []
     for r in range(a.runs):
+        if a.floor:
+            floors.append(run_floor(a))
+            ideal = a.trials / a.concurrent * float(a.sleep)
+            print("round %d floor    wall %6.2f s (+%.1f%%): the trial command in plain bash "
+                  "chains" % (r + 1, floors[-1], (floors[-1] / ideal - 1) * 100), flush=True)
         # ABBA: the run that goes second finds the disk with more files
         # freshly deleted (ext4 without a journal then scans past them at
         # each create), and the load may be rising: neither build always
@@ -328,6 +359,13 @@ def compare(a):
              for k, what in (("loop_dir", "the trial dir"),
                              ("loop_lease", "lease handled -> spawn requested"))]
     print("medians of %d runs each (baseline %s, this %s):" % (a.runs, a.baseline, a.bin))
+    if floors:
+        fl = statistics.median(floors)
+        ideal = a.trials / a.concurrent * float(a.sleep)
+        print("  the machine's floor (--floor), median: %.2f s (+%.1f%% over the ideal %.2f s); "
+              "over the floor: baseline +%.2f s, this +%.2f s"
+              % (fl, (fl / ideal - 1) * 100, ideal, med("baseline", lambda j: j["wall_s"]) - fl,
+                 med("this", lambda j: j["wall_s"]) - fl))
     print("  %-78s %10s %10s" % ("", "baseline", "this"))
     for name, f in rows:
         print("  %-78s %10.3f %10.3f" % (name[:78], med("baseline", f), med("this", f)))
@@ -359,6 +397,9 @@ def main():
     ap.add_argument("--baseline", help="another build's bin dir: run both, alternating, "
                     "--runs times each, and compare (medians)")
     ap.add_argument("--runs", type=int, default=3, help="rounds with --baseline (default 3)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the machine's floor for the shape: the trial command in "
+                    "--concurrent plain bash chains, no ctune (once per round with --baseline)")
     a = ap.parse_args()
     if a.baseline:
         compare(a)
@@ -676,6 +717,11 @@ def main():
                        "worker_in_spawn_s": blocked, "worker_loop_s": loop_s}, f, indent=1)
     if not a.keep:
         shutil.rmtree(tmp, ignore_errors=True)
+    if a.floor:
+        fl = run_floor(a)
+        print("the machine's floor: the same trial command in %d plain bash chains, no ctune: "
+              "%.2f s, +%.1f%% over the ideal; ctune run's wall is %.2f s over it"
+              % (a.concurrent, fl, (fl / ideal - 1) * 100, wall - fl))
     if a.check:
         missing = [n for n, c, *_ in summ if c == 0] + [k for k in order if k not in phase]
         if not pairs or missing:
