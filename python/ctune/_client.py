@@ -356,7 +356,8 @@ class Client:
             rows = []
             for t in self.trials(experiment):
                 row = {k: t.get(k) for k in ("id", "name", "status", "stopped_early",
-                                             "iteration", "error", "num_failures")}
+                                             "iteration", "error", "attribution",
+                                             "num_failures")}
                 row.update({f"config/{k}": v for k, v in (t.get("config") or {}).items()})
                 row.update(t.get("last_result") or {})
                 rows.append(row)

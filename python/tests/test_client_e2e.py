@@ -247,6 +247,9 @@ class ClientE2E(unittest.TestCase):
             self.assertEqual([r["name"] for r in df.rows], [t["name"] for t in trials])
             self.assertEqual(df.rows[0]["config/lr"], 0.1)
             self.assertEqual(df.rows[0]["training_iteration"], 3)
+            # why a trial failed, beside its error (null: these never did)
+            self.assertEqual([r["attribution"] for r in df.rows],
+                             [t["attribution"] for t in trials])
             df = self.client.to_dataframe(eid, kind="results")
             self.assertEqual(len(df.rows), 9)
             self.assertEqual(df.rows[0]["trial_name"], trials[0]["name"])
