@@ -44,6 +44,14 @@ int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON 
 int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
                     struct http_error *err);
 
+/* The same state, read as prev plus the trials changed since it
+ * (report_state_merge: prev's unchanged trials move into *s, so free prev
+ * before *s); the whole list when prev cannot be brought up to date that
+ * way (report_state_mergeable) or too many changed. */
+#define CLI_CHANGES_LIMIT 10000
+int cli_fetch_changes(struct http_client *c, long long id, struct report_state *prev,
+                      struct report_state *s, struct http_error *err);
+
 struct watch_opts {
   int json;
   int tty;

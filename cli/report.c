@@ -181,6 +181,79 @@ bad:
   return -EINVAL;
 }
 
+int report_state_mergeable(const struct report_state *prev) {
+  if (prev->last_seq < 0) return 0;
+  /* A PENDING trial's pending_reason is worked out when it is read, with
+   * no change of its own: only a whole list has it fresh. */
+  for (size_t i = 0; i < prev->ntrials; i++)
+    if (!strcmp(prev->trials[i].status, "PENDING")) return 0;
+  return 1;
+}
+
+struct merge_item {
+  long long id;
+  cJSON *item;
+};
+
+static int cmp_merge_item(const void *a, const void *b) {
+  long long x = ((const struct merge_item *)a)->id, y = ((const struct merge_item *)b)->id;
+  return (x > y) - (x < y);
+}
+
+int report_state_merge(struct report_state *cur, struct report_state *prev, cJSON *experiment,
+                       cJSON *changed, cJSON *workers) {
+  memset(cur, 0, sizeof(*cur));
+  cJSON *arr = cJSON_GetObjectItemCaseSensitive(changed, "trials"), *root = NULL, *all = NULL, *it;
+  cJSON *parr = cJSON_IsArray(prev->trials_doc)
+                    ? prev->trials_doc
+                    : cJSON_GetObjectItemCaseSensitive(prev->trials_doc, "trials");
+  struct merge_item *ch = NULL;
+  int n = cJSON_GetArraySize(arr), rc = -EINVAL, k = 0;
+  if (!cJSON_IsObject(experiment) || !cJSON_IsArray(arr) || !cJSON_IsArray(parr)) goto fail;
+  if (n > 0 && !(ch = calloc((size_t)n, sizeof(*ch)))) goto nomem;
+  cJSON_ArrayForEach(it, arr) {
+    const cJSON *id = get(it, "id");
+    if (!cJSON_IsObject(it) || !cJSON_IsNumber(id)) goto fail;
+    ch[k].id = (long long)id->valuedouble;
+    ch[k++].item = it;
+  }
+  if (k) qsort(ch, (size_t)k, sizeof(*ch), cmp_merge_item);
+  if (!(root = cJSON_CreateObject()) || !(all = cJSON_AddArrayToObject(root, "trials")) ||
+      !cJSON_AddNumberToObject(root, "last_seq", get_num(changed, "last_seq", -1)))
+    goto nomem;
+  /* Nothing fails from here on: prev's unchanged trials move over. */
+  for (cJSON *p = parr->child, *next; p; p = next) {
+    next = p->next;
+    struct merge_item key = {(long long)get_num(p, "id", 0), NULL}, *hit = NULL;
+    if (k) hit = bsearch(&key, ch, (size_t)k, sizeof(*ch), cmp_merge_item);
+    if (hit && hit->item) {
+      cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(arr, hit->item));
+      hit->item = NULL;
+    } else if (!hit) {
+      cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(parr, p));
+    }
+  }
+  /* Trials made since: after the others, in the order they were made. */
+  for (int i = 0; i < k; i++)
+    if (ch[i].item && (i == 0 || ch[i].id != ch[i - 1].id))
+      cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(arr, ch[i].item));
+  free(ch);
+  cJSON_Delete(changed);
+  rc = report_state_load(cur, experiment, root, workers);
+  /* Its moved trials went with root: prev's entries may point into them. */
+  if (rc) prev->ntrials = 0;
+  return rc;
+nomem:
+  rc = -ENOMEM;
+fail:
+  free(ch);
+  cJSON_Delete(root);
+  cJSON_Delete(experiment);
+  cJSON_Delete(changed);
+  cJSON_Delete(workers);
+  return rc;
+}
+
 static int status_rank(const char *st) {
   for (int i = 0; i < NSTATUS; i++)
     if (!strcmp(st, STATUS_ORDER[i])) return i;

@@ -378,7 +378,9 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
      * same state again, drawn at the new time. */
     int fetch = !have_prev || feed_take(&feed);
     if (fetch) {
-      rc = cli_fetch_state(c, id, &cur, err);
+      /* After the first look, only the trials that changed since it. */
+      rc = have_prev ? cli_fetch_changes(c, id, &prev, &cur, err)
+                     : cli_fetch_state(c, id, &cur, err);
       if (rc) {
         if (rc == HTTP_ERR_UNREACHABLE && cli_signal) rc = -EINTR;
         break;

@@ -344,6 +344,100 @@ START_TEST(report_events_lines) {
 }
 END_TEST
 
+/* ---- a watch's later looks: only the trials changed since ---- */
+
+static cJSON *merge_trial(int id, const char *status, int iter) {
+  char text[512];
+  snprintf(text, sizeof(text),
+           "{\"id\": %d, \"name\": \"m_%05d\", \"status\": \"%s\", \"config\": {\"x\": %d}, "
+           "\"iteration\": %d, \"last_result\": %s}",
+           id, id, status, id, iter, iter ? "{\"training_iteration\": 1, \"loss\": 0.5}" : "null");
+  cJSON *t = cJSON_Parse(text);
+  ck_assert_ptr_nonnull(t);
+  return t;
+}
+
+/* {"trials": [...], "last_seq": seq} of the trials given as id, status, iteration. */
+static cJSON *merge_doc(long long seq, int n, const int *ids, const char *const *st,
+                        const int *iter) {
+  cJSON *d = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(d, "trials");
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, merge_trial(ids[i], st[i], iter[i]));
+  cJSON_AddNumberToObject(d, "last_seq", (double)seq);
+  return d;
+}
+
+static cJSON *merge_exp(void) {
+  return cJSON_Parse("{\"id\": 1, \"name\": \"m\", \"status\": \"RUNNING\", \"metric\": \"loss\", "
+                     "\"mode\": \"min\", \"num_trials\": 6, \"counts\": {}}");
+}
+
+/* Trial 2 ended, 4 and 5 were made and started, in change order (5 first):
+ * the merged state is the one a whole read gives, its events are those of
+ * two whole reads, and prev stays readable until it is freed. */
+START_TEST(report_merge_changed_trials) {
+  struct report_state prev, cur, full;
+  char *got, *want, *ev;
+  int ids0[] = {1, 2, 3}, it0[] = {1, 0, 0};
+  const char *st0[] = {"TERMINATED", "RUNNING", "RUNNING"};
+  ck_assert_int_eq(report_state_load(&prev, merge_exp(), merge_doc(10, 3, ids0, st0, it0), NULL),
+                   0);
+  ck_assert(report_state_mergeable(&prev));
+  int ids1[] = {5, 2, 4}, it1[] = {0, 1, 0};
+  const char *st1[] = {"RUNNING", "TERMINATED", "RUNNING"};
+  ck_assert_int_eq(
+      report_state_merge(&cur, &prev, merge_exp(), merge_doc(14, 3, ids1, st1, it1), NULL), 0);
+  int ids2[] = {1, 2, 3, 4, 5}, it2[] = {1, 1, 0, 0, 0};
+  const char *st2[] = {"TERMINATED", "TERMINATED", "RUNNING", "RUNNING", "RUNNING"};
+  ck_assert_int_eq(report_state_load(&full, merge_exp(), merge_doc(14, 5, ids2, st2, it2), NULL),
+                   0);
+  ck_assert_int_eq(cur.last_seq, 14);
+  ck_assert_int_eq(cur.ntrials, 5);
+  for (size_t i = 0; i < cur.ntrials; i++) {
+    ck_assert_int_eq(cur.trials[i].id, full.trials[i].id);
+    ck_assert_str_eq(cur.trials[i].status, full.trials[i].status);
+  }
+  ck_assert_int_eq(report_render(&cur, 1e9, 120, REPORT_MAX_ROWS, &got), 0);
+  ck_assert_int_eq(report_render(&full, 1e9, 120, REPORT_MAX_ROWS, &want), 0);
+  ck_assert_str_eq(got, want);
+  free(got);
+  free(want);
+  ck_assert_int_eq(report_events(&prev, &cur, &ev), 0);
+  ck_assert_str_eq(ev, "Trial m_00002 completed after 1 iteration: loss=0.5\n"
+                       "Trial m_00004 started with config {x=4}\n"
+                       "Trial m_00005 started with config {x=5}\n");
+  free(ev);
+  report_state_free(&prev);
+  report_state_free(&cur);
+  /* A PENDING trial's pending_reason is fresh only in a whole read; a
+   * list without last_seq cannot be followed. */
+  full.trials[3].status = "PENDING";
+  ck_assert(!report_state_mergeable(&full));
+  full.trials[3].status = "RUNNING";
+  full.last_seq = -1;
+  ck_assert(!report_state_mergeable(&full));
+  report_state_free(&full);
+  /* Nothing changed: the same trials, at the new last_seq. */
+  ck_assert_int_eq(report_state_load(&prev, merge_exp(), merge_doc(10, 3, ids0, st0, it0), NULL),
+                   0);
+  ck_assert_int_eq(
+      report_state_merge(&cur, &prev, merge_exp(), merge_doc(11, 0, NULL, NULL, NULL), NULL), 0);
+  ck_assert_int_eq(cur.ntrials, 3);
+  ck_assert_int_eq(cur.last_seq, 11);
+  ck_assert_str_eq(cur.trials[2].status, "RUNNING");
+  report_state_free(&prev);
+  report_state_free(&cur);
+  /* A changed list of the wrong shape: refused, prev untouched. */
+  ck_assert_int_eq(report_state_load(&prev, merge_exp(), merge_doc(10, 3, ids0, st0, it0), NULL),
+                   0);
+  ck_assert_int_eq(
+      report_state_merge(&cur, &prev, merge_exp(), cJSON_Parse("{\"trials\": [3]}"), NULL),
+      -EINVAL);
+  ck_assert_int_eq(prev.ntrials, 3);
+  ck_assert_str_eq(prev.trials[2].status, "RUNNING");
+  report_state_free(&prev);
+}
+END_TEST
+
 /* ---- visible decisions ---- */
 
 static void load_decisions(struct report_state *s) {
@@ -928,6 +1022,7 @@ int main(void) {
   tcase_add_test(tc, report_grid_finished);
   tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);
+  tcase_add_test(tc, report_merge_changed_trials);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
   tcase_add_test(tc, report_events_first_fetch);
