@@ -54,7 +54,8 @@ int report_state_mergeable(const struct report_state *prev);
  * list a full read would give. Takes experiment, changed and workers (also
  * on failure). prev's unchanged trials are moved into cur, not copied:
  * prev stays readable (report_events(prev, cur)) until cur is freed; free
- * prev first. On failure prev keeps no trials. 0, -EINVAL (a shape), -ENOMEM. */
+ * prev first. Only the changed trials are read again. On failure prev is
+ * as it was. 0, -EINVAL (a shape), -ENOMEM. */
 int report_state_merge(struct report_state *cur, struct report_state *prev, cJSON *experiment,
                        cJSON *changed, cJSON *workers);
 
