@@ -71,6 +71,16 @@ struct watch_opts {
   int from_start;
 };
 
+/* Whether an event-stream frame (event, its data) concerns experiment
+ * exp_id, whose trials are trial_ids (sorted): its trials and itself, and
+ * the results of those trials; every worker and reset frame. *urgent: the
+ * frame says the experiment left RUNNING and PAUSED (or was deleted). */
+int watch_frame_relevant(const char *event, const char *data, long long exp_id,
+                         const long long *trial_ids, size_t ntrial_ids, int *urgent);
+/* Where the value of a JSON object text's top-level member key starts, or
+ * NULL (no such member, not an object, or cut short). */
+const char *watch_json_member(const char *json, const char *key);
+
 /* Shows the reporter until the experiment leaves RUNNING (0), cli_signal is
  * set (-EINTR), check() says stop (its value), or a request fails (its
  * code, err filled). *final gets the last state (free it) when non-NULL. */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "cli.h"
 #include "config.h"
 #include "exitcode.h"
 #include "export.h"
@@ -435,6 +436,62 @@ START_TEST(report_merge_changed_trials) {
   ck_assert_int_eq(prev.ntrials, 3);
   ck_assert_str_eq(prev.trials[2].status, "RUNNING");
   report_state_free(&prev);
+}
+END_TEST
+
+/* The event stream's frames are scanned for the member that says whose
+ * they are, not parsed; what the scan cannot read is parsed. */
+START_TEST(watch_frames_told_apart) {
+  long long ids[] = {4, 7, 9};
+  int urgent = 0;
+  const char *other = "{\"id\": 8, \"name\": \"a\\\"},{\\\"experiment_id\\\": 1\", \"config\": "
+                      "{\"experiment_id\": 1, \"l\": [1, {\"x\": \"}\"}]}, \"experiment_id\": 2, "
+                      "\"status\": \"RUNNING\"}";
+  ck_assert_int_eq(watch_frame_relevant("trial", other, 1, ids, 3, &urgent), 0);
+  ck_assert_int_eq(watch_frame_relevant("trial", other, 2, ids, 3, &urgent), 1);
+  ck_assert_int_eq(urgent, 0);
+  /* an escaped quote, a nested object's commas: not the top level */
+  ck_assert_int_eq(watch_frame_relevant("trial",
+                                        "{\"name\": \"x\\\", \\\"experiment_id\\\": 1, "
+                                        "\\\"y\\\": \\\"\", \"experiment_id\": 2}",
+                                        1, ids, 3, &urgent),
+                   0);
+  ck_assert_int_eq(watch_frame_relevant("trial",
+                                        "{\"config\": {\"a\": 1, \"experiment_id\": 1}, "
+                                        "\"experiment_id\": 2}",
+                                        1, ids, 3, &urgent),
+                   0);
+  ck_assert_int_eq(watch_frame_relevant("result", "{\"trial_id\":7,\"seq\":3,\"result\":{}}", 2,
+                                        ids, 3, &urgent),
+                   1);
+  ck_assert_int_eq(watch_frame_relevant("result",
+                                        "{\"trial_id\": 8, \"result\": {\"trial_id\": 7}}", 2, ids,
+                                        3, &urgent),
+                   0);
+  ck_assert_int_eq(watch_frame_relevant("worker", "{\"id\": 5}", 2, ids, 3, &urgent), 1);
+  ck_assert_int_eq(
+      watch_frame_relevant("experiment", "{\"id\": 2, \"status\": \"PAUSED\"}", 2, ids, 3, &urgent),
+      1);
+  ck_assert_int_eq(urgent, 0);
+  ck_assert_int_eq(watch_frame_relevant("experiment", "{\"id\": 2, \"status\": \"CANCELLED\"}", 2,
+                                        ids, 3, &urgent),
+                   1);
+  ck_assert_int_eq(urgent, 1);
+  ck_assert_int_eq(watch_frame_relevant("experiment", "{\"id\": 3, \"status\": \"CANCELLED\"}", 2,
+                                        ids, 3, &urgent),
+                   0);
+  ck_assert_int_eq(urgent, 0);
+  /* deleted: no status, parsed, and the end all the same */
+  ck_assert_int_eq(
+      watch_frame_relevant("experiment", "{\"id\": 2, \"deleted\": true}", 2, ids, 3, &urgent), 1);
+  ck_assert_int_eq(urgent, 1);
+  /* a key the scan does not match (an escape in it): parsed */
+  ck_assert_int_eq(
+      watch_frame_relevant("trial", "{\"experiment\\u005fid\": 1}", 2, ids, 3, &urgent), 0);
+  ck_assert_int_eq(watch_frame_relevant("trial", "not json", 2, ids, 3, &urgent), 1);
+  ck_assert_ptr_null(watch_json_member("[1]", "id"));
+  ck_assert_ptr_null(watch_json_member("{\"a\": [1, 2}", "id"));
+  ck_assert_str_eq(watch_json_member("{ \"a\" : { \"id\": 1 } , \"id\" : 5 }", "id"), "5 }");
 }
 END_TEST
 
@@ -1023,6 +1080,7 @@ int main(void) {
   tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);
   tcase_add_test(tc, report_merge_changed_trials);
+  tcase_add_test(tc, watch_frames_told_apart);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
   tcase_add_test(tc, report_events_first_fetch);
