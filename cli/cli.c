@@ -259,34 +259,72 @@ int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON 
   return rc;
 }
 
+static int cli_fetch_experiment(struct http_client *c, long long id, cJSON **exp,
+                                struct http_error *err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld", id);
+  int rc = http_json(c, "GET", path, NULL, exp, err);
+  if (rc == HTTP_ERR_NOT_FOUND)
+    snprintf(err->message, sizeof(err->message),
+             "experiment %lld not found on %s; list experiments with `ctune status`", id, c->base);
+  return rc;
+}
+
+/* Workers are context only: a failure here must not end a watch (NULL). */
+static cJSON *cli_fetch_workers(struct http_client *c) {
+  struct http_error werr;
+  cJSON *workers = NULL;
+  if (cli_get_all(c, "/api/v1/workers", "workers", &workers, &werr)) workers = NULL;
+  return workers;
+}
+
+static int cli_state_rc(struct http_client *c, int rc, struct http_error *err) {
+  if (rc == -EINVAL)
+    snprintf(err->message, sizeof(err->message),
+             "the server at %s sent an experiment or trial list of an unexpected shape", c->base);
+  return rc == -EINVAL ? HTTP_ERR_SERVER : rc;
+}
+
 int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
                     struct http_error *err) {
   char path[128];
-  cJSON *exp = NULL, *trials = NULL, *workers = NULL;
+  cJSON *exp = NULL, *trials = NULL;
   memset(s, 0, sizeof(*s));
-  snprintf(path, sizeof(path), "/api/v1/experiments/%lld", id);
-  int rc = http_json(c, "GET", path, NULL, &exp, err);
-  if (rc) {
-    if (rc == HTTP_ERR_NOT_FOUND)
-      snprintf(err->message, sizeof(err->message),
-               "experiment %lld not found on %s; list experiments with `ctune status`", id,
-               c->base);
-    return rc;
-  }
+  int rc = cli_fetch_experiment(c, id, &exp, err);
+  if (rc) return rc;
   snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials", id);
   rc = cli_get_all(c, path, "trials", &trials, err);
   if (rc) {
     cJSON_Delete(exp);
     return rc;
   }
-  /* Workers are context only: a failure here must not end a watch. */
-  struct http_error werr;
-  if (cli_get_all(c, "/api/v1/workers", "workers", &workers, &werr)) workers = NULL;
-  rc = report_state_load(s, exp, trials, workers);
-  if (rc == -EINVAL)
-    snprintf(err->message, sizeof(err->message),
-             "the server at %s sent an experiment or trial list of an unexpected shape", c->base);
-  return rc == -EINVAL ? HTTP_ERR_SERVER : rc;
+  return cli_state_rc(c, report_state_load(s, exp, trials, cli_fetch_workers(c)), err);
+}
+
+int cli_fetch_changes(struct http_client *c, long long id, struct report_state *prev,
+                      struct report_state *s, struct http_error *err) {
+  char path[160];
+  cJSON *exp = NULL, *changed = NULL;
+  memset(s, 0, sizeof(*s));
+  if (!report_state_mergeable(prev)) return cli_fetch_state(c, id, s, err);
+  int rc = cli_fetch_experiment(c, id, &exp, err);
+  if (rc) return rc;
+  /* In change order: a reply cut by the limit (more changed than that)
+   * is not merged; the whole list is read instead. */
+  snprintf(path, sizeof(path), "/api/v1/experiments/%lld/trials?since=%lld&limit=%d", id,
+           prev->last_seq, CLI_CHANGES_LIMIT);
+  rc = http_json(c, "GET", path, NULL, &changed, err);
+  if (rc) {
+    cJSON_Delete(exp);
+    return rc;
+  }
+  const cJSON *total = cJSON_GetObjectItemCaseSensitive(changed, "total");
+  if (!cJSON_IsNumber(total) || total->valuedouble > CLI_CHANGES_LIMIT) {
+    cJSON_Delete(exp);
+    cJSON_Delete(changed);
+    return cli_fetch_state(c, id, s, err);
+  }
+  return cli_state_rc(c, report_state_merge(s, prev, exp, changed, cli_fetch_workers(c)), err);
 }
 
 /* Trial names are "<experiment name>_<index>": the experiments whose name

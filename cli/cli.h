@@ -44,6 +44,14 @@ int cli_get_all(struct http_client *c, const char *path, const char *key, cJSON 
 int cli_fetch_state(struct http_client *c, long long id, struct report_state *s,
                     struct http_error *err);
 
+/* The same state, read as prev plus the trials changed since it
+ * (report_state_merge: prev's unchanged trials move into *s, so free prev
+ * before *s); the whole list when prev cannot be brought up to date that
+ * way (report_state_mergeable) or too many changed. */
+#define CLI_CHANGES_LIMIT 10000
+int cli_fetch_changes(struct http_client *c, long long id, struct report_state *prev,
+                      struct report_state *s, struct http_error *err);
+
 struct watch_opts {
   int json;
   int tty;
@@ -62,6 +70,16 @@ struct watch_opts {
    * 0: attaching to an experiment under way, whose past is not retold. */
   int from_start;
 };
+
+/* Whether an event-stream frame (event, its data) concerns experiment
+ * exp_id, whose trials are trial_ids (sorted): its trials and itself, and
+ * the results of those trials; every worker and reset frame. *urgent: the
+ * frame says the experiment left RUNNING and PAUSED (or was deleted). */
+int watch_frame_relevant(const char *event, const char *data, long long exp_id,
+                         const long long *trial_ids, size_t ntrial_ids, int *urgent);
+/* Where the value of a JSON object text's top-level member key starts, or
+ * NULL (no such member, not an object, or cut short). */
+const char *watch_json_member(const char *json, const char *key);
 
 /* Shows the reporter until the experiment leaves RUNNING (0), cli_signal is
  * set (-EINTR), check() says stop (its value), or a request fails (its

@@ -121,6 +121,44 @@ void report_state_free(struct report_state *s) {
   memset(s, 0, sizeof(*s));
 }
 
+/* One row of the table from a trial object (its strings borrowed). */
+static void load_trial(struct report_trial *r, const cJSON *t) {
+  r->id = (long long)get_num(t, "id", 0);
+  r->name = get_str(t, "name");
+  r->status = get_str(t, "status");
+  if (!r->status) r->status = "?";
+  r->stopped_early = cJSON_IsTrue(get(t, "stopped_early"));
+  r->config = get(t, "config");
+  r->last_result = get(t, "last_result");
+  if (!cJSON_IsObject(r->last_result)) r->last_result = NULL;
+  r->iteration = (long long)get_num(t, "iteration", 0);
+  r->total_time_s = get_num(r->last_result, "time_total_s", NAN);
+  r->error = get_str(t, "error");
+  r->pending_reason = get_str(t, "pending_reason");
+  r->reason = get_str(t, "reason");
+  r->exit_code = (long long)get_num(t, "exit_code", -1);
+  r->infeasible = cJSON_IsFalse(get(t, "feasible"));
+}
+
+static void load_workers(struct report_state *s) {
+  const cJSON *warr =
+      cJSON_IsArray(s->workers_doc) ? s->workers_doc : get(s->workers_doc, "workers");
+  if (!cJSON_IsArray(warr)) return;
+  s->have_workers = 1;
+  const cJSON *w;
+  cJSON_ArrayForEach(w, warr) {
+    const char *st = get_str(w, "status");
+    if (st && strcmp(st, "alive")) continue;
+    const cJSON *res = get(w, "resources"), *fr = get(w, "free");
+    double cpu = get_num(res, "cpu", 0), gpu = get_num(res, "gpu", 0);
+    s->workers_alive++;
+    s->cpu_total += cpu;
+    s->gpu_total += gpu;
+    s->cpu_used += cpu - get_num(fr, "cpu", cpu);
+    s->gpu_used += gpu - get_num(fr, "gpu", gpu);
+  }
+}
+
 int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, cJSON *workers) {
   memset(s, 0, sizeof(*s));
   s->experiment = experiment;
@@ -142,43 +180,103 @@ int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, 
   const cJSON *t;
   cJSON_ArrayForEach(t, arr) {
     if (!cJSON_IsObject(t)) goto bad;
-    struct report_trial *r = &s->trials[s->ntrials++];
-    r->id = (long long)get_num(t, "id", 0);
-    r->name = get_str(t, "name");
-    r->status = get_str(t, "status");
-    if (!r->status) r->status = "?";
-    r->stopped_early = cJSON_IsTrue(get(t, "stopped_early"));
-    r->config = get(t, "config");
-    r->last_result = get(t, "last_result");
-    if (!cJSON_IsObject(r->last_result)) r->last_result = NULL;
-    r->iteration = (long long)get_num(t, "iteration", 0);
-    r->total_time_s = get_num(r->last_result, "time_total_s", NAN);
-    r->error = get_str(t, "error");
-    r->pending_reason = get_str(t, "pending_reason");
-    r->reason = get_str(t, "reason");
-    r->exit_code = (long long)get_num(t, "exit_code", -1);
-    r->infeasible = cJSON_IsFalse(get(t, "feasible"));
+    load_trial(&s->trials[s->ntrials++], t);
   }
-  const cJSON *warr = cJSON_IsArray(workers) ? workers : get(workers, "workers");
-  if (cJSON_IsArray(warr)) {
-    s->have_workers = 1;
-    const cJSON *w;
-    cJSON_ArrayForEach(w, warr) {
-      const char *st = get_str(w, "status");
-      if (st && strcmp(st, "alive")) continue;
-      const cJSON *res = get(w, "resources"), *fr = get(w, "free");
-      double cpu = get_num(res, "cpu", 0), gpu = get_num(res, "gpu", 0);
-      s->workers_alive++;
-      s->cpu_total += cpu;
-      s->gpu_total += gpu;
-      s->cpu_used += cpu - get_num(fr, "cpu", cpu);
-      s->gpu_used += gpu - get_num(fr, "gpu", gpu);
-    }
-  }
+  load_workers(s);
   return 0;
 bad:
   report_state_free(s);
   return -EINVAL;
+}
+
+int report_state_mergeable(const struct report_state *prev) {
+  if (prev->last_seq < 0) return 0;
+  /* A PENDING trial's pending_reason is worked out when it is read, with
+   * no change of its own: only a whole list has it fresh. */
+  for (size_t i = 0; i < prev->ntrials; i++)
+    if (!strcmp(prev->trials[i].status, "PENDING")) return 0;
+  return 1;
+}
+
+struct merge_item {
+  long long id;
+  cJSON *item;
+};
+
+static int cmp_merge_item(const void *a, const void *b) {
+  long long x = ((const struct merge_item *)a)->id, y = ((const struct merge_item *)b)->id;
+  return (x > y) - (x < y);
+}
+
+int report_state_merge(struct report_state *cur, struct report_state *prev, cJSON *experiment,
+                       cJSON *changed, cJSON *workers) {
+  memset(cur, 0, sizeof(*cur));
+  cJSON *arr = cJSON_GetObjectItemCaseSensitive(changed, "trials"), *root = NULL, *all = NULL, *it;
+  cJSON *parr = cJSON_IsArray(prev->trials_doc)
+                    ? prev->trials_doc
+                    : cJSON_GetObjectItemCaseSensitive(prev->trials_doc, "trials");
+  struct merge_item *ch = NULL;
+  struct report_trial *rows = NULL;
+  int n = cJSON_GetArraySize(arr), rc = -EINVAL, k = 0;
+  if (!cJSON_IsObject(experiment) || !cJSON_IsArray(arr) || !cJSON_IsArray(parr) ||
+      (size_t)cJSON_GetArraySize(parr) != prev->ntrials)
+    goto fail;
+  if (n > 0 && !(ch = calloc((size_t)n, sizeof(*ch)))) goto nomem;
+  if (prev->ntrials + (size_t)n > 0 && !(rows = calloc(prev->ntrials + (size_t)n, sizeof(*rows))))
+    goto nomem;
+  cJSON_ArrayForEach(it, arr) {
+    const cJSON *id = get(it, "id");
+    if (!cJSON_IsObject(it) || !cJSON_IsNumber(id)) goto fail;
+    ch[k].id = (long long)id->valuedouble;
+    ch[k++].item = it;
+  }
+  if (k) qsort(ch, (size_t)k, sizeof(*ch), cmp_merge_item);
+  if (!(root = cJSON_CreateObject()) || !(all = cJSON_AddArrayToObject(root, "trials")) ||
+      !cJSON_AddNumberToObject(root, "last_seq", get_num(changed, "last_seq", -1)))
+    goto nomem;
+  /* Nothing fails from here on: prev's unchanged trials move over with
+   * their rows (prev->trials[i] is the i-th of its list); only the changed
+   * ones are read. */
+  size_t i = 0, j = 0;
+  for (cJSON *p = parr->child, *next; p; p = next, i++) {
+    next = p->next;
+    struct merge_item key = {prev->trials[i].id, NULL}, *hit = NULL;
+    if (k) hit = bsearch(&key, ch, (size_t)k, sizeof(*ch), cmp_merge_item);
+    if (hit && hit->item) {
+      load_trial(&rows[j++], hit->item);
+      cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(arr, hit->item));
+      hit->item = NULL;
+    } else if (!hit) {
+      rows[j++] = prev->trials[i];
+      cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(parr, p));
+    }
+  }
+  /* Trials made since: after the others, in the order they were made. */
+  for (int c = 0; c < k; c++)
+    if (ch[c].item && (c == 0 || ch[c].id != ch[c - 1].id)) {
+      load_trial(&rows[j++], ch[c].item);
+      cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(arr, ch[c].item));
+    }
+  free(ch);
+  cJSON_Delete(changed);
+  cur->experiment = experiment;
+  cur->trials_doc = root;
+  cur->workers_doc = workers;
+  cur->trials = rows;
+  cur->ntrials = j;
+  cur->last_seq = (long long)get_num(root, "last_seq", -1);
+  load_workers(cur);
+  return 0;
+nomem:
+  rc = -ENOMEM;
+fail:
+  free(ch);
+  free(rows);
+  cJSON_Delete(root);
+  cJSON_Delete(experiment);
+  cJSON_Delete(changed);
+  cJSON_Delete(workers);
+  return rc;
 }
 
 static int status_rank(const char *st) {

@@ -44,6 +44,21 @@ struct report_state {
 int report_state_load(struct report_state *s, cJSON *experiment, cJSON *trials, cJSON *workers);
 void report_state_free(struct report_state *s);
 
+/* Whether prev can be brought up to date from the trials changed since it
+ * (GET .../trials?since=prev->last_seq): it has a last_seq and no PENDING
+ * trial (whose pending_reason changes without a change of the trial). */
+int report_state_mergeable(const struct report_state *prev);
+
+/* cur = prev with the trials of `changed` (a since= read: {"trials": [...],
+ * "last_seq": N}) in place of theirs and the new ones after them, by id: the
+ * list a full read would give. Takes experiment, changed and workers (also
+ * on failure). prev's unchanged trials are moved into cur, not copied:
+ * prev stays readable (report_events(prev, cur)) until cur is freed; free
+ * prev first. Only the changed trials are read again. On failure prev is
+ * as it was. 0, -EINVAL (a shape), -ENOMEM. */
+int report_state_merge(struct report_state *cur, struct report_state *prev, cJSON *experiment,
+                       cJSON *changed, cJSON *workers);
+
 /* The status block and the trial table, every line at most `width` columns.
  * now: Unix seconds. max_rows: table rows before "… N more" lines (0 = all).
  * *out is malloc'd. 0 or -ENOMEM. */

@@ -49,46 +49,136 @@ struct watch_feed {
   curl_socket_t sock;
 };
 
-static int feed_has_trial(struct watch_feed *f, long long id) {
-  size_t lo = 0, hi = f->ntrial_ids;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (f->trial_ids[mid] == id) return 1;
-    if (f->trial_ids[mid] < id)
-      lo = mid + 1;
-    else
-      hi = mid;
+static const char *json_ws(const char *p) {
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  return p;
+}
+
+/* Past the JSON string that starts at p (its '"'); NULL when unterminated. */
+static const char *json_skip_string(const char *p) {
+  for (p++; *p; p++) {
+    if (*p == '\\' && !*++p) return NULL;
+    if (*p == '"') return p + 1;
   }
-  return 0;
+  return NULL;
+}
+
+/* Past the member value at p: a string, an object or array with all it
+ * holds, or a scalar up to the ',' or '}' after it. NULL when cut short. */
+static const char *json_skip_value(const char *p) {
+  for (int depth = 0; *p;) {
+    if (*p == '"') {
+      if (!(p = json_skip_string(p))) return NULL;
+      if (!depth) return p;
+      continue;
+    }
+    if (*p == '{' || *p == '[') {
+      depth++;
+    } else if (*p == '}' || *p == ']') {
+      if (!depth) return p;
+      if (!--depth) return p + 1;
+    } else if (!depth && *p == ',') {
+      return p;
+    }
+    p++;
+  }
+  return NULL;
+}
+
+const char *watch_json_member(const char *json, const char *key) {
+  const char *p = json_ws(json);
+  size_t kl = strlen(key);
+  if (*p != '{') return NULL;
+  for (p = json_ws(p + 1); *p == '"';) {
+    const char *k = p + 1, *end = json_skip_string(p);
+    if (!end) return NULL;
+    int match = (size_t)(end - 1 - k) == kl && !memcmp(k, key, kl);
+    p = json_ws(end);
+    if (*p != ':') return NULL;
+    p = json_ws(p + 1);
+    if (match) return p;
+    if (!(p = json_skip_value(p))) return NULL;
+    p = json_ws(p);
+    if (*p != ',') return NULL;
+    p = json_ws(p + 1);
+  }
+  return NULL;
+}
+
+/* The frame's number under key, scanned in the text: 1 found, 0 it is no
+ * number, -1 the scan cannot tell (then the caller parses). */
+static int frame_number(const char *data, const char *key, long long *out) {
+  const char *v = watch_json_member(data, key);
+  if (!v) return -1;
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (end == v)
+    return *v == '"' || *v == '{' || *v == '[' || *v == 't' || *v == 'f' || *v == 'n' ? 0 : -1;
+  end = (char *)json_ws(end);
+  if (*end != ',' && *end != '}') return -1;
+  *out = (long long)x;
+  return 1;
+}
+
+/* Whether an experiment's status (the frame's "status" member) is still
+ * under way; -1 when the scan cannot tell. */
+static int frame_status_running(const char *data) {
+  const char *v = watch_json_member(data, "status");
+  if (!v || *v != '"') return -1;
+  const char *end = strchr(v + 1, '"');
+  if (!end || memchr(v + 1, '\\', (size_t)(end - v - 1))) return -1;
+  size_t n = (size_t)(end - v - 1);
+  return (n == 7 && !memcmp(v + 1, "RUNNING", 7)) || (n == 6 && !memcmp(v + 1, "PAUSED", 6));
+}
+
+int watch_frame_relevant(const char *event, const char *data, long long exp_id,
+                         const long long *trial_ids, size_t ntrial_ids, int *urgent) {
+  *urgent = 0;
+  if (!strcmp(event, "worker") || !strcmp(event, "reset")) return 1;
+  int is_exp = !strcmp(event, "experiment"), is_trial = !strcmp(event, "trial");
+  const char *k = is_exp ? "id" : is_trial ? "experiment_id" : "trial_id";
+  long long x = 0;
+  /* The frame's text is scanned for the one member asked, not parsed: a
+   * trial frame is a whole trial object, three of them a trial. */
+  int have = frame_number(data, k, &x), running = is_exp ? frame_status_running(data) : 0;
+  if (have < 0 || running < 0) {
+    cJSON *d = cJSON_Parse(data);
+    if (!d) return 1;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, k);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "status");
+    have = cJSON_IsNumber(v);
+    if (have) x = (long long)v->valuedouble;
+    running = cJSON_IsString(st) &&
+              (!strcmp(st->valuestring, "RUNNING") || !strcmp(st->valuestring, "PAUSED"));
+    cJSON_Delete(d);
+  }
+  if (!have) return 1;
+  if (!strcmp(event, "result")) {
+    size_t lo = 0, hi = ntrial_ids;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (trial_ids[mid] == x) return 1;
+      if (trial_ids[mid] < x)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return 0;
+  }
+  if (!is_trial && !is_exp) return 1;
+  if (x != exp_id) return 0;
+  /* Its end (or its deletion): the watch is over, now. */
+  if (is_exp && !running) *urgent = 1;
+  return 1;
 }
 
 /* One "data:" line of a frame: does it concern the watched experiment? */
 static int feed_data_relevant(struct watch_feed *f, const char *data) {
-  if (!strcmp(f->event, "worker") || !strcmp(f->event, "reset")) return 1;
-  cJSON *d = cJSON_Parse(data);
-  if (!d) return 1;
-  const char *k = !strcmp(f->event, "experiment") ? "id"
-                  : !strcmp(f->event, "trial")    ? "experiment_id"
-                                                  : "trial_id";
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, k);
-  int rel = 1;
-  if (cJSON_IsNumber(v)) {
-    long long x = (long long)v->valuedouble;
-    if (!strcmp(f->event, "result")) {
-      pthread_mutex_lock(&f->mu);
-      rel = feed_has_trial(f, x);
-      pthread_mutex_unlock(&f->mu);
-    } else if (!strcmp(f->event, "trial") || !strcmp(f->event, "experiment")) {
-      rel = x == f->exp_id;
-      /* Its end (or its deletion): the watch is over, now. */
-      const cJSON *st = cJSON_GetObjectItemCaseSensitive(d, "status");
-      if (rel && !strcmp(f->event, "experiment") &&
-          (!cJSON_IsString(st) ||
-           (strcmp(st->valuestring, "RUNNING") && strcmp(st->valuestring, "PAUSED"))))
-        f->frame_urgent = 1;
-    }
-  }
-  cJSON_Delete(d);
+  int urgent = 0;
+  pthread_mutex_lock(&f->mu);
+  int rel = watch_frame_relevant(f->event, data, f->exp_id, f->trial_ids, f->ntrial_ids, &urgent);
+  pthread_mutex_unlock(&f->mu);
+  if (urgent) f->frame_urgent = 1;
   return rel;
 }
 
@@ -378,7 +468,9 @@ int cli_watch(struct http_client *c, long long id, const struct watch_opts *o,
      * same state again, drawn at the new time. */
     int fetch = !have_prev || feed_take(&feed);
     if (fetch) {
-      rc = cli_fetch_state(c, id, &cur, err);
+      /* After the first look, only the trials that changed since it. */
+      rc = have_prev ? cli_fetch_changes(c, id, &prev, &cur, err)
+                     : cli_fetch_state(c, id, &cur, err);
       if (rc) {
         if (rc == HTTP_ERR_UNREACHABLE && cli_signal) rc = -EINTR;
         break;

@@ -10,6 +10,105 @@
 
 #include "sbuf.h"
 
+/* An int64's decimal digits, as "%" PRId64 writes them. */
+static int jsonout_int(int64_t v, char *buf) {
+  char tmp[24];
+  int n = 0, len = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) buf[len++] = '-';
+  while (n) buf[len++] = tmp[--n];
+  buf[len] = '\0';
+  return len;
+}
+
+#ifdef __SIZEOF_INT128__
+typedef unsigned __int128 jsonout_u128;
+
+static jsonout_u128 jsonout_pow10(int k) {
+  jsonout_u128 p = 1;
+  while (k-- > 0) p *= 10;
+  return p;
+}
+
+/* digits (p of them, no leading zero) times 10^(x - p + 1) as "%.{p}g"
+ * writes it for -4 <= x < p (%f's layout): trailing zeros and a bare point
+ * dropped. */
+static int jsonout_g(int neg, uint64_t digits, int p, int x, char *buf) {
+  char d[20];
+  int len = 0;
+  for (int i = p - 1; i >= 0; i--, digits /= 10) d[i] = (char)('0' + digits % 10);
+  int last = p - 1; /* the last digit kept */
+  while (last > 0 && d[last] == '0') last--;
+  if (neg) buf[len++] = '-';
+  if (x >= 0) {
+    for (int i = 0; i <= x; i++) buf[len++] = d[i];
+    if (last > x) {
+      buf[len++] = '.';
+      for (int i = x + 1; i <= last; i++) buf[len++] = d[i];
+    }
+  } else {
+    buf[len++] = '0';
+    buf[len++] = '.';
+    for (int i = -1; i > x; i--) buf[len++] = '0';
+    for (int i = 0; i <= last; i++) buf[len++] = d[i];
+  }
+  buf[len] = '\0';
+  return len;
+}
+
+/* The loop of jsonout_number below (the first of %.15g, %.16g, %.17g that
+ * strtod reads back to v) in integer arithmetic, exactly: v = m * 2^-k is
+ * scaled to p digits and rounded half to even as printf does, and the
+ * digits read back to v when they lie inside v's rounding interval, (m -
+ * 1/2) * 2^-k to (m + 1/2) * 2^-k, its ends too for an even m (strtod rounds
+ * half to even). For a non-integral v with 2^-12 <= |v| < 10^15: every
+ * product fits in 128 bits, %g's layout is %f's, and a power of two (whose
+ * lower neighbour is nearer) has a short exact decimal, well inside. 0
+ * elsewhere (the caller prints with snprintf). */
+static int jsonout_fast(double v, char *buf) {
+  int neg = v < 0, e2;
+  double a = neg ? -v : v;
+  if (!(a >= 0x1p-12 && a < 1e15)) return 0;
+  uint64_t m = (uint64_t)ldexp(frexp(a, &e2), 53); /* exact: a = m * 2^-k */
+  int k = 53 - e2;                                 /* 3 .. 64 */
+  jsonout_u128 two_k = (jsonout_u128)1 << k;
+  /* x = floor(log10(a)), -4 .. 14, made exact: a >= 10^x <=> m >= 10^x * 2^k. */
+  int x = (int)floor(log10(a));
+  for (;;) {
+    int lo = x >= 0 ? m >= jsonout_pow10(x) * two_k : m * jsonout_pow10(-x) >= two_k;
+    int hi = x + 1 >= 0 ? m >= jsonout_pow10(x + 1) * two_k : m * jsonout_pow10(-x - 1) >= two_k;
+    if (lo && !hi) break;
+    x += lo ? 1 : -1;
+  }
+  for (int p = 15; p <= 17; p++) {
+    jsonout_u128 scale = jsonout_pow10(p - 1 - x); /* a * scale has p digits before the point */
+    jsonout_u128 num = m * scale, q = num >> k, r = num & (two_k - 1);
+    if (2 * r > two_k || (2 * r == two_k && (q & 1))) q++;
+    /* q / scale against the interval's ends, all times 4 * scale * 2^k */
+    jsonout_u128 at = 4 * q * two_k, up = (4 * (jsonout_u128)m + 2) * scale;
+    jsonout_u128 down = (4 * (jsonout_u128)m - 2) * scale;
+    int even = !(m & 1);
+    if (p == 17 || ((at < up || (at == up && even)) && (at > down || (at == down && even)))) {
+      if (q == jsonout_pow10(p)) { /* rounded up to the next power of ten */
+        q /= 10;
+        if (++x >= p) return 0; /* %e's layout */
+      }
+      return jsonout_g(neg, (uint64_t)q, p, x, buf);
+    }
+  }
+  return 0;
+}
+#else
+static int jsonout_fast(double v, char *buf) {
+  (void)v, (void)buf;
+  return 0;
+}
+#endif
+
 int jsonout_number(double v, char *buf, size_t cap) {
   int n;
   if (!isfinite(v)) {
@@ -18,7 +117,11 @@ int jsonout_number(double v, char *buf, size_t cap) {
     n = snprintf(buf, cap, "-0"); /* keeps the sign bit: strtod("-0") is -0.0 */
   } else if (v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0) {
     /* Exact: every integral double in [-2^63, 2^63) converts to int64. */
-    n = snprintf(buf, cap, "%" PRId64, (int64_t)v);
+    n = cap >= JSONOUT_NUMBER_MAX ? jsonout_int((int64_t)v, buf)
+                                  : snprintf(buf, cap, "%" PRId64, (int64_t)v);
+  } else if (cap >= JSONOUT_NUMBER_MAX && (n = jsonout_fast(v, buf)) > 0) {
+    /* the same text as the loop below, without printf's and strtod's
+     * multi-precision arithmetic */
   } else {
     /* 17 significant digits always round-trip; take fewer when they do too.
      * strtod rounds correctly, so "reads back identical" is a bit test. */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "cli.h"
 #include "config.h"
 #include "exitcode.h"
 #include "export.h"
@@ -341,6 +342,156 @@ START_TEST(report_events_lines) {
   free(text);
   report_state_free(&prev);
   report_state_free(&cur);
+}
+END_TEST
+
+/* ---- a watch's later looks: only the trials changed since ---- */
+
+static cJSON *merge_trial(int id, const char *status, int iter) {
+  char text[512];
+  snprintf(text, sizeof(text),
+           "{\"id\": %d, \"name\": \"m_%05d\", \"status\": \"%s\", \"config\": {\"x\": %d}, "
+           "\"iteration\": %d, \"last_result\": %s}",
+           id, id, status, id, iter, iter ? "{\"training_iteration\": 1, \"loss\": 0.5}" : "null");
+  cJSON *t = cJSON_Parse(text);
+  ck_assert_ptr_nonnull(t);
+  return t;
+}
+
+/* {"trials": [...], "last_seq": seq} of the trials given as id, status, iteration. */
+static cJSON *merge_doc(long long seq, int n, const int *ids, const char *const *st,
+                        const int *iter) {
+  cJSON *d = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(d, "trials");
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, merge_trial(ids[i], st[i], iter[i]));
+  cJSON_AddNumberToObject(d, "last_seq", (double)seq);
+  return d;
+}
+
+static cJSON *merge_exp(void) {
+  return cJSON_Parse("{\"id\": 1, \"name\": \"m\", \"status\": \"RUNNING\", \"metric\": \"loss\", "
+                     "\"mode\": \"min\", \"num_trials\": 6, \"counts\": {}}");
+}
+
+/* Trial 2 ended, 4 and 5 were made and started, in change order (5 first):
+ * the merged state is the one a whole read gives, its events are those of
+ * two whole reads, and prev stays readable until it is freed. */
+START_TEST(report_merge_changed_trials) {
+  struct report_state prev, cur, full;
+  char *got, *want, *ev;
+  int ids0[] = {1, 2, 3}, it0[] = {1, 0, 0};
+  const char *st0[] = {"TERMINATED", "RUNNING", "RUNNING"};
+  ck_assert_int_eq(report_state_load(&prev, merge_exp(), merge_doc(10, 3, ids0, st0, it0), NULL),
+                   0);
+  ck_assert(report_state_mergeable(&prev));
+  int ids1[] = {5, 2, 4}, it1[] = {0, 1, 0};
+  const char *st1[] = {"RUNNING", "TERMINATED", "RUNNING"};
+  ck_assert_int_eq(
+      report_state_merge(&cur, &prev, merge_exp(), merge_doc(14, 3, ids1, st1, it1), NULL), 0);
+  int ids2[] = {1, 2, 3, 4, 5}, it2[] = {1, 1, 0, 0, 0};
+  const char *st2[] = {"TERMINATED", "TERMINATED", "RUNNING", "RUNNING", "RUNNING"};
+  ck_assert_int_eq(report_state_load(&full, merge_exp(), merge_doc(14, 5, ids2, st2, it2), NULL),
+                   0);
+  ck_assert_int_eq(cur.last_seq, 14);
+  ck_assert_int_eq(cur.ntrials, 5);
+  for (size_t i = 0; i < cur.ntrials; i++) {
+    ck_assert_int_eq(cur.trials[i].id, full.trials[i].id);
+    ck_assert_str_eq(cur.trials[i].status, full.trials[i].status);
+  }
+  ck_assert_int_eq(report_render(&cur, 1e9, 120, REPORT_MAX_ROWS, &got), 0);
+  ck_assert_int_eq(report_render(&full, 1e9, 120, REPORT_MAX_ROWS, &want), 0);
+  ck_assert_str_eq(got, want);
+  free(got);
+  free(want);
+  ck_assert_int_eq(report_events(&prev, &cur, &ev), 0);
+  ck_assert_str_eq(ev, "Trial m_00002 completed after 1 iteration: loss=0.5\n"
+                       "Trial m_00004 started with config {x=4}\n"
+                       "Trial m_00005 started with config {x=5}\n");
+  free(ev);
+  report_state_free(&prev);
+  report_state_free(&cur);
+  /* A PENDING trial's pending_reason is fresh only in a whole read; a
+   * list without last_seq cannot be followed. */
+  full.trials[3].status = "PENDING";
+  ck_assert(!report_state_mergeable(&full));
+  full.trials[3].status = "RUNNING";
+  full.last_seq = -1;
+  ck_assert(!report_state_mergeable(&full));
+  report_state_free(&full);
+  /* Nothing changed: the same trials, at the new last_seq. */
+  ck_assert_int_eq(report_state_load(&prev, merge_exp(), merge_doc(10, 3, ids0, st0, it0), NULL),
+                   0);
+  ck_assert_int_eq(
+      report_state_merge(&cur, &prev, merge_exp(), merge_doc(11, 0, NULL, NULL, NULL), NULL), 0);
+  ck_assert_int_eq(cur.ntrials, 3);
+  ck_assert_int_eq(cur.last_seq, 11);
+  ck_assert_str_eq(cur.trials[2].status, "RUNNING");
+  report_state_free(&prev);
+  report_state_free(&cur);
+  /* A changed list of the wrong shape: refused, prev untouched. */
+  ck_assert_int_eq(report_state_load(&prev, merge_exp(), merge_doc(10, 3, ids0, st0, it0), NULL),
+                   0);
+  ck_assert_int_eq(
+      report_state_merge(&cur, &prev, merge_exp(), cJSON_Parse("{\"trials\": [3]}"), NULL),
+      -EINVAL);
+  ck_assert_int_eq(prev.ntrials, 3);
+  ck_assert_str_eq(prev.trials[2].status, "RUNNING");
+  report_state_free(&prev);
+}
+END_TEST
+
+/* The event stream's frames are scanned for the member that says whose
+ * they are, not parsed; what the scan cannot read is parsed. */
+START_TEST(watch_frames_told_apart) {
+  long long ids[] = {4, 7, 9};
+  int urgent = 0;
+  const char *other = "{\"id\": 8, \"name\": \"a\\\"},{\\\"experiment_id\\\": 1\", \"config\": "
+                      "{\"experiment_id\": 1, \"l\": [1, {\"x\": \"}\"}]}, \"experiment_id\": 2, "
+                      "\"status\": \"RUNNING\"}";
+  ck_assert_int_eq(watch_frame_relevant("trial", other, 1, ids, 3, &urgent), 0);
+  ck_assert_int_eq(watch_frame_relevant("trial", other, 2, ids, 3, &urgent), 1);
+  ck_assert_int_eq(urgent, 0);
+  /* an escaped quote, a nested object's commas: not the top level */
+  ck_assert_int_eq(watch_frame_relevant("trial",
+                                        "{\"name\": \"x\\\", \\\"experiment_id\\\": 1, "
+                                        "\\\"y\\\": \\\"\", \"experiment_id\": 2}",
+                                        1, ids, 3, &urgent),
+                   0);
+  ck_assert_int_eq(watch_frame_relevant("trial",
+                                        "{\"config\": {\"a\": 1, \"experiment_id\": 1}, "
+                                        "\"experiment_id\": 2}",
+                                        1, ids, 3, &urgent),
+                   0);
+  ck_assert_int_eq(watch_frame_relevant("result", "{\"trial_id\":7,\"seq\":3,\"result\":{}}", 2,
+                                        ids, 3, &urgent),
+                   1);
+  ck_assert_int_eq(watch_frame_relevant("result",
+                                        "{\"trial_id\": 8, \"result\": {\"trial_id\": 7}}", 2, ids,
+                                        3, &urgent),
+                   0);
+  ck_assert_int_eq(watch_frame_relevant("worker", "{\"id\": 5}", 2, ids, 3, &urgent), 1);
+  ck_assert_int_eq(
+      watch_frame_relevant("experiment", "{\"id\": 2, \"status\": \"PAUSED\"}", 2, ids, 3, &urgent),
+      1);
+  ck_assert_int_eq(urgent, 0);
+  ck_assert_int_eq(watch_frame_relevant("experiment", "{\"id\": 2, \"status\": \"CANCELLED\"}", 2,
+                                        ids, 3, &urgent),
+                   1);
+  ck_assert_int_eq(urgent, 1);
+  ck_assert_int_eq(watch_frame_relevant("experiment", "{\"id\": 3, \"status\": \"CANCELLED\"}", 2,
+                                        ids, 3, &urgent),
+                   0);
+  ck_assert_int_eq(urgent, 0);
+  /* deleted: no status, parsed, and the end all the same */
+  ck_assert_int_eq(
+      watch_frame_relevant("experiment", "{\"id\": 2, \"deleted\": true}", 2, ids, 3, &urgent), 1);
+  ck_assert_int_eq(urgent, 1);
+  /* a key the scan does not match (an escape in it): parsed */
+  ck_assert_int_eq(
+      watch_frame_relevant("trial", "{\"experiment\\u005fid\": 1}", 2, ids, 3, &urgent), 0);
+  ck_assert_int_eq(watch_frame_relevant("trial", "not json", 2, ids, 3, &urgent), 1);
+  ck_assert_ptr_null(watch_json_member("[1]", "id"));
+  ck_assert_ptr_null(watch_json_member("{\"a\": [1, 2}", "id"));
+  ck_assert_str_eq(watch_json_member("{ \"a\" : { \"id\": 1 } , \"id\" : 5 }", "id"), "5 }");
 }
 END_TEST
 
@@ -928,6 +1079,8 @@ int main(void) {
   tcase_add_test(tc, report_grid_finished);
   tcase_add_test(tc, report_all_error_is_failed);
   tcase_add_test(tc, report_events_lines);
+  tcase_add_test(tc, report_merge_changed_trials);
+  tcase_add_test(tc, watch_frames_told_apart);
   tcase_add_test(tc, report_reason_column);
   tcase_add_test(tc, report_events_reasons);
   tcase_add_test(tc, report_events_first_fetch);
