@@ -24,6 +24,8 @@ struct http_req {
   struct http_req *prev, *next;
 };
 
+#define HTTP_IDLE_EASY 8
+
 struct http_sock {
   uv_poll_t poll;
   curl_socket_t fd;
@@ -40,12 +42,33 @@ struct http_client {
   int pending;
   int closing;
   int tls_warned; /* a certificate failure was logged; again after a success */
+  /* Ended requests' easy handles, reset, for the next requests: a handle
+   * made and freed per request was most of the worker's malloc work. */
+  CURL *idle[HTTP_IDLE_EASY];
+  int nidle;
 };
 
 /* --ca-file (http_set_ca_file): one per process, as the worker has one server. */
 static const char *http_ca_file;
 
 void http_set_ca_file(const char *path) { http_ca_file = path; }
+
+/* An easy handle with every option at its default: an idle one, else new. */
+static CURL *http_easy_take(struct http_client *c) {
+  return c->nidle > 0 ? c->idle[--c->nidle] : curl_easy_init();
+}
+
+/* Done with e (out of the multi): kept idle, reset (no option, header list
+ * or buffer of the request it ran is left in it), or freed. */
+static void http_easy_give(struct http_client *c, CURL *e) {
+  if (!e) return;
+  if (c->closing || c->nidle == HTTP_IDLE_EASY) {
+    curl_easy_cleanup(e);
+    return;
+  }
+  curl_easy_reset(e);
+  c->idle[c->nidle++] = e;
+}
 
 static void http_check_done(struct http_client *c) {
   CURLMsg *msg;
@@ -90,7 +113,7 @@ static void http_check_done(struct http_client *c) {
     c->pending--;
     if (!r->resp.body) r->resp.body = calloc(1, 1);
     r->cb(r->arg, err, &r->resp);
-    curl_easy_cleanup(r->easy);
+    http_easy_give(c, r->easy);
     curl_slist_free_all(r->hdrs);
     free(r->body);
     free(r->resp.body);
@@ -243,7 +266,7 @@ int http_request(struct http_client *c, const char *method, const char *path,
     url = NULL;
     goto fail;
   }
-  if (!(r->easy = curl_easy_init())) goto fail;
+  if (!(r->easy = http_easy_take(c))) goto fail;
   struct curl_slist *h;
   /* "Expect: 100-continue" would add a round trip to every upload. */
   if (!(h = curl_slist_append(r->hdrs, "Expect:"))) goto fail;
@@ -307,7 +330,7 @@ int http_request(struct http_client *c, const char *method, const char *path,
   free(ct);
   return 0;
 fail:
-  if (r->easy) curl_easy_cleanup(r->easy);
+  http_easy_give(c, r->easy);
   curl_slist_free_all(r->hdrs);
   free(r->body);
   free(r);
@@ -370,6 +393,7 @@ void http_client_close(struct http_client *c) {
   }
   c->reqs = NULL;
   c->pending = 0;
+  while (c->nidle > 0) curl_easy_cleanup(c->idle[--c->nidle]);
   curl_multi_cleanup(c->multi);
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->timer, http_client_freed);
