@@ -15,11 +15,12 @@ struct upload {
   size_t len;
 };
 
-/* Answers "METHOD|X-Test|body|Content-Type" ("-" for a header not sent). */
+/* Answers "METHOD|X-Test|body|Content-Type" ("-" for a header not sent);
+ * closes the connection after it for /close. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *size, void **state) {
-  (void)cls, (void)url, (void)version;
+  (void)cls, (void)version;
   struct upload *u = *state;
   if (!u) {
     *state = calloc(1, sizeof *u);
@@ -36,8 +37,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
   char text[512];
   int n = snprintf(text, sizeof text, "%s|%s|%s|%s", method, x ? x : "-", u->body, ct ? ct : "-");
-  struct MHD_Response *r =
-      MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_COPY);
+  struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_COPY);
+  if (!strcmp(url, "/close")) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result ok = MHD_queue_response(conn, 200, r);
   MHD_destroy_response(r);
   return ok;
@@ -64,11 +65,11 @@ static void on_reply(void *arg, int err, const struct http_resp *resp) {
   snprintf(g->body, sizeof g->body, "%s", resp->body ? resp->body : "");
 }
 
-static void ask(uv_loop_t *loop, struct http_client *c, const char *method, const char *body,
-                const char *ct, const char *const *hdrs, const char *want) {
+static void ask_at(uv_loop_t *loop, struct http_client *c, const char *path, const char *method,
+                   const char *body, const char *ct, const char *const *hdrs, const char *want) {
   struct got g = {0};
   ck_assert_int_eq(
-      http_request(c, method, "/x", ct, body, body ? strlen(body) : 0, hdrs, 5000, on_reply, &g),
+      http_request(c, method, path, ct, body, body ? strlen(body) : 0, hdrs, 5000, on_reply, &g),
       0);
   while (!g.done && uv_run(loop, UV_RUN_ONCE)) {
   }
@@ -78,8 +79,14 @@ static void ask(uv_loop_t *loop, struct http_client *c, const char *method, cons
   ck_assert_str_eq(g.body, want);
 }
 
+static void ask(uv_loop_t *loop, struct http_client *c, const char *method, const char *body,
+                const char *ct, const char *const *hdrs, const char *want) {
+  ask_at(loop, c, "/x", method, body, ct, hdrs, want);
+}
+
 /* Rule: a request carries its own method, headers and body alone: nothing
- * of an earlier request on the same client (a reused easy handle is reset). */
+ * of an earlier request on the same client (a reused easy handle is reset);
+ * a socket's poll handle lives as long as the socket. */
 START_TEST(requests_do_not_inherit_earlier_ones) {
   struct MHD_Daemon *d =
       MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, NULL,
@@ -99,6 +106,14 @@ START_TEST(requests_do_not_inherit_earlier_ones) {
     ask(&loop, c, "GET", NULL, NULL, NULL, "GET|-||-");
     ask(&loop, c, "POST", "{}", "application/json", NULL, "POST|-|{}|application/json");
   }
+  /* The kept-alive connection's socket keeps its poll handle between
+   * requests; a connection the server closes takes its handle with it, and
+   * the next request opens another. */
+  ck_assert_int_eq(http_sockets(c), 1);
+  ask_at(&loop, c, "/close", "GET", NULL, NULL, NULL, "GET|-||-");
+  ck_assert_int_eq(http_sockets(c), 0);
+  ask(&loop, c, "POST", "{}", "application/json", NULL, "POST|-|{}|application/json");
+  ck_assert_int_eq(http_sockets(c), 1);
   http_client_close(c);
   uv_run(&loop, UV_RUN_DEFAULT);
   ck_assert_int_eq(uv_loop_close(&loop), 0);
