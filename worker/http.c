@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include <curl/curl.h>
@@ -24,10 +25,15 @@ struct http_req {
   struct http_req *prev, *next;
 };
 
+#define HTTP_IDLE_EASY 8
+
+/* A socket of curl's and its poll handle, from its first use to its close
+ * (http_close_socket): stopped between transfers, not remade for each. */
 struct http_sock {
   uv_poll_t poll;
   curl_socket_t fd;
   struct http_client *c;
+  struct http_sock *next;
 };
 
 struct http_client {
@@ -40,12 +46,34 @@ struct http_client {
   int pending;
   int closing;
   int tls_warned; /* a certificate failure was logged; again after a success */
+  /* Ended requests' easy handles, reset, for the next requests: a handle
+   * made and freed per request was most of the worker's malloc work. */
+  CURL *idle[HTTP_IDLE_EASY];
+  int nidle;
+  struct http_sock *socks; /* curl's open sockets that have a poll handle */
 };
 
 /* --ca-file (http_set_ca_file): one per process, as the worker has one server. */
 static const char *http_ca_file;
 
 void http_set_ca_file(const char *path) { http_ca_file = path; }
+
+/* An easy handle with every option at its default: an idle one, else new. */
+static CURL *http_easy_take(struct http_client *c) {
+  return c->nidle > 0 ? c->idle[--c->nidle] : curl_easy_init();
+}
+
+/* Done with e (out of the multi): kept idle, reset (no option, header list
+ * or buffer of the request it ran is left in it), or freed. */
+static void http_easy_give(struct http_client *c, CURL *e) {
+  if (!e) return;
+  if (c->closing || c->nidle == HTTP_IDLE_EASY) {
+    curl_easy_cleanup(e);
+    return;
+  }
+  curl_easy_reset(e);
+  c->idle[c->nidle++] = e;
+}
 
 static void http_check_done(struct http_client *c) {
   CURLMsg *msg;
@@ -90,7 +118,7 @@ static void http_check_done(struct http_client *c) {
     c->pending--;
     if (!r->resp.body) r->resp.body = calloc(1, 1);
     r->cb(r->arg, err, &r->resp);
-    curl_easy_cleanup(r->easy);
+    http_easy_give(c, r->easy);
     curl_slist_free_all(r->hdrs);
     free(r->body);
     free(r->resp.body);
@@ -129,16 +157,36 @@ static int http_timer_cb(CURLM *multi, long timeout_ms, void *userp) {
 
 static void http_sock_closed(uv_handle_t *h) { free(h->data); }
 
+static struct http_sock **http_sock_find(struct http_client *c, curl_socket_t fd) {
+  struct http_sock **pp = &c->socks;
+  while (*pp && (*pp)->fd != fd) pp = &(*pp)->next;
+  return pp;
+}
+
+static void http_sock_drop(struct http_sock **pp) {
+  struct http_sock *s = *pp;
+  *pp = s->next;
+  uv_close((uv_handle_t *)&s->poll, http_sock_closed);
+}
+
+/* curl closes a socket (CURLOPT_CLOSESOCKETFUNCTION, kept by its
+ * connection): its handle goes first, while the fd is still its own. */
+static int http_close_socket(void *clientp, curl_socket_t fd) {
+  struct http_client *c = clientp;
+  struct http_sock **pp = http_sock_find(c, fd);
+  if (*pp) http_sock_drop(pp);
+  return close(fd);
+}
+
 static int http_socket_cb(CURL *easy, curl_socket_t fd, int action, void *userp, void *socketp) {
   (void)easy;
   struct http_client *c = userp;
   struct http_sock *s = socketp;
+  if (!s) s = *http_sock_find(c, fd);
   if (action == CURL_POLL_REMOVE) {
-    if (s) {
-      uv_poll_stop(&s->poll);
-      uv_close((uv_handle_t *)&s->poll, http_sock_closed);
-      curl_multi_assign(c->multi, fd, NULL);
-    }
+    /* A kept-alive connection between transfers: the handle waits for the
+     * next one (or for the socket's close), stopped. */
+    if (s) uv_poll_stop(&s->poll);
     return 0;
   }
   if (!s) {
@@ -151,13 +199,21 @@ static int http_socket_cb(CURL *easy, curl_socket_t fd, int action, void *userp,
     s->fd = fd;
     s->c = c;
     s->poll.data = s;
-    curl_multi_assign(c->multi, fd, s);
+    s->next = c->socks;
+    c->socks = s;
   }
+  if (!socketp) curl_multi_assign(c->multi, fd, s);
   int events = 0;
   if (action != CURL_POLL_OUT) events |= UV_READABLE;
   if (action != CURL_POLL_IN) events |= UV_WRITABLE;
   uv_poll_start(&s->poll, events, http_on_poll);
   return 0;
+}
+
+int http_sockets(const struct http_client *c) {
+  int n = 0;
+  for (const struct http_sock *s = c->socks; s; s = s->next) n++;
+  return n;
 }
 
 static size_t http_append(char **buf, size_t *len, const char *data, size_t n, int *oom) {
@@ -243,7 +299,7 @@ int http_request(struct http_client *c, const char *method, const char *path,
     url = NULL;
     goto fail;
   }
-  if (!(r->easy = curl_easy_init())) goto fail;
+  if (!(r->easy = http_easy_take(c))) goto fail;
   struct curl_slist *h;
   /* "Expect: 100-continue" would add a round trip to every upload. */
   if (!(h = curl_slist_append(r->hdrs, "Expect:"))) goto fail;
@@ -281,6 +337,8 @@ int http_request(struct http_client *c, const char *method, const char *path,
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, http_close_socket);
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c);
   /* https:// is always verified (peer and host name: curl's defaults, never
    * turned off) against --ca-file or the system store; http and https only. */
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -307,7 +365,7 @@ int http_request(struct http_client *c, const char *method, const char *path,
   free(ct);
   return 0;
 fail:
-  if (r->easy) curl_easy_cleanup(r->easy);
+  http_easy_give(c, r->easy);
   curl_slist_free_all(r->hdrs);
   free(r->body);
   free(r);
@@ -370,7 +428,9 @@ void http_client_close(struct http_client *c) {
   }
   c->reqs = NULL;
   c->pending = 0;
+  while (c->nidle > 0) curl_easy_cleanup(c->idle[--c->nidle]);
   curl_multi_cleanup(c->multi);
+  while (c->socks) http_sock_drop(&c->socks); /* any curl closed without telling */
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->timer, http_client_freed);
 }

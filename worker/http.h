@@ -42,6 +42,10 @@ int http_request(struct http_client *c, const char *method, const char *path,
                  const char *const *extra_headers, long timeout_ms, http_cb cb, void *arg);
 /* Requests in flight. */
 int http_pending(const struct http_client *c);
+
+/* The sockets of curl's open connections that the client has a poll
+ * handle for (kept between transfers, dropped when curl closes them). */
+int http_sockets(const struct http_client *c);
 /* Value of a response header (case-insensitive name) copied into buf; NULL
  * when absent. */
 const char *http_resp_header(const struct http_resp *r, const char *name, char *buf, size_t len);

@@ -1,13 +1,13 @@
 /* Persistent per-trial FIFO lanes of messages to deliver exactly once (see
- * outbox.h). Files are written to a temporary name and renamed, so a crash
- * never leaves half a message; no fsync: a worker crash loses nothing, a
+ * outbox.h). Files are written under another name (a spare, or a .tmp)
+ * and renamed, so a crash never leaves half a message; no fsync: a worker crash loses nothing, a
  * power cut may (or may leave an acknowledged message to be sent again,
  * below; the server takes it once). The file names carry one global
  * sequence number, so a restart rebuilds every lane in its order.
  *
  * A delivered message's file is not removed but kept as a spare (renamed
- * spare.N, up to OUTBOX_SPARES) and written over by the next message: a
- * rename, no inode made or freed. On ext4 without a journal each create
+ * spare.N, up to OUTBOX_SPARES) and written over in place by the next
+ * message, then renamed to its name: no inode made or freed. On ext4 without a journal each create
  * scans past every inode freed in the last seconds (recently_deleted()),
  * which made inode allocation 40-70 % of the worker's CPU at 32 trials a
  * second, on its event loop. */
@@ -160,18 +160,43 @@ static int outbox_fault(void) {
   return f && access(f, F_OK) == 0;
 }
 
-/* tmp, open for writing from its start: the last spare renamed there when
- * there is one (its old bytes cut off after the write), else a new file. */
-static FILE *outbox_open_tmp(struct outbox *ob, const char *tmp) {
-  char sp[4096];
-  while (ob->nspare > 0 && outbox_spare(ob, ob->nspare - 1, sp, sizeof sp) == 0) {
-    ob->nspare--;
-    if (rename(sp, tmp) != 0) continue; /* gone (removed by hand): the next */
-    FILE *f = fopen(tmp, "r+");
-    if (f) return f;
-    unlink(tmp);
+static int outbox_write_all(int fd, const char *text, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, text, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? -errno : -EIO;
+    text += w;
+    n -= (size_t)w;
   }
-  return fopen(tmp, "w");
+  return 0;
+}
+
+/* text as the file fin: written over the last spare in place, cut to its
+ * length and renamed fin (one rename; a crash before it leaves a spare,
+ * which no restart loads), else written to tmp and renamed fin. A spare's
+ * longer old message must not trail this one; never cut to 0 bytes (ext4
+ * would then write the file out at its close). */
+static int outbox_put(struct outbox *ob, const char *text, const char *tmp, const char *fin) {
+  size_t n = strlen(text);
+  char sp[4096];
+  const char *path = NULL;
+  int fd = -1;
+  while (fd < 0 && ob->nspare > 0 && outbox_spare(ob, ob->nspare - 1, sp, sizeof sp) == 0) {
+    ob->nspare--;
+    fd = open(sp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC); /* gone (removed by hand): the next */
+    path = sp;
+  }
+  if (fd < 0) {
+    path = tmp;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return -errno;
+  }
+  int rc = outbox_write_all(fd, text, n);
+  if (rc == 0 && path == sp && ftruncate(fd, (off_t)n) != 0) rc = -errno;
+  if (close(fd) != 0 && rc == 0) rc = -errno;
+  if (rc == 0 && rename(path, fin) != 0) rc = -errno;
+  if (rc < 0) unlink(path);
+  return rc;
 }
 
 static int outbox_write(struct outbox *ob, const struct outbox_item *it) {
@@ -192,20 +217,7 @@ static int outbox_write(struct outbox *ob, const struct outbox_item *it) {
     return -ENOMEM;
   }
   cJSON_Delete(o);
-  rc = 0;
-  FILE *f = outbox_open_tmp(ob, tmp);
-  if (!f)
-    rc = -errno;
-  else {
-    if (fputs(text, f) < 0) rc = -errno ? -errno : -EIO;
-    /* A spare's longer old message must not trail this one. Never cut to 0
-     * bytes: ext4 would then write the file out at its close. */
-    if (rc == 0 && fflush(f) != 0) rc = -errno;
-    if (rc == 0 && ftruncate(fileno(f), (off_t)strlen(text)) != 0) rc = -errno;
-    if (fclose(f) != 0 && rc == 0) rc = -errno;
-    if (rc == 0 && rename(tmp, fin) != 0) rc = -errno;
-    if (rc < 0) unlink(tmp);
-  }
+  rc = outbox_put(ob, text, tmp, fin);
   free(text);
   return rc;
 }

@@ -602,6 +602,25 @@ int spawner_new(struct spawner **out) {
 
 pid_t spawner_pid(const struct spawner *s) { return s->pid; }
 
+/* Reaps the child at *pp if it has ended (unlinked, its callback called):
+ * 1 when it was, else 0. */
+static int spawner_reap(struct spawner *s, struct spawner_child **pp) {
+  struct spawner_child *c = *pp;
+  int st;
+  pid_t r;
+  while ((r = waitpid(c->pid, &st, WNOHANG)) < 0 && errno == EINTR) {
+  }
+  if (r == 0 || (r < 0 && errno != ECHILD)) return 0;
+  *pp = c->next;
+  if (r < 0) st = W_EXITCODE(127, 0); /* reaped by someone else: not ours to know */
+  spawner_exit_cb cb = c->on_exit;
+  void *arg = c->arg;
+  if (cb) spawner_waiting(s, -1);
+  free(c);
+  if (cb) cb(arg, st);
+  return 1;
+}
+
 static void spawner_on_chld(uv_signal_t *h, int sig) {
   (void)sig;
   struct spawner *s = h->data;
@@ -612,23 +631,24 @@ static void spawner_on_chld(uv_signal_t *h, int sig) {
              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     spawner_lost(s, why, 0, 1);
   }
-  for (struct spawner_child **pp = &s->children; *pp;) {
-    struct spawner_child *c = *pp;
-    pid_t r;
-    while ((r = waitpid(c->pid, &st, WNOHANG)) < 0 && errno == EINTR) {
+  /* The kernel names an ended child without reaping it (WNOWAIT): one call
+   * when none has ended, one more per child ended, instead of a waitpid for
+   * each child running (32 a SIGCHLD at 32 trials at once). A child that is
+   * not ours (libuv's, a helper's) may come first: then each of ours is
+   * tried, as its owner may reap it only later. */
+  for (;;) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int rc;
+    while ((rc = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT)) < 0 && errno == EINTR) {
     }
-    if (r == 0 || (r < 0 && errno != ECHILD)) {
-      pp = &c->next;
-      continue;
-    }
-    *pp = c->next;
-    if (r < 0) st = W_EXITCODE(127, 0); /* reaped by someone else: not ours to know */
-    spawner_exit_cb cb = c->on_exit;
-    void *arg = c->arg;
-    if (cb) spawner_waiting(s, -1);
-    free(c);
-    if (cb) cb(arg, st);
+    if (rc == 0 && si.si_pid == 0) return; /* nothing has ended */
+    struct spawner_child **pp = &s->children;
+    while (rc == 0 && *pp && (*pp)->pid != si.si_pid) pp = &(*pp)->next;
+    if (rc != 0 || !*pp || !spawner_reap(s, pp)) break;
   }
+  for (struct spawner_child **pp = &s->children; *pp;)
+    if (!spawner_reap(s, pp)) pp = &(*pp)->next;
 }
 
 int spawner_attach(struct spawner *s, uv_loop_t *loop) {

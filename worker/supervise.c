@@ -246,24 +246,34 @@ static int supervise_map_self(uid_t uid, gid_t gid, char *err, size_t len) {
   return 0;
 }
 
-/* mkdir -p: the components that are missing (on a tmpfs just mounted),
- * 0711 whatever the umask (the worker's is 077): made as root, they must
- * let the --run-as user through to the dirs shown in them. */
-static int supervise_mkdirs(const char *path) {
+/* mkdir -p below the first from bytes of path (a dir that exists, a cover;
+ * 0: from the root): the components that are missing (on a tmpfs just
+ * mounted), 0711 whatever the umask (the caller's is 0 here; the worker's is
+ * 077): made as root, they must let the --run-as user through to the dirs
+ * shown in them. */
+static int supervise_mkdirs(const char *path, size_t from) {
   char buf[PATH_MAX];
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
-  for (char *p = buf + 1;; p++) {
+  for (char *p = buf + from + 1;; p++) {
     if (*p != '/' && *p) continue;
     char c = *p;
     *p = '\0';
-    if (mkdir(buf, 0711) == 0) {
-      if (chmod(buf, 0711) != 0) return -errno;
-    } else if (errno != EEXIST) {
-      return -errno;
-    }
+    if (mkdir(buf, 0711) != 0 && errno != EEXIST) return -errno;
     if (!c) return 0;
     *p = c;
   }
+}
+
+/* The length of the longest of the n covered dirs that holds path below
+ * it, else 0. */
+static size_t supervise_covered_at(const struct supervise_view *v, const int *cover, int n,
+                                   const char *path) {
+  size_t best = 0;
+  for (int k = 0; k < n; k++) {
+    size_t len = strlen(v->hide[cover[k]]);
+    if (len > best && !strncmp(path, v->hide[cover[k]], len) && path[len] == '/') best = len;
+  }
+  return best;
 }
 
 #define SUPERVISE_RO (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -295,6 +305,7 @@ int supervise_private_view(const struct supervise_view *v, char *err, size_t len
    * a mount is bound only from its own namespace). */
   for (int i = 0; i < v->nshow; i++) shown[i] = open(v->show[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
   char empty[PATH_MAX] = "";
+  int files[SUPERVISE_MAX_VIEW], nfiles = 0;
   for (int i = 0; i < v->nhide && rc == 0; i++) {
     struct stat st;
     if (stat(v->hide[i], &st) != 0) continue; /* not there, or covered already */
@@ -322,24 +333,32 @@ int supervise_private_view(const struct supervise_view *v, char *err, size_t len
     } else if (!empty[0]) {
       rc = supervise_err(err, len, -EINVAL, "%s: the first path to hide must be a directory",
                          v->hide[i]);
-    } else if (mount(empty, v->hide[i], NULL, MS_BIND, NULL) != 0 ||
-               mount(NULL, v->hide[i], NULL, MS_REMOUNT | MS_BIND | SUPERVISE_RO, NULL) != 0) {
-      rc = supervise_err(err, len, -errno, "cannot cover %s: %s", v->hide[i], strerror(errno));
+    } else {
+      files[nfiles++] = i; /* covered once the covers are read-only */
     }
   }
+  mode_t mask = umask(0); /* the dirs to show are made 0711 */
   for (int i = 0; i < v->nshow && rc == 0; i++) {
     if (shown[i] < 0) continue;
     char src[64];
     snprintf(src, sizeof src, "/proc/self/fd/%d", shown[i]);
-    if ((rc = supervise_mkdirs(v->show[i])) < 0 ||
+    if ((rc = supervise_mkdirs(v->show[i], supervise_covered_at(v, cover, ncover, v->show[i]))) <
+            0 ||
         (mount(src, v->show[i], NULL, MS_BIND, NULL) != 0 && (rc = -errno)))
       rc = supervise_err(err, len, rc, "cannot show %s: %s", v->show[i], strerror(-rc));
   }
+  umask(mask);
   /* The covers read-only last: the dirs to show are made in them first. */
   for (int k = 0; k < ncover && rc == 0; k++)
     if (mount(NULL, v->hide[cover[k]], NULL, MS_REMOUNT | MS_BIND | SUPERVISE_RO, NULL) != 0)
       rc = supervise_err(err, len, -errno, "cannot make the cover of %s read-only: %s",
                          v->hide[cover[k]], strerror(errno));
+  /* A bind takes the flags of the mount it comes from: each file's cover
+   * is read-only (and nosuid, nodev, noexec) without a remount of its own. */
+  for (int k = 0; k < nfiles && rc == 0; k++)
+    if (mount(empty, v->hide[files[k]], NULL, MS_BIND, NULL) != 0)
+      rc = supervise_err(err, len, -errno, "cannot cover %s: %s", v->hide[files[k]],
+                         strerror(errno));
   for (int i = 0; i < v->nshow; i++)
     if (shown[i] >= 0) close(shown[i]);
   /* Back to the cwd by its path: the old one is the covered directory,

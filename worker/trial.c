@@ -20,32 +20,40 @@
 
 /* <work dir>/trials/<id>: the parents are the worker's (0711 under --run-as,
  * so the trial's user can reach its own dir but list nothing), the trial dir
- * is 0700 and belongs to the trial's user. */
-static int trial_mkdirs(const char *path) {
+ * is 0700 and belongs to the trial's user. A spare (renamed there, so its
+ * parents exist) is 0700 already: it only changes owner. */
+static int trial_mkdirs(const char *path, int spare) {
   const struct isolate *iso = isolate_current();
   mode_t parent_mode = iso && iso->run_as ? 0711 : 0700;
   char buf[4096];
   if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
   char *last = strrchr(buf, '/');
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(buf, 0755) == 0) {
-      /* Only the one the worker creates (trials/), never an existing parent. */
-      if (p == last && chmod(buf, parent_mode) != 0) return -errno;
-    } else if (errno != EEXIST) {
-      return -errno;
-    }
-    *p = '/';
-  }
-  if (mkdir(buf, 0700) != 0 && errno != EEXIST) return -errno;
-  /* It may be an earlier attempt's: whatever its mode was, it is 0700 now.
-   * lstat: a trial could not have replaced it (its parent is the worker's),
-   * but nothing here follows a symlink anyway. */
   struct stat st;
-  if (lstat(buf, &st) != 0) return -errno;
-  if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
-  if (chmod(buf, 0700) != 0) return -errno;
+  /* The parents only when the dir cannot be made without them. */
+  int made = spare || mkdir(buf, 0700) == 0;
+  if (!made && errno == ENOENT) {
+    for (char *p = buf + 1; *p; p++) {
+      if (*p != '/') continue;
+      *p = '\0';
+      if (mkdir(buf, 0755) == 0) {
+        /* Only the one the worker creates (trials/), never an existing parent. */
+        if (p == last && chmod(buf, parent_mode) != 0) return -errno;
+      } else if (errno != EEXIST) {
+        return -errno;
+      }
+      *p = '/';
+    }
+    made = mkdir(buf, 0700) == 0;
+  }
+  if (!made && errno != EEXIST) return -errno;
+  if (!spare) {
+    /* It may be an earlier attempt's: whatever its mode was, it is 0700 now.
+     * lstat: a trial could not have replaced it (its parent is the worker's),
+     * but nothing here follows a symlink anyway. */
+    if (lstat(buf, &st) != 0) return -errno;
+    if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+    if (chmod(buf, 0700) != 0) return -errno;
+  }
   int rc = isolate_chown(iso, -1, buf);
   if (rc == 0 && last && iso && iso->run_as) {
     /* trials/ made by an older worker without --run-as: let the user through. */
@@ -98,7 +106,8 @@ int trial_new(cJSON *lease, const char *work_dir, struct workdir_spares *spares,
   double made = clock_mono_s();
   /* A spare needs only trial_mkdirs' mode and owner (an existing dir's). */
   int spare = spares && workdir_spare_take(spares, t->dir) == 0;
-  if ((rc = trial_mkdirs(t->dir)) < 0) goto fail;
+  if ((rc = trial_mkdirs(t->dir, spare)) < 0) goto fail;
+  t->from_spare = spare;
   /* What the loop spends on a trial's start, for bench/worker/bench_gap.py. */
   log_debug("trial %d: dir made, %.3f ms on the loop%s", t->id, (clock_mono_s() - made) * 1e3,
             spare ? " (a spare)" : "");
@@ -274,9 +283,10 @@ static void trial_on_dir_event(uv_fs_event_t *h, const char *name, int events, i
   uv_timer_start(&t->ckpt_timer, trial_on_ckpt_timer, 100, 0);
 }
 
-/* A file the worker made in the trial dir: mode 0600, the trial's user's. */
-static int trial_own(int fd) {
-  if (fchmod(fd, 0600) != 0) return -errno;
+/* A file the worker made in the trial dir: mode 0600 (unless it is so
+ * already), the trial's user's. */
+static int trial_own(int fd, int is_0600) {
+  if (!is_0600 && fchmod(fd, 0600) != 0) return -errno;
   return isolate_chown(isolate_current(), fd, NULL);
 }
 
@@ -320,7 +330,7 @@ int trial_write_file(const struct trial *t, const char *name, const void *data, 
     }
     off += (size_t)n;
   }
-  if (rc == 0) rc = trial_own(fd);
+  if (rc == 0) rc = trial_own(fd, 0);
   if (close(fd) != 0 && rc == 0) rc = -errno;
   if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
   if (rc < 0) unlink(tmp);
@@ -361,7 +371,9 @@ int trial_start(struct trial *t, uv_loop_t *loop, const struct proc_supervisor *
     log_error("trial %d: cannot open its logs in %s: %s", t->id, t->dir, strerror(-rc));
     goto done;
   }
-  if ((rc = trial_own(t->out_fd)) < 0 || (rc = trial_own(t->err_fd)) < 0) {
+  /* A spare's logs are 0600. */
+  if ((rc = trial_own(t->out_fd, t->from_spare)) < 0 ||
+      (rc = trial_own(t->err_fd, t->from_spare)) < 0) {
     log_error("trial %d: cannot give its logs to the --run-as user: %s", t->id, strerror(-rc));
     goto done;
   }

@@ -106,6 +106,7 @@ struct trial {
   /* Ray's habits (docs/protocol.md#results-the-worker-fills-in). */
   struct result_clock clock;
   int auto_iter;  /* time attribute is training_iteration: number results */
+  int from_spare; /* its dir is a spare: 0700, the two empty 0600 logs, nothing else */
   char *metric;   /* the experiment's metric, or NULL */
   char *fail_msg; /* its first result lacks the metric: the fail message */
   /* Checkpoint uploads: one PUT in flight, wanted again when the file changed

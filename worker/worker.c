@@ -1553,8 +1553,8 @@ static int worker_take_trial(struct worker *w, cJSON *lease_trial) {
     log_warn("trial %d: cannot request its checkpoint: starting from scratch", t->id);
   }
   /* A checkpoint left by an earlier attempt here is not what the server
-   * expects this attempt to start from. */
-  if (ck) unlink(ck);
+   * expects this attempt to start from (a spare has none). */
+  if (ck && !t->from_spare) unlink(ck);
   free(ck);
   worker_spawn_trial(w, t, 0);
   worker_want_spares(w);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -296,9 +297,25 @@ START_TEST(delivered_files_are_reused) {
   outbox_ack(&ob, outbox_lane(&ob, 5), 1);
   ck_assert_int_eq(count_files(), 0);
   ck_assert_int_eq(count_spares(), 1);
+  int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ck_assert_int_ge(in, 0);
+  ck_assert_int_ge(inotify_add_watch(in, dir, IN_MOVED_TO | IN_CREATE), 0);
   ck_assert_int_eq(outbox_push(&ob, OUTBOX_END, 5, &L1, "/c", "{}", 0), 0);
   ck_assert_int_eq(count_spares(), 0);
   ck_assert(inode_of(2) == first);
+  /* Written over in place: one rename, to its name, and no file made. */
+  char ev[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  ssize_t evn = read(in, ev, sizeof ev);
+  int renames = 0, made = 0;
+  for (ssize_t off = 0; off < evn;) {
+    const struct inotify_event *e = (const void *)(ev + off);
+    renames += !!(e->mask & IN_MOVED_TO);
+    made += !!(e->mask & IN_CREATE);
+    off += (ssize_t)(sizeof *e + e->len);
+  }
+  close(in);
+  ck_assert_int_eq(renames, 1);
+  ck_assert_int_eq(made, 0);
   /* Nothing of the longer message it replaced trails it. */
   char p[512], text[512] = "";
   snprintf(p, sizeof p, "%s/%016llu.json", dir, 2ULL);

@@ -272,6 +272,61 @@ START_TEST(refused_request_is_an_error_event) {
 }
 END_TEST
 
+/* Bounds await_exit_within's wait. */
+static void on_guard(uv_timer_t *t) { *(int *)t->data = 1; }
+
+/* Runs the loop until e has seen its child's exit or ms have passed. */
+static void await_exit_within(uv_loop_t *loop, struct ended *e, uint64_t ms) {
+  uv_timer_t guard;
+  int fired = 0;
+  uv_timer_init(loop, &guard);
+  guard.data = &fired;
+  uv_timer_start(&guard, on_guard, ms, 0);
+  while (e->n == 0 && !fired && uv_run(loop, UV_RUN_ONCE)) {
+  }
+  uv_close((uv_handle_t *)&guard, NULL);
+  uv_run(loop, UV_RUN_NOWAIT);
+}
+
+/* Rule: an ended child is reaped, and only it, whatever else is this
+ * process's child: one still running, and an ended one that is not the
+ * spawner's (libuv's, a helper's), which the kernel may name first and is
+ * left for its owner to reap. */
+START_TEST(exits_are_reaped_past_a_child_not_ours) {
+  uv_loop_t loop;
+  struct spawner *s = start(&loop);
+  int hold[2];
+  ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+  char *argv_a[] = {"sh", "-c", "read x <&3", NULL}, *argv_b[] = {"sh", "-c", "exit 5", NULL};
+  char *env[] = {"PATH=/usr/bin:/bin", NULL};
+  struct spawner_req ra = {"/bin/sh", argv_a, env, NULL, {-1, -1, hold[0]}};
+  struct spawner_req rb = {"/bin/sh", argv_b, env, NULL, {-1, -1, -1}};
+  struct ended a = {0, 0, 0}, b = {0, 0, 0};
+  struct spawner_child *ca = NULL, *cb = NULL;
+  ck_assert_int_eq(spawner_spawn(s, &ra, on_pid_cb, on_exit_cb, &a, &ca), 0);
+  await_pid(&loop, &a);
+  ck_assert_int_gt(a.pid, 0);
+  close(hold[0]);
+  pid_t foreign = fork();
+  ck_assert_int_ge(foreign, 0);
+  if (foreign == 0) _exit(9);
+  siginfo_t si;
+  ck_assert_int_eq(waitid(P_PID, (id_t)foreign, &si, WEXITED | WNOWAIT), 0); /* a zombie now */
+  ck_assert_int_eq(spawner_spawn(s, &rb, on_pid_cb, on_exit_cb, &b, &cb), 0);
+  await_exit_within(&loop, &b, 10000);
+  ck_assert_int_eq(b.n, 1);
+  ck_assert(WIFEXITED(b.status) && WEXITSTATUS(b.status) == 5);
+  ck_assert_int_eq(a.n, 0);
+  close(hold[1]);
+  await_exit_within(&loop, &a, 10000);
+  ck_assert_int_eq(a.n, 1);
+  int st = 0;
+  ck_assert_int_eq(waitpid(foreign, &st, WNOHANG), foreign); /* left to its owner */
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 9);
+  finish(&loop, s);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("spawner");
   TCase *tc = tcase_create("core");
@@ -282,6 +337,7 @@ int main(void) {
   tcase_add_test(tc, killed_spawner_is_replaced_and_children_run_on);
   tcase_add_test(tc, stray_of_a_lost_spawner_is_ended);
   tcase_add_test(tc, refused_request_is_an_error_event);
+  tcase_add_test(tc, exits_are_reaped_past_a_child_not_ours);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);

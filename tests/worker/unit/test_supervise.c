@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -237,6 +238,10 @@ static int view_child(int ns) {
     return 1;
   }
   if (root && ns == SUPERVISE_NS_MOUNT && drop_to_nobody() != 0) return 1;
+  /* The token's cover read-only (not writable even by root) and inert. */
+  struct statvfs sv;
+  unsigned long inert = ST_RDONLY | ST_NOSUID | ST_NODEV | ST_NOEXEC;
+  if (statvfs(token, &sv) != 0 || (sv.f_flag & inert) != inert) return 12;
   snprintf(p, sizeof p, "%s/identity", work);
   if (access(p, F_OK) == 0 || errno != ENOENT) return 2; /* the identity: gone */
   int fd = open(token, O_RDONLY);
