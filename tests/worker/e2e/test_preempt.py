@@ -27,6 +27,11 @@ DATA = "/usr/share/datasets/fashion-mnist"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GRACE_S = 5
 PY_ITERS = 80
+# Enough epochs that the builtin trial is still running once the Python
+# ones have passed iteration 9 (a release ctune-train does 3 of 200 samples
+# in about 0.8 s, start included: sooner than Python reaches 9; 30 of
+# 1,000 last about 2 s).
+BUILTIN_ITERS = 30
 
 TRAINABLE = r"""
 import time
@@ -62,10 +67,11 @@ def body(env):
     builtin = env.submit({
         "name": "builtin", "metric": "loss", "mode": "min", "num_samples": 1, "seed": 3,
         "param_space": {"lr": 0.05, "batch_size": 64, "l1": 32, "l2": 16},
-        "scheduler": {"type": "fifo", "time_attr": "training_iteration", "max_t": 3},
+        "scheduler": {"type": "fifo", "time_attr": "training_iteration",
+                      "max_t": BUILTIN_ITERS},
         "resources_per_trial": {"cpu": 0.5},
         "trainable": {"type": "builtin", "model": "mlp", "dataset": "fashion-mnist",
-                      "data_dir": DATA, "train_limit": 200}})
+                      "data_dir": DATA, "train_limit": 1000}})
     cfg = command_config("python", ["/usr/bin/python3", script],
                          param_space={"how": {"grid_search": ["request", "periodic"]}})
     cfg["resources_per_trial"] = {"cpu": 0.5}  # three on two CPUs
@@ -148,7 +154,7 @@ def body(env):
             # pass between its checkpoint's line and the SIGTERM is lost.
             assert d["lost_iterations"] <= 1 and ck >= last - 1, (how[tid], d, ck, last)
         its = result_values(env.results(tid))
-        assert its[-1] == (3 if how[tid] == "builtin" else PY_ITERS), (tid, its)
+        assert its[-1] == (BUILTIN_ITERS if how[tid] == "builtin" else PY_ITERS), (tid, its)
 
     # The polled notices: w2's command says TRUE, then a third worker's
     # file:PATH appears; each releases the running trial as preempted.
