@@ -119,8 +119,7 @@ int api_worker_register(struct server *s, const struct api_req *req, struct api_
     goto out;
   }
   struct srv_worker *w = NULL;
-  rc = workers_register(s, name->valuestring, cpu, gpu, mem, &w, &resp->ticket);
-  if (!rc) w->spot = cJSON_IsTrue(spot);
+  rc = workers_register(s, name->valuestring, cpu, gpu, mem, cJSON_IsTrue(spot), &w, &resp->ticket);
   server_unlock(s);
   if (rc) goto out;
   log_info("worker %lld registered: %s cpu %g gpu %g memory_mb %lld", (long long)w->id, w->name,

@@ -413,6 +413,7 @@ static int load_worker(void *ctx, const struct store_worker_row *r) {
   w->registered_at = r->registered_at;
   memcpy(w->secret, r->secret, sizeof w->secret);
   memcpy(w->quarantine, r->quarantine, sizeof w->quarantine); /* 016: still out */
+  w->spot = r->spot; /* 017: it will not register again to say so */
   /* A restart counts as a heartbeat from everyone
    * (docs/protocol.md#a-restart-counts-as-a-heartbeat). */
   w->last_heartbeat = clock_wall_s();

@@ -181,7 +181,8 @@ int state_persist_worker(struct server *s, struct srv_worker *w, uint64_t *ticke
                                       .gpu = w->gpu,
                                       .memory_mb = w->memory_mb,
                                       .registered_at = w->registered_at,
-                                      .last_heartbeat = w->last_heartbeat};
+                                      .last_heartbeat = w->last_heartbeat,
+                                      .spot = w->spot}; /* 017 */
   memcpy(op->row.secret, w->secret, sizeof op->row.secret);
   memcpy(op->row.quarantine, w->quarantine, sizeof op->row.quarantine); /* 016 */
   events_note(s, EV_WORKER, w->id, 0, NULL);                            /* the change feed */

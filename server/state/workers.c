@@ -32,7 +32,7 @@ static int workers_new_secret(int64_t id, char *out, size_t cap) {
 }
 
 int workers_register(struct server *s, const char *name, double cpu, double gpu, int64_t memory_mb,
-                     struct srv_worker **out, uint64_t *ticket) {
+                     int spot, struct srv_worker **out, uint64_t *ticket) {
   if (s->nworkers == s->capworkers) {
     int64_t nc = s->capworkers ? s->capworkers * 2 : 16;
     struct srv_worker **p = realloc(s->workers, (size_t)nc * sizeof *p);
@@ -55,6 +55,7 @@ int workers_register(struct server *s, const char *name, double cpu, double gpu,
   w->cpu = cpu;
   w->gpu = gpu;
   w->memory_mb = memory_mb;
+  w->spot = spot != 0;
   w->registered_at = w->last_heartbeat = clock_wall_s();
   w->last_seen_ms = clock_mono_ms();
   s->workers[s->nworkers++] = w;

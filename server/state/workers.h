@@ -15,9 +15,11 @@
 #define WORKERS_MAX_MEMORY_MB (64.0 * 1024 * 1024) /* 64 TiB */
 
 /* Adds a worker with a fresh secret ("<id>.<64 hex digits>", 256 bits from
- * getrandom) and queues its row. -ENOMEM, or getrandom's error. */
+ * getrandom) and queues its row, its spot label in it (a worker registers
+ * once: a restart must find the label in SQLite). -ENOMEM, or getrandom's
+ * error. */
 int workers_register(struct server *s, const char *name, double cpu, double gpu, int64_t memory_mb,
-                     struct srv_worker **out, uint64_t *ticket);
+                     int spot, struct srv_worker **out, uint64_t *ticket);
 /* The worker id is, unless it deregistered (it registers anew): NULL. */
 struct srv_worker *workers_find(struct server *s, int64_t id);
 /* A sign of life (heartbeat, lease): no longer lost, listed again if it was

@@ -64,7 +64,8 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_INS_ASHA] = "INSERT INTO asha_records(experiment_id,trial_id,bracket,milestone,"
                     "value,stopped_early,seq) VALUES(?,?,?,?,?,?,?)",
     [ST_PUT_WORKER] = "INSERT OR REPLACE INTO workers(id,name,cpu,gpu,memory_mb,"
-                      "registered_at,last_heartbeat,secret,quarantine) VALUES(?,?,?,?,?,?,?,?,?)",
+                      "registered_at,last_heartbeat,secret,quarantine,spot) "
+                      "VALUES(?,?,?,?,?,?,?,?,?,?)",
     [ST_PUT_CKPT] = "INSERT OR REPLACE INTO checkpoints(trial_id,iteration,crc32,data) "
                     "VALUES(?,?,?,?)",
     [ST_PUT_LOG] = "INSERT OR REPLACE INTO logs(trial_id,log) VALUES(?,?)",
@@ -691,6 +692,7 @@ int store_put_worker(struct store *st, const struct store_worker_row *r) {
   sqlite3_bind_double(s, 7, r->last_heartbeat);
   bind_text(s, 8, r->secret);
   bind_text(s, 9, r->quarantine[0] ? r->quarantine : NULL); /* 016 */
+  sqlite3_bind_int(s, 10, r->spot != 0);                    /* 017 */
   return store_step(st, s);
 }
 
@@ -1045,7 +1047,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
 
   if (store_rprep(st,
                   "SELECT id,name,cpu,gpu,memory_mb,registered_at,last_heartbeat,"
-                  "secret,quarantine FROM workers ORDER BY id",
+                  "secret,quarantine,spot FROM workers ORDER BY id",
                   &s))
     return -EIO;
   while (!rc && (step = sqlite3_step(s)) == SQLITE_ROW) {
@@ -1060,6 +1062,7 @@ static int store_load_rows(struct store *st, const struct store_loader *l) {
     snprintf(r.secret, sizeof r.secret, "%s", sec ? sec : "");
     const char *q = col_text(s, 8); /* 016 */
     snprintf(r.quarantine, sizeof r.quarantine, "%s", q ? q : "");
+    r.spot = sqlite3_column_int(s, 9) != 0; /* 017 */
     rc = l->worker(l->ctx, &r);
   }
   sqlite3_finalize(s);

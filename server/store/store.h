@@ -93,6 +93,7 @@ struct store_worker_row {
   double registered_at, last_heartbeat;
   char secret[72];      /* the worker's own credential ("" for rows from before 004) */
   char quarantine[256]; /* 016: why it gets no lease; "" = in service */
+  int spot;             /* 017: registered with the spot label */
 };
 
 /* Opens (creating) the database in WAL mode and applies the migrations of

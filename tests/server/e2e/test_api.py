@@ -409,6 +409,19 @@ def test_metrics_and_healthz():
     s.stop()
 
 
+def test_spot_label_kept_across_a_restart():
+    # A worker registers once; after a server restart it only heartbeats, so
+    # its spot label must come back from SQLite (docs/scheduling.md#spot-workers).
+    s = Server()
+    spot = s.ok("POST", "/api/v1/workers", {"name": "spot", "resources": {"cpu": 1},
+                                            "labels": {"spot": True}}, status=201)["id"]
+    ondemand = register(s, cpu=1, name="ondemand")
+    s.restart()
+    labels = {w["id"]: w["labels"]["spot"] for w in s.ok("GET", "/api/v1/workers")["workers"]}
+    assert labels == {spot: True, ondemand: False}, labels
+    s.stop()
+
+
 if __name__ == "__main__":
     r = Runner()
     for name, fn in list(globals().items()):

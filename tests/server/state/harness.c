@@ -147,7 +147,7 @@ struct srv_worker *h_worker(struct harness *h, const char *name, double cpu, dou
                             int64_t memory_mb) {
   struct srv_worker *w = NULL;
   uint64_t ticket = 0;
-  ck_assert_int_eq(workers_register(&h->s, name, cpu, gpu, memory_mb, &w, &ticket), 0);
+  ck_assert_int_eq(workers_register(&h->s, name, cpu, gpu, memory_mb, 0, &w, &ticket), 0);
   return w;
 }
 

@@ -15,6 +15,7 @@
 
 #include "harness.h"
 #include "state_preempt.h"
+#include "workers.h"
 
 static struct harness H;
 static struct server *S;
@@ -176,6 +177,34 @@ START_TEST(spot_worker_leaves_a_promoted_trial) {
 }
 END_TEST
 
+/* Rule: the spot label is stored with the worker's row. A worker never
+ * registers again after a server restart, so the restarted server must
+ * still leave the trial with the most work behind its checkpoint to the
+ * free non-spot worker. */
+START_TEST(spot_label_survives_a_restart) {
+  submit("r2", 2, STRICT);
+  struct srv_worker *a = h_worker(&H, "a", 1, 0, 0);
+  struct srv_trial *t1 = h_lease(&H, a);
+  run_to(t1, 1, 6);
+  h_checkpoint(&H, t1, 6, "ck6");
+  ck_assert_int_eq(release(t1, 1, 0), 0);
+  struct srv_worker *w = NULL;
+  uint64_t ticket = 0;
+  ck_assert_int_eq(workers_register(S, "spot", 1, 0, 0, 1, &w, &ticket), 0);
+  ck_assert_int_eq(w->spot, 1);
+  h_worker(&H, "ondemand", 1, 0, 0);
+  h_restart(&H);
+  struct srv_worker *spot = server_worker(S, 2), *ondemand = server_worker(S, 3);
+  ck_assert_int_eq(spot->spot, 1);
+  ck_assert_int_eq(ondemand->spot, 0);
+  server_worker(S, 1)->lost = 1; /* only the two others lease */
+  struct srv_trial *other = h_lease(&H, spot);
+  ck_assert_ptr_nonnull(other);
+  ck_assert_int_ne(other->id, 1);
+  ck_assert_int_eq(h_lease(&H, ondemand)->id, 1);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("state_preempt");
   TCase *tc = tcase_create("preempt");
@@ -185,6 +214,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, spot_rule_table);
   tcase_add_test(tc, spot_worker_leaves_the_longest_trial_to_a_non_spot_one);
   tcase_add_test(tc, spot_worker_leaves_a_promoted_trial);
+  tcase_add_test(tc, spot_label_survives_a_restart);
   suite_add_tcase(s, tc);
   return s;
 }
